@@ -1,0 +1,49 @@
+/* choir/arena.h: bump allocation for one batch.
+ *
+ * An arena reserves its capacity once (from the counted allocator) and hands out
+ * aligned pieces until it is reset; the hot path never calls malloc. It records
+ * its high-water mark so that estimates can be calibrated from measured peaks.
+ * Not thread-safe: one arena belongs to one batch at a time. */
+#ifndef CHOIR_ARENA_H
+#define CHOIR_ARENA_H
+
+#include <stddef.h>
+
+#include "choir/alloc.h"
+#include "choir/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct choir_arena choir_arena;
+
+/* Reserves `capacity` bytes in category `cat`. NULL (and err) on failure. */
+choir_arena *choir_arena_create(size_t capacity, choir_mem_category cat, choir_err *err);
+/* Frees the arena and everything handed out by it. NULL is a no-op. */
+void choir_arena_free(choir_arena *a);
+
+/* Returns `size` bytes aligned to CHOIR_ALIGN, valid until the next reset or
+ * free, or NULL when the arena has no room (the arena stays usable). */
+void *choir_arena_alloc(choir_arena *a, size_t size);
+/* As choir_arena_alloc, for n floats, zero-filled. */
+float *choir_arena_floats(choir_arena *a, size_t n);
+
+/* A mark is the arena's fill level; releasing to it frees everything handed out
+ * after it was taken (scoped scratch inside a forward pass). */
+size_t choir_arena_mark(const choir_arena *a);
+void choir_arena_release(choir_arena *a, size_t mark);
+
+/* Empties the arena (the high-water mark is kept). */
+void choir_arena_reset(choir_arena *a);
+
+size_t choir_arena_used(const choir_arena *a);
+size_t choir_arena_capacity(const choir_arena *a);
+/* The most bytes ever in use at once since creation or the last reset_peak. */
+size_t choir_arena_high_water(const choir_arena *a);
+void choir_arena_reset_peak(choir_arena *a);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,120 @@
+/* choir/kernels.h: the compute kernels the models are built from.
+ *
+ * Conventions: row-major float32 arrays; sizes in elements; output buffers are
+ * provided by the caller (from an arena) and never alias an input unless the
+ * comment says in-place. Every kernel has a plain C reference; SIMD versions
+ * (AVX2/FMA on x86-64) are chosen at run time, and large loops are split over
+ * the default thread pool. Sequence data for convolutions is channels-first
+ * [C, T] for one item; batches loop over items.
+ *
+ * choir_kernels_set_isa() lets tests force the reference path and compare. */
+#ifndef CHOIR_KERNELS_H
+#define CHOIR_KERNELS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "choir/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum choir_isa {
+    CHOIR_ISA_REF = 0,  /* portable C */
+    CHOIR_ISA_AVX2 = 1, /* x86-64 AVX2 + FMA + F16C */
+    CHOIR_ISA_NEON = 2
+} choir_isa;
+
+/* The best instruction set this CPU supports / the one in use now. */
+choir_isa choir_kernels_best_isa(void);
+choir_isa choir_kernels_isa(void);
+/* Forces an ISA (clamped to what the CPU supports); returns the one in use.
+ * Process-wide: call only when no kernel is running. */
+choir_isa choir_kernels_set_isa(choir_isa isa);
+const char *choir_isa_name(choir_isa isa);
+/* Names of the kernels and the ISA each one runs with, for `choir info`:
+ * writes up to `max` pointers to static strings, returns the count. */
+int choir_kernels_describe(const char **names, const char **isas, int max);
+
+/* --- matrix products --------------------------------------------------- */
+
+/* C[M,N] = alpha * op(A) * op(B) + beta * C, row-major with leading dimensions,
+ * op(X) = X or X^T. Large products go through OpenBLAS. */
+void choir_gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                    const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                    float *C, int64_t ldc);
+
+/* The linear layer: y[M, W.rows] = x[M, W.cols] * W^T (+ bias[W.rows] if not
+ * NULL), for W in any storage (f32, f16, bf16 with f32 accumulation; quantized
+ * weights dequantized on the fly). M = 1 is the matrix-vector case. */
+void choir_linear(const float *x, int64_t M, const choir_weight *W, const float *bias, float *y);
+
+/* --- elementwise (in-place where the name says so) ---------------------- */
+void choir_add(const float *a, const float *b, float *y, int64_t n);   /* y = a + b */
+void choir_mul(const float *a, const float *b, float *y, int64_t n);   /* y = a * b */
+void choir_scale(float *x, float s, int64_t n);                          /* x *= s */
+void choir_add_bias_rows(float *x, const float *bias, int64_t rows, int64_t cols); /* x[r,:] += bias */
+void choir_gelu_erf(float *x, int64_t n);   /* in place, 0.5x(1+erf(x/sqrt2)) */
+void choir_gelu_tanh(float *x, int64_t n);  /* in place, tanh approximation */
+void choir_leaky_relu(float *x, int64_t n, float slope); /* in place */
+void choir_relu(float *x, int64_t n);
+void choir_sigmoid(float *x, int64_t n);
+void choir_tanh(float *x, int64_t n);
+void choir_silu(float *x, int64_t n);
+
+/* --- normalisation ----------------------------------------------------- */
+/* y[r,:] = (x[r,:] - mean) / sqrt(var + eps) * gamma + beta; gamma/beta may be
+ * NULL (1 / 0). y may equal x. */
+void choir_layer_norm(const float *x, float *y, int64_t rows, int64_t dim, const float *gamma,
+                      const float *beta, float eps);
+/* Instance norm over time for x[C, T]: each channel to zero mean, unit (biased)
+ * variance; then gamma[c], beta[c] if not NULL. y may equal x. */
+void choir_instance_norm(const float *x, float *y, int64_t C, int64_t T, const float *gamma,
+                         const float *beta, float eps);
+/* Numerically stable softmax of each row, in place. */
+void choir_softmax(float *x, int64_t rows, int64_t dim);
+
+/* --- convolutions (PyTorch semantics, zero padding) --------------------- */
+/* Output length of conv1d. */
+int64_t choir_conv1d_out_len(int64_t T, int64_t kernel, int stride, int padding, int dilation);
+/* y[Cout, Tout] = conv1d(x[Cin, T]); weight [Cout, Cin/groups, kernel] f32, bias
+ * [Cout] or NULL. */
+void choir_conv1d(const float *x, int64_t Cin, int64_t T, const float *weight, const float *bias,
+                  int64_t Cout, int64_t kernel, int stride, int padding, int dilation, int groups,
+                  float *y);
+/* Output length of conv_transpose1d. */
+int64_t choir_conv_transpose1d_out_len(int64_t T, int64_t kernel, int stride, int padding,
+                                       int output_padding, int dilation);
+/* y[Cout, Tout] = conv_transpose1d(x[Cin, T]); weight [Cin, Cout/groups, kernel]
+ * (PyTorch layout), bias [Cout] or NULL. */
+void choir_conv_transpose1d(const float *x, int64_t Cin, int64_t T, const float *weight,
+                            const float *bias, int64_t Cout, int64_t kernel, int stride,
+                            int padding, int output_padding, int dilation, int groups, float *y);
+
+/* --- recurrent --------------------------------------------------------- */
+/* One LSTM direction over x[T, In] (PyTorch gate order i, f, g, o):
+ * w_ih [4H, In], w_hh [4H, H], b_ih/b_hh [4H] or NULL. h and c [H] hold the
+ * initial state on entry (NULL = zeros) and the final state on return. Writes
+ * h_t to out[t * out_stride + 0 .. H-1]; reverse runs t = T-1 .. 0.
+ * `scratch` holds at least 4*H*(T+1) floats. */
+void choir_lstm(const float *x, int64_t T, int64_t In, int64_t H, const float *w_ih,
+                const float *w_hh, const float *b_ih, const float *b_hh, float *h, float *c,
+                bool reverse, float *out, int64_t out_stride, float *scratch);
+
+/* --- attention --------------------------------------------------------- */
+/* Multi-head scaled dot-product attention for one sequence.
+ * q: [Tq, n_head*Dh] with row stride ldq; k, v: [Tk, n_head*Dh] with row strides
+ * ldk, ldv (a KV cache laid out [T_max, d] passes its filled prefix);
+ * mask: additive [Tq, Tk] or NULL; causal: query i sees keys <= i + (Tk - Tq);
+ * scale: usually 1/sqrt(Dh). out: [Tq, n_head*Dh] with row stride ldo.
+ * scratch: at least Tk floats per thread of the default pool (pass NULL to let
+ * the kernel use its own stack/arena-free path for Tk <= 4096). */
+void choir_attention(const float *q, int64_t ldq, const float *k, int64_t ldk, const float *v,
+                     int64_t ldv, float *out, int64_t ldo, int64_t Tq, int64_t Tk, int n_head,
+                     int64_t Dh, float scale, const float *mask, bool causal);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

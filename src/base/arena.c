@@ -1,0 +1,57 @@
+/* Bump allocation over one reserved block. */
+#include <string.h>
+
+#include "choir/arena.h"
+
+struct choir_arena {
+    unsigned char *base;
+    size_t capacity;
+    size_t used;
+    size_t high_water;
+};
+
+choir_arena *choir_arena_create(size_t capacity, choir_mem_category cat, choir_err *err) {
+    choir_arena *a = choir_calloc(CHOIR_MEM_OTHER, 1, sizeof *a);
+    if (!a) goto fail;
+    a->base = choir_alloc(cat, capacity);
+    if (!a->base) goto fail;
+    a->capacity = capacity;
+    return a;
+fail:
+    choir_free(a);
+    choir_err_set(err, CHOIR_ENOMEM, "arena: cannot reserve %zu bytes", capacity);
+    return NULL;
+}
+
+void choir_arena_free(choir_arena *a) {
+    if (!a) return;
+    choir_free(a->base);
+    choir_free(a);
+}
+
+void *choir_arena_alloc(choir_arena *a, size_t size) {
+    size_t start = (a->used + CHOIR_ALIGN - 1) / CHOIR_ALIGN * CHOIR_ALIGN;
+    if (start > a->capacity || size > a->capacity - start) return NULL;
+    a->used = start + size;
+    if (a->used > a->high_water) a->high_water = a->used;
+    return a->base + start;
+}
+
+float *choir_arena_floats(choir_arena *a, size_t n) {
+    if (n > SIZE_MAX / sizeof(float)) return NULL;
+    float *p = choir_arena_alloc(a, n * sizeof(float));
+    if (p) memset(p, 0, n * sizeof(float));
+    return p;
+}
+
+size_t choir_arena_mark(const choir_arena *a) { return a->used; }
+
+void choir_arena_release(choir_arena *a, size_t mark) {
+    if (mark <= a->used) a->used = mark;
+}
+
+void choir_arena_reset(choir_arena *a) { a->used = 0; }
+size_t choir_arena_used(const choir_arena *a) { return a->used; }
+size_t choir_arena_capacity(const choir_arena *a) { return a->capacity; }
+size_t choir_arena_high_water(const choir_arena *a) { return a->high_water; }
+void choir_arena_reset_peak(choir_arena *a) { a->high_water = a->used; }

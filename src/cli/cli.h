@@ -1,0 +1,29 @@
+/* The `choir` command's subcommands. Each lives in its own cmd_*.c file and
+ * returns the process exit code: 0 success, 1 failure of the work, 2 bad usage.
+ * argv[0] is the subcommand's own name. */
+#ifndef CHOIR_CLI_H
+#define CHOIR_CLI_H
+
+int choir_cmd_info(int argc, char **argv);
+int choir_cmd_tts(int argc, char **argv);
+int choir_cmd_stt(int argc, char **argv);
+int choir_cmd_vad(int argc, char **argv);
+int choir_cmd_sts(int argc, char **argv);
+int choir_cmd_convert(int argc, char **argv);
+int choir_cmd_serve(int argc, char **argv);
+int choir_cmd_bench(int argc, char **argv);
+int choir_cmd_stats(int argc, char **argv);
+int choir_cmd_pull(int argc, char **argv);
+int choir_cmd_worker(int argc, char **argv);
+int choir_cmd_submit(int argc, char **argv);
+int choir_cmd_jobs(int argc, char **argv);
+/* `choir dev weights`, `choir dev parity whisper|kokoro|mossformer2` */
+int choir_cmd_dev_weights(int argc, char **argv);
+int choir_cmd_parity_whisper(int argc, char **argv);
+int choir_cmd_parity_kokoro(int argc, char **argv);
+int choir_cmd_parity_mossformer2(int argc, char **argv);
+
+/* Parses sizes like "512M", "8G", "1.5GiB", "1000000"; returns bytes or -1. */
+long long choir_cli_parse_size(const char *s);
+
+#endif
