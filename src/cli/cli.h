@@ -23,6 +23,14 @@ int choir_cmd_parity_whisper(int argc, char **argv);
 int choir_cmd_parity_kokoro(int argc, char **argv);
 int choir_cmd_parity_mossformer2(int argc, char **argv);
 
+/* `choir bench whisper|kokoro|sts|vad|quant|engine` (argv[0] is the target). */
+int choir_bench_whisper(int argc, char **argv);
+int choir_bench_kokoro(int argc, char **argv);
+int choir_bench_sts(int argc, char **argv);
+int choir_bench_vad(int argc, char **argv);
+int choir_bench_quant(int argc, char **argv);
+int choir_bench_engine(int argc, char **argv);
+
 /* Parses sizes like "512M", "8G", "1.5GiB", "1000000"; returns bytes or -1. */
 long long choir_cli_parse_size(const char *s);
 
