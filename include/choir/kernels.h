@@ -7,7 +7,12 @@
  * the default thread pool. Sequence data for convolutions is channels-first
  * [C, T] for one item; batches loop over items.
  *
- * choir_kernels_set_isa() lets tests force the reference path and compare. */
+ * choir_kernels_set_isa() lets tests force the reference path and compare.
+ *
+ * Threads: the first kernel call sets OpenBLAS to one thread; all kernel
+ * threading is choir's default pool (CHOIR_THREADS). Code that calls cblas
+ * itself therefore gets single-threaded BLAS. Kernels may be called from any
+ * thread; a call made while the pool is busy runs on the calling thread. */
 #ifndef CHOIR_KERNELS_H
 #define CHOIR_KERNELS_H
 
@@ -62,6 +67,9 @@ void choir_relu(float *x, int64_t n);
 void choir_sigmoid(float *x, int64_t n);
 void choir_tanh(float *x, int64_t n);
 void choir_silu(float *x, int64_t n);
+/* Snake activation in place over x[C, T], per channel:
+ * x += (1 / alpha[c]) * sin(alpha[c] * x)^2 (alpha nonzero). */
+void choir_snake(float *x, int64_t C, int64_t T, const float *alpha);
 
 /* --- normalisation ----------------------------------------------------- */
 /* y[r,:] = (x[r,:] - mean) / sqrt(var + eps) * gamma + beta; gamma/beta may be
@@ -79,7 +87,8 @@ void choir_softmax(float *x, int64_t rows, int64_t dim);
 /* Output length of conv1d. */
 int64_t choir_conv1d_out_len(int64_t T, int64_t kernel, int stride, int padding, int dilation);
 /* y[Cout, Tout] = conv1d(x[Cin, T]); weight [Cout, Cin/groups, kernel] f32, bias
- * [Cout] or NULL. */
+ * [Cout] or NULL. Cin and Cout must be multiples of groups; stride, dilation >= 1,
+ * padding >= 0 (as PyTorch requires). Nothing is written when Tout <= 0. */
 void choir_conv1d(const float *x, int64_t Cin, int64_t T, const float *weight, const float *bias,
                   int64_t Cout, int64_t kernel, int stride, int padding, int dilation, int groups,
                   float *y);
@@ -87,7 +96,8 @@ void choir_conv1d(const float *x, int64_t Cin, int64_t T, const float *weight, c
 int64_t choir_conv_transpose1d_out_len(int64_t T, int64_t kernel, int stride, int padding,
                                        int output_padding, int dilation);
 /* y[Cout, Tout] = conv_transpose1d(x[Cin, T]); weight [Cin, Cout/groups, kernel]
- * (PyTorch layout), bias [Cout] or NULL. */
+ * (PyTorch layout), bias [Cout] or NULL. Same preconditions as conv1d, and
+ * output_padding < max(stride, dilation). */
 void choir_conv_transpose1d(const float *x, int64_t Cin, int64_t T, const float *weight,
                             const float *bias, int64_t Cout, int64_t kernel, int stride,
                             int padding, int output_padding, int dilation, int groups, float *y);
@@ -108,8 +118,9 @@ void choir_lstm(const float *x, int64_t T, int64_t In, int64_t H, const float *w
  * ldk, ldv (a KV cache laid out [T_max, d] passes its filled prefix);
  * mask: additive [Tq, Tk] or NULL; causal: query i sees keys <= i + (Tk - Tq);
  * scale: usually 1/sqrt(Dh). out: [Tq, n_head*Dh] with row stride ldo.
- * scratch: at least Tk floats per thread of the default pool (pass NULL to let
- * the kernel use its own stack/arena-free path for Tk <= 4096). */
+ * A query row whose keys are all masked (-inf) gets zeros. The kernel takes
+ * min(Tq, 128) * Tk floats of scratch per pool thread from choir_alloc for the
+ * duration of the call; if that fails it runs a slower path needing no memory. */
 void choir_attention(const float *q, int64_t ldq, const float *k, int64_t ldk, const float *v,
                      int64_t ldv, float *out, int64_t ldo, int64_t Tq, int64_t Tk, int n_head,
                      int64_t Dh, float scale, const float *mask, bool causal);

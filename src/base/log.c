@@ -6,8 +6,8 @@
 
 #include "choir/log.h"
 
-static _Atomic(choir_log_fn) g_log_fn = NULL;
-static _Atomic(void *) g_log_user = NULL;
+static _Atomic(choir_log_fn) g_log_fn;
+static _Atomic(void *) g_log_user;
 static atomic_int g_log_level = CHOIR_LOG_INFO;
 
 void choir_log_set_callback(choir_log_fn fn, void *user) {

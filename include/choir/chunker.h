@@ -1,0 +1,79 @@
+/* choir/chunker.h: running a model over a long recording in overlapping
+ * chunks, joined with a raised-cosine crossfade.
+ *
+ * The recording is cut into chunks of chunk_frames that overlap by
+ * overlap_frames (chunk k starts at k * (chunk_frames - overlap_frames)). A
+ * caller's `process` function turns each chunk into an output chunk of the
+ * same number of frames (it may change the channel count). Over each overlap
+ * the outgoing chunk fades out and the incoming one fades in:
+ *   out = prev + fade_in(t) * (next - prev),  fade_in(t) = 0.5 * (1 - cos(pi t)),
+ * t = (i + 0.5) / overlap_frames, so fade-out is its complement and a model
+ * that returns its input gives back the input bit for bit.
+ *
+ * The chunker streams: input is pushed in pieces of any size, and each output
+ * region is handed to `emit`, in order, as soon as no later chunk can change
+ * it. It holds one input chunk, one output chunk and one overlap tail, so
+ * memory is bounded by the chunk length, never by the recording's length.
+ * Not thread-safe; one chunker per recording.
+ *
+ * The last chunk is whatever input remains after the previous one's start:
+ * more than overlap_frames, at most chunk_frames. */
+#ifndef CHOIR_CHUNKER_H
+#define CHOIR_CHUNKER_H
+
+#include <stdint.h>
+
+#include "choir/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The model: reads frames x in_channels interleaved from `in`, writes frames x
+ * out_channels interleaved to `out` (a chunker buffer). Returns 0, or a
+ * negative status (with err) that aborts the run. */
+typedef int (*choir_chunk_process_fn)(void *user, const float *in, int64_t frames, float *out, choir_err *err);
+/* Receives the next `frames` final output frames (valid during the call);
+ * `offset` is the first frame's index in the whole output. Returns 0 or a
+ * negative status that aborts the run. */
+typedef int (*choir_chunk_emit_fn)(void *user, const float *out, int64_t frames, int64_t offset, choir_err *err);
+
+typedef struct choir_chunker_params {
+    int rate;               /* Hz */
+    int in_channels, out_channels;
+    double chunk_seconds;   /* > 0 */
+    double overlap_seconds; /* >= 0, less than chunk_seconds */
+} choir_chunker_params;
+
+typedef struct choir_chunker choir_chunker;
+
+/* Frames per chunk and per overlap for the params (rounded to whole frames). */
+int64_t choir_chunker_chunk_frames(const choir_chunker_params *p);
+int64_t choir_chunker_overlap_frames(const choir_chunker_params *p);
+/* Bytes a chunker with these params holds (its whole working memory). */
+int64_t choir_chunker_memory_bytes(const choir_chunker_params *p);
+
+/* NULL (and err) on bad params or out of memory. The callbacks and `user`
+ * must outlive the chunker. */
+choir_chunker *choir_chunker_create(const choir_chunker_params *p, choir_chunk_process_fn process,
+                                    choir_chunk_emit_fn emit, void *user, choir_err *err);
+/* NULL is a no-op. */
+void choir_chunker_free(choir_chunker *c);
+
+/* Feeds `frames` interleaved input frames; runs `process` for every chunk
+ * that becomes complete and emits what is final. Returns 0 or the first
+ * failure (after which the chunker only accepts _free). */
+int choir_chunker_push(choir_chunker *c, const float *in, int64_t frames, choir_err *err);
+/* Ends the input: processes the last (partial) chunk and emits the rest, so
+ * the total emitted equals the total pushed. */
+int choir_chunker_finish(choir_chunker *c, choir_err *err);
+
+/* One-shot: runs the whole recording `in` [frames][in_channels] and writes
+ * out [frames][out_channels] (caller-allocated). */
+int choir_chunker_run(const choir_chunker_params *p, const float *in, int64_t frames, float *out,
+                      choir_chunk_process_fn process, void *user, choir_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,195 @@
+/* choir/engine.h: the engine that lets many requests share one machine.
+ *
+ * An engine owns a set of models (registered by id and directory, loaded lazily
+ * on first use, unloaded least-recently-used when another model needs room), a
+ * memory budget that every model's weights and every batch's activations are
+ * reserved against, per-model queues, a scheduler thread that forms batches
+ * (by length bucket, dispatched when full or when the oldest request has waited
+ * its class's limit) and worker threads that run them. Results reach each
+ * caller through its own output callback, piece by piece when streaming.
+ *
+ * All functions are thread-safe unless noted. */
+#ifndef CHOIR_ENGINE_H
+#define CHOIR_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "choir/error.h"
+#include "choir/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct choir_engine choir_engine;
+typedef struct choir_ticket choir_ticket;
+
+/* Serving profiles: each sets defaults for batch size, precision and wait
+ * limits; explicit params override them. */
+typedef enum choir_profile {
+    CHOIR_PROFILE_DEFAULT = 0,
+    CHOIR_PROFILE_INTERACTIVE_TTS, /* batch 1, bf16, first audio <= 200 ms */
+    CHOIR_PROFILE_AUDIOBOOK,       /* batch 8, 4-bit */
+    CHOIR_PROFILE_REALTIME_STT,    /* batch 4, 6-bit, streaming, <= 5-min segments */
+    CHOIR_PROFILE_OFFLINE_STT,     /* batch 16, full precision */
+    CHOIR_PROFILE_COUNT
+} choir_profile;
+
+/* "interactive-tts", ...; "default" for CHOIR_PROFILE_DEFAULT. */
+const char *choir_profile_name(choir_profile p);
+/* Parses a profile name; returns CHOIR_EINVAL for an unknown one. */
+int choir_profile_parse(const char *name, choir_profile *out);
+
+/* Why a request was refused or did not complete (metrics label and message). */
+typedef enum choir_reject_reason {
+    CHOIR_REJECT_NONE = 0,
+    CHOIR_REJECT_QUEUE_FULL, /* the model's queue is at capacity (HTTP 429) */
+    CHOIR_REJECT_OVERLOAD,   /* degraded: low-priority work refused (HTTP 503) */
+    CHOIR_REJECT_DEADLINE,   /* could not be admitted before its deadline (HTTP 503) */
+    CHOIR_REJECT_TOO_LARGE,  /* needs more memory than the budget can ever give (HTTP 413) */
+    CHOIR_REJECT_SHUTDOWN,   /* the engine is shutting down (HTTP 503) */
+    CHOIR_REJECT_CANCELLED,  /* the caller cancelled */
+    CHOIR_REJECT_FAILED,     /* the model failed on it (HTTP 500) */
+    CHOIR_REJECT_COUNT
+} choir_reject_reason;
+
+/* "queue_full", "overload", ... (used as the Prometheus label). */
+const char *choir_reject_reason_name(choir_reject_reason r);
+
+typedef enum choir_priority {
+    CHOIR_PRIORITY_LOW = 0,    /* refused first under pressure (batch jobs) */
+    CHOIR_PRIORITY_NORMAL = 1,
+    CHOIR_PRIORITY_HIGH = 2    /* scheduled first (interactive) */
+} choir_priority;
+
+typedef struct choir_engine_params {
+    choir_profile profile;
+    int64_t memory_budget;     /* bytes; 0 = 75% of min(physical memory, cgroup limit) */
+    double high_water;         /* degrade above this fraction of the budget (0 = 0.85) */
+    double low_water;          /* recover below it (0 = 0.70) */
+    double p99_target_ms;      /* degrade when total-latency p99 exceeds it (0 = off) */
+    int max_batch;             /* 0 = profile's (also capped by each model's max_batch) */
+    double wait_short_ms;      /* batch wait limit for short requests (0 = profile's, 50) */
+    double wait_long_ms;       /* for long requests (0 = profile's, 250) */
+    double long_seconds;       /* requests longer than this (audio s, or ~ s of speech
+                                  for text) are "long" (0 = 10) */
+    double max_pad_waste;      /* bound on padding waste in a batch, 0..1 (0 = 0.25) */
+    int queue_capacity;        /* pending requests per model (0 = 256) */
+    int workers;               /* batches run concurrently (0 = 1) */
+    double unload_idle_s;      /* unload a model idle this long (0 = only when room is
+                                  needed or when degraded) */
+    double max_audio_seconds;  /* refuse longer audio inputs (0 = no limit; the
+                                  realtime-stt profile sets 300) */
+    choir_model_options model_options; /* zero = profile's defaults */
+} choir_engine_params;
+
+/* Defaults for `profile` (every field filled with a concrete value). */
+choir_engine_params choir_engine_default_params(choir_profile profile);
+
+/* Creates an engine and starts its threads. `params` NULL means defaults.
+ * Returns NULL and err on failure. */
+choir_engine *choir_engine_create(const choir_engine_params *params, choir_err *err);
+
+/* Stops accepting work, lets queued and running requests finish until
+ * `deadline_s` seconds from now, fails the rest with CHOIR_ECANCELED
+ * (reason shutdown), joins the threads and unloads the models. Returns 0, or
+ * CHOIR_ETIMEDOUT when some requests had to be failed. Safe to call twice. */
+int choir_engine_shutdown(choir_engine *e, double deadline_s);
+/* Shuts down (deadline 0 if not done) and frees the engine. Tickets stay valid
+ * until freed. NULL is a no-op. */
+void choir_engine_free(choir_engine *e);
+
+/* Registers model `id` served from `dir` by `ops` (NULL: detect the adapter
+ * from dir/config.json and the built-in adapters). Nothing is loaded until a
+ * request needs it. Returns 0, CHOIR_EINVAL for a duplicate id,
+ * CHOIR_ENOTFOUND when no adapter fits. `id` and `dir` are copied. */
+int choir_engine_add_model(choir_engine *e, const char *id, const char *dir, const choir_model_ops *ops,
+                           choir_err *err);
+
+/* What a caller submits. The request's input pointers are borrowed until the
+ * ticket is finished. */
+typedef struct choir_job {
+    const char *model_id;    /* NULL: the first registered model serving `req.task` */
+    choir_request req;       /* task + input (+ stream flag); engine fields ignored */
+    choir_priority priority;
+    double timeout_s;        /* deadline from now; 0 = none */
+    choir_output_fn on_output; /* may be NULL: use choir_ticket_wait and no outputs */
+    void *user;
+} choir_job;
+
+/* Queues a job. Returns a ticket the caller frees with choir_ticket_free, or
+ * NULL and err when refused at once: err->code CHOIR_EBUSY (queue full,
+ * overload), CHOIR_ETOOBIG (larger than the budget), CHOIR_ENOTFOUND (model),
+ * CHOIR_EINVAL (bad job), CHOIR_ECANCELED (shutting down); *reason (when not
+ * NULL) says which. Outputs may be delivered before this returns. */
+choir_ticket *choir_engine_submit(choir_engine *e, const choir_job *job, choir_reject_reason *reason,
+                                  choir_err *err);
+
+/* Waits until the ticket is finished or `timeout_s` passes (< 0: forever).
+ * Returns the request's final status (0, or the negative code it failed with,
+ * message in err), or CHOIR_ETIMEDOUT if still running. */
+int choir_ticket_wait(choir_ticket *t, double timeout_s, choir_err *err);
+/* 1 once the final output was delivered (or the request failed). */
+int choir_ticket_done(const choir_ticket *t);
+/* Why it failed (CHOIR_REJECT_NONE on success or while running). */
+choir_reject_reason choir_ticket_reason(const choir_ticket *t);
+/* Seconds advised before retrying a refused request (for Retry-After). */
+double choir_engine_retry_after(const choir_engine *e);
+/* Requests cancellation: a queued request is removed and its reservation
+ * freed; a running one stops at the model's next output. The final output
+ * carries CHOIR_ECANCELED. No-op when finished. */
+void choir_ticket_cancel(choir_ticket *t);
+/* Cancels if still running, waits for it to finish, and frees. NULL no-op. */
+void choir_ticket_free(choir_ticket *t);
+
+/* A snapshot of the engine's figures. Latencies in seconds. */
+typedef struct choir_latency_summary {
+    double p50, p95, p99, mean;
+    uint64_t count;
+} choir_latency_summary;
+
+#define CHOIR_BATCH_HIST_MAX 32
+
+typedef struct choir_engine_stats {
+    /* bytes: the budget; reserved by running batches; weights of loaded
+     * models; held elsewhere (I/O buffers, caches), also counted against the
+     * budget; the largest arena use of any batch */
+    int64_t memory_budget, memory_reserved, weights_resident, memory_other, arena_peak;
+    int64_t queued, running;
+    int degraded;
+    uint64_t submitted, completed, failed;
+    uint64_t rejected[CHOIR_REJECT_COUNT];
+    uint64_t model_loads, model_unloads, batches;
+    uint64_t batch_size[CHOIR_BATCH_HIST_MAX + 1]; /* batches of size i (last: larger) */
+    double audio_seconds;        /* total audio produced or consumed */
+    double audio_per_second;     /* audio_seconds / engine uptime */
+    double uptime_s;
+    choir_latency_summary queue_wait, compute, first_output, total;
+} choir_engine_stats;
+
+void choir_engine_get_stats(choir_engine *e, choir_engine_stats *out);
+
+/* One registered model, as listed by choir_engine_models. */
+typedef struct choir_engine_model_info {
+    const char *id;    /* valid until the engine is freed */
+    const char *kind;  /* the adapter's kind ("whisper", ...) */
+    const char *dir;
+    uint32_t tasks;    /* CHOIR_TASK_BIT()s */
+    int loaded;
+    int64_t resident_bytes; /* while loaded; else the expected size */
+} choir_engine_model_info;
+
+/* Fills up to `cap` entries of `out` in registration order; returns the
+ * number of registered models (which may exceed cap). */
+int choir_engine_models(choir_engine *e, choir_engine_model_info *out, int cap);
+
+/* Renders all metrics in the Prometheus text exposition format (version
+ * 0.0.4). Returns a NUL-terminated string the caller frees with choir_free, or
+ * NULL on allocation failure. */
+char *choir_engine_metrics_text(choir_engine *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,236 @@
+/* choir/model.h: the interface every model implements, so the engine can drive
+ * Whisper, Kokoro, Silero VAD and speech-to-speech models without knowing their
+ * internals.
+ *
+ * A model is a table of functions (choir_model_ops) plus an opaque, immutable
+ * "weights" object returned by load(). The engine owns scheduling: it groups
+ * requests into batches, reserves their activation memory, gives each batch one
+ * arena sized from the requests' estimates, and calls run_batch() on one thread.
+ * A model delivers results through each request's output callback
+ * (choir_request_emit), as soon as they exist: a streaming model emits partial
+ * pieces (TTS audio per sentence, STT partial text) with final = 0 and closes
+ * with one final = 1 output; a non-streaming model emits only the final one.
+ *
+ * Thread model: load/free are called with no batch running on that weights
+ * object. run_batch may be called concurrently from several engine workers on the
+ * same weights object (each call with its own arena and requests), so weights
+ * must stay read-only after load and per-request state lives in the arena. */
+#ifndef CHOIR_MODEL_H
+#define CHOIR_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "choir/arena.h"
+#include "choir/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct cJSON;
+
+typedef enum choir_task {
+    CHOIR_TASK_TTS = 0, /* text -> 24 kHz audio (Kokoro) */
+    CHOIR_TASK_STT = 1, /* 16 kHz audio -> text and segments (Whisper) */
+    CHOIR_TASK_VAD = 2, /* 16 kHz audio -> speech segments (Silero) */
+    CHOIR_TASK_STS = 3, /* audio -> audio (enhancement / separation) */
+    CHOIR_TASK_COUNT
+} choir_task;
+
+#define CHOIR_TASK_BIT(t) (1u << (unsigned)(t))
+
+/* A static name ("tts", "stt", "vad", "sts"); "unknown" otherwise. */
+const char *choir_task_name(choir_task task);
+
+/* Task inputs. Every pointer is borrowed: the caller keeps it valid until the
+ * request's final output has been delivered (or the request failed). Strings
+ * are NUL-terminated UTF-8; NULL means "the model's default". */
+typedef struct choir_tts_input {
+    const char *text;
+    const char *voice;    /* voice name ("af_heart") or NULL */
+    const char *language; /* espeak-ng language code ("en-us") or NULL */
+    float speed;          /* 1.0 = normal; 0 means 1.0 */
+} choir_tts_input;
+
+typedef struct choir_stt_input {
+    const float *samples; /* mono, 16 kHz, [-1, 1] */
+    int64_t n_samples;
+    const char *language; /* ISO code ("en") or NULL to detect */
+    const char *prompt;   /* initial prompt text or NULL */
+    int translate;        /* 1: translate to English instead of transcribe */
+    int timestamps;       /* 1: produce segment timestamps */
+    float temperature;    /* 0 = greedy */
+} choir_stt_input;
+
+typedef struct choir_vad_input {
+    const float *samples; /* mono, 16 kHz */
+    int64_t n_samples;
+    float threshold;       /* speech probability threshold; 0 = model default */
+    int min_speech_ms;     /* 0 = default */
+    int min_silence_ms;    /* 0 = default */
+} choir_vad_input;
+
+typedef struct choir_sts_input {
+    const float *samples; /* mono */
+    int64_t n_samples;
+    int sample_rate;      /* Hz of `samples` */
+    double chunk_seconds;   /* 0 = model default */
+    double overlap_seconds; /* 0 = model default */
+} choir_sts_input;
+
+/* A span of a recording, with its text for STT (NULL for VAD). Times in seconds
+ * from the start of the input. */
+typedef struct choir_segment {
+    double start_s;
+    double end_s;
+    const char *text;
+    float probability; /* mean token / speech probability, or 0 when unknown */
+} choir_segment;
+
+/* One piece of a result. All pointers are valid only during the output
+ * callback; a consumer that keeps data copies it. */
+typedef struct choir_output {
+    int final;                /* 1 for the last output of a request */
+    int status;               /* CHOIR_OK, or the error a final output reports */
+    const char *error;        /* message when status != 0 */
+    /* audio (TTS, STS): `n_samples` new samples at `sample_rate` Hz, or none */
+    const float *samples;
+    int64_t n_samples;
+    int sample_rate;
+    /* text (STT): `text` is the new text of this piece (for a final output of
+     * a non-streaming model, the whole transcript) */
+    const char *text;
+    const char *language;
+    /* segments (STT, VAD) produced by this piece */
+    const choir_segment *segments;
+    int n_segments;
+} choir_output;
+
+/* Receives outputs of one request in order. Called from an engine worker
+ * thread; must not block for long. Return nonzero to cancel the request (the
+ * model stops at its next emit; no further outputs are delivered except the
+ * final one carrying CHOIR_ECANCELED). */
+typedef int (*choir_output_fn)(void *user, const choir_output *out);
+
+/* One request as a model sees it. The engine fills it; models read the input,
+ * call choir_request_emit for outputs, and may set `status`/`error` through
+ * choir_request_fail. Models must not touch the engine fields. */
+typedef struct choir_request {
+    choir_task task;
+    union {
+        choir_tts_input tts;
+        choir_stt_input stt;
+        choir_vad_input vad;
+        choir_sts_input sts;
+    } in;
+    const void *extra;   /* model-specific options (documented by the model) or NULL */
+    int stream;          /* 1: the caller wants partial outputs as they exist */
+
+    /* engine fields */
+    choir_output_fn on_output;
+    void *on_output_user;
+    int status;          /* 0, or the first error for this request */
+    int done;            /* the final output has been delivered */
+    int cancelled;       /* read with choir_request_cancelled (set from other threads) */
+    uint64_t first_output_ns; /* when the first output was delivered (0: none yet) */
+    double audio_seconds;     /* seconds of audio produced (TTS/STS) or consumed (STT/VAD) */
+    char error[CHOIR_ERR_MSG_MAX];
+} choir_request;
+
+/* Delivers one output of `req` to its callback and returns 0, or
+ * CHOIR_ECANCELED when the request is cancelled (then the model should stop
+ * working on it and move on). Outputs after the final one are dropped. Sets
+ * out->final's bookkeeping (done flag). Never fails otherwise. */
+int choir_request_emit(choir_request *req, const choir_output *out);
+
+/* 1 when the request was cancelled (by its caller or its callback): a model
+ * may check it between steps to stop early. Safe from any thread. */
+int choir_request_cancelled(const choir_request *req);
+
+/* Marks `req` failed with `code` and a message; the engine delivers a final
+ * output carrying the error after run_batch returns. Returns `code`. */
+int choir_request_fail(choir_request *req, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Load-time options; zero-initialised means defaults. */
+typedef struct choir_model_options {
+    int q_bits;        /* 0: as stored; 2..8: quantize linear layers on load when supported */
+    int q_group_size;  /* 0: default (64) */
+    int compute_bf16;  /* 1: prefer bf16 activations when supported */
+    int threads;       /* 0: the default compute pool */
+} choir_model_options;
+
+typedef struct choir_model_ops {
+    const char *kind;  /* "whisper", "kokoro", "silero-vad", "mossformer2", ... */
+    uint32_t tasks;    /* CHOIR_TASK_BIT() of the tasks it serves */
+    int max_batch;     /* largest batch run_batch accepts (>= 1) */
+
+    /* Score how well this model kind fits a model directory, given its parsed
+     * config.json (NULL when the directory has none): 0 = not mine, higher is a
+     * better match. Must not load weights. */
+    int (*probe)(const char *dir, const struct cJSON *config);
+
+    /* Loads weights from `dir` (memory-mapped where possible). Returns an opaque
+     * weights object, or NULL and fills err. */
+    void *(*load)(const char *dir, const choir_model_options *opt, choir_err *err);
+    /* Releases a weights object. NULL is a no-op. */
+    void (*free)(void *weights);
+
+    /* Bytes of weights the object keeps resident (mapped + allocated), for the
+     * memory budget. Optional: NULL means "the size of the files in dir". */
+    int64_t (*resident_bytes)(const void *weights);
+
+    /* Batching length of a request in the model's units (phonemes or text
+     * bytes for TTS, samples for audio). Requests of similar length share a
+     * batch. Optional: NULL uses strlen(text) or n_samples. Must be cheap. */
+    int64_t (*length)(const void *weights, const choir_request *req);
+
+    /* Activation bytes one request of this size needs inside a batch (arena
+     * space: buffers, KV cache, per-request state). The engine reserves the sum
+     * over a batch, scaled by a factor it calibrates from measured arena peaks.
+     * `weights` is NULL when the model is not loaded yet; the estimate must
+     * still be usable (from `length` alone). Must be cheap. */
+    int64_t (*estimate)(const void *weights, const choir_request *req);
+
+    /* Runs `n` requests (1 <= n <= max_batch) of one task, sorted by length
+     * ascending, with all scratch from `arena`. Delivers each request's outputs
+     * through choir_request_emit (final included). Returns 0, or a negative code
+     * for a failure of the whole batch (requests not yet finished then fail with
+     * it). A request-specific problem uses choir_request_fail and returns 0.
+     * When the arena runs out, return CHOIR_ENOMEM: the engine raises its
+     * calibration and retries the batch (up to 3 times) with more room. */
+    int (*run_batch)(void *weights, choir_request *const *reqs, int n, choir_arena *arena,
+                     choir_err *err);
+} choir_model_ops;
+
+/* The built-in adapters. Each is defined in its model's folder, in a file
+ * named src/models/whisper/whisper_model.c, src/models/kokoro/kokoro_model.c,
+ * src/models/silero/silero_model.c, src/models/sts/mossformer2_model.c: the
+ * engine links an adapter into every program when that file exists (and
+ * refers to the others weakly), so choir_model_builtin lists exactly the
+ * adapters that are built. */
+extern const choir_model_ops choir_model_whisper;
+extern const choir_model_ops choir_model_kokoro;
+extern const choir_model_ops choir_model_silero_vad;
+extern const choir_model_ops choir_model_mossformer2;
+
+/* Fills `out` with up to `cap` built-in adapters that are linked in; returns
+ * how many there are. */
+int choir_model_builtin(const choir_model_ops **out, int cap);
+
+/* Picks the adapter for the model directory `dir`: reads dir/config.json (when
+ * present) and asks each candidate's probe; the highest score wins. Candidates
+ * are `extra` (n_extra entries, may be NULL) followed by the built-ins. Returns
+ * the winner, or NULL and err (CHOIR_ENOTFOUND: no adapter recognises it). */
+const choir_model_ops *choir_model_detect(const char *dir, const choir_model_ops *const *extra,
+                                          int n_extra, choir_err *err);
+
+/* Sum of the sizes of dir's *.safetensors files (what mapping them costs when
+ * all pages are resident), or a negative code when dir cannot be read. */
+int64_t choir_model_dir_bytes(const char *dir);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

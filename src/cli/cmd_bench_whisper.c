@@ -1,0 +1,329 @@
+/* `choir bench whisper`: Whisper speed at the real model sizes, on weights
+ * generated in memory (no download; speed does not depend on the values). */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "choir/alloc.h"
+#include "choir/mel.h"
+#include "choir/pool.h"
+#include "choir/tensor.h"
+#include "choir/whisper.h"
+#include "cli/cli.h"
+
+typedef struct bw_size {
+    const char *name;
+    int n_mels, d, enc_layers, dec_layers, heads, vocab;
+} bw_size;
+
+static const bw_size SIZES[] = {
+    {"tiny", 80, 384, 4, 4, 6, 51865},         {"base", 80, 512, 6, 6, 8, 51865},
+    {"small", 80, 768, 12, 12, 12, 51865},     {"medium", 80, 1024, 24, 24, 16, 51865},
+    {"large-v3", 128, 1280, 32, 32, 20, 51866}, {"large-v3-turbo", 128, 1280, 32, 4, 20, 51866},
+};
+
+/* The generated checkpoint: HF names, matrices in `dtype`, vectors in f32. */
+typedef struct bw_weights {
+    choir_st_tensor *t;
+    char **names;
+    int n, cap;
+} bw_weights;
+
+static uint64_t g_rng = 0x243F6A8885A308D3ull;
+
+static float bw_uniform(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+static int bw_add(bw_weights *w, choir_dtype dt, float scale, float offset, int ndim, int64_t d0,
+                  int64_t d1, int64_t d2, const char *fmt, ...) __attribute__((format(printf, 9, 10)));
+static int bw_add(bw_weights *w, choir_dtype dt, float scale, float offset, int ndim, int64_t d0,
+                  int64_t d1, int64_t d2, const char *fmt, ...) {
+    if (w->n == w->cap) {
+        int cap = w->cap ? 2 * w->cap : 256;
+        choir_st_tensor *t = choir_realloc(w->t, (size_t)cap * sizeof *t);
+        if (t) w->t = t;
+        char **nm = t ? choir_realloc(w->names, (size_t)cap * sizeof *nm) : NULL;
+        if (!nm) return -1;
+        w->names = nm;
+        w->cap = cap;
+    }
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    choir_st_tensor *t = &w->t[w->n];
+    memset(t, 0, sizeof *t);
+    t->dtype = dt;
+    t->ndim = ndim;
+    t->shape[0] = d0;
+    t->shape[1] = d1;
+    t->shape[2] = d2;
+    t->numel = d0 * (ndim > 1 ? d1 : 1) * (ndim > 2 ? d2 : 1);
+    t->nbytes = (size_t)t->numel * choir_dtype_size(dt);
+    void *data = choir_alloc(CHOIR_MEM_WEIGHTS, t->nbytes);
+    w->names[w->n] = choir_strdup(name);
+    if (!data || !w->names[w->n]) return -1;
+    t->name = w->names[w->n];
+    t->data = data;
+    for (int64_t i = 0; i < t->numel; i++) {
+        float v = offset + scale * bw_uniform();
+        if (dt == CHOIR_DTYPE_F32) ((float *)data)[i] = v;
+        else if (dt == CHOIR_DTYPE_F16) ((uint16_t *)data)[i] = choir_f32_to_f16(v);
+        else ((uint16_t *)data)[i] = choir_f32_to_bf16(v);
+    }
+    w->n++;
+    return 0;
+}
+
+static const choir_st_tensor *bw_find(void *ctx, const char *name) {
+    bw_weights *w = ctx;
+    for (int i = 0; i < w->n; i++)
+        if (strcmp(w->t[i].name, name) == 0) return &w->t[i];
+    return NULL;
+}
+
+static void bw_free(bw_weights *w) {
+    for (int i = 0; i < w->n; i++) {
+        choir_free((void *)w->t[i].data);
+        choir_free(w->names[i]);
+    }
+    choir_free(w->t);
+    choir_free(w->names);
+}
+
+static int bw_block(bw_weights *w, choir_dtype dt, const char *stack, int i, int d, bool dec) {
+    float s = 1.0f / sqrtf((float)d);
+    const char *mods[2] = {"self_attn", "encoder_attn"};
+    const char *lns[3] = {"self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm"};
+    int rc = 0;
+    for (int a = 0; a < (dec ? 2 : 1); a++) {
+        const char *proj[4] = {"q_proj", "k_proj", "v_proj", "out_proj"};
+        for (int p = 0; p < 4; p++) {
+            rc |= bw_add(w, dt, s, 0, 2, d, d, 0, "%s.layers.%d.%s.%s.weight", stack, i, mods[a], proj[p]);
+            if (p != 1)
+                rc |= bw_add(w, CHOIR_DTYPE_F32, 0.02f, 0, 1, d, 0, 0, "%s.layers.%d.%s.%s.bias",
+                             stack, i, mods[a], proj[p]);
+        }
+    }
+    for (int l = 0; l < 3; l++) {
+        if (l == 1 && !dec) continue;
+        rc |= bw_add(w, CHOIR_DTYPE_F32, 0.1f, 1.0f, 1, d, 0, 0, "%s.layers.%d.%s.weight", stack, i, lns[l]);
+        rc |= bw_add(w, CHOIR_DTYPE_F32, 0.02f, 0, 1, d, 0, 0, "%s.layers.%d.%s.bias", stack, i, lns[l]);
+    }
+    rc |= bw_add(w, dt, s, 0, 2, 4 * d, d, 0, "%s.layers.%d.fc1.weight", stack, i);
+    rc |= bw_add(w, CHOIR_DTYPE_F32, 0.02f, 0, 1, 4 * d, 0, 0, "%s.layers.%d.fc1.bias", stack, i);
+    rc |= bw_add(w, dt, 0.5f * s, 0, 2, d, 4 * d, 0, "%s.layers.%d.fc2.weight", stack, i);
+    rc |= bw_add(w, CHOIR_DTYPE_F32, 0.02f, 0, 1, d, 0, 0, "%s.layers.%d.fc2.bias", stack, i);
+    return rc;
+}
+
+static int bw_generate(bw_weights *w, const bw_size *z, choir_dtype dt) {
+    int d = z->d, rc = 0;
+    float s = 1.0f / sqrtf((float)d);
+    rc |= bw_add(w, CHOIR_DTYPE_F32, 0.1f, 0, 3, d, z->n_mels, 3, "model.encoder.conv1.weight");
+    rc |= bw_add(w, CHOIR_DTYPE_F32, 0.02f, 0, 1, d, 0, 0, "model.encoder.conv1.bias");
+    rc |= bw_add(w, CHOIR_DTYPE_F32, s, 0, 3, d, d, 3, "model.encoder.conv2.weight");
+    rc |= bw_add(w, CHOIR_DTYPE_F32, 0.02f, 0, 1, d, 0, 0, "model.encoder.conv2.bias");
+    rc |= bw_add(w, CHOIR_DTYPE_F32, 1.0f, 0, 2, 1500, d, 0, "model.encoder.embed_positions.weight");
+    for (int i = 0; i < z->enc_layers && !rc; i++) rc |= bw_block(w, dt, "model.encoder", i, d, false);
+    rc |= bw_add(w, CHOIR_DTYPE_F32, 0.1f, 1.0f, 1, d, 0, 0, "model.encoder.layer_norm.weight");
+    rc |= bw_add(w, CHOIR_DTYPE_F32, 0.02f, 0, 1, d, 0, 0, "model.encoder.layer_norm.bias");
+    rc |= bw_add(w, dt, 0.5f, 0, 2, z->vocab, d, 0, "model.decoder.embed_tokens.weight");
+    rc |= bw_add(w, CHOIR_DTYPE_F32, 0.1f, 0, 2, 448, d, 0, "model.decoder.embed_positions.weight");
+    for (int i = 0; i < z->dec_layers && !rc; i++) rc |= bw_block(w, dt, "model.decoder", i, d, true);
+    rc |= bw_add(w, CHOIR_DTYPE_F32, 0.1f, 1.0f, 1, d, 0, 0, "model.decoder.layer_norm.weight");
+    rc |= bw_add(w, CHOIR_DTYPE_F32, 0.02f, 0, 1, d, 0, 0, "model.decoder.layer_norm.bias");
+    return rc;
+}
+
+/* Decoder speed: `batch` sequences on one window, `steps` tokens each. */
+static int bw_decoder(const choir_whisper *m, const choir_whisper_cross *cross, int batch, int steps,
+                      double *ms_per_step) {
+    choir_err err;
+    const choir_whisper_specials *sp = choir_whisper_get_specials(m);
+    int V = choir_whisper_get_dims(m)->n_vocab, rc = 0;
+    choir_whisper_seq *seqs[16] = {0};
+    int32_t tok[16 * 4];
+    int n[16];
+    float *logits = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)batch * (size_t)V * sizeof(float));
+    if (!logits) return -1;
+    for (int b = 0; b < batch; b++) {
+        if (!(seqs[b] = choir_whisper_seq_create(m, &err))) rc = -1;
+        else choir_whisper_seq_reset(seqs[b], cross);
+        int32_t start[4] = {sp->sot, sp->lang0, sp->transcribe, sp->no_timestamps};
+        memcpy(tok + 4 * b, start, sizeof start);
+        n[b] = 4;
+    }
+    if (!rc) rc = choir_whisper_decode(m, seqs, batch, tok, n, false, logits, &err);
+    double t0 = choir_now_s();
+    for (int s = 0; s < steps && !rc; s++) {
+        for (int b = 0; b < batch; b++) {
+            tok[b] = 1000 + (s * 7 + b * 13) % 20000;
+            n[b] = 1;
+        }
+        rc = choir_whisper_decode(m, seqs, batch, tok, n, false, logits, &err);
+    }
+    *ms_per_step = (choir_now_s() - t0) * 1000.0 / steps;
+    for (int b = 0; b < batch; b++) choir_whisper_seq_free(seqs[b]);
+    choir_free(logits);
+    if (rc) fprintf(stderr, "choir bench whisper: %s\n", err.msg);
+    return rc;
+}
+
+int choir_bench_whisper(int argc, char **argv) {
+    const char *dims = "tiny";
+    choir_dtype dt = CHOIR_DTYPE_F16;
+    int steps = 16, audio_s = 60, win_tokens = 48, batch = 8;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0) {
+            printf("usage: choir bench whisper [--dims tiny|base|small|medium|large-v3|large-v3-turbo]\n"
+                   "       [--threads N] [--dtype f32|f16|bf16] [--steps N] [--audio-s S]\n"
+                   "       [--window-tokens N] [--batch N]\n\n"
+                   "Encoder ms per 30-s window, decoder ms per step at batch 1, 5, 8, the\n"
+                   "real-time factor of batched long-form decoding (--audio-s of audio in\n"
+                   "30-s windows, --window-tokens greedy tokens each, --batch windows at a\n"
+                   "time), and peak memory. Weights are random, generated in memory.\n");
+            return 0;
+        }
+        if (!v) {
+            fprintf(stderr, "choir bench whisper: %s needs a value\n", a);
+            return 2;
+        }
+        if (strcmp(a, "--dims") == 0) dims = v;
+        else if (strcmp(a, "--threads") == 0) choir_pool_set_default_threads(atoi(v));
+        else if (strcmp(a, "--steps") == 0) steps = atoi(v);
+        else if (strcmp(a, "--audio-s") == 0) audio_s = atoi(v);
+        else if (strcmp(a, "--window-tokens") == 0) win_tokens = atoi(v);
+        else if (strcmp(a, "--batch") == 0) batch = atoi(v);
+        else if (strcmp(a, "--dtype") == 0) {
+            if (strcmp(v, "f32") == 0) dt = CHOIR_DTYPE_F32;
+            else if (strcmp(v, "f16") == 0) dt = CHOIR_DTYPE_F16;
+            else if (strcmp(v, "bf16") == 0) dt = CHOIR_DTYPE_BF16;
+            else {
+                fprintf(stderr, "choir bench whisper: --dtype is f32, f16 or bf16\n");
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "choir bench whisper: unknown option %s\n", a);
+            return 2;
+        }
+        i++;
+    }
+    const bw_size *z = NULL;
+    for (size_t i = 0; i < sizeof SIZES / sizeof SIZES[0]; i++)
+        if (strcmp(SIZES[i].name, dims) == 0) z = &SIZES[i];
+    if (!z || steps < 1 || audio_s < 1 || win_tokens < 1 || win_tokens > 224 || batch < 1 || batch > 16) {
+        fprintf(stderr, "choir bench whisper: bad --dims, --steps, --audio-s, --window-tokens (1..224) "
+                        "or --batch (1..16)\n");
+        return 2;
+    }
+    choir_err err = {0};
+    bw_weights w = {0};
+    int status = 1;
+    choir_whisper *m = NULL;
+    choir_whisper_cross *cross = NULL;
+    float *mel = NULL, *enc = NULL;
+    double t0 = choir_now_s();
+    if (bw_generate(&w, z, dt)) {
+        fprintf(stderr, "choir bench whisper: out of memory generating weights\n");
+        goto done;
+    }
+    choir_whisper_dims D = {z->n_mels, 1500, z->enc_layers, 448, z->dec_layers, z->d, z->heads, 4 * z->d, z->vocab};
+    if (!(m = choir_whisper_from_tensors(bw_find, &w, &D, &err))) {
+        fprintf(stderr, "choir bench whisper: %s\n", err.msg);
+        goto done;
+    }
+    printf("whisper %s (%s weights, %.0f MB), %d threads; weights generated in %.1f s\n", z->name,
+           choir_dtype_name(dt), (double)choir_whisper_weight_bytes(m) / 1e6,
+           choir_pool_threads(choir_pool_default()), choir_now_s() - t0);
+
+    size_t mel_n = (size_t)batch * (size_t)z->n_mels * CHOIR_WHISPER_N_FRAMES;
+    mel = choir_alloc(CHOIR_MEM_ACTIVATIONS, mel_n * sizeof(float));
+    enc = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)batch * 1500 * (size_t)z->d * sizeof(float));
+    if (!mel || !enc) goto done;
+    for (size_t i = 0; i < mel_n; i++) mel[i] = 0.5f * bw_uniform();
+    choir_whisper_encode(m, mel, 1, enc, &err); /* warm-up: page in, thread start */
+    t0 = choir_now_s();
+    if (choir_whisper_encode(m, mel, 1, enc, &err)) goto fail;
+    printf("encoder        %9.1f ms per 30-s window\n", (choir_now_s() - t0) * 1000.0);
+    if (!(cross = choir_whisper_cross_create(m, enc, &err))) goto fail;
+    int batches[3] = {1, 5, 8};
+    for (int b = 0; b < 3; b++) {
+        double ms;
+        if (bw_decoder(m, cross, batches[b], steps, &ms)) goto done;
+        printf("decoder b=%d    %9.2f ms per step (%.2f ms per token)\n", batches[b], ms, ms / batches[b]);
+    }
+
+    /* Batched long form: the pipeline's work per window (mel, encoder, cross
+     * K/V, greedy decoding of win_tokens tokens) over audio_s seconds. */
+    int n_win = (audio_s + 29) / 30;
+    float *pcm = choir_calloc(CHOIR_MEM_IO, CHOIR_WHISPER_N_SAMPLES, sizeof(float));
+    choir_whisper_cross **crs = choir_calloc(CHOIR_MEM_OTHER, (size_t)batch, sizeof *crs);
+    choir_whisper_window *wins = choir_calloc(CHOIR_MEM_OTHER, (size_t)batch, sizeof *wins);
+    choir_whisper_result *res = choir_calloc(CHOIR_MEM_OTHER, (size_t)batch, sizeof *res);
+    int rc = (!pcm || !crs || !wins || !res) ? CHOIR_ENOMEM : 0;
+    for (int i = 0; pcm && i < CHOIR_WHISPER_N_SAMPLES; i++)
+        pcm[i] = 0.3f * sinf(0.05f * (float)i) + 0.05f * bw_uniform();
+    choir_whisper_params p;
+    choir_whisper_default_params(&p);
+    p.language = 0;
+    p.timestamps = false;
+    p.suppress_blank = false;
+    p.sample_len = win_tokens;
+    t0 = choir_now_s();
+    for (int w0 = 0; w0 < n_win && !rc; w0 += batch) {
+        int nb = n_win - w0 < batch ? n_win - w0 : batch;
+        for (int i = 0; i < nb && !rc; i++)
+            rc = choir_whisper_log_mel(pcm, CHOIR_WHISPER_N_SAMPLES, z->n_mels,
+                                       mel + (size_t)i * z->n_mels * CHOIR_WHISPER_N_FRAMES,
+                                       CHOIR_WHISPER_N_FRAMES, &err);
+        if (!rc) rc = choir_whisper_encode(m, mel, nb, enc, &err);
+        for (int i = 0; i < nb && !rc; i++) {
+            crs[i] = choir_whisper_cross_create(m, enc + (size_t)i * 1500 * z->d, &err);
+            if (!crs[i]) rc = CHOIR_ENOMEM;
+            wins[i] = (choir_whisper_window){.cross = crs[i], .language = 0};
+        }
+        /* Random weights rarely sample eot: every window decodes win_tokens tokens. */
+        if (!rc) rc = choir_whisper_decode_windows(m, NULL, wins, nb, &p, 0.0f, res, &err);
+        for (int i = 0; i < nb; i++) {
+            choir_whisper_result_clear(&res[i]);
+            choir_whisper_cross_free(crs[i]);
+            crs[i] = NULL;
+        }
+    }
+    double el = choir_now_s() - t0;
+    choir_free(pcm);
+    choir_free(crs);
+    choir_free(wins);
+    choir_free(res);
+    if (rc) goto fail;
+    printf("long form      RTF %.3f (%d s of audio in %.1f s: %d windows, batch %d, %d tokens each)\n",
+           el / (n_win * 30.0), n_win * 30, el, n_win, batch, win_tokens);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("peak memory    %.0f MB counted (%.0f MB weights, %.0f MB activations, %.0f MB caches), "
+           "%.0f MB resident\n",
+           (double)choir_mem_peak(CHOIR_MEM_COUNT) / 1e6, (double)choir_mem_peak(CHOIR_MEM_WEIGHTS) / 1e6,
+           (double)choir_mem_peak(CHOIR_MEM_ACTIVATIONS) / 1e6, (double)choir_mem_peak(CHOIR_MEM_CACHE) / 1e6,
+           (double)ru.ru_maxrss / 1024.0);
+    status = 0;
+    goto done;
+fail:
+    fprintf(stderr, "choir bench whisper: %s\n", err.msg);
+done:
+    choir_free(mel);
+    choir_free(enc);
+    choir_whisper_cross_free(cross);
+    choir_whisper_free(m);
+    bw_free(&w);
+    return status;
+}

@@ -1,0 +1,156 @@
+/* `choir stats`: a running server's metrics, read from its /metrics page
+ * (Prometheus text) and shown as a short summary, or raw with --raw. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <curl/curl.h>
+
+#include "choir/alloc.h"
+#include "cli/cli.h"
+
+typedef struct body {
+    char *text;
+    size_t len;
+    int too_big;
+} body;
+
+static size_t on_data(char *ptr, size_t size, size_t nmemb, void *user)
+{
+    body *b = user;
+    size_t n = size * nmemb;
+    if (b->len + n > (16u << 20)) {
+        b->too_big = 1;
+        return 0;
+    }
+    char *t = choir_realloc(b->text, b->len + n + 1);
+    if (!t)
+        return 0;
+    memcpy(t + b->len, ptr, n);
+    b->len += n;
+    t[b->len] = 0;
+    b->text = t;
+    return n;
+}
+
+/* The value of the first sample line that starts with `series` followed by a
+ * space; NAN-free: returns 0 and *found 0 when absent. */
+static double sample(const char *text, const char *series, int *found)
+{
+    size_t n = strlen(series);
+    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+        if (strncmp(p, series, n) == 0 && p[n] == ' ') {
+            *found = 1;
+            return strtod(p + n + 1, NULL);
+        }
+    }
+    *found = 0;
+    return 0;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: choir stats [--url URL] [--raw]\n"
+               "Reads URL/metrics of a running `choir serve` (default http://127.0.0.1:8080)\n"
+               "and prints queue, memory, latency and rejection figures (--raw: the whole page).\n");
+}
+
+static void line(const char *text, const char *label, const char *series, double scale, const char *unit)
+{
+    int found;
+    double v = sample(text, series, &found);
+    if (found)
+        printf("  %-28s %.6g%s\n", label, v * scale, unit);
+}
+
+int choir_cmd_stats(int argc, char **argv)
+{
+    const char *url = "http://127.0.0.1:8080";
+    int raw = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--url") == 0 && i + 1 < argc) {
+            url = argv[++i];
+        } else if (strcmp(argv[i], "--raw") == 0) {
+            raw = 1;
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "choir stats: unknown argument '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    char full[2048];
+    size_t ul = strlen(url);
+    snprintf(full, sizeof full, "%s%s", url, ul && url[ul - 1] == '/' ? "metrics" : "/metrics");
+    body b = {0};
+    CURL *c = curl_easy_init();
+    if (!c) {
+        fprintf(stderr, "choir stats: cannot start libcurl\n");
+        return 1;
+    }
+    char curl_err[CURL_ERROR_SIZE] = "";
+    curl_easy_setopt(c, CURLOPT_URL, full);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, curl_err);
+    CURLcode rc = curl_easy_perform(c);
+    long status = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(c);
+    /* file:// URLs (a saved page) have no HTTP status */
+    int ok_status = status == 200 || (status == 0 && strncmp(full, "file:", 5) == 0);
+    if (rc != CURLE_OK || !ok_status || !b.text) {
+        fprintf(stderr, "choir stats: %s: %s\n", full,
+                rc != CURLE_OK ? (curl_err[0] ? curl_err : curl_easy_strerror(rc))
+                : b.too_big    ? "response larger than 16 MiB"
+                               : "no metrics (HTTP status not 200)");
+        choir_free(b.text);
+        return 1;
+    }
+    if (raw) {
+        fputs(b.text, stdout);
+        choir_free(b.text);
+        return 0;
+    }
+    printf("%s\n", full);
+    printf("requests\n");
+    line(b.text, "submitted", "choir_requests_submitted_total", 1, "");
+    line(b.text, "completed", "choir_requests_completed_total", 1, "");
+    line(b.text, "failed", "choir_requests_failed_total", 1, "");
+    static const char *reasons[] = {"queue_full", "overload", "deadline", "too_large", "shutdown", "cancelled",
+                                    "failed"};
+    for (size_t i = 0; i < sizeof reasons / sizeof reasons[0]; i++) {
+        char series[128], label[64];
+        snprintf(series, sizeof series, "choir_requests_rejected_total{reason=\"%s\"}", reasons[i]);
+        snprintf(label, sizeof label, "rejected (%s)", reasons[i]);
+        line(b.text, label, series, 1, "");
+    }
+    line(b.text, "queued", "choir_queue_depth", 1, "");
+    line(b.text, "running", "choir_running_requests", 1, "");
+    line(b.text, "degraded", "choir_degraded", 1, "");
+    line(b.text, "audio s per s", "choir_audio_seconds_per_second", 1, "");
+    printf("latency (p50 / p99)\n");
+    static const char *hists[][2] = {{"queue wait", "choir_queue_wait_seconds"},
+                                     {"first output", "choir_time_to_first_output_seconds"},
+                                     {"total", "choir_request_seconds"},
+                                     {"batch compute", "choir_compute_seconds"}};
+    for (size_t i = 0; i < sizeof hists / sizeof hists[0]; i++) {
+        char s50[160], s99[160];
+        snprintf(s50, sizeof s50, "%s_quantile{quantile=\"0.5\"}", hists[i][1]);
+        snprintf(s99, sizeof s99, "%s_quantile{quantile=\"0.99\"}", hists[i][1]);
+        int f50, f99;
+        double p50 = sample(b.text, s50, &f50), p99 = sample(b.text, s99, &f99);
+        if (f50 && f99)
+            printf("  %-28s %.1f ms / %.1f ms\n", hists[i][0], p50 * 1e3, p99 * 1e3);
+    }
+    printf("memory\n");
+    line(b.text, "budget", "choir_memory_budget_bytes", 1.0 / (1 << 20), " MiB");
+    line(b.text, "reserved (batches)", "choir_memory_reserved_bytes", 1.0 / (1 << 20), " MiB");
+    line(b.text, "weights resident", "choir_weights_resident_bytes", 1.0 / (1 << 20), " MiB");
+    line(b.text, "largest arena", "choir_arena_peak_bytes", 1.0 / (1 << 20), " MiB");
+    choir_free(b.text);
+    return 0;
+}

@@ -1,0 +1,298 @@
+/* `choir stt`: transcribe (or translate) audio files with Whisper. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "choir/alloc.h"
+#include "choir/audio.h"
+#include "choir/pool.h"
+#include "choir/silero.h"
+#include "choir/tokenizer.h"
+#include "choir/whisper.h"
+#include "cli/cli.h"
+
+static void stt_usage(FILE *f) {
+    fprintf(f,
+            "usage: choir stt --model DIR FILE... [options]\n\n"
+            "  --language L        language code (en, de, ...); default: detect\n"
+            "  --task T            transcribe (default) or translate (to English)\n"
+            "  --beam N            beam search with N beams (default 1: greedy)\n"
+            "  --best-of N         samples per window when falling back (default 5)\n"
+            "  --temperature T     a single temperature (no fallback)\n"
+            "  --batch-size N      batched pipeline: independent 30-s windows (or VAD spans),\n"
+            "                      N at a time (default: openai's sequential seek loop)\n"
+            "  --vad               split at speech (Silero VAD) and decode in batches\n"
+            "  --vad-model PATH    Silero VAD model (default: $CHOIR_MODELS/silero-vad)\n"
+            "  --no-timestamps     do not sample timestamp tokens\n"
+            "  --max-tokens N      most tokens sampled per 30-s window (default 224)\n"
+            "  --initial-prompt S  text to condition the first window on\n"
+            "  --no-condition      do not prompt a window with the previous text\n"
+            "  --tokenizer PATH    tokenizer file or folder (default: the model folder)\n"
+            "  --format F          txt (default), json, verbose_json, srt, vtt\n"
+            "  --output-dir D      write D/<name>.<format> per file instead of stdout\n"
+            "  --threads N         compute threads\n");
+}
+
+typedef struct stt_progress {
+    const char *name;
+    int shown;
+} stt_progress;
+
+static void stt_on_progress(void *user, double done, double total) {
+    stt_progress *p = user;
+    int width = 30, fill = total > 0 ? (int)(width * done / total) : width;
+    if (fill > width) fill = width;
+    fprintf(stderr, "\r%s [", p->name);
+    for (int i = 0; i < width; i++) fputc(i < fill ? '#' : ' ', stderr);
+    fprintf(stderr, "] %5.1f / %.1f s", done, total);
+    fflush(stderr);
+    p->shown = 1;
+}
+
+static void stt_time(FILE *f, double t, char sep) {
+    if (t < 0) t = 0;
+    long ms = lround(t * 1000.0);
+    fprintf(f, "%02ld:%02ld:%02ld%c%03ld", ms / 3600000, ms / 60000 % 60, ms / 1000 % 60, sep, ms % 1000);
+}
+
+static const char *stt_trim(const char *s, int *len) {
+    while (*s == ' ' || *s == '\n' || *s == '\t') s++;
+    int n = (int)strlen(s);
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\n' || s[n - 1] == '\t')) n--;
+    *len = n;
+    return s;
+}
+
+static int stt_write(FILE *f, const char *fmt, const choir_whisper_transcript *t, bool translate) {
+    int len;
+    const char *text = stt_trim(t->text ? t->text : "", &len);
+    if (strcmp(fmt, "txt") == 0) {
+        fprintf(f, "%.*s\n", len, text);
+    } else if (strcmp(fmt, "srt") == 0 || strcmp(fmt, "vtt") == 0) {
+        bool vtt = fmt[0] == 'v';
+        if (vtt) fprintf(f, "WEBVTT\n\n");
+        for (int i = 0; i < t->n_segments; i++) {
+            const choir_whisper_segment *s = &t->segments[i];
+            int sl;
+            const char *st = stt_trim(s->text, &sl);
+            if (!vtt) fprintf(f, "%d\n", i + 1);
+            stt_time(f, s->start, vtt ? '.' : ',');
+            fprintf(f, " --> ");
+            stt_time(f, s->end, vtt ? '.' : ',');
+            fprintf(f, "\n%.*s\n\n", sl, st);
+        }
+    } else {
+        cJSON *root = cJSON_CreateObject();
+        char *tx = choir_alloc(CHOIR_MEM_IO, (size_t)len + 1);
+        if (!root || !tx) {
+            cJSON_Delete(root);
+            choir_free(tx);
+            return -1;
+        }
+        memcpy(tx, text, (size_t)len);
+        tx[len] = '\0';
+        if (strcmp(fmt, "verbose_json") == 0) {
+            cJSON_AddStringToObject(root, "task", translate ? "translate" : "transcribe");
+            const char *code = choir_whisper_lang_code(t->language);
+            cJSON_AddStringToObject(root, "language", code ? code : "");
+            cJSON_AddNumberToObject(root, "duration", t->duration);
+            cJSON_AddStringToObject(root, "text", tx);
+            cJSON *segs = cJSON_AddArrayToObject(root, "segments");
+            for (int i = 0; segs && i < t->n_segments; i++) {
+                const choir_whisper_segment *s = &t->segments[i];
+                cJSON *o = cJSON_CreateObject();
+                if (!o) break;
+                cJSON_AddNumberToObject(o, "id", i);
+                cJSON_AddNumberToObject(o, "start", round(s->start * 1000) / 1000);
+                cJSON_AddNumberToObject(o, "end", round(s->end * 1000) / 1000);
+                cJSON_AddStringToObject(o, "text", s->text);
+                cJSON *toks = cJSON_AddArrayToObject(o, "tokens");
+                for (int k = 0; toks && k < s->n_tokens; k++)
+                    cJSON_AddItemToArray(toks, cJSON_CreateNumber(s->tokens[k]));
+                cJSON_AddNumberToObject(o, "temperature", s->temperature);
+                cJSON_AddNumberToObject(o, "avg_logprob", s->avg_logprob);
+                cJSON_AddNumberToObject(o, "compression_ratio", s->compression_ratio);
+                cJSON_AddNumberToObject(o, "no_speech_prob", s->no_speech_prob);
+                cJSON_AddItemToArray(segs, o);
+            }
+        } else {
+            cJSON_AddStringToObject(root, "text", tx);
+        }
+        char *js = cJSON_Print(root);
+        if (js) fprintf(f, "%s\n", js);
+        free(js);
+        cJSON_Delete(root);
+        choir_free(tx);
+    }
+    return 0;
+}
+
+/* Speech spans from Silero VAD, at most 30 s each. */
+static int stt_vad_spans(const char *vad_path, const float *pcm, int64_t n, choir_whisper_span **spans,
+                         int *n_spans, choir_err *err) {
+    char path[4096];
+    int rc = choir_silero_find(vad_path, path, sizeof path, err);
+    if (rc) return rc;
+    choir_silero *vad = choir_silero_load(path, err);
+    if (!vad) return err->code;
+    choir_vad_params vp = choir_vad_default_params();
+    vp.max_speech_s = 30.0f;
+    choir_vad_segment *segs = NULL;
+    int64_t ns = 0;
+    rc = choir_silero_detect(vad, pcm, n, &vp, &segs, &ns, err);
+    choir_silero_free(vad);
+    if (rc) return rc;
+    *spans = choir_alloc(CHOIR_MEM_IO, (size_t)(ns + 1) * sizeof **spans);
+    if (!*spans) {
+        choir_free(segs);
+        return choir_err_set(err, CHOIR_ENOMEM, "out of memory");
+    }
+    for (int64_t i = 0; i < ns; i++) (*spans)[i] = (choir_whisper_span){segs[i].start, segs[i].end};
+    *n_spans = (int)ns;
+    choir_free(segs);
+    return 0;
+}
+
+int choir_cmd_stt(int argc, char **argv) {
+    const char *model_dir = NULL, *lang = NULL, *fmt = "txt", *outdir = NULL, *tok_path = NULL;
+    const char *vad_path = NULL;
+    const char *files[256];
+    int n_files = 0, use_vad = 0;
+    choir_whisper_transcribe_opts o;
+    choir_whisper_default_transcribe_opts(&o);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool has = i + 1 < argc;
+#define NEXT (argv[++i]) /* has is checked above for every option with a value */
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            stt_usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--vad") == 0) use_vad = 1;
+        else if (strcmp(a, "--no-timestamps") == 0) o.params.timestamps = false;
+        else if (strcmp(a, "--no-condition") == 0) o.condition_on_previous_text = false;
+        else if (a[0] == '-' && a[1] == '-' && !has) {
+            fprintf(stderr, "choir stt: %s needs a value\n", a);
+            return 2;
+        } else if (strcmp(a, "--model") == 0) model_dir = NEXT;
+        else if (strcmp(a, "--language") == 0) lang = NEXT;
+        else if (strcmp(a, "--task") == 0) {
+            const char *t = NEXT;
+            if (strcmp(t, "translate") == 0) o.params.task = CHOIR_WHISPER_TRANSLATE;
+            else if (strcmp(t, "transcribe") != 0) {
+                fprintf(stderr, "choir stt: --task is transcribe or translate\n");
+                return 2;
+            }
+        } else if (strcmp(a, "--beam") == 0) o.params.beam_size = atoi(NEXT);
+        else if (strcmp(a, "--best-of") == 0) o.params.best_of = atoi(NEXT);
+        else if (strcmp(a, "--temperature") == 0) {
+            o.params.temperatures[0] = (float)atof(NEXT);
+            o.params.n_temperatures = 1;
+        } else if (strcmp(a, "--batch-size") == 0) {
+            o.batch_size = atoi(NEXT);
+            o.batched = true;
+        }
+        else if (strcmp(a, "--max-tokens") == 0) o.params.sample_len = atoi(NEXT);
+        else if (strcmp(a, "--vad-model") == 0) vad_path = NEXT;
+        else if (strcmp(a, "--initial-prompt") == 0) o.initial_prompt = NEXT;
+        else if (strcmp(a, "--tokenizer") == 0) tok_path = NEXT;
+        else if (strcmp(a, "--format") == 0) fmt = NEXT;
+        else if (strcmp(a, "--output-dir") == 0) outdir = NEXT;
+        else if (strcmp(a, "--threads") == 0) choir_pool_set_default_threads(atoi(NEXT));
+        else if (a[0] == '-' && a[1] == '-') {
+            fprintf(stderr, "choir stt: unknown option %s\n", a);
+            return 2;
+        } else if (n_files < 256) files[n_files++] = a;
+#undef NEXT
+    }
+    if (!model_dir || n_files == 0) {
+        stt_usage(stderr);
+        return 2;
+    }
+    if (strcmp(fmt, "txt") && strcmp(fmt, "json") && strcmp(fmt, "verbose_json") && strcmp(fmt, "srt") &&
+        strcmp(fmt, "vtt")) {
+        fprintf(stderr, "choir stt: unknown format %s\n", fmt);
+        return 2;
+    }
+    if (o.params.beam_size < 1 || o.params.beam_size > CHOIR_WHISPER_MAX_BEAM || o.params.best_of < 1 ||
+        o.params.best_of > CHOIR_WHISPER_MAX_BEAM || o.batch_size < 1 || o.batch_size > 64 ||
+        o.params.sample_len < 1 || o.params.sample_len > 224) {
+        fprintf(stderr, "choir stt: --beam and --best-of are 1..%d, --batch-size 1..64, "
+                "--max-tokens 1..224\n",
+                CHOIR_WHISPER_MAX_BEAM);
+        return 2;
+    }
+    if (lang && (o.params.language = choir_whisper_lang_index(lang)) < 0) {
+        fprintf(stderr, "choir stt: unknown language %s\n", lang);
+        return 2;
+    }
+    o.batched = o.batched || use_vad;
+    choir_err err = {0};
+    choir_whisper *m = choir_whisper_load(model_dir, &err);
+    if (!m) {
+        fprintf(stderr, "choir stt: %s\n", err.msg);
+        return 1;
+    }
+    choir_tokenizer *tok = choir_tokenizer_load_for_vocab(tok_path ? tok_path : model_dir,
+                                                          choir_whisper_get_dims(m)->n_vocab, &err);
+    if (!tok) {
+        fprintf(stderr, "choir stt: %s\n", err.msg);
+        choir_whisper_free(m);
+        return 1;
+    }
+    int status = 0;
+    for (int f = 0; f < n_files; f++) {
+        choir_audio a = {0};
+        choir_decode_opts dopts = {.target_rate = CHOIR_WHISPER_SAMPLE_RATE, .mono = 1};
+        choir_whisper_transcript t = {0};
+        choir_whisper_span *spans = NULL;
+        stt_progress prog = {files[f], 0};
+        choir_whisper_transcribe_opts fo = o;
+        if (isatty(2)) {
+            fo.progress = stt_on_progress;
+            fo.progress_user = &prog;
+        }
+        int rc = choir_audio_decode_file(files[f], &dopts, &a, &err);
+        if (!rc && use_vad) rc = stt_vad_spans(vad_path, a.samples, a.frames, &spans, &fo.n_spans, &err);
+        fo.spans = spans;
+        if (!rc && use_vad && fo.n_spans == 0) {
+            /* No speech at all: an empty transcript, not an error. */
+            t.duration = (double)a.frames / CHOIR_WHISPER_SAMPLE_RATE;
+        } else if (!rc) {
+            rc = choir_whisper_transcribe(m, tok, a.samples, a.frames, &fo, &t, &err);
+        }
+        if (prog.shown) fprintf(stderr, "\n");
+        if (rc) {
+            fprintf(stderr, "choir stt: %s: %s\n", files[f], err.msg);
+            status = 1;
+        } else {
+            FILE *out = stdout;
+            char path[4096];
+            if (outdir) {
+                const char *base = strrchr(files[f], '/');
+                base = base ? base + 1 : files[f];
+                const char *dot = strrchr(base, '.');
+                int bl = dot ? (int)(dot - base) : (int)strlen(base);
+                snprintf(path, sizeof path, "%s/%.*s.%s", outdir, bl, base,
+                         strcmp(fmt, "verbose_json") == 0 ? "json" : fmt);
+                out = fopen(path, "w");
+                if (!out) {
+                    fprintf(stderr, "choir stt: cannot write %s\n", path);
+                    status = 1;
+                }
+            }
+            if (out) {
+                if (stt_write(out, fmt, &t, o.params.task == CHOIR_WHISPER_TRANSLATE)) status = 1;
+                if (out != stdout) fclose(out);
+            }
+        }
+        choir_whisper_transcript_clear(&t);
+        choir_free(spans);
+        choir_audio_clear(&a);
+    }
+    choir_tokenizer_free(tok);
+    choir_whisper_free(m);
+    return status;
+}

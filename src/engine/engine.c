@@ -1,0 +1,751 @@
+/* The engine: the scheduler core (sched.c) driven by one scheduler thread on
+ * the monotonic clock, and worker threads that load models and run batches.
+ *
+ * Locking: one engine mutex guards the core, the model table, the ready-batch
+ * list and the live-ticket list. A ticket's own mutex guards its completion.
+ * Order: engine lock before ticket lock, never the reverse. User callbacks and
+ * model code run with no engine lock held, so a callback may call back into
+ * the engine (submit, cancel). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "choir/alloc.h"
+#include "choir/arena.h"
+#include "choir/log.h"
+#include "choir/pool.h"
+#include "engine/engine_internal.h"
+
+static double engine_now(const choir_engine *e)
+{
+    return (double)(choir_now_ns() - e->start_ns) * 1e-9;
+}
+
+static void abs_deadline(struct timespec *ts, double seconds)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    if (seconds > 3600)
+        seconds = 3600;
+    double whole = floor(seconds);
+    ts->tv_sec += (time_t)whole;
+    ts->tv_nsec += (long)((seconds - whole) * 1e9);
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+static void cond_init_monotonic(pthread_cond_t *c)
+{
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(c, &a);
+    pthread_condattr_destroy(&a);
+}
+
+/* ---- tickets ---------------------------------------------------------- */
+
+static void ticket_unref(choir_ticket *t)
+{
+    pthread_mutex_lock(&t->lock);
+    int last = --t->refs == 0;
+    pthread_mutex_unlock(&t->lock);
+    if (last) {
+        pthread_mutex_destroy(&t->lock);
+        pthread_cond_destroy(&t->cond);
+        choir_free(t);
+    }
+}
+
+static int ticket_on_output(void *user, const choir_output *out)
+{
+    choir_ticket *t = user;
+    if (out->samples && out->n_samples > 0 && out->sample_rate > 0 &&
+        (t->req.task == CHOIR_TASK_TTS || t->req.task == CHOIR_TASK_STS))
+        t->req.audio_seconds += (double)out->n_samples / out->sample_rate;
+    return t->user_fn ? t->user_fn(t->user, out) : 0;
+}
+
+/* Ends a ticket: delivers a final output if the model did not, records
+ * metrics, wakes waiters and drops the engine's reference. Call without the
+ * engine lock. */
+static void ticket_finish(choir_engine *e, choir_ticket *t, int status, choir_reject_reason reason,
+                          const char *msg)
+{
+    if (!t->req.done) {
+        choir_output out = {.final = 1, .status = status, .error = status ? msg : NULL};
+        choir_request_emit(&t->req, &out);
+    }
+    uint64_t done_ns = choir_now_ns();
+    pthread_mutex_lock(&e->lock);
+    if (t->prev)
+        t->prev->next = t->next;
+    else if (e->live == t)
+        e->live = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    t->prev = t->next = NULL;
+    if (status == 0)
+        sched_observe_latency(e->core, (double)(done_ns - t->submit_ns) * 1e-9, engine_now(e));
+    pthread_cond_broadcast(&e->changed);
+    pthread_mutex_unlock(&e->lock);
+
+    pthread_mutex_lock(&t->lock);
+    t->status = status;
+    t->reason = status ? reason : CHOIR_REJECT_NONE;
+    snprintf(t->msg, sizeof t->msg, "%s", status && msg ? msg : "");
+    engine_metrics_request_done(e, t, done_ns);
+    t->finished = 1;
+    t->engine = NULL;
+    pthread_cond_broadcast(&t->cond);
+    pthread_mutex_unlock(&t->lock);
+    ticket_unref(t);
+}
+
+int choir_ticket_wait(choir_ticket *t, double timeout_s, choir_err *err)
+{
+    if (!t)
+        return choir_err_set(err, CHOIR_EINVAL, "no ticket");
+    struct timespec ts;
+    if (timeout_s >= 0)
+        abs_deadline(&ts, timeout_s);
+    pthread_mutex_lock(&t->lock);
+    while (!t->finished) {
+        if (timeout_s < 0) {
+            pthread_cond_wait(&t->cond, &t->lock);
+        } else if (pthread_cond_timedwait(&t->cond, &t->lock, &ts) == ETIMEDOUT) {
+            break;
+        }
+    }
+    int rc = t->finished ? t->status : CHOIR_ETIMEDOUT;
+    if (rc && t->finished)
+        choir_err_set(err, rc, "%s", t->msg);
+    else if (rc)
+        choir_err_set(err, rc, "the request is still running");
+    pthread_mutex_unlock(&t->lock);
+    return rc;
+}
+
+int choir_ticket_done(const choir_ticket *t)
+{
+    if (!t)
+        return 1;
+    choir_ticket *mt = (choir_ticket *)t;
+    pthread_mutex_lock(&mt->lock);
+    int d = mt->finished;
+    pthread_mutex_unlock(&mt->lock);
+    return d;
+}
+
+choir_reject_reason choir_ticket_reason(const choir_ticket *t)
+{
+    if (!t)
+        return CHOIR_REJECT_NONE;
+    choir_ticket *mt = (choir_ticket *)t;
+    pthread_mutex_lock(&mt->lock);
+    choir_reject_reason r = mt->reason;
+    pthread_mutex_unlock(&mt->lock);
+    return r;
+}
+
+void choir_ticket_cancel(choir_ticket *t)
+{
+    if (!t)
+        return;
+    pthread_mutex_lock(&t->lock);
+    choir_engine *e = t->finished ? NULL : t->engine;
+    pthread_mutex_unlock(&t->lock);
+    if (!e)
+        return;
+    pthread_mutex_lock(&e->lock);
+    int was_queued = sched_cancel(e->core, &t->sr);
+    /* A running request stops at the model's next output. */
+    if (!was_queued)
+        __atomic_store_n(&t->req.cancelled, 1, __ATOMIC_RELEASE);
+    pthread_cond_signal(&e->wake_sched);
+    pthread_mutex_unlock(&e->lock);
+    if (was_queued)
+        ticket_finish(e, t, CHOIR_ECANCELED, CHOIR_REJECT_CANCELLED, "cancelled by the caller");
+}
+
+void choir_ticket_free(choir_ticket *t)
+{
+    if (!t)
+        return;
+    choir_ticket_cancel(t);
+    choir_ticket_wait(t, -1, NULL);
+    ticket_unref(t);
+}
+
+/* ---- models ----------------------------------------------------------- */
+
+int choir_engine_add_model(choir_engine *e, const char *id, const char *dir, const choir_model_ops *ops,
+                           choir_err *err)
+{
+    if (!e || !id || !*id || !dir)
+        return choir_err_set(err, CHOIR_EINVAL, "add_model: id and dir are required");
+    if (!ops)
+        ops = choir_model_detect(dir, NULL, 0, err);
+    if (!ops)
+        return err ? err->code : CHOIR_ENOTFOUND;
+    if (!ops->load || !ops->run_batch || !ops->free || ops->max_batch < 1)
+        return choir_err_set(err, CHOIR_EINVAL, "model adapter '%s' is incomplete", ops->kind ? ops->kind : "?");
+    int64_t bytes = choir_model_dir_bytes(dir);
+    if (bytes < 0)
+        bytes = 0;
+    int rc = 0;
+    pthread_mutex_lock(&e->lock);
+    for (int i = 0; i < e->n_models; i++)
+        if (strcmp(e->models[i].id, id) == 0) {
+            rc = choir_err_set(err, CHOIR_EINVAL, "model id '%s' is already registered", id);
+            goto out;
+        }
+    engine_model *grown = choir_realloc(e->models, (size_t)(e->n_models + 1) * sizeof *grown);
+    if (!grown) {
+        rc = choir_err_set(err, CHOIR_ENOMEM, "add_model: out of memory");
+        goto out;
+    }
+    e->models = grown;
+    engine_model *m = &e->models[e->n_models];
+    memset(m, 0, sizeof *m);
+    m->id = choir_strdup(id);
+    m->dir = choir_strdup(dir);
+    m->ops = ops;
+    if (!m->id || !m->dir) {
+        choir_free(m->id);
+        choir_free(m->dir);
+        rc = choir_err_set(err, CHOIR_ENOMEM, "add_model: out of memory");
+        goto out;
+    }
+    rc = sched_add_model(e->core, bytes, ops->max_batch, err);
+    if (rc < 0) {
+        choir_free(m->id);
+        choir_free(m->dir);
+        goto out;
+    }
+    engine_metrics_add_model(e, m);
+    e->n_models++;
+    rc = 0;
+    CHOIR_LOGI("engine: model '%s' (%s) from %s, %lld bytes of weights", id, ops->kind ? ops->kind : "?", dir,
+               (long long)bytes);
+out:
+    pthread_mutex_unlock(&e->lock);
+    return rc;
+}
+
+/* ---- submission ------------------------------------------------------- */
+
+static double input_seconds(const choir_request *r)
+{
+    switch (r->task) {
+    case CHOIR_TASK_STT: return (double)r->in.stt.n_samples / 16000.0;
+    case CHOIR_TASK_VAD: return (double)r->in.vad.n_samples / 16000.0;
+    case CHOIR_TASK_STS:
+        return r->in.sts.sample_rate > 0 ? (double)r->in.sts.n_samples / r->in.sts.sample_rate : 0;
+    default: return 0;
+    }
+}
+
+static int check_input(const choir_request *r, choir_err *err)
+{
+    switch (r->task) {
+    case CHOIR_TASK_TTS:
+        if (!r->in.tts.text || !*r->in.tts.text)
+            return choir_err_set(err, CHOIR_EINVAL, "tts: empty text");
+        return 0;
+    case CHOIR_TASK_STT:
+        if (!r->in.stt.samples || r->in.stt.n_samples <= 0)
+            return choir_err_set(err, CHOIR_EINVAL, "stt: no audio");
+        return 0;
+    case CHOIR_TASK_VAD:
+        if (!r->in.vad.samples || r->in.vad.n_samples <= 0)
+            return choir_err_set(err, CHOIR_EINVAL, "vad: no audio");
+        return 0;
+    case CHOIR_TASK_STS:
+        if (!r->in.sts.samples || r->in.sts.n_samples <= 0 || r->in.sts.sample_rate <= 0)
+            return choir_err_set(err, CHOIR_EINVAL, "sts: no audio or no sample rate");
+        return 0;
+    default: return choir_err_set(err, CHOIR_EINVAL, "unknown task %d", (int)r->task);
+    }
+}
+
+/* The model a job goes to, or -1. Engine lock held. */
+static int find_model(const choir_engine *e, const choir_job *job)
+{
+    for (int i = 0; i < e->n_models; i++) {
+        const engine_model *m = &e->models[i];
+        if (job->model_id ? strcmp(m->id, job->model_id) == 0
+                          : (m->ops->tasks & CHOIR_TASK_BIT(job->req.task)) != 0)
+            return i;
+    }
+    return -1;
+}
+
+choir_ticket *choir_engine_submit(choir_engine *e, const choir_job *job, choir_reject_reason *reason,
+                                  choir_err *err)
+{
+    if (reason)
+        *reason = CHOIR_REJECT_NONE;
+    if (!e || !job) {
+        choir_err_set(err, CHOIR_EINVAL, "submit: no engine or job");
+        return NULL;
+    }
+    if (check_input(&job->req, err) < 0)
+        return NULL;
+    double secs = input_seconds(&job->req);
+    if (e->p.max_audio_seconds > 0 && secs > e->p.max_audio_seconds) {
+        if (reason)
+            *reason = CHOIR_REJECT_TOO_LARGE;
+        choir_err_set(err, CHOIR_ETOOBIG, "audio is %.1f s long; this profile takes at most %.0f s", secs,
+                      e->p.max_audio_seconds);
+        return NULL;
+    }
+    choir_ticket *t = choir_calloc(CHOIR_MEM_IO, 1, sizeof *t);
+    if (!t) {
+        choir_err_set(err, CHOIR_ENOMEM, "submit: out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&t->lock, NULL);
+    cond_init_monotonic(&t->cond);
+    t->refs = 2;
+    t->engine = e;
+    t->req = job->req;
+    t->req.on_output = ticket_on_output;
+    t->req.on_output_user = t;
+    t->req.status = 0;
+    t->req.done = 0;
+    t->req.cancelled = 0;
+    t->req.first_output_ns = 0;
+    t->req.audio_seconds = secs;
+    t->req.error[0] = 0;
+    t->user_fn = job->on_output;
+    t->user = job->user;
+    t->submit_ns = choir_now_ns();
+
+    choir_reject_reason why = CHOIR_REJECT_NONE;
+    pthread_mutex_lock(&e->lock);
+    int mi = find_model(e, job);
+    int rc = 0;
+    if (mi < 0) {
+        rc = choir_err_set(err, CHOIR_ENOTFOUND, "no model %s%s serves %s", job->model_id ? "named " : "",
+                           job->model_id ? job->model_id : "", choir_task_name(job->req.task));
+        why = CHOIR_REJECT_FAILED;
+    } else if (!(e->models[mi].ops->tasks & CHOIR_TASK_BIT(job->req.task))) {
+        rc = choir_err_set(err, CHOIR_EINVAL, "model '%s' does not do %s", e->models[mi].id,
+                           choir_task_name(job->req.task));
+        why = CHOIR_REJECT_FAILED;
+    } else {
+        const engine_model *m = &e->models[mi];
+        const void *w = m->load_state == LOAD_READY ? m->weights : NULL;
+        int64_t len = m->ops->length ? m->ops->length(w, &t->req)
+                      : job->req.task == CHOIR_TASK_TTS ? (int64_t)strlen(job->req.in.tts.text)
+                                                        : (int64_t)(secs * 16000.0);
+        /* Without a model estimate, assume 64 bytes per length unit: enough
+         * for a few float buffers per sample or per character. */
+        int64_t est = m->ops->estimate ? m->ops->estimate(w, &t->req) : len * 64;
+        /* Text is read at roughly 15 characters per second of speech. */
+        double seconds = job->req.task == CHOIR_TASK_TTS ? (double)strlen(job->req.in.tts.text) / 15.0 : secs;
+        double now = engine_now(e);
+        t->model = mi;
+        t->sr.id = ++e->next_id;
+        t->sr.model = mi;
+        t->sr.task = job->req.task;
+        t->sr.priority = job->priority;
+        t->sr.is_long = seconds > e->p.long_seconds;
+        t->sr.length = len;
+        t->sr.est_bytes = est;
+        t->sr.deadline = job->timeout_s > 0 ? now + job->timeout_s : INFINITY;
+        t->sr.user = t;
+        rc = sched_submit(e->core, &t->sr, now, &why, err);
+        choir_metrics_inc(e->m.reg, e->m.submitted, 1);
+        choir_metrics_inc(e->m.reg, m->m_requests, 1);
+    }
+    if (rc == 0) {
+        t->next = e->live;
+        if (e->live)
+            e->live->prev = t;
+        e->live = t;
+        pthread_cond_signal(&e->wake_sched);
+    } else if (why > CHOIR_REJECT_NONE && why < CHOIR_REJECT_COUNT) {
+        choir_metrics_inc(e->m.reg, e->m.rejected[why], 1);
+    }
+    pthread_mutex_unlock(&e->lock);
+    if (reason)
+        *reason = why;
+    if (rc) {
+        pthread_mutex_destroy(&t->lock);
+        pthread_cond_destroy(&t->cond);
+        choir_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+double choir_engine_retry_after(const choir_engine *e)
+{
+    if (!e)
+        return 1;
+    choir_engine *me = (choir_engine *)e;
+    pthread_mutex_lock(&me->lock);
+    sched_state st;
+    sched_get_state(me->core, &st);
+    double per = me->compute_per_req_ewma > 0 ? me->compute_per_req_ewma : 0.1;
+    pthread_mutex_unlock(&me->lock);
+    double s = per * (double)(st.queued + st.running_reqs) / me->p.workers;
+    return s < 1 ? 1 : s > 60 ? 60 : ceil(s);
+}
+
+/* ---- workers ---------------------------------------------------------- */
+
+/* Makes sure the batch's model is loaded; returns its weights or NULL (and a
+ * message) when loading failed. Engine lock held on entry and exit. */
+static void *ensure_loaded(choir_engine *e, const sched_action *a, choir_err *err)
+{
+    engine_model *m = &e->models[a->model];
+    if (a->need_load) {
+        m->load_state = LOAD_BUSY;
+        /* add_model may grow the table while the lock is released: keep what
+         * the load needs (the strings and ops never move) and look m up again. */
+        const choir_model_ops *ops = m->ops;
+        const char *dir = m->dir;
+        pthread_mutex_unlock(&e->lock);
+        uint64_t t0 = choir_now_ns();
+        void *w = ops->load(dir, &e->p.model_options, err);
+        int64_t bytes = w && ops->resident_bytes ? ops->resident_bytes(w) : choir_model_dir_bytes(dir);
+        double secs = (double)(choir_now_ns() - t0) * 1e-9;
+        pthread_mutex_lock(&e->lock);
+        m = &e->models[a->model];
+        m->weights = w;
+        m->load_state = w ? LOAD_READY : LOAD_FAILED;
+        m->resident = w ? (bytes > 0 ? bytes : 0) : 0;
+        sched_model_loaded(e->core, a->model, w ? m->resident : -1);
+        if (w) {
+            choir_metrics_inc(e->m.reg, m->m_loads, 1);
+            choir_metrics_set(e->m.reg, m->m_loaded, 1);
+            CHOIR_LOGI("engine: loaded '%s' in %.2f s (%lld bytes resident)", m->id, secs, (long long)m->resident);
+        } else {
+            CHOIR_LOGE("engine: loading '%s' failed: %s", m->id, err ? err->msg : "");
+        }
+        pthread_cond_broadcast(&e->changed);
+        return w;
+    }
+    while (m->load_state == LOAD_BUSY)
+        pthread_cond_wait(&e->changed, &e->lock);
+    if (m->load_state != LOAD_READY) {
+        choir_err_set(err, CHOIR_EIO, "model '%s' could not be loaded", m->id);
+        return NULL;
+    }
+    return m->weights;
+}
+
+static void run_one_batch(choir_engine *e, sched_action *a)
+{
+    choir_err err = {0};
+    choir_request *reqs[SCHED_MAX_BATCH];
+    choir_ticket *tickets[SCHED_MAX_BATCH];
+    int n = a->n;
+    pthread_mutex_lock(&e->lock);
+    void *w = ensure_loaded(e, a, &err);
+    const choir_model_ops *ops = e->models[a->model].ops;
+    pthread_mutex_unlock(&e->lock);
+
+    uint64_t t0 = choir_now_ns();
+    for (int i = 0; i < n; i++) {
+        tickets[i] = a->reqs[i]->user;
+        reqs[i] = &tickets[i]->req;
+        if (!tickets[i]->dispatch_ns)
+            tickets[i]->dispatch_ns = t0;
+    }
+    int rc = w ? 0 : (err.code ? err.code : CHOIR_EIO);
+    int64_t peak = 0;
+    choir_arena *arena = NULL;
+    if (w) {
+        /* The arena is the reservation: a batch cannot grow past what the
+         * governor granted it. */
+        size_t cap = a->reserved > 4096 ? (size_t)a->reserved : 4096;
+        arena = choir_arena_create(cap, CHOIR_MEM_ACTIVATIONS, &err);
+        rc = arena ? ops->run_batch(w, reqs, n, arena, &err) : err.code;
+        peak = arena ? (int64_t)choir_arena_high_water(arena) : 0;
+        choir_arena_free(arena);
+    }
+    uint64_t t1 = choir_now_ns();
+    double compute_s = (double)(t1 - t0) * 1e-9;
+
+    /* An arena overflow before any output: retry with a recalibrated
+     * (doubled) reservation instead of failing the callers, a few times. */
+    int retry = rc == CHOIR_ENOMEM && arena;
+    for (int i = 0; retry && i < n; i++)
+        if (reqs[i]->first_output_ns || tickets[i]->retried >= 3 || choir_request_cancelled(reqs[i]))
+            retry = 0;
+    pthread_mutex_lock(&e->lock);
+    if (retry) {
+        for (int i = 0; i < n; i++)
+            tickets[i]->retried++;
+        sched_requeue(e->core, a, engine_now(e), peak);
+        CHOIR_LOGW("engine: batch of %d on '%s' overflowed its %lld-byte arena; retrying", n,
+                   e->models[a->model].id, (long long)a->reserved);
+    } else {
+        sched_batch_done(e->core, a, engine_now(e), peak, compute_s, rc == CHOIR_ENOMEM);
+        if (peak > e->arena_peak)
+            e->arena_peak = peak;
+        e->batch_hist[n < CHOIR_BATCH_HIST_MAX ? n : CHOIR_BATCH_HIST_MAX]++;
+        double per = compute_s / n;
+        e->compute_per_req_ewma = e->compute_per_req_ewma > 0 ? 0.9 * e->compute_per_req_ewma + 0.1 * per : per;
+    }
+    pthread_cond_signal(&e->wake_sched);
+    pthread_mutex_unlock(&e->lock);
+    if (retry)
+        return;
+    choir_metrics_inc(e->m.reg, e->m.batches, 1);
+    choir_metrics_observe(e->m.reg, e->m.batch_size, n);
+    choir_metrics_observe(e->m.reg, e->m.compute, compute_s);
+    for (int i = 0; i < n; i++) {
+        choir_request *r = reqs[i];
+        int st = r->status;
+        const char *msg = r->error;
+        if (!st && choir_request_cancelled(r) && !r->done) {
+            st = CHOIR_ECANCELED;
+            msg = "cancelled";
+        }
+        if (!st && rc < 0 && !r->done) {
+            st = rc;
+            msg = err.msg;
+        }
+        if (!st && !r->done) {
+            st = CHOIR_EINTERNAL;
+            msg = "the model finished without a final output";
+        }
+        choir_reject_reason why = st == CHOIR_ECANCELED ? CHOIR_REJECT_CANCELLED : CHOIR_REJECT_FAILED;
+        ticket_finish(e, tickets[i], st, why, msg);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    choir_engine *e = arg;
+    pthread_mutex_lock(&e->lock);
+    for (;;) {
+        while (!e->stop && e->n_ready == 0)
+            pthread_cond_wait(&e->wake_worker, &e->lock);
+        if (e->n_ready == 0)
+            break;
+        sched_action a = e->ready[0];
+        memmove(e->ready, e->ready + 1, (size_t)(--e->n_ready) * sizeof *e->ready);
+        pthread_mutex_unlock(&e->lock);
+        run_one_batch(e, &a);
+        pthread_mutex_lock(&e->lock);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return NULL;
+}
+
+/* ---- scheduler thread --------------------------------------------------- */
+
+static void *sched_main(void *arg)
+{
+    choir_engine *e = arg;
+    pthread_mutex_lock(&e->lock);
+    while (!e->stop) {
+        sched_action a;
+        double now = engine_now(e);
+        /* Arenas are covered by reservations and weights by the models'
+         * reports; the rest of the counted allocations compete for the same
+         * budget. */
+        sched_set_external(e->core, choir_mem_current(CHOIR_MEM_IO) + choir_mem_current(CHOIR_MEM_CACHE) +
+                                        choir_mem_current(CHOIR_MEM_OTHER));
+        if (sched_decide(e->core, now, &a)) {
+            if (a.kind == SCHED_DISPATCH) {
+                e->ready[e->n_ready++] = a;
+                pthread_cond_signal(&e->wake_worker);
+            } else if (a.kind == SCHED_REJECT) {
+                choir_ticket *t = a.rejected->user;
+                pthread_mutex_unlock(&e->lock);
+                choir_metrics_inc(e->m.reg, e->m.rejected[a.reason], 1);
+                if (a.reason == CHOIR_REJECT_DEADLINE)
+                    ticket_finish(e, t, CHOIR_ETIMEDOUT, a.reason, "the deadline passed before the request could start");
+                else
+                    ticket_finish(e, t, CHOIR_ETOOBIG, a.reason,
+                                  "the request needs more memory than the budget holds (measured estimate)");
+                pthread_mutex_lock(&e->lock);
+            } else if (a.kind == SCHED_UNLOAD) {
+                engine_model *m = &e->models[a.model];
+                void *w = m->weights;
+                const choir_model_ops *ops = m->ops;
+                const char *id = m->id;
+                m->weights = NULL;
+                m->load_state = LOAD_NONE;
+                m->resident = 0;
+                choir_metrics_inc(e->m.reg, m->m_unloads, 1);
+                choir_metrics_set(e->m.reg, m->m_loaded, 0);
+                pthread_mutex_unlock(&e->lock);
+                CHOIR_LOGI("engine: unloading idle model '%s'", id);
+                ops->free(w);
+                pthread_mutex_lock(&e->lock);
+            }
+            continue;
+        }
+        double next = sched_next_event(e->core, now);
+        if (isinf(next)) {
+            pthread_cond_wait(&e->wake_sched, &e->lock);
+        } else {
+            struct timespec ts;
+            abs_deadline(&ts, next - now);
+            pthread_cond_timedwait(&e->wake_sched, &e->lock, &ts);
+        }
+    }
+    pthread_mutex_unlock(&e->lock);
+    return NULL;
+}
+
+/* ---- lifecycle ---------------------------------------------------------- */
+
+static void resolve_params(choir_engine_params *p, const choir_engine_params *in)
+{
+    choir_engine_params d = choir_engine_default_params(in ? in->profile : CHOIR_PROFILE_DEFAULT);
+    if (!in) {
+        *p = d;
+        return;
+    }
+    *p = *in;
+#define DEF(f) if (p->f <= 0) p->f = d.f
+    DEF(memory_budget);
+    DEF(high_water);
+    DEF(low_water);
+    DEF(max_batch);
+    DEF(wait_short_ms);
+    DEF(wait_long_ms);
+    DEF(long_seconds);
+    DEF(max_pad_waste);
+    DEF(queue_capacity);
+    DEF(workers);
+    DEF(max_audio_seconds);
+    DEF(model_options.q_bits);
+    DEF(model_options.compute_bf16);
+#undef DEF
+    if (p->low_water > p->high_water)
+        p->low_water = p->high_water;
+    if (p->max_batch > SCHED_MAX_BATCH)
+        p->max_batch = SCHED_MAX_BATCH;
+}
+
+choir_engine *choir_engine_create(const choir_engine_params *params, choir_err *err)
+{
+    choir_engine *e = choir_calloc(CHOIR_MEM_OTHER, 1, sizeof *e);
+    if (!e) {
+        choir_err_set(err, CHOIR_ENOMEM, "engine: out of memory");
+        return NULL;
+    }
+    resolve_params(&e->p, params);
+    pthread_mutex_init(&e->lock, NULL);
+    cond_init_monotonic(&e->wake_sched);
+    pthread_cond_init(&e->wake_worker, NULL);
+    cond_init_monotonic(&e->changed);
+    e->start_ns = choir_now_ns();
+    sched_config c;
+    sched_config_from_params(&c, &e->p);
+    e->core = sched_create(&c, err);
+    if (!e->core)
+        goto fail;
+    e->ready = choir_calloc(CHOIR_MEM_OTHER, (size_t)e->p.workers, sizeof *e->ready);
+    e->workers = choir_calloc(CHOIR_MEM_OTHER, (size_t)e->p.workers, sizeof *e->workers);
+    if (!e->ready || !e->workers) {
+        choir_err_set(err, CHOIR_ENOMEM, "engine: out of memory");
+        goto fail;
+    }
+    if (engine_metrics_init(e, err) < 0)
+        goto fail;
+    if (pthread_create(&e->sched_thread, NULL, sched_main, e) != 0) {
+        choir_err_set(err, CHOIR_ENOMEM, "engine: cannot start the scheduler thread");
+        goto fail;
+    }
+    e->started_sched = 1;
+    for (; e->n_workers < e->p.workers; e->n_workers++) {
+        if (pthread_create(&e->workers[e->n_workers], NULL, worker_main, e) != 0) {
+            choir_err_set(err, CHOIR_ENOMEM, "engine: cannot start worker %d", e->n_workers);
+            goto fail;
+        }
+    }
+    CHOIR_LOGD("engine: profile %s, budget %lld bytes, batch %d, %d workers", choir_profile_name(e->p.profile),
+               (long long)e->p.memory_budget, e->p.max_batch, e->p.workers);
+    return e;
+fail:
+    choir_engine_free(e);
+    return NULL;
+}
+
+int choir_engine_shutdown(choir_engine *e, double deadline_s)
+{
+    if (!e)
+        return 0;
+    pthread_mutex_lock(&e->lock);
+    if (e->shut) {
+        pthread_mutex_unlock(&e->lock);
+        return 0;
+    }
+    e->shut = 1;
+    if (e->core)
+        sched_drain(e->core);
+    pthread_cond_signal(&e->wake_sched);
+    struct timespec ts;
+    abs_deadline(&ts, deadline_s > 0 ? deadline_s : 0);
+    int timed_out = 0;
+    /* Let the work drain until the deadline ... */
+    while (e->live && !timed_out && e->started_sched) {
+        if (pthread_cond_timedwait(&e->changed, &e->lock, &ts) == ETIMEDOUT)
+            timed_out = 1;
+    }
+    /* ... then fail what is still queued and ask running requests to stop. */
+    int rc = e->live ? CHOIR_ETIMEDOUT : 0;
+    for (sched_req *r; e->core && (r = sched_pop_queued(e->core)) != NULL;) {
+        pthread_mutex_unlock(&e->lock);
+        choir_metrics_inc(e->m.reg, e->m.rejected[CHOIR_REJECT_SHUTDOWN], 1);
+        ticket_finish(e, r->user, CHOIR_ECANCELED, CHOIR_REJECT_SHUTDOWN, "the engine shut down");
+        pthread_mutex_lock(&e->lock);
+    }
+    for (choir_ticket *t = e->live; t; t = t->next)
+        __atomic_store_n(&t->req.cancelled, 1, __ATOMIC_RELEASE);
+    while (e->live && e->started_sched)
+        pthread_cond_wait(&e->changed, &e->lock);
+    e->stop = 1;
+    pthread_cond_broadcast(&e->wake_sched);
+    pthread_cond_broadcast(&e->wake_worker);
+    pthread_mutex_unlock(&e->lock);
+    if (e->started_sched)
+        pthread_join(e->sched_thread, NULL);
+    for (int i = 0; i < e->n_workers; i++)
+        pthread_join(e->workers[i], NULL);
+    e->started_sched = 0;
+    e->n_workers = 0;
+    for (int i = 0; i < e->n_models; i++) {
+        engine_model *m = &e->models[i];
+        if (m->weights)
+            m->ops->free(m->weights);
+        m->weights = NULL;
+        m->load_state = LOAD_NONE;
+    }
+    return rc;
+}
+
+void choir_engine_free(choir_engine *e)
+{
+    if (!e)
+        return;
+    choir_engine_shutdown(e, 0);
+    for (int i = 0; i < e->n_models; i++) {
+        choir_free(e->models[i].id);
+        choir_free(e->models[i].dir);
+    }
+    choir_free(e->models);
+    sched_free(e->core);
+    engine_metrics_free(e);
+    choir_free(e->ready);
+    choir_free(e->workers);
+    pthread_mutex_destroy(&e->lock);
+    pthread_cond_destroy(&e->wake_sched);
+    pthread_cond_destroy(&e->wake_worker);
+    pthread_cond_destroy(&e->changed);
+    choir_free(e);
+}

@@ -1,0 +1,185 @@
+/* Model registry helpers: task names, output delivery, adapter detection. */
+#include <dirent.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cjson/cJSON.h>
+
+#include "choir/alloc.h"
+#include "choir/model.h"
+#include "choir/pool.h"
+
+/* Adapters live in src/models and may not be written yet. The library is a
+ * static archive, and a linker pulls an archive member only for a strong
+ * reference; so an adapter whose file exists (by the naming convention in
+ * model.h) is referenced strongly, which links it into every program, and the
+ * others weakly, which lets the engine link without them and list only those
+ * present. */
+#if defined(__has_include)
+#if __has_include("models/whisper/whisper_model.c")
+#define LINK_WHISPER 1
+#endif
+#if __has_include("models/kokoro/kokoro_model.c")
+#define LINK_KOKORO 1
+#endif
+#if __has_include("models/silero/silero_model.c")
+#define LINK_SILERO 1
+#endif
+#if __has_include("models/sts/mossformer2_model.c")
+#define LINK_MOSSFORMER2 1
+#endif
+#endif
+#ifndef LINK_WHISPER
+extern const choir_model_ops choir_model_whisper __attribute__((weak));
+#endif
+#ifndef LINK_KOKORO
+extern const choir_model_ops choir_model_kokoro __attribute__((weak));
+#endif
+#ifndef LINK_SILERO
+extern const choir_model_ops choir_model_silero_vad __attribute__((weak));
+#endif
+#ifndef LINK_MOSSFORMER2
+extern const choir_model_ops choir_model_mossformer2 __attribute__((weak));
+#endif
+
+const char *choir_task_name(choir_task task)
+{
+    switch (task) {
+    case CHOIR_TASK_TTS: return "tts";
+    case CHOIR_TASK_STT: return "stt";
+    case CHOIR_TASK_VAD: return "vad";
+    case CHOIR_TASK_STS: return "sts";
+    default: return "unknown";
+    }
+}
+
+int choir_request_cancelled(const choir_request *req)
+{
+    return req ? __atomic_load_n(&req->cancelled, __ATOMIC_ACQUIRE) : 1;
+}
+
+int choir_request_emit(choir_request *req, const choir_output *out)
+{
+    if (!req || !out || req->done)
+        return CHOIR_ECANCELED;
+    if (choir_request_cancelled(req) && !out->final)
+        return CHOIR_ECANCELED;
+    if (!req->first_output_ns)
+        req->first_output_ns = choir_now_ns();
+    if (out->final)
+        req->done = 1;
+    if (req->on_output) {
+        int stop = req->on_output(req->on_output_user, out);
+        if (stop && !out->final)
+            __atomic_store_n(&req->cancelled, 1, __ATOMIC_RELEASE);
+    }
+    return choir_request_cancelled(req) ? CHOIR_ECANCELED : CHOIR_OK;
+}
+
+int choir_request_fail(choir_request *req, int code, const char *fmt, ...)
+{
+    if (!req)
+        return code;
+    if (req->status == 0) {
+        req->status = code;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(req->error, sizeof req->error, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+int choir_model_builtin(const choir_model_ops **out, int cap)
+{
+    const choir_model_ops *all[4] = {&choir_model_whisper, &choir_model_kokoro, &choir_model_silero_vad,
+                                     &choir_model_mossformer2};
+    int n = 0;
+    for (int i = 0; i < 4; i++) {
+        /* a weak reference to an adapter that is not linked is NULL */
+        if (!all[i])
+            continue;
+        if (out && n < cap)
+            out[n] = all[i];
+        n++;
+    }
+    return n;
+}
+
+static cJSON *read_config(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    cJSON *root = NULL;
+    char *text = NULL;
+    if (fseek(f, 0, SEEK_END) != 0)
+        goto done;
+    long len = ftell(f);
+    if (len < 0 || len > (64L << 20) || fseek(f, 0, SEEK_SET) != 0)
+        goto done;
+    text = choir_alloc(CHOIR_MEM_IO, (size_t)len + 1);
+    if (!text || fread(text, 1, (size_t)len, f) != (size_t)len)
+        goto done;
+    text[len] = 0;
+    root = cJSON_ParseWithLength(text, (size_t)len);
+done:
+    choir_free(text);
+    fclose(f);
+    return root;
+}
+
+const choir_model_ops *choir_model_detect(const char *dir, const choir_model_ops *const *extra,
+                                          int n_extra, choir_err *err)
+{
+    struct stat st;
+    if (!dir || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        choir_err_set(err, CHOIR_ENOTFOUND, "model directory '%s' does not exist", dir ? dir : "(null)");
+        return NULL;
+    }
+    const choir_model_ops *builtin[8];
+    int n_builtin = choir_model_builtin(builtin, 8);
+    cJSON *config = read_config(dir);
+    const choir_model_ops *best = NULL;
+    int best_score = 0;
+    for (int i = 0; i < n_extra + n_builtin; i++) {
+        const choir_model_ops *ops = i < n_extra ? extra[i] : builtin[i - n_extra];
+        if (!ops || !ops->probe)
+            continue;
+        int score = ops->probe(dir, config);
+        if (score > best_score) {
+            best_score = score;
+            best = ops;
+        }
+    }
+    cJSON_Delete(config);
+    if (!best)
+        choir_err_set(err, CHOIR_ENOTFOUND, "no model adapter recognises '%s' (%d adapters tried)", dir,
+                      n_extra + n_builtin);
+    return best;
+}
+
+int64_t choir_model_dir_bytes(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return CHOIR_ENOTFOUND;
+    int64_t total = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        size_t len = strlen(de->d_name);
+        if (len < 12 || strcmp(de->d_name + len - 12, ".safetensors") != 0)
+            continue;
+        char path[4096];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        if (stat(path, &st) == 0)
+            total += (int64_t)st.st_size;
+    }
+    closedir(d);
+    return total;
+}

@@ -1,0 +1,138 @@
+/* The scheduler core: queues, batch formation, memory reservations and
+ * degradation, as a pure state machine over a clock the caller passes in.
+ *
+ * Nothing here sleeps, locks or runs models. The engine drives it from its
+ * scheduler thread with the real monotonic clock; the simulation test drives it
+ * single-threaded with a virtual clock and fake models. The caller asks
+ * sched_decide() for the next action until it returns 0, carries the actions
+ * out, and reports back (batch done, model loaded). Not thread-safe: the
+ * engine calls it under its lock. Times are seconds on the caller's clock. */
+#ifndef CHOIR_ENGINE_SCHED_H
+#define CHOIR_ENGINE_SCHED_H
+
+#include <stdint.h>
+
+#include "choir/engine.h"
+
+#define SCHED_MAX_BATCH 64
+
+typedef struct sched_config {
+    int64_t budget;        /* bytes for weights + reservations */
+    double high_water;     /* degrade when (weights + reserved) / budget exceeds it */
+    double low_water;      /* recover when below it ... */
+    double degrade_hold_s; /* ... and at least this long after degrading */
+    double p99_target_s;   /* degrade when recent total-latency p99 exceeds it (0 = off) */
+    int max_batch;
+    double wait_short_s, wait_long_s;
+    double max_pad_waste;  /* length buckets are [b^k, b^(k+1)) with b = 1 / (1 - waste) */
+    int queue_capacity;    /* per model */
+    int workers;           /* batches in flight at once */
+    double unload_idle_s;  /* unload models idle this long (0 = only for room or when degraded) */
+} sched_config;
+
+/* Fills a config from engine params (already resolved to concrete values). */
+void sched_config_from_params(sched_config *c, const choir_engine_params *p);
+
+enum { SCHED_QUEUED = 1, SCHED_RUNNING = 2, SCHED_FINISHED = 3 };
+
+/* A request as the scheduler sees it; owned by the caller (the engine embeds
+ * it in a ticket) and borrowed by the scheduler while queued or running. */
+typedef struct sched_req {
+    uint64_t id;
+    int model;
+    int task;          /* requests of different tasks never share a batch */
+    int priority;      /* choir_priority */
+    int is_long;       /* uses the long wait limit */
+    int64_t length;    /* batching length (model units, >= 1) */
+    int64_t est_bytes; /* uncalibrated activation estimate */
+    double arrival;
+    double deadline;   /* INFINITY = none */
+    void *user;
+    int state;
+} sched_req;
+
+typedef enum sched_action_kind {
+    SCHED_DISPATCH = 1, /* run reqs[0..n) (sorted by length) on `model` */
+    SCHED_REJECT = 2,   /* finish `rejected` with `reason` (deadline, too_large; it left the queue) */
+    SCHED_UNLOAD = 3    /* free `model`'s weights (nothing of it is running) */
+} sched_action_kind;
+
+typedef struct sched_action {
+    sched_action_kind kind;
+    int model;
+    int need_load;      /* DISPATCH: load the model's weights first */
+    int n;
+    sched_req *reqs[SCHED_MAX_BATCH];
+    int64_t reserved;   /* DISPATCH: activation bytes reserved (arena capacity) */
+    int64_t est_sum;    /* DISPATCH: n * max uncalibrated estimate */
+    sched_req *rejected;
+    choir_reject_reason reason;
+} sched_action;
+
+typedef struct sched_state {
+    int64_t budget, reserved, weights, external;
+    int queued, running_batches, running_reqs;
+    int degraded;
+    int eff_max_batch;
+} sched_state;
+
+typedef struct sched sched;
+
+sched *sched_create(const sched_config *c, choir_err *err);
+void sched_free(sched *s);
+
+/* Adds a model with its expected resident weight bytes; returns its index. */
+int sched_add_model(sched *s, int64_t weights_bytes, int max_batch, choir_err *err);
+
+/* Queues r (its fields up to `user` filled). Returns 0, or a negative code
+ * with *reason set: CHOIR_EBUSY (queue full / overload), CHOIR_ETOOBIG,
+ * CHOIR_ECANCELED (draining). */
+int sched_submit(sched *s, sched_req *r, double now, choir_reject_reason *reason, choir_err *err);
+
+/* Removes a queued request; returns 1 when it was queued (the caller finishes
+ * it as cancelled), 0 otherwise. */
+int sched_cancel(sched *s, sched_req *r);
+
+/* The next action at time `now` in *out: returns 1, or 0 when there is nothing
+ * to do until sched_next_event or an outside change. */
+int sched_decide(sched *s, double now, sched_action *out);
+
+/* The earliest time a queued request's wait limit or deadline falls due
+ * (INFINITY when none). */
+double sched_next_event(sched *s, double now);
+
+/* Reports a dispatched batch finished: releases its reservation, records the
+ * measured arena peak (calibration), its compute time, and marks its requests
+ * finished. `overflow`: the arena was too small; the estimate factor doubles. */
+void sched_batch_done(sched *s, const sched_action *batch, double now, int64_t peak_bytes, double compute_s,
+                      int overflow);
+/* Puts a dispatched batch's requests back at the head of their queue (for a
+ * retry after an arena overflow); releases the reservation like batch_done. */
+void sched_requeue(sched *s, const sched_action *batch, double now, int64_t peak_bytes);
+
+/* Reports what a load really made resident (replaces the expected bytes), or
+ * a failed load (bytes < 0: the model counts as unloaded again). */
+void sched_model_loaded(sched *s, int model, int64_t bytes);
+
+/* Sets the bytes held outside weights and batch arenas (decoded audio,
+ * response buffers, caches), which admission counts against the budget too. */
+void sched_set_external(sched *s, int64_t bytes);
+
+/* Feeds one finished request's total latency into the p99 window. */
+void sched_observe_latency(sched *s, double total_s, double now);
+
+/* Stops accepting submissions and dispatches queued work without waiting. */
+void sched_drain(sched *s);
+
+/* Takes any one queued request out of its queue (state finished), or NULL
+ * when none is queued; for failing what is left at shutdown. */
+sched_req *sched_pop_queued(sched *s);
+
+void sched_get_state(const sched *s, sched_state *out);
+/* The calibration factor applied to a model's estimates (>= 0.25). */
+double sched_model_factor(const sched *s, int model);
+int sched_model_loaded_flag(const sched *s, int model);
+/* The weight bytes counted for a model (reported if loaded, expected if not). */
+int64_t sched_model_weights(const sched *s, int model);
+
+#endif

@@ -1,0 +1,319 @@
+/* Kokoro-82M forward pass (KModel.forward_with_tokens, spec §5), one piece:
+ *
+ *   ids [T] --ALBERT--> bert_out [T,768] --bert_encoder--> d_en [T,512]
+ *   d_en + s_pro --duration encoder--> d [T,640] --LSTM, proj--> durations [T]
+ *   alignment (token t repeated pred_dur[t] times): L frames
+ *   en = d aligned [L,640] --shared LSTM, F0 / N blocks--> F0, N [2L]
+ *   ids --text encoder--> t_en [512,T]; asr = t_en aligned [512,L]
+ *   asr, F0, N, s_dec --decoder--> [512,2L] --generator--> audio [600 L]
+ *
+ * Each block is one function below, in that order. */
+#include <math.h>
+#include <string.h>
+
+#include "choir/alloc.h"
+#include "choir/kernels.h"
+#include "choir/pool.h"
+#include "models/kokoro/kokoro_internal.h"
+
+#define TRACE(p, name, data, nd, ...)                                       \
+    do {                                                                    \
+        if ((p)->trace) {                                                   \
+            const int64_t shp_[] = {__VA_ARGS__};                           \
+            (p)->trace((p)->trace_user, name, data, nd, shp_);              \
+        }                                                                   \
+    } while (0)
+
+/* ALBERT (one shared layer, applied 12 times): ids[T] -> h[T, 768] */
+static int albert(const choir_kokoro *m, const int32_t *ids, int64_t T, float *h, kk_ws *ws) {
+    size_t mark = kk_ws_mark(ws);
+    float *e = kk_ws_floats(ws, T * KK_BERT_EMB);          /* [T,128] */
+    float *row = kk_ws_floats(ws, KK_BERT_EMB);
+    float *q = kk_ws_floats(ws, T * KK_BERT);              /* [T,768] */
+    float *k = kk_ws_floats(ws, T * KK_BERT);
+    float *v = kk_ws_floats(ws, T * KK_BERT);
+    float *ctx = kk_ws_floats(ws, T * KK_BERT);
+    float *a = kk_ws_floats(ws, T * KK_BERT);              /* attention block output */
+    float *ff = kk_ws_floats(ws, T * KK_BERT_FF);          /* [T,2048] */
+    if (!e || !row || !q || !k || !v || !ctx || !a || !ff) return CHOIR_ENOMEM;
+
+    float *type0 = ctx; /* free until the first layer */
+    choir_weight_row_f32(&m->type_emb.w, 0, type0);
+    for (int64_t t = 0; t < T; t++) {
+        float *et = e + t * KK_BERT_EMB;
+        choir_weight_row_f32(&m->word_emb.w, ids[t], et);
+        choir_weight_row_f32(&m->pos_emb.w, t, row);
+        for (int i = 0; i < KK_BERT_EMB; i++) et[i] = (et[i] + type0[i]) + row[i];
+    }
+    choir_layer_norm(e, e, T, KK_BERT_EMB, m->emb_ln_w, m->emb_ln_b, 1e-12f);
+    choir_linear(e, T, &m->map_in.w, m->map_in.b, h);
+
+    const int64_t dh = KK_BERT / KK_BERT_HEADS;
+    for (int layer = 0; layer < KK_BERT_LAYERS; layer++) {
+        choir_linear(h, T, &m->q.w, m->q.b, q);
+        choir_linear(h, T, &m->k.w, m->k.b, k);
+        choir_linear(h, T, &m->v.w, m->v.b, v);
+        choir_attention(q, KK_BERT, k, KK_BERT, v, KK_BERT, ctx, KK_BERT, T, T, KK_BERT_HEADS, dh,
+                        1.0f / sqrtf((float)dh), NULL, false);
+        choir_linear(ctx, T, &m->dense.w, m->dense.b, a);
+        choir_add(a, h, a, T * KK_BERT);
+        choir_layer_norm(a, a, T, KK_BERT, m->att_ln_w, m->att_ln_b, 1e-12f);
+        choir_linear(a, T, &m->ffn.w, m->ffn.b, ff);
+        choir_gelu_tanh(ff, T * KK_BERT_FF);
+        choir_linear(ff, T, &m->ffn_out.w, m->ffn_out.b, h);
+        choir_add(h, a, h, T * KK_BERT);
+        choir_layer_norm(h, h, T, KK_BERT, m->full_ln_w, m->full_ln_b, 1e-12f);
+    }
+    kk_ws_release(ws, mark);
+    return 0;
+}
+
+/* x[T, 640] = [y[t] (512) ; style (128)] per time step */
+static void concat_style(const float *y, int64_t T, const float *style, float *x) {
+    for (int64_t t = 0; t < T; t++) {
+        memcpy(x + t * (KK_HIDDEN + KK_STYLE), y + t * KK_HIDDEN, KK_HIDDEN * sizeof(float));
+        memcpy(x + t * (KK_HIDDEN + KK_STYLE) + KK_HIDDEN, style, KK_STYLE * sizeof(float));
+    }
+}
+
+/* Duration encoder: d_en[T, 512], s_pro -> d[T, 640] (3 x BiLSTM + AdaLayerNorm) */
+static int duration_encoder(const choir_kokoro *m, const float *d_en, int64_t T,
+                            const float *s_pro, float *d, kk_ws *ws) {
+    size_t mark = kk_ws_mark(ws);
+    float *y = kk_ws_floats(ws, T * KK_HIDDEN); /* [T,512] */
+    if (!y) return CHOIR_ENOMEM;
+    concat_style(d_en, T, s_pro, d);
+    for (int l = 0; l < 3; l++) {
+        int rc = kk_bilstm(&m->dur_lstm[l], d, T, y, ws);
+        if (!rc) rc = kk_ada_layer_norm(&m->dur_norm[l], y, T, s_pro, ws);
+        if (rc) return rc;
+        concat_style(y, T, s_pro, d);
+    }
+    kk_ws_release(ws, mark);
+    return 0;
+}
+
+/* Durations: d[T, 640] -> dur[T] (frames, real) and pred_dur[T] (>= 1).
+ * torch.round is half-to-even, which rintf gives in the default rounding mode. */
+static int durations(const choir_kokoro *m, const float *d, int64_t T, float speed, float *dur,
+                     int32_t *pred_dur, kk_ws *ws) {
+    size_t mark = kk_ws_mark(ws);
+    float *h = kk_ws_floats(ws, T * KK_HIDDEN);      /* [T,512] */
+    float *logits = kk_ws_floats(ws, T * KK_MAX_DUR); /* [T,50] */
+    if (!h || !logits) return CHOIR_ENOMEM;
+    int rc = kk_bilstm(&m->pred_lstm, d, T, h, ws);
+    if (rc) return rc;
+    choir_linear(h, T, &m->dur_proj.w, m->dur_proj.b, logits);
+    choir_sigmoid(logits, T * KK_MAX_DUR);
+    for (int64_t t = 0; t < T; t++) {
+        float s = 0;
+        for (int i = 0; i < KK_MAX_DUR; i++) s += logits[t * KK_MAX_DUR + i];
+        dur[t] = s / speed;
+        float r = isfinite(dur[t]) ? rintf(dur[t]) : 1.0f;
+        pred_dur[t] = r < 1.0f ? 1 : (int32_t)fminf(r, 1e6f);
+    }
+    kk_ws_release(ws, mark);
+    return 0;
+}
+
+/* F0 and N curves: en[L, 640], s_pro -> F0[2L], N[2L] */
+static int f0_n(const choir_kokoro *m, const float *en, int64_t L, const float *s_pro, float *f0,
+                float *n, kk_ws *ws) {
+    size_t mark = kk_ws_mark(ws);
+    float *h = kk_ws_floats(ws, L * KK_HIDDEN);        /* [L,512] */
+    float *x = kk_ws_floats(ws, KK_HIDDEN * L);        /* [512,L] */
+    float *a = kk_ws_floats(ws, KK_HIDDEN * 2 * L);    /* [512, L] then [256, 2L] */
+    float *b = kk_ws_floats(ws, KK_HIDDEN * 2 * L);
+    if (!h || !x || !a || !b) return CHOIR_ENOMEM;
+    int rc = kk_bilstm(&m->shared, en, L, h, ws);
+    if (rc) return rc;
+    kk_transpose(h, L, KK_HIDDEN, x);
+    for (int which = 0; which < 2; which++) {
+        const kk_resblk *blk = which ? m->n_blk : m->f0_blk;
+        if ((rc = kk_resblk_forward(&blk[0], x, L, s_pro, a, ws))) return rc;      /* [512, L] */
+        if ((rc = kk_resblk_forward(&blk[1], a, L, s_pro, b, ws))) return rc;      /* [256, 2L] */
+        if ((rc = kk_resblk_forward(&blk[2], b, 2 * L, s_pro, a, ws))) return rc;  /* [256, 2L] */
+        kk_conv1d(which ? &m->n_proj : &m->f0_proj, a, 2 * L, 1, 0, 1, which ? n : f0);
+    }
+    kk_ws_release(ws, mark);
+    return 0;
+}
+
+/* Text encoder: ids[T] -> t_en[512, T] (embedding, 3 x (conv, LayerNorm,
+ * LeakyReLU), BiLSTM) */
+static int text_encoder(const choir_kokoro *m, const int32_t *ids, int64_t T, float *t_en,
+                        kk_ws *ws) {
+    size_t mark = kk_ws_mark(ws);
+    float *tc = kk_ws_floats(ws, T * KK_HIDDEN); /* [T,512] */
+    float *x = kk_ws_floats(ws, KK_HIDDEN * T);  /* [512,T] */
+    float *y = kk_ws_floats(ws, KK_HIDDEN * T);
+    if (!tc || !x || !y) return CHOIR_ENOMEM;
+    for (int64_t t = 0; t < T; t++) choir_weight_row_f32(&m->te_emb.w, ids[t], tc + t * KK_HIDDEN);
+    kk_transpose(tc, T, KK_HIDDEN, x);
+    for (int i = 0; i < 3; i++) {
+        kk_conv1d(&m->te_cnn[i], x, T, 1, 2, 1, y);
+        /* LayerNorm over channels: per time step, so in [T, C] */
+        kk_transpose(y, KK_HIDDEN, T, tc);
+        choir_layer_norm(tc, tc, T, KK_HIDDEN, m->te_ln_g[i], m->te_ln_b[i], 1e-5f);
+        choir_leaky_relu(tc, T * KK_HIDDEN, 0.2f);
+        kk_transpose(tc, T, KK_HIDDEN, x);
+    }
+    /* tc is [T, 512] after the last block */
+    int rc = kk_bilstm(&m->te_lstm, tc, T, y, ws);
+    if (rc) return rc;
+    kk_transpose(y, T, KK_HIDDEN, t_en);
+    kk_ws_release(ws, mark);
+    return 0;
+}
+
+/* Decoder: asr[512, L], F0/N [2L], s_dec -> audio[600 L] */
+int kk_decoder(const choir_kokoro *m, const float *asr, int64_t L, const float *f0,
+                   const float *n, const float *s_dec, const float *noise, float *audio,
+                   kk_ws *ws) {
+    size_t mark = kk_ws_mark(ws);
+    const int64_t C_cat = 1024 + 64 + 2;
+    float *f0d = kk_ws_floats(ws, L), *nd = kk_ws_floats(ws, L);   /* [1, L] */
+    float *ar = kk_ws_floats(ws, 64 * L);                          /* [64, L] */
+    float *cat = kk_ws_floats(ws, C_cat * L);                      /* [514 or 1090, L] */
+    float *x = kk_ws_floats(ws, 1024 * L);                         /* [1024, L] */
+    float *up = kk_ws_floats(ws, 512 * 2 * L);                     /* [512, 2L] */
+    if (!f0d || !nd || !ar || !cat || !x || !up) return CHOIR_ENOMEM;
+
+    kk_conv1d(&m->f0_conv, f0, 2 * L, 2, 1, 1, f0d);
+    kk_conv1d(&m->n_conv, n, 2 * L, 2, 1, 1, nd);
+    memcpy(cat, asr, KK_HIDDEN * (size_t)L * sizeof(float));
+    memcpy(cat + KK_HIDDEN * L, f0d, (size_t)L * sizeof(float));
+    memcpy(cat + (KK_HIDDEN + 1) * L, nd, (size_t)L * sizeof(float));
+    int rc = kk_resblk_forward(&m->encode, cat, L, s_dec, x, ws);
+    if (rc) return rc;
+    kk_conv1d(&m->asr_res, asr, L, 1, 0, 1, ar);
+    for (int i = 0; i < 4; i++) {
+        /* every block, the upsampling one included, sees [x ; asr_res ; F0 ; N] */
+        memcpy(cat, x, 1024 * (size_t)L * sizeof(float));
+        memcpy(cat + 1024 * L, ar, 64 * (size_t)L * sizeof(float));
+        memcpy(cat + 1088 * L, f0d, (size_t)L * sizeof(float));
+        memcpy(cat + 1089 * L, nd, (size_t)L * sizeof(float));
+        if ((rc = kk_resblk_forward(&m->decode[i], cat, L, s_dec, i < 3 ? x : up, ws))) return rc;
+    }
+    if ((rc = kk_generator(m, up, L, s_dec, f0, noise, audio, ws))) return rc;
+    kk_ws_release(ws, mark);
+    return 0;
+}
+
+int64_t choir_kokoro_estimate_bytes(int n_ids, int64_t frames) {
+    /* Floats alive at the deepest point, per token and per frame: the
+     * generator's second stage dominates (C 128 at 120 frames per F0 frame... ),
+     * counted from the buffers above with room for the blocks' temporaries;
+     * bench_kokoro checks it against the measured high-water mark. */
+    int64_t T = n_ids, L = frames;
+    int64_t floats = 24 * 1024 * T + 4096 * T + 176 * 1024 * L + (1 << 20);
+    return floats * (int64_t)sizeof(float);
+}
+
+choir_kokoro_params choir_kokoro_default_params(void) {
+    choir_kokoro_params p = {.speed = 1.0f, .noise = CHOIR_KOKORO_NOISE_SEEDED, .seed = 0};
+    return p;
+}
+
+int choir_kokoro_synthesize_ids(const choir_kokoro *m, const int32_t *ids, int n_ids,
+                                const float *style, const choir_kokoro_params *params,
+                                float **audio_out, int64_t *n_samples, choir_err *err) {
+    choir_kokoro_params defaults = choir_kokoro_default_params();
+    const choir_kokoro_params *p = params ? params : &defaults;
+    kk_ws *ws = NULL;
+    float *audio = NULL, *noise = NULL;
+    int rc = 0;
+    if (audio_out) *audio_out = NULL;
+    if (n_samples) *n_samples = 0;
+    if (!m || !ids || !style || !audio_out)
+        return choir_err_set(err, CHOIR_EINVAL, "kokoro: missing model, ids, style or output");
+    if (n_ids < 3 || n_ids > CHOIR_KOKORO_MAX_PHONEMES + 2)
+        return choir_err_set(err, CHOIR_EINVAL, "kokoro: %d ids; a piece has 3..%d with boundaries",
+                             n_ids, CHOIR_KOKORO_MAX_PHONEMES + 2);
+    if (!(p->speed > 0.0f) || !isfinite(p->speed))
+        return choir_err_set(err, CHOIR_EINVAL, "kokoro: speed %g is not > 0", (double)p->speed);
+    for (int i = 0; i < n_ids; i++)
+        if (ids[i] < 0 || ids[i] >= KK_NTOKEN)
+            return choir_err_set(err, CHOIR_EINVAL, "kokoro: id %d at %d is outside 0..%d",
+                                 (int)ids[i], i, KK_NTOKEN - 1);
+    const int64_t T = n_ids;
+    const float *s_dec = style, *s_pro = style + KK_STYLE;
+
+    /* text side: everything that depends on T only */
+    ws = kk_ws_create(choir_kokoro_estimate_bytes(n_ids, 0), err);
+    if (!ws) return err ? err->code : CHOIR_ENOMEM;
+    float *bert = kk_ws_floats(ws, T * KK_BERT);                 /* [T,768] */
+    float *d_en = kk_ws_floats(ws, T * KK_HIDDEN);               /* [T,512] */
+    float *d = kk_ws_floats(ws, T * (KK_HIDDEN + KK_STYLE));     /* [T,640] */
+    float *dur = kk_ws_floats(ws, T);
+    float *t_en = kk_ws_floats(ws, KK_HIDDEN * T);               /* [512,T] */
+    int32_t *pred_dur = (int32_t *)kk_ws_floats(ws, T);
+    if (!bert || !d_en || !d || !dur || !t_en || !pred_dur) goto nomem;
+
+    if ((rc = albert(m, ids, T, bert, ws))) goto fail;
+    TRACE(p, "bert_out", bert, 2, T, KK_BERT);
+    choir_linear(bert, T, &m->bert_encoder.w, m->bert_encoder.b, d_en);
+    if (p->trace) {
+        kk_transpose(d_en, T, KK_HIDDEN, t_en); /* t_en is free scratch until the text encoder */
+        TRACE(p, "d_en", t_en, 2, KK_HIDDEN, T);
+    }
+    if ((rc = duration_encoder(m, d_en, T, s_pro, d, ws))) goto fail;
+    TRACE(p, "duration_encoder_out", d, 2, T, KK_HIDDEN + KK_STYLE);
+    if ((rc = durations(m, d, T, p->speed, dur, pred_dur, ws))) goto fail;
+    TRACE(p, "duration", dur, 1, T);
+    int64_t L = 0;
+    for (int64_t t = 0; t < T; t++) L += pred_dur[t];
+    if (p->trace) {
+        for (int64_t t = 0; t < T; t++) dur[t] = (float)pred_dur[t]; /* dur is not needed again */
+        TRACE(p, "pred_dur", dur, 1, T);
+    }
+    if ((rc = text_encoder(m, ids, T, t_en, ws))) goto fail;
+    TRACE(p, "text_encoder_out", t_en, 2, KK_HIDDEN, T);
+
+    /* acoustic side: L frames */
+    kk_ws *ws2 = kk_ws_create(choir_kokoro_estimate_bytes(n_ids, L), err);
+    if (!ws2) {
+        rc = err ? err->code : CHOIR_ENOMEM;
+        goto fail;
+    }
+    const int64_t C_d = KK_HIDDEN + KK_STYLE;
+    float *en = kk_ws_floats(ws2, L * C_d);          /* [L,640] */
+    float *asr = kk_ws_floats(ws2, KK_HIDDEN * L);   /* [512,L] */
+    float *f0 = kk_ws_floats(ws2, 2 * L), *nc = kk_ws_floats(ws2, 2 * L);
+    audio = choir_alloc(CHOIR_MEM_IO, (size_t)(L * CHOIR_KOKORO_SAMPLES_PER_FRAME) * sizeof(float));
+    if (p->noise == CHOIR_KOKORO_NOISE_SEEDED)
+        noise = kk_ws_floats(ws2, L * CHOIR_KOKORO_SAMPLES_PER_FRAME * KK_HARMONICS);
+    if (!en || !asr || !f0 || !nc || !audio ||
+        (p->noise == CHOIR_KOKORO_NOISE_SEEDED && !noise)) {
+        kk_ws_free(ws2);
+        goto nomem;
+    }
+    /* alignment: frame j belongs to token t for pred_dur[t] consecutive frames */
+    for (int64_t t = 0, j = 0; t < T; t++)
+        for (int32_t r = 0; r < pred_dur[t]; r++, j++) {
+            memcpy(en + j * C_d, d + t * C_d, (size_t)C_d * sizeof(float));
+            for (int64_t c = 0; c < KK_HIDDEN; c++) asr[c * L + j] = t_en[c * T + t];
+        }
+    rc = f0_n(m, en, L, s_pro, f0, nc, ws2);
+    if (!rc) {
+        TRACE(p, "F0_pred", f0, 1, 2 * L);
+        TRACE(p, "N_pred", nc, 1, 2 * L);
+        TRACE(p, "asr", asr, 2, KK_HIDDEN, L);
+        if (noise) kk_gaussian_fill(noise, L * CHOIR_KOKORO_SAMPLES_PER_FRAME * KK_HARMONICS, p->seed);
+        rc = kk_decoder(m, asr, L, f0, nc, s_dec, noise, audio, ws2);
+    }
+    kk_ws_free(ws2);
+    if (rc) goto fail;
+    TRACE(p, "audio", audio, 1, L * CHOIR_KOKORO_SAMPLES_PER_FRAME);
+    kk_ws_free(ws);
+    *audio_out = audio;
+    if (n_samples) *n_samples = L * CHOIR_KOKORO_SAMPLES_PER_FRAME;
+    return 0;
+nomem:
+    rc = CHOIR_ENOMEM;
+fail:
+    if (rc == CHOIR_ENOMEM) choir_err_set(err, CHOIR_ENOMEM, "kokoro: out of memory (%d ids)", n_ids);
+    choir_free(audio);
+    kk_ws_free(ws);
+    return rc;
+}

@@ -1,0 +1,247 @@
+/* The iSTFTNet generator of Kokoro's decoder (spec §5.1): a harmonic source
+ * from F0, its 20-point STFT, two transposed-conv up-sampling stages with
+ * Snake residual blocks, conv_post and the 20-point inverse STFT.
+ *
+ * The source's phase is a long running sum that reaches ~1e5 rad, where one
+ * float32 ulp is ~0.01 rad; the reference's float32 operations are therefore
+ * reproduced one by one (same order, same rounding, the same fused
+ * multiply-add) rather than computed more accurately, which would not match.
+ * Even so the output is only reproducible to float32 noise: on the random
+ * weights of the parity fixtures a 1-ulp change of F0 moves the audio by tens
+ * of percent (docs/kokoro.md, "Parity"). The STFT pair is small (n_fft 20, hop 5)
+ * and is written out here as direct DFTs. */
+#include <math.h>
+#include <string.h>
+
+#include "choir/kernels.h"
+#include "models/kokoro/kokoro_internal.h"
+
+#define KK_SR 24000
+#define KK_UPSAMPLE 300 /* samples per F0 frame: 10 * 6 * 5 */
+
+/* splitmix64 + Box-Muller: a portable, seedable standard normal stream */
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+void kk_gaussian_fill(float *x, int64_t n, uint64_t seed) {
+    uint64_t s = seed;
+    for (int64_t i = 0; i < n; i += 2) {
+        double u1 = ((double)(splitmix64(&s) >> 11) + 1.0) / 9007199254740993.0; /* (0, 1] */
+        double u2 = (double)(splitmix64(&s) >> 11) / 9007199254740992.0;
+        double r = sqrt(-2.0 * log(u1)), a = 2.0 * M_PI * u2;
+        x[i] = (float)(r * cos(a));
+        if (i + 1 < n) x[i + 1] = (float)(r * sin(a));
+    }
+}
+
+/* SineGen + SourceModuleHnNSF: f0[F2] (Hz, one value per 300 samples) ->
+ * har[300 F2]. noise: [300 F2, 9] standard normal draws, or NULL for zero. */
+static void harmonic_source(const choir_kokoro *m, const float *f0, int64_t F2, const float *noise,
+                            float *har, float *phase_frames /* [F2, 9] */) {
+    /* Frame-rate phase increments are frac(f0 h / sr) (the reference's
+     * down-sampling interpolation reads two equal samples), cumulated in
+     * double and rounded to float per step, as torch's CPU cumsum does. */
+    double cum[KK_HARMONICS] = {0};
+    const float pi_f = (float)M_PI;
+    for (int64_t j = 0; j < F2; j++) {
+        for (int h = 0; h < KK_HARMONICS; h++) {
+            float r = f0[j] * (float)(h + 1) / (float)KK_SR;
+            float rad = r - floorf(r);
+            cum[h] += (double)rad;
+            float p = (float)cum[h] * 2.0f * pi_f;
+            phase_frames[j * KK_HARMONICS + h] = p * (float)KK_UPSAMPLE;
+        }
+    }
+    /* linear interpolation x300, align_corners=False (torch upsample_linear1d) */
+    const float scale = (float)(1.0 / KK_UPSAMPLE);
+    float wl[KK_HARMONICS], bl = m->l_linear.b[0];
+    choir_weight_row_f32(&m->l_linear.w, 0, wl);
+    int64_t N = F2 * KK_UPSAMPLE;
+    for (int64_t t = 0; t < N; t++) {
+        float src = scale * ((float)t + 0.5f) - 0.5f;
+        if (src < 0) src = 0;
+        int64_t i0 = (int64_t)floorf(src);
+        if (i0 > F2 - 1) i0 = F2 - 1;
+        float l1 = src - (float)i0;
+        if (l1 < 0) l1 = 0;
+        if (l1 > 1) l1 = 1;
+        float l0 = 1.0f - l1;
+        int64_t i1 = i0 + (i0 < F2 - 1 ? 1 : 0);
+        float f0u = f0[t / KK_UPSAMPLE];
+        float uv = f0u > 10.0f ? 1.0f : 0.0f;
+        float noise_amp = uv * 0.003f + (1.0f - uv) * (float)(0.1 / 3.0);
+        float acc = 0;
+        for (int h = 0; h < KK_HARMONICS; h++) {
+            /* torch's CPU kernel computes t0 * w0 + t1 * w1 contracted to one
+             * fused multiply-add; the rounding differs at these magnitudes */
+            float ph = fmaf(l0, phase_frames[i0 * KK_HARMONICS + h],
+                            l1 * phase_frames[i1 * KK_HARMONICS + h]);
+            float sine = sinf(ph) * 0.1f;
+            float e = sine * uv;
+            if (noise) e += noise_amp * noise[t * KK_HARMONICS + h];
+            acc += wl[h] * e;
+        }
+        har[t] = tanhf(acc + bl);
+    }
+}
+
+/* cos/sin(2 pi m / 20) with exact zeros and ones where they belong, so that
+ * the DC and Nyquist bins get exactly zero imaginary parts (as an FFT does;
+ * atan2 of their sign would otherwise flip between +pi and -pi). */
+static void dft_tables(double *cs, double *sn) {
+    for (int i = 0; i < KK_NFFT; i++) {
+        cs[i] = cos(2.0 * M_PI * i / KK_NFFT);
+        sn[i] = sin(2.0 * M_PI * i / KK_NFFT);
+    }
+    cs[5] = cs[15] = 0;
+    sn[0] = sn[10] = 0;
+    cs[0] = sn[5] = 1;
+    cs[10] = sn[15] = -1;
+}
+
+static void hann(float *w) {
+    for (int n = 0; n < KK_NFFT; n++) w[n] = (float)(0.5 - 0.5 * cos(2.0 * M_PI * n / KK_NFFT));
+}
+
+/* torch.stft(center, reflect, periodic Hann) -> S[22, F]: magnitudes 0..10,
+ * phases 11..21. x has N samples, F = N / 5 + 1. */
+static void source_stft(const float *x, int64_t N, float *S, int64_t F) {
+    double cs[KK_NFFT], sn[KK_NFFT];
+    float w[KK_NFFT];
+    dft_tables(cs, sn);
+    hann(w);
+    const int pad = KK_NFFT / 2;
+    for (int64_t f = 0; f < F; f++) {
+        double seg[KK_NFFT];
+        for (int n = 0; n < KK_NFFT; n++) {
+            int64_t i = f * KK_HOP + n - pad; /* reflect without repeating the edge */
+            if (i < 0) i = -i;
+            if (i >= N) i = 2 * (N - 1) - i;
+            seg[n] = (double)(x[i] * w[n]);
+        }
+        for (int k = 0; k < KK_NBINS; k++) {
+            double re = 0, im = 0;
+            for (int n = 0; n < KK_NFFT; n++) {
+                int idx = (k * n) % KK_NFFT;
+                re += seg[n] * cs[idx];
+                im -= seg[n] * sn[idx];
+            }
+            if (k == 0 || k == KK_NBINS - 1) im = 0;
+            float fr = (float)re, fi = (float)im;
+            S[k * F + f] = hypotf(fr, fi);
+            S[(KK_NBINS + k) * F + f] = atan2f(fi, fr);
+        }
+    }
+}
+
+/* torch.istft of exp(P[0:11]) * e^{i sin(P[11:22])} (P [22, F]) -> out[5 (F - 1)] */
+static void output_istft(const float *P, int64_t F, float *out, float *ola /* [5(F-1)+20] */,
+                         float *env) {
+    double cs[KK_NFFT], sn[KK_NFFT];
+    float w[KK_NFFT];
+    dft_tables(cs, sn);
+    hann(w);
+    int64_t total = KK_HOP * (F - 1) + KK_NFFT;
+    memset(ola, 0, (size_t)total * sizeof(float));
+    memset(env, 0, (size_t)total * sizeof(float));
+    for (int64_t f = 0; f < F; f++) {
+        double re[KK_NBINS], im[KK_NBINS];
+        for (int k = 0; k < KK_NBINS; k++) {
+            float mag = expf(P[k * F + f]);
+            float ph = sinf(P[(KK_NBINS + k) * F + f]);
+            re[k] = (double)(mag * cosf(ph));
+            im[k] = (double)(mag * sinf(ph));
+        }
+        for (int n = 0; n < KK_NFFT; n++) {
+            double y = re[0] + re[KK_NBINS - 1] * ((n & 1) ? -1.0 : 1.0);
+            for (int k = 1; k < KK_NBINS - 1; k++) {
+                int idx = (k * n) % KK_NFFT;
+                y += 2.0 * (re[k] * cs[idx] - im[k] * sn[idx]);
+            }
+            ola[f * KK_HOP + n] += w[n] * (float)(y / KK_NFFT);
+            env[f * KK_HOP + n] += w[n] * w[n];
+        }
+    }
+    int64_t n_out = KK_HOP * (F - 1);
+    for (int64_t i = 0; i < n_out; i++) out[i] = ola[i + KK_NFFT / 2] / env[i + KK_NFFT / 2];
+}
+
+/* mean of the three residual blocks of a stage: (rb0(x) + rb1(x) + rb2(x)) / 3 */
+static int resblock_mean(const choir_kokoro *m, int first, const float *x, int64_t C, int64_t T,
+                         const float *style, float *y, kk_ws *ws) {
+    size_t mark = kk_ws_mark(ws);
+    float *t = kk_ws_floats(ws, C * T);
+    if (!t) return CHOIR_ENOMEM;
+    for (int j = 0; j < 3; j++) {
+        int rc = kk_snakeblock_forward(&m->resblocks[first + j], x, T, style, j ? t : y, ws);
+        if (rc) return rc;
+        if (j) choir_add(y, t, y, C * T);
+    }
+    for (int64_t i = 0; i < C * T; i++) y[i] /= 3.0f;
+    kk_ws_release(ws, mark);
+    return 0;
+}
+
+int kk_generator(const choir_kokoro *m, const float *x, int64_t L, const float *style,
+                 const float *f0, const float *noise, float *audio, kk_ws *ws) {
+    size_t mark = kk_ws_mark(ws);
+    const int64_t F2 = 2 * L;                   /* F0 frames */
+    const int64_t N = F2 * KK_UPSAMPLE;         /* 600 L samples */
+    const int64_t F = N / KK_HOP + 1;           /* STFT frames, 120 L + 1 */
+    const int64_t T0 = 20 * L, T1 = 120 * L;    /* lengths after ups.0, ups.1 */
+
+    float *har = kk_ws_floats(ws, N);                          /* [N] */
+    float *phase_frames = kk_ws_floats(ws, F2 * KK_HARMONICS); /* [2L, 9] */
+    float *S = kk_ws_floats(ws, 2 * KK_NBINS * F);             /* [22, F] */
+    float *x0 = kk_ws_floats(ws, 512 * F2);                    /* [512, 2L] */
+    float *src0 = kk_ws_floats(ws, 256 * T0);                  /* [256, 20L] */
+    float *u0 = kk_ws_floats(ws, 256 * T0);                    /* [256, 20L] */
+    float *x1 = kk_ws_floats(ws, 256 * T0);                    /* [256, 20L] */
+    if (!har || !phase_frames || !S || !x0 || !src0 || !u0 || !x1) return CHOIR_ENOMEM;
+
+    /* (a) harmonic source, (b) its spectrum */
+    harmonic_source(m, f0, F2, noise, har, phase_frames);
+    source_stft(har, N, S, F);
+
+    /* stage 0: [512, 2L] -> [256, 20L] */
+    memcpy(x0, x, 512 * (size_t)F2 * sizeof(float));
+    choir_leaky_relu(x0, 512 * F2, 0.1f);
+    kk_conv1d(&m->noise_convs[0], S, F, 6, 3, 1, src0);
+    int rc = kk_snakeblock_forward(&m->noise_res[0], src0, T0, style, src0, ws);
+    if (rc) return rc;
+    choir_conv_transpose1d(x0, 512, F2, m->ups[0].w, m->ups[0].b, 256, 20, 10, 5, 0, 1, 1, u0);
+    choir_add(u0, src0, u0, 256 * T0);
+    if ((rc = resblock_mean(m, 0, u0, 256, T0, style, x1, ws))) return rc;
+
+    /* stage 1: [256, 20L] -> [128, 120L + 1] */
+    float *src1 = kk_ws_floats(ws, 128 * F);                   /* [128, F] */
+    float *u1raw = kk_ws_floats(ws, 128 * T1);                 /* [128, 120L] */
+    float *u1 = kk_ws_floats(ws, 128 * F);                     /* [128, F] */
+    float *x2 = kk_ws_floats(ws, 128 * F);                     /* [128, F] */
+    if (!src1 || !u1raw || !u1 || !x2) return CHOIR_ENOMEM;
+    choir_leaky_relu(x1, 256 * T0, 0.1f);
+    kk_conv1d(&m->noise_convs[1], S, F, 1, 0, 1, src1);
+    if ((rc = kk_snakeblock_forward(&m->noise_res[1], src1, F, style, src1, ws))) return rc;
+    choir_conv_transpose1d(x1, 256, T0, m->ups[1].w, m->ups[1].b, 128, 12, 6, 3, 0, 1, 1, u1raw);
+    for (int64_t c = 0; c < 128; c++) { /* ReflectionPad1d((1, 0)) */
+        u1[c * F] = u1raw[c * T1 + 1];
+        memcpy(u1 + c * F + 1, u1raw + c * T1, (size_t)T1 * sizeof(float));
+    }
+    choir_add(u1, src1, u1, 128 * F);
+    if ((rc = resblock_mean(m, 3, u1, 128, F, style, x2, ws))) return rc;
+
+    /* conv_post and the inverse STFT */
+    float *post = kk_ws_floats(ws, 2 * KK_NBINS * F);          /* [22, F] */
+    float *ola = kk_ws_floats(ws, KK_HOP * (F - 1) + KK_NFFT);
+    float *env = kk_ws_floats(ws, KK_HOP * (F - 1) + KK_NFFT);
+    if (!post || !ola || !env) return CHOIR_ENOMEM;
+    choir_leaky_relu(x2, 128 * F, 0.01f);
+    kk_conv1d(&m->conv_post, x2, F, 1, 3, 1, post);
+    output_istft(post, F, audio, ola, env);
+    kk_ws_release(ws, mark);
+    return 0;
+}

@@ -1,0 +1,180 @@
+/* Kokoro-82M internals shared by the loader, the blocks and the forward pass.
+ *
+ * Layouts: sequences are channels-first [C, T] for convolutions and norms over
+ * time, time-first [T, C] for LSTMs and linear layers; each buffer's comment
+ * says which. Weight arrays marked f32 are owned by the model (converted and
+ * weight-norm folded at load); choir_weight matrices may point into the
+ * mapped checkpoint. */
+#ifndef CHOIR_KOKORO_INTERNAL_H
+#define CHOIR_KOKORO_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "choir/kokoro.h"
+#include "choir/safetensors.h"
+#include "choir/tensor.h"
+
+#define KK_STYLE 128 /* each half of a voice-pack row */
+#define KK_HIDDEN 512
+#define KK_BERT 768
+#define KK_BERT_EMB 128
+#define KK_BERT_HEADS 12
+#define KK_BERT_FF 2048
+#define KK_BERT_LAYERS 12
+#define KK_NTOKEN 178
+#define KK_MAX_DUR 50
+#define KK_NFFT 20
+#define KK_HOP 5
+#define KK_NBINS 11
+#define KK_HARMONICS 9
+
+typedef struct kk_linear {
+    choir_weight w;        /* [out, in], any storage */
+    const float *b;        /* [out] f32 or NULL */
+} kk_linear;
+
+typedef struct kk_conv {
+    const float *w;        /* Conv1d [out, in/groups, k]; ConvTranspose1d [in, out/groups, k] */
+    const float *b;        /* [out] or NULL */
+    int cin, cout, k;
+} kk_conv;
+
+typedef struct kk_lstm {   /* bidirectional, one layer; [0] forward, [1] reverse */
+    const float *w_ih[2];  /* [4H, In] */
+    const float *w_hh[2];  /* [4H, H] */
+    const float *b_ih[2], *b_hh[2]; /* [4H] */
+    int in, h;
+} kk_lstm;
+
+typedef struct kk_adain {  /* AdaIN1d / AdaLayerNorm: fc(style) -> gamma, beta */
+    kk_linear fc;          /* [2C, 128] */
+    const float *norm_w;   /* [C] instance-norm affine, or NULL (identity) */
+    const float *norm_b;   /* [C] or NULL */
+    int C;
+} kk_adain;
+
+typedef struct kk_resblk {  /* AdainResBlk1d */
+    int cin, cout;
+    bool upsample;
+    kk_adain norm1, norm2;
+    kk_conv conv1, conv2;  /* k3 p1 */
+    kk_conv conv1x1;       /* only when cin != cout (w == NULL otherwise); no bias */
+    kk_conv pool;          /* only when upsample: depthwise ConvTranspose1d k3 s2 [cin,1,3] */
+} kk_resblk;
+
+typedef struct kk_snakeblock { /* AdaINResBlock1 (generator) */
+    int C, k;
+    kk_conv convs1[3], convs2[3];
+    kk_adain adain1[3], adain2[3];
+    const float *alpha1[3], *alpha2[3]; /* [C] */
+} kk_snakeblock;
+
+typedef struct kk_embedding {
+    choir_weight w;        /* [rows, dim]; rows gathered with choir_weight_row_f32 */
+} kk_embedding;
+
+struct choir_kokoro {
+    /* ALBERT (one shared layer applied KK_BERT_LAYERS times) */
+    kk_embedding word_emb, pos_emb, type_emb; /* [178,128], [512,128], [2,128] */
+    const float *emb_ln_w, *emb_ln_b;          /* [128] */
+    kk_linear map_in;                          /* [768,128] */
+    kk_linear q, k, v, dense;                  /* [768,768] */
+    const float *att_ln_w, *att_ln_b;          /* [768] */
+    kk_linear ffn, ffn_out;                    /* [2048,768], [768,2048] */
+    const float *full_ln_w, *full_ln_b;        /* [768] */
+    kk_linear bert_encoder;                    /* [512,768] */
+
+    /* prosody predictor */
+    kk_lstm dur_lstm[3];                       /* In 640, H 256 */
+    kk_adain dur_norm[3];                      /* AdaLayerNorm, C = 512 */
+    kk_lstm pred_lstm;                         /* predictor.lstm */
+    kk_linear dur_proj;                        /* [50,512] */
+    kk_lstm shared;                            /* predictor.shared */
+    kk_resblk f0_blk[3], n_blk[3];
+    kk_conv f0_proj, n_proj;                   /* [1,256,1] */
+
+    /* text encoder */
+    kk_embedding te_emb;                       /* [178,512] */
+    kk_conv te_cnn[3];                         /* [512,512,5] */
+    const float *te_ln_g[3], *te_ln_b[3];      /* [512] */
+    kk_lstm te_lstm;                           /* In 512, H 256 */
+
+    /* decoder */
+    kk_conv f0_conv, n_conv;                   /* [1,1,3] stride 2 */
+    kk_conv asr_res;                           /* [64,512,1] */
+    kk_resblk encode;                          /* 514 -> 1024 */
+    kk_resblk decode[4];                       /* 1090 -> 1024 (x3), 1090 -> 512 upsample */
+
+    /* generator (iSTFTNet) */
+    kk_linear l_linear;                        /* [1,9] */
+    kk_conv noise_convs[2];                    /* [256,22,12] s6 p3; [128,22,1] */
+    kk_snakeblock noise_res[2];                /* (256,k7), (128,k11) */
+    kk_conv ups[2];                            /* [512,256,20] s10 p5; [256,128,12] s6 p3 */
+    kk_snakeblock resblocks[6];                /* 256 x k{3,7,11}, 128 x k{3,7,11} */
+    kk_conv conv_post;                         /* [22,128,7] p3 */
+
+    /* vocabulary: code point -> id (0 = absent), for code points < 0x10000 */
+    uint8_t *vocab;                            /* [65536] */
+
+    /* ownership */
+    choir_st *st;                              /* mapped safetensors, or NULL */
+    struct choir_pth *pth;                     /* opened .pth archive, or NULL */
+    void **owned;                              /* f32 arrays made at load */
+    int n_owned, cap_owned;
+    int64_t weight_bytes;
+};
+
+/* --- per-call workspace ------------------------------------------------- */
+
+/* Scratch memory of one forward pass: blocks are handed out in order and all
+ * freed together. A mark/release pair scopes a block's temporaries. */
+typedef struct kk_ws kk_ws;
+kk_ws *kk_ws_create(int64_t capacity_bytes, choir_err *err);
+void kk_ws_free(kk_ws *ws);
+/* n floats, uninitialised; NULL when the workspace is exhausted. */
+float *kk_ws_floats(kk_ws *ws, int64_t n);
+size_t kk_ws_mark(const kk_ws *ws);
+void kk_ws_release(kk_ws *ws, size_t mark);
+size_t kk_ws_high_water(const kk_ws *ws);
+
+/* --- blocks (kokoro_blocks.c); all return 0 or CHOIR_ENOMEM ------------- */
+
+/* y[cout, Tout] = conv1d(x[cin, T]) with the layer's weight (groups 1). */
+void kk_conv1d(const kk_conv *c, const float *x, int64_t T, int stride, int pad, int dil,
+               float *y);
+/* y[T, 2H] = [forward ; reverse] LSTM over x[T, In]. */
+int kk_bilstm(const kk_lstm *l, const float *x, int64_t T, float *y, kk_ws *ws);
+/* AdaIN1d in place on x[C, T]: instance norm over time (with the norm's
+ * affine), then (1 + gamma) * x + beta from fc(style). */
+int kk_adain1d(const kk_adain *a, float *x, int64_t T, const float *style, kk_ws *ws);
+/* AdaLayerNorm in place on x[T, C]: per time step over C, no affine. */
+int kk_ada_layer_norm(const kk_adain *a, float *x, int64_t T, const float *style, kk_ws *ws);
+/* AdainResBlk1d: x[cin, T] -> y[cout, T or 2T]. */
+int kk_resblk_forward(const kk_resblk *b, const float *x, int64_t T, const float *style, float *y,
+                      kk_ws *ws);
+/* AdaINResBlock1 (Snake): x[C, T] -> y[C, T]. */
+int kk_snakeblock_forward(const kk_snakeblock *b, const float *x, int64_t T, const float *style,
+                          float *y, kk_ws *ws);
+/* y[C, T] = x[T, C]^T */
+void kk_transpose(const float *x, int64_t rows, int64_t cols, float *y);
+
+/* --- generator (kokoro_generator.c) ------------------------------------ */
+
+/* The iSTFTNet generator: x[512, 2L], style[128], F0[2L] (Hz) ->
+ * audio[600 L]. noise NULL = zero noise, else [600L, 9] Gaussian draws. */
+int kk_generator(const choir_kokoro *m, const float *x, int64_t L, const float *style,
+                 const float *f0, const float *noise, float *audio, kk_ws *ws);
+
+/* The decoder alone: asr[512, L], f0 / n [2L], s_dec[128] -> audio[600 L];
+ * noise as for kk_generator. For parity checks that isolate it. */
+int kk_decoder(const choir_kokoro *m, const float *asr, int64_t L, const float *f0,
+               const float *n, const float *s_dec, const float *noise, float *audio, kk_ws *ws);
+
+/* Fills n standard normal floats from a seeded generator (deterministic). */
+void kk_gaussian_fill(float *x, int64_t n, uint64_t seed);
+
+/* --- loader internals (kokoro_load.c) ----------------------------------- */
+int kk_load_vocab(choir_kokoro *m, const char *config_path, choir_err *err);
+
+#endif

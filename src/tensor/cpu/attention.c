@@ -1,0 +1,140 @@
+/* Multi-head scaled dot-product attention for one sequence.
+ *
+ * The fast path splits (head, block of query rows) over the pool: scores for
+ * the block are one sgemm into per-worker scratch, then mask, causal limit,
+ * softmax and one sgemm with V. The reference path, taken when that scratch
+ * cannot be allocated, walks each query row once with an online softmax and
+ * needs no memory at all; tests reach it by injecting the allocation failure. */
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "choir/alloc.h"
+#include "choir/kernels.h"
+#include "choir/pool.h"
+#include "tensor/cpu/cpu_kernels.h"
+
+#define ATTN_QUERY_BLOCK 128
+
+typedef struct attn_job {
+    const choir_cpu_ops *ops;
+    const float *q, *k, *v, *mask;
+    int64_t ldq, ldk, ldv, ldo, Tq, Tk, Dh;
+    int n_head;
+    float scale;
+    bool causal;
+    float *out;
+    float *scratch; /* scratch_rows * Tk floats per worker */
+    int64_t scratch_rows;
+} attn_job;
+
+/* Keys [0, visible) that query row i may see. */
+static int64_t visible_keys(const attn_job *j, int64_t i) {
+    if (!j->causal) return j->Tk;
+    int64_t n = i + (j->Tk - j->Tq) + 1;
+    return n < 0 ? 0 : (n > j->Tk ? j->Tk : n);
+}
+
+/* One query row of one head; out_row doubles as the running accumulator. */
+static void attend_row(const attn_job *j, int64_t head, int64_t i) {
+    const float *qr = j->q + i * j->ldq + head * j->Dh;
+    float *acc = j->out + i * j->ldo + head * j->Dh;
+    memset(acc, 0, (size_t)j->Dh * sizeof(float));
+    float run_max = -INFINITY, run_sum = 0.0f;
+    int64_t nk = visible_keys(j, i);
+    for (int64_t key = 0; key < nk; key++) {
+        float s = j->ops->dot(qr, j->k + key * j->ldk + head * j->Dh, j->Dh) * j->scale;
+        if (j->mask) s += j->mask[i * j->Tk + key];
+        if (s == -INFINITY) continue;
+        if (s > run_max) {
+            /* A new maximum: rescale what was summed so far to the new reference. */
+            float r = expf(run_max - s);
+            j->ops->scale(acc, r, j->Dh);
+            run_sum *= r;
+            run_max = s;
+        }
+        float p = expf(s - run_max);
+        run_sum += p;
+        j->ops->axpy(p, j->v + key * j->ldv + head * j->Dh, acc, j->Dh);
+    }
+    if (run_sum > 0.0f) j->ops->scale(acc, 1.0f / run_sum, j->Dh);
+}
+
+static void attn_rows_range(void *ctx, int64_t begin, int64_t end, int worker) {
+    const attn_job *j = ctx;
+    for (int64_t item = begin; item < end; item++)
+        attend_row(j, item % j->n_head, item / j->n_head);
+}
+
+static void attn_block_range(void *ctx, int64_t begin, int64_t end, int worker) {
+    const attn_job *j = ctx;
+    int64_t blocks = (j->Tq + ATTN_QUERY_BLOCK - 1) / ATTN_QUERY_BLOCK;
+    float *scores = j->scratch + (int64_t)worker * j->scratch_rows * j->Tk;
+    for (int64_t item = begin; item < end; item++) {
+        int64_t head = item / blocks;
+        int64_t i0 = (item % blocks) * ATTN_QUERY_BLOCK;
+        int64_t nq = j->Tq - i0 < ATTN_QUERY_BLOCK ? j->Tq - i0 : ATTN_QUERY_BLOCK;
+        /* Keys past the last row's causal limit are masked for every row: skip them. */
+        int64_t nk = visible_keys(j, i0 + nq - 1);
+        if (nk <= 0) {
+            for (int64_t r = 0; r < nq; r++)
+                memset(j->out + (i0 + r) * j->ldo + head * j->Dh, 0, (size_t)j->Dh * sizeof(float));
+            continue;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)nq, (blasint)nk,
+                    (blasint)j->Dh, j->scale, j->q + i0 * j->ldq + head * j->Dh, (blasint)j->ldq,
+                    j->k + head * j->Dh, (blasint)j->ldk, 0.0f, scores, (blasint)nk);
+        for (int64_t r = 0; r < nq; r++) {
+            float *row = scores + r * nk;
+            if (j->mask) j->ops->add(row, j->mask + (i0 + r) * j->Tk, row, nk);
+            int64_t vis = visible_keys(j, i0 + r);
+            for (int64_t key = vis; key < nk; key++)
+                row[key] = -INFINITY;
+            j->ops->softmax_row(row, nk);
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)nq, (blasint)j->Dh,
+                    (blasint)nk, 1.0f, scores, (blasint)nk, j->v + head * j->Dh, (blasint)j->ldv,
+                    0.0f, j->out + i0 * j->ldo + head * j->Dh, (blasint)j->ldo);
+    }
+}
+
+void choir_attention(const float *q, int64_t ldq, const float *k, int64_t ldk, const float *v,
+                     int64_t ldv, float *out, int64_t ldo, int64_t Tq, int64_t Tk, int n_head,
+                     int64_t Dh, float scale, const float *mask, bool causal) {
+    if (Tq <= 0 || n_head <= 0 || Dh <= 0) return;
+    attn_job j = {choir_cpu_ops_now(),
+                  q,
+                  k,
+                  v,
+                  mask,
+                  ldq,
+                  ldk,
+                  ldv,
+                  ldo,
+                  Tq,
+                  Tk,
+                  Dh,
+                  n_head,
+                  scale,
+                  causal,
+                  out,
+                  NULL,
+                  0};
+    choir_pool *pool = choir_pool_default();
+    if (Tk > 0) {
+        choir_blas_init();
+        int threads = choir_pool_threads(pool);
+        int64_t rows = Tq < ATTN_QUERY_BLOCK ? Tq : ATTN_QUERY_BLOCK;
+        j.scratch_rows = rows;
+        j.scratch = choir_alloc(CHOIR_MEM_ACTIVATIONS,
+                                (size_t)threads * (size_t)rows * (size_t)Tk * sizeof(float));
+    }
+    if (j.scratch) {
+        int64_t blocks = (Tq + ATTN_QUERY_BLOCK - 1) / ATTN_QUERY_BLOCK;
+        choir_pool_parallel_for(pool, blocks * n_head, 1, attn_block_range, &j);
+        choir_free(j.scratch);
+        return;
+    }
+    int64_t grain = 65536 / (Tk * Dh + 1) + 1;
+    choir_pool_parallel_for(pool, Tq * n_head, grain, attn_rows_range, &j);
+}

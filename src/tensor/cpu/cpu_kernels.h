@@ -1,0 +1,78 @@
+/* Internal: the kernel twins behind include/choir/kernels.h.
+ *
+ * Each hot inner loop has a portable C version (choir_ref_*) and, on x86-64,
+ * an AVX2/FMA/F16C version (choir_avx2_*, in cpu/x86/, compiled with those
+ * instruction sets). The public kernels pick one per call from the ISA in use,
+ * so tests can force the reference and compare. Only call choir_avx2_* when
+ * choir_kernels_isa() == CHOIR_ISA_AVX2. */
+#ifndef CHOIR_CPU_KERNELS_H
+#define CHOIR_CPU_KERNELS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "choir/kernels.h"
+
+/* True when the AVX2 twins may run now. */
+static inline bool choir_use_avx2(void) {
+#if defined(CHOIR_X86)
+    return choir_kernels_isa() == CHOIR_ISA_AVX2;
+#else
+    return false;
+#endif
+}
+
+/* Sets OpenBLAS to one thread, once: choir's pool does all kernel threading,
+ * so BLAS calls made from pool workers never nest thread pools. */
+void choir_blas_init(void);
+
+/* A table of the twin-able inner loops. */
+typedef struct choir_cpu_ops {
+    float (*dot)(const float *a, const float *b, int64_t n);
+    float (*dot_f16)(const uint16_t *w, const float *x, int64_t n);
+    float (*dot_bf16)(const uint16_t *w, const float *x, int64_t n);
+    /* out[m] = w . x[m * ldx ..] for four input rows m = 0..3: one pass over
+     * the weight row serves four inputs (small-batch linear layers). */
+    void (*dot4)(const float *w, const float *x, int64_t ldx, int64_t n, float *out);
+    void (*dot4_f16)(const uint16_t *w, const float *x, int64_t ldx, int64_t n, float *out);
+    void (*dot4_bf16)(const uint16_t *w, const float *x, int64_t ldx, int64_t n, float *out);
+    void (*f16_to_f32)(const uint16_t *src, float *dst, int64_t n);
+    void (*f32_to_f16)(const float *src, uint16_t *dst, int64_t n);
+    void (*bf16_to_f32)(const uint16_t *src, float *dst, int64_t n);
+    void (*f32_to_bf16)(const float *src, uint16_t *dst, int64_t n);
+    void (*add)(const float *a, const float *b, float *y, int64_t n);
+    void (*mul)(const float *a, const float *b, float *y, int64_t n);
+    void (*scale)(float *x, float s, int64_t n);
+    void (*axpy)(float a, const float *x, float *y, int64_t n); /* y += a*x */
+    void (*gelu_erf)(float *x, int64_t n);
+    void (*gelu_tanh)(float *x, int64_t n);
+    void (*leaky_relu)(float *x, int64_t n, float slope);
+    void (*sigmoid)(float *x, int64_t n);
+    void (*tanh)(float *x, int64_t n);
+    void (*silu)(float *x, int64_t n);
+    /* x += inv_alpha * sin(alpha * x)^2 */
+    void (*snake)(float *x, int64_t n, float alpha, float inv_alpha);
+    /* Mean and biased variance of x[n] (two passes). */
+    void (*mean_var)(const float *x, int64_t n, float *mean, float *var);
+    /* y = (x - mean) * inv * gamma + beta, gamma/beta may be NULL. */
+    void (*normalize)(const float *x, float *y, int64_t n, float mean, float inv,
+                      const float *gamma, const float *beta);
+    /* y = (x - mean) * a + b with scalar a, b. */
+    void (*affine)(const float *x, float *y, int64_t n, float mean, float a, float b);
+    void (*softmax_row)(float *x, int64_t n);
+} choir_cpu_ops;
+
+extern const choir_cpu_ops choir_cpu_ops_ref;
+#if defined(CHOIR_X86)
+extern const choir_cpu_ops choir_cpu_ops_avx2;
+#endif
+
+/* The table for the ISA in use now. */
+static inline const choir_cpu_ops *choir_cpu_ops_now(void) {
+#if defined(CHOIR_X86)
+    if (choir_kernels_isa() == CHOIR_ISA_AVX2) return &choir_cpu_ops_avx2;
+#endif
+    return &choir_cpu_ops_ref;
+}
+
+#endif

@@ -1,0 +1,360 @@
+/* AVX2/FMA/F16C twins of the hot inner loops (see cpu_kernels.h). Loop tails
+ * go through an 8-float stack block so every lane runs the same vector code
+ * and no load reads past the caller's array. */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "tensor/cpu/cpu_kernels.h"
+#include "tensor/cpu/x86/avx2_math.h"
+
+/* Applies `vec_expr` (a function of __m256 v) to x[n] in place. */
+#define UNARY_INPLACE(x, n, vec_expr)                                                              \
+    do {                                                                                           \
+        int64_t i_ = 0;                                                                            \
+        for (; i_ + 8 <= (n); i_ += 8) {                                                           \
+            __m256 v = _mm256_loadu_ps((x) + i_);                                                  \
+            _mm256_storeu_ps((x) + i_, (vec_expr));                                                \
+        }                                                                                          \
+        if (i_ < (n)) {                                                                            \
+            float tail_[8] = {0};                                                                  \
+            size_t rem_ = (size_t)((n)-i_);                                                        \
+            memcpy(tail_, (x) + i_, rem_ * sizeof(float));                                         \
+            __m256 v = _mm256_loadu_ps(tail_);                                                     \
+            _mm256_storeu_ps(tail_, (vec_expr));                                                   \
+            memcpy((x) + i_, tail_, rem_ * sizeof(float));                                         \
+        }                                                                                          \
+    } while (0)
+
+static float avx2_dot(const float *a, const float *b, int64_t n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    __m256 s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8)
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    if (i < n) {
+        __m256i m = choir_tail_mask(n - i);
+        s1 = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m), s1);
+    }
+    return choir_hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+}
+
+static inline __m256 load_f16(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+static inline __m256 load_bf16(const uint16_t *p) {
+    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+static float avx2_dot_f16(const uint16_t *w, const float *x, int64_t n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(load_f16(w + i), _mm256_loadu_ps(x + i), s0);
+        s1 = _mm256_fmadd_ps(load_f16(w + i + 8), _mm256_loadu_ps(x + i + 8), s1);
+    }
+    float s = choir_hsum256(_mm256_add_ps(s0, s1));
+    for (; i < n; i++)
+        s += choir_f16_to_f32(w[i]) * x[i];
+    return s;
+}
+
+static float avx2_dot_bf16(const uint16_t *w, const float *x, int64_t n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(load_bf16(w + i), _mm256_loadu_ps(x + i), s0);
+        s1 = _mm256_fmadd_ps(load_bf16(w + i + 8), _mm256_loadu_ps(x + i + 8), s1);
+    }
+    float s = choir_hsum256(_mm256_add_ps(s0, s1));
+    for (; i < n; i++)
+        s += choir_bf16_to_f32(w[i]) * x[i];
+    return s;
+}
+
+/* Four input rows against one weight row; `load_w` widens 8 weights to f32. */
+#define DOT4_BODY(load_w, scalar_w)                                                                \
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();                                     \
+    __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();                                     \
+    const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx, *x3 = x + 3 * ldx;                      \
+    int64_t i = 0;                                                                                 \
+    for (; i + 8 <= n; i += 8) {                                                                   \
+        __m256 wv = load_w(w + i);                                                                 \
+        a0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x0 + i), a0);                                     \
+        a1 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x1 + i), a1);                                     \
+        a2 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x2 + i), a2);                                     \
+        a3 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x3 + i), a3);                                     \
+    }                                                                                              \
+    out[0] = choir_hsum256(a0), out[1] = choir_hsum256(a1);                                        \
+    out[2] = choir_hsum256(a2), out[3] = choir_hsum256(a3);                                        \
+    for (; i < n; i++) {                                                                           \
+        float wi = scalar_w(w[i]);                                                                 \
+        out[0] += wi * x0[i], out[1] += wi * x1[i], out[2] += wi * x2[i], out[3] += wi * x3[i];    \
+    }
+
+static inline float f32_id(float v) { return v; }
+
+static void avx2_dot4(const float *w, const float *x, int64_t ldx, int64_t n, float *out) {
+    DOT4_BODY(_mm256_loadu_ps, f32_id)
+}
+static void avx2_dot4_f16(const uint16_t *w, const float *x, int64_t ldx, int64_t n, float *out) {
+    DOT4_BODY(load_f16, choir_f16_to_f32)
+}
+static void avx2_dot4_bf16(const uint16_t *w, const float *x, int64_t ldx, int64_t n, float *out) {
+    DOT4_BODY(load_bf16, choir_bf16_to_f32)
+}
+
+static void avx2_f16_to_f32(const uint16_t *src, float *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, load_f16(src + i));
+    for (; i < n; i++)
+        dst[i] = choir_f16_to_f32(src[i]);
+}
+
+static void avx2_f32_to_f16(const float *src, uint16_t *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+        _mm_storeu_si128((__m128i *)(dst + i), h);
+    }
+    for (; i < n; i++)
+        dst[i] = choir_f32_to_f16(src[i]);
+}
+
+static void avx2_bf16_to_f32(const uint16_t *src, float *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, load_bf16(src + i));
+    for (; i < n; i++)
+        dst[i] = choir_bf16_to_f32(src[i]);
+}
+
+static void avx2_f32_to_bf16(const float *src, uint16_t *dst, int64_t n) {
+    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff);
+    const __m256i quiet = _mm256_set1_epi32(0x40);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 f = _mm256_loadu_ps(src + i);
+        __m256i b = _mm256_castps_si256(f);
+        __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), one);
+        __m256i r = _mm256_srli_epi32(_mm256_add_epi32(b, _mm256_add_epi32(bias, lsb)), 16);
+        __m256i nanv = _mm256_or_si256(_mm256_srli_epi32(b, 16), quiet);
+        __m256 isnan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
+        r = _mm256_castps_si256(
+            _mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(nanv), isnan));
+        __m128i packed =
+            _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+        _mm_storeu_si128((__m128i *)(dst + i), packed);
+    }
+    for (; i < n; i++)
+        dst[i] = choir_f32_to_bf16(src[i]);
+}
+
+static void avx2_add(const float *a, const float *b, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+    for (; i < n; i++)
+        y[i] = a[i] + b[i];
+}
+
+static void avx2_mul(const float *a, const float *b, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+    for (; i < n; i++)
+        y[i] = a[i] * b[i];
+}
+
+static void avx2_scale(float *x, float s, int64_t n) {
+    __m256 vs = _mm256_set1_ps(s);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
+    for (; i < n; i++)
+        x[i] *= s;
+}
+
+static void avx2_axpy(float a, const float *x, float *y, int64_t n) {
+    __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i,
+                         _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++)
+        y[i] += a * x[i];
+}
+
+static void avx2_gelu_erf(float *x, int64_t n) {
+    const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+    const __m256 rsqrt2 = _mm256_set1_ps(0.70710678118654752f);
+    UNARY_INPLACE(x, n,
+                  _mm256_mul_ps(_mm256_mul_ps(half, v),
+                                _mm256_add_ps(one, choir_erf256(_mm256_mul_ps(v, rsqrt2)))));
+}
+
+static void avx2_gelu_tanh(float *x, int64_t n) {
+    const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+    const __m256 c0 = _mm256_set1_ps(0.7978845608028654f), c1 = _mm256_set1_ps(0.044715f);
+    UNARY_INPLACE(
+        x, n,
+        _mm256_mul_ps(_mm256_mul_ps(half, v),
+                      _mm256_add_ps(one, choir_tanh256(_mm256_mul_ps(
+                                             c0, _mm256_fmadd_ps(_mm256_mul_ps(c1, v),
+                                                                 _mm256_mul_ps(v, v), v))))));
+}
+
+static void avx2_leaky_relu(float *x, int64_t n, float slope) {
+    const __m256 vs = _mm256_set1_ps(slope), zero = _mm256_setzero_ps();
+    UNARY_INPLACE(x, n,
+                  _mm256_blendv_ps(_mm256_mul_ps(v, vs), v, _mm256_cmp_ps(v, zero, _CMP_GE_OQ)));
+}
+
+static void avx2_sigmoid(float *x, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    UNARY_INPLACE(x, n,
+                  _mm256_div_ps(one, _mm256_add_ps(one, choir_exp256(_mm256_sub_ps(zero, v)))));
+}
+
+static void avx2_tanh(float *x, int64_t n) { UNARY_INPLACE(x, n, choir_tanh256(v)); }
+
+static void avx2_silu(float *x, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    UNARY_INPLACE(x, n, _mm256_div_ps(v, _mm256_add_ps(one, choir_exp256(_mm256_sub_ps(zero, v)))));
+}
+
+static void avx2_snake(float *x, int64_t n, float alpha, float inv_alpha) {
+    const __m256 va = _mm256_set1_ps(alpha), vi = _mm256_set1_ps(inv_alpha);
+    UNARY_INPLACE(x, n, _mm256_fmadd_ps(vi, choir_sin2_256(_mm256_mul_ps(va, v)), v));
+}
+
+static void avx2_mean_var(const float *x, int64_t n, float *mean, float *var) {
+    if (n <= 0) {
+        *mean = 0;
+        *var = 0;
+        return;
+    }
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_add_ps(s0, _mm256_loadu_ps(x + i));
+        s1 = _mm256_add_ps(s1, _mm256_loadu_ps(x + i + 8));
+    }
+    float s = choir_hsum256(_mm256_add_ps(s0, s1));
+    for (; i < n; i++)
+        s += x[i];
+    float m = s / (float)n;
+    __m256 vm = _mm256_set1_ps(m);
+    s0 = _mm256_setzero_ps();
+    s1 = _mm256_setzero_ps();
+    for (i = 0; i + 16 <= n; i += 16) {
+        __m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(x + i), vm);
+        __m256 d1 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vm);
+        s0 = _mm256_fmadd_ps(d0, d0, s0);
+        s1 = _mm256_fmadd_ps(d1, d1, s1);
+    }
+    float q = choir_hsum256(_mm256_add_ps(s0, s1));
+    for (; i < n; i++)
+        q += (x[i] - m) * (x[i] - m);
+    *mean = m;
+    *var = q / (float)n;
+}
+
+static void avx2_normalize(const float *x, float *y, int64_t n, float mean, float inv,
+                           const float *gamma, const float *beta) {
+    const __m256 vm = _mm256_set1_ps(mean), vi = _mm256_set1_ps(inv);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vi);
+        if (gamma) v = _mm256_mul_ps(v, _mm256_loadu_ps(gamma + i));
+        if (beta) v = _mm256_add_ps(v, _mm256_loadu_ps(beta + i));
+        _mm256_storeu_ps(y + i, v);
+    }
+    for (; i < n; i++) {
+        float v = (x[i] - mean) * inv;
+        if (gamma) v *= gamma[i];
+        if (beta) v += beta[i];
+        y[i] = v;
+    }
+}
+
+static void avx2_affine(const float *x, float *y, int64_t n, float mean, float a, float b) {
+    const __m256 vm = _mm256_set1_ps(mean), va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), va, vb));
+    for (; i < n; i++)
+        y[i] = (x[i] - mean) * a + b;
+}
+
+static void avx2_softmax_row(float *x, int64_t n) {
+    if (n <= 0) return;
+    __m256 vmax = _mm256_set1_ps(-INFINITY);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(x + i));
+    float mx = choir_hmax256(vmax);
+    for (; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    if (mx == -INFINITY) {
+        memset(x, 0, (size_t)n * sizeof(float));
+        return;
+    }
+    const __m256 vm = _mm256_set1_ps(mx);
+    __m256 vsum = _mm256_setzero_ps();
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 e = choir_exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+        _mm256_storeu_ps(x + i, e);
+        vsum = _mm256_add_ps(vsum, e);
+    }
+    if (i < n) {
+        /* Dead tail lanes hold -inf, whose exp is exactly 0 and adds nothing. */
+        float tail[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                         -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+        size_t rem = (size_t)(n - i);
+        memcpy(tail, x + i, rem * sizeof(float));
+        __m256 e = choir_exp256(_mm256_sub_ps(_mm256_loadu_ps(tail), vm));
+        _mm256_storeu_ps(tail, e);
+        vsum = _mm256_add_ps(vsum, e);
+        memcpy(x + i, tail, rem * sizeof(float));
+    }
+    float s = choir_hsum256(vsum);
+    avx2_scale(x, 1.0f / s, n);
+}
+
+const choir_cpu_ops choir_cpu_ops_avx2 = {
+    .dot = avx2_dot,
+    .dot_f16 = avx2_dot_f16,
+    .dot_bf16 = avx2_dot_bf16,
+    .dot4 = avx2_dot4,
+    .dot4_f16 = avx2_dot4_f16,
+    .dot4_bf16 = avx2_dot4_bf16,
+    .f16_to_f32 = avx2_f16_to_f32,
+    .f32_to_f16 = avx2_f32_to_f16,
+    .bf16_to_f32 = avx2_bf16_to_f32,
+    .f32_to_bf16 = avx2_f32_to_bf16,
+    .add = avx2_add,
+    .mul = avx2_mul,
+    .scale = avx2_scale,
+    .axpy = avx2_axpy,
+    .gelu_erf = avx2_gelu_erf,
+    .gelu_tanh = avx2_gelu_tanh,
+    .leaky_relu = avx2_leaky_relu,
+    .sigmoid = avx2_sigmoid,
+    .tanh = avx2_tanh,
+    .silu = avx2_silu,
+    .snake = avx2_snake,
+    .mean_var = avx2_mean_var,
+    .normalize = avx2_normalize,
+    .affine = avx2_affine,
+    .softmax_row = avx2_softmax_row,
+};

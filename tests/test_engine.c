@@ -1,0 +1,559 @@
+/* The threaded engine with fake models: results reach the right callers
+ * unchanged by batching, streaming delivers pieces in order, and refusals,
+ * cancellation, deadlines, lazy loading with LRU unloading, arena
+ * recalibration and shutdown behave as engine.h promises. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#include "choir/alloc.h"
+#include "choir/engine.h"
+#include "choir/log.h"
+#include "engine/fake_model.h"
+
+#define MAX_AUDIO (24000 * 8)
+
+typedef struct collected {
+    pthread_mutex_t lock;
+    float *audio;
+    int64_t n_audio;
+    char text[256];
+    int outputs, finals, final_status;
+} collected;
+
+static int collect(void *user, const choir_output *out)
+{
+    collected *c = user;
+    pthread_mutex_lock(&c->lock);
+    if (out->samples && out->n_samples > 0) {
+        if (!c->audio)
+            c->audio = calloc(MAX_AUDIO, sizeof *c->audio);
+        int64_t n = out->n_samples;
+        if (c->n_audio + n > MAX_AUDIO)
+            n = MAX_AUDIO - c->n_audio;
+        memcpy(c->audio + c->n_audio, out->samples, (size_t)n * sizeof *out->samples);
+        c->n_audio += n;
+    }
+    if (out->text)
+        snprintf(c->text, sizeof c->text, "%s", out->text);
+    c->outputs++;
+    if (out->final) {
+        c->finals++;
+        c->final_status = out->status;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return 0;
+}
+
+static void collected_init(collected *c)
+{
+    memset(c, 0, sizeof *c);
+    pthread_mutex_init(&c->lock, NULL);
+}
+
+static void collected_free(collected *c)
+{
+    free(c->audio);
+    pthread_mutex_destroy(&c->lock);
+}
+
+static const char *model_dir(const char *name, const choir_fake_params *p)
+{
+    const char *dir = tu_tmpfile(name);
+    choir_err err;
+    assert_int_equal(choir_fake_model_write(dir, p, &err), 0);
+    return dir;
+}
+
+static choir_engine *engine_with(const choir_engine_params *p, const char *id, const char *dir)
+{
+    choir_err err = {0};
+    choir_engine *e = choir_engine_create(p, &err);
+    assert_non_null(e);
+    if (id)
+        assert_int_equal(choir_engine_add_model(e, id, dir, &choir_model_fake, &err), 0);
+    return e;
+}
+
+static choir_job tts_job(const char *text, collected *c)
+{
+    choir_job j = {0};
+    j.req.task = CHOIR_TASK_TTS;
+    j.req.in.tts.text = text;
+    j.priority = CHOIR_PRIORITY_NORMAL;
+    j.on_output = c ? collect : NULL;
+    j.user = c;
+    return j;
+}
+
+static void check_tts_audio(const collected *c, const char *text)
+{
+    int64_t want = (int64_t)strlen(text) * CHOIR_FAKE_TTS_SAMPLES_PER_CHAR;
+    assert_int_equal(c->n_audio, want);
+    for (int64_t i = 0; i < want; i++)
+        if (c->audio[i] != choir_fake_tts_sample(text, i))
+            fail_msg("sample %lld of '%s' differs", (long long)i, text);
+}
+
+static const char *texts[] = {
+    "Hello there.", "A short one.", "The quick brown fox jumps over the lazy dog.", "Choir sings.",
+    "Speech from text, batched by length.", "Twelve chars", "Another sentence of moderate size here.",
+    "Tiny.", "Results must not depend on their batch companions.", "One more line of text to read aloud.",
+};
+#define N_TEXTS (int)(sizeof texts / sizeof texts[0])
+
+/* Runs 4 x N_TEXTS TTS requests at once; returns the largest batch seen. */
+static int run_tts_set(const choir_engine_params *p, collected *out, int n, int stream)
+{
+    choir_fake_params fp = {.fixed_ms = 5, .per_unit_us = 20, .bytes_per_unit = 64};
+    choir_engine *e = engine_with(p, "fake", model_dir("tts", &fp));
+    choir_ticket **t = calloc((size_t)n, sizeof *t);
+    for (int i = 0; i < n; i++) {
+        collected_init(&out[i]);
+        choir_job j = tts_job(texts[i % N_TEXTS], &out[i]);
+        j.req.stream = stream;
+        choir_err err;
+        t[i] = choir_engine_submit(e, &j, NULL, &err);
+        assert_non_null(t[i]);
+    }
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(choir_ticket_wait(t[i], 30, NULL), 0);
+        choir_ticket_free(t[i]);
+    }
+    choir_engine_stats st;
+    choir_engine_get_stats(e, &st);
+    assert_int_equal(st.completed, (uint64_t)n);
+    int largest = 0;
+    for (int b = 0; b <= CHOIR_BATCH_HIST_MAX; b++)
+        if (st.batch_size[b])
+            largest = b;
+    free(t);
+    choir_engine_free(e);
+    return largest;
+}
+
+static void test_batched_equals_sequential(void **state)
+{
+    (void)state;
+    int n = 4 * N_TEXTS;
+    collected *batched = calloc((size_t)n, sizeof *batched), *seq = calloc((size_t)n, sizeof *seq);
+    choir_engine_params p = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
+    p.memory_budget = 256 << 20;
+    p.workers = 2;
+    p.wait_short_ms = 30;
+    int big = run_tts_set(&p, batched, n, 0);
+    assert_true(big > 1);
+    p.max_batch = 1;
+    p.workers = 1;
+    assert_int_equal(run_tts_set(&p, seq, n, 0), 1);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(batched[i].finals, 1);
+        assert_int_equal(batched[i].outputs, 1);
+        check_tts_audio(&batched[i], texts[i % N_TEXTS]);
+        assert_int_equal(batched[i].n_audio, seq[i].n_audio);
+        assert_memory_equal(batched[i].audio, seq[i].audio, (size_t)seq[i].n_audio * sizeof(float));
+        collected_free(&batched[i]);
+        collected_free(&seq[i]);
+    }
+    free(batched);
+    free(seq);
+}
+
+static void test_streaming_pieces(void **state)
+{
+    (void)state;
+    int n = 8;
+    collected c[8];
+    choir_engine_params p = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
+    p.memory_budget = 256 << 20;
+    run_tts_set(&p, c, n, 1);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(c[i].outputs, 4);
+        assert_int_equal(c[i].finals, 1);
+        check_tts_audio(&c[i], texts[i % N_TEXTS]);
+        collected_free(&c[i]);
+    }
+}
+
+static void test_stt_text_and_partials(void **state)
+{
+    (void)state;
+    choir_fake_params fp = {.fixed_ms = 2, .bytes_per_unit = 8};
+    choir_engine_params p = choir_engine_default_params(CHOIR_PROFILE_REALTIME_STT);
+    p.memory_budget = 128 << 20;
+    choir_engine *e = engine_with(&p, "stt", model_dir("stt", &fp));
+    float *x = calloc(16000, sizeof *x);
+    tu_fill_uniform(x, 16000, 3, -1, 1);
+    collected c;
+    collected_init(&c);
+    choir_job j = {.req.task = CHOIR_TASK_STT, .on_output = collect, .user = &c};
+    j.req.in.stt.samples = x;
+    j.req.in.stt.n_samples = 16000;
+    j.req.stream = 1;
+    choir_ticket *t = choir_engine_submit(e, &j, NULL, NULL);
+    assert_non_null(t);
+    assert_int_equal(choir_ticket_wait(t, 10, NULL), 0);
+    choir_ticket_free(t);
+    assert_int_equal(c.outputs, 4);
+    assert_non_null(strstr(c.text, "16000 samples, checksum"));
+    /* the realtime-stt profile refuses more than 5 minutes of audio */
+    choir_reject_reason why;
+    choir_err err;
+    j.req.in.stt.n_samples = 16000 * 301;
+    float *long_x = calloc((size_t)j.req.in.stt.n_samples, sizeof *long_x);
+    j.req.in.stt.samples = long_x;
+    assert_null(choir_engine_submit(e, &j, &why, &err));
+    assert_int_equal(err.code, CHOIR_ETOOBIG);
+    assert_int_equal(why, CHOIR_REJECT_TOO_LARGE);
+    choir_engine_stats st;
+    choir_engine_get_stats(e, &st);
+    assert_true(fabs(st.audio_seconds - 1.0) < 1e-9);
+    free(long_x);
+    free(x);
+    collected_free(&c);
+    choir_engine_free(e);
+}
+
+static void test_refusals_and_cancel(void **state)
+{
+    (void)state;
+    choir_fake_params fp = {.fixed_ms = 300, .bytes_per_unit = 64};
+    choir_engine_params p = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
+    p.memory_budget = 64 << 20;
+    p.queue_capacity = 2;
+    p.max_batch = 1;
+    p.workers = 1;
+    choir_engine *e = engine_with(&p, "slow", model_dir("slow", &fp));
+    choir_err err;
+    choir_reject_reason why;
+    choir_job j = tts_job("running first", NULL);
+    choir_ticket *running = choir_engine_submit(e, &j, &why, &err);
+    assert_non_null(running);
+    /* wait until it left the queue */
+    for (int i = 0; i < 200; i++) {
+        choir_engine_stats st;
+        choir_engine_get_stats(e, &st);
+        if (st.running == 1)
+            break;
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
+    }
+    choir_ticket *q1 = choir_engine_submit(e, &j, &why, &err);
+    j.timeout_s = 0.05;
+    choir_ticket *q2 = choir_engine_submit(e, &j, &why, &err);
+    assert_non_null(q1);
+    assert_non_null(q2);
+    j.timeout_s = 0;
+    assert_null(choir_engine_submit(e, &j, &why, &err));
+    assert_int_equal(err.code, CHOIR_EBUSY);
+    assert_int_equal(why, CHOIR_REJECT_QUEUE_FULL);
+    assert_true(choir_engine_retry_after(e) >= 1);
+    /* q2's deadline passes while it waits behind the running request */
+    assert_int_equal(choir_ticket_wait(q2, 5, &err), CHOIR_ETIMEDOUT);
+    assert_int_equal(choir_ticket_reason(q2), CHOIR_REJECT_DEADLINE);
+    /* a cancelled queued request ends at once, with its reason */
+    choir_ticket_cancel(q1);
+    assert_int_equal(choir_ticket_wait(q1, 0.1, &err), CHOIR_ECANCELED);
+    assert_int_equal(choir_ticket_reason(q1), CHOIR_REJECT_CANCELLED);
+    assert_int_equal(choir_ticket_wait(running, 5, &err), 0);
+    /* unknown model, too large for the budget, bad input */
+    j.model_id = "nope";
+    assert_null(choir_engine_submit(e, &j, &why, &err));
+    assert_int_equal(err.code, CHOIR_ENOTFOUND);
+    j.model_id = NULL;
+    static char huge[1 << 21];
+    memset(huge, 'a', sizeof huge - 1);
+    j.req.in.tts.text = huge; /* 2 MiB of text * 64 bytes > 64 MiB */
+    assert_null(choir_engine_submit(e, &j, &why, &err));
+    assert_int_equal(err.code, CHOIR_ETOOBIG);
+    assert_int_equal(why, CHOIR_REJECT_TOO_LARGE);
+    j.req.in.tts.text = "";
+    assert_null(choir_engine_submit(e, &j, &why, &err));
+    assert_int_equal(err.code, CHOIR_EINVAL);
+    choir_engine_stats st;
+    choir_engine_get_stats(e, &st);
+    assert_int_equal(st.rejected[CHOIR_REJECT_QUEUE_FULL], 1);
+    assert_int_equal(st.rejected[CHOIR_REJECT_DEADLINE], 1);
+    assert_int_equal(st.rejected[CHOIR_REJECT_CANCELLED], 1);
+    assert_int_equal(st.rejected[CHOIR_REJECT_TOO_LARGE], 1);
+    assert_int_equal(st.completed, 1);
+    choir_ticket_free(running);
+    choir_ticket_free(q1);
+    choir_ticket_free(q2);
+    choir_engine_free(e);
+}
+
+/* Two models whose weights do not fit together take turns; each request
+ * completes, the idle one is unloaded to make room. */
+static void test_lazy_load_and_lru(void **state)
+{
+    (void)state;
+    choir_fake_params fp = {.fixed_ms = 2, .bytes_per_unit = 64, .weights_bytes = 60 << 20, .load_ms = 5};
+    choir_engine_params p = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
+    p.memory_budget = 100 << 20;
+    p.high_water = 0.99;
+    p.low_water = 0.95;
+    choir_engine *e = engine_with(&p, "a", model_dir("a", &fp));
+    choir_err err;
+    assert_int_equal(choir_engine_add_model(e, "b", model_dir("b", &fp), &choir_model_fake, &err), 0);
+    assert_int_equal(choir_engine_add_model(e, "a", model_dir("b", &fp), &choir_model_fake, &err), CHOIR_EINVAL);
+    choir_engine_stats st;
+    choir_engine_get_stats(e, &st);
+    assert_int_equal(st.weights_resident, 0); /* nothing loads before it is needed */
+    for (int i = 0; i < 6; i++) {
+        choir_job j = tts_job("switching models", NULL);
+        j.model_id = i % 2 ? "b" : "a";
+        choir_ticket *t = choir_engine_submit(e, &j, NULL, &err);
+        assert_non_null(t);
+        assert_int_equal(choir_ticket_wait(t, 10, &err), 0);
+        choir_ticket_free(t);
+        choir_engine_get_stats(e, &st);
+        assert_true(st.weights_resident <= p.memory_budget);
+    }
+    choir_engine_model_info info[4];
+    assert_int_equal(choir_engine_models(e, info, 4), 2);
+    assert_string_equal(info[0].id, "a");
+    assert_string_equal(info[1].kind, "choir-fake");
+    assert_int_equal(info[0].loaded, 0);
+    assert_int_equal(info[1].loaded, 1); /* the last one used stays */
+    assert_int_equal(info[1].resident_bytes, 60 << 20);
+    choir_engine_get_stats(e, &st);
+    assert_int_equal(st.model_loads, 6);
+    assert_int_equal(st.model_unloads, 5);
+    assert_int_equal(st.weights_resident, 60 << 20);
+    choir_engine_free(e);
+}
+
+/* A model that needs 3x its declared estimate overflows its arena once, is
+ * retried with a recalibrated reservation, and every request completes. */
+static void test_arena_overflow_retry(void **state)
+{
+    (void)state;
+    choir_fake_params fp = {.fixed_ms = 1, .bytes_per_unit = 64, .true_ratio = 3};
+    choir_engine_params p = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
+    p.memory_budget = 64 << 20;
+    p.wait_short_ms = 1;
+    choir_log_set_level(CHOIR_LOG_ERROR);
+    choir_engine *e = engine_with(&p, "hungry", model_dir("hungry", &fp));
+    for (int round = 0; round < 3; round++) {
+        choir_ticket *t[4];
+        collected c[4];
+        for (int i = 0; i < 4; i++) {
+            collected_init(&c[i]);
+            choir_job j = tts_job(texts[i], &c[i]);
+            t[i] = choir_engine_submit(e, &j, NULL, NULL);
+            assert_non_null(t[i]);
+        }
+        for (int i = 0; i < 4; i++) {
+            assert_int_equal(choir_ticket_wait(t[i], 10, NULL), 0);
+            check_tts_audio(&c[i], texts[i]);
+            choir_ticket_free(t[i]);
+            collected_free(&c[i]);
+        }
+    }
+    choir_log_set_level(CHOIR_LOG_WARN);
+    choir_engine_stats st;
+    choir_engine_get_stats(e, &st);
+    assert_int_equal(st.completed, 12);
+    assert_int_equal(st.failed, 0);
+    assert_true(st.arena_peak > 0);
+    choir_engine_free(e);
+}
+
+static void test_model_failure_is_per_request(void **state)
+{
+    (void)state;
+    choir_fake_params fp = {.fixed_ms = 1, .bytes_per_unit = 64, .fail_on_length = 5};
+    choir_engine_params p = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
+    p.memory_budget = 64 << 20;
+    choir_engine *e = engine_with(&p, "picky", model_dir("picky", &fp));
+    collected good, bad;
+    collected_init(&good);
+    collected_init(&bad);
+    choir_job jg = tts_job("fine!", &good), jb = tts_job("Tiny.", &bad);
+    jg.req.in.tts.text = "four";
+    choir_ticket *tg = choir_engine_submit(e, &jg, NULL, NULL), *tb = choir_engine_submit(e, &jb, NULL, NULL);
+    choir_err err;
+    assert_int_equal(choir_ticket_wait(tb, 10, &err), CHOIR_EINVAL);
+    assert_non_null(strstr(err.msg, "refuses length 5"));
+    assert_int_equal(choir_ticket_reason(tb), CHOIR_REJECT_FAILED);
+    assert_int_equal(bad.finals, 1);
+    assert_int_equal(bad.final_status, CHOIR_EINVAL);
+    assert_int_equal(choir_ticket_wait(tg, 10, &err), 0);
+    check_tts_audio(&good, "four");
+    choir_ticket_free(tg);
+    choir_ticket_free(tb);
+    collected_free(&good);
+    collected_free(&bad);
+    choir_engine_free(e);
+}
+
+static void test_shutdown_fails_the_rest(void **state)
+{
+    (void)state;
+    choir_fake_params fp = {.fixed_ms = 100, .bytes_per_unit = 64};
+    choir_engine_params p = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
+    p.memory_budget = 64 << 20;
+    p.max_batch = 1;
+    choir_engine *e = engine_with(&p, "slow", model_dir("slow2", &fp));
+    choir_ticket *t[6];
+    collected c[6];
+    for (int i = 0; i < 6; i++) {
+        collected_init(&c[i]);
+        choir_job j = tts_job(texts[i], &c[i]);
+        t[i] = choir_engine_submit(e, &j, NULL, NULL);
+        assert_non_null(t[i]);
+    }
+    /* 100 ms per request, one at a time: by 0.25 s one or two have finished,
+     * one is running (it is cancelled) and the rest never started. */
+    assert_int_equal(choir_engine_shutdown(e, 0.25), CHOIR_ETIMEDOUT);
+    int ok = 0, shut = 0, cancelled = 0;
+    for (int i = 0; i < 6; i++) {
+        assert_true(choir_ticket_done(t[i]));
+        assert_int_equal(c[i].finals, 1);
+        int rc = choir_ticket_wait(t[i], 0, NULL);
+        ok += rc == 0;
+        shut += choir_ticket_reason(t[i]) == CHOIR_REJECT_SHUTDOWN;
+        cancelled += choir_ticket_reason(t[i]) == CHOIR_REJECT_CANCELLED;
+        assert_true(rc == 0 || rc == CHOIR_ECANCELED);
+        if (rc == 0)
+            check_tts_audio(&c[i], texts[i]);
+    }
+    assert_true(ok >= 1 && ok <= 2);
+    assert_true(cancelled <= 1);
+    assert_int_equal(ok + shut + cancelled, 6);
+    choir_reject_reason why;
+    choir_job j = tts_job("late", NULL);
+    assert_null(choir_engine_submit(e, &j, &why, NULL));
+    assert_int_equal(why, CHOIR_REJECT_SHUTDOWN);
+    assert_int_equal(choir_engine_shutdown(e, 0), 0);
+    choir_engine_free(e);
+    /* tickets outlive the engine */
+    for (int i = 0; i < 6; i++) {
+        choir_ticket_free(t[i]);
+        collected_free(&c[i]);
+    }
+}
+
+static choir_engine_stats wait_stats(choir_engine *e, int running, int degraded)
+{
+    choir_engine_stats st;
+    for (int i = 0; i < 400; i++) {
+        choir_engine_get_stats(e, &st);
+        if (st.running == running && st.degraded == degraded)
+            break;
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    return st;
+}
+
+/* A batch that reserves more than 85% of the budget degrades the engine:
+ * low-priority work is refused until the pressure is gone for a while. */
+static void test_degrade_and_recover(void **state)
+{
+    (void)state;
+    choir_fake_params fp = {.fixed_ms = 300, .bytes_per_unit = 64};
+    choir_engine_params p = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
+    p.memory_budget = 4500000; /* four 1-s requests reserve 4.1 MB: 91% */
+    p.max_batch = 4;
+    choir_engine *e = engine_with(&p, "stt", model_dir("stt-pressure", &fp));
+    float *x = calloc(16000, sizeof *x);
+    choir_job j = {.req.task = CHOIR_TASK_STT, .priority = CHOIR_PRIORITY_NORMAL};
+    j.req.in.stt.samples = x;
+    j.req.in.stt.n_samples = 16000;
+    choir_ticket *t[6];
+    for (int i = 0; i < 4; i++)
+        assert_non_null(t[i] = choir_engine_submit(e, &j, NULL, NULL));
+    choir_engine_stats st = wait_stats(e, 4, 1);
+    assert_int_equal(st.running, 4);
+    assert_int_equal(st.degraded, 1);
+    assert_true(st.memory_reserved + st.weights_resident + st.memory_other <= st.memory_budget);
+    choir_reject_reason why;
+    choir_err err;
+    j.priority = CHOIR_PRIORITY_LOW;
+    assert_null(choir_engine_submit(e, &j, &why, &err));
+    assert_int_equal(err.code, CHOIR_EBUSY);
+    assert_int_equal(why, CHOIR_REJECT_OVERLOAD);
+    j.priority = CHOIR_PRIORITY_HIGH;
+    assert_non_null(t[4] = choir_engine_submit(e, &j, NULL, NULL));
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(choir_ticket_wait(t[i], 10, NULL), 0);
+    st = wait_stats(e, 0, 0);
+    assert_int_equal(st.degraded, 0);
+    j.priority = CHOIR_PRIORITY_LOW;
+    assert_non_null(t[5] = choir_engine_submit(e, &j, &why, &err));
+    assert_int_equal(choir_ticket_wait(t[5], 10, NULL), 0);
+    for (int i = 0; i < 6; i++)
+        choir_ticket_free(t[i]);
+    choir_engine_get_stats(e, &st);
+    assert_int_equal(st.rejected[CHOIR_REJECT_OVERLOAD], 1);
+    free(x);
+    choir_engine_free(e);
+}
+
+static void test_detect_and_metrics_text(void **state)
+{
+    (void)state;
+    choir_fake_params fp = {.fixed_ms = 1};
+    const char *dir = model_dir("detect", &fp);
+    const choir_model_ops *extra[] = {&choir_model_fake};
+    choir_err err;
+    assert_ptr_equal(choir_model_detect(dir, extra, 1, &err), &choir_model_fake);
+    assert_null(choir_model_detect(tu_tmpdir(), NULL, 0, &err));
+    assert_int_equal(err.code, CHOIR_ENOTFOUND);
+    choir_engine_params p = choir_engine_default_params(CHOIR_PROFILE_INTERACTIVE_TTS);
+    assert_int_equal(p.max_batch, 1);
+    assert_int_equal(p.model_options.compute_bf16, 1);
+    choir_profile prof;
+    assert_int_equal(choir_profile_parse("offline-stt", &prof), 0);
+    assert_int_equal(prof, CHOIR_PROFILE_OFFLINE_STT);
+    assert_int_equal(choir_profile_parse("fastest", &prof), CHOIR_EINVAL);
+    p.memory_budget = 32 << 20;
+    choir_engine *e = engine_with(&p, "tts-1", dir);
+    choir_job j = tts_job("metrics please", NULL);
+    choir_ticket *t = choir_engine_submit(e, &j, NULL, NULL);
+    assert_int_equal(choir_ticket_wait(t, 10, NULL), 0);
+    choir_ticket_free(t);
+    char *text = choir_engine_metrics_text(e);
+    assert_non_null(text);
+    const char *want[] = {
+        "# TYPE choir_request_seconds histogram\n",
+        "choir_request_seconds_count 1\n",
+        "choir_batch_size_bucket{le=\"1\"} 1\n",
+        "choir_requests_completed_total 1\n",
+        "choir_requests_rejected_total{reason=\"queue_full\"} 0\n",
+        "choir_memory_budget_bytes 33554432\n",
+        "choir_model_loads_total{model=\"tts-1\"} 1\n",
+        "choir_model_loaded{model=\"tts-1\"} 1\n",
+        "choir_time_to_first_output_seconds_quantile{quantile=\"0.99\"}",
+        "choir_audio_seconds_total 0.14\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(text, want[i]))
+            fail_msg("metrics text lacks '%s'", want[i]);
+    choir_free(text);
+    choir_engine_free(e);
+}
+
+int main(void)
+{
+    choir_log_set_level(CHOIR_LOG_WARN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_batched_equals_sequential),
+        cmocka_unit_test(test_streaming_pieces),
+        cmocka_unit_test(test_stt_text_and_partials),
+        cmocka_unit_test(test_refusals_and_cancel),
+        cmocka_unit_test(test_lazy_load_and_lru),
+        cmocka_unit_test(test_arena_overflow_retry),
+        cmocka_unit_test(test_model_failure_is_per_request),
+        cmocka_unit_test(test_shutdown_fails_the_rest),
+        cmocka_unit_test(test_degrade_and_recover),
+        cmocka_unit_test(test_detect_and_metrics_text),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

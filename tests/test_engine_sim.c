@@ -1,0 +1,711 @@
+/* Deterministic simulation of the scheduler core: a virtual clock, fake models
+ * with declared memory costs and latencies, thousands of requests. Every
+ * dispatch, rejection and unload is checked against the scheduler's promises. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#include "choir/alloc.h"
+#include "engine/sched.h"
+
+#define MAX_REQ 20000
+#define MAX_RUN 64
+#define MAX_MODELS 4
+
+typedef struct fake_model {
+    int64_t weights;
+    int max_batch;
+    int64_t bytes_per_unit; /* declared estimate per length unit */
+    double true_ratio;      /* real peak / declared estimate */
+    double fixed_s;         /* per-batch latency */
+    double per_unit_s;      /* per padded length unit */
+    double load_s;
+} fake_model;
+
+typedef struct sim_req {
+    sched_req r;
+    int submitted, accepted, dispatched, completed, rejected, cancelled;
+    choir_reject_reason reason;
+    double dispatch_t, done_t;
+    int batch_n;
+} sim_req;
+
+typedef struct running {
+    sched_action a;
+    double start_t, done_t;
+    int64_t peak;
+    int overflow;
+} running;
+
+typedef struct sim {
+    sched *s;
+    sched_config c;
+    fake_model models[MAX_MODELS];
+    int n_models;
+    sim_req *reqs;
+    int n_reqs;
+    running run[MAX_RUN];
+    int n_run;
+    double now;
+    /* observations */
+    int64_t max_used;  /* weights + reserved */
+    int64_t max_true;  /* weights + real peaks of running batches */
+    int batches, batch_items, max_batch_seen, overflows, unloads, loads;
+    int degraded_seen, recovered_after_degraded;
+    double worst_waste;
+    int size_hist[SCHED_MAX_BATCH + 1];
+} sim;
+
+static void sim_init(sim *m, const sched_config *c, const fake_model *models, int n_models, int n_reqs)
+{
+    memset(m, 0, sizeof *m);
+    m->c = *c;
+    m->s = sched_create(c, NULL);
+    assert_non_null(m->s);
+    m->n_models = n_models;
+    for (int i = 0; i < n_models; i++) {
+        m->models[i] = models[i];
+        assert_int_equal(sched_add_model(m->s, models[i].weights, models[i].max_batch, NULL), i);
+    }
+    m->reqs = calloc((size_t)n_reqs, sizeof *m->reqs);
+    assert_non_null(m->reqs);
+    m->n_reqs = n_reqs;
+}
+
+static void sim_free(sim *m)
+{
+    sched_free(m->s);
+    free(m->reqs);
+}
+
+static sched_config base_config(void)
+{
+    sched_config c = {
+        .budget = 1000 << 20,
+        .high_water = 0.85,
+        .low_water = 0.70,
+        .degrade_hold_s = 1.0,
+        .max_batch = 8,
+        .wait_short_s = 0.050,
+        .wait_long_s = 0.250,
+        .max_pad_waste = 0.25,
+        .queue_capacity = 256,
+        .workers = 2,
+    };
+    return c;
+}
+
+static void check_state(sim *m)
+{
+    sched_state st;
+    sched_get_state(m->s, &st);
+    int64_t used = st.weights + st.reserved;
+    if (used > m->max_used)
+        m->max_used = used;
+    int64_t truth = st.weights;
+    for (int i = 0; i < m->n_run; i++)
+        truth += m->run[i].peak;
+    if (truth > m->max_true)
+        m->max_true = truth;
+    assert_true(used <= st.budget);
+    assert_true(truth <= st.budget);
+    if (st.degraded)
+        m->degraded_seen = 1;
+    else if (m->degraded_seen)
+        m->recovered_after_degraded = 1;
+}
+
+static void on_dispatch(sim *m, const sched_action *a)
+{
+    const fake_model *fm = &m->models[a->model];
+    assert_true(a->n >= 1 && a->n <= m->c.max_batch && a->n <= fm->max_batch);
+    assert_true(m->n_run < MAX_RUN);
+    assert_true(m->n_run < m->c.workers);
+    int64_t maxlen = 0, sumlen = 0;
+    for (int i = 0; i < a->n; i++) {
+        sim_req *q = (sim_req *)a->reqs[i]->user;
+        assert_int_equal(q->r.model, a->model);
+        assert_int_equal(q->r.task, a->reqs[0]->task);
+        assert_true(q->accepted && !q->dispatched && !q->rejected && !q->cancelled);
+        /* a deadline that has passed is never dispatched */
+        assert_true(q->r.deadline > m->now);
+        if (i > 0)
+            assert_true(a->reqs[i - 1]->length <= a->reqs[i]->length);
+        q->dispatched = 1;
+        q->dispatch_t = m->now;
+        q->batch_n = a->n;
+        if (a->reqs[i]->length > maxlen)
+            maxlen = a->reqs[i]->length;
+        sumlen += a->reqs[i]->length;
+    }
+    double waste = 1.0 - (double)sumlen / ((double)maxlen * a->n);
+    assert_true(waste < m->c.max_pad_waste + 1e-9);
+    if (waste > m->worst_waste)
+        m->worst_waste = waste;
+    running *r = &m->run[m->n_run++];
+    r->a = *a;
+    int64_t truth = (int64_t)((double)(maxlen * fm->bytes_per_unit * a->n) * fm->true_ratio);
+    /* The arena is exactly the reservation: a model that needs more fails with
+     * ENOMEM having used (at most) all of it. */
+    r->overflow = truth > a->reserved;
+    r->peak = r->overflow ? a->reserved : truth;
+    r->start_t = m->now;
+    r->done_t = m->now + fm->fixed_s + fm->per_unit_s * (double)(maxlen * a->n) + (a->need_load ? fm->load_s : 0);
+    if (a->need_load)
+        m->loads++;
+    m->batches++;
+    m->batch_items += a->n;
+    m->size_hist[a->n]++;
+    if (a->n > m->max_batch_seen)
+        m->max_batch_seen = a->n;
+}
+
+static void run_decisions(sim *m)
+{
+    sched_action a;
+    while (sched_decide(m->s, m->now, &a)) {
+        if (a.kind == SCHED_DISPATCH) {
+            on_dispatch(m, &a);
+        } else if (a.kind == SCHED_REJECT) {
+            sim_req *q = (sim_req *)a.rejected->user;
+            assert_true(q->accepted && !q->dispatched && !q->rejected);
+            assert_int_not_equal(a.reason, CHOIR_REJECT_NONE);
+            q->rejected = 1;
+            q->reason = a.reason;
+        } else {
+            assert_int_equal(a.kind, SCHED_UNLOAD);
+            for (int i = 0; i < m->n_run; i++)
+                assert_int_not_equal(m->run[i].a.model, a.model);
+            m->unloads++;
+        }
+        check_state(m);
+    }
+}
+
+static void complete_due(sim *m)
+{
+    for (int i = 0; i < m->n_run;) {
+        running *r = &m->run[i];
+        if (r->done_t > m->now) {
+            i++;
+            continue;
+        }
+        if (r->overflow) {
+            for (int k = 0; k < r->a.n; k++) {
+                sim_req *q = (sim_req *)r->a.reqs[k]->user;
+                q->dispatched = 0;
+            }
+            sched_requeue(m->s, &r->a, m->now, r->peak);
+            m->overflows++;
+        } else {
+            sched_batch_done(m->s, &r->a, m->now, r->peak, r->done_t - r->start_t, 0);
+            for (int k = 0; k < r->a.n; k++) {
+                sim_req *q = (sim_req *)r->a.reqs[k]->user;
+                assert_int_equal(q->completed, 0);
+                q->completed = 1;
+                q->done_t = m->now;
+                sched_observe_latency(m->s, m->now - q->r.arrival, m->now);
+            }
+        }
+        m->run[i] = m->run[--m->n_run];
+        check_state(m);
+    }
+}
+
+static void submit(sim *m, int idx)
+{
+    sim_req *q = &m->reqs[idx];
+    q->submitted = 1;
+    q->r.user = q;
+    q->r.id = (uint64_t)idx;
+    if (q->r.est_bytes == 0)
+        q->r.est_bytes = q->r.length * m->models[q->r.model].bytes_per_unit;
+    choir_reject_reason why = CHOIR_REJECT_NONE;
+    int rc = sched_submit(m->s, &q->r, m->now, &why, NULL);
+    if (rc == 0) {
+        q->accepted = 1;
+    } else {
+        assert_int_not_equal(why, CHOIR_REJECT_NONE);
+        q->rejected = 1;
+        q->reason = why;
+    }
+}
+
+static double next_completion(const sim *m)
+{
+    double t = INFINITY;
+    for (int i = 0; i < m->n_run; i++)
+        if (m->run[i].done_t < t)
+            t = m->run[i].done_t;
+    return t;
+}
+
+/* Runs until every request has arrived and finished. `arrival[i]` are sorted. */
+static void sim_run(sim *m, const double *arrival)
+{
+    int next = 0;
+    for (int guard = 0; guard < 10000000; guard++) {
+        double t = next_completion(m);
+        if (next < m->n_reqs && arrival[next] < t)
+            t = arrival[next];
+        double ev = sched_next_event(m->s, m->now);
+        if (ev < t)
+            t = ev;
+        if (!isfinite(t))
+            break;
+        if (t > m->now)
+            m->now = t;
+        complete_due(m);
+        while (next < m->n_reqs && arrival[next] <= m->now)
+            submit(m, next++);
+        run_decisions(m);
+    }
+    assert_int_equal(next, m->n_reqs);
+    assert_int_equal(m->n_run, 0);
+}
+
+static void check_exactly_once(const sim *m)
+{
+    for (int i = 0; i < m->n_reqs; i++) {
+        const sim_req *q = &m->reqs[i];
+        int outcomes = q->completed + q->rejected + q->cancelled;
+        assert_int_equal(outcomes, 1);
+        if (q->rejected)
+            assert_int_not_equal(q->reason, CHOIR_REJECT_NONE);
+    }
+}
+
+static uint64_t rng_state;
+static double rnd(void)
+{
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (double)(rng_state >> 11) / 9007199254740992.0;
+}
+
+/* Full batches go out at once; a lone request goes out at its wait limit. */
+static void test_batch_by_size_and_wait(void **state)
+{
+    (void)state;
+    sched_config c = base_config();
+    c.max_batch = 4;
+    c.workers = 4;
+    fake_model fm = {.weights = 10 << 20, .max_batch = 16, .bytes_per_unit = 1000, .true_ratio = 0.5,
+                     .fixed_s = 0.010, .per_unit_s = 1e-5};
+    sim m;
+    sim_init(&m, &c, &fm, 1, 5);
+    double arrival[5] = {0, 0, 0, 0, 1.0};
+    for (int i = 0; i < 5; i++)
+        m.reqs[i].r.length = 100 + i;
+    for (int i = 0; i < 5; i++)
+        m.reqs[i].r.deadline = INFINITY;
+    sim_run(&m, arrival);
+    check_exactly_once(&m);
+    for (int i = 0; i < 4; i++) {
+        assert_true(m.reqs[i].dispatch_t == 0.0);
+        assert_int_equal(m.reqs[i].batch_n, 4);
+    }
+    assert_int_equal(m.reqs[4].batch_n, 1);
+    assert_true(fabs(m.reqs[4].dispatch_t - 1.050) < 1e-9);
+    sim_free(&m);
+}
+
+/* Lengths far apart never share a batch; near ones do. */
+static void test_padding_bounded(void **state)
+{
+    (void)state;
+    sched_config c = base_config();
+    fake_model fm = {.weights = 1 << 20, .max_batch = 8, .bytes_per_unit = 10, .true_ratio = 1.0,
+                     .fixed_s = 0.01};
+    sim m;
+    sim_init(&m, &c, &fm, 1, 4);
+    double arrival[4] = {0, 0, 0, 0};
+    int64_t lens[4] = {100, 105, 1000, 1010};
+    for (int i = 0; i < 4; i++) {
+        m.reqs[i].r.length = lens[i];
+        m.reqs[i].r.deadline = INFINITY;
+    }
+    sim_run(&m, arrival);
+    check_exactly_once(&m);
+    assert_int_equal(m.batches, 2);
+    assert_int_equal(m.reqs[0].batch_n, 2);
+    assert_int_equal(m.reqs[2].batch_n, 2);
+    sim_free(&m);
+}
+
+/* A high-priority request that arrives behind a backlog runs before it. */
+static void test_priority_first(void **state)
+{
+    (void)state;
+    sched_config c = base_config();
+    c.workers = 1;
+    c.max_batch = 1;
+    fake_model fm = {.weights = 1 << 20, .max_batch = 1, .bytes_per_unit = 10, .true_ratio = 1.0, .fixed_s = 0.1};
+    sim m;
+    sim_init(&m, &c, &fm, 1, 20);
+    double arrival[20];
+    for (int i = 0; i < 20; i++) {
+        arrival[i] = i < 19 ? 0.0 : 0.05;
+        m.reqs[i].r.length = 50;
+        m.reqs[i].r.deadline = INFINITY;
+        m.reqs[i].r.priority = i < 19 ? CHOIR_PRIORITY_LOW : CHOIR_PRIORITY_HIGH;
+    }
+    sim_run(&m, arrival);
+    check_exactly_once(&m);
+    /* the first low request was running at 0.05; the high one goes next, at 0.1 */
+    assert_true(fabs(m.reqs[19].dispatch_t - 0.1) < 1e-9);
+    sim_free(&m);
+}
+
+/* Requests whose deadline passes in the queue leave with reason "deadline";
+ * none is dispatched after its deadline (checked in on_dispatch). */
+static void test_deadlines(void **state)
+{
+    (void)state;
+    sched_config c = base_config();
+    c.workers = 1;
+    c.max_batch = 2;
+    fake_model fm = {.weights = 1 << 20, .max_batch = 2, .bytes_per_unit = 10, .true_ratio = 1.0, .fixed_s = 0.2};
+    sim m;
+    sim_init(&m, &c, &fm, 1, 40);
+    double arrival[40];
+    for (int i = 0; i < 40; i++) {
+        arrival[i] = 0.01 * i;
+        m.reqs[i].r.length = 10;
+        m.reqs[i].r.deadline = arrival[i] + 1.0;
+    }
+    sim_run(&m, arrival);
+    check_exactly_once(&m);
+    int late = 0, done = 0;
+    for (int i = 0; i < 40; i++) {
+        if (m.reqs[i].rejected) {
+            assert_int_equal(m.reqs[i].reason, CHOIR_REJECT_DEADLINE);
+            late++;
+        }
+        done += m.reqs[i].completed;
+    }
+    assert_true(late > 0);
+    assert_true(done >= 8);
+    sim_free(&m);
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    sched_config c = base_config();
+    c.queue_capacity = 3;
+    c.budget = 100 << 20;
+    fake_model fm = {.weights = 50 << 20, .max_batch = 4, .bytes_per_unit = 1 << 10, .true_ratio = 1.0};
+    sched *s = sched_create(&c, NULL);
+    assert_non_null(s);
+    assert_int_equal(sched_add_model(s, fm.weights, fm.max_batch, NULL), 0);
+    sched_req r[5];
+    memset(r, 0, sizeof r);
+    choir_reject_reason why;
+    choir_err err;
+    for (int i = 0; i < 5; i++) {
+        r[i].id = (uint64_t)i;
+        r[i].length = 10;
+        r[i].est_bytes = 1 << 20;
+        r[i].deadline = INFINITY;
+    }
+    r[3].est_bytes = 60 << 20; /* 50 MiB weights + 60 MiB > 100 MiB */
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(sched_submit(s, &r[i], 0, &why, &err), 0);
+    assert_int_equal(sched_submit(s, &r[3], 0, &why, &err), CHOIR_ETOOBIG);
+    assert_int_equal(why, CHOIR_REJECT_TOO_LARGE);
+    assert_non_null(strstr(err.msg, "budget"));
+    assert_int_equal(sched_submit(s, &r[4], 0, &why, &err), CHOIR_EBUSY);
+    assert_int_equal(why, CHOIR_REJECT_QUEUE_FULL);
+    /* cancelling a queued request frees its place */
+    assert_int_equal(sched_cancel(s, &r[1]), 1);
+    assert_int_equal(sched_cancel(s, &r[1]), 0);
+    assert_int_equal(sched_submit(s, &r[4], 0, &why, &err), 0);
+    sched_drain(s);
+    r[1].state = 0;
+    assert_int_equal(sched_submit(s, &r[1], 0, &why, &err), CHOIR_ECANCELED);
+    assert_int_equal(why, CHOIR_REJECT_SHUTDOWN);
+    /* draining dispatches at once, without waiting for the wait limit */
+    sched_action a;
+    assert_int_equal(sched_decide(s, 0, &a), 1);
+    assert_int_equal(a.kind, SCHED_DISPATCH);
+    assert_int_equal(a.need_load, 1);
+    assert_int_equal(a.n, 3);
+    sched_batch_done(s, &a, 0.1, 3 << 20, 0.1, 0);
+    sched_free(s);
+}
+
+/* Three models whose weights do not all fit: least-recently-used idle ones are
+ * unloaded to make room, and memory never passes the budget. */
+static void test_lru_unload(void **state)
+{
+    (void)state;
+    sched_config c = base_config();
+    c.budget = 300 << 20;
+    c.high_water = 0.99;
+    c.low_water = 0.9;
+    fake_model fm[3];
+    for (int i = 0; i < 3; i++)
+        fm[i] = (fake_model){.weights = 120 << 20, .max_batch = 4, .bytes_per_unit = 1000, .true_ratio = 1.0,
+                             .fixed_s = 0.02, .per_unit_s = 1e-6, .load_s = 0.05};
+    sim m;
+    sim_init(&m, &c, fm, 3, 300);
+    double arrival[300];
+    for (int i = 0; i < 300; i++) {
+        arrival[i] = 0.02 * i;
+        m.reqs[i].r.model = (i / 10) % 3;
+        m.reqs[i].r.length = 100;
+        m.reqs[i].r.est_bytes = 100 * 1000;
+        m.reqs[i].r.deadline = INFINITY;
+    }
+    sim_run(&m, arrival);
+    check_exactly_once(&m);
+    for (int i = 0; i < 300; i++)
+        assert_true(m.reqs[i].completed);
+    assert_true(m.unloads >= 5);
+    assert_true(m.loads >= 6);
+    assert_true(m.max_used <= c.budget);
+    sim_free(&m);
+}
+
+/* An estimate that is half the truth overflows once, then calibrates. */
+static void test_calibration(void **state)
+{
+    (void)state;
+    sched_config c = base_config();
+    fake_model fm = {.weights = 1 << 20, .max_batch = 4, .bytes_per_unit = 1000, .true_ratio = 2.0,
+                     .fixed_s = 0.01};
+    sim m;
+    sim_init(&m, &c, &fm, 1, 200);
+    double arrival[200];
+    for (int i = 0; i < 200; i++) {
+        arrival[i] = 0.005 * i;
+        m.reqs[i].r.length = 200 + (i % 7);
+        m.reqs[i].r.est_bytes = m.reqs[i].r.length * 1000;
+        m.reqs[i].r.deadline = INFINITY;
+    }
+    sim_run(&m, arrival);
+    check_exactly_once(&m);
+    assert_true(m.overflows >= 1 && m.overflows <= 2);
+    double f = sched_model_factor(m.s, 0);
+    assert_true(f >= 2.0 && f <= 2.0 * 1.1 * 1.05);
+    sim_free(&m);
+}
+
+/* When calibration shows a queued request can never fit, it is refused
+ * (too_large) instead of waiting forever. */
+static void test_grown_estimate_refused(void **state)
+{
+    (void)state;
+    sched_config c = base_config();
+    c.budget = 100 << 20;
+    c.high_water = 0.99;
+    c.low_water = 0.98;
+    fake_model fm = {.weights = 10 << 20, .max_batch = 4, .bytes_per_unit = 1 << 20, .true_ratio = 3.0,
+                     .fixed_s = 0.01};
+    sim m;
+    sim_init(&m, &c, &fm, 1, 1);
+    double arrival[1] = {0};
+    m.reqs[0].r.length = 40; /* declares 40 MiB, needs 120 MiB */
+    m.reqs[0].r.deadline = INFINITY;
+    sim_run(&m, arrival);
+    check_exactly_once(&m);
+    assert_int_equal(m.overflows, 2);
+    assert_true(m.reqs[0].rejected);
+    assert_int_equal(m.reqs[0].reason, CHOIR_REJECT_TOO_LARGE);
+    sim_free(&m);
+}
+
+/* Memory held outside the engine's accounts delays admission (polled) and
+ * never makes a request too large. */
+static void test_external_memory(void **state)
+{
+    (void)state;
+    sched_config c = base_config();
+    c.budget = 100 << 20;
+    c.high_water = 0.99;
+    c.low_water = 0.98;
+    sched *s = sched_create(&c, NULL);
+    assert_int_equal(sched_add_model(s, 10 << 20, 4, NULL), 0);
+    sched_req r = {.id = 1, .length = 10, .est_bytes = 50 << 20, .deadline = INFINITY};
+    assert_int_equal(sched_submit(s, &r, 0, NULL, NULL), 0);
+    sched_set_external(s, 60 << 20);
+    sched_action a;
+    assert_int_equal(sched_decide(s, 1.0, &a), 0);
+    double ev = sched_next_event(s, 1.0);
+    assert_true(ev > 1.0 && ev <= 1.1);
+    sched_set_external(s, 30 << 20);
+    assert_int_equal(sched_decide(s, ev, &a), 1);
+    assert_int_equal(a.kind, SCHED_DISPATCH);
+    sched_state st;
+    sched_get_state(s, &st);
+    assert_true(st.weights + st.reserved + st.external <= st.budget);
+    sched_batch_done(s, &a, ev + 0.1, 40 << 20, 0.1, 0);
+    sched_free(s);
+}
+
+/* Heavy load on a small budget degrades (smaller batches, low priority
+ * refused), and recovers once the load stops. */
+static void test_degradation(void **state)
+{
+    (void)state;
+    sched_config c = base_config();
+    c.budget = 100 << 20;
+    c.workers = 4;
+    c.max_batch = 8;
+    fake_model fm = {.weights = 20 << 20, .max_batch = 8, .bytes_per_unit = 4096, .true_ratio = 1.0,
+                     .fixed_s = 0.05, .per_unit_s = 2e-5};
+    int n = 3000;
+    sim m;
+    sim_init(&m, &c, &fm, 1, n);
+    double *arrival = calloc((size_t)n, sizeof *arrival);
+    rng_state = 7;
+    for (int i = 0; i < n; i++) {
+        /* a burst for the first 2000 (5 s), then a trickle */
+        arrival[i] = i < 2000 ? 0.0025 * i : 5.0 + 0.5 * (i - 2000);
+        m.reqs[i].r.length = 500 + (int64_t)(rnd() * 500);
+        m.reqs[i].r.est_bytes = m.reqs[i].r.length * 4096;
+        m.reqs[i].r.priority = i % 3;
+        m.reqs[i].r.deadline = INFINITY;
+    }
+    sim_run(&m, arrival);
+    check_exactly_once(&m);
+    assert_true(m.degraded_seen);
+    assert_true(m.recovered_after_degraded);
+    int overload = 0, late_ok = 0;
+    for (int i = 0; i < n; i++) {
+        if (m.reqs[i].rejected && m.reqs[i].reason == CHOIR_REJECT_OVERLOAD) {
+            assert_int_equal(m.reqs[i].r.priority, CHOIR_PRIORITY_LOW);
+            overload++;
+        }
+        if (i >= 2100 && m.reqs[i].completed)
+            late_ok++;
+    }
+    assert_true(overload > 0);
+    /* after recovery the trickle's low-priority requests are served again */
+    assert_int_equal(late_ok, n - 2100);
+    sched_state st;
+    sched_get_state(m.s, &st);
+    assert_int_equal(st.degraded, 0);
+    free(arrival);
+    sim_free(&m);
+}
+
+/* p99 latency above its target degrades too. */
+static void test_latency_degradation(void **state)
+{
+    (void)state;
+    sched_config c = base_config();
+    c.p99_target_s = 0.5;
+    c.workers = 1;
+    fake_model fm = {.weights = 1 << 20, .max_batch = 8, .bytes_per_unit = 1, .true_ratio = 1.0, .fixed_s = 0.3};
+    sim m;
+    sim_init(&m, &c, &fm, 1, 400);
+    double arrival[400];
+    for (int i = 0; i < 400; i++) {
+        arrival[i] = i < 300 ? 0.02 * i : 20.0 + 1.0 * (i - 300);
+        m.reqs[i].r.length = 10;
+        m.reqs[i].r.priority = CHOIR_PRIORITY_NORMAL;
+        m.reqs[i].r.deadline = INFINITY;
+    }
+    sim_run(&m, arrival);
+    check_exactly_once(&m);
+    assert_true(m.degraded_seen);
+    assert_true(m.recovered_after_degraded);
+    sim_free(&m);
+}
+
+/* Thousands of mixed requests over three models: the budget is never
+ * exceeded, every request ends exactly once with a reason when refused,
+ * batches form, and high priority waits less than low. */
+static void test_mixed_load(void **state)
+{
+    (void)state;
+    sched_config c = base_config();
+    c.budget = 1000 << 20;
+    c.workers = 3;
+    c.queue_capacity = 128;
+    fake_model fm[3] = {
+        {.weights = 150 << 20, .max_batch = 8, .bytes_per_unit = 2000, .true_ratio = 0.8, .fixed_s = 0.02,
+         .per_unit_s = 2e-6, .load_s = 0.2},
+        {.weights = 250 << 20, .max_batch = 16, .bytes_per_unit = 50, .true_ratio = 1.3, .fixed_s = 0.05,
+         .per_unit_s = 2e-8, .load_s = 0.4},
+        {.weights = 200 << 20, .max_batch = 4, .bytes_per_unit = 20, .true_ratio = 0.5, .fixed_s = 0.01,
+         .per_unit_s = 1e-7, .load_s = 0.1},
+    };
+    int n = 6000;
+    sim m;
+    sim_init(&m, &c, fm, 3, n);
+    double *arrival = calloc((size_t)n, sizeof *arrival);
+    rng_state = 12345;
+    double t = 0;
+    for (int i = 0; i < n; i++) {
+        t += -log(1.0 - rnd()) * 0.008; /* ~125 requests/s */
+        arrival[i] = t;
+        sim_req *q = &m.reqs[i];
+        q->r.model = (int)(rnd() * 3);
+        q->r.length = q->r.model == 0 ? 10 + (int64_t)(exp(rnd() * 5.5)) : 1600 + (int64_t)(rnd() * 480000);
+        q->r.is_long = q->r.length > 160000;
+        q->r.task = q->r.model == 0 ? (int)(rnd() * 2) : 1; /* model 0 serves two tasks */
+        q->r.est_bytes = q->r.length * fm[q->r.model].bytes_per_unit;
+        q->r.priority = (int)(rnd() * 3);
+        q->r.deadline = rnd() < 0.2 ? t + 0.5 + rnd() * 3 : INFINITY;
+    }
+    sim_run(&m, arrival);
+    check_exactly_once(&m);
+    assert_true(m.max_true <= c.budget);
+    assert_true(m.max_batch_seen > 1);
+    int completed = 0;
+    double wait_hi = 0, wait_lo = 0;
+    int n_hi = 0, n_lo = 0;
+    for (int i = 0; i < n; i++) {
+        sim_req *q = &m.reqs[i];
+        if (!q->completed)
+            continue;
+        completed++;
+        if (q->r.priority == CHOIR_PRIORITY_HIGH) {
+            wait_hi += q->dispatch_t - q->r.arrival;
+            n_hi++;
+        } else if (q->r.priority == CHOIR_PRIORITY_LOW) {
+            wait_lo += q->dispatch_t - q->r.arrival;
+            n_lo++;
+        }
+    }
+    int reasons[CHOIR_REJECT_COUNT] = {0};
+    for (int i = 0; i < n; i++)
+        if (m.reqs[i].rejected)
+            reasons[m.reqs[i].reason]++;
+    print_message("mixed: rejected queue_full %d, overload %d, deadline %d, too_large %d\n",
+                  reasons[CHOIR_REJECT_QUEUE_FULL], reasons[CHOIR_REJECT_OVERLOAD], reasons[CHOIR_REJECT_DEADLINE],
+                  reasons[CHOIR_REJECT_TOO_LARGE]);
+    assert_true(completed > n / 2);
+    assert_true(n_hi > 0 && n_lo > 0);
+    assert_true(wait_hi / n_hi < wait_lo / n_lo);
+    print_message("mixed: %d/%d completed, %d batches (mean %.2f), worst padding %.3f, peak %.0f%% of budget, "
+                  "%d loads, %d unloads, %d overflow retries\n",
+                  completed, n, m.batches, (double)m.batch_items / m.batches, m.worst_waste,
+                  100.0 * (double)m.max_true / (double)c.budget, m.loads, m.unloads, m.overflows);
+    free(arrival);
+    sim_free(&m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_batch_by_size_and_wait),
+        cmocka_unit_test(test_padding_bounded),
+        cmocka_unit_test(test_priority_first),
+        cmocka_unit_test(test_deadlines),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_lru_unload),
+        cmocka_unit_test(test_calibration),
+        cmocka_unit_test(test_grown_estimate_refused),
+        cmocka_unit_test(test_external_memory),
+        cmocka_unit_test(test_degradation),
+        cmocka_unit_test(test_latency_degradation),
+        cmocka_unit_test(test_mixed_load),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

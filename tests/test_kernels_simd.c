@@ -1,0 +1,221 @@
+/* Every SIMD kernel against its C twin on the same random inputs. The twins
+ * sum in different orders and use different exp/tanh/erf approximations, so
+ * each comparison states its tolerance; exact operations must match bit for
+ * bit. Skips (passes) on CPUs without a SIMD build. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "choir/kernels.h"
+#include "choir/tensor.h"
+#include "testutil.h"
+
+static float *rnd(size_t n, uint64_t seed, float amp) {
+    float *x = malloc((n ? n : 1) * sizeof(float));
+    assert_non_null(x);
+    tu_fill_uniform(x, n, seed, -amp, amp);
+    return x;
+}
+
+static float *dup(const float *x, size_t n) {
+    float *y = malloc(n * sizeof(float));
+    memcpy(y, x, n * sizeof(float));
+    return y;
+}
+
+static bool have_simd(void) { return choir_kernels_best_isa() != CHOIR_ISA_REF; }
+static void use_ref(void) { choir_kernels_set_isa(CHOIR_ISA_REF); }
+static void use_simd(void) { choir_kernels_set_isa(choir_kernels_best_isa()); }
+
+/* |simd - ref| <= atol + rtol * |ref| element by element. */
+static void assert_twin(const float *simd, const float *ref, size_t n, double atol, double rtol,
+                        const char *what) {
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)simd[i] - ref[i]);
+        if (!(d <= atol + rtol * fabs(ref[i])))
+            fail_msg("%s[%zu]: simd %.9g vs ref %.9g", what, i, simd[i], ref[i]);
+    }
+}
+
+typedef void (*unary_fn)(float *x, int64_t n);
+
+static void test_unary_twins(void **state) {
+    (void)state;
+    if (!have_simd()) skip();
+    const struct {
+        unary_fn fn;
+        const char *name;
+        double atol, rtol;
+    } ops[] = {
+        {choir_gelu_erf, "gelu_erf", 5e-7, 2e-6}, {choir_gelu_tanh, "gelu_tanh", 5e-7, 2e-6},
+        {choir_sigmoid, "sigmoid", 1e-7, 1e-6},   {choir_tanh, "tanh", 1e-7, 1e-6},
+        {choir_silu, "silu", 5e-7, 2e-6},         {choir_relu, "relu", 0, 0},
+    };
+    const size_t n = 100003;
+    float *x = rnd(n, 1, 10.0f);
+    for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+        float *a = dup(x, n), *b = dup(x, n);
+        use_ref();
+        ops[k].fn(a, (int64_t)n);
+        use_simd();
+        ops[k].fn(b, (int64_t)n);
+        assert_twin(b, a, n, ops[k].atol, ops[k].rtol, ops[k].name);
+        free(a), free(b);
+    }
+    /* snake over 4 channels of n/4 frames, with a large alpha*x range */
+    const float alpha[4] = {0.1f, 1.0f, 7.0f, 60.0f};
+    float *a = dup(x, n), *b = dup(x, n);
+    use_ref();
+    choir_snake(a, 4, (int64_t)n / 4, alpha);
+    use_simd();
+    choir_snake(b, 4, (int64_t)n / 4, alpha);
+    assert_twin(b, a, n, 1e-6, 1e-6, "snake");
+    free(a), free(b);
+    a = dup(x, n), b = dup(x, n);
+    use_ref();
+    choir_leaky_relu(a, (int64_t)n, 0.01f);
+    use_simd();
+    choir_leaky_relu(b, (int64_t)n, 0.01f);
+    assert_memory_equal(a, b, n * sizeof(float));
+    free(a), free(b), free(x);
+}
+
+static void test_binary_twins(void **state) {
+    (void)state;
+    if (!have_simd()) skip();
+    const size_t n = 4099;
+    float *x = rnd(n, 2, 3.0f), *y = rnd(n, 3, 3.0f);
+    float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+    use_ref();
+    choir_add(x, y, a, (int64_t)n);
+    use_simd();
+    choir_add(x, y, b, (int64_t)n);
+    assert_memory_equal(a, b, n * sizeof(float));
+    use_ref();
+    choir_mul(x, y, a, (int64_t)n);
+    use_simd();
+    choir_mul(x, y, b, (int64_t)n);
+    assert_memory_equal(a, b, n * sizeof(float));
+    memcpy(a, x, n * sizeof(float));
+    memcpy(b, x, n * sizeof(float));
+    use_ref();
+    choir_scale(a, -1.7f, (int64_t)n);
+    use_simd();
+    choir_scale(b, -1.7f, (int64_t)n);
+    assert_memory_equal(a, b, n * sizeof(float));
+    free(x), free(y), free(a), free(b);
+}
+
+static void test_norm_twins(void **state) {
+    (void)state;
+    if (!have_simd()) skip();
+    const int64_t rows = 31, dim = 1283;
+    size_t n = (size_t)(rows * dim);
+    float *x = rnd(n, 4, 4.0f), *g = rnd((size_t)dim, 5, 2.0f), *bt = rnd((size_t)dim, 6, 1.0f);
+    float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+    use_ref();
+    choir_layer_norm(x, a, rows, dim, g, bt, 1e-5f);
+    use_simd();
+    choir_layer_norm(x, b, rows, dim, g, bt, 1e-5f);
+    assert_twin(b, a, n, 1e-5, 1e-5, "layer_norm");
+    use_ref();
+    choir_instance_norm(x, a, rows, dim, g, bt, 1e-5f); /* gamma/beta per channel: rows <= dim */
+    use_simd();
+    choir_instance_norm(x, b, rows, dim, g, bt, 1e-5f);
+    assert_twin(b, a, n, 1e-5, 1e-5, "instance_norm");
+    memcpy(a, x, n * sizeof(float));
+    for (size_t i = 0; i < n; i += 7)
+        a[i] = -INFINITY;
+    memcpy(b, a, n * sizeof(float));
+    use_ref();
+    choir_softmax(a, rows, dim);
+    use_simd();
+    choir_softmax(b, rows, dim);
+    assert_twin(b, a, n, 1e-9, 2e-6, "softmax");
+    free(x), free(g), free(bt), free(a), free(b);
+}
+
+static void test_linear_twins(void **state) {
+    (void)state;
+    if (!have_simd()) skip();
+    const int64_t N = 257, K = 1031;
+    float *wf = rnd((size_t)(N * K), 7, 0.1f), *x = rnd((size_t)(40 * K), 8, 1.0f);
+    float *bias = rnd((size_t)N, 9, 1.0f);
+    uint16_t *w16 = malloc((size_t)(N * K) * sizeof(uint16_t));
+    float *a = malloc((size_t)(40 * N) * sizeof(float)),
+          *b = malloc((size_t)(40 * N) * sizeof(float));
+    const choir_weight_kind kinds[] = {CHOIR_WEIGHT_F32, CHOIR_WEIGHT_F16, CHOIR_WEIGHT_BF16};
+    const int64_t Ms[] = {1, 3, 40};
+    for (int k = 0; k < 3; k++) {
+        choir_weight W = choir_weight_f32(wf, N, K);
+        if (kinds[k] == CHOIR_WEIGHT_F16) choir_f32_to_f16_n(wf, w16, N * K);
+        if (kinds[k] == CHOIR_WEIGHT_BF16) choir_f32_to_bf16_n(wf, w16, N * K);
+        if (kinds[k] != CHOIR_WEIGHT_F32) W.kind = kinds[k], W.data = w16;
+        for (int m = 0; m < 3; m++) {
+            use_ref();
+            choir_linear(x, Ms[m], &W, bias, a);
+            use_simd();
+            choir_linear(x, Ms[m], &W, bias, b);
+            assert_twin(b, a, (size_t)(Ms[m] * N), 1e-5, 1e-5, "linear");
+        }
+    }
+    free(wf), free(x), free(bias), free(w16), free(a), free(b);
+}
+
+static void test_conv_attention_lstm_twins(void **state) {
+    (void)state;
+    if (!have_simd()) skip();
+    /* Depthwise conv runs the direct loop, whose stride-1 rows use the axpy twin. */
+    const int64_t C = 64, T = 777, K = 7;
+    float *x = rnd((size_t)(C * T), 10, 1.0f), *w = rnd((size_t)(C * K), 11, 0.5f);
+    float *a = malloc((size_t)(C * T) * sizeof(float)),
+          *b = malloc((size_t)(C * T) * sizeof(float));
+    use_ref();
+    choir_conv1d(x, C, T, w, NULL, C, K, 1, 3, 1, (int)C, a);
+    use_simd();
+    choir_conv1d(x, C, T, w, NULL, C, K, 1, 3, 1, (int)C, b);
+    assert_twin(b, a, (size_t)(C * T), 1e-6, 1e-5, "conv1d depthwise");
+    use_ref();
+    choir_conv_transpose1d(x, C, T / 2, w, NULL, C, K, 1, 3, 0, 1, (int)C, a);
+    use_simd();
+    choir_conv_transpose1d(x, C, T / 2, w, NULL, C, K, 1, 3, 0, 1, (int)C, b);
+    assert_twin(b, a, (size_t)(C * (T / 2)), 1e-6, 1e-5, "conv_transpose1d depthwise");
+
+    /* Attention: the reference's online softmax against the SIMD build's blocks. */
+    const int64_t Tq = 75, Tk = 300, Dh = 64;
+    const int H = 4;
+    float *q = rnd((size_t)(Tq * H * Dh), 12, 2.0f), *k = rnd((size_t)(Tk * H * Dh), 13, 2.0f);
+    float *v = rnd((size_t)(Tk * H * Dh), 14, 1.0f);
+    float *oa = malloc((size_t)(Tq * H * Dh) * sizeof(float)),
+          *ob = malloc((size_t)(Tq * H * Dh) * sizeof(float));
+    use_ref();
+    choir_attention(q, H * Dh, k, H * Dh, v, H * Dh, oa, H * Dh, Tq, Tk, H, Dh, 0.125f, NULL, true);
+    use_simd();
+    choir_attention(q, H * Dh, k, H * Dh, v, H * Dh, ob, H * Dh, Tq, Tk, H, Dh, 0.125f, NULL, true);
+    assert_twin(ob, oa, (size_t)(Tq * H * Dh), 1e-5, 1e-4, "attention");
+
+    const int64_t LT = 50, In = 40, LH = 32;
+    float *lx = rnd((size_t)(LT * In), 15, 1.0f), *wih = rnd((size_t)(4 * LH * In), 16, 0.3f);
+    float *whh = rnd((size_t)(4 * LH * LH), 17, 0.3f);
+    float *scratch = malloc((size_t)(4 * LH * (LT + 1)) * sizeof(float));
+    use_ref();
+    choir_lstm(lx, LT, In, LH, wih, whh, NULL, NULL, NULL, NULL, true, a, LH, scratch);
+    use_simd();
+    choir_lstm(lx, LT, In, LH, wih, whh, NULL, NULL, NULL, NULL, true, b, LH, scratch);
+    assert_twin(b, a, (size_t)(LT * LH), 1e-6, 1e-5, "lstm");
+    free(x), free(w), free(a), free(b), free(q), free(k), free(v), free(oa), free(ob);
+    free(lx), free(wih), free(whh), free(scratch);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_unary_twins),
+        cmocka_unit_test(test_binary_twins),
+        cmocka_unit_test(test_norm_twins),
+        cmocka_unit_test(test_linear_twins),
+        cmocka_unit_test(test_conv_attention_lstm_twins),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    use_simd();
+    return rc;
+}

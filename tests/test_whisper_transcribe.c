@@ -1,0 +1,168 @@
+/* Long-audio transcription on the whisper-ml80 fixture weights (random, so the
+ * text is noise; what is tested is the pipeline): batched results equal the
+ * same windows decoded one at a time, spans map back to file time, the
+ * sequential seek loop covers the file in order, and the transcript is the
+ * concatenation of its segments. */
+#include <stdio.h>
+#include <string.h>
+
+#include "choir/alloc.h"
+#include "choir/audio.h"
+#include "choir/randw.h"
+#include "choir/tokenizer.h"
+#include "choir/whisper.h"
+#include "testutil.h"
+
+#define FX "whisper/whisper-ml80"
+#define SR 16000
+
+static choir_whisper *g_model;
+static choir_tokenizer *g_tok;
+static float *g_pcm;
+static int64_t g_n;
+
+static int setup(void **state) {
+    (void)state;
+    choir_err err;
+    const char *dir = tu_tmpfile("model");
+    if (choir_randw_write_checkpoint(tu_fixture(FX "/manifest.json"), tu_fixture(FX "/config.json"),
+                                     dir, &err))
+        return -1;
+    g_model = choir_whisper_load(dir, &err);
+    g_tok = choir_tokenizer_load(tu_fixture("real/tokenizer/multilingual.tiktoken"), &err);
+    choir_audio a = {0};
+    choir_decode_opts o = {.target_rate = SR, .mono = 1};
+    if (!g_model || !g_tok || choir_audio_decode_file(tu_fixture("real/speech/jfk.wav"), &o, &a, &err))
+        return -1;
+    /* jfk, 4 s of silence, jfk, jfk: about 37 s, so more than one window. */
+    g_n = 3 * a.frames + 4 * SR;
+    g_pcm = choir_calloc(CHOIR_MEM_IO, (size_t)g_n, sizeof(float));
+    if (!g_pcm) return -1;
+    memcpy(g_pcm, a.samples, (size_t)a.frames * sizeof(float));
+    memcpy(g_pcm + a.frames + 4 * SR, a.samples, (size_t)a.frames * sizeof(float));
+    memcpy(g_pcm + 2 * a.frames + 4 * SR, a.samples, (size_t)a.frames * sizeof(float));
+    choir_audio_clear(&a);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    choir_free(g_pcm);
+    choir_tokenizer_free(g_tok);
+    choir_whisper_free(g_model);
+    return 0;
+}
+
+static void fast_opts(choir_whisper_transcribe_opts *o) {
+    choir_whisper_default_transcribe_opts(o);
+    o->params.language = 0;
+    o->params.sample_len = 12;
+    o->params.n_temperatures = 1; /* no fallback: keeps the test fast */
+    o->params.no_speech_threshold = 2.0f;
+}
+
+static void check_concat(const choir_whisper_transcript *t) {
+    size_t len = 0;
+    for (int i = 0; i < t->n_segments; i++) len += strlen(t->segments[i].text);
+    assert_int_equal(strlen(t->text), len);
+    size_t off = 0;
+    for (int i = 0; i < t->n_segments; i++) {
+        size_t l = strlen(t->segments[i].text);
+        assert_memory_equal(t->text + off, t->segments[i].text, l);
+        off += l;
+    }
+}
+
+static void check_equal(const choir_whisper_transcript *a, const choir_whisper_transcript *b) {
+    assert_int_equal(a->n_segments, b->n_segments);
+    for (int i = 0; i < a->n_segments; i++) {
+        assert_true(a->segments[i].start == b->segments[i].start);
+        assert_true(a->segments[i].end == b->segments[i].end);
+        assert_string_equal(a->segments[i].text, b->segments[i].text);
+        assert_int_equal(a->segments[i].n_tokens, b->segments[i].n_tokens);
+        assert_memory_equal(a->segments[i].tokens, b->segments[i].tokens,
+                            (size_t)a->segments[i].n_tokens * sizeof(int32_t));
+    }
+    assert_string_equal(a->text, b->text);
+}
+
+static void test_batched_equals_one_by_one(void **state) {
+    (void)state;
+    choir_err err;
+    choir_whisper_transcribe_opts o;
+    fast_opts(&o);
+    o.batched = true;
+    /* Spans as VAD would give them: speech, with the silence left out. */
+    int64_t jfk = (g_n - 4 * SR) / 3;
+    choir_whisper_span spans[3] = {{0, jfk}, {jfk + 4 * SR, 2 * jfk + 4 * SR}, {2 * jfk + 4 * SR, g_n}};
+    o.spans = spans;
+    o.n_spans = 3;
+    choir_whisper_transcript one, many;
+    o.batch_size = 1;
+    assert_int_equal(choir_whisper_transcribe(g_model, g_tok, g_pcm, g_n, &o, &one, &err), 0);
+    o.batch_size = 3;
+    assert_int_equal(choir_whisper_transcribe(g_model, g_tok, g_pcm, g_n, &o, &many, &err), 0);
+    check_equal(&one, &many);
+    check_concat(&many);
+    assert_true(many.n_segments >= 1);
+    /* Every segment starts inside its span (file time, not window time). */
+    for (int i = 0; i < many.n_segments; i++) {
+        double s = many.segments[i].start * SR;
+        bool inside = false;
+        for (int k = 0; k < 3; k++) inside |= s >= spans[k].start && s <= spans[k].end + 30 * SR;
+        assert_true(inside);
+        assert_true(many.segments[i].end >= many.segments[i].start);
+    }
+    choir_whisper_transcript_clear(&one);
+    choir_whisper_transcript_clear(&many);
+
+    /* Fixed 30-s windows: batch of 2 equals 1 + 1. */
+    o.spans = NULL;
+    o.n_spans = 0;
+    o.batch_size = 1;
+    assert_int_equal(choir_whisper_transcribe(g_model, g_tok, g_pcm, g_n, &o, &one, &err), 0);
+    o.batch_size = 2;
+    assert_int_equal(choir_whisper_transcribe(g_model, g_tok, g_pcm, g_n, &o, &many, &err), 0);
+    check_equal(&one, &many);
+    choir_whisper_transcript_clear(&one);
+    choir_whisper_transcript_clear(&many);
+}
+
+static int g_calls;
+static double g_last_done, g_total;
+
+static void on_progress(void *user, double done, double total) {
+    (void)user;
+    assert_true(done >= g_last_done);
+    g_last_done = done;
+    g_total = total;
+    g_calls++;
+}
+
+static void test_sequential(void **state) {
+    (void)state;
+    choir_err err;
+    choir_whisper_transcribe_opts o;
+    fast_opts(&o);
+    o.initial_prompt = "  ask not  ";
+    o.progress = on_progress;
+    choir_whisper_transcript t;
+    assert_int_equal(choir_whisper_transcribe(g_model, g_tok, g_pcm, g_n, &o, &t, &err), 0);
+    assert_true(g_calls >= 2); /* 37 s cannot be one window */
+    assert_true(g_last_done > 0 && g_last_done <= g_total + 1e-9);
+    assert_true(g_total >= 36.0 && g_total <= 38.0);
+    assert_true(t.duration > 36.0);
+    check_concat(&t);
+    for (int i = 0; i < t.n_segments; i++) assert_true(t.segments[i].end >= t.segments[i].start);
+    choir_whisper_transcript_clear(&t);
+    /* Without a tokenizer there is no text to produce. */
+    assert_int_equal(choir_whisper_transcribe(g_model, NULL, g_pcm, g_n, &o, &t, &err), CHOIR_EINVAL);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_batched_equals_one_by_one),
+        cmocka_unit_test(test_sequential),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
