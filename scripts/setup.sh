@@ -16,6 +16,7 @@ PACKAGES=(
   libzip-dev               # PyTorch .pth archives
   clang libclang-rt-14-dev # fuzz harnesses (built on demand)
   nodejs npm               # API client tests, npm-hosted demo assets
+  chromium                 # the web UI test (tests/sh_ui.sh, headless)
 )
 
 SUDO=""

@@ -207,6 +207,24 @@ static void test_quantize_and_load_back(void **state) {
         assert_memory_equal(a->data, b->data, a->nbytes);
     }
     choir_st_close(again);
+
+    /* --dtype on a quantized input keeps the codes and casts scales/biases */
+    char dst3[512];
+    snprintf(dst3, sizeof dst3, "%s", tu_tmpfile("q4f16"));
+    keep.dtype = CHOIR_DTYPE_F16;
+    assert_int_equal(choir_convert(dst, dst3, &keep, &stats, &err), 0);
+    assert_int_equal(stats.quantized, L * 5 + 1);
+    choir_st *f16 = choir_st_open(dst3, &err);
+    assert_non_null(f16);
+    const choir_st_tensor *a = choir_st_find(out, "model.decoder.layers.0.fc2.weight");
+    const choir_st_tensor *b = choir_st_find(f16, "model.decoder.layers.0.fc2.weight");
+    assert_memory_equal(a->data, b->data, a->nbytes);
+    a = choir_st_find(out, "model.decoder.layers.0.fc2.scales");
+    b = choir_st_find(f16, "model.decoder.layers.0.fc2.scales");
+    assert_int_equal(b->dtype, CHOIR_DTYPE_F16);
+    for (int64_t i = 0; i < a->numel; i++)
+        assert_int_equal(((const uint16_t *)b->data)[i], choir_f32_to_f16(((const float *)a->data)[i]));
+    choir_st_close(f16);
     cJSON_Delete(cfg);
     choir_quant_config_free(qc);
     choir_st_close(in);
@@ -321,12 +339,71 @@ static void test_refusals(void **state) {
     assert_int_not_equal(stat(dst, &sb), 0); /* nothing was written */
 }
 
+/* Kokoro from PyTorch: names normalized ("module." dropped), embeddings and
+ * linears quantized, LSTMs and weight-norm parts kept; a hostile pickle is
+ * refused; Silero's ONNX goes to the VAD converter. */
+static void test_pth_and_onnx(void **state) {
+    (void)state;
+    char src[512], dst[512], path[700];
+    snprintf(src, sizeof src, "%s", tu_tmpfile("kpth"));
+    snprintf(dst, sizeof dst, "%s", tu_tmpfile("k4"));
+    mkdir(src, 0755);
+    size_t len;
+    void *data = tu_read_file(tu_fixture("kokoro/pth/kokoro_subset.pth"), &len);
+    assert_non_null(data);
+    snprintf(path, sizeof path, "%s/kokoro-v1_0.pth", src);
+    assert_int_equal(tu_write_file(path, data, len), 0);
+    free(data);
+    data = tu_read_file(tu_fixture("kokoro/kokoro-v1/config.json"), &len);
+    assert_non_null(data);
+    snprintf(path, sizeof path, "%s/config.json", src);
+    assert_int_equal(tu_write_file(path, data, len), 0);
+    free(data);
+
+    choir_err err;
+    choir_convert_params p = quiet_params();
+    p.q_bits = 8;
+    p.q_group_size = 32;
+    choir_convert_stats stats;
+    assert_int_equal(choir_convert(src, dst, &p, &stats, &err), 0);
+    assert_int_equal(stats.quantized, 4);
+    choir_st *out = choir_st_open(dst, &err);
+    assert_non_null(out);
+    assert_non_null(choir_st_find(out, "text_encoder.embedding.scales"));
+    assert_non_null(choir_st_find(out, "predictor.text_encoder.lstms.0.weight_hh_l0"));
+    assert_null(choir_st_find(out, "predictor.text_encoder.lstms.0.weight_hh_l0.scales"));
+    cJSON *cfg = load_config(dst);
+    assert_int_equal(choir_convert_detect_model(cfg), CHOIR_CONVERT_MODEL_KOKORO);
+    choir_quant_config *qc = choir_quant_config_from_json(cfg, &err);
+    choir_weight W;
+    assert_int_equal(choir_weight_from_st(out, "bert.embeddings.word_embeddings", qc, &W, &err), 0);
+    assert_int_equal(W.bits, 8);
+    assert_int_equal(choir_weight_expect(&W, 178, 128, "word_embeddings", &err), 0);
+    choir_quant_config_free(qc);
+    cJSON_Delete(cfg);
+    choir_st_close(out);
+
+    p = quiet_params();
+    assert_int_not_equal(choir_convert(tu_fixture("kokoro/pth/evil.pth"), tu_tmpfile("evil"), &p,
+                                       NULL, &err), 0);
+    assert_non_null(strstr(err.msg, "system"));
+
+    const char *vad = tu_tmpfile("vad");
+    assert_int_equal(choir_convert(tu_fixture("real/vad/silero_vad_16k_op15.onnx"), vad, &p, NULL,
+                                   &err), 0);
+    choir_st *st = choir_st_open(vad, &err);
+    assert_non_null(st);
+    assert_true(choir_st_count(st) > 0);
+    choir_st_close(st);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rules),
         cmocka_unit_test(test_quantize_and_load_back),
         cmocka_unit_test(test_dequantize_and_mixed),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_pth_and_onnx),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

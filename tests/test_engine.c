@@ -540,6 +540,69 @@ static void test_detect_and_metrics_text(void **state)
     choir_engine_free(e);
 }
 
+static void test_options(void **state)
+{
+    (void)state;
+    choir_engine_params p = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
+    choir_err err;
+    assert_int_equal(choir_engine_apply_option(&p, "--memory-budget", "1.5G", &err), 1);
+    assert_int_equal(p.memory_budget, (int64_t)3 << 29);
+    assert_int_equal(choir_engine_apply_option(&p, "profile", "audiobook", &err), 1);
+    assert_int_equal(p.memory_budget, (int64_t)3 << 29); /* kept across the profile */
+    assert_int_equal(p.model_options.q_bits, 4);
+    assert_int_equal(p.max_batch, 8);
+    assert_int_equal(choir_engine_apply_option(&p, "max-batch", "4", &err), 1);
+    assert_int_equal(p.max_batch, 4);
+    assert_int_equal(choir_engine_apply_option(&p, "wait-ms", "20", &err), 1);
+    assert_true(p.wait_short_ms == 20);
+    assert_int_equal(choir_engine_apply_option(&p, "memory-budget", "512MiB", &err), 1);
+    assert_int_equal(p.memory_budget, (int64_t)512 << 20);
+    assert_int_equal(choir_engine_apply_option(&p, "port", "8080", &err), 0);
+    assert_int_equal(choir_engine_apply_option(&p, "max-batch", "0", &err), CHOIR_EINVAL);
+    assert_int_equal(choir_engine_apply_option(&p, "max-batch", "2.5", &err), CHOIR_EINVAL);
+    assert_int_equal(choir_engine_apply_option(&p, "memory-budget", "lots", &err), CHOIR_EINVAL);
+    assert_int_equal(choir_engine_apply_option(&p, "profile", "fast", &err), CHOIR_EINVAL);
+    assert_non_null(strstr(err.msg, "unknown profile"));
+    assert_int_equal(choir_engine_apply_option(&p, "q-bits", NULL, &err), CHOIR_EINVAL);
+    assert_non_null(strstr(choir_engine_options_help(), "--memory-budget"));
+    /* NULL params: the default profile with a budget from the machine's memory */
+    choir_engine *e = choir_engine_create(NULL, &err);
+    assert_non_null(e);
+    choir_engine_stats st;
+    choir_engine_get_stats(e, &st);
+    assert_true(st.memory_budget > 0);
+    assert_int_equal(choir_engine_models(e, NULL, 0), 0);
+    choir_engine_free(e);
+    choir_engine_free(NULL);
+    choir_ticket_free(NULL);
+}
+
+/* Every allocation failure while creating an engine and registering a model
+ * fails cleanly (ASan checks nothing leaks). */
+static void test_alloc_failures(void **state)
+{
+    (void)state;
+    choir_fake_params fp = {.fixed_ms = 1};
+    const char *dir = model_dir("allocfail", &fp);
+    choir_engine_params p = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
+    p.memory_budget = 16 << 20;
+    for (int64_t k = 1; k < 1000; k++) {
+        choir_err err = {0};
+        choir_alloc_fail_after(k);
+        choir_engine *e = choir_engine_create(&p, &err);
+        int rc = e ? choir_engine_add_model(e, "m", dir, &choir_model_fake, &err) : err.code;
+        choir_engine_free(e);
+        int64_t used = choir_alloc_fail_after(0);
+        if (!e || rc)
+            assert_int_equal(err.code, CHOIR_ENOMEM);
+        if (used < k) {
+            assert_non_null(e);
+            assert_int_equal(rc, 0);
+            break;
+        }
+    }
+}
+
 int main(void)
 {
     choir_log_set_level(CHOIR_LOG_WARN);
@@ -554,6 +617,8 @@ int main(void)
         cmocka_unit_test(test_shutdown_fails_the_rest),
         cmocka_unit_test(test_degrade_and_recover),
         cmocka_unit_test(test_detect_and_metrics_text),
+        cmocka_unit_test(test_options),
+        cmocka_unit_test(test_alloc_failures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

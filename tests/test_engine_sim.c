@@ -359,6 +359,37 @@ static void test_priority_first(void **state)
     sim_free(&m);
 }
 
+/* A low-priority request behind an endless stream of high-priority ones
+ * waits while they go first, then ages into their level and is served. */
+static void test_low_priority_not_starved(void **state)
+{
+    (void)state;
+    sched_config c = base_config();
+    c.workers = 1;
+    c.max_batch = 1;
+    fake_model fm = {.weights = 1 << 20, .max_batch = 1, .bytes_per_unit = 10, .true_ratio = 1.0, .fixed_s = 0.1};
+    int n = 201;
+    sim m;
+    sim_init(&m, &c, &fm, 1, n);
+    double arrival[201];
+    for (int i = 0; i < n; i++) {
+        /* request 1 is the low one; high ones arrive faster than they run */
+        arrival[i] = i <= 1 ? 0.0 : 0.09 * (i - 1);
+        m.reqs[i].r.length = 50;
+        m.reqs[i].r.deadline = INFINITY;
+        m.reqs[i].r.priority = i == 1 ? CHOIR_PRIORITY_LOW : CHOIR_PRIORITY_HIGH;
+    }
+    sim_run(&m, arrival);
+    check_exactly_once(&m);
+    /* It lets the high ones go first until it has aged two levels (LOW ->
+     * HIGH), then, being the oldest at that level, goes next: long before the
+     * stream (18 s) ends. */
+    double aging = 10 * c.wait_long_s;
+    assert_true(m.reqs[1].dispatch_t >= 2 * aging);
+    assert_true(m.reqs[1].dispatch_t <= 2 * aging + 0.1 + 1e-9);
+    sim_free(&m);
+}
+
 /* Requests whose deadline passes in the queue leave with reason "deadline";
  * none is dispatched after its deadline (checked in on_dispatch). */
 static void test_deadlines(void **state)
@@ -697,6 +728,7 @@ int main(void)
         cmocka_unit_test(test_batch_by_size_and_wait),
         cmocka_unit_test(test_padding_bounded),
         cmocka_unit_test(test_priority_first),
+        cmocka_unit_test(test_low_priority_not_starved),
         cmocka_unit_test(test_deadlines),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_lru_unload),

@@ -154,8 +154,35 @@ static void test_linear(void **state) {
         check_linear(kinds[k], 37, 130, 99, true); /* f16/bf16: converted row blocks + sgemm */
         check_linear(kinds[k], 9, 64, 16, false);
         check_linear(kinds[k], 300, 270, 40, true); /* several tiles, ragged edges */
-        check_linear(kinds[k], 30, 5, 0, true); /* no inputs: bias only */
+        check_linear(kinds[k], 30, 5, 0, true);     /* no inputs: bias only */
     }
+}
+
+/* Up to 24 rows (a decoder step over a batch of sequences), each output row is
+ * bit-identical whatever the batch size: batched decoding equals unbatched. */
+static void test_linear_batch_invariant(void **state) {
+    (void)state;
+    const int64_t N = 67, K = 203, MAXM = 24;
+    float *wf = rnd((size_t)(N * K), 14), *x = rnd((size_t)(MAXM * K), 15), *b = rnd((size_t)N, 16);
+    uint16_t *wh = malloc((size_t)(N * K) * sizeof(uint16_t));
+    float *single = malloc((size_t)(MAXM * N) * sizeof(float));
+    float *batched = malloc((size_t)(MAXM * N) * sizeof(float));
+    const choir_weight_kind kinds[] = {CHOIR_WEIGHT_F32, CHOIR_WEIGHT_F16, CHOIR_WEIGHT_BF16};
+    for (int k = 0; k < 3; k++) {
+        choir_weight W = choir_weight_f32(wf, N, K);
+        if (kinds[k] == CHOIR_WEIGHT_F16) choir_f32_to_f16_n(wf, wh, N * K);
+        if (kinds[k] == CHOIR_WEIGHT_BF16) choir_f32_to_bf16_n(wf, wh, N * K);
+        if (kinds[k] != CHOIR_WEIGHT_F32) W.kind = kinds[k], W.data = wh;
+        FOR_EACH_ISA(isa) {
+            for (int64_t m = 0; m < MAXM; m++)
+                choir_linear(x + m * K, 1, &W, b, single + m * N);
+            for (int64_t M = 2; M <= MAXM; M++) {
+                choir_linear(x, M, &W, b, batched);
+                assert_memory_equal(batched, single, (size_t)(M * N) * sizeof(float));
+            }
+        }
+    }
+    free(wf), free(x), free(b), free(wh), free(single), free(batched);
 }
 
 /* --- elementwise ------------------------------------------------------------- */
@@ -620,12 +647,19 @@ static void test_attention(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gemm),          cmocka_unit_test(test_linear),
-        cmocka_unit_test(test_activations),   cmocka_unit_test(test_snake),
-        cmocka_unit_test(test_binary),        cmocka_unit_test(test_layer_norm),
-        cmocka_unit_test(test_instance_norm), cmocka_unit_test(test_softmax),
-        cmocka_unit_test(test_conv1d),        cmocka_unit_test(test_conv_transpose1d),
-        cmocka_unit_test(test_lstm),          cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_linear_batch_invariant),
+        cmocka_unit_test(test_activations),
+        cmocka_unit_test(test_snake),
+        cmocka_unit_test(test_binary),
+        cmocka_unit_test(test_layer_norm),
+        cmocka_unit_test(test_instance_norm),
+        cmocka_unit_test(test_softmax),
+        cmocka_unit_test(test_conv1d),
+        cmocka_unit_test(test_conv_transpose1d),
+        cmocka_unit_test(test_lstm),
+        cmocka_unit_test(test_attention),
     };
     /* The machine's own thread count, then one thread (no splitting) and an odd
      * count (uneven slices, per-worker scratch indexing). */

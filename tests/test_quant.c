@@ -273,6 +273,34 @@ static void test_products_simd(void **state) {
     check_products(choir_kernels_best_isa());
 }
 
+/* A row's result must not depend on the batch it came in (the engine batches
+ * requests): every row of an M = 37 product equals the M = 1 product of that
+ * row, bit for bit, for every width and the selected ISA. */
+static void test_batch_invariance(void **state) {
+    (void)state;
+    enum { M = 37, ROWS = 29, COLS = 256 };
+    float *x = choir_alloc(CHOIR_MEM_OTHER, sizeof(float) * M * COLS);
+    float *y = choir_alloc(CHOIR_MEM_OTHER, sizeof(float) * M * ROWS);
+    float y1[ROWS], bias[ROWS];
+    tu_fill_uniform(x, M * COLS, 21, -1.0f, 1.0f);
+    tu_fill_uniform(bias, ROWS, 22, -1.0f, 1.0f);
+    for (int bi = 0; bi < 6; bi++)
+        for (int gi = 0; gi < 3; gi++) {
+            qmat q;
+            qmat_make(&q, ROWS, COLS, k_bits[bi], k_groups[gi], CHOIR_DTYPE_BF16, 77);
+            choir_qlinear(x, M, &q.W, bias, y);
+            for (int m = 0; m < M; m++) {
+                choir_qlinear(x + m * COLS, 1, &q.W, bias, y1);
+                if (memcmp(y1, y + m * ROWS, sizeof y1) != 0)
+                    fail_msg("bits %d group %d: row %d differs between M=%d and M=1", k_bits[bi],
+                             k_groups[gi], m, M);
+            }
+            qmat_free(&q);
+        }
+    choir_free(x);
+    choir_free(y);
+}
+
 static void test_config(void **state) {
     (void)state;
     const char *text =
@@ -386,7 +414,8 @@ int main(void) {
         cmocka_unit_test(test_pack_hand_built),    cmocka_unit_test(test_pack_matches_bytewise),
         cmocka_unit_test(test_quantize_mlx_rules), cmocka_unit_test(test_quantize_error_bound),
         cmocka_unit_test(test_quantize_rejects),   cmocka_unit_test(test_products_ref),
-        cmocka_unit_test(test_products_simd),      cmocka_unit_test(test_config),
+        cmocka_unit_test(test_products_simd),      cmocka_unit_test(test_batch_invariance),
+        cmocka_unit_test(test_config),
         cmocka_unit_test(test_weight_from_st),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

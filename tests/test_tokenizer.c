@@ -3,6 +3,7 @@
  * reference implementation of the same algorithm (the GPT-2 regex via Python's
  * `regex` module and rank-ordered merges, as tiktoken does); "Hello world" ->
  * 15496 995 is GPT-2's well-known encoding. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,6 +97,43 @@ static void test_gpt2_files_agree(void **state) {
     check_encode(b, 0);
     choir_tokenizer_free(a);
     choir_tokenizer_free(b);
+}
+
+static void test_tokenizer_json(void **state) {
+    (void)state;
+    /* An HF fast-tokenizer file: the GPT-2 vocabulary under model.vocab and
+     * added special tokens, which are kept by name and out of the byte table. */
+    size_t len;
+    char *vocab = tu_read_file(tu_fixture("real/tokenizer/encoder.json"), &len);
+    assert_non_null(vocab);
+    const char *head = "{\"version\": \"1.0\", \"added_tokens\": [{\"id\": 50256, \"content\": "
+                       "\"<|endoftext|>\", \"special\": true}, {\"id\": 50257, \"content\": "
+                       "\"<|startoftranscript|>\", \"special\": true}], \"model\": {\"type\": \"BPE\", "
+                       "\"vocab\": ";
+    const char *tail = ", \"merges\": []}}";
+    size_t n = strlen(head) + len + strlen(tail);
+    char *json = malloc(n + 1);
+    assert_non_null(json);
+    snprintf(json, n + 1, "%s%.*s%s", head, (int)len, vocab, tail);
+    const char *dir = tu_tmpfile("hf");
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+    assert_int_equal(tu_run(cmd, NULL), 0);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    assert_int_equal(tu_write_file(path, json, n), 0);
+    free(json);
+    free(vocab);
+    choir_err err;
+    choir_tokenizer *t = choir_tokenizer_load(dir, &err);
+    assert_non_null(t);
+    assert_int_equal(choir_tokenizer_n_base(t), 50256);
+    assert_int_equal(choir_tokenizer_lookup(t, "<|startoftranscript|>"), 50257);
+    assert_int_equal(choir_tokenizer_lookup(t, "<|endoftext|>"), 50256);
+    assert_int_equal(choir_tokenizer_lookup(t, " world"), 995);
+    assert_int_equal(choir_tokenizer_lookup(t, "<|nothing|>"), -1);
+    check_encode(t, 0);
+    choir_tokenizer_free(t);
 }
 
 static void test_directory_choice(void **state) {
@@ -192,7 +230,8 @@ static void test_alloc_failures(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_multilingual_tiktoken), cmocka_unit_test(test_gpt2_files_agree),
-        cmocka_unit_test(test_directory_choice),      cmocka_unit_test(test_split_characters),
+        cmocka_unit_test(test_tokenizer_json),        cmocka_unit_test(test_directory_choice),
+        cmocka_unit_test(test_split_characters),
         cmocka_unit_test(test_bad_files),             cmocka_unit_test(test_alloc_failures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

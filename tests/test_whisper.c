@@ -165,7 +165,7 @@ static void test_kv_cache_matches_full_pass(void **state) {
     int32_t toks[11] = {50258, 50259, 50359, 50363, 1, 2, 3, 464, 2068, 7586, 21831};
     float *all = choir_alloc(CHOIR_MEM_OTHER, (size_t)P * V * sizeof(float));
     float *step = choir_alloc(CHOIR_MEM_OTHER, (size_t)V * sizeof(float));
-    choir_whisper_seq *s = choir_whisper_seq_create(g_model, &err);
+    choir_whisper_seq *s = choir_whisper_seq_create(g_model, 0, &err);
     choir_whisper_seq_reset(s, g_cross[0]);
     int n = P;
     assert_int_equal(choir_whisper_decode(g_model, &s, 1, toks, &n, true, all, &err), 0);

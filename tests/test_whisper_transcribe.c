@@ -128,6 +128,35 @@ static void test_batched_equals_one_by_one(void **state) {
     choir_whisper_transcript_clear(&many);
 }
 
+static void test_many_inputs(void **state) {
+    (void)state;
+    choir_err err;
+    choir_whisper_transcribe_opts o;
+    fast_opts(&o);
+    o.batched = true;
+    o.batch_size = 4;
+    /* Three recordings, one with its own language and prompt: decoded
+     * together, each transcript equals the recording decoded alone. */
+    choir_whisper_input in[3] = {
+        {.pcm = g_pcm, .n_samples = 11 * SR, .language = -1},
+        {.pcm = g_pcm + 2 * SR, .n_samples = g_n - 2 * SR, .language = 2, .initial_prompt = "Guten Tag"},
+        {.pcm = g_pcm + 5 * SR, .n_samples = 3 * SR, .language = -1}};
+    choir_whisper_transcript together[3], alone;
+    assert_int_equal(choir_whisper_transcribe_batch(g_model, g_tok, in, 3, &o, together, &err), 0);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(choir_whisper_transcribe_batch(g_model, g_tok, &in[i], 1, &o, &alone, &err), 0);
+        check_equal(&together[i], &alone);
+        assert_int_equal(together[i].language, alone.language);
+        check_concat(&together[i]);
+        choir_whisper_transcript_clear(&alone);
+    }
+    assert_int_equal(together[1].language, 2);
+    for (int i = 0; i < 3; i++) choir_whisper_transcript_clear(&together[i]);
+    /* The sequential loop takes one input only. */
+    o.batched = false;
+    assert_int_equal(choir_whisper_transcribe_batch(g_model, g_tok, in, 2, &o, together, &err), CHOIR_EINVAL);
+}
+
 static int g_calls;
 static double g_last_done, g_total;
 
@@ -139,6 +168,15 @@ static void on_progress(void *user, double done, double total) {
     g_calls++;
 }
 
+static int g_segments;
+
+static int on_segment(void *user, int input, const choir_whisper_segment *seg) {
+    (void)input;
+    assert_non_null(seg->text);
+    g_segments++;
+    return user != NULL; /* a non-NULL user asks to stop at the first segment */
+}
+
 static void test_sequential(void **state) {
     (void)state;
     choir_err err;
@@ -146,8 +184,10 @@ static void test_sequential(void **state) {
     fast_opts(&o);
     o.initial_prompt = "  ask not  ";
     o.progress = on_progress;
+    o.on_segment = on_segment;
     choir_whisper_transcript t;
     assert_int_equal(choir_whisper_transcribe(g_model, g_tok, g_pcm, g_n, &o, &t, &err), 0);
+    assert_int_equal(g_segments, t.n_segments); /* every segment was announced */
     assert_true(g_calls >= 2); /* 37 s cannot be one window */
     assert_true(g_last_done > 0 && g_last_done <= g_total + 1e-9);
     assert_true(g_total >= 36.0 && g_total <= 38.0);
@@ -155,6 +195,18 @@ static void test_sequential(void **state) {
     check_concat(&t);
     for (int i = 0; i < t.n_segments; i++) assert_true(t.segments[i].end >= t.segments[i].start);
     choir_whisper_transcript_clear(&t);
+    /* A segment callback can stop the transcription; nothing is kept. */
+    assert_true(g_segments > 0);
+    {
+        int64_t before = choir_mem_current(CHOIR_MEM_COUNT);
+        o.segment_user = &t;
+        g_segments = 0;
+        assert_int_equal(choir_whisper_transcribe(g_model, g_tok, g_pcm, g_n, &o, &t, &err), CHOIR_ECANCELED);
+        assert_int_equal(g_segments, 1);
+        assert_null(t.segments);
+        assert_int_equal(choir_mem_current(CHOIR_MEM_COUNT), before);
+        o.segment_user = NULL;
+    }
     /* Without a tokenizer there is no text to produce. */
     assert_int_equal(choir_whisper_transcribe(g_model, NULL, g_pcm, g_n, &o, &t, &err), CHOIR_EINVAL);
 }
@@ -162,6 +214,7 @@ static void test_sequential(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_equals_one_by_one),
+        cmocka_unit_test(test_many_inputs),
         cmocka_unit_test(test_sequential),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

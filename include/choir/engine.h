@@ -87,6 +87,18 @@ typedef struct choir_engine_params {
 /* Defaults for `profile` (every field filled with a concrete value). */
 choir_engine_params choir_engine_default_params(choir_profile profile);
 
+/* Applies one command-line option to `p`, so `choir serve` and other front
+ * ends share the engine's flags: `name` without leading dashes
+ * ("memory-budget", "profile", "max-batch", "workers", "queue", "wait-ms",
+ * "wait-long-ms", "high-water", "p99-target-ms", "q-bits", "max-audio-s") and
+ * its value. Sizes take K/M/G suffixes (binary); "profile" replaces every
+ * field with that profile's defaults except memory_budget, so give it first.
+ * Returns 1 when applied, 0 when `name` is not an engine option, or
+ * CHOIR_EINVAL (and err) for a bad value. */
+int choir_engine_apply_option(choir_engine_params *p, const char *name, const char *value, choir_err *err);
+/* Usage lines for those options (static text). */
+const char *choir_engine_options_help(void);
+
 /* Creates an engine and starts its threads. `params` NULL means defaults.
  * Returns NULL and err on failure. */
 choir_engine *choir_engine_create(const choir_engine_params *params, choir_err *err);

@@ -89,6 +89,10 @@ typedef struct choir_kokoro_params {
     uint64_t seed;                 /* for CHOIR_KOKORO_NOISE_SEEDED (default 0) */
     choir_kokoro_trace_fn trace;   /* NULL: no tracing */
     void *trace_user;
+    /* Frames per id to use instead of the predicted ones (n_ids values, each
+     * 1..1000), or NULL. The "pred_dur" trace still shows the predicted ones.
+     * For parity runs of reduced-precision weights, where a rounding can flip. */
+    const int32_t *durations;
 } choir_kokoro_params;
 
 choir_kokoro_params choir_kokoro_default_params(void);

@@ -202,6 +202,12 @@ typedef struct choir_model_ops {
      * calibration and retries the batch (up to 3 times) with more room. */
     int (*run_batch)(void *weights, choir_request *const *reqs, int n, choir_arena *arena,
                      choir_err *err);
+
+    /* 1: run_batch takes its working memory from the counted allocator
+     * (activations / cache categories) instead of the arena. The engine still
+     * reserves the estimates against the budget but passes only a small
+     * arena, and cannot calibrate the estimates from arena peaks. */
+    int no_arena;
 } choir_model_ops;
 
 /* The built-in adapters. Each is defined in its model's folder, in a file

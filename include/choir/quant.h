@@ -53,10 +53,20 @@ void choir_quant_unpack(const uint32_t *packed, int64_t n, int bits, uint8_t *co
  * (bits, group_size) pair not supported, CHOIR_ESHAPE when cols is not a
  * multiple of group_size, CHOIR_EINVAL for another sb_dtype.
  * Every element then dequantizes to within half a step (|scale| / 2) of its
- * input, apart from the rounding of scale and bias to sb_dtype. */
+ * input, apart from the rounding of scale and bias to sb_dtype. Groups come
+ * out bit-identical to MLX's quantizer except where MLX's snapping of the
+ * scale would clamp the far edge by up to a step; there the unsnapped
+ * min/max scale is kept (see choir_quantize_mlx for MLX's exact output). */
 int choir_quantize(const float *w, int64_t rows, int64_t cols, int bits, int group_size,
                    choir_dtype sb_dtype, uint32_t *packed, void *scales, void *biases,
                    choir_err *err);
+
+/* As choir_quantize, but exactly MLX's rounding in every group, including
+ * the groups where MLX's zero-snapped scale clamps the far edge (up to one
+ * step of error there): for reproducing mlx-community files bit for bit. */
+int choir_quantize_mlx(const float *w, int64_t rows, int64_t cols, int bits, int group_size,
+                       choir_dtype sb_dtype, uint32_t *packed, void *scales, void *biases,
+                       choir_err *err);
 
 /* Dequantizes all of W into out[W.rows * W.cols]. */
 void choir_quant_dequant(const choir_weight *W, float *out);

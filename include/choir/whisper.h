@@ -113,18 +113,23 @@ typedef struct choir_whisper_cross choir_whisper_cross;
 /* enc_out [n_audio_ctx][d_model]; not kept after the call. */
 choir_whisper_cross *choir_whisper_cross_create(const choir_whisper *m, const float *enc_out,
                                                 choir_err *err);
+/* NULL is a no-op. */
 void choir_whisper_cross_free(choir_whisper_cross *c);
 
-/* One decoder sequence: its self-attention KV cache [n_text_layer][n_text_ctx][d]
- * and the window it attends to. */
+/* One decoder sequence: its self-attention KV cache [n_text_layer][capacity][d]
+ * and the window it attends to. `capacity` is the most positions it will hold
+ * (1 .. n_text_ctx; 0 means n_text_ctx): a window decoded without a prompt
+ * needs at most 4 + sample_len + 1, which halves the cache. */
 typedef struct choir_whisper_seq choir_whisper_seq;
-choir_whisper_seq *choir_whisper_seq_create(const choir_whisper *m, choir_err *err);
+choir_whisper_seq *choir_whisper_seq_create(const choir_whisper *m, int capacity, choir_err *err);
+/* NULL is a no-op. */
 void choir_whisper_seq_free(choir_whisper_seq *s);
 /* Empties the cache and points the sequence at `cross` (not owned; must outlive
  * the sequence's use). */
 void choir_whisper_seq_reset(choir_whisper_seq *s, const choir_whisper_cross *cross);
 /* Copies the first `n_keep` cached positions and the window of src into dst
- * (beam search reordering). n_keep <= choir_whisper_seq_len(src). */
+ * (beam search reordering). n_keep <= choir_whisper_seq_len(src) and <= dst's
+ * capacity. */
 void choir_whisper_seq_copy(choir_whisper_seq *dst, const choir_whisper_seq *src, int n_keep);
 /* Number of positions cached so far. */
 int choir_whisper_seq_len(const choir_whisper_seq *s);
@@ -136,7 +141,7 @@ void choir_whisper_seq_truncate(choir_whisper_seq *s, int n);
  * after its cached positions. `logits` receives, for each sequence, either the
  * logits of its last new token only ([n_seq][n_vocab], all_positions false) or of
  * every new token ([sum n_tokens][n_vocab]). Fails with CHOIR_ETOOBIG when a
- * sequence would pass n_text_ctx, CHOIR_EINVAL on a token outside the
+ * sequence would pass its capacity, CHOIR_EINVAL on a token outside the
  * vocabulary. The result for a sequence does not depend on the others in the
  * batch. */
 int choir_whisper_decode(const choir_whisper *m, choir_whisper_seq *const *seqs, int n_seq,
@@ -255,6 +260,10 @@ int choir_whisper_decode_fallback(const choir_whisper *m, const choir_tokenizer 
  * header and checksum included); 0 when zlib cannot be loaded or len is 0. */
 float choir_whisper_compression_ratio(const char *text, size_t len);
 
+/* Engine requests (choir/model.h, choir_model_whisper): a request's `extra`
+ * may point to a choir_whisper_params holding the decoding parameters; its
+ * language, task, timestamps and temperature fields override those. */
+
 /* --- long audio (whisper_transcribe.c) -------------------------------------- */
 
 typedef struct choir_whisper_segment {
@@ -283,6 +292,11 @@ typedef struct choir_whisper_span {
 
 /* Called after each window with the seconds done and the total. */
 typedef void (*choir_whisper_progress_fn)(void *user, double done_s, double total_s);
+/* Called with each segment as soon as it is final (in time order for each
+ * input; `input` is its index in the call). The segment is valid during the
+ * callback only. Return nonzero to stop: the call then fails with
+ * CHOIR_ECANCELED. */
+typedef int (*choir_whisper_segment_fn)(void *user, int input, const choir_whisper_segment *seg);
 
 typedef struct choir_whisper_transcribe_opts {
     choir_whisper_params params;
@@ -301,9 +315,31 @@ typedef struct choir_whisper_transcribe_opts {
     int n_spans;
     choir_whisper_progress_fn progress; /* may be NULL */
     void *progress_user;
+    choir_whisper_segment_fn on_segment; /* may be NULL */
+    void *segment_user;
 } choir_whisper_transcribe_opts;
 
 void choir_whisper_default_transcribe_opts(choir_whisper_transcribe_opts *o);
+
+/* One recording for choir_whisper_transcribe_batch. */
+typedef struct choir_whisper_input {
+    const float *pcm;           /* 16 kHz mono */
+    int64_t n_samples;
+    int language;               /* >= 0 overrides params.language (-1: as params) */
+    const char *initial_prompt; /* NULL: opts' */
+} choir_whisper_input;
+
+/* Transcribes several recordings with the batched pipeline (opts.batched;
+ * opts.spans only with one input): windows of all inputs are decoded
+ * batch_size at a time, each window's segments going to its own transcript
+ * out[i]; an input's open language is detected on its first window, and its
+ * initial prompt prompts each of its windows. With batched false, exactly one
+ * input runs the sequential loop. Returns 0 or a negative code (then no
+ * transcript is kept). */
+int choir_whisper_transcribe_batch(const choir_whisper *m, const choir_tokenizer *tok,
+                                   const choir_whisper_input *in, int n_in,
+                                   const choir_whisper_transcribe_opts *o,
+                                   choir_whisper_transcript *out, choir_err *err);
 
 /* Transcribes pcm[n] (16 kHz mono). The language is params.language, or
  * detected once on the first window. Fills `out` (clear it with

@@ -156,7 +156,7 @@ static int bw_decoder(const choir_whisper *m, const choir_whisper_cross *cross, 
     float *logits = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)batch * (size_t)V * sizeof(float));
     if (!logits) return -1;
     for (int b = 0; b < batch; b++) {
-        if (!(seqs[b] = choir_whisper_seq_create(m, &err))) rc = -1;
+        if (!(seqs[b] = choir_whisper_seq_create(m, 0, &err))) rc = -1;
         else choir_whisper_seq_reset(seqs[b], cross);
         int32_t start[4] = {sp->sot, sp->lang0, sp->transcribe, sp->no_timestamps};
         memcpy(tok + 4 * b, start, sizeof start);

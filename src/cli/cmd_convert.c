@@ -97,7 +97,7 @@ int choir_cmd_convert(int argc, char **argv) {
     int rc = choir_convert(in, out, &p, &st, &err);
     if (rc < 0) {
         fprintf(stderr, "choir convert: %s\n", err.msg[0] ? err.msg : choir_strerror(rc));
-        return (rc == CHOIR_EINVAL || rc == CHOIR_EUNSUPPORTED) ? 2 : 1;
+        return rc == CHOIR_EINVAL ? 2 : 1;
     }
     return 0;
 }

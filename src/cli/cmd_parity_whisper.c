@@ -155,7 +155,7 @@ static int pw_one(const choir_whisper *m, const choir_st *ref, const cJSON *meta
     if (!(e <= bd->enc)) ok = 0;
 
     if (!(cross = choir_whisper_cross_create(m, enc, &err))) goto fail;
-    if (!(seq = choir_whisper_seq_create(m, &err))) goto fail;
+    if (!(seq = choir_whisper_seq_create(m, 0, &err))) goto fail;
     choir_whisper_seq_reset(seq, cross);
     if (choir_whisper_decode(m, &seq, 1, toks, &P, true, logits, &err)) goto fail;
     e = pw_rel_l2(logits, rlog, (size_t)P * (size_t)V);

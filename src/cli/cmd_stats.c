@@ -51,7 +51,7 @@ static double sample(const char *text, const char *series, int *found)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: choir stats [--url URL] [--raw]\n"
-               "Reads URL/metrics of a running `choir serve` (default http://127.0.0.1:8080)\n"
+               "Reads URL/metrics of a running `choir serve` (default http://127.0.0.1:8000)\n"
                "and prints queue, memory, latency and rejection figures (--raw: the whole page).\n");
 }
 
@@ -65,7 +65,7 @@ static void line(const char *text, const char *label, const char *series, double
 
 int choir_cmd_stats(int argc, char **argv)
 {
-    const char *url = "http://127.0.0.1:8080";
+    const char *url = "http://127.0.0.1:8000";
     int raw = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--url") == 0 && i + 1 < argc) {

@@ -423,6 +423,16 @@ static void *ensure_loaded(choir_engine *e, const sched_action *a, choir_err *er
         m->resident = w ? (bytes > 0 ? bytes : 0) : 0;
         sched_model_loaded(e->core, a->model, w ? m->resident : -1);
         if (w) {
+            /* Requests queued before the load were estimated without the
+             * weights (worst-case sizes); now their true size is known. */
+            for (choir_ticket *t = e->live; t; t = t->next) {
+                if (t->model != a->model || t->sr.state != SCHED_QUEUED)
+                    continue;
+                if (ops->estimate)
+                    t->sr.est_bytes = ops->estimate(w, &t->req);
+                if (ops->length)
+                    t->sr.length = ops->length(w, &t->req);
+            }
             choir_metrics_inc(e->m.reg, m->m_loads, 1);
             choir_metrics_set(e->m.reg, m->m_loaded, 1);
             CHOIR_LOGI("engine: loaded '%s' in %.2f s (%lld bytes resident)", m->id, secs, (long long)m->resident);
@@ -465,7 +475,7 @@ static void run_one_batch(choir_engine *e, sched_action *a)
     if (w) {
         /* The arena is the reservation: a batch cannot grow past what the
          * governor granted it. */
-        size_t cap = a->reserved > 4096 ? (size_t)a->reserved : 4096;
+        size_t cap = ops->no_arena ? (size_t)64 << 10 : a->reserved > 4096 ? (size_t)a->reserved : 4096;
         arena = choir_arena_create(cap, CHOIR_MEM_ACTIVATIONS, &err);
         rc = arena ? ops->run_batch(w, reqs, n, arena, &err) : err.code;
         peak = arena ? (int64_t)choir_arena_high_water(arena) : 0;
@@ -551,11 +561,18 @@ static void *sched_main(void *arg)
     while (!e->stop) {
         sched_action a;
         double now = engine_now(e);
-        /* Arenas are covered by reservations and weights by the models'
-         * reports; the rest of the counted allocations compete for the same
-         * budget. */
-        sched_set_external(e->core, choir_mem_current(CHOIR_MEM_IO) + choir_mem_current(CHOIR_MEM_CACHE) +
-                                        choir_mem_current(CHOIR_MEM_OTHER));
+        /* Weights are covered by the models' reports and a running batch's
+         * working memory by its reservation (arena or not). What else is
+         * counted competes for the same budget: I/O buffers and other
+         * allocations always, and the activation/cache bytes that persist
+         * while no batch runs (caches, plans), measured at such moments. */
+        sched_state st;
+        sched_get_state(e->core, &st);
+        int64_t work = choir_mem_current(CHOIR_MEM_ACTIVATIONS) + choir_mem_current(CHOIR_MEM_CACHE);
+        if (st.running_batches == 0)
+            e->resting_work = work;
+        sched_set_external(e->core, choir_mem_current(CHOIR_MEM_IO) + choir_mem_current(CHOIR_MEM_OTHER) +
+                                        e->resting_work);
         if (sched_decide(e->core, now, &a)) {
             if (a.kind == SCHED_DISPATCH) {
                 e->ready[e->n_ready++] = a;

@@ -74,6 +74,7 @@ struct choir_engine {
     uint64_t next_id;
     uint64_t start_ns;
     int64_t arena_peak;
+    int64_t resting_work; /* activation + cache bytes held while no batch ran */
     uint64_t batch_hist[CHOIR_BATCH_HIST_MAX + 1];
     double compute_per_req_ewma;
     choir_ticket *live; /* unfinished tickets */

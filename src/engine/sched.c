@@ -12,7 +12,9 @@
  * when one of its requests has waited its class's limit (which grows with the
  * share of busy workers: under load, waiting longer fills batches better), when
  * a deadline is about to pass, or at once while draining. Among ready buckets
- * the one with the highest priority, then the oldest request, goes first; when
+ * the one with the highest priority, then the oldest request, goes first (a
+ * waiting request gains a priority level every aging_s, so low priority is
+ * served late but never starved); when
  * its batch does not fit in memory it is shrunk, then idle models are unloaded
  * least-recently-used, and otherwise everything waits (head-of-line, so large
  * urgent work is not starved by small work slipping past).
@@ -216,12 +218,20 @@ static double wait_limit(const sched *s, const sched_req *r)
     return base * (1.0 + (double)s->running_batches / s->c.workers);
 }
 
-/* Most urgent first: priority, then age. */
+static int aged_priority(const sched *s, const sched_req *r, double now)
+{
+    double aging = s->c.aging_s > 0 ? s->c.aging_s : 10 * s->c.wait_long_s;
+    double levels = aging > 0 ? floor((now - r->arrival) / aging) : 0;
+    int p = r->priority + (levels > CHOIR_PRIORITY_HIGH ? CHOIR_PRIORITY_HIGH : (int)levels);
+    return p > CHOIR_PRIORITY_HIGH ? CHOIR_PRIORITY_HIGH : p;
+}
+
+/* Most urgent first: priority (raised by age), then age. */
 static int urgency_cmp(const void *a, const void *b)
 {
     const sched_req *x = *(sched_req *const *)a, *y = *(sched_req *const *)b;
-    if (x->priority != y->priority)
-        return y->priority - x->priority;
+    if (x->eff_priority != y->eff_priority)
+        return y->eff_priority - x->eff_priority;
     if (x->arrival != y->arrival)
         return x->arrival < y->arrival ? -1 : 1;
     return x->id < y->id ? -1 : x->id > y->id;
@@ -287,6 +297,8 @@ static int ready_bucket(sched *s, int mi, double now, candidate *c)
     sched_model *m = &s->models[mi];
     int n = m->n_queued, maxb = eff_max_batch(s, m), found = 0;
     memcpy(s->scratch, m->queue, (size_t)n * sizeof *s->scratch);
+    for (int i = 0; i < n; i++)
+        s->scratch[i]->eff_priority = aged_priority(s, s->scratch[i], now);
     qsort(s->scratch, (size_t)n, sizeof *s->scratch, urgency_cmp);
     /* Walk requests most urgent first; each unseen bucket is gathered once. */
     for (int i = 0; i < n; i++) {
@@ -294,7 +306,7 @@ static int ready_bucket(sched *s, int mi, double now, candidate *c)
         if (!head)
             continue;
         int b = bucket_of(s, head->length), cnt = 0, ready = s->draining;
-        candidate cur = {.model = mi, .priority = head->priority, .oldest = head->arrival};
+        candidate cur = {.model = mi, .priority = head->eff_priority, .oldest = head->arrival};
         for (int j = i; j < n; j++) {
             sched_req *r = s->scratch[j];
             if (!r || r->task != head->task || bucket_of(s, r->length) != b)

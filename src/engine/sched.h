@@ -28,6 +28,8 @@ typedef struct sched_config {
     int queue_capacity;    /* per model */
     int workers;           /* batches in flight at once */
     double unload_idle_s;  /* unload models idle this long (0 = only for room or when degraded) */
+    double aging_s;        /* a waiting request gains one priority level per this many seconds
+                              (0 = 10 x wait_long_s), so low priority is late but never starved */
 } sched_config;
 
 /* Fills a config from engine params (already resolved to concrete values). */
@@ -49,6 +51,7 @@ typedef struct sched_req {
     double deadline;   /* INFINITY = none */
     void *user;
     int state;
+    int eff_priority; /* priority raised by age (set by the scheduler) */
 } sched_req;
 
 typedef enum sched_action_kind {

@@ -243,15 +243,26 @@ static int convert_quantized(job *j, const choir_st_tensor *w, const char *prefi
     if (rc < 0) return rc;
     const choir_st_tensor *sc = src_find2(&j->src, prefix, strlen(prefix), ".scales");
     const choir_st_tensor *bi = src_find2(&j->src, prefix, strlen(prefix), ".biases");
-    if (!p->dequantize && p->q_bits == 0 && !p->quant_predicate &&
-        (p->dtype < 0 || p->dtype == (int)W.sb_dtype)) {
+    if (!p->dequantize && p->q_bits == 0 && !p->quant_predicate) {
+        /* Codes are kept; only the scales and biases follow --dtype. */
+        choir_dtype sb_dt = p->dtype >= 0 ? (choir_dtype)p->dtype : W.sb_dtype;
         if (p->report)
-            fprintf(p->report, "  keep      %s [%lld, %lld] %d-bit g%d (already quantized)\n",
-                    prefix, (long long)W.rows, (long long)W.cols, W.bits, W.group_size);
-        if ((rc = add_ref(j, w->name, w->dtype, w->ndim, w->shape, w->data, err)) < 0 ||
-            (rc = add_ref(j, sc->name, sc->dtype, sc->ndim, sc->shape, sc->data, err)) < 0 ||
-            (rc = add_ref(j, bi->name, bi->dtype, bi->ndim, bi->shape, bi->data, err)) < 0)
-            return rc;
+            fprintf(p->report, "  keep      %s [%lld, %lld] %d-bit g%d %s scales (already quantized)\n",
+                    prefix, (long long)W.rows, (long long)W.cols, W.bits, W.group_size,
+                    choir_dtype_name(sb_dt));
+        if ((rc = add_ref(j, w->name, w->dtype, w->ndim, w->shape, w->data, err)) < 0) return rc;
+        if (sb_dt == sc->dtype) {
+            if ((rc = add_ref(j, sc->name, sc->dtype, sc->ndim, sc->shape, sc->data, err)) < 0 ||
+                (rc = add_ref(j, bi->name, bi->dtype, bi->ndim, bi->shape, bi->data, err)) < 0)
+                return rc;
+        } else {
+            const float *s32 = as_f32(j, sc, CHOIR_DTYPE_F32, err);
+            const float *b32 = s32 ? as_f32(j, bi, CHOIR_DTYPE_F32, err) : NULL;
+            if (!b32) return err ? err->code : CHOIR_ENOMEM;
+            if ((rc = add_float(j, sc->name, sc->ndim, sc->shape, s32, sc->numel, sb_dt, err)) < 0 ||
+                (rc = add_float(j, bi->name, bi->ndim, bi->shape, b32, bi->numel, sb_dt, err)) < 0)
+                return rc;
+        }
         return note_layer(j, prefix, W.bits, W.group_size, err);
     }
     float *v = own(j, (size_t)(W.rows * W.cols) * sizeof(float), err);
@@ -345,9 +356,13 @@ static int open_source(source *s, const char *src, choir_err *err) {
             rc = rc < 0 ? rc : open_st(s, file, err);
         } else if ((rc = find_single(src, ".pth", file, sizeof file, err)) != 0) {
             rc = rc < 0 ? rc : convert_pth_open(file, &s->pth, &s->tensors, &s->n, err);
+        } else if (snprintf(file, sizeof file, "%s/pytorch_model.bin", src), path_exists(file)) {
+            /* transformers' torch.save archive */
+            rc = convert_pth_open(file, &s->pth, &s->tensors, &s->n, err);
         } else {
             return choir_err_set(err, CHOIR_ENOTFOUND,
-                                 "%s: no checkpoint found (looked for *.safetensors and *.pth)",
+                                 "%s: no checkpoint found (looked for *.safetensors, *.pth and "
+                                 "pytorch_model.bin)",
                                  src);
         }
         if (rc < 0) return rc;
@@ -358,14 +373,14 @@ static int open_source(source *s, const char *src, choir_err *err) {
             snprintf(s->dir, sizeof s->dir, "%.*s", (int)(slash - src), src);
         else
             snprintf(s->dir, sizeof s->dir, ".");
-        if (ends_with(src, ".pth") || ends_with(src, ".pt"))
+        if (ends_with(src, ".pth") || ends_with(src, ".pt") || ends_with(src, ".bin"))
             rc = convert_pth_open(src, &s->pth, &s->tensors, &s->n, err);
         else if (ends_with(src, ".safetensors") || ends_with(src, ".json"))
             rc = open_st(s, src, err);
         else
             return choir_err_set(err, CHOIR_EUNSUPPORTED,
                                  "%s: unknown input type (expected a directory, .safetensors, "
-                                 ".pth or .onnx)",
+                                 ".pth, pytorch_model.bin or .onnx)",
                                  src);
         if (rc < 0) return rc;
     }

@@ -86,7 +86,8 @@ typedef struct qlinear_job {
     const choir_weight *W;
     const float *bias;
     float *y;
-    const float *xsum; /* per (m, group) sums of x, for the SIMD path */
+    const float *xsum;  /* per (m, group) sums of x, for the SIMD path */
+    const float *xperm; /* x in word-lane order (4/8-bit), or NULL */
     int simd;
 } qlinear_job;
 
@@ -95,7 +96,7 @@ static void qlinear_range(void *ctx, int64_t n0, int64_t n1, int worker) {
     const qlinear_job *j = ctx;
 #if defined(CHOIR_X86)
     if (j->simd) {
-        choir_qlinear_avx2_rows(j->x, j->M, j->W, j->bias, j->y, n0, n1, j->xsum);
+        choir_qlinear_avx2_rows(j->x, j->M, j->W, j->bias, j->y, n0, n1, j->xsum, j->xperm);
         return;
     }
 #endif
@@ -106,9 +107,10 @@ static void qlinear_range(void *ctx, int64_t n0, int64_t n1, int worker) {
 
 void choir_qlinear(const float *x, int64_t M, const choir_weight *W, const float *bias, float *y) {
     if (M <= 0 || W->rows <= 0) return;
-    qlinear_job job = {x, M, W, bias, y, NULL, 0};
-    float xsum_local[1024];
-    float *xsum_heap = NULL;
+    qlinear_job job = {x, M, W, bias, y, NULL, NULL, 0};
+    /* Decoding one token (M = 1) needs no heap: scratch lives here. */
+    float xsum_local[1024], xperm_local[4096];
+    float *xsum_heap = NULL, *xperm_heap = NULL;
 #if defined(CHOIR_X86)
     if (choir_kernels_isa() == CHOIR_ISA_AVX2) {
         const int64_t G = W->group_size, groups = W->cols / G;
@@ -127,6 +129,18 @@ void choir_qlinear(const float *x, int64_t M, const choir_weight *W, const float
             job.xsum = xsum;
             job.simd = 1;
         }
+        /* The lane order makes 4- and 8-bit decoding shuffle-free. It is
+         * used for every M (never only for some), so that a row's result
+         * does not depend on the batch it came in. */
+        if (xsum && (W->bits == 4 || W->bits == 8) && W->cols % (256 / W->bits) == 0) {
+            float *xperm = xperm_local;
+            if (M * W->cols > (int64_t)(sizeof xperm_local / sizeof *xperm_local))
+                xperm = xperm_heap = choir_alloc(CHOIR_MEM_ACTIVATIONS,
+                                                 (size_t)(M * W->cols) * sizeof(float));
+            for (int64_t m = 0; xperm && m < M; m++)
+                choir_quant_permute_x(x + m * W->cols, W->cols, W->bits, xperm + m * W->cols);
+            job.xperm = xperm;
+        }
     }
 #endif
     /* Enough rows per task that a task streams at least ~64 KiB of weights. */
@@ -142,7 +156,17 @@ void choir_qlinear(const float *x, int64_t M, const choir_weight *W, const float
         blk.y = y + m0 * W->rows;
         blk.M = M - m0 < QLINEAR_M_BLOCK ? M - m0 : QLINEAR_M_BLOCK;
         if (job.xsum) blk.xsum = job.xsum + m0 * groups;
+        if (job.xperm) blk.xperm = job.xperm + m0 * W->cols;
         choir_pool_parallel_for(choir_pool_default(), W->rows, grain, qlinear_range, &blk);
     }
     choir_free(xsum_heap);
+    choir_free(xperm_heap);
+}
+
+void choir_quant_permute_x(const float *x, int64_t K, int bits, float *xp) {
+    const int cpw = 32 / bits;
+    const int64_t block = 8 * cpw;
+    for (int64_t b = 0; b < K / block; b++)
+        for (int k = 0; k < cpw; k++)
+            for (int i = 0; i < 8; i++) xp[b * block + k * 8 + i] = x[b * block + i * cpw + k];
 }

@@ -37,8 +37,8 @@ static void store_sb(void *p, choir_dtype dt, int64_t i, float v) {
  * needs code 2^bits (clamped, an error of up to one step); for those groups
  * we keep the unsnapped min/max scale instead, so that every element stays
  * within half a step. All other groups come out bit-identical to MLX. */
-static void quantize_group(const float *x, int G, int bits, float *scale_out, float *bias_out,
-                           uint32_t *row, int64_t c0) {
+static void quantize_group(const float *x, int G, int bits, int mlx_exact, float *scale_out,
+                           float *bias_out, uint32_t *row, int64_t c0) {
     const float n_bins = (float)((1 << bits) - 1);
     const float eps = 1e-7f;
     float mx = x[0], mn = x[0];
@@ -55,7 +55,7 @@ static void quantize_group(const float *x, int G, int bits, float *scale_out, fl
     float b = 0.0f;
     if (q0 != 0.0f) {
         float s_snap = edge / q0;
-        if (rintf((far - edge) / s_snap) <= n_bins) {
+        if (mlx_exact || rintf((far - edge) / s_snap) <= n_bins) {
             s = s_snap;
             b = edge;
         } else {
@@ -71,9 +71,9 @@ static void quantize_group(const float *x, int G, int bits, float *scale_out, fl
     *bias_out = b;
 }
 
-int choir_quantize(const float *w, int64_t rows, int64_t cols, int bits, int group_size,
+static int quantize(const float *w, int64_t rows, int64_t cols, int bits, int group_size,
                    choir_dtype sb_dtype, uint32_t *packed, void *scales, void *biases,
-                   choir_err *err) {
+                   int mlx_exact, choir_err *err) {
     if (!choir_quant_supported(bits, group_size))
         return choir_err_set(err, CHOIR_EUNSUPPORTED,
                              "quantization with %d bits and group size %d is not supported "
@@ -94,13 +94,25 @@ int choir_quantize(const float *w, int64_t rows, int64_t cols, int bits, int gro
         memset(row, 0, (size_t)words * sizeof(uint32_t));
         for (int64_t g = 0; g < groups; g++) {
             float s, b;
-            quantize_group(w + r * cols + g * group_size, group_size, bits, &s, &b, row,
+            quantize_group(w + r * cols + g * group_size, group_size, bits, mlx_exact, &s, &b, row,
                            g * group_size);
             store_sb(scales, sb_dtype, r * groups + g, s);
             store_sb(biases, sb_dtype, r * groups + g, b);
         }
     }
     return CHOIR_OK;
+}
+
+int choir_quantize(const float *w, int64_t rows, int64_t cols, int bits, int group_size,
+                   choir_dtype sb_dtype, uint32_t *packed, void *scales, void *biases,
+                   choir_err *err) {
+    return quantize(w, rows, cols, bits, group_size, sb_dtype, packed, scales, biases, 0, err);
+}
+
+int choir_quantize_mlx(const float *w, int64_t rows, int64_t cols, int bits, int group_size,
+                       choir_dtype sb_dtype, uint32_t *packed, void *scales, void *biases,
+                       choir_err *err) {
+    return quantize(w, rows, cols, bits, group_size, sb_dtype, packed, scales, biases, 1, err);
 }
 
 void choir_quant_dequant(const choir_weight *W, float *out) {

@@ -13,6 +13,7 @@
 
 #include "choir/alloc.h"
 #include "choir/kernels.h"
+#include "choir/log.h"
 #include "choir/pool.h"
 #include "models/kokoro/kokoro_internal.h"
 
@@ -206,7 +207,7 @@ int64_t choir_kokoro_estimate_bytes(int n_ids, int64_t frames) {
      * counted from the buffers above with room for the blocks' temporaries;
      * bench_kokoro checks it against the measured high-water mark. */
     int64_t T = n_ids, L = frames;
-    int64_t floats = 24 * 1024 * T + 4096 * T + 176 * 1024 * L + (1 << 20);
+    int64_t floats = 24 * 1024 * T + 4096 * T + 144 * 1024 * L + (1 << 20);
     return floats * (int64_t)sizeof(float);
 }
 
@@ -261,12 +262,22 @@ int choir_kokoro_synthesize_ids(const choir_kokoro *m, const int32_t *ids, int n
     TRACE(p, "duration_encoder_out", d, 2, T, KK_HIDDEN + KK_STYLE);
     if ((rc = durations(m, d, T, p->speed, dur, pred_dur, ws))) goto fail;
     TRACE(p, "duration", dur, 1, T);
-    int64_t L = 0;
-    for (int64_t t = 0; t < T; t++) L += pred_dur[t];
     if (p->trace) {
         for (int64_t t = 0; t < T; t++) dur[t] = (float)pred_dur[t]; /* dur is not needed again */
         TRACE(p, "pred_dur", dur, 1, T);
     }
+    if (p->durations) {
+        for (int64_t t = 0; t < T; t++) {
+            if (p->durations[t] < 1 || p->durations[t] > 1000) {
+                rc = choir_err_set(err, CHOIR_EINVAL, "kokoro: forced duration %d at %lld is not in 1..1000",
+                                   (int)p->durations[t], (long long)t);
+                goto fail;
+            }
+            pred_dur[t] = p->durations[t];
+        }
+    }
+    int64_t L = 0;
+    for (int64_t t = 0; t < T; t++) L += pred_dur[t];
     if ((rc = text_encoder(m, ids, T, t_en, ws))) goto fail;
     TRACE(p, "text_encoder_out", t_en, 2, KK_HIDDEN, T);
 
@@ -302,6 +313,8 @@ int choir_kokoro_synthesize_ids(const choir_kokoro *m, const int32_t *ids, int n
         if (noise) kk_gaussian_fill(noise, L * CHOIR_KOKORO_SAMPLES_PER_FRAME * KK_HARMONICS, p->seed);
         rc = kk_decoder(m, asr, L, f0, nc, s_dec, noise, audio, ws2);
     }
+    CHOIR_LOGD("kokoro: %lld ids, %lld frames: workspace high water %zu of %lld bytes", (long long)T,
+               (long long)L, kk_ws_high_water(ws2), (long long)choir_kokoro_estimate_bytes(n_ids, L));
     kk_ws_free(ws2);
     if (rc) goto fail;
     TRACE(p, "audio", audio, 1, L * CHOIR_KOKORO_SAMPLES_PER_FRAME);

@@ -41,6 +41,7 @@ typedef struct wd_group {
     bool completed;
     wd_cand *finished;        /* beam search: up to max_cand (cap_finished slots) */
     int n_finished, max_cand, cap_finished;
+    int n_live;               /* beam search: hyp[0 .. n_live) are current beams */
 } wd_group;
 
 typedef struct wd_ctx {
@@ -185,7 +186,7 @@ int choir_whisper_detect_language(const choir_whisper *m, const choir_whisper_cr
                                   int *lang, float *probs, choir_err *err) {
     *lang = 0;
     if (!m->sp.multilingual) return 0;
-    choir_whisper_seq *s = choir_whisper_seq_create(m, err);
+    choir_whisper_seq *s = choir_whisper_seq_create(m, 1, err);
     float *logits = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)m->dims.n_vocab * sizeof(float));
     int rc = (!s || !logits) ? choir_err_set(err, CHOIR_ENOMEM, "whisper: out of memory")
                              : wd_detect(m, &s, &cross, 1, logits, lang, probs, err);
@@ -288,8 +289,10 @@ static int wd_update_beam(wd_ctx *c, wd_group *g, wd_beam_cand *cands) {
             /* Identical sequences (all beams are equal at the first step) count once. */
             bool dup = false;
             for (int q = 0; q < first && !dup; q++) dup = wd_same_seq(g, &cands[q], &cand);
+            /* A duplicate keeps its slot (topk still skips its token) but is
+             * marked dead with a negative token. */
+            if (dup) cand.score = -INFINITY, cand.token = -1 - best;
             cands[nc++] = cand;
-            if (dup) cands[nc - 1].score = -INFINITY, cands[nc - 1].token = -1 - best;
         }
     }
     qsort(cands, (size_t)nc, sizeof *cands, wd_cand_cmp);
@@ -316,6 +319,7 @@ static int wd_update_beam(wd_ctx *c, wd_group *g, wd_beam_cand *cands) {
         g->hyp[j] = g->spare[j];
         g->spare[j] = t;
     }
+    g->n_live = saved;
     if (g->n_finished >= g->max_cand || saved < G) g->completed = true;
     return 0;
 }
@@ -343,6 +347,7 @@ static int wd_group_init(wd_ctx *c, wd_group *g, const choir_whisper_window *w, 
     memset(g, 0, sizeof *g);
     g->w = w;
     g->G = G;
+    g->n_live = G;
     g->hyp = choir_calloc(CHOIR_MEM_CACHE, (size_t)G, sizeof *g->hyp);
     g->logits = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)G * (size_t)c->V * sizeof(float));
     if (c->beam) {
@@ -353,10 +358,15 @@ static int wd_group_init(wd_ctx *c, wd_group *g, const choir_whisper_window *w, 
         g->finished = choir_calloc(CHOIR_MEM_OTHER, (size_t)g->cap_finished, sizeof *g->finished);
     }
     if (!g->hyp || !g->logits || (c->beam && (!g->spare || !g->finished))) goto oom;
+    /* Positions this window can reach: its start sequence (prompt included)
+     * and sample_len tokens; the loop never feeds more. */
+    int np = w->prompt && w->n_prompt > 0 ? 1 + (w->n_prompt < c->C / 2 - 1 ? w->n_prompt : c->C / 2 - 1) : 0;
+    int sample_len = c->p->sample_len > 0 ? c->p->sample_len : c->C / 2;
+    int cap = np + 4 + sample_len + 1;
     for (int j = 0; j < G; j++) {
         wd_hyp *hs[2] = {&g->hyp[j], c->beam ? &g->spare[j] : NULL};
         for (int k = 0; k < 2 && hs[k]; k++) {
-            hs[k]->kv = choir_whisper_seq_create(c->m, err);
+            hs[k]->kv = choir_whisper_seq_create(c->m, cap, err);
             hs[k]->tokens = choir_alloc(CHOIR_MEM_OTHER, (size_t)(c->C + 2) * sizeof(int32_t));
             if (!hs[k]->kv || !hs[k]->tokens) goto oom;
             choir_whisper_seq_reset(hs[k]->kv, w->cross);
@@ -449,9 +459,9 @@ static int wd_finish(wd_ctx *c, wd_group *g, const choir_tokenizer *tok, choir_w
     double best_sum = 0, best_score = -INFINITY;
     if (c->beam) {
         /* Not enough finished: the live beams, best first, count as finished. */
-        for (int round = 0; g->n_finished < g->G && round < g->G; round++) {
+        for (int round = 0; g->n_finished < g->G && round < g->n_live; round++) {
             int pick = -1;
-            for (int j = 0; j < g->G; j++)
+            for (int j = 0; j < g->n_live; j++)
                 if (g->hyp[j].n >= 0 && (pick < 0 || g->hyp[j].sum_logprob > g->hyp[pick].sum_logprob))
                     pick = j;
             if (pick < 0) break;

@@ -54,10 +54,10 @@ struct choir_whisper_cross {
 };
 
 struct choir_whisper_seq {
-    int n_layer, n_ctx, d;
+    int n_layer, n_ctx, d; /* n_ctx: capacity in positions */
     int n_past;
     const choir_whisper_cross *cross;
-    float *k; /* [n_text_layer][n_text_ctx][d] */
+    float *k; /* [n_text_layer][n_ctx][d] */
     float *v;
 };
 

@@ -1,13 +1,13 @@
 /* Whisper behind the engine's model interface (choir/model.h).
  *
- * The weights object is the network plus its tokenizer. Each request is one
- * transcription with openai's semantics (seek loop, temperature fallback,
- * previous-text prompts). Requests of a batch currently run one after another;
- * the decoder batches the hypotheses of a window, and the batched long-form
- * pipeline (choir_whisper_transcribe with batched = true) is what `choir stt
- * --batch-size` uses. Working memory comes from the counted allocator (in the
- * activations and caches categories), not from the batch arena. */
+ * The weights object is the network plus its tokenizer. Requests of at most
+ * 30 s that share task, timestamps and temperature are decoded together (one
+ * window each, every hypothesis of every window in one decoder batch per
+ * step); longer requests run openai's seek loop (previous-text prompts,
+ * temperature fallback) one after another. Working memory comes from the
+ * counted allocator (activations and caches categories), not the batch arena. */
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
@@ -84,61 +84,131 @@ static int64_t whisper_estimate(const void *weights, const choir_request *r) {
     return mel + enc + cross + hyps + (1 << 20);
 }
 
-static int whisper_one(whisper_weights *w, choir_request *req) {
+/* Parameters of a request; its language index in *lang (-1: detect). */
+static int whisper_opts(choir_request *req, choir_whisper_transcribe_opts *o, int *lang) {
     const choir_stt_input *in = &req->in.stt;
-    choir_whisper_transcribe_opts o;
-    choir_whisper_default_transcribe_opts(&o);
+    choir_whisper_default_transcribe_opts(o);
+    /* req->extra, when set, is a choir_whisper_params giving the decoding
+     * parameters the request fields do not carry (beam, best_of, max tokens,
+     * thresholds). */
+    if (req->extra) o->params = *(const choir_whisper_params *)req->extra;
+    *lang = -1;
     if (in->language && in->language[0]) {
-        o.params.language = choir_whisper_lang_index(in->language);
-        if (o.params.language < 0)
-            return choir_request_fail(req, CHOIR_EINVAL, "unknown language '%s'", in->language);
+        *lang = choir_whisper_lang_index(in->language);
+        if (*lang < 0) return choir_request_fail(req, CHOIR_EINVAL, "unknown language '%s'", in->language);
     }
-    o.params.task = in->translate ? CHOIR_WHISPER_TRANSLATE : CHOIR_WHISPER_TRANSCRIBE;
-    o.params.timestamps = in->timestamps != 0;
+    o->params.task = in->translate ? CHOIR_WHISPER_TRANSLATE : CHOIR_WHISPER_TRANSCRIBE;
+    o->params.timestamps = in->timestamps != 0;
     if (in->temperature > 0) {
-        o.params.temperatures[0] = in->temperature;
-        o.params.n_temperatures = 1;
+        o->params.temperatures[0] = in->temperature;
+        o->params.n_temperatures = 1;
     }
-    o.initial_prompt = in->prompt;
-    choir_whisper_transcript t;
-    choir_err err = {0};
-    int rc = choir_whisper_transcribe(w->m, w->tok, in->samples, in->n_samples, &o, &t, &err);
-    if (rc == CHOIR_ENOMEM) return rc;
-    if (rc) return choir_request_fail(req, rc, "%s", err.msg);
-    choir_segment *segs = choir_calloc(CHOIR_MEM_IO, (size_t)(t.n_segments + 1), sizeof *segs);
-    if (!segs) {
-        choir_whisper_transcript_clear(&t);
-        return CHOIR_ENOMEM;
-    }
-    for (int i = 0; i < t.n_segments; i++) {
-        segs[i].start_s = t.segments[i].start;
-        segs[i].end_s = t.segments[i].end;
-        segs[i].text = t.segments[i].text;
-        segs[i].probability = expf(t.segments[i].avg_logprob);
+    return 0;
+}
+
+static int whisper_emit(choir_request *req, choir_whisper_transcript *t) {
+    choir_segment *segs = choir_calloc(CHOIR_MEM_IO, (size_t)(t->n_segments + 1), sizeof *segs);
+    if (!segs) return CHOIR_ENOMEM;
+    for (int i = 0; i < t->n_segments; i++) {
+        segs[i].start_s = t->segments[i].start;
+        segs[i].end_s = t->segments[i].end;
+        segs[i].text = t->segments[i].text;
+        segs[i].probability = expf(t->segments[i].avg_logprob);
     }
     /* The transcript without its leading space, as the OpenAI API returns it. */
-    const char *text = t.text ? t.text : "";
+    const char *text = t->text ? t->text : "";
     while (*text == ' ') text++;
-    choir_output out = {.final = 1, .text = text, .language = choir_whisper_lang_code(t.language),
-                        .segments = segs, .n_segments = t.n_segments};
-    req->audio_seconds = t.duration;
+    choir_output out = {.final = 1, .text = text, .language = choir_whisper_lang_code(t->language),
+                        .segments = segs, .n_segments = t->n_segments};
+    req->audio_seconds = t->duration;
     choir_request_emit(req, &out);
     choir_free(segs);
-    choir_whisper_transcript_clear(&t);
     return 0;
+}
+
+typedef struct whisper_group {
+    choir_request **reqs;
+    int n;
+} whisper_group;
+
+/* A streaming request gets each segment as a partial output once it is final.
+ * A cancelled request stops the transcription only when it is alone in it. */
+static int whisper_on_segment(void *user, int input, const choir_whisper_segment *seg) {
+    whisper_group *g = user;
+    choir_request *req = g->reqs[input];
+    if (!req->stream) return 0;
+    choir_segment cs = {seg->start, seg->end, seg->text, expf(seg->avg_logprob)};
+    choir_output out = {.final = 0, .text = seg->text, .segments = &cs, .n_segments = 1};
+    int rc = choir_request_emit(req, &out);
+    return rc != 0 && g->n == 1;
+}
+
+/* Requests of at most 30 s with the same task, timestamps and temperature are
+ * decoded together as the windows of one batched pipeline run; longer ones
+ * run openai's seek loop one by one. */
+static bool whisper_short(const choir_request *r) {
+    return r->in.stt.n_samples <= CHOIR_WHISPER_N_SAMPLES;
+}
+
+static bool whisper_same_group(const choir_request *a, const choir_request *b) {
+    return a->extra == b->extra && a->in.stt.translate == b->in.stt.translate &&
+           (a->in.stt.timestamps != 0) == (b->in.stt.timestamps != 0) &&
+           a->in.stt.temperature == b->in.stt.temperature;
 }
 
 static int whisper_run_batch(void *weights, choir_request *const *reqs, int n, choir_arena *arena,
                              choir_err *err) {
     (void)arena;
+    whisper_weights *w = weights;
+    choir_whisper_input in[16];
+    choir_whisper_transcript t[16];
+    choir_request *grp[16];
+    bool taken[16] = {false};
+    if (n > 16) return choir_err_set(err, CHOIR_EINVAL, "whisper: batch of %d (max 16)", n);
     for (int i = 0; i < n; i++) {
-        if (reqs[i]->task != CHOIR_TASK_STT) {
-            choir_request_fail(reqs[i], CHOIR_EINVAL, "whisper serves speech-to-text only");
+        choir_request *r = reqs[i];
+        if (taken[i]) continue;
+        taken[i] = true;
+        if (r->task != CHOIR_TASK_STT) {
+            choir_request_fail(r, CHOIR_EINVAL, "whisper serves speech-to-text only");
             continue;
         }
-        if (choir_request_cancelled(reqs[i])) continue;
-        int rc = whisper_one(weights, reqs[i]);
-        if (rc == CHOIR_ENOMEM) return choir_err_set(err, CHOIR_ENOMEM, "whisper: out of memory");
+        if (choir_request_cancelled(r)) continue;
+        choir_whisper_transcribe_opts o;
+        int lang;
+        if (whisper_opts(r, &o, &lang)) continue;
+        int ng = 0;
+        grp[ng] = r;
+        in[ng++] = (choir_whisper_input){r->in.stt.samples, r->in.stt.n_samples, lang, r->in.stt.prompt};
+        if (whisper_short(r)) {
+            for (int k = i + 1; k < n; k++) {
+                choir_request *q = reqs[k];
+                int lk;
+                choir_whisper_transcribe_opts ok;
+                if (taken[k] || q->task != CHOIR_TASK_STT || !whisper_short(q) || !whisper_same_group(r, q) ||
+                    choir_request_cancelled(q))
+                    continue;
+                taken[k] = true;
+                if (whisper_opts(q, &ok, &lk)) continue;
+                grp[ng] = q;
+                in[ng++] = (choir_whisper_input){q->in.stt.samples, q->in.stt.n_samples, lk, q->in.stt.prompt};
+            }
+            o.batched = true;
+            o.batch_size = ng;
+        }
+        whisper_group wg = {grp, ng};
+        o.on_segment = whisper_on_segment;
+        o.segment_user = &wg;
+        choir_err e = {0};
+        int rc = choir_whisper_transcribe_batch(w->m, w->tok, in, ng, &o, t, &e);
+        if (rc == CHOIR_ECANCELED) continue; /* the engine finishes cancelled requests */
+        if (rc == CHOIR_ENOMEM) return choir_err_set(err, rc, "%s", e.msg);
+        for (int k = 0; k < ng; k++) {
+            if (rc) choir_request_fail(grp[k], rc, "%s", e.msg);
+            else if (whisper_emit(grp[k], &t[k])) rc = CHOIR_ENOMEM;
+            choir_whisper_transcript_clear(&t[k]);
+        }
+        if (rc == CHOIR_ENOMEM) return choir_err_set(err, rc, "whisper: out of memory");
     }
     return 0;
 }

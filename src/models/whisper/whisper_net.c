@@ -112,7 +112,7 @@ void choir_whisper_cross_free(choir_whisper_cross *c) {
 
 /* --- per-sequence state --------------------------------------------------- */
 
-choir_whisper_seq *choir_whisper_seq_create(const choir_whisper *m, choir_err *err) {
+choir_whisper_seq *choir_whisper_seq_create(const choir_whisper *m, int capacity, choir_err *err) {
     const choir_whisper_dims *D = &m->dims;
     choir_whisper_seq *s = choir_calloc(CHOIR_MEM_CACHE, 1, sizeof *s);
     if (!s) {
@@ -120,7 +120,7 @@ choir_whisper_seq *choir_whisper_seq_create(const choir_whisper *m, choir_err *e
         return NULL;
     }
     s->n_layer = D->n_text_layer;
-    s->n_ctx = D->n_text_ctx;
+    s->n_ctx = capacity > 0 && capacity < D->n_text_ctx ? capacity : D->n_text_ctx;
     s->d = D->d_model;
     size_t n = (size_t)s->n_layer * (size_t)s->n_ctx * (size_t)s->d;
     s->k = choir_alloc(CHOIR_MEM_CACHE, n * sizeof(float));
@@ -150,10 +150,12 @@ void choir_whisper_seq_copy(choir_whisper_seq *dst, const choir_whisper_seq *src
         dst->n_past = n_keep;
         return;
     }
-    size_t per = (size_t)src->n_ctx * (size_t)src->d, row = (size_t)n_keep * (size_t)src->d;
+    size_t sp = (size_t)src->n_ctx * (size_t)src->d, dp = (size_t)dst->n_ctx * (size_t)dst->d;
+    if (n_keep > dst->n_ctx) n_keep = dst->n_ctx;
+    size_t row = (size_t)n_keep * (size_t)src->d;
     for (int l = 0; l < src->n_layer; l++) {
-        memcpy(dst->k + l * per, src->k + l * per, row * sizeof(float));
-        memcpy(dst->v + l * per, src->v + l * per, row * sizeof(float));
+        memcpy(dst->k + l * dp, src->k + l * sp, row * sizeof(float));
+        memcpy(dst->v + l * dp, src->v + l * sp, row * sizeof(float));
     }
     dst->n_past = n_keep;
     dst->cross = src->cross;
@@ -171,7 +173,7 @@ int choir_whisper_decode(const choir_whisper *m, choir_whisper_seq *const *seqs,
                          const int32_t *tokens, const int *n_tokens, bool all_positions,
                          float *logits, choir_err *err) {
     const choir_whisper_dims *D = &m->dims;
-    int64_t d = D->d_model, ffn = D->ffn_dim, A = D->n_audio_ctx, C = D->n_text_ctx;
+    int64_t d = D->d_model, ffn = D->ffn_dim, A = D->n_audio_ctx;
     int64_t Dh = d / D->n_head;
     float scale = 1.0f / sqrtf((float)Dh);
     int64_t N = 0;
@@ -180,10 +182,10 @@ int choir_whisper_decode(const choir_whisper *m, choir_whisper_seq *const *seqs,
             return choir_err_set(err, CHOIR_EINVAL, "whisper: sequence %d has no new tokens", i);
         if (!seqs[i]->cross)
             return choir_err_set(err, CHOIR_EINVAL, "whisper: sequence %d has no window", i);
-        if (seqs[i]->n_past + n_tokens[i] > C)
+        if (seqs[i]->n_past + n_tokens[i] > seqs[i]->n_ctx)
             return choir_err_set(err, CHOIR_ETOOBIG,
-                                 "whisper: sequence %d would hold %d tokens (limit %lld)", i,
-                                 seqs[i]->n_past + n_tokens[i], (long long)C);
+                                 "whisper: sequence %d would hold %d tokens (capacity %d)", i,
+                                 seqs[i]->n_past + n_tokens[i], seqs[i]->n_ctx);
         N += n_tokens[i];
     }
     for (int64_t r = 0; r < N; r++)
@@ -215,7 +217,8 @@ int choir_whisper_decode(const choir_whisper *m, choir_whisper_seq *const *seqs,
         for (int i = 0, r = 0; i < n_seq; i++) {
             choir_whisper_seq *s = seqs[i];
             int n = n_tokens[i];
-            float *kc = s->k + (size_t)l * (size_t)(C * d), *vc = s->v + (size_t)l * (size_t)(C * d);
+            size_t lo = (size_t)l * (size_t)s->n_ctx * (size_t)d;
+            float *kc = s->k + lo, *vc = s->v + lo;
             memcpy(kc + (int64_t)s->n_past * d, k + (int64_t)r * d, (size_t)(n * d) * sizeof(float));
             memcpy(vc + (int64_t)s->n_past * d, v + (int64_t)r * d, (size_t)(n * d) * sizeof(float));
             choir_attention(q + (int64_t)r * d, d, kc, d, vc, d, att + (int64_t)r * d, d, n,

@@ -18,8 +18,11 @@ typedef struct wt_state {
     const choir_tokenizer *tok;
     choir_whisper_transcript *out;
     int cap_segments;
-    int32_t *all_tokens; /* every segment's tokens, the prompt source */
+    int32_t *all_tokens; /* initial prompt, then every segment's tokens */
     int n_all, cap_all;
+    int n_initial;       /* tokens of the initial prompt */
+    int input;           /* index of this recording in the call */
+    const choir_whisper_transcribe_opts *opts;
 } wt_state;
 
 void choir_whisper_default_transcribe_opts(choir_whisper_transcribe_opts *o) {
@@ -104,7 +107,11 @@ static int wt_segment(wt_state *s, const choir_whisper_result *r, const int32_t 
     g->temperature = r->temperature;
     g->compression_ratio = r->compression_ratio;
     t->n_segments++;
-    return wt_push_tokens(s, tokens, n, err);
+    rc = wt_push_tokens(s, tokens, n, err);
+    if (!rc && s->opts && s->opts->on_segment &&
+        s->opts->on_segment(s->opts->segment_user, s->input, g) != 0)
+        rc = choir_err_set(err, CHOIR_ECANCELED, "whisper: transcription cancelled");
+    return rc;
 }
 
 /* Splits a window's tokens into segments at consecutive timestamp pairs
@@ -174,7 +181,7 @@ static int wt_decode_batch(const choir_whisper *m, const choir_tokenizer *tok, c
 
 static int wt_sequential(wt_state *s, const float *pcm, int64_t n_samples,
                          const choir_whisper_transcribe_opts *o, choir_whisper_params *p,
-                         int n_initial, choir_err *err) {
+                         choir_err *err) {
     const choir_whisper *m = s->m;
     int n_mels = m->dims.n_mels, F = CHOIR_WHISPER_N_FRAMES;
     float *mel = NULL, *win = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)n_mels * F * sizeof(float));
@@ -198,7 +205,6 @@ static int wt_sequential(wt_state *s, const float *pcm, int64_t n_samples,
         cross = NULL;
         if (rc) goto done;
     }
-    s->out->language = p->language < 0 ? 0 : p->language;
     while (seek < content) {
         int seg = (int)(content - seek < F ? content - seek : F);
         /* The window holds seg frames of the file; the rest is 0.0, as openai's
@@ -225,7 +231,6 @@ static int wt_sequential(wt_state *s, const float *pcm, int64_t n_samples,
             o->progress(o->progress_user, (double)(seek < content ? seek : content) / WT_FRAMES_PER_S,
                         (double)content / WT_FRAMES_PER_S);
     }
-    (void)n_initial;
     goto done;
 fail_code:
     rc = err && err->code ? err->code : CHOIR_ENOMEM;
@@ -236,92 +241,128 @@ done:
     return rc;
 }
 
-static int wt_batched(wt_state *s, const float *pcm, int64_t n_samples,
-                      const choir_whisper_transcribe_opts *o, choir_whisper_params *p,
-                      choir_err *err) {
-    const choir_whisper *m = s->m;
-    int n_mels = m->dims.n_mels, F = CHOIR_WHISPER_N_FRAMES, N = CHOIR_WHISPER_N_SAMPLES;
-    int B = o->batch_size > 0 ? o->batch_size : 1;
-    /* Spans: the caller's, cut into pieces of at most 30 s, or fixed windows. */
-    int64_t n_spans = 0;
-    if (o->spans)
-        for (int i = 0; i < o->n_spans; i++) {
-            int64_t len = o->spans[i].end - o->spans[i].start;
-            if (len > 0) n_spans += (len + N - 1) / N;
+/* One window of the batched pipeline: a span of one input. */
+typedef struct wt_item {
+    int input;
+    choir_whisper_span span;
+} wt_item;
+
+/* Spans of one input: the caller's, cut into pieces of at most 30 s and
+ * merged with their neighbours, gap included, while the result stays within
+ * 30 s (WhisperX's merge: short utterances share a window and its context);
+ * or consecutive 30-s windows. Appends to items; returns the new count. */
+static int64_t wt_spans(int input, int64_t n_samples, const choir_whisper_span *spans, int n_spans,
+                        wt_item *items, int64_t k) {
+    const int64_t N = CHOIR_WHISPER_N_SAMPLES;
+    int64_t first = k;
+    if (!spans) {
+        for (int64_t a = 0; a < n_samples; a += N)
+            items[k++] = (wt_item){input, {a, a + N < n_samples ? a + N : n_samples}};
+        return k;
+    }
+    for (int i = 0; i < n_spans; i++)
+        for (int64_t a = spans[i].start; a < spans[i].end; a += N) {
+            int64_t lo = a < 0 ? 0 : a, hi = a + N < spans[i].end ? a + N : spans[i].end;
+            if (hi > n_samples) hi = n_samples;
+            if (hi <= lo) continue;
+            choir_whisper_span *last = k > first ? &items[k - 1].span : NULL;
+            if (last && lo >= last->end && hi - last->start <= N) last->end = hi;
+            else items[k++] = (wt_item){input, {lo, hi}};
         }
-    else n_spans = (n_samples + N - 1) / N;
-    choir_whisper_span *spans = choir_alloc(CHOIR_MEM_OTHER, (size_t)(n_spans + 1) * sizeof *spans);
+    return k;
+}
+
+static int64_t wt_count_spans(int64_t n_samples, const choir_whisper_span *spans, int n_spans) {
+    const int64_t N = CHOIR_WHISPER_N_SAMPLES;
+    int64_t c = 0;
+    if (!spans) return (n_samples + N - 1) / N;
+    for (int i = 0; i < n_spans; i++)
+        if (spans[i].end > spans[i].start) c += (spans[i].end - spans[i].start + N - 1) / N;
+    return c;
+}
+
+/* The log-mel of one item as its own 30-s example (HF short-form features). */
+static int wt_item_mel(const choir_whisper_input *in, const wt_item *it, int n_mels, float *chunk,
+                       float *mel, choir_err *err) {
+    const int64_t N = CHOIR_WHISPER_N_SAMPLES;
+    memset(chunk, 0, (size_t)N * sizeof(float));
+    memcpy(chunk, in->pcm + it->span.start, (size_t)(it->span.end - it->span.start) * sizeof(float));
+    return choir_whisper_log_mel(chunk, N, n_mels, mel, CHOIR_WHISPER_N_FRAMES, err);
+}
+
+/* The batched pipeline over the windows of several inputs: batch_size
+ * windows (from any inputs) are encoded and decoded together; each window's
+ * segments go to its own input's transcript. */
+static int wt_batched(wt_state *st, const choir_whisper_input *in, int n_in,
+                      const choir_whisper_transcribe_opts *o, const choir_whisper_params *p,
+                      int *langs, choir_err *err) {
+    const choir_whisper *m = st[0].m;
+    int n_mels = m->dims.n_mels, F = CHOIR_WHISPER_N_FRAMES, B = o->batch_size > 0 ? o->batch_size : 1;
+    int64_t n_items = 0, done_samples = 0, total_samples = 0;
+    for (int i = 0; i < n_in; i++) {
+        n_items += wt_count_spans(in[i].n_samples, n_in == 1 ? o->spans : NULL, o->n_spans);
+        total_samples += in[i].n_samples;
+    }
+    wt_item *items = choir_alloc(CHOIR_MEM_OTHER, (size_t)(n_items + 1) * sizeof *items);
     float *mels = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)B * (size_t)n_mels * F * sizeof(float));
-    float *chunk = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)N * sizeof(float));
+    float *chunk = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)CHOIR_WHISPER_N_SAMPLES * sizeof(float));
     float *enc = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)B * (size_t)m->dims.n_audio_ctx *
                                                         (size_t)m->dims.d_model * sizeof(float));
     choir_whisper_cross **cross = choir_calloc(CHOIR_MEM_OTHER, (size_t)B, sizeof *cross);
     choir_whisper_window *w = choir_calloc(CHOIR_MEM_OTHER, (size_t)B, sizeof *w);
     choir_whisper_result *res = choir_calloc(CHOIR_MEM_OTHER, (size_t)B, sizeof *res);
     int rc = 0;
-    if (!spans || !mels || !chunk || !enc || !cross || !w || !res) {
+    if (!items || !mels || !chunk || !enc || !cross || !w || !res) {
         rc = wt_oom(err);
         goto done;
     }
     int64_t k = 0;
-    if (o->spans) {
-        /* Pieces of at most 30 s; then neighbours are merged, gap included,
-         * while the result stays within 30 s (WhisperX's merge), so that short
-         * utterances share a window and keep their context. */
-        for (int i = 0; i < o->n_spans; i++)
-            for (int64_t a = o->spans[i].start; a < o->spans[i].end; a += N) {
-                int64_t lo = a < 0 ? 0 : a, hi = a + N < o->spans[i].end ? a + N : o->spans[i].end;
-                if (hi > n_samples) hi = n_samples;
-                if (hi <= lo) continue;
-                if (k > 0 && lo >= spans[k - 1].end && hi - spans[k - 1].start <= N) spans[k - 1].end = hi;
-                else spans[k++] = (choir_whisper_span){lo, hi};
-            }
-    } else {
-        for (int64_t a = 0; a < n_samples; a += N)
-            spans[k++] = (choir_whisper_span){a, a + N < n_samples ? a + N : n_samples};
+    for (int i = 0; i < n_in; i++)
+        k = wt_spans(i, in[i].n_samples, n_in == 1 ? o->spans : NULL, o->n_spans, items, k);
+    n_items = k;
+    /* Languages left open are detected once per input, on its first window. */
+    for (int64_t a = 0; a < n_items && !rc; a++) {
+        int i = items[a].input;
+        if (langs[i] >= 0 || (a > 0 && items[a - 1].input == i)) continue;
+        if (!m->sp.multilingual) {
+            langs[i] = 0;
+            continue;
+        }
+        if ((rc = wt_item_mel(&in[i], &items[a], n_mels, chunk, mels, err))) break;
+        if ((rc = choir_whisper_encode(m, mels, 1, enc, err))) break;
+        if (!(cross[0] = choir_whisper_cross_create(m, enc, err))) {
+            rc = err && err->code ? err->code : CHOIR_ENOMEM;
+            break;
+        }
+        rc = choir_whisper_detect_language(m, cross[0], &langs[i], NULL, err);
+        choir_whisper_cross_free(cross[0]);
+        cross[0] = NULL;
     }
-    n_spans = k;
-    double total_s = (double)n_samples / CHOIR_WHISPER_SAMPLE_RATE;
-    for (int64_t b0 = 0; b0 < n_spans; b0 += B) {
-        int nb = (int)(n_spans - b0 < B ? n_spans - b0 : B);
-        for (int i = 0; i < nb; i++) {
-            /* Each window is its own 30-s example (HF short-form features). */
-            const choir_whisper_span *sp = &spans[b0 + i];
-            memset(chunk, 0, (size_t)N * sizeof(float));
-            memcpy(chunk, pcm + sp->start, (size_t)(sp->end - sp->start) * sizeof(float));
-            if ((rc = choir_whisper_log_mel(chunk, N, n_mels, mels + (size_t)i * n_mels * F, F, err)))
-                goto done;
+    for (int64_t b0 = 0; b0 < n_items && !rc; b0 += B) {
+        int nb = (int)(n_items - b0 < B ? n_items - b0 : B);
+        for (int j = 0; j < nb && !rc; j++) {
+            const wt_item *it = &items[b0 + j];
+            rc = wt_item_mel(&in[it->input], it, n_mels, chunk, mels + (size_t)j * n_mels * F, err);
+            wt_state *s = &st[it->input];
+            w[j] = (choir_whisper_window){.language = langs[it->input], .seed = (uint64_t)it->span.start,
+                                         .prompt = s->all_tokens, .n_prompt = s->n_initial};
         }
-        if (b0 == 0 && p->language < 0 && m->sp.multilingual) {
-            if ((rc = choir_whisper_encode(m, mels, 1, enc, err))) goto done;
-            if (!(cross[0] = choir_whisper_cross_create(m, enc, err))) {
-                rc = err && err->code ? err->code : CHOIR_ENOMEM;
-                goto done;
-            }
-            rc = choir_whisper_detect_language(m, cross[0], &p->language, NULL, err);
-            choir_whisper_cross_free(cross[0]);
-            cross[0] = NULL;
-            if (rc) goto done;
-        }
-        s->out->language = p->language < 0 ? 0 : p->language;
-        for (int i = 0; i < nb; i++)
-            w[i] = (choir_whisper_window){.language = p->language, .seed = (uint64_t)spans[b0 + i].start};
-        if ((rc = wt_decode_batch(m, s->tok, mels, nb, enc, cross, w, p, res, err))) goto done;
-        for (int i = 0; i < nb; i++) {
-            const choir_whisper_span *sp = &spans[b0 + i];
+        if (rc || (rc = wt_decode_batch(m, st[0].tok, mels, nb, enc, cross, w, p, res, err))) break;
+        for (int j = 0; j < nb; j++) {
+            const wt_item *it = &items[b0 + j];
             int adv;
-            if (!rc && !wt_skip_silence(p, &res[i]))
-                rc = wt_split(s, &res[i], (double)sp->start / CHOIR_WHISPER_SAMPLE_RATE,
-                              (int)((sp->end - sp->start + 159) / 160), true, &adv, err);
-            choir_whisper_result_clear(&res[i]);
+            if (!rc && !wt_skip_silence(p, &res[j]))
+                rc = wt_split(&st[it->input], &res[j], (double)it->span.start / CHOIR_WHISPER_SAMPLE_RATE,
+                              (int)((it->span.end - it->span.start + 159) / 160), true, &adv, err);
+            choir_whisper_result_clear(&res[j]);
+            done_samples += it->span.end - it->span.start;
         }
-        if (rc) goto done;
-        if (o->progress)
-            o->progress(o->progress_user,
-                        (double)spans[b0 + nb - 1].end / CHOIR_WHISPER_SAMPLE_RATE, total_s);
+        if (!rc && o->progress)
+            o->progress(o->progress_user, (double)done_samples / CHOIR_WHISPER_SAMPLE_RATE,
+                        (double)total_samples / CHOIR_WHISPER_SAMPLE_RATE);
     }
 done:
-    choir_free(spans);
+    choir_free(items);
     choir_free(mels);
     choir_free(chunk);
     choir_free(enc);
@@ -331,43 +372,80 @@ done:
     return rc;
 }
 
+/* encode(" " + prompt.strip()) into the state's tokens (they prompt the
+ * first window and are left out of the final text). */
+static int wt_initial_prompt(wt_state *s, const char *prompt, choir_err *err) {
+    if (!prompt) return 0;
+    while (isspace((unsigned char)*prompt)) prompt++;
+    size_t len = strlen(prompt);
+    while (len > 0 && isspace((unsigned char)prompt[len - 1])) len--;
+    char *text = choir_alloc(CHOIR_MEM_OTHER, len + 2);
+    int32_t *ids = NULL;
+    int n = 0;
+    if (!text) return wt_oom(err);
+    text[0] = ' ';
+    memcpy(text + 1, prompt, len);
+    int rc = choir_tokenizer_encode(s->tok, text, len + 1, &ids, &n, err);
+    choir_free(text);
+    if (!rc) rc = wt_push_tokens(s, ids, n, err);
+    choir_free(ids);
+    s->n_initial = s->n_all;
+    return rc;
+}
+
+int choir_whisper_transcribe_batch(const choir_whisper *m, const choir_tokenizer *tok,
+                                   const choir_whisper_input *in, int n_in,
+                                   const choir_whisper_transcribe_opts *o,
+                                   choir_whisper_transcript *out, choir_err *err) {
+    for (int i = 0; i < n_in; i++) memset(&out[i], 0, sizeof out[i]);
+    if (!tok) return choir_err_set(err, CHOIR_EINVAL, "whisper: transcription needs a tokenizer");
+    if (n_in <= 0) return 0;
+    if (!o->batched && n_in != 1)
+        return choir_err_set(err, CHOIR_EINVAL, "whisper: the sequential seek loop takes one input");
+    if (o->spans && n_in != 1)
+        return choir_err_set(err, CHOIR_EINVAL, "whisper: spans apply to a single input");
+    for (int i = 0; i < n_in; i++)
+        if (in[i].n_samples < 0 || (in[i].n_samples > 0 && !in[i].pcm))
+            return choir_err_set(err, CHOIR_EINVAL, "whisper: input %d has no samples", i);
+    wt_state *st = choir_calloc(CHOIR_MEM_OTHER, (size_t)n_in, sizeof *st);
+    int *langs = choir_alloc(CHOIR_MEM_OTHER, (size_t)n_in * sizeof *langs);
+    int rc = (!st || !langs) ? wt_oom(err) : 0;
+    for (int i = 0; i < n_in && !rc; i++) {
+        st[i] = (wt_state){.m = m, .tok = tok, .out = &out[i], .input = i, .opts = o};
+        out[i].duration = (double)in[i].n_samples / CHOIR_WHISPER_SAMPLE_RATE;
+        langs[i] = in[i].language >= 0 ? in[i].language : o->params.language;
+        if (langs[i] >= m->sp.num_languages)
+            rc = choir_err_set(err, CHOIR_EINVAL, "whisper: language index %d not in this model", langs[i]);
+        else
+            rc = wt_initial_prompt(&st[i], in[i].initial_prompt ? in[i].initial_prompt : o->initial_prompt, err);
+    }
+    if (!rc) {
+        if (o->batched) {
+            rc = wt_batched(st, in, n_in, o, &o->params, langs, err);
+        } else {
+            choir_whisper_params p = o->params;
+            p.language = langs[0];
+            rc = wt_sequential(&st[0], in[0].pcm, in[0].n_samples, o, &p, err);
+            langs[0] = p.language;
+        }
+    }
+    for (int i = 0; i < n_in && !rc; i++) {
+        out[i].language = langs[i] < 0 ? 0 : langs[i];
+        rc = choir_tokenizer_decode(tok, st[i].all_tokens + st[i].n_initial,
+                                    st[i].n_all - st[i].n_initial, &out[i].text, NULL, err);
+    }
+    for (int i = 0; st && i < n_in; i++) {
+        choir_free(st[i].all_tokens);
+        if (rc) choir_whisper_transcript_clear(&out[i]);
+    }
+    choir_free(st);
+    choir_free(langs);
+    return rc;
+}
+
 int choir_whisper_transcribe(const choir_whisper *m, const choir_tokenizer *tok, const float *pcm,
                              int64_t n, const choir_whisper_transcribe_opts *o,
                              choir_whisper_transcript *out, choir_err *err) {
-    memset(out, 0, sizeof *out);
-    if (!tok) return choir_err_set(err, CHOIR_EINVAL, "whisper: transcription needs a tokenizer");
-    if (n < 0) return choir_err_set(err, CHOIR_EINVAL, "whisper: negative sample count");
-    wt_state s = {.m = m, .tok = tok, .out = out};
-    choir_whisper_params p = o->params;
-    out->duration = (double)n / CHOIR_WHISPER_SAMPLE_RATE;
-    int rc = 0, n_initial = 0;
-    if (o->initial_prompt && !o->batched) {
-        /* encode(" " + initial_prompt.strip()) */
-        const char *a = o->initial_prompt;
-        while (isspace((unsigned char)*a)) a++;
-        size_t len = strlen(a);
-        while (len > 0 && isspace((unsigned char)a[len - 1])) len--;
-        char *text = choir_alloc(CHOIR_MEM_OTHER, len + 2);
-        int32_t *ids = NULL;
-        if (!text) return wt_oom(err);
-        text[0] = ' ';
-        memcpy(text + 1, a, len);
-        rc = choir_tokenizer_encode(tok, text, len + 1, &ids, &n_initial, err);
-        choir_free(text);
-        if (!rc) rc = wt_push_tokens(&s, ids, n_initial, err);
-        choir_free(ids);
-        if (rc) goto fail;
-    }
-    rc = o->batched ? wt_batched(&s, pcm, n, o, &p, err)
-                    : wt_sequential(&s, pcm, n, o, &p, n_initial, err);
-    if (rc) goto fail;
-    rc = choir_tokenizer_decode(tok, s.all_tokens + n_initial, s.n_all - n_initial, &out->text,
-                                NULL, err);
-    if (rc) goto fail;
-    choir_free(s.all_tokens);
-    return 0;
-fail:
-    choir_free(s.all_tokens);
-    choir_whisper_transcript_clear(out);
-    return rc;
+    choir_whisper_input in = {.pcm = pcm, .n_samples = n, .language = -1};
+    return choir_whisper_transcribe_batch(m, tok, &in, 1, o, out, err);
 }

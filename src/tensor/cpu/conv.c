@@ -74,7 +74,7 @@ static void conv_direct_range(void *ctx, int64_t begin, int64_t end, int worker)
                 if (t1 <= t0) continue;
                 float w = wr[k];
                 if (j->stride == 1) {
-                    j->ops->axpy(w, xr + t0 + off, yr + t0, t1 - t0);
+                    j->ops->axpy(w, xr + (t0 + off), yr + t0, t1 - t0);
                 } else {
                     for (int64_t t = t0; t < t1; t++)
                         yr[t] += w * xr[t * j->stride + off];
@@ -100,10 +100,17 @@ static void conv_gemm_range(void *ctx, int64_t begin, int64_t end, int worker) {
                 for (int64_t k = 0; k < j->K; k++) {
                     float *cr = col + (ci * j->K + k) * nt;
                     int64_t base = t_first * j->stride - j->padding + k * j->dilation;
-                    for (int64_t tt = 0; tt < nt; tt++) {
-                        int64_t ti = base + tt * j->stride;
-                        cr[tt] = (ti >= 0 && ti < j->T) ? xr[ti] : 0.0f;
+                    /* Frames [lo, hi) read inside x; the rest is zero padding. */
+                    int64_t lo = min64(nt, max64(0, floordiv(-base + j->stride - 1, j->stride)));
+                    int64_t hi = max64(lo, min64(nt, floordiv(j->T - 1 - base, j->stride) + 1));
+                    memset(cr, 0, (size_t)lo * sizeof(float));
+                    if (j->stride == 1) {
+                        memcpy(cr + lo, xr + (base + lo), (size_t)(hi - lo) * sizeof(float));
+                    } else {
+                        for (int64_t tt = lo; tt < hi; tt++)
+                            cr[tt] = xr[base + tt * j->stride];
                     }
+                    memset(cr + hi, 0, (size_t)(nt - hi) * sizeof(float));
                 }
             }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)cout_g, (blasint)nt,
@@ -175,7 +182,7 @@ static void convt_direct_range(void *ctx, int64_t begin, int64_t end, int worker
                 if (t1 <= t0) continue;
                 float w = wr[k];
                 if (j->stride == 1) {
-                    j->ops->axpy(w, xr + t0, yr + t0 + off, t1 - t0);
+                    j->ops->axpy(w, xr + t0, yr + (t0 + off), t1 - t0);
                 } else {
                     for (int64_t t = t0; t < t1; t++)
                         yr[t * j->stride + off] += w * xr[t];
@@ -211,7 +218,7 @@ static void convt_gemm_range(void *ctx, int64_t begin, int64_t end, int worker) 
                     int64_t t0 = max64(0, floordiv(-off + j->stride - 1, j->stride));
                     int64_t t1 = min64(nt, floordiv(j->Tout - 1 - off, j->stride) + 1);
                     if (j->stride == 1) {
-                        if (t1 > t0) j->ops->add(yr + off + t0, cr + t0, yr + off + t0, t1 - t0);
+                        if (t1 > t0) j->ops->add(yr + (off + t0), cr + t0, yr + (off + t0), t1 - t0);
                     } else {
                         for (int64_t t = t0; t < t1; t++)
                             yr[t * j->stride + off] += cr[t];

@@ -105,9 +105,9 @@ typedef struct linear_job {
     const choir_weight *W;
     const float *bias;
     float *y;
-    float *scratch; /* LINEAR_ROW_BLOCK * cols floats per worker, or NULL */
-    int64_t block_rows;  /* weight rows per worker's scratch */
-    int64_t *converted;  /* per worker: the weight block its scratch holds, or -1 */
+    float *scratch;     /* LINEAR_ROW_BLOCK * cols floats per worker, or NULL */
+    int64_t block_rows; /* weight rows per worker's scratch */
+    int64_t *converted; /* per worker: the weight block its scratch holds, or -1 */
 } linear_job;
 
 /* y[m, r] = W[r] . x[m] for rows [begin, end) of W, weight row by weight row,
@@ -200,7 +200,8 @@ void choir_linear(const float *x, int64_t M, const choir_weight *W, const float 
                 for (int64_t m = 0; m < M; m++)
                     memcpy(y + m * N, bias, (size_t)N * sizeof(float));
             j.converted = (int64_t *)(j.scratch + floats);
-            for (int t = 0; t < threads; t++) j.converted[t] = -1;
+            for (int t = 0; t < threads; t++)
+                j.converted[t] = -1;
             int64_t blocks = (N + LINEAR_ROW_BLOCK - 1) / LINEAR_ROW_BLOCK;
             int64_t m_blocks = (M + LINEAR_INPUT_BLOCK - 1) / LINEAR_INPUT_BLOCK;
             choir_pool_parallel_for(pool, blocks * m_blocks, 1, linear_block_range, &j);

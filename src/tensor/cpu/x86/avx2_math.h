@@ -113,10 +113,4 @@ static inline float choir_hmax256(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* A mask of the first `rem` (0..8) lanes, for loop tails. */
-static inline __m256i choir_tail_mask(int64_t rem) {
-    static const int32_t lanes[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
-    return _mm256_loadu_si256((const __m256i *)(lanes + 8 - rem));
-}
-
 #endif

@@ -26,24 +26,7 @@
         }                                                                                          \
     } while (0)
 
-static float avx2_dot(const float *a, const float *b, int64_t n) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    __m256 s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
-        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
-    }
-    for (; i + 8 <= n; i += 8)
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    if (i < n) {
-        __m256i m = choir_tail_mask(n - i);
-        s1 = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m), s1);
-    }
-    return choir_hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-}
+static inline __m256 load_f32(const float *p) { return _mm256_loadu_ps(p); }
 
 static inline __m256 load_f16(const uint16_t *p) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
@@ -54,56 +37,76 @@ static inline __m256 load_bf16(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 
-static float avx2_dot_f16(const uint16_t *w, const float *x, int64_t n) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(load_f16(w + i), _mm256_loadu_ps(x + i), s0);
-        s1 = _mm256_fmadd_ps(load_f16(w + i + 8), _mm256_loadu_ps(x + i + 8), s1);
-    }
-    float s = choir_hsum256(_mm256_add_ps(s0, s1));
-    for (; i < n; i++)
-        s += choir_f16_to_f32(w[i]) * x[i];
-    return s;
-}
-
-static float avx2_dot_bf16(const uint16_t *w, const float *x, int64_t n) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(load_bf16(w + i), _mm256_loadu_ps(x + i), s0);
-        s1 = _mm256_fmadd_ps(load_bf16(w + i + 8), _mm256_loadu_ps(x + i + 8), s1);
-    }
-    float s = choir_hsum256(_mm256_add_ps(s0, s1));
-    for (; i < n; i++)
-        s += choir_bf16_to_f32(w[i]) * x[i];
-    return s;
-}
-
-/* Four input rows against one weight row; `load_w` widens 8 weights to f32. */
-#define DOT4_BODY(load_w, scalar_w)                                                                \
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();                                     \
-    __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();                                     \
-    const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx, *x3 = x + 3 * ldx;                      \
-    int64_t i = 0;                                                                                 \
-    for (; i + 8 <= n; i += 8) {                                                                   \
-        __m256 wv = load_w(w + i);                                                                 \
-        a0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x0 + i), a0);                                     \
-        a1 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x1 + i), a1);                                     \
-        a2 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x2 + i), a2);                                     \
-        a3 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x3 + i), a3);                                     \
-    }                                                                                              \
-    out[0] = choir_hsum256(a0), out[1] = choir_hsum256(a1);                                        \
-    out[2] = choir_hsum256(a2), out[3] = choir_hsum256(a3);                                        \
-    for (; i < n; i++) {                                                                           \
-        float wi = scalar_w(w[i]);                                                                 \
-        out[0] += wi * x0[i], out[1] += wi * x1[i], out[2] += wi * x2[i], out[3] += wi * x3[i];    \
-    }
-
 static inline float f32_id(float v) { return v; }
 
+/* The dot products share one summation order: two 8-lane accumulators over
+ * 16-element steps (the even one also takes a last 8-block), their sum
+ * reduced horizontally, then the scalar tail in order. The one-row and
+ * four-row forms therefore give bit-identical rows, so a linear layer's row
+ * does not depend on how many rows were batched with it. */
+#define DOT1_BODY(load_w, scalar_w)                                                                \
+    __m256 e = _mm256_setzero_ps(), o = _mm256_setzero_ps();                                       \
+    int64_t i = 0;                                                                                 \
+    for (; i + 16 <= n; i += 16) {                                                                 \
+        e = _mm256_fmadd_ps(load_w(w + i), _mm256_loadu_ps(x + i), e);                             \
+        o = _mm256_fmadd_ps(load_w(w + i + 8), _mm256_loadu_ps(x + i + 8), o);                     \
+    }                                                                                              \
+    if (i + 8 <= n) {                                                                              \
+        e = _mm256_fmadd_ps(load_w(w + i), _mm256_loadu_ps(x + i), e);                             \
+        i += 8;                                                                                    \
+    }                                                                                              \
+    float s = choir_hsum256(_mm256_add_ps(e, o));                                                  \
+    for (; i < n; i++)                                                                             \
+        s += scalar_w(w[i]) * x[i];                                                                \
+    return s;
+
+#define DOT4_BODY(load_w, scalar_w)                                                                \
+    const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx, *x3 = x + 3 * ldx;                      \
+    __m256 e0 = _mm256_setzero_ps(), e1 = _mm256_setzero_ps();                                     \
+    __m256 e2 = _mm256_setzero_ps(), e3 = _mm256_setzero_ps();                                     \
+    __m256 o0 = _mm256_setzero_ps(), o1 = _mm256_setzero_ps();                                     \
+    __m256 o2 = _mm256_setzero_ps(), o3 = _mm256_setzero_ps();                                     \
+    int64_t i = 0;                                                                                 \
+    for (; i + 16 <= n; i += 16) {                                                                 \
+        __m256 we = load_w(w + i), wo = load_w(w + i + 8);                                         \
+        e0 = _mm256_fmadd_ps(we, _mm256_loadu_ps(x0 + i), e0);                                     \
+        o0 = _mm256_fmadd_ps(wo, _mm256_loadu_ps(x0 + i + 8), o0);                                 \
+        e1 = _mm256_fmadd_ps(we, _mm256_loadu_ps(x1 + i), e1);                                     \
+        o1 = _mm256_fmadd_ps(wo, _mm256_loadu_ps(x1 + i + 8), o1);                                 \
+        e2 = _mm256_fmadd_ps(we, _mm256_loadu_ps(x2 + i), e2);                                     \
+        o2 = _mm256_fmadd_ps(wo, _mm256_loadu_ps(x2 + i + 8), o2);                                 \
+        e3 = _mm256_fmadd_ps(we, _mm256_loadu_ps(x3 + i), e3);                                     \
+        o3 = _mm256_fmadd_ps(wo, _mm256_loadu_ps(x3 + i + 8), o3);                                 \
+    }                                                                                              \
+    if (i + 8 <= n) {                                                                              \
+        __m256 we = load_w(w + i);                                                                 \
+        e0 = _mm256_fmadd_ps(we, _mm256_loadu_ps(x0 + i), e0);                                     \
+        e1 = _mm256_fmadd_ps(we, _mm256_loadu_ps(x1 + i), e1);                                     \
+        e2 = _mm256_fmadd_ps(we, _mm256_loadu_ps(x2 + i), e2);                                     \
+        e3 = _mm256_fmadd_ps(we, _mm256_loadu_ps(x3 + i), e3);                                     \
+        i += 8;                                                                                    \
+    }                                                                                              \
+    out[0] = choir_hsum256(_mm256_add_ps(e0, o0));                                                 \
+    out[1] = choir_hsum256(_mm256_add_ps(e1, o1));                                                 \
+    out[2] = choir_hsum256(_mm256_add_ps(e2, o2));                                                 \
+    out[3] = choir_hsum256(_mm256_add_ps(e3, o3));                                                 \
+    for (; i < n; i++) {                                                                           \
+        float wi = scalar_w(w[i]);                                                                 \
+        out[0] += wi * x0[i];                                                                      \
+        out[1] += wi * x1[i];                                                                      \
+        out[2] += wi * x2[i];                                                                      \
+        out[3] += wi * x3[i];                                                                      \
+    }
+
+static float avx2_dot(const float *w, const float *x, int64_t n) { DOT1_BODY(load_f32, f32_id) }
+static float avx2_dot_f16(const uint16_t *w, const float *x, int64_t n) {
+    DOT1_BODY(load_f16, choir_f16_to_f32)
+}
+static float avx2_dot_bf16(const uint16_t *w, const float *x, int64_t n) {
+    DOT1_BODY(load_bf16, choir_bf16_to_f32)
+}
 static void avx2_dot4(const float *w, const float *x, int64_t ldx, int64_t n, float *out) {
-    DOT4_BODY(_mm256_loadu_ps, f32_id)
+    DOT4_BODY(load_f32, f32_id)
 }
 static void avx2_dot4_f16(const uint16_t *w, const float *x, int64_t ldx, int64_t n, float *out) {
     DOT4_BODY(load_f16, choir_f16_to_f32)

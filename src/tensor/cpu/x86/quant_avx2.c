@@ -150,98 +150,176 @@ void choir_quant_dequant_row_avx2(const choir_weight *W, int64_t r, float *out) 
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
-/* One output row against one input row; `bits` is a constant after
- * inlining, so decode8 reduces to its one case. */
-static ALWAYS_INLINE float row_dot1(const uint8_t *row, int64_t row_bytes, const float *x,
-                                    const float *xsum, const choir_weight *W, int64_t n,
-                                    const int bits) {
-    const int64_t G = W->group_size, groups = W->cols / G;
-    __m256 acc = _mm256_setzero_ps();
-    float off = 0.0f;
-    /* four independent chains per group hide the FMA latency */
-    for (int64_t g = 0; g < groups; g++) {
-        __m256 d0 = _mm256_setzero_ps(), d1 = d0, d2 = d0, d3 = d0;
-        for (int64_t j4 = g * G / 32; j4 < (g + 1) * G / 32; j4++) {
-            __m256 q[4];
-            decode32(row, j4, bits, row_bytes, q);
-            const float *xj = x + 32 * j4;
-            d0 = _mm256_fmadd_ps(q[0], _mm256_loadu_ps(xj), d0);
-            d1 = _mm256_fmadd_ps(q[1], _mm256_loadu_ps(xj + 8), d1);
-            d2 = _mm256_fmadd_ps(q[2], _mm256_loadu_ps(xj + 16), d2);
-            d3 = _mm256_fmadd_ps(q[3], _mm256_loadu_ps(xj + 24), d3);
-        }
-        const float sc = sb_at(W->scales, W->sb_dtype, n * groups + g);
-        __m256 d = _mm256_add_ps(_mm256_add_ps(d0, d1), _mm256_add_ps(d2, d3));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(sc), d, acc);
-        off += sb_at(W->biases, W->sb_dtype, n * groups + g) * xsum[g];
-    }
-    return hsum(acc) + off;
-}
+/* Every output element is summed in the same order whatever M is and
+ * wherever its input row sits in the batch (pairs of rows only share the
+ * decoded codes), so batched results equal unbatched ones bit for bit. */
 
-/* One output row against four input rows sharing each decoded chunk. */
-static ALWAYS_INLINE void row_dot4(const uint8_t *row, int64_t row_bytes, const float *x,
-                                   const float *xsum, const choir_weight *W, int64_t n,
-                                   float out[4], const int bits) {
+/* Generic widths: for each input row two chains, even and odd chunks, added
+ * per group; up to four input rows share each decoded chunk. Plain locals
+ * (no arrays) keep everything in registers. */
+#define GEN_ROW(r, xr, e, o)                                                    \
+    if (R > (r)) {                                                              \
+        e = _mm256_fmadd_ps(q0, _mm256_loadu_ps((xr) + 8 * j), e);              \
+        o = _mm256_fmadd_ps(q1, _mm256_loadu_ps((xr) + 8 * j + 8), o);          \
+    }
+#define GEN_GROUP(r, e, o, acc, off)                                            \
+    if (R > (r)) {                                                              \
+        acc = _mm256_fmadd_ps(sv, _mm256_add_ps(e, o), acc);                    \
+        off += bg * xsum[(r) * groups + g];                                     \
+    }
+
+static ALWAYS_INLINE void row_dot_gen(const uint8_t *row, int64_t row_bytes, const float *x,
+                                      const float *xsum, const choir_weight *W, int64_t n,
+                                      const int R, float *out, const int bits) {
     const int64_t K = W->cols, G = W->group_size, groups = K / G;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    float o0 = 0, o1 = 0, o2 = 0, o3 = 0;
+    const float *x0 = x, *x1 = x + K, *x2 = x + 2 * K, *x3 = x + 3 * K;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    float off0 = 0.0f, off1 = 0.0f, off2 = 0.0f, off3 = 0.0f;
     for (int64_t g = 0; g < groups; g++) {
-        __m256 d0 = _mm256_setzero_ps(), d1 = d0, d2 = d0, d3 = d0;
-        for (int64_t j4 = g * G / 32; j4 < (g + 1) * G / 32; j4++) {
-            __m256 q[4];
-            decode32(row, j4, bits, row_bytes, q);
-            for (int k = 0; k < 4; k++) {
-                const float *xj = x + 32 * j4 + 8 * k;
-                d0 = _mm256_fmadd_ps(q[k], _mm256_loadu_ps(xj), d0);
-                d1 = _mm256_fmadd_ps(q[k], _mm256_loadu_ps(xj + K), d1);
-                d2 = _mm256_fmadd_ps(q[k], _mm256_loadu_ps(xj + 2 * K), d2);
-                d3 = _mm256_fmadd_ps(q[k], _mm256_loadu_ps(xj + 3 * K), d3);
-            }
+        __m256 e0 = _mm256_setzero_ps(), o0 = e0, e1 = e0, o1 = e0, e2 = e0, o2 = e0, e3 = e0,
+               o3 = e0;
+        for (int64_t j = g * G / 8; j < (g + 1) * G / 8; j += 2) {
+            const __m256 q0 = _mm256_cvtepi32_ps(decode8(row, j, bits, row_bytes));
+            const __m256 q1 = _mm256_cvtepi32_ps(decode8(row, j + 1, bits, row_bytes));
+            GEN_ROW(0, x0, e0, o0)
+            GEN_ROW(1, x1, e1, o1)
+            GEN_ROW(2, x2, e2, o2)
+            GEN_ROW(3, x3, e3, o3)
         }
         const __m256 sv = _mm256_set1_ps(sb_at(W->scales, W->sb_dtype, n * groups + g));
-        const float b = sb_at(W->biases, W->sb_dtype, n * groups + g);
-        a0 = _mm256_fmadd_ps(sv, d0, a0);
-        a1 = _mm256_fmadd_ps(sv, d1, a1);
-        a2 = _mm256_fmadd_ps(sv, d2, a2);
-        a3 = _mm256_fmadd_ps(sv, d3, a3);
-        o0 += b * xsum[g];
-        o1 += b * xsum[groups + g];
-        o2 += b * xsum[2 * groups + g];
-        o3 += b * xsum[3 * groups + g];
+        const float bg = sb_at(W->biases, W->sb_dtype, n * groups + g);
+        GEN_GROUP(0, e0, o0, acc0, off0)
+        GEN_GROUP(1, e1, o1, acc1, off1)
+        GEN_GROUP(2, e2, o2, acc2, off2)
+        GEN_GROUP(3, e3, o3, acc3, off3)
     }
-    out[0] = hsum(a0) + o0;
-    out[1] = hsum(a1) + o1;
-    out[2] = hsum(a2) + o2;
-    out[3] = hsum(a3) + o3;
+    out[0] = hsum(acc0) + off0;
+    if (R > 1) out[1] = hsum(acc1) + off1;
+    if (R > 2) out[2] = hsum(acc2) + off2;
+    if (R > 3) out[3] = hsum(acc3) + off3;
 }
+#undef GEN_ROW
+#undef GEN_GROUP
+
+/* 4- and 8-bit rows against x in word-lane order (choir_quant_permute_x):
+ * one 256-bit load holds eight words, and shifting all lanes by bits*k
+ * yields code k of every word at once, so a chunk costs a shift, a mask, a
+ * convert and an FMA, with no shuffles. A block is 64 (4-bit) or 32 (8-bit)
+ * codes; a 4-bit block spans two groups when the group size is 32. Two
+ * chains per row alternate over k; block results alternate over two
+ * accumulators. */
+#define LANE_STEP(k)                                                                         \
+    do {                                                                                     \
+        const __m256 q_ = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, bits * (k)), mask)); \
+        if ((k) & 1) {                                                                       \
+            a1 = _mm256_fmadd_ps(q_, _mm256_loadu_ps(xb + 8 * (k)), a1);                     \
+            if (rows2) c1 = _mm256_fmadd_ps(q_, _mm256_loadu_ps(xb + K + 8 * (k)), c1);      \
+        } else {                                                                             \
+            a0 = _mm256_fmadd_ps(q_, _mm256_loadu_ps(xb + 8 * (k)), a0);                     \
+            if (rows2) c0 = _mm256_fmadd_ps(q_, _mm256_loadu_ps(xb + K + 8 * (k)), c0);      \
+        }                                                                                    \
+    } while (0)
+
+static ALWAYS_INLINE void row_dot_lanes(const uint32_t *row, const float *xp, const float *xsum,
+                                        const choir_weight *W, int64_t n, const int rows2,
+                                        float *out, const int bits) {
+    const int64_t block = 256 / bits;
+    const int64_t K = W->cols, G = W->group_size, groups = K / G;
+    const __m256i mask = _mm256_set1_epi32((1 << bits) - 1);
+    const int gshift = __builtin_ctzll((unsigned long long)G); /* G is a power of two */
+    __m256 r0a = _mm256_setzero_ps(), r0b = r0a, r1a = r0a, r1b = r0a;
+    for (int64_t b = 0; b < K / block; b++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(row + 8 * b));
+        const float *xb = xp + b * block;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, c0 = a0, c1 = a0;
+        LANE_STEP(0);
+        LANE_STEP(1);
+        LANE_STEP(2);
+        LANE_STEP(3);
+        if (bits == 4) {
+            LANE_STEP(4);
+            LANE_STEP(5);
+            LANE_STEP(6);
+            LANE_STEP(7);
+        }
+        const int64_t g = (b * block) >> gshift; /* no division in the loop */
+        __m256 sv;
+        if (block <= G) {
+            sv = _mm256_set1_ps(sb_at(W->scales, W->sb_dtype, n * groups + g));
+        } else {
+            const float sa = sb_at(W->scales, W->sb_dtype, n * groups + g);
+            const float sb = sb_at(W->scales, W->sb_dtype, n * groups + g + 1);
+            sv = _mm256_setr_ps(sa, sa, sa, sa, sb, sb, sb, sb);
+        }
+        if (b & 1) {
+            r0b = _mm256_fmadd_ps(sv, _mm256_add_ps(a0, a1), r0b);
+            if (rows2) r1b = _mm256_fmadd_ps(sv, _mm256_add_ps(c0, c1), r1b);
+        } else {
+            r0a = _mm256_fmadd_ps(sv, _mm256_add_ps(a0, a1), r0a);
+            if (rows2) r1a = _mm256_fmadd_ps(sv, _mm256_add_ps(c0, c1), r1a);
+        }
+    }
+    float off0 = 0.0f, off1 = 0.0f;
+    for (int64_t g = 0; g < groups; g++) {
+        const float bg = sb_at(W->biases, W->sb_dtype, n * groups + g);
+        off0 += bg * xsum[g];
+        if (rows2) off1 += bg * xsum[groups + g];
+    }
+    out[0] = hsum(_mm256_add_ps(r0a, r0b)) + off0;
+    if (rows2) out[1] = hsum(_mm256_add_ps(r1a, r1b)) + off1;
+}
+#undef LANE_STEP
 
 static ALWAYS_INLINE void rows_bits(const float *x, int64_t M, const choir_weight *W,
                                     const float *bias, float *y, int64_t n0, int64_t n1,
-                                    const float *xsum, const int bits) {
+                                    const float *xsum, const float *xperm, const int bits) {
     const int64_t K = W->cols, N = W->rows, groups = K / W->group_size;
     const int64_t row_bytes = K * bits / 8;
+    const int lanes = (bits == 4 || bits == 8) && xperm;
     for (int64_t n = n0; n < n1; n++) {
         const uint8_t *row = (const uint8_t *)W->data + n * row_bytes;
         const float b0 = bias ? bias[n] : 0.0f;
+        if (lanes) {
+            for (int64_t m = 0; m < M; m += 2) {
+                const int two = m + 1 < M;
+                float out[2];
+                if (two)
+                    row_dot_lanes((const uint32_t *)(const void *)row, xperm + m * K,
+                                  xsum + m * groups, W, n, 1, out, bits);
+                else
+                    row_dot_lanes((const uint32_t *)(const void *)row, xperm + m * K,
+                                  xsum + m * groups, W, n, 0, out, bits);
+                y[m * N + n] = out[0] + b0;
+                if (two) y[(m + 1) * N + n] = out[1] + b0;
+            }
+            continue;
+        }
         int64_t m = 0;
+        float out[4];
         for (; m + 4 <= M; m += 4) {
-            float out[4];
-            row_dot4(row, row_bytes, x + m * K, xsum + m * groups, W, n, out, bits);
+            row_dot_gen(row, row_bytes, x + m * K, xsum + m * groups, W, n, 4, out, bits);
             for (int i = 0; i < 4; i++) y[(m + i) * N + n] = out[i] + b0;
         }
-        for (; m < M; m++)
-            y[m * N + n] = row_dot1(row, row_bytes, x + m * K, xsum + m * groups, W, n, bits) + b0;
+        for (; m + 2 <= M; m += 2) {
+            row_dot_gen(row, row_bytes, x + m * K, xsum + m * groups, W, n, 2, out, bits);
+            for (int i = 0; i < 2; i++) y[(m + i) * N + n] = out[i] + b0;
+        }
+        if (m < M) {
+            row_dot_gen(row, row_bytes, x + m * K, xsum + m * groups, W, n, 1, out, bits);
+            y[m * N + n] = out[0] + b0;
+        }
     }
 }
 
 void choir_qlinear_avx2_rows(const float *x, int64_t M, const choir_weight *W, const float *bias,
-                             float *y, int64_t n0, int64_t n1, const float *xsum) {
+                             float *y, int64_t n0, int64_t n1, const float *xsum,
+                             const float *xperm) {
     switch (W->bits) {
-    case 2: rows_bits(x, M, W, bias, y, n0, n1, xsum, 2); break;
-    case 3: rows_bits(x, M, W, bias, y, n0, n1, xsum, 3); break;
-    case 4: rows_bits(x, M, W, bias, y, n0, n1, xsum, 4); break;
-    case 5: rows_bits(x, M, W, bias, y, n0, n1, xsum, 5); break;
-    case 6: rows_bits(x, M, W, bias, y, n0, n1, xsum, 6); break;
-    default: rows_bits(x, M, W, bias, y, n0, n1, xsum, 8); break;
+    case 2: rows_bits(x, M, W, bias, y, n0, n1, xsum, NULL, 2); break;
+    case 3: rows_bits(x, M, W, bias, y, n0, n1, xsum, NULL, 3); break;
+    case 4: rows_bits(x, M, W, bias, y, n0, n1, xsum, xperm, 4); break;
+    case 5: rows_bits(x, M, W, bias, y, n0, n1, xsum, NULL, 5); break;
+    case 6: rows_bits(x, M, W, bias, y, n0, n1, xsum, NULL, 6); break;
+    default: rows_bits(x, M, W, bias, y, n0, n1, xsum, xperm, 8); break;
     }
 }

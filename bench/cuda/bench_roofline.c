@@ -1,0 +1,332 @@
+/* The CUDA backend against the card's measured ceilings.
+ *
+ * Measures, in one run: a large bf16 matmul through cuBLAS (TFLOP/s ceiling)
+ * and a device-to-device copy (GB/s ceiling, bytes read plus written); then
+ * choir's linear layers at Whisper large-v3-turbo sizes (d 1280, MLP 5120,
+ * vocabulary 51866) in every weight storage, one and eight rows (the GEMV
+ * path of a decoder step) and 1500 rows (an encoder window, cuBLAS), and the
+ * attention, layer-norm and conv1d kernels at encoder and decoder sizes.
+ * Each figure is the mean over timed repetitions after warm-ups, from CUDA
+ * events on the context's stream.
+ *
+ * Usage: bench_cuda_roofline [--quick]   (quick: fewer repetitions) */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "choir/alloc.h"
+#include "choir/cuda.h"
+#include "choir/tensor.h"
+
+static choir_cuda *g_cu;
+static int g_reps = 20;
+static double g_tflops_ceiling, g_gbs_ceiling;
+
+static void check(int rc, const choir_err *err, const char *what) {
+    if (rc) {
+        fprintf(stderr, "bench: %s: %s\n", what, err->msg);
+        exit(1);
+    }
+}
+
+static uint64_t g_rng = 88172645463325252ull;
+static uint32_t rnd_u32(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 11);
+}
+static float rnd(void) { return (float)(rnd_u32() & 0xFFFFFF) / 16777216.0f - 0.5f; }
+
+static void *dev_random(size_t bytes, int as_bf16) {
+    choir_err err = {0};
+    choir_cuda_buf b;
+    check(choir_cuda_buf_alloc(g_cu, bytes, &b, &err), &err, "alloc");
+    size_t n = as_bf16 ? bytes / 2 : bytes / 4;
+    void *h = choir_alloc(CHOIR_MEM_OTHER, bytes);
+    for (size_t i = 0; i < n; i++) {
+        if (as_bf16) ((uint16_t *)h)[i] = choir_f32_to_bf16(rnd());
+        else ((float *)h)[i] = rnd();
+    }
+    check(choir_cuda_upload(g_cu, &b, 0, h, bytes, &err), &err, "upload");
+    choir_free(h);
+    return b.ptr; /* the bench keeps its buffers until exit */
+}
+
+typedef void (*bench_fn)(void *ctx);
+
+/* Mean milliseconds per call over g_reps calls, after 3 warm-up calls. */
+static double time_ms(bench_fn fn, void *ctx, int reps) {
+    cudaStream_t s = (cudaStream_t)choir_cuda_stream(g_cu);
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    for (int i = 0; i < 3; i++) fn(ctx);
+    cudaEventRecord(a, s);
+    for (int i = 0; i < reps; i++) fn(ctx);
+    cudaEventRecord(b, s);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    choir_err err = {0};
+    check(choir_cuda_sync(g_cu, &err), &err, "sync");
+    return ms / reps;
+}
+
+/* --- ceilings ------------------------------------------------------------ */
+
+typedef struct gemm_ctx {
+    int64_t M, N, K;
+    const uint16_t *A, *B;
+    float *C;
+} gemm_ctx;
+static void run_gemm(void *p) {
+    gemm_ctx *g = p;
+    choir_err err = {0};
+    check(choir_cuda_gemm_bf16_nt(g_cu, g->M, g->N, g->K, g->A, g->B, g->C, &err), &err, "gemm");
+}
+
+typedef struct copy_ctx {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} copy_ctx;
+static void run_copy(void *p) {
+    copy_ctx *c = p;
+    cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyDeviceToDevice,
+                    (cudaStream_t)choir_cuda_stream(g_cu));
+}
+
+static void ceilings(void) {
+    int64_t n = 8192;
+    gemm_ctx g = {n, n, n, dev_random(n * n * 2, 1), dev_random(n * n * 2, 1), NULL};
+    choir_err err = {0};
+    choir_cuda_buf c;
+    check(choir_cuda_buf_alloc(g_cu, n * n * 4, &c, &err), &err, "alloc");
+    g.C = c.ptr;
+    double ms = time_ms(run_gemm, &g, 10);
+    g_tflops_ceiling = 2.0 * n * n * n / (ms * 1e-3) / 1e12;
+    printf("ceiling  bf16 matmul 8192x8192x8192 (cuBLAS, f32 accumulate): %.3f ms, %.1f TFLOP/s\n",
+           ms, g_tflops_ceiling);
+    size_t bytes = (size_t)2 << 30;
+    choir_cuda_buf s, d;
+    check(choir_cuda_buf_alloc(g_cu, bytes, &s, &err), &err, "alloc");
+    check(choir_cuda_buf_alloc(g_cu, bytes, &d, &err), &err, "alloc");
+    check(choir_cuda_memset0(g_cu, &s, 0, bytes, &err), &err, "memset");
+    copy_ctx cp = {d.ptr, s.ptr, bytes};
+    ms = time_ms(run_copy, &cp, 10);
+    g_gbs_ceiling = 2.0 * bytes / (ms * 1e-3) / 1e9;
+    printf("ceiling  device-to-device copy of 2 GiB: %.3f ms, %.0f GB/s (read + written)\n", ms,
+           g_gbs_ceiling);
+    choir_cuda_buf_free(g_cu, &s);
+    choir_cuda_buf_free(g_cu, &d);
+    choir_cuda_buf_free(g_cu, &c);
+}
+
+/* --- linear layers --------------------------------------------------------- */
+
+typedef struct linear_ctx {
+    const float *x;
+    int64_t M;
+    const choir_cuda_weight *W;
+    float *y;
+} linear_ctx;
+static void run_linear(void *p) {
+    linear_ctx *l = p;
+    choir_err err = {0};
+    check(choir_cuda_linear(g_cu, l->x, l->M, l->W, NULL, l->y, &err), &err, "linear");
+}
+
+typedef struct kind_spec {
+    const char *name;
+    choir_weight_kind kind;
+    int bits;
+} kind_spec;
+
+static void make_weight(const kind_spec *ks, int64_t rows, int64_t cols, choir_cuda_weight *out) {
+    choir_err err = {0};
+    choir_weight w = {.kind = ks->kind, .rows = rows, .cols = cols};
+    void *data = NULL, *sc = NULL, *bi = NULL;
+    if (ks->kind == CHOIR_WEIGHT_QUANT) {
+        int64_t words = rows * cols / 32 * ks->bits, groups = rows * cols / 64;
+        data = choir_alloc(CHOIR_MEM_OTHER, words * 4);
+        for (int64_t i = 0; i < words; i++) ((uint32_t *)data)[i] = rnd_u32();
+        sc = choir_alloc(CHOIR_MEM_OTHER, groups * 2);
+        bi = choir_alloc(CHOIR_MEM_OTHER, groups * 2);
+        for (int64_t i = 0; i < groups; i++) {
+            ((uint16_t *)sc)[i] = choir_f32_to_bf16(0.01f + 0.01f * rnd());
+            ((uint16_t *)bi)[i] = choir_f32_to_bf16(0.1f * rnd());
+        }
+        w.scales = sc, w.biases = bi, w.sb_dtype = CHOIR_DTYPE_BF16, w.bits = ks->bits;
+        w.group_size = 64;
+    } else {
+        size_t es = ks->kind == CHOIR_WEIGHT_F32 ? 4 : 2;
+        data = choir_alloc(CHOIR_MEM_OTHER, rows * cols * es);
+        for (int64_t i = 0; i < rows * cols; i++) {
+            float v = rnd() * 0.1f;
+            if (es == 4) ((float *)data)[i] = v;
+            else if (ks->kind == CHOIR_WEIGHT_F16) ((uint16_t *)data)[i] = choir_f32_to_f16(v);
+            else ((uint16_t *)data)[i] = choir_f32_to_bf16(v);
+        }
+    }
+    w.data = data;
+    check(choir_cuda_weight_upload(g_cu, &w, out, &err), &err, "weight upload");
+    choir_free(data), choir_free(sc), choir_free(bi);
+}
+
+static void linears(void) {
+    static const kind_spec kinds[] = {{"f32", CHOIR_WEIGHT_F32, 0},
+                                      {"bf16", CHOIR_WEIGHT_BF16, 0},
+                                      {"f16", CHOIR_WEIGHT_F16, 0},
+                                      {"q8 g64", CHOIR_WEIGHT_QUANT, 8},
+                                      {"q4 g64", CHOIR_WEIGHT_QUANT, 4}};
+    static const struct { const char *what; int64_t rows, cols; } shapes[] = {
+        {"attn q/k/v/o 1280x1280", 1280, 1280},
+        {"mlp fc1 5120x1280", 5120, 1280},
+        {"mlp fc2 1280x5120", 1280, 5120},
+        {"logits 51866x1280", 51866, 1280},
+    };
+    static const int64_t Ms[] = {1, 8, 1500};
+    float *x = dev_random(1500 * 5120 * 4, 0), *y = dev_random(1500 * 51866 * 4, 0);
+    printf("\nlinear (whisper large-v3-turbo sizes); GEMV rows report GB/s of weight+x+y "
+           "against the copy ceiling, 1500-row products TFLOP/s against the matmul ceiling\n");
+    printf("%-24s %-7s %5s %10s %10s %8s\n", "shape", "weight", "M", "us", "figure", "of peak");
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
+        for (size_t ki = 0; ki < sizeof(kinds) / sizeof(kinds[0]); ki++) {
+            choir_cuda_weight W;
+            make_weight(&kinds[ki], shapes[si].rows, shapes[si].cols, &W);
+            for (size_t mi = 0; mi < sizeof(Ms) / sizeof(Ms[0]); mi++) {
+                int64_t M = Ms[mi];
+                if (M == 1500 && shapes[si].rows > 5120) continue; /* logits only per token */
+                linear_ctx l = {x, M, &W, y};
+                double ms = time_ms(run_linear, &l, M == 1500 ? g_reps / 2 + 1 : g_reps * 5);
+                double us = ms * 1e3;
+                if (M <= 8) {
+                    double bytes = (double)choir_cuda_weight_bytes(&W) +
+                                   4.0 * M * (shapes[si].rows + shapes[si].cols);
+                    double gbs = bytes / (ms * 1e-3) / 1e9;
+                    printf("%-24s %-7s %5lld %10.2f %7.0f GB/s %6.1f%%\n", shapes[si].what,
+                           kinds[ki].name, (long long)M, us, gbs, 100.0 * gbs / g_gbs_ceiling);
+                } else {
+                    double tf = 2.0 * M * shapes[si].rows * shapes[si].cols / (ms * 1e-3) / 1e12;
+                    printf("%-24s %-7s %5lld %10.2f %5.1f TFLOP/s %5.1f%%\n", shapes[si].what,
+                           kinds[ki].name, (long long)M, us, tf, 100.0 * tf / g_tflops_ceiling);
+                }
+            }
+            choir_cuda_weight_free(g_cu, &W);
+        }
+}
+
+/* --- other kernels ----------------------------------------------------------- */
+
+typedef struct attn_ctx {
+    int64_t B, Tq, Tk, Dh;
+    int heads;
+    const float *q, *k, *v;
+    const int32_t *kv_len;
+    float *out;
+} attn_ctx;
+static void run_attn_encoder(void *p) {
+    attn_ctx *a = p;
+    choir_err err = {0};
+    int64_t d = a->heads * a->Dh;
+    check(choir_cuda_attention(g_cu, a->q, d, a->k, d, a->v, d, a->out, d, a->Tq, a->Tk, a->heads,
+                               a->Dh, 0.125f, NULL, false, &err),
+          &err, "attention");
+}
+static void run_attn_decoder(void *p) {
+    attn_ctx *a = p;
+    choir_err err = {0};
+    int64_t d = a->heads * a->Dh;
+    check(choir_cuda_attention_batched(g_cu, a->B, a->q, d, d, a->k, d, a->v, d, a->Tk * d,
+                                       a->kv_len, a->out, d, d, 1, a->Tk, a->heads, a->Dh, 0.125f,
+                                       false, &err),
+          &err, "batched attention");
+}
+
+typedef struct misc_ctx {
+    const float *x, *w;
+    float *y;
+    int64_t a, b, c;
+    int stride;
+} misc_ctx;
+static void run_ln(void *p) {
+    misc_ctx *m = p;
+    choir_err err = {0};
+    check(choir_cuda_layer_norm(g_cu, m->x, m->y, m->a, m->b, m->w, m->w, 1e-5f, &err), &err, "ln");
+}
+static void run_conv(void *p) {
+    misc_ctx *m = p;
+    choir_err err = {0};
+    check(choir_cuda_conv1d(g_cu, m->x, m->a, m->b, m->w, NULL, m->c, 3, m->stride, 1, 1, 1, m->y, &err),
+          &err, "conv1d");
+}
+
+static void kernels(void) {
+    int heads = 20;
+    int64_t Dh = 64, d = heads * Dh, T = 1500;
+    attn_ctx a = {1, T, T, Dh, heads, dev_random(T * d * 4, 0), dev_random(T * d * 4, 0),
+                  dev_random(T * d * 4, 0), NULL, dev_random(T * d * 4, 0)};
+    double ms = time_ms(run_attn_encoder, &a, g_reps / 2 + 1);
+    double flops = 4.0 * T * T * d;
+    printf("\nattention encoder window Tq=Tk=1500, 20 heads x 64: %.3f ms, %.1f TFLOP/s (%.1f%%)\n", ms,
+           flops / (ms * 1e-3) / 1e12, 100.0 * flops / (ms * 1e-3) / 1e12 / g_tflops_ceiling);
+    static const int64_t Bs[] = {1, 8, 32};
+    for (size_t i = 0; i < 3; i++) {
+        int64_t B = Bs[i], Tk = 448;
+        int32_t lens[32];
+        for (int j = 0; j < 32; j++) lens[j] = (int32_t)Tk;
+        choir_err err = {0};
+        choir_cuda_buf lb;
+        check(choir_cuda_buf_alloc(g_cu, sizeof(lens), &lb, &err), &err, "alloc");
+        check(choir_cuda_upload(g_cu, &lb, 0, lens, sizeof(lens), &err), &err, "upload");
+        attn_ctx dc = {B, 1, Tk, Dh, heads, dev_random(B * d * 4, 0), dev_random(B * Tk * d * 4, 0),
+                       dev_random(B * Tk * d * 4, 0), lb.ptr, dev_random(B * d * 4, 0)};
+        ms = time_ms(run_attn_decoder, &dc, g_reps * 5);
+        double gbs = 2.0 * B * Tk * d * 4 / (ms * 1e-3) / 1e9;
+        printf("attention decoder step B=%-2lld kv 448 (f32 cache): %.1f us, %.0f GB/s of KV (%.1f%%)\n",
+               (long long)B, ms * 1e3, gbs, 100.0 * gbs / g_gbs_ceiling);
+    }
+    misc_ctx ln = {dev_random(T * d * 4, 0), dev_random(d * 4, 0), dev_random(T * d * 4, 0), T, d, 0, 1};
+    ms = time_ms(run_ln, &ln, g_reps * 2);
+    printf("layer_norm 1500x1280: %.1f us, %.0f GB/s\n", ms * 1e3,
+           2.0 * T * d * 4 / (ms * 1e-3) / 1e9);
+    misc_ctx c1 = {dev_random(128 * 3000 * 4, 0), dev_random(1280 * 128 * 3 * 4, 0),
+                   dev_random(1280 * 3000 * 4, 0), 128, 3000, 1280, 1};
+    ms = time_ms(run_conv, &c1, g_reps);
+    printf("conv1d whisper conv1 128->1280 k3 T=3000: %.3f ms, %.2f TFLOP/s\n", ms,
+           2.0 * 1280 * 3000 * 128 * 3 / (ms * 1e-3) / 1e12);
+    misc_ctx c2 = {dev_random(1280 * 3000 * 4, 0), dev_random(1280 * 1280 * 3 * 4, 0),
+                   dev_random(1280 * 1500 * 4, 0), 1280, 3000, 1280, 2};
+    ms = time_ms(run_conv, &c2, g_reps / 2 + 1);
+    printf("conv1d whisper conv2 1280->1280 k3 s2 T=3000: %.3f ms, %.2f TFLOP/s\n", ms,
+           2.0 * 1280 * 1500 * 1280 * 3 / (ms * 1e-3) / 1e12);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--quick") == 0) g_reps = 4;
+    if (choir_cuda_device_count() == 0) {
+        printf("no CUDA device visible: nothing to measure\n");
+        return 77;
+    }
+    choir_err err = {0};
+    g_cu = choir_cuda_init(0, &err);
+    if (!g_cu) {
+        fprintf(stderr, "bench: %s\n", err.msg);
+        return 1;
+    }
+    const choir_cuda_props *p = choir_cuda_get_props(g_cu);
+    printf("device %s (sm_%d%d, %d SMs, %.0f GiB); datasheet-style bandwidth from clocks: %.0f GB/s\n",
+           p->name, p->cc_major, p->cc_minor, p->sm_count, p->total_bytes / 1073741824.0,
+           2.0 * p->mem_clock_khz * 1e3 * (p->mem_bus_bits / 8) / 1e9);
+    ceilings();
+    linears();
+    kernels();
+    printf("\ndevice memory: peak %.2f GiB through the context\n",
+           choir_cuda_mem_peak(g_cu) / 1073741824.0);
+    return 0;
+}

@@ -1,0 +1,249 @@
+/* choir/cuda.h: the CUDA backend (NVIDIA GPUs, built for sm_90 / Hopper).
+ *
+ * Present only when choir is configured with -DCHOIR_CUDA=ON and nvcc is
+ * found; code that uses it tests `#ifdef CHOIR_HAVE_CUDA` (defined for every
+ * target that links choir_cuda).
+ *
+ * Model: one context (choir_cuda) per device, holding one CUDA stream, the
+ * cuBLAS handle and the device-memory counters. Every kernel call below is
+ * enqueued on that stream and returns once it is queued (asynchronously);
+ * results are visible after choir_cuda_sync() or a download. Calls on one
+ * context must come from one thread at a time, and from a thread whose
+ * current CUDA device is the context's (choir_cuda_init makes it current for
+ * the calling thread; the context does not switch devices per call).
+ *
+ * Pointers named `d_*` or documented as "device" are device memory from
+ * choir_cuda_buf_alloc. Activations are row-major float32 with the same shapes
+ * and semantics as the CPU reference kernels in choir/kernels.h, which are the
+ * test oracle (tests/cuda/cuda_check.c).
+ *
+ * Errors: functions return 0 or a negative CHOIR_E* code and fill `err`
+ * (may be NULL). A CUDA failure (launch error, device fault, out of memory)
+ * is CHOIR_EINTERNAL or CHOIR_ENOMEM with the CUDA error string in the
+ * message; after a device fault the context is unusable and must be freed. */
+#ifndef CHOIR_CUDA_H
+#define CHOIR_CUDA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "choir/error.h"
+#include "choir/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* --- context ----------------------------------------------------------- */
+
+typedef struct choir_cuda choir_cuda;
+
+typedef struct choir_cuda_props {
+    char name[256];
+    int device;
+    int cc_major, cc_minor;        /* compute capability (9.0 on Hopper) */
+    int sm_count;                  /* streaming multiprocessors */
+    int64_t total_bytes;           /* device memory */
+    int64_t l2_bytes;
+    int64_t smem_per_block_optin;  /* shared memory a block may opt in to, bytes */
+    int mem_clock_khz, mem_bus_bits; /* for the theoretical bandwidth */
+} choir_cuda_props;
+
+/* Number of CUDA devices visible; 0 when there is no driver or no device
+ * (never an error: callers fall back to the CPU). */
+int choir_cuda_device_count(void);
+
+/* Opens device `device` (0-based): creates a stream and a cuBLAS handle.
+ * NULL (and err) when the device is missing or the driver fails. Free with
+ * choir_cuda_free (which frees nothing the caller allocated: buffers must be
+ * freed first; leaks show in choir_cuda_mem_current). */
+choir_cuda *choir_cuda_init(int device, choir_err *err);
+void choir_cuda_free(choir_cuda *cu);
+/* Properties read at init; valid as long as the context. */
+const choir_cuda_props *choir_cuda_get_props(const choir_cuda *cu);
+/* Waits for all work queued on the context's stream. Reports asynchronous
+ * kernel faults. */
+int choir_cuda_sync(choir_cuda *cu, choir_err *err);
+/* The context's cudaStream_t, as void * to keep CUDA headers out of C code
+ * (for capture into CUDA graphs and for events in benchmarks). */
+void *choir_cuda_stream(choir_cuda *cu);
+
+/* --- CUDA graphs -------------------------------------------------------- */
+/* The per-token decoder loop launches the same kernels with the same
+ * pointers every step; capturing them once into a graph and replaying it
+ * removes the launch overhead. Everything that changes between steps must
+ * live in device memory (token ids, positions, kv_len) and be updated before
+ * each replay. While capturing, kernels are recorded, not run; calls must not
+ * allocate (run the step once outside capture first, so the context scratch
+ * has its size) and must not download. */
+typedef struct choir_cuda_graph choir_cuda_graph;
+
+/* Starts recording the context's stream. */
+int choir_cuda_graph_begin(choir_cuda *cu, choir_err *err);
+/* Stops recording and instantiates the graph; NULL (and err) when a call in
+ * between failed or was not capturable. The stream is usable again either way. */
+choir_cuda_graph *choir_cuda_graph_end(choir_cuda *cu, choir_err *err);
+/* Enqueues one replay on the context's stream (asynchronous). */
+int choir_cuda_graph_launch(choir_cuda *cu, choir_cuda_graph *g, choir_err *err);
+/* NULL is a no-op. */
+void choir_cuda_graph_free(choir_cuda_graph *g);
+
+/* --- device memory accounting ------------------------------------------ */
+/* Device bytes are counted per context, separately from the host counters of
+ * choir/alloc.h, so that the memory governor can budget both. */
+
+/* Bytes of device memory held now through this context / the most held at
+ * once since init or the last reset. Includes the context's own scratch. */
+int64_t choir_cuda_mem_current(const choir_cuda *cu);
+int64_t choir_cuda_mem_peak(const choir_cuda *cu);
+void choir_cuda_mem_reset_peak(choir_cuda *cu);
+/* Caps the device bytes this context may hold (0 = no cap, the default). An
+ * allocation that would pass the cap fails with CHOIR_EBUSY and allocates
+ * nothing. Lowering the cap below current usage frees nothing. */
+void choir_cuda_set_budget(choir_cuda *cu, int64_t bytes);
+
+/* --- buffers ----------------------------------------------------------- */
+
+/* A counted block of device memory; plain data, owned by whoever allocated
+ * it. A zeroed struct is an empty buffer. */
+typedef struct choir_cuda_buf {
+    void *ptr;    /* device pointer, aligned to 256 bytes; NULL when empty */
+    size_t bytes;
+} choir_cuda_buf;
+
+/* Allocates `bytes` of device memory (uninitialised). Returns 0,
+ * CHOIR_EBUSY (budget), CHOIR_ENOMEM (device full). bytes 0 gives an empty
+ * buffer and returns 0. */
+int choir_cuda_buf_alloc(choir_cuda *cu, size_t bytes, choir_cuda_buf *out, choir_err *err);
+/* Frees the buffer and zeroes the struct; an empty buffer or NULL is a no-op.
+ * Waits for no work: free only after the stream no longer uses it (the
+ * CUDA runtime's cudaFree synchronises the device). */
+void choir_cuda_buf_free(choir_cuda *cu, choir_cuda_buf *buf);
+/* Host to device / device to host copies of `bytes` at byte `offset` in the
+ * buffer. Synchronous with respect to the host memory (it may be reused on
+ * return); ordered on the context's stream. CHOIR_EINVAL when the range
+ * passes the end of the buffer. */
+int choir_cuda_upload(choir_cuda *cu, choir_cuda_buf *dst, size_t offset, const void *src,
+                      size_t bytes, choir_err *err);
+int choir_cuda_download(choir_cuda *cu, void *dst, const choir_cuda_buf *src, size_t offset,
+                        size_t bytes, choir_err *err);
+/* Sets `bytes` at `offset` to zero (asynchronous). */
+int choir_cuda_memset0(choir_cuda *cu, choir_cuda_buf *buf, size_t offset, size_t bytes,
+                       choir_err *err);
+
+/* --- weights ----------------------------------------------------------- */
+
+/* A linear layer's weight W [rows, cols] held in device memory, in the same
+ * storage as its host choir_weight (f32, f16, bf16, or MLX-quantized with
+ * packed codes, scales and biases). Owned by the caller; free with
+ * choir_cuda_weight_free. */
+typedef struct choir_cuda_weight {
+    choir_weight_kind kind;
+    int64_t rows, cols;
+    choir_dtype sb_dtype;  /* QUANT: dtype of scales and biases */
+    int bits, group_size;  /* QUANT only */
+    choir_cuda_buf data;   /* values, or packed uint32 codes [rows, cols*bits/32] */
+    choir_cuda_buf scales; /* QUANT: [rows, cols/group_size] */
+    choir_cuda_buf biases;
+} choir_cuda_weight;
+
+/* Copies host weight `w` (which may point into a mapped checkpoint) to the
+ * device, keeping its storage. The host weight is not kept. Returns 0,
+ * CHOIR_EBUSY/CHOIR_ENOMEM (device memory), CHOIR_EUNSUPPORTED (quantized
+ * layout not supported: bits other than 2,3,4,5,6,8 or cols not a multiple
+ * of 32). On failure nothing stays allocated. */
+int choir_cuda_weight_upload(choir_cuda *cu, const choir_weight *w, choir_cuda_weight *out,
+                             choir_err *err);
+/* As above but converts an f32 host weight to bf16 (or f16) storage on the
+ * way, halving its device bytes. `to` is CHOIR_WEIGHT_BF16 or _F16. */
+int choir_cuda_weight_upload_as(choir_cuda *cu, const choir_weight *w, choir_weight_kind to,
+                                choir_cuda_weight *out, choir_err *err);
+/* Frees its buffers and zeroes the struct; NULL or empty is a no-op. */
+void choir_cuda_weight_free(choir_cuda *cu, choir_cuda_weight *w);
+/* Device bytes of the weight. */
+size_t choir_cuda_weight_bytes(const choir_cuda_weight *w);
+
+/* --- matrix products --------------------------------------------------- */
+
+/* The linear layer on the device: y[M, W.rows] = x[M, W.cols] * W^T
+ * (+ bias[W.rows] if not NULL); x, bias, y device f32, y must not alias x.
+ * Accumulation is always f32. Paths: M <= 8 uses choir's GEMV kernels that
+ * read the weight once in its storage (the decoder's per-token case);
+ * larger M uses cuBLAS (f32 weights: f32 GEMM; f16/bf16: x is converted to
+ * the weight's dtype and multiplied on the tensor cores; quantized: W is
+ * dequantized to bf16 in scratch first). Scratch comes from the context and
+ * is counted. */
+int choir_cuda_linear(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,
+                      const float *bias, float *y, choir_err *err);
+
+/* Plain row-major f32 GEMM on the device, as choir_gemm_f32 (cuBLAS,
+ * f32 compute, no TF32). */
+int choir_cuda_gemm_f32(choir_cuda *cu, bool trans_a, bool trans_b, int64_t M, int64_t N,
+                        int64_t K, float alpha, const float *A, int64_t lda, const float *B,
+                        int64_t ldb, float beta, float *C, int64_t ldc, choir_err *err);
+
+/* Row-major C[M,N] (f32) = A[M,K] * B[N,K]^T with A and B bf16 (uint16
+ * storage), f32 accumulation on the tensor cores. For the roofline bench and
+ * for models that keep bf16 activations. */
+int choir_cuda_gemm_bf16_nt(choir_cuda *cu, int64_t M, int64_t N, int64_t K, const uint16_t *A,
+                            const uint16_t *B, float *C, choir_err *err);
+
+/* --- elementwise and normalisation (semantics as in choir/kernels.h) ----- */
+int choir_cuda_add(choir_cuda *cu, const float *a, const float *b, float *y, int64_t n,
+                   choir_err *err);
+int choir_cuda_add_bias_rows(choir_cuda *cu, float *x, const float *bias, int64_t rows,
+                             int64_t cols, choir_err *err);
+int choir_cuda_gelu_erf(choir_cuda *cu, float *x, int64_t n, choir_err *err);
+int choir_cuda_gelu_tanh(choir_cuda *cu, float *x, int64_t n, choir_err *err);
+/* gamma/beta may be NULL; y may equal x. */
+int choir_cuda_layer_norm(choir_cuda *cu, const float *x, float *y, int64_t rows, int64_t dim,
+                          const float *gamma, const float *beta, float eps, choir_err *err);
+int choir_cuda_softmax(choir_cuda *cu, float *x, int64_t rows, int64_t dim, choir_err *err);
+/* f32 <-> bf16 conversion of n elements (round to nearest even). */
+int choir_cuda_f32_to_bf16(choir_cuda *cu, const float *x, uint16_t *y, int64_t n,
+                           choir_err *err);
+
+/* --- convolution ------------------------------------------------------- */
+/* conv1d as choir_conv1d: x [Cin, T], weight [Cout, Cin/groups, kernel] f32,
+ * bias [Cout] or NULL, y [Cout, Tout], all device. Ungrouped convolutions with
+ * Cin*kernel >= 32 run as im2col (Cin*kernel*Tout floats of context scratch)
+ * and one cuBLAS f32 product; others run a direct kernel. */
+int choir_cuda_conv1d(choir_cuda *cu, const float *x, int64_t Cin, int64_t T, const float *weight,
+                      const float *bias, int64_t Cout, int64_t kernel, int stride, int padding,
+                      int dilation, int groups, float *y, choir_err *err);
+
+/* --- attention --------------------------------------------------------- */
+/* One sequence, with exactly the semantics of choir_attention (strides in
+ * floats, additive mask [Tq, Tk] or NULL, causal offset Tk - Tq, a query
+ * whose keys are all masked gets zeros). All pointers device. From 32
+ * query rows on (encoder windows, prompts) scores go through two batched
+ * cuBLAS f32 products with n_head*Tq*Tk floats of context scratch; fewer
+ * rows (decoder steps) use one block per row, which limits Tk to
+ * choir_cuda_attention_max_keys(). */
+int choir_cuda_attention(choir_cuda *cu, const float *q, int64_t ldq, const float *k, int64_t ldk,
+                         const float *v, int64_t ldv, float *out, int64_t ldo, int64_t Tq,
+                         int64_t Tk, int n_head, int64_t Dh, float scale, const float *mask,
+                         bool causal, choir_err *err);
+
+/* A batch of sequences with one KV cache each (the batched decoder step).
+ * Sequence b's tensors start at q + b*q_batch, k + b*kv_batch, v + b*kv_batch
+ * and out + b*out_batch (in floats) and use the row strides above. Its
+ * number of valid keys is kv_len[b] (device int32 [B]; NULL: all Tk), so
+ * every sequence attends to its own filled cache prefix. causal uses each
+ * sequence's own length: query i sees keys <= i + (kv_len[b] - Tq). No mask.
+ * kv_len lives on the device so that a captured CUDA graph can be replayed
+ * as the caches grow. */
+int choir_cuda_attention_batched(choir_cuda *cu, int64_t B, const float *q, int64_t ldq,
+                                 int64_t q_batch, const float *k, int64_t ldk, const float *v,
+                                 int64_t ldv, int64_t kv_batch, const int32_t *kv_len, float *out,
+                                 int64_t ldo, int64_t out_batch, int64_t Tq, int64_t Tk,
+                                 int n_head, int64_t Dh, float scale, bool causal,
+                                 choir_err *err);
+/* Largest Tk the attention kernels accept on this device. */
+int64_t choir_cuda_attention_max_keys(const choir_cuda *cu);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,80 @@
+/* choir/server.h: the HTTP front end, an OpenAI-compatible API over an engine.
+ *
+ * Routes (all JSON errors in OpenAI's shape {"error": {"message", "type",
+ * "param", "code"}}):
+ *   POST   /v1/audio/speech          JSON; audio bytes, chunked audio or SSE
+ *   POST   /v1/audio/transcriptions  multipart; json, text, srt, vtt, verbose_json or SSE
+ *   POST   /v1/audio/translations    the same, translated to English
+ *   POST   /v1/audio/enhancements    multipart; audio in, audio out (STS models)
+ *   GET    /v1/models, /v1/models/{id}; POST /v1/models; DELETE /v1/models/{id}
+ *   GET    /health (503 until ready), /metrics (Prometheus text)
+ *
+ * The server borrows an engine and registers models in it; it never touches
+ * model code. HTTP runs on libmicrohttpd with one thread per connection, so a
+ * streamed response can wait for the engine's next output on its own thread.
+ * All functions are thread-safe unless noted. */
+#ifndef CHOIR_SERVER_H
+#define CHOIR_SERVER_H
+
+#include <stdint.h>
+
+#include "choir/engine.h"
+#include "choir/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct choir_server choir_server;
+
+typedef struct choir_server_params {
+    const char *host;         /* IPv4 address to bind ("127.0.0.1"); copied */
+    int port;                 /* TCP port; 0 picks a free one (see choir_server_port) */
+    const char *api_key;      /* required as "Authorization: Bearer KEY" on every route
+                                 but /health when not NULL/empty; copied */
+    int64_t max_upload_bytes; /* larger request bodies get 413 (default 25 MiB) */
+    int max_input_chars;      /* TTS input limit in characters (default 4096) */
+    int max_connections;      /* concurrent connections (default 256) */
+    double request_timeout_s; /* engine deadline per request (default 300) */
+} choir_server_params;
+
+/* Defaults for every field (host 127.0.0.1, port 8000). */
+choir_server_params choir_server_default_params(void);
+
+/* Makes a server over `engine` (borrowed: it must outlive the server). Does
+ * not listen yet. NULL and err on bad params or out of memory. */
+choir_server *choir_server_create(choir_engine *engine, const choir_server_params *params, choir_err *err);
+
+/* Registers the model in directory `dir` under `id` (NULL: the directory's
+ * base name) with the engine, detecting its adapter. Returns 0,
+ * CHOIR_EINVAL (duplicate id, bad id), CHOIR_ENOTFOUND (no adapter fits). */
+int choir_server_add_model(choir_server *s, const char *id, const char *dir, choir_err *err);
+
+/* Registers `dir` itself when it is a model directory, otherwise each of its
+ * subdirectories that is one (others are skipped with a log line). Returns the
+ * number registered (>= 0) or a negative code when dir cannot be read. */
+int choir_server_add_models_dir(choir_server *s, const char *dir, choir_err *err);
+
+/* Starts listening. Returns 0, or CHOIR_EIO when the address cannot be bound. */
+int choir_server_start(choir_server *s, choir_err *err);
+
+/* The bound TCP port (after start), or 0. */
+int choir_server_port(const choir_server *s);
+
+/* /health answers 503 "loading" until this is called with 1. */
+void choir_server_set_ready(choir_server *s, int ready);
+
+/* Graceful stop: stops accepting connections, refuses new requests with 503,
+ * lets in-flight ones finish for up to `deadline_s` seconds, then shuts the
+ * engine down (failing what is left, which ends their responses) and closes
+ * every connection. Returns 0, or CHOIR_ETIMEDOUT when some work was cut
+ * short. Safe to call twice. */
+int choir_server_shutdown(choir_server *s, double deadline_s);
+
+/* Shuts down (deadline 0 when not done) and frees. NULL is a no-op. */
+void choir_server_free(choir_server *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,191 @@
+/* `choir serve`: the OpenAI-compatible HTTP server over an engine with the
+ * models found in the --models directories. Runs until SIGTERM or SIGINT,
+ * then stops gracefully: no new connections, in-flight work gets
+ * --shutdown-deadline seconds, the rest is cancelled. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "choir/engine.h"
+#include "choir/log.h"
+#include "choir/server.h"
+#include "cli/cli.h"
+
+#define MAX_MODEL_DIRS 16
+
+static void serve_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: choir serve --models DIR [--models DIR ...] [options]\n"
+            "\n"
+            "Serves the models found in each DIR (a model directory, or a folder of them;\n"
+            "a model's id is its directory's name) over an OpenAI-compatible HTTP API.\n"
+            "\n"
+            "  --host ADDR            IPv4 address to bind (default 127.0.0.1)\n"
+            "  --port N               TCP port (default 8000; 0 picks a free one)\n"
+            "  --port-file PATH       write the bound port to PATH once listening\n"
+            "  --memory-budget SIZE   engine memory budget, e.g. 4G (default: 75%% of RAM)\n"
+            "  --profile NAME         default, interactive-tts, audiobook, realtime-stt, offline-stt\n"
+            "  --api-key KEY          require \"Authorization: Bearer KEY\" (also $CHOIR_API_KEY)\n"
+            "  --max-upload MB        largest request body (default 25)\n"
+            "  --max-batch N          largest batch (default: the profile's)\n"
+            "  --workers N            batches run at once (default 1)\n"
+            "  --queue N              pending requests per model before 429 (default 256)\n"
+            "  --request-timeout S    engine deadline per request (default 300)\n"
+            "  --shutdown-deadline S  seconds in-flight work gets on SIGTERM (default 10)\n");
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || v < lo || v > hi)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+int choir_cmd_serve(int argc, char **argv)
+{
+    const char *dirs[MAX_MODEL_DIRS];
+    int n_dirs = 0;
+    choir_server_params sp = choir_server_default_params();
+    const char *profile_name = "default", *port_file = NULL;
+    long long budget = 0;
+    int max_batch = 0, workers = 0, queue = 0, upload_mb = 25;
+    double deadline = 10;
+    sp.api_key = getenv("CHOIR_API_KEY");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            serve_usage(stdout);
+            return 0;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "choir serve: unknown option or missing value: %s\n", a);
+            serve_usage(stderr);
+            return 2;
+        }
+        const char *v = argv[++i];
+        int bad = 0;
+        if (strcmp(a, "--models") == 0) {
+            if (n_dirs == MAX_MODEL_DIRS)
+                bad = 1;
+            else
+                dirs[n_dirs++] = v;
+        } else if (strcmp(a, "--host") == 0) {
+            sp.host = v;
+        } else if (strcmp(a, "--port") == 0) {
+            bad = parse_int(v, 0, 65535, &sp.port);
+        } else if (strcmp(a, "--port-file") == 0) {
+            port_file = v;
+        } else if (strcmp(a, "--memory-budget") == 0) {
+            budget = choir_cli_parse_size(v);
+            bad = budget <= 0;
+        } else if (strcmp(a, "--profile") == 0) {
+            profile_name = v;
+        } else if (strcmp(a, "--api-key") == 0) {
+            sp.api_key = v;
+        } else if (strcmp(a, "--max-upload") == 0) {
+            bad = parse_int(v, 1, 1 << 20, &upload_mb);
+        } else if (strcmp(a, "--max-batch") == 0) {
+            bad = parse_int(v, 1, 4096, &max_batch);
+        } else if (strcmp(a, "--workers") == 0) {
+            bad = parse_int(v, 1, 256, &workers);
+        } else if (strcmp(a, "--queue") == 0) {
+            bad = parse_int(v, 1, 1 << 20, &queue);
+        } else if (strcmp(a, "--request-timeout") == 0) {
+            char *end;
+            sp.request_timeout_s = strtod(v, &end);
+            bad = end == v || *end || sp.request_timeout_s <= 0;
+        } else if (strcmp(a, "--shutdown-deadline") == 0) {
+            char *end;
+            deadline = strtod(v, &end);
+            bad = end == v || *end || deadline < 0;
+        } else {
+            fprintf(stderr, "choir serve: unknown option %s\n", a);
+            serve_usage(stderr);
+            return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "choir serve: bad value for %s: %s\n", a, v);
+            return 2;
+        }
+    }
+    if (n_dirs == 0) {
+        fprintf(stderr, "choir serve: at least one --models DIR is required\n");
+        serve_usage(stderr);
+        return 2;
+    }
+    choir_profile profile;
+    if (choir_profile_parse(profile_name, &profile) < 0) {
+        fprintf(stderr, "choir serve: unknown profile %s\n", profile_name);
+        return 2;
+    }
+    sp.max_upload_bytes = (int64_t)upload_mb << 20;
+
+    /* Signals are taken synchronously by this thread: blocked here, before
+     * any thread starts, so every engine and HTTP thread inherits the mask. */
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    choir_err err = {0};
+    choir_engine_params ep = choir_engine_default_params(profile);
+    if (budget > 0)
+        ep.memory_budget = budget;
+    if (max_batch)
+        ep.max_batch = max_batch;
+    if (workers)
+        ep.workers = workers;
+    if (queue)
+        ep.queue_capacity = queue;
+    choir_engine *engine = choir_engine_create(&ep, &err);
+    choir_server *server = engine ? choir_server_create(engine, &sp, &err) : NULL;
+    int rc = 1, n_models = 0;
+    if (!server)
+        goto fail;
+    for (int i = 0; i < n_dirs; i++) {
+        int n = choir_server_add_models_dir(server, dirs[i], &err);
+        if (n < 0)
+            goto fail;
+        n_models += n;
+    }
+    if (n_models == 0)
+        choir_log(CHOIR_LOG_WARN, "no models found in the --models directories");
+    if (choir_server_start(server, &err) < 0)
+        goto fail;
+    int port = choir_server_port(server);
+    if (port_file) {
+        FILE *f = fopen(port_file, "w");
+        if (!f || fprintf(f, "%d\n", port) < 0 || fclose(f) != 0) {
+            fprintf(stderr, "choir serve: cannot write %s\n", port_file);
+            goto fail;
+        }
+    }
+    choir_server_set_ready(server, 1);
+    fprintf(stderr, "choir serve: listening on http://%s:%d (%d model%s, profile %s)\n", sp.host, port, n_models,
+            n_models == 1 ? "" : "s", choir_profile_name(profile));
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    fprintf(stderr, "choir serve: %s: stopping (deadline %.1f s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+            deadline);
+    int st = choir_server_shutdown(server, deadline);
+    if (st < 0)
+        fprintf(stderr, "choir serve: some requests were cut short at the deadline\n");
+    else
+        fprintf(stderr, "choir serve: stopped cleanly\n");
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "choir serve: %s\n", err.msg[0] ? err.msg : "failed");
+done:
+    choir_server_free(server);
+    choir_engine_free(engine);
+    return rc;
+}

@@ -1,0 +1,414 @@
+/* Engine jobs seen from the HTTP side. The engine's worker thread hands each
+ * output to srv_job_on_output, which turns it into response bytes at once
+ * (encoded audio, SSE events, transcript text) under the job's lock; the
+ * connection thread either waits for the final output or drains the bytes as
+ * a chunked response while the engine is still producing. */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "choir/alloc.h"
+#include "server/server_internal.h"
+
+srv_job *srv_job_create(choir_server *s, srv_job_kind kind)
+{
+    srv_job *j = choir_calloc(CHOIR_MEM_IO, 1, sizeof *j);
+    if (!j)
+        return NULL;
+    j->server = s;
+    j->kind = kind;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    return j;
+}
+
+void srv_job_free(srv_job *j)
+{
+    if (!j)
+        return;
+    /* first: after this no output callback can run on the job */
+    choir_ticket_free(j->ticket);
+    choir_encoder_free(j->encoder);
+    for (int i = 0; i < j->n_segments; i++)
+        choir_free(j->segments[i].text);
+    choir_free(j->segments);
+    choir_free(j->out);
+    choir_free(j->sse_scratch);
+    choir_free(j->text);
+    choir_free(j->final_text);
+    choir_free(j->input_text);
+    choir_free(j->voice);
+    choir_free(j->lang);
+    choir_free(j->prompt);
+    choir_free(j->samples);
+    pthread_cond_destroy(&j->cv);
+    pthread_mutex_destroy(&j->mu);
+    choir_free(j);
+}
+
+static int grow_append(char **buf, size_t *len, size_t *cap, const void *data, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t ncap = *cap ? *cap : 4096;
+        while (ncap < *len + n + 1)
+            ncap *= 2;
+        char *grown = choir_realloc(*buf, ncap);
+        if (!grown)
+            return CHOIR_ENOMEM;
+        *buf = grown;
+        *cap = ncap;
+    }
+    if (n)
+        memcpy(*buf + *len, data, n);
+    *len += n;
+    (*buf)[*len] = 0;
+    return 0;
+}
+
+int srv_job_append(srv_job *j, const void *data, size_t len)
+{
+    /* a stream reader that caught up lets the buffer restart from 0 */
+    if (j->out_sent && j->out_sent == j->out_len)
+        j->out_len = j->out_sent = 0;
+    return grow_append(&j->out, &j->out_len, &j->out_cap, data, len);
+}
+
+static int base64_sse(srv_job *j, const char *prefix, const unsigned char *data, size_t n, const char *suffix)
+{
+    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    if (srv_job_append(j, prefix, strlen(prefix)) < 0)
+        return CHOIR_ENOMEM;
+    char quad[4];
+    for (size_t i = 0; i < n; i += 3) {
+        unsigned v = (unsigned)data[i] << 16;
+        if (i + 1 < n)
+            v |= (unsigned)data[i + 1] << 8;
+        if (i + 2 < n)
+            v |= data[i + 2];
+        quad[0] = tab[(v >> 18) & 63];
+        quad[1] = tab[(v >> 12) & 63];
+        quad[2] = i + 1 < n ? tab[(v >> 6) & 63] : '=';
+        quad[3] = i + 2 < n ? tab[v & 63] : '=';
+        if (srv_job_append(j, quad, 4) < 0)
+            return CHOIR_ENOMEM;
+    }
+    return srv_job_append(j, suffix, strlen(suffix));
+}
+
+/* Appends `data: {json}\n\n` and deletes the object. */
+static int sse_event(srv_job *j, cJSON *event)
+{
+    char *text = event ? cJSON_PrintUnformatted(event) : NULL;
+    cJSON_Delete(event);
+    if (!text)
+        return CHOIR_ENOMEM;
+    int rc = srv_job_append(j, "data: ", 6);
+    if (rc == 0)
+        rc = srv_job_append(j, text, strlen(text));
+    if (rc == 0)
+        rc = srv_job_append(j, "\n\n", 2);
+    cJSON_free(text);
+    return rc;
+}
+
+static int on_encoded(const void *data, size_t len, void *user)
+{
+    srv_job *j = user;
+    if (j->sse)
+        return grow_append(&j->sse_scratch, &j->sse_len, &j->sse_cap, data, len) < 0;
+    return srv_job_append(j, data, len) < 0;
+}
+
+static void job_fail(srv_job *j, int code, const char *msg)
+{
+    if (j->status)
+        return;
+    j->status = code ? code : CHOIR_EINTERNAL;
+    snprintf(j->error, sizeof j->error, "%s", msg && *msg ? msg : choir_strerror(j->status));
+}
+
+static void flush_sse_audio(srv_job *j)
+{
+    if (!j->sse || j->sse_len == 0)
+        return;
+    if (base64_sse(j, "data: {\"type\":\"speech.audio.delta\",\"audio\":\"", (const unsigned char *)j->sse_scratch,
+                   j->sse_len, "\"}\n\n") < 0)
+        job_fail(j, CHOIR_ENOMEM, "out of memory");
+    j->sse_len = 0;
+}
+
+static void on_audio(srv_job *j, const choir_output *out)
+{
+    choir_err err = {0};
+    if (out->n_samples > 0 && !j->status) {
+        if (!j->encoder) {
+            j->sample_rate = out->sample_rate > 0 ? out->sample_rate : 24000;
+            j->encoder = choir_encoder_create(j->format, j->sample_rate, 1, on_encoded, j, &err);
+            if (!j->encoder)
+                job_fail(j, err.code, err.msg);
+        }
+        if (j->encoder && choir_encoder_write(j->encoder, out->samples, out->n_samples, &err) < 0)
+            job_fail(j, err.code, err.msg);
+        j->samples_out += out->n_samples;
+        flush_sse_audio(j);
+    }
+    if (!out->final)
+        return;
+    if (out->status)
+        job_fail(j, out->status, out->error);
+    if (!j->status) {
+        /* an empty result is still a valid (empty) file */
+        if (!j->encoder) {
+            j->sample_rate = 24000;
+            j->encoder = choir_encoder_create(j->format, j->sample_rate, 1, on_encoded, j, &err);
+        }
+        if (!j->encoder || choir_encoder_finish(j->encoder, &err) < 0)
+            job_fail(j, err.code, err.msg);
+        flush_sse_audio(j);
+    }
+    if (!j->sse)
+        return;
+    cJSON *ev = cJSON_CreateObject();
+    if (j->status) {
+        cJSON_AddStringToObject(ev, "type", "error");
+        cJSON *e = cJSON_AddObjectToObject(ev, "error");
+        cJSON_AddStringToObject(e, "message", j->error);
+        cJSON_AddStringToObject(e, "type", "server_error");
+    } else {
+        cJSON_AddStringToObject(ev, "type", "speech.audio.done");
+        cJSON *u = cJSON_AddObjectToObject(ev, "usage");
+        cJSON_AddNumberToObject(u, "input_tokens", j->input_chars);
+        cJSON_AddNumberToObject(u, "output_tokens", (double)j->samples_out);
+        cJSON_AddNumberToObject(u, "total_tokens", (double)(j->input_chars + j->samples_out));
+    }
+    sse_event(j, ev);
+}
+
+/* Deltas streamed so far: a streaming model's pieces; a non-streaming model
+ * sends the whole transcript in its final output instead. */
+static int partials_sent(const srv_job *j)
+{
+    return j->text_len > 0 && (j->final_text == NULL || j->text_len > strlen(j->final_text));
+}
+
+static void on_text(srv_job *j, const choir_output *out)
+{
+    const char *t = out->text ? out->text : "";
+    int had_partials = j->text_len > 0;
+    if (grow_append(&j->text, &j->text_len, &j->text_cap, t, strlen(t)) < 0)
+        job_fail(j, CHOIR_ENOMEM, "out of memory");
+    if (out->language && !j->language[0])
+        snprintf(j->language, sizeof j->language, "%s", out->language);
+    for (int i = 0; i < out->n_segments; i++) {
+        if (j->n_segments == j->cap_segments) {
+            int cap = j->cap_segments ? 2 * j->cap_segments : 16;
+            srv_segment *grown = choir_realloc(j->segments, (size_t)cap * sizeof *grown);
+            if (!grown) {
+                job_fail(j, CHOIR_ENOMEM, "out of memory");
+                break;
+            }
+            j->segments = grown;
+            j->cap_segments = cap;
+        }
+        const choir_segment *in = &out->segments[i];
+        srv_segment *sg = &j->segments[j->n_segments];
+        sg->start_s = in->start_s;
+        sg->end_s = in->end_s;
+        sg->probability = in->probability;
+        size_t n = in->text ? strlen(in->text) : 0;
+        sg->text = choir_alloc(CHOIR_MEM_IO, n + 1);
+        if (!sg->text) {
+            job_fail(j, CHOIR_ENOMEM, "out of memory");
+            break;
+        }
+        memcpy(sg->text, in->text ? in->text : "", n + 1);
+        j->n_segments++;
+    }
+    if (!out->final) {
+        if (j->sse && *t) {
+            cJSON *ev = cJSON_CreateObject();
+            cJSON_AddStringToObject(ev, "type", "transcript.text.delta");
+            cJSON_AddStringToObject(ev, "delta", t);
+            sse_event(j, ev);
+        }
+        return;
+    }
+    size_t n = strlen(t);
+    j->final_text = choir_alloc(CHOIR_MEM_IO, n + 1);
+    if (j->final_text)
+        memcpy(j->final_text, t, n + 1);
+    else
+        job_fail(j, CHOIR_ENOMEM, "out of memory");
+    if (out->status)
+        job_fail(j, out->status, out->error);
+    if (!j->sse)
+        return;
+    cJSON *ev = cJSON_CreateObject();
+    if (j->status) {
+        cJSON_AddStringToObject(ev, "type", "error");
+        cJSON *e = cJSON_AddObjectToObject(ev, "error");
+        cJSON_AddStringToObject(e, "message", j->error);
+        cJSON_AddStringToObject(e, "type", "server_error");
+        sse_event(j, ev);
+        return;
+    }
+    if (!had_partials && *t) {
+        cJSON *d = cJSON_CreateObject();
+        cJSON_AddStringToObject(d, "type", "transcript.text.delta");
+        cJSON_AddStringToObject(d, "delta", t);
+        sse_event(j, d);
+    }
+    cJSON_AddStringToObject(ev, "type", "transcript.text.done");
+    cJSON_AddStringToObject(ev, "text", had_partials ? j->text : t);
+    sse_event(j, ev);
+}
+
+int srv_job_on_output(void *user, const choir_output *out)
+{
+    srv_job *j = user;
+    pthread_mutex_lock(&j->mu);
+    if (j->kind == SRV_JOB_SPEECH)
+        on_audio(j, out);
+    else
+        on_text(j, out);
+    if (out->final)
+        j->finished = 1;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    return 0;
+}
+
+const char *srv_job_transcript(const srv_job *j)
+{
+    if (j->stream && partials_sent(j))
+        return j->text ? j->text : "";
+    if (j->final_text && *j->final_text)
+        return j->final_text;
+    return j->text ? j->text : "";
+}
+
+enum MHD_Result srv_job_submit(srv_job *j, choir_job *job, struct MHD_Connection *c, int *submitted)
+{
+    choir_server *s = j->server;
+    choir_reject_reason reason = CHOIR_REJECT_NONE;
+    choir_err err = {0};
+    job->on_output = srv_job_on_output;
+    job->user = j;
+    job->timeout_s = s->p.request_timeout_s;
+    job->priority = CHOIR_PRIORITY_NORMAL;
+    j->ticket = choir_engine_submit(s->engine, job, &reason, &err);
+    *submitted = j->ticket != NULL;
+    if (j->ticket)
+        return MHD_YES;
+    return srv_reply_engine_error(s, c, err.code, reason, err.msg);
+}
+
+int srv_job_wait(srv_job *j, choir_reject_reason *reason)
+{
+    choir_err err = {0};
+    int rc = choir_ticket_wait(j->ticket, -1, &err);
+    *reason = choir_ticket_reason(j->ticket);
+    pthread_mutex_lock(&j->mu);
+    if (rc < 0)
+        job_fail(j, rc, err.msg);
+    rc = j->status;
+    pthread_mutex_unlock(&j->mu);
+    return rc;
+}
+
+enum MHD_Result srv_job_reply_whole(srv_job *j, struct MHD_Connection *c, unsigned status,
+                                    const char *content_type)
+{
+    choir_reject_reason reason;
+    int rc = srv_job_wait(j, &reason);
+    if (rc < 0)
+        return srv_reply_engine_error(j->server, c, rc, reason, j->error);
+    return srv_reply(j->server, c, status, content_type, j->out, j->out_len);
+}
+
+/* Waits (j->mu held) for the next change. The engine delivers a final output
+ * for every request, failed ones included; the ticket is also polled so that
+ * a request that ended without one cannot leave a reader waiting forever. */
+static void wait_change(srv_job *j)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 200 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+    if (!j->finished && j->ticket && choir_ticket_done(j->ticket)) {
+        pthread_mutex_unlock(&j->mu);
+        choir_err err = {0};
+        int rc = choir_ticket_wait(j->ticket, 0, &err);
+        pthread_mutex_lock(&j->mu);
+        /* the final output may have arrived meanwhile */
+        if (!j->finished) {
+            if (rc < 0)
+                job_fail(j, rc, err.msg);
+            j->finished = 1;
+        }
+    }
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    srv_job *j = cls;
+    pthread_mutex_lock(&j->mu);
+    while (j->out_sent == j->out_len && !j->finished)
+        wait_change(j);
+    size_t n = j->out_len - j->out_sent;
+    if (n == 0) {
+        pthread_mutex_unlock(&j->mu);
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    }
+    if (n > max)
+        n = max;
+    memcpy(buf, j->out + j->out_sent, n);
+    j->out_sent += n;
+    pthread_mutex_unlock(&j->mu);
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls)
+{
+    srv_job_free(cls);
+}
+
+enum MHD_Result srv_job_reply_stream(srv_job *j, struct MHD_Connection *c, const char *content_type)
+{
+    choir_server *s = j->server;
+    /* The status line waits for the first bytes, so that a request that fails
+     * before producing anything (a model that cannot load, a deadline) still
+     * gets its proper error status. */
+    pthread_mutex_lock(&j->mu);
+    while (j->out_len == 0 && !j->finished)
+        wait_change(j);
+    int failed_early = j->out_len == 0 && j->status;
+    pthread_mutex_unlock(&j->mu);
+    if (failed_early) {
+        choir_reject_reason reason;
+        int rc = srv_job_wait(j, &reason);
+        enum MHD_Result ret = srv_reply_engine_error(s, c, rc, reason, j->error);
+        srv_job_free(j);
+        return ret;
+    }
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, stream_read, j,
+                                                               stream_free);
+    if (!r) {
+        srv_job_free(j);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", content_type);
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    enum MHD_Result ret = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    srv_count_status(s, 200);
+    atomic_fetch_add(&s->streams, 1);
+    return ret;
+}

@@ -1,0 +1,120 @@
+/* /v1/models: list, show, register (POST) and withdraw (DELETE) models. */
+#include <stdio.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "choir/alloc.h"
+#include "server/server_internal.h"
+
+static cJSON *model_json(const srv_model *m)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddStringToObject(o, "id", m->id);
+    cJSON_AddStringToObject(o, "object", "model");
+    cJSON_AddNumberToObject(o, "created", (double)m->created);
+    cJSON_AddStringToObject(o, "owned_by", "choir");
+    cJSON_AddStringToObject(o, "kind", m->kind ? m->kind : "unknown");
+    cJSON *tasks = cJSON_AddArrayToObject(o, "tasks");
+    for (int t = 0; t < CHOIR_TASK_COUNT; t++)
+        if (m->tasks & CHOIR_TASK_BIT(t))
+            cJSON_AddItemToArray(tasks, cJSON_CreateString(choir_task_name((choir_task)t)));
+    return o;
+}
+
+static enum MHD_Result list_models(choir_server *s, struct MHD_Connection *c)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(root, "data");
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < s->n_models; i++)
+        if (!s->models[i].removed)
+            cJSON_AddItemToArray(data, model_json(&s->models[i]));
+    pthread_mutex_unlock(&s->lock);
+    return srv_reply_json(s, c, 200, root);
+}
+
+static enum MHD_Result add_model(choir_server *s, struct MHD_Connection *c, srv_conn *conn)
+{
+    cJSON *req = conn->body ? cJSON_ParseWithLength(conn->body, conn->len) : NULL;
+    if (!cJSON_IsObject(req)) {
+        cJSON_Delete(req);
+        return srv_reply_error(s, c, 400, NULL, "invalid_json", "body must be a JSON object {\"path\": DIR}");
+    }
+    const cJSON *path = cJSON_GetObjectItemCaseSensitive(req, "path");
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(req, "id");
+    if (!cJSON_IsString(path) || !*path->valuestring || (id && !cJSON_IsString(id))) {
+        cJSON_Delete(req);
+        return srv_reply_error(s, c, 400, "path", NULL, "\"path\" (a model directory) is required; \"id\" is a string");
+    }
+    choir_err err = {0};
+    int rc = choir_server_add_model(s, id ? id->valuestring : NULL, path->valuestring, &err);
+    enum MHD_Result ret;
+    if (rc == CHOIR_EINVAL && strstr(err.msg, "already registered")) {
+        ret = srv_reply_error(s, c, 409, "id", "model_exists", "%s", err.msg);
+    } else if (rc < 0) {
+        ret = srv_reply_error(s, c, 400, "path", NULL, "%s", err.msg);
+    } else {
+        srv_model m;
+        const char *mid = id ? id->valuestring : NULL;
+        char base[SRV_PATH_MAX];
+        if (!mid) {
+            snprintf(base, sizeof base, "%s", path->valuestring);
+            size_t n = strlen(base);
+            while (n > 1 && base[n - 1] == '/')
+                base[--n] = 0;
+            const char *slash = strrchr(base, '/');
+            mid = slash ? slash + 1 : base;
+        }
+        if (srv_model_find(s, mid, &m) == 0)
+            ret = srv_reply_json(s, c, 201, model_json(&m));
+        else
+            ret = srv_reply_error(s, c, 500, NULL, NULL, "model vanished while registering");
+    }
+    cJSON_Delete(req);
+    return ret;
+}
+
+static enum MHD_Result remove_model(choir_server *s, struct MHD_Connection *c, const char *id)
+{
+    int found = 0;
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < s->n_models; i++)
+        if (!s->models[i].removed && strcmp(s->models[i].id, id) == 0) {
+            s->models[i].removed = 1;
+            found = 1;
+        }
+    pthread_mutex_unlock(&s->lock);
+    if (!found)
+        return srv_reply_error(s, c, 404, "model", "model_not_found", "no model \"%s\"", id);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "object", "model");
+    cJSON_AddBoolToObject(o, "deleted", 1);
+    return srv_reply_json(s, c, 200, o);
+}
+
+enum MHD_Result srv_handle_models(choir_server *s, struct MHD_Connection *c, const char *method, const char *url,
+                                  srv_conn *conn)
+{
+    const char *id = strncmp(url, "/v1/models/", 11) == 0 ? url + 11 : NULL;
+    if (id && !*id)
+        id = NULL;
+    int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+    if (!id && get)
+        return list_models(s, c);
+    if (!id && strcmp(method, "POST") == 0)
+        return add_model(s, c, conn);
+    if (id && get) {
+        srv_model m;
+        if (srv_model_find(s, id, &m) < 0)
+            return srv_reply_error(s, c, 404, "model", "model_not_found", "no model \"%s\"", id);
+        return srv_reply_json(s, c, 200, model_json(&m));
+    }
+    if (id && strcmp(method, "DELETE") == 0)
+        return remove_model(s, c, id);
+    return srv_reply_error(s, c, 405, NULL, NULL, "%s is not allowed on %s", method, url);
+}

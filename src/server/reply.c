@@ -1,0 +1,135 @@
+/* Replies: plain bodies, JSON, OpenAI-shaped errors and the mapping from the
+ * engine's refusals to HTTP statuses. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "choir/alloc.h"
+#include "server/server_internal.h"
+
+void srv_count_status(choir_server *s, unsigned status)
+{
+    unsigned cls = status / 100;
+    if (cls < SRV_STATUS_CLASSES)
+        atomic_fetch_add(&s->responses[cls], 1);
+}
+
+static void add_retry_after(choir_server *s, struct MHD_Response *r, unsigned status)
+{
+    if (status != 429 && status != 503)
+        return;
+    double secs = choir_engine_retry_after(s->engine);
+    char v[32];
+    snprintf(v, sizeof v, "%d", secs < 1 ? 1 : (int)ceil(secs));
+    MHD_add_response_header(r, "Retry-After", v);
+}
+
+enum MHD_Result srv_reply(choir_server *s, struct MHD_Connection *c, unsigned status, const char *content_type,
+                          const void *data, size_t len)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_MUST_COPY);
+    if (!r)
+        return MHD_NO;
+    if (content_type)
+        MHD_add_response_header(r, "Content-Type", content_type);
+    add_retry_after(s, r, status);
+    enum MHD_Result ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    srv_count_status(s, status);
+    return ret;
+}
+
+enum MHD_Result srv_reply_json(choir_server *s, struct MHD_Connection *c, unsigned status, void *json)
+{
+    char *text = json ? cJSON_PrintUnformatted(json) : NULL;
+    cJSON_Delete(json);
+    if (!text)
+        return srv_reply(s, c, 500, "application/json",
+                         "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"}}", 59);
+    enum MHD_Result ret = srv_reply(s, c, status, "application/json", text, strlen(text));
+    cJSON_free(text);
+    return ret;
+}
+
+static const char *error_type(unsigned status)
+{
+    switch (status) {
+    case 401: return "authentication_error";
+    case 404: return "not_found_error";
+    case 429: return "rate_limit_error";
+    case 400:
+    case 405:
+    case 409:
+    case 413:
+    case 415: return "invalid_request_error";
+    default: return "server_error";
+    }
+}
+
+enum MHD_Result srv_reply_error(choir_server *s, struct MHD_Connection *c, unsigned status, const char *param,
+                                const char *code, const char *fmt, ...)
+{
+    char msg[CHOIR_ERR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cJSON *root = cJSON_CreateObject();
+    cJSON *e = cJSON_AddObjectToObject(root, "error");
+    if (e) {
+        cJSON_AddStringToObject(e, "message", msg);
+        cJSON_AddStringToObject(e, "type", error_type(status));
+        if (param)
+            cJSON_AddStringToObject(e, "param", param);
+        else
+            cJSON_AddNullToObject(e, "param");
+        if (code)
+            cJSON_AddStringToObject(e, "code", code);
+        else
+            cJSON_AddNullToObject(e, "code");
+    }
+    return srv_reply_json(s, c, status, root);
+}
+
+unsigned srv_engine_status(int code, choir_reject_reason reason)
+{
+    switch (reason) {
+    case CHOIR_REJECT_QUEUE_FULL: return 429;
+    case CHOIR_REJECT_OVERLOAD:
+    case CHOIR_REJECT_DEADLINE:
+    case CHOIR_REJECT_SHUTDOWN: return 503;
+    case CHOIR_REJECT_TOO_LARGE: return 413;
+    default: break;
+    }
+    switch (code) {
+    case CHOIR_EINVAL: return 400;
+    case CHOIR_ENOTFOUND: return 404;
+    case CHOIR_ETOOBIG: return 413;
+    case CHOIR_EBUSY: return 429;
+    case CHOIR_ETIMEDOUT:
+    case CHOIR_ECANCELED: return 503;
+    case CHOIR_EFORMAT:
+    case CHOIR_EUNSUPPORTED: return 415;
+    default: return 500;
+    }
+}
+
+enum MHD_Result srv_reply_engine_error(choir_server *s, struct MHD_Connection *c, int code,
+                                       choir_reject_reason reason, const char *msg)
+{
+    unsigned status = srv_engine_status(code, reason);
+    const char *ecode = reason != CHOIR_REJECT_NONE ? choir_reject_reason_name(reason) : NULL;
+    return srv_reply_error(s, c, status, NULL, ecode, "%s", msg && *msg ? msg : choir_strerror(code));
+}
+
+int srv_utf8_chars(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        if (((unsigned char)*s & 0xC0) != 0x80)
+            n++;
+    return n;
+}

@@ -1,0 +1,479 @@
+/* The server object, the connection life cycle and the routing.
+ *
+ * libmicrohttpd calls on_access several times per request: once with the
+ * headers (the connection state is made and the declared size checked), once
+ * per piece of body (appended up to the upload limit; beyond it the rest is
+ * read and dropped so the 413 reply reaches a client that is still sending),
+ * and once more with no data, when the request is routed. */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "choir/alloc.h"
+#include "choir/log.h"
+#include "engine/fake_model.h"
+#include "server/server_internal.h"
+
+choir_server_params choir_server_default_params(void)
+{
+    choir_server_params p = {
+        .host = "127.0.0.1",
+        .port = 8000,
+        .api_key = NULL,
+        .max_upload_bytes = 25 << 20,
+        .max_input_chars = 4096,
+        .max_connections = 256,
+        .request_timeout_s = 300,
+    };
+    return p;
+}
+
+choir_server *choir_server_create(choir_engine *engine, const choir_server_params *params, choir_err *err)
+{
+    choir_server_params p = params ? *params : choir_server_default_params();
+    choir_server_params d = choir_server_default_params();
+    if (!engine) {
+        choir_err_set(err, CHOIR_EINVAL, "server: no engine");
+        return NULL;
+    }
+    if (!p.host || !*p.host)
+        p.host = d.host;
+    if (p.port < 0 || p.port > 65535) {
+        choir_err_set(err, CHOIR_EINVAL, "server: port %d out of range", p.port);
+        return NULL;
+    }
+    if (p.max_upload_bytes <= 0)
+        p.max_upload_bytes = d.max_upload_bytes;
+    if (p.max_input_chars <= 0)
+        p.max_input_chars = d.max_input_chars;
+    if (p.max_connections <= 0)
+        p.max_connections = d.max_connections;
+    if (p.request_timeout_s <= 0)
+        p.request_timeout_s = d.request_timeout_s;
+    if (strlen(p.host) >= 64 || (p.api_key && strlen(p.api_key) >= 256)) {
+        choir_err_set(err, CHOIR_EINVAL, "server: host or API key too long");
+        return NULL;
+    }
+    choir_server *s = choir_calloc(CHOIR_MEM_OTHER, 1, sizeof *s);
+    if (!s) {
+        choir_err_set(err, CHOIR_ENOMEM, "server: out of memory");
+        return NULL;
+    }
+    s->engine = engine;
+    s->p = p;
+    strcpy(s->host, p.host);
+    if (p.api_key)
+        strcpy(s->api_key, p.api_key);
+    s->p.host = s->host;
+    s->p.api_key = s->api_key[0] ? s->api_key : NULL;
+    pthread_mutex_init(&s->lock, NULL);
+    return s;
+}
+
+int srv_model_find(choir_server *s, const char *id, srv_model *out)
+{
+    int rc = CHOIR_ENOTFOUND;
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < s->n_models; i++)
+        if (!s->models[i].removed && strcmp(s->models[i].id, id) == 0) {
+            if (out)
+                *out = s->models[i];
+            rc = 0;
+            break;
+        }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int valid_id(const char *id)
+{
+    size_t n = strlen(id);
+    if (n == 0 || n >= SRV_MODEL_ID_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)id[i];
+        if (ch <= ' ' || ch == '/' || ch == '"' || ch == '\\' || ch >= 0x7F)
+            return 0;
+    }
+    return 1;
+}
+
+int choir_server_add_model(choir_server *s, const char *id, const char *dir, choir_err *err)
+{
+    if (!dir || strlen(dir) >= SRV_PATH_MAX)
+        return choir_err_set(err, CHOIR_EINVAL, "model directory path missing or too long");
+    char base[SRV_PATH_MAX];
+    if (!id) {
+        strcpy(base, dir);
+        size_t n = strlen(base);
+        while (n > 1 && base[n - 1] == '/')
+            base[--n] = 0;
+        const char *slash = strrchr(base, '/');
+        id = slash ? slash + 1 : base;
+    }
+    if (!valid_id(id))
+        return choir_err_set(err, CHOIR_EINVAL, "model id \"%s\" is empty, too long or holds '/', quotes or spaces",
+                             id);
+    /* The fake model is a candidate too, so tests and benchmarks can serve
+     * it; its probe only claims directories marked "choir-fake". */
+    const choir_model_ops *extra[1] = {&choir_model_fake};
+    const choir_model_ops *ops = choir_model_detect(dir, extra, 1, err);
+    if (!ops)
+        return err ? err->code : CHOIR_ENOTFOUND;
+    pthread_mutex_lock(&s->lock);
+    int rc = 0;
+    for (int i = 0; i < s->n_models; i++) {
+        srv_model *m = &s->models[i];
+        if (strcmp(m->id, id) != 0)
+            continue;
+        /* A DELETEd model is still registered in the engine: the same
+         * directory can come back under its id, another cannot. */
+        if (m->removed && strcmp(m->dir, dir) == 0) {
+            m->removed = 0;
+            m->created = (int64_t)time(NULL);
+        } else {
+            rc = choir_err_set(err, CHOIR_EINVAL, "model id \"%s\" is already registered", id);
+        }
+        pthread_mutex_unlock(&s->lock);
+        return rc;
+    }
+    if (s->n_models == s->cap_models) {
+        int cap = s->cap_models ? 2 * s->cap_models : 8;
+        srv_model *grown = choir_realloc(s->models, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            pthread_mutex_unlock(&s->lock);
+            return choir_err_set(err, CHOIR_ENOMEM, "out of memory");
+        }
+        s->models = grown;
+        s->cap_models = cap;
+    }
+    rc = choir_engine_add_model(s->engine, id, dir, ops, err);
+    if (rc == 0) {
+        srv_model *m = &s->models[s->n_models++];
+        memset(m, 0, sizeof *m);
+        snprintf(m->id, sizeof m->id, "%s", id);
+        snprintf(m->dir, sizeof m->dir, "%s", dir);
+        m->kind = ops->kind;
+        m->tasks = ops->tasks;
+        m->created = (int64_t)time(NULL);
+        choir_log(CHOIR_LOG_INFO, "model %s (%s) from %s", id, ops->kind, dir);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int has_config(const char *dir)
+{
+    char path[SRV_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int choir_server_add_models_dir(choir_server *s, const char *dir, choir_err *err)
+{
+    if (has_config(dir)) {
+        int rc = choir_server_add_model(s, NULL, dir, err);
+        return rc < 0 ? rc : 1;
+    }
+    DIR *d = opendir(dir);
+    if (!d)
+        return choir_err_set(err, CHOIR_ENOTFOUND, "%s: cannot open the models directory", dir);
+    /* sorted, so that ids and the default model do not depend on readdir order */
+    char **names = NULL;
+    int n = 0, cap = 0, added = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        if (n == cap) {
+            int ncap = cap ? 2 * cap : 16;
+            char **grown = choir_realloc(names, (size_t)ncap * sizeof *grown);
+            if (!grown)
+                break;
+            names = grown;
+            cap = ncap;
+        }
+        size_t len = strlen(de->d_name);
+        names[n] = choir_alloc(CHOIR_MEM_OTHER, len + 1);
+        if (!names[n])
+            break;
+        memcpy(names[n++], de->d_name, len + 1);
+    }
+    closedir(d);
+    if (n > 1)
+        qsort(names, (size_t)n, sizeof *names, cmp_names);
+    for (int i = 0; i < n; i++) {
+        char path[SRV_PATH_MAX];
+        int w = snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (w > 0 && (size_t)w < sizeof path && has_config(path)) {
+            choir_err e = {0};
+            if (choir_server_add_model(s, names[i], path, &e) == 0)
+                added++;
+            else
+                choir_log(CHOIR_LOG_WARN, "skipping %s: %s", path, e.msg);
+        }
+        choir_free(names[i]);
+    }
+    choir_free(names);
+    return added;
+}
+
+/* Compares without an early exit, so the time taken says nothing about how
+ * much of a guessed key was right. */
+static int key_matches(const char *given, const char *want)
+{
+    size_t a = strlen(given), b = strlen(want);
+    unsigned char diff = (unsigned char)(a != b);
+    for (size_t i = 0; i < b; i++)
+        diff |= (unsigned char)(given[i < a ? i : 0] ^ want[i]);
+    return diff == 0;
+}
+
+static int authorized(choir_server *s, struct MHD_Connection *c)
+{
+    if (!s->p.api_key)
+        return 1;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncmp(h, "Bearer ", 7) != 0)
+        return 0;
+    return key_matches(h + 7, s->p.api_key);
+}
+
+static enum MHD_Result handle_health(choir_server *s, struct MHD_Connection *c)
+{
+    if (atomic_load(&s->stopping))
+        return srv_reply(s, c, 503, "application/json", "{\"status\":\"stopping\"}", 21);
+    if (!atomic_load(&s->ready))
+        return srv_reply(s, c, 503, "application/json", "{\"status\":\"loading\"}", 20);
+    return srv_reply(s, c, 200, "application/json", "{\"status\":\"ok\"}", 15);
+}
+
+static enum MHD_Result handle_metrics(choir_server *s, struct MHD_Connection *c)
+{
+    char *engine_text = choir_engine_metrics_text(s->engine);
+    if (!engine_text)
+        return srv_reply_error(s, c, 500, NULL, NULL, "out of memory");
+    size_t n = strlen(engine_text);
+    size_t cap = n + 2048;
+    char *page = choir_alloc(CHOIR_MEM_IO, cap);
+    if (!page) {
+        choir_free(engine_text);
+        return srv_reply_error(s, c, 500, NULL, NULL, "out of memory");
+    }
+    memcpy(page, engine_text, n);
+    choir_free(engine_text);
+    size_t len = n;
+    len += (size_t)snprintf(page + len, cap - len,
+                            "# HELP choir_http_responses_total HTTP responses sent, by status class.\n"
+                            "# TYPE choir_http_responses_total counter\n");
+    for (int k = 1; k < SRV_STATUS_CLASSES; k++)
+        len += (size_t)snprintf(page + len, cap - len, "choir_http_responses_total{code=\"%dxx\"} %llu\n", k,
+                                (unsigned long long)atomic_load(&s->responses[k]));
+    len += (size_t)snprintf(page + len, cap - len,
+                            "# HELP choir_http_in_flight Requests being served.\n"
+                            "# TYPE choir_http_in_flight gauge\n"
+                            "choir_http_in_flight %d\n"
+                            "# HELP choir_http_streams_total Streamed responses started.\n"
+                            "# TYPE choir_http_streams_total counter\n"
+                            "choir_http_streams_total %llu\n",
+                            atomic_load(&s->in_flight), (unsigned long long)atomic_load(&s->streams));
+    enum MHD_Result ret = srv_reply(s, c, 200, "text/plain; version=0.0.4; charset=utf-8", page, len);
+    choir_free(page);
+    return ret;
+}
+
+static enum MHD_Result route(choir_server *s, struct MHD_Connection *c, const char *url, const char *method,
+                             srv_conn *conn)
+{
+    int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+    int post = strcmp(method, "POST") == 0;
+    if (strcmp(url, "/health") == 0)
+        return get ? handle_health(s, c) : srv_reply_error(s, c, 405, NULL, NULL, "use GET /health");
+    if (!authorized(s, c))
+        return srv_reply_error(s, c, 401, NULL, "invalid_api_key",
+                               "missing or wrong API key (send \"Authorization: Bearer KEY\")");
+    if (strcmp(url, "/metrics") == 0)
+        return get ? handle_metrics(s, c) : srv_reply_error(s, c, 405, NULL, NULL, "use GET /metrics");
+    if (strcmp(url, "/v1/models") == 0 || strncmp(url, "/v1/models/", 11) == 0)
+        return srv_handle_models(s, c, method, url, conn);
+    int speech = strcmp(url, "/v1/audio/speech") == 0;
+    int transcribe = strcmp(url, "/v1/audio/transcriptions") == 0;
+    int translate = strcmp(url, "/v1/audio/translations") == 0;
+    int enhance = strcmp(url, "/v1/audio/enhancements") == 0;
+    if (!speech && !transcribe && !translate && !enhance)
+        return srv_reply_error(s, c, 404, NULL, "unknown_url", "no route for %s %s", method, url);
+    if (!post)
+        return srv_reply_error(s, c, 405, NULL, NULL, "use POST %s", url);
+    if (conn->too_big)
+        return srv_reply_error(s, c, 413, NULL, "request_too_large", "request body over the %lld-byte limit",
+                               (long long)s->p.max_upload_bytes);
+    if (atomic_load(&s->stopping))
+        return srv_reply_error(s, c, 503, NULL, "shutdown", "the server is shutting down");
+    if (speech)
+        return srv_handle_speech(s, c, conn);
+    if (enhance)
+        return srv_handle_enhancement(s, c, conn);
+    return srv_handle_transcription(s, c, conn, translate);
+}
+
+static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                 const char *version, const char *upload_data, size_t *upload_data_size,
+                                 void **con_cls)
+{
+    (void)version;
+    choir_server *s = cls;
+    srv_conn *conn = *con_cls;
+    if (!conn) {
+        conn = choir_calloc(CHOIR_MEM_IO, 1, sizeof *conn);
+        if (!conn)
+            return MHD_NO;
+        *con_cls = conn;
+        conn->counted = 1;
+        atomic_fetch_add(&s->in_flight, 1);
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoll(cl, NULL, 10) > s->p.max_upload_bytes) {
+            /* refused before the body is read: a client sending
+             * "Expect: 100-continue" learns it without uploading */
+            conn->too_big = 1;
+            return srv_reply_error(s, c, 413, NULL, "request_too_large",
+                                   "request body of %s bytes is over the %lld-byte limit", cl,
+                                   (long long)s->p.max_upload_bytes);
+        }
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (conn->too_big || conn->len + n > (size_t)s->p.max_upload_bytes) {
+            conn->too_big = 1;
+            return MHD_YES;
+        }
+        if (conn->len + n + 1 > conn->cap) {
+            size_t cap = conn->cap ? conn->cap : 64 * 1024;
+            while (cap < conn->len + n + 1)
+                cap *= 2;
+            if (cap > (size_t)s->p.max_upload_bytes + 1)
+                cap = (size_t)s->p.max_upload_bytes + 1;
+            char *grown = choir_realloc(conn->body, cap);
+            if (!grown)
+                return MHD_NO;
+            conn->body = grown;
+            conn->cap = cap;
+        }
+        memcpy(conn->body + conn->len, upload_data, n);
+        conn->len += n;
+        conn->body[conn->len] = 0;
+        return MHD_YES;
+    }
+    return route(s, c, url, method, conn);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+    (void)c;
+    (void)toe;
+    choir_server *s = cls;
+    srv_conn *conn = *con_cls;
+    if (!conn)
+        return;
+    if (conn->counted)
+        atomic_fetch_sub(&s->in_flight, 1);
+    choir_free(conn->body);
+    choir_free(conn);
+    *con_cls = NULL;
+}
+
+int choir_server_start(choir_server *s, choir_err *err)
+{
+    if (s->daemon)
+        return choir_err_set(err, CHOIR_EINVAL, "server already started");
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)s->p.port);
+    const char *host = strcmp(s->host, "localhost") == 0 ? "127.0.0.1" : s->host;
+    if (inet_pton(AF_INET, host, &addr.sin_addr) != 1)
+        return choir_err_set(err, CHOIR_EINVAL, "host \"%s\" is not an IPv4 address", s->host);
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC;
+    s->daemon = MHD_start_daemon(flags, (uint16_t)s->p.port, NULL, NULL, on_access, s, MHD_OPTION_SOCK_ADDR, &addr,
+                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
+                                 (unsigned)s->p.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+                                 MHD_OPTION_END);
+    if (!s->daemon)
+        return choir_err_set(err, CHOIR_EIO, "cannot listen on %s:%d", s->host, s->p.port);
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = info ? info->port : s->p.port;
+    return 0;
+}
+
+int choir_server_port(const choir_server *s)
+{
+    return s ? s->port : 0;
+}
+
+void choir_server_set_ready(choir_server *s, int ready)
+{
+    atomic_store(&s->ready, ready ? 1 : 0);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int choir_server_shutdown(choir_server *s, double deadline_s)
+{
+    if (!s || atomic_exchange(&s->shut_down, 1))
+        return 0;
+    atomic_store(&s->stopping, 1);
+    double start = now_s();
+    /* Stop accepting first: the listening socket closes, connections already
+     * open are still served (new requests on them get 503). */
+    if (s->daemon) {
+        MHD_socket fd = MHD_quiesce_daemon(s->daemon);
+        if (fd != MHD_INVALID_SOCKET)
+            close(fd);
+    }
+    while (atomic_load(&s->in_flight) > 0 && now_s() - start < deadline_s) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    int rc = atomic_load(&s->in_flight) > 0 ? CHOIR_ETIMEDOUT : 0;
+    double left = deadline_s - (now_s() - start);
+    /* The engine fails whatever is still running, which ends those responses;
+     * then stopping the daemon joins every connection thread. */
+    if (choir_engine_shutdown(s->engine, left > 0 ? left : 0) < 0)
+        rc = CHOIR_ETIMEDOUT;
+    if (s->daemon) {
+        MHD_stop_daemon(s->daemon);
+        s->daemon = NULL;
+    }
+    return rc;
+}
+
+void choir_server_free(choir_server *s)
+{
+    if (!s)
+        return;
+    choir_server_shutdown(s, 0);
+    pthread_mutex_destroy(&s->lock);
+    choir_free(s->models);
+    choir_free(s);
+}

@@ -1,0 +1,164 @@
+/* Shared between the server's files: the server object, the per-connection
+ * state, the reply helpers and the engine-job plumbing that streams outputs. */
+#ifndef CHOIR_SERVER_INTERNAL_H
+#define CHOIR_SERVER_INTERNAL_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <microhttpd.h>
+
+#include "choir/encode.h"
+#include "choir/engine.h"
+#include "choir/server.h"
+
+#define SRV_MODEL_ID_MAX 128
+#define SRV_PATH_MAX 4096
+
+typedef struct srv_model {
+    char id[SRV_MODEL_ID_MAX];
+    char dir[SRV_PATH_MAX];
+    const char *kind;
+    uint32_t tasks;
+    int removed; /* DELETEd: hidden and refused (the engine has no unregister) */
+    int64_t created; /* Unix seconds */
+} srv_model;
+
+enum { SRV_STATUS_CLASSES = 6 }; /* 1xx..5xx, by status / 100 */
+
+struct choir_server {
+    choir_engine *engine;
+    choir_server_params p;
+    char host[64];
+    char api_key[256];
+    struct MHD_Daemon *daemon;
+    int port;
+    pthread_mutex_t lock; /* guards models */
+    srv_model *models;
+    int n_models, cap_models;
+    atomic_int ready;
+    atomic_int stopping;
+    atomic_int shut_down;
+    atomic_int in_flight; /* requests between body received and response freed */
+    atomic_ullong responses[SRV_STATUS_CLASSES];
+    atomic_ullong streams;
+};
+
+/* Per connection: the request body as it arrives. */
+typedef struct srv_conn {
+    char *body;
+    size_t len, cap;
+    int too_big;       /* the body passed max_upload_bytes: the rest is dropped */
+    int counted;       /* counted in in_flight */
+} srv_conn;
+
+/* Looks a model up by id (not removed); copies it to *out. 0 or CHOIR_ENOTFOUND. */
+int srv_model_find(choir_server *s, const char *id, srv_model *out);
+/* GET/POST/DELETE /v1/models[/{id}]. */
+enum MHD_Result srv_handle_models(choir_server *s, struct MHD_Connection *c, const char *method, const char *url,
+                                  srv_conn *conn);
+
+/* Replies. Each queues a response and returns MHD's result. */
+enum MHD_Result srv_reply(choir_server *s, struct MHD_Connection *c, unsigned status, const char *content_type,
+                          const void *data, size_t len);
+/* Serialises `json` (a cJSON *, deleted here) compactly. */
+enum MHD_Result srv_reply_json(choir_server *s, struct MHD_Connection *c, unsigned status, void *json);
+/* OpenAI's error shape. `param`/`code` may be NULL. Adds Retry-After for 429/503. */
+enum MHD_Result srv_reply_error(choir_server *s, struct MHD_Connection *c, unsigned status, const char *param,
+                                const char *code, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* Maps an engine failure (code, reason, message) to the right status. */
+enum MHD_Result srv_reply_engine_error(choir_server *s, struct MHD_Connection *c, int code,
+                                       choir_reject_reason reason, const char *msg);
+/* The HTTP status an engine failure maps to. */
+unsigned srv_engine_status(int code, choir_reject_reason reason);
+void srv_count_status(choir_server *s, unsigned status);
+
+/* A job between the engine's output callback (engine worker thread) and the
+ * HTTP side (connection thread). Outputs are turned into response bytes in
+ * the callback; the HTTP side either waits for the end (whole responses) or
+ * drains the bytes as they come (streams). */
+typedef enum srv_job_kind {
+    SRV_JOB_SPEECH = 0,     /* TTS / STS audio, encoded */
+    SRV_JOB_TRANSCRIPT = 1  /* STT text and segments */
+} srv_job_kind;
+
+typedef struct srv_segment {
+    double start_s, end_s;
+    float probability;
+    char *text;
+} srv_segment;
+
+typedef struct srv_job {
+    choir_server *server;
+    srv_job_kind kind;
+    int stream;        /* bytes go out as they are produced */
+    int sse;           /* stream as server-sent events */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* response bytes produced and not yet sent (stream) or all of them */
+    char *out;
+    size_t out_len, out_cap, out_sent;
+    int finished;      /* the final output was handled */
+    int status;        /* 0 or the failure's code */
+    choir_reject_reason reason;
+    char error[CHOIR_ERR_MSG_MAX];
+    /* speech */
+    choir_audio_format format;
+    choir_encoder *encoder;
+    char *sse_scratch; /* encoded bytes of one output, before base64 */
+    size_t sse_len, sse_cap;
+    int input_chars;
+    int64_t samples_out;
+    int sample_rate;
+    /* transcript */
+    char *text;        /* the whole transcript so far */
+    size_t text_len, text_cap;
+    char *final_text;  /* the final output's text (a non-streaming model's whole transcript) */
+    srv_segment *segments;
+    int n_segments, cap_segments;
+    char language[16];
+    /* inputs borrowed by the engine until the ticket finishes */
+    char *input_text, *voice, *lang, *prompt;
+    float *samples;
+    int64_t n_samples;
+    choir_ticket *ticket;
+} srv_job;
+
+srv_job *srv_job_create(choir_server *s, srv_job_kind kind);
+/* Frees the ticket first (cancelling and waiting when still running). NULL no-op. */
+void srv_job_free(srv_job *j);
+/* choir_output_fn for a job (user = the job). */
+int srv_job_on_output(void *user, const choir_output *out);
+/* Appends bytes to the job's output. Call with j->mu held. 0 or CHOIR_ENOMEM. */
+int srv_job_append(srv_job *j, const void *data, size_t len);
+/* Submits `job` with the job as its output sink. On refusal replies with the
+ * mapped error and returns the reply's result with *submitted = 0. */
+enum MHD_Result srv_job_submit(srv_job *j, choir_job *job, struct MHD_Connection *c, int *submitted);
+/* Waits for the end; returns the job's status (0 or its failure's code, message
+ * in j->error) and the engine's reason. */
+int srv_job_wait(srv_job *j, choir_reject_reason *reason);
+/* The whole transcript of a finished STT job. */
+const char *srv_job_transcript(const srv_job *j);
+/* Waits for the end and replies with the whole output (or the error). */
+enum MHD_Result srv_job_reply_whole(srv_job *j, struct MHD_Connection *c, unsigned status,
+                                    const char *content_type);
+/* Replies 200 with a response that drains the job as it produces; the job is
+ * freed when MHD is done with the response. */
+enum MHD_Result srv_job_reply_stream(srv_job *j, struct MHD_Connection *c, const char *content_type);
+
+/* Route handlers (body complete). */
+enum MHD_Result srv_handle_speech(choir_server *s, struct MHD_Connection *c, srv_conn *conn);
+enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection *c, srv_conn *conn, int translate);
+enum MHD_Result srv_handle_enhancement(choir_server *s, struct MHD_Connection *c, srv_conn *conn);
+
+/* Formats a transcript as "text", "srt", "vtt", "json" or "verbose_json"
+ * into a choir_alloc'd string (NULL on out of memory). */
+char *srv_format_transcript(const srv_job *j, const char *format, int translate, double duration_s);
+
+/* Length of a UTF-8 string in code points. */
+int srv_utf8_chars(const char *s);
+
+#endif

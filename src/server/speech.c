@@ -1,0 +1,221 @@
+/* POST /v1/audio/speech (text to speech) and POST /v1/audio/enhancements
+ * (speech to speech): validate the request, hand it to the engine, answer with
+ * the encoded audio whole, as a chunked byte stream, or as SSE events. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "choir/alloc.h"
+#include "choir/audio.h"
+#include "server/multipart.h"
+#include "server/server_internal.h"
+
+static char *dup_str(const char *s)
+{
+    size_t n = strlen(s);
+    char *d = choir_alloc(CHOIR_MEM_IO, n + 1);
+    if (d)
+        memcpy(d, s, n + 1);
+    return d;
+}
+
+/* Checks that `id` names a model serving `task`, replying 404/400 if not. */
+static int check_model(choir_server *s, struct MHD_Connection *c, const char *id, choir_task task,
+                       enum MHD_Result *ret)
+{
+    srv_model m;
+    if (srv_model_find(s, id, &m) < 0) {
+        *ret = srv_reply_error(s, c, 404, "model", "model_not_found", "the model \"%s\" does not exist", id);
+        return -1;
+    }
+    if (!(m.tasks & CHOIR_TASK_BIT(task))) {
+        *ret = srv_reply_error(s, c, 400, "model", "wrong_task", "the model \"%s\" (%s) does not do %s", id,
+                               m.kind ? m.kind : "?", choir_task_name(task));
+        return -1;
+    }
+    return 0;
+}
+
+enum MHD_Result srv_handle_speech(choir_server *s, struct MHD_Connection *c, srv_conn *conn)
+{
+    cJSON *req = conn->body ? cJSON_ParseWithLength(conn->body, conn->len) : NULL;
+    srv_job *j = NULL;
+    enum MHD_Result ret;
+    if (!cJSON_IsObject(req)) {
+        ret = srv_reply_error(s, c, 400, NULL, "invalid_json", "the body must be a JSON object");
+        goto done;
+    }
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(req, "model");
+    const cJSON *input = cJSON_GetObjectItemCaseSensitive(req, "input");
+    const cJSON *voice = cJSON_GetObjectItemCaseSensitive(req, "voice");
+    const cJSON *speed = cJSON_GetObjectItemCaseSensitive(req, "speed");
+    const cJSON *format = cJSON_GetObjectItemCaseSensitive(req, "response_format");
+    const cJSON *stream_format = cJSON_GetObjectItemCaseSensitive(req, "stream_format");
+    if (!cJSON_IsString(model) || !*model->valuestring) {
+        ret = srv_reply_error(s, c, 400, "model", NULL, "\"model\" (a string) is required");
+        goto done;
+    }
+    if (!cJSON_IsString(input) || !*input->valuestring) {
+        ret = srv_reply_error(s, c, 400, "input", NULL, "\"input\" (a non-empty string) is required");
+        goto done;
+    }
+    int chars = srv_utf8_chars(input->valuestring);
+    if (chars > s->p.max_input_chars) {
+        ret = srv_reply_error(s, c, 400, "input", "string_above_max_length",
+                              "\"input\" has %d characters; the limit is %d", chars, s->p.max_input_chars);
+        goto done;
+    }
+    if (voice && !cJSON_IsNull(voice) && (!cJSON_IsString(voice) || strlen(voice->valuestring) > 64)) {
+        ret = srv_reply_error(s, c, 400, "voice", NULL, "\"voice\" must be a voice name");
+        goto done;
+    }
+    double spd = 1.0;
+    if (speed && !cJSON_IsNull(speed)) {
+        if (!cJSON_IsNumber(speed) || !(speed->valuedouble >= 0.25 && speed->valuedouble <= 4.0)) {
+            ret = srv_reply_error(s, c, 400, "speed", NULL, "\"speed\" must be a number from 0.25 to 4");
+            goto done;
+        }
+        spd = speed->valuedouble;
+    }
+    choir_audio_format fmt = CHOIR_FORMAT_MP3;
+    if (format && !cJSON_IsNull(format)) {
+        const char *f = cJSON_IsString(format) ? format->valuestring : "";
+        if (strcmp(f, "wav") && strcmp(f, "pcm") && strcmp(f, "flac") && strcmp(f, "mp3") && strcmp(f, "opus")) {
+            ret = srv_reply_error(s, c, 400, "response_format", NULL,
+                                  "\"response_format\" must be wav, pcm, flac, mp3 or opus");
+            goto done;
+        }
+        choir_audio_format_parse(f, &fmt, NULL);
+    }
+    int sse = 0, stream = 0;
+    if (stream_format && !cJSON_IsNull(stream_format)) {
+        const char *sf = cJSON_IsString(stream_format) ? stream_format->valuestring : "";
+        if (strcmp(sf, "sse") == 0)
+            sse = stream = 1;
+        else if (strcmp(sf, "audio") == 0)
+            stream = 1;
+        else {
+            ret = srv_reply_error(s, c, 400, "stream_format", NULL, "\"stream_format\" must be audio or sse");
+            goto done;
+        }
+    }
+    if (check_model(s, c, model->valuestring, CHOIR_TASK_TTS, &ret) < 0)
+        goto done;
+    j = srv_job_create(s, SRV_JOB_SPEECH);
+    if (!j || !(j->input_text = dup_str(input->valuestring)) ||
+        (cJSON_IsString(voice) && !(j->voice = dup_str(voice->valuestring)))) {
+        ret = srv_reply_error(s, c, 500, NULL, NULL, "out of memory");
+        goto done;
+    }
+    j->format = fmt;
+    j->stream = stream;
+    j->sse = sse;
+    j->input_chars = chars;
+    choir_job job = {0};
+    job.model_id = model->valuestring;
+    job.req.task = CHOIR_TASK_TTS;
+    job.req.in.tts.text = j->input_text;
+    job.req.in.tts.voice = j->voice;
+    job.req.in.tts.speed = (float)spd;
+    job.req.stream = stream;
+    int submitted;
+    ret = srv_job_submit(j, &job, c, &submitted);
+    if (!submitted)
+        goto done;
+    if (stream) {
+        ret = srv_job_reply_stream(j, c, sse ? "text/event-stream" : choir_audio_format_mime(fmt));
+        j = NULL; /* the response owns it now */
+    } else {
+        ret = srv_job_reply_whole(j, c, 200, choir_audio_format_mime(fmt));
+    }
+done:
+    srv_job_free(j);
+    cJSON_Delete(req);
+    return ret;
+}
+
+static double form_number(const choir_multipart *m, const char *name, double def, int *bad)
+{
+    const choir_multipart_part *p = choir_multipart_find(m, name);
+    if (!p || p->len == 0)
+        return def;
+    char *end;
+    double v = strtod(p->data, &end);
+    if (end == p->data || *end)
+        *bad = 1;
+    return v;
+}
+
+enum MHD_Result srv_handle_enhancement(choir_server *s, struct MHD_Connection *c, srv_conn *conn)
+{
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    char boundary[CHOIR_MULTIPART_MAX_BOUNDARY + 1];
+    choir_err err = {0};
+    choir_multipart *m = choir_alloc(CHOIR_MEM_IO, sizeof *m);
+    srv_job *j = NULL;
+    choir_audio audio = {0};
+    enum MHD_Result ret;
+    if (!m) {
+        ret = srv_reply_error(s, c, 500, NULL, NULL, "out of memory");
+        goto done;
+    }
+    if (choir_multipart_boundary(ct, boundary, sizeof boundary, &err) < 0 ||
+        choir_multipart_parse(conn->body ? conn->body : (char *)"", conn->len, boundary, m, &err) < 0) {
+        ret = srv_reply_error(s, c, 400, NULL, "invalid_multipart", "%s", err.msg);
+        goto done;
+    }
+    const choir_multipart_part *model = choir_multipart_find(m, "model");
+    const choir_multipart_part *file = choir_multipart_find(m, "file");
+    const choir_multipart_part *format = choir_multipart_find(m, "response_format");
+    if (!model || !*model->data || !file) {
+        ret = srv_reply_error(s, c, 400, !file ? "file" : "model", NULL, "\"model\" and \"file\" are required");
+        goto done;
+    }
+    int bad = 0;
+    double chunk = form_number(m, "chunk_seconds", 0, &bad);
+    double overlap = form_number(m, "overlap_seconds", 0, &bad);
+    choir_audio_format fmt = CHOIR_FORMAT_WAV16;
+    if (bad || chunk < 0 || overlap < 0 || (chunk > 0 && overlap >= chunk) ||
+        (format && choir_audio_format_parse(format->data, &fmt, NULL) < 0)) {
+        ret = srv_reply_error(s, c, 400, NULL, NULL,
+                              "chunk_seconds/overlap_seconds must be numbers with overlap < chunk; "
+                              "response_format one of wav, pcm, flac, mp3, opus");
+        goto done;
+    }
+    if (check_model(s, c, model->data, CHOIR_TASK_STS, &ret) < 0)
+        goto done;
+    choir_decode_opts opts = {.target_rate = CHOIR_RATE_STS, .mono = 1};
+    int rc = choir_audio_decode_memory(file->data, file->len, &opts, &audio, &err);
+    if (rc < 0) {
+        ret = srv_reply_error(s, c, rc == CHOIR_ENOMEM ? 500 : 415, "file", "unsupported_audio",
+                              "cannot decode the uploaded audio: %s", err.msg);
+        goto done;
+    }
+    j = srv_job_create(s, SRV_JOB_SPEECH);
+    if (!j) {
+        ret = srv_reply_error(s, c, 500, NULL, NULL, "out of memory");
+        goto done;
+    }
+    j->format = fmt;
+    j->samples = audio.samples;
+    j->n_samples = audio.frames;
+    audio.samples = NULL;
+    choir_job job = {0};
+    job.model_id = model->data;
+    job.req.task = CHOIR_TASK_STS;
+    job.req.in.sts.samples = j->samples;
+    job.req.in.sts.n_samples = j->n_samples;
+    job.req.in.sts.sample_rate = CHOIR_RATE_STS;
+    job.req.in.sts.chunk_seconds = chunk;
+    job.req.in.sts.overlap_seconds = overlap;
+    int submitted;
+    ret = srv_job_submit(j, &job, c, &submitted);
+    if (submitted)
+        ret = srv_job_reply_whole(j, c, 200, choir_audio_format_mime(fmt));
+done:
+    choir_audio_clear(&audio);
+    srv_job_free(j);
+    choir_free(m);
+    return ret;
+}

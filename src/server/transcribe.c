@@ -1,0 +1,259 @@
+/* POST /v1/audio/transcriptions and /v1/audio/translations: a multipart upload
+ * is decoded to 16 kHz mono, transcribed by the engine and answered as json,
+ * text, srt, vtt or verbose_json, or streamed as SSE transcript events. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "choir/alloc.h"
+#include "choir/audio.h"
+#include "server/multipart.h"
+#include "server/server_internal.h"
+
+static char *dup_field(const choir_multipart_part *p)
+{
+    if (!p || p->len == 0)
+        return NULL;
+    char *d = choir_alloc(CHOIR_MEM_IO, p->len + 1);
+    if (d)
+        memcpy(d, p->data, p->len + 1);
+    return d;
+}
+
+/* "HH:MM:SS,mmm" (srt) or "HH:MM:SS.mmm" (vtt). */
+static void fmt_time(char *out, size_t cap, double s, char sep)
+{
+    long long ms = (long long)(s * 1000.0 + 0.5);
+    if (ms < 0)
+        ms = 0;
+    snprintf(out, cap, "%02lld:%02lld:%02lld%c%03lld", ms / 3600000, ms / 60000 % 60, ms / 1000 % 60, sep, ms % 1000);
+}
+
+static const char *skip_space(const char *t)
+{
+    while (*t == ' ')
+        t++;
+    return t;
+}
+
+static char *format_cues(const srv_job *j, int vtt, double duration_s)
+{
+    srv_segment whole = {.start_s = 0, .end_s = duration_s, .text = (char *)srv_job_transcript(j)};
+    const srv_segment *segs = j->n_segments ? j->segments : &whole;
+    int n = j->n_segments ? j->n_segments : 1;
+    size_t cap = 16;
+    for (int i = 0; i < n; i++)
+        cap += strlen(segs[i].text) + 64;
+    char *out = choir_alloc(CHOIR_MEM_IO, cap);
+    if (!out)
+        return NULL;
+    size_t len = 0;
+    if (vtt)
+        len += (size_t)snprintf(out + len, cap - len, "WEBVTT\n\n");
+    for (int i = 0; i < n; i++) {
+        char a[32], b[32];
+        fmt_time(a, sizeof a, segs[i].start_s, vtt ? '.' : ',');
+        fmt_time(b, sizeof b, segs[i].end_s, vtt ? '.' : ',');
+        if (!vtt)
+            len += (size_t)snprintf(out + len, cap - len, "%d\n", i + 1);
+        len += (size_t)snprintf(out + len, cap - len, "%s --> %s\n%s\n\n", a, b, skip_space(segs[i].text));
+    }
+    return out;
+}
+
+static char *json_string(cJSON *o)
+{
+    char *t = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    if (!t)
+        return NULL;
+    size_t n = strlen(t);
+    char *out = choir_alloc(CHOIR_MEM_IO, n + 1);
+    if (out)
+        memcpy(out, t, n + 1);
+    cJSON_free(t);
+    return out;
+}
+
+char *srv_format_transcript(const srv_job *j, const char *format, int translate, double duration_s)
+{
+    const char *text = srv_job_transcript(j);
+    if (strcmp(format, "srt") == 0 || strcmp(format, "vtt") == 0)
+        return format_cues(j, format[0] == 'v', duration_s);
+    if (strcmp(format, "text") == 0) {
+        size_t n = strlen(text);
+        char *out = choir_alloc(CHOIR_MEM_IO, n + 2);
+        if (out) {
+            memcpy(out, text, n);
+            memcpy(out + n, "\n", 2);
+        }
+        return out;
+    }
+    cJSON *o = cJSON_CreateObject();
+    if (strcmp(format, "verbose_json") == 0) {
+        cJSON_AddStringToObject(o, "task", translate ? "translate" : "transcribe");
+        cJSON_AddStringToObject(o, "language", j->language[0] ? j->language : "unknown");
+        cJSON_AddNumberToObject(o, "duration", duration_s);
+        cJSON_AddStringToObject(o, "text", text);
+        cJSON *segs = cJSON_AddArrayToObject(o, "segments");
+        for (int i = 0; i < j->n_segments; i++) {
+            const srv_segment *sg = &j->segments[i];
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "id", i);
+            cJSON_AddNumberToObject(e, "seek", 0);
+            cJSON_AddNumberToObject(e, "start", sg->start_s);
+            cJSON_AddNumberToObject(e, "end", sg->end_s);
+            cJSON_AddStringToObject(e, "text", sg->text);
+            cJSON_AddArrayToObject(e, "tokens");
+            cJSON_AddNumberToObject(e, "temperature", 0);
+            cJSON_AddNumberToObject(e, "avg_logprob", sg->probability > 0 ? log(sg->probability) : 0);
+            cJSON_AddNumberToObject(e, "compression_ratio", 0);
+            cJSON_AddNumberToObject(e, "no_speech_prob", 0);
+            cJSON_AddItemToArray(segs, e);
+        }
+    } else {
+        cJSON_AddStringToObject(o, "text", text);
+    }
+    return json_string(o);
+}
+
+static const char *mime_of(const char *format)
+{
+    if (strcmp(format, "text") == 0 || strcmp(format, "srt") == 0)
+        return "text/plain; charset=utf-8";
+    if (strcmp(format, "vtt") == 0)
+        return "text/vtt; charset=utf-8";
+    return "application/json";
+}
+
+enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection *c, srv_conn *conn, int translate)
+{
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    char boundary[CHOIR_MULTIPART_MAX_BOUNDARY + 1];
+    choir_err err = {0};
+    choir_multipart *m = choir_alloc(CHOIR_MEM_IO, sizeof *m);
+    srv_job *j = NULL;
+    choir_audio audio = {0};
+    char *body_text = NULL;
+    enum MHD_Result ret;
+    if (!m) {
+        ret = srv_reply_error(s, c, 500, NULL, NULL, "out of memory");
+        goto done;
+    }
+    int rc = choir_multipart_boundary(ct, boundary, sizeof boundary, &err);
+    if (rc == 0)
+        rc = choir_multipart_parse(conn->body ? conn->body : (char *)"", conn->len, boundary, m, &err);
+    if (rc < 0) {
+        ret = srv_reply_error(s, c, 400, NULL, "invalid_multipart", "%s", err.msg);
+        goto done;
+    }
+    const choir_multipart_part *model = choir_multipart_find(m, "model");
+    const choir_multipart_part *file = choir_multipart_find(m, "file");
+    const choir_multipart_part *fmt_p = choir_multipart_find(m, "response_format");
+    const choir_multipart_part *temp_p = choir_multipart_find(m, "temperature");
+    const choir_multipart_part *stream_p = choir_multipart_find(m, "stream");
+    if (!file) {
+        ret = srv_reply_error(s, c, 400, "file", NULL, "\"file\" (the audio upload) is required");
+        goto done;
+    }
+    if (!model || !*model->data) {
+        ret = srv_reply_error(s, c, 400, "model", NULL, "\"model\" is required");
+        goto done;
+    }
+    const char *format = fmt_p && fmt_p->len ? fmt_p->data : "json";
+    if (strcmp(format, "json") && strcmp(format, "text") && strcmp(format, "srt") && strcmp(format, "vtt") &&
+        strcmp(format, "verbose_json")) {
+        ret = srv_reply_error(s, c, 400, "response_format", NULL,
+                              "\"response_format\" must be json, text, srt, vtt or verbose_json");
+        goto done;
+    }
+    float temperature = 0;
+    if (temp_p && temp_p->len) {
+        char *end;
+        double t = strtod(temp_p->data, &end);
+        if (end == temp_p->data || *end || !(t >= 0 && t <= 1)) {
+            ret = srv_reply_error(s, c, 400, "temperature", NULL, "\"temperature\" must be a number from 0 to 1");
+            goto done;
+        }
+        temperature = (float)t;
+    }
+    int stream = 0;
+    if (stream_p && stream_p->len) {
+        if (strcmp(stream_p->data, "true") == 0)
+            stream = 1;
+        else if (strcmp(stream_p->data, "false") != 0) {
+            ret = srv_reply_error(s, c, 400, "stream", NULL, "\"stream\" must be true or false");
+            goto done;
+        }
+    }
+    srv_model info;
+    if (srv_model_find(s, model->data, &info) < 0) {
+        ret = srv_reply_error(s, c, 404, "model", "model_not_found", "the model \"%s\" does not exist", model->data);
+        goto done;
+    }
+    if (!(info.tasks & CHOIR_TASK_BIT(CHOIR_TASK_STT))) {
+        ret = srv_reply_error(s, c, 400, "model", "wrong_task", "the model \"%s\" (%s) does not transcribe",
+                              model->data, info.kind ? info.kind : "?");
+        goto done;
+    }
+    choir_decode_opts opts = {.target_rate = CHOIR_RATE_STT, .mono = 1};
+    rc = choir_audio_decode_memory(file->data, file->len, &opts, &audio, &err);
+    if (rc < 0) {
+        ret = srv_reply_error(s, c, rc == CHOIR_ENOMEM ? 500 : 415, "file", "unsupported_audio",
+                              "cannot decode the uploaded audio: %s", err.msg);
+        goto done;
+    }
+    j = srv_job_create(s, SRV_JOB_TRANSCRIPT);
+    if (!j) {
+        ret = srv_reply_error(s, c, 500, NULL, NULL, "out of memory");
+        goto done;
+    }
+    j->stream = stream;
+    j->sse = stream;
+    j->samples = audio.samples;
+    j->n_samples = audio.frames;
+    audio.samples = NULL;
+    j->lang = translate ? NULL : dup_field(choir_multipart_find(m, "language"));
+    j->prompt = dup_field(choir_multipart_find(m, "prompt"));
+    double duration_s = (double)j->n_samples / CHOIR_RATE_STT;
+    choir_job job = {0};
+    job.model_id = model->data;
+    job.req.task = CHOIR_TASK_STT;
+    job.req.stream = stream;
+    job.req.in.stt.samples = j->samples;
+    job.req.in.stt.n_samples = j->n_samples;
+    job.req.in.stt.language = j->lang;
+    job.req.in.stt.prompt = j->prompt;
+    job.req.in.stt.translate = translate;
+    job.req.in.stt.temperature = temperature;
+    job.req.in.stt.timestamps = strcmp(format, "json") != 0 && strcmp(format, "text") != 0;
+    int submitted;
+    ret = srv_job_submit(j, &job, c, &submitted);
+    if (!submitted)
+        goto done;
+    if (stream) {
+        ret = srv_job_reply_stream(j, c, "text/event-stream");
+        j = NULL;
+        goto done;
+    }
+    choir_reject_reason reason;
+    rc = srv_job_wait(j, &reason);
+    if (rc < 0) {
+        ret = srv_reply_engine_error(s, c, rc, reason, j->error);
+        goto done;
+    }
+    body_text = srv_format_transcript(j, format, translate, duration_s);
+    if (!body_text)
+        ret = srv_reply_error(s, c, 500, NULL, NULL, "out of memory");
+    else
+        ret = srv_reply(s, c, 200, mime_of(format), body_text, strlen(body_text));
+done:
+    choir_free(body_text);
+    choir_audio_clear(&audio);
+    srv_job_free(j);
+    choir_free(m);
+    return ret;
+}

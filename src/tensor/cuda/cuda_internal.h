@@ -1,0 +1,41 @@
+/* Private to src/tensor/cuda: the context struct and error helpers. */
+#ifndef CHOIR_CUDA_INTERNAL_H
+#define CHOIR_CUDA_INTERNAL_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "choir/cuda.h"
+#include "choir/error.h"
+
+struct choir_cuda {
+    choir_cuda_props props;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    /* Device bytes held through this context; updated with atomics because
+     * buffers may be freed from another thread than the one computing. */
+    int64_t mem_current, mem_peak, budget;
+    /* Scratch grown on demand for converted activations and dequantized
+     * weights; reused across calls on the stream, so it needs no sync. */
+    choir_cuda_buf scratch;
+};
+
+/* Fills err from a CUDA runtime status and returns the choir code. */
+int choir_cuda_fail(choir_err *err, cudaError_t st, const char *what);
+int choir_cuda_blas_fail(choir_err *err, cublasStatus_t st, const char *what);
+/* Checks the last launch; 0 or CHOIR_EINTERNAL naming `what`. */
+int choir_cuda_check_launch(choir_err *err, const char *what);
+/* Ensures the scratch holds at least `bytes`; returns its pointer or NULL
+ * (err filled). Growing frees the old block, so callers use it for one call. */
+void *choir_cuda_scratch(choir_cuda *cu, size_t bytes, choir_err *err);
+
+/* Blocks of 256 threads over n elements, capped so a grid-stride loop covers
+ * the rest. */
+static inline unsigned choir_cuda_blocks(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    if (b < 1) b = 1;
+    if (b > 65535 * 16) b = 65535 * 16;
+    return (unsigned)b;
+}
+
+#endif

@@ -1,0 +1,423 @@
+/* Elementwise, normalisation, conv1d and attention kernels. Each mirrors the
+ * CPU reference in src/tensor/cpu with the same semantics; the check program
+ * in tests/cuda holds them to it. */
+#include <math.h>
+
+#include "tensor/cuda/cuda_internal.h"
+
+#define EW_THREADS 256
+#define ROW_THREADS 256
+#define ATTN_THREADS 256
+
+/* --- elementwise --------------------------------------------------------- */
+
+#define GRID_STRIDE(i, n)                                                                  \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);              \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+__global__ void k_add(const float *a, const float *b, float *y, int64_t n) {
+    GRID_STRIDE(i, n) y[i] = a[i] + b[i];
+}
+
+__global__ void k_add_bias_rows(float *x, const float *bias, int64_t n, int64_t cols) {
+    GRID_STRIDE(i, n) x[i] += bias[i % cols];
+}
+
+__global__ void k_gelu_erf(float *x, int64_t n) {
+    GRID_STRIDE(i, n) {
+        float v = x[i];
+        x[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+    }
+}
+
+__global__ void k_gelu_tanh(float *x, int64_t n) {
+    GRID_STRIDE(i, n) {
+        float v = x[i];
+        x[i] = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+    }
+}
+
+static int ew_launch_check(choir_err *err, const char *what) {
+    return choir_cuda_check_launch(err, what);
+}
+
+int choir_cuda_add(choir_cuda *cu, const float *a, const float *b, float *y, int64_t n,
+                   choir_err *err) {
+    if (n <= 0) return 0;
+    k_add<<<choir_cuda_blocks(n, EW_THREADS), EW_THREADS, 0, cu->stream>>>(a, b, y, n);
+    return ew_launch_check(err, "add");
+}
+
+int choir_cuda_add_bias_rows(choir_cuda *cu, float *x, const float *bias, int64_t rows,
+                             int64_t cols, choir_err *err) {
+    int64_t n = rows * cols;
+    if (n <= 0) return 0;
+    k_add_bias_rows<<<choir_cuda_blocks(n, EW_THREADS), EW_THREADS, 0, cu->stream>>>(x, bias, n,
+                                                                                    cols);
+    return ew_launch_check(err, "add bias");
+}
+
+int choir_cuda_gelu_erf(choir_cuda *cu, float *x, int64_t n, choir_err *err) {
+    if (n <= 0) return 0;
+    k_gelu_erf<<<choir_cuda_blocks(n, EW_THREADS), EW_THREADS, 0, cu->stream>>>(x, n);
+    return ew_launch_check(err, "gelu");
+}
+
+int choir_cuda_gelu_tanh(choir_cuda *cu, float *x, int64_t n, choir_err *err) {
+    if (n <= 0) return 0;
+    k_gelu_tanh<<<choir_cuda_blocks(n, EW_THREADS), EW_THREADS, 0, cu->stream>>>(x, n);
+    return ew_launch_check(err, "gelu tanh");
+}
+
+/* --- block reductions ---------------------------------------------------- */
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sum (or max) over the block; every thread gets the result. `red` holds 32
+ * floats of shared memory, reused by consecutive calls. */
+__device__ float block_reduce(float v, float *red, bool is_max) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+    v = is_max ? warp_max(v) : warp_sum(v);
+    __syncthreads(); /* red may still be read from a previous reduction */
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float r = lane < nwarps ? red[lane] : (is_max ? -INFINITY : 0.0f);
+    return is_max ? warp_max(r) : warp_sum(r);
+}
+
+/* --- normalisation ------------------------------------------------------- */
+
+/* Two passes for the variance (mean first) to match the reference's
+ * accuracy on rows with a large mean. One block per row. */
+__global__ void k_layer_norm(const float *x, float *y, int64_t dim, const float *gamma,
+                             const float *beta, float eps) {
+    __shared__ float red[32];
+    const float *xr = x + (int64_t)blockIdx.x * dim;
+    float *yr = y + (int64_t)blockIdx.x * dim;
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) s += xr[i];
+    float mean = block_reduce(s, red, false) / (float)dim;
+    float v = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+        float d = xr[i] - mean;
+        v += d * d;
+    }
+    float inv = rsqrtf(block_reduce(v, red, false) / (float)dim + eps);
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+        float o = (xr[i] - mean) * inv;
+        if (gamma) o *= gamma[i];
+        if (beta) o += beta[i];
+        yr[i] = o;
+    }
+}
+
+int choir_cuda_layer_norm(choir_cuda *cu, const float *x, float *y, int64_t rows, int64_t dim,
+                          const float *gamma, const float *beta, float eps, choir_err *err) {
+    if (rows <= 0 || dim <= 0) return 0;
+    if (rows > INT32_MAX) return choir_err_set(err, CHOIR_ETOOBIG, "cuda: layer norm rows");
+    k_layer_norm<<<(unsigned)rows, ROW_THREADS, 0, cu->stream>>>(x, y, dim, gamma, beta, eps);
+    return choir_cuda_check_launch(err, "layer norm");
+}
+
+__global__ void k_softmax(float *x, int64_t dim) {
+    __shared__ float red[32];
+    float *xr = x + (int64_t)blockIdx.x * dim;
+    float mx = -INFINITY;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) mx = fmaxf(mx, xr[i]);
+    mx = block_reduce(mx, red, true);
+    if (mx == -INFINITY) { /* every entry masked, as the reference: zeros */
+        for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) xr[i] = 0.0f;
+        return;
+    }
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+        float e = expf(xr[i] - mx);
+        xr[i] = e;
+        s += e;
+    }
+    float inv = 1.0f / block_reduce(s, red, false);
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) xr[i] *= inv;
+}
+
+int choir_cuda_softmax(choir_cuda *cu, float *x, int64_t rows, int64_t dim, choir_err *err) {
+    if (rows <= 0 || dim <= 0) return 0;
+    if (rows > INT32_MAX) return choir_err_set(err, CHOIR_ETOOBIG, "cuda: softmax rows");
+    k_softmax<<<(unsigned)rows, ROW_THREADS, 0, cu->stream>>>(x, dim);
+    return choir_cuda_check_launch(err, "softmax");
+}
+
+/* --- conv1d -------------------------------------------------------------- */
+
+/* One thread per output sample, time fastest: a warp shares its output
+ * channel, so weight reads are broadcasts and input reads are contiguous
+ * (for stride 1). */
+__global__ void k_conv1d(const float *__restrict__ x, int64_t T, const float *__restrict__ w,
+                         const float *__restrict__ bias, int64_t Cout, int64_t Tout, int64_t kernel,
+                         int stride, int padding, int dilation, int64_t cin_g, int64_t cout_g,
+                         float *__restrict__ y) {
+    GRID_STRIDE(i, Cout * Tout) {
+        int64_t co = i / Tout, t = i % Tout;
+        int64_t ci0 = (co / cout_g) * cin_g;
+        const float *wr = w + co * cin_g * kernel;
+        int64_t t0 = t * stride - padding;
+        float acc = bias ? bias[co] : 0.0f;
+        for (int64_t ci = 0; ci < cin_g; ci++) {
+            const float *xr = x + (ci0 + ci) * T;
+            for (int64_t k = 0; k < kernel; k++) {
+                int64_t ts = t0 + k * dilation;
+                if (ts >= 0 && ts < T) acc += wr[ci * kernel + k] * xr[ts];
+            }
+        }
+        y[i] = acc;
+    }
+}
+
+/* cols[ci*K + k, t] = x[ci, t*stride - padding + k*dilation] (zero outside). */
+__global__ void k_im2col(const float *__restrict__ x, int64_t T, int64_t kernel, int stride,
+                         int padding, int dilation, int64_t rows, int64_t Tout,
+                         float *__restrict__ cols) {
+    GRID_STRIDE(i, rows * Tout) {
+        int64_t r = i / Tout, t = i % Tout;
+        int64_t ci = r / kernel, k = r % kernel;
+        int64_t ts = t * stride - padding + k * dilation;
+        cols[i] = ts >= 0 && ts < T ? x[ci * T + ts] : 0.0f;
+    }
+}
+
+__global__ void k_channel_bias(float *y, const float *bias, int64_t n, int64_t Tout) {
+    GRID_STRIDE(i, n) y[i] += bias[i / Tout];
+}
+
+int choir_cuda_conv1d(choir_cuda *cu, const float *x, int64_t Cin, int64_t T, const float *weight,
+                      const float *bias, int64_t Cout, int64_t kernel, int stride, int padding,
+                      int dilation, int groups, float *y, choir_err *err) {
+    if (groups < 1 || Cin % groups || Cout % groups || stride < 1 || dilation < 1 || padding < 0 ||
+        kernel < 1)
+        return choir_err_set(err, CHOIR_EINVAL,
+                             "cuda: conv1d with Cin %lld, Cout %lld, groups %d, stride %d, "
+                             "dilation %d, padding %d, kernel %lld",
+                             (long long)Cin, (long long)Cout, groups, stride, dilation, padding,
+                             (long long)kernel);
+    int64_t Tout = (T + 2 * (int64_t)padding - (int64_t)dilation * (kernel - 1) - 1) / stride + 1;
+    if (T + 2 * (int64_t)padding - (int64_t)dilation * (kernel - 1) - 1 < 0 || Tout <= 0) return 0;
+    int64_t rows = Cin * kernel;
+    if (groups == 1 && rows >= 32) {
+        /* im2col then one f32 GEMM: the tensor of taps [Cin*K, Tout] costs
+         * kernel/stride times the input, and the product runs at cuBLAS speed. */
+        float *cols = (float *)choir_cuda_scratch(cu, (size_t)(rows * Tout) * sizeof(float), err);
+        if (!cols) return err ? err->code : CHOIR_ENOMEM;
+        k_im2col<<<choir_cuda_blocks(rows * Tout, EW_THREADS), EW_THREADS, 0, cu->stream>>>(
+            x, T, kernel, stride, padding, dilation, rows, Tout, cols);
+        int rc = choir_cuda_check_launch(err, "im2col");
+        if (!rc)
+            rc = choir_cuda_gemm_f32(cu, false, false, Cout, Tout, rows, 1.0f, weight, rows, cols,
+                                     Tout, 0.0f, y, Tout, err);
+        if (rc || !bias) return rc;
+        k_channel_bias<<<choir_cuda_blocks(Cout * Tout, EW_THREADS), EW_THREADS, 0, cu->stream>>>(
+            y, bias, Cout * Tout, Tout);
+        return choir_cuda_check_launch(err, "conv1d bias");
+    }
+    k_conv1d<<<choir_cuda_blocks(Cout * Tout, EW_THREADS), EW_THREADS, 0, cu->stream>>>(
+        x, T, weight, bias, Cout, Tout, kernel, stride, padding, dilation, Cin / groups,
+        Cout / groups, y);
+    return choir_cuda_check_launch(err, "conv1d");
+}
+
+/* --- attention ----------------------------------------------------------- */
+
+/* One block per (query row, head, sequence). Scores for all visible keys sit
+ * in shared memory (one warp per key, lanes over Dh so key rows are read
+ * contiguously); then softmax; then P*V with threads over Dh and key groups,
+ * summed through shared memory. Shared floats: Tk + Dh + max(256, Dh) + 32. */
+__global__ void k_attention(const float *__restrict__ q, int64_t ldq, int64_t q_batch,
+                            const float *__restrict__ k, int64_t ldk, const float *__restrict__ v,
+                            int64_t ldv, int64_t kv_batch, const int32_t *__restrict__ kv_len,
+                            float *__restrict__ out, int64_t ldo, int64_t out_batch, int64_t Tq,
+                            int64_t Tk, int64_t Dh, float scale, const float *__restrict__ mask,
+                            bool causal) {
+    extern __shared__ float smem[];
+    int64_t i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    int64_t nkv = kv_len ? (int64_t)kv_len[b] : Tk;
+    if (nkv > Tk) nkv = Tk;
+    float *scores = smem, *qs = smem + Tk, *part = qs + Dh;
+    float *red = part + (Dh > 256 ? Dh : 256);
+    const float *qr = q + b * q_batch + i * ldq + h * Dh;
+    const float *kb = k + b * kv_batch + h * Dh, *vb = v + b * kv_batch + h * Dh;
+    float *orow = out + b * out_batch + i * ldo + h * Dh;
+    int64_t nk = nkv;
+    if (causal) {
+        nk = i + (nkv - Tq) + 1;
+        nk = nk < 0 ? 0 : (nk > nkv ? nkv : nk);
+    }
+    for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x) qs[d] = qr[d];
+    __syncthreads();
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    float mx = -INFINITY;
+    for (int64_t key = warp; key < nk; key += nwarps) {
+        const float *kr = kb + key * ldk;
+        float s = 0.0f;
+        for (int64_t d = lane; d < Dh; d += 32) s += qs[d] * kr[d];
+        s = warp_sum(s) * scale;
+        if (mask) s += mask[i * Tk + key];
+        if (lane == 0) scores[key] = s;
+        mx = fmaxf(mx, s);
+    }
+    mx = block_reduce(mx, red, true); /* also orders the score writes */
+    if (mx == -INFINITY) {
+        for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x) orow[d] = 0.0f;
+        return;
+    }
+    float sum = 0.0f;
+    for (int64_t key = threadIdx.x; key < nk; key += blockDim.x) {
+        float e = expf(scores[key] - mx);
+        scores[key] = e;
+        sum += e;
+    }
+    float inv = 1.0f / block_reduce(sum, red, false);
+    int64_t groups = Dh <= blockDim.x ? blockDim.x / Dh : 1;
+    int64_t g = threadIdx.x / (Dh <= blockDim.x ? Dh : blockDim.x);
+    if (g < groups) {
+        for (int64_t d = Dh <= blockDim.x ? threadIdx.x % Dh : threadIdx.x; d < Dh;
+             d += (Dh <= blockDim.x ? Dh : blockDim.x)) {
+            float acc = 0.0f;
+            for (int64_t key = g; key < nk; key += groups) acc += scores[key] * vb[key * ldv + d];
+            part[g * Dh + d] = acc;
+        }
+    }
+    __syncthreads();
+    for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int64_t gg = 0; gg < groups; gg++) acc += part[gg * Dh + d];
+        orow[d] = acc * inv;
+    }
+}
+
+static size_t attn_smem_bytes(int64_t Tk, int64_t Dh) {
+    return (size_t)(Tk + Dh + (Dh > 256 ? Dh : 256) + 32) * sizeof(float);
+}
+
+int64_t choir_cuda_attention_max_keys(const choir_cuda *cu) {
+    /* Stated for heads up to 256 wide. */
+    return cu->props.smem_per_block_optin / (int64_t)sizeof(float) - 256 - 256 - 32;
+}
+
+static int attention_launch(choir_cuda *cu, int64_t B, const float *q, int64_t ldq, int64_t q_batch,
+                            const float *k, int64_t ldk, const float *v, int64_t ldv,
+                            int64_t kv_batch, const int32_t *kv_len, float *out, int64_t ldo,
+                            int64_t out_batch, int64_t Tq, int64_t Tk, int n_head, int64_t Dh,
+                            float scale, const float *mask, bool causal, choir_err *err) {
+    if (Tq <= 0 || n_head <= 0 || Dh <= 0 || B <= 0) return 0;
+    if (Tk < 0 || Tq > INT32_MAX || n_head > 65535 || B > 65535)
+        return choir_err_set(err, CHOIR_EINVAL, "cuda: attention shape Tq %lld, heads %d, batch %lld",
+                             (long long)Tq, n_head, (long long)B);
+    size_t smem = attn_smem_bytes(Tk, Dh);
+    if ((int64_t)smem > cu->props.smem_per_block_optin)
+        return choir_err_set(err, CHOIR_ETOOBIG,
+                             "cuda: attention over %lld keys (head %lld) needs %zu bytes of shared "
+                             "memory, the device has %lld",
+                             (long long)Tk, (long long)Dh, smem,
+                             (long long)cu->props.smem_per_block_optin);
+    if (smem > 48 * 1024) {
+        cudaError_t st = cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              (int)smem);
+        if (st != cudaSuccess) return choir_cuda_fail(err, st, "attention shared memory");
+    }
+    dim3 grid((unsigned)Tq, (unsigned)n_head, (unsigned)B);
+    k_attention<<<grid, ATTN_THREADS, smem, cu->stream>>>(q, ldq, q_batch, k, ldk, v, ldv, kv_batch,
+                                                         kv_len, out, ldo, out_batch, Tq, Tk, Dh,
+                                                         scale, mask, causal);
+    return choir_cuda_check_launch(err, "attention");
+}
+
+/* Softmax of the score rows S[h][i][:] after the additive mask and the causal
+ * limit, in place; a row with no visible key becomes zeros. One block per row. */
+__global__ void k_attn_softmax(float *S, int64_t Tq, int64_t Tk, const float *__restrict__ mask,
+                               bool causal) {
+    __shared__ float red[32];
+    int64_t row = blockIdx.x, i = row % Tq;
+    float *sr = S + row * Tk;
+    int64_t vis = Tk;
+    if (causal) {
+        vis = i + (Tk - Tq) + 1;
+        vis = vis < 0 ? 0 : (vis > Tk ? Tk : vis);
+    }
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) {
+        float v = j < vis ? sr[j] + (mask ? mask[i * Tk + j] : 0.0f) : -INFINITY;
+        sr[j] = v;
+        mx = fmaxf(mx, v);
+    }
+    mx = block_reduce(mx, red, true);
+    if (mx == -INFINITY) {
+        for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) sr[j] = 0.0f;
+        return;
+    }
+    float sum = 0.0f;
+    for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) {
+        float e = expf(sr[j] - mx);
+        sr[j] = e;
+        sum += e;
+    }
+    float inv = 1.0f / block_reduce(sum, red, false);
+    for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) sr[j] *= inv;
+}
+
+/* Long query blocks (an encoder window, a prompt): scores of every head with
+ * one strided-batched f32 GEMM into scratch [n_head, Tq, Tk], the softmax
+ * kernel, and a second batched GEMM with V. Heads sit Dh apart in each row. */
+static int attention_gemm(choir_cuda *cu, const float *q, int64_t ldq, const float *k, int64_t ldk,
+                          const float *v, int64_t ldv, float *out, int64_t ldo, int64_t Tq,
+                          int64_t Tk, int n_head, int64_t Dh, float scale, const float *mask,
+                          bool causal, choir_err *err) {
+    float *S = (float *)choir_cuda_scratch(cu, (size_t)(n_head * Tq * Tk) * sizeof(float), err);
+    if (!S) return err ? err->code : CHOIR_ENOMEM;
+    const float zero = 0.0f, one = 1.0f;
+    /* Row-major S_h = Q_h K_h^T is column-major S_h^T = K_h Q_h^T. */
+    cublasStatus_t st = cublasSgemmStridedBatched(
+        cu->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)Tk, (int)Tq, (int)Dh, &scale, k, (int)ldk, Dh, q,
+        (int)ldq, Dh, &zero, S, (int)Tk, Tq * Tk, n_head);
+    if (st != CUBLAS_STATUS_SUCCESS) return choir_cuda_blas_fail(err, st, "attention scores");
+    k_attn_softmax<<<(unsigned)(n_head * Tq), ROW_THREADS, 0, cu->stream>>>(S, Tq, Tk, mask, causal);
+    int rc = choir_cuda_check_launch(err, "attention softmax");
+    if (rc) return rc;
+    /* Row-major O_h = P_h V_h is column-major O_h^T = V_h^T P_h^T. */
+    st = cublasSgemmStridedBatched(cu->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)Dh, (int)Tq, (int)Tk,
+                                   &one, v, (int)ldv, Dh, S, (int)Tk, Tq * Tk, &zero, out,
+                                   (int)ldo, Dh, n_head);
+    return st == CUBLAS_STATUS_SUCCESS ? 0 : choir_cuda_blas_fail(err, st, "attention values");
+}
+
+/* From this many query rows on, the GEMM path wins over one block per row. */
+#define ATTN_GEMM_MIN_QUERIES 32
+
+int choir_cuda_attention(choir_cuda *cu, const float *q, int64_t ldq, const float *k, int64_t ldk,
+                         const float *v, int64_t ldv, float *out, int64_t ldo, int64_t Tq,
+                         int64_t Tk, int n_head, int64_t Dh, float scale, const float *mask,
+                         bool causal, choir_err *err) {
+    if (Tq >= ATTN_GEMM_MIN_QUERIES && Tk > 0 && n_head > 0 && Dh > 0 && Tq <= INT32_MAX &&
+        Tk <= INT32_MAX && n_head * Tq <= INT32_MAX)
+        return attention_gemm(cu, q, ldq, k, ldk, v, ldv, out, ldo, Tq, Tk, n_head, Dh, scale,
+                              mask, causal, err);
+    return attention_launch(cu, 1, q, ldq, 0, k, ldk, v, ldv, 0, NULL, out, ldo, 0, Tq, Tk, n_head,
+                            Dh, scale, mask, causal, err);
+}
+
+int choir_cuda_attention_batched(choir_cuda *cu, int64_t B, const float *q, int64_t ldq,
+                                 int64_t q_batch, const float *k, int64_t ldk, const float *v,
+                                 int64_t ldv, int64_t kv_batch, const int32_t *kv_len, float *out,
+                                 int64_t ldo, int64_t out_batch, int64_t Tq, int64_t Tk,
+                                 int n_head, int64_t Dh, float scale, bool causal,
+                                 choir_err *err) {
+    return attention_launch(cu, B, q, ldq, q_batch, k, ldk, v, ldv, kv_batch, kv_len, out, ldo,
+                            out_batch, Tq, Tk, n_head, Dh, scale, NULL, causal, err);
+}

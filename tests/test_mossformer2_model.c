@@ -1,0 +1,146 @@
+/* The MossFormer2 engine adapter (choir/model.h): probe, load, and one batch
+ * holding a streaming 48-kHz request, a non-streaming 16-kHz one, an empty
+ * one and a malformed one. The streamed pieces, joined, equal the chunk
+ * stream run on its own (bit for bit); the 16-kHz result keeps its length;
+ * every request ends with exactly one final output; the bad one fails alone. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "choir/alloc.h"
+#include "choir/model.h"
+#include "choir/mossformer2.h"
+#include "choir/randw.h"
+#include "testutil.h"
+
+#define FIX "mossformer2/mossformer2-se-48k"
+
+typedef struct captured {
+    float *y;
+    int64_t n, cap;
+    int pieces, finals, rate;
+} captured;
+
+static int on_output(void *user, const choir_output *out) {
+    captured *c = user;
+    if (out->final) c->finals++;
+    if (out->n_samples > 0) {
+        assert_true(c->n + out->n_samples <= c->cap);
+        memcpy(c->y + c->n, out->samples, (size_t)out->n_samples * sizeof(float));
+        c->n += out->n_samples;
+        c->pieces++;
+        c->rate = out->sample_rate;
+    }
+    return 0;
+}
+
+static void test_probe(void **state) {
+    (void)state;
+    const choir_model_ops *ops = &choir_model_mossformer2;
+    assert_string_equal(ops->kind, "mossformer2");
+    assert_true(ops->tasks & CHOIR_TASK_BIT(CHOIR_TASK_STS));
+    cJSON *cfg = cJSON_Parse("{\"model\": \"MossFormer2_SE_48K\"}");
+    assert_true(ops->probe("x", cfg) > 0);
+    cJSON_Delete(cfg);
+    cfg = cJSON_Parse("{\"model_type\": \"whisper\"}");
+    assert_int_equal(ops->probe("x", cfg), 0);
+    cJSON_Delete(cfg);
+    assert_int_equal(ops->probe("x", NULL), 0);
+}
+
+static void init_req(choir_request *r, captured *c, int stream) {
+    memset(r, 0, sizeof *r);
+    r->task = CHOIR_TASK_STS;
+    r->stream = stream;
+    r->on_output = on_output;
+    r->on_output_user = c;
+}
+
+static void test_batch(void **state) {
+    (void)state;
+    const choir_model_ops *ops = &choir_model_mossformer2;
+    choir_err err = {0};
+    const char *dir = tu_tmpfile("mf2");
+    char manifest[1024], config[1024];
+    snprintf(manifest, sizeof manifest, "%s", tu_fixture(FIX "/manifest.json"));
+    snprintf(config, sizeof config, "%s", tu_fixture(FIX "/config.json"));
+    assert_int_equal(choir_randw_write_checkpoint(manifest, config, dir, &err), 0);
+    void *w = ops->load(dir, NULL, &err);
+    assert_non_null(w);
+    assert_true(ops->resident_bytes(w) > 200000000);
+
+    const int64_t n48 = 62400, n16 = 11200;
+    float *x48 = malloc((size_t)n48 * sizeof(float)), *x16 = malloc((size_t)n16 * sizeof(float));
+    tu_fill_uniform(x48, (size_t)n48, 21, -0.3f, 0.3f);
+    tu_fill_uniform(x16, (size_t)n16, 22, -0.3f, 0.3f);
+    captured ca = {.y = calloc((size_t)n48, sizeof(float)), .cap = n48};
+    captured cb = {.y = calloc((size_t)n16 + 64, sizeof(float)), .cap = n16 + 64};
+    captured cc = {0}, cd = {0};
+    choir_request ra, rb, rc, rd;
+    init_req(&ra, &ca, 1);
+    ra.in.sts = (choir_sts_input){x48, n48, 48000, 0.5, 0.1};
+    init_req(&rb, &cb, 0);
+    rb.in.sts = (choir_sts_input){x16, n16, 16000, 0.5, 0.1};
+    init_req(&rc, &cc, 1);
+    rc.in.sts = (choir_sts_input){NULL, 0, 48000, 0, 0};
+    init_req(&rd, &cd, 0);
+    rd.in.sts = (choir_sts_input){NULL, 100, 48000, 0, 0};
+    assert_true(ops->estimate(NULL, &ra) > 0);
+    /* Holding a whole non-streamed result costs more than streaming it. */
+    int64_t held = ops->estimate(NULL, &rb);
+    rb.stream = 1;
+    assert_true(held > ops->estimate(NULL, &rb));
+    rb.stream = 0;
+    choir_request *batch[4] = {&rc, &rd, &rb, &ra};
+    assert_int_equal(ops->run_batch(w, batch, 4, NULL, &err), 0);
+
+    /* Streaming 48 kHz: several pieces, equal to the stream on its own. */
+    assert_int_equal(ra.status, 0);
+    assert_int_equal(ca.finals, 1);
+    assert_true(ca.pieces >= 3);
+    assert_int_equal(ca.n, n48);
+    assert_int_equal(ca.rate, 48000);
+    choir_mf2_params p;
+    choir_mf2_default_params(&p);
+    p.chunk_seconds = 0.5;
+    p.overlap_seconds = 0.1;
+    float *want = malloc((size_t)n48 * sizeof(float));
+    assert_int_equal(choir_mf2_enhance_chunked(w, x48, n48, 1, want, &p, &err), 0);
+    assert_memory_equal(ca.y, want, (size_t)n48 * sizeof(float));
+
+    /* Non-streaming 16 kHz: one piece, in the final output, same length. */
+    assert_int_equal(rb.status, 0);
+    assert_int_equal(cb.finals, 1);
+    assert_int_equal(cb.pieces, 1);
+    assert_int_equal(cb.rate, 16000);
+    assert_true(llabs(cb.n - n16) <= 2);
+    double e = 0;
+    for (int64_t i = 0; i < cb.n; i++) e += cb.y[i] * cb.y[i];
+    assert_true(e > 0 && isfinite(e));
+
+    /* Empty: just the final output. Malformed: fails alone, no output. */
+    assert_int_equal(rc.status, 0);
+    assert_int_equal(cc.finals, 1);
+    assert_int_equal(cc.n, 0);
+    assert_int_equal(rd.status, CHOIR_EINVAL);
+    assert_int_equal(cd.finals, 0);
+
+    ops->free(w);
+    ops->free(NULL);
+    free(want);
+    free(x48);
+    free(x16);
+    free(ca.y);
+    free(cb.y);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_probe),
+        cmocka_unit_test(test_batch),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

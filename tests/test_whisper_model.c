@@ -1,0 +1,145 @@
+/* The Whisper engine adapter (choir_model_whisper) on the whisper-ml80 fixture
+ * weights: probe, load with the tokenizer from the model folder, and a batch of
+ * short requests decoded together giving what each gives through the library
+ * alone. */
+#include <stdio.h>
+#include <string.h>
+
+#include "choir/alloc.h"
+#include "choir/audio.h"
+#include "choir/json.h"
+#include "choir/model.h"
+#include "choir/randw.h"
+#include "choir/tokenizer.h"
+#include "choir/whisper.h"
+#include "testutil.h"
+
+#define FX "whisper/whisper-ml80"
+#define SR 16000
+
+typedef struct captured {
+    char text[4096];
+    char lang[8];
+    int n_segments, finals, status, partials;
+    char partial_text[4096];
+} captured;
+
+static int on_output(void *user, const choir_output *out) {
+    captured *c = user;
+    if (!out->final) {
+        /* A partial carries one new segment; they add up to the final text. */
+        c->partials++;
+        assert_int_equal(out->n_segments, 1);
+        size_t l = strlen(c->partial_text);
+        snprintf(c->partial_text + l, sizeof c->partial_text - l, "%s", out->text);
+        return 0;
+    }
+    c->finals++;
+    c->status = out->status;
+    if (out->text) snprintf(c->text, sizeof c->text, "%s", out->text);
+    if (out->language) snprintf(c->lang, sizeof c->lang, "%s", out->language);
+    c->n_segments = out->n_segments;
+    return 0;
+}
+
+static void test_adapter(void **state) {
+    (void)state;
+    choir_err err;
+    char dir[1024], cmd[3000];
+    snprintf(dir, sizeof dir, "%s", tu_tmpfile("model"));
+    assert_int_equal(choir_randw_write_checkpoint(tu_fixture(FX "/manifest.json"),
+                                                  tu_fixture(FX "/config.json"), dir, &err), 0);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s/'", tu_fixture("real/tokenizer/multilingual.tiktoken"), dir);
+    assert_int_equal(tu_run(cmd, NULL), 0);
+
+    const choir_model_ops *ops = &choir_model_whisper;
+    char cfg[1200];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    cJSON *config = choir_json_load(cfg, &err);
+    assert_non_null(config);
+    assert_int_equal(ops->probe(dir, config), 100);
+    cJSON_Delete(config);
+    assert_int_equal(ops->probe(dir, NULL), 0);
+    void *w = ops->load(dir, NULL, &err);
+    assert_non_null(w);
+    assert_true(ops->resident_bytes(w) > 0);
+
+    choir_audio a = {0};
+    choir_decode_opts o = {.target_rate = SR, .mono = 1};
+    assert_int_equal(choir_audio_decode_file(tu_fixture("real/speech/jfk.wav"), &o, &a, &err), 0);
+    const char *langs[3] = {"en", NULL, "de"};
+    int64_t lens[3] = {SR, 2 * SR, 3 * SR};
+    choir_whisper_params params;
+    choir_whisper_default_params(&params);
+    params.sample_len = 8; /* random weights rarely end a window: keep it short */
+    params.best_of = 2;
+    choir_request req[3];
+    captured cap[3];
+    choir_request *reqs[3];
+    for (int i = 0; i < 3; i++) {
+        memset(&req[i], 0, sizeof req[i]);
+        memset(&cap[i], 0, sizeof cap[i]);
+        req[i].task = CHOIR_TASK_STT;
+        req[i].in.stt = (choir_stt_input){.samples = a.samples + i * SR, .n_samples = lens[i],
+                                          .language = langs[i], .timestamps = 1, .temperature = 0.3f};
+        req[i].extra = &params;
+        req[i].stream = i == 1;
+        req[i].on_output = on_output;
+        req[i].on_output_user = &cap[i];
+        reqs[i] = &req[i];
+        assert_true(ops->estimate(w, &req[i]) > ops->estimate(w, &req[0]) - 1);
+        assert_true(ops->estimate(NULL, &req[i]) > 0);
+    }
+    assert_int_equal(ops->run_batch(w, reqs, 3, NULL, &err), 0);
+
+    /* The same recordings through the library one at a time. */
+    choir_whisper *m = choir_whisper_load(dir, &err);
+    choir_tokenizer *tok = choir_tokenizer_load(dir, &err);
+    assert_non_null(m);
+    assert_non_null(tok);
+    choir_whisper_transcribe_opts to;
+    choir_whisper_default_transcribe_opts(&to);
+    to.batched = true;
+    to.params = params;
+    to.params.temperatures[0] = 0.3f;
+    to.params.n_temperatures = 1;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(cap[i].finals, 1);
+        assert_int_equal(cap[i].status, 0);
+        choir_whisper_input in = {a.samples + i * SR, lens[i], choir_whisper_lang_index(langs[i] ? langs[i] : "xx"), NULL};
+        choir_whisper_transcript t;
+        assert_int_equal(choir_whisper_transcribe_batch(m, tok, &in, 1, &to, &t, &err), 0);
+        const char *text = t.text;
+        while (*text == ' ') text++;
+        assert_string_equal(cap[i].text, text);
+        assert_int_equal(cap[i].n_segments, t.n_segments);
+        assert_string_equal(cap[i].lang, choir_whisper_lang_code(t.language));
+        choir_whisper_transcript_clear(&t);
+    }
+    assert_string_equal(cap[2].lang, "de");
+    /* The streaming request got its segments first, adding up to its text. */
+    assert_true(cap[1].n_segments >= 1);
+    assert_int_equal(cap[1].partials, cap[1].n_segments);
+    const char *pt = cap[1].partial_text;
+    while (*pt == ' ') pt++;
+    assert_string_equal(pt, cap[1].text);
+    assert_int_equal(cap[0].partials, 0);
+
+    /* A bad language fails that request only. */
+    captured bad = {0};
+    choir_request r = {.task = CHOIR_TASK_STT, .on_output = on_output, .on_output_user = &bad};
+    r.in.stt = (choir_stt_input){.samples = a.samples, .n_samples = SR, .language = "xx"};
+    choir_request *rp = &r;
+    assert_int_equal(ops->run_batch(w, &rp, 1, NULL, &err), 0);
+    assert_int_equal(r.status, CHOIR_EINVAL);
+
+    choir_tokenizer_free(tok);
+    choir_whisper_free(m);
+    choir_audio_clear(&a);
+    ops->free(w);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_adapter)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
