@@ -39,7 +39,7 @@ start_hub --drop-after 200000
 for f in config.json model.safetensors voices/af_x.bin README.md; do
     cmp -s "$R/$f" "$TMP/out/$f" || fail "$f differs"
 done
-grep -q 'range=200000-' "$TMP/hub.log" || fail "the dropped download did not resume with a Range request"
+grep -q 'range=bytes=200000-' "$TMP/hub.log" || fail "the dropped download did not resume with a Range request"
 grep -q '"files":4,"downloaded":4,"skipped":0' "$TMP/summary" || fail "summary: $(cat "$TMP/summary")"
 ls "$TMP/out"/*.part 2>/dev/null && fail ".part files left behind"
 

@@ -34,6 +34,7 @@ start_server() {
     "$BIN" serve --port 0 --port-file "$TMP/$name.port" "$@" >"$TMP/$name.log" 2>&1 &
     LAST_PID=$!
     PIDS+=("$LAST_PID")
+    echo "$LAST_PID" >"$TMP/$name.pid"
     for _ in $(seq 100); do
         [ -s "$TMP/$name.port" ] && break
         sleep 0.1
@@ -149,6 +150,17 @@ req 400 "${K[@]}" -H 'Content-Type: multipart/form-data; boundary=zz' --data-bin
     "$U/v1/audio/transcriptions"
 req 400 "${K[@]}" -H 'Content-Type: multipart/form-data' --data-binary 'x' "$U/v1/audio/transcriptions"
 
+# enhancements (speech to speech): the fake model returns no audio, so the
+# answer is an empty but valid WAV; bad chunking is refused
+req 200 "${K[@]}" -F file=@"$TMP/silence.wav" -F model=fake -F chunk_seconds=4 -F overlap_seconds=1 \
+    "$U/v1/audio/enhancements"
+[ "$(head -c 4 "$TMP/body")" = RIFF ] || fail "enhancement is not a WAV"
+req 400 "${K[@]}" -F file=@"$TMP/silence.wav" -F model=fake -F chunk_seconds=2 -F overlap_seconds=3 \
+    "$U/v1/audio/enhancements"
+req 400 "${K[@]}" -F file=@"$TMP/silence.wav" -F model=fake -F chunk_seconds=abc "$U/v1/audio/enhancements"
+req 415 "${K[@]}" -F file=@"$TMP/noise.bin" -F model=fake "$U/v1/audio/enhancements"
+req 404 "${K[@]}" -F file=@"$TMP/silence.wav" -F model=nope "$U/v1/audio/enhancements"
+
 # 413: a declared length over --max-upload, and a chunked body that grows past it
 head -c 1100000 /dev/zero >"$TMP/big.bin"
 req 413 "${K[@]}" -F file=@"$TMP/big.bin" -F model=fake "$U/v1/audio/transcriptions"
@@ -220,6 +232,14 @@ for i in 1 2 3 4; do
     fi
 done
 
+# a client that hangs up mid-stream cancels its request; the server carries on
+curl -sN --max-time 0.5 -o /dev/null "${J[@]}" \
+    -d '{"model":"slow","input":"hang up","response_format":"pcm","stream_format":"audio"}' "$S/v1/audio/speech"
+sleep 2
+req 200 "$S/health"
+"$BIN" stats --url "$S" >"$TMP/stats" || fail "choir stats against the server"
+grep -Eq 'submitted +[0-9]+' "$TMP/stats" || fail "stats output: $(cat "$TMP/stats")"
+
 # graceful SIGTERM: an in-flight stream finishes, new connections are refused,
 # the process exits by itself
 fake_model "$TMP/grace/grace" ', "fixed_ms": 1200, "pieces": 4'
@@ -247,4 +267,11 @@ curl -s --max-time 2 "$G/health" >/dev/null && fail "still accepting after SIGTE
 "$BIN" serve --models "$TMP/models" --port 70000 >/dev/null 2>&1; [ $? = 2 ] || fail "bad port: exit code"
 "$BIN" serve --models "$TMP/nowhere" --port 0 >/dev/null 2>&1; [ $? = 1 ] || fail "missing models dir: exit code"
 "$BIN" serve --help | grep -q -- '--api-key' || fail "serve --help"
+# the main and slow servers also stop cleanly (under ASan this checks leaks)
+for name in main slow; do
+    pid=$(cat "$TMP/$name.pid")
+    kill -TERM "$pid"
+    wait "$pid" || fail "server $name exited with $? after SIGTERM"
+done
+grep -l 'Sanitizer\|runtime error:' "$TMP"/*.log && fail "sanitizer reports in the server logs"
 echo "sh_server: all checks passed"

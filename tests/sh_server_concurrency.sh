@@ -82,4 +82,8 @@ echo "parallel: $((2 * N)) requests in $batches batches ($singles of size 1), $(
 [ "$batches" -gt 0 ] || fail "no batches counted"
 [ "$batches" -lt $((2 * N)) ] || fail "no batch held more than one request"
 [ "$singles" -lt "$batches" ] || fail "every batch had size 1"
+kill -TERM "$SERVER"
+wait "$SERVER" || fail "serve exited with $? after SIGTERM"
+SERVER=
+grep -q 'Sanitizer\|runtime error:' "$TMP/server.log" && fail "sanitizer reports"
 echo "sh_server_concurrency: all checks passed"

@@ -131,9 +131,17 @@ static void test_quantize_and_load_back(void **state) {
     p.q_group_size = 64;
     choir_err err;
     choir_convert_stats stats;
+    int64_t held = choir_mem_current(CHOIR_MEM_WEIGHTS);
+    choir_mem_reset_peaks();
     assert_int_equal(choir_convert(src, dst, &p, &stats, &err), 0);
     assert_int_equal(stats.quantized, L * 5 + 1);
     assert_true(stats.bytes_out < stats.bytes_in / 4);
+    int64_t peak = choir_mem_peak(CHOIR_MEM_WEIGHTS) - held;
+    /* f32 temporaries are freed as it goes: the peak is the mapped input,
+     * the output buffers (and the output mapped again for its index), and one
+     * tensor's f32 copy; holding every temporary would add ~bytes_in. */
+    assert_true(peak <= (int64_t)stats.bytes_in + 2 * (int64_t)stats.bytes_out +
+                             (int64_t)FF * D * 4 + 65536);
 
     choir_st *in = choir_st_open(src, &err), *out = choir_st_open(dst, &err);
     assert_non_null(in);
@@ -302,6 +310,35 @@ static void test_dequantize_and_mixed(void **state) {
     choir_quant_config_free(qc);
 }
 
+static void test_mlx_exact(void **state) {
+    (void)state;
+    char src[512], dst[512];
+    snprintf(src, sizeof src, "%s", tu_tmpfile("src4"));
+    snprintf(dst, sizeof dst, "%s", tu_tmpfile("exact"));
+    make_source(src);
+    choir_err err;
+    choir_convert_params p = quiet_params();
+    p.q_bits = 3;
+    p.mlx_exact = true;
+    assert_int_equal(choir_convert(src, dst, &p, NULL, &err), 0);
+    choir_st *in = choir_st_open(src, &err), *out = choir_st_open(dst, &err);
+    assert_non_null(out);
+    const choir_st_tensor *w = choir_st_find(in, "model.decoder.layers.2.fc2.weight");
+    uint32_t *packed = choir_alloc(CHOIR_MEM_OTHER, (size_t)D * FF * 3 / 8);
+    float *sc = choir_alloc(CHOIR_MEM_OTHER, sizeof(float) * D * FF / 64);
+    float *bi = choir_alloc(CHOIR_MEM_OTHER, sizeof(float) * D * FF / 64);
+    assert_int_equal(choir_quantize_mlx(w->data, D, FF, 3, 64, CHOIR_DTYPE_F32, packed, sc, bi, NULL), 0);
+    assert_memory_equal(choir_st_find(out, "model.decoder.layers.2.fc2.weight")->data, packed,
+                        (size_t)D * FF * 3 / 8);
+    assert_memory_equal(choir_st_find(out, "model.decoder.layers.2.fc2.scales")->data, sc,
+                        sizeof(float) * D * FF / 64);
+    choir_free(packed);
+    choir_free(sc);
+    choir_free(bi);
+    choir_st_close(in);
+    choir_st_close(out);
+}
+
 static void test_refusals(void **state) {
     (void)state;
     char src[512];
@@ -402,6 +439,7 @@ int main(void) {
         cmocka_unit_test(test_rules),
         cmocka_unit_test(test_quantize_and_load_back),
         cmocka_unit_test(test_dequantize_and_mixed),
+        cmocka_unit_test(test_mlx_exact),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_pth_and_onnx),
     };

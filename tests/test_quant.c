@@ -123,6 +123,29 @@ static void test_quantize_mlx_rules(void **state) {
     assert_int_equal(codes[0], 15);
 }
 
+/* A nearly symmetric group: MLX snaps the scale to -1/-8 = 0.125, which
+ * makes 0.99 need code 16 (clamped to 15, 0.115 off); choir keeps the
+ * min/max scale there, choir_quantize_mlx reproduces MLX. */
+static void test_quantize_snap_guard(void **state) {
+    (void)state;
+    float x[32];
+    for (int i = 0; i < 32; i++) x[i] = -1.0f + 1.99f * (float)i / 31.0f;
+    uint32_t packed[4];
+    float s, b;
+    uint8_t codes[32];
+    assert_int_equal(choir_quantize_mlx(x, 1, 32, 4, 32, CHOIR_DTYPE_F32, packed, &s, &b, NULL), 0);
+    assert_true(s == 0.125f);
+    assert_true(b == -1.0f);
+    choir_quant_unpack(packed, 32, 4, codes);
+    assert_int_equal(codes[31], 15);
+    assert_true(fabsf(s * 15.0f + b - x[31]) > 0.5f * s);
+    assert_int_equal(choir_quantize(x, 1, 32, 4, 32, CHOIR_DTYPE_F32, packed, &s, &b, NULL), 0);
+    assert_true(s == (x[31] - x[0]) / 15.0f);
+    assert_true(b == -1.0f);
+    choir_quant_unpack(packed, 32, 4, codes);
+    for (int i = 0; i < 32; i++) assert_true(fabsf(s * (float)codes[i] + b - x[i]) <= 0.5f * s + 1e-6f);
+}
+
 static void test_quantize_error_bound(void **state) {
     (void)state;
     const int64_t rows = 7, cols = 256;
@@ -412,7 +435,8 @@ static void test_weight_from_st(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pack_hand_built),    cmocka_unit_test(test_pack_matches_bytewise),
-        cmocka_unit_test(test_quantize_mlx_rules), cmocka_unit_test(test_quantize_error_bound),
+        cmocka_unit_test(test_quantize_mlx_rules), cmocka_unit_test(test_quantize_snap_guard),
+        cmocka_unit_test(test_quantize_error_bound),
         cmocka_unit_test(test_quantize_rejects),   cmocka_unit_test(test_products_ref),
         cmocka_unit_test(test_products_simd),      cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_config),

@@ -31,6 +31,7 @@ typedef struct choir_convert_params {
                                     (and the scales/biases of quantized ones) */
     const char *quant_predicate; /* NULL, "mixed_3_6" or "mixed_4_6" (per-layer bits) */
     bool dequantize;             /* expand an already quantized input to float */
+    bool mlx_exact;              /* MLX's rounding in every group (choir_quantize_mlx) */
     FILE *report;                /* the choice for each tensor and the sizes; NULL: silent */
 } choir_convert_params;
 

@@ -75,8 +75,11 @@ void *choir_cuda_stream(choir_cuda *cu);
  * removes the launch overhead. Everything that changes between steps must
  * live in device memory (token ids, positions, kv_len) and be updated before
  * each replay. While capturing, kernels are recorded, not run; calls must not
- * allocate (run the step once outside capture first, so the context scratch
- * has its size) and must not download. */
+ * allocate (run the step once outside capture first, or reserve the scratch,
+ * so that the context scratch has its size) and must not download. A graph
+ * holds the scratch's address: while any graph is alive the scratch cannot
+ * grow, and a call that would need more fails with CHOIR_EBUSY. Free graphs
+ * before their context. */
 typedef struct choir_cuda_graph choir_cuda_graph;
 
 /* Starts recording the context's stream. */
@@ -102,6 +105,12 @@ void choir_cuda_mem_reset_peak(choir_cuda *cu);
  * allocation that would pass the cap fails with CHOIR_EBUSY and allocates
  * nothing. Lowering the cap below current usage frees nothing. */
 void choir_cuda_set_budget(choir_cuda *cu, int64_t bytes);
+
+/* Grows the context scratch (used by choir_cuda_linear above 8 rows, the
+ * long attention path and conv1d) to at least `bytes` now, so that a later
+ * capture or a latency-sensitive call does not allocate. Counted as device
+ * memory. Returns 0, CHOIR_EBUSY (budget, or live graphs), CHOIR_ENOMEM. */
+int choir_cuda_scratch_reserve(choir_cuda *cu, size_t bytes, choir_err *err);
 
 /* --- buffers ----------------------------------------------------------- */
 
@@ -200,6 +209,10 @@ int choir_cuda_gelu_tanh(choir_cuda *cu, float *x, int64_t n, choir_err *err);
 int choir_cuda_layer_norm(choir_cuda *cu, const float *x, float *y, int64_t rows, int64_t dim,
                           const float *gamma, const float *beta, float eps, choir_err *err);
 int choir_cuda_softmax(choir_cuda *cu, float *x, int64_t rows, int64_t dim, choir_err *err);
+/* dst[C, R] = src[R, C]^T (+ add[C, R] if not NULL): a convolution's
+ * channels-first output made time-major, with positions added. No aliasing. */
+int choir_cuda_transpose_add(choir_cuda *cu, const float *src, int64_t R, int64_t C,
+                             const float *add, float *dst, choir_err *err);
 /* f32 <-> bf16 conversion of n elements (round to nearest even). */
 int choir_cuda_f32_to_bf16(choir_cuda *cu, const float *x, uint16_t *y, int64_t n,
                            choir_err *err);

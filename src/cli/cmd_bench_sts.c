@@ -163,7 +163,7 @@ int choir_bench_sts(int argc, char **argv) {
     printf("  audio            %.1f s (%lld chunks)\n", (double)sink.frames / CHOIR_MF2_RATE,
            (long long)choir_mf2_stream_chunks(s));
     printf("  wall time        %.2f s (model load %.2f s, not included)\n", wall, load_s);
-    printf("  real-time factor %.4f (%.1fx faster than real time)\n", wall / seconds, seconds / wall);
+    printf("  real-time factor %.4f (speed %.2fx real time)\n", wall / seconds, seconds / wall);
     printf("  cpu time         %.2f s (%.2f cores busy)\n", cpu, cpu / wall);
     printf("  weights          %.1f MB\n", (double)choir_mf2_weight_bytes(m) / 1e6);
     printf("  peak memory      %.1f MB counted beyond the weights (estimate %.1f MB); max RSS %.1f MB\n",

@@ -12,7 +12,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: choir convert --in SRC --out DST [--q-bits B] [--q-group-size G]\n"
             "                     [--dtype f32|f16|bf16] [--quant-predicate mixed_3_6|mixed_4_6]\n"
-            "                     [--quantize] [--dequantize] [--quiet]\n"
+            "                     [--quantize] [--dequantize] [--mlx-exact] [--quiet]\n"
             "  SRC: a Hugging Face or MLX model directory, a .safetensors file, a PyTorch .pth,\n"
             "       or Silero VAD's .onnx. DST: a directory (config.json + model.safetensors).\n"
             "  --quantize        quantize with the defaults (4 bits, group size 64)\n"
@@ -20,7 +20,9 @@ static void usage(FILE *f) {
             "  --q-group-size G  32, 64 (default) or 128\n"
             "  --dtype           float type of unquantized tensors and of scales/biases\n"
             "  --quant-predicate per-layer mixed precision (3 or 4 bits, 6 for sensitive layers)\n"
-            "  --dequantize      expand a quantized input to float\n");
+            "  --dequantize      expand a quantized input to float\n"
+            "  --mlx-exact       MLX's rounding in every group (bit-identical to mlx-community\n"
+            "                    files; up to one step of error in some groups instead of half)\n");
 }
 
 static int parse_int(const char *s, int *out) {
@@ -47,6 +49,8 @@ int choir_cmd_convert(int argc, char **argv) {
             p.dequantize = true;
         } else if (strcmp(a, "--quantize") == 0 || strcmp(a, "-q") == 0) {
             quantize = 1;
+        } else if (strcmp(a, "--mlx-exact") == 0) {
+            p.mlx_exact = true;
         } else if (strcmp(a, "--quiet") == 0) {
             p.report = NULL;
         } else if (!v) {

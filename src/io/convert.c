@@ -53,6 +53,7 @@ typedef struct job {
     choir_st_writer *writer;
     void **owned;           /* buffers queued by reference */
     int n_owned, cap_owned;
+    const void *last_ref;   /* data of the last tensor queued by reference */
     cJSON *layers;          /* per-layer quantization entries that differ from global */
     int g_bits, g_group;    /* global parameters written to config.json (0: none) */
     int n_layers;           /* for the mixed recipes */
@@ -77,6 +78,19 @@ static void *own(job *j, size_t bytes, choir_err *err) {
     }
     j->owned[j->n_owned++] = b;
     return b;
+}
+
+/* Frees a temporary from own() that no queued tensor refers to, so that
+ * the f32 copies made on the way to quantized or half-precision output do
+ * not accumulate: peak memory stays near the output size. */
+static void release(job *j, const void *p) {
+    if (!p || p == j->last_ref) return;
+    for (int i = j->n_owned - 1; i >= 0; i--)
+        if (j->owned[i] == p) {
+            choir_free(j->owned[i]);
+            j->owned[i] = j->owned[--j->n_owned];
+            return;
+        }
 }
 
 static const choir_st_tensor *src_find(const source *s, const char *name) {
@@ -106,6 +120,7 @@ static int add_ref(job *j, const char *name, choir_dtype dt, int ndim, const int
                    const void *data, choir_err *err) {
     int rc = choir_st_writer_add_ref(j->writer, name, dt, ndim, shape, data, err);
     if (rc == 0) {
+        j->last_ref = data;
         int64_t n = 1;
         for (int d = 0; d < ndim; d++) n *= shape[d];
         j->stats.bytes_out += (uint64_t)n * choir_dtype_size(dt);
@@ -172,7 +187,9 @@ static int add_quantized(job *j, const char *prefix, const float *v, int64_t row
     void *sc = packed ? own(j, (size_t)(rows * groups) * sb_size, err) : NULL;
     void *bi = sc ? own(j, (size_t)(rows * groups) * sb_size, err) : NULL;
     if (!bi) return CHOIR_ENOMEM;
-    int rc = choir_quantize(v, rows, cols, bits, group, sb_dt, packed, sc, bi, err);
+    int rc = j->p->mlx_exact
+                 ? choir_quantize_mlx(v, rows, cols, bits, group, sb_dt, packed, sc, bi, err)
+                 : choir_quantize(v, rows, cols, bits, group, sb_dt, packed, sc, bi, err);
     if (rc < 0) return choir_err_prefix(err, "%s", prefix);
     char name[1024];
     int64_t wshape[2] = {rows, words}, sshape[2] = {rows, groups};
@@ -217,8 +234,10 @@ static int convert_float(job *j, const choir_st_tensor *t, const float *deq, cho
         if (rep)
             fprintf(rep, "  quantize  %s %s %s -> %d-bit g%d (%s scales)\n", t->name, shp,
                     choir_dtype_name(src_dt), bits, p->q_group_size, choir_dtype_name(sb_dt));
-        return add_quantized(j, prefix, v, t->shape[0], t->shape[1], bits, p->q_group_size, sb_dt,
-                             err);
+        int rc = add_quantized(j, prefix, v, t->shape[0], t->shape[1], bits, p->q_group_size,
+                               sb_dt, err);
+        if (v != deq) release(j, v);
+        return rc;
     }
     if (rep)
         fprintf(rep, "  %-9s %s %s %s%s%s (%s)\n",
@@ -230,7 +249,9 @@ static int convert_float(job *j, const choir_st_tensor *t, const float *deq, cho
         return add_ref(j, t->name, t->dtype, t->ndim, t->shape, t->data, err);
     const float *v = deq ? deq : as_f32(j, t, CHOIR_DTYPE_F32, err);
     if (!v) return err ? err->code : CHOIR_ENOMEM;
-    return add_float(j, t->name, t->ndim, t->shape, v, t->numel, out_dt, err);
+    int rc = add_float(j, t->name, t->ndim, t->shape, v, t->numel, out_dt, err);
+    if (v != deq) release(j, v);
+    return rc;
 }
 
 /* The weight of a quantized input layer at `prefix`: copied as it is, or
@@ -259,9 +280,12 @@ static int convert_quantized(job *j, const choir_st_tensor *w, const char *prefi
             const float *s32 = as_f32(j, sc, CHOIR_DTYPE_F32, err);
             const float *b32 = s32 ? as_f32(j, bi, CHOIR_DTYPE_F32, err) : NULL;
             if (!b32) return err ? err->code : CHOIR_ENOMEM;
-            if ((rc = add_float(j, sc->name, sc->ndim, sc->shape, s32, sc->numel, sb_dt, err)) < 0 ||
-                (rc = add_float(j, bi->name, bi->ndim, bi->shape, b32, bi->numel, sb_dt, err)) < 0)
+            if ((rc = add_float(j, sc->name, sc->ndim, sc->shape, s32, sc->numel, sb_dt, err)) < 0)
                 return rc;
+            release(j, s32);
+            if ((rc = add_float(j, bi->name, bi->ndim, bi->shape, b32, bi->numel, sb_dt, err)) < 0)
+                return rc;
+            release(j, b32);
         }
         return note_layer(j, prefix, W.bits, W.group_size, err);
     }
@@ -274,7 +298,9 @@ static int convert_quantized(job *j, const choir_st_tensor *w, const char *prefi
     logical.shape[1] = W.cols;
     logical.numel = W.rows * W.cols;
     logical.data = NULL;
-    return convert_float(j, &logical, v, W.sb_dtype, err);
+    rc = convert_float(j, &logical, v, W.sb_dtype, err);
+    if (rc == 0) release(j, v); /* kept when written as f32 by reference */
+    return rc;
 }
 
 static int convert_tensor(job *j, const choir_st_tensor *t, choir_err *err) {

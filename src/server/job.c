@@ -3,8 +3,10 @@
  * (encoded audio, SSE events, transcript text) under the job's lock; the
  * connection thread either waits for the final output or drains the bytes as
  * a chunked response while the engine is still producing. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include <cjson/cJSON.h>
@@ -305,10 +307,29 @@ enum MHD_Result srv_job_submit(srv_job *j, choir_job *job, struct MHD_Connection
     return srv_reply_engine_error(s, c, err.code, reason, err.msg);
 }
 
-int srv_job_wait(srv_job *j, choir_reject_reason *reason)
+/* 1 when the client has closed its side of the connection: a request nobody
+ * will read is cancelled instead of computed to the end. */
+static int client_gone(struct MHD_Connection *c)
+{
+    if (!c)
+        return 0;
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!info)
+        return 0;
+    char b;
+    ssize_t n = recv(info->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+int srv_job_wait(srv_job *j, struct MHD_Connection *c, choir_reject_reason *reason)
 {
     choir_err err = {0};
-    int rc = choir_ticket_wait(j->ticket, -1, &err);
+    int rc;
+    while ((rc = choir_ticket_wait(j->ticket, 0.2, &err)) == CHOIR_ETIMEDOUT && !choir_ticket_done(j->ticket)) {
+        if (client_gone(c))
+            choir_ticket_cancel(j->ticket);
+        err.msg[0] = 0;
+    }
     *reason = choir_ticket_reason(j->ticket);
     pthread_mutex_lock(&j->mu);
     if (rc < 0)
@@ -322,7 +343,7 @@ enum MHD_Result srv_job_reply_whole(srv_job *j, struct MHD_Connection *c, unsign
                                     const char *content_type)
 {
     choir_reject_reason reason;
-    int rc = srv_job_wait(j, &reason);
+    int rc = srv_job_wait(j, c, &reason);
     if (rc < 0)
         return srv_reply_engine_error(j->server, c, rc, reason, j->error);
     return srv_reply(j->server, c, status, content_type, j->out, j->out_len);
@@ -387,13 +408,19 @@ enum MHD_Result srv_job_reply_stream(srv_job *j, struct MHD_Connection *c, const
      * before producing anything (a model that cannot load, a deadline) still
      * gets its proper error status. */
     pthread_mutex_lock(&j->mu);
-    while (j->out_len == 0 && !j->finished)
+    while (j->out_len == 0 && !j->finished) {
         wait_change(j);
+        if (!j->finished && client_gone(c)) {
+            pthread_mutex_unlock(&j->mu);
+            choir_ticket_cancel(j->ticket);
+            pthread_mutex_lock(&j->mu);
+        }
+    }
     int failed_early = j->out_len == 0 && j->status;
     pthread_mutex_unlock(&j->mu);
     if (failed_early) {
         choir_reject_reason reason;
-        int rc = srv_job_wait(j, &reason);
+        int rc = srv_job_wait(j, c, &reason);
         enum MHD_Result ret = srv_reply_engine_error(s, c, rc, reason, j->error);
         srv_job_free(j);
         return ret;

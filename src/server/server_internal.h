@@ -137,9 +137,10 @@ int srv_job_append(srv_job *j, const void *data, size_t len);
 /* Submits `job` with the job as its output sink. On refusal replies with the
  * mapped error and returns the reply's result with *submitted = 0. */
 enum MHD_Result srv_job_submit(srv_job *j, choir_job *job, struct MHD_Connection *c, int *submitted);
-/* Waits for the end; returns the job's status (0 or its failure's code, message
+/* Waits for the end (cancelling the job if the client `c`, when not NULL,
+ * hangs up meanwhile); returns the job's status (0 or its failure's code, message
  * in j->error) and the engine's reason. */
-int srv_job_wait(srv_job *j, choir_reject_reason *reason);
+int srv_job_wait(srv_job *j, struct MHD_Connection *c, choir_reject_reason *reason);
 /* The whole transcript of a finished STT job. */
 const char *srv_job_transcript(const srv_job *j);
 /* Waits for the end and replies with the whole output (or the error). */

@@ -240,7 +240,7 @@ enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection 
         goto done;
     }
     choir_reject_reason reason;
-    rc = srv_job_wait(j, &reason);
+    rc = srv_job_wait(j, c, &reason);
     if (rc < 0) {
         ret = srv_reply_engine_error(s, c, rc, reason, j->error);
         goto done;

@@ -36,7 +36,9 @@ static void store_sb(void *p, choir_dtype dt, int64_t i, float v) {
  * 0.0 decodes exactly. The snap can shrink the scale enough that the far edge
  * needs code 2^bits (clamped, an error of up to one step); for those groups
  * we keep the unsnapped min/max scale instead, so that every element stays
- * within half a step. All other groups come out bit-identical to MLX. */
+ * within half a step (unless mlx_exact). All other groups come out
+ * bit-identical to MLX (checked against an f32 emulation of MLX's algorithm:
+ * on uniform random weights about 60% of 4-bit groups take the guard). */
 static void quantize_group(const float *x, int G, int bits, int mlx_exact, float *scale_out,
                            float *bias_out, uint32_t *row, int64_t c0) {
     const float n_bins = (float)((1 << bits) - 1);
@@ -72,8 +74,8 @@ static void quantize_group(const float *x, int G, int bits, int mlx_exact, float
 }
 
 static int quantize(const float *w, int64_t rows, int64_t cols, int bits, int group_size,
-                   choir_dtype sb_dtype, uint32_t *packed, void *scales, void *biases,
-                   int mlx_exact, choir_err *err) {
+                    choir_dtype sb_dtype, uint32_t *packed, void *scales, void *biases,
+                    int mlx_exact, choir_err *err) {
     if (!choir_quant_supported(bits, group_size))
         return choir_err_set(err, CHOIR_EUNSUPPORTED,
                              "quantization with %d bits and group size %d is not supported "

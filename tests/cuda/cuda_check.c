@@ -132,6 +132,19 @@ static void check_elementwise(void) {
     fetch(got, da, n * 4);
     report("gelu_tanh", rel_l2(got, ref, n), TOL_F32);
 
+    /* Transpose with an addend: exact. */
+    {
+        int64_t R = 70, C = 45;
+        float *t = choir_alloc(CHOIR_MEM_OTHER, R * C * 4);
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t c = 0; c < C; c++) t[c * R + r] = a[r * C + c] + b[c * R + r];
+        float *dt = dev(NULL, R * C * 4), *da2 = dev(a, R * C * 4), *db2 = dev(b, R * C * 4);
+        die_on(choir_cuda_transpose_add(g_cu, da2, R, C, db2, dt, &err), &err, "transpose");
+        fetch(got, dt, R * C * 4);
+        report("transpose_add 70x45", rel_l2(got, t, R * C), 0.0);
+        choir_free(t);
+    }
+
     /* bf16 conversion must round exactly as the host does. */
     uint16_t *hb = choir_alloc(CHOIR_MEM_OTHER, n * 2), *gb = choir_alloc(CHOIR_MEM_OTHER, n * 2);
     choir_f32_to_bf16_n(b, hb, n);
@@ -464,7 +477,16 @@ static void check_graph(void) {
         }
     }
 #undef STEP
+    if (g) {
+        /* The graph holds the scratch's address: growing it now must be refused. */
+        int64_t held = choir_cuda_mem_current(g_cu);
+        rc = choir_cuda_scratch_reserve(g_cu, (size_t)1 << 34, &err);
+        expect("scratch cannot grow while a graph is alive (CHOIR_EBUSY)",
+               rc == CHOIR_EBUSY && choir_cuda_mem_current(g_cu) == held);
+    }
     choir_cuda_graph_free(g);
+    rc = choir_cuda_scratch_reserve(g_cu, (size_t)64 << 20, &err);
+    expect("scratch grows again once the graph is freed", rc == 0);
     choir_cuda_weight_free(g_cu, &dw);
     free_weight(&h);
     choir_free(x), choir_free(k), choir_free(v), choir_free(want), choir_free(got);

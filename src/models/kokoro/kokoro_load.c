@@ -115,6 +115,11 @@ static const float *opt_f32(loader *ld, const char *name, int64_t numel) {
     return get_f32(ld, name, numel);
 }
 
+static const char *prefix_name(char *buf, size_t cap, const char *prefix, const char *key) {
+    snprintf(buf, cap, "%s.%s", prefix, key);
+    return buf;
+}
+
 /* A weight-normalised layer: w = v * g / ||v|| with the norm over all axes but
  * axis 0 and no epsilon (torch's _weight_norm, dim 0). A file that already
  * holds the folded `weight` is taken as it is. */
@@ -123,11 +128,17 @@ static const float *get_weight_norm(loader *ld, const char *prefix, int64_t d0, 
     snprintf(name, sizeof name, "%s.weight", prefix);
     if (ld->status) return NULL;
     if (find(ld, name)) return get_f32(ld, name, d0 * rest);
+    /* g and v are read once here; only the folded weight stays in use */
+    int64_t counted = ld->m->weight_bytes;
     snprintf(name, sizeof name, "%s.weight_g", prefix);
     const float *g = get_f32(ld, name, d0);
     snprintf(name, sizeof name, "%s.weight_v", prefix);
     const float *v = get_f32(ld, name, d0 * rest);
     if (!g || !v) return NULL;
+    int64_t copies = 0; /* g or v converted from another dtype: owned, keep them counted */
+    if ((const void *)g != find(ld, prefix_name(name, sizeof name, prefix, "weight_g"))->data) copies += d0 * 4;
+    if ((const void *)v != find(ld, prefix_name(name, sizeof name, prefix, "weight_v"))->data) copies += d0 * rest * 4;
+    ld->m->weight_bytes = counted + copies;
     float *w = own(ld, (size_t)(d0 * rest) * sizeof(float));
     if (!w) {
         fail(ld, CHOIR_ENOMEM, "kokoro: out of memory folding %s", prefix);

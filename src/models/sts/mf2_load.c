@@ -318,16 +318,12 @@ choir_mf2 *choir_mf2_load(const char *path, choir_err *err) {
         cJSON_Delete(root);
         if (!m->qc) goto fail;
     }
-    if (ends_with(weights, ".pt") || ends_with(weights, ".pth") || ends_with(weights, ".bin") ||
-        !ends_with(weights, ".safetensors")) {
-        /* choir_ckpt_open tells a zip archive from safetensors by its bytes. */
-        if (is_file(weights)) {
-            m->ck = choir_ckpt_open(weights, err);
-            if (!m->ck) goto fail;
-        } else {
-            m->st = choir_st_open(weights, err);
-            if (!m->st) goto fail;
-        }
+    /* A single non-safetensors file is a PyTorch archive (choir_ckpt also
+     * tells safetensors by its bytes); directories and .safetensors/.json go
+     * through the safetensors reader, which also gives quantized layers. */
+    if (is_file(weights) && !ends_with(weights, ".safetensors") && !ends_with(weights, ".json")) {
+        m->ck = choir_ckpt_open(weights, err);
+        if (!m->ck) goto fail;
     } else {
         m->st = choir_st_open(weights, err);
         if (!m->st) goto fail;

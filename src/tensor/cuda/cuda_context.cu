@@ -202,12 +202,23 @@ int choir_cuda_memset0(choir_cuda *cu, choir_cuda_buf *buf, size_t offset, size_
 
 void *choir_cuda_scratch(choir_cuda *cu, size_t bytes, choir_err *err) {
     if (cu->scratch.bytes >= bytes && cu->scratch.ptr) return cu->scratch.ptr;
+    if (__atomic_load_n(&cu->live_graphs, __ATOMIC_RELAXED) > 0) {
+        choir_err_set(err, CHOIR_EBUSY,
+                      "cuda: scratch must grow to %zu bytes but %d CUDA graph(s) hold its address "
+                      "(reserve it with choir_cuda_scratch_reserve before capturing)",
+                      bytes, cu->live_graphs);
+        return NULL;
+    }
     /* Earlier kernels may still read the old scratch; cudaFree waits for
      * the device, so growing is safe (and rare: sizes settle quickly). */
     choir_cuda_buf_free(cu, &cu->scratch);
     size_t want = bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes;
     if (choir_cuda_buf_alloc(cu, want, &cu->scratch, err)) return NULL;
     return cu->scratch.ptr;
+}
+
+int choir_cuda_scratch_reserve(choir_cuda *cu, size_t bytes, choir_err *err) {
+    return choir_cuda_scratch(cu, bytes, err) ? 0 : (err ? err->code : CHOIR_ENOMEM);
 }
 
 /* --- weights ------------------------------------------------------------- */
@@ -297,6 +308,7 @@ int choir_cuda_weight_upload_as(choir_cuda *cu, const choir_weight *w, choir_wei
 /* --- CUDA graphs ----------------------------------------------------------- */
 
 struct choir_cuda_graph {
+    choir_cuda *cu;
     cudaGraph_t graph;
     cudaGraphExec_t exec;
 };
@@ -323,6 +335,8 @@ choir_cuda_graph *choir_cuda_graph_end(choir_cuda *cu, choir_err *err) {
         return NULL;
     }
     g->graph = graph;
+    g->cu = cu;
+    __atomic_add_fetch(&cu->live_graphs, 1, __ATOMIC_RELAXED);
     st = cudaGraphInstantiate(&g->exec, graph, 0);
     if (st != cudaSuccess) {
         choir_cuda_fail(err, st, "instantiate graph");
@@ -340,6 +354,7 @@ int choir_cuda_graph_launch(choir_cuda *cu, choir_cuda_graph *g, choir_err *err)
 
 void choir_cuda_graph_free(choir_cuda_graph *g) {
     if (!g) return;
+    __atomic_sub_fetch(&g->cu->live_graphs, 1, __ATOMIC_RELAXED);
     if (g->exec) cudaGraphExecDestroy(g->exec);
     if (g->graph) cudaGraphDestroy(g->graph);
     choir_free(g);

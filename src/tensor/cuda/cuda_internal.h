@@ -18,6 +18,8 @@ struct choir_cuda {
     /* Scratch grown on demand for converted activations and dequantized
      * weights; reused across calls on the stream, so it needs no sync. */
     choir_cuda_buf scratch;
+    /* Live CUDA graphs: they hold the scratch's address, so it must not move. */
+    int live_graphs;
 };
 
 /* Fills err from a CUDA runtime status and returns the choir code. */

@@ -69,6 +69,37 @@ int choir_cuda_gelu_tanh(choir_cuda *cu, float *x, int64_t n, choir_err *err) {
     return ew_launch_check(err, "gelu tanh");
 }
 
+/* 32x32 tiles through shared memory so that both the reads and the writes
+ * are coalesced; the extra column avoids bank conflicts on the transposed read. */
+__global__ void k_transpose_add(const float *__restrict__ src, int64_t R, int64_t C,
+                                const float *__restrict__ add, float *__restrict__ dst) {
+    __shared__ float tile[32][33];
+    int64_t r0 = (int64_t)blockIdx.y * 32, c0 = (int64_t)blockIdx.x * 32;
+    for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+        int64_t r = r0 + i, c = c0 + threadIdx.x;
+        if (r < R && c < C) tile[i][threadIdx.x] = src[r * C + c];
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+        int64_t c = c0 + i, r = r0 + threadIdx.x;
+        if (r < R && c < C) {
+            float v = tile[threadIdx.x][i];
+            if (add) v += add[c * R + r];
+            dst[c * R + r] = v;
+        }
+    }
+}
+
+int choir_cuda_transpose_add(choir_cuda *cu, const float *src, int64_t R, int64_t C,
+                             const float *add, float *dst, choir_err *err) {
+    if (R <= 0 || C <= 0) return 0;
+    if ((R + 31) / 32 > 65535 || (C + 31) / 32 > INT32_MAX)
+        return choir_err_set(err, CHOIR_ETOOBIG, "cuda: transpose of %lld rows", (long long)R);
+    dim3 grid((unsigned)((C + 31) / 32), (unsigned)((R + 31) / 32)), block(32, 8);
+    k_transpose_add<<<grid, block, 0, cu->stream>>>(src, R, C, add, dst);
+    return choir_cuda_check_launch(err, "transpose");
+}
+
 /* --- block reductions ---------------------------------------------------- */
 
 __device__ __forceinline__ float warp_sum(float v) {

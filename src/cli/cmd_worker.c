@@ -1,0 +1,219 @@
+/* `choir worker`: runs jobs from a Redis Stream on a local engine until told
+ * to stop (SIGTERM / SIGINT: the job in hand is finished first). */
+#define _POSIX_C_SOURCE 200809L
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "choir/engine.h"
+#include "choir/jobqueue.h"
+#include "choir/log.h"
+#include "cli/cli.h"
+
+#define MAX_MODELS 16
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: choir worker --redis URL --stream NAME --model [ID=]DIR [--model ...]\n"
+            "                    [--group G] [--consumer NAME] [--claim-after S] [--max-attempts N]\n"
+            "                    [--exit-when-idle S] [engine options]\n"
+            "\n"
+            "Consumes jobs (task, input, output, model, options) from the Redis Stream NAME\n"
+            "through consumer group G and runs them on the models given. A result is written\n"
+            "durably (temporary file, fsync, rename) before the job is acknowledged. Jobs a\n"
+            "dead worker left pending longer than --claim-after are taken over; a job\n"
+            "delivered --max-attempts times goes to NAME:dead with its error.\n"
+            "\n"
+            "  --redis URL          redis://[:password@]host[:port][/db] (redis://127.0.0.1:6379)\n"
+            "  --stream NAME        the jobs stream (required)\n"
+            "  --group G            consumer group (choir)\n"
+            "  --consumer NAME      this worker's name, unique per worker (host-pid)\n"
+            "  --model [ID=]DIR     a model directory; ID defaults to the directory's name\n"
+            "  --claim-after S      take over jobs pending this long (60)\n"
+            "  --max-attempts N     deliveries before dead-lettering (3)\n"
+            "  --exit-when-idle S   exit after S seconds with no job (default: run until stopped)\n"
+            "  --crash-after N      fault injection for tests: die by SIGKILL after taking the\n"
+            "                       N-th job, before its result is written\n"
+            "%s",
+            choir_engine_options_help());
+}
+
+typedef struct worker_counts {
+    long done, duplicate, failed, dead, reclaimed;
+} worker_counts;
+
+static void run_job(choir_engine *engine, choir_jobqueue *q, const choir_jobqueue_job *job, worker_counts *c) {
+    choir_err err = {0};
+    double t0 = now_s();
+    if (job->reclaimed) {
+        c->reclaimed++;
+        CHOIR_LOGI("worker: reclaimed job %s (attempt %d)%s%s", job->id, job->attempt,
+                   job->last_error[0] ? ", last error: " : "", job->last_error);
+    }
+    int rc = choir_jobqueue_execute(engine, &job->spec, &err);
+    if (rc == 0) {
+        int acked = choir_jobqueue_complete(q, job, &err);
+        if (acked < 0) {
+            /* The result is on disk; the job stays pending and whoever claims
+             * it rewrites the same file. */
+            CHOIR_LOGW("worker: job %s written but not acknowledged: %s", job->id, err.msg);
+        } else if (acked == 0) {
+            c->duplicate++;
+            CHOIR_LOGI("worker: job %s was already completed by another worker", job->id);
+        } else {
+            c->done++;
+            CHOIR_LOGI("worker: job %s done (%s %s -> %s, attempt %d, %.0f ms)", job->id, job->spec.task,
+                       job->spec.input, job->spec.output, job->attempt, (now_s() - t0) * 1e3);
+        }
+        return;
+    }
+    c->failed++;
+    char why[CHOIR_ERR_MSG_MAX];
+    snprintf(why, sizeof why, "%s", err.msg[0] ? err.msg : choir_strerror(rc));
+    CHOIR_LOGW("worker: job %s attempt %d failed: %s", job->id, job->attempt, why);
+    int dead = choir_jobqueue_fail(q, job, why, &err);
+    if (dead < 0) CHOIR_LOGW("worker: cannot record the failure of job %s: %s", job->id, err.msg);
+    if (dead == 1) c->dead++;
+}
+
+int choir_cmd_worker(int argc, char **argv) {
+    choir_jobqueue_params qp = choir_jobqueue_default_params();
+    choir_engine_params ep = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
+    /* One job is in flight at a time, so waiting to fill a batch only adds
+     * latency (--wait-ms overrides). */
+    ep.wait_short_ms = ep.wait_long_ms = 1;
+    const char *model_args[MAX_MODELS];
+    int n_models = 0;
+    double idle_exit_s = 0;
+    long crash_after = 0;
+    choir_err err = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if (strncmp(a, "--", 2) != 0 || !val) {
+            fprintf(stderr, "choir worker: unexpected or incomplete argument '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+        i++;
+        if (strcmp(a, "--redis") == 0) qp.url = val;
+        else if (strcmp(a, "--stream") == 0) qp.stream = val;
+        else if (strcmp(a, "--group") == 0) qp.group = val;
+        else if (strcmp(a, "--consumer") == 0) qp.consumer = val;
+        else if (strcmp(a, "--claim-after") == 0) qp.claim_idle_s = atof(val);
+        else if (strcmp(a, "--max-attempts") == 0) qp.max_attempts = atoi(val);
+        else if (strcmp(a, "--exit-when-idle") == 0) idle_exit_s = atof(val);
+        else if (strcmp(a, "--crash-after") == 0) crash_after = atol(val);
+        else if (strcmp(a, "--model") == 0) {
+            if (n_models == MAX_MODELS) {
+                fprintf(stderr, "choir worker: at most %d models\n", MAX_MODELS);
+                return 2;
+            }
+            model_args[n_models++] = val;
+        } else {
+            int applied = choir_engine_apply_option(&ep, a + 2, val, &err);
+            if (applied < 0) {
+                fprintf(stderr, "choir worker: %s\n", err.msg);
+                return 2;
+            }
+            if (applied == 0) {
+                fprintf(stderr, "choir worker: unknown option '%s'\n", a);
+                usage(stderr);
+                return 2;
+            }
+        }
+    }
+    if (!qp.stream || n_models == 0) {
+        fprintf(stderr, "choir worker: --stream and at least one --model are required\n");
+        usage(stderr);
+        return 2;
+    }
+
+    int status = 1;
+    choir_engine *engine = NULL;
+    choir_jobqueue *q = NULL;
+    worker_counts counts = {0};
+    engine = choir_engine_create(&ep, &err);
+    if (!engine) goto fail;
+    for (int m = 0; m < n_models; m++) {
+        char id[256];
+        const char *eq = strchr(model_args[m], '=');
+        const char *dir = eq ? eq + 1 : model_args[m];
+        if (eq) {
+            snprintf(id, sizeof id, "%.*s", (int)(eq - model_args[m]), model_args[m]);
+        } else {
+            size_t n = strlen(dir);
+            while (n > 1 && dir[n - 1] == '/') n--;
+            const char *base = dir;
+            for (size_t k = 0; k < n; k++)
+                if (dir[k] == '/') base = dir + k + 1;
+            snprintf(id, sizeof id, "%.*s", (int)(n - (size_t)(base - dir)), base);
+        }
+        if (choir_engine_add_model(engine, id, dir, NULL, &err)) goto fail;
+    }
+    q = choir_jobqueue_connect(&qp, &err);
+    if (!q) goto fail;
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    CHOIR_LOGI("worker: consuming %s (group %s)", qp.stream, qp.group ? qp.group : "choir");
+
+    long taken = 0;
+    double idle_since = now_s(), retry_s = 0.1;
+    while (!stop_requested) {
+        choir_jobqueue_job job;
+        int got = choir_jobqueue_take(q, 1.0, &job, &err);
+        if (got < 0) {
+            /* Redis went away: keep trying, with a growing pause, so a
+             * restarted Redis finds its workers back. */
+            CHOIR_LOGW("worker: %s (retrying in %.1f s)", err.msg, retry_s);
+            struct timespec ts = {(time_t)retry_s, (long)((retry_s - (double)(time_t)retry_s) * 1e9)};
+            nanosleep(&ts, NULL);
+            retry_s = retry_s * 2 < 5 ? retry_s * 2 : 5;
+            continue;
+        }
+        retry_s = 0.1;
+        if (got == 0) {
+            if (idle_exit_s > 0 && now_s() - idle_since >= idle_exit_s) break;
+            continue;
+        }
+        if (crash_after > 0 && ++taken == crash_after) {
+            CHOIR_LOGW("worker: --crash-after %ld: dying with job %s in hand", crash_after, job.id);
+            raise(SIGKILL);
+        }
+        run_job(engine, q, &job, &counts);
+        idle_since = now_s();
+    }
+    status = 0;
+    goto done;
+fail:
+    fprintf(stderr, "choir worker: %s\n", err.msg[0] ? err.msg : choir_strerror(err.code));
+done:
+    CHOIR_LOGI("worker: %ld done, %ld already done elsewhere, %ld failed attempts, %ld dead-lettered, %ld reclaimed",
+               counts.done, counts.duplicate, counts.failed, counts.dead, counts.reclaimed);
+    choir_jobqueue_free(q);
+    choir_engine_free(engine);
+    return status;
+}
