@@ -74,6 +74,10 @@ J=(-H 'Content-Type: application/json')
 req 200 "$U/health"
 grep -qx '{"status":"ok"}' "$TMP/body" || fail "health body"
 req 401 "$U/v1/models"
+# the web page (src/server/ui_assets.c) is served without a key
+req 200 "$U/"
+grep -qi '^Content-Type: text/html' "$TMP/headers" || fail "/ is not HTML"
+req 404 "$U/ui/no-such-file.js"
 req 401 -H 'Authorization: Bearer sekre' "$U/v1/models"
 req 401 -H 'Authorization: Bearer sekrets' "$U/v1/models"
 req 401 -H 'Authorization: sekret' "$U/v1/models"

@@ -413,7 +413,9 @@
         rec.text += ev.delta || '';
         out.textContent = rec.text;
       } else if (ev.type === 'transcript.text.done') {
-        rec.text = ev.text != null ? ev.text : rec.text;
+        /* The deltas already spell the transcript; the final text is only
+         * needed when none came (and some servers repeat the deltas in it). */
+        if (!rec.deltas && ev.text != null) rec.text = ev.text;
         out.textContent = rec.text;
       }
       if (rec.segments.length) showSegments(rec.segments);
@@ -496,7 +498,7 @@
   const sum = (s, name) => pick(s, name).reduce((a, x) => a + x.value, 0);
   const one = (s, name, labels) => { const p = pick(s, name, labels); return p.length ? p[0].value : NaN; };
 
-  const history = [];
+  const samples = []; /* one metrics snapshot per poll, newest last */
 
   function svgEl(tag, attrs) {
     const el = document.createElementNS('http://www.w3.org/2000/svg', tag);
@@ -595,10 +597,10 @@
     for (const k of ['queue', 'running', 'completed', 'failed', 'rejected', 'batches']) $('m-' + k).textContent = isFinite(m[k]) ? String(m[k]) : '–';
     $('m-degraded').textContent = m.degraded > 0 ? 'yes' : 'no';
     for (const k of ['p50', 'p95', 'p99']) $('m-' + k).textContent = m.completed > 0 ? fmtSeconds(m[k]) : '–';
-    history.push(m);
-    if (history.length > HISTORY) history.shift();
-    lineChart($('chart-queue'), [{ values: history.map((x) => x.queue), cls: 'queue', fmt: (v) => 'max ' + v }], 300, 60);
-    lineChart($('chart-latency'), ['p50', 'p95', 'p99'].map((k) => ({ values: history.map((x) => x[k]), cls: k, fmt: (v) => fmtSeconds(v) })), 300, 60);
+    samples.push(m);
+    if (samples.length > HISTORY) samples.shift();
+    lineChart($('chart-queue'), [{ values: samples.map((x) => x.queue), cls: 'queue', fmt: (v) => 'max ' + v }], 300, 60);
+    lineChart($('chart-latency'), ['p50', 'p95', 'p99'].map((k) => ({ values: samples.map((x) => x[k]), cls: k, fmt: (v) => fmtSeconds(v) })), 300, 60);
     batchChart($('chart-batch'), s);
     showModels(s);
   }

@@ -22,6 +22,7 @@
 #include "choir/log.h"
 #include "engine/fake_model.h"
 #include "server/server_internal.h"
+#include "server/ui_assets.h"
 
 choir_server_params choir_server_default_params(void)
 {
@@ -302,6 +303,15 @@ static enum MHD_Result route(choir_server *s, struct MHD_Connection *c, const ch
 {
     int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
     int post = strcmp(method, "POST") == 0;
+    /* the web page is static and needs no key; the API calls it makes do */
+    if (get && (strcmp(url, "/") == 0 || strcmp(url, "/ui") == 0 || strncmp(url, "/ui/", 4) == 0)) {
+        const unsigned char *data;
+        size_t len;
+        const char *mime;
+        if (choir_ui_asset(url, &data, &len, &mime) == 0)
+            return srv_reply(s, c, 200, mime, data, len);
+        return srv_reply_error(s, c, 404, NULL, "unknown_url", "no page %s", url);
+    }
     if (strcmp(url, "/health") == 0)
         return get ? handle_health(s, c) : srv_reply_error(s, c, 405, NULL, NULL, "use GET /health");
     if (!authorized(s, c))

@@ -103,6 +103,7 @@ try {
       .catch(() => console.log('note: the audio element did not advance (no audio output in this browser?)'));
     const sp2 = await ui(() => window.choirUi.speech);
     console.log('speech: playing after ' + sp2.playingMs + ' ms; stream ended after ' + sp2.doneMs + ' ms');
+    check(sp2.playingMs !== null && sp2.playingMs < sp2.doneMs, 'playback started before synthesis ended');
     await shot('1-speak');
     requests++;
   } else {

@@ -202,12 +202,12 @@ int kk_decoder(const choir_kokoro *m, const float *asr, int64_t L, const float *
 }
 
 int64_t choir_kokoro_estimate_bytes(int n_ids, int64_t frames) {
-    /* Floats alive at the deepest point, per token and per frame: the
-     * generator's second stage dominates (C 128 at 120 frames per F0 frame... ),
-     * counted from the buffers above with room for the blocks' temporaries;
-     * bench_kokoro checks it against the measured high-water mark. */
+    /* Floats alive at the deepest point, per id and per frame. The generator's
+     * last stage sets the peak: 5 buffers of [128, 120 L] (~77k floats per
+     * frame) over the decoder's ~10k and the seeded noise's 5.4k; measured
+     * 0.38 MB per frame with noise (hello, 64 frames), estimated 0.46 MB. */
     int64_t T = n_ids, L = frames;
-    int64_t floats = 24 * 1024 * T + 4096 * T + 144 * 1024 * L + (1 << 20);
+    int64_t floats = 28 * 1024 * T + 112 * 1024 * L + (1 << 20);
     return floats * (int64_t)sizeof(float);
 }
 

@@ -188,26 +188,34 @@ static int resblock_mean(const choir_kokoro *m, int first, const float *x, int64
 
 int kk_generator(const choir_kokoro *m, const float *x, int64_t L, const float *style,
                  const float *f0, const float *noise, float *audio, kk_ws *ws) {
+    /* Buffers are taken in the order that lets each stage's temporaries be
+     * released before the next, longer stage: the last stage runs at 120
+     * frames per F0 frame and sets the peak. */
     size_t mark = kk_ws_mark(ws);
     const int64_t F2 = 2 * L;                   /* F0 frames */
     const int64_t N = F2 * KK_UPSAMPLE;         /* 600 L samples */
     const int64_t F = N / KK_HOP + 1;           /* STFT frames, 120 L + 1 */
     const int64_t T0 = 20 * L, T1 = 120 * L;    /* lengths after ups.0, ups.1 */
 
+    /* (a) harmonic source, (b) its spectrum */
+    float *S = kk_ws_floats(ws, 2 * KK_NBINS * F);             /* [22, F] */
+    if (!S) return CHOIR_ENOMEM;
+    size_t scope = kk_ws_mark(ws);
     float *har = kk_ws_floats(ws, N);                          /* [N] */
     float *phase_frames = kk_ws_floats(ws, F2 * KK_HARMONICS); /* [2L, 9] */
-    float *S = kk_ws_floats(ws, 2 * KK_NBINS * F);             /* [22, F] */
+    if (!har || !phase_frames) return CHOIR_ENOMEM;
+    harmonic_source(m, f0, F2, noise, har, phase_frames);
+    source_stft(har, N, S, F);
+    kk_ws_release(ws, scope);
+
+    /* stage 0: [512, 2L] -> [256, 20L] */
+    float *x1 = kk_ws_floats(ws, 256 * T0);                    /* [256, 20L] */
+    if (!x1) return CHOIR_ENOMEM;
+    scope = kk_ws_mark(ws);
     float *x0 = kk_ws_floats(ws, 512 * F2);                    /* [512, 2L] */
     float *src0 = kk_ws_floats(ws, 256 * T0);                  /* [256, 20L] */
     float *u0 = kk_ws_floats(ws, 256 * T0);                    /* [256, 20L] */
-    float *x1 = kk_ws_floats(ws, 256 * T0);                    /* [256, 20L] */
-    if (!har || !phase_frames || !S || !x0 || !src0 || !u0 || !x1) return CHOIR_ENOMEM;
-
-    /* (a) harmonic source, (b) its spectrum */
-    harmonic_source(m, f0, F2, noise, har, phase_frames);
-    source_stft(har, N, S, F);
-
-    /* stage 0: [512, 2L] -> [256, 20L] */
+    if (!x0 || !src0 || !u0) return CHOIR_ENOMEM;
     memcpy(x0, x, 512 * (size_t)F2 * sizeof(float));
     choir_leaky_relu(x0, 512 * F2, 0.1f);
     kk_conv1d(&m->noise_convs[0], S, F, 6, 3, 1, src0);
@@ -216,22 +224,26 @@ int kk_generator(const choir_kokoro *m, const float *x, int64_t L, const float *
     choir_conv_transpose1d(x0, 512, F2, m->ups[0].w, m->ups[0].b, 256, 20, 10, 5, 0, 1, 1, u0);
     choir_add(u0, src0, u0, 256 * T0);
     if ((rc = resblock_mean(m, 0, u0, 256, T0, style, x1, ws))) return rc;
+    kk_ws_release(ws, scope);
 
     /* stage 1: [256, 20L] -> [128, 120L + 1] */
-    float *src1 = kk_ws_floats(ws, 128 * F);                   /* [128, F] */
-    float *u1raw = kk_ws_floats(ws, 128 * T1);                 /* [128, 120L] */
     float *u1 = kk_ws_floats(ws, 128 * F);                     /* [128, F] */
     float *x2 = kk_ws_floats(ws, 128 * F);                     /* [128, F] */
-    if (!src1 || !u1raw || !u1 || !x2) return CHOIR_ENOMEM;
+    if (!u1 || !x2) return CHOIR_ENOMEM;
     choir_leaky_relu(x1, 256 * T0, 0.1f);
-    kk_conv1d(&m->noise_convs[1], S, F, 1, 0, 1, src1);
-    if ((rc = kk_snakeblock_forward(&m->noise_res[1], src1, F, style, src1, ws))) return rc;
+    float *u1raw = x2; /* [128, 120L]: x2 is free until the residual blocks */
     choir_conv_transpose1d(x1, 256, T0, m->ups[1].w, m->ups[1].b, 128, 12, 6, 3, 0, 1, 1, u1raw);
     for (int64_t c = 0; c < 128; c++) { /* ReflectionPad1d((1, 0)) */
         u1[c * F] = u1raw[c * T1 + 1];
         memcpy(u1 + c * F + 1, u1raw + c * T1, (size_t)T1 * sizeof(float));
     }
+    scope = kk_ws_mark(ws);
+    float *src1 = kk_ws_floats(ws, 128 * F);                   /* [128, F] */
+    if (!src1) return CHOIR_ENOMEM;
+    kk_conv1d(&m->noise_convs[1], S, F, 1, 0, 1, src1);
+    if ((rc = kk_snakeblock_forward(&m->noise_res[1], src1, F, style, src1, ws))) return rc;
     choir_add(u1, src1, u1, 128 * F);
+    kk_ws_release(ws, scope);
     if ((rc = resblock_mean(m, 3, u1, 128, F, style, x2, ws))) return rc;
 
     /* conv_post and the inverse STFT */
