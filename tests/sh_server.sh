@@ -244,6 +244,21 @@ req 200 "$S/health"
 "$BIN" stats --url "$S" >"$TMP/stats" || fail "choir stats against the server"
 grep -Eq 'submitted +[0-9]+' "$TMP/stats" || fail "stats output: $(cat "$TMP/stats")"
 
+# --preload: /health is 503 "loading" until every model is loaded
+fake_model "$TMP/lazy/lazy" ', "load_ms": 1500'
+start_server lazy --models "$TMP/lazy" --preload
+L=http://127.0.0.1:$PORT
+code=$(curl -s --max-time 5 -o "$TMP/body" -D "$TMP/headers" -w '%{http_code}' "$L/health")
+[ "$code" = 503 ] || fail "health while loading: $code"
+grep -qx '{"status":"loading"}' "$TMP/body" || fail "health while loading: $(cat "$TMP/body")"
+grep -qi '^Retry-After: [1-9]' "$TMP/headers" || fail "loading without Retry-After"
+for _ in $(seq 100); do
+    [ "$(curl -s --max-time 2 -o /dev/null -w '%{http_code}' "$L/health")" = 200 ] && break
+    sleep 0.1
+done
+req 200 "$L/health"
+grep -q 'preloaded lazy' "$TMP/lazy.log" || fail "no preload log line"
+
 # graceful SIGTERM: an in-flight stream finishes, new connections are refused,
 # the process exits by itself
 fake_model "$TMP/grace/grace" ', "fixed_ms": 1200, "pieces": 4'
@@ -271,8 +286,8 @@ curl -s --max-time 2 "$G/health" >/dev/null && fail "still accepting after SIGTE
 "$BIN" serve --models "$TMP/models" --port 70000 >/dev/null 2>&1; [ $? = 2 ] || fail "bad port: exit code"
 "$BIN" serve --models "$TMP/nowhere" --port 0 >/dev/null 2>&1; [ $? = 1 ] || fail "missing models dir: exit code"
 "$BIN" serve --help | grep -q -- '--api-key' || fail "serve --help"
-# the main and slow servers also stop cleanly (under ASan this checks leaks)
-for name in main slow; do
+# the other servers also stop cleanly (under ASan this checks leaks)
+for name in main slow lazy; do
     pid=$(cat "$TMP/$name.pid")
     kill -TERM "$pid"
     wait "$pid" || fail "server $name exited with $? after SIGTERM"

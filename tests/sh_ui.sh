@@ -36,6 +36,7 @@ rm -f "$OUT"/*.png
 
 # --- models -----------------------------------------------------------------
 M=$TMP/models
+mkdir -p "$M"
 FX=$SH/fixtures
 "$BIN" dev weights --manifest "$FX/whisper/whisper-ml80/manifest.json" --config "$FX/whisper/whisper-ml80/config.json" \
     --out "$M/whisper-ml80" >"$TMP/weights.log" 2>&1 || fail "choir dev weights (whisper)"
@@ -70,6 +71,7 @@ start_server() { # NAME ARGS...: sets PORT
     PIDS+=($!)
     for _ in $(seq 300); do
         [ -s "$TMP/$name.port" ] && break
+        kill -0 "${PIDS[-1]}" 2>/dev/null || break
         sleep 0.1
     done
     [ -s "$TMP/$name.port" ] || fail "server $name did not start"

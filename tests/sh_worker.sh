@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # `choir worker` / `submit` / `jobs` over a real Redis (started here on a free
 # port of 127.0.0.1, stopped by the trap): 200 jobs (Silero VAD on short clips,
-# a few Whisper fixture-model transcriptions) and one bad job, three workers,
-# one of which dies by SIGKILL with a job in hand. Checked: every job's result
+# a few Whisper fixture-model transcriptions) and one bad job, three workers
+# (one running two jobs at once), one of which dies by SIGKILL with a job in hand. Checked: every job's result
 # is in the output exactly once and equals what `choir vad` says, the dead
 # worker's job was reclaimed by another, the bad job went to the dead-letter
 # stream with its error, nothing is left pending. Also reports the throughput
-# of 3 workers against 1.
+# of 3 workers, and of one worker running 4 jobs at once, against 1.
 set -euo pipefail
 
 BIN=${CHOIR_BIN:?}
@@ -44,7 +44,7 @@ cp "$FIX/real/tokenizer/multilingual.tiktoken" "$T/wh/"
 MODELS=(--model "vad=$T/vad" --model "wh=$T/wh")
 
 # Inputs: 195 VAD clips and 5 STT clips (links to two short fixture clips).
-mkdir -p "$T/in_vad" "$T/in_stt" "$T/in_bad" "$T/in_tp" "$T/out" "$T/out_tp1" "$T/out_tp3"
+mkdir -p "$T/in_vad" "$T/in_stt" "$T/in_bad" "$T/in_tp" "$T/out" "$T/out_tp1" "$T/out_tp3" "$T/out_tpc"
 for i in $(seq -w 1 195); do
     if [ $((10#$i % 2)) -eq 0 ]; then src=hello16k.wav; else src=fox16k.wav; fi
     ln -s "$FIX/audio/$src" "$T/in_vad/v$i-$src"
@@ -57,12 +57,12 @@ for i in $(seq -w 1 60); do ln -s "$FIX/audio/hello16k.wav" "$T/in_tp/t$i.wav"; 
 for c in hello16k fox16k; do "$BIN" vad --model "$T/vad" "$FIX/audio/$c.wav" >"$T/ref_$c.json" || fail "choir vad $c"; done
 
 # --- Throughput: 60 VAD jobs drained by 1 worker, then by 3 workers. ---
-drain_time() { # STREAM OUTDIR NWORKERS
+drain_time() { # STREAM OUTDIR NWORKERS [WORKER OPTIONS]
     "$BIN" submit --redis "$R" --stream "$1" --task vad --out "$2" "$T/in_tp" >/dev/null || fail "submit $1"
     local t0 t1 wp=()
     t0=$(date +%s.%N)
     for k in $(seq "$3"); do
-        "$BIN" worker --redis "$R" --stream "$1" --consumer "tp$k" "${MODELS[@]}" 2>"$T/w_$1_$k.log" &
+        "$BIN" worker --redis "$R" --stream "$1" --consumer "tp$k" "${MODELS[@]}" "${@:4}" 2>"$T/w_$1_$k.log" &
         wp+=($!)
         PIDS+=($!)
     done
@@ -74,8 +74,12 @@ drain_time() { # STREAM OUTDIR NWORKERS
 }
 T1=$(drain_time tp1 "$T/out_tp1" 1)
 T3=$(drain_time tp3 "$T/out_tp3" 3)
-python3 -c "t1,t3=$T1,$T3; print('throughput (60 VAD jobs, incl. worker start): 1 worker %.1f jobs/s, 3 workers %.1f jobs/s, x%.2f' % (60/t1, 60/t3, t1/t3))"
-[ "$(ls "$T/out_tp3" | wc -l)" -eq 60 ] || fail "throughput run: not 60 outputs"
+TC=$(drain_time tpc "$T/out_tpc" 1 --concurrency 4)
+python3 -c "t1,t3,tc=$T1,$T3,$TC; print('throughput (60 VAD jobs, incl. worker start): 1 worker %.1f jobs/s, 3 workers %.1f jobs/s (x%.2f), 1 worker --concurrency 4 %.1f jobs/s (x%.2f)' % (60/t1, 60/t3, t1/t3, 60/tc, t1/tc))"
+for d in out_tp1 out_tp3 out_tpc; do
+    [ "$(ls "$T/$d" | wc -l)" -eq 60 ] || fail "throughput run $d: not 60 outputs"
+done
+grep -q "4 at once" "$T/w_tpc_1.log" || fail "--concurrency not applied"
 
 # --- The 200-job run with a worker that dies mid-job. ---
 S=main
@@ -86,7 +90,7 @@ W1=$!
 "$BIN" worker "${W[@]}" --consumer w2 2>"$T/w2.log" &
 PIDS+=($!)
 W2=$!
-"$BIN" worker "${W[@]}" --consumer w3 2>"$T/w3.log" &
+"$BIN" worker "${W[@]}" --consumer w3 --concurrency 2 2>"$T/w3.log" &
 PIDS+=($!)
 W3=$!
 n1=$("$BIN" submit --redis "$R" --stream "$S" --task vad --model vad --out "$T/out" "$T/in_vad") || fail "submit vad"
@@ -108,7 +112,7 @@ python3 - "$T" <<'EOF' || fail "results"
 import json, os, re, sys
 t = sys.argv[1]
 p = json.load(open(f"{t}/progress.json"))
-assert p == {"submitted": 201, "done": 200, "dead": 1, "pending": 0, "queued": 0, "consumers": 3}, p
+assert p == {"submitted": 201, "done": 200, "dead": 1, "pending": 0, "queued": 0, "consumers": 4}, p  # w1, w2, w3.0, w3.1
 
 # The output holds each job exactly once, and nothing half-written.
 names = sorted(os.listdir(f"{t}/out"))

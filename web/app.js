@@ -30,6 +30,7 @@
       if (j && j.error && j.error.message) msg = j.error.message;
     } catch (e) { /* not JSON: show the text as it is */ }
     let text = 'Error ' + res.status + (res.statusText ? ' ' + res.statusText : '') + ': ' + (msg || 'no details');
+    if (!/[.!?]$/.test(text)) text += '.';
     const retry = res.headers.get('Retry-After');
     if (retry) text += ' (retry after ' + retry + ' s)';
     if (res.status === 401) text += ' Enter the API key at the top of the page.';
@@ -76,14 +77,24 @@
     return String(m).padStart(2, '0') + ':' + (s - 60 * m).toFixed(2).padStart(5, '0');
   }
 
-  /* Runs `fn` with the form's submit button disabled, showing its failure. */
-  async function busy(button, msgId, fn) {
+  /* Points an element at a new Blob/MediaSource URL, releasing the old one
+   * so that repeated tries do not keep every recording in memory. */
+  function setObjectUrl(el, attr, obj) {
+    const old = el.getAttribute(attr);
+    if (old && old.startsWith('blob:')) URL.revokeObjectURL(old);
+    el.setAttribute(attr, URL.createObjectURL(obj));
+  }
+
+  /* Runs `fn` with the form's submit button disabled, showing its failure
+   * in the tab's alert box in place of its progress line. */
+  async function busy(button, msgId, statsId, fn) {
     button.disabled = true;
     button.setAttribute('aria-busy', 'true');
     showMsg(msgId, '');
     try {
       await fn();
     } catch (e) {
+      $(statsId).textContent = '';
       showMsg(msgId, e.message || String(e));
     } finally {
       button.disabled = false;
@@ -220,7 +231,7 @@
     try {
       if (useMse) {
         const ms = new MediaSource();
-        audio.src = URL.createObjectURL(ms);
+        setObjectUrl(audio, 'src', ms);
         await new Promise((r) => ms.addEventListener('sourceopen', r, { once: true }));
         const sb = ms.addSourceBuffer('audio/mpeg');
         sb.mode = 'sequence';
@@ -248,7 +259,7 @@
           parts.push(value);
         }
         rec.doneMs = since();
-        audio.src = URL.createObjectURL(new Blob(parts, { type: 'audio/mpeg' }));
+        setObjectUrl(audio, 'src', new Blob(parts, { type: 'audio/mpeg' }));
         audio.play().catch(() => {});
       }
     } catch (e) {
@@ -256,7 +267,7 @@
       throw new Error('The speech stream broke off: ' + e.message);
     }
     if (!rec.bytes) throw new Error('The server answered with no audio.');
-    link.href = URL.createObjectURL(new Blob(parts, { type: 'audio/mpeg' }));
+    setObjectUrl(link, 'href', new Blob(parts, { type: 'audio/mpeg' }));
     link.hidden = false;
     $('speak-stats').textContent = 'First audio after ' + fmtSeconds(rec.firstChunkMs / 1000) + ', all of it after ' +
       fmtSeconds(rec.doneMs / 1000) + ' (' + fmtBytes(rec.bytes) + ' in ' + rec.chunks + ' chunks).';
@@ -264,7 +275,7 @@
 
   $('speak-form').addEventListener('submit', (e) => {
     e.preventDefault();
-    busy($('speak-go'), 'speak-msg', speak);
+    busy($('speak-go'), 'speak-msg', 'speak-stats', speak);
   });
 
   /* ---- transcribe: upload or microphone, SSE stream of text --------------- */
@@ -322,7 +333,7 @@
         btn.textContent = 'Record from microphone';
         btn.setAttribute('aria-pressed', 'false');
         $('stt-rec-state').textContent = 'Recorded ' + ((performance.now() - started) / 1000).toFixed(1) + ' s; press Transcribe.';
-        $('stt-audio').src = URL.createObjectURL(recorded);
+        setObjectUrl($('stt-audio'), 'src', recorded);
         $('stt-audio').hidden = false;
       },
     };
@@ -339,7 +350,7 @@
     recorded = null;
     const f = $('stt-file').files[0];
     $('stt-audio').hidden = !f;
-    if (f) $('stt-audio').src = URL.createObjectURL(f);
+    if (f) setObjectUrl($('stt-audio'), 'src', f);
   });
 
   /* Reads a text/event-stream body, calling onEvent with each JSON payload. */
@@ -440,14 +451,14 @@
 
   $('stt-form').addEventListener('submit', (e) => {
     e.preventDefault();
-    busy($('stt-go'), 'stt-msg', transcribe);
+    busy($('stt-go'), 'stt-msg', 'stt-stats', transcribe);
   });
 
   /* ---- enhance: upload, then before/after players --------------------------- */
 
   $('sts-file').addEventListener('change', () => {
     const f = $('sts-file').files[0];
-    if (f) $('sts-before').src = URL.createObjectURL(f);
+    if (f) setObjectUrl($('sts-before'), 'src', f);
   });
 
   async function enhance() {
@@ -461,17 +472,19 @@
     fd.append('response_format', 'wav');
     const t0 = performance.now();
     $('sts-stats').textContent = 'Enhancing…';
+    const prev = $('sts-after').getAttribute('src');
+    if (prev) URL.revokeObjectURL(prev);
     $('sts-after').removeAttribute('src');
     const res = await api('/v1/audio/enhancements', { method: 'POST', body: fd });
     const blob = await res.blob();
     ui.enhance = { bytes: blob.size, ms: performance.now() - t0 };
-    $('sts-after').src = URL.createObjectURL(blob);
+    setObjectUrl($('sts-after'), 'src', blob);
     $('sts-stats').textContent = 'Enhanced in ' + fmtSeconds(ui.enhance.ms / 1000) + ' (' + fmtBytes(blob.size) + ' of WAV).';
   }
 
   $('sts-form').addEventListener('submit', (e) => {
     e.preventDefault();
-    busy($('sts-go'), 'sts-msg', enhance);
+    busy($('sts-go'), 'sts-msg', 'sts-stats', enhance);
   });
 
   /* ---- engine: /metrics every two seconds ----------------------------------- */

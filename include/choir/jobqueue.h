@@ -118,6 +118,21 @@ typedef void (*choir_jobqueue_dead_fn)(void *user, const char *entry_id, const c
                                        const char *error, int attempts);
 int choir_jobqueue_list_dead(choir_jobqueue *q, int max, choir_jobqueue_dead_fn fn, void *user, choir_err *err);
 
+/* Keeps a job that is still running from being claimed by others: resets
+ * its idle time in the pending list (XCLAIM ... JUSTID, which does not count
+ * a delivery). Call it more often than claim_idle_s while a job runs.
+ * Returns 1 while the job is still pending for this group, 0 when it is not
+ * (already acknowledged: finished elsewhere or dead-lettered), or CHOIR_EIO. */
+int choir_jobqueue_touch(choir_jobqueue *q, const choir_jobqueue_job *job, choir_err *err);
+
+/* Called every `interval_s` seconds while choir_jobqueue_execute waits for
+ * the engine (from the calling thread). */
+typedef struct choir_jobqueue_heartbeat {
+    void (*fn)(void *user);
+    void *user;
+    double interval_s;
+} choir_jobqueue_heartbeat;
+
 /* Runs one job on `engine` (which has the model registered) and writes its
  * result durably to spec->output (temporary file, fsync, rename, fsync of the
  * directory), creating no directories. vad/stt write JSON
@@ -125,8 +140,9 @@ int choir_jobqueue_list_dead(choir_jobqueue *q, int max, choir_jobqueue_dead_fn 
  * tts/sts write audio in the format named by the output's extension (wav, flac,
  * mp3, opus, ...). Returns 0, or the job's error code with err: the input
  * cannot be read or decoded, the engine refused or failed it, or the output
- * cannot be written. */
-int choir_jobqueue_execute(choir_engine *engine, const choir_jobspec *spec, choir_err *err);
+ * cannot be written. `heartbeat` may be NULL. */
+int choir_jobqueue_execute(choir_engine *engine, const choir_jobspec *spec, const choir_jobqueue_heartbeat *heartbeat,
+                           choir_err *err);
 
 /* Writes `len` bytes to `path` durably and atomically: a temporary file in
  * the same directory, fsync, rename over `path`, fsync of the directory.

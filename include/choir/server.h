@@ -58,6 +58,12 @@ int choir_server_add_models_dir(choir_server *s, const char *dir, choir_err *err
 /* Starts listening. Returns 0, or CHOIR_EIO when the address cannot be bound. */
 int choir_server_start(choir_server *s, choir_err *err);
 
+/* Loads every registered model now, in a background thread, by running one
+ * tiny warm-up request through each; /health answers 503 "loading" until it
+ * has finished (then the server is ready, whether or not each load worked).
+ * Call after start. Returns 0 or CHOIR_EIO when the thread cannot start. */
+int choir_server_preload(choir_server *s, choir_err *err);
+
 /* The bound TCP port (after start), or 0. */
 int choir_server_port(const choir_server *s);
 

@@ -33,6 +33,7 @@ static void serve_usage(FILE *f)
             "  --max-batch N          largest batch (default: the profile's)\n"
             "  --workers N            batches run at once (default 1)\n"
             "  --queue N              pending requests per model before 429 (default 256)\n"
+            "  --preload              load every model at start (/health is 503 until done)\n"
             "  --request-timeout S    engine deadline per request (default 300)\n"
             "  --shutdown-deadline S  seconds in-flight work gets on SIGTERM (default 10)\n");
 }
@@ -54,7 +55,7 @@ int choir_cmd_serve(int argc, char **argv)
     choir_server_params sp = choir_server_default_params();
     const char *profile_name = "default", *port_file = NULL;
     long long budget = 0;
-    int max_batch = 0, workers = 0, queue = 0, upload_mb = 25;
+    int max_batch = 0, workers = 0, queue = 0, upload_mb = 25, preload = 0;
     double deadline = 10;
     sp.api_key = getenv("CHOIR_API_KEY");
     for (int i = 1; i < argc; i++) {
@@ -62,6 +63,10 @@ int choir_cmd_serve(int argc, char **argv)
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             serve_usage(stdout);
             return 0;
+        }
+        if (strcmp(a, "--preload") == 0) {
+            preload = 1;
+            continue;
         }
         if (i + 1 >= argc) {
             fprintf(stderr, "choir serve: unknown option or missing value: %s\n", a);
@@ -168,7 +173,12 @@ int choir_cmd_serve(int argc, char **argv)
             goto fail;
         }
     }
-    choir_server_set_ready(server, 1);
+    if (preload) {
+        if (choir_server_preload(server, &err) < 0)
+            goto fail;
+    } else {
+        choir_server_set_ready(server, 1);
+    }
     fprintf(stderr, "choir serve: listening on http://%s:%d (%d model%s, profile %s)\n", sp.host, port, n_models,
             n_models == 1 ? "" : "s", choir_profile_name(profile));
     int sig = 0;

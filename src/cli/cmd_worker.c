@@ -1,12 +1,16 @@
 /* `choir worker`: runs jobs from a Redis Stream on a local engine until told
  * to stop (SIGTERM / SIGINT: the job in hand is finished first). */
 #define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "choir/alloc.h"
 #include "choir/engine.h"
 #include "choir/jobqueue.h"
 #include "choir/log.h"
@@ -14,11 +18,12 @@
 
 #define MAX_MODELS 16
 
-static volatile sig_atomic_t stop_requested;
+/* Set from the signal handler, read by every slot's thread. */
+static atomic_int stop_requested;
 
 static void on_signal(int sig) {
     (void)sig;
-    stop_requested = 1;
+    atomic_store(&stop_requested, 1);
 }
 
 static double now_s(void) {
@@ -31,13 +36,15 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: choir worker --redis URL --stream NAME --model [ID=]DIR [--model ...]\n"
             "                    [--group G] [--consumer NAME] [--claim-after S] [--max-attempts N]\n"
-            "                    [--exit-when-idle S] [engine options]\n"
+            "                    [--concurrency N] [--exit-when-idle S] [engine options]\n"
             "\n"
             "Consumes jobs (task, input, output, model, options) from the Redis Stream NAME\n"
             "through consumer group G and runs them on the models given. A result is written\n"
             "durably (temporary file, fsync, rename) before the job is acknowledged. Jobs a\n"
             "dead worker left pending longer than --claim-after are taken over; a job\n"
-            "delivered --max-attempts times goes to NAME:dead with its error.\n"
+            "delivered --max-attempts times goes to NAME:dead with its error. While a job\n"
+            "runs, the worker refreshes it every third of --claim-after so that a slow job\n"
+            "is not taken over.\n"
             "\n"
             "  --redis URL          redis://[:password@]host[:port][/db] (redis://127.0.0.1:6379)\n"
             "  --stream NAME        the jobs stream (required)\n"
@@ -46,6 +53,8 @@ static void usage(FILE *f) {
             "  --model [ID=]DIR     a model directory; ID defaults to the directory's name\n"
             "  --claim-after S      take over jobs pending this long (60)\n"
             "  --max-attempts N     deliveries before dead-lettering (3)\n"
+            "  --concurrency N      jobs run at once, each slot its own consumer NAME.k sharing\n"
+            "                       one engine, which batches them (1)\n"
             "  --exit-when-idle S   exit after S seconds with no job (default: run until stopped)\n"
             "  --crash-after N      fault injection for tests: die by SIGKILL after taking the\n"
             "                       N-th job, before its result is written\n"
@@ -53,19 +62,47 @@ static void usage(FILE *f) {
             choir_engine_options_help());
 }
 
+/* A number in [lo, hi] or -1 (and a message). */
+static int parse_number(const char *flag, const char *text, double lo, double hi, double *out) {
+    char *end = NULL;
+    double v = strtod(text, &end);
+    if (end == text || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "choir worker: %s needs a number in [%g, %g], got '%s'\n", flag, lo, hi, text);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 typedef struct worker_counts {
     long done, duplicate, failed, dead, reclaimed;
 } worker_counts;
 
-static void run_job(choir_engine *engine, choir_jobqueue *q, const choir_jobqueue_job *job, worker_counts *c) {
+typedef struct heartbeat_ctx {
+    choir_jobqueue *q;
+    const choir_jobqueue_job *job;
+} heartbeat_ctx;
+
+/* While a long job runs, keep it ours so no other worker starts it again. */
+static void keep_job(void *user) {
+    heartbeat_ctx *h = user;
     choir_err err = {0};
+    if (choir_jobqueue_touch(h->q, h->job, &err) < 0)
+        CHOIR_LOGW("worker: cannot refresh job %s: %s", h->job->id, err.msg);
+}
+
+static void run_job(choir_engine *engine, choir_jobqueue *q, const choir_jobqueue_job *job, double claim_idle_s,
+                    worker_counts *c) {
+    choir_err err = {0};
+    heartbeat_ctx hc = {q, job};
+    choir_jobqueue_heartbeat hb = {keep_job, &hc, claim_idle_s / 3};
     double t0 = now_s();
     if (job->reclaimed) {
         c->reclaimed++;
         CHOIR_LOGI("worker: reclaimed job %s (attempt %d)%s%s", job->id, job->attempt,
                    job->last_error[0] ? ", last error: " : "", job->last_error);
     }
-    int rc = choir_jobqueue_execute(engine, &job->spec, &err);
+    int rc = choir_jobqueue_execute(engine, &job->spec, &hb, &err);
     if (rc == 0) {
         int acked = choir_jobqueue_complete(q, job, &err);
         if (acked < 0) {
@@ -91,12 +128,65 @@ static void run_job(choir_engine *engine, choir_jobqueue *q, const choir_jobqueu
     if (dead == 1) c->dead++;
 }
 
+
+/* One consumer: its own Redis connection and job loop, on its own thread
+ * when --concurrency is above 1; all slots share the engine. */
+typedef struct worker_slot {
+    choir_engine *engine;
+    choir_jobqueue_params qp;
+    char consumer[192];
+    double idle_exit_s;
+    long crash_after;
+    atomic_long *taken;
+    worker_counts counts;
+    int status;
+    choir_err err;
+    pthread_t thread;
+} worker_slot;
+
+static void *slot_main(void *arg) {
+    worker_slot *w = arg;
+    w->qp.consumer = w->consumer;
+    choir_jobqueue *q = choir_jobqueue_connect(&w->qp, &w->err);
+    if (!q) {
+        w->status = 1;
+        return NULL;
+    }
+    double claim_s = w->qp.claim_idle_s > 0 ? w->qp.claim_idle_s : 60;
+    double idle_since = now_s(), retry_s = 0.1;
+    while (!atomic_load(&stop_requested)) {
+        choir_jobqueue_job job;
+        choir_err err = {0};
+        int got = choir_jobqueue_take(q, 1.0, &job, &err);
+        if (got < 0) {
+            /* Redis went away: keep trying, with a growing pause, so a
+             * restarted Redis finds its workers back. */
+            CHOIR_LOGW("worker %s: %s (retrying in %.1f s)", w->consumer, err.msg, retry_s);
+            struct timespec ts = {(time_t)retry_s, (long)((retry_s - (double)(time_t)retry_s) * 1e9)};
+            nanosleep(&ts, NULL);
+            retry_s = retry_s * 2 < 5 ? retry_s * 2 : 5;
+            continue;
+        }
+        retry_s = 0.1;
+        if (got == 0) {
+            if (w->idle_exit_s > 0 && now_s() - idle_since >= w->idle_exit_s) break;
+            continue;
+        }
+        if (w->crash_after > 0 && atomic_fetch_add(w->taken, 1) + 1 == w->crash_after) {
+            CHOIR_LOGW("worker: --crash-after %ld: dying with job %s in hand", w->crash_after, job.id);
+            raise(SIGKILL);
+        }
+        run_job(w->engine, q, &job, claim_s, &w->counts);
+        idle_since = now_s();
+    }
+    choir_jobqueue_free(q);
+    return NULL;
+}
+
 int choir_cmd_worker(int argc, char **argv) {
     choir_jobqueue_params qp = choir_jobqueue_default_params();
     choir_engine_params ep = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
-    /* One job is in flight at a time, so waiting to fill a batch only adds
-     * latency (--wait-ms overrides). */
-    ep.wait_short_ms = ep.wait_long_ms = 1;
+    int wait_given = 0, concurrency = 1;
     const char *model_args[MAX_MODELS];
     int n_models = 0;
     double idle_exit_s = 0;
@@ -119,10 +209,24 @@ int choir_cmd_worker(int argc, char **argv) {
         else if (strcmp(a, "--stream") == 0) qp.stream = val;
         else if (strcmp(a, "--group") == 0) qp.group = val;
         else if (strcmp(a, "--consumer") == 0) qp.consumer = val;
-        else if (strcmp(a, "--claim-after") == 0) qp.claim_idle_s = atof(val);
-        else if (strcmp(a, "--max-attempts") == 0) qp.max_attempts = atoi(val);
-        else if (strcmp(a, "--exit-when-idle") == 0) idle_exit_s = atof(val);
-        else if (strcmp(a, "--crash-after") == 0) crash_after = atol(val);
+        else if (strcmp(a, "--claim-after") == 0 || strcmp(a, "--max-attempts") == 0 ||
+                 strcmp(a, "--exit-when-idle") == 0 || strcmp(a, "--crash-after") == 0 ||
+                 strcmp(a, "--concurrency") == 0) {
+            double v;
+            int whole = strcmp(a, "--claim-after") != 0 && strcmp(a, "--exit-when-idle") != 0;
+            double lo = strcmp(a, "--max-attempts") == 0 || strcmp(a, "--concurrency") == 0 ? 1 : 0;
+            double hi = strcmp(a, "--concurrency") == 0 ? 256 : 1e9;
+            if (parse_number(a, val, lo, hi, &v)) return 2;
+            if (whole && v != (double)(long)v) {
+                fprintf(stderr, "choir worker: %s needs a whole number, got '%s'\n", a, val);
+                return 2;
+            }
+            if (strcmp(a, "--claim-after") == 0) qp.claim_idle_s = v;
+            else if (strcmp(a, "--max-attempts") == 0) qp.max_attempts = (int)v;
+            else if (strcmp(a, "--exit-when-idle") == 0) idle_exit_s = v;
+            else if (strcmp(a, "--crash-after") == 0) crash_after = (long)v;
+            else concurrency = (int)v;
+        }
         else if (strcmp(a, "--model") == 0) {
             if (n_models == MAX_MODELS) {
                 fprintf(stderr, "choir worker: at most %d models\n", MAX_MODELS);
@@ -130,6 +234,7 @@ int choir_cmd_worker(int argc, char **argv) {
             }
             model_args[n_models++] = val;
         } else {
+            wait_given |= strncmp(a, "--wait", 6) == 0 || strcmp(a, "--profile") == 0;
             int applied = choir_engine_apply_option(&ep, a + 2, val, &err);
             if (applied < 0) {
                 fprintf(stderr, "choir worker: %s\n", err.msg);
@@ -142,6 +247,9 @@ int choir_cmd_worker(int argc, char **argv) {
             }
         }
     }
+    /* With one job in flight there is nothing to batch with, so waiting to
+     * fill a batch would only add latency. */
+    if (concurrency == 1 && !wait_given) ep.wait_short_ms = ep.wait_long_ms = 1;
     if (!qp.stream || n_models == 0) {
         fprintf(stderr, "choir worker: --stream and at least one --model are required\n");
         usage(stderr);
@@ -150,8 +258,9 @@ int choir_cmd_worker(int argc, char **argv) {
 
     int status = 1;
     choir_engine *engine = NULL;
-    choir_jobqueue *q = NULL;
-    worker_counts counts = {0};
+    worker_slot *slots = NULL;
+    atomic_long taken = 0;
+    int started = 0;
     engine = choir_engine_create(&ep, &err);
     if (!engine) goto fail;
     for (int m = 0; m < n_models; m++) {
@@ -170,50 +279,73 @@ int choir_cmd_worker(int argc, char **argv) {
         }
         if (choir_engine_add_model(engine, id, dir, NULL, &err)) goto fail;
     }
-    q = choir_jobqueue_connect(&qp, &err);
-    if (!q) goto fail;
+    slots = choir_calloc(CHOIR_MEM_OTHER, (size_t)concurrency, sizeof *slots);
+    if (!slots) {
+        choir_err_set(&err, CHOIR_ENOMEM, "out of memory");
+        goto fail;
+    }
+    char base[128];
+    if (qp.consumer) {
+        snprintf(base, sizeof base, "%s", qp.consumer);
+    } else {
+        char host[64] = "host";
+        gethostname(host, sizeof host - 1);
+        snprintf(base, sizeof base, "%s-%ld", host, (long)getpid());
+    }
+    for (int k = 0; k < concurrency; k++) {
+        worker_slot *w = &slots[k];
+        w->engine = engine;
+        w->qp = qp;
+        w->idle_exit_s = idle_exit_s;
+        w->crash_after = crash_after;
+        w->taken = &taken;
+        if (concurrency == 1) snprintf(w->consumer, sizeof w->consumer, "%s", base);
+        else snprintf(w->consumer, sizeof w->consumer, "%s.%d", base, k);
+    }
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
-    CHOIR_LOGI("worker: consuming %s (group %s)", qp.stream, qp.group ? qp.group : "choir");
-
-    long taken = 0;
-    double idle_since = now_s(), retry_s = 0.1;
-    while (!stop_requested) {
-        choir_jobqueue_job job;
-        int got = choir_jobqueue_take(q, 1.0, &job, &err);
-        if (got < 0) {
-            /* Redis went away: keep trying, with a growing pause, so a
-             * restarted Redis finds its workers back. */
-            CHOIR_LOGW("worker: %s (retrying in %.1f s)", err.msg, retry_s);
-            struct timespec ts = {(time_t)retry_s, (long)((retry_s - (double)(time_t)retry_s) * 1e9)};
-            nanosleep(&ts, NULL);
-            retry_s = retry_s * 2 < 5 ? retry_s * 2 : 5;
-            continue;
-        }
-        retry_s = 0.1;
-        if (got == 0) {
-            if (idle_exit_s > 0 && now_s() - idle_since >= idle_exit_s) break;
-            continue;
-        }
-        if (crash_after > 0 && ++taken == crash_after) {
-            CHOIR_LOGW("worker: --crash-after %ld: dying with job %s in hand", crash_after, job.id);
-            raise(SIGKILL);
-        }
-        run_job(engine, q, &job, &counts);
-        idle_since = now_s();
+    CHOIR_LOGI("worker: consuming %s (group %s, %d at once)", qp.stream, qp.group ? qp.group : "choir", concurrency);
+    if (concurrency == 1) {
+        slot_main(&slots[0]);
+        started = 1;
+    } else {
+        for (; started < concurrency; started++)
+            if (pthread_create(&slots[started].thread, NULL, slot_main, &slots[started]) != 0) {
+                choir_err_set(&err, CHOIR_ENOMEM, "cannot start thread %d", started);
+                atomic_store(&stop_requested, 1);
+                break;
+            }
+        for (int k = 0; k < started; k++) pthread_join(slots[k].thread, NULL);
+        if (started < concurrency) goto fail;
     }
     status = 0;
+    for (int k = 0; k < started; k++) {
+        if (slots[k].status) {
+            err = slots[k].err;
+            goto fail;
+        }
+    }
     goto done;
 fail:
+    status = 1;
     fprintf(stderr, "choir worker: %s\n", err.msg[0] ? err.msg : choir_strerror(err.code));
-done:
-    CHOIR_LOGI("worker: %ld done, %ld already done elsewhere, %ld failed attempts, %ld dead-lettered, %ld reclaimed",
-               counts.done, counts.duplicate, counts.failed, counts.dead, counts.reclaimed);
-    choir_jobqueue_free(q);
+done:;
+    worker_counts total = {0};
+    for (int k = 0; slots && k < started; k++) {
+        total.done += slots[k].counts.done;
+        total.duplicate += slots[k].counts.duplicate;
+        total.failed += slots[k].counts.failed;
+        total.dead += slots[k].counts.dead;
+        total.reclaimed += slots[k].counts.reclaimed;
+    }
+    if (started > 0)
+        CHOIR_LOGI("worker: %ld done, %ld already done elsewhere, %ld failed attempts, %ld dead-lettered, %ld reclaimed",
+                   total.done, total.duplicate, total.failed, total.dead, total.reclaimed);
+    choir_free(slots);
     choir_engine_free(engine);
     return status;
 }

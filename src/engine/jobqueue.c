@@ -125,12 +125,16 @@ static int reconnect(choir_jobqueue *q, choir_err *err) {
     const char *auth[] = {"AUTH", q->password};
     const char *sel[] = {"SELECT", db};
     redisReply *r = NULL;
-    if (q->password[0] && !(r = command_argv(q, 2, auth, err))) return err->code;
+    if (q->password[0] && !(r = command_argv(q, 2, auth, err))) goto fail;
     freeReplyObject(r);
     r = NULL;
-    if (q->db && !(r = command_argv(q, 2, sel, err))) return err->code;
+    if (q->db && !(r = command_argv(q, 2, sel, err))) goto fail;
     freeReplyObject(r);
     return 0;
+fail:
+    /* Never keep a connection that is not authenticated or on the wrong db. */
+    drop_connection(q);
+    return err->code;
 }
 
 static redisReply *command_argv(choir_jobqueue *q, int argc, const char **argv, choir_err *err) {
@@ -391,8 +395,14 @@ int choir_jobqueue_take(choir_jobqueue *q, double block_s, choir_jobqueue_job *j
     /* Reclaiming first means a dead worker's jobs are not starved by a stream
      * that keeps receiving new ones. */
     int got = claim_one(q, job, err);
-    if (got != 0) return got;
-    got = read_new(q, block_s, job, err);
+    if (got == 0) got = read_new(q, block_s, job, err);
+    if (got < 0 && strstr(err->msg, "NOGROUP")) {
+        /* Redis lost the stream or group (restarted without persistence, or
+         * the key was deleted): recreate them so this worker picks up new
+         * submissions; the caller retries. */
+        choir_err e2 = {0};
+        ensure_group(q, &e2);
+    }
     /* A skipped (dead-lettered) entry is not a job: report "nothing yet". */
     return got;
 }
@@ -413,6 +423,15 @@ int choir_jobqueue_fail(choir_jobqueue *q, const choir_jobqueue_job *job, const 
     if (!r) return err->code;
     freeReplyObject(r);
     return 0;
+}
+
+int choir_jobqueue_touch(choir_jobqueue *q, const choir_jobqueue_job *job, choir_err *err) {
+    const char *argv[] = {"XCLAIM", q->stream, q->group, q->consumer, "0", job->id, "JUSTID"};
+    redisReply *r = command_argv(q, 7, argv, err);
+    if (!r) return err->code;
+    int pending = r->type == REDIS_REPLY_ARRAY && r->elements == 1;
+    freeReplyObject(r);
+    return pending;
 }
 
 static int64_t get_counter(choir_jobqueue *q, const char *field, choir_err *err) {

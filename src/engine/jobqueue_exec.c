@@ -180,7 +180,8 @@ static int write_json_result(const choir_jobspec *spec, job_result *r, choir_err
     return rc;
 }
 
-int choir_jobqueue_execute(choir_engine *engine, const choir_jobspec *spec, choir_err *err) {
+int choir_jobqueue_execute(choir_engine *engine, const choir_jobspec *spec, const choir_jobqueue_heartbeat *heartbeat,
+                           choir_err *err) {
     cJSON *opt = NULL;
     choir_audio audio = {0};
     char *text = NULL;
@@ -260,7 +261,12 @@ int choir_jobqueue_execute(choir_engine *engine, const choir_jobspec *spec, choi
         rc = err->code;
         goto done;
     }
-    if ((rc = choir_ticket_wait(ticket, -1, err))) goto done;
+    double beat_s = heartbeat && heartbeat->fn && heartbeat->interval_s > 0 ? heartbeat->interval_s : -1;
+    /* A request can itself fail with CHOIR_ETIMEDOUT: only a ticket that is
+     * not done yet means "still running". */
+    while ((rc = choir_ticket_wait(ticket, beat_s, err)) == CHOIR_ETIMEDOUT && !choir_ticket_done(ticket))
+        heartbeat->fn(heartbeat->user);
+    if (rc) goto done;
     if (res.oom) {
         rc = choir_err_set(err, CHOIR_ENOMEM, "out of memory gathering the result");
         goto done;

@@ -5,6 +5,7 @@
  * a chunked response while the engine is still producing. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -141,6 +142,31 @@ static void flush_sse_audio(srv_job *j)
     j->sse_len = 0;
 }
 
+static void put_le32(char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (char)(v >> (8 * i));
+}
+
+/* A whole (not streamed) WAV response is complete in memory, so its RIFF and
+ * data sizes, which the streaming encoder leaves "unknown", are filled in. */
+static void fix_wav_sizes(srv_job *j)
+{
+    if (j->stream || (j->format != CHOIR_FORMAT_WAV16 && j->format != CHOIR_FORMAT_WAVF32) || j->out_len < 44 ||
+        memcmp(j->out, "RIFF", 4) != 0 || j->out_len > UINT32_MAX)
+        return;
+    for (size_t at = 12; at + 8 <= j->out_len && at < 256;) {
+        uint32_t size = (uint32_t)(unsigned char)j->out[at + 4] | (uint32_t)(unsigned char)j->out[at + 5] << 8 |
+                        (uint32_t)(unsigned char)j->out[at + 6] << 16 | (uint32_t)(unsigned char)j->out[at + 7] << 24;
+        if (memcmp(j->out + at, "data", 4) == 0) {
+            put_le32(j->out + 4, (uint32_t)(j->out_len - 8));
+            put_le32(j->out + at + 4, (uint32_t)(j->out_len - at - 8));
+            return;
+        }
+        at += 8 + (size_t)size + (size & 1);
+    }
+}
+
 static void on_audio(srv_job *j, const choir_output *out)
 {
     choir_err err = {0};
@@ -169,6 +195,8 @@ static void on_audio(srv_job *j, const choir_output *out)
         if (!j->encoder || choir_encoder_finish(j->encoder, &err) < 0)
             job_fail(j, err.code, err.msg);
         flush_sse_audio(j);
+        if (!j->status)
+            fix_wav_sizes(j);
     }
     if (!j->sse)
         return;

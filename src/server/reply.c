@@ -102,6 +102,14 @@ unsigned srv_engine_status(int code, choir_reject_reason reason)
     case CHOIR_REJECT_DEADLINE:
     case CHOIR_REJECT_SHUTDOWN: return 503;
     case CHOIR_REJECT_TOO_LARGE: return 413;
+    case CHOIR_REJECT_FAILED:
+        /* the model refused this request's input (an unknown voice, an
+         * unsupported language): the caller's to fix, unlike a crash */
+        if (code == CHOIR_EINVAL || code == CHOIR_ENOTFOUND || code == CHOIR_EUNSUPPORTED || code == CHOIR_EFORMAT)
+            return 400;
+        if (code == CHOIR_ETOOBIG)
+            return 413;
+        return 500;
     default: break;
     }
     switch (code) {

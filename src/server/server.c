@@ -431,6 +431,60 @@ int choir_server_start(choir_server *s, choir_err *err)
     return 0;
 }
 
+/* A warm-up request per model: the smallest input of its first task, so that
+ * the weights are loaded (and the first real request is not the one that
+ * pays for it). */
+static void *preload_main(void *arg)
+{
+    choir_server *s = arg;
+    static const float silence[1600];
+    for (int i = 0;; i++) {
+        srv_model m;
+        pthread_mutex_lock(&s->lock);
+        int have = i < s->n_models;
+        if (have)
+            m = s->models[i];
+        pthread_mutex_unlock(&s->lock);
+        if (!have || atomic_load(&s->stopping))
+            break;
+        choir_job job = {.model_id = m.id, .priority = CHOIR_PRIORITY_HIGH, .timeout_s = s->p.request_timeout_s};
+        if (m.tasks & CHOIR_TASK_BIT(CHOIR_TASK_TTS)) {
+            job.req.task = CHOIR_TASK_TTS;
+            job.req.in.tts.text = "Hi.";
+        } else if (m.tasks & CHOIR_TASK_BIT(CHOIR_TASK_STT)) {
+            job.req.task = CHOIR_TASK_STT;
+            job.req.in.stt = (choir_stt_input){.samples = silence, .n_samples = 1600, .language = "en"};
+        } else if (m.tasks & CHOIR_TASK_BIT(CHOIR_TASK_VAD)) {
+            job.req.task = CHOIR_TASK_VAD;
+            job.req.in.vad = (choir_vad_input){.samples = silence, .n_samples = 1600};
+        } else {
+            job.req.task = CHOIR_TASK_STS;
+            job.req.in.sts = (choir_sts_input){.samples = silence, .n_samples = 1600, .sample_rate = 16000};
+        }
+        choir_err err = {0};
+        choir_ticket *t = choir_engine_submit(s->engine, &job, NULL, &err);
+        int rc = t ? choir_ticket_wait(t, -1, &err) : err.code;
+        choir_ticket_free(t);
+        if (rc < 0)
+            choir_log(CHOIR_LOG_WARN, "preloading %s failed: %s", m.id, err.msg);
+        else
+            choir_log(CHOIR_LOG_INFO, "preloaded %s", m.id);
+    }
+    atomic_store(&s->ready, 1);
+    return NULL;
+}
+
+int choir_server_preload(choir_server *s, choir_err *err)
+{
+    if (s->preloading)
+        return choir_err_set(err, CHOIR_EINVAL, "already preloading");
+    atomic_store(&s->ready, 0);
+    if (pthread_create(&s->preload_thread, NULL, preload_main, s) != 0)
+        return choir_err_set(err, CHOIR_EIO, "cannot start the preload thread");
+    s->preloading = 1;
+    return 0;
+}
+
 int choir_server_port(const choir_server *s)
 {
     return s ? s->port : 0;
@@ -466,11 +520,17 @@ int choir_server_shutdown(choir_server *s, double deadline_s)
         nanosleep(&ts, NULL);
     }
     int rc = atomic_load(&s->in_flight) > 0 ? CHOIR_ETIMEDOUT : 0;
+
     double left = deadline_s - (now_s() - start);
     /* The engine fails whatever is still running, which ends those responses;
      * then stopping the daemon joins every connection thread. */
     if (choir_engine_shutdown(s->engine, left > 0 ? left : 0) < 0)
         rc = CHOIR_ETIMEDOUT;
+    if (s->preloading) {
+        /* the engine's shutdown has ended a warm-up still running */
+        pthread_join(s->preload_thread, NULL);
+        s->preloading = 0;
+    }
     if (s->daemon) {
         MHD_stop_daemon(s->daemon);
         s->daemon = NULL;

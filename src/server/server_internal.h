@@ -45,6 +45,8 @@ struct choir_server {
     atomic_int in_flight; /* requests between body received and response freed */
     atomic_ullong responses[SRV_STATUS_CLASSES];
     atomic_ullong streams;
+    pthread_t preload_thread;
+    int preloading; /* preload_thread is to be joined */
 };
 
 /* Per connection: the request body as it arrives. */

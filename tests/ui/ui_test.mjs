@@ -106,6 +106,16 @@ try {
     check(sp2.playingMs !== null && sp2.playingMs < sp2.doneMs, 'playback started before synthesis ended');
     await shot('1-speak');
     requests++;
+
+    // An API error is shown on the page, in the server's words.
+    await page.fill('#speak-voice', 'no_such_voice');
+    await page.click('#speak-go');
+    await page.locator('#speak-msg').waitFor({ state: 'visible', timeout: 30_000 });
+    const bad = await page.locator('#speak-msg').textContent();
+    console.log('speech error shown: ' + bad);
+    check(/no_such_voice/.test(bad) && /^Error 4\d\d /.test(bad), 'bad voice error message, got: ' + bad);
+    await shot('1-speak-error');
+    await page.fill('#speak-voice', 'af_heart');
   } else {
     console.log('SKIP speak: no text-to-speech model served');
   }
