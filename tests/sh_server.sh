@@ -213,7 +213,7 @@ req 200 "$U/health"
 kill -0 "$MAIN_PID" || fail "server died during the sweep"
 
 # 429 and 503 from the engine: one slow model, queue of 1, one batch at a time
-fake_model "$TMP/slow/slow" ', "fixed_ms": 1500, "pieces": 1'
+fake_model "$TMP/slow/slow" ', "fixed_ms": 2500, "pieces": 1'
 start_server slow --models "$TMP/slow" --queue 1 --max-batch 1 --request-timeout 1
 S=http://127.0.0.1:$PORT
 CURLS=()

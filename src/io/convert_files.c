@@ -7,15 +7,11 @@
 #include <sys/stat.h>
 
 #include "io/convert_internal.h"
+#include "io/io_util.h"
 
 #define SIDE_FILE_MAX_BYTES (256ll << 20)
 
-int convert_make_dir(const char *path, choir_err *err) {
-    if (mkdir(path, 0755) == 0) return 0;
-    struct stat sb;
-    if (errno == EEXIST && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) return 0;
-    return choir_err_set(err, CHOIR_EIO, "%s: cannot create directory: %s", path, strerror(errno));
-}
+int convert_make_dir(const char *path, choir_err *err) { return choir_io_make_dirs(path, err); }
 
 static int ends_with(const char *s, const char *suffix) {
     size_t a = strlen(s), b = strlen(suffix);

@@ -113,3 +113,26 @@ int choir_io_write_atomic(const char *path, const void *a, size_t alen, const vo
     }
     return choir_io_tmp_commit(f, tmp, path, err);
 }
+
+int choir_io_make_dirs(const char *path, choir_err *err) {
+    char dir[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof dir) return choir_err_set(err, CHOIR_EINVAL, "bad directory path '%s'", path);
+    memcpy(dir, path, n + 1);
+    /* Create each prefix ending before a '/', then the whole path. */
+    for (size_t i = 1; i <= n; i++) {
+        if (i < n && dir[i] != '/') continue;
+        char saved = dir[i];
+        dir[i] = '\0';
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+            int e = errno;
+            dir[i] = saved;
+            return choir_err_set(err, CHOIR_EIO, "%s: cannot create directory: %s", path, strerror(e));
+        }
+        dir[i] = saved;
+    }
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return choir_err_set(err, CHOIR_EIO, "%s: exists and is not a directory", path);
+    return CHOIR_OK;
+}

@@ -24,4 +24,8 @@ int choir_io_tmp_commit(FILE *f, const char *tmp_path, const char *path, choir_e
 /* Closes `f` and removes tmp_path (error path). */
 void choir_io_tmp_abort(FILE *f, const char *tmp_path);
 
+/* Creates directory `path` and any missing parents (as `mkdir -p`). An
+ * existing directory is fine; an existing non-directory is an error. */
+int choir_io_make_dirs(const char *path, choir_err *err);
+
 #endif

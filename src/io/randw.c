@@ -169,10 +169,7 @@ int choir_randw_write_checkpoint(const char *manifest_path, const char *config_p
         rc = err ? err->code : CHOIR_ENOMEM;
         goto fail;
     }
-    if (mkdir(out_dir, 0777) != 0 && errno != EEXIST) {
-        rc = choir_err_set(err, CHOIR_EIO, "%s: cannot create directory: %s", out_dir, strerror(errno));
-        goto fail;
-    }
+    if ((rc = choir_io_make_dirs(out_dir, err)) < 0) goto fail;
     if (config_path) {
         size_t len;
         if ((rc = choir_io_read_file(config_path, MANIFEST_MAX_BYTES, &config, &len, err)) < 0) goto fail;
