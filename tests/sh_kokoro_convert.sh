@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest: labels=slow;nosan
 # Kokoro parity after `choir convert --dtype bf16` and `--q-bits 8`, with the
 # bounds stated in docs/kokoro.md: every stage within 0.35 relative L2 of the
 # float32 reference, at most 2 durations off by one frame (the reference's

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest: labels=slow;nosan
 # Kokoro-82M parity on both fixture cases: builds the randw-v1 weights with
 # `choir dev weights` into a temporary model directory, then runs
 # `choir dev parity kokoro` on each case; every case must end in `parity: PASS`.

@@ -7,6 +7,12 @@
 set -uo pipefail
 BIN=${CHOIR_BIN:?}
 SH=${CHOIR_SHARED_DIR:?}
+# Full-size models under ASan would take many minutes; the server code they
+# drive is covered there by the fake-model tests (sh_server*.sh).
+if ldd "$BIN" 2>/dev/null | grep -q 'libasan\|libubsan'; then
+    echo "SKIP: sanitizer build (this test is labelled nosan)"
+    exit 0
+fi
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/choir-srvmodels-XXXXXX")
 SERVER=
 cleanup() {

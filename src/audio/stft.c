@@ -69,9 +69,14 @@ choir_stft_plan *choir_stft_plan_create(int n_fft, int hop, int win_length, choi
     if (!p->window || !in || !spec) goto nomem;
     fill_window(p->window + (n_fft - win_length) / 2, win_length, window, custom);
 
+    /* Plans are executed later on caller buffers (new-array execute) whose frames
+     * need not share the planning buffers' alignment: with an odd bin count,
+     * every other frame of a [frames][bins] complex array is only 8-byte
+     * aligned. FFTW_UNALIGNED keeps the plan from assuming SIMD alignment. */
     pthread_mutex_lock(&planner_lock);
-    p->forward = fftwf_plan_dft_r2c_1d(n_fft, in, (fftwf_complex *)spec, FFTW_ESTIMATE);
-    p->inverse = fftwf_plan_dft_c2r_1d(n_fft, (fftwf_complex *)spec, in, FFTW_ESTIMATE | FFTW_DESTROY_INPUT);
+    p->forward = fftwf_plan_dft_r2c_1d(n_fft, in, (fftwf_complex *)spec, FFTW_ESTIMATE | FFTW_UNALIGNED);
+    p->inverse = fftwf_plan_dft_c2r_1d(n_fft, (fftwf_complex *)spec, in,
+                                       FFTW_ESTIMATE | FFTW_UNALIGNED | FFTW_DESTROY_INPUT);
     pthread_mutex_unlock(&planner_lock);
     choir_free(in);
     choir_free(spec);

@@ -98,6 +98,8 @@ static void attn_block_range(void *ctx, int64_t begin, int64_t end, int worker) 
     }
 }
 
+#define ATTN_GEMM_MIN_ROWS 8
+
 void choir_attention(const float *q, int64_t ldq, const float *k, int64_t ldk, const float *v,
                      int64_t ldv, float *out, int64_t ldo, int64_t Tq, int64_t Tk, int n_head,
                      int64_t Dh, float scale, const float *mask, bool causal) {
@@ -121,7 +123,9 @@ void choir_attention(const float *q, int64_t ldq, const float *k, int64_t ldk, c
                   NULL,
                   0};
     choir_pool *pool = choir_pool_default();
-    if (Tk > 0) {
+    /* A few query rows (a decoder step) gain nothing from sgemm, whose packing of
+     * all Tk keys then dominates; they take the dot-product row path. */
+    if (Tk > 0 && Tq >= ATTN_GEMM_MIN_ROWS) {
         choir_blas_init();
         int threads = choir_pool_threads(pool);
         int64_t rows = Tq < ATTN_QUERY_BLOCK ? Tq : ATTN_QUERY_BLOCK;

@@ -209,6 +209,8 @@ void choir_linear(const float *x, int64_t M, const choir_weight *W, const float 
             return;
         }
     }
-    int64_t grain = 32768 / (K * M + 1) + 1;
+    /* Each task gets at least ~128k multiply-adds: below that, waking a worker
+     * costs more than the work it takes over. */
+    int64_t grain = 131072 / (K * M + 1) + 1;
     choir_pool_parallel_for(pool, N, grain, linear_dot_range, &j);
 }
