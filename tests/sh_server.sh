@@ -88,6 +88,8 @@ grep -q 'not-a-model' "$TMP/body" && fail "a directory without config.json was l
 req 200 "${K[@]}" "$U/metrics"
 grep -q '^choir_requests_submitted_total ' "$TMP/body" || fail "metrics lacks the engine's series"
 grep -q '^# TYPE choir_http_responses_total counter' "$TMP/body" || fail "metrics lacks the server's series"
+"$BIN" stats --url "$U" --api-key sekret | grep -Eq 'submitted +[0-9]+$' || fail "choir stats --api-key"
+"$BIN" stats --url "$U" >/dev/null 2>&1 && fail "choir stats without the key succeeded"
 
 # routes and methods
 req 404 "${K[@]}" "$U/v1/nothing"
@@ -262,7 +264,8 @@ grep -q 'preloaded lazy' "$TMP/lazy.log" || fail "no preload log line"
 # graceful SIGTERM: an in-flight stream finishes, new connections are refused,
 # the process exits by itself
 fake_model "$TMP/grace/grace" ', "fixed_ms": 1200, "pieces": 4'
-start_server grace --models "$TMP/grace" --shutdown-deadline 5
+start_server grace --models "$TMP/grace" --shutdown-deadline 5 --json
+grep -q "^{\"url\":\"http://127.0.0.1:$PORT\",\"port\":$PORT,\"models\":1," "$TMP/grace.log" || fail "serve --json line"
 G=http://127.0.0.1:$PORT
 GPID=$LAST_PID
 curl -sN --max-time 20 -o "$TMP/grace.body" -w '%{http_code}' "${J[@]}" \
@@ -281,13 +284,28 @@ wait "$GPID"
 grep -q 'stopped cleanly' "$TMP/grace.log" || fail "no clean stop"
 curl -s --max-time 2 "$G/health" >/dev/null && fail "still accepting after SIGTERM"
 
+# readiness under memory pressure: a model whose weights fill most of the
+# budget puts the engine past its high-water mark, so /health says 503
+fake_model "$TMP/heavy/big" ', "fixed_ms": 5'
+head -c 60000000 /dev/zero >"$TMP/heavy/big/model.safetensors"
+start_server heavy --models "$TMP/heavy" --memory-budget 64M --preload
+H=http://127.0.0.1:$PORT
+for _ in $(seq 50); do
+    code=$(curl -s --max-time 5 -o /dev/null -w '%{http_code}' "$H/health")
+    [ "$code" = 503 ] && grep -q '"status":"loading"' <(curl -s "$H/health") || break
+    sleep 0.1
+done
+req 503 "$H/health"
+grep -q '"code":"degraded"' "$TMP/body" || fail "health under memory pressure: $(cat "$TMP/body")"
+curl -s "$H/metrics" | grep -qx 'choir_degraded 1' || fail "metrics do not show the degraded engine"
+
 # usage errors
 "$BIN" serve >/dev/null 2>&1; [ $? = 2 ] || fail "serve without --models: exit code"
 "$BIN" serve --models "$TMP/models" --port 70000 >/dev/null 2>&1; [ $? = 2 ] || fail "bad port: exit code"
 "$BIN" serve --models "$TMP/nowhere" --port 0 >/dev/null 2>&1; [ $? = 1 ] || fail "missing models dir: exit code"
 "$BIN" serve --help | grep -q -- '--api-key' || fail "serve --help"
 # the other servers also stop cleanly (under ASan this checks leaks)
-for name in main slow lazy; do
+for name in main slow lazy heavy; do
     pid=$(cat "$TMP/$name.pid")
     kill -TERM "$pid"
     wait "$pid" || fail "server $name exited with $? after SIGTERM"

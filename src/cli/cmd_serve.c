@@ -33,6 +33,7 @@ static void serve_usage(FILE *f)
             "  --max-batch N          largest batch (default: the profile's)\n"
             "  --workers N            batches run at once (default 1)\n"
             "  --queue N              pending requests per model before 429 (default 256)\n"
+            "  --json                 print {\"url\",\"port\",\"models\",\"profile\"} on stdout once listening\n"
             "  --preload              load every model at start (/health is 503 until done)\n"
             "  --request-timeout S    engine deadline per request (default 300)\n"
             "  --shutdown-deadline S  seconds in-flight work gets on SIGTERM (default 10)\n");
@@ -55,7 +56,7 @@ int choir_cmd_serve(int argc, char **argv)
     choir_server_params sp = choir_server_default_params();
     const char *profile_name = "default", *port_file = NULL;
     long long budget = 0;
-    int max_batch = 0, workers = 0, queue = 0, upload_mb = 25, preload = 0;
+    int max_batch = 0, workers = 0, queue = 0, upload_mb = 25, preload = 0, json = 0;
     double deadline = 10;
     sp.api_key = getenv("CHOIR_API_KEY");
     for (int i = 1; i < argc; i++) {
@@ -66,6 +67,10 @@ int choir_cmd_serve(int argc, char **argv)
         }
         if (strcmp(a, "--preload") == 0) {
             preload = 1;
+            continue;
+        }
+        if (strcmp(a, "--json") == 0) {
+            json = 1;
             continue;
         }
         if (i + 1 >= argc) {
@@ -166,6 +171,12 @@ int choir_cmd_serve(int argc, char **argv)
     if (choir_server_start(server, &err) < 0)
         goto fail;
     int port = choir_server_port(server);
+    /* before the port file: whoever waits for that file can read this line */
+    if (json) {
+        printf("{\"url\":\"http://%s:%d\",\"port\":%d,\"models\":%d,\"profile\":\"%s\"}\n", sp.host, port, port,
+               n_models, choir_profile_name(profile));
+        fflush(stdout);
+    }
     if (port_file) {
         FILE *f = fopen(port_file, "w");
         if (!f || fprintf(f, "%d\n", port) < 0 || fclose(f) != 0) {

@@ -50,9 +50,10 @@ static double sample(const char *text, const char *series, int *found)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: choir stats [--url URL] [--raw]\n"
+    fprintf(f, "usage: choir stats [--url URL] [--api-key KEY] [--raw]\n"
                "Reads URL/metrics of a running `choir serve` (default http://127.0.0.1:8000)\n"
-               "and prints queue, memory, latency and rejection figures (--raw: the whole page).\n");
+               "and prints queue, memory, latency and rejection figures (--raw: the whole page).\n"
+               "--api-key (default $CHOIR_API_KEY) is sent when the server requires one.\n");
 }
 
 static void line(const char *text, const char *label, const char *series, double scale, const char *unit)
@@ -66,10 +67,13 @@ static void line(const char *text, const char *label, const char *series, double
 int choir_cmd_stats(int argc, char **argv)
 {
     const char *url = "http://127.0.0.1:8000";
+    const char *key = getenv("CHOIR_API_KEY");
     int raw = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--url") == 0 && i + 1 < argc) {
             url = argv[++i];
+        } else if (strcmp(argv[i], "--api-key") == 0 && i + 1 < argc) {
+            key = argv[++i];
         } else if (strcmp(argv[i], "--raw") == 0) {
             raw = 1;
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -96,10 +100,18 @@ int choir_cmd_stats(int argc, char **argv)
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, curl_err);
+    struct curl_slist *headers = NULL;
+    if (key && *key) {
+        char auth[512];
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", key);
+        headers = curl_slist_append(NULL, auth);
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+    }
     CURLcode rc = curl_easy_perform(c);
     long status = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_cleanup(c);
+    curl_slist_free_all(headers);
     /* file:// URLs (a saved page) have no HTTP status */
     int ok_status = status == 200 || (status == 0 && strncmp(full, "file:", 5) == 0);
     if (rc != CURLE_OK || !ok_status || !b.text) {

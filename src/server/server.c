@@ -261,6 +261,13 @@ static enum MHD_Result handle_health(choir_server *s, struct MHD_Connection *c)
         return srv_reply(s, c, 503, "application/json", "{\"status\":\"stopping\"}", 21);
     if (!atomic_load(&s->ready))
         return srv_reply(s, c, 503, "application/json", "{\"status\":\"loading\"}", 20);
+    /* A degraded engine (memory past its high-water mark, or p99 past its target)
+     * refuses new low-priority work: tell load balancers to send work elsewhere. */
+    choir_engine_stats st;
+    choir_engine_get_stats(s->engine, &st);
+    if (st.degraded)
+        return srv_reply_error(s, c, 503, NULL, "degraded",
+                               "the engine is degraded (memory or latency pressure); retry later or elsewhere");
     return srv_reply(s, c, 200, "application/json", "{\"status\":\"ok\"}", 15);
 }
 
@@ -360,6 +367,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
             /* refused before the body is read: a client sending
              * "Expect: 100-continue" learns it without uploading */
             conn->too_big = 1;
+            conn->responded = 1;
             return srv_reply_error(s, c, 413, NULL, "request_too_large",
                                    "request body of %s bytes is over the %lld-byte limit", cl,
                                    (long long)s->p.max_upload_bytes);
@@ -390,6 +398,9 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         conn->body[conn->len] = 0;
         return MHD_YES;
     }
+    if (conn->responded)
+        return MHD_YES;
+    conn->responded = 1;
     return route(s, c, url, method, conn);
 }
 

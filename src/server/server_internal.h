@@ -55,6 +55,7 @@ typedef struct srv_conn {
     size_t len, cap;
     int too_big;       /* the body passed max_upload_bytes: the rest is dropped */
     int counted;       /* counted in in_flight */
+    int responded;     /* a response is queued: later calls only drain */
 } srv_conn;
 
 /* Looks a model up by id (not removed); copies it to *out. 0 or CHOIR_ENOTFOUND. */

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "io/convert_internal.h"
+#include "models/convert/convert_internal.h"
 #include "io/io_util.h"
 
 #define SIDE_FILE_MAX_BYTES (256ll << 20)

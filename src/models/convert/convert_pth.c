@@ -4,7 +4,7 @@
  * dropped), which is also the naming of MLX's Kokoro safetensors. */
 #include "choir/alloc.h"
 #include "choir/pth.h"
-#include "io/convert_internal.h"
+#include "models/convert/convert_internal.h"
 
 struct convert_pth {
     choir_pth *pth;

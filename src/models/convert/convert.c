@@ -15,7 +15,7 @@
 #include "choir/safetensors.h"
 #include "choir/silero.h"
 #include "choir/tensor.h"
-#include "io/convert_internal.h"
+#include "models/convert/convert_internal.h"
 
 void choir_convert_default_params(choir_convert_params *p) {
     memset(p, 0, sizeof(*p));
