@@ -210,12 +210,10 @@ typedef struct choir_model_ops {
     int no_arena;
 } choir_model_ops;
 
-/* The built-in adapters. Each is defined in its model's folder, in a file
- * named src/models/whisper/whisper_model.c, src/models/kokoro/kokoro_model.c,
- * src/models/silero/silero_model.c, src/models/sts/mossformer2_model.c: the
- * engine links an adapter into every program when that file exists (and
- * refers to the others weakly), so choir_model_builtin lists exactly the
- * adapters that are built. */
+/* The built-in adapters, each defined in its model's folder
+ * (src/models/whisper/whisper_model.c, src/models/kokoro/kokoro_model.c,
+ * src/models/silero/silero_model.c, src/models/sts/mossformer2_model.c) and
+ * listed by choir_model_builtin. */
 extern const choir_model_ops choir_model_whisper;
 extern const choir_model_ops choir_model_kokoro;
 extern const choir_model_ops choir_model_silero_vad;

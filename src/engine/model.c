@@ -8,41 +8,9 @@
 #include <cjson/cJSON.h>
 
 #include "choir/alloc.h"
+#include "choir/json.h"
 #include "choir/model.h"
 #include "choir/pool.h"
-
-/* Adapters live in src/models and may not be written yet. The library is a
- * static archive, and a linker pulls an archive member only for a strong
- * reference; so an adapter whose file exists (by the naming convention in
- * model.h) is referenced strongly, which links it into every program, and the
- * others weakly, which lets the engine link without them and list only those
- * present. */
-#if defined(__has_include)
-#if __has_include("models/whisper/whisper_model.c")
-#define LINK_WHISPER 1
-#endif
-#if __has_include("models/kokoro/kokoro_model.c")
-#define LINK_KOKORO 1
-#endif
-#if __has_include("models/silero/silero_model.c")
-#define LINK_SILERO 1
-#endif
-#if __has_include("models/sts/mossformer2_model.c")
-#define LINK_MOSSFORMER2 1
-#endif
-#endif
-#ifndef LINK_WHISPER
-extern const choir_model_ops choir_model_whisper __attribute__((weak));
-#endif
-#ifndef LINK_KOKORO
-extern const choir_model_ops choir_model_kokoro __attribute__((weak));
-#endif
-#ifndef LINK_SILERO
-extern const choir_model_ops choir_model_silero_vad __attribute__((weak));
-#endif
-#ifndef LINK_MOSSFORMER2
-extern const choir_model_ops choir_model_mossformer2 __attribute__((weak));
-#endif
 
 const char *choir_task_name(choir_task task)
 {
@@ -94,17 +62,11 @@ int choir_request_fail(choir_request *req, int code, const char *fmt, ...)
 
 int choir_model_builtin(const choir_model_ops **out, int cap)
 {
-    const choir_model_ops *all[4] = {&choir_model_whisper, &choir_model_kokoro, &choir_model_silero_vad,
-                                     &choir_model_mossformer2};
-    int n = 0;
-    for (int i = 0; i < 4; i++) {
-        /* a weak reference to an adapter that is not linked is NULL */
-        if (!all[i])
-            continue;
-        if (out && n < cap)
-            out[n] = all[i];
-        n++;
-    }
+    const choir_model_ops *all[] = {&choir_model_whisper, &choir_model_kokoro, &choir_model_silero_vad,
+                                    &choir_model_mossformer2};
+    int n = (int)(sizeof all / sizeof all[0]);
+    for (int i = 0; i < n && out && i < cap; i++)
+        out[i] = all[i];
     return n;
 }
 
@@ -112,25 +74,7 @@ static cJSON *read_config(const char *dir)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    cJSON *root = NULL;
-    char *text = NULL;
-    if (fseek(f, 0, SEEK_END) != 0)
-        goto done;
-    long len = ftell(f);
-    if (len < 0 || len > (64L << 20) || fseek(f, 0, SEEK_SET) != 0)
-        goto done;
-    text = choir_alloc(CHOIR_MEM_IO, (size_t)len + 1);
-    if (!text || fread(text, 1, (size_t)len, f) != (size_t)len)
-        goto done;
-    text[len] = 0;
-    root = cJSON_ParseWithLength(text, (size_t)len);
-done:
-    choir_free(text);
-    fclose(f);
-    return root;
+    return choir_json_load(path, NULL);
 }
 
 const choir_model_ops *choir_model_detect(const char *dir, const choir_model_ops *const *extra,
