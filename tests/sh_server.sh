@@ -141,6 +141,10 @@ req 200 "${K[@]}" -F file=@"$TMP/silence.wav" -F model=fake -F response_format=t
 grep -q '^16000 samples' "$TMP/body" || fail "translation text"
 req 200 "${K[@]}" -F file=@"$TMP/silence.wav" -F model=fake -F stream=true "$U/v1/audio/transcriptions"
 grep -q '^data: {"type":"transcript.text.done","text":' "$TMP/body" || fail "transcription SSE done"
+# the done event carries the whole transcript once (the final output repeats
+# what the streamed pieces said; it must not be appended to them)
+grep -qx 'data: {"type":"transcript.text.done","text":"partial 1/4partial 2/4partial 3/416000 samples, checksum [0-9a-f]*"}' \
+    "$TMP/body" || fail "transcription SSE done text: $(grep done "$TMP/body")"
 req 400 "${K[@]}" -F model=fake "$U/v1/audio/transcriptions"
 req 400 "${K[@]}" -F file=@"$TMP/silence.wav" "$U/v1/audio/transcriptions"
 req 400 "${K[@]}" -F file=@"$TMP/silence.wav" -F model=fake -F response_format=docx "$U/v1/audio/transcriptions"

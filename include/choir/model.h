@@ -98,8 +98,9 @@ typedef struct choir_output {
     const float *samples;
     int64_t n_samples;
     int sample_rate;
-    /* text (STT): `text` is the new text of this piece (for a final output of
-     * a non-streaming model, the whole transcript) */
+    /* text (STT): in a partial output, the new text of that piece; in the
+     * final output, the whole transcript, whether or not pieces were streamed
+     * before it (and `segments` then lists all segments) */
     const char *text;
     const char *language;
     /* segments (STT, VAD) produced by this piece */

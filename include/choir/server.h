@@ -36,6 +36,7 @@ typedef struct choir_server_params {
     int max_input_chars;      /* TTS input limit in characters (default 4096) */
     int max_connections;      /* concurrent connections (default 256) */
     double request_timeout_s; /* engine deadline per request (default 300) */
+    int ui;                   /* serve the web page at / and /ui/ (default 1) */
 } choir_server_params;
 
 /* Defaults for every field (host 127.0.0.1, port 8000). */

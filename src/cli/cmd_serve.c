@@ -30,6 +30,7 @@ static void serve_usage(FILE *f)
             "  --profile NAME         default, interactive-tts, audiobook, realtime-stt, offline-stt\n"
             "  --api-key KEY          require \"Authorization: Bearer KEY\" (also $CHOIR_API_KEY)\n"
             "  --max-upload MB        largest request body (default 25)\n"
+            "  --no-ui                do not serve the web page at /\n"
             "  --max-batch N          largest batch (default: the profile's)\n"
             "  --workers N            batches run at once (default 1)\n"
             "  --queue N              pending requests per model before 429 (default 256)\n"
@@ -71,6 +72,10 @@ int choir_cmd_serve(int argc, char **argv)
         }
         if (strcmp(a, "--json") == 0) {
             json = 1;
+            continue;
+        }
+        if (strcmp(a, "--no-ui") == 0) {
+            sp.ui = 0;
             continue;
         }
         if (i + 1 >= argc) {

@@ -133,7 +133,7 @@ static uint64_t samples_checksum(const float *x, int64_t n)
 static int emit_piece(choir_request *r, int k, int pieces, int final, float *scratch, int64_t scratch_n)
 {
     choir_output out = {.final = final};
-    char text[160];
+    char text[1024];
     if (r->task == CHOIR_TASK_TTS) {
         int64_t total = (int64_t)strlen(r->in.tts.text) * CHOIR_FAKE_TTS_SAMPLES_PER_CHAR;
         int64_t from = total * k / pieces, to = total * (k + 1) / pieces;
@@ -151,10 +151,17 @@ static int emit_piece(choir_request *r, int k, int pieces, int final, float *scr
     } else {
         const float *x = r->task == CHOIR_TASK_STT ? r->in.stt.samples : r->in.sts.samples;
         int64_t n = r->task == CHOIR_TASK_STT ? r->in.stt.n_samples : r->in.sts.n_samples;
-        if (final)
-            snprintf(text, sizeof text, "%lld samples, checksum %016llx", (long long)n,
-                     (unsigned long long)samples_checksum(x, n));
-        else
+        if (final) {
+            /* a final output carries the whole transcript: after streamed
+             * pieces, their text comes first */
+            size_t len = 0;
+            text[0] = '\0';
+            for (int p = 0; r->stream && p < k && len < sizeof text; p++)
+                len += (size_t)snprintf(text + len, sizeof text - len, "partial %d/%d", p + 1, pieces);
+            if (len < sizeof text)
+                snprintf(text + len, sizeof text - len, "%lld samples, checksum %016llx", (long long)n,
+                         (unsigned long long)samples_checksum(x, n));
+        } else
             snprintf(text, sizeof text, "partial %d/%d", k + 1, pieces);
         out.text = text;
     }

@@ -40,7 +40,6 @@ void srv_job_free(srv_job *j)
     choir_free(j->out);
     choir_free(j->sse_scratch);
     choir_free(j->text);
-    choir_free(j->final_text);
     choir_free(j->input_text);
     choir_free(j->voice);
     choir_free(j->lang);
@@ -216,17 +215,22 @@ static void on_audio(srv_job *j, const choir_output *out)
     sse_event(j, ev);
 }
 
-/* Deltas streamed so far: a streaming model's pieces; a non-streaming model
- * sends the whole transcript in its final output instead. */
-static int partials_sent(const srv_job *j)
-{
-    return j->text_len > 0 && (j->final_text == NULL || j->text_len > strlen(j->final_text));
-}
-
 static void on_text(srv_job *j, const choir_output *out)
 {
     const char *t = out->text ? out->text : "";
     int had_partials = j->text_len > 0;
+    /* The final output repeats the whole transcript and all segments (see
+     * choir/model.h): it replaces what the partial pieces accumulated. */
+    if (out->final) {
+        j->text_len = 0;
+        if (j->text)
+            j->text[0] = '\0';
+        if (out->n_segments > 0) {
+            for (int i = 0; i < j->n_segments; i++)
+                choir_free(j->segments[i].text);
+            j->n_segments = 0;
+        }
+    }
     if (grow_append(&j->text, &j->text_len, &j->text_cap, t, strlen(t)) < 0)
         job_fail(j, CHOIR_ENOMEM, "out of memory");
     if (out->language && !j->language[0])
@@ -265,12 +269,6 @@ static void on_text(srv_job *j, const choir_output *out)
         }
         return;
     }
-    size_t n = strlen(t);
-    j->final_text = choir_alloc(CHOIR_MEM_IO, n + 1);
-    if (j->final_text)
-        memcpy(j->final_text, t, n + 1);
-    else
-        job_fail(j, CHOIR_ENOMEM, "out of memory");
     if (out->status)
         job_fail(j, out->status, out->error);
     if (!j->sse)
@@ -291,7 +289,7 @@ static void on_text(srv_job *j, const choir_output *out)
         sse_event(j, d);
     }
     cJSON_AddStringToObject(ev, "type", "transcript.text.done");
-    cJSON_AddStringToObject(ev, "text", had_partials ? j->text : t);
+    cJSON_AddStringToObject(ev, "text", t);
     sse_event(j, ev);
 }
 
@@ -312,10 +310,7 @@ int srv_job_on_output(void *user, const choir_output *out)
 
 const char *srv_job_transcript(const srv_job *j)
 {
-    if (j->stream && partials_sent(j))
-        return j->text ? j->text : "";
-    if (j->final_text && *j->final_text)
-        return j->final_text;
+    /* After the final output, j->text holds the whole transcript it carried. */
     return j->text ? j->text : "";
 }
 

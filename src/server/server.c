@@ -34,6 +34,7 @@ choir_server_params choir_server_default_params(void)
         .max_input_chars = 4096,
         .max_connections = 256,
         .request_timeout_s = 300,
+        .ui = 1,
     };
     return p;
 }
@@ -311,7 +312,7 @@ static enum MHD_Result route(choir_server *s, struct MHD_Connection *c, const ch
     int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
     int post = strcmp(method, "POST") == 0;
     /* the web page is static and needs no key; the API calls it makes do */
-    if (get && (strcmp(url, "/") == 0 || strcmp(url, "/ui") == 0 || strncmp(url, "/ui/", 4) == 0)) {
+    if (get && s->p.ui && (strcmp(url, "/") == 0 || strcmp(url, "/ui") == 0 || strncmp(url, "/ui/", 4) == 0)) {
         const unsigned char *data;
         size_t len;
         const char *mime;

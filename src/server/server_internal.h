@@ -119,7 +119,6 @@ typedef struct srv_job {
     /* transcript */
     char *text;        /* the whole transcript so far */
     size_t text_len, text_cap;
-    char *final_text;  /* the final output's text (a non-streaming model's whole transcript) */
     srv_segment *segments;
     int n_segments, cap_segments;
     char language[16];
