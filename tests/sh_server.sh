@@ -185,8 +185,15 @@ req 400 "${K[@]}" "${J[@]}" -d "{\"path\":\"$TMP/models/not-a-model\"}" "$U/v1/m
 req 400 "${K[@]}" "${J[@]}" -d '{"id":"x"}' "$U/v1/models"
 req 400 "${K[@]}" "${J[@]}" -d "{\"id\":\"a/b\",\"path\":\"$TMP/extra/later\"}" "$U/v1/models"
 req 200 "${K[@]}" "${J[@]}" -d '{"model":"later","input":"hi","response_format":"pcm"}' "$U/v1/audio/speech"
+curl -s "${K[@]}" "$U/metrics" | grep -qx 'choir_model_loaded{model="later"} 1' || fail "later not loaded after use"
 req 200 "${K[@]}" -X DELETE "$U/v1/models/later"
 grep -q '"deleted":true' "$TMP/body" || fail "DELETE body"
+# DELETE unloads: the weights go once nothing of the model runs
+for _ in $(seq 50); do
+    curl -s "${K[@]}" "$U/metrics" | grep -qx 'choir_model_loaded{model="later"} 0' && break
+    sleep 0.1
+done
+curl -s "${K[@]}" "$U/metrics" | grep -qx 'choir_model_loaded{model="later"} 0' || fail "DELETE did not unload the weights"
 req 404 "${K[@]}" -X DELETE "$U/v1/models/later"
 req 404 "${K[@]}" "${J[@]}" -d '{"model":"later","input":"hi"}' "$U/v1/audio/speech"
 req 201 "${K[@]}" "${J[@]}" -d "{\"path\":\"$TMP/extra/later\"}" "$U/v1/models"

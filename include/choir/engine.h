@@ -119,6 +119,11 @@ void choir_engine_free(choir_engine *e);
 int choir_engine_add_model(choir_engine *e, const char *id, const char *dir, const choir_model_ops *ops,
                            choir_err *err);
 
+/* Frees model `id`'s weights as soon as none of its batches runs and none of
+ * its requests waits (at once when it is idle); the model stays registered and
+ * a later request loads it again. Returns 0, or CHOIR_ENOTFOUND. */
+int choir_engine_unload_model(choir_engine *e, const char *id, choir_err *err);
+
 /* What a caller submits. The request's input pointers are borrowed until the
  * ticket is finished. */
 typedef struct choir_job {

@@ -236,6 +236,25 @@ out:
     return rc;
 }
 
+int choir_engine_unload_model(choir_engine *e, const char *id, choir_err *err)
+{
+    if (!e || !id)
+        return choir_err_set(err, CHOIR_EINVAL, "unload_model: no id");
+    pthread_mutex_lock(&e->lock);
+    int found = -1;
+    for (int i = 0; i < e->n_models; i++)
+        if (strcmp(e->models[i].id, id) == 0)
+            found = i;
+    if (found >= 0) {
+        sched_request_unload(e->core, found);
+        pthread_cond_signal(&e->wake_sched);
+    }
+    pthread_mutex_unlock(&e->lock);
+    if (found < 0)
+        return choir_err_set(err, CHOIR_ENOTFOUND, "no model '%s'", id);
+    return CHOIR_OK;
+}
+
 /* ---- submission ------------------------------------------------------- */
 
 static double input_seconds(const choir_request *r)

@@ -38,6 +38,7 @@ typedef struct sched_model {
     int64_t weights_bytes;
     int max_batch;
     int loaded;
+    int unload_requested; /* free the weights as soon as nothing of it runs or waits */
     int running; /* batches in flight */
     double last_used;
     double factor;
@@ -382,6 +383,16 @@ int sched_decide(sched *s, double now, sched_action *out)
             }
         }
     }
+    for (int mi = 0; mi < s->n_models; mi++) {
+        sched_model *m = &s->models[mi];
+        if (m->unload_requested && !m->running && !m->n_queued) {
+            m->unload_requested = 0;
+            if (m->loaded) {
+                unload(s, mi, out);
+                return 1;
+            }
+        }
+    }
     if (s->degraded || s->c.unload_idle_s > 0) {
         int mi = lru_idle(s, now, s->degraded ? s->c.degrade_hold_s : s->c.unload_idle_s, -1, 0);
         if (mi >= 0) {
@@ -631,4 +642,10 @@ int sched_model_loaded_flag(const sched *s, int model)
 int64_t sched_model_weights(const sched *s, int model)
 {
     return (model >= 0 && model < s->n_models) ? s->models[model].weights_bytes : 0;
+}
+
+void sched_request_unload(sched *s, int model)
+{
+    if (model >= 0 && model < s->n_models)
+        s->models[model].unload_requested = 1;
 }

@@ -117,6 +117,11 @@ void sched_requeue(sched *s, const sched_action *batch, double now, int64_t peak
  * a failed load (bytes < 0: the model counts as unloaded again). */
 void sched_model_loaded(sched *s, int model, int64_t bytes);
 
+/* Asks for a model's weights to be freed as soon as none of its batches runs
+ * and none of its requests waits (the next decide then returns SCHED_UNLOAD);
+ * a later request loads it again. */
+void sched_request_unload(sched *s, int model);
+
 /* Sets the bytes held outside weights and batch arenas (decoded audio,
  * response buffers, caches), which admission counts against the budget too. */
 void sched_set_external(sched *s, int64_t bytes);

@@ -90,6 +90,9 @@ static enum MHD_Result remove_model(choir_server *s, struct MHD_Connection *c, c
     pthread_mutex_unlock(&s->lock);
     if (!found)
         return srv_reply_error(s, c, 404, "model", "model_not_found", "no model \"%s\"", id);
+    /* The model takes no new requests from here; its weights go once the work
+     * already queued for it is done. */
+    choir_engine_unload_model(s->engine, id, NULL);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", id);
     cJSON_AddStringToObject(o, "object", "model");
