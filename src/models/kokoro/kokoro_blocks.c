@@ -152,18 +152,6 @@ int kk_resblk_forward(const kk_resblk *b, const float *x, int64_t T, const float
     return 0;
 }
 
-/* Snake activation per channel: x + (1/alpha) sin(alpha x)^2 */
-static void snake(float *x, int64_t C, int64_t T, const float *alpha) {
-    for (int64_t c = 0; c < C; c++) {
-        float a = alpha[c], inv = 1.0f / a;
-        float *row = x + c * T;
-        for (int64_t t = 0; t < T; t++) {
-            float s = sinf(a * row[t]);
-            row[t] = row[t] + inv * (s * s);
-        }
-    }
-}
-
 /* AdaINResBlock1 (spec §4.6): three dilated (1, 3, 5) Snake residual units. */
 int kk_snakeblock_forward(const kk_snakeblock *b, const float *x, int64_t T, const float *style,
                           float *y, kk_ws *ws) {
@@ -176,10 +164,10 @@ int kk_snakeblock_forward(const kk_snakeblock *b, const float *x, int64_t T, con
     for (int j = 0; j < 3; j++) {
         memcpy(t1, y, (size_t)n * sizeof(float));
         if (kk_adain1d(&b->adain1[j], t1, T, style, ws)) return CHOIR_ENOMEM;
-        snake(t1, b->C, T, b->alpha1[j]);
+        choir_snake(t1, b->C, T, b->alpha1[j]);
         kk_conv1d(&b->convs1[j], t1, T, 1, (b->k * dil[j] - dil[j]) / 2, dil[j], t2);
         if (kk_adain1d(&b->adain2[j], t2, T, style, ws)) return CHOIR_ENOMEM;
-        snake(t2, b->C, T, b->alpha2[j]);
+        choir_snake(t2, b->C, T, b->alpha2[j]);
         kk_conv1d(&b->convs2[j], t2, T, 1, (b->k - 1) / 2, 1, t1);
         for (int64_t i = 0; i < n; i++) y[i] += t1[i];
     }
