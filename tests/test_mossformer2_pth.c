@@ -37,21 +37,9 @@ static void write_published_pt(const char *path) {
     const cJSON *t;
     cJSON_ArrayForEach(t, tensors) {
         const char *name = cJSON_GetObjectItem(t, "name")->valuestring;
-        const cJSON *shp = cJSON_GetObjectItem(t, "shape");
-        int64_t shape[8], numel = 1;
-        int nd = cJSON_GetArraySize(shp);
-        for (int i = 0; i < nd; i++) numel *= shape[i] = (int64_t)cJSON_GetArrayItem(shp, i)->valuedouble;
-        float *data = malloc((size_t)numel * sizeof(float));
-        assert_non_null(data);
-        choir_randw_fill(name, cJSON_GetObjectItem(t, "offset")->valuedouble,
-                         cJSON_GetObjectItem(t, "scale")->valuedouble, 0, numel, data);
-        char entry[64], keyname[600];
-        snprintf(entry, sizeof entry, "last_best_checkpoint/data/%d", key);
-        zip_add(&z, entry, data, (size_t)numel * sizeof(float));
-        free(data);
+        char keyname[600];
         snprintf(keyname, sizeof keyname, "module.%s", name);
-        pk_str(&pk, keyname);
-        pk_tensor(&pk, key++, nd, shape, numel);
+        tsw_add_manifest_tensor(&z, &pk, t, "last_best_checkpoint", keyname, key++);
     }
     put_u8(&pk, 'u');
     put_u8(&pk, 'u'), put_u8(&pk, '.');

@@ -4,6 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
+#include "choir/randw.h"
 #include "testutil.h"
 
 /* --- a minimal torch.save writer: stored zip entries + protocol-2 pickle --- */
@@ -122,3 +125,23 @@ void zip_finish(zipw *z) {
     fclose(z->f);
 }
 
+
+void tsw_add_manifest_tensor(zipw *z, tsw_buf *pk, const cJSON *t, const char *archive,
+                             const char *key_name, int key) {
+    const char *name = cJSON_GetObjectItem(t, "name")->valuestring;
+    const cJSON *shp = cJSON_GetObjectItem(t, "shape");
+    int64_t shape[8], numel = 1;
+    int nd = cJSON_GetArraySize(shp);
+    assert_true(nd <= 8);
+    for (int i = 0; i < nd; i++) numel *= shape[i] = (int64_t)cJSON_GetArrayItem(shp, i)->valuedouble;
+    float *data = malloc((size_t)numel * sizeof(float));
+    assert_non_null(data);
+    choir_randw_fill(name, cJSON_GetObjectItem(t, "offset")->valuedouble,
+                     cJSON_GetObjectItem(t, "scale")->valuedouble, 0, numel, data);
+    char entry[600];
+    snprintf(entry, sizeof entry, "%s/data/%d", archive, key);
+    zip_add(z, entry, data, (size_t)numel * sizeof(float));
+    free(data);
+    pk_str(pk, key_name);
+    pk_tensor(pk, key, nd, shape, numel);
+}

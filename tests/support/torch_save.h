@@ -31,4 +31,11 @@ void pk_tensor(tsw_buf *b, int key, int ndim, const int64_t *shape, int64_t nume
 void zip_add(zipw *z, const char *name, const void *data, size_t n);
 void zip_finish(zipw *z);
 
+struct cJSON;
+/* Writes one manifest tensor ({name, shape, offset, scale}, values from
+ * randw-v1) as zip entry "<archive>/data/<key>" and appends its pickled
+ * (key_name: tensor) pair to `pk`. */
+void tsw_add_manifest_tensor(zipw *z, tsw_buf *pk, const struct cJSON *t, const char *archive,
+                             const char *key_name, int key);
+
 #endif
