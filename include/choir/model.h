@@ -160,7 +160,16 @@ typedef struct choir_model_options {
     int q_group_size;  /* 0: default (64) */
     int compute_bf16;  /* 1: prefer bf16 activations when supported */
     int threads;       /* 0: the default compute pool */
+    /* Where the weights live and the batches run: 0 = the CPU (host memory),
+     * k >= 1 = CUDA device k - 1 (CHOIR_DEVICE_GPU(k - 1)). The engine only
+     * passes a GPU to an adapter whose ops->gpu is 1. */
+    int device;
 } choir_model_options;
+
+#define CHOIR_DEVICE_CPU 0
+#define CHOIR_DEVICE_GPU(index) ((index) + 1)
+/* The CUDA device index of a device number >= 1. */
+#define CHOIR_DEVICE_GPU_INDEX(device) ((device) - 1)
 
 typedef struct choir_model_ops {
     const char *kind;  /* "whisper", "kokoro", "silero-vad", "mossformer2", ... */
@@ -209,6 +218,20 @@ typedef struct choir_model_ops {
      * reserves the estimates against the budget but passes only a small
      * arena, and cannot calibrate the estimates from arena peaks. */
     int no_arena;
+
+    /* --- GPUs (all optional; a CPU-only adapter leaves them 0 / NULL) --- */
+    /* 1: load() accepts opt->device >= 1 and then keeps its weights in that
+     * GPU's memory and runs batches there (set only in CUDA builds). A GPU
+     * weights object must serialise its own use of the device: run_batch may
+     * still be called from several engine workers at once. */
+    int gpu;
+    /* Device-memory bytes the weights object holds on its GPU (weights plus
+     * any buffers kept between batches); 0 for a CPU object. NULL: 0. */
+    int64_t (*device_bytes)(const void *weights);
+    /* Device-memory bytes one request of this size needs while its batch runs
+     * on a GPU (activations, KV cache, scratch), as `estimate` is for host
+     * memory. `weights` may be NULL (not loaded yet). NULL: 0. */
+    int64_t (*estimate_device)(const void *weights, const choir_request *req);
 } choir_model_ops;
 
 /* The built-in adapters, each defined in its model's folder
