@@ -57,6 +57,7 @@ typedef struct job {
     cJSON *layers;          /* per-layer quantization entries that differ from global */
     int g_bits, g_group;    /* global parameters written to config.json (0: none) */
     int n_layers;           /* for the mixed recipes */
+    bool kokoro_mlx;        /* Kokoro in mlx-audio's layout: renamed to the native one */
     choir_convert_stats stats;
 } job;
 
@@ -323,6 +324,29 @@ static int convert_tensor(job *j, const choir_st_tensor *t, choir_err *err) {
     return add_ref(j, t->name, t->dtype, t->ndim, t->shape, t->data, err);
 }
 
+/* A Kokoro tensor of the mlx-audio layout in its native name and layout
+ * (spec §9.2), then converted as any other. */
+static int convert_kokoro_tensor(job *j, const choir_st_tensor *t, choir_err *err) {
+    char name[1024];
+    choir_st_tensor native;
+    bool reorder;
+    int rc = convert_kokoro_native(t, &native, name, sizeof name, &reorder, err);
+    if (rc < 0) return rc;
+    if (reorder) {
+        void *values = own(j, t->nbytes, err);
+        if (!values) return CHOIR_ENOMEM;
+        convert_kokoro_reorder(t, values);
+        native.data = values;
+    }
+    if (j->p->report && strcmp(t->name, name) != 0)
+        fprintf(j->p->report, "  rename    %s -> %s\n", t->name, name);
+    if (j->p->report && reorder)
+        fprintf(j->p->report, "  reorder   %s [out, k, in] -> [out, in, k]\n", name);
+    rc = convert_tensor(j, &native, err);
+    if (reorder && rc == 0) release(j, native.data); /* unless written as it is */
+    return rc;
+}
+
 /* --- source -------------------------------------------------------------- */
 
 static int path_is_dir(const char *path) {
@@ -565,6 +589,8 @@ int choir_convert(const char *src, const char *dst, const choir_convert_params *
     }
     j.model = choir_convert_detect_model(j.src.config);
     j.n_layers = count_layers(&j.src);
+    j.kokoro_mlx = j.model == CHOIR_CONVERT_MODEL_KOKORO &&
+                   convert_kokoro_is_mlx(j.src.tensors, j.src.n);
     if (p->q_bits || p->quant_predicate) {
         j.g_bits = p->q_bits ? p->q_bits : choir_convert_mixed_bits(p->quant_predicate, "x", 1);
         j.g_group = p->q_group_size;
@@ -579,11 +605,14 @@ int choir_convert(const char *src, const char *dst, const choir_convert_params *
     }
     if ((rc = choir_st_writer_set_metadata(j.writer, "format", "mlx", err)) < 0) goto done;
     if (p->report)
-        fprintf(p->report, "converting %s (%s, %d tensors) -> %s\n", src,
-                choir_convert_model_name(j.model), j.src.n, dst);
+        fprintf(p->report, "converting %s (%s%s, %d tensors) -> %s\n", src,
+                choir_convert_model_name(j.model), j.kokoro_mlx ? ", mlx-audio layout" : "",
+                j.src.n, dst);
     for (int i = 0; i < j.src.n; i++) {
         j.stats.bytes_in += j.src.tensors[i]->nbytes;
-        if ((rc = convert_tensor(&j, j.src.tensors[i], err)) < 0) goto done;
+        rc = j.kokoro_mlx ? convert_kokoro_tensor(&j, j.src.tensors[i], err)
+                          : convert_tensor(&j, j.src.tensors[i], err);
+        if (rc < 0) goto done;
     }
     if ((p->q_bits || p->quant_predicate) && j.stats.quantized == 0 && p->report)
         fprintf(p->report, "warning: no layer of this model qualifies for quantization\n");

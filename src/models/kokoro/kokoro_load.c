@@ -2,7 +2,9 @@
  *
  * Every tensor is looked up by its name in the `choir dev weights` naming
  * (group + key without `module.`); for a .pth the group's `module.` prefix is
- * tried too. The loader keeps the first error it meets and carries on as a
+ * tried too, and a safetensors file in the mlx-audio layout (spec §9.2,
+ * kokoro_mlx.h) is read through its names and its [d0, k, in] convolution
+ * weights. The loader keeps the first error it meets and carries on as a
  * no-op afterwards, so that the long list of tensors below reads as a plain
  * table; the result is checked once at the end. */
 #include <math.h>
@@ -16,18 +18,27 @@
 #include "choir/pth.h"
 #include "choir/quant.h"
 #include "models/kokoro/kokoro_internal.h"
+#include "models/kokoro/kokoro_mlx.h"
 
 
 typedef struct loader {
     choir_kokoro *m;
     choir_err *err;
     int status;
-    int q_bits, q_group;         /* from config.json "quantization", 0 when absent */
-    const cJSON *q_config;       /* per-layer overrides, or NULL */
+    bool mlx;                       /* names and conv layout of mlx-audio (spec §9.2) */
+    const choir_quant_config *qc;   /* config.json's "quantization" block, or NULL */
 } loader;
 
 static const choir_st_tensor *find(loader *ld, const char *name) {
     const choir_kokoro *m = ld->m;
+    if (m->st && ld->mlx) {
+        /* mlx-audio's name first; a tensor it left under the native name
+         * (a partly sanitized file) is found as well */
+        char alt[512];
+        const choir_st_tensor *t = NULL;
+        if (kk_mlx_name_of(name, alt, sizeof alt)) t = choir_st_find(m->st, alt);
+        return t ? t : choir_st_find(m->st, name);
+    }
     if (m->st) return choir_st_find(m->st, name);
     if (m->pth) {
         const choir_st_tensor *t = choir_pth_find(m->pth, name);
@@ -42,21 +53,28 @@ static const choir_st_tensor *find(loader *ld, const char *name) {
     return NULL;
 }
 
-static void *own(loader *ld, size_t bytes) {
+/* Makes the model own p (bytes long, from choir_alloc); frees it and returns
+ * NULL when the list cannot grow. */
+static void *adopt(loader *ld, void *p, size_t bytes) {
     choir_kokoro *m = ld->m;
+    if (!p) return NULL;
     if (m->n_owned == m->cap_owned) {
         int cap = m->cap_owned ? m->cap_owned * 2 : 256;
-        void **p = choir_realloc(m->owned, (size_t)cap * sizeof *p);
-        if (!p) return NULL;
-        m->owned = p;
+        void **list = choir_realloc(m->owned, (size_t)cap * sizeof *list);
+        if (!list) {
+            choir_free(p);
+            return NULL;
+        }
+        m->owned = list;
         m->cap_owned = cap;
     }
-    void *p = choir_alloc(CHOIR_MEM_WEIGHTS, bytes);
-    if (p) {
-        m->owned[m->n_owned++] = p;
-        m->weight_bytes += (int64_t)bytes;
-    }
+    m->owned[m->n_owned++] = p;
+    m->weight_bytes += (int64_t)bytes;
     return p;
+}
+
+static void *own(loader *ld, size_t bytes) {
+    return adopt(ld, choir_alloc(CHOIR_MEM_WEIGHTS, bytes), bytes);
 }
 
 static int fail(loader *ld, int code, const char *fmt, const char *name) {
@@ -72,6 +90,11 @@ static const choir_st_tensor *need(loader *ld, const char *name, int64_t numel) 
     if (ld->status) return NULL;
     const choir_st_tensor *t = find(ld, name);
     if (!t) {
+        char mlx_name[512], both[1100];
+        if (ld->mlx && kk_mlx_name_of(name, mlx_name, sizeof mlx_name) && strcmp(mlx_name, name)) {
+            snprintf(both, sizeof both, "%s (native name %s)", mlx_name, name);
+            name = both;
+        }
         fail(ld, CHOIR_ENOTFOUND, "kokoro: tensor %s is missing", name);
         return NULL;
     }
@@ -115,42 +138,111 @@ static const float *opt_f32(loader *ld, const char *name, int64_t numel) {
     return get_f32(ld, name, numel);
 }
 
-static const char *prefix_name(char *buf, size_t cap, const char *prefix, const char *key) {
-    snprintf(buf, cap, "%s.%s", prefix, key);
-    return buf;
+/* The stored weight `name` of a convolution whose native layout is
+ * [d0, inner, k]. An mlx-audio file stores it [d0, k, inner]; *swap is set
+ * when the values must be re-ordered (not for k or inner of 1, where both
+ * layouts are the same bytes). When inner == k the two layouts cannot be
+ * told apart and the file's layout is assumed. */
+static const choir_st_tensor *need_conv(loader *ld, const char *name, int64_t d0, int64_t inner,
+                                        int k, bool *swap) {
+    *swap = false;
+    const choir_st_tensor *t = need(ld, name, d0 * inner * k);
+    if (!t || !ld->mlx || t->ndim != 3) return t;
+    if (t->shape[0] == d0 && t->shape[1] == k && t->shape[2] == inner) {
+        *swap = k > 1 && inner > 1;
+        return t;
+    }
+    if (t->shape[0] == d0 && t->shape[1] == inner && t->shape[2] == k) return t;
+    char msg[700];
+    snprintf(msg, sizeof msg, "%s has shape [%lld, %lld, %lld], expected [%lld, %lld, %d] or "
+             "mlx-audio's [%lld, %d, %lld]", name, (long long)t->shape[0], (long long)t->shape[1],
+             (long long)t->shape[2], (long long)d0, (long long)inner, k, (long long)d0, k,
+             (long long)inner);
+    fail(ld, CHOIR_ESHAPE, "kokoro: %s", msg);
+    return NULL;
+}
+
+/* The values of t as f32 for reading once: a pointer into the mapping when t
+ * is aligned f32 and needs no re-ordering (*tmp = NULL), else a buffer the
+ * caller frees (*tmp). swap: t is [d0, k, inner], returned as [d0, inner, k]. */
+static const float *read_f32(loader *ld, const choir_st_tensor *t, bool swap, int64_t d0,
+                             int64_t inner, int k, float **tmp) {
+    *tmp = NULL;
+    if (!t) return NULL;
+    if (!swap && t->dtype == CHOIR_DTYPE_F32 && ((uintptr_t)t->data % sizeof(float)) == 0)
+        return t->data;
+    size_t bytes = (size_t)t->numel * sizeof(float);
+    float *v = choir_alloc(CHOIR_MEM_WEIGHTS, bytes);
+    if (!v) {
+        fail(ld, CHOIR_ENOMEM, "kokoro: out of memory converting %s", t->name);
+        return NULL;
+    }
+    if (t->dtype == CHOIR_DTYPE_F32) {
+        memcpy(v, t->data, bytes);
+    } else if (choir_to_f32_n(t->dtype, t->data, v, t->numel) != 0) {
+        choir_free(v);
+        fail(ld, CHOIR_EUNSUPPORTED, "kokoro: tensor %s has a dtype that is not a float", t->name);
+        return NULL;
+    }
+    if (swap) {
+        float *native = choir_alloc(CHOIR_MEM_WEIGHTS, bytes);
+        if (!native) {
+            choir_free(v);
+            fail(ld, CHOIR_ENOMEM, "kokoro: out of memory converting %s", t->name);
+            return NULL;
+        }
+        kk_swap_last_axes(v, d0, k, inner, sizeof(float), native);
+        choir_free(v);
+        v = native;
+    }
+    *tmp = v;
+    return v;
+}
+
+/* A convolution weight kept for the model's lifetime, native layout. */
+static const float *get_conv_weight(loader *ld, const char *name, int64_t d0, int64_t inner, int k) {
+    bool swap;
+    const choir_st_tensor *t = need_conv(ld, name, d0, inner, k, &swap);
+    if (!swap) return f32_of(ld, t);
+    float *tmp;
+    const float *v = read_f32(ld, t, true, d0, inner, k, &tmp);
+    if (v && !adopt(ld, tmp, (size_t)t->numel * sizeof(float))) {
+        fail(ld, CHOIR_ENOMEM, "kokoro: out of memory converting %s", t->name);
+        return NULL;
+    }
+    return v;
 }
 
 /* A weight-normalised layer: w = v * g / ||v|| with the norm over all axes but
  * axis 0 and no epsilon (torch's _weight_norm, dim 0). A file that already
- * holds the folded `weight` is taken as it is. */
-static const float *get_weight_norm(loader *ld, const char *prefix, int64_t d0, int64_t rest) {
+ * holds the folded `weight` is taken as it is. The native layout of v and w
+ * is [d0, inner, k]. */
+static const float *get_weight_norm(loader *ld, const char *prefix, int64_t d0, int64_t inner,
+                                    int k) {
     char name[512];
     snprintf(name, sizeof name, "%s.weight", prefix);
     if (ld->status) return NULL;
-    if (find(ld, name)) return get_f32(ld, name, d0 * rest);
-    /* g and v are read once here; only the folded weight stays in use */
-    int64_t counted = ld->m->weight_bytes;
+    if (find(ld, name)) return get_conv_weight(ld, name, d0, inner, k);
+    /* g and v are read once here; only the folded weight stays */
+    bool swap;
+    float *g_tmp = NULL, *v_tmp = NULL;
     snprintf(name, sizeof name, "%s.weight_g", prefix);
-    const float *g = get_f32(ld, name, d0);
+    const float *g = read_f32(ld, need(ld, name, d0), false, 0, 0, 0, &g_tmp);
     snprintf(name, sizeof name, "%s.weight_v", prefix);
-    const float *v = get_f32(ld, name, d0 * rest);
-    if (!g || !v) return NULL;
-    int64_t copies = 0; /* g or v converted from another dtype: owned, keep them counted */
-    if ((const void *)g != find(ld, prefix_name(name, sizeof name, prefix, "weight_g"))->data) copies += d0 * 4;
-    if ((const void *)v != find(ld, prefix_name(name, sizeof name, prefix, "weight_v"))->data) copies += d0 * rest * 4;
-    ld->m->weight_bytes = counted + copies;
-    float *w = own(ld, (size_t)(d0 * rest) * sizeof(float));
-    if (!w) {
-        fail(ld, CHOIR_ENOMEM, "kokoro: out of memory folding %s", prefix);
-        return NULL;
-    }
-    for (int64_t i = 0; i < d0; i++) {
+    const choir_st_tensor *vt = need_conv(ld, name, d0, inner, k, &swap);
+    const float *v = g ? read_f32(ld, vt, swap, d0, inner, k, &v_tmp) : NULL;
+    int64_t rest = inner * k;
+    float *w = v ? own(ld, (size_t)(d0 * rest) * sizeof(float)) : NULL;
+    if (v && !w) fail(ld, CHOIR_ENOMEM, "kokoro: out of memory folding %s", prefix);
+    for (int64_t i = 0; w && i < d0; i++) {
         const float *vi = v + i * rest;
         double ss = 0;
         for (int64_t j = 0; j < rest; j++) ss += (double)vi[j] * vi[j];
         float scale = g[i] / (float)sqrt(ss);
         for (int64_t j = 0; j < rest; j++) w[i * rest + j] = vi[j] * scale;
     }
+    choir_free(g_tmp);
+    choir_free(v_tmp);
     return w;
 }
 
@@ -159,7 +251,7 @@ static void get_conv_wn(loader *ld, kk_conv *c, const char *prefix, int cin, int
     c->cin = cin;
     c->cout = cout;
     c->k = k;
-    c->w = get_weight_norm(ld, prefix, cout, (int64_t)cin * k);
+    c->w = get_weight_norm(ld, prefix, cout, cin, k);
     c->b = NULL;
     if (bias) {
         char name[512];
@@ -175,7 +267,7 @@ static void get_convt_wn(loader *ld, kk_conv *c, const char *prefix, int cin, in
     c->cin = cin;
     c->cout = cout;
     c->k = k;
-    c->w = get_weight_norm(ld, prefix, cin, (int64_t)cout_per_group * k);
+    c->w = get_weight_norm(ld, prefix, cin, cout_per_group, k);
     snprintf(name, sizeof name, "%s.bias", prefix);
     c->b = get_f32(ld, name, cout);
 }
@@ -186,7 +278,7 @@ static void get_conv_plain(loader *ld, kk_conv *c, const char *prefix, int cin, 
     c->cout = cout;
     c->k = k;
     snprintf(name, sizeof name, "%s.weight", prefix);
-    c->w = get_f32(ld, name, (int64_t)cout * cin * k);
+    c->w = get_conv_weight(ld, name, cout, cin, k);
     snprintf(name, sizeof name, "%s.bias", prefix);
     c->b = get_f32(ld, name, cout);
 }
@@ -213,6 +305,17 @@ static void get_matrix(loader *ld, choir_weight *w, const char *prefix, int64_t 
         if (q->dtype != CHOIR_DTYPE_U32 || groups * rows != scales->numel ||
             !choir_quant_supported(bits, group) || (int64_t)group * groups != cols) {
             fail(ld, CHOIR_EFORMAT, "kokoro: quantized layer %s has inconsistent shapes", prefix);
+            return;
+        }
+        /* The shapes say what the layer is; config.json must not say otherwise. */
+        int cfg_bits, cfg_group;
+        if (ld->qc && choir_quant_config_layer(ld->qc, prefix, &cfg_bits, &cfg_group) &&
+            (cfg_bits != bits || cfg_group != group)) {
+            char msg[700];
+            snprintf(msg, sizeof msg, "layer %s is stored %d-bit with group size %d, but "
+                     "config.json's quantization says %d-bit, group size %d", prefix, bits,
+                     group, cfg_bits, cfg_group);
+            fail(ld, CHOIR_EFORMAT, "kokoro: %s", msg);
             return;
         }
         w->kind = CHOIR_WEIGHT_QUANT;
@@ -520,20 +623,31 @@ choir_kokoro *choir_kokoro_load(const char *path, choir_err *err) {
         return NULL;
     }
     if (locate(path, weights, config, sizeof weights, err) != 0) return NULL;
+    cJSON *cfg = NULL;
+    choir_quant_config *qc = NULL;
     choir_kokoro *m = choir_calloc(CHOIR_MEM_WEIGHTS, 1, sizeof *m);
     if (!m) {
         choir_err_set(err, CHOIR_ENOMEM, "kokoro: out of memory");
         return NULL;
     }
     if (kk_load_vocab(m, config, err) != 0) goto fail;
+    loader ld = {.m = m, .err = err};
     if (ends_with(weights, ".pth") || ends_with(weights, ".pt")) {
         m->pth = choir_pth_open(weights, err);
         if (!m->pth) goto fail;
     } else {
         m->st = choir_st_open(weights, err);
         if (!m->st) goto fail;
+        for (int i = 0; i < choir_st_count(m->st) && !ld.mlx; i++)
+            ld.mlx = kk_mlx_marks_layout(choir_st_at(m->st, i)->name);
+        if (ld.mlx) CHOIR_LOGI("kokoro: %s is in the mlx-audio layout", weights);
+        if (!(cfg = choir_json_load(config, err))) goto fail;
+        if (!(qc = choir_quant_config_from_json(cfg, err))) {
+            choir_err_prefix(err, "%s", config);
+            goto fail;
+        }
+        ld.qc = qc;
     }
-    loader ld = {.m = m, .err = err};
     load_bert(&ld, m);
     load_predictor(&ld, m);
     load_text_encoder(&ld, m);
@@ -542,8 +656,12 @@ choir_kokoro *choir_kokoro_load(const char *path, choir_err *err) {
         choir_err_prefix(err, "%s", weights);
         goto fail;
     }
+    choir_quant_config_free(qc);
+    cJSON_Delete(cfg);
     return m;
 fail:
+    choir_quant_config_free(qc);
+    cJSON_Delete(cfg);
     choir_kokoro_free(m);
     return NULL;
 }
