@@ -1,6 +1,7 @@
 /* Deterministic simulation of the scheduler core: a virtual clock, fake models
- * with declared memory costs and latencies, thousands of requests. Every
- * dispatch, rejection and unload is checked against the scheduler's promises. */
+ * with declared memory costs and latencies, thousands of requests, and fake
+ * GPUs with their own memory budgets. Every dispatch, rejection, load and
+ * unload is checked against the scheduler's promises. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #define MAX_REQ 20000
 #define MAX_RUN 64
 #define MAX_MODELS 4
+#define MAX_DEV SCHED_MAX_DEVICES
 
 typedef struct fake_model {
     int64_t weights;
@@ -23,14 +25,25 @@ typedef struct fake_model {
     double fixed_s;         /* per-batch latency */
     double per_unit_s;      /* per padded length unit */
     double load_s;
+    /* GPUs: gpu = 1 lets the model run there, with dev_weights device bytes of
+     * weights and dev_bytes_per_unit of device estimate; a batch on the CPU
+     * takes cpu_slowdown times as long (0 = 1) */
+    int gpu;
+    int64_t dev_weights, dev_bytes_per_unit;
+    double cpu_slowdown;
 } fake_model;
+
+typedef struct pending_load {
+    int model, device;
+    double done_t;
+} pending_load;
 
 typedef struct sim_req {
     sched_req r;
     int submitted, accepted, dispatched, completed, rejected, cancelled;
     choir_reject_reason reason;
     double dispatch_t, done_t;
-    int batch_n;
+    int batch_n, device;
 } sim_req;
 
 typedef struct running {
@@ -49,6 +62,12 @@ typedef struct sim {
     int n_reqs;
     running run[MAX_RUN];
     int n_run;
+    pending_load loads_pending[MAX_RUN];
+    int n_loads;
+    int replica[MAX_MODELS][MAX_DEV]; /* the simulation's own view: 1 while a replica is counted */
+    int dev_batches[MAX_MODELS][MAX_DEV];
+    int replica_loads, replica_unloads_gpu;
+    double last_done;
     double now;
     /* observations */
     int64_t max_used;  /* weights + reserved */
@@ -69,6 +88,8 @@ static void sim_init(sim *m, const sched_config *c, const fake_model *models, in
     for (int i = 0; i < n_models; i++) {
         m->models[i] = models[i];
         assert_int_equal(sched_add_model(m->s, models[i].weights, models[i].max_batch, NULL), i);
+        if (models[i].gpu)
+            sched_model_set_gpu(m->s, i, models[i].dev_weights);
     }
     m->reqs = calloc((size_t)n_reqs, sizeof *m->reqs);
     assert_non_null(m->reqs);
@@ -112,6 +133,23 @@ static void check_state(sim *m)
         m->max_true = truth;
     assert_true(used <= st.budget);
     assert_true(truth <= st.budget);
+    /* Every GPU: the scheduler's accounts match the replicas and batches the
+     * simulation saw, and stay within that GPU's budget. */
+    for (int d = 1; d < sched_device_count(m->s); d++) {
+        sched_device_state ds;
+        sched_get_device(m->s, d, &ds);
+        int64_t w = 0, r = 0;
+        for (int k = 0; k < m->n_models; k++)
+            if (m->replica[k][d])
+                w += m->models[k].dev_weights;
+        for (int i = 0; i < m->n_run; i++)
+            if (m->run[i].a.device == d)
+                r += m->run[i].a.dev_reserved;
+        assert_int_equal(ds.weights, w);
+        assert_int_equal(ds.reserved, r);
+        assert_true(w + r <= ds.budget);
+        assert_true(ds.peak <= ds.budget);
+    }
     if (st.degraded)
         m->degraded_seen = 1;
     else if (m->degraded_seen)
@@ -123,7 +161,28 @@ static void on_dispatch(sim *m, const sched_action *a)
     const fake_model *fm = &m->models[a->model];
     assert_true(a->n >= 1 && a->n <= m->c.max_batch && a->n <= fm->max_batch);
     assert_true(m->n_run < MAX_RUN);
-    assert_true(m->n_run < m->c.workers);
+    assert_true(m->n_run + m->n_loads < m->c.workers);
+    assert_true(a->device >= 0 && a->device < sched_device_count(m->s));
+    if (a->device > 0) {
+        /* only a GPU model goes to a GPU, and its replica there runs one batch at a time */
+        assert_true(fm->gpu);
+        for (int i = 0; i < m->n_run; i++)
+            assert_false(m->run[i].a.model == a->model && m->run[i].a.device == a->device);
+        int64_t maxdev = 0;
+        for (int i = 0; i < a->n; i++)
+            if (a->reqs[i]->dev_est_bytes > maxdev)
+                maxdev = a->reqs[i]->dev_est_bytes;
+        assert_int_equal(a->dev_reserved, maxdev * a->n);
+    } else {
+        assert_int_equal(a->dev_reserved, 0);
+    }
+    if (a->need_load) {
+        assert_int_equal(m->replica[a->model][a->device], 0);
+        m->replica[a->model][a->device] = 1;
+    } else {
+        assert_int_equal(m->replica[a->model][a->device], 1);
+    }
+    m->dev_batches[a->model][a->device]++;
     int64_t maxlen = 0, sumlen = 0;
     for (int i = 0; i < a->n; i++) {
         sim_req *q = (sim_req *)a->reqs[i]->user;
@@ -137,6 +196,7 @@ static void on_dispatch(sim *m, const sched_action *a)
         q->dispatched = 1;
         q->dispatch_t = m->now;
         q->batch_n = a->n;
+        q->device = a->device;
         if (a->reqs[i]->length > maxlen)
             maxlen = a->reqs[i]->length;
         sumlen += a->reqs[i]->length;
@@ -153,7 +213,9 @@ static void on_dispatch(sim *m, const sched_action *a)
     r->overflow = truth > a->reserved;
     r->peak = r->overflow ? a->reserved : truth;
     r->start_t = m->now;
-    r->done_t = m->now + fm->fixed_s + fm->per_unit_s * (double)(maxlen * a->n) + (a->need_load ? fm->load_s : 0);
+    double slow = a->device == 0 && fm->cpu_slowdown > 0 ? fm->cpu_slowdown : 1;
+    r->done_t = m->now + slow * (fm->fixed_s + fm->per_unit_s * (double)(maxlen * a->n)) +
+                (a->need_load ? fm->load_s : 0);
     if (a->need_load)
         m->loads++;
     m->batches++;
@@ -175,11 +237,23 @@ static void run_decisions(sim *m)
             assert_int_not_equal(a.reason, CHOIR_REJECT_NONE);
             q->rejected = 1;
             q->reason = a.reason;
+        } else if (a.kind == SCHED_LOAD) {
+            /* a replica on a GPU of a GPU model that has none there yet */
+            assert_true(a.device > 0 && m->models[a.model].gpu);
+            assert_int_equal(m->replica[a.model][a.device], 0);
+            assert_true(m->n_run + m->n_loads < m->c.workers);
+            m->replica[a.model][a.device] = 1;
+            m->loads_pending[m->n_loads++] = (pending_load){a.model, a.device, m->now + m->models[a.model].load_s};
+            m->replica_loads++;
         } else {
             assert_int_equal(a.kind, SCHED_UNLOAD);
             for (int i = 0; i < m->n_run; i++)
-                assert_int_not_equal(m->run[i].a.model, a.model);
+                assert_false(m->run[i].a.model == a.model && m->run[i].a.device == a.device);
+            assert_int_equal(m->replica[a.model][a.device], 1);
+            m->replica[a.model][a.device] = 0;
             m->unloads++;
+            if (a.device > 0 && sched_model_replicas(m->s, a.model, NULL) > 0)
+                m->replica_unloads_gpu++;
         }
         check_state(m);
     }
@@ -187,6 +261,19 @@ static void run_decisions(sim *m)
 
 static void complete_due(sim *m)
 {
+    for (int i = 0; i < m->n_loads;) {
+        pending_load *l = &m->loads_pending[i];
+        if (l->done_t > m->now) {
+            i++;
+            continue;
+        }
+        const fake_model *fm = &m->models[l->model];
+        assert_int_equal(sched_model_loaded(m->s, l->model, l->device, fm->weights, fm->dev_weights), 0);
+        assert_true(sched_replica_ready(m->s, l->model, l->device));
+        m->loads++;
+        *l = m->loads_pending[--m->n_loads];
+        check_state(m);
+    }
     for (int i = 0; i < m->n_run;) {
         running *r = &m->run[i];
         if (r->done_t > m->now) {
@@ -207,6 +294,7 @@ static void complete_due(sim *m)
                 assert_int_equal(q->completed, 0);
                 q->completed = 1;
                 q->done_t = m->now;
+                m->last_done = m->now;
                 sched_observe_latency(m->s, m->now - q->r.arrival, m->now);
             }
         }
@@ -223,6 +311,8 @@ static void submit(sim *m, int idx)
     q->r.id = (uint64_t)idx;
     if (q->r.est_bytes == 0)
         q->r.est_bytes = q->r.length * m->models[q->r.model].bytes_per_unit;
+    if (q->r.dev_est_bytes == 0 && m->models[q->r.model].gpu)
+        q->r.dev_est_bytes = q->r.length * m->models[q->r.model].dev_bytes_per_unit;
     choir_reject_reason why = CHOIR_REJECT_NONE;
     int rc = sched_submit(m->s, &q->r, m->now, &why, NULL);
     if (rc == 0) {
@@ -240,6 +330,9 @@ static double next_completion(const sim *m)
     for (int i = 0; i < m->n_run; i++)
         if (m->run[i].done_t < t)
             t = m->run[i].done_t;
+    for (int i = 0; i < m->n_loads; i++)
+        if (m->loads_pending[i].done_t < t)
+            t = m->loads_pending[i].done_t;
     return t;
 }
 
@@ -265,6 +358,7 @@ static void sim_run(sim *m, const double *arrival)
     }
     assert_int_equal(next, m->n_reqs);
     assert_int_equal(m->n_run, 0);
+    assert_int_equal(m->n_loads, 0);
 }
 
 static void check_exactly_once(const sim *m)
@@ -722,6 +816,244 @@ static void test_mixed_load(void **state)
     sim_free(&m);
 }
 
+
+#define GIB ((int64_t)1 << 30)
+
+static sched_config gpu_config(int n_gpus, const int64_t *budgets)
+{
+    sched_config c = base_config();
+    c.budget = 64 * GIB;
+    c.workers = 4;
+    c.max_batch = 8;
+    c.queue_capacity = 8192;
+    c.n_gpus = n_gpus;
+    for (int i = 0; i < n_gpus; i++)
+        c.gpu_budget[i] = budgets[i];
+    c.replica_idle_s = 5.0;
+    return c;
+}
+
+/* One request of model `mi` at time 0, run to the end; returns the device it ran on. */
+static int device_of_first_batch(sim *m, int mi)
+{
+    for (int i = 0; i < m->n_reqs; i++)
+        if (m->reqs[i].r.model == mi && m->reqs[i].completed)
+            return m->reqs[i].device;
+    return -1;
+}
+
+/* Placement: a GPU model goes to the GPU where it leaves the most room; a
+ * model too big for any GPU, and one that cannot use a GPU, run on the CPU. */
+static void test_gpu_placement(void **state)
+{
+    (void)state;
+    int64_t budgets[2] = {8 * GIB, 12 * GIB};
+    sched_config c = gpu_config(2, budgets);
+    fake_model fm[4] = {
+        /* big: 6 GiB on a GPU; fits gpu1 (6 GiB left) better than gpu0 (2 GiB left) */
+        {.weights = 1 * GIB, .max_batch = 8, .bytes_per_unit = 1000, .true_ratio = 1.0, .fixed_s = 0.05,
+         .load_s = 0.5, .gpu = 1, .dev_weights = 6 * GIB, .dev_bytes_per_unit = 100000},
+        /* small: 1 GiB; then gpu0 has 7 GiB free against gpu1's 5 */
+        {.weights = 256 << 20, .max_batch = 8, .bytes_per_unit = 1000, .true_ratio = 1.0, .fixed_s = 0.02,
+         .load_s = 0.1, .gpu = 1, .dev_weights = 1 * GIB, .dev_bytes_per_unit = 10000},
+        /* huge: 20 GiB fits on no GPU: the CPU */
+        {.weights = 20 * GIB, .max_batch = 8, .bytes_per_unit = 1000, .true_ratio = 1.0, .fixed_s = 0.05,
+         .load_s = 1.0, .gpu = 1, .dev_weights = 20 * GIB, .dev_bytes_per_unit = 1000},
+        /* CPU-only adapter */
+        {.weights = 100 << 20, .max_batch = 8, .bytes_per_unit = 1000, .true_ratio = 1.0, .fixed_s = 0.01},
+    };
+    sim m;
+    sim_init(&m, &c, fm, 4, 8);
+    double arrival[8] = {0, 1, 2, 3, 4, 4, 4, 4};
+    for (int i = 0; i < 8; i++) {
+        m.reqs[i].r.model = i < 4 ? i : i - 4;
+        m.reqs[i].r.length = 1000;
+        m.reqs[i].r.deadline = INFINITY;
+    }
+    sim_run(&m, arrival);
+    check_exactly_once(&m);
+    for (int i = 0; i < 8; i++)
+        assert_true(m.reqs[i].completed);
+    assert_int_equal(device_of_first_batch(&m, 0), 2); /* gpu1 */
+    assert_int_equal(device_of_first_batch(&m, 1), 1); /* gpu0 */
+    assert_int_equal(device_of_first_batch(&m, 2), 0); /* CPU */
+    assert_int_equal(device_of_first_batch(&m, 3), 0); /* CPU */
+    uint32_t mask;
+    assert_int_equal(sched_model_replicas(m.s, 0, &mask), 1);
+    assert_int_equal(mask, 1u << 2);
+    assert_int_equal(sched_model_replicas(m.s, 1, &mask), 1);
+    assert_int_equal(mask, 1u << 1);
+    assert_int_equal(sched_model_replicas(m.s, 2, &mask), 1);
+    assert_int_equal(mask, 1u << 0);
+    /* the later requests reused those replicas (no second load) */
+    for (int i = 4; i < 8; i++)
+        assert_int_equal(m.reqs[i].device, m.reqs[i - 4].device);
+    sched_device_state d0, d1, h;
+    sched_get_device(m.s, 1, &d0);
+    sched_get_device(m.s, 2, &d1);
+    sched_get_device(m.s, 0, &h);
+    assert_int_equal(d0.weights, 1 * GIB);
+    assert_int_equal(d1.weights, 6 * GIB);
+    /* the host counts every replica's host-side bytes */
+    assert_int_equal(h.weights, 1 * GIB + (256 << 20) + 20 * GIB + (100 << 20));
+    sim_free(&m);
+}
+
+typedef struct gpu_run {
+    double makespan, throughput;
+    int completed, replicas_end, replica_loads, replica_unloads;
+    int big_batches[MAX_DEV];
+} gpu_run;
+
+/* A mixed load on `n_gpus` GPUs: a big model flooded with requests and a
+ * small one at a trickle. */
+static void run_gpu_mixed(int n_gpus, gpu_run *out)
+{
+    int64_t budgets[2] = {16 * GIB, 12 * GIB};
+    sched_config c = gpu_config(n_gpus, budgets);
+    fake_model fm[2] = {
+        {.weights = 512 << 20, .max_batch = 8, .bytes_per_unit = 2000, .true_ratio = 1.0, .fixed_s = 0.08,
+         .per_unit_s = 2e-6, .load_s = 0.5, .gpu = 1, .dev_weights = 6 * GIB, .dev_bytes_per_unit = 50000,
+         .cpu_slowdown = 20},
+        {.weights = 128 << 20, .max_batch = 8, .bytes_per_unit = 500, .true_ratio = 1.0, .fixed_s = 0.02,
+         .per_unit_s = 1e-6, .load_s = 0.1, .gpu = 1, .dev_weights = 2 * GIB, .dev_bytes_per_unit = 5000,
+         .cpu_slowdown = 20},
+    };
+    int n = 3000;
+    sim m;
+    sim_init(&m, &c, fm, 2, n);
+    double *arrival = calloc((size_t)n, sizeof *arrival);
+    assert_non_null(arrival);
+    rng_state = 99;
+    double t = 0;
+    for (int i = 0; i < n; i++) {
+        t += -log(1.0 - rnd()) * 0.005; /* ~200 requests/s for ~15 s */
+        arrival[i] = t;
+        sim_req *q = &m.reqs[i];
+        q->r.model = rnd() < 0.85 ? 0 : 1;
+        q->r.length = 500 + (int64_t)(rnd() * 1500);
+        q->r.task = 1;
+        q->r.priority = CHOIR_PRIORITY_NORMAL;
+        q->r.deadline = INFINITY;
+    }
+    sim_run(&m, arrival);
+    check_exactly_once(&m);
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < n; i++)
+        out->completed += m.reqs[i].completed;
+    out->makespan = m.last_done;
+    out->throughput = out->completed / m.last_done;
+    out->replicas_end = sched_model_replicas(m.s, 0, NULL);
+    out->replica_loads = m.replica_loads;
+    out->replica_unloads = m.replica_unloads_gpu;
+    for (int d = 0; d < MAX_DEV; d++)
+        out->big_batches[d] = m.dev_batches[0][d];
+    print_message("%d GPU(s): %d/%d completed in %.2f s virtual (%.1f/s); big-model batches cpu %d gpu0 %d gpu1 %d; "
+                  "%d replica loads, %d replica unloads\n",
+                  n_gpus, out->completed, n, out->makespan, out->throughput, out->big_batches[0],
+                  out->big_batches[1], out->big_batches[2], out->replica_loads, out->replica_unloads);
+    free(arrival);
+    sim_free(&m);
+}
+
+/* A long queue spawns a replica on the other GPU; both GPUs then run the busy
+ * model's batches; two GPUs finish the same load faster than one; the extra
+ * replica is unloaded once idle; every GPU budget holds at every step
+ * (check_state) and every request ends exactly once. */
+static void test_gpu_replicas(void **state)
+{
+    (void)state;
+    gpu_run one, two;
+    run_gpu_mixed(1, &one);
+    run_gpu_mixed(2, &two);
+    assert_int_equal(one.completed, 3000);
+    assert_int_equal(two.completed, 3000);
+    /* one GPU: no other GPU for a replica; everything on gpu0 */
+    assert_int_equal(one.replica_loads, 0);
+    assert_int_equal(one.big_batches[0], 0);
+    /* two GPUs: the flood made a replica on the second GPU, and both ran it */
+    assert_true(two.replica_loads >= 1);
+    assert_true(two.big_batches[1] > 20);
+    assert_true(two.big_batches[2] > 20);
+    assert_int_equal(two.big_batches[0], 0);
+    assert_true(two.throughput > 1.3 * one.throughput);
+    /* once the flood ended, the replica beyond the first was unloaded */
+    assert_true(two.replica_unloads >= 1);
+    assert_int_equal(two.replicas_end, 1);
+}
+
+/* Two GPU models that cannot share the one GPU take turns on it (LRU
+ * unloading counts device memory) instead of falling back to the CPU. */
+static void test_gpu_lru(void **state)
+{
+    (void)state;
+    int64_t budgets[1] = {8 * GIB};
+    sched_config c = gpu_config(1, budgets);
+    fake_model fm[2];
+    for (int i = 0; i < 2; i++)
+        fm[i] = (fake_model){.weights = 256 << 20, .max_batch = 4, .bytes_per_unit = 1000, .true_ratio = 1.0,
+                             .fixed_s = 0.02, .load_s = 0.2, .gpu = 1, .dev_weights = 5 * GIB,
+                             .dev_bytes_per_unit = 1000, .cpu_slowdown = 10};
+    sim m;
+    sim_init(&m, &c, fm, 2, 60);
+    double arrival[60];
+    for (int i = 0; i < 60; i++) {
+        arrival[i] = 0.1 * i;
+        m.reqs[i].r.model = (i / 10) % 2;
+        m.reqs[i].r.length = 100;
+        m.reqs[i].r.deadline = INFINITY;
+    }
+    sim_run(&m, arrival);
+    check_exactly_once(&m);
+    for (int i = 0; i < 60; i++) {
+        assert_true(m.reqs[i].completed);
+        assert_int_equal(m.reqs[i].device, 1);
+    }
+    assert_true(m.unloads >= 5);
+    sim_free(&m);
+}
+
+/* A model whose real device bytes (known only after loading) do not fit the
+ * GPU it was placed on: the load reports it, the replica leaves the
+ * accounts, the batch goes back to the queue unchanged, and the next
+ * placement, knowing the real size, picks the CPU. */
+static void test_gpu_misplaced(void **state)
+{
+    (void)state;
+    int64_t budgets[1] = {8 * GIB};
+    sched_config c = gpu_config(1, budgets);
+    sched *s = sched_create(&c, NULL);
+    assert_non_null(s);
+    assert_int_equal(sched_add_model(s, 1 * GIB, 4, NULL), 0);
+    sched_model_set_gpu(s, 0, 1 * GIB); /* the files' size: a guess */
+    sched_req r = {.id = 1, .length = 10, .est_bytes = 1000, .dev_est_bytes = 1000, .deadline = INFINITY};
+    assert_int_equal(sched_submit(s, &r, 0, NULL, NULL), 0);
+    sched_action a;
+    assert_int_equal(sched_decide(s, 1.0, &a), 1);
+    assert_int_equal(a.kind, SCHED_DISPATCH);
+    assert_int_equal(a.device, 1);
+    assert_int_equal(a.need_load, 1);
+    assert_int_equal(sched_model_loaded(s, 0, 1, 1 * GIB, 10 * GIB), 1);
+    sched_device_state g;
+    sched_get_device(s, 1, &g);
+    assert_int_equal(g.weights, 0);
+    assert_true(g.peak <= g.budget);
+    sched_return(s, &a, 1.1);
+    assert_int_equal(r.state, SCHED_QUEUED);
+    assert_int_equal(sched_model_replicas(s, 0, NULL), 0);
+    assert_true(sched_model_factor(s, 0) == 1.0); /* not an arena overflow */
+    assert_int_equal(sched_decide(s, 2.0, &a), 1);
+    assert_int_equal(a.kind, SCHED_DISPATCH);
+    assert_int_equal(a.device, 0);
+    assert_int_equal(a.need_load, 1);
+    sched_batch_done(s, &a, 2.1, 500, 0.1, 0);
+    sched_get_device(s, 1, &g);
+    assert_int_equal(g.batches, 0);
+    sched_get_device(s, 0, &g);
+    assert_int_equal(g.batches, 1);
+    sched_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -738,6 +1070,10 @@ int main(void)
         cmocka_unit_test(test_degradation),
         cmocka_unit_test(test_latency_degradation),
         cmocka_unit_test(test_mixed_load),
+        cmocka_unit_test(test_gpu_placement),
+        cmocka_unit_test(test_gpu_replicas),
+        cmocka_unit_test(test_gpu_lru),
+        cmocka_unit_test(test_gpu_misplaced),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -63,6 +63,9 @@ typedef enum choir_priority {
     CHOIR_PRIORITY_HIGH = 2    /* scheduled first (interactive) */
 } choir_priority;
 
+/* The most GPUs an engine uses. */
+#define CHOIR_ENGINE_MAX_GPUS 16
+
 typedef struct choir_engine_params {
     choir_profile profile;
     int64_t memory_budget;     /* bytes; 0 = 75% of min(physical memory, cgroup limit) */
@@ -81,7 +84,23 @@ typedef struct choir_engine_params {
                                   needed or when degraded) */
     double max_audio_seconds;  /* refuse longer audio inputs (0 = no limit; the
                                   realtime-stt profile sets 300) */
-    choir_model_options model_options; /* zero = profile's defaults */
+    choir_model_options model_options; /* zero = profile's defaults (its `device` is
+                                          ignored: the engine places each replica) */
+
+    /* GPUs (docs/engine.md, "Devices, placement and replicas"). Each GPU has
+     * its own memory budget; host memory keeps memory_budget above. */
+    const char *gpus;           /* "all" (NULL too), "none", or CUDA device indices "0,2"; read
+                                   only by choir_engine_create. Indices need a CUDA build. */
+    double gpu_memory_fraction; /* a GPU's budget as a fraction of its memory (0 = 0.90) */
+    int64_t gpu_memory_bytes;   /* a GPU's budget in bytes, instead of the fraction (0 = unused) */
+    int fake_gpus;              /* tests: simulate this many GPUs (0..CHOIR_ENGINE_MAX_GPUS)
+                                   instead of the CUDA devices; `gpus` then selects among them */
+    int64_t fake_gpu_bytes[CHOIR_ENGINE_MAX_GPUS]; /* their memory sizes, bytes */
+    int replica_queue;          /* a GPU model with at least this many requests waiting ... */
+    double replica_after_s;     /* ... for this long gets a replica on another GPU with room
+                                   (0: 2 x max_batch requests, 1 s) */
+    double replica_idle_s;      /* replicas beyond a model's first are unloaded after this
+                                   long unused (0 = 30 s) */
 } choir_engine_params;
 
 /* Defaults for `profile` (every field filled with a concrete value). */
@@ -90,8 +109,9 @@ choir_engine_params choir_engine_default_params(choir_profile profile);
 /* Applies one command-line option to `p`, so `choir serve` and other front
  * ends share the engine's flags: `name` without leading dashes
  * ("memory-budget", "profile", "max-batch", "workers", "queue", "wait-ms",
- * "wait-long-ms", "high-water", "p99-target-ms", "q-bits", "max-audio-s") and
- * its value. Sizes take K/M/G suffixes (binary); "profile" replaces every
+ * "wait-long-ms", "high-water", "p99-target-ms", "q-bits", "max-audio-s",
+ * "gpus", "gpu-memory-fraction", "gpu-memory") and its value ("gpus" keeps
+ * the pointer: the string must outlive choir_engine_create). Sizes take K/M/G suffixes (binary); "profile" replaces every
  * field with that profile's defaults except memory_budget, so give it first.
  * Returns 1 when applied, 0 when `name` is not an engine option, or
  * CHOIR_EINVAL (and err) for a bad value. */
@@ -100,7 +120,9 @@ int choir_engine_apply_option(choir_engine_params *p, const char *name, const ch
 const char *choir_engine_options_help(void);
 
 /* Creates an engine and starts its threads. `params` NULL means defaults.
- * Returns NULL and err on failure. */
+ * Returns NULL and err on failure (CHOIR_EINVAL for a `gpus` list naming a
+ * GPU that does not exist, or any GPU in a build without CUDA). With GPUs,
+ * the workers are raised to at least one per GPU plus one. */
 choir_engine *choir_engine_create(const choir_engine_params *params, choir_err *err);
 
 /* Stops accepting work, lets queued and running requests finish until
@@ -187,6 +209,31 @@ typedef struct choir_engine_stats {
 
 void choir_engine_get_stats(choir_engine *e, choir_engine_stats *out);
 
+/* One device the engine places models on: index 0 is the CPU (host memory),
+ * then the GPUs. Figures are a snapshot. */
+typedef enum choir_device_kind {
+    CHOIR_DEVICE_KIND_CPU = 0,
+    CHOIR_DEVICE_KIND_GPU = 1
+} choir_device_kind;
+
+typedef struct choir_engine_device {
+    choir_device_kind kind;
+    int index;          /* CUDA device index (GPU); 0 for the CPU */
+    int fake;           /* 1: a simulated GPU (params.fake_gpus) */
+    char name[16];      /* "cpu", "gpu0", ...: the metrics label */
+    char hw_name[128];  /* the card's name ("NVIDIA H200", "fake"), "host" for the CPU */
+    int64_t total_bytes; /* memory on the device (host: the budget) */
+    /* bytes: the budget; weights of replicas on it; reserved by running
+     * batches; the most weights + reserved ever held */
+    int64_t budget, weights, reserved, peak;
+    int running;        /* batches running on it now */
+    uint64_t batches;   /* batches finished on it */
+    double busy_s;      /* their summed compute seconds */
+} choir_engine_device;
+
+/* Fills up to `cap` entries of `out`; returns the number of devices (1 + GPUs). */
+int choir_engine_devices(choir_engine *e, choir_engine_device *out, int cap);
+
 /* One registered model, as listed by choir_engine_models. */
 typedef struct choir_engine_model_info {
     const char *id;    /* valid until the engine is freed */
@@ -194,7 +241,9 @@ typedef struct choir_engine_model_info {
     const char *dir;
     uint32_t tasks;    /* CHOIR_TASK_BIT()s */
     int loaded;
-    int64_t resident_bytes; /* while loaded; else the expected size */
+    int64_t resident_bytes; /* host bytes while loaded (all replicas); else the expected size */
+    int replicas;      /* loaded (or loading) instances, each on its own device */
+    uint32_t devices;  /* bit d: a replica on device d of choir_engine_devices */
 } choir_engine_model_info;
 
 /* Fills up to `cap` entries of `out` in registration order; returns the

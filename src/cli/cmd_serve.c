@@ -34,6 +34,9 @@ static void serve_usage(FILE *f)
             "  --max-batch N          largest batch (default: the profile's)\n"
             "  --workers N            batches run at once (default 1)\n"
             "  --queue N              pending requests per model before 429 (default 256)\n"
+            "  --gpus all|none|0,1    GPUs to place models on (default all; needs a CUDA build)\n"
+            "  --gpu-memory-fraction F  each GPU's memory budget as a fraction of the card (default 0.90)\n"
+            "  --gpu-memory SIZE      each GPU's budget in bytes instead (e.g. 60G)\n"
             "  --json                 print {\"url\",\"port\",\"models\",\"profile\"} on stdout once listening\n"
             "  --preload              load every model at start (/health is 503 until done)\n"
             "  --request-timeout S    engine deadline per request (default 300)\n"
@@ -56,6 +59,7 @@ int choir_cmd_serve(int argc, char **argv)
     int n_dirs = 0;
     choir_server_params sp = choir_server_default_params();
     const char *profile_name = "default", *port_file = NULL;
+    const char *gpus = NULL, *gpu_fraction = NULL, *gpu_memory = NULL;
     long long budget = 0;
     int max_batch = 0, workers = 0, queue = 0, upload_mb = 25, preload = 0, json = 0;
     double deadline = 10;
@@ -111,6 +115,12 @@ int choir_cmd_serve(int argc, char **argv)
             bad = parse_int(v, 1, 256, &workers);
         } else if (strcmp(a, "--queue") == 0) {
             bad = parse_int(v, 1, 1 << 20, &queue);
+        } else if (strcmp(a, "--gpus") == 0) {
+            gpus = v;
+        } else if (strcmp(a, "--gpu-memory-fraction") == 0) {
+            gpu_fraction = v;
+        } else if (strcmp(a, "--gpu-memory") == 0) {
+            gpu_memory = v;
         } else if (strcmp(a, "--request-timeout") == 0) {
             char *end;
             sp.request_timeout_s = strtod(v, &end);
@@ -160,7 +170,20 @@ int choir_cmd_serve(int argc, char **argv)
         ep.workers = workers;
     if (queue)
         ep.queue_capacity = queue;
+    /* The GPU flags are checked here (values) and by choir_engine_create
+     * (whether those GPUs exist, or CUDA at all). */
+    const char *gpu_flags[][2] = {{"gpus", gpus}, {"gpu-memory-fraction", gpu_fraction}, {"gpu-memory", gpu_memory}};
+    for (int i = 0; i < 3; i++) {
+        if (gpu_flags[i][1] && choir_engine_apply_option(&ep, gpu_flags[i][0], gpu_flags[i][1], &err) < 0) {
+            fprintf(stderr, "choir serve: %s\n", err.msg);
+            return 2;
+        }
+    }
     choir_engine *engine = choir_engine_create(&ep, &err);
+    if (!engine && err.code == CHOIR_EINVAL) {
+        fprintf(stderr, "choir serve: %s\n", err.msg);
+        return 2;
+    }
     choir_server *server = engine ? choir_server_create(engine, &sp, &err) : NULL;
     int rc = 1, n_models = 0;
     if (!server)
@@ -197,6 +220,11 @@ int choir_cmd_serve(int argc, char **argv)
     }
     fprintf(stderr, "choir serve: listening on http://%s:%d (%d model%s, profile %s)\n", sp.host, port, n_models,
             n_models == 1 ? "" : "s", choir_profile_name(profile));
+    choir_engine_device devs[1 + CHOIR_ENGINE_MAX_GPUS];
+    int n_devs = choir_engine_devices(engine, devs, 1 + CHOIR_ENGINE_MAX_GPUS);
+    for (int i = 1; i < n_devs && i <= CHOIR_ENGINE_MAX_GPUS; i++)
+        fprintf(stderr, "choir serve: %s (%s): %.1f GiB budget of %.1f GiB\n", devs[i].name, devs[i].hw_name,
+                (double)devs[i].budget / (1 << 30), (double)devs[i].total_bytes / (1 << 30));
     int sig = 0;
     sigwait(&stop_signals, &sig);
     fprintf(stderr, "choir serve: %s: stopping (deadline %.1f s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",

@@ -52,7 +52,8 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: choir stats [--url URL] [--api-key KEY] [--raw]\n"
                "Reads URL/metrics of a running `choir serve` (default http://127.0.0.1:8000)\n"
-               "and prints queue, memory, latency and rejection figures (--raw: the whole page).\n"
+               "and prints queue, memory, latency and rejection figures, each device's memory\n"
+               "and batches, and each model's replicas and placement (--raw: the whole page).\n"
                "--api-key (default $CHOIR_API_KEY) is sent when the server requires one.\n");
 }
 
@@ -62,6 +63,78 @@ static void line(const char *text, const char *label, const char *series, double
     double v = sample(text, series, &found);
     if (found)
         printf("  %-28s %.6g%s\n", label, v * scale, unit);
+}
+
+/* Copies the value of label `key` in the sample line at `p` (up to the
+ * line's end) into out; returns 1 when found. */
+static int label(const char *p, const char *key, char *out, size_t cap)
+{
+    const char *eol = strchr(p, '\n');
+    char pat[64];
+    snprintf(pat, sizeof pat, "%s=\"", key);
+    const char *k = strstr(p, pat);
+    if (!k || (eol && k > eol))
+        return 0;
+    k += strlen(pat);
+    const char *q = strchr(k, '"');
+    if (!q || (eol && q > eol) || (size_t)(q - k) >= cap)
+        return 0;
+    memcpy(out, k, (size_t)(q - k));
+    out[q - k] = 0;
+    return 1;
+}
+
+/* Per device: memory and batches; per model: replicas and where they are. */
+static void devices_and_placement(const char *text)
+{
+    const char *fam = "choir_device_memory_bytes{device=\"";
+    int header = 0;
+    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+        char dev[64], kind[16], series[192];
+        if (strncmp(p, fam, strlen(fam)) != 0 || !label(p, "kind", kind, sizeof kind) || strcmp(kind, "budget") != 0 ||
+            !label(p, "device", dev, sizeof dev))
+            continue;
+        if (!header++)
+            printf("devices (MiB: weights / reserved / peak of budget; batches)\n");
+        double v[4];
+        static const char *kinds[4] = {"weights", "reserved", "peak", "budget"};
+        for (int k = 0; k < 4; k++) {
+            int found;
+            snprintf(series, sizeof series, "choir_device_memory_bytes{device=\"%s\",kind=\"%s\"}", dev, kinds[k]);
+            v[k] = sample(text, series, &found) / (1 << 20);
+        }
+        int found;
+        snprintf(series, sizeof series, "choir_device_batches_total{device=\"%s\"}", dev);
+        double batches = sample(text, series, &found);
+        printf("  %-28s %.0f / %.0f / %.0f of %.0f; %.0f\n", dev, v[0], v[1], v[2], v[3], batches);
+    }
+    const char *rep = "choir_model_replicas{model=\"";
+    header = 0;
+    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+        char model[128];
+        if (strncmp(p, rep, strlen(rep)) != 0 || !label(p, "model", model, sizeof model))
+            continue;
+        const char *val = strchr(p, '}');
+        int replicas = val ? atoi(val + 1) : 0;
+        if (!header++)
+            printf("models (replicas: devices)\n");
+        char where[512] = "";
+        size_t len = 0;
+        char pre[192];
+        snprintf(pre, sizeof pre, "choir_model_placement{model=\"%s\",device=\"", model);
+        for (const char *q = text; q && *q; q = strchr(q, '\n') ? strchr(q, '\n') + 1 : NULL) {
+            char dev[64];
+            const char *end = strchr(q, '}');
+            if (strncmp(q, pre, strlen(pre)) != 0 || !end || strtod(end + 1, NULL) != 1 ||
+                !label(q, "device", dev, sizeof dev))
+                continue;
+            len += (size_t)snprintf(where + len, len < sizeof where ? sizeof where - len : 0, "%s%s",
+                                    len ? " " : "", dev);
+            if (len >= sizeof where)
+                break;
+        }
+        printf("  %-28s %d: %s\n", model, replicas, replicas ? where : "not loaded");
+    }
 }
 
 int choir_cmd_stats(int argc, char **argv)
@@ -163,6 +236,7 @@ int choir_cmd_stats(int argc, char **argv)
     line(b.text, "reserved (batches)", "choir_memory_reserved_bytes", 1.0 / (1 << 20), " MiB");
     line(b.text, "weights resident", "choir_weights_resident_bytes", 1.0 / (1 << 20), " MiB");
     line(b.text, "largest arena", "choir_arena_peak_bytes", 1.0 / (1 << 20), " MiB");
+    devices_and_placement(b.text);
     choir_free(b.text);
     return 0;
 }

@@ -226,6 +226,9 @@ int choir_engine_add_model(choir_engine *e, const char *id, const char *dir, con
         choir_free(m->dir);
         goto out;
     }
+    /* Before a load the device bytes are unknown; the files' size stands in. */
+    if (ops->gpu && e->n_devices > 1)
+        sched_model_set_gpu(e->core, rc, bytes);
     engine_metrics_add_model(e, m);
     e->n_models++;
     rc = 0;
@@ -289,6 +292,15 @@ static int check_input(const choir_request *r, choir_err *err)
         return 0;
     default: return choir_err_set(err, CHOIR_EINVAL, "unknown task %d", (int)r->task);
     }
+}
+
+/* Weights of any loaded replica (for estimates), or NULL. Engine lock held. */
+static const void *any_weights(const engine_model *m)
+{
+    for (int d = 0; d < SCHED_MAX_DEVICES; d++)
+        if (m->load_state[d] == LOAD_READY)
+            return m->weights[d];
+    return NULL;
 }
 
 /* The model a job goes to, or -1. Engine lock held. */
@@ -358,13 +370,14 @@ choir_ticket *choir_engine_submit(choir_engine *e, const choir_job *job, choir_r
         why = CHOIR_REJECT_FAILED;
     } else {
         const engine_model *m = &e->models[mi];
-        const void *w = m->load_state == LOAD_READY ? m->weights : NULL;
+        const void *w = any_weights(m);
         int64_t len = m->ops->length ? m->ops->length(w, &t->req)
                       : job->req.task == CHOIR_TASK_TTS ? (int64_t)strlen(job->req.in.tts.text)
                                                         : (int64_t)(secs * 16000.0);
         /* Without a model estimate, assume 64 bytes per length unit: enough
          * for a few float buffers per sample or per character. */
         int64_t est = m->ops->estimate ? m->ops->estimate(w, &t->req) : len * 64;
+        int64_t dev_est = m->ops->gpu && m->ops->estimate_device ? m->ops->estimate_device(w, &t->req) : 0;
         /* Text is read at roughly 15 characters per second of speech. */
         double seconds = job->req.task == CHOIR_TASK_TTS ? (double)strlen(job->req.in.tts.text) / 15.0 : secs;
         double now = engine_now(e);
@@ -376,6 +389,7 @@ choir_ticket *choir_engine_submit(choir_engine *e, const choir_job *job, choir_r
         t->sr.is_long = seconds > e->p.long_seconds;
         t->sr.length = len;
         t->sr.est_bytes = est;
+        t->sr.dev_est_bytes = dev_est;
         t->sr.deadline = job->timeout_s > 0 ? now + job->timeout_s : INFINITY;
         t->sr.user = t;
         rc = sched_submit(e->core, &t->sr, now, &why, err);
@@ -419,55 +433,90 @@ double choir_engine_retry_after(const choir_engine *e)
 
 /* ---- workers ---------------------------------------------------------- */
 
-/* Makes sure the batch's model is loaded; returns its weights or NULL (and a
- * message) when loading failed. Engine lock held on entry and exit. */
-static void *ensure_loaded(choir_engine *e, const sched_action *a, choir_err *err)
+/* Loads model `mi` on device `d` (a worker's job, never the scheduler's);
+ * returns its weights or NULL (and err). *misplaced is set when the weights
+ * turned out too large for that GPU (they are freed; the caller returns its
+ * batch to the queue). Engine lock held on entry and exit, released during
+ * the load. */
+static void *load_replica(choir_engine *e, int mi, int d, choir_err *err, int *misplaced)
 {
-    engine_model *m = &e->models[a->model];
-    if (a->need_load) {
-        m->load_state = LOAD_BUSY;
-        /* add_model may grow the table while the lock is released: keep what
-         * the load needs (the strings and ops never move) and look m up again. */
-        const choir_model_ops *ops = m->ops;
-        const char *dir = m->dir;
+    engine_model *m = &e->models[mi];
+    m->load_state[d] = LOAD_BUSY;
+    /* add_model may grow the table while the lock is released: keep what
+     * the load needs (the strings and ops never move) and look m up again. */
+    const choir_model_ops *ops = m->ops;
+    const char *dir = m->dir;
+    choir_model_options opt = e->p.model_options;
+    opt.device = d;
+    pthread_mutex_unlock(&e->lock);
+    uint64_t t0 = choir_now_ns();
+    void *w = ops->load(dir, &opt, err);
+    int64_t bytes = w && ops->resident_bytes ? ops->resident_bytes(w) : choir_model_dir_bytes(dir);
+    int64_t dev_bytes = w && d > 0 && ops->device_bytes ? ops->device_bytes(w) : 0;
+    double secs = (double)(choir_now_ns() - t0) * 1e-9;
+    pthread_mutex_lock(&e->lock);
+    m = &e->models[mi];
+    m->weights[d] = w;
+    m->load_state[d] = w ? LOAD_READY : LOAD_FAILED;
+    m->resident[d] = w ? (bytes > 0 ? bytes : 0) : 0;
+    m->dev_resident[d] = w ? (dev_bytes > 0 ? dev_bytes : 0) : 0;
+    *misplaced = sched_model_loaded(e->core, mi, d, w ? m->resident[d] : -1, m->dev_resident[d]);
+    if (*misplaced) {
+        CHOIR_LOGW("engine: '%s' takes %lld bytes on %s, more than its budget has room for; placing it again",
+                   m->id, (long long)m->dev_resident[d], e->devices[d].name);
+        m->weights[d] = NULL;
+        m->load_state[d] = LOAD_NONE;
+        m->resident[d] = m->dev_resident[d] = 0;
         pthread_mutex_unlock(&e->lock);
-        uint64_t t0 = choir_now_ns();
-        void *w = ops->load(dir, &e->p.model_options, err);
-        int64_t bytes = w && ops->resident_bytes ? ops->resident_bytes(w) : choir_model_dir_bytes(dir);
-        double secs = (double)(choir_now_ns() - t0) * 1e-9;
+        ops->free(w);
         pthread_mutex_lock(&e->lock);
-        m = &e->models[a->model];
-        m->weights = w;
-        m->load_state = w ? LOAD_READY : LOAD_FAILED;
-        m->resident = w ? (bytes > 0 ? bytes : 0) : 0;
-        sched_model_loaded(e->core, a->model, w ? m->resident : -1);
-        if (w) {
-            /* Requests queued before the load were estimated without the
-             * weights (worst-case sizes); now their true size is known. */
-            for (choir_ticket *t = e->live; t; t = t->next) {
-                if (t->model != a->model || t->sr.state != SCHED_QUEUED)
-                    continue;
-                if (ops->estimate)
-                    t->sr.est_bytes = ops->estimate(w, &t->req);
-                if (ops->length)
-                    t->sr.length = ops->length(w, &t->req);
-            }
-            choir_metrics_inc(e->m.reg, m->m_loads, 1);
-            choir_metrics_set(e->m.reg, m->m_loaded, 1);
-            CHOIR_LOGI("engine: loaded '%s' in %.2f s (%lld bytes resident)", m->id, secs, (long long)m->resident);
-        } else {
-            CHOIR_LOGE("engine: loading '%s' failed: %s", m->id, err ? err->msg : "");
-        }
         pthread_cond_broadcast(&e->changed);
-        return w;
+        pthread_cond_signal(&e->wake_sched);
+        return NULL;
     }
-    while (m->load_state == LOAD_BUSY)
+    if (w) {
+        /* Requests queued before the load were estimated without the
+         * weights (worst-case sizes); now their true size is known. */
+        for (choir_ticket *t = e->live; t; t = t->next) {
+            if (t->model != mi || t->sr.state != SCHED_QUEUED)
+                continue;
+            if (ops->estimate)
+                t->sr.est_bytes = ops->estimate(w, &t->req);
+            if (ops->gpu && ops->estimate_device)
+                t->sr.dev_est_bytes = ops->estimate_device(w, &t->req);
+            if (ops->length)
+                t->sr.length = ops->length(w, &t->req);
+        }
+        choir_metrics_inc(e->m.reg, m->m_loads, 1);
+        choir_metrics_set(e->m.reg, m->m_loaded, 1);
+        CHOIR_LOGI("engine: loaded '%s' on %s in %.2f s (%lld bytes resident, %lld on the device)", m->id,
+                   e->devices[d].name, secs, (long long)m->resident[d], (long long)m->dev_resident[d]);
+    } else {
+        CHOIR_LOGE("engine: loading '%s' on %s failed: %s", m->id, e->devices[d].name, err ? err->msg : "");
+    }
+    pthread_cond_broadcast(&e->changed);
+    pthread_cond_signal(&e->wake_sched);
+    return w;
+}
+
+/* Makes sure the batch's replica is loaded; returns its weights or NULL (and
+ * a message) when loading failed. Engine lock held on entry and exit. */
+static void *ensure_loaded(choir_engine *e, const sched_action *a, choir_err *err, int *misplaced)
+{
+    int d = a->device;
+    *misplaced = 0;
+    if (a->need_load)
+        return load_replica(e, a->model, d, err, misplaced);
+    engine_model *m = &e->models[a->model];
+    while (m->load_state[d] == LOAD_BUSY) {
         pthread_cond_wait(&e->changed, &e->lock);
-    if (m->load_state != LOAD_READY) {
+        m = &e->models[a->model];
+    }
+    if (m->load_state[d] != LOAD_READY) {
         choir_err_set(err, CHOIR_EIO, "model '%s' could not be loaded", m->id);
         return NULL;
     }
-    return m->weights;
+    return m->weights[d];
 }
 
 static void run_one_batch(choir_engine *e, sched_action *a)
@@ -477,8 +526,15 @@ static void run_one_batch(choir_engine *e, sched_action *a)
     choir_ticket *tickets[SCHED_MAX_BATCH];
     int n = a->n;
     pthread_mutex_lock(&e->lock);
-    void *w = ensure_loaded(e, a, &err);
+    int misplaced;
+    void *w = ensure_loaded(e, a, &err, &misplaced);
     const choir_model_ops *ops = e->models[a->model].ops;
+    if (misplaced) {
+        sched_return(e->core, a, engine_now(e));
+        pthread_cond_signal(&e->wake_sched);
+        pthread_mutex_unlock(&e->lock);
+        return;
+    }
     pthread_mutex_unlock(&e->lock);
 
     uint64_t t0 = choir_now_ns();
@@ -563,6 +619,12 @@ static void *worker_main(void *arg)
             break;
         sched_action a = e->ready[0];
         memmove(e->ready, e->ready + 1, (size_t)(--e->n_ready) * sizeof *e->ready);
+        if (a.kind == SCHED_LOAD) {
+            choir_err err = {0};
+            int misplaced;
+            load_replica(e, a.model, a.device, &err, &misplaced);
+            continue;
+        }
         pthread_mutex_unlock(&e->lock);
         run_one_batch(e, &a);
         pthread_mutex_lock(&e->lock);
@@ -593,7 +655,8 @@ static void *sched_main(void *arg)
         sched_set_external(e->core, choir_mem_current(CHOIR_MEM_IO) + choir_mem_current(CHOIR_MEM_OTHER) +
                                         e->resting_work);
         if (sched_decide(e->core, now, &a)) {
-            if (a.kind == SCHED_DISPATCH) {
+            if (a.kind == SCHED_DISPATCH || a.kind == SCHED_LOAD) {
+                /* A load runs on a worker, like a batch: the scheduler never waits for one. */
                 e->ready[e->n_ready++] = a;
                 pthread_cond_signal(&e->wake_worker);
             } else if (a.kind == SCHED_REJECT) {
@@ -608,16 +671,18 @@ static void *sched_main(void *arg)
                 pthread_mutex_lock(&e->lock);
             } else if (a.kind == SCHED_UNLOAD) {
                 engine_model *m = &e->models[a.model];
-                void *w = m->weights;
+                int d = a.device;
+                void *w = m->weights[d];
                 const choir_model_ops *ops = m->ops;
                 const char *id = m->id;
-                m->weights = NULL;
-                m->load_state = LOAD_NONE;
-                m->resident = 0;
+                m->weights[d] = NULL;
+                m->load_state[d] = LOAD_NONE;
+                m->resident[d] = 0;
+                m->dev_resident[d] = 0;
                 choir_metrics_inc(e->m.reg, m->m_unloads, 1);
-                choir_metrics_set(e->m.reg, m->m_loaded, 0);
+                choir_metrics_set(e->m.reg, m->m_loaded, sched_model_loaded_flag(e->core, a.model));
                 pthread_mutex_unlock(&e->lock);
-                CHOIR_LOGI("engine: unloading idle model '%s'", id);
+                CHOIR_LOGI("engine: unloading idle model '%s' from %s", id, e->devices[d].name);
                 ops->free(w);
                 pthread_mutex_lock(&e->lock);
             }
@@ -660,7 +725,12 @@ static void resolve_params(choir_engine_params *p, const choir_engine_params *in
     DEF(max_audio_seconds);
     DEF(model_options.q_bits);
     DEF(model_options.compute_bf16);
+    DEF(gpu_memory_fraction);
+    DEF(replica_queue);
+    DEF(replica_after_s);
+    DEF(replica_idle_s);
 #undef DEF
+    p->model_options.device = CHOIR_DEVICE_CPU;
     if (p->low_water > p->high_water)
         p->low_water = p->high_water;
     if (p->max_batch > SCHED_MAX_BATCH)
@@ -680,8 +750,18 @@ choir_engine *choir_engine_create(const choir_engine_params *params, choir_err *
     pthread_cond_init(&e->wake_worker, NULL);
     cond_init_monotonic(&e->changed);
     e->start_ns = choir_now_ns();
+    if (engine_devices_resolve(e, err) < 0)
+        goto fail;
+    /* Each GPU replica runs one batch at a time: enough workers keep every
+     * GPU busy and the CPU too. */
+    int n_gpus = e->n_devices - 1;
+    if (n_gpus > 0 && e->p.workers < n_gpus + 1)
+        e->p.workers = n_gpus + 1;
     sched_config c;
     sched_config_from_params(&c, &e->p);
+    c.n_gpus = n_gpus;
+    for (int i = 0; i < n_gpus; i++)
+        c.gpu_budget[i] = e->devices[1 + i].budget;
     e->core = sched_create(&c, err);
     if (!e->core)
         goto fail;
@@ -693,6 +773,10 @@ choir_engine *choir_engine_create(const choir_engine_params *params, choir_err *
     }
     if (engine_metrics_init(e, err) < 0)
         goto fail;
+    if (engine_metrics_add_devices(e) < 0) {
+        choir_err_set(err, CHOIR_ENOMEM, "engine: out of memory");
+        goto fail;
+    }
     if (pthread_create(&e->sched_thread, NULL, sched_main, e) != 0) {
         choir_err_set(err, CHOIR_ENOMEM, "engine: cannot start the scheduler thread");
         goto fail;
@@ -706,6 +790,9 @@ choir_engine *choir_engine_create(const choir_engine_params *params, choir_err *
     }
     CHOIR_LOGD("engine: profile %s, budget %lld bytes, batch %d, %d workers", choir_profile_name(e->p.profile),
                (long long)e->p.memory_budget, e->p.max_batch, e->p.workers);
+    for (int i = 1; i < e->n_devices; i++)
+        CHOIR_LOGI("engine: %s (%s): budget %lld of %lld bytes", e->devices[i].name, e->devices[i].hw_name,
+                   (long long)e->devices[i].budget, (long long)e->devices[i].total_bytes);
     return e;
 fail:
     choir_engine_free(e);
@@ -757,10 +844,12 @@ int choir_engine_shutdown(choir_engine *e, double deadline_s)
     e->n_workers = 0;
     for (int i = 0; i < e->n_models; i++) {
         engine_model *m = &e->models[i];
-        if (m->weights)
-            m->ops->free(m->weights);
-        m->weights = NULL;
-        m->load_state = LOAD_NONE;
+        for (int d = 0; d < SCHED_MAX_DEVICES; d++) {
+            if (m->weights[d])
+                m->ops->free(m->weights[d]);
+            m->weights[d] = NULL;
+            m->load_state[d] = LOAD_NONE;
+        }
     }
     return rc;
 }

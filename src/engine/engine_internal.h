@@ -12,15 +12,30 @@
 
 enum { LOAD_NONE = 0, LOAD_BUSY = 1, LOAD_READY = 2, LOAD_FAILED = 3 };
 
+/* A model; its replicas are indexed by device (0 = CPU, d = GPU d - 1),
+ * as in the scheduler. */
 typedef struct engine_model {
     char *id, *dir;
     const choir_model_ops *ops;
-    void *weights;   /* while load_state == LOAD_READY */
-    int load_state;
-    int64_t resident; /* bytes reported for the budget while loaded */
+    void *weights[SCHED_MAX_DEVICES];   /* while load_state[d] == LOAD_READY */
+    int load_state[SCHED_MAX_DEVICES];
+    int64_t resident[SCHED_MAX_DEVICES]; /* host bytes reported for the budget while loaded */
+    int64_t dev_resident[SCHED_MAX_DEVICES]; /* device bytes (GPU replicas) */
     /* metric series */
-    int m_requests, m_loads, m_unloads, m_loaded;
+    int m_requests, m_loads, m_unloads, m_loaded, m_replicas;
+    int m_placement[SCHED_MAX_DEVICES];
 } engine_model;
+
+/* A device as the engine found it (the live figures are the scheduler's). */
+typedef struct engine_device {
+    choir_device_kind kind;
+    int index, fake;
+    char name[16];
+    char hw_name[128];
+    int64_t total_bytes, budget;
+    /* metric series */
+    int m_budget, m_weights, m_reserved, m_peak, m_batches, m_busy, m_running;
+} engine_device;
 
 struct choir_ticket {
     pthread_mutex_t lock;
@@ -61,6 +76,8 @@ struct choir_engine {
     sched *core;
     engine_model *models;
     int n_models;
+    engine_device devices[SCHED_MAX_DEVICES]; /* [0]: the CPU */
+    int n_devices;
     const choir_model_ops **extra_ops;
     /* dispatched batches waiting for a worker (at most p.workers) */
     sched_action *ready;
@@ -83,6 +100,10 @@ struct choir_engine {
 
 int engine_metrics_init(choir_engine *e, choir_err *err);
 void engine_metrics_free(choir_engine *e);
+/* Registers each device's series. */
+int engine_metrics_add_devices(choir_engine *e);
+/* Finds the devices params ask for into e->devices (CPU first). */
+int engine_devices_resolve(choir_engine *e, choir_err *err);
 /* Registers one model's series. */
 int engine_metrics_add_model(choir_engine *e, engine_model *m);
 /* Records a finished request (latencies from its timestamps). */

@@ -73,6 +73,36 @@ void engine_metrics_free(choir_engine *e)
     e->m.reg = NULL;
 }
 
+int engine_metrics_add_devices(choir_engine *e)
+{
+    choir_metrics *r = e->m.reg;
+    for (int i = 0; i < e->n_devices; i++) {
+        engine_device *d = &e->devices[i];
+        char lab[96];
+        const char *help = "Device memory in bytes by kind: budget, weights (replicas on it), reserved "
+                           "(running batches), peak (most weights + reserved held)";
+        snprintf(lab, sizeof lab, "device=\"%s\",kind=\"budget\"", d->name);
+        d->m_budget = choir_metrics_add(r, CHOIR_METRIC_GAUGE, "choir_device_memory_bytes", lab, help);
+        snprintf(lab, sizeof lab, "device=\"%s\",kind=\"weights\"", d->name);
+        d->m_weights = choir_metrics_add(r, CHOIR_METRIC_GAUGE, "choir_device_memory_bytes", lab, help);
+        snprintf(lab, sizeof lab, "device=\"%s\",kind=\"reserved\"", d->name);
+        d->m_reserved = choir_metrics_add(r, CHOIR_METRIC_GAUGE, "choir_device_memory_bytes", lab, help);
+        snprintf(lab, sizeof lab, "device=\"%s\",kind=\"peak\"", d->name);
+        d->m_peak = choir_metrics_add(r, CHOIR_METRIC_GAUGE, "choir_device_memory_bytes", lab, help);
+        snprintf(lab, sizeof lab, "device=\"%s\"", d->name);
+        d->m_batches = choir_metrics_add(r, CHOIR_METRIC_COUNTER, "choir_device_batches_total", lab,
+                                         "Batches finished, by device");
+        d->m_busy = choir_metrics_add(r, CHOIR_METRIC_COUNTER, "choir_device_busy_seconds_total", lab,
+                                      "Compute seconds of finished batches, by device (rate = busy fraction)");
+        d->m_running = choir_metrics_add(r, CHOIR_METRIC_GAUGE, "choir_device_running_batches", lab,
+                                         "Batches running now, by device");
+        if (d->m_budget < 0 || d->m_weights < 0 || d->m_reserved < 0 || d->m_peak < 0 || d->m_batches < 0 ||
+            d->m_busy < 0 || d->m_running < 0)
+            return CHOIR_ENOMEM;
+    }
+    return 0;
+}
+
 int engine_metrics_add_model(choir_engine *e, engine_model *m)
 {
     char lab[256];
@@ -88,6 +118,14 @@ int engine_metrics_add_model(choir_engine *e, engine_model *m)
     m->m_loads = choir_metrics_add(r, CHOIR_METRIC_COUNTER, "choir_model_loads_total", lab, "Model loads");
     m->m_unloads = choir_metrics_add(r, CHOIR_METRIC_COUNTER, "choir_model_unloads_total", lab, "Model unloads");
     m->m_loaded = choir_metrics_add(r, CHOIR_METRIC_GAUGE, "choir_model_loaded", lab, "1 while the model is loaded");
+    m->m_replicas = choir_metrics_add(r, CHOIR_METRIC_GAUGE, "choir_model_replicas", lab,
+                                      "Loaded (or loading) instances of the model, each on its own device");
+    for (int d = 0; d < e->n_devices; d++) {
+        char dl[300];
+        snprintf(dl, sizeof dl, "%s,device=\"%s\"", lab, e->devices[d].name);
+        m->m_placement[d] = choir_metrics_add(r, CHOIR_METRIC_GAUGE, "choir_model_placement", dl,
+                                              "1 where the model has a replica");
+    }
     return 0;
 }
 
@@ -120,6 +158,26 @@ static void refresh(choir_engine *e)
     pthread_mutex_lock(&e->lock);
     sched_get_state(e->core, &st);
     int64_t arena_peak = e->arena_peak;
+    for (int i = 0; i < e->n_devices; i++) {
+        const engine_device *d = &e->devices[i];
+        sched_device_state ds;
+        sched_get_device(e->core, i, &ds);
+        choir_metrics_set(m->reg, d->m_budget, (double)ds.budget);
+        choir_metrics_set(m->reg, d->m_weights, (double)ds.weights);
+        choir_metrics_set(m->reg, d->m_reserved, (double)ds.reserved);
+        choir_metrics_set(m->reg, d->m_peak, (double)ds.peak);
+        choir_metrics_set(m->reg, d->m_batches, (double)ds.batches);
+        choir_metrics_set(m->reg, d->m_busy, ds.busy_s);
+        choir_metrics_set(m->reg, d->m_running, ds.running_batches);
+    }
+    for (int i = 0; i < e->n_models; i++) {
+        const engine_model *em = &e->models[i];
+        uint32_t mask;
+        int n = sched_model_replicas(e->core, i, &mask);
+        choir_metrics_set(m->reg, em->m_replicas, n);
+        for (int d = 0; d < e->n_devices; d++)
+            choir_metrics_set(m->reg, em->m_placement[d], (mask >> d) & 1u);
+    }
     pthread_mutex_unlock(&e->lock);
     double up = (double)(choir_now_ns() - e->start_ns) * 1e-9;
     choir_metrics_set(m->reg, m->budget, (double)st.budget);
@@ -208,6 +266,37 @@ int choir_engine_models(choir_engine *e, choir_engine_model_info *out, int cap)
         out[i].tasks = m->ops->tasks;
         out[i].loaded = sched_model_loaded_flag(e->core, i);
         out[i].resident_bytes = sched_model_weights(e->core, i);
+        out[i].replicas = sched_model_replicas(e->core, i, &out[i].devices);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return n;
+}
+
+int choir_engine_devices(choir_engine *e, choir_engine_device *out, int cap)
+{
+    if (!e)
+        return 0;
+    pthread_mutex_lock(&e->lock);
+    int n = e->n_devices;
+    for (int i = 0; i < n && out && i < cap; i++) {
+        const engine_device *d = &e->devices[i];
+        choir_engine_device *o = &out[i];
+        sched_device_state ds;
+        sched_get_device(e->core, i, &ds);
+        memset(o, 0, sizeof *o);
+        o->kind = d->kind;
+        o->index = d->index;
+        o->fake = d->fake;
+        snprintf(o->name, sizeof o->name, "%s", d->name);
+        snprintf(o->hw_name, sizeof o->hw_name, "%s", d->hw_name);
+        o->total_bytes = d->total_bytes;
+        o->budget = ds.budget;
+        o->weights = ds.weights;
+        o->reserved = ds.reserved;
+        o->peak = ds.peak;
+        o->running = ds.running_batches;
+        o->batches = ds.batches;
+        o->busy_s = ds.busy_s;
     }
     pthread_mutex_unlock(&e->lock);
     return n;

@@ -3,6 +3,7 @@
  * of n * longest * bytes_per_unit * true_ratio. */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -16,6 +17,8 @@
 typedef struct fake_weights {
     choir_fake_params p;
     int64_t file_bytes;
+    int device;           /* choir_model_options.device it was loaded for */
+    pthread_mutex_t gpu;  /* serialises batches of a GPU replica */
 } fake_weights;
 
 static void sleep_s(double s)
@@ -58,7 +61,6 @@ static double num(const cJSON *c, const char *k, double def)
 
 static void *fake_load(const char *dir, const choir_model_options *opt, choir_err *err)
 {
-    (void)opt;
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     FILE *f = fopen(path, "rb");
@@ -89,15 +91,35 @@ static void *fake_load(const char *dir, const choir_model_options *opt, choir_er
     w->p.load_ms = num(c, "load_ms", 0);
     w->p.pieces = (int)num(c, "pieces", 4);
     w->p.fail_on_length = (int)num(c, "fail_on_length", 0);
+    w->p.device_weights_bytes = (int64_t)num(c, "device_weights_bytes", 0);
+    w->p.device_bytes_per_unit = (int64_t)num(c, "device_bytes_per_unit", 0);
     cJSON_Delete(c);
     w->file_bytes = choir_model_dir_bytes(dir);
+    w->device = opt ? opt->device : CHOIR_DEVICE_CPU;
+    if (w->device < 0) {
+        choir_err_set(err, CHOIR_EINVAL, "fake: bad device %d", w->device);
+        choir_free(w);
+        return NULL;
+    }
+    pthread_mutex_init(&w->gpu, NULL);
     sleep_s(w->p.load_ms / 1000.0);
     return w;
 }
 
 static void fake_free(void *weights)
 {
+    if (!weights)
+        return;
+    pthread_mutex_destroy(&((fake_weights *)weights)->gpu);
     choir_free(weights);
+}
+
+static int64_t fake_device_bytes(const void *weights)
+{
+    const fake_weights *w = weights;
+    if (!w || w->device < 1)
+        return 0;
+    return w->p.device_weights_bytes > 0 ? w->p.device_weights_bytes : w->file_bytes;
 }
 
 static int64_t fake_resident(const void *weights)
@@ -122,6 +144,13 @@ static int64_t fake_length(const void *weights, const choir_request *r)
 static int64_t fake_estimate(const void *weights, const choir_request *r)
 {
     int64_t bpu = weights ? ((const fake_weights *)weights)->p.bytes_per_unit : 64;
+    return fake_length(weights, r) * bpu;
+}
+
+static int64_t fake_estimate_device(const void *weights, const choir_request *r)
+{
+    const fake_weights *w = weights;
+    int64_t bpu = !w ? 64 : w->p.device_bytes_per_unit > 0 ? w->p.device_bytes_per_unit : w->p.bytes_per_unit;
     return fake_length(weights, r) * bpu;
 }
 
@@ -168,7 +197,8 @@ static int emit_piece(choir_request *r, int k, int pieces, int final, float *scr
     return choir_request_emit(r, &out);
 }
 
-static int fake_run_batch(void *weights, choir_request *const *reqs, int n, choir_arena *arena, choir_err *err)
+static int fake_run_batch_locked(void *weights, choir_request *const *reqs, int n, choir_arena *arena,
+                                 choir_err *err)
 {
     const fake_weights *w = weights;
     int64_t longest = 0;
@@ -218,6 +248,33 @@ static int fake_run_batch(void *weights, choir_request *const *reqs, int n, choi
     return 0;
 }
 
+static int fake_run_batch(void *weights, choir_request *const *reqs, int n, choir_arena *arena, choir_err *err)
+{
+    fake_weights *w = weights;
+    if (w->device < 1)
+        return fake_run_batch_locked(weights, reqs, n, arena, err);
+    pthread_mutex_lock(&w->gpu);
+    int rc = fake_run_batch_locked(weights, reqs, n, arena, err);
+    pthread_mutex_unlock(&w->gpu);
+    return rc;
+}
+
+const choir_model_ops choir_model_fake_gpu = {
+    .kind = "choir-fake",
+    .tasks = CHOIR_TASK_BIT(CHOIR_TASK_TTS) | CHOIR_TASK_BIT(CHOIR_TASK_STT) | CHOIR_TASK_BIT(CHOIR_TASK_STS),
+    .max_batch = 64,
+    .probe = fake_probe,
+    .load = fake_load,
+    .free = fake_free,
+    .resident_bytes = fake_resident,
+    .length = fake_length,
+    .estimate = fake_estimate,
+    .run_batch = fake_run_batch,
+    .gpu = 1,
+    .device_bytes = fake_device_bytes,
+    .estimate_device = fake_estimate_device,
+};
+
 const choir_model_ops choir_model_fake = {
     .kind = "choir-fake",
     .tasks = CHOIR_TASK_BIT(CHOIR_TASK_TTS) | CHOIR_TASK_BIT(CHOIR_TASK_STT) | CHOIR_TASK_BIT(CHOIR_TASK_STS),
@@ -243,10 +300,11 @@ int choir_fake_model_write(const char *dir, const choir_fake_params *p, choir_er
     fprintf(f,
             "{\"model_type\": \"choir-fake\", \"tasks\": %u, \"fixed_ms\": %.17g, \"per_unit_us\": %.17g, "
             "\"bytes_per_unit\": %lld, \"true_ratio\": %.17g, \"load_ms\": %.17g, \"pieces\": %d, "
-            "\"fail_on_length\": %d}\n",
+            "\"fail_on_length\": %d, \"device_weights_bytes\": %lld, \"device_bytes_per_unit\": %lld}\n",
             p->tasks ? p->tasks : (CHOIR_TASK_BIT(CHOIR_TASK_TTS) | CHOIR_TASK_BIT(CHOIR_TASK_STT)), p->fixed_ms,
             p->per_unit_us, (long long)(p->bytes_per_unit ? p->bytes_per_unit : 64),
-            p->true_ratio > 0 ? p->true_ratio : 1.0, p->load_ms, p->pieces ? p->pieces : 4, p->fail_on_length);
+            p->true_ratio > 0 ? p->true_ratio : 1.0, p->load_ms, p->pieces ? p->pieces : 4, p->fail_on_length,
+            (long long)p->device_weights_bytes, (long long)p->device_bytes_per_unit);
     int bad = fclose(f) != 0;
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     f = fopen(path, "wb");

@@ -22,9 +22,17 @@ typedef struct choir_fake_params {
     double load_ms;         /* load latency */
     int pieces;             /* streamed pieces per request (0 = 4) */
     int fail_on_length;     /* a request of exactly this length fails (0 = never) */
+    /* on a GPU (choir_model_fake_gpu loaded with options.device >= 1) */
+    int64_t device_weights_bytes;  /* device bytes its weights take (0 = weights_bytes) */
+    int64_t device_bytes_per_unit; /* device estimate per length unit (0 = bytes_per_unit) */
 } choir_fake_params;
 
 extern const choir_model_ops choir_model_fake;
+/* The same model declaring ops->gpu = 1: it loads "on" any device number the
+ * engine gives (real or simulated GPU; it computes on the CPU either way),
+ * reports device_bytes / estimate_device from its config there, and runs one
+ * batch at a time per GPU replica, as GPU weights do. */
+extern const choir_model_ops choir_model_fake_gpu;
 
 /* Writes a fake model directory at `dir` (created if missing). */
 int choir_fake_model_write(const char *dir, const choir_fake_params *p, choir_err *err);

@@ -72,6 +72,10 @@ choir_engine_params choir_engine_default_params(choir_profile profile)
         .workers = 1,
         .unload_idle_s = 0,
         .max_audio_seconds = 0,
+        .gpus = NULL,
+        .gpu_memory_fraction = 0.90,
+        .replica_after_s = 1.0,
+        .replica_idle_s = 30.0,
     };
     switch (profile) {
     case CHOIR_PROFILE_INTERACTIVE_TTS:
@@ -102,6 +106,7 @@ choir_engine_params choir_engine_default_params(choir_profile profile)
     default:
         break;
     }
+    p.replica_queue = 2 * p.max_batch;
     return p;
 }
 
@@ -149,7 +154,10 @@ const char *choir_engine_options_help(void)
            "  --high-water F        degrade above this fraction of the budget (0..1)\n"
            "  --p99-target-ms MS    degrade when total-latency p99 exceeds it\n"
            "  --q-bits N            quantize weights on load (2..8)\n"
-           "  --max-audio-s S       refuse longer audio inputs\n";
+           "  --max-audio-s S       refuse longer audio inputs\n"
+           "  --gpus all|none|0,1   GPUs to place models on (default all; needs a CUDA build)\n"
+           "  --gpu-memory-fraction F  each GPU's budget as a fraction of its memory (default 0.90)\n"
+           "  --gpu-memory SIZE     each GPU's budget in bytes instead (e.g. 60G)\n";
 }
 
 int choir_engine_apply_option(choir_engine_params *p, const char *name, const char *value, choir_err *err)
@@ -159,7 +167,8 @@ int choir_engine_apply_option(choir_engine_params *p, const char *name, const ch
     while (*name == '-')
         name++;
     static const char *const known[] = {"profile", "memory-budget", "max-batch", "workers", "queue", "wait-ms",
-                                        "wait-long-ms", "high-water", "p99-target-ms", "q-bits", "max-audio-s"};
+                                        "wait-long-ms", "high-water", "p99-target-ms", "q-bits", "max-audio-s",
+                                        "gpus", "gpu-memory-fraction", "gpu-memory"};
     int k = -1;
     for (int i = 0; i < (int)(sizeof known / sizeof known[0]); i++)
         if (strcmp(name, known[i]) == 0)
@@ -198,7 +207,21 @@ int choir_engine_apply_option(choir_engine_params *p, const char *name, const ch
     case 7: bad = parse_num(value, 0.01, 1, &v); p->high_water = v; break;
     case 8: bad = parse_num(value, 0, 3.6e6, &v); p->p99_target_ms = v; break;
     case 9: bad = parse_num(value, 2, 8, &v); p->model_options.q_bits = (int)v; break;
-    default: bad = parse_num(value, 0, 1e6, &v); p->max_audio_seconds = v; break;
+    case 10: bad = parse_num(value, 0, 1e6, &v); p->max_audio_seconds = v; break;
+    case 11:
+        /* Checked against the devices by choir_engine_create. */
+        if (!*value)
+            return choir_err_set(err, CHOIR_EINVAL, "--gpus: expected all, none or indices like 0,1");
+        p->gpus = value;
+        return 1;
+    case 12: bad = parse_num(value, 0.01, 1, &v); p->gpu_memory_fraction = v; break;
+    default: {
+        int64_t b = parse_size(value);
+        if (b <= 0)
+            return choir_err_set(err, CHOIR_EINVAL, "--gpu-memory: '%s' is not a size (like 60G)", value);
+        p->gpu_memory_bytes = b;
+        return 1;
+    }
     }
     if (bad || (k >= 2 && k <= 4 && v != floor(v)) || (k == 9 && v != floor(v)))
         return choir_err_set(err, CHOIR_EINVAL, "--%s: bad value '%s'", name, value);

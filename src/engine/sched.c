@@ -21,47 +21,38 @@
  *
  * Degradation: above the high-water mark or the p99 target the engine halves
  * the batch size, refuses new low-priority work and unloads idle models; it
- * recovers below the low-water mark after a hold time (hysteresis). */
+ * recovers below the low-water mark after a hold time (hysteresis). Degradation
+ * watches host memory and latency only: a GPU filled by weights is its normal
+ * state, and a GPU short of room shows up as waiting, hence as latency.
+ *
+ * Devices: device 0 is the host; devices 1..n are GPUs, each with its own
+ * budget for device-side weights and batch reservations. Every replica counts
+ * its host-side bytes against the host budget and, on a GPU, its device bytes
+ * against that GPU's; every batch reserves its host estimate on the host and,
+ * on a GPU, its device estimate on that GPU. No account ever passes its budget.
+ * Placement (a model with no replica): a GPU-capable model goes to the GPU
+ * with the most room left after its weights and the batch that triggered the
+ * load; when none has that room now but one could (its budget holds the
+ * weights and the batch), idle replicas there are unloaded LRU or the batch
+ * waits. Only a model that fits on no GPU at all (or cannot use one) goes to
+ * the CPU. Replicas: when a GPU model's queue has held at least replica_queue
+ * requests for replica_after_s and another GPU has room for its weights plus
+ * the queue's largest request, a replica is loaded there (SCHED_LOAD, done by
+ * a worker, never by the scheduler). Each batch goes to the least-loaded ready
+ * replica (fewest running batches, then most free memory on its device); a
+ * GPU replica runs one batch at a time (GPU weights serialise their use
+ * anyway), a CPU replica as many as there are workers. Replicas beyond a
+ * model's first are unloaded after replica_idle_s unused. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "choir/alloc.h"
-#include "engine/sched.h"
+#include "engine/sched_internal.h"
 
-#define LAT_WINDOW 64
 #define FACTOR_MIN 0.25
 #define FACTOR_MARGIN 1.1
 #define EXTERNAL_POLL_S 0.05
-
-typedef struct sched_model {
-    int64_t weights_bytes;
-    int max_batch;
-    int loaded;
-    int unload_requested; /* free the weights as soon as nothing of it runs or waits */
-    int running; /* batches in flight */
-    double last_used;
-    double factor;
-    double compute_ewma; /* seconds per batch, 0 until measured */
-    sched_req **queue;
-    int n_queued;
-} sched_model;
-
-struct sched {
-    sched_config c;
-    sched_model *models;
-    int n_models;
-    int64_t reserved, weights;
-    int64_t external; /* memory held outside weights and batch arenas (I/O, caches) */
-    int blocked_on_external;
-    int running_batches, running_reqs;
-    int degraded;
-    double degraded_since;
-    int draining;
-    double lat[LAT_WINDOW];
-    int n_lat, lat_pos;
-    sched_req **scratch; /* queue_capacity entries, for sorting */
-};
 
 void sched_config_from_params(sched_config *c, const choir_engine_params *p)
 {
@@ -78,11 +69,18 @@ void sched_config_from_params(sched_config *c, const choir_engine_params *p)
     c->queue_capacity = p->queue_capacity;
     c->workers = p->workers;
     c->unload_idle_s = p->unload_idle_s;
+    c->replica_queue = p->replica_queue;
+    c->replica_after_s = p->replica_after_s;
+    c->replica_idle_s = p->replica_idle_s;
+    /* GPUs are filled in by the engine once it has found its devices. */
 }
 
 sched *sched_create(const sched_config *c, choir_err *err)
 {
-    if (!c || c->budget <= 0 || c->max_batch < 1 || c->queue_capacity < 1 || c->workers < 1 ||
+    int bad_gpu = !c || c->n_gpus < 0 || c->n_gpus > SCHED_MAX_GPUS;
+    for (int i = 0; !bad_gpu && i < c->n_gpus; i++)
+        bad_gpu = c->gpu_budget[i] <= 0;
+    if (bad_gpu || c->budget <= 0 || c->max_batch < 1 || c->queue_capacity < 1 || c->workers < 1 ||
         !(c->max_pad_waste > 0 && c->max_pad_waste < 1) || !(c->low_water <= c->high_water)) {
         choir_err_set(err, CHOIR_EINVAL, "scheduler: invalid configuration");
         return NULL;
@@ -93,6 +91,16 @@ sched *sched_create(const sched_config *c, choir_err *err)
     s->c = *c;
     if (s->c.max_batch > SCHED_MAX_BATCH)
         s->c.max_batch = SCHED_MAX_BATCH;
+    if (s->c.replica_queue <= 0)
+        s->c.replica_queue = 2 * s->c.max_batch;
+    if (s->c.replica_after_s <= 0)
+        s->c.replica_after_s = 1.0;
+    if (s->c.replica_idle_s <= 0)
+        s->c.replica_idle_s = 30.0;
+    s->n_dev = 1 + c->n_gpus;
+    s->dev[0].budget = c->budget;
+    for (int i = 0; i < c->n_gpus; i++)
+        s->dev[1 + i].budget = c->gpu_budget[i];
     s->scratch = choir_calloc(CHOIR_MEM_OTHER, (size_t)c->queue_capacity, sizeof *s->scratch);
     if (!s->scratch)
         goto fail;
@@ -123,13 +131,17 @@ int sched_add_model(sched *s, int64_t weights_bytes, int max_batch, choir_err *e
     m = &s->models[s->n_models];
     memset(m, 0, sizeof *m);
     m->weights_bytes = weights_bytes > 0 ? weights_bytes : 0;
+    m->gpu_host_bytes = m->weights_bytes;
+    m->dev_bytes = m->weights_bytes;
     m->max_batch = max_batch < 1 ? 1 : max_batch;
     m->factor = 1.0;
+    m->long_since = -1;
     m->queue = choir_calloc(CHOIR_MEM_OTHER, (size_t)s->c.queue_capacity, sizeof *m->queue);
     if (!m->queue)
         return choir_err_set(err, CHOIR_ENOMEM, "scheduler: out of memory");
     return s->n_models++;
 }
+
 
 static int eff_max_batch(const sched *s, const sched_model *m)
 {
@@ -139,9 +151,13 @@ static int eff_max_batch(const sched *s, const sched_model *m)
     return b;
 }
 
-static int64_t reservation(const sched_model *m, int64_t max_est, int n)
+
+/* The least host memory a replica of the model takes. */
+static int64_t host_need(const sched *s, const sched_model *m)
 {
-    return (int64_t)ceil((double)max_est * (double)n * m->factor);
+    if (m->gpu && s->n_dev > 1 && m->gpu_host_bytes < m->weights_bytes)
+        return m->gpu_host_bytes;
+    return m->weights_bytes;
 }
 
 int sched_submit(sched *s, sched_req *r, double now, choir_reject_reason *reason, choir_err *err)
@@ -158,15 +174,17 @@ int sched_submit(sched *s, sched_req *r, double now, choir_reject_reason *reason
         r->length = 1;
     if (r->est_bytes < 0)
         r->est_bytes = 0;
+    if (r->dev_est_bytes < 0)
+        r->dev_est_bytes = 0;
     if (s->draining) {
         why = CHOIR_REJECT_SHUTDOWN;
         code = choir_err_set(err, CHOIR_ECANCELED, "the engine is shutting down");
-    } else if (m->weights_bytes + reservation(m, r->est_bytes, 1) > s->c.budget) {
+    } else if (host_need(s, m) + sched_reservation(m, r->est_bytes, 1) > s->c.budget) {
         why = CHOIR_REJECT_TOO_LARGE;
         code = choir_err_set(err, CHOIR_ETOOBIG,
                              "request needs %lld bytes of activations beside %lld of weights; "
                              "the memory budget is %lld",
-                             (long long)reservation(m, r->est_bytes, 1), (long long)m->weights_bytes,
+                             (long long)sched_reservation(m, r->est_bytes, 1), (long long)host_need(s, m),
                              (long long)s->c.budget);
     } else if (s->degraded && r->priority <= CHOIR_PRIORITY_LOW) {
         why = CHOIR_REJECT_OVERLOAD;
@@ -264,7 +282,7 @@ static double p99(const sched *s)
 
 static void update_pressure(sched *s, double now)
 {
-    double use = (double)(s->weights + s->reserved + s->external) / (double)s->c.budget;
+    double use = (double)(s->dev[0].weights + s->dev[0].reserved + s->external) / (double)s->c.budget;
     double lat = s->c.p99_target_s > 0 ? p99(s) : 0;
     int hot_mem = use > s->c.high_water;
     int hot_lat = s->c.p99_target_s > 0 && lat > s->c.p99_target_s;
@@ -336,37 +354,22 @@ static int ready_bucket(sched *s, int mi, double now, candidate *c)
     return found;
 }
 
-/* An idle loaded model to unload (least recently used), or -1. `need_idle_s`
- * is how long it must have been unused; `except` is never chosen. */
-static int lru_idle(const sched *s, double now, double need_idle_s, int except, int allow_queued)
+static int64_t max_of(sched_req *const *reqs, int n, int dev)
 {
-    int best = -1;
-    for (int i = 0; i < s->n_models; i++) {
-        const sched_model *m = &s->models[i];
-        if (i == except || !m->loaded || m->running || (!allow_queued && m->n_queued))
-            continue;
-        if (now - m->last_used < need_idle_s)
-            continue;
-        if (best < 0 || m->last_used < s->models[best].last_used)
-            best = i;
+    int64_t v = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t x = dev ? reqs[i]->dev_est_bytes : reqs[i]->est_bytes;
+        if (x > v)
+            v = x;
     }
-    return best;
-}
-
-static void unload(sched *s, int mi, sched_action *out)
-{
-    sched_model *m = &s->models[mi];
-    m->loaded = 0;
-    s->weights -= m->weights_bytes;
-    memset(out, 0, sizeof *out);
-    out->kind = SCHED_UNLOAD;
-    out->model = mi;
+    return v;
 }
 
 int sched_decide(sched *s, double now, sched_action *out)
 {
     s->blocked_on_external = 0;
     update_pressure(s, now);
+    sched_track_queues(s, now);
     /* Deadlines first: a request that can no longer start in time leaves with a reason. */
     for (int mi = 0; mi < s->n_models; mi++) {
         sched_model *m = &s->models[mi];
@@ -383,29 +386,20 @@ int sched_decide(sched *s, double now, sched_action *out)
             }
         }
     }
-    for (int mi = 0; mi < s->n_models; mi++) {
-        sched_model *m = &s->models[mi];
-        if (m->unload_requested && !m->running && !m->n_queued) {
-            m->unload_requested = 0;
-            if (m->loaded) {
-                unload(s, mi, out);
-                return 1;
-            }
-        }
-    }
-    if (s->degraded || s->c.unload_idle_s > 0) {
-        int mi = lru_idle(s, now, s->degraded ? s->c.degrade_hold_s : s->c.unload_idle_s, -1, 0);
-        if (mi >= 0) {
-            unload(s, mi, out);
-            return 1;
-        }
-    }
-    if (s->running_batches >= s->c.workers)
+    if (sched_unload_due(s, now, out))
+        return 1;
+    if (s->running_batches + s->loading >= s->c.workers)
         return 0;
+    if (sched_spawn_replica(s, now, out))
+        return 1;
     candidate best = {0}, c;
     int have = 0;
     for (int mi = 0; mi < s->n_models; mi++) {
-        if (s->models[mi].n_queued && ready_bucket(s, mi, now, &c) && (!have || better(&c, &best))) {
+        const sched_model *cm = &s->models[mi];
+        /* A model whose replicas are all busy (or still loading) waits for one. */
+        if (!cm->n_queued || (sched_rep_count(cm, s->n_dev) > 0 && sched_rep_pick(s, cm) < 0))
+            continue;
+        if (ready_bucket(s, mi, now, &c) && (!have || better(&c, &best))) {
             best = c;
             have = 1;
         }
@@ -413,30 +407,43 @@ int sched_decide(sched *s, double now, sched_action *out)
     if (!have)
         return 0;
     sched_model *m = &s->models[best.model];
-    /* Keep the most urgent members that fit; the chosen set is sorted by length for the model. */
-    int64_t need_w = m->loaded ? 0 : m->weights_bytes;
+    /* The device: the chosen replica's, or for a model with none, where it is
+     * placed. Keep the most urgent members that fit; the chosen set is sorted
+     * by length for the model. */
+    int d = sched_rep_pick(s, m), new_rep = d < 0;
+    uint32_t gpus = new_rep ? sched_gpu_mask(s, m, best.reqs[0]->dev_est_bytes) : 0;
     int n = best.n;
-    while (n > 0) {
-        int64_t max_est = 0;
-        for (int i = 0; i < n; i++)
-            if (best.reqs[i]->est_bytes > max_est)
-                max_est = best.reqs[i]->est_bytes;
-        if (s->weights + s->reserved + s->external + need_w + reservation(m, max_est, n) <= s->c.budget)
+    for (; n > 0; n--) {
+        int64_t host_res = sched_reservation(m, max_of(best.reqs, n, 0), n), dev_res = max_of(best.reqs, n, 1);
+        if (!new_rep) {
+            if (sched_fits(s, m, d, 0, host_res, d > 0 ? dev_res : 0))
+                break;
+        } else if (gpus) {
+            if ((d = sched_best_gpu(s, m, gpus, host_res, dev_res)) >= 0)
+                break;
+        } else if (sched_fits(s, m, 0, 1, host_res, 0)) {
+            d = 0;
             break;
-        n--;
+        }
     }
     if (n == 0) {
-        int victim = lru_idle(s, now, 0, best.model, 0);
-        if (victim < 0)
-            victim = lru_idle(s, now, 0, best.model, 1);
-        if (victim >= 0) {
-            unload(s, victim, out);
+        /* Room first on the device the batch needs, then anywhere (host memory). */
+        uint32_t want = new_rep ? (gpus ? gpus : 1u) : 1u << d;
+        int vm, vd;
+        if (sched_lru_idle(s, now, 0, best.model, 0, want, &vm, &vd) || sched_lru_idle(s, now, 0, best.model, 1, want, &vm, &vd) ||
+            sched_lru_idle(s, now, 0, best.model, 0, ~0u, &vm, &vd) || sched_lru_idle(s, now, 0, best.model, 1, ~0u, &vm, &vd)) {
+            sched_unload(s, vm, vd, out);
             return 1;
         }
-        if (s->running_batches > 0)
-            return 0; /* wait for running batches to release memory */
+        if (s->running_batches > 0 || s->loading > 0)
+            return 0; /* wait for running batches (and loads) to settle memory */
         sched_req *r = best.reqs[0];
-        if (s->weights + need_w + reservation(m, r->est_bytes, 1) <= s->c.budget) {
+        int gd = new_rep ? (gpus ? -1 : 0) : d;
+        int64_t host_w = s->dev[0].weights + (new_rep ? (gpus ? m->gpu_host_bytes : m->weights_bytes) : 0);
+        int ever = host_w + sched_reservation(m, r->est_bytes, 1) <= s->c.budget;
+        if (ever && gd > 0)
+            ever = s->dev[gd].weights + r->dev_est_bytes <= s->dev[gd].budget;
+        if (ever) {
             /* Only memory held outside the engine's accounts (I/O, caches)
              * is in the way; it is polled until it shrinks. */
             s->blocked_on_external = 1;
@@ -456,30 +463,33 @@ int sched_decide(sched *s, double now, sched_action *out)
     memset(out, 0, sizeof *out);
     out->kind = SCHED_DISPATCH;
     out->model = best.model;
+    out->device = d;
     out->n = n;
     for (int i = 0; i < n && i < SCHED_MAX_BATCH; i++)
         out->reqs[i] = best.reqs[i];
     qsort(out->reqs, (size_t)n, sizeof *out->reqs, length_cmp);
-    int64_t max_est = 0;
     for (int i = 0; i < n; i++) {
-        sched_req *r = out->reqs[i];
-        remove_queued(s, r);
-        r->state = SCHED_RUNNING;
-        if (r->est_bytes > max_est)
-            max_est = r->est_bytes;
+        remove_queued(s, out->reqs[i]);
+        out->reqs[i]->state = SCHED_RUNNING;
     }
+    int64_t max_est = max_of(out->reqs, n, 0);
     out->est_sum = max_est * n;
-    out->reserved = reservation(m, max_est, n);
-    if (!m->loaded) {
+    out->reserved = sched_reservation(m, max_est, n);
+    out->dev_reserved = d > 0 ? max_of(out->reqs, n, 1) * n : 0;
+    if (new_rep) {
         out->need_load = 1;
-        m->loaded = 1;
-        s->weights += m->weights_bytes;
+        sched_rep_add(s, best.model, d, REP_READY, now);
     }
     m->running++;
+    m->rep[d].running++;
+    m->rep[d].last_used = now;
     m->last_used = now;
-    s->reserved += out->reserved;
+    s->dev[0].reserved += out->reserved;
+    s->dev[d].reserved += out->dev_reserved;
+    s->dev[d].running++;
     s->running_batches++;
     s->running_reqs += n;
+    sched_note_peaks(s);
     return 1;
 }
 
@@ -499,9 +509,21 @@ double sched_next_event(sched *s, double now)
             if (r->deadline > now && r->deadline < t)
                 t = r->deadline;
         }
-        double idle_due = m->last_used + s->c.unload_idle_s;
-        if (s->c.unload_idle_s > 0 && m->loaded && !m->running && !m->n_queued && idle_due > now && idle_due < t)
-            t = idle_due;
+        int reps = sched_rep_count(m, s->n_dev);
+        for (int d = 0; d < s->n_dev; d++) {
+            const sched_replica *r = &m->rep[d];
+            if (r->state != REP_READY || r->running)
+                continue;
+            double idle_due = r->last_used + s->c.unload_idle_s;
+            if (s->c.unload_idle_s > 0 && !m->n_queued && idle_due > now && idle_due < t)
+                t = idle_due;
+            double extra_due = r->last_used + s->c.replica_idle_s;
+            if (reps >= 2 && extra_due > now && extra_due < t)
+                t = extra_due;
+        }
+        double spawn_due = m->long_since + s->c.replica_after_s;
+        if (sched_wants_replica(s, m) && spawn_due > now && spawn_due < t)
+            t = spawn_due;
     }
     double hold_due = s->degraded_since + s->c.degrade_hold_s;
     if (s->degraded && hold_due > now && hold_due < t)
@@ -514,11 +536,16 @@ double sched_next_event(sched *s, double now)
 static void release(sched *s, const sched_action *b, double now)
 {
     sched_model *m = &s->models[b->model];
-    s->reserved -= b->reserved;
+    int d = b->device;
+    s->dev[0].reserved -= b->reserved;
+    s->dev[d].reserved -= b->dev_reserved;
+    s->dev[d].running--;
     s->running_batches--;
     s->running_reqs -= b->n;
     m->running--;
     m->last_used = now;
+    m->rep[d].running--;
+    m->rep[d].last_used = now;
 }
 
 static void calibrate(sched_model *m, const sched_action *b, int64_t peak, int overflow)
@@ -540,6 +567,8 @@ void sched_batch_done(sched *s, const sched_action *b, double now, int64_t peak_
 {
     sched_model *m = &s->models[b->model];
     release(s, b, now);
+    s->dev[b->device].batches++;
+    s->dev[b->device].busy_s += compute_s > 0 ? compute_s : 0;
     calibrate(m, b, peak_bytes, overflow);
     if (compute_s > 0)
         m->compute_ewma = m->compute_ewma > 0 ? 0.8 * m->compute_ewma + 0.2 * compute_s : compute_s;
@@ -548,11 +577,9 @@ void sched_batch_done(sched *s, const sched_action *b, double now, int64_t peak_
     update_pressure(s, now);
 }
 
-void sched_requeue(sched *s, const sched_action *b, double now, int64_t peak_bytes)
+static void put_back(sched *s, const sched_action *b)
 {
     sched_model *m = &s->models[b->model];
-    release(s, b, now);
-    calibrate(m, b, peak_bytes, 1);
     for (int i = 0; i < b->n; i++) {
         /* The slots these requests held are free unless new arrivals took them;
          * a retry may then exceed the capacity briefly, which is safe. */
@@ -565,22 +592,19 @@ void sched_requeue(sched *s, const sched_action *b, double now, int64_t peak_byt
     }
 }
 
-void sched_model_loaded(sched *s, int model, int64_t bytes)
+void sched_requeue(sched *s, const sched_action *b, double now, int64_t peak_bytes)
 {
-    if (model < 0 || model >= s->n_models)
-        return;
-    sched_model *m = &s->models[model];
-    if (bytes < 0) {
-        if (m->loaded) {
-            m->loaded = 0;
-            s->weights -= m->weights_bytes;
-        }
-        return;
-    }
-    if (m->loaded)
-        s->weights += bytes - m->weights_bytes;
-    m->weights_bytes = bytes;
+    release(s, b, now);
+    calibrate(&s->models[b->model], b, peak_bytes, 1);
+    put_back(s, b);
 }
+
+void sched_return(sched *s, const sched_action *b, double now)
+{
+    release(s, b, now);
+    put_back(s, b);
+}
+
 
 void sched_observe_latency(sched *s, double total_s, double now)
 {
@@ -618,8 +642,8 @@ void sched_get_state(const sched *s, sched_state *out)
 {
     memset(out, 0, sizeof *out);
     out->budget = s->c.budget;
-    out->reserved = s->reserved;
-    out->weights = s->weights;
+    out->reserved = s->dev[0].reserved;
+    out->weights = s->dev[0].weights;
     out->external = s->external;
     for (int i = 0; i < s->n_models; i++)
         out->queued += s->models[i].n_queued;
@@ -627,7 +651,10 @@ void sched_get_state(const sched *s, sched_state *out)
     out->running_reqs = s->running_reqs;
     out->degraded = s->degraded;
     out->eff_max_batch = s->degraded ? (s->c.max_batch / 2 > 0 ? s->c.max_batch / 2 : 1) : s->c.max_batch;
+    out->loading = s->loading;
 }
+
+
 
 double sched_model_factor(const sched *s, int model)
 {
@@ -636,13 +663,22 @@ double sched_model_factor(const sched *s, int model)
 
 int sched_model_loaded_flag(const sched *s, int model)
 {
-    return (model >= 0 && model < s->n_models) ? s->models[model].loaded : 0;
+    return (model >= 0 && model < s->n_models) ? sched_rep_count(&s->models[model], s->n_dev) > 0 : 0;
 }
 
 int64_t sched_model_weights(const sched *s, int model)
 {
-    return (model >= 0 && model < s->n_models) ? s->models[model].weights_bytes : 0;
+    if (model < 0 || model >= s->n_models)
+        return 0;
+    const sched_model *m = &s->models[model];
+    int64_t sum = 0;
+    for (int d = 0; d < s->n_dev; d++)
+        if (m->rep[d].state != REP_NONE)
+            sum += m->rep[d].host_bytes;
+    return sched_rep_count(m, s->n_dev) ? sum : m->weights_bytes;
 }
+
+
 
 void sched_request_unload(sched *s, int model)
 {

@@ -15,6 +15,11 @@
 #include "choir/engine.h"
 
 #define SCHED_MAX_BATCH 64
+/* Devices: 0 is the host (CPU, host memory), d >= 1 is GPU d - 1, the same
+ * numbering as choir_model_options.device. A model has at most one replica
+ * per device, so a replica is named by (model, device). */
+#define SCHED_MAX_GPUS 16
+#define SCHED_MAX_DEVICES (SCHED_MAX_GPUS + 1)
 
 typedef struct sched_config {
     int64_t budget;        /* bytes for weights + reservations */
@@ -30,6 +35,16 @@ typedef struct sched_config {
     double unload_idle_s;  /* unload models idle this long (0 = only for room or when degraded) */
     double aging_s;        /* a waiting request gains one priority level per this many seconds
                               (0 = 10 x wait_long_s), so low priority is late but never starved */
+    /* GPUs: device d (1..n_gpus) has gpu_budget[d - 1] bytes of device memory
+     * for weights + batch reservations. The host budget above still counts
+     * every replica's host-side bytes and every batch's host estimate. */
+    int n_gpus;
+    int64_t gpu_budget[SCHED_MAX_GPUS];
+    int replica_queue;      /* a GPU model whose queue holds at least this many requests ... */
+    double replica_after_s; /* ... for this long gets a replica on another GPU
+                               (0: 2 x max_batch requests, 1 s) */
+    double replica_idle_s;  /* a replica beyond a model's first is unloaded after this long
+                               unused (0 = 30 s) */
 } sched_config;
 
 /* Fills a config from engine params (already resolved to concrete values). */
@@ -46,7 +61,8 @@ typedef struct sched_req {
     int priority;      /* choir_priority */
     int is_long;       /* uses the long wait limit */
     int64_t length;    /* batching length (model units, >= 1) */
-    int64_t est_bytes; /* uncalibrated activation estimate */
+    int64_t est_bytes; /* uncalibrated activation estimate (host memory) */
+    int64_t dev_est_bytes; /* device-memory estimate when run on a GPU (0: none) */
     double arrival;
     double deadline;   /* INFINITY = none */
     void *user;
@@ -57,17 +73,21 @@ typedef struct sched_req {
 typedef enum sched_action_kind {
     SCHED_DISPATCH = 1, /* run reqs[0..n) (sorted by length) on `model` */
     SCHED_REJECT = 2,   /* finish `rejected` with `reason` (deadline, too_large; it left the queue) */
-    SCHED_UNLOAD = 3    /* free `model`'s weights (nothing of it is running) */
+    SCHED_UNLOAD = 3,   /* free `model`'s replica on `device` (nothing of it is running) */
+    SCHED_LOAD = 4      /* load a further replica of `model` on `device` (no batch; report
+                           with sched_model_loaded; it holds a worker slot until then) */
 } sched_action_kind;
 
 typedef struct sched_action {
     sched_action_kind kind;
     int model;
-    int need_load;      /* DISPATCH: load the model's weights first */
+    int device;         /* DISPATCH, LOAD, UNLOAD: the replica's device (0 = CPU) */
+    int need_load;      /* DISPATCH: load the model's weights on `device` first */
     int n;
     sched_req *reqs[SCHED_MAX_BATCH];
     int64_t reserved;   /* DISPATCH: activation bytes reserved (arena capacity) */
     int64_t est_sum;    /* DISPATCH: n * max uncalibrated estimate */
+    int64_t dev_reserved; /* DISPATCH on a GPU: device bytes reserved for the batch */
     sched_req *rejected;
     choir_reject_reason reason;
 } sched_action;
@@ -77,15 +97,31 @@ typedef struct sched_state {
     int queued, running_batches, running_reqs;
     int degraded;
     int eff_max_batch;
+    int loading;       /* replica loads in flight (SCHED_LOAD actions) */
 } sched_state;
+
+/* One device's accounts (device 0: the host, whose weights/reserved are the
+ * sched_state figures). Bytes; peak is the most weights + reserved ever held
+ * (host: + external). */
+typedef struct sched_device_state {
+    int64_t budget, weights, reserved, peak;
+    int running_batches;
+    uint64_t batches;   /* batches finished on it */
+    double busy_s;      /* summed compute seconds of those batches */
+} sched_device_state;
 
 typedef struct sched sched;
 
 sched *sched_create(const sched_config *c, choir_err *err);
 void sched_free(sched *s);
 
-/* Adds a model with its expected resident weight bytes; returns its index. */
+/* Adds a model with its expected resident weight bytes; returns its index.
+ * It runs on the CPU only until sched_model_set_gpu. */
 int sched_add_model(sched *s, int64_t weights_bytes, int max_batch, choir_err *err);
+
+/* Marks a model able to run on a GPU, with the device bytes its weights are
+ * expected to take there (replaced by the real figure after a load). */
+void sched_model_set_gpu(sched *s, int model, int64_t device_weights_bytes);
 
 /* Queues r (its fields up to `user` filled). Returns 0, or a negative code
  * with *reason set: CHOIR_EBUSY (queue full / overload), CHOIR_ETOOBIG,
@@ -113,9 +149,19 @@ void sched_batch_done(sched *s, const sched_action *batch, double now, int64_t p
  * retry after an arena overflow); releases the reservation like batch_done. */
 void sched_requeue(sched *s, const sched_action *batch, double now, int64_t peak_bytes);
 
-/* Reports what a load really made resident (replaces the expected bytes), or
- * a failed load (bytes < 0: the model counts as unloaded again). */
-void sched_model_loaded(sched *s, int model, int64_t bytes);
+/* Reports what loading `model` on `device` really made resident: host bytes
+ * and device bytes (replace the expected ones), or a failed load (host_bytes
+ * < 0: that replica counts as unloaded again). Also ends a SCHED_LOAD.
+ * Returns 1 when the real device bytes do not fit that GPU's budget (before a
+ * first load they are only guessed from the files): the replica is then
+ * dropped from the accounts, the caller frees it (and returns a batch that
+ * carried the load with sched_return), and later placements use the real
+ * figure. Returns 0 otherwise. */
+int sched_model_loaded(sched *s, int model, int device, int64_t host_bytes, int64_t dev_bytes);
+
+/* Puts a dispatched batch's requests back at the head of their queue without
+ * recalibrating (its replica could not be kept); releases the reservation. */
+void sched_return(sched *s, const sched_action *batch, double now);
 
 /* Asks for a model's weights to be freed as soon as none of its batches runs
  * and none of its requests waits (the next decide then returns SCHED_UNLOAD);
@@ -140,7 +186,16 @@ void sched_get_state(const sched *s, sched_state *out);
 /* The calibration factor applied to a model's estimates (>= 0.25). */
 double sched_model_factor(const sched *s, int model);
 int sched_model_loaded_flag(const sched *s, int model);
-/* The weight bytes counted for a model (reported if loaded, expected if not). */
+/* The host weight bytes counted for a model (summed over its replicas if
+ * loaded, expected for the CPU if not). */
 int64_t sched_model_weights(const sched *s, int model);
+/* Replicas of a model (loading or loaded); *device_mask (when not NULL) gets
+ * bit d set for a replica on device d. */
+int sched_model_replicas(const sched *s, int model, uint32_t *device_mask);
+/* 1 when the replica (model, device) is loaded and ready for batches. */
+int sched_replica_ready(const sched *s, int model, int device);
+/* Devices: 1 + n_gpus. */
+int sched_device_count(const sched *s);
+void sched_get_device(const sched *s, int device, sched_device_state *out);
 
 #endif

@@ -24,6 +24,28 @@ static cJSON *model_json(const srv_model *m)
     return o;
 }
 
+/* Adds where the engine has the model: "replicas" and "devices" (["gpu0", ...]). */
+static cJSON *with_placement(choir_server *s, cJSON *o)
+{
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
+    choir_engine_device dev[1 + CHOIR_ENGINE_MAX_GPUS];
+    int n_dev = choir_engine_devices(s->engine, dev, 1 + CHOIR_ENGINE_MAX_GPUS);
+    int n = choir_engine_models(s->engine, NULL, 0);
+    choir_engine_model_info *info = n > 0 ? choir_calloc(CHOIR_MEM_IO, (size_t)n, sizeof *info) : NULL;
+    n = info ? choir_engine_models(s->engine, info, n) : 0;
+    for (int i = 0; o && cJSON_IsString(id) && i < n; i++) {
+        if (strcmp(info[i].id, id->valuestring) != 0)
+            continue;
+        cJSON_AddNumberToObject(o, "replicas", info[i].replicas);
+        cJSON *devs = cJSON_AddArrayToObject(o, "devices");
+        for (int d = 0; d < n_dev && d <= CHOIR_ENGINE_MAX_GPUS; d++)
+            if (info[i].devices & (1u << d))
+                cJSON_AddItemToArray(devs, cJSON_CreateString(dev[d].name));
+    }
+    choir_free(info);
+    return o;
+}
+
 static enum MHD_Result list_models(choir_server *s, struct MHD_Connection *c)
 {
     cJSON *root = cJSON_CreateObject();
@@ -34,6 +56,8 @@ static enum MHD_Result list_models(choir_server *s, struct MHD_Connection *c)
         if (!s->models[i].removed)
             cJSON_AddItemToArray(data, model_json(&s->models[i]));
     pthread_mutex_unlock(&s->lock);
+    for (cJSON *o = data->child; o; o = o->next)
+        with_placement(s, o);
     return srv_reply_json(s, c, 200, root);
 }
 
@@ -115,7 +139,7 @@ enum MHD_Result srv_handle_models(choir_server *s, struct MHD_Connection *c, con
         srv_model m;
         if (srv_model_find(s, id, &m) < 0)
             return srv_reply_error(s, c, 404, "model", "model_not_found", "no model \"%s\"", id);
-        return srv_reply_json(s, c, 200, model_json(&m));
+        return srv_reply_json(s, c, 200, with_placement(s, model_json(&m)));
     }
     if (id && strcmp(method, "DELETE") == 0)
         return remove_model(s, c, id);
