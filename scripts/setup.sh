@@ -18,6 +18,7 @@ PACKAGES=(
   clang libclang-rt-14-dev # fuzz harnesses (built on demand)
   nodejs npm               # API client tests, npm-hosted demo assets
   chromium                 # the web UI test (tests/sh_ui.sh, headless)
+  time                     # /usr/bin/time -v peak RSS (bench/sts_long_memory.sh)
 )
 
 SUDO=""

@@ -66,7 +66,8 @@ choir_convert_model choir_convert_detect_model(const cJSON *config);
 const char *choir_convert_model_name(choir_convert_model m);
 
 /* Whether the converter quantizes the float tensor `name` of shape
- * [shape[0], shape[1]] (ndim must be 2) for model family `m` at `group_size`:
+ * [shape[0], shape[1]] (ndim 2; for MossFormer2 also a kernel-1 Conv1d
+ * [out, in, 1], written quantized as [out, in]) for model family `m` at `group_size`:
  * a Linear/Embedding ".weight" whose row length divides by the group size and
  * by 64 (as mlx-audio's converter requires), minus the family's exclusions.
  * Sets *why to a static reason when it says no (why may be NULL). */

@@ -39,7 +39,7 @@ static double cpu_seconds(void) {
 static double max_rss_mb(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_maxrss / 1024.0;
+    return (double)ru.ru_maxrss * 1024.0 / 1e6; /* KiB on Linux; MB = 1e6 bytes, as the other figures */
 }
 
 typedef struct bench_sink {

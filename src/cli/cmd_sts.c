@@ -328,7 +328,8 @@ int choir_cmd_sts(int argc, char **argv) {
                 "memory: weights %.1f MB, peak beyond them %.1f MB (counted), max RSS %.1f MB\n",
                 to_stdout ? "stdout" : out, secs, el, secs > 0 ? el / secs : 0.0, t_load,
                 (double)choir_mf2_weight_bytes(m) / 1e6,
-                (double)(choir_mem_peak(CHOIR_MEM_COUNT) - base) / 1e6, (double)ru.ru_maxrss / 1024.0);
+                (double)(choir_mem_peak(CHOIR_MEM_COUNT) - base) / 1e6,
+                (double)ru.ru_maxrss * 1024.0 / 1e6 /* KiB on Linux; MB = 1e6 bytes throughout */);
     }
 done:
     if (rc) fprintf(stderr, "%schoir sts: %s\n", quiet ? "" : "\n", err.msg);

@@ -46,8 +46,14 @@ bool choir_convert_should_quantize(choir_convert_model m, const char *name, int 
     if (!why) why = &dummy;
     /* Only Linear and Embedding weights have a quantized form in MLX; their
      * parameter is "<module>.weight" and 2-D. Convolutions are 3-D, norms and
-     * biases 1-D, LSTM matrices are named weight_ih_l0 / Wx_forward. */
-    if (!ends_with(name, ".weight") || ndim != 2) {
+     * biases 1-D, LSTM matrices are named weight_ih_l0 / Wx_forward.
+     * MossFormer2's kernel-1 Conv1d weights [out, in, 1] (FSMN conv1/conv2,
+     * the output head and decoder: 14 % of the model; the encoder's 180-wide
+     * rows fail the group test below) are matrices in all but shape: they are
+     * written quantized as [out, in], which is how its loader reads any layer
+     * that has "<prefix>.scales". */
+    bool pointwise = m == CHOIR_CONVERT_MODEL_MOSSFORMER2 && ndim == 3 && shape[2] == 1;
+    if (!ends_with(name, ".weight") || (ndim != 2 && !pointwise)) {
         *why = "not a linear or embedding weight";
         return false;
     }

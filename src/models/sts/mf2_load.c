@@ -114,11 +114,16 @@ static float *ld_kernel_t(loader *ld, const char *name, int64_t C, int64_t K) {
 /* A linear (or kernel-1 conv) weight [rows, cols] at module path `prefix`. */
 static void ld_matrix(loader *ld, const char *prefix, int64_t rows, int64_t cols, choir_weight *W) {
     if (ld->status) return;
-    char name[300];
-    snprintf(name, sizeof name, "%s.scales", prefix);
-    if (ld->m->st && (choir_st_find(ld->m->st, name))) {
-        if (choir_weight_from_st(ld->m->st, prefix, ld->m->qc, W, ld->err) != 0) {
-            ld->status = ld->err ? ld->err->code : CHOIR_EFORMAT;
+    char name[300], module[300];
+    /* Quantized (safetensors only): "<prefix>.scales", or the same with the
+     * "module." prefix a converted DataParallel checkpoint keeps. */
+    snprintf(module, sizeof module, "module.%s", prefix);
+    for (int k = 0; k < 2 && ld->m->st; k++) {
+        const char *q = k ? module : prefix;
+        snprintf(name, sizeof name, "%s.scales", q);
+        if (!choir_st_find(ld->m->st, name)) continue;
+        if (choir_weight_from_st(ld->m->st, q, ld->m->qc, W, ld->err) != 0) {
+            ld->status = ld->err && ld->err->code ? ld->err->code : CHOIR_EFORMAT;
             return;
         }
         if (choir_weight_expect(W, rows, cols, prefix, ld->err) != 0) ld->status = CHOIR_ESHAPE;
