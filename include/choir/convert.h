@@ -5,7 +5,9 @@
  * .safetensors file or a PyTorch .pth, and writes DST/config.json +
  * DST/model.safetensors (+ model.safetensors.index.json) in MLX's layout,
  * copying the source directory's other small files (tokenizer, voices/)
- * alongside. Tensor names are kept as they are in the input. A .onnx input is
+ * alongside. Tensor names are kept as they are in the input, except that a
+ * Kokoro checkpoint in mlx-audio's layout is renamed and its convolution
+ * weights reordered to the native (torch) layout. A .onnx input is
  * handed to the Silero VAD converter. See docs/quantization.md. */
 #ifndef CHOIR_CONVERT_H
 #define CHOIR_CONVERT_H
