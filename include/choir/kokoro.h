@@ -153,6 +153,74 @@ int choir_kokoro_speak(const choir_kokoro *m, choir_phonemizer *ph, const choir_
  * (the per-call workspace; audio output not included). */
 int64_t choir_kokoro_estimate_bytes(int n_ids, int64_t frames);
 
+/* --- the CUDA backend (CUDA builds only) --------------------------------- */
+#ifdef CHOIR_HAVE_CUDA
+#include "choir/cuda.h"
+
+/* The decoder and iSTFTNet generator (~all of Kokoro's compute) held on one
+ * GPU. ALBERT, the prosody predictor and the text encoder stay on the CPU
+ * (small, sequential LSTMs); so does the generator's harmonic source and its
+ * 20-point STFT (cheap, and its phase reaches ~1e5 rad, where float32
+ * rounding matters: it is computed exactly as on the CPU and uploaded). The
+ * rest runs batched: pieces are padded to the longest, every kernel keeps
+ * the padding at zero, and each piece's audio equals its unbatched result to
+ * float32 rounding (not bit for bit: cuBLAS sums in its own order). */
+typedef struct choir_kokoro_gpu choir_kokoro_gpu;
+
+/* Uploads the decoder's weights to `cu`'s device (convolutions as f32, or
+ * bf16 when gpu_bf16 is non-zero: tensor-core products with f32 accumulation;
+ * norms, biases and Snake alphas stay f32). Device memory is counted on `cu`.
+ * The model and the context must outlive the result. NULL and err on failure
+ * (nothing stays allocated). */
+choir_kokoro_gpu *choir_kokoro_gpu_create(const choir_kokoro *m, choir_cuda *cu, int gpu_bf16,
+                                          choir_err *err);
+/* Frees the device weights and buffers. NULL is a no-op. */
+void choir_kokoro_gpu_free(choir_kokoro_gpu *g);
+
+/* One piece's decoder inputs (host memory, read during the call). */
+typedef struct choir_kokoro_decode_input {
+    const float *asr;    /* [512, frames]: text encoding aligned to frames */
+    const float *f0;     /* [2 frames]: F0 in Hz */
+    const float *n;      /* [2 frames]: energy curve */
+    const float *noise;  /* [600 frames, 9] SineGen Gaussian draws, or NULL for zero */
+    const float *style;  /* the piece's 256-float style row (the decoder uses the first 128) */
+    int64_t frames;      /* >= 1 */
+} choir_kokoro_decode_input;
+
+/* Decodes n pieces in one batch on the GPU: audio[i] receives 600 *
+ * in[i].frames samples at 24 kHz (choir_alloc'd, CHOIR_MEM_IO; the caller
+ * frees each with choir_free). Thread-safe: calls are serialised on the
+ * device (a mutex), and the calling thread's current CUDA device is set to
+ * the context's. Device activations (~0.37 MB per frame of the longest piece,
+ * times n) are kept between calls and grown on demand. On failure every
+ * audio[i] is NULL. */
+int choir_kokoro_gpu_decode(choir_kokoro_gpu *g, const choir_kokoro_decode_input *in, int n,
+                            float **audio, choir_err *err);
+
+/* Routes the decoder of every later synthesis on m (choir_kokoro_synthesize_ids,
+ * _batch, choir_kokoro_speak) through g; NULL returns to the CPU. Call it
+ * before the model is shared between threads; g must outlive that use. A
+ * batch then runs its items' text side concurrently on the CPU and decodes
+ * all of them in one GPU batch. */
+void choir_kokoro_set_gpu(choir_kokoro *m, choir_kokoro_gpu *g);
+
+/* Device bytes for one batch of n pieces whose longest has `frames` frames
+ * (activations and convolution scratch; weights not included). */
+int64_t choir_kokoro_gpu_estimate_bytes(int n, int64_t frames);
+
+/* Work counters since create or the last reset: the executed convolution
+ * FLOPs (2 per multiply-add, padding included), the device bytes the
+ * kernels read and wrote (counted per kernel from its tensor sizes), the
+ * seconds spent in device decoding (upload to download), and decode calls. */
+typedef struct choir_kokoro_gpu_stats {
+    double flops, bytes, seconds;
+    int64_t calls, pieces;
+    int64_t weight_bytes;   /* device bytes of the uploaded weights */
+} choir_kokoro_gpu_stats;
+void choir_kokoro_gpu_get_stats(choir_kokoro_gpu *g, choir_kokoro_gpu_stats *out);
+void choir_kokoro_gpu_reset_stats(choir_kokoro_gpu *g);
+#endif /* CHOIR_HAVE_CUDA */
+
 #ifdef __cplusplus
 }
 #endif

@@ -216,17 +216,23 @@ choir_kokoro_params choir_kokoro_default_params(void) {
     return p;
 }
 
-int choir_kokoro_synthesize_ids(const choir_kokoro *m, const int32_t *ids, int n_ids,
-                                const float *style, const choir_kokoro_params *params,
-                                float **audio_out, int64_t *n_samples, choir_err *err) {
+void kk_piece_free(kk_piece *pc) {
+    if (!pc) return;
+    choir_free(pc->asr);
+    choir_free(pc->f0);
+    choir_free(pc->n);
+    choir_free(pc->noise);
+    memset(pc, 0, sizeof *pc);
+}
+
+int kk_front(const choir_kokoro *m, const int32_t *ids, int n_ids, const float *style,
+             const choir_kokoro_params *params, kk_piece *out, choir_err *err) {
     choir_kokoro_params defaults = choir_kokoro_default_params();
     const choir_kokoro_params *p = params ? params : &defaults;
     kk_ws *ws = NULL;
-    float *audio = NULL, *noise = NULL;
     int rc = 0;
-    if (audio_out) *audio_out = NULL;
-    if (n_samples) *n_samples = 0;
-    if (!m || !ids || !style || !audio_out)
+    memset(out, 0, sizeof *out);
+    if (!m || !ids || !style)
         return choir_err_set(err, CHOIR_EINVAL, "kokoro: missing model, ids, style or output");
     if (n_ids < 3 || n_ids > CHOIR_KOKORO_MAX_PHONEMES + 2)
         return choir_err_set(err, CHOIR_EINVAL, "kokoro: %d ids; a piece has 3..%d with boundaries",
@@ -238,7 +244,7 @@ int choir_kokoro_synthesize_ids(const choir_kokoro *m, const int32_t *ids, int n
             return choir_err_set(err, CHOIR_EINVAL, "kokoro: id %d at %d is outside 0..%d",
                                  (int)ids[i], i, KK_NTOKEN - 1);
     const int64_t T = n_ids;
-    const float *s_dec = style, *s_pro = style + KK_STYLE;
+    const float *s_pro = style + KK_STYLE;
 
     /* text side: everything that depends on T only */
     ws = kk_ws_create(choir_kokoro_estimate_bytes(n_ids, 0), err);
@@ -281,7 +287,7 @@ int choir_kokoro_synthesize_ids(const choir_kokoro *m, const int32_t *ids, int n
     if ((rc = text_encoder(m, ids, T, t_en, ws))) goto fail;
     TRACE(p, "text_encoder_out", t_en, 2, KK_HIDDEN, T);
 
-    /* acoustic side: L frames */
+    /* acoustic side up to the decoder: L frames */
     kk_ws *ws2 = kk_ws_create(choir_kokoro_estimate_bytes(n_ids, L), err);
     if (!ws2) {
         rc = err ? err->code : CHOIR_ENOMEM;
@@ -289,44 +295,94 @@ int choir_kokoro_synthesize_ids(const choir_kokoro *m, const int32_t *ids, int n
     }
     const int64_t C_d = KK_HIDDEN + KK_STYLE;
     float *en = kk_ws_floats(ws2, L * C_d);          /* [L,640] */
-    float *asr = kk_ws_floats(ws2, KK_HIDDEN * L);   /* [512,L] */
-    float *f0 = kk_ws_floats(ws2, 2 * L), *nc = kk_ws_floats(ws2, 2 * L);
-    audio = choir_alloc(CHOIR_MEM_IO, (size_t)(L * CHOIR_KOKORO_SAMPLES_PER_FRAME) * sizeof(float));
+    out->L = L;
+    out->asr = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(KK_HIDDEN * L) * sizeof(float));
+    out->f0 = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(2 * L) * sizeof(float));
+    out->n = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(2 * L) * sizeof(float));
     if (p->noise == CHOIR_KOKORO_NOISE_SEEDED)
-        noise = kk_ws_floats(ws2, L * CHOIR_KOKORO_SAMPLES_PER_FRAME * KK_HARMONICS);
-    if (!en || !asr || !f0 || !nc || !audio ||
-        (p->noise == CHOIR_KOKORO_NOISE_SEEDED && !noise)) {
+        out->noise = choir_alloc(CHOIR_MEM_ACTIVATIONS,
+                                 (size_t)(L * CHOIR_KOKORO_SAMPLES_PER_FRAME * KK_HARMONICS) *
+                                     sizeof(float));
+    if (!en || !out->asr || !out->f0 || !out->n ||
+        (p->noise == CHOIR_KOKORO_NOISE_SEEDED && !out->noise)) {
         kk_ws_free(ws2);
         goto nomem;
     }
+    float *asr = out->asr;
     /* alignment: frame j belongs to token t for pred_dur[t] consecutive frames */
     for (int64_t t = 0, j = 0; t < T; t++)
         for (int32_t r = 0; r < pred_dur[t]; r++, j++) {
             memcpy(en + j * C_d, d + t * C_d, (size_t)C_d * sizeof(float));
             for (int64_t c = 0; c < KK_HIDDEN; c++) asr[c * L + j] = t_en[c * T + t];
         }
-    rc = f0_n(m, en, L, s_pro, f0, nc, ws2);
-    if (!rc) {
-        TRACE(p, "F0_pred", f0, 1, 2 * L);
-        TRACE(p, "N_pred", nc, 1, 2 * L);
-        TRACE(p, "asr", asr, 2, KK_HIDDEN, L);
-        if (noise) kk_gaussian_fill(noise, L * CHOIR_KOKORO_SAMPLES_PER_FRAME * KK_HARMONICS, p->seed);
-        rc = kk_decoder(m, asr, L, f0, nc, s_dec, noise, audio, ws2);
-    }
-    CHOIR_LOGD("kokoro: %lld ids, %lld frames: workspace high water %zu of %lld bytes", (long long)T,
-               (long long)L, kk_ws_high_water(ws2), (long long)choir_kokoro_estimate_bytes(n_ids, L));
+    rc = f0_n(m, en, L, s_pro, out->f0, out->n, ws2);
     kk_ws_free(ws2);
     if (rc) goto fail;
-    TRACE(p, "audio", audio, 1, L * CHOIR_KOKORO_SAMPLES_PER_FRAME);
+    TRACE(p, "F0_pred", out->f0, 1, 2 * L);
+    TRACE(p, "N_pred", out->n, 1, 2 * L);
+    TRACE(p, "asr", asr, 2, KK_HIDDEN, L);
+    if (out->noise)
+        kk_gaussian_fill(out->noise, L * CHOIR_KOKORO_SAMPLES_PER_FRAME * KK_HARMONICS, p->seed);
     kk_ws_free(ws);
-    *audio_out = audio;
-    if (n_samples) *n_samples = L * CHOIR_KOKORO_SAMPLES_PER_FRAME;
     return 0;
 nomem:
     rc = CHOIR_ENOMEM;
 fail:
     if (rc == CHOIR_ENOMEM) choir_err_set(err, CHOIR_ENOMEM, "kokoro: out of memory (%d ids)", n_ids);
-    choir_free(audio);
+    kk_piece_free(out);
     kk_ws_free(ws);
     return rc;
+}
+
+int choir_kokoro_synthesize_ids(const choir_kokoro *m, const int32_t *ids, int n_ids,
+                                const float *style, const choir_kokoro_params *params,
+                                float **audio_out, int64_t *n_samples, choir_err *err) {
+    choir_kokoro_params defaults = choir_kokoro_default_params();
+    const choir_kokoro_params *p = params ? params : &defaults;
+    kk_piece pc = {0};
+    float *audio = NULL;
+    if (audio_out) *audio_out = NULL;
+    if (n_samples) *n_samples = 0;
+    if (!m || !ids || !style || !audio_out)
+        return choir_err_set(err, CHOIR_EINVAL, "kokoro: missing model, ids, style or output");
+    int rc = kk_front(m, ids, n_ids, style, p, &pc, err);
+    if (rc) return rc;
+    const int64_t L = pc.L, n_out = L * CHOIR_KOKORO_SAMPLES_PER_FRAME;
+#ifdef CHOIR_HAVE_CUDA
+    if (m->gpu) {
+        choir_kokoro_decode_input in = {.asr = pc.asr, .f0 = pc.f0, .n = pc.n, .noise = pc.noise,
+                                        .style = style, .frames = L};
+        rc = choir_kokoro_gpu_decode(m->gpu, &in, 1, &audio, err);
+        kk_piece_free(&pc);
+        if (rc) return rc;
+        goto done;
+    }
+#endif
+    audio = choir_alloc(CHOIR_MEM_IO, (size_t)n_out * sizeof(float));
+    kk_ws *ws = audio ? kk_ws_create(choir_kokoro_estimate_bytes(n_ids, L), err) : NULL;
+    if (!audio || !ws) {
+        rc = audio ? (err ? err->code : CHOIR_ENOMEM) : CHOIR_ENOMEM;
+        if (!audio) choir_err_set(err, CHOIR_ENOMEM, "kokoro: out of memory (%d ids)", n_ids);
+        kk_piece_free(&pc);
+        choir_free(audio);
+        return rc;
+    }
+    rc = kk_decoder(m, pc.asr, L, pc.f0, pc.n, style, pc.noise, audio, ws);
+    CHOIR_LOGD("kokoro: %lld ids, %lld frames: decoder workspace high water %zu of %lld bytes",
+               (long long)n_ids, (long long)L, kk_ws_high_water(ws),
+               (long long)choir_kokoro_estimate_bytes(n_ids, L));
+    kk_ws_free(ws);
+    kk_piece_free(&pc);
+    if (rc) {
+        if (rc == CHOIR_ENOMEM) choir_err_set(err, CHOIR_ENOMEM, "kokoro: out of memory (%d ids)", n_ids);
+        choir_free(audio);
+        return rc;
+    }
+#ifdef CHOIR_HAVE_CUDA
+done:
+#endif
+    TRACE(p, "audio", audio, 1, n_out);
+    *audio_out = audio;
+    if (n_samples) *n_samples = n_out;
+    return 0;
 }

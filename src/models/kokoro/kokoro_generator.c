@@ -139,8 +139,8 @@ static void source_stft(const float *x, int64_t N, float *S, int64_t F) {
 }
 
 /* torch.istft of exp(P[0:11]) * e^{i sin(P[11:22])} (P [22, F]) -> out[5 (F - 1)] */
-static void output_istft(const float *P, int64_t F, float *out, float *ola /* [5(F-1)+20] */,
-                         float *env) {
+void kk_istft_tail(const float *P, int64_t F, float *out, float *ola /* [5(F-1)+20] */,
+                   float *env) {
     double cs[KK_NFFT], sn[KK_NFFT];
     float w[KK_NFFT];
     dft_tables(cs, sn);
@@ -168,6 +168,19 @@ static void output_istft(const float *P, int64_t F, float *out, float *ola /* [5
     }
     int64_t n_out = KK_HOP * (F - 1);
     for (int64_t i = 0; i < n_out; i++) out[i] = ola[i + KK_NFFT / 2] / env[i + KK_NFFT / 2];
+}
+
+int kk_source_spectrum(const choir_kokoro *m, const float *f0, int64_t L, const float *noise,
+                       float *S, kk_ws *ws) {
+    const int64_t F2 = 2 * L, N = F2 * KK_UPSAMPLE, F = N / KK_HOP + 1;
+    size_t scope = kk_ws_mark(ws);
+    float *har = kk_ws_floats(ws, N);                          /* [N] */
+    float *phase_frames = kk_ws_floats(ws, F2 * KK_HARMONICS); /* [2L, 9] */
+    if (!har || !phase_frames) return CHOIR_ENOMEM;
+    harmonic_source(m, f0, F2, noise, har, phase_frames);
+    source_stft(har, N, S, F);
+    kk_ws_release(ws, scope);
+    return 0;
 }
 
 /* mean of the three residual blocks of a stage: (rb0(x) + rb1(x) + rb2(x)) / 3 */
@@ -200,13 +213,9 @@ int kk_generator(const choir_kokoro *m, const float *x, int64_t L, const float *
     /* (a) harmonic source, (b) its spectrum */
     float *S = kk_ws_floats(ws, 2 * KK_NBINS * F);             /* [22, F] */
     if (!S) return CHOIR_ENOMEM;
-    size_t scope = kk_ws_mark(ws);
-    float *har = kk_ws_floats(ws, N);                          /* [N] */
-    float *phase_frames = kk_ws_floats(ws, F2 * KK_HARMONICS); /* [2L, 9] */
-    if (!har || !phase_frames) return CHOIR_ENOMEM;
-    harmonic_source(m, f0, F2, noise, har, phase_frames);
-    source_stft(har, N, S, F);
-    kk_ws_release(ws, scope);
+    int rc = kk_source_spectrum(m, f0, L, noise, S, ws);
+    if (rc) return rc;
+    size_t scope;
 
     /* stage 0: [512, 2L] -> [256, 20L] */
     float *x1 = kk_ws_floats(ws, 256 * T0);                    /* [256, 20L] */
@@ -219,8 +228,7 @@ int kk_generator(const choir_kokoro *m, const float *x, int64_t L, const float *
     memcpy(x0, x, 512 * (size_t)F2 * sizeof(float));
     choir_leaky_relu(x0, 512 * F2, 0.1f);
     kk_conv1d(&m->noise_convs[0], S, F, 6, 3, 1, src0);
-    int rc = kk_snakeblock_forward(&m->noise_res[0], src0, T0, style, src0, ws);
-    if (rc) return rc;
+    if ((rc = kk_snakeblock_forward(&m->noise_res[0], src0, T0, style, src0, ws))) return rc;
     choir_conv_transpose1d(x0, 512, F2, m->ups[0].w, m->ups[0].b, 256, 20, 10, 5, 0, 1, 1, u0);
     choir_add(u0, src0, u0, 256 * T0);
     if ((rc = resblock_mean(m, 0, u0, 256, T0, style, x1, ws))) return rc;
@@ -253,7 +261,7 @@ int kk_generator(const choir_kokoro *m, const float *x, int64_t L, const float *
     if (!post || !ola || !env) return CHOIR_ENOMEM;
     choir_leaky_relu(x2, 128 * F, 0.01f);
     kk_conv1d(&m->conv_post, x2, F, 1, 3, 1, post);
-    output_istft(post, F, audio, ola, env);
+    kk_istft_tail(post, F, audio, ola, env);
     kk_ws_release(ws, mark);
     return 0;
 }

@@ -123,6 +123,10 @@ struct choir_kokoro {
     void **owned;                              /* f32 arrays made at load */
     int n_owned, cap_owned;
     int64_t weight_bytes;
+
+    /* When set (choir_kokoro_set_gpu, CUDA builds), synthesis runs the decoder
+     * and generator there; NULL: the CPU. Not owned. */
+    struct choir_kokoro_gpu *gpu;
 };
 
 /* --- per-call workspace ------------------------------------------------- */
@@ -176,5 +180,44 @@ void kk_gaussian_fill(float *x, int64_t n, uint64_t seed);
 
 /* --- loader internals (kokoro_load.c) ----------------------------------- */
 int kk_load_vocab(choir_kokoro *m, const char *config_path, choir_err *err);
+
+/* --- the GPU seam (kokoro_forward.c, kokoro_generator.c, kokoro_cuda.c) --- */
+
+/* One piece's decoder inputs, as the text and prosody side makes them. All
+ * arrays are choir_alloc'd (CHOIR_MEM_ACTIVATIONS); kk_piece_free frees them. */
+typedef struct kk_piece {
+    int64_t L;          /* frames */
+    float *asr;         /* [512, L] */
+    float *f0, *n;      /* [2L] (F0 in Hz) */
+    float *noise;       /* [600 L, 9] Gaussian draws, or NULL (zero noise) */
+} kk_piece;
+void kk_piece_free(kk_piece *pc);
+
+/* Everything before the decoder: ids -> durations -> asr, F0, N (and the
+ * seeded noise), tracing every stage up to "asr" as the full pass does.
+ * Arguments as choir_kokoro_synthesize_ids, which is kk_front + kk_decoder. */
+int kk_front(const choir_kokoro *m, const int32_t *ids, int n_ids, const float *style,
+             const choir_kokoro_params *p, kk_piece *out, choir_err *err);
+
+/* The generator's harmonic source and its STFT, on the CPU: f0[2L] ->
+ * S[22, 120 L + 1] (magnitudes, then phases); noise as for kk_generator.
+ * Needs (600 L + 18 L) floats of workspace. */
+int kk_source_spectrum(const choir_kokoro *m, const float *f0, int64_t L, const float *noise,
+                       float *S, kk_ws *ws);
+
+/* The generator's inverse STFT on the CPU (the GPU check's oracle):
+ * P[22, F] -> out[5 (F - 1)]; ola and env hold 5 (F - 1) + 20 floats each. */
+void kk_istft_tail(const float *P, int64_t F, float *out, float *ola, float *env);
+
+#ifdef CHOIR_HAVE_CUDA
+/* For the GPU check: choir_kokoro_gpu_decode that also hands each piece's
+ * intermediate tensors to `trace` (host copies [C, T] at the piece's own
+ * length, valid during the call): "decoder_out" [512, 2L], "stage0"
+ * [256, 20L], "post" [22, 120L + 1]. */
+typedef void (*kk_gpu_trace_fn)(void *user, int piece, const char *stage, const float *x,
+                                int64_t C, int64_t T);
+int kk_gpu_decode_traced(struct choir_kokoro_gpu *g, const choir_kokoro_decode_input *in, int n,
+                         float **audio, kk_gpu_trace_fn trace, void *user, choir_err *err);
+#endif
 
 #endif

@@ -5,7 +5,11 @@
  * pass is the same single-item computation it is alone, and its audio is
  * bit for bit what choir_kokoro_synthesize_ids gives (tests check this).
  * Items of different lengths therefore need no padding or masks: every
- * LSTM, instance norm and attention sees exactly its own sequence. */
+ * LSTM, instance norm and attention sees exactly its own sequence.
+ *
+ * With a GPU attached (choir_kokoro_set_gpu), the items' text and prosody
+ * sides still run concurrently on the CPU, and then all their decoders run as
+ * one padded batch on the device (choir_kokoro_gpu_decode). */
 #include <string.h>
 
 #include "choir/alloc.h"
@@ -35,6 +39,71 @@ static void run_items(void *ctx, int64_t begin, int64_t end, int worker) {
     }
 }
 
+#ifdef CHOIR_HAVE_CUDA
+typedef struct front_job {
+    const choir_kokoro *m;
+    choir_kokoro_item *items;
+    const choir_kokoro_params *params;
+    kk_piece *pieces;
+    int *status;
+    choir_err *errs;
+} front_job;
+
+static void run_fronts(void *ctx, int64_t begin, int64_t end, int worker) {
+    (void)worker;
+    front_job *job = ctx;
+    for (int64_t i = begin; i < end; i++) {
+        choir_kokoro_item *it = &job->items[i];
+        choir_kokoro_params p = *job->params;
+        p.seed = job->params->seed + (uint64_t)i;
+        p.trace = NULL;
+        if (it->speed > 0) p.speed = it->speed;
+        job->status[i] = kk_front(job->m, it->ids, it->n_ids, it->style, &p, &job->pieces[i],
+                                  &job->errs[i]);
+    }
+}
+
+/* Text sides on the CPU pool, then one GPU batch for every decoder. */
+static int batch_on_gpu(const choir_kokoro *m, choir_kokoro_item *items, int n,
+                        const choir_kokoro_params *params, int *status, choir_err *errs,
+                        choir_err *err) {
+    kk_piece *pieces = choir_calloc(CHOIR_MEM_OTHER, (size_t)n, sizeof *pieces);
+    choir_kokoro_decode_input *in = choir_calloc(CHOIR_MEM_OTHER, (size_t)n, sizeof *in);
+    float **audio = choir_calloc(CHOIR_MEM_OTHER, (size_t)n, sizeof *audio);
+    int rc = 0;
+    if (!pieces || !in || !audio) {
+        rc = choir_err_set(err, CHOIR_ENOMEM, "kokoro: out of memory for a batch of %d", n);
+        goto done;
+    }
+    front_job job = {.m = m, .items = items, .params = params, .pieces = pieces,
+                     .status = status, .errs = errs};
+    if (n == 1) run_fronts(&job, 0, 1, 0);
+    else choir_pool_parallel_for(choir_pool_default(), n, 1, run_fronts, &job);
+    for (int i = 0; i < n && !rc; i++)
+        if (status[i]) {
+            rc = status[i];
+            if (err) *err = errs[i];
+            choir_err_prefix(err, "batch item %d", i);
+        }
+    if (rc) goto done;
+    for (int i = 0; i < n; i++)
+        in[i] = (choir_kokoro_decode_input){.asr = pieces[i].asr, .f0 = pieces[i].f0,
+                                            .n = pieces[i].n, .noise = pieces[i].noise,
+                                            .style = items[i].style, .frames = pieces[i].L};
+    if ((rc = choir_kokoro_gpu_decode(m->gpu, in, n, audio, err))) goto done;
+    for (int i = 0; i < n; i++) {
+        items[i].audio = audio[i];
+        items[i].n_samples = pieces[i].L * CHOIR_KOKORO_SAMPLES_PER_FRAME;
+    }
+done:
+    for (int i = 0; pieces && i < n; i++) kk_piece_free(&pieces[i]);
+    choir_free(pieces);
+    choir_free(in);
+    choir_free(audio);
+    return rc;
+}
+#endif
+
 int choir_kokoro_synthesize_batch(const choir_kokoro *m, choir_kokoro_item *items, int n,
                                   const choir_kokoro_params *params, choir_err *err) {
     if (!m || (!items && n > 0) || n < 0)
@@ -49,6 +118,12 @@ int choir_kokoro_synthesize_batch(const choir_kokoro *m, choir_kokoro_item *item
         rc = choir_err_set(err, CHOIR_ENOMEM, "kokoro: out of memory for a batch of %d", n);
         goto done;
     }
+#ifdef CHOIR_HAVE_CUDA
+    if (m->gpu) {
+        rc = batch_on_gpu(m, items, n, params ? params : &defaults, status, errs, err);
+        goto done;
+    }
+#endif
     batch_job job = {.m = m, .items = items, .params = params ? params : &defaults,
                      .status = status, .errs = errs};
     if (n == 1) run_items(&job, 0, 1, 0);

@@ -1,0 +1,118 @@
+/* choir/cuda_audio.h: CUDA kernels for vocoders and audio decoders (Kokoro's
+ * decoder and iSTFTNet generator first).
+ *
+ * Same conventions as choir/cuda.h: every call is enqueued on the context's
+ * stream and returns once queued; pointers are device memory; activations are
+ * row-major float32. Unlike cuda.h these kernels are batched: a tensor
+ * [B, C, T] holds B pieces of different lengths, each padded to T, and piece
+ * b's valid length is lens[b] (a device int32 array [B]; NULL means all T).
+ * Every kernel here keeps the padding ("the tail", t >= lens[b]) at zero on
+ * output, so that a convolution over the padded tensor reads zeros past a
+ * piece's end exactly as zero padding would: piece b's valid outputs then
+ * equal the unbatched result on its own [C, lens[b]] (up to the summation
+ * order cuBLAS picks). Inputs must have zero tails too.
+ *
+ * CPU references (the oracle of tests/cuda/kokoro_gpu_check.c): choir_conv1d,
+ * choir_conv_transpose1d, choir_instance_norm, choir_snake, choir_leaky_relu
+ * in choir/kernels.h, and Kokoro's own inverse STFT (kokoro_generator.c).
+ *
+ * Errors: 0 or a negative CHOIR_E* code, err filled (may be NULL). */
+#ifndef CHOIR_CUDA_AUDIO_H
+#define CHOIR_CUDA_AUDIO_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "choir/cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A convolution weight on the device: f32, or bf16 (uint16 storage) for
+ * tensor-core products with f32 accumulation (activations are rounded to
+ * bf16 on the way into the product; outputs stay f32). */
+typedef struct choir_cuda_conv_weight {
+    const void *w; /* conv1d [Cout, Cin, K]; conv_transpose1d [Cin, Cout, K] */
+    bool bf16;
+} choir_cuda_conv_weight;
+
+/* y[B, Cout, Tout] = conv1d(x[B, Cin, T]) per piece (groups 1, zero padding),
+ * Tout = (T + 2 padding - dilation (K - 1) - 1) / stride + 1; bias [Cout] or
+ * NULL; out_lens: the pieces' output lengths (tails zeroed), NULL = all Tout.
+ * im2col + batched cuBLAS product; the taps use context scratch, at most
+ * ~512 MB at a time (pieces are taken in groups that fit). y must not alias x. */
+int choir_cuda_conv1d_batched(choir_cuda *cu, const float *x, int64_t B, int64_t Cin, int64_t T,
+                              choir_cuda_conv_weight weight, const float *bias, int64_t Cout,
+                              int64_t kernel, int stride, int padding, int dilation,
+                              const int32_t *out_lens, float *y, choir_err *err);
+
+/* y[B, Cout, Tout] = conv_transpose1d(x[B, Cin, T]) per piece (groups 1),
+ * Tout = (T - 1) stride - 2 padding + K + output_padding; weight [Cin, Cout, K]
+ * (PyTorch layout); bias [Cout] or NULL; out_lens as above. One product
+ * W^T x into scratch (Cout K T floats per piece) and a gather over taps. */
+int choir_cuda_conv_transpose1d_batched(choir_cuda *cu, const float *x, int64_t B, int64_t Cin,
+                                        int64_t T, choir_cuda_conv_weight weight, const float *bias,
+                                        int64_t Cout, int64_t kernel, int stride, int padding,
+                                        int output_padding, const int32_t *out_lens, float *y,
+                                        choir_err *err);
+
+/* Depthwise conv_transpose1d (groups = C): weight [C, 1, K] f32, bias [C] or
+ * NULL, x [B, C, T] -> y [B, C, Tout], Tout as above. Direct kernel. */
+int choir_cuda_conv_transpose1d_depthwise(choir_cuda *cu, const float *x, int64_t B, int64_t C,
+                                          int64_t T, const float *weight, const float *bias,
+                                          int64_t kernel, int stride, int padding,
+                                          int output_padding, const int32_t *out_lens, float *y,
+                                          choir_err *err);
+
+/* AdaIN: per piece and channel, instance norm over the piece's valid
+ * samples (biased variance, eps), the norm's own affine (norm_w, norm_b [C],
+ * either may be NULL), then y = (1 + gamma) * v + beta, where gamma and beta
+ * are piece b's style projection: gb + b * gb_stride holds gamma [C] then
+ * beta [C]. x, y [B, C, T]; y may equal x. */
+int choir_cuda_adain(choir_cuda *cu, const float *x, float *y, int64_t B, int64_t C, int64_t T,
+                     const int32_t *lens, const float *norm_w, const float *norm_b, const float *gb,
+                     int64_t gb_stride, float eps, choir_err *err);
+
+/* x = x >= 0 ? x : slope x, in place over n values (zero stays zero). */
+int choir_cuda_leaky_relu(choir_cuda *cu, float *x, int64_t n, float slope, choir_err *err);
+
+/* Snake in place over x[B, C, T]: x += (1 / alpha[c]) sin^2(alpha[c] x). */
+int choir_cuda_snake(choir_cuda *cu, float *x, int64_t B, int64_t C, int64_t T, const float *alpha,
+                     choir_err *err);
+
+/* y = (a + b) * scale over n values; y may alias a or b. */
+int choir_cuda_add_scale(choir_cuda *cu, const float *a, const float *b, float *y, int64_t n,
+                         float scale, choir_err *err);
+
+/* Nearest up-sampling by 2 in time: y[b, c, 2t] = y[b, c, 2t + 1] = x[b, c, t];
+ * x [B, C, T], y [B, C, 2T]. */
+int choir_cuda_upsample2_nearest(choir_cuda *cu, const float *x, int64_t B, int64_t C, int64_t T,
+                                 float *y, choir_err *err);
+
+/* Reflection padding per piece: x [B, C, T] with valid lengths lens ->
+ * y [B, C, T + left + right], piece b occupying lens[b] + left + right
+ * samples (PyTorch ReflectionPad1d: the edge sample is not repeated; left and
+ * right must be < lens[b]). */
+int choir_cuda_reflect_pad(choir_cuda *cu, const float *x, int64_t B, int64_t C, int64_t T,
+                           const int32_t *lens, int left, int right, float *y, choir_err *err);
+
+/* Channel concatenation: dst[b, c0 + c, t] = src[b, c, t] for c < Cs, where
+ * src is [B, Cs, T] and dst [B, Cd, T]. */
+int choir_cuda_copy_channels(choir_cuda *cu, const float *src, int64_t B, int64_t Cs, int64_t T,
+                             float *dst, int64_t Cd, int64_t c0, choir_err *err);
+
+/* iSTFTNet's tail and inverse STFT (torch.istft, center, periodic Hann,
+ * hop `hop`, window n_fft, n_fft even and <= 64): P [B, n_fft + 2, F] holds
+ * log-magnitudes in rows 0..n_fft/2 and phases-before-sine in the rest; the
+ * spectrum is exp(P_mag) e^{i sin(P_phase)}. frames[b] (device int32, NULL =
+ * all F) is piece b's frame count; its output is hop (frames[b] - 1) samples
+ * of out [B, hop (F - 1)] (tail zeroed). The DFT is summed in double. */
+int choir_cuda_istft_magphase(choir_cuda *cu, const float *P, int64_t B, int64_t F,
+                              const int32_t *frames, int n_fft, int hop, float *out,
+                              choir_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

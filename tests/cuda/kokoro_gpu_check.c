@@ -1,0 +1,669 @@
+/* Kokoro's GPU decoder against the CPU one, and the batched audio kernels of
+ * choir/cuda_audio.h against their CPU references. Prints one PASS/FAIL line
+ * per check and exits 0 when all pass, 1 otherwise, 77 without a GPU.
+ *
+ * Self-contained: the model is a random Kokoro decoder + generator built in
+ * memory with the real shapes (no checkpoint, no fixtures), so it also runs
+ * from the standalone tests/cuda build.
+ *
+ * Bounds. Kernels: rel L2 <= 1e-5 in f32 (products in f32 without TF32),
+ * <= 1e-2 with bf16 weights. Model, f32: decoder output <= 1e-4 GPU vs CPU
+ * and <= 1e-5 batched vs alone; audio <= 1e-3 (and its spectrum) GPU vs CPU,
+ * <= 1e-4 batched vs alone (the harmonic source is the CPU's own, so only
+ * summation order differs; the weights are drawn with variance
+ * 1 / fan_in so rounding is not amplified as by the randw-v1 fixture weights,
+ * whose bounds are the parity tool's). bf16 convolutions: decoder output
+ * <= 3e-2, audio <= 0.1 and spectrum <= 0.1 against the CPU, batched vs
+ * alone <= 1e-2. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "choir/alloc.h"
+#include "choir/cuda.h"
+#include "choir/cuda_audio.h"
+#include "choir/kernels.h"
+#include "choir/kokoro.h"
+#include "models/kokoro/kokoro_internal.h"
+
+static int n_pass, n_fail;
+
+static void verdict(const char *name, double err, double tol) {
+    bool ok = isfinite(err) && err <= tol;
+    printf("%s  %-52s rel_l2 %.3e  (tol %.1e)\n", ok ? "PASS" : "FAIL", name, err, tol);
+    if (ok)
+        n_pass++;
+    else
+        n_fail++;
+}
+
+static void fail_msg(const char *name, const choir_err *err) {
+    printf("FAIL  %-52s %s\n", name, err && err->msg[0] ? err->msg : "error");
+    n_fail++;
+}
+
+static double rel_l2(const float *a, const float *b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)a[i] - (double)b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    return sqrt(num) / (den > 0 ? sqrt(den) : 1e-30);
+}
+
+static uint64_t rng_state = 0x1234567ULL;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((double)(rng_state >> 40) / (double)(1 << 23) - 1.0);
+}
+static void fill(float *x, int64_t n, float scale) {
+    for (int64_t i = 0; i < n; i++) x[i] = scale * frand();
+}
+
+/* --- device helpers ------------------------------------------------------ */
+
+static choir_cuda *cu;
+
+static float *dup_dev(choir_cuda_buf *b, const void *host, size_t bytes) {
+    memset(b, 0, sizeof *b);
+    if (choir_cuda_buf_alloc(cu, bytes ? bytes : 4, b, NULL)) return NULL;
+    if (host && choir_cuda_upload(cu, b, 0, host, bytes, NULL)) return NULL;
+    if (!host) choir_cuda_memset0(cu, b, 0, bytes ? bytes : 4, NULL);
+    return b->ptr;
+}
+
+static void to_host(float *dst, const choir_cuda_buf *b, size_t bytes) {
+    if (choir_cuda_download(cu, dst, b, 0, bytes, NULL)) memset(dst, 0xff, bytes); /* NaNs */
+}
+
+static uint16_t bf16_of(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* [B, C, T] with piece b's valid length lens[b]; zero tails */
+static float *padded(int64_t B, int64_t C, int64_t T, const int32_t *lens, float scale) {
+    float *x = calloc((size_t)(B * C * T), sizeof(float));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t c = 0; c < C; c++) fill(x + (b * C + c) * T, lens[b], scale);
+    return x;
+}
+
+/* piece b's [C, len] from a padded [B, C, T] */
+static float *piece_of(const float *x, int64_t b, int64_t C, int64_t T, int64_t len) {
+    float *p = malloc((size_t)(C * (len > 0 ? len : 1)) * sizeof(float));
+    for (int64_t c = 0; c < C; c++)
+        memcpy(p + c * len, x + (b * C + c) * T, (size_t)len * sizeof(float));
+    return p;
+}
+
+/* compares every piece's valid part and requires zero tails */
+static double cmp_pieces(const float *gpu, const float *const *cpu, int64_t B, int64_t C, int64_t T,
+                         const int64_t *lens) {
+    double num = 0, den = 0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t t = 0; t < T; t++) {
+                double g = gpu[(b * C + c) * T + t];
+                double r = t < lens[b] ? cpu[b][c * lens[b] + t] : 0.0;
+                num += (g - r) * (g - r);
+                den += r * r;
+            }
+    return sqrt(num) / (den > 0 ? sqrt(den) : 1e-30);
+}
+
+/* --- kernel checks ------------------------------------------------------- */
+
+static void check_conv1d(bool bf16, int64_t K, int stride, int pad, int dil) {
+    const int64_t B = 3, Cin = 37, Cout = 19, T = 41;
+    int32_t lens[3] = {41, 17, 29};
+    float *x = padded(B, Cin, T, lens, 1.0f);
+    float *w = malloc(sizeof(float) * Cout * Cin * K), *bias = malloc(sizeof(float) * Cout);
+    fill(w, Cout * Cin * K, 0.3f);
+    fill(bias, Cout, 0.5f);
+    uint16_t *wb = malloc(2 * Cout * Cin * K);
+    for (int64_t i = 0; i < Cout * Cin * K; i++) wb[i] = bf16_of(w[i]);
+    int64_t Tout = choir_conv1d_out_len(T, K, stride, pad, dil);
+    int32_t olens[3];
+    int64_t ol64[3];
+    for (int b = 0; b < 3; b++)
+        ol64[b] = olens[b] = (int32_t)choir_conv1d_out_len(lens[b], K, stride, pad, dil);
+    choir_cuda_buf dx, dw, db, dy, dl;
+    dup_dev(&dx, x, sizeof(float) * B * Cin * T);
+    dup_dev(&dw, bf16 ? (void *)wb : (void *)w, (bf16 ? 2 : 4) * Cout * Cin * K);
+    dup_dev(&db, bias, sizeof(float) * Cout);
+    dup_dev(&dy, NULL, sizeof(float) * B * Cout * Tout);
+    dup_dev(&dl, olens, sizeof olens);
+    choir_err err = {0};
+    char name[96];
+    snprintf(name, sizeof name, "conv1d batched %s k%lld s%d p%d d%d", bf16 ? "bf16" : "f32",
+             (long long)K, stride, pad, dil);
+    int rc =
+        choir_cuda_conv1d_batched(cu, dx.ptr, B, Cin, T, (choir_cuda_conv_weight){dw.ptr, bf16},
+                                  db.ptr, Cout, K, stride, pad, dil, dl.ptr, dy.ptr, &err);
+    if (rc) {
+        fail_msg(name, &err);
+    } else {
+        float *y = malloc(sizeof(float) * B * Cout * Tout);
+        to_host(y, &dy, sizeof(float) * B * Cout * Tout);
+        float *ref[3];
+        for (int b = 0; b < 3; b++) {
+            float *xp = piece_of(x, b, Cin, T, lens[b]);
+            ref[b] = malloc(sizeof(float) * Cout * ol64[b]);
+            choir_conv1d(xp, Cin, lens[b], w, bias, Cout, K, stride, pad, dil, 1, ref[b]);
+            free(xp);
+        }
+        verdict(name, cmp_pieces(y, (const float *const *)ref, B, Cout, Tout, ol64),
+                bf16 ? 1e-2 : 1e-5);
+        for (int b = 0; b < 3; b++) free(ref[b]);
+        free(y);
+    }
+    choir_cuda_buf_free(cu, &dx), choir_cuda_buf_free(cu, &dw), choir_cuda_buf_free(cu, &db);
+    choir_cuda_buf_free(cu, &dy), choir_cuda_buf_free(cu, &dl);
+    free(x), free(w), free(bias), free(wb);
+}
+
+static void check_convt(bool bf16, bool depthwise, int64_t K, int stride, int pad, int op) {
+    const int64_t B = 3, Cin = depthwise ? 24 : 24, Cout = depthwise ? 24 : 16, T = 23;
+    int32_t lens[3] = {9, 23, 14};
+    float *x = padded(B, Cin, T, lens, 1.0f);
+    int64_t nw = depthwise ? Cin * K : Cin * Cout * K;
+    float *w = malloc(sizeof(float) * nw), *bias = malloc(sizeof(float) * Cout);
+    fill(w, nw, 0.3f);
+    fill(bias, Cout, 0.5f);
+    uint16_t *wb = malloc(2 * nw);
+    for (int64_t i = 0; i < nw; i++) wb[i] = bf16_of(w[i]);
+    int64_t Tout = choir_conv_transpose1d_out_len(T, K, stride, pad, op, 1);
+    int32_t olens[3];
+    int64_t ol64[3];
+    for (int b = 0; b < 3; b++)
+        ol64[b] = olens[b] =
+            (int32_t)choir_conv_transpose1d_out_len(lens[b], K, stride, pad, op, 1);
+    choir_cuda_buf dx, dw, db, dy, dl;
+    dup_dev(&dx, x, sizeof(float) * B * Cin * T);
+    dup_dev(&dw, bf16 ? (void *)wb : (void *)w, (bf16 ? 2 : 4) * nw);
+    dup_dev(&db, bias, sizeof(float) * Cout);
+    dup_dev(&dy, NULL, sizeof(float) * B * Cout * Tout);
+    dup_dev(&dl, olens, sizeof olens);
+    choir_err err = {0};
+    char name[96];
+    snprintf(name, sizeof name, "conv_transpose1d %s%s k%lld s%d p%d op%d",
+             depthwise ? "depthwise " : "batched ", bf16 ? "bf16" : "f32", (long long)K, stride,
+             pad, op);
+    int rc = depthwise
+                 ? choir_cuda_conv_transpose1d_depthwise(cu, dx.ptr, B, Cin, T, dw.ptr, db.ptr, K,
+                                                         stride, pad, op, dl.ptr, dy.ptr, &err)
+                 : choir_cuda_conv_transpose1d_batched(
+                       cu, dx.ptr, B, Cin, T, (choir_cuda_conv_weight){dw.ptr, bf16}, db.ptr, Cout,
+                       K, stride, pad, op, dl.ptr, dy.ptr, &err);
+    if (rc) {
+        fail_msg(name, &err);
+    } else {
+        float *y = malloc(sizeof(float) * B * Cout * Tout);
+        to_host(y, &dy, sizeof(float) * B * Cout * Tout);
+        float *ref[3];
+        for (int b = 0; b < 3; b++) {
+            float *xp = piece_of(x, b, Cin, T, lens[b]);
+            ref[b] = malloc(sizeof(float) * Cout * ol64[b]);
+            choir_conv_transpose1d(xp, Cin, lens[b], w, bias, Cout, K, stride, pad, op, 1,
+                                   depthwise ? (int)Cin : 1, ref[b]);
+            free(xp);
+        }
+        verdict(name, cmp_pieces(y, (const float *const *)ref, B, Cout, Tout, ol64),
+                bf16 ? 1e-2 : 1e-5);
+        for (int b = 0; b < 3; b++) free(ref[b]);
+        free(y);
+    }
+    choir_cuda_buf_free(cu, &dx), choir_cuda_buf_free(cu, &dw), choir_cuda_buf_free(cu, &db);
+    choir_cuda_buf_free(cu, &dy), choir_cuda_buf_free(cu, &dl);
+    free(x), free(w), free(bias), free(wb);
+}
+
+static void check_adain_and_elementwise(void) {
+    const int64_t B = 3, C = 7, T = 300;
+    int32_t lens[3] = {300, 123, 2};
+    int64_t l64[3] = {300, 123, 2};
+    float *x = padded(B, C, T, lens, 2.0f);
+    for (int64_t i = 0; i < B * C * T; i++) x[i] += x[i] != 0 ? 0.7f : 0.0f; /* a mean to remove */
+    float nw[7], nb[7], gb[3 * 14], alpha[7];
+    fill(nw, C, 1.0f), fill(nb, C, 1.0f), fill(gb, 3 * 14, 0.5f);
+    for (int c = 0; c < C; c++) alpha[c] = 0.5f + 0.1f * (float)c;
+    choir_cuda_buf dx, dy, dl, dnw, dnb, dgb, da, dz;
+    dup_dev(&dx, x, sizeof(float) * B * C * T);
+    dup_dev(&dy, NULL, sizeof(float) * B * C * 2 * (T + 4));
+    dup_dev(&dl, lens, sizeof lens);
+    dup_dev(&dnw, nw, sizeof nw), dup_dev(&dnb, nb, sizeof nb), dup_dev(&dgb, gb, sizeof gb);
+    dup_dev(&da, alpha, sizeof alpha);
+    dup_dev(&dz, NULL, sizeof(float) * B * C * T);
+    choir_err err = {0};
+    float *y = malloc(sizeof(float) * B * C * 2 * (T + 4));
+    float *ref[3];
+    for (int b = 0; b < 3; b++) ref[b] = malloc(sizeof(float) * C * 2 * (T + 4));
+
+    /* AdaIN, then Snake on its output, then leaky ReLU */
+    if (choir_cuda_adain(cu, dx.ptr, dy.ptr, B, C, T, dl.ptr, dnw.ptr, dnb.ptr, dgb.ptr, 14, 1e-5f,
+                         &err)) {
+        fail_msg("adain", &err);
+    } else {
+        to_host(y, &dy, sizeof(float) * B * C * T);
+        for (int b = 0; b < 3; b++) {
+            float *xp = piece_of(x, b, C, T, lens[b]);
+            choir_instance_norm(xp, ref[b], C, lens[b], nw, nb, 1e-5f);
+            for (int64_t c = 0; c < C; c++)
+                for (int64_t t = 0; t < lens[b]; t++)
+                    ref[b][c * lens[b] + t] =
+                        (1.0f + gb[b * 14 + c]) * ref[b][c * lens[b] + t] + gb[b * 14 + C + c];
+            free(xp);
+        }
+        verdict("adain (instance norm + style affine), lengths 300/123/2",
+                cmp_pieces(y, (const float *const *)ref, B, C, T, l64), 1e-5);
+        choir_cuda_snake(cu, dy.ptr, B, C, T, da.ptr, &err);
+        to_host(y, &dy, sizeof(float) * B * C * T);
+        for (int b = 0; b < 3; b++) choir_snake(ref[b], C, lens[b], alpha);
+        verdict("snake", cmp_pieces(y, (const float *const *)ref, B, C, T, l64), 1e-5);
+        choir_cuda_leaky_relu(cu, dy.ptr, B * C * T, 0.2f, &err);
+        to_host(y, &dy, sizeof(float) * B * C * T);
+        for (int b = 0; b < 3; b++) choir_leaky_relu(ref[b], C * lens[b], 0.2f);
+        verdict("leaky relu", cmp_pieces(y, (const float *const *)ref, B, C, T, l64), 1e-6);
+    }
+    /* (x + x) * 0.5 == x */
+    choir_cuda_add_scale(cu, dx.ptr, dx.ptr, dz.ptr, B * C * T, 0.5f, &err);
+    float *z = malloc(sizeof(float) * B * C * T);
+    to_host(z, &dz, sizeof(float) * B * C * T);
+    verdict("add and scale", rel_l2(z, x, B * C * T), 1e-7);
+    /* nearest x2 */
+    choir_cuda_upsample2_nearest(cu, dx.ptr, B, C, T, dy.ptr, &err);
+    to_host(y, &dy, sizeof(float) * B * C * 2 * T);
+    float *up = malloc(sizeof(float) * B * C * 2 * T);
+    for (int64_t i = 0; i < B * C * 2 * T; i++) up[i] = x[(i / (2 * T)) * T + (i % (2 * T)) / 2];
+    verdict("upsample x2 nearest", rel_l2(y, up, B * C * 2 * T), 0);
+    /* reflection pad (3, 2) per piece */
+    int64_t To = T + 5, pl[3];
+    if (choir_cuda_reflect_pad(cu, dx.ptr, B, C, T, dl.ptr, 3, 2, dy.ptr, &err)) {
+        fail_msg("reflection pad", &err);
+    } else {
+        to_host(y, &dy, sizeof(float) * B * C * To);
+        for (int b = 0; b < 3; b++) {
+            pl[b] = lens[b] + 5;
+            for (int64_t c = 0; c < C; c++)
+                for (int64_t t = 0; t < pl[b]; t++) {
+                    int64_t s = t - 3;
+                    if (s < 0) s = -s;
+                    if (s >= lens[b]) s = 2 * (lens[b] - 1) - s;
+                    ref[b][c * pl[b] + t] = x[(b * C + c) * T + s];
+                }
+        }
+        /* piece 2 (2 samples) cannot take a pad of 3 in torch; compare 0 and 1 */
+        verdict("reflection pad (3, 2)", cmp_pieces(y, (const float *const *)ref, 2, C, To, pl), 0);
+    }
+    /* channel concatenation into [B, C + 3, T] at offset 2 */
+    choir_cuda_memset0(cu, &dy, 0, sizeof(float) * B * (C + 3) * T, &err);
+    choir_cuda_copy_channels(cu, dx.ptr, B, C, T, dy.ptr, C + 3, 2, &err);
+    to_host(y, &dy, sizeof(float) * B * (C + 3) * T);
+    double bad = 0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t c = 0; c < C + 3; c++)
+            for (int64_t t = 0; t < T; t++) {
+                float want = c >= 2 && c < C + 2 ? x[(b * C + c - 2) * T + t] : 0.0f;
+                bad += fabsf(y[(b * (C + 3) + c) * T + t] - want);
+            }
+    verdict("copy channels", bad, 0);
+    for (int b = 0; b < 3; b++) free(ref[b]);
+    free(y), free(z), free(up), free(x);
+    choir_cuda_buf *bufs[] = {&dx, &dy, &dl, &dnw, &dnb, &dgb, &da, &dz};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) choir_cuda_buf_free(cu, bufs[i]);
+}
+
+static void check_istft(void) {
+    const int64_t B = 3, F = 61;
+    int32_t frames[3] = {61, 2, 33};
+    int64_t n_out = 5 * (F - 1), outl[3];
+    float *P = padded(B, 22, F, frames, 1.5f);
+    choir_cuda_buf dP, df, dout;
+    dup_dev(&dP, P, sizeof(float) * B * 22 * F);
+    dup_dev(&df, frames, sizeof frames);
+    dup_dev(&dout, NULL, sizeof(float) * B * n_out);
+    choir_err err = {0};
+    if (choir_cuda_istft_magphase(cu, dP.ptr, B, F, df.ptr, 20, 5, dout.ptr, &err)) {
+        fail_msg("istft (n_fft 20, hop 5)", &err);
+    } else {
+        float *out = malloc(sizeof(float) * B * n_out), *ref[3];
+        to_host(out, &dout, sizeof(float) * B * n_out);
+        for (int b = 0; b < 3; b++) {
+            float *Pp = piece_of(P, b, 22, F, frames[b]);
+            outl[b] = 5 * (frames[b] - 1);
+            ref[b] = malloc(sizeof(float) * (outl[b] + 1));
+            float *ola = malloc(sizeof(float) * (outl[b] + 20)),
+                  *env = malloc(sizeof(float) * (outl[b] + 20));
+            kk_istft_tail(Pp, frames[b], ref[b], ola, env);
+            free(Pp), free(ola), free(env);
+        }
+        verdict("istft (exp/sin tail, n_fft 20, hop 5), 61/2/33 frames",
+                cmp_pieces(out, (const float *const *)ref, B, 1, n_out, outl), 1e-5);
+        for (int b = 0; b < 3; b++) free(ref[b]);
+        free(out);
+    }
+    choir_cuda_buf_free(cu, &dP), choir_cuda_buf_free(cu, &df), choir_cuda_buf_free(cu, &dout);
+    free(P);
+}
+
+/* --- the model ------------------------------------------------------------ */
+
+/* Magnitude-spectrogram distance (n_fft 512, hop 128, Hann), as the parity tool. */
+static double spectral_distance(const float *a, const float *b, int64_t n) {
+    enum { NFFT = 512, HOP = 128 };
+    static double cs[NFFT], sn[NFFT], win[NFFT];
+    for (int i = 0; i < NFFT; i++) {
+        cs[i] = cos(2 * M_PI * i / NFFT), sn[i] = sin(2 * M_PI * i / NFFT);
+        win[i] = 0.5 - 0.5 * cos(2 * M_PI * i / NFFT);
+    }
+    double num = 0, den = 0;
+    for (int64_t s = 0; s + NFFT <= n; s += HOP)
+        for (int k = 0; k <= NFFT / 2; k++) {
+            double ar = 0, ai = 0, br = 0, bi = 0;
+            for (int i = 0; i < NFFT; i++) {
+                int idx = (k * i) % NFFT;
+                double wa = win[i] * a[s + i], wb = win[i] * b[s + i];
+                ar += wa * cs[idx], ai += wa * sn[idx], br += wb * cs[idx], bi += wb * sn[idx];
+            }
+            double ma = hypot(ar, ai), mb = hypot(br, bi);
+            num += (ma - mb) * (ma - mb), den += mb * mb;
+        }
+    return den > 0 ? sqrt(num / den) : 0;
+}
+
+/* --- a random Kokoro decoder in memory ------------------------------------
+ * The decoder and generator with their real shapes, weights drawn uniform
+ * with variance 1 / fan_in (so activations keep their scale and the vocoder
+ * does not blow rounding up as the randw-v1 fixture weights do), biases and
+ * norm affines near 0 / 1, Snake alphas near 1. Only the fields the decoder
+ * reads are set; the rest of the model stays zero. */
+
+static void **owned;
+static int n_owned;
+
+static float *rnd(int64_t n, float scale, float offset) {
+    float *x = malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) x[i] = offset + scale * frand();
+    owned = realloc(owned, (size_t)(n_owned + 1) * sizeof *owned);
+    owned[n_owned++] = x;
+    return x;
+}
+
+static float fan(int64_t fan_in) { return sqrtf(3.0f / (float)fan_in); }
+
+static void r_conv(kk_conv *c, int cin, int cout, int k, bool bias) {
+    c->cin = cin, c->cout = cout, c->k = k;
+    c->w = rnd((int64_t)cout * cin * k, fan((int64_t)cin * k), 0);
+    c->b = bias ? rnd(cout, 0.1f, 0) : NULL;
+}
+
+static void r_convt(kk_conv *c, int cin, int cout, int k, int stride) {
+    c->cin = cin, c->cout = cout, c->k = k;
+    c->w = rnd((int64_t)cin * cout * k, fan((int64_t)cin * k / stride), 0);
+    c->b = rnd(cout, 0.1f, 0);
+}
+
+static void r_adain(kk_adain *a, int C) {
+    a->C = C;
+    a->fc.w = choir_weight_f32(rnd(2LL * C * 128, 0.05f, 0), 2 * C, 128);
+    a->fc.b = rnd(2LL * C, 0.1f, 0);
+    a->norm_w = rnd(C, 0.1f, 1.0f);
+    a->norm_b = rnd(C, 0.1f, 0);
+}
+
+static void r_resblk(kk_resblk *b, int cin, int cout, bool upsample) {
+    b->cin = cin, b->cout = cout, b->upsample = upsample;
+    r_adain(&b->norm1, cin);
+    r_adain(&b->norm2, cout);
+    r_conv(&b->conv1, cin, cout, 3, true);
+    r_conv(&b->conv2, cout, cout, 3, true);
+    if (cin != cout) r_conv(&b->conv1x1, cin, cout, 1, false);
+    if (upsample) {
+        b->pool.cin = b->pool.cout = cin, b->pool.k = 3;
+        b->pool.w = rnd(3LL * cin, 0.5f, 0);
+        b->pool.b = rnd(cin, 0.1f, 0);
+    }
+}
+
+static void r_snake(kk_snakeblock *b, int C, int k) {
+    b->C = C, b->k = k;
+    for (int j = 0; j < 3; j++) {
+        r_conv(&b->convs1[j], C, C, k, true);
+        r_conv(&b->convs2[j], C, C, k, true);
+        r_adain(&b->adain1[j], C);
+        r_adain(&b->adain2[j], C);
+        b->alpha1[j] = rnd(C, 0.2f, 1.0f);
+        b->alpha2[j] = rnd(C, 0.2f, 1.0f);
+    }
+}
+
+static choir_kokoro *random_decoder(void) {
+    choir_kokoro *m = calloc(1, sizeof *m);
+    r_conv(&m->f0_conv, 1, 1, 3, true);
+    r_conv(&m->n_conv, 1, 1, 3, true);
+    r_conv(&m->asr_res, 512, 64, 1, true);
+    r_resblk(&m->encode, 514, 1024, false);
+    for (int i = 0; i < 3; i++) r_resblk(&m->decode[i], 1090, 1024, false);
+    r_resblk(&m->decode[3], 1090, 512, true);
+    m->l_linear.w = choir_weight_f32(rnd(9, fan(9), 0), 1, 9);
+    m->l_linear.b = rnd(1, 0.1f, 0);
+    r_conv(&m->noise_convs[0], 22, 256, 12, true);
+    r_conv(&m->noise_convs[1], 22, 128, 1, true);
+    r_snake(&m->noise_res[0], 256, 7);
+    r_snake(&m->noise_res[1], 128, 11);
+    r_convt(&m->ups[0], 512, 256, 20, 10);
+    r_convt(&m->ups[1], 256, 128, 12, 6);
+    static const int ks[3] = {3, 7, 11};
+    for (int i = 0; i < 6; i++) r_snake(&m->resblocks[i], i < 3 ? 256 : 128, ks[i % 3]);
+    r_conv(&m->conv_post, 128, 22, 7, true);
+    return m;
+}
+
+static void random_decoder_free(choir_kokoro *m) {
+    for (int i = 0; i < n_owned; i++) free(owned[i]);
+    free(owned);
+    owned = NULL, n_owned = 0;
+    free(m);
+}
+
+/* The CPU decoder split where the GPU trace looks: -> up [512, 2L], then the
+ * generator -> audio [600 L] (together exactly kk_decoder). */
+static int cpu_decoder(const choir_kokoro *m, const kk_piece *pc, const float *s_dec, float *up,
+                       float *audio, kk_ws *ws) {
+    const int64_t L = pc->L;
+    size_t mark = kk_ws_mark(ws);
+    float *f0d = kk_ws_floats(ws, L), *nd = kk_ws_floats(ws, L), *ar = kk_ws_floats(ws, 64 * L);
+    float *cat = kk_ws_floats(ws, 1090 * L), *x = kk_ws_floats(ws, 1024 * L);
+    if (!f0d || !nd || !ar || !cat || !x) return CHOIR_ENOMEM;
+    kk_conv1d(&m->f0_conv, pc->f0, 2 * L, 2, 1, 1, f0d);
+    kk_conv1d(&m->n_conv, pc->n, 2 * L, 2, 1, 1, nd);
+    memcpy(cat, pc->asr, 512 * (size_t)L * sizeof(float));
+    memcpy(cat + 512 * L, f0d, (size_t)L * sizeof(float));
+    memcpy(cat + 513 * L, nd, (size_t)L * sizeof(float));
+    int rc = kk_resblk_forward(&m->encode, cat, L, s_dec, x, ws);
+    kk_conv1d(&m->asr_res, pc->asr, L, 1, 0, 1, ar);
+    for (int i = 0; i < 4 && !rc; i++) {
+        memcpy(cat, x, 1024 * (size_t)L * sizeof(float));
+        memcpy(cat + 1024 * L, ar, 64 * (size_t)L * sizeof(float));
+        memcpy(cat + 1088 * L, f0d, (size_t)L * sizeof(float));
+        memcpy(cat + 1089 * L, nd, (size_t)L * sizeof(float));
+        rc = kk_resblk_forward(&m->decode[i], cat, L, s_dec, i < 3 ? x : up, ws);
+    }
+    if (!rc) rc = kk_generator(m, up, L, s_dec, pc->f0, pc->noise, audio, ws);
+    kk_ws_release(ws, mark);
+    return rc;
+}
+
+typedef struct captured {
+    float *t[3][3]; /* [piece][stage]: decoder_out, stage0, post */
+} captured;
+
+static void capture(void *user, int piece, const char *stage, const float *x, int64_t C,
+                    int64_t T) {
+    captured *c = user;
+    int s = strcmp(stage, "decoder_out") == 0 ? 0 : strcmp(stage, "stage0") == 0 ? 1 : 2;
+    if (piece > 2) return;
+    free(c->t[piece][s]);
+    c->t[piece][s] = malloc((size_t)(C * T) * sizeof(float));
+    memcpy(c->t[piece][s], x, (size_t)(C * T) * sizeof(float));
+}
+
+static void captured_free(captured *c) {
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++) free(c->t[i][j]);
+    memset(c, 0, sizeof *c);
+}
+
+/* Three pieces of 3, 7 and 5 frames: random asr, F0 curves between 90 and
+ * 260 Hz with an unvoiced stretch (F0 0), random N; piece 1 with seeded
+ * noise. Every piece is decoded alone and all three as one batch, with f32
+ * and with bf16 convolutions, and compared with the CPU decoder. */
+static void check_model(void) {
+    static const int64_t frames[3] = {3, 7, 5};
+    choir_kokoro *m = random_decoder();
+    kk_piece pc[3];
+    float style[3][256], *ref_up[3], *ref_audio[3];
+    memset(pc, 0, sizeof pc);
+    for (int i = 0; i < 3; i++) {
+        int64_t L = frames[i];
+        pc[i].L = L;
+        pc[i].asr = rnd(512 * L, 1.0f, 0);
+        pc[i].f0 = rnd(2 * L, 85.0f, 175.0f);
+        pc[i].n = rnd(2 * L, 1.0f, 0);
+        if (i == 2) pc[i].f0[1] = pc[i].f0[2] = 0.0f; /* unvoiced */
+        if (i == 1) {
+            pc[i].noise = rnd(600 * L * 9, 0, 0);
+            kk_gaussian_fill(pc[i].noise, 600 * L * 9, 7);
+        }
+        fill(style[i], 256, 0.5f);
+    }
+    kk_ws *ws = kk_ws_create(choir_kokoro_estimate_bytes(3, 8), NULL);
+    for (int i = 0; i < 3; i++) {
+        ref_up[i] = malloc(sizeof(float) * 1024 * frames[i]);
+        ref_audio[i] = malloc(sizeof(float) * 600 * frames[i]);
+        if (!ws || cpu_decoder(m, &pc[i], style[i], ref_up[i], ref_audio[i], ws)) {
+            printf("FAIL  CPU decoder: out of memory\n");
+            n_fail++;
+            goto done;
+        }
+    }
+    /* the context's scratch grows with the largest convolution and stays;
+     * reserve it first so that device memory is comparable before and after */
+    choir_err err = {0};
+    if (choir_cuda_scratch_reserve(cu, (size_t)64 << 20, &err)) {
+        fail_msg("reserve convolution scratch", &err);
+        goto done;
+    }
+    for (int dtype = 0; dtype < 2; dtype++) {
+        bool bf16 = dtype == 1;
+        const char *dn = bf16 ? "bf16" : "f32";
+        int64_t mem0 = choir_cuda_mem_current(cu);
+        choir_kokoro_gpu *g = choir_kokoro_gpu_create(m, cu, bf16, &err);
+        if (!g) {
+            fail_msg("choir_kokoro_gpu_create", &err);
+            break;
+        }
+        choir_kokoro_decode_input in[3];
+        for (int i = 0; i < 3; i++)
+            in[i] = (choir_kokoro_decode_input){.asr = pc[i].asr, .f0 = pc[i].f0, .n = pc[i].n,
+                                                .noise = pc[i].noise, .style = style[i],
+                                                .frames = pc[i].L};
+        captured alone[3], batch;
+        memset(alone, 0, sizeof alone);
+        memset(&batch, 0, sizeof batch);
+        float *a_alone[3] = {0}, *a_batch[3] = {0};
+        char name[128];
+        int rc = 0;
+        for (int i = 0; i < 3 && !rc; i++)
+            rc = kk_gpu_decode_traced(g, &in[i], 1, &a_alone[i], capture, &alone[i], &err);
+        if (!rc) rc = kk_gpu_decode_traced(g, in, 3, a_batch, capture, &batch, &err);
+        if (rc) {
+            snprintf(name, sizeof name, "GPU decode (%s)", dn);
+            fail_msg(name, &err);
+        } else {
+            for (int i = 0; i < 3; i++) {
+                int64_t L = pc[i].L, ns = 600 * L;
+                snprintf(name, sizeof name, "%s piece %d (%lld frames) decoder out, GPU vs CPU", dn,
+                         i, (long long)L);
+                verdict(name, rel_l2(alone[i].t[0][0], ref_up[i], 1024 * L), bf16 ? 3e-2 : 1e-4);
+                snprintf(name, sizeof name, "%s piece %d decoder out, batch of 3 vs alone", dn, i);
+                verdict(name, rel_l2(batch.t[i][0], alone[i].t[0][0], 1024 * L),
+                        bf16 ? 1e-2 : 1e-5);
+                snprintf(name, sizeof name, "%s piece %d generator stage 0, batch vs alone", dn, i);
+                verdict(name, rel_l2(batch.t[i][1], alone[i].t[0][1], 256 * 20 * L),
+                        bf16 ? 1e-2 : 1e-4);
+                snprintf(name, sizeof name, "%s piece %d audio, GPU vs CPU", dn, i);
+                verdict(name, rel_l2(a_alone[i], ref_audio[i], ns), bf16 ? 1e-1 : 1e-3);
+                snprintf(name, sizeof name, "%s piece %d audio, batch of 3 vs alone", dn, i);
+                verdict(name, rel_l2(a_batch[i], a_alone[i], ns), bf16 ? 1e-2 : 1e-4);
+                snprintf(name, sizeof name, "%s piece %d audio spectrum, GPU vs CPU", dn, i);
+                verdict(name, spectral_distance(a_alone[i], ref_audio[i], ns), bf16 ? 0.1 : 1e-3);
+            }
+        }
+        for (int i = 0; i < 3; i++) {
+            choir_free(a_alone[i]), choir_free(a_batch[i]);
+            captured_free(&alone[i]);
+        }
+        captured_free(&batch);
+        choir_kokoro_gpu_stats st;
+        choir_kokoro_gpu_get_stats(g, &st);
+        printf("      %s: %.1f MB device weights, %lld calls, %lld pieces, %.2f GFLOP, device peak "
+               "%.1f MB\n",
+               dn, (double)st.weight_bytes / 1e6, (long long)st.calls, (long long)st.pieces,
+               st.flops / 1e9, (double)choir_cuda_mem_peak(cu) / 1e6);
+        choir_kokoro_gpu_free(g);
+        snprintf(name, sizeof name, "%s device memory returned after free", dn);
+        verdict(name, (double)(choir_cuda_mem_current(cu) != mem0), 0);
+    }
+    /* bad input is refused with a message, not run */
+    {
+        choir_kokoro_gpu *g = choir_kokoro_gpu_create(m, cu, 0, &err);
+        choir_kokoro_decode_input bad = {.asr = pc[0].asr, .f0 = pc[0].f0, .n = pc[0].n,
+                                         .style = style[0], .frames = 0};
+        float *out = NULL;
+        choir_err e2 = {0};
+        int rc = g ? choir_kokoro_gpu_decode(g, &bad, 1, &out, &e2) : -1;
+        bool ok = rc == CHOIR_EINVAL && !out && strstr(e2.msg, "frames");
+        printf("%s  %-52s %s\n", ok ? "PASS" : "FAIL", "a piece of 0 frames is refused", e2.msg);
+        ok ? n_pass++ : n_fail++;
+        choir_kokoro_gpu_free(g);
+    }
+done:
+    for (int i = 0; i < 3; i++) free(ref_up[i]), free(ref_audio[i]);
+    kk_ws_free(ws);
+    random_decoder_free(m);
+}
+
+int main(void) {
+    if (choir_cuda_device_count() < 1) {
+        printf("SKIP  no CUDA device\n");
+        return 77;
+    }
+    choir_err err = {0};
+    if (!(cu = choir_cuda_init(0, &err))) {
+        printf("FAIL  choir_cuda_init: %s\n", err.msg);
+        return 1;
+    }
+    printf("kokoro gpu check on %s\n", choir_cuda_get_props(cu)->name);
+    for (int bf = 0; bf < 2; bf++) {
+        check_conv1d(bf, 5, 1, 2, 1);
+        check_conv1d(bf, 5, 1, 6, 3);
+        check_conv1d(bf, 12, 6, 3, 1);
+        check_conv1d(bf, 1, 1, 0, 1); /* pointwise: a plain product in f32 */
+        check_convt(bf, false, 20, 10, 5, 0);
+        check_convt(bf, false, 12, 6, 3, 0);
+    }
+    check_convt(false, true, 3, 2, 1, 1);
+    check_adain_and_elementwise();
+    check_istft();
+    check_model();
+    choir_cuda_free(cu);
+    printf("%d passed, %d failed\n%s\n", n_pass, n_fail,
+           n_fail ? "kokoro gpu check: FAIL" : "kokoro gpu check: PASS");
+    return n_fail ? 1 : 0;
+}
