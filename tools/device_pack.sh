@@ -5,6 +5,7 @@
 # except glibc's own and CUDA's, the espeak-ng data, and the test fixtures.
 #
 #   tools/device_pack.sh [BUILD_DIR] [OUT_DIR]    (defaults: build-cuda .dev)
+#   CHOIR_PACK_EXTRA="src/tensor/cuda/choir_kokoro_gpu_check" tools/device_pack.sh
 #
 # On the GPU host, from the repository root:
 #   mkdir -p /tmp/p && tar -xJf .dev/pack.tar.xz -C /tmp/p && . /tmp/p/env.sh
@@ -20,6 +21,8 @@ STAGE=$(mktemp -d)
 trap 'rm -rf "$STAGE"' EXIT
 mkdir -p "$STAGE/bin" "$STAGE/lib" "$STAGE/shared" "$OUT"
 cp "$BUILD/choir" "$STAGE/bin/"
+# CHOIR_PACK_EXTRA: more programs of the build (check programs, benches) to pack.
+for extra in ${CHOIR_PACK_EXTRA:-}; do cp "$BUILD/$extra" "$STAGE/bin/"; done
 # Libraries the host provides itself: glibc's, the C++ runtime, and CUDA's
 # (which must match the host's driver, so they are never carried).
 skip='^(libc|libm|libdl|libpthread|librt|libresolv|ld-linux-x86-64|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas|libcublasLt)\.so'
