@@ -79,52 +79,15 @@ static double time_ms(bench_fn fn, void *ctx, int reps) {
 
 /* --- ceilings ------------------------------------------------------------ */
 
-typedef struct gemm_ctx {
-    int64_t M, N, K;
-    const uint16_t *A, *B;
-    float *C;
-} gemm_ctx;
-static void run_gemm(void *p) {
-    gemm_ctx *g = p;
-    choir_err err = {0};
-    check(choir_cuda_gemm_bf16_nt(g_cu, g->M, g->N, g->K, g->A, g->B, g->C, &err), &err, "gemm");
-}
-
-typedef struct copy_ctx {
-    void *dst;
-    const void *src;
-    size_t bytes;
-} copy_ctx;
-static void run_copy(void *p) {
-    copy_ctx *c = p;
-    cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyDeviceToDevice,
-                    (cudaStream_t)choir_cuda_stream(g_cu));
-}
-
+/* The library measures them (choir_cuda_measure_ceilings), so that every
+ * bench states its figures against the same roofline. */
 static void ceilings(void) {
-    int64_t n = 8192;
-    gemm_ctx g = {n, n, n, dev_random(n * n * 2, 1), dev_random(n * n * 2, 1), NULL};
     choir_err err = {0};
-    choir_cuda_buf c;
-    check(choir_cuda_buf_alloc(g_cu, n * n * 4, &c, &err), &err, "alloc");
-    g.C = c.ptr;
-    double ms = time_ms(run_gemm, &g, 10);
-    g_tflops_ceiling = 2.0 * n * n * n / (ms * 1e-3) / 1e12;
-    printf("ceiling  bf16 matmul 8192x8192x8192 (cuBLAS, f32 accumulate): %.3f ms, %.1f TFLOP/s\n",
-           ms, g_tflops_ceiling);
-    size_t bytes = (size_t)2 << 30;
-    choir_cuda_buf s, d;
-    check(choir_cuda_buf_alloc(g_cu, bytes, &s, &err), &err, "alloc");
-    check(choir_cuda_buf_alloc(g_cu, bytes, &d, &err), &err, "alloc");
-    check(choir_cuda_memset0(g_cu, &s, 0, bytes, &err), &err, "memset");
-    copy_ctx cp = {d.ptr, s.ptr, bytes};
-    ms = time_ms(run_copy, &cp, 10);
-    g_gbs_ceiling = 2.0 * bytes / (ms * 1e-3) / 1e9;
-    printf("ceiling  device-to-device copy of 2 GiB: %.3f ms, %.0f GB/s (read + written)\n", ms,
-           g_gbs_ceiling);
-    choir_cuda_buf_free(g_cu, &s);
-    choir_cuda_buf_free(g_cu, &d);
-    choir_cuda_buf_free(g_cu, &c);
+    check(choir_cuda_measure_ceilings(g_cu, &g_tflops_ceiling, &g_gbs_ceiling, &err), &err,
+          "ceilings");
+    printf("ceiling  bf16 matmul 8192x8192x8192 (cuBLAS, f32 accumulate): %.1f TFLOP/s\n",
+           g_tflops_ceiling);
+    printf("ceiling  device-to-device copy of 2 GiB: %.0f GB/s (read + written)\n", g_gbs_ceiling);
 }
 
 /* --- linear layers --------------------------------------------------------- */

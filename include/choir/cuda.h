@@ -54,12 +54,25 @@ typedef struct choir_cuda_props {
  * (never an error: callers fall back to the CPU). */
 int choir_cuda_device_count(void);
 
-/* Opens device `device` (0-based): creates a stream and a cuBLAS handle.
+/* Opens device `device` (0-based): creates a stream and a cuBLAS handle
+ * with its own 32 MiB workspace (counted in choir_cuda_mem_current; it keeps
+ * captured products from allocating).
  * NULL (and err) when the device is missing or the driver fails. Free with
  * choir_cuda_free (which frees nothing the caller allocated: buffers must be
  * freed first; leaks show in choir_cuda_mem_current). */
 choir_cuda *choir_cuda_init(int device, choir_err *err);
 void choir_cuda_free(choir_cuda *cu);
+/* Makes the context's device current for the calling thread (a context made
+ * on one thread and used from another, as by engine workers). Cheap when it
+ * already is. Returns 0 or CHOIR_EINTERNAL. */
+int choir_cuda_make_current(choir_cuda *cu, choir_err *err);
+/* Lets cuBLAS run the f32 products (f32 GEMM and f32-weight linears above 8
+ * rows, attention scores from 32 query rows, im2col conv1d) on the tensor
+ * cores in TF32 (10-bit mantissa, about 1e-3 relative error, several times
+ * the f32 throughput): for models whose weights are bf16 anyway. Off by
+ * default, so that f32 products stay true f32 and match the CPU reference.
+ * Returns 0 or CHOIR_EINTERNAL. */
+int choir_cuda_set_tf32(choir_cuda *cu, bool on, choir_err *err);
 /* Properties read at init; valid as long as the context. */
 const choir_cuda_props *choir_cuda_get_props(const choir_cuda *cu);
 /* Waits for all work queued on the context's stream. Reports asynchronous
@@ -91,6 +104,31 @@ choir_cuda_graph *choir_cuda_graph_end(choir_cuda *cu, choir_err *err);
 int choir_cuda_graph_launch(choir_cuda *cu, choir_cuda_graph *g, choir_err *err);
 /* NULL is a no-op. */
 void choir_cuda_graph_free(choir_cuda_graph *g);
+
+/* --- timing and the card's ceilings ------------------------------------ */
+
+/* A pair of CUDA events on the context's stream: _begin records the first
+ * (NULL and err on failure), _end_ms records the second, waits for it and
+ * returns the milliseconds of stream work between the two (negative and err
+ * on failure); it frees the timer either way. _free drops an unfinished
+ * timer (NULL is a no-op). */
+typedef struct choir_cuda_timer choir_cuda_timer;
+choir_cuda_timer *choir_cuda_timer_begin(choir_cuda *cu, choir_err *err);
+double choir_cuda_timer_end_ms(choir_cuda_timer *t, choir_err *err);
+void choir_cuda_timer_free(choir_cuda_timer *t);
+
+/* Measures the card's ceilings, for rooflines: *bf16_tflops from an
+ * 8192 x 8192 x 8192 bf16 product through cuBLAS (f32 accumulation; 2*n^3
+ * FLOPs), *copy_gbs from a device-to-device copy of 2 GiB counting the bytes
+ * read plus the bytes written. Each is the mean of 10 timed repetitions
+ * after warm-ups, timed with CUDA events on the context's stream. Sizes are
+ * halved while they do not fit in the free device memory (down to n 1024 and
+ * 64 MiB). Allocates its buffers through the context (counted, subject to the
+ * budget) and frees them before returning; takes about a second on an H200.
+ * Must not be called while a graph is being captured. Either output may be
+ * NULL. Returns 0 or a CHOIR_E* code (outputs untouched). */
+int choir_cuda_measure_ceilings(choir_cuda *cu, double *bf16_tflops, double *copy_gbs,
+                                choir_err *err);
 
 /* --- device memory accounting ------------------------------------------ */
 /* Device bytes are counted per context, separately from the host counters of
@@ -217,6 +255,17 @@ int choir_cuda_transpose_add(choir_cuda *cu, const float *src, int64_t R, int64_
 int choir_cuda_f32_to_bf16(choir_cuda *cu, const float *x, uint16_t *y, int64_t n,
                            choir_err *err);
 
+/* Writes row b of src [B, cols] to dst + slot[b]*slot_stride + pos[b]*ld
+ * (floats; slot and pos device int32 [B]): appends each sequence's new key or
+ * value row to its own cache at its own position, inside a captured graph. */
+int choir_cuda_rows_scatter(choir_cuda *cu, const float *src, int64_t B, int64_t cols, float *dst,
+                            int64_t slot_stride, int64_t ld, const int32_t *slot,
+                            const int32_t *pos, choir_err *err);
+
+/* Device-to-device copy of `bytes` (asynchronous, on the context's stream;
+ * the ranges must not overlap). */
+int choir_cuda_copy(choir_cuda *cu, void *dst, const void *src, size_t bytes, choir_err *err);
+
 /* --- convolution ------------------------------------------------------- */
 /* conv1d as choir_conv1d: x [Cin, T], weight [Cout, Cin/groups, kernel] f32,
  * bias [Cout] or NULL, y [Cout, Tout], all device. Ungrouped convolutions with
@@ -253,6 +302,20 @@ int choir_cuda_attention_batched(choir_cuda *cu, int64_t B, const float *q, int6
                                  int64_t ldo, int64_t out_batch, int64_t Tq, int64_t Tk,
                                  int n_head, int64_t Dh, float scale, bool causal,
                                  choir_err *err);
+/* As choir_cuda_attention_batched, but sequence b reads the KV cache number
+ * kv_slot[b] (device int32 [B]): its keys start at k + kv_slot[b]*slot_stride
+ * (and values at v + ...), so a batch may name any caches of a pool, in any
+ * order and with repeats. kv_len (device int32 [B], NULL: all Tk) is indexed
+ * by b, like q and out. For decoders whose sequences come and go (beam
+ * search, windows finishing at different steps) while one captured graph is
+ * replayed: only the slot and length arrays change between steps. */
+int choir_cuda_attention_slots(choir_cuda *cu, int64_t B, const float *q, int64_t ldq,
+                               int64_t q_batch, const float *k, int64_t ldk, const float *v,
+                               int64_t ldv, int64_t slot_stride, const int32_t *kv_slot,
+                               const int32_t *kv_len, float *out, int64_t ldo, int64_t out_batch,
+                               int64_t Tq, int64_t Tk, int n_head, int64_t Dh, float scale,
+                               bool causal, choir_err *err);
+
 /* Largest Tk the attention kernels accept on this device. */
 int64_t choir_cuda_attention_max_keys(const choir_cuda *cu);
 

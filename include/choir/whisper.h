@@ -116,6 +116,15 @@ choir_whisper_cross *choir_whisper_cross_create(const choir_whisper *m, const fl
 /* NULL is a no-op. */
 void choir_whisper_cross_free(choir_whisper_cross *c);
 
+/* Encodes n windows and builds each one's cross-attention cache in
+ * cross[0..n) (free each with choir_whisper_cross_free): the pipeline's way,
+ * which on a GPU keeps the encoder output on the device. `enc` is host
+ * scratch [n][n_audio_ctx][d_model] for the CPU path, or NULL (then it is
+ * allocated for the call; unused on a GPU). On failure the caches built so
+ * far stay in cross[] for the caller to free, the others are NULL. */
+int choir_whisper_encode_cross(const choir_whisper *m, const float *mel, int n, float *enc,
+                               choir_whisper_cross **cross, choir_err *err);
+
 /* One decoder sequence: its self-attention KV cache [n_text_layer][capacity][d]
  * and the window it attends to. `capacity` is the most positions it will hold
  * (1 .. n_text_ctx; 0 means n_text_ctx): a window decoded without a prompt
@@ -147,6 +156,73 @@ void choir_whisper_seq_truncate(choir_whisper_seq *s, int n);
 int choir_whisper_decode(const choir_whisper *m, choir_whisper_seq *const *seqs, int n_seq,
                          const int32_t *tokens, const int *n_tokens, bool all_positions,
                          float *logits, choir_err *err);
+
+/* --- the network on a GPU (whisper_cuda.c, CUDA builds) -------------------- */
+/* A loaded model can be attached to a CUDA device: its weights are uploaded
+ * once, and from then on choir_whisper_encode, _cross_create, _seq_*, and
+ * _decode (hence everything built on them: decoding, the seek loop, the
+ * batched pipeline) run there. Encoder windows are batched; cross-attention
+ * K/V are computed on the device from the device encoder output; each
+ * sequence's self-attention cache is a slot of a device pool; a decoder step
+ * of B one-token sequences is captured once per B into a CUDA graph and
+ * replayed. Logits come back to the host every step, so the decoding rules
+ * (filters, beam search, best-of, fallback) are the CPU ones, unchanged.
+ *
+ * An attached model is NOT thread-safe: one thread at a time (the engine
+ * adapter holds a mutex). Caches and sequences made before attaching (CPU
+ * ones) must not be used after it, nor GPU ones after detaching. In builds
+ * without CUDA attaching fails with CHOIR_EUNSUPPORTED. */
+
+struct choir_cuda; /* choir/cuda.h */
+
+typedef struct choir_whisper_gpu_opts {
+    int device;      /* CUDA device index, 0-based */
+    bool bf16;       /* store f32 matrices as bf16 on the device (half the bytes, tensor
+                        cores); matrices already bf16/f16/quantized stay as stored */
+    int max_windows; /* encoder windows per batched pass (8) */
+    bool graphs;     /* replay the per-token decoder step from CUDA graphs (true) */
+    bool tf32;       /* f32 products (attention scores, convolutions) on TF32 tensor cores
+                        (choir_cuda_set_tf32): for bf16 models; false keeps them f32 */
+} choir_whisper_gpu_opts;
+
+/* device 0, f32 as stored, 8 windows, graphs on, TF32 off. */
+void choir_whisper_default_gpu_opts(choir_whisper_gpu_opts *o);
+
+/* Opens a CUDA context on o->device (NULL: defaults), uploads the weights and
+ * plans the encoder activations. Returns 0, CHOIR_EUNSUPPORTED (no CUDA in
+ * this build, or a layout the device code lacks), CHOIR_ENOTFOUND (no such
+ * device), CHOIR_ENOMEM/CHOIR_EBUSY (device memory), CHOIR_EINVAL (already
+ * attached). On failure the model stays on the CPU. */
+int choir_whisper_gpu_attach(choir_whisper *m, const choir_whisper_gpu_opts *o, choir_err *err);
+/* Frees the device half (every GPU cache and sequence must be freed first);
+ * the model is back on the CPU. No-op when not attached. choir_whisper_free
+ * detaches. */
+void choir_whisper_gpu_detach(choir_whisper *m);
+/* true while attached. */
+bool choir_whisper_on_gpu(const choir_whisper *m);
+/* The attached CUDA context (for timing and ceilings), NULL when not attached;
+ * owned by the model. */
+struct choir_cuda *choir_whisper_gpu_context(const choir_whisper *m);
+
+typedef struct choir_whisper_gpu_stats {
+    int64_t device_bytes;    /* held now on the device through the model's context */
+    int64_t weight_bytes;    /* of which weights */
+    int64_t step_weight_bytes; /* weight bytes one decoder step reads (decoder + logits) */
+    int64_t steps_graph;     /* decoder steps replayed from a CUDA graph */
+    int64_t steps_direct;    /* decoder calls run kernel by kernel */
+    int graphs;              /* graphs captured and alive */
+    int graph_failures;      /* captures that failed (those steps ran directly) */
+} choir_whisper_gpu_stats;
+
+/* Fills `s`; CHOIR_EINVAL when not attached. */
+int choir_whisper_gpu_get_stats(const choir_whisper *m, choir_whisper_gpu_stats *s,
+                                choir_err *err);
+
+/* Device bytes the batched pipeline needs per window of a batch beyond the
+ * attached weights: its cross K/V and `hyps` self-attention caches, the
+ * logits of its hypotheses and its share of the step buffers. 0 when dims
+ * is NULL. */
+int64_t choir_whisper_gpu_window_bytes(const choir_whisper_dims *dims, int hyps);
 
 /* --- decoding one window (whisper_decode.c, whisper_filters.c) ------------ */
 

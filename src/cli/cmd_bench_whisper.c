@@ -1,5 +1,12 @@
 /* `choir bench whisper`: Whisper speed at the real model sizes, on weights
- * generated in memory (no download; speed does not depend on the values). */
+ * generated in memory (no download; speed does not depend on the values).
+ *
+ * --backend cuda attaches the model to a GPU and prints the same figures,
+ * plus, from the same run, the card's measured ceilings (a large bf16 matmul
+ * and a device-to-device copy, choir_cuda_measure_ceilings) and what the
+ * encoder and decoder achieve against them: TFLOP/s from the matmul FLOPs of
+ * the encoder (convolutions, projections, attention, MLP) and GB/s from the
+ * weight bytes one decoder step reads. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,6 +20,11 @@
 #include "choir/tensor.h"
 #include "choir/whisper.h"
 #include "cli/cli.h"
+#ifdef CHOIR_HAVE_CUDA
+#include "choir/cuda.h"
+#endif
+
+#define BW_MAX_BATCH 64
 
 typedef struct bw_size {
     const char *name;
@@ -150,9 +162,9 @@ static int bw_decoder(const choir_whisper *m, const choir_whisper_cross *cross, 
     choir_err err;
     const choir_whisper_specials *sp = choir_whisper_get_specials(m);
     int V = choir_whisper_get_dims(m)->n_vocab, rc = 0;
-    choir_whisper_seq *seqs[16] = {0};
-    int32_t tok[16 * 4];
-    int n[16];
+    choir_whisper_seq *seqs[BW_MAX_BATCH] = {0};
+    int32_t tok[BW_MAX_BATCH * 4];
+    int n[BW_MAX_BATCH];
     float *logits = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)batch * (size_t)V * sizeof(float));
     if (!logits) return -1;
     for (int b = 0; b < batch; b++) {
@@ -178,20 +190,62 @@ static int bw_decoder(const choir_whisper *m, const choir_whisper_cross *cross, 
     return rc;
 }
 
+/* Matmul FLOPs of one encoder window: the two convolutions, then per layer
+ * the four projections, attention's two products and the MLP. */
+static double bw_encoder_flops(const choir_whisper_dims *D) {
+    double d = D->d_model, A = D->n_audio_ctx, F = CHOIR_WHISPER_N_FRAMES, ffn = D->ffn_dim;
+    double conv = 2.0 * d * D->n_mels * 3 * F + 2.0 * d * d * 3 * A;
+    double layer = 4 * 2.0 * A * d * d + 2 * 2.0 * A * A * d + 2 * 2.0 * A * d * ffn;
+    return conv + D->n_audio_layer * layer;
+}
+
+/* Matmul FLOPs of one decoder token at position `pos`: per layer six d x d
+ * projections (self q, k, v, o; cross q, o), the MLP and attention over pos
+ * cached and A cross keys; then the output projection. */
+static double bw_token_flops(const choir_whisper_dims *D, int pos) {
+    double d = D->d_model, A = D->n_audio_ctx, ffn = D->ffn_dim;
+    double layer = 6 * 2.0 * d * d + 2 * 2.0 * d * ffn + 2 * 2.0 * (pos + 1) * d + 2 * 2.0 * A * d;
+    return D->n_text_layer * layer + 2.0 * d * D->n_vocab;
+}
+
+/* Parses "1,8,32" into out[] (each 1..BW_MAX_BATCH); returns the count or -1. */
+static int bw_parse_batches(const char *v, int *out, int cap) {
+    int n = 0;
+    for (const char *p = v; *p;) {
+        char *end;
+        long b = strtol(p, &end, 10);
+        if (end == p || b < 1 || b > BW_MAX_BATCH || n == cap) return -1;
+        out[n++] = (int)b;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return -1;
+    }
+    return n;
+}
+
 int choir_bench_whisper(int argc, char **argv) {
     const char *dims = "tiny";
     choir_dtype dt = CHOIR_DTYPE_F16;
-    int steps = 16, audio_s = 60, win_tokens = 48, batch = 8;
+    int steps = 16, audio_s = 0, win_tokens = 48, batches[8] = {8}, n_batches = 1, device = 0;
+    bool cuda = false, gpu_bf16 = false, dtype_set = false, batch_set = false;
+    int tf32 = -1; /* -1: on when the device weights are not f32 */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0) {
             printf("usage: choir bench whisper [--dims tiny|base|small|medium|large-v3|large-v3-turbo]\n"
                    "       [--threads N] [--dtype f32|f16|bf16] [--steps N] [--audio-s S]\n"
-                   "       [--window-tokens N] [--batch N]\n\n"
-                   "Encoder ms per 30-s window, decoder ms per step at batch 1, 5, 8, the\n"
-                   "real-time factor of batched long-form decoding (--audio-s of audio in\n"
-                   "30-s windows, --window-tokens greedy tokens each, --batch windows at a\n"
-                   "time), and peak memory. Weights are random, generated in memory.\n");
+                   "       [--window-tokens N] [--batch N[,N...]]\n"
+                   "       [--backend cpu|cuda] [--device N] [--gpu-dtype f32|bf16] [--tf32 on|off]\n\n"
+                   "Encoder ms per 30-s window, decoder ms per step at batch 1, 5, 8 (GPU: 1, 8,\n"
+                   "32), the real-time factor of batched long-form decoding (--audio-s of audio\n"
+                   "in 30-s windows, --window-tokens greedy tokens each, --batch windows at a\n"
+                   "time, one run per listed batch), and peak memory. Weights are random,\n"
+                   "generated in memory. Defaults: CPU --batch 8 --audio-s 60; cuda --batch\n"
+                   "1,8,32 --audio-s 1920 --dtype bf16. With --backend cuda the model runs on\n"
+                   "CUDA device N; --gpu-dtype bf16 stores f32 matrices as bf16 there; the run\n"
+                   "also measures the card's bf16 matmul and copy ceilings and reports the\n"
+                   "encoder's TFLOP/s and the decoder's weight GB/s against them. --tf32 (default:\n"
+                   "on unless the device weights are f32) runs f32 products (attention scores,\n"
+                   "convolutions) on TF32 tensor cores.\n");
             return 0;
         }
         if (!v) {
@@ -203,8 +257,35 @@ int choir_bench_whisper(int argc, char **argv) {
         else if (strcmp(a, "--steps") == 0) steps = atoi(v);
         else if (strcmp(a, "--audio-s") == 0) audio_s = atoi(v);
         else if (strcmp(a, "--window-tokens") == 0) win_tokens = atoi(v);
-        else if (strcmp(a, "--batch") == 0) batch = atoi(v);
-        else if (strcmp(a, "--dtype") == 0) {
+        else if (strcmp(a, "--batch") == 0) {
+            n_batches = bw_parse_batches(v, batches, 8);
+            batch_set = true;
+            if (n_batches < 1) {
+                fprintf(stderr, "choir bench whisper: --batch is a list of 1..%d (at most 8)\n",
+                        BW_MAX_BATCH);
+                return 2;
+            }
+        } else if (strcmp(a, "--device") == 0) device = atoi(v);
+        else if (strcmp(a, "--backend") == 0) {
+            if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) {
+                fprintf(stderr, "choir bench whisper: --backend is cpu or cuda\n");
+                return 2;
+            }
+            cuda = strcmp(v, "cuda") == 0;
+        } else if (strcmp(a, "--gpu-dtype") == 0) {
+            if (strcmp(v, "f32") != 0 && strcmp(v, "bf16") != 0) {
+                fprintf(stderr, "choir bench whisper: --gpu-dtype is f32 or bf16\n");
+                return 2;
+            }
+            gpu_bf16 = strcmp(v, "bf16") == 0;
+        } else if (strcmp(a, "--tf32") == 0) {
+            if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
+                fprintf(stderr, "choir bench whisper: --tf32 is on or off\n");
+                return 2;
+            }
+            tf32 = strcmp(v, "on") == 0;
+        } else if (strcmp(a, "--dtype") == 0) {
+            dtype_set = true;
             if (strcmp(v, "f32") == 0) dt = CHOIR_DTYPE_F32;
             else if (strcmp(v, "f16") == 0) dt = CHOIR_DTYPE_F16;
             else if (strcmp(v, "bf16") == 0) dt = CHOIR_DTYPE_BF16;
@@ -221,11 +302,31 @@ int choir_bench_whisper(int argc, char **argv) {
     const bw_size *z = NULL;
     for (size_t i = 0; i < sizeof SIZES / sizeof SIZES[0]; i++)
         if (strcmp(SIZES[i].name, dims) == 0) z = &SIZES[i];
-    if (!z || steps < 1 || audio_s < 1 || win_tokens < 1 || win_tokens > 224 || batch < 1 || batch > 16) {
-        fprintf(stderr, "choir bench whisper: bad --dims, --steps, --audio-s, --window-tokens (1..224) "
-                        "or --batch (1..16)\n");
+#ifndef CHOIR_HAVE_CUDA
+    (void)device;
+    (void)gpu_bf16;
+    (void)tf32;
+    if (cuda) {
+        fprintf(stderr, "choir bench whisper: --backend cuda: this build has no CUDA backend "
+                        "(configure with -DCHOIR_CUDA=ON)\n");
+        return 1;
+    }
+#endif
+    if (cuda && !dtype_set) dt = CHOIR_DTYPE_BF16;
+    if (cuda && !batch_set) {
+        static const int gpu_batches[3] = {1, 8, 32};
+        memcpy(batches, gpu_batches, sizeof gpu_batches);
+        n_batches = 3;
+    }
+    if (audio_s == 0) audio_s = cuda ? 1920 : 60;
+    if (!z || steps < 1 || audio_s < 1 || win_tokens < 1 || win_tokens > 224) {
+        fprintf(stderr, "choir bench whisper: bad --dims, --steps, --audio-s or --window-tokens "
+                        "(1..224)\n");
         return 2;
     }
+    int batch = 1;
+    for (int i = 0; i < n_batches; i++)
+        if (batches[i] > batch) batch = batches[i];
     choir_err err = {0};
     bw_weights w = {0};
     int status = 1;
@@ -246,21 +347,69 @@ int choir_bench_whisper(int argc, char **argv) {
            choir_dtype_name(dt), (double)choir_whisper_weight_bytes(m) / 1e6,
            choir_pool_threads(choir_pool_default()), choir_now_s() - t0);
 
+    double ceil_tf = 0, ceil_gbs = 0, step_bytes = 0;
+#ifdef CHOIR_HAVE_CUDA
+    if (cuda) {
+        choir_whisper_gpu_opts go;
+        choir_whisper_default_gpu_opts(&go);
+        go.device = device;
+        go.bf16 = gpu_bf16;
+        go.tf32 = tf32 >= 0 ? tf32 != 0 : (dt != CHOIR_DTYPE_F32 || gpu_bf16);
+        t0 = choir_now_s();
+        if (choir_whisper_gpu_attach(m, &go, &err)) goto fail;
+        choir_cuda *cu = choir_whisper_gpu_context(m);
+        choir_whisper_gpu_stats st;
+        choir_whisper_gpu_get_stats(m, &st, NULL);
+        step_bytes = (double)st.step_weight_bytes;
+        printf("gpu            %s (device %d): %.0f MB of weights on the device (%s), f32 "
+               "products in %s, uploaded in %.1f s\n",
+               choir_cuda_get_props(cu)->name, device, st.weight_bytes / 1e6,
+               gpu_bf16 ? "f32 stored as bf16" : "as stored", go.tf32 ? "TF32" : "f32",
+               choir_now_s() - t0);
+        if (choir_cuda_measure_ceilings(cu, &ceil_tf, &ceil_gbs, &err)) goto fail;
+        printf("ceilings       bf16 matmul 8192^3 %.1f TFLOP/s; device-to-device copy %.0f GB/s "
+               "(read + written)\n",
+               ceil_tf, ceil_gbs);
+    }
+#endif
+    const choir_whisper_dims *dm = choir_whisper_get_dims(m);
+    double enc_flops = bw_encoder_flops(dm);
     size_t mel_n = (size_t)batch * (size_t)z->n_mels * CHOIR_WHISPER_N_FRAMES;
     mel = choir_alloc(CHOIR_MEM_ACTIVATIONS, mel_n * sizeof(float));
     enc = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)batch * 1500 * (size_t)z->d * sizeof(float));
     if (!mel || !enc) goto done;
     for (size_t i = 0; i < mel_n; i++) mel[i] = 0.5f * bw_uniform();
-    choir_whisper_encode(m, mel, 1, enc, &err); /* warm-up: page in, thread start */
-    t0 = choir_now_s();
-    if (choir_whisper_encode(m, mel, 1, enc, &err)) goto fail;
-    printf("encoder        %9.1f ms per 30-s window\n", (choir_now_s() - t0) * 1000.0);
+    /* One window, then (GPU) a batched pass of up to 8 windows; host mel in,
+     * host encoder output out. */
+    int enc_ns[2] = {1, cuda ? (batch < 8 ? batch : 8) : 1};
+    for (int k = 0; k < (enc_ns[1] > 1 ? 2 : 1); k++) {
+        int nw = enc_ns[k];
+        choir_whisper_encode(m, mel, nw, enc, &err); /* warm-up: page in, threads, kernels */
+        t0 = choir_now_s();
+        if (choir_whisper_encode(m, mel, nw, enc, &err)) goto fail;
+        double ms = (choir_now_s() - t0) * 1000.0 / nw;
+        printf("encoder        %9.1f ms per 30-s window", ms);
+        if (nw > 1) printf(" (%d windows per pass)", nw);
+        if (cuda) {
+            double tf = enc_flops / (ms * 1e-3) / 1e12;
+            printf(", %.1f TFLOP/s = %.1f%% of the bf16 ceiling", tf, 100.0 * tf / ceil_tf);
+        }
+        printf("\n");
+    }
     if (!(cross = choir_whisper_cross_create(m, enc, &err))) goto fail;
-    int batches[3] = {1, 5, 8};
+    int dec_batches[3] = {1, 5, 8};
+    if (cuda) dec_batches[1] = 8, dec_batches[2] = 32;
     for (int b = 0; b < 3; b++) {
         double ms;
-        if (bw_decoder(m, cross, batches[b], steps, &ms)) goto done;
-        printf("decoder b=%d    %9.2f ms per step (%.2f ms per token)\n", batches[b], ms, ms / batches[b]);
+        if (bw_decoder(m, cross, dec_batches[b], steps, &ms)) goto done;
+        printf("decoder b=%-2d   %9.2f ms per step (%.3f ms per token)", dec_batches[b], ms,
+               ms / dec_batches[b]);
+        if (cuda) {
+            double gbs = step_bytes / (ms * 1e-3) / 1e9;
+            printf(", weights read at %.0f GB/s = %.1f%% of the copy ceiling", gbs,
+                   100.0 * gbs / ceil_gbs);
+        }
+        printf("\n");
     }
 
     /* Batched long form: the pipeline's work per window (mel, encoder, cross
@@ -279,35 +428,59 @@ int choir_bench_whisper(int argc, char **argv) {
     p.timestamps = false;
     p.suppress_blank = false;
     p.sample_len = win_tokens;
-    t0 = choir_now_s();
-    for (int w0 = 0; w0 < n_win && !rc; w0 += batch) {
-        int nb = n_win - w0 < batch ? n_win - w0 : batch;
-        for (int i = 0; i < nb && !rc; i++)
-            rc = choir_whisper_log_mel(pcm, CHOIR_WHISPER_N_SAMPLES, z->n_mels,
-                                       mel + (size_t)i * z->n_mels * CHOIR_WHISPER_N_FRAMES,
-                                       CHOIR_WHISPER_N_FRAMES, &err);
-        if (!rc) rc = choir_whisper_encode(m, mel, nb, enc, &err);
-        for (int i = 0; i < nb && !rc; i++) {
-            crs[i] = choir_whisper_cross_create(m, enc + (size_t)i * 1500 * z->d, &err);
-            if (!crs[i]) rc = CHOIR_ENOMEM;
-            wins[i] = (choir_whisper_window){.cross = crs[i], .language = 0};
+    /* FLOPs of one window: encoder, cross K/V, 4 start tokens and win_tokens
+     * steps (attention at their mean position). */
+    double win_flops = enc_flops +
+                       dm->n_text_layer * 2 * 2.0 * dm->n_audio_ctx * dm->d_model * dm->d_model +
+                       (4 + win_tokens) * bw_token_flops(dm, 4 + win_tokens / 2);
+    for (int k = 0; k < n_batches && !rc; k++) {
+        int B = batches[k];
+        t0 = choir_now_s();
+        for (int w0 = 0; w0 < n_win && !rc; w0 += B) {
+            int nb = n_win - w0 < B ? n_win - w0 : B;
+            for (int i = 0; i < nb && !rc; i++)
+                rc = choir_whisper_log_mel(pcm, CHOIR_WHISPER_N_SAMPLES, z->n_mels,
+                                           mel + (size_t)i * z->n_mels * CHOIR_WHISPER_N_FRAMES,
+                                           CHOIR_WHISPER_N_FRAMES, &err);
+            /* As the pipeline does it: on a GPU the encoder output stays there. */
+            if (!rc) rc = choir_whisper_encode_cross(m, mel, nb, enc, crs, &err);
+            for (int i = 0; i < nb && !rc; i++)
+                wins[i] = (choir_whisper_window){.cross = crs[i], .language = 0};
+            /* Random weights rarely sample eot: every window decodes win_tokens tokens. */
+            if (!rc) rc = choir_whisper_decode_windows(m, NULL, wins, nb, &p, 0.0f, res, &err);
+            for (int i = 0; i < nb; i++) {
+                choir_whisper_result_clear(&res[i]);
+                choir_whisper_cross_free(crs[i]);
+                crs[i] = NULL;
+            }
         }
-        /* Random weights rarely sample eot: every window decodes win_tokens tokens. */
-        if (!rc) rc = choir_whisper_decode_windows(m, NULL, wins, nb, &p, 0.0f, res, &err);
-        for (int i = 0; i < nb; i++) {
-            choir_whisper_result_clear(&res[i]);
-            choir_whisper_cross_free(crs[i]);
-            crs[i] = NULL;
+        double el = choir_now_s() - t0;
+        if (rc) break;
+        printf("long form      RTF %.4f (%d s of audio in %.2f s: %d windows, batch %d, %d tokens "
+               "each)",
+               el / (n_win * 30.0), n_win * 30, el, n_win, B, win_tokens);
+        if (cuda) {
+            double tf = n_win * win_flops / el / 1e12;
+            printf(", %.1f TFLOP/s = %.1f%% of the bf16 ceiling", tf, 100.0 * tf / ceil_tf);
         }
+        printf("\n");
     }
-    double el = choir_now_s() - t0;
     choir_free(pcm);
     choir_free(crs);
     choir_free(wins);
     choir_free(res);
     if (rc) goto fail;
-    printf("long form      RTF %.3f (%d s of audio in %.1f s: %d windows, batch %d, %d tokens each)\n",
-           el / (n_win * 30.0), n_win * 30, el, n_win, batch, win_tokens);
+#ifdef CHOIR_HAVE_CUDA
+    if (cuda) {
+        choir_whisper_gpu_stats st;
+        choir_whisper_gpu_get_stats(m, &st, NULL);
+        printf("device memory  %.0f MB held now, peak %.0f MB; %lld decoder steps from CUDA graphs "
+               "(%d graphs), %lld kernel by kernel, %d failed captures\n",
+               st.device_bytes / 1e6, choir_cuda_mem_peak(choir_whisper_gpu_context(m)) / 1e6,
+               (long long)st.steps_graph, st.graphs, (long long)st.steps_direct,
+               st.graph_failures);
+    }
+#endif
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("peak memory    %.0f MB counted (%.0f MB weights, %.0f MB activations, %.0f MB caches), "

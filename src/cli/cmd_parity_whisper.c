@@ -4,7 +4,13 @@
  * encoder output, the teacher-forced logits of prompt + forced_tail and
  * `greedy_steps` tokens of plain argmax decoding after the prompt, against
  * FIXTURE/reference.safetensors. Bounds default to the fp32 ones and can be
- * loosened for converted (bf16 / quantized) models. */
+ * loosened for converted (bf16 / quantized) models.
+ *
+ * --backend cuda runs the same comparison with the model attached to a GPU
+ * (encoder, cross K/V, decoder all on the device): with --gpu-dtype f32 the
+ * bounds stay the CPU's (1e-4); with bf16 (f32 matrices stored as bf16,
+ * tensor-core products) the encoder and logits bounds become 2e-2 unless
+ * given, and greedy tokens must still all agree. */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -28,10 +34,13 @@
 static void pw_usage(void) {
     printf("usage: choir dev parity whisper --model MODEL_DIR --fixture FIXTURE_DIR "
            "--audio-dir AUDIO_DIR\n"
-           "         [--tol-mel 1e-4] [--tol-enc 1e-4] [--tol-logits 1e-4] [--greedy-min 1.0]\n\n"
+           "         [--tol-mel 1e-4] [--tol-enc 1e-4] [--tol-logits 1e-4] [--greedy-min 1.0]\n"
+           "         [--backend cpu|cuda] [--device N] [--gpu-dtype f32|bf16]\n\n"
            "Compares mel, encoder output, teacher-forced logits and greedy tokens with the\n"
            "fixture's reference. Ends with 'parity: PASS' (exit 0) or 'parity: FAIL' (exit 1).\n"
-           "--greedy-min is the fraction of greedy tokens that must agree.\n");
+           "--greedy-min is the fraction of greedy tokens that must agree. --backend cuda\n"
+           "runs encoder and decoder on CUDA device N (0); --gpu-dtype bf16 stores f32\n"
+           "matrices as bf16 there and loosens the encoder and logits bounds to 2e-2.\n");
 }
 
 static double pw_rel_l2(const float *a, const float *b, size_t n) {
@@ -204,6 +213,8 @@ done:
 int choir_cmd_parity_whisper(int argc, char **argv) {
     const char *model_dir = NULL, *fixture = NULL, *audio_dir = NULL;
     pw_bounds bd = {1e-4, 1e-4, 1e-4, 1.0};
+    bool cuda = false, bf16 = false, tol_enc_set = false, tol_logits_set = false;
+    int device = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -218,8 +229,22 @@ int choir_cmd_parity_whisper(int argc, char **argv) {
         else if (strcmp(a, "--fixture") == 0) fixture = v;
         else if (strcmp(a, "--audio-dir") == 0) audio_dir = v;
         else if (strcmp(a, "--tol-mel") == 0) bd.mel = atof(v);
-        else if (strcmp(a, "--tol-enc") == 0) bd.enc = atof(v);
-        else if (strcmp(a, "--tol-logits") == 0) bd.logits = atof(v);
+        else if (strcmp(a, "--tol-enc") == 0) bd.enc = atof(v), tol_enc_set = true;
+        else if (strcmp(a, "--tol-logits") == 0) bd.logits = atof(v), tol_logits_set = true;
+        else if (strcmp(a, "--device") == 0) device = atoi(v);
+        else if (strcmp(a, "--backend") == 0) {
+            if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) {
+                fprintf(stderr, "choir dev parity whisper: --backend is cpu or cuda\n");
+                return 2;
+            }
+            cuda = strcmp(v, "cuda") == 0;
+        } else if (strcmp(a, "--gpu-dtype") == 0) {
+            if (strcmp(v, "f32") != 0 && strcmp(v, "bf16") != 0) {
+                fprintf(stderr, "choir dev parity whisper: --gpu-dtype is f32 or bf16\n");
+                return 2;
+            }
+            bf16 = strcmp(v, "bf16") == 0;
+        }
         else if (strcmp(a, "--greedy-min") == 0) bd.greedy_min = atof(v);
         else {
             fprintf(stderr, "choir dev parity whisper: unknown option %s\n", a);
@@ -238,6 +263,20 @@ int choir_cmd_parity_whisper(int argc, char **argv) {
     choir_st *ref = NULL;
     cJSON *meta = NULL;
     if (!m) goto fail;
+    if (cuda) {
+        if (bf16 && !tol_enc_set) bd.enc = 2e-2;
+        if (bf16 && !tol_logits_set) bd.logits = 2e-2;
+        choir_whisper_gpu_opts go;
+        choir_whisper_default_gpu_opts(&go);
+        go.device = device;
+        go.bf16 = bf16;
+        go.tf32 = bf16; /* bf16 bounds: f32 products may use TF32 too */
+        if (choir_whisper_gpu_attach(m, &go, &err)) goto fail;
+        printf("backend: cuda device %d, %s matrices on the device%s; bounds encoder %.1g, logits "
+               "%.1g, greedy %.0f%%\n",
+               device, bf16 ? "bf16" : "stored (f32)", bf16 ? ", TF32 f32 products" : "", bd.enc,
+               bd.logits, 100.0 * bd.greedy_min);
+    }
     snprintf(path, sizeof path, "%s/reference.safetensors", fixture);
     if (!(ref = choir_st_open(path, &err))) goto fail;
     snprintf(path, sizeof path, "%s/meta.json", fixture);
@@ -249,6 +288,14 @@ int choir_cmd_parity_whisper(int argc, char **argv) {
     }
     for (int i = 0; i < cJSON_GetArraySize(audios); i++)
         if (!pw_one(m, ref, meta, i, cJSON_GetArrayItem(audios, i), audio_dir, &bd)) ok = 0;
+    if (cuda) {
+        choir_whisper_gpu_stats st;
+        if (!choir_whisper_gpu_get_stats(m, &st, NULL))
+            printf("gpu: %.0f MB on the device (%.0f MB weights); %lld decoder steps from CUDA "
+                   "graphs, %lld run kernel by kernel, %d failed captures\n",
+                   st.device_bytes / 1e6, st.weight_bytes / 1e6, (long long)st.steps_graph,
+                   (long long)st.steps_direct, st.graph_failures);
+    }
     goto done;
 fail:
     printf("error: %s\n", err.msg);

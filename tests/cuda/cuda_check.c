@@ -364,6 +364,9 @@ static void check_gemm(void) {
     free_bufs();
 }
 
+/* Bound of the attention cases: f32, or TF32's while that is on. */
+static double g_attn_tol = TOL_F32;
+
 static void check_attention_case(const char *name, int64_t Tq, int64_t Tk, int heads, int64_t Dh,
                                  int with_mask, int causal, int fused) {
     choir_err err = {0};
@@ -389,7 +392,7 @@ static void check_attention_case(const char *name, int64_t Tq, int64_t Tk, int h
     die_on(choir_cuda_attention(g_cu, dq, ld, dk, ld, dv, ld, dout, d, Tq, Tk, heads, Dh, scale,
                                 dmask, causal, &err), &err, "attention");
     fetch(got, dout, Tq * d * 4);
-    report(name, rel_l2(got, ref, Tq * d), TOL_F32);
+    report(name, rel_l2(got, ref, Tq * d), g_attn_tol);
     choir_free(qkv), choir_free(mask), choir_free(ref), choir_free(got);
     free_bufs();
 }
@@ -422,6 +425,72 @@ static void check_attention_batched(int64_t Tq) {
     free_bufs();
 }
 
+/* A pool of 5 caches of 448 positions; 4 sequences name slots 3, 0, 3, 1
+ * (a repeat, out of order) with their own key counts; one query each. Also
+ * the row scatter that appends each sequence's new row at its position, and
+ * a device copy. */
+static void check_attention_slots(void) {
+    choir_err err = {0};
+    enum { B = 4, SLOTS = 5 };
+    int heads = 4, Dh = 64, d = heads * Dh;
+    int64_t Tk = 448, sb = Tk * d;
+    int32_t slot[B] = {3, 0, 3, 1}, kv_len[B] = {7, 448, 200, 1}, pos[B] = {6, 447, 199, 0};
+    float *q = rnd_vec(B * d, -1, 1), *k = rnd_vec(SLOTS * sb, -1, 1), *v = rnd_vec(SLOTS * sb, -1, 1);
+    float *krow = rnd_vec(B * d, -1, 1);
+    /* The scatter writes sequence b's row at (slot[b], pos[b]); slot 3 is named twice, at
+     * positions 6 and 199, so both rows land. The reference does the same on the host. */
+    for (int b = 0; b < B; b++) memcpy(k + slot[b] * sb + pos[b] * d, krow + b * d, d * 4);
+    float *ref = choir_alloc(CHOIR_MEM_OTHER, B * d * 4), *got = choir_alloc(CHOIR_MEM_OTHER, B * d * 4);
+    float *kgot = choir_alloc(CHOIR_MEM_OTHER, SLOTS * sb * 4);
+    float *dq = dev(q, B * d * 4), *dk0 = dev(NULL, SLOTS * sb * 4), *dk = dev(NULL, SLOTS * sb * 4);
+    float *dv = dev(v, SLOTS * sb * 4), *dout = dev(NULL, B * d * 4), *drow = dev(krow, B * d * 4);
+    float *dslot = dev(slot, sizeof(slot)), *dlen = dev(kv_len, sizeof(kv_len)), *dpos = dev(pos, sizeof(pos));
+    /* The pool before the new rows, copied device to device. */
+    float *k_before = choir_alloc(CHOIR_MEM_OTHER, SLOTS * sb * 4);
+    memcpy(k_before, k, SLOTS * sb * 4);
+    for (int b = 0; b < B; b++) memset(k_before + slot[b] * sb + pos[b] * d, 0, d * 4);
+    die_on(choir_cuda_upload(g_cu, buf_of(dk0), 0, k_before, SLOTS * sb * 4, &err), &err, "upload");
+    die_on(choir_cuda_copy(g_cu, dk, dk0, SLOTS * sb * 4, &err), &err, "copy");
+    die_on(choir_cuda_rows_scatter(g_cu, drow, B, d, dk, sb, d, (const int32_t *)dslot,
+                                   (const int32_t *)dpos, &err), &err, "scatter");
+    fetch(kgot, dk, SLOTS * sb * 4);
+    expect("rows_scatter + device copy give the host's cache pool bit for bit",
+           memcmp(kgot, k, SLOTS * sb * 4) == 0);
+    float scale = 0.125f;
+    for (int b = 0; b < B; b++)
+        choir_attention(q + b * d, d, k + slot[b] * sb, d, v + slot[b] * sb, d, ref + b * d, d, 1,
+                        kv_len[b], heads, Dh, scale, NULL, false);
+    die_on(choir_cuda_attention_slots(g_cu, B, dq, d, d, dk, d, dv, d, sb, (const int32_t *)dslot,
+                                      (const int32_t *)dlen, dout, d, d, 1, Tk, heads, Dh, scale,
+                                      false, &err), &err, "slot attention");
+    fetch(got, dout, B * d * 4);
+    report("attention over pool slots 3,0,3,1 with kv_len 7,448,200,1", rel_l2(got, ref, B * d), TOL_F32);
+    choir_free(q), choir_free(k), choir_free(v), choir_free(krow), choir_free(ref), choir_free(got);
+    choir_free(kgot), choir_free(k_before);
+    free_bufs();
+}
+
+/* The ceilings are positive and below what an H200 could possibly do; a
+ * timer over a memset measures something. */
+static void check_ceilings(void) {
+    choir_err err = {0};
+    double tf = 0, gbs = 0;
+    int64_t before = choir_cuda_mem_current(g_cu);
+    int rc = choir_cuda_measure_ceilings(g_cu, &tf, &gbs, &err);
+    printf("ceilings: bf16 matmul %.1f TFLOP/s, device copy %.0f GB/s%s%s\n", tf, gbs,
+           rc ? ": " : "", rc ? err.msg : "");
+    expect("measured ceilings are plausible (0 < TFLOP/s < 5000, 0 < GB/s < 20000)",
+           rc == 0 && tf > 0 && tf < 5000 && gbs > 0 && gbs < 20000);
+    expect("ceiling buffers are freed", choir_cuda_mem_current(g_cu) == before);
+    float *buf = dev(NULL, 64 << 20);
+    choir_cuda_timer *t = choir_cuda_timer_begin(g_cu, &err);
+    die_on(choir_cuda_memset0(g_cu, buf_of(buf), 0, 64 << 20, &err), &err, "memset");
+    double ms = t ? choir_cuda_timer_end_ms(t, &err) : -1;
+    expect("event timer measures a 64 MiB memset (0 < ms < 1000)", ms > 0 && ms < 1000);
+    expect("make_current on the context's device", choir_cuda_make_current(g_cu, &err) == 0);
+    free_bufs();
+}
+
 static void check_attention(void) {
     check_attention_case("attention decoder step Tq=1 Tk=33 h4 Dh64", 1, 33, 4, 64, 0, 1, 0);
     check_attention_case("attention masked Tq=7 Tk=33 h4 Dh64", 7, 33, 4, 64, 1, 0, 0);
@@ -434,6 +503,14 @@ static void check_attention(void) {
     check_attention_case("attention Dh=320 Tq=3 Tk=20", 3, 20, 1, 320, 0, 0, 0);
     check_attention_batched(1);
     check_attention_batched(3);
+    check_attention_slots();
+    /* TF32 products (the bf16 models' setting): the cuBLAS path within 1e-2, then f32 again. */
+    choir_err err = {0};
+    expect("TF32 math mode on", choir_cuda_set_tf32(g_cu, true, &err) == 0);
+    g_attn_tol = TOL_BF16;
+    check_attention_case("attention gemm path in TF32 Tq=Tk=1500 h2 Dh64", 1500, 1500, 2, 64, 0, 0, 0);
+    g_attn_tol = TOL_F32;
+    expect("TF32 math mode off", choir_cuda_set_tf32(g_cu, false, &err) == 0);
 }
 
 /* A decoder-like step (GEMV on a quantized weight, then batched attention
@@ -544,6 +621,7 @@ int main(void) {
     check_linear();
     check_attention();
     check_graph();
+    check_ceilings();
     int64_t leak = choir_cuda_mem_current(g_cu) - (int64_t)0;
     printf("device bytes held at the end (context scratch): %lld, peak %lld\n", (long long)leak,
            (long long)choir_cuda_mem_peak(g_cu));

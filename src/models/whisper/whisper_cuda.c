@@ -1,23 +1,13 @@
-/* Whisper's encoder on the CUDA backend (built only with CHOIR_HAVE_CUDA).
+/* Whisper on the CUDA backend: attaching a model to a GPU, its weights on
+ * the device, the batched encoder, the cross-attention K/V and the pools of
+ * caches (the decoder step is whisper_cuda_dec.c). Built with CHOIR_HAVE_CUDA;
+ * without it the public functions say so.
  *
- * The same computation as choir_whisper_encode (whisper_net.c), block by
- * block, with the weights copied once to device memory in their own storage.
- * Windows are batched: every linear layer multiplies all windows' rows at
- * once (n * 1500 rows), attention runs per window.
- *
- * API (to be declared in choir/whisper.h under #ifdef CHOIR_HAVE_CUDA; until
- * then callers declare these three prototypes themselves):
- *
- *   choir_whisper_gpu *choir_whisper_gpu_create(const choir_whisper *m,
- *           choir_cuda *cu, int max_windows, choir_err *err);
- *     Uploads the encoder weights and plans activations for up to
- *     max_windows windows per pass (device memory counted on `cu`). The model
- *     and the context must outlive the result. NULL and err on failure.
- *   int choir_whisper_gpu_encode(choir_whisper_gpu *g, const float *mel,
- *           int n, float *out, choir_err *err);
- *     As choir_whisper_encode: host mel [n][n_mels][3000] -> host out
- *     [n][n_audio_ctx][d_model]; any n (passes of max_windows).
- *   void choir_whisper_gpu_free(choir_whisper_gpu *g);   NULL is a no-op. */
+ * The encoder is the computation of choir_whisper_encode (whisper_net.c),
+ * block by block, with every linear layer multiplying all windows' rows at
+ * once (n * 1500 rows) and attention per window. A window's cross K/V are
+ * computed from its encoder rows where they lie on the device and kept in a
+ * slot of the cross pool until its cache is freed. */
 #include "choir/whisper.h"
 
 #ifdef CHOIR_HAVE_CUDA
@@ -27,43 +17,9 @@
 
 #include "choir/alloc.h"
 #include "choir/cuda.h"
-#include "models/whisper/whisper_internal.h"
+#include "models/whisper/whisper_cuda.h"
 
-#define WG_LN_EPS 1e-5f /* as whisper_net.c */
-
-typedef struct choir_whisper_gpu choir_whisper_gpu;
-choir_whisper_gpu *choir_whisper_gpu_create(const choir_whisper *m, choir_cuda *cu,
-                                            int max_windows, choir_err *err);
-int choir_whisper_gpu_encode(choir_whisper_gpu *g, const float *mel, int n, float *out,
-                             choir_err *err);
-void choir_whisper_gpu_free(choir_whisper_gpu *g);
-
-/* One encoder block on the device; vectors are f32, absent ones empty. */
-typedef struct wg_block {
-    choir_cuda_buf attn_ln_g, attn_ln_b, mlp_ln_g, mlp_ln_b; /* [d] */
-    choir_cuda_weight q, k, v, o;                           /* [d, d] */
-    choir_cuda_buf bq, bv, bo;                              /* [d] */
-    choir_cuda_weight fc1, fc2;                             /* [ffn, d], [d, ffn] */
-    choir_cuda_buf fc1_b, fc2_b;                            /* [ffn], [d] */
-} wg_block;
-
-struct choir_whisper_gpu {
-    const choir_whisper *m;
-    choir_cuda *cu;
-    int max_windows;
-    choir_cuda_buf conv1_w, conv1_b; /* [d, n_mels, 3], [d] */
-    choir_cuda_buf conv2_w, conv2_b; /* [d, d, 3], [d] */
-    choir_cuda_buf enc_pos;          /* [A, d] */
-    choir_cuda_buf enc_ln_g, enc_ln_b;
-    wg_block *enc;                   /* [n_audio_layer] */
-    /* Activations for max_windows windows (W): mel [W, n_mels, F]; conv
-     * scratch c1 [d, F], c2 [d, A] (one window at a time); the residual
-     * stream x and h, q, k, v, att [W*A, d]; the MLP hidden [W*A, ffn]. */
-    choir_cuda_buf act;
-};
-
-static int vec_up(choir_cuda *cu, const float *host, int64_t n, choir_cuda_buf *out,
-                  choir_err *err) {
+int wg_vec_up(choir_cuda *cu, const float *host, int64_t n, choir_cuda_buf *out, choir_err *err) {
     memset(out, 0, sizeof(*out));
     if (!host) return 0;
     int rc = choir_cuda_buf_alloc(cu, (size_t)n * sizeof(float), out, err);
@@ -71,48 +27,177 @@ static int vec_up(choir_cuda *cu, const float *host, int64_t n, choir_cuda_buf *
     return choir_cuda_upload(cu, out, 0, host, (size_t)n * sizeof(float), err);
 }
 
-static const float *dptr(const choir_cuda_buf *b) { return (const float *)b->ptr; }
+int wg_weight_up(choir_whisper_gpu *g, const choir_weight *w, choir_cuda_weight *out,
+                 choir_err *err) {
+    int rc = g->opts.bf16 && w->kind == CHOIR_WEIGHT_F32
+                 ? choir_cuda_weight_upload_as(g->cu, w, CHOIR_WEIGHT_BF16, out, err)
+                 : choir_cuda_weight_upload(g->cu, w, out, err);
+    if (!rc) g->weight_bytes += (int64_t)choir_cuda_weight_bytes(out);
+    return rc;
+}
 
-static void block_free(choir_cuda *cu, wg_block *b) {
-    choir_cuda_buf *vecs[] = {&b->attn_ln_g, &b->attn_ln_b, &b->mlp_ln_g, &b->mlp_ln_b, &b->bq,
-                              &b->bv,        &b->bo,        &b->fc1_b,    &b->fc2_b};
+/* A vector counted as weights. */
+static int vec_w(choir_whisper_gpu *g, const float *host, int64_t n, choir_cuda_buf *out,
+                 choir_err *err) {
+    int rc = wg_vec_up(g->cu, host, n, out, err);
+    if (!rc) g->weight_bytes += (int64_t)out->bytes;
+    return rc;
+}
+
+void wg_block_free(choir_cuda *cu, wg_block *b) {
+    choir_cuda_buf *vecs[] = {&b->attn_ln_g, &b->attn_ln_b, &b->cross_ln_g, &b->cross_ln_b,
+                              &b->mlp_ln_g,  &b->mlp_ln_b,  &b->bq,         &b->bv,
+                              &b->bo,        &b->xbq,       &b->xbv,        &b->xbo,
+                              &b->fc1_b,     &b->fc2_b};
     for (size_t i = 0; i < sizeof(vecs) / sizeof(vecs[0]); i++) choir_cuda_buf_free(cu, vecs[i]);
-    choir_cuda_weight *ws[] = {&b->q, &b->k, &b->v, &b->o, &b->fc1, &b->fc2};
+    choir_cuda_weight *ws[] = {&b->q,  &b->k,  &b->v,  &b->o,   &b->xq,
+                               &b->xk, &b->xv, &b->xo, &b->fc1, &b->fc2};
     for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++) choir_cuda_weight_free(cu, ws[i]);
 }
 
-static int block_up(choir_cuda *cu, const wh_block *h, int64_t d, int64_t ffn, wg_block *b,
-                    choir_err *err) {
+static int enc_block_up(choir_whisper_gpu *g, const wh_block *h, int64_t d, int64_t ffn,
+                        wg_block *b, choir_err *err) {
     int rc;
-    if ((rc = vec_up(cu, h->attn_ln_g, d, &b->attn_ln_g, err)) ||
-        (rc = vec_up(cu, h->attn_ln_b, d, &b->attn_ln_b, err)) ||
-        (rc = vec_up(cu, h->mlp_ln_g, d, &b->mlp_ln_g, err)) ||
-        (rc = vec_up(cu, h->mlp_ln_b, d, &b->mlp_ln_b, err)) ||
-        (rc = vec_up(cu, h->attn.bq, d, &b->bq, err)) ||
-        (rc = vec_up(cu, h->attn.bv, d, &b->bv, err)) ||
-        (rc = vec_up(cu, h->attn.bo, d, &b->bo, err)) ||
-        (rc = vec_up(cu, h->fc1_b, ffn, &b->fc1_b, err)) ||
-        (rc = vec_up(cu, h->fc2_b, d, &b->fc2_b, err)) ||
-        (rc = choir_cuda_weight_upload(cu, &h->attn.q, &b->q, err)) ||
-        (rc = choir_cuda_weight_upload(cu, &h->attn.k, &b->k, err)) ||
-        (rc = choir_cuda_weight_upload(cu, &h->attn.v, &b->v, err)) ||
-        (rc = choir_cuda_weight_upload(cu, &h->attn.o, &b->o, err)) ||
-        (rc = choir_cuda_weight_upload(cu, &h->fc1, &b->fc1, err)) ||
-        (rc = choir_cuda_weight_upload(cu, &h->fc2, &b->fc2, err)))
+    if ((rc = vec_w(g, h->attn_ln_g, d, &b->attn_ln_g, err)) ||
+        (rc = vec_w(g, h->attn_ln_b, d, &b->attn_ln_b, err)) ||
+        (rc = vec_w(g, h->mlp_ln_g, d, &b->mlp_ln_g, err)) ||
+        (rc = vec_w(g, h->mlp_ln_b, d, &b->mlp_ln_b, err)) ||
+        (rc = vec_w(g, h->attn.bq, d, &b->bq, err)) ||
+        (rc = vec_w(g, h->attn.bv, d, &b->bv, err)) ||
+        (rc = vec_w(g, h->attn.bo, d, &b->bo, err)) ||
+        (rc = vec_w(g, h->fc1_b, ffn, &b->fc1_b, err)) ||
+        (rc = vec_w(g, h->fc2_b, d, &b->fc2_b, err)) ||
+        (rc = wg_weight_up(g, &h->attn.q, &b->q, err)) ||
+        (rc = wg_weight_up(g, &h->attn.k, &b->k, err)) ||
+        (rc = wg_weight_up(g, &h->attn.v, &b->v, err)) ||
+        (rc = wg_weight_up(g, &h->attn.o, &b->o, err)) ||
+        (rc = wg_weight_up(g, &h->fc1, &b->fc1, err)) ||
+        (rc = wg_weight_up(g, &h->fc2, &b->fc2, err)))
         return rc;
     return 0;
 }
 
-void choir_whisper_gpu_free(choir_whisper_gpu *g) {
-    if (!g) return;
-    choir_cuda *cu = g->cu;
-    if (g->enc)
-        for (int l = 0; l < g->m->dims.n_audio_layer; l++) block_free(cu, &g->enc[l]);
-    choir_free(g->enc);
-    choir_cuda_buf *bufs[] = {&g->conv1_w, &g->conv1_b, &g->conv2_w,  &g->conv2_b,
-                              &g->enc_pos, &g->enc_ln_g, &g->enc_ln_b, &g->act};
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) choir_cuda_buf_free(cu, bufs[i]);
-    choir_free(g);
+/* --- pools of caches ------------------------------------------------------- */
+
+static void pool_free(choir_cuda *cu, wg_pool *p) {
+    choir_cuda_buf_free(cu, &p->k);
+    choir_cuda_buf_free(cu, &p->v);
+    choir_free(p->used);
+    p->used = NULL;
+    p->cap = 0;
+}
+
+/* A free slot of the pool, growing it (twice the slots, contents kept) when
+ * all are taken; -1 and err when the device is full. */
+static int pool_take(choir_whisper_gpu *g, wg_pool *p, choir_err *err) {
+    for (int i = 0; i < p->cap; i++)
+        if (!p->used[i]) {
+            p->used[i] = 1;
+            return i;
+        }
+    int cap = p->cap ? 2 * p->cap : 4;
+    size_t bytes = (size_t)cap * (size_t)p->slot_floats * sizeof(float);
+    size_t old = (size_t)p->cap * (size_t)p->slot_floats * sizeof(float);
+    choir_cuda_buf k = {0}, v = {0};
+    unsigned char *used = choir_calloc(CHOIR_MEM_OTHER, (size_t)cap, 1);
+    if (!used) {
+        choir_err_set(err, CHOIR_ENOMEM, "whisper gpu: out of host memory");
+        return -1;
+    }
+    if (choir_cuda_buf_alloc(g->cu, bytes, &k, err) ||
+        choir_cuda_buf_alloc(g->cu, bytes, &v, err) ||
+        choir_cuda_copy(g->cu, k.ptr, p->k.ptr, old, err) ||
+        choir_cuda_copy(g->cu, v.ptr, p->v.ptr, old, err) || choir_cuda_sync(g->cu, err)) {
+        choir_cuda_buf_free(g->cu, &k);
+        choir_cuda_buf_free(g->cu, &v);
+        choir_free(used);
+        choir_err_prefix(err, "whisper gpu: growing a cache pool to %d slots", cap);
+        return -1;
+    }
+    /* Captured steps point into the old buffers. */
+    wg_graphs_drop(g);
+    if (p->cap) memcpy(used, p->used, (size_t)p->cap);
+    int slot = p->cap;
+    pool_free(g->cu, p);
+    p->k = k, p->v = v, p->used = used, p->cap = cap;
+    p->used[slot] = 1;
+    return slot;
+}
+
+static void pool_give(wg_pool *p, int slot) {
+    if (slot >= 0 && slot < p->cap) p->used[slot] = 0;
+}
+
+int wg_seq_init(choir_whisper_gpu *g, choir_whisper_seq *s, choir_err *err) {
+    if (choir_cuda_make_current(g->cu, err)) return CHOIR_EINTERNAL;
+    int slot = pool_take(g, &g->self, err);
+    if (slot < 0) return err && err->code ? err->code : CHOIR_ENOMEM;
+    s->gpu = g;
+    s->slot = slot;
+    return 0;
+}
+
+void wg_seq_release(choir_whisper_seq *s) { pool_give(&s->gpu->self, s->slot); }
+
+void wg_seq_copy(choir_whisper_seq *dst, const choir_whisper_seq *src, int n_keep) {
+    choir_whisper_gpu *g = dst->gpu;
+    if (src->gpu != g) {
+        if (!g->sticky.code)
+            choir_err_set(&g->sticky, CHOIR_EINVAL,
+                          "whisper gpu: sequence copied between the CPU and the GPU");
+        return;
+    }
+    const choir_whisper_dims *D = &g->m->dims;
+    choir_cuda_make_current(g->cu, NULL);
+    size_t layer = (size_t)D->n_text_ctx * (size_t)D->d_model,
+           row = (size_t)n_keep * (size_t)D->d_model;
+    for (int l = 0; l < D->n_text_layer; l++) {
+        size_t od = (size_t)dst->slot * (size_t)g->self.slot_floats + (size_t)l * layer;
+        size_t os = (size_t)src->slot * (size_t)g->self.slot_floats + (size_t)l * layer;
+        choir_err e = {0};
+        if (choir_cuda_copy(g->cu, (float *)g->self.k.ptr + od, (float *)g->self.k.ptr + os,
+                            row * sizeof(float), &e) ||
+            choir_cuda_copy(g->cu, (float *)g->self.v.ptr + od, (float *)g->self.v.ptr + os,
+                            row * sizeof(float), &e)) {
+            if (!g->sticky.code) g->sticky = e;
+            return;
+        }
+    }
+}
+
+/* --- attaching --------------------------------------------------------------- */
+
+size_t wg_scratch_need(const choir_whisper_gpu *g, int64_t rows) {
+    const choir_whisper_dims *D = &g->m->dims;
+    int64_t H = D->n_head, A = D->n_audio_ctx, C = D->n_text_ctx, d = D->d_model;
+    int64_t ffn = D->ffn_dim, F = CHOIR_WHISPER_N_FRAMES;
+    int64_t enc_rows = (int64_t)g->opts.max_windows * A;
+    /* Attention scores of an encoder window and of a decoder prompt's cross
+     * attention; conv1d im2col; then half-precision operands of the tensor
+     * core products (x converted; a quantized matrix expanded). */
+    int64_t need = H * A * A * 4;
+    if (H * C * A * 4 > need) need = H * C * A * 4;
+    int64_t conv = (D->n_mels * 3 * F > d * 3 * A ? D->n_mels * 3 * F : d * 3 * A) * 4;
+    if (conv > need) need = conv;
+    const choir_whisper *m = g->m;
+    bool half = g->opts.bf16 || m->tok_emb.kind != CHOIR_WEIGHT_F32 ||
+                (D->n_audio_layer > 0 && m->enc[0].fc1.kind != CHOIR_WEIGHT_F32) ||
+                (D->n_text_layer > 0 && m->dec[0].fc1.kind != CHOIR_WEIGHT_F32);
+    if (half) {
+        int64_t r = enc_rows > rows ? enc_rows : rows;
+        int64_t lin =
+            ((r * (ffn > d ? ffn : d) * 2 + 255) & ~(int64_t)255) + (int64_t)D->n_vocab * d * 2;
+        if (lin > need) need = lin;
+    }
+    return (size_t)need;
+}
+
+void choir_whisper_default_gpu_opts(choir_whisper_gpu_opts *o) {
+    memset(o, 0, sizeof(*o));
+    o->device = 0;
+    o->bf16 = false;
+    o->max_windows = 8;
+    o->graphs = true;
 }
 
 static size_t act_floats(const choir_whisper_dims *D, int W) {
@@ -121,47 +206,121 @@ static size_t act_floats(const choir_whisper_dims *D, int W) {
            (size_t)W * A * (6 * d + (size_t)D->ffn_dim);
 }
 
-choir_whisper_gpu *choir_whisper_gpu_create(const choir_whisper *m, choir_cuda *cu,
-                                            int max_windows, choir_err *err) {
+/* The residual stream of a pass over W windows (after mel and conv areas). */
+static float *act_x(const choir_whisper_gpu *g, int W) {
+    const choir_whisper_dims *D = &g->m->dims;
+    size_t d = (size_t)D->d_model, A = (size_t)D->n_audio_ctx, F = CHOIR_WHISPER_N_FRAMES;
+    return (float *)g->act.ptr + (size_t)W * (size_t)D->n_mels * F + d * F + d * A;
+}
+
+static void gpu_free(choir_whisper_gpu *g) {
+    if (!g) return;
+    choir_cuda *cu = g->cu;
+    if (cu) {
+        choir_cuda_make_current(cu, NULL);
+        wg_dec_free(g);
+        if (g->enc)
+            for (int l = 0; l < g->m->dims.n_audio_layer; l++) wg_block_free(cu, &g->enc[l]);
+        choir_cuda_buf *bufs[] = {&g->conv1_w, &g->conv1_b,  &g->conv2_w,  &g->conv2_b,
+                                  &g->enc_pos, &g->enc_ln_g, &g->enc_ln_b, &g->act};
+        for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+            choir_cuda_buf_free(cu, bufs[i]);
+        pool_free(cu, &g->self);
+        pool_free(cu, &g->cross);
+        choir_cuda_free(cu);
+    }
+    choir_free(g->enc);
+    choir_free(g);
+}
+
+int choir_whisper_gpu_attach(choir_whisper *m, const choir_whisper_gpu_opts *o, choir_err *err) {
     const choir_whisper_dims *D = &m->dims;
     int64_t d = D->d_model, ffn = D->ffn_dim;
-    if (max_windows < 1) max_windows = 1;
-    if (D->n_audio_ctx * 2 != CHOIR_WHISPER_N_FRAMES) {
-        choir_err_set(err, CHOIR_EUNSUPPORTED, "whisper gpu: n_audio_ctx %d (expected %d)",
-                      D->n_audio_ctx, CHOIR_WHISPER_N_FRAMES / 2);
-        return NULL;
-    }
+    if (m->gpu) return choir_err_set(err, CHOIR_EINVAL, "whisper gpu: model already attached");
+    if (D->n_audio_ctx * 2 != CHOIR_WHISPER_N_FRAMES)
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "whisper gpu: n_audio_ctx %d (expected %d)",
+                             D->n_audio_ctx, CHOIR_WHISPER_N_FRAMES / 2);
     choir_whisper_gpu *g = choir_calloc(CHOIR_MEM_OTHER, 1, sizeof(*g));
-    if (!g) {
-        choir_err_set(err, CHOIR_ENOMEM, "whisper gpu: out of host memory");
-        return NULL;
-    }
+    if (!g) return choir_err_set(err, CHOIR_ENOMEM, "whisper gpu: out of host memory");
     g->m = m;
-    g->cu = cu;
-    g->max_windows = max_windows;
-    g->enc = choir_calloc(CHOIR_MEM_OTHER, (size_t)D->n_audio_layer, sizeof(wg_block));
-    if (!g->enc) {
-        choir_err_set(err, CHOIR_ENOMEM, "whisper gpu: out of host memory");
+    if (o)
+        g->opts = *o;
+    else
+        choir_whisper_default_gpu_opts(&g->opts);
+    if (g->opts.max_windows < 1) g->opts.max_windows = 1;
+    int rc = 0;
+    if (!(g->cu = choir_cuda_init(g->opts.device, err))) {
+        rc = err && err->code ? err->code : CHOIR_ENOTFOUND;
         goto fail;
     }
-    if (vec_up(cu, m->conv1_w, d * D->n_mels * 3, &g->conv1_w, err) ||
-        vec_up(cu, m->conv1_b, d, &g->conv1_b, err) ||
-        vec_up(cu, m->conv2_w, d * d * 3, &g->conv2_w, err) ||
-        vec_up(cu, m->conv2_b, d, &g->conv2_b, err) ||
-        vec_up(cu, m->enc_pos, (int64_t)D->n_audio_ctx * d, &g->enc_pos, err) ||
-        vec_up(cu, m->enc_ln_g, d, &g->enc_ln_g, err) ||
-        vec_up(cu, m->enc_ln_b, d, &g->enc_ln_b, err))
+    if (g->opts.tf32 && (rc = choir_cuda_set_tf32(g->cu, true, err))) goto fail;
+    g->enc = choir_calloc(CHOIR_MEM_OTHER, (size_t)(D->n_audio_layer > 0 ? D->n_audio_layer : 1),
+                          sizeof(wg_block));
+    if (!g->enc) {
+        rc = choir_err_set(err, CHOIR_ENOMEM, "out of host memory");
+        goto fail;
+    }
+    if ((rc = vec_w(g, m->conv1_w, d * D->n_mels * 3, &g->conv1_w, err)) ||
+        (rc = vec_w(g, m->conv1_b, d, &g->conv1_b, err)) ||
+        (rc = vec_w(g, m->conv2_w, d * d * 3, &g->conv2_w, err)) ||
+        (rc = vec_w(g, m->conv2_b, d, &g->conv2_b, err)) ||
+        (rc = vec_w(g, m->enc_pos, (int64_t)D->n_audio_ctx * d, &g->enc_pos, err)) ||
+        (rc = vec_w(g, m->enc_ln_g, d, &g->enc_ln_g, err)) ||
+        (rc = vec_w(g, m->enc_ln_b, d, &g->enc_ln_b, err)))
         goto fail;
     for (int l = 0; l < D->n_audio_layer; l++)
-        if (block_up(cu, &m->enc[l], d, ffn, &g->enc[l], err)) goto fail;
-    if (choir_cuda_buf_alloc(cu, act_floats(D, max_windows) * sizeof(float), &g->act, err))
+        if ((rc = enc_block_up(g, &m->enc[l], d, ffn, &g->enc[l], err))) goto fail;
+    if ((rc = wg_dec_upload(g, err))) goto fail;
+    if ((rc = choir_cuda_buf_alloc(g->cu, act_floats(D, g->opts.max_windows) * sizeof(float),
+                                   &g->act, err)))
         goto fail;
-    return g;
+    g->self.slot_floats = (int64_t)D->n_text_layer * D->n_text_ctx * d;
+    g->cross.slot_floats = (int64_t)D->n_text_layer * D->n_audio_ctx * d;
+    if ((rc = choir_cuda_scratch_reserve(g->cu, wg_scratch_need(g, g->rows_cap), err))) goto fail;
+    m->gpu = g;
+    return 0;
 fail:
-    choir_err_prefix(err, "whisper gpu: ");
-    choir_whisper_gpu_free(g);
-    return NULL;
+    choir_err_prefix(err, "whisper gpu");
+    gpu_free(g);
+    return rc ? rc : CHOIR_EINTERNAL;
 }
+
+void choir_whisper_gpu_detach(choir_whisper *m) {
+    if (!m || !m->gpu) return;
+    gpu_free(m->gpu);
+    m->gpu = NULL;
+}
+
+bool choir_whisper_on_gpu(const choir_whisper *m) { return m && m->gpu; }
+
+struct choir_cuda *choir_whisper_gpu_context(const choir_whisper *m) {
+    return m && m->gpu ? m->gpu->cu : NULL;
+}
+
+int choir_whisper_gpu_get_stats(const choir_whisper *m, choir_whisper_gpu_stats *s,
+                                choir_err *err) {
+    memset(s, 0, sizeof(*s));
+    if (!m || !m->gpu) return choir_err_set(err, CHOIR_EINVAL, "whisper gpu: model not attached");
+    const choir_whisper_gpu *g = m->gpu;
+    s->device_bytes = choir_cuda_mem_current(g->cu);
+    s->weight_bytes = g->weight_bytes;
+    int64_t step = (int64_t)choir_cuda_weight_bytes(&g->tok_emb);
+    for (int l = 0; l < m->dims.n_text_layer; l++) {
+        const wg_block *b = &g->dec[l];
+        const choir_cuda_weight *ws[] = {&b->q,  &b->k,  &b->v,   &b->o,
+                                         &b->xq, &b->xo, &b->fc1, &b->fc2};
+        for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
+            step += (int64_t)choir_cuda_weight_bytes(ws[i]);
+    }
+    s->step_weight_bytes = step;
+    s->steps_graph = g->steps_graph;
+    s->steps_direct = g->steps_direct;
+    for (int b = 0; g->graphs && b <= g->rows_cap; b++) s->graphs += g->graphs[b] != NULL;
+    s->graph_failures = g->graph_failures;
+    return 0;
+}
+
+/* --- the encoder ------------------------------------------------------------- */
 
 /* One pass over W <= max_windows windows already uploaded to the mel area. */
 static int encode_pass(choir_whisper_gpu *g, int W, choir_err *err) {
@@ -179,23 +338,23 @@ static int encode_pass(choir_whisper_gpu *g, int W, choir_err *err) {
      * then time-major into the residual stream with positions added. */
     for (int b = 0; b < W && !rc; b++) {
         const float *X = mel + (int64_t)b * D->n_mels * F;
-        if ((rc = choir_cuda_conv1d(cu, X, D->n_mels, F, dptr(&g->conv1_w), dptr(&g->conv1_b), d, 3,
-                                    1, 1, 1, 1, c1, err)) ||
+        if ((rc = choir_cuda_conv1d(cu, X, D->n_mels, F, wg_ptr(&g->conv1_w), wg_ptr(&g->conv1_b),
+                                    d, 3, 1, 1, 1, 1, c1, err)) ||
             (rc = choir_cuda_gelu_erf(cu, c1, d * F, err)) ||
-            (rc = choir_cuda_conv1d(cu, c1, d, F, dptr(&g->conv2_w), dptr(&g->conv2_b), d, 3, 2, 1,
-                                    1, 1, c2, err)) ||
+            (rc = choir_cuda_conv1d(cu, c1, d, F, wg_ptr(&g->conv2_w), wg_ptr(&g->conv2_b), d, 3, 2,
+                                    1, 1, 1, c2, err)) ||
             (rc = choir_cuda_gelu_erf(cu, c2, d * A, err)) ||
-            (rc = choir_cuda_transpose_add(cu, c2, d, A, dptr(&g->enc_pos), x + (int64_t)b * A * d,
-                                           err)))
+            (rc = choir_cuda_transpose_add(cu, c2, d, A, wg_ptr(&g->enc_pos),
+                                           x + (int64_t)b * A * d, err)))
             return rc;
     }
     for (int l = 0; l < D->n_audio_layer; l++) {
         const wg_block *B = &g->enc[l];
-        if ((rc = choir_cuda_layer_norm(cu, x, h, rows, d, dptr(&B->attn_ln_g), dptr(&B->attn_ln_b),
-                                        WG_LN_EPS, err)) ||
-            (rc = choir_cuda_linear(cu, h, rows, &B->q, dptr(&B->bq), q, err)) ||
+        if ((rc = choir_cuda_layer_norm(cu, x, h, rows, d, wg_ptr(&B->attn_ln_g),
+                                        wg_ptr(&B->attn_ln_b), WG_LN_EPS, err)) ||
+            (rc = choir_cuda_linear(cu, h, rows, &B->q, wg_ptr(&B->bq), q, err)) ||
             (rc = choir_cuda_linear(cu, h, rows, &B->k, NULL, k, err)) ||
-            (rc = choir_cuda_linear(cu, h, rows, &B->v, dptr(&B->bv), v, err)))
+            (rc = choir_cuda_linear(cu, h, rows, &B->v, wg_ptr(&B->bv), v, err)))
             return rc;
         for (int b = 0; b < W; b++) {
             int64_t off = (int64_t)b * A * d;
@@ -203,46 +362,164 @@ static int encode_pass(choir_whisper_gpu *g, int W, choir_err *err) {
                                       D->n_head, Dh, scale, NULL, false, err);
             if (rc) return rc;
         }
-        if ((rc = choir_cuda_linear(cu, att, rows, &B->o, dptr(&B->bo), q, err)) ||
+        if ((rc = choir_cuda_linear(cu, att, rows, &B->o, wg_ptr(&B->bo), q, err)) ||
             (rc = choir_cuda_add(cu, x, q, x, rows * d, err)) ||
-            (rc = choir_cuda_layer_norm(cu, x, h, rows, d, dptr(&B->mlp_ln_g), dptr(&B->mlp_ln_b),
-                                        WG_LN_EPS, err)) ||
-            (rc = choir_cuda_linear(cu, h, rows, &B->fc1, dptr(&B->fc1_b), hid, err)) ||
+            (rc = choir_cuda_layer_norm(cu, x, h, rows, d, wg_ptr(&B->mlp_ln_g),
+                                        wg_ptr(&B->mlp_ln_b), WG_LN_EPS, err)) ||
+            (rc = choir_cuda_linear(cu, h, rows, &B->fc1, wg_ptr(&B->fc1_b), hid, err)) ||
             (rc = choir_cuda_gelu_erf(cu, hid, rows * ffn, err)) ||
-            (rc = choir_cuda_linear(cu, hid, rows, &B->fc2, dptr(&B->fc2_b), h, err)) ||
+            (rc = choir_cuda_linear(cu, hid, rows, &B->fc2, wg_ptr(&B->fc2_b), h, err)) ||
             (rc = choir_cuda_add(cu, x, h, x, rows * d, err)))
             return rc;
     }
-    return choir_cuda_layer_norm(cu, x, x, rows, d, dptr(&g->enc_ln_g), dptr(&g->enc_ln_b),
+    return choir_cuda_layer_norm(cu, x, x, rows, d, wg_ptr(&g->enc_ln_g), wg_ptr(&g->enc_ln_b),
                                  WG_LN_EPS, err);
 }
 
-int choir_whisper_gpu_encode(choir_whisper_gpu *g, const float *mel, int n, float *out,
-                             choir_err *err) {
+int wg_encode(choir_whisper_gpu *g, const float *mel, int n, float *out, choir_err *err) {
     const choir_whisper_dims *D = &g->m->dims;
     int64_t d = D->d_model, A = D->n_audio_ctx, F = CHOIR_WHISPER_N_FRAMES;
-    if (n < 0) return choir_err_set(err, CHOIR_EINVAL, "whisper gpu: negative window count");
-    size_t mel_win = (size_t)D->n_mels * (size_t)F * sizeof(float);
-    size_t out_win = (size_t)(A * d) * sizeof(float);
-    for (int b0 = 0; b0 < n; b0 += g->max_windows) {
-        int W = n - b0 < g->max_windows ? n - b0 : g->max_windows;
-        /* The residual stream x follows the mel and conv areas (encode_pass). */
-        size_t x_off = (size_t)W * mel_win + (size_t)(d * F + d * A) * sizeof(float);
-        int rc = choir_cuda_upload(g->cu, &g->act, 0, mel + (size_t)b0 * (mel_win / sizeof(float)),
-                                   (size_t)W * mel_win, err);
+    size_t mel_win = (size_t)D->n_mels * (size_t)F, out_win = (size_t)(A * d);
+    if (choir_cuda_make_current(g->cu, err)) return CHOIR_EINTERNAL;
+    for (int b0 = 0; b0 < n; b0 += g->opts.max_windows) {
+        int W = n - b0 < g->opts.max_windows ? n - b0 : g->opts.max_windows;
+        size_t x_off = (size_t)((char *)act_x(g, W) - (char *)g->act.ptr);
+        int rc = choir_cuda_upload(g->cu, &g->act, 0, mel + (size_t)b0 * mel_win,
+                                   (size_t)W * mel_win * sizeof(float), err);
         if (!rc) rc = encode_pass(g, W, err);
         if (!rc)
-            rc = choir_cuda_download(g->cu, out + (size_t)b0 * (out_win / sizeof(float)), &g->act,
-                                     x_off, (size_t)W * out_win, err);
+            rc = choir_cuda_download(g->cu, out + (size_t)b0 * out_win, &g->act, x_off,
+                                     (size_t)W * out_win * sizeof(float), err);
         if (rc) {
-            choir_err_prefix(err, "whisper gpu: ");
+            choir_err_prefix(err, "whisper gpu");
             return rc;
         }
     }
     return 0;
 }
 
-#else
-/* Keeps the translation unit non-empty in CPU-only builds. */
-typedef int choir_whisper_cuda_unused;
+/* A new cross cache from encoder rows enc [A, d] already on the device. */
+static choir_whisper_cross *cross_from_device(choir_whisper_gpu *g, const float *enc,
+                                              choir_err *err) {
+    const choir_whisper_dims *D = &g->m->dims;
+    int64_t A = D->n_audio_ctx, d = D->d_model;
+    choir_whisper_cross *c = choir_calloc(CHOIR_MEM_CACHE, 1, sizeof(*c));
+    if (!c) {
+        choir_err_set(err, CHOIR_ENOMEM, "whisper gpu: out of host memory");
+        return NULL;
+    }
+    c->n_layer = D->n_text_layer;
+    c->n_ctx = (int)A;
+    c->d = (int)d;
+    c->gpu = g;
+    c->slot = pool_take(g, &g->cross, err);
+    if (c->slot < 0) {
+        choir_free(c);
+        return NULL;
+    }
+    float *K = (float *)g->cross.k.ptr + (size_t)c->slot * (size_t)g->cross.slot_floats;
+    float *V = (float *)g->cross.v.ptr + (size_t)c->slot * (size_t)g->cross.slot_floats;
+    for (int l = 0; l < D->n_text_layer; l++) {
+        const wg_block *b = &g->dec[l];
+        if (choir_cuda_linear(g->cu, enc, A, &b->xk, NULL, K + (size_t)l * (size_t)(A * d), err) ||
+            choir_cuda_linear(g->cu, enc, A, &b->xv, wg_ptr(&b->xbv),
+                              V + (size_t)l * (size_t)(A * d), err)) {
+            wg_cross_free(c);
+            choir_err_prefix(err, "whisper gpu: cross K/V");
+            return NULL;
+        }
+    }
+    return c;
+}
+
+int wg_encode_cross(choir_whisper_gpu *g, const float *mel, int n, choir_whisper_cross **cross,
+                    choir_err *err) {
+    const choir_whisper_dims *D = &g->m->dims;
+    int64_t d = D->d_model, A = D->n_audio_ctx;
+    size_t mel_win = (size_t)D->n_mels * CHOIR_WHISPER_N_FRAMES;
+    if (choir_cuda_make_current(g->cu, err)) return CHOIR_EINTERNAL;
+    for (int b0 = 0; b0 < n; b0 += g->opts.max_windows) {
+        int W = n - b0 < g->opts.max_windows ? n - b0 : g->opts.max_windows;
+        int rc = choir_cuda_upload(g->cu, &g->act, 0, mel + (size_t)b0 * mel_win,
+                                   (size_t)W * mel_win * sizeof(float), err);
+        if (!rc) rc = encode_pass(g, W, err);
+        if (rc) {
+            choir_err_prefix(err, "whisper gpu");
+            return rc;
+        }
+        const float *x = act_x(g, W);
+        for (int b = 0; b < W; b++)
+            if (!(cross[b0 + b] = cross_from_device(g, x + (size_t)b * (size_t)(A * d), err)))
+                return err && err->code ? err->code : CHOIR_ENOMEM;
+    }
+    return 0;
+}
+
+choir_whisper_cross *wg_cross_create(choir_whisper_gpu *g, const float *enc_out, choir_err *err) {
+    const choir_whisper_dims *D = &g->m->dims;
+    size_t x_off = (size_t)((char *)act_x(g, 1) - (char *)g->act.ptr);
+    size_t bytes = (size_t)D->n_audio_ctx * (size_t)D->d_model * sizeof(float);
+    if (choir_cuda_make_current(g->cu, err) ||
+        choir_cuda_upload(g->cu, &g->act, x_off, enc_out, bytes, err)) {
+        choir_err_prefix(err, "whisper gpu");
+        return NULL;
+    }
+    return cross_from_device(g, act_x(g, 1), err);
+}
+
+void wg_cross_free(choir_whisper_cross *c) {
+    pool_give(&c->gpu->cross, c->slot);
+    choir_free(c);
+}
+
+#else /* no CUDA in this build */
+
+#include <string.h>
+
+#include "models/whisper/whisper_internal.h"
+
+void choir_whisper_default_gpu_opts(choir_whisper_gpu_opts *o) {
+    memset(o, 0, sizeof(*o));
+    o->max_windows = 8;
+    o->graphs = true;
+}
+
+int choir_whisper_gpu_attach(choir_whisper *m, const choir_whisper_gpu_opts *o, choir_err *err) {
+    (void)m;
+    (void)o;
+    return choir_err_set(
+        err, CHOIR_EUNSUPPORTED,
+        "whisper: this build has no CUDA backend (configure with -DCHOIR_CUDA=ON)");
+}
+
+void choir_whisper_gpu_detach(choir_whisper *m) { (void)m; }
+
+bool choir_whisper_on_gpu(const choir_whisper *m) {
+    (void)m;
+    return false;
+}
+
+struct choir_cuda *choir_whisper_gpu_context(const choir_whisper *m) {
+    (void)m;
+    return NULL;
+}
+
+int choir_whisper_gpu_get_stats(const choir_whisper *m, choir_whisper_gpu_stats *s,
+                                choir_err *err) {
+    (void)m;
+    memset(s, 0, sizeof(*s));
+    return choir_err_set(err, CHOIR_EUNSUPPORTED, "whisper: this build has no CUDA backend");
+}
+
 #endif
+
+/* Arithmetic only: available in every build (the engine budgets with it). */
+int64_t choir_whisper_gpu_window_bytes(const choir_whisper_dims *D, int hyps) {
+    if (!D) return 0;
+    int64_t f = 4, d = D->d_model;
+    int64_t cross = 2LL * D->n_text_layer * D->n_audio_ctx * d * f;
+    int64_t self = 2LL * D->n_text_layer * D->n_text_ctx * d * f;
+    /* Step rows: a window's prompt (at most n_text_ctx / 2 + 4 tokens). */
+    int64_t rows = (int64_t)(D->n_text_ctx / 2 + 4) * ((6 * d + D->ffn_dim) * f);
+    return cross + (int64_t)hyps * (self + (int64_t)D->n_vocab * f) + rows;
+}

@@ -428,6 +428,7 @@ choir_whisper *choir_whisper_load(const char *dir, choir_err *err) {
 
 void choir_whisper_free(choir_whisper *m) {
     if (!m) return;
+    choir_whisper_gpu_detach(m);
     for (int i = 0; i < m->n_owned; i++) choir_free(m->owned[i]);
     choir_free(m->owned);
     choir_free(m->enc);

@@ -5,8 +5,14 @@
  * window each, every hypothesis of every window in one decoder batch per
  * step); longer requests run openai's seek loop (previous-text prompts,
  * temperature fallback) one after another. Working memory comes from the
- * counted allocator (activations and caches categories), not the batch arena. */
+ * counted allocator (activations and caches categories), not the batch arena.
+ *
+ * In CUDA builds the adapter also takes a GPU (opt->device >= 1): the network
+ * is attached to that device (choir_whisper_gpu_attach; f32 matrices stored
+ * as bf16 when opt->compute_bf16) and batches run there. An attached model
+ * serves one thread at a time, so run_batch holds the weights' mutex. */
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -20,6 +26,8 @@
 typedef struct whisper_weights {
     choir_whisper *m;
     choir_tokenizer *tok;
+    bool gpu;              /* attached to a GPU: run_batch takes `lock` */
+    pthread_mutex_t lock;
 } whisper_weights;
 
 static int whisper_probe(const char *dir, const struct cJSON *config) {
@@ -36,14 +44,14 @@ static void whisper_model_free(void *weights) {
     whisper_weights *w = weights;
     if (!w) return;
     choir_tokenizer_free(w->tok);
-    choir_whisper_free(w->m);
+    choir_whisper_free(w->m); /* detaches from the GPU first */
+    if (w->gpu) pthread_mutex_destroy(&w->lock);
     choir_free(w);
 }
 
 static void *whisper_model_load(const char *dir, const choir_model_options *opt, choir_err *err) {
     /* Quantized checkpoints come from `choir convert`; load-time quantization
      * (opt->q_bits) is not offered, so the model runs as stored. */
-    (void)opt;
     whisper_weights *w = choir_calloc(CHOIR_MEM_WEIGHTS, 1, sizeof *w);
     if (!w) {
         choir_err_set(err, CHOIR_ENOMEM, "whisper: out of memory");
@@ -52,6 +60,19 @@ static void *whisper_model_load(const char *dir, const choir_model_options *opt,
     if (!(w->m = choir_whisper_load(dir, err))) goto fail;
     w->tok = choir_tokenizer_load_for_vocab(dir, choir_whisper_get_dims(w->m)->n_vocab, err);
     if (!w->tok) goto fail;
+    if (opt && opt->device >= 1) {
+        choir_whisper_gpu_opts go;
+        choir_whisper_default_gpu_opts(&go);
+        go.device = CHOIR_DEVICE_GPU_INDEX(opt->device);
+        go.bf16 = opt->compute_bf16 != 0;
+        go.tf32 = go.bf16;
+        if (choir_whisper_gpu_attach(w->m, &go, err)) goto fail;
+        if (pthread_mutex_init(&w->lock, NULL)) {
+            choir_err_set(err, CHOIR_EINTERNAL, "whisper: cannot create the GPU lock");
+            goto fail;
+        }
+        w->gpu = true;
+    }
     return w;
 fail:
     whisper_model_free(w);
@@ -62,6 +83,29 @@ static int64_t whisper_resident_bytes(const void *weights) {
     const whisper_weights *w = weights;
     return (int64_t)choir_whisper_weight_bytes(w->m);
 }
+
+#ifdef CHOIR_HAVE_CUDA
+/* Device bytes of an attached model: weights, encoder activations, the cache
+ * pools and step buffers as they stand, and the context's scratch. */
+static int64_t whisper_device_bytes(const void *weights) {
+    const whisper_weights *w = weights;
+    choir_whisper_gpu_stats st;
+    if (!w || !w->gpu || choir_whisper_gpu_get_stats(w->m, &st, NULL)) return 0;
+    return st.device_bytes;
+}
+
+/* Device bytes of one request beyond the attached model: each of its windows
+ * (one for a short request: it joins a batch; one at a time for the seek
+ * loop) with its cross K/V and the caches and logits of best_of (5)
+ * hypotheses. Without loaded weights, large-v3's sizes. */
+static int64_t whisper_estimate_device(const void *weights, const choir_request *r) {
+    const whisper_weights *w = weights;
+    (void)r;
+    choir_whisper_dims D = {128, 1500, 32, 448, 32, 1280, 20, 5120, 51866};
+    if (w) D = *choir_whisper_get_dims(w->m);
+    return choir_whisper_gpu_window_bytes(&D, 5) + (1 << 20);
+}
+#endif
 
 static int64_t whisper_length(const void *weights, const choir_request *r) {
     (void)weights;
@@ -156,10 +200,8 @@ static bool whisper_same_group(const choir_request *a, const choir_request *b) {
            a->in.stt.temperature == b->in.stt.temperature;
 }
 
-static int whisper_run_batch(void *weights, choir_request *const *reqs, int n, choir_arena *arena,
-                             choir_err *err) {
-    (void)arena;
-    whisper_weights *w = weights;
+static int whisper_run_batch_locked(whisper_weights *w, choir_request *const *reqs, int n,
+                                    choir_err *err) {
     choir_whisper_input in[16];
     choir_whisper_transcript t[16];
     choir_request *grp[16];
@@ -213,6 +255,17 @@ static int whisper_run_batch(void *weights, choir_request *const *reqs, int n, c
     return 0;
 }
 
+static int whisper_run_batch(void *weights, choir_request *const *reqs, int n, choir_arena *arena,
+                             choir_err *err) {
+    (void)arena;
+    whisper_weights *w = weights;
+    if (!w->gpu) return whisper_run_batch_locked(w, reqs, n, err);
+    pthread_mutex_lock(&w->lock);
+    int rc = whisper_run_batch_locked(w, reqs, n, err);
+    pthread_mutex_unlock(&w->lock);
+    return rc;
+}
+
 const choir_model_ops choir_model_whisper = {
     .kind = "whisper",
     .tasks = CHOIR_TASK_BIT(CHOIR_TASK_STT),
@@ -224,4 +277,9 @@ const choir_model_ops choir_model_whisper = {
     .length = whisper_length,
     .estimate = whisper_estimate,
     .run_batch = whisper_run_batch,
+#ifdef CHOIR_HAVE_CUDA
+    .gpu = 1,
+    .device_bytes = whisper_device_bytes,
+    .estimate_device = whisper_estimate_device,
+#endif
 };

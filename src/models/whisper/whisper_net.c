@@ -34,6 +34,9 @@ int choir_whisper_encode(const choir_whisper *m, const float *mel, int n, float 
     const choir_whisper_dims *D = &m->dims;
     int64_t d = D->d_model, A = D->n_audio_ctx, F = CHOIR_WHISPER_N_FRAMES, ffn = D->ffn_dim;
     if (n < 0) return choir_err_set(err, CHOIR_EINVAL, "whisper: negative window count");
+#ifdef CHOIR_HAVE_CUDA
+    if (m->gpu) return wg_encode(m->gpu, mel, n, out, err);
+#endif
     /* conv1 output [d, 3000] is the largest conv buffer; the block scratch needs
      * q, k, v, att, h [A, d] and the MLP hidden [A, ffn]. */
     size_t conv_floats = (size_t)(d * F + d * A);
@@ -74,11 +77,34 @@ int choir_whisper_encode(const choir_whisper *m, const float *mel, int n, float 
     return 0;
 }
 
+int choir_whisper_encode_cross(const choir_whisper *m, const float *mel, int n, float *enc,
+                               choir_whisper_cross **cross, choir_err *err) {
+    if (n < 0) return choir_err_set(err, CHOIR_EINVAL, "whisper: negative window count");
+    for (int i = 0; i < n; i++) cross[i] = NULL;
+#ifdef CHOIR_HAVE_CUDA
+    if (m->gpu) return wg_encode_cross(m->gpu, mel, n, cross, err);
+#endif
+    size_t enc_one = (size_t)m->dims.n_audio_ctx * (size_t)m->dims.d_model;
+    float *own = NULL;
+    if (!enc && n > 0 &&
+        !(enc = own = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)n * enc_one * sizeof(float))))
+        return wh_oom(err, "encoder output");
+    int rc = choir_whisper_encode(m, mel, n, enc, err);
+    for (int i = 0; i < n && !rc; i++)
+        if (!(cross[i] = choir_whisper_cross_create(m, enc + (size_t)i * enc_one, err)))
+            rc = err && err->code ? err->code : CHOIR_ENOMEM;
+    choir_free(own);
+    return rc;
+}
+
 /* --- cross-attention K/V ------------------------------------------------ */
 
 choir_whisper_cross *choir_whisper_cross_create(const choir_whisper *m, const float *enc_out,
                                                 choir_err *err) {
     const choir_whisper_dims *D = &m->dims;
+#ifdef CHOIR_HAVE_CUDA
+    if (m->gpu) return wg_cross_create(m->gpu, enc_out, err);
+#endif
     choir_whisper_cross *c = choir_calloc(CHOIR_MEM_CACHE, 1, sizeof *c);
     if (!c) {
         wh_oom(err, "cross-attention cache");
@@ -105,6 +131,12 @@ choir_whisper_cross *choir_whisper_cross_create(const choir_whisper *m, const fl
 
 void choir_whisper_cross_free(choir_whisper_cross *c) {
     if (!c) return;
+#ifdef CHOIR_HAVE_CUDA
+    if (c->gpu) {
+        wg_cross_free(c);
+        return;
+    }
+#endif
     choir_free(c->k);
     choir_free(c->v);
     choir_free(c);
@@ -122,6 +154,15 @@ choir_whisper_seq *choir_whisper_seq_create(const choir_whisper *m, int capacity
     s->n_layer = D->n_text_layer;
     s->n_ctx = capacity > 0 && capacity < D->n_text_ctx ? capacity : D->n_text_ctx;
     s->d = D->d_model;
+#ifdef CHOIR_HAVE_CUDA
+    if (m->gpu) {
+        if (wg_seq_init(m->gpu, s, err)) {
+            choir_free(s);
+            return NULL;
+        }
+        return s;
+    }
+#endif
     size_t n = (size_t)s->n_layer * (size_t)s->n_ctx * (size_t)s->d;
     s->k = choir_alloc(CHOIR_MEM_CACHE, n * sizeof(float));
     s->v = choir_alloc(CHOIR_MEM_CACHE, n * sizeof(float));
@@ -135,6 +176,9 @@ choir_whisper_seq *choir_whisper_seq_create(const choir_whisper *m, int capacity
 
 void choir_whisper_seq_free(choir_whisper_seq *s) {
     if (!s) return;
+#ifdef CHOIR_HAVE_CUDA
+    if (s->gpu) wg_seq_release(s);
+#endif
     choir_free(s->k);
     choir_free(s->v);
     choir_free(s);
@@ -150,8 +194,16 @@ void choir_whisper_seq_copy(choir_whisper_seq *dst, const choir_whisper_seq *src
         dst->n_past = n_keep;
         return;
     }
-    size_t sp = (size_t)src->n_ctx * (size_t)src->d, dp = (size_t)dst->n_ctx * (size_t)dst->d;
     if (n_keep > dst->n_ctx) n_keep = dst->n_ctx;
+#ifdef CHOIR_HAVE_CUDA
+    if (dst->gpu) {
+        wg_seq_copy(dst, src, n_keep);
+        dst->n_past = n_keep;
+        dst->cross = src->cross;
+        return;
+    }
+#endif
+    size_t sp = (size_t)src->n_ctx * (size_t)src->d, dp = (size_t)dst->n_ctx * (size_t)dst->d;
     size_t row = (size_t)n_keep * (size_t)src->d;
     for (int l = 0; l < src->n_layer; l++) {
         memcpy(dst->k + l * dp, src->k + l * sp, row * sizeof(float));
@@ -193,6 +245,9 @@ int choir_whisper_decode(const choir_whisper *m, choir_whisper_seq *const *seqs,
             return choir_err_set(err, CHOIR_EINVAL, "whisper: token %d outside the vocabulary",
                                  (int)tokens[r]);
     if (N == 0) return 0;
+#ifdef CHOIR_HAVE_CUDA
+    if (m->gpu) return wg_decode(m->gpu, seqs, n_seq, tokens, n_tokens, all_positions, logits, err);
+#endif
 
     /* x, h, q, k, v, att [N, d]; hid [N, ffn]. */
     float *ws = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(N * (6 * d + ffn)) * sizeof(float));

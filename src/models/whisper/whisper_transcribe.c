@@ -165,12 +165,8 @@ static int wt_decode_batch(const choir_whisper *m, const choir_tokenizer *tok, c
                            int n, float *enc, choir_whisper_cross **cross,
                            choir_whisper_window *w, const choir_whisper_params *p,
                            choir_whisper_result *res, choir_err *err) {
-    size_t enc_one = (size_t)m->dims.n_audio_ctx * (size_t)m->dims.d_model;
-    int rc = choir_whisper_encode(m, mels, n, enc, err);
-    for (int i = 0; i < n && !rc; i++) {
-        if (!(cross[i] = choir_whisper_cross_create(m, enc + (size_t)i * enc_one, err))) rc = err ? err->code : CHOIR_ENOMEM;
-        else w[i].cross = cross[i];
-    }
+    int rc = choir_whisper_encode_cross(m, mels, n, enc, cross, err);
+    for (int i = 0; i < n && !rc; i++) w[i].cross = cross[i];
     if (!rc) rc = choir_whisper_decode_fallback(m, tok, w, n, p, res, err);
     for (int i = 0; i < n; i++) {
         choir_whisper_cross_free(cross[i]);
@@ -198,8 +194,10 @@ static int wt_sequential(wt_state *s, const float *pcm, int64_t n_samples,
     if (p->language < 0 && m->sp.multilingual) {
         /* openai detects on the first 30 s of the padded mel. */
         choir_whisper_mel_window(mel, n_mels, total, 0, F, win);
-        if ((rc = choir_whisper_encode(m, win, 1, enc, err))) goto done;
-        if (!(cross = choir_whisper_cross_create(m, enc, err))) goto fail_code;
+        if ((rc = choir_whisper_encode_cross(m, win, 1, enc, &cross, err))) {
+            choir_whisper_cross_free(cross);
+            goto done;
+        }
         rc = choir_whisper_detect_language(m, cross, &p->language, NULL, err);
         choir_whisper_cross_free(cross);
         cross = NULL;
@@ -231,9 +229,6 @@ static int wt_sequential(wt_state *s, const float *pcm, int64_t n_samples,
             o->progress(o->progress_user, (double)(seek < content ? seek : content) / WT_FRAMES_PER_S,
                         (double)content / WT_FRAMES_PER_S);
     }
-    goto done;
-fail_code:
-    rc = err && err->code ? err->code : CHOIR_ENOMEM;
 done:
     choir_free(mel);
     choir_free(win);
@@ -306,13 +301,16 @@ static int wt_batched(wt_state *st, const choir_whisper_input *in, int n_in,
     wt_item *items = choir_alloc(CHOIR_MEM_OTHER, (size_t)(n_items + 1) * sizeof *items);
     float *mels = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)B * (size_t)n_mels * F * sizeof(float));
     float *chunk = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)CHOIR_WHISPER_N_SAMPLES * sizeof(float));
-    float *enc = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)B * (size_t)m->dims.n_audio_ctx *
-                                                        (size_t)m->dims.d_model * sizeof(float));
+    /* On a GPU the encoder output stays on the device: no host copy. */
+    bool gpu = choir_whisper_on_gpu(m);
+    float *enc = gpu ? NULL
+                     : choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)B * (size_t)m->dims.n_audio_ctx *
+                                                              (size_t)m->dims.d_model * sizeof(float));
     choir_whisper_cross **cross = choir_calloc(CHOIR_MEM_OTHER, (size_t)B, sizeof *cross);
     choir_whisper_window *w = choir_calloc(CHOIR_MEM_OTHER, (size_t)B, sizeof *w);
     choir_whisper_result *res = choir_calloc(CHOIR_MEM_OTHER, (size_t)B, sizeof *res);
     int rc = 0;
-    if (!items || !mels || !chunk || !enc || !cross || !w || !res) {
+    if (!items || !mels || !chunk || (!enc && !gpu) || !cross || !w || !res) {
         rc = wt_oom(err);
         goto done;
     }
@@ -329,9 +327,9 @@ static int wt_batched(wt_state *st, const choir_whisper_input *in, int n_in,
             continue;
         }
         if ((rc = wt_item_mel(&in[i], &items[a], n_mels, chunk, mels, err))) break;
-        if ((rc = choir_whisper_encode(m, mels, 1, enc, err))) break;
-        if (!(cross[0] = choir_whisper_cross_create(m, enc, err))) {
-            rc = err && err->code ? err->code : CHOIR_ENOMEM;
+        if ((rc = choir_whisper_encode_cross(m, mels, 1, enc, cross, err))) {
+            choir_whisper_cross_free(cross[0]);
+            cross[0] = NULL;
             break;
         }
         rc = choir_whisper_detect_language(m, cross[0], &langs[i], NULL, err);

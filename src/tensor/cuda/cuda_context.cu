@@ -75,6 +75,15 @@ choir_cuda *choir_cuda_init(int device, choir_err *err) {
         goto fail;
     }
     cublasSetStream(cu->blas, cu->stream);
+    /* A workspace of our own (cuBLAS's recommended size on Hopper), so that
+     * a product captured into a CUDA graph never asks the runtime for memory,
+     * and captured and direct products pick the same algorithms. */
+    if (choir_cuda_buf_alloc(cu, (size_t)32 << 20, &cu->blas_workspace, err)) goto fail;
+    if ((bs = cublasSetWorkspace(cu->blas, cu->blas_workspace.ptr, cu->blas_workspace.bytes)) !=
+        CUBLAS_STATUS_SUCCESS) {
+        choir_cuda_blas_fail(err, bs, "cublasSetWorkspace");
+        goto fail;
+    }
     /* f32 products stay true f32 so that they match the CPU reference;
      * bf16/f16 products use the tensor cores through their own calls. */
     cublasSetMathMode(cu->blas, CUBLAS_DEFAULT_MATH);
@@ -89,11 +98,23 @@ void choir_cuda_free(choir_cuda *cu) {
     if (cu->stream) cudaStreamSynchronize(cu->stream);
     choir_cuda_buf_free(cu, &cu->scratch);
     if (cu->blas) cublasDestroy(cu->blas);
+    choir_cuda_buf_free(cu, &cu->blas_workspace);
     if (cu->stream) cudaStreamDestroy(cu->stream);
     choir_free(cu);
 }
 
 const choir_cuda_props *choir_cuda_get_props(const choir_cuda *cu) { return &cu->props; }
+
+int choir_cuda_set_tf32(choir_cuda *cu, bool on, choir_err *err) {
+    cublasStatus_t st =
+        cublasSetMathMode(cu->blas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+    return st == CUBLAS_STATUS_SUCCESS ? 0 : choir_cuda_blas_fail(err, st, "set math mode");
+}
+
+int choir_cuda_make_current(choir_cuda *cu, choir_err *err) {
+    cudaError_t st = cudaSetDevice(cu->props.device);
+    return st == cudaSuccess ? 0 : choir_cuda_fail(err, st, "cudaSetDevice");
+}
 
 void *choir_cuda_stream(choir_cuda *cu) { return (void *)cu->stream; }
 

@@ -20,6 +20,9 @@ struct choir_cuda {
     choir_cuda_buf scratch;
     /* Live CUDA graphs: they hold the scratch's address, so it must not move. */
     int live_graphs;
+    /* cuBLAS workspace, set before the first capture so that a captured
+     * product never asks the runtime for memory. */
+    choir_cuda_buf blas_workspace;
 };
 
 /* Fills err from a CUDA runtime status and returns the choir code. */

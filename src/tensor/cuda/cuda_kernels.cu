@@ -272,8 +272,8 @@ int choir_cuda_conv1d(choir_cuda *cu, const float *x, int64_t Cin, int64_t T, co
  * summed through shared memory. Shared floats: Tk + Dh + max(256, Dh) + 32. */
 __global__ void k_attention(const float *__restrict__ q, int64_t ldq, int64_t q_batch,
                             const float *__restrict__ k, int64_t ldk, const float *__restrict__ v,
-                            int64_t ldv, int64_t kv_batch, const int32_t *__restrict__ kv_len,
-                            float *__restrict__ out, int64_t ldo, int64_t out_batch, int64_t Tq,
+                            int64_t ldv, int64_t kv_batch, const int32_t *__restrict__ kv_slot,
+                            const int32_t *__restrict__ kv_len, float *__restrict__ out, int64_t ldo, int64_t out_batch, int64_t Tq,
                             int64_t Tk, int64_t Dh, float scale, const float *__restrict__ mask,
                             bool causal) {
     extern __shared__ float smem[];
@@ -283,7 +283,8 @@ __global__ void k_attention(const float *__restrict__ q, int64_t ldq, int64_t q_
     float *scores = smem, *qs = smem + Tk, *part = qs + Dh;
     float *red = part + (Dh > 256 ? Dh : 256);
     const float *qr = q + b * q_batch + i * ldq + h * Dh;
-    const float *kb = k + b * kv_batch + h * Dh, *vb = v + b * kv_batch + h * Dh;
+    int64_t cache = kv_slot ? (int64_t)kv_slot[b] : b;
+    const float *kb = k + cache * kv_batch + h * Dh, *vb = v + cache * kv_batch + h * Dh;
     float *orow = out + b * out_batch + i * ldo + h * Dh;
     int64_t nk = nkv;
     if (causal) {
@@ -344,9 +345,10 @@ int64_t choir_cuda_attention_max_keys(const choir_cuda *cu) {
 
 static int attention_launch(choir_cuda *cu, int64_t B, const float *q, int64_t ldq, int64_t q_batch,
                             const float *k, int64_t ldk, const float *v, int64_t ldv,
-                            int64_t kv_batch, const int32_t *kv_len, float *out, int64_t ldo,
-                            int64_t out_batch, int64_t Tq, int64_t Tk, int n_head, int64_t Dh,
-                            float scale, const float *mask, bool causal, choir_err *err) {
+                            int64_t kv_batch, const int32_t *kv_slot, const int32_t *kv_len,
+                            float *out, int64_t ldo, int64_t out_batch, int64_t Tq, int64_t Tk,
+                            int n_head, int64_t Dh, float scale, const float *mask, bool causal,
+                            choir_err *err) {
     if (Tq <= 0 || n_head <= 0 || Dh <= 0 || B <= 0) return 0;
     if (Tk < 0 || Tq > INT32_MAX || n_head > 65535 || B > 65535)
         return choir_err_set(err, CHOIR_EINVAL, "cuda: attention shape Tq %lld, heads %d, batch %lld",
@@ -365,7 +367,7 @@ static int attention_launch(choir_cuda *cu, int64_t B, const float *q, int64_t l
     }
     dim3 grid((unsigned)Tq, (unsigned)n_head, (unsigned)B);
     k_attention<<<grid, ATTN_THREADS, smem, cu->stream>>>(q, ldq, q_batch, k, ldk, v, ldv, kv_batch,
-                                                         kv_len, out, ldo, out_batch, Tq, Tk, Dh,
+                                                         kv_slot, kv_len, out, ldo, out_batch, Tq, Tk, Dh,
                                                          scale, mask, causal);
     return choir_cuda_check_launch(err, "attention");
 }
@@ -439,8 +441,8 @@ int choir_cuda_attention(choir_cuda *cu, const float *q, int64_t ldq, const floa
         Tk <= INT32_MAX && n_head * Tq <= INT32_MAX)
         return attention_gemm(cu, q, ldq, k, ldk, v, ldv, out, ldo, Tq, Tk, n_head, Dh, scale,
                               mask, causal, err);
-    return attention_launch(cu, 1, q, ldq, 0, k, ldk, v, ldv, 0, NULL, out, ldo, 0, Tq, Tk, n_head,
-                            Dh, scale, mask, causal, err);
+    return attention_launch(cu, 1, q, ldq, 0, k, ldk, v, ldv, 0, NULL, NULL, out, ldo, 0, Tq, Tk,
+                            n_head, Dh, scale, mask, causal, err);
 }
 
 int choir_cuda_attention_batched(choir_cuda *cu, int64_t B, const float *q, int64_t ldq,
@@ -449,6 +451,44 @@ int choir_cuda_attention_batched(choir_cuda *cu, int64_t B, const float *q, int6
                                  int64_t ldo, int64_t out_batch, int64_t Tq, int64_t Tk,
                                  int n_head, int64_t Dh, float scale, bool causal,
                                  choir_err *err) {
-    return attention_launch(cu, B, q, ldq, q_batch, k, ldk, v, ldv, kv_batch, kv_len, out, ldo,
-                            out_batch, Tq, Tk, n_head, Dh, scale, NULL, causal, err);
+    return attention_launch(cu, B, q, ldq, q_batch, k, ldk, v, ldv, kv_batch, NULL, kv_len, out,
+                            ldo, out_batch, Tq, Tk, n_head, Dh, scale, NULL, causal, err);
+}
+
+int choir_cuda_attention_slots(choir_cuda *cu, int64_t B, const float *q, int64_t ldq,
+                               int64_t q_batch, const float *k, int64_t ldk, const float *v,
+                               int64_t ldv, int64_t slot_stride, const int32_t *kv_slot,
+                               const int32_t *kv_len, float *out, int64_t ldo, int64_t out_batch,
+                               int64_t Tq, int64_t Tk, int n_head, int64_t Dh, float scale,
+                               bool causal, choir_err *err) {
+    return attention_launch(cu, B, q, ldq, q_batch, k, ldk, v, ldv, slot_stride, kv_slot, kv_len,
+                            out, ldo, out_batch, Tq, Tk, n_head, Dh, scale, NULL, causal, err);
+}
+
+/* --- cache rows ------------------------------------------------------------ */
+
+/* One block per row b: dst[slot[b]*slot_stride + pos[b]*ld ...] = src[b]. */
+__global__ void k_rows_scatter(const float *__restrict__ src, int64_t cols, float *__restrict__ dst,
+                               int64_t slot_stride, int64_t ld, const int32_t *__restrict__ slot,
+                               const int32_t *__restrict__ pos) {
+    int64_t b = blockIdx.x;
+    const float *s = src + b * cols;
+    float *d = dst + (int64_t)slot[b] * slot_stride + (int64_t)pos[b] * ld;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) d[c] = s[c];
+}
+
+int choir_cuda_rows_scatter(choir_cuda *cu, const float *src, int64_t B, int64_t cols, float *dst,
+                            int64_t slot_stride, int64_t ld, const int32_t *slot,
+                            const int32_t *pos, choir_err *err) {
+    if (B <= 0 || cols <= 0) return 0;
+    if (B > INT32_MAX) return choir_err_set(err, CHOIR_EINVAL, "cuda: scatter of %lld rows", (long long)B);
+    k_rows_scatter<<<(unsigned)B, EW_THREADS, 0, cu->stream>>>(src, cols, dst, slot_stride, ld, slot,
+                                                               pos);
+    return choir_cuda_check_launch(err, "rows scatter");
+}
+
+int choir_cuda_copy(choir_cuda *cu, void *dst, const void *src, size_t bytes, choir_err *err) {
+    if (bytes == 0) return 0;
+    cudaError_t st = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cu->stream);
+    return st == cudaSuccess ? 0 : choir_cuda_fail(err, st, "device copy");
 }

@@ -1,0 +1,466 @@
+/* A host emulation of choir/cuda.h, for running model code written for the
+ * CUDA backend on a machine without a GPU: "device" memory is host memory,
+ * every kernel is its CPU reference from choir/kernels.h, and a CUDA graph
+ * records the calls made between begin and end and replays them. It checks
+ * the model code's data flow (buffers, strides, slots, what a graph captures
+ * and what must change between replays), not the CUDA kernels themselves
+ * (tests/cuda/cuda_check.c does that on a GPU). Built by
+ * tests/cuda/fake/run_fake.sh only; never part of choir. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "choir/alloc.h"
+#include "choir/cuda.h"
+#include "choir/kernels.h"
+
+struct choir_cuda {
+    choir_cuda_props props;
+    int64_t mem_current, mem_peak, budget;
+    size_t scratch;
+    int live_graphs;
+};
+
+/* --- recording ------------------------------------------------------------ */
+
+typedef int (*op_fn)(const void *args);
+typedef struct op_rec {
+    op_fn fn;
+    void *args;
+} op_rec;
+
+struct choir_cuda_graph {
+    choir_cuda *cu;
+    op_rec *ops;
+    int n, cap;
+    int counted; /* in cu->live_graphs */
+};
+
+static choir_cuda_graph *g_capture; /* the graph being recorded, or NULL */
+static int g_capture_failed;
+
+/* Runs op now, or records a copy of its arguments while capturing. */
+static int run_or_record(op_fn fn, const void *args, size_t size) {
+    if (!g_capture) return fn(args);
+    choir_cuda_graph *g = g_capture;
+    if (g->n == g->cap) {
+        g->cap = g->cap ? 2 * g->cap : 64;
+        g->ops = realloc(g->ops, (size_t)g->cap * sizeof(*g->ops));
+    }
+    void *copy = malloc(size);
+    memcpy(copy, args, size);
+    g->ops[g->n++] = (op_rec){fn, copy};
+    return 0;
+}
+
+/* Calls that a capture cannot hold (allocation, copies to or from the host). */
+static int no_capture(const char *what, choir_err *err) {
+    if (!g_capture) return 0;
+    g_capture_failed = 1;
+    return choir_err_set(err, CHOIR_EINTERNAL, "fake cuda: %s during capture", what);
+}
+
+/* --- context and memory ----------------------------------------------------- */
+
+int choir_cuda_device_count(void) { return 1; }
+
+choir_cuda *choir_cuda_init(int device, choir_err *err) {
+    if (device != 0) {
+        choir_err_set(err, CHOIR_ENOTFOUND, "cuda: device %d not found (1 visible)", device);
+        return NULL;
+    }
+    choir_cuda *cu = calloc(1, sizeof(*cu));
+    snprintf(cu->props.name, sizeof(cu->props.name), "fake (host emulation)");
+    cu->props.smem_per_block_optin = 227 * 1024;
+    cu->props.total_bytes = (int64_t)16 << 30;
+    return cu;
+}
+void choir_cuda_free(choir_cuda *cu) { free(cu); }
+const choir_cuda_props *choir_cuda_get_props(const choir_cuda *cu) { return &cu->props; }
+int choir_cuda_set_tf32(choir_cuda *cu, bool on, choir_err *err) {
+    (void)cu, (void)on; /* the host kernels are f32 either way */
+    return no_capture("set_tf32", err);
+}
+int choir_cuda_make_current(choir_cuda *cu, choir_err *err) {
+    (void)cu;
+    return no_capture("make_current", err);
+}
+int choir_cuda_sync(choir_cuda *cu, choir_err *err) {
+    (void)cu;
+    return no_capture("sync", err);
+}
+void *choir_cuda_stream(choir_cuda *cu) { return cu; }
+int64_t choir_cuda_mem_current(const choir_cuda *cu) { return cu->mem_current; }
+int64_t choir_cuda_mem_peak(const choir_cuda *cu) { return cu->mem_peak; }
+void choir_cuda_mem_reset_peak(choir_cuda *cu) { cu->mem_peak = cu->mem_current; }
+void choir_cuda_set_budget(choir_cuda *cu, int64_t bytes) { cu->budget = bytes; }
+
+int choir_cuda_scratch_reserve(choir_cuda *cu, size_t bytes, choir_err *err) {
+    if (bytes <= cu->scratch) return 0;
+    if (cu->live_graphs)
+        return choir_err_set(err, CHOIR_EBUSY, "fake cuda: scratch grows under a live graph");
+    cu->mem_current += (int64_t)(bytes - cu->scratch);
+    cu->scratch = bytes;
+    if (cu->mem_current > cu->mem_peak) cu->mem_peak = cu->mem_current;
+    return 0;
+}
+
+int choir_cuda_buf_alloc(choir_cuda *cu, size_t bytes, choir_cuda_buf *out, choir_err *err) {
+    out->ptr = NULL;
+    out->bytes = 0;
+    if (no_capture("buf_alloc", err)) return CHOIR_EINTERNAL;
+    if (bytes == 0) return 0;
+    /* Poisoned with NaN so that reading what was never written shows. */
+    out->ptr = malloc(bytes);
+    if (!out->ptr) return choir_err_set(err, CHOIR_ENOMEM, "fake cuda: out of memory");
+    memset(out->ptr, 0xff, bytes);
+    out->bytes = bytes;
+    cu->mem_current += (int64_t)bytes;
+    if (cu->mem_current > cu->mem_peak) cu->mem_peak = cu->mem_current;
+    return 0;
+}
+void choir_cuda_buf_free(choir_cuda *cu, choir_cuda_buf *buf) {
+    if (!buf || !buf->ptr) return;
+    free(buf->ptr);
+    cu->mem_current -= (int64_t)buf->bytes;
+    buf->ptr = NULL;
+    buf->bytes = 0;
+}
+static int range(const choir_cuda_buf *b, size_t off, size_t n, choir_err *err) {
+    if (off > b->bytes || n > b->bytes - off)
+        return choir_err_set(err, CHOIR_EINVAL, "cuda: copy of %zu bytes at %zu passes %zu", n, off,
+                             b->bytes);
+    return 0;
+}
+int choir_cuda_upload(choir_cuda *cu, choir_cuda_buf *dst, size_t offset, const void *src,
+                      size_t bytes, choir_err *err) {
+    (void)cu;
+    if (no_capture("upload", err) || range(dst, offset, bytes, err)) return CHOIR_EINVAL;
+    memcpy((char *)dst->ptr + offset, src, bytes);
+    return 0;
+}
+int choir_cuda_download(choir_cuda *cu, void *dst, const choir_cuda_buf *src, size_t offset,
+                        size_t bytes, choir_err *err) {
+    (void)cu;
+    if (no_capture("download", err) || range(src, offset, bytes, err)) return CHOIR_EINVAL;
+    memcpy(dst, (const char *)src->ptr + offset, bytes);
+    return 0;
+}
+int choir_cuda_memset0(choir_cuda *cu, choir_cuda_buf *buf, size_t offset, size_t bytes,
+                       choir_err *err) {
+    (void)cu;
+    if (range(buf, offset, bytes, err)) return CHOIR_EINVAL;
+    memset((char *)buf->ptr + offset, 0, bytes);
+    return 0;
+}
+int choir_cuda_copy(choir_cuda *cu, void *dst, const void *src, size_t bytes, choir_err *err) {
+    (void)cu;
+    if (no_capture("copy", err)) return CHOIR_EINTERNAL;
+    if (bytes) memmove(dst, src, bytes);
+    return 0;
+}
+
+/* --- weights ---------------------------------------------------------------- */
+
+static int up(choir_cuda *cu, const void *src, size_t bytes, choir_cuda_buf *b, choir_err *err) {
+    int rc = choir_cuda_buf_alloc(cu, bytes, b, err);
+    if (!rc && bytes) memcpy(b->ptr, src, bytes);
+    return rc;
+}
+int choir_cuda_weight_upload(choir_cuda *cu, const choir_weight *w, choir_cuda_weight *out,
+                             choir_err *err) {
+    memset(out, 0, sizeof(*out));
+    out->kind = w->kind, out->rows = w->rows, out->cols = w->cols;
+    out->sb_dtype = w->sb_dtype, out->bits = w->bits, out->group_size = w->group_size;
+    if (w->kind == CHOIR_WEIGHT_QUANT) {
+        size_t sb = (size_t)(w->rows * (w->cols / w->group_size)) * choir_dtype_size(w->sb_dtype);
+        if (up(cu, w->data, (size_t)(w->rows * (w->cols / 32) * w->bits) * 4, &out->data, err) ||
+            up(cu, w->scales, sb, &out->scales, err) || up(cu, w->biases, sb, &out->biases, err))
+            return CHOIR_ENOMEM;
+        return 0;
+    }
+    return up(cu, w->data, choir_weight_bytes(w), &out->data, err);
+}
+int choir_cuda_weight_upload_as(choir_cuda *cu, const choir_weight *w, choir_weight_kind to,
+                                choir_cuda_weight *out, choir_err *err) {
+    memset(out, 0, sizeof(*out));
+    if (w->kind != CHOIR_WEIGHT_F32 || (to != CHOIR_WEIGHT_BF16 && to != CHOIR_WEIGHT_F16))
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "conversion only f32 to bf16/f16");
+    int64_t n = w->rows * w->cols;
+    uint16_t *h = malloc((size_t)n * 2);
+    if (to == CHOIR_WEIGHT_BF16) choir_f32_to_bf16_n(w->data, h, n);
+    else choir_f32_to_f16_n(w->data, h, n);
+    out->kind = to, out->rows = w->rows, out->cols = w->cols;
+    int rc = up(cu, h, (size_t)n * 2, &out->data, err);
+    free(h);
+    return rc;
+}
+void choir_cuda_weight_free(choir_cuda *cu, choir_cuda_weight *w) {
+    if (!w) return;
+    choir_cuda_buf_free(cu, &w->data);
+    choir_cuda_buf_free(cu, &w->scales);
+    choir_cuda_buf_free(cu, &w->biases);
+    memset(w, 0, sizeof(*w));
+}
+size_t choir_cuda_weight_bytes(const choir_cuda_weight *w) {
+    return w->data.bytes + w->scales.bytes + w->biases.bytes;
+}
+static choir_weight host_view(const choir_cuda_weight *W) {
+    choir_weight w = {.kind = W->kind, .rows = W->rows, .cols = W->cols, .data = W->data.ptr,
+                      .scales = W->scales.ptr, .biases = W->biases.ptr, .sb_dtype = W->sb_dtype,
+                      .bits = W->bits, .group_size = W->group_size};
+    return w;
+}
+
+/* --- kernels (recorded while capturing) ------------------------------------------ */
+
+typedef struct linear_args {
+    const float *x;
+    int64_t M;
+    choir_cuda_weight W;
+    const float *bias;
+    float *y;
+} linear_args;
+static int linear_op(const void *p) {
+    const linear_args *a = p;
+    choir_weight w = host_view(&a->W);
+    choir_linear(a->x, a->M, &w, a->bias, a->y);
+    return 0;
+}
+int choir_cuda_linear(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,
+                      const float *bias, float *y, choir_err *err) {
+    (void)cu, (void)err;
+    if (M <= 0) return 0;
+    linear_args a = {x, M, *W, bias, y};
+    return run_or_record(linear_op, &a, sizeof(a));
+}
+
+typedef struct ew_args {
+    const float *a, *b, *g, *beta;
+    float *y;
+    int64_t n, rows, dim;
+    float eps;
+    int kind; /* 0 add, 1 gelu_erf, 2 layer_norm, 3 gelu_tanh */
+} ew_args;
+static int ew_op(const void *p) {
+    const ew_args *a = p;
+    if (a->kind == 0) choir_add(a->a, a->b, a->y, a->n);
+    else if (a->kind == 1) choir_gelu_erf(a->y, a->n);
+    else if (a->kind == 3) choir_gelu_tanh(a->y, a->n);
+    else choir_layer_norm(a->a, a->y, a->rows, a->dim, a->g, a->beta, a->eps);
+    return 0;
+}
+int choir_cuda_add(choir_cuda *cu, const float *a, const float *b, float *y, int64_t n,
+                   choir_err *err) {
+    (void)cu, (void)err;
+    ew_args e = {.a = a, .b = b, .y = y, .n = n, .kind = 0};
+    return run_or_record(ew_op, &e, sizeof(e));
+}
+int choir_cuda_gelu_erf(choir_cuda *cu, float *x, int64_t n, choir_err *err) {
+    (void)cu, (void)err;
+    ew_args e = {.y = x, .n = n, .kind = 1};
+    return run_or_record(ew_op, &e, sizeof(e));
+}
+int choir_cuda_gelu_tanh(choir_cuda *cu, float *x, int64_t n, choir_err *err) {
+    (void)cu, (void)err;
+    ew_args e = {.y = x, .n = n, .kind = 3};
+    return run_or_record(ew_op, &e, sizeof(e));
+}
+int choir_cuda_layer_norm(choir_cuda *cu, const float *x, float *y, int64_t rows, int64_t dim,
+                          const float *gamma, const float *beta, float eps, choir_err *err) {
+    (void)cu, (void)err;
+    ew_args e = {.a = x, .g = gamma, .beta = beta, .y = y, .rows = rows, .dim = dim, .eps = eps,
+                 .kind = 2};
+    return run_or_record(ew_op, &e, sizeof(e));
+}
+int choir_cuda_add_bias_rows(choir_cuda *cu, float *x, const float *bias, int64_t rows,
+                             int64_t cols, choir_err *err) {
+    (void)cu;
+    if (no_capture("add_bias_rows", err)) return CHOIR_EINTERNAL;
+    choir_add_bias_rows(x, bias, rows, cols);
+    return 0;
+}
+int choir_cuda_softmax(choir_cuda *cu, float *x, int64_t rows, int64_t dim, choir_err *err) {
+    (void)cu;
+    if (no_capture("softmax", err)) return CHOIR_EINTERNAL;
+    choir_softmax(x, rows, dim);
+    return 0;
+}
+int choir_cuda_transpose_add(choir_cuda *cu, const float *src, int64_t R, int64_t C,
+                             const float *add, float *dst, choir_err *err) {
+    (void)cu;
+    if (no_capture("transpose_add", err)) return CHOIR_EINTERNAL;
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t r = 0; r < R; r++) dst[c * R + r] = src[r * C + c] + (add ? add[c * R + r] : 0);
+    return 0;
+}
+int choir_cuda_f32_to_bf16(choir_cuda *cu, const float *x, uint16_t *y, int64_t n,
+                           choir_err *err) {
+    (void)cu, (void)err;
+    choir_f32_to_bf16_n(x, y, n);
+    return 0;
+}
+int choir_cuda_conv1d(choir_cuda *cu, const float *x, int64_t Cin, int64_t T, const float *weight,
+                      const float *bias, int64_t Cout, int64_t kernel, int stride, int padding,
+                      int dilation, int groups, float *y, choir_err *err) {
+    (void)cu;
+    if (no_capture("conv1d", err)) return CHOIR_EINTERNAL;
+    choir_conv1d(x, Cin, T, weight, bias, Cout, kernel, stride, padding, dilation, groups, y);
+    return 0;
+}
+int choir_cuda_gemm_f32(choir_cuda *cu, bool trans_a, bool trans_b, int64_t M, int64_t N,
+                        int64_t K, float alpha, const float *A, int64_t lda, const float *B,
+                        int64_t ldb, float beta, float *C, int64_t ldc, choir_err *err) {
+    (void)cu, (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)alpha, (void)A;
+    (void)lda, (void)B, (void)ldb, (void)beta, (void)C, (void)ldc;
+    return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: gemm_f32 not emulated");
+}
+int choir_cuda_gemm_bf16_nt(choir_cuda *cu, int64_t M, int64_t N, int64_t K, const uint16_t *A,
+                            const uint16_t *B, float *C, choir_err *err) {
+    (void)cu, (void)M, (void)N, (void)K, (void)A, (void)B, (void)C;
+    return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: gemm_bf16_nt not emulated");
+}
+
+typedef struct attn_args {
+    int64_t B;
+    const float *q;
+    int64_t ldq, q_batch;
+    const float *k;
+    int64_t ldk;
+    const float *v;
+    int64_t ldv, kv_batch;
+    const int32_t *kv_slot, *kv_len;
+    float *out;
+    int64_t ldo, out_batch, Tq, Tk;
+    int n_head;
+    int64_t Dh;
+    float scale;
+    const float *mask;
+    bool causal;
+} attn_args;
+static int attn_op(const void *p) {
+    const attn_args *a = p;
+    for (int64_t b = 0; b < a->B; b++) {
+        int64_t slot = a->kv_slot ? a->kv_slot[b] : b;
+        int64_t nkv = a->kv_len ? a->kv_len[b] : a->Tk;
+        if (nkv > a->Tk) nkv = a->Tk;
+        choir_attention(a->q + b * a->q_batch, a->ldq, a->k + slot * a->kv_batch, a->ldk,
+                        a->v + slot * a->kv_batch, a->ldv, a->out + b * a->out_batch, a->ldo, a->Tq,
+                        nkv, a->n_head, a->Dh, a->scale, a->mask, a->causal);
+    }
+    return 0;
+}
+int choir_cuda_attention(choir_cuda *cu, const float *q, int64_t ldq, const float *k, int64_t ldk,
+                         const float *v, int64_t ldv, float *out, int64_t ldo, int64_t Tq,
+                         int64_t Tk, int n_head, int64_t Dh, float scale, const float *mask,
+                         bool causal, choir_err *err) {
+    (void)cu, (void)err;
+    attn_args a = {1, q, ldq, 0, k, ldk, v, ldv, 0, NULL, NULL, out, ldo, 0, Tq, Tk, n_head, Dh,
+                   scale, mask, causal};
+    return run_or_record(attn_op, &a, sizeof(a));
+}
+int choir_cuda_attention_batched(choir_cuda *cu, int64_t B, const float *q, int64_t ldq,
+                                 int64_t q_batch, const float *k, int64_t ldk, const float *v,
+                                 int64_t ldv, int64_t kv_batch, const int32_t *kv_len, float *out,
+                                 int64_t ldo, int64_t out_batch, int64_t Tq, int64_t Tk,
+                                 int n_head, int64_t Dh, float scale, bool causal,
+                                 choir_err *err) {
+    return choir_cuda_attention_slots(cu, B, q, ldq, q_batch, k, ldk, v, ldv, kv_batch, NULL,
+                                      kv_len, out, ldo, out_batch, Tq, Tk, n_head, Dh, scale,
+                                      causal, err);
+}
+int choir_cuda_attention_slots(choir_cuda *cu, int64_t B, const float *q, int64_t ldq,
+                               int64_t q_batch, const float *k, int64_t ldk, const float *v,
+                               int64_t ldv, int64_t slot_stride, const int32_t *kv_slot,
+                               const int32_t *kv_len, float *out, int64_t ldo, int64_t out_batch,
+                               int64_t Tq, int64_t Tk, int n_head, int64_t Dh, float scale,
+                               bool causal, choir_err *err) {
+    (void)cu, (void)err;
+    attn_args a = {B,      q,   ldq, q_batch,   k,  ldk, v,      ldv,  slot_stride, kv_slot, kv_len,
+                   out,    ldo, out_batch, Tq, Tk, n_head, Dh,   scale, NULL,       causal};
+    return run_or_record(attn_op, &a, sizeof(a));
+}
+int64_t choir_cuda_attention_max_keys(const choir_cuda *cu) {
+    return cu->props.smem_per_block_optin / 4 - 544;
+}
+
+typedef struct scatter_args {
+    const float *src;
+    int64_t B, cols;
+    float *dst;
+    int64_t slot_stride, ld;
+    const int32_t *slot, *pos;
+} scatter_args;
+static int scatter_op(const void *p) {
+    const scatter_args *a = p;
+    for (int64_t b = 0; b < a->B; b++)
+        memcpy(a->dst + (int64_t)a->slot[b] * a->slot_stride + (int64_t)a->pos[b] * a->ld,
+               a->src + b * a->cols, (size_t)a->cols * sizeof(float));
+    return 0;
+}
+int choir_cuda_rows_scatter(choir_cuda *cu, const float *src, int64_t B, int64_t cols, float *dst,
+                            int64_t slot_stride, int64_t ld, const int32_t *slot,
+                            const int32_t *pos, choir_err *err) {
+    (void)cu, (void)err;
+    scatter_args a = {src, B, cols, dst, slot_stride, ld, slot, pos};
+    return run_or_record(scatter_op, &a, sizeof(a));
+}
+
+/* --- graphs ---------------------------------------------------------------------- */
+
+int choir_cuda_graph_begin(choir_cuda *cu, choir_err *err) {
+    if (g_capture) return choir_err_set(err, CHOIR_EINTERNAL, "fake cuda: nested capture");
+    g_capture = calloc(1, sizeof(*g_capture));
+    g_capture->cu = cu;
+    g_capture_failed = 0;
+    return 0;
+}
+choir_cuda_graph *choir_cuda_graph_end(choir_cuda *cu, choir_err *err) {
+    choir_cuda_graph *g = g_capture;
+    g_capture = NULL;
+    if (!g || g_capture_failed) {
+        choir_err_set(err, CHOIR_EINTERNAL, "fake cuda: capture failed");
+        choir_cuda_graph_free(g);
+        return NULL;
+    }
+    cu->live_graphs++;
+    g->counted = 1;
+    return g;
+}
+int choir_cuda_graph_launch(choir_cuda *cu, choir_cuda_graph *g, choir_err *err) {
+    (void)cu;
+    if (no_capture("graph launch", err)) return CHOIR_EINTERNAL;
+    for (int i = 0; i < g->n; i++) g->ops[i].fn(g->ops[i].args);
+    return 0;
+}
+void choir_cuda_graph_free(choir_cuda_graph *g) {
+    if (!g) return;
+    if (g->counted) g->cu->live_graphs--;
+    for (int i = 0; i < g->n; i++) free(g->ops[i].args);
+    free(g->ops);
+    free(g);
+}
+
+/* --- timing ------------------------------------------------------------------------ */
+
+struct choir_cuda_timer {
+    int unused;
+};
+choir_cuda_timer *choir_cuda_timer_begin(choir_cuda *cu, choir_err *err) {
+    (void)cu, (void)err;
+    return calloc(1, sizeof(choir_cuda_timer));
+}
+double choir_cuda_timer_end_ms(choir_cuda_timer *t, choir_err *err) {
+    (void)err;
+    free(t);
+    return 1.0;
+}
+void choir_cuda_timer_free(choir_cuda_timer *t) { free(t); }
+int choir_cuda_measure_ceilings(choir_cuda *cu, double *bf16_tflops, double *copy_gbs,
+                                choir_err *err) {
+    (void)cu, (void)err;
+    if (bf16_tflops) *bf16_tflops = 1.0;
+    if (copy_gbs) *copy_gbs = 1.0;
+    return 0;
+}
