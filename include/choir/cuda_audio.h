@@ -112,6 +112,26 @@ int choir_cuda_istft_magphase(choir_cuda *cu, const float *P, int64_t B, int64_t
                               const int32_t *frames, int n_fft, int hop, float *out,
                               choir_err *err);
 
+/* Bidirectional one-layer LSTM over B sequences at once (PyTorch: gate order
+ * i, f, g, o; zero initial state), with packed-sequence semantics: piece b
+ * has lens[b] valid steps (device int32 [B], NULL = all T) and its reverse
+ * direction starts at its own last valid step, so each piece's output equals
+ * the LSTM run over that piece alone (choir_lstm in choir/kernels.h, forward
+ * then reverse). x [B, T, In] (rows past a piece's length are not read);
+ * w_ih [2, 4H, In] and w_hh [2, 4H, H], forward direction first; bias
+ * [2, 4H] (b_ih + b_hh per direction) or NULL. y [B, T, 2H] receives
+ * [forward h_t ; reverse h_t] per step, zeros past a piece's length.
+ * scratch: B T 8H + 2 B H floats of device memory (the input projections of
+ * every step, then the cell states). H a multiple of 32, at most 512.
+ * One cuBLAS product (f32, no TF32) for all input projections, then T
+ * launches of one step kernel covering both directions and all B pieces
+ * (each warp keeps one hidden unit's four W_hh rows in registers). */
+int choir_cuda_bilstm(choir_cuda *cu, const float *x, int64_t B, int64_t T, int64_t In, int64_t H,
+                      const float *w_ih, const float *w_hh, const float *bias,
+                      const int32_t *lens, float *scratch, float *y, choir_err *err);
+/* Floats of scratch choir_cuda_bilstm needs. */
+int64_t choir_cuda_bilstm_scratch_floats(int64_t B, int64_t T, int64_t H);
+
 #ifdef __cplusplus
 }
 #endif

@@ -158,8 +158,11 @@ int64_t choir_kokoro_estimate_bytes(int n_ids, int64_t frames);
 #include "choir/cuda.h"
 
 /* The decoder and iSTFTNet generator (~all of Kokoro's compute) held on one
- * GPU. ALBERT, the prosody predictor and the text encoder stay on the CPU
- * (small, sequential LSTMs); so does the generator's harmonic source and its
+ * GPU, and the front's costly parts: ALBERT, the six bidirectional LSTMs
+ * (duration encoder, duration LSTM, the shared LSTM over frames, the text
+ * encoder's), which are sequential on the CPU, and the F0 / N residual
+ * blocks (in f32 whatever gpu_bf16 says). The text encoder's convolutions
+ * and the AdaLayerNorms stay on the CPU; so does the generator's harmonic source and its
  * 20-point STFT (cheap, and its phase reaches ~1e5 rad, where float32
  * rounding matters: it is computed exactly as on the CPU and uploaded). The
  * rest runs batched: pieces are padded to the longest, every kernel keeps
@@ -215,7 +218,13 @@ int64_t choir_kokoro_gpu_estimate_bytes(int n, int64_t frames);
 typedef struct choir_kokoro_gpu_stats {
     double flops, bytes, seconds;
     int64_t calls, pieces;
-    int64_t weight_bytes;   /* device bytes of the uploaded weights */
+    int64_t weight_bytes;   /* device bytes of the uploaded weights (LSTMs included) */
+    double lstm_seconds;    /* the front's LSTMs on the device (upload to download) */
+    int64_t lstm_calls;
+    double albert_seconds;  /* ALBERT on the device (upload to download) */
+    int64_t albert_calls;
+    double f0n_seconds;     /* the F0 / N residual blocks on the device */
+    int64_t f0n_calls;
 } choir_kokoro_gpu_stats;
 void choir_kokoro_gpu_get_stats(choir_kokoro_gpu *g, choir_kokoro_gpu_stats *out);
 void choir_kokoro_gpu_reset_stats(choir_kokoro_gpu *g);

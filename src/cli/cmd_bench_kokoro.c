@@ -69,6 +69,11 @@ static void print_gpu(gpu_side *gs) {
            (long long)st.calls, (long long)st.pieces, st.seconds, st.flops / 1e9, tf,
            100.0 * tf / gs->tflops_ceiling, gs->tflops_ceiling, st.bytes / 1e9, gb,
            100.0 * gb / gs->gbs_ceiling, gs->gbs_ceiling);
+    if (st.albert_calls || st.lstm_calls || st.f0n_calls)
+        printf("    gpu front: ALBERT %lld calls, %.3f s; LSTMs %lld calls, %.3f s; F0/N blocks "
+               "%lld calls, %.3f s (upload to download, serialised with the decoder)\n",
+               (long long)st.albert_calls, st.albert_seconds, (long long)st.lstm_calls,
+               st.lstm_seconds, (long long)st.f0n_calls, st.f0n_seconds);
     choir_kokoro_gpu_reset_stats(gs->g);
 #else
     (void)gs;

@@ -643,6 +643,245 @@ done:
     random_decoder_free(m);
 }
 
+/* --- the front's LSTMs ------------------------------------------------------ */
+
+/* A random bidirectional LSTM with Kokoro's gate layout (PyTorch init range
+ * 1 / sqrt(H)). */
+static void r_lstm(kk_lstm *l, int in, int h) {
+    l->in = in, l->h = h;
+    float a = 1.0f / sqrtf((float)h);
+    for (int d = 0; d < 2; d++) {
+        l->w_ih[d] = rnd(4LL * h * in, a, 0);
+        l->w_hh[d] = rnd(4LL * h * h, a, 0);
+        l->b_ih[d] = rnd(4LL * h, a, 0);
+        l->b_hh[d] = rnd(4LL * h, a, 0);
+    }
+}
+
+/* choir_cuda_bilstm on B padded sequences against choir_lstm (through
+ * kk_bilstm) on each alone: packed-sequence semantics (each reverse pass
+ * starts at its own last step), zero tails. Bound 1e-5 (f32 throughout). */
+static void check_bilstm_kernel(int64_t B, const int64_t *lens, int64_t In, int64_t H) {
+    kk_lstm l;
+    r_lstm(&l, (int)In, (int)H);
+    int64_t T = 0;
+    for (int64_t b = 0; b < B; b++) T = lens[b] > T ? lens[b] : T;
+    float *x = calloc((size_t)(B * T * In), sizeof(float));
+    float *y = malloc((size_t)(B * T * 2 * H) * sizeof(float));
+    float *wih = malloc((size_t)(8 * H * In) * sizeof(float));
+    float *whh = malloc((size_t)(8 * H * H) * sizeof(float));
+    float *bias = malloc((size_t)(8 * H) * sizeof(float));
+    float *ref[8];
+    int32_t lens32[8];
+    kk_ws *ws = kk_ws_create((int64_t)sizeof(float) * (4 * H * (T + 1) + 2 * H) + 4096, NULL);
+    for (int d = 0; d < 2; d++) {
+        memcpy(wih + d * 4 * H * In, l.w_ih[d], (size_t)(4 * H * In) * sizeof(float));
+        memcpy(whh + d * 4 * H * H, l.w_hh[d], (size_t)(4 * H * H) * sizeof(float));
+        for (int64_t i = 0; i < 4 * H; i++) bias[d * 4 * H + i] = l.b_ih[d][i] + l.b_hh[d][i];
+    }
+    for (int64_t b = 0; b < B; b++) {
+        lens32[b] = (int32_t)lens[b];
+        fill(x + b * T * In, lens[b] * In, 1.0f);
+        ref[b] = malloc((size_t)(lens[b] * 2 * H) * sizeof(float));
+        kk_bilstm(&l, x + b * T * In, lens[b], ref[b], ws);
+    }
+    choir_cuda_buf dx, dy, dwi, dwh, db, dl, ds;
+    memset(&dy, 0, sizeof dy);
+    memset(&ds, 0, sizeof ds);
+    choir_err err = {0};
+    float *px = dup_dev(&dx, x, (size_t)(B * T * In) * sizeof(float));
+    float *pwi = dup_dev(&dwi, wih, (size_t)(8 * H * In) * sizeof(float));
+    float *pwh = dup_dev(&dwh, whh, (size_t)(8 * H * H) * sizeof(float));
+    float *pb = dup_dev(&db, bias, (size_t)(8 * H) * sizeof(float));
+    float *pl = dup_dev(&dl, lens32, (size_t)B * sizeof(int32_t));
+    float *py = dup_dev(&dy, NULL, (size_t)(B * T * 2 * H) * sizeof(float));
+    float *ps = dup_dev(&ds, NULL, (size_t)choir_cuda_bilstm_scratch_floats(B, T, H) * sizeof(float));
+    char name[96];
+    snprintf(name, sizeof name, "bilstm kernel B=%lld In=%lld H=%lld", (long long)B, (long long)In,
+             (long long)H);
+    int rc = !px || !pwi || !pwh || !pb || !pl || !py || !ps || !ws;
+    if (!rc)
+        rc = choir_cuda_bilstm(cu, px, B, T, In, H, pwi, pwh, pb, (const int32_t *)pl, ps, py, &err);
+    if (!rc) rc = choir_cuda_sync(cu, &err);
+    if (rc) {
+        fail_msg(name, &err);
+    } else {
+        to_host(y, &dy, (size_t)(B * T * 2 * H) * sizeof(float));
+        /* [B, T, 2H] is [B, C = 1, T * 2H] with piece lengths lens * 2H */
+        int64_t flat[8];
+        for (int64_t b = 0; b < B; b++) flat[b] = lens[b] * 2 * H;
+        verdict(name, cmp_pieces(y, (const float *const *)ref, B, 1, T * 2 * H, flat), 1e-5);
+    }
+    if (B == 1) { /* a hidden size the kernel does not take is refused, not run */
+        choir_err e2 = {0};
+        int bad = choir_cuda_bilstm(cu, px, B, T, In, 100, pwi, pwh, pb, NULL, ps, py, &e2);
+        printf("%s  %-52s %s\n", bad == CHOIR_EINVAL ? "PASS" : "FAIL", "bilstm H=100 is refused",
+               e2.msg);
+        bad == CHOIR_EINVAL ? n_pass++ : n_fail++;
+    }
+    choir_cuda_buf *bufs[] = {&dx, &dy, &dwi, &dwh, &db, &dl, &ds};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) choir_cuda_buf_free(cu, bufs[i]);
+    for (int64_t b = 0; b < B; b++) free(ref[b]);
+    free(x), free(y), free(wih), free(whh), free(bias);
+    kk_ws_free(ws);
+    for (int i = 0; i < n_owned; i++) free(owned[i]);
+    free(owned);
+    owned = NULL, n_owned = 0;
+}
+
+/* The front on the GPU: a random decoder plus the prosody predictor's shared
+ * LSTM and F0 / N blocks. (1) kk_gpu_bilstm over three pieces at once against
+ * the CPU LSTM on each; (2) kk_f0_n with the GPU attached (the shared LSTM
+ * and the residual blocks + projections on the device, f32) against the CPU
+ * path. Bounds: LSTM 1e-5; F0 and N 1e-4 (three residual blocks each, as
+ * the decoder's output bound). The bf16 GPU keeps these blocks in f32, so
+ * (3) repeats (2) on a bf16 GPU under the same bound. */
+static void check_front(void) {
+    choir_kokoro *m = random_decoder();
+    r_lstm(&m->shared, 640, 256);
+    r_lstm(&m->dur_lstm[0], 640, 256);
+    for (int which = 0; which < 2; which++) {
+        kk_resblk *blk = which ? m->n_blk : m->f0_blk;
+        r_resblk(&blk[0], 512, 512, false);
+        r_resblk(&blk[1], 512, 256, true);
+        r_resblk(&blk[2], 256, 256, false);
+        r_conv(which ? &m->n_proj : &m->f0_proj, 256, 1, 1, true);
+    }
+    choir_err err = {0};
+    choir_kokoro_gpu *g = choir_kokoro_gpu_create(m, cu, 0, &err);
+    if (!g) {
+        fail_msg("front: choir_kokoro_gpu_create", &err);
+        random_decoder_free(m);
+        return;
+    }
+    static const int64_t lens[3] = {29, 61, 3};
+    enum { Lf = 48 };
+    float *x[3], *yg[3], *yc[3], *en = rnd(Lf * 640, 1.0f, 0), s_pro[128];
+    float f0c[2 * Lf], nc[2 * Lf], f0g[2 * Lf], ng[2 * Lf];
+    fill(s_pro, 128, 0.5f);
+    kk_ws *ws = kk_ws_create(choir_kokoro_estimate_bytes(4, Lf), NULL);
+    for (int b = 0; b < 3; b++) {
+        x[b] = rnd(lens[b] * 640, 1.0f, 0);
+        yg[b] = rnd(lens[b] * 512, 0, 0);
+        yc[b] = rnd(lens[b] * 512, 0, 0);
+        kk_bilstm(&m->dur_lstm[0], x[b], lens[b], yc[b], ws);
+    }
+    int rc = kk_gpu_bilstm(g, &m->dur_lstm[0], 3, (const float *const *)x, lens, yg, &err);
+    if (rc) {
+        fail_msg("front: kk_gpu_bilstm, 3 pieces", &err);
+    } else {
+        double num = 0, den = 0;
+        for (int b = 0; b < 3; b++) {
+            double r = rel_l2(yg[b], yc[b], lens[b] * 512);
+            double d2 = 0;
+            for (int64_t i = 0; i < lens[b] * 512; i++) d2 += (double)yc[b][i] * yc[b][i];
+            num += r * r * d2, den += d2;
+        }
+        verdict("front: LSTM, 3 pieces of 29/61/3 steps, vs CPU", sqrt(num / den), 1e-5);
+    }
+    int not_there = kk_gpu_bilstm(g, &m->te_lstm, 1, (const float *const *)x, lens, yg, &err);
+    printf("%s  %-52s rc %d\n", not_there == 1 ? "PASS" : "FAIL",
+           "front: an LSTM without weights stays on the CPU", not_there);
+    not_there == 1 ? n_pass++ : n_fail++;
+
+    choir_kokoro_gpu_stats st0, st1;
+    choir_kokoro_gpu_get_stats(g, &st0);
+    int rc_cpu = kk_f0_n(m, en, Lf, s_pro, f0c, nc, NULL, ws);
+    choir_kokoro_set_gpu(m, g);
+    int rc_gpu = kk_f0_n(m, en, Lf, s_pro, f0g, ng, NULL, ws);
+    choir_kokoro_set_gpu(m, NULL);
+    choir_kokoro_gpu_get_stats(g, &st1);
+    if (rc_cpu || rc_gpu) {
+        printf("FAIL  front: F0 / N: rc %d (CPU), %d (GPU)\n", rc_cpu, rc_gpu);
+        n_fail++;
+    } else {
+        verdict("front: F0 on the GPU (LSTM + blocks) vs CPU", rel_l2(f0g, f0c, 2 * Lf), 1e-4);
+        verdict("front: N on the GPU (LSTM + blocks) vs CPU", rel_l2(ng, nc, 2 * Lf), 1e-4);
+        bool used = st1.lstm_calls == st0.lstm_calls + 1 && st1.f0n_calls == st0.f0n_calls + 1;
+        printf("%s  %-52s LSTM %.2f ms, blocks %.2f ms\n", used ? "PASS" : "FAIL",
+               "front: the shared LSTM and the blocks ran on the device",
+               1e3 * (st1.lstm_seconds - st0.lstm_seconds),
+               1e3 * (st1.f0n_seconds - st0.f0n_seconds));
+        used ? n_pass++ : n_fail++;
+    }
+    choir_kokoro_gpu *g16 = choir_kokoro_gpu_create(m, cu, 1, &err);
+    if (!g16) {
+        fail_msg("front: choir_kokoro_gpu_create (bf16)", &err);
+    } else {
+        choir_kokoro_set_gpu(m, g16);
+        int rc16 = kk_f0_n(m, en, Lf, s_pro, f0g, ng, NULL, ws);
+        choir_kokoro_set_gpu(m, NULL);
+        if (rc16 || rc_cpu) {
+            printf("FAIL  front: F0 / N on a bf16 GPU: rc %d\n", rc16);
+            n_fail++;
+        } else {
+            verdict("front: F0 on a bf16 GPU (blocks kept f32) vs CPU", rel_l2(f0g, f0c, 2 * Lf),
+                    1e-4);
+        }
+        choir_kokoro_gpu_free(g16);
+    }
+    kk_ws_free(ws);
+    choir_kokoro_gpu_free(g);
+    random_decoder_free(m);
+}
+
+/* ALBERT on the device against the CPU: random shared layer (weights of
+ * variance 1 / fan_in), 57 ids; bert_out and d_en. Bound 1e-4 (f32 products
+ * without TF32, attention and layer norms in another summation order, twelve
+ * passes). */
+static void check_albert(void) {
+    choir_kokoro *m = random_decoder();
+    m->word_emb.w = choir_weight_f32(rnd(178 * 128, 1.0f, 0), 178, 128);
+    m->pos_emb.w = choir_weight_f32(rnd(512 * 128, 1.0f, 0), 512, 128);
+    m->type_emb.w = choir_weight_f32(rnd(2 * 128, 1.0f, 0), 2, 128);
+    m->emb_ln_w = rnd(128, 0.1f, 1.0f), m->emb_ln_b = rnd(128, 0.1f, 0);
+    kk_linear *lin[8] = {&m->map_in, &m->q, &m->k, &m->v, &m->dense, &m->ffn, &m->ffn_out,
+                         &m->bert_encoder};
+    static const int rows[8] = {768, 768, 768, 768, 768, 2048, 768, 512};
+    static const int cols[8] = {128, 768, 768, 768, 768, 768, 2048, 768};
+    for (int i = 0; i < 8; i++) {
+        lin[i]->w = choir_weight_f32(rnd((int64_t)rows[i] * cols[i], fan(cols[i]), 0), rows[i],
+                                     cols[i]);
+        lin[i]->b = rnd(rows[i], 0.1f, 0);
+    }
+    m->att_ln_w = rnd(768, 0.1f, 1.0f), m->att_ln_b = rnd(768, 0.1f, 0);
+    m->full_ln_w = rnd(768, 0.1f, 1.0f), m->full_ln_b = rnd(768, 0.1f, 0);
+    choir_err err = {0};
+    choir_kokoro_gpu *g = choir_kokoro_gpu_create(m, cu, 0, &err);
+    if (!g) {
+        fail_msg("albert: choir_kokoro_gpu_create", &err);
+        random_decoder_free(m);
+        return;
+    }
+    enum { T = 57 };
+    int32_t ids[T];
+    for (int t = 0; t < T; t++) ids[t] = (int32_t)((t * 37 + 11) % 178);
+    float *bc = rnd(T * 768, 0, 0), *bg = rnd(T * 768, 0, 0);
+    float *dc = rnd(T * 512, 0, 0), *dg = rnd(T * 512, 0, 0);
+    kk_ws *ws = kk_ws_create(choir_kokoro_estimate_bytes(T, 0), NULL);
+    choir_kokoro_gpu_stats st0, st1;
+    choir_kokoro_gpu_get_stats(g, &st0);
+    int rc_cpu = ws ? kk_albert(m, ids, T, bc, dc, ws) : CHOIR_ENOMEM;
+    choir_kokoro_set_gpu(m, g);
+    int rc_gpu = ws ? kk_albert(m, ids, T, bg, dg, ws) : CHOIR_ENOMEM;
+    choir_kokoro_set_gpu(m, NULL);
+    choir_kokoro_gpu_get_stats(g, &st1);
+    if (rc_cpu || rc_gpu) {
+        printf("FAIL  albert: rc %d (CPU), %d (GPU)\n", rc_cpu, rc_gpu);
+        n_fail++;
+    } else {
+        verdict("albert: bert_out GPU vs CPU (57 ids)", rel_l2(bg, bc, T * 768), 1e-4);
+        verdict("albert: d_en GPU vs CPU (57 ids)", rel_l2(dg, dc, T * 512), 1e-4);
+        bool used = st1.albert_calls == st0.albert_calls + 1;
+        printf("%s  %-52s %.2f ms\n", used ? "PASS" : "FAIL", "albert: ran on the device",
+               1e3 * (st1.albert_seconds - st0.albert_seconds));
+        used ? n_pass++ : n_fail++;
+    }
+    kk_ws_free(ws);
+    choir_kokoro_gpu_free(g);
+    random_decoder_free(m);
+}
+
 int main(void) {
     if (choir_cuda_device_count() < 1) {
         printf("SKIP  no CUDA device\n");
@@ -666,6 +905,14 @@ int main(void) {
     check_adain_and_elementwise();
     check_istft();
     check_model();
+    {
+        static const int64_t one[1] = {37}, three[3] = {23, 41, 7};
+        check_bilstm_kernel(1, one, 640, 256);
+        check_bilstm_kernel(3, three, 640, 256);
+        check_bilstm_kernel(3, three, 512, 512);
+    }
+    check_front();
+    check_albert();
     choir_cuda_free(cu);
     printf("%d passed, %d failed\n%s\n", n_pass, n_fail,
            n_fail ? "kokoro gpu check: FAIL" : "kokoro gpu check: PASS");

@@ -18,7 +18,11 @@
  *
  * Device memory: the weights (uploaded once), and one activation block kept
  * between calls and grown to the largest batch seen, handed out in order with
- * marks like the CPU workspace (kk_ws). */
+ * marks like the CPU workspace (kk_ws).
+ *
+ * The front's ALBERT and LSTMs live in kokoro_cuda_front.c; kk_gpu_albert and
+ * kk_gpu_bilstm below run them under the same mutex (one stream, one cuBLAS
+ * handle). */
 #include "choir/kokoro.h"
 
 #ifdef CHOIR_HAVE_CUDA
@@ -90,6 +94,19 @@ struct choir_kokoro_gpu {
     int n_adains;
     int64_t gb_stride; /* floats of one piece's projections */
 
+    kg_front *front;      /* the front's ALBERT and LSTMs (kokoro_cuda_front.c) */
+
+    /* The prosody predictor's F0 / N residual blocks and projections (f32
+     * always: F0 feeds the phase-sensitive source), with their own AdaIN
+     * list (style projections of s_pro, not of the decoder's style).
+     * front_upload routes up_adain and up_conv there while they upload. */
+    bool has_f0n, front_upload;
+    kg_resblk f0_blk[3], n_blk[3];
+    kg_conv f0_proj, n_proj;
+    kg_adain *f0n_adains[16];
+    int n_f0n_adains;
+    int64_t f0n_gb_stride;
+
     choir_cuda_buf *bufs; /* weight buffers */
     int n_bufs, cap_bufs;
     int64_t weight_bytes;
@@ -154,7 +171,7 @@ static int up_conv(choir_kokoro_gpu *g, const kk_conv *c, int64_t n_w, bool gemm
     out->cin = c->cin, out->cout = c->cout, out->k = c->k;
     if (!c->w) return 0;
     int rc;
-    if (g->bf16 && gemm) {
+    if (g->bf16 && gemm && !g->front_upload) {
         uint16_t *h = choir_alloc(CHOIR_MEM_OTHER, (size_t)n_w * sizeof *h);
         if (!h) return choir_err_set(err, CHOIR_ENOMEM, "kokoro gpu: out of host memory");
         for (int64_t i = 0; i < n_w; i++) h[i] = to_bf16(c->w[i]);
@@ -172,11 +189,15 @@ static int up_adain(choir_kokoro_gpu *g, const kk_adain *a, kg_adain *out, choir
     memset(out, 0, sizeof *out);
     out->host = a;
     out->C = a->C;
-    if (g->n_adains == (int)(sizeof g->adains / sizeof g->adains[0]))
-        return choir_err_set(err, CHOIR_EINTERNAL, "kokoro gpu: too many AdaIN layers");
-    out->gb_off = g->gb_stride;
-    g->gb_stride += 2 * (int64_t)a->C;
-    g->adains[g->n_adains++] = out;
+    kg_adain **list = g->front_upload ? g->f0n_adains : g->adains;
+    int *n = g->front_upload ? &g->n_f0n_adains : &g->n_adains;
+    int64_t *stride = g->front_upload ? &g->f0n_gb_stride : &g->gb_stride;
+    int cap = g->front_upload ? (int)(sizeof g->f0n_adains / sizeof g->f0n_adains[0])
+                              : (int)(sizeof g->adains / sizeof g->adains[0]);
+    if (*n == cap) return choir_err_set(err, CHOIR_EINTERNAL, "kokoro gpu: too many AdaIN layers");
+    out->gb_off = *stride;
+    *stride += 2 * (int64_t)a->C;
+    list[(*n)++] = out;
     int rc = up_f32(g, a->norm_w, a->C, &out->norm_w, err);
     if (!rc) rc = up_f32(g, a->norm_b, a->C, &out->norm_b, err);
     return rc;
@@ -246,16 +267,30 @@ choir_kokoro_gpu *choir_kokoro_gpu_create(const choir_kokoro *m, choir_cuda *cu,
         rc = up_conv(g, &m->conv_post,
                      (int64_t)m->conv_post.cout * m->conv_post.cin * m->conv_post.k, true,
                      &g->conv_post, err);
+    if (!rc && !(g->front = kg_front_create(m, cu, err))) rc = err ? err->code : CHOIR_ENOMEM;
+    /* the F0 / N blocks, when the model has a prosody predictor */
+    g->has_f0n = m->f0_blk[0].conv1.w && m->n_blk[0].conv1.w && m->f0_proj.w && m->n_proj.w;
+    if (!rc && g->has_f0n) {
+        g->front_upload = true;
+        for (int i = 0; i < 3 && !rc; i++) {
+            rc = up_resblk(g, &m->f0_blk[i], &g->f0_blk[i], err);
+            if (!rc) rc = up_resblk(g, &m->n_blk[i], &g->n_blk[i], err);
+        }
+        if (!rc) rc = up_conv(g, &m->f0_proj, 256, true, &g->f0_proj, err);
+        if (!rc) rc = up_conv(g, &m->n_proj, 256, true, &g->n_proj, err);
+        g->front_upload = false;
+    }
     if (!rc) rc = choir_cuda_sync(cu, err);
     if (rc) {
         choir_err_prefix(err, "kokoro gpu: uploading the decoder");
         choir_kokoro_gpu_free(g);
         return NULL;
     }
-    g->stats.weight_bytes = g->weight_bytes;
-    CHOIR_LOGI("kokoro gpu: decoder weights %.1f MB on %s (%s convolutions), %d AdaIN layers",
+    g->stats.weight_bytes = g->weight_bytes + kg_front_weight_bytes(g->front);
+    CHOIR_LOGI("kokoro gpu: decoder weights %.1f MB on %s (%s convolutions), %d AdaIN layers; "
+               "front LSTMs %.1f MB",
                (double)g->weight_bytes / 1e6, choir_cuda_get_props(cu)->name,
-               g->bf16 ? "bf16" : "f32", g->n_adains);
+               g->bf16 ? "bf16" : "f32", g->n_adains, (double)kg_front_weight_bytes(g->front) / 1e6);
     return g;
 }
 
@@ -263,6 +298,7 @@ void choir_kokoro_gpu_free(choir_kokoro_gpu *g) {
     if (!g) return;
     for (int i = 0; i < g->n_bufs; i++) choir_cuda_buf_free(g->cu, &g->bufs[i]);
     choir_cuda_buf_free(g->cu, &g->act);
+    kg_front_free(g->front, g->cu);
     choir_free(g->bufs);
     pthread_mutex_destroy(&g->mu);
     choir_free(g);
@@ -301,7 +337,7 @@ void choir_kokoro_gpu_get_stats(choir_kokoro_gpu *g, choir_kokoro_gpu_stats *out
 
 void choir_kokoro_gpu_reset_stats(choir_kokoro_gpu *g) {
     pthread_mutex_lock(&g->mu);
-    int64_t wb = g->stats.weight_bytes;
+    const int64_t wb = g->stats.weight_bytes;
     memset(&g->stats, 0, sizeof g->stats);
     g->stats.weight_bytes = wb;
     pthread_mutex_unlock(&g->mu);
@@ -753,6 +789,115 @@ int kk_gpu_decode_traced(choir_kokoro_gpu *g, const choir_kokoro_decode_input *i
 int choir_kokoro_gpu_decode(choir_kokoro_gpu *g, const choir_kokoro_decode_input *in, int n,
                             float **audio, choir_err *err) {
     return kk_gpu_decode_traced(g, in, n, audio, NULL, NULL, err);
+}
+
+/* The F0 / N residual blocks on the device for one piece: x [512, L] (the
+ * shared LSTM's output, channels first), s_pro -> f0, n [2L], as kk_f0_n
+ * after its LSTM. Uses the activation block (grown here if needed; the
+ * caller holds the mutex, so no decode is using it). */
+static int f0n_locked(choir_kokoro_gpu *g, const float *x, int64_t L, const float *s_pro,
+                      float *f0, float *n, choir_err *err) {
+    const double flops = g->stats.flops, bytes = g->stats.bytes; /* the decoder's figures */
+    const int64_t G = g->f0n_gb_stride;
+    /* host staging: lens [L, 2L] | style projections [G] | x [512, L], each
+     * part starting on a 256-byte boundary */
+    const size_t o_gb = 64, o_x = o_gb + ((size_t)G + 63) / 64 * 64;
+    const size_t n_host = o_x + 512 * (size_t)L;
+    float *host = choir_alloc(CHOIR_MEM_ACTIVATIONS, n_host * sizeof(float));
+    if (!host) return choir_err_set(err, CHOIR_ENOMEM, "kokoro gpu: out of host memory");
+    int32_t lens[2] = {(int32_t)L, (int32_t)(2 * L)};
+    memcpy(host, lens, sizeof lens);
+    float *gb = host + o_gb;
+    for (int a = 0; a < g->n_f0n_adains; a++) {
+        const kk_adain *h = g->f0n_adains[a]->host;
+        choir_linear(s_pro, 1, &h->fc.w, h->fc.b, gb + g->f0n_adains[a]->gb_off);
+    }
+    memcpy(host + o_x, x, 512 * (size_t)L * sizeof(float));
+
+    /* device: the staging copy, then a, b [512, 2L] and resblk's three
+     * temporaries of up to [512, 2L], the projections [2, 2L]; with margin */
+    size_t need = (n_host + 6 * 1024 * (size_t)(L + 1) + 4 * 4096) * sizeof(float) + KG_FIXED_BYTES;
+    int rc = 0;
+    g->err = err;
+    if (g->act.bytes < need) {
+        choir_cuda_buf_free(g->cu, &g->act);
+        if ((rc = choir_cuda_buf_alloc(g->cu, need, &g->act, err))) goto done;
+    }
+    g->act_used = 0;
+    g->act_exhausted = false;
+    float *d_in = act_floats(g, (int64_t)n_host);
+    float *a = act_floats(g, 1024 * L), *b = act_floats(g, 1024 * L), *fn = act_floats(g, 4 * L);
+    if (!d_in || !a || !b || !fn) {
+        rc = CHOIR_ENOMEM;
+        goto done;
+    }
+    if ((rc = upload_to(g, d_in, host, n_host * sizeof(float)))) goto done;
+    const int32_t *len_L = (const int32_t *)d_in, *len_2L = len_L + 1;
+    const float *d_gb = d_in + o_gb, *d_x = d_in + o_x;
+    for (int which = 0; which < 2 && !rc; which++) {
+        const kg_resblk *blk = which ? g->n_blk : g->f0_blk;
+        if (!rc) rc = resblk(g, &blk[0], d_x, 1, L, len_L, len_L, d_gb, a);        /* [512, L] */
+        if (!rc) rc = resblk(g, &blk[1], a, 1, L, len_L, len_2L, d_gb, b);         /* [256, 2L] */
+        if (!rc) rc = resblk(g, &blk[2], b, 1, 2 * L, len_2L, len_2L, d_gb, a);    /* [256, 2L] */
+        if (!rc)
+            rc = conv(g, which ? &g->n_proj : &g->f0_proj, a, 1, 2 * L, 1, 0, 1, len_2L,
+                      fn + which * 2 * L);
+    }
+    if (!rc) {
+        choir_cuda_buf whole = g->act;
+        size_t off = (size_t)((char *)fn - (char *)g->act.ptr);
+        rc = choir_cuda_download(g->cu, f0, &whole, off, 2 * (size_t)L * sizeof(float), err);
+        if (!rc)
+            rc = choir_cuda_download(g->cu, n, &whole, off + 2 * (size_t)L * sizeof(float),
+                                     2 * (size_t)L * sizeof(float), err);
+    }
+done:
+    if (rc == CHOIR_ENOMEM && err && !err->code)
+        choir_err_set(err, rc, "kokoro gpu: out of device memory for F0 / N (%lld frames)",
+                      (long long)L);
+    g->stats.flops = flops, g->stats.bytes = bytes;
+    g->err = NULL;
+    choir_free(host);
+    return rc;
+}
+
+int kk_gpu_f0n_blocks(choir_kokoro_gpu *g, const float *x, int64_t L, const float *s_pro,
+                      float *f0, float *n, choir_err *err) {
+    if (!g || !g->has_f0n) return 1;
+    pthread_mutex_lock(&g->mu);
+    double t0 = choir_now_s();
+    int rc = choir_cuda_make_current(g->cu, err);
+    if (!rc) rc = f0n_locked(g, x, L, s_pro, f0, n, err);
+    g->stats.f0n_seconds += choir_now_s() - t0;
+    g->stats.f0n_calls++;
+    pthread_mutex_unlock(&g->mu);
+    return rc;
+}
+
+int kk_gpu_albert(choir_kokoro_gpu *g, const float *emb, int64_t T, float *bert, float *d_en,
+                  choir_err *err) {
+    if (!g || !kg_front_has_albert(g->front)) return 1;
+    pthread_mutex_lock(&g->mu);
+    double t0 = choir_now_s();
+    int rc = choir_cuda_make_current(g->cu, err);
+    if (!rc) rc = kg_front_albert(g->front, g->cu, emb, T, bert, d_en, err);
+    g->stats.albert_seconds += choir_now_s() - t0;
+    g->stats.albert_calls++;
+    pthread_mutex_unlock(&g->mu);
+    return rc;
+}
+
+int kk_gpu_bilstm(choir_kokoro_gpu *g, const kk_lstm *l, int n, const float *const *x,
+                  const int64_t *T, float *const *y, choir_err *err) {
+    if (!g || !kg_front_has(g->front, l)) return 1;
+    pthread_mutex_lock(&g->mu);
+    double t0 = choir_now_s();
+    int rc = choir_cuda_make_current(g->cu, err);
+    if (!rc) rc = kg_front_bilstm(g->front, g->cu, l, n, x, T, y, err);
+    g->stats.lstm_seconds += choir_now_s() - t0;
+    g->stats.lstm_calls++;
+    pthread_mutex_unlock(&g->mu);
+    return rc;
 }
 
 #endif /* CHOIR_HAVE_CUDA */

@@ -9,6 +9,8 @@
  *
  * Each block is one function below, in that order. */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "choir/alloc.h"
@@ -25,8 +27,25 @@
         }                                                                   \
     } while (0)
 
-/* ALBERT (one shared layer, applied 12 times): ids[T] -> h[T, 768] */
-static int albert(const choir_kokoro *m, const int32_t *ids, int64_t T, float *h, kk_ws *ws) {
+/* ALBERT's embeddings: ids[T] -> e[T, 128] (word + type 0 + position, then
+ * LayerNorm). type0 and row: scratch of 128 floats each. */
+static void albert_embed(const choir_kokoro *m, const int32_t *ids, int64_t T, float *e,
+                         float *type0, float *row) {
+    choir_weight_row_f32(&m->type_emb.w, 0, type0);
+    for (int64_t t = 0; t < T; t++) {
+        float *et = e + t * KK_BERT_EMB;
+        choir_weight_row_f32(&m->word_emb.w, ids[t], et);
+        choir_weight_row_f32(&m->pos_emb.w, t, row);
+        for (int i = 0; i < KK_BERT_EMB; i++) et[i] = (et[i] + type0[i]) + row[i];
+    }
+    choir_layer_norm(e, e, T, KK_BERT_EMB, m->emb_ln_w, m->emb_ln_b, 1e-12f);
+}
+
+/* ALBERT (one shared layer, applied 12 times): ids[T] -> h[T, 768] and
+ * d_en[T, 512] = bert_encoder(h). With a GPU attached the layers run there
+ * (kokoro_cuda_front.c) from the CPU's embeddings. */
+int kk_albert(const choir_kokoro *m, const int32_t *ids, int64_t T, float *h, float *d_en,
+              kk_ws *ws) {
     size_t mark = kk_ws_mark(ws);
     float *e = kk_ws_floats(ws, T * KK_BERT_EMB);          /* [T,128] */
     float *row = kk_ws_floats(ws, KK_BERT_EMB);
@@ -38,15 +57,18 @@ static int albert(const choir_kokoro *m, const int32_t *ids, int64_t T, float *h
     float *ff = kk_ws_floats(ws, T * KK_BERT_FF);          /* [T,2048] */
     if (!e || !row || !q || !k || !v || !ctx || !a || !ff) return CHOIR_ENOMEM;
 
-    float *type0 = ctx; /* free until the first layer */
-    choir_weight_row_f32(&m->type_emb.w, 0, type0);
-    for (int64_t t = 0; t < T; t++) {
-        float *et = e + t * KK_BERT_EMB;
-        choir_weight_row_f32(&m->word_emb.w, ids[t], et);
-        choir_weight_row_f32(&m->pos_emb.w, t, row);
-        for (int i = 0; i < KK_BERT_EMB; i++) et[i] = (et[i] + type0[i]) + row[i];
+    albert_embed(m, ids, T, e, ctx /* free until the first layer */, row);
+#ifdef CHOIR_HAVE_CUDA
+    if (m->gpu) {
+        choir_err err = {0};
+        int rc = kk_gpu_albert(m->gpu, e, T, h, d_en, &err);
+        if (rc <= 0) {
+            if (rc) CHOIR_LOGE("kokoro: ALBERT on the GPU: %s", err.msg);
+            kk_ws_release(ws, mark);
+            return rc;
+        }
     }
-    choir_layer_norm(e, e, T, KK_BERT_EMB, m->emb_ln_w, m->emb_ln_b, 1e-12f);
+#endif
     choir_linear(e, T, &m->map_in.w, m->map_in.b, h);
 
     const int64_t dh = KK_BERT / KK_BERT_HEADS;
@@ -65,8 +87,27 @@ static int albert(const choir_kokoro *m, const int32_t *ids, int64_t T, float *h
         choir_add(h, a, h, T * KK_BERT);
         choir_layer_norm(h, h, T, KK_BERT, m->full_ln_w, m->full_ln_b, 1e-12f);
     }
+    choir_linear(h, T, &m->bert_encoder.w, m->bert_encoder.b, d_en);
     kk_ws_release(ws, mark);
     return 0;
+}
+
+/* kk_bilstm, on the GPU when one is attached and holds this LSTM's weights
+ * (kokoro_cuda_front.c); the CPU path is untouched otherwise. A device
+ * failure is an error (logged: the front's functions return codes only). */
+static int front_bilstm(const choir_kokoro *m, const kk_lstm *l, const float *x, int64_t T,
+                        float *y, kk_ws *ws) {
+#ifdef CHOIR_HAVE_CUDA
+    if (m->gpu) {
+        choir_err err = {0};
+        int rc = kk_gpu_bilstm(m->gpu, l, 1, &x, &T, &y, &err);
+        if (rc <= 0) {
+            if (rc) CHOIR_LOGE("kokoro: LSTM on the GPU: %s", err.msg);
+            return rc;
+        }
+    }
+#endif
+    return kk_bilstm(l, x, T, y, ws);
 }
 
 /* x[T, 640] = [y[t] (512) ; style (128)] per time step */
@@ -85,7 +126,7 @@ static int duration_encoder(const choir_kokoro *m, const float *d_en, int64_t T,
     if (!y) return CHOIR_ENOMEM;
     concat_style(d_en, T, s_pro, d);
     for (int l = 0; l < 3; l++) {
-        int rc = kk_bilstm(&m->dur_lstm[l], d, T, y, ws);
+        int rc = front_bilstm(m, &m->dur_lstm[l], d, T, y, ws);
         if (!rc) rc = kk_ada_layer_norm(&m->dur_norm[l], y, T, s_pro, ws);
         if (rc) return rc;
         concat_style(y, T, s_pro, d);
@@ -102,7 +143,7 @@ static int durations(const choir_kokoro *m, const float *d, int64_t T, float spe
     float *h = kk_ws_floats(ws, T * KK_HIDDEN);      /* [T,512] */
     float *logits = kk_ws_floats(ws, T * KK_MAX_DUR); /* [T,50] */
     if (!h || !logits) return CHOIR_ENOMEM;
-    int rc = kk_bilstm(&m->pred_lstm, d, T, h, ws);
+    int rc = front_bilstm(m, &m->pred_lstm, d, T, h, ws);
     if (rc) return rc;
     choir_linear(h, T, &m->dur_proj.w, m->dur_proj.b, logits);
     choir_sigmoid(logits, T * KK_MAX_DUR);
@@ -118,17 +159,30 @@ static int durations(const choir_kokoro *m, const float *d, int64_t T, float spe
 }
 
 /* F0 and N curves: en[L, 640], s_pro -> F0[2L], N[2L] */
-static int f0_n(const choir_kokoro *m, const float *en, int64_t L, const float *s_pro, float *f0,
-                float *n, kk_ws *ws) {
+int kk_f0_n(const choir_kokoro *m, const float *en, int64_t L, const float *s_pro, float *f0,
+            float *n, double *t_lstm, kk_ws *ws) {
     size_t mark = kk_ws_mark(ws);
     float *h = kk_ws_floats(ws, L * KK_HIDDEN);        /* [L,512] */
     float *x = kk_ws_floats(ws, KK_HIDDEN * L);        /* [512,L] */
     float *a = kk_ws_floats(ws, KK_HIDDEN * 2 * L);    /* [512, L] then [256, 2L] */
     float *b = kk_ws_floats(ws, KK_HIDDEN * 2 * L);
     if (!h || !x || !a || !b) return CHOIR_ENOMEM;
-    int rc = kk_bilstm(&m->shared, en, L, h, ws);
+    double t0 = choir_now_s();
+    int rc = front_bilstm(m, &m->shared, en, L, h, ws);
     if (rc) return rc;
+    if (t_lstm) *t_lstm = choir_now_s() - t0;
     kk_transpose(h, L, KK_HIDDEN, x);
+#ifdef CHOIR_HAVE_CUDA
+    if (m->gpu) {
+        choir_err err = {0};
+        rc = kk_gpu_f0n_blocks(m->gpu, x, L, s_pro, f0, n, &err);
+        if (rc <= 0) {
+            if (rc) CHOIR_LOGE("kokoro: F0 / N blocks on the GPU: %s", err.msg);
+            kk_ws_release(ws, mark);
+            return rc;
+        }
+    }
+#endif
     for (int which = 0; which < 2; which++) {
         const kk_resblk *blk = which ? m->n_blk : m->f0_blk;
         if ((rc = kk_resblk_forward(&blk[0], x, L, s_pro, a, ws))) return rc;      /* [512, L] */
@@ -160,7 +214,7 @@ static int text_encoder(const choir_kokoro *m, const int32_t *ids, int64_t T, fl
         kk_transpose(tc, T, KK_HIDDEN, x);
     }
     /* tc is [T, 512] after the last block */
-    int rc = kk_bilstm(&m->te_lstm, tc, T, y, ws);
+    int rc = front_bilstm(m, &m->te_lstm, tc, T, y, ws);
     if (rc) return rc;
     kk_transpose(y, T, KK_HIDDEN, t_en);
     kk_ws_release(ws, mark);
@@ -225,6 +279,60 @@ void kk_piece_free(kk_piece *pc) {
     memset(pc, 0, sizeof *pc);
 }
 
+/* The seeded noise, in parallel chunks on the default pool (inline when the
+ * pool is busy, as under a batch). Bit-identical to one kk_gaussian_fill:
+ * its splitmix64 state after k draws is seed + k * 0x9E3779B97F4A7C15 and
+ * every pair of values takes two draws, so a chunk starting at an even
+ * offset o is kk_gaussian_fill with seed + o * that constant. */
+typedef struct noise_job {
+    float *x;
+    int64_t n;
+    uint64_t seed;
+} noise_job;
+
+#define KK_NOISE_CHUNK ((int64_t)1 << 18) /* even */
+
+static void noise_range(void *ctx, int64_t begin, int64_t end, int worker) {
+    (void)worker;
+    const noise_job *j = ctx;
+    for (int64_t c = begin; c < end; c++) {
+        int64_t o = c * KK_NOISE_CHUNK, len = j->n - o < KK_NOISE_CHUNK ? j->n - o : KK_NOISE_CHUNK;
+        kk_gaussian_fill(j->x + o, len, j->seed + (uint64_t)o * 0x9E3779B97F4A7C15ULL);
+    }
+}
+
+void kk_noise_fill(float *x, int64_t n, uint64_t seed) {
+    noise_job j = {x, n, seed};
+    int64_t chunks = (n + KK_NOISE_CHUNK - 1) / KK_NOISE_CHUNK;
+    if (chunks <= 1)
+        kk_gaussian_fill(x, n, seed);
+    else
+        choir_pool_parallel_for(choir_pool_default(), chunks, 1, noise_range, &j);
+}
+
+/* One line per piece: milliseconds per front stage (clk: the clocks after
+ * start, ALBERT, duration encoder, durations, alignment, text encoder,
+ * en gather, F0 / N; t_shared: the shared LSTM inside F0 / N). */
+static void log_front_profile(int n_ids, int64_t L, const double *clk, double t_shared,
+                              double t_end) {
+    const char *env = getenv("CHOIR_KOKORO_PROFILE");
+    bool loud = env && env[0] && strcmp(env, "0") != 0;
+    char line[320];
+    snprintf(line, sizeof line,
+             "kokoro front: %d ids, %lld frames: albert %.1f, duration lstms %.1f, durations "
+             "%.1f, text encoder %.1f, f0/n %.1f (shared lstm %.1f, blocks %.1f), align + noise "
+             "%.1f ms; total %.1f ms",
+             n_ids, (long long)L, 1e3 * (clk[1] - clk[0]), 1e3 * (clk[2] - clk[1]),
+             1e3 * (clk[3] - clk[2]), 1e3 * (clk[5] - clk[4]), 1e3 * (clk[7] - clk[6]),
+             1e3 * t_shared, 1e3 * (clk[7] - clk[6] - t_shared),
+             1e3 * ((clk[4] - clk[3]) + (clk[6] - clk[5]) + (t_end - clk[7])),
+             1e3 * (t_end - clk[0]));
+    if (loud)
+        fprintf(stderr, "%s\n", line);
+    else
+        CHOIR_LOGD("%s", line);
+}
+
 int kk_front(const choir_kokoro *m, const int32_t *ids, int n_ids, const float *style,
              const choir_kokoro_params *params, kk_piece *out, choir_err *err) {
     choir_kokoro_params defaults = choir_kokoro_default_params();
@@ -245,6 +353,9 @@ int kk_front(const choir_kokoro *m, const int32_t *ids, int n_ids, const float *
                                  (int)ids[i], i, KK_NTOKEN - 1);
     const int64_t T = n_ids;
     const float *s_pro = style + KK_STYLE;
+    /* Stage clocks, logged at debug level or on stderr under
+     * CHOIR_KOKORO_PROFILE=1 (the profile behind docs/kokoro.md "GPU"). */
+    double clk[8] = {choir_now_s()}, t_shared = 0;
 
     /* text side: everything that depends on T only */
     ws = kk_ws_create(choir_kokoro_estimate_bytes(n_ids, 0), err);
@@ -257,16 +368,18 @@ int kk_front(const choir_kokoro *m, const int32_t *ids, int n_ids, const float *
     int32_t *pred_dur = (int32_t *)kk_ws_floats(ws, T);
     if (!bert || !d_en || !d || !dur || !t_en || !pred_dur) goto nomem;
 
-    if ((rc = albert(m, ids, T, bert, ws))) goto fail;
+    if ((rc = kk_albert(m, ids, T, bert, d_en, ws))) goto fail;
+    clk[1] = choir_now_s();
     TRACE(p, "bert_out", bert, 2, T, KK_BERT);
-    choir_linear(bert, T, &m->bert_encoder.w, m->bert_encoder.b, d_en);
     if (p->trace) {
         kk_transpose(d_en, T, KK_HIDDEN, t_en); /* t_en is free scratch until the text encoder */
         TRACE(p, "d_en", t_en, 2, KK_HIDDEN, T);
     }
     if ((rc = duration_encoder(m, d_en, T, s_pro, d, ws))) goto fail;
+    clk[2] = choir_now_s();
     TRACE(p, "duration_encoder_out", d, 2, T, KK_HIDDEN + KK_STYLE);
     if ((rc = durations(m, d, T, p->speed, dur, pred_dur, ws))) goto fail;
+    clk[3] = choir_now_s();
     TRACE(p, "duration", dur, 1, T);
     if (p->trace) {
         for (int64_t t = 0; t < T; t++) dur[t] = (float)pred_dur[t]; /* dur is not needed again */
@@ -284,7 +397,9 @@ int kk_front(const choir_kokoro *m, const int32_t *ids, int n_ids, const float *
     }
     int64_t L = 0;
     for (int64_t t = 0; t < T; t++) L += pred_dur[t];
+    clk[4] = choir_now_s();
     if ((rc = text_encoder(m, ids, T, t_en, ws))) goto fail;
+    clk[5] = choir_now_s();
     TRACE(p, "text_encoder_out", t_en, 2, KK_HIDDEN, T);
 
     /* acoustic side up to the decoder: L frames */
@@ -315,20 +430,26 @@ int kk_front(const choir_kokoro *m, const int32_t *ids, int n_ids, const float *
             memcpy(en + j * C_d, d + t * C_d, (size_t)C_d * sizeof(float));
             for (int64_t c = 0; c < KK_HIDDEN; c++) asr[c * L + j] = t_en[c * T + t];
         }
-    rc = f0_n(m, en, L, s_pro, out->f0, out->n, ws2);
+    clk[6] = choir_now_s();
+    rc = kk_f0_n(m, en, L, s_pro, out->f0, out->n, &t_shared, ws2);
     kk_ws_free(ws2);
     if (rc) goto fail;
     TRACE(p, "F0_pred", out->f0, 1, 2 * L);
     TRACE(p, "N_pred", out->n, 1, 2 * L);
     TRACE(p, "asr", asr, 2, KK_HIDDEN, L);
+    clk[7] = choir_now_s();
     if (out->noise)
-        kk_gaussian_fill(out->noise, L * CHOIR_KOKORO_SAMPLES_PER_FRAME * KK_HARMONICS, p->seed);
+        kk_noise_fill(out->noise, L * CHOIR_KOKORO_SAMPLES_PER_FRAME * KK_HARMONICS, p->seed);
     kk_ws_free(ws);
+    log_front_profile(n_ids, L, clk, t_shared, choir_now_s());
     return 0;
 nomem:
     rc = CHOIR_ENOMEM;
 fail:
-    if (rc == CHOIR_ENOMEM) choir_err_set(err, CHOIR_ENOMEM, "kokoro: out of memory (%d ids)", n_ids);
+    if (rc == CHOIR_ENOMEM)
+        choir_err_set(err, CHOIR_ENOMEM, "kokoro: out of memory (%d ids)", n_ids);
+    else if (err && !err->code)
+        choir_err_set(err, rc, "kokoro: the front failed (code %d; the log says where)", rc);
     kk_piece_free(out);
     kk_ws_free(ws);
     return rc;

@@ -177,6 +177,9 @@ int kk_decoder(const choir_kokoro *m, const float *asr, int64_t L, const float *
 
 /* Fills n standard normal floats from a seeded generator (deterministic). */
 void kk_gaussian_fill(float *x, int64_t n, uint64_t seed);
+/* The same values as kk_gaussian_fill, filled in parallel chunks on the
+ * default pool (kokoro_forward.c); what the front uses for seeded noise. */
+void kk_noise_fill(float *x, int64_t n, uint64_t seed);
 
 /* --- loader internals (kokoro_load.c) ----------------------------------- */
 int kk_load_vocab(choir_kokoro *m, const char *config_path, choir_err *err);
@@ -218,6 +221,56 @@ typedef void (*kk_gpu_trace_fn)(void *user, int piece, const char *stage, const 
                                 int64_t C, int64_t T);
 int kk_gpu_decode_traced(struct choir_kokoro_gpu *g, const choir_kokoro_decode_input *in, int n,
                          float **audio, kk_gpu_trace_fn trace, void *user, choir_err *err);
+#endif
+
+/* --- the front's LSTMs on the GPU (kokoro_cuda_front.c, kokoro_cuda.c) --- */
+
+/* F0 and N curves from the aligned features (the prosody predictor's shared
+ * LSTM, then the F0 / N residual blocks and projections): en[L, 640],
+ * s_pro[128] -> f0[2L] (Hz), n[2L]. The shared LSTM runs on the GPU when one
+ * is attached. Workspace: 5 x 512 L floats and the CPU LSTM's 4H (L + 1)
+ * + 2H (choir_kokoro_estimate_bytes(0, L) covers it). t_lstm receives the
+ * LSTM's seconds (may be NULL). */
+/* ALBERT and bert_encoder: ids[T] (valid ids) -> bert[T, 768],
+ * d_en[T, 512]; on the GPU (from the CPU's embeddings) when one is attached.
+ * Workspace: ~ (5 x 768 + 2048 + 256) T floats. */
+int kk_albert(const choir_kokoro *m, const int32_t *ids, int64_t T, float *bert, float *d_en,
+              kk_ws *ws);
+
+int kk_f0_n(const choir_kokoro *m, const float *en, int64_t L, const float *s_pro, float *f0,
+            float *n, double *t_lstm, kk_ws *ws);
+
+#ifdef CHOIR_HAVE_CUDA
+#include "choir/cuda.h"
+/* The front's BiLSTM weights on the device (those the model has), and one
+ * grown work buffer. Callers hold the GPU's mutex. */
+typedef struct kg_front kg_front;
+kg_front *kg_front_create(const choir_kokoro *m, choir_cuda *cu, choir_err *err);
+void kg_front_free(kg_front *f, choir_cuda *cu);
+int64_t kg_front_weight_bytes(const kg_front *f);
+bool kg_front_has(const kg_front *f, const kk_lstm *l);
+/* y[b] [T[b], 2H] = kk_bilstm(l, x[b] [T[b], In]) for b < n, one batch on
+ * the device (host pointers in and out). */
+int kg_front_bilstm(kg_front *f, choir_cuda *cu, const kk_lstm *l, int n, const float *const *x,
+                    const int64_t *T, float *const *y, choir_err *err);
+bool kg_front_has_albert(const kg_front *f);
+/* ALBERT from its normalised embeddings emb [T, 128] (host): bert [T, 768]
+ * (the last layer's output) and d_en [T, 512] = bert_encoder(bert), host. */
+int kg_front_albert(kg_front *f, choir_cuda *cu, const float *emb, int64_t T, float *bert,
+                    float *d_en, choir_err *err);
+/* kg_front_albert under the GPU's mutex; 1 (nothing done) when ALBERT is not
+ * on the device. */
+int kk_gpu_albert(struct choir_kokoro_gpu *g, const float *emb, int64_t T, float *bert,
+                  float *d_en, choir_err *err);
+/* kk_f0_n after its LSTM, on the device (f32): x [512, L] (the LSTM's
+ * output, channels first), s_pro [128] -> f0, n [2L] (host). 1 (nothing
+ * done) when the model's F0 / N blocks are not on the device. */
+int kk_gpu_f0n_blocks(struct choir_kokoro_gpu *g, const float *x, int64_t L, const float *s_pro,
+                      float *f0, float *n, choir_err *err);
+/* kg_front_bilstm under the GPU's mutex, on the GPU's context; 1 (nothing
+ * done) when that LSTM is not on the device, so the caller runs the CPU's. */
+int kk_gpu_bilstm(struct choir_kokoro_gpu *g, const kk_lstm *l, int n, const float *const *x,
+                  const int64_t *T, float *const *y, choir_err *err);
 #endif
 
 #endif

@@ -8,8 +8,9 @@
  * LSTM, instance norm and attention sees exactly its own sequence.
  *
  * With a GPU attached (choir_kokoro_set_gpu), the items' text and prosody
- * sides still run concurrently on the CPU, and then all their decoders run as
- * one padded batch on the device (choir_kokoro_gpu_decode). */
+ * sides still run concurrently on the CPU pool, each sending its ALBERT and
+ * LSTMs to the device (one call each, serialised there), and then all their
+ * decoders run as one padded batch on the device (choir_kokoro_gpu_decode). */
 #include <string.h>
 
 #include "choir/alloc.h"

@@ -486,3 +486,111 @@ int choir_cuda_istft_magphase(choir_cuda *cu, const float *P, int64_t B, int64_t
                                                              out);
     return choir_cuda_check_launch(err, "istft");
 }
+
+/* --- bidirectional LSTM ----------------------------------------------------- */
+
+#define LSTM_MAX_KPL 16 /* hidden values per lane: H <= 32 * 16 */
+#define LSTM_WARPS 8
+
+/* gates[r, :] = bias (8H values, both directions), or zeros. */
+__global__ void k_lstm_bias(float *gates, const float *bias, int64_t rows, int64_t G2) {
+    GRID_STRIDE(i, rows * G2) { gates[i] = bias ? bias[i % G2] : 0.0f; }
+}
+
+static __device__ __forceinline__ float sigmoid_f(float v) { return 1.0f / (1.0f + expf(-v)); }
+
+/* One time step s of both directions for all B pieces. Warp w handles hidden
+ * unit j = w % H of direction d = w / H: its lanes hold the four W_hh rows of
+ * that unit (i, f, g, o) strided over k, and for every piece still running at
+ * step s it sums W_hh h_prev over the lanes, adds the step's input projection,
+ * and updates the cell. The previous h is read from y itself (the previous
+ * step's output row of that piece and direction); c lives in cstate [2, B, H]. */
+__global__ void k_lstm_step(const float *__restrict__ gates, const float *__restrict__ w_hh,
+                            float *__restrict__ cstate, float *__restrict__ y,
+                            const int32_t *__restrict__ lens, int64_t B, int64_t T, int H,
+                            int64_t s) {
+    const int lane = threadIdx.x & 31;
+    const int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (w >= 2 * (int64_t)H) return;
+    const int d = (int)(w / H), j = (int)(w % H), kpl = H >> 5;
+    const int64_t G = 4 * (int64_t)H;
+    float wr[4][LSTM_MAX_KPL];
+    const float *wd = w_hh + (int64_t)d * G * H;
+#pragma unroll
+    for (int g = 0; g < 4; g++)
+#pragma unroll
+        for (int i = 0; i < LSTM_MAX_KPL; i++)
+            wr[g][i] = i < kpl ? wd[((int64_t)g * H + j) * H + lane + 32 * i] : 0.0f;
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t len = lens ? (int64_t)lens[b] : T;
+        if (s >= len) continue;
+        const int64_t t = d ? len - 1 - s : s;
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (s > 0) {
+            const int64_t tp = d ? t + 1 : t - 1;
+            const float *hp = y + (b * T + tp) * 2 * H + (int64_t)d * H;
+#pragma unroll
+            for (int i = 0; i < LSTM_MAX_KPL; i++) {
+                if (i < kpl) {
+                    float hv = hp[lane + 32 * i];
+#pragma unroll
+                    for (int g = 0; g < 4; g++) acc[g] = fmaf(wr[g][i], hv, acc[g]);
+                }
+            }
+#pragma unroll
+            for (int g = 0; g < 4; g++)
+#pragma unroll
+                for (int off = 16; off > 0; off >>= 1)
+                    acc[g] += __shfl_xor_sync(0xffffffffu, acc[g], off);
+        }
+        if (lane == 0) {
+            const float *gr = gates + (b * T + t) * 2 * G + (int64_t)d * G;
+            float gi = sigmoid_f(gr[j] + acc[0]);
+            float gf = sigmoid_f(gr[H + j] + acc[1]);
+            float gg = tanhf(gr[2 * H + j] + acc[2]);
+            float go = sigmoid_f(gr[3 * H + j] + acc[3]);
+            float *cp = cstate + ((int64_t)d * B + b) * H + j;
+            float c = gf * *cp + gi * gg;
+            *cp = c;
+            y[(b * T + t) * 2 * H + (int64_t)d * H + j] = go * tanhf(c);
+        }
+    }
+}
+
+int64_t choir_cuda_bilstm_scratch_floats(int64_t B, int64_t T, int64_t H) {
+    return B * T * 8 * H + 2 * B * H;
+}
+
+int choir_cuda_bilstm(choir_cuda *cu, const float *x, int64_t B, int64_t T, int64_t In, int64_t H,
+                      const float *w_ih, const float *w_hh, const float *bias,
+                      const int32_t *lens, float *scratch, float *y, choir_err *err) {
+    if (B < 1 || T < 1 || In < 1 || H < 32 || H % 32 || H > 32 * LSTM_MAX_KPL || !x || !w_ih ||
+        !w_hh || !scratch || !y)
+        return choir_err_set(err, CHOIR_EINVAL,
+                             "cuda: bilstm with B %lld, T %lld, In %lld, H %lld (H a multiple of "
+                             "32 up to %d) or a missing pointer",
+                             (long long)B, (long long)T, (long long)In, (long long)H,
+                             32 * LSTM_MAX_KPL);
+    const int64_t G2 = 8 * H, rows = B * T;
+    float *gates = scratch, *cstate = scratch + rows * G2;
+    cudaError_t ce = cudaMemsetAsync(cstate, 0, (size_t)(2 * B * H) * sizeof(float), cu->stream);
+    if (ce == cudaSuccess)
+        ce = cudaMemsetAsync(y, 0, (size_t)(rows * 2 * H) * sizeof(float), cu->stream);
+    if (ce != cudaSuccess)
+        return choir_err_set(err, CHOIR_EINTERNAL, "cuda: bilstm memset: %s",
+                             cudaGetErrorString(ce));
+    k_lstm_bias<<<au_blocks(rows * G2), AU_THREADS, 0, cu->stream>>>(gates, bias, rows, G2);
+    int rc = choir_cuda_check_launch(err, "bilstm bias");
+    if (rc) return rc;
+    /* gates[B T, 8H] += x[B T, In] w_ih[8H, In]^T: both directions in one product */
+    rc = choir_cuda_gemm_f32(cu, false, true, rows, G2, In, 1.0f, x, In, w_ih, In, 1.0f, gates, G2,
+                             err);
+    if (rc) return rc;
+    const unsigned blocks = (unsigned)((2 * H + LSTM_WARPS - 1) / LSTM_WARPS);
+    for (int64_t s = 0; s < T; s++) {
+        k_lstm_step<<<blocks, 32 * LSTM_WARPS, 0, cu->stream>>>(gates, w_hh, cstate, y, lens, B, T,
+                                                                (int)H, s);
+        if ((rc = choir_cuda_check_launch(err, "bilstm step"))) return rc;
+    }
+    return 0;
+}
