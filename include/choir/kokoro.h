@@ -203,12 +203,15 @@ int choir_kokoro_gpu_decode(choir_kokoro_gpu *g, const choir_kokoro_decode_input
 /* Routes the decoder of every later synthesis on m (choir_kokoro_synthesize_ids,
  * _batch, choir_kokoro_speak) through g; NULL returns to the CPU. Call it
  * before the model is shared between threads; g must outlive that use. A
- * batch then runs its items' text side concurrently on the CPU and decodes
- * all of them in one GPU batch. */
+ * batch then runs its items' fronts as one batched front (ALBERT, each
+ * BiLSTM and the F0 / N blocks one device call for all items; the CPU steps
+ * between them per item on the pool) and decodes all of them in one GPU
+ * batch. */
 void choir_kokoro_set_gpu(choir_kokoro *m, choir_kokoro_gpu *g);
 
 /* Device bytes for one batch of n pieces whose longest has `frames` frames
- * (activations and convolution scratch; weights not included). */
+ * (activations, convolution scratch and the front's work buffer; weights not
+ * included). */
 int64_t choir_kokoro_gpu_estimate_bytes(int n, int64_t frames);
 
 /* Work counters since create or the last reset: the executed convolution

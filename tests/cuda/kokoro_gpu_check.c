@@ -882,6 +882,234 @@ static void check_albert(void) {
     random_decoder_free(m);
 }
 
+/* --- the batched front -------------------------------------------------------- */
+
+/* Fills the rest of a random decoder's front: ALBERT, the six BiLSTMs, the
+ * duration encoder's AdaLayerNorms and projection, the text encoder, the F0
+ * / N blocks; weights of variance ~1 / fan_in. */
+static void random_front(choir_kokoro *m) {
+    m->word_emb.w = choir_weight_f32(rnd(178 * 128, 1.0f, 0), 178, 128);
+    m->pos_emb.w = choir_weight_f32(rnd(512 * 128, 1.0f, 0), 512, 128);
+    m->type_emb.w = choir_weight_f32(rnd(2 * 128, 1.0f, 0), 2, 128);
+    m->emb_ln_w = rnd(128, 0.1f, 1.0f), m->emb_ln_b = rnd(128, 0.1f, 0);
+    kk_linear *lin[8] = {&m->map_in, &m->q, &m->k, &m->v, &m->dense, &m->ffn, &m->ffn_out,
+                         &m->bert_encoder};
+    static const int rows[8] = {768, 768, 768, 768, 768, 2048, 768, 512};
+    static const int cols[8] = {128, 768, 768, 768, 768, 768, 2048, 768};
+    for (int i = 0; i < 8; i++) {
+        lin[i]->w = choir_weight_f32(rnd((int64_t)rows[i] * cols[i], fan(cols[i]), 0), rows[i],
+                                     cols[i]);
+        lin[i]->b = rnd(rows[i], 0.1f, 0);
+    }
+    m->att_ln_w = rnd(768, 0.1f, 1.0f), m->att_ln_b = rnd(768, 0.1f, 0);
+    m->full_ln_w = rnd(768, 0.1f, 1.0f), m->full_ln_b = rnd(768, 0.1f, 0);
+    for (int l = 0; l < 3; l++) {
+        r_lstm(&m->dur_lstm[l], 640, 256);
+        kk_adain *a = &m->dur_norm[l];
+        a->C = 512;
+        a->fc.w = choir_weight_f32(rnd(1024 * 128, fan(128), 0), 1024, 128);
+        a->fc.b = rnd(1024, 0.1f, 0);
+        a->norm_w = a->norm_b = NULL;
+    }
+    r_lstm(&m->pred_lstm, 640, 256);
+    m->dur_proj.w = choir_weight_f32(rnd(50 * 512, fan(512), 0), 50, 512);
+    m->dur_proj.b = rnd(50, 0.1f, -0.8f); /* durations of a few frames per id */
+    r_lstm(&m->shared, 640, 256);
+    for (int which = 0; which < 2; which++) {
+        kk_resblk *blk = which ? m->n_blk : m->f0_blk;
+        r_resblk(&blk[0], 512, 512, false);
+        r_resblk(&blk[1], 512, 256, true);
+        r_resblk(&blk[2], 256, 256, false);
+        r_conv(which ? &m->n_proj : &m->f0_proj, 256, 1, 1, true);
+    }
+    m->te_emb.w = choir_weight_f32(rnd(178 * 512, 1.0f, 0), 178, 512);
+    for (int i = 0; i < 3; i++) {
+        r_conv(&m->te_cnn[i], 512, 512, 5, true);
+        m->te_ln_g[i] = rnd(512, 0.1f, 1.0f), m->te_ln_b[i] = rnd(512, 0.1f, 0);
+    }
+    r_lstm(&m->te_lstm, 512, 256);
+}
+
+/* rel_l2 over several pieces together (each weighted by its energy). */
+static double rel_l2_pieces(const float *const *a, const float *const *b, const int64_t *n, int k) {
+    double num = 0, den = 0;
+    for (int i = 0; i < k; i++)
+        for (int64_t j = 0; j < n[i]; j++) {
+            double d = (double)a[i][j] - b[i][j];
+            num += d * d, den += (double)b[i][j] * b[i][j];
+        }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* The batched front (kk_front_batch and its device calls) against each
+ * piece alone on the same GPU: three pieces of 19, 57 and 34 ids on a random
+ * full front. (1) ALBERT over the three at once vs each alone; (2) one
+ * BiLSTM over three at once vs each alone; (3) the F0 / N blocks over three
+ * at once vs each alone; (4) the whole front batched vs kk_front per piece:
+ * frames (the durations' sum) equal, asr equal (any duration that differs
+ * shifts its columns), F0, N within the bound, noise bit for bit; and the
+ * batch made one ALBERT call, six LSTM calls and one F0 / N call. Bound
+ * 1e-5 throughout (f32; only the products' summation order differs). */
+static void check_front_batch(void) {
+    choir_kokoro *m = random_decoder();
+    random_front(m);
+    choir_err err = {0};
+    choir_kokoro_gpu *g = choir_kokoro_gpu_create(m, cu, 0, &err);
+    if (!g) {
+        fail_msg("batched front: choir_kokoro_gpu_create", &err);
+        random_decoder_free(m);
+        return;
+    }
+    enum { K = 3 };
+    static const int n_ids[K] = {19, 57, 34};
+    int32_t ids[K][64];
+    float style[K][256];
+    for (int b = 0; b < K; b++) {
+        ids[b][0] = 0, ids[b][n_ids[b] - 1] = 0;
+        for (int t = 1; t < n_ids[b] - 1; t++) ids[b][t] = (int32_t)((t * 37 + 11 * b + 5) % 177 + 1);
+        fill(style[b], 256, 0.5f);
+    }
+    const int32_t *idp[K] = {ids[0], ids[1], ids[2]};
+    const float *stp[K] = {style[0], style[1], style[2]};
+
+    /* (1) ALBERT from the CPU's embeddings */
+    {
+        float *e[K], *bb[K], *db[K], *ba[K], *da[K];
+        int64_t T[K], nb[K], nd[K];
+        float type0[128], row[128];
+        for (int b = 0; b < K; b++) {
+            T[b] = n_ids[b], nb[b] = T[b] * 768, nd[b] = T[b] * 512;
+            e[b] = rnd(T[b] * 128, 0, 0);
+            kk_albert_embed(m, ids[b], T[b], e[b], type0, row);
+            bb[b] = rnd(nb[b], 0, 0), ba[b] = rnd(nb[b], 0, 0);
+            db[b] = rnd(nd[b], 0, 0), da[b] = rnd(nd[b], 0, 0);
+        }
+        int rc = kk_gpu_albert(g, K, (const float *const *)e, T, bb, db, &err);
+        for (int b = 0; b < K && !rc; b++)
+            rc = kk_gpu_albert(g, 1, (const float *const *)&e[b], &T[b], &ba[b], &da[b], &err);
+        if (rc) {
+            fail_msg("batched front: ALBERT", &err);
+        } else {
+            verdict("batched front: ALBERT bert_out, 3 pieces vs alone",
+                    rel_l2_pieces((const float *const *)bb, (const float *const *)ba, nb, K), 1e-5);
+            verdict("batched front: ALBERT d_en, 3 pieces vs alone",
+                    rel_l2_pieces((const float *const *)db, (const float *const *)da, nd, K), 1e-5);
+        }
+    }
+    /* (2) the text encoder's BiLSTM (In 512) */
+    {
+        float *x[K], *yb[K], *ya[K];
+        int64_t T[K], ny[K];
+        for (int b = 0; b < K; b++) {
+            T[b] = n_ids[b], ny[b] = T[b] * 512;
+            x[b] = rnd(T[b] * 512, 1.0f, 0), yb[b] = rnd(ny[b], 0, 0), ya[b] = rnd(ny[b], 0, 0);
+        }
+        int rc = kk_gpu_bilstm(g, &m->te_lstm, K, (const float *const *)x, T, yb, &err);
+        for (int b = 0; b < K && !rc; b++)
+            rc = kk_gpu_bilstm(g, &m->te_lstm, 1, (const float *const *)&x[b], &T[b], &ya[b], &err);
+        if (rc)
+            fail_msg("batched front: LSTM", &err);
+        else
+            verdict("batched front: LSTM, 3 pieces vs alone",
+                    rel_l2_pieces((const float *const *)yb, (const float *const *)ya, ny, K), 1e-5);
+    }
+    /* (3) the F0 / N blocks on three lengths of frames */
+    {
+        float *x[K], *f0b[K], *nb[K], *f0a[K], *na[K];
+        const float *sp[K];
+        int64_t L[K], n2[K];
+        static const int64_t frames[K] = {40, 97, 13};
+        for (int b = 0; b < K; b++) {
+            L[b] = frames[b], n2[b] = 2 * L[b], sp[b] = style[b] + 128;
+            x[b] = rnd(512 * L[b], 1.0f, 0);
+            f0b[b] = rnd(n2[b], 0, 0), nb[b] = rnd(n2[b], 0, 0);
+            f0a[b] = rnd(n2[b], 0, 0), na[b] = rnd(n2[b], 0, 0);
+        }
+        int rc = kk_gpu_f0n_blocks(g, K, (const float *const *)x, L, sp, f0b, nb, &err);
+        for (int b = 0; b < K && !rc; b++)
+            rc = kk_gpu_f0n_blocks(g, 1, (const float *const *)&x[b], &L[b], &sp[b], &f0a[b],
+                                   &na[b], &err);
+        if (rc) {
+            fail_msg("batched front: F0 / N blocks", &err);
+        } else {
+            verdict("batched front: F0 blocks, 3 pieces vs alone",
+                    rel_l2_pieces((const float *const *)f0b, (const float *const *)f0a, n2, K), 1e-5);
+            verdict("batched front: N blocks, 3 pieces vs alone",
+                    rel_l2_pieces((const float *const *)nb, (const float *const *)na, n2, K), 1e-5);
+        }
+    }
+    /* (4) the whole front */
+    choir_kokoro_set_gpu(m, g);
+    kk_piece alone[K], batch[K];
+    memset(alone, 0, sizeof alone), memset(batch, 0, sizeof batch);
+    choir_kokoro_params ps[K];
+    int rc = 0;
+    for (int b = 0; b < K; b++) {
+        ps[b] = choir_kokoro_default_params();
+        ps[b].seed = 7 + (uint64_t)b;
+    }
+    for (int b = 0; b < K && !rc; b++) rc = kk_front(m, ids[b], n_ids[b], style[b], &ps[b], &alone[b], &err);
+    choir_kokoro_gpu_stats st0, st1;
+    choir_kokoro_gpu_get_stats(g, &st0);
+    if (!rc) rc = kk_front_batch(m, K, idp, n_ids, stp, ps, batch, &err);
+    choir_kokoro_gpu_get_stats(g, &st1);
+    if (rc) {
+        fail_msg("batched front: kk_front_batch vs kk_front", &err);
+    } else {
+        bool same_L = true, same_noise = true;
+        for (int b = 0; b < K; b++) {
+            same_L = same_L && batch[b].L == alone[b].L;
+            same_noise = same_noise && batch[b].noise && alone[b].noise && batch[b].L == alone[b].L &&
+                         !memcmp(batch[b].noise, alone[b].noise,
+                                 (size_t)kk_noise_floats(batch[b].L) * sizeof(float));
+        }
+        printf("%s  %-52s %lld/%lld/%lld frames\n", same_L ? "PASS" : "FAIL",
+               "batched front: durations give the same frames", (long long)batch[0].L,
+               (long long)batch[1].L, (long long)batch[2].L);
+        same_L ? n_pass++ : n_fail++;
+        if (same_L) {
+            const float *ab[K], *aa[K], *fb[K], *fa[K], *nb[K], *na[K];
+            int64_t na_[K], n2[K];
+            for (int b = 0; b < K; b++) {
+                ab[b] = batch[b].asr, aa[b] = alone[b].asr, na_[b] = 512 * batch[b].L;
+                fb[b] = batch[b].f0, fa[b] = alone[b].f0, n2[b] = 2 * batch[b].L;
+                nb[b] = batch[b].n, na[b] = alone[b].n;
+            }
+            verdict("batched front: asr (aligned text encoder) vs alone", rel_l2_pieces(ab, aa, na_, K),
+                    1e-5);
+            verdict("batched front: F0 curves vs alone", rel_l2_pieces(fb, fa, n2, K), 1e-5);
+            verdict("batched front: N curves vs alone", rel_l2_pieces(nb, na, n2, K), 1e-5);
+            printf("%s  %-52s\n", same_noise ? "PASS" : "FAIL",
+                   "batched front: seeded noise bit for bit");
+            same_noise ? n_pass++ : n_fail++;
+        }
+        bool few = st1.albert_calls - st0.albert_calls == 1 && st1.lstm_calls - st0.lstm_calls == 6 &&
+                   st1.f0n_calls - st0.f0n_calls == 1;
+        printf("%s  %-52s ALBERT %lld, LSTM %lld, F0/N %lld calls\n", few ? "PASS" : "FAIL",
+               "batched front: one device call per stage",
+               (long long)(st1.albert_calls - st0.albert_calls),
+               (long long)(st1.lstm_calls - st0.lstm_calls),
+               (long long)(st1.f0n_calls - st0.f0n_calls));
+        few ? n_pass++ : n_fail++;
+    }
+    /* a bad piece fails the batch with its index, and leaves nothing behind */
+    {
+        int32_t bad[8] = {0, 5, 400, 7, 0};
+        const int32_t *bp[2] = {ids[0], bad};
+        const int bn[2] = {n_ids[0], 5};
+        kk_piece two[2];
+        choir_err e2 = {0};
+        int brc = kk_front_batch(m, 2, bp, bn, stp, ps, two, &e2);
+        bool ok = brc == CHOIR_EINVAL && strstr(e2.msg, "batch item 1") && !two[0].asr && !two[1].asr;
+        printf("%s  %-52s %s\n", ok ? "PASS" : "FAIL", "batched front: a bad id is refused", e2.msg);
+        ok ? n_pass++ : n_fail++;
+    }
+    choir_kokoro_set_gpu(m, NULL);
+    for (int b = 0; b < K; b++) kk_piece_free(&alone[b]), kk_piece_free(&batch[b]);
+    choir_kokoro_gpu_free(g);
+    random_decoder_free(m);
+}
+
 int main(void) {
     if (choir_cuda_device_count() < 1) {
         printf("SKIP  no CUDA device\n");
@@ -913,6 +1141,7 @@ int main(void) {
     }
     check_front();
     check_albert();
+    check_front_batch();
     choir_cuda_free(cu);
     printf("%d passed, %d failed\n%s\n", n_pass, n_fail,
            n_fail ? "kokoro gpu check: FAIL" : "kokoro gpu check: PASS");

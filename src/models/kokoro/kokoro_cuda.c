@@ -48,6 +48,7 @@
  * spectrum and the decoder's output; ~87k counted, with margin). */
 #define KG_FLOATS_PER_FRAME 92000
 #define KG_FIXED_BYTES ((int64_t)4 << 20)
+#define KG_FRONT_FLOATS_PER_FRAME 7600
 #define KG_CONV_SCRATCH ((int64_t)512 << 20)
 
 typedef struct kg_conv {
@@ -326,7 +327,11 @@ int64_t choir_kokoro_gpu_estimate_bytes(int n, int64_t frames) {
         int64_t per_group = KG_CONV_SCRATCH / taps;
         taps *= per_group < n ? per_group : n;
     }
-    return act_bytes(n, frames) + taps;
+    /* the front's work buffer, grown to the batched front's largest call:
+     * ALBERT ~7.3k floats per id over all pieces' ids (at most one id per
+     * frame), the shared LSTM (In + 10 H) = 3.2k floats per frame */
+    int64_t front = (int64_t)n * (frames + 1) * KG_FRONT_FLOATS_PER_FRAME * (int64_t)sizeof(float);
+    return act_bytes(n, frames) + taps + front;
 }
 
 void choir_kokoro_gpu_get_stats(choir_kokoro_gpu *g, choir_kokoro_gpu_stats *out) {
@@ -791,34 +796,52 @@ int choir_kokoro_gpu_decode(choir_kokoro_gpu *g, const choir_kokoro_decode_input
     return kk_gpu_decode_traced(g, in, n, audio, NULL, NULL, err);
 }
 
-/* The F0 / N residual blocks on the device for one piece: x [512, L] (the
- * shared LSTM's output, channels first), s_pro -> f0, n [2L], as kk_f0_n
- * after its LSTM. Uses the activation block (grown here if needed; the
- * caller holds the mutex, so no decode is using it). */
-static int f0n_locked(choir_kokoro_gpu *g, const float *x, int64_t L, const float *s_pro,
-                      float *f0, float *n, choir_err *err) {
+/* The F0 / N residual blocks on the device for n pieces at once: x[b]
+ * [512, L[b]] (the shared LSTM's output, channels first), s_pro[b] ->
+ * f0[b], n_out[b] [2 L[b]], as kk_f0_n after its LSTM. The pieces are padded
+ * to the longest (zero tails, as the decoder's batch) and every block is one
+ * batched call. Uses the activation block (grown here if needed; the caller
+ * holds the mutex, so no decode is using it). */
+static int f0n_locked(choir_kokoro_gpu *g, int nb, const float *const *x, const int64_t *L,
+                      const float *const *s_pro, float *const *f0, float *const *n_out,
+                      choir_err *err) {
     const double flops = g->stats.flops, bytes = g->stats.bytes; /* the decoder's figures */
-    const int64_t G = g->f0n_gb_stride;
-    /* host staging: lens [L, 2L] | style projections [G] | x [512, L], each
-     * part starting on a 256-byte boundary */
-    const size_t o_gb = 64, o_x = o_gb + ((size_t)G + 63) / 64 * 64;
-    const size_t n_host = o_x + 512 * (size_t)L;
-    float *host = choir_alloc(CHOIR_MEM_ACTIVATIONS, n_host * sizeof(float));
-    if (!host) return choir_err_set(err, CHOIR_ENOMEM, "kokoro gpu: out of host memory");
-    int32_t lens[2] = {(int32_t)L, (int32_t)(2 * L)};
-    memcpy(host, lens, sizeof lens);
-    float *gb = host + o_gb;
-    for (int a = 0; a < g->n_f0n_adains; a++) {
-        const kk_adain *h = g->f0n_adains[a]->host;
-        choir_linear(s_pro, 1, &h->fc.w, h->fc.b, gb + g->f0n_adains[a]->gb_off);
+    const int64_t G = g->f0n_gb_stride, saved_stride = g->gb_stride, B = nb;
+    int64_t Lm = 0;
+    for (int b = 0; b < nb; b++) {
+        if (L[b] < 1 || L[b] > INT32_MAX / 2 || !x[b] || !s_pro[b] || !f0[b] || !n_out[b])
+            return choir_err_set(err, CHOIR_EINVAL, "kokoro gpu: F0 / N piece %d: %lld frames or no data",
+                                 b, (long long)L[b]);
+        Lm = L[b] > Lm ? L[b] : Lm;
     }
-    memcpy(host + o_x, x, 512 * (size_t)L * sizeof(float));
+    /* host staging: lens L [B] | lens 2L [B] | style projections [B, G] |
+     * x [B, 512, Lm], each part starting on a 256-byte boundary */
+    const size_t o_l2 = ((size_t)B + 63) / 64 * 64, o_gb = o_l2 + ((size_t)B + 63) / 64 * 64;
+    const size_t o_x = o_gb + ((size_t)(B * G) + 63) / 64 * 64;
+    const size_t n_host = o_x + (size_t)(B * 512 * Lm);
+    float *host = choir_calloc(CHOIR_MEM_ACTIVATIONS, n_host, sizeof(float));
+    if (!host) return choir_err_set(err, CHOIR_ENOMEM, "kokoro gpu: out of host memory");
+    for (int b = 0; b < nb; b++) {
+        ((int32_t *)host)[b] = (int32_t)L[b];
+        ((int32_t *)(host + o_l2))[b] = (int32_t)(2 * L[b]);
+        float *gb = host + o_gb + b * G;
+        for (int a = 0; a < g->n_f0n_adains; a++) {
+            const kk_adain *h = g->f0n_adains[a]->host;
+            choir_linear(s_pro[b], 1, &h->fc.w, h->fc.b, gb + g->f0n_adains[a]->gb_off);
+        }
+        for (int c = 0; c < 512; c++)
+            memcpy(host + o_x + (size_t)(b * 512 + c) * Lm, x[b] + c * L[b],
+                   (size_t)L[b] * sizeof(float));
+    }
 
-    /* device: the staging copy, then a, b [512, 2L] and resblk's three
-     * temporaries of up to [512, 2L], the projections [2, 2L]; with margin */
-    size_t need = (n_host + 6 * 1024 * (size_t)(L + 1) + 4 * 4096) * sizeof(float) + KG_FIXED_BYTES;
+    /* device: the staging copy, then a, b [B, 512, 2Lm] and resblk's three
+     * temporaries of up to [B, 512, 2Lm], the projections [B, 2, 2Lm]; with
+     * margin */
+    size_t need = (n_host + (size_t)B * (6 * 1024 * (size_t)(Lm + 1) + 4 * 4096)) * sizeof(float) +
+                  KG_FIXED_BYTES;
     int rc = 0;
     g->err = err;
+    g->gb_stride = G; /* adain() reads the stride of the projections it is given */
     if (g->act.bytes < need) {
         choir_cuda_buf_free(g->cu, &g->act);
         if ((rc = choir_cuda_buf_alloc(g->cu, need, &g->act, err))) goto done;
@@ -826,61 +849,68 @@ static int f0n_locked(choir_kokoro_gpu *g, const float *x, int64_t L, const floa
     g->act_used = 0;
     g->act_exhausted = false;
     float *d_in = act_floats(g, (int64_t)n_host);
-    float *a = act_floats(g, 1024 * L), *b = act_floats(g, 1024 * L), *fn = act_floats(g, 4 * L);
-    if (!d_in || !a || !b || !fn) {
+    float *a = act_floats(g, B * 1024 * Lm), *bb = act_floats(g, B * 1024 * Lm);
+    float *fn = act_floats(g, B * 4 * Lm);
+    if (!d_in || !a || !bb || !fn) {
         rc = CHOIR_ENOMEM;
         goto done;
     }
     if ((rc = upload_to(g, d_in, host, n_host * sizeof(float)))) goto done;
-    const int32_t *len_L = (const int32_t *)d_in, *len_2L = len_L + 1;
+    const int32_t *len_L = (const int32_t *)d_in, *len_2L = (const int32_t *)(d_in + o_l2);
     const float *d_gb = d_in + o_gb, *d_x = d_in + o_x;
+    /* fn: F0 of every piece [B, 1, 2Lm], then N [B, 1, 2Lm] */
     for (int which = 0; which < 2 && !rc; which++) {
         const kg_resblk *blk = which ? g->n_blk : g->f0_blk;
-        if (!rc) rc = resblk(g, &blk[0], d_x, 1, L, len_L, len_L, d_gb, a);        /* [512, L] */
-        if (!rc) rc = resblk(g, &blk[1], a, 1, L, len_L, len_2L, d_gb, b);         /* [256, 2L] */
-        if (!rc) rc = resblk(g, &blk[2], b, 1, 2 * L, len_2L, len_2L, d_gb, a);    /* [256, 2L] */
+        if (!rc) rc = resblk(g, &blk[0], d_x, B, Lm, len_L, len_L, d_gb, a);        /* [512, L] */
+        if (!rc) rc = resblk(g, &blk[1], a, B, Lm, len_L, len_2L, d_gb, bb);        /* [256, 2L] */
+        if (!rc) rc = resblk(g, &blk[2], bb, B, 2 * Lm, len_2L, len_2L, d_gb, a);   /* [256, 2L] */
         if (!rc)
-            rc = conv(g, which ? &g->n_proj : &g->f0_proj, a, 1, 2 * L, 1, 0, 1, len_2L,
-                      fn + which * 2 * L);
+            rc = conv(g, which ? &g->n_proj : &g->f0_proj, a, B, 2 * Lm, 1, 0, 1, len_2L,
+                      fn + which * B * 2 * Lm);
     }
-    if (!rc) {
+    for (int b = 0; b < nb && !rc; b++) {
         choir_cuda_buf whole = g->act;
         size_t off = (size_t)((char *)fn - (char *)g->act.ptr);
-        rc = choir_cuda_download(g->cu, f0, &whole, off, 2 * (size_t)L * sizeof(float), err);
+        rc = choir_cuda_download(g->cu, f0[b], &whole, off + (size_t)(b * 2 * Lm) * sizeof(float),
+                                 2 * (size_t)L[b] * sizeof(float), err);
         if (!rc)
-            rc = choir_cuda_download(g->cu, n, &whole, off + 2 * (size_t)L * sizeof(float),
-                                     2 * (size_t)L * sizeof(float), err);
+            rc = choir_cuda_download(g->cu, n_out[b], &whole,
+                                     off + (size_t)((B + b) * 2 * Lm) * sizeof(float),
+                                     2 * (size_t)L[b] * sizeof(float), err);
     }
 done:
     if (rc == CHOIR_ENOMEM && err && !err->code)
-        choir_err_set(err, rc, "kokoro gpu: out of device memory for F0 / N (%lld frames)",
-                      (long long)L);
+        choir_err_set(err, rc, "kokoro gpu: out of device memory for F0 / N (%d pieces, %lld frames)",
+                      nb, (long long)Lm);
     g->stats.flops = flops, g->stats.bytes = bytes;
+    g->gb_stride = saved_stride;
     g->err = NULL;
     choir_free(host);
     return rc;
 }
 
-int kk_gpu_f0n_blocks(choir_kokoro_gpu *g, const float *x, int64_t L, const float *s_pro,
-                      float *f0, float *n, choir_err *err) {
+int kk_gpu_f0n_blocks(choir_kokoro_gpu *g, int nb, const float *const *x, const int64_t *L,
+                      const float *const *s_pro, float *const *f0, float *const *n,
+                      choir_err *err) {
     if (!g || !g->has_f0n) return 1;
+    if (nb < 1) return 0;
     pthread_mutex_lock(&g->mu);
     double t0 = choir_now_s();
     int rc = choir_cuda_make_current(g->cu, err);
-    if (!rc) rc = f0n_locked(g, x, L, s_pro, f0, n, err);
+    if (!rc) rc = f0n_locked(g, nb, x, L, s_pro, f0, n, err);
     g->stats.f0n_seconds += choir_now_s() - t0;
     g->stats.f0n_calls++;
     pthread_mutex_unlock(&g->mu);
     return rc;
 }
 
-int kk_gpu_albert(choir_kokoro_gpu *g, const float *emb, int64_t T, float *bert, float *d_en,
-                  choir_err *err) {
+int kk_gpu_albert(choir_kokoro_gpu *g, int n, const float *const *emb, const int64_t *T,
+                  float *const *bert, float *const *d_en, choir_err *err) {
     if (!g || !kg_front_has_albert(g->front)) return 1;
     pthread_mutex_lock(&g->mu);
     double t0 = choir_now_s();
     int rc = choir_cuda_make_current(g->cu, err);
-    if (!rc) rc = kg_front_albert(g->front, g->cu, emb, T, bert, d_en, err);
+    if (!rc) rc = kg_front_albert(g->front, g->cu, n, emb, T, bert, d_en, err);
     g->stats.albert_seconds += choir_now_s() - t0;
     g->stats.albert_calls++;
     pthread_mutex_unlock(&g->mu);

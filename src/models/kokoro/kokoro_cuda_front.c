@@ -229,15 +229,28 @@ static int work_reserve(kg_front *f, choir_cuda *cu, size_t bytes, choir_err *er
     return choir_cuda_buf_alloc(cu, bytes, &f->work, err);
 }
 
-int kg_front_albert(kg_front *f, choir_cuda *cu, const float *emb, int64_t T, float *bert,
-                    float *d_en, choir_err *err) {
+/* ALBERT for n pieces at once. Every step but attention works on rows, so
+ * the pieces' rows are stacked without padding ([R, .], R = sum of T[b]) and
+ * each linear is one product over all of them; attention runs per piece on
+ * its own rows (launches, not separate calls), so no piece sees another's
+ * keys and no mask is needed. */
+int kg_front_albert(kg_front *f, choir_cuda *cu, int n, const float *const *emb, const int64_t *T,
+                    float *const *bert, float *const *d_en, choir_err *err) {
     const kf_albert *a = &f->albert;
     if (!a->on) return choir_err_set(err, CHOIR_EINVAL, "kokoro gpu: ALBERT is not on the device");
-    /* e [T,128] | h, q, k, v, ctx, att [T,768] | ff [T,2048] | d_en [T,512] */
-    const size_t n_e = aligned((size_t)(T * KK_BERT_EMB) * sizeof(float));
-    const size_t n_h = aligned((size_t)(T * KK_BERT) * sizeof(float));
-    const size_t n_ff = aligned((size_t)(T * KK_BERT_FF) * sizeof(float));
-    const size_t n_d = aligned((size_t)(T * KK_HIDDEN) * sizeof(float));
+    int64_t R = 0;
+    for (int b = 0; b < n; b++) {
+        if (T[b] < 1 || !emb[b] || !bert[b] || !d_en[b])
+            return choir_err_set(err, CHOIR_EINVAL, "kokoro gpu: ALBERT piece %d: %lld ids or no data",
+                                 b, (long long)T[b]);
+        R += T[b];
+    }
+    if (n < 1) return 0;
+    /* e [R,128] | h, q, k, v, ctx, att [R,768] | ff [R,2048] | d_en [R,512] */
+    const size_t n_e = aligned((size_t)(R * KK_BERT_EMB) * sizeof(float));
+    const size_t n_h = aligned((size_t)(R * KK_BERT) * sizeof(float));
+    const size_t n_ff = aligned((size_t)(R * KK_BERT_FF) * sizeof(float));
+    const size_t n_d = aligned((size_t)(R * KK_HIDDEN) * sizeof(float));
     int rc = work_reserve(f, cu, n_e + 6 * n_h + n_ff + n_d, err);
     if (rc) return rc;
     char *p = f->work.ptr;
@@ -249,30 +262,40 @@ int kg_front_albert(kg_front *f, choir_cuda *cu, const float *emb, int64_t T, fl
     do {                                                                                           \
         if ((rc = (call))) return rc;                                                              \
     } while (0)
-    KF_CK(choir_cuda_upload(cu, &f->work, 0, emb, (size_t)(T * KK_BERT_EMB) * sizeof(float), err));
-    KF_CK(choir_cuda_linear(cu, e, T, &a->map_in, a->map_in_b.ptr, h, err));
+    for (int b = 0, r0 = 0; b < n; r0 += (int)T[b], b++)
+        KF_CK(choir_cuda_upload(cu, &f->work, (size_t)r0 * KK_BERT_EMB * sizeof(float), emb[b],
+                                (size_t)(T[b] * KK_BERT_EMB) * sizeof(float), err));
+    KF_CK(choir_cuda_linear(cu, e, R, &a->map_in, a->map_in_b.ptr, h, err));
     const int64_t dh = KK_BERT / KK_BERT_HEADS;
     for (int layer = 0; layer < KK_BERT_LAYERS; layer++) {
-        KF_CK(choir_cuda_linear(cu, h, T, &a->q, a->q_b.ptr, q, err));
-        KF_CK(choir_cuda_linear(cu, h, T, &a->k, a->k_b.ptr, k, err));
-        KF_CK(choir_cuda_linear(cu, h, T, &a->v, a->v_b.ptr, v, err));
-        KF_CK(choir_cuda_attention(cu, q, KK_BERT, k, KK_BERT, v, KK_BERT, ctx, KK_BERT, T, T,
-                                   KK_BERT_HEADS, dh, 1.0f / sqrtf((float)dh), NULL, false, err));
-        KF_CK(choir_cuda_linear(cu, ctx, T, &a->dense, a->dense_b.ptr, att, err));
-        KF_CK(choir_cuda_add(cu, att, h, att, T * KK_BERT, err));
-        KF_CK(choir_cuda_layer_norm(cu, att, att, T, KK_BERT, a->att_ln_w.ptr, a->att_ln_b.ptr,
+        KF_CK(choir_cuda_linear(cu, h, R, &a->q, a->q_b.ptr, q, err));
+        KF_CK(choir_cuda_linear(cu, h, R, &a->k, a->k_b.ptr, k, err));
+        KF_CK(choir_cuda_linear(cu, h, R, &a->v, a->v_b.ptr, v, err));
+        for (int b = 0, r0 = 0; b < n; r0 += (int)T[b], b++) {
+            const int64_t o = (int64_t)r0 * KK_BERT;
+            KF_CK(choir_cuda_attention(cu, q + o, KK_BERT, k + o, KK_BERT, v + o, KK_BERT, ctx + o,
+                                       KK_BERT, T[b], T[b], KK_BERT_HEADS, dh,
+                                       1.0f / sqrtf((float)dh), NULL, false, err));
+        }
+        KF_CK(choir_cuda_linear(cu, ctx, R, &a->dense, a->dense_b.ptr, att, err));
+        KF_CK(choir_cuda_add(cu, att, h, att, R * KK_BERT, err));
+        KF_CK(choir_cuda_layer_norm(cu, att, att, R, KK_BERT, a->att_ln_w.ptr, a->att_ln_b.ptr,
                                     1e-12f, err));
-        KF_CK(choir_cuda_linear(cu, att, T, &a->ffn, a->ffn_b.ptr, ff, err));
-        KF_CK(choir_cuda_gelu_tanh(cu, ff, T * KK_BERT_FF, err));
-        KF_CK(choir_cuda_linear(cu, ff, T, &a->ffn_out, a->ffn_out_b.ptr, h, err));
-        KF_CK(choir_cuda_add(cu, h, att, h, T * KK_BERT, err));
-        KF_CK(choir_cuda_layer_norm(cu, h, h, T, KK_BERT, a->full_ln_w.ptr, a->full_ln_b.ptr,
+        KF_CK(choir_cuda_linear(cu, att, R, &a->ffn, a->ffn_b.ptr, ff, err));
+        KF_CK(choir_cuda_gelu_tanh(cu, ff, R * KK_BERT_FF, err));
+        KF_CK(choir_cuda_linear(cu, ff, R, &a->ffn_out, a->ffn_out_b.ptr, h, err));
+        KF_CK(choir_cuda_add(cu, h, att, h, R * KK_BERT, err));
+        KF_CK(choir_cuda_layer_norm(cu, h, h, R, KK_BERT, a->full_ln_w.ptr, a->full_ln_b.ptr,
                                     1e-12f, err));
     }
-    KF_CK(choir_cuda_linear(cu, h, T, &a->bert_encoder, a->bert_encoder_b.ptr, de, err));
-    KF_CK(choir_cuda_download(cu, bert, &f->work, n_e, (size_t)(T * KK_BERT) * sizeof(float), err));
-    KF_CK(choir_cuda_download(cu, d_en, &f->work, n_e + 6 * n_h + n_ff,
-                              (size_t)(T * KK_HIDDEN) * sizeof(float), err));
+    KF_CK(choir_cuda_linear(cu, h, R, &a->bert_encoder, a->bert_encoder_b.ptr, de, err));
+    for (int b = 0, r0 = 0; b < n; r0 += (int)T[b], b++) {
+        KF_CK(choir_cuda_download(cu, bert[b], &f->work, n_e + (size_t)r0 * KK_BERT * sizeof(float),
+                                  (size_t)(T[b] * KK_BERT) * sizeof(float), err));
+        KF_CK(choir_cuda_download(cu, d_en[b], &f->work,
+                                  n_e + 6 * n_h + n_ff + (size_t)r0 * KK_HIDDEN * sizeof(float),
+                                  (size_t)(T[b] * KK_HIDDEN) * sizeof(float), err));
+    }
 #undef KF_CK
     return 0;
 }

@@ -29,8 +29,8 @@
 
 /* ALBERT's embeddings: ids[T] -> e[T, 128] (word + type 0 + position, then
  * LayerNorm). type0 and row: scratch of 128 floats each. */
-static void albert_embed(const choir_kokoro *m, const int32_t *ids, int64_t T, float *e,
-                         float *type0, float *row) {
+void kk_albert_embed(const choir_kokoro *m, const int32_t *ids, int64_t T, float *e,
+                     float *type0, float *row) {
     choir_weight_row_f32(&m->type_emb.w, 0, type0);
     for (int64_t t = 0; t < T; t++) {
         float *et = e + t * KK_BERT_EMB;
@@ -57,11 +57,12 @@ int kk_albert(const choir_kokoro *m, const int32_t *ids, int64_t T, float *h, fl
     float *ff = kk_ws_floats(ws, T * KK_BERT_FF);          /* [T,2048] */
     if (!e || !row || !q || !k || !v || !ctx || !a || !ff) return CHOIR_ENOMEM;
 
-    albert_embed(m, ids, T, e, ctx /* free until the first layer */, row);
+    kk_albert_embed(m, ids, T, e, ctx /* free until the first layer */, row);
 #ifdef CHOIR_HAVE_CUDA
     if (m->gpu) {
         choir_err err = {0};
-        int rc = kk_gpu_albert(m->gpu, e, T, h, d_en, &err);
+        const float *e1 = e;
+        int rc = kk_gpu_albert(m->gpu, 1, &e1, &T, &h, &d_en, &err);
         if (rc <= 0) {
             if (rc) CHOIR_LOGE("kokoro: ALBERT on the GPU: %s", err.msg);
             kk_ws_release(ws, mark);
@@ -111,7 +112,7 @@ static int front_bilstm(const choir_kokoro *m, const kk_lstm *l, const float *x,
 }
 
 /* x[T, 640] = [y[t] (512) ; style (128)] per time step */
-static void concat_style(const float *y, int64_t T, const float *style, float *x) {
+void kk_concat_style(const float *y, int64_t T, const float *style, float *x) {
     for (int64_t t = 0; t < T; t++) {
         memcpy(x + t * (KK_HIDDEN + KK_STYLE), y + t * KK_HIDDEN, KK_HIDDEN * sizeof(float));
         memcpy(x + t * (KK_HIDDEN + KK_STYLE) + KK_HIDDEN, style, KK_STYLE * sizeof(float));
@@ -124,12 +125,12 @@ static int duration_encoder(const choir_kokoro *m, const float *d_en, int64_t T,
     size_t mark = kk_ws_mark(ws);
     float *y = kk_ws_floats(ws, T * KK_HIDDEN); /* [T,512] */
     if (!y) return CHOIR_ENOMEM;
-    concat_style(d_en, T, s_pro, d);
+    kk_concat_style(d_en, T, s_pro, d);
     for (int l = 0; l < 3; l++) {
         int rc = front_bilstm(m, &m->dur_lstm[l], d, T, y, ws);
         if (!rc) rc = kk_ada_layer_norm(&m->dur_norm[l], y, T, s_pro, ws);
         if (rc) return rc;
-        concat_style(y, T, s_pro, d);
+        kk_concat_style(y, T, s_pro, d);
     }
     kk_ws_release(ws, mark);
     return 0;
@@ -141,10 +142,19 @@ static int durations(const choir_kokoro *m, const float *d, int64_t T, float spe
                      int32_t *pred_dur, kk_ws *ws) {
     size_t mark = kk_ws_mark(ws);
     float *h = kk_ws_floats(ws, T * KK_HIDDEN);      /* [T,512] */
-    float *logits = kk_ws_floats(ws, T * KK_MAX_DUR); /* [T,50] */
-    if (!h || !logits) return CHOIR_ENOMEM;
+    if (!h) return CHOIR_ENOMEM;
     int rc = front_bilstm(m, &m->pred_lstm, d, T, h, ws);
+    if (!rc) rc = kk_durations_from(m, h, T, speed, dur, pred_dur, ws);
     if (rc) return rc;
+    kk_ws_release(ws, mark);
+    return 0;
+}
+
+int kk_durations_from(const choir_kokoro *m, const float *h, int64_t T, float speed, float *dur,
+                      int32_t *pred_dur, kk_ws *ws) {
+    size_t mark = kk_ws_mark(ws);
+    float *logits = kk_ws_floats(ws, T * KK_MAX_DUR); /* [T,50] */
+    if (!logits) return CHOIR_ENOMEM;
     choir_linear(h, T, &m->dur_proj.w, m->dur_proj.b, logits);
     choir_sigmoid(logits, T * KK_MAX_DUR);
     for (int64_t t = 0; t < T; t++) {
@@ -164,9 +174,7 @@ int kk_f0_n(const choir_kokoro *m, const float *en, int64_t L, const float *s_pr
     size_t mark = kk_ws_mark(ws);
     float *h = kk_ws_floats(ws, L * KK_HIDDEN);        /* [L,512] */
     float *x = kk_ws_floats(ws, KK_HIDDEN * L);        /* [512,L] */
-    float *a = kk_ws_floats(ws, KK_HIDDEN * 2 * L);    /* [512, L] then [256, 2L] */
-    float *b = kk_ws_floats(ws, KK_HIDDEN * 2 * L);
-    if (!h || !x || !a || !b) return CHOIR_ENOMEM;
+    if (!h || !x) return CHOIR_ENOMEM;
     double t0 = choir_now_s();
     int rc = front_bilstm(m, &m->shared, en, L, h, ws);
     if (rc) return rc;
@@ -175,7 +183,8 @@ int kk_f0_n(const choir_kokoro *m, const float *en, int64_t L, const float *s_pr
 #ifdef CHOIR_HAVE_CUDA
     if (m->gpu) {
         choir_err err = {0};
-        rc = kk_gpu_f0n_blocks(m->gpu, x, L, s_pro, f0, n, &err);
+        const float *x1 = x;
+        rc = kk_gpu_f0n_blocks(m->gpu, 1, &x1, &L, &s_pro, &f0, &n, &err);
         if (rc <= 0) {
             if (rc) CHOIR_LOGE("kokoro: F0 / N blocks on the GPU: %s", err.msg);
             kk_ws_release(ws, mark);
@@ -183,6 +192,19 @@ int kk_f0_n(const choir_kokoro *m, const float *en, int64_t L, const float *s_pr
         }
     }
 #endif
+    rc = kk_f0_n_blocks(m, x, L, s_pro, f0, n, ws);
+    if (rc) return rc;
+    kk_ws_release(ws, mark);
+    return 0;
+}
+
+int kk_f0_n_blocks(const choir_kokoro *m, const float *x, int64_t L, const float *s_pro, float *f0,
+                   float *n, kk_ws *ws) {
+    size_t mark = kk_ws_mark(ws);
+    float *a = kk_ws_floats(ws, KK_HIDDEN * 2 * L);    /* [512, L] then [256, 2L] */
+    float *b = kk_ws_floats(ws, KK_HIDDEN * 2 * L);
+    if (!a || !b) return CHOIR_ENOMEM;
+    int rc;
     for (int which = 0; which < 2; which++) {
         const kk_resblk *blk = which ? m->n_blk : m->f0_blk;
         if ((rc = kk_resblk_forward(&blk[0], x, L, s_pro, a, ws))) return rc;      /* [512, L] */
@@ -200,9 +222,22 @@ static int text_encoder(const choir_kokoro *m, const int32_t *ids, int64_t T, fl
                         kk_ws *ws) {
     size_t mark = kk_ws_mark(ws);
     float *tc = kk_ws_floats(ws, T * KK_HIDDEN); /* [T,512] */
+    float *y = kk_ws_floats(ws, KK_HIDDEN * T);  /* [T,512] */
+    if (!tc || !y) return CHOIR_ENOMEM;
+    int rc = kk_text_encoder_convs(m, ids, T, tc, ws);
+    if (!rc) rc = front_bilstm(m, &m->te_lstm, tc, T, y, ws);
+    if (rc) return rc;
+    kk_transpose(y, T, KK_HIDDEN, t_en);
+    kk_ws_release(ws, mark);
+    return 0;
+}
+
+int kk_text_encoder_convs(const choir_kokoro *m, const int32_t *ids, int64_t T, float *tc,
+                          kk_ws *ws) {
+    size_t mark = kk_ws_mark(ws);
     float *x = kk_ws_floats(ws, KK_HIDDEN * T);  /* [512,T] */
     float *y = kk_ws_floats(ws, KK_HIDDEN * T);
-    if (!tc || !x || !y) return CHOIR_ENOMEM;
+    if (!x || !y) return CHOIR_ENOMEM;
     for (int64_t t = 0; t < T; t++) choir_weight_row_f32(&m->te_emb.w, ids[t], tc + t * KK_HIDDEN);
     kk_transpose(tc, T, KK_HIDDEN, x);
     for (int i = 0; i < 3; i++) {
@@ -214,9 +249,6 @@ static int text_encoder(const choir_kokoro *m, const int32_t *ids, int64_t T, fl
         kk_transpose(tc, T, KK_HIDDEN, x);
     }
     /* tc is [T, 512] after the last block */
-    int rc = front_bilstm(m, &m->te_lstm, tc, T, y, ws);
-    if (rc) return rc;
-    kk_transpose(y, T, KK_HIDDEN, t_en);
     kk_ws_release(ws, mark);
     return 0;
 }
@@ -269,6 +301,8 @@ choir_kokoro_params choir_kokoro_default_params(void) {
     choir_kokoro_params p = {.speed = 1.0f, .noise = CHOIR_KOKORO_NOISE_SEEDED, .seed = 0};
     return p;
 }
+
+int64_t kk_noise_floats(int64_t L) { return L * CHOIR_KOKORO_SAMPLES_PER_FRAME * KK_HARMONICS; }
 
 void kk_piece_free(kk_piece *pc) {
     if (!pc) return;
@@ -415,9 +449,7 @@ int kk_front(const choir_kokoro *m, const int32_t *ids, int n_ids, const float *
     out->f0 = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(2 * L) * sizeof(float));
     out->n = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(2 * L) * sizeof(float));
     if (p->noise == CHOIR_KOKORO_NOISE_SEEDED)
-        out->noise = choir_alloc(CHOIR_MEM_ACTIVATIONS,
-                                 (size_t)(L * CHOIR_KOKORO_SAMPLES_PER_FRAME * KK_HARMONICS) *
-                                     sizeof(float));
+        out->noise = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)kk_noise_floats(L) * sizeof(float));
     if (!en || !out->asr || !out->f0 || !out->n ||
         (p->noise == CHOIR_KOKORO_NOISE_SEEDED && !out->noise)) {
         kk_ws_free(ws2);
@@ -439,7 +471,7 @@ int kk_front(const choir_kokoro *m, const int32_t *ids, int n_ids, const float *
     TRACE(p, "asr", asr, 2, KK_HIDDEN, L);
     clk[7] = choir_now_s();
     if (out->noise)
-        kk_noise_fill(out->noise, L * CHOIR_KOKORO_SAMPLES_PER_FRAME * KK_HARMONICS, p->seed);
+        kk_noise_fill(out->noise, kk_noise_floats(L), p->seed);
     kk_ws_free(ws);
     log_front_profile(n_ids, L, clk, t_shared, choir_now_s());
     return 0;

@@ -240,6 +240,41 @@ int kk_albert(const choir_kokoro *m, const int32_t *ids, int64_t T, float *bert,
 int kk_f0_n(const choir_kokoro *m, const float *en, int64_t L, const float *s_pro, float *f0,
             float *n, double *t_lstm, kk_ws *ws);
 
+/* The pieces of kk_front that the batched front (kokoro_front_batch.c)
+ * calls between its device batches, the same code the single-piece front
+ * runs (kokoro_forward.c). */
+/* ALBERT's embeddings: ids[T] -> e[T, 128] (word + type 0 + position, then
+ * LayerNorm); type0 and row: scratch of 128 floats each. */
+void kk_albert_embed(const choir_kokoro *m, const int32_t *ids, int64_t T, float *e, float *type0,
+                     float *row);
+/* x[T, 640] = [y[t] (512) ; style (128)] per time step */
+void kk_concat_style(const float *y, int64_t T, const float *style, float *x);
+/* Durations from the duration LSTM's output h[T, 512]: dur[T] (frames, real)
+ * and pred_dur[T] (>= 1). Workspace: 50 T floats. */
+int kk_durations_from(const choir_kokoro *m, const float *h, int64_t T, float speed, float *dur,
+                      int32_t *pred_dur, kk_ws *ws);
+/* The text encoder up to its LSTM: ids[T] -> tc[T, 512]. Workspace: 2 x
+ * 512 T floats. */
+int kk_text_encoder_convs(const choir_kokoro *m, const int32_t *ids, int64_t T, float *tc,
+                          kk_ws *ws);
+/* kk_f0_n after its LSTM, on the CPU: x[512, L] -> f0, n [2L]. Workspace:
+ * 2 x 1024 L floats and the blocks'. */
+int kk_f0_n_blocks(const choir_kokoro *m, const float *x, int64_t L, const float *s_pro, float *f0,
+                   float *n, kk_ws *ws);
+/* The seeded noise of a piece of L frames: [600 L, 9] (kk_front's). */
+int64_t kk_noise_floats(int64_t L);
+
+/* kk_front for n pieces at once, stage by stage: with a GPU attached
+ * (m->gpu) each device stage is one batch over all pieces (ALBERT, each of
+ * the six BiLSTMs, the F0 / N blocks), with the CPU parts of every stage run
+ * per piece on the default pool in between; without one every stage runs on
+ * the CPU and piece b equals kk_front's bit for bit. Piece b gets ids[b]
+ * (n_ids[b]), style[b] and params[b] (no trace) and fills out[b]; on
+ * failure every out[b] is freed and err names the first failing piece. */
+int kk_front_batch(const choir_kokoro *m, int n, const int32_t *const *ids, const int *n_ids,
+                   const float *const *style, const choir_kokoro_params *params, kk_piece *out,
+                   choir_err *err);
+
 #ifdef CHOIR_HAVE_CUDA
 #include "choir/cuda.h"
 /* The front's BiLSTM weights on the device (those the model has), and one
@@ -254,19 +289,23 @@ bool kg_front_has(const kg_front *f, const kk_lstm *l);
 int kg_front_bilstm(kg_front *f, choir_cuda *cu, const kk_lstm *l, int n, const float *const *x,
                     const int64_t *T, float *const *y, choir_err *err);
 bool kg_front_has_albert(const kg_front *f);
-/* ALBERT from its normalised embeddings emb [T, 128] (host): bert [T, 768]
- * (the last layer's output) and d_en [T, 512] = bert_encoder(bert), host. */
-int kg_front_albert(kg_front *f, choir_cuda *cu, const float *emb, int64_t T, float *bert,
-                    float *d_en, choir_err *err);
+/* ALBERT for n pieces in one pass, from their normalised embeddings
+ * emb[b] [T[b], 128] (host): bert[b] [T[b], 768] (the last layer's output)
+ * and d_en[b] [T[b], 512] = bert_encoder(bert), host. Each piece attends to
+ * its own ids only, so its result is what it gets alone. */
+int kg_front_albert(kg_front *f, choir_cuda *cu, int n, const float *const *emb, const int64_t *T,
+                    float *const *bert, float *const *d_en, choir_err *err);
 /* kg_front_albert under the GPU's mutex; 1 (nothing done) when ALBERT is not
  * on the device. */
-int kk_gpu_albert(struct choir_kokoro_gpu *g, const float *emb, int64_t T, float *bert,
-                  float *d_en, choir_err *err);
-/* kk_f0_n after its LSTM, on the device (f32): x [512, L] (the LSTM's
- * output, channels first), s_pro [128] -> f0, n [2L] (host). 1 (nothing
- * done) when the model's F0 / N blocks are not on the device. */
-int kk_gpu_f0n_blocks(struct choir_kokoro_gpu *g, const float *x, int64_t L, const float *s_pro,
-                      float *f0, float *n, choir_err *err);
+int kk_gpu_albert(struct choir_kokoro_gpu *g, int n, const float *const *emb, const int64_t *T,
+                  float *const *bert, float *const *d_en, choir_err *err);
+/* kk_f0_n after its LSTM for n pieces in one batch, on the device (f32):
+ * x[b] [512, L[b]] (the LSTM's output, channels first), s_pro[b] [128] ->
+ * f0[b], n[b] [2 L[b]] (host). 1 (nothing done) when the model's F0 / N
+ * blocks are not on the device. */
+int kk_gpu_f0n_blocks(struct choir_kokoro_gpu *g, int nb, const float *const *x, const int64_t *L,
+                      const float *const *s_pro, float *const *f0, float *const *n,
+                      choir_err *err);
 /* kg_front_bilstm under the GPU's mutex, on the GPU's context; 1 (nothing
  * done) when that LSTM is not on the device, so the caller runs the CPU's. */
 int kk_gpu_bilstm(struct choir_kokoro_gpu *g, const kk_lstm *l, int n, const float *const *x,

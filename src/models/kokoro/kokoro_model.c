@@ -12,8 +12,9 @@
  * A batch then phonemizes and splits every request first and synthesises in
  * rounds: the first piece of every request together (time to first audio),
  * then the remaining pieces of all requests, up to KOKORO_GPU_PIECES per
- * round, each round one CPU text-side pass and one GPU decoder batch. The
- * decoder serialises the device itself (choir_kokoro_gpu_decode's mutex). */
+ * round, each round one batched front (one device call per front stage for
+ * all its pieces) and one GPU decoder batch. The device is serialised by the
+ * GPU object's mutex (choir_kokoro_gpu_decode and the front's calls). */
 #include <stdio.h>
 #include <string.h>
 

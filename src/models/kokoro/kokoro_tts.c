@@ -8,9 +8,10 @@
  * LSTM, instance norm and attention sees exactly its own sequence.
  *
  * With a GPU attached (choir_kokoro_set_gpu), the items' text and prosody
- * sides still run concurrently on the CPU pool, each sending its ALBERT and
- * LSTMs to the device (one call each, serialised there), and then all their
- * decoders run as one padded batch on the device (choir_kokoro_gpu_decode). */
+ * sides run as one batched front (kk_front_batch: ALBERT, each BiLSTM and
+ * the F0 / N blocks one device call for all items, the CPU steps between
+ * them per item on the pool), and then all their decoders run as one padded
+ * batch on the device (choir_kokoro_gpu_decode). */
 #include <string.h>
 
 #include "choir/alloc.h"
@@ -41,52 +42,32 @@ static void run_items(void *ctx, int64_t begin, int64_t end, int worker) {
 }
 
 #ifdef CHOIR_HAVE_CUDA
-typedef struct front_job {
-    const choir_kokoro *m;
-    choir_kokoro_item *items;
-    const choir_kokoro_params *params;
-    kk_piece *pieces;
-    int *status;
-    choir_err *errs;
-} front_job;
-
-static void run_fronts(void *ctx, int64_t begin, int64_t end, int worker) {
-    (void)worker;
-    front_job *job = ctx;
-    for (int64_t i = begin; i < end; i++) {
-        choir_kokoro_item *it = &job->items[i];
-        choir_kokoro_params p = *job->params;
-        p.seed = job->params->seed + (uint64_t)i;
-        p.trace = NULL;
-        if (it->speed > 0) p.speed = it->speed;
-        job->status[i] = kk_front(job->m, it->ids, it->n_ids, it->style, &p, &job->pieces[i],
-                                  &job->errs[i]);
-    }
-}
-
-/* Text sides on the CPU pool, then one GPU batch for every decoder. */
+/* The items' fronts as one batched front (each device stage one call for
+ * all of them, kokoro_front_batch.c), then one GPU batch for every decoder. */
 static int batch_on_gpu(const choir_kokoro *m, choir_kokoro_item *items, int n,
-                        const choir_kokoro_params *params, int *status, choir_err *errs,
-                        choir_err *err) {
+                        const choir_kokoro_params *params, choir_err *err) {
     kk_piece *pieces = choir_calloc(CHOIR_MEM_OTHER, (size_t)n, sizeof *pieces);
     choir_kokoro_decode_input *in = choir_calloc(CHOIR_MEM_OTHER, (size_t)n, sizeof *in);
     float **audio = choir_calloc(CHOIR_MEM_OTHER, (size_t)n, sizeof *audio);
+    const int32_t **ids = choir_calloc(CHOIR_MEM_OTHER, (size_t)n, sizeof *ids);
+    const float **style = choir_calloc(CHOIR_MEM_OTHER, (size_t)n, sizeof *style);
+    int *n_ids = choir_calloc(CHOIR_MEM_OTHER, (size_t)n, sizeof *n_ids);
+    choir_kokoro_params *ps = choir_calloc(CHOIR_MEM_OTHER, (size_t)n, sizeof *ps);
     int rc = 0;
-    if (!pieces || !in || !audio) {
+    if (!pieces || !in || !audio || !ids || !style || !n_ids || !ps) {
         rc = choir_err_set(err, CHOIR_ENOMEM, "kokoro: out of memory for a batch of %d", n);
         goto done;
     }
-    front_job job = {.m = m, .items = items, .params = params, .pieces = pieces,
-                     .status = status, .errs = errs};
-    if (n == 1) run_fronts(&job, 0, 1, 0);
-    else choir_pool_parallel_for(choir_pool_default(), n, 1, run_fronts, &job);
-    for (int i = 0; i < n && !rc; i++)
-        if (status[i]) {
-            rc = status[i];
-            if (err) *err = errs[i];
-            choir_err_prefix(err, "batch item %d", i);
-        }
-    if (rc) goto done;
+    for (int i = 0; i < n; i++) {
+        ps[i] = *params;
+        ps[i].seed = params->seed + (uint64_t)i;
+        ps[i].trace = NULL;
+        if (items[i].speed > 0) ps[i].speed = items[i].speed;
+        ids[i] = items[i].ids;
+        n_ids[i] = items[i].n_ids;
+        style[i] = items[i].style;
+    }
+    if ((rc = kk_front_batch(m, n, ids, n_ids, style, ps, pieces, err))) goto done;
     for (int i = 0; i < n; i++)
         in[i] = (choir_kokoro_decode_input){.asr = pieces[i].asr, .f0 = pieces[i].f0,
                                             .n = pieces[i].n, .noise = pieces[i].noise,
@@ -101,6 +82,10 @@ done:
     choir_free(pieces);
     choir_free(in);
     choir_free(audio);
+    choir_free(ids);
+    choir_free(style);
+    choir_free(n_ids);
+    choir_free(ps);
     return rc;
 }
 #endif
@@ -121,7 +106,7 @@ int choir_kokoro_synthesize_batch(const choir_kokoro *m, choir_kokoro_item *item
     }
 #ifdef CHOIR_HAVE_CUDA
     if (m->gpu) {
-        rc = batch_on_gpu(m, items, n, params ? params : &defaults, status, errs, err);
+        rc = batch_on_gpu(m, items, n, params ? params : &defaults, err);
         goto done;
     }
 #endif

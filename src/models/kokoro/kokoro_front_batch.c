@@ -1,0 +1,392 @@
+/* Kokoro's front for a batch of pieces, for a GPU: kk_front's
+ * stages in the same order, each stage run for every piece before the next
+ * starts, so that each device part is one call over all pieces instead of
+ * one call per piece:
+ *
+ *   per piece (pool)   validate, workspace, ALBERT embeddings
+ *   device             ALBERT + bert_encoder, all pieces' rows stacked
+ *   3 x  per piece     [x ; s_pro]            device  duration-encoder BiLSTM
+ *        per piece     AdaLayerNorm
+ *   per piece          [x ; s_pro]            device  duration BiLSTM
+ *   per piece          durations, text-encoder convolutions
+ *   device             text-encoder BiLSTM
+ *   per piece          alignment (en, asr)
+ *   device             shared BiLSTM over frames
+ *   device             F0 / N blocks, all pieces padded to the longest
+ *   per piece          seeded noise
+ *
+ * The per-piece steps are the single-piece front's own functions
+ * (kokoro_forward.c), so a piece's durations and curves equal what the front
+ * gives it alone on the same GPU, up to the order cuBLAS sums a product in
+ * (ALBERT's products see more rows). Where the device lacks a part (a model
+ * without it), or no GPU is attached, that part runs on the CPU per piece as
+ * in kk_front, and the result is kk_front's bit for bit (which is what the
+ * CPU-only test of this file checks). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "choir/alloc.h"
+#include "choir/kernels.h"
+#include "choir/log.h"
+#include "choir/pool.h"
+#include "models/kokoro/kokoro_internal.h"
+
+/* One piece's state between stages. The text side lives in `ws` (sized
+ * for exactly the buffers below and the per-piece steps' temporaries), the
+ * frame side in `ws2`. */
+typedef struct fb_piece {
+    const int32_t *ids;
+    int64_t T, L;
+    const float *s_pro;       /* [128] */
+    choir_kokoro_params p;
+    kk_ws *ws, *ws2;
+    float *e;                 /* [T, 128] ALBERT embeddings */
+    float *bert;              /* [T, 768] */
+    float *d_en;              /* [T, 512] */
+    float *d;                 /* [T, 640] duration encoder in and out */
+    float *y;                 /* [T, 512] an LSTM's output */
+    float *tc;                /* [T, 512] text encoder before its LSTM */
+    float *t_en;              /* [512, T] */
+    float *dur;               /* [T] */
+    int32_t *pred_dur;        /* [T] */
+    float *en;                /* [L, 640] aligned duration features */
+    float *h;                 /* [L, 512] shared LSTM output */
+    float *x;                 /* [512, L] the same, channels first */
+    kk_piece *out;
+    int rc;
+    choir_err err;
+} fb_piece;
+
+enum fb_stage {
+    FB_PREPARE,     /* validate, workspace, embeddings */
+    FB_STYLE_D_EN,  /* d = [d_en ; s_pro] */
+    FB_NORM,        /* AdaLayerNorm of dur_norm[layer] on y, d = [y ; s_pro] */
+    FB_DURATIONS,   /* durations from y, then the text encoder's convolutions */
+    FB_ALIGN,       /* t_en from y, frame workspace, en and asr */
+    FB_TRANSPOSE,   /* x = h^T */
+    FB_NOISE,       /* seeded noise, text workspace freed */
+};
+
+typedef struct fb_job {
+    const choir_kokoro *m;
+    fb_piece *pc;
+    enum fb_stage stage;
+    int layer;
+} fb_job;
+
+static int prepare(const choir_kokoro *m, fb_piece *q) {
+    const int64_t T = q->T;
+    if (T < 3 || T > CHOIR_KOKORO_MAX_PHONEMES + 2)
+        return choir_err_set(&q->err, CHOIR_EINVAL, "kokoro: %lld ids; a piece has 3..%d with boundaries",
+                             (long long)T, CHOIR_KOKORO_MAX_PHONEMES + 2);
+    if (!(q->p.speed > 0.0f) || !isfinite(q->p.speed))
+        return choir_err_set(&q->err, CHOIR_EINVAL, "kokoro: speed %g is not > 0", (double)q->p.speed);
+    for (int64_t i = 0; i < T; i++)
+        if (q->ids[i] < 0 || q->ids[i] >= KK_NTOKEN)
+            return choir_err_set(&q->err, CHOIR_EINVAL, "kokoro: id %d at %lld is outside 0..%d",
+                                 (int)q->ids[i], (long long)i, KK_NTOKEN - 1);
+    /* e, bert, d_en, d, y, tc, t_en, dur, pred_dur, the two 128-float rows,
+     * then the steps' temporaries (text-encoder convolutions 1024 T, the
+     * duration logits 50 T, an AdaLayerNorm's 1024), with margin for the
+     * arena's alignment */
+    const int64_t floats = (128 + 768 + 512 + 640 + 512 + 512 + 512 + 2) * T + 1024 * T +
+                           64 * T + 16384;
+    q->ws = kk_ws_create(floats * (int64_t)sizeof(float), &q->err);
+    if (!q->ws) return q->err.code ? q->err.code : CHOIR_ENOMEM;
+    q->e = kk_ws_floats(q->ws, T * KK_BERT_EMB);
+    q->bert = kk_ws_floats(q->ws, T * KK_BERT);
+    q->d_en = kk_ws_floats(q->ws, T * KK_HIDDEN);
+    q->d = kk_ws_floats(q->ws, T * (KK_HIDDEN + KK_STYLE));
+    q->y = kk_ws_floats(q->ws, T * KK_HIDDEN);
+    q->tc = kk_ws_floats(q->ws, T * KK_HIDDEN);
+    q->t_en = kk_ws_floats(q->ws, KK_HIDDEN * T);
+    q->dur = kk_ws_floats(q->ws, T);
+    q->pred_dur = (int32_t *)kk_ws_floats(q->ws, T);
+    size_t mark = kk_ws_mark(q->ws);
+    float *type0 = kk_ws_floats(q->ws, KK_BERT_EMB), *row = kk_ws_floats(q->ws, KK_BERT_EMB);
+    if (!q->e || !q->bert || !q->d_en || !q->d || !q->y || !q->tc || !q->t_en || !q->dur ||
+        !q->pred_dur || !type0 || !row)
+        return CHOIR_ENOMEM;
+    kk_albert_embed(m, q->ids, T, q->e, type0, row);
+    kk_ws_release(q->ws, mark);
+    return 0;
+}
+
+static int durations_and_convs(const choir_kokoro *m, fb_piece *q) {
+    const int64_t T = q->T;
+    int rc = kk_durations_from(m, q->y, T, q->p.speed, q->dur, q->pred_dur, q->ws);
+    if (rc) return rc;
+    if (q->p.durations)
+        for (int64_t t = 0; t < T; t++) {
+            if (q->p.durations[t] < 1 || q->p.durations[t] > 1000)
+                return choir_err_set(&q->err, CHOIR_EINVAL,
+                                     "kokoro: forced duration %d at %lld is not in 1..1000",
+                                     (int)q->p.durations[t], (long long)t);
+            q->pred_dur[t] = q->p.durations[t];
+        }
+    q->L = 0;
+    for (int64_t t = 0; t < T; t++) q->L += q->pred_dur[t];
+    return kk_text_encoder_convs(m, q->ids, T, q->tc, q->ws);
+}
+
+static int align(fb_piece *q) {
+    const int64_t T = q->T, L = q->L, C_d = KK_HIDDEN + KK_STYLE;
+    kk_piece *out = q->out;
+    kk_transpose(q->y, T, KK_HIDDEN, q->t_en);
+    q->ws2 = kk_ws_create((C_d + 2 * KK_HIDDEN) * L * (int64_t)sizeof(float) + 65536, &q->err);
+    if (!q->ws2) return q->err.code ? q->err.code : CHOIR_ENOMEM;
+    q->en = kk_ws_floats(q->ws2, L * C_d);
+    q->h = kk_ws_floats(q->ws2, L * KK_HIDDEN);
+    q->x = kk_ws_floats(q->ws2, KK_HIDDEN * L);
+    out->L = L;
+    out->asr = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(KK_HIDDEN * L) * sizeof(float));
+    out->f0 = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(2 * L) * sizeof(float));
+    out->n = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(2 * L) * sizeof(float));
+    if (q->p.noise == CHOIR_KOKORO_NOISE_SEEDED)
+        out->noise = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)kk_noise_floats(L) * sizeof(float));
+    if (!q->en || !q->h || !q->x || !out->asr || !out->f0 || !out->n ||
+        (q->p.noise == CHOIR_KOKORO_NOISE_SEEDED && !out->noise))
+        return CHOIR_ENOMEM;
+    for (int64_t t = 0, j = 0; t < T; t++)
+        for (int32_t r = 0; r < q->pred_dur[t]; r++, j++) {
+            memcpy(q->en + j * C_d, q->d + t * C_d, (size_t)C_d * sizeof(float));
+            for (int64_t c = 0; c < KK_HIDDEN; c++) out->asr[c * L + j] = q->t_en[c * T + t];
+        }
+    return 0;
+}
+
+static int run_stage(const fb_job *job, fb_piece *q) {
+    const choir_kokoro *m = job->m;
+    switch (job->stage) {
+    case FB_PREPARE:
+        return prepare(m, q);
+    case FB_STYLE_D_EN:
+        kk_concat_style(q->d_en, q->T, q->s_pro, q->d);
+        return 0;
+    case FB_NORM: {
+        int rc = kk_ada_layer_norm(&m->dur_norm[job->layer], q->y, q->T, q->s_pro, q->ws);
+        if (!rc) kk_concat_style(q->y, q->T, q->s_pro, q->d);
+        return rc;
+    }
+    case FB_DURATIONS:
+        return durations_and_convs(m, q);
+    case FB_ALIGN:
+        return align(q);
+    case FB_TRANSPOSE:
+        kk_transpose(q->h, q->L, KK_HIDDEN, q->x);
+        return 0;
+    case FB_NOISE:
+        if (q->out->noise) kk_noise_fill(q->out->noise, kk_noise_floats(q->L), q->p.seed);
+        kk_ws_free(q->ws2);
+        kk_ws_free(q->ws);
+        q->ws = q->ws2 = NULL;
+        return 0;
+    }
+    return CHOIR_EINVAL;
+}
+
+static void stage_range(void *ctx, int64_t begin, int64_t end, int worker) {
+    (void)worker;
+    const fb_job *job = ctx;
+    for (int64_t i = begin; i < end; i++) {
+        fb_piece *q = &job->pc[i];
+        if (!q->rc) q->rc = run_stage(job, q);
+    }
+}
+
+/* Runs one CPU stage for every piece on the default pool; the first failing
+ * piece's code, err naming it. */
+static int cpu_stage(const choir_kokoro *m, fb_piece *pc, int n, enum fb_stage stage, int layer,
+                     choir_err *err) {
+    fb_job job = {.m = m, .pc = pc, .stage = stage, .layer = layer};
+    if (n == 1) stage_range(&job, 0, 1, 0);
+    else choir_pool_parallel_for(choir_pool_default(), n, 1, stage_range, &job);
+    for (int i = 0; i < n; i++)
+        if (pc[i].rc) {
+            if (pc[i].rc == CHOIR_ENOMEM && !pc[i].err.code)
+                choir_err_set(&pc[i].err, CHOIR_ENOMEM, "kokoro: out of memory (%lld ids)",
+                              (long long)pc[i].T);
+            else if (!pc[i].err.code)
+                choir_err_set(&pc[i].err, pc[i].rc, "kokoro: the front failed (code %d)", pc[i].rc);
+            if (err) *err = pc[i].err;
+            choir_err_prefix(err, "batch item %d", i);
+            return pc[i].rc;
+        }
+    return 0;
+}
+
+/* One BiLSTM over every piece: y[b] = l(x[b]) with T[b] steps; one device
+ * call, or each piece on the CPU when the device lacks this LSTM. */
+static int batch_bilstm(const choir_kokoro *m, const kk_lstm *l, int n, const float *const *x,
+                        const int64_t *T, float *const *y, choir_err *err) {
+    int rc = 1;
+#ifdef CHOIR_HAVE_CUDA
+    if (m->gpu && (rc = kk_gpu_bilstm(m->gpu, l, n, x, T, y, err)) <= 0) return rc;
+#endif
+    rc = 0;
+    for (int b = 0; b < n && !rc; b++) {
+        /* kk_bilstm's gates and cell state: 4H (T + 1) + 2H floats */
+        int64_t floats = 4 * (int64_t)l->h * (T[b] + 1) + 2 * (int64_t)l->h;
+        kk_ws *ws = kk_ws_create(floats * (int64_t)sizeof(float) + 4096, err);
+        if (!ws) return err && err->code ? err->code : CHOIR_ENOMEM;
+        rc = kk_bilstm(l, x[b], T[b], y[b], ws);
+        kk_ws_free(ws);
+        if (rc) choir_err_set(err, rc, "kokoro: LSTM of batch item %d on the CPU", b);
+    }
+    return rc;
+}
+
+/* ALBERT over every piece: one device call, or the CPU per piece. */
+static int batch_albert(const choir_kokoro *m, fb_piece *pc, int n, const float **e, int64_t *T,
+                        float **bert, float **d_en, choir_err *err) {
+    for (int b = 0; b < n; b++) e[b] = pc[b].e, T[b] = pc[b].T, bert[b] = pc[b].bert, d_en[b] = pc[b].d_en;
+    int rc = 1;
+#ifdef CHOIR_HAVE_CUDA
+    if (m->gpu && (rc = kk_gpu_albert(m->gpu, n, e, T, bert, d_en, err)) <= 0) return rc;
+#endif
+    rc = 0; /* kk_albert tries the device first; it has no ALBERT, so this is the CPU */
+    for (int b = 0; b < n && !rc; b++) {
+        kk_ws *ws = kk_ws_create(choir_kokoro_estimate_bytes((int)T[b], 0), err);
+        if (!ws) return err && err->code ? err->code : CHOIR_ENOMEM;
+        rc = kk_albert(m, pc[b].ids, T[b], bert[b], d_en[b], ws);
+        kk_ws_free(ws);
+        if (rc) choir_err_set(err, rc, "kokoro: ALBERT of batch item %d on the CPU", b);
+    }
+    return rc;
+}
+
+/* The F0 / N blocks over every piece: one device call, or the CPU per piece. */
+static int batch_f0n(const choir_kokoro *m, fb_piece *pc, int n, const float **x, int64_t *L,
+                     const float **s_pro, float **f0, float **nc, choir_err *err) {
+    for (int b = 0; b < n; b++)
+        x[b] = pc[b].x, L[b] = pc[b].L, s_pro[b] = pc[b].s_pro, f0[b] = pc[b].out->f0,
+        nc[b] = pc[b].out->n;
+    int rc = 1;
+#ifdef CHOIR_HAVE_CUDA
+    if (m->gpu && (rc = kk_gpu_f0n_blocks(m->gpu, n, x, L, s_pro, f0, nc, err)) <= 0) return rc;
+#endif
+    rc = 0;
+    for (int b = 0; b < n && !rc; b++) {
+        kk_ws *ws = kk_ws_create(choir_kokoro_estimate_bytes((int)pc[b].T, L[b]), err);
+        if (!ws) return err && err->code ? err->code : CHOIR_ENOMEM;
+        rc = kk_f0_n_blocks(m, x[b], L[b], s_pro[b], f0[b], nc[b], ws);
+        kk_ws_free(ws);
+        if (rc) choir_err_set(err, rc, "kokoro: F0 / N of batch item %d on the CPU", b);
+    }
+    return rc;
+}
+
+/* One line per batch (stderr under CHOIR_KOKORO_PROFILE=1, else debug
+ * log): milliseconds per stage, each over all n pieces. */
+static void log_profile(int n, const double *clk) {
+    const char *env = getenv("CHOIR_KOKORO_PROFILE");
+    bool loud = env && env[0] && strcmp(env, "0") != 0;
+    char line[400];
+    snprintf(line, sizeof line,
+             "kokoro batched front: %d pieces: embeddings %.1f, albert %.1f, duration encoder "
+             "%.1f, duration lstm %.1f, durations + text convs %.1f, text lstm %.1f, align "
+             "%.1f, shared lstm %.1f, f0/n blocks %.1f, noise %.1f ms; total %.1f ms",
+             n, 1e3 * (clk[1] - clk[0]), 1e3 * (clk[2] - clk[1]), 1e3 * (clk[3] - clk[2]),
+             1e3 * (clk[4] - clk[3]), 1e3 * (clk[5] - clk[4]), 1e3 * (clk[6] - clk[5]),
+             1e3 * (clk[7] - clk[6]), 1e3 * (clk[8] - clk[7]), 1e3 * (clk[9] - clk[8]),
+             1e3 * (clk[10] - clk[9]), 1e3 * (clk[10] - clk[0]));
+    if (loud)
+        fprintf(stderr, "%s\n", line);
+    else
+        CHOIR_LOGD("%s", line);
+}
+
+int kk_front_batch(const choir_kokoro *m, int n, const int32_t *const *ids, const int *n_ids,
+                   const float *const *style, const choir_kokoro_params *params, kk_piece *out,
+                   choir_err *err) {
+    if (!m || n < 1 || !ids || !n_ids || !style || !params || !out)
+        return choir_err_set(err, CHOIR_EINVAL, "kokoro: bad arguments to the batched front");
+    for (int b = 0; b < n; b++) {
+        memset(&out[b], 0, sizeof out[b]);
+        if (!ids[b] || !style[b])
+            return choir_err_set(err, CHOIR_EINVAL, "batch item %d: kokoro: missing ids or style", b);
+    }
+    fb_piece *pc = choir_calloc(CHOIR_MEM_OTHER, (size_t)n, sizeof *pc);
+    /* argument arrays of the device calls: x, y (or the ALBERT / F0 / N
+     * arrays, which reuse them) and the lengths */
+    const float **xs = choir_calloc(CHOIR_MEM_OTHER, (size_t)n, sizeof *xs);
+    const float **ss = choir_calloc(CHOIR_MEM_OTHER, (size_t)n, sizeof *ss);
+    float **ys = choir_calloc(CHOIR_MEM_OTHER, (size_t)n, sizeof *ys);
+    float **zs = choir_calloc(CHOIR_MEM_OTHER, (size_t)n, sizeof *zs);
+    int64_t *lens = choir_calloc(CHOIR_MEM_OTHER, (size_t)n, sizeof *lens);
+    int rc = 0;
+    if (!pc || !xs || !ss || !ys || !zs || !lens) {
+        rc = choir_err_set(err, CHOIR_ENOMEM, "kokoro: out of memory for a batch of %d", n);
+        goto done;
+    }
+    for (int b = 0; b < n; b++) {
+        pc[b].ids = ids[b];
+        pc[b].T = n_ids[b];
+        pc[b].s_pro = style[b] + KK_STYLE;
+        pc[b].p = params[b];
+        pc[b].p.trace = NULL;
+        pc[b].out = &out[b];
+    }
+    double t0 = choir_now_s();
+#define FB_CPU(stage, layer)                                                                       \
+    do {                                                                                           \
+        if ((rc = cpu_stage(m, pc, n, stage, layer, err))) goto done;                              \
+    } while (0)
+#define FB_LSTM(lstm, xfield, yfield, lfield)                                                      \
+    do {                                                                                           \
+        for (int b_ = 0; b_ < n; b_++)                                                             \
+            xs[b_] = pc[b_].xfield, ys[b_] = pc[b_].yfield, lens[b_] = pc[b_].lfield;              \
+        if ((rc = batch_bilstm(m, lstm, n, xs, lens, ys, err))) goto gpu_fail;                     \
+    } while (0)
+
+    /* clk: after embeddings, ALBERT, duration encoder, duration LSTM,
+     * durations + convolutions, text-encoder LSTM, alignment, shared LSTM,
+     * F0 / N blocks, noise */
+    double clk[11] = {t0};
+    FB_CPU(FB_PREPARE, 0);
+    clk[1] = choir_now_s();
+    if ((rc = batch_albert(m, pc, n, xs, lens, ys, zs, err))) goto gpu_fail;
+    clk[2] = choir_now_s();
+    FB_CPU(FB_STYLE_D_EN, 0);
+    for (int l = 0; l < 3; l++) {
+        FB_LSTM(&m->dur_lstm[l], d, y, T);
+        FB_CPU(FB_NORM, l);
+    }
+    clk[3] = choir_now_s();
+    FB_LSTM(&m->pred_lstm, d, y, T);
+    clk[4] = choir_now_s();
+    FB_CPU(FB_DURATIONS, 0);
+    clk[5] = choir_now_s();
+    FB_LSTM(&m->te_lstm, tc, y, T);
+    clk[6] = choir_now_s();
+    FB_CPU(FB_ALIGN, 0);
+    clk[7] = choir_now_s();
+    FB_LSTM(&m->shared, en, h, L);
+    FB_CPU(FB_TRANSPOSE, 0);
+    clk[8] = choir_now_s();
+    if ((rc = batch_f0n(m, pc, n, xs, lens, ss, ys, zs, err))) goto gpu_fail;
+    clk[9] = choir_now_s();
+    FB_CPU(FB_NOISE, 0);
+    clk[10] = choir_now_s();
+#undef FB_CPU
+#undef FB_LSTM
+    log_profile(n, clk);
+    goto done;
+gpu_fail:
+    choir_err_prefix(err, "kokoro: the batched front on the GPU");
+done:
+    for (int b = 0; pc && b < n; b++) {
+        kk_ws_free(pc[b].ws2);
+        kk_ws_free(pc[b].ws);
+        if (rc) kk_piece_free(&out[b]);
+    }
+    choir_free(pc);
+    choir_free(xs);
+    choir_free(ss);
+    choir_free(ys);
+    choir_free(zs);
+    choir_free(lens);
+    return rc;
+}
