@@ -175,9 +175,39 @@ int choir_cuda_upload(choir_cuda *cu, choir_cuda_buf *dst, size_t offset, const 
                       size_t bytes, choir_err *err);
 int choir_cuda_download(choir_cuda *cu, void *dst, const choir_cuda_buf *src, size_t offset,
                         size_t bytes, choir_err *err);
+/* Asynchronous copies: enqueued on the context's stream and returned from
+ * at once. The host memory must stay untouched (upload: unchanged; download:
+ * unread) until the stream has reached the copy, which choir_cuda_sync or
+ * any synchronous call (choir_cuda_upload, choir_cuda_download) guarantees.
+ * With pinned memory (choir_cuda_host_alloc) the copy is one DMA that runs
+ * while the host goes on; with pageable memory the runtime stages it, which
+ * is slower and may wait. CHOIR_EINVAL when the range passes the end of the
+ * buffer. Not for use while capturing a graph. */
+int choir_cuda_upload_async(choir_cuda *cu, choir_cuda_buf *dst, size_t offset, const void *src,
+                            size_t bytes, choir_err *err);
+int choir_cuda_download_async(choir_cuda *cu, void *dst, const choir_cuda_buf *src, size_t offset,
+                              size_t bytes, choir_err *err);
 /* Sets `bytes` at `offset` to zero (asynchronous). */
 int choir_cuda_memset0(choir_cuda *cu, choir_cuda_buf *buf, size_t offset, size_t bytes,
                        choir_err *err);
+
+/* --- pinned host memory ----------------------------------------------- */
+/* Page-locked host memory, for buffers the device fills or reads every step
+ * (a decoder's logits and inputs): copies to and from it run at the link's
+ * speed and truly asynchronously. It is scarce system-wide (the kernel cannot
+ * page it out), so it is counted per context, apart from both device memory
+ * and the host counters of choir/alloc.h. */
+
+/* `bytes` of pinned host memory (uninitialised, aligned to 64 bytes). NULL
+ * (and err, CHOIR_ENOMEM) when the runtime refuses; bytes 0 gives NULL and
+ * no error. Free with choir_cuda_host_free on the same context, after the
+ * stream no longer copies to or from it. */
+void *choir_cuda_host_alloc(choir_cuda *cu, size_t bytes, choir_err *err);
+/* NULL is a no-op. */
+void choir_cuda_host_free(choir_cuda *cu, void *p);
+/* Pinned bytes held now through this context / the most held at once. */
+int64_t choir_cuda_host_mem_current(const choir_cuda *cu);
+int64_t choir_cuda_host_mem_peak(const choir_cuda *cu);
 
 /* --- weights ----------------------------------------------------------- */
 

@@ -156,6 +156,14 @@ void choir_whisper_seq_truncate(choir_whisper_seq *s, int n);
 int choir_whisper_decode(const choir_whisper *m, choir_whisper_seq *const *seqs, int n_seq,
                          const int32_t *tokens, const int *n_tokens, bool all_positions,
                          float *logits, choir_err *err);
+/* Host memory for `rows` rows of logits [rows][n_vocab] to pass to
+ * choir_whisper_decode: page-locked when a GPU is attached (each step's
+ * download then goes straight into it, queued behind the step; a few such
+ * blocks at a time, then ordinary memory), else ordinary counted memory.
+ * NULL when out of memory. Free with choir_whisper_logits_free while the
+ * model's attachment is the one it was allocated under; NULL is a no-op. */
+float *choir_whisper_logits_alloc(const choir_whisper *m, int64_t rows);
+void choir_whisper_logits_free(const choir_whisper *m, float *logits);
 
 /* --- the network on a GPU (whisper_cuda.c, CUDA builds) -------------------- */
 /* A loaded model can be attached to a CUDA device: its weights are uploaded
@@ -212,6 +220,7 @@ typedef struct choir_whisper_gpu_stats {
     int64_t steps_direct;    /* decoder calls run kernel by kernel */
     int graphs;              /* graphs captured and alive */
     int graph_failures;      /* captures that failed (those steps ran directly) */
+    int64_t pinned_bytes;    /* pinned host memory held now (step inputs, logits) */
 } choir_whisper_gpu_stats;
 
 /* Fills `s`; CHOIR_EINVAL when not attached. */

@@ -20,6 +20,7 @@
 #include "choir/tensor.h"
 #include "choir/whisper.h"
 #include "cli/cli.h"
+#include "models/whisper/whisper_internal.h"
 #ifdef CHOIR_HAVE_CUDA
 #include "choir/cuda.h"
 #endif
@@ -157,15 +158,20 @@ static int bw_generate(bw_weights *w, const bw_size *z, choir_dtype dt) {
 }
 
 /* Decoder speed: `batch` sequences on one window, `steps` tokens each. */
+/* Logits in choir_whisper_logits_alloc's memory (pinned on a GPU) or, with
+ * `pageable`, in ordinary memory (the download then goes through the
+ * runtime's staging). */
 static int bw_decoder(const choir_whisper *m, const choir_whisper_cross *cross, int batch, int steps,
-                      double *ms_per_step) {
+                      bool pageable, double *ms_per_step) {
     choir_err err;
     const choir_whisper_specials *sp = choir_whisper_get_specials(m);
     int V = choir_whisper_get_dims(m)->n_vocab, rc = 0;
     choir_whisper_seq *seqs[BW_MAX_BATCH] = {0};
     int32_t tok[BW_MAX_BATCH * 4];
     int n[BW_MAX_BATCH];
-    float *logits = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)batch * (size_t)V * sizeof(float));
+    float *logits = pageable
+                        ? choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)batch * (size_t)V * sizeof(float))
+                        : choir_whisper_logits_alloc(m, batch);
     if (!logits) return -1;
     for (int b = 0; b < batch; b++) {
         if (!(seqs[b] = choir_whisper_seq_create(m, 0, &err))) rc = -1;
@@ -185,7 +191,8 @@ static int bw_decoder(const choir_whisper *m, const choir_whisper_cross *cross, 
     }
     *ms_per_step = (choir_now_s() - t0) * 1000.0 / steps;
     for (int b = 0; b < batch; b++) choir_whisper_seq_free(seqs[b]);
-    choir_free(logits);
+    if (pageable) choir_free(logits);
+    else choir_whisper_logits_free(m, logits);
     if (rc) fprintf(stderr, "choir bench whisper: %s\n", err.msg);
     return rc;
 }
@@ -208,6 +215,148 @@ static double bw_token_flops(const choir_whisper_dims *D, int pos) {
     return D->n_text_layer * layer + 2.0 * d * D->n_vocab;
 }
 
+/* --rules-only: the host's share of a decoder step, the decoding rules on
+ * random logits [rows, V] (no network). Per step every row gets fresh logits
+ * (untimed: on a GPU the download writes them), then the rules run: the old
+ * way (the row copied to its hypothesis, filters, argmax and log-sum-exp in
+ * separate passes, beam top-K in K passes), the new way one row after the
+ * other, and the new way over the compute pool. Each row's history grows by
+ * its pick (greedy: argmax; beam: the best of its top K) and restarts after
+ * 48 tokens or at eot, so the timestamp rules see pairs, runs and the first
+ * token; all three ways see the same histories and must pick the same. */
+typedef struct bw_rules_run {
+    choir_whisper_filter f;
+    int V, rows, K; /* K: beam candidates per row, 0 for greedy */
+    float *src;     /* [64, V] random logits */
+    float *batch;   /* [rows, V] this step's logits */
+    float *own;     /* [rows, V] the old per-hypothesis copies */
+    int32_t *tok;   /* [rows, 64] histories */
+    int *n_tok;
+    wr_pick *pick;
+    int *top;       /* [rows, K] */
+    double *scratch; /* [V] */
+} bw_rules_run;
+
+static void bw_rules_row(bw_rules_run *r, int64_t i, int way) {
+    float *l = r->batch + i * r->V;
+    int32_t *t = r->tok + i * 64;
+    if (way == 0) {
+        /* The old loop copied each row to its hypothesis' own buffer. */
+        float *o = r->own + i * r->V;
+        memcpy(o, l, (size_t)r->V * sizeof(float));
+        wr_rules_ref(&r->f, t, r->n_tok[i], o, &r->pick[i]);
+        if (r->K) wr_topk_ref(o, r->V, r->K, r->top + i * r->K);
+    } else {
+        wr_rules(&r->f, t, r->n_tok[i], l, &r->pick[i]);
+        if (r->K) wr_topk(l, r->V, r->K, r->top + i * r->K);
+    }
+}
+
+static void bw_rules_range(void *ctx, int64_t begin, int64_t end, int worker) {
+    (void)worker;
+    for (int64_t i = begin; i < end; i++) bw_rules_row(ctx, i, 1);
+}
+
+/* Milliseconds per step of `steps` steps the given way; *sig sums the picks. */
+static double bw_rules_time(bw_rules_run *r, int steps, int way, uint64_t *sig) {
+    const choir_whisper_specials *sp = r->f.sp;
+    double total = 0;
+    *sig = 0;
+    for (int i = 0; i < r->rows; i++) {
+        r->n_tok[i] = r->f.sample_begin;
+        for (int k = 0; k < r->f.sample_begin; k++) r->tok[i * 64 + k] = sp->sot + k;
+    }
+    for (int s = 0; s < steps; s++) {
+        for (int i = 0; i < r->rows; i++)
+            memcpy(r->batch + (size_t)i * r->V, r->src + (size_t)((s * 7 + i) % 64) * r->V,
+                   (size_t)r->V * sizeof(float));
+        double t0 = choir_now_s();
+        /* As the decoding loop: rows over the pool, or with fewer rows than
+         * half the threads each row's exponentials over the pool. */
+        choir_pool *pool = choir_pool_default();
+        if (way == 2 && r->rows * 2 <= choir_pool_threads(pool))
+            for (int i = 0; i < r->rows; i++) {
+                float *l = r->batch + (size_t)i * r->V;
+                wr_rules_pool(&r->f, r->tok + i * 64, r->n_tok[i], l, &r->pick[i], pool, r->scratch);
+                if (r->K) wr_topk(l, r->V, r->K, r->top + i * r->K);
+            }
+        else if (way == 2) choir_pool_parallel_for(pool, r->rows, 1, bw_rules_range, r);
+        else
+            for (int i = 0; i < r->rows; i++) bw_rules_row(r, i, way);
+        total += choir_now_s() - t0;
+        for (int i = 0; i < r->rows; i++) {
+            int next = r->K ? r->top[i * r->K] : r->pick[i].argmax;
+            *sig = *sig * 31 + (uint64_t)next + (uint64_t)(int64_t)(r->pick[i].lse * 1e6);
+            int32_t *t = r->tok + i * 64;
+            if (next == sp->eot || r->n_tok[i] >= r->f.sample_begin + 48) r->n_tok[i] = r->f.sample_begin;
+            else t[r->n_tok[i]++] = next;
+        }
+    }
+    return total * 1000.0 / steps;
+}
+
+static int bw_rules_only(int V, int steps) {
+    choir_whisper_specials sp;
+    choir_whisper_specials_from_vocab(V, &sp);
+    int32_t sup[128];
+    int n_sup = choir_whisper_default_suppress(&sp, sup, 128);
+    static const int windows[3] = {1, 8, 32};
+    int max_rows = 32 * 5, rc = 0;
+    bw_rules_run r = {.V = V};
+    r.src = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)64 * V * sizeof(float));
+    r.batch = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)max_rows * V * sizeof(float));
+    r.own = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)max_rows * V * sizeof(float));
+    r.tok = choir_alloc(CHOIR_MEM_OTHER, (size_t)max_rows * 64 * sizeof(int32_t));
+    r.n_tok = choir_alloc(CHOIR_MEM_OTHER, (size_t)max_rows * sizeof(int));
+    r.pick = choir_alloc(CHOIR_MEM_OTHER, (size_t)max_rows * sizeof(wr_pick));
+    r.top = choir_alloc(CHOIR_MEM_OTHER, (size_t)max_rows * 6 * sizeof(int));
+    r.scratch = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)V * sizeof(double));
+    if (!r.src || !r.batch || !r.own || !r.tok || !r.n_tok || !r.pick || !r.top || !r.scratch) {
+        fprintf(stderr, "choir bench whisper: out of memory\n");
+        rc = 1;
+        goto done;
+    }
+    /* Text logits N(0, 3) with a few likely ids; timestamps 2 lower, so that
+     * the mass rule sometimes fires. */
+    for (int64_t i = 0; i < (int64_t)64 * V; i++) {
+        int id = (int)(i % V);
+        float g = bw_uniform() + bw_uniform() + bw_uniform() + bw_uniform() - 2.0f;
+        float x = 3.0f * g * 1.22f + (id >= sp.timestamp_begin ? -2.0f : 0.0f);
+        if (bw_uniform() > 0.9995f) x += 12.0f;
+        r.src[i] = x;
+    }
+    printf("decoding rules on random logits, vocab %d, %d steps; pool of %d threads\n"
+           "%-22s %6s %12s %12s %12s  (ms per step)\n",
+           V, steps, choir_pool_threads(choir_pool_default()), "mode", "rows", "old", "new",
+           "new+pool");
+    static const char *modes[3] = {"greedy, timestamps", "greedy, no timestamps", "beam 5, timestamps"};
+    for (int mode = 0; mode < 3; mode++)
+        for (int w = 0; w < 3; w++) {
+            r.rows = windows[w] * (mode == 2 ? 5 : 1);
+            r.K = mode == 2 ? 6 : 0;
+            r.f = (choir_whisper_filter){.sp = &sp, .n_vocab = V, .sample_begin = 3,
+                                         .timestamps = mode != 1, .suppress_blank = true,
+                                         .suppress = sup, .n_suppress = n_sup,
+                                         .max_initial_timestamp_index = 50};
+            uint64_t sig[3];
+            double ms[3];
+            for (int way = 0; way < 3; way++) ms[way] = bw_rules_time(&r, steps, way, &sig[way]);
+            printf("%-22s %6d %12.3f %12.3f %12.3f%s\n", modes[mode], r.rows, ms[0], ms[1], ms[2],
+                   sig[0] == sig[1] && sig[1] == sig[2] ? "" : "  PICKS DIFFER");
+            if (sig[0] != sig[1] || sig[1] != sig[2]) rc = 1;
+        }
+done:
+    choir_free(r.src);
+    choir_free(r.batch);
+    choir_free(r.own);
+    choir_free(r.tok);
+    choir_free(r.n_tok);
+    choir_free(r.pick);
+    choir_free(r.top);
+    choir_free(r.scratch);
+    return rc;
+}
+
 /* Parses "1,8,32" into out[] (each 1..BW_MAX_BATCH); returns the count or -1. */
 static int bw_parse_batches(const char *v, int *out, int cap) {
     int n = 0;
@@ -226,7 +375,7 @@ int choir_bench_whisper(int argc, char **argv) {
     const char *dims = "tiny";
     choir_dtype dt = CHOIR_DTYPE_F16;
     int steps = 16, audio_s = 0, win_tokens = 48, batches[8] = {8}, n_batches = 1, device = 0;
-    bool cuda = false, gpu_bf16 = false, dtype_set = false, batch_set = false;
+    bool cuda = false, gpu_bf16 = false, dtype_set = false, batch_set = false, rules_only = false;
     int tf32 = -1; /* -1: on when the device weights are not f32 */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -234,7 +383,8 @@ int choir_bench_whisper(int argc, char **argv) {
             printf("usage: choir bench whisper [--dims tiny|base|small|medium|large-v3|large-v3-turbo]\n"
                    "       [--threads N] [--dtype f32|f16|bf16] [--steps N] [--audio-s S]\n"
                    "       [--window-tokens N] [--batch N[,N...]]\n"
-                   "       [--backend cpu|cuda] [--device N] [--gpu-dtype f32|bf16] [--tf32 on|off]\n\n"
+                   "       [--backend cpu|cuda] [--device N] [--gpu-dtype f32|bf16] [--tf32 on|off]\n"
+                   "       [--rules-only]\n\n"
                    "Encoder ms per 30-s window, decoder ms per step at batch 1, 5, 8 (GPU: 1, 8,\n"
                    "32), the real-time factor of batched long-form decoding (--audio-s of audio\n"
                    "in 30-s windows, --window-tokens greedy tokens each, --batch windows at a\n"
@@ -245,8 +395,15 @@ int choir_bench_whisper(int argc, char **argv) {
                    "also measures the card's bf16 matmul and copy ceilings and reports the\n"
                    "encoder's TFLOP/s and the decoder's weight GB/s against them. --tf32 (default:\n"
                    "on unless the device weights are f32) runs f32 products (attention scores,\n"
-                   "convolutions) on TF32 tensor cores.\n");
+                   "convolutions) on TF32 tensor cores. --rules-only times only the host's\n"
+                   "decoding rules per step (filters, timestamp rules, log-softmax, greedy pick,\n"
+                   "beam top-K) on random logits of the --dims vocabulary at 1, 8 and 32 windows\n"
+                   "(beam 5: 5 rows each), before and after their fusion, --steps steps.\n");
             return 0;
+        }
+        if (strcmp(a, "--rules-only") == 0) {
+            rules_only = true;
+            continue;
         }
         if (!v) {
             fprintf(stderr, "choir bench whisper: %s needs a value\n", a);
@@ -324,6 +481,7 @@ int choir_bench_whisper(int argc, char **argv) {
                         "(1..224)\n");
         return 2;
     }
+    if (rules_only) return bw_rules_only(z->vocab, steps);
     int batch = 1;
     for (int i = 0; i < n_batches; i++)
         if (batches[i] > batch) batch = batches[i];
@@ -400,10 +558,12 @@ int choir_bench_whisper(int argc, char **argv) {
     int dec_batches[3] = {1, 5, 8};
     if (cuda) dec_batches[1] = 8, dec_batches[2] = 32;
     for (int b = 0; b < 3; b++) {
-        double ms;
-        if (bw_decoder(m, cross, dec_batches[b], steps, &ms)) goto done;
+        double ms, ms_pageable = 0;
+        if (bw_decoder(m, cross, dec_batches[b], steps, false, &ms)) goto done;
+        if (cuda && bw_decoder(m, cross, dec_batches[b], steps, true, &ms_pageable)) goto done;
         printf("decoder b=%-2d   %9.2f ms per step (%.3f ms per token)", dec_batches[b], ms,
                ms / dec_batches[b]);
+        if (cuda) printf(" [logits to pageable memory: %.2f ms]", ms_pageable);
         if (cuda) {
             double gbs = step_bytes / (ms * 1e-3) / 1e9;
             printf(", weights read at %.0f GB/s = %.1f%% of the copy ceiling", gbs,

@@ -317,6 +317,7 @@ int choir_whisper_gpu_get_stats(const choir_whisper *m, choir_whisper_gpu_stats 
     s->steps_direct = g->steps_direct;
     for (int b = 0; g->graphs && b <= g->rows_cap; b++) s->graphs += g->graphs[b] != NULL;
     s->graph_failures = g->graph_failures;
+    s->pinned_bytes = choir_cuda_host_mem_current(g->cu);
     return 0;
 }
 

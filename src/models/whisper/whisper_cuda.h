@@ -10,6 +10,7 @@
 #include "models/whisper/whisper_internal.h"
 
 #define WG_LN_EPS 1e-5f /* as whisper_net.c */
+#define WG_MAX_LENT 8     /* pinned logits blocks lent at once */
 
 /* One block's weights on the device; vectors f32, absent ones empty. The
  * cross members are used by decoder blocks only. */
@@ -60,11 +61,17 @@ struct choir_whisper_gpu {
     /* Step buffers for up to rows_cap token rows (whisper_cuda_dec.c): meta
      * int32 [4][rows_cap] (cache slot, cross slot, position, keys), then
      * x, h, q, k, v, att [rows_cap, d] and hid [rows_cap, ffn]; logits
-     * [logits_cap, V] apart. Host staging mirrors meta and x, so one upload
-     * feeds a step. */
+     * [logits_cap, V] apart. Host staging (pinned) mirrors meta and x, so one
+     * asynchronous upload feeds a step. */
     int rows_cap, logits_cap;
     choir_cuda_buf step, logits;
     void *staging;
+    /* Pinned host blocks lent for logits (wg_logits_alloc): a step's logits
+     * are downloaded into them directly, without the runtime's staging. */
+    struct {
+        void *p;
+        size_t bytes;
+    } lent[WG_MAX_LENT];
     choir_cuda_graph **graphs;       /* [rows_cap + 1], by batch size */
     /* An error of a call that cannot return one (wg_seq_copy), reported by
      * the next decoder call. */

@@ -101,8 +101,12 @@ void wg_dec_free(choir_whisper_gpu *g) {
     choir_cuda_weight_free(cu, &g->tok_emb);
     choir_cuda_buf_free(cu, &g->step);
     choir_cuda_buf_free(cu, &g->logits);
-    choir_free(g->staging);
+    choir_cuda_host_free(cu, g->staging);
     g->staging = NULL;
+    for (int i = 0; i < WG_MAX_LENT; i++) {
+        choir_cuda_host_free(cu, g->lent[i].p);
+        g->lent[i].p = NULL;
+    }
     g->rows_cap = g->logits_cap = 0;
 }
 
@@ -144,9 +148,11 @@ static int ensure_rows(choir_whisper_gpu *g, int rows, int out, choir_err *err) 
     size_t step_bytes = meta_bytes(cap) + (size_t)cap * (6 * d + ffn) * sizeof(float);
     size_t stage_bytes = meta_bytes(cap) + (size_t)cap * d * sizeof(float);
     choir_cuda_buf step = {0}, logits = {0};
-    void *staging = choir_alloc(CHOIR_MEM_ACTIVATIONS, stage_bytes);
+    void *staging = choir_cuda_host_alloc(g->cu, stage_bytes, err);
     choir_cuda_graph **graphs = choir_calloc(CHOIR_MEM_OTHER, (size_t)cap + 1, sizeof(*graphs));
-    int rc = !staging || !graphs ? choir_err_set(err, CHOIR_ENOMEM, "out of host memory") : 0;
+    int rc = !staging ? (err ? err->code : CHOIR_ENOMEM)
+             : !graphs ? choir_err_set(err, CHOIR_ENOMEM, "out of host memory")
+                       : 0;
     if (!rc && cap != g->rows_cap) rc = choir_cuda_buf_alloc(g->cu, step_bytes, &step, err);
     if (!rc && lcap != g->logits_cap)
         rc = choir_cuda_buf_alloc(g->cu, (size_t)lcap * (size_t)D->n_vocab * sizeof(float), &logits,
@@ -154,7 +160,7 @@ static int ensure_rows(choir_whisper_gpu *g, int rows, int out, choir_err *err) 
     if (rc) {
         choir_cuda_buf_free(g->cu, &step);
         choir_cuda_buf_free(g->cu, &logits);
-        choir_free(staging);
+        choir_cuda_host_free(g->cu, staging);
         choir_free(graphs);
         return rc;
     }
@@ -166,7 +172,7 @@ static int ensure_rows(choir_whisper_gpu *g, int rows, int out, choir_err *err) 
         choir_cuda_buf_free(g->cu, &g->logits);
         g->logits = logits;
     }
-    choir_free(g->staging);
+    choir_cuda_host_free(g->cu, g->staging);
     choir_free(g->graphs);
     g->staging = staging;
     g->graphs = graphs;
@@ -324,7 +330,10 @@ static int forward_general(choir_whisper_gpu *g, choir_whisper_seq *const *seqs,
 static int step_graph(choir_whisper_gpu *g, int B, choir_err *err) {
     if (!g->graphs[B]) {
         choir_err cap_err = {0};
-        int rc = choir_cuda_graph_begin(g->cu, &cap_err);
+        /* The step's inputs are still on their way (asynchronous upload):
+         * let them land before the stream starts recording. */
+        int rc = choir_cuda_sync(g->cu, &cap_err);
+        if (!rc) rc = choir_cuda_graph_begin(g->cu, &cap_err);
         if (!rc) {
             rc = step_body(g, B, &cap_err);
             /* Capture must end either way; a graph of a step that failed
@@ -347,6 +356,40 @@ static int step_graph(choir_whisper_gpu *g, int B, choir_err *err) {
     }
     g->steps_graph++;
     return choir_cuda_graph_launch(g->cu, g->graphs[B], err);
+}
+
+/* --- pinned logits --------------------------------------------------------------- */
+
+float *wg_logits_alloc(choir_whisper_gpu *g, size_t bytes) {
+    for (int i = 0; i < WG_MAX_LENT; i++)
+        if (!g->lent[i].p) {
+            void *p = choir_cuda_host_alloc(g->cu, bytes, NULL);
+            if (!p) return NULL;
+            g->lent[i].p = p;
+            g->lent[i].bytes = bytes;
+            return p;
+        }
+    return NULL;
+}
+
+bool wg_logits_free(choir_whisper_gpu *g, float *p) {
+    for (int i = 0; p && i < WG_MAX_LENT; i++)
+        if (g->lent[i].p == (void *)p) {
+            choir_cuda_host_free(g->cu, p);
+            g->lent[i].p = NULL;
+            return true;
+        }
+    return false;
+}
+
+/* Whether [p, p + bytes) lies in one lent block. */
+static bool lent_holds(const choir_whisper_gpu *g, const float *p, size_t bytes) {
+    for (int i = 0; i < WG_MAX_LENT; i++) {
+        const char *b = g->lent[i].p, *q = (const char *)p;
+        if (b && q >= b && q <= b + g->lent[i].bytes && bytes <= (size_t)(b + g->lent[i].bytes - q))
+            return true;
+    }
+    return false;
 }
 
 int wg_decode(choir_whisper_gpu *g, choir_whisper_seq *const *seqs, int n_seq,
@@ -396,7 +439,10 @@ int wg_decode(choir_whisper_gpu *g, choir_whisper_seq *const *seqs, int n_seq,
             meta[2 * cap + i] = seqs[i]->n_past;
             meta[3 * cap + i] = seqs[i]->n_past + 1;
         }
-        rc = choir_cuda_upload(g->cu, &g->step, 0, g->staging, meta_bytes(cap) + x_bytes, err);
+        /* Staging is pinned and not written again before this call's
+         * download has synchronised, so the upload need not wait. */
+        rc = choir_cuda_upload_async(g->cu, &g->step, 0, g->staging, meta_bytes(cap) + x_bytes,
+                                     err);
         if (!rc) {
             if (g->opts.graphs) {
                 rc = step_graph(g, n_seq, err);
@@ -407,13 +453,23 @@ int wg_decode(choir_whisper_gpu *g, choir_whisper_seq *const *seqs, int n_seq,
         }
     } else {
         g->steps_direct++;
-        rc = choir_cuda_upload(g->cu, &g->step, meta_bytes(g->rows_cap), x, x_bytes, err);
+        rc = choir_cuda_upload_async(g->cu, &g->step, meta_bytes(g->rows_cap), x, x_bytes, err);
         if (!rc) rc = forward_general(g, seqs, n_seq, n_tokens, N, all_positions, err);
     }
-    if (!rc)
-        rc = choir_cuda_download(g->cu, logits, &g->logits, 0,
-                                 (size_t)n_out * (size_t)D->n_vocab * sizeof(float), err);
+    /* The logits: into a lent pinned block the copy is queued right behind
+     * the step and the host waits once for both; other memory takes the
+     * runtime's staged, synchronous path. */
+    size_t out_bytes = (size_t)n_out * (size_t)D->n_vocab * sizeof(float);
+    if (!rc && lent_holds(g, logits, out_bytes)) {
+        rc = choir_cuda_download_async(g->cu, logits, &g->logits, 0, out_bytes, err);
+        if (!rc) rc = choir_cuda_sync(g->cu, err);
+    } else if (!rc) {
+        rc = choir_cuda_download(g->cu, logits, &g->logits, 0, out_bytes, err);
+    }
     if (rc) {
+        /* An upload may still be reading the staging area that the next
+         * call writes. */
+        choir_cuda_sync(g->cu, NULL);
         choir_err_prefix(err, "whisper gpu: decoder");
         return rc;
     }

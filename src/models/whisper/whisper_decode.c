@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "choir/alloc.h"
+#include "choir/pool.h"
 #include "choir/tokenizer.h"
 #include "models/whisper/whisper_internal.h"
 
@@ -23,6 +24,14 @@ typedef struct wd_hyp {
     double sum_logprob;
     bool done;       /* greedy / sampling: produced eot */
     uint64_t rng;
+    /* This step's next-token logits [V]: the group's own row after the start
+     * sequence, else the hypothesis' row of the decoder batch (not copied). */
+    float *logits;
+    /* The step's rules, filled by wd_rules_one before the serial update: the
+     * pick (argmax replaced by the sample when sampling) and, for beam
+     * search, the G + 1 best ids. */
+    wr_pick pick;
+    int top[CHOIR_WHISPER_MAX_BEAM + 1], n_top;
 } wd_hyp;
 
 typedef struct wd_cand {
@@ -35,7 +44,7 @@ typedef struct wd_group {
     const choir_whisper_window *w;
     int G;
     wd_hyp *hyp, *spare;      /* spare: beam search reordering targets */
-    float *logits;            /* [G][V] next-token logits */
+    float *logits;            /* [G][V] next-token logits after the start sequence */
     int n_init, sot_index, language;
     float no_speech_prob;
     bool completed;
@@ -57,7 +66,16 @@ typedef struct wd_ctx {
     int32_t *batch_tok;
     int *batch_n;
     float *batch_logits;
+    /* The hypotheses whose rules run in this step, with their groups. */
+    struct wd_task *tasks;
+    int n_tasks;
+    double *exp_scratch; /* [V]: one row's exponentials, when rows are fewer than threads */
 } wd_ctx;
+
+typedef struct wd_task {
+    wd_group *g;
+    wd_hyp *h;
+} wd_task;
 
 /* --- small helpers --------------------------------------------------------- */
 
@@ -139,6 +157,25 @@ void choir_whisper_result_clear(choir_whisper_result *r) {
     memset(r, 0, sizeof *r);
 }
 
+/* Pinned through the attached GPU when there is one (each step's download
+ * then goes straight in), else ordinary counted memory. */
+float *choir_whisper_logits_alloc(const choir_whisper *m, int64_t rows) {
+    size_t bytes = (size_t)(rows > 0 ? rows : 1) * (size_t)m->dims.n_vocab * sizeof(float);
+#ifdef CHOIR_HAVE_CUDA
+    float *p = m->gpu ? wg_logits_alloc(m->gpu, bytes) : NULL;
+    if (p) return p;
+#endif
+    return choir_alloc(CHOIR_MEM_ACTIVATIONS, bytes);
+}
+
+void choir_whisper_logits_free(const choir_whisper *m, float *p) {
+    if (!p) return;
+#ifdef CHOIR_HAVE_CUDA
+    if (m->gpu && wg_logits_free(m->gpu, p)) return;
+#endif
+    choir_free(p);
+}
+
 /* --- batched decoder calls --------------------------------------------------- */
 
 /* Feeds one token (the last of its tokens) to every hypothesis in `hs`. */
@@ -187,10 +224,10 @@ int choir_whisper_detect_language(const choir_whisper *m, const choir_whisper_cr
     *lang = 0;
     if (!m->sp.multilingual) return 0;
     choir_whisper_seq *s = choir_whisper_seq_create(m, 1, err);
-    float *logits = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)m->dims.n_vocab * sizeof(float));
+    float *logits = choir_whisper_logits_alloc(m, 1);
     int rc = (!s || !logits) ? choir_err_set(err, CHOIR_ENOMEM, "whisper: out of memory")
                              : wd_detect(m, &s, &cross, 1, logits, lang, probs, err);
-    choir_free(logits);
+    choir_whisper_logits_free(m, logits);
     choir_whisper_seq_free(s);
     return rc;
 }
@@ -214,16 +251,32 @@ static int wd_sample(wd_hyp *h, const float *logits, int V, float T) {
     return last;
 }
 
+/* The rules of one hypothesis for this step: filters, pick, and the beam
+ * candidates; touches only h (and its logits row), so hypotheses run in
+ * parallel. */
+static void wd_rules_one(const wd_ctx *c, const wd_group *g, wd_hyp *h, choir_pool *split) {
+    choir_whisper_filter f = c->filt;
+    /* sample_begin differs per window (prompt lengths differ). */
+    f.sample_begin = g->n_init;
+    wr_rules_pool(&f, h->tokens, h->n, h->logits, &h->pick, split, c->exp_scratch);
+    if (c->beam) h->n_top = wr_topk(h->logits, c->V, g->G + 1, h->top);
+    else if (c->temperature > 0) h->pick.argmax = wd_sample(h, h->logits, c->V, c->temperature);
+}
+
+static void wd_rules_range(void *ctx, int64_t begin, int64_t end, int worker) {
+    (void)worker;
+    const wd_ctx *c = ctx;
+    for (int64_t i = begin; i < end; i++) wd_rules_one(c, c->tasks[i].g, c->tasks[i].h, NULL);
+}
+
 static void wd_update_greedy(wd_ctx *c, wd_group *g) {
     int eot = c->m->sp.eot;
     bool all_done = true;
     for (int j = 0; j < g->G; j++) {
         wd_hyp *h = &g->hyp[j];
         if (h->done) continue;
-        float *l = g->logits + (size_t)j * (size_t)c->V;
-        choir_whisper_filter_logits(&c->filt, h->tokens, h->n, l);
-        int next = c->temperature > 0 ? wd_sample(h, l, c->V, c->temperature) : argmax_f(l, c->V);
-        h->sum_logprob += (double)l[next] - lse_f(l, c->V);
+        int next = h->pick.argmax;
+        h->sum_logprob += (double)h->logits[next] - h->pick.lse;
         h->tokens[h->n++] = next;
         if (next == eot) h->done = true;
         else all_done = false;
@@ -266,25 +319,15 @@ static int wd_add_finished(wd_group *g, const wd_hyp *h, int limit, double score
 
 /* openai's BeamSearchDecoder.update for one window. */
 static int wd_update_beam(wd_ctx *c, wd_group *g, wd_beam_cand *cands) {
-    int G = g->G, V = c->V, K = G + 1, nc = 0, eot = c->m->sp.eot;
+    int G = g->G, nc = 0, eot = c->m->sp.eot;
     for (int j = 0; j < G; j++) {
         wd_hyp *h = &g->hyp[j];
-        float *l = g->logits + (size_t)j * (size_t)V;
-        choir_whisper_filter_logits(&c->filt, h->tokens, h->n, l);
-        double z = lse_f(l, V);
-        int picked[CHOIR_WHISPER_MAX_BEAM + 1];
+        const float *l = h->logits;
+        double z = h->pick.lse;
         int first = nc;
-        /* top K of this beam (ties: lower id first). */
-        for (int k = 0; k < K; k++) {
-            int best = -1;
-            for (int i = 0; i < V; i++) {
-                if (l[i] == -INFINITY) continue;
-                bool taken = false;
-                for (int q = 0; q < k; q++) taken |= picked[q] == i;
-                if (!taken && (best < 0 || l[i] > l[best])) best = i;
-            }
-            if (best < 0) break;
-            picked[k] = best;
+        /* top K of this beam (ties: lower id first), from wd_rules_one. */
+        for (int k = 0; k < h->n_top; k++) {
+            int best = h->top[k];
             wd_beam_cand cand = {j, best, h->sum_logprob + ((double)l[best] - z), nc};
             /* Identical sequences (all beams are equal at the first step) count once. */
             bool dup = false;
@@ -441,6 +484,7 @@ static int wd_prefill(wd_ctx *c, wd_group *gs, int n, choir_err *err) {
             g->hyp[j].n = g->n_init;
             memcpy(g->logits + (size_t)j * (size_t)V, g->logits, (size_t)V * sizeof(float));
         }
+        for (int j = 0; j < g->G; j++) g->hyp[j].logits = g->logits + (size_t)j * (size_t)V;
     }
     return 0;
 }
@@ -534,12 +578,14 @@ int choir_whisper_decode_windows(const choir_whisper *m, const choir_tokenizer *
     wd_group *gs = choir_calloc(CHOIR_MEM_OTHER, (size_t)(n > 0 ? n : 1), sizeof *gs);
     wd_hyp **active = choir_alloc(CHOIR_MEM_OTHER, (size_t)(total + 1) * sizeof *active);
     wd_beam_cand *cands = choir_alloc(CHOIR_MEM_OTHER, (size_t)(G * (G + 1) + 1) * sizeof *cands);
+    c.tasks = choir_alloc(CHOIR_MEM_OTHER, (size_t)(total + 1) * sizeof *c.tasks);
+    c.exp_scratch = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)c.V * sizeof(double));
     c.batch_seq = choir_alloc(CHOIR_MEM_OTHER, (size_t)(total + 1) * sizeof *c.batch_seq);
     c.batch_n = choir_alloc(CHOIR_MEM_OTHER, (size_t)(total + 1) * sizeof *c.batch_n);
     c.batch_tok = choir_alloc(CHOIR_MEM_OTHER, (size_t)(n * (c.C + 1) + total + 1) * sizeof(int32_t));
-    c.batch_logits = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(total + 1) * (size_t)c.V * sizeof(float));
+    c.batch_logits = choir_whisper_logits_alloc(m, total + 1);
     int *langs = choir_alloc(CHOIR_MEM_OTHER, (size_t)(n + 1) * sizeof(int));
-    if (!gs || !active || !cands || !c.batch_seq || !c.batch_n || !c.batch_tok || !c.batch_logits || !langs) {
+    if (!gs || !active || !cands || !c.tasks || !c.exp_scratch || !c.batch_seq || !c.batch_n || !c.batch_tok || !c.batch_logits || !langs) {
         rc = choir_err_set(err, CHOIR_ENOMEM, "whisper: out of memory for decoding");
         goto done;
     }
@@ -588,12 +634,22 @@ int choir_whisper_decode_windows(const choir_whisper *m, const choir_tokenizer *
 
     int sample_len = p->sample_len > 0 ? p->sample_len : c.C / 2;
     for (int step = 0; step < sample_len; step++) {
+        /* The rules of every live hypothesis (the step's host work: a pass
+         * or two over the vocabulary each) run in parallel; the updates,
+         * which move hypotheses and caches, then run in order. */
+        c.n_tasks = 0;
+        for (int i = 0; i < n; i++)
+            for (int j = 0; !gs[i].completed && j < gs[i].G; j++)
+                if (!gs[i].hyp[j].done) c.tasks[c.n_tasks++] = (wd_task){&gs[i], &gs[i].hyp[j]};
+        choir_pool *pool = choir_pool_default();
+        if (c.n_tasks * 2 <= choir_pool_threads(pool))
+            for (int t = 0; t < c.n_tasks; t++) wd_rules_one(&c, c.tasks[t].g, c.tasks[t].h, pool);
+        else
+            choir_pool_parallel_for(pool, c.n_tasks, 1, wd_rules_range, &c);
         int na = 0;
         for (int i = 0; i < n; i++) {
             wd_group *g = &gs[i];
             if (g->completed) continue;
-            /* sample_begin differs per window (prompt lengths differ). */
-            c.filt.sample_begin = g->n_init;
             if (c.beam) {
                 if ((rc = wd_update_beam(&c, g, cands))) {
                     rc = choir_err_set(err, rc, "whisper: out of memory in beam search");
@@ -610,15 +666,8 @@ int choir_whisper_decode_windows(const choir_whisper *m, const choir_tokenizer *
         }
         if (na == 0 || step == sample_len - 1) break;
         if ((rc = wd_feed(&c, active, na, err))) goto done;
-        /* Hand each hypothesis its logits row. */
-        for (int a = 0, i = 0; i < n; i++) {
-            wd_group *g = &gs[i];
-            if (g->completed) continue;
-            for (int j = 0; j < g->G; j++)
-                if (!g->hyp[j].done)
-                    memcpy(g->logits + (size_t)j * (size_t)c.V, c.batch_logits + (size_t)a++ * (size_t)c.V,
-                           (size_t)c.V * sizeof(float));
-        }
+        /* Each hypothesis reads its row of the batch in place. */
+        for (int a = 0; a < na; a++) active[a]->logits = c.batch_logits + (size_t)a * (size_t)c.V;
     }
     for (int i = 0; i < n; i++)
         if ((rc = wd_finish(&c, &gs[i], tok, &results[i], err))) {
@@ -630,10 +679,12 @@ done:
     choir_free(gs);
     choir_free(active);
     choir_free(cands);
+    choir_free(c.tasks);
+    choir_free(c.exp_scratch);
     choir_free(c.batch_seq);
     choir_free(c.batch_n);
     choir_free(c.batch_tok);
-    choir_free(c.batch_logits);
+    choir_whisper_logits_free(m, c.batch_logits);
     choir_free(langs);
     return rc;
 }

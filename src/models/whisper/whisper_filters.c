@@ -3,7 +3,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "choir/whisper.h"
+#include "models/whisper/whisper_internal.h"
 
 /* openai's non_speech_tokens: symbols and brackets that never belong in a
  * transcript, as token ids of each vocabulary (the spec lists how they are
@@ -45,8 +45,9 @@ static void mask_range(float *logits, int from, int to) {
     for (int i = from < 0 ? 0 : from; i < to; i++) logits[i] = -INFINITY;
 }
 
-void choir_whisper_filter_logits(const choir_whisper_filter *f, const int32_t *tokens,
-                                 int n_tokens, float *logits) {
+/* The filters up to the timestamp mass rule: suppression and the timestamp
+ * masks, which need no look at the logits' values. */
+void wf_masks(const choir_whisper_filter *f, const int32_t *tokens, int n_tokens, float *logits) {
     const choir_whisper_specials *sp = f->sp;
     int V = f->n_vocab, tb = sp->timestamp_begin;
     bool at_begin = n_tokens == f->sample_begin;
@@ -82,6 +83,13 @@ void choir_whisper_filter_logits(const choir_whisper_filter *f, const int32_t *t
         mask_range(logits, 0, tb);
         if (f->max_initial_timestamp_index >= 0) mask_range(logits, tb + f->max_initial_timestamp_index + 1, V);
     }
+}
+
+void choir_whisper_filter_logits(const choir_whisper_filter *f, const int32_t *tokens,
+                                 int n_tokens, float *logits) {
+    int V = f->n_vocab, tb = f->sp->timestamp_begin;
+    wf_masks(f, tokens, n_tokens, logits);
+    if (!f->timestamps) return;
     /* If the timestamps together are likelier than any single text token, the
      * next token must be a timestamp. Compared in log-softmax space. */
     float mx = -INFINITY;

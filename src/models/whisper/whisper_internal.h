@@ -2,6 +2,7 @@
 #ifndef CHOIR_WHISPER_INTERNAL_H
 #define CHOIR_WHISPER_INTERNAL_H
 
+#include "choir/pool.h"
 #include "choir/tensor.h"
 #include "choir/whisper.h"
 
@@ -70,6 +71,37 @@ struct choir_whisper_seq {
     int slot;
 };
 
+/* --- the per-step rules (whisper_filters.c, whisper_rules.c) -------------- */
+
+/* The filters before the timestamp mass rule (suppression, timestamp masks). */
+void wf_masks(const choir_whisper_filter *f, const int32_t *tokens, int n_tokens, float *logits);
+
+/* What a step needs of one hypothesis' filtered logits. */
+typedef struct wr_pick {
+    int argmax;    /* first id of the largest filtered logit; 0 when all are -INFINITY */
+    double lse;    /* log-sum-exp of the filtered row; -INFINITY when all are */
+} wr_pick;
+
+/* Applies the filters to logits [f->n_vocab] in place (as
+ * choir_whisper_filter_logits) and fills out. wr_rules fuses the passes;
+ * wr_rules_ref is its plain twin (filters, argmax, log-sum-exp one after
+ * the other): both leave the same row and the same bits in out. */
+void wr_rules(const choir_whisper_filter *f, const int32_t *tokens, int n_tokens, float *logits,
+              wr_pick *out);
+void wr_rules_ref(const choir_whisper_filter *f, const int32_t *tokens, int n_tokens,
+                  float *logits, wr_pick *out);
+/* wr_rules with the row's exponentials spread over `pool` (scratch: n_vocab
+ * doubles), still added in order on the caller: the same bits. For when
+ * there are fewer rows than threads. pool or scratch NULL: wr_rules. */
+void wr_rules_pool(const choir_whisper_filter *f, const int32_t *tokens, int n_tokens,
+                   float *logits, wr_pick *out, choir_pool *pool, double *scratch);
+/* The K (<= CHOIR_WHISPER_MAX_BEAM + 1) best ids of a filtered row into
+ * ids[], value descending, equal values lower id first, -INFINITY never;
+ * returns how many (fewer than K when fewer are finite). wr_topk is one
+ * pass; wr_topk_ref is K passes, as the beam search first had it. */
+int wr_topk(const float *logits, int V, int K, int *ids);
+int wr_topk_ref(const float *logits, int V, int K, int *ids);
+
 #ifdef CHOIR_HAVE_CUDA
 /* The GPU side of the network functions (whisper_cuda.c, whisper_cuda_dec.c),
  * called by whisper_net.c when m->gpu is set, after the same argument checks. */
@@ -86,6 +118,13 @@ void wg_seq_copy(choir_whisper_seq *dst, const choir_whisper_seq *src, int n_kee
 int wg_decode(struct choir_whisper_gpu *g, choir_whisper_seq *const *seqs, int n_seq,
               const int32_t *tokens, const int *n_tokens, bool all_positions, float *logits,
               choir_err *err);
+/* Pinned host memory of `bytes` for decoder logits, which wg_decode then
+ * downloads into directly; NULL when the runtime refuses or WG_MAX_LENT
+ * blocks are out (the caller then uses ordinary memory: not an error).
+ * wg_logits_free gives a block back and returns true, or returns false
+ * (doing nothing) when p was not lent by g. */
+float *wg_logits_alloc(struct choir_whisper_gpu *g, size_t bytes);
+bool wg_logits_free(struct choir_whisper_gpu *g, float *p);
 #endif
 
 #endif

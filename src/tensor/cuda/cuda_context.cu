@@ -213,6 +213,65 @@ int choir_cuda_download(choir_cuda *cu, void *dst, const choir_cuda_buf *src, si
     return st == cudaSuccess ? 0 : choir_cuda_fail(err, st, "download");
 }
 
+int choir_cuda_upload_async(choir_cuda *cu, choir_cuda_buf *dst, size_t offset, const void *src,
+                            size_t bytes, choir_err *err) {
+    int rc = range_ok(dst, offset, bytes, err);
+    if (rc || bytes == 0) return rc;
+    cudaError_t st = cudaMemcpyAsync((char *)dst->ptr + offset, src, bytes,
+                                     cudaMemcpyHostToDevice, cu->stream);
+    return st == cudaSuccess ? 0 : choir_cuda_fail(err, st, "upload");
+}
+
+int choir_cuda_download_async(choir_cuda *cu, void *dst, const choir_cuda_buf *src, size_t offset,
+                              size_t bytes, choir_err *err) {
+    int rc = range_ok(src, offset, bytes, err);
+    if (rc || bytes == 0) return rc;
+    cudaError_t st = cudaMemcpyAsync(dst, (const char *)src->ptr + offset, bytes,
+                                     cudaMemcpyDeviceToHost, cu->stream);
+    return st == cudaSuccess ? 0 : choir_cuda_fail(err, st, "download");
+}
+
+/* --- pinned host memory ---------------------------------------------------- */
+
+/* Each block starts with a header holding its size (for the counters), and
+ * the caller's pointer follows it, 64 bytes in. */
+#define HOST_HEADER 64
+
+void *choir_cuda_host_alloc(choir_cuda *cu, size_t bytes, choir_err *err) {
+    if (bytes == 0) return NULL;
+    void *block = NULL;
+    cudaError_t st = cudaMallocHost(&block, bytes + HOST_HEADER);
+    if (st != cudaSuccess) {
+        cudaGetLastError();
+        choir_err_set(err, CHOIR_ENOMEM, "cuda: cudaMallocHost of %zu bytes: %s", bytes,
+                      cudaGetErrorString(st));
+        return NULL;
+    }
+    *(size_t *)block = bytes;
+    int64_t now = __atomic_add_fetch(&cu->host_current, (int64_t)bytes, __ATOMIC_RELAXED);
+    int64_t peak = __atomic_load_n(&cu->host_peak, __ATOMIC_RELAXED);
+    while (now > peak &&
+           !__atomic_compare_exchange_n(&cu->host_peak, &peak, now, true, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED)) {
+    }
+    return (char *)block + HOST_HEADER;
+}
+
+void choir_cuda_host_free(choir_cuda *cu, void *p) {
+    if (!p) return;
+    void *block = (char *)p - HOST_HEADER;
+    __atomic_sub_fetch(&cu->host_current, (int64_t) * (size_t *)block, __ATOMIC_RELAXED);
+    cudaFreeHost(block);
+}
+
+int64_t choir_cuda_host_mem_current(const choir_cuda *cu) {
+    return __atomic_load_n(&cu->host_current, __ATOMIC_RELAXED);
+}
+
+int64_t choir_cuda_host_mem_peak(const choir_cuda *cu) {
+    return __atomic_load_n(&cu->host_peak, __ATOMIC_RELAXED);
+}
+
 int choir_cuda_memset0(choir_cuda *cu, choir_cuda_buf *buf, size_t offset, size_t bytes,
                        choir_err *err) {
     int rc = range_ok(buf, offset, bytes, err);

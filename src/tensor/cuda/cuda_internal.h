@@ -15,6 +15,8 @@ struct choir_cuda {
     /* Device bytes held through this context; updated with atomics because
      * buffers may be freed from another thread than the one computing. */
     int64_t mem_current, mem_peak, budget;
+    /* Pinned host bytes (choir_cuda_host_alloc), counted apart. */
+    int64_t host_current, host_peak;
     /* Scratch grown on demand for converted activations and dequantized
      * weights; reused across calls on the stream, so it needs no sync. */
     choir_cuda_buf scratch;

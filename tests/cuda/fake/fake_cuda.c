@@ -18,6 +18,7 @@
 struct choir_cuda {
     choir_cuda_props props;
     int64_t mem_current, mem_peak, budget;
+    int64_t host_current, host_peak; /* "pinned" host bytes */
     size_t scratch;
     int live_graphs;
 };
@@ -147,6 +148,42 @@ int choir_cuda_download(choir_cuda *cu, void *dst, const choir_cuda_buf *src, si
     memcpy(dst, (const char *)src->ptr + offset, bytes);
     return 0;
 }
+/* Copies run at once here, so "asynchronous" ones are plain copies; what
+ * the emulation checks is that they stay out of captures and in range. */
+int choir_cuda_upload_async(choir_cuda *cu, choir_cuda_buf *dst, size_t offset, const void *src,
+                            size_t bytes, choir_err *err) {
+    return choir_cuda_upload(cu, dst, offset, src, bytes, err);
+}
+int choir_cuda_download_async(choir_cuda *cu, void *dst, const choir_cuda_buf *src, size_t offset,
+                              size_t bytes, choir_err *err) {
+    return choir_cuda_download(cu, dst, src, offset, bytes, err);
+}
+
+/* Pinned memory is ordinary memory with a size header (for the counters),
+ * poisoned like device memory. */
+void *choir_cuda_host_alloc(choir_cuda *cu, size_t bytes, choir_err *err) {
+    if (bytes == 0) return NULL;
+    if (no_capture("host_alloc", err)) return NULL;
+    char *block = malloc(bytes + 64);
+    if (!block) {
+        choir_err_set(err, CHOIR_ENOMEM, "fake cuda: out of host memory");
+        return NULL;
+    }
+    memset(block + 64, 0xff, bytes);
+    *(size_t *)block = bytes;
+    cu->host_current += (int64_t)bytes;
+    if (cu->host_current > cu->host_peak) cu->host_peak = cu->host_current;
+    return block + 64;
+}
+void choir_cuda_host_free(choir_cuda *cu, void *p) {
+    if (!p) return;
+    char *block = (char *)p - 64;
+    cu->host_current -= (int64_t) * (size_t *)block;
+    free(block);
+}
+int64_t choir_cuda_host_mem_current(const choir_cuda *cu) { return cu->host_current; }
+int64_t choir_cuda_host_mem_peak(const choir_cuda *cu) { return cu->host_peak; }
+
 int choir_cuda_memset0(choir_cuda *cu, choir_cuda_buf *buf, size_t offset, size_t bytes,
                        choir_err *err) {
     (void)cu;

@@ -23,7 +23,8 @@ done
 for f in src/tensor/cpu/x86/*.c; do echo "$f -mavx2 -mfma -mf16c" >>"$list"; done
 for f in src/models/whisper/whisper_net.c src/models/whisper/whisper_cuda.c \
          src/models/whisper/whisper_cuda_dec.c src/models/whisper/whisper_decode.c \
-         src/models/whisper/whisper_filters.c tests/cuda/stub/tokenizer_stub.c \
+         src/models/whisper/whisper_filters.c src/models/whisper/whisper_rules.c \
+         tests/cuda/stub/tokenizer_stub.c \
          tests/cuda/fake/fake_cuda.c tests/cuda/whisper_gpu_check.c; do
     echo "$f -DCHOIR_HAVE_CUDA=1" >>"$list"
 done
