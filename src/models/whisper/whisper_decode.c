@@ -86,22 +86,6 @@ static uint64_t splitmix(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
-static int argmax_f(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
-/* log-sum-exp of x[0..n) (-INFINITY when all are). */
-static double lse_f(const float *x, int n) {
-    float mx = -INFINITY;
-    for (int i = 0; i < n; i++) mx = fmaxf(mx, x[i]);
-    if (mx == -INFINITY) return -INFINITY;
-    double s = 0;
-    for (int i = 0; i < n; i++) s += exp((double)x[i] - mx);
-    return mx + log(s);
-}
 
 typedef int (*wd_compress2_fn)(unsigned char *, unsigned long *, const unsigned char *,
                                unsigned long, int);
@@ -208,10 +192,10 @@ static int wd_detect(const choir_whisper *m, choir_whisper_seq **seqs,
         if (rc) return rc;
         for (int i = 0; i < k; i++) {
             const float *l = logits + (size_t)i * (size_t)V + sp->lang0;
-            int best = argmax_f(l, sp->num_languages);
+            int best = wh_argmax(l, sp->num_languages);
             langs[i0 + i] = best;
             if (probs && n == 1) {
-                double z = lse_f(l, sp->num_languages);
+                double z = wh_lse(l, sp->num_languages);
                 for (int j = 0; j < sp->num_languages; j++) probs[j] = (float)exp((double)l[j] - z);
             }
         }
@@ -472,7 +456,7 @@ static int wd_prefill(wd_ctx *c, wd_group *gs, int n, choir_err *err) {
             int from = phase ? g->sot_index + 1 : 0, to = phase ? g->n_init : g->sot_index + 1;
             if (to <= from) continue;
             const float *l = c->batch_logits + (size_t)k++ * (size_t)V;
-            if (phase == 0) g->no_speech_prob = (float)exp((double)l[no_speech] - lse_f(l, V));
+            if (phase == 0) g->no_speech_prob = (float)exp((double)l[no_speech] - wh_lse(l, V));
             memcpy(g->logits, l, (size_t)V * sizeof(float));
         }
     }

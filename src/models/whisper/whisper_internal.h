@@ -127,4 +127,10 @@ float *wg_logits_alloc(struct choir_whisper_gpu *g, size_t bytes);
 bool wg_logits_free(struct choir_whisper_gpu *g, float *p);
 #endif
 
+/* Index of the largest of x[0..n) (the first on ties), and the log-sum-exp
+ * of x[0..n) in double (-INFINITY when every entry is): the plain reference
+ * forms the decoder and the fused rules (whisper_rules.c) share. */
+int wh_argmax(const float *x, int n);
+double wh_lse(const float *x, int n);
+
 #endif

@@ -23,14 +23,14 @@
 
 /* --- reference ---------------------------------------------------------------- */
 
-static int argmax_ref(const float *x, int n) {
+int wh_argmax(const float *x, int n) {
     int b = 0;
     for (int i = 1; i < n; i++)
         if (x[i] > x[b]) b = i;
     return b;
 }
 
-static double lse_ref(const float *x, int n) {
+double wh_lse(const float *x, int n) {
     float mx = -INFINITY;
     for (int i = 0; i < n; i++) mx = fmaxf(mx, x[i]);
     if (mx == -INFINITY) return -INFINITY;
@@ -42,8 +42,8 @@ static double lse_ref(const float *x, int n) {
 void wr_rules_ref(const choir_whisper_filter *f, const int32_t *tokens, int n_tokens,
                   float *logits, wr_pick *out) {
     choir_whisper_filter_logits(f, tokens, n_tokens, logits);
-    out->argmax = argmax_ref(logits, f->n_vocab);
-    out->lse = lse_ref(logits, f->n_vocab);
+    out->argmax = wh_argmax(logits, f->n_vocab);
+    out->lse = wh_lse(logits, f->n_vocab);
 }
 
 int wr_topk_ref(const float *l, int V, int K, int *ids) {
