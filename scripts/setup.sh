@@ -14,6 +14,7 @@ PACKAGES=(
   libespeak-ng-dev espeak-ng-data                   # phonemizer
   libmicrohttpd-dev libcurl4-openssl-dev           # HTTP server, `choir pull`
   libzip-dev               # PyTorch .pth archives
+  libicu-dev               # Unicode normal forms and graphemes (Unigram tokenizers)
   libhiredis-dev redis-server haproxy yamllint  # job queue, scale-out tests (deploy/)
   clang libclang-rt-14-dev # fuzz harnesses (built on demand)
   nodejs npm               # API client tests, npm-hosted demo assets
