@@ -22,6 +22,7 @@ int choir_cmd_dev_weights(int argc, char **argv);
 int choir_cmd_parity_whisper(int argc, char **argv);
 int choir_cmd_parity_kokoro(int argc, char **argv);
 int choir_cmd_parity_mossformer2(int argc, char **argv);
+int choir_cmd_parity_sam_audio(int argc, char **argv);
 
 /* `choir bench whisper|kokoro|sts|vad|quant|engine` (argv[0] is the target). */
 int choir_bench_whisper(int argc, char **argv);

@@ -1,0 +1,194 @@
+/* choir/sam_audio.h: SAM-Audio, text- and span-prompted source separation at
+ * 48 kHz (../shared/specs/sam_audio.md).
+ *
+ * A recording is encoded by the DAC-VAE codec to C-channel latents at 25 Hz
+ * (hop 1920); a flow-matching DiT, conditioned on the T5 encoding of a text
+ * description, on the mixture's latents and on optional span anchors, turns
+ * Gaussian noise [T, 2C] into a target and a residual latent by integrating
+ * an ODE from t = 0 to 1 (midpoint, 16 steps by default); the codec decodes
+ * both, with its watermark (a 16-bit message, a parameter here, so output is
+ * deterministic). The residual is generated, not mixture minus target.
+ *
+ * Long recordings go through separate_long: chunks of chunk_seconds that
+ * overlap by overlap_seconds, each with its own noise (seed + chunk index),
+ * joined by a raised-cosine crossfade, the text encoded once, memory bounded
+ * by one chunk. Output is delivered chunk by chunk as it becomes final.
+ *
+ * Units: audio is mono float in [-1, 1] at 48000 Hz; latents are time-major
+ * [T, C]; times in seconds. A loaded model is immutable and may be shared by
+ * many threads; every call allocates its working memory (choir_alloc,
+ * CHOIR_MEM_ACTIVATIONS) and frees it before it returns. */
+#ifndef CHOIR_SAM_AUDIO_H
+#define CHOIR_SAM_AUDIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "choir/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CHOIR_SAM_RATE 48000
+#define CHOIR_SAM_WM_BITS 16
+#define CHOIR_SAM_MAX_ANCHORS 64
+
+typedef struct choir_sam choir_sam;
+
+/* Loads a model directory: config.json (SAMAudioConfig's fields) plus Meta's
+ * checkpoint.pt (read by the restricted .pth reader, never unpickled), or
+ * model.safetensors (or shards) in the same names, or mlx-community's
+ * layout, or choir's native layout written by `choir convert` (quantized DiT
+ * linears allowed). Weight-norm pairs are folded, the DiT's strided head
+ * split is folded into wq/wk/wv, vision / ranker / span-predictor tensors
+ * are skipped. The T5 encoder and its tokenizer.json come from `t5_dir`, or
+ * when NULL the first of DIR/t5, DIR/t5-base, DIR/text_encoder that exists;
+ * without one the model loads but text prompts fail (choir_sam_has_text).
+ * NULL (and err naming the file and tensor) on failure. */
+choir_sam *choir_sam_load(const char *dir, const char *t5_dir, choir_err *err);
+/* NULL is a no-op. */
+void choir_sam_free(choir_sam *m);
+/* Bytes of weights mapped or held (codec, DiT, T5). */
+size_t choir_sam_weight_bytes(const choir_sam *m);
+
+int choir_sam_hop(const choir_sam *m);               /* samples per latent frame */
+int choir_sam_channels(const choir_sam *m);          /* C (codebook_dim) */
+int choir_sam_has_text(const choir_sam *m);          /* 1 when a T5 encoder is loaded */
+int64_t choir_sam_text_dim(const choir_sam *m);
+/* Latent frames of `samples` input samples: ceil(samples / hop). */
+int64_t choir_sam_frames(const choir_sam *m, int64_t samples);
+/* The largest number of frames one pass may hold (the RoPE table). */
+int64_t choir_sam_max_frames(const choir_sam *m);
+
+/* --- text ---------------------------------------------------------------- */
+
+/* Token ids of `text` (tokenizer.json pipeline, </s> appended, truncated to
+ * the model's max_length). *ids is choir_alloc'd (caller frees). */
+int choir_sam_tokenize(const choir_sam *m, const char *text, int32_t **ids, int *n_ids, choir_err *err);
+/* T5 encoder over ids[n] (all valid): out [n, text_dim]. */
+int choir_sam_text_features(const choir_sam *m, const int32_t *ids, int n, float *out, choir_err *err);
+
+/* --- codec --------------------------------------------------------------- */
+
+/* Encoder mean latent of x[n] (reflect-padded to a multiple of the hop):
+ * latent [frames(n), C] time-major. */
+int choir_sam_encode(const choir_sam *m, const float *x, int64_t n, float *latent, choir_err *err);
+/* Decoder of latent [T, C] to y[T * hop], with the watermark carrying
+ * `message` (16 bits, each 0/1; NULL: choir's fixed default message). */
+int choir_sam_decode(const choir_sam *m, const float *latent, int64_t T, const uint8_t *message, float *y,
+                     choir_err *err);
+/* choir's default watermark message. */
+extern const uint8_t choir_sam_default_message[CHOIR_SAM_WM_BITS];
+
+/* --- prompts ------------------------------------------------------------- */
+
+/* A span anchor: frames ceil(start*rate/hop) .. ceil(end*rate/hop) (end
+ * exclusive) are marked as target (+) or not target (-). */
+typedef struct choir_sam_anchor {
+    int positive;
+    double start_s, end_s;
+} choir_sam_anchor;
+
+/* Parses anchors from text: "+:0.5:1.2,-:3:4" (also with spaces or ';'), or
+ * a JSON list [["+", 0.5, 1.2], ["-", 3, 4]]. Empty / NULL gives none.
+ * Returns 0 or CHOIR_EINVAL naming the bad entry. */
+int choir_sam_parse_anchors(const char *text, choir_sam_anchor *out, int cap, int *n, choir_err *err);
+
+/* The reference's anchor tables for an item of T frames of which `valid` are
+ * real: ids[n + 2] = <null>, <pad>, then each anchor's token (+ = 1, - = 2),
+ * and alignment[T] (0 for valid frames, 1 beyond, each anchor's frames its
+ * slot). Anchors are applied in order (later ones win). */
+void choir_sam_anchor_tables(const choir_sam *m, const choir_sam_anchor *a, int n, int64_t T, int64_t valid,
+                             int32_t *ids, int32_t *alignment);
+
+/* --- one network evaluation ---------------------------------------------- */
+
+/* One item of a DiT batch. Items of a batch may differ in length: each is
+ * computed at its own `frames`; `valid_frames` (<= frames) keys are attended
+ * in self-attention (the rest are padding, as in a padded reference batch;
+ * normally valid_frames = frames). */
+typedef struct choir_sam_item {
+    int64_t frames, valid_frames;
+    const float *features;          /* [frames, C] codec mean latents */
+    const float *text;              /* [text_len, text_dim] T5 output */
+    int text_len;                   /* keys attended in cross-attention */
+    const int32_t *anchor_ids;      /* [n_anchor_ids]; NULL: <null>/<pad> */
+    int n_anchor_ids;
+    const int32_t *anchor_alignment; /* [frames] into anchor_ids; NULL: 0 valid, 1 beyond */
+} choir_sam_item;
+
+/* The velocity v_i [frames_i, 2C] of each item at x_i [frames_i, 2C] and time
+ * t[i]. Returns 0 or a negative status. */
+int choir_sam_velocity(const choir_sam *m, const choir_sam_item *items, int n, const float *t,
+                       const float *const *x, float *const *v, choir_err *err);
+
+/* --- separation ---------------------------------------------------------- */
+
+typedef enum choir_sam_method { CHOIR_SAM_MIDPOINT = 0, CHOIR_SAM_EULER = 1 } choir_sam_method;
+
+typedef struct choir_sam_params {
+    choir_sam_method method; /* default midpoint */
+    int steps;               /* ODE steps over [0, 1] (default 16: 32 evaluations with midpoint) */
+    double chunk_seconds;    /* separate_long chunk (default 10) */
+    double overlap_seconds;  /* crossfade (default 3; at most chunk / 2) */
+    uint64_t seed;           /* noise of chunk i from seed + i (default 42) */
+    const uint8_t *message;  /* watermark bits; NULL: choir_sam_default_message */
+} choir_sam_params;
+
+void choir_sam_default_params(choir_sam_params *p);
+/* Checks params; 0 or CHOIR_EINVAL with a message. */
+int choir_sam_check_params(const choir_sam_params *p, choir_err *err);
+
+/* Integrates the ODE for a batch of items in lockstep: x[i] holds the noise
+ * [frames_i, 2C] on entry and the generated latents on return (target in
+ * channels 0..C-1, residual in C..2C-1). */
+int choir_sam_ode(const choir_sam *m, const choir_sam_item *items, int n, float *const *x,
+                  const choir_sam_params *p, choir_err *err);
+
+/* Gaussian noise [frames, 2C] from `seed` (choir's generator). */
+void choir_sam_noise(const choir_sam *m, uint64_t seed, int64_t frames, float *out);
+
+/* Receives the next `n` final samples of target and residual (valid during
+ * the call), starting at sample `offset`. Returns 0 or a negative status
+ * that stops the run. */
+typedef int (*choir_sam_emit_fn)(void *user, const float *target, const float *residual, int64_t n,
+                                 int64_t offset, choir_err *err);
+
+/* A separation of one recording, advanced chunk by chunk (see
+ * choir_sam_run_round). `x` (n samples at 48 kHz), `text`, `anchors` are
+ * borrowed until choir_sam_job_free; the text is encoded at creation. */
+typedef struct choir_sam_job choir_sam_job;
+
+choir_sam_job *choir_sam_job_create(const choir_sam *m, const float *x, int64_t n, const char *text,
+                                    const choir_sam_anchor *anchors, int n_anchors,
+                                    const choir_sam_params *p, choir_sam_emit_fn emit, void *user,
+                                    choir_err *err);
+void choir_sam_job_free(choir_sam_job *job);
+int choir_sam_job_done(const choir_sam_job *job);
+/* Chunks in the job's plan / finished so far. */
+int choir_sam_job_chunks(const choir_sam_job *job);
+int choir_sam_job_chunks_done(const choir_sam_job *job);
+
+/* Advances every unfinished job of jobs[n] by one chunk; the DiT evaluations
+ * of all jobs that share (method, steps) run as one batch. Each job emits its
+ * final samples. Returns 0, or the first failure (jobs[i] are then unusable). */
+int choir_sam_run_round(const choir_sam *m, choir_sam_job *const *jobs, int n, choir_err *err);
+
+/* Whole-recording convenience: separate x[n] into target[n] and residual[n]
+ * (caller-allocated) with separate_long's plan. */
+int choir_sam_separate(const choir_sam *m, const float *x, int64_t n, const char *text,
+                       const choir_sam_anchor *anchors, int n_anchors, const choir_sam_params *p,
+                       float *target, float *residual, choir_err *err);
+
+/* Worst-case working bytes of one chunk of `frames` latent frames (codec
+ * encode and decode, DiT activations at batch 1, noise and latents), and of a
+ * whole job over n samples (its chunk plus tails). Usable without a model
+ * (m NULL: the published base sizes). */
+int64_t choir_sam_chunk_bytes(const choir_sam *m, int64_t frames);
+int64_t choir_sam_job_bytes(const choir_sam *m, int64_t n_samples, const choir_sam_params *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

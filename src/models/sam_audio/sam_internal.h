@@ -1,0 +1,179 @@
+/* SAM-Audio internals shared by the loader, the codec, T5, the DiT and the
+ * separation loop. Shapes: linear weights [out, in]; conv weights [out, in, k]
+ * (transposed convs [in, out, k], PyTorch layouts); sequence activations of
+ * the codec are channels-first [C, T]; the DiT's are time-major [T, D]. */
+#ifndef CHOIR_SAM_INTERNAL_H
+#define CHOIR_SAM_INTERNAL_H
+
+#include "choir/quant.h"
+#include "choir/safetensors.h"
+#include "choir/sam_audio.h"
+#include "choir/tensor.h"
+#include "choir/unigram.h"
+
+#define SAM_MAX_RATES 6
+#define SAM_WM_BLOCKS 4
+
+/* A 1-D convolution, weight-norm already folded. */
+typedef struct sam_conv {
+    const float *w;      /* [cout, cin, k] */
+    const float *b;      /* [cout] or NULL */
+    int64_t cout, cin, k;
+    int stride, dilation;
+    int causal;          /* 1: left padding (k-1)d+1-stride ("auto" causal), else symmetric */
+} sam_conv;
+
+typedef struct sam_convt {
+    const float *w;      /* [cin, cout, k] */
+    const float *b;      /* [cout] */
+    int64_t cin, cout, k;
+    int stride;
+    int causal;          /* 1: no padding, output cut to T*stride ("auto"); 0: pad (s+1)/2, out_pad s%2 */
+} sam_convt;
+
+/* ResidualUnit: act -> conv(k, dilation) -> act -> conv(k1), plus the input. */
+typedef struct sam_ru {
+    const float *alpha1, *alpha2; /* Snake alphas [dim]; NULL for the ELU units */
+    sam_conv c1, c2;
+} sam_ru;
+
+typedef struct sam_enc_block {
+    sam_ru ru[3];         /* dilations 1, 3, 9 */
+    const float *alpha;   /* Snake before the strided conv */
+    sam_conv down;        /* k = 2s, stride s */
+} sam_enc_block;
+
+typedef struct sam_dec_block {
+    const float *alpha;   /* block.0 Snake [cin] */
+    sam_convt up;         /* block.1 */
+    sam_ru ru[3];         /* block.4/5/8, dilations 1, 3, 9 */
+    /* watermark path pieces of this block */
+    sam_convt wm_up;      /* block.3: causal ConvT cin/3 -> cout/3, stride wm */
+    sam_ru wm_ru6, wm_ru7; /* block.6 / block.7: ELU units on cout/3 */
+    sam_conv wm_down;     /* block.11: causal conv cout/3 -> cin/3, stride wm */
+} sam_dec_block;
+
+typedef struct sam_lstm {
+    const float *w_ih[2], *w_hh[2], *b_ih[2], *b_hh[2]; /* [4H, H], [4H] */
+    int64_t H;
+} sam_lstm;
+
+typedef struct sam_codec {
+    int n_enc, n_dec;
+    int enc_rates[SAM_MAX_RATES], dec_rates[SAM_MAX_RATES];
+    int hop;
+    int64_t latent, cb;   /* latent_dim, codebook_dim (C) */
+    sam_conv enc_in;
+    sam_enc_block enc[SAM_MAX_RATES];
+    const float *enc_alpha;
+    sam_conv enc_out, in_proj, out_proj, dec_in;
+    sam_dec_block dec[SAM_MAX_RATES];
+    /* watermarker */
+    int has_wm;
+    const float *wm_alpha;  /* encoder_block.pre.0 Snake [96] */
+    sam_conv wm_pre1;       /* 96 -> 1, k7 (the output conv; tanh follows) */
+    sam_conv wm_pre3;       /* 1 -> 32, k7 causal */
+    sam_lstm wm_enc_lstm;
+    sam_conv wm_post2;      /* 512 -> 128, k7 causal */
+    const float *msg_emb;   /* [2 * 16, 128] */
+    sam_conv wm_dec_pre0;   /* 128 -> 512, k7 causal */
+    sam_lstm wm_dec_lstm;
+    sam_conv wm_post1;      /* 32 -> 1, k7 causal */
+} sam_codec;
+
+typedef struct sam_t5_layer {
+    choir_weight q, k, v, o;      /* [inner, d], o [d, inner] */
+    const float *ln1, *ln2;       /* [d] */
+    choir_weight wi, wi1, wo;     /* wi [ff, d] (wi1 for gated), wo [d, ff] */
+} sam_t5_layer;
+
+typedef struct sam_t5 {
+    int64_t d, d_kv, n_heads, n_layers, d_ff, vocab;
+    int buckets, max_distance, gated;
+    float eps;
+    const float *embed;           /* [vocab, d] f32 */
+    const float *rel_bias;        /* [buckets, n_heads] */
+    sam_t5_layer *layers;
+    const float *final_ln;
+    choir_unigram *tok;
+    int max_length;
+} sam_t5;
+
+typedef struct sam_dit_layer {
+    const float *table;           /* scale_shift_table [6, D] */
+    choir_weight wq, wk, wv, wo;  /* heads contiguous (strided split folded) */
+    const float *q_norm, *k_norm; /* [hd] */
+    choir_weight cq, ck, cv, co;
+    const float *cq_norm, *ck_norm;
+    choir_weight w1, w2, w3;      /* SwiGLU [F, D], [D, F], [F, D] */
+    const float *attn_norm, *ffn_norm; /* [D] */
+} sam_dit_layer;
+
+typedef struct sam_dit {
+    int64_t D, H, hd, L, F, freq_dim, ctx_dim, out_ch, max_pos;
+    float eps;
+    float rope_theta;
+    float *rope_cos, *rope_sin;   /* [max_pos, hd/2] */
+    sam_dit_layer *layers;
+    const float *final_table;     /* [2, D] */
+    const float *norm;            /* [D] */
+    choir_weight output;          /* [out_ch, D] */
+    /* patcher: two GroupNorm(1) -> SiLU -> conv k3 blocks */
+    const float *gn1_w, *gn1_b, *gn2_w, *gn2_b; /* [D] */
+    const float *pconv1_w, *pconv1_b, *pconv2_w, *pconv2_b; /* [D, D, 3], [D] */
+    choir_weight y_w1, y_w2, y_w3; /* context embedder (SwiGLU) */
+    choir_weight t_w1, t_w2, t_w3; /* timestep embedder */
+    choir_weight t_block;          /* [6D, D] */
+    const float *t_block_b;        /* [6D] */
+    /* SAMAudio's projections around the DiT */
+    choir_weight proj;             /* [D, in_channels] */
+    const float *proj_b;
+    choir_weight memory_proj;      /* [D, text_dim] */
+    const float *memory_proj_b;
+    const float *anchor_embed;     /* [num_anchors + 1, anchor_dim] */
+    choir_weight anchor_proj;      /* [D, anchor_dim] */
+    float anchor_gate;             /* tanh(gate) */
+    int64_t n_anchor_rows, anchor_dim;
+    float *video_const;            /* [D]: tanh(g_v) * LayerNorm(conv.bias) (zero video) */
+    int64_t in_channels, text_dim;
+} sam_dit;
+
+struct choir_sam {
+    sam_codec codec;
+    sam_dit dit;
+    sam_t5 t5;
+    int has_t5;
+    int sample_rate;
+    int heads_folded;  /* the file already has contiguous heads (choir's native layout) */
+    /* ownership */
+    choir_st *st, *t5_st;
+    choir_ckpt *ck;
+    choir_quant_config *qc;
+    int mlx;           /* names/layouts of mlx-community's port */
+    void **owned;
+    int n_owned, cap_owned;
+    size_t bytes;
+};
+
+/* Loader helpers (sam_load.c) used by the T5 loader (sam_t5.c). */
+typedef struct sam_loader {
+    choir_sam *m;
+    const choir_st *st;  /* NULL: m->ck */
+    choir_err *err;
+    int status;
+} sam_loader;
+
+void *sam_own(sam_loader *ld, size_t bytes);
+const float *sam_floats(sam_loader *ld, const char *name, int64_t numel);
+void sam_matrix(sam_loader *ld, const char *prefix, int64_t rows, int64_t cols, choir_weight *W);
+int sam_fail(sam_loader *ld, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+int sam_t5_load(choir_sam *m, const char *dir, choir_err *err);
+void sam_t5_free(sam_t5 *t5);
+
+/* Conv helpers (sam_codec.c) */
+int64_t sam_conv_out_len(const sam_conv *c, int64_t T);
+/* y[cout, Tout] = conv(x[cin, T]); scratch holds cin * (T + k * dilation) floats (causal padding). */
+void sam_conv_run(const sam_conv *c, const float *x, int64_t T, float *y, float *scratch);
+
+#endif

@@ -1,0 +1,168 @@
+/* The T5 text encoder (transformers' T5EncoderModel) and its Unigram
+ * tokenizer, loaded from the folder a user brings beside the SAM checkpoint
+ * (config.json, model.safetensors, tokenizer.json).
+ *
+ * Encoder layer: x += o(attn(RMS(x))) with unscaled scores plus a learned
+ * relative-position bias (layer 0's table, shared by all layers); then
+ * x += wo(relu(wi(RMS(x)))) (v1.1's gated-gelu also read). RMS is T5's
+ * LayerNorm: no mean, no bias, eps from the config. The text of a request is
+ * encoded once, unpadded (padding would not change the valid rows). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "choir/alloc.h"
+#include "choir/json.h"
+#include "choir/kernels.h"
+#include "choir/kernels_ext.h"
+#include "sam_internal.h"
+
+int sam_t5_load(choir_sam *m, const char *dir, choir_err *err) {
+    sam_t5 *t = &m->t5;
+    char p[4096];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    cJSON *root = choir_json_load(p, err);
+    if (!root) return err ? err->code : CHOIR_EIO;
+    t->d = choir_json_int(root, "d_model", 768);
+    t->d_kv = choir_json_int(root, "d_kv", 64);
+    t->n_heads = choir_json_int(root, "num_heads", 12);
+    t->n_layers = choir_json_int(root, "num_layers", 12);
+    t->d_ff = choir_json_int(root, "d_ff", 3072);
+    t->vocab = choir_json_int(root, "vocab_size", 32128);
+    t->buckets = (int)choir_json_int(root, "relative_attention_num_buckets", 32);
+    t->max_distance = (int)choir_json_int(root, "relative_attention_max_distance", 128);
+    t->eps = (float)choir_json_num(root, "layer_norm_epsilon", 1e-6);
+    const char *ff = choir_json_str(root, "feed_forward_proj", "relu");
+    t->gated = strncmp(ff, "gated", 5) == 0;
+    int bad = strcmp(ff, "relu") != 0 && strcmp(ff, "gated-gelu") != 0;
+    cJSON_Delete(root);
+    if (bad || t->d < 1 || t->d_kv < 1 || t->n_heads < 1 || t->n_layers < 1 || t->buckets < 2 || t->vocab < 1)
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "%s: T5 config not supported (feed_forward_proj %s)", p, ff);
+    t->max_length = 512;
+
+    m->t5_st = choir_st_open(dir, err);
+    if (!m->t5_st) return err ? err->code : CHOIR_EIO;
+    sam_loader ld = {.m = m, .st = m->t5_st, .err = err};
+    const char *emb = choir_st_find(m->t5_st, "shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight";
+    t->embed = sam_floats(&ld, emb, t->vocab * t->d);
+    t->rel_bias = sam_floats(&ld, "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+                             (int64_t)t->buckets * t->n_heads);
+    int64_t inner = t->n_heads * t->d_kv;
+    t->layers = sam_own(&ld, (size_t)t->n_layers * sizeof *t->layers);
+    if (t->layers) memset(t->layers, 0, (size_t)t->n_layers * sizeof *t->layers);
+    char n[320];
+    for (int64_t i = 0; i < t->n_layers && !ld.status; i++) {
+        sam_t5_layer *l = &t->layers[i];
+        const char *qkvo[4] = {"q", "k", "v", "o"};
+        choir_weight *w[4] = {&l->q, &l->k, &l->v, &l->o};
+        for (int j = 0; j < 4; j++) {
+            snprintf(n, sizeof n, "encoder.block.%lld.layer.0.SelfAttention.%s", (long long)i, qkvo[j]);
+            sam_matrix(&ld, n, j == 3 ? t->d : inner, j == 3 ? inner : t->d, w[j]);
+        }
+        snprintf(n, sizeof n, "encoder.block.%lld.layer.0.layer_norm.weight", (long long)i);
+        l->ln1 = sam_floats(&ld, n, t->d);
+        snprintf(n, sizeof n, "encoder.block.%lld.layer.1.layer_norm.weight", (long long)i);
+        l->ln2 = sam_floats(&ld, n, t->d);
+        if (t->gated) {
+            snprintf(n, sizeof n, "encoder.block.%lld.layer.1.DenseReluDense.wi_0", (long long)i);
+            sam_matrix(&ld, n, t->d_ff, t->d, &l->wi);
+            snprintf(n, sizeof n, "encoder.block.%lld.layer.1.DenseReluDense.wi_1", (long long)i);
+            sam_matrix(&ld, n, t->d_ff, t->d, &l->wi1);
+        } else {
+            snprintf(n, sizeof n, "encoder.block.%lld.layer.1.DenseReluDense.wi", (long long)i);
+            sam_matrix(&ld, n, t->d_ff, t->d, &l->wi);
+        }
+        snprintf(n, sizeof n, "encoder.block.%lld.layer.1.DenseReluDense.wo", (long long)i);
+        sam_matrix(&ld, n, t->d, t->d_ff, &l->wo);
+    }
+    t->final_ln = sam_floats(&ld, "encoder.final_layer_norm.weight", t->d);
+    if (ld.status) return choir_err_prefix(err, "%s: ", dir);
+    t->tok = choir_unigram_load(dir, err);
+    if (!t->tok) return err ? err->code : CHOIR_EFORMAT;
+    return 0;
+}
+
+void sam_t5_free(sam_t5 *t5) {
+    choir_unigram_free(t5->tok);
+    t5->tok = NULL;
+}
+
+int choir_sam_tokenize(const choir_sam *m, const char *text, int32_t **ids, int *n_ids, choir_err *err) {
+    if (!m->has_t5) return choir_err_set(err, CHOIR_ENOTFOUND, "sam-audio: no T5 text encoder loaded (put it in DIR/t5)");
+    if (!text) text = "";
+    int rc = choir_unigram_encode(m->t5.tok, text, strlen(text), ids, n_ids, err);
+    if (rc) return rc;
+    /* truncation=True, max_length: keep the head, then the closing token. */
+    if (*n_ids > m->t5.max_length) {
+        int32_t eos = choir_unigram_eos_id(m->t5.tok);
+        *n_ids = m->t5.max_length;
+        if (eos >= 0) (*ids)[*n_ids - 1] = eos;
+    }
+    for (int i = 0; i < *n_ids; i++)
+        if ((*ids)[i] < 0 || (*ids)[i] >= m->t5.vocab) {
+            int32_t bad = (*ids)[i];
+            choir_free(*ids);
+            *ids = NULL;
+            return choir_err_set(err, CHOIR_EFORMAT, "sam-audio: token id %d is outside T5's vocabulary", bad);
+        }
+    return 0;
+}
+
+/* transformers' bidirectional bucket of relative position j - i, computed in
+ * float32 as torch does, so the log-spaced boundaries fall the same way. */
+static int t5_bucket(int rel, int buckets, int max_distance) {
+    int nb = buckets / 2;
+    int ret = rel > 0 ? nb : 0;
+    int n = rel < 0 ? -rel : rel;
+    int max_exact = nb / 2;
+    if (n < max_exact) return ret + n;
+    float v = logf((float)n / (float)max_exact) / (float)log((double)max_distance / max_exact) * (float)(nb - max_exact);
+    int large = max_exact + (int)v;
+    if (large > nb - 1) large = nb - 1;
+    return ret + large;
+}
+
+int choir_sam_text_features(const choir_sam *m, const int32_t *ids, int n, float *out, choir_err *err) {
+    if (!m->has_t5) return choir_err_set(err, CHOIR_ENOTFOUND, "sam-audio: no T5 text encoder loaded");
+    if (n < 1) return choir_err_set(err, CHOIR_EINVAL, "sam-audio: empty token list");
+    const sam_t5 *t = &m->t5;
+    int64_t d = t->d, H = t->n_heads, dk = t->d_kv, inner = H * dk, ff = t->d_ff;
+    size_t floats = (size_t)n * (size_t)(d + 4 * inner + 2 * ff) + (size_t)(H * n * n);
+    float *buf = choir_alloc(CHOIR_MEM_ACTIVATIONS, floats * sizeof(float));
+    if (!buf) return choir_err_set(err, CHOIR_ENOMEM, "sam-audio: out of memory in T5");
+    float *h = buf, *q = h + n * d, *k = q + n * inner, *v = k + n * inner, *att = v + n * inner;
+    float *f1 = att + n * inner, *f2 = f1 + n * ff, *bias = f2 + n * ff;
+    for (int i = 0; i < n; i++) memcpy(out + i * d, t->embed + (int64_t)ids[i] * d, (size_t)d * sizeof *out);
+    /* Position bias [H, n, n], shared by all layers. */
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            int b = t5_bucket(j - i, t->buckets, t->max_distance);
+            for (int64_t hh = 0; hh < H; hh++) bias[(hh * n + i) * n + j] = t->rel_bias[b * H + hh];
+        }
+    for (int64_t L = 0; L < t->n_layers; L++) {
+        const sam_t5_layer *l = &t->layers[L];
+        choir_rms_norm(out, d, h, d, n, d, l->ln1, t->eps);
+        choir_linear(h, n, &l->q, NULL, q);
+        choir_linear(h, n, &l->k, NULL, k);
+        choir_linear(h, n, &l->v, NULL, v);
+        for (int64_t hh = 0; hh < H; hh++)
+            choir_attention(q + hh * dk, inner, k + hh * dk, inner, v + hh * dk, inner, att + hh * dk, inner, n, n, 1, dk,
+                            1.0f, bias + hh * n * n, false);
+        choir_linear(att, n, &l->o, NULL, h);
+        choir_add(out, h, out, n * d);
+        choir_rms_norm(out, d, h, d, n, d, l->ln2, t->eps);
+        choir_linear(h, n, &l->wi, NULL, f1);
+        if (t->gated) {
+            choir_gelu_tanh(f1, n * ff);
+            choir_linear(h, n, &l->wi1, NULL, f2);
+            choir_mul(f1, f2, f1, n * ff);
+        } else {
+            choir_relu(f1, n * ff);
+        }
+        choir_linear(f1, n, &l->wo, NULL, h);
+        choir_add(out, h, out, n * d);
+    }
+    choir_rms_norm(out, d, out, d, n, d, t->final_ln, t->eps);
+    choir_free(buf);
+    return 0;
+}

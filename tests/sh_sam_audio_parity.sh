@@ -1,0 +1,30 @@
+#!/bin/bash
+# ctest: labels=slow;nosan
+# SAM-Audio parity: builds the fixture's checkpoint and its tiny T5 with
+# `choir dev weights` (the real loader reads them), then
+# `choir dev parity sam-audio` must end with PASS: tokenizer ids identical,
+# T5 / codec latent / batch features / one network evaluation at each
+# recorded t <= 1e-4 relative L2, codec decode and the whole 16-step
+# midpoint ODE's target and residual <= 1e-3. An impossible tolerance must
+# make the same run fail.
+set -u
+BIN=${CHOIR_BIN:?}
+FIX=${CHOIR_SHARED_DIR:?}/fixtures/sam-audio/sam-tiny
+AUDIO=${CHOIR_SHARED_DIR}/fixtures/audio
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/choir-sam-XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+out="$TMP/sam"
+"$BIN" dev weights --manifest "$FIX/manifest.json" --config "$FIX/config.json" --out "$out" >/dev/null 2>&1 &&
+"$BIN" dev weights --manifest "$FIX/t5/manifest.json" --config "$FIX/t5/config.json" --out "$out/t5" >/dev/null 2>&1 &&
+cp "$FIX/t5/tokenizer.json" "$out/t5/" || { echo "FAIL: choir dev weights"; exit 1; }
+fail=0
+log=$("$BIN" dev parity sam-audio --model "$out" --case "$FIX" --audio-dir "$AUDIO")
+rc=$?
+echo "$log"
+if [ $rc -ne 0 ] || [ "$(echo "$log" | tail -n 1)" != "parity: PASS" ]; then
+    echo "FAIL: parity"; fail=1
+fi
+if "$BIN" dev parity sam-audio --model "$out" --case "$FIX" --tol-audio 1e-9 >/dev/null; then
+    echo "FAIL: parity passed with an impossible tolerance"; fail=1
+fi
+exit $fail
