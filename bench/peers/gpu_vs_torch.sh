@@ -24,6 +24,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 LOG=${OUT:-/tmp}/gpu_vs_torch.log
+mkdir -p "$(dirname "$LOG")"
 : >"$LOG"
 run() { echo "+ $*" | tee -a "$LOG"; "$@" 2>&1 | tee -a "$LOG"; }
 field() { sed -n "s/.*$1=\([0-9.e+-]*\).*/\1/p" | head -1; }
@@ -58,10 +59,10 @@ if [[ " $SKIP " != *" kokoro "* ]]; then
   tk=$(run python3 bench/peers/torch_gpu.py kokoro --src "$KSRC" --manifest "$K/manifest.json" \
         --config "$K/config.json" --voice "$SHARED/fixtures/kokoro/voices/af_heart.bin" \
         --randw "$SHARED/fixtures/randw_reference.py")
-  c1=$(echo "$ck" | sed -n 's/.*paragraph, batch 1:.*RTF \([0-9.]*\).*/\1/p' | head -1)
+  c1=$(echo "$ck" | sed -n 's/.* 1 requests at once.*RTF \([0-9.]*\).*/\1/p' | head -1)
   c32=$(echo "$ck" | sed -n 's/.*32 requests at once.*RTF \([0-9.]*\).*/\1/p' | head -1)
   t1=$(echo "$tk" | grep "torch kokoro batch 1:" | field rtf)
-  ROWS+=("kokoro, pieces one at a time (torch: one piece)|$c1|$t1|$(ratio "$c1" "$t1")")
+  ROWS+=("kokoro, one 40-s piece, batch 1|$c1|$t1|$(ratio "$c1" "$t1")")
   ROWS+=("kokoro, 32 requests at once (torch: one piece)|$c32|$t1|$(ratio "$c32" "$t1")")
 fi
 
