@@ -242,6 +242,7 @@ extern const choir_model_ops choir_model_whisper;
 extern const choir_model_ops choir_model_kokoro;
 extern const choir_model_ops choir_model_silero_vad;
 extern const choir_model_ops choir_model_mossformer2;
+extern const choir_model_ops choir_model_sam_audio; /* src/models/sam_audio/sam_model.c */
 
 /* Fills `out` with up to `cap` built-in adapters that are linked in; returns
  * how many there are. */

@@ -188,6 +188,29 @@ int choir_sam_separate(const choir_sam *m, const float *x, int64_t n, const char
 int64_t choir_sam_chunk_bytes(const choir_sam *m, int64_t frames);
 int64_t choir_sam_job_bytes(const choir_sam *m, int64_t n_samples, const choir_sam_params *p);
 
+/* --- behind the engine (choir_model_sam_audio, task STS) ----------------- */
+
+/* Receives the residual samples that go with the target output about to be
+ * delivered (same count and offset, 48 kHz), from the engine's worker. */
+typedef void (*choir_sam_residual_fn)(void *user, const float *residual, int64_t n, int64_t offset);
+
+/* The `extra` of an STS request to a SAM-Audio model (all optional; NULL
+ * extra means the description "speech" and defaults). The target is the
+ * request's audio output (at 48 kHz); the residual goes to on_residual. The
+ * sts input's chunk_seconds / overlap_seconds apply. */
+typedef struct choir_sam_request {
+    const char *description;
+    const choir_sam_anchor *anchors;
+    int n_anchors;
+    int steps;                  /* 0: default */
+    int method;                 /* -1 or 0: midpoint, 1: euler */
+    int has_seed;
+    uint64_t seed;
+    choir_sam_residual_fn on_residual;
+    void *residual_user;
+    int output_residual;        /* 1: the audio output is the residual, on_residual gets the target */
+} choir_sam_request;
+
 #ifdef __cplusplus
 }
 #endif

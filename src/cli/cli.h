@@ -9,6 +9,7 @@ int choir_cmd_tts(int argc, char **argv);
 int choir_cmd_stt(int argc, char **argv);
 int choir_cmd_vad(int argc, char **argv);
 int choir_cmd_sts(int argc, char **argv);
+int choir_cmd_sep(int argc, char **argv);
 int choir_cmd_convert(int argc, char **argv);
 int choir_cmd_serve(int argc, char **argv);
 int choir_cmd_bench(int argc, char **argv);

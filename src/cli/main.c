@@ -20,6 +20,7 @@ FALLBACK(choir_cmd_tts, "tts")
 FALLBACK(choir_cmd_stt, "stt")
 FALLBACK(choir_cmd_vad, "vad")
 FALLBACK(choir_cmd_sts, "sts")
+FALLBACK(choir_cmd_sep, "sep")
 FALLBACK(choir_cmd_convert, "convert")
 FALLBACK(choir_cmd_serve, "serve")
 FALLBACK(choir_cmd_bench, "bench")
@@ -46,6 +47,7 @@ static const command g_commands[] = {
     {"stt", choir_cmd_stt, "speech to text (Whisper)"},
     {"vad", choir_cmd_vad, "speech segments (Silero VAD)"},
     {"sts", choir_cmd_sts, "speech enhancement of long recordings (MossFormer2)"},
+    {"sep", choir_cmd_sep, "text-prompted source separation of long recordings (SAM-Audio)"},
     {"convert", choir_cmd_convert, "convert checkpoints to the native layout, quantize"},
     {"serve", choir_cmd_serve, "OpenAI-compatible HTTP server"},
     {"bench", choir_cmd_bench, "benchmarks"},

@@ -333,7 +333,8 @@ static enum MHD_Result route(choir_server *s, struct MHD_Connection *c, const ch
     int transcribe = strcmp(url, "/v1/audio/transcriptions") == 0;
     int translate = strcmp(url, "/v1/audio/translations") == 0;
     int enhance = strcmp(url, "/v1/audio/enhancements") == 0;
-    if (!speech && !transcribe && !translate && !enhance)
+    int separate = strcmp(url, "/v1/audio/separations") == 0;
+    if (!speech && !transcribe && !translate && !enhance && !separate)
         return srv_reply_error(s, c, 404, NULL, "unknown_url", "no route for %s %s", method, url);
     if (!post)
         return srv_reply_error(s, c, 405, NULL, NULL, "use POST %s", url);
@@ -346,6 +347,8 @@ static enum MHD_Result route(choir_server *s, struct MHD_Connection *c, const ch
         return srv_handle_speech(s, c, conn);
     if (enhance)
         return srv_handle_enhancement(s, c, conn);
+    if (separate)
+        return srv_handle_separation(s, c, conn);
     return srv_handle_transcription(s, c, conn, translate);
 }
 

@@ -156,6 +156,7 @@ enum MHD_Result srv_job_reply_stream(srv_job *j, struct MHD_Connection *c, const
 enum MHD_Result srv_handle_speech(choir_server *s, struct MHD_Connection *c, srv_conn *conn);
 enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection *c, srv_conn *conn, int translate);
 enum MHD_Result srv_handle_enhancement(choir_server *s, struct MHD_Connection *c, srv_conn *conn);
+enum MHD_Result srv_handle_separation(choir_server *s, struct MHD_Connection *c, srv_conn *conn); /* separate.c */
 
 /* Formats a transcript as "text", "srt", "vtt", "json" or "verbose_json"
  * into a choir_alloc'd string (NULL on out of memory). */

@@ -235,10 +235,12 @@ choir_sam_job *choir_sam_job_create(const choir_sam *m, const float *x, int64_t 
     j->chunk = (int64_t)(p->chunk_seconds * CHOIR_SAM_RATE);
     j->overlap = (int64_t)(p->overlap_seconds * CHOIR_SAM_RATE);
     j->hop = j->chunk - j->overlap;
-    if ((j->chunk + m->codec.hop - 1) / m->codec.hop > m->dit.max_pos) {
-        choir_err_set(err, CHOIR_EINVAL, "sam-audio: chunk_seconds exceeds the model's %lld frames",
-                      (long long)m->dit.max_pos);
-        goto fail;
+    /* A chunk longer than the model's position table (400 s for the
+     * published models) is cut to it; the overlap stays at most half. */
+    if (j->chunk > m->dit.max_pos * m->codec.hop) {
+        j->chunk = m->dit.max_pos * m->codec.hop;
+        if (j->overlap > j->chunk / 2) j->overlap = j->chunk / 2;
+        j->hop = j->chunk - j->overlap;
     }
     j->n_chunks = n <= j->chunk ? 1 : (int)((n - j->overlap + j->hop - 1) / j->hop);
     int32_t *ids = NULL;
