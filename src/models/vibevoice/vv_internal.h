@@ -115,4 +115,28 @@ void vv_embed(const choir_weight *E, const int32_t *ids, int n, float *out);
  * activations stay near 4 M floats. */
 int64_t vv_ffn_tile(int64_t C, int ffn_mult);
 
+/* Streaming the transcript out of the model's JSON as it is decoded: a state
+ * machine over the raw text that remembers the last object key and passes on
+ * the characters of every string value whose key is "Content" (unescaped,
+ * \uXXXX pairs included), a space between segments. Zero-initialise. */
+typedef struct vv_content {
+    int in_str, esc, is_key, emitting, n_emitted;
+    char key[16];
+    int key_len, expect_value;
+    char hex[4];
+    int n_hex;
+    uint32_t high; /* a pending high surrogate */
+} vv_content;
+
+/* Feeds s[n] of raw output; writes the content text it completes to out
+ * (room for 4 n + 8) and returns its length. */
+size_t vv_content_feed(vv_content *c, const char *s, size_t n, char *out);
+
+/* The repetition guard, called after each new token tok[n - 1]: run[p - 1]
+ * (zeroed at the start, max_period entries) counts how many of the latest
+ * tokens equal the token p before them. A tail that repeats a period p at
+ * least min_repeats times and is at least min_tokens long is a loop: returns
+ * that p (the smallest), else 0. */
+int vv_loop_check(const int32_t *tok, int n, int *run, int max_period, int min_tokens, int min_repeats);
+
 #endif
