@@ -183,7 +183,7 @@ int choir_cmd_parity_vibevoice(int argc, char **argv) {
     if (choir_vibevoice_encode(m, whole, x, np, np, lat_w, lat_w + T * va, &err)) goto fail;
     double dw = rel_l2(lat, lat_w, (size_t)(T * (va + vs))), dwa = max_abs(lat, lat_w, (size_t)(T * (va + vs)));
     int64_t chunk = D->chunk_samples;
-    printf("%-18s %lld chunk(s) of %lld samples, passes of %lld, vs one pass: rel L2 %.3g, max abs %.3g "
+    printf("%-18s %lld chunk(s) of %lld samples, passes of at most %lld, vs one pass: rel L2 %.3g, max abs %.3g "
            "(bound 1e-5) %s\n", "chunked encoder", (long long)((np + chunk - 1) / chunk), (long long)chunk,
            (long long)(32LL * D->hop), dw, dwa, dw <= 1e-5 ? "ok" : "FAIL");
     ok &= dw <= 1e-5;

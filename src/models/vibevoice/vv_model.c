@@ -168,7 +168,7 @@ static int vv_run_batch(void *weights, choir_request *const *reqs, int n, choir_
             continue;
         }
         if (res.malformed) {
-            choir_request_fail(r, CHOIR_EFORMAT, "vibevoice: the model's output is not a JSON transcript "
+            choir_request_fail(r, CHOIR_EINTERNAL, "vibevoice: the model's output is not a JSON transcript "
                                "(%d tokens%s): %.200s", res.n_generated,
                                res.stop == CHOIR_VIBEVOICE_STOP_LOOP ? ", stopped in a repetition loop" : "",
                                res.text ? res.text : "");
