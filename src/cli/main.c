@@ -73,7 +73,6 @@ static int dev_main(int argc, char **argv) {
         if (strcmp(argv[2], "kokoro") == 0) return choir_cmd_parity_kokoro(argc - 2, argv + 2);
         if (strcmp(argv[2], "mossformer2") == 0) return choir_cmd_parity_mossformer2(argc - 2, argv + 2);
         if (strcmp(argv[2], "sam-audio") == 0) return choir_cmd_parity_sam_audio(argc - 2, argv + 2);
-
         if (strcmp(argv[2], "vibevoice") == 0) return choir_cmd_parity_vibevoice(argc - 2, argv + 2);
     }
     fprintf(stderr,
