@@ -30,6 +30,7 @@ int choir_cmd_parity_vibevoice(int argc, char **argv);
 int choir_bench_whisper(int argc, char **argv);
 int choir_bench_kokoro(int argc, char **argv);
 int choir_bench_sts(int argc, char **argv);
+int choir_bench_sam_audio(int argc, char **argv);
 int choir_bench_vad(int argc, char **argv);
 int choir_bench_quant(int argc, char **argv);
 int choir_bench_engine(int argc, char **argv);

@@ -18,6 +18,7 @@ BENCH_FALLBACK(choir_bench_vad, "vad")
 BENCH_FALLBACK(choir_bench_quant, "quant")
 BENCH_FALLBACK(choir_bench_engine, "engine")
 BENCH_FALLBACK(choir_bench_vibevoice, "vibevoice")
+BENCH_FALLBACK(choir_bench_sam_audio, "sam-audio")
 
 int choir_cmd_bench(int argc, char **argv) {
     static const struct {
@@ -32,6 +33,7 @@ int choir_cmd_bench(int argc, char **argv) {
         {"quant", choir_bench_quant, "quantized GEMV/GEMM throughput"},
         {"engine", choir_bench_engine, "scheduler throughput and latency under load"},
         {"vibevoice", choir_bench_vibevoice, "VibeVoice-ASR load, encoder, prefill, decode speed, peak memory"},
+        {"sam-audio", choir_bench_sam_audio, "SAM-Audio separation RTF and peak memory at published sizes (random weights)"},
     };
     if (argc >= 2) {
         for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++)
