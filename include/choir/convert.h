@@ -60,7 +60,8 @@ typedef enum choir_convert_model {
     CHOIR_CONVERT_MODEL_WHISPER,
     CHOIR_CONVERT_MODEL_KOKORO,
     CHOIR_CONVERT_MODEL_MOSSFORMER2,
-    CHOIR_CONVERT_MODEL_SILERO
+    CHOIR_CONVERT_MODEL_SILERO,
+    CHOIR_CONVERT_MODEL_SAM_AUDIO
 } choir_convert_model;
 
 /* The family from a parsed config.json (NULL: generic). */

@@ -19,6 +19,10 @@ choir_convert_model choir_convert_detect_model(const cJSON *config) {
     if (cJSON_GetObjectItemCaseSensitive(config, "istftnet") ||
         cJSON_GetObjectItemCaseSensitive(config, "plbert"))
         return CHOIR_CONVERT_MODEL_KOKORO;
+    /* SAMAudioConfig: a codec and a DiT side by side. */
+    if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(config, "audio_codec")) &&
+        cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(config, "transformer")))
+        return CHOIR_CONVERT_MODEL_SAM_AUDIO;
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(config, "model");
     if (cJSON_IsString(model) && strncmp(model->valuestring, "MossFormer2", 11) == 0)
         return CHOIR_CONVERT_MODEL_MOSSFORMER2;
@@ -31,6 +35,7 @@ const char *choir_convert_model_name(choir_convert_model m) {
     case CHOIR_CONVERT_MODEL_KOKORO: return "kokoro";
     case CHOIR_CONVERT_MODEL_MOSSFORMER2: return "mossformer2";
     case CHOIR_CONVERT_MODEL_SILERO: return "silero";
+    case CHOIR_CONVERT_MODEL_SAM_AUDIO: return "sam-audio";
     default: return "generic";
     }
 }
@@ -76,6 +81,16 @@ bool choir_convert_should_quantize(choir_convert_model m, const char *name, int 
     case CHOIR_CONVERT_MODEL_SILERO:
         *why = "silero: a 2 MB model, kept float";
         return false;
+    case CHOIR_CONVERT_MODEL_SAM_AUDIO:
+        /* The DiT's linears are 96 % of the weights; the codec (convs, the
+         * watermark's embedding and LSTMs) and the anchor table stay float,
+         * and the loader reads them as floats. The strided head split is
+         * folded at load for quantized rows too (rows permute whole). */
+        if (strncmp(name, "transformer.", 12) != 0) {
+            *why = "sam-audio: only the DiT's linears are quantized";
+            return false;
+        }
+        break;
     default: break;
     }
     *why = NULL;

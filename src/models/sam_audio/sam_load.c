@@ -429,14 +429,26 @@ static void ld_codec(sam_loader *ld, sam_codec *c, int64_t enc_dim, int64_t dec_
 static void ld_heads(sam_loader *ld, const char *prefix, int64_t D, int64_t H, choir_weight *W) {
     sam_matrix(ld, prefix, D, D, W);
     if (ld->status || ld->m->heads_folded) return;
+    int64_t hd = D / H;
     if (W->kind == CHOIR_WEIGHT_QUANT) {
-        sam_fail(ld, CHOIR_EUNSUPPORTED, "%s: quantized weights must be in choir's native layout (choir convert)", prefix);
+        /* A quantized row (packed words, its groups' scales and biases)
+         * moves whole, so the same permutation applies to the three arrays. */
+        size_t wrow = (size_t)(D * W->bits / 32) * 4, srow = (size_t)(D / W->group_size) * choir_dtype_size(W->sb_dtype);
+        unsigned char *w = sam_own(ld, (size_t)D * wrow), *sc = sam_own(ld, (size_t)D * srow), *bi = sam_own(ld, (size_t)D * srow);
+        if (!w || !sc || !bi) return;
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t d = 0; d < hd; d++) {
+                size_t to = (size_t)(h * hd + d), from = (size_t)(d * H + h);
+                memcpy(w + to * wrow, (const unsigned char *)W->data + from * wrow, wrow);
+                memcpy(sc + to * srow, (const unsigned char *)W->scales + from * srow, srow);
+                memcpy(bi + to * srow, (const unsigned char *)W->biases + from * srow, srow);
+            }
+        W->data = w, W->scales = sc, W->biases = bi;
         return;
     }
     size_t es = W->kind == CHOIR_WEIGHT_F32 ? 4 : 2;
     unsigned char *dst = sam_own(ld, (size_t)(D * D) * es);
     if (!dst) return;
-    int64_t hd = D / H;
     const unsigned char *src = W->data;
     for (int64_t h = 0; h < H; h++)
         for (int64_t d = 0; d < hd; d++)
