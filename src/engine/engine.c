@@ -263,7 +263,8 @@ int choir_engine_unload_model(choir_engine *e, const char *id, choir_err *err)
 static double input_seconds(const choir_request *r)
 {
     switch (r->task) {
-    case CHOIR_TASK_STT: return (double)r->in.stt.n_samples / 16000.0;
+    case CHOIR_TASK_STT:
+        return (double)r->in.stt.n_samples / (r->in.stt.sample_rate > 0 ? r->in.stt.sample_rate : 16000.0);
     case CHOIR_TASK_VAD: return (double)r->in.vad.n_samples / 16000.0;
     case CHOIR_TASK_STS:
         return r->in.sts.sample_rate > 0 ? (double)r->in.sts.n_samples / r->in.sts.sample_rate : 0;

@@ -144,6 +144,7 @@ typedef struct srv_segment {
     double start_s, end_s;
     float probability;
     char *text;
+    int has_speaker, speaker;
 } srv_segment;
 
 typedef struct srv_job {
