@@ -125,6 +125,14 @@ void choir_attention(const float *q, int64_t ldq, const float *k, int64_t ldk, c
                      int64_t ldv, float *out, int64_t ldo, int64_t Tq, int64_t Tk, int n_head,
                      int64_t Dh, float scale, const float *mask, bool causal);
 
+/* --- machine ceilings ---------------------------------------------------- */
+/* Streaming read bandwidth in GB/s (1e9 bytes per second): `bytes` (at
+ * least 1 MiB; use more than the last-level cache) are read `passes` times
+ * over the default pool, and the best pass is returned; 0 when the buffer
+ * cannot be allocated. The ceiling of memory-bound kernels such as a
+ * batch-1 decoder step, which reads every weight once. */
+double choir_mem_read_gbs(size_t bytes, int passes);
+
 #ifdef __cplusplus
 }
 #endif
