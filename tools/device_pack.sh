@@ -38,7 +38,7 @@ fi
 # Fixtures for the parity commands (CHOIR_PACK_FIXTURES picks the folders;
 # the MossFormer2 and "real" ones are large and left out by default).
 mkdir -p "$STAGE/shared/fixtures"
-for f in ${CHOIR_PACK_FIXTURES:-README.md whisper kokoro audio}; do
+for f in ${CHOIR_PACK_FIXTURES:-README.md randw_reference.py whisper kokoro audio}; do
   if [ -e "$SHARED/fixtures/$f" ]; then cp -r "$SHARED/fixtures/$f" "$STAGE/shared/fixtures/"; fi
 done
 cat > "$STAGE/env.sh" <<'EOF'

@@ -133,16 +133,16 @@ static int load_tiktoken(choir_tokenizer *t, const char *path, choir_err *err) {
 }
 
 /* GPT-2 maps each byte to a printable code point so that vocab strings are
- * text: printable Latin-1 bytes map to themselves, the other 68 bytes to
- * U+0100 upwards in byte order. */
-static void byte_unicode_inverse(int inv[324]) {
-    for (int i = 0; i < 324; i++) inv[i] = -1;
-    int n = 0;
-    for (int b = 0; b < 256; b++) {
-        int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-        if (printable) inv[b] = b;
-        else inv[256 + n++] = b;
+ * text: printable Latin-1 bytes map to themselves, the other 68 bytes (0-32,
+ * 127-160, 173) to U+0100 upwards in byte order. The byte of code point cp,
+ * or -1. */
+static int byte_of_unicode(uint32_t cp) {
+    if (cp < 256) {
+        int printable = (cp >= '!' && cp <= '~') || (cp >= 0xA1 && cp <= 0xAC) || (cp >= 0xAE && cp <= 0xFF);
+        return printable ? (int)cp : -1;
     }
+    uint32_t k = cp - 256;
+    return k <= 32 ? (int)k : k <= 66 ? (int)(127 + k - 33) : k == 67 ? 173 : -1;
 }
 
 /* Decodes one UTF-8 code point at s; returns its length or 0 when invalid. */
@@ -159,7 +159,22 @@ static int utf8_decode1(const unsigned char *s, size_t n, uint32_t *cp) {
     return 0;
 }
 
-static int add_named(choir_tokenizer *t, const char *name, int32_t id, choir_err *err) {
+int64_t bpe_unicode_to_bytes(const char *str, uint8_t *out, size_t cap) {
+    const unsigned char *s = (const unsigned char *)str;
+    size_t sl = strlen(str), n = 0;
+    for (size_t i = 0; i < sl;) {
+        uint32_t cp;
+        int k = utf8_decode1(s + i, sl - i, &cp);
+        int b = k ? byte_of_unicode(cp) : -1;
+        if (b < 0 || n >= cap) return -1;
+        out[n++] = (uint8_t)b;
+        i += (size_t)k;
+    }
+    return (int64_t)n;
+}
+
+static int add_named(choir_tokenizer *t, const char *name, int32_t id, const cJSON *flags,
+                     choir_err *err) {
     if (t->n_added == t->cap_added) {
         int cap = t->cap_added ? 2 * t->cap_added : 64;
         bpe_added *a = choir_realloc(t->added, (size_t)cap * sizeof *a);
@@ -169,39 +184,50 @@ static int add_named(choir_tokenizer *t, const char *name, int32_t id, choir_err
     }
     char *s = choir_strdup(name);
     if (!s) return choir_err_set(err, CHOIR_ENOMEM, "tokenizer: out of memory");
-    t->added[t->n_added].name = s;
-    t->added[t->n_added].id = id;
-    t->n_added++;
+    bpe_added *a = &t->added[t->n_added++];
+    memset(a, 0, sizeof *a);
+    a->name = s;
+    a->len = strlen(s);
+    a->id = id;
+    /* GPT-2's <|endoftext|> in encoder.json, and tokenizer.json entries
+     * that do not say, count as special. */
+    const cJSON *sp = flags ? cJSON_GetObjectItemCaseSensitive(flags, "special") : NULL;
+    a->special = (uint8_t)(!sp || cJSON_IsTrue(sp));
+    if (flags) {
+        a->lstrip = (uint8_t)cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(flags, "lstrip"));
+        a->rstrip = (uint8_t)cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(flags, "rstrip"));
+        a->single_word = (uint8_t)cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(flags, "single_word"));
+    }
+    if (id > t->max_added_id) t->max_added_id = id;
+    return 0;
+}
+
+static int is_added(const choir_tokenizer *t, const char *name) {
+    for (int i = 0; i < t->n_added; i++)
+        if (strcmp(t->added[i].name, name) == 0) return 1;
     return 0;
 }
 
 static int load_vocab_map(choir_tokenizer *t, const cJSON *vocab, const char *src, choir_err *err) {
-    int inv[324];
-    byte_unicode_inverse(inv);
     uint8_t buf[768];
     const cJSON *e;
     cJSON_ArrayForEach(e, vocab) {
         if (!cJSON_IsNumber(e) || !e->string)
             return choir_err_set(err, CHOIR_EFORMAT, "%s: vocab entry is not \"token\": id", src);
-        const unsigned char *s = (const unsigned char *)e->string;
-        size_t sl = strlen(e->string), n = 0;
+        size_t sl = strlen(e->string);
+        /* Added tokens are kept by name and out of the byte table. */
+        if (e->string[0] == '<' && is_added(t, e->string)) continue;
         /* GPT-2's encoder.json lists <|endoftext|> among the byte strings. */
         if (sl > 4 && strncmp(e->string, "<|", 2) == 0 && strcmp(e->string + sl - 2, "|>") == 0) {
-            int rc = add_named(t, e->string, (int32_t)e->valueint, err);
+            int rc = add_named(t, e->string, (int32_t)e->valueint, NULL, err);
             if (rc) return rc;
             continue;
         }
-        for (size_t i = 0; i < sl;) {
-            uint32_t cp;
-            int k = utf8_decode1(s + i, sl - i, &cp);
-            if (k == 0 || cp >= 324 || inv[cp] < 0 || n >= sizeof buf)
-                return choir_err_set(err, CHOIR_EFORMAT,
-                                     "%s: vocab entry \"%.40s\" is not byte-level BPE", src,
-                                     e->string);
-            buf[n++] = (uint8_t)inv[cp];
-            i += (size_t)k;
-        }
-        int rc = bpe_set(t, (int32_t)e->valueint, buf, n, err);
+        int64_t n = bpe_unicode_to_bytes(e->string, buf, sizeof buf);
+        if (n < 0)
+            return choir_err_set(err, CHOIR_EFORMAT,
+                                 "%s: vocab entry \"%.40s\" is not byte-level BPE", src, e->string);
+        int rc = bpe_set(t, (int32_t)e->valueint, buf, (size_t)n, err);
         if (rc) return rc;
     }
     return 0;
@@ -212,34 +238,24 @@ static int load_json_vocab(choir_tokenizer *t, const char *path, choir_err *err)
     if (!root) return err ? err->code : CHOIR_EFORMAT;
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     /* A plain vocab.json has a token named "model" too; only an object counts. */
-    const cJSON *vocab = cJSON_IsObject(model) ? cJSON_GetObjectItemCaseSensitive(model, "vocab") : root;
-    int rc;
+    int hf = cJSON_IsObject(model);
+    const cJSON *vocab = hf ? cJSON_GetObjectItemCaseSensitive(model, "vocab") : root;
+    int rc = 0;
     if (!cJSON_IsObject(vocab)) {
         rc = choir_err_set(err, CHOIR_EFORMAT, "%s: no vocabulary object", path);
         goto done;
     }
-    /* Added tokens (specials, and in newer conversions the timestamps) are not
-     * byte strings: keep them by name and out of the byte table. */
     const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
     const cJSON *a;
-    cJSON *base = cJSON_Duplicate(vocab, 1);
-    if (!base) {
-        rc = choir_err_set(err, CHOIR_ENOMEM, "tokenizer: out of memory");
-        goto done;
-    }
     cJSON_ArrayForEach(a, added) {
         const char *content = choir_json_str(a, "content", NULL);
         int64_t id = choir_json_int(a, "id", -1);
-        if (!content || id < 0) continue;
-        if ((rc = add_named(t, content, (int32_t)id, err))) {
-            cJSON_Delete(base);
-            goto done;
-        }
-        cJSON_DeleteItemFromObjectCaseSensitive(base, content);
+        if (!content || id < 0 || id >= BPE_MAX_TOKENS) continue;
+        if ((rc = add_named(t, content, (int32_t)id, a, err))) goto done;
     }
-    rc = load_vocab_map(t, base, path, err);
-    cJSON_Delete(base);
+    rc = load_vocab_map(t, vocab, path, err);
     if (!rc) rc = bpe_index(t, path, err);
+    if (!rc && hf) rc = bpe_json_pipeline(t, root, path, err);
 done:
     cJSON_Delete(root);
     return rc;
@@ -261,11 +277,19 @@ static choir_tokenizer *load_file(const char *path, choir_err *err) {
         choir_err_set(err, CHOIR_ENOMEM, "tokenizer: out of memory");
         return NULL;
     }
+    t->max_added_id = -1;
+    /* The default pipeline, which tiktoken and vocab.json files imply. */
+    t->pre[0].kind = BPE_PRE_GPT2;
+    t->n_pre = 1;
     int rc = ends_with(path, ".tiktoken") ? load_tiktoken(t, path, err)
                                           : load_json_vocab(t, path, err);
     if (!rc && t->n_base < 256)
         rc = choir_err_set(err, CHOIR_EFORMAT, "%s: only %d tokens (not byte-level BPE)", path,
                            t->n_base);
+    for (int b = 0; !rc && b < 256; b++) {
+        uint8_t c = (uint8_t)b;
+        t->byte_id[b] = bpe_rank(t, &c, 1);
+    }
     if (rc) {
         choir_tokenizer_free(t);
         return NULL;
@@ -296,6 +320,7 @@ choir_tokenizer *choir_tokenizer_load(const char *path, choir_err *err) {
 
 void choir_tokenizer_free(choir_tokenizer *t) {
     if (!t) return;
+    bpe_pipeline_free(t);
     for (int i = 0; i < t->n_added; i++) choir_free(t->added[i].name);
     choir_free(t->added);
     choir_free(t->bytes);

