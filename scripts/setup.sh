@@ -9,7 +9,7 @@ PACKAGES=(
   libcjson-dev             # config and API JSON
   libopenblas-dev          # large f32 matrix products
   libfftw3-dev             # FFT for mel / STFT
-  libsndfile1-dev libmpg123-dev libsoxr-dev        # audio decode, resample
+  libsndfile1-dev libvorbis-dev libmpg123-dev libsoxr-dev  # audio decode, resample
   libmp3lame-dev libopus-dev libogg-dev libopusenc-dev  # audio encode
   libespeak-ng-dev espeak-ng-data                   # phonemizer
   libmicrohttpd-dev libcurl4-openssl-dev           # HTTP server, `choir pull`
@@ -19,6 +19,7 @@ PACKAGES=(
   nodejs npm               # API client tests, npm-hosted demo assets
   chromium                 # the web UI test (tests/sh_ui.sh, headless)
   time                     # /usr/bin/time -v peak RSS (bench/sts_long_memory.sh)
+  python3-numpy            # bench/peers/kokoro_onnx_unpack.py (rebuilds the ONNX peer's weights)
 )
 
 SUDO=""

@@ -8,6 +8,7 @@
 
 #include "choir/kernels.h"
 #include "choir/tensor.h"
+#include "tensor/cpu/cpu_kernels.h"
 #include "testutil.h"
 
 static float *rnd(size_t n, uint64_t seed, float amp) {
@@ -162,6 +163,81 @@ static void test_linear_twins(void **state) {
     free(wf), free(x), free(bias), free(w16), free(a), free(b);
 }
 
+/* The batch-1 GEMV twins: on each ISA's table, four-row dots give exactly
+ * the one-row dot's bits (so a linear layer's row never depends on how rows
+ * were grouped), and the SIMD table agrees with the C one within 1e-5 of the
+ * row's magnitude (different summation order). */
+static void check_rows4(const choir_cpu_ops *ops, const choir_cpu_ops *ref, int64_t n) {
+    const int64_t ld = n + 3;
+    float *wf = rnd((size_t)(4 * ld), 41 + (uint64_t)n, 1.0f), *x = rnd((size_t)n, 43, 1.0f);
+    uint16_t *wh = malloc((size_t)(4 * ld) * sizeof(uint16_t));
+    uint16_t *wb = malloc((size_t)(4 * ld) * sizeof(uint16_t));
+    choir_f32_to_f16_n(wf, wh, 4 * ld);
+    choir_f32_to_bf16_n(wf, wb, 4 * ld);
+    float a[4], b[4], mag = 0;
+    for (int64_t i = 0; i < n; i++) mag += fabsf(x[i]);
+    ops->dot_rows4(wf, ld, x, n, a);
+    ref->dot_rows4(wf, ld, x, n, b);
+    for (int r = 0; r < 4; r++) {
+        float one = ops->dot(wf + r * ld, x, n);
+        assert_memory_equal(&a[r], &one, sizeof one);
+    }
+    assert_twin(a, b, 4, 1e-5 * mag, 0, "dot_rows4");
+    ops->dot_rows4_f16(wh, ld, x, n, a);
+    ref->dot_rows4_f16(wh, ld, x, n, b);
+    for (int r = 0; r < 4; r++) {
+        float one = ops->dot_f16(wh + r * ld, x, n);
+        assert_memory_equal(&a[r], &one, sizeof one);
+    }
+    assert_twin(a, b, 4, 1e-5 * mag, 0, "dot_rows4_f16");
+    ops->dot_rows4_bf16(wb, ld, x, n, a);
+    ref->dot_rows4_bf16(wb, ld, x, n, b);
+    for (int r = 0; r < 4; r++) {
+        float one = ops->dot_bf16(wb + r * ld, x, n);
+        assert_memory_equal(&a[r], &one, sizeof one);
+    }
+    assert_twin(a, b, 4, 1e-5 * mag, 0, "dot_rows4_bf16");
+    free(wf), free(x), free(wh), free(wb);
+}
+
+/* Decoder-step attention pieces: scores and the weighted sum of V against the
+ * C twins, 1e-5 relative to the sums' magnitudes, at head sizes with and
+ * without 8- and 64-wide blocks and key counts with and without 4-key tails. */
+static void check_attn_step(const choir_cpu_ops *ops, const choir_cpu_ops *ref, int64_t n,
+                            int64_t Dh) {
+    const int64_t ld = Dh + 5;
+    float *q = rnd((size_t)Dh, 51, 1.0f), *k = rnd((size_t)(n * ld), 53, 1.0f);
+    float *p = rnd((size_t)n, 55, 1.0f);
+    float *a = malloc((size_t)(n + Dh) * sizeof(float)), *b = malloc((size_t)(n + Dh) * sizeof(float));
+    ops->attn_scores(q, k, ld, n, Dh, 0.125f, a);
+    ref->attn_scores(q, k, ld, n, Dh, 0.125f, b);
+    assert_twin(a, b, (size_t)n, 1e-5 * 0.125 * (double)Dh, 0, "attn_scores");
+    ops->attn_wsum(p, k, ld, n, Dh, a);
+    ref->attn_wsum(p, k, ld, n, Dh, b);
+    assert_twin(a, b, (size_t)Dh, 1e-5 * (double)n, 0, "attn_wsum");
+    free(q), free(k), free(p), free(a), free(b);
+}
+
+static void test_step_twins(void **state) {
+    (void)state;
+    /* The reference table against itself checks the bit identity there too. */
+    const int64_t ns[] = {1, 7, 8, 15, 16, 17, 31, 384, 1000, 1536};
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+        check_rows4(&choir_cpu_ops_ref, &choir_cpu_ops_ref, ns[i]);
+    const int64_t keys[] = {1, 3, 4, 5, 9, 1500};
+    const int64_t dhs[] = {7, 24, 64, 80, 128};
+#if defined(CHOIR_X86)
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) skip();
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+        check_rows4(&choir_cpu_ops_avx2, &choir_cpu_ops_ref, ns[i]);
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        for (size_t d = 0; d < sizeof dhs / sizeof dhs[0]; d++)
+            check_attn_step(&choir_cpu_ops_avx2, &choir_cpu_ops_ref, keys[i], dhs[d]);
+#else
+    (void)keys, (void)dhs;
+#endif
+}
+
 static void test_conv_attention_lstm_twins(void **state) {
     (void)state;
     if (!have_simd()) skip();
@@ -214,6 +290,7 @@ int main(void) {
         cmocka_unit_test(test_norm_twins),
         cmocka_unit_test(test_linear_twins),
         cmocka_unit_test(test_conv_attention_lstm_twins),
+        cmocka_unit_test(test_step_twins),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     use_simd();

@@ -156,6 +156,14 @@ size_t choir_conv1d_scratch_bytes(int64_t Cin, int64_t T, int64_t kernel, int st
 size_t choir_conv_transpose1d_scratch_bytes(int64_t Cin, int64_t T, int64_t Cout,
                                             int64_t kernel, int groups);
 
+/* --- machine ceilings ---------------------------------------------------- */
+/* Streaming read bandwidth in GB/s (1e9 bytes per second): `bytes` (at
+ * least 1 MiB; use more than the last-level cache) are read `passes` times
+ * over the default pool, and the best pass is returned; 0 when the buffer
+ * cannot be allocated. The ceiling of memory-bound kernels such as a
+ * batch-1 decoder step, which reads every weight once. */
+double choir_mem_read_gbs(size_t bytes, int passes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -32,7 +32,7 @@ struct cJSON;
 
 typedef enum choir_task {
     CHOIR_TASK_TTS = 0, /* text -> 24 kHz audio (Kokoro) */
-    CHOIR_TASK_STT = 1, /* 16 kHz audio -> text and segments (Whisper) */
+    CHOIR_TASK_STT = 1, /* audio -> text and segments (Whisper, VibeVoice-ASR) */
     CHOIR_TASK_VAD = 2, /* 16 kHz audio -> speech segments (Silero) */
     CHOIR_TASK_STS = 3, /* audio -> audio (enhancement / separation) */
     CHOIR_TASK_COUNT
@@ -54,10 +54,11 @@ typedef struct choir_tts_input {
 } choir_tts_input;
 
 typedef struct choir_stt_input {
-    const float *samples; /* mono, 16 kHz, [-1, 1] */
+    const float *samples; /* mono, [-1, 1], at sample_rate */
     int64_t n_samples;
+    int sample_rate;      /* Hz of samples; 0 means 16 kHz (see choir_model_ops.input_rate) */
     const char *language; /* ISO code ("en") or NULL to detect */
-    const char *prompt;   /* initial prompt text or NULL */
+    const char *prompt;   /* initial prompt text (Whisper), context / hotwords (VibeVoice), or NULL */
     int translate;        /* 1: translate to English instead of transcribe */
     int timestamps;       /* 1: produce segment timestamps */
     float temperature;    /* 0 = greedy */
@@ -86,6 +87,8 @@ typedef struct choir_segment {
     double end_s;
     const char *text;
     float probability; /* mean token / speech probability, or 0 when unknown */
+    int has_speaker;   /* 1: `speaker` is the model's speaker id for this span */
+    int speaker;
 } choir_segment;
 
 /* One piece of a result. All pointers are valid only during the output
@@ -172,9 +175,12 @@ typedef struct choir_model_options {
 #define CHOIR_DEVICE_GPU_INDEX(device) ((device) - 1)
 
 typedef struct choir_model_ops {
-    const char *kind;  /* "whisper", "kokoro", "silero-vad", "mossformer2", ... */
+    const char *kind;  /* "whisper", "kokoro", "silero-vad", "mossformer2", "vibevoice", ... */
     uint32_t tasks;    /* CHOIR_TASK_BIT() of the tasks it serves */
     int max_batch;     /* largest batch run_batch accepts (>= 1) */
+    /* Hz the model wants STT input at (0: 16 kHz). Callers decode audio at
+     * this rate and say so in choir_stt_input.sample_rate. */
+    int input_rate;
 
     /* Score how well this model kind fits a model directory, given its parsed
      * config.json (NULL when the directory has none): 0 = not mine, higher is a
@@ -236,12 +242,17 @@ typedef struct choir_model_ops {
 
 /* The built-in adapters, each defined in its model's folder
  * (src/models/whisper/whisper_model.c, src/models/kokoro/kokoro_model.c,
- * src/models/silero/silero_model.c, src/models/sts/mossformer2_model.c) and
- * listed by choir_model_builtin. */
+ * src/models/silero/silero_model.c, src/models/sts/mossformer2_model.c,
+ * src/models/vibevoice/vv_model.c) and listed by choir_model_builtin. */
 extern const choir_model_ops choir_model_whisper;
 extern const choir_model_ops choir_model_kokoro;
 extern const choir_model_ops choir_model_silero_vad;
 extern const choir_model_ops choir_model_mossformer2;
+extern const choir_model_ops choir_model_vibevoice;
+
+/* The STT input rate (Hz) of the built-in adapter of that kind:
+ * ops->input_rate, 16000 when it gives none or no adapter has that kind. */
+int choir_model_kind_input_rate(const char *kind);
 
 /* Fills `out` with up to `cap` built-in adapters that are linked in; returns
  * how many there are. */

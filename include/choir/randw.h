@@ -34,6 +34,25 @@ void choir_randw_fill(const char *name, double offset, double scale, int64_t fir
 int choir_randw_write_checkpoint(const char *manifest_path, const char *config_path,
                                  const char *out_dir, choir_err *err);
 
+/* Options of choir_randw_write_checkpoint_ex. Zero-initialised: as above. */
+typedef struct choir_randw_opts {
+    /* A JSON file mapping manifest names to the names to store them under:
+     * an object {"name": "stored name"}, or such an object under the key
+     * "hf_to_original" (the VibeVoice fixtures' original_names.json). Values
+     * are still generated from the manifest name, so the checkpoint holds
+     * the same weights under another naming. Names not in the map keep
+     * theirs. NULL: no renaming. */
+    const char *rename_path;
+    /* > 1: split the tensors over this many files model-0000K-of-0000N
+     * .safetensors plus model.safetensors.index.json, as sharded Hugging
+     * Face checkpoints are laid out. */
+    int shards;
+} choir_randw_opts;
+
+int choir_randw_write_checkpoint_ex(const char *manifest_path, const char *config_path,
+                                    const char *out_dir, const choir_randw_opts *opts,
+                                    choir_err *err);
+
 #ifdef __cplusplus
 }
 #endif

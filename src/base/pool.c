@@ -3,12 +3,25 @@
  * One job runs at a time. The submitting thread takes `submit_lock` with a
  * trylock; if another job is running (or the caller is itself a worker), the
  * loop runs inline instead of waiting, which keeps nested and concurrent use
- * deadlock-free. Work is handed out in chunks through an atomic counter. */
+ * deadlock-free. Work is handed out in chunks through an atomic counter.
+ *
+ * Small jobs (a decoder step's GEMVs take tens of microseconds) must not pay
+ * for a sleeping worker: a worker that finishes a job watches for the next
+ * one for a short while (POOL_SPIN_NS) before it sleeps, and the caller, once
+ * the chunks are all taken, closes the job, so a worker that wakes late (or
+ * is descheduled by other processes on a busy machine) finds the job closed
+ * and is never waited for. The caller only waits for workers that joined. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define POOL_PAUSE() _mm_pause()
+#else
+#define POOL_PAUSE() ((void)0)
+#endif
 
 #include "choir/alloc.h"
 #include "choir/pool.h"
@@ -20,9 +33,10 @@ struct choir_pool {
     pthread_mutex_t lock;
     pthread_cond_t wake;
     pthread_cond_t done;
-    uint64_t generation;         /* bumped per job; workers wait for a change */
+    atomic_ullong generation;    /* bumped per job; workers wait for a change */
     int stopping;
-    int active;                  /* workers still inside the current job */
+    int active;                  /* workers that joined the current job and are still in it */
+    int closed;                  /* the current job takes no more workers */
     /* The current job. */
     choir_range_fn fn;
     void *ctx;
@@ -31,6 +45,19 @@ struct choir_pool {
 };
 
 static _Thread_local int t_in_worker = 0;
+
+/* How long a worker watches for the next job before it sleeps. */
+#define POOL_SPIN_NS 50000
+
+/* Spins until the generation differs from `seen` or POOL_SPIN_NS pass. */
+static void spin_for_job(choir_pool *p, uint64_t seen) {
+    uint64_t t0 = choir_now_ns();
+    for (int i = 0;; i++) {
+        if (atomic_load_explicit(&p->generation, memory_order_acquire) != seen) return;
+        POOL_PAUSE();
+        if ((i & 255) == 255 && choir_now_ns() - t0 > POOL_SPIN_NS) return;
+    }
+}
 
 static void run_chunks(choir_pool *p, int worker) {
     for (;;) {
@@ -54,13 +81,19 @@ static void *worker_main(void *arg) {
     uint64_t seen = 0;
     pthread_mutex_lock(&p->lock);
     for (;;) {
-        while (!p->stopping && p->generation == seen) pthread_cond_wait(&p->wake, &p->lock);
+        while (!p->stopping && atomic_load(&p->generation) == seen)
+            pthread_cond_wait(&p->wake, &p->lock);
         if (p->stopping) break;
-        seen = p->generation;
+        seen = atomic_load(&p->generation);
+        if (p->closed) continue; /* woke after the caller finished it alone */
+        p->active++;
         pthread_mutex_unlock(&p->lock);
         run_chunks(p, wa.index);
         pthread_mutex_lock(&p->lock);
         if (--p->active == 0) pthread_cond_signal(&p->done);
+        pthread_mutex_unlock(&p->lock);
+        spin_for_job(p, seen);
+        pthread_mutex_lock(&p->lock);
     }
     pthread_mutex_unlock(&p->lock);
     return NULL;
@@ -132,8 +165,9 @@ void choir_pool_parallel_for(choir_pool *p, int64_t n, int64_t grain, choir_rang
     p->n = n;
     p->chunk = chunk;
     atomic_store(&p->next, 0);
-    p->active = p->threads - 1;
-    p->generation++;
+    p->active = 0;
+    p->closed = 0;
+    atomic_fetch_add(&p->generation, 1);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
 
@@ -142,6 +176,7 @@ void choir_pool_parallel_for(choir_pool *p, int64_t n, int64_t grain, choir_rang
     t_in_worker = 0;
 
     pthread_mutex_lock(&p->lock);
+    p->closed = 1;
     while (p->active > 0) pthread_cond_wait(&p->done, &p->lock);
     pthread_mutex_unlock(&p->lock);
     pthread_mutex_unlock(&p->submit_lock);

@@ -17,19 +17,32 @@ int choir_cmd_pull(int argc, char **argv);
 int choir_cmd_worker(int argc, char **argv);
 int choir_cmd_submit(int argc, char **argv);
 int choir_cmd_jobs(int argc, char **argv);
-/* `choir dev weights`, `choir dev parity whisper|kokoro|mossformer2` */
+/* `choir dev weights`, `choir dev parity whisper|kokoro|mossformer2|vibevoice` */
 int choir_cmd_dev_weights(int argc, char **argv);
 int choir_cmd_parity_whisper(int argc, char **argv);
 int choir_cmd_parity_kokoro(int argc, char **argv);
 int choir_cmd_parity_mossformer2(int argc, char **argv);
+int choir_cmd_parity_vibevoice(int argc, char **argv);
 
-/* `choir bench whisper|kokoro|sts|vad|quant|engine` (argv[0] is the target). */
+/* `choir bench whisper|kokoro|sts|vad|quant|engine|vibevoice` (argv[0] is the target). */
 int choir_bench_whisper(int argc, char **argv);
 int choir_bench_kokoro(int argc, char **argv);
 int choir_bench_sts(int argc, char **argv);
 int choir_bench_vad(int argc, char **argv);
 int choir_bench_quant(int argc, char **argv);
 int choir_bench_engine(int argc, char **argv);
+int choir_bench_vibevoice(int argc, char **argv);
+
+/* `choir stt` on a VibeVoice-ASR folder (cmd_stt_vibevoice.c). */
+typedef struct choir_stt_vibevoice_args {
+    const char *model_dir, *tokenizer, *format, *output_dir, *context;
+    const char *const *files;
+    int n_files;
+    int max_new_tokens;   /* 0: the default */
+    double max_audio_s;   /* 0: the default */
+    int stream;           /* print the text to stderr as it is decoded */
+} choir_stt_vibevoice_args;
+int choir_stt_vibevoice(const choir_stt_vibevoice_args *a);
 
 /* Parses sizes like "512M", "8G", "1.5GiB", "1000000"; returns bytes or -1. */
 long long choir_cli_parse_size(const char *s);

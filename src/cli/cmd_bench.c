@@ -17,6 +17,7 @@ BENCH_FALLBACK(choir_bench_sts, "sts")
 BENCH_FALLBACK(choir_bench_vad, "vad")
 BENCH_FALLBACK(choir_bench_quant, "quant")
 BENCH_FALLBACK(choir_bench_engine, "engine")
+BENCH_FALLBACK(choir_bench_vibevoice, "vibevoice")
 
 int choir_cmd_bench(int argc, char **argv) {
     static const struct {
@@ -30,6 +31,7 @@ int choir_cmd_bench(int argc, char **argv) {
         {"vad", choir_bench_vad, "Silero VAD throughput"},
         {"quant", choir_bench_quant, "quantized GEMV/GEMM throughput"},
         {"engine", choir_bench_engine, "scheduler throughput and latency under load"},
+        {"vibevoice", choir_bench_vibevoice, "VibeVoice-ASR load, encoder, prefill, decode speed, peak memory"},
     };
     if (argc >= 2) {
         for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++)

@@ -15,6 +15,7 @@
 #include <sys/resource.h>
 
 #include "choir/alloc.h"
+#include "choir/kernels.h"
 #include "choir/mel.h"
 #include "choir/pool.h"
 #include "choir/tensor.h"
@@ -215,6 +216,30 @@ static double bw_token_flops(const choir_whisper_dims *D, int pos) {
     return D->n_text_layer * layer + 2.0 * d * D->n_vocab;
 }
 
+/* Bytes one batch-1 decoder step at position `pos` must read from memory:
+ * every decoder matrix and the tied token embedding (the output
+ * projection) in their storage, the cross-attention K/V of the window and
+ * the self-attention cache as the model holds them (f32), plus the small
+ * vectors (biases, norms, one positional row). What lies in the caches
+ * between steps is not subtracted: this is the streaming bound. */
+static double bw_step_bytes(const choir_whisper *m, int pos, double *weights, double *kv) {
+    const choir_whisper_dims *D = choir_whisper_get_dims(m);
+    double d = D->d_model, w = (double)choir_weight_bytes(&m->tok_emb), vec = 0;
+    for (int l = 0; l < D->n_text_layer; l++) {
+        const wh_block *b = &m->dec[l];
+        const choir_weight *mats[8] = {&b->attn.q, &b->attn.k, &b->attn.v, &b->attn.o,
+                                       &b->cross.q, &b->cross.o, &b->fc1, &b->fc2};
+        for (int i = 0; i < 8; i++) w += (double)choir_weight_bytes(mats[i]);
+        vec += (4 * 2 + 3 * 2) * d + D->ffn_dim + d; /* attention biases, norms, fc biases */
+    }
+    double cross = D->n_text_layer * 2.0 * D->n_audio_ctx * d * sizeof(float);
+    double self = D->n_text_layer * 2.0 * (pos + 1) * d * sizeof(float);
+    vec = (vec + 3 * d) * sizeof(float);
+    if (weights) *weights = w;
+    if (kv) *kv = cross + self;
+    return w + cross + self + vec;
+}
+
 /* --rules-only: the host's share of a decoder step, the decoding rules on
  * random logits [rows, V] (no network). Per step every row gets fresh logits
  * (untimed: on a GPU the download writes them), then the rules run: the old
@@ -376,6 +401,7 @@ int choir_bench_whisper(int argc, char **argv) {
     choir_dtype dt = CHOIR_DTYPE_F16;
     int steps = 16, audio_s = 0, win_tokens = 48, batches[8] = {8}, n_batches = 1, device = 0;
     bool cuda = false, gpu_bf16 = false, dtype_set = false, batch_set = false, rules_only = false;
+    bool decoder_only = false;
     int tf32 = -1; /* -1: on when the device weights are not f32 */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -384,7 +410,7 @@ int choir_bench_whisper(int argc, char **argv) {
                    "       [--threads N] [--dtype f32|f16|bf16] [--steps N] [--audio-s S]\n"
                    "       [--window-tokens N] [--batch N[,N...]]\n"
                    "       [--backend cpu|cuda] [--device N] [--gpu-dtype f32|bf16] [--tf32 on|off]\n"
-                   "       [--rules-only]\n\n"
+                   "       [--rules-only] [--decoder-only]\n\n"
                    "Encoder ms per 30-s window, decoder ms per step at batch 1, 5, 8 (GPU: 1, 8,\n"
                    "32), the real-time factor of batched long-form decoding (--audio-s of audio\n"
                    "in 30-s windows, --window-tokens greedy tokens each, --batch windows at a\n"
@@ -398,11 +424,19 @@ int choir_bench_whisper(int argc, char **argv) {
                    "convolutions) on TF32 tensor cores. --rules-only times only the host's\n"
                    "decoding rules per step (filters, timestamp rules, log-softmax, greedy pick,\n"
                    "beam top-K) on random logits of the --dims vocabulary at 1, 8 and 32 windows\n"
-                   "(beam 5: 5 rows each), before and after their fusion, --steps steps.\n");
+                   "(beam 5: 5 rows each), before and after their fusion, --steps steps.\n"
+                   "On the CPU the run first measures the streaming read bandwidth and prints the\n"
+                   "batch-1 step against the bound it sets (bytes one step reads / bandwidth).\n"
+                   "--decoder-only skips the encoder and long-form runs (the cross K/V then come\n"
+                   "from a random encoder output) and --batch lists the decoder batches.\n");
             return 0;
         }
         if (strcmp(a, "--rules-only") == 0) {
             rules_only = true;
+            continue;
+        }
+        if (strcmp(a, "--decoder-only") == 0) {
+            decoder_only = true;
             continue;
         }
         if (!v) {
@@ -505,7 +539,13 @@ int choir_bench_whisper(int argc, char **argv) {
            choir_dtype_name(dt), (double)choir_whisper_weight_bytes(m) / 1e6,
            choir_pool_threads(choir_pool_default()), choir_now_s() - t0);
 
-    double ceil_tf = 0, ceil_gbs = 0, step_bytes = 0;
+    double ceil_tf = 0, ceil_gbs = 0, step_bytes = 0, read_gbs = 0;
+    if (!cuda) {
+        /* 256 MB: several times any last-level cache, so each pass is DRAM. */
+        read_gbs = choir_mem_read_gbs((size_t)256 << 20, 5);
+        printf("memory         streaming read %.1f GB/s (best of 5 passes over 256 MiB, %d threads)\n",
+               read_gbs, choir_pool_threads(choir_pool_default()));
+    }
 #ifdef CHOIR_HAVE_CUDA
     if (cuda) {
         choir_whisper_gpu_opts go;
@@ -540,7 +580,9 @@ int choir_bench_whisper(int argc, char **argv) {
     /* One window, then (GPU) a batched pass of up to 8 windows; host mel in,
      * host encoder output out. */
     int enc_ns[2] = {1, cuda ? (batch < 8 ? batch : 8) : 1};
-    for (int k = 0; k < (enc_ns[1] > 1 ? 2 : 1); k++) {
+    if (decoder_only)
+        for (size_t i = 0; i < (size_t)1500 * (size_t)z->d; i++) enc[i] = bw_uniform();
+    for (int k = 0; k < (decoder_only ? 0 : enc_ns[1] > 1 ? 2 : 1); k++) {
         int nw = enc_ns[k];
         choir_whisper_encode(m, mel, nw, enc, &err); /* warm-up: page in, threads, kernels */
         t0 = choir_now_s();
@@ -555,9 +597,13 @@ int choir_bench_whisper(int argc, char **argv) {
         printf("\n");
     }
     if (!(cross = choir_whisper_cross_create(m, enc, &err))) goto fail;
-    int dec_batches[3] = {1, 5, 8};
+    int dec_batches[8] = {1, 5, 8}, n_dec = 3;
     if (cuda) dec_batches[1] = 8, dec_batches[2] = 32;
-    for (int b = 0; b < 3; b++) {
+    if (decoder_only && batch_set) {
+        memcpy(dec_batches, batches, sizeof dec_batches);
+        n_dec = n_batches;
+    }
+    for (int b = 0; b < n_dec; b++) {
         double ms, ms_pageable = 0;
         if (bw_decoder(m, cross, dec_batches[b], steps, false, &ms)) goto done;
         if (cuda && bw_decoder(m, cross, dec_batches[b], steps, true, &ms_pageable)) goto done;
@@ -570,6 +616,17 @@ int choir_bench_whisper(int argc, char **argv) {
                    100.0 * gbs / ceil_gbs);
         }
         printf("\n");
+        if (!cuda && dec_batches[b] == 1 && read_gbs > 0) {
+            double wb, kvb, tot = bw_step_bytes(m, 4 + steps / 2, &wb, &kvb);
+            double bound = tot / (read_gbs * 1e9) * 1e3;
+            printf("bound b=1      %9.2f ms per step: %.1f MB read (%.1f MB weights, %.1f MB K/V) "
+                   "at %.1f GB/s; step / bound = %.2f\n",
+                   bound, tot / 1e6, wb / 1e6, kvb / 1e6, read_gbs, ms / bound);
+        }
+    }
+    if (decoder_only) {
+        status = 0;
+        goto done;
     }
 
     /* Batched long form: the pipeline's work per window (mel, encoder, cross

@@ -1,4 +1,5 @@
-/* `choir stt`: transcribe (or translate) audio files with Whisper. */
+/* `choir stt`: transcribe (or translate) audio files with Whisper, or with
+ * VibeVoice-ASR when the model folder holds one (cmd_stt_vibevoice.c). */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -8,6 +9,7 @@
 
 #include "choir/alloc.h"
 #include "choir/audio.h"
+#include "choir/model.h"
 #include "choir/pool.h"
 #include "choir/silero.h"
 #include "choir/tokenizer.h"
@@ -17,6 +19,7 @@
 static void stt_usage(FILE *f) {
     fprintf(f,
             "usage: choir stt --model DIR FILE... [options]\n\n"
+            "DIR is a Whisper or a VibeVoice-ASR model folder.\n\n"
             "  --language L        language code (en, de, ...); default: detect\n"
             "  --task T            transcribe (default) or translate (to English)\n"
             "  --beam N            beam search with N beams (default 1: greedy)\n"
@@ -33,7 +36,13 @@ static void stt_usage(FILE *f) {
             "  --tokenizer PATH    tokenizer file or folder (default: the model folder)\n"
             "  --format F          txt (default), json, verbose_json, srt, vtt\n"
             "  --output-dir D      write D/<name>.<format> per file instead of stdout\n"
-            "  --threads N         compute threads\n");
+            "  --threads N         compute threads\n\n"
+            "VibeVoice-ASR (one pass over the whole file, segments with speakers):\n"
+            "  --context S         context / hotwords for the prompt (speaker names, terms)\n"
+            "  --max-new-tokens N  most tokens generated (default 256 + 20 per second of audio)\n"
+            "  --max-audio-seconds S  longest input accepted (default 3660)\n"
+            "  --stream            print the text to stderr as it is decoded\n"
+            "  (--format, --output-dir, --tokenizer, --threads as above; srt/vtt label speakers)\n");
 }
 
 typedef struct stt_progress {
@@ -160,7 +169,9 @@ int choir_cmd_stt(int argc, char **argv) {
     const char *model_dir = NULL, *lang = NULL, *fmt = "txt", *outdir = NULL, *tok_path = NULL;
     const char *vad_path = NULL;
     const char *files[256];
-    int n_files = 0, use_vad = 0;
+    int n_files = 0, use_vad = 0, stream = 0, max_new = 0;
+    const char *context = NULL;
+    double max_audio_s = 0;
     choir_whisper_transcribe_opts o;
     choir_whisper_default_transcribe_opts(&o);
     for (int i = 1; i < argc; i++) {
@@ -171,6 +182,7 @@ int choir_cmd_stt(int argc, char **argv) {
             stt_usage(stdout);
             return 0;
         } else if (strcmp(a, "--vad") == 0) use_vad = 1;
+        else if (strcmp(a, "--stream") == 0) stream = 1;
         else if (strcmp(a, "--no-timestamps") == 0) o.params.timestamps = false;
         else if (strcmp(a, "--no-condition") == 0) o.condition_on_previous_text = false;
         else if (a[0] == '-' && a[1] == '-' && !has) {
@@ -196,6 +208,9 @@ int choir_cmd_stt(int argc, char **argv) {
         }
         else if (strcmp(a, "--max-tokens") == 0) o.params.sample_len = atoi(NEXT);
         else if (strcmp(a, "--vad-model") == 0) vad_path = NEXT;
+        else if (strcmp(a, "--context") == 0) context = NEXT;
+        else if (strcmp(a, "--max-new-tokens") == 0) max_new = atoi(NEXT);
+        else if (strcmp(a, "--max-audio-seconds") == 0) max_audio_s = atof(NEXT);
         else if (strcmp(a, "--initial-prompt") == 0) o.initial_prompt = NEXT;
         else if (strcmp(a, "--tokenizer") == 0) tok_path = NEXT;
         else if (strcmp(a, "--format") == 0) fmt = NEXT;
@@ -215,6 +230,16 @@ int choir_cmd_stt(int argc, char **argv) {
         strcmp(fmt, "vtt")) {
         fprintf(stderr, "choir stt: unknown format %s\n", fmt);
         return 2;
+    }
+    const choir_model_ops *kind = choir_model_detect(model_dir, NULL, 0, NULL);
+    if (kind && strcmp(kind->kind, "vibevoice") == 0) {
+        if (max_new < 0 || max_audio_s < 0) {
+            fprintf(stderr, "choir stt: --max-new-tokens and --max-audio-seconds must be positive\n");
+            return 2;
+        }
+        choir_stt_vibevoice_args va = {model_dir, tok_path, fmt, outdir, context ? context : o.initial_prompt,
+                                       files, n_files, max_new, max_audio_s, stream};
+        return choir_stt_vibevoice(&va);
     }
     if (o.params.beam_size < 1 || o.params.beam_size > CHOIR_WHISPER_MAX_BEAM || o.params.best_of < 1 ||
         o.params.best_of > CHOIR_WHISPER_MAX_BEAM || o.batch_size < 1 || o.batch_size > 64 ||

@@ -32,6 +32,7 @@ FALLBACK(choir_cmd_dev_weights, "dev weights")
 FALLBACK(choir_cmd_parity_whisper, "dev parity whisper")
 FALLBACK(choir_cmd_parity_kokoro, "dev parity kokoro")
 FALLBACK(choir_cmd_parity_mossformer2, "dev parity mossformer2")
+FALLBACK(choir_cmd_parity_vibevoice, "dev parity vibevoice")
 
 typedef struct command {
     const char *name;
@@ -53,7 +54,7 @@ static const command g_commands[] = {
     {"worker", choir_cmd_worker, "consume jobs from a Redis stream"},
     {"submit", choir_cmd_submit, "enqueue jobs to a Redis stream"},
     {"jobs", choir_cmd_jobs, "show job progress"},
-    {"dev", NULL, "developer tools: `dev weights`, `dev parity whisper|kokoro|mossformer2`"},
+    {"dev", NULL, "developer tools: `dev weights`, `dev parity whisper|kokoro|mossformer2|vibevoice`"},
 };
 
 static void usage(FILE *f) {
@@ -68,10 +69,11 @@ static int dev_main(int argc, char **argv) {
         if (strcmp(argv[2], "whisper") == 0) return choir_cmd_parity_whisper(argc - 2, argv + 2);
         if (strcmp(argv[2], "kokoro") == 0) return choir_cmd_parity_kokoro(argc - 2, argv + 2);
         if (strcmp(argv[2], "mossformer2") == 0) return choir_cmd_parity_mossformer2(argc - 2, argv + 2);
+        if (strcmp(argv[2], "vibevoice") == 0) return choir_cmd_parity_vibevoice(argc - 2, argv + 2);
     }
     fprintf(stderr,
             "usage: choir dev weights --manifest M --config C --out DIR\n"
-            "       choir dev parity whisper|kokoro|mossformer2 ...\n");
+            "       choir dev parity whisper|kokoro|mossformer2|vibevoice ...\n");
     return 2;
 }
 

@@ -63,11 +63,21 @@ int choir_request_fail(choir_request *req, int code, const char *fmt, ...)
 int choir_model_builtin(const choir_model_ops **out, int cap)
 {
     const choir_model_ops *all[] = {&choir_model_whisper, &choir_model_kokoro, &choir_model_silero_vad,
-                                    &choir_model_mossformer2};
+                                    &choir_model_mossformer2, &choir_model_vibevoice};
     int n = (int)(sizeof all / sizeof all[0]);
     for (int i = 0; i < n && out && i < cap; i++)
         out[i] = all[i];
     return n;
+}
+
+int choir_model_kind_input_rate(const char *kind)
+{
+    const choir_model_ops *all[8];
+    int n = choir_model_builtin(all, 8);
+    for (int i = 0; kind && i < n && i < 8; i++)
+        if (strcmp(all[i]->kind, kind) == 0 && all[i]->input_rate > 0)
+            return all[i]->input_rate;
+    return 16000;
 }
 
 static cJSON *read_config(const char *dir)

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -36,12 +37,14 @@ void choir_randw_fill(const char *name, double offset, double scale, int64_t fir
 typedef struct gen_entry {
     double offset, scale;
     const cJSON *values;   /* a constant's given values, or NULL for randw */
+    const char *gen_name;  /* the manifest name, which the values are a function of */
 } gen_entry;
 
 static int fill_randw(void *ctx, const char *name, void *dst, size_t nbytes, choir_err *err) {
     const gen_entry *g = ctx;
     (void)err;
-    choir_randw_fill(name, g->offset, g->scale, 0, (int64_t)(nbytes / sizeof(float)), dst);
+    (void)name; /* the stored name may be a renaming */
+    choir_randw_fill(g->gen_name, g->offset, g->scale, 0, (int64_t)(nbytes / sizeof(float)), dst);
     return CHOIR_OK;
 }
 
@@ -92,15 +95,60 @@ static int entry_shape(const cJSON *e, const char *manifest_path, const char **n
     return CHOIR_OK;
 }
 
-int choir_randw_write_checkpoint(const char *manifest_path, const char *config_path,
-                                 const char *out_dir, choir_err *err) {
+/* The stored name of manifest tensor `name` under the renaming map. */
+static const char *renamed(const cJSON *map, const char *name) {
+    const cJSON *v = map ? cJSON_GetObjectItemCaseSensitive(map, name) : NULL;
+    return cJSON_IsString(v) && v->valuestring ? v->valuestring : name;
+}
+
+#define RANDW_MAX_SHARDS 64
+
+/* Writes the shard files and the index naming, for every tensor, its file. */
+static int save_shards(choir_st_writer **w, int shards, const char *const *names, const int *shard_of, int nt,
+                       const char *out_dir, char *path, size_t cap, choir_err *err) {
+    char file[64];
+    cJSON *index = cJSON_CreateObject(), *map = cJSON_AddObjectToObject(index, "weight_map");
+    cJSON_AddObjectToObject(index, "metadata");
+    int rc = map ? CHOIR_OK : choir_err_set(err, CHOIR_ENOMEM, "out of memory");
+    for (int i = 0; i < nt && !rc; i++) {
+        snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", shard_of[i] + 1, shards);
+        if (!cJSON_AddStringToObject(map, names[i], file)) rc = choir_err_set(err, CHOIR_ENOMEM, "out of memory");
+    }
+    for (int k = 0; k < shards && !rc; k++) {
+        snprintf(path, cap, "%s/model-%05d-of-%05d.safetensors", out_dir, k + 1, shards);
+        rc = choir_st_writer_save(w[k], path, err);
+    }
+    char *text = rc ? NULL : cJSON_Print(index);
+    if (!rc && !text) rc = choir_err_set(err, CHOIR_ENOMEM, "out of memory");
+    if (!rc) {
+        snprintf(path, cap, "%s/model.safetensors.index.json", out_dir);
+        rc = choir_io_write_atomic(path, text, strlen(text), NULL, 0, err);
+    }
+    free(text);
+    cJSON_Delete(index);
+    return rc;
+}
+
+int choir_randw_write_checkpoint(const char *manifest_path, const char *config_path, const char *out_dir,
+                                 choir_err *err) {
+    return choir_randw_write_checkpoint_ex(manifest_path, config_path, out_dir, NULL, err);
+}
+
+int choir_randw_write_checkpoint_ex(const char *manifest_path, const char *config_path,
+                                    const char *out_dir, const choir_randw_opts *opts, choir_err *err) {
     if (!manifest_path || !out_dir) return choir_err_set(err, CHOIR_EINVAL, "randw: NULL path");
-    cJSON *man = NULL;
-    choir_st_writer *w = NULL;
+    int shards = opts && opts->shards > 1 ? opts->shards : 1;
+    if (shards > RANDW_MAX_SHARDS)
+        return choir_err_set(err, CHOIR_EINVAL, "randw: at most %d shards", RANDW_MAX_SHARDS);
+    cJSON *man = NULL, *ren_root = NULL;
+    const cJSON *ren = NULL;
+    choir_st_writer *ws[RANDW_MAX_SHARDS] = {0};
     gen_entry *gens = NULL;
+    const char **names = NULL;
+    int *shard_of = NULL;
     char *config = NULL, *path = NULL;
     int rc = CHOIR_OK;
-    size_t cap = strlen(out_dir) + 32;
+    size_t cap = strlen(out_dir) + 64;
     if (!(path = choir_alloc(CHOIR_MEM_OTHER, cap))) {
         rc = choir_err_set(err, CHOIR_ENOMEM, "out of memory");
         goto fail;
@@ -108,6 +156,18 @@ int choir_randw_write_checkpoint(const char *manifest_path, const char *config_p
     if (!(man = choir_json_load(manifest_path, err))) {
         rc = err ? err->code : CHOIR_EFORMAT;
         goto fail;
+    }
+    if (opts && opts->rename_path) {
+        if (!(ren_root = choir_json_load(opts->rename_path, err))) {
+            rc = err ? err->code : CHOIR_EFORMAT;
+            goto fail;
+        }
+        const cJSON *inner = cJSON_GetObjectItemCaseSensitive(ren_root, "hf_to_original");
+        ren = cJSON_IsObject(inner) ? inner : ren_root;
+        if (!cJSON_IsObject(ren)) {
+            rc = choir_err_set(err, CHOIR_EFORMAT, "%s: not a name map", opts->rename_path);
+            goto fail;
+        }
     }
     const char *gen = choir_json_str(man, "generator", "randw-v1");
     if (strcmp(gen, "randw-v1") != 0) {
@@ -122,10 +182,17 @@ int choir_randw_write_checkpoint(const char *manifest_path, const char *config_p
     }
     int nt = cJSON_GetArraySize(tensors), nc = constants ? cJSON_GetArraySize(constants) : 0;
     gens = choir_calloc(CHOIR_MEM_OTHER, (size_t)(nt + nc) + 1, sizeof *gens);
-    if (!gens || !(w = choir_st_writer_create(err))) {
+    names = choir_calloc(CHOIR_MEM_OTHER, (size_t)(nt + nc) + 1, sizeof *names);
+    shard_of = choir_calloc(CHOIR_MEM_OTHER, (size_t)(nt + nc) + 1, sizeof *shard_of);
+    if (!gens || !names || !shard_of) {
         rc = choir_err_set(err, CHOIR_ENOMEM, "out of memory");
         goto fail;
     }
+    for (int k = 0; k < shards; k++)
+        if (!(ws[k] = choir_st_writer_create(err))) {
+            rc = err ? err->code : CHOIR_ENOMEM;
+            goto fail;
+        }
     int k = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, tensors) {
@@ -139,8 +206,11 @@ int choir_randw_write_checkpoint(const char *manifest_path, const char *config_p
             rc = choir_err_set(err, CHOIR_EFORMAT, "%s: tensor '%s' lacks offset or scale", manifest_path, name);
             goto fail;
         }
-        gens[k] = (gen_entry){jo->valuedouble, jsc->valuedouble, NULL};
-        if ((rc = choir_st_writer_add_fill(w, name, CHOIR_DTYPE_F32, ndim, shape, fill_randw, &gens[k], err)) < 0)
+        gens[k] = (gen_entry){jo->valuedouble, jsc->valuedouble, NULL, name};
+        names[k] = renamed(ren, name);
+        shard_of[k] = (int)((int64_t)k * shards / (nt + nc));
+        if ((rc = choir_st_writer_add_fill(ws[shard_of[k]], names[k], CHOIR_DTYPE_F32, ndim, shape, fill_randw,
+                                           &gens[k], err)) < 0)
             goto fail;
         k++;
     }
@@ -157,18 +227,21 @@ int choir_randw_write_checkpoint(const char *manifest_path, const char *config_p
                                    manifest_path, name);
                 goto fail;
             }
-            gens[k] = (gen_entry){0.0, 0.0, vals};
-            if ((rc = choir_st_writer_add_fill(w, name, CHOIR_DTYPE_F32, ndim, shape, fill_constant, &gens[k],
-                                               err)) < 0)
+            gens[k] = (gen_entry){0.0, 0.0, vals, name};
+            names[k] = renamed(ren, name);
+            shard_of[k] = (int)((int64_t)k * shards / (nt + nc));
+            if ((rc = choir_st_writer_add_fill(ws[shard_of[k]], names[k], CHOIR_DTYPE_F32, ndim, shape,
+                                               fill_constant, &gens[k], err)) < 0)
                 goto fail;
             k++;
         }
     }
-    if (choir_st_writer_set_metadata(w, "format", "pt", err) < 0 ||
-        choir_st_writer_set_metadata(w, "generator", "randw-v1", err) < 0) {
-        rc = err ? err->code : CHOIR_ENOMEM;
-        goto fail;
-    }
+    for (int s = 0; s < shards; s++)
+        if (choir_st_writer_set_metadata(ws[s], "format", "pt", err) < 0 ||
+            choir_st_writer_set_metadata(ws[s], "generator", "randw-v1", err) < 0) {
+            rc = err ? err->code : CHOIR_ENOMEM;
+            goto fail;
+        }
     if ((rc = choir_io_make_dirs(out_dir, err)) < 0) goto fail;
     if (config_path) {
         size_t len;
@@ -176,13 +249,20 @@ int choir_randw_write_checkpoint(const char *manifest_path, const char *config_p
         snprintf(path, cap, "%s/config.json", out_dir);
         if ((rc = choir_io_write_atomic(path, config, len, NULL, 0, err)) < 0) goto fail;
     }
-    snprintf(path, cap, "%s/model.safetensors", out_dir);
-    rc = choir_st_writer_save(w, path, err);
+    if (shards == 1) {
+        snprintf(path, cap, "%s/model.safetensors", out_dir);
+        rc = choir_st_writer_save(ws[0], path, err);
+    } else {
+        rc = save_shards(ws, shards, names, shard_of, k, out_dir, path, cap, err);
+    }
 fail:
     choir_free(config);
     choir_free(path);
-    choir_st_writer_free(w);
+    for (int s = 0; s < shards; s++) choir_st_writer_free(ws[s]);
     choir_free(gens);
+    choir_free(names);
+    choir_free(shard_of);
+    cJSON_Delete(ren_root);
     cJSON_Delete(man);
     return rc;
 }

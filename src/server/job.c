@@ -251,6 +251,8 @@ static void on_text(srv_job *j, const choir_output *out)
         sg->start_s = in->start_s;
         sg->end_s = in->end_s;
         sg->probability = in->probability;
+        sg->has_speaker = in->has_speaker;
+        sg->speaker = in->speaker;
         size_t n = in->text ? strlen(in->text) : 0;
         sg->text = choir_alloc(CHOIR_MEM_IO, n + 1);
         if (!sg->text) {

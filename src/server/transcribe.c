@@ -1,6 +1,8 @@
 /* POST /v1/audio/transcriptions and /v1/audio/translations: a multipart upload
- * is decoded to 16 kHz mono, transcribed by the engine and answered as json,
- * text, srt, vtt or verbose_json, or streamed as SSE transcript events. */
+ * is decoded to mono at the model's input rate (16 kHz, 24 kHz for
+ * VibeVoice), transcribed by the engine and answered as json, text, srt, vtt
+ * or verbose_json (segments carry `speaker` when the model gives one; srt /
+ * vtt label the speakers), or streamed as SSE transcript events. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,7 +48,7 @@ static char *format_cues(const srv_job *j, int vtt, double duration_s)
     int n = j->n_segments ? j->n_segments : 1;
     size_t cap = 16;
     for (int i = 0; i < n; i++)
-        cap += strlen(segs[i].text) + 64;
+        cap += strlen(segs[i].text) + 96;
     char *out = choir_alloc(CHOIR_MEM_IO, cap);
     if (!out)
         return NULL;
@@ -59,7 +61,14 @@ static char *format_cues(const srv_job *j, int vtt, double duration_s)
         fmt_time(b, sizeof b, segs[i].end_s, vtt ? '.' : ',');
         if (!vtt)
             len += (size_t)snprintf(out + len, cap - len, "%d\n", i + 1);
-        len += (size_t)snprintf(out + len, cap - len, "%s --> %s\n%s\n\n", a, b, skip_space(segs[i].text));
+        if (segs[i].has_speaker && vtt)
+            len += (size_t)snprintf(out + len, cap - len, "%s --> %s\n<v Speaker %d>%s\n\n", a, b, segs[i].speaker,
+                                    skip_space(segs[i].text));
+        else if (segs[i].has_speaker)
+            len += (size_t)snprintf(out + len, cap - len, "%s --> %s\n[Speaker %d] %s\n\n", a, b, segs[i].speaker,
+                                    skip_space(segs[i].text));
+        else
+            len += (size_t)snprintf(out + len, cap - len, "%s --> %s\n%s\n\n", a, b, skip_space(segs[i].text));
     }
     return out;
 }
@@ -107,6 +116,8 @@ char *srv_format_transcript(const srv_job *j, const char *format, int translate,
             cJSON_AddNumberToObject(e, "start", sg->start_s);
             cJSON_AddNumberToObject(e, "end", sg->end_s);
             cJSON_AddStringToObject(e, "text", sg->text);
+            if (sg->has_speaker)
+                cJSON_AddNumberToObject(e, "speaker", sg->speaker);
             cJSON_AddArrayToObject(e, "tokens");
             cJSON_AddNumberToObject(e, "temperature", 0);
             cJSON_AddNumberToObject(e, "avg_logprob", sg->probability > 0 ? log(sg->probability) : 0);
@@ -127,6 +138,58 @@ static const char *mime_of(const char *format)
     if (strcmp(format, "vtt") == 0)
         return "text/vtt; charset=utf-8";
     return "application/json";
+}
+
+typedef struct decode_admit {
+    choir_server *server;
+    int refused; /* the budget refused the decoded size (not the length cap) */
+} decode_admit;
+
+static void *admit_decoded(void *user, size_t bytes, choir_err *err)
+{
+    decode_admit *a = user;
+    void *p = choir_engine_alloc_input(a->server->engine, bytes, err);
+    if (!p && err && (err->code == CHOIR_EBUSY || err->code == CHOIR_ETOOBIG))
+        a->refused = 1;
+    return p;
+}
+
+int srv_decode_upload(choir_server *s, struct MHD_Connection *c, const char *model_id, const choir_multipart_part *file,
+                      int rate, choir_audio *audio, enum MHD_Result *ret)
+{
+    /* The decoded size is admitted against the memory budget before any of
+     * it exists (at once, from the header, when the format states the
+     * length), and the model's longest input bounds it too. */
+    double max_s = choir_engine_model_max_audio(s->engine, model_id);
+    decode_admit admit = {.server = s};
+    choir_decode_opts opts = {.target_rate = rate,
+                              .mono = 1,
+                              .max_frames = isfinite(max_s) ? (int64_t)(max_s * rate) : 0,
+                              .alloc = admit_decoded,
+                              .alloc_user = &admit,
+                              .cancel = &s->abort};
+    choir_err err = {0};
+    int rc = choir_audio_decode_memory(file->data, file->len, &opts, audio, &err);
+    if (rc == 0)
+        return 0;
+    if (rc == CHOIR_ETOOBIG && !admit.refused)
+        *ret = srv_reply_error(s, c, 413, "file", "audio_too_long", "%s (the model \"%s\" takes at most %.0f s)",
+                               err.msg, model_id, max_s);
+    else if (rc == CHOIR_ETOOBIG)
+        *ret = srv_reply_error(s, c, 413, "file", "audio_too_large",
+                               "the decoded audio would not fit the server's memory budget: %s", err.msg);
+    else if (rc == CHOIR_EBUSY)
+        *ret = srv_reply_error(s, c, 503, "file", "memory_busy",
+                               "the decoded audio does not fit the server's memory budget now; retry later: %s",
+                               err.msg);
+    else if (rc == CHOIR_ECANCELED)
+        *ret = srv_reply_error(s, c, 503, NULL, "shutdown", "the server is shutting down");
+    else if (rc == CHOIR_ENOMEM)
+        *ret = srv_reply_error(s, c, 500, NULL, NULL, "out of memory decoding the upload");
+    else
+        *ret = srv_reply_error(s, c, 415, "file", "unsupported_audio", "cannot decode the uploaded audio: %s",
+                               err.msg);
+    return -1;
 }
 
 enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection *c, srv_conn *conn, int translate)
@@ -199,13 +262,9 @@ enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection 
                               model->data, info.kind ? info.kind : "?");
         goto done;
     }
-    choir_decode_opts opts = {.target_rate = CHOIR_RATE_STT, .mono = 1};
-    rc = choir_audio_decode_memory(file->data, file->len, &opts, &audio, &err);
-    if (rc < 0) {
-        ret = srv_reply_error(s, c, rc == CHOIR_ENOMEM ? 500 : 415, "file", "unsupported_audio",
-                              "cannot decode the uploaded audio: %s", err.msg);
+    int rate = choir_model_kind_input_rate(info.kind);
+    if (srv_decode_upload(s, c, model->data, file, rate, &audio, &ret) < 0)
         goto done;
-    }
     j = srv_job_create(s, SRV_JOB_TRANSCRIPT);
     if (!j) {
         ret = srv_reply_error(s, c, 500, NULL, NULL, "out of memory");
@@ -218,13 +277,14 @@ enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection 
     audio.samples = NULL;
     j->lang = translate ? NULL : dup_field(choir_multipart_find(m, "language"));
     j->prompt = dup_field(choir_multipart_find(m, "prompt"));
-    double duration_s = (double)j->n_samples / CHOIR_RATE_STT;
+    double duration_s = (double)j->n_samples / rate;
     choir_job job = {0};
     job.model_id = model->data;
     job.req.task = CHOIR_TASK_STT;
     job.req.stream = stream;
     job.req.in.stt.samples = j->samples;
     job.req.in.stt.n_samples = j->n_samples;
+    job.req.in.stt.sample_rate = rate;
     job.req.in.stt.language = j->lang;
     job.req.in.stt.prompt = j->prompt;
     job.req.in.stt.translate = translate;

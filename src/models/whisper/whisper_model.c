@@ -181,7 +181,7 @@ static int whisper_on_segment(void *user, int input, const choir_whisper_segment
     whisper_group *g = user;
     choir_request *req = g->reqs[input];
     if (!req->stream) return 0;
-    choir_segment cs = {seg->start, seg->end, seg->text, expf(seg->avg_logprob)};
+    choir_segment cs = {.start_s = seg->start, .end_s = seg->end, .text = seg->text, .probability = expf(seg->avg_logprob)};
     choir_output out = {.final = 0, .text = seg->text, .segments = &cs, .n_segments = 1};
     int rc = choir_request_emit(req, &out);
     return rc != 0 && g->n == 1;

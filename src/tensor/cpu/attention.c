@@ -66,6 +66,33 @@ static void attn_rows_range(void *ctx, int64_t begin, int64_t end, int worker) {
         attend_row(j, item % j->n_head, item / j->n_head);
 }
 
+/* Keys a decode-path row keeps its scores for on the stack (16 KiB). */
+#define ATTN_STEP_MAX_KEYS 4096
+
+/* One query row of one head for a decoder step: all scores at once (four
+ * keys per pass over q), one vector softmax, one weighted sum of V with the
+ * output in registers. No memory beyond the stack. */
+static void attend_row_step(const attn_job *j, int64_t head, int64_t i) {
+    float scores[ATTN_STEP_MAX_KEYS];
+    const float *qr = j->q + i * j->ldq + head * j->Dh;
+    float *out = j->out + i * j->ldo + head * j->Dh;
+    int64_t nk = visible_keys(j, i);
+    if (nk <= 0) {
+        memset(out, 0, (size_t)j->Dh * sizeof(float));
+        return;
+    }
+    j->ops->attn_scores(qr, j->k + head * j->Dh, j->ldk, nk, j->Dh, j->scale, scores);
+    if (j->mask) j->ops->add(scores, j->mask + i * j->Tk, scores, nk);
+    j->ops->softmax_row(scores, nk); /* all masked: zeros, so the output is zeros */
+    j->ops->attn_wsum(scores, j->v + head * j->Dh, j->ldv, nk, j->Dh, out);
+}
+
+static void attn_step_range(void *ctx, int64_t begin, int64_t end, int worker) {
+    const attn_job *j = ctx;
+    for (int64_t item = begin; item < end; item++)
+        attend_row_step(j, item % j->n_head, item / j->n_head);
+}
+
 static void attn_block_range(void *ctx, int64_t begin, int64_t end, int worker) {
     const attn_job *j = ctx;
     int64_t blocks = (j->Tq + ATTN_QUERY_BLOCK - 1) / ATTN_QUERY_BLOCK;
@@ -139,7 +166,11 @@ void choir_attention(const float *q, int64_t ldq, const float *k, int64_t ldk, c
         return;
     }
     int64_t grain = 65536 / (Tk * Dh + 1) + 1;
-    choir_pool_parallel_for(pool, Tq * n_head, grain, attn_rows_range, &j);
+    /* A decoder step (few query rows) takes the stack path; the online
+     * softmax is for when a larger call's scratch could not be had. */
+    bool step = Tq < ATTN_GEMM_MIN_ROWS && Tk <= ATTN_STEP_MAX_KEYS;
+    choir_pool_parallel_for(pool, Tq * n_head, grain, step ? attn_step_range : attn_rows_range,
+                            &j);
 }
 
 size_t choir_attention_scratch_bytes(int64_t Tq, int64_t Tk) {

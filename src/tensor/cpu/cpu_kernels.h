@@ -42,6 +42,19 @@ typedef struct choir_cpu_ops {
     void (*dot4)(const float *w, const float *x, int64_t ldx, int64_t n, float *out);
     void (*dot4_f16)(const uint16_t *w, const float *x, int64_t ldx, int64_t n, float *out);
     void (*dot4_bf16)(const uint16_t *w, const float *x, int64_t ldx, int64_t n, float *out);
+    /* out[r] = w[r * ldw ..] . x for four weight rows r = 0..3 and one input
+     * (a batch-1 linear layer): each out[r] has exactly the bits of dot(w_r,
+     * x), so a row's result does not depend on how rows were grouped. */
+    void (*dot_rows4)(const float *w, int64_t ldw, const float *x, int64_t n, float *out);
+    void (*dot_rows4_f16)(const uint16_t *w, int64_t ldw, const float *x, int64_t n, float *out);
+    void (*dot_rows4_bf16)(const uint16_t *w, int64_t ldw, const float *x, int64_t n, float *out);
+    /* Attention of one query row over n keys (a decoder step):
+     * scores[j] = scale * q . k[j * ldk ..] (Dh elements each), and
+     * out[0..Dh) = sum_j p[j] * v[j * ldv ..]. */
+    void (*attn_scores)(const float *q, const float *k, int64_t ldk, int64_t n, int64_t Dh,
+                        float scale, float *scores);
+    void (*attn_wsum)(const float *p, const float *v, int64_t ldv, int64_t n, int64_t Dh,
+                      float *out);
     void (*f16_to_f32)(const uint16_t *src, float *dst, int64_t n);
     void (*f32_to_f16)(const float *src, uint16_t *dst, int64_t n);
     void (*bf16_to_f32)(const uint16_t *src, float *dst, int64_t n);

@@ -117,7 +117,23 @@ static void linear_dot_range(void *ctx, int64_t begin, int64_t end, int worker) 
     int64_t K = j->W->cols, N = j->W->rows;
     const float *wf = j->W->data;
     const uint16_t *wh = j->W->data;
-    for (int64_t r = begin; r < end; r++) {
+    int64_t r = begin;
+    /* Fewer than four inputs (a batch-1 step): four weight rows per pass, one
+     * input load serving them; each result has the one-row dot's bits. */
+    if (j->M < 4)
+        for (; r + 4 <= end; r += 4)
+            for (int64_t m = 0; m < j->M; m++) {
+                float s[4];
+                const float *xm = j->x + m * K;
+                switch (j->W->kind) {
+                case CHOIR_WEIGHT_F16: j->ops->dot_rows4_f16(wh + r * K, K, xm, K, s); break;
+                case CHOIR_WEIGHT_BF16: j->ops->dot_rows4_bf16(wh + r * K, K, xm, K, s); break;
+                default: j->ops->dot_rows4(wf + r * K, K, xm, K, s); break;
+                }
+                for (int q = 0; q < 4; q++)
+                    j->y[m * N + r + q] = s[q] + (j->bias ? j->bias[r + q] : 0.0f);
+            }
+    for (; r < end; r++) {
         float b = j->bias ? j->bias[r] : 0.0f;
         int64_t m = 0;
         for (; m + 4 <= j->M; m += 4) {
@@ -208,9 +224,17 @@ void choir_linear(const float *x, int64_t M, const choir_weight *W, const float 
             return;
         }
     }
-    /* Each task gets at least ~128k multiply-adds: below that, waking a worker
-     * costs more than the work it takes over. */
-    int64_t grain = 131072 / (K * M + 1) + 1;
+    /* Tasks of at least ~32k multiply-adds (64 KB of f16 weights), at most
+     * four per thread, of equal size (a multiple of four rows): the pool's
+     * workers spin between jobs, so even a decoder step's small projections
+     * split evenly instead of leaving one thread a short remainder. */
+    int threads = choir_pool_threads(pool);
+    double macs = (double)K * (double)M * (double)N;
+    int64_t tasks = (int64_t)(macs / 32768.0);
+    if (tasks > 4 * (int64_t)threads) tasks = 4 * (int64_t)threads;
+    if (tasks < 1) tasks = 1;
+    int64_t grain = (N + tasks - 1) / tasks;
+    grain = (grain + 3) / 4 * 4;
     choir_pool_parallel_for(pool, N, grain, linear_dot_range, &j);
 }
 

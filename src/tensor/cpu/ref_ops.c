@@ -47,6 +47,36 @@ static void ref_dot4_bf16(const uint16_t *w, const float *x, int64_t ldx, int64_
         out[m] = ref_dot_bf16(w, x + m * ldx, n);
 }
 
+static void ref_dot_rows4(const float *w, int64_t ldw, const float *x, int64_t n, float *out) {
+    for (int r = 0; r < 4; r++)
+        out[r] = ref_dot(w + r * ldw, x, n);
+}
+static void ref_dot_rows4_f16(const uint16_t *w, int64_t ldw, const float *x, int64_t n,
+                              float *out) {
+    for (int r = 0; r < 4; r++)
+        out[r] = ref_dot_f16(w + r * ldw, x, n);
+}
+static void ref_dot_rows4_bf16(const uint16_t *w, int64_t ldw, const float *x, int64_t n,
+                               float *out) {
+    for (int r = 0; r < 4; r++)
+        out[r] = ref_dot_bf16(w + r * ldw, x, n);
+}
+
+static void ref_attn_scores(const float *q, const float *k, int64_t ldk, int64_t n, int64_t Dh,
+                            float scale, float *scores) {
+    for (int64_t j = 0; j < n; j++)
+        scores[j] = ref_dot(q, k + j * ldk, Dh) * scale;
+}
+
+static void ref_attn_wsum(const float *p, const float *v, int64_t ldv, int64_t n, int64_t Dh,
+                          float *out) {
+    for (int64_t c = 0; c < Dh; c++)
+        out[c] = 0.0f;
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t c = 0; c < Dh; c++)
+            out[c] += p[j] * v[j * ldv + c];
+}
+
 static void ref_f16_to_f32(const uint16_t *src, float *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         dst[i] = choir_f16_to_f32(src[i]);
@@ -169,6 +199,11 @@ const choir_cpu_ops choir_cpu_ops_ref = {
     .dot4 = ref_dot4,
     .dot4_f16 = ref_dot4_f16,
     .dot4_bf16 = ref_dot4_bf16,
+    .dot_rows4 = ref_dot_rows4,
+    .dot_rows4_f16 = ref_dot_rows4_f16,
+    .dot_rows4_bf16 = ref_dot_rows4_bf16,
+    .attn_scores = ref_attn_scores,
+    .attn_wsum = ref_attn_wsum,
     .f16_to_f32 = ref_f16_to_f32,
     .f32_to_f16 = ref_f32_to_f16,
     .bf16_to_f32 = ref_bf16_to_f32,

@@ -98,6 +98,44 @@ static inline float f32_id(float v) { return v; }
         out[3] += wi * x3[i];                                                                      \
     }
 
+/* Four weight rows against one input: each row keeps DOT1_BODY's two
+ * accumulators and its reduction, so out[r] equals the one-row dot bit for
+ * bit; the input is loaded once for the four rows. */
+#define ROWS4_BODY(load_w, scalar_w)                                                               \
+    const __typeof__(w) w0 = w, w1 = w + ldw, w2 = w + 2 * ldw, w3 = w + 3 * ldw;                 \
+    __m256 e0 = _mm256_setzero_ps(), e1 = e0, e2 = e0, e3 = e0;                                    \
+    __m256 o0 = e0, o1 = e0, o2 = e0, o3 = e0;                                                     \
+    int64_t i = 0;                                                                                 \
+    for (; i + 16 <= n; i += 16) {                                                                 \
+        __m256 xe = _mm256_loadu_ps(x + i), xo = _mm256_loadu_ps(x + i + 8);                       \
+        e0 = _mm256_fmadd_ps(load_w(w0 + i), xe, e0);                                              \
+        o0 = _mm256_fmadd_ps(load_w(w0 + i + 8), xo, o0);                                          \
+        e1 = _mm256_fmadd_ps(load_w(w1 + i), xe, e1);                                              \
+        o1 = _mm256_fmadd_ps(load_w(w1 + i + 8), xo, o1);                                          \
+        e2 = _mm256_fmadd_ps(load_w(w2 + i), xe, e2);                                              \
+        o2 = _mm256_fmadd_ps(load_w(w2 + i + 8), xo, o2);                                          \
+        e3 = _mm256_fmadd_ps(load_w(w3 + i), xe, e3);                                              \
+        o3 = _mm256_fmadd_ps(load_w(w3 + i + 8), xo, o3);                                          \
+    }                                                                                              \
+    if (i + 8 <= n) {                                                                              \
+        __m256 xe = _mm256_loadu_ps(x + i);                                                        \
+        e0 = _mm256_fmadd_ps(load_w(w0 + i), xe, e0);                                              \
+        e1 = _mm256_fmadd_ps(load_w(w1 + i), xe, e1);                                              \
+        e2 = _mm256_fmadd_ps(load_w(w2 + i), xe, e2);                                              \
+        e3 = _mm256_fmadd_ps(load_w(w3 + i), xe, e3);                                              \
+        i += 8;                                                                                    \
+    }                                                                                              \
+    out[0] = choir_hsum256(_mm256_add_ps(e0, o0));                                                 \
+    out[1] = choir_hsum256(_mm256_add_ps(e1, o1));                                                 \
+    out[2] = choir_hsum256(_mm256_add_ps(e2, o2));                                                 \
+    out[3] = choir_hsum256(_mm256_add_ps(e3, o3));                                                 \
+    for (; i < n; i++) {                                                                           \
+        out[0] += scalar_w(w0[i]) * x[i];                                                          \
+        out[1] += scalar_w(w1[i]) * x[i];                                                          \
+        out[2] += scalar_w(w2[i]) * x[i];                                                          \
+        out[3] += scalar_w(w3[i]) * x[i];                                                          \
+    }
+
 static float avx2_dot(const float *w, const float *x, int64_t n) { DOT1_BODY(load_f32, f32_id) }
 static float avx2_dot_f16(const uint16_t *w, const float *x, int64_t n) {
     DOT1_BODY(load_f16, choir_f16_to_f32)
@@ -113,6 +151,92 @@ static void avx2_dot4_f16(const uint16_t *w, const float *x, int64_t ldx, int64_
 }
 static void avx2_dot4_bf16(const uint16_t *w, const float *x, int64_t ldx, int64_t n, float *out) {
     DOT4_BODY(load_bf16, choir_bf16_to_f32)
+}
+
+static void avx2_dot_rows4(const float *w, int64_t ldw, const float *x, int64_t n, float *out) {
+    ROWS4_BODY(load_f32, f32_id)
+}
+static void avx2_dot_rows4_f16(const uint16_t *w, int64_t ldw, const float *x, int64_t n,
+                               float *out) {
+    ROWS4_BODY(load_f16, choir_f16_to_f32)
+}
+static void avx2_dot_rows4_bf16(const uint16_t *w, int64_t ldw, const float *x, int64_t n,
+                                float *out) {
+    ROWS4_BODY(load_bf16, choir_bf16_to_f32)
+}
+
+/* Scores of one query against n keys, four keys per pass over the query. */
+static void avx2_attn_scores(const float *q, const float *k, int64_t ldk, int64_t n, int64_t Dh,
+                             float scale, float *scores) {
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const float *k0 = k + j * ldk, *k1 = k0 + ldk, *k2 = k1 + ldk, *k3 = k2 + ldk;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        int64_t c = 0;
+        for (; c + 8 <= Dh; c += 8) {
+            __m256 qv = _mm256_loadu_ps(q + c);
+            a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + c), a0);
+            a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + c), a1);
+            a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + c), a2);
+            a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + c), a3);
+        }
+        float s0 = choir_hsum256(a0), s1 = choir_hsum256(a1);
+        float s2 = choir_hsum256(a2), s3 = choir_hsum256(a3);
+        for (; c < Dh; c++) {
+            s0 += q[c] * k0[c];
+            s1 += q[c] * k1[c];
+            s2 += q[c] * k2[c];
+            s3 += q[c] * k3[c];
+        }
+        scores[j] = s0 * scale;
+        scores[j + 1] = s1 * scale;
+        scores[j + 2] = s2 * scale;
+        scores[j + 3] = s3 * scale;
+    }
+    for (; j < n; j++)
+        scores[j] = avx2_dot(q, k + j * ldk, Dh) * scale;
+}
+
+/* out = sum_j p[j] v_j, the output held in registers 64 columns at a time. */
+static void avx2_attn_wsum(const float *p, const float *v, int64_t ldv, int64_t n, int64_t Dh,
+                           float *out) {
+    int64_t c0 = 0;
+    for (; c0 + 64 <= Dh; c0 += 64) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+               a7 = a0;
+        for (int64_t j = 0; j < n; j++) {
+            const float *vr = v + j * ldv + c0;
+            __m256 pj = _mm256_set1_ps(p[j]);
+            a0 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr), a0);
+            a1 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 8), a1);
+            a2 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 16), a2);
+            a3 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 24), a3);
+            a4 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 32), a4);
+            a5 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 40), a5);
+            a6 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 48), a6);
+            a7 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 56), a7);
+        }
+        _mm256_storeu_ps(out + c0, a0);
+        _mm256_storeu_ps(out + c0 + 8, a1);
+        _mm256_storeu_ps(out + c0 + 16, a2);
+        _mm256_storeu_ps(out + c0 + 24, a3);
+        _mm256_storeu_ps(out + c0 + 32, a4);
+        _mm256_storeu_ps(out + c0 + 40, a5);
+        _mm256_storeu_ps(out + c0 + 48, a6);
+        _mm256_storeu_ps(out + c0 + 56, a7);
+    }
+    for (; c0 + 8 <= Dh; c0 += 8) {
+        __m256 a = _mm256_setzero_ps();
+        for (int64_t j = 0; j < n; j++)
+            a = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(v + j * ldv + c0), a);
+        _mm256_storeu_ps(out + c0, a);
+    }
+    for (; c0 < Dh; c0++) {
+        float a = 0.0f;
+        for (int64_t j = 0; j < n; j++)
+            a += p[j] * v[j * ldv + c0];
+        out[c0] = a;
+    }
 }
 
 static void avx2_f16_to_f32(const uint16_t *src, float *dst, int64_t n) {
@@ -341,6 +465,11 @@ const choir_cpu_ops choir_cpu_ops_avx2 = {
     .dot4 = avx2_dot4,
     .dot4_f16 = avx2_dot4_f16,
     .dot4_bf16 = avx2_dot4_bf16,
+    .dot_rows4 = avx2_dot_rows4,
+    .dot_rows4_f16 = avx2_dot_rows4_f16,
+    .dot_rows4_bf16 = avx2_dot_rows4_bf16,
+    .attn_scores = avx2_attn_scores,
+    .attn_wsum = avx2_attn_wsum,
     .f16_to_f32 = avx2_f16_to_f32,
     .f32_to_f16 = avx2_f32_to_f16,
     .bf16_to_f32 = avx2_bf16_to_f32,

@@ -1,0 +1,293 @@
+/* choir/vibevoice.h: VibeVoice-ASR, long-form multi-speaker speech-to-text
+ * (microsoft/VibeVoice-ASR: two σ-VAE speech encoders, two connectors and a
+ * Qwen2 language model that writes the transcript as JSON segments with
+ * start, end, speaker and text).
+ *
+ * Layers, each usable alone (spec: ../shared/specs/vibevoice_asr.md):
+ *  1. The model: an immutable, shareable `choir_vibevoice` (weights mapped from
+ *     the checkpoint; only convolution kernels are re-laid out), loaded from
+ *     any published layout (transformers' nested and flat names, the original
+ *     sharded checkpoint, mlx-community's with a 4/8-bit language model).
+ *  2. The network on per-request state: the audio front (24 kHz mono, −25 dBFS,
+ *     padded to the hop), both encoders streamed over the audio with their
+ *     causal-convolution caches, the connectors, and the language model with
+ *     a KV cache (chunked prefill, flash-style attention, one-token steps).
+ *     All working memory is planned up front: choir_vibevoice_plan_bytes says
+ *     how much, and a state takes it in one block.
+ *  3. Transcription: the exact prompt, greedy decoding with stop tokens, a
+ *     repetition-loop guard and max_new_tokens, text streamed as decoded, and
+ *     the model's JSON parsed into segments.
+ *
+ * Units: audio in samples at 24 kHz unless a rate is given, times in seconds,
+ * sizes in bytes. */
+#ifndef CHOIR_VIBEVOICE_H
+#define CHOIR_VIBEVOICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "choir/error.h"
+#include "choir/safetensors.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CHOIR_VIBEVOICE_SAMPLE_RATE 24000
+#define CHOIR_VIBEVOICE_MAX_STAGES 8
+
+/* One σ-VAE encoder (acoustic or semantic: same topology). */
+typedef struct choir_vibevoice_enc_dims {
+    int vae_dim;     /* latent width: 64 acoustic, 128 semantic in the 7B model */
+    int n_filters;   /* stem width (32) */
+    int n_stages;    /* stem + downsampling layers, each with its blocks (7) */
+    int ratios[CHOIR_VIBEVOICE_MAX_STAGES - 1]; /* strides in the order applied: 2,2,4,5,5,8 */
+    int depths[CHOIR_VIBEVOICE_MAX_STAGES];     /* Block1D per stage: 3,3,3,3,3,3,8 */
+    int ffn_mult;    /* FFN width / channels (4) */
+    float eps;       /* RMSNorm epsilon (1e-5) */
+} choir_vibevoice_enc_dims;
+
+/* The Qwen2 language model. */
+typedef struct choir_vibevoice_lm_dims {
+    int hidden, n_layers, n_heads, n_kv_heads, head_dim, intermediate, vocab;
+    double rope_theta; /* 1e6 */
+    float eps;         /* RMSNorm epsilon (1e-6) */
+    int max_positions; /* 32768 / 131072 */
+    int tied;          /* tie_word_embeddings: the output projection is the embedding */
+} choir_vibevoice_lm_dims;
+
+typedef struct choir_vibevoice_dims {
+    choir_vibevoice_enc_dims acoustic, semantic;
+    choir_vibevoice_lm_dims lm;
+    int hop;                 /* product of the ratios: samples per audio token (3200) */
+    int64_t chunk_samples;   /* acoustic_tokenizer_chunk_size (1,440,000 = 60 s) */
+    float connector_eps;     /* the connectors' RMSNorm epsilon (1e-6) */
+    int32_t audio_token, audio_bos, audio_eos; /* <|box_start|>, <|object_ref_start|>, _end| */
+    int32_t eos_token;       /* <|endoftext|> */
+} choir_vibevoice_dims;
+
+/* Reads the dimensions from a config.json of either kind: transformers'
+ * (model_type vibevoice_asr: *_tokenizer_encoder_config, text_config) or the
+ * original / mlx-community one (acoustic_tokenizer_config with encoder_ratios
+ * listed in reverse and encoder_depths as "3-3-3-3-3-3-8", decoder_config).
+ * Returns 0, or CHOIR_EFORMAT naming the missing or impossible field. */
+int choir_vibevoice_read_config(const char *config_path, choir_vibevoice_dims *dims, choir_err *err);
+
+/* The published sizes, for benchmarks: "1.5b" (Qwen2.5-1.5B LM) and "7b"
+ * (the 8.3 B-parameter ASR model: Qwen2.5-7B). 0 or CHOIR_EINVAL. */
+int choir_vibevoice_dims_named(const char *name, choir_vibevoice_dims *dims, choir_err *err);
+
+/* --- the model ------------------------------------------------------------ */
+
+typedef struct choir_vibevoice choir_vibevoice;
+
+/* Which naming the checkpoint used (detected from the tensor names). */
+typedef enum choir_vibevoice_layout {
+    CHOIR_VIBEVOICE_LAYOUT_HF = 0,      /* transformers 5.x: model.acoustic_tokenizer_encoder.* */
+    CHOIR_VIBEVOICE_LAYOUT_HF_FLAT,     /* earlier transformers: acoustic_tokenizer_encoder.*, language_model.model.* */
+    CHOIR_VIBEVOICE_LAYOUT_ORIGINAL,    /* microsoft/VibeVoice-ASR: model.acoustic_tokenizer.encoder.* */
+    CHOIR_VIBEVOICE_LAYOUT_MLX          /* mlx-community (sanitized, MLX conv layout [O, K, I]) */
+} choir_vibevoice_layout;
+
+/* Loads a model directory: config.json plus model.safetensors or shards with
+ * model.safetensors.index.json. Tensors are memory-mapped and used in place
+ * (any float dtype; MLX-quantized language-model linears and embedding),
+ * except convolution kernels, which are copied once into the layout the
+ * convolution needs. The acoustic decoder of the original checkpoint is
+ * never touched. Returns NULL and fills err naming the directory and the
+ * missing or mis-shaped tensor on failure. */
+choir_vibevoice *choir_vibevoice_load(const char *dir, choir_err *err);
+
+/* Builds a model over tensors the caller holds (a benchmark's generated
+ * weights): `find` returns the tensor of a name in any layout, or NULL. The
+ * tensors must outlive the model. */
+typedef const choir_st_tensor *(*choir_vibevoice_tensor_fn)(void *ctx, const char *name);
+choir_vibevoice *choir_vibevoice_from_tensors(choir_vibevoice_tensor_fn find, void *ctx,
+                                              const choir_vibevoice_dims *dims, choir_err *err);
+
+/* NULL is a no-op. */
+void choir_vibevoice_free(choir_vibevoice *m);
+
+const choir_vibevoice_dims *choir_vibevoice_get_dims(const choir_vibevoice *m);
+choir_vibevoice_layout choir_vibevoice_get_layout(const choir_vibevoice *m);
+/* Bytes of weights the model keeps (mapped tensors it uses plus its copies). */
+size_t choir_vibevoice_weight_bytes(const choir_vibevoice *m);
+/* Bits of the language model's quantized linears (0: float). */
+int choir_vibevoice_lm_bits(const choir_vibevoice *m);
+
+/* --- audio front ---------------------------------------------------------- */
+
+/* The feature extractor: x (24 kHz mono) scaled to −25 dBFS RMS
+ * (x *= 10^(−25/20) / (rms + 1e-6), then divided by max|x| + 1e-6 if that
+ * exceeds 1), then zero-padded at the end to a multiple of `hop`. Writes
+ * choir_vibevoice_padded_len(n, hop) samples to out. n may be 0. */
+int64_t choir_vibevoice_padded_len(int64_t n, int hop);
+void choir_vibevoice_normalize(const float *x, int64_t n, int hop, float *out);
+
+/* --- working memory ------------------------------------------------------- */
+
+/* Capacities a state is planned for. */
+typedef struct choir_vibevoice_plan {
+    int64_t max_samples;    /* longest padded 24 kHz input it will encode */
+    int max_context;        /* prompt + generated tokens the KV cache holds */
+    int prefill_chunk;      /* tokens per prefill step (0: 256) */
+    int64_t enc_piece;      /* samples per encoder pass (0: 32 hops); any multiple of
+                               the hop gives the same result, only memory changes */
+} choir_vibevoice_plan;
+
+/* Bytes a state for `plan` needs (encoder activations and latents, the
+ * prefill and step buffers, the KV cache), all in one block. */
+int64_t choir_vibevoice_plan_bytes(const choir_vibevoice_dims *dims, const choir_vibevoice_plan *plan);
+
+typedef struct choir_vibevoice_state choir_vibevoice_state;
+
+/* A state over `mem` (choir_vibevoice_plan_bytes(plan) bytes, aligned to 64,
+ * owned by the caller and kept until the state is freed) or, with mem NULL,
+ * over one block from the counted allocator. NULL and err (CHOIR_ENOMEM) on
+ * failure. */
+choir_vibevoice_state *choir_vibevoice_state_create(const choir_vibevoice *m,
+                                                    const choir_vibevoice_plan *plan, void *mem,
+                                                    choir_err *err);
+/* NULL is a no-op. */
+void choir_vibevoice_state_free(choir_vibevoice_state *s);
+
+/* --- the network ---------------------------------------------------------- */
+
+/* Encodes normalised, padded audio x[n] (n a multiple of the hop, at most the
+ * plan's max_samples) with both encoders, streaming over it in
+ * acoustic_tokenizer_chunk_size pieces (each cut into plan.enc_piece passes)
+ * with every causal convolution's left context carried over. The latents
+ * (means) of the n / hop frames stay in the state; copies go to
+ * acoustic[T][vae_a] and semantic[T][vae_s] when those are not NULL.
+ * `chunk_samples` overrides the config's chunk size when > 0. */
+int choir_vibevoice_encode(const choir_vibevoice *m, choir_vibevoice_state *s, const float *x,
+                           int64_t n, int64_t chunk_samples, float *acoustic, float *semantic,
+                           choir_err *err);
+
+/* The connectors over the state's latents: out[T][hidden] = acoustic
+ * connector + semantic connector, for the T frames encoded last. */
+int choir_vibevoice_audio_embeds(const choir_vibevoice *m, choir_vibevoice_state *s, float *out,
+                                 choir_err *err);
+
+/* Empties the KV cache (a new sequence). */
+void choir_vibevoice_reset(choir_vibevoice_state *s);
+/* Tokens in the KV cache. */
+int choir_vibevoice_seq_len(const choir_vibevoice_state *s);
+
+/* Runs the prompt ids[n] through the language model in prefill chunks,
+ * appending to the KV cache. Every audio_token position takes the next row of
+ * the encoded audio's embeddings (computed chunk by chunk from the latents);
+ * there must be exactly as many as encoded frames when any appear. Writes the
+ * logits of the last position to logits[vocab] (may be NULL), and when given,
+ * inputs_embeds[n][hidden] and hidden_final[n][hidden] (after the final norm)
+ * for checks. CHOIR_ETOOBIG when the cache would overflow, CHOIR_EINVAL on a
+ * token outside the vocabulary or a mismatched audio token count. */
+int choir_vibevoice_prefill(const choir_vibevoice *m, choir_vibevoice_state *s, const int32_t *ids,
+                            int n, float *logits, float *inputs_embeds, float *hidden_final,
+                            choir_err *err);
+/* One decoding step: appends `token` and writes the next logits[vocab]. */
+int choir_vibevoice_step(const choir_vibevoice *m, choir_vibevoice_state *s, int32_t token,
+                         float *logits, choir_err *err);
+/* The state's logits buffer [vocab] (what transcription decodes from). */
+float *choir_vibevoice_logits(choir_vibevoice_state *s);
+
+/* --- prompt, output ------------------------------------------------------- */
+
+struct choir_tokenizer;
+
+/* The prompt of spec 1.5 for `n_audio` audio tokens and `duration_s`:
+ *   <|im_start|>system\nYou are a helpful assistant that transcribes audio
+ *   input into text output in JSON format.<|im_end|>\n<|im_start|>user\n
+ *   <|object_ref_start|>{<|box_start|> x n_audio}<|object_ref_end|>\nThis is
+ *   a {dur:.2f} seconds audio, please transcribe it with these keys: Start
+ *   time, End time, Speaker ID, Content<|im_end|>\n
+ * or, with a non-empty `context` (hotwords, speaker names), "..., with extra
+ * info: {context}\n\nPlease transcribe it with these keys: ...". The context
+ * is encoded as plain text: special tokens written in it are not honoured.
+ * *ids is choir_alloc'd (caller frees). 0 or a negative code. */
+int choir_vibevoice_prompt(const struct choir_tokenizer *tok, const choir_vibevoice_dims *dims,
+                           int n_audio, double duration_s, const char *context, int32_t **ids,
+                           int *n_ids, choir_err *err);
+
+/* One transcript segment. */
+typedef struct choir_vibevoice_segment {
+    double start, end;   /* seconds */
+    int speaker;         /* speaker id, -1 when the model gave none */
+    char *text;
+} choir_vibevoice_segment;
+
+/* Parses the model's output text (e.g. `assistant\n[{"Start":0.0,"End":7.56,
+ * "Speaker":0,"Content":"..."}]`): the JSON list after the first '[' (keys
+ * Start/Start time, End/End time, Speaker/Speaker ID, Content/Text, any
+ * case; numbers or numeric strings). A list cut short (max_new_tokens, a
+ * loop) yields its complete objects. *segs is choir_alloc'd with each text
+ * (free with choir_vibevoice_segments_free). Returns the count (0 for a
+ * well-formed empty list), or CHOIR_EFORMAT when there is no list with at
+ * least one complete segment object and the text is not "[]". */
+int choir_vibevoice_parse(const char *text, choir_vibevoice_segment **segs, choir_err *err);
+void choir_vibevoice_segments_free(choir_vibevoice_segment *segs, int n);
+
+/* --- transcription -------------------------------------------------------- */
+
+typedef struct choir_vibevoice_opts {
+    const char *context;      /* hotwords / context for the prompt, or NULL */
+    int max_new_tokens;       /* 0: min(32768, 256 + 20 per second of audio) */
+    double max_audio_s;       /* longer input fails with CHOIR_ETOOBIG (3660) */
+    int loop_min_tokens;      /* repetition guard: a periodic tail at least this long (64) ... */
+    int loop_min_repeats;     /* ... repeating its period at least this often (3) */
+    int loop_max_period;      /* periods 1 .. this are watched (256); 0 turns the guard off */
+    int64_t chunk_samples;    /* encoder chunk override (0: the config's) */
+    int prefill_chunk;        /* 0: 256 */
+    bool ignore_eos;          /* decode max_new_tokens regardless of stop tokens (tests) */
+    /* Called with each piece of new text as it is decoded (whole UTF-8
+     * characters only); return nonzero to stop decoding. May be NULL. */
+    int (*on_text)(void *user, const char *text, size_t len);
+    void *user;
+} choir_vibevoice_opts;
+
+void choir_vibevoice_default_opts(choir_vibevoice_opts *o);
+
+/* Why decoding stopped. */
+typedef enum choir_vibevoice_stop {
+    CHOIR_VIBEVOICE_STOP_EOS = 0,   /* <|endoftext|> or <|im_end|> */
+    CHOIR_VIBEVOICE_STOP_LENGTH,    /* max_new_tokens */
+    CHOIR_VIBEVOICE_STOP_LOOP,      /* the repetition guard */
+    CHOIR_VIBEVOICE_STOP_CANCELLED  /* on_text asked to stop */
+} choir_vibevoice_stop;
+
+typedef struct choir_vibevoice_result {
+    char *raw;                      /* the decoded output (special tokens left out) */
+    char *text;                     /* the segments' texts joined by spaces */
+    choir_vibevoice_segment *segments;
+    int n_segments;
+    int malformed;                  /* the output was not a JSON segment list */
+    choir_vibevoice_stop stop;
+    int loop_period;                /* STOP_LOOP: the repeating period in tokens */
+    int n_prompt, n_generated;      /* tokens */
+    int n_audio_tokens;
+    double duration;                /* seconds of input */
+    double t_encode, t_prefill, t_decode; /* seconds spent */
+} choir_vibevoice_result;
+
+/* Bytes a state for transcribing n_samples at `rate` with these options
+ * needs (what the engine reserves). */
+int64_t choir_vibevoice_transcribe_bytes(const choir_vibevoice_dims *dims, int64_t n_samples, int rate,
+                                         const choir_vibevoice_opts *o);
+
+/* Transcribes pcm[n] (mono, `rate` Hz; resampled to 24 kHz when different):
+ * front end, encoders, prompt, prefill, greedy decoding. Working memory is
+ * `mem` (choir_vibevoice_transcribe_bytes bytes) or, when NULL, the counted
+ * allocator. A malformed output is not an error: the result says so (raw
+ * keeps the text). Returns 0, or CHOIR_ETOOBIG (longer than max_audio_s),
+ * CHOIR_ENOMEM, CHOIR_EINVAL. Free the result with
+ * choir_vibevoice_result_clear. */
+int choir_vibevoice_transcribe(const choir_vibevoice *m, const struct choir_tokenizer *tok,
+                               const float *pcm, int64_t n, int rate, const choir_vibevoice_opts *o,
+                               void *mem, choir_vibevoice_result *res, choir_err *err);
+void choir_vibevoice_result_clear(choir_vibevoice_result *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,152 @@
+/* The audio front: loudness normalisation, the two σ-VAE encoders streamed
+ * over the signal with causal-convolution caches, and the connectors.
+ *
+ * Every convolution is causal: output t sees inputs up to t only, with
+ * (kernel - stride) rows of left context (zeros at the start, then the end
+ * of the previous pass). Passing the signal through in pieces and carrying
+ * those contexts gives the same result as one pass over the whole signal,
+ * which is what bounds the memory of an hour of audio to one piece's
+ * activations: acoustic_tokenizer_chunk_size pieces as the reference cuts
+ * them, each run in passes of plan.enc_piece samples. */
+#include <math.h>
+#include <string.h>
+
+#include "models/vibevoice/vv_state.h"
+
+int64_t choir_vibevoice_padded_len(int64_t n, int hop) {
+    if (n <= 0 || hop <= 0) return 0;
+    return (n + hop - 1) / hop * hop;
+}
+
+void choir_vibevoice_normalize(const float *x, int64_t n, int hop, float *out) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    double rms = n > 0 ? sqrt(ss / (double)n) : 0.0;
+    double scale = pow(10.0, -25.0 / 20.0) / (rms + 1e-6);
+    double peak = 0;
+    for (int64_t i = 0; i < n; i++) {
+        out[i] = (float)(x[i] * scale);
+        double a = fabs((double)out[i]);
+        if (a > peak) peak = a;
+    }
+    if (peak > 1.0)
+        for (int64_t i = 0; i < n; i++) out[i] = (float)(out[i] / (peak + 1e-6));
+    int64_t padded = choir_vibevoice_padded_len(n, hop);
+    for (int64_t i = n; i < padded; i++) out[i] = 0.0f;
+}
+
+/* One causal convolution over src [T][cin] with its cache: builds the input
+ * with context in s->e_in, moves the cache forward, writes out [T/stride][cout]. */
+static void conv_pass(choir_vibevoice_state *s, const vv_conv *c, const float *src, int64_t T, float **cache,
+                      float *out) {
+    int64_t cin = c->cin, pad = c->kernel - c->stride;
+    float *in = s->e_in;
+    memcpy(in, *cache, (size_t)(pad * cin) * sizeof *in);
+    memcpy(in + pad * cin, src, (size_t)(T * cin) * sizeof *in);
+    /* The last tap block may reach past the kernel; its weights are zero
+     * there, but the rows must not hold stale NaNs. */
+    int64_t slack = c->taps1 ? 0 : (int64_t)c->n_blocks * c->stride - c->kernel;
+    if (slack > 0) memset(in + (pad + T) * cin, 0, (size_t)(slack * cin) * sizeof *in);
+    memcpy(*cache, in + T * cin, (size_t)(pad * cin) * sizeof *in);
+    *cache += pad * cin;
+    vv_conv_causal(c, in, T / c->stride, out, s->e_tmp);
+}
+
+static void block_pass(choir_vibevoice_state *s, const vv_block *b, int64_t T, int64_t C, int km, float eps,
+                       int ffn_mult, float **cache) {
+    float *x = s->e_x, *nb = s->e_norm;
+    int64_t ctx = km - 1;
+    /* x += gamma * mixer(norm(x)), the mixer seeing `ctx` normed rows of context. */
+    memcpy(nb, *cache, (size_t)(ctx * C) * sizeof *nb);
+    vv_rmsnorm(x, nb + ctx * C, T, C, b->norm, eps);
+    memcpy(*cache, nb + T * C, (size_t)(ctx * C) * sizeof *nb);
+    *cache += ctx * C;
+    vv_dwconv_causal(nb + (int64_t)(km - b->dw_kernel) * C, T, C, b->dw_kernel, b->dw, b->dw_bias, s->e_tmp);
+    vv_add_scaled(x, s->e_tmp, b->gamma, T, C);
+    /* x += ffn_gamma * linear2(gelu(linear1(ffn_norm(x)))), a tile of rows at a time. */
+    int64_t F = C * ffn_mult, tile = vv_ffn_tile(C, ffn_mult);
+    float *tn = s->e_tile, *th = tn + (tile < T ? tile : T) * C, *to = th + (tile < T ? tile : T) * F;
+    for (int64_t r0 = 0; r0 < T; r0 += tile) {
+        int64_t rows = T - r0 < tile ? T - r0 : tile;
+        vv_rmsnorm(x + r0 * C, tn, rows, C, b->ffn_norm, eps);
+        vv_linear(tn, rows, &b->fc1, b->fc1_bias, th);
+        vv_gelu(th, rows * F);
+        vv_linear(th, rows, &b->fc2, b->fc2_bias, to);
+        vv_add_scaled(x + r0 * C, to, b->ffn_gamma, rows, C);
+    }
+}
+
+/* One pass of P samples (a multiple of the hop) through encoder e; writes
+ * P / hop latent rows to lat. */
+static void encoder_pass(choir_vibevoice_state *s, const vv_encoder *e, const vv_kernels *k, const float *x,
+                         int64_t P, float *lat) {
+    const choir_vibevoice_enc_dims *d = &e->d;
+    float *cache = s->e_cache;
+    const float *src = x;
+    int64_t T = P;
+    for (int st = 0; st < d->n_stages; st++) {
+        conv_pass(s, &e->down[st], src, T, &cache, s->e_x);
+        T /= e->down[st].stride;
+        for (int b = 0; b < d->depths[st]; b++)
+            block_pass(s, &e->blocks[st][b], T, e->channels[st], k->mixer, d->eps, d->ffn_mult, &cache);
+        src = s->e_x;
+    }
+    conv_pass(s, &e->head, src, T, &cache, lat);
+}
+
+int choir_vibevoice_encode(const choir_vibevoice *m, choir_vibevoice_state *s, const float *x, int64_t n,
+                           int64_t chunk_samples, float *acoustic, float *semantic, choir_err *err) {
+    const choir_vibevoice_dims *D = &m->dims;
+    if (n < 0 || n % D->hop)
+        return choir_err_set(err, CHOIR_EINVAL, "vibevoice: %lld samples is not a multiple of the hop %d",
+                             (long long)n, D->hop);
+    int64_t frames = n / D->hop;
+    if (frames > s->max_frames)
+        return choir_err_set(err, CHOIR_ETOOBIG, "vibevoice: %lld audio frames, the state holds %lld",
+                             (long long)frames, (long long)s->max_frames);
+    int64_t chunk = chunk_samples > 0 ? chunk_samples : D->chunk_samples;
+    if (chunk % D->hop) chunk -= chunk % D->hop;
+    if (chunk <= 0) chunk = D->hop;
+    for (int e = 0; e < 2; e++) {
+        const vv_encoder *en = &m->enc[e];
+        int vae = en->d.vae_dim;
+        memset(s->e_cache, 0, (size_t)s->sizes.cache * sizeof(float));
+        for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+            int64_t c1 = c0 + chunk < n ? c0 + chunk : n;
+            for (int64_t p0 = c0; p0 < c1; p0 += s->piece) {
+                int64_t P = c1 - p0 < s->piece ? c1 - p0 : s->piece;
+                encoder_pass(s, en, &s->kernels[e], x + p0, P, s->lat[e] + p0 / D->hop * vae);
+            }
+        }
+        float *dst = e ? semantic : acoustic;
+        if (dst) memcpy(dst, s->lat[e], (size_t)(frames * vae) * sizeof *dst);
+    }
+    s->n_frames = frames;
+    s->audio_used = 0;
+    return 0;
+}
+
+/* out[n][H] = acoustic connector + semantic connector of latent frames
+ * f0 .. f0 + n - 1 (n at most the prefill chunk); uses s->tmp and s->cb. */
+void vv_connect_rows(const choir_vibevoice *m, choir_vibevoice_state *s, int64_t f0, int64_t n, float *out) {
+    int64_t H = m->dims.lm.hidden;
+    for (int e = 0; e < 2; e++) {
+        const vv_connector *c = &m->conn[e];
+        int vae = m->enc[e].d.vae_dim;
+        vv_linear(s->lat[e] + f0 * vae, n, &c->fc1, c->fc1_bias, s->tmp);
+        vv_rmsnorm(s->tmp, s->tmp, n, H, c->norm, m->dims.connector_eps);
+        vv_linear(s->tmp, n, &c->fc2, c->fc2_bias, e ? s->cb : out);
+    }
+    vv_add_scaled(out, s->cb, NULL, n, H);
+}
+
+int choir_vibevoice_audio_embeds(const choir_vibevoice *m, choir_vibevoice_state *s, float *out, choir_err *err) {
+    (void)err;
+    int64_t H = m->dims.lm.hidden;
+    for (int64_t f0 = 0; f0 < s->n_frames; f0 += s->prefill_chunk) {
+        int64_t n = s->n_frames - f0 < s->prefill_chunk ? s->n_frames - f0 : s->prefill_chunk;
+        vv_connect_rows(m, s, f0, n, s->ca);
+        memcpy(out + f0 * H, s->ca, (size_t)(n * H) * sizeof *out);
+    }
+    return 0;
+}

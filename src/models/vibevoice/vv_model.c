@@ -1,0 +1,199 @@
+/* VibeVoice-ASR behind the engine's model interface (choir/model.h).
+ *
+ * The weights object is the network plus its tokenizer (tokenizer.json in
+ * the model folder: Qwen2.5's). A request is one whole recording (up to
+ * max_audio_s, an hour by default), transcribed in one pass; requests run one
+ * at a time (max_batch 1), since a request's prefill already fills the
+ * machine. Its state (encoder activations, latents, prefill buffers, the KV
+ * cache for the prompt plus max_new_tokens) comes from the batch arena, so
+ * the engine's calibration sees what it really used. The request's `prompt`
+ * is the context / hotwords of the prompt. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "choir/alloc.h"
+#include "choir/log.h"
+#include "choir/model.h"
+#include "choir/tokenizer.h"
+#include "choir/vibevoice.h"
+
+typedef struct vv_weights {
+    choir_vibevoice *m;
+    choir_tokenizer *tok;
+} vv_weights;
+
+static int vv_probe(const char *dir, const struct cJSON *config) {
+    (void)dir;
+    if (!config) return 0;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(config, "model_type");
+    const char *t = cJSON_IsString(type) && type->valuestring ? type->valuestring : "";
+    if (strcmp(t, "vibevoice_asr") == 0 || cJSON_GetObjectItemCaseSensitive(config, "acoustic_tokenizer_encoder_config"))
+        return 100;
+    /* The original layout shares model_type "vibevoice" with the TTS models;
+     * the ASR one has no diffusion head. */
+    if (cJSON_GetObjectItemCaseSensitive(config, "acoustic_tokenizer_config") &&
+        cJSON_GetObjectItemCaseSensitive(config, "decoder_config") &&
+        !cJSON_GetObjectItemCaseSensitive(config, "diffusion_head_config"))
+        return 95;
+    return 0;
+}
+
+static void vv_model_free(void *weights) {
+    vv_weights *w = weights;
+    if (!w) return;
+    choir_tokenizer_free(w->tok);
+    choir_vibevoice_free(w->m);
+    choir_free(w);
+}
+
+static void *vv_model_load(const char *dir, const choir_model_options *opt, choir_err *err) {
+    (void)opt; /* quantized language models come as stored (mlx-community, choir convert) */
+    vv_weights *w = choir_calloc(CHOIR_MEM_WEIGHTS, 1, sizeof *w);
+    if (!w) {
+        choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory");
+        return NULL;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    if (!(w->m = choir_vibevoice_load(dir, err))) goto fail;
+    if (!(w->tok = choir_tokenizer_load(path, err))) {
+        choir_err_prefix(err, "vibevoice needs Qwen2.5's tokenizer.json in the model folder: ");
+        goto fail;
+    }
+    return w;
+fail:
+    vv_model_free(w);
+    return NULL;
+}
+
+static int64_t vv_resident_bytes(const void *weights) {
+    const vv_weights *w = weights;
+    return (int64_t)choir_vibevoice_weight_bytes(w->m);
+}
+
+static int rate_of(const choir_request *r) {
+    return r->in.stt.sample_rate > 0 ? r->in.stt.sample_rate : 16000;
+}
+
+/* Batching length: samples at 24 kHz. */
+static int64_t vv_length(const void *weights, const choir_request *r) {
+    (void)weights;
+    return (int64_t)((double)r->in.stt.n_samples * CHOIR_VIBEVOICE_SAMPLE_RATE / rate_of(r));
+}
+
+static void request_opts(const choir_request *r, choir_vibevoice_opts *o) {
+    choir_vibevoice_default_opts(o);
+    /* req->extra, when set, is a choir_vibevoice_opts (max_new_tokens, guard). */
+    if (r->extra) *o = *(const choir_vibevoice_opts *)r->extra;
+    if (r->in.stt.prompt && r->in.stt.prompt[0]) o->context = r->in.stt.prompt;
+}
+
+/* The request's whole state (encoder activations, latents, the prefill
+ * buffers and the KV cache for prompt + max_new_tokens), plus its audio
+ * buffers. Without loaded weights, the 7B model's sizes. */
+static int64_t vv_estimate(const void *weights, const choir_request *r) {
+    const vv_weights *w = weights;
+    choir_vibevoice_dims d;
+    if (w) d = *choir_vibevoice_get_dims(w->m);
+    else choir_vibevoice_dims_named("7b", &d, NULL);
+    choir_vibevoice_opts o;
+    request_opts(r, &o);
+    return choir_vibevoice_transcribe_bytes(&d, r->in.stt.n_samples, rate_of(r), &o) + (1 << 20);
+}
+
+typedef struct vv_emit_ctx {
+    choir_request *req;
+} vv_emit_ctx;
+
+static int vv_on_text(void *user, const char *text, size_t len) {
+    vv_emit_ctx *c = user;
+    if (c->req->stream && len) {
+        choir_output out = {.final = 0, .text = text};
+        if (choir_request_emit(c->req, &out)) return 1;
+    }
+    return choir_request_cancelled(c->req);
+}
+
+static int vv_deliver(choir_request *r, const choir_vibevoice_result *res) {
+    choir_segment *segs = choir_calloc(CHOIR_MEM_IO, (size_t)res->n_segments + 1, sizeof *segs);
+    if (!segs) return CHOIR_ENOMEM;
+    for (int i = 0; i < res->n_segments; i++) {
+        const choir_vibevoice_segment *s = &res->segments[i];
+        segs[i] = (choir_segment){.start_s = s->start, .end_s = s->end, .text = s->text,
+                                  .has_speaker = s->speaker >= 0, .speaker = s->speaker};
+    }
+    choir_output out = {.final = 1, .text = res->text, .segments = segs, .n_segments = res->n_segments};
+    r->audio_seconds = res->duration;
+    choir_request_emit(r, &out);
+    choir_free(segs);
+    return 0;
+}
+
+static int vv_run_batch(void *weights, choir_request *const *reqs, int n, choir_arena *arena, choir_err *err) {
+    vv_weights *w = weights;
+    for (int i = 0; i < n; i++) {
+        choir_request *r = reqs[i];
+        if (r->task != CHOIR_TASK_STT) {
+            choir_request_fail(r, CHOIR_EINVAL, "vibevoice serves speech-to-text only");
+            continue;
+        }
+        if (choir_request_cancelled(r)) continue;
+        choir_vibevoice_opts o;
+        request_opts(r, &o);
+        vv_emit_ctx ec = {r};
+        o.on_text = vv_on_text;
+        o.user = &ec;
+        int rate = rate_of(r);
+        size_t mark = arena ? choir_arena_mark(arena) : 0;
+        int64_t bytes = choir_vibevoice_transcribe_bytes(choir_vibevoice_get_dims(w->m), r->in.stt.n_samples, rate, &o);
+        void *mem = arena ? choir_arena_alloc(arena, (size_t)bytes) : NULL;
+        if (arena && !mem)
+            return choir_err_set(err, CHOIR_ENOMEM, "vibevoice: the batch arena lacks %.1f MB for this request",
+                                 bytes / 1e6);
+        choir_vibevoice_result res;
+        choir_err e = {0};
+        int rc = choir_vibevoice_transcribe(w->m, w->tok, r->in.stt.samples, r->in.stt.n_samples, rate, &o, mem,
+                                            &res, &e);
+        if (arena) choir_arena_release(arena, mark);
+        if (rc == CHOIR_ENOMEM) return choir_err_set(err, rc, "%s", e.msg);
+        if (rc) {
+            choir_request_fail(r, rc, "%s", e.msg);
+            continue;
+        }
+        if (res.stop == CHOIR_VIBEVOICE_STOP_CANCELLED) {
+            choir_vibevoice_result_clear(&res);
+            continue;
+        }
+        if (res.malformed) {
+            choir_request_fail(r, CHOIR_EINTERNAL, "vibevoice: the model's output is not a JSON transcript "
+                               "(%d tokens%s): %.200s", res.n_generated,
+                               res.stop == CHOIR_VIBEVOICE_STOP_LOOP ? ", stopped in a repetition loop" : "",
+                               res.text ? res.text : "");
+        } else {
+            if (res.stop == CHOIR_VIBEVOICE_STOP_LOOP)
+                CHOIR_LOGW("vibevoice: a repetition loop (period %d tokens) stopped the decode after %d tokens; "
+                           "the transcript ends there", res.loop_period, res.n_generated);
+            if (vv_deliver(r, &res)) rc = CHOIR_ENOMEM;
+        }
+        choir_vibevoice_result_clear(&res);
+        if (rc) return choir_err_set(err, rc, "vibevoice: out of memory");
+    }
+    return 0;
+}
+
+const choir_model_ops choir_model_vibevoice = {
+    .kind = "vibevoice",
+    .tasks = CHOIR_TASK_BIT(CHOIR_TASK_STT),
+    .max_batch = 1,
+    .input_rate = CHOIR_VIBEVOICE_SAMPLE_RATE,
+    .probe = vv_probe,
+    .load = vv_model_load,
+    .free = vv_model_free,
+    .resident_bytes = vv_resident_bytes,
+    .length = vv_length,
+    .estimate = vv_estimate,
+    .run_batch = vv_run_batch,
+};

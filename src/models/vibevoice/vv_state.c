@@ -1,0 +1,157 @@
+/* Working memory of one VibeVoice request: every buffer the encoders and the
+ * language model use, planned from the dimensions and carved out of one
+ * block, so the forward passes never allocate. */
+#include <string.h>
+
+#include "choir/alloc.h"
+#include "models/vibevoice/vv_state.h"
+
+void vv_kernels_default(const choir_vibevoice_enc_dims *d, vv_kernels *k) {
+    memset(k, 0, sizeof *k);
+    k->down[0] = 7;
+    for (int s = 1; s < d->n_stages; s++) k->down[s] = 2 * d->ratios[s - 1];
+    k->mixer = 7;
+    k->head = 7;
+}
+
+void vv_kernels_of(const vv_encoder *e, vv_kernels *k) {
+    memset(k, 0, sizeof *k);
+    for (int s = 0; s < e->d.n_stages; s++) {
+        k->down[s] = e->down[s].kernel;
+        for (int b = 0; b < e->d.depths[s]; b++)
+            if (e->blocks[s][b].dw_kernel > k->mixer) k->mixer = e->blocks[s][b].dw_kernel;
+    }
+    if (k->mixer == 0) k->mixer = 1;
+    k->head = e->head.kernel;
+}
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Floats of each encoder buffer for passes of `piece` samples. */
+static void enc_sizes(const choir_vibevoice_enc_dims *d, const vv_kernels *k, int64_t piece, vv_enc_sizes *z) {
+    int64_t T = piece, cin = 1, cache = 0;
+    for (int s = 0; s < d->n_stages; s++) {
+        int stride = s ? d->ratios[s - 1] : 1;
+        int64_t C = (int64_t)d->n_filters << s, Tout = T / stride;
+        /* The input with its left context, plus the slack of a last, partial tap block. */
+        z->in = max64(z->in, (k->down[s] + stride + T) * cin);
+        z->x = max64(z->x, Tout * C);
+        z->tmp = max64(z->tmp, Tout * C);
+        z->norm = max64(z->norm, (k->mixer - 1 + Tout) * C);
+        int64_t F = C * d->ffn_mult, tile = vv_ffn_tile(C, d->ffn_mult);
+        if (tile > Tout) tile = Tout;
+        z->tile = max64(z->tile, tile * (2 * C + F));
+        cache += (int64_t)(k->down[s] - stride) * cin + (int64_t)d->depths[s] * (k->mixer - 1) * C;
+        T = Tout;
+        cin = C;
+    }
+    z->in = max64(z->in, (k->head + 1 + T) * cin);
+    z->tmp = max64(z->tmp, T * d->vae_dim);
+    cache += (int64_t)(k->head - 1) * cin;
+    z->cache = max64(z->cache, cache);
+}
+
+/* Lays out the whole block: sizes in floats, offsets when `s` is given. */
+static int64_t layout(const choir_vibevoice_dims *dims, const vv_kernels k[2], const choir_vibevoice_plan *p,
+                      choir_vibevoice_state *s) {
+    int64_t piece = p->enc_piece > 0 ? p->enc_piece : (int64_t)VV_DEFAULT_PIECE_HOPS * dims->hop;
+    piece -= piece % dims->hop;
+    if (piece <= 0) piece = dims->hop;
+    if (p->max_samples > 0 && piece > p->max_samples) piece = p->max_samples + (dims->hop - p->max_samples % dims->hop) % dims->hop;
+    vv_enc_sizes z = {0};
+    enc_sizes(&dims->acoustic, &k[0], piece, &z);
+    enc_sizes(&dims->semantic, &k[1], piece, &z);
+    int64_t frames = p->max_samples > 0 ? (p->max_samples + dims->hop - 1) / dims->hop : 0;
+    const choir_vibevoice_lm_dims *L = &dims->lm;
+    int64_t Pc = p->prefill_chunk > 0 ? p->prefill_chunk : VV_DEFAULT_PREFILL;
+    int64_t ctx = p->max_context > 0 ? p->max_context : 1;
+    int64_t qd = (int64_t)L->n_heads * L->head_dim, kvd = (int64_t)L->n_kv_heads * L->head_dim;
+    struct {
+        float **dst;
+        int64_t n;
+    } parts[] = {
+        {s ? &s->e_in : NULL, z.in}, {s ? &s->e_x : NULL, z.x}, {s ? &s->e_tmp : NULL, z.tmp},
+        {s ? &s->e_norm : NULL, z.norm}, {s ? &s->e_tile : NULL, z.tile}, {s ? &s->e_cache : NULL, z.cache},
+        {s ? &s->lat[0] : NULL, frames * dims->acoustic.vae_dim},
+        {s ? &s->lat[1] : NULL, frames * dims->semantic.vae_dim},
+        {s ? &s->x : NULL, Pc * L->hidden}, {s ? &s->xn : NULL, Pc * L->hidden},
+        {s ? &s->tmp : NULL, Pc * L->hidden}, {s ? &s->ca : NULL, Pc * L->hidden},
+        {s ? &s->cb : NULL, Pc * L->hidden}, {s ? &s->q : NULL, Pc * qd}, {s ? &s->att : NULL, Pc * qd},
+        {s ? &s->gate : NULL, Pc * L->intermediate}, {s ? &s->up : NULL, Pc * L->intermediate},
+        {s ? &s->logits : NULL, L->vocab},
+        {s ? &s->k_cache : NULL, (int64_t)L->n_layers * ctx * kvd},
+        {s ? &s->v_cache : NULL, (int64_t)L->n_layers * ctx * kvd},
+    };
+    int64_t off = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        if (s) *parts[i].dst = (float *)((char *)s->block + off);
+        /* Each buffer starts on a 64-byte line. */
+        off += (parts[i].n * (int64_t)sizeof(float) + 63) & ~(int64_t)63;
+    }
+    if (s) {
+        s->piece = piece;
+        s->max_frames = frames;
+        s->prefill_chunk = (int)Pc;
+        s->ctx = (int)ctx;
+        s->sizes = z;
+    }
+    return off;
+}
+
+int64_t choir_vibevoice_plan_bytes(const choir_vibevoice_dims *dims, const choir_vibevoice_plan *plan) {
+    vv_kernels k[2];
+    vv_kernels_default(&dims->acoustic, &k[0]);
+    vv_kernels_default(&dims->semantic, &k[1]);
+    return layout(dims, k, plan, NULL) + 64;
+}
+
+choir_vibevoice_state *choir_vibevoice_state_create(const choir_vibevoice *m, const choir_vibevoice_plan *plan,
+                                                    void *mem, choir_err *err) {
+    vv_kernels k[2];
+    vv_kernels_of(&m->enc[0], &k[0]);
+    vv_kernels_of(&m->enc[1], &k[1]);
+    if (plan->max_context > m->dims.lm.max_positions || plan->max_context < 0 || plan->max_samples < 0)
+        return choir_err_set(err, CHOIR_EINVAL, "vibevoice: a context of %d tokens (the model has %d positions)",
+                             plan->max_context, m->dims.lm.max_positions), NULL;
+    int64_t need = layout(&m->dims, k, plan, NULL);
+    if (mem) {
+        vv_kernels d[2];
+        vv_kernels_default(&m->dims.acoustic, &d[0]);
+        vv_kernels_default(&m->dims.semantic, &d[1]);
+        if (layout(&m->dims, d, plan, NULL) < need || ((uintptr_t)mem & 63))
+            return choir_err_set(err, CHOIR_EINVAL, "vibevoice: this checkpoint's kernels need %lld bytes of "
+                                 "state, more than planned", (long long)need), NULL;
+    }
+    choir_vibevoice_state *s = choir_calloc(CHOIR_MEM_ACTIVATIONS, 1, sizeof *s);
+    if (!s) return choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory"), NULL;
+    s->m = m;
+    s->plan = *plan;
+    s->block = mem;
+    if (!mem) {
+        s->block = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)need);
+        s->owns = 1;
+        if (!s->block) {
+            choir_free(s);
+            choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory for %.1f MB of state", need / 1e6);
+            return NULL;
+        }
+    }
+    layout(&m->dims, k, plan, s);
+    s->kernels[0] = k[0];
+    s->kernels[1] = k[1];
+    return s;
+}
+
+void choir_vibevoice_state_free(choir_vibevoice_state *s) {
+    if (!s) return;
+    if (s->owns) choir_free(s->block);
+    choir_free(s);
+}
+
+void choir_vibevoice_reset(choir_vibevoice_state *s) {
+    s->n_past = 0;
+    s->audio_used = 0;
+}
+
+int choir_vibevoice_seq_len(const choir_vibevoice_state *s) { return s->n_past; }
+float *choir_vibevoice_logits(choir_vibevoice_state *s) { return s->logits; }

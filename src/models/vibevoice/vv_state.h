@@ -1,0 +1,57 @@
+/* The per-request state of VibeVoice-ASR (vv_state.c): the planned buffers
+ * of the encoders and the language model, the convolution caches, the
+ * latents and the KV cache. */
+#ifndef CHOIR_VV_STATE_H
+#define CHOIR_VV_STATE_H
+
+#include "models/vibevoice/vv_internal.h"
+
+/* Kernel sizes of one encoder's convolutions (planning needs them). */
+typedef struct vv_kernels {
+    int down[CHOIR_VIBEVOICE_MAX_STAGES]; /* down[0]: the stem */
+    int mixer, head;
+} vv_kernels;
+
+/* The published kernels: 7 for stem, mixers and head, 2 x ratio downsampling. */
+void vv_kernels_default(const choir_vibevoice_enc_dims *d, vv_kernels *k);
+void vv_kernels_of(const vv_encoder *e, vv_kernels *k);
+
+/* Floats of each encoder buffer (the larger encoder's). */
+typedef struct vv_enc_sizes {
+    int64_t in, x, tmp, norm, tile, cache;
+} vv_enc_sizes;
+
+struct choir_vibevoice_state {
+    const choir_vibevoice *m;
+    choir_vibevoice_plan plan;
+    void *block;
+    int owns;
+    vv_kernels kernels[2];
+    vv_enc_sizes sizes;
+    /* encoders */
+    int64_t piece;          /* samples per encoder pass (a multiple of the hop) */
+    float *e_in;            /* a convolution's input with its left context [rows][cin] */
+    float *e_x;             /* the stage activation [T][C] */
+    float *e_tmp;           /* tap-block sums, mixer output [T][C] */
+    float *e_norm;          /* the mixer's input with its context [(k - 1) + T][C] */
+    float *e_tile;          /* FFN tile: normed [tile][C], hidden [tile][F], out [tile][C] */
+    float *e_cache;         /* every convolution's left context, one encoder at a time */
+    float *lat[2];          /* latents [max_frames][vae] of both encoders */
+    int64_t max_frames, n_frames;
+    /* language model */
+    int prefill_chunk, ctx;
+    float *x, *xn, *tmp;    /* [chunk][H] residual stream, normed, projection out */
+    float *ca, *cb;         /* [chunk][H] connector outputs */
+    float *q, *att;         /* [chunk][heads D] */
+    float *gate, *up;       /* [chunk][I] */
+    float *logits;          /* [vocab] */
+    float *k_cache, *v_cache; /* [layers][ctx][kv heads D] */
+    int n_past;             /* tokens in the cache */
+    int64_t audio_used;     /* latent frames consumed by prefill so far */
+};
+
+/* out[n][H] = acoustic + semantic connector over latent frames f0 .. f0 + n - 1
+ * (n at most the prefill chunk; uses s->tmp and s->cb). */
+void vv_connect_rows(const choir_vibevoice *m, choir_vibevoice_state *s, int64_t f0, int64_t n, float *out);
+
+#endif
