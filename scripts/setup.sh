@@ -9,7 +9,7 @@ PACKAGES=(
   libcjson-dev             # config and API JSON
   libopenblas-dev          # large f32 matrix products
   libfftw3-dev             # FFT for mel / STFT
-  libsndfile1-dev libmpg123-dev libsoxr-dev        # audio decode, resample
+  libsndfile1-dev libvorbis-dev libmpg123-dev libsoxr-dev  # audio decode, resample
   libmp3lame-dev libopus-dev libogg-dev libopusenc-dev  # audio encode
   libespeak-ng-dev espeak-ng-data                   # phonemizer
   libmicrohttpd-dev libcurl4-openssl-dev           # HTTP server, `choir pull`

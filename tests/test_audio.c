@@ -121,13 +121,13 @@ static void test_mono_and_resample(void **state) {
     const char *path = write_with_sndfile("st.wav", SF_FORMAT_WAV | SF_FORMAT_FLOAT, rate, 2, x, frames);
     choir_audio a;
     choir_err err;
-    choir_decode_opts mono = {0, 1, 0};
+    choir_decode_opts mono = {.target_rate = 0, .mono = 1, .max_frames = 0};
     assert_int_equal(choir_audio_decode_file(path, &mono, &a, &err), 0);
     assert_int_equal(a.channels, 1);
     for (int64_t i = 0; i < frames; i++) assert_true(fabsf(a.samples[i] - 0.5f * (x[2 * i] + x[2 * i + 1])) < 1e-7f);
     choir_audio_clear(&a);
 
-    choir_decode_opts to16k = {16000, 1, 0};
+    choir_decode_opts to16k = {.target_rate = 16000, .mono = 1, .max_frames = 0};
     assert_int_equal(choir_audio_decode_file(path, &to16k, &a, &err), 0);
     assert_int_equal(a.rate, 16000);
     assert_int_equal(a.frames, 16000);
@@ -146,7 +146,7 @@ static void test_mono_and_resample(void **state) {
     free(x);
 
     /* Up-sampling: 16 kHz speech to 48 kHz (STS) keeps its duration exactly. */
-    choir_decode_opts to48k = {48000, 0, 0};
+    choir_decode_opts to48k = {.target_rate = 48000, .mono = 0, .max_frames = 0};
     assert_int_equal(choir_audio_decode_file(tu_fixture("audio/hello16k.wav"), &to48k, &a, &err), 0);
     assert_int_equal(a.rate, 48000);
     assert_int_equal(a.frames, 3 * 53310);
@@ -244,7 +244,7 @@ static void test_errors(void **state) {
 
     /* The cap: 53310 frames at 16 kHz fit in 60000, not in 50000, and at
      * 8 kHz (26655 frames) they fit in 30000. */
-    choir_decode_opts cap = {0, 1, 60000};
+    choir_decode_opts cap = {.target_rate = 0, .mono = 1, .max_frames = 60000};
     assert_int_equal(choir_audio_decode_memory(raw, len, &cap, &a, &err), 0);
     choir_audio_clear(&a);
     cap.max_frames = 50000;
@@ -260,7 +260,7 @@ static void test_errors(void **state) {
 
     /* Every allocation failure is reported and leaks nothing. */
     int64_t before = choir_mem_current(CHOIR_MEM_COUNT);
-    choir_decode_opts to8k = {8000, 1, 0};
+    choir_decode_opts to8k = {.target_rate = 8000, .mono = 1, .max_frames = 0};
     int failures = 0;
     for (int64_t i = 1; i < 200; i++) {
         choir_alloc_fail_after(i);

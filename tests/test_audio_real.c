@@ -11,7 +11,7 @@
 static choir_audio load16k(const char *rel) {
     choir_audio a;
     choir_err err;
-    choir_decode_opts opts = {16000, 1, 0};
+    choir_decode_opts opts = {.target_rate = 16000, .mono = 1, .max_frames = 0};
     int rc = choir_audio_decode_file(tu_fixture(rel), &opts, &a, &err);
     if (rc) print_message("%s: %s\n", rel, err.msg);
     assert_int_equal(rc, 0);
@@ -98,7 +98,7 @@ static void test_damaged_files(void **state) {
             }
             choir_audio a;
             choir_err err;
-            choir_decode_opts opts = {16000, 1, 0};
+            choir_decode_opts opts = {.target_rate = 16000, .mono = 1, .max_frames = 0};
             int rc = choir_audio_decode_memory(bad, use, &opts, &a, &err);
             if (rc) {
                 assert_true(rc == CHOIR_EFORMAT || rc == CHOIR_EUNSUPPORTED);

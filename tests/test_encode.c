@@ -184,7 +184,7 @@ static void check_lossy(choir_audio_format f, int rate, double min_snr) {
     assert_memory_equal(streamed.data, one.data, one.len);
     choir_audio a;
     choir_err err;
-    choir_decode_opts opts = {rate, 1, 0};
+    choir_decode_opts opts = {.target_rate = rate, .mono = 1, .max_frames = 0};
     int rc = choir_audio_decode_memory(one.data, one.len, &opts, &a, &err);
     if (rc) print_message("%s\n", err.msg);
     assert_int_equal(rc, 0);

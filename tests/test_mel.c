@@ -88,7 +88,7 @@ static void check_fixture_mel(const char *model, const char *key, const char *wa
 
     snprintf(path, sizeof path, "audio/%s", wav);
     choir_audio a;
-    choir_decode_opts opts = {CHOIR_WHISPER_SAMPLE_RATE, 1, 0};
+    choir_decode_opts opts = {.target_rate = CHOIR_WHISPER_SAMPLE_RATE, .mono = 1, .max_frames = 0};
     assert_int_equal(choir_audio_decode_file(tu_fixture(path), &opts, &a, &err), 0);
     float *mel = malloc((size_t)n_mels * CHOIR_WHISPER_N_FRAMES * sizeof(float));
     assert_int_equal(choir_whisper_log_mel(a.samples, a.frames, n_mels, mel, CHOIR_WHISPER_N_FRAMES, &err), 0);
@@ -123,7 +123,7 @@ static void test_full_matches_window(void **state) {
     (void)state;
     choir_err err;
     choir_audio a;
-    choir_decode_opts opts = {CHOIR_WHISPER_SAMPLE_RATE, 1, 0};
+    choir_decode_opts opts = {.target_rate = CHOIR_WHISPER_SAMPLE_RATE, .mono = 1, .max_frames = 0};
     assert_int_equal(choir_audio_decode_file(tu_fixture("audio/fox16k.wav"), &opts, &a, &err), 0);
     const int n_mels = 80;
     float *one = malloc((size_t)n_mels * CHOIR_WHISPER_N_FRAMES * sizeof(float));

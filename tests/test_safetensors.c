@@ -265,6 +265,11 @@ static void test_bad_headers(void **state) {
     expect_bad(h, 16, CHOIR_EFORMAT, "appears twice");
     snprintf(h, sizeof h, "{\"__metadata__\":{\"k\":1},\"a\":{%s,\"data_offsets\":[0,8]}}", ok);
     expect_bad(h, 8, CHOIR_EFORMAT, "__metadata__");
+    /* a second __metadata__ used to replace the first one's copies, which
+     * leaked (ASan's leak check fails this test then) */
+    snprintf(h, sizeof h, "{\"__metadata__\":{\"k\":\"v\"},\"a\":{%s,\"data_offsets\":[0,8]},"
+                          "\"__metadata__\":{\"format\":\"pt\"}}", ok);
+    expect_bad(h, 8, CHOIR_EFORMAT, "__metadata__ appears twice");
 
     /* Lengths that do not fit the file. */
     choir_err err = {0};

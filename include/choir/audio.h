@@ -1,8 +1,8 @@
 /* choir/audio.h: decoding audio files and buffers, and resampling.
  *
- * Decoding goes through libsndfile, which reads WAV (PCM 8/16/24/32-bit and
- * float), FLAC, Ogg/Vorbis, Ogg/Opus and MP3, from a file or from memory (an
- * upload). Samples come out as float in [-1, 1], interleaved, optionally mixed
+ * Decoding reads WAV (PCM 8/16/24/32-bit and float), FLAC, Ogg/Opus and MP3
+ * through libsndfile and Ogg/Vorbis through libvorbisfile, from a file or from
+ * memory (an upload). Input sample rates must be 1000 to 768000 Hz. Samples come out as float in [-1, 1], interleaved, optionally mixed
  * down to mono and resampled (libsoxr, high quality) to the caller's rate.
  *
  * Sample rates are in Hz, lengths in frames (one frame = one sample per
@@ -36,7 +36,20 @@ typedef struct choir_decode_opts {
     int target_rate;    /* Hz; 0 keeps the file's rate */
     int mono;           /* non-zero: mix all channels down to one (their mean) */
     int64_t max_frames; /* cap on the decoded length, counted at the output rate; 0 = none.
-                           Longer input fails with CHOIR_ETOOBIG before it is all read. */
+                           Longer input fails with CHOIR_ETOOBIG before it is all read
+                           (before any of it is decoded when the header states the length). */
+    /* Optional allocator of the output buffer, in place of choir_alloc(CHOIR_MEM_IO,
+     * bytes), so that a caller can admit decoded audio against a memory budget
+     * before it exists. It is called once with the exact size when the header
+     * states the length, and for each growth otherwise (the previous block is
+     * still held then; the decoder copies and frees it with choir_free). It
+     * returns a choir_alloc'd block, or NULL with err set, which stops the decode
+     * with err's code (CHOIR_EBUSY: not now; CHOIR_ETOOBIG: never). */
+    void *(*alloc)(void *user, size_t bytes, choir_err *err);
+    void *alloc_user;
+    /* Optional: decoding stops with CHOIR_ECANCELED soon after *cancel becomes
+     * non-zero (read atomically, once per block). */
+    const int *cancel;
 } choir_decode_opts;
 
 /* Decodes the file at `path` into `out` (which the caller later releases with

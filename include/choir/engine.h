@@ -82,8 +82,9 @@ typedef struct choir_engine_params {
     int workers;               /* batches run concurrently (0 = 1) */
     double unload_idle_s;      /* unload a model idle this long (0 = only when room is
                                   needed or when degraded) */
-    double max_audio_seconds;  /* refuse longer audio inputs (0 = no limit; the
-                                  realtime-stt profile sets 300) */
+    double max_audio_seconds;  /* refuse longer audio inputs, seconds (0 = the default:
+                                  4 hours, 300 s for the realtime-stt profile); per model
+                                  with choir_engine_set_model_max_audio */
     choir_model_options model_options; /* zero = profile's defaults (its `device` is
                                           ignored: the engine places each replica) */
 
@@ -145,6 +146,24 @@ int choir_engine_add_model(choir_engine *e, const char *id, const char *dir, con
  * its requests waits (at once when it is idle); the model stays registered and
  * a later request loads it again. Returns 0, or CHOIR_ENOTFOUND. */
 int choir_engine_unload_model(choir_engine *e, const char *id, choir_err *err);
+
+/* Allocates `bytes` of CHOIR_MEM_IO memory for a request's input (an upload
+ * body, decoded audio) when they fit the host memory budget now, beside the
+ * loaded weights, the running batches' reservations and every other counted
+ * byte; the check and the allocation are one step, so concurrent callers
+ * never share the same free bytes. Returns the block (free it with
+ * choir_free), or NULL and err: CHOIR_ETOOBIG when bytes exceed the whole
+ * budget, CHOIR_EBUSY when they do not fit now (a retry after
+ * choir_engine_retry_after may), CHOIR_ENOMEM. Counted on /metrics as
+ * choir_input_refused_total. */
+void *choir_engine_alloc_input(choir_engine *e, size_t bytes, choir_err *err);
+
+/* Sets the longest audio input (seconds, > 0) model `id` takes, in place of
+ * the engine's max_audio_seconds. Returns 0, CHOIR_EINVAL or CHOIR_ENOTFOUND. */
+int choir_engine_set_model_max_audio(choir_engine *e, const char *id, double seconds, choir_err *err);
+/* The longest audio input model `id` takes, seconds (the engine's limit for
+ * an unknown id; INFINITY when there is none). */
+double choir_engine_model_max_audio(choir_engine *e, const char *id);
 
 /* What a caller submits. The request's input pointers are borrowed until the
  * ticket is finished. */

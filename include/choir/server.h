@@ -34,7 +34,18 @@ typedef struct choir_server_params {
                                  but /health when not NULL/empty; copied */
     int64_t max_upload_bytes; /* larger request bodies get 413 (default 25 MiB) */
     int max_input_chars;      /* TTS input limit in characters (default 4096) */
-    int max_connections;      /* concurrent connections (default 256) */
+    int max_connections;      /* concurrent connections in all (default 1024) */
+    int max_client_connections; /* concurrent connections from one IP address (default 64;
+                                   -1: no limit, e.g. behind a proxy that sends all traffic) */
+    double header_timeout_s;  /* a request header must be complete this long after the
+                                 connection opened or the previous response ended (default 20) */
+    double keepalive_timeout_s; /* more time an idle keep-alive connection gets for its next
+                                   request (default 60) */
+    double body_timeout_s;    /* grace before the body rate floor applies (default 20) */
+    double body_min_rate;     /* bytes/s a body must arrive at after the grace (default 500;
+                                 -1: none) */
+    double idle_timeout_s;    /* a connection with no traffic at all, e.g. a client that stops
+                                 reading its response, is closed after this (default 120) */
     double request_timeout_s; /* engine deadline per request (default 300) */
     int ui;                   /* serve the web page at / and /ui/ (default 1) */
 } choir_server_params;
@@ -72,11 +83,18 @@ int choir_server_port(const choir_server *s);
 void choir_server_set_ready(choir_server *s, int ready);
 
 /* Graceful stop: stops accepting connections, refuses new requests with 503,
- * lets in-flight ones finish for up to `deadline_s` seconds, then shuts the
+ * lets in-flight ones finish until shortly before `deadline_s` seconds have
+ * passed (the last quarter, at most 1 s, is kept for cutting), then shuts the
  * engine down (failing what is left, which ends their responses) and closes
- * every connection. Returns 0, or CHOIR_ETIMEDOUT when some work was cut
- * short. Safe to call twice. */
+ * every connection. Returns 0, or CHOIR_ETIMEDOUT when some requests were
+ * cut short (see choir_server_requests_cut). Returns once the engine's
+ * running batches have stopped, which a model may delay by one step. Safe
+ * to call twice. */
 int choir_server_shutdown(choir_server *s, double deadline_s);
+
+/* The number of requests the shutdown cut short (0 before it, or when all
+ * finished in time). */
+int choir_server_requests_cut(const choir_server *s);
 
 /* Shuts down (deadline 0 when not done) and frees. NULL is a no-op. */
 void choir_server_free(choir_server *s);

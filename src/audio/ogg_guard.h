@@ -1,11 +1,11 @@
 /* Internal to src/audio: a structural check of an Ogg Vorbis stream's three
- * header packets, run before libsndfile sees the bytes.
+ * header packets, run before a decoder sees the bytes.
  *
- * libsndfile 1.2 leaks its vorbis_info (about 6 kB) whenever it fails to read
- * Vorbis headers, so a server fed truncated or damaged uploads would leak on
- * every request. Refusing such streams up front (missing header packets, a
- * page whose CRC does not match) keeps those bytes away from it. Headers that
- * are intact but semantically bad still reach libsndfile. */
+ * Streams whose header pages are missing, cut short or fail their CRC are
+ * refused here with a message that says so (libvorbisfile would report only
+ * "not Vorbis data"). Headers that are intact but semantically bad go on to
+ * libvorbisfile, which refuses them cleanly (libsndfile leaked ~6 kB on each;
+ * see vorbis_read.h). */
 #ifndef CHOIR_AUDIO_OGG_GUARD_H
 #define CHOIR_AUDIO_OGG_GUARD_H
 

@@ -2,11 +2,16 @@
  * models found in the --models directories. Runs until SIGTERM or SIGINT,
  * then stops gracefully: no new connections, in-flight work gets
  * --shutdown-deadline seconds, the rest is cancelled. */
+#include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "choir/engine.h"
 #include "choir/log.h"
@@ -40,7 +45,33 @@ static void serve_usage(FILE *f)
             "  --json                 print {\"url\",\"port\",\"models\",\"profile\"} on stdout once listening\n"
             "  --preload              load every model at start (/health is 503 until done)\n"
             "  --request-timeout S    engine deadline per request (default 300)\n"
+            "  --max-audio-s S        longest audio input, seconds (default 14400);\n"
+            "  --max-audio-s ID=S     the same for one model (repeatable)\n"
+            "  --max-connections N    client connections in all (default 1024)\n"
+            "  --max-client-connections N  from one IP address (default 64; -1: no limit,\n"
+            "                         for a proxy that sends all traffic)\n"
+            "  --header-timeout S     a request header must be complete within S (default 20)\n"
+            "  --keepalive-timeout S  more time for the next request on a kept-alive connection (default 60)\n"
+            "  --body-timeout S       grace before the body rate floor applies (default 20)\n"
+            "  --body-min-rate B      bytes/s a request body must then keep up (default 500; -1: none)\n"
+            "  --idle-timeout S       close a connection without any traffic for S (default 120)\n"
             "  --shutdown-deadline S  seconds in-flight work gets on SIGTERM (default 10)\n");
+}
+
+/* The field a connection deadline flag sets, or NULL. */
+static double *connection_time(choir_server_params *sp, const char *flag)
+{
+    if (strcmp(flag, "--header-timeout") == 0)
+        return &sp->header_timeout_s;
+    if (strcmp(flag, "--keepalive-timeout") == 0)
+        return &sp->keepalive_timeout_s;
+    if (strcmp(flag, "--body-timeout") == 0)
+        return &sp->body_timeout_s;
+    if (strcmp(flag, "--body-min-rate") == 0)
+        return &sp->body_min_rate;
+    if (strcmp(flag, "--idle-timeout") == 0)
+        return &sp->idle_timeout_s;
+    return NULL;
 }
 
 static int parse_int(const char *s, int lo, int hi, int *out)
@@ -53,6 +84,53 @@ static int parse_int(const char *s, int lo, int hi, int *out)
     return 0;
 }
 
+static void report_stop(int cut)
+{
+    if (cut > 0)
+        fprintf(stderr, "choir serve: %d request%s cut short at the deadline\n", cut, cut == 1 ? "" : "s");
+    else
+        fprintf(stderr, "choir serve: stopped cleanly\n");
+}
+
+/* The shutdown deadline is a promise to whoever sent the signal (a process
+ * manager that sends SIGKILL next): if stopping has not finished by then (a
+ * model step that does not look at its cancel flag for a while), the process
+ * leaves without waiting for it. */
+typedef struct stop_guard {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    double deadline_s;
+    choir_server *server;
+} stop_guard;
+
+static void *stop_guard_main(void *arg)
+{
+    stop_guard *g = arg;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double whole = floor(g->deadline_s);
+    ts.tv_sec += (time_t)whole;
+    ts.tv_nsec += (long)((g->deadline_s - whole) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&g->mu);
+    int late = 0;
+    while (!g->done && !late)
+        late = pthread_cond_timedwait(&g->cv, &g->mu, &ts) == ETIMEDOUT;
+    pthread_mutex_unlock(&g->mu);
+    if (late && !g->done) {
+        int cut = choir_server_requests_cut(g->server);
+        report_stop(cut > 0 ? cut : 1);
+        fprintf(stderr, "choir serve: running work did not stop by the deadline; exiting without it\n");
+        fflush(stderr);
+        _exit(0);
+    }
+    return NULL;
+}
+
 int choir_cmd_serve(int argc, char **argv)
 {
     const char *dirs[MAX_MODEL_DIRS];
@@ -62,7 +140,10 @@ int choir_cmd_serve(int argc, char **argv)
     const char *gpus = NULL, *gpu_fraction = NULL, *gpu_memory = NULL;
     long long budget = 0;
     int max_batch = 0, workers = 0, queue = 0, upload_mb = 25, preload = 0, json = 0;
-    double deadline = 10;
+    double deadline = 10, max_audio = 0;
+    char limit_ids[MAX_MODEL_DIRS][128];
+    double limit_secs[MAX_MODEL_DIRS];
+    int n_limits = 0;
     sp.api_key = getenv("CHOIR_API_KEY");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -89,6 +170,7 @@ int choir_cmd_serve(int argc, char **argv)
         }
         const char *v = argv[++i];
         int bad = 0;
+        double *secs_field;
         if (strcmp(a, "--models") == 0) {
             if (n_dirs == MAX_MODEL_DIRS)
                 bad = 1;
@@ -125,6 +207,31 @@ int choir_cmd_serve(int argc, char **argv)
             char *end;
             sp.request_timeout_s = strtod(v, &end);
             bad = end == v || *end || sp.request_timeout_s <= 0;
+        } else if (strcmp(a, "--max-audio-s") == 0) {
+            const char *eq = strrchr(v, '=');
+            char *end;
+            double secs = strtod(eq ? eq + 1 : v, &end);
+            bad = end == (eq ? eq + 1 : v) || *end || !(secs > 0) || (eq && eq == v);
+            if (!bad && !eq) {
+                max_audio = secs;
+            } else if (!bad) {
+                if (n_limits == MAX_MODEL_DIRS)
+                    bad = 1;
+                else {
+                    snprintf(limit_ids[n_limits], sizeof limit_ids[0], "%.*s", (int)(eq - v), v);
+                    limit_secs[n_limits++] = secs;
+                }
+            }
+        } else if (strcmp(a, "--max-connections") == 0) {
+            bad = parse_int(v, 1, 1 << 20, &sp.max_connections);
+        } else if (strcmp(a, "--max-client-connections") == 0) {
+            bad = parse_int(v, -1, 1 << 20, &sp.max_client_connections) || sp.max_client_connections == 0;
+        } else if ((secs_field = connection_time(&sp, a)) != NULL) {
+            char *end;
+            double x = strtod(v, &end);
+            /* only the rate floor can be turned off (-1) */
+            bad = end == v || *end || !(x > 0 || (x == -1 && secs_field == &sp.body_min_rate));
+            *secs_field = x;
         } else if (strcmp(a, "--shutdown-deadline") == 0) {
             char *end;
             deadline = strtod(v, &end);
@@ -151,6 +258,20 @@ int choir_cmd_serve(int argc, char **argv)
     }
     sp.max_upload_bytes = (int64_t)upload_mb << 20;
 
+    /* One descriptor per connection, a thread each: the soft limit (often
+     * 1024) would refuse connections long before --max-connections. */
+    struct rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+        rlim_t want = (rlim_t)sp.max_connections + 256;
+        if (nofile.rlim_cur < want) {
+            nofile.rlim_cur = nofile.rlim_max < want ? nofile.rlim_max : want;
+            setrlimit(RLIMIT_NOFILE, &nofile);
+        }
+        if (nofile.rlim_cur < want)
+            choir_log(CHOIR_LOG_WARN, "only %llu file descriptors: fewer connections than --max-connections %d",
+                      (unsigned long long)nofile.rlim_cur, sp.max_connections);
+    }
+
     /* Signals are taken synchronously by this thread: blocked here, before
      * any thread starts, so every engine and HTTP thread inherits the mask. */
     sigset_t stop_signals;
@@ -170,6 +291,8 @@ int choir_cmd_serve(int argc, char **argv)
         ep.workers = workers;
     if (queue)
         ep.queue_capacity = queue;
+    if (max_audio > 0)
+        ep.max_audio_seconds = max_audio;
     /* The GPU flags are checked here (values) and by choir_engine_create
      * (whether those GPUs exist, or CUDA at all). */
     const char *gpu_flags[][2] = {{"gpus", gpus}, {"gpu-memory-fraction", gpu_fraction}, {"gpu-memory", gpu_memory}};
@@ -196,6 +319,13 @@ int choir_cmd_serve(int argc, char **argv)
     }
     if (n_models == 0)
         choir_log(CHOIR_LOG_WARN, "no models found in the --models directories");
+    for (int i = 0; i < n_limits; i++) {
+        if (choir_engine_set_model_max_audio(engine, limit_ids[i], limit_secs[i], &err) < 0) {
+            fprintf(stderr, "choir serve: --max-audio-s %s=%g: %s\n", limit_ids[i], limit_secs[i], err.msg);
+            rc = 2;
+            goto done;
+        }
+    }
     if (choir_server_start(server, &err) < 0)
         goto fail;
     int port = choir_server_port(server);
@@ -227,13 +357,29 @@ int choir_cmd_serve(int argc, char **argv)
                 (double)devs[i].budget / (1 << 30), (double)devs[i].total_bytes / (1 << 30));
     int sig = 0;
     sigwait(&stop_signals, &sig);
+    /* Threads that libraries started before main (OpenBLAS's) do not block
+     * these signals, so a second one would take the default action there:
+     * SIGTERM is ignored from now on (the deadline bounds the stop anyway),
+     * a second SIGINT stops at once, as a second Ctrl-C does. */
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_DFL);
+    pthread_sigmask(SIG_UNBLOCK, &stop_signals, NULL);
     fprintf(stderr, "choir serve: %s: stopping (deadline %.1f s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
             deadline);
-    int st = choir_server_shutdown(server, deadline);
-    if (st < 0)
-        fprintf(stderr, "choir serve: some requests were cut short at the deadline\n");
-    else
-        fprintf(stderr, "choir serve: stopped cleanly\n");
+    pthread_t guard;
+    stop_guard g = {.deadline_s = deadline, .server = server};
+    pthread_mutex_init(&g.mu, NULL);
+    pthread_cond_init(&g.cv, NULL);
+    int guarded = pthread_create(&guard, NULL, stop_guard_main, &g) == 0;
+    choir_server_shutdown(server, deadline);
+    if (guarded) {
+        pthread_mutex_lock(&g.mu);
+        g.done = 1;
+        pthread_cond_signal(&g.cv);
+        pthread_mutex_unlock(&g.mu);
+        pthread_join(guard, NULL);
+    }
+    report_stop(choir_server_requests_cut(server));
     rc = 0;
     goto done;
 fail:

@@ -328,13 +328,6 @@ choir_ticket *choir_engine_submit(choir_engine *e, const choir_job *job, choir_r
     if (check_input(&job->req, err) < 0)
         return NULL;
     double secs = input_seconds(&job->req);
-    if (e->p.max_audio_seconds > 0 && secs > e->p.max_audio_seconds) {
-        if (reason)
-            *reason = CHOIR_REJECT_TOO_LARGE;
-        choir_err_set(err, CHOIR_ETOOBIG, "audio is %.1f s long; this profile takes at most %.0f s", secs,
-                      e->p.max_audio_seconds);
-        return NULL;
-    }
     choir_ticket *t = choir_calloc(CHOIR_MEM_IO, 1, sizeof *t);
     if (!t) {
         choir_err_set(err, CHOIR_ENOMEM, "submit: out of memory");
@@ -369,6 +362,10 @@ choir_ticket *choir_engine_submit(choir_engine *e, const choir_job *job, choir_r
         rc = choir_err_set(err, CHOIR_EINVAL, "model '%s' does not do %s", e->models[mi].id,
                            choir_task_name(job->req.task));
         why = CHOIR_REJECT_FAILED;
+    } else if (secs > engine_max_audio(e, mi)) {
+        rc = choir_err_set(err, CHOIR_ETOOBIG, "audio is %.1f s long; the model '%s' takes at most %.0f s", secs,
+                           e->models[mi].id, engine_max_audio(e, mi));
+        why = CHOIR_REJECT_TOO_LARGE;
     } else {
         const engine_model *m = &e->models[mi];
         const void *w = any_weights(m);
@@ -592,6 +589,13 @@ static void run_one_batch(choir_engine *e, sched_action *a)
         choir_request *r = reqs[i];
         int st = r->status;
         const char *msg = r->error;
+        int stop_why = __atomic_load_n(&tickets[i]->stop_why, __ATOMIC_ACQUIRE);
+        if ((!st || st == CHOIR_ECANCELED) && stop_why && !r->done) {
+            /* the engine stopped it, not its caller: say why */
+            st = stop_why == CHOIR_REJECT_DEADLINE ? CHOIR_ETIMEDOUT : CHOIR_ECANCELED;
+            msg = stop_why == CHOIR_REJECT_DEADLINE ? "the deadline passed while the request was running"
+                                                    : "the server shut down before the request finished";
+        }
         if (!st && choir_request_cancelled(r) && !r->done) {
             st = CHOIR_ECANCELED;
             msg = "cancelled";
@@ -604,7 +608,11 @@ static void run_one_batch(choir_engine *e, sched_action *a)
             st = CHOIR_EINTERNAL;
             msg = "the model finished without a final output";
         }
-        choir_reject_reason why = st == CHOIR_ECANCELED ? CHOIR_REJECT_CANCELLED : CHOIR_REJECT_FAILED;
+        choir_reject_reason why = stop_why && (st == CHOIR_ECANCELED || st == CHOIR_ETIMEDOUT) ? stop_why
+                                  : st == CHOIR_ECANCELED                                   ? CHOIR_REJECT_CANCELLED
+                                                                                            : CHOIR_REJECT_FAILED;
+        if (why == CHOIR_REJECT_DEADLINE || why == CHOIR_REJECT_SHUTDOWN)
+            choir_metrics_inc(e->m.reg, e->m.rejected[why], 1);
         ticket_finish(e, tickets[i], st, why, msg);
     }
 }
@@ -829,8 +837,10 @@ int choir_engine_shutdown(choir_engine *e, double deadline_s)
         ticket_finish(e, r->user, CHOIR_ECANCELED, CHOIR_REJECT_SHUTDOWN, "the engine shut down");
         pthread_mutex_lock(&e->lock);
     }
-    for (choir_ticket *t = e->live; t; t = t->next)
+    for (choir_ticket *t = e->live; t; t = t->next) {
+        __atomic_store_n(&t->stop_why, CHOIR_REJECT_SHUTDOWN, __ATOMIC_RELEASE);
         __atomic_store_n(&t->req.cancelled, 1, __ATOMIC_RELEASE);
+    }
     while (e->live && e->started_sched)
         pthread_cond_wait(&e->changed, &e->lock);
     e->stop = 1;

@@ -24,6 +24,7 @@ typedef struct engine_model {
     /* metric series */
     int m_requests, m_loads, m_unloads, m_loaded, m_replicas;
     int m_placement[SCHED_MAX_DEVICES];
+    double max_audio_s;  /* longest audio input (0: the engine's max_audio_seconds) */
 } engine_model;
 
 /* A device as the engine found it (the live figures are the scheduler's). */
@@ -53,13 +54,15 @@ struct choir_ticket {
     void *user;
     int model;
     int retried;
+    int stop_why;        /* the engine cancelled it while running: CHOIR_REJECT_DEADLINE or
+                            _SHUTDOWN (atomic; 0 = not the engine) */
     uint64_t submit_ns, dispatch_ns;
     struct choir_ticket *prev, *next; /* the engine's list of unfinished tickets */
 };
 
 typedef struct engine_metrics {
     choir_metrics *reg;
-    int submitted, completed, failed, batches;
+    int submitted, completed, failed, batches, input_refused;
     int rejected[CHOIR_REJECT_COUNT];
     int queue_wait, compute, first_output, total, batch_size;
     int audio_seconds, audio_rate;
@@ -97,6 +100,9 @@ struct choir_engine {
     choir_ticket *live; /* unfinished tickets */
     engine_metrics m;
 };
+
+/* The longest audio input model `mi` takes, seconds. Engine lock held. */
+double engine_max_audio(const choir_engine *e, int mi);
 
 int engine_metrics_init(choir_engine *e, choir_err *err);
 void engine_metrics_free(choir_engine *e);

@@ -29,6 +29,9 @@ int engine_metrics_init(choir_engine *e, choir_err *err)
         m->rejected[i] = choir_metrics_add(r, CHOIR_METRIC_COUNTER, "choir_requests_rejected_total", lab,
                                            "Requests refused or ended early, by reason");
     }
+    m->input_refused = choir_metrics_add(r, CHOIR_METRIC_COUNTER, "choir_input_refused_total", NULL,
+                                         "Upload bodies or decoded audio refused: they did not fit the memory "
+                                         "budget then");
     m->batches = choir_metrics_add(r, CHOIR_METRIC_COUNTER, "choir_batches_total", NULL, "Batches run");
     m->queue_wait = choir_metrics_add_histogram(r, "choir_queue_wait_seconds", NULL,
                                                 "Time from submission to the start of compute", NULL, 0);

@@ -229,6 +229,13 @@ static int fake_run_batch_locked(void *weights, choir_request *const *reqs, int 
     double total_s = w->p.fixed_ms / 1000.0 + w->p.per_unit_us * 1e-6 * (double)(longest * n);
     int pieces = w->p.pieces > 0 ? w->p.pieces : 4;
     for (int k = 0; k < pieces; k++) {
+        /* A real model stops working on a batch whose requests have all been
+         * cancelled (by their callers, a deadline or a shutdown): so does this one. */
+        int live = 0;
+        for (int i = 0; i < n; i++)
+            live += !reqs[i]->done && !reqs[i]->status && !choir_request_cancelled(reqs[i]);
+        if (!live)
+            break;
         sleep_s(total_s / pieces);
         int final = k == pieces - 1;
         for (int i = 0; i < n; i++) {

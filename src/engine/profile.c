@@ -71,7 +71,7 @@ choir_engine_params choir_engine_default_params(choir_profile profile)
         .queue_capacity = 256,
         .workers = 1,
         .unload_idle_s = 0,
-        .max_audio_seconds = 0,
+        .max_audio_seconds = 4 * 3600,
         .gpus = NULL,
         .gpu_memory_fraction = 0.90,
         .replica_after_s = 1.0,
@@ -154,7 +154,7 @@ const char *choir_engine_options_help(void)
            "  --high-water F        degrade above this fraction of the budget (0..1)\n"
            "  --p99-target-ms MS    degrade when total-latency p99 exceeds it\n"
            "  --q-bits N            quantize weights on load (2..8)\n"
-           "  --max-audio-s S       refuse longer audio inputs\n"
+           "  --max-audio-s S       refuse longer audio inputs (default 14400, 4 hours)\n"
            "  --gpus all|none|0,1   GPUs to place models on (default all; needs a CUDA build)\n"
            "  --gpu-memory-fraction F  each GPU's budget as a fraction of its memory (default 0.90)\n"
            "  --gpu-memory SIZE     each GPU's budget in bytes instead (e.g. 60G)\n";
@@ -207,7 +207,7 @@ int choir_engine_apply_option(choir_engine_params *p, const char *name, const ch
     case 7: bad = parse_num(value, 0.01, 1, &v); p->high_water = v; break;
     case 8: bad = parse_num(value, 0, 3.6e6, &v); p->p99_target_ms = v; break;
     case 9: bad = parse_num(value, 2, 8, &v); p->model_options.q_bits = (int)v; break;
-    case 10: bad = parse_num(value, 0, 1e6, &v); p->max_audio_seconds = v; break;
+    case 10: bad = parse_num(value, 1, 1e6, &v); p->max_audio_seconds = v; break;
     case 11:
         /* Checked against the devices by choir_engine_create. */
         if (!*value)

@@ -250,11 +250,17 @@ static int parse_file(choir_st *st, int fi, int want_meta, choir_err *err) {
         goto fail;
     }
     st->file_of = fo;
-    int nspans = 0;
+    int nspans = 0, seen_meta = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, root) {
         if (!e->string) continue;
         if (strcmp(e->string, "__metadata__") == 0) {
+            /* JSON allows a repeated key; which copy a reader keeps is up to
+             * it, so a file that says two things is refused. */
+            if (seen_meta++) {
+                rc = choir_err_set(err, CHOIR_EFORMAT, "%s: __metadata__ appears twice", path);
+                goto fail;
+            }
             if (want_meta && (rc = add_meta(st, e, path, err)) < 0) goto fail;
             continue;
         }

@@ -64,7 +64,8 @@ static const char *error_type(unsigned status)
     case 405:
     case 409:
     case 413:
-    case 415: return "invalid_request_error";
+    case 415:
+    case 501: return "invalid_request_error";
     default: return "server_error";
     }
 }

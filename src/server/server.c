@@ -32,7 +32,13 @@ choir_server_params choir_server_default_params(void)
         .api_key = NULL,
         .max_upload_bytes = 25 << 20,
         .max_input_chars = 4096,
-        .max_connections = 256,
+        .max_connections = 1024,
+        .max_client_connections = 64,
+        .header_timeout_s = 20,
+        .keepalive_timeout_s = 60,
+        .body_timeout_s = 20,
+        .body_min_rate = 500,
+        .idle_timeout_s = 120,
         .request_timeout_s = 300,
         .ui = 1,
     };
@@ -61,6 +67,18 @@ choir_server *choir_server_create(choir_engine *engine, const choir_server_param
         p.max_connections = d.max_connections;
     if (p.request_timeout_s <= 0)
         p.request_timeout_s = d.request_timeout_s;
+#define DEF(f) if (p.f == 0) p.f = d.f
+    DEF(max_client_connections);
+    DEF(header_timeout_s);
+    DEF(keepalive_timeout_s);
+    DEF(body_timeout_s);
+    DEF(body_min_rate);
+    DEF(idle_timeout_s);
+#undef DEF
+    if (p.header_timeout_s < 0 || p.keepalive_timeout_s < 0 || p.body_timeout_s < 0 || p.idle_timeout_s < 1) {
+        choir_err_set(err, CHOIR_EINVAL, "server: negative timeout, or an idle timeout under 1 s");
+        return NULL;
+    }
     if (strlen(p.host) >= 64 || (p.api_key && strlen(p.api_key) >= 256)) {
         choir_err_set(err, CHOIR_EINVAL, "server: host or API key too long");
         return NULL;
@@ -78,6 +96,8 @@ choir_server *choir_server_create(choir_engine *engine, const choir_server_param
     s->p.host = s->host;
     s->p.api_key = s->api_key[0] ? s->api_key : NULL;
     pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->peers_mu, NULL);
+    pthread_cond_init(&s->watch_cv, NULL);
     return s;
 }
 
@@ -301,6 +321,20 @@ static enum MHD_Result handle_metrics(choir_server *s, struct MHD_Connection *c)
                             "# TYPE choir_http_streams_total counter\n"
                             "choir_http_streams_total %llu\n",
                             atomic_load(&s->in_flight), (unsigned long long)atomic_load(&s->streams));
+    len += (size_t)snprintf(page + len, cap - len,
+                            "# HELP choir_http_connections Open client connections.\n"
+                            "# TYPE choir_http_connections gauge\n"
+                            "choir_http_connections %d\n"
+                            "# HELP choir_http_connections_total Client connections accepted.\n"
+                            "# TYPE choir_http_connections_total counter\n"
+                            "choir_http_connections_total %llu\n"
+                            "# HELP choir_http_connections_cut_total Connections closed for missing a deadline.\n"
+                            "# TYPE choir_http_connections_cut_total counter\n"
+                            "choir_http_connections_cut_total{reason=\"header_timeout\"} %llu\n"
+                            "choir_http_connections_cut_total{reason=\"body_too_slow\"} %llu\n",
+                            srv_peer_count(s), (unsigned long long)atomic_load(&s->connections_total),
+                            (unsigned long long)atomic_load(&s->cut_header),
+                            (unsigned long long)atomic_load(&s->cut_body));
     enum MHD_Result ret = srv_reply(s, c, 200, "text/plain; version=0.0.4; charset=utf-8", page, len);
     choir_free(page);
     return ret;
@@ -311,6 +345,13 @@ static enum MHD_Result route(choir_server *s, struct MHD_Connection *c, const ch
 {
     int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
     int post = strcmp(method, "POST") == 0;
+    /* a body the budget refused is incomplete, whatever the route */
+    if (conn->refused == CHOIR_EBUSY)
+        return srv_reply_error(s, c, 503, NULL, "memory_busy",
+                               "the request body does not fit the server's memory budget now; retry later");
+    if (conn->refused)
+        return srv_reply_error(s, c, conn->refused == CHOIR_ETOOBIG ? 413 : 500, NULL, "request_too_large",
+                               "the request body does not fit the server's memory budget");
     /* the web page is static and needs no key; the API calls it makes do */
     if (get && s->p.ui && (strcmp(url, "/") == 0 || strcmp(url, "/ui") == 0 || strncmp(url, "/ui/", 4) == 0)) {
         const unsigned char *data;
@@ -349,11 +390,37 @@ static enum MHD_Result route(choir_server *s, struct MHD_Connection *c, const ch
     return srv_handle_transcription(s, c, conn, translate);
 }
 
+/* Grows the body buffer to hold `need` bytes. Each block is admitted
+ * against the engine's memory budget, and grows only as fast as bytes arrive
+ * (at most doubling), so a client holds budget only for what it has sent;
+ * the last block is the declared length exactly. On refusal the connection
+ * is marked and -1 returned. */
+static int grow_body(choir_server *s, srv_conn *conn, size_t need)
+{
+    size_t limit = conn->declared >= 0 ? (size_t)conn->declared + 1 : (size_t)s->p.max_upload_bytes + 1;
+    size_t cap = conn->cap ? 2 * conn->cap : 64 * 1024;
+    if (cap < need)
+        cap = need;
+    if (cap > limit)
+        cap = limit > need ? limit : need;
+    choir_err err = {0};
+    char *grown = choir_engine_alloc_input(s->engine, cap, &err);
+    if (!grown) {
+        conn->refused = err.code ? err.code : CHOIR_ENOMEM;
+        return -1;
+    }
+    if (conn->len)
+        memcpy(grown, conn->body, conn->len);
+    choir_free(conn->body);
+    conn->body = grown;
+    conn->cap = cap;
+    return 0;
+}
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                  const char *version, const char *upload_data, size_t *upload_data_size,
                                  void **con_cls)
 {
-    (void)version;
     choir_server *s = cls;
     srv_conn *conn = *con_cls;
     if (!conn) {
@@ -363,12 +430,24 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         *con_cls = conn;
         conn->counted = 1;
         atomic_fetch_add(&s->in_flight, 1);
+        srv_peer_phase(s, c, SRV_PEER_BODY);
+        char why[160];
+        unsigned refuse = srv_check_framing(c, version, why, sizeof why);
+        if (refuse) {
+            /* answered before the body is read: the connection then closes */
+            conn->responded = 1;
+            srv_peer_phase(s, c, SRV_PEER_BUSY);
+            return srv_reply_error(s, c, refuse, NULL, refuse == 501 ? "unsupported_transfer_coding" : "bad_framing",
+                                   "%s", why);
+        }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoll(cl, NULL, 10) > s->p.max_upload_bytes) {
+        conn->declared = cl ? strtoll(cl, NULL, 10) : -1;
+        if (conn->declared > s->p.max_upload_bytes) {
             /* refused before the body is read: a client sending
              * "Expect: 100-continue" learns it without uploading */
             conn->too_big = 1;
             conn->responded = 1;
+            srv_peer_phase(s, c, SRV_PEER_BUSY);
             return srv_reply_error(s, c, 413, NULL, "request_too_large",
                                    "request body of %s bytes is over the %lld-byte limit", cl,
                                    (long long)s->p.max_upload_bytes);
@@ -378,22 +457,13 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
     if (*upload_data_size) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
-        if (conn->too_big || conn->len + n > (size_t)s->p.max_upload_bytes) {
-            conn->too_big = 1;
+        srv_peer_received(s, c, n);
+        if (conn->too_big || conn->refused || conn->len + n > (size_t)s->p.max_upload_bytes) {
+            conn->too_big |= !conn->refused;
             return MHD_YES;
         }
-        if (conn->len + n + 1 > conn->cap) {
-            size_t cap = conn->cap ? conn->cap : 64 * 1024;
-            while (cap < conn->len + n + 1)
-                cap *= 2;
-            if (cap > (size_t)s->p.max_upload_bytes + 1)
-                cap = (size_t)s->p.max_upload_bytes + 1;
-            char *grown = choir_realloc(conn->body, cap);
-            if (!grown)
-                return MHD_NO;
-            conn->body = grown;
-            conn->cap = cap;
-        }
+        if (conn->len + n + 1 > conn->cap && grow_body(s, conn, conn->len + n + 1) < 0)
+            return MHD_YES; /* refused: the rest is read and dropped, then 503 */
         memcpy(conn->body + conn->len, upload_data, n);
         conn->len += n;
         conn->body[conn->len] = 0;
@@ -402,14 +472,16 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
     if (conn->responded)
         return MHD_YES;
     conn->responded = 1;
+    srv_peer_phase(s, c, SRV_PEER_BUSY);
     return route(s, c, url, method, conn);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
-    (void)c;
     (void)toe;
     choir_server *s = cls;
+    /* a keep-alive connection now waits for its next request header */
+    srv_peer_phase(s, c, SRV_PEER_HEADER);
     srv_conn *conn = *con_cls;
     if (!conn)
         return;
@@ -431,13 +503,22 @@ int choir_server_start(choir_server *s, choir_err *err)
     const char *host = strcmp(s->host, "localhost") == 0 ? "127.0.0.1" : s->host;
     if (inet_pton(AF_INET, host, &addr.sin_addr) != 1)
         return choir_err_set(err, CHOIR_EINVAL, "host \"%s\" is not an IPv4 address", s->host);
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC;
+    /* poll(), not select(): with a thousand connections, descriptors pass
+     * FD_SETSIZE, and libmicrohttpd drops what select() cannot watch. */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC | MHD_USE_POLL;
+    unsigned per_ip = s->p.max_client_connections > 0 ? (unsigned)s->p.max_client_connections : 0;
+    if (srv_watch_start(s) < 0)
+        return choir_err_set(err, CHOIR_EIO, "cannot start the connection watchdog");
     s->daemon = MHD_start_daemon(flags, (uint16_t)s->p.port, NULL, NULL, on_access, s, MHD_OPTION_SOCK_ADDR, &addr,
-                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
-                                 (unsigned)s->p.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
+                                 srv_on_connection, s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->p.max_connections,
+                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_CONNECTION_TIMEOUT,
+                                 (unsigned)s->p.idle_timeout_s, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
                                  MHD_OPTION_END);
-    if (!s->daemon)
+    if (!s->daemon) {
+        srv_watch_stop(s);
         return choir_err_set(err, CHOIR_EIO, "cannot listen on %s:%d", s->host, s->p.port);
+    }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = info ? info->port : s->p.port;
     return 0;
@@ -520,6 +601,8 @@ int choir_server_shutdown(choir_server *s, double deadline_s)
         return 0;
     atomic_store(&s->stopping, 1);
     double start = now_s();
+    if (deadline_s < 0)
+        deadline_s = 0;
     /* Stop accepting first: the listening socket closes, connections already
      * open are still served (new requests on them get 503). */
     if (s->daemon) {
@@ -527,27 +610,49 @@ int choir_server_shutdown(choir_server *s, double deadline_s)
         if (fd != MHD_INVALID_SOCKET)
             close(fd);
     }
-    while (atomic_load(&s->in_flight) > 0 && now_s() - start < deadline_s) {
+    /* In-flight requests may run until shortly before the deadline; what is
+     * left then is cut, and cutting (cancelling the engine's work, closing
+     * the connections) must itself end by the deadline. */
+    double margin = deadline_s * 0.25 < 1.0 ? deadline_s * 0.25 : 1.0;
+    double cut_at = start + deadline_s - margin;
+    while (atomic_load(&s->in_flight) > 0 && now_s() < cut_at) {
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    int rc = atomic_load(&s->in_flight) > 0 ? CHOIR_ETIMEDOUT : 0;
-
-    double left = deadline_s - (now_s() - start);
-    /* The engine fails whatever is still running, which ends those responses;
-     * then stopping the daemon joins every connection thread. */
-    if (choir_engine_shutdown(s->engine, left > 0 ? left : 0) < 0)
-        rc = CHOIR_ETIMEDOUT;
+    /* Requests still in flight now are the ones cut short: those being
+     * computed, streamed, decoded or still uploading. Idle keep-alive
+     * connections hold no request and are simply closed. */
+    int cut = atomic_load(&s->in_flight);
+    atomic_store(&s->requests_cut, cut);
+    if (cut > 0)
+        __atomic_store_n(&s->abort, 1, __ATOMIC_RELEASE); /* decodes in progress stop */
+    double left = cut > 0 ? 0 : deadline_s - (now_s() - start);
+    /* The engine fails whatever is still queued or running, which ends those
+     * responses; then stopping the daemon closes every connection and joins
+     * its thread. */
+    choir_engine_shutdown(s->engine, left > 0 ? left : 0);
     if (s->preloading) {
         /* the engine's shutdown has ended a warm-up still running */
         pthread_join(s->preload_thread, NULL);
         s->preloading = 0;
     }
+    /* The failed requests' 503s are on their way out: what is left of the
+     * margin lets them reach their clients before the connections close. */
+    while (cut > 0 && atomic_load(&s->in_flight) > 0 && now_s() < start + deadline_s - margin / 8) {
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
     if (s->daemon) {
         MHD_stop_daemon(s->daemon);
         s->daemon = NULL;
     }
-    return rc;
+    srv_watch_stop(s);
+    return cut > 0 ? CHOIR_ETIMEDOUT : 0;
+}
+
+int choir_server_requests_cut(const choir_server *s)
+{
+    return s ? atomic_load(&((choir_server *)s)->requests_cut) : 0;
 }
 
 void choir_server_free(choir_server *s)
@@ -556,6 +661,8 @@ void choir_server_free(choir_server *s)
         return;
     choir_server_shutdown(s, 0);
     pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->peers_mu);
+    pthread_cond_destroy(&s->watch_cv);
     choir_free(s->models);
     choir_free(s);
 }

@@ -11,6 +11,7 @@
 
 #include <microhttpd.h>
 
+#include "choir/audio.h"
 #include "choir/encode.h"
 #include "choir/engine.h"
 #include "choir/server.h"
@@ -29,6 +30,24 @@ typedef struct srv_model {
 
 enum { SRV_STATUS_CLASSES = 6 }; /* 1xx..5xx, by status / 100 */
 
+/* Where a connection is in its request (front_watch.c). */
+typedef enum srv_peer_phase_t {
+    SRV_PEER_HEADER = 0, /* waiting for a request header */
+    SRV_PEER_BODY = 1,   /* header complete, body arriving */
+    SRV_PEER_BUSY = 2    /* being served */
+} srv_peer_phase_t;
+
+/* One TCP connection (libmicrohttpd's socket context), in the registry. */
+typedef struct srv_peer {
+    struct srv_peer *prev, *next;
+    int fd;
+    srv_peer_phase_t phase;
+    double since;       /* monotonic seconds when the phase began */
+    int64_t body_bytes; /* received in the body phase */
+    int requests;       /* completed on this connection */
+    int cut;            /* the watchdog ended it */
+} srv_peer;
+
 struct choir_server {
     choir_engine *engine;
     choir_server_params p;
@@ -42,21 +61,54 @@ struct choir_server {
     atomic_int ready;
     atomic_int stopping;
     atomic_int shut_down;
-    atomic_int in_flight; /* requests between body received and response freed */
+    atomic_int in_flight; /* requests between their headers and their response's end */
+    atomic_int requests_cut; /* in flight when shutdown's deadline came */
+    int abort;            /* set (atomically) when shutdown cuts work: decodes stop */
     atomic_ullong responses[SRV_STATUS_CLASSES];
     atomic_ullong streams;
     pthread_t preload_thread;
     int preloading; /* preload_thread is to be joined */
+    /* connection registry and watchdog (front_watch.c) */
+    pthread_mutex_t peers_mu;
+    pthread_cond_t watch_cv;
+    srv_peer *peers;
+    int n_peers;
+    pthread_t watch_thread;
+    int watching, watch_stop;
+    atomic_ullong connections_total, cut_header, cut_body;
 };
 
 /* Per connection: the request body as it arrives. */
 typedef struct srv_conn {
     char *body;
     size_t len, cap;
+    int64_t declared;  /* Content-Length, or -1 (chunked) */
     int too_big;       /* the body passed max_upload_bytes: the rest is dropped */
+    int refused;       /* the memory budget refused the body (its code): the rest is dropped */
     int counted;       /* counted in in_flight */
     int responded;     /* a response is queued: later calls only drain */
 } srv_conn;
+
+/* Checks a request's framing headers at the first call, before any body is
+ * read: several Content-Length or Transfer-Encoding headers, both at once, or
+ * Transfer-Encoding on HTTP/1.0 give 400; a coding other than chunked gives
+ * 501. Returns 0 when the framing is sound, else the status (message in msg). */
+unsigned srv_check_framing(struct MHD_Connection *c, const char *version, char *msg, size_t cap);
+
+/* MHD_OPTION_NOTIFY_CONNECTION: registers and unregisters connections. */
+void srv_on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                       enum MHD_ConnectionNotificationCode code);
+/* The registry entry of a connection, or NULL. */
+srv_peer *srv_peer_of(struct MHD_Connection *c);
+/* Moves a connection to `phase` (the phase's clock starts now). */
+void srv_peer_phase(choir_server *s, struct MHD_Connection *c, srv_peer_phase_t phase);
+/* Counts body bytes received. */
+void srv_peer_received(choir_server *s, struct MHD_Connection *c, size_t n);
+/* Starts / stops the watchdog thread. */
+int srv_watch_start(choir_server *s);
+void srv_watch_stop(choir_server *s);
+/* Open connections. */
+int srv_peer_count(choir_server *s);
 
 /* Looks a model up by id (not removed); copies it to *out. 0 or CHOIR_ENOTFOUND. */
 int srv_model_find(choir_server *s, const char *id, srv_model *out);
@@ -152,6 +204,15 @@ enum MHD_Result srv_job_reply_whole(srv_job *j, struct MHD_Connection *c, unsign
 /* Replies 200 with a response that drains the job as it produces; the job is
  * freed when MHD is done with the response. */
 enum MHD_Result srv_job_reply_stream(srv_job *j, struct MHD_Connection *c, const char *content_type);
+
+struct choir_multipart_part;
+/* Decodes an uploaded file to mono at `rate` Hz for model `model_id`: the
+ * decoded size is admitted against the engine's memory budget before it
+ * exists and bounded by the model's longest input. On failure replies (413
+ * audio_too_long / audio_too_large, 503 memory_busy, 415, 500) and returns -1
+ * with *ret set; 0 and the audio otherwise. */
+int srv_decode_upload(choir_server *s, struct MHD_Connection *c, const char *model_id,
+                      const struct choir_multipart_part *file, int rate, choir_audio *audio, enum MHD_Result *ret);
 
 /* Route handlers (body complete). */
 enum MHD_Result srv_handle_speech(choir_server *s, struct MHD_Connection *c, srv_conn *conn);

@@ -185,13 +185,8 @@ enum MHD_Result srv_handle_enhancement(choir_server *s, struct MHD_Connection *c
     }
     if (check_model(s, c, model->data, CHOIR_TASK_STS, &ret) < 0)
         goto done;
-    choir_decode_opts opts = {.target_rate = CHOIR_RATE_STS, .mono = 1};
-    int rc = choir_audio_decode_memory(file->data, file->len, &opts, &audio, &err);
-    if (rc < 0) {
-        ret = srv_reply_error(s, c, rc == CHOIR_ENOMEM ? 500 : 415, "file", "unsupported_audio",
-                              "cannot decode the uploaded audio: %s", err.msg);
+    if (srv_decode_upload(s, c, model->data, file, CHOIR_RATE_STS, &audio, &ret) < 0)
         goto done;
-    }
     j = srv_job_create(s, SRV_JOB_SPEECH);
     if (!j) {
         ret = srv_reply_error(s, c, 500, NULL, NULL, "out of memory");

@@ -140,6 +140,58 @@ static const char *mime_of(const char *format)
     return "application/json";
 }
 
+typedef struct decode_admit {
+    choir_server *server;
+    int refused; /* the budget refused the decoded size (not the length cap) */
+} decode_admit;
+
+static void *admit_decoded(void *user, size_t bytes, choir_err *err)
+{
+    decode_admit *a = user;
+    void *p = choir_engine_alloc_input(a->server->engine, bytes, err);
+    if (!p && err && (err->code == CHOIR_EBUSY || err->code == CHOIR_ETOOBIG))
+        a->refused = 1;
+    return p;
+}
+
+int srv_decode_upload(choir_server *s, struct MHD_Connection *c, const char *model_id, const choir_multipart_part *file,
+                      int rate, choir_audio *audio, enum MHD_Result *ret)
+{
+    /* The decoded size is admitted against the memory budget before any of
+     * it exists (at once, from the header, when the format states the
+     * length), and the model's longest input bounds it too. */
+    double max_s = choir_engine_model_max_audio(s->engine, model_id);
+    decode_admit admit = {.server = s};
+    choir_decode_opts opts = {.target_rate = rate,
+                              .mono = 1,
+                              .max_frames = isfinite(max_s) ? (int64_t)(max_s * rate) : 0,
+                              .alloc = admit_decoded,
+                              .alloc_user = &admit,
+                              .cancel = &s->abort};
+    choir_err err = {0};
+    int rc = choir_audio_decode_memory(file->data, file->len, &opts, audio, &err);
+    if (rc == 0)
+        return 0;
+    if (rc == CHOIR_ETOOBIG && !admit.refused)
+        *ret = srv_reply_error(s, c, 413, "file", "audio_too_long", "%s (the model \"%s\" takes at most %.0f s)",
+                               err.msg, model_id, max_s);
+    else if (rc == CHOIR_ETOOBIG)
+        *ret = srv_reply_error(s, c, 413, "file", "audio_too_large",
+                               "the decoded audio would not fit the server's memory budget: %s", err.msg);
+    else if (rc == CHOIR_EBUSY)
+        *ret = srv_reply_error(s, c, 503, "file", "memory_busy",
+                               "the decoded audio does not fit the server's memory budget now; retry later: %s",
+                               err.msg);
+    else if (rc == CHOIR_ECANCELED)
+        *ret = srv_reply_error(s, c, 503, NULL, "shutdown", "the server is shutting down");
+    else if (rc == CHOIR_ENOMEM)
+        *ret = srv_reply_error(s, c, 500, NULL, NULL, "out of memory decoding the upload");
+    else
+        *ret = srv_reply_error(s, c, 415, "file", "unsupported_audio", "cannot decode the uploaded audio: %s",
+                               err.msg);
+    return -1;
+}
+
 enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection *c, srv_conn *conn, int translate)
 {
     const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
@@ -211,13 +263,8 @@ enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection 
         goto done;
     }
     int rate = choir_model_kind_input_rate(info.kind);
-    choir_decode_opts opts = {.target_rate = rate, .mono = 1};
-    rc = choir_audio_decode_memory(file->data, file->len, &opts, &audio, &err);
-    if (rc < 0) {
-        ret = srv_reply_error(s, c, rc == CHOIR_ENOMEM ? 500 : 415, "file", "unsupported_audio",
-                              "cannot decode the uploaded audio: %s", err.msg);
+    if (srv_decode_upload(s, c, model->data, file, rate, &audio, &ret) < 0)
         goto done;
-    }
     j = srv_job_create(s, SRV_JOB_TRANSCRIPT);
     if (!j) {
         ret = srv_reply_error(s, c, 500, NULL, NULL, "out of memory");
