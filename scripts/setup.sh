@@ -20,6 +20,7 @@ PACKAGES=(
   nodejs npm               # API client tests, npm-hosted demo assets
   chromium                 # the web UI test (tests/sh_ui.sh, headless)
   time                     # /usr/bin/time -v peak RSS (bench/sts_long_memory.sh)
+  python3-numpy            # bench/peers/kokoro_onnx_unpack.py (rebuilds the ONNX peer's weights)
 )
 
 SUDO=""

@@ -26,12 +26,10 @@ Each figure line starts with "torch" and ends with key=value pairs that
 bench/peers/gpu_vs_torch.sh reads.
 """
 import argparse
-import importlib.util
-import json
+import os
 import statistics
 import sys
 import time
-import types
 
 import torch
 
@@ -118,44 +116,11 @@ def whisper(args):
               f"batch={B} rtf={t / audio:.6f} enc_ms={t_enc * 1e3:.3f}")
 
 
-def load_randw(path):
-    spec = importlib.util.spec_from_file_location("randw_reference", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.randw
-
-
 def kokoro(args):
-    # Import kokoro.model without the package's __init__ (which needs loguru
-    # and the G2P pipeline): a bare package module pointing at the sources,
-    # and a stand-in logger.
-    if "loguru" not in sys.modules:
-        lg = types.ModuleType("loguru")
-        lg.logger = types.SimpleNamespace(debug=lambda *a, **k: None, info=lambda *a, **k: None,
-                                          warning=lambda *a, **k: None)
-        sys.modules["loguru"] = lg
-    pkg = types.ModuleType("kokoro")
-    pkg.__path__ = [args.src.rstrip("/") + "/kokoro"]
-    sys.modules["kokoro"] = pkg
-    from kokoro.model import KModel
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from kokoro_randw import kmodel_randw
 
-    randw = load_randw(args.randw)
-    with open(args.config) as f:
-        config = json.load(f)
-    with open(args.manifest) as f:
-        manifest = json.load(f)
-    # The manifest names are the official checkpoint's; weight-norm halves
-    # map onto torch's parametrization names.
-    groups = {}
-    for t in manifest["tensors"]:
-        top, rest = t["name"].split(".", 1)
-        rest = rest.replace("weight_g", "parametrizations.weight.original0").replace(
-            "weight_v", "parametrizations.weight.original1")
-        groups.setdefault(top, {})[rest] = torch.from_numpy(
-            randw(t["name"], t["shape"], t["offset"], t["scale"]))
-    path = "/tmp/kokoro_randw.pth"
-    torch.save(groups, path)
-    model = KModel(repo_id="hexgrad/Kokoro-82M", config=config, model=path).cuda().eval()
+    model = kmodel_randw(args.src, args.manifest, args.config, args.randw).cuda()
 
     import numpy as np
     voice = torch.from_numpy(np.fromfile(args.voice, dtype=np.float32).reshape(-1, 1, 256))

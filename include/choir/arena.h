@@ -20,7 +20,14 @@ typedef struct choir_arena choir_arena;
 
 /* Reserves `capacity` bytes in category `cat`. NULL (and err) on failure. */
 choir_arena *choir_arena_create(size_t capacity, choir_mem_category cat, choir_err *err);
-/* Frees the arena and everything handed out by it. NULL is a no-op. */
+/* An arena over `capacity` bytes at `base` that the caller owns and keeps
+ * alive (device memory of a backend, or a piece of another arena). The arena
+ * never reads or writes that memory, so choir_arena_floats, which zero-fills,
+ * is for host memory only. base should be aligned to CHOIR_ALIGN. NULL (and
+ * err) when out of memory. */
+choir_arena *choir_arena_create_over(void *base, size_t capacity, choir_err *err);
+/* Frees the arena and everything handed out by it (not the memory of an
+ * arena made with choir_arena_create_over). NULL is a no-op. */
 void choir_arena_free(choir_arena *a);
 
 /* Returns `size` bytes aligned to CHOIR_ALIGN, valid until the next reset or

@@ -349,6 +349,37 @@ int choir_cuda_attention_slots(choir_cuda *cu, int64_t B, const float *q, int64_
 /* Largest Tk the attention kernels accept on this device. */
 int64_t choir_cuda_attention_max_keys(const choir_cuda *cu);
 
+/* --- backend operations (cuda_ops.cu; semantics of choir/backend.h) -------- */
+/* y = a * b over n values (y may alias a or b); x *= s. */
+int choir_cuda_mul(choir_cuda *cu, const float *a, const float *b, float *y, int64_t n,
+                   choir_err *err);
+int choir_cuda_scale(choir_cuda *cu, float *x, float s, int64_t n, choir_err *err);
+/* In place: act is a choir_act value (choir/backend.h): 2 SiLU, 3 ReLU,
+ * 4 sigmoid, 5 tanh; others are CHOIR_EUNSUPPORTED (GELU and leaky ReLU have
+ * their own calls). */
+int choir_cuda_act(choir_cuda *cu, int act, float *x, int64_t n, choir_err *err);
+/* Per row of x [rows, dim]: x / sqrt(mean(x^2) + eps) * gamma (NULL: 1);
+ * the sum of squares in double. y may equal x. */
+int choir_cuda_rms_norm(choir_cuda *cu, const float *x, float *y, int64_t rows, int64_t dim,
+                        const float *gamma, float eps, choir_err *err);
+/* Group norm of x [B, C, T] over groups of C / groups channels (statistics in
+ * double, biased variance), then gamma[c], beta[c] (NULL: 1, 0). */
+int choir_cuda_group_norm(choir_cuda *cu, const float *x, float *y, int64_t B, int64_t C,
+                          int64_t T, int64_t groups, const float *gamma, const float *beta,
+                          float eps, choir_err *err);
+/* Rotary embedding in place, as choir_op_rope (pos device int32 [rows]). */
+int choir_cuda_rope(choir_cuda *cu, float *x, int64_t rows, int64_t ld, int n_head, int64_t Dh,
+                    int64_t rot_dims, const int32_t *pos, float theta, bool interleaved,
+                    choir_err *err);
+/* out[r, :] = row ids[r] of W (f32, f16 or bf16; quantized tables are
+ * CHOIR_EUNSUPPORTED); ids device int32 [n]; an id outside the table gives
+ * a row of zeros. */
+int choir_cuda_rows_gather(choir_cuda *cu, const choir_cuda_weight *W, const int32_t *ids,
+                           int64_t n, float *out, choir_err *err);
+/* rows x cols floats, row strides ldd and lds (device to device, async). */
+int choir_cuda_copy_rows(choir_cuda *cu, float *dst, int64_t ldd, const float *src, int64_t lds,
+                         int64_t rows, int64_t cols, choir_err *err);
+
 #ifdef __cplusplus
 }
 #endif

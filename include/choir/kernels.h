@@ -125,6 +125,37 @@ void choir_attention(const float *q, int64_t ldq, const float *k, int64_t ldk, c
                      int64_t ldv, float *out, int64_t ldo, int64_t Tq, int64_t Tk, int n_head,
                      int64_t Dh, float scale, const float *mask, bool causal);
 
+/* --- kernel scratch ------------------------------------------------------ */
+/* Kernels that need temporary memory (attention scores, f16/bf16 weight
+ * blocks converted for sgemm, im2col tiles, quantized-input sums) take it
+ * from a scratch block bound to the calling thread when one is bound and
+ * has room, instead of from choir_alloc, so that a planned forward pass
+ * allocates nothing. A call that finds no room still runs, with counted
+ * memory of its own, and is counted in `misses` (and its want in `need`).
+ * The binding is per thread: the pool's workers use the caller's block,
+ * split by the kernel. Used by choir/backend.h streams; most code never
+ * binds anything and the kernels allocate as they always did. */
+typedef struct choir_kernel_scratch {
+    void *base;     /* the block, aligned to CHOIR_ALIGN */
+    size_t bytes;
+    size_t used;    /* taken by running kernels */
+    size_t need;    /* the most any call wanted at once */
+    int64_t misses; /* calls that found no room */
+} choir_kernel_scratch;
+
+/* Binds `ks` to the calling thread (NULL unbinds); returns the previous
+ * binding, so that bindings nest. */
+choir_kernel_scratch *choir_kernels_bind_scratch(choir_kernel_scratch *ks);
+
+/* Bytes of scratch one call takes with the default pool's thread count (0
+ * when it takes none); a block of that size serves the call. */
+size_t choir_linear_scratch_bytes(int64_t M, const choir_weight *W);
+size_t choir_attention_scratch_bytes(int64_t Tq, int64_t Tk);
+size_t choir_conv1d_scratch_bytes(int64_t Cin, int64_t T, int64_t kernel, int stride,
+                                  int padding, int dilation, int groups);
+size_t choir_conv_transpose1d_scratch_bytes(int64_t Cin, int64_t T, int64_t Cout,
+                                            int64_t kernel, int groups);
+
 /* --- machine ceilings ---------------------------------------------------- */
 /* Streaming read bandwidth in GB/s (1e9 bytes per second): `bytes` (at
  * least 1 MiB; use more than the last-level cache) are read `passes` times

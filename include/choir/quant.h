@@ -28,6 +28,10 @@ int choir_quant_supported(int bits, int group_size);
  * W.kind must be CHOIR_WEIGHT_QUANT. Used by choir_linear. */
 void choir_qlinear(const float *x, int64_t M, const choir_weight *W, const float *bias, float *y);
 
+/* Bytes of kernel scratch (choir_kernels_bind_scratch) one choir_qlinear
+ * call of M rows takes at most. */
+size_t choir_qlinear_scratch_bytes(int64_t M, const choir_weight *W);
+
 /* Dequantizes row r of W into out[W.cols]. */
 void choir_quant_dequant_row(const choir_weight *W, int64_t r, float *out);
 

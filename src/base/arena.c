@@ -8,6 +8,7 @@ struct choir_arena {
     size_t capacity;
     size_t used;
     size_t high_water;
+    int owns_base;
 };
 
 choir_arena *choir_arena_create(size_t capacity, choir_mem_category cat, choir_err *err) {
@@ -16,6 +17,7 @@ choir_arena *choir_arena_create(size_t capacity, choir_mem_category cat, choir_e
     a->base = choir_alloc(cat, capacity);
     if (!a->base) goto fail;
     a->capacity = capacity;
+    a->owns_base = 1;
     return a;
 fail:
     choir_free(a);
@@ -23,9 +25,20 @@ fail:
     return NULL;
 }
 
+choir_arena *choir_arena_create_over(void *base, size_t capacity, choir_err *err) {
+    choir_arena *a = choir_calloc(CHOIR_MEM_OTHER, 1, sizeof *a);
+    if (!a) {
+        choir_err_set(err, CHOIR_ENOMEM, "arena: out of memory");
+        return NULL;
+    }
+    a->base = base;
+    a->capacity = base ? capacity : 0;
+    return a;
+}
+
 void choir_arena_free(choir_arena *a) {
     if (!a) return;
-    choir_free(a->base);
+    if (a->owns_base) choir_free(a->base);
     choir_free(a);
 }
 

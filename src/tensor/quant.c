@@ -11,6 +11,7 @@
 #include "choir/kernels.h"
 #include "choir/pool.h"
 #include "choir/quant.h"
+#include "tensor/cpu/cpu_kernels.h"
 #include "tensor/quant_internal.h"
 
 int choir_quant_supported(int bits, int group_size) {
@@ -116,8 +117,7 @@ void choir_qlinear(const float *x, int64_t M, const choir_weight *W, const float
         const int64_t G = W->group_size, groups = W->cols / G;
         float *xsum = xsum_local;
         if (M * groups > (int64_t)(sizeof xsum_local / sizeof *xsum_local))
-            xsum = xsum_heap = choir_alloc(CHOIR_MEM_ACTIVATIONS,
-                                           (size_t)(M * groups) * sizeof(float));
+            xsum = xsum_heap = choir_kscratch_get((size_t)(M * groups) * sizeof(float));
         if (xsum) {
             for (int64_t m = 0; m < M; m++)
                 for (int64_t g = 0; g < groups; g++) {
@@ -135,8 +135,7 @@ void choir_qlinear(const float *x, int64_t M, const choir_weight *W, const float
         if (xsum && (W->bits == 4 || W->bits == 8) && W->cols % (256 / W->bits) == 0) {
             float *xperm = xperm_local;
             if (M * W->cols > (int64_t)(sizeof xperm_local / sizeof *xperm_local))
-                xperm = xperm_heap = choir_alloc(CHOIR_MEM_ACTIVATIONS,
-                                                 (size_t)(M * W->cols) * sizeof(float));
+                xperm = xperm_heap = choir_kscratch_get((size_t)(M * W->cols) * sizeof(float));
             for (int64_t m = 0; xperm && m < M; m++)
                 choir_quant_permute_x(x + m * W->cols, W->cols, W->bits, xperm + m * W->cols);
             job.xperm = xperm;
@@ -159,8 +158,19 @@ void choir_qlinear(const float *x, int64_t M, const choir_weight *W, const float
         if (job.xperm) blk.xperm = job.xperm + m0 * W->cols;
         choir_pool_parallel_for(choir_pool_default(), W->rows, grain, qlinear_range, &blk);
     }
-    choir_free(xsum_heap);
-    choir_free(xperm_heap);
+    choir_kscratch_put(xsum_heap);
+    choir_kscratch_put(xperm_heap);
+}
+
+size_t choir_qlinear_scratch_bytes(int64_t M, const choir_weight *W) {
+    /* The AVX2 path's input sums and permuted inputs, past what fits in the
+     * call's own stack arrays (an upper bound: the permutation is used only
+     * for 4- and 8-bit codes). */
+    if (M <= 0 || W->group_size <= 0) return 0;
+    int64_t groups = W->cols / W->group_size, need = 0;
+    if (M * groups > 1024) need += M * groups * (int64_t)sizeof(float) + CHOIR_ALIGN;
+    if (M * W->cols > 4096) need += M * W->cols * (int64_t)sizeof(float) + CHOIR_ALIGN;
+    return (size_t)need;
 }
 
 void choir_quant_permute_x(const float *x, int64_t K, int bits, float *xp) {

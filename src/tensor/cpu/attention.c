@@ -157,13 +157,12 @@ void choir_attention(const float *q, int64_t ldq, const float *k, int64_t ldk, c
         int threads = choir_pool_threads(pool);
         int64_t rows = Tq < ATTN_QUERY_BLOCK ? Tq : ATTN_QUERY_BLOCK;
         j.scratch_rows = rows;
-        j.scratch = choir_alloc(CHOIR_MEM_ACTIVATIONS,
-                                (size_t)threads * (size_t)rows * (size_t)Tk * sizeof(float));
+        j.scratch = choir_kscratch_get((size_t)threads * (size_t)rows * (size_t)Tk * sizeof(float));
     }
     if (j.scratch) {
         int64_t blocks = (Tq + ATTN_QUERY_BLOCK - 1) / ATTN_QUERY_BLOCK;
         choir_pool_parallel_for(pool, blocks * n_head, 1, attn_block_range, &j);
-        choir_free(j.scratch);
+        choir_kscratch_put(j.scratch);
         return;
     }
     int64_t grain = 65536 / (Tk * Dh + 1) + 1;
@@ -172,4 +171,11 @@ void choir_attention(const float *q, int64_t ldq, const float *k, int64_t ldk, c
     bool step = Tq < ATTN_GEMM_MIN_ROWS && Tk <= ATTN_STEP_MAX_KEYS;
     choir_pool_parallel_for(pool, Tq * n_head, grain, step ? attn_step_range : attn_rows_range,
                             &j);
+}
+
+size_t choir_attention_scratch_bytes(int64_t Tq, int64_t Tk) {
+    if (Tk <= 0 || Tq < ATTN_GEMM_MIN_ROWS) return 0;
+    int64_t rows = Tq < ATTN_QUERY_BLOCK ? Tq : ATTN_QUERY_BLOCK;
+    return (size_t)choir_pool_threads(choir_pool_default()) * (size_t)rows * (size_t)Tk *
+           sizeof(float);
 }

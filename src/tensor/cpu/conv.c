@@ -148,12 +148,11 @@ void choir_conv1d(const float *x, int64_t Cin, int64_t T, const float *weight, c
     if (depth >= CONV_GEMM_MIN_DEPTH) {
         int threads = choir_pool_threads(pool);
         j.scratch_per_worker = depth * min64(CONV_FRAME_BLOCK, Tout);
-        j.scratch = choir_alloc(CHOIR_MEM_ACTIVATIONS,
-                                (size_t)threads * (size_t)j.scratch_per_worker * sizeof(float));
+        j.scratch = choir_kscratch_get((size_t)threads * (size_t)j.scratch_per_worker * sizeof(float));
         if (j.scratch) {
             int64_t blocks = (Tout + CONV_FRAME_BLOCK - 1) / CONV_FRAME_BLOCK;
             choir_pool_parallel_for(pool, blocks, 1, conv_gemm_range, &j);
-            choir_free(j.scratch);
+            choir_kscratch_put(j.scratch);
             return;
         }
     }
@@ -259,15 +258,34 @@ void choir_conv_transpose1d(const float *x, int64_t Cin, int64_t T, const float 
         int threads = choir_pool_threads(pool);
         j.scratch_per_worker =
             min64(CONVT_CHANNEL_BLOCK, cout_g) * kernel * min64(CONV_FRAME_BLOCK, T);
-        j.scratch = choir_alloc(CHOIR_MEM_ACTIVATIONS,
-                                (size_t)threads * (size_t)j.scratch_per_worker * sizeof(float));
+        j.scratch = choir_kscratch_get((size_t)threads * (size_t)j.scratch_per_worker * sizeof(float));
         if (j.scratch) {
             int64_t blocks = groups * ((cout_g + CONVT_CHANNEL_BLOCK - 1) / CONVT_CHANNEL_BLOCK);
             choir_pool_parallel_for(pool, blocks, 1, convt_gemm_range, &j);
-            choir_free(j.scratch);
+            choir_kscratch_put(j.scratch);
             return;
         }
     }
     int64_t work = cin_g * kernel * T;
     choir_pool_parallel_for(pool, Cout, 65536 / (work + 1) + 1, convt_direct_range, &j);
+}
+
+size_t choir_conv1d_scratch_bytes(int64_t Cin, int64_t T, int64_t kernel, int stride,
+                                  int padding, int dilation, int groups) {
+    if (groups < 1) return 0;
+    int64_t Tout = choir_conv1d_out_len(T, kernel, stride, padding, dilation);
+    int64_t depth = Cin / groups * kernel;
+    if (Tout <= 0 || depth < CONV_GEMM_MIN_DEPTH) return 0;
+    return (size_t)choir_pool_threads(choir_pool_default()) *
+           (size_t)(depth * min64(CONV_FRAME_BLOCK, Tout)) * sizeof(float);
+}
+
+size_t choir_conv_transpose1d_scratch_bytes(int64_t Cin, int64_t T, int64_t Cout,
+                                            int64_t kernel, int groups) {
+    if (groups < 1 || T <= 0) return 0;
+    int64_t cin_g = Cin / groups, cout_g = Cout / groups;
+    if (cin_g < CONV_GEMM_MIN_DEPTH) return 0;
+    return (size_t)choir_pool_threads(choir_pool_default()) *
+           (size_t)(min64(CONVT_CHANNEL_BLOCK, cout_g) * kernel * min64(CONV_FRAME_BLOCK, T)) *
+           sizeof(float);
 }

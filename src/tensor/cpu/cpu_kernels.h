@@ -22,6 +22,12 @@ static inline bool choir_use_avx2(void) {
 #endif
 }
 
+/* Kernel scratch (choir_kernels_bind_scratch): from the calling thread's
+ * bound block when it has room, else choir_alloc (counted as a miss).
+ * Blocks are given back in any order with choir_kscratch_put. */
+void *choir_kscratch_get(size_t bytes);
+void choir_kscratch_put(void *p);
+
 /* Sets OpenBLAS to one thread, once: choir's pool does all kernel threading,
  * so BLAS calls made from pool workers never nest thread pools. */
 void choir_blas_init(void);

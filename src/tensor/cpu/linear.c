@@ -208,8 +208,7 @@ void choir_linear(const float *x, int64_t M, const choir_weight *W, const float 
         j.block_rows = N < LINEAR_ROW_BLOCK ? N : LINEAR_ROW_BLOCK;
         /* Even, so the per-worker block ids after the floats are 8-byte aligned. */
         size_t floats = ((size_t)threads * (size_t)j.block_rows * (size_t)K + 1) & ~(size_t)1;
-        j.scratch = choir_alloc(CHOIR_MEM_ACTIVATIONS,
-                                floats * sizeof(float) + (size_t)threads * sizeof(int64_t));
+        j.scratch = choir_kscratch_get(floats * sizeof(float) + (size_t)threads * sizeof(int64_t));
         /* Without scratch memory the dot path below still gives the same result, slower. */
         if (j.scratch) {
             if (bias)
@@ -221,7 +220,7 @@ void choir_linear(const float *x, int64_t M, const choir_weight *W, const float 
             int64_t blocks = (N + LINEAR_ROW_BLOCK - 1) / LINEAR_ROW_BLOCK;
             int64_t m_blocks = (M + LINEAR_INPUT_BLOCK - 1) / LINEAR_INPUT_BLOCK;
             choir_pool_parallel_for(pool, blocks * m_blocks, 1, linear_block_range, &j);
-            choir_free(j.scratch);
+            choir_kscratch_put(j.scratch);
             return;
         }
     }
@@ -237,4 +236,14 @@ void choir_linear(const float *x, int64_t M, const choir_weight *W, const float 
     int64_t grain = (N + tasks - 1) / tasks;
     grain = (grain + 3) / 4 * 4;
     choir_pool_parallel_for(pool, N, grain, linear_dot_range, &j);
+}
+
+size_t choir_linear_scratch_bytes(int64_t M, const choir_weight *W) {
+    if (M <= 0 || W->rows <= 0) return 0;
+    if (W->kind == CHOIR_WEIGHT_QUANT) return choir_qlinear_scratch_bytes(M, W);
+    if (W->kind == CHOIR_WEIGHT_F32 || M <= LINEAR_DOT_MAX_M || W->cols <= 0) return 0;
+    size_t threads = (size_t)choir_pool_threads(choir_pool_default());
+    size_t rows = (size_t)(W->rows < LINEAR_ROW_BLOCK ? W->rows : LINEAR_ROW_BLOCK);
+    size_t floats = (threads * rows * (size_t)W->cols + 1) & ~(size_t)1;
+    return floats * sizeof(float) + threads * sizeof(int64_t);
 }

@@ -501,3 +501,187 @@ int choir_cuda_measure_ceilings(choir_cuda *cu, double *bf16_tflops, double *cop
     if (copy_gbs) *copy_gbs = 1.0;
     return 0;
 }
+
+/* --- backend operations (cuda_ops.cu) and the audio kernels the backend
+ * reaches (cuda_audio.h): the CPU formulas, recorded like the rest. Audio
+ * kernels that no emulated model uses yet say so. ------------------------- */
+
+#include "choir/cuda_audio.h"
+
+typedef struct op2_args {
+    const float *a, *b, *g, *beta;
+    float *y;
+    int64_t n, rows, dim, C, T, groups, ld, Dh, rot;
+    float s, eps, theta;
+    int kind, n_head, inter;
+    const int32_t *pos;
+} op2_args;
+
+static int op2_run(const void *p) {
+    const op2_args *o = p;
+    switch (o->kind) {
+    case 0: choir_mul(o->a, o->b, o->y, o->n); break;
+    case 1: choir_scale(o->y, o->s, o->n); break;
+    case 2: choir_silu(o->y, o->n); break;
+    case 3: choir_relu(o->y, o->n); break;
+    case 4: choir_sigmoid(o->y, o->n); break;
+    case 5: choir_tanh(o->y, o->n); break;
+    case 6:
+        for (int64_t r = 0; r < o->rows; r++) {
+            const float *xr = o->a + r * o->dim;
+            double ss = 0;
+            for (int64_t i = 0; i < o->dim; i++) ss += (double)xr[i] * xr[i];
+            float inv = (float)(1.0 / sqrt(ss / (double)o->dim + (double)o->eps));
+            for (int64_t i = 0; i < o->dim; i++)
+                o->y[r * o->dim + i] = xr[i] * inv * (o->g ? o->g[i] : 1.0f);
+        }
+        break;
+    case 7: {
+        int64_t half = o->rot / 2;
+        for (int64_t r = 0; r < o->rows; r++)
+            for (int64_t i = 0; i < half; i++) {
+                float inv_freq = (float)(1.0 / pow((double)o->theta, (double)(2 * i) / (double)o->rot));
+                float ang = (float)o->pos[r] * inv_freq, cs = cosf(ang), sn = sinf(ang);
+                for (int h = 0; h < o->n_head; h++) {
+                    float *xh = o->y + r * o->ld + (int64_t)h * o->Dh;
+                    int64_t i0 = o->inter ? 2 * i : i, i1 = o->inter ? 2 * i + 1 : i + half;
+                    float a = xh[i0], b = xh[i1];
+                    xh[i0] = a * cs - b * sn;
+                    xh[i1] = b * cs + a * sn;
+                }
+            }
+        break;
+    }
+    case 8:
+        for (int64_t r = 0; r < o->rows; r++)
+            memmove(o->y + r * o->ld, o->a + r * o->Dh, (size_t)o->dim * sizeof(float));
+        break;
+    }
+    return 0;
+}
+
+int choir_cuda_mul(choir_cuda *cu, const float *a, const float *b, float *y, int64_t n,
+                   choir_err *err) {
+    (void)cu, (void)err;
+    op2_args o = {.a = a, .b = b, .y = y, .n = n, .kind = 0};
+    return run_or_record(op2_run, &o, sizeof o);
+}
+int choir_cuda_scale(choir_cuda *cu, float *x, float s, int64_t n, choir_err *err) {
+    (void)cu, (void)err;
+    op2_args o = {.y = x, .n = n, .s = s, .kind = 1};
+    return run_or_record(op2_run, &o, sizeof o);
+}
+int choir_cuda_act(choir_cuda *cu, int act, float *x, int64_t n, choir_err *err) {
+    (void)cu;
+    if (act < 2 || act > 5) return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: activation %d", act);
+    op2_args o = {.y = x, .n = n, .kind = act};
+    return run_or_record(op2_run, &o, sizeof o);
+}
+int choir_cuda_rms_norm(choir_cuda *cu, const float *x, float *y, int64_t rows, int64_t dim,
+                        const float *gamma, float eps, choir_err *err) {
+    (void)cu, (void)err;
+    op2_args o = {.a = x, .y = y, .rows = rows, .dim = dim, .g = gamma, .eps = eps, .kind = 6};
+    return run_or_record(op2_run, &o, sizeof o);
+}
+int choir_cuda_rope(choir_cuda *cu, float *x, int64_t rows, int64_t ld, int n_head, int64_t Dh,
+                    int64_t rot_dims, const int32_t *pos, float theta, bool interleaved,
+                    choir_err *err) {
+    (void)cu, (void)err;
+    op2_args o = {.y = x, .rows = rows, .ld = ld, .n_head = n_head, .Dh = Dh, .rot = rot_dims,
+                  .pos = pos, .theta = theta, .inter = interleaved, .kind = 7};
+    return run_or_record(op2_run, &o, sizeof o);
+}
+int choir_cuda_copy_rows(choir_cuda *cu, float *dst, int64_t ldd, const float *src, int64_t lds,
+                         int64_t rows, int64_t cols, choir_err *err) {
+    (void)cu, (void)err;
+    op2_args o = {.y = dst, .ld = ldd, .a = src, .Dh = lds, .rows = rows, .dim = cols, .kind = 8};
+    return run_or_record(op2_run, &o, sizeof o);
+}
+int choir_cuda_group_norm(choir_cuda *cu, const float *x, float *y, int64_t B, int64_t C,
+                          int64_t T, int64_t groups, const float *gamma, const float *beta,
+                          float eps, choir_err *err) {
+    (void)cu, (void)x, (void)y, (void)B, (void)C, (void)T, (void)groups, (void)gamma, (void)beta;
+    (void)eps;
+    return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: group_norm not emulated");
+}
+
+typedef struct gather_args {
+    choir_cuda_weight W;
+    const int32_t *ids;
+    int64_t n;
+    float *out;
+} gather_args;
+static int gather_op(const void *p) {
+    const gather_args *a = p;
+    choir_weight w = host_view(&a->W);
+    for (int64_t r = 0; r < a->n; r++) {
+        if (a->ids[r] < 0 || a->ids[r] >= w.rows)
+            memset(a->out + r * w.cols, 0, (size_t)w.cols * sizeof(float));
+        else
+            choir_weight_row_f32(&w, a->ids[r], a->out + r * w.cols);
+    }
+    return 0;
+}
+int choir_cuda_rows_gather(choir_cuda *cu, const choir_cuda_weight *W, const int32_t *ids,
+                           int64_t n, float *out, choir_err *err) {
+    (void)cu;
+    if (W->kind == CHOIR_WEIGHT_QUANT)
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: rows gather from a quantized table");
+    gather_args a = {*W, ids, n, out};
+    return run_or_record(gather_op, &a, sizeof a);
+}
+
+int choir_cuda_leaky_relu(choir_cuda *cu, float *x, int64_t n, float slope, choir_err *err) {
+    (void)cu;
+    if (no_capture("leaky_relu", err)) return CHOIR_EINTERNAL;
+    choir_leaky_relu(x, n, slope);
+    return 0;
+}
+int choir_cuda_snake(choir_cuda *cu, float *x, int64_t B, int64_t C, int64_t T, const float *alpha,
+                     choir_err *err) {
+    (void)cu;
+    if (no_capture("snake", err)) return CHOIR_EINTERNAL;
+    for (int64_t b = 0; b < B; b++) choir_snake(x + b * C * T, C, T, alpha);
+    return 0;
+}
+int choir_cuda_conv_transpose1d_batched(choir_cuda *cu, const float *x, int64_t B, int64_t Cin,
+                                        int64_t T, choir_cuda_conv_weight weight, const float *bias,
+                                        int64_t Cout, int64_t kernel, int stride, int padding,
+                                        int output_padding, const int32_t *out_lens, float *y,
+                                        choir_err *err) {
+    (void)cu, (void)x, (void)B, (void)Cin, (void)T, (void)weight, (void)bias, (void)Cout;
+    (void)kernel, (void)stride, (void)padding, (void)output_padding, (void)out_lens, (void)y;
+    return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: conv_transpose1d not emulated");
+}
+int choir_cuda_conv_transpose1d_depthwise(choir_cuda *cu, const float *x, int64_t B, int64_t C,
+                                          int64_t T, const float *weight, const float *bias,
+                                          int64_t kernel, int stride, int padding,
+                                          int output_padding, const int32_t *out_lens, float *y,
+                                          choir_err *err) {
+    (void)cu, (void)x, (void)B, (void)C, (void)T, (void)weight, (void)bias, (void)kernel;
+    (void)stride, (void)padding, (void)output_padding, (void)out_lens, (void)y;
+    return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: depthwise conv not emulated");
+}
+int choir_cuda_adain(choir_cuda *cu, const float *x, float *y, int64_t B, int64_t C, int64_t T,
+                     const int32_t *lens, const float *norm_w, const float *norm_b, const float *gb,
+                     int64_t gb_stride, float eps, choir_err *err) {
+    (void)cu, (void)x, (void)y, (void)B, (void)C, (void)T, (void)lens, (void)norm_w, (void)norm_b;
+    (void)gb, (void)gb_stride, (void)eps;
+    return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: adain not emulated");
+}
+int choir_cuda_istft_magphase(choir_cuda *cu, const float *P, int64_t B, int64_t F,
+                              const int32_t *frames, int n_fft, int hop, float *out,
+                              choir_err *err) {
+    (void)cu, (void)P, (void)B, (void)F, (void)frames, (void)n_fft, (void)hop, (void)out;
+    return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: istft not emulated");
+}
+int64_t choir_cuda_bilstm_scratch_floats(int64_t B, int64_t T, int64_t H) {
+    return B * T * 8 * H + 2 * B * H;
+}
+int choir_cuda_bilstm(choir_cuda *cu, const float *x, int64_t B, int64_t T, int64_t In, int64_t H,
+                      const float *w_ih, const float *w_hh, const float *bias,
+                      const int32_t *lens, float *scratch, float *y, choir_err *err) {
+    (void)cu, (void)x, (void)B, (void)T, (void)In, (void)H, (void)w_ih, (void)w_hh, (void)bias;
+    (void)lens, (void)scratch, (void)y;
+    return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: bilstm not emulated");
+}

@@ -1,0 +1,410 @@
+/* choir/backend.h: the operations model forwards are written in, one
+ * implementation per backend (the CPU over choir/kernels.h; CUDA over
+ * choir/cuda.h in CUDA builds).
+ *
+ * Three objects:
+ *  - choir_backend: a device (the CPU, or one CUDA device with its context).
+ *    A model loads its weights onto one backend (choir_backend_weight,
+ *    choir_backend_vec) and keeps them there for its life.
+ *  - choir_stream: one worker's way of running operations on a backend: the
+ *    order they run in (CUDA: the context's stream; CPU: they run when
+ *    called), the working memory of a batch (a choir_arena in the backend's
+ *    memory), the kernel scratch, and the first error. Not thread-safe: one
+ *    thread uses a stream at a time; several streams may share a CPU backend
+ *    (engine workers running batches of one model at once). A CUDA backend
+ *    serialises its users itself: take choir_backend_lock around a batch.
+ *  - the operations, choir_op_*(stream, ...): each enqueues work on the
+ *    stream and returns at once (CUDA), or runs it (CPU). Results are visible
+ *    to the host after choir_op_download or choir_stream_sync.
+ *
+ * Pointers. Every tensor argument is backend memory: host memory on the CPU,
+ * device memory on CUDA (from the stream's arena, choir_stream_alloc, or the
+ * weights). Activations are row-major float32 with the shapes and semantics
+ * of the CPU kernels (choir/kernels.h), which are the test oracle. Integer
+ * arrays (slots, positions, lengths, ids) are int32 in backend memory, so a
+ * captured CUDA graph reads the values current at each replay.
+ *
+ * Errors are sticky. The first failing operation records its code and
+ * message on the stream; every later operation returns that code at once
+ * and does nothing, until choir_stream_clear. So a forward pass is written
+ * as a plain sequence of calls and checked once with choir_stream_status.
+ * An operation a backend lacks fails with CHOIR_EUNSUPPORTED and names the
+ * operation and the backend. Bad shapes are CHOIR_EINVAL.
+ *
+ * Memory. Nothing here allocates inside a forward pass once a batch is
+ * planned: working memory comes from the stream's arena (choir_stream_alloc:
+ * on the CPU the engine's batch arena when given, on CUDA a device block the
+ * stream reserved), kernel scratch from the stream's scratch block
+ * (choir_stream_reserve). A kernel that needs more scratch than was reserved
+ * still runs, with counted memory of its own, and the shortfall is recorded
+ * (choir_stream_stats: scratch_misses, scratch_need) so plans can be fixed.
+ *
+ * Adding an operation: declare it in a header of its own area (this one for
+ * shared ops, or include/choir/backend_<area>.h) and put it in one file
+ * src/tensor/backend/op_<name>.c that checks the stream (choir_stream_ok in
+ * src/tensor/backend/backend_internal.h), runs the CPU version when the
+ * backend is the host and the CUDA version (or CHOIR_EUNSUPPORTED) when it
+ * is not; tests/test_backend.c shows how each op is checked against its
+ * kernels.h reference. */
+#ifndef CHOIR_BACKEND_H
+#define CHOIR_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "choir/arena.h"
+#include "choir/error.h"
+#include "choir/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* --- backends ------------------------------------------------------------ */
+
+typedef struct choir_backend choir_backend;
+
+typedef enum choir_backend_kind {
+    CHOIR_BACKEND_CPU = 0,
+    CHOIR_BACKEND_CUDA = 1
+} choir_backend_kind;
+
+/* The CPU: backend memory is host memory, weights are used where they lie
+ * (a mapped checkpoint). NULL (and err) only when out of memory. */
+choir_backend *choir_backend_cpu(choir_err *err);
+
+typedef struct choir_backend_cuda_opts {
+    int device;  /* CUDA device index, 0-based */
+    bool bf16;   /* choir_backend_weight stores f32 matrices as bf16 */
+    bool tf32;   /* f32 products on TF32 tensor cores (choir_cuda_set_tf32) */
+} choir_backend_cuda_opts;
+
+/* A CUDA device (its own choir_cuda context). CHOIR_EUNSUPPORTED in builds
+ * without CUDA, CHOIR_ENOTFOUND when there is no such device. o NULL:
+ * device 0, f32 as stored, no TF32. */
+choir_backend *choir_backend_cuda(const choir_backend_cuda_opts *o, choir_err *err);
+
+/* Frees the backend. Every stream and every weight on it must be freed
+ * first. NULL is a no-op. */
+void choir_backend_free(choir_backend *be);
+
+choir_backend_kind choir_backend_get_kind(const choir_backend *be);
+/* True when backend memory is host memory (the CPU backend). */
+bool choir_backend_is_host(const choir_backend *be);
+/* "cpu" or "cuda:N". */
+const char *choir_backend_name(const choir_backend *be);
+/* The CUDA context (struct choir_cuda, choir/cuda.h) of a CUDA backend, for
+ * timing and statistics; NULL for the CPU. Owned by the backend. */
+struct choir_cuda *choir_backend_cuda_context(const choir_backend *be);
+/* Whether streams of this backend can capture graphs (CUDA: yes). */
+bool choir_backend_has_graphs(const choir_backend *be);
+
+/* Device bytes held through the backend now / at most (0 on the CPU, whose
+ * memory is counted by choir/alloc.h). */
+int64_t choir_backend_mem_current(const choir_backend *be);
+int64_t choir_backend_mem_peak(const choir_backend *be);
+void choir_backend_mem_reset_peak(choir_backend *be);
+
+/* One user at a time for a CUDA backend (engine workers sharing a GPU
+ * replica); no-ops on the CPU, whose streams are independent. */
+void choir_backend_lock(choir_backend *be);
+void choir_backend_unlock(choir_backend *be);
+
+/* --- weights on a backend ---------------------------------------------- */
+/* A model keeps each linear layer as a choir_weight whose pointers are
+ * backend memory: on the CPU the host weight itself (nothing copied), on
+ * CUDA a device copy in the same storage (f32 matrices as bf16 when the
+ * backend was opened with bf16). Vectors (biases, norms, convolution
+ * kernels, tables) likewise. Each call adds what it uploads to the store's
+ * total; choir_backend_weights_free frees all of it. */
+
+typedef struct choir_backend_weights choir_backend_weights;
+
+/* An empty store on `be`. NULL (and err) when out of memory. */
+choir_backend_weights *choir_backend_weights_create(choir_backend *be, choir_err *err);
+/* Frees everything uploaded through the store. NULL is a no-op. */
+void choir_backend_weights_free(choir_backend_weights *ws);
+/* `host` on the backend, into *out. Returns 0 or the error (also kept, see
+ * choir_backend_weights_status). */
+int choir_backend_weight(choir_backend_weights *ws, const choir_weight *host, choir_weight *out);
+/* As choir_backend_weight but keeps the host storage even when the backend
+ * converts f32 to bf16 (for matrices whose precision matters). */
+int choir_backend_weight_exact(choir_backend_weights *ws, const choir_weight *host,
+                               choir_weight *out);
+/* n floats of host data on the backend; NULL host gives NULL (an absent
+ * bias). On failure NULL, and the store keeps the error. */
+const float *choir_backend_vec(choir_backend_weights *ws, const float *host, int64_t n);
+/* The first error of the store's calls (0 when none; err filled). */
+int choir_backend_weights_status(const choir_backend_weights *ws, choir_err *err);
+/* Backend bytes the store holds (0 on the CPU: the host weights are not
+ * copied). */
+int64_t choir_backend_weights_bytes(const choir_backend_weights *ws);
+
+/* --- streams --------------------------------------------------------------- */
+
+typedef struct choir_stream choir_stream;
+
+/* A stream on `be` with no working memory yet. NULL (and err) when out of
+ * memory. */
+choir_stream *choir_stream_create(choir_backend *be, choir_err *err);
+/* Frees the stream and its reserved blocks (not an arena given with
+ * choir_stream_use_arena). NULL is a no-op. */
+void choir_stream_free(choir_stream *s);
+choir_backend *choir_stream_backend(const choir_stream *s);
+
+/* Working memory and kernel scratch, planned before a forward pass:
+ * reserves `work_bytes` of backend memory for choir_stream_alloc (unless an
+ * arena was given) and `scratch_bytes` for kernels, growing the stream's
+ * blocks when they are smaller (what was allocated from them is lost then;
+ * call it before carving). Returns 0, CHOIR_ENOMEM / CHOIR_EBUSY (device
+ * budget), or CHOIR_EBUSY while a graph of the stream is alive. */
+int choir_stream_reserve(choir_stream *s, size_t work_bytes, size_t scratch_bytes,
+                         choir_err *err);
+/* CPU only: carve working memory (and the scratch, when `scratch_bytes` > 0)
+ * from the host arena `a` from now on (the engine's batch arena), instead of
+ * the stream's own block; NULL goes back to the own block. The arena must
+ * outlive its use. CHOIR_EUNSUPPORTED on a device backend. */
+int choir_stream_use_arena(choir_stream *s, choir_arena *a, size_t scratch_bytes,
+                           choir_err *err);
+/* `bytes` of backend memory aligned to 256 bytes (uninitialised), valid until
+ * released past it or the stream's memory is reset or re-reserved. NULL when
+ * the working memory has no room: that is recorded as the stream's error
+ * (CHOIR_ENOMEM naming `what`, which may be NULL). */
+void *choir_stream_alloc(choir_stream *s, size_t bytes, const char *what);
+static inline float *choir_stream_floats(choir_stream *s, int64_t n, const char *what) {
+    return (float *)choir_stream_alloc(s, (size_t)(n > 0 ? n : 0) * sizeof(float), what);
+}
+/* Scoped working memory: release frees everything allocated after the mark. */
+size_t choir_stream_mark(const choir_stream *s);
+void choir_stream_release(choir_stream *s, size_t mark);
+/* Bytes of working memory in use now / at most since the last reset_peak. */
+size_t choir_stream_used(const choir_stream *s);
+size_t choir_stream_high_water(const choir_stream *s);
+void choir_stream_reset_peak(choir_stream *s);
+
+/* Waits for everything enqueued (CUDA); reports asynchronous faults. Also
+ * returns the sticky error. */
+int choir_stream_sync(choir_stream *s, choir_err *err);
+/* The first error since the last clear (0 when none); copies it to err. */
+int choir_stream_status(const choir_stream *s, choir_err *err);
+/* Forgets the sticky error (after the caller handled it). */
+void choir_stream_clear(choir_stream *s);
+/* Records an error of the caller's own on the stream (the first one wins);
+ * returns `code`. */
+int choir_stream_fail(choir_stream *s, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+typedef struct choir_stream_stats {
+    int64_t ops;            /* operations run or enqueued */
+    int64_t scratch_bytes;  /* kernel scratch reserved */
+    int64_t scratch_need;   /* the most kernel scratch one call wanted */
+    int64_t scratch_misses; /* calls that wanted more than was reserved */
+} choir_stream_stats;
+void choir_stream_get_stats(const choir_stream *s, choir_stream_stats *st);
+
+/* --- graphs (CUDA) ---------------------------------------------------------- */
+/* Between begin and end, operations are recorded instead of run; launch
+ * replays them with the pointers they were recorded with, reading the
+ * backend-memory values (slots, lengths, inputs) current at the replay.
+ * While recording: no allocation, no upload or download, no sync. A graph
+ * holds the stream's memory addresses: free graphs before re-reserving or
+ * freeing the stream. CPU streams cannot record (begin returns
+ * CHOIR_EUNSUPPORTED without making it the stream's error): run the
+ * operations directly. */
+typedef struct choir_graph choir_graph;
+int choir_stream_graph_begin(choir_stream *s, choir_err *err);
+/* Ends recording; NULL (and err) when an operation in between failed or
+ * could not be recorded (the sticky error is cleared again: the caller
+ * falls back to running the operations). */
+choir_graph *choir_stream_graph_end(choir_stream *s, choir_err *err);
+int choir_stream_graph_launch(choir_stream *s, choir_graph *g);
+/* NULL is a no-op. */
+void choir_graph_free(choir_graph *g);
+
+/* --- host memory for transfers ---------------------------------------------- */
+/* Host memory that a backend copies to and from quickly and asynchronously:
+ * page-locked on CUDA (counted apart, choir_cuda_host_mem_current), counted
+ * choir_alloc memory on the CPU. NULL when refused (not an error: use
+ * ordinary memory then). Free on the same backend. */
+void *choir_backend_host_alloc(choir_backend *be, size_t bytes);
+void choir_backend_host_free(choir_backend *be, void *p);
+
+/* --- transfers and copies ------------------------------------------------- */
+/* Host -> backend; the host memory may be reused on return. */
+int choir_op_upload(choir_stream *s, void *dst, const void *src, size_t bytes);
+/* Backend -> host; waits for the stream, so the data is there on return. */
+int choir_op_download(choir_stream *s, void *dst, const void *src, size_t bytes);
+/* Asynchronous forms: the host memory must stay untouched (upload) or
+ * unread (download) until choir_stream_sync (or a synchronous transfer).
+ * Fast with choir_backend_host_alloc memory. On the CPU they run now. */
+int choir_op_upload_async(choir_stream *s, void *dst, const void *src, size_t bytes);
+int choir_op_download_async(choir_stream *s, void *dst, const void *src, size_t bytes);
+/* Backend -> backend, non-overlapping. */
+int choir_op_copy(choir_stream *s, void *dst, const void *src, size_t bytes);
+/* rows x cols floats from src (row stride lds) to dst (row stride ldd). */
+int choir_op_copy_rows(choir_stream *s, float *dst, int64_t ldd, const float *src, int64_t lds,
+                       int64_t rows, int64_t cols);
+/* Sets bytes to zero. */
+int choir_op_zero(choir_stream *s, void *dst, size_t bytes);
+
+/* --- matrix products ----------------------------------------------------- */
+/* y[M, W.rows] = x[M, W.cols] W^T (+ bias[W.rows]); W in any storage on
+ * this backend (choir_backend_weight); y must not alias x. */
+int choir_op_linear(choir_stream *s, const float *x, int64_t M, const choir_weight *W,
+                    const float *bias, float *y);
+/* C = alpha op(A) op(B) + beta C, row-major f32 (choir_gemm_f32). */
+int choir_op_gemm(choir_stream *s, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                  float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                  float beta, float *C, int64_t ldc);
+
+/* --- attention --------------------------------------------------------------- */
+/* The shape of a multi-head attention. Queries have n_head heads of Dh
+ * values per row; keys and values n_kv_head heads (0: n_head), which must
+ * divide n_head (grouped-query attention: query head h reads key head
+ * h / (n_head / n_kv_head)). */
+typedef struct choir_attn {
+    int n_head, n_kv_head;
+    int64_t Dh;
+    float scale;  /* usually 1 / sqrt(Dh) */
+    bool causal;  /* query i sees keys <= i + (Tk - Tq) */
+} choir_attn;
+
+/* One sequence, as choir_attention: q [Tq, n_head Dh] (row stride ldq),
+ * k, v [Tk, n_kv_head Dh] (ldk, ldv), out [Tq, n_head Dh] (ldo); mask
+ * additive [Tq, Tk] or NULL. A query whose keys are all masked gets zeros.
+ * Score memory is kernel scratch: min(Tq, 128) Tk floats per CPU thread. */
+int choir_op_attention(choir_stream *s, const float *q, int64_t ldq, const float *k, int64_t ldk,
+                       const float *v, int64_t ldv, float *out, int64_t ldo, int64_t Tq,
+                       int64_t Tk, const choir_attn *a, const float *mask);
+
+/* B sequences against caches of a pool (batched decoder steps): sequence b's
+ * queries start at q + b q_batch and its output at out + b out_batch; its
+ * keys and values at k + kv_slot[b] slot_stride and v + kv_slot[b]
+ * slot_stride (kv_slot NULL: slot b), of which kv_len[b] are valid (NULL:
+ * Tk). causal uses each sequence's own length. kv_slot and kv_len are int32
+ * backend memory read when the operation runs (a graph replay reads the
+ * current values). No mask. */
+int choir_op_attention_slots(choir_stream *s, int64_t B, const float *q, int64_t ldq,
+                             int64_t q_batch, const float *k, int64_t ldk, const float *v,
+                             int64_t ldv, int64_t slot_stride, const int32_t *kv_slot,
+                             const int32_t *kv_len, float *out, int64_t ldo, int64_t out_batch,
+                             int64_t Tq, int64_t Tk, const choir_attn *a);
+
+/* Row b of src [B, cols] to dst + slot[b] slot_stride + pos[b] ld (floats;
+ * slot and pos int32 backend memory): appends each sequence's new key or
+ * value row to its cache. slot NULL: slot b. */
+int choir_op_rows_scatter(choir_stream *s, const float *src, int64_t B, int64_t cols, float *dst,
+                          int64_t slot_stride, int64_t ld, const int32_t *slot,
+                          const int32_t *pos);
+
+/* out[r, :] = row ids[r] of W (any storage, dequantized), r < n; ids int32
+ * backend memory: embeddings. */
+int choir_op_rows_gather(choir_stream *s, const choir_weight *W, const int32_t *ids, int64_t n,
+                         float *out);
+
+/* --- elementwise (in place where the name has no output) ------------------------ */
+int choir_op_add(choir_stream *s, const float *a, const float *b, float *y, int64_t n);
+int choir_op_mul(choir_stream *s, const float *a, const float *b, float *y, int64_t n);
+int choir_op_scale(choir_stream *s, float *x, float alpha, int64_t n);
+/* x[r, :] += bias for r < rows. */
+int choir_op_add_bias_rows(choir_stream *s, float *x, const float *bias, int64_t rows,
+                           int64_t cols);
+
+typedef enum choir_act {
+    CHOIR_ACT_GELU_ERF = 0,
+    CHOIR_ACT_GELU_TANH,
+    CHOIR_ACT_SILU,
+    CHOIR_ACT_RELU,
+    CHOIR_ACT_SIGMOID,
+    CHOIR_ACT_TANH,
+    CHOIR_ACT_LEAKY_RELU /* slope `param` */
+} choir_act;
+/* x = act(x) over n values. */
+int choir_op_act(choir_stream *s, choir_act act, float *x, int64_t n, float param);
+/* Snake over x [B, C, T] (items of C channels by T samples):
+ * x += sin^2(alpha[c] x) / alpha[c]. */
+int choir_op_snake(choir_stream *s, float *x, int64_t B, int64_t C, int64_t T,
+                   const float *alpha);
+
+/* --- normalisation --------------------------------------------------------------- */
+/* Per row of x [rows, dim]: (x - mean) / sqrt(var + eps) * gamma + beta
+ * (gamma, beta NULL: 1, 0); y may equal x. */
+int choir_op_layer_norm(choir_stream *s, const float *x, float *y, int64_t rows, int64_t dim,
+                        const float *gamma, const float *beta, float eps);
+/* Per row: x / sqrt(mean(x^2) + eps) * gamma (NULL: 1); y may equal x. */
+int choir_op_rms_norm(choir_stream *s, const float *x, float *y, int64_t rows, int64_t dim,
+                      const float *gamma, float eps);
+/* Per item of x [B, C, T] and group of C / groups channels: normalise over
+ * the group's channels and samples (biased variance), then gamma[c], beta[c]
+ * (NULL: 1, 0). groups == C is instance norm. y may equal x. */
+int choir_op_group_norm(choir_stream *s, const float *x, float *y, int64_t B, int64_t C,
+                        int64_t T, int64_t groups, const float *gamma, const float *beta,
+                        float eps);
+/* AdaIN over items of different lengths (Kokoro's style blocks, as
+ * choir_cuda_adain): x, y [B, C, T]; item b has lens[b] valid samples (int32,
+ * NULL: all T). Per item and channel: instance norm over the valid samples
+ * (biased variance, eps), the norm's affine norm_w[c], norm_b[c] (either may
+ * be NULL), then y = (1 + gamma[c]) v + beta[c] with gamma, beta item b's
+ * style at gb + b gb_stride (gamma [C] then beta [C]). Samples past an
+ * item's length become 0. y may equal x. */
+int choir_op_adain(choir_stream *s, const float *x, float *y, int64_t B, int64_t C, int64_t T,
+                   const int32_t *lens, const float *norm_w, const float *norm_b,
+                   const float *gb, int64_t gb_stride, float eps);
+/* Softmax of each row of x [rows, dim], in place. */
+int choir_op_softmax(choir_stream *s, float *x, int64_t rows, int64_t dim);
+
+/* --- layout ------------------------------------------------------------------------- */
+/* dst [C, R] = src [R, C]^T (+ add [C, R] when not NULL); no aliasing. A
+ * convolution's channels-first output made time-major, positions added. */
+int choir_op_transpose(choir_stream *s, const float *src, int64_t R, int64_t C, const float *add,
+                       float *dst);
+
+/* Rotary position embedding in place on x [rows, ld] holding n_head heads of
+ * Dh values at the row's start: row r is at position pos[r] (int32 backend
+ * memory); each pair of a head turns by angle pos * theta^(-2i / rot_dims)
+ * for i < rot_dims / 2 (rot_dims <= Dh, even; 0: Dh). Pairs are
+ * (i, i + rot_dims / 2) (rotate-half, Llama / Qwen) unless `interleaved`
+ * ((2i, 2i + 1)). */
+int choir_op_rope(choir_stream *s, float *x, int64_t rows, int64_t ld, int n_head, int64_t Dh,
+                  int64_t rot_dims, const int32_t *pos, float theta, bool interleaved);
+
+/* --- convolutions (PyTorch semantics, zero padding) ---------------------------------- */
+/* y [B, Cout, Tout] = conv1d(x [B, Cin, T]) per item; weight [Cout,
+ * Cin/groups, K] f32, bias [Cout] or NULL; Tout = choir_conv1d_out_len. */
+int choir_op_conv1d(choir_stream *s, const float *x, int64_t B, int64_t Cin, int64_t T,
+                    const float *weight, const float *bias, int64_t Cout, int64_t kernel,
+                    int stride, int padding, int dilation, int groups, float *y);
+/* y [B, Cout, Tout] = conv_transpose1d(x [B, Cin, T]); weight [Cin,
+ * Cout/groups, K]; Tout = choir_conv_transpose1d_out_len. */
+int choir_op_conv_transpose1d(choir_stream *s, const float *x, int64_t B, int64_t Cin, int64_t T,
+                              const float *weight, const float *bias, int64_t Cout,
+                              int64_t kernel, int stride, int padding, int output_padding,
+                              int dilation, int groups, float *y);
+
+/* --- recurrent ------------------------------------------------------------------------ */
+/* Bidirectional one-layer LSTM over B sequences (as choir_cuda_bilstm):
+ * x [B, T, In]; w_ih [2, 4H, In], w_hh [2, 4H, H] (forward direction first,
+ * gates i, f, g, o); bias [2, 4H] (b_ih + b_hh) or NULL; lens int32 [B]
+ * (NULL: all T): sequence b has lens[b] steps and its reverse direction
+ * starts at its last one. y [B, T, 2H] = [forward h_t; reverse h_t], zeros
+ * past a sequence's length. Zero initial state. */
+int choir_op_bilstm(choir_stream *s, const float *x, int64_t B, int64_t T, int64_t In, int64_t H,
+                    const float *w_ih, const float *w_hh, const float *bias, const int32_t *lens,
+                    float *y);
+
+/* --- audio ------------------------------------------------------------------------------ */
+/* Inverse STFT from log-magnitude and phase rows (iSTFTNet's tail, as
+ * choir_cuda_istft_magphase): P [B, n_fft + 2, F], rows 0..n_fft/2 the
+ * log-magnitudes, the rest phases-before-sine; spectrum exp(mag) e^{i sin(ph)};
+ * torch.istft with center, periodic Hann window of n_fft, hop `hop`.
+ * out [B, hop (F - 1)]; frames int32 [B] (NULL: all F): item b has
+ * frames[b] frames and hop (frames[b] - 1) samples, the rest zeroed. n_fft
+ * even, <= 64. */
+int choir_op_istft_magphase(choir_stream *s, const float *P, int64_t B, int64_t F,
+                            const int32_t *frames, int n_fft, int hop, float *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,256 @@
+/* Backends (the CPU, a CUDA device) and the weights a model keeps on one. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "choir/alloc.h"
+#include "tensor/backend/backend_internal.h"
+
+static choir_backend *backend_new(choir_backend_kind kind, choir_err *err) {
+    choir_backend *be = choir_calloc(CHOIR_MEM_OTHER, 1, sizeof *be);
+    if (!be) {
+        choir_err_set(err, CHOIR_ENOMEM, "backend: out of memory");
+        return NULL;
+    }
+    if (pthread_mutex_init(&be->lock, NULL)) {
+        choir_free(be);
+        choir_err_set(err, CHOIR_EINTERNAL, "backend: cannot create its lock");
+        return NULL;
+    }
+    be->kind = kind;
+    return be;
+}
+
+choir_backend *choir_backend_cpu(choir_err *err) {
+    choir_backend *be = backend_new(CHOIR_BACKEND_CPU, err);
+    if (be) snprintf(be->name, sizeof be->name, "cpu");
+    return be;
+}
+
+choir_backend *choir_backend_cuda(const choir_backend_cuda_opts *o, choir_err *err) {
+    choir_backend_cuda_opts def = {0};
+    if (!o) o = &def;
+#ifdef CHOIR_HAVE_CUDA
+    choir_backend *be = backend_new(CHOIR_BACKEND_CUDA, err);
+    if (!be) return NULL;
+    snprintf(be->name, sizeof be->name, "cuda:%d", o->device);
+    be->bf16 = o->bf16;
+    if (!(be->cu = choir_cuda_init(o->device, err)) ||
+        (o->tf32 && choir_cuda_set_tf32(be->cu, true, err))) {
+        choir_backend_free(be);
+        return NULL;
+    }
+    return be;
+#else
+    choir_err_set(err, CHOIR_EUNSUPPORTED,
+                  "backend: this build has no CUDA backend (configure with -DCHOIR_CUDA=ON); "
+                  "device %d not opened",
+                  o->device);
+    return NULL;
+#endif
+}
+
+void choir_backend_free(choir_backend *be) {
+    if (!be) return;
+#ifdef CHOIR_HAVE_CUDA
+    if (be->cu) choir_cuda_free(be->cu);
+#endif
+    pthread_mutex_destroy(&be->lock);
+    choir_free(be);
+}
+
+choir_backend_kind choir_backend_get_kind(const choir_backend *be) { return be->kind; }
+bool choir_backend_is_host(const choir_backend *be) { return be->kind == CHOIR_BACKEND_CPU; }
+const char *choir_backend_name(const choir_backend *be) { return be->name; }
+struct choir_cuda *choir_backend_cuda_context(const choir_backend *be) { return be->cu; }
+bool choir_backend_has_graphs(const choir_backend *be) { return be->kind == CHOIR_BACKEND_CUDA; }
+
+int64_t choir_backend_mem_current(const choir_backend *be) {
+#ifdef CHOIR_HAVE_CUDA
+    if (be->cu) return choir_cuda_mem_current(be->cu);
+#endif
+    (void)be;
+    return 0;
+}
+
+int64_t choir_backend_mem_peak(const choir_backend *be) {
+#ifdef CHOIR_HAVE_CUDA
+    if (be->cu) return choir_cuda_mem_peak(be->cu);
+#endif
+    (void)be;
+    return 0;
+}
+
+void choir_backend_mem_reset_peak(choir_backend *be) {
+#ifdef CHOIR_HAVE_CUDA
+    if (be->cu) choir_cuda_mem_reset_peak(be->cu);
+#endif
+    (void)be;
+}
+
+void choir_backend_lock(choir_backend *be) {
+    if (be->kind != CHOIR_BACKEND_CPU) pthread_mutex_lock(&be->lock);
+}
+
+void choir_backend_unlock(choir_backend *be) {
+    if (be->kind != CHOIR_BACKEND_CPU) pthread_mutex_unlock(&be->lock);
+}
+
+void *choir_backend_host_alloc(choir_backend *be, size_t bytes) {
+#ifdef CHOIR_HAVE_CUDA
+    if (be->cu) return choir_cuda_host_alloc(be->cu, bytes, NULL);
+#endif
+    (void)be;
+    return choir_alloc(CHOIR_MEM_ACTIVATIONS, bytes);
+}
+
+void choir_backend_host_free(choir_backend *be, void *p) {
+#ifdef CHOIR_HAVE_CUDA
+    if (be->cu) {
+        choir_cuda_host_free(be->cu, p);
+        return;
+    }
+#endif
+    (void)be;
+    choir_free(p);
+}
+
+/* --- weights --------------------------------------------------------------- */
+
+struct choir_backend_weights {
+    choir_backend *be;
+    choir_err err;
+    int64_t bytes;
+#ifdef CHOIR_HAVE_CUDA
+    choir_cuda_buf *bufs; /* everything uploaded, freed together */
+    int n_bufs, cap_bufs;
+#endif
+};
+
+choir_backend_weights *choir_backend_weights_create(choir_backend *be, choir_err *err) {
+    choir_backend_weights *ws = choir_calloc(CHOIR_MEM_OTHER, 1, sizeof *ws);
+    if (!ws) {
+        choir_err_set(err, CHOIR_ENOMEM, "backend: out of memory for a weight store");
+        return NULL;
+    }
+    ws->be = be;
+    return ws;
+}
+
+void choir_backend_weights_free(choir_backend_weights *ws) {
+    if (!ws) return;
+#ifdef CHOIR_HAVE_CUDA
+    for (int i = 0; i < ws->n_bufs; i++) choir_cuda_buf_free(ws->be->cu, &ws->bufs[i]);
+    choir_free(ws->bufs);
+#endif
+    choir_free(ws);
+}
+
+int choir_backend_weights_status(const choir_backend_weights *ws, choir_err *err) {
+    if (ws->err.code && err) *err = ws->err;
+    return ws->err.code;
+}
+
+int64_t choir_backend_weights_bytes(const choir_backend_weights *ws) { return ws->bytes; }
+
+#ifdef CHOIR_HAVE_CUDA
+static int keep_buf(choir_backend_weights *ws, choir_cuda_buf *b) {
+    if (!b->ptr) return 0;
+    if (ws->n_bufs == ws->cap_bufs) {
+        int cap = ws->cap_bufs ? 2 * ws->cap_bufs : 64;
+        choir_cuda_buf *nb = choir_realloc(ws->bufs, (size_t)cap * sizeof *nb);
+        if (!nb) {
+            choir_cuda_buf_free(ws->be->cu, b);
+            return choir_err_set(&ws->err, CHOIR_ENOMEM, "backend: out of host memory");
+        }
+        ws->bufs = nb;
+        ws->cap_bufs = cap;
+    }
+    ws->bytes += (int64_t)b->bytes;
+    ws->bufs[ws->n_bufs++] = *b;
+    return 0;
+}
+
+choir_cuda_weight be_cuda_weight(const choir_weight *w) {
+    choir_cuda_weight c;
+    memset(&c, 0, sizeof c);
+    c.kind = w->kind;
+    c.rows = w->rows;
+    c.cols = w->cols;
+    c.sb_dtype = w->sb_dtype;
+    c.bits = w->bits;
+    c.group_size = w->group_size;
+    c.data.ptr = (void *)w->data;
+    c.data.bytes = choir_weight_bytes(w);
+    c.scales.ptr = (void *)w->scales;
+    c.biases.ptr = (void *)w->biases;
+    return c;
+}
+#endif
+
+static int weight_to(choir_backend_weights *ws, const choir_weight *host, choir_weight *out,
+                     bool exact) {
+    if (ws->err.code) {
+        memset(out, 0, sizeof *out);
+        return ws->err.code;
+    }
+    if (ws->be->kind == CHOIR_BACKEND_CPU) {
+        *out = *host;
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    choir_cuda_weight cw;
+    int rc = ws->be->bf16 && !exact && host->kind == CHOIR_WEIGHT_F32
+                 ? choir_cuda_weight_upload_as(ws->be->cu, host, CHOIR_WEIGHT_BF16, &cw, &ws->err)
+                 : choir_cuda_weight_upload(ws->be->cu, host, &cw, &ws->err);
+    if (rc) {
+        memset(out, 0, sizeof *out);
+        return rc;
+    }
+    *out = (choir_weight){.kind = cw.kind,
+                          .rows = cw.rows,
+                          .cols = cw.cols,
+                          .data = cw.data.ptr,
+                          .scales = cw.scales.ptr,
+                          .biases = cw.biases.ptr,
+                          .sb_dtype = cw.sb_dtype,
+                          .bits = cw.bits,
+                          .group_size = cw.group_size};
+    if ((rc = keep_buf(ws, &cw.data)) || (rc = keep_buf(ws, &cw.scales)) ||
+        (rc = keep_buf(ws, &cw.biases)))
+        return rc;
+    return 0;
+#else
+    (void)exact;
+    return choir_err_set(&ws->err, CHOIR_EUNSUPPORTED, "backend %s: no weights", ws->be->name);
+#endif
+}
+
+int choir_backend_weight(choir_backend_weights *ws, const choir_weight *host, choir_weight *out) {
+    return weight_to(ws, host, out, false);
+}
+
+int choir_backend_weight_exact(choir_backend_weights *ws, const choir_weight *host,
+                               choir_weight *out) {
+    return weight_to(ws, host, out, true);
+}
+
+const float *choir_backend_vec(choir_backend_weights *ws, const float *host, int64_t n) {
+    if (!host || ws->err.code) return NULL;
+    if (ws->be->kind == CHOIR_BACKEND_CPU) return host;
+#ifdef CHOIR_HAVE_CUDA
+    choir_cuda_buf b = {0};
+    size_t bytes = (size_t)(n > 0 ? n : 0) * sizeof(float);
+    if (choir_cuda_buf_alloc(ws->be->cu, bytes, &b, &ws->err) ||
+        choir_cuda_upload(ws->be->cu, &b, 0, host, bytes, &ws->err)) {
+        choir_cuda_buf_free(ws->be->cu, &b);
+        return NULL;
+    }
+    if (keep_buf(ws, &b)) return NULL;
+    return b.ptr;
+#else
+    (void)n;
+    choir_err_set(&ws->err, CHOIR_EUNSUPPORTED, "backend %s: no weights", ws->be->name);
+    return NULL;
+#endif
+}

@@ -1,0 +1,269 @@
+/* Core operations: transfers and copies, matrix products, attention and the
+ * KV-cache row moves, embeddings. */
+#include <string.h>
+
+#include "choir/kernels.h"
+#include "tensor/backend/backend_internal.h"
+
+/* --- transfers ------------------------------------------------------------------ */
+
+int choir_op_upload(choir_stream *s, void *dst, const void *src, size_t bytes) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (be_host(s)) {
+        if (bytes) memcpy(dst, src, bytes);
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    choir_cuda_buf b = be_buf(dst, bytes);
+    BE_CUDA(s, "upload", choir_cuda_upload(s->be->cu, &b, 0, src, bytes, BE_ERR));
+#endif
+    return be_unsupported(s, "upload");
+}
+
+int choir_op_download(choir_stream *s, void *dst, const void *src, size_t bytes) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (be_host(s)) {
+        if (bytes) memcpy(dst, src, bytes);
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    choir_cuda_buf b = be_buf(src, bytes);
+    BE_CUDA(s, "download", choir_cuda_download(s->be->cu, dst, &b, 0, bytes, BE_ERR));
+#endif
+    return be_unsupported(s, "download");
+}
+
+int choir_op_upload_async(choir_stream *s, void *dst, const void *src, size_t bytes) {
+    if (be_host(s)) return choir_op_upload(s, dst, src, bytes);
+    if (!choir_stream_ok(s)) return s->err.code;
+#ifdef CHOIR_HAVE_CUDA
+    choir_cuda_buf b = be_buf(dst, bytes);
+    BE_CUDA(s, "upload", choir_cuda_upload_async(s->be->cu, &b, 0, src, bytes, BE_ERR));
+#endif
+    return be_unsupported(s, "upload");
+}
+
+int choir_op_download_async(choir_stream *s, void *dst, const void *src, size_t bytes) {
+    if (be_host(s)) return choir_op_download(s, dst, src, bytes);
+    if (!choir_stream_ok(s)) return s->err.code;
+#ifdef CHOIR_HAVE_CUDA
+    choir_cuda_buf b = be_buf(src, bytes);
+    BE_CUDA(s, "download", choir_cuda_download_async(s->be->cu, dst, &b, 0, bytes, BE_ERR));
+#endif
+    return be_unsupported(s, "download");
+}
+
+int choir_op_copy(choir_stream *s, void *dst, const void *src, size_t bytes) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (be_host(s)) {
+        if (bytes) memmove(dst, src, bytes);
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    BE_CUDA(s, "copy", choir_cuda_copy(s->be->cu, dst, src, bytes, BE_ERR));
+#endif
+    return be_unsupported(s, "copy");
+}
+
+int choir_op_copy_rows(choir_stream *s, float *dst, int64_t ldd, const float *src, int64_t lds,
+                       int64_t rows, int64_t cols) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (rows < 0 || cols < 0 || ldd < cols || lds < cols)
+        return be_invalid(s, "copy_rows: %lld x %lld with strides %lld, %lld", (long long)rows,
+                          (long long)cols, (long long)ldd, (long long)lds);
+    if (be_host(s)) {
+        for (int64_t r = 0; r < rows; r++)
+            memmove(dst + r * ldd, src + r * lds, (size_t)cols * sizeof(float));
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    if (ldd == cols && lds == cols)
+        BE_CUDA(s, "copy_rows",
+                choir_cuda_copy(s->be->cu, dst, src, (size_t)(rows * cols) * sizeof(float), BE_ERR));
+    BE_CUDA(s, "copy_rows",
+            choir_cuda_copy_rows(s->be->cu, dst, ldd, src, lds, rows, cols, BE_ERR));
+#endif
+    return be_unsupported(s, "copy_rows");
+}
+
+int choir_op_zero(choir_stream *s, void *dst, size_t bytes) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (be_host(s)) {
+        if (bytes) memset(dst, 0, bytes);
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    choir_cuda_buf b = be_buf(dst, bytes);
+    BE_CUDA(s, "zero", choir_cuda_memset0(s->be->cu, &b, 0, bytes, BE_ERR));
+#endif
+    return be_unsupported(s, "zero");
+}
+
+/* --- products ---------------------------------------------------------------------- */
+
+int choir_op_linear(choir_stream *s, const float *x, int64_t M, const choir_weight *W,
+                    const float *bias, float *y) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (M < 0 || W->rows < 0 || W->cols < 0) return be_invalid(s, "linear: negative size");
+    if (M == 0) return 0;
+    if (be_host(s)) {
+        choir_kernel_scratch *prev = be_kernel_begin(s);
+        choir_linear(x, M, W, bias, y);
+        be_kernel_end(prev);
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    choir_cuda_weight cw = be_cuda_weight(W);
+    BE_CUDA(s, "linear", choir_cuda_linear(s->be->cu, x, M, &cw, bias, y, BE_ERR));
+#endif
+    return be_unsupported(s, "linear");
+}
+
+int choir_op_gemm(choir_stream *s, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                  float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                  float beta, float *C, int64_t ldc) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (M < 0 || N < 0 || K < 0) return be_invalid(s, "gemm: negative size");
+    if (be_host(s)) {
+        choir_gemm_f32(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    BE_CUDA(s, "gemm",
+            choir_cuda_gemm_f32(s->be->cu, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta,
+                                C, ldc, BE_ERR));
+#endif
+    return be_unsupported(s, "gemm");
+}
+
+/* --- attention ------------------------------------------------------------------------ */
+
+/* Heads per key head, or 0 (and the stream's error) when the shape is bad. */
+static int attn_group(choir_stream *s, const choir_attn *a, const char *op) {
+    int kv = a->n_kv_head > 0 ? a->n_kv_head : a->n_head;
+    if (a->n_head <= 0 || a->Dh <= 0 || kv > a->n_head || a->n_head % kv != 0) {
+        be_invalid(s, "%s: %d heads over %d key heads of %lld values", op, a->n_head, kv,
+                   (long long)a->Dh);
+        return 0;
+    }
+    return a->n_head / kv;
+}
+
+int choir_op_attention(choir_stream *s, const float *q, int64_t ldq, const float *k, int64_t ldk,
+                       const float *v, int64_t ldv, float *out, int64_t ldo, int64_t Tq,
+                       int64_t Tk, const choir_attn *a, const float *mask) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    int rep = attn_group(s, a, "attention");
+    if (!rep) return s->err.code;
+    if (Tq < 0 || Tk < 0) return be_invalid(s, "attention: Tq %lld, Tk %lld", (long long)Tq,
+                                            (long long)Tk);
+    if (Tq == 0) return 0;
+    /* Grouped heads run one query head at a time against its key head; the
+     * plain case is one call over all heads. */
+    int calls = rep == 1 ? 1 : a->n_head, heads = rep == 1 ? a->n_head : 1;
+    if (be_host(s)) {
+        choir_kernel_scratch *prev = be_kernel_begin(s);
+        for (int h = 0; h < calls; h++) {
+            int64_t qo = (int64_t)h * a->Dh, ko = (int64_t)(h / rep) * a->Dh;
+            choir_attention(q + qo, ldq, k + ko, ldk, v + ko, ldv, out + qo, ldo, Tq, Tk, heads,
+                            a->Dh, a->scale, mask, a->causal);
+        }
+        be_kernel_end(prev);
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    for (int h = 0; h < calls; h++) {
+        choir_err e = {0};
+        int64_t qo = (int64_t)h * a->Dh, ko = (int64_t)(h / rep) * a->Dh;
+        int rc = choir_cuda_attention(s->be->cu, q + qo, ldq, k + ko, ldk, v + ko, ldv, out + qo,
+                                      ldo, Tq, Tk, heads, a->Dh, a->scale, mask, a->causal, &e);
+        if (rc) return be_done(s, rc, &e, "attention");
+    }
+    return 0;
+#endif
+    return be_unsupported(s, "attention");
+}
+
+int choir_op_attention_slots(choir_stream *s, int64_t B, const float *q, int64_t ldq,
+                             int64_t q_batch, const float *k, int64_t ldk, const float *v,
+                             int64_t ldv, int64_t slot_stride, const int32_t *kv_slot,
+                             const int32_t *kv_len, float *out, int64_t ldo, int64_t out_batch,
+                             int64_t Tq, int64_t Tk, const choir_attn *a) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    int rep = attn_group(s, a, "attention_slots");
+    if (!rep) return s->err.code;
+    if (B < 0 || Tq < 0 || Tk < 0) return be_invalid(s, "attention_slots: negative size");
+    if (B == 0 || Tq == 0) return 0;
+    int calls = rep == 1 ? 1 : a->n_head, heads = rep == 1 ? a->n_head : 1;
+    if (be_host(s)) {
+        choir_kernel_scratch *prev = be_kernel_begin(s);
+        for (int64_t b = 0; b < B; b++) {
+            int64_t slot = kv_slot ? kv_slot[b] : b;
+            int64_t n = kv_len ? kv_len[b] : Tk;
+            if (n > Tk) n = Tk;
+            if (n < 0) n = 0;
+            const float *kb = k + slot * slot_stride, *vb = v + slot * slot_stride;
+            for (int h = 0; h < calls; h++) {
+                int64_t qo = (int64_t)h * a->Dh, ko = (int64_t)(h / rep) * a->Dh;
+                choir_attention(q + b * q_batch + qo, ldq, kb + ko, ldk, vb + ko, ldv,
+                                out + b * out_batch + qo, ldo, Tq, n, heads, a->Dh, a->scale, NULL,
+                                a->causal);
+            }
+        }
+        be_kernel_end(prev);
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    for (int h = 0; h < calls; h++) {
+        choir_err e = {0};
+        int64_t qo = (int64_t)h * a->Dh, ko = (int64_t)(h / rep) * a->Dh;
+        int rc = choir_cuda_attention_slots(s->be->cu, B, q + qo, ldq, q_batch, k + ko, ldk, v + ko,
+                                            ldv, slot_stride, kv_slot, kv_len, out + qo, ldo,
+                                            out_batch, Tq, Tk, heads, a->Dh, a->scale, a->causal,
+                                            &e);
+        if (rc) return be_done(s, rc, &e, "attention_slots");
+    }
+    return 0;
+#endif
+    return be_unsupported(s, "attention_slots");
+}
+
+int choir_op_rows_scatter(choir_stream *s, const float *src, int64_t B, int64_t cols, float *dst,
+                          int64_t slot_stride, int64_t ld, const int32_t *slot,
+                          const int32_t *pos) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (B < 0 || cols < 0) return be_invalid(s, "rows_scatter: negative size");
+    if (be_host(s)) {
+        for (int64_t b = 0; b < B; b++)
+            memcpy(dst + (int64_t)(slot ? slot[b] : b) * slot_stride + (int64_t)pos[b] * ld,
+                   src + b * cols, (size_t)cols * sizeof(float));
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    if (!slot) return be_invalid(s, "rows_scatter: the CUDA kernel needs a slot array");
+    BE_CUDA(s, "rows_scatter",
+            choir_cuda_rows_scatter(s->be->cu, src, B, cols, dst, slot_stride, ld, slot, pos,
+                                    BE_ERR));
+#endif
+    return be_unsupported(s, "rows_scatter");
+}
+
+int choir_op_rows_gather(choir_stream *s, const choir_weight *W, const int32_t *ids, int64_t n,
+                         float *out) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (n < 0) return be_invalid(s, "rows_gather: negative count");
+    if (be_host(s)) {
+        for (int64_t r = 0; r < n; r++) {
+            if (ids[r] < 0 || ids[r] >= W->rows)
+                return be_invalid(s, "rows_gather: id %d outside [0, %lld)", (int)ids[r],
+                                  (long long)W->rows);
+            choir_weight_row_f32(W, ids[r], out + r * W->cols);
+        }
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    choir_cuda_weight cw = be_cuda_weight(W);
+    BE_CUDA(s, "rows_gather", choir_cuda_rows_gather(s->be->cu, &cw, ids, n, out, BE_ERR));
+#endif
+    return be_unsupported(s, "rows_gather");
+}

@@ -1,0 +1,214 @@
+/* Kernels behind the backend operations (choir/backend.h) that the Whisper
+ * and Kokoro kernels did not already provide: products and activations of
+ * elements, RMS and group norm, rotary embeddings, embedding rows and
+ * strided row copies. Each has the semantics of the backend's CPU version
+ * (src/tensor/backend/), which tests/cuda/cuda_check.c holds it to. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+
+#include "tensor/cuda/cuda_internal.h"
+
+#define OPS_THREADS 256
+
+#define GRID_STRIDE(i, n)                                                                  \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);              \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+/* --- elementwise --------------------------------------------------------- */
+
+__global__ void k_mul(const float *a, const float *b, float *y, int64_t n) {
+    GRID_STRIDE(i, n) y[i] = a[i] * b[i];
+}
+
+__global__ void k_scale(float *x, float s, int64_t n) {
+    GRID_STRIDE(i, n) x[i] *= s;
+}
+
+/* act: 2 silu, 3 relu, 4 sigmoid, 5 tanh (choir_act). */
+__global__ void k_act(float *x, int64_t n, int act) {
+    GRID_STRIDE(i, n) {
+        float v = x[i];
+        switch (act) {
+        case 2: v = v / (1.0f + expf(-v)); break;
+        case 3: v = v > 0.0f ? v : 0.0f; break;
+        case 4: v = 1.0f / (1.0f + expf(-v)); break;
+        default: v = tanhf(v); break;
+        }
+        x[i] = v;
+    }
+}
+
+int choir_cuda_mul(choir_cuda *cu, const float *a, const float *b, float *y, int64_t n,
+                   choir_err *err) {
+    if (n <= 0) return 0;
+    k_mul<<<choir_cuda_blocks(n, OPS_THREADS), OPS_THREADS, 0, cu->stream>>>(a, b, y, n);
+    return choir_cuda_check_launch(err, "mul");
+}
+
+int choir_cuda_scale(choir_cuda *cu, float *x, float s, int64_t n, choir_err *err) {
+    if (n <= 0) return 0;
+    k_scale<<<choir_cuda_blocks(n, OPS_THREADS), OPS_THREADS, 0, cu->stream>>>(x, s, n);
+    return choir_cuda_check_launch(err, "scale");
+}
+
+int choir_cuda_act(choir_cuda *cu, int act, float *x, int64_t n, choir_err *err) {
+    if (act < 2 || act > 5)
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: activation %d", act);
+    if (n <= 0) return 0;
+    k_act<<<choir_cuda_blocks(n, OPS_THREADS), OPS_THREADS, 0, cu->stream>>>(x, n, act);
+    return choir_cuda_check_launch(err, "activation");
+}
+
+/* --- reductions ------------------------------------------------------------ */
+
+__device__ __forceinline__ double warp_sum_d(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Sum over the block in double; every thread gets it. red: 32 doubles. */
+__device__ double block_sum_d(double v, double *red) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+    v = warp_sum_d(v);
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    double r = lane < nwarps ? red[lane] : 0.0;
+    return warp_sum_d(r);
+}
+
+/* One block per row, the sum of squares in double (as the CPU). */
+__global__ void k_rms_norm(const float *x, float *y, int64_t dim, const float *gamma, float eps) {
+    __shared__ double red[32];
+    const float *xr = x + (int64_t)blockIdx.x * dim;
+    float *yr = y + (int64_t)blockIdx.x * dim;
+    double ss = 0;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    float inv = (float)(1.0 / sqrt(block_sum_d(ss, red) / (double)dim + (double)eps));
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
+        yr[i] = xr[i] * inv * (gamma ? gamma[i] : 1.0f);
+}
+
+int choir_cuda_rms_norm(choir_cuda *cu, const float *x, float *y, int64_t rows, int64_t dim,
+                        const float *gamma, float eps, choir_err *err) {
+    if (rows <= 0 || dim <= 0) return 0;
+    if (rows > INT32_MAX) return choir_err_set(err, CHOIR_ETOOBIG, "cuda: rms norm rows");
+    k_rms_norm<<<(unsigned)rows, OPS_THREADS, 0, cu->stream>>>(x, y, dim, gamma, eps);
+    return choir_cuda_check_launch(err, "rms norm");
+}
+
+/* One block per (item, group): mean, then the centred sum of squares, in
+ * double; then the channels' affines. */
+__global__ void k_group_norm(const float *x, float *y, int64_t C, int64_t T, int64_t groups,
+                             const float *gamma, const float *beta, float eps) {
+    __shared__ double red[32];
+    int64_t b = blockIdx.x / groups, g = blockIdx.x % groups, cg = C / groups, n = cg * T;
+    const float *xg = x + (b * C + g * cg) * T;
+    float *yg = y + (b * C + g * cg) * T;
+    double s = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += xg[i];
+    double mean = n > 0 ? block_sum_d(s, red) / (double)n : 0.0;
+    double q = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        double d = (double)xg[i] - mean;
+        q += d * d;
+    }
+    double var = n > 0 ? block_sum_d(q, red) / (double)n : 0.0;
+    float inv = (float)(1.0 / sqrt(var + (double)eps)), fm = (float)mean;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        int64_t c = g * cg + i / T;
+        float ga = gamma ? gamma[c] : 1.0f, be = beta ? beta[c] : 0.0f;
+        yg[i] = ((xg[i] - fm) * inv) * ga + be;
+    }
+}
+
+int choir_cuda_group_norm(choir_cuda *cu, const float *x, float *y, int64_t B, int64_t C,
+                          int64_t T, int64_t groups, const float *gamma, const float *beta,
+                          float eps, choir_err *err) {
+    if (groups <= 0 || C % groups)
+        return choir_err_set(err, CHOIR_EINVAL, "cuda: group norm of %lld channels in %lld groups",
+                             (long long)C, (long long)groups);
+    if (B <= 0 || T <= 0) return 0;
+    if (B * groups > INT32_MAX) return choir_err_set(err, CHOIR_ETOOBIG, "cuda: group norm");
+    k_group_norm<<<(unsigned)(B * groups), OPS_THREADS, 0, cu->stream>>>(x, y, C, T, groups, gamma,
+                                                                       beta, eps);
+    return choir_cuda_check_launch(err, "group norm");
+}
+
+/* --- rotary embeddings --------------------------------------------------------- */
+
+/* One thread per (row, pair); the pair's angle is computed once and applied
+ * to every head. */
+__global__ void k_rope(float *x, int64_t rows, int64_t ld, int n_head, int64_t Dh, int64_t half,
+                       const int32_t *pos, float theta, int interleaved) {
+    GRID_STRIDE(t, rows * half) {
+        int64_t r = t / half, i = t % half;
+        float inv_freq = (float)(1.0 / pow((double)theta, (double)(2 * i) / (double)(2 * half)));
+        float ang = (float)pos[r] * inv_freq;
+        float cs = cosf(ang), sn = sinf(ang);
+        int64_t i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + half;
+        for (int h = 0; h < n_head; h++) {
+            float *xh = x + r * ld + (int64_t)h * Dh;
+            float a = xh[i0], b = xh[i1];
+            xh[i0] = a * cs - b * sn;
+            xh[i1] = b * cs + a * sn;
+        }
+    }
+}
+
+int choir_cuda_rope(choir_cuda *cu, float *x, int64_t rows, int64_t ld, int n_head, int64_t Dh,
+                    int64_t rot_dims, const int32_t *pos, float theta, bool interleaved,
+                    choir_err *err) {
+    if (rot_dims <= 0 || rot_dims > Dh || rot_dims % 2)
+        return choir_err_set(err, CHOIR_EINVAL, "cuda: rope over %lld of %lld values",
+                             (long long)rot_dims, (long long)Dh);
+    int64_t half = rot_dims / 2;
+    if (rows <= 0) return 0;
+    k_rope<<<choir_cuda_blocks(rows * half, OPS_THREADS), OPS_THREADS, 0, cu->stream>>>(
+        x, rows, ld, n_head, Dh, half, pos, theta, interleaved ? 1 : 0);
+    return choir_cuda_check_launch(err, "rope");
+}
+
+/* --- embedding rows and strided copies -------------------------------------------- */
+
+/* kind: 0 f32, 1 f16, 2 bf16. Ids outside the table give zeros (the host
+ * side cannot check values that live on the device). */
+__global__ void k_gather(const void *W, int kind, int64_t rows, int64_t cols, const int32_t *ids,
+                         int64_t n, float *out) {
+    GRID_STRIDE(t, n * cols) {
+        int64_t r = t / cols, c = t % cols;
+        int64_t id = ids[r];
+        float v = 0.0f;
+        if (id >= 0 && id < rows) {
+            int64_t at = id * cols + c;
+            if (kind == 0) v = ((const float *)W)[at];
+            else if (kind == 1) v = __half2float(((const __half *)W)[at]);
+            else v = __bfloat162float(((const __nv_bfloat16 *)W)[at]);
+        }
+        out[t] = v;
+    }
+}
+
+int choir_cuda_rows_gather(choir_cuda *cu, const choir_cuda_weight *W, const int32_t *ids,
+                           int64_t n, float *out, choir_err *err) {
+    int kind = W->kind == CHOIR_WEIGHT_F32 ? 0 : W->kind == CHOIR_WEIGHT_F16 ? 1
+             : W->kind == CHOIR_WEIGHT_BF16 ? 2 : -1;
+    if (kind < 0)
+        return choir_err_set(err, CHOIR_EUNSUPPORTED,
+                             "cuda: rows gather from a quantized table is not implemented");
+    if (n <= 0 || W->cols <= 0) return 0;
+    k_gather<<<choir_cuda_blocks(n * W->cols, OPS_THREADS), OPS_THREADS, 0, cu->stream>>>(
+        W->data.ptr, kind, W->rows, W->cols, ids, n, out);
+    return choir_cuda_check_launch(err, "rows gather");
+}
+
+int choir_cuda_copy_rows(choir_cuda *cu, float *dst, int64_t ldd, const float *src, int64_t lds,
+                         int64_t rows, int64_t cols, choir_err *err) {
+    if (rows <= 0 || cols <= 0) return 0;
+    cudaError_t st = cudaMemcpy2DAsync(dst, (size_t)ldd * sizeof(float), src,
+                                       (size_t)lds * sizeof(float), (size_t)cols * sizeof(float),
+                                       (size_t)rows, cudaMemcpyDeviceToDevice, cu->stream);
+    return st == cudaSuccess ? 0 : choir_cuda_fail(err, st, "copy rows");
+}

@@ -1,0 +1,558 @@
+/* The CPU backend (choir/backend.h) against its oracle, the kernels of
+ * choir/kernels.h, or naive double-precision formulas for the operations
+ * kernels.h lacks (RMS and group norm, rotary embeddings, AdaIN, the inverse
+ * STFT): each operation on random inputs with odd sizes and strides. Plus
+ * the stream's contracts: sticky errors, unsupported operations, working
+ * memory from an arena, kernel scratch that stops the kernels from
+ * allocating, and graph capture refused on the CPU. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "choir/alloc.h"
+#include "choir/backend.h"
+#include "choir/kernels.h"
+#include "choir/pool.h"
+#include "testutil.h"
+
+static float *rnd(size_t n, uint64_t seed) {
+    float *x = malloc((n ? n : 1) * sizeof(float));
+    assert_non_null(x);
+    tu_fill_uniform(x, n, seed, -1.0f, 1.0f);
+    return x;
+}
+
+static float *dup(const float *x, size_t n) {
+    float *y = malloc((n ? n : 1) * sizeof(float));
+    assert_non_null(y);
+    memcpy(y, x, n * sizeof(float));
+    return y;
+}
+
+static void assert_same(const float *a, const float *b, size_t n, const char *what) {
+    if (memcmp(a, b, n * sizeof(float)) != 0) fail_msg("%s: not bit-identical", what);
+}
+
+static void assert_near(const float *got, const double *want, size_t n, double tol,
+                        const char *what) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)got[i] - want[i];
+        num += d * d;
+        den += want[i] * want[i];
+    }
+    double rel = sqrt(num) / (sqrt(den) > 1e-30 ? sqrt(den) : 1e-30);
+    if (!(rel <= tol)) fail_msg("%s: rel L2 %.3g > %.3g", what, rel, tol);
+}
+
+typedef struct fx {
+    choir_backend *be;
+    choir_stream *s;
+} fx;
+
+static fx fx_open(size_t work, size_t scratch) {
+    fx f;
+    choir_err err = {0};
+    f.be = choir_backend_cpu(&err);
+    assert_non_null(f.be);
+    f.s = choir_stream_create(f.be, &err);
+    assert_non_null(f.s);
+    assert_int_equal(choir_stream_reserve(f.s, work, scratch, &err), 0);
+    return f;
+}
+
+static void fx_close(fx *f) {
+    choir_err err = {0};
+    assert_int_equal(choir_stream_status(f->s, &err), 0);
+    choir_stream_free(f->s);
+    choir_backend_free(f->be);
+}
+
+/* --- products ---------------------------------------------------------------- */
+
+static void test_linear_every_storage(void **state) {
+    (void)state;
+    fx f = fx_open(0, 16 << 20);
+    int64_t M = 37, K = 96, N = 53;
+    float *x = rnd((size_t)(M * K), 1), *w = rnd((size_t)(N * K), 2), *b = rnd((size_t)N, 3);
+    uint16_t *wh = malloc((size_t)(N * K) * 2), *wb = malloc((size_t)(N * K) * 2);
+    choir_f32_to_f16_n(w, wh, N * K);
+    choir_f32_to_bf16_n(w, wb, N * K);
+    choir_weight ws[3] = {choir_weight_f32(w, N, K),
+                          {.kind = CHOIR_WEIGHT_F16, .rows = N, .cols = K, .data = wh},
+                          {.kind = CHOIR_WEIGHT_BF16, .rows = N, .cols = K, .data = wb}};
+    float *got = malloc((size_t)(M * N) * 4), *want = malloc((size_t)(M * N) * 4);
+    for (int i = 0; i < 3; i++)
+        for (int64_t m = 1; m <= M; m += 12) {
+            choir_linear(x, m, &ws[i], b, want);
+            assert_int_equal(choir_op_linear(f.s, x, m, &ws[i], b, got), 0);
+            assert_same(got, want, (size_t)(m * N), "linear");
+        }
+    /* The backend's weight store on the CPU points at the host weight. */
+    choir_err err = {0};
+    choir_backend_weights *st = choir_backend_weights_create(f.be, &err);
+    choir_weight dw;
+    assert_int_equal(choir_backend_weight(st, &ws[1], &dw), 0);
+    assert_ptr_equal(dw.data, wh);
+    assert_ptr_equal(choir_backend_vec(st, b, N), b);
+    assert_null(choir_backend_vec(st, NULL, N));
+    assert_int_equal(choir_backend_weights_bytes(st), 0);
+    assert_int_equal(choir_backend_weights_status(st, &err), 0);
+    choir_backend_weights_free(st);
+    /* gemm with transposes and strides. */
+    float *C1 = rnd((size_t)(M * N), 4), *C2 = dup(C1, (size_t)(M * N));
+    choir_gemm_f32(false, true, M, N, K, 0.5f, x, K, w, K, 1.0f, C1, N);
+    assert_int_equal(choir_op_gemm(f.s, false, true, M, N, K, 0.5f, x, K, w, K, 1.0f, C2, N), 0);
+    assert_same(C2, C1, (size_t)(M * N), "gemm");
+    free(x), free(w), free(b), free(wh), free(wb), free(got), free(want), free(C1), free(C2);
+    fx_close(&f);
+}
+
+/* --- attention ------------------------------------------------------------------ */
+
+static void test_attention_and_gqa(void **state) {
+    (void)state;
+    fx f = fx_open(0, 8 << 20);
+    int H = 6, Hkv = 2, rep = H / Hkv;
+    int64_t Dh = 16, Tq = 21, Tk = 40, d = H * Dh, dkv = Hkv * Dh;
+    float *q = rnd((size_t)(Tq * d), 10), *k = rnd((size_t)(Tk * dkv), 11);
+    float *v = rnd((size_t)(Tk * dkv), 12), *mask = rnd((size_t)(Tq * Tk), 13);
+    float *got = malloc((size_t)(Tq * d) * 4), *want = malloc((size_t)(Tq * d) * 4);
+    float scale = 1.0f / sqrtf((float)Dh);
+    /* The plain case is one kernel call. */
+    float *kf = rnd((size_t)(Tk * d), 14), *vf = rnd((size_t)(Tk * d), 15);
+    for (int causal = 0; causal < 2; causal++) {
+        choir_attn a = {H, 0, Dh, scale, causal != 0};
+        choir_attention(q, d, kf, d, vf, d, want, d, Tq, Tk, H, Dh, scale, mask, causal != 0);
+        assert_int_equal(choir_op_attention(f.s, q, d, kf, d, vf, d, got, d, Tq, Tk, &a, mask), 0);
+        assert_same(got, want, (size_t)(Tq * d), "attention");
+    }
+    /* Grouped-query: against the keys repeated for each query head. */
+    for (int64_t t = 0; t < Tk; t++)
+        for (int h = 0; h < H; h++) {
+            memcpy(kf + t * d + h * Dh, k + t * dkv + (h / rep) * Dh, (size_t)Dh * 4);
+            memcpy(vf + t * d + h * Dh, v + t * dkv + (h / rep) * Dh, (size_t)Dh * 4);
+        }
+    choir_attn g = {H, Hkv, Dh, scale, true};
+    choir_attention(q, d, kf, d, vf, d, want, d, Tq, Tk, H, Dh, scale, NULL, true);
+    assert_int_equal(choir_op_attention(f.s, q, d, k, dkv, v, dkv, got, d, Tq, Tk, &g, NULL), 0);
+    double *wd = malloc((size_t)(Tq * d) * sizeof(double));
+    for (int64_t i = 0; i < Tq * d; i++) wd[i] = want[i];
+    assert_near(got, wd, (size_t)(Tq * d), 1e-6, "grouped-query attention");
+    /* A bad head split is the stream's error, named. */
+    choir_attn bad = {H, 4, Dh, scale, false};
+    assert_int_equal(choir_op_attention(f.s, q, d, k, dkv, v, dkv, got, d, Tq, Tk, &bad, NULL),
+                     CHOIR_EINVAL);
+    choir_err err = {0};
+    assert_int_equal(choir_stream_status(f.s, &err), CHOIR_EINVAL);
+    assert_non_null(strstr(err.msg, "attention"));
+    choir_stream_clear(f.s);
+    free(q), free(k), free(v), free(mask), free(got), free(want), free(kf), free(vf), free(wd);
+    fx_close(&f);
+}
+
+/* Batched steps over a pool of caches: slots named in any order, each with
+ * its own length, equal to one call per sequence; rows_scatter appends. */
+static void test_attention_slots_and_scatter(void **state) {
+    (void)state;
+    fx f = fx_open(1 << 20, 1 << 20);
+    int H = 4;
+    int64_t Dh = 8, d = H * Dh, C = 24, slots = 5, B = 4, stride = C * d;
+    float *pool_k = rnd((size_t)(slots * stride), 20), *pool_v = rnd((size_t)(slots * stride), 21);
+    float *q = rnd((size_t)(B * d), 22), *newk = rnd((size_t)(B * d), 23);
+    float *got = malloc((size_t)(B * d) * 4), *want = malloc((size_t)(B * d) * 4);
+    int32_t *meta = choir_stream_alloc(f.s, 3 * (size_t)B * sizeof(int32_t), "meta");
+    assert_non_null(meta);
+    int32_t slot[4] = {3, 0, 3, 1}, len[4] = {7, 24, 1, 13};
+    memcpy(meta, slot, sizeof slot);
+    memcpy(meta + B, len, sizeof len);
+    for (int i = 0; i < 4; i++) meta[2 * B + i] = len[i] - 1;
+    choir_attn a = {H, 0, Dh, 1.0f / sqrtf((float)Dh), false};
+    /* Sequences 0 and 2 share slot 3: scatter the later one's row last. */
+    assert_int_equal(choir_op_rows_scatter(f.s, newk, B, d, pool_k, stride, d, meta, meta + 2 * B),
+                     0);
+    for (int b = 0; b < 4; b++) {
+        /* The row landed (the shared slot's two rows sit at different positions). */
+        assert_same(pool_k + slot[b] * stride + (len[b] - 1) * d, newk + b * d, (size_t)d,
+                    "scatter");
+        choir_attention(q + b * d, d, pool_k + slot[b] * stride, d, pool_v + slot[b] * stride, d,
+                        want + b * d, d, 1, len[b], H, Dh, a.scale, NULL, false);
+    }
+    assert_int_equal(choir_op_attention_slots(f.s, B, q, d, d, pool_k, d, pool_v, d, stride, meta,
+                                              meta + B, got, d, d, 1, C, &a),
+                     0);
+    assert_same(got, want, (size_t)(B * d), "attention_slots");
+    free(pool_k), free(pool_v), free(q), free(newk), free(got), free(want);
+    fx_close(&f);
+}
+
+static void test_rows_gather(void **state) {
+    (void)state;
+    fx f = fx_open(0, 0);
+    int64_t V = 50, d = 24;
+    float *w = rnd((size_t)(V * d), 30);
+    uint16_t *wb = malloc((size_t)(V * d) * 2);
+    choir_f32_to_bf16_n(w, wb, V * d);
+    choir_weight W = {.kind = CHOIR_WEIGHT_BF16, .rows = V, .cols = d, .data = wb};
+    int32_t ids[5] = {0, 49, 7, 7, 23};
+    float *got = malloc(5 * (size_t)d * 4), *want = malloc((size_t)d * 4);
+    assert_int_equal(choir_op_rows_gather(f.s, &W, ids, 5, got), 0);
+    for (int r = 0; r < 5; r++) {
+        choir_weight_row_f32(&W, ids[r], want);
+        assert_same(got + r * d, want, (size_t)d, "gather");
+    }
+    ids[2] = 50;
+    assert_int_equal(choir_op_rows_gather(f.s, &W, ids, 5, got), CHOIR_EINVAL);
+    choir_stream_clear(f.s);
+    free(w), free(wb), free(got), free(want);
+    fx_close(&f);
+}
+
+/* --- elementwise and norms ---------------------------------------------------------- */
+
+static void test_elementwise(void **state) {
+    (void)state;
+    fx f = fx_open(0, 0);
+    size_t n = 1001;
+    float *a = rnd(n, 40), *b = rnd(n, 41), *got = malloc(n * 4), *want = malloc(n * 4);
+    choir_add(a, b, want, (int64_t)n);
+    choir_op_add(f.s, a, b, got, (int64_t)n);
+    assert_same(got, want, n, "add");
+    choir_mul(a, b, want, (int64_t)n);
+    choir_op_mul(f.s, a, b, got, (int64_t)n);
+    assert_same(got, want, n, "mul");
+    memcpy(want, a, n * 4), memcpy(got, a, n * 4);
+    choir_scale(want, 0.37f, (int64_t)n);
+    choir_op_scale(f.s, got, 0.37f, (int64_t)n);
+    assert_same(got, want, n, "scale");
+    memcpy(want, a, n * 4), memcpy(got, a, n * 4);
+    choir_add_bias_rows(want, b, 7, 143);
+    choir_op_add_bias_rows(f.s, got, b, 7, 143);
+    assert_same(got, want, n, "bias rows");
+    void (*ref[6])(float *, int64_t) = {choir_gelu_erf, choir_gelu_tanh, choir_silu,
+                                        choir_relu,     choir_sigmoid,   choir_tanh};
+    for (int act = 0; act < 6; act++) {
+        memcpy(want, a, n * 4), memcpy(got, a, n * 4);
+        ref[act](want, (int64_t)n);
+        assert_int_equal(choir_op_act(f.s, (choir_act)act, got, (int64_t)n, 0), 0);
+        assert_same(got, want, n, "activation");
+    }
+    memcpy(want, a, n * 4), memcpy(got, a, n * 4);
+    choir_leaky_relu(want, (int64_t)n, 0.2f);
+    choir_op_act(f.s, CHOIR_ACT_LEAKY_RELU, got, (int64_t)n, 0.2f);
+    assert_same(got, want, n, "leaky relu");
+    /* Snake over 3 items of 7 channels. */
+    float alpha[7] = {0.5f, 1, 2, 0.3f, 1.7f, 0.9f, 3};
+    memcpy(want, a, n * 4), memcpy(got, a, n * 4);
+    for (int i = 0; i < 3; i++) choir_snake(want + i * 7 * 40, 7, 40, alpha);
+    choir_op_snake(f.s, got, 3, 7, 40, alpha);
+    assert_same(got, want, 3 * 7 * 40, "snake");
+    /* Softmax and layer norm. */
+    memcpy(want, a, n * 4), memcpy(got, a, n * 4);
+    choir_softmax(want, 11, 91);
+    choir_op_softmax(f.s, got, 11, 91);
+    assert_same(got, want, 11 * 91, "softmax");
+    choir_layer_norm(a, want, 11, 91, b, b + 91, 1e-5f);
+    choir_op_layer_norm(f.s, a, got, 11, 91, b, b + 91, 1e-5f);
+    assert_same(got, want, 11 * 91, "layer norm");
+    /* Transpose with and without an addend. */
+    choir_op_transpose(f.s, a, 13, 77, NULL, got);
+    for (int r = 0; r < 13; r++)
+        for (int c = 0; c < 77; c++) assert_true(got[c * 13 + r] == a[r * 77 + c]);
+    choir_op_transpose(f.s, a, 13, 77, b, got);
+    for (int r = 0; r < 13; r++)
+        for (int c = 0; c < 77; c++) assert_true(got[c * 13 + r] == a[r * 77 + c] + b[c * 13 + r]);
+    free(a), free(b), free(got), free(want);
+    fx_close(&f);
+}
+
+static void test_norms_naive(void **state) {
+    (void)state;
+    fx f = fx_open(0, 0);
+    int64_t rows = 9, dim = 67, B = 2, C = 12, T = 33, G = 4;
+    float *x = rnd((size_t)(B * C * T), 50), *g = rnd((size_t)C * 10, 51);
+    float *y = malloc((size_t)(B * C * T) * 4);
+    double *want = malloc((size_t)(B * C * T) * sizeof(double));
+    /* RMS norm. */
+    choir_op_rms_norm(f.s, x, y, rows, dim, g, 1e-6f);
+    for (int64_t r = 0; r < rows; r++) {
+        double ss = 0;
+        for (int64_t i = 0; i < dim; i++) ss += (double)x[r * dim + i] * x[r * dim + i];
+        for (int64_t i = 0; i < dim; i++)
+            want[r * dim + i] = x[r * dim + i] / sqrt(ss / dim + 1e-6) * g[i];
+    }
+    assert_near(y, want, (size_t)(rows * dim), 1e-6, "rms norm");
+    /* Group norm (4 groups of 3 channels) and instance norm (12 groups). */
+    for (int pass = 0; pass < 2; pass++) {
+        int64_t groups = pass ? C : G, cg = C / groups;
+        choir_op_group_norm(f.s, x, y, B, C, T, groups, g, g + C, 1e-5f);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t k = 0; k < groups; k++) {
+                const float *xg = x + (b * C + k * cg) * T;
+                double m = 0, v = 0;
+                for (int64_t i = 0; i < cg * T; i++) m += xg[i];
+                m /= (double)(cg * T);
+                for (int64_t i = 0; i < cg * T; i++) v += (xg[i] - m) * (xg[i] - m);
+                v /= (double)(cg * T);
+                for (int64_t i = 0; i < cg * T; i++) {
+                    int64_t c = k * cg + i / T;
+                    want[(b * C + k * cg) * T + i] = (xg[i] - m) / sqrt(v + 1e-5) * g[c] + g[C + c];
+                }
+            }
+        assert_near(y, want, (size_t)(B * C * T), 1e-5, pass ? "instance norm" : "group norm");
+    }
+    /* AdaIN with lengths: style gamma/beta per item, tails zeroed. */
+    int32_t lens[2] = {33, 20};
+    float *gb = rnd((size_t)(B * 2 * C), 52);
+    choir_op_adain(f.s, x, y, B, C, T, lens, g, NULL, gb, 2 * C, 1e-5f);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t c = 0; c < C; c++) {
+            const float *xr = x + (b * C + c) * T;
+            double m = 0, v = 0;
+            for (int t = 0; t < lens[b]; t++) m += xr[t];
+            m /= lens[b];
+            for (int t = 0; t < lens[b]; t++) v += (xr[t] - m) * (xr[t] - m);
+            v /= lens[b];
+            for (int t = 0; t < T; t++)
+                want[(b * C + c) * T + t] =
+                    t < lens[b] ? (1.0 + gb[b * 2 * C + c]) * ((xr[t] - m) / sqrt(v + 1e-5) * g[c]) +
+                                      gb[b * 2 * C + C + c]
+                                : 0.0;
+        }
+    assert_near(y, want, (size_t)(B * C * T), 1e-5, "adain");
+    free(x), free(g), free(y), free(want), free(gb);
+    fx_close(&f);
+}
+
+static void test_rope_naive(void **state) {
+    (void)state;
+    fx f = fx_open(0, 0);
+    int H = 3;
+    int64_t Dh = 12, rows = 5, ld = H * Dh + 4;
+    int32_t pos[5] = {0, 1, 17, 300, 4095};
+    for (int inter = 0; inter < 2; inter++)
+        for (int64_t rot = 8; rot <= Dh; rot += 4) {
+            float *x = rnd((size_t)(rows * ld), 60), *y = dup(x, (size_t)(rows * ld));
+            double *want = malloc((size_t)(rows * ld) * sizeof(double));
+            for (int64_t i = 0; i < rows * ld; i++) want[i] = x[i];
+            for (int64_t r = 0; r < rows; r++)
+                for (int h = 0; h < H; h++)
+                    for (int64_t i = 0; i < rot / 2; i++) {
+                        double ang = pos[r] * pow(10000.0, -2.0 * (double)i / (double)rot);
+                        int64_t i0 = inter ? 2 * i : i, i1 = inter ? 2 * i + 1 : i + rot / 2;
+                        double a = x[r * ld + h * Dh + i0], b = x[r * ld + h * Dh + i1];
+                        want[r * ld + h * Dh + i0] = a * cos(ang) - b * sin(ang);
+                        want[r * ld + h * Dh + i1] = b * cos(ang) + a * sin(ang);
+                    }
+            assert_int_equal(choir_op_rope(f.s, y, rows, ld, H, Dh, rot, pos, 10000.0f, inter), 0);
+            /* float angles at position 4095 carry ~1e-4 of phase error */
+            assert_near(y, want, (size_t)(rows * ld), 2e-4, "rope");
+            free(x), free(y), free(want);
+        }
+    fx_close(&f);
+}
+
+/* --- convolutions, LSTM, iSTFT ------------------------------------------------------------ */
+
+static void test_conv_and_lstm(void **state) {
+    (void)state;
+    fx f = fx_open(0, 8 << 20);
+    int64_t B = 3, Cin = 12, T = 50, Cout = 16, K = 5;
+    float *x = rnd((size_t)(B * Cin * T), 70), *w = rnd((size_t)(Cout * Cin * K), 71);
+    float *bias = rnd((size_t)Cout, 72);
+    float *got = malloc((size_t)(B * Cout * 200) * 4), *want = malloc((size_t)(Cout * 200) * 4);
+    int64_t Tout = choir_conv1d_out_len(T, K, 2, 2, 1);
+    choir_op_conv1d(f.s, x, B, Cin, T, w, bias, Cout, K, 2, 2, 1, 1, got);
+    for (int64_t b = 0; b < B; b++) {
+        choir_conv1d(x + b * Cin * T, Cin, T, w, bias, Cout, K, 2, 2, 1, 1, want);
+        assert_same(got + b * Cout * Tout, want, (size_t)(Cout * Tout), "conv1d");
+    }
+    Tout = choir_conv_transpose1d_out_len(T, K, 3, 1, 1, 1);
+    choir_op_conv_transpose1d(f.s, x, B, Cin, T, w, bias, Cout, K, 3, 1, 1, 1, 2, got);
+    for (int64_t b = 0; b < B; b++) {
+        choir_conv_transpose1d(x + b * Cin * T, Cin, T, w, bias, Cout, K, 3, 1, 1, 1, 2, want);
+        assert_same(got + b * Cout * Tout, want, (size_t)(Cout * Tout), "conv_transpose1d");
+    }
+    /* Bidirectional LSTM with lengths against two choir_lstm runs per item. */
+    int64_t In = 7, H = 8, G = 4 * H;
+    float *wih = rnd((size_t)(2 * G * In), 73), *whh = rnd((size_t)(2 * G * H), 74);
+    float *lb = rnd((size_t)(2 * G), 75), *scr = malloc((size_t)(G * (T + 1)) * 4);
+    float *y = malloc((size_t)(B * T * 2 * H) * 4), *ref = calloc((size_t)(T * 2 * H), 4);
+    int32_t lens[3] = {50, 3, 31};
+    float *xl = rnd((size_t)(B * T * In), 76);
+    assert_int_equal(choir_op_bilstm(f.s, xl, B, T, In, H, wih, whh, lb, lens, y), 0);
+    for (int64_t b = 0; b < B; b++) {
+        memset(ref, 0, (size_t)(T * 2 * H) * 4);
+        for (int dir = 0; dir < 2; dir++)
+            choir_lstm(xl + b * T * In, lens[b], In, H, wih + dir * G * In, whh + dir * G * H,
+                       lb + dir * G, NULL, NULL, NULL, dir == 1, ref + dir * H, 2 * H, scr);
+        assert_same(y + b * T * 2 * H, ref, (size_t)(T * 2 * H), "bilstm");
+    }
+    free(x), free(w), free(bias), free(got), free(want), free(wih), free(whh), free(lb), free(scr);
+    free(y), free(ref), free(xl);
+    fx_close(&f);
+}
+
+static void test_istft_naive(void **state) {
+    (void)state;
+    fx f = fx_open(0, 0);
+    int n_fft = 16, hop = 4, nb = n_fft / 2 + 1;
+    int64_t B = 2, F = 12, n_out = hop * (F - 1);
+    float *P = rnd((size_t)(B * 2 * nb * F), 80);
+    float *out = malloc((size_t)(B * n_out) * 4);
+    int32_t frames[2] = {12, 7};
+    assert_int_equal(choir_op_istft_magphase(f.s, P, B, F, frames, n_fft, hop, out), 0);
+    /* torch.istft(center=True, hann periodic): overlap-add of windowed
+     * inverse real DFTs, divided by the summed squared window, trimmed. */
+    int64_t full = n_fft + hop * (F - 1);
+    double *ola = malloc((size_t)full * sizeof(double)), *env = malloc((size_t)full * sizeof(double));
+    double *want = malloc((size_t)(B * n_out) * sizeof(double));
+    for (int64_t b = 0; b < B; b++) {
+        memset(ola, 0, (size_t)full * sizeof(double)), memset(env, 0, (size_t)full * sizeof(double));
+        const float *Pb = P + b * 2 * nb * F;
+        for (int64_t fr = 0; fr < frames[b]; fr++)
+            for (int n = 0; n < n_fft; n++) {
+                double yv = 0;
+                for (int k = 0; k < nb; k++) {
+                    double mag = exp(Pb[k * F + fr]), ph = sin(Pb[(nb + k) * F + fr]);
+                    double re = mag * cos(ph), im = mag * sin(ph);
+                    double wgt = (k == 0 || k == nb - 1) ? 1.0 : 2.0;
+                    if (k == 0 || k == nb - 1) im = 0;
+                    yv += wgt * (re * cos(2 * M_PI * k * n / n_fft) - im * sin(2 * M_PI * k * n / n_fft));
+                }
+                double w = 0.5 - 0.5 * cos(2 * M_PI * n / n_fft);
+                ola[fr * hop + n] += w * yv / n_fft;
+                env[fr * hop + n] += w * w;
+            }
+        for (int64_t i = 0; i < n_out; i++)
+            want[b * n_out + i] = i < hop * (frames[b] - 1) ? ola[i + n_fft / 2] / env[i + n_fft / 2] : 0;
+    }
+    assert_near(out, want, (size_t)(B * n_out), 1e-5, "istft");
+    free(P), free(out), free(ola), free(env), free(want);
+    fx_close(&f);
+}
+
+/* --- the stream's contracts ---------------------------------------------------------------- */
+
+static void test_sticky_errors_and_unsupported(void **state) {
+    (void)state;
+    fx f = fx_open(4096, 0);
+    float a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8] = {0};
+    assert_int_equal(choir_op_layer_norm(f.s, a, y, 2, 0, NULL, NULL, 1e-5f), CHOIR_EINVAL);
+    /* Later operations do nothing and return the first error. */
+    assert_int_equal(choir_op_add(f.s, a, a, y, 8), CHOIR_EINVAL);
+    assert_true(y[0] == 0.0f);
+    choir_err err = {0};
+    assert_int_equal(choir_stream_status(f.s, &err), CHOIR_EINVAL);
+    assert_non_null(strstr(err.msg, "layer_norm"));
+    choir_stream_clear(f.s);
+    assert_int_equal(choir_op_add(f.s, a, a, y, 8), 0);
+    assert_true(y[7] == 16.0f);
+    /* Working memory runs out with a named error. */
+    assert_non_null(choir_stream_alloc(f.s, 3000, "first"));
+    assert_null(choir_stream_alloc(f.s, 3000, "encoder rows"));
+    assert_int_equal(choir_stream_status(f.s, &err), CHOIR_ENOMEM);
+    assert_non_null(strstr(err.msg, "encoder rows"));
+    choir_stream_clear(f.s);
+    /* No CUDA here: a clear refusal, and the CPU refuses to record. */
+    choir_backend *cu = choir_backend_cuda(NULL, &err);
+#ifndef CHOIR_HAVE_CUDA
+    assert_null(cu);
+    assert_int_equal(err.code, CHOIR_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "CUDA"));
+#else
+    choir_backend_free(cu);
+#endif
+    assert_false(choir_backend_has_graphs(f.be));
+    assert_int_equal(choir_stream_graph_begin(f.s, &err), CHOIR_EUNSUPPORTED);
+    assert_int_equal(choir_stream_status(f.s, NULL), 0); /* not the stream's error */
+    assert_true(choir_backend_is_host(f.be));
+    assert_string_equal(choir_backend_name(f.be), "cpu");
+    fx_close(&f);
+}
+
+/* Working memory carved from a caller's arena (the engine's batch arena),
+ * its high-water mark seen there; kernel scratch carved too. */
+static void test_arena_working_memory(void **state) {
+    (void)state;
+    fx f = fx_open(0, 0);
+    choir_err err = {0};
+    choir_arena *ar = choir_arena_create(1 << 20, CHOIR_MEM_ACTIVATIONS, &err);
+    assert_non_null(ar);
+    assert_int_equal(choir_stream_use_arena(f.s, ar, 64 << 10, &err), 0);
+    size_t base = choir_arena_used(ar);
+    assert_true(base >= 64 << 10);
+    size_t mark = choir_stream_mark(f.s);
+    float *x = choir_stream_floats(f.s, 1000, "x");
+    assert_non_null(x);
+    assert_true(choir_arena_used(ar) >= base + 4000);
+    choir_stream_release(f.s, mark);
+    assert_int_equal(choir_arena_used(ar), base);
+    assert_true(choir_arena_high_water(ar) >= base + 4000);
+    /* Too much scratch for what is left: refused, with the figures. */
+    assert_int_equal(choir_stream_use_arena(f.s, ar, 2 << 20, &err), CHOIR_ENOMEM);
+    assert_non_null(strstr(err.msg, "kernel scratch"));
+    assert_int_equal(choir_stream_use_arena(f.s, NULL, 0, &err), 0);
+    choir_arena_free(ar);
+    fx_close(&f);
+}
+
+/* With the scratch its query functions ask for, the kernels allocate
+ * nothing; without, they still give the same result and count misses. */
+static void test_kernel_scratch(void **state) {
+    (void)state;
+    int64_t M = 300, K = 128, N = 200, Tq = 150, Tk = 150, Cin = 32, T = 400;
+    float *x = rnd((size_t)(M * K), 90), *w = rnd((size_t)(N * K), 91);
+    uint16_t *wh = malloc((size_t)(N * K) * 2);
+    choir_f32_to_f16_n(w, wh, N * K);
+    choir_weight W = {.kind = CHOIR_WEIGHT_F16, .rows = N, .cols = K, .data = wh};
+    float *y1 = malloc((size_t)(M * N) * 4), *y2 = malloc((size_t)(M * N) * 4);
+    float *q = rnd((size_t)(Tq * 64), 92), *cw = rnd((size_t)(Cin * Cin * 3), 93);
+    float *att = malloc((size_t)(Tq * 64) * 4), *cv = malloc((size_t)(Cin * T) * 4);
+    size_t need = choir_linear_scratch_bytes(M, &W);
+    size_t an = choir_attention_scratch_bytes(Tq, Tk), cn = choir_conv1d_scratch_bytes(Cin, T, 3, 1, 1, 1, 1);
+    assert_true(need > 0 && an > 0 && cn > 0);
+    if (an > need) need = an;
+    if (cn > need) need = cn;
+    choir_attn a = {4, 0, 16, 0.25f, true};
+    for (int planned = 0; planned < 2; planned++) {
+        fx f = fx_open(0, planned ? need : 0);
+        choir_alloc_fail_after(0); /* resets the allocation count */
+        choir_op_linear(f.s, x, M, &W, NULL, planned ? y2 : y1);
+        choir_op_attention(f.s, q, 64, q, 64, q, 64, att, 64, Tq, Tk, &a, NULL);
+        choir_op_conv1d(f.s, x, 1, Cin, T, cw, NULL, Cin, 3, 1, 1, 1, 1, cv);
+        int64_t allocs = choir_alloc_fail_after(0);
+        choir_stream_stats st;
+        choir_stream_get_stats(f.s, &st);
+        if (planned) {
+            assert_int_equal(allocs, 0);
+            assert_int_equal(st.scratch_misses, 0);
+            assert_true((size_t)st.scratch_need <= need);
+            assert_same(y2, y1, (size_t)(M * N), "linear with planned scratch");
+        } else {
+            assert_true(allocs >= 3);
+            assert_int_equal(st.scratch_misses, 3);
+            assert_true((size_t)st.scratch_need >= need);
+        }
+        fx_close(&f);
+    }
+    free(x), free(w), free(wh), free(y1), free(y2), free(q), free(cw), free(att), free(cv);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_linear_every_storage),
+        cmocka_unit_test(test_attention_and_gqa),
+        cmocka_unit_test(test_attention_slots_and_scatter),
+        cmocka_unit_test(test_rows_gather),
+        cmocka_unit_test(test_elementwise),
+        cmocka_unit_test(test_norms_naive),
+        cmocka_unit_test(test_rope_naive),
+        cmocka_unit_test(test_conv_and_lstm),
+        cmocka_unit_test(test_istft_naive),
+        cmocka_unit_test(test_sticky_errors_and_unsupported),
+        cmocka_unit_test(test_arena_working_memory),
+        cmocka_unit_test(test_kernel_scratch),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
