@@ -7,7 +7,8 @@
  * punctuation, Chinese split by characters), DTW paths (including the
  * tie rule that sends any tie to the horizontal move), punctuation merging,
  * and add_word_timestamps over a synthetic alignment with two segments and
- * with an offset window after a pause. The alignment matrix and the head
+ * with an offset window after a pause, and subtitle cues laid out from words
+ * (line width, line count, words per line, highlighting). The alignment matrix and the head
  * tables are checked against values worked out by hand. */
 #include <math.h>
 #include <stdio.h>
@@ -234,6 +235,77 @@ static void test_add_allocation_failures(void **state) {
     assert_true(failed > 10);
 }
 
+/* openai's format_timestamp for srt: hours always, ',' before the
+ * milliseconds, milliseconds rounded half to even as Python's round(). */
+static void srt_time(double s, char *out, size_t n) {
+    long long ms = (long long)nearbyint(s * 1000.0);
+    snprintf(out, n, "%02lld:%02lld:%02lld,%03lld", ms / 3600000, ms / 60000 % 60, ms / 1000 % 60, ms % 1000);
+}
+
+static void test_subtitles(void **state) {
+    (void)state;
+    const cJSON *segs = cJSON_GetObjectItem(g_cases, "subtitle_segments"), *c;
+    int n_segs = cJSON_GetArraySize(segs);
+    choir_whisper_word_segment sg[4];
+    assert_true(n_segs <= 4);
+    for (int s = 0; s < n_segs; s++) {
+        const cJSON *g = cJSON_GetArrayItem(segs, s), *words = cJSON_GetObjectItem(g, "words");
+        sg[s] = (choir_whisper_word_segment){.start = choir_json_num(g, "start", 0), .end = choir_json_num(g, "end", 0)};
+        sg[s].n_words = cJSON_GetArraySize(words);
+        sg[s].words = choir_calloc(CHOIR_MEM_OTHER, (size_t)sg[s].n_words, sizeof *sg[s].words);
+        for (int i = 0; i < sg[s].n_words; i++) {
+            const cJSON *w = cJSON_GetArrayItem(words, i);
+            sg[s].words[i].text = choir_strdup(choir_json_str(w, "word", ""));
+            sg[s].words[i].start = choir_json_num(w, "start", 0);
+            sg[s].words[i].end = choir_json_num(w, "end", 0);
+        }
+    }
+    int k = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(g_cases, "subtitles")) {
+        const cJSON *o = cJSON_GetObjectItem(c, "options"), *cues = cJSON_GetObjectItem(c, "cues");
+        choir_whisper_subtitle_opts opts = {
+            .max_line_width = (int)choir_json_int(o, "max_line_width", 0),
+            .max_line_count = (int)choir_json_int(o, "max_line_count", 0),
+            .max_words_per_line = (int)choir_json_int(o, "max_words_per_line", 0),
+            .highlight_words = choir_json_bool(o, "highlight_words", 0)};
+        choir_whisper_cue *cue;
+        int n;
+        assert_int_equal(choir_whisper_subtitles(sg, n_segs, &opts, &cue, &n, NULL), 0);
+        if (n != cJSON_GetArraySize(cues)) fail_msg("subtitle case %d: %d cues, expected %d", k, n, cJSON_GetArraySize(cues));
+        for (int i = 0; i < n; i++) {
+            const cJSON *e = cJSON_GetArrayItem(cues, i);
+            char a[32], b[32];
+            srt_time(cue[i].start, a, sizeof a);
+            srt_time(cue[i].end, b, sizeof b);
+            assert_string_equal(a, cJSON_GetArrayItem(e, 0)->valuestring);
+            assert_string_equal(b, cJSON_GetArrayItem(e, 1)->valuestring);
+            if (strcmp(cue[i].text, cJSON_GetArrayItem(e, 2)->valuestring) != 0)
+                fail_msg("subtitle case %d cue %d: '%s', expected '%s'", k, i, cue[i].text,
+                         cJSON_GetArrayItem(e, 2)->valuestring);
+        }
+        choir_whisper_cues_free(cue, n);
+        /* every allocation failure is reported and leaks nothing */
+        for (int f = 1; f < 100; f++) {
+            int64_t before = choir_mem_current(CHOIR_MEM_COUNT);
+            choir_alloc_fail_after(f);
+            int rc = choir_whisper_subtitles(sg, n_segs, &opts, &cue, &n, NULL);
+            choir_alloc_fail_after(0);
+            if (rc == 0) {
+                choir_whisper_cues_free(cue, n);
+                break;
+            }
+            assert_int_equal(rc, CHOIR_ENOMEM);
+            assert_int_equal(choir_mem_current(CHOIR_MEM_COUNT), before);
+        }
+        k++;
+    }
+    assert_int_equal(k, 7);
+    for (int s = 0; s < n_segs; s++) {
+        for (int i = 0; i < sg[s].n_words; i++) choir_free(sg[s].words[i].text);
+        choir_free(sg[s].words);
+    }
+}
+
 static void test_alignment_matrix(void **state) {
     (void)state;
     /* Two positions: after standardisation each frame is +1 for the position
@@ -335,6 +407,7 @@ int main(void) {
         cmocka_unit_test(test_merge),
         cmocka_unit_test(test_add_word_timestamps),
         cmocka_unit_test(test_add_allocation_failures),
+        cmocka_unit_test(test_subtitles),
         cmocka_unit_test(test_alignment_matrix),
         cmocka_unit_test(test_heads),
     };

@@ -114,7 +114,7 @@ def load_timing_without_torch(src):
         sys.modules["whisper." + name] = m
         spec.loader.exec_module(m)
         mods[name] = m
-    return mods["tokenizer"], mods["timing"]
+    return mods["tokenizer"], mods["timing"], mods["utils"]
 
 
 def ranks_of(path):
@@ -149,7 +149,7 @@ def find_alignment_tail(timing, tokenizer, text_tokens, matrix, probs):
 
 
 def cases(args):
-    tk, timing = load_timing_without_torch(args.whisper_src)
+    tk, timing, utils = load_timing_without_torch(args.whisper_src)
     tpath = args.tiktoken or os.path.join(args.whisper_src, "whisper", "assets", "multilingual.tiktoken")
     ranks = ranks_of(tpath)
     enc = tk.get_encoding("multilingual", num_languages=99) if not args.tiktoken else None
@@ -157,7 +157,7 @@ def cases(args):
     tok_zh = tk.get_tokenizer(True, num_languages=99, language="zh", task="transcribe")
     del enc
     eot = tok_en.eot
-    out = {"eot": eot, "split": [], "dtw": [], "merge": [], "add": []}
+    out = {"eot": eot, "split": [], "dtw": [], "merge": [], "add": [], "subtitles": []}
 
     split_cases = [
         ("en", [b" Hello", b",", b" world", b"!"]),
@@ -250,6 +250,25 @@ def cases(args):
                                          "probability": float(w["probability"])} for w in s["words"]]}
                              for s in segments],
         })
+    # subtitles by words: openai's SubtitlesWriter.iterate_result (srt timing)
+    def seg(words):
+        return {"start": words[0][1], "end": words[-1][2],
+                "words": [{"word": w, "start": a, "end": b, "probability": 0.9} for w, a, b in words]}
+    result = {"segments": [
+        seg([(" And", 0.0, 0.32), (" so,", 0.32, 0.7), (" my", 0.9, 1.1), (" fellow", 1.1, 1.5),
+             (" Americans,", 1.5, 2.2)]),
+        seg([(" ask", 3.1, 3.4), (" not", 3.4, 3.8), (" what", 3.8, 4.0), (" your", 4.0, 4.3),
+             (" country", 4.3, 4.8), (" can", 4.8, 5.0), (" do", 5.0, 5.2), (" for", 5.2, 5.4),
+             (" you.", 5.4, 6.0)]),
+        seg([(" Über", 10.0, 10.5), (" café", 10.5, 11.2)]),
+    ]}
+    for opts in [{}, {"max_line_width": 12}, {"max_line_width": 12, "max_line_count": 2},
+                 {"max_words_per_line": 2}, {"max_line_width": 16, "max_line_count": 1},
+                 {"highlight_words": True}, {"max_line_width": 20, "max_line_count": 3, "highlight_words": True}]:
+        w = utils.WriteSRT(".")
+        cues = [list(c) for c in w.iterate_result(result, None, **opts)]
+        out["subtitles"].append({"options": opts, "cues": cues})
+    out["subtitle_segments"] = result["segments"]
     json.dump(out, sys.stdout, ensure_ascii=False, indent=1)
     print()
 

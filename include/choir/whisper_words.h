@@ -164,6 +164,37 @@ int choir_whisper_add_word_timestamps(const choir_tokenizer *tok, const choir_wh
                                       double time_offset, double *last_speech_end, choir_whisper_word_segment *segs,
                                       int n_segs, const choir_whisper_word_opts *opts, choir_err *err);
 
+/* --- subtitles by words ----------------------------------------------------- */
+
+/* One subtitle: a cue from `start` to `end` (seconds) with its lines
+ * (UTF-8, lines joined by '\n'). */
+typedef struct choir_whisper_cue {
+    double start, end;
+    char *text; /* owned */
+} choir_whisper_cue;
+
+typedef struct choir_whisper_subtitle_opts {
+    int max_line_width;     /* characters (code points) per line; 0: no limit */
+    int max_line_count;     /* lines per cue; 0: no limit */
+    int max_words_per_line; /* words per line; 0: no limit (ignored with max_line_width, as openai) */
+    bool highlight_words;   /* one cue per word, the word underlined (<u>...</u>) */
+} choir_whisper_subtitle_opts;
+
+/* Lays segments' words out as subtitle cues, as openai's SubtitlesWriter
+ * (iterate_result) does for srt/vtt with word timestamps: words fill a line
+ * up to max_line_width; without both max_line_width and max_line_count each
+ * segment (and each run of max_words_per_line words) starts a new cue;
+ * with both, a cue holds max_line_count lines and a pause of more than 3 s
+ * starts a new one. Segments without words are skipped. Returns 0 and the
+ * cues in *out / *n_out (free with choir_whisper_cues_free), or
+ * CHOIR_ENOMEM. */
+int choir_whisper_subtitles(const choir_whisper_word_segment *segs, int n_segs,
+                            const choir_whisper_subtitle_opts *opts, choir_whisper_cue **out, int *n_out,
+                            choir_err *err);
+
+/* NULL is a no-op. */
+void choir_whisper_cues_free(choir_whisper_cue *c, int n);
+
 #ifdef __cplusplus
 }
 #endif
