@@ -424,13 +424,14 @@ def fixture(args):
     write_safetensors(os.path.join(args.out, "words.safetensors"), tensors)
     meta["reference"] = "openai-whisper timing.py (find_alignment, add_word_timestamps), torch %s, CPU fp32" % (
         torch.__version__)
-    with open(os.path.join(args.out, "meta.json"), "w") as f:
+    with open(os.path.join(args.out, "meta.json"), "w", encoding="utf-8") as f:
         json.dump(meta, f, ensure_ascii=False, indent=1)
     for cse in meta["cases"]:
         print(cse["name"], [(w["word"], w["start"], w["end"]) for s in cse["segments_out"] for w in s["words"]])
 
 
 def main():
+    sys.stdout.reconfigure(encoding="utf-8")  # words are UTF-8 whatever the locale
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="mode", required=True)
     a = sub.add_parser("cases")
