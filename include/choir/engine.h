@@ -65,6 +65,8 @@ typedef enum choir_priority {
 
 /* The most GPUs an engine uses. */
 #define CHOIR_ENGINE_MAX_GPUS 16
+/* The largest batch an engine forms (params.max_batch above it is refused). */
+#define CHOIR_ENGINE_MAX_BATCH 64
 
 typedef struct choir_engine_params {
     choir_profile profile;
@@ -72,7 +74,8 @@ typedef struct choir_engine_params {
     double high_water;         /* degrade above this fraction of the budget (0 = 0.85) */
     double low_water;          /* recover below it (0 = 0.70) */
     double p99_target_ms;      /* degrade when total-latency p99 exceeds it (0 = off) */
-    int max_batch;             /* 0 = profile's (also capped by each model's max_batch) */
+    int max_batch;             /* 0 = profile's; 1..CHOIR_ENGINE_MAX_BATCH (also capped by
+                                  each model's max_batch) */
     double wait_short_ms;      /* batch wait limit for short requests (0 = profile's, 50) */
     double wait_long_ms;       /* for long requests (0 = profile's, 250) */
     double long_seconds;       /* requests longer than this (audio s, or ~ s of speech
@@ -112,7 +115,9 @@ choir_engine_params choir_engine_default_params(choir_profile profile);
  * ("memory-budget", "profile", "max-batch", "workers", "queue", "wait-ms",
  * "wait-long-ms", "high-water", "p99-target-ms", "q-bits", "max-audio-s",
  * "gpus", "gpu-memory-fraction", "gpu-memory") and its value ("gpus" keeps
- * the pointer: the string must outlive choir_engine_create). Sizes take K/M/G suffixes (binary); "profile" replaces every
+ * the pointer: the string must outlive choir_engine_create). Sizes are read by
+ * choir_parse_size ("8G", "8Gi", "8GiB": binary units); numbers are bounded as
+ * choir_engine_options_help() says; "profile" replaces every
  * field with that profile's defaults except memory_budget, so give it first.
  * Returns 1 when applied, 0 when `name` is not an engine option, or
  * CHOIR_EINVAL (and err) for a bad value. */

@@ -47,7 +47,4 @@ typedef struct choir_stt_vibevoice_args {
 } choir_stt_vibevoice_args;
 int choir_stt_vibevoice(const choir_stt_vibevoice_args *a);
 
-/* Parses sizes like "512M", "8G", "1.5GiB", "1000000"; returns bytes or -1. */
-long long choir_cli_parse_size(const char *s);
-
 #endif
