@@ -25,14 +25,15 @@ extern "C" {
 typedef struct choir_engine choir_engine;
 typedef struct choir_ticket choir_ticket;
 
-/* Serving profiles: each sets defaults for batch size, precision and wait
- * limits; explicit params override them. */
+/* Serving profiles: each sets defaults for batch size, wait limits, audio
+ * length and (interactive-tts) bf16 activations; explicit params override
+ * them. Weights run as stored on disk (quantize them with `choir convert`). */
 typedef enum choir_profile {
     CHOIR_PROFILE_DEFAULT = 0,
     CHOIR_PROFILE_INTERACTIVE_TTS, /* batch 1, bf16, first audio <= 200 ms */
-    CHOIR_PROFILE_AUDIOBOOK,       /* batch 8, 4-bit */
-    CHOIR_PROFILE_REALTIME_STT,    /* batch 4, 6-bit, streaming, <= 5-min segments */
-    CHOIR_PROFILE_OFFLINE_STT,     /* batch 16, full precision */
+    CHOIR_PROFILE_AUDIOBOOK,       /* batch 8, long waits (200/300 ms) */
+    CHOIR_PROFILE_REALTIME_STT,    /* batch 4, short waits, <= 5-min audio */
+    CHOIR_PROFILE_OFFLINE_STT,     /* batch 16, long waits (250/300 ms) */
     CHOIR_PROFILE_COUNT
 } choir_profile;
 
@@ -113,7 +114,7 @@ choir_engine_params choir_engine_default_params(choir_profile profile);
 /* Applies one command-line option to `p`, so `choir serve` and other front
  * ends share the engine's flags: `name` without leading dashes
  * ("memory-budget", "profile", "max-batch", "workers", "queue", "wait-ms",
- * "wait-long-ms", "high-water", "p99-target-ms", "q-bits", "max-audio-s",
+ * "wait-long-ms", "high-water", "p99-target-ms", "max-audio-s",
  * "gpus", "gpu-memory-fraction", "gpu-memory") and its value ("gpus" keeps
  * the pointer: the string must outlive choir_engine_create). Sizes are read by
  * choir_parse_size ("8G", "8Gi", "8GiB": binary units); numbers are bounded as

@@ -732,7 +732,6 @@ static void resolve_params(choir_engine_params *p, const choir_engine_params *in
     DEF(queue_capacity);
     DEF(workers);
     DEF(max_audio_seconds);
-    DEF(model_options.q_bits);
     DEF(model_options.compute_bf16);
     DEF(gpu_memory_fraction);
     DEF(replica_queue);

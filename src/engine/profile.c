@@ -92,14 +92,12 @@ choir_engine_params choir_engine_default_params(choir_profile profile)
         p.max_batch = 8;
         p.wait_short_ms = 200;
         p.wait_long_ms = 300;
-        p.model_options.q_bits = 4;
         break;
     case CHOIR_PROFILE_REALTIME_STT:
         p.max_batch = 4;
         p.wait_short_ms = 50;
         p.wait_long_ms = 100;
         p.max_audio_seconds = 300;
-        p.model_options.q_bits = 6;
         break;
     case CHOIR_PROFILE_OFFLINE_STT:
         p.max_batch = 16;
@@ -147,7 +145,6 @@ static const engine_option options[] = {
     {"high-water", "F", OPTION_REAL, 0.01, 1, FIELD(high_water), "degrade above this fraction of the budget (0..1)"},
     {"p99-target-ms", "MS", OPTION_REAL, 0, 3.6e6, FIELD(p99_target_ms),
      "degrade when total-latency p99 exceeds it"},
-    {"q-bits", "N", OPTION_INT, 2, 8, FIELD(model_options.q_bits), "quantize weights on load (2..8)"},
     {"max-audio-s", "S", OPTION_REAL, 1, 1e6, FIELD(max_audio_seconds),
      "refuse longer audio inputs (default 14400, 4 hours)"},
     {"gpus", "all|none|0,1", OPTION_GPUS, 0, 0, FIELD(gpus), "GPUs to place models on (default all; needs a CUDA build)"},
