@@ -168,4 +168,9 @@ start_server any --models "$TMP/models" --cors '*'
 req 204 "${PRE[@]}" -H 'Origin: https://whoever.example' "$U/v1/audio/speech"
 [ "$(header Access-Control-Allow-Origin)" = '*' ] || fail "--cors '*'"
 
+# stopped with SIGTERM, so that a sanitizer build reports leaks and errors in the logs
+for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
+for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+PIDS=()
+grep -l 'Sanitizer' "$TMP"/*.log && fail "sanitizer report in a server log"
 echo "sh_server_dropin: ok"
