@@ -13,7 +13,7 @@
 #include "choir/alloc.h"
 #include "choir/engine.h"
 #include "choir/log.h"
-#include "engine/fake_model.h"
+#include "models/fake/fake_model.h"
 
 #define MAX_AUDIO (24000 * 8)
 

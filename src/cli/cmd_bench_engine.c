@@ -16,7 +16,7 @@
 #include "choir/log.h"
 #include "choir/pool.h"
 #include "cli/cli.h"
-#include "engine/fake_model.h"
+#include "models/fake/fake_model.h"
 
 typedef struct bench_opts {
     double duration_s;
