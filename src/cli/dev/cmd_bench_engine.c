@@ -15,7 +15,7 @@
 #include "choir/engine.h"
 #include "choir/log.h"
 #include "choir/pool.h"
-#include "cli/cli.h"
+#include "cli/dev/dev.h"
 #include "models/fake/fake_model.h"
 
 typedef struct bench_opts {

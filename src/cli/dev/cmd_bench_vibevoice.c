@@ -18,7 +18,7 @@
 #include "choir/quant.h"
 #include "choir/tensor.h"
 #include "choir/vibevoice.h"
-#include "cli/cli.h"
+#include "cli/dev/dev.h"
 
 typedef struct bv_weights {
     choir_st_tensor *t;
