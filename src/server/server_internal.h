@@ -127,6 +127,12 @@ enum MHD_Result srv_reply_error(choir_server *s, struct MHD_Connection *c, unsig
 /* Maps an engine failure (code, reason, message) to the right status. */
 enum MHD_Result srv_reply_engine_error(choir_server *s, struct MHD_Connection *c, int code,
                                        choir_reject_reason reason, const char *msg);
+/* Rewrites an error message in place (NUL-terminated, `cap` bytes) for a
+ * client: a registered model's directory becomes the model's id
+ * ("kokoro/voices/x.bin"), any other absolute or ./-relative path "[path]".
+ * Every engine or model message passes here before it leaves the server;
+ * an altered one is logged whole. */
+void srv_scrub_paths(choir_server *s, char *msg, size_t cap);
 /* The HTTP status an engine failure maps to. */
 unsigned srv_engine_status(int code, choir_reject_reason reason);
 void srv_count_status(choir_server *s, unsigned status);
@@ -223,6 +229,13 @@ enum MHD_Result srv_handle_separation(choir_server *s, struct MHD_Connection *c,
 /* Formats a transcript as "text", "srt", "vtt", "json" or "verbose_json"
  * into a choir_alloc'd string (NULL on out of memory). */
 char *srv_format_transcript(const srv_job *j, const char *format, int translate, double duration_s);
+
+/* 1 when `spec` is a voice name or a mix of names ("a", "a(2)+b", "a,b"):
+ * names of letters, digits, '_', '-', '.' (not first), weights of digits
+ * and '.', at most SRV_VOICE_SPEC_MAX bytes in all. Nothing that can name a
+ * path passes. */
+#define SRV_VOICE_SPEC_MAX 256
+int srv_voice_spec_ok(const char *spec);
 
 /* Length of a UTF-8 string in code points. */
 int srv_utf8_chars(const char *s);

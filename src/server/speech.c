@@ -1,6 +1,7 @@
 /* POST /v1/audio/speech (text to speech) and POST /v1/audio/enhancements
  * (speech to speech): validate the request, hand it to the engine, answer with
  * the encoded audio whole, as a chunked byte stream, or as SSE events. */
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +19,37 @@ static char *dup_str(const char *s)
     if (d)
         memcpy(d, s, n + 1);
     return d;
+}
+
+int srv_voice_spec_ok(const char *spec)
+{
+    /* terms split by '+' or ',', each NAME or NAME(WEIGHT) */
+    const char *p = spec;
+    if (!*p || strlen(p) > SRV_VOICE_SPEC_MAX)
+        return 0;
+    for (;;) {
+        size_t name = 0;
+        if (*p == '.')
+            return 0;
+        while (isalnum((unsigned char)p[name]) || p[name] == '_' || p[name] == '-' || p[name] == '.')
+            name++;
+        if (name == 0)
+            return 0;
+        p += name;
+        if (*p == '(') {
+            size_t w = 1;
+            while (isdigit((unsigned char)p[w]) || p[w] == '.')
+                w++;
+            if (w == 1 || p[w] != ')')
+                return 0;
+            p += w + 1;
+        }
+        if (*p == 0)
+            return 1;
+        if ((*p != '+' && *p != ',') || p[1] == 0)
+            return 0;
+        p++;
+    }
 }
 
 /* Checks that `id` names a model serving `task`, replying 404/400 if not. */
@@ -66,8 +98,12 @@ enum MHD_Result srv_handle_speech(choir_server *s, struct MHD_Connection *c, srv
                               "\"input\" has %d characters; the limit is %d", chars, s->p.max_input_chars);
         goto done;
     }
-    if (voice && !cJSON_IsNull(voice) && (!cJSON_IsString(voice) || strlen(voice->valuestring) > 64)) {
-        ret = srv_reply_error(s, c, 400, "voice", NULL, "\"voice\" must be a voice name");
+    /* Only the model's own voices: a name or a mix of names, never a path
+     * (the model looks names up in its voices folder and reads nothing else). */
+    if (voice && !cJSON_IsNull(voice) && (!cJSON_IsString(voice) || !srv_voice_spec_ok(voice->valuestring))) {
+        ret = srv_reply_error(s, c, 400, "voice", "invalid_voice",
+                              "\"voice\" must be one of the model's voice names, or a mix of them "
+                              "(\"af_heart\", \"af_heart(2)+am_adam(1)\")");
         goto done;
     }
     double spd = 1.0;
