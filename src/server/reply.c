@@ -37,6 +37,8 @@ enum MHD_Result srv_reply(choir_server *s, struct MHD_Connection *c, unsigned st
     if (content_type)
         MHD_add_response_header(r, "Content-Type", content_type);
     add_retry_after(s, r, status);
+    if (status == 401)
+        MHD_add_response_header(r, "WWW-Authenticate", "Bearer realm=\"choir\"");
     enum MHD_Result ret = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     srv_count_status(s, status);
@@ -59,6 +61,7 @@ static const char *error_type(unsigned status)
 {
     switch (status) {
     case 401: return "authentication_error";
+    case 403: return "permission_error";
     case 404: return "not_found_error";
     case 429: return "rate_limit_error";
     case 400:

@@ -53,6 +53,14 @@ struct choir_server {
     choir_server_params p;
     char host[64];
     char api_key[256];
+    char admin_key[256];
+    /* the --models folders, resolved (realpath): POST /v1/models registers
+     * only directories inside them (a root that is itself a model: only it) */
+    struct srv_root {
+        char path[SRV_PATH_MAX];
+        int is_model;
+    } *roots;
+    int n_roots;
     struct MHD_Daemon *daemon;
     int port;
     pthread_mutex_t lock; /* guards models */
@@ -112,6 +120,10 @@ int srv_peer_count(choir_server *s);
 
 /* Looks a model up by id (not removed); copies it to *out. 0 or CHOIR_ENOTFOUND. */
 int srv_model_find(choir_server *s, const char *id, srv_model *out);
+/* Resolves a directory a POST /v1/models names (absolute, or relative to a
+ * --models folder) and checks that it lies inside a --models folder (or is
+ * a --models model directory). 0 and the resolved path in out, or -1. */
+int srv_admin_path(choir_server *s, const char *given, char *out, size_t cap);
 /* GET/POST/DELETE /v1/models[/{id}]. */
 enum MHD_Result srv_handle_models(choir_server *s, struct MHD_Connection *c, const char *method, const char *url,
                                   srv_conn *conn);
