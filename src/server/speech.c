@@ -2,6 +2,7 @@
  * (speech to speech): validate the request, hand it to the engine, answer with
  * the encoded audio whole, as a chunked byte stream, or as SSE events. */
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,12 +100,8 @@ enum MHD_Result srv_handle_speech(choir_server *s, struct MHD_Connection *c, srv
                               "\"input\" has %d characters; the limit is %d", chars, s->p.max_input_chars);
         goto done;
     }
-    /* Only the model's own voices: a name or a mix of names, never a path
-     * (the model looks names up in its voices folder and reads nothing else). */
-    if (voice && !cJSON_IsNull(voice) && (!cJSON_IsString(voice) || !srv_voice_spec_ok(voice->valuestring))) {
-        ret = srv_reply_error(s, c, 400, "voice", "invalid_voice",
-                              "\"voice\" must be one of the model's voice names, or a mix of them "
-                              "(\"af_heart\", \"af_heart(2)+am_adam(1)\")");
+    if (voice && !cJSON_IsNull(voice) && !cJSON_IsString(voice)) {
+        ret = srv_reply_error(s, c, 400, "voice", "invalid_voice", "\"voice\" must be a voice name (a string)");
         goto done;
     }
     double spd = 1.0;
@@ -165,8 +162,14 @@ enum MHD_Result srv_handle_speech(choir_server *s, struct MHD_Connection *c, srv
         }
         int found = srv_voice_resolve(s, &v, voice->valuestring, voice_name, sizeof voice_name, msg, sizeof msg);
         srv_voices_free(&v);
-        if (found < 0) {
-            ret = srv_reply_error(s, c, 400, "voice", "voice_not_found", "%s", msg);
+        /* Only voice names, or mixes of them, reach a model, never a path,
+         * even for a model without a voices/ folder (the model looks names
+         * up in its own folder and reads nothing else). */
+        if (found < 0 || !srv_voice_spec_ok(voice->valuestring) || !srv_voice_spec_ok(voice_name)) {
+            if (found == 0)
+                snprintf(msg, sizeof msg, "\"voice\" must be one of the model's voice names, or a mix of them "
+                                          "(\"af_heart\", \"af_heart(2)+am_adam(1)\")");
+            ret = srv_reply_error(s, c, 400, "voice", found < 0 ? "voice_not_found" : "invalid_voice", "%s", msg);
             goto done;
         }
     }
