@@ -33,6 +33,9 @@ static void serve_usage(FILE *f)
             "  --port N               TCP port (default 8000; 0 picks a free one)\n"
             "  --port-file PATH       write the bound port to PATH once listening\n"
             "  --api-key KEY          require \"Authorization: Bearer KEY\" (also $CHOIR_API_KEY)\n"
+            "  --admin-key KEY        enable model administration (POST/DELETE /v1/models, for\n"
+            "                         directories inside the --models folders) with its own key\n"
+            "                         (also $CHOIR_ADMIN_KEY; off without one)\n"
             "  --max-upload MB        largest request body (default 25)\n"
             "  --no-ui                do not serve the web page at /\n"
             "  --cors ORIGIN          let pages from ORIGIN call the API from a browser (repeatable,\n"
@@ -152,6 +155,8 @@ int choir_cmd_serve(int argc, char **argv)
     int n_aliases = 0, n_voice_aliases = 0;
     char cors[1024] = "";
     sp.api_key = getenv("CHOIR_API_KEY");
+    sp.admin_key = getenv("CHOIR_ADMIN_KEY");
+    const char *key_from[2] = {sp.api_key ? "$CHOIR_API_KEY" : NULL, sp.admin_key ? "$CHOIR_ADMIN_KEY" : NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -191,6 +196,10 @@ int choir_cmd_serve(int argc, char **argv)
             port_file = v;
         } else if (strcmp(a, "--api-key") == 0) {
             sp.api_key = v;
+            key_from[0] = "--api-key";
+        } else if (strcmp(a, "--admin-key") == 0) {
+            sp.admin_key = v;
+            key_from[1] = "--admin-key";
         } else if (strcmp(a, "--max-upload") == 0) {
             bad = parse_int(v, 1, 1 << 20, &upload_mb);
         } else if (strcmp(a, "--request-timeout") == 0) {
@@ -262,6 +271,17 @@ int choir_cmd_serve(int argc, char **argv)
             fprintf(stderr, "choir serve: bad value for %s: %s\n", a, v);
             return 2;
         }
+    }
+    /* An empty key would serve without authentication and say nothing. */
+    if ((sp.api_key && !*sp.api_key) || (sp.admin_key && !*sp.admin_key)) {
+        int api = sp.api_key && !*sp.api_key;
+        fprintf(stderr, "choir serve: %s is empty; give a key, or leave it out for %s\n", key_from[api ? 0 : 1],
+                api ? "an API without a key" : "no model administration");
+        return 2;
+    }
+    if (sp.api_key && sp.admin_key && strcmp(sp.api_key, sp.admin_key) == 0) {
+        fprintf(stderr, "choir serve: the admin key must differ from the API key\n");
+        return 2;
     }
     if (n_dirs == 0) {
         fprintf(stderr, "choir serve: at least one --models DIR is required\n");

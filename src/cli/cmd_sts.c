@@ -206,7 +206,7 @@ int choir_cmd_sts(int argc, char **argv) {
         {"--model", CLI_STRING, &model, 0, 0, "DIR", "MossFormer2_SE_48K model directory (required)"},
         {"-o", CLI_STRING, &out, 0, 0, "OUT", "output file (default: IN's name + _enhanced.wav); '-' = stdout"},
         {"--output", CLI_STRING, &out, 0, 0, "OUT", "the same as -o"},
-        {"--format", CLI_STRING, &fmt, 0, 0, "F", "wav (16-bit, default), wav_f32, flac, mp3, opus, pcm"},
+        {"--format", CLI_STRING, &fmt, 0, 0, "F", "wav (16-bit, default), wav_f32, flac, mp3, opus, aac, pcm"},
         {"--chunk-seconds", CLI_DOUBLE, &p.chunk_seconds, 0, 86400, "S",
          "chunk length (default 12; 10-15 s suits enhancement)"},
         {"--overlap-seconds", CLI_DOUBLE, &p.overlap_seconds, 0, 86400, "O",
