@@ -114,7 +114,7 @@ req 400 "${K[@]}" "${J[@]}" -d '{"model":"fake","input":42}' "$U/v1/audio/speech
 req 400 "${K[@]}" "${J[@]}" -d '{"model":"fake","input":"hi","speed":4.5}' "$U/v1/audio/speech"
 req 400 "${K[@]}" "${J[@]}" -d '{"model":"fake","input":"hi","speed":0.2}' "$U/v1/audio/speech"
 req 400 "${K[@]}" "${J[@]}" -d '{"model":"fake","input":"hi","speed":"fast"}' "$U/v1/audio/speech"
-req 400 "${K[@]}" "${J[@]}" -d '{"model":"fake","input":"hi","response_format":"aac"}' "$U/v1/audio/speech"
+req 400 "${K[@]}" "${J[@]}" -d '{"model":"fake","input":"hi","response_format":"m4a"}' "$U/v1/audio/speech"
 req 400 "${K[@]}" "${J[@]}" -d '{"model":"fake","input":"hi","stream_format":"video"}' "$U/v1/audio/speech"
 req 400 "${K[@]}" "${J[@]}" -d '{"model":"fake","input":"hi","voice":7}' "$U/v1/audio/speech"
 long=$(head -c 4097 /dev/zero | tr '\0' 'a')

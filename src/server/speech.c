@@ -115,9 +115,10 @@ enum MHD_Result srv_handle_speech(choir_server *s, struct MHD_Connection *c, srv
     choir_audio_format fmt = CHOIR_FORMAT_MP3;
     if (format && !cJSON_IsNull(format)) {
         const char *f = cJSON_IsString(format) ? format->valuestring : "";
-        if (strcmp(f, "wav") && strcmp(f, "pcm") && strcmp(f, "flac") && strcmp(f, "mp3") && strcmp(f, "opus")) {
+        if (strcmp(f, "wav") && strcmp(f, "pcm") && strcmp(f, "flac") && strcmp(f, "mp3") && strcmp(f, "opus") &&
+            strcmp(f, "aac")) {
             ret = srv_reply_error(s, c, 400, "response_format", NULL,
-                                  "\"response_format\" must be wav, pcm, flac, mp3 or opus");
+                                  "\"response_format\" must be wav, pcm, flac, mp3, opus or aac");
             goto done;
         }
         choir_audio_format_parse(f, &fmt, NULL);
@@ -251,7 +252,7 @@ enum MHD_Result srv_handle_enhancement(choir_server *s, struct MHD_Connection *c
         (format && choir_audio_format_parse(format->data, &fmt, NULL) < 0)) {
         ret = srv_reply_error(s, c, 400, NULL, NULL,
                               "chunk_seconds/overlap_seconds must be numbers with overlap < chunk; "
-                              "response_format one of wav, pcm, flac, mp3, opus");
+                              "response_format one of wav, pcm, flac, mp3, opus, aac");
         goto done;
     }
     srv_model sm;
