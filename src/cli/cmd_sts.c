@@ -28,7 +28,7 @@ static void sts_usage(FILE *f) {
             "Enhances speech in IN (any length, mono or stereo; each channel on its own) with\n"
             "MossFormer2_SE_48K and writes OUT at IN's sample rate.\n\n"
             "  -o OUT                output file (default: IN's name + _enhanced.wav); '-' = stdout\n"
-            "  --format F            wav (16-bit, default), wav_f32, flac, mp3, opus, pcm\n"
+            "  --format F            wav (16-bit, default), wav_f32, flac, mp3, opus, aac, pcm\n"
             "  --chunk-seconds S     chunk length (default 12; 10-15 s suits enhancement)\n"
             "  --overlap-seconds O   raised-cosine crossfade between chunks (default 1)\n"
             "  --stream              write each region to OUT as soon as it is final (default for\n"

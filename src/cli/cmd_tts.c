@@ -18,7 +18,7 @@ static void usage(FILE *f) {
             "Speaks TEXT (or standard input) with Kokoro-82M at 24 kHz.\n"
             "  --voice V    a voice in DIR/voices (.bin, .pt, .safetensors), a path, or a\n"
             "               weighted mix such as af_heart(2)+am_adam(1)\n"
-            "  --format     wav (default), wav_f32, pcm, flac, mp3, opus\n"
+            "  --format     wav (default), wav_f32, pcm, flac, mp3, opus, aac\n"
             "  --stream     write each piece as soon as it is ready (first clause first)\n"
             "  --lang       a: American English (default), b: British English\n"
             "  -o OUT       output file, or - for standard output\n");
