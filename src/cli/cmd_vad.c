@@ -31,7 +31,8 @@ int choir_cmd_vad(int argc, char **argv) {
         .synopsis = "usage: choir vad [--model PATH] [--probs] [--threshold T] [--min-speech MS]\n"
                     "                 [--min-silence MS] [--pad MS] [--max-speech S] FILE\n"
                     "\n"
-                    "Finds the speech in FILE (any format choir decodes; resampled to 16 kHz mono)\n"
+                    "Finds the speech in FILE (any format choir decodes; resampled to 16 kHz mono;\n"
+                    "- reads standard input)\n"
                     "with Silero VAD v6.2 and prints JSON: by default the segments\n"
                     "[{\"start\": s, \"end\": s}, ...] in seconds; with --probs, the speech\n"
                     "probability of every 512-sample chunk (32 ms; a last partial chunk is not scored).\n"
@@ -46,6 +47,7 @@ int choir_cmd_vad(int argc, char **argv) {
     int rc = cli_parse(&spec, argc, argv);
     if (rc >= 0) return rc;
     if (!file) {
+        fprintf(stderr, "choir vad: no audio file given (a path, or - for standard input)\n");
         cli_usage(&spec, stderr);
         return 2;
     }
@@ -62,7 +64,7 @@ int choir_cmd_vad(int argc, char **argv) {
     model = choir_silero_load(model_path, &err);
     if (!model) goto fail;
     choir_decode_opts opts = {.target_rate = CHOIR_SILERO_RATE, .mono = 1, .max_frames = 0};
-    if (choir_audio_decode_file(file, &opts, &audio, &err)) goto fail;
+    if (choir_cli_decode(file, &opts, &audio, &err)) goto fail;
 
     if (want_probs) {
         if (choir_silero_file_probs(model, audio.samples, audio.frames, false, &probs, &n_probs, &err)) goto fail;
