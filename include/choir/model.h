@@ -48,7 +48,8 @@ const char *choir_task_name(choir_task task);
  * are NUL-terminated UTF-8; NULL means "the model's default". */
 typedef struct choir_tts_input {
     const char *text;
-    const char *voice;    /* voice name ("af_heart") or NULL */
+    const char *voice;    /* voice name ("af_heart"), a mix of names ("af_heart(2)+am_adam"),
+                             or NULL; only the model's own voices: never a path */
     const char *language; /* espeak-ng language code ("en-us") or NULL */
     float speed;          /* 1.0 = normal; 0 means 1.0 */
 } choir_tts_input;

@@ -6,7 +6,9 @@
  *   POST   /v1/audio/transcriptions  multipart; json, text, srt, vtt, verbose_json or SSE
  *   POST   /v1/audio/translations    the same, translated to English
  *   POST   /v1/audio/enhancements    multipart; audio in, audio out (STS models)
- *   GET    /v1/models, /v1/models/{id}; POST /v1/models; DELETE /v1/models/{id}
+ *   GET    /v1/models, /v1/models/{id}
+ *   POST   /v1/models; DELETE /v1/models/{id}  model administration: off unless an
+ *          admin key is set; JSON only; directories inside the --models folders only
  *   GET    /health (503 until ready), /metrics (Prometheus text)
  *
  * The server borrows an engine and registers models in it; it never touches
@@ -30,8 +32,13 @@ typedef struct choir_server choir_server;
 typedef struct choir_server_params {
     const char *host;         /* IPv4 address to bind ("127.0.0.1"); copied */
     int port;                 /* TCP port; 0 picks a free one (see choir_server_port) */
-    const char *api_key;      /* required as "Authorization: Bearer KEY" on every route
-                                 but /health when not NULL/empty; copied */
+    const char *api_key;      /* required as "Authorization: Bearer KEY" (the scheme in any
+                                 case) on every route but /health, /ui and the model
+                                 administration when not NULL; "" is refused (it would turn
+                                 authentication off unseen); copied */
+    const char *admin_key;    /* NULL: model administration (POST /v1/models, DELETE
+                                 /v1/models/{id}) is off (403). Otherwise those routes take
+                                 this key, and only it; it must differ from api_key; copied */
     int64_t max_upload_bytes; /* larger request bodies get 413 (default 25 MiB) */
     int max_input_chars;      /* TTS input limit in characters (default 4096) */
     int max_connections;      /* concurrent connections in all (default 1024) */
@@ -48,6 +55,9 @@ typedef struct choir_server_params {
                                  reading its response, is closed after this (default 120) */
     double request_timeout_s; /* engine deadline per request (default 300) */
     int ui;                   /* serve the web page at / and /ui/ (default 1) */
+    const char *cors;         /* origins whose pages may call the API from a browser,
+                                 comma-separated ("https://app.example,http://localhost:3000"),
+                                 "*" for any; NULL/empty: none (default). Copied */
 } choir_server_params;
 
 /* Defaults for every field (host 127.0.0.1, port 8000). */
@@ -62,9 +72,26 @@ choir_server *choir_server_create(choir_engine *engine, const choir_server_param
  * CHOIR_EINVAL (duplicate id, bad id), CHOIR_ENOTFOUND (no adapter fits). */
 int choir_server_add_model(choir_server *s, const char *id, const char *dir, choir_err *err);
 
+/* Makes `name` stand for the model `model_id` in requests (the model need not
+ * be registered yet; a later alias of the same name replaces it). Without one,
+ * OpenAI's names (tts-1, tts-1-hd, gpt-4o-mini-tts for speech; whisper-1,
+ * gpt-4o-transcribe, gpt-4o-mini-transcribe for transcription) stand for the
+ * first registered model doing the task. Returns 0, CHOIR_EINVAL (an empty or
+ * over-long name), CHOIR_ENOMEM. */
+int choir_server_add_alias(choir_server *s, const char *name, const char *model_id, choir_err *err);
+
+/* Makes voice `name` stand for `voice` (a voice of the TTS models, or a mix)
+ * wherever the requested model does not have a voice of that name. Without
+ * one, OpenAI's voice names (alloy, ash, ballad, coral, echo, fable, onyx,
+ * nova, sage, shimmer, verse, marin, cedar) map to Kokoro voices of a similar
+ * kind that the model has. Returns 0, CHOIR_EINVAL, CHOIR_ENOMEM. */
+int choir_server_add_voice_alias(choir_server *s, const char *name, const char *voice, choir_err *err);
+
 /* Registers `dir` itself when it is a model directory, otherwise each of its
- * subdirectories that is one (others are skipped with a log line). Returns the
- * number registered (>= 0) or a negative code when dir cannot be read. */
+ * subdirectories that is one (others are skipped with a log line). `dir`
+ * also becomes a folder POST /v1/models may register from (a model directory:
+ * only itself). Returns the number registered (>= 0) or a negative code when
+ * dir cannot be read. */
 int choir_server_add_models_dir(choir_server *s, const char *dir, choir_err *err);
 
 /* Starts listening. Returns 0, or CHOIR_EIO when the address cannot be bound. */

@@ -1,5 +1,6 @@
 /* Streaming encoders: WAV (16-bit, float), raw s16le, FLAC (libsndfile),
- * MP3 (LAME) and Opus in Ogg (libopusenc), all writing through a callback.
+ * MP3 (LAME), Opus in Ogg (libopusenc) and AAC in ADTS (libavcodec,
+ * encode_aac.c), all writing through a callback.
  *
  * Input is converted and encoded in blocks of ENCODE_BLOCK_FRAMES, so the
  * scratch an encoder holds does not grow with the length of a _write call. */
@@ -13,6 +14,7 @@
 #include <opusenc.h>
 #include <sndfile.h>
 
+#include "audio/encode_aac.h"
 #include "choir/alloc.h"
 #include "choir/encode.h"
 
@@ -35,14 +37,17 @@ struct choir_encoder {
     /* Opus */
     OggOpusEnc *opus;
     OggOpusComments *comments;
+    /* AAC */
+    choir_aac *aac;
     /* FLAC: libsndfile writes to a forward-only virtual file (see flac_*). */
     SNDFILE *sf;
     sf_count_t vpos, vemitted;
 };
 
-static const char *const format_names[CHOIR_FORMAT_COUNT] = {"wav", "wav_f32", "pcm", "flac", "mp3", "opus"};
-static const char *const format_mimes[CHOIR_FORMAT_COUNT] = {"audio/wav",  "audio/wav",  "audio/L16",
-                                                             "audio/flac", "audio/mpeg", "audio/ogg"};
+static const char *const format_names[CHOIR_FORMAT_COUNT] = {"wav", "wav_f32", "pcm", "flac",
+                                                             "mp3", "opus",    "aac"};
+static const char *const format_mimes[CHOIR_FORMAT_COUNT] = {"audio/wav",  "audio/wav", "audio/L16", "audio/flac",
+                                                             "audio/mpeg", "audio/ogg", "audio/aac"};
 
 int choir_audio_format_parse(const char *name, choir_audio_format *format, choir_err *err) {
     if (!name || !format) return choir_err_set(err, CHOIR_EINVAL, "audio format: no name given");
@@ -55,7 +60,7 @@ int choir_audio_format_parse(const char *name, choir_audio_format *format, choir
         *format = CHOIR_FORMAT_WAVF32;
         return CHOIR_OK;
     }
-    return choir_err_set(err, CHOIR_EINVAL, "unknown audio format '%s' (wav, wav_f32, pcm, flac, mp3, opus)", name);
+    return choir_err_set(err, CHOIR_EINVAL, "unknown audio format '%s' (wav, wav_f32, pcm, flac, mp3, opus, aac)", name);
 }
 
 const char *choir_audio_format_name(choir_audio_format format) {
@@ -170,6 +175,10 @@ static int opus_close_cb(void *user) {
     return 0;
 }
 
+static int aac_sink(const void *data, size_t len, void *user) {
+    return emit(user, data, len) ? 1 : 0;
+}
+
 static int file_write(const void *data, size_t len, void *user) {
     return fwrite(data, 1, len, (FILE *)user) == len ? 0 : -1;
 }
@@ -219,6 +228,11 @@ static int setup_codec(choir_encoder *e, choir_err *err) {
         /* Hand pages out within ~100 ms so a streamed response starts early. */
         ope_encoder_ctl(e->opus, OPE_SET_MUXING_DELAY(4800));
         return CHOIR_OK;
+    }
+    case CHOIR_FORMAT_AAC: {
+        choir_err local = {0};
+        e->aac = choir_aac_create(e->rate, e->channels, aac_sink, e, err ? err : &local);
+        return e->aac ? CHOIR_OK : err ? err->code : local.code;
     }
     case CHOIR_FORMAT_FLAC: {
         if (e->channels > 8)
@@ -283,6 +297,7 @@ void choir_encoder_free(choir_encoder *e) {
     if (!e) return;
     if (e->sf) sf_close(e->sf);
     if (e->opus) ope_encoder_destroy(e->opus);
+    choir_aac_free(e->aac);
     if (e->comments) ope_comments_destroy(e->comments);
     if (e->lame) lame_close(e->lame);
     if (e->file) fclose(e->file);
@@ -337,6 +352,12 @@ static int encode_block(choir_encoder *e, const float *x, int frames, choir_err 
         }
         return emit(e, e->mp3buf, (size_t)bytes) ? sink_error(e, err) : 0;
     }
+    case CHOIR_FORMAT_AAC: {
+        int rc = choir_aac_write(e->aac, x, frames, err);
+        if (e->sink_failed) return sink_error(e, err);
+        if (rc) e->failed = 1;
+        return rc;
+    }
     case CHOIR_FORMAT_OPUS: {
         int rc = ope_encoder_write_float(e->opus, x, frames);
         if (e->sink_failed) return sink_error(e, err);
@@ -389,6 +410,12 @@ int choir_encoder_finish(choir_encoder *e, choir_err *err) {
         int bytes = lame_encode_flush(e->lame, e->mp3buf, MP3_BUF_BYTES);
         if (bytes < 0) return choir_err_set(err, CHOIR_EINTERNAL, "mp3: LAME flush failed (%d)", bytes);
         if (emit(e, e->mp3buf, (size_t)bytes)) return sink_error(e, err);
+        break;
+    }
+    case CHOIR_FORMAT_AAC: {
+        int rc = choir_aac_finish(e->aac, err);
+        if (e->sink_failed) return sink_error(e, err);
+        if (rc) return rc;
         break;
     }
     case CHOIR_FORMAT_OPUS: {

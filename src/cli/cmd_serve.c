@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,14 +20,16 @@
 #include "cli/cli.h"
 
 #define MAX_MODEL_DIRS 16
+#define MAX_ALIASES 32
 
 static void serve_usage(FILE *f)
 {
     fprintf(f,
-            "usage: choir serve --models DIR [--models DIR ...] [options]\n"
+            "usage: choir serve [--models DIR ...] [options]\n"
             "\n"
             "Serves the models found in each DIR (a model directory, or a folder of them;\n"
             "a model's id is its directory's name) over an OpenAI-compatible HTTP API.\n"
+            "Without --models: $CHOIR_MODELS, else ~/.cache/choir/models (as choir info).\n"
             "\n"
             "  --host ADDR            IPv4 address to bind (default 127.0.0.1)\n"
             "  --port N               TCP port (default 8000; 0 picks a free one)\n"
@@ -34,8 +37,18 @@ static void serve_usage(FILE *f)
             "  --memory-budget SIZE   engine memory budget, e.g. 4G (default: 75%% of RAM)\n"
             "  --profile NAME         default, interactive-tts, audiobook, realtime-stt, offline-stt\n"
             "  --api-key KEY          require \"Authorization: Bearer KEY\" (also $CHOIR_API_KEY)\n"
+            "  --admin-key KEY        enable model administration (POST/DELETE /v1/models, for\n"
+            "                         directories inside the --models folders) with its own key\n"
+            "                         (also $CHOIR_ADMIN_KEY; off without one)\n"
             "  --max-upload MB        largest request body (default 25)\n"
             "  --no-ui                do not serve the web page at /\n"
+            "  --cors ORIGIN          let pages from ORIGIN call the API from a browser (repeatable,\n"
+            "                         or comma-separated; * for any)\n"
+            "  --alias NAME=MODEL     requests for model NAME go to MODEL (repeatable; by default\n"
+            "                         tts-1, tts-1-hd, gpt-4o-mini-tts go to the first TTS model,\n"
+            "                         whisper-1, gpt-4o-transcribe to the first STT model)\n"
+            "  --voice-alias NAME=VOICE  voice NAME stands for VOICE (repeatable; by default\n"
+            "                         OpenAI's voices, alloy, echo, nova..., map to similar Kokoro voices)\n"
             "  --max-batch N          largest batch (default: the profile's)\n"
             "  --workers N            batches run at once (default 1)\n"
             "  --queue N              pending requests per model before 429 (default 256)\n"
@@ -144,7 +157,12 @@ int choir_cmd_serve(int argc, char **argv)
     char limit_ids[MAX_MODEL_DIRS][128];
     double limit_secs[MAX_MODEL_DIRS];
     int n_limits = 0;
+    const char *aliases[MAX_ALIASES], *voice_aliases[MAX_ALIASES];
+    int n_aliases = 0, n_voice_aliases = 0;
+    char cors[1024] = "";
     sp.api_key = getenv("CHOIR_API_KEY");
+    sp.admin_key = getenv("CHOIR_ADMIN_KEY");
+    const char *key_from[2] = {sp.api_key ? "$CHOIR_API_KEY" : NULL, sp.admin_key ? "$CHOIR_ADMIN_KEY" : NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -189,6 +207,10 @@ int choir_cmd_serve(int argc, char **argv)
             profile_name = v;
         } else if (strcmp(a, "--api-key") == 0) {
             sp.api_key = v;
+            key_from[0] = "--api-key";
+        } else if (strcmp(a, "--admin-key") == 0) {
+            sp.admin_key = v;
+            key_from[1] = "--admin-key";
         } else if (strcmp(a, "--max-upload") == 0) {
             bad = parse_int(v, 1, 1 << 20, &upload_mb);
         } else if (strcmp(a, "--max-batch") == 0) {
@@ -222,6 +244,18 @@ int choir_cmd_serve(int argc, char **argv)
                     limit_secs[n_limits++] = secs;
                 }
             }
+        } else if (strcmp(a, "--cors") == 0) {
+            size_t used = strlen(cors);
+            int w = snprintf(cors + used, sizeof cors - used, "%s%s", used ? "," : "", v);
+            bad = !*v || w < 0 || (size_t)w >= sizeof cors - used;
+            sp.cors = cors;
+        } else if (strcmp(a, "--alias") == 0 || strcmp(a, "--voice-alias") == 0) {
+            int voice = a[2] == 'v';
+            const char *eq = strchr(v, '=');
+            int *n = voice ? &n_voice_aliases : &n_aliases;
+            bad = !eq || eq == v || !eq[1] || *n == MAX_ALIASES;
+            if (!bad)
+                (voice ? voice_aliases : aliases)[(*n)++] = v;
         } else if (strcmp(a, "--max-connections") == 0) {
             bad = parse_int(v, 1, 1 << 20, &sp.max_connections);
         } else if (strcmp(a, "--max-client-connections") == 0) {
@@ -246,10 +280,37 @@ int choir_cmd_serve(int argc, char **argv)
             return 2;
         }
     }
-    if (n_dirs == 0) {
-        fprintf(stderr, "choir serve: at least one --models DIR is required\n");
-        serve_usage(stderr);
+    /* An empty key would serve without authentication and say nothing. */
+    if ((sp.api_key && !*sp.api_key) || (sp.admin_key && !*sp.admin_key)) {
+        int api = sp.api_key && !*sp.api_key;
+        fprintf(stderr, "choir serve: %s is empty; give a key, or leave it out for %s\n", key_from[api ? 0 : 1],
+                api ? "an API without a key" : "no model administration");
         return 2;
+    }
+    if (sp.api_key && sp.admin_key && strcmp(sp.api_key, sp.admin_key) == 0) {
+        fprintf(stderr, "choir serve: the admin key must differ from the API key\n");
+        return 2;
+    }
+    /* Without --models, the folder `choir info` and `choir vad` look in. */
+    char default_dir[4096];
+    if (n_dirs == 0) {
+        const char *env = getenv("CHOIR_MODELS"), *home = getenv("HOME");
+        if (env && *env)
+            snprintf(default_dir, sizeof default_dir, "%s", env);
+        else if (home && *home)
+            snprintf(default_dir, sizeof default_dir, "%s/.cache/choir/models", home);
+        else
+            default_dir[0] = 0;
+        struct stat st;
+        if (!default_dir[0] || stat(default_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            fprintf(stderr,
+                    "choir serve: no --models DIR given, and no models folder at %s "
+                    "(set $CHOIR_MODELS, or put models in ~/.cache/choir/models)\n",
+                    default_dir[0] ? default_dir : "$CHOIR_MODELS or ~/.cache/choir/models ($HOME unset)");
+            serve_usage(stderr);
+            return 2;
+        }
+        dirs[n_dirs++] = default_dir;
     }
     choir_profile profile;
     if (choir_profile_parse(profile_name, &profile) < 0) {
@@ -319,6 +380,18 @@ int choir_cmd_serve(int argc, char **argv)
     }
     if (n_models == 0)
         choir_log(CHOIR_LOG_WARN, "no models found in the --models directories");
+    for (int i = 0; i < n_aliases + n_voice_aliases; i++) {
+        int voice = i >= n_aliases;
+        const char *pair = voice ? voice_aliases[i - n_aliases] : aliases[i];
+        char name[256];
+        const char *eq = strchr(pair, '=');
+        snprintf(name, sizeof name, "%.*s", (int)(eq - pair), pair);
+        if ((voice ? choir_server_add_voice_alias : choir_server_add_alias)(server, name, eq + 1, &err) < 0) {
+            fprintf(stderr, "choir serve: --%salias %s: %s\n", voice ? "voice-" : "", pair, err.msg);
+            rc = 2;
+            goto done;
+        }
+    }
     for (int i = 0; i < n_limits; i++) {
         if (choir_engine_set_model_max_audio(engine, limit_ids[i], limit_secs[i], &err) < 0) {
             fprintf(stderr, "choir serve: --max-audio-s %s=%g: %s\n", limit_ids[i], limit_secs[i], err.msg);

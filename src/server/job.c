@@ -129,6 +129,7 @@ static void job_fail(srv_job *j, int code, const char *msg)
         return;
     j->status = code ? code : CHOIR_EINTERNAL;
     snprintf(j->error, sizeof j->error, "%s", msg && *msg ? msg : choir_strerror(j->status));
+    srv_scrub_paths(j->server, j->error, sizeof j->error);
 }
 
 static void flush_sse_audio(srv_job *j)
@@ -458,6 +459,7 @@ enum MHD_Result srv_job_reply_stream(srv_job *j, struct MHD_Connection *c, const
     }
     MHD_add_response_header(r, "Content-Type", content_type);
     MHD_add_response_header(r, "Cache-Control", "no-cache");
+    srv_add_cors(j->server, c, r);
     enum MHD_Result ret = MHD_queue_response(c, 200, r);
     MHD_destroy_response(r);
     srv_count_status(s, 200);

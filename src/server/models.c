@@ -46,6 +46,19 @@ static cJSON *with_placement(choir_server *s, cJSON *o)
     return o;
 }
 
+/* Adds "aliases" (the names that stand for the model, OpenAI's among them)
+ * and, for TTS models, "voices". Called without the lock held. */
+static cJSON *with_names(choir_server *s, cJSON *o)
+{
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
+    srv_model m;
+    if (o && cJSON_IsString(id) && srv_model_find(s, id->valuestring, &m) == 0) {
+        srv_model_aliases_json(s, &m, o);
+        srv_model_voices_json(s, &m, o);
+    }
+    return o;
+}
+
 static enum MHD_Result list_models(choir_server *s, struct MHD_Connection *c)
 {
     cJSON *root = cJSON_CreateObject();
@@ -57,7 +70,7 @@ static enum MHD_Result list_models(choir_server *s, struct MHD_Connection *c)
             cJSON_AddItemToArray(data, model_json(&s->models[i]));
     pthread_mutex_unlock(&s->lock);
     for (cJSON *o = data->child; o; o = o->next)
-        with_placement(s, o);
+        with_names(s, with_placement(s, o));
     return srv_reply_json(s, c, 200, root);
 }
 
@@ -74,25 +87,24 @@ static enum MHD_Result add_model(choir_server *s, struct MHD_Connection *c, srv_
         cJSON_Delete(req);
         return srv_reply_error(s, c, 400, "path", NULL, "\"path\" (a model directory) is required; \"id\" is a string");
     }
+    char dir[SRV_PATH_MAX];
+    if (srv_admin_path(s, path->valuestring, dir, sizeof dir) < 0) {
+        cJSON_Delete(req);
+        return srv_reply_error(s, c, 403, "path", "path_not_allowed",
+                               "\"path\" must be a directory inside one of the server's --models folders "
+                               "(absolute, or relative to the folder)");
+    }
     choir_err err = {0};
-    int rc = choir_server_add_model(s, id ? id->valuestring : NULL, path->valuestring, &err);
+    int rc = choir_server_add_model(s, id ? id->valuestring : NULL, dir, &err);
     enum MHD_Result ret;
+    srv_scrub_paths(s, err.msg, sizeof err.msg);
     if (rc == CHOIR_EINVAL && strstr(err.msg, "already registered")) {
         ret = srv_reply_error(s, c, 409, "id", "model_exists", "%s", err.msg);
     } else if (rc < 0) {
         ret = srv_reply_error(s, c, 400, "path", NULL, "%s", err.msg);
     } else {
         srv_model m;
-        const char *mid = id ? id->valuestring : NULL;
-        char base[SRV_PATH_MAX];
-        if (!mid) {
-            snprintf(base, sizeof base, "%s", path->valuestring);
-            size_t n = strlen(base);
-            while (n > 1 && base[n - 1] == '/')
-                base[--n] = 0;
-            const char *slash = strrchr(base, '/');
-            mid = slash ? slash + 1 : base;
-        }
+        const char *mid = id ? id->valuestring : strrchr(dir, '/') + 1;
         if (srv_model_find(s, mid, &m) == 0)
             ret = srv_reply_json(s, c, 201, model_json(&m));
         else
@@ -137,9 +149,9 @@ enum MHD_Result srv_handle_models(choir_server *s, struct MHD_Connection *c, con
         return add_model(s, c, conn);
     if (id && get) {
         srv_model m;
-        if (srv_model_find(s, id, &m) < 0)
+        if (srv_model_resolve(s, id, &m) < 0)
             return srv_reply_error(s, c, 404, "model", "model_not_found", "no model \"%s\"", id);
-        return srv_reply_json(s, c, 200, with_placement(s, model_json(&m)));
+        return srv_reply_json(s, c, 200, with_names(s, with_placement(s, model_json(&m))));
     }
     if (id && strcmp(method, "DELETE") == 0)
         return remove_model(s, c, id);

@@ -16,8 +16,16 @@
 #include "choir/engine.h"
 #include "choir/server.h"
 
+struct cJSON;
+
 #define SRV_MODEL_ID_MAX 128
 #define SRV_PATH_MAX 4096
+
+/* A name standing for another: a model alias or a voice alias (names.c). */
+typedef struct srv_name_pair {
+    char name[SRV_MODEL_ID_MAX];
+    char target[SRV_MODEL_ID_MAX];
+} srv_name_pair;
 
 typedef struct srv_model {
     char id[SRV_MODEL_ID_MAX];
@@ -53,11 +61,22 @@ struct choir_server {
     choir_server_params p;
     char host[64];
     char api_key[256];
+    char admin_key[256];
+    /* the --models folders, resolved (realpath): POST /v1/models registers
+     * only directories inside them (a root that is itself a model: only it) */
+    struct srv_root {
+        char path[SRV_PATH_MAX];
+        int is_model;
+    } *roots;
+    int n_roots;
+    char cors[1024]; /* allowed origins, comma-separated, or "" */
     struct MHD_Daemon *daemon;
     int port;
     pthread_mutex_t lock; /* guards models */
     srv_model *models;
     int n_models, cap_models;
+    srv_name_pair *model_aliases, *voice_aliases; /* guarded by lock */
+    int n_model_aliases, cap_model_aliases, n_voice_aliases, cap_voice_aliases;
     atomic_int ready;
     atomic_int stopping;
     atomic_int shut_down;
@@ -112,6 +131,40 @@ int srv_peer_count(choir_server *s);
 
 /* Looks a model up by id (not removed); copies it to *out. 0 or CHOIR_ENOTFOUND. */
 int srv_model_find(choir_server *s, const char *id, srv_model *out);
+/* Resolves a directory a POST /v1/models names (absolute, or relative to a
+ * --models folder) and checks that it lies inside a --models folder (or is
+ * a --models model directory). 0 and the resolved path in out, or -1. */
+int srv_admin_path(choir_server *s, const char *given, char *out, size_t cap);
+/* Resolves a model name from a request (names.c): a registered id, an alias
+ * (--alias), or one of OpenAI's names (tts-1, whisper-1, ...) standing for the
+ * first model doing its task. Copies the model to *out; 0 or CHOIR_ENOTFOUND. */
+int srv_model_resolve(choir_server *s, const char *name, srv_model *out);
+/* Adds "aliases" (the names that resolve to m) to a model object. Takes lock. */
+void srv_model_aliases_json(choir_server *s, const srv_model *m, struct cJSON *o);
+/* Adds "voices" (the model's voice names) to a TTS model's object. */
+void srv_model_voices_json(choir_server *s, const srv_model *m, struct cJSON *o);
+
+/* The voices a model directory offers: the stems of voices/NAME.{bin,pt,safetensors}, sorted. */
+typedef struct srv_voices {
+    char **names;
+    int n;
+} srv_voices;
+/* Lists them (none when there is no voices/ folder). 0 or CHOIR_ENOMEM. */
+int srv_voices_list(const char *model_dir, srv_voices *out);
+void srv_voices_free(srv_voices *v);
+int srv_voices_has(const srv_voices *v, const char *name);
+/* What voice alias `name` (--voice-alias, or one of OpenAI's voice names)
+ * stands for among `v`: a pointer into v or buf, or NULL. Takes lock. */
+const char *srv_voice_alias(choir_server *s, const srv_voices *v, const char *name, char *buf, size_t cap);
+/* The voice to hand the model for a request's `voice`: the name itself, the
+ * voice an alias stands for, or a mix of the model's names, copied to out.
+ * A model without a voices/ folder takes any name. CHOIR_ENOTFOUND with msg
+ * listing the voices there are, for a name the model does not have. */
+int srv_voice_resolve(choir_server *s, const srv_voices *v, const char *voice, char *out, size_t cap, char *msg,
+                      size_t msg_cap);
+/* GET /v1/audio/voices[?model=ID]. */
+enum MHD_Result srv_handle_voices(choir_server *s, struct MHD_Connection *c);
+
 /* GET/POST/DELETE /v1/models[/{id}]. */
 enum MHD_Result srv_handle_models(choir_server *s, struct MHD_Connection *c, const char *method, const char *url,
                                   srv_conn *conn);
@@ -121,12 +174,22 @@ enum MHD_Result srv_reply(choir_server *s, struct MHD_Connection *c, unsigned st
                           const void *data, size_t len);
 /* Serialises `json` (a cJSON *, deleted here) compactly. */
 enum MHD_Result srv_reply_json(choir_server *s, struct MHD_Connection *c, unsigned status, void *json);
+/* Adds CORS headers to a response when the request's Origin is allowed (--cors). */
+void srv_add_cors(choir_server *s, struct MHD_Connection *c, struct MHD_Response *r);
+/* Answers a CORS preflight (OPTIONS with Origin and Access-Control-Request-Method). */
+enum MHD_Result srv_reply_preflight(choir_server *s, struct MHD_Connection *c);
 /* OpenAI's error shape. `param`/`code` may be NULL. Adds Retry-After for 429/503. */
 enum MHD_Result srv_reply_error(choir_server *s, struct MHD_Connection *c, unsigned status, const char *param,
                                 const char *code, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* Maps an engine failure (code, reason, message) to the right status. */
 enum MHD_Result srv_reply_engine_error(choir_server *s, struct MHD_Connection *c, int code,
                                        choir_reject_reason reason, const char *msg);
+/* Rewrites an error message in place (NUL-terminated, `cap` bytes) for a
+ * client: a registered model's directory becomes the model's id
+ * ("kokoro/voices/x.bin"), any other absolute or ./-relative path "[path]".
+ * Every engine or model message passes here before it leaves the server;
+ * an altered one is logged whole. */
+void srv_scrub_paths(choir_server *s, char *msg, size_t cap);
 /* The HTTP status an engine failure maps to. */
 unsigned srv_engine_status(int code, choir_reject_reason reason);
 void srv_count_status(choir_server *s, unsigned status);
@@ -223,6 +286,13 @@ enum MHD_Result srv_handle_separation(choir_server *s, struct MHD_Connection *c,
 /* Formats a transcript as "text", "srt", "vtt", "json" or "verbose_json"
  * into a choir_alloc'd string (NULL on out of memory). */
 char *srv_format_transcript(const srv_job *j, const char *format, int translate, double duration_s);
+
+/* 1 when `spec` is a voice name or a mix of names ("a", "a(2)+b", "a,b"):
+ * names of letters, digits, '_', '-', '.' (not first), weights of digits
+ * and '.', at most SRV_VOICE_SPEC_MAX bytes in all. Nothing that can name a
+ * path passes. */
+#define SRV_VOICE_SPEC_MAX (SRV_MODEL_ID_MAX - 1)
+int srv_voice_spec_ok(const char *spec);
 
 /* Length of a UTF-8 string in code points. */
 int srv_utf8_chars(const char *s);
