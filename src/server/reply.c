@@ -36,6 +36,7 @@ enum MHD_Result srv_reply(choir_server *s, struct MHD_Connection *c, unsigned st
     if (content_type)
         MHD_add_response_header(r, "Content-Type", content_type);
     add_retry_after(s, r, status);
+    srv_add_queue_headers(s, c, r);
     enum MHD_Result ret = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     srv_count_status(s, status);
@@ -100,6 +101,7 @@ unsigned srv_engine_status(int code, choir_reject_reason reason)
     switch (reason) {
     case CHOIR_REJECT_QUEUE_FULL: return 429;
     case CHOIR_REJECT_OVERLOAD:
+    case CHOIR_REJECT_BACKLOG:
     case CHOIR_REJECT_DEADLINE:
     case CHOIR_REJECT_SHUTDOWN: return 503;
     case CHOIR_REJECT_TOO_LARGE: return 413;
