@@ -51,7 +51,8 @@ static void start_client(client *cl, int i)
     char ip[32], raw[1024];
     snprintf(ip, sizeof ip, "127.0.3.%d", 1 + i % 20);
     char body[128];
-    int bn = snprintf(body, sizeof body, "{\"model\":\"fake\",\"input\":\"overload %d\",\"response_format\":\"pcm\"}", i);
+    int bn = snprintf(body, sizeof body,
+                      "{\"model\":\"fake\",\"input\":\"overload %d\",\"response_format\":\"pcm\",\"stream\":false}", i);
     int n = snprintf(raw, sizeof raw,
                      "POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
                      "Content-Type: application/json\r\nX-Request-Timeout: %.1f\r\nContent-Length: %d\r\n\r\n%s",
@@ -116,7 +117,7 @@ static void test_ten_times_overload(void **state)
     (void)state;
     /* one request first: the model loads and a batch is measured */
     hc_response r;
-    const char *warm = "{\"model\":\"fake\",\"input\":\"warm up\",\"response_format\":\"pcm\"}";
+    const char *warm = "{\"model\":\"fake\",\"input\":\"warm up\",\"response_format\":\"pcm\",\"stream\":false}";
     assert_int_equal(hc_post(g_srv.port, "/v1/audio/speech", "application/json", warm, strlen(warm), NULL, &r, 10), 200);
     assert_true(has_header(r.head, "x-ratelimit-limit-requests"));
     assert_true(has_header(r.head, "x-ratelimit-remaining-requests"));
@@ -266,7 +267,7 @@ static void test_deaf_model_answered_by_deadline(void **state)
 {
     (void)state;
     hc_response r;
-    const char *body = "{\"model\":\"deaf\",\"input\":\"hi\",\"response_format\":\"pcm\"}";
+    const char *body = "{\"model\":\"deaf\",\"input\":\"hi\",\"response_format\":\"pcm\",\"stream\":false}";
     double t0 = hc_now();
     assert_int_equal(hc_post(g_srv.port, "/v1/audio/speech", "application/json", body, strlen(body),
                              "X-Request-Timeout: 0.5\r\n", &r, 10),
