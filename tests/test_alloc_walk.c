@@ -24,7 +24,7 @@
 #include "choir/engine.h"
 #include "choir/log.h"
 #include "choir/server.h"
-#include "engine/fake_model.h"
+#include "models/fake/fake_model.h"
 #include "httpc.h"
 #include "testutil.h"
 

@@ -19,7 +19,7 @@
 #include "choir/engine.h"
 #include "choir/log.h"
 #include "choir/server.h"
-#include "engine/fake_model.h"
+#include "models/fake/fake_model.h"
 
 static choir_server *g_fuzz_server;
 static choir_engine *g_fuzz_engine;
