@@ -158,12 +158,11 @@ int choir_request_cancelled(const choir_request *req);
 int choir_request_fail(choir_request *req, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Load-time options; zero-initialised means defaults. */
+/* Load-time options; zero-initialised means defaults. Weights run as stored:
+ * a quantized model is made on disk by `choir convert --q-bits` (kernels use
+ * the default compute pool, sized by CHOIR_THREADS). */
 typedef struct choir_model_options {
-    int q_bits;        /* 0: as stored; 2..8: quantize linear layers on load when supported */
-    int q_group_size;  /* 0: default (64) */
     int compute_bf16;  /* 1: prefer bf16 activations when supported */
-    int threads;       /* 0: the default compute pool */
     /* Where the weights live and the batches run: 0 = the CPU (host memory),
      * k >= 1 = CUDA device k - 1 (CHOIR_DEVICE_GPU(k - 1)). The engine only
      * passes a GPU to an adapter whose ops->gpu is 1. */

@@ -23,7 +23,7 @@
 
 #include "choir/alloc.h"
 #include "choir/log.h"
-#include "engine/fake_model.h"
+#include "models/fake/fake_model.h"
 #include "server/server_internal.h"
 #include "server/ui_assets.h"
 

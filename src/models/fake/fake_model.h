@@ -5,8 +5,8 @@
  * It is a real adapter: a directory with config.json {"model_type":
  * "choir-fake", ...} and a model.safetensors file (any bytes; its size is the
  * weights figure) loads through choir_engine_add_model. */
-#ifndef CHOIR_ENGINE_FAKE_MODEL_H
-#define CHOIR_ENGINE_FAKE_MODEL_H
+#ifndef CHOIR_MODELS_FAKE_MODEL_H
+#define CHOIR_MODELS_FAKE_MODEL_H
 
 #include <stdint.h>
 
