@@ -250,6 +250,11 @@ extern const choir_model_ops choir_model_silero_vad;
 extern const choir_model_ops choir_model_mossformer2;
 extern const choir_model_ops choir_model_sam_audio; /* src/models/sam_audio/sam_model.c */
 extern const choir_model_ops choir_model_vibevoice;
+/* The test adapter (src/models/fake/fake_model.c, its options in
+ * models/fake/fake_model.h): declared costs and deterministic outputs. It
+ * claims only directories whose config.json says "model_type": "choir-fake",
+ * so it is listed with the others and tests and benchmarks can serve it. */
+extern const choir_model_ops choir_model_fake;
 
 /* The STT input rate (Hz) of the built-in adapter of that kind:
  * ops->input_rate, 16000 when it gives none or no adapter has that kind. */
