@@ -117,6 +117,34 @@ size_t wh_cross_scratch_bytes(const wh_net *w, const choir_whisper_dims *D);
 int wh_cross_kv_host(const choir_whisper *m, const float *enc, float *k, float *v,
                      choir_err *err);
 
+/* --- the decoder over backend operations (whisper_dec.c) ------------------ */
+
+/* Cross-attention logits wanted from a decoder pass of one sequence: for
+ * head i, its pre-softmax scores q.k / sqrt(Dh) of every new row against
+ * the window's keys, into qk + i * N * A ([n_heads][N][A], backend memory). */
+typedef struct wh_qk_req {
+    int n_heads;
+    const int32_t *layer, *head; /* [n_heads]: decoder layer and head, 0-based */
+    float *qk;
+} wh_qk_req;
+
+/* The checks of choir_whisper_decode (tokens, windows, capacities). */
+int choir_whisper_decode_check(const choir_whisper *m, choir_whisper_seq *const *seqs, int n_seq,
+                               const int32_t *tokens, const int *n_tokens, choir_err *err);
+/* Working memory of a decoder pass over N new tokens, and the CPU kernel
+ * scratch one of its calls takes at most. */
+size_t wh_dec_work_bytes(const choir_whisper_dims *D, int64_t N);
+size_t wh_dec_scratch_bytes(const wh_net *w, const choir_whisper_dims *D, int64_t N);
+/* choir_whisper_decode's computation on stream s (checked arguments; logits
+ * NULL: none computed), qk NULL or the cross-attention logits wanted. */
+int wh_decode_run(choir_stream *s, const wh_net *w, const choir_whisper_dims *D,
+                  choir_whisper_seq *const *seqs, int n_seq, const int32_t *tokens,
+                  const int *n_tokens, bool all_positions, float *logits, const wh_qk_req *qk);
+/* wh_decode_run on a stream of its own over the model's CPU backend. */
+int wh_decode_host(const choir_whisper *m, choir_whisper_seq *const *seqs, int n_seq,
+                   const int32_t *tokens, const int *n_tokens, bool all_positions, float *logits,
+                   const wh_qk_req *qk, choir_err *err);
+
 /* --- the per-step rules (whisper_filters.c, whisper_rules.c) -------------- */
 
 /* The filters before the timestamp mass rule (suppression, timestamp masks). */

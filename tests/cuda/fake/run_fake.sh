@@ -21,7 +21,7 @@ for f in src/base/*.c src/tensor/*.c src/tensor/cpu/*.c tests/cuda/stub/cblas_lo
     [ "$f" = src/tensor/quantize.c ] || echo "$f" >>"$list"
 done
 for f in src/tensor/cpu/x86/*.c; do echo "$f -mavx2 -mfma -mf16c" >>"$list"; done
-for f in src/models/whisper/whisper_net.c src/models/whisper/whisper_enc.c \
+for f in src/models/whisper/whisper_net.c src/models/whisper/whisper_enc.c src/models/whisper/whisper_dec.c \
          src/models/whisper/whisper_cuda.c src/tensor/backend/*.c \
          src/models/whisper/whisper_cuda_dec.c src/models/whisper/whisper_decode.c \
          src/models/whisper/whisper_filters.c src/models/whisper/whisper_rules.c \
