@@ -4,6 +4,9 @@
 #ifndef CHOIR_CLI_H
 #define CHOIR_CLI_H
 
+#include "choir/audio.h"
+#include "choir/error.h"
+
 int choir_cmd_info(int argc, char **argv);
 int choir_cmd_tts(int argc, char **argv);
 int choir_cmd_stt(int argc, char **argv);
@@ -46,6 +49,19 @@ typedef struct choir_stt_vibevoice_args {
     int stream;           /* print the text to stderr as it is decoded */
 } choir_stt_vibevoice_args;
 int choir_stt_vibevoice(const choir_stt_vibevoice_args *a);
+
+/* Decodes `path` as choir_audio_decode_file does, or standard input (read
+ * whole, up to 2 GiB) when path is "-". */
+int choir_cli_decode(const char *path, const choir_decode_opts *opts, choir_audio *out, choir_err *err);
+/* Copies standard input into a new temporary file ($TMPDIR or /tmp) and
+ * writes its name to path (cap bytes); the caller removes it. On failure path
+ * is "" unless the file exists (then remove it too). 0 or a negative code. */
+int choir_cli_spool_stdin(char *path, size_t cap, choir_err *err);
+/* The audio format name a file name asks for by its extension (".mp3" ->
+ * "mp3", ".ogg"/".opus" -> "opus", ".raw"/".pcm" -> "pcm", ...), or NULL. */
+const char *choir_cli_format_from_path(const char *path);
+/* Creates folder `dir` and its parents as needed (mkdir -p). 0 or CHOIR_EIO. */
+int choir_cli_make_dirs(const char *dir, choir_err *err);
 
 /* Parses sizes like "512M", "8G", "1.5GiB", "1000000"; returns bytes or -1. */
 long long choir_cli_parse_size(const char *s);

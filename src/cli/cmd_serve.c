@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -24,10 +25,11 @@
 static void serve_usage(FILE *f)
 {
     fprintf(f,
-            "usage: choir serve --models DIR [--models DIR ...] [options]\n"
+            "usage: choir serve [--models DIR ...] [options]\n"
             "\n"
             "Serves the models found in each DIR (a model directory, or a folder of them;\n"
             "a model's id is its directory's name) over an OpenAI-compatible HTTP API.\n"
+            "Without --models: $CHOIR_MODELS, else ~/.cache/choir/models (as choir info).\n"
             "\n"
             "  --host ADDR            IPv4 address to bind (default 127.0.0.1)\n"
             "  --port N               TCP port (default 8000; 0 picks a free one)\n"
@@ -289,10 +291,26 @@ int choir_cmd_serve(int argc, char **argv)
         fprintf(stderr, "choir serve: the admin key must differ from the API key\n");
         return 2;
     }
+    /* Without --models, the folder `choir info` and `choir vad` look in. */
+    char default_dir[4096];
     if (n_dirs == 0) {
-        fprintf(stderr, "choir serve: at least one --models DIR is required\n");
-        serve_usage(stderr);
-        return 2;
+        const char *env = getenv("CHOIR_MODELS"), *home = getenv("HOME");
+        if (env && *env)
+            snprintf(default_dir, sizeof default_dir, "%s", env);
+        else if (home && *home)
+            snprintf(default_dir, sizeof default_dir, "%s/.cache/choir/models", home);
+        else
+            default_dir[0] = 0;
+        struct stat st;
+        if (!default_dir[0] || stat(default_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            fprintf(stderr,
+                    "choir serve: no --models DIR given, and no models folder at %s "
+                    "(set $CHOIR_MODELS, or put models in ~/.cache/choir/models)\n",
+                    default_dir[0] ? default_dir : "$CHOIR_MODELS or ~/.cache/choir/models ($HOME unset)");
+            serve_usage(stderr);
+            return 2;
+        }
+        dirs[n_dirs++] = default_dir;
     }
     choir_profile profile;
     if (choir_profile_parse(profile_name, &profile) < 0) {

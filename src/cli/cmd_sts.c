@@ -26,7 +26,8 @@ static void sts_usage(FILE *f) {
     fprintf(f,
             "usage: choir sts --model DIR IN [-o OUT] [options]\n\n"
             "Enhances speech in IN (any length, mono or stereo; each channel on its own) with\n"
-            "MossFormer2_SE_48K and writes OUT at IN's sample rate.\n\n"
+            "MossFormer2_SE_48K and writes OUT at IN's sample rate. IN '-' reads standard input\n"
+            "(then -o is required).\n\n"
             "  -o OUT                output file (default: IN's name + _enhanced.wav); '-' = stdout\n"
             "  --format F            wav (16-bit, default), wav_f32, flac, mp3, opus, aac, pcm\n"
             "  --chunk-seconds S     chunk length (default 12; 10-15 s suits enhancement)\n"
@@ -213,7 +214,9 @@ static int sts_reference_file(const choir_mf2 *m, const char *in, sts_run *r, co
     return rc;
 }
 
-int choir_cmd_sts(int argc, char **argv) {
+/* The command; a temporary copy of standard input is named in `spool` (the
+ * caller removes it). */
+static int sts_command(int argc, char **argv, char *spool, size_t spool_cap) {
     const char *model = NULL, *in = NULL, *out = NULL, *fmt = NULL;
     int reference = 0, quiet = 0, threads = 0;
     choir_mf2_params p;
@@ -255,7 +258,14 @@ int choir_cmd_sts(int argc, char **argv) {
         in = a;
     }
     if (!model || !in) {
+        fprintf(stderr, "choir sts: %s\n",
+                !model ? "--model DIR is required" : "no input file given (a path, or - for standard input)");
         sts_usage(stderr);
+        return 2;
+    }
+    int from_stdin = strcmp(in, "-") == 0;
+    if (from_stdin && !out) {
+        fprintf(stderr, "choir sts: reading standard input needs -o OUT (or -o - for standard output)\n");
         return 2;
     }
     char out_buf[4096];
@@ -276,11 +286,20 @@ int choir_cmd_sts(int argc, char **argv) {
 
     choir_err err = {0};
     int rc = 1;
+    /* Standard input goes to a temporary file first: the enhancer streams
+     * from a seekable file, and a recording may be longer than memory. */
+    if (from_stdin) {
+        if (choir_cli_spool_stdin(spool, spool_cap, &err) < 0) {
+            fprintf(stderr, "choir sts: %s\n", err.msg);
+            return 1;
+        }
+        in = spool;
+    }
     SF_INFO info;
     memset(&info, 0, sizeof info);
     SNDFILE *sf = sf_open(in, SFM_READ, &info);
     if (!sf) {
-        fprintf(stderr, "choir sts: %s: %s\n", in, sf_strerror(NULL));
+        fprintf(stderr, "choir sts: %s: %s\n", from_stdin ? "standard input" : in, sf_strerror(NULL));
         return 1;
     }
     if (info.channels < 1 || info.samplerate < 1000) {
@@ -338,5 +357,12 @@ done:
     choir_resampler_free(r.back);
     choir_free(r.back_buf);
     choir_mf2_free(m);
+    return rc;
+}
+
+int choir_cmd_sts(int argc, char **argv) {
+    char spool[4096] = "";
+    int rc = sts_command(argc, argv, spool, sizeof spool);
+    if (spool[0]) unlink(spool);
     return rc;
 }

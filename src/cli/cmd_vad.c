@@ -14,7 +14,8 @@ static void usage(FILE *f) {
             "usage: choir vad [--model PATH] [--probs] [--threshold T] [--min-speech MS]\n"
             "                 [--min-silence MS] [--pad MS] [--max-speech S] FILE\n"
             "\n"
-            "Finds the speech in FILE (any format choir decodes; resampled to 16 kHz mono)\n"
+            "Finds the speech in FILE (any format choir decodes; resampled to 16 kHz mono;\n"
+            "- reads standard input)\n"
             "with Silero VAD v6.2 and prints JSON: by default the segments\n"
             "[{\"start\": s, \"end\": s}, ...] in seconds; with --probs, the speech\n"
             "probability of every 512-sample chunk (32 ms; a last partial chunk is not scored).\n"
@@ -78,7 +79,7 @@ int choir_cmd_vad(int argc, char **argv) {
             if (parse_number(a, val, 0, 1e6, &v)) return 2;
             params.max_speech_s = (float)v;
             i++;
-        } else if (a[0] == '-' && a[1]) {
+        } else if (a[0] == '-' && a[1]) { /* "-" alone is standard input */
             fprintf(stderr, "choir vad: unknown or incomplete option '%s'\n", a);
             usage(stderr);
             return 2;
@@ -90,6 +91,7 @@ int choir_cmd_vad(int argc, char **argv) {
         }
     }
     if (!file) {
+        fprintf(stderr, "choir vad: no audio file given (a path, or - for standard input)\n");
         usage(stderr);
         return 2;
     }
@@ -106,7 +108,7 @@ int choir_cmd_vad(int argc, char **argv) {
     model = choir_silero_load(model_path, &err);
     if (!model) goto fail;
     choir_decode_opts opts = {.target_rate = CHOIR_SILERO_RATE, .mono = 1, .max_frames = 0};
-    if (choir_audio_decode_file(file, &opts, &audio, &err)) goto fail;
+    if (choir_cli_decode(file, &opts, &audio, &err)) goto fail;
 
     if (want_probs) {
         if (choir_silero_file_probs(model, audio.samples, audio.frames, false, &probs, &n_probs, &err)) goto fail;

@@ -6,6 +6,7 @@
  * read and dropped so the 413 reply reaches a client that is still sending),
  * and once more with no data, when the request is routed. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <dirent.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -606,6 +607,30 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     *con_cls = NULL;
 }
 
+/* Why the daemon could not listen: libmicrohttpd does not say, so the bind
+ * is tried again here for its errno (most often: the port is taken). */
+static const char *bind_problem(const struct sockaddr_in *addr)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return strerror(errno);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    int rc = bind(fd, (const struct sockaddr *)addr, sizeof *addr);
+    int e = errno;
+    close(fd);
+    if (rc == 0)
+        return "the server library failed to start (threads or descriptors?)";
+    if (e == EADDRINUSE)
+        return "the address is already in use (another server on that port? pick another with --port, or 0 for "
+               "any free one)";
+    if (e == EACCES)
+        return "permission denied (ports below 1024 need privileges)";
+    if (e == EADDRNOTAVAIL)
+        return "no such address on this machine (see --host)";
+    return strerror(e);
+}
+
 int choir_server_start(choir_server *s, choir_err *err)
 {
     if (s->daemon)
@@ -631,7 +656,8 @@ int choir_server_start(choir_server *s, choir_err *err)
                                  MHD_OPTION_END);
     if (!s->daemon) {
         srv_watch_stop(s);
-        return choir_err_set(err, CHOIR_EIO, "cannot listen on %s:%d", s->host, s->p.port);
+        return choir_err_set(err, CHOIR_EIO, "cannot listen on %s:%d: %s", s->host, s->p.port,
+                             bind_problem(&addr));
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = info ? info->port : s->p.port;
