@@ -8,7 +8,7 @@
 #include <curl/curl.h>
 
 #include "cli/cli.h"
-#include "io/hub.h"
+#include "choir/hub.h"
 
 static void pull_usage(FILE *f)
 {
