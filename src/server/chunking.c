@@ -109,14 +109,14 @@ int srv_chunking_apply(choir_server *s, struct MHD_Connection *c, const srv_chun
     int submitted;
     *ret = srv_job_submit(j, &job, c, &submitted);
     if (!submitted) {
-        srv_job_free(j);
+        srv_job_destroy(j); /* it borrows *samples: wait for the ticket */
         return -1;
     }
     choir_reject_reason reason;
     int rc = srv_job_wait(j, c, &reason);
     if (rc < 0) {
         *ret = srv_reply_engine_error(s, c, rc, reason, j->error);
-        srv_job_free(j);
+        srv_job_destroy(j); /* it borrows *samples: wait for the ticket */
         return -1;
     }
     /* 2. the pieces: segments widened by the padding, overlaps merged */
@@ -137,7 +137,7 @@ int srv_chunking_apply(choir_server *s, struct MHD_Connection *c, const srv_chun
         }
     }
     int had = j->n_segments;
-    srv_job_free(j);
+    srv_job_destroy(j);
     if (had && !sp) {
         *ret = srv_reply_error(s, c, 500, NULL, NULL, "out of memory");
         return -1;
