@@ -30,11 +30,11 @@ if [ -z "$BIN" ]; then
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
 echo "=== CPU vs CUDA, stage by stage"
-timeout 120 "$BIN/choir_sam_audio_gpu_check"
+timeout 60 "$BIN/choir_sam_audio_gpu_check"
 check=$?
 echo "=== choir (CUDA backend)"
-timeout 150 "$BIN/bench_sam_audio_gpu" "${ARGS[@]}"
+timeout 100 "$BIN/bench_sam_audio_gpu" "${ARGS[@]}"
 echo "=== PyTorch"
-timeout 150 python3 bench/peers/sam_audio_torch.py "${ARGS[@]}"
+timeout 100 python3 bench/peers/sam_audio_torch.py "${ARGS[@]}"
 echo "=== check exit $check (0 pass, 1 fail, 77 no GPU)"
 exit $check
