@@ -192,25 +192,11 @@ int kk_f0_n(const choir_kokoro *m, const float *en, int64_t L, const float *s_pr
         }
     }
 #endif
-    rc = kk_f0_n_blocks(m, x, L, s_pro, f0, n, ws);
-    if (rc) return rc;
-    kk_ws_release(ws, mark);
-    return 0;
-}
-
-int kk_f0_n_blocks(const choir_kokoro *m, const float *x, int64_t L, const float *s_pro, float *f0,
-                   float *n, kk_ws *ws) {
-    size_t mark = kk_ws_mark(ws);
-    float *a = kk_ws_floats(ws, KK_HIDDEN * 2 * L);    /* [512, L] then [256, 2L] */
-    float *b = kk_ws_floats(ws, KK_HIDDEN * 2 * L);
-    if (!a || !b) return CHOIR_ENOMEM;
-    int rc;
-    for (int which = 0; which < 2; which++) {
-        const kk_resblk *blk = which ? m->n_blk : m->f0_blk;
-        if ((rc = kk_resblk_forward(&blk[0], x, L, s_pro, a, ws))) return rc;      /* [512, L] */
-        if ((rc = kk_resblk_forward(&blk[1], a, L, s_pro, b, ws))) return rc;      /* [256, 2L] */
-        if ((rc = kk_resblk_forward(&blk[2], b, 2 * L, s_pro, a, ws))) return rc;  /* [256, 2L] */
-        kk_conv1d(which ? &m->n_proj : &m->f0_proj, a, 2 * L, 1, 0, 1, which ? n : f0);
+    choir_err err = {0};
+    rc = kk_f0_n_blocks(m, x, L, s_pro, f0, n, &err);
+    if (rc) {
+        CHOIR_LOGE("kokoro: F0 / N blocks: %s", err.msg);
+        return rc;
     }
     kk_ws_release(ws, mark);
     return 0;
@@ -249,40 +235,6 @@ int kk_text_encoder_convs(const choir_kokoro *m, const int32_t *ids, int64_t T, 
         kk_transpose(tc, T, KK_HIDDEN, x);
     }
     /* tc is [T, 512] after the last block */
-    kk_ws_release(ws, mark);
-    return 0;
-}
-
-/* Decoder: asr[512, L], F0/N [2L], s_dec -> audio[600 L] */
-int kk_decoder(const choir_kokoro *m, const float *asr, int64_t L, const float *f0,
-                   const float *n, const float *s_dec, const float *noise, float *audio,
-                   kk_ws *ws) {
-    size_t mark = kk_ws_mark(ws);
-    const int64_t C_cat = 1024 + 64 + 2;
-    float *f0d = kk_ws_floats(ws, L), *nd = kk_ws_floats(ws, L);   /* [1, L] */
-    float *ar = kk_ws_floats(ws, 64 * L);                          /* [64, L] */
-    float *cat = kk_ws_floats(ws, C_cat * L);                      /* [514 or 1090, L] */
-    float *x = kk_ws_floats(ws, 1024 * L);                         /* [1024, L] */
-    float *up = kk_ws_floats(ws, 512 * 2 * L);                     /* [512, 2L] */
-    if (!f0d || !nd || !ar || !cat || !x || !up) return CHOIR_ENOMEM;
-
-    kk_conv1d(&m->f0_conv, f0, 2 * L, 2, 1, 1, f0d);
-    kk_conv1d(&m->n_conv, n, 2 * L, 2, 1, 1, nd);
-    memcpy(cat, asr, KK_HIDDEN * (size_t)L * sizeof(float));
-    memcpy(cat + KK_HIDDEN * L, f0d, (size_t)L * sizeof(float));
-    memcpy(cat + (KK_HIDDEN + 1) * L, nd, (size_t)L * sizeof(float));
-    int rc = kk_resblk_forward(&m->encode, cat, L, s_dec, x, ws);
-    if (rc) return rc;
-    kk_conv1d(&m->asr_res, asr, L, 1, 0, 1, ar);
-    for (int i = 0; i < 4; i++) {
-        /* every block, the upsampling one included, sees [x ; asr_res ; F0 ; N] */
-        memcpy(cat, x, 1024 * (size_t)L * sizeof(float));
-        memcpy(cat + 1024 * L, ar, 64 * (size_t)L * sizeof(float));
-        memcpy(cat + 1088 * L, f0d, (size_t)L * sizeof(float));
-        memcpy(cat + 1089 * L, nd, (size_t)L * sizeof(float));
-        if ((rc = kk_resblk_forward(&m->decode[i], cat, L, s_dec, i < 3 ? x : up, ws))) return rc;
-    }
-    if ((rc = kk_generator(m, up, L, s_dec, f0, noise, audio, ws))) return rc;
     kk_ws_release(ws, mark);
     return 0;
 }
@@ -512,22 +464,13 @@ int choir_kokoro_synthesize_ids(const choir_kokoro *m, const int32_t *ids, int n
     }
 #endif
     audio = choir_alloc(CHOIR_MEM_IO, (size_t)n_out * sizeof(float));
-    kk_ws *ws = audio ? kk_ws_create(choir_kokoro_estimate_bytes(n_ids, L), err) : NULL;
-    if (!audio || !ws) {
-        rc = audio ? (err ? err->code : CHOIR_ENOMEM) : CHOIR_ENOMEM;
-        if (!audio) choir_err_set(err, CHOIR_ENOMEM, "kokoro: out of memory (%d ids)", n_ids);
+    if (!audio) {
         kk_piece_free(&pc);
-        choir_free(audio);
-        return rc;
+        return choir_err_set(err, CHOIR_ENOMEM, "kokoro: out of memory (%d ids)", n_ids);
     }
-    rc = kk_decoder(m, pc.asr, L, pc.f0, pc.n, style, pc.noise, audio, ws);
-    CHOIR_LOGD("kokoro: %lld ids, %lld frames: decoder workspace high water %zu of %lld bytes",
-               (long long)n_ids, (long long)L, kk_ws_high_water(ws),
-               (long long)choir_kokoro_estimate_bytes(n_ids, L));
-    kk_ws_free(ws);
+    rc = kk_decoder(m, pc.asr, L, pc.f0, pc.n, style, pc.noise, audio, err);
     kk_piece_free(&pc);
     if (rc) {
-        if (rc == CHOIR_ENOMEM) choir_err_set(err, CHOIR_ENOMEM, "kokoro: out of memory (%d ids)", n_ids);
         choir_free(audio);
         return rc;
     }

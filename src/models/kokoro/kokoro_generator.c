@@ -170,15 +170,20 @@ void kk_istft_tail(const float *P, int64_t F, float *out, float *ola /* [5(F-1)+
     for (int64_t i = 0; i < n_out; i++) out[i] = ola[i + KK_NFFT / 2] / env[i + KK_NFFT / 2];
 }
 
-int kk_source_spectrum(const choir_kokoro *m, const float *f0, int64_t L, const float *noise,
-                       float *S, kk_ws *ws) {
+void kk_source_spectrum_buf(const choir_kokoro *m, const float *f0, int64_t L, const float *noise,
+                            float *S, float *work) {
     const int64_t F2 = 2 * L, N = F2 * KK_UPSAMPLE, F = N / KK_HOP + 1;
-    size_t scope = kk_ws_mark(ws);
-    float *har = kk_ws_floats(ws, N);                          /* [N] */
-    float *phase_frames = kk_ws_floats(ws, F2 * KK_HARMONICS); /* [2L, 9] */
-    if (!har || !phase_frames) return CHOIR_ENOMEM;
+    float *har = work, *phase_frames = work + N; /* [N], [2L, 9] */
     harmonic_source(m, f0, F2, noise, har, phase_frames);
     source_stft(har, N, S, F);
+}
+
+int kk_source_spectrum(const choir_kokoro *m, const float *f0, int64_t L, const float *noise,
+                       float *S, kk_ws *ws) {
+    size_t scope = kk_ws_mark(ws);
+    float *work = kk_ws_floats(ws, 618 * L);
+    if (!work) return CHOIR_ENOMEM;
+    kk_source_spectrum_buf(m, f0, L, noise, S, work);
     kk_ws_release(ws, scope);
     return 0;
 }

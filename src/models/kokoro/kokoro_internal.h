@@ -170,10 +170,12 @@ void kk_transpose(const float *x, int64_t rows, int64_t cols, float *y);
 int kk_generator(const choir_kokoro *m, const float *x, int64_t L, const float *style,
                  const float *f0, const float *noise, float *audio, kk_ws *ws);
 
-/* The decoder alone: asr[512, L], f0 / n [2L], s_dec[128] -> audio[600 L];
- * noise as for kk_generator. For parity checks that isolate it. */
+/* The decoder alone on the CPU (kokoro_decoder.c, the backend forward with
+ * a CPU backend): asr[512, L], f0 / n [2L], s_dec[128] -> audio[600 L];
+ * noise as for kk_generator. Takes its own working memory. */
 int kk_decoder(const choir_kokoro *m, const float *asr, int64_t L, const float *f0,
-               const float *n, const float *s_dec, const float *noise, float *audio, kk_ws *ws);
+               const float *n, const float *s_dec, const float *noise, float *audio,
+               choir_err *err);
 
 /* Fills n standard normal floats from a seeded generator (deterministic). */
 void kk_gaussian_fill(float *x, int64_t n, uint64_t seed);
@@ -207,6 +209,9 @@ int kk_front(const choir_kokoro *m, const int32_t *ids, int n_ids, const float *
  * Needs (600 L + 18 L) floats of workspace. */
 int kk_source_spectrum(const choir_kokoro *m, const float *f0, int64_t L, const float *noise,
                        float *S, kk_ws *ws);
+/* The same into caller memory: work holds 618 L floats. */
+void kk_source_spectrum_buf(const choir_kokoro *m, const float *f0, int64_t L, const float *noise,
+                            float *S, float *work);
 
 /* The generator's inverse STFT on the CPU (the GPU check's oracle):
  * P[22, F] -> out[5 (F - 1)]; ola and env hold 5 (F - 1) + 20 floats each. */
@@ -257,10 +262,11 @@ int kk_durations_from(const choir_kokoro *m, const float *h, int64_t T, float sp
  * 512 T floats. */
 int kk_text_encoder_convs(const choir_kokoro *m, const int32_t *ids, int64_t T, float *tc,
                           kk_ws *ws);
-/* kk_f0_n after its LSTM, on the CPU: x[512, L] -> f0, n [2L]. Workspace:
- * 2 x 1024 L floats and the blocks'. */
+/* kk_f0_n after its LSTM, on the CPU (kokoro_decoder.c, the backend
+ * forward on a CPU backend): x[512, L] -> f0, n [2L]. Takes its own working
+ * memory. */
 int kk_f0_n_blocks(const choir_kokoro *m, const float *x, int64_t L, const float *s_pro, float *f0,
-                   float *n, kk_ws *ws);
+                   float *n, choir_err *err);
 /* The seeded noise of a piece of L frames: [600 L, 9] (kk_front's). */
 int64_t kk_noise_floats(int64_t L);
 
