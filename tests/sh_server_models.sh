@@ -46,8 +46,8 @@ post() { # OUT JSON
 
 curl -s "$U/v1/models" | grep -q '"id":"kokoro","object":"model".*"tasks":\["tts"\]' || fail "kokoro not listed"
 
-# Kokoro, one sentence: the server's WAV equals the CLI's, header included
-post "$TMP/server.wav" '{"model":"kokoro","input":"Hello world.","voice":"am_adam","response_format":"wav"}'
+# Kokoro, one sentence, unstreamed: the server's WAV equals the CLI's, header included
+post "$TMP/server.wav" '{"model":"kokoro","input":"Hello world.","voice":"am_adam","response_format":"wav","stream":false}'
 "$BIN" tts --model "$TMP/m/kokoro" --voice am_adam -o "$TMP/cli.wav" "Hello world." 2>/dev/null || fail "choir tts"
 cmp "$TMP/server.wav" "$TMP/cli.wav" || fail "server speech differs from choir tts"
 [ "$(stat -c %s "$TMP/server.wav")" -gt 24000 ] || fail "speech too short"
@@ -70,7 +70,7 @@ assert events[-1]["type"] == "speech.audio.done", events[-1]
 open(sys.argv[2], "wb").write(b"".join(base64.b64decode(e["audio"]) for e in deltas))
 PY
 cmp "$TMP/stream.pcm" "$TMP/sse.pcm" || fail "SSE audio differs from the byte stream"
-post "$TMP/whole.wav" "{\"model\":\"kokoro\",\"input\":\"$TEXT\",\"voice\":\"am_adam\",\"response_format\":\"wav\"}"
+post "$TMP/whole.wav" "{\"model\":\"kokoro\",\"input\":\"$TEXT\",\"voice\":\"am_adam\",\"response_format\":\"wav\",\"stream\":false}"
 python3 - "$TMP/whole.wav" <<'PY' || fail "unstreamed WAV header"
 import struct, sys
 b = open(sys.argv[1], "rb").read()

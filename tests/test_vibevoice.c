@@ -17,6 +17,8 @@
 
 #include "choir/alloc.h"
 #include "choir/json.h"
+#include "choir/model.h"
+#include "choir/arena.h"
 #include "choir/quant.h"
 #include "choir/randw.h"
 #include "choir/safetensors.h"
@@ -464,11 +466,107 @@ static void test_transcribe_memory(void **state) {
     choir_vibevoice_free(m);
 }
 
+/* The engine adapter: a request runs in the engine's batch arena within the
+ * estimate it was admitted by, using exactly the state its options plan
+ * (the HTTP `prompt` field is the prompt's context: it changes the plan by
+ * its length), and the untrained weights' output is reported as malformed
+ * (an error naming it), never as a transcript. */
+typedef struct adapter_out {
+    int finals, partials;
+} adapter_out;
+
+static int adapter_collect(void *user, const choir_output *out) {
+    adapter_out *a = user;
+    if (out->final) a->finals++;
+    else a->partials++;
+    return 0;
+}
+
+static void copy_file(const char *from, const char *to) {
+    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0) assert_int_equal(fwrite(buf, 1, n, out), n);
+    fclose(in);
+    fclose(out);
+}
+
+static void test_adapter_arena(void **state) {
+    (void)state;
+    const choir_model_ops *ops = &choir_model_vibevoice;
+    char tok[1200];
+    snprintf(tok, sizeof tok, "%s/tokenizer.json", g_hf);
+    copy_file(tu_fixture("real/tokenizer/qwen2.5/tokenizer.json"), tok);
+    choir_err err = {0};
+    void *w = ops->load(g_hf, NULL, &err);
+    assert_non_null(w);
+    const choir_st_tensor *iv = ref("input_values");
+    choir_vibevoice_opts o;
+    choir_vibevoice_default_opts(&o);
+    o.max_new_tokens = 6;
+    const char *prompts[2] = {NULL, "Speakers: Ada, Linus. Terms: choir, vibevoice, arena"};
+    size_t used[2];
+    for (int i = 0; i < 2; i++) {
+        adapter_out got = {0};
+        choir_request r;
+        memset(&r, 0, sizeof r);
+        r.task = CHOIR_TASK_STT;
+        r.in.stt.samples = iv->data;
+        r.in.stt.n_samples = iv->numel;
+        r.in.stt.sample_rate = 24000;
+        r.in.stt.prompt = prompts[i];
+        r.extra = &o;
+        r.stream = 1;
+        r.on_output = adapter_collect;
+        r.on_output_user = &got;
+        choir_request *rp = &r;
+        int64_t estimate = ops->estimate(w, &r);
+        choir_arena *arena = choir_arena_create((size_t)estimate, CHOIR_MEM_ACTIVATIONS, &err);
+        assert_non_null(arena);
+        assert_int_equal(ops->run_batch(w, &rp, 1, arena, &err), 0);
+        used[i] = choir_arena_high_water(arena);
+        choir_vibevoice_opts oc = o;
+        oc.context = prompts[i];
+        char cfg[1200];
+        snprintf(cfg, sizeof cfg, "%s/config.json", g_hf);
+        choir_vibevoice_dims D;
+        assert_int_equal(choir_vibevoice_read_config(cfg, &D, &err), 0);
+        int64_t planned = choir_vibevoice_transcribe_bytes(&D, iv->numel, 24000, &oc);
+        printf("adapter: %zu bytes of arena used, %lld planned, %lld estimated\n", used[i], (long long)planned,
+               (long long)estimate);
+        assert_true((int64_t)used[i] <= estimate);
+        assert_true((int64_t)used[i] >= planned - 4096 && (int64_t)used[i] <= planned + 4096);
+        /* Random weights write no JSON transcript: a failed request naming why. */
+        assert_int_equal(r.status, CHOIR_EINTERNAL);
+        assert_non_null(strstr(r.error, "not a JSON transcript"));
+        choir_arena_free(arena);
+    }
+    assert_true(used[1] > used[0]);
+    /* An arena too small is reported as such, not overrun. */
+    choir_arena *tiny = choir_arena_create(1 << 16, CHOIR_MEM_ACTIVATIONS, &err);
+    assert_non_null(tiny);
+    choir_request r;
+    memset(&r, 0, sizeof r);
+    r.task = CHOIR_TASK_STT;
+    r.in.stt.samples = iv->data;
+    r.in.stt.n_samples = iv->numel;
+    r.in.stt.sample_rate = 24000;
+    r.extra = &o;
+    choir_request *rp = &r;
+    assert_int_equal(ops->run_batch(w, &rp, 1, tiny, &err), CHOIR_ENOMEM);
+    assert_non_null(strstr(err.msg, "batch arena"));
+    choir_arena_free(tiny);
+    ops->free(w);
+    remove(tok);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layouts),        cmocka_unit_test(test_chunking),
         cmocka_unit_test(test_bad_checkpoints), cmocka_unit_test(test_load_alloc_failures),
-        cmocka_unit_test(test_transcribe_memory),
+        cmocka_unit_test(test_transcribe_memory), cmocka_unit_test(test_adapter_arena),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -48,6 +48,9 @@ typedef struct choir_server_params {
                                  reading its response, is closed after this (default 120) */
     double request_timeout_s; /* engine deadline per request (default 300) */
     int ui;                   /* serve the web page at / and /ui/ (default 1) */
+    const char *cors;         /* origins whose pages may call the API from a browser,
+                                 comma-separated ("https://app.example,http://localhost:3000"),
+                                 "*" for any; NULL/empty: none (default). Copied */
 } choir_server_params;
 
 /* Defaults for every field (host 127.0.0.1, port 8000). */
@@ -61,6 +64,21 @@ choir_server *choir_server_create(choir_engine *engine, const choir_server_param
  * base name) with the engine, detecting its adapter. Returns 0,
  * CHOIR_EINVAL (duplicate id, bad id), CHOIR_ENOTFOUND (no adapter fits). */
 int choir_server_add_model(choir_server *s, const char *id, const char *dir, choir_err *err);
+
+/* Makes `name` stand for the model `model_id` in requests (the model need not
+ * be registered yet; a later alias of the same name replaces it). Without one,
+ * OpenAI's names (tts-1, tts-1-hd, gpt-4o-mini-tts for speech; whisper-1,
+ * gpt-4o-transcribe, gpt-4o-mini-transcribe for transcription) stand for the
+ * first registered model doing the task. Returns 0, CHOIR_EINVAL (an empty or
+ * over-long name), CHOIR_ENOMEM. */
+int choir_server_add_alias(choir_server *s, const char *name, const char *model_id, choir_err *err);
+
+/* Makes voice `name` stand for `voice` (a voice of the TTS models, or a mix)
+ * wherever the requested model does not have a voice of that name. Without
+ * one, OpenAI's voice names (alloy, ash, ballad, coral, echo, fable, onyx,
+ * nova, sage, shimmer, verse, marin, cedar) map to Kokoro voices of a similar
+ * kind that the model has. Returns 0, CHOIR_EINVAL, CHOIR_ENOMEM. */
+int choir_server_add_voice_alias(choir_server *s, const char *name, const char *voice, choir_err *err);
 
 /* Registers `dir` itself when it is a model directory, otherwise each of its
  * subdirectories that is one (others are skipped with a log line). Returns the

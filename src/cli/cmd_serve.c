@@ -19,6 +19,7 @@
 #include "cli/cli.h"
 
 #define MAX_MODEL_DIRS 16
+#define MAX_ALIASES 32
 
 static void serve_usage(FILE *f)
 {
@@ -36,6 +37,13 @@ static void serve_usage(FILE *f)
             "  --api-key KEY          require \"Authorization: Bearer KEY\" (also $CHOIR_API_KEY)\n"
             "  --max-upload MB        largest request body (default 25)\n"
             "  --no-ui                do not serve the web page at /\n"
+            "  --cors ORIGIN          let pages from ORIGIN call the API from a browser (repeatable,\n"
+            "                         or comma-separated; * for any)\n"
+            "  --alias NAME=MODEL     requests for model NAME go to MODEL (repeatable; by default\n"
+            "                         tts-1, tts-1-hd, gpt-4o-mini-tts go to the first TTS model,\n"
+            "                         whisper-1, gpt-4o-transcribe to the first STT model)\n"
+            "  --voice-alias NAME=VOICE  voice NAME stands for VOICE (repeatable; by default\n"
+            "                         OpenAI's voices, alloy, echo, nova..., map to similar Kokoro voices)\n"
             "  --max-batch N          largest batch (default: the profile's)\n"
             "  --workers N            batches run at once (default 1)\n"
             "  --queue N              pending requests per model before 429 (default 256)\n"
@@ -144,6 +152,9 @@ int choir_cmd_serve(int argc, char **argv)
     char limit_ids[MAX_MODEL_DIRS][128];
     double limit_secs[MAX_MODEL_DIRS];
     int n_limits = 0;
+    const char *aliases[MAX_ALIASES], *voice_aliases[MAX_ALIASES];
+    int n_aliases = 0, n_voice_aliases = 0;
+    char cors[1024] = "";
     sp.api_key = getenv("CHOIR_API_KEY");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -222,6 +233,18 @@ int choir_cmd_serve(int argc, char **argv)
                     limit_secs[n_limits++] = secs;
                 }
             }
+        } else if (strcmp(a, "--cors") == 0) {
+            size_t used = strlen(cors);
+            int w = snprintf(cors + used, sizeof cors - used, "%s%s", used ? "," : "", v);
+            bad = !*v || w < 0 || (size_t)w >= sizeof cors - used;
+            sp.cors = cors;
+        } else if (strcmp(a, "--alias") == 0 || strcmp(a, "--voice-alias") == 0) {
+            int voice = a[2] == 'v';
+            const char *eq = strchr(v, '=');
+            int *n = voice ? &n_voice_aliases : &n_aliases;
+            bad = !eq || eq == v || !eq[1] || *n == MAX_ALIASES;
+            if (!bad)
+                (voice ? voice_aliases : aliases)[(*n)++] = v;
         } else if (strcmp(a, "--max-connections") == 0) {
             bad = parse_int(v, 1, 1 << 20, &sp.max_connections);
         } else if (strcmp(a, "--max-client-connections") == 0) {
@@ -319,6 +342,18 @@ int choir_cmd_serve(int argc, char **argv)
     }
     if (n_models == 0)
         choir_log(CHOIR_LOG_WARN, "no models found in the --models directories");
+    for (int i = 0; i < n_aliases + n_voice_aliases; i++) {
+        int voice = i >= n_aliases;
+        const char *pair = voice ? voice_aliases[i - n_aliases] : aliases[i];
+        char name[256];
+        const char *eq = strchr(pair, '=');
+        snprintf(name, sizeof name, "%.*s", (int)(eq - pair), pair);
+        if ((voice ? choir_server_add_voice_alias : choir_server_add_alias)(server, name, eq + 1, &err) < 0) {
+            fprintf(stderr, "choir serve: --%salias %s: %s\n", voice ? "voice-" : "", pair, err.msg);
+            rc = 2;
+            goto done;
+        }
+    }
     for (int i = 0; i < n_limits; i++) {
         if (choir_engine_set_model_max_audio(engine, limit_ids[i], limit_secs[i], &err) < 0) {
             fprintf(stderr, "choir serve: --max-audio-s %s=%g: %s\n", limit_ids[i], limit_secs[i], err.msg);

@@ -46,6 +46,19 @@ static cJSON *with_placement(choir_server *s, cJSON *o)
     return o;
 }
 
+/* Adds "aliases" (the names that stand for the model, OpenAI's among them)
+ * and, for TTS models, "voices". Called without the lock held. */
+static cJSON *with_names(choir_server *s, cJSON *o)
+{
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
+    srv_model m;
+    if (o && cJSON_IsString(id) && srv_model_find(s, id->valuestring, &m) == 0) {
+        srv_model_aliases_json(s, &m, o);
+        srv_model_voices_json(s, &m, o);
+    }
+    return o;
+}
+
 static enum MHD_Result list_models(choir_server *s, struct MHD_Connection *c)
 {
     cJSON *root = cJSON_CreateObject();
@@ -57,7 +70,7 @@ static enum MHD_Result list_models(choir_server *s, struct MHD_Connection *c)
             cJSON_AddItemToArray(data, model_json(&s->models[i]));
     pthread_mutex_unlock(&s->lock);
     for (cJSON *o = data->child; o; o = o->next)
-        with_placement(s, o);
+        with_names(s, with_placement(s, o));
     return srv_reply_json(s, c, 200, root);
 }
 
@@ -137,9 +150,9 @@ enum MHD_Result srv_handle_models(choir_server *s, struct MHD_Connection *c, con
         return add_model(s, c, conn);
     if (id && get) {
         srv_model m;
-        if (srv_model_find(s, id, &m) < 0)
+        if (srv_model_resolve(s, id, &m) < 0)
             return srv_reply_error(s, c, 404, "model", "model_not_found", "no model \"%s\"", id);
-        return srv_reply_json(s, c, 200, with_placement(s, model_json(&m)));
+        return srv_reply_json(s, c, 200, with_names(s, with_placement(s, model_json(&m))));
     }
     if (id && strcmp(method, "DELETE") == 0)
         return remove_model(s, c, id);

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include <cjson/cJSON.h>
 
@@ -27,6 +28,64 @@ static void add_retry_after(choir_server *s, struct MHD_Response *r, unsigned st
     MHD_add_response_header(r, "Retry-After", v);
 }
 
+/* The allowed form of the request's Origin ("*" or the origin itself), or NULL. */
+static const char *allowed_origin(choir_server *s, struct MHD_Connection *c)
+{
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (!s->p.cors || !origin || !*origin)
+        return NULL;
+    size_t n = strlen(origin);
+    for (const char *p = s->p.cors; *p;) {
+        size_t len = strcspn(p, ",");
+        const char *t = p;
+        size_t tl = len;
+        while (tl && *t == ' ')
+            t++, tl--;
+        while (tl && t[tl - 1] == ' ')
+            tl--;
+        if (tl == 1 && *t == '*')
+            return "*";
+        if (tl == n && strncasecmp(t, origin, n) == 0)
+            return origin;
+        p += len;
+        if (*p)
+            p++;
+    }
+    return NULL;
+}
+
+void srv_add_cors(choir_server *s, struct MHD_Connection *c, struct MHD_Response *r)
+{
+    const char *allow = allowed_origin(s, c);
+    if (!allow)
+        return;
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", allow);
+    /* the answer depends on Origin: caches must keep one per origin */
+    if (strcmp(allow, "*") != 0)
+        MHD_add_response_header(r, "Vary", "Origin");
+    MHD_add_response_header(r, "Access-Control-Expose-Headers", "Retry-After, Content-Length, Content-Type");
+}
+
+enum MHD_Result srv_reply_preflight(choir_server *s, struct MHD_Connection *c)
+{
+    if (!allowed_origin(s, c))
+        return srv_reply_error(s, c, 403, NULL, "cors_origin_not_allowed",
+                               "cross-origin requests from this origin are not allowed (see choir serve --cors)");
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    srv_add_cors(s, c, r);
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+    const char *want = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                            want && strlen(want) < 512 ? want : "Authorization, Content-Type");
+    MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    enum MHD_Result ret = MHD_queue_response(c, 204, r);
+    MHD_destroy_response(r);
+    srv_count_status(s, 204);
+    return ret;
+}
+
 enum MHD_Result srv_reply(choir_server *s, struct MHD_Connection *c, unsigned status, const char *content_type,
                           const void *data, size_t len)
 {
@@ -36,6 +95,7 @@ enum MHD_Result srv_reply(choir_server *s, struct MHD_Connection *c, unsigned st
     if (content_type)
         MHD_add_response_header(r, "Content-Type", content_type);
     add_retry_after(s, r, status);
+    srv_add_cors(s, c, r);
     enum MHD_Result ret = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     srv_count_status(s, status);

@@ -79,8 +79,8 @@ choir_server *choir_server_create(choir_engine *engine, const choir_server_param
         choir_err_set(err, CHOIR_EINVAL, "server: negative timeout, or an idle timeout under 1 s");
         return NULL;
     }
-    if (strlen(p.host) >= 64 || (p.api_key && strlen(p.api_key) >= 256)) {
-        choir_err_set(err, CHOIR_EINVAL, "server: host or API key too long");
+    if (strlen(p.host) >= 64 || (p.api_key && strlen(p.api_key) >= 256) || (p.cors && strlen(p.cors) >= 1024)) {
+        choir_err_set(err, CHOIR_EINVAL, "server: host, API key or CORS origins too long");
         return NULL;
     }
     choir_server *s = choir_calloc(CHOIR_MEM_OTHER, 1, sizeof *s);
@@ -95,6 +95,9 @@ choir_server *choir_server_create(choir_engine *engine, const choir_server_param
         strcpy(s->api_key, p.api_key);
     s->p.host = s->host;
     s->p.api_key = s->api_key[0] ? s->api_key : NULL;
+    if (p.cors)
+        strcpy(s->cors, p.cors);
+    s->p.cors = s->cors[0] ? s->cors : NULL;
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->peers_mu, NULL);
     pthread_cond_init(&s->watch_cv, NULL);
@@ -352,6 +355,11 @@ static enum MHD_Result route(choir_server *s, struct MHD_Connection *c, const ch
     if (conn->refused)
         return srv_reply_error(s, c, conn->refused == CHOIR_ETOOBIG ? 413 : 500, NULL, "request_too_large",
                                "the request body does not fit the server's memory budget");
+    /* A browser asks before a cross-origin call with a key or JSON, and
+     * sends no key with the question. */
+    if (strcmp(method, "OPTIONS") == 0 && MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin") &&
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Method"))
+        return srv_reply_preflight(s, c);
     /* the web page is static and needs no key; the API calls it makes do */
     if (get && s->p.ui && (strcmp(url, "/") == 0 || strcmp(url, "/ui") == 0 || strncmp(url, "/ui/", 4) == 0)) {
         const unsigned char *data;
@@ -370,6 +378,8 @@ static enum MHD_Result route(choir_server *s, struct MHD_Connection *c, const ch
         return get ? handle_metrics(s, c) : srv_reply_error(s, c, 405, NULL, NULL, "use GET /metrics");
     if (strcmp(url, "/v1/models") == 0 || strncmp(url, "/v1/models/", 11) == 0)
         return srv_handle_models(s, c, method, url, conn);
+    if (strcmp(url, "/v1/audio/voices") == 0)
+        return get ? srv_handle_voices(s, c) : srv_reply_error(s, c, 405, NULL, NULL, "use GET /v1/audio/voices");
     int speech = strcmp(url, "/v1/audio/speech") == 0;
     int transcribe = strcmp(url, "/v1/audio/transcriptions") == 0;
     int translate = strcmp(url, "/v1/audio/translations") == 0;
@@ -667,5 +677,7 @@ void choir_server_free(choir_server *s)
     pthread_mutex_destroy(&s->peers_mu);
     pthread_cond_destroy(&s->watch_cv);
     choir_free(s->models);
+    choir_free(s->model_aliases);
+    choir_free(s->voice_aliases);
     choir_free(s);
 }

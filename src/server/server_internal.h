@@ -16,8 +16,16 @@
 #include "choir/engine.h"
 #include "choir/server.h"
 
+struct cJSON;
+
 #define SRV_MODEL_ID_MAX 128
 #define SRV_PATH_MAX 4096
+
+/* A name standing for another: a model alias or a voice alias (names.c). */
+typedef struct srv_name_pair {
+    char name[SRV_MODEL_ID_MAX];
+    char target[SRV_MODEL_ID_MAX];
+} srv_name_pair;
 
 typedef struct srv_model {
     char id[SRV_MODEL_ID_MAX];
@@ -53,11 +61,14 @@ struct choir_server {
     choir_server_params p;
     char host[64];
     char api_key[256];
+    char cors[1024]; /* allowed origins, comma-separated, or "" */
     struct MHD_Daemon *daemon;
     int port;
     pthread_mutex_t lock; /* guards models */
     srv_model *models;
     int n_models, cap_models;
+    srv_name_pair *model_aliases, *voice_aliases; /* guarded by lock */
+    int n_model_aliases, cap_model_aliases, n_voice_aliases, cap_voice_aliases;
     atomic_int ready;
     atomic_int stopping;
     atomic_int shut_down;
@@ -112,6 +123,36 @@ int srv_peer_count(choir_server *s);
 
 /* Looks a model up by id (not removed); copies it to *out. 0 or CHOIR_ENOTFOUND. */
 int srv_model_find(choir_server *s, const char *id, srv_model *out);
+/* Resolves a model name from a request (names.c): a registered id, an alias
+ * (--alias), or one of OpenAI's names (tts-1, whisper-1, ...) standing for the
+ * first model doing its task. Copies the model to *out; 0 or CHOIR_ENOTFOUND. */
+int srv_model_resolve(choir_server *s, const char *name, srv_model *out);
+/* Adds "aliases" (the names that resolve to m) to a model object. Takes lock. */
+void srv_model_aliases_json(choir_server *s, const srv_model *m, struct cJSON *o);
+/* Adds "voices" (the model's voice names) to a TTS model's object. */
+void srv_model_voices_json(choir_server *s, const srv_model *m, struct cJSON *o);
+
+/* The voices a model directory offers: the stems of voices/NAME.{bin,pt,safetensors}, sorted. */
+typedef struct srv_voices {
+    char **names;
+    int n;
+} srv_voices;
+/* Lists them (none when there is no voices/ folder). 0 or CHOIR_ENOMEM. */
+int srv_voices_list(const char *model_dir, srv_voices *out);
+void srv_voices_free(srv_voices *v);
+int srv_voices_has(const srv_voices *v, const char *name);
+/* What voice alias `name` (--voice-alias, or one of OpenAI's voice names)
+ * stands for among `v`: a pointer into v or buf, or NULL. Takes lock. */
+const char *srv_voice_alias(choir_server *s, const srv_voices *v, const char *name, char *buf, size_t cap);
+/* The voice to hand the model for a request's `voice`: the name itself, the
+ * voice an alias stands for, or a mix of the model's names, copied to out.
+ * A model without a voices/ folder takes any name. CHOIR_ENOTFOUND with msg
+ * listing the voices there are, for a name the model does not have. */
+int srv_voice_resolve(choir_server *s, const srv_voices *v, const char *voice, char *out, size_t cap, char *msg,
+                      size_t msg_cap);
+/* GET /v1/audio/voices[?model=ID]. */
+enum MHD_Result srv_handle_voices(choir_server *s, struct MHD_Connection *c);
+
 /* GET/POST/DELETE /v1/models[/{id}]. */
 enum MHD_Result srv_handle_models(choir_server *s, struct MHD_Connection *c, const char *method, const char *url,
                                   srv_conn *conn);
@@ -121,6 +162,10 @@ enum MHD_Result srv_reply(choir_server *s, struct MHD_Connection *c, unsigned st
                           const void *data, size_t len);
 /* Serialises `json` (a cJSON *, deleted here) compactly. */
 enum MHD_Result srv_reply_json(choir_server *s, struct MHD_Connection *c, unsigned status, void *json);
+/* Adds CORS headers to a response when the request's Origin is allowed (--cors). */
+void srv_add_cors(choir_server *s, struct MHD_Connection *c, struct MHD_Response *r);
+/* Answers a CORS preflight (OPTIONS with Origin and Access-Control-Request-Method). */
+enum MHD_Result srv_reply_preflight(choir_server *s, struct MHD_Connection *c);
 /* OpenAI's error shape. `param`/`code` may be NULL. Adds Retry-After for 429/503. */
 enum MHD_Result srv_reply_error(choir_server *s, struct MHD_Connection *c, unsigned status, const char *param,
                                 const char *code, const char *fmt, ...) __attribute__((format(printf, 6, 7)));

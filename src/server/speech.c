@@ -20,18 +20,18 @@ static char *dup_str(const char *s)
     return d;
 }
 
-/* Checks that `id` names a model serving `task`, replying 404/400 if not. */
-static int check_model(choir_server *s, struct MHD_Connection *c, const char *id, choir_task task,
+/* Checks that `id` names a model (or an alias of one) serving `task`,
+ * replying 404/400 if not; the model is copied to *m. */
+static int check_model(choir_server *s, struct MHD_Connection *c, const char *id, choir_task task, srv_model *m,
                        enum MHD_Result *ret)
 {
-    srv_model m;
-    if (srv_model_find(s, id, &m) < 0) {
+    if (srv_model_resolve(s, id, m) < 0) {
         *ret = srv_reply_error(s, c, 404, "model", "model_not_found", "the model \"%s\" does not exist", id);
         return -1;
     }
-    if (!(m.tasks & CHOIR_TASK_BIT(task))) {
+    if (!(m->tasks & CHOIR_TASK_BIT(task))) {
         *ret = srv_reply_error(s, c, 400, "model", "wrong_task", "the model \"%s\" (%s) does not do %s", id,
-                               m.kind ? m.kind : "?", choir_task_name(task));
+                               m->kind ? m->kind : "?", choir_task_name(task));
         return -1;
     }
     return 0;
@@ -52,6 +52,7 @@ enum MHD_Result srv_handle_speech(choir_server *s, struct MHD_Connection *c, srv
     const cJSON *speed = cJSON_GetObjectItemCaseSensitive(req, "speed");
     const cJSON *format = cJSON_GetObjectItemCaseSensitive(req, "response_format");
     const cJSON *stream_format = cJSON_GetObjectItemCaseSensitive(req, "stream_format");
+    const cJSON *stream_flag = cJSON_GetObjectItemCaseSensitive(req, "stream");
     if (!cJSON_IsString(model) || !*model->valuestring) {
         ret = srv_reply_error(s, c, 400, "model", NULL, "\"model\" (a string) is required");
         goto done;
@@ -88,23 +89,54 @@ enum MHD_Result srv_handle_speech(choir_server *s, struct MHD_Connection *c, srv
         }
         choir_audio_format_parse(f, &fmt, NULL);
     }
-    int sse = 0, stream = 0;
+    /* As OpenAI's endpoint does, audio streams by default: a chunked
+     * response whose first bytes leave with the first sentence. A client
+     * that wants one body with a Content-Length (a WAV header with its true
+     * sizes, say) asks with "stream": false. */
+    int sse = 0, stream = 1;
+    if (stream_flag && !cJSON_IsNull(stream_flag)) {
+        if (!cJSON_IsBool(stream_flag)) {
+            ret = srv_reply_error(s, c, 400, "stream", NULL, "\"stream\" must be true or false");
+            goto done;
+        }
+        stream = cJSON_IsTrue(stream_flag);
+    }
     if (stream_format && !cJSON_IsNull(stream_format)) {
         const char *sf = cJSON_IsString(stream_format) ? stream_format->valuestring : "";
         if (strcmp(sf, "sse") == 0)
-            sse = stream = 1;
-        else if (strcmp(sf, "audio") == 0)
-            stream = 1;
-        else {
+            sse = 1;
+        else if (strcmp(sf, "audio") != 0) {
             ret = srv_reply_error(s, c, 400, "stream_format", NULL, "\"stream_format\" must be audio or sse");
             goto done;
         }
+        if (sse && !stream) {
+            ret = srv_reply_error(s, c, 400, "stream", NULL, "\"stream_format\": \"sse\" needs \"stream\" true");
+            goto done;
+        }
     }
-    if (check_model(s, c, model->valuestring, CHOIR_TASK_TTS, &ret) < 0)
+    srv_model m;
+    if (check_model(s, c, model->valuestring, CHOIR_TASK_TTS, &m, &ret) < 0)
         goto done;
+    /* The voice: one of the model's own, or a name (OpenAI's, an alias)
+     * standing for one; anything else is refused with the list. */
+    char voice_name[SRV_MODEL_ID_MAX];
+    if (cJSON_IsString(voice)) {
+        srv_voices v;
+        char msg[2048];
+        if (srv_voices_list(m.dir, &v) < 0) {
+            ret = srv_reply_error(s, c, 500, NULL, NULL, "out of memory");
+            goto done;
+        }
+        int found = srv_voice_resolve(s, &v, voice->valuestring, voice_name, sizeof voice_name, msg, sizeof msg);
+        srv_voices_free(&v);
+        if (found < 0) {
+            ret = srv_reply_error(s, c, 400, "voice", "voice_not_found", "%s", msg);
+            goto done;
+        }
+    }
     j = srv_job_create(s, SRV_JOB_SPEECH);
     if (!j || !(j->input_text = dup_str(input->valuestring)) ||
-        (cJSON_IsString(voice) && !(j->voice = dup_str(voice->valuestring)))) {
+        (cJSON_IsString(voice) && !(j->voice = dup_str(voice_name)))) {
         ret = srv_reply_error(s, c, 500, NULL, NULL, "out of memory");
         goto done;
     }
@@ -113,7 +145,7 @@ enum MHD_Result srv_handle_speech(choir_server *s, struct MHD_Connection *c, srv
     j->sse = sse;
     j->input_chars = chars;
     choir_job job = {0};
-    job.model_id = model->valuestring;
+    job.model_id = m.id;
     job.req.task = CHOIR_TASK_TTS;
     job.req.in.tts.text = j->input_text;
     job.req.in.tts.voice = j->voice;
@@ -183,9 +215,10 @@ enum MHD_Result srv_handle_enhancement(choir_server *s, struct MHD_Connection *c
                               "response_format one of wav, pcm, flac, mp3, opus");
         goto done;
     }
-    if (check_model(s, c, model->data, CHOIR_TASK_STS, &ret) < 0)
+    srv_model sm;
+    if (check_model(s, c, model->data, CHOIR_TASK_STS, &sm, &ret) < 0)
         goto done;
-    if (srv_decode_upload(s, c, model->data, file, CHOIR_RATE_STS, &audio, &ret) < 0)
+    if (srv_decode_upload(s, c, sm.id, file, CHOIR_RATE_STS, &audio, &ret) < 0)
         goto done;
     j = srv_job_create(s, SRV_JOB_SPEECH);
     if (!j) {
@@ -197,7 +230,7 @@ enum MHD_Result srv_handle_enhancement(choir_server *s, struct MHD_Connection *c
     j->n_samples = audio.frames;
     audio.samples = NULL;
     choir_job job = {0};
-    job.model_id = model->data;
+    job.model_id = sm.id;
     job.req.task = CHOIR_TASK_STS;
     job.req.in.sts.samples = j->samples;
     job.req.in.sts.n_samples = j->n_samples;

@@ -253,7 +253,7 @@ enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection 
         }
     }
     srv_model info;
-    if (srv_model_find(s, model->data, &info) < 0) {
+    if (srv_model_resolve(s, model->data, &info) < 0) {
         ret = srv_reply_error(s, c, 404, "model", "model_not_found", "the model \"%s\" does not exist", model->data);
         goto done;
     }
@@ -263,7 +263,7 @@ enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection 
         goto done;
     }
     int rate = choir_model_kind_input_rate(info.kind);
-    if (srv_decode_upload(s, c, model->data, file, rate, &audio, &ret) < 0)
+    if (srv_decode_upload(s, c, info.id, file, rate, &audio, &ret) < 0)
         goto done;
     j = srv_job_create(s, SRV_JOB_TRANSCRIPT);
     if (!j) {
@@ -279,7 +279,7 @@ enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection 
     j->prompt = dup_field(choir_multipart_find(m, "prompt"));
     double duration_s = (double)j->n_samples / rate;
     choir_job job = {0};
-    job.model_id = model->data;
+    job.model_id = info.id;
     job.req.task = CHOIR_TASK_STT;
     job.req.stream = stream;
     job.req.in.stt.samples = j->samples;
