@@ -8,7 +8,10 @@
  * another order at another width; measured 0, 0 and 6.7e-7); kk_decoder is
  * the batch of one, bit for bit. The working memory stays
  * within kk_dec_work_bytes; a stream too small fails cleanly naming what
- * did not fit and works again once reserved; bad pieces are refused. */
+ * did not fit and works again once reserved; bad pieces are refused. The
+ * front's ALBERT and LSTMs over backend operations (kokoro_front_net.c):
+ * three pieces in one call equal each alone (LSTMs bit for bit, ALBERT
+ * within 1e-5: its products see more rows). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +21,7 @@
 #include "choir/kokoro.h"
 #include "choir/randw.h"
 #include "models/kokoro/kokoro_decoder.h"
+#include "models/kokoro/kokoro_front_net.h"
 #include "testutil.h"
 
 static choir_kokoro *g_model;
@@ -178,10 +182,70 @@ static void test_small_stream_and_bad_pieces(void **state) {
     free_pieces(&p);
 }
 
+static double rel(const float *a, const float *b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double dv = (double)a[i] - b[i];
+        num += dv * dv, den += (double)b[i] * b[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void test_front_net_batch_equals_alone(void **state) {
+    (void)state;
+    choir_err err = {0};
+    choir_backend *be = choir_backend_cpu(&err);
+    kk_fnet *f = kk_fnet_create(g_model, be, &err);
+    choir_stream *s = choir_stream_create(be, &err);
+    assert_non_null(f);
+    assert_true(kk_fnet_has_albert(f));
+    assert_true(kk_fnet_has_lstm(f, &g_model->shared));
+    enum { N = 3 };
+    const int64_t T[N] = {5, 17, 9};
+    uint32_t r = 99;
+    float *x[N], *y[N], *y1[N], *emb[N], *bert[N], *den[N], *bert1[N], *den1[N];
+    for (int b = 0; b < N; b++) {
+        x[b] = malloc(sizeof(float) * T[b] * 640);
+        y[b] = malloc(sizeof(float) * T[b] * 512), y1[b] = malloc(sizeof(float) * T[b] * 512);
+        emb[b] = malloc(sizeof(float) * T[b] * 128);
+        bert[b] = malloc(sizeof(float) * T[b] * 768), bert1[b] = malloc(sizeof(float) * T[b] * 768);
+        den[b] = malloc(sizeof(float) * T[b] * 512), den1[b] = malloc(sizeof(float) * T[b] * 512);
+        for (int64_t i = 0; i < T[b] * 640; i++) x[b][i] = uniform(&r) - 0.5f;
+        for (int64_t i = 0; i < T[b] * 128; i++) emb[b][i] = 2.0f * uniform(&r) - 1.0f;
+    }
+    const kk_lstm *l = &g_model->dur_lstm[1];
+    assert_int_equal(choir_stream_reserve(s, (size_t)kk_fnet_albert_work_bytes(31), 0, &err), 0);
+    assert_int_equal(kk_fnet_bilstm(f, s, l, N, (const float *const *)x, T, y, &err), 0);
+    assert_int_equal(kk_fnet_albert(f, s, N, (const float *const *)emb, T, bert, den, &err), 0);
+    for (int b = 0; b < N; b++) {
+        assert_int_equal(kk_fnet_bilstm(f, s, l, 1, (const float *const *)&x[b], &T[b], &y1[b], &err), 0);
+        assert_memory_equal(y[b], y1[b], sizeof(float) * T[b] * 512);
+        assert_int_equal(
+            kk_fnet_albert(f, s, 1, (const float *const *)&emb[b], &T[b], &bert1[b], &den1[b], &err), 0);
+        printf("piece %d: ALBERT batched vs alone %.3g, d_en %.3g\n", b,
+               rel(bert[b], bert1[b], T[b] * 768), rel(den[b], den1[b], T[b] * 512));
+        assert_true(rel(bert[b], bert1[b], T[b] * 768) <= 1e-5);
+        assert_true(rel(den[b], den1[b], T[b] * 512) <= 1e-5);
+    }
+    assert_int_equal(choir_stream_used(s), 0);
+    /* an LSTM the backend does not hold is refused */
+    kk_lstm other = *l;
+    assert_int_equal(kk_fnet_bilstm(f, s, &other, 1, (const float *const *)x, T, y, &err),
+                     CHOIR_EINVAL);
+    for (int b = 0; b < N; b++) {
+        free(x[b]), free(y[b]), free(y1[b]), free(emb[b]);
+        free(bert[b]), free(bert1[b]), free(den[b]), free(den1[b]);
+    }
+    choir_stream_free(s);
+    kk_fnet_free(f);
+    choir_backend_free(be);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batch_equals_alone),
         cmocka_unit_test(test_small_stream_and_bad_pieces),
+        cmocka_unit_test(test_front_net_batch_equals_alone),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

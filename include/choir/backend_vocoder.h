@@ -73,6 +73,35 @@ int choir_op_reflect_pad(choir_stream *s, const float *x, int64_t B, int64_t C, 
 int choir_op_copy_channels(choir_stream *s, const float *src, int64_t B, int64_t Cs, int64_t T,
                            float *dst, int64_t Cd, int64_t c0);
 
+/* --- recurrent ------------------------------------------------------------- */
+
+/* A bidirectional one-layer LSTM's weights on a backend, each direction's
+ * arrays where the model keeps them (on the CPU: the host arrays, nothing
+ * copied); a device backend also holds the stacked copies its kernel reads. */
+typedef struct choir_bilstm_weights {
+    const float *w_ih[2], *w_hh[2]; /* [4H, In], [4H, H]; [0] forward, [1] reverse */
+    const float *b_ih[2], *b_hh[2]; /* [4H] or NULL */
+    int64_t In, H;
+    /* device backends: [2, 4H, In], [2, 4H, H], b_ih + b_hh [2, 4H] (summed in
+     * float, as choir_lstm sums them); NULL on the CPU */
+    const float *w_ih2, *w_hh2, *bias2;
+} choir_bilstm_weights;
+
+/* Puts the host LSTM on the weights' backend `be` (the store's). Returns 0 or
+ * the error (also kept by the store). */
+int choir_backend_bilstm_weights(choir_backend_weights *ws, choir_backend *be,
+                                 const float *const w_ih[2], const float *const w_hh[2],
+                                 const float *const b_ih[2], const float *const b_hh[2], int64_t In,
+                                 int64_t H, choir_bilstm_weights *out);
+
+/* choir_op_bilstm with weights from choir_backend_bilstm_weights: x [B, T, In],
+ * lens int32 [B] (NULL: all T) -> y [B, T, 2H], zeros past each length. On
+ * the CPU each sequence is choir_lstm forward then reverse with the biases as
+ * stored (bit for bit a single-sequence LSTM). Kernel scratch: 4H (T + 1)
+ * floats (CPU); working memory B T 8H + 2 B H floats (CUDA). */
+int choir_op_bilstm_w(choir_stream *s, const float *x, int64_t B, int64_t T,
+                      const choir_bilstm_weights *w, const int32_t *lens, float *y);
+
 #ifdef __cplusplus
 }
 #endif

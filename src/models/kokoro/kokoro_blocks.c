@@ -6,6 +6,7 @@
 
 #include "choir/alloc.h"
 #include "choir/arena.h"
+#include "choir/backend_vocoder.h"
 #include "choir/kernels.h"
 #include "models/kokoro/kokoro_internal.h"
 
@@ -58,19 +59,32 @@ void kk_conv1d(const kk_conv *c, const float *x, int64_t T, int stride, int pad,
     choir_conv1d(x, c->cin, T, c->w, c->b, c->cout, c->k, stride, pad, dil, 1, y);
 }
 
+choir_stream *kk_ws_stream(kk_ws *ws, choir_backend *be, size_t scratch_bytes, choir_err *err) {
+    choir_stream *s = choir_stream_create(be, err);
+    if (s && choir_stream_use_arena(s, ws->arena, scratch_bytes, err)) {
+        choir_stream_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* The backend operation on the CPU backend, the host arrays as they are;
+ * the kernel's gates and cell state from ws. */
 int kk_bilstm(const kk_lstm *l, const float *x, int64_t T, float *y, kk_ws *ws) {
     size_t mark = kk_ws_mark(ws);
-    int64_t H = l->h;
-    float *scratch = kk_ws_floats(ws, 4 * H * (T + 1) + 2 * H);
-    if (!scratch) return CHOIR_ENOMEM;
-    float *h = scratch + 4 * H * (T + 1), *c = h + H;
-    for (int d = 0; d < 2; d++) {
-        memset(h, 0, 2 * (size_t)H * sizeof(float));
-        choir_lstm(x, T, l->in, H, l->w_ih[d], l->w_hh[d], l->b_ih[d], l->b_hh[d], h, c, d == 1,
-                   y + d * H, 2 * H, scratch);
-    }
+    const int64_t H = l->h;
+    choir_bilstm_weights w = {.w_ih = {l->w_ih[0], l->w_ih[1]}, .w_hh = {l->w_hh[0], l->w_hh[1]},
+                              .b_ih = {l->b_ih[0], l->b_ih[1]}, .b_hh = {l->b_hh[0], l->b_hh[1]},
+                              .In = l->in, .H = H};
+    choir_backend *be = choir_backend_cpu(NULL);
+    choir_stream *s =
+        be ? kk_ws_stream(ws, be, (size_t)(4 * H * (T + 1) + 2 * H) * sizeof(float) + 256, NULL)
+           : NULL;
+    int rc = s ? choir_op_bilstm_w(s, x, 1, T, &w, NULL, y) : CHOIR_ENOMEM;
+    choir_stream_free(s);
+    choir_backend_free(be);
     kk_ws_release(ws, mark);
-    return 0;
+    return rc;
 }
 
 /* gamma, beta = fc(style) split in halves: h[0:C], h[C:2C] */

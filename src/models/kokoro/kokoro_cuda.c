@@ -1,15 +1,11 @@
-/* Kokoro on the CUDA backend (include/choir/kokoro.h, "the CUDA backend").
- *
- * The decoder, the iSTFTNet generator and the prosody predictor's F0 / N
- * blocks are the one implementation over backend operations
- * (kokoro_decoder.c), here on a CUDA backend over this object's context:
- * weights uploaded once (the decoder's convolutions bf16 when asked), one
- * stream whose working memory is grown to the largest batch seen.
- *
- * Still written for the device apart (to move onto backend operations
- * next): the front's ALBERT and LSTMs (kokoro_cuda_front.c), which
- * kk_gpu_albert and kk_gpu_bilstm run under the same mutex (one stream, one
- * cuBLAS handle). */
+/* Kokoro on the CUDA backend (include/choir/kokoro.h, "the CUDA backend"):
+ * the network's one implementation over backend operations, on a CUDA
+ * backend over this object's context. The decoder, the iSTFTNet generator
+ * and the F0 / N blocks (kokoro_decoder.c), ALBERT and the six LSTMs
+ * (kokoro_front_net.c): weights uploaded once (the decoder's convolutions
+ * bf16 when asked; ALBERT in the checkpoint's storage), one stream whose
+ * working memory is grown to the largest call seen, one mutex around every
+ * call (one CUDA stream, one cuBLAS handle). */
 #include "choir/kokoro.h"
 
 #ifdef CHOIR_HAVE_CUDA
@@ -22,6 +18,7 @@
 #include "choir/log.h"
 #include "choir/pool.h"
 #include "models/kokoro/kokoro_decoder.h"
+#include "models/kokoro/kokoro_front_net.h"
 
 #define KG_FRONT_FLOATS_PER_FRAME 7600
 #define KG_CONV_SCRATCH ((int64_t)512 << 20)
@@ -35,7 +32,7 @@ struct choir_kokoro_gpu {
     choir_backend *be; /* over cu, not owning it */
     kk_dec *dec;       /* decoder, generator, F0 / N blocks on be */
     choir_stream *s;   /* their working memory, grown to the largest batch */
-    kg_front *front;   /* the front's ALBERT and LSTMs (kokoro_cuda_front.c) */
+    kk_fnet *front;    /* the front's ALBERT and LSTMs on be */
 
     choir_kokoro_gpu_stats stats;
 };
@@ -56,7 +53,7 @@ choir_kokoro_gpu *choir_kokoro_gpu_create(const choir_kokoro *m, choir_cuda *cu,
     int rc = 0;
     if (!(g->be = choir_backend_cuda_over(cu, g->bf16, err)) ||
         !(g->dec = kk_dec_create(m, g->be, err)) || !(g->s = choir_stream_create(g->be, err)) ||
-        !(g->front = kg_front_create(m, cu, err)))
+        !(g->front = kk_fnet_create(m, g->be, err)))
         rc = err && err->code ? err->code : CHOIR_ENOMEM;
     if (!rc) rc = choir_cuda_sync(cu, err);
     if (rc) {
@@ -64,11 +61,11 @@ choir_kokoro_gpu *choir_kokoro_gpu_create(const choir_kokoro *m, choir_cuda *cu,
         choir_kokoro_gpu_free(g);
         return NULL;
     }
-    g->stats.weight_bytes = kk_dec_weight_bytes(g->dec) + kg_front_weight_bytes(g->front);
+    g->stats.weight_bytes = kk_dec_weight_bytes(g->dec) + kk_fnet_weight_bytes(g->front);
     CHOIR_LOGI("kokoro gpu: decoder and F0 / N weights %.1f MB on %s (%s convolutions); front "
                "%.1f MB",
                (double)kk_dec_weight_bytes(g->dec) / 1e6, choir_cuda_get_props(cu)->name,
-               g->bf16 ? "bf16" : "f32", (double)kg_front_weight_bytes(g->front) / 1e6);
+               g->bf16 ? "bf16" : "f32", (double)kk_fnet_weight_bytes(g->front) / 1e6);
     return g;
 }
 
@@ -76,8 +73,8 @@ void choir_kokoro_gpu_free(choir_kokoro_gpu *g) {
     if (!g) return;
     choir_stream_free(g->s);
     kk_dec_free(g->dec);
+    kk_fnet_free(g->front);
     choir_backend_free(g->be);
-    kg_front_free(g->front, g->cu);
     pthread_mutex_destroy(&g->mu);
     choir_free(g);
 }
@@ -198,11 +195,14 @@ int kk_gpu_f0n_blocks(choir_kokoro_gpu *g, int nb, const float *const *x, const 
 
 int kk_gpu_albert(choir_kokoro_gpu *g, int n, const float *const *emb, const int64_t *T,
                   float *const *bert, float *const *d_en, choir_err *err) {
-    if (!g || !kg_front_has_albert(g->front)) return 1;
+    if (!g || !kk_fnet_has_albert(g->front)) return 1;
+    int64_t R = 0;
+    for (int b = 0; b < n; b++) R += T[b] > 0 ? T[b] : 0;
     pthread_mutex_lock(&g->mu);
     double t0 = choir_now_s();
     int rc = choir_cuda_make_current(g->cu, err);
-    if (!rc) rc = kg_front_albert(g->front, g->cu, n, emb, T, bert, d_en, err);
+    if (!rc) rc = choir_stream_reserve(g->s, (size_t)kk_fnet_albert_work_bytes(R), 0, err);
+    if (!rc) rc = kk_fnet_albert(g->front, g->s, n, emb, T, bert, d_en, err);
     g->stats.albert_seconds += choir_now_s() - t0;
     g->stats.albert_calls++;
     pthread_mutex_unlock(&g->mu);
@@ -211,11 +211,16 @@ int kk_gpu_albert(choir_kokoro_gpu *g, int n, const float *const *emb, const int
 
 int kk_gpu_bilstm(choir_kokoro_gpu *g, const kk_lstm *l, int n, const float *const *x,
                   const int64_t *T, float *const *y, choir_err *err) {
-    if (!g || !kg_front_has(g->front, l)) return 1;
+    if (!g || !kk_fnet_has_lstm(g->front, l)) return 1;
+    int64_t Tm = 0;
+    for (int b = 0; b < n; b++) Tm = T[b] > Tm ? T[b] : Tm;
     pthread_mutex_lock(&g->mu);
     double t0 = choir_now_s();
     int rc = choir_cuda_make_current(g->cu, err);
-    if (!rc) rc = kg_front_bilstm(g->front, g->cu, l, n, x, T, y, err);
+    if (!rc)
+        rc = choir_stream_reserve(g->s, (size_t)kk_fnet_bilstm_work_bytes(n, Tm, l->in, l->h, false),
+                                  0, err);
+    if (!rc) rc = kk_fnet_bilstm(g->front, g->s, l, n, x, T, y, err);
     g->stats.lstm_seconds += choir_now_s() - t0;
     g->stats.lstm_calls++;
     pthread_mutex_unlock(&g->mu);

@@ -17,7 +17,7 @@
 #include "choir/kernels.h"
 #include "choir/log.h"
 #include "choir/pool.h"
-#include "models/kokoro/kokoro_internal.h"
+#include "models/kokoro/kokoro_front_net.h"
 
 #define TRACE(p, name, data, nd, ...)                                       \
     do {                                                                    \
@@ -42,55 +42,34 @@ void kk_albert_embed(const choir_kokoro *m, const int32_t *ids, int64_t T, float
 }
 
 /* ALBERT (one shared layer, applied 12 times): ids[T] -> h[T, 768] and
- * d_en[T, 512] = bert_encoder(h). With a GPU attached the layers run there
- * (kokoro_cuda_front.c) from the CPU's embeddings. */
+ * d_en[T, 512] = bert_encoder(h): the embeddings here, the layers through
+ * the front's backend forward (kokoro_front_net.c), on the GPU when one is
+ * attached, else on the CPU backend with working memory from ws. */
 int kk_albert(const choir_kokoro *m, const int32_t *ids, int64_t T, float *h, float *d_en,
               kk_ws *ws) {
     size_t mark = kk_ws_mark(ws);
     float *e = kk_ws_floats(ws, T * KK_BERT_EMB);          /* [T,128] */
-    float *row = kk_ws_floats(ws, KK_BERT_EMB);
-    float *q = kk_ws_floats(ws, T * KK_BERT);              /* [T,768] */
-    float *k = kk_ws_floats(ws, T * KK_BERT);
-    float *v = kk_ws_floats(ws, T * KK_BERT);
-    float *ctx = kk_ws_floats(ws, T * KK_BERT);
-    float *a = kk_ws_floats(ws, T * KK_BERT);              /* attention block output */
-    float *ff = kk_ws_floats(ws, T * KK_BERT_FF);          /* [T,2048] */
-    if (!e || !row || !q || !k || !v || !ctx || !a || !ff) return CHOIR_ENOMEM;
-
-    kk_albert_embed(m, ids, T, e, ctx /* free until the first layer */, row);
+    float *type0 = kk_ws_floats(ws, KK_BERT_EMB), *row = kk_ws_floats(ws, KK_BERT_EMB);
+    if (!e || !type0 || !row) return CHOIR_ENOMEM;
+    kk_albert_embed(m, ids, T, e, type0, row);
+    const float *e1 = e;
+    choir_err err = {0};
+    int rc = 1;
 #ifdef CHOIR_HAVE_CUDA
-    if (m->gpu) {
-        choir_err err = {0};
-        const float *e1 = e;
-        int rc = kk_gpu_albert(m->gpu, 1, &e1, &T, &h, &d_en, &err);
-        if (rc <= 0) {
-            if (rc) CHOIR_LOGE("kokoro: ALBERT on the GPU: %s", err.msg);
-            kk_ws_release(ws, mark);
-            return rc;
-        }
-    }
+    if (m->gpu) rc = kk_gpu_albert(m->gpu, 1, &e1, &T, &h, &d_en, &err);
 #endif
-    choir_linear(e, T, &m->map_in.w, m->map_in.b, h);
-
-    const int64_t dh = KK_BERT / KK_BERT_HEADS;
-    for (int layer = 0; layer < KK_BERT_LAYERS; layer++) {
-        choir_linear(h, T, &m->q.w, m->q.b, q);
-        choir_linear(h, T, &m->k.w, m->k.b, k);
-        choir_linear(h, T, &m->v.w, m->v.b, v);
-        choir_attention(q, KK_BERT, k, KK_BERT, v, KK_BERT, ctx, KK_BERT, T, T, KK_BERT_HEADS, dh,
-                        1.0f / sqrtf((float)dh), NULL, false);
-        choir_linear(ctx, T, &m->dense.w, m->dense.b, a);
-        choir_add(a, h, a, T * KK_BERT);
-        choir_layer_norm(a, a, T, KK_BERT, m->att_ln_w, m->att_ln_b, 1e-12f);
-        choir_linear(a, T, &m->ffn.w, m->ffn.b, ff);
-        choir_gelu_tanh(ff, T * KK_BERT_FF);
-        choir_linear(ff, T, &m->ffn_out.w, m->ffn_out.b, h);
-        choir_add(h, a, h, T * KK_BERT);
-        choir_layer_norm(h, h, T, KK_BERT, m->full_ln_w, m->full_ln_b, 1e-12f);
+    if (rc > 0) {
+        choir_backend *be = choir_backend_cpu(&err);
+        kk_fnet *f = be ? kk_fnet_create(m, be, &err) : NULL;
+        choir_stream *s = f ? kk_ws_stream(ws, be, 0, &err) : NULL;
+        rc = s ? kk_fnet_albert(f, s, 1, &e1, &T, &h, &d_en, &err) : CHOIR_ENOMEM;
+        choir_stream_free(s);
+        kk_fnet_free(f);
+        choir_backend_free(be);
     }
-    choir_linear(h, T, &m->bert_encoder.w, m->bert_encoder.b, d_en);
+    if (rc) CHOIR_LOGE("kokoro: ALBERT: %s", err.msg);
     kk_ws_release(ws, mark);
-    return 0;
+    return rc;
 }
 
 /* kk_bilstm, on the GPU when one is attached and holds this LSTM's weights

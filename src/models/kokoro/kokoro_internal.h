@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "choir/backend.h"
 #include "choir/kokoro.h"
 #include "choir/safetensors.h"
 #include "choir/tensor.h"
@@ -141,6 +142,10 @@ float *kk_ws_floats(kk_ws *ws, int64_t n);
 size_t kk_ws_mark(const kk_ws *ws);
 void kk_ws_release(kk_ws *ws, size_t mark);
 size_t kk_ws_high_water(const kk_ws *ws);
+/* A stream on the CPU backend `be` whose working memory (and `scratch_bytes`
+ * of kernel scratch) comes from ws; free it before releasing ws past its
+ * allocations. NULL (and err) when ws has no room. */
+choir_stream *kk_ws_stream(kk_ws *ws, choir_backend *be, size_t scratch_bytes, choir_err *err);
 
 /* --- blocks (kokoro_blocks.c); all return 0 or CHOIR_ENOMEM ------------- */
 

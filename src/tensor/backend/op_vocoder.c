@@ -4,9 +4,11 @@
  * choir/cuda_audio.h's batched kernels. */
 #include <string.h>
 
+#include "choir/alloc.h"
 #include "choir/backend_vocoder.h"
 #include "choir/kernels.h"
 #include "tensor/backend/backend_internal.h"
+#include "tensor/cpu/cpu_kernels.h"
 
 #ifdef CHOIR_HAVE_CUDA
 #include "choir/cuda_audio.h"
@@ -223,4 +225,72 @@ int choir_op_copy_channels(choir_stream *s, const float *src, int64_t B, int64_t
             choir_cuda_copy_channels(s->be->cu, src, B, Cs, T, dst, Cd, c0, BE_ERR));
 #endif
     return be_unsupported(s, "copy_channels");
+}
+
+int choir_backend_bilstm_weights(choir_backend_weights *ws, choir_backend *be,
+                                 const float *const w_ih[2], const float *const w_hh[2],
+                                 const float *const b_ih[2], const float *const b_hh[2], int64_t In,
+                                 int64_t H, choir_bilstm_weights *out) {
+    memset(out, 0, sizeof *out);
+    out->In = In, out->H = H;
+    if (choir_backend_is_host(be)) {
+        for (int d = 0; d < 2; d++)
+            out->w_ih[d] = w_ih[d], out->w_hh[d] = w_hh[d], out->b_ih[d] = b_ih[d],
+            out->b_hh[d] = b_hh[d];
+        return choir_backend_weights_status(ws, NULL);
+    }
+    const int64_t G = 4 * H, n = 2 * G * (In > H ? In : H);
+    float *stage = choir_alloc(CHOIR_MEM_OTHER, (size_t)n * sizeof(float));
+    if (!stage) return CHOIR_ENOMEM;
+    for (int d = 0; d < 2; d++) memcpy(stage + d * G * In, w_ih[d], (size_t)(G * In) * sizeof(float));
+    out->w_ih2 = choir_backend_vec(ws, stage, 2 * G * In);
+    for (int d = 0; d < 2; d++) memcpy(stage + d * G * H, w_hh[d], (size_t)(G * H) * sizeof(float));
+    out->w_hh2 = choir_backend_vec(ws, stage, 2 * G * H);
+    for (int d = 0; d < 2; d++)
+        for (int64_t i = 0; i < G; i++)
+            stage[d * G + i] = (b_ih[d] ? b_ih[d][i] : 0.0f) + (b_hh[d] ? b_hh[d][i] : 0.0f);
+    out->bias2 = choir_backend_vec(ws, stage, 2 * G);
+    choir_free(stage);
+    return choir_backend_weights_status(ws, NULL);
+}
+
+int choir_op_bilstm_w(choir_stream *s, const float *x, int64_t B, int64_t T,
+                      const choir_bilstm_weights *w, const int32_t *lens, float *y) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (B < 0 || T < 0 || !w || w->In < 0 || w->H <= 0)
+        return be_invalid(s, "bilstm_w: B %lld, T %lld or no weights", (long long)B, (long long)T);
+    if (B == 0 || T == 0) return 0;
+    const int64_t In = w->In, H = w->H, G = 4 * H;
+    if (be_host(s)) {
+        choir_kernel_scratch *prev = be_kernel_begin(s);
+        float *scratch = choir_kscratch_get((size_t)(G * (T + 1)) * sizeof(float));
+        if (!scratch) {
+            be_kernel_end(prev);
+            return choir_stream_fail(s, CHOIR_ENOMEM, "backend cpu: bilstm: out of memory");
+        }
+        for (int64_t b = 0; b < B; b++) {
+            int64_t L = lens ? lens[b] : T;
+            L = L < 0 ? 0 : (L > T ? T : L);
+            const float *xb = x + b * T * In;
+            float *yb = y + b * T * 2 * H;
+            for (int d = 0; d < 2; d++)
+                choir_lstm(xb, L, In, H, w->w_ih[d], w->w_hh[d], w->b_ih[d], w->b_hh[d], NULL,
+                           NULL, d == 1, yb + d * H, 2 * H, scratch);
+            if (L < T) memset(yb + L * 2 * H, 0, (size_t)((T - L) * 2 * H) * sizeof(float));
+        }
+        choir_kscratch_put(scratch);
+        be_kernel_end(prev);
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    size_t mark = choir_stream_mark(s);
+    float *scratch = choir_stream_floats(s, choir_cuda_bilstm_scratch_floats(B, T, H), "bilstm");
+    if (!scratch) return s->err.code;
+    choir_err e = {0};
+    int rc = choir_cuda_bilstm(s->be->cu, x, B, T, In, H, w->w_ih2, w->w_hh2, w->bias2, lens,
+                               scratch, y, &e);
+    choir_stream_release(s, mark);
+    return be_done(s, rc, &e, "bilstm_w");
+#endif
+    return be_unsupported(s, "bilstm_w");
 }
