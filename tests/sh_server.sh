@@ -3,7 +3,7 @@
 # shape (400 401 404 405 409 413 415 429 503 + Retry-After), model
 # registration, a malformed-input sweep that must never bring the server down,
 # and a graceful SIGTERM that lets an in-flight stream finish.
-# Fake models (engine/fake_model.h) stand in for real ones: the server is what
+# Fake models (models/fake/fake_model.h) stand in for real ones: the server is what
 # is tested here. Only 127.0.0.1; every wait is bounded.
 set -uo pipefail
 BIN=${CHOIR_BIN:?}
@@ -64,10 +64,11 @@ fake_model "$TMP/models/fake" ', "fixed_ms": 5'
 fake_model "$TMP/models/stt-only" ', "fixed_ms": 5'
 fake_model "$TMP/extra/later" ', "fixed_ms": 5'
 mkdir -p "$TMP/models/not-a-model"
-start_server main --models "$TMP/models" --api-key sekret --max-upload 1
+start_server main --models "$TMP/models" --api-key sekret --admin-key adminsekret --max-upload 1
 MAIN_PID=$LAST_PID
 U=http://127.0.0.1:$PORT
 K=(-H 'Authorization: Bearer sekret')
+A=(-H 'Authorization: Bearer adminsekret')
 J=(-H 'Content-Type: application/json')
 
 # health needs no key; everything else does
@@ -113,7 +114,7 @@ req 400 "${K[@]}" "${J[@]}" -d '{"model":"fake","input":42}' "$U/v1/audio/speech
 req 400 "${K[@]}" "${J[@]}" -d '{"model":"fake","input":"hi","speed":4.5}' "$U/v1/audio/speech"
 req 400 "${K[@]}" "${J[@]}" -d '{"model":"fake","input":"hi","speed":0.2}' "$U/v1/audio/speech"
 req 400 "${K[@]}" "${J[@]}" -d '{"model":"fake","input":"hi","speed":"fast"}' "$U/v1/audio/speech"
-req 400 "${K[@]}" "${J[@]}" -d '{"model":"fake","input":"hi","response_format":"aac"}' "$U/v1/audio/speech"
+req 400 "${K[@]}" "${J[@]}" -d '{"model":"fake","input":"hi","response_format":"m4a"}' "$U/v1/audio/speech"
 req 400 "${K[@]}" "${J[@]}" -d '{"model":"fake","input":"hi","stream_format":"video"}' "$U/v1/audio/speech"
 req 400 "${K[@]}" "${J[@]}" -d '{"model":"fake","input":"hi","voice":7}' "$U/v1/audio/speech"
 long=$(head -c 4097 /dev/zero | tr '\0' 'a')
@@ -177,26 +178,36 @@ req 413 "${K[@]}" -F file=@"$TMP/big.bin" -F model=fake "$U/v1/audio/transcripti
 req 413 "${K[@]}" -H 'Transfer-Encoding: chunked' -H 'Content-Type: application/octet-stream' \
     --data-binary @"$TMP/big.bin" "$U/v1/audio/transcriptions"
 
-# models: register, duplicate, withdraw, re-register
-req 201 "${K[@]}" "${J[@]}" -d "{\"path\":\"$TMP/extra/later\"}" "$U/v1/models"
+# models: register, duplicate, withdraw, re-register (with the admin key, for
+# directories inside the --models folders: "later" appears there after start)
+fake_model "$TMP/models/later" ', "fixed_ms": 5'
+req 401 "${K[@]}" "${J[@]}" -d '{"path":"later"}' "$U/v1/models"
+grep -qi '^WWW-Authenticate: Bearer' "$TMP/headers" || fail "401 without WWW-Authenticate"
+req 415 "${A[@]}" -H 'Content-Type: text/plain' -d '{"path":"later"}' "$U/v1/models"
+req 403 "${A[@]}" "${J[@]}" -d "{\"path\":\"$TMP/extra/later\"}" "$U/v1/models"
+req 403 "${A[@]}" "${J[@]}" -d '{"path":"../extra/later"}' "$U/v1/models"
+req 201 "${A[@]}" "${J[@]}" -d "{\"path\":\"$TMP/models/later\"}" "$U/v1/models"
 grep -q '"id":"later"' "$TMP/body" || fail "POST /v1/models id"
-req 409 "${K[@]}" "${J[@]}" -d "{\"path\":\"$TMP/extra/later\"}" "$U/v1/models"
-req 400 "${K[@]}" "${J[@]}" -d "{\"path\":\"$TMP/models/not-a-model\"}" "$U/v1/models"
-req 400 "${K[@]}" "${J[@]}" -d '{"id":"x"}' "$U/v1/models"
-req 400 "${K[@]}" "${J[@]}" -d "{\"id\":\"a/b\",\"path\":\"$TMP/extra/later\"}" "$U/v1/models"
+req 409 "${A[@]}" "${J[@]}" -d '{"path":"later"}' "$U/v1/models"
+req 400 "${A[@]}" "${J[@]}" -d '{"path":"not-a-model"}' "$U/v1/models"
+req 400 "${A[@]}" "${J[@]}" -d '{"id":"x"}' "$U/v1/models"
+req 400 "${A[@]}" "${J[@]}" -d '{"id":"a/b","path":"later"}' "$U/v1/models"
 req 200 "${K[@]}" "${J[@]}" -d '{"model":"later","input":"hi","response_format":"pcm"}' "$U/v1/audio/speech"
-curl -s "${K[@]}" "$U/metrics" | grep -qx 'choir_model_loaded{model="later"} 1' || fail "later not loaded after use"
-req 200 "${K[@]}" -X DELETE "$U/v1/models/later"
+# (the page is read whole first: grep -q quits early, and under pipefail curl's SIGPIPE would count)
+loaded_later() { [ "$(curl -s "${K[@]}" "$U/metrics" | grep -x 'choir_model_loaded{model="later"} [01]')" = "choir_model_loaded{model=\"later\"} $1" ]; }
+loaded_later 1 || fail "later not loaded after use"
+req 401 "${K[@]}" -X DELETE "$U/v1/models/later"
+req 200 "${A[@]}" -X DELETE "$U/v1/models/later"
 grep -q '"deleted":true' "$TMP/body" || fail "DELETE body"
 # DELETE unloads: the weights go once nothing of the model runs
 for _ in $(seq 50); do
-    curl -s "${K[@]}" "$U/metrics" | grep -qx 'choir_model_loaded{model="later"} 0' && break
+    loaded_later 0 && break
     sleep 0.1
 done
-curl -s "${K[@]}" "$U/metrics" | grep -qx 'choir_model_loaded{model="later"} 0' || fail "DELETE did not unload the weights"
-req 404 "${K[@]}" -X DELETE "$U/v1/models/later"
+loaded_later 0 || fail "DELETE did not unload the weights"
+req 404 "${A[@]}" -X DELETE "$U/v1/models/later"
 req 404 "${K[@]}" "${J[@]}" -d '{"model":"later","input":"hi"}' "$U/v1/audio/speech"
-req 201 "${K[@]}" "${J[@]}" -d "{\"path\":\"$TMP/extra/later\"}" "$U/v1/models"
+req 201 "${A[@]}" "${J[@]}" -d '{"path":"later"}' "$U/v1/models"
 
 # malformed-input sweep: random and truncated bodies, odd headers; each must
 # get a 4xx JSON error and the server must stay up

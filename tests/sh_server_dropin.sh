@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `choir serve` as a drop-in for OpenAI's audio API (issue 19, "Drop-in use"):
 # speech streams by default, OpenAI's model and voice names, the voice list,
-# CORS. Fake models (engine/fake_model.h) stand in for real ones. Only
+# CORS. Fake models (models/fake/fake_model.h) stand in for real ones. Only
 # 127.0.0.1; every wait is bounded.
 set -uo pipefail
 BIN=${CHOIR_BIN:?}
@@ -76,6 +76,22 @@ req 200 "${J[@]}" -d '{"model":"fake","input":"hello","stream_format":"sse"}' "$
 grep -q '"type":"speech.audio.done"' "$TMP/body" || fail "sse stream"
 req 400 "${J[@]}" -d '{"model":"fake","input":"hello","stream":"no"}' "$U/v1/audio/speech"
 req 400 "${J[@]}" -d '{"model":"fake","input":"hello","stream":false,"stream_format":"sse"}' "$U/v1/audio/speech"
+
+# 3. aac: an ADTS stream (test_encode decodes the encoder's output back)
+req 200 "${J[@]}" -d '{"model":"fake","input":"hello","response_format":"aac"}' "$U/v1/audio/speech"
+[ "$(header Content-Type)" = audio/aac ] || fail "aac content type: $(header Content-Type)"
+python3 - "$TMP/body" <<'PY' || fail "aac: not an ADTS stream of 24-kHz mono AAC-LC frames"
+import sys
+b = open(sys.argv[1], "rb").read()
+at = frames = 0
+while at < len(b):
+    h = b[at:at + 7]
+    assert h[0] == 0xFF and h[1] & 0xF6 == 0xF0, ("sync", at)
+    assert (h[2] >> 6) == 1 and (h[2] >> 2) & 15 == 6 and ((h[2] & 1) << 2 | h[3] >> 6) == 1, ("header", at)
+    at += ((h[3] & 3) << 11) | (h[4] << 3) | (h[5] >> 5)
+    frames += 1
+assert at == len(b) and frames >= 2, (at, len(b), frames)
+PY
 
 # 2. OpenAI's names. Model names: the first model of the task, or --alias.
 req 200 "${J[@]}" -d '{"model":"tts-1","input":"hi","voice":"alloy","stream":false}' "$U/v1/audio/speech"

@@ -1,8 +1,10 @@
 /* Kokoro voice packs: .bin, .pt and .safetensors forms agree, weighted mixes,
  * style-row selection, and clear errors for bad voices. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "choir/alloc.h"
 #include "choir/kokoro.h"
@@ -125,6 +127,61 @@ static void test_bad_voices(void **state) {
     assert_true(err.code < 0);
 }
 
+/* A voice that reaches the model over the API: names from voices/ only. */
+static void test_named_voices(void **state) {
+    (void)state;
+    choir_err err = {0};
+    const char *dir = voices_dir();
+    choir_kokoro_voice *plain = choir_kokoro_voice_load("af_heart(2)+am_adam(1)", dir, &err);
+    choir_kokoro_voice *named = choir_kokoro_voice_load_named("af_heart(2)+am_adam(1)", dir, &err);
+    if (!named) fail_msg("%s", err.msg);
+    assert_non_null(plain);
+    assert_same_pack(plain, named);
+    choir_kokoro_voice_free(plain);
+    choir_kokoro_voice_free(named);
+
+    /* A file of exactly a voice's size outside voices/ loads as a path through
+     * the trusted loader, and is never opened by the named one. */
+    float *pack = calloc(ROWS * DIM, sizeof *pack);
+    assert_non_null(pack);
+    const char *outside = tu_tmpfile("secret.bin");
+    assert_int_equal(tu_write_file(outside, pack, ROWS * DIM * sizeof *pack), 0);
+    choir_kokoro_voice *v = choir_kokoro_voice_load(outside, dir, &err);
+    assert_non_null(v);
+    choir_kokoro_voice_free(v);
+    char rel[1024];
+    snprintf(rel, sizeof rel, "../../../../../../../../..%s", outside);
+    char abs_voice[1024];
+    snprintf(abs_voice, sizeof abs_voice, "%s/af_heart.bin", dir);
+    const char *refused[] = {outside, rel, abs_voice, "/etc/passwd", "../voices/af_heart", "./af_heart",
+                             ".hidden", "af_heart+/etc/passwd", "af_heart(1)+../x(2)", "af heart",
+                             "af_heart\\x"};
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        choir_err e = {0};
+        assert_null(choir_kokoro_voice_load_named(refused[i], dir, &e));
+        if (e.code != CHOIR_EINVAL) fail_msg("%s: code %d (%s)", refused[i], e.code, e.msg);
+        /* the folder is never named to the caller */
+        assert_null(strstr(e.msg, dir));
+    }
+    choir_err e = {0};
+    assert_null(choir_kokoro_voice_load_named("no_such_voice", dir, &e));
+    assert_int_equal(e.code, CHOIR_ENOTFOUND);
+    assert_non_null(strstr(e.msg, "no_such_voice"));
+    assert_null(strstr(e.msg, "/"));
+    /* a damaged pack in voices/: the reason goes to the log, not the caller */
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", tu_tmpfile("voices"));
+    assert_int_equal(mkdir(tmp, 0755), 0);
+    char bad[1024];
+    snprintf(bad, sizeof bad, "%s/broken.bin", tmp);
+    assert_int_equal(tu_write_file(bad, pack, 100), 0);
+    assert_null(choir_kokoro_voice_load_named("broken", tmp, &e));
+    assert_int_equal(e.code, CHOIR_EFORMAT);
+    assert_null(strstr(e.msg, "/"));
+    assert_null(choir_kokoro_voice_load_named("af_heart", NULL, &e));
+    free(pack);
+}
+
 static void test_alloc_failures(void **state) {
     (void)state;
     for (int64_t n = 1; n < 20; n++) {
@@ -145,7 +202,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bin_matches_pt),   cmocka_unit_test(test_safetensors_voice),
         cmocka_unit_test(test_weighted_mix),     cmocka_unit_test(test_style_rows),
-        cmocka_unit_test(test_bad_voices),       cmocka_unit_test(test_alloc_failures),
+        cmocka_unit_test(test_bad_voices),       cmocka_unit_test(test_named_voices),
+        cmocka_unit_test(test_alloc_failures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

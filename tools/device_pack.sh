@@ -6,6 +6,7 @@
 #
 #   tools/device_pack.sh [BUILD_DIR] [OUT_DIR]    (defaults: build-cuda .dev)
 #   CHOIR_PACK_EXTRA="src/tensor/cuda/choir_kokoro_gpu_check" tools/device_pack.sh
+#   CHOIR_PACK_EXTRA="src/tensor/cuda/choir_backend_gpu_check" tools/device_pack.sh
 #
 # On the GPU host, from the repository root:
 #   mkdir -p /tmp/p && tar -xJf .dev/pack.tar.xz -C /tmp/p && . /tmp/p/env.sh
@@ -22,11 +23,19 @@ trap 'rm -rf "$STAGE"' EXIT
 mkdir -p "$STAGE/bin" "$STAGE/lib" "$STAGE/shared" "$OUT"
 cp "$BUILD/choir" "$STAGE/bin/"
 # CHOIR_PACK_EXTRA: more programs of the build (check programs, benches) to pack.
-for extra in ${CHOIR_PACK_EXTRA:-}; do cp "$BUILD/$extra" "$STAGE/bin/"; done
+# Paths relative to BUILD, e.g. src/tensor/cuda/choir_backend_gpu_check.
+for extra in ${CHOIR_PACK_EXTRA:-}; do
+  [ -x "$BUILD/$extra" ] || { echo "device_pack: $BUILD/$extra not built" >&2; exit 1; }
+  cp "$BUILD/$extra" "$STAGE/bin/"
+done
 # Libraries the host provides itself: glibc's, the C++ runtime, and CUDA's
 # (which must match the host's driver, so they are never carried).
 skip='^(libc|libm|libdl|libpthread|librt|libresolv|ld-linux-x86-64|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas|libcublasLt)\.so'
-ldd "$BUILD/choir" | awk '$3 ~ /^\// {print $3}' | while read -r lib; do
+# The libraries of choir and of every extra program.
+progs="$BUILD/choir"
+for extra in ${CHOIR_PACK_EXTRA:-}; do progs="$progs $BUILD/$extra"; done
+# shellcheck disable=SC2086
+ldd $progs | awk '$3 ~ /^\// {print $3}' | sort -u | while read -r lib; do
   base=$(basename "$lib")
   if ! [[ $base =~ $skip ]]; then cp -L "$lib" "$STAGE/lib/$base"; fi
 done

@@ -3,7 +3,7 @@
  * An encoder takes interleaved float samples in [-1, 1] (values outside are
  * clipped for the integer formats) in pieces of any size and hands the encoded
  * bytes to a write callback as they are ready, so the HTTP server can stream a
- * response while synthesis is still running. MP3 and Opus keep their codec
+ * response while synthesis is still running. MP3, AAC and Opus keep their codec
  * state across pieces: a file made from many _write calls has no seams.
  *
  * Streamed WAV has an unknown length up front, so its RIFF and data sizes are
@@ -30,7 +30,8 @@ typedef enum choir_audio_format {
     CHOIR_FORMAT_FLAC = 3,   /* FLAC, 16-bit */
     CHOIR_FORMAT_MP3 = 4,    /* MPEG-1/2 layer III (LAME), 8..48 kHz, 1 or 2 channels */
     CHOIR_FORMAT_OPUS = 5,   /* Opus in Ogg (libopusenc), any input rate, 1..8 channels */
-    CHOIR_FORMAT_COUNT = 6
+    CHOIR_FORMAT_AAC = 6,    /* AAC-LC in ADTS (libavcodec), ADTS rates 7350..96000 Hz, 1..6 channels */
+    CHOIR_FORMAT_COUNT = 7
 } choir_audio_format;
 
 /* Receives `len` encoded bytes (valid only during the call). Returns 0 to go
@@ -40,12 +41,13 @@ typedef int (*choir_write_fn)(const void *data, size_t len, void *user);
 
 typedef struct choir_encoder choir_encoder;
 
-/* Parses "wav" (16-bit), "wav_f32"/"wavf32", "pcm", "flac", "mp3", "opus"
- * (the names OpenAI's response_format uses, plus wav_f32). Returns 0 or
+/* Parses "wav" (16-bit), "wav_f32"/"wavf32", "pcm", "flac", "mp3", "opus",
+ * "aac" (the names OpenAI's response_format uses, plus wav_f32). Returns 0 or
  * CHOIR_EINVAL. */
 int choir_audio_format_parse(const char *name, choir_audio_format *format, choir_err *err);
-/* Static strings: "wav", "wav_f32", "pcm", "flac", "mp3", "opus" / the MIME
- * type ("audio/wav", "audio/L16", "audio/flac", "audio/mpeg", "audio/ogg"). */
+/* Static strings: "wav", "wav_f32", "pcm", "flac", "mp3", "opus", "aac" / the
+ * MIME type ("audio/wav", "audio/L16", "audio/flac", "audio/mpeg", "audio/ogg",
+ * "audio/aac"). */
 const char *choir_audio_format_name(choir_audio_format format);
 const char *choir_audio_format_mime(choir_audio_format format);
 

@@ -63,6 +63,13 @@ typedef struct choir_kokoro_voice choir_kokoro_voice;
  * on failure. */
 choir_kokoro_voice *choir_kokoro_voice_load(const char *spec, const char *voices_dir,
                                             choir_err *err);
+/* The same for an untrusted `spec` (an API request): every term of the mix
+ * must be a voice name (letters, digits, '_', '-', '.', not starting with
+ * '.') found as voices_dir/NAME.{bin,pt,safetensors}; no other file is
+ * opened, and error messages name the voice, never a path (CHOIR_EINVAL for
+ * a term that is not a name, CHOIR_ENOTFOUND for one not in the folder). */
+choir_kokoro_voice *choir_kokoro_voice_load_named(const char *spec, const char *voices_dir,
+                                                  choir_err *err);
 void choir_kokoro_voice_free(choir_kokoro_voice *v);
 /* The style vector for a piece of `n_phonemes` phoneme code points (the
  * reference uses row n_phonemes - 1, clamped to the pack). Points into v. */

@@ -6,7 +6,9 @@
  *   POST   /v1/audio/transcriptions  multipart; json, text, srt, vtt, verbose_json or SSE
  *   POST   /v1/audio/translations    the same, translated to English
  *   POST   /v1/audio/enhancements    multipart; audio in, audio out (STS models)
- *   GET    /v1/models, /v1/models/{id}; POST /v1/models; DELETE /v1/models/{id}
+ *   GET    /v1/models, /v1/models/{id}
+ *   POST   /v1/models; DELETE /v1/models/{id}  model administration: off unless an
+ *          admin key is set; JSON only; directories inside the --models folders only
  *   GET    /health (503 until ready), /metrics (Prometheus text)
  *
  * The server borrows an engine and registers models in it; it never touches
@@ -30,8 +32,13 @@ typedef struct choir_server choir_server;
 typedef struct choir_server_params {
     const char *host;         /* IPv4 address to bind ("127.0.0.1"); copied */
     int port;                 /* TCP port; 0 picks a free one (see choir_server_port) */
-    const char *api_key;      /* required as "Authorization: Bearer KEY" on every route
-                                 but /health when not NULL/empty; copied */
+    const char *api_key;      /* required as "Authorization: Bearer KEY" (the scheme in any
+                                 case) on every route but /health, /ui and the model
+                                 administration when not NULL; "" is refused (it would turn
+                                 authentication off unseen); copied */
+    const char *admin_key;    /* NULL: model administration (POST /v1/models, DELETE
+                                 /v1/models/{id}) is off (403). Otherwise those routes take
+                                 this key, and only it; it must differ from api_key; copied */
     int64_t max_upload_bytes; /* larger request bodies get 413 (default 25 MiB) */
     int max_input_chars;      /* TTS input limit in characters (default 4096) */
     int max_connections;      /* concurrent connections in all (default 1024) */
@@ -81,8 +88,10 @@ int choir_server_add_alias(choir_server *s, const char *name, const char *model_
 int choir_server_add_voice_alias(choir_server *s, const char *name, const char *voice, choir_err *err);
 
 /* Registers `dir` itself when it is a model directory, otherwise each of its
- * subdirectories that is one (others are skipped with a log line). Returns the
- * number registered (>= 0) or a negative code when dir cannot be read. */
+ * subdirectories that is one (others are skipped with a log line). `dir`
+ * also becomes a folder POST /v1/models may register from (a model directory:
+ * only itself). Returns the number registered (>= 0) or a negative code when
+ * dir cannot be read. */
 int choir_server_add_models_dir(choir_server *s, const char *dir, choir_err *err);
 
 /* Starts listening. Returns 0, or CHOIR_EIO when the address cannot be bound. */

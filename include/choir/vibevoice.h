@@ -106,8 +106,24 @@ typedef const choir_st_tensor *(*choir_vibevoice_tensor_fn)(void *ctx, const cha
 choir_vibevoice *choir_vibevoice_from_tensors(choir_vibevoice_tensor_fn find, void *ctx,
                                               const choir_vibevoice_dims *dims, choir_err *err);
 
+struct choir_backend;
+struct choir_stream;
+
+/* As choir_vibevoice_load / choir_vibevoice_from_tensors, with the weights
+ * put on `be` (choir/backend.h: on the CPU nothing is copied; on CUDA every
+ * tensor is uploaded once) and every forward pass run there. be NULL: a CPU
+ * backend of the model's own. A given backend must outlive the model. */
+choir_vibevoice *choir_vibevoice_load_on(const char *dir, struct choir_backend *be, choir_err *err);
+choir_vibevoice *choir_vibevoice_from_tensors_on(choir_vibevoice_tensor_fn find, void *ctx,
+                                                 const choir_vibevoice_dims *dims,
+                                                 struct choir_backend *be, choir_err *err);
+
 /* NULL is a no-op. */
 void choir_vibevoice_free(choir_vibevoice *m);
+/* The backend the model's weights are on (owned by the model unless given). */
+struct choir_backend *choir_vibevoice_backend(const choir_vibevoice *m);
+/* Device bytes of the weights' copies on a CUDA backend (0 on the CPU). */
+int64_t choir_vibevoice_device_bytes(const choir_vibevoice *m);
 
 const choir_vibevoice_dims *choir_vibevoice_get_dims(const choir_vibevoice *m);
 choir_vibevoice_layout choir_vibevoice_get_layout(const choir_vibevoice *m);
@@ -115,6 +131,28 @@ choir_vibevoice_layout choir_vibevoice_get_layout(const choir_vibevoice *m);
 size_t choir_vibevoice_weight_bytes(const choir_vibevoice *m);
 /* Bits of the language model's quantized linears (0: float). */
 int choir_vibevoice_lm_bits(const choir_vibevoice *m);
+
+/* --- random weights (benchmarks, GPU checks) ------------------------------ */
+
+/* Every tensor of a model with these dimensions under transformers' names,
+ * generated in memory from `seed` (0: a fixed default): matrices in `dtype`
+ * (f32, f16 or bf16) or, with q_bits 4 or 8, the language model's linears
+ * and embedding as MLX codes (group 64); vectors f32. Values are uniform and
+ * scaled like an initialised network. Pass choir_vibevoice_randw_find and
+ * the object to choir_vibevoice_from_tensors[_on]; it must outlive the model.
+ * NULL and err on bad arguments or when out of memory. */
+typedef struct choir_vibevoice_randw choir_vibevoice_randw;
+choir_vibevoice_randw *choir_vibevoice_randw_create(const choir_vibevoice_dims *dims, choir_dtype dtype,
+                                                    int q_bits, uint64_t seed, choir_err *err);
+/* NULL is a no-op. */
+void choir_vibevoice_randw_free(choir_vibevoice_randw *w);
+/* A choir_vibevoice_tensor_fn over the generated tensors (ctx: the object). */
+const choir_st_tensor *choir_vibevoice_randw_find(void *ctx, const char *name);
+/* Bytes and count of the generated tensors. */
+size_t choir_vibevoice_randw_bytes(const choir_vibevoice_randw *w);
+int choir_vibevoice_randw_count(const choir_vibevoice_randw *w);
+/* The next value of the generator, uniform in [-1, 1) (test inputs). */
+float choir_vibevoice_randw_uniform(choir_vibevoice_randw *w);
 
 /* --- audio front ---------------------------------------------------------- */
 
@@ -143,12 +181,26 @@ int64_t choir_vibevoice_plan_bytes(const choir_vibevoice_dims *dims, const choir
 typedef struct choir_vibevoice_state choir_vibevoice_state;
 
 /* A state over `mem` (choir_vibevoice_plan_bytes(plan) bytes, aligned to 64,
- * owned by the caller and kept until the state is freed) or, with mem NULL,
- * over one block from the counted allocator. NULL and err (CHOIR_ENOMEM) on
- * failure. */
+ * owned by the caller and kept until the state is freed; CPU models only)
+ * or, with mem NULL, over one block its own stream reserves on the model's
+ * backend. NULL and err (CHOIR_ENOMEM) on failure. */
 choir_vibevoice_state *choir_vibevoice_state_create(const choir_vibevoice *m,
                                                     const choir_vibevoice_plan *plan, void *mem,
                                                     choir_err *err);
+/* A state whose passes run on `stream` (of the model's backend; the caller
+ * keeps it, and uses it from one thread, until the state is freed) and
+ * whose buffers are carved from the stream's working memory: the engine's
+ * batch arena on the CPU, so its high-water mark is what the state used.
+ * The stream needs choir_vibevoice_plan_bytes(plan) of working memory,
+ * kernel scratch included (choir_vibevoice_plan_scratch_bytes). Errors of
+ * the passes stay on the stream (sticky) and are returned by each call. */
+choir_vibevoice_state *choir_vibevoice_state_create_on(const choir_vibevoice *m,
+                                                       const choir_vibevoice_plan *plan,
+                                                       struct choir_stream *stream, choir_err *err);
+/* The kernel scratch part of choir_vibevoice_plan_bytes (what a stream
+ * given to choir_vibevoice_state_create_on reserves for kernels). */
+int64_t choir_vibevoice_plan_scratch_bytes(const choir_vibevoice_dims *dims,
+                                           const choir_vibevoice_plan *plan);
 /* NULL is a no-op. */
 void choir_vibevoice_state_free(choir_vibevoice_state *s);
 
@@ -285,6 +337,19 @@ int64_t choir_vibevoice_transcribe_bytes(const choir_vibevoice_dims *dims, int64
 int choir_vibevoice_transcribe(const choir_vibevoice *m, const struct choir_tokenizer *tok,
                                const float *pcm, int64_t n, int rate, const choir_vibevoice_opts *o,
                                void *mem, choir_vibevoice_result *res, choir_err *err);
+/* As choir_vibevoice_transcribe, with the state carved from `stream` (the
+ * engine's: on the CPU its working memory is the batch arena, which needs
+ * choir_vibevoice_transcribe_state_bytes of room, scratch included). */
+int choir_vibevoice_transcribe_on(const choir_vibevoice *m, const struct choir_tokenizer *tok,
+                                  const float *pcm, int64_t n, int rate,
+                                  const choir_vibevoice_opts *o, struct choir_stream *stream,
+                                  choir_vibevoice_result *res, choir_err *err);
+/* The state part of choir_vibevoice_transcribe_bytes (what the stream of
+ * choir_vibevoice_transcribe_on must hold); *scratch (may be NULL) gets the
+ * kernel scratch included in it. */
+int64_t choir_vibevoice_transcribe_state_bytes(const choir_vibevoice_dims *dims, int64_t n_samples,
+                                               int rate, const choir_vibevoice_opts *o,
+                                               int64_t *scratch);
 void choir_vibevoice_result_clear(choir_vibevoice_result *r);
 
 #ifdef __cplusplus

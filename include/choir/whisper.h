@@ -414,13 +414,17 @@ typedef struct choir_whisper_input {
     const char *initial_prompt; /* NULL: opts' */
 } choir_whisper_input;
 
-/* Transcribes several recordings with the batched pipeline (opts.batched;
+/* Transcribes several recordings. With the batched pipeline (opts.batched;
  * opts.spans only with one input): windows of all inputs are decoded
  * batch_size at a time, each window's segments going to its own transcript
  * out[i]; an input's open language is detected on its first window, and its
- * initial prompt prompts each of its windows. With batched false, exactly one
- * input runs the sequential loop. Returns 0 or a negative code (then no
- * transcript is kept). */
+ * initial prompt prompts each of its windows. With batched false, every input
+ * runs openai's seek loop as it would alone (the same transcript as
+ * choir_whisper_transcribe gives it), the inputs' current windows decoded
+ * together. Segment times are monotonic and inside the recording whatever the
+ * model samples: 0 <= start <= end <= duration, and each start >= the
+ * previous segment's end. Returns 0 or a negative code (then no transcript
+ * is kept). */
 int choir_whisper_transcribe_batch(const choir_whisper *m, const choir_tokenizer *tok,
                                    const choir_whisper_input *in, int n_in,
                                    const choir_whisper_transcribe_opts *o,

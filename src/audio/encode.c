@@ -1,5 +1,6 @@
 /* Streaming encoders: WAV (16-bit, float), raw s16le, FLAC (libsndfile),
- * MP3 (LAME) and Opus in Ogg (libopusenc), all writing through a callback.
+ * MP3 (LAME), Opus in Ogg (libopusenc) and AAC in ADTS (libavcodec,
+ * encode_aac.c), all writing through a callback.
  *
  * Input is converted and encoded in blocks of ENCODE_BLOCK_FRAMES, so the
  * scratch an encoder holds does not grow with the length of a _write call. */
@@ -13,7 +14,9 @@
 #include <opusenc.h>
 #include <sndfile.h>
 
+#include "audio/encode_aac.h"
 #include "choir/alloc.h"
+#include "choir/buf.h"
 #include "choir/encode.h"
 
 #define ENCODE_BLOCK_FRAMES 4096
@@ -35,14 +38,17 @@ struct choir_encoder {
     /* Opus */
     OggOpusEnc *opus;
     OggOpusComments *comments;
+    /* AAC */
+    choir_aac *aac;
     /* FLAC: libsndfile writes to a forward-only virtual file (see flac_*). */
     SNDFILE *sf;
     sf_count_t vpos, vemitted;
 };
 
-static const char *const format_names[CHOIR_FORMAT_COUNT] = {"wav", "wav_f32", "pcm", "flac", "mp3", "opus"};
-static const char *const format_mimes[CHOIR_FORMAT_COUNT] = {"audio/wav",  "audio/wav",  "audio/L16",
-                                                             "audio/flac", "audio/mpeg", "audio/ogg"};
+static const char *const format_names[CHOIR_FORMAT_COUNT] = {"wav", "wav_f32", "pcm", "flac",
+                                                             "mp3", "opus",    "aac"};
+static const char *const format_mimes[CHOIR_FORMAT_COUNT] = {"audio/wav",  "audio/wav", "audio/L16", "audio/flac",
+                                                             "audio/mpeg", "audio/ogg", "audio/aac"};
 
 int choir_audio_format_parse(const char *name, choir_audio_format *format, choir_err *err) {
     if (!name || !format) return choir_err_set(err, CHOIR_EINVAL, "audio format: no name given");
@@ -55,7 +61,7 @@ int choir_audio_format_parse(const char *name, choir_audio_format *format, choir
         *format = CHOIR_FORMAT_WAVF32;
         return CHOIR_OK;
     }
-    return choir_err_set(err, CHOIR_EINVAL, "unknown audio format '%s' (wav, wav_f32, pcm, flac, mp3, opus)", name);
+    return choir_err_set(err, CHOIR_EINVAL, "unknown audio format '%s' (wav, wav_f32, pcm, flac, mp3, opus, aac)", name);
 }
 
 const char *choir_audio_format_name(choir_audio_format format) {
@@ -170,6 +176,10 @@ static int opus_close_cb(void *user) {
     return 0;
 }
 
+static int aac_sink(const void *data, size_t len, void *user) {
+    return emit(user, data, len) ? 1 : 0;
+}
+
 static int file_write(const void *data, size_t len, void *user) {
     return fwrite(data, 1, len, (FILE *)user) == len ? 0 : -1;
 }
@@ -219,6 +229,11 @@ static int setup_codec(choir_encoder *e, choir_err *err) {
         /* Hand pages out within ~100 ms so a streamed response starts early. */
         ope_encoder_ctl(e->opus, OPE_SET_MUXING_DELAY(4800));
         return CHOIR_OK;
+    }
+    case CHOIR_FORMAT_AAC: {
+        choir_err local = {0};
+        e->aac = choir_aac_create(e->rate, e->channels, aac_sink, e, err ? err : &local);
+        return e->aac ? CHOIR_OK : err ? err->code : local.code;
     }
     case CHOIR_FORMAT_FLAC: {
         if (e->channels > 8)
@@ -283,6 +298,7 @@ void choir_encoder_free(choir_encoder *e) {
     if (!e) return;
     if (e->sf) sf_close(e->sf);
     if (e->opus) ope_encoder_destroy(e->opus);
+    choir_aac_free(e->aac);
     if (e->comments) ope_comments_destroy(e->comments);
     if (e->lame) lame_close(e->lame);
     if (e->file) fclose(e->file);
@@ -336,6 +352,12 @@ static int encode_block(choir_encoder *e, const float *x, int frames, choir_err 
             return choir_err_set(err, CHOIR_EINTERNAL, "mp3: LAME failed (%d)", bytes);
         }
         return emit(e, e->mp3buf, (size_t)bytes) ? sink_error(e, err) : 0;
+    }
+    case CHOIR_FORMAT_AAC: {
+        int rc = choir_aac_write(e->aac, x, frames, err);
+        if (e->sink_failed) return sink_error(e, err);
+        if (rc) e->failed = 1;
+        return rc;
     }
     case CHOIR_FORMAT_OPUS: {
         int rc = ope_encoder_write_float(e->opus, x, frames);
@@ -391,6 +413,12 @@ int choir_encoder_finish(choir_encoder *e, choir_err *err) {
         if (emit(e, e->mp3buf, (size_t)bytes)) return sink_error(e, err);
         break;
     }
+    case CHOIR_FORMAT_AAC: {
+        int rc = choir_aac_finish(e->aac, err);
+        if (e->sink_failed) return sink_error(e, err);
+        if (rc) return rc;
+        break;
+    }
     case CHOIR_FORMAT_OPUS: {
         int rc = ope_encoder_drain(e->opus);
         if (e->sink_failed) return sink_error(e, err);
@@ -426,24 +454,8 @@ int choir_audio_encode_file(const char *path, choir_audio_format format, const f
     return rc;
 }
 
-typedef struct grow_buf {
-    unsigned char *data;
-    size_t len, cap;
-} grow_buf;
-
 static int grow_write(const void *data, size_t len, void *user) {
-    grow_buf *b = user;
-    if (b->len + len > b->cap) {
-        size_t cap = b->cap ? b->cap : 65536;
-        while (cap < b->len + len) cap *= 2;
-        unsigned char *grown = b->data ? choir_realloc(b->data, cap) : choir_alloc(CHOIR_MEM_IO, cap);
-        if (!grown) return -1;
-        b->data = grown;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, data, len);
-    b->len += len;
-    return 0;
+    return choir_buf_append(user, data, len) == CHOIR_OK ? 0 : -1;
 }
 
 int choir_audio_encode_memory(choir_audio_format format, const float *interleaved, int64_t frames, int rate,
@@ -453,7 +465,7 @@ int choir_audio_encode_memory(choir_audio_format format, const float *interleave
     if (!out || !out_len) return choir_err_set(err, CHOIR_EINVAL, "encoder: out is NULL");
     *out = NULL;
     *out_len = 0;
-    grow_buf b = {NULL, 0, 0};
+    choir_buf b = CHOIR_BUF_INIT(CHOIR_MEM_IO);
     choir_encoder *e = choir_encoder_create(format, rate, channels, grow_write, &b, err);
     if (!e) return err->code;
     int rc = choir_encoder_write(e, interleaved, frames, err);
@@ -462,10 +474,10 @@ int choir_audio_encode_memory(choir_audio_format format, const float *interleave
     if (rc) {
         /* The only way this sink refuses is running out of memory. */
         if (rc == CHOIR_EIO) rc = choir_err_set(err, CHOIR_ENOMEM, "encoder: out of memory for the encoded audio");
-        choir_free(b.data);
+        choir_buf_free(&b);
         return rc;
     }
-    *out = b.data;
-    *out_len = b.len;
+    *out = choir_buf_take(&b, out_len);
+    if (!*out) return choir_err_set(err, CHOIR_ENOMEM, "encoder: out of memory for the encoded audio");
     return CHOIR_OK;
 }

@@ -29,7 +29,7 @@ static int sep_usage(FILE *f) {
                "  --chunk-seconds S     chunk length (default 10)\n"
                "  --overlap-seconds O   crossfade between chunks (default 3, at most chunk/2)\n"
                "  --seed N              noise seed (chunk i uses N + i; default 42)\n"
-               "  --format F            wav (16-bit, default), wav_f32, flac, mp3, opus, pcm\n"
+               "  --format F            wav (16-bit, default), wav_f32, flac, mp3, opus, aac, pcm\n"
                "  --threads N           compute threads\n"
                "  --quiet               no progress\n");
     return f == stdout ? 0 : 2;

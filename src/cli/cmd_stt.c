@@ -19,7 +19,7 @@
 static void stt_usage(FILE *f) {
     fprintf(f,
             "usage: choir stt --model DIR FILE... [options]\n\n"
-            "DIR is a Whisper or a VibeVoice-ASR model folder.\n\n"
+            "DIR is a Whisper or a VibeVoice-ASR model folder. A FILE of - reads standard input.\n\n"
             "  --language L        language code (en, de, ...); default: detect\n"
             "  --task T            transcribe (default) or translate (to English)\n"
             "  --beam N            beam search with N beams (default 1: greedy)\n"
@@ -35,7 +35,8 @@ static void stt_usage(FILE *f) {
             "  --no-condition      do not prompt a window with the previous text\n"
             "  --tokenizer PATH    tokenizer file or folder (default: the model folder)\n"
             "  --format F          txt (default), json, verbose_json, srt, vtt\n"
-            "  --output-dir D      write D/<name>.<format> per file instead of stdout\n"
+            "  --output-dir D      write D/<name>.<format> per file instead of stdout (D is created;\n"
+            "                      standard input is named stdin)\n"
             "  --threads N         compute threads\n\n"
             "VibeVoice-ASR (one pass over the whole file, segments with speakers):\n"
             "  --context S         context / hotwords for the prompt (speaker names, terms)\n"
@@ -223,8 +224,23 @@ int choir_cmd_stt(int argc, char **argv) {
 #undef NEXT
     }
     if (!model_dir || n_files == 0) {
+        fprintf(stderr, "choir stt: %s\n",
+                !model_dir ? "--model DIR is required" : "no audio file given (a path, or - for standard input)");
         stt_usage(stderr);
         return 2;
+    }
+    int from_stdin = 0;
+    for (int f = 0; f < n_files; f++) from_stdin += strcmp(files[f], "-") == 0;
+    if (from_stdin > 1) {
+        fprintf(stderr, "choir stt: - (standard input) can be given once\n");
+        return 2;
+    }
+    if (outdir) {
+        choir_err derr = {0};
+        if (choir_cli_make_dirs(outdir, &derr) < 0) {
+            fprintf(stderr, "choir stt: --output-dir: %s\n", derr.msg);
+            return 1;
+        }
     }
     if (strcmp(fmt, "txt") && strcmp(fmt, "json") && strcmp(fmt, "verbose_json") && strcmp(fmt, "srt") &&
         strcmp(fmt, "vtt")) {
@@ -279,7 +295,7 @@ int choir_cmd_stt(int argc, char **argv) {
             fo.progress = stt_on_progress;
             fo.progress_user = &prog;
         }
-        int rc = choir_audio_decode_file(files[f], &dopts, &a, &err);
+        int rc = choir_cli_decode(files[f], &dopts, &a, &err);
         if (!rc && use_vad) rc = stt_vad_spans(vad_path, a.samples, a.frames, &spans, &fo.n_spans, &err);
         fo.spans = spans;
         if (!rc && use_vad && fo.n_spans == 0) {
@@ -297,7 +313,7 @@ int choir_cmd_stt(int argc, char **argv) {
             char path[4096];
             if (outdir) {
                 const char *base = strrchr(files[f], '/');
-                base = base ? base + 1 : files[f];
+                base = base ? base + 1 : strcmp(files[f], "-") == 0 ? "stdin" : files[f];
                 const char *dot = strrchr(base, '.');
                 int bl = dot ? (int)(dot - base) : (int)strlen(base);
                 snprintf(path, sizeof path, "%s/%.*s.%s", outdir, bl, base,

@@ -103,7 +103,7 @@ int choir_stt_vibevoice(const choir_stt_vibevoice_args *a) {
         if (a->max_audio_s > 0) o.max_audio_s = a->max_audio_s;
         if (a->stream) o.on_text = vt_stream;
         choir_vibevoice_result r;
-        int rc = choir_audio_decode_file(a->files[i], &dop, &au, &err);
+        int rc = choir_cli_decode(a->files[i], &dop, &au, &err);
         if (!rc) rc = choir_vibevoice_transcribe(m, tok, au.samples, au.frames, CHOIR_VIBEVOICE_SAMPLE_RATE, &o, NULL,
                                                  &r, &err);
         if (a->stream) fprintf(stderr, "\n");
@@ -127,7 +127,7 @@ int choir_stt_vibevoice(const choir_stt_vibevoice_args *a) {
         FILE *out = stdout;
         if (a->output_dir) {
             const char *base = strrchr(a->files[i], '/');
-            base = base ? base + 1 : a->files[i];
+            base = base ? base + 1 : strcmp(a->files[i], "-") == 0 ? "stdin" : a->files[i];
             const char *dot = strrchr(base, '.');
             int bl = dot ? (int)(dot - base) : (int)strlen(base);
             snprintf(path, sizeof path, "%s/%.*s.%s", a->output_dir, bl, base,

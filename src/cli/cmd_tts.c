@@ -18,7 +18,8 @@ static void usage(FILE *f) {
             "Speaks TEXT (or standard input) with Kokoro-82M at 24 kHz.\n"
             "  --voice V    a voice in DIR/voices (.bin, .pt, .safetensors), a path, or a\n"
             "               weighted mix such as af_heart(2)+am_adam(1)\n"
-            "  --format     wav (default), wav_f32, pcm, flac, mp3, opus\n"
+            "  --format     wav, wav_f32, pcm, flac, mp3, opus, aac (default: from OUT's extension,\n"
+            "               .mp3 .flac .opus/.ogg .aac .pcm/.raw, else wav)\n"
             "  --stream     write each piece as soon as it is ready (first clause first)\n"
             "  --lang       a: American English (default), b: British English\n"
             "  -o OUT       output file, or - for standard output\n");
@@ -73,7 +74,7 @@ static char *read_stdin(void) {
 }
 
 int choir_cmd_tts(int argc, char **argv) {
-    const char *model_dir = NULL, *voice_spec = NULL, *out = NULL, *fmt = "wav", *lang = "a";
+    const char *model_dir = NULL, *voice_spec = NULL, *out = NULL, *fmt = NULL, *lang = "a";
     const char *text_arg = NULL;
     choir_kokoro_speak_params sp = choir_kokoro_default_speak_params();
     bool stream = false;
@@ -87,7 +88,10 @@ int choir_cmd_tts(int argc, char **argv) {
             text_arg = a;
             continue;
         }
-        if (!v) return usage(stderr), 2;
+        if (!v) {
+            fprintf(stderr, "choir tts: %s needs a value\n", a);
+            return usage(stderr), 2;
+        }
         if (strcmp(a, "--model") == 0) model_dir = v;
         else if (strcmp(a, "--voice") == 0) voice_spec = v;
         else if (strcmp(a, "--speed") == 0) sp.synth.speed = (float)atof(v);
@@ -96,10 +100,21 @@ int choir_cmd_tts(int argc, char **argv) {
         else if (strcmp(a, "--batch") == 0) sp.batch = atoi(v);
         else if (strcmp(a, "--seed") == 0) sp.synth.seed = strtoull(v, NULL, 10);
         else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) out = v;
-        else return usage(stderr), 2;
+        else {
+            fprintf(stderr, "choir tts: unknown option %s\n", a);
+            return usage(stderr), 2;
+        }
         i++;
     }
-    if (!model_dir || !voice_spec || !out) return usage(stderr), 2;
+    if (!model_dir || !voice_spec || !out) {
+        fprintf(stderr, "choir tts: %s is required\n", !model_dir ? "--model DIR" : !voice_spec ? "--voice V" : "-o OUT");
+        return usage(stderr), 2;
+    }
+    /* The file name says the format unless --format does: -o x.mp3 is MP3. */
+    if (!fmt) {
+        const char *by_name = strcmp(out, "-") != 0 ? choir_cli_format_from_path(out) : NULL;
+        fmt = by_name ? by_name : "wav";
+    }
     if (!(sp.synth.speed > 0)) {
         fprintf(stderr, "choir tts: --speed must be > 0\n");
         return 2;

@@ -129,6 +129,7 @@ static void job_fail(srv_job *j, int code, const char *msg)
         return;
     j->status = code ? code : CHOIR_EINTERNAL;
     snprintf(j->error, sizeof j->error, "%s", msg && *msg ? msg : choir_strerror(j->status));
+    srv_scrub_paths(j->server, j->error, sizeof j->error);
 }
 
 static void flush_sse_audio(srv_job *j)

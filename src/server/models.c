@@ -87,25 +87,24 @@ static enum MHD_Result add_model(choir_server *s, struct MHD_Connection *c, srv_
         cJSON_Delete(req);
         return srv_reply_error(s, c, 400, "path", NULL, "\"path\" (a model directory) is required; \"id\" is a string");
     }
+    char dir[SRV_PATH_MAX];
+    if (srv_admin_path(s, path->valuestring, dir, sizeof dir) < 0) {
+        cJSON_Delete(req);
+        return srv_reply_error(s, c, 403, "path", "path_not_allowed",
+                               "\"path\" must be a directory inside one of the server's --models folders "
+                               "(absolute, or relative to the folder)");
+    }
     choir_err err = {0};
-    int rc = choir_server_add_model(s, id ? id->valuestring : NULL, path->valuestring, &err);
+    int rc = choir_server_add_model(s, id ? id->valuestring : NULL, dir, &err);
     enum MHD_Result ret;
+    srv_scrub_paths(s, err.msg, sizeof err.msg);
     if (rc == CHOIR_EINVAL && strstr(err.msg, "already registered")) {
         ret = srv_reply_error(s, c, 409, "id", "model_exists", "%s", err.msg);
     } else if (rc < 0) {
         ret = srv_reply_error(s, c, 400, "path", NULL, "%s", err.msg);
     } else {
         srv_model m;
-        const char *mid = id ? id->valuestring : NULL;
-        char base[SRV_PATH_MAX];
-        if (!mid) {
-            snprintf(base, sizeof base, "%s", path->valuestring);
-            size_t n = strlen(base);
-            while (n > 1 && base[n - 1] == '/')
-                base[--n] = 0;
-            const char *slash = strrchr(base, '/');
-            mid = slash ? slash + 1 : base;
-        }
+        const char *mid = id ? id->valuestring : strrchr(dir, '/') + 1;
         if (srv_model_find(s, mid, &m) == 0)
             ret = srv_reply_json(s, c, 201, model_json(&m));
         else

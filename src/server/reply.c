@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 
 #include "choir/alloc.h"
+#include "choir/log.h"
 #include "server/server_internal.h"
 
 void srv_count_status(choir_server *s, unsigned status)
@@ -95,6 +96,8 @@ enum MHD_Result srv_reply(choir_server *s, struct MHD_Connection *c, unsigned st
     if (content_type)
         MHD_add_response_header(r, "Content-Type", content_type);
     add_retry_after(s, r, status);
+    if (status == 401)
+        MHD_add_response_header(r, "WWW-Authenticate", "Bearer realm=\"choir\"");
     srv_add_cors(s, c, r);
     enum MHD_Result ret = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
@@ -118,6 +121,7 @@ static const char *error_type(unsigned status)
 {
     switch (status) {
     case 401: return "authentication_error";
+    case 403: return "permission_error";
     case 404: return "not_found_error";
     case 429: return "rate_limit_error";
     case 400:
@@ -191,7 +195,82 @@ enum MHD_Result srv_reply_engine_error(choir_server *s, struct MHD_Connection *c
 {
     unsigned status = srv_engine_status(code, reason);
     const char *ecode = reason != CHOIR_REJECT_NONE ? choir_reject_reason_name(reason) : NULL;
-    return srv_reply_error(s, c, status, NULL, ecode, "%s", msg && *msg ? msg : choir_strerror(code));
+    char text[CHOIR_ERR_MSG_MAX];
+    snprintf(text, sizeof text, "%s", msg && *msg ? msg : choir_strerror(code));
+    srv_scrub_paths(s, text, sizeof text);
+    return srv_reply_error(s, c, status, NULL, ecode, "%s", text);
+}
+
+/* A character that may end the text before a path: a path starts a word. */
+static int starts_word(const char *msg, size_t i)
+{
+    return i == 0 || strchr(" \t\n\"'(=[,<{", msg[i - 1]) != NULL;
+}
+
+/* The length of the path-like word at msg + i ("/x/y", "./x", "../x", "~/x"),
+ * or 0. It ends at white space, a quote, a bracket, ',' or ';', or ':' before
+ * white space (as in "/dir/config.json: not JSON"). */
+static size_t path_word(const char *msg, size_t i)
+{
+    const char *p = msg + i;
+    if (!starts_word(msg, i))
+        return 0;
+    if (!(p[0] == '/' || (p[0] == '~' && p[1] == '/') || (p[0] == '.' && p[1] == '/') ||
+          (p[0] == '.' && p[1] == '.' && p[2] == '/')))
+        return 0;
+    size_t n = 0;
+    while (p[n] && !strchr(" \t\n\"'()[]<>{},;", p[n]) && !(p[n] == ':' && (p[n + 1] == 0 || p[n + 1] == ' ')))
+        n++;
+    return n > 1 ? n : 0;
+}
+
+void srv_scrub_paths(choir_server *s, char *msg, size_t cap)
+{
+    if (!msg || cap == 0)
+        return;
+    int n_models = choir_engine_models(s->engine, NULL, 0);
+    choir_engine_model_info *info =
+        n_models > 0 ? choir_calloc(CHOIR_MEM_IO, (size_t)n_models, sizeof *info) : NULL;
+    n_models = info ? choir_engine_models(s->engine, info, n_models) : 0;
+    char out[CHOIR_ERR_MSG_MAX];
+    size_t o = 0, len = strlen(msg);
+    int changed = 0;
+    for (size_t i = 0; i < len && o + 1 < sizeof out;) {
+        /* a model's own directory reads as its id: "kokoro/voices/x.bin" */
+        size_t best = 0;
+        const char *id = NULL;
+        for (int m = 0; m < n_models; m++) {
+            size_t d = strlen(info[m].dir);
+            while (d > 1 && info[m].dir[d - 1] == '/')
+                d--;
+            if (d > best && d <= len - i && strncmp(msg + i, info[m].dir, d) == 0 && starts_word(msg, i) &&
+                (msg[i + d] == 0 || msg[i + d] == '/' || strchr(" :,;)\"'", msg[i + d]))) {
+                best = d;
+                id = info[m].id;
+            }
+        }
+        const char *put = id;
+        size_t skip = best;
+        if (!put && (skip = path_word(msg, i)) > 0)
+            put = "[path]";
+        if (put) {
+            int w = snprintf(out + o, sizeof out - o, "%s", put);
+            o += w > 0 ? (size_t)w : 0;
+            if (o >= sizeof out)
+                o = sizeof out - 1;
+            i += skip;
+            changed = 1;
+            continue;
+        }
+        out[o++] = msg[i++];
+    }
+    out[o] = 0;
+    choir_free(info);
+    if (!changed)
+        return;
+    /* the operator still sees where it happened */
+    choir_log(CHOIR_LOG_WARN, "to the client without paths: %s", msg);
+    snprintf(msg, cap, "%s", out);
 }
 
 int srv_utf8_chars(const char *s)

@@ -6,10 +6,13 @@
  * read and dropped so the 413 reply reaches a client that is still sending),
  * and once more with no data, when the request is routed. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <dirent.h>
 #include <netinet/in.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
+#include <strings.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -20,7 +23,6 @@
 
 #include "choir/alloc.h"
 #include "choir/log.h"
-#include "engine/fake_model.h"
 #include "server/server_internal.h"
 #include "server/ui_assets.h"
 
@@ -79,8 +81,20 @@ choir_server *choir_server_create(choir_engine *engine, const choir_server_param
         choir_err_set(err, CHOIR_EINVAL, "server: negative timeout, or an idle timeout under 1 s");
         return NULL;
     }
-    if (strlen(p.host) >= 64 || (p.api_key && strlen(p.api_key) >= 256) || (p.cors && strlen(p.cors) >= 1024)) {
+    if (strlen(p.host) >= 64 || (p.api_key && strlen(p.api_key) >= 256) ||
+        (p.admin_key && strlen(p.admin_key) >= 256) || (p.cors && strlen(p.cors) >= 1024)) {
         choir_err_set(err, CHOIR_EINVAL, "server: host, API key or CORS origins too long");
+        return NULL;
+    }
+    /* An empty key would mean "no authentication" without anyone saying so. */
+    if ((p.api_key && !*p.api_key) || (p.admin_key && !*p.admin_key)) {
+        choir_err_set(err, CHOIR_EINVAL, "server: an empty %s key; give one, or none for %s",
+                      p.api_key && !*p.api_key ? "API" : "admin",
+                      p.api_key && !*p.api_key ? "an open API" : "no model administration");
+        return NULL;
+    }
+    if (p.api_key && p.admin_key && strcmp(p.api_key, p.admin_key) == 0) {
+        choir_err_set(err, CHOIR_EINVAL, "server: the admin key must differ from the API key");
         return NULL;
     }
     choir_server *s = choir_calloc(CHOIR_MEM_OTHER, 1, sizeof *s);
@@ -93,8 +107,11 @@ choir_server *choir_server_create(choir_engine *engine, const choir_server_param
     strcpy(s->host, p.host);
     if (p.api_key)
         strcpy(s->api_key, p.api_key);
+    if (p.admin_key)
+        strcpy(s->admin_key, p.admin_key);
     s->p.host = s->host;
     s->p.api_key = s->api_key[0] ? s->api_key : NULL;
+    s->p.admin_key = s->admin_key[0] ? s->admin_key : NULL;
     if (p.cors)
         strcpy(s->cors, p.cors);
     s->p.cors = s->cors[0] ? s->cors : NULL;
@@ -148,10 +165,7 @@ int choir_server_add_model(choir_server *s, const char *id, const char *dir, cho
     if (!valid_id(id))
         return choir_err_set(err, CHOIR_EINVAL, "model id \"%s\" is empty, too long or holds '/', quotes or spaces",
                              id);
-    /* The fake model is a candidate too, so tests and benchmarks can serve
-     * it; its probe only claims directories marked "choir-fake". */
-    const choir_model_ops *extra[1] = {&choir_model_fake};
-    const choir_model_ops *ops = choir_model_detect(dir, extra, 1, err);
+    const choir_model_ops *ops = choir_model_detect(dir, NULL, 0, err);
     if (!ops)
         return err ? err->code : CHOIR_ENOTFOUND;
     pthread_mutex_lock(&s->lock);
@@ -209,9 +223,57 @@ static int has_config(const char *dir)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* Remembers a --models folder (resolved) for POST /v1/models. */
+static int add_root(choir_server *s, const char *dir, int is_model, choir_err *err)
+{
+    char real[PATH_MAX];
+    if (!realpath(dir, real) || strlen(real) >= SRV_PATH_MAX)
+        return choir_err_set(err, CHOIR_ENOTFOUND, "%s: cannot resolve the models directory", dir);
+    pthread_mutex_lock(&s->lock);
+    struct srv_root *grown = choir_realloc(s->roots, (size_t)(s->n_roots + 1) * sizeof *grown);
+    if (grown) {
+        s->roots = grown;
+        snprintf(grown[s->n_roots].path, sizeof grown->path, "%s", real);
+        grown[s->n_roots++].is_model = is_model;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return grown ? 0 : choir_err_set(err, CHOIR_ENOMEM, "out of memory");
+}
+
+int srv_admin_path(choir_server *s, const char *given, char *out, size_t cap)
+{
+    int ok = 0;
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < s->n_roots && !ok; i++) {
+        const struct srv_root *r = &s->roots[i];
+        char joined[2 * SRV_PATH_MAX], real[PATH_MAX];
+        /* an absolute path as it is, a relative one inside this folder */
+        if (given[0] == '/')
+            snprintf(joined, sizeof joined, "%s", given);
+        else
+            snprintf(joined, sizeof joined, "%s/%s", r->path, given);
+        if (!realpath(joined, real))
+            continue;
+        size_t n = strlen(r->path);
+        if (r->is_model)
+            ok = strcmp(real, r->path) == 0;
+        else
+            ok = strncmp(real, r->path, n) == 0 && real[n] == '/' && real[n + 1] != 0;
+        if (ok && strlen(real) < cap)
+            snprintf(out, cap, "%s", real);
+        else
+            ok = 0;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return ok ? 0 : -1;
+}
+
 int choir_server_add_models_dir(choir_server *s, const char *dir, choir_err *err)
 {
-    if (has_config(dir)) {
+    int model = has_config(dir);
+    if (add_root(s, dir, model, err) < 0)
+        return err ? err->code : CHOIR_ENOTFOUND;
+    if (model) {
         int rc = choir_server_add_model(s, NULL, dir, err);
         return rc < 0 ? rc : 1;
     }
@@ -269,14 +331,34 @@ static int key_matches(const char *given, const char *want)
     return diff == 0;
 }
 
+/* 1 when the request carries `Authorization: Bearer KEY` with `key` (the
+ * scheme is case-insensitive, RFC 9110 11.1). */
+static int carries_key(struct MHD_Connection *c, const char *key)
+{
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncasecmp(h, "Bearer", 6) != 0 || (h[6] != ' ' && h[6] != '\t'))
+        return 0;
+    h += 6;
+    while (*h == ' ' || *h == '\t')
+        h++;
+    return key_matches(h, key);
+}
+
 static int authorized(choir_server *s, struct MHD_Connection *c)
 {
-    if (!s->p.api_key)
-        return 1;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncmp(h, "Bearer ", 7) != 0)
+    return !s->p.api_key || carries_key(c, s->p.api_key);
+}
+
+/* A media type is `type`, whatever its case and parameters ("application/json; charset=utf-8"). */
+static int content_type_is(struct MHD_Connection *c, const char *type)
+{
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    size_t n = strlen(type);
+    if (!ct)
         return 0;
-    return key_matches(h + 7, s->p.api_key);
+    while (*ct == ' ')
+        ct++;
+    return strncasecmp(ct, type, n) == 0 && (ct[n] == 0 || ct[n] == ';' || ct[n] == ' ');
 }
 
 static enum MHD_Result handle_health(choir_server *s, struct MHD_Connection *c)
@@ -371,12 +453,28 @@ static enum MHD_Result route(choir_server *s, struct MHD_Connection *c, const ch
     }
     if (strcmp(url, "/health") == 0)
         return get ? handle_health(s, c) : srv_reply_error(s, c, 405, NULL, NULL, "use GET /health");
+    /* Model administration changes what the server runs: its own key, and a
+     * JSON body, which a web page cannot send to another origin without the
+     * browser asking first (a text/plain form post can). */
+    int models_url = strcmp(url, "/v1/models") == 0 || strncmp(url, "/v1/models/", 11) == 0;
+    if (models_url && (post || strcmp(method, "DELETE") == 0)) {
+        if (post && !content_type_is(c, "application/json"))
+            return srv_reply_error(s, c, 415, NULL, "unsupported_media_type",
+                                   "POST /v1/models takes Content-Type: application/json");
+        if (!s->p.admin_key)
+            return srv_reply_error(s, c, 403, NULL, "admin_disabled",
+                                   "model administration is off (choir serve --admin-key KEY enables it)");
+        if (!carries_key(c, s->p.admin_key))
+            return srv_reply_error(s, c, 401, NULL, "invalid_admin_key",
+                                   "model administration needs the admin key (\"Authorization: Bearer KEY\")");
+        return srv_handle_models(s, c, method, url, conn);
+    }
     if (!authorized(s, c))
         return srv_reply_error(s, c, 401, NULL, "invalid_api_key",
                                "missing or wrong API key (send \"Authorization: Bearer KEY\")");
     if (strcmp(url, "/metrics") == 0)
         return get ? handle_metrics(s, c) : srv_reply_error(s, c, 405, NULL, NULL, "use GET /metrics");
-    if (strcmp(url, "/v1/models") == 0 || strncmp(url, "/v1/models/", 11) == 0)
+    if (models_url)
         return srv_handle_models(s, c, method, url, conn);
     if (strcmp(url, "/v1/audio/voices") == 0)
         return get ? srv_handle_voices(s, c) : srv_reply_error(s, c, 405, NULL, NULL, "use GET /v1/audio/voices");
@@ -505,6 +603,30 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     *con_cls = NULL;
 }
 
+/* Why the daemon could not listen: libmicrohttpd does not say, so the bind
+ * is tried again here for its errno (most often: the port is taken). */
+static const char *bind_problem(const struct sockaddr_in *addr)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return strerror(errno);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    int rc = bind(fd, (const struct sockaddr *)addr, sizeof *addr);
+    int e = errno;
+    close(fd);
+    if (rc == 0)
+        return "the server library failed to start (threads or descriptors?)";
+    if (e == EADDRINUSE)
+        return "the address is already in use (another server on that port? pick another with --port, or 0 for "
+               "any free one)";
+    if (e == EACCES)
+        return "permission denied (ports below 1024 need privileges)";
+    if (e == EADDRNOTAVAIL)
+        return "no such address on this machine (see --host)";
+    return strerror(e);
+}
+
 int choir_server_start(choir_server *s, choir_err *err)
 {
     if (s->daemon)
@@ -530,7 +652,8 @@ int choir_server_start(choir_server *s, choir_err *err)
                                  MHD_OPTION_END);
     if (!s->daemon) {
         srv_watch_stop(s);
-        return choir_err_set(err, CHOIR_EIO, "cannot listen on %s:%d", s->host, s->p.port);
+        return choir_err_set(err, CHOIR_EIO, "cannot listen on %s:%d: %s", s->host, s->p.port,
+                             bind_problem(&addr));
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = info ? info->port : s->p.port;
@@ -677,6 +800,7 @@ void choir_server_free(choir_server *s)
     pthread_mutex_destroy(&s->peers_mu);
     pthread_cond_destroy(&s->watch_cv);
     choir_free(s->models);
+    choir_free(s->roots);
     choir_free(s->model_aliases);
     choir_free(s->voice_aliases);
     choir_free(s);

@@ -61,6 +61,14 @@ struct choir_server {
     choir_server_params p;
     char host[64];
     char api_key[256];
+    char admin_key[256];
+    /* the --models folders, resolved (realpath): POST /v1/models registers
+     * only directories inside them (a root that is itself a model: only it) */
+    struct srv_root {
+        char path[SRV_PATH_MAX];
+        int is_model;
+    } *roots;
+    int n_roots;
     char cors[1024]; /* allowed origins, comma-separated, or "" */
     struct MHD_Daemon *daemon;
     int port;
@@ -123,6 +131,10 @@ int srv_peer_count(choir_server *s);
 
 /* Looks a model up by id (not removed); copies it to *out. 0 or CHOIR_ENOTFOUND. */
 int srv_model_find(choir_server *s, const char *id, srv_model *out);
+/* Resolves a directory a POST /v1/models names (absolute, or relative to a
+ * --models folder) and checks that it lies inside a --models folder (or is
+ * a --models model directory). 0 and the resolved path in out, or -1. */
+int srv_admin_path(choir_server *s, const char *given, char *out, size_t cap);
 /* Resolves a model name from a request (names.c): a registered id, an alias
  * (--alias), or one of OpenAI's names (tts-1, whisper-1, ...) standing for the
  * first model doing its task. Copies the model to *out; 0 or CHOIR_ENOTFOUND. */
@@ -172,6 +184,12 @@ enum MHD_Result srv_reply_error(choir_server *s, struct MHD_Connection *c, unsig
 /* Maps an engine failure (code, reason, message) to the right status. */
 enum MHD_Result srv_reply_engine_error(choir_server *s, struct MHD_Connection *c, int code,
                                        choir_reject_reason reason, const char *msg);
+/* Rewrites an error message in place (NUL-terminated, `cap` bytes) for a
+ * client: a registered model's directory becomes the model's id
+ * ("kokoro/voices/x.bin"), any other absolute or ./-relative path "[path]".
+ * Every engine or model message passes here before it leaves the server;
+ * an altered one is logged whole. */
+void srv_scrub_paths(choir_server *s, char *msg, size_t cap);
 /* The HTTP status an engine failure maps to. */
 unsigned srv_engine_status(int code, choir_reject_reason reason);
 void srv_count_status(choir_server *s, unsigned status);
@@ -268,6 +286,13 @@ enum MHD_Result srv_handle_separation(choir_server *s, struct MHD_Connection *c,
 /* Formats a transcript as "text", "srt", "vtt", "json" or "verbose_json"
  * into a choir_alloc'd string (NULL on out of memory). */
 char *srv_format_transcript(const srv_job *j, const char *format, int translate, double duration_s);
+
+/* 1 when `spec` is a voice name or a mix of names ("a", "a(2)+b", "a,b"):
+ * names of letters, digits, '_', '-', '.' (not first), weights of digits
+ * and '.', at most SRV_VOICE_SPEC_MAX bytes in all. Nothing that can name a
+ * path passes. */
+#define SRV_VOICE_SPEC_MAX (SRV_MODEL_ID_MAX - 1)
+int srv_voice_spec_ok(const char *spec);
 
 /* Length of a UTF-8 string in code points. */
 int srv_utf8_chars(const char *s);

@@ -1,6 +1,8 @@
 /* POST /v1/audio/speech (text to speech) and POST /v1/audio/enhancements
  * (speech to speech): validate the request, hand it to the engine, answer with
  * the encoded audio whole, as a chunked byte stream, or as SSE events. */
+#include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +20,37 @@ static char *dup_str(const char *s)
     if (d)
         memcpy(d, s, n + 1);
     return d;
+}
+
+int srv_voice_spec_ok(const char *spec)
+{
+    /* terms split by '+' or ',', each NAME or NAME(WEIGHT) */
+    const char *p = spec;
+    if (!*p || strlen(p) > SRV_VOICE_SPEC_MAX)
+        return 0;
+    for (;;) {
+        size_t name = 0;
+        if (*p == '.')
+            return 0;
+        while (isalnum((unsigned char)p[name]) || p[name] == '_' || p[name] == '-' || p[name] == '.')
+            name++;
+        if (name == 0)
+            return 0;
+        p += name;
+        if (*p == '(') {
+            size_t w = 1;
+            while (isdigit((unsigned char)p[w]) || p[w] == '.')
+                w++;
+            if (w == 1 || p[w] != ')')
+                return 0;
+            p += w + 1;
+        }
+        if (*p == 0)
+            return 1;
+        if ((*p != '+' && *p != ',') || p[1] == 0)
+            return 0;
+        p++;
+    }
 }
 
 /* Checks that `id` names a model (or an alias of one) serving `task`,
@@ -67,8 +100,8 @@ enum MHD_Result srv_handle_speech(choir_server *s, struct MHD_Connection *c, srv
                               "\"input\" has %d characters; the limit is %d", chars, s->p.max_input_chars);
         goto done;
     }
-    if (voice && !cJSON_IsNull(voice) && (!cJSON_IsString(voice) || strlen(voice->valuestring) > 64)) {
-        ret = srv_reply_error(s, c, 400, "voice", NULL, "\"voice\" must be a voice name");
+    if (voice && !cJSON_IsNull(voice) && !cJSON_IsString(voice)) {
+        ret = srv_reply_error(s, c, 400, "voice", "invalid_voice", "\"voice\" must be a voice name (a string)");
         goto done;
     }
     double spd = 1.0;
@@ -82,9 +115,10 @@ enum MHD_Result srv_handle_speech(choir_server *s, struct MHD_Connection *c, srv
     choir_audio_format fmt = CHOIR_FORMAT_MP3;
     if (format && !cJSON_IsNull(format)) {
         const char *f = cJSON_IsString(format) ? format->valuestring : "";
-        if (strcmp(f, "wav") && strcmp(f, "pcm") && strcmp(f, "flac") && strcmp(f, "mp3") && strcmp(f, "opus")) {
+        if (strcmp(f, "wav") && strcmp(f, "pcm") && strcmp(f, "flac") && strcmp(f, "mp3") && strcmp(f, "opus") &&
+            strcmp(f, "aac")) {
             ret = srv_reply_error(s, c, 400, "response_format", NULL,
-                                  "\"response_format\" must be wav, pcm, flac, mp3 or opus");
+                                  "\"response_format\" must be wav, pcm, flac, mp3, opus or aac");
             goto done;
         }
         choir_audio_format_parse(f, &fmt, NULL);
@@ -129,8 +163,14 @@ enum MHD_Result srv_handle_speech(choir_server *s, struct MHD_Connection *c, srv
         }
         int found = srv_voice_resolve(s, &v, voice->valuestring, voice_name, sizeof voice_name, msg, sizeof msg);
         srv_voices_free(&v);
-        if (found < 0) {
-            ret = srv_reply_error(s, c, 400, "voice", "voice_not_found", "%s", msg);
+        /* Only voice names, or mixes of them, reach a model, never a path,
+         * even for a model without a voices/ folder (the model looks names
+         * up in its own folder and reads nothing else). */
+        if (found < 0 || !srv_voice_spec_ok(voice->valuestring) || !srv_voice_spec_ok(voice_name)) {
+            if (found == 0)
+                snprintf(msg, sizeof msg, "\"voice\" must be one of the model's voice names, or a mix of them "
+                                          "(\"af_heart\", \"af_heart(2)+am_adam(1)\")");
+            ret = srv_reply_error(s, c, 400, "voice", found < 0 ? "voice_not_found" : "invalid_voice", "%s", msg);
             goto done;
         }
     }
@@ -212,7 +252,7 @@ enum MHD_Result srv_handle_enhancement(choir_server *s, struct MHD_Connection *c
         (format && choir_audio_format_parse(format->data, &fmt, NULL) < 0)) {
         ret = srv_reply_error(s, c, 400, NULL, NULL,
                               "chunk_seconds/overlap_seconds must be numbers with overlap < chunk; "
-                              "response_format one of wav, pcm, flac, mp3, opus");
+                              "response_format one of wav, pcm, flac, mp3, opus, aac");
         goto done;
     }
     srv_model sm;

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the standalone CUDA project and runs its checks and the roofline
+# Builds the standalone CUDA project and runs its checks (kernels, backend
+# operations, Whisper) and the roofline
 # bench, for a GPU machine without choir's Debian libraries. Run from the
 # repository root:   bash tests/cuda/run_gpu.sh [BUILD_DIR]   (default /tmp/b)
 # Every step runs even when an earlier one fails; a summary follows, and the
@@ -33,6 +34,7 @@ command -v ninja >/dev/null && GEN=(-G Ninja)
 step configure cmake -S tests/cuda -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release
 step build cmake --build "$BUILD" -j"$JOBS"
 step kernels "$BUILD/cuda/choir_cuda_check"
+step backend "$BUILD/cuda/choir_backend_gpu_check"
 step whisper "$BUILD/cuda/choir_whisper_gpu_check"
 step roofline "$BUILD/cuda/bench_cuda_roofline" --quick
 

@@ -148,8 +148,8 @@ static void run_one(const kokoro_weights *w, choir_request *req) {
         choir_request_fail(req, CHOIR_EINVAL, "kokoro: no text");
         return;
     }
-    choir_kokoro_voice *voice = choir_kokoro_voice_load(in->voice ? in->voice : KOKORO_DEFAULT_VOICE,
-                                                        w->voices_dir, &err);
+    choir_kokoro_voice *voice = choir_kokoro_voice_load_named(in->voice ? in->voice : KOKORO_DEFAULT_VOICE,
+                                                              w->voices_dir, &err);
     choir_phonemizer *ph = voice ? choir_phonemizer_create(lang, &err) : NULL;
     if (voice && ph) {
         choir_kokoro_speak_params sp = choir_kokoro_default_speak_params();
@@ -195,8 +195,8 @@ static int gpu_req_plan(const kokoro_weights *w, gpu_req *g) {
                                   "kokoro: language %s is not supported (en-us, en-gb)", in->language);
     if (!in->text) return choir_request_fail(g->req, CHOIR_EINVAL, "kokoro: no text");
     const int stride = CHOIR_KOKORO_MAX_PHONEMES + 2;
-    if (!(g->voice = choir_kokoro_voice_load(in->voice ? in->voice : KOKORO_DEFAULT_VOICE,
-                                             w->voices_dir, &err)) ||
+    if (!(g->voice = choir_kokoro_voice_load_named(in->voice ? in->voice : KOKORO_DEFAULT_VOICE,
+                                                   w->voices_dir, &err)) ||
         !(ph = choir_phonemizer_create(lang, &err)) ||
         choir_phonemize_clauses(ph, in->text, &clauses, &err) != 0 ||
         choir_split_pieces(&clauses, CHOIR_KOKORO_MAX_PHONEMES, g->req->stream != 0, &pieces,

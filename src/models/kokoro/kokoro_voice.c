@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "choir/alloc.h"
+#include "choir/log.h"
 #include "choir/pth.h"
 #include "choir/safetensors.h"
 #include "choir/tensor.h"
@@ -91,8 +92,32 @@ static int resolve(const char *name, const char *dir, char *out, size_t cap, cho
                          dir ? " in " : "", dir ? dir : "");
 }
 
-choir_kokoro_voice *choir_kokoro_voice_load(const char *spec, const char *voices_dir,
-                                            choir_err *err) {
+/* A voice name is letters, digits, '_', '-' and '.', not starting with '.':
+ * it cannot leave the folder it is looked up in. */
+static bool is_voice_name(const char *name) {
+    if (!*name || *name == '.') return false;
+    for (const char *p = name; *p; p++)
+        if (!isalnum((unsigned char)*p) && *p != '_' && *p != '-' && *p != '.') return false;
+    return true;
+}
+
+/* A voice name -> dir/NAME.{bin,pt,safetensors}, the only files a named
+ * lookup reads. Messages name the voice, never a path. */
+static int resolve_named(const char *name, const char *dir, char *out, size_t cap, choir_err *err) {
+    if (!is_voice_name(name))
+        return choir_err_set(err, CHOIR_EINVAL,
+                             "kokoro: a voice is one of this model's voice names (letters, digits, '_', "
+                             "'-', '.'), not a path");
+    static const char *const ext[] = {".bin", ".pt", ".safetensors"};
+    for (size_t i = 0; dir && i < sizeof ext / sizeof ext[0]; i++) {
+        int w = snprintf(out, cap, "%s/%s%s", dir, name, ext[i]);
+        if (w > 0 && (size_t)w < cap && is_file(out)) return 0;
+    }
+    return choir_err_set(err, CHOIR_ENOTFOUND, "kokoro: voice \"%s\" is not one of this model's voices", name);
+}
+
+static choir_kokoro_voice *load_spec(const char *spec, const char *voices_dir, bool named,
+                                     choir_err *err) {
     choir_kokoro_voice *v = NULL;
     float *part = NULL;
     if (!spec || !*spec) {
@@ -121,7 +146,7 @@ choir_kokoro_voice *choir_kokoro_voice_load(const char *spec, const char *voices
         term[len] = 0;
         double weight = 1.0;
         char *paren = strrchr(term, '(');
-        if (paren && term[len - 1] == ')' && !is_file(term)) {
+        if (paren && term[len - 1] == ')' && (named || !is_file(term))) {
             char *stop;
             weight = strtod(paren + 1, &stop);
             if (stop != term + len - 1 || !(weight > 0)) {
@@ -130,8 +155,19 @@ choir_kokoro_voice *choir_kokoro_voice_load(const char *spec, const char *voices
             }
             *paren = 0;
         }
-        if (resolve(term, voices_dir, path, sizeof path, err) != 0) goto fail;
-        if (read_pack(path, part, err) != 0) goto fail;
+        if (named) {
+            if (resolve_named(term, voices_dir, path, sizeof path, err) != 0) goto fail;
+            choir_err why = {0};
+            if (read_pack(path, part, &why) != 0) {
+                /* the reason names the file: it goes to the log, not to the caller */
+                choir_log(CHOIR_LOG_WARN, "kokoro: voice %s: %s", term, why.msg);
+                choir_err_set(err, why.code, "kokoro: voice \"%s\" cannot be read", term);
+                goto fail;
+            }
+        } else {
+            if (resolve(term, voices_dir, path, sizeof path, err) != 0) goto fail;
+            if (read_pack(path, part, err) != 0) goto fail;
+        }
         float *acc = &v->rows[0][0];
         for (int i = 0; i < PACK_FLOATS; i++) acc[i] += (float)weight * part[i];
         total += weight;
@@ -151,6 +187,20 @@ fail:
     choir_free(part);
     choir_free(v);
     return NULL;
+}
+
+choir_kokoro_voice *choir_kokoro_voice_load(const char *spec, const char *voices_dir,
+                                            choir_err *err) {
+    return load_spec(spec, voices_dir, false, err);
+}
+
+choir_kokoro_voice *choir_kokoro_voice_load_named(const char *spec, const char *voices_dir,
+                                                  choir_err *err) {
+    if (!voices_dir) {
+        choir_err_set(err, CHOIR_EINVAL, "kokoro: named voices need a voices folder");
+        return NULL;
+    }
+    return load_spec(spec, voices_dir, true, err);
 }
 
 void choir_kokoro_voice_free(choir_kokoro_voice *v) { choir_free(v); }

@@ -35,44 +35,65 @@ void choir_vibevoice_normalize(const float *x, int64_t n, int hop, float *out) {
     for (int64_t i = n; i < padded; i++) out[i] = 0.0f;
 }
 
-/* One causal convolution over src [T][cin] with its cache: builds the input
- * with context in s->e_in, moves the cache forward, writes out [T/stride][cout]. */
-static void conv_pass(choir_vibevoice_state *s, const vv_conv *c, const float *src, int64_t T, float **cache,
-                      float *out) {
+/* A causal convolution over in [(kernel - stride) + T (+ slack)][cin] (its
+ * left context first): T / stride output rows. A strided one is the sum of
+ * its tap blocks' products over contiguous views of the input. */
+static void conv_causal(choir_stream *st, const vv_conv *c, const float *in, int64_t t_out, float *out, float *tmp) {
+    if (t_out <= 0) return;
+    if (c->taps1) {
+        choir_op_conv_stem_rows(st, in, t_out, c->taps1, c->bias, c->cout, c->kernel, out);
+        return;
+    }
+    int64_t row = (int64_t)c->stride * c->cin;
+    choir_op_linear(st, in, t_out, &c->blk[0], c->bias, out);
+    for (int g = 1; g < c->n_blocks; g++) {
+        choir_op_linear(st, in + (int64_t)g * row, t_out, &c->blk[g], NULL, tmp);
+        choir_op_add(st, out, tmp, out, t_out * c->cout);
+    }
+}
+
+/* One causal convolution over src [T][cin] (host memory when src_host: the
+ * pass's samples) with its cache: builds the input with context in s->e_in,
+ * moves the cache forward, writes out [T/stride][cout]. */
+static void conv_pass(choir_vibevoice_state *s, const vv_conv *c, const float *src, int src_host, int64_t T,
+                      float **cache, float *out) {
+    choir_stream *st = s->stream;
     int64_t cin = c->cin, pad = c->kernel - c->stride;
     float *in = s->e_in;
-    memcpy(in, *cache, (size_t)(pad * cin) * sizeof *in);
-    memcpy(in + pad * cin, src, (size_t)(T * cin) * sizeof *in);
+    choir_op_copy(st, in, *cache, (size_t)(pad * cin) * sizeof *in);
+    if (src_host) choir_op_upload(st, in + pad * cin, src, (size_t)(T * cin) * sizeof *in);
+    else choir_op_copy(st, in + pad * cin, src, (size_t)(T * cin) * sizeof *in);
     /* The last tap block may reach past the kernel; its weights are zero
      * there, but the rows must not hold stale NaNs. */
     int64_t slack = c->taps1 ? 0 : (int64_t)c->n_blocks * c->stride - c->kernel;
-    if (slack > 0) memset(in + (pad + T) * cin, 0, (size_t)(slack * cin) * sizeof *in);
-    memcpy(*cache, in + T * cin, (size_t)(pad * cin) * sizeof *in);
+    if (slack > 0) choir_op_zero(st, in + (pad + T) * cin, (size_t)(slack * cin) * sizeof *in);
+    choir_op_copy(st, *cache, in + T * cin, (size_t)(pad * cin) * sizeof *in);
     *cache += pad * cin;
-    vv_conv_causal(c, in, T / c->stride, out, s->e_tmp);
+    conv_causal(st, c, in, T / c->stride, out, s->e_tmp);
 }
 
 static void block_pass(choir_vibevoice_state *s, const vv_block *b, int64_t T, int64_t C, int km, float eps,
                        int ffn_mult, float **cache) {
+    choir_stream *st = s->stream;
     float *x = s->e_x, *nb = s->e_norm;
     int64_t ctx = km - 1;
     /* x += gamma * mixer(norm(x)), the mixer seeing `ctx` normed rows of context. */
-    memcpy(nb, *cache, (size_t)(ctx * C) * sizeof *nb);
-    vv_rmsnorm(x, nb + ctx * C, T, C, b->norm, eps);
-    memcpy(*cache, nb + T * C, (size_t)(ctx * C) * sizeof *nb);
+    choir_op_copy(st, nb, *cache, (size_t)(ctx * C) * sizeof *nb);
+    choir_op_rms_norm(st, x, nb + ctx * C, T, C, b->norm, eps);
+    choir_op_copy(st, *cache, nb + T * C, (size_t)(ctx * C) * sizeof *nb);
     *cache += ctx * C;
-    vv_dwconv_causal(nb + (int64_t)(km - b->dw_kernel) * C, T, C, b->dw_kernel, b->dw, b->dw_bias, s->e_tmp);
-    vv_add_scaled(x, s->e_tmp, b->gamma, T, C);
+    choir_op_dwconv_rows(st, nb + (int64_t)(km - b->dw_kernel) * C, T, C, b->dw_kernel, b->dw, b->dw_bias, s->e_tmp);
+    choir_op_add_scaled_rows(st, x, s->e_tmp, b->gamma, T, C);
     /* x += ffn_gamma * linear2(gelu(linear1(ffn_norm(x)))), a tile of rows at a time. */
     int64_t F = C * ffn_mult, tile = vv_ffn_tile(C, ffn_mult);
     float *tn = s->e_tile, *th = tn + (tile < T ? tile : T) * C, *to = th + (tile < T ? tile : T) * F;
     for (int64_t r0 = 0; r0 < T; r0 += tile) {
         int64_t rows = T - r0 < tile ? T - r0 : tile;
-        vv_rmsnorm(x + r0 * C, tn, rows, C, b->ffn_norm, eps);
-        vv_linear(tn, rows, &b->fc1, b->fc1_bias, th);
-        vv_gelu(th, rows * F);
-        vv_linear(th, rows, &b->fc2, b->fc2_bias, to);
-        vv_add_scaled(x + r0 * C, to, b->ffn_gamma, rows, C);
+        choir_op_rms_norm(st, x + r0 * C, tn, rows, C, b->ffn_norm, eps);
+        choir_op_linear(st, tn, rows, &b->fc1, b->fc1_bias, th);
+        choir_op_act(st, CHOIR_ACT_GELU_ERF, th, rows * F, 0.0f);
+        choir_op_linear(st, th, rows, &b->fc2, b->fc2_bias, to);
+        choir_op_add_scaled_rows(st, x + r0 * C, to, b->ffn_gamma, rows, C);
     }
 }
 
@@ -85,13 +106,15 @@ static void encoder_pass(choir_vibevoice_state *s, const vv_encoder *e, const vv
     const float *src = x;
     int64_t T = P;
     for (int st = 0; st < d->n_stages; st++) {
-        conv_pass(s, &e->down[st], src, T, &cache, s->e_x);
+        /* e_x is both the stage's input and its output: conv_pass has copied
+         * the input into e_in before the convolution writes e_x. */
+        conv_pass(s, &e->down[st], src, st == 0, T, &cache, s->e_x);
         T /= e->down[st].stride;
         for (int b = 0; b < d->depths[st]; b++)
             block_pass(s, &e->blocks[st][b], T, e->channels[st], k->mixer, d->eps, d->ffn_mult, &cache);
         src = s->e_x;
     }
-    conv_pass(s, &e->head, src, T, &cache, lat);
+    conv_pass(s, &e->head, src, d->n_stages == 0, T, &cache, lat);
 }
 
 int choir_vibevoice_encode(const choir_vibevoice *m, choir_vibevoice_state *s, const float *x, int64_t n,
@@ -110,7 +133,7 @@ int choir_vibevoice_encode(const choir_vibevoice *m, choir_vibevoice_state *s, c
     for (int e = 0; e < 2; e++) {
         const vv_encoder *en = &m->enc[e];
         int vae = en->d.vae_dim;
-        memset(s->e_cache, 0, (size_t)s->sizes.cache * sizeof(float));
+        choir_op_zero(s->stream, s->e_cache, (size_t)s->sizes.cache * sizeof(float));
         for (int64_t c0 = 0; c0 < n; c0 += chunk) {
             int64_t c1 = c0 + chunk < n ? c0 + chunk : n;
             for (int64_t p0 = c0; p0 < c1; p0 += s->piece) {
@@ -119,34 +142,34 @@ int choir_vibevoice_encode(const choir_vibevoice *m, choir_vibevoice_state *s, c
             }
         }
         float *dst = e ? semantic : acoustic;
-        if (dst) memcpy(dst, s->lat[e], (size_t)(frames * vae) * sizeof *dst);
+        if (dst) choir_op_download(s->stream, dst, s->lat[e], (size_t)(frames * vae) * sizeof *dst);
     }
     s->n_frames = frames;
     s->audio_used = 0;
-    return 0;
+    return vv_status(s, err);
 }
 
 /* out[n][H] = acoustic connector + semantic connector of latent frames
  * f0 .. f0 + n - 1 (n at most the prefill chunk); uses s->tmp and s->cb. */
 void vv_connect_rows(const choir_vibevoice *m, choir_vibevoice_state *s, int64_t f0, int64_t n, float *out) {
     int64_t H = m->dims.lm.hidden;
+    choir_stream *st = s->stream;
     for (int e = 0; e < 2; e++) {
         const vv_connector *c = &m->conn[e];
         int vae = m->enc[e].d.vae_dim;
-        vv_linear(s->lat[e] + f0 * vae, n, &c->fc1, c->fc1_bias, s->tmp);
-        vv_rmsnorm(s->tmp, s->tmp, n, H, c->norm, m->dims.connector_eps);
-        vv_linear(s->tmp, n, &c->fc2, c->fc2_bias, e ? s->cb : out);
+        choir_op_linear(st, s->lat[e] + f0 * vae, n, &c->fc1, c->fc1_bias, s->tmp);
+        choir_op_rms_norm(st, s->tmp, s->tmp, n, H, c->norm, m->dims.connector_eps);
+        choir_op_linear(st, s->tmp, n, &c->fc2, c->fc2_bias, e ? s->cb : out);
     }
-    vv_add_scaled(out, s->cb, NULL, n, H);
+    choir_op_add(st, out, s->cb, out, n * H);
 }
 
 int choir_vibevoice_audio_embeds(const choir_vibevoice *m, choir_vibevoice_state *s, float *out, choir_err *err) {
-    (void)err;
     int64_t H = m->dims.lm.hidden;
     for (int64_t f0 = 0; f0 < s->n_frames; f0 += s->prefill_chunk) {
         int64_t n = s->n_frames - f0 < s->prefill_chunk ? s->n_frames - f0 : s->prefill_chunk;
         vv_connect_rows(m, s, f0, n, s->ca);
-        memcpy(out + f0 * H, s->ca, (size_t)(n * H) * sizeof *out);
+        choir_op_download(s->stream, out + f0 * H, s->ca, (size_t)(n * H) * sizeof *out);
     }
-    return 0;
+    return vv_status(s, err);
 }

@@ -3,13 +3,20 @@
  * Activations are time-major: a sequence of T frames with C channels is
  * [T][C], so the encoders' FFNs and norms are row operations and a causal
  * convolution of stride s reads, for output t, the s * cin floats of input
- * rows t*s .. t*s + s - 1 as one contiguous row (see vv_conv). */
+ * rows t*s .. t*s + s - 1 as one contiguous row (see vv_conv).
+ *
+ * The forward passes are written once, in the backend operations
+ * (choir/backend.h, choir/backend_vibevoice.h) on the state's stream; every
+ * weight pointer below is memory of the model's backend (on the CPU the
+ * mapped or converted host tensor itself). */
 #ifndef CHOIR_VV_INTERNAL_H
 #define CHOIR_VV_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "choir/backend.h"
+#include "choir/backend_vibevoice.h"
 #include "choir/tensor.h"
 #include "choir/vibevoice.h"
 
@@ -59,52 +66,23 @@ typedef struct vv_layer {
 
 struct choir_vibevoice {
     choir_vibevoice_dims dims;
+    choir_backend *be;              /* where the weights live and the passes run */
+    int owns_be;                    /* be was made by the model (the CPU) */
+    choir_backend_weights *ws;      /* the weights' backend copies (none on the CPU) */
     choir_vibevoice_layout layout;
-    choir_st *st;                   /* NULL for from_tensors */
+    void (*release)(void *);        /* frees what the tensors live in (the mapped checkpoint), or NULL */
+    void *release_ctx;
     vv_encoder enc[2];              /* acoustic, semantic */
     vv_connector conn[2];
     choir_weight embed;             /* [vocab, H] */
     vv_layer *layers;
     const float *final_norm;        /* [H] */
     choir_weight lm_head;           /* [vocab, H] (the embedding when tied) */
-    float *inv_freq;                /* [head_dim / 2] RoPE frequencies, as HF computes them */
     int lm_bits;
     void **owned;                   /* converted copies, freed with the model */
     int n_owned, cap_owned;
     size_t bytes;
 };
-
-/* --- the operations the forward passes are written in (vv_ops.c) ---------
- * One call per operation, every buffer given by the caller (from the state's
- * planned block): nothing here allocates. They mirror the backend operation
- * set the GPU version will use. */
-
-/* y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w (w NULL: 1), r < rows. y may be x. */
-void vv_rmsnorm(const float *x, float *y, int64_t rows, int64_t dim, const float *w, float eps);
-/* y = x W^T + b (choir_linear). */
-void vv_linear(const float *x, int64_t rows, const choir_weight *w, const float *b, float *y);
-/* out[T_out][cout] = causal conv of in [(kernel - stride) + T_out * stride (+ slack)][cin];
- * tmp [T_out][cout] scratch when n_blocks > 1. */
-void vv_conv_causal(const vv_conv *c, const float *in, int64_t t_out, float *out, float *tmp);
-/* out[T][C] = bias + sum_j w[j] * in[t + j] over in [(k - 1) + T][C]. */
-void vv_dwconv_causal(const float *in, int64_t T, int64_t C, int k, const float *w, const float *b,
-                      float *out);
-/* x[r][c] += g[c] * y[r][c] (g NULL: 1). */
-void vv_add_scaled(float *x, const float *y, const float *g, int64_t rows, int64_t C);
-void vv_gelu(float *x, int64_t n);                                   /* exact erf GELU */
-/* gate = silu(gate) * up, elementwise over n. */
-void vv_swiglu(float *gate, const float *up, int64_t n);
-/* Rotates x[T][n_heads * D] in place for positions pos0 .. pos0 + T - 1
- * (HF's rotate-half layout). */
-void vv_rope(float *x, int64_t T, int n_heads, int D, int64_t pos0, const float *inv_freq);
-/* Causal GQA attention of T queries at positions pos0 .. pos0 + T - 1 over
- * the cache rows 0 .. pos0 + T - 1: q [T][nh D], kc / vc [ctx][nkv D], out
- * [T][nh D]. Flash-style: key blocks with an online softmax, never more
- * than a block of scores at a time. */
-void vv_attention(const float *q, int64_t T, const float *kc, const float *vc, int64_t pos0,
-                  int n_heads, int n_kv, int D, float *out);
-/* out[i] = row ids[i] of E (dequantized). */
-void vv_embed(const choir_weight *E, const int32_t *ids, int n, float *out);
 
 /* --- model internals ------------------------------------------------------ */
 
@@ -114,6 +92,25 @@ void vv_embed(const choir_weight *E, const int32_t *ids, int n, float *out);
 /* FFN rows per tile in the encoder blocks, capped so that a tile's hidden
  * activations stay near 4 M floats. */
 int64_t vv_ffn_tile(int64_t C, int ffn_mult);
+
+/* The published encoders' strides (in the order applied) and depths. */
+extern const int VV_DEFAULT_RATIOS[6];
+extern const int VV_DEFAULT_DEPTHS[7];
+/* Sets d->hop from the ratios and checks the chunk size and the special
+ * token ids; CHOIR_EFORMAT naming `src` otherwise. */
+int vv_dims_finish(choir_vibevoice_dims *d, const char *src, choir_err *err);
+
+/* An empty model (counted), or NULL and err. */
+choir_vibevoice *vv_model_new(choir_err *err);
+/* Binds every tensor `find` gives (dims as given) and puts the weights on
+ * `be` (NULL: a CPU backend of the model's own). Frees m and returns NULL
+ * (err filled) on failure. */
+choir_vibevoice *vv_build(choir_vibevoice *m, choir_vibevoice_tensor_fn find, void *ctx,
+                          const choir_vibevoice_dims *dims, choir_backend *be, choir_err *err);
+
+/* Puts every weight of a built model on m->be (choir_backend_weight /
+ * choir_backend_vec; nothing moves on the CPU). 0 or the store's error. */
+int vv_bind_backend(choir_vibevoice *m, choir_err *err);
 
 /* Streaming the transcript out of the model's JSON as it is decoded: a state
  * machine over the raw text that remembers the last object key and passes on

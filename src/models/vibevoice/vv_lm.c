@@ -9,39 +9,52 @@
 
 #include "models/vibevoice/vv_state.h"
 
+/* Positions n_past .. n_past + rows - 1 into s->pos (backend memory). */
+static void put_positions(choir_vibevoice_state *s, int64_t rows) {
+    int32_t *p = s->host ? s->pos : s->pos_host;
+    for (int64_t r = 0; r < rows; r++) p[r] = (int32_t)(s->n_past + r);
+    if (!s->host) choir_op_upload(s->stream, s->pos, p, (size_t)rows * sizeof *p);
+}
+
 /* Runs `rows` embedded positions (in s->x) at positions n_past ... through
  * every layer and appends their keys and values to the cache. */
 static void forward_rows(const choir_vibevoice *m, choir_vibevoice_state *s, int64_t rows) {
     const choir_vibevoice_lm_dims *L = &m->dims.lm;
-    int64_t H = L->hidden, D = L->head_dim, kvd = (int64_t)L->n_kv_heads * D, pos0 = s->n_past;
+    choir_stream *st = s->stream;
+    int64_t H = L->hidden, D = L->head_dim, qd = (int64_t)L->n_heads * D, kvd = (int64_t)L->n_kv_heads * D;
+    int64_t pos0 = s->n_past;
+    float theta = (float)L->rope_theta;
+    put_positions(s, rows);
     for (int l = 0; l < L->n_layers; l++) {
         const vv_layer *w = &m->layers[l];
         float *kl = s->k_cache + (int64_t)l * s->ctx * kvd, *vl = s->v_cache + (int64_t)l * s->ctx * kvd;
         float *kc = kl + pos0 * kvd, *vc = vl + pos0 * kvd;
-        vv_rmsnorm(s->x, s->xn, rows, H, w->attn_norm, L->eps);
-        vv_linear(s->xn, rows, &w->q, w->q_bias, s->q);
-        vv_linear(s->xn, rows, &w->k, w->k_bias, kc);
-        vv_linear(s->xn, rows, &w->v, w->v_bias, vc);
-        vv_rope(s->q, rows, L->n_heads, (int)D, pos0, m->inv_freq);
-        vv_rope(kc, rows, L->n_kv_heads, (int)D, pos0, m->inv_freq);
-        vv_attention(s->q, rows, kl, vl, pos0, L->n_heads, L->n_kv_heads, (int)D, s->att);
-        vv_linear(s->att, rows, &w->o, NULL, s->tmp);
-        vv_add_scaled(s->x, s->tmp, NULL, rows, H);
-        vv_rmsnorm(s->x, s->xn, rows, H, w->mlp_norm, L->eps);
-        vv_linear(s->xn, rows, &w->gate, NULL, s->gate);
-        vv_linear(s->xn, rows, &w->up, NULL, s->up);
-        vv_swiglu(s->gate, s->up, rows * L->intermediate);
-        vv_linear(s->gate, rows, &w->down, NULL, s->tmp);
-        vv_add_scaled(s->x, s->tmp, NULL, rows, H);
+        choir_op_rms_norm(st, s->x, s->xn, rows, H, w->attn_norm, L->eps);
+        choir_op_linear(st, s->xn, rows, &w->q, w->q_bias, s->q);
+        choir_op_linear(st, s->xn, rows, &w->k, w->k_bias, kc);
+        choir_op_linear(st, s->xn, rows, &w->v, w->v_bias, vc);
+        choir_op_rope(st, s->q, rows, qd, L->n_heads, D, 0, s->pos, theta, false);
+        choir_op_rope(st, kc, rows, kvd, L->n_kv_heads, D, 0, s->pos, theta, false);
+        choir_op_attention_cached(st, s->q, rows, kl, vl, pos0, L->n_heads, L->n_kv_heads, (int)D, s->att);
+        choir_op_linear(st, s->att, rows, &w->o, NULL, s->tmp);
+        choir_op_add(st, s->x, s->tmp, s->x, rows * H);
+        choir_op_rms_norm(st, s->x, s->xn, rows, H, w->mlp_norm, L->eps);
+        choir_op_linear(st, s->xn, rows, &w->gate, NULL, s->gate);
+        choir_op_linear(st, s->xn, rows, &w->up, NULL, s->up);
+        choir_op_act(st, CHOIR_ACT_SILU, s->gate, rows * L->intermediate, 0.0f);
+        choir_op_mul(st, s->gate, s->up, s->gate, rows * L->intermediate);
+        choir_op_linear(st, s->gate, rows, &w->down, NULL, s->tmp);
+        choir_op_add(st, s->x, s->tmp, s->x, rows * H);
     }
     s->n_past += (int)rows;
 }
 
-/* Embeds ids[0..rows) into s->x: audio positions take the next latent
- * frames through the connectors, others the token embedding. */
+/* Embeds ids[0..rows) (host) into s->x: audio positions take the next
+ * latent frames through the connectors, others the token embedding. */
 static void embed_rows(const choir_vibevoice *m, choir_vibevoice_state *s, const int32_t *ids, int64_t rows,
                        int audio) {
     int64_t H = m->dims.lm.hidden;
+    choir_op_upload(s->stream, s->ids, ids, (size_t)rows * sizeof *ids);
     for (int64_t r = 0; r < rows;) {
         int64_t run = 1;
         if (audio && ids[r] == m->dims.audio_token) {
@@ -50,17 +63,20 @@ static void embed_rows(const choir_vibevoice *m, choir_vibevoice_state *s, const
             s->audio_used += run;
         } else {
             while (r + run < rows && !(audio && ids[r + run] == m->dims.audio_token)) run++;
-            vv_embed(&m->embed, ids + r, (int)run, s->x + r * H);
+            choir_op_rows_gather(s->stream, &m->embed, s->ids + r, run, s->x + r * H);
         }
         r += run;
     }
 }
 
-/* Final norm of the last row and the output projection into s->logits. */
+/* Final norm of the last row and the output projection into s->logits,
+ * then to the caller's copy. */
 static void last_logits(const choir_vibevoice *m, choir_vibevoice_state *s, int64_t rows) {
     const choir_vibevoice_lm_dims *L = &m->dims.lm;
-    vv_rmsnorm(s->x + (rows - 1) * L->hidden, s->xn, 1, L->hidden, m->final_norm, L->eps);
-    vv_linear(s->xn, 1, &m->lm_head, NULL, s->logits);
+    choir_op_rms_norm(s->stream, s->x + (rows - 1) * L->hidden, s->xn, 1, L->hidden, m->final_norm, L->eps);
+    choir_op_linear(s->stream, s->xn, 1, &m->lm_head, NULL, s->logits);
+    if (!s->host)
+        choir_op_download(s->stream, s->logits_host, s->logits, (size_t)L->vocab * sizeof(float));
 }
 
 static int check_ids(const choir_vibevoice *m, const choir_vibevoice_state *s, const int32_t *ids, int n,
@@ -88,15 +104,18 @@ int choir_vibevoice_prefill(const choir_vibevoice *m, choir_vibevoice_state *s, 
     for (int c0 = 0; c0 < n; c0 += s->prefill_chunk) {
         int64_t rows = n - c0 < s->prefill_chunk ? n - c0 : s->prefill_chunk;
         embed_rows(m, s, ids + c0, rows, 1);
-        if (inputs_embeds) memcpy(inputs_embeds + (int64_t)c0 * H, s->x, (size_t)(rows * H) * sizeof(float));
+        if (inputs_embeds)
+            choir_op_download(s->stream, inputs_embeds + (int64_t)c0 * H, s->x, (size_t)(rows * H) * sizeof(float));
         forward_rows(m, s, rows);
         if (hidden_final) {
-            vv_rmsnorm(s->x, s->xn, rows, H, m->final_norm, m->dims.lm.eps);
-            memcpy(hidden_final + (int64_t)c0 * H, s->xn, (size_t)(rows * H) * sizeof(float));
+            choir_op_rms_norm(s->stream, s->x, s->xn, rows, H, m->final_norm, m->dims.lm.eps);
+            choir_op_download(s->stream, hidden_final + (int64_t)c0 * H, s->xn, (size_t)(rows * H) * sizeof(float));
         }
         if (c0 + rows == n) last_logits(m, s, rows);
+        if ((rc = vv_status(s, err))) return rc;
     }
-    if (logits && logits != s->logits) memcpy(logits, s->logits, (size_t)m->dims.lm.vocab * sizeof(float));
+    if (logits && logits != s->logits_host)
+        memcpy(logits, s->logits_host, (size_t)m->dims.lm.vocab * sizeof(float));
     return 0;
 }
 
@@ -107,6 +126,8 @@ int choir_vibevoice_step(const choir_vibevoice *m, choir_vibevoice_state *s, int
     embed_rows(m, s, &token, 1, 0);
     forward_rows(m, s, 1);
     last_logits(m, s, 1);
-    if (logits && logits != s->logits) memcpy(logits, s->logits, (size_t)m->dims.lm.vocab * sizeof(float));
+    if ((rc = vv_status(s, err))) return rc;
+    if (logits && logits != s->logits_host)
+        memcpy(logits, s->logits_host, (size_t)m->dims.lm.vocab * sizeof(float));
     return 0;
 }

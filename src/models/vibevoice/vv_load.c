@@ -359,19 +359,6 @@ static int bind_lm(vv_loader *ld, choir_err *err) {
     return mat(ld, head, d->vocab, H, &m->lm_head, err);
 }
 
-/* RoPE frequencies exactly as transformers computes them in fp32:
- * 1 / theta^(2i / D). */
-static int rope_freqs(choir_vibevoice *m, choir_err *err) {
-    int D = m->dims.lm.head_dim;
-    m->inv_freq = keep(m, (size_t)(D / 2) * sizeof(float));
-    if (!m->inv_freq) return choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory");
-    for (int i = 0; i < D / 2; i++) {
-        float e = (float)(2 * i) / (float)D;
-        m->inv_freq[i] = 1.0f / powf((float)m->dims.lm.rope_theta, e);
-    }
-    return 0;
-}
-
 static int detect(vv_loader *ld, choir_err *err) {
     static const struct {
         const char *probe;
@@ -391,60 +378,61 @@ static int detect(vv_loader *ld, choir_err *err) {
                          "transformers', the original and mlx-community's names, e.g. %s)", probes[0].probe);
 }
 
-static choir_vibevoice *build(choir_vibevoice *m, choir_vibevoice_tensor_fn find, void *ctx,
-                              const choir_vibevoice_dims *dims, choir_err *err) {
+choir_vibevoice *vv_model_new(choir_err *err) {
+    choir_vibevoice *m = choir_calloc(CHOIR_MEM_WEIGHTS, 1, sizeof *m);
+    if (!m) choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory");
+    return m;
+}
+
+/* Binds every tensor (host views and converted copies), then puts them on
+ * the backend: `be`, or a CPU backend of the model's own. */
+choir_vibevoice *vv_build(choir_vibevoice *m, choir_vibevoice_tensor_fn find, void *ctx,
+                              const choir_vibevoice_dims *dims, choir_backend *be, choir_err *err) {
     m->dims = *dims;
+    m->be = be;
+    if (!m->be) {
+        if (!(m->be = choir_backend_cpu(err))) {
+            choir_vibevoice_free(m);
+            return NULL;
+        }
+        m->owns_be = 1;
+    }
     vv_loader ld = {.m = m, .find = find, .ctx = ctx};
     if (detect(&ld, err) || bind_encoder(&ld, 0, err) || bind_encoder(&ld, 1, err) || bind_connector(&ld, 0, err) ||
-        bind_connector(&ld, 1, err) || bind_lm(&ld, err) || rope_freqs(m, err)) {
+        bind_connector(&ld, 1, err) || bind_lm(&ld, err) || vv_bind_backend(m, err)) {
         choir_vibevoice_free(m);
         return NULL;
     }
     return m;
 }
 
-static const choir_st_tensor *st_find(void *ctx, const char *name) { return choir_st_find(ctx, name); }
+choir_vibevoice *choir_vibevoice_from_tensors_on(choir_vibevoice_tensor_fn find, void *ctx,
+                                                 const choir_vibevoice_dims *dims, choir_backend *be,
+                                                 choir_err *err) {
+    choir_vibevoice *m = vv_model_new(err);
+    return m ? vv_build(m, find, ctx, dims, be, err) : NULL;
+}
 
 choir_vibevoice *choir_vibevoice_from_tensors(choir_vibevoice_tensor_fn find, void *ctx,
                                               const choir_vibevoice_dims *dims, choir_err *err) {
-    choir_vibevoice *m = choir_calloc(CHOIR_MEM_WEIGHTS, 1, sizeof *m);
-    if (!m) {
-        choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory");
-        return NULL;
-    }
-    return build(m, find, ctx, dims, err);
-}
-
-choir_vibevoice *choir_vibevoice_load(const char *dir, choir_err *err) {
-    char path[4096];
-    choir_vibevoice_dims dims;
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (choir_vibevoice_read_config(path, &dims, err)) return NULL;
-    choir_st *st = choir_st_open(dir, err);
-    if (!st) return NULL;
-    choir_vibevoice *m = choir_calloc(CHOIR_MEM_WEIGHTS, 1, sizeof *m);
-    if (!m) {
-        choir_st_close(st);
-        choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory");
-        return NULL;
-    }
-    m->st = st;
-    if (!build(m, st_find, st, &dims, err)) {
-        choir_err_prefix(err, "%s: ", dir);
-        return NULL;
-    }
-    return m;
+    return choir_vibevoice_from_tensors_on(find, ctx, dims, NULL, err);
 }
 
 void choir_vibevoice_free(choir_vibevoice *m) {
     if (!m) return;
+    choir_backend_weights_free(m->ws);
+    if (m->owns_be) choir_backend_free(m->be);
     for (int i = 0; i < m->n_owned; i++) choir_free(m->owned[i]);
     choir_free(m->owned);
-    choir_st_close(m->st);
+    if (m->release) m->release(m->release_ctx);
     choir_free(m);
 }
 
 const choir_vibevoice_dims *choir_vibevoice_get_dims(const choir_vibevoice *m) { return &m->dims; }
 choir_vibevoice_layout choir_vibevoice_get_layout(const choir_vibevoice *m) { return m->layout; }
 size_t choir_vibevoice_weight_bytes(const choir_vibevoice *m) { return m->bytes; }
+choir_backend *choir_vibevoice_backend(const choir_vibevoice *m) { return m->be; }
+int64_t choir_vibevoice_device_bytes(const choir_vibevoice *m) {
+    return m->ws ? choir_backend_weights_bytes(m->ws) : 0;
+}
 int choir_vibevoice_lm_bits(const choir_vibevoice *m) { return m->lm_bits; }

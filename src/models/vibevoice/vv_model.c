@@ -15,6 +15,8 @@
 #include <cjson/cJSON.h>
 
 #include "choir/alloc.h"
+#include "choir/arena.h"
+#include "choir/backend.h"
 #include "choir/log.h"
 #include "choir/model.h"
 #include "choir/tokenizer.h"
@@ -147,16 +149,29 @@ static int vv_run_batch(void *weights, choir_request *const *reqs, int n, choir_
         o.on_text = vv_on_text;
         o.user = &ec;
         int rate = rate_of(r);
+        /* The state (and the kernels' scratch) is carved from the batch
+         * arena through a stream of the model's backend, so the arena's
+         * high-water mark is what the request used. */
+        int64_t scratch = 0;
+        int64_t bytes = choir_vibevoice_transcribe_state_bytes(choir_vibevoice_get_dims(w->m), r->in.stt.n_samples,
+                                                               rate, &o, &scratch);
+        choir_backend *be = choir_vibevoice_backend(w->m);
+        if (!choir_backend_is_host(be)) arena = NULL; /* device memory: the stream's own block */
         size_t mark = arena ? choir_arena_mark(arena) : 0;
-        int64_t bytes = choir_vibevoice_transcribe_bytes(choir_vibevoice_get_dims(w->m), r->in.stt.n_samples, rate, &o);
-        void *mem = arena ? choir_arena_alloc(arena, (size_t)bytes) : NULL;
-        if (arena && !mem)
+        if (arena && choir_arena_capacity(arena) - choir_arena_used(arena) < (size_t)bytes)
             return choir_err_set(err, CHOIR_ENOMEM, "vibevoice: the batch arena lacks %.1f MB for this request",
                                  bytes / 1e6);
-        choir_vibevoice_result res;
         choir_err e = {0};
-        int rc = choir_vibevoice_transcribe(w->m, w->tok, r->in.stt.samples, r->in.stt.n_samples, rate, &o, mem,
-                                            &res, &e);
+        choir_stream *st = choir_stream_create(be, &e);
+        int rc = st ? 0 : CHOIR_ENOMEM;
+        if (!rc && arena) rc = choir_stream_use_arena(st, arena, (size_t)scratch, &e);
+        else if (!rc) rc = choir_stream_reserve(st, (size_t)(bytes - scratch), (size_t)scratch, &e);
+        choir_vibevoice_result res;
+        memset(&res, 0, sizeof res);
+        if (!rc)
+            rc = choir_vibevoice_transcribe_on(w->m, w->tok, r->in.stt.samples, r->in.stt.n_samples, rate, &o, st,
+                                               &res, &e);
+        choir_stream_free(st);
         if (arena) choir_arena_release(arena, mark);
         if (rc == CHOIR_ENOMEM) return choir_err_set(err, rc, "%s", e.msg);
         if (rc) {

@@ -4,6 +4,8 @@
 #include <string.h>
 
 #include "choir/alloc.h"
+#include "choir/arena.h"
+#include "choir/kernels.h"
 #include "models/vibevoice/vv_state.h"
 
 void vv_kernels_default(const choir_vibevoice_enc_dims *d, vv_kernels *k) {
@@ -26,6 +28,11 @@ void vv_kernels_of(const vv_encoder *e, vv_kernels *k) {
 }
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+int64_t vv_ffn_tile(int64_t C, int ffn_mult) {
+    int64_t t = (4 << 20) / (C * (ffn_mult > 0 ? ffn_mult : 4));
+    return t < 16 ? 16 : t;
+}
 
 /* Floats of each encoder buffer for passes of `piece` samples. */
 static void enc_sizes(const choir_vibevoice_enc_dims *d, const vv_kernels *k, int64_t piece, vv_enc_sizes *z) {
@@ -51,9 +58,34 @@ static void enc_sizes(const choir_vibevoice_enc_dims *d, const vv_kernels *k, in
     z->cache = max64(z->cache, cache);
 }
 
+/* The most kernel scratch one linear call of rows x cols over M inputs
+ * takes, whatever the weight's storage (f16/bf16 blocks converted for sgemm,
+ * MLX-quantized input sums; f32 takes none). */
+static int64_t lin_scratch(int64_t M, int64_t rows, int64_t cols) {
+    choir_weight h = {.kind = CHOIR_WEIGHT_BF16, .rows = rows, .cols = cols};
+    choir_weight q = {.kind = CHOIR_WEIGHT_QUANT, .rows = rows, .cols = cols, .bits = 4, .group_size = 64};
+    return max64((int64_t)choir_linear_scratch_bytes(M, &h), (int64_t)choir_linear_scratch_bytes(M, &q));
+}
+
+static int64_t enc_scratch(const choir_vibevoice_enc_dims *d, const vv_kernels *k, int64_t piece) {
+    int64_t T = piece, cin = 1, need = 0;
+    for (int s = 0; s < d->n_stages; s++) {
+        int stride = s ? d->ratios[s - 1] : 1;
+        int64_t C = (int64_t)d->n_filters << s, Tout = T / stride;
+        if (s) need = max64(need, lin_scratch(Tout, C, (int64_t)stride * cin));
+        int64_t F = C * d->ffn_mult, tile = vv_ffn_tile(C, d->ffn_mult);
+        if (tile > Tout) tile = Tout;
+        need = max64(need, max64(lin_scratch(tile, F, C), lin_scratch(tile, C, F)));
+        T = Tout;
+        cin = C;
+    }
+    (void)k;
+    return max64(need, lin_scratch(T, d->vae_dim, cin));
+}
+
 /* Lays out the whole block: sizes in floats, offsets when `s` is given. */
 static int64_t layout(const choir_vibevoice_dims *dims, const vv_kernels k[2], const choir_vibevoice_plan *p,
-                      choir_vibevoice_state *s) {
+                      choir_vibevoice_state *s, int64_t *scratch) {
     int64_t piece = p->enc_piece > 0 ? p->enc_piece : (int64_t)VV_DEFAULT_PIECE_HOPS * dims->hop;
     piece -= piece % dims->hop;
     if (piece <= 0) piece = dims->hop;
@@ -65,7 +97,15 @@ static int64_t layout(const choir_vibevoice_dims *dims, const vv_kernels k[2], c
     const choir_vibevoice_lm_dims *L = &dims->lm;
     int64_t Pc = p->prefill_chunk > 0 ? p->prefill_chunk : VV_DEFAULT_PREFILL;
     int64_t ctx = p->max_context > 0 ? p->max_context : 1;
-    int64_t qd = (int64_t)L->n_heads * L->head_dim, kvd = (int64_t)L->n_kv_heads * L->head_dim;
+    int64_t H = L->hidden, qd = (int64_t)L->n_heads * L->head_dim, kvd = (int64_t)L->n_kv_heads * L->head_dim;
+    if (scratch) {
+        int64_t need = max64(enc_scratch(&dims->acoustic, &k[0], piece), enc_scratch(&dims->semantic, &k[1], piece));
+        int64_t I = L->intermediate, V = max64(dims->acoustic.vae_dim, dims->semantic.vae_dim);
+        int64_t lm[][2] = {{H, V}, {H, H}, {qd, H}, {kvd, H}, {H, qd}, {I, H}, {H, I}, {L->vocab, H}};
+        for (size_t i = 0; i < sizeof lm / sizeof lm[0]; i++)
+            need = max64(need, lin_scratch(i == 7 ? 1 : Pc, lm[i][0], lm[i][1]));
+        *scratch = need;
+    }
     struct {
         float **dst;
         int64_t n;
@@ -74,11 +114,12 @@ static int64_t layout(const choir_vibevoice_dims *dims, const vv_kernels k[2], c
         {s ? &s->e_norm : NULL, z.norm}, {s ? &s->e_tile : NULL, z.tile}, {s ? &s->e_cache : NULL, z.cache},
         {s ? &s->lat[0] : NULL, frames * dims->acoustic.vae_dim},
         {s ? &s->lat[1] : NULL, frames * dims->semantic.vae_dim},
-        {s ? &s->x : NULL, Pc * L->hidden}, {s ? &s->xn : NULL, Pc * L->hidden},
-        {s ? &s->tmp : NULL, Pc * L->hidden}, {s ? &s->ca : NULL, Pc * L->hidden},
-        {s ? &s->cb : NULL, Pc * L->hidden}, {s ? &s->q : NULL, Pc * qd}, {s ? &s->att : NULL, Pc * qd},
+        {s ? &s->x : NULL, Pc * H}, {s ? &s->xn : NULL, Pc * H},
+        {s ? &s->tmp : NULL, Pc * H}, {s ? &s->ca : NULL, Pc * H},
+        {s ? &s->cb : NULL, Pc * H}, {s ? &s->q : NULL, Pc * qd}, {s ? &s->att : NULL, Pc * qd},
         {s ? &s->gate : NULL, Pc * L->intermediate}, {s ? &s->up : NULL, Pc * L->intermediate},
         {s ? &s->logits : NULL, L->vocab},
+        {s ? (float **)&s->ids : NULL, Pc}, {s ? (float **)&s->pos : NULL, Pc},
         {s ? &s->k_cache : NULL, (int64_t)L->n_layers * ctx * kvd},
         {s ? &s->v_cache : NULL, (int64_t)L->n_layers * ctx * kvd},
     };
@@ -98,53 +139,117 @@ static int64_t layout(const choir_vibevoice_dims *dims, const vv_kernels k[2], c
     return off;
 }
 
-int64_t choir_vibevoice_plan_bytes(const choir_vibevoice_dims *dims, const choir_vibevoice_plan *plan) {
+/* The stream's allocations are aligned to 256 bytes; the scratch, carved
+ * from the same arena, may need as much again. */
+#define VV_ALIGN_SLACK 512
+
+void vv_plan_sizes(const choir_vibevoice_dims *dims, const choir_vibevoice_plan *plan, int64_t *layout_bytes,
+                   int64_t *scratch_bytes) {
     vv_kernels k[2];
     vv_kernels_default(&dims->acoustic, &k[0]);
     vv_kernels_default(&dims->semantic, &k[1]);
-    return layout(dims, k, plan, NULL) + 64;
+    *layout_bytes = layout(dims, k, plan, NULL, scratch_bytes);
 }
 
-choir_vibevoice_state *choir_vibevoice_state_create(const choir_vibevoice *m, const choir_vibevoice_plan *plan,
-                                                    void *mem, choir_err *err) {
+int64_t choir_vibevoice_plan_bytes(const choir_vibevoice_dims *dims, const choir_vibevoice_plan *plan) {
+    int64_t lb, sb;
+    vv_plan_sizes(dims, plan, &lb, &sb);
+    return lb + sb + VV_ALIGN_SLACK;
+}
+
+int64_t choir_vibevoice_plan_scratch_bytes(const choir_vibevoice_dims *dims, const choir_vibevoice_plan *plan) {
+    int64_t lb, sb;
+    vv_plan_sizes(dims, plan, &lb, &sb);
+    return sb;
+}
+
+int vv_status(choir_vibevoice_state *s, choir_err *err) { return choir_stream_status(s->stream, err); }
+
+choir_vibevoice_state *choir_vibevoice_state_create_on(const choir_vibevoice *m, const choir_vibevoice_plan *plan,
+                                                       choir_stream *stream, choir_err *err) {
     vv_kernels k[2];
     vv_kernels_of(&m->enc[0], &k[0]);
     vv_kernels_of(&m->enc[1], &k[1]);
     if (plan->max_context > m->dims.lm.max_positions || plan->max_context < 0 || plan->max_samples < 0)
         return choir_err_set(err, CHOIR_EINVAL, "vibevoice: a context of %d tokens (the model has %d positions)",
                              plan->max_context, m->dims.lm.max_positions), NULL;
-    int64_t need = layout(&m->dims, k, plan, NULL);
-    if (mem) {
-        vv_kernels d[2];
-        vv_kernels_default(&m->dims.acoustic, &d[0]);
-        vv_kernels_default(&m->dims.semantic, &d[1]);
-        if (layout(&m->dims, d, plan, NULL) < need || ((uintptr_t)mem & 63))
-            return choir_err_set(err, CHOIR_EINVAL, "vibevoice: this checkpoint's kernels need %lld bytes of "
-                                 "state, more than planned", (long long)need), NULL;
-    }
+    if (choir_stream_backend(stream) != m->be)
+        return choir_err_set(err, CHOIR_EINVAL, "vibevoice: the stream is not on the model's backend"), NULL;
+    int64_t need = layout(&m->dims, k, plan, NULL, NULL);
     choir_vibevoice_state *s = choir_calloc(CHOIR_MEM_ACTIVATIONS, 1, sizeof *s);
     if (!s) return choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory"), NULL;
     s->m = m;
     s->plan = *plan;
-    s->block = mem;
-    if (!mem) {
-        s->block = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)need);
-        s->owns = 1;
-        if (!s->block) {
-            choir_free(s);
-            choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory for %.1f MB of state", need / 1e6);
-            return NULL;
-        }
+    s->stream = stream;
+    s->host = choir_backend_is_host(m->be);
+    if (!(s->block = choir_stream_alloc(stream, (size_t)need, "vibevoice state"))) {
+        choir_stream_status(stream, err);
+        choir_free(s);
+        return NULL;
     }
-    layout(&m->dims, k, plan, s);
+    layout(&m->dims, k, plan, s, NULL);
     s->kernels[0] = k[0];
     s->kernels[1] = k[1];
+    if (s->host) s->logits_host = s->logits;
+    else {
+        s->logits_host = choir_alloc(CHOIR_MEM_IO, (size_t)m->dims.lm.vocab * sizeof(float));
+        s->pos_host = choir_alloc(CHOIR_MEM_IO, (size_t)s->prefill_chunk * sizeof(int32_t));
+        if (!s->logits_host || !s->pos_host) {
+            choir_vibevoice_state_free(s);
+            return choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory"), NULL;
+        }
+    }
+    return s;
+}
+
+choir_vibevoice_state *choir_vibevoice_state_create(const choir_vibevoice *m, const choir_vibevoice_plan *plan,
+                                                    void *mem, choir_err *err) {
+    int64_t lb, sb;
+    vv_plan_sizes(&m->dims, plan, &lb, &sb);
+    int64_t need = lb + sb + VV_ALIGN_SLACK;
+    /* This checkpoint's kernels may be larger than the published ones the
+     * plan assumed. */
+    vv_kernels k[2];
+    vv_kernels_of(&m->enc[0], &k[0]);
+    vv_kernels_of(&m->enc[1], &k[1]);
+    int64_t own = layout(&m->dims, k, plan, NULL, NULL);
+    if (mem && (own > lb || ((uintptr_t)mem & 63)))
+        return choir_err_set(err, CHOIR_EINVAL, "vibevoice: this checkpoint's kernels need %lld bytes of "
+                             "state, more than planned", (long long)(own + sb + VV_ALIGN_SLACK)), NULL;
+    if (mem && !choir_backend_is_host(m->be))
+        return choir_err_set(err, CHOIR_EINVAL, "vibevoice: host memory for a state on %s",
+                             choir_backend_name(m->be)), NULL;
+    choir_stream *st = choir_stream_create(m->be, err);
+    if (!st) return NULL;
+    choir_arena *over = NULL;
+    int rc;
+    if (mem) {
+        if (!(over = choir_arena_create_over(mem, (size_t)need, err))) rc = err ? err->code : CHOIR_ENOMEM;
+        else rc = choir_stream_use_arena(st, over, (size_t)sb, err);
+    } else {
+        rc = choir_stream_reserve(st, (size_t)(max64(own, lb) + VV_ALIGN_SLACK), (size_t)sb, err);
+    }
+    choir_vibevoice_state *s = rc ? NULL : choir_vibevoice_state_create_on(m, plan, st, err);
+    if (!s) {
+        choir_stream_free(st);
+        choir_arena_free(over);
+        return NULL;
+    }
+    s->owns_stream = 1;
+    s->over = over;
     return s;
 }
 
 void choir_vibevoice_state_free(choir_vibevoice_state *s) {
     if (!s) return;
-    if (s->owns) choir_free(s->block);
+    if (!s->host) {
+        choir_free(s->logits_host);
+        choir_free(s->pos_host);
+    }
+    if (s->owns_stream) {
+        choir_stream_free(s->stream);
+        choir_arena_free(s->over);
+    }
     choir_free(s);
 }
 
@@ -154,4 +259,4 @@ void choir_vibevoice_reset(choir_vibevoice_state *s) {
 }
 
 int choir_vibevoice_seq_len(const choir_vibevoice_state *s) { return s->n_past; }
-float *choir_vibevoice_logits(choir_vibevoice_state *s) { return s->logits; }
+float *choir_vibevoice_logits(choir_vibevoice_state *s) { return s->logits_host; }

@@ -21,11 +21,16 @@ typedef struct vv_enc_sizes {
     int64_t in, x, tmp, norm, tile, cache;
 } vv_enc_sizes;
 
+/* Everything of a state lives in backend memory carved from its stream
+ * (one block), except the host copies a CUDA state keeps for the caller. */
 struct choir_vibevoice_state {
     const choir_vibevoice *m;
     choir_vibevoice_plan plan;
-    void *block;
-    int owns;
+    choir_stream *stream;   /* where its passes run */
+    int owns_stream;        /* made by choir_vibevoice_state_create */
+    choir_arena *over;      /* the caller's block as the stream's arena, or NULL */
+    void *block;            /* backend memory of the whole layout */
+    int host;               /* the backend's memory is host memory */
     vv_kernels kernels[2];
     vv_enc_sizes sizes;
     /* encoders */
@@ -44,11 +49,22 @@ struct choir_vibevoice_state {
     float *ca, *cb;         /* [chunk][H] connector outputs */
     float *q, *att;         /* [chunk][heads D] */
     float *gate, *up;       /* [chunk][I] */
-    float *logits;          /* [vocab] */
+    float *logits;          /* [vocab] backend memory */
+    int32_t *ids, *pos;     /* [chunk] token ids and positions of a prefill chunk or step */
+    float *logits_host;     /* [vocab] what the caller reads (s->logits on the CPU) */
+    int32_t *pos_host;      /* [chunk] positions staged for upload (CUDA only) */
     float *k_cache, *v_cache; /* [layers][ctx][kv heads D] */
     int n_past;             /* tokens in the cache */
     int64_t audio_used;     /* latent frames consumed by prefill so far */
 };
+
+/* Bytes of the layout (one stream allocation) and of the kernel scratch a
+ * state for `plan` reserves. */
+void vv_plan_sizes(const choir_vibevoice_dims *dims, const choir_vibevoice_plan *plan, int64_t *layout_bytes,
+                   int64_t *scratch_bytes);
+
+/* The stream's first error as the call's return (0 when none). */
+int vv_status(choir_vibevoice_state *s, choir_err *err);
 
 /* out[n][H] = acoustic + semantic connector over latent frames f0 .. f0 + n - 1
  * (n at most the prefill chunk; uses s->tmp and s->cb). */

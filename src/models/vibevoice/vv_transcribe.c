@@ -47,6 +47,14 @@ static void request_plan(const choir_vibevoice_dims *d, int64_t n24, const choir
     p->prefill_chunk = o ? o->prefill_chunk : 0;
 }
 
+int64_t choir_vibevoice_transcribe_state_bytes(const choir_vibevoice_dims *d, int64_t n, int rate,
+                                               const choir_vibevoice_opts *o, int64_t *scratch) {
+    choir_vibevoice_plan p;
+    request_plan(d, samples_24k(n, rate), o, &p);
+    if (scratch) *scratch = choir_vibevoice_plan_scratch_bytes(d, &p);
+    return choir_vibevoice_plan_bytes(d, &p);
+}
+
 int64_t choir_vibevoice_transcribe_bytes(const choir_vibevoice_dims *d, int64_t n, int rate,
                                          const choir_vibevoice_opts *o) {
     choir_vibevoice_plan p;
@@ -177,9 +185,11 @@ static int argmax(const float *x, int n) {
     return best;
 }
 
-int choir_vibevoice_transcribe(const choir_vibevoice *m, const choir_tokenizer *tok, const float *pcm, int64_t n,
-                               int rate, const choir_vibevoice_opts *opts, void *mem, choir_vibevoice_result *res,
-                               choir_err *err) {
+/* The whole request; the state over `mem` (or its own block) when stream is
+ * NULL, else carved from `stream`. */
+static int transcribe(const choir_vibevoice *m, const choir_tokenizer *tok, const float *pcm, int64_t n, int rate,
+                      const choir_vibevoice_opts *opts, void *mem, choir_stream *stream, choir_vibevoice_result *res,
+                      choir_err *err) {
     choir_vibevoice_opts o;
     if (opts) o = *opts;
     else choir_vibevoice_default_opts(&o);
@@ -228,7 +238,8 @@ int choir_vibevoice_transcribe(const choir_vibevoice *m, const choir_tokenizer *
     if ((rc = choir_vibevoice_prompt(tok, D, res->n_audio_tokens, res->duration, o.context, &prompt, &n_prompt, err)))
         goto done;
     res->n_prompt = n_prompt;
-    if (!(s = choir_vibevoice_state_create(m, &plan, mem, err))) {
+    if (!(s = stream ? choir_vibevoice_state_create_on(m, &plan, stream, err)
+                     : choir_vibevoice_state_create(m, &plan, mem, err))) {
         rc = err ? err->code : CHOIR_ENOMEM;
         goto done;
     }
@@ -317,6 +328,19 @@ done:
     choir_free(resampled);
     if (rc) choir_vibevoice_result_clear(res);
     return rc;
+}
+
+int choir_vibevoice_transcribe(const choir_vibevoice *m, const choir_tokenizer *tok, const float *pcm, int64_t n,
+                               int rate, const choir_vibevoice_opts *o, void *mem, choir_vibevoice_result *res,
+                               choir_err *err) {
+    return transcribe(m, tok, pcm, n, rate, o, mem, NULL, res, err);
+}
+
+int choir_vibevoice_transcribe_on(const choir_vibevoice *m, const choir_tokenizer *tok, const float *pcm, int64_t n,
+                                  int rate, const choir_vibevoice_opts *o, choir_stream *stream,
+                                  choir_vibevoice_result *res, choir_err *err) {
+    if (!stream) return choir_err_set(err, CHOIR_EINVAL, "vibevoice: no stream");
+    return transcribe(m, tok, pcm, n, rate, o, NULL, stream, res, err);
 }
 
 void choir_vibevoice_result_clear(choir_vibevoice_result *r) {

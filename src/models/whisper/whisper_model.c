@@ -1,10 +1,11 @@
 /* Whisper behind the engine's model interface (choir/model.h).
  *
- * The weights object is the network plus its tokenizer. Requests of at most
- * 30 s that share task, timestamps and temperature are decoded together (one
- * window each, every hypothesis of every window in one decoder batch per
- * step); longer requests run openai's seek loop (previous-text prompts,
- * temperature fallback) one after another. Working memory comes from the
+ * The weights object is the network plus its tokenizer. Every request runs
+ * openai's seek loop (previous-text prompts, temperature fallback), the one
+ * `choir stt` runs, so a request gets the transcript the CLI gives for the
+ * same samples; requests that share task, timestamps and temperature run
+ * their loops in lockstep, their current windows (every hypothesis of every
+ * window) in one decoder batch per step. Working memory comes from the
  * counted allocator (activations and caches categories), not the batch arena.
  *
  * In CUDA builds the adapter also takes a GPU (opt->device >= 1): the network
@@ -50,8 +51,7 @@ static void whisper_model_free(void *weights) {
 }
 
 static void *whisper_model_load(const char *dir, const choir_model_options *opt, choir_err *err) {
-    /* Quantized checkpoints come from `choir convert`; load-time quantization
-     * (opt->q_bits) is not offered, so the model runs as stored. */
+    /* Quantized checkpoints come from `choir convert`; the model runs as stored. */
     whisper_weights *w = choir_calloc(CHOIR_MEM_WEIGHTS, 1, sizeof *w);
     if (!w) {
         choir_err_set(err, CHOIR_ENOMEM, "whisper: out of memory");
@@ -187,13 +187,6 @@ static int whisper_on_segment(void *user, int input, const choir_whisper_segment
     return rc != 0 && g->n == 1;
 }
 
-/* Requests of at most 30 s with the same task, timestamps and temperature are
- * decoded together as the windows of one batched pipeline run; longer ones
- * run openai's seek loop one by one. */
-static bool whisper_short(const choir_request *r) {
-    return r->in.stt.n_samples <= CHOIR_WHISPER_N_SAMPLES;
-}
-
 static bool whisper_same_group(const choir_request *a, const choir_request *b) {
     return a->extra == b->extra && a->in.stt.translate == b->in.stt.translate &&
            (a->in.stt.timestamps != 0) == (b->in.stt.timestamps != 0) &&
@@ -222,21 +215,17 @@ static int whisper_run_batch_locked(whisper_weights *w, choir_request *const *re
         int ng = 0;
         grp[ng] = r;
         in[ng++] = (choir_whisper_input){r->in.stt.samples, r->in.stt.n_samples, lang, r->in.stt.prompt};
-        if (whisper_short(r)) {
-            for (int k = i + 1; k < n; k++) {
-                choir_request *q = reqs[k];
-                int lk;
-                choir_whisper_transcribe_opts ok;
-                if (taken[k] || q->task != CHOIR_TASK_STT || !whisper_short(q) || !whisper_same_group(r, q) ||
-                    choir_request_cancelled(q))
-                    continue;
-                taken[k] = true;
-                if (whisper_opts(q, &ok, &lk)) continue;
-                grp[ng] = q;
-                in[ng++] = (choir_whisper_input){q->in.stt.samples, q->in.stt.n_samples, lk, q->in.stt.prompt};
-            }
-            o.batched = true;
-            o.batch_size = ng;
+        /* Requests that decode alike run their seek loops side by side. */
+        for (int k = i + 1; k < n; k++) {
+            choir_request *q = reqs[k];
+            int lk;
+            choir_whisper_transcribe_opts ok;
+            if (taken[k] || q->task != CHOIR_TASK_STT || !whisper_same_group(r, q) || choir_request_cancelled(q))
+                continue;
+            taken[k] = true;
+            if (whisper_opts(q, &ok, &lk)) continue;
+            grp[ng] = q;
+            in[ng++] = (choir_whisper_input){q->in.stt.samples, q->in.stt.n_samples, lk, q->in.stt.prompt};
         }
         whisper_group wg = {grp, ng};
         o.on_segment = whisper_on_segment;

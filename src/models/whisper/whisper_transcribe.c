@@ -80,6 +80,14 @@ static int wt_segment(wt_state *s, const choir_whisper_result *r, const int32_t 
         return 0;
     }
     choir_whisper_transcript *t = s->out;
+    /* A model may sample a timestamp past the audio in a padded window, or
+     * before the previous segment's end: times stay in order and inside the
+     * recording (the text is kept even when its span shrinks to nothing). */
+    double floor_s = t->n_segments > 0 ? t->segments[t->n_segments - 1].end : 0.0;
+    if (start > t->duration) start = t->duration;
+    if (start < floor_s) start = floor_s;
+    if (end > t->duration) end = t->duration;
+    if (end < start) end = start;
     if (t->n_segments == s->cap_segments) {
         int cap = s->cap_segments ? 2 * s->cap_segments : 32;
         choir_whisper_segment *p = choir_realloc(t->segments, (size_t)cap * sizeof *p);
@@ -175,64 +183,103 @@ static int wt_decode_batch(const choir_whisper *m, const choir_tokenizer *tok, c
     return rc;
 }
 
-static int wt_sequential(wt_state *s, const float *pcm, int64_t n_samples,
-                         const choir_whisper_transcribe_opts *o, choir_whisper_params *p,
-                         choir_err *err) {
-    const choir_whisper *m = s->m;
+/* One input of the seek loop: its whole log-mel and where the seek is. */
+typedef struct wt_seek {
+    float *mel;
+    int64_t total, content, seek;
+    int prompt_reset_since;
+    int language;
+} wt_seek;
+
+/* openai's seek loop over n inputs in lockstep: each input moves through its
+ * own windows exactly as it would alone (its own mel, prompt, seek and
+ * seed), and the windows of one round are decoded together. So a request's
+ * transcript does not depend on what it was batched with, and equals
+ * choir_whisper_transcribe on the same samples. */
+static int wt_sequential(wt_state *st, const choir_whisper_input *in, int n_in,
+                         const choir_whisper_transcribe_opts *o, const choir_whisper_params *p,
+                         int *langs, choir_err *err) {
+    const choir_whisper *m = st[0].m;
     int n_mels = m->dims.n_mels, F = CHOIR_WHISPER_N_FRAMES;
-    float *mel = NULL, *win = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)n_mels * F * sizeof(float));
-    float *enc = choir_alloc(CHOIR_MEM_ACTIVATIONS,
-                             (size_t)m->dims.n_audio_ctx * (size_t)m->dims.d_model * sizeof(float));
-    choir_whisper_cross *cross = NULL;
-    int64_t total = 0;
-    int rc = (!win || !enc) ? wt_oom(err)
-                            : choir_whisper_log_mel_full(pcm, n_samples, CHOIR_WHISPER_N_SAMPLES,
-                                                         n_mels, &mel, &total, err);
-    if (rc) goto done;
-    int64_t content = total - F, seek = 0;
-    int prompt_reset_since = 0;
-    if (p->language < 0 && m->sp.multilingual) {
-        /* openai detects on the first 30 s of the padded mel. */
-        choir_whisper_mel_window(mel, n_mels, total, 0, F, win);
-        if ((rc = choir_whisper_encode_cross(m, win, 1, enc, &cross, err))) {
-            choir_whisper_cross_free(cross);
-            goto done;
+    bool gpu = choir_whisper_on_gpu(m);
+    wt_seek *sk = choir_calloc(CHOIR_MEM_OTHER, (size_t)n_in, sizeof *sk);
+    float *win = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)n_in * n_mels * F * sizeof(float));
+    float *enc = gpu ? NULL
+                     : choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)n_in * (size_t)m->dims.n_audio_ctx *
+                                                              (size_t)m->dims.d_model * sizeof(float));
+    choir_whisper_cross **cross = choir_calloc(CHOIR_MEM_OTHER, (size_t)n_in, sizeof *cross);
+    choir_whisper_window *w = choir_calloc(CHOIR_MEM_OTHER, (size_t)n_in, sizeof *w);
+    choir_whisper_result *res = choir_calloc(CHOIR_MEM_OTHER, (size_t)n_in, sizeof *res);
+    int *active = choir_alloc(CHOIR_MEM_OTHER, (size_t)n_in * sizeof *active);
+    int rc = (!sk || !win || (!enc && !gpu) || !cross || !w || !res || !active) ? wt_oom(err) : 0;
+    for (int i = 0; i < n_in && !rc; i++) {
+        wt_seek *q = &sk[i];
+        rc = choir_whisper_log_mel_full(in[i].pcm, in[i].n_samples, CHOIR_WHISPER_N_SAMPLES, n_mels, &q->mel,
+                                        &q->total, err);
+        if (rc) break;
+        q->content = q->total - F;
+        q->language = langs[i];
+        if (q->language < 0 && m->sp.multilingual) {
+            /* openai detects on the first 30 s of the padded mel. */
+            choir_whisper_mel_window(q->mel, n_mels, q->total, 0, F, win);
+            if ((rc = choir_whisper_encode_cross(m, win, 1, enc, cross, err))) {
+                choir_whisper_cross_free(cross[0]);
+                cross[0] = NULL;
+                break;
+            }
+            rc = choir_whisper_detect_language(m, cross[0], &q->language, NULL, err);
+            choir_whisper_cross_free(cross[0]);
+            cross[0] = NULL;
         }
-        rc = choir_whisper_detect_language(m, cross, &p->language, NULL, err);
-        choir_whisper_cross_free(cross);
-        cross = NULL;
-        if (rc) goto done;
+        langs[i] = q->language;
     }
-    while (seek < content) {
-        int seg = (int)(content - seek < F ? content - seek : F);
-        /* The window holds seg frames of the file; the rest is 0.0, as openai's
-         * pad_or_trim of mel[:, seek:seek+seg]. */
-        for (int b = 0; b < n_mels; b++) {
-            memcpy(win + (size_t)b * F, mel + (size_t)b * (size_t)total + seek, (size_t)seg * sizeof(float));
-            memset(win + (size_t)b * F + seg, 0, (size_t)(F - seg) * sizeof(float));
+    for (;;) {
+        int na = 0;
+        for (int i = 0; i < n_in && !rc; i++)
+            if (sk[i].seek < sk[i].content) active[na++] = i;
+        if (rc || na == 0) break;
+        for (int j = 0; j < na; j++) {
+            wt_seek *q = &sk[active[j]];
+            wt_state *s = &st[active[j]];
+            int seg = (int)(q->content - q->seek < F ? q->content - q->seek : F);
+            /* The window holds seg frames of the file; the rest is 0.0, as
+             * openai's pad_or_trim of mel[:, seek:seek+seg]. */
+            float *wj = win + (size_t)j * n_mels * F;
+            for (int b = 0; b < n_mels; b++) {
+                memcpy(wj + (size_t)b * F, q->mel + (size_t)b * (size_t)q->total + q->seek,
+                       (size_t)seg * sizeof(float));
+                memset(wj + (size_t)b * F + seg, 0, (size_t)(F - seg) * sizeof(float));
+            }
+            w[j] = (choir_whisper_window){.prompt = s->all_tokens + q->prompt_reset_since,
+                                         .n_prompt = s->n_all - q->prompt_reset_since,
+                                         .language = q->language, .seed = (uint64_t)q->seek};
         }
-        choir_whisper_window w = {.prompt = s->all_tokens + prompt_reset_since,
-                                  .n_prompt = s->n_all - prompt_reset_since,
-                                  .language = p->language, .seed = (uint64_t)seek};
-        choir_whisper_result r = {0};
-        if ((rc = wt_decode_batch(m, s->tok, win, 1, enc, &cross, &w, p, &r, err))) goto done;
-        int advance = seg;
-        if (!wt_skip_silence(p, &r)) {
-            rc = wt_split(s, &r, (double)seek / WT_FRAMES_PER_S, seg, false, &advance, err);
-            if (!o->condition_on_previous_text || r.temperature > 0.5f) prompt_reset_since = s->n_all;
+        if ((rc = wt_decode_batch(m, st[0].tok, win, na, enc, cross, w, p, res, err))) break;
+        for (int j = 0; j < na; j++) {
+            wt_seek *q = &sk[active[j]];
+            wt_state *s = &st[active[j]];
+            int seg = (int)(q->content - q->seek < F ? q->content - q->seek : F), advance = seg;
+            if (!rc && !wt_skip_silence(p, &res[j])) {
+                rc = wt_split(s, &res[j], (double)q->seek / WT_FRAMES_PER_S, seg, false, &advance, err);
+                if (!o->condition_on_previous_text || res[j].temperature > 0.5f) q->prompt_reset_since = s->n_all;
+            }
+            choir_whisper_result_clear(&res[j]);
+            /* A window whose only timestamp pair is <|0.00|><|0.00|> must still move on. */
+            q->seek += advance > 0 ? advance : seg;
         }
-        choir_whisper_result_clear(&r);
-        if (rc) goto done;
-        /* A window whose only timestamp pair is <|0.00|><|0.00|> must still move on. */
-        seek += advance > 0 ? advance : seg;
-        if (o->progress)
-            o->progress(o->progress_user, (double)(seek < content ? seek : content) / WT_FRAMES_PER_S,
-                        (double)content / WT_FRAMES_PER_S);
+        if (!rc && o->progress && n_in == 1)
+            o->progress(o->progress_user,
+                        (double)(sk[0].seek < sk[0].content ? sk[0].seek : sk[0].content) / WT_FRAMES_PER_S,
+                        (double)sk[0].content / WT_FRAMES_PER_S);
     }
-done:
-    choir_free(mel);
+    for (int i = 0; sk && i < n_in; i++) choir_free(sk[i].mel);
+    choir_free(sk);
     choir_free(win);
     choir_free(enc);
+    choir_free(cross);
+    choir_free(w);
+    choir_free(res);
+    choir_free(active);
     return rc;
 }
 
@@ -398,8 +445,6 @@ int choir_whisper_transcribe_batch(const choir_whisper *m, const choir_tokenizer
     for (int i = 0; i < n_in; i++) memset(&out[i], 0, sizeof out[i]);
     if (!tok) return choir_err_set(err, CHOIR_EINVAL, "whisper: transcription needs a tokenizer");
     if (n_in <= 0) return 0;
-    if (!o->batched && n_in != 1)
-        return choir_err_set(err, CHOIR_EINVAL, "whisper: the sequential seek loop takes one input");
     if (o->spans && n_in != 1)
         return choir_err_set(err, CHOIR_EINVAL, "whisper: spans apply to a single input");
     for (int i = 0; i < n_in; i++)
@@ -421,10 +466,7 @@ int choir_whisper_transcribe_batch(const choir_whisper *m, const choir_tokenizer
         if (o->batched) {
             rc = wt_batched(st, in, n_in, o, &o->params, langs, err);
         } else {
-            choir_whisper_params p = o->params;
-            p.language = langs[0];
-            rc = wt_sequential(&st[0], in[0].pcm, in[0].n_samples, o, &p, err);
-            langs[0] = p.language;
+            rc = wt_sequential(st, in, n_in, o, &o->params, langs, err);
         }
     }
     for (int i = 0; i < n_in && !rc; i++) {

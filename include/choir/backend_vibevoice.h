@@ -1,0 +1,55 @@
+/* choir/backend_vibevoice.h: the backend operations VibeVoice-ASR's
+ * forward passes need beyond choir/backend.h: time-major causal
+ * convolutions of its σ-VAE encoders, the per-channel scaled residual of its
+ * ConvNeXt blocks, and a flash-style causal GQA attention over a KV cache
+ * (queries at consecutive positions against every cached row before them).
+ *
+ * Conventions as in choir/backend.h: every pointer is backend memory of the
+ * stream's backend, activations are row-major float32, errors are sticky on
+ * the stream. Each operation has a CPU version (the reference, split over the
+ * default pool) and a CUDA one (src/tensor/cuda/cuda_vibevoice.cu) that
+ * tests/cuda/vibevoice_gpu_check.c compares with it. */
+#ifndef CHOIR_BACKEND_VIBEVOICE_H
+#define CHOIR_BACKEND_VIBEVOICE_H
+
+#include <stdint.h>
+
+#include "choir/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A causal convolution of one input channel with stride 1 over a row of
+ * samples (the encoders' stem): out[t][c] = bias[c] + sum_k taps[k][c]
+ * in[t + k] for t < T, k < kernel; `in` holds T + kernel - 1 samples (the
+ * left context first), taps [kernel][cout], bias [cout] or NULL. */
+int choir_op_conv_stem_rows(choir_stream *s, const float *in, int64_t T, const float *taps,
+                            const float *bias, int64_t cout, int kernel, float *out);
+
+/* A depthwise causal convolution over time-major rows: out[t][c] = b[c] +
+ * sum_j w[j][c] in[t + j][c] for t < T, j < kernel; in [(kernel - 1) + T][C]
+ * (the left context first), w [kernel][C], b [C] or NULL. out must not
+ * alias in. */
+int choir_op_dwconv_rows(choir_stream *s, const float *in, int64_t T, int64_t C, int kernel,
+                         const float *w, const float *b, float *out);
+
+/* x[r][c] += g[c] y[r][c] for r < rows, c < C (g NULL: 1): a residual with a
+ * per-channel layer scale. */
+int choir_op_add_scaled_rows(choir_stream *s, float *x, const float *y, const float *g,
+                             int64_t rows, int64_t C);
+
+/* Causal grouped-query attention of T queries at positions pos0 .. pos0 + T - 1
+ * over the first pos0 + T rows of a KV cache: q [T][n_heads D], kc and vc
+ * [rows][n_kv D] (the new rows already written), out [T][n_heads D]; query
+ * head h reads key head h / (n_heads / n_kv); scale 1 / sqrt(D). Flash-style:
+ * blocks of keys with an online softmax, so no score matrix is held (no
+ * scratch). D at most 256. */
+int choir_op_attention_cached(choir_stream *s, const float *q, int64_t T, const float *kc,
+                              const float *vc, int64_t pos0, int n_heads, int n_kv, int D,
+                              float *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

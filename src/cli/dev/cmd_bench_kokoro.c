@@ -1,0 +1,242 @@
+/* `choir bench kokoro`: real-time factor and time to first audio for a
+ * paragraph, streamed piece by piece, and N copies of it as concurrent
+ * requests, for each batch size of --batch (default 1,8); peak memory.
+ * --backend cuda runs the decoder on GPU 0 and adds the device figures:
+ * achieved TFLOP/s (the decoder's convolution FLOPs over its device time)
+ * and GB/s (bytes the kernels read and wrote), against the card's ceilings
+ * measured in the same run (choir_cuda_measure_ceilings). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "choir/alloc.h"
+#include "choir/error.h"
+#include "choir/kokoro.h"
+#include "choir/phonemizer.h"
+#include "choir/pool.h"
+#include "cli/dev/dev.h"
+
+static const char *const k_paragraph =
+    "The old lighthouse stood at the edge of the cliff, its lamp long dark. Every evening, "
+    "the keeper's daughter climbed the spiral stairs to watch the ships pass by. She counted "
+    "them, named them, and wondered where they were going. One night, a storm rolled in from "
+    "the west, and the harbor lights went out one by one. Without thinking twice, she struck "
+    "a match, lit the old lamp, and turned the great lens toward the sea.";
+
+typedef struct run {
+    double t0, first, samples;
+} run;
+
+static int on_audio(void *user, const float *pcm, int64_t n, int piece, int n_pieces) {
+    run *r = user;
+    (void)pcm, (void)n_pieces;
+    if (piece == 0) r->first = choir_now_s() - r->t0;
+    r->samples += (double)n;
+    return 0;
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: choir bench kokoro --model DIR [--voice V] [--text T] [--threads N]\n"
+               "                          [--batch 1,8] [--requests N] [--backend cpu|cuda]\n"
+               "                          [--gpu-dtype f32|bf16]\n\n"
+               "For each batch size B of --batch: streams the paragraph with B pieces\n"
+               "synthesised together (after the short first one), then B copies of it (or N\n"
+               "with --requests) as concurrent requests in one batch; prints real-time factor\n"
+               "(compute seconds per audio second), time to first audio, and peak memory.\n"
+               "--backend cuda (CUDA builds) runs the decoder on GPU 0 and also prints the\n"
+               "achieved TFLOP/s and GB/s against the card's measured ceilings.\n");
+}
+
+typedef struct gpu_side {
+#ifdef CHOIR_HAVE_CUDA
+    choir_cuda *cu;
+    choir_kokoro_gpu *g;
+#endif
+    double tflops_ceiling, gbs_ceiling;
+} gpu_side;
+
+/* Device figures of the runs since the last reset. */
+static void print_gpu(gpu_side *gs) {
+#ifdef CHOIR_HAVE_CUDA
+    if (!gs->g) return;
+    choir_kokoro_gpu_stats st;
+    choir_kokoro_gpu_get_stats(gs->g, &st);
+    if (st.seconds <= 0) return;
+    double tf = st.flops / st.seconds / 1e12, gb = st.bytes / st.seconds / 1e9;
+    printf("    gpu: %lld decode calls, %lld pieces, %.3f s on the device: %.1f GFLOP at %.2f "
+           "TFLOP/s (%.1f%% of %.0f bf16), %.1f GB at %.0f GB/s (%.1f%% of %.0f copy)\n",
+           (long long)st.calls, (long long)st.pieces, st.seconds, st.flops / 1e9, tf,
+           100.0 * tf / gs->tflops_ceiling, gs->tflops_ceiling, st.bytes / 1e9, gb,
+           100.0 * gb / gs->gbs_ceiling, gs->gbs_ceiling);
+    if (st.albert_calls || st.lstm_calls || st.f0n_calls)
+        printf("    gpu front: ALBERT %lld calls, %.3f s; LSTMs %lld calls, %.3f s; F0/N blocks "
+               "%lld calls, %.3f s (upload to download, serialised with the decoder)\n",
+               (long long)st.albert_calls, st.albert_seconds, (long long)st.lstm_calls,
+               st.lstm_seconds, (long long)st.f0n_calls, st.f0n_seconds);
+    choir_kokoro_gpu_reset_stats(gs->g);
+#else
+    (void)gs;
+#endif
+}
+
+int choir_bench_kokoro(int argc, char **argv) {
+    const char *model_dir = NULL, *voice_spec = "af_heart", *text = k_paragraph;
+    const char *batch_list = "1,8";
+    int requests = 0;
+    bool use_gpu = false, gpu_bf16 = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return usage(stdout), 0;
+        if (!v) return usage(stderr), 2;
+        if (strcmp(a, "--model") == 0) model_dir = v;
+        else if (strcmp(a, "--voice") == 0) voice_spec = v;
+        else if (strcmp(a, "--text") == 0) text = v;
+        else if (strcmp(a, "--threads") == 0) choir_pool_set_default_threads(atoi(v));
+        else if (strcmp(a, "--requests") == 0) requests = atoi(v);
+        else if (strcmp(a, "--batch") == 0) batch_list = v;
+        else if (strcmp(a, "--backend") == 0) {
+            if (strcmp(v, "cuda") == 0) use_gpu = true;
+            else if (strcmp(v, "cpu") != 0) return usage(stderr), 2;
+        } else if (strcmp(a, "--gpu-dtype") == 0) {
+            if (strcmp(v, "bf16") == 0) gpu_bf16 = true;
+            else if (strcmp(v, "f32") != 0) return usage(stderr), 2;
+        } else return usage(stderr), 2;
+        i++;
+    }
+    if (!model_dir) return usage(stderr), 2;
+    int batches[16], n_batches = 0;
+    for (const char *q = batch_list; *q && n_batches < 16;) {
+        char *end = NULL;
+        long b = strtol(q, &end, 10);
+        if (end == q || b < 1 || b > 1024 || (*end && *end != ',')) {
+            fprintf(stderr, "choir bench kokoro: --batch %s: want sizes 1..1024 like 1,8,32\n",
+                    batch_list);
+            return 2;
+        }
+        batches[n_batches++] = (int)b;
+        q = *end ? end + 1 : end;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    if (use_gpu && choir_cuda_device_count() < 1) {
+        fprintf(stderr, "choir bench kokoro: --backend cuda: no CUDA device visible\n");
+        return 1;
+    }
+#else
+    if (use_gpu) {
+        fprintf(stderr, "choir bench kokoro: --backend cuda: this build has no CUDA backend "
+                        "(configure with -DCHOIR_CUDA=ON)\n");
+        return 2;
+    }
+    (void)gpu_bf16;
+#endif
+    choir_err err = {0};
+    int rc = 1;
+    char voices[2048];
+    snprintf(voices, sizeof voices, "%s/voices", model_dir);
+    choir_kokoro_voice *v = NULL;
+    choir_phonemizer *ph = NULL;
+    choir_kokoro_item *items = NULL;
+    choir_piece_list pieces = {0};
+    choir_clause_list clauses = {0};
+    int32_t *ids = NULL;
+    gpu_side gs = {0};
+    double t = choir_now_s();
+    choir_kokoro *m = choir_kokoro_load(model_dir, &err);
+    if (!m) goto done;
+    printf("kokoro bench: %s, %d threads, weights %.1f MB, load %.2f s\n", model_dir,
+           choir_pool_threads(choir_pool_default()), (double)choir_kokoro_weight_bytes(m) / 1e6,
+           choir_now_s() - t);
+#ifdef CHOIR_HAVE_CUDA
+    if (use_gpu) {
+        if (choir_cuda_device_count() < 1) {
+            choir_err_set(&err, CHOIR_EUNSUPPORTED, "--backend cuda: no CUDA device visible");
+            goto done;
+        }
+        if (!(gs.cu = choir_cuda_init(0, &err))) goto done;
+        if (choir_cuda_measure_ceilings(gs.cu, &gs.tflops_ceiling, &gs.gbs_ceiling, &err) != 0)
+            goto done;
+        t = choir_now_s();
+        if (!(gs.g = choir_kokoro_gpu_create(m, gs.cu, gpu_bf16, &err))) goto done;
+        choir_kokoro_set_gpu(m, gs.g);
+        choir_kokoro_gpu_stats st;
+        choir_kokoro_gpu_get_stats(gs.g, &st);
+        printf("  decoder on %s (%s convolutions), %.1f MB of device weights, upload %.2f s\n"
+               "  ceilings measured now: bf16 matmul %.1f TFLOP/s, device copy %.0f GB/s\n",
+               choir_cuda_get_props(gs.cu)->name, gpu_bf16 ? "bf16" : "f32",
+               (double)st.weight_bytes / 1e6, choir_now_s() - t, gs.tflops_ceiling, gs.gbs_ceiling);
+    }
+#endif
+    if (!(v = choir_kokoro_voice_load(voice_spec, voices, &err))) goto done;
+    if (!(ph = choir_phonemizer_create(CHOIR_PHONEMIZER_EN_US, &err))) goto done;
+    if (choir_phonemize_clauses(ph, text, &clauses, &err) != 0) goto done;
+    if (choir_split_pieces(&clauses, CHOIR_KOKORO_MAX_PHONEMES, false, &pieces, &err) != 0) goto done;
+
+    for (int bi = 0; bi < n_batches; bi++) {
+        int b = batches[bi];
+        choir_kokoro_speak_params sp = choir_kokoro_default_speak_params();
+        sp.batch = b;
+        run r = {.t0 = choir_now_s()};
+        if (choir_kokoro_speak(m, ph, v, text, &sp, on_audio, &r, &err) != 0) goto done;
+        double wall = choir_now_s() - r.t0, audio_s = r.samples / CHOIR_KOKORO_SAMPLE_RATE;
+        printf("  paragraph, batch %d: %.2f s audio in %.2f s, RTF %.3f, first audio %.3f s\n", b,
+               audio_s, wall, wall / audio_s, r.first);
+        print_gpu(&gs);
+
+        /* copies of the paragraph at once, each cut into its pieces: one batch */
+        int copies = requests > 0 ? requests : b;
+        int n = copies * pieces.n, stride = CHOIR_KOKORO_MAX_PHONEMES + 2;
+        choir_free(ids);
+        choir_free(items);
+        ids = choir_alloc(CHOIR_MEM_IO, (size_t)n * stride * sizeof *ids);
+        items = choir_calloc(CHOIR_MEM_IO, (size_t)n, sizeof *items);
+        if (!ids || !items) {
+            choir_err_set(&err, CHOIR_ENOMEM, "out of memory for %d pieces", n);
+            goto done;
+        }
+        for (int i = 0; i < n; i++) {
+            const choir_piece *p = &pieces.items[i % pieces.n];
+            int k = choir_kokoro_phonemes_to_ids(m, p->phonemes, ids + (size_t)i * stride, stride,
+                                                 NULL, &err);
+            if (k < 0) goto done;
+            items[i] = (choir_kokoro_item){.ids = ids + (size_t)i * stride, .n_ids = k,
+                                           .style = choir_kokoro_voice_style(v, p->n_phonemes)};
+        }
+        choir_kokoro_params params = choir_kokoro_default_params();
+        t = choir_now_s();
+        if (choir_kokoro_synthesize_batch(m, items, n, &params, &err) != 0) goto done;
+        double wall2 = choir_now_s() - t, samples = 0;
+        for (int i = 0; i < n; i++) samples += (double)items[i].n_samples, choir_free(items[i].audio);
+        printf("  %d requests at once (%d pieces, one batch): %.2f s audio in %.2f s, RTF %.3f\n",
+               copies, n, samples / CHOIR_KOKORO_SAMPLE_RATE, wall2,
+               wall2 / (samples / CHOIR_KOKORO_SAMPLE_RATE));
+        print_gpu(&gs);
+    }
+
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("  peak memory: counted %.1f MB (activations %.1f MB, weights %.1f MB), max RSS %.1f MB\n",
+           (double)choir_mem_peak(CHOIR_MEM_COUNT) / 1e6,
+           (double)choir_mem_peak(CHOIR_MEM_ACTIVATIONS) / 1e6,
+           (double)choir_mem_peak(CHOIR_MEM_WEIGHTS) / 1e6, (double)ru.ru_maxrss / 1024.0);
+#ifdef CHOIR_HAVE_CUDA
+    if (gs.cu)
+        printf("  device memory: peak %.1f MB, now %.1f MB\n",
+               (double)choir_cuda_mem_peak(gs.cu) / 1e6, (double)choir_cuda_mem_current(gs.cu) / 1e6);
+#endif
+    rc = 0;
+done:
+    if (rc) fprintf(stderr, "choir bench kokoro: %s\n", err.msg[0] ? err.msg : "failed");
+    choir_free(ids);
+    choir_free(items);
+    choir_piece_list_free(&pieces);
+    choir_clause_list_free(&clauses);
+    choir_phonemizer_free(ph);
+    choir_kokoro_voice_free(v);
+#ifdef CHOIR_HAVE_CUDA
+    choir_kokoro_gpu_free(gs.g);
+    choir_cuda_free(gs.cu);
+#endif
+    choir_kokoro_free(m);
+    return rc;
+}

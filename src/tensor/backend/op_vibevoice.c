@@ -1,0 +1,231 @@
+/* VibeVoice-ASR's operations (choir/backend_vibevoice.h): on the CPU as loops
+ * split over the default pool (the attention's products through
+ * choir_gemm_f32), on CUDA through cuda_vibevoice.cu. */
+#include <math.h>
+#include <string.h>
+
+#include "choir/backend_vibevoice.h"
+#include "choir/kernels.h"
+#include "choir/pool.h"
+#include "tensor/backend/backend_internal.h"
+
+#ifdef CHOIR_HAVE_CUDA
+#include "tensor/cuda/cuda_vibevoice.h"
+#endif
+
+/* Rows per pool task for row-wise loops: enough work to pay for a task. */
+static int64_t grain_rows(int64_t cols) { return cols >= 4096 ? 1 : 4096 / (cols > 0 ? cols : 1); }
+
+/* --- the stem ---------------------------------------------------------------------- */
+
+typedef struct stem_job {
+    const float *in, *taps, *bias;
+    float *out;
+    int64_t cout;
+    int kernel;
+} stem_job;
+
+static void stem_rows(void *ctx, int64_t a, int64_t b, int worker) {
+    (void)worker;
+    const stem_job *j = ctx;
+    int64_t co = j->cout;
+    for (int64_t t = a; t < b; t++) {
+        float *o = j->out + t * co;
+        for (int64_t i = 0; i < co; i++) o[i] = j->bias ? j->bias[i] : 0.0f;
+        for (int k = 0; k < j->kernel; k++) {
+            float v = j->in[t + k];
+            const float *w = j->taps + (int64_t)k * co;
+            for (int64_t i = 0; i < co; i++) o[i] += w[i] * v;
+        }
+    }
+}
+
+int choir_op_conv_stem_rows(choir_stream *s, const float *in, int64_t T, const float *taps,
+                            const float *bias, int64_t cout, int kernel, float *out) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (T < 0 || cout <= 0 || kernel <= 0)
+        return be_invalid(s, "conv_stem_rows: %lld rows, %lld channels, kernel %d", (long long)T,
+                          (long long)cout, kernel);
+    if (T == 0) return 0;
+    if (be_host(s)) {
+        stem_job j = {in, taps, bias, out, cout, kernel};
+        choir_pool_parallel_for(choir_pool_default(), T, grain_rows(cout * kernel), stem_rows, &j);
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    BE_CUDA(s, "conv_stem_rows",
+            choir_cuda_vv_conv_stem(s->be->cu, in, T, taps, bias, cout, kernel, out, BE_ERR));
+#endif
+    return be_unsupported(s, "conv_stem_rows");
+}
+
+/* --- the depthwise mixer -------------------------------------------------------------- */
+
+typedef struct dw_job {
+    const float *in, *w, *b;
+    float *out;
+    int64_t C;
+    int k;
+} dw_job;
+
+static void dw_rows(void *ctx, int64_t a, int64_t bnd, int worker) {
+    (void)worker;
+    const dw_job *j = ctx;
+    int64_t C = j->C;
+    for (int64_t t = a; t < bnd; t++) {
+        float *o = j->out + t * C;
+        if (j->b) memcpy(o, j->b, (size_t)C * sizeof *o);
+        else memset(o, 0, (size_t)C * sizeof *o);
+        for (int k = 0; k < j->k; k++) {
+            const float *x = j->in + (t + k) * C, *w = j->w + (int64_t)k * C;
+            for (int64_t c = 0; c < C; c++) o[c] += w[c] * x[c];
+        }
+    }
+}
+
+int choir_op_dwconv_rows(choir_stream *s, const float *in, int64_t T, int64_t C, int kernel,
+                         const float *w, const float *b, float *out) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (T < 0 || C <= 0 || kernel <= 0)
+        return be_invalid(s, "dwconv_rows: %lld rows of %lld, kernel %d", (long long)T,
+                          (long long)C, kernel);
+    if (T == 0) return 0;
+    if (be_host(s)) {
+        dw_job j = {in, w, b, out, C, kernel};
+        choir_pool_parallel_for(choir_pool_default(), T, grain_rows(C * kernel), dw_rows, &j);
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    BE_CUDA(s, "dwconv_rows", choir_cuda_vv_dwconv(s->be->cu, in, T, C, kernel, w, b, out, BE_ERR));
+#endif
+    return be_unsupported(s, "dwconv_rows");
+}
+
+/* --- scaled residual ------------------------------------------------------------------ */
+
+typedef struct add_job {
+    float *x;
+    const float *y, *g;
+    int64_t C;
+} add_job;
+
+static void add_rows(void *ctx, int64_t a, int64_t b, int worker) {
+    (void)worker;
+    const add_job *j = ctx;
+    for (int64_t r = a; r < b; r++) {
+        float *x = j->x + r * j->C;
+        const float *y = j->y + r * j->C;
+        if (j->g)
+            for (int64_t c = 0; c < j->C; c++) x[c] += j->g[c] * y[c];
+        else
+            for (int64_t c = 0; c < j->C; c++) x[c] += y[c];
+    }
+}
+
+int choir_op_add_scaled_rows(choir_stream *s, float *x, const float *y, const float *g,
+                             int64_t rows, int64_t C) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (rows < 0 || C <= 0)
+        return be_invalid(s, "add_scaled_rows: %lld rows of %lld", (long long)rows, (long long)C);
+    if (rows == 0) return 0;
+    if (be_host(s)) {
+        add_job j = {x, y, g, C};
+        choir_pool_parallel_for(choir_pool_default(), rows, grain_rows(C), add_rows, &j);
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    BE_CUDA(s, "add_scaled_rows", choir_cuda_vv_add_scaled(s->be->cu, x, y, g, rows, C, BE_ERR));
+#endif
+    return be_unsupported(s, "add_scaled_rows");
+}
+
+/* --- attention over the cache ------------------------------------------------------------ */
+
+/* One pool task per (head, block of queries); scores of one block of keys
+ * at a time on the stack, with an online softmax over the blocks. */
+#define ATT_BQ 16
+#define ATT_BK 128
+#define ATT_MAX_D 256
+
+typedef struct att_job {
+    const float *q, *kc, *vc;
+    float *out;
+    int64_t T, pos0;
+    int nh, nkv, D, n_qblocks;
+    float scale;
+} att_job;
+
+static void att_tasks(void *ctx, int64_t a, int64_t b, int worker) {
+    (void)worker;
+    const att_job *j = ctx;
+    int D = j->D, ldq = j->nh * D, ldk = j->nkv * D;
+    float s[ATT_BQ * ATT_BK], acc[ATT_BQ * ATT_MAX_D], m[ATT_BQ], l[ATT_BQ];
+    for (int64_t task = a; task < b; task++) {
+        int h = (int)(task / j->n_qblocks), qb = (int)(task % j->n_qblocks);
+        int kvh = h / (j->nh / j->nkv);
+        int64_t t0 = (int64_t)qb * ATT_BQ;
+        int nq = (int)(j->T - t0 < ATT_BQ ? j->T - t0 : ATT_BQ);
+        const float *q = j->q + t0 * ldq + (int64_t)h * D;
+        const float *kc = j->kc + (int64_t)kvh * D, *vc = j->vc + (int64_t)kvh * D;
+        for (int i = 0; i < nq; i++) m[i] = -INFINITY, l[i] = 0.0f;
+        memset(acc, 0, sizeof(float) * (size_t)nq * (size_t)D);
+        /* Keys the last query of the block may see. */
+        int64_t n_keys = j->pos0 + t0 + nq;
+        for (int64_t k0 = 0; k0 < n_keys; k0 += ATT_BK) {
+            int nk = (int)(n_keys - k0 < ATT_BK ? n_keys - k0 : ATT_BK);
+            choir_gemm_f32(false, true, nq, nk, D, j->scale, q, ldq, kc + k0 * ldk, ldk, 0.0f, s, nk);
+            for (int i = 0; i < nq; i++) {
+                float *si = s + (int64_t)i * nk;
+                int64_t limit = j->pos0 + t0 + i; /* causal: keys <= its position */
+                float mx = m[i];
+                for (int c = 0; c < nk; c++) {
+                    if (k0 + c > limit) si[c] = -INFINITY;
+                    else if (si[c] > mx) mx = si[c];
+                }
+                if (mx == -INFINITY) {
+                    for (int c = 0; c < nk; c++) si[c] = 0.0f;
+                    continue;
+                }
+                float alpha = expf(m[i] - mx), sum = 0.0f;
+                for (int c = 0; c < nk; c++) {
+                    float p = si[c] == -INFINITY ? 0.0f : expf(si[c] - mx);
+                    si[c] = p;
+                    sum += p;
+                }
+                l[i] = l[i] * alpha + sum;
+                m[i] = mx;
+                float *ai = acc + (int64_t)i * D;
+                for (int d = 0; d < D; d++) ai[d] *= alpha;
+            }
+            choir_gemm_f32(false, false, nq, D, nk, 1.0f, s, nk, vc + k0 * ldk, ldk, 1.0f, acc, D);
+        }
+        for (int i = 0; i < nq; i++) {
+            float inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
+            float *o = j->out + (t0 + i) * ldq + (int64_t)h * D;
+            for (int d = 0; d < D; d++) o[d] = acc[(int64_t)i * D + d] * inv;
+        }
+    }
+}
+
+int choir_op_attention_cached(choir_stream *s, const float *q, int64_t T, const float *kc,
+                              const float *vc, int64_t pos0, int n_heads, int n_kv, int D,
+                              float *out) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (T < 0 || pos0 < 0 || n_heads <= 0 || n_kv <= 0 || n_heads % n_kv || D <= 0 ||
+        D > ATT_MAX_D)
+        return be_invalid(s, "attention_cached: %lld queries at %lld, %d heads over %d of %d",
+                          (long long)T, (long long)pos0, n_heads, n_kv, D);
+    if (T == 0) return 0;
+    if (be_host(s)) {
+        att_job j = {q, kc, vc, out, T, pos0, n_heads, n_kv, D,
+                     (int)((T + ATT_BQ - 1) / ATT_BQ), 1.0f / sqrtf((float)D)};
+        choir_pool_parallel_for(choir_pool_default(), (int64_t)n_heads * j.n_qblocks, 1, att_tasks,
+                                &j);
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    BE_CUDA(s, "attention_cached",
+            choir_cuda_vv_attention(s->be->cu, q, T, kc, vc, pos0, n_heads, n_kv, D, out, BE_ERR));
+#endif
+    return be_unsupported(s, "attention_cached");
+}

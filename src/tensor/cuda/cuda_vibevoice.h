@@ -1,0 +1,28 @@
+/* The CUDA kernels behind choir/backend_vibevoice.h (cuda_vibevoice.cu), with
+ * the semantics of the CPU versions in src/tensor/backend/op_vibevoice.c. */
+#ifndef CHOIR_CUDA_VIBEVOICE_H
+#define CHOIR_CUDA_VIBEVOICE_H
+
+#include <stdint.h>
+
+#include "choir/cuda.h"
+#include "choir/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+int choir_cuda_vv_conv_stem(choir_cuda *cu, const float *in, int64_t T, const float *taps,
+                            const float *bias, int64_t cout, int kernel, float *out, choir_err *err);
+int choir_cuda_vv_dwconv(choir_cuda *cu, const float *in, int64_t T, int64_t C, int kernel,
+                         const float *w, const float *b, float *out, choir_err *err);
+int choir_cuda_vv_add_scaled(choir_cuda *cu, float *x, const float *y, const float *g, int64_t rows,
+                             int64_t C, choir_err *err);
+int choir_cuda_vv_attention(choir_cuda *cu, const float *q, int64_t T, const float *kc,
+                            const float *vc, int64_t pos0, int n_heads, int n_kv, int D, float *out,
+                            choir_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,807 @@
+/* Every backend operation (choir/backend.h) on a CUDA backend against the
+ * same operation on the CPU backend, on random inputs: one line per case
+ * with its relative L2 error and bound. Exits 0 when all pass, 1 on any
+ * failure, 77 (skipped) when no CUDA device is visible.
+ *
+ * Bounds: f32 paths agree to rounding (1e-5; 1e-4 for the LSTM, whose
+ * recurrence compounds it); f16 tensor-core products 2e-3, bf16 ones 1e-2
+ * (their inputs are rounded to the half type); copies, gathers, scatters and
+ * transposes are exact. Also: graph capture and replay equal to the direct
+ * calls bit for bit after the device-side lengths change, sticky errors,
+ * refused operations named, working memory refused with a named error, and
+ * device memory back to where it started once everything is freed.
+ *
+ * Built beside choir_cuda_check (src/tensor/cuda/CMakeLists.txt); under the
+ * host emulation (tests/cuda/fake) the operations it does not emulate report
+ * SKIP. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "choir/backend.h"
+#include "choir/cuda.h"
+#include "choir/kernels.h"
+#include "choir/tensor.h"
+
+#define TOL_F32 1e-5
+#define TOL_F16 2e-3
+#define TOL_BF16 1e-2
+
+static int g_failures, g_cases, g_skips;
+static choir_backend *g_cpu, *g_gpu;
+static choir_stream *g_cs, *g_gs;
+
+/* --- random inputs ------------------------------------------------------------ */
+
+static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
+static uint32_t rnd_u32(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 16);
+}
+static float rnd(float lo, float hi) {
+    return lo + (hi - lo) * (float)(rnd_u32() & 0xFFFFFF) / 16777216.0f;
+}
+
+/* Host memory of a case, freed together by case_end. */
+#define MAX_HOST 64
+static void *g_host[MAX_HOST];
+static int g_nhost;
+static void *hmem(size_t bytes) {
+    if (g_nhost == MAX_HOST) {
+        fprintf(stderr, "FATAL too many host blocks in one case\n");
+        exit(1);
+    }
+    void *p = calloc(1, bytes ? bytes : 4);
+    if (!p) {
+        fprintf(stderr, "FATAL out of host memory\n");
+        exit(1);
+    }
+    return g_host[g_nhost++] = p;
+}
+static float *hvec(int64_t n, float lo, float hi) {
+    float *v = hmem((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) v[i] = rnd(lo, hi);
+    return v;
+}
+static float *hdup(const float *x, int64_t n) {
+    float *y = hmem((size_t)n * sizeof(float));
+    memcpy(y, x, (size_t)n * sizeof(float));
+    return y;
+}
+
+/* Device memory of a case: the GPU stream's working memory, released by
+ * case_end. */
+static size_t g_mark;
+static void case_begin(void) { g_mark = choir_stream_mark(g_gs); }
+static void case_end(void) {
+    choir_stream_release(g_gs, g_mark);
+    for (int i = 0; i < g_nhost; i++) free(g_host[i]);
+    g_nhost = 0;
+}
+static void *dput(const void *host, size_t bytes) {
+    void *d = choir_stream_alloc(g_gs, bytes, "check input");
+    if (d && host) choir_op_upload(g_gs, d, host, bytes);
+    return d;
+}
+static float *dvec(const float *host, int64_t n) {
+    return dput(host, (size_t)n * sizeof(float));
+}
+static float *dzero(int64_t n) {
+    float *d = dput(NULL, (size_t)n * sizeof(float));
+    if (d) choir_op_zero(g_gs, d, (size_t)n * sizeof(float));
+    return d;
+}
+
+/* --- reporting -------------------------------------------------------------------- */
+
+static double rel_l2(const float *a, const float *ref, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(a[i]) != isnan(ref[i]) || isinf(a[i]) != isinf(ref[i])) return INFINITY;
+        if (isnan(a[i])) continue;
+        double d = (double)a[i] - (double)ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* The GPU stream's error, if any, fails (or, under the host emulation,
+ * skips) the case; returns true when the case can be compared. */
+static bool streams_ok(const char *name) {
+    choir_err e = {0};
+    if (choir_stream_status(g_cs, &e)) {
+        g_cases++, g_failures++;
+        printf("FAIL %-52s cpu: %s\n", name, e.msg);
+        choir_stream_clear(g_cs);
+        choir_stream_clear(g_gs);
+        return false;
+    }
+    if (choir_stream_sync(g_gs, &e)) {
+        choir_stream_clear(g_gs);
+        if (strstr(e.msg, "fake cuda") && strstr(e.msg, "not emulated")) {
+            g_skips++;
+            printf("SKIP %-52s %s\n", name, e.msg);
+            return false;
+        }
+        g_cases++, g_failures++;
+        printf("FAIL %-52s %s\n", name, e.msg);
+        return false;
+    }
+    return true;
+}
+
+static void report(const char *name, double err, double tol) {
+    bool ok = err <= tol;
+    g_cases++;
+    if (!ok) g_failures++;
+    printf("%s %-52s rel_l2 %.3e  (bound %.0e)\n", ok ? "PASS" : "FAIL", name, err, tol);
+}
+
+static void expect(const char *name, bool cond) {
+    g_cases++;
+    if (!cond) g_failures++;
+    printf("%s %s\n", cond ? "PASS" : "FAIL", name);
+}
+
+/* Downloads n floats of `dev` and compares them with the CPU's `ref`. */
+static void cmp(const char *name, const float *dev, const float *ref, int64_t n, double tol) {
+    float *got = hmem((size_t)n * sizeof(float));
+    choir_op_download(g_gs, got, dev, (size_t)n * sizeof(float));
+    if (!streams_ok(name)) return;
+    report(name, rel_l2(got, ref, n), tol);
+}
+
+/* --- transfers and copies ------------------------------------------------------------ */
+
+static void check_transfers(void) {
+    case_begin();
+    int64_t rows = 37, cols = 129, ld = 160, n = rows * ld;
+    float *x = hvec(n, -3, 3);
+    float *dx = dvec(x, n), *dy = dzero(n);
+    choir_op_copy(g_gs, dy, dx, (size_t)n * 4);
+    cmp("copy", dy, x, n, 0);
+    /* Strided rows into a packed block, and back into a zeroed strided one. */
+    float *ref = hmem((size_t)(rows * cols) * 4);
+    for (int64_t r = 0; r < rows; r++) memcpy(ref + r * cols, x + r * ld, (size_t)cols * 4);
+    float *dp = dzero(rows * cols);
+    choir_op_copy_rows(g_gs, dp, cols, dx, ld, rows, cols);
+    cmp("copy_rows strided -> packed", dp, ref, rows * cols, 0);
+    float *ref2 = hmem((size_t)n * 4);
+    for (int64_t r = 0; r < rows; r++) memcpy(ref2 + r * ld, ref + r * cols, (size_t)cols * 4);
+    float *ds = dzero(n);
+    choir_op_copy_rows(g_gs, ds, ld, dp, cols, rows, cols);
+    cmp("copy_rows packed -> strided, zero", ds, ref2, n, 0);
+    /* Asynchronous transfers through the backend's transfer memory. */
+    float *pin = choir_backend_host_alloc(g_gpu, (size_t)n * 4);
+    float *pout = choir_backend_host_alloc(g_gpu, (size_t)n * 4);
+    expect("host_alloc gives transfer memory", pin && pout);
+    if (pin && pout) {
+        memcpy(pin, x, (size_t)n * 4);
+        float *da = dzero(n);
+        choir_op_upload_async(g_gs, da, pin, (size_t)n * 4);
+        choir_op_scale(g_gs, da, 2.0f, n);
+        choir_op_download_async(g_gs, pout, da, (size_t)n * 4);
+        choir_err e = {0};
+        choir_stream_sync(g_gs, &e);
+        float *want = hdup(x, n);
+        for (int64_t i = 0; i < n; i++) want[i] *= 2.0f;
+        if (streams_ok("upload_async, scale, download_async"))
+            report("upload_async, scale, download_async", rel_l2(pout, want, n), 0);
+    }
+    choir_backend_host_free(g_gpu, pin);
+    choir_backend_host_free(g_gpu, pout);
+    case_end();
+}
+
+/* --- matrix products ------------------------------------------------------------------ */
+
+static void store_as(choir_dtype dt, void *p, int64_t i, float v) {
+    if (dt == CHOIR_DTYPE_F16) ((uint16_t *)p)[i] = choir_f32_to_f16(v);
+    else if (dt == CHOIR_DTYPE_BF16) ((uint16_t *)p)[i] = choir_f32_to_bf16(v);
+    else ((float *)p)[i] = v;
+}
+
+/* A random host weight in hmem memory (MLX layout when quantized). */
+static choir_weight make_weight(choir_weight_kind kind, int64_t rows, int64_t cols, int bits,
+                                int group, choir_dtype sb) {
+    choir_weight w = {.kind = kind, .rows = rows, .cols = cols};
+    if (kind == CHOIR_WEIGHT_QUANT) {
+        int64_t words = rows * (cols / 32) * bits, ng = rows * (cols / group);
+        uint32_t *q = hmem((size_t)words * 4);
+        for (int64_t i = 0; i < words; i++) q[i] = rnd_u32() ^ (rnd_u32() << 16);
+        void *sc = hmem((size_t)ng * 4), *bi = hmem((size_t)ng * 4);
+        float qmax = (float)((1 << bits) - 1);
+        for (int64_t g = 0; g < ng; g++) {
+            store_as(sb, sc, g, rnd(0.2f, 1.0f) / qmax);
+            store_as(sb, bi, g, rnd(-0.6f, -0.2f));
+        }
+        w.data = q, w.scales = sc, w.biases = bi, w.sb_dtype = sb;
+        w.bits = bits, w.group_size = group;
+    } else {
+        size_t es = kind == CHOIR_WEIGHT_F32 ? 4 : 2;
+        void *d = hmem((size_t)(rows * cols) * es);
+        choir_dtype dt = kind == CHOIR_WEIGHT_F32   ? CHOIR_DTYPE_F32
+                         : kind == CHOIR_WEIGHT_F16 ? CHOIR_DTYPE_F16
+                                                    : CHOIR_DTYPE_BF16;
+        for (int64_t i = 0; i < rows * cols; i++) store_as(dt, d, i, rnd(-0.5f, 0.5f));
+        w.data = d;
+    }
+    return w;
+}
+
+/* y = x W^T + b on both backends for M in {1, 3, 8, 9, 40, 300}: up to 8
+ * rows CUDA runs its GEMV (f32 accumulation over the stored values: f32
+ * bound), above that cuBLAS (half-precision operands: the dtype's bound). */
+static void check_linear_case(const char *label, choir_weight host, double tol_gemm,
+                              choir_backend *be) {
+    static const int64_t Ms[] = {1, 3, 8, 9, 40, 300};
+    choir_err err = {0};
+    choir_backend_weights *ws = choir_backend_weights_create(be, &err);
+    choir_weight dw;
+    choir_backend_weight(ws, &host, &dw);
+    float *bias = hvec(host.rows, -1, 1);
+    const float *dbias = choir_backend_vec(ws, bias, host.rows);
+    if (choir_backend_weights_status(ws, &err)) {
+        g_cases++, g_failures++;
+        printf("FAIL linear %-45s weight upload: %s\n", label, err.msg);
+        choir_backend_weights_free(ws);
+        return;
+    }
+    for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+        int64_t M = Ms[mi], K = host.cols, N = host.rows;
+        float *x = hvec(M * K, -1, 1), *ref = hmem((size_t)(M * N) * 4);
+        float *dx = dvec(x, M * K), *dy = dzero(M * N);
+        bool with_bias = mi % 2 == 0;
+        choir_op_linear(g_cs, x, M, &host, with_bias ? bias : NULL, ref);
+        choir_op_linear(g_gs, dx, M, &dw, with_bias ? dbias : NULL, dy);
+        char name[96];
+        snprintf(name, sizeof name, "linear %s M=%lld%s", label, (long long)M,
+                 with_bias ? " +bias" : "");
+        cmp(name, dy, ref, M * N, M <= 8 ? TOL_F32 : tol_gemm);
+    }
+    choir_backend_weights_free(ws);
+}
+
+static void check_linear(void) {
+    int64_t N = 262, K = 768;
+    case_begin();
+    check_linear_case("f32", make_weight(CHOIR_WEIGHT_F32, N, K, 0, 0, 0), TOL_F32, g_gpu);
+    check_linear_case("f16", make_weight(CHOIR_WEIGHT_F16, N, K, 0, 0, 0), TOL_F16, g_gpu);
+    check_linear_case("bf16", make_weight(CHOIR_WEIGHT_BF16, N, K, 0, 0, 0), TOL_BF16, g_gpu);
+    case_end();
+    static const int bits[] = {2, 3, 4, 5, 6, 8};
+    for (size_t i = 0; i < sizeof bits / sizeof bits[0]; i++) {
+        case_begin();
+        char label[48];
+        snprintf(label, sizeof label, "q%d g64 bf16-scales", bits[i]);
+        check_linear_case(label, make_weight(CHOIR_WEIGHT_QUANT, N, K, bits[i], 64, CHOIR_DTYPE_BF16),
+                          TOL_BF16, g_gpu);
+        case_end();
+    }
+    case_begin();
+    check_linear_case("q4 g32 f16-scales",
+                      make_weight(CHOIR_WEIGHT_QUANT, N, K, 4, 32, CHOIR_DTYPE_F16), TOL_BF16,
+                      g_gpu);
+    check_linear_case("q8 g128 f32-scales",
+                      make_weight(CHOIR_WEIGHT_QUANT, N, K, 8, 128, CHOIR_DTYPE_F32), TOL_BF16,
+                      g_gpu);
+    case_end();
+
+    /* A backend opened with bf16 stores f32 matrices as bf16 (half the
+     * bytes; against the CPU's f32: the bf16 bound), and keeps them f32 when
+     * asked for exactly (the f32 bound). */
+    case_begin();
+    choir_err err = {0};
+    choir_backend_cuda_opts o = {.device = 0, .bf16 = true};
+    choir_backend *bb = choir_backend_cuda(&o, &err);
+    expect("bf16 CUDA backend opens", bb != NULL);
+    if (bb) {
+        choir_weight w = make_weight(CHOIR_WEIGHT_F32, 130, 256, 0, 0, 0);
+        choir_backend_weights *ws = choir_backend_weights_create(bb, &err);
+        choir_weight dw, dx;
+        choir_backend_weight(ws, &w, &dw);
+        int64_t half = choir_backend_weights_bytes(ws);
+        choir_backend_weight_exact(ws, &w, &dx);
+        expect("bf16 backend: f32 matrix stored in half the bytes, exact one in full",
+               choir_backend_weights_status(ws, &err) == 0 && dw.kind == CHOIR_WEIGHT_BF16 &&
+                   half == 130 * 256 * 2 && dx.kind == CHOIR_WEIGHT_F32 &&
+                   choir_backend_weights_bytes(ws) == half + 130 * 256 * 4);
+        choir_stream *bs = choir_stream_create(bb, &err);
+        choir_stream_reserve(bs, 4 << 20, 0, &err);
+        for (int exact = 0; exact < 2; exact++)
+            for (int64_t M = 2; M <= 40; M += 38) {
+                float *x = hvec(M * 256, -1, 1), *ref = hmem((size_t)(M * 130) * 4);
+                float *got = hmem((size_t)(M * 130) * 4);
+                choir_op_linear(g_cs, x, M, &w, NULL, ref);
+                float *d_x = choir_stream_floats(bs, M * 256, "x");
+                float *d_y = choir_stream_floats(bs, M * 130, "y");
+                choir_op_upload(bs, d_x, x, (size_t)(M * 256) * 4);
+                choir_op_linear(bs, d_x, M, exact ? &dx : &dw, NULL, d_y);
+                choir_op_download(bs, got, d_y, (size_t)(M * 130) * 4);
+                char name[96];
+                snprintf(name, sizeof name, "linear f32 on a bf16 backend%s M=%lld",
+                         exact ? " (exact)" : "", (long long)M);
+                if (choir_stream_status(bs, &err)) {
+                    g_cases++, g_failures++;
+                    printf("FAIL %-52s %s\n", name, err.msg);
+                    choir_stream_clear(bs);
+                } else
+                    report(name, rel_l2(got, ref, M * 130), exact ? TOL_F32 : TOL_BF16);
+                choir_stream_release(bs, 0);
+            }
+        choir_stream_free(bs);
+        choir_backend_weights_free(ws);
+        choir_backend_free(bb);
+    }
+    case_end();
+}
+
+static void check_gemm(void) {
+    case_begin();
+    int64_t M = 67, N = 45, K = 131;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
+            float *A = hvec((ta ? K : M) * lda, -1, 1), *B = hvec((tb ? N : K) * ldb, -1, 1);
+            float *C = hvec(M * ldc, -1, 1), *Cg = dvec(C, M * ldc);
+            float *dA = dvec(A, (ta ? K : M) * lda), *dB = dvec(B, (tb ? N : K) * ldb);
+            choir_op_gemm(g_cs, ta, tb, M, N, K, 0.7f, A, lda, B, ldb, 0.3f, C, ldc);
+            choir_op_gemm(g_gs, ta, tb, M, N, K, 0.7f, dA, lda, dB, ldb, 0.3f, Cg, ldc);
+            char name[64];
+            snprintf(name, sizeof name, "gemm %c%c alpha 0.7 beta 0.3, strided", ta ? 'T' : 'N',
+                     tb ? 'T' : 'N');
+            cmp(name, Cg, C, M * ldc, TOL_F32);
+        }
+    case_end();
+}
+
+/* --- attention --------------------------------------------------------------------------- */
+
+/* One sequence: q inside wider rows (a fused QKV layout), optional mask,
+ * causal, grouped-query heads. Below 32 query rows CUDA runs one block per
+ * row, from 32 two batched products around a softmax. */
+static void check_attention_case(int64_t Tq, int64_t Tk, int H, int Hkv, bool mask, bool causal) {
+    case_begin();
+    int64_t Dh = 64, d = H * Dh, dkv = (Hkv ? Hkv : H) * Dh, ldq = d + 16;
+    float *q = hvec(Tq * ldq, -1, 1), *k = hvec(Tk * dkv, -1, 1), *v = hvec(Tk * dkv, -1, 1);
+    float *m = NULL, *dm = NULL;
+    if (mask) {
+        m = hvec(Tq * Tk, -2, 0);
+        for (int64_t i = 0; i < Tq; i++) m[i * Tk + (i * 7) % Tk] = -INFINITY;
+        dm = dvec(m, Tq * Tk);
+    }
+    float *ref = hmem((size_t)(Tq * d) * 4);
+    float *dq = dvec(q, Tq * ldq), *dk = dvec(k, Tk * dkv), *dv = dvec(v, Tk * dkv);
+    float *dout = dzero(Tq * d);
+    choir_attn a = {H, Hkv, Dh, 1.0f / sqrtf((float)Dh), causal};
+    choir_op_attention(g_cs, q, ldq, k, dkv, v, dkv, ref, d, Tq, Tk, &a, m);
+    choir_op_attention(g_gs, dq, ldq, dk, dkv, dv, dkv, dout, d, Tq, Tk, &a, dm);
+    char name[96];
+    snprintf(name, sizeof name, "attention Tq=%lld Tk=%lld %d/%d heads%s%s", (long long)Tq,
+             (long long)Tk, H, Hkv ? Hkv : H, mask ? " mask" : "", causal ? " causal" : "");
+    cmp(name, dout, ref, Tq * d, TOL_F32);
+    case_end();
+}
+
+/* B sequences against a pool of caches (slots 3, 0, 3, 1 with their own
+ * lengths), then the same after appending a row to each with rows_scatter,
+ * as a decoder step does. */
+static void check_attention_slots_case(int64_t Tq, int H, int Hkv, bool causal) {
+    case_begin();
+    int64_t Dh = 64, d = H * Dh, dkv = (Hkv ? Hkv : H) * Dh, C = 448, slots = 5, B = 4;
+    int64_t stride = C * dkv;
+    float *pk = hvec(slots * stride, -1, 1), *pv = hvec(slots * stride, -1, 1);
+    float *q = hvec(B * Tq * d, -1, 1), *ref = hmem((size_t)(B * Tq * d) * 4);
+    int32_t meta[12] = {3, 0, 3, 1, 7, 448, 3, 100};
+    for (int b = 0; b < 4; b++) meta[8 + b] = meta[4 + b] - 1;
+    float *dpk = dvec(pk, slots * stride), *dpv = dvec(pv, slots * stride);
+    float *dq = dvec(q, B * Tq * d), *dout = dzero(B * Tq * d);
+    int32_t *dmeta = dput(meta, sizeof meta);
+    choir_attn a = {H, Hkv, Dh, 1.0f / sqrtf((float)Dh), causal};
+    choir_op_attention_slots(g_cs, B, q, d, Tq * d, pk, dkv, pv, dkv, stride, meta, meta + 4, ref,
+                             d, Tq * d, Tq, C, &a);
+    choir_op_attention_slots(g_gs, B, dq, d, Tq * d, dpk, dkv, dpv, dkv, stride, dmeta, dmeta + 4,
+                             dout, d, Tq * d, Tq, C, &a);
+    char name[96];
+    snprintf(name, sizeof name, "attention_slots B=4 Tq=%lld %d/%d heads%s", (long long)Tq, H,
+             Hkv ? Hkv : H, causal ? " causal" : "");
+    cmp(name, dout, ref, B * Tq * d, TOL_F32);
+    /* Appending rows: sequences 0 and 2 share slot 3 at different positions. */
+    float *rows = hvec(B * dkv, -1, 1), *drows = dvec(rows, B * dkv);
+    choir_op_rows_scatter(g_cs, rows, B, dkv, pk, stride, dkv, meta, meta + 8);
+    choir_op_rows_scatter(g_gs, drows, B, dkv, dpk, stride, dkv, dmeta, dmeta + 8);
+    snprintf(name, sizeof name, "rows_scatter into slots (%d/%d heads)", H, Hkv ? Hkv : H);
+    cmp(name, dpk, pk, slots * stride, 0);
+    case_end();
+}
+
+static void check_attention(void) {
+    check_attention_case(1, 7, 6, 0, false, false);
+    check_attention_case(5, 448, 6, 0, false, true);
+    check_attention_case(12, 40, 6, 0, true, false);
+    check_attention_case(31, 200, 6, 2, false, true);
+    check_attention_case(40, 40, 6, 0, false, true);
+    check_attention_case(64, 300, 6, 0, true, false);
+    check_attention_case(100, 100, 6, 3, true, true);
+    check_attention_case(1500, 1500, 6, 0, false, false);
+    check_attention_slots_case(1, 6, 0, false);
+    check_attention_slots_case(1, 6, 2, false);
+    check_attention_slots_case(3, 6, 0, true);
+}
+
+static void check_gather(void) {
+    case_begin();
+    int64_t V = 500, d = 96;
+    int32_t ids[7] = {0, 499, 7, 7, 250, 1, 13};
+    int32_t *dids = dput(ids, sizeof ids);
+    static const choir_weight_kind kinds[3] = {CHOIR_WEIGHT_F32, CHOIR_WEIGHT_F16,
+                                               CHOIR_WEIGHT_BF16};
+    static const char *names[3] = {"rows_gather f32", "rows_gather f16", "rows_gather bf16"};
+    choir_err err = {0};
+    for (int i = 0; i < 3; i++) {
+        choir_weight w = make_weight(kinds[i], V, d, 0, 0, 0);
+        choir_backend_weights *ws = choir_backend_weights_create(g_gpu, &err);
+        choir_weight dw;
+        choir_backend_weight_exact(ws, &w, &dw);
+        float *ref = hmem(7 * (size_t)d * 4), *dout = dzero(7 * d);
+        choir_op_rows_gather(g_cs, &w, ids, 7, ref);
+        choir_op_rows_gather(g_gs, &dw, dids, 7, dout);
+        cmp(names[i], dout, ref, 7 * d, 0);
+        choir_backend_weights_free(ws);
+    }
+    case_end();
+}
+
+/* --- elementwise, activations, norms ----------------------------------------------------- */
+
+static void check_elementwise(void) {
+    case_begin();
+    int64_t rows = 97, cols = 1031, n = rows * cols;
+    float *a = hvec(n, -4, 4), *b = hvec(n, -4, 4), *bias = hvec(cols, -1, 1);
+    float *da = dvec(a, n), *db = dvec(b, n), *dbias = dvec(bias, cols), *dy = dzero(n);
+    float *ref = hmem((size_t)n * 4);
+    choir_op_add(g_cs, a, b, ref, n);
+    choir_op_add(g_gs, da, db, dy, n);
+    cmp("add", dy, ref, n, TOL_F32);
+    choir_op_mul(g_cs, a, b, ref, n);
+    choir_op_mul(g_gs, da, db, dy, n);
+    cmp("mul", dy, ref, n, TOL_F32);
+    float *h = hdup(a, n), *dh = dvec(a, n);
+    choir_op_scale(g_cs, h, -0.37f, n);
+    choir_op_scale(g_gs, dh, -0.37f, n);
+    cmp("scale", dh, h, n, TOL_F32);
+    h = hdup(a, n), dh = dvec(a, n);
+    choir_op_add_bias_rows(g_cs, h, bias, rows, cols);
+    choir_op_add_bias_rows(g_gs, dh, dbias, rows, cols);
+    cmp("add_bias_rows", dh, h, n, TOL_F32);
+    static const char *acts[] = {"gelu (erf)", "gelu (tanh)", "silu",      "relu",
+                                 "sigmoid",    "tanh",        "leaky relu 0.2"};
+    for (int act = CHOIR_ACT_GELU_ERF; act <= CHOIR_ACT_LEAKY_RELU; act++) {
+        h = hdup(a, n), dh = dvec(a, n);
+        choir_op_act(g_cs, (choir_act)act, h, n, 0.2f);
+        choir_op_act(g_gs, (choir_act)act, dh, n, 0.2f);
+        char name[64];
+        snprintf(name, sizeof name, "act %s", acts[act]);
+        cmp(name, dh, h, n, TOL_F32);
+    }
+    /* Snake over 3 items of 7 channels by 400 samples. */
+    float *alpha = hvec(7, 0.3f, 3.0f), *dalpha = dvec(alpha, 7);
+    h = hdup(a, 3 * 7 * 400), dh = dvec(a, 3 * 7 * 400);
+    choir_op_snake(g_cs, h, 3, 7, 400, alpha);
+    choir_op_snake(g_gs, dh, 3, 7, 400, dalpha);
+    cmp("snake", dh, h, 3 * 7 * 400, TOL_F32);
+    /* Transposes: exact. */
+    int64_t R = 70, C = 45;
+    float *t = hmem((size_t)(R * C) * 4), *dt = dzero(R * C);
+    choir_op_transpose(g_cs, a, R, C, NULL, t);
+    choir_op_transpose(g_gs, da, R, C, NULL, dt);
+    cmp("transpose", dt, t, R * C, 0);
+    choir_op_transpose(g_cs, a, R, C, b, t);
+    choir_op_transpose(g_gs, da, R, C, db, dt);
+    cmp("transpose + addend", dt, t, R * C, 0);
+    case_end();
+}
+
+static void check_norms(void) {
+    case_begin();
+    int64_t rows = 53, dim = 1280, n = rows * dim;
+    float *x = hvec(n, -3, 3), *g = hvec(dim, 0.5f, 1.5f), *be = hvec(dim, -0.5f, 0.5f);
+    float *dx = dvec(x, n), *dg = dvec(g, dim), *dbe = dvec(be, dim), *dy = dzero(n);
+    float *ref = hmem((size_t)n * 4);
+    choir_op_layer_norm(g_cs, x, ref, rows, dim, g, be, 1e-5f);
+    choir_op_layer_norm(g_gs, dx, dy, rows, dim, dg, dbe, 1e-5f);
+    cmp("layer_norm", dy, ref, n, TOL_F32);
+    choir_op_layer_norm(g_cs, x, ref, rows, dim, NULL, NULL, 1e-5f);
+    choir_op_layer_norm(g_gs, dx, dy, rows, dim, NULL, NULL, 1e-5f);
+    cmp("layer_norm without affine", dy, ref, n, TOL_F32);
+    choir_op_rms_norm(g_cs, x, ref, rows, dim, g, 1e-6f);
+    choir_op_rms_norm(g_gs, dx, dy, rows, dim, dg, 1e-6f);
+    cmp("rms_norm", dy, ref, n, TOL_F32);
+    float *h = hdup(x, n), *dh = dvec(x, n);
+    choir_op_rms_norm(g_cs, h, h, rows, dim, NULL, 1e-6f);
+    choir_op_rms_norm(g_gs, dh, dh, rows, dim, NULL, 1e-6f);
+    cmp("rms_norm in place, no gamma", dh, h, n, TOL_F32);
+    h = hdup(x, n), dh = dvec(x, n);
+    choir_op_softmax(g_cs, h, rows, dim);
+    choir_op_softmax(g_gs, dh, rows, dim);
+    cmp("softmax", dh, h, n, TOL_F32);
+    /* Group norm: 4 groups of 3 channels, and instance norm (12 groups). */
+    int64_t B = 3, C = 12, T = 333;
+    for (int inst = 0; inst < 2; inst++) {
+        int64_t groups = inst ? C : 4;
+        choir_op_group_norm(g_cs, x, ref, B, C, T, groups, g, be, 1e-5f);
+        choir_op_group_norm(g_gs, dx, dy, B, C, T, groups, dg, dbe, 1e-5f);
+        cmp(inst ? "group_norm as instance norm (12 groups)" : "group_norm (4 groups)", dy, ref,
+            B * C * T, TOL_F32);
+    }
+    /* AdaIN with item lengths, the norm's affine and a style per item. */
+    int32_t lens[3] = {333, 17, 200};
+    int32_t *dlens = dput(lens, sizeof lens);
+    float *gb = hvec(B * 2 * C, -0.5f, 0.5f), *dgb = dvec(gb, B * 2 * C);
+    choir_op_adain(g_cs, x, ref, B, C, T, lens, g, be, gb, 2 * C, 1e-5f);
+    choir_op_adain(g_gs, dx, dy, B, C, T, dlens, dg, dbe, dgb, 2 * C, 1e-5f);
+    cmp("adain with lengths", dy, ref, B * C * T, TOL_F32);
+    choir_op_adain(g_cs, x, ref, B, C, T, NULL, NULL, NULL, gb, 2 * C, 1e-5f);
+    choir_op_adain(g_gs, dx, dy, B, C, T, NULL, NULL, NULL, dgb, 2 * C, 1e-5f);
+    cmp("adain, no lengths, no affine", dy, ref, B * C * T, TOL_F32);
+    case_end();
+}
+
+static void check_rope(void) {
+    case_begin();
+    int H = 5;
+    int64_t Dh = 64, rows = 33, ld = H * Dh + 8;
+    int32_t pos[33];
+    for (int i = 0; i < 33; i++) pos[i] = i * 131 % 4096;
+    int32_t *dpos = dput(pos, sizeof pos);
+    float *x = hvec(rows * ld, -1, 1);
+    for (int inter = 0; inter < 2; inter++)
+        for (int64_t rot = 32; rot <= Dh; rot += 32) {
+            float *h = hdup(x, rows * ld), *dh = dvec(x, rows * ld);
+            choir_op_rope(g_cs, h, rows, ld, H, Dh, rot, pos, 10000.0f, inter);
+            choir_op_rope(g_gs, dh, rows, ld, H, Dh, rot, dpos, 10000.0f, inter);
+            char name[64];
+            snprintf(name, sizeof name, "rope %s, %lld of %lld dims",
+                     inter ? "interleaved" : "rotate-half", (long long)rot, (long long)Dh);
+            cmp(name, dh, h, rows * ld, TOL_F32);
+        }
+    case_end();
+}
+
+/* --- convolutions, LSTM, iSTFT ------------------------------------------------------------ */
+
+static void check_conv_case(const char *name, int64_t B, int64_t Cin, int64_t T, int64_t Cout,
+                            int64_t K, int stride, int pad, int dil, int groups) {
+    case_begin();
+    int64_t Tout = choir_conv1d_out_len(T, K, stride, pad, dil);
+    float *x = hvec(B * Cin * T, -1, 1), *w = hvec(Cout * (Cin / groups) * K, -0.5f, 0.5f);
+    float *bias = hvec(Cout, -1, 1), *ref = hmem((size_t)(B * Cout * Tout) * 4);
+    float *dx = dvec(x, B * Cin * T), *dw = dvec(w, Cout * (Cin / groups) * K);
+    float *db = dvec(bias, Cout), *dy = dzero(B * Cout * Tout);
+    choir_op_conv1d(g_cs, x, B, Cin, T, w, bias, Cout, K, stride, pad, dil, groups, ref);
+    choir_op_conv1d(g_gs, dx, B, Cin, T, dw, db, Cout, K, stride, pad, dil, groups, dy);
+    cmp(name, dy, ref, B * Cout * Tout, TOL_F32);
+    case_end();
+}
+
+static void check_convt_case(const char *name, int64_t B, int64_t Cin, int64_t T, int64_t Cout,
+                             int64_t K, int stride, int pad, int opad, int groups) {
+    case_begin();
+    int64_t Tout = choir_conv_transpose1d_out_len(T, K, stride, pad, opad, 1);
+    float *x = hvec(B * Cin * T, -1, 1), *w = hvec(Cin * (Cout / groups) * K, -0.5f, 0.5f);
+    float *bias = hvec(Cout, -1, 1), *ref = hmem((size_t)(B * Cout * Tout) * 4);
+    float *dx = dvec(x, B * Cin * T), *dw = dvec(w, Cin * (Cout / groups) * K);
+    float *db = dvec(bias, Cout), *dy = dzero(B * Cout * Tout);
+    choir_op_conv_transpose1d(g_cs, x, B, Cin, T, w, bias, Cout, K, stride, pad, opad, 1, groups,
+                              ref);
+    choir_op_conv_transpose1d(g_gs, dx, B, Cin, T, dw, db, Cout, K, stride, pad, opad, 1, groups,
+                              dy);
+    cmp(name, dy, ref, B * Cout * Tout, TOL_F32);
+    case_end();
+}
+
+static void check_conv(void) {
+    check_conv_case("conv1d k3 s1 p1 (Whisper conv1, 80 mels)", 2, 80, 600, 128, 3, 1, 1, 1, 1);
+    check_conv_case("conv1d k3 s2 p1 (Whisper conv2)", 2, 128, 600, 128, 3, 2, 1, 1, 1);
+    check_conv_case("conv1d k7 dilation 3 p9", 2, 32, 300, 48, 7, 1, 9, 3, 1);
+    check_conv_case("conv1d grouped (4 groups)", 2, 32, 300, 64, 5, 1, 2, 1, 4);
+    check_conv_case("conv1d depthwise k7", 3, 64, 257, 64, 7, 1, 3, 1, 64);
+    check_convt_case("conv_transpose1d k10 s5 p3 op1", 2, 64, 100, 32, 10, 5, 3, 1, 1);
+    check_convt_case("conv_transpose1d depthwise k3 s2 p1 op1", 2, 48, 111, 48, 3, 2, 1, 1, 48);
+
+    /* Grouped but not depthwise: refused on CUDA with the operation named. */
+    case_begin();
+    float *dx = dzero(2 * 8 * 20), *dw = dzero(8 * 4 * 3), *dy = dzero(2 * 8 * 40);
+    int rc = choir_op_conv_transpose1d(g_gs, dx, 2, 8, 20, dw, NULL, 8, 3, 2, 1, 1, 1, 2, dy);
+    choir_err e = {0};
+    choir_stream_status(g_gs, &e);
+    expect("conv_transpose1d grouped (not depthwise) refused as unsupported, named",
+           rc == CHOIR_EUNSUPPORTED && strstr(e.msg, "conv_transpose1d") != NULL);
+    choir_stream_clear(g_gs);
+    case_end();
+}
+
+static void check_bilstm(void) {
+    case_begin();
+    int64_t B = 3, T = 60, In = 40, H = 32, G = 4 * H;
+    float *x = hvec(B * T * In, -1, 1), *wih = hvec(2 * G * In, -0.3f, 0.3f);
+    float *whh = hvec(2 * G * H, -0.3f, 0.3f), *bias = hvec(2 * G, -0.2f, 0.2f);
+    int32_t lens[3] = {60, 3, 41};
+    float *ref = hmem((size_t)(B * T * 2 * H) * 4), *dy = dzero(B * T * 2 * H);
+    float *dx = dvec(x, B * T * In), *dwih = dvec(wih, 2 * G * In), *dwhh = dvec(whh, 2 * G * H);
+    float *dbias = dvec(bias, 2 * G);
+    int32_t *dlens = dput(lens, sizeof lens);
+    choir_op_bilstm(g_cs, x, B, T, In, H, wih, whh, bias, lens, ref);
+    choir_op_bilstm(g_gs, dx, B, T, In, H, dwih, dwhh, dbias, dlens, dy);
+    cmp("bilstm with lengths", dy, ref, B * T * 2 * H, 1e-4);
+    case_end();
+}
+
+static void check_istft(void) {
+    case_begin();
+    int n_fft = 20, hop = 5, nb = n_fft / 2 + 1;
+    int64_t B = 3, F = 90, n_out = (int64_t)hop * (F - 1);
+    float *P = hvec(B * 2 * nb * F, -1, 1), *ref = hmem((size_t)(B * n_out) * 4);
+    float *dP = dvec(P, B * 2 * nb * F), *dout = dzero(B * n_out);
+    int32_t frames[3] = {90, 12, 57};
+    int32_t *dframes = dput(frames, sizeof frames);
+    choir_op_istft_magphase(g_cs, P, B, F, frames, n_fft, hop, ref);
+    choir_op_istft_magphase(g_gs, dP, B, F, dframes, n_fft, hop, dout);
+    cmp("istft_magphase n_fft 20 hop 5, frames per item", dout, ref, B * n_out, TOL_F32);
+    case_end();
+}
+
+/* --- graphs and the stream's contracts ------------------------------------------------------ */
+
+/* A decoder-like step (layer norm, linear, append to the cache, attention
+ * over the slots) recorded once and replayed after the device-side lengths
+ * and positions change, against the same operations run directly. */
+static void check_graph(void) {
+    case_begin();
+    choir_err err = {0};
+    int H = 4;
+    int64_t Dh = 64, d = H * Dh, C = 64, B = 3, stride = C * d;
+    float *x = hvec(B * d, -1, 1), *g = hvec(d, 0.5f, 1.5f);
+    choir_weight w = make_weight(CHOIR_WEIGHT_F32, d, d, 0, 0, 0);
+    choir_backend_weights *ws = choir_backend_weights_create(g_gpu, &err);
+    choir_weight dw;
+    choir_backend_weight(ws, &w, &dw);
+    const float *dg = choir_backend_vec(ws, g, d);
+    float *pool = hvec(B * stride, -1, 1);
+    float *dx = dvec(x, B * d), *dn = dzero(B * d), *dk = dzero(B * d);
+    float *dpool_g = dvec(pool, B * stride), *dpool_d = dvec(pool, B * stride);
+    float *dout_g = dzero(B * d), *dout_d = dzero(B * d);
+    int32_t meta[9] = {2, 0, 1, 5, 9, 1, 4, 8, 0}; /* slots, lengths, positions */
+    int32_t *dmeta = dput(meta, sizeof meta);
+    choir_attn a = {H, 0, Dh, 1.0f / sqrtf((float)Dh), false};
+    bool begun = choir_stream_graph_begin(g_gs, &err) == 0;
+    choir_graph *gr = NULL;
+    if (begun) {
+        choir_op_layer_norm(g_gs, dx, dn, B, d, dg, NULL, 1e-5f);
+        choir_op_linear(g_gs, dn, B, &dw, NULL, dk);
+        choir_op_rows_scatter(g_gs, dk, B, d, dpool_g, stride, d, dmeta, dmeta + 6);
+        choir_op_attention_slots(g_gs, B, dn, d, d, dpool_g, d, dpool_g, d, stride, dmeta,
+                                 dmeta + 3, dout_g, d, d, 1, C, &a);
+        gr = choir_stream_graph_end(g_gs, &err);
+    }
+    expect("graph recorded", gr != NULL);
+    if (!gr) {
+        printf("     %s\n", err.msg);
+        choir_stream_clear(g_gs);
+        choir_backend_weights_free(ws);
+        case_end();
+        return;
+    }
+    float *got = hmem((size_t)(B * stride) * 4), *want = hmem((size_t)(B * stride) * 4);
+    float *go = hmem((size_t)(B * d) * 4), *wo = hmem((size_t)(B * d) * 4);
+    bool same = true;
+    for (int step = 0; step < 5; step++) {
+        for (int b = 0; b < 3; b++) {
+            meta[3 + b] += 1;
+            meta[6 + b] += 1;
+        }
+        choir_op_upload(g_gs, dmeta, meta, sizeof meta);
+        choir_stream_graph_launch(g_gs, gr);
+        choir_op_layer_norm(g_gs, dx, dn, B, d, dg, NULL, 1e-5f);
+        choir_op_linear(g_gs, dn, B, &dw, NULL, dk);
+        choir_op_rows_scatter(g_gs, dk, B, d, dpool_d, stride, d, dmeta, dmeta + 6);
+        choir_op_attention_slots(g_gs, B, dn, d, d, dpool_d, d, dpool_d, d, stride, dmeta,
+                                 dmeta + 3, dout_d, d, d, 1, C, &a);
+        choir_op_download(g_gs, got, dpool_g, (size_t)(B * stride) * 4);
+        choir_op_download(g_gs, want, dpool_d, (size_t)(B * stride) * 4);
+        choir_op_download(g_gs, go, dout_g, (size_t)(B * d) * 4);
+        choir_op_download(g_gs, wo, dout_d, (size_t)(B * d) * 4);
+        if (choir_stream_status(g_gs, NULL)) break;
+        same = same && !memcmp(got, want, (size_t)(B * stride) * 4) &&
+               !memcmp(go, wo, (size_t)(B * d) * 4);
+    }
+    if (streams_ok("graph replay"))
+        expect("graph replayed 5 steps with new lengths equals direct calls bit for bit", same);
+    /* While a graph lives the stream's memory cannot move. */
+    expect("reserve refused while a graph lives",
+           choir_stream_reserve(g_gs, (size_t)4 << 30, 0, &err) == CHOIR_EBUSY);
+    choir_graph_free(gr);
+    choir_backend_weights_free(ws);
+    case_end();
+}
+
+static void check_contracts(void) {
+    case_begin();
+    choir_err e = {0};
+    float *dx = dzero(64), *dy = dzero(64);
+    expect("bad shape is EINVAL", choir_op_layer_norm(g_gs, dx, dy, 2, 0, NULL, NULL, 1e-5f) ==
+                                      CHOIR_EINVAL);
+    expect("later operations return the first error and do nothing",
+           choir_op_add(g_gs, dx, dx, dy, 64) == CHOIR_EINVAL);
+    choir_stream_status(g_gs, &e);
+    expect("the error names the operation and the backend",
+           strstr(e.msg, "layer_norm") && strstr(e.msg, "cuda:0"));
+    choir_stream_clear(g_gs);
+    expect("cleared stream runs again", choir_op_add(g_gs, dx, dx, dy, 64) == 0);
+    void *big = choir_stream_alloc(g_gs, (size_t)1 << 40, "one terabyte of rows");
+    choir_stream_status(g_gs, &e);
+    expect("working memory refused with the request named",
+           !big && e.code == CHOIR_ENOMEM && strstr(e.msg, "one terabyte of rows"));
+    choir_stream_clear(g_gs);
+    expect("use_arena refused on a device backend",
+           choir_stream_use_arena(g_gs, NULL, 0, &e) == CHOIR_EUNSUPPORTED);
+    expect("backend kind and name", choir_backend_get_kind(g_gpu) == CHOIR_BACKEND_CUDA &&
+                                        !choir_backend_is_host(g_gpu) &&
+                                        choir_backend_has_graphs(g_gpu) &&
+                                        choir_backend_cuda_context(g_gpu) != NULL);
+    case_end();
+}
+
+int main(void) {
+    if (choir_cuda_device_count() == 0) {
+        printf("SKIP no CUDA device visible\n");
+        return 77;
+    }
+    choir_err err = {0};
+    g_cpu = choir_backend_cpu(&err);
+    choir_backend_cuda_opts o = {.device = 0};
+    g_gpu = g_cpu ? choir_backend_cuda(&o, &err) : NULL;
+    if (!g_gpu) {
+        fprintf(stderr, "FATAL %s\n", err.msg);
+        return 1;
+    }
+    g_cs = choir_stream_create(g_cpu, &err);
+    g_gs = choir_stream_create(g_gpu, &err);
+    /* The CPU's working memory is unused (inputs are host arrays); its
+     * kernel scratch is planned so the CPU path allocates as in a model. */
+    if (!g_cs || !g_gs || choir_stream_reserve(g_cs, 0, 64 << 20, &err) ||
+        choir_stream_reserve(g_gs, (size_t)768 << 20, 0, &err)) {
+        fprintf(stderr, "FATAL %s\n", err.msg);
+        return 1;
+    }
+    int64_t base = choir_backend_mem_current(g_gpu);
+    printf("backend %s, working memory %lld MiB\n", choir_backend_name(g_gpu),
+           (long long)(base >> 20));
+    check_transfers();
+    check_linear();
+    check_gemm();
+    check_attention();
+    check_gather();
+    check_elementwise();
+    check_norms();
+    check_rope();
+    check_conv();
+    check_bilstm();
+    check_istft();
+    check_graph();
+    check_contracts();
+    choir_stream_free(g_gs);
+    choir_stream_free(g_cs);
+    int64_t held = choir_backend_mem_current(g_gpu);
+    printf("device bytes held after the stream is freed (context scratch): %lld, peak %lld\n",
+           (long long)held, (long long)choir_backend_mem_peak(g_gpu));
+    expect("the stream's working memory returned to the device", held < base);
+    choir_backend_free(g_gpu);
+    choir_backend_free(g_cpu);
+    printf("%d of %d cases passed, %d skipped\n", g_cases - g_failures, g_cases, g_skips);
+    return g_failures ? 1 : 0;
+}

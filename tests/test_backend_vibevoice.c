@@ -1,0 +1,188 @@
+/* The VibeVoice operations of choir/backend_vibevoice.h on the CPU backend
+ * against naive formulas written from their header comments: the stem
+ * convolution, the depthwise causal mixer, the layer-scaled residual, and
+ * the cached causal GQA attention (queries past the start of the cache,
+ * spanning several query and key blocks, grouped heads) against a plain
+ * softmax in double; bad shapes are sticky stream errors. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#include "choir/backend.h"
+#include "choir/backend_vibevoice.h"
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+
+static float uni(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+static float *rnd(int64_t n) {
+    float *x = malloc((size_t)n * sizeof *x);
+    assert_non_null(x);
+    for (int64_t i = 0; i < n; i++) x[i] = uni();
+    return x;
+}
+
+static double max_abs(const float *a, const double *b, int64_t n) {
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
+    return m;
+}
+
+typedef struct fx {
+    choir_backend *be;
+    choir_stream *s;
+} fx;
+
+static fx fx_open(void) {
+    fx f;
+    choir_err err = {0};
+    f.be = choir_backend_cpu(&err);
+    assert_non_null(f.be);
+    f.s = choir_stream_create(f.be, &err);
+    assert_non_null(f.s);
+    return f;
+}
+
+static void fx_close(fx *f) {
+    choir_err err = {0};
+    assert_int_equal(choir_stream_status(f->s, &err), 0);
+    choir_stream_free(f->s);
+    choir_backend_free(f->be);
+}
+
+static void test_stem(void **state) {
+    (void)state;
+    fx f = fx_open();
+    int64_t T = 301, C = 32;
+    int K = 7;
+    float *in = rnd(T + K - 1), *taps = rnd(K * C), *bias = rnd(C), *out = rnd(T * C);
+    double *want = calloc((size_t)(T * C), sizeof *want);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t c = 0; c < C; c++) {
+            double a = bias[c];
+            for (int k = 0; k < K; k++) a += (double)taps[k * C + c] * in[t + k];
+            want[t * C + c] = a;
+        }
+    assert_int_equal(choir_op_conv_stem_rows(f.s, in, T, taps, bias, C, K, out), 0);
+    assert_true(max_abs(out, want, T * C) < 1e-5);
+    free(in), free(taps), free(bias), free(out), free(want);
+    fx_close(&f);
+}
+
+static void test_dwconv_and_residual(void **state) {
+    (void)state;
+    fx f = fx_open();
+    int64_t T = 77, C = 40;
+    int K = 7;
+    float *in = rnd((K - 1 + T) * C), *w = rnd(K * C), *b = rnd(C), *out = rnd(T * C);
+    double *want = calloc((size_t)(T * C), sizeof *want);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t c = 0; c < C; c++) {
+            double a = b[c];
+            for (int j = 0; j < K; j++) a += (double)w[j * C + c] * in[(t + j) * C + c];
+            want[t * C + c] = a;
+        }
+    assert_int_equal(choir_op_dwconv_rows(f.s, in, T, C, K, w, NULL, out), 0);
+    /* Without a bias every output is b[c] less. */
+    for (int64_t i = 0; i < T * C; i++) want[i] -= b[i % C];
+    assert_true(max_abs(out, want, T * C) < 1e-5);
+    for (int64_t i = 0; i < T * C; i++) want[i] += b[i % C];
+    assert_int_equal(choir_op_dwconv_rows(f.s, in, T, C, K, w, b, out), 0);
+    assert_true(max_abs(out, want, T * C) < 1e-5);
+    /* x += g * y, and with g NULL, x += y. */
+    float *x = rnd(T * C), *g = rnd(C);
+    double *xw = malloc((size_t)(T * C) * sizeof *xw);
+    for (int64_t i = 0; i < T * C; i++) xw[i] = (double)x[i] + (double)g[i % C] * out[i] + out[i];
+    assert_int_equal(choir_op_add_scaled_rows(f.s, x, out, g, T, C), 0);
+    assert_int_equal(choir_op_add_scaled_rows(f.s, x, out, NULL, T, C), 0);
+    assert_true(max_abs(x, xw, T * C) < 1e-5);
+    free(in), free(w), free(b), free(out), free(want), free(x), free(g), free(xw);
+    fx_close(&f);
+}
+
+/* Plain causal softmax attention in double: query i at position pos0 + i
+ * sees cache rows 0 .. pos0 + i. */
+static void naive_attention(const float *q, int64_t T, const float *kc, const float *vc, int64_t pos0, int nh,
+                            int nkv, int D, double *out) {
+    int64_t ldq = (int64_t)nh * D, ldk = (int64_t)nkv * D, n = pos0 + T;
+    double *p = malloc((size_t)n * sizeof *p);
+    for (int64_t i = 0; i < T; i++)
+        for (int h = 0; h < nh; h++) {
+            int kh = h / (nh / nkv);
+            double mx = -INFINITY, sum = 0;
+            for (int64_t j = 0; j <= pos0 + i; j++) {
+                double d = 0;
+                for (int e = 0; e < D; e++) d += (double)q[i * ldq + h * D + e] * kc[j * ldk + kh * D + e];
+                p[j] = d / sqrt((double)D);
+                mx = fmax(mx, p[j]);
+            }
+            for (int64_t j = 0; j <= pos0 + i; j++) sum += p[j] = exp(p[j] - mx);
+            for (int e = 0; e < D; e++) {
+                double a = 0;
+                for (int64_t j = 0; j <= pos0 + i; j++) a += p[j] * vc[j * ldk + kh * D + e];
+                out[i * ldq + h * D + e] = a / sum;
+            }
+        }
+    free(p);
+}
+
+static void test_attention_cached(void **state) {
+    (void)state;
+    fx f = fx_open();
+    /* (T, pos0, heads, kv heads, D): a prefill chunk over a partly filled
+     * cache spanning key blocks, a decoder step, plain multi-head. */
+    const int cases[][5] = {{37, 150, 6, 2, 16}, {1, 300, 4, 1, 32}, {20, 0, 2, 2, 8}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int64_t T = cases[c][0], pos0 = cases[c][1];
+        int nh = cases[c][2], nkv = cases[c][3], D = cases[c][4];
+        int64_t rows = pos0 + T;
+        float *q = rnd(T * nh * D), *kc = rnd(rows * nkv * D), *vc = rnd(rows * nkv * D), *out = rnd(T * nh * D);
+        for (int64_t i = 0; i < T * nh * D; i++) q[i] *= 3.0f; /* peaked softmaxes too */
+        double *want = malloc((size_t)(T * nh * D) * sizeof *want);
+        naive_attention(q, T, kc, vc, pos0, nh, nkv, D, want);
+        assert_int_equal(choir_op_attention_cached(f.s, q, T, kc, vc, pos0, nh, nkv, D, out), 0);
+        double e = max_abs(out, want, T * nh * D);
+        if (!(e < 2e-5)) fail_msg("case %zu: max abs %.3g", c, e);
+        free(q), free(kc), free(vc), free(out), free(want);
+    }
+    fx_close(&f);
+}
+
+static void test_bad_shapes(void **state) {
+    (void)state;
+    fx f = fx_open();
+    float x[16] = {0};
+    choir_err err = {0};
+    assert_int_equal(choir_op_attention_cached(f.s, x, 1, x, x, 0, 3, 2, 4, x), CHOIR_EINVAL);
+    assert_int_equal(choir_stream_status(f.s, &err), CHOIR_EINVAL);
+    assert_non_null(strstr(err.msg, "attention_cached"));
+    /* Sticky: later operations do nothing and return the first error. */
+    x[0] = 1.0f;
+    assert_int_equal(choir_op_add_scaled_rows(f.s, x, x, NULL, 1, 1), CHOIR_EINVAL);
+    assert_true(x[0] == 1.0f);
+    choir_stream_clear(f.s);
+    assert_int_equal(choir_op_dwconv_rows(f.s, x, 1, 0, 7, x, NULL, x), CHOIR_EINVAL);
+    choir_stream_clear(f.s);
+    assert_int_equal(choir_op_conv_stem_rows(f.s, x, 1, x, NULL, 4, 0, x), CHOIR_EINVAL);
+    choir_stream_clear(f.s);
+    assert_int_equal(choir_op_attention_cached(f.s, x, 1, x, x, 0, 1, 1, 512, x), CHOIR_EINVAL);
+    choir_stream_clear(f.s);
+    fx_close(&f);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stem),
+        cmocka_unit_test(test_dwconv_and_residual),
+        cmocka_unit_test(test_attention_cached),
+        cmocka_unit_test(test_bad_shapes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
