@@ -26,9 +26,9 @@ for f in src/tensor/cpu/x86/*.c; do
     *) echo "$f -mavx2 -mfma -mf16c" >>"$list" ;;
     esac
 done
-for f in src/tensor/backend/*.c tests/cuda/fake/fake_*.c \
+for f in src/tensor/backend/*.c tests/cuda/fake/fake_cuda.c tests/cuda/fake/fake_vibevoice.c tests/cuda/fake/fake_sam.c \
          tests/cuda/vibevoice_gpu_check.c src/models/vibevoice/vv_load.c src/models/vibevoice/vv_backend.c \
-         src/models/vibevoice/vv_state.c src/models/vibevoice/vv_encoder.c src/models/vibevoice/vv_lm.c \
+         src/models/vibevoice/vv_state.c src/models/vibevoice/vv_encoder.c src/models/vibevoice/vv_lm.c src/models/vibevoice/vv_batch.c \
          src/models/vibevoice/vv_randw.c src/models/vibevoice/vv_dims.c; do
     echo "$f -DCHOIR_HAVE_CUDA=1" >>"$list"
 done
