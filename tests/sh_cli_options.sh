@@ -28,6 +28,10 @@ refuses "--method is midpoint or euler, got 'rk4'" "$CHOIR_BIN" sep --model m --
 refuses "--prompt TEXT is required" "$CHOIR_BIN" sep --model m x.wav
 refuses "--q-bits needs a whole number in [1, 1024], got 'four'" "$CHOIR_BIN" convert --in a --out b --q-bits four
 refuses "--in SRC and --out DST are required" "$CHOIR_BIN" convert --in a
+refuses "--dead needs a whole number in [0, 1000000], got 'ten'" "$CHOIR_BIN" jobs --stream s --dead ten
+refuses "--stream NAME is required" "$CHOIR_BIN" jobs --wait
+refuses "--stream, --task, --out and at least one PATH are required" "$CHOIR_BIN" submit --stream s --task vad
+refuses "unknown or incomplete option '--bogus'" "$CHOIR_BIN" stats --bogus
 # the usage is the table: every row is listed, help exits 0 on stdout
 out=$("$CHOIR_BIN" vad --help)
 for flag in --model --probs --threshold --min-speech --min-silence --pad --max-speech; do
