@@ -31,6 +31,20 @@ void srv_job_free(srv_job *j)
 {
     if (!j)
         return;
+    if (j->ticket && !choir_ticket_done(j->ticket)) {
+        choir_ticket_cancel(j->ticket);
+        if (!choir_ticket_done(j->ticket) && j->server->watching) {
+            srv_job_orphan(j->server, j);
+            return;
+        }
+    }
+    srv_job_destroy(j);
+}
+
+void srv_job_destroy(srv_job *j)
+{
+    if (!j)
+        return;
     /* first: after this no output callback can run on the job */
     choir_ticket_free(j->ticket);
     choir_encoder_free(j->encoder);
@@ -324,8 +338,15 @@ enum MHD_Result srv_job_submit(srv_job *j, choir_job *job, struct MHD_Connection
     choir_err err = {0};
     job->on_output = srv_job_on_output;
     job->user = j;
-    job->timeout_s = s->p.request_timeout_s;
     job->priority = CHOIR_PRIORITY_NORMAL;
+    j->deadline = srv_deadline_of(s, c);
+    srv_queue_headers_for(c, job->model_id);
+    job->timeout_s = j->deadline - srv_now();
+    if (job->timeout_s <= 0) {
+        /* the upload and its decoding took the whole deadline */
+        *submitted = 0;
+        return srv_reply_error(s, c, 503, NULL, "deadline", "the request's deadline passed before it could be queued");
+    }
     j->ticket = choir_engine_submit(s->engine, job, &reason, &err);
     *submitted = j->ticket != NULL;
     if (j->ticket)
@@ -347,13 +368,36 @@ static int client_gone(struct MHD_Connection *c)
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
+/* The engine ends a request at its deadline; a model step deaf to the cancel
+ * flag is answered by the connection thread this long after it. */
+#define SRV_DEADLINE_GRACE_S 0.5
+
+/* 1 when the job's deadline passed more than the grace ago and it is still
+ * running: it is cancelled and *reason/error say so. */
+static int past_due(srv_job *j, choir_reject_reason *reason)
+{
+    if (!(j->deadline > 0) || srv_now() < j->deadline + SRV_DEADLINE_GRACE_S || choir_ticket_done(j->ticket))
+        return 0;
+    choir_ticket_cancel(j->ticket);
+    atomic_fetch_add(&j->server->answered_late_guard, 1);
+    *reason = CHOIR_REJECT_DEADLINE;
+    return 1;
+}
+
 int srv_job_wait(srv_job *j, struct MHD_Connection *c, choir_reject_reason *reason)
 {
     choir_err err = {0};
     int rc;
-    while ((rc = choir_ticket_wait(j->ticket, 0.2, &err)) == CHOIR_ETIMEDOUT && !choir_ticket_done(j->ticket)) {
+    while ((rc = choir_ticket_wait(j->ticket, 0.1, &err)) == CHOIR_ETIMEDOUT && !choir_ticket_done(j->ticket)) {
         if (client_gone(c))
             choir_ticket_cancel(j->ticket);
+        if (past_due(j, reason)) {
+            pthread_mutex_lock(&j->mu);
+            job_fail(j, CHOIR_ETIMEDOUT, "the deadline passed while the request was running");
+            rc = j->status;
+            pthread_mutex_unlock(&j->mu);
+            return rc;
+        }
         err.msg[0] = 0;
     }
     *reason = choir_ticket_reason(j->ticket);
@@ -434,19 +478,24 @@ enum MHD_Result srv_job_reply_stream(srv_job *j, struct MHD_Connection *c, const
      * before producing anything (a model that cannot load, a deadline) still
      * gets its proper error status. */
     pthread_mutex_lock(&j->mu);
+    int late = 0;
+    choir_reject_reason reason = CHOIR_REJECT_NONE;
     while (j->out_len == 0 && !j->finished) {
         wait_change(j);
-        if (!j->finished && client_gone(c)) {
+        if (!j->finished && (client_gone(c) || (late = past_due(j, &reason)))) {
             pthread_mutex_unlock(&j->mu);
             choir_ticket_cancel(j->ticket);
             pthread_mutex_lock(&j->mu);
+            if (late) {
+                job_fail(j, CHOIR_ETIMEDOUT, "the deadline passed before the first output");
+                break;
+            }
         }
     }
     int failed_early = j->out_len == 0 && j->status;
     pthread_mutex_unlock(&j->mu);
     if (failed_early) {
-        choir_reject_reason reason;
-        int rc = srv_job_wait(j, c, &reason);
+        int rc = late ? j->status : srv_job_wait(j, c, &reason);
         enum MHD_Result ret = srv_reply_engine_error(s, c, rc, reason, j->error);
         srv_job_free(j);
         return ret;
@@ -459,6 +508,7 @@ enum MHD_Result srv_job_reply_stream(srv_job *j, struct MHD_Connection *c, const
     }
     MHD_add_response_header(r, "Content-Type", content_type);
     MHD_add_response_header(r, "Cache-Control", "no-cache");
+    srv_add_queue_headers(s, c, r);
     srv_add_cors(j->server, c, r);
     enum MHD_Result ret = MHD_queue_response(c, 200, r);
     MHD_destroy_response(r);

@@ -54,6 +54,10 @@ typedef struct srv_peer {
     int64_t body_bytes; /* received in the body phase */
     int requests;       /* completed on this connection */
     int cut;            /* the watchdog ended it */
+    /* the request being served (front_queue.c) */
+    double deadline;    /* monotonic seconds its answer is due by */
+    int queue_headers;  /* it was submitted: replies carry x-ratelimit-* for ... */
+    char queue_model[SRV_MODEL_ID_MAX]; /* ... this model ("" = every model) */
 } srv_peer;
 
 struct choir_server {
@@ -95,6 +99,10 @@ struct choir_server {
     pthread_t watch_thread;
     int watching, watch_stop;
     atomic_ullong connections_total, cut_header, cut_body;
+    /* jobs whose answer went out while the engine still runs them
+     * (front_queue.c); freed by the watchdog once finished. Under peers_mu. */
+    struct srv_job *orphans;
+    atomic_ullong answered_late_guard; /* answered by the HTTP side's deadline guard */
 };
 
 /* Per connection: the request body as it arrives. */
@@ -123,6 +131,30 @@ srv_peer *srv_peer_of(struct MHD_Connection *c);
 void srv_peer_phase(choir_server *s, struct MHD_Connection *c, srv_peer_phase_t phase);
 /* Counts body bytes received. */
 void srv_peer_received(choir_server *s, struct MHD_Connection *c, size_t n);
+/* Queue policy at the door (front_queue.c). Monotonic seconds. */
+double srv_now(void);
+/* The request's deadline, set when its header is complete: --request-timeout
+ * from now, or sooner when the client sends "X-Request-Timeout: SECONDS".
+ * Returns 0, or 400 (message in msg) for a header that is not a positive
+ * number of seconds. */
+unsigned srv_deadline_begin(choir_server *s, struct MHD_Connection *c, char *msg, size_t cap);
+/* The request's deadline (now + --request-timeout when unknown). */
+double srv_deadline_of(choir_server *s, struct MHD_Connection *c);
+/* From now on, replies on c carry x-ratelimit-* headers for model id (NULL:
+ * every model). */
+void srv_queue_headers_for(struct MHD_Connection *c, const char *id);
+/* Adds the x-ratelimit-* headers to a response, when the request was
+ * submitted: limit = the model's queue capacity, remaining = its free
+ * places, reset = the predicted wait (seconds, "0.4s"). */
+void srv_add_queue_headers(choir_server *s, struct MHD_Connection *c, struct MHD_Response *r);
+struct srv_job;
+/* Keeps a job whose ticket is still running until the engine is done with
+ * it; the watchdog frees it then (srv_reap_orphans). */
+void srv_job_orphan(choir_server *s, struct srv_job *j);
+/* Frees orphans whose tickets finished (all of them, waiting, when `all`).
+ * peers_mu not held. */
+void srv_reap_orphans(choir_server *s, int all);
+
 /* Starts / stops the watchdog thread. */
 int srv_watch_start(choir_server *s);
 void srv_watch_stop(choir_server *s);
@@ -243,11 +275,17 @@ typedef struct srv_job {
     float *samples;
     int64_t n_samples;
     choir_ticket *ticket;
+    double deadline;   /* monotonic seconds: the answer is due (srv_job_submit) */
+    struct srv_job *next_orphan;
 } srv_job;
 
 srv_job *srv_job_create(choir_server *s, srv_job_kind kind);
-/* Frees the ticket first (cancelling and waiting when still running). NULL no-op. */
+/* Cancels the ticket if it still runs; frees the job now when the ticket is
+ * finished, else hands it to the watchdog, which frees it when the engine is
+ * done (so that a connection thread never waits for a model). NULL no-op. */
 void srv_job_free(srv_job *j);
+/* Frees the job now, waiting for its ticket to finish. NULL no-op. */
+void srv_job_destroy(srv_job *j);
 /* choir_output_fn for a job (user = the job). */
 int srv_job_on_output(void *user, const choir_output *out);
 /* Appends bytes to the job's output. Call with j->mu held. 0 or CHOIR_ENOMEM. */

@@ -23,6 +23,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "choir/alloc.h"
@@ -115,6 +116,8 @@ static void specials(int V, choir_whisper_specials *sp) {
 
 #define N_LAYER 2
 static wh_block g_enc_blocks[N_LAYER], g_dec_blocks[N_LAYER];
+/* The CPU backend every built model's CPU forward runs on (freed by main). */
+static choir_backend *g_cpu_backend;
 
 static void build(choir_whisper *m, int bf16) {
     memset(m, 0, sizeof(*m));
@@ -141,6 +144,13 @@ static void build(choir_whisper *m, int bf16) {
     for (int l = 0; l < N_LAYER; l++) block(&g_dec_blocks[l], d, ffn, true, bf16);
     m->dec = g_dec_blocks;
     m->dec_ln_g = arr(d, 0.2f, 1.0f), m->dec_ln_b = arr(d, 0.1f, 0);
+    choir_err err = {0};
+    m->cpu = g_cpu_backend;
+    if (wh_net_init_cpu(m, &err)) {
+        fprintf(stderr, "FATAL %s\n", err.msg);
+        exit(1);
+    }
+    g_cpu_backend = m->cpu;
 }
 
 static double rel_l2(const float *got, const float *ref, size_t n) {
@@ -470,6 +480,7 @@ int main(void) {
     decoder_case(4, 1, 2e-2);
     all_positions_case();
     full_decode_case();
+    choir_backend_free(g_cpu_backend);
     printf("%d of %d checks passed\n", g_cases - g_failures, g_cases);
     return g_failures ? 1 : 0;
 }
