@@ -32,6 +32,9 @@ refuses "--dead needs a whole number in [0, 1000000], got 'ten'" "$CHOIR_BIN" jo
 refuses "--stream NAME is required" "$CHOIR_BIN" jobs --wait
 refuses "--stream, --task, --out and at least one PATH are required" "$CHOIR_BIN" submit --stream s --task vad
 refuses "unknown or incomplete option '--bogus'" "$CHOIR_BIN" stats --bogus
+refuses "--concurrency needs a whole number in [1, 256], got '0'" "$CHOIR_BIN" worker --stream s --model m --concurrency 0
+refuses "--model at most 16 times" "$CHOIR_BIN" worker --stream s $(for i in $(seq 17); do printf -- '--model m%d ' "$i"; done)
+refuses "--models at most 16 times" "$CHOIR_BIN" info $(for i in $(seq 17); do printf -- '--models d%d ' "$i"; done)
 # the usage is the table: every row is listed, help exits 0 on stdout
 out=$("$CHOIR_BIN" vad --help)
 for flag in --model --probs --threshold --min-speech --min-silence --pad --max-speech; do
