@@ -20,10 +20,15 @@ for f in src/base/*.c src/tensor/*.c src/tensor/cpu/*.c tests/cuda/stub/cblas_lo
          tests/cuda/stub/quant_layout.c; do
     [ "$f" = src/tensor/quantize.c ] || echo "$f" >>"$list"
 done
-for f in src/tensor/cpu/x86/*.c; do echo "$f -mavx2 -mfma -mf16c" >>"$list"; done
+for f in src/tensor/cpu/x86/*.c; do
+    case "$f" in
+    */avx512_*) echo "$f -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl" >>"$list" ;;
+    *) echo "$f -mavx2 -mfma -mf16c" >>"$list" ;;
+    esac
+done
 for f in src/tensor/backend/*.c tests/cuda/fake/fake_cuda.c tests/cuda/fake/fake_vibevoice.c \
          tests/cuda/vibevoice_gpu_check.c src/models/vibevoice/vv_load.c src/models/vibevoice/vv_backend.c \
-         src/models/vibevoice/vv_state.c src/models/vibevoice/vv_encoder.c src/models/vibevoice/vv_lm.c \
+         src/models/vibevoice/vv_state.c src/models/vibevoice/vv_encoder.c src/models/vibevoice/vv_lm.c src/models/vibevoice/vv_batch.c \
          src/models/vibevoice/vv_randw.c src/models/vibevoice/vv_dims.c; do
     echo "$f -DCHOIR_HAVE_CUDA=1" >>"$list"
 done
