@@ -31,7 +31,7 @@ void srv_job_free(srv_job *j)
 {
     if (!j)
         return;
-    if (j->ticket && !choir_ticket_done(j->ticket)) {
+    if (j->detachable && j->ticket && !choir_ticket_done(j->ticket)) {
         choir_ticket_cancel(j->ticket);
         if (!choir_ticket_done(j->ticket) && j->server->watching) {
             srv_job_orphan(j->server, j);
@@ -59,6 +59,7 @@ void srv_job_destroy(srv_job *j)
     choir_free(j->lang);
     choir_free(j->prompt);
     choir_free(j->samples);
+    choir_free(j->spans);
     pthread_cond_destroy(&j->cv);
     pthread_mutex_destroy(&j->mu);
     choir_free(j);
@@ -230,10 +231,32 @@ static void on_audio(srv_job *j, const choir_output *out)
     sse_event(j, ev);
 }
 
+/* Adds "segments" (OpenAI's verbose_json segment fields) for j's segments
+ * [from, j->n_segments) to an SSE event, so a client gets the timestamps
+ * with the text instead of asking again. */
+static void add_segments(const srv_job *j, cJSON *ev, int from)
+{
+    if (from >= j->n_segments)
+        return;
+    cJSON *arr = cJSON_AddArrayToObject(ev, "segments");
+    for (int i = from; arr && i < j->n_segments; i++) {
+        const srv_segment *sg = &j->segments[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "id", i);
+        cJSON_AddNumberToObject(o, "start", sg->start_s);
+        cJSON_AddNumberToObject(o, "end", sg->end_s);
+        cJSON_AddStringToObject(o, "text", sg->text ? sg->text : "");
+        if (sg->has_speaker)
+            cJSON_AddNumberToObject(o, "speaker", sg->speaker);
+        cJSON_AddItemToArray(arr, o);
+    }
+}
+
 static void on_text(srv_job *j, const choir_output *out)
 {
     const char *t = out->text ? out->text : "";
     int had_partials = j->text_len > 0;
+    int segments_sent = j->n_segments; /* before this output's: what the stream has carried */
     /* The final output repeats the whole transcript and all segments (see
      * choir/model.h): it replaces what the partial pieces accumulated. */
     if (out->final) {
@@ -263,8 +286,8 @@ static void on_text(srv_job *j, const choir_output *out)
         }
         const choir_segment *in = &out->segments[i];
         srv_segment *sg = &j->segments[j->n_segments];
-        sg->start_s = in->start_s;
-        sg->end_s = in->end_s;
+        sg->start_s = srv_spans_map(j->spans, j->n_spans, in->start_s);
+        sg->end_s = srv_spans_map(j->spans, j->n_spans, in->end_s);
         sg->probability = in->probability;
         sg->has_speaker = in->has_speaker;
         sg->speaker = in->speaker;
@@ -278,10 +301,11 @@ static void on_text(srv_job *j, const choir_output *out)
         j->n_segments++;
     }
     if (!out->final) {
-        if (j->sse && *t) {
+        if (j->sse && (*t || j->n_segments > segments_sent)) {
             cJSON *ev = cJSON_CreateObject();
             cJSON_AddStringToObject(ev, "type", "transcript.text.delta");
             cJSON_AddStringToObject(ev, "delta", t);
+            add_segments(j, ev, segments_sent);
             sse_event(j, ev);
         }
         return;
@@ -299,10 +323,19 @@ static void on_text(srv_job *j, const choir_output *out)
         sse_event(j, ev);
         return;
     }
-    if (!had_partials && *t) {
+    /* The final output repeats every segment; the stream sends only those no
+     * delta carried (all of them when there were no partial pieces). */
+    if (!had_partials && (*t || j->n_segments > 0)) {
         cJSON *d = cJSON_CreateObject();
         cJSON_AddStringToObject(d, "type", "transcript.text.delta");
         cJSON_AddStringToObject(d, "delta", t);
+        add_segments(j, d, 0);
+        sse_event(j, d);
+    } else if (had_partials && j->n_segments > segments_sent) {
+        cJSON *d = cJSON_CreateObject();
+        cJSON_AddStringToObject(d, "type", "transcript.text.delta");
+        cJSON_AddStringToObject(d, "delta", "");
+        add_segments(j, d, segments_sent);
         sse_event(j, d);
     }
     cJSON_AddStringToObject(ev, "type", "transcript.text.done");

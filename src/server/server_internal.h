@@ -242,6 +242,12 @@ typedef struct srv_segment {
     int has_speaker, speaker;
 } srv_segment;
 
+/* One piece of speech kept by VAD chunking (chunking.c): `len_s` seconds
+ * from `from_s` in the upload, at `at_s` in the audio the model hears. */
+typedef struct srv_span {
+    double from_s, at_s, len_s;
+} srv_span;
+
 typedef struct srv_job {
     choir_server *server;
     srv_job_kind kind;
@@ -275,14 +281,21 @@ typedef struct srv_job {
     float *samples;
     int64_t n_samples;
     choir_ticket *ticket;
+    /* VAD chunking: segment times are mapped back through these (owned) */
+    srv_span *spans;
+    int n_spans;
     double deadline;   /* monotonic seconds: the answer is due (srv_job_submit) */
+    int detachable;    /* everything the engine reads is owned by the job: srv_job_free
+                          may leave a running ticket to the watchdog */
     struct srv_job *next_orphan;
 } srv_job;
 
 srv_job *srv_job_create(choir_server *s, srv_job_kind kind);
 /* Cancels the ticket if it still runs; frees the job now when the ticket is
- * finished, else hands it to the watchdog, which frees it when the engine is
- * done (so that a connection thread never waits for a model). NULL no-op. */
+ * finished. A detachable job (j->detachable: the engine reads nothing the
+ * handler frees) whose ticket still runs goes to the watchdog, which frees
+ * it when the engine is done, so that a connection thread never waits for a
+ * model; any other waits here for the ticket. NULL no-op. */
 void srv_job_free(srv_job *j);
 /* Frees the job now, waiting for its ticket to finish. NULL no-op. */
 void srv_job_destroy(srv_job *j);
@@ -320,6 +333,32 @@ enum MHD_Result srv_handle_speech(choir_server *s, struct MHD_Connection *c, srv
 enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection *c, srv_conn *conn, int translate);
 enum MHD_Result srv_handle_enhancement(choir_server *s, struct MHD_Connection *c, srv_conn *conn);
 enum MHD_Result srv_handle_separation(choir_server *s, struct MHD_Connection *c, srv_conn *conn); /* separate.c */
+
+struct choir_multipart_part;
+/* chunking_strategy (chunking.c). */
+typedef enum srv_chunk_mode {
+    SRV_CHUNK_NONE = 0,
+    SRV_CHUNK_AUTO = 1,      /* VAD when the server has a VAD model, else the whole upload */
+    SRV_CHUNK_SERVER_VAD = 2 /* VAD, or 400 without a VAD model */
+} srv_chunk_mode;
+typedef struct srv_chunking {
+    srv_chunk_mode mode;
+    float threshold;   /* speech probability threshold */
+    int padding_ms;    /* kept before and after each speech segment */
+    int silence_ms;    /* a pause this long ends a segment */
+} srv_chunking;
+/* Parses the form field (NULL/empty/"none": none; "auto"; a server_vad JSON
+ * object). 0, or -1 with the reason in msg. */
+int srv_chunking_parse(const struct choir_multipart_part *p, srv_chunking *out, char *msg, size_t cap);
+/* Runs the server's VAD model over *samples (mono at `rate`) and replaces
+ * them with the speech pieces, a short pause between each (*n may become 0:
+ * no speech); the pieces go to *spans (choir_alloc'd). Does nothing for
+ * SRV_CHUNK_NONE, or for AUTO without a VAD model. On failure replies and
+ * returns -1 with *ret set. */
+int srv_chunking_apply(choir_server *s, struct MHD_Connection *c, const srv_chunking *ch, int rate, float **samples,
+                       int64_t *n, srv_span **spans, int *n_spans, enum MHD_Result *ret);
+/* A time in the chunked audio mapped back to the upload's clock. */
+double srv_spans_map(const srv_span *spans, int n, double t);
 
 /* Formats a transcript as "text", "srt", "vtt", "json" or "verbose_json"
  * into a choir_alloc'd string (NULL on out of memory). */

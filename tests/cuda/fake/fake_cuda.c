@@ -14,6 +14,7 @@
 #include "choir/alloc.h"
 #include "choir/cuda.h"
 #include "choir/kernels.h"
+#include "choir/kernels_ext.h"
 
 struct choir_cuda {
     choir_cuda_props props;
@@ -507,6 +508,7 @@ int choir_cuda_measure_ceilings(choir_cuda *cu, double *bf16_tflops, double *cop
  * kernels that no emulated model uses yet say so. ------------------------- */
 
 #include "choir/cuda_audio.h"
+#include "choir/cuda_vocoder.h"
 
 typedef struct op2_args {
     const float *a, *b, *g, *beta;
@@ -600,9 +602,11 @@ int choir_cuda_copy_rows(choir_cuda *cu, float *dst, int64_t ldd, const float *s
 int choir_cuda_group_norm(choir_cuda *cu, const float *x, float *y, int64_t B, int64_t C,
                           int64_t T, int64_t groups, const float *gamma, const float *beta,
                           float eps, choir_err *err) {
-    (void)cu, (void)x, (void)y, (void)B, (void)C, (void)T, (void)groups, (void)gamma, (void)beta;
-    (void)eps;
-    return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: group_norm not emulated");
+    (void)cu;
+    if (no_capture("group_norm", err)) return CHOIR_EINTERNAL;
+    for (int64_t b = 0; b < B; b++)
+        choir_group_norm(x + b * C * T, y + b * C * T, C, T, (int)groups, gamma, beta, eps);
+    return 0;
 }
 
 typedef struct gather_args {
@@ -649,9 +653,16 @@ int choir_cuda_conv_transpose1d_batched(choir_cuda *cu, const float *x, int64_t 
                                         int64_t Cout, int64_t kernel, int stride, int padding,
                                         int output_padding, const int32_t *out_lens, float *y,
                                         choir_err *err) {
-    (void)cu, (void)x, (void)B, (void)Cin, (void)T, (void)weight, (void)bias, (void)Cout;
-    (void)kernel, (void)stride, (void)padding, (void)output_padding, (void)out_lens, (void)y;
-    return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: conv_transpose1d not emulated");
+    (void)cu;
+    if (out_lens || weight.bf16)
+        return choir_err_set(err, CHOIR_EUNSUPPORTED,
+                             "fake cuda: conv_transpose1d with lengths or bf16 not emulated");
+    if (no_capture("conv_transpose1d", err)) return CHOIR_EINTERNAL;
+    int64_t Tout = choir_conv_transpose1d_out_len(T, kernel, stride, padding, output_padding, 1);
+    for (int64_t b = 0; b < B; b++)
+        choir_conv_transpose1d(x + b * Cin * T, Cin, T, (const float *)weight.w, bias, Cout, kernel,
+                               stride, padding, output_padding, 1, 1, y + b * Cout * Tout);
+    return 0;
 }
 int choir_cuda_conv_transpose1d_depthwise(choir_cuda *cu, const float *x, int64_t B, int64_t C,
                                           int64_t T, const float *weight, const float *bias,
@@ -674,6 +685,40 @@ int choir_cuda_istft_magphase(choir_cuda *cu, const float *P, int64_t B, int64_t
                               choir_err *err) {
     (void)cu, (void)P, (void)B, (void)F, (void)frames, (void)n_fft, (void)hop, (void)out;
     return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: istft not emulated");
+}
+/* The vocoder operations' kernels (choir/backend_vocoder.h): not emulated. */
+int choir_cuda_conv1d_batched(choir_cuda *cu, const float *x, int64_t B, int64_t Cin, int64_t T,
+                              choir_cuda_conv_weight weight, const float *bias, int64_t Cout,
+                              int64_t kernel, int stride, int padding, int dilation,
+                              const int32_t *out_lens, float *y, choir_err *err) {
+    (void)cu, (void)x, (void)B, (void)Cin, (void)T, (void)weight, (void)bias, (void)Cout;
+    (void)kernel, (void)stride, (void)padding, (void)dilation, (void)out_lens, (void)y;
+    return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: batched conv1d not emulated");
+}
+int choir_cuda_add_scale(choir_cuda *cu, const float *a, const float *b, float *y, int64_t n,
+                         float scale, choir_err *err) {
+    (void)cu, (void)a, (void)b, (void)y, (void)n, (void)scale;
+    return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: add_scale not emulated");
+}
+int choir_cuda_add_div(choir_cuda *cu, const float *a, const float *b, float *y, int64_t n,
+                       float divisor, choir_err *err) {
+    (void)cu, (void)a, (void)b, (void)y, (void)n, (void)divisor;
+    return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: add_div not emulated");
+}
+int choir_cuda_upsample2_nearest(choir_cuda *cu, const float *x, int64_t B, int64_t C, int64_t T,
+                                 float *y, choir_err *err) {
+    (void)cu, (void)x, (void)B, (void)C, (void)T, (void)y;
+    return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: nearest up-sampling not emulated");
+}
+int choir_cuda_reflect_pad(choir_cuda *cu, const float *x, int64_t B, int64_t C, int64_t T,
+                           const int32_t *lens, int left, int right, float *y, choir_err *err) {
+    (void)cu, (void)x, (void)B, (void)C, (void)T, (void)lens, (void)left, (void)right, (void)y;
+    return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: reflection pad not emulated");
+}
+int choir_cuda_copy_channels(choir_cuda *cu, const float *src, int64_t B, int64_t Cs, int64_t T,
+                             float *dst, int64_t Cd, int64_t c0, choir_err *err) {
+    (void)cu, (void)src, (void)B, (void)Cs, (void)T, (void)dst, (void)Cd, (void)c0;
+    return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: channel copy not emulated");
 }
 int64_t choir_cuda_bilstm_scratch_floats(int64_t B, int64_t T, int64_t H) {
     return B * T * 8 * H + 2 * B * H;
