@@ -154,12 +154,7 @@ static int whisper_opts(choir_request *req, choir_whisper_transcribe_opts *o, in
 static int whisper_emit(choir_request *req, choir_whisper_transcript *t) {
     choir_segment *segs = choir_calloc(CHOIR_MEM_IO, (size_t)(t->n_segments + 1), sizeof *segs);
     if (!segs) return CHOIR_ENOMEM;
-    for (int i = 0; i < t->n_segments; i++) {
-        segs[i].start_s = t->segments[i].start;
-        segs[i].end_s = t->segments[i].end;
-        segs[i].text = t->segments[i].text;
-        segs[i].probability = expf(t->segments[i].avg_logprob);
-    }
+    choir_whisper_segment_views(t, segs);
     /* The transcript without its leading space, as the OpenAI API returns it. */
     const char *text = t->text ? t->text : "";
     while (*text == ' ') text++;
@@ -182,7 +177,9 @@ static int whisper_on_segment(void *user, int input, const choir_whisper_segment
     whisper_group *g = user;
     choir_request *req = g->reqs[input];
     if (!req->stream) return 0;
-    choir_segment cs = {.start_s = seg->start, .end_s = seg->end, .text = seg->text, .probability = expf(seg->avg_logprob)};
+    choir_whisper_transcript one = {.segments = (choir_whisper_segment *)seg, .n_segments = 1};
+    choir_segment cs;
+    choir_whisper_segment_views(&one, &cs);
     choir_output out = {.final = 0, .text = seg->text, .segments = &cs, .n_segments = 1};
     int rc = choir_request_emit(req, &out);
     return rc != 0 && g->n == 1;

@@ -2,6 +2,7 @@
  * (faster-whisper's / WhisperX's pipeline) over VAD spans or fixed windows.
  * ../shared/specs/whisper.md §7. */
 #include <ctype.h>
+#include <math.h>
 #include <string.h>
 
 #include "choir/alloc.h"
@@ -22,6 +23,7 @@ typedef struct wt_state {
     int n_all, cap_all;
     int n_initial;       /* tokens of the initial prompt */
     int input;           /* index of this recording in the call */
+    int64_t seek;        /* mel frame where the window being split began */
     const choir_whisper_transcribe_opts *opts;
 } wt_state;
 
@@ -114,6 +116,7 @@ static int wt_segment(wt_state *s, const choir_whisper_result *r, const int32_t 
     g->no_speech_prob = r->no_speech_prob;
     g->temperature = r->temperature;
     g->compression_ratio = r->compression_ratio;
+    g->seek = s->seek;
     t->n_segments++;
     rc = wt_push_tokens(s, tokens, n, err);
     if (!rc && s->opts && s->opts->on_segment &&
@@ -260,6 +263,7 @@ static int wt_sequential(wt_state *st, const choir_whisper_input *in, int n_in,
             wt_state *s = &st[active[j]];
             int seg = (int)(q->content - q->seek < F ? q->content - q->seek : F), advance = seg;
             if (!rc && !wt_skip_silence(p, &res[j])) {
+                s->seek = q->seek;
                 rc = wt_split(s, &res[j], (double)q->seek / WT_FRAMES_PER_S, seg, false, &advance, err);
                 if (!o->condition_on_previous_text || res[j].temperature > 0.5f) q->prompt_reset_since = s->n_all;
             }
@@ -396,6 +400,7 @@ static int wt_batched(wt_state *st, const choir_whisper_input *in, int n_in,
         for (int j = 0; j < nb; j++) {
             const wt_item *it = &items[b0 + j];
             int adv;
+            st[it->input].seek = it->span.start / 160;
             if (!rc && !wt_skip_silence(p, &res[j]))
                 rc = wt_split(&st[it->input], &res[j], (double)it->span.start / CHOIR_WHISPER_SAMPLE_RATE,
                               (int)((it->span.end - it->span.start + 159) / 160), true, &adv, err);
@@ -481,6 +486,17 @@ int choir_whisper_transcribe_batch(const choir_whisper *m, const choir_tokenizer
     choir_free(st);
     choir_free(langs);
     return rc;
+}
+
+void choir_whisper_segment_views(const choir_whisper_transcript *t, choir_segment *out) {
+    for (int i = 0; i < t->n_segments; i++) {
+        const choir_whisper_segment *g = &t->segments[i];
+        out[i] = (choir_segment){.start_s = g->start, .end_s = g->end, .text = g->text,
+                                 .probability = expf(g->avg_logprob), .has_decoding = 1, .seek = g->seek,
+                                 .tokens = g->tokens, .n_tokens = g->n_tokens, .temperature = g->temperature,
+                                 .avg_logprob = g->avg_logprob, .compression_ratio = g->compression_ratio,
+                                 .no_speech_prob = g->no_speech_prob};
+    }
 }
 
 int choir_whisper_transcribe(const choir_whisper *m, const choir_tokenizer *tok, const float *pcm,
