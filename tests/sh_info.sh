@@ -14,7 +14,7 @@ echo '{"model_type": "no-such-model"}' >"$TMP/models/odd/config.json"
 
 "$BIN" info --models "$TMP/models" >"$TMP/out" || fail "info exit code"
 grep -q '^backends:' "$TMP/out" || fail "no backends section"
-grep -Eq '^  cpu +(avx2\+fma|c-reference)' "$TMP/out" || fail "no cpu backend line"
+grep -Eq '^  cpu +(avx512f\+bw\+vl|avx2\+fma|c-reference)' "$TMP/out" || fail "no cpu backend line"
 grep -Eq '^  (linear|choir_linear|gemm)' "$TMP/out" || grep -q 'linear' "$TMP/out" || fail "kernels not listed"
 grep -Eq '^  vad +silero-vad +vad +1\.[0-9] MB' "$TMP/out" || fail "VAD model not listed with kind, task and size"
 grep -Eq '^  odd +\(not recognised' "$TMP/out" || fail "unrecognised model not reported"

@@ -3,7 +3,7 @@
 # shape (400 401 404 405 409 413 415 429 503 + Retry-After), model
 # registration, a malformed-input sweep that must never bring the server down,
 # and a graceful SIGTERM that lets an in-flight stream finish.
-# Fake models (engine/fake_model.h) stand in for real ones: the server is what
+# Fake models (models/fake/fake_model.h) stand in for real ones: the server is what
 # is tested here. Only 127.0.0.1; every wait is bounded.
 set -uo pipefail
 BIN=${CHOIR_BIN:?}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `choir serve` as a drop-in for OpenAI's audio API (issue 19, "Drop-in use"):
 # speech streams by default, OpenAI's model and voice names, the voice list,
-# CORS. Fake models (engine/fake_model.h) stand in for real ones. Only
+# CORS. Fake models (models/fake/fake_model.h) stand in for real ones. Only
 # 127.0.0.1; every wait is bounded.
 set -uo pipefail
 BIN=${CHOIR_BIN:?}

@@ -13,7 +13,7 @@
 #include "choir/alloc.h"
 #include "choir/engine.h"
 #include "choir/log.h"
-#include "engine/fake_model.h"
+#include "models/fake/fake_model.h"
 
 #define MAX_AUDIO (24000 * 8)
 
@@ -549,7 +549,6 @@ static void test_options(void **state)
     assert_int_equal(p.memory_budget, (int64_t)3 << 29);
     assert_int_equal(choir_engine_apply_option(&p, "profile", "audiobook", &err), 1);
     assert_int_equal(p.memory_budget, (int64_t)3 << 29); /* kept across the profile */
-    assert_int_equal(p.model_options.q_bits, 4);
     assert_int_equal(p.max_batch, 8);
     assert_int_equal(choir_engine_apply_option(&p, "max-batch", "4", &err), 1);
     assert_int_equal(p.max_batch, 4);
@@ -563,8 +562,57 @@ static void test_options(void **state)
     assert_int_equal(choir_engine_apply_option(&p, "memory-budget", "lots", &err), CHOIR_EINVAL);
     assert_int_equal(choir_engine_apply_option(&p, "profile", "fast", &err), CHOIR_EINVAL);
     assert_non_null(strstr(err.msg, "unknown profile"));
-    assert_int_equal(choir_engine_apply_option(&p, "q-bits", NULL, &err), CHOIR_EINVAL);
+    assert_int_equal(choir_engine_apply_option(&p, "wait-ms", NULL, &err), CHOIR_EINVAL);
+    /* Weights are quantized by `choir convert`, not by a load-time flag that
+     * no model read (it was accepted and did nothing). */
+    assert_int_equal(choir_engine_apply_option(&p, "q-bits", "4", &err), 0);
+    assert_null(strstr(choir_engine_options_help(), "q-bits"));
     assert_non_null(strstr(choir_engine_options_help(), "--memory-budget"));
+    /* One size parser: "8Gi" is the same 8 GiB as "8G", "8GiB" and "8gb". */
+    const char *eight[] = {"8G", "8Gi", "8GiB", "8gb", "8192M", "8388608k"};
+    for (size_t i = 0; i < sizeof eight / sizeof eight[0]; i++) {
+        p.memory_budget = 0;
+        assert_int_equal(choir_engine_apply_option(&p, "memory-budget", eight[i], &err), 1);
+        assert_int_equal(p.memory_budget, (int64_t)8 << 30);
+        p.gpu_memory_bytes = 0;
+        assert_int_equal(choir_engine_apply_option(&p, "gpu-memory", eight[i], &err), 1);
+        assert_int_equal(p.gpu_memory_bytes, (int64_t)8 << 30);
+    }
+    const char *not_sizes[] = {"", "0", "-8G", " 8G", "8 G", "8X", "8iB", "8GG", "inf", "nan", "0x10", "1e30"};
+    for (size_t i = 0; i < sizeof not_sizes / sizeof not_sizes[0]; i++) {
+        p.memory_budget = 77;
+        assert_int_equal(choir_engine_apply_option(&p, "memory-budget", not_sizes[i], &err), CHOIR_EINVAL);
+        assert_non_null(strstr(err.msg, "not a size"));
+        assert_int_equal(p.memory_budget, 77);
+    }
+    /* Limits: each option's bounds are taken whole, one past them refused,
+     * and the field keeps its value. */
+    struct {
+        const char *name, *lo, *hi, *below, *above;
+    } limits[] = {
+        {"max-batch", "1", "64", "0", "65"},
+        {"workers", "1", "256", "0", "257"},
+        {"queue", "1", "1048576", "0", "1048577"},
+        {"high-water", "0.01", "1", "0.001", "1.01"},
+        {"gpu-memory-fraction", "0.01", "1", "0", "1.5"},
+        {"max-audio-s", "1", "1000000", "0.5", "2e6"},
+    };
+    for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
+        assert_int_equal(choir_engine_apply_option(&p, limits[i].name, limits[i].lo, &err), 1);
+        assert_int_equal(choir_engine_apply_option(&p, limits[i].name, limits[i].hi, &err), 1);
+        choir_engine_params before = p;
+        assert_int_equal(choir_engine_apply_option(&p, limits[i].name, limits[i].below, &err), CHOIR_EINVAL);
+        assert_int_equal(choir_engine_apply_option(&p, limits[i].name, limits[i].above, &err), CHOIR_EINVAL);
+        assert_non_null(strstr(err.msg, limits[i].name));
+        assert_memory_equal(&before, &p, sizeof p);
+    }
+    assert_int_equal(p.max_batch, 64);
+    /* The API refuses what the flags refuse, rather than clamping it. */
+    choir_engine_params big = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
+    big.max_batch = CHOIR_ENGINE_MAX_BATCH + 1;
+    assert_null(choir_engine_create(&big, &err));
+    assert_int_equal(err.code, CHOIR_EINVAL);
+    assert_non_null(strstr(err.msg, "max_batch"));
     /* NULL params: the default profile with a budget from the machine's memory */
     choir_engine *e = choir_engine_create(NULL, &err);
     assert_non_null(e);

@@ -14,7 +14,7 @@
 #include "choir/alloc.h"
 #include "choir/engine.h"
 #include "choir/log.h"
-#include "engine/fake_model.h"
+#include "models/fake/fake_model.h"
 
 #define MIB ((int64_t)1 << 20)
 

@@ -128,6 +128,18 @@ static void test_batch(void **state) {
     assert_int_equal(rd.status, CHOIR_EINVAL);
     assert_int_equal(cd.finals, 0);
 
+    /* An overlap as long as the chunk is refused by the model's one rule
+     * for them, not shortened behind the caller's back. */
+    captured ce = {0};
+    choir_request re;
+    init_req(&re, &ce, 0);
+    re.in.sts = (choir_sts_input){x48, n48, 48000, 0.5, 0.5};
+    choir_request *bad[1] = {&re};
+    assert_int_equal(ops->run_batch(w, bad, 1, NULL, &err), 0);
+    assert_int_equal(re.status, CHOIR_EINVAL);
+    assert_non_null(strstr(re.error, "overlap_seconds"));
+    assert_int_equal(ce.finals, 0);
+
     ops->free(w);
     ops->free(NULL);
     free(want);

@@ -156,8 +156,8 @@ static void test_conversion_twins(void **state) {
         f[i] = i < 65536 ? choir_f16_to_f32((uint16_t)i) : from_bits((uint32_t)s);
         if (i % 3 == 0) f[i] = from_bits((uint32_t)s); /* any bit pattern: NaNs, subnormals */
     }
-    choir_isa isas[2] = {CHOIR_ISA_REF, choir_kernels_best_isa()};
-    for (int k = 0; k < 2; k++) {
+    choir_isa isas[3] = {CHOIR_ISA_REF, choir_kernels_best_isa(), CHOIR_ISA_AVX2};
+    for (int k = 0; k < 3; k++) {
         choir_kernels_set_isa(isas[k]);
         choir_f32_to_f16_n(f, h, n);
         for (int64_t i = 0; i < n; i++)
@@ -205,6 +205,10 @@ static void test_isa_dispatch(void **state) {
     /* An ISA the CPU lacks is refused. */
     choir_isa other = best == CHOIR_ISA_NEON ? CHOIR_ISA_AVX2 : CHOIR_ISA_NEON;
     assert_int_equal(choir_kernels_set_isa(other), CHOIR_ISA_REF);
+    /* Under AVX-512 the AVX2 twins stay selectable; without it AVX-512 is refused. */
+    if (best == CHOIR_ISA_AVX512) assert_int_equal(choir_kernels_set_isa(CHOIR_ISA_AVX2), CHOIR_ISA_AVX2);
+    if (best != CHOIR_ISA_AVX512)
+        assert_int_equal(choir_kernels_set_isa(CHOIR_ISA_AVX512), CHOIR_ISA_REF);
     choir_kernels_set_isa(best);
     const char *names[64], *isas[64];
     int n = choir_kernels_describe(names, isas, 64);

@@ -25,14 +25,15 @@ extern "C" {
 typedef struct choir_engine choir_engine;
 typedef struct choir_ticket choir_ticket;
 
-/* Serving profiles: each sets defaults for batch size, precision and wait
- * limits; explicit params override them. */
+/* Serving profiles: each sets defaults for batch size, wait limits, audio
+ * length and (interactive-tts) bf16 activations; explicit params override
+ * them. Weights run as stored on disk (quantize them with `choir convert`). */
 typedef enum choir_profile {
     CHOIR_PROFILE_DEFAULT = 0,
     CHOIR_PROFILE_INTERACTIVE_TTS, /* batch 1, bf16, first audio <= 200 ms */
-    CHOIR_PROFILE_AUDIOBOOK,       /* batch 8, 4-bit */
-    CHOIR_PROFILE_REALTIME_STT,    /* batch 4, 6-bit, streaming, <= 5-min segments */
-    CHOIR_PROFILE_OFFLINE_STT,     /* batch 16, full precision */
+    CHOIR_PROFILE_AUDIOBOOK,       /* batch 8, long waits (200/300 ms) */
+    CHOIR_PROFILE_REALTIME_STT,    /* batch 4, short waits, <= 5-min audio */
+    CHOIR_PROFILE_OFFLINE_STT,     /* batch 16, long waits (250/300 ms) */
     CHOIR_PROFILE_COUNT
 } choir_profile;
 
@@ -65,6 +66,8 @@ typedef enum choir_priority {
 
 /* The most GPUs an engine uses. */
 #define CHOIR_ENGINE_MAX_GPUS 16
+/* The largest batch an engine forms (params.max_batch above it is refused). */
+#define CHOIR_ENGINE_MAX_BATCH 64
 
 typedef struct choir_engine_params {
     choir_profile profile;
@@ -72,7 +75,8 @@ typedef struct choir_engine_params {
     double high_water;         /* degrade above this fraction of the budget (0 = 0.85) */
     double low_water;          /* recover below it (0 = 0.70) */
     double p99_target_ms;      /* degrade when total-latency p99 exceeds it (0 = off) */
-    int max_batch;             /* 0 = profile's (also capped by each model's max_batch) */
+    int max_batch;             /* 0 = profile's; 1..CHOIR_ENGINE_MAX_BATCH (also capped by
+                                  each model's max_batch) */
     double wait_short_ms;      /* batch wait limit for short requests (0 = profile's, 50) */
     double wait_long_ms;       /* for long requests (0 = profile's, 250) */
     double long_seconds;       /* requests longer than this (audio s, or ~ s of speech
@@ -110,9 +114,11 @@ choir_engine_params choir_engine_default_params(choir_profile profile);
 /* Applies one command-line option to `p`, so `choir serve` and other front
  * ends share the engine's flags: `name` without leading dashes
  * ("memory-budget", "profile", "max-batch", "workers", "queue", "wait-ms",
- * "wait-long-ms", "high-water", "p99-target-ms", "q-bits", "max-audio-s",
+ * "wait-long-ms", "high-water", "p99-target-ms", "max-audio-s",
  * "gpus", "gpu-memory-fraction", "gpu-memory") and its value ("gpus" keeps
- * the pointer: the string must outlive choir_engine_create). Sizes take K/M/G suffixes (binary); "profile" replaces every
+ * the pointer: the string must outlive choir_engine_create). Sizes are read by
+ * choir_parse_size ("8G", "8Gi", "8GiB": binary units); numbers are bounded as
+ * choir_engine_options_help() says; "profile" replaces every
  * field with that profile's defaults except memory_budget, so give it first.
  * Returns 1 when applied, 0 when `name` is not an engine option, or
  * CHOIR_EINVAL (and err) for a bad value. */

@@ -28,14 +28,18 @@ extern "C" {
 typedef enum choir_isa {
     CHOIR_ISA_REF = 0,  /* portable C */
     CHOIR_ISA_AVX2 = 1, /* x86-64 AVX2 + FMA + F16C */
-    CHOIR_ISA_NEON = 2
+    CHOIR_ISA_NEON = 2,
+    CHOIR_ISA_AVX512 = 3 /* x86-64 AVX-512 F/BW/VL beside AVX2 (the weight-streaming dots) */
 } choir_isa;
 
 /* The best instruction set this CPU supports / the one in use now. */
 choir_isa choir_kernels_best_isa(void);
 choir_isa choir_kernels_isa(void);
-/* Forces an ISA (clamped to what the CPU supports); returns the one in use.
- * Process-wide: call only when no kernel is running. */
+/* Forces an ISA (one the CPU supports: the best, AVX2 on an AVX-512 CPU, or
+ * the reference; anything else falls back to the reference); returns the one
+ * in use. Process-wide: call only when no kernel is running. The environment
+ * variable CHOIR_ISA (ref, avx2, avx512) sets the first choice the same way,
+ * for benchmarks that compare the twins. */
 choir_isa choir_kernels_set_isa(choir_isa isa);
 const char *choir_isa_name(choir_isa isa);
 /* Names of the kernels and the ISA each one runs with, for `choir info`:

@@ -165,12 +165,11 @@ int choir_request_cancelled(const choir_request *req);
 int choir_request_fail(choir_request *req, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Load-time options; zero-initialised means defaults. */
+/* Load-time options; zero-initialised means defaults. Weights run as stored:
+ * a quantized model is made on disk by `choir convert --q-bits` (kernels use
+ * the default compute pool, sized by CHOIR_THREADS). */
 typedef struct choir_model_options {
-    int q_bits;        /* 0: as stored; 2..8: quantize linear layers on load when supported */
-    int q_group_size;  /* 0: default (64) */
     int compute_bf16;  /* 1: prefer bf16 activations when supported */
-    int threads;       /* 0: the default compute pool */
     /* Where the weights live and the batches run: 0 = the CPU (host memory),
      * k >= 1 = CUDA device k - 1 (CHOIR_DEVICE_GPU(k - 1)). The engine only
      * passes a GPU to an adapter whose ops->gpu is 1. */
@@ -258,6 +257,11 @@ extern const choir_model_ops choir_model_silero_vad;
 extern const choir_model_ops choir_model_mossformer2;
 extern const choir_model_ops choir_model_sam_audio; /* src/models/sam_audio/sam_model.c */
 extern const choir_model_ops choir_model_vibevoice;
+/* The test adapter (src/models/fake/fake_model.c, its options in
+ * models/fake/fake_model.h): declared costs and deterministic outputs. It
+ * claims only directories whose config.json says "model_type": "choir-fake",
+ * so it is listed with the others and tests and benchmarks can serve it. */
+extern const choir_model_ops choir_model_fake;
 
 /* The STT input rate (Hz) of the built-in adapter of that kind:
  * ops->input_rate, 16000 when it gives none or no adapter has that kind. */

@@ -16,6 +16,7 @@
 
 #include "audio/encode_aac.h"
 #include "choir/alloc.h"
+#include "choir/buf.h"
 #include "choir/encode.h"
 
 #define ENCODE_BLOCK_FRAMES 4096
@@ -453,24 +454,8 @@ int choir_audio_encode_file(const char *path, choir_audio_format format, const f
     return rc;
 }
 
-typedef struct grow_buf {
-    unsigned char *data;
-    size_t len, cap;
-} grow_buf;
-
 static int grow_write(const void *data, size_t len, void *user) {
-    grow_buf *b = user;
-    if (b->len + len > b->cap) {
-        size_t cap = b->cap ? b->cap : 65536;
-        while (cap < b->len + len) cap *= 2;
-        unsigned char *grown = b->data ? choir_realloc(b->data, cap) : choir_alloc(CHOIR_MEM_IO, cap);
-        if (!grown) return -1;
-        b->data = grown;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, data, len);
-    b->len += len;
-    return 0;
+    return choir_buf_append(user, data, len) == CHOIR_OK ? 0 : -1;
 }
 
 int choir_audio_encode_memory(choir_audio_format format, const float *interleaved, int64_t frames, int rate,
@@ -480,7 +465,7 @@ int choir_audio_encode_memory(choir_audio_format format, const float *interleave
     if (!out || !out_len) return choir_err_set(err, CHOIR_EINVAL, "encoder: out is NULL");
     *out = NULL;
     *out_len = 0;
-    grow_buf b = {NULL, 0, 0};
+    choir_buf b = CHOIR_BUF_INIT(CHOIR_MEM_IO);
     choir_encoder *e = choir_encoder_create(format, rate, channels, grow_write, &b, err);
     if (!e) return err->code;
     int rc = choir_encoder_write(e, interleaved, frames, err);
@@ -489,10 +474,10 @@ int choir_audio_encode_memory(choir_audio_format format, const float *interleave
     if (rc) {
         /* The only way this sink refuses is running out of memory. */
         if (rc == CHOIR_EIO) rc = choir_err_set(err, CHOIR_ENOMEM, "encoder: out of memory for the encoded audio");
-        choir_free(b.data);
+        choir_buf_free(&b);
         return rc;
     }
-    *out = b.data;
-    *out_len = b.len;
+    *out = choir_buf_take(&b, out_len);
+    if (!*out) return choir_err_set(err, CHOIR_ENOMEM, "encoder: out of memory for the encoded audio");
     return CHOIR_OK;
 }

@@ -15,29 +15,15 @@ int choir_cmd_sts(int argc, char **argv);
 int choir_cmd_sep(int argc, char **argv);
 int choir_cmd_convert(int argc, char **argv);
 int choir_cmd_serve(int argc, char **argv);
-int choir_cmd_bench(int argc, char **argv);
 int choir_cmd_stats(int argc, char **argv);
 int choir_cmd_pull(int argc, char **argv);
 int choir_cmd_worker(int argc, char **argv);
 int choir_cmd_submit(int argc, char **argv);
 int choir_cmd_jobs(int argc, char **argv);
-/* `choir dev weights`, `choir dev parity whisper|kokoro|mossformer2|vibevoice` */
-int choir_cmd_dev_weights(int argc, char **argv);
-int choir_cmd_parity_whisper(int argc, char **argv);
-int choir_cmd_parity_kokoro(int argc, char **argv);
-int choir_cmd_parity_mossformer2(int argc, char **argv);
-int choir_cmd_parity_sam_audio(int argc, char **argv);
-int choir_cmd_parity_vibevoice(int argc, char **argv);
-
-/* `choir bench whisper|kokoro|sts|vad|quant|engine|vibevoice` (argv[0] is the target). */
-int choir_bench_whisper(int argc, char **argv);
-int choir_bench_kokoro(int argc, char **argv);
-int choir_bench_sts(int argc, char **argv);
-int choir_bench_sam_audio(int argc, char **argv);
-int choir_bench_vad(int argc, char **argv);
-int choir_bench_quant(int argc, char **argv);
-int choir_bench_engine(int argc, char **argv);
-int choir_bench_vibevoice(int argc, char **argv);
+/* `choir bench ...` and `choir dev ...` run the developer tools, a program of
+ * their own (choir-dev, src/cli/dev/), found next to this one or at $CHOIR_DEV:
+ * argv[0] is "bench" or "dev". Returns only when it cannot be started (2). */
+int choir_cmd_dev_tools(int argc, char **argv);
 
 /* `choir stt` on a VibeVoice-ASR folder (cmd_stt_vibevoice.c). */
 typedef struct choir_stt_vibevoice_args {
@@ -62,8 +48,5 @@ int choir_cli_spool_stdin(char *path, size_t cap, choir_err *err);
 const char *choir_cli_format_from_path(const char *path);
 /* Creates folder `dir` and its parents as needed (mkdir -p). 0 or CHOIR_EIO. */
 int choir_cli_make_dirs(const char *dir, choir_err *err);
-
-/* Parses sizes like "512M", "8G", "1.5GiB", "1000000"; returns bytes or -1. */
-long long choir_cli_parse_size(const char *s);
 
 #endif

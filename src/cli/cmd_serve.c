@@ -34,8 +34,6 @@ static void serve_usage(FILE *f)
             "  --host ADDR            IPv4 address to bind (default 127.0.0.1)\n"
             "  --port N               TCP port (default 8000; 0 picks a free one)\n"
             "  --port-file PATH       write the bound port to PATH once listening\n"
-            "  --memory-budget SIZE   engine memory budget, e.g. 4G (default: 75%% of RAM)\n"
-            "  --profile NAME         default, interactive-tts, audiobook, realtime-stt, offline-stt\n"
             "  --api-key KEY          require \"Authorization: Bearer KEY\" (also $CHOIR_API_KEY)\n"
             "  --admin-key KEY        enable model administration (POST/DELETE /v1/models, for\n"
             "                         directories inside the --models folders) with its own key\n"
@@ -49,17 +47,10 @@ static void serve_usage(FILE *f)
             "                         whisper-1, gpt-4o-transcribe to the first STT model)\n"
             "  --voice-alias NAME=VOICE  voice NAME stands for VOICE (repeatable; by default\n"
             "                         OpenAI's voices, alloy, echo, nova..., map to similar Kokoro voices)\n"
-            "  --max-batch N          largest batch (default: the profile's)\n"
-            "  --workers N            batches run at once (default 1)\n"
-            "  --queue N              pending requests per model before 429 (default 256)\n"
-            "  --gpus all|none|0,1    GPUs to place models on (default all; needs a CUDA build)\n"
-            "  --gpu-memory-fraction F  each GPU's memory budget as a fraction of the card (default 0.90)\n"
-            "  --gpu-memory SIZE      each GPU's budget in bytes instead (e.g. 60G)\n"
             "  --json                 print {\"url\",\"port\",\"models\",\"profile\"} on stdout once listening\n"
             "  --preload              load every model at start (/health is 503 until done)\n"
             "  --request-timeout S    engine deadline per request (default 300)\n"
-            "  --max-audio-s S        longest audio input, seconds (default 14400);\n"
-            "  --max-audio-s ID=S     the same for one model (repeatable)\n"
+            "  --max-audio-s ID=S     --max-audio-s for one model (repeatable)\n"
             "  --max-connections N    client connections in all (default 1024)\n"
             "  --max-client-connections N  from one IP address (default 64; -1: no limit,\n"
             "                         for a proxy that sends all traffic)\n"
@@ -68,7 +59,9 @@ static void serve_usage(FILE *f)
             "  --body-timeout S       grace before the body rate floor applies (default 20)\n"
             "  --body-min-rate B      bytes/s a request body must then keep up (default 500; -1: none)\n"
             "  --idle-timeout S       close a connection without any traffic for S (default 120)\n"
-            "  --shutdown-deadline S  seconds in-flight work gets on SIGTERM (default 10)\n");
+            "  --shutdown-deadline S  seconds in-flight work gets on SIGTERM (default 10)\n"
+            "\nengine options (the profile's values unless given; --profile applies first):\n%s",
+            choir_engine_options_help());
 }
 
 /* The field a connection deadline flag sets, or NULL. */
@@ -150,10 +143,13 @@ int choir_cmd_serve(int argc, char **argv)
     int n_dirs = 0;
     choir_server_params sp = choir_server_default_params();
     const char *profile_name = "default", *port_file = NULL;
-    const char *gpus = NULL, *gpu_fraction = NULL, *gpu_memory = NULL;
-    long long budget = 0;
-    int max_batch = 0, workers = 0, queue = 0, upload_mb = 25, preload = 0, json = 0;
-    double deadline = 10, max_audio = 0;
+    /* Engine options are checked as they come (choir_engine_apply_option)
+     * and applied after the profile's defaults, whatever their order. */
+    const char *engine_opts[64][2];
+    int n_engine_opts = 0;
+    int upload_mb = 25, preload = 0, json = 0;
+    double deadline = 10;
+    choir_err err = {0};
     char limit_ids[MAX_MODEL_DIRS][128];
     double limit_secs[MAX_MODEL_DIRS];
     int n_limits = 0;
@@ -200,11 +196,6 @@ int choir_cmd_serve(int argc, char **argv)
             bad = parse_int(v, 0, 65535, &sp.port);
         } else if (strcmp(a, "--port-file") == 0) {
             port_file = v;
-        } else if (strcmp(a, "--memory-budget") == 0) {
-            budget = choir_cli_parse_size(v);
-            bad = budget <= 0;
-        } else if (strcmp(a, "--profile") == 0) {
-            profile_name = v;
         } else if (strcmp(a, "--api-key") == 0) {
             sp.api_key = v;
             key_from[0] = "--api-key";
@@ -213,30 +204,16 @@ int choir_cmd_serve(int argc, char **argv)
             key_from[1] = "--admin-key";
         } else if (strcmp(a, "--max-upload") == 0) {
             bad = parse_int(v, 1, 1 << 20, &upload_mb);
-        } else if (strcmp(a, "--max-batch") == 0) {
-            bad = parse_int(v, 1, 4096, &max_batch);
-        } else if (strcmp(a, "--workers") == 0) {
-            bad = parse_int(v, 1, 256, &workers);
-        } else if (strcmp(a, "--queue") == 0) {
-            bad = parse_int(v, 1, 1 << 20, &queue);
-        } else if (strcmp(a, "--gpus") == 0) {
-            gpus = v;
-        } else if (strcmp(a, "--gpu-memory-fraction") == 0) {
-            gpu_fraction = v;
-        } else if (strcmp(a, "--gpu-memory") == 0) {
-            gpu_memory = v;
         } else if (strcmp(a, "--request-timeout") == 0) {
             char *end;
             sp.request_timeout_s = strtod(v, &end);
             bad = end == v || *end || sp.request_timeout_s <= 0;
-        } else if (strcmp(a, "--max-audio-s") == 0) {
+        } else if (strcmp(a, "--max-audio-s") == 0 && strchr(v, '=')) {
             const char *eq = strrchr(v, '=');
             char *end;
-            double secs = strtod(eq ? eq + 1 : v, &end);
-            bad = end == (eq ? eq + 1 : v) || *end || !(secs > 0) || (eq && eq == v);
-            if (!bad && !eq) {
-                max_audio = secs;
-            } else if (!bad) {
+            double secs = strtod(eq + 1, &end);
+            bad = end == eq + 1 || *end || !(secs > 0) || eq == v;
+            if (!bad) {
                 if (n_limits == MAX_MODEL_DIRS)
                     bad = 1;
                 else {
@@ -271,9 +248,26 @@ int choir_cmd_serve(int argc, char **argv)
             deadline = strtod(v, &end);
             bad = end == v || *end || deadline < 0;
         } else {
-            fprintf(stderr, "choir serve: unknown option %s\n", a);
-            serve_usage(stderr);
-            return 2;
+            choir_engine_params scratch = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
+            int applied = choir_engine_apply_option(&scratch, a, v, &err);
+            if (applied < 0) {
+                fprintf(stderr, "choir serve: %s\n", err.msg);
+                return 2;
+            }
+            if (applied == 0 || strncmp(a, "--", 2) != 0) {
+                fprintf(stderr, "choir serve: unknown option %s\n", a);
+                serve_usage(stderr);
+                return 2;
+            }
+            if (strcmp(a, "--profile") == 0) {
+                profile_name = v;
+            } else if (n_engine_opts == (int)(sizeof engine_opts / sizeof engine_opts[0])) {
+                fprintf(stderr, "choir serve: too many engine options\n");
+                return 2;
+            } else {
+                engine_opts[n_engine_opts][0] = a;
+                engine_opts[n_engine_opts++][1] = v;
+            }
         }
         if (bad) {
             fprintf(stderr, "choir serve: bad value for %s: %s\n", a, v);
@@ -342,27 +336,11 @@ int choir_cmd_serve(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    choir_err err = {0};
+    /* The values were checked while parsing; choir_engine_create checks
+     * whether the --gpus exist (or CUDA at all). */
     choir_engine_params ep = choir_engine_default_params(profile);
-    if (budget > 0)
-        ep.memory_budget = budget;
-    if (max_batch)
-        ep.max_batch = max_batch;
-    if (workers)
-        ep.workers = workers;
-    if (queue)
-        ep.queue_capacity = queue;
-    if (max_audio > 0)
-        ep.max_audio_seconds = max_audio;
-    /* The GPU flags are checked here (values) and by choir_engine_create
-     * (whether those GPUs exist, or CUDA at all). */
-    const char *gpu_flags[][2] = {{"gpus", gpus}, {"gpu-memory-fraction", gpu_fraction}, {"gpu-memory", gpu_memory}};
-    for (int i = 0; i < 3; i++) {
-        if (gpu_flags[i][1] && choir_engine_apply_option(&ep, gpu_flags[i][0], gpu_flags[i][1], &err) < 0) {
-            fprintf(stderr, "choir serve: %s\n", err.msg);
-            return 2;
-        }
-    }
+    for (int i = 0; i < n_engine_opts; i++)
+        choir_engine_apply_option(&ep, engine_opts[i][0], engine_opts[i][1], &err);
     choir_engine *engine = choir_engine_create(&ep, &err);
     if (!engine && err.code == CHOIR_EINVAL) {
         fprintf(stderr, "choir serve: %s\n", err.msg);

@@ -6,6 +6,7 @@
  * resampled back and encoded as soon as it is handed out: memory is bounded
  * by the chunk, not by the recording. --reference runs ClearerVoice's own
  * window plan on the whole file instead (needs the whole file in memory). */
+#include <errno.h>
 #include <math.h>
 #include <sndfile.h>
 #include <stdio.h>
@@ -21,27 +22,7 @@
 #include "choir/mossformer2.h"
 #include "choir/pool.h"
 #include "cli/cli.h"
-
-static void sts_usage(FILE *f) {
-    fprintf(f,
-            "usage: choir sts --model DIR IN [-o OUT] [options]\n\n"
-            "Enhances speech in IN (any length, mono or stereo; each channel on its own) with\n"
-            "MossFormer2_SE_48K and writes OUT at IN's sample rate. IN '-' reads standard input\n"
-            "(then -o is required).\n\n"
-            "  -o OUT                output file (default: IN's name + _enhanced.wav); '-' = stdout\n"
-            "  --format F            wav (16-bit, default), wav_f32, flac, mp3, opus, aac, pcm\n"
-            "  --chunk-seconds S     chunk length (default 12; 10-15 s suits enhancement)\n"
-            "  --overlap-seconds O   raised-cosine crossfade between chunks (default 1)\n"
-            "  --stream              write each region to OUT as soon as it is final (default for\n"
-            "                        files too; with -o - the audio goes to stdout while it runs)\n"
-            "  --reference           ClearerVoice's own plan: one pass up to 20 s, else 4-s windows\n"
-            "                        with hard cuts (whole file in memory; for comparison)\n"
-            "  --dither D            fbank dither (int16 scale). Default 0: output is deterministic;\n"
-            "                        the reference uses 1.0 with an unseeded generator\n"
-            "  --seed N              seed of the dither generator (default fixed)\n"
-            "  --threads N           compute threads\n"
-            "  --quiet               no progress bar or summary\n");
-}
+#include "cli/opt.h"
 
 typedef struct sts_run {
     choir_encoder *enc;
@@ -221,46 +202,59 @@ static int sts_command(int argc, char **argv, char *spool, size_t spool_cap) {
     int reference = 0, quiet = 0, threads = 0;
     choir_mf2_params p;
     choir_mf2_default_params(&p);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            sts_usage(stdout);
-            return 0;
-        }
-        if (strcmp(a, "--reference") == 0) { reference = 1; continue; }
-        if (strcmp(a, "--quiet") == 0) { quiet = 1; continue; }
-        if (strcmp(a, "--stream") == 0) continue; /* output is always streamed */
-        if (a[0] == '-' && strcmp(a, "-") != 0) {
-            if (i + 1 >= argc) {
-                sts_usage(stderr);
-                return 2;
-            }
-            const char *v = argv[++i];
-            if (strcmp(a, "--model") == 0) model = v;
-            else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) out = v;
-            else if (strcmp(a, "--format") == 0) fmt = v;
-            else if (strcmp(a, "--chunk-seconds") == 0) p.chunk_seconds = atof(v);
-            else if (strcmp(a, "--overlap-seconds") == 0) p.overlap_seconds = atof(v);
-            else if (strcmp(a, "--dither") == 0) p.dither = (float)atof(v);
-            else if (strcmp(a, "--seed") == 0) p.seed = strtoull(v, NULL, 0);
-            else if (strcmp(a, "--threads") == 0) threads = atoi(v);
-            else {
-                fprintf(stderr, "choir sts: unknown option %s\n", a);
-                sts_usage(stderr);
-                return 2;
-            }
-            continue;
-        }
-        if (in) {
-            fprintf(stderr, "choir sts: one input file at a time\n");
+    const char *seed = NULL;
+    int streamed = 0, n_in = 0;
+    const cli_opt flags[] = {
+        {"--model", CLI_STRING, &model, 0, 0, "DIR", "MossFormer2_SE_48K model directory (required)"},
+        {"-o", CLI_STRING, &out, 0, 0, "OUT", "output file (default: IN's name + _enhanced.wav); '-' = stdout"},
+        {"--output", CLI_STRING, &out, 0, 0, "OUT", "the same as -o"},
+        {"--format", CLI_STRING, &fmt, 0, 0, "F", "wav (16-bit, default), wav_f32, flac, mp3, opus, aac, pcm"},
+        {"--chunk-seconds", CLI_DOUBLE, &p.chunk_seconds, 0, 86400, "S",
+         "chunk length (default 12; 10-15 s suits enhancement)"},
+        {"--overlap-seconds", CLI_DOUBLE, &p.overlap_seconds, 0, 86400, "O",
+         "raised-cosine crossfade between chunks (default 1)"},
+        {"--stream", CLI_FLAG, &streamed, 0, 0, NULL,
+         "write each region to OUT as soon as it is final (default for\nfiles too; with -o - the audio goes to "
+         "stdout while it runs)"},
+        {"--reference", CLI_FLAG, &reference, 0, 0, NULL,
+         "ClearerVoice's own plan: one pass up to 20 s, else 4-s windows\nwith hard cuts (whole file in memory; "
+         "for comparison)"},
+        {"--dither", CLI_FLOAT, &p.dither, 0, 1e6, "D",
+         "fbank dither (int16 scale). Default 0: output is deterministic;\nthe reference uses 1.0 with an "
+         "unseeded generator"},
+        {"--seed", CLI_STRING, &seed, 0, 0, "N", "seed of the dither generator (default fixed)"},
+        {"--threads", CLI_INT, &threads, 1, 1024, "N", "compute threads"},
+        {"--quiet", CLI_FLAG, &quiet, 0, 0, NULL, "no progress bar or summary"},
+    };
+    const cli_spec spec = {
+        .cmd = "sts",
+        .synopsis = "usage: choir sts --model DIR IN [-o OUT] [options]\n\n"
+                    "Enhances speech in IN (any length, mono or stereo; each channel on its own) with\n"
+                    "MossFormer2_SE_48K and writes OUT at IN's sample rate. IN '-' reads standard input\n"
+                    "(then -o is required). The chunk and overlap lengths are checked by the model\n"
+                    "(chunk 0.1..60 s, overlap shorter than it).\n\n",
+        .opts = flags,
+        .n_opts = (int)(sizeof flags / sizeof flags[0]),
+        .positional = &in,
+        .max_positional = 1,
+        .n_positional = &n_in,
+        .positional_what = "input file",
+    };
+    int parsed = cli_parse(&spec, argc, argv);
+    if (parsed >= 0) return parsed;
+    if (seed) {
+        char *end = NULL;
+        errno = 0;
+        p.seed = strtoull(seed, &end, 0);
+        if (end == seed || *end || errno || *seed == '-') {
+            fprintf(stderr, "choir sts: --seed needs a whole number, got '%s'\n", seed);
             return 2;
         }
-        in = a;
     }
     if (!model || !in) {
         fprintf(stderr, "choir sts: %s\n",
                 !model ? "--model DIR is required" : "no input file given (a path, or - for standard input)");
-        sts_usage(stderr);
+        cli_usage(&spec, stderr);
         return 2;
     }
     int from_stdin = strcmp(in, "-") == 0;

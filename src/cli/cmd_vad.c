@@ -1,98 +1,54 @@
 /* `choir vad`: speech segments (or per-chunk probabilities) of an audio file
  * with Silero VAD, printed as JSON. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "choir/alloc.h"
 #include "choir/audio.h"
 #include "choir/silero.h"
 #include "cli/cli.h"
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: choir vad [--model PATH] [--probs] [--threshold T] [--min-speech MS]\n"
-            "                 [--min-silence MS] [--pad MS] [--max-speech S] FILE\n"
-            "\n"
-            "Finds the speech in FILE (any format choir decodes; resampled to 16 kHz mono;\n"
-            "- reads standard input)\n"
-            "with Silero VAD v6.2 and prints JSON: by default the segments\n"
-            "[{\"start\": s, \"end\": s}, ...] in seconds; with --probs, the speech\n"
-            "probability of every 512-sample chunk (32 ms; a last partial chunk is not scored).\n"
-            "\n"
-            "  --model PATH      model directory (config.json + model.safetensors), a\n"
-            "                    .safetensors file or Silero's .onnx; default\n"
-            "                    $CHOIR_MODELS/silero-vad, then ~/.cache/choir/models/silero-vad\n"
-            "  --threshold T     speech probability that starts speech (0.5); speech ends\n"
-            "                    below T - 0.15\n"
-            "  --min-speech MS   drop shorter segments (250)\n"
-            "  --min-silence MS  pause that ends a segment (100)\n"
-            "  --pad MS          padding on each side of a segment (30)\n"
-            "  --max-speech S    split segments longer than S seconds at their longest\n"
-            "                    pause (default: no limit; Whisper wants 30)\n");
-}
-
-static int parse_number(const char *flag, const char *text, double lo, double hi, double *out) {
-    char *end = NULL;
-    double v = text ? strtod(text, &end) : 0;
-    if (!text || end == text || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "choir vad: %s needs a number in [%g, %g], got '%s'\n", flag, lo, hi, text ? text : "");
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
+#include "cli/opt.h"
 
 int choir_cmd_vad(int argc, char **argv) {
     const char *model_arg = NULL, *file = NULL;
-    int want_probs = 0;
+    int want_probs = 0, n_files = 0;
     choir_vad_params params = choir_vad_default_params();
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        double v;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(a, "--probs") == 0) {
-            want_probs = 1;
-        } else if (strcmp(a, "--model") == 0 && val) {
-            model_arg = val;
-            i++;
-        } else if (strcmp(a, "--threshold") == 0) {
-            if (parse_number(a, val, 0.01, 1.0, &v)) return 2;
-            params.threshold = (float)v;
-            i++;
-        } else if (strcmp(a, "--min-speech") == 0) {
-            if (parse_number(a, val, 0, 3600000, &v)) return 2;
-            params.min_speech_ms = (int)v;
-            i++;
-        } else if (strcmp(a, "--min-silence") == 0) {
-            if (parse_number(a, val, 0, 3600000, &v)) return 2;
-            params.min_silence_ms = (int)v;
-            i++;
-        } else if (strcmp(a, "--pad") == 0) {
-            if (parse_number(a, val, 0, 3600000, &v)) return 2;
-            params.speech_pad_ms = (int)v;
-            i++;
-        } else if (strcmp(a, "--max-speech") == 0) {
-            if (parse_number(a, val, 0, 1e6, &v)) return 2;
-            params.max_speech_s = (float)v;
-            i++;
-        } else if (a[0] == '-' && a[1]) { /* "-" alone is standard input */
-            fprintf(stderr, "choir vad: unknown or incomplete option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        } else if (!file) {
-            file = a;
-        } else {
-            fprintf(stderr, "choir vad: one input file only ('%s' and '%s')\n", file, a);
-            return 2;
-        }
-    }
+    const cli_opt flags[] = {
+        {"--model", CLI_STRING, &model_arg, 0, 0, "PATH",
+         "model directory (config.json + model.safetensors), a\n.safetensors file or Silero's .onnx; default\n"
+         "$CHOIR_MODELS/silero-vad, then ~/.cache/choir/models/silero-vad"},
+        {"--probs", CLI_FLAG, &want_probs, 0, 0, NULL, "print per-chunk speech probabilities instead of segments"},
+        {"--threshold", CLI_FLOAT, &params.threshold, 0.01, 1.0, "T",
+         "speech probability that starts speech (0.5); speech ends\nbelow T - 0.15"},
+        {"--min-speech", CLI_INT, &params.min_speech_ms, 0, 3600000, "MS", "drop shorter segments (250)"},
+        {"--min-silence", CLI_INT, &params.min_silence_ms, 0, 3600000, "MS", "pause that ends a segment (100)"},
+        {"--pad", CLI_INT, &params.speech_pad_ms, 0, 3600000, "MS", "padding on each side of a segment (30)"},
+        {"--max-speech", CLI_FLOAT, &params.max_speech_s, 0, 1e6, "S",
+         "split segments longer than S seconds at their longest\npause (default: no limit; Whisper wants 30)"},
+    };
+    const cli_spec spec = {
+        .cmd = "vad",
+        .synopsis = "usage: choir vad [--model PATH] [--probs] [--threshold T] [--min-speech MS]\n"
+                    "                 [--min-silence MS] [--pad MS] [--max-speech S] FILE\n"
+                    "\n"
+                    "Finds the speech in FILE (any format choir decodes; resampled to 16 kHz mono;\n"
+                    "- reads standard input)\n"
+                    "with Silero VAD v6.2 and prints JSON: by default the segments\n"
+                    "[{\"start\": s, \"end\": s}, ...] in seconds; with --probs, the speech\n"
+                    "probability of every 512-sample chunk (32 ms; a last partial chunk is not scored).\n"
+                    "\n",
+        .opts = flags,
+        .n_opts = (int)(sizeof flags / sizeof flags[0]),
+        .positional = &file,
+        .max_positional = 1,
+        .n_positional = &n_files,
+        .positional_what = "input file",
+    };
+    int rc = cli_parse(&spec, argc, argv);
+    if (rc >= 0) return rc;
     if (!file) {
         fprintf(stderr, "choir vad: no audio file given (a path, or - for standard input)\n");
-        usage(stderr);
+        cli_usage(&spec, stderr);
         return 2;
     }
 

@@ -3,10 +3,13 @@
  * Subcommands are defined in their own files. Ones not yet part of this build
  * resolve to the weak fallbacks below, which say so and exit 2, so that the
  * table always lists the whole command surface. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "choir/alloc.h"
 #include "cli/cli.h"
 
 static int not_built(const char *name) {
@@ -23,18 +26,11 @@ FALLBACK(choir_cmd_sts, "sts")
 FALLBACK(choir_cmd_sep, "sep")
 FALLBACK(choir_cmd_convert, "convert")
 FALLBACK(choir_cmd_serve, "serve")
-FALLBACK(choir_cmd_bench, "bench")
 FALLBACK(choir_cmd_stats, "stats")
 FALLBACK(choir_cmd_pull, "pull")
 FALLBACK(choir_cmd_worker, "worker")
 FALLBACK(choir_cmd_submit, "submit")
 FALLBACK(choir_cmd_jobs, "jobs")
-FALLBACK(choir_cmd_dev_weights, "dev weights")
-FALLBACK(choir_cmd_parity_whisper, "dev parity whisper")
-FALLBACK(choir_cmd_parity_kokoro, "dev parity kokoro")
-FALLBACK(choir_cmd_parity_mossformer2, "dev parity mossformer2")
-FALLBACK(choir_cmd_parity_sam_audio, "dev parity sam-audio")
-FALLBACK(choir_cmd_parity_vibevoice, "dev parity vibevoice")
 
 typedef struct command {
     const char *name;
@@ -51,13 +47,13 @@ static const command g_commands[] = {
     {"sep", choir_cmd_sep, "text-prompted source separation of long recordings (SAM-Audio)"},
     {"convert", choir_cmd_convert, "convert checkpoints to the native layout, quantize"},
     {"serve", choir_cmd_serve, "OpenAI-compatible HTTP server"},
-    {"bench", choir_cmd_bench, "benchmarks"},
+    {"bench", choir_cmd_dev_tools, "benchmarks (developer tools: runs choir-dev)"},
     {"stats", choir_cmd_stats, "a running server's metrics"},
     {"pull", choir_cmd_pull, "download a model from the Hugging Face Hub"},
     {"worker", choir_cmd_worker, "consume jobs from a Redis stream"},
     {"submit", choir_cmd_submit, "enqueue jobs to a Redis stream"},
     {"jobs", choir_cmd_jobs, "show job progress"},
-    {"dev", NULL, "developer tools: `dev weights`, `dev parity whisper|kokoro|mossformer2|vibevoice|sam-audio`"},
+    {"dev", choir_cmd_dev_tools, "developer tools (choir-dev): `dev weights`, `dev parity whisper|kokoro|mossformer2|vibevoice|sam-audio`"},
 };
 
 static void usage(FILE *f) {
@@ -66,38 +62,34 @@ static void usage(FILE *f) {
         fprintf(f, "  %-9s %s\n", g_commands[i].name, g_commands[i].summary);
 }
 
-static int dev_main(int argc, char **argv) {
-    if (argc >= 2 && strcmp(argv[1], "weights") == 0) return choir_cmd_dev_weights(argc - 1, argv + 1);
-    if (argc >= 3 && strcmp(argv[1], "parity") == 0) {
-        if (strcmp(argv[2], "whisper") == 0) return choir_cmd_parity_whisper(argc - 2, argv + 2);
-        if (strcmp(argv[2], "kokoro") == 0) return choir_cmd_parity_kokoro(argc - 2, argv + 2);
-        if (strcmp(argv[2], "mossformer2") == 0) return choir_cmd_parity_mossformer2(argc - 2, argv + 2);
-        if (strcmp(argv[2], "sam-audio") == 0) return choir_cmd_parity_sam_audio(argc - 2, argv + 2);
-        if (strcmp(argv[2], "vibevoice") == 0) return choir_cmd_parity_vibevoice(argc - 2, argv + 2);
+/* The developer tools are their own program, so that this one includes no
+ * model internals: it is started in this process's place with the same
+ * arguments ("bench ..." or "dev ..."). */
+int choir_cmd_dev_tools(int argc, char **argv) {
+    char path[4096];
+    const char *env = getenv("CHOIR_DEV");
+    if (env && *env) {
+        snprintf(path, sizeof path, "%s", env);
+    } else {
+        ssize_t n = readlink("/proc/self/exe", path, sizeof path - sizeof "choir-dev");
+        char *slash = n > 0 ? memrchr(path, '/', (size_t)n) : NULL;
+        if (slash)
+            memcpy(slash + 1, "choir-dev", sizeof "choir-dev");
+        else
+            snprintf(path, sizeof path, "choir-dev");
     }
-    fprintf(stderr,
-            "usage: choir dev weights --manifest M --config C --out DIR\n"
-            "       choir dev parity whisper|kokoro|mossformer2|vibevoice|sam-audio ...\n");
+    char **args = choir_calloc(CHOIR_MEM_OTHER, (size_t)argc + 2, sizeof *args);
+    if (!args) {
+        fprintf(stderr, "choir %s: out of memory\n", argv[0]);
+        return 1;
+    }
+    args[0] = "choir-dev";
+    for (int i = 0; i < argc; i++) args[i + 1] = argv[i];
+    execv(path, args);
+    fprintf(stderr, "choir %s: the developer tools are a program of their own, %s, which could not be started: %s\n"
+            "(build the choir_dev target, or point $CHOIR_DEV at it)\n", argv[0], path, strerror(errno));
+    choir_free(args);
     return 2;
-}
-
-long long choir_cli_parse_size(const char *s) {
-    if (!s || !*s) return -1;
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || v < 0) return -1;
-    double mul = 1;
-    switch (*end) {
-    case 'k': case 'K': mul = 1024.0; end++; break;
-    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
-    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
-    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
-    }
-    if (*end == 'i' || *end == 'I') end++;
-    if (*end == 'b' || *end == 'B') end++;
-    if (*end) return -1;
-    return (long long)(v * mul);
 }
 
 int main(int argc, char **argv) {
@@ -113,7 +105,6 @@ int main(int argc, char **argv) {
         printf("choir %s\n", CHOIR_VERSION);
         return 0;
     }
-    if (strcmp(argv[1], "dev") == 0) return dev_main(argc - 1, argv + 1);
     for (size_t i = 0; i < sizeof g_commands / sizeof g_commands[0]; i++) {
         if (g_commands[i].fn && strcmp(argv[1], g_commands[i].name) == 0)
             return g_commands[i].fn(argc - 1, argv + 1);

@@ -732,7 +732,6 @@ static void resolve_params(choir_engine_params *p, const choir_engine_params *in
     DEF(queue_capacity);
     DEF(workers);
     DEF(max_audio_seconds);
-    DEF(model_options.q_bits);
     DEF(model_options.compute_bf16);
     DEF(gpu_memory_fraction);
     DEF(replica_queue);
@@ -742,9 +741,9 @@ static void resolve_params(choir_engine_params *p, const choir_engine_params *in
     p->model_options.device = CHOIR_DEVICE_CPU;
     if (p->low_water > p->high_water)
         p->low_water = p->high_water;
-    if (p->max_batch > SCHED_MAX_BATCH)
-        p->max_batch = SCHED_MAX_BATCH;
 }
+
+_Static_assert(SCHED_MAX_BATCH == CHOIR_ENGINE_MAX_BATCH, "the scheduler's batch limit is the engine's");
 
 choir_engine *choir_engine_create(const choir_engine_params *params, choir_err *err)
 {
@@ -754,6 +753,12 @@ choir_engine *choir_engine_create(const choir_engine_params *params, choir_err *
         return NULL;
     }
     resolve_params(&e->p, params);
+    if (e->p.max_batch > CHOIR_ENGINE_MAX_BATCH) {
+        choir_err_set(err, CHOIR_EINVAL, "engine: max_batch %d is more than %d", e->p.max_batch,
+                      CHOIR_ENGINE_MAX_BATCH);
+        choir_free(e);
+        return NULL;
+    }
     pthread_mutex_init(&e->lock, NULL);
     cond_init_monotonic(&e->wake_sched);
     pthread_cond_init(&e->wake_worker, NULL);

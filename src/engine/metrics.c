@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "choir/alloc.h"
+#include "choir/buf.h"
 #include "choir/metrics.h"
 
 #define FINE_PER_OCTAVE 8
@@ -266,73 +267,36 @@ double choir_metrics_quantile(choir_metrics *m, int id, double q)
     return v;
 }
 
-typedef struct text {
-    char *buf;
-    size_t len, cap;
-    int failed;
-} text;
-
-static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(text *t, const char *fmt, ...)
-{
-    if (t->failed)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(t->buf ? t->buf + t->len : NULL, t->buf ? t->cap - t->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            t->failed = 1;
-            return;
-        }
-        if (t->buf && t->len + (size_t)n < t->cap) {
-            t->len += (size_t)n;
-            return;
-        }
-        size_t cap = t->cap ? t->cap * 2 : 4096;
-        while (cap < t->len + (size_t)n + 1)
-            cap *= 2;
-        char *b = choir_realloc(t->buf, cap);
-        if (!b) {
-            t->failed = 1;
-            return;
-        }
-        t->buf = b;
-        t->cap = cap;
-    }
-}
-
 /* `{labels,extra}` with either part possibly empty. */
-static void put_labels(text *t, const char *labels, const char *extra)
+static void put_labels(choir_buf *t, const char *labels, const char *extra)
 {
     int a = labels && *labels, b = extra && *extra;
     if (!a && !b)
         return;
-    put(t, "{%s%s%s}", a ? labels : "", a && b ? "," : "", b ? extra : "");
+    choir_buf_printf(t, "{%s%s%s}", a ? labels : "", a && b ? "," : "", b ? extra : "");
 }
 
-static void put_value(text *t, double v)
+static void put_value(choir_buf *t, double v)
 {
     if (isinf(v))
-        put(t, v > 0 ? " +Inf\n" : " -Inf\n");
+        choir_buf_printf(t, v > 0 ? " +Inf\n" : " -Inf\n");
     else if (v == floor(v) && fabs(v) < 1e15)
-        put(t, " %.0f\n", v);
+        choir_buf_printf(t, " %.0f\n", v);
     else
-        put(t, " %.9g\n", v);
+        choir_buf_printf(t, " %.9g\n", v);
 }
 
-static void render_family(text *t, const choir_metrics *m, int first)
+static void render_family(choir_buf *t, const choir_metrics *m, int first)
 {
     const series *f = &m->s[first];
     static const char *type_names[] = {"counter", "gauge", "histogram"};
-    put(t, "# HELP %s %s\n# TYPE %s %s\n", f->name, f->help, f->name, type_names[f->type]);
+    choir_buf_printf(t, "# HELP %s %s\n# TYPE %s %s\n", f->name, f->help, f->name, type_names[f->type]);
     for (int i = first; i < m->n; i++) {
         const series *s = &m->s[i];
         if (strcmp(s->name, f->name) != 0)
             continue;
         if (s->type != CHOIR_METRIC_HISTOGRAM) {
-            put(t, "%s", s->name);
+            choir_buf_printf(t, "%s", s->name);
             put_labels(t, s->labels, NULL);
             put_value(t, s->value);
             continue;
@@ -345,20 +309,20 @@ static void render_family(text *t, const choir_metrics *m, int first)
                 snprintf(le, sizeof le, "le=\"%.9g\"", s->bounds[b]);
             else
                 snprintf(le, sizeof le, "le=\"+Inf\"");
-            put(t, "%s_bucket", s->name);
+            choir_buf_printf(t, "%s_bucket", s->name);
             put_labels(t, s->labels, le);
             put_value(t, (double)cum);
         }
-        put(t, "%s_sum", s->name);
+        choir_buf_printf(t, "%s_sum", s->name);
         put_labels(t, s->labels, NULL);
         put_value(t, s->value);
-        put(t, "%s_count", s->name);
+        choir_buf_printf(t, "%s_count", s->name);
         put_labels(t, s->labels, NULL);
         put_value(t, (double)s->count);
     }
     if (f->type != CHOIR_METRIC_HISTOGRAM)
         return;
-    put(t, "# HELP %s_quantile %s (quantiles)\n# TYPE %s_quantile gauge\n", f->name, f->help, f->name);
+    choir_buf_printf(t, "# HELP %s_quantile %s (quantiles)\n# TYPE %s_quantile gauge\n", f->name, f->help, f->name);
     static const double qs[] = {0.5, 0.95, 0.99};
     static const char *qn[] = {"quantile=\"0.5\"", "quantile=\"0.95\"", "quantile=\"0.99\""};
     for (int i = first; i < m->n; i++) {
@@ -366,7 +330,7 @@ static void render_family(text *t, const choir_metrics *m, int first)
         if (strcmp(s->name, f->name) != 0)
             continue;
         for (int k = 0; k < 3; k++) {
-            put(t, "%s_quantile", s->name);
+            choir_buf_printf(t, "%s_quantile", s->name);
             put_labels(t, s->labels, qn[k]);
             put_value(t, quantile_locked(s, qs[k]));
         }
@@ -377,8 +341,8 @@ char *choir_metrics_render(choir_metrics *m)
 {
     if (!m)
         return NULL;
-    text t = {0};
-    put(&t, "%s", "");
+    choir_buf t = CHOIR_BUF_INIT(CHOIR_MEM_OTHER);
+    choir_buf_printf(&t, "%s", "");
     pthread_mutex_lock(&m->lock);
     for (int i = 0; i < m->n; i++) {
         int seen = 0;
@@ -388,9 +352,5 @@ char *choir_metrics_render(choir_metrics *m)
             render_family(&t, m, i);
     }
     pthread_mutex_unlock(&m->lock);
-    if (t.failed) {
-        choir_free(t.buf);
-        return NULL;
-    }
-    return t.buf;
+    return choir_buf_take(&t, NULL);
 }

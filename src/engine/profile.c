@@ -1,11 +1,14 @@
 /* Serving profiles and engine parameter defaults. */
 #include <math.h>
+#include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "choir/engine.h"
+#include "choir/parse.h"
 
 static const char *const profile_names[CHOIR_PROFILE_COUNT] = {
     "default", "interactive-tts", "audiobook", "realtime-stt", "offline-stt",
@@ -89,14 +92,12 @@ choir_engine_params choir_engine_default_params(choir_profile profile)
         p.max_batch = 8;
         p.wait_short_ms = 200;
         p.wait_long_ms = 300;
-        p.model_options.q_bits = 4;
         break;
     case CHOIR_PROFILE_REALTIME_STT:
         p.max_batch = 4;
         p.wait_short_ms = 50;
         p.wait_long_ms = 100;
         p.max_audio_seconds = 300;
-        p.model_options.q_bits = 6;
         break;
     case CHOIR_PROFILE_OFFLINE_STT:
         p.max_batch = 16;
@@ -110,54 +111,70 @@ choir_engine_params choir_engine_default_params(choir_profile profile)
     return p;
 }
 
-/* "8G", "512M", "1.5GiB", "1000000" -> bytes (binary units); -1 when malformed. */
-static int64_t parse_size(const char *s)
-{
-    char *end = NULL;
-    double v = strtod(s, &end);
-    if (end == s || !(v >= 0))
-        return -1;
-    double mul = 1;
-    switch (*end) {
-    case 'k': case 'K': mul = 1024.0; end++; break;
-    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
-    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
-    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
-    }
-    if (mul > 1 && (strcmp(end, "iB") == 0 || strcmp(end, "B") == 0))
-        end += strlen(end);
-    if (*end || v * mul > 9.2e18)
-        return -1;
-    return (int64_t)llround(v * mul);
-}
+/* Every engine option, parsed, bounded and described here and nowhere else:
+ * `choir serve`, `choir worker` and `choir bench engine` take these flags
+ * through choir_engine_apply_option, and their usage prints this table. */
+typedef enum option_kind {
+    OPTION_PROFILE, /* replaces the params with a profile's defaults */
+    OPTION_SIZE,    /* int64_t bytes, choir_parse_size, > 0 */
+    OPTION_INT,     /* int, whole number in [lo, hi] */
+    OPTION_REAL,    /* double in [lo, hi] */
+    OPTION_GPUS,    /* const char *, checked against the devices by choir_engine_create */
+} option_kind;
 
-static int parse_num(const char *s, double lo, double hi, double *out)
+typedef struct engine_option {
+    const char *name; /* without the dashes */
+    const char *arg;  /* the value's placeholder in the usage */
+    option_kind kind;
+    double lo, hi;
+    size_t offset;    /* of the field in choir_engine_params */
+    const char *help;
+} engine_option;
+
+#define FIELD(f) offsetof(choir_engine_params, f)
+static const engine_option options[] = {
+    {"profile", "NAME", OPTION_PROFILE, 0, 0, 0,
+     "default, interactive-tts, audiobook, realtime-stt, offline-stt (give it first)"},
+    {"memory-budget", "SIZE", OPTION_SIZE, 0, 0, FIELD(memory_budget),
+     "bytes for weights + activations (e.g. 8G; default 75% of RAM/cgroup)"},
+    {"max-batch", "N", OPTION_INT, 1, CHOIR_ENGINE_MAX_BATCH, FIELD(max_batch), "largest batch (1..64)"},
+    {"workers", "N", OPTION_INT, 1, 256, FIELD(workers), "batches computed at once (1..256)"},
+    {"queue", "N", OPTION_INT, 1, 1 << 20, FIELD(queue_capacity), "waiting requests per model before 429"},
+    {"wait-ms", "MS", OPTION_REAL, 0.001, 60000, FIELD(wait_short_ms), "batch wait limit for short requests"},
+    {"wait-long-ms", "MS", OPTION_REAL, 0.001, 60000, FIELD(wait_long_ms), "batch wait limit for long requests"},
+    {"high-water", "F", OPTION_REAL, 0.01, 1, FIELD(high_water), "degrade above this fraction of the budget (0..1)"},
+    {"p99-target-ms", "MS", OPTION_REAL, 0, 3.6e6, FIELD(p99_target_ms),
+     "degrade when total-latency p99 exceeds it"},
+    {"max-audio-s", "S", OPTION_REAL, 1, 1e6, FIELD(max_audio_seconds),
+     "refuse longer audio inputs (default 14400, 4 hours)"},
+    {"gpus", "all|none|0,1", OPTION_GPUS, 0, 0, FIELD(gpus), "GPUs to place models on (default all; needs a CUDA build)"},
+    {"gpu-memory-fraction", "F", OPTION_REAL, 0.01, 1, FIELD(gpu_memory_fraction),
+     "each GPU's budget as a fraction of its memory (default 0.90)"},
+    {"gpu-memory", "SIZE", OPTION_SIZE, 0, 0, FIELD(gpu_memory_bytes), "each GPU's budget in bytes instead (e.g. 60G)"},
+};
+#undef FIELD
+#define N_OPTIONS (sizeof options / sizeof options[0])
+
+static char options_help[2048];
+static pthread_once_t options_help_once = PTHREAD_ONCE_INIT;
+
+static void options_help_build(void)
 {
-    char *end = NULL;
-    double v = strtod(s, &end);
-    if (end == s || *end || !(v >= lo && v <= hi))
-        return -1;
-    *out = v;
-    return 0;
+    size_t used = 0;
+    for (size_t i = 0; i < N_OPTIONS && used < sizeof options_help; i++) {
+        char flag[64];
+        snprintf(flag, sizeof flag, "--%s %s", options[i].name, options[i].arg);
+        int n = snprintf(options_help + used, sizeof options_help - used, "  %-24s %s\n", flag, options[i].help);
+        if (n < 0)
+            break;
+        used += (size_t)n;
+    }
 }
 
 const char *choir_engine_options_help(void)
 {
-    return "  --profile NAME        default, interactive-tts, audiobook, realtime-stt, offline-stt\n"
-           "  --memory-budget SIZE  bytes for weights + activations (e.g. 8G; default 75% of RAM/cgroup)\n"
-           "  --max-batch N         largest batch (1..64)\n"
-           "  --workers N           batches computed at once\n"
-           "  --queue N             waiting requests per model before 429\n"
-           "  --wait-ms MS          batch wait limit for short requests\n"
-           "  --wait-long-ms MS     batch wait limit for long requests\n"
-           "  --high-water F        degrade above this fraction of the budget (0..1)\n"
-           "  --p99-target-ms MS    degrade when total-latency p99 exceeds it\n"
-           "  --q-bits N            quantize weights on load (2..8)\n"
-           "  --max-audio-s S       refuse longer audio inputs (default 14400, 4 hours)\n"
-           "  --gpus all|none|0,1   GPUs to place models on (default all; needs a CUDA build)\n"
-           "  --gpu-memory-fraction F  each GPU's budget as a fraction of its memory (default 0.90)\n"
-           "  --gpu-memory SIZE     each GPU's budget in bytes instead (e.g. 60G)\n";
+    pthread_once(&options_help_once, options_help_build);
+    return options_help;
 }
 
 int choir_engine_apply_option(choir_engine_params *p, const char *name, const char *value, choir_err *err)
@@ -166,21 +183,18 @@ int choir_engine_apply_option(choir_engine_params *p, const char *name, const ch
         return choir_err_set(err, CHOIR_EINVAL, "engine option: missing name");
     while (*name == '-')
         name++;
-    static const char *const known[] = {"profile", "memory-budget", "max-batch", "workers", "queue", "wait-ms",
-                                        "wait-long-ms", "high-water", "p99-target-ms", "q-bits", "max-audio-s",
-                                        "gpus", "gpu-memory-fraction", "gpu-memory"};
-    int k = -1;
-    for (int i = 0; i < (int)(sizeof known / sizeof known[0]); i++)
-        if (strcmp(name, known[i]) == 0)
-            k = i;
-    if (k < 0)
+    const engine_option *o = NULL;
+    for (size_t i = 0; i < N_OPTIONS && !o; i++)
+        if (strcmp(name, options[i].name) == 0)
+            o = &options[i];
+    if (!o)
         return 0;
     if (!value)
         return choir_err_set(err, CHOIR_EINVAL, "--%s needs a value", name);
+    char *field = (char *)p + o->offset;
     double v = 0;
-    int bad = 0;
-    switch (k) {
-    case 0: {
+    switch (o->kind) {
+    case OPTION_PROFILE: {
         choir_profile prof;
         if (choir_profile_parse(value, &prof) < 0)
             return choir_err_set(err, CHOIR_EINVAL,
@@ -192,40 +206,33 @@ int choir_engine_apply_option(choir_engine_params *p, const char *name, const ch
             p->memory_budget = budget;
         return 1;
     }
-    case 1: {
-        int64_t b = parse_size(value);
-        if (b <= 0)
-            return choir_err_set(err, CHOIR_EINVAL, "--memory-budget: '%s' is not a size (like 8G)", value);
-        p->memory_budget = b;
+    case OPTION_SIZE: {
+        int64_t b = 0;
+        if (choir_parse_size(value, &b) < 0 || b <= 0)
+            return choir_err_set(err, CHOIR_EINVAL, "--%s: '%s' is not a size (like 8G, 512M or 1.5GiB)", name,
+                                 value);
+        memcpy(field, &b, sizeof b);
         return 1;
     }
-    case 2: bad = parse_num(value, 1, 64, &v); p->max_batch = (int)v; break;
-    case 3: bad = parse_num(value, 1, 256, &v); p->workers = (int)v; break;
-    case 4: bad = parse_num(value, 1, 1 << 20, &v); p->queue_capacity = (int)v; break;
-    case 5: bad = parse_num(value, 0.001, 60000, &v); p->wait_short_ms = v; break;
-    case 6: bad = parse_num(value, 0.001, 60000, &v); p->wait_long_ms = v; break;
-    case 7: bad = parse_num(value, 0.01, 1, &v); p->high_water = v; break;
-    case 8: bad = parse_num(value, 0, 3.6e6, &v); p->p99_target_ms = v; break;
-    case 9: bad = parse_num(value, 2, 8, &v); p->model_options.q_bits = (int)v; break;
-    case 10: bad = parse_num(value, 1, 1e6, &v); p->max_audio_seconds = v; break;
-    case 11:
-        /* Checked against the devices by choir_engine_create. */
+    case OPTION_GPUS:
         if (!*value)
             return choir_err_set(err, CHOIR_EINVAL, "--gpus: expected all, none or indices like 0,1");
-        p->gpus = value;
+        memcpy(field, &value, sizeof value);
         return 1;
-    case 12: bad = parse_num(value, 0.01, 1, &v); p->gpu_memory_fraction = v; break;
-    default: {
-        int64_t b = parse_size(value);
-        if (b <= 0)
-            return choir_err_set(err, CHOIR_EINVAL, "--gpu-memory: '%s' is not a size (like 60G)", value);
-        p->gpu_memory_bytes = b;
-        return 1;
+    case OPTION_INT:
+    case OPTION_REAL:
+        if (choir_parse_number(value, o->lo, o->hi, o->kind == OPTION_INT, &v) < 0)
+            return choir_err_set(err, CHOIR_EINVAL, "--%s: bad value '%s' (%s %g..%g)", name, value,
+                                 o->kind == OPTION_INT ? "a whole number in" : "a number in", o->lo, o->hi);
+        if (o->kind == OPTION_INT) {
+            int i = (int)v;
+            memcpy(field, &i, sizeof i);
+        } else {
+            memcpy(field, &v, sizeof v);
+        }
+        break;
     }
-    }
-    if (bad || (k >= 2 && k <= 4 && v != floor(v)) || (k == 9 && v != floor(v)))
-        return choir_err_set(err, CHOIR_EINVAL, "--%s: bad value '%s'", name, value);
-    if (k == 7 && p->low_water > p->high_water)
+    if (o->offset == offsetof(choir_engine_params, high_water) && p->low_water > p->high_water)
         p->low_water = p->high_water * 0.8;
     return 1;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "choir/alloc.h"
+#include "choir/buf.h"
 #include "choir/safetensors.h"
 #include "io/io_util.h"
 
@@ -32,48 +33,25 @@ struct choir_st_writer {
     int nmeta, meta_cap;
 };
 
-/* A growable text buffer for the JSON header. */
-typedef struct strbuf { char *s; size_t len, cap; int oom; } strbuf;
-
-static void sb_put(strbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t ncap = b->cap ? b->cap : 4096;
-        while (b->len + n + 1 > ncap) ncap *= 2;
-        char *p = choir_realloc(b->s, ncap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->s = p;
-        b->cap = ncap;
-    }
-    memcpy(b->s + b->len, s, n);
-    b->len += n;
-    b->s[b->len] = '\0';
-}
-
-static void sb_str(strbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
 /* A JSON string literal: quotes, backslashes and control bytes escaped; other
  * bytes (UTF-8) pass through. */
-static void sb_json_str(strbuf *b, const char *s) {
-    sb_put(b, "\"", 1);
+static void sb_json_str(choir_buf *b, const char *s) {
+    choir_buf_append(b, "\"", 1);
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
         char esc[8];
         if (c == '"' || c == '\\') {
             esc[0] = '\\';
             esc[1] = (char)c;
-            sb_put(b, esc, 2);
+            choir_buf_append(b, esc, 2);
         } else if (c < 0x20) {
             snprintf(esc, sizeof esc, "\\u%04x", c);
-            sb_put(b, esc, 6);
+            choir_buf_append(b, esc, 6);
         } else {
-            sb_put(b, (const char *)&c, 1);
+            choir_buf_append(b, (const char *)&c, 1);
         }
     }
-    sb_put(b, "\"", 1);
+    choir_buf_append(b, "\"", 1);
 }
 
 choir_st_writer *choir_st_writer_create(choir_err *err) {
@@ -225,7 +203,7 @@ static int order_cmp(const void *a, const void *b) {
 int choir_st_writer_save(choir_st_writer *w, const char *path, choir_err *err) {
     if (!w || !path) return choir_err_set(err, CHOIR_EINVAL, "safetensors writer: NULL argument");
     wtensor **order = choir_alloc(CHOIR_MEM_OTHER, (size_t)w->n * sizeof *order + 1);
-    strbuf hdr = {0};
+    choir_buf hdr = CHOIR_BUF_INIT(CHOIR_MEM_OTHER);
     void *scratch = NULL;
     FILE *f = NULL;
     char tmp[4096];
@@ -249,37 +227,37 @@ int choir_st_writer_save(choir_st_writer *w, const char *path, choir_err *err) {
     }
     qsort(order, (size_t)w->n, sizeof *order, order_cmp);
 
-    sb_str(&hdr, "{");
+    choir_buf_puts(&hdr, "{");
     if (w->nmeta) {
-        sb_str(&hdr, "\"__metadata__\":{");
+        choir_buf_puts(&hdr, "\"__metadata__\":{");
         for (int i = 0; i < w->nmeta; i++) {
-            if (i) sb_str(&hdr, ",");
+            if (i) choir_buf_puts(&hdr, ",");
             sb_json_str(&hdr, w->meta_keys[i]);
-            sb_str(&hdr, ":");
+            choir_buf_puts(&hdr, ":");
             sb_json_str(&hdr, w->meta_vals[i]);
         }
-        sb_str(&hdr, "}");
+        choir_buf_puts(&hdr, "}");
     }
     uint64_t at = 0;
     for (int i = 0; i < w->n; i++) {
         const wtensor *t = order[i];
         char num[64];
-        if (i || w->nmeta) sb_str(&hdr, ",");
+        if (i || w->nmeta) choir_buf_puts(&hdr, ",");
         sb_json_str(&hdr, t->name);
-        sb_str(&hdr, ":{\"dtype\":\"");
-        sb_str(&hdr, choir_dtype_name(t->dtype));
-        sb_str(&hdr, "\",\"shape\":[");
+        choir_buf_puts(&hdr, ":{\"dtype\":\"");
+        choir_buf_puts(&hdr, choir_dtype_name(t->dtype));
+        choir_buf_puts(&hdr, "\",\"shape\":[");
         for (int d = 0; d < t->ndim; d++) {
             snprintf(num, sizeof num, d ? ",%lld" : "%lld", (long long)t->shape[d]);
-            sb_str(&hdr, num);
+            choir_buf_puts(&hdr, num);
         }
         snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at,
                  (unsigned long long)(at + t->nbytes));
-        sb_str(&hdr, num);
+        choir_buf_puts(&hdr, num);
         at += t->nbytes;
     }
-    sb_str(&hdr, "}");
-    while ((8 + hdr.len) % 8) sb_str(&hdr, " ");
+    choir_buf_puts(&hdr, "}");
+    while ((8 + hdr.len) % 8) choir_buf_puts(&hdr, " ");
     if (hdr.oom) {
         rc = choir_err_set(err, CHOIR_ENOMEM, "%s: out of memory building the header", path);
         goto fail;
@@ -297,7 +275,7 @@ int choir_st_writer_save(choir_st_writer *w, const char *path, choir_err *err) {
     setvbuf(f, NULL, _IOFBF, 1 << 20);
     uint8_t len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)hdr.len >> (8 * i));
-    int bad = fwrite(len8, 1, 8, f) != 8 || fwrite(hdr.s, 1, hdr.len, f) != hdr.len;
+    int bad = fwrite(len8, 1, 8, f) != 8 || fwrite(hdr.data, 1, hdr.len, f) != hdr.len;
     for (int i = 0; i < w->n && !bad; i++) {
         const wtensor *t = order[i];
         const void *src = t->data;
@@ -319,7 +297,7 @@ int choir_st_writer_save(choir_st_writer *w, const char *path, choir_err *err) {
 fail:
     if (f) choir_io_tmp_abort(f, tmp);
     choir_free(scratch);
-    choir_free(hdr.s);
+    choir_buf_free(&hdr);
     choir_free(order);
     return rc;
 }

@@ -23,7 +23,6 @@
 
 #include "choir/alloc.h"
 #include "choir/log.h"
-#include "engine/fake_model.h"
 #include "server/server_internal.h"
 #include "server/ui_assets.h"
 
@@ -166,10 +165,7 @@ int choir_server_add_model(choir_server *s, const char *id, const char *dir, cho
     if (!valid_id(id))
         return choir_err_set(err, CHOIR_EINVAL, "model id \"%s\" is empty, too long or holds '/', quotes or spaces",
                              id);
-    /* The fake model is a candidate too, so tests and benchmarks can serve
-     * it; its probe only claims directories marked "choir-fake". */
-    const choir_model_ops *extra[1] = {&choir_model_fake};
-    const choir_model_ops *ops = choir_model_detect(dir, extra, 1, err);
+    const choir_model_ops *ops = choir_model_detect(dir, NULL, 0, err);
     if (!ops)
         return err ? err->code : CHOIR_ENOTFOUND;
     pthread_mutex_lock(&s->lock);

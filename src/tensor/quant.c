@@ -49,7 +49,7 @@ static void dequant_row_ref(const choir_weight *W, int64_t r, float *out) {
 
 void choir_quant_dequant_row(const choir_weight *W, int64_t r, float *out) {
 #if defined(CHOIR_X86)
-    if (choir_kernels_isa() == CHOIR_ISA_AVX2) {
+    if (choir_use_avx2()) {
         choir_quant_dequant_row_avx2(W, r, out);
         return;
     }
@@ -113,7 +113,7 @@ void choir_qlinear(const float *x, int64_t M, const choir_weight *W, const float
     float xsum_local[1024], xperm_local[4096];
     float *xsum_heap = NULL, *xperm_heap = NULL;
 #if defined(CHOIR_X86)
-    if (choir_kernels_isa() == CHOIR_ISA_AVX2) {
+    if (choir_use_avx2()) {
         const int64_t G = W->group_size, groups = W->cols / G;
         float *xsum = xsum_local;
         if (M * groups > (int64_t)(sizeof xsum_local / sizeof *xsum_local))

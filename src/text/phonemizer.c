@@ -12,6 +12,7 @@
 #include <espeak-ng/speak_lib.h>
 
 #include "choir/alloc.h"
+#include "choir/buf.h"
 #include "choir/log.h"
 #include "choir/phonemizer.h"
 
@@ -22,32 +23,6 @@ struct choir_phonemizer {
 static pthread_mutex_t g_espeak_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_espeak_state; /* 0 untried, 1 ready, -1 failed; under the lock */
 
-/* --- growable strings ------------------------------------------------------ */
-
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} sbuf;
-
-static void sb_add(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = (b->n + n + 1) * 2;
-        char *p = choir_realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-static void sb_str(sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
-
 int choir_utf8_count(const char *s) {
     int n = 0;
     for (; s && *s; s++) n += ((unsigned char)*s & 0xC0) != 0x80;
@@ -57,47 +32,39 @@ int choir_utf8_count(const char *s) {
 /* Python's str.replace: every non-overlapping occurrence, left to right. */
 static char *replace_all(char *s, const char *from, const char *to) {
     if (!s || !strstr(s, from)) return s;
-    sbuf b = {0};
+    choir_buf b = CHOIR_BUF_INIT(CHOIR_MEM_OTHER);
     size_t fl = strlen(from);
     const char *p = s, *hit;
     while ((hit = strstr(p, from))) {
-        sb_add(&b, p, (size_t)(hit - p));
-        sb_str(&b, to);
+        choir_buf_append(&b, p, (size_t)(hit - p));
+        choir_buf_puts(&b, to);
         p = hit + fl;
     }
-    sb_str(&b, p);
+    choir_buf_puts(&b, p);
     choir_free(s);
-    if (b.oom) {
-        choir_free(b.p);
-        return NULL;
-    }
-    return b.p ? b.p : choir_strdup("");
+    return choir_buf_take(&b, NULL);
 }
 
 /* (X)U+0329 -> ᵊX: a syllabic consonant becomes schwa + consonant */
 static char *syllabic_to_schwa(char *s) {
     static const char mark[] = "\xCC\xA9"; /* U+0329 */
     if (!s || !strstr(s, mark)) return s;
-    sbuf b = {0};
+    choir_buf b = CHOIR_BUF_INIT(CHOIR_MEM_OTHER);
     const char *p = s;
     while (*p) {
         size_t len = 1;
         while ((p[len] & 0xC0) == 0x80) len++;
         if (strncmp(p + len, mark, 2) == 0 && *p != ' ') {
-            sb_str(&b, "ᵊ");
-            sb_add(&b, p, len);
+            choir_buf_puts(&b, "ᵊ");
+            choir_buf_append(&b, p, len);
             p += len + 2;
         } else {
-            sb_add(&b, p, len);
+            choir_buf_append(&b, p, len);
             p += len;
         }
     }
     choir_free(s);
-    if (b.oom) {
-        choir_free(b.p);
-        return NULL;
-    }
-    return b.p ? b.p : choir_strdup("");
+    return choir_buf_take(&b, NULL);
 }
 
 char *choir_phonemizer_map_ipa(const char *ipa, choir_phonemizer_lang lang) {
@@ -176,8 +143,8 @@ void choir_phonemizer_free(choir_phonemizer *p) { choir_free(p); }
 
 /* espeak IPA of `words` (no clause punctuation), multi-letter phonemes tied with '^' */
 static char *espeak_ipa(const choir_phonemizer *p, const char *words) {
-    sbuf b = {0};
-    sb_str(&b, "");
+    choir_buf b = CHOIR_BUF_INIT(CHOIR_MEM_OTHER);
+    choir_buf_puts(&b, "");
     pthread_mutex_lock(&g_espeak_lock);
     if (espeak_SetVoiceByName(voice_name(p->lang)) == EE_OK) {
         const void *ptr = words;
@@ -186,17 +153,13 @@ static char *espeak_ipa(const choir_phonemizer *p, const char *words) {
             const char *ph = espeak_TextToPhonemes(&ptr, espeakCHARS_UTF8, mode);
             if (!ph) break;
             if (*ph) {
-                if (b.n) sb_str(&b, " ");
-                sb_str(&b, ph);
+                if (b.len) choir_buf_puts(&b, " ");
+                choir_buf_puts(&b, ph);
             }
         }
     }
     pthread_mutex_unlock(&g_espeak_lock);
-    if (b.oom) {
-        choir_free(b.p);
-        return NULL;
-    }
-    return b.p;
+    return choir_buf_take(&b, NULL);
 }
 
 /* Clause punctuation kept in the phonemes; `strong` ones end a sentence. */
@@ -330,17 +293,14 @@ void choir_clause_list_free(choir_clause_list *l) {
 char *choir_phonemize(choir_phonemizer *p, const char *text, choir_err *err) {
     choir_clause_list l;
     if (choir_phonemize_clauses(p, text, &l, err) != 0) return NULL;
-    sbuf b = {0};
-    sb_str(&b, "");
+    choir_buf b = CHOIR_BUF_INIT(CHOIR_MEM_OTHER);
+    choir_buf_puts(&b, "");
     for (int i = 0; i < l.n; i++) {
-        if (i) sb_str(&b, " ");
-        sb_str(&b, l.items[i].phonemes);
+        if (i) choir_buf_puts(&b, " ");
+        choir_buf_puts(&b, l.items[i].phonemes);
     }
     choir_clause_list_free(&l);
-    if (b.oom) {
-        choir_free(b.p);
-        choir_err_set(err, CHOIR_ENOMEM, "phonemizer: out of memory");
-        return NULL;
-    }
-    return b.p;
+    char *joined = choir_buf_take(&b, NULL);
+    if (!joined) choir_err_set(err, CHOIR_ENOMEM, "phonemizer: out of memory");
+    return joined;
 }

@@ -370,20 +370,20 @@ static void ids_put(ids_buf *b, int32_t id) {
     b->v[b->n++] = id;
 }
 
-static int normalize(const choir_unigram *t, const char *s, size_t n, un_buf *out, choir_err *err) {
-    un_buf a = {0}, b = {0};
+static int normalize(const choir_unigram *t, const char *s, size_t n, choir_buf *out, choir_err *err) {
+    choir_buf a = {0}, b = {0};
     un_utf8_sanitize(s, n, &a);
     int rc = a.oom ? choir_err_set(err, CHOIR_ENOMEM, "tokenizer: out of memory") : 0;
     for (int i = 0; i < t->n_norms && !rc; i++) {
-        b.n = 0;
-        rc = un_norm_apply(&t->norms[i], a.p, a.n, &b, err);
-        un_buf tmp = a;
+        b.len = 0;
+        rc = un_norm_apply(&t->norms[i], a.data, a.len, &b, err);
+        choir_buf tmp = a;
         a = b;
         b = tmp;
     }
-    un_buf_free(&b);
+    choir_buf_free(&b);
     if (rc) {
-        un_buf_free(&a);
+        choir_buf_free(&a);
         return rc;
     }
     *out = a;
@@ -482,30 +482,30 @@ static int pre_and_model(const choir_unigram *t, int k, const char *s, size_t n,
     }
     /* Metaspace: spaces become the replacement, which is prepended when the
      * scheme asks, then the text splits before each replacement. */
-    un_buf m = {0};
+    choir_buf m = {0};
     int starts = n >= p->repl_len && memcmp(s, p->repl, p->repl_len) == 0;
-    if (!starts && (p->prepend == 1 || (p->prepend == 2 && first)) && s[0] != ' ') un_buf_put(&m, p->repl, p->repl_len);
+    if (!starts && (p->prepend == 1 || (p->prepend == 2 && first)) && s[0] != ' ') choir_buf_append(&m, p->repl, p->repl_len);
     for (size_t i = 0; i < n; i++) {
-        if (s[i] == ' ') un_buf_put(&m, p->repl, p->repl_len);
-        else un_buf_put(&m, s + i, 1);
+        if (s[i] == ' ') choir_buf_append(&m, p->repl, p->repl_len);
+        else choir_buf_append(&m, s + i, 1);
     }
     if (m.oom) {
-        un_buf_free(&m);
+        choir_buf_free(&m);
         return CHOIR_ENOMEM;
     }
     int rc = 0;
     if (!p->split) {
-        rc = pre_and_model(t, k + 1, m.p, m.n, first, ids);
+        rc = pre_and_model(t, k + 1, m.data, m.len, first, ids);
     } else {
         size_t a = 0;
-        for (size_t i = 1; i <= m.n && !rc; i++) {
-            if (i == m.n || (i + p->repl_len <= m.n && memcmp(m.p + i, p->repl, p->repl_len) == 0)) {
-                rc = pre_and_model(t, k + 1, m.p + a, i - a, first && a == 0, ids);
+        for (size_t i = 1; i <= m.len && !rc; i++) {
+            if (i == m.len || (i + p->repl_len <= m.len && memcmp(m.data + i, p->repl, p->repl_len) == 0)) {
+                rc = pre_and_model(t, k + 1, m.data + a, i - a, first && a == 0, ids);
                 a = i;
             }
         }
     }
-    un_buf_free(&m);
+    choir_buf_free(&m);
     return rc;
 }
 
@@ -529,11 +529,11 @@ static int next_added(const choir_unigram *t, const char *s, size_t n, size_t *a
 
 int choir_unigram_normalize(const choir_unigram *t, const char *text, size_t len, char **out,
                             size_t *out_len, choir_err *err) {
-    un_buf b;
+    choir_buf b;
     int rc = normalize(t, text, len, &b, err);
     if (rc) return rc;
-    *out = b.p;
-    if (out_len) *out_len = b.n;
+    *out = b.data;
+    if (out_len) *out_len = b.len;
     return 0;
 }
 
@@ -549,12 +549,12 @@ int choir_unigram_encode(const choir_unigram *t, const char *text, size_t len, i
         int a = next_added(t, text + pos, len - pos, &at);
         size_t seg = a >= 0 ? at : len - pos;
         if (seg) {
-            un_buf norm;
+            choir_buf norm;
             rc = normalize(t, text + pos, seg, &norm, err);
             if (!rc) {
-                rc = pre_and_model(t, 0, norm.p, norm.n, first, &out);
+                rc = pre_and_model(t, 0, norm.data, norm.len, first, &out);
                 if (rc) choir_err_set(err, rc, "tokenizer: out of memory");
-                un_buf_free(&norm);
+                choir_buf_free(&norm);
             }
             first = 0;
         }

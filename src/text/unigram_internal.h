@@ -8,17 +8,10 @@
 
 #include "choir/unigram.h"
 
+#include "choir/buf.h"
+
 struct cJSON;
 
-/* A growable byte string; `oom` latches the first failed growth. */
-typedef struct un_buf {
-    char *p;
-    size_t n, cap;
-    int oom;
-} un_buf;
-
-void un_buf_put(un_buf *b, const char *s, size_t n);
-void un_buf_free(un_buf *b);
 
 typedef enum un_norm_kind {
     UN_NFC,
@@ -55,10 +48,10 @@ typedef struct un_norm {
 int un_norm_parse(const struct cJSON *obj, un_norm *out, choir_err *err);
 void un_norm_free(un_norm *n);
 /* Applies `n` to the valid UTF-8 in[0..len), appending to out. */
-int un_norm_apply(const un_norm *n, const char *in, size_t len, un_buf *out, choir_err *err);
+int un_norm_apply(const un_norm *n, const char *in, size_t len, choir_buf *out, choir_err *err);
 
 /* Copies text into out replacing every invalid UTF-8 sequence by U+FFFD. */
-void un_utf8_sanitize(const char *s, size_t n, un_buf *out);
+void un_utf8_sanitize(const char *s, size_t n, choir_buf *out);
 /* Length of the UTF-8 character starting at s (1..4; input is valid). */
 int un_utf8_len(unsigned char c);
 /* The code point at s (valid UTF-8, at least one byte). */

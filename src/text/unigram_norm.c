@@ -18,29 +18,6 @@
 #include "choir/json.h"
 #include "text/unigram_internal.h"
 
-void un_buf_put(un_buf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = choir_realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-void un_buf_free(un_buf *b) {
-    choir_free(b->p);
-    memset(b, 0, sizeof *b);
-}
-
 int un_utf8_len(unsigned char c) {
     if (c < 0x80) return 1;
     if ((c >> 5) == 6) return 2;
@@ -77,19 +54,19 @@ static int utf8_valid_len(const unsigned char *s, size_t n) {
     return len;
 }
 
-void un_utf8_sanitize(const char *s, size_t n, un_buf *out) {
+void un_utf8_sanitize(const char *s, size_t n, choir_buf *out) {
     size_t i = 0;
     while (i < n) {
         int l = utf8_valid_len((const unsigned char *)s + i, n - i);
         if (l == 0) {
-            un_buf_put(out, "\xef\xbf\xbd", 3);
+            choir_buf_append(out, "\xef\xbf\xbd", 3);
             i++;
         } else {
-            un_buf_put(out, s + i, (size_t)l);
+            choir_buf_append(out, s + i, (size_t)l);
             i += (size_t)l;
         }
     }
-    if (!out->p) un_buf_put(out, "", 0);
+    if (!out->data) choir_buf_append(out, "", 0);
 }
 
 int un_is_space(uint32_t cp) {
@@ -292,7 +269,7 @@ static UChar *to_utf16(const char *s, size_t n, int32_t *n16) {
     return u;
 }
 
-static int put_utf16(const UChar *u, int32_t n16, un_buf *out) {
+static int put_utf16(const UChar *u, int32_t n16, choir_buf *out) {
     UErrorCode st = U_ZERO_ERROR;
     int32_t need = 0;
     u_strToUTF8WithSub(NULL, 0, &need, u, n16, 0xfffd, NULL, &st);
@@ -305,12 +282,12 @@ static int put_utf16(const UChar *u, int32_t n16, un_buf *out) {
         choir_free(s);
         return CHOIR_EINVAL;
     }
-    un_buf_put(out, s, (size_t)need);
+    choir_buf_append(out, s, (size_t)need);
     choir_free(s);
     return 0;
 }
 
-static int apply_icu(un_norm_kind kind, const char *in, size_t len, un_buf *out, choir_err *err) {
+static int apply_icu(un_norm_kind kind, const char *in, size_t len, choir_buf *out, choir_err *err) {
     UErrorCode st = U_ZERO_ERROR;
     int32_t n16 = 0;
     UChar *u = to_utf16(in, len, &n16);
@@ -366,15 +343,15 @@ static int64_t darts_first(const un_norm *n, const unsigned char *key, size_t le
 }
 
 /* Appends the replacement of chunk s[0..len) when the map has one. */
-static int precompiled_put(const un_norm *n, const char *s, size_t len, un_buf *out) {
+static int precompiled_put(const un_norm *n, const char *s, size_t len, choir_buf *out) {
     int64_t off = darts_first(n, (const unsigned char *)s, len);
     if (off < 0 || (size_t)off >= n->n_pool) return 0;
     const char *r = n->pool + off;
-    un_buf_put(out, r, strnlen(r, n->n_pool - (size_t)off));
+    choir_buf_append(out, r, strnlen(r, n->n_pool - (size_t)off));
     return 1;
 }
 
-static int apply_precompiled(const un_norm *n, const char *in, size_t len, un_buf *out, choir_err *err) {
+static int apply_precompiled(const un_norm *n, const char *in, size_t len, choir_buf *out, choir_err *err) {
     int32_t n16 = 0;
     UChar *u = to_utf16(in, len, &n16);
     if (!u) return choir_err_set(err, CHOIR_ENOMEM, "tokenizer: out of memory");
@@ -384,23 +361,23 @@ static int apply_precompiled(const un_norm *n, const char *in, size_t len, un_bu
         choir_free(u);
         return choir_err_set(err, CHOIR_EINVAL, "tokenizer: ICU break iterator failed (%s)", u_errorName(st));
     }
-    un_buf g = {0};
+    choir_buf g = {0};
     int rc = 0;
     for (int32_t a = ubrk_first(bi), b = ubrk_next(bi); b != UBRK_DONE; a = b, b = ubrk_next(bi)) {
-        g.n = 0;
+        g.len = 0;
         if ((rc = put_utf16(u + a, b - a, &g)) != 0 || g.oom) {
             rc = choir_err_set(err, rc ? rc : CHOIR_ENOMEM, "tokenizer: grapheme conversion failed");
             break;
         }
-        if (g.n < 6 && precompiled_put(n, g.p, g.n, out)) continue;
-        for (size_t i = 0; i < g.n;) {
-            size_t cl = (size_t)un_utf8_len((unsigned char)g.p[i]);
-            if (!precompiled_put(n, g.p + i, cl, out)) un_buf_put(out, g.p + i, cl);
+        if (g.len < 6 && precompiled_put(n, g.data, g.len, out)) continue;
+        for (size_t i = 0; i < g.len;) {
+            size_t cl = (size_t)un_utf8_len((unsigned char)g.data[i]);
+            if (!precompiled_put(n, g.data + i, cl, out)) choir_buf_append(out, g.data + i, cl);
             i += cl;
         }
     }
     ubrk_close(bi);
-    un_buf_free(&g);
+    choir_buf_free(&g);
     choir_free(u);
     return rc;
 }
@@ -417,30 +394,30 @@ static int run_length(const un_norm *n, const char *s, size_t len) {
     return reps;
 }
 
-static void apply_replace(const un_norm *n, const char *in, size_t len, un_buf *out) {
+static void apply_replace(const un_norm *n, const char *in, size_t len, choir_buf *out) {
     size_t i = 0;
     while (i < len) {
         if (n->rep_min < 0) {
             if (i + n->pattern_len <= len && memcmp(in + i, n->pattern, n->pattern_len) == 0) {
-                un_buf_put(out, n->content, n->content_len);
+                choir_buf_append(out, n->content, n->content_len);
                 i += n->pattern_len;
                 continue;
             }
         } else {
             int reps = run_length(n, in + i, len - i);
             if (reps >= n->rep_min) {
-                un_buf_put(out, n->content, n->content_len);
+                choir_buf_append(out, n->content, n->content_len);
                 i += (size_t)reps * n->pattern_len;
                 continue;
             }
         }
         size_t cl = (size_t)un_utf8_len((unsigned char)in[i]);
-        un_buf_put(out, in + i, cl);
+        choir_buf_append(out, in + i, cl);
         i += cl;
     }
 }
 
-static void apply_strip(const un_norm *n, const char *in, size_t len, un_buf *out) {
+static void apply_strip(const un_norm *n, const char *in, size_t len, choir_buf *out) {
     size_t a = 0, b = len;
     if (n->strip_left)
         while (a < b) {
@@ -456,10 +433,10 @@ static void apply_strip(const un_norm *n, const char *in, size_t len, un_buf *ou
             if (!un_is_space(un_utf8_decode(in + s, NULL))) break;
             b = s;
         }
-    un_buf_put(out, in + a, b - a);
+    choir_buf_append(out, in + a, b - a);
 }
 
-int un_norm_apply(const un_norm *n, const char *in, size_t len, un_buf *out, choir_err *err) {
+int un_norm_apply(const un_norm *n, const char *in, size_t len, choir_buf *out, choir_err *err) {
     int rc = 0;
     switch (n->kind) {
     case UN_NFC:
@@ -472,12 +449,12 @@ int un_norm_apply(const un_norm *n, const char *in, size_t len, un_buf *out, cho
     case UN_STRIP: apply_strip(n, in, len, out); break;
     case UN_REPLACE: apply_replace(n, in, len, out); break;
     case UN_PREPEND:
-        if (len) un_buf_put(out, n->content, n->content_len);
-        un_buf_put(out, in, len);
+        if (len) choir_buf_append(out, n->content, n->content_len);
+        choir_buf_append(out, in, len);
         break;
     case UN_PRECOMPILED: rc = len ? apply_precompiled(n, in, len, out, err) : 0; break;
     }
-    if (!out->p) un_buf_put(out, "", 0);
+    if (!out->data) choir_buf_append(out, "", 0);
     if (!rc && out->oom) rc = choir_err_set(err, CHOIR_ENOMEM, "tokenizer: out of memory");
     return rc;
 }

@@ -77,7 +77,7 @@ long hc_server_peak_rss_kb(const hc_server *s);
 long hc_server_rss_kb(const hc_server *s);
 /* The whole log so far (malloc'd). */
 char *hc_server_log(const hc_server *s);
-/* A fake model directory (engine/fake_model.h) NAME under dir, with extra
+/* A fake model directory (models/fake/fake_model.h) NAME under dir, with extra
  * JSON members (", \"fixed_ms\": 100" or ""). Returns the path (static slot). */
 const char *hc_fake_model(const char *dir, const char *name, const char *extra_json);
 /* The value of a Prometheus series line ("name{labels}") in a /metrics page, or -1. */

@@ -60,7 +60,7 @@ static void params_of(const choir_request *r, choir_sam_params *p) {
     const choir_sam_request *x = r->extra;
     if (r->in.sts.chunk_seconds > 0) p->chunk_seconds = r->in.sts.chunk_seconds;
     if (r->in.sts.overlap_seconds > 0) p->overlap_seconds = r->in.sts.overlap_seconds;
-    if (p->overlap_seconds > p->chunk_seconds / 2) p->overlap_seconds = p->chunk_seconds / 2;
+    /* out-of-range values stay as asked: choir_sam_check_params refuses them */
     if (!x) return;
     if (x->steps > 0) p->steps = x->steps;
     if (x->method == 1) p->method = CHOIR_SAM_EULER;

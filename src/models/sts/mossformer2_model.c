@@ -49,7 +49,8 @@ static void params_of(const choir_sts_input *in, choir_mf2_params *p) {
     choir_mf2_default_params(p);
     if (in->chunk_seconds > 0) p->chunk_seconds = in->chunk_seconds;
     if (in->overlap_seconds > 0) p->overlap_seconds = in->overlap_seconds;
-    if (p->overlap_seconds >= p->chunk_seconds) p->overlap_seconds = p->chunk_seconds / 4;
+    /* Out-of-range values stay as asked: choir_mf2_stream_create refuses them
+     * with the one rule for them (the request fails with that message). */
 }
 
 /* Bytes one block of input needs on its way in and one region on its way out. */

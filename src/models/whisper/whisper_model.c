@@ -51,8 +51,7 @@ static void whisper_model_free(void *weights) {
 }
 
 static void *whisper_model_load(const char *dir, const choir_model_options *opt, choir_err *err) {
-    /* Quantized checkpoints come from `choir convert`; load-time quantization
-     * (opt->q_bits) is not offered, so the model runs as stored. */
+    /* Quantized checkpoints come from `choir convert`; the model runs as stored. */
     whisper_weights *w = choir_calloc(CHOIR_MEM_WEIGHTS, 1, sizeof *w);
     if (!w) {
         choir_err_set(err, CHOIR_ENOMEM, "whisper: out of memory");

@@ -3,8 +3,10 @@
  * Each hot inner loop has a portable C version (choir_ref_*) and, on x86-64,
  * an AVX2/FMA/F16C version (choir_avx2_*, in cpu/x86/, compiled with those
  * instruction sets). The public kernels pick one per call from the ISA in use,
- * so tests can force the reference and compare. Only call choir_avx2_* when
- * choir_kernels_isa() == CHOIR_ISA_AVX2. */
+ * so tests can force the reference and compare. On AVX-512 CPUs the
+ * weight-streaming dots and conversions have a third twin (cpu/x86/
+ * avx512_ops.c) and everything else runs the AVX2 one. Only call
+ * choir_avx2_* when choir_use_avx2(). */
 #ifndef CHOIR_CPU_KERNELS_H
 #define CHOIR_CPU_KERNELS_H
 
@@ -16,7 +18,8 @@
 /* True when the AVX2 twins may run now. */
 static inline bool choir_use_avx2(void) {
 #if defined(CHOIR_X86)
-    return choir_kernels_isa() == CHOIR_ISA_AVX2;
+    choir_isa isa = choir_kernels_isa();
+    return isa == CHOIR_ISA_AVX2 || isa == CHOIR_ISA_AVX512;
 #else
     return false;
 #endif
@@ -84,12 +87,16 @@ typedef struct choir_cpu_ops {
 extern const choir_cpu_ops choir_cpu_ops_ref;
 #if defined(CHOIR_X86)
 extern const choir_cpu_ops choir_cpu_ops_avx2;
+/* The AVX-512 table: AVX2's with the dots and conversions replaced. */
+const choir_cpu_ops *choir_cpu_ops_avx512(void);
 #endif
 
 /* The table for the ISA in use now. */
 static inline const choir_cpu_ops *choir_cpu_ops_now(void) {
 #if defined(CHOIR_X86)
-    if (choir_kernels_isa() == CHOIR_ISA_AVX2) return &choir_cpu_ops_avx2;
+    choir_isa isa = choir_kernels_isa();
+    if (isa == CHOIR_ISA_AVX2) return &choir_cpu_ops_avx2;
+    if (isa == CHOIR_ISA_AVX512) return choir_cpu_ops_avx512();
 #endif
     return &choir_cpu_ops_ref;
 }

@@ -20,7 +20,12 @@ for f in src/base/*.c src/tensor/*.c src/tensor/cpu/*.c tests/cuda/stub/cblas_lo
          tests/cuda/stub/quant_layout.c; do
     [ "$f" = src/tensor/quantize.c ] || echo "$f" >>"$list"
 done
-for f in src/tensor/cpu/x86/*.c; do echo "$f -mavx2 -mfma -mf16c" >>"$list"; done
+for f in src/tensor/cpu/x86/*.c; do
+    case "$f" in
+    */avx512_*) echo "$f -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl" >>"$list" ;;
+    *) echo "$f -mavx2 -mfma -mf16c" >>"$list" ;;
+    esac
+done
 for f in src/models/whisper/whisper_net.c src/models/whisper/whisper_cuda.c \
          src/models/whisper/whisper_cuda_dec.c src/models/whisper/whisper_decode.c \
          src/models/whisper/whisper_filters.c src/models/whisper/whisper_rules.c \

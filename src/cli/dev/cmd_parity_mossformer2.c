@@ -15,7 +15,7 @@
 #include "choir/audio.h"
 #include "choir/mossformer2.h"
 #include "choir/safetensors.h"
-#include "cli/cli.h"
+#include "cli/dev/dev.h"
 
 typedef struct pm_tol {
     double fbank, features, net, mask, audio;

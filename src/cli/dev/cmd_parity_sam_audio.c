@@ -28,7 +28,7 @@
 #include "choir/kernels.h"
 #include "choir/safetensors.h"
 #include "choir/sam_audio.h"
-#include "cli/cli.h"
+#include "cli/dev/dev.h"
 
 static int ps_usage(FILE *to) {
     fprintf(to, "usage: choir dev parity sam-audio --model MODEL_DIR --case CASE_DIR [--audio-dir AUDIO_DIR]\n"

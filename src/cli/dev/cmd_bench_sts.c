@@ -21,7 +21,7 @@
 #include "choir/audio.h"
 #include "choir/mossformer2.h"
 #include "choir/pool.h"
-#include "cli/cli.h"
+#include "cli/dev/dev.h"
 
 static double bench_now(void) {
     struct timespec ts;

@@ -20,7 +20,7 @@
 #include "choir/pool.h"
 #include "choir/tensor.h"
 #include "choir/whisper.h"
-#include "cli/cli.h"
+#include "cli/dev/dev.h"
 #include "models/whisper/whisper_internal.h"
 #ifdef CHOIR_HAVE_CUDA
 #include "choir/cuda.h"

@@ -15,7 +15,7 @@
 #include "choir/kokoro.h"
 #include "choir/phonemizer.h"
 #include "choir/pool.h"
-#include "cli/cli.h"
+#include "cli/dev/dev.h"
 
 static const char *const k_paragraph =
     "The old lighthouse stood at the edge of the cliff, its lamp long dark. Every evening, "

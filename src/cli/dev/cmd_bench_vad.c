@@ -16,7 +16,7 @@
 #include "choir/alloc.h"
 #include "choir/audio.h"
 #include "choir/silero.h"
-#include "cli/cli.h"
+#include "cli/dev/dev.h"
 
 #define MAX_BATCH 256
 

@@ -5,8 +5,8 @@
  * It is a real adapter: a directory with config.json {"model_type":
  * "choir-fake", ...} and a model.safetensors file (any bytes; its size is the
  * weights figure) loads through choir_engine_add_model. */
-#ifndef CHOIR_ENGINE_FAKE_MODEL_H
-#define CHOIR_ENGINE_FAKE_MODEL_H
+#ifndef CHOIR_MODELS_FAKE_MODEL_H
+#define CHOIR_MODELS_FAKE_MODEL_H
 
 #include <stdint.h>
 
@@ -27,7 +27,7 @@ typedef struct choir_fake_params {
     int64_t device_bytes_per_unit; /* device estimate per length unit (0 = bytes_per_unit) */
 } choir_fake_params;
 
-extern const choir_model_ops choir_model_fake;
+/* choir_model_fake itself is declared in choir/model.h (a built-in adapter). */
 /* The same model declaring ops->gpu = 1: it loads "on" any device number the
  * engine gives (real or simulated GPU; it computes on the CPU either way),
  * reports device_bytes / estimate_device from its config there, and runs one

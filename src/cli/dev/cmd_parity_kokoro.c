@@ -16,7 +16,7 @@
 #include "choir/pool.h"
 #include "choir/safetensors.h"
 #include "choir/tensor.h"
-#include "cli/cli.h"
+#include "cli/dev/dev.h"
 #include "models/kokoro/kokoro_internal.h"
 
 typedef struct parity {

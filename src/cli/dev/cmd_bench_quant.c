@@ -14,7 +14,7 @@
 #include "choir/kernels.h"
 #include "choir/pool.h"
 #include "choir/quant.h"
-#include "cli/cli.h"
+#include "cli/dev/dev.h"
 
 #define ROTATE_BYTES_DEFAULT (256ll << 20)
 

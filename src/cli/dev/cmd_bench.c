@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/cli.h"
+#include "cli/dev/dev.h"
 
 #define BENCH_FALLBACK(fn, name)                                         \
     __attribute__((weak)) int fn(int argc, char **argv) {               \

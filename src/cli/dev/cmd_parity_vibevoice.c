@@ -19,7 +19,7 @@
 #include "choir/safetensors.h"
 #include "choir/tokenizer.h"
 #include "choir/vibevoice.h"
-#include "cli/cli.h"
+#include "cli/dev/dev.h"
 
 static void pv_usage(FILE *f) {
     fprintf(f, "usage: choir dev parity vibevoice --model DIR --case CASE_DIR --audio-dir DIR\n"

@@ -18,7 +18,7 @@
 #include "choir/quant.h"
 #include "choir/tensor.h"
 #include "choir/vibevoice.h"
-#include "cli/cli.h"
+#include "cli/dev/dev.h"
 
 static void bv_usage(FILE *f) {
     fprintf(f, "usage: choir bench vibevoice [--dims 1.5b|7b] [--audio-min M] [--steps N] [--dtype bf16|f32]\n"

@@ -6,7 +6,7 @@
 
 #include "choir/error.h"
 #include "choir/randw.h"
-#include "cli/cli.h"
+#include "cli/dev/dev.h"
 
 static int usage(FILE *to) {
     fprintf(to, "usage: choir dev weights --manifest FIXTURE/manifest.json [--config FIXTURE/config.json] --out DIR\n"

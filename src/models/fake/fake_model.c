@@ -12,7 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "choir/alloc.h"
-#include "engine/fake_model.h"
+#include "models/fake/fake_model.h"
 
 typedef struct fake_weights {
     choir_fake_params p;

@@ -63,7 +63,8 @@ int choir_request_fail(choir_request *req, int code, const char *fmt, ...)
 int choir_model_builtin(const choir_model_ops **out, int cap)
 {
     const choir_model_ops *all[] = {&choir_model_whisper, &choir_model_kokoro, &choir_model_silero_vad,
-                                    &choir_model_mossformer2, &choir_model_vibevoice, &choir_model_sam_audio};
+                                    &choir_model_mossformer2, &choir_model_vibevoice, &choir_model_sam_audio,
+                                    &choir_model_fake};
     int n = (int)(sizeof all / sizeof all[0]);
     for (int i = 0; i < n && out && i < cap; i++)
         out[i] = all[i];

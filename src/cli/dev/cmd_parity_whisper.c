@@ -21,7 +21,7 @@
 #include "choir/json.h"
 #include "choir/safetensors.h"
 #include "choir/whisper.h"
-#include "cli/cli.h"
+#include "cli/dev/dev.h"
 
 #if defined(__has_include)
 #if __has_include("choir/mel.h")

@@ -15,8 +15,8 @@
 #include "choir/engine.h"
 #include "choir/log.h"
 #include "choir/pool.h"
-#include "cli/cli.h"
-#include "engine/fake_model.h"
+#include "cli/dev/dev.h"
+#include "models/fake/fake_model.h"
 
 typedef struct bench_opts {
     double duration_s;
@@ -168,12 +168,17 @@ int choir_bench_engine(int argc, char **argv)
             ok = o.duration_s > 0;
         } else if (v && strcmp(a, "--loads") == 0) {
             ok = parse_loads(v, &o) == 0;
-        } else if (v && strcmp(a, "--workers") == 0) {
-            o.workers = atoi(v);
-            ok = o.workers >= 1 && o.workers <= 64;
-        } else if (v && strcmp(a, "--max-batch") == 0) {
-            o.max_batch = atoi(v);
-            ok = o.max_batch >= 1 && o.max_batch <= 64;
+        } else if (v && (strcmp(a, "--workers") == 0 || strcmp(a, "--max-batch") == 0)) {
+            /* bounded as the engine's own flags are */
+            choir_engine_params ep = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
+            choir_err err;
+            ok = choir_engine_apply_option(&ep, a, v, &err) == 1;
+            if (!ok)
+                fprintf(stderr, "choir bench engine: %s\n", err.msg);
+            else if (a[2] == 'w')
+                o.workers = ep.workers;
+            else
+                o.max_batch = ep.max_batch;
         } else if (v && strcmp(a, "--fixed-ms") == 0) {
             o.fixed_ms = atof(v);
             ok = o.fixed_ms >= 0;

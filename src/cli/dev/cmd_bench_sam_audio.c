@@ -22,7 +22,7 @@
 #include "choir/pool.h"
 #include "choir/randw.h"
 #include "choir/sam_audio.h"
-#include "cli/cli.h"
+#include "cli/dev/dev.h"
 
 typedef struct mbuf {
     FILE *f;

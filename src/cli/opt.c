@@ -1,0 +1,129 @@
+/* The commands' option parser (opt.h). */
+#include <stdint.h>
+#include <string.h>
+
+#include "choir/parse.h"
+#include "cli/opt.h"
+
+void cli_usage(const cli_spec *s, FILE *f)
+{
+    fputs(s->synopsis, f);
+    for (int i = 0; i < s->n_opts; i++) {
+        const cli_opt *o = &s->opts[i];
+        char flag[64];
+        snprintf(flag, sizeof flag, "%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
+        fprintf(f, "  %-20s", flag);
+        if (strlen(flag) > 20)
+            fprintf(f, "\n  %-20s", "");
+        for (const char *h = o->help; *h;) {
+            const char *nl = strchr(h, '\n');
+            size_t n = nl ? (size_t)(nl - h) : strlen(h);
+            fprintf(f, " %.*s\n", (int)n, h);
+            h += n;
+            if (*h == '\n' && *++h)
+                fprintf(f, "  %-20s", "");
+        }
+    }
+    if (s->engine)
+        fprintf(f, "\nengine options:\n%s", choir_engine_options_help());
+}
+
+static int bad_value(const cli_spec *s, const cli_opt *o, const char *v)
+{
+    if (o->kind == CLI_SIZE)
+        fprintf(stderr, "choir %s: %s needs a size like 512M or 8G, got '%s'\n", s->cmd, o->name, v ? v : "");
+    else
+        fprintf(stderr, "choir %s: %s needs %s in [%.10g, %.10g], got '%s'\n", s->cmd, o->name,
+                o->kind == CLI_INT ? "a whole number" : "a number", o->lo, o->hi, v ? v : "");
+    return 2;
+}
+
+/* Stores `v` for `o`; returns -1 (done) or an exit code. */
+static int apply(const cli_spec *s, const cli_opt *o, const char *v)
+{
+    double x = 0;
+    int64_t bytes = 0;
+    switch (o->kind) {
+    case CLI_FLAG:
+        *(int *)o->dest = 1;
+        return -1;
+    case CLI_STRING:
+        *(const char **)o->dest = v;
+        return -1;
+    case CLI_SIZE:
+        if (choir_parse_size(v, &bytes) < 0 || bytes <= 0)
+            return bad_value(s, o, v);
+        *(int64_t *)o->dest = bytes;
+        return -1;
+    case CLI_INT:
+    case CLI_FLOAT:
+    case CLI_DOUBLE:
+        if (choir_parse_number(v, o->lo, o->hi, o->kind == CLI_INT, &x) < 0)
+            return bad_value(s, o, v);
+        if (o->kind == CLI_INT)
+            *(int *)o->dest = (int)x;
+        else if (o->kind == CLI_FLOAT)
+            *(float *)o->dest = (float)x;
+        else
+            *(double *)o->dest = x;
+        return -1;
+    }
+    return -1;
+}
+
+int cli_parse(const cli_spec *s, int argc, char **argv)
+{
+    if (s->n_positional)
+        *s->n_positional = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            cli_usage(s, stdout);
+            return 0;
+        }
+        if (a[0] != '-' || !a[1]) {
+            if (!s->positional || *s->n_positional >= s->max_positional) {
+                fprintf(stderr, "choir %s: unexpected argument '%s'%s%s%s\n", s->cmd, a,
+                        s->positional_what ? " (one " : "", s->positional_what ? s->positional_what : "",
+                        s->positional_what ? " only)" : "");
+                return 2;
+            }
+            s->positional[(*s->n_positional)++] = a;
+            continue;
+        }
+        const cli_opt *o = NULL;
+        for (int k = 0; k < s->n_opts && !o; k++)
+            if (strcmp(a, s->opts[k].name) == 0)
+                o = &s->opts[k];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (o) {
+            if (o->kind != CLI_FLAG) {
+                if (!v) {
+                    fprintf(stderr, "choir %s: %s needs a value\n", s->cmd, a);
+                    return 2;
+                }
+                i++;
+            }
+            int rc = apply(s, o, v);
+            if (rc >= 0)
+                return rc;
+            continue;
+        }
+        if (s->engine && v) {
+            choir_err err = {0};
+            int applied = choir_engine_apply_option(s->engine, a, v, &err);
+            if (applied < 0) {
+                fprintf(stderr, "choir %s: %s\n", s->cmd, err.msg);
+                return 2;
+            }
+            if (applied > 0) {
+                i++;
+                continue;
+            }
+        }
+        fprintf(stderr, "choir %s: unknown or incomplete option '%s'\n", s->cmd, a);
+        cli_usage(s, stderr);
+        return 2;
+    }
+    return -1;
+}

@@ -1,0 +1,54 @@
+/* The commands' option parser: a command describes its flags in a table
+ * (name, kind, where the value goes, bounds, usage text) and gets parsing,
+ * range checks, messages and the usage's option lines from it. Numbers and
+ * sizes are read by choir/parse.h, engine flags (when the command takes them)
+ * by choir_engine_apply_option, so a flag means the same in every command. */
+#ifndef CHOIR_CLI_OPT_H
+#define CHOIR_CLI_OPT_H
+
+#include <stdio.h>
+
+#include "choir/engine.h"
+
+typedef enum cli_kind {
+    CLI_FLAG,   /* no value: *(int *)dest = 1 */
+    CLI_STRING, /* *(const char **)dest = the value (borrowed from argv) */
+    CLI_INT,    /* a whole number in [lo, hi]: *(int *)dest */
+    CLI_FLOAT,  /* a number in [lo, hi]: *(float *)dest */
+    CLI_DOUBLE, /* a number in [lo, hi]: *(double *)dest */
+    CLI_SIZE,   /* bytes (choir_parse_size), > 0: *(int64_t *)dest */
+} cli_kind;
+
+typedef struct cli_opt {
+    const char *name; /* "--threshold" */
+    cli_kind kind;
+    void *dest;
+    double lo, hi;    /* CLI_INT, CLI_FLOAT, CLI_DOUBLE */
+    const char *arg;  /* the value's placeholder in the usage ("T"); NULL for a flag */
+    const char *help; /* one usage line; "\n" starts an indented continuation line */
+} cli_opt;
+
+typedef struct cli_spec {
+    const char *cmd;        /* "vad": messages say "choir vad: ..." */
+    const char *synopsis;   /* usage text above the option lines, ends with "\n" */
+    const cli_opt *opts;
+    int n_opts;
+    /* Arguments that are not options (a lone "-" counts as one): up to
+     * max_positional of them are stored in positional[]; NULL takes none. */
+    const char **positional;
+    int max_positional;
+    int *n_positional;
+    const char *positional_what; /* "input file": names them in messages */
+    /* When set, flags of the engine's table are taken too, into this. */
+    choir_engine_params *engine;
+} cli_spec;
+
+/* Parses argv[1..argc). Returns -1 when the command should go on, else the
+ * exit code it should return: 0 after --help / -h (usage on stdout), 2 after
+ * a bad or unknown option (message, and for an unknown one the usage, on
+ * stderr). */
+int cli_parse(const cli_spec *s, int argc, char **argv);
+/* Writes the synopsis and one line per option (and the engine's options). */
+void cli_usage(const cli_spec *s, FILE *f);
+
+#endif

@@ -1,0 +1,201 @@
+/* AVX-512 (F + BW + VL, with F16C and FMA) twins of the weight-streaming
+ * inner loops: the dot products of the linear layers in f32, f16 and bf16
+ * storage, and the f16/bf16 conversions. Every other entry of the table is
+ * the AVX2 one (choir_cpu_ops_avx2): those loops are not bound by how many
+ * weight bytes one instruction can take in.
+ *
+ * Tails use masked loads, which never touch memory past the mask, so there
+ * is no scalar remainder loop. The summation order is one for all forms:
+ * two 16-lane accumulators over 32-element steps, the even one also taking a
+ * last 16-block, the odd one the masked tail, then one horizontal reduction.
+ * The one-row, four-input and four-row forms therefore give the same bits
+ * for a row, as the AVX2 twins do among themselves.
+ *
+ * Compiled with -mavx512f -mavx512bw -mavx512vl (and the AVX2 flags); only
+ * reached when choir_kernels_isa() == CHOIR_ISA_AVX512. */
+#include <immintrin.h>
+#include <pthread.h>
+
+#include "tensor/cpu/cpu_kernels.h"
+
+static inline __mmask16 tail_mask(int64_t rem) { return (__mmask16)((1u << rem) - 1u); }
+
+static inline __m512 ld_f32(const float *p) { return _mm512_loadu_ps(p); }
+static inline __m512 ldm_f32(const float *p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+
+static inline __m512 ld_f16(const uint16_t *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+static inline __m512 ldm_f16(const uint16_t *p, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+
+static inline __m512 ld_bf16(const uint16_t *p) {
+    __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+static inline __m512 ldm_bf16(const uint16_t *p, __mmask16 m) {
+    __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+
+#define DOT1_512(LD, LDM)                                                                          \
+    __m512 e = _mm512_setzero_ps(), o = _mm512_setzero_ps();                                       \
+    int64_t i = 0;                                                                                 \
+    for (; i + 32 <= n; i += 32) {                                                                 \
+        e = _mm512_fmadd_ps(LD(w + i), _mm512_loadu_ps(x + i), e);                                 \
+        o = _mm512_fmadd_ps(LD(w + i + 16), _mm512_loadu_ps(x + i + 16), o);                       \
+    }                                                                                              \
+    if (i + 16 <= n) {                                                                             \
+        e = _mm512_fmadd_ps(LD(w + i), _mm512_loadu_ps(x + i), e);                                 \
+        i += 16;                                                                                   \
+    }                                                                                              \
+    if (i < n) {                                                                                   \
+        __mmask16 m = tail_mask(n - i);                                                            \
+        o = _mm512_fmadd_ps(LDM(w + i, m), _mm512_maskz_loadu_ps(m, x + i), o);                    \
+    }                                                                                              \
+    return _mm512_reduce_add_ps(_mm512_add_ps(e, o));
+
+/* One weight row against four inputs x, x + ldx, ... */
+#define DOT4_512(LD, LDM)                                                                          \
+    const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx, *x3 = x + 3 * ldx;                      \
+    __m512 e0 = _mm512_setzero_ps(), e1 = e0, e2 = e0, e3 = e0;                                    \
+    __m512 o0 = e0, o1 = e0, o2 = e0, o3 = e0;                                                     \
+    int64_t i = 0;                                                                                 \
+    for (; i + 32 <= n; i += 32) {                                                                 \
+        __m512 we = LD(w + i), wo = LD(w + i + 16);                                                \
+        e0 = _mm512_fmadd_ps(we, _mm512_loadu_ps(x0 + i), e0);                                     \
+        o0 = _mm512_fmadd_ps(wo, _mm512_loadu_ps(x0 + i + 16), o0);                                \
+        e1 = _mm512_fmadd_ps(we, _mm512_loadu_ps(x1 + i), e1);                                     \
+        o1 = _mm512_fmadd_ps(wo, _mm512_loadu_ps(x1 + i + 16), o1);                                \
+        e2 = _mm512_fmadd_ps(we, _mm512_loadu_ps(x2 + i), e2);                                     \
+        o2 = _mm512_fmadd_ps(wo, _mm512_loadu_ps(x2 + i + 16), o2);                                \
+        e3 = _mm512_fmadd_ps(we, _mm512_loadu_ps(x3 + i), e3);                                     \
+        o3 = _mm512_fmadd_ps(wo, _mm512_loadu_ps(x3 + i + 16), o3);                                \
+    }                                                                                              \
+    if (i + 16 <= n) {                                                                             \
+        __m512 we = LD(w + i);                                                                     \
+        e0 = _mm512_fmadd_ps(we, _mm512_loadu_ps(x0 + i), e0);                                     \
+        e1 = _mm512_fmadd_ps(we, _mm512_loadu_ps(x1 + i), e1);                                     \
+        e2 = _mm512_fmadd_ps(we, _mm512_loadu_ps(x2 + i), e2);                                     \
+        e3 = _mm512_fmadd_ps(we, _mm512_loadu_ps(x3 + i), e3);                                     \
+        i += 16;                                                                                   \
+    }                                                                                              \
+    if (i < n) {                                                                                   \
+        __mmask16 m = tail_mask(n - i);                                                            \
+        __m512 wt = LDM(w + i, m);                                                                 \
+        o0 = _mm512_fmadd_ps(wt, _mm512_maskz_loadu_ps(m, x0 + i), o0);                            \
+        o1 = _mm512_fmadd_ps(wt, _mm512_maskz_loadu_ps(m, x1 + i), o1);                            \
+        o2 = _mm512_fmadd_ps(wt, _mm512_maskz_loadu_ps(m, x2 + i), o2);                            \
+        o3 = _mm512_fmadd_ps(wt, _mm512_maskz_loadu_ps(m, x3 + i), o3);                            \
+    }                                                                                              \
+    out[0] = _mm512_reduce_add_ps(_mm512_add_ps(e0, o0));                                          \
+    out[1] = _mm512_reduce_add_ps(_mm512_add_ps(e1, o1));                                          \
+    out[2] = _mm512_reduce_add_ps(_mm512_add_ps(e2, o2));                                          \
+    out[3] = _mm512_reduce_add_ps(_mm512_add_ps(e3, o3));
+
+/* Four weight rows w, w + ldw, ... against one input (a batch-1 step); the
+ * input is loaded once for the four rows. */
+#define ROWS4_512(LD, LDM)                                                                         \
+    const __typeof__(w) w0 = w, w1 = w + ldw, w2 = w + 2 * ldw, w3 = w + 3 * ldw;                 \
+    __m512 e0 = _mm512_setzero_ps(), e1 = e0, e2 = e0, e3 = e0;                                    \
+    __m512 o0 = e0, o1 = e0, o2 = e0, o3 = e0;                                                     \
+    int64_t i = 0;                                                                                 \
+    for (; i + 32 <= n; i += 32) {                                                                 \
+        __m512 xe = _mm512_loadu_ps(x + i), xo = _mm512_loadu_ps(x + i + 16);                      \
+        e0 = _mm512_fmadd_ps(LD(w0 + i), xe, e0);                                                  \
+        o0 = _mm512_fmadd_ps(LD(w0 + i + 16), xo, o0);                                             \
+        e1 = _mm512_fmadd_ps(LD(w1 + i), xe, e1);                                                  \
+        o1 = _mm512_fmadd_ps(LD(w1 + i + 16), xo, o1);                                             \
+        e2 = _mm512_fmadd_ps(LD(w2 + i), xe, e2);                                                  \
+        o2 = _mm512_fmadd_ps(LD(w2 + i + 16), xo, o2);                                             \
+        e3 = _mm512_fmadd_ps(LD(w3 + i), xe, e3);                                                  \
+        o3 = _mm512_fmadd_ps(LD(w3 + i + 16), xo, o3);                                             \
+    }                                                                                              \
+    if (i + 16 <= n) {                                                                             \
+        __m512 xe = _mm512_loadu_ps(x + i);                                                        \
+        e0 = _mm512_fmadd_ps(LD(w0 + i), xe, e0);                                                  \
+        e1 = _mm512_fmadd_ps(LD(w1 + i), xe, e1);                                                  \
+        e2 = _mm512_fmadd_ps(LD(w2 + i), xe, e2);                                                  \
+        e3 = _mm512_fmadd_ps(LD(w3 + i), xe, e3);                                                  \
+        i += 16;                                                                                   \
+    }                                                                                              \
+    if (i < n) {                                                                                   \
+        __mmask16 m = tail_mask(n - i);                                                            \
+        __m512 xt = _mm512_maskz_loadu_ps(m, x + i);                                               \
+        o0 = _mm512_fmadd_ps(LDM(w0 + i, m), xt, o0);                                              \
+        o1 = _mm512_fmadd_ps(LDM(w1 + i, m), xt, o1);                                              \
+        o2 = _mm512_fmadd_ps(LDM(w2 + i, m), xt, o2);                                              \
+        o3 = _mm512_fmadd_ps(LDM(w3 + i, m), xt, o3);                                              \
+    }                                                                                              \
+    out[0] = _mm512_reduce_add_ps(_mm512_add_ps(e0, o0));                                          \
+    out[1] = _mm512_reduce_add_ps(_mm512_add_ps(e1, o1));                                          \
+    out[2] = _mm512_reduce_add_ps(_mm512_add_ps(e2, o2));                                          \
+    out[3] = _mm512_reduce_add_ps(_mm512_add_ps(e3, o3));
+
+static float z_dot(const float *w, const float *x, int64_t n) { DOT1_512(ld_f32, ldm_f32) }
+static float z_dot_f16(const uint16_t *w, const float *x, int64_t n) { DOT1_512(ld_f16, ldm_f16) }
+static float z_dot_bf16(const uint16_t *w, const float *x, int64_t n) {
+    DOT1_512(ld_bf16, ldm_bf16)
+}
+static void z_dot4(const float *w, const float *x, int64_t ldx, int64_t n, float *out) {
+    DOT4_512(ld_f32, ldm_f32)
+}
+static void z_dot4_f16(const uint16_t *w, const float *x, int64_t ldx, int64_t n, float *out) {
+    DOT4_512(ld_f16, ldm_f16)
+}
+static void z_dot4_bf16(const uint16_t *w, const float *x, int64_t ldx, int64_t n, float *out) {
+    DOT4_512(ld_bf16, ldm_bf16)
+}
+static void z_rows4(const float *w, int64_t ldw, const float *x, int64_t n, float *out) {
+    ROWS4_512(ld_f32, ldm_f32)
+}
+static void z_rows4_f16(const uint16_t *w, int64_t ldw, const float *x, int64_t n, float *out) {
+    ROWS4_512(ld_f16, ldm_f16)
+}
+static void z_rows4_bf16(const uint16_t *w, int64_t ldw, const float *x, int64_t n, float *out) {
+    ROWS4_512(ld_bf16, ldm_bf16)
+}
+
+static void z_f16_to_f32(const uint16_t *src, float *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, ld_f16(src + i));
+    if (i < n) {
+        __mmask16 m = tail_mask(n - i);
+        _mm512_mask_storeu_ps(dst + i, m, ldm_f16(src + i, m));
+    }
+}
+
+static void z_bf16_to_f32(const uint16_t *src, float *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, ld_bf16(src + i));
+    if (i < n) {
+        __mmask16 m = tail_mask(n - i);
+        _mm512_mask_storeu_ps(dst + i, m, ldm_bf16(src + i, m));
+    }
+}
+
+static choir_cpu_ops g_ops;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void build_table(void) {
+    g_ops = choir_cpu_ops_avx2;
+    g_ops.dot = z_dot;
+    g_ops.dot_f16 = z_dot_f16;
+    g_ops.dot_bf16 = z_dot_bf16;
+    g_ops.dot4 = z_dot4;
+    g_ops.dot4_f16 = z_dot4_f16;
+    g_ops.dot4_bf16 = z_dot4_bf16;
+    g_ops.dot_rows4 = z_rows4;
+    g_ops.dot_rows4_f16 = z_rows4_f16;
+    g_ops.dot_rows4_bf16 = z_rows4_bf16;
+    g_ops.f16_to_f32 = z_f16_to_f32;
+    g_ops.bf16_to_f32 = z_bf16_to_f32;
+}
+
+const choir_cpu_ops *choir_cpu_ops_avx512(void) {
+    pthread_once(&g_once, build_table);
+    return &g_ops;
+}

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The commands' table-driven option parser (src/cli/opt.c): every flag of a
+# converted command is parsed and bounded by its table row, --help lists the
+# rows, and bad values, missing values, unknown flags and extra arguments
+# exit 2 with a message naming them.
+set -euo pipefail
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+refuses() { # refuses REASON COMMAND...
+    local want=$1 rc=0
+    shift
+    "$@" >/dev/null 2>"$dir/err" || rc=$?
+    if [ $rc -ne 2 ] || ! grep -qF -- "$want" "$dir/err"; then
+        echo "FAIL: $* -> exit $rc, wanted 2 and '$want':"; cat "$dir/err"; exit 1
+    fi
+}
+refuses "--pad needs a whole number in [0, 3600000], got '2.5'" "$CHOIR_BIN" vad --pad 2.5 x.wav
+refuses "--threshold needs a number in [0.01, 1], got '7'" "$CHOIR_BIN" vad --threshold 7 x.wav
+refuses "--threshold needs a value" "$CHOIR_BIN" vad x.wav --threshold
+refuses "unknown or incomplete option '--bogus'" "$CHOIR_BIN" vad --bogus x.wav
+refuses "unexpected argument 'b.wav' (one input file only)" "$CHOIR_BIN" vad a.wav b.wav
+refuses "--chunk-seconds needs a number in [0, 86400], got 'abc'" "$CHOIR_BIN" sts --model m --chunk-seconds abc x.wav
+refuses "--threads needs a whole number in [1, 1024], got '0'" "$CHOIR_BIN" sts --model m --threads 0 x.wav
+refuses "--seed needs a whole number, got 'x'" "$CHOIR_BIN" sts --model m --seed x x.wav
+# the usage is the table: every row is listed, help exits 0 on stdout
+out=$("$CHOIR_BIN" vad --help)
+for flag in --model --probs --threshold --min-speech --min-silence --pad --max-speech; do
+    grep -q -- "^  $flag" <<<"$out" || { echo "FAIL: vad --help lacks $flag"; exit 1; }
+done
+"$CHOIR_BIN" sts -h | grep -q -- '^  --overlap-seconds O'
+echo ok
