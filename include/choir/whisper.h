@@ -404,6 +404,13 @@ typedef struct choir_whisper_transcribe_opts {
     void *progress_user;
     choir_whisper_segment_fn on_segment; /* may be NULL */
     void *segment_user;
+    /* Polled before each window (each round of the lockstep seek loop, each
+     * batch of the batched pipeline); nonzero stops input `input`: its
+     * remaining windows are not decoded and its transcript is left partial.
+     * When every input has stopped, the call returns CHOIR_ECANCELED. May be
+     * NULL. */
+    int (*cancelled)(void *user, int input);
+    void *cancel_user;
 } choir_whisper_transcribe_opts;
 
 void choir_whisper_default_transcribe_opts(choir_whisper_transcribe_opts *o);

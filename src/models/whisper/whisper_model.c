@@ -184,6 +184,13 @@ static int whisper_on_segment(void *user, int input, const choir_whisper_segment
     return rc != 0 && g->n == 1;
 }
 
+/* A request whose caller went away (a client that hung up) stops being
+ * decoded at its next window, whatever it is batched with. */
+static int whisper_cancelled(void *user, int input) {
+    whisper_group *g = user;
+    return choir_request_cancelled(g->reqs[input]);
+}
+
 static bool whisper_same_group(const choir_request *a, const choir_request *b) {
     return a->extra == b->extra && a->in.stt.translate == b->in.stt.translate &&
            (a->in.stt.timestamps != 0) == (b->in.stt.timestamps != 0) &&
@@ -227,12 +234,17 @@ static int whisper_run_batch_locked(whisper_weights *w, choir_request *const *re
         whisper_group wg = {grp, ng};
         o.on_segment = whisper_on_segment;
         o.segment_user = &wg;
+        o.cancelled = whisper_cancelled;
+        o.cancel_user = &wg;
         choir_err e = {0};
         int rc = choir_whisper_transcribe_batch(w->m, w->tok, in, ng, &o, t, &e);
         if (rc == CHOIR_ECANCELED) continue; /* the engine finishes cancelled requests */
         if (rc == CHOIR_ENOMEM) return choir_err_set(err, rc, "%s", e.msg);
         for (int k = 0; k < ng; k++) {
-            if (rc) choir_request_fail(grp[k], rc, "%s", e.msg);
+            /* a cancelled request's partial transcript is dropped: the
+             * engine finishes it as cancelled */
+            if (choir_request_cancelled(grp[k])) choir_whisper_transcript_clear(&t[k]);
+            else if (rc) choir_request_fail(grp[k], rc, "%s", e.msg);
             else if (whisper_emit(grp[k], &t[k])) rc = CHOIR_ENOMEM;
             choir_whisper_transcript_clear(&t[k]);
         }

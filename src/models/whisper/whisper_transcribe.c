@@ -192,7 +192,13 @@ typedef struct wt_seek {
     int64_t total, content, seek;
     int prompt_reset_since;
     int language;
+    bool stopped; /* its caller cancelled it */
 } wt_seek;
+
+/* Polls opts->cancelled for input i; true when it is to stop. */
+static bool wt_cancelled(const choir_whisper_transcribe_opts *o, int i) {
+    return o->cancelled && o->cancelled(o->cancel_user, i) != 0;
+}
 
 /* openai's seek loop over n inputs in lockstep: each input moves through its
  * own windows exactly as it would alone (its own mel, prompt, seek and
@@ -237,9 +243,13 @@ static int wt_sequential(wt_state *st, const choir_whisper_input *in, int n_in,
         langs[i] = q->language;
     }
     for (;;) {
-        int na = 0;
-        for (int i = 0; i < n_in && !rc; i++)
-            if (sk[i].seek < sk[i].content) active[na++] = i;
+        int na = 0, n_stopped = 0;
+        for (int i = 0; i < n_in && !rc; i++) {
+            if (!sk[i].stopped && sk[i].seek < sk[i].content && wt_cancelled(o, i)) sk[i].stopped = true;
+            n_stopped += sk[i].stopped;
+            if (!sk[i].stopped && sk[i].seek < sk[i].content) active[na++] = i;
+        }
+        if (!rc && n_stopped == n_in) rc = choir_err_set(err, CHOIR_ECANCELED, "whisper: transcription cancelled");
         if (rc || na == 0) break;
         for (int j = 0; j < na; j++) {
             wt_seek *q = &sk[active[j]];
@@ -387,8 +397,27 @@ static int wt_batched(wt_state *st, const choir_whisper_input *in, int n_in,
         choir_whisper_cross_free(cross[0]);
         cross[0] = NULL;
     }
-    for (int64_t b0 = 0; b0 < n_items && !rc; b0 += B) {
+    bool *stopped = choir_calloc(CHOIR_MEM_OTHER, (size_t)n_in, sizeof *stopped);
+    if (!stopped) rc = wt_oom(err);
+    /* b0: the first item not yet decoded; items of inputs that stopped are
+     * dropped from the list before each batch is taken. */
+    int64_t b0 = 0;
+    while (b0 < n_items && !rc) {
+        int n_stopped = 0;
+        for (int i = 0; i < n_in; i++) {
+            if (!stopped[i] && wt_cancelled(o, i)) stopped[i] = true;
+            n_stopped += stopped[i];
+        }
+        if (n_stopped == n_in) {
+            rc = choir_err_set(err, CHOIR_ECANCELED, "whisper: transcription cancelled");
+            break;
+        }
+        int64_t kept = b0;
+        for (int64_t q = b0; q < n_items; q++)
+            if (!stopped[items[q].input]) items[kept++] = items[q];
+        n_items = kept;
         int nb = (int)(n_items - b0 < B ? n_items - b0 : B);
+        if (nb == 0) break;
         for (int j = 0; j < nb && !rc; j++) {
             const wt_item *it = &items[b0 + j];
             rc = wt_item_mel(&in[it->input], it, n_mels, chunk, mels + (size_t)j * n_mels * F, err);
@@ -410,7 +439,9 @@ static int wt_batched(wt_state *st, const choir_whisper_input *in, int n_in,
         if (!rc && o->progress)
             o->progress(o->progress_user, (double)done_samples / CHOIR_WHISPER_SAMPLE_RATE,
                         (double)total_samples / CHOIR_WHISPER_SAMPLE_RATE);
+        b0 += nb;
     }
+    choir_free(stopped);
 done:
     choir_free(items);
     choir_free(mels);
