@@ -22,10 +22,22 @@ refuses "unexpected argument 'b.wav' (one input file only)" "$CHOIR_BIN" vad a.w
 refuses "--chunk-seconds needs a number in [0, 86400], got 'abc'" "$CHOIR_BIN" sts --model m --chunk-seconds abc x.wav
 refuses "--threads needs a whole number in [1, 1024], got '0'" "$CHOIR_BIN" sts --model m --threads 0 x.wav
 refuses "--seed needs a whole number, got 'x'" "$CHOIR_BIN" sts --model m --seed x x.wav
+refuses "--seed needs a whole number, got '-1'" "$CHOIR_BIN" sep --model m --prompt p --seed -1 x.wav
+refuses "--steps needs a whole number in [1, 1024], got '0'" "$CHOIR_BIN" sep --model m --prompt p --steps 0 x.wav
+refuses "--method is midpoint or euler, got 'rk4'" "$CHOIR_BIN" sep --model m --prompt p --method rk4 x.wav
+refuses "--prompt TEXT is required" "$CHOIR_BIN" sep --model m x.wav
+refuses "--q-bits needs a whole number in [1, 1024], got 'four'" "$CHOIR_BIN" convert --in a --out b --q-bits four
+refuses "--in SRC and --out DST are required" "$CHOIR_BIN" convert --in a
+refuses "--dead needs a whole number in [0, 1000000], got 'ten'" "$CHOIR_BIN" jobs --stream s --dead ten
+refuses "--stream NAME is required" "$CHOIR_BIN" jobs --wait
+refuses "--stream, --task, --out and at least one PATH are required" "$CHOIR_BIN" submit --stream s --task vad
+refuses "unknown or incomplete option '--bogus'" "$CHOIR_BIN" stats --bogus
 # the usage is the table: every row is listed, help exits 0 on stdout
 out=$("$CHOIR_BIN" vad --help)
 for flag in --model --probs --threshold --min-speech --min-silence --pad --max-speech; do
     grep -q -- "^  $flag" <<<"$out" || { echo "FAIL: vad --help lacks $flag"; exit 1; }
 done
 "$CHOIR_BIN" sts -h | grep -q -- '^  --overlap-seconds O'
+"$CHOIR_BIN" sep --help | grep -q -- '^  --chunk-seconds S'
+"$CHOIR_BIN" convert --help | grep -q -- '^  --mlx-exact'
 echo ok

@@ -70,9 +70,10 @@ for name, d in deploys.items():
         vols = {v["name"] for v in spec["template"]["spec"].get("volumes", [])}
         assert mounts <= vols, (name, "mount of an undeclared volume", mounts - vols)
         if c["args"][0] == "serve":
-            for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+            for probe, path in (("readinessProbe", "/health/ready"), ("livenessProbe", "/health/live"),
+                                ("startupProbe", "/health/ready")):
                 g = c[probe]["httpGet"]
-                assert g["path"] == "/health" and g["port"] in ports, (name, probe, g)
+                assert g["path"] == path and g["port"] in ports, (name, probe, g)
             port_arg = int(c["args"][c["args"].index("--port") + 1])
             assert port_arg in ports.values(), (name, "--port is not a containerPort")
             grace = spec["template"]["spec"]["terminationGracePeriodSeconds"]

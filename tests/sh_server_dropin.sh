@@ -61,7 +61,9 @@ mkdir -p "$TMP/models/fake/voices"
 : >"$TMP/models/fake/voices/am_adam.bin"
 : >"$TMP/models/fake/voices/notes.txt"
 fake_model "$TMP/models/zz-speaker" ', "fixed_ms": 5'
+fake_model "$TMP/models/timed" ', "fixed_ms": 5, "segments": 1'
 start_server main --models "$TMP/models" --alias tts-1-hd=zz-speaker --voice-alias narrator=am_adam
+MAIN_U=$U
 
 # 1. Speech streams by default (chunked), as OpenAI's endpoint does; a client
 #    asks for one body with a length by "stream": false.
@@ -124,6 +126,97 @@ code=$(curl -s -o "$TMP/body" -w '%{http_code}' -F model=whisper-1 -F file=@"$TM
 [ "$code" = 415 ] || fail "whisper-1 transcription: $code $(cat "$TMP/body")"
 code=$(curl -s -o "$TMP/body" -w '%{http_code}' -F model=tts-2 -F file=@"$TMP/x.wav" "$U/v1/audio/transcriptions")
 [ "$code" = 404 ] || fail "unknown model transcription: $code"
+
+# Segments stream with the text (SSE deltas carry "segments"): one request
+# gives text and timestamps. The fake model makes one segment per piece.
+python3 - "$TMP/one.wav" <<'PY'
+import struct, sys
+n = 16000
+open(sys.argv[1], "wb").write(b"RIFF" + struct.pack("<I", 36 + 2 * n) + b"WAVEfmt " +
+    struct.pack("<IHHIIHH", 16, 1, 1, 16000, 32000, 2, 16) + b"data" + struct.pack("<I", 2 * n) + b"\0" * (2 * n))
+PY
+for fmt in verbose_json srt; do
+    code=$(curl -s -o "$TMP/body" -w '%{http_code}' -F model=timed -F file=@"$TMP/one.wav" -F stream=true \
+        -F response_format=$fmt "$U/v1/audio/transcriptions")
+    [ "$code" = 200 ] || fail "streamed transcription: $code $(cat "$TMP/body")"
+    python3 - "$TMP/body" <<'PY' || fail "segments over SSE ($fmt): $(cat "$TMP/body")"
+import json, sys
+events = [json.loads(e[6:]) for e in open(sys.argv[1]).read().split("\n\n") if e.startswith("data: ")]
+deltas = [e for e in events if e["type"] == "transcript.text.delta"]
+segs = [s for e in deltas for s in e.get("segments", [])]
+assert len(deltas) >= 3, "not streamed in pieces"
+assert sum(1 for e in deltas if e.get("segments")) >= 3, "segments did not come with the pieces"
+assert [s["id"] for s in segs] == [0, 1, 2, 3], segs
+assert all(abs(a["end"] - b["start"]) < 1e-9 for a, b in zip(segs, segs[1:])), segs
+assert segs[0]["start"] == 0 and abs(segs[-1]["end"] - 1.0) < 1e-9, segs
+assert events[-1]["type"] == "transcript.text.done" and "segments" not in events[-1]
+PY
+done
+code=$(curl -s -o "$TMP/body" -w '%{http_code}' -F model=timed -F file=@"$TMP/one.wav" -F stream=true \
+    "$U/v1/audio/transcriptions")
+grep -q '"segments"' "$TMP/body" && fail "segments in a stream that asked for json"
+
+# 4. chunking_strategy: VAD first (the real Silero model), then only the
+#    speech goes to the STT model; segment times come back on the upload's clock.
+JFK=${CHOIR_SHARED_DIR:?}/fixtures/real/speech/jfk.wav
+stt() { # MODEL URL CURL-FORM-ARGS...: body in $TMP/body
+    local model=$1 url=$2
+    shift 2
+    local code
+    code=$(curl -s -o "$TMP/body" -w '%{http_code}' -F model="$model" "$@" "$url/v1/audio/transcriptions")
+    echo "$code"
+}
+fake_samples() { sed -n 's/.*"text":"[^"]*\b\([0-9][0-9]*\) samples, checksum.*/\1/p' "$TMP/body"; }
+# on a server without a VAD model: auto transcribes everything, server_vad is refused
+[ "$(stt timed "$U" -F file=@"$JFK" -F chunking_strategy=auto)" = 200 ] || fail "auto without VAD"
+[ "$(fake_samples)" = 176000 ] || fail "auto without VAD changed the audio: $(cat "$TMP/body")"
+[ "$(stt timed "$U" -F file=@"$JFK" -F 'chunking_strategy={"type":"server_vad"}')" = 400 ] ||
+    fail "server_vad without a VAD model"
+grep -q '"code":"vad_unavailable"' "$TMP/body" || fail "server_vad without VAD: $(cat "$TMP/body")"
+mkdir -p "$TMP/vadmodels"
+"$BIN" convert --in "$CHOIR_SHARED_DIR/fixtures/real/vad/silero_vad_16k_op15.onnx" --out "$TMP/vadmodels/silero-vad" \
+    >/dev/null 2>&1 || fail "convert Silero"
+fake_model "$TMP/vadmodels/timed" ', "fixed_ms": 5, "segments": 1'
+start_server vad --models "$TMP/vadmodels"
+V=$U
+[ "$(stt timed "$V" -F file=@"$JFK")" = 200 ] || fail "no chunking"
+[ "$(fake_samples)" = 176000 ] || fail "without chunking_strategy the model hears all of it"
+[ "$(stt timed "$V" -F file=@"$JFK" -F chunking_strategy=auto -F response_format=verbose_json)" = 200 ] ||
+    fail "auto: $(cat "$TMP/body")"
+auto=$(fake_samples)
+[ -n "$auto" ] && [ "$auto" -lt 176000 ] && [ "$auto" -gt 100000 ] || fail "auto: the model heard $auto samples"
+vad_json=$("$BIN" vad --model "$TMP/vadmodels/silero-vad" "$JFK")
+python3 - "$TMP/body" "$vad_json" <<'PY' || fail "auto: segment times: $(cat "$TMP/body")"
+import json, sys
+v = json.load(open(sys.argv[1]))
+speech = json.loads(sys.argv[2])
+assert v["duration"] == 11.0, v["duration"]
+segs = v["segments"]
+assert len(segs) == 4
+assert all(0 <= s["start"] <= s["end"] <= 11.0 for s in segs), segs
+assert all(a["end"] <= b["start"] + 1e-9 for a, b in zip(segs, segs[1:])), segs
+# the first piece starts one padding (300 ms) before the first speech
+assert abs(segs[0]["start"] - (speech[0]["start"] - 0.3)) < 0.1, (segs[0], speech[0])
+assert abs(segs[-1]["end"] - min(11.0, speech[-1]["end"] + 0.3)) < 0.1, (segs[-1], speech[-1])
+PY
+[ "$(stt timed "$V" -F file=@"$JFK" -F 'chunking_strategy={"type":"server_vad","prefix_padding_ms":0,"silence_duration_ms":100,"threshold":0.5}')" = 200 ] ||
+    fail "server_vad: $(cat "$TMP/body")"
+tight=$(fake_samples)
+[ -n "$tight" ] && [ "$tight" -lt "$auto" ] || fail "no padding kept $tight samples, auto $auto"
+[ "$(stt timed "$V" -F file=@"$JFK" -F chunking_strategy=auto -F stream=true -F response_format=srt)" = 200 ] ||
+    fail "auto streamed"
+grep -q '"type":"transcript.text.done"' "$TMP/body" || fail "auto streamed: no done event"
+[ "$(stt timed "$V" -F file=@"$TMP/one.wav" -F chunking_strategy=auto -F response_format=verbose_json)" = 200 ] ||
+    fail "silence"
+python3 -c 'import json,sys; v=json.load(open(sys.argv[1])); assert v["text"] == "" and v["segments"] == [] and v["duration"] == 1.0, v' \
+    "$TMP/body" || fail "silence is not an empty transcript: $(cat "$TMP/body")"
+[ "$(stt timed "$V" -F file=@"$TMP/one.wav" -F chunking_strategy=auto -F stream=true)" = 200 ] || fail "silence streamed"
+grep -q '"type":"transcript.text.done","text":""' "$TMP/body" || fail "silence streamed: $(cat "$TMP/body")"
+for bad in sometimes '{"type":"client_vad"}' '{"type":"server_vad","threshold":2}' '{"type":"server_vad","prefix_padding_ms":-1}'; do
+    [ "$(stt timed "$V" -F file=@"$JFK" -F "chunking_strategy=$bad")" = 400 ] || fail "chunking_strategy=$bad accepted"
+    grep -q '"param":"chunking_strategy"' "$TMP/body" || fail "chunking_strategy=$bad: $(cat "$TMP/body")"
+done
+U=$MAIN_U
 
 # Voices: the list, OpenAI's names mapped, an unknown voice names those there are.
 req 200 "$U/v1/audio/voices"

@@ -11,6 +11,7 @@
 #include "testutil.h"
 
 #include "choir/alloc.h"
+#include "choir/pool.h"
 #include "choir/engine.h"
 #include "choir/log.h"
 #include "models/fake/fake_model.h"
@@ -284,6 +285,102 @@ static void test_refusals_and_cancel(void **state)
     choir_ticket_free(running);
     choir_ticket_free(q1);
     choir_ticket_free(q2);
+    choir_engine_free(e);
+}
+
+/* A deadline covers the compute as well as the queue: a request still
+ * running when it passes is stopped and fails with reason deadline (before,
+ * the deadline only bounded the wait to start, and this one ran its 2 s). */
+static void test_deadline_covers_compute(void **state)
+{
+    (void)state;
+    choir_fake_params fp = {.fixed_ms = 2000, .pieces = 20, .bytes_per_unit = 64};
+    choir_engine_params p = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
+    p.memory_budget = 64 << 20;
+    p.workers = 1;
+    choir_engine *e = engine_with(&p, "slow", model_dir("slow_compute", &fp));
+    choir_err err;
+    choir_reject_reason why;
+    choir_job j = tts_job("a long computation", NULL);
+    j.timeout_s = 0.5;
+    double t0 = (choir_now_ns() * 1e-9);
+    choir_ticket *t = choir_engine_submit(e, &j, &why, &err);
+    assert_non_null(t);
+    assert_int_equal(choir_ticket_wait(t, 5, &err), CHOIR_ETIMEDOUT);
+    double took = (choir_now_ns() * 1e-9) - t0;
+    print_message("a 2-s computation with a 0.5-s deadline ended after %.3f s\n", took);
+    assert_int_equal(choir_ticket_reason(t), CHOIR_REJECT_DEADLINE);
+    assert_true(took >= 0.5 && took < 0.9);
+    choir_engine_stats st;
+    choir_engine_get_stats(e, &st);
+    assert_int_equal(st.rejected[CHOIR_REJECT_DEADLINE], 1);
+    assert_int_equal(st.completed, 0);
+    choir_ticket_free(t);
+    choir_engine_free(e);
+}
+
+/* Refusal at submit: once a batch has been measured, a request whose
+ * predicted queue wait already passes its deadline is refused at once
+ * (reason backlog), one with room in its deadline is queued; the queue's
+ * figures for x-ratelimit headers follow the queue. */
+static void test_backlog_refused_at_submit(void **state)
+{
+    (void)state;
+    choir_fake_params fp = {.fixed_ms = 100, .bytes_per_unit = 64};
+    choir_engine_params p = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
+    p.memory_budget = 64 << 20;
+    p.max_batch = 1;
+    p.workers = 1;
+    choir_engine *e = engine_with(&p, "m", model_dir("backlog", &fp));
+    choir_err err;
+    choir_reject_reason why;
+    choir_job j = tts_job("measure me", NULL);
+    choir_engine_queue_info qi;
+    assert_int_equal(choir_engine_get_queue_info(e, "m", &qi), 0);
+    assert_int_equal(qi.capacity, p.queue_capacity);
+    assert_int_equal(qi.queued, 0);
+    assert_true(qi.predicted_s == 0);
+    assert_int_equal(choir_engine_get_queue_info(e, "nope", &qi), CHOIR_ENOTFOUND);
+    /* nothing measured yet: a short deadline is no reason to refuse */
+    j.timeout_s = 0.01;
+    choir_ticket *first = choir_engine_submit(e, &j, &why, &err);
+    assert_non_null(first);
+    choir_ticket_wait(first, 5, &err);
+    choir_ticket_free(first);
+    j.timeout_s = 0;
+    assert_int_equal(choir_ticket_wait(first = choir_engine_submit(e, &j, &why, &err), 5, &err), 0);
+    choir_ticket_free(first);
+    enum { AHEAD = 10 };
+    choir_ticket *ahead[AHEAD];
+    for (int i = 0; i < AHEAD; i++)
+        assert_non_null(ahead[i] = choir_engine_submit(e, &j, &why, &err));
+    assert_int_equal(choir_engine_get_queue_info(e, "m", &qi), 0);
+    print_message("queue: %d of %d waiting, %d running, predicted wait %.2f s\n", qi.queued, qi.capacity,
+                  qi.running, qi.predicted_s);
+    assert_true(qi.queued >= AHEAD - 2);
+    assert_true(qi.predicted_s > 0.5);
+    j.timeout_s = 0.3;
+    double t0 = (choir_now_ns() * 1e-9);
+    assert_null(choir_engine_submit(e, &j, &why, &err));
+    assert_true((choir_now_ns() * 1e-9) - t0 < 0.05);
+    assert_int_equal(err.code, CHOIR_EBUSY);
+    assert_int_equal(why, CHOIR_REJECT_BACKLOG);
+    assert_non_null(strstr(err.msg, "deadline"));
+    j.timeout_s = 10;
+    choir_ticket *fits = choir_engine_submit(e, &j, &why, &err);
+    assert_non_null(fits);
+    assert_int_equal(choir_ticket_wait(fits, 10, &err), 0);
+    for (int i = 0; i < AHEAD; i++) {
+        assert_int_equal(choir_ticket_wait(ahead[i], 10, &err), 0);
+        choir_ticket_free(ahead[i]);
+    }
+    choir_ticket_free(fits);
+    choir_engine_stats st;
+    choir_engine_get_stats(e, &st);
+    assert_int_equal(st.rejected[CHOIR_REJECT_BACKLOG], 1);
+    char *text = choir_engine_metrics_text(e);
+    assert_non_null(strstr(text, "choir_requests_rejected_total{reason=\"backlog\"} 1"));
+    choir_free(text);
     choir_engine_free(e);
 }
 
@@ -659,6 +756,8 @@ int main(void)
         cmocka_unit_test(test_streaming_pieces),
         cmocka_unit_test(test_stt_text_and_partials),
         cmocka_unit_test(test_refusals_and_cancel),
+        cmocka_unit_test(test_deadline_covers_compute),
+        cmocka_unit_test(test_backlog_refused_at_submit),
         cmocka_unit_test(test_lazy_load_and_lru),
         cmocka_unit_test(test_arena_overflow_retry),
         cmocka_unit_test(test_model_failure_is_per_request),

@@ -11,7 +11,8 @@
  * - an idle keep-alive connection is closed after its allowance.
  * Loopback only (127.0.0.0/8 gives every "client" its own address); bounded
  * in count and time. /health latencies are printed (docs/server.md quotes
- * them); the test asserts the answers. */
+ * them); the test asserts the answers, and outside the sanitizer build that
+ * the slowest beside 1,000 slowloris connections took under 100 ms. */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -131,6 +132,11 @@ static void test_slowloris_is_cut(void **state)
         if (w > worst)
             worst = w;
     }
+#ifndef CHOIR_SANITIZE
+    /* the issue's figure: 1,000 slow connections leave /health answering
+     * within 100 ms (the sanitizer build is only held to answering at all) */
+    assert_true(worst < 100.0);
+#endif
     /* the header deadline (3 s here) closes every one of them */
     while (count_open(fds, g_n) > 0 && hc_now() - opened < 8)
         usleep(100 * 1000);

@@ -132,19 +132,28 @@
   /* ---- models and health --------------------------------------------------- */
 
   let models = [];
+  /* 'key' while the server refuses the API calls for want of a key: the
+   * status pill says so instead of "ready" (the page itself needs none). */
+  let access = 'unknown';
 
   async function loadModels() {
     try {
       const res = await api('/v1/models');
       models = (await res.json()).data || [];
+      access = 'ok';
     } catch (e) {
       models = [];
+      access = e.status === 401 ? 'key' : 'unknown';
       for (const id of ['speak-msg', 'stt-msg', 'sts-msg']) {
         showMsg(id, 'Cannot list the models: ' + e.message);
         $(id).dataset.from = 'models';
       }
+      for (const sel of document.querySelectorAll('select[data-task]')) sel.textContent = '';
+      showVoices();
+      pollHealth();
       return;
     }
+    pollHealth();
     for (const sel of document.querySelectorAll('select[data-task]')) {
       const task = sel.dataset.task;
       const keep = sel.value;
@@ -157,19 +166,31 @@
       else if ($(msgId).dataset.from === 'models') showMsg(msgId, '');
       $(msgId).dataset.from = fit.length ? '' : 'models';
     }
-    const voices = models.flatMap((m) => m.voices || []);
-    if (voices.length) {
-      const list = $('voice-list');
-      list.textContent = '';
-      for (const v of voices) list.appendChild(new Option(v, v));
-    }
+    showVoices();
   }
+
+  /* The voice list offers the chosen model's own voices, nothing else. */
+  function showVoices() {
+    const m = models.find((x) => x.id === $('speak-model').value);
+    const voices = (m && m.voices) || [];
+    const list = $('voice-list');
+    list.textContent = '';
+    for (const v of voices) list.appendChild(new Option(v, v));
+    const input = $('speak-voice');
+    if (voices.length && !voices.includes(input.value)) input.value = voices.includes('af_heart') ? 'af_heart' : voices[0];
+  }
+  $('speak-model').addEventListener('change', showVoices);
 
   async function pollHealth() {
     const pill = $('server-state');
     try {
       const res = await fetch('/health');
       const j = await res.json().catch(() => ({}));
+      if (res.ok && access === 'key') {
+        pill.textContent = 'API key needed';
+        pill.className = 'pill warn';
+        return;
+      }
       pill.textContent = res.ok ? 'ready' : (j.status || 'HTTP ' + res.status);
       pill.className = 'pill ' + (res.ok ? 'ok' : 'warn');
     } catch (e) {
@@ -434,16 +455,8 @@
     if (failed) throw new Error('Transcription failed: ' + failed);
     rec.doneMs = performance.now() - t0;
     if (!rec.text.trim()) out.textContent = '(no speech found)';
-    /* The stream carries text only; timestamps, when asked for and not in
-     * the stream, come from one more request for verbose_json. */
-    if (wantTimes && !rec.segments.length) {
-      const fd2 = form();
-      fd2.append('response_format', 'verbose_json');
-      const res2 = await api('/v1/audio/transcriptions', { method: 'POST', body: fd2 });
-      const j = await res2.json();
-      rec.segments = j.segments || [];
-      showSegments(rec.segments);
-    }
+    /* The timestamps came with the text (the stream's events carry the
+     * segments): one request, one transcription. */
     $('stt-stats').textContent = 'First words after ' + fmtSeconds((rec.firstDeltaMs || rec.doneMs) / 1000) +
       ', done after ' + fmtSeconds(rec.doneMs / 1000) + ' (' + rec.deltas + ' pieces' +
       (rec.segments.length ? ', ' + rec.segments.length + ' segments' : '') + ').';

@@ -85,8 +85,16 @@ typedef struct choir_backend_cuda_opts {
  * device 0, f32 as stored, no TF32. */
 choir_backend *choir_backend_cuda(const choir_backend_cuda_opts *o, choir_err *err);
 
-/* Frees the backend. Every stream and every weight on it must be freed
- * first. NULL is a no-op. */
+/* A CUDA backend over a context the caller already has (a model's GPU
+ * object that other code shares): the context is not owned and must outlive
+ * the backend. bf16 as in choir_backend_cuda_opts. CHOIR_EUNSUPPORTED in
+ * builds without CUDA. */
+struct choir_cuda;
+choir_backend *choir_backend_cuda_over(struct choir_cuda *cu, bool bf16, choir_err *err);
+
+/* Frees the backend (and its CUDA context unless it came from
+ * choir_backend_cuda_over). Every stream and every weight on it must be
+ * freed first. NULL is a no-op. */
 void choir_backend_free(choir_backend *be);
 
 choir_backend_kind choir_backend_get_kind(const choir_backend *be);

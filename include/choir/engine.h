@@ -52,6 +52,8 @@ typedef enum choir_reject_reason {
     CHOIR_REJECT_SHUTDOWN,   /* the engine is shutting down (HTTP 503) */
     CHOIR_REJECT_CANCELLED,  /* the caller cancelled */
     CHOIR_REJECT_FAILED,     /* the model failed on it (HTTP 500) */
+    CHOIR_REJECT_BACKLOG,    /* refused at submit: the predicted wait plus compute already
+                                passes its deadline (HTTP 503) */
     CHOIR_REJECT_COUNT
 } choir_reject_reason;
 
@@ -177,7 +179,10 @@ typedef struct choir_job {
     const char *model_id;    /* NULL: the first registered model serving `req.task` */
     choir_request req;       /* task + input (+ stream flag); engine fields ignored */
     choir_priority priority;
-    double timeout_s;        /* deadline from now; 0 = none */
+    double timeout_s;        /* deadline from now, seconds, covering the queue wait and the
+                                compute: refused at submit when the predicted finish is
+                                later (CHOIR_REJECT_BACKLOG), failed when it passes while
+                                queued or running (CHOIR_REJECT_DEADLINE); 0 = none */
     choir_output_fn on_output; /* may be NULL: use choir_ticket_wait and no outputs */
     void *user;
 } choir_job;
@@ -200,6 +205,20 @@ int choir_ticket_done(const choir_ticket *t);
 choir_reject_reason choir_ticket_reason(const choir_ticket *t);
 /* Seconds advised before retrying a refused request (for Retry-After). */
 double choir_engine_retry_after(const choir_engine *e);
+
+/* A model's queue as a client sees it (x-ratelimit-style headers). */
+typedef struct choir_engine_queue_info {
+    int capacity;            /* requests the model's queue holds */
+    int queued;              /* requests waiting in it now */
+    int running;             /* requests running now (every model) */
+    double predicted_s;      /* predicted seconds from a submit now to its end: the
+                                work ahead over the workers plus one batch (0 until
+                                a batch has been measured) */
+} choir_engine_queue_info;
+
+/* Fills *out for model `id` (NULL: every model's queues summed). Returns 0 or
+ * CHOIR_ENOTFOUND. */
+int choir_engine_get_queue_info(choir_engine *e, const char *id, choir_engine_queue_info *out);
 /* Requests cancellation: a queued request is removed and its reservation
  * freed; a running one stops at the model's next output. The final output
  * carries CHOIR_ECANCELED. No-op when finished. */

@@ -160,6 +160,16 @@ int choir_kokoro_speak(const choir_kokoro *m, choir_phonemizer *ph, const choir_
  * (the per-call workspace; audio output not included). */
 int64_t choir_kokoro_estimate_bytes(int n_ids, int64_t frames);
 
+/* One piece's decoder inputs (host memory, read during the call). */
+typedef struct choir_kokoro_decode_input {
+    const float *asr;    /* [512, frames]: text encoding aligned to frames */
+    const float *f0;     /* [2 frames]: F0 in Hz */
+    const float *n;      /* [2 frames]: energy curve */
+    const float *noise;  /* [600 frames, 9] SineGen Gaussian draws, or NULL for zero */
+    const float *style;  /* the piece's 256-float style row (the decoder uses the first 128) */
+    int64_t frames;      /* >= 1 */
+} choir_kokoro_decode_input;
+
 /* --- the CUDA backend (CUDA builds only) --------------------------------- */
 #ifdef CHOIR_HAVE_CUDA
 #include "choir/cuda.h"
@@ -187,15 +197,6 @@ choir_kokoro_gpu *choir_kokoro_gpu_create(const choir_kokoro *m, choir_cuda *cu,
 /* Frees the device weights and buffers. NULL is a no-op. */
 void choir_kokoro_gpu_free(choir_kokoro_gpu *g);
 
-/* One piece's decoder inputs (host memory, read during the call). */
-typedef struct choir_kokoro_decode_input {
-    const float *asr;    /* [512, frames]: text encoding aligned to frames */
-    const float *f0;     /* [2 frames]: F0 in Hz */
-    const float *n;      /* [2 frames]: energy curve */
-    const float *noise;  /* [600 frames, 9] SineGen Gaussian draws, or NULL for zero */
-    const float *style;  /* the piece's 256-float style row (the decoder uses the first 128) */
-    int64_t frames;      /* >= 1 */
-} choir_kokoro_decode_input;
 
 /* Decodes n pieces in one batch on the GPU: audio[i] receives 600 *
  * in[i].frames samples at 24 kHz (choir_alloc'd, CHOIR_MEM_IO; the caller

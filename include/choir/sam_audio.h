@@ -16,8 +16,9 @@
  *
  * Units: audio is mono float in [-1, 1] at 48000 Hz; latents are time-major
  * [T, C]; times in seconds. A loaded model is immutable and may be shared by
- * many threads; every call allocates its working memory (choir_alloc,
- * CHOIR_MEM_ACTIVATIONS) and frees it before it returns. */
+ * many threads; every call takes its working memory (a stream of the
+ * model's backend, choir/backend.h: counted host memory on the CPU) and
+ * frees it before it returns. */
 #ifndef CHOIR_SAM_AUDIO_H
 #define CHOIR_SAM_AUDIO_H
 
@@ -47,6 +48,24 @@ typedef struct choir_sam choir_sam;
  * without one the model loads but text prompts fail (choir_sam_has_text).
  * NULL (and err naming the file and tensor) on failure. */
 choir_sam *choir_sam_load(const char *dir, const char *t5_dir, choir_err *err);
+/* Where the codec and the DiT run, and how (T5 always runs on the host). */
+typedef struct choir_sam_load_opts {
+    const char *t5_dir; /* as choir_sam_load's; NULL: looked for in DIR */
+    int device;         /* 0: the CPU; k >= 1: CUDA device k - 1 (CHOIR_EUNSUPPORTED in a
+                         * build without CUDA, CHOIR_ENOTFOUND without that device) */
+    int bf16;           /* CUDA: the DiT's f32 matrices stored as bf16 */
+} choir_sam_load_opts;
+/* choir_sam_load with options (NULL: the CPU, T5 looked for in DIR). On a
+ * GPU the weights are copied to the device at load; every call below then
+ * uploads its inputs, runs there and downloads its outputs, one call at a
+ * time per model (the device is locked around each). */
+choir_sam *choir_sam_load_ex(const char *dir, const choir_sam_load_opts *opts, choir_err *err);
+/* "cpu" or "cuda:N". */
+const char *choir_sam_backend_name(const choir_sam *m);
+/* Device bytes the model holds now (its weights, between calls), and in
+ * *peak (may be NULL) the most held so far, working memory included; 0 on
+ * the CPU, whose memory choir/alloc.h counts. */
+int64_t choir_sam_device_bytes(const choir_sam *m, int64_t *peak);
 /* NULL is a no-op. */
 void choir_sam_free(choir_sam *m);
 /* Bytes of weights mapped or held (codec, DiT, T5). */

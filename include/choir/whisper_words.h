@@ -68,6 +68,22 @@ int choir_whisper_alignment_heads(const choir_whisper_dims *d, bool large_v1, ch
 int choir_whisper_parse_alignment_heads(const cJSON *list, const choir_whisper_dims *d,
                                         choir_whisper_head *out, choir_err *err);
 
+/* The network's part: a teacher-forced decoder pass over `tokens` (the
+ * window's whole sequence from <|startoftranscript|>, n_tokens of them, 1 ..
+ * n_text_ctx) attending to the window `cross` (choir_whisper_cross_create),
+ * from an empty cache. Writes, for each of the n_heads heads (1 ..
+ * CHOIR_WHISPER_MAX_HEADS, inside the model's layers and heads), the
+ * pre-softmax cross-attention logits q.k / sqrt(head dim) of every position
+ * into qk [n_heads][n_tokens][n_audio_ctx] (the `qk` of
+ * choir_whisper_alignment_matrix, qk_stride n_audio_ctx, qk_scale 1), and,
+ * when logits is not NULL, every position's logits [n_tokens][n_vocab]. Both
+ * are the caller's host memory. Returns 0, CHOIR_EINVAL (bad argument, a
+ * token outside the vocabulary), CHOIR_ENOMEM, or CHOIR_EUNSUPPORTED on a
+ * GPU-attached model (not yet). */
+int choir_whisper_cross_qk(const choir_whisper *m, const choir_whisper_cross *cross,
+                           const int32_t *tokens, int n_tokens, const choir_whisper_head *heads,
+                           int n_heads, float *qk, float *logits, choir_err *err);
+
 /* --- the cost matrix and its path --------------------------------------------- */
 
 /* Builds the alignment matrix from raw cross-attention logits.

@@ -286,7 +286,10 @@ static int decode_source(source *src, const choir_decode_opts *opts, choir_audio
             goto fail;
         }
         if ((rc = reserve_frames(out, &cap, out->frames + made, out_rate, opts, err)) != CHOIR_OK) goto fail;
-        memcpy(out->samples + out->frames * out_ch, resampled, (size_t)made * (size_t)out_ch * sizeof(float));
+        /* the resampler may hold back a whole first block (its delay): then
+         * nothing is reserved yet and samples may still be NULL */
+        if (made > 0)
+            memcpy(out->samples + out->frames * out_ch, resampled, (size_t)made * (size_t)out_ch * sizeof(float));
         out->frames += made;
     }
     if (src->finish && (rc = src->finish(src, read_total, err)) != CHOIR_OK) goto fail;

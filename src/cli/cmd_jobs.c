@@ -2,25 +2,12 @@
  * it to drain. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "choir/jobqueue.h"
 #include "cli/cli.h"
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: choir jobs --redis URL --stream NAME [--group G] [--json] [--dead N]\n"
-            "                  [--wait] [--timeout S]\n"
-            "\n"
-            "Shows how many jobs were submitted, are done, dead-lettered, pending (taken by\n"
-            "a worker, not yet acknowledged) and queued (not yet taken).\n"
-            "  --json        one JSON object instead of text\n"
-            "  --dead N      also list up to N dead-lettered jobs with their errors\n"
-            "  --wait        wait until every submitted job is done or dead (exit 0), or\n"
-            "                until --timeout S passes (exit 1)\n");
-}
+#include "cli/opt.h"
 
 static void print_dead(void *user, const char *id, const choir_jobspec *spec, const char *error, int attempts) {
     (void)user;
@@ -37,34 +24,31 @@ int choir_cmd_jobs(int argc, char **argv) {
     choir_jobqueue_params qp = choir_jobqueue_default_params();
     int json = 0, wait = 0, dead_max = 0;
     double timeout_s = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(a, "--json") == 0) {
-            json = 1;
-        } else if (strcmp(a, "--wait") == 0) {
-            wait = 1;
-        } else if (val && strcmp(a, "--redis") == 0) {
-            qp.url = argv[++i];
-        } else if (val && strcmp(a, "--stream") == 0) {
-            qp.stream = argv[++i];
-        } else if (val && strcmp(a, "--group") == 0) {
-            qp.group = argv[++i];
-        } else if (val && strcmp(a, "--dead") == 0) {
-            dead_max = atoi(argv[++i]);
-        } else if (val && strcmp(a, "--timeout") == 0) {
-            timeout_s = atof(argv[++i]);
-        } else {
-            fprintf(stderr, "choir jobs: unknown or incomplete option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
+    const cli_opt flags[] = {
+        {"--redis", CLI_STRING, &qp.url, 0, 0, "URL", "redis://[:password@]host[:port][/db] (default redis://127.0.0.1:6379)"},
+        {"--stream", CLI_STRING, &qp.stream, 0, 0, "NAME", "the jobs stream (required)"},
+        {"--group", CLI_STRING, &qp.group, 0, 0, "G", "consumer group (default choir)"},
+        {"--json", CLI_FLAG, &json, 0, 0, NULL, "one JSON object instead of text"},
+        {"--dead", CLI_INT, &dead_max, 0, 1000000, "N", "also list up to N dead-lettered jobs with their errors"},
+        {"--wait", CLI_FLAG, &wait, 0, 0, NULL,
+         "wait until every submitted job is done or dead (exit 0), or\nuntil --timeout S passes (exit 1)"},
+        {"--timeout", CLI_DOUBLE, &timeout_s, 0, 1e9, "S", "how long --wait waits (default: no limit)"},
+    };
+    const cli_spec spec = {
+        .cmd = "jobs",
+        .synopsis = "usage: choir jobs --redis URL --stream NAME [--group G] [--json] [--dead N]\n"
+                    "                  [--wait] [--timeout S]\n"
+                    "\n"
+                    "Shows how many jobs were submitted, are done, dead-lettered, pending (taken by\n"
+                    "a worker, not yet acknowledged) and queued (not yet taken).\n",
+        .opts = flags,
+        .n_opts = (int)(sizeof flags / sizeof flags[0]),
+    };
+    int parsed = cli_parse(&spec, argc, argv);
+    if (parsed >= 0) return parsed;
     if (!qp.stream) {
-        usage(stderr);
+        fprintf(stderr, "choir jobs: --stream NAME is required\n");
+        cli_usage(&spec, stderr);
         return 2;
     }
     choir_err err = {0};

@@ -7,58 +7,43 @@
 
 #include <curl/curl.h>
 
+#include "choir/hub.h"
 #include "cli/cli.h"
-#include "io/hub.h"
-
-static void pull_usage(FILE *f)
-{
-    fprintf(f, "usage: choir pull REPO [--revision R] [--to DIR] [--endpoint URL] [--json] [--quiet]\n"
-               "\n"
-               "Downloads the Hugging Face Hub repository REPO (owner/name) into DIR\n"
-               "(default: models/NAME). Files already there and intact are kept; an\n"
-               "interrupted download resumes; LFS files are checked against their SHA-256.\n"
-               "\n"
-               "  --revision R    branch, tag or commit (default main)\n"
-               "  --to DIR        destination directory\n"
-               "  --endpoint URL  Hub address (default $HF_ENDPOINT or https://huggingface.co)\n"
-               "  --json          print a JSON summary on stdout\n"
-               "  --quiet         no progress bar\n"
-               "Set HF_TOKEN for gated or private repositories.\n");
-}
+#include "cli/opt.h"
 
 int choir_cmd_pull(int argc, char **argv)
 {
     const char *repo = NULL, *to = NULL;
     choir_hub_params p = {0};
     int json = 0, quiet = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            pull_usage(stdout);
-            return 0;
-        } else if (strcmp(a, "--json") == 0) {
-            json = 1;
-        } else if (strcmp(a, "--quiet") == 0) {
-            quiet = 1;
-        } else if ((strcmp(a, "--revision") == 0 || strcmp(a, "--to") == 0 || strcmp(a, "--endpoint") == 0) &&
-                   i + 1 < argc) {
-            const char *v = argv[++i];
-            if (a[2] == 'r')
-                p.revision = v;
-            else if (a[2] == 't')
-                to = v;
-            else
-                p.endpoint = v;
-        } else if (a[0] != '-' && !repo) {
-            repo = a;
-        } else {
-            fprintf(stderr, "choir pull: unexpected argument %s\n", a);
-            pull_usage(stderr);
-            return 2;
-        }
-    }
+    int n_repos = 0;
+    const cli_opt flags[] = {
+        {"--revision", CLI_STRING, &p.revision, 0, 0, "R", "branch, tag or commit (default main)"},
+        {"--to", CLI_STRING, &to, 0, 0, "DIR", "destination directory"},
+        {"--endpoint", CLI_STRING, &p.endpoint, 0, 0, "URL", "Hub address (default $HF_ENDPOINT or https://huggingface.co)"},
+        {"--json", CLI_FLAG, &json, 0, 0, NULL, "print a JSON summary on stdout"},
+        {"--quiet", CLI_FLAG, &quiet, 0, 0, NULL, "no progress bar"},
+    };
+    const cli_spec spec = {
+        .cmd = "pull",
+        .synopsis = "usage: choir pull REPO [--revision R] [--to DIR] [--endpoint URL] [--json] [--quiet]\n"
+                    "\n"
+                    "Downloads the Hugging Face Hub repository REPO (owner/name) into DIR\n"
+                    "(default: models/NAME). Files already there and intact are kept; an\n"
+                    "interrupted download resumes; LFS files are checked against their SHA-256.\n"
+                    "Set HF_TOKEN for gated or private repositories.\n\n",
+        .opts = flags,
+        .n_opts = (int)(sizeof flags / sizeof flags[0]),
+        .positional = &repo,
+        .max_positional = 1,
+        .n_positional = &n_repos,
+        .positional_what = "repository",
+    };
+    int parsed = cli_parse(&spec, argc, argv);
+    if (parsed >= 0) return parsed;
     if (!repo) {
-        pull_usage(stderr);
+        fprintf(stderr, "choir pull: no repository given (owner/name)\n");
+        cli_usage(&spec, stderr);
         return 2;
     }
     char dest[4096];

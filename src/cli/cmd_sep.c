@@ -5,7 +5,6 @@
  * residual samples are encoded to their files as soon as they exist, so the
  * output files grow while the rest is computed. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -15,25 +14,7 @@
 #include "choir/pool.h"
 #include "choir/sam_audio.h"
 #include "cli/cli.h"
-
-static int sep_usage(FILE *f) {
-    fprintf(f, "usage: choir sep --model DIR --prompt TEXT IN [-o TARGET] [--residual RESIDUAL] [options]\n\n"
-               "Separates what TEXT describes (\"man speaking\", \"a dog barking\") from IN with SAM-Audio.\n"
-               "Output is mono 48 kHz.\n\n"
-               "  -o TARGET             target file (default: IN's name + _target.wav)\n"
-               "  --residual FILE       also write the residual (everything else)\n"
-               "  --t5 DIR              the T5 encoder folder (default DIR/t5)\n"
-               "  --anchors SPEC        span prompts: \"+:0.5:1.2,-:3:4\" (seconds; + target, - not)\n"
-               "  --steps N             ODE steps (default 16)\n"
-               "  --method M            midpoint (default) or euler (half the network evaluations)\n"
-               "  --chunk-seconds S     chunk length (default 10)\n"
-               "  --overlap-seconds O   crossfade between chunks (default 3, at most chunk/2)\n"
-               "  --seed N              noise seed (chunk i uses N + i; default 42)\n"
-               "  --format F            wav (16-bit, default), wav_f32, flac, mp3, opus, aac, pcm\n"
-               "  --threads N           compute threads\n"
-               "  --quiet               no progress\n");
-    return f == stdout ? 0 : 2;
-}
+#include "cli/opt.h"
 
 typedef struct sep_run {
     choir_encoder *t, *r;
@@ -63,40 +44,53 @@ int choir_cmd_sep(int argc, char **argv) {
     const char *fmt = "wav";
     choir_sam_params p;
     choir_sam_default_params(&p);
-    int quiet = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return sep_usage(stdout);
-        if (!strcmp(a, "--quiet")) {
-            quiet = 1;
-            continue;
-        }
-        if (a[0] != '-') {
-            if (in) return sep_usage(stderr);
-            in = a;
-            continue;
-        }
-        if (i + 1 >= argc) return sep_usage(stderr);
-        const char *v = argv[++i];
-        if (!strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--prompt") || !strcmp(a, "--description")) prompt = v;
-        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) out = v;
-        else if (!strcmp(a, "--residual")) res = v;
-        else if (!strcmp(a, "--t5")) t5 = v;
-        else if (!strcmp(a, "--anchors")) anchors = v;
-        else if (!strcmp(a, "--steps")) p.steps = atoi(v);
-        else if (!strcmp(a, "--method")) {
-            if (!strcmp(v, "euler")) p.method = CHOIR_SAM_EULER;
-            else if (!strcmp(v, "midpoint")) p.method = CHOIR_SAM_MIDPOINT;
-            else return sep_usage(stderr);
-        } else if (!strcmp(a, "--chunk-seconds")) p.chunk_seconds = atof(v);
-        else if (!strcmp(a, "--overlap-seconds")) p.overlap_seconds = atof(v);
-        else if (!strcmp(a, "--seed")) p.seed = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--format")) fmt = v;
-        else if (!strcmp(a, "--threads")) choir_pool_set_default_threads(atoi(v));
-        else return sep_usage(stderr);
+    int quiet = 0, threads = 0, n_in = 0;
+    const char *method = NULL;
+    const cli_opt flags[] = {
+        {"--model", CLI_STRING, &model, 0, 0, "DIR", "SAM-Audio model folder (required)"},
+        {"--prompt", CLI_STRING, &prompt, 0, 0, "TEXT", "what to separate (required)"},
+        {"--description", CLI_STRING, &prompt, 0, 0, "TEXT", "the same as --prompt"},
+        {"-o", CLI_STRING, &out, 0, 0, "TARGET", "target file (default: IN's name + _target.wav)"},
+        {"--output", CLI_STRING, &out, 0, 0, "TARGET", "the same as -o"},
+        {"--residual", CLI_STRING, &res, 0, 0, "FILE", "also write the residual (everything else)"},
+        {"--t5", CLI_STRING, &t5, 0, 0, "DIR", "the T5 encoder folder (default DIR/t5)"},
+        {"--anchors", CLI_STRING, &anchors, 0, 0, "SPEC",
+         "span prompts: \"+:0.5:1.2,-:3:4\" (seconds; + target, - not)"},
+        {"--steps", CLI_INT, &p.steps, 1, 1024, "N", "ODE steps (default 16)"},
+        {"--method", CLI_STRING, &method, 0, 0, "M", "midpoint (default) or euler (half the network evaluations)"},
+        {"--chunk-seconds", CLI_DOUBLE, &p.chunk_seconds, 0, 86400, "S", "chunk length (default 10; 0.2..400)"},
+        {"--overlap-seconds", CLI_DOUBLE, &p.overlap_seconds, 0, 86400, "O",
+         "crossfade between chunks (default 3, at most chunk/2)"},
+        {"--seed", CLI_U64, &p.seed, 0, 0, "N", "noise seed (chunk i uses N + i; default 42)"},
+        {"--format", CLI_STRING, &fmt, 0, 0, "F", "wav (16-bit, default), wav_f32, flac, mp3, opus, aac, pcm"},
+        {"--threads", CLI_INT, &threads, 1, 1024, "N", "compute threads"},
+        {"--quiet", CLI_FLAG, &quiet, 0, 0, NULL, "no progress"},
+    };
+    const cli_spec spec = {
+        .cmd = "sep",
+        .synopsis = "usage: choir sep --model DIR --prompt TEXT IN [-o TARGET] [--residual RESIDUAL] [options]\n\n"
+                    "Separates what TEXT describes (\"man speaking\", \"a dog barking\") from IN with SAM-Audio.\n"
+                    "Output is mono 48 kHz.\n\n",
+        .opts = flags,
+        .n_opts = (int)(sizeof flags / sizeof flags[0]),
+        .positional = &in,
+        .max_positional = 1,
+        .n_positional = &n_in,
+        .positional_what = "input file",
+    };
+    int parsed = cli_parse(&spec, argc, argv);
+    if (parsed >= 0) return parsed;
+    if (method && !strcmp(method, "euler")) p.method = CHOIR_SAM_EULER;
+    else if (method && strcmp(method, "midpoint")) {
+        fprintf(stderr, "choir sep: --method is midpoint or euler, got '%s'\n", method);
+        return 2;
     }
-    if (!model || !prompt || !in) return sep_usage(stderr);
+    if (!model || !prompt || !in) {
+        fprintf(stderr, "choir sep: %s is required\n", !model ? "--model DIR" : !prompt ? "--prompt TEXT" : "an input file");
+        cli_usage(&spec, stderr);
+        return 2;
+    }
+    if (threads) choir_pool_set_default_threads(threads);
     choir_err err = {0};
     choir_audio_format format;
     choir_sam_anchor an[CHOIR_SAM_MAX_ANCHORS];

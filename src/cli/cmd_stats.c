@@ -8,6 +8,7 @@
 
 #include "choir/alloc.h"
 #include "cli/cli.h"
+#include "cli/opt.h"
 
 typedef struct body {
     char *text;
@@ -46,15 +47,6 @@ static double sample(const char *text, const char *series, int *found)
     }
     *found = 0;
     return 0;
-}
-
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: choir stats [--url URL] [--api-key KEY] [--raw]\n"
-               "Reads URL/metrics of a running `choir serve` (default http://127.0.0.1:8000)\n"
-               "and prints queue, memory, latency and rejection figures, each device's memory\n"
-               "and batches, and each model's replicas and placement (--raw: the whole page).\n"
-               "--api-key (default $CHOIR_API_KEY) is sent when the server requires one.\n");
 }
 
 static void line(const char *text, const char *label, const char *series, double scale, const char *unit)
@@ -142,22 +134,22 @@ int choir_cmd_stats(int argc, char **argv)
     const char *url = "http://127.0.0.1:8000";
     const char *key = getenv("CHOIR_API_KEY");
     int raw = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--url") == 0 && i + 1 < argc) {
-            url = argv[++i];
-        } else if (strcmp(argv[i], "--api-key") == 0 && i + 1 < argc) {
-            key = argv[++i];
-        } else if (strcmp(argv[i], "--raw") == 0) {
-            raw = 1;
-        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "choir stats: unknown argument '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-    }
+    const cli_opt flags[] = {
+        {"--url", CLI_STRING, &url, 0, 0, "URL", "the server (default http://127.0.0.1:8000)"},
+        {"--api-key", CLI_STRING, &key, 0, 0, "KEY", "sent when the server requires one (default $CHOIR_API_KEY)"},
+        {"--raw", CLI_FLAG, &raw, 0, 0, NULL, "print the whole page"},
+    };
+    const cli_spec spec = {
+        .cmd = "stats",
+        .synopsis = "usage: choir stats [--url URL] [--api-key KEY] [--raw]\n"
+                    "Reads URL/metrics of a running `choir serve` and prints queue, memory, latency and\n"
+                    "rejection figures, each device's memory and batches, and each model's replicas\n"
+                    "and placement.\n",
+        .opts = flags,
+        .n_opts = (int)(sizeof flags / sizeof flags[0]),
+    };
+    int parsed = cli_parse(&spec, argc, argv);
+    if (parsed >= 0) return parsed;
     char full[2048];
     size_t ul = strlen(url);
     snprintf(full, sizeof full, "%s%s", url, ul && url[ul - 1] == '/' ? "metrics" : "/metrics");

@@ -6,7 +6,6 @@
  * resampled back and encoded as soon as it is handed out: memory is bounded
  * by the chunk, not by the recording. --reference runs ClearerVoice's own
  * window plan on the whole file instead (needs the whole file in memory). */
-#include <errno.h>
 #include <math.h>
 #include <sndfile.h>
 #include <stdio.h>
@@ -202,7 +201,6 @@ static int sts_command(int argc, char **argv, char *spool, size_t spool_cap) {
     int reference = 0, quiet = 0, threads = 0;
     choir_mf2_params p;
     choir_mf2_default_params(&p);
-    const char *seed = NULL;
     int streamed = 0, n_in = 0;
     const cli_opt flags[] = {
         {"--model", CLI_STRING, &model, 0, 0, "DIR", "MossFormer2_SE_48K model directory (required)"},
@@ -222,7 +220,7 @@ static int sts_command(int argc, char **argv, char *spool, size_t spool_cap) {
         {"--dither", CLI_FLOAT, &p.dither, 0, 1e6, "D",
          "fbank dither (int16 scale). Default 0: output is deterministic;\nthe reference uses 1.0 with an "
          "unseeded generator"},
-        {"--seed", CLI_STRING, &seed, 0, 0, "N", "seed of the dither generator (default fixed)"},
+        {"--seed", CLI_U64, &p.seed, 0, 0, "N", "seed of the dither generator (default fixed)"},
         {"--threads", CLI_INT, &threads, 1, 1024, "N", "compute threads"},
         {"--quiet", CLI_FLAG, &quiet, 0, 0, NULL, "no progress bar or summary"},
     };
@@ -242,15 +240,6 @@ static int sts_command(int argc, char **argv, char *spool, size_t spool_cap) {
     };
     int parsed = cli_parse(&spec, argc, argv);
     if (parsed >= 0) return parsed;
-    if (seed) {
-        char *end = NULL;
-        errno = 0;
-        p.seed = strtoull(seed, &end, 0);
-        if (end == seed || *end || errno || *seed == '-') {
-            fprintf(stderr, "choir sts: --seed needs a whole number, got '%s'\n", seed);
-            return 2;
-        }
-    }
     if (!model || !in) {
         fprintf(stderr, "choir sts: %s\n",
                 !model ? "--model DIR is required" : "no input file given (a path, or - for standard input)");

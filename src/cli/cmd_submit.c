@@ -10,18 +10,7 @@
 
 #include "choir/jobqueue.h"
 #include "cli/cli.h"
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: choir submit --redis URL --stream NAME --task vad|stt|tts|sts --out DIR\n"
-            "                    [--model ID] [--options JSON] [--ext EXT] PATH...\n"
-            "\n"
-            "Enqueues one job per file: each PATH is a file, or a directory whose regular\n"
-            "files (not recursing, sorted by name) are all taken. The result of\n"
-            "DIR/../name.wav goes to OUTDIR/name.EXT (EXT: json for vad/stt, wav for\n"
-            "tts/sts; for tts the inputs are text files). Paths are made absolute (links kept) so workers\n"
-            "anywhere on the same file system find them. Prints the number of jobs queued.\n");
-}
+#include "cli/opt.h"
 
 typedef struct submit_ctx {
     choir_jobqueue *q;
@@ -84,39 +73,37 @@ int choir_cmd_submit(int argc, char **argv) {
     const char *paths[argc > 0 ? argc : 1];
     int n_paths = 0;
     const char *task = NULL, *model = "", *options = "";
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return 0;
-        }
-        if (strncmp(a, "--", 2) != 0) {
-            paths[n_paths++] = a;
-            continue;
-        }
-        if (!val) {
-            fprintf(stderr, "choir submit: %s needs a value\n", a);
-            return 2;
-        }
-        i++;
-        if (strcmp(a, "--redis") == 0) qp.url = val;
-        else if (strcmp(a, "--stream") == 0) qp.stream = val;
-        else if (strcmp(a, "--group") == 0) qp.group = val;
-        else if (strcmp(a, "--task") == 0) task = val;
-        else if (strcmp(a, "--out") == 0) c.out_dir = val;
-        else if (strcmp(a, "--model") == 0) model = val;
-        else if (strcmp(a, "--options") == 0) options = val;
-        else if (strcmp(a, "--ext") == 0) c.ext = val;
-        else {
-            fprintf(stderr, "choir submit: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
+    const cli_opt flags[] = {
+        {"--redis", CLI_STRING, &qp.url, 0, 0, "URL", "redis://[:password@]host[:port][/db] (default redis://127.0.0.1:6379)"},
+        {"--stream", CLI_STRING, &qp.stream, 0, 0, "NAME", "the jobs stream (required)"},
+        {"--group", CLI_STRING, &qp.group, 0, 0, "G", "consumer group (default choir)"},
+        {"--task", CLI_STRING, &task, 0, 0, "T", "vad, stt, tts or sts (required)"},
+        {"--out", CLI_STRING, &c.out_dir, 0, 0, "DIR", "where the results go (required; must exist)"},
+        {"--model", CLI_STRING, &model, 0, 0, "ID", "the model id the workers serve it with (default: the task's first)"},
+        {"--options", CLI_STRING, &options, 0, 0, "JSON", "task options (docs/scaling.md)"},
+        {"--ext", CLI_STRING, &c.ext, 0, 0, "EXT", "the results' extension"},
+    };
+    const cli_spec spec = {
+        .cmd = "submit",
+        .synopsis = "usage: choir submit --redis URL --stream NAME --task vad|stt|tts|sts --out DIR\n"
+                    "                    [--model ID] [--options JSON] [--ext EXT] PATH...\n"
+                    "\n"
+                    "Enqueues one job per file: each PATH is a file, or a directory whose regular\n"
+                    "files (not recursing, sorted by name) are all taken. The result of\n"
+                    "DIR/../name.wav goes to OUTDIR/name.EXT (EXT: json for vad/stt, wav for\n"
+                    "tts/sts; for tts the inputs are text files). Paths are made absolute (links kept) so workers\n"
+                    "anywhere on the same file system find them. Prints the number of jobs queued.\n",
+        .opts = flags,
+        .n_opts = (int)(sizeof flags / sizeof flags[0]),
+        .positional = paths,
+        .max_positional = argc,
+        .n_positional = &n_paths,
+    };
+    int parsed = cli_parse(&spec, argc, argv);
+    if (parsed >= 0) return parsed;
     if (!qp.stream || !task || !c.out_dir || n_paths == 0) {
         fprintf(stderr, "choir submit: --stream, --task, --out and at least one PATH are required\n");
-        usage(stderr);
+        cli_usage(&spec, stderr);
         return 2;
     }
     char out_abs[PATH_MAX];

@@ -1,5 +1,7 @@
 /* The commands' option parser (opt.h). */
+#include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "choir/parse.h"
@@ -32,6 +34,8 @@ static int bad_value(const cli_spec *s, const cli_opt *o, const char *v)
 {
     if (o->kind == CLI_SIZE)
         fprintf(stderr, "choir %s: %s needs a size like 512M or 8G, got '%s'\n", s->cmd, o->name, v ? v : "");
+    else if (o->kind == CLI_U64)
+        fprintf(stderr, "choir %s: %s needs a whole number, got '%s'\n", s->cmd, o->name, v ? v : "");
     else
         fprintf(stderr, "choir %s: %s needs %s in [%.10g, %.10g], got '%s'\n", s->cmd, o->name,
                 o->kind == CLI_INT ? "a whole number" : "a number", o->lo, o->hi, v ? v : "");
@@ -55,6 +59,16 @@ static int apply(const cli_spec *s, const cli_opt *o, const char *v)
             return bad_value(s, o, v);
         *(int64_t *)o->dest = bytes;
         return -1;
+    case CLI_U64: {
+        char *end = NULL;
+        errno = 0;
+        int hex = v && v[0] == '0' && (v[1] == 'x' || v[1] == 'X');
+        unsigned long long u = v && *v >= '0' && *v <= '9' ? strtoull(v, &end, hex ? 16 : 10) : 0;
+        if (!end || *end || errno)
+            return bad_value(s, o, v);
+        *(uint64_t *)o->dest = (uint64_t)u;
+        return -1;
+    }
     case CLI_INT:
     case CLI_FLOAT:
     case CLI_DOUBLE:

@@ -17,6 +17,7 @@ typedef enum cli_kind {
     CLI_FLOAT,  /* a number in [lo, hi]: *(float *)dest */
     CLI_DOUBLE, /* a number in [lo, hi]: *(double *)dest */
     CLI_SIZE,   /* bytes (choir_parse_size), > 0: *(int64_t *)dest */
+    CLI_U64,    /* a whole number, decimal or 0x hex, 0..2^64-1 (seeds): *(uint64_t *)dest */
 } cli_kind;
 
 typedef struct cli_opt {

@@ -304,6 +304,60 @@ static const void *any_weights(const engine_model *m)
     return NULL;
 }
 
+/* Seconds a batch of n requests takes, from the batches measured so far: a
+ * least-squares line t = a + c n over them, recent ones weighted most. While
+ * every measured batch had the same size the split between a fixed and a
+ * per-request cost is unknown, and all of it is taken as per request (the
+ * cautious choice: it predicts the longest waits). 0 before any batch.
+ * Engine lock held. */
+static double batch_cost(const choir_engine *e, double n)
+{
+    const double w = e->fit_w, sn = e->fit_n, snn = e->fit_nn, st = e->fit_t, snt = e->fit_nt;
+    if (!(w > 0))
+        return 0;
+    double var = w * snn - sn * sn;
+    double a = 0, c = st / sn;
+    if (var > 1e-6 * w * w) {
+        c = (w * snt - sn * st) / var;
+        a = (st - c * sn) / w;
+        if (c < 0) {
+            c = 0;
+            a = st / w;
+        } else if (a < 0) {
+            a = 0;
+            c = snt / snn;
+        }
+    }
+    return a + c * n;
+}
+
+/* Seconds from a submit now to the start of its batch, and (in *finish)
+ * to its end: half of what is running, then the full batches queued ahead,
+ * over the workers; then its own batch (the queue's remainder plus it).
+ * 0 until a batch has been measured. `max_batch`: the model's largest batch.
+ * Batches grow with the queue: a model whose batch costs little more than
+ * one request is predicted to drain a long queue quickly. Engine lock held. */
+static double predicted_wait_locked(const choir_engine *e, int max_batch, double *finish)
+{
+    if (finish)
+        *finish = 0;
+    if (!(e->fit_w > 0))
+        return 0;
+    sched_state st;
+    sched_get_state(e->core, &st);
+    int b = st.eff_max_batch < max_batch ? st.eff_max_batch : max_batch;
+    if (b < 1)
+        b = 1;
+    double running = st.running_batches > 0
+                         ? 0.5 * st.running_batches * batch_cost(e, (double)st.running_reqs / st.running_batches)
+                         : 0;
+    double ahead = floor((double)st.queued / b) * batch_cost(e, b);
+    double wait = (running + ahead) / e->p.workers;
+    if (finish)
+        *finish = wait + batch_cost(e, (double)(st.queued % b + 1));
+    return wait;
+}
+
 /* The model a job goes to, or -1. Engine lock held. */
 static int find_model(const choir_engine *e, const choir_job *job)
 {
@@ -390,7 +444,23 @@ choir_ticket *choir_engine_submit(choir_engine *e, const choir_job *job, choir_r
         t->sr.dev_est_bytes = dev_est;
         t->sr.deadline = job->timeout_s > 0 ? now + job->timeout_s : INFINITY;
         t->sr.user = t;
-        rc = sched_submit(e->core, &t->sr, now, &why, err);
+        /* Triton's queue policy: a request that would wait in the queue
+         * past its deadline is refused now, while the client can still go
+         * elsewhere, not failed when the deadline comes. */
+        double finish;
+        sched_state ss;
+        sched_get_state(e->core, &ss);
+        predicted_wait_locked(e, m->ops->max_batch, &finish);
+        /* an idle engine never refuses by prediction: the figures are of
+         * other requests, whose lengths may be nothing like this one's */
+        if (job->timeout_s > 0 && ss.queued + ss.running_reqs > 0 && finish > job->timeout_s) {
+            why = CHOIR_REJECT_BACKLOG;
+            rc = choir_err_set(err, CHOIR_EBUSY,
+                               "overloaded: the predicted wait and compute (%.1f s) pass the request's %.1f-s deadline",
+                               finish, job->timeout_s);
+        } else {
+            rc = sched_submit(e->core, &t->sr, now, &why, err);
+        }
         choir_metrics_inc(e->m.reg, e->m.submitted, 1);
         choir_metrics_inc(e->m.reg, m->m_requests, 1);
     }
@@ -413,6 +483,28 @@ choir_ticket *choir_engine_submit(choir_engine *e, const choir_job *job, choir_r
         return NULL;
     }
     return t;
+}
+
+int choir_engine_get_queue_info(choir_engine *e, const char *id, choir_engine_queue_info *out)
+{
+    if (!e || !out)
+        return CHOIR_EINVAL;
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&e->lock);
+    int found = 0;
+    for (int i = 0; i < e->n_models; i++) {
+        if (id && strcmp(e->models[i].id, id) != 0)
+            continue;
+        found = 1;
+        out->capacity += e->p.queue_capacity;
+        out->queued += sched_model_queued(e->core, i);
+    }
+    sched_state st;
+    sched_get_state(e->core, &st);
+    out->running = st.running_reqs;
+    out->predicted_s = predicted_wait_locked(e, e->p.max_batch, NULL);
+    pthread_mutex_unlock(&e->lock);
+    return found || !id ? 0 : CHOIR_ENOTFOUND;
 }
 
 double choir_engine_retry_after(const choir_engine *e)
@@ -575,8 +667,21 @@ static void run_one_batch(choir_engine *e, sched_action *a)
         if (peak > e->arena_peak)
             e->arena_peak = peak;
         e->batch_hist[n < CHOIR_BATCH_HIST_MAX ? n : CHOIR_BATCH_HIST_MAX]++;
+        /* A batch cut short (cancelled, past a deadline) says nothing about
+         * what a batch costs, and would make the predicted wait too short. */
+        int whole = rc == 0;
+        for (int i = 0; whole && i < n; i++)
+            whole = !choir_request_cancelled(reqs[i]);
         double per = compute_s / n;
         e->compute_per_req_ewma = e->compute_per_req_ewma > 0 ? 0.9 * e->compute_per_req_ewma + 0.1 * per : per;
+        if (whole) {
+            /* the cost line's sums, each batch weighing 0.8 of the next */
+            e->fit_w = 0.8 * e->fit_w + 1;
+            e->fit_n = 0.8 * e->fit_n + n;
+            e->fit_nn = 0.8 * e->fit_nn + (double)n * n;
+            e->fit_t = 0.8 * e->fit_t + compute_s;
+            e->fit_nt = 0.8 * e->fit_nt + n * compute_s;
+        }
     }
     pthread_cond_signal(&e->wake_sched);
     pthread_mutex_unlock(&e->lock);
@@ -644,6 +749,27 @@ static void *worker_main(void *arg)
 
 /* ---- scheduler thread --------------------------------------------------- */
 
+/* A deadline covers the compute too: a running request whose deadline has
+ * passed is asked to stop (the model sees it cancelled at its next output or
+ * check) and fails with CHOIR_ETIMEDOUT, reason deadline. Returns the
+ * earliest deadline still ahead among running requests (INFINITY: none).
+ * Engine lock held. */
+static double expire_running(choir_engine *e, double now)
+{
+    double next = INFINITY;
+    for (choir_ticket *t = e->live; t; t = t->next) {
+        if (t->sr.state != SCHED_RUNNING || isinf(t->sr.deadline) || __atomic_load_n(&t->stop_why, __ATOMIC_ACQUIRE))
+            continue;
+        if (t->sr.deadline <= now) {
+            __atomic_store_n(&t->stop_why, CHOIR_REJECT_DEADLINE, __ATOMIC_RELEASE);
+            __atomic_store_n(&t->req.cancelled, 1, __ATOMIC_RELEASE);
+        } else if (t->sr.deadline < next) {
+            next = t->sr.deadline;
+        }
+    }
+    return next;
+}
+
 static void *sched_main(void *arg)
 {
     choir_engine *e = arg;
@@ -698,6 +824,9 @@ static void *sched_main(void *arg)
             continue;
         }
         double next = sched_next_event(e->core, now);
+        double running_due = expire_running(e, now);
+        if (running_due < next)
+            next = running_due;
         if (isinf(next)) {
             pthread_cond_wait(&e->wake_sched, &e->lock);
         } else {

@@ -96,7 +96,10 @@ struct choir_engine {
     int64_t arena_peak;
     int64_t resting_work; /* activation + cache bytes held while no batch ran */
     uint64_t batch_hist[CHOIR_BATCH_HIST_MAX + 1];
-    double compute_per_req_ewma;
+    double compute_per_req_ewma; /* worker seconds per request (batch time / n) */
+    /* decayed sums over whole batches (weight, n, n^2, seconds, n x seconds)
+     * for the line batch seconds = a + c n that predicts queue waits */
+    double fit_w, fit_n, fit_nn, fit_t, fit_nt;
     choir_ticket *live; /* unfinished tickets */
     engine_metrics m;
 };

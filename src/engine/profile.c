@@ -34,7 +34,7 @@ int choir_profile_parse(const char *name, choir_profile *out)
 const char *choir_reject_reason_name(choir_reject_reason r)
 {
     static const char *const names[CHOIR_REJECT_COUNT] = {
-        "none", "queue_full", "overload", "deadline", "too_large", "shutdown", "cancelled", "failed",
+        "none", "queue_full", "overload", "deadline", "too_large", "shutdown", "cancelled", "failed", "backlog",
     };
     return (r >= 0 && r < CHOIR_REJECT_COUNT) ? names[r] : "unknown";
 }

@@ -666,6 +666,11 @@ int sched_model_loaded_flag(const sched *s, int model)
     return (model >= 0 && model < s->n_models) ? sched_rep_count(&s->models[model], s->n_dev) > 0 : 0;
 }
 
+int sched_model_queued(const sched *s, int model)
+{
+    return (model >= 0 && model < s->n_models) ? s->models[model].n_queued : 0;
+}
+
 int64_t sched_model_weights(const sched *s, int model)
 {
     if (model < 0 || model >= s->n_models)

@@ -186,6 +186,8 @@ void sched_get_state(const sched *s, sched_state *out);
 /* The calibration factor applied to a model's estimates (>= 0.25). */
 double sched_model_factor(const sched *s, int model);
 int sched_model_loaded_flag(const sched *s, int model);
+/* Requests waiting in a model's queue. */
+int sched_model_queued(const sched *s, int model);
 /* The host weight bytes counted for a model (summed over its replicas if
  * loaded, expected for the CPU if not). */
 int64_t sched_model_weights(const sched *s, int model);

@@ -12,7 +12,7 @@
 #include <curl/curl.h>
 
 #include "choir/alloc.h"
-#include "io/hub.h"
+#include "choir/hub.h"
 
 #define HUB_LISTING_MAX (16 << 20)
 #define HUB_PATH_MAX 4096

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "io/hub.h"
+#include "choir/hub.h"
 
 typedef struct sha256_ctx {
     uint32_t h[8];

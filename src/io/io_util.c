@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "choir/alloc.h"
-#include "io/io_util.h"
+#include "choir/io.h"
 
 int choir_io_read_file(const char *path, size_t max_bytes, char **out, size_t *len, choir_err *err) {
     *out = NULL;

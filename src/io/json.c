@@ -9,7 +9,7 @@
 
 #include "choir/alloc.h"
 #include "choir/json.h"
-#include "io/io_util.h"
+#include "choir/io.h"
 
 #define JSON_MAX_BYTES ((size_t)64 << 20)
 

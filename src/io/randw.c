@@ -10,7 +10,7 @@
 #include "choir/json.h"
 #include "choir/randw.h"
 #include "choir/safetensors.h"
-#include "io/io_util.h"
+#include "choir/io.h"
 
 #define MANIFEST_MAX_BYTES ((size_t)64 << 20)
 

@@ -19,7 +19,7 @@
 #include "choir/alloc.h"
 #include "choir/json.h"
 #include "choir/safetensors.h"
-#include "io/io_util.h"
+#include "choir/io.h"
 
 /* The reference implementation refuses headers above 100 MB; so do we, before
  * handing anything that large to the JSON parser. */

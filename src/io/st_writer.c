@@ -12,7 +12,7 @@
 #include "choir/alloc.h"
 #include "choir/buf.h"
 #include "choir/safetensors.h"
-#include "io/io_util.h"
+#include "choir/io.h"
 
 typedef struct wtensor {
     char *name;

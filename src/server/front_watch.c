@@ -96,8 +96,10 @@ void srv_peer_phase(choir_server *s, struct MHD_Connection *c, srv_peer_phase_t 
         p->phase = phase;
         p->since = mono_now();
         p->body_bytes = 0;
-        if (phase == SRV_PEER_HEADER)
+        if (phase == SRV_PEER_HEADER) {
             p->requests++;
+            p->queue_headers = 0; /* the next request is not submitted yet */
+        }
     }
     pthread_mutex_unlock(&s->peers_mu);
 }
@@ -147,6 +149,11 @@ static void *watch_main(void *arg)
             atomic_fetch_add(why[0] == 'h' ? &s->cut_header : &s->cut_body, 1);
             CHOIR_LOGD("server: closed a connection: %s", why);
         }
+        if (s->orphans) {
+            pthread_mutex_unlock(&s->peers_mu);
+            srv_reap_orphans(s, 0);
+            pthread_mutex_lock(&s->peers_mu);
+        }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += WATCH_PERIOD_MS * 1000000L;
@@ -179,6 +186,8 @@ void srv_watch_stop(choir_server *s)
     pthread_mutex_unlock(&s->peers_mu);
     pthread_join(s->watch_thread, NULL);
     s->watching = 0;
+    /* the engine has stopped: every orphan's ticket is finished */
+    srv_reap_orphans(s, 1);
 }
 
 int srv_peer_count(choir_server *s)

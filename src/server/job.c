@@ -41,6 +41,20 @@ void srv_job_free(srv_job *j)
 {
     if (!j)
         return;
+    if (j->ticket && !choir_ticket_done(j->ticket)) {
+        choir_ticket_cancel(j->ticket);
+        if (!choir_ticket_done(j->ticket) && j->server->watching) {
+            srv_job_orphan(j->server, j);
+            return;
+        }
+    }
+    srv_job_destroy(j);
+}
+
+void srv_job_destroy(srv_job *j)
+{
+    if (!j)
+        return;
     /* first: after this no output callback can run on the job */
     choir_ticket_free(j->ticket);
     choir_encoder_free(j->encoder);
@@ -54,6 +68,7 @@ void srv_job_free(srv_job *j)
     choir_free(j->lang);
     choir_free(j->prompt);
     choir_free(j->samples);
+    choir_free(j->spans);
     pthread_cond_destroy(&j->cv);
     pthread_mutex_destroy(&j->mu);
     choir_free(j);
@@ -225,10 +240,32 @@ static void on_audio(srv_job *j, const choir_output *out)
     sse_event(j, ev);
 }
 
+/* Adds "segments" (OpenAI's verbose_json segment fields) for j's segments
+ * [from, j->n_segments) to an SSE event, so a client gets the timestamps
+ * with the text instead of asking again. */
+static void add_segments(const srv_job *j, cJSON *ev, int from)
+{
+    if (from >= j->n_segments)
+        return;
+    cJSON *arr = cJSON_AddArrayToObject(ev, "segments");
+    for (int i = from; arr && i < j->n_segments; i++) {
+        const choir_segment *sg = &j->segments[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "id", i);
+        cJSON_AddNumberToObject(o, "start", sg->start_s);
+        cJSON_AddNumberToObject(o, "end", sg->end_s);
+        cJSON_AddStringToObject(o, "text", sg->text ? sg->text : "");
+        if (sg->has_speaker)
+            cJSON_AddNumberToObject(o, "speaker", sg->speaker);
+        cJSON_AddItemToArray(arr, o);
+    }
+}
+
 static void on_text(srv_job *j, const choir_output *out)
 {
     const char *t = out->text ? out->text : "";
     int had_partials = j->text_len > 0;
+    int segments_sent = j->n_segments; /* before this output's: what the stream has carried */
     /* The final output repeats the whole transcript and all segments (see
      * choir/model.h): it replaces what the partial pieces accumulated. */
     if (out->final) {
@@ -257,6 +294,8 @@ static void on_text(srv_job *j, const choir_output *out)
         const choir_segment *in = &out->segments[i];
         choir_segment *sg = &j->segments[j->n_segments];
         *sg = *in;
+        sg->start_s = srv_spans_map(j->spans, j->n_spans, in->start_s);
+        sg->end_s = srv_spans_map(j->spans, j->n_spans, in->end_s);
         size_t n = in->text ? strlen(in->text) : 0;
         char *text = choir_alloc(CHOIR_MEM_IO, n + 1);
         int32_t *tokens = in->n_tokens > 0 ? choir_alloc(CHOIR_MEM_IO, (size_t)in->n_tokens * sizeof *tokens) : NULL;
@@ -275,10 +314,11 @@ static void on_text(srv_job *j, const choir_output *out)
         j->n_segments++;
     }
     if (!out->final) {
-        if (j->sse && *t) {
+        if (j->sse && (*t || j->n_segments > segments_sent)) {
             cJSON *ev = cJSON_CreateObject();
             cJSON_AddStringToObject(ev, "type", "transcript.text.delta");
             cJSON_AddStringToObject(ev, "delta", t);
+            add_segments(j, ev, segments_sent);
             sse_event(j, ev);
         }
         return;
@@ -296,10 +336,19 @@ static void on_text(srv_job *j, const choir_output *out)
         sse_event(j, ev);
         return;
     }
-    if (!had_partials && *t) {
+    /* The final output repeats every segment; the stream sends only those no
+     * delta carried (all of them when there were no partial pieces). */
+    if (!had_partials && (*t || j->n_segments > 0)) {
         cJSON *d = cJSON_CreateObject();
         cJSON_AddStringToObject(d, "type", "transcript.text.delta");
         cJSON_AddStringToObject(d, "delta", t);
+        add_segments(j, d, 0);
+        sse_event(j, d);
+    } else if (had_partials && j->n_segments > segments_sent) {
+        cJSON *d = cJSON_CreateObject();
+        cJSON_AddStringToObject(d, "type", "transcript.text.delta");
+        cJSON_AddStringToObject(d, "delta", "");
+        add_segments(j, d, segments_sent);
         sse_event(j, d);
     }
     cJSON_AddStringToObject(ev, "type", "transcript.text.done");
@@ -335,8 +384,15 @@ enum MHD_Result srv_job_submit(srv_job *j, choir_job *job, struct MHD_Connection
     choir_err err = {0};
     job->on_output = srv_job_on_output;
     job->user = j;
-    job->timeout_s = s->p.request_timeout_s;
     job->priority = CHOIR_PRIORITY_NORMAL;
+    j->deadline = srv_deadline_of(s, c);
+    srv_queue_headers_for(c, job->model_id);
+    job->timeout_s = j->deadline - srv_now();
+    if (job->timeout_s <= 0) {
+        /* the upload and its decoding took the whole deadline */
+        *submitted = 0;
+        return srv_reply_error(s, c, 503, NULL, "deadline", "the request's deadline passed before it could be queued");
+    }
     j->ticket = choir_engine_submit(s->engine, job, &reason, &err);
     *submitted = j->ticket != NULL;
     if (j->ticket)
@@ -358,13 +414,36 @@ static int client_gone(struct MHD_Connection *c)
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
+/* The engine ends a request at its deadline; a model step deaf to the cancel
+ * flag is answered by the connection thread this long after it. */
+#define SRV_DEADLINE_GRACE_S 0.5
+
+/* 1 when the job's deadline passed more than the grace ago and it is still
+ * running: it is cancelled and *reason/error say so. */
+static int past_due(srv_job *j, choir_reject_reason *reason)
+{
+    if (!(j->deadline > 0) || srv_now() < j->deadline + SRV_DEADLINE_GRACE_S || choir_ticket_done(j->ticket))
+        return 0;
+    choir_ticket_cancel(j->ticket);
+    atomic_fetch_add(&j->server->answered_late_guard, 1);
+    *reason = CHOIR_REJECT_DEADLINE;
+    return 1;
+}
+
 int srv_job_wait(srv_job *j, struct MHD_Connection *c, choir_reject_reason *reason)
 {
     choir_err err = {0};
     int rc;
-    while ((rc = choir_ticket_wait(j->ticket, 0.2, &err)) == CHOIR_ETIMEDOUT && !choir_ticket_done(j->ticket)) {
+    while ((rc = choir_ticket_wait(j->ticket, 0.1, &err)) == CHOIR_ETIMEDOUT && !choir_ticket_done(j->ticket)) {
         if (client_gone(c))
             choir_ticket_cancel(j->ticket);
+        if (past_due(j, reason)) {
+            pthread_mutex_lock(&j->mu);
+            job_fail(j, CHOIR_ETIMEDOUT, "the deadline passed while the request was running");
+            rc = j->status;
+            pthread_mutex_unlock(&j->mu);
+            return rc;
+        }
         err.msg[0] = 0;
     }
     *reason = choir_ticket_reason(j->ticket);
@@ -445,19 +524,24 @@ enum MHD_Result srv_job_reply_stream(srv_job *j, struct MHD_Connection *c, const
      * before producing anything (a model that cannot load, a deadline) still
      * gets its proper error status. */
     pthread_mutex_lock(&j->mu);
+    int late = 0;
+    choir_reject_reason reason = CHOIR_REJECT_NONE;
     while (j->out_len == 0 && !j->finished) {
         wait_change(j);
-        if (!j->finished && client_gone(c)) {
+        if (!j->finished && (client_gone(c) || (late = past_due(j, &reason)))) {
             pthread_mutex_unlock(&j->mu);
             choir_ticket_cancel(j->ticket);
             pthread_mutex_lock(&j->mu);
+            if (late) {
+                job_fail(j, CHOIR_ETIMEDOUT, "the deadline passed before the first output");
+                break;
+            }
         }
     }
     int failed_early = j->out_len == 0 && j->status;
     pthread_mutex_unlock(&j->mu);
     if (failed_early) {
-        choir_reject_reason reason;
-        int rc = srv_job_wait(j, c, &reason);
+        int rc = late ? j->status : srv_job_wait(j, c, &reason);
         enum MHD_Result ret = srv_reply_engine_error(s, c, rc, reason, j->error);
         srv_job_free(j);
         return ret;
@@ -470,6 +554,7 @@ enum MHD_Result srv_job_reply_stream(srv_job *j, struct MHD_Connection *c, const
     }
     MHD_add_response_header(r, "Content-Type", content_type);
     MHD_add_response_header(r, "Cache-Control", "no-cache");
+    srv_add_queue_headers(s, c, r);
     srv_add_cors(j->server, c, r);
     enum MHD_Result ret = MHD_queue_response(c, 200, r);
     MHD_destroy_response(r);

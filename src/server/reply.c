@@ -64,7 +64,9 @@ void srv_add_cors(choir_server *s, struct MHD_Connection *c, struct MHD_Response
     /* the answer depends on Origin: caches must keep one per origin */
     if (strcmp(allow, "*") != 0)
         MHD_add_response_header(r, "Vary", "Origin");
-    MHD_add_response_header(r, "Access-Control-Expose-Headers", "Retry-After, Content-Length, Content-Type");
+    MHD_add_response_header(r, "Access-Control-Expose-Headers",
+                            "Retry-After, Content-Length, Content-Type, x-ratelimit-limit-requests, "
+                            "x-ratelimit-remaining-requests, x-ratelimit-reset-requests");
 }
 
 enum MHD_Result srv_reply_preflight(choir_server *s, struct MHD_Connection *c)
@@ -96,6 +98,7 @@ enum MHD_Result srv_reply(choir_server *s, struct MHD_Connection *c, unsigned st
     if (content_type)
         MHD_add_response_header(r, "Content-Type", content_type);
     add_retry_after(s, r, status);
+    srv_add_queue_headers(s, c, r);
     if (status == 401)
         MHD_add_response_header(r, "WWW-Authenticate", "Bearer realm=\"choir\"");
     srv_add_cors(s, c, r);
@@ -164,6 +167,7 @@ unsigned srv_engine_status(int code, choir_reject_reason reason)
     switch (reason) {
     case CHOIR_REJECT_QUEUE_FULL: return 429;
     case CHOIR_REJECT_OVERLOAD:
+    case CHOIR_REJECT_BACKLOG:
     case CHOIR_REJECT_DEADLINE:
     case CHOIR_REJECT_SHUTDOWN: return 503;
     case CHOIR_REJECT_TOO_LARGE: return 413;

@@ -416,10 +416,15 @@ static enum MHD_Result handle_metrics(choir_server *s, struct MHD_Connection *c)
                             "# HELP choir_http_connections_cut_total Connections closed for missing a deadline.\n"
                             "# TYPE choir_http_connections_cut_total counter\n"
                             "choir_http_connections_cut_total{reason=\"header_timeout\"} %llu\n"
-                            "choir_http_connections_cut_total{reason=\"body_too_slow\"} %llu\n",
+                            "choir_http_connections_cut_total{reason=\"body_too_slow\"} %llu\n"
+                            "# HELP choir_http_deadline_guard_total Requests answered 503 by the server's own "
+                            "deadline guard (a model step ignored the cancel).\n"
+                            "# TYPE choir_http_deadline_guard_total counter\n"
+                            "choir_http_deadline_guard_total %llu\n",
                             srv_peer_count(s), (unsigned long long)atomic_load(&s->connections_total),
                             (unsigned long long)atomic_load(&s->cut_header),
-                            (unsigned long long)atomic_load(&s->cut_body));
+                            (unsigned long long)atomic_load(&s->cut_body),
+                            (unsigned long long)atomic_load(&s->answered_late_guard));
     enum MHD_Result ret = srv_reply(s, c, 200, "text/plain; version=0.0.4; charset=utf-8", page, len);
     choir_free(page);
     return ret;
@@ -451,8 +456,13 @@ static enum MHD_Result route(choir_server *s, struct MHD_Connection *c, const ch
             return srv_reply(s, c, 200, mime, data, len);
         return srv_reply_error(s, c, 404, NULL, "unknown_url", "no page %s", url);
     }
-    if (strcmp(url, "/health") == 0)
-        return get ? handle_health(s, c) : srv_reply_error(s, c, 405, NULL, NULL, "use GET /health");
+    /* Liveness says the process answers (a load balancer should not kill
+     * it for being busy); readiness, and /health, whether to send it work. */
+    if (strcmp(url, "/health/live") == 0)
+        return get ? srv_reply(s, c, 200, "application/json", "{\"status\":\"alive\"}", 18)
+                   : srv_reply_error(s, c, 405, NULL, NULL, "use GET /health/live");
+    if (strcmp(url, "/health") == 0 || strcmp(url, "/health/ready") == 0)
+        return get ? handle_health(s, c) : srv_reply_error(s, c, 405, NULL, NULL, "use GET %s", url);
     /* Model administration changes what the server runs: its own key, and a
      * JSON body, which a web page cannot send to another origin without the
      * browser asking first (a text/plain form post can). */
@@ -550,6 +560,12 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
             srv_peer_phase(s, c, SRV_PEER_BUSY);
             return srv_reply_error(s, c, refuse, NULL, refuse == 501 ? "unsupported_transfer_coding" : "bad_framing",
                                    "%s", why);
+        }
+        refuse = srv_deadline_begin(s, c, why, sizeof why);
+        if (refuse) {
+            conn->responded = 1;
+            srv_peer_phase(s, c, SRV_PEER_BUSY);
+            return srv_reply_error(s, c, refuse, NULL, "invalid_request_timeout", "%s", why);
         }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         conn->declared = cl ? strtoll(cl, NULL, 10) : -1;

@@ -55,6 +55,10 @@ typedef struct srv_peer {
     int64_t body_bytes; /* received in the body phase */
     int requests;       /* completed on this connection */
     int cut;            /* the watchdog ended it */
+    /* the request being served (front_queue.c) */
+    double deadline;    /* monotonic seconds its answer is due by */
+    int queue_headers;  /* it was submitted: replies carry x-ratelimit-* for ... */
+    char queue_model[SRV_MODEL_ID_MAX]; /* ... this model ("" = every model) */
 } srv_peer;
 
 struct choir_server {
@@ -96,6 +100,10 @@ struct choir_server {
     pthread_t watch_thread;
     int watching, watch_stop;
     atomic_ullong connections_total, cut_header, cut_body;
+    /* jobs whose answer went out while the engine still runs them
+     * (front_queue.c); freed by the watchdog once finished. Under peers_mu. */
+    struct srv_job *orphans;
+    atomic_ullong answered_late_guard; /* answered by the HTTP side's deadline guard */
 };
 
 /* Per connection: the request body as it arrives. */
@@ -124,6 +132,30 @@ srv_peer *srv_peer_of(struct MHD_Connection *c);
 void srv_peer_phase(choir_server *s, struct MHD_Connection *c, srv_peer_phase_t phase);
 /* Counts body bytes received. */
 void srv_peer_received(choir_server *s, struct MHD_Connection *c, size_t n);
+/* Queue policy at the door (front_queue.c). Monotonic seconds. */
+double srv_now(void);
+/* The request's deadline, set when its header is complete: --request-timeout
+ * from now, or sooner when the client sends "X-Request-Timeout: SECONDS".
+ * Returns 0, or 400 (message in msg) for a header that is not a positive
+ * number of seconds. */
+unsigned srv_deadline_begin(choir_server *s, struct MHD_Connection *c, char *msg, size_t cap);
+/* The request's deadline (now + --request-timeout when unknown). */
+double srv_deadline_of(choir_server *s, struct MHD_Connection *c);
+/* From now on, replies on c carry x-ratelimit-* headers for model id (NULL:
+ * every model). */
+void srv_queue_headers_for(struct MHD_Connection *c, const char *id);
+/* Adds the x-ratelimit-* headers to a response, when the request was
+ * submitted: limit = the model's queue capacity, remaining = its free
+ * places, reset = the predicted wait (seconds, "0.4s"). */
+void srv_add_queue_headers(choir_server *s, struct MHD_Connection *c, struct MHD_Response *r);
+struct srv_job;
+/* Keeps a job whose ticket is still running until the engine is done with
+ * it; the watchdog frees it then (srv_reap_orphans). */
+void srv_job_orphan(choir_server *s, struct srv_job *j);
+/* Frees orphans whose tickets finished (all of them, waiting, when `all`).
+ * peers_mu not held. */
+void srv_reap_orphans(choir_server *s, int all);
+
 /* Starts / stops the watchdog thread. */
 int srv_watch_start(choir_server *s);
 void srv_watch_stop(choir_server *s);
@@ -205,6 +237,12 @@ typedef enum srv_job_kind {
 } srv_job_kind;
 
 
+/* One piece of speech kept by VAD chunking (chunking.c): `len_s` seconds
+ * from `from_s` in the upload, at `at_s` in the audio the model hears. */
+typedef struct srv_span {
+    double from_s, at_s, len_s;
+} srv_span;
+
 typedef struct srv_job {
     choir_server *server;
     srv_job_kind kind;
@@ -238,11 +276,20 @@ typedef struct srv_job {
     float *samples;
     int64_t n_samples;
     choir_ticket *ticket;
+    /* VAD chunking: segment times are mapped back through these (owned) */
+    srv_span *spans;
+    int n_spans;
+    double deadline;   /* monotonic seconds: the answer is due (srv_job_submit) */
+    struct srv_job *next_orphan;
 } srv_job;
 
 srv_job *srv_job_create(choir_server *s, srv_job_kind kind);
-/* Frees the ticket first (cancelling and waiting when still running). NULL no-op. */
+/* Cancels the ticket if it still runs; frees the job now when the ticket is
+ * finished, else hands it to the watchdog, which frees it when the engine is
+ * done (so that a connection thread never waits for a model). NULL no-op. */
 void srv_job_free(srv_job *j);
+/* Frees the job now, waiting for its ticket to finish. NULL no-op. */
+void srv_job_destroy(srv_job *j);
 /* choir_output_fn for a job (user = the job). */
 int srv_job_on_output(void *user, const choir_output *out);
 /* Appends bytes to the job's output. Call with j->mu held. 0 or CHOIR_ENOMEM. */
@@ -277,6 +324,32 @@ enum MHD_Result srv_handle_speech(choir_server *s, struct MHD_Connection *c, srv
 enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection *c, srv_conn *conn, int translate);
 enum MHD_Result srv_handle_enhancement(choir_server *s, struct MHD_Connection *c, srv_conn *conn);
 enum MHD_Result srv_handle_separation(choir_server *s, struct MHD_Connection *c, srv_conn *conn); /* separate.c */
+
+struct choir_multipart_part;
+/* chunking_strategy (chunking.c). */
+typedef enum srv_chunk_mode {
+    SRV_CHUNK_NONE = 0,
+    SRV_CHUNK_AUTO = 1,      /* VAD when the server has a VAD model, else the whole upload */
+    SRV_CHUNK_SERVER_VAD = 2 /* VAD, or 400 without a VAD model */
+} srv_chunk_mode;
+typedef struct srv_chunking {
+    srv_chunk_mode mode;
+    float threshold;   /* speech probability threshold */
+    int padding_ms;    /* kept before and after each speech segment */
+    int silence_ms;    /* a pause this long ends a segment */
+} srv_chunking;
+/* Parses the form field (NULL/empty/"none": none; "auto"; a server_vad JSON
+ * object). 0, or -1 with the reason in msg. */
+int srv_chunking_parse(const struct choir_multipart_part *p, srv_chunking *out, char *msg, size_t cap);
+/* Runs the server's VAD model over *samples (mono at `rate`) and replaces
+ * them with the speech pieces, a short pause between each (*n may become 0:
+ * no speech); the pieces go to *spans (choir_alloc'd). Does nothing for
+ * SRV_CHUNK_NONE, or for AUTO without a VAD model. On failure replies and
+ * returns -1 with *ret set. */
+int srv_chunking_apply(choir_server *s, struct MHD_Connection *c, const srv_chunking *ch, int rate, float **samples,
+                       int64_t *n, srv_span **spans, int *n_spans, enum MHD_Result *ret);
+/* A time in the chunked audio mapped back to the upload's clock. */
+double srv_spans_map(const srv_span *spans, int n, double t);
 
 /* Formats a finished STT job's transcript (choir/transcript.h) into a
  * choir_alloc'd string (NULL on out of memory). */

@@ -148,6 +148,12 @@ enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection 
             goto done;
         }
     }
+    srv_chunking chunking;
+    char chunk_msg[256];
+    if (srv_chunking_parse(choir_multipart_find(m, "chunking_strategy"), &chunking, chunk_msg, sizeof chunk_msg) < 0) {
+        ret = srv_reply_error(s, c, 400, "chunking_strategy", NULL, "%s", chunk_msg);
+        goto done;
+    }
     srv_model info;
     if (srv_model_resolve(s, model->data, &info) < 0) {
         ret = srv_reply_error(s, c, 404, "model", "model_not_found", "the model \"%s\" does not exist", model->data);
@@ -161,7 +167,18 @@ enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection 
     int rate = choir_model_kind_input_rate(info.kind);
     if (srv_decode_upload(s, c, info.id, file, rate, &audio, &ret) < 0)
         goto done;
+    double duration_s = (double)audio.frames / rate;
+    srv_span *spans = NULL;
+    int n_spans = 0;
+    if (srv_chunking_apply(s, c, &chunking, rate, &audio.samples, &audio.frames, &spans, &n_spans, &ret) < 0)
+        goto done;
     j = srv_job_create(s, SRV_JOB_TRANSCRIPT);
+    if (j) {
+        j->spans = spans;
+        j->n_spans = n_spans;
+    } else {
+        choir_free(spans);
+    }
     if (!j) {
         ret = srv_reply_error(s, c, 500, NULL, NULL, "out of memory");
         goto done;
@@ -173,7 +190,18 @@ enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection 
     audio.samples = NULL;
     j->lang = translate ? NULL : dup_field(choir_multipart_find(m, "language"));
     j->prompt = dup_field(choir_multipart_find(m, "prompt"));
-    double duration_s = (double)j->n_samples / rate;
+    if (j->n_samples == 0 && chunking.mode != SRV_CHUNK_NONE) {
+        /* VAD found no speech: an empty transcript, without asking the model */
+        if (stream) {
+            static const char done_event[] = "data: {\"type\":\"transcript.text.done\",\"text\":\"\"}\n\n";
+            ret = srv_reply(s, c, 200, "text/event-stream", done_event, sizeof done_event - 1);
+            goto done;
+        }
+        body_text = srv_format_transcript(j, format, translate, duration_s);
+        ret = body_text ? srv_reply(s, c, 200, choir_transcript_format_mime(format), body_text, strlen(body_text))
+                        : srv_reply_error(s, c, 500, NULL, NULL, "out of memory");
+        goto done;
+    }
     choir_job job = {0};
     job.model_id = info.id;
     job.req.task = CHOIR_TASK_STT;

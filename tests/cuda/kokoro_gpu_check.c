@@ -1,5 +1,6 @@
-/* Kokoro's GPU decoder against the CPU one, and the batched audio kernels of
- * choir/cuda_audio.h against their CPU references. Prints one PASS/FAIL line
+/* Kokoro's decoder (the one backend forward of kokoro_decoder.c) on a CUDA
+ * backend against the same forward on the CPU backend, and the batched audio
+ * kernels of choir/cuda_audio.h against their CPU references. Prints one PASS/FAIL line
  * per check and exits 0 when all pass, 1 otherwise, 77 without a GPU.
  *
  * Self-contained: the model is a random Kokoro decoder + generator built in
@@ -25,11 +26,12 @@
 #include <string.h>
 
 #include "choir/alloc.h"
+#include "choir/backend_vocoder.h"
 #include "choir/cuda.h"
 #include "choir/cuda_audio.h"
 #include "choir/kernels.h"
 #include "choir/kokoro.h"
-#include "models/kokoro/kokoro_internal.h"
+#include "models/kokoro/kokoro_decoder.h"
 
 static int n_pass, n_fail;
 
@@ -69,6 +71,7 @@ static void fill(float *x, int64_t n, float scale) {
 /* --- device helpers ------------------------------------------------------ */
 
 static choir_cuda *cu;
+static choir_backend *host_be; /* the CPU backend: the oracle of the backend forward */
 
 static float *dup_dev(choir_cuda_buf *b, const void *host, size_t bytes) {
     memset(b, 0, sizeof *b);
@@ -343,7 +346,10 @@ static void check_istft(void) {
             ref[b] = malloc(sizeof(float) * (outl[b] + 1));
             float *ola = malloc(sizeof(float) * (outl[b] + 20)),
                   *env = malloc(sizeof(float) * (outl[b] + 20));
-            kk_istft_tail(Pp, frames[b], ref[b], ola, env);
+            choir_stream *hs = choir_stream_create(host_be, &err);
+            if (!hs || choir_op_istft_magphase(hs, Pp, 1, frames[b], NULL, 20, 5, ref[b]))
+                fail_msg("istft on the CPU backend", &err);
+            choir_stream_free(hs);
             free(Pp), free(ola), free(env);
         }
         verdict("istft (exp/sin tail, n_fft 20, hop 5), 61/2/33 frames",
@@ -353,6 +359,74 @@ static void check_istft(void) {
     }
     choir_cuda_buf_free(cu, &dP), choir_cuda_buf_free(cu, &df), choir_cuda_buf_free(cu, &dout);
     free(P);
+}
+
+/* The backend's vocoder operations (choir/backend_vocoder.h) on a CUDA
+ * backend against the same operations on the CPU backend: conv1d with output
+ * lengths (f32 weight), reflect pad, channel copy, add_div (its own kernel),
+ * on three padded pieces. */
+static void check_vocoder_ops(void) {
+    const int64_t B = 3, C = 16, T = 40, Co = 8, K = 7;
+    int32_t lens[3] = {40, 9, 23};
+    choir_err err = {0};
+    choir_backend *dbe = choir_backend_cuda_over(cu, false, &err);
+    choir_stream *ds = dbe ? choir_stream_create(dbe, &err) : NULL;
+    choir_stream *hs = choir_stream_create(host_be, &err);
+    if (!ds || !hs || choir_stream_reserve(ds, 4 << 20, 0, &err)) {
+        fail_msg("vocoder ops: CUDA backend and stream", &err);
+        choir_stream_free(ds), choir_stream_free(hs), choir_backend_free(dbe);
+        return;
+    }
+    float *x = padded(B, C, T, lens, 1.0f), *w = malloc(sizeof(float) * Co * C * K);
+    float *bias = malloc(sizeof(float) * Co);
+    fill(w, Co * C * K, 0.3f), fill(bias, Co, 0.1f);
+    const int64_t nx = B * C * T, ny = B * Co * T, np = B * C * (T + 1);
+    float *h_y = malloc(sizeof(float) * ny), *h_p = malloc(sizeof(float) * np);
+    float *h_cat = calloc((size_t)(B * 2 * C * T), sizeof(float)), *h_div = malloc(sizeof(float) * nx);
+    float *g_y = malloc(sizeof(float) * ny), *g_p = malloc(sizeof(float) * np);
+    float *g_cat = malloc(sizeof(float) * B * 2 * C * T), *g_div = malloc(sizeof(float) * nx);
+    choir_weight hw = choir_weight_f32(w, Co, C * K);
+    choir_op_conv1d_lens(hs, x, B, C, T, &hw, bias, Co, K, 1, 3, 1, lens, h_y);
+    choir_op_reflect_pad(hs, x, B, C, T, lens, 1, 0, h_p);
+    choir_op_copy_channels(hs, x, B, C, T, h_cat, 2 * C, C);
+    choir_op_add_div(hs, x, x, h_div, nx, 3.0f);
+
+    choir_backend_weights *ws = choir_backend_weights_create(dbe, &err);
+    choir_weight dw;
+    if (ws) choir_backend_weight(ws, &hw, &dw);
+    const float *d_bias = ws ? choir_backend_vec(ws, bias, Co) : NULL;
+    float *dx = choir_stream_floats(ds, nx, "x"), *dy = choir_stream_floats(ds, ny, "y");
+    float *dp = choir_stream_floats(ds, np, "pad"), *dcat = choir_stream_floats(ds, 2 * nx, "cat");
+    float *ddiv = choir_stream_floats(ds, nx, "div");
+    int32_t *dl = choir_stream_alloc(ds, sizeof lens, "lens");
+    if (!ws || choir_backend_weights_status(ws, &err) || choir_stream_status(ds, &err)) {
+        fail_msg("vocoder ops: device memory", &err);
+    } else {
+        choir_op_upload(ds, dx, x, sizeof(float) * nx);
+        choir_op_upload(ds, dl, lens, sizeof lens);
+        choir_op_zero(ds, dcat, sizeof(float) * 2 * nx);
+        choir_op_conv1d_lens(ds, dx, B, C, T, &dw, d_bias, Co, K, 1, 3, 1, dl, dy);
+        choir_op_reflect_pad(ds, dx, B, C, T, dl, 1, 0, dp);
+        choir_op_copy_channels(ds, dx, B, C, T, dcat, 2 * C, C);
+        choir_op_add_div(ds, dx, dx, ddiv, nx, 3.0f);
+        choir_op_download(ds, g_y, dy, sizeof(float) * ny);
+        choir_op_download(ds, g_p, dp, sizeof(float) * np);
+        choir_op_download(ds, g_cat, dcat, sizeof(float) * 2 * nx);
+        choir_op_download(ds, g_div, ddiv, sizeof(float) * nx);
+        if (choir_stream_sync(ds, &err) || choir_stream_status(hs, &err)) {
+            fail_msg("vocoder ops", &err);
+        } else {
+            verdict("op conv1d_lens (k7, 3 padded pieces), CUDA vs CPU backend",
+                    rel_l2(g_y, h_y, ny), 1e-5);
+            verdict("op reflect_pad (1, 0), CUDA vs CPU backend", rel_l2(g_p, h_p, np), 0);
+            verdict("op copy_channels, CUDA vs CPU backend", rel_l2(g_cat, h_cat, 2 * nx), 0);
+            verdict("op add_div, CUDA vs CPU backend", rel_l2(g_div, h_div, nx), 0);
+        }
+    }
+    choir_backend_weights_free(ws);
+    choir_stream_free(ds), choir_stream_free(hs), choir_backend_free(dbe);
+    free(x), free(w), free(bias), free(h_y), free(h_p), free(h_cat), free(h_div);
+    free(g_y), free(g_p), free(g_cat), free(g_div);
 }
 
 /* --- the model ------------------------------------------------------------ */
@@ -475,31 +549,26 @@ static void random_decoder_free(choir_kokoro *m) {
     free(m);
 }
 
-/* The CPU decoder split where the GPU trace looks: -> up [512, 2L], then the
- * generator -> audio [600 L] (together exactly kk_decoder). */
+static void keep_decoder_out(void *user, int piece, const char *stage, const float *x, int64_t C,
+                             int64_t T) {
+    (void)piece;
+    if (strcmp(stage, "decoder_out") == 0) memcpy(user, x, (size_t)(C * T) * sizeof(float));
+}
+
+/* The same forward on the CPU backend: up [512, 2L] (the decoder's output,
+ * from its trace) and audio [600 L]. */
 static int cpu_decoder(const choir_kokoro *m, const kk_piece *pc, const float *s_dec, float *up,
-                       float *audio, kk_ws *ws) {
-    const int64_t L = pc->L;
-    size_t mark = kk_ws_mark(ws);
-    float *f0d = kk_ws_floats(ws, L), *nd = kk_ws_floats(ws, L), *ar = kk_ws_floats(ws, 64 * L);
-    float *cat = kk_ws_floats(ws, 1090 * L), *x = kk_ws_floats(ws, 1024 * L);
-    if (!f0d || !nd || !ar || !cat || !x) return CHOIR_ENOMEM;
-    kk_conv1d(&m->f0_conv, pc->f0, 2 * L, 2, 1, 1, f0d);
-    kk_conv1d(&m->n_conv, pc->n, 2 * L, 2, 1, 1, nd);
-    memcpy(cat, pc->asr, 512 * (size_t)L * sizeof(float));
-    memcpy(cat + 512 * L, f0d, (size_t)L * sizeof(float));
-    memcpy(cat + 513 * L, nd, (size_t)L * sizeof(float));
-    int rc = kk_resblk_forward(&m->encode, cat, L, s_dec, x, ws);
-    kk_conv1d(&m->asr_res, pc->asr, L, 1, 0, 1, ar);
-    for (int i = 0; i < 4 && !rc; i++) {
-        memcpy(cat, x, 1024 * (size_t)L * sizeof(float));
-        memcpy(cat + 1024 * L, ar, 64 * (size_t)L * sizeof(float));
-        memcpy(cat + 1088 * L, f0d, (size_t)L * sizeof(float));
-        memcpy(cat + 1089 * L, nd, (size_t)L * sizeof(float));
-        rc = kk_resblk_forward(&m->decode[i], cat, L, s_dec, i < 3 ? x : up, ws);
-    }
-    if (!rc) rc = kk_generator(m, up, L, s_dec, pc->f0, pc->noise, audio, ws);
-    kk_ws_release(ws, mark);
+                       float *audio) {
+    choir_kokoro_decode_input in = {.asr = pc->asr, .f0 = pc->f0, .n = pc->n, .noise = pc->noise,
+                                    .style = s_dec, .frames = pc->L};
+    choir_err e = {0};
+    kk_dec *d = kk_dec_create(m, host_be, &e);
+    choir_stream *s = d ? choir_stream_create(host_be, &e) : NULL;
+    int rc = s ? choir_stream_reserve(s, (size_t)kk_dec_work_bytes(1, pc->L), 0, &e) : CHOIR_ENOMEM;
+    if (!rc) rc = kk_dec_run(d, s, &in, 1, &audio, keep_decoder_out, up, NULL, &e);
+    if (rc) printf("      CPU decoder: %s\n", e.msg);
+    choir_stream_free(s);
+    kk_dec_free(d);
     return rc;
 }
 
@@ -546,12 +615,11 @@ static void check_model(void) {
         }
         fill(style[i], 256, 0.5f);
     }
-    kk_ws *ws = kk_ws_create(choir_kokoro_estimate_bytes(3, 8), NULL);
     for (int i = 0; i < 3; i++) {
         ref_up[i] = malloc(sizeof(float) * 1024 * frames[i]);
         ref_audio[i] = malloc(sizeof(float) * 600 * frames[i]);
-        if (!ws || cpu_decoder(m, &pc[i], style[i], ref_up[i], ref_audio[i], ws)) {
-            printf("FAIL  CPU decoder: out of memory\n");
+        if (cpu_decoder(m, &pc[i], style[i], ref_up[i], ref_audio[i])) {
+            printf("FAIL  CPU decoder (the backend forward on the CPU)\n");
             n_fail++;
             goto done;
         }
@@ -639,7 +707,6 @@ static void check_model(void) {
     }
 done:
     for (int i = 0; i < 3; i++) free(ref_up[i]), free(ref_audio[i]);
-    kk_ws_free(ws);
     random_decoder_free(m);
 }
 
@@ -1120,8 +1187,8 @@ int main(void) {
         return 77;
     }
     choir_err err = {0};
-    if (!(cu = choir_cuda_init(0, &err))) {
-        printf("FAIL  choir_cuda_init: %s\n", err.msg);
+    if (!(cu = choir_cuda_init(0, &err)) || !(host_be = choir_backend_cpu(&err))) {
+        printf("FAIL  choir_cuda_init / the CPU backend: %s\n", err.msg);
         return 1;
     }
     printf("kokoro gpu check on %s\n", choir_cuda_get_props(cu)->name);
@@ -1136,6 +1203,7 @@ int main(void) {
     check_convt(false, true, 3, 2, 1, 1);
     check_adain_and_elementwise();
     check_istft();
+    check_vocoder_ops();
     check_model();
     {
         static const int64_t one[1] = {37}, three[3] = {23, 41, 7};
@@ -1146,6 +1214,7 @@ int main(void) {
     check_front();
     check_albert();
     check_front_batch();
+    choir_backend_free(host_be);
     choir_cuda_free(cu);
     printf("%d passed, %d failed\n%s\n", n_pass, n_fail,
            n_fail ? "kokoro gpu check: FAIL" : "kokoro gpu check: PASS");

@@ -21,6 +21,7 @@ cmake -S tests/cuda -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release >"$BUILD.
 cmake --build "$BUILD" -j"$JOBS" --target choir_backend_gpu_check >"$BUILD.build.log" 2>&1 ||
     { grep -E "error|Error" "$BUILD.build.log" | head -40; exit 2; }
 echo "built in $((SECONDS - t0)) s"
+mkdir -p "${OUT:-/tmp}"
 log=${OUT:-/tmp}/backend_gpu_check.txt
 timeout 240 "$BUILD/cuda/choir_backend_gpu_check" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}

@@ -23,6 +23,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "choir/alloc.h"
@@ -115,6 +116,8 @@ static void specials(int V, choir_whisper_specials *sp) {
 
 #define N_LAYER 2
 static wh_block g_enc_blocks[N_LAYER], g_dec_blocks[N_LAYER];
+/* The CPU backend every built model's CPU forward runs on (freed by main). */
+static choir_backend *g_cpu_backend;
 
 static void build(choir_whisper *m, int bf16) {
     memset(m, 0, sizeof(*m));
@@ -141,6 +144,13 @@ static void build(choir_whisper *m, int bf16) {
     for (int l = 0; l < N_LAYER; l++) block(&g_dec_blocks[l], d, ffn, true, bf16);
     m->dec = g_dec_blocks;
     m->dec_ln_g = arr(d, 0.2f, 1.0f), m->dec_ln_b = arr(d, 0.1f, 0);
+    choir_err err = {0};
+    m->cpu = g_cpu_backend;
+    if (wh_net_init_cpu(m, &err)) {
+        fprintf(stderr, "FATAL %s\n", err.msg);
+        exit(1);
+    }
+    g_cpu_backend = m->cpu;
 }
 
 static double rel_l2(const float *got, const float *ref, size_t n) {
@@ -160,9 +170,13 @@ static int argmax(const float *x, int n) {
     return b;
 }
 
+/* Attach with opts.ops: the encoder over backend operations (whisper_enc.c). */
+static bool g_ops;
+
 static int attach(choir_whisper *m, int bf16, bool graphs, int max_windows) {
     choir_whisper_gpu_opts o;
     choir_whisper_default_gpu_opts(&o);
+    o.ops = g_ops;
     o.bf16 = bf16;
     o.tf32 = bf16; /* bf16 bounds also cover TF32 attention and convolutions */
     o.graphs = graphs;
@@ -189,13 +203,14 @@ static void encoder_case(const float *mel, const float *ref, int n, int bf16, do
     if (bf16 && choir_whisper_encode(&m, mel, n, cpu, &err)) printf("cpu encode: %s\n", err.msg);
     if (!attach(&m, bf16, true, 2)) {
         if (choir_whisper_encode(&m, mel, n, got, &err)) {
-            report(false, "whisper encoder %s weights: %s", bf16 ? "bf16" : "f32", err.msg);
+            report(false, "whisper encoder%s %s weights: %s", g_ops ? " (backend ops)" : "",
+                   bf16 ? "bf16" : "f32", err.msg);
         } else {
             double e = rel_l2(got, bf16 ? cpu : ref, out_n);
             report(e <= tol,
-                   "whisper encoder %s weights, %d windows in passes of 2: rel_l2 %.3e "
+                   "whisper encoder%s %s weights, %d windows in passes of 2: rel_l2 %.3e "
                    "(tol %.0e)",
-                   bf16 ? "bf16" : "f32", n, e, tol);
+                   g_ops ? " (backend ops)" : "", bf16 ? "bf16" : "f32", n, e, tol);
         }
         choir_whisper_gpu_detach(&m);
     }
@@ -420,10 +435,12 @@ static void full_decode_case(void) {
     }
     p.beam_size = 1;
     if ((rc = decode2(&m, mel, NULL, true, &p, dev, &err))) {
-        report(false, "full decode from the GPU encoder: %s", err.msg);
+        report(false, "full decode from the GPU encoder%s: %s", g_ops ? " (backend ops)" : "",
+               err.msg);
     } else {
         bool ok = same_tokens(&dev[0], &cpu[0][0]) && same_tokens(&dev[1], &cpu[0][1]);
-        report(ok, "GPU encoder -> device cross K/V -> greedy decode: tokens identical to CPU");
+        report(ok, "GPU encoder%s -> device cross K/V -> greedy decode: tokens identical to CPU",
+               g_ops ? " (backend ops)" : "");
     }
     /* Every cache and sequence is freed: the pools keep their slots, so the
      * device holds what it held after the first run. */
@@ -463,6 +480,13 @@ int main(void) {
         encoder_case(mel, ref, 3, 0, 1e-5);
         g_rng = 0x2545F4914F6CDD1Dull;
         encoder_case(mel, ref, 3, 1, 1e-2);
+        /* The same through the forward over backend operations. */
+        g_ops = true;
+        g_rng = 0x2545F4914F6CDD1Dull;
+        encoder_case(mel, ref, 3, 0, 1e-5);
+        g_rng = 0x2545F4914F6CDD1Dull;
+        encoder_case(mel, ref, 3, 1, 1e-2);
+        g_ops = false;
         choir_free(mel), choir_free(ref);
     }
     decoder_case(1, 0, 1e-4);
@@ -470,6 +494,10 @@ int main(void) {
     decoder_case(4, 1, 2e-2);
     all_positions_case();
     full_decode_case();
+    g_ops = true;
+    full_decode_case();
+    g_ops = false;
+    choir_backend_free(g_cpu_backend);
     printf("%d of %d checks passed\n", g_cases - g_failures, g_cases);
     return g_failures ? 1 : 0;
 }

@@ -6,6 +6,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -312,6 +313,12 @@ int hc_server_start(hc_server *s, const char *name, const char *args)
     if (pid < 0)
         return -1;
     if (pid == 0) {
+        /* The server dies with the test, however the test ends (a failed
+         * assertion, a crash, a timeout's SIGKILL): no `choir serve` is left
+         * holding ports and memory. The signal survives the exec. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() == 1)
+            _exit(127);
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }

@@ -3,7 +3,9 @@
 // shows a message, typed text becomes audio that the <audio> element receives
 // before synthesis ends, an uploaded jfk.wav becomes a transcript with
 // timestamps, an enhancement gives an "after" recording, and the engine panel
-// counts the requests. A screenshot of each tab goes to OUT_DIR.
+// counts the requests. Also (issue 19): without the key the status says so,
+// the voice list is the model's, one request transcribes (segments over SSE),
+// and every tab fits a 390-px screen. A screenshot of each tab goes to OUT_DIR.
 //
 // env: CHOIR_URL (http://127.0.0.1:PORT), CHOIR_API_KEY, OUT_DIR, JFK_WAV,
 //      STS_WAV (optional), CHROMIUM (default /usr/bin/chromium),
@@ -44,6 +46,10 @@ const page = browser.pages()[0] || (await browser.newPage());
 const consoleErrors = [];
 page.on('console', (m) => { if (m.type() === 'error') consoleErrors.push(m.text()); });
 page.on('pageerror', (e) => consoleErrors.push('page error: ' + e.message));
+let transcriptionPosts = 0;
+page.on('request', (r) => {
+  if (r.method() === 'POST' && new URL(r.url()).pathname === '/v1/audio/transcriptions') transcriptionPosts++;
+});
 
 async function shot(name) {
   await page.screenshot({ path: join(OUT, name + '.png'), fullPage: true });
@@ -72,8 +78,12 @@ try {
   const resp = await page.goto(URL_BASE + '/');
   check(resp.ok(), 'GET / answered ' + resp.status());
   check((await page.title()) === 'choir', 'page title');
-  await waitUi(() => document.getElementById('server-state').textContent === 'ready', 10_000);
+  const pill = () => document.getElementById('server-state').textContent;
   if (KEY) {
+    // Not "ready" with empty menus: the status says a key is needed.
+    await waitUi(() => document.getElementById('server-state').textContent === 'API key needed', 10_000)
+      .catch(async () => { throw new Error('the status pill shows "' + (await ui(pill)) + '" without the key'); });
+    check((await page.locator('#stt-model option').count()) === 0, 'model menus empty without the key');
     await page.locator('#speak-msg').waitFor({ state: 'visible', timeout: 10_000 });
     const msg = await page.locator('#speak-msg').textContent();
     check(/401/.test(msg) && /API key/.test(msg), 'missing key shows a 401 message, got: ' + msg);
@@ -81,6 +91,7 @@ try {
     await page.fill('#api-key', KEY);
     await page.press('#api-key', 'Tab');
   }
+  await waitUi(() => document.getElementById('server-state').textContent === 'ready', 10_000);
   await waitUi(() => document.querySelectorAll('#stt-model option').length > 0, 10_000);
   await waitUi(() => window.choirUi.metricsUpdates > 0 && window.choirUi.metrics, 10_000);
   const before = await ui(() => window.choirUi.metrics.completed);
@@ -88,6 +99,16 @@ try {
 
   // Speak: the audio element must hold audio before the stream has ended.
   if (WANT_TTS) {
+    // The voice list is the chosen model's voices, no others.
+    const offered = await ui(() => [...document.querySelectorAll('#voice-list option')].map((o) => o.value));
+    const listed = await page.evaluate(async (key) => {
+      const res = await fetch('/v1/models', { headers: key ? { Authorization: 'Bearer ' + key } : {} });
+      const m = (await res.json()).data.find((x) => x.id === document.getElementById('speak-model').value);
+      return m.voices || [];
+    }, KEY);
+    console.log('voices offered: ' + offered.join(', '));
+    check(listed.length > 0 && JSON.stringify(offered) === JSON.stringify(listed),
+      'voices offered ' + JSON.stringify(offered) + ' are the model\'s ' + JSON.stringify(listed));
     await page.fill('#speak-text', 'Hello there. This is the second sentence, said after the first.');
     await page.fill('#speak-voice', 'af_heart');
     await page.click('#speak-go');
@@ -138,8 +159,10 @@ try {
   check((await rows.count()) >= 1, 'segment rows with timestamps');
   const start = await rows.first().locator('td').first().textContent();
   check(/^\d\d:\d\d\.\d\d$/.test(start), 'timestamp cell ' + start);
+  check(transcriptionPosts === 1, 'one transcription request (segments come over SSE), made ' + transcriptionPosts);
+  check(tr.segments.length >= 1, 'segments arrived in the stream');
   await shot('2-transcribe');
-  requests += 2; // the stream, then verbose_json for the timestamps
+  requests += 1;
 
   // Enhance: before/after players.
   await page.click('#tab-enhance');
@@ -173,6 +196,21 @@ try {
   check((await page.locator('#models-table tbody tr').count()) >= 1, 'models listed');
   await page.waitForTimeout(2500); // one more poll, so the charts have two points
   await shot('4-engine');
+
+  // A 390-px phone screen: no tab is wider than the screen.
+  await page.setViewportSize({ width: 390, height: 844 });
+  for (const t of ['speak', 'transcribe', 'enhance', 'engine']) {
+    await page.click('#tab-' + t);
+    const wide = await ui(() => {
+      const over = [...document.querySelectorAll('body *')].filter((e) => {
+        const r = e.getBoundingClientRect();
+        return r.width > 0 && r.right > window.innerWidth + 0.5;
+      });
+      return { width: document.documentElement.scrollWidth, over: over.slice(0, 3).map((e) => e.tagName + '#' + e.id) };
+    });
+    check(wide.width <= 390 && !wide.over.length, t + ' tab at 390 px: ' + JSON.stringify(wide));
+  }
+  await shot('5-phone');
   if (consoleErrors.length) console.log('browser console errors:\n  ' + consoleErrors.join('\n  '));
   console.log('ui test: ok');
 } catch (e) {

@@ -245,14 +245,19 @@ static int cmp_d(const void *a, const void *b) {
 int choir_bench_sam_audio(int argc, char **argv) {
     const char *size = "small", *dir = NULL;
     double seconds = 10;
-    int nfe = 0;
+    int nfe = 0, cuda = 0, bf16 = 0;
     choir_sam_params p;
     choir_sam_default_params(&p);
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--bf16")) {
+            bf16 = 1;
+            continue;
+        }
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h") || i + 1 >= argc) {
             fprintf(!strcmp(argv[i], "--help") ? stdout : stderr,
                     "usage: choir bench sam-audio [--size small|base|large] [--seconds 10] [--steps 16]\n"
-                    "         [--method midpoint|euler] [--nfe N] [--dir SCRATCH] [--threads N]\n");
+                    "         [--method midpoint|euler] [--nfe N] [--dir SCRATCH] [--threads N]\n"
+                    "         [--backend cpu|cuda] [--bf16]\n");
             return !strcmp(argv[i], "--help") ? 0 : 2;
         }
         const char *v = argv[++i];
@@ -263,6 +268,7 @@ int choir_bench_sam_audio(int argc, char **argv) {
         else if (!strcmp(argv[i - 1], "--nfe")) nfe = atoi(v);
         else if (!strcmp(argv[i - 1], "--dir")) dir = v;
         else if (!strcmp(argv[i - 1], "--threads")) choir_pool_set_default_threads(atoi(v));
+        else if (!strcmp(argv[i - 1], "--backend") && (!strcmp(v, "cpu") || !strcmp(v, "cuda"))) cuda = !strcmp(v, "cuda");
         else return 2;
     }
     long long D;
@@ -287,16 +293,17 @@ int choir_bench_sam_audio(int argc, char **argv) {
     }
     double t_write = choir_now_s() - t0;
     t0 = choir_now_s();
-    choir_sam *m = choir_sam_load(dir, NULL, &err);
+    choir_sam_load_opts lo = {.device = cuda ? 1 : 0, .bf16 = bf16};
+    choir_sam *m = choir_sam_load_ex(dir, &lo, &err);
     if (!m) return fprintf(stderr, "choir bench sam-audio: %s\n", err.msg), 1;
     double t_load = choir_now_s() - t0;
     int64_t n = (int64_t)(seconds * CHOIR_SAM_RATE), T = choir_sam_frames(m, n), C = choir_sam_channels(m);
     float *x = malloc((size_t)n * sizeof *x), *lat = malloc((size_t)(T * C) * 4), *xs = malloc((size_t)(T * 2 * C) * 4);
     float *v = malloc((size_t)(T * 2 * C) * 4), *y = malloc((size_t)(T * choir_sam_hop(m)) * 4), *half = malloc((size_t)(T * C) * 4);
     for (int64_t i = 0; i < n; i++) x[i] = 0.3f * sinf((float)i * 0.01f) + 0.05f * (float)((i * 7919) % 101 - 50) / 50.0f;
-    printf("sam-audio %s (dim %lld, %d layers), %.1f s of audio (%lld frames), %s %d steps, %d threads\n", size, D, L,
-           seconds, (long long)T, p.method == CHOIR_SAM_EULER ? "euler" : "midpoint", p.steps,
-           choir_pool_threads(choir_pool_default()));
+    printf("sam-audio %s (dim %lld, %d layers) on %s%s, %.1f s of audio (%lld frames), %s %d steps, %d threads\n", size,
+           D, L, choir_sam_backend_name(m), bf16 && cuda ? " (bf16 matrices)" : "", seconds, (long long)T,
+           p.method == CHOIR_SAM_EULER ? "euler" : "midpoint", p.steps, choir_pool_threads(choir_pool_default()));
     printf("  weights          %.1f MB (written in %.1f s, loaded in %.2f s)\n", (double)choir_sam_weight_bytes(m) / 1e6,
            t_write, t_load);
     int64_t base = choir_mem_current(CHOIR_MEM_COUNT);
@@ -311,6 +318,19 @@ int choir_bench_sam_audio(int argc, char **argv) {
     tt = choir_now_s();
     if (!rc) rc = choir_sam_encode(m, x, n, lat, &err);
     double t_enc = choir_now_s() - tt;
+    if (!rc && cuda) {
+        /* A GPU's first calls pay for its libraries' set-up: warm up once. */
+        tt = choir_now_s();
+        rc = choir_sam_encode(m, x, n, lat, &err);
+        t_enc = choir_now_s() - tt;
+        choir_sam_item w = {.frames = T, .valid_frames = T, .features = lat, .text = text, .text_len = nid};
+        float tw = 0.5f;
+        choir_sam_noise(m, p.seed, T, xs);
+        const float *xw = xs;
+        if (!rc) rc = choir_sam_velocity(m, &w, 1, &tw, &xw, &v, &err);
+        for (int64_t i = 0; i < T && !rc; i++) memcpy(half + i * C, xs + i * 2 * C, (size_t)C * 4);
+        if (!rc) rc = choir_sam_decode(m, half, T, NULL, y, &err);
+    }
     choir_sam_noise(m, p.seed, T, xs);
     choir_sam_item it = {.frames = T, .valid_frames = T, .features = lat, .text = text, .text_len = nid};
     int per_step = p.method == CHOIR_SAM_EULER ? 1 : 2, total_nfe = per_step * p.steps;
@@ -352,6 +372,11 @@ int choir_bench_sam_audio(int argc, char **argv) {
            run < total_nfe ? ", ODE projected" : "");
     printf("  peak memory      %.1f MB counted beyond the weights (estimate %.1f MB); max RSS %.1f MB\n", (double)peak / 1e6,
            (double)choir_sam_chunk_bytes(m, T) / 1e6, rss_mb());
+    if (cuda) {
+        int64_t dpeak = 0, dnow = choir_sam_device_bytes(m, &dpeak);
+        printf("  device memory    %.1f MB at most, %.1f MB held between calls (weights)\n", (double)dpeak / 1e6,
+               (double)dnow / 1e6);
+    }
     choir_free(ids);
     free(text), free(x), free(lat), free(xs), free(v), free(y), free(half), free(ts);
     choir_sam_free(m);

@@ -14,6 +14,7 @@
 #include <sys/resource.h>
 
 #include "choir/alloc.h"
+#include "choir/backend.h"
 #include "choir/pool.h"
 #include "choir/quant.h"
 #include "choir/tensor.h"
@@ -22,11 +23,13 @@
 
 static void bv_usage(FILE *f) {
     fprintf(f, "usage: choir bench vibevoice [--dims 1.5b|7b] [--audio-min M] [--steps N] [--dtype bf16|f32]\n"
-               "                             [--q-bits 4|8] [--layers N] [--threads N] [--prefill-chunk N]\n\n"
+               "                             [--q-bits 4|8] [--layers N] [--threads N] [--prefill-chunk N]\n"
+               "                             [--backend cpu|cuda]\n\n"
                "VibeVoice-ASR on random weights at a published size (default 1.5b, 1 minute, 32 steps,\n"
                "bf16 matrices): load, encoder, prefill and decode speed and peak memory. --q-bits\n"
                "quantizes the language model as mlx-community does; --layers runs fewer LM layers\n"
-               "(the printed figures then are for that depth).\n");
+               "(the printed figures then are for that depth). --backend cuda puts the weights and\n"
+               "the passes on CUDA device 0 (builds with -DCHOIR_CUDA=ON) and adds its peak memory.\n");
 }
 
 int choir_bench_vibevoice(int argc, char **argv) {
@@ -34,6 +37,7 @@ int choir_bench_vibevoice(int argc, char **argv) {
     double minutes = 1.0;
     int steps = 32, layers = 0, bits = 0, prefill_chunk = 0;
     choir_dtype dt = CHOIR_DTYPE_BF16;
+    const char *backend = "cpu";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -51,6 +55,7 @@ int choir_bench_vibevoice(int argc, char **argv) {
         else if (strcmp(a, "--q-bits") == 0) bits = atoi(v);
         else if (strcmp(a, "--prefill-chunk") == 0) prefill_chunk = atoi(v);
         else if (strcmp(a, "--threads") == 0) choir_pool_set_default_threads(atoi(v));
+        else if (strcmp(a, "--backend") == 0) backend = v;
         else if (strcmp(a, "--dtype") == 0) {
             if (strcmp(v, "f32") == 0) dt = CHOIR_DTYPE_F32;
             else if (strcmp(v, "bf16") != 0) {
@@ -66,7 +71,7 @@ int choir_bench_vibevoice(int argc, char **argv) {
     choir_err err = {0};
     choir_vibevoice_dims D;
     if (choir_vibevoice_dims_named(dims_name, &D, &err) || !(minutes > 0) || minutes > 90 || steps < 1 ||
-        (bits && bits != 4 && bits != 8) || layers < 0) {
+        (bits && bits != 4 && bits != 8) || layers < 0 || (strcmp(backend, "cpu") && strcmp(backend, "cuda"))) {
         fprintf(stderr, "choir bench vibevoice: %s\n", err.msg[0] ? err.msg : "bad option value");
         return 2;
     }
@@ -76,14 +81,24 @@ int choir_bench_vibevoice(int argc, char **argv) {
            bits ? (bits == 8 ? "8-bit LM" : "4-bit LM") : dt == CHOIR_DTYPE_F32 ? "f32" : "bf16",
            D.lm.tied ? ", tied embedding" : "", D.acoustic.n_stages, D.acoustic.n_filters);
     printf("threads        %d\n", choir_pool_threads(choir_pool_default()));
+    choir_backend *be = NULL;
+    if (strcmp(backend, "cuda") == 0) {
+        choir_backend_cuda_opts co = {.device = 0};
+        if (!(be = choir_backend_cuda(&co, &err))) {
+            fprintf(stderr, "choir bench vibevoice: %s\n", err.msg);
+            return 1;
+        }
+        printf("backend        %s\n", choir_backend_name(be));
+    }
     double t0 = choir_now_s();
     choir_vibevoice_randw *w = choir_vibevoice_randw_create(&D, dt, bits, 0, &err);
     if (!w) {
         fprintf(stderr, "choir bench vibevoice: %s\n", err.msg);
+        choir_backend_free(be);
         return 1;
     }
     double t1 = choir_now_s();
-    choir_vibevoice *m = choir_vibevoice_from_tensors(choir_vibevoice_randw_find, w, &D, &err);
+    choir_vibevoice *m = choir_vibevoice_from_tensors_on(choir_vibevoice_randw_find, w, &D, be, &err);
     double t2 = choir_now_s();
     int status = 0;
     float *x = NULL;
@@ -92,8 +107,9 @@ int choir_bench_vibevoice(int argc, char **argv) {
     if (!m) goto fail;
     size_t wb = choir_vibevoice_randw_bytes(w);
     printf("weights        %.2f GB generated in %.1f s (%d tensors); load %.2f s (binding them, re-laying the "
-           "convolution kernels; the model holds %.2f GB)\n", wb / 1e9, t1 - t0, choir_vibevoice_randw_count(w), t2 - t1,
-           choir_vibevoice_weight_bytes(m) / 1e9);
+           "convolution kernels%s; the model holds %.2f GB)\n", wb / 1e9, t1 - t0, choir_vibevoice_randw_count(w), t2 - t1,
+           be ? ", uploading" : "", choir_vibevoice_weight_bytes(m) / 1e9);
+    if (be) choir_backend_mem_reset_peak(be);
     int64_t n = (int64_t)(minutes * 60.0 * CHOIR_VIBEVOICE_SAMPLE_RATE), np = choir_vibevoice_padded_len(n, D.hop);
     int T = (int)(np / D.hop), n_ids = T + 2 + 64;
     if (!(x = choir_alloc(CHOIR_MEM_IO, (size_t)np * sizeof *x)) ||
@@ -135,6 +151,9 @@ int choir_bench_vibevoice(int argc, char **argv) {
     printf("peak memory    %.0f MB counted (%.0f MB weights, %.0f MB state planned, %.0f MB activations), "
            "%.0f MB RSS\n", (double)choir_mem_peak(CHOIR_MEM_COUNT) / 1e6, (double)choir_mem_peak(CHOIR_MEM_WEIGHTS) / 1e6,
            state_bytes / 1e6, (double)choir_mem_peak(CHOIR_MEM_ACTIVATIONS) / 1e6, (double)ru.ru_maxrss / 1024.0);
+    if (be)
+        printf("device memory  %.2f GB weights, peak %.2f GB working memory on %s\n",
+               choir_vibevoice_device_bytes(m) / 1e9, (double)choir_backend_mem_peak(be) / 1e9, choir_backend_name(be));
     goto done;
 fail:
     fprintf(stderr, "choir bench vibevoice: %s\n", err.msg);
@@ -145,5 +164,6 @@ done:
     choir_free(x);
     choir_vibevoice_free(m);
     choir_vibevoice_randw_free(w);
+    choir_backend_free(be);
     return status;
 }

@@ -133,7 +133,7 @@ static double spectral_distance(const float *a, const float *b, int64_t n) {
  * (the larger audio change the one-ulp moves cause). */
 /* The decoder alone on the CPU, or on the model's GPU when one is attached. */
 static int run_decoder(const choir_kokoro *m, const float *asr, int64_t L, const float *f0,
-                       const float *nc, const float *style, float *audio, kk_ws *ws, bool gpu,
+                       const float *nc, const float *style, float *audio, bool gpu,
                        choir_err *err) {
 #ifdef CHOIR_HAVE_CUDA
     if (gpu) {
@@ -146,8 +146,8 @@ static int run_decoder(const choir_kokoro *m, const float *asr, int64_t L, const
         return 0;
     }
 #endif
-    (void)gpu, (void)err;
-    return kk_decoder(m, asr, L, f0, nc, style, NULL, audio, ws);
+    (void)gpu;
+    return kk_decoder(m, asr, L, f0, nc, style, NULL, audio, err);
 }
 
 static int decoder_check(const choir_kokoro *m, const choir_st *ref, const float *style, bool gpu,
@@ -162,16 +162,15 @@ static int decoder_check(const choir_kokoro *m, const choir_st *ref, const float
                                                  "or inconsistent");
     int64_t L = asr->shape[1], n = au->numel;
     int rc = CHOIR_ENOMEM;
-    kk_ws *ws = kk_ws_create(choir_kokoro_estimate_bytes(CHOIR_KOKORO_MAX_PHONEMES, L), err);
     float *a0 = choir_alloc(CHOIR_MEM_IO, (size_t)n * sizeof(float));
     float *a1 = choir_alloc(CHOIR_MEM_IO, (size_t)n * sizeof(float));
     float *f0n = choir_alloc(CHOIR_MEM_IO, (size_t)f0->numel * sizeof(float));
-    if (!ws || !a0 || !a1 || !f0n) goto done;
-    if ((rc = run_decoder(m, asr->data, L, f0->data, nc->data, style, a0, ws, gpu, err))) goto done;
+    if (!a0 || !a1 || !f0n) goto done;
+    if ((rc = run_decoder(m, asr->data, L, f0->data, nc->data, style, a0, gpu, err))) goto done;
     *err_out = rel_l2(a0, au->data, n);
     *vs_cpu = -1;
     if (gpu) { /* the same inputs through the CPU decoder */
-        if ((rc = kk_decoder(m, asr->data, L, f0->data, nc->data, style, NULL, a1, ws))) goto done;
+        if ((rc = kk_decoder(m, asr->data, L, f0->data, nc->data, style, NULL, a1, err))) goto done;
         *vs_cpu = rel_l2(a0, a1, n);
     }
     *spec_out = spectral_distance(a0, au->data, n);
@@ -179,12 +178,11 @@ static int decoder_check(const choir_kokoro *m, const choir_st *ref, const float
     for (int dir = 0; dir < 2; dir++) {
         const float *src = f0->data;
         for (int64_t i = 0; i < f0->numel; i++) f0n[i] = nextafterf(src[i], dir ? -INFINITY : INFINITY);
-        if ((rc = run_decoder(m, asr->data, L, f0n, nc->data, style, a1, ws, gpu, err))) goto done;
+        if ((rc = run_decoder(m, asr->data, L, f0n, nc->data, style, a1, gpu, err))) goto done;
         *floor_out = fmax(*floor_out, rel_l2(a1, a0, n));
     }
 done:
     if (rc == CHOIR_ENOMEM && err && !err->code) choir_err_set(err, rc, "decoder check: out of memory");
-    kk_ws_free(ws);
     choir_free(a0);
     choir_free(a1);
     choir_free(f0n);

@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 
 #include "models/convert/convert_internal.h"
-#include "io/io_util.h"
+#include "choir/io.h"
 
 #define SIDE_FILE_MAX_BYTES (256ll << 20)
 

@@ -90,6 +90,7 @@ static void *fake_load(const char *dir, const choir_model_options *opt, choir_er
     w->p.true_ratio = num(c, "true_ratio", 1);
     w->p.load_ms = num(c, "load_ms", 0);
     w->p.pieces = (int)num(c, "pieces", 4);
+    w->p.segments = (int)num(c, "segments", 0);
     w->p.fail_on_length = (int)num(c, "fail_on_length", 0);
     w->p.device_weights_bytes = (int64_t)num(c, "device_weights_bytes", 0);
     w->p.device_bytes_per_unit = (int64_t)num(c, "device_bytes_per_unit", 0);
@@ -159,10 +160,15 @@ static uint64_t samples_checksum(const float *x, int64_t n)
     return fnv1a(x, (size_t)n * sizeof *x);
 }
 
-static int emit_piece(choir_request *r, int k, int pieces, int final, float *scratch, int64_t scratch_n)
+#define FAKE_MAX_SEGMENTS 16
+
+static int emit_piece(choir_request *r, int k, int pieces, int final, int segments, float *scratch,
+                      int64_t scratch_n)
 {
     choir_output out = {.final = final};
     char text[1024];
+    choir_segment segs[FAKE_MAX_SEGMENTS];
+    char seg_text[FAKE_MAX_SEGMENTS][24];
     if (r->task == CHOIR_TASK_TTS) {
         int64_t total = (int64_t)strlen(r->in.tts.text) * CHOIR_FAKE_TTS_SAMPLES_PER_CHAR;
         int64_t from = total * k / pieces, to = total * (k + 1) / pieces;
@@ -193,6 +199,22 @@ static int emit_piece(choir_request *r, int k, int pieces, int final, float *scr
         } else
             snprintf(text, sizeof text, "partial %d/%d", k + 1, pieces);
         out.text = text;
+        /* With "segments" and timestamps, piece k is the segment [k, k+1) * duration / pieces:
+         * a streamed piece carries its own, the final output all of them
+         * (at most FAKE_MAX_SEGMENTS), as a real model's would. */
+        if (segments && r->task == CHOIR_TASK_STT && r->in.stt.timestamps) {
+            double dur = (double)n / (r->in.stt.sample_rate > 0 ? r->in.stt.sample_rate : 16000);
+            int first = final ? 0 : k, last = final ? pieces : k + 1;
+            if (last - first > FAKE_MAX_SEGMENTS)
+                last = first + FAKE_MAX_SEGMENTS;
+            for (int p = first; p < last; p++) {
+                snprintf(seg_text[p - first], sizeof seg_text[0], " piece %d", p + 1);
+                segs[p - first] = (choir_segment){.start_s = dur * p / pieces, .end_s = dur * (p + 1) / pieces,
+                                                  .text = seg_text[p - first], .probability = 0.5f};
+            }
+            out.segments = segs;
+            out.n_segments = last - first;
+        }
     }
     return choir_request_emit(r, &out);
 }
@@ -247,7 +269,7 @@ static int fake_run_batch_locked(void *weights, choir_request *const *reqs, int 
                 continue;
             }
             if (final || r->stream)
-                emit_piece(r, k, pieces, final, scratch, piece_max);
+                emit_piece(r, k, pieces, final, w->p.segments, scratch, piece_max);
         }
     }
     choir_free(scratch);

@@ -17,7 +17,7 @@
 #include "choir/kernels.h"
 #include "choir/log.h"
 #include "choir/pool.h"
-#include "models/kokoro/kokoro_internal.h"
+#include "models/kokoro/kokoro_front_net.h"
 
 #define TRACE(p, name, data, nd, ...)                                       \
     do {                                                                    \
@@ -42,55 +42,34 @@ void kk_albert_embed(const choir_kokoro *m, const int32_t *ids, int64_t T, float
 }
 
 /* ALBERT (one shared layer, applied 12 times): ids[T] -> h[T, 768] and
- * d_en[T, 512] = bert_encoder(h). With a GPU attached the layers run there
- * (kokoro_cuda_front.c) from the CPU's embeddings. */
+ * d_en[T, 512] = bert_encoder(h): the embeddings here, the layers through
+ * the front's backend forward (kokoro_front_net.c), on the GPU when one is
+ * attached, else on the CPU backend with working memory from ws. */
 int kk_albert(const choir_kokoro *m, const int32_t *ids, int64_t T, float *h, float *d_en,
               kk_ws *ws) {
     size_t mark = kk_ws_mark(ws);
     float *e = kk_ws_floats(ws, T * KK_BERT_EMB);          /* [T,128] */
-    float *row = kk_ws_floats(ws, KK_BERT_EMB);
-    float *q = kk_ws_floats(ws, T * KK_BERT);              /* [T,768] */
-    float *k = kk_ws_floats(ws, T * KK_BERT);
-    float *v = kk_ws_floats(ws, T * KK_BERT);
-    float *ctx = kk_ws_floats(ws, T * KK_BERT);
-    float *a = kk_ws_floats(ws, T * KK_BERT);              /* attention block output */
-    float *ff = kk_ws_floats(ws, T * KK_BERT_FF);          /* [T,2048] */
-    if (!e || !row || !q || !k || !v || !ctx || !a || !ff) return CHOIR_ENOMEM;
-
-    kk_albert_embed(m, ids, T, e, ctx /* free until the first layer */, row);
+    float *type0 = kk_ws_floats(ws, KK_BERT_EMB), *row = kk_ws_floats(ws, KK_BERT_EMB);
+    if (!e || !type0 || !row) return CHOIR_ENOMEM;
+    kk_albert_embed(m, ids, T, e, type0, row);
+    const float *e1 = e;
+    choir_err err = {0};
+    int rc = 1;
 #ifdef CHOIR_HAVE_CUDA
-    if (m->gpu) {
-        choir_err err = {0};
-        const float *e1 = e;
-        int rc = kk_gpu_albert(m->gpu, 1, &e1, &T, &h, &d_en, &err);
-        if (rc <= 0) {
-            if (rc) CHOIR_LOGE("kokoro: ALBERT on the GPU: %s", err.msg);
-            kk_ws_release(ws, mark);
-            return rc;
-        }
-    }
+    if (m->gpu) rc = kk_gpu_albert(m->gpu, 1, &e1, &T, &h, &d_en, &err);
 #endif
-    choir_linear(e, T, &m->map_in.w, m->map_in.b, h);
-
-    const int64_t dh = KK_BERT / KK_BERT_HEADS;
-    for (int layer = 0; layer < KK_BERT_LAYERS; layer++) {
-        choir_linear(h, T, &m->q.w, m->q.b, q);
-        choir_linear(h, T, &m->k.w, m->k.b, k);
-        choir_linear(h, T, &m->v.w, m->v.b, v);
-        choir_attention(q, KK_BERT, k, KK_BERT, v, KK_BERT, ctx, KK_BERT, T, T, KK_BERT_HEADS, dh,
-                        1.0f / sqrtf((float)dh), NULL, false);
-        choir_linear(ctx, T, &m->dense.w, m->dense.b, a);
-        choir_add(a, h, a, T * KK_BERT);
-        choir_layer_norm(a, a, T, KK_BERT, m->att_ln_w, m->att_ln_b, 1e-12f);
-        choir_linear(a, T, &m->ffn.w, m->ffn.b, ff);
-        choir_gelu_tanh(ff, T * KK_BERT_FF);
-        choir_linear(ff, T, &m->ffn_out.w, m->ffn_out.b, h);
-        choir_add(h, a, h, T * KK_BERT);
-        choir_layer_norm(h, h, T, KK_BERT, m->full_ln_w, m->full_ln_b, 1e-12f);
+    if (rc > 0) {
+        choir_backend *be = choir_backend_cpu(&err);
+        kk_fnet *f = be ? kk_fnet_create(m, be, &err) : NULL;
+        choir_stream *s = f ? kk_ws_stream(ws, be, 0, &err) : NULL;
+        rc = s ? kk_fnet_albert(f, s, 1, &e1, &T, &h, &d_en, &err) : CHOIR_ENOMEM;
+        choir_stream_free(s);
+        kk_fnet_free(f);
+        choir_backend_free(be);
     }
-    choir_linear(h, T, &m->bert_encoder.w, m->bert_encoder.b, d_en);
+    if (rc) CHOIR_LOGE("kokoro: ALBERT: %s", err.msg);
     kk_ws_release(ws, mark);
-    return 0;
+    return rc;
 }
 
 /* kk_bilstm, on the GPU when one is attached and holds this LSTM's weights
@@ -192,25 +171,11 @@ int kk_f0_n(const choir_kokoro *m, const float *en, int64_t L, const float *s_pr
         }
     }
 #endif
-    rc = kk_f0_n_blocks(m, x, L, s_pro, f0, n, ws);
-    if (rc) return rc;
-    kk_ws_release(ws, mark);
-    return 0;
-}
-
-int kk_f0_n_blocks(const choir_kokoro *m, const float *x, int64_t L, const float *s_pro, float *f0,
-                   float *n, kk_ws *ws) {
-    size_t mark = kk_ws_mark(ws);
-    float *a = kk_ws_floats(ws, KK_HIDDEN * 2 * L);    /* [512, L] then [256, 2L] */
-    float *b = kk_ws_floats(ws, KK_HIDDEN * 2 * L);
-    if (!a || !b) return CHOIR_ENOMEM;
-    int rc;
-    for (int which = 0; which < 2; which++) {
-        const kk_resblk *blk = which ? m->n_blk : m->f0_blk;
-        if ((rc = kk_resblk_forward(&blk[0], x, L, s_pro, a, ws))) return rc;      /* [512, L] */
-        if ((rc = kk_resblk_forward(&blk[1], a, L, s_pro, b, ws))) return rc;      /* [256, 2L] */
-        if ((rc = kk_resblk_forward(&blk[2], b, 2 * L, s_pro, a, ws))) return rc;  /* [256, 2L] */
-        kk_conv1d(which ? &m->n_proj : &m->f0_proj, a, 2 * L, 1, 0, 1, which ? n : f0);
+    choir_err err = {0};
+    rc = kk_f0_n_blocks(m, x, L, s_pro, f0, n, &err);
+    if (rc) {
+        CHOIR_LOGE("kokoro: F0 / N blocks: %s", err.msg);
+        return rc;
     }
     kk_ws_release(ws, mark);
     return 0;
@@ -249,40 +214,6 @@ int kk_text_encoder_convs(const choir_kokoro *m, const int32_t *ids, int64_t T, 
         kk_transpose(tc, T, KK_HIDDEN, x);
     }
     /* tc is [T, 512] after the last block */
-    kk_ws_release(ws, mark);
-    return 0;
-}
-
-/* Decoder: asr[512, L], F0/N [2L], s_dec -> audio[600 L] */
-int kk_decoder(const choir_kokoro *m, const float *asr, int64_t L, const float *f0,
-                   const float *n, const float *s_dec, const float *noise, float *audio,
-                   kk_ws *ws) {
-    size_t mark = kk_ws_mark(ws);
-    const int64_t C_cat = 1024 + 64 + 2;
-    float *f0d = kk_ws_floats(ws, L), *nd = kk_ws_floats(ws, L);   /* [1, L] */
-    float *ar = kk_ws_floats(ws, 64 * L);                          /* [64, L] */
-    float *cat = kk_ws_floats(ws, C_cat * L);                      /* [514 or 1090, L] */
-    float *x = kk_ws_floats(ws, 1024 * L);                         /* [1024, L] */
-    float *up = kk_ws_floats(ws, 512 * 2 * L);                     /* [512, 2L] */
-    if (!f0d || !nd || !ar || !cat || !x || !up) return CHOIR_ENOMEM;
-
-    kk_conv1d(&m->f0_conv, f0, 2 * L, 2, 1, 1, f0d);
-    kk_conv1d(&m->n_conv, n, 2 * L, 2, 1, 1, nd);
-    memcpy(cat, asr, KK_HIDDEN * (size_t)L * sizeof(float));
-    memcpy(cat + KK_HIDDEN * L, f0d, (size_t)L * sizeof(float));
-    memcpy(cat + (KK_HIDDEN + 1) * L, nd, (size_t)L * sizeof(float));
-    int rc = kk_resblk_forward(&m->encode, cat, L, s_dec, x, ws);
-    if (rc) return rc;
-    kk_conv1d(&m->asr_res, asr, L, 1, 0, 1, ar);
-    for (int i = 0; i < 4; i++) {
-        /* every block, the upsampling one included, sees [x ; asr_res ; F0 ; N] */
-        memcpy(cat, x, 1024 * (size_t)L * sizeof(float));
-        memcpy(cat + 1024 * L, ar, 64 * (size_t)L * sizeof(float));
-        memcpy(cat + 1088 * L, f0d, (size_t)L * sizeof(float));
-        memcpy(cat + 1089 * L, nd, (size_t)L * sizeof(float));
-        if ((rc = kk_resblk_forward(&m->decode[i], cat, L, s_dec, i < 3 ? x : up, ws))) return rc;
-    }
-    if ((rc = kk_generator(m, up, L, s_dec, f0, noise, audio, ws))) return rc;
     kk_ws_release(ws, mark);
     return 0;
 }
@@ -512,22 +443,13 @@ int choir_kokoro_synthesize_ids(const choir_kokoro *m, const int32_t *ids, int n
     }
 #endif
     audio = choir_alloc(CHOIR_MEM_IO, (size_t)n_out * sizeof(float));
-    kk_ws *ws = audio ? kk_ws_create(choir_kokoro_estimate_bytes(n_ids, L), err) : NULL;
-    if (!audio || !ws) {
-        rc = audio ? (err ? err->code : CHOIR_ENOMEM) : CHOIR_ENOMEM;
-        if (!audio) choir_err_set(err, CHOIR_ENOMEM, "kokoro: out of memory (%d ids)", n_ids);
+    if (!audio) {
         kk_piece_free(&pc);
-        choir_free(audio);
-        return rc;
+        return choir_err_set(err, CHOIR_ENOMEM, "kokoro: out of memory (%d ids)", n_ids);
     }
-    rc = kk_decoder(m, pc.asr, L, pc.f0, pc.n, style, pc.noise, audio, ws);
-    CHOIR_LOGD("kokoro: %lld ids, %lld frames: decoder workspace high water %zu of %lld bytes",
-               (long long)n_ids, (long long)L, kk_ws_high_water(ws),
-               (long long)choir_kokoro_estimate_bytes(n_ids, L));
-    kk_ws_free(ws);
+    rc = kk_decoder(m, pc.asr, L, pc.f0, pc.n, style, pc.noise, audio, err);
     kk_piece_free(&pc);
     if (rc) {
-        if (rc == CHOIR_ENOMEM) choir_err_set(err, CHOIR_ENOMEM, "kokoro: out of memory (%d ids)", n_ids);
         choir_free(audio);
         return rc;
     }

@@ -268,13 +268,9 @@ static int batch_f0n(const choir_kokoro *m, fb_piece *pc, int n, const float **x
     if (m->gpu && (rc = kk_gpu_f0n_blocks(m->gpu, n, x, L, s_pro, f0, nc, err)) <= 0) return rc;
 #endif
     rc = 0;
-    for (int b = 0; b < n && !rc; b++) {
-        kk_ws *ws = kk_ws_create(choir_kokoro_estimate_bytes((int)pc[b].T, L[b]), err);
-        if (!ws) return err && err->code ? err->code : CHOIR_ENOMEM;
-        rc = kk_f0_n_blocks(m, x[b], L[b], s_pro[b], f0[b], nc[b], ws);
-        kk_ws_free(ws);
-        if (rc) choir_err_set(err, rc, "kokoro: F0 / N of batch item %d on the CPU", b);
-    }
+    for (int b = 0; b < n && !rc; b++)
+        if ((rc = kk_f0_n_blocks(m, x[b], L[b], s_pro[b], f0[b], nc[b], err)))
+            choir_err_prefix(err, "kokoro: F0 / N of batch item %d on the CPU", b);
     return rc;
 }
 

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "choir/backend.h"
 #include "choir/kokoro.h"
 #include "choir/safetensors.h"
 #include "choir/tensor.h"
@@ -141,6 +142,10 @@ float *kk_ws_floats(kk_ws *ws, int64_t n);
 size_t kk_ws_mark(const kk_ws *ws);
 void kk_ws_release(kk_ws *ws, size_t mark);
 size_t kk_ws_high_water(const kk_ws *ws);
+/* A stream on the CPU backend `be` whose working memory (and `scratch_bytes`
+ * of kernel scratch) comes from ws; free it before releasing ws past its
+ * allocations. NULL (and err) when ws has no room. */
+choir_stream *kk_ws_stream(kk_ws *ws, choir_backend *be, size_t scratch_bytes, choir_err *err);
 
 /* --- blocks (kokoro_blocks.c); all return 0 or CHOIR_ENOMEM ------------- */
 
@@ -149,31 +154,20 @@ void kk_conv1d(const kk_conv *c, const float *x, int64_t T, int stride, int pad,
                float *y);
 /* y[T, 2H] = [forward ; reverse] LSTM over x[T, In]. */
 int kk_bilstm(const kk_lstm *l, const float *x, int64_t T, float *y, kk_ws *ws);
-/* AdaIN1d in place on x[C, T]: instance norm over time (with the norm's
- * affine), then (1 + gamma) * x + beta from fc(style). */
-int kk_adain1d(const kk_adain *a, float *x, int64_t T, const float *style, kk_ws *ws);
 /* AdaLayerNorm in place on x[T, C]: per time step over C, no affine. */
 int kk_ada_layer_norm(const kk_adain *a, float *x, int64_t T, const float *style, kk_ws *ws);
-/* AdainResBlk1d: x[cin, T] -> y[cout, T or 2T]. */
-int kk_resblk_forward(const kk_resblk *b, const float *x, int64_t T, const float *style, float *y,
-                      kk_ws *ws);
-/* AdaINResBlock1 (Snake): x[C, T] -> y[C, T]. */
-int kk_snakeblock_forward(const kk_snakeblock *b, const float *x, int64_t T, const float *style,
-                          float *y, kk_ws *ws);
 /* y[C, T] = x[T, C]^T */
 void kk_transpose(const float *x, int64_t rows, int64_t cols, float *y);
 
-/* --- generator (kokoro_generator.c) ------------------------------------ */
+/* --- decoder (kokoro_decoder.c) and generator noise (kokoro_generator.c) --- */
 
-/* The iSTFTNet generator: x[512, 2L], style[128], F0[2L] (Hz) ->
- * audio[600 L]. noise NULL = zero noise, else [600L, 9] Gaussian draws. */
-int kk_generator(const choir_kokoro *m, const float *x, int64_t L, const float *style,
-                 const float *f0, const float *noise, float *audio, kk_ws *ws);
-
-/* The decoder alone: asr[512, L], f0 / n [2L], s_dec[128] -> audio[600 L];
- * noise as for kk_generator. For parity checks that isolate it. */
+/* The decoder alone on the CPU (kokoro_decoder.c, the backend forward with
+ * a CPU backend): asr[512, L], f0 / n [2L], s_dec[128] -> audio[600 L];
+ * noise NULL (zero) or [600 L, 9] Gaussian draws. Takes its own working
+ * memory. */
 int kk_decoder(const choir_kokoro *m, const float *asr, int64_t L, const float *f0,
-               const float *n, const float *s_dec, const float *noise, float *audio, kk_ws *ws);
+               const float *n, const float *s_dec, const float *noise, float *audio,
+               choir_err *err);
 
 /* Fills n standard normal floats from a seeded generator (deterministic). */
 void kk_gaussian_fill(float *x, int64_t n, uint64_t seed);
@@ -203,14 +197,10 @@ int kk_front(const choir_kokoro *m, const int32_t *ids, int n_ids, const float *
              const choir_kokoro_params *p, kk_piece *out, choir_err *err);
 
 /* The generator's harmonic source and its STFT, on the CPU: f0[2L] ->
- * S[22, 120 L + 1] (magnitudes, then phases); noise as for kk_generator.
- * Needs (600 L + 18 L) floats of workspace. */
-int kk_source_spectrum(const choir_kokoro *m, const float *f0, int64_t L, const float *noise,
-                       float *S, kk_ws *ws);
-
-/* The generator's inverse STFT on the CPU (the GPU check's oracle):
- * P[22, F] -> out[5 (F - 1)]; ola and env hold 5 (F - 1) + 20 floats each. */
-void kk_istft_tail(const float *P, int64_t F, float *out, float *ola, float *env);
+ * S[22, 120 L + 1] (magnitudes, then phases); noise NULL (zero) or
+ * [600 L, 9] Gaussian draws. work holds 618 L floats. */
+void kk_source_spectrum_buf(const choir_kokoro *m, const float *f0, int64_t L, const float *noise,
+                            float *S, float *work);
 
 #ifdef CHOIR_HAVE_CUDA
 /* For the GPU check: choir_kokoro_gpu_decode that also hands each piece's
@@ -257,10 +247,11 @@ int kk_durations_from(const choir_kokoro *m, const float *h, int64_t T, float sp
  * 512 T floats. */
 int kk_text_encoder_convs(const choir_kokoro *m, const int32_t *ids, int64_t T, float *tc,
                           kk_ws *ws);
-/* kk_f0_n after its LSTM, on the CPU: x[512, L] -> f0, n [2L]. Workspace:
- * 2 x 1024 L floats and the blocks'. */
+/* kk_f0_n after its LSTM, on the CPU (kokoro_decoder.c, the backend
+ * forward on a CPU backend): x[512, L] -> f0, n [2L]. Takes its own working
+ * memory. */
 int kk_f0_n_blocks(const choir_kokoro *m, const float *x, int64_t L, const float *s_pro, float *f0,
-                   float *n, kk_ws *ws);
+                   float *n, choir_err *err);
 /* The seeded noise of a piece of L frames: [600 L, 9] (kk_front's). */
 int64_t kk_noise_floats(int64_t L);
 

@@ -9,14 +9,14 @@
  * LSTMs with skips at 150 Hz and the message embedding. The output is
  * tanh(conv(snake(x))) + 0.25 * watermark.
  *
- * Activations are channels-first [C, T]; every call allocates one workspace
- * sized for its largest stage and frees it before returning. */
+ * Written over the backend operations (choir/backend.h, choir/backend_sam.h).
+ * Activations are channels-first [C, T]; every call takes one stream whose
+ * working memory holds its buffers, each sized for its largest stage. */
 #include <math.h>
 #include <string.h>
 
-#include "choir/alloc.h"
+#include "choir/backend_sam.h"
 #include "choir/kernels.h"
-#include "choir/kernels_ext.h"
 #include "sam_internal.h"
 
 const uint8_t choir_sam_default_message[CHOIR_SAM_WM_BITS] = {1, 0, 1, 1, 0, 0, 1, 0, 1, 1, 1, 0, 0, 1, 0, 1};
@@ -36,66 +36,60 @@ static void conv_pads(const sam_conv *c, int64_t T, int64_t *left, int64_t *righ
     *right = ideal - T > 0 ? ideal - T : 0;
 }
 
-int64_t sam_conv_out_len(const sam_conv *c, int64_t T) {
+static int64_t conv_out_len(const sam_conv *c, int64_t T) {
     int64_t l, r;
     conv_pads(c, T, &l, &r);
     return choir_conv1d_out_len(T + l + r, c->k, c->stride, 0, c->dilation);
 }
 
-void sam_conv_run(const sam_conv *c, const float *x, int64_t T, float *y, float *scratch) {
+/* y[cout, Tout] = conv(x[cin, T]) with bias `bias` (normally c->b); causal
+ * convs pad into `pad` (cin * (T + k * dilation) floats) first. */
+static void conv_bias(choir_stream *s, const sam_conv *c, const float *bias, const float *x, int64_t T, float *y,
+                      float *pad) {
     int64_t l, r;
     conv_pads(c, T, &l, &r);
     if (!c->causal) {
-        choir_conv1d(x, c->cin, T, c->w, c->b, c->cout, c->k, c->stride, (int)l, c->dilation, 1, y);
+        choir_op_conv1d(s, x, 1, c->cin, T, c->w, bias, c->cout, c->k, c->stride, (int)l, c->dilation, 1, y);
         return;
     }
-    int64_t Tp = T + l + r;
-    for (int64_t ch = 0; ch < c->cin; ch++) {
-        float *row = scratch + ch * Tp;
-        memset(row, 0, (size_t)l * sizeof *row);
-        memcpy(row + l, x + ch * T, (size_t)T * sizeof *row);
-        memset(row + l + T, 0, (size_t)r * sizeof *row);
-    }
-    choir_conv1d(scratch, c->cin, Tp, c->w, c->b, c->cout, c->k, c->stride, 0, c->dilation, 1, y);
+    choir_op_sam_pad(s, x, c->cin, T, l, r, false, pad);
+    choir_op_conv1d(s, pad, 1, c->cin, T + l + r, c->w, bias, c->cout, c->k, c->stride, 0, c->dilation, 1, y);
 }
 
-/* y[cout, T*stride] = ConvT(x[cin, T]); scratch holds cout * (T+1) * stride floats (causal). */
-static void convt_run(const sam_convt *c, const float *x, int64_t T, float *y, float *scratch) {
-    int s = c->stride;
+static void conv(choir_stream *s, const sam_conv *c, const float *x, int64_t T, float *y, float *pad) {
+    conv_bias(s, c, c->b, x, T, y, pad);
+}
+
+/* y[cout, T*stride] = ConvT(x[cin, T]); causal ones go through `pad`
+ * (cout * (T+1) * stride floats) and are cut to T * stride. */
+static void convt(choir_stream *s, const sam_convt *c, const float *x, int64_t T, float *y, float *pad) {
+    int st = c->stride;
     if (!c->causal) {
-        choir_conv_transpose1d(x, c->cin, T, c->w, c->b, c->cout, c->k, s, (s + 1) / 2, s % 2, 1, 1, y);
+        choir_op_conv_transpose1d(s, x, 1, c->cin, T, c->w, c->b, c->cout, c->k, st, (st + 1) / 2, st % 2, 1, 1, y);
         return;
     }
-    int64_t full = (T - 1) * s + c->k;
-    choir_conv_transpose1d(x, c->cin, T, c->w, c->b, c->cout, c->k, s, 0, 0, 1, 1, scratch);
-    for (int64_t ch = 0; ch < c->cout; ch++) memcpy(y + ch * T * s, scratch + ch * full, (size_t)(T * s) * sizeof *y);
+    int64_t full = (T - 1) * st + c->k;
+    choir_op_conv_transpose1d(s, x, 1, c->cin, T, c->w, c->b, c->cout, c->k, st, 0, 0, 1, 1, pad);
+    choir_op_copy_rows(s, y, T * st, pad, full, c->cout, T * st);
 }
 
-/* x[dim, T] += ResidualUnit(x), with t1 [dim, T], t2 [dim, T] and pad scratch. */
-static void ru_run(const sam_ru *r, float *x, int64_t T, float *t1, float *t2, float *scratch) {
+/* x[dim, T] += ResidualUnit(x), with t1 [dim, T], t2 [dim, T] and pad. */
+static void ru_run(choir_stream *s, const sam_ru *r, float *x, int64_t T, float *t1, float *t2, float *pad) {
     int64_t dim = r->c1.cin;
-    memcpy(t1, x, (size_t)(dim * T) * sizeof *t1);
-    if (r->alpha1) choir_snake_eps(t1, dim, T, r->alpha1);
-    else choir_elu(t1, dim * T);
-    sam_conv_run(&r->c1, t1, T, t2, scratch);
-    if (r->alpha2) choir_snake_eps(t2, r->c1.cout, T, r->alpha2);
-    else choir_elu(t2, r->c1.cout * T);
-    sam_conv_run(&r->c2, t2, T, t1, scratch);
-    choir_add(x, t1, x, dim * T);
-}
-
-static void transpose(const float *x, int64_t rows, int64_t cols, float *y) {
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) y[c * rows + r] = x[r * cols + c];
+    choir_op_copy(s, t1, x, (size_t)(dim * T) * sizeof *t1);
+    if (r->alpha1) choir_op_sam_snake(s, t1, 1, dim, T, r->alpha1);
+    else choir_op_sam_elu(s, t1, dim * T);
+    conv(s, &r->c1, t1, T, t2, pad);
+    if (r->alpha2) choir_op_sam_snake(s, t2, 1, r->c1.cout, T, r->alpha2);
+    else choir_op_sam_elu(s, t2, r->c1.cout * T);
+    conv(s, &r->c2, t2, T, t1, pad);
+    choir_op_add(s, x, t1, x, dim * T);
 }
 
 /* --- encoder ------------------------------------------------------------ */
 
-int choir_sam_encode(const choir_sam *m, const float *x, int64_t n, float *latent, choir_err *err) {
-    const sam_codec *c = &m->codec;
-    if (n < 1) return choir_err_set(err, CHOIR_EINVAL, "sam-audio: empty input");
-    int64_t T = (n + c->hop - 1) / c->hop, L = T * c->hop;
-    /* Largest stage: each block's input width at its rate, and the pads. */
+/* Floats of the encoder's three buffers (each its widest stage) for L samples. */
+static int64_t enc_floats(const sam_codec *c, int64_t L, int64_t T) {
     int64_t maxe = L + 64, len = L, d = c->enc_in.cout;
     if (d * len > maxe) maxe = d * len;
     for (int i = 0; i < c->n_enc; i++) {
@@ -105,65 +99,75 @@ int choir_sam_encode(const choir_sam *m, const float *x, int64_t n, float *laten
         if (d * len > maxe) maxe = d * len;
     }
     if (2 * c->cb * T > maxe) maxe = 2 * c->cb * T;
-    float *ws = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(3 * maxe) * sizeof(float));
-    if (!ws) return choir_err_set(err, CHOIR_ENOMEM, "sam-audio: out of memory in the codec encoder");
-    float *a = ws, *b = ws + maxe, *t = ws + 2 * maxe;
-    /* Reflect padding to a whole number of hops, as the reference pads;
-     * an input shorter than its pad is zero-extended first (audiocraft). */
-    int64_t pad = L - n;
-    if (pad == 0) {
-        memcpy(a, x, (size_t)n * sizeof *a);
-    } else if (pad < n) {
-        choir_pad_reflect(x, 1, n, 0, pad, a);
-    } else {
-        memcpy(a, x, (size_t)n * sizeof *a);
-        memset(a + n, 0, (size_t)pad * sizeof *a);
+    return maxe;
+}
+
+int choir_sam_encode(const choir_sam *m, const float *x, int64_t n, float *latent, choir_err *err) {
+    const sam_codec *c = &m->codec;
+    if (n < 1) return choir_err_set(err, CHOIR_EINVAL, "sam-audio: empty input");
+    int64_t T = (n + c->hop - 1) / c->hop, L = T * c->hop;
+    int64_t maxe = enc_floats(c, L, T);
+    choir_backend_lock(m->be);
+    choir_stream *s = sam_stream_open(m, (size_t)(3 * maxe + n + T * c->cb) * sizeof(float) + 5 * 256, err);
+    if (!s) {
+        choir_backend_unlock(m->be);
+        return err && err->code ? err->code : CHOIR_ENOMEM;
     }
-    sam_conv_run(&c->enc_in, a, L, b, NULL);
-    len = L;
-    d = c->enc_in.cout;
-    float *cur = b, *o1 = a;
-    for (int i = 0; i < c->n_enc; i++) {
-        const sam_enc_block *e = &c->enc[i];
-        for (int r = 0; r < 3; r++) ru_run(&e->ru[r], cur, len, o1, t, NULL);
-        choir_snake_eps(cur, d, len, e->alpha);
-        sam_conv_run(&e->down, cur, len, o1, NULL);
-        len = sam_conv_out_len(&e->down, len);
-        d *= 2;
-        float *sw = cur;
-        cur = o1;
-        o1 = sw;
+    float *a = choir_stream_floats(s, maxe, "sam encoder"), *b = choir_stream_floats(s, maxe, "sam encoder");
+    float *t = choir_stream_floats(s, maxe, "sam encoder"), *in = choir_stream_floats(s, n, "sam encoder input");
+    float *lat = choir_stream_floats(s, T * c->cb, "sam latent");
+    int64_t len = L;
+    if (lat) {
+        choir_op_upload(s, in, x, (size_t)n * sizeof *x);
+        /* Reflect padding to a whole number of hops, as the reference pads;
+         * an input shorter than its pad is zero-extended (audiocraft). */
+        int64_t pad = L - n;
+        choir_op_sam_pad(s, in, 1, n, 0, pad, pad > 0 && pad < n, a);
+        conv(s, &c->enc_in, a, L, b, t);
+        int64_t d = c->enc_in.cout;
+        float *cur = b, *o1 = a;
+        for (int i = 0; i < c->n_enc; i++) {
+            const sam_enc_block *e = &c->enc[i];
+            for (int r = 0; r < 3; r++) ru_run(s, &e->ru[r], cur, len, o1, t, NULL);
+            choir_op_sam_snake(s, cur, 1, d, len, e->alpha);
+            conv(s, &e->down, cur, len, o1, NULL);
+            len = conv_out_len(&e->down, len);
+            d *= 2;
+            float *sw = cur;
+            cur = o1;
+            o1 = sw;
+        }
+        choir_op_sam_snake(s, cur, 1, d, len, c->enc_alpha);
+        conv(s, &c->enc_out, cur, len, o1, NULL);
+        conv(s, &c->in_proj, o1, len, cur, NULL);
+        /* The mean: the first C of the 2C rows, made time-major. */
+        if (len == T) choir_op_transpose(s, cur, c->cb, T, NULL, lat);
+        choir_op_download(s, latent, lat, (size_t)(T * c->cb) * sizeof *latent);
     }
-    choir_snake_eps(cur, d, len, c->enc_alpha);
-    sam_conv_run(&c->enc_out, cur, len, o1, NULL);
-    sam_conv_run(&c->in_proj, o1, len, cur, NULL);
-    if (len != T) {
-        choir_free(ws);
-        return choir_err_set(err, CHOIR_EINTERNAL, "sam-audio: encoder gave %lld frames, expected %lld", (long long)len,
-                             (long long)T);
-    }
-    transpose(cur, c->cb, T, latent); /* the mean: first C of the 2C rows */
-    choir_free(ws);
-    return 0;
+    int rc = choir_stream_sync(s, err);
+    choir_stream_free(s);
+    choir_backend_unlock(m->be);
+    if (!rc && len != T)
+        rc = choir_err_set(err, CHOIR_EINTERNAL, "sam-audio: encoder gave %lld frames, expected %lld", (long long)len,
+                           (long long)T);
+    return rc;
 }
 
 /* --- decoder ------------------------------------------------------------ */
 
 /* LSTMBlock: x[H, T] -> x + LSTM2(x), through time-major buffers. */
-static void lstm_block(const sam_lstm *l, float *x, int64_t T, float *tm, float *o0, float *o1, float *scratch) {
+static void lstm_block(choir_stream *s, const sam_lstm *l, float *x, int64_t T, float *tm, float *o0, float *o1) {
     int64_t H = l->H;
-    transpose(x, H, T, tm);
-    choir_lstm(tm, T, H, H, l->w_ih[0], l->w_hh[0], l->b_ih[0], l->b_hh[0], NULL, NULL, false, o0, H, scratch);
-    choir_lstm(o0, T, H, H, l->w_ih[1], l->w_hh[1], l->b_ih[1], l->b_hh[1], NULL, NULL, false, o1, H, scratch);
-    choir_add(o1, tm, o1, T * H);
-    transpose(o1, T, H, x);
+    choir_op_transpose(s, x, H, T, NULL, tm);
+    choir_op_sam_lstm(s, tm, T, H, H, l->w_ih[0], l->w_hh[0], l->b_ih[0], l->b_hh[0], o0);
+    choir_op_sam_lstm(s, o0, T, H, H, l->w_ih[1], l->w_hh[1], l->b_ih[1], l->b_hh[1], o1);
+    choir_op_add(s, o1, tm, o1, T * H);
+    choir_op_transpose(s, o1, T, H, NULL, x);
 }
 
-int choir_sam_decode(const choir_sam *m, const float *latent, int64_t T, const uint8_t *message, float *y,
-                     choir_err *err) {
-    const sam_codec *c = &m->codec;
-    if (T < 1) return choir_err_set(err, CHOIR_EINVAL, "sam-audio: nothing to decode");
-    if (!message) message = choir_sam_default_message;
+/* Floats of the decoder's buffers for T frames: three of its widest stage
+ * (maxe) and one of the padding scratch (scr). */
+static void dec_floats(const sam_codec *c, int64_t T, int64_t *maxe_out, int64_t *scr_out) {
     int64_t L = T * c->hop, cin0 = c->dec_in.cout;
     int64_t maxe = c->latent * T + 64;
     if (cin0 * T > maxe) maxe = cin0 * T;
@@ -180,79 +184,107 @@ int choir_sam_decode(const choir_sam *m, const float *latent, int64_t T, const u
     if (c->has_wm) {
         if (64 * (L + 64) > scr) scr = 64 * (L + 64);
         if (512 * (Tw + 16) > scr) scr = 512 * (Tw + 16);
-        if (4 * 512 * (Tw + 1) > scr) scr = 4 * 512 * (Tw + 1);
         if (32 * (L + 64) > maxe) maxe = 32 * (L + 64);
+        if (3 * 512 * (Tw + 1) > maxe) maxe = 3 * 512 * (Tw + 1);
     }
-    float *ws = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(3 * maxe + scr + 4 * 512 * (Tw + 1)) * sizeof(float));
-    if (!ws) return choir_err_set(err, CHOIR_ENOMEM, "sam-audio: out of memory in the codec decoder");
-    float *a = ws, *b = a + maxe, *t = b + maxe, *scratch = t + maxe, *extra = scratch + scr;
-    transpose(latent, T, c->cb, b);               /* [C, T] */
-    sam_conv_run(&c->out_proj, b, T, a, NULL);    /* [latent, T] */
-    sam_conv_run(&c->dec_in, a, T, b, NULL);      /* [1536, T] */
-    float *cur = b, *o1 = a;
-    len = T;
-    for (int i = 0; i < c->n_dec; i++) {
-        const sam_dec_block *d = &c->dec[i];
-        choir_snake_eps(cur, d->up.cin, len, d->alpha);
-        convt_run(&d->up, cur, len, o1, NULL);
-        len *= d->up.stride;
-        for (int r = 0; r < 3; r++) ru_run(&d->ru[r], o1, len, cur, t, scratch);
-        float *sw = cur;
-        cur = o1;
-        o1 = sw;
+    *maxe_out = maxe;
+    *scr_out = scr;
+}
+
+int choir_sam_decode(const choir_sam *m, const float *latent, int64_t T, const uint8_t *message, float *y_out,
+                     choir_err *err) {
+    const sam_codec *c = &m->codec;
+    if (T < 1) return choir_err_set(err, CHOIR_EINVAL, "sam-audio: nothing to decode");
+    if (!message) message = choir_sam_default_message;
+    int64_t L = T * c->hop, maxe, scr;
+    dec_floats(c, T, &maxe, &scr);
+    /* The LSTMs' gates (working memory on CUDA): 4H (T + 1) floats. */
+    int64_t Tw = L / 320 > 0 ? L / 320 : 1, gates = c->has_wm ? 4 * 512 * (Tw + 2) : 0;
+    size_t bytes = (size_t)(4 * maxe + scr + gates + L + T * c->cb + 128) * sizeof(float) + 8 * 256;
+    choir_backend_lock(m->be);
+    choir_stream *s = sam_stream_open(m, bytes, err);
+    if (!s) {
+        choir_backend_unlock(m->be);
+        return err && err->code ? err->code : CHOIR_ENOMEM;
     }
-    /* cur: [96, L]. The base output tanh(conv(snake(x))) into y. */
-    int64_t last = c->wm_pre1.cin;
-    choir_snake_eps(cur, last, L, c->wm_alpha);
-    sam_conv_run(&c->wm_pre1, cur, L, y, NULL);
-    choir_tanh(y, L);
-    if (!c->has_wm) {
-        choir_free(ws);
-        return 0;
-    }
-    /* Watermark: 1 -> 32 channels at 48 kHz, down through blocks 4..1. */
-    float *h = o1, *h2 = cur;
-    sam_conv_run(&c->wm_pre3, y, L, h, scratch);
+    float *a = choir_stream_floats(s, maxe, "sam decoder"), *b = choir_stream_floats(s, maxe, "sam decoder");
+    float *t = choir_stream_floats(s, maxe, "sam decoder"), *extra = choir_stream_floats(s, maxe, "sam decoder");
+    float *scratch = choir_stream_floats(s, scr, "sam decoder padding");
+    float *y = choir_stream_floats(s, L, "sam decoder output"), *lat = choir_stream_floats(s, T * c->cb, "sam latent");
+    float *msg_bias = choir_stream_floats(s, 128, "sam watermark message");
     int64_t wl = L;
-    for (int i = c->n_dec - 1; i >= 0; i--) {
-        const sam_dec_block *d = &c->dec[i];
-        ru_run(&d->wm_ru7, h, wl, h2, t, scratch);
-        choir_elu(h, d->wm_down.cin * wl);
-        sam_conv_run(&d->wm_down, h, wl, h2, scratch);
-        wl = sam_conv_out_len(&d->wm_down, wl);
-        float *sw = h;
-        h = h2;
-        h2 = sw;
+    if (msg_bias) {
+        choir_op_upload(s, lat, latent, (size_t)(T * c->cb) * sizeof *lat);
+        choir_op_transpose(s, lat, T, c->cb, NULL, b); /* [C, T] */
+        conv(s, &c->out_proj, b, T, a, NULL);          /* [latent, T] */
+        conv(s, &c->dec_in, a, T, b, NULL);            /* [1536, T] */
+        float *cur = b, *o1 = a;
+        int64_t len = T;
+        for (int i = 0; i < c->n_dec; i++) {
+            const sam_dec_block *d = &c->dec[i];
+            choir_op_sam_snake(s, cur, 1, d->up.cin, len, d->alpha);
+            convt(s, &d->up, cur, len, o1, NULL);
+            len *= d->up.stride;
+            for (int r = 0; r < 3; r++) ru_run(s, &d->ru[r], o1, len, cur, t, scratch);
+            float *sw = cur;
+            cur = o1;
+            o1 = sw;
+        }
+        /* cur: [96, L]. The base output tanh(conv(snake(x))) into y. */
+        choir_op_sam_snake(s, cur, 1, c->wm_pre1.cin, L, c->wm_alpha);
+        conv(s, &c->wm_pre1, cur, L, y, NULL);
+        choir_op_act(s, CHOIR_ACT_TANH, y, L, 0);
+        if (c->has_wm) {
+            /* Watermark: 1 -> 32 channels at 48 kHz, down through blocks 4..1. */
+            float *h = o1, *h2 = cur;
+            conv(s, &c->wm_pre3, y, L, h, scratch);
+            for (int i = c->n_dec - 1; i >= 0; i--) {
+                const sam_dec_block *d = &c->dec[i];
+                ru_run(s, &d->wm_ru7, h, wl, h2, t, scratch);
+                choir_op_sam_elu(s, h, d->wm_down.cin * wl);
+                conv(s, &d->wm_down, h, wl, h2, scratch);
+                wl = conv_out_len(&d->wm_down, wl);
+                float *sw = h;
+                h = h2;
+                h2 = sw;
+            }
+            /* h: [512, wl]. */
+            float *tm = extra, *o0 = extra + 512 * (wl + 1), *oo = o0 + 512 * (wl + 1);
+            lstm_block(s, &c->wm_enc_lstm, h, wl, tm, o0, oo);
+            choir_op_sam_elu(s, h, 512 * wl);
+            /* The message's embeddings, summed, are a constant per channel
+             * added to post.2's output: added to its bias here. */
+            float add[128];
+            for (int64_t ch = 0; ch < 128; ch++) {
+                float v = 0;
+                for (int k = 0; k < CHOIR_SAM_WM_BITS; k++) v += c->msg_emb[(2 * k + (message[k] ? 1 : 0)) * 128 + ch];
+                add[ch] = v;
+            }
+            choir_op_upload(s, msg_bias, add, sizeof add);
+            if (c->wm_post2.b) choir_op_add(s, msg_bias, c->wm_post2.b, msg_bias, 128);
+            conv_bias(s, &c->wm_post2, msg_bias, h, wl, h2, scratch); /* [128, wl] */
+            conv(s, &c->wm_dec_pre0, h2, wl, h, scratch);               /* [512, wl] */
+            lstm_block(s, &c->wm_dec_lstm, h, wl, tm, o0, oo);
+            for (int i = 0; i < c->n_dec; i++) {
+                const sam_dec_block *d = &c->dec[i];
+                choir_op_sam_elu(s, h, d->wm_up.cin * wl);
+                convt(s, &d->wm_up, h, wl, h2, scratch);
+                wl *= d->wm_up.stride;
+                ru_run(s, &d->wm_ru6, h2, wl, h, t, scratch);
+                float *sw = h;
+                h = h2;
+                h2 = sw;
+            }
+            choir_op_sam_elu(s, h, 32 * wl);
+            conv(s, &c->wm_post1, h, wl, h2, scratch); /* [1, L] */
+            if (wl == L) choir_op_sam_axpy(s, y, y, 0.25f, h2, L);
+        }
+        choir_op_download(s, y_out, y, (size_t)L * sizeof *y_out);
     }
-    /* h: [512, wl]. */
-    float *tm = extra, *o0 = extra + 512 * (wl + 1), *oo = o0 + 512 * (wl + 1);
-    lstm_block(&c->wm_enc_lstm, h, wl, tm, o0, oo, scratch);
-    choir_elu(h, 512 * wl);
-    sam_conv_run(&c->wm_post2, h, wl, h2, scratch); /* [128, wl] */
-    for (int64_t ch = 0; ch < 128; ch++) {
-        float add = 0;
-        for (int k = 0; k < CHOIR_SAM_WM_BITS; k++) add += c->msg_emb[(2 * k + (message[k] ? 1 : 0)) * 128 + ch];
-        for (int64_t i = 0; i < wl; i++) h2[ch * wl + i] += add;
-    }
-    sam_conv_run(&c->wm_dec_pre0, h2, wl, h, scratch); /* [512, wl] */
-    lstm_block(&c->wm_dec_lstm, h, wl, tm, o0, oo, scratch);
-    for (int i = 0; i < c->n_dec; i++) {
-        const sam_dec_block *d = &c->dec[i];
-        choir_elu(h, d->wm_up.cin * wl);
-        convt_run(&d->wm_up, h, wl, h2, scratch);
-        wl *= d->wm_up.stride;
-        ru_run(&d->wm_ru6, h2, wl, h, t, scratch);
-        float *sw = h;
-        h = h2;
-        h2 = sw;
-    }
-    choir_elu(h, 32 * wl);
-    sam_conv_run(&c->wm_post1, h, wl, h2, scratch); /* [1, L] */
-    if (wl != L) {
-        choir_free(ws);
-        return choir_err_set(err, CHOIR_EINTERNAL, "sam-audio: watermark length %lld != %lld", (long long)wl, (long long)L);
-    }
-    for (int64_t i = 0; i < L; i++) y[i] += 0.25f * h2[i];
-    choir_free(ws);
-    return 0;
+    int rc = choir_stream_sync(s, err);
+    choir_stream_free(s);
+    choir_backend_unlock(m->be);
+    if (!rc && wl != L)
+        rc = choir_err_set(err, CHOIR_EINTERNAL, "sam-audio: watermark length %lld != %lld", (long long)wl, (long long)L);
+    return rc;
 }

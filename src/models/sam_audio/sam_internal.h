@@ -5,6 +5,7 @@
 #ifndef CHOIR_SAM_INTERNAL_H
 #define CHOIR_SAM_INTERNAL_H
 
+#include "choir/backend.h"
 #include "choir/quant.h"
 #include "choir/safetensors.h"
 #include "choir/sam_audio.h"
@@ -75,7 +76,7 @@ typedef struct sam_codec {
     sam_conv wm_pre3;       /* 1 -> 32, k7 causal */
     sam_lstm wm_enc_lstm;
     sam_conv wm_post2;      /* 512 -> 128, k7 causal */
-    const float *msg_emb;   /* [2 * 16, 128] */
+    const float *msg_emb;   /* [2 * 16, 128], host memory (summed there per message) */
     sam_conv wm_dec_pre0;   /* 128 -> 512, k7 causal */
     sam_lstm wm_dec_lstm;
     sam_conv wm_post1;      /* 32 -> 1, k7 causal */
@@ -113,7 +114,6 @@ typedef struct sam_dit {
     int64_t D, H, hd, L, F, freq_dim, ctx_dim, out_ch, max_pos;
     float eps;
     float rope_theta;
-    float *rope_cos, *rope_sin;   /* [max_pos, hd/2] */
     sam_dit_layer *layers;
     const float *final_table;     /* [2, D] */
     const float *norm;            /* [D] */
@@ -130,11 +130,12 @@ typedef struct sam_dit {
     const float *proj_b;
     choir_weight memory_proj;      /* [D, text_dim] */
     const float *memory_proj_b;
-    const float *anchor_embed;     /* [num_anchors + 1, anchor_dim] */
+    const float *anchor_embed_host; /* [num_anchors + 1, anchor_dim], host memory (gathered there) */
     choir_weight anchor_proj;      /* [D, anchor_dim] */
     float anchor_gate;             /* tanh(gate) */
     int64_t n_anchor_rows, anchor_dim;
-    float *video_const;            /* [D]: tanh(g_v) * LayerNorm(conv.bias) (zero video) */
+    float *video_const;            /* [D]: tanh(g_v) * LayerNorm(conv.bias) (zero video), host */
+    const float *video_const_dev;  /* the same on the backend */
     int64_t in_channels, text_dim;
 } sam_dit;
 
@@ -145,6 +146,13 @@ struct choir_sam {
     int has_t5;
     int sample_rate;
     int heads_folded;  /* the file already has contiguous heads (choir's native layout) */
+    /* The backend the codec and the DiT run on. Every weight pointer of
+     * codec and dit is backend memory (on the CPU the host weights
+     * themselves), except the two tables marked host. T5 stays on the host
+     * (once per request, a few tokens). */
+    choir_backend *be;
+    int own_be;
+    choir_backend_weights *bw;
     /* ownership */
     choir_st *st, *t5_st;
     choir_ckpt *ck;
@@ -171,9 +179,12 @@ int sam_fail(sam_loader *ld, int code, const char *fmt, ...) __attribute__((form
 int sam_t5_load(choir_sam *m, const char *dir, choir_err *err);
 void sam_t5_free(sam_t5 *t5);
 
-/* Conv helpers (sam_codec.c) */
-int64_t sam_conv_out_len(const sam_conv *c, int64_t T);
-/* y[cout, Tout] = conv(x[cin, T]); scratch holds cin * (T + k * dilation) floats (causal padding). */
-void sam_conv_run(const sam_conv *c, const float *x, int64_t T, float *y, float *scratch);
+/* Puts the codec's and the DiT's weights on m->be (sam_backend.c): on the
+ * CPU nothing moves; on CUDA every pointer is replaced by a device copy. */
+int sam_backend_attach(choir_sam *m, choir_err *err);
+void sam_backend_detach(choir_sam *m);
+/* A stream on the model's backend with `work_bytes` of working memory;
+ * NULL and err when it cannot be had. */
+choir_stream *sam_stream_open(const choir_sam *m, size_t work_bytes, choir_err *err);
 
 #endif

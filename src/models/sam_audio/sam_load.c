@@ -528,7 +528,7 @@ static void ld_dit(sam_loader *ld, sam_dit *t, int64_t n_anchors) {
     sam_matrix(ld, "memory_proj", D, t->text_dim, &t->memory_proj);
     t->memory_proj_b = sam_floats(ld, "memory_proj.bias", D);
     t->n_anchor_rows = n_anchors + 1;
-    t->anchor_embed = sam_floats(ld, "embed_anchors.embed.weight", t->n_anchor_rows * t->anchor_dim);
+    t->anchor_embed_host = sam_floats(ld, "embed_anchors.embed.weight", t->n_anchor_rows * t->anchor_dim);
     sam_matrix(ld, "embed_anchors.proj", D, t->anchor_dim, &t->anchor_proj);
     const float *ag = sam_floats(ld, "embed_anchors.gate", 1);
     t->anchor_gate = ag ? tanhf(ag[0]) : 0;
@@ -556,19 +556,8 @@ static void ld_dit(sam_loader *ld, sam_dit *t, int64_t n_anchors) {
         }
     }
 
-    /* RoPE tables: theta = max(10000, 2 * max_positions), pairs interleaved. */
-    int64_t half = t->hd / 2;
-    t->rope_cos = sam_own(ld, (size_t)(t->max_pos * half) * sizeof(float));
-    t->rope_sin = sam_own(ld, (size_t)(t->max_pos * half) * sizeof(float));
-    if (!t->rope_cos || !t->rope_sin) return;
-    for (int64_t i = 0; i < half; i++) {
-        float freq = 1.0f / powf(t->rope_theta, (float)(2 * i) / (float)t->hd);
-        for (int64_t pos = 0; pos < t->max_pos; pos++) {
-            float ang = (float)pos * freq;
-            t->rope_cos[pos * half + i] = cosf(ang);
-            t->rope_sin[pos * half + i] = sinf(ang);
-        }
-    }
+    /* RoPE (theta = max(10000, 2 * max_positions), interleaved pairs) is
+     * computed by the rope operation from positions; no tables. */
 }
 
 /* --- config and files --------------------------------------------------- */
@@ -647,6 +636,14 @@ static int is_dir(const char *p) {
 }
 
 choir_sam *choir_sam_load(const char *dir, const char *t5_dir, choir_err *err) {
+    choir_sam_load_opts o = {.t5_dir = t5_dir};
+    return choir_sam_load_ex(dir, &o, err);
+}
+
+choir_sam *choir_sam_load_ex(const char *dir, const choir_sam_load_opts *opts, choir_err *err) {
+    choir_sam_load_opts none = {0};
+    if (!opts) opts = &none;
+    const char *t5_dir = opts->t5_dir;
     if (!dir) {
         choir_err_set(err, CHOIR_EINVAL, "sam-audio: no model path");
         return NULL;
@@ -723,6 +720,16 @@ choir_sam *choir_sam_load(const char *dir, const char *t5_dir, choir_err *err) {
             goto fail;
         }
     }
+    /* The codec and the DiT on their backend (the CPU: nothing moves). */
+    if (opts->device > 0) {
+        choir_backend_cuda_opts co = {.device = opts->device - 1, .bf16 = opts->bf16 != 0};
+        m->be = choir_backend_cuda(&co, err);
+    } else {
+        m->be = choir_backend_cpu(err);
+    }
+    if (!m->be) goto fail;
+    m->own_be = 1;
+    if (sam_backend_attach(m, err) != 0) goto fail;
     return m;
 fail:
     cJSON_Delete(root);
@@ -732,6 +739,8 @@ fail:
 
 void choir_sam_free(choir_sam *m) {
     if (!m) return;
+    sam_backend_detach(m);
+    if (m->own_be) choir_backend_free(m->be);
     sam_t5_free(&m->t5);
     for (int i = 0; i < m->n_owned; i++) choir_free(m->owned[i]);
     choir_free(m->owned);

@@ -13,7 +13,8 @@
  * request receives each chunk's final samples as they exist (final = 0, then
  * an empty final = 1); a non-streaming one gets the whole result at once.
  * Input at another rate is resampled to 48 kHz up front; output is 48 kHz.
- * Working memory comes from the counted allocator (no_arena). */
+ * Working memory comes from streams of the model's backend (no_arena); in a
+ * CUDA build the engine may load the model on a GPU (ops.gpu). */
 #include <string.h>
 
 #include <cjson/cJSON.h>
@@ -37,9 +38,13 @@ static int sam_probe(const char *dir, const struct cJSON *config) {
 }
 
 static void *sam_model_load(const char *dir, const choir_model_options *opt, choir_err *err) {
-    (void)opt;
-    return choir_sam_load(dir, NULL, err);
+    choir_sam_load_opts o = {.device = opt ? opt->device : 0};
+    return choir_sam_load_ex(dir, &o, err);
 }
+
+#ifdef CHOIR_HAVE_CUDA
+static int64_t sam_device_bytes(const void *w) { return choir_sam_device_bytes(w, NULL); }
+#endif
 
 static void sam_model_free(void *w) { choir_sam_free(w); }
 static int64_t sam_resident(const void *w) { return (int64_t)choir_sam_weight_bytes(w); }
@@ -211,4 +216,12 @@ const choir_model_ops choir_model_sam_audio = {
     .estimate = sam_estimate,
     .run_batch = sam_run_batch,
     .no_arena = 1,
+#ifdef CHOIR_HAVE_CUDA
+    /* Every call locks the device (choir_backend_lock), so engine workers
+     * may share one GPU model. The device's working memory is a chunk's, as
+     * on the host. */
+    .gpu = 1,
+    .device_bytes = sam_device_bytes,
+    .estimate_device = sam_estimate,
+#endif
 };

@@ -1,9 +1,6 @@
-/* Separation: prompts, the flow-matching ODE, and separate_long's chunk plan.
+/* Separation: prompts and separate_long's chunk plan.
  *
- * The ODE is torchdiffeq's fixed grid as the reference calls it: t_k = k / N
- * (N = steps, the last point 1); midpoint y += dt f(t + dt/2, y + dt/2 f(t, y))
- * or Euler y += dt f(t, y). All items of a batch step in lockstep, so one DiT
- * evaluation serves them all.
+ * (The ODE, its parameters and the noise are in sam_ode.c.)
  *
  * A job is one recording: chunk i covers samples [i*hop, min(i*hop + chunk,
  * n)) with hop = chunk - overlap, n_chunks = ceil((n - overlap) / hop) (one
@@ -21,26 +18,6 @@
 #include "choir/alloc.h"
 #include "choir/json.h"
 #include "sam_dit.h"
-
-void choir_sam_default_params(choir_sam_params *p) {
-    memset(p, 0, sizeof *p);
-    p->method = CHOIR_SAM_MIDPOINT;
-    p->steps = 16;
-    p->chunk_seconds = 10.0;
-    p->overlap_seconds = 3.0;
-    p->seed = 42;
-}
-
-int choir_sam_check_params(const choir_sam_params *p, choir_err *err) {
-    if (p->method != CHOIR_SAM_MIDPOINT && p->method != CHOIR_SAM_EULER)
-        return choir_err_set(err, CHOIR_EINVAL, "sam-audio: method must be midpoint or euler");
-    if (p->steps < 1 || p->steps > 1024) return choir_err_set(err, CHOIR_EINVAL, "sam-audio: steps must be 1..1024");
-    if (!(p->chunk_seconds >= 0.2) || p->chunk_seconds > 400)
-        return choir_err_set(err, CHOIR_EINVAL, "sam-audio: chunk_seconds must be 0.2..400");
-    if (!(p->overlap_seconds >= 0) || p->overlap_seconds > p->chunk_seconds / 2)
-        return choir_err_set(err, CHOIR_EINVAL, "sam-audio: overlap_seconds must be 0..chunk_seconds/2");
-    return 0;
-}
 
 /* --- prompts ------------------------------------------------------------ */
 
@@ -111,82 +88,6 @@ void choir_sam_anchor_tables(const choir_sam *m, const choir_sam_anchor *a, int 
         if (e > T) e = T;
         for (int64_t t = s; t < e; t++) alignment[t] = i + 2;
     }
-}
-
-/* --- noise -------------------------------------------------------------- */
-
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-void choir_sam_noise(const choir_sam *m, uint64_t seed, int64_t frames, float *out) {
-    uint64_t s = seed * 0x2545F4914F6CDD1Dull + 1;
-    int64_t n = frames * m->dit.out_ch;
-    for (int64_t i = 0; i < n; i += 2) {
-        double u1 = ((splitmix(&s) >> 11) + 1.0) / 9007199254740993.0, u2 = (splitmix(&s) >> 11) / 9007199254740992.0;
-        double r = sqrt(-2.0 * log(u1));
-        out[i] = (float)(r * cos(2 * M_PI * u2));
-        if (i + 1 < n) out[i + 1] = (float)(r * sin(2 * M_PI * u2));
-    }
-}
-
-/* --- the ODE ------------------------------------------------------------ */
-
-int choir_sam_ode(const choir_sam *m, const choir_sam_item *items, int n, float *const *x, const choir_sam_params *p,
-                  choir_err *err) {
-    int rc = choir_sam_check_params(p, err);
-    if (rc) return rc;
-    sam_prep *pr = choir_calloc(CHOIR_MEM_ACTIVATIONS, (size_t)n, sizeof *pr);
-    float **f = choir_calloc(CHOIR_MEM_ACTIVATIONS, (size_t)(2 * n), sizeof *f);
-    float *tv = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)n * sizeof *tv);
-    float *ws = NULL, *lat = NULL;
-    if (!pr || !f || !tv) {
-        rc = choir_err_set(err, CHOIR_ENOMEM, "sam-audio: out of memory");
-        goto done;
-    }
-    int64_t total = 0, C2 = m->dit.out_ch;
-    for (int i = 0; i < n && !rc; i++) {
-        rc = sam_dit_prepare(m, &items[i], &pr[i], err);
-        total += items[i].frames * C2;
-    }
-    if (rc) goto done;
-    /* f0 / f1 per item (velocity, midpoint state) in one block. */
-    lat = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(2 * total) * sizeof *lat);
-    ws = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)sam_dit_workspace(m, pr, n) * sizeof *ws);
-    if (!lat || !ws) {
-        rc = choir_err_set(err, CHOIR_ENOMEM, "sam-audio: out of memory for the ODE");
-        goto done;
-    }
-    for (int i = 0, off = 0; i < n; off += (int)(items[i].frames * C2), i++) f[i] = lat + off, f[n + i] = lat + total + off;
-    float dt = 1.0f / (float)p->steps;
-    for (int s = 0; s < p->steps; s++) {
-        /* torchdiffeq's grid: arange * step, the last point clamped to 1. */
-        float t0 = (float)s * dt, t1 = s + 1 == p->steps ? 1.0f : (float)(s + 1) * dt;
-        float h = t1 - t0;
-        for (int i = 0; i < n; i++) tv[i] = t0;
-        sam_dit_eval(m, pr, n, tv, (const float *const *)x, f, ws);
-        if (p->method == CHOIR_SAM_EULER) {
-            for (int i = 0; i < n; i++)
-                for (int64_t j = 0; j < items[i].frames * C2; j++) x[i][j] += h * f[i][j];
-            continue;
-        }
-        float half = 0.5f * h;
-        for (int i = 0; i < n; i++) {
-            for (int64_t j = 0; j < items[i].frames * C2; j++) f[n + i][j] = x[i][j] + f[i][j] * half;
-            tv[i] = t0 + half;
-        }
-        sam_dit_eval(m, pr, n, tv, (const float *const *)(f + n), f, ws);
-        for (int i = 0; i < n; i++)
-            for (int64_t j = 0; j < items[i].frames * C2; j++) x[i][j] += h * f[i][j];
-    }
-done:
-    if (pr)
-        for (int i = 0; i < n; i++) sam_dit_release(&pr[i]);
-    choir_free(pr), choir_free(f), choir_free(tv), choir_free(ws), choir_free(lat);
-    return rc;
 }
 
 /* --- jobs --------------------------------------------------------------- */

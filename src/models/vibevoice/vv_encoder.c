@@ -146,7 +146,8 @@ int choir_vibevoice_encode(const choir_vibevoice *m, choir_vibevoice_state *s, c
     }
     s->n_frames = frames;
     s->audio_used = 0;
-    return vv_status(s, err);
+    /* Waits for the device, so that the encoders' time is theirs. */
+    return choir_stream_sync(s->stream, err);
 }
 
 /* out[n][H] = acoustic connector + semantic connector of latent frames

@@ -77,6 +77,68 @@ static int enc_block_up(choir_whisper_gpu *g, const wh_block *h, int64_t d, int6
     return 0;
 }
 
+/* A device weight as the backend operations take it (a view). */
+static choir_weight view_w(const choir_cuda_weight *c) {
+    return (choir_weight){.kind = c->kind,
+                          .rows = c->rows,
+                          .cols = c->cols,
+                          .data = c->data.ptr,
+                          .scales = c->scales.ptr,
+                          .biases = c->biases.ptr,
+                          .sb_dtype = c->sb_dtype,
+                          .bits = c->bits,
+                          .group_size = c->group_size};
+}
+
+static wh_block view_enc_block(const wg_block *b) {
+    wh_block v;
+    memset(&v, 0, sizeof v);
+    v.attn_ln_g = wg_ptr(&b->attn_ln_g), v.attn_ln_b = wg_ptr(&b->attn_ln_b);
+    v.attn.q = view_w(&b->q), v.attn.k = view_w(&b->k), v.attn.v = view_w(&b->v);
+    v.attn.o = view_w(&b->o);
+    v.attn.bq = wg_ptr(&b->bq), v.attn.bv = wg_ptr(&b->bv), v.attn.bo = wg_ptr(&b->bo);
+    v.mlp_ln_g = wg_ptr(&b->mlp_ln_g), v.mlp_ln_b = wg_ptr(&b->mlp_ln_b);
+    v.fc1 = view_w(&b->fc1), v.fc1_b = wg_ptr(&b->fc1_b);
+    v.fc2 = view_w(&b->fc2), v.fc2_b = wg_ptr(&b->fc2_b);
+    return v;
+}
+
+/* opts.ops: the encoder's weights as the forward over backend operations
+ * reads them, and a stream with one pass's memory. */
+static int ops_encoder_init(choir_whisper_gpu *g, choir_err *err) {
+    const choir_whisper_dims *D = &g->m->dims;
+    int64_t W = g->opts.max_windows, A = D->n_audio_ctx, d = D->d_model;
+    int64_t mel = W * D->n_mels * CHOIR_WHISPER_N_FRAMES, rows = W * A * d;
+    g->net_enc = choir_calloc(CHOIR_MEM_OTHER, (size_t)(D->n_audio_layer > 0 ? D->n_audio_layer : 1),
+                              sizeof(wh_block));
+    if (!g->net_enc) return choir_err_set(err, CHOIR_ENOMEM, "out of host memory");
+    for (int l = 0; l < D->n_audio_layer; l++) g->net_enc[l] = view_enc_block(&g->enc[l]);
+    g->net = (wh_net){.be = g->be,
+                      .enc_windows = (int)W,
+                      .conv1_w = wg_ptr(&g->conv1_w),
+                      .conv1_b = wg_ptr(&g->conv1_b),
+                      .conv2_w = wg_ptr(&g->conv2_w),
+                      .conv2_b = wg_ptr(&g->conv2_b),
+                      .enc_pos = wg_ptr(&g->enc_pos),
+                      .enc = g->net_enc,
+                      .enc_ln_g = wg_ptr(&g->enc_ln_g),
+                      .enc_ln_b = wg_ptr(&g->enc_ln_b)};
+    if (!(g->enc_stream = choir_stream_create(g->be, err))) return CHOIR_ENOMEM;
+    size_t work = (size_t)(mel + rows) * sizeof(float) + 1024 + wh_enc_work_bytes(D, W);
+    int rc = choir_stream_reserve(g->enc_stream, work, 0, err);
+    if (rc) return rc;
+    g->enc_mel = choir_stream_floats(g->enc_stream, mel, "whisper gpu: encoder mel");
+    g->enc_x = choir_stream_floats(g->enc_stream, rows, "whisper gpu: encoder rows");
+    return choir_stream_status(g->enc_stream, err);
+}
+
+/* The stream's first error into err (prefixed), cleared from the stream. */
+static int ops_status(choir_whisper_gpu *g, choir_err *err) {
+    int rc = choir_stream_status(g->enc_stream, err);
+    if (rc) choir_stream_clear(g->enc_stream);
+    return rc;
+}
+
 /* --- pools of caches ------------------------------------------------------- */
 
 static void pool_free(choir_cuda *cu, wg_pool *p) {
@@ -216,6 +278,8 @@ static float *act_x(const choir_whisper_gpu *g, int W) {
 static void gpu_free(choir_whisper_gpu *g) {
     if (!g) return;
     choir_cuda *cu = g->cu;
+    choir_stream_free(g->enc_stream);
+    choir_free(g->net_enc);
     if (cu) {
         choir_cuda_make_current(cu, NULL);
         wg_dec_free(g);
@@ -227,7 +291,9 @@ static void gpu_free(choir_whisper_gpu *g) {
             choir_cuda_buf_free(cu, bufs[i]);
         pool_free(cu, &g->self);
         pool_free(cu, &g->cross);
-        choir_cuda_free(cu);
+        /* With opts.ops the context is the backend's. */
+        if (g->be) choir_backend_free(g->be);
+        else choir_cuda_free(cu);
     }
     choir_free(g->enc);
     choir_free(g);
@@ -249,7 +315,16 @@ int choir_whisper_gpu_attach(choir_whisper *m, const choir_whisper_gpu_opts *o, 
         choir_whisper_default_gpu_opts(&g->opts);
     if (g->opts.max_windows < 1) g->opts.max_windows = 1;
     int rc = 0;
-    if (!(g->cu = choir_cuda_init(g->opts.device, err))) {
+    if (g->opts.ops) {
+        /* The weights are uploaded below as ever (bf16 by opts.bf16); the
+         * backend gives the context everything runs on. */
+        choir_backend_cuda_opts bo = {.device = g->opts.device, .tf32 = g->opts.tf32};
+        if (!(g->be = choir_backend_cuda(&bo, err))) {
+            rc = err && err->code ? err->code : CHOIR_ENOTFOUND;
+            goto fail;
+        }
+        g->cu = choir_backend_cuda_context(g->be);
+    } else if (!(g->cu = choir_cuda_init(g->opts.device, err))) {
         rc = err && err->code ? err->code : CHOIR_ENOTFOUND;
         goto fail;
     }
@@ -271,8 +346,10 @@ int choir_whisper_gpu_attach(choir_whisper *m, const choir_whisper_gpu_opts *o, 
     for (int l = 0; l < D->n_audio_layer; l++)
         if ((rc = enc_block_up(g, &m->enc[l], d, ffn, &g->enc[l], err))) goto fail;
     if ((rc = wg_dec_upload(g, err))) goto fail;
-    if ((rc = choir_cuda_buf_alloc(g->cu, act_floats(D, g->opts.max_windows) * sizeof(float),
-                                   &g->act, err)))
+    if (g->opts.ops ? (rc = ops_encoder_init(g, err))
+                    : (rc = choir_cuda_buf_alloc(g->cu,
+                                                 act_floats(D, g->opts.max_windows) * sizeof(float),
+                                                 &g->act, err)))
         goto fail;
     g->self.slot_floats = (int64_t)D->n_text_layer * D->n_text_ctx * d;
     g->cross.slot_floats = (int64_t)D->n_text_layer * D->n_audio_ctx * d;
@@ -377,6 +454,23 @@ static int encode_pass(choir_whisper_gpu *g, int W, choir_err *err) {
                                  WG_LN_EPS, err);
 }
 
+/* Uploads W windows' mel and runs a pass over them (the rows stay on the
+ * device: enc_rows). */
+static int encode_in(choir_whisper_gpu *g, const float *mel, int W, choir_err *err) {
+    const choir_whisper_dims *D = &g->m->dims;
+    size_t bytes = (size_t)W * (size_t)D->n_mels * CHOIR_WHISPER_N_FRAMES * sizeof(float);
+    if (g->be) {
+        choir_op_upload(g->enc_stream, g->enc_mel, mel, bytes);
+        wh_encode_windows(g->enc_stream, &g->net, D, g->enc_mel, W, g->enc_x);
+        return ops_status(g, err);
+    }
+    int rc = choir_cuda_upload(g->cu, &g->act, 0, mel, bytes, err);
+    return rc ? rc : encode_pass(g, W, err);
+}
+
+/* The rows of the last pass over W windows, on the device. */
+static float *enc_rows(const choir_whisper_gpu *g, int W) { return g->be ? g->enc_x : act_x(g, W); }
+
 int wg_encode(choir_whisper_gpu *g, const float *mel, int n, float *out, choir_err *err) {
     const choir_whisper_dims *D = &g->m->dims;
     int64_t d = D->d_model, A = D->n_audio_ctx, F = CHOIR_WHISPER_N_FRAMES;
@@ -384,12 +478,14 @@ int wg_encode(choir_whisper_gpu *g, const float *mel, int n, float *out, choir_e
     if (choir_cuda_make_current(g->cu, err)) return CHOIR_EINTERNAL;
     for (int b0 = 0; b0 < n; b0 += g->opts.max_windows) {
         int W = n - b0 < g->opts.max_windows ? n - b0 : g->opts.max_windows;
-        size_t x_off = (size_t)((char *)act_x(g, W) - (char *)g->act.ptr);
-        int rc = choir_cuda_upload(g->cu, &g->act, 0, mel + (size_t)b0 * mel_win,
-                                   (size_t)W * mel_win * sizeof(float), err);
-        if (!rc) rc = encode_pass(g, W, err);
-        if (!rc)
-            rc = choir_cuda_download(g->cu, out + (size_t)b0 * out_win, &g->act, x_off,
+        int rc = encode_in(g, mel + (size_t)b0 * mel_win, W, err);
+        if (!rc && g->be) {
+            choir_op_download(g->enc_stream, out + (size_t)b0 * out_win, g->enc_x,
+                              (size_t)W * out_win * sizeof(float));
+            rc = ops_status(g, err);
+        } else if (!rc)
+            rc = choir_cuda_download(g->cu, out + (size_t)b0 * out_win, &g->act,
+                                     (size_t)((char *)act_x(g, W) - (char *)g->act.ptr),
                                      (size_t)W * out_win * sizeof(float), err);
         if (rc) {
             choir_err_prefix(err, "whisper gpu");
@@ -441,14 +537,12 @@ int wg_encode_cross(choir_whisper_gpu *g, const float *mel, int n, choir_whisper
     if (choir_cuda_make_current(g->cu, err)) return CHOIR_EINTERNAL;
     for (int b0 = 0; b0 < n; b0 += g->opts.max_windows) {
         int W = n - b0 < g->opts.max_windows ? n - b0 : g->opts.max_windows;
-        int rc = choir_cuda_upload(g->cu, &g->act, 0, mel + (size_t)b0 * mel_win,
-                                   (size_t)W * mel_win * sizeof(float), err);
-        if (!rc) rc = encode_pass(g, W, err);
+        int rc = encode_in(g, mel + (size_t)b0 * mel_win, W, err);
         if (rc) {
             choir_err_prefix(err, "whisper gpu");
             return rc;
         }
-        const float *x = act_x(g, W);
+        const float *x = enc_rows(g, W);
         for (int b = 0; b < W; b++)
             if (!(cross[b0 + b] = cross_from_device(g, x + (size_t)b * (size_t)(A * d), err)))
                 return err && err->code ? err->code : CHOIR_ENOMEM;
@@ -458,14 +552,20 @@ int wg_encode_cross(choir_whisper_gpu *g, const float *mel, int n, choir_whisper
 
 choir_whisper_cross *wg_cross_create(choir_whisper_gpu *g, const float *enc_out, choir_err *err) {
     const choir_whisper_dims *D = &g->m->dims;
-    size_t x_off = (size_t)((char *)act_x(g, 1) - (char *)g->act.ptr);
     size_t bytes = (size_t)D->n_audio_ctx * (size_t)D->d_model * sizeof(float);
-    if (choir_cuda_make_current(g->cu, err) ||
-        choir_cuda_upload(g->cu, &g->act, x_off, enc_out, bytes, err)) {
+    if (choir_cuda_make_current(g->cu, err)) {
         choir_err_prefix(err, "whisper gpu");
         return NULL;
     }
-    return cross_from_device(g, act_x(g, 1), err);
+    if (g->be) {
+        choir_op_upload(g->enc_stream, g->enc_x, enc_out, bytes);
+        if (ops_status(g, err)) return NULL;
+    } else if (choir_cuda_upload(g->cu, &g->act, (size_t)((char *)act_x(g, 1) - (char *)g->act.ptr),
+                                 enc_out, bytes, err)) {
+        choir_err_prefix(err, "whisper gpu");
+        return NULL;
+    }
+    return cross_from_device(g, enc_rows(g, 1), err);
 }
 
 void wg_cross_free(choir_whisper_cross *c) {

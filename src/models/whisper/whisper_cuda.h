@@ -73,6 +73,16 @@ struct choir_whisper_gpu {
         size_t bytes;
     } lent[WG_MAX_LENT];
     choir_cuda_graph **graphs;       /* [rows_cap + 1], by batch size */
+    /* opts.ops: the encoder runs the forward written over backend operations
+     * (whisper_enc.c) on `be`, whose context is `cu`. `net` views the device
+     * weights above as that forward reads them (net_enc: the encoder
+     * blocks); `enc_stream` holds a pass's mel [W, n_mels, F] and rows
+     * [W, A, d] (enc_mel, enc_x) and its working memory. act is unused. */
+    choir_backend *be;
+    wh_net net;
+    wh_block *net_enc;
+    choir_stream *enc_stream;
+    float *enc_mel, *enc_x;
     /* An error of a call that cannot return one (wg_seq_copy), reported by
      * the next decoder call. */
     choir_err sticky;

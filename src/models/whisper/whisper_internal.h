@@ -2,6 +2,7 @@
 #ifndef CHOIR_WHISPER_INTERNAL_H
 #define CHOIR_WHISPER_INTERNAL_H
 
+#include "choir/backend.h"
 #include "choir/pool.h"
 #include "choir/tensor.h"
 #include "choir/whisper.h"
@@ -24,6 +25,24 @@ typedef struct wh_block {
     choir_weight fc2;                     /* [d, ffn] */
     const float *fc2_b;                   /* [d] */
 } wh_block;
+
+/* The network's weights on one backend (choir/backend.h), the only form the
+ * forward (whisper_enc.c) reads them in: on the CPU the model's own pointers
+ * (nothing copied; enc/dec are the model's block arrays), on a device their
+ * copies there. */
+typedef struct wh_net {
+    choir_backend *be;
+    int enc_windows;                /* encoder windows per pass */
+    const float *conv1_w, *conv1_b; /* [d, n_mels, 3], [d] */
+    const float *conv2_w, *conv2_b; /* [d, d, 3], [d] */
+    const float *enc_pos;           /* [n_audio_ctx, d] */
+    const wh_block *enc;            /* [n_audio_layer] */
+    const float *enc_ln_g, *enc_ln_b;
+    choir_weight tok_emb;           /* [n_vocab, d] */
+    const float *dec_pos;           /* [n_text_ctx, d] */
+    const wh_block *dec;            /* [n_text_layer] */
+    const float *dec_ln_g, *dec_ln_b;
+} wh_net;
 
 /* The model's device half (whisper_cuda.c), present while a GPU is attached. */
 struct choir_whisper_gpu;
@@ -51,6 +70,9 @@ struct choir_whisper {
     size_t bytes;
     /* Set by choir_whisper_gpu_attach: the network functions then run there. */
     struct choir_whisper_gpu *gpu;
+    /* The CPU backend and the weights as the forward reads them there. */
+    choir_backend *cpu;
+    wh_net net;
 };
 
 struct choir_whisper_cross {
@@ -70,6 +92,58 @@ struct choir_whisper_seq {
     struct choir_whisper_gpu *gpu; /* GPU: the cache is slot `slot` of its self-attention pool */
     int slot;
 };
+
+/* --- the forward over backend operations (whisper_enc.c) ------------------ */
+
+/* Points m->net at the model's host weights on a CPU backend (made here). */
+int wh_net_init_cpu(choir_whisper *m, choir_err *err);
+
+/* The encoder on nb windows at once: mel [nb][n_mels][3000] -> x
+ * [nb][n_audio_ctx][d], both in backend memory; working memory from the
+ * stream (wh_enc_work_bytes), released again. The stream's status is
+ * returned. */
+int wh_encode_windows(choir_stream *s, const wh_net *w, const choir_whisper_dims *D,
+                      const float *mel, int64_t nb, float *x);
+/* Working memory wh_encode_windows takes for nb windows, and the CPU
+ * kernel scratch one of its calls takes at most. */
+size_t wh_enc_work_bytes(const choir_whisper_dims *D, int64_t nb);
+size_t wh_enc_scratch_bytes(const wh_net *w, const choir_whisper_dims *D, int64_t nb);
+/* Cross-attention keys and values of one window from its encoder rows enc
+ * [n_audio_ctx, d]: k, v [n_text_layer][n_audio_ctx][d], backend memory. */
+int wh_cross_kv(choir_stream *s, const wh_net *w, const choir_whisper_dims *D, const float *enc,
+                float *k, float *v);
+size_t wh_cross_scratch_bytes(const wh_net *w, const choir_whisper_dims *D);
+/* wh_cross_kv on the model's CPU backend, host memory in and out. */
+int wh_cross_kv_host(const choir_whisper *m, const float *enc, float *k, float *v,
+                     choir_err *err);
+
+/* --- the decoder over backend operations (whisper_dec.c) ------------------ */
+
+/* Cross-attention logits wanted from a decoder pass of one sequence: for
+ * head i, its pre-softmax scores q.k / sqrt(Dh) of every new row against
+ * the window's keys, into qk + i * N * A ([n_heads][N][A], backend memory). */
+typedef struct wh_qk_req {
+    int n_heads;
+    const int32_t *layer, *head; /* [n_heads]: decoder layer and head, 0-based */
+    float *qk;
+} wh_qk_req;
+
+/* The checks of choir_whisper_decode (tokens, windows, capacities). */
+int choir_whisper_decode_check(const choir_whisper *m, choir_whisper_seq *const *seqs, int n_seq,
+                               const int32_t *tokens, const int *n_tokens, choir_err *err);
+/* Working memory of a decoder pass over N new tokens, and the CPU kernel
+ * scratch one of its calls takes at most. */
+size_t wh_dec_work_bytes(const choir_whisper_dims *D, int64_t N);
+size_t wh_dec_scratch_bytes(const wh_net *w, const choir_whisper_dims *D, int64_t N);
+/* choir_whisper_decode's computation on stream s (checked arguments; logits
+ * NULL: none computed), qk NULL or the cross-attention logits wanted. */
+int wh_decode_run(choir_stream *s, const wh_net *w, const choir_whisper_dims *D,
+                  choir_whisper_seq *const *seqs, int n_seq, const int32_t *tokens,
+                  const int *n_tokens, bool all_positions, float *logits, const wh_qk_req *qk);
+/* wh_decode_run on a stream of its own over the model's CPU backend. */
+int wh_decode_host(const choir_whisper *m, choir_whisper_seq *const *seqs, int n_seq,
+                   const int32_t *tokens, const int *n_tokens, bool all_positions, float *logits,
+                   const wh_qk_req *qk, choir_err *err);
 
 /* --- the per-step rules (whisper_filters.c, whisper_rules.c) -------------- */
 

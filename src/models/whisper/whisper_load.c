@@ -381,6 +381,7 @@ static choir_whisper *wh_build(choir_whisper *m, choir_whisper_tensor_fn find, v
     for (int i = 0; i < D->n_text_layer; i++)
         if (wh_block_bind(&ld, L->dec, i, true, &m->dec[i], err)) goto fail;
     if (wh_ln_bind(&ld, L->dec, L->dec_ln, &m->dec_ln_g, &m->dec_ln_b, err)) goto fail;
+    if (wh_net_init_cpu(m, err)) goto fail;
     return m;
 fail:
     choir_whisper_free(m);
@@ -434,6 +435,7 @@ void choir_whisper_free(choir_whisper *m) {
     choir_free(m->enc);
     choir_free(m->dec);
     choir_st_close(m->st);
+    choir_backend_free(m->cpu);
     choir_free(m);
 }
 

@@ -1,4 +1,5 @@
-/* The Whisper network: encoder, cross-attention K/V, and the batched decoder.
+/* The Whisper network: the caches, and the batched decoder (the encoder and
+ * the cross-attention K/V are whisper_enc.c).
  *
  * Shapes follow the spec (../shared/specs/whisper.md §3): d = d_model,
  * H = heads, Dh = d / H, A = n_audio_ctx (1500), C = n_text_ctx (448).
@@ -14,67 +15,6 @@
 
 static int wh_oom(choir_err *err, const char *what) {
     return choir_err_set(err, CHOIR_ENOMEM, "whisper: out of memory for %s", what);
-}
-
-/* Encoder self-attention over one window: x [A, d] in, out [A, d]; scratch
- * q, k, v, att [A, d] each. */
-static void enc_attention(const choir_whisper *m, const wh_attn *a, const float *x, int64_t T,
-                          float *q, float *k, float *v, float *att, float *out) {
-    int64_t d = m->dims.d_model, Dh = d / m->dims.n_head;
-    choir_linear(x, T, &a->q, a->bq, q);
-    choir_linear(x, T, &a->k, NULL, k);
-    choir_linear(x, T, &a->v, a->bv, v);
-    choir_attention(q, d, k, d, v, d, att, d, T, T, m->dims.n_head, Dh, 1.0f / sqrtf((float)Dh),
-                    NULL, false);
-    choir_linear(att, T, &a->o, a->bo, out);
-}
-
-int choir_whisper_encode(const choir_whisper *m, const float *mel, int n, float *out,
-                         choir_err *err) {
-    const choir_whisper_dims *D = &m->dims;
-    int64_t d = D->d_model, A = D->n_audio_ctx, F = CHOIR_WHISPER_N_FRAMES, ffn = D->ffn_dim;
-    if (n < 0) return choir_err_set(err, CHOIR_EINVAL, "whisper: negative window count");
-#ifdef CHOIR_HAVE_CUDA
-    if (m->gpu) return wg_encode(m->gpu, mel, n, out, err);
-#endif
-    /* conv1 output [d, 3000] is the largest conv buffer; the block scratch needs
-     * q, k, v, att, h [A, d] and the MLP hidden [A, ffn]. */
-    size_t conv_floats = (size_t)(d * F + d * A);
-    size_t blk_floats = (size_t)(5 * A * d + A * ffn);
-    size_t total = conv_floats > blk_floats ? conv_floats : blk_floats;
-    float *ws = choir_alloc(CHOIR_MEM_ACTIVATIONS, total * sizeof(float));
-    if (!ws) return wh_oom(err, "encoder activations");
-    for (int b = 0; b < n; b++) {
-        const float *X = mel + (size_t)b * (size_t)(D->n_mels * F);
-        float *x = out + (size_t)b * (size_t)(A * d); /* the residual stream [A, d] */
-
-        /* Conv stem: [n_mels, 3000] -> GELU(conv1) [d, 3000] -> GELU(conv2, stride 2)
-         * [d, 1500], then time-major with positions added. */
-        float *c1 = ws, *c2 = ws + d * F;
-        choir_conv1d(X, D->n_mels, F, m->conv1_w, m->conv1_b, d, 3, 1, 1, 1, 1, c1);
-        choir_gelu_erf(c1, d * F);
-        choir_conv1d(c1, d, F, m->conv2_w, m->conv2_b, d, 3, 2, 1, 1, 1, c2);
-        choir_gelu_erf(c2, d * A);
-        for (int64_t t = 0; t < A; t++)
-            for (int64_t c = 0; c < d; c++) x[t * d + c] = c2[c * A + t] + m->enc_pos[t * d + c];
-
-        float *q = ws, *k = q + A * d, *v = k + A * d, *att = v + A * d, *h = att + A * d;
-        float *hid = h + A * d;
-        for (int l = 0; l < D->n_audio_layer; l++) {
-            const wh_block *blk = &m->enc[l];
-            choir_layer_norm(x, h, A, d, blk->attn_ln_g, blk->attn_ln_b, WH_LN_EPS);
-            enc_attention(m, &blk->attn, h, A, q, k, v, att, q);
-            choir_add(x, q, x, A * d);
-            choir_layer_norm(x, h, A, d, blk->mlp_ln_g, blk->mlp_ln_b, WH_LN_EPS);
-            choir_linear(h, A, &blk->fc1, blk->fc1_b, hid);
-            choir_gelu_erf(hid, A * ffn);
-            choir_linear(hid, A, &blk->fc2, blk->fc2_b, h);
-            choir_add(x, h, x, A * d);
-        }
-        choir_layer_norm(x, x, A, d, m->enc_ln_g, m->enc_ln_b, WH_LN_EPS);
-    }
-    choir_free(ws);
-    return 0;
 }
 
 int choir_whisper_encode_cross(const choir_whisper *m, const float *mel, int n, float *enc,
@@ -121,10 +61,9 @@ choir_whisper_cross *choir_whisper_cross_create(const choir_whisper *m, const fl
         wh_oom(err, "cross-attention cache");
         return NULL;
     }
-    for (int l = 0; l < c->n_layer; l++) {
-        const wh_attn *a = &m->dec[l].cross;
-        choir_linear(enc_out, c->n_ctx, &a->k, NULL, c->k + (size_t)l * per);
-        choir_linear(enc_out, c->n_ctx, &a->v, a->bv, c->v + (size_t)l * per);
+    if (wh_cross_kv_host(m, enc_out, c->k, c->v, err)) {
+        choir_whisper_cross_free(c);
+        return NULL;
     }
     return c;
 }
@@ -221,13 +160,8 @@ void choir_whisper_seq_truncate(choir_whisper_seq *s, int n) {
 
 /* --- decoder --------------------------------------------------------------- */
 
-int choir_whisper_decode(const choir_whisper *m, choir_whisper_seq *const *seqs, int n_seq,
-                         const int32_t *tokens, const int *n_tokens, bool all_positions,
-                         float *logits, choir_err *err) {
-    const choir_whisper_dims *D = &m->dims;
-    int64_t d = D->d_model, ffn = D->ffn_dim, A = D->n_audio_ctx;
-    int64_t Dh = d / D->n_head;
-    float scale = 1.0f / sqrtf((float)Dh);
+int choir_whisper_decode_check(const choir_whisper *m, choir_whisper_seq *const *seqs, int n_seq,
+                               const int32_t *tokens, const int *n_tokens, choir_err *err) {
     int64_t N = 0;
     for (int i = 0; i < n_seq; i++) {
         if (n_tokens[i] <= 0)
@@ -241,80 +175,22 @@ int choir_whisper_decode(const choir_whisper *m, choir_whisper_seq *const *seqs,
         N += n_tokens[i];
     }
     for (int64_t r = 0; r < N; r++)
-        if (tokens[r] < 0 || tokens[r] >= D->n_vocab)
+        if (tokens[r] < 0 || tokens[r] >= m->dims.n_vocab)
             return choir_err_set(err, CHOIR_EINVAL, "whisper: token %d outside the vocabulary",
                                  (int)tokens[r]);
+    return 0;
+}
+
+int choir_whisper_decode(const choir_whisper *m, choir_whisper_seq *const *seqs, int n_seq,
+                         const int32_t *tokens, const int *n_tokens, bool all_positions,
+                         float *logits, choir_err *err) {
+    int rc = choir_whisper_decode_check(m, seqs, n_seq, tokens, n_tokens, err);
+    if (rc) return rc;
+    int64_t N = 0;
+    for (int i = 0; i < n_seq; i++) N += n_tokens[i];
     if (N == 0) return 0;
 #ifdef CHOIR_HAVE_CUDA
     if (m->gpu) return wg_decode(m->gpu, seqs, n_seq, tokens, n_tokens, all_positions, logits, err);
 #endif
-
-    /* x, h, q, k, v, att [N, d]; hid [N, ffn]. */
-    float *ws = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(N * (6 * d + ffn)) * sizeof(float));
-    if (!ws) return wh_oom(err, "decoder activations");
-    float *x = ws, *h = x + N * d, *q = h + N * d, *k = q + N * d, *v = k + N * d;
-    float *att = v + N * d, *hid = att + N * d;
-
-    for (int i = 0, r = 0; i < n_seq; i++)
-        for (int j = 0; j < n_tokens[i]; j++, r++) {
-            choir_weight_row_f32(&m->tok_emb, tokens[r], x + r * d);
-            const float *p = m->dec_pos + (int64_t)(seqs[i]->n_past + j) * d;
-            for (int64_t c = 0; c < d; c++) x[r * d + c] += p[c];
-        }
-
-    for (int l = 0; l < D->n_text_layer; l++) {
-        const wh_block *blk = &m->dec[l];
-        /* Causal self-attention over each sequence's cache plus its new rows. */
-        choir_layer_norm(x, h, N, d, blk->attn_ln_g, blk->attn_ln_b, WH_LN_EPS);
-        choir_linear(h, N, &blk->attn.q, blk->attn.bq, q);
-        choir_linear(h, N, &blk->attn.k, NULL, k);
-        choir_linear(h, N, &blk->attn.v, blk->attn.bv, v);
-        for (int i = 0, r = 0; i < n_seq; i++) {
-            choir_whisper_seq *s = seqs[i];
-            int n = n_tokens[i];
-            size_t lo = (size_t)l * (size_t)s->n_ctx * (size_t)d;
-            float *kc = s->k + lo, *vc = s->v + lo;
-            memcpy(kc + (int64_t)s->n_past * d, k + (int64_t)r * d, (size_t)(n * d) * sizeof(float));
-            memcpy(vc + (int64_t)s->n_past * d, v + (int64_t)r * d, (size_t)(n * d) * sizeof(float));
-            choir_attention(q + (int64_t)r * d, d, kc, d, vc, d, att + (int64_t)r * d, d, n,
-                            s->n_past + n, D->n_head, Dh, scale, NULL, true);
-            r += n;
-        }
-        choir_linear(att, N, &blk->attn.o, blk->attn.bo, h);
-        choir_add(x, h, x, N * d);
-
-        /* Cross-attention to the sequence's window. */
-        choir_layer_norm(x, h, N, d, blk->cross_ln_g, blk->cross_ln_b, WH_LN_EPS);
-        choir_linear(h, N, &blk->cross.q, blk->cross.bq, q);
-        for (int i = 0, r = 0; i < n_seq; i++) {
-            const choir_whisper_cross *cr = seqs[i]->cross;
-            size_t off = (size_t)l * (size_t)(A * d);
-            choir_attention(q + (int64_t)r * d, d, cr->k + off, d, cr->v + off, d,
-                            att + (int64_t)r * d, d, n_tokens[i], A, D->n_head, Dh, scale, NULL,
-                            false);
-            r += n_tokens[i];
-        }
-        choir_linear(att, N, &blk->cross.o, blk->cross.bo, h);
-        choir_add(x, h, x, N * d);
-
-        choir_layer_norm(x, h, N, d, blk->mlp_ln_g, blk->mlp_ln_b, WH_LN_EPS);
-        choir_linear(h, N, &blk->fc1, blk->fc1_b, hid);
-        choir_gelu_erf(hid, N * ffn);
-        choir_linear(hid, N, &blk->fc2, blk->fc2_b, h);
-        choir_add(x, h, x, N * d);
-    }
-    for (int i = 0; i < n_seq; i++) seqs[i]->n_past += n_tokens[i];
-
-    /* Only the rows whose logits are wanted go through the final LN and the tied
-     * output projection (the [V, d] product dominates a decoder step). */
-    int64_t n_out = all_positions ? N : n_seq;
-    if (!all_positions)
-        for (int i = 0, r = 0; i < n_seq; i++) {
-            r += n_tokens[i];
-            memmove(x + (int64_t)i * d, x + (int64_t)(r - 1) * d, (size_t)d * sizeof(float));
-        }
-    choir_layer_norm(x, x, n_out, d, m->dec_ln_g, m->dec_ln_b, WH_LN_EPS);
-    choir_linear(x, n_out, &m->tok_emb, NULL, logits);
-    choir_free(ws);
-    return 0;
+    return wh_decode_host(m, seqs, n_seq, tokens, n_tokens, all_positions, logits, NULL, err);
 }

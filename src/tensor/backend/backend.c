@@ -35,6 +35,7 @@ choir_backend *choir_backend_cuda(const choir_backend_cuda_opts *o, choir_err *e
     if (!be) return NULL;
     snprintf(be->name, sizeof be->name, "cuda:%d", o->device);
     be->bf16 = o->bf16;
+    be->owns_cu = true;
     if (!(be->cu = choir_cuda_init(o->device, err)) ||
         (o->tf32 && choir_cuda_set_tf32(be->cu, true, err))) {
         choir_backend_free(be);
@@ -50,10 +51,30 @@ choir_backend *choir_backend_cuda(const choir_backend_cuda_opts *o, choir_err *e
 #endif
 }
 
+choir_backend *choir_backend_cuda_over(struct choir_cuda *cu, bool bf16, choir_err *err) {
+#ifdef CHOIR_HAVE_CUDA
+    if (!cu) {
+        choir_err_set(err, CHOIR_EINVAL, "backend: no CUDA context");
+        return NULL;
+    }
+    choir_backend *be = backend_new(CHOIR_BACKEND_CUDA, err);
+    if (!be) return NULL;
+    snprintf(be->name, sizeof be->name, "cuda:%d", choir_cuda_get_props(cu)->device);
+    be->bf16 = bf16;
+    be->cu = cu;
+    return be;
+#else
+    (void)cu, (void)bf16;
+    choir_err_set(err, CHOIR_EUNSUPPORTED,
+                  "backend: this build has no CUDA backend (configure with -DCHOIR_CUDA=ON)");
+    return NULL;
+#endif
+}
+
 void choir_backend_free(choir_backend *be) {
     if (!be) return;
 #ifdef CHOIR_HAVE_CUDA
-    if (be->cu) choir_cuda_free(be->cu);
+    if (be->cu && be->owns_cu) choir_cuda_free(be->cu);
 #endif
     pthread_mutex_destroy(&be->lock);
     choir_free(be);

@@ -29,6 +29,7 @@ struct choir_backend {
     choir_backend_kind kind;
     char name[24];
     struct choir_cuda *cu; /* CUDA only */
+    bool owns_cu;          /* false for choir_backend_cuda_over */
     bool bf16;             /* weights: f32 matrices stored as bf16 */
     pthread_mutex_t lock;
 };

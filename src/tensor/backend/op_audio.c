@@ -135,28 +135,27 @@ int choir_op_adain(choir_stream *s, const float *x, float *y, int64_t B, int64_t
     if (!choir_stream_ok(s)) return s->err.code;
     if (B < 0 || C <= 0 || T < 0 || !gb) return be_invalid(s, "adain: bad shape or no style");
     if (be_host(s)) {
+        /* choir_instance_norm, then the style affine: what Kokoro's CPU
+         * blocks computed before they were written over these operations,
+         * so a batch of one is bit for bit that. */
         for (int64_t b = 0; b < B; b++) {
             int64_t n = lens ? lens[b] : T;
             if (n > T) n = T;
             if (n < 0) n = 0;
             const float *g = gb + b * gb_stride;
+            const float *xb = x + b * C * T;
+            float *yb = y + b * C * T;
+            if (n == T)
+                choir_instance_norm(xb, yb, C, T, norm_w, norm_b, eps);
+            else
+                for (int64_t c = 0; c < C && n > 0; c++)
+                    choir_instance_norm(xb + c * T, yb + c * T, 1, n, norm_w ? norm_w + c : NULL,
+                                        norm_b ? norm_b + c : NULL, eps);
             for (int64_t c = 0; c < C; c++) {
-                const float *xr = x + (b * C + c) * T;
-                float *yr = y + (b * C + c) * T;
-                double sum = 0, q = 0;
-                for (int64_t t = 0; t < n; t++) sum += xr[t];
-                float mean = n > 0 ? (float)(sum / (double)n) : 0.0f;
-                for (int64_t t = 0; t < n; t++) {
-                    float dv = xr[t] - mean;
-                    q += (double)dv * dv;
-                }
-                float var = n > 0 ? (float)(q / (double)n) : 0.0f;
-                float a = 1.0f / sqrtf(var + eps), bb = 0.0f;
-                if (norm_w) a *= norm_w[c];
-                if (norm_b) bb = norm_b[c];
                 float gamma = 1.0f + g[c], beta = g[C + c];
-                for (int64_t t = 0; t < T; t++)
-                    yr[t] = t < n ? gamma * ((xr[t] - mean) * a + bb) + beta : 0.0f;
+                float *yr = yb + c * T;
+                for (int64_t t = 0; t < n; t++) yr[t] = gamma * yr[t] + beta;
+                if (n < T) memset(yr + n, 0, (size_t)(T - n) * sizeof(float));
             }
         }
         return 0;

@@ -507,6 +507,7 @@ int choir_cuda_measure_ceilings(choir_cuda *cu, double *bf16_tflops, double *cop
  * kernels that no emulated model uses yet say so. ------------------------- */
 
 #include "choir/cuda_audio.h"
+#include "choir/cuda_vocoder.h"
 
 typedef struct op2_args {
     const float *a, *b, *g, *beta;
@@ -674,6 +675,40 @@ int choir_cuda_istft_magphase(choir_cuda *cu, const float *P, int64_t B, int64_t
                               choir_err *err) {
     (void)cu, (void)P, (void)B, (void)F, (void)frames, (void)n_fft, (void)hop, (void)out;
     return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: istft not emulated");
+}
+/* The vocoder operations' kernels (choir/backend_vocoder.h): not emulated. */
+int choir_cuda_conv1d_batched(choir_cuda *cu, const float *x, int64_t B, int64_t Cin, int64_t T,
+                              choir_cuda_conv_weight weight, const float *bias, int64_t Cout,
+                              int64_t kernel, int stride, int padding, int dilation,
+                              const int32_t *out_lens, float *y, choir_err *err) {
+    (void)cu, (void)x, (void)B, (void)Cin, (void)T, (void)weight, (void)bias, (void)Cout;
+    (void)kernel, (void)stride, (void)padding, (void)dilation, (void)out_lens, (void)y;
+    return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: batched conv1d not emulated");
+}
+int choir_cuda_add_scale(choir_cuda *cu, const float *a, const float *b, float *y, int64_t n,
+                         float scale, choir_err *err) {
+    (void)cu, (void)a, (void)b, (void)y, (void)n, (void)scale;
+    return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: add_scale not emulated");
+}
+int choir_cuda_add_div(choir_cuda *cu, const float *a, const float *b, float *y, int64_t n,
+                       float divisor, choir_err *err) {
+    (void)cu, (void)a, (void)b, (void)y, (void)n, (void)divisor;
+    return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: add_div not emulated");
+}
+int choir_cuda_upsample2_nearest(choir_cuda *cu, const float *x, int64_t B, int64_t C, int64_t T,
+                                 float *y, choir_err *err) {
+    (void)cu, (void)x, (void)B, (void)C, (void)T, (void)y;
+    return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: nearest up-sampling not emulated");
+}
+int choir_cuda_reflect_pad(choir_cuda *cu, const float *x, int64_t B, int64_t C, int64_t T,
+                           const int32_t *lens, int left, int right, float *y, choir_err *err) {
+    (void)cu, (void)x, (void)B, (void)C, (void)T, (void)lens, (void)left, (void)right, (void)y;
+    return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: reflection pad not emulated");
+}
+int choir_cuda_copy_channels(choir_cuda *cu, const float *src, int64_t B, int64_t Cs, int64_t T,
+                             float *dst, int64_t Cd, int64_t c0, choir_err *err) {
+    (void)cu, (void)src, (void)B, (void)Cs, (void)T, (void)dst, (void)Cd, (void)c0;
+    return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: channel copy not emulated");
 }
 int64_t choir_cuda_bilstm_scratch_floats(int64_t B, int64_t T, int64_t H) {
     return B * T * 8 * H + 2 * B * H;

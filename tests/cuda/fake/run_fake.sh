@@ -26,7 +26,9 @@ for f in src/tensor/cpu/x86/*.c; do
     *) echo "$f -mavx2 -mfma -mf16c" >>"$list" ;;
     esac
 done
-for f in src/models/whisper/whisper_net.c src/models/whisper/whisper_cuda.c \
+for f in src/models/whisper/whisper_net.c src/models/whisper/whisper_enc.c src/models/whisper/whisper_dec.c \
+         src/models/whisper/whisper_cuda.c src/tensor/backend/backend.c src/tensor/backend/stream.c \
+         src/tensor/backend/op_core.c src/tensor/backend/op_elementwise.c src/tensor/backend/op_audio.c \
          src/models/whisper/whisper_cuda_dec.c src/models/whisper/whisper_decode.c \
          src/models/whisper/whisper_filters.c src/models/whisper/whisper_rules.c \
          tests/cuda/stub/tokenizer_stub.c \

@@ -19,8 +19,16 @@ for f in src/base/*.c src/tensor/*.c src/tensor/cpu/*.c tests/cuda/stub/cblas_lo
          tests/cuda/stub/quant_layout.c; do
     [ "$f" = src/tensor/quantize.c ] || echo "$f" >>"$list"
 done
-for f in src/tensor/cpu/x86/*.c; do echo "$f -mavx2 -mfma -mf16c" >>"$list"; done
-for f in src/tensor/backend/*.c tests/cuda/fake/fake_cuda.c tests/cuda/backend_gpu_check.c; do
+for f in src/tensor/cpu/x86/*.c; do
+    case "$f" in
+    */avx512_*) echo "$f -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl" >>"$list" ;;
+    *) echo "$f -mavx2 -mfma -mf16c" >>"$list" ;;
+    esac
+done
+# The shared operations only (each area's op_<area>.c needs kernels the emulation may lack).
+for f in src/tensor/backend/backend.c src/tensor/backend/stream.c src/tensor/backend/op_core.c \
+         src/tensor/backend/op_elementwise.c src/tensor/backend/op_audio.c \
+         tests/cuda/fake/fake_cuda.c tests/cuda/backend_gpu_check.c; do
     echo "$f -DCHOIR_HAVE_CUDA=1" >>"$list"
 done
 export CC FLAGS OUT

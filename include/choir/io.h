@@ -1,11 +1,19 @@
-/* Small file helpers shared by the io layer (not public API). */
-#ifndef CHOIR_IO_UTIL_H
-#define CHOIR_IO_UTIL_H
+/* choir/io.h: small file helpers: bounded whole-file reads, atomic writes
+ * through a temporary file renamed into place, mkdir -p. */
+#ifndef CHOIR_IO_H
+#define CHOIR_IO_H
 
 #include <stddef.h>
 #include <stdio.h>
 
 #include "choir/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#ifdef __cplusplus
+}
+#endif
+#endif
 
 /* Reads the whole file at `path` (at most `max_bytes`) into a block from
  * choir_alloc that the caller frees; a NUL is appended after `*len` bytes. */
@@ -28,4 +36,7 @@ void choir_io_tmp_abort(FILE *f, const char *tmp_path);
  * existing directory is fine; an existing non-directory is an error. */
 int choir_io_make_dirs(const char *path, choir_err *err);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -1,4 +1,4 @@
-/* Downloading a model repository from the Hugging Face Hub (or a server with
+/* choir/hub.h: downloading a model repository from the Hugging Face Hub (or a server with
  * the same URL layout): the file list from
  *   GET {endpoint}/api/models/{repo}/revision/{revision}?blobs=true
  * and each file from
@@ -8,13 +8,17 @@
  * download continues from its `.part` file with an HTTP Range request; LFS
  * files are checked against the SHA-256 the Hub lists before they are renamed
  * into place. */
-#ifndef CHOIR_IO_HUB_H
-#define CHOIR_IO_HUB_H
+#ifndef CHOIR_HUB_H
+#define CHOIR_HUB_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "choir/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct choir_hub_params {
     const char *endpoint; /* NULL: $HF_ENDPOINT, else https://huggingface.co */
@@ -41,4 +45,7 @@ int choir_hub_pull(const char *repo, const char *dest, const choir_hub_params *p
 /* SHA-256 of a file as 64 lowercase hex digits in out[65]. 0 or CHOIR_EIO. */
 int choir_hub_sha256_file(const char *path, char out[65], choir_err *err);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -1,0 +1,108 @@
+/* choir/backend_vocoder.h: backend operations of vocoders over batches of
+ * items of different lengths (Kokoro's decoder and iSTFTNet generator).
+ *
+ * Tensors are [B, C, T]: B items, each padded to the longest (T samples),
+ * item b having lens[b] valid samples (int32 backend memory; NULL: all of
+ * them). The operations that take output lengths write zeros past each
+ * item's length, so that the next convolution reads zeros there exactly as
+ * the item's own zero padding would: a batch gives every item what it gets
+ * alone, up to the summation order a matrix product picks at another width.
+ *
+ * Convolution weights are choir_weight matrices from choir_backend_weight
+ * (f32, or bf16 on a CUDA backend opened with bf16: tensor-core products
+ * with f32 accumulation, the activations rounded to bf16 on the way in):
+ * conv1d [Cout, Cin K], conv_transpose1d [Cin, Cout K] (PyTorch's layouts,
+ * flattened). Everything else is as choir/backend.h says (sticky errors,
+ * CHOIR_EINVAL for bad shapes, CHOIR_EUNSUPPORTED for what a backend lacks). */
+#ifndef CHOIR_BACKEND_VOCODER_H
+#define CHOIR_BACKEND_VOCODER_H
+
+#include "choir/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* y [B, Cout, Tout] = conv1d(x [B, Cin, T]) per item (groups 1, zero
+ * padding), Tout = choir_conv1d_out_len; bias [Cout] or NULL; y[b, :, t] = 0
+ * for t >= out_lens[b] (NULL: nothing zeroed). y must not alias x. Kernel
+ * scratch: the taps of one item (CPU) or of a group of items (CUDA, <= 512 MB). */
+int choir_op_conv1d_lens(choir_stream *s, const float *x, int64_t B, int64_t Cin, int64_t T,
+                         const choir_weight *w, const float *bias, int64_t Cout, int64_t kernel,
+                         int stride, int padding, int dilation, const int32_t *out_lens, float *y);
+
+/* y [B, Cout, Tout] = conv_transpose1d(x [B, Cin, T]) per item (groups 1,
+ * dilation 1), Tout = choir_conv_transpose1d_out_len; weight [Cin, Cout K];
+ * out_lens as above. */
+int choir_op_conv_transpose1d_lens(choir_stream *s, const float *x, int64_t B, int64_t Cin,
+                                   int64_t T, const choir_weight *w, const float *bias,
+                                   int64_t Cout, int64_t kernel, int stride, int padding,
+                                   int output_padding, const int32_t *out_lens, float *y);
+
+/* Depthwise conv_transpose1d (groups = C): weight [C, 1, K] f32 (a vector
+ * from choir_backend_vec), bias [C] or NULL, x [B, C, T] -> y [B, C, Tout];
+ * out_lens as above. */
+int choir_op_conv_transpose1d_depthwise_lens(choir_stream *s, const float *x, int64_t B,
+                                             int64_t C, int64_t T, const float *weight,
+                                             const float *bias, int64_t kernel, int stride,
+                                             int padding, int output_padding,
+                                             const int32_t *out_lens, float *y);
+
+/* y = (a + b) * scale over n values; y may alias a or b. */
+int choir_op_add_scale(choir_stream *s, const float *a, const float *b, float *y, int64_t n,
+                       float scale);
+/* y = (a + b) / divisor over n values (a mean of several branches, rounded
+ * as a division); y may alias a or b. */
+int choir_op_add_div(choir_stream *s, const float *a, const float *b, float *y, int64_t n,
+                     float divisor);
+
+/* Nearest up-sampling by 2 in time: y [B, C, 2T], y[b, c, 2t] = y[b, c, 2t + 1]
+ * = x[b, c, t]. */
+int choir_op_upsample2_nearest(choir_stream *s, const float *x, int64_t B, int64_t C, int64_t T,
+                               float *y);
+
+/* Reflection padding per item (PyTorch ReflectionPad1d: the edge sample is
+ * not repeated): x [B, C, T], item b with lens[b] valid samples (NULL: T),
+ * -> y [B, C, T + left + right], item b occupying lens[b] + left + right
+ * samples, zeros after. left and right must be < lens[b]. */
+int choir_op_reflect_pad(choir_stream *s, const float *x, int64_t B, int64_t C, int64_t T,
+                         const int32_t *lens, int left, int right, float *y);
+
+/* Channel concatenation: dst[b, c0 + c, t] = src[b, c, t] for c < Cs, where
+ * src is [B, Cs, T] and dst [B, Cd, T]. */
+int choir_op_copy_channels(choir_stream *s, const float *src, int64_t B, int64_t Cs, int64_t T,
+                           float *dst, int64_t Cd, int64_t c0);
+
+/* --- recurrent ------------------------------------------------------------- */
+
+/* A bidirectional one-layer LSTM's weights on a backend, each direction's
+ * arrays where the model keeps them (on the CPU: the host arrays, nothing
+ * copied); a device backend also holds the stacked copies its kernel reads. */
+typedef struct choir_bilstm_weights {
+    const float *w_ih[2], *w_hh[2]; /* [4H, In], [4H, H]; [0] forward, [1] reverse */
+    const float *b_ih[2], *b_hh[2]; /* [4H] or NULL */
+    int64_t In, H;
+    /* device backends: [2, 4H, In], [2, 4H, H], b_ih + b_hh [2, 4H] (summed in
+     * float, as choir_lstm sums them); NULL on the CPU */
+    const float *w_ih2, *w_hh2, *bias2;
+} choir_bilstm_weights;
+
+/* Puts the host LSTM on the weights' backend `be` (the store's). Returns 0 or
+ * the error (also kept by the store). */
+int choir_backend_bilstm_weights(choir_backend_weights *ws, choir_backend *be,
+                                 const float *const w_ih[2], const float *const w_hh[2],
+                                 const float *const b_ih[2], const float *const b_hh[2], int64_t In,
+                                 int64_t H, choir_bilstm_weights *out);
+
+/* choir_op_bilstm with weights from choir_backend_bilstm_weights: x [B, T, In],
+ * lens int32 [B] (NULL: all T) -> y [B, T, 2H], zeros past each length. On
+ * the CPU each sequence is choir_lstm forward then reverse with the biases as
+ * stored (bit for bit a single-sequence LSTM). Kernel scratch: 4H (T + 1)
+ * floats (CPU); working memory B T 8H + 2 B H floats (CUDA). */
+int choir_op_bilstm_w(choir_stream *s, const float *x, int64_t B, int64_t T,
+                      const choir_bilstm_weights *w, const int32_t *lens, float *y);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

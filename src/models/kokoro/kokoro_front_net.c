@@ -1,0 +1,227 @@
+/* The costly parts of Kokoro's front written once over backend operations:
+ * ALBERT (12 passes of one shared layer, then bert_encoder) and the six
+ * bidirectional LSTMs (duration encoder x3, duration LSTM, text encoder,
+ * the prosody predictor's shared LSTM over frames), for n pieces per call.
+ *
+ * ALBERT: every step but attention works on rows, so the pieces' rows are
+ * stacked without padding ([R, .], R = sum of T[b]) and each linear is one
+ * product over all of them; attention runs per piece on its own rows, so no
+ * piece sees another's and none needs a mask. LSTMs: the pieces padded to
+ * the longest [n, T, In], each with its own length (packed-sequence
+ * semantics: a piece's result is the LSTM over it alone).
+ *
+ * Inputs and outputs are host memory; on the CPU backend they are staged in
+ * the stream's (host) working memory, on a device backend uploaded. On the
+ * CPU a call for one piece is bit for bit kokoro's single-piece computation
+ * (the operations' CPU versions are its kernels.h calls). */
+#include <math.h>
+#include <string.h>
+
+#include "choir/alloc.h"
+#include "choir/backend_vocoder.h"
+#include "models/kokoro/kokoro_front_net.h"
+
+typedef struct kf_lin {
+    choir_weight w; /* backend, the checkpoint's storage */
+    const float *b;
+} kf_lin;
+
+struct kk_fnet {
+    const choir_kokoro *m;
+    choir_backend *be;
+    choir_backend_weights *ws;
+    bool has_albert;
+    kf_lin map_in, q, k, v, dense, ffn, ffn_out, bert_encoder;
+    const float *att_ln_w, *att_ln_b, *full_ln_w, *full_ln_b; /* [768] */
+    const kk_lstm *lstm_of[6]; /* the model's LSTMs (lookup keys) */
+    choir_bilstm_weights lstm[6];
+    int n_lstm;
+};
+
+static void put_lin(kk_fnet *f, const kk_linear *l, kf_lin *out) {
+    choir_backend_weight_exact(f->ws, &l->w, &out->w);
+    out->b = choir_backend_vec(f->ws, l->b, l->w.rows);
+}
+
+kk_fnet *kk_fnet_create(const choir_kokoro *m, choir_backend *be, choir_err *err) {
+    kk_fnet *f = choir_calloc(CHOIR_MEM_WEIGHTS, 1, sizeof *f);
+    if (!f) {
+        choir_err_set(err, CHOIR_ENOMEM, "kokoro: out of memory for the front");
+        return NULL;
+    }
+    f->m = m, f->be = be;
+    if (!(f->ws = choir_backend_weights_create(be, err))) {
+        choir_free(f);
+        return NULL;
+    }
+    int rc = 0;
+    f->has_albert = m->map_in.w.data && m->q.w.data && m->ffn.w.data && m->bert_encoder.w.data;
+    if (f->has_albert) {
+        put_lin(f, &m->map_in, &f->map_in);
+        put_lin(f, &m->q, &f->q);
+        put_lin(f, &m->k, &f->k);
+        put_lin(f, &m->v, &f->v);
+        put_lin(f, &m->dense, &f->dense);
+        put_lin(f, &m->ffn, &f->ffn);
+        put_lin(f, &m->ffn_out, &f->ffn_out);
+        put_lin(f, &m->bert_encoder, &f->bert_encoder);
+        f->att_ln_w = choir_backend_vec(f->ws, m->att_ln_w, KK_BERT);
+        f->att_ln_b = choir_backend_vec(f->ws, m->att_ln_b, KK_BERT);
+        f->full_ln_w = choir_backend_vec(f->ws, m->full_ln_w, KK_BERT);
+        f->full_ln_b = choir_backend_vec(f->ws, m->full_ln_b, KK_BERT);
+    }
+    const kk_lstm *all[6] = {&m->dur_lstm[0], &m->dur_lstm[1], &m->dur_lstm[2], &m->pred_lstm,
+                             &m->shared,      &m->te_lstm};
+    for (int i = 0; i < 6 && !rc; i++) {
+        const kk_lstm *l = all[i];
+        if (!l->w_ih[0] || !l->w_ih[1] || !l->w_hh[0] || !l->w_hh[1]) continue;
+        rc = choir_backend_bilstm_weights(f->ws, be, l->w_ih, l->w_hh, l->b_ih, l->b_hh, l->in,
+                                          l->h, &f->lstm[f->n_lstm]);
+        f->lstm_of[f->n_lstm++] = l;
+    }
+    if (!rc) rc = choir_backend_weights_status(f->ws, err);
+    else choir_err_set(err, rc, "kokoro: out of memory for the front's LSTMs");
+    if (rc) {
+        choir_err_prefix(err, "kokoro: front weights on %s", choir_backend_name(be));
+        kk_fnet_free(f);
+        return NULL;
+    }
+    return f;
+}
+
+void kk_fnet_free(kk_fnet *f) {
+    if (!f) return;
+    choir_backend_weights_free(f->ws);
+    choir_free(f);
+}
+
+int64_t kk_fnet_weight_bytes(const kk_fnet *f) { return f ? choir_backend_weights_bytes(f->ws) : 0; }
+bool kk_fnet_has_albert(const kk_fnet *f) { return f && f->has_albert; }
+
+static const choir_bilstm_weights *lstm_of(const kk_fnet *f, const kk_lstm *l) {
+    for (int i = 0; f && i < f->n_lstm; i++)
+        if (f->lstm_of[i] == l) return &f->lstm[i];
+    return NULL;
+}
+bool kk_fnet_has_lstm(const kk_fnet *f, const kk_lstm *l) { return lstm_of(f, l) != NULL; }
+
+/* --- ALBERT ------------------------------------------------------------------ */
+
+int64_t kk_fnet_albert_work_bytes(int64_t rows) {
+    /* e [R, 128], h, q, k, v, ctx, a [R, 768], ff [R, 2048], d_en [R, 512],
+     * plus each piece's alignment slack */
+    return (rows * (128 + 6 * 768 + 2048 + 512) + 8192) * (int64_t)sizeof(float) +
+           ((int64_t)1 << 16);
+}
+
+int kk_fnet_albert(const kk_fnet *f, choir_stream *s, int n, const float *const *emb,
+                   const int64_t *T, float *const *bert, float *const *d_en, choir_err *err) {
+    if (!f || !f->has_albert)
+        return choir_err_set(err, CHOIR_EINVAL, "kokoro: the front has no ALBERT on this backend");
+    int64_t R = 0;
+    for (int b = 0; b < n; b++) {
+        if (T[b] < 1 || !emb[b] || !bert[b] || !d_en[b])
+            return choir_err_set(err, CHOIR_EINVAL, "kokoro: ALBERT piece %d: %lld ids or no data",
+                                 b, (long long)T[b]);
+        R += T[b];
+    }
+    const bool host = choir_backend_is_host(choir_stream_backend(s));
+    size_t mark = choir_stream_mark(s);
+    float *e = choir_stream_floats(s, R * KK_BERT_EMB, "ALBERT embeddings"); /* [R, 128] */
+    float *h = choir_stream_floats(s, R * KK_BERT, "ALBERT");                 /* [R, 768] */
+    float *q = choir_stream_floats(s, R * KK_BERT, "ALBERT");
+    float *k = choir_stream_floats(s, R * KK_BERT, "ALBERT");
+    float *v = choir_stream_floats(s, R * KK_BERT, "ALBERT");
+    float *ctx = choir_stream_floats(s, R * KK_BERT, "ALBERT");
+    float *a = choir_stream_floats(s, R * KK_BERT, "ALBERT"); /* attention block output */
+    float *ff = choir_stream_floats(s, R * KK_BERT_FF, "ALBERT"); /* [R, 2048] */
+    float *de = choir_stream_floats(s, R * KK_HIDDEN, "ALBERT");  /* [R, 512] */
+    int rc = choir_stream_status(s, NULL);
+    if (rc) goto done;
+    for (int64_t b = 0, r = 0; b < n; r += T[b], b++) {
+        size_t bytes = (size_t)(T[b] * KK_BERT_EMB) * sizeof(float);
+        if (host) memcpy(e + r * KK_BERT_EMB, emb[b], bytes);
+        else choir_op_upload(s, e + r * KK_BERT_EMB, emb[b], bytes);
+    }
+    choir_op_linear(s, e, R, &f->map_in.w, f->map_in.b, h);
+    const int64_t dh = KK_BERT / KK_BERT_HEADS;
+    const choir_attn at = {.n_head = KK_BERT_HEADS, .Dh = dh, .scale = 1.0f / sqrtf((float)dh)};
+    for (int layer = 0; layer < KK_BERT_LAYERS; layer++) {
+        choir_op_linear(s, h, R, &f->q.w, f->q.b, q);
+        choir_op_linear(s, h, R, &f->k.w, f->k.b, k);
+        choir_op_linear(s, h, R, &f->v.w, f->v.b, v);
+        for (int64_t b = 0, o = 0; b < n; o += T[b] * KK_BERT, b++)
+            choir_op_attention(s, q + o, KK_BERT, k + o, KK_BERT, v + o, KK_BERT, ctx + o, KK_BERT,
+                               T[b], T[b], &at, NULL);
+        choir_op_linear(s, ctx, R, &f->dense.w, f->dense.b, a);
+        choir_op_add(s, a, h, a, R * KK_BERT);
+        choir_op_layer_norm(s, a, a, R, KK_BERT, f->att_ln_w, f->att_ln_b, 1e-12f);
+        choir_op_linear(s, a, R, &f->ffn.w, f->ffn.b, ff);
+        choir_op_act(s, CHOIR_ACT_GELU_TANH, ff, R * KK_BERT_FF, 0.0f);
+        choir_op_linear(s, ff, R, &f->ffn_out.w, f->ffn_out.b, h);
+        choir_op_add(s, h, a, h, R * KK_BERT);
+        choir_op_layer_norm(s, h, h, R, KK_BERT, f->full_ln_w, f->full_ln_b, 1e-12f);
+    }
+    choir_op_linear(s, h, R, &f->bert_encoder.w, f->bert_encoder.b, de);
+    for (int64_t b = 0, r = 0; b < n; r += T[b], b++) {
+        choir_op_download(s, bert[b], h + r * KK_BERT, (size_t)(T[b] * KK_BERT) * sizeof(float));
+        choir_op_download(s, d_en[b], de + r * KK_HIDDEN, (size_t)(T[b] * KK_HIDDEN) * sizeof(float));
+    }
+done:
+    rc = choir_stream_sync(s, err);
+    choir_stream_clear(s);
+    choir_stream_release(s, mark);
+    return rc;
+}
+
+/* --- LSTMs ------------------------------------------------------------------- */
+
+int64_t kk_fnet_bilstm_work_bytes(int n, int64_t T, int64_t In, int64_t H, bool host) {
+    /* x [n, T, In], y [n, T, 2H], lengths; a device kernel's n T 8H + 2 n H */
+    int64_t floats = (int64_t)n * T * (In + 2 * H) + n + 1024;
+    if (!host) floats += (int64_t)n * T * 8 * H + 2 * (int64_t)n * H;
+    return floats * (int64_t)sizeof(float) + ((int64_t)1 << 12);
+}
+
+int kk_fnet_bilstm(const kk_fnet *f, choir_stream *s, const kk_lstm *l, int n,
+                   const float *const *x, const int64_t *T, float *const *y, choir_err *err) {
+    const choir_bilstm_weights *w = lstm_of(f, l);
+    if (!w) return choir_err_set(err, CHOIR_EINVAL, "kokoro: that LSTM is not on this backend");
+    int64_t Tm = 0;
+    for (int b = 0; b < n; b++) {
+        if (T[b] < 0 || T[b] > INT32_MAX || (T[b] && (!x[b] || !y[b])))
+            return choir_err_set(err, CHOIR_EINVAL, "kokoro: LSTM piece %d: %lld steps or no data",
+                                 b, (long long)T[b]);
+        Tm = T[b] > Tm ? T[b] : Tm;
+    }
+    if (n < 1 || Tm == 0) return 0;
+    const int64_t In = w->In, H = w->H;
+    const bool host = choir_backend_is_host(choir_stream_backend(s));
+    size_t mark = choir_stream_mark(s);
+    int32_t *lens = choir_stream_alloc(s, (size_t)n * sizeof(int32_t), "LSTM lengths");
+    float *xd = choir_stream_floats(s, n * Tm * In, "LSTM input");  /* [n, Tm, In] */
+    float *yd = choir_stream_floats(s, n * Tm * 2 * H, "LSTM output"); /* [n, Tm, 2H] */
+    int32_t *lens_host = host ? lens : choir_alloc(CHOIR_MEM_OTHER, (size_t)n * sizeof(int32_t));
+    int rc = choir_stream_status(s, NULL);
+    if (!rc && !lens_host) rc = choir_stream_fail(s, CHOIR_ENOMEM, "kokoro: out of host memory");
+    if (rc) goto done;
+    for (int64_t b = 0; b < n; b++) {
+        lens_host[b] = (int32_t)T[b];
+        /* rows past a piece's length are not read: no padding to write */
+        size_t bytes = (size_t)(T[b] * In) * sizeof(float);
+        if (!T[b]) continue;
+        if (host) memcpy(xd + b * Tm * In, x[b], bytes);
+        else choir_op_upload(s, xd + b * Tm * In, x[b], bytes);
+    }
+    if (!host) choir_op_upload(s, lens, lens_host, (size_t)n * sizeof(int32_t));
+    choir_op_bilstm_w(s, xd, n, Tm, w, lens, yd);
+    for (int64_t b = 0; b < n; b++)
+        if (T[b])
+            choir_op_download(s, y[b], yd + b * Tm * 2 * H, (size_t)(T[b] * 2 * H) * sizeof(float));
+done:
+    rc = choir_stream_sync(s, err);
+    choir_stream_clear(s);
+    choir_stream_release(s, mark);
+    if (!host) choir_free(lens_host);
+    return rc;
+}

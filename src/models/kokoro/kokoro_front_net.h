@@ -1,0 +1,38 @@
+/* Kokoro's ALBERT and BiLSTMs over backend operations (kokoro_front_net.c):
+ * one implementation for the CPU and CUDA backends, n pieces per call. */
+#ifndef CHOIR_KOKORO_FRONT_NET_H
+#define CHOIR_KOKORO_FRONT_NET_H
+
+#include "choir/backend.h"
+#include "models/kokoro/kokoro_internal.h"
+
+/* The front's ALBERT linears (in the checkpoint's storage, never converted)
+ * and the LSTMs the model has, on one backend (on the CPU: pointers into the
+ * model). The model and the backend must outlive it. NULL (and err) on
+ * failure. */
+typedef struct kk_fnet kk_fnet;
+kk_fnet *kk_fnet_create(const choir_kokoro *m, choir_backend *be, choir_err *err);
+/* NULL is a no-op. */
+void kk_fnet_free(kk_fnet *f);
+int64_t kk_fnet_weight_bytes(const kk_fnet *f);
+bool kk_fnet_has_albert(const kk_fnet *f);
+bool kk_fnet_has_lstm(const kk_fnet *f, const kk_lstm *l);
+
+/* Working memory of kk_fnet_albert over `rows` ids in all, and of
+ * kk_fnet_bilstm for n pieces of at most T steps. */
+int64_t kk_fnet_albert_work_bytes(int64_t rows);
+int64_t kk_fnet_bilstm_work_bytes(int n, int64_t T, int64_t In, int64_t H, bool host);
+
+/* ALBERT's layers and bert_encoder for n pieces, from their normalised
+ * embeddings emb[b] [T[b], 128] (host, kk_albert_embed): bert[b] [T[b], 768]
+ * and d_en[b] [T[b], 512] (host). Each piece attends to its own ids only.
+ * Returns 0 or the error (the stream's sticky error copied and cleared). */
+int kk_fnet_albert(const kk_fnet *f, choir_stream *s, int n, const float *const *emb,
+                   const int64_t *T, float *const *bert, float *const *d_en, choir_err *err);
+
+/* y[b] [T[b], 2H] = the bidirectional LSTM l over x[b] [T[b], In] (host in
+ * and out) for n pieces in one call. CHOIR_EINVAL when l is not on f. */
+int kk_fnet_bilstm(const kk_fnet *f, choir_stream *s, const kk_lstm *l, int n,
+                   const float *const *x, const int64_t *T, float *const *y, choir_err *err);
+
+#endif

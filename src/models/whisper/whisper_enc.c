@@ -1,0 +1,216 @@
+/* The Whisper encoder and the cross-attention K/V, written once over the
+ * backend operations (choir/backend.h): the CPU runs them through the CPU
+ * backend on the model's own weights.
+ *
+ * Shapes follow the spec (../shared/specs/whisper.md §3): d = d_model,
+ * H = heads, Dh = d / H, A = n_audio_ctx (1500), F = 3000 mel frames.
+ * Every block is pre-LN: x += f(LN(x)). Windows are independent; a pass
+ * runs nb of them at once (every linear layer over all nb A rows, attention
+ * per window). */
+#include <math.h>
+#include <string.h>
+
+#include "choir/alloc.h"
+#include "choir/kernels.h"
+#include "models/whisper/whisper_internal.h"
+
+#define WH_LN_EPS 1e-5f
+
+int wh_net_init_cpu(choir_whisper *m, choir_err *err) {
+    if (!m->cpu && !(m->cpu = choir_backend_cpu(err))) return CHOIR_ENOMEM;
+    wh_net *w = &m->net;
+    *w = (wh_net){.be = m->cpu,
+                  /* One window per pass: the memory of one, and each window's
+                   * products over exactly its own 1500 rows. */
+                  .enc_windows = 1,
+                  .conv1_w = m->conv1_w,
+                  .conv1_b = m->conv1_b,
+                  .conv2_w = m->conv2_w,
+                  .conv2_b = m->conv2_b,
+                  .enc_pos = m->enc_pos,
+                  .enc = m->enc,
+                  .enc_ln_g = m->enc_ln_g,
+                  .enc_ln_b = m->enc_ln_b,
+                  .tok_emb = m->tok_emb,
+                  .dec_pos = m->dec_pos,
+                  .dec = m->dec,
+                  .dec_ln_g = m->dec_ln_g,
+                  .dec_ln_b = m->dec_ln_b};
+    return 0;
+}
+
+/* --- the encoder --------------------------------------------------------------- */
+
+/* Each choir_stream_alloc rounds up to 256 bytes. */
+#define WH_ALIGN_SLACK (16 * 256)
+
+size_t wh_enc_work_bytes(const choir_whisper_dims *D, int64_t nb) {
+    int64_t d = D->d_model, A = D->n_audio_ctx, F = CHOIR_WHISPER_N_FRAMES;
+    /* The conv stem's maps [nb, d, F] and [nb, d, A], released before the
+     * blocks take h, q, k, v, att [nb A, d] and the MLP hidden [nb A, ffn]. */
+    int64_t conv = nb * d * (F + A), blk = nb * A * (5 * d + D->ffn_dim);
+    return (size_t)(conv > blk ? conv : blk) * sizeof(float) + WH_ALIGN_SLACK;
+}
+
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+size_t wh_enc_scratch_bytes(const wh_net *w, const choir_whisper_dims *D, int64_t nb) {
+    int64_t d = D->d_model, A = D->n_audio_ctx, F = CHOIR_WHISPER_N_FRAMES, rows = nb * A;
+    size_t s = choir_conv1d_scratch_bytes(D->n_mels, F, 3, 1, 1, 1, 1);
+    s = max_sz(s, choir_conv1d_scratch_bytes(d, F, 3, 2, 1, 1, 1));
+    s = max_sz(s, choir_attention_scratch_bytes(A, A));
+    for (int l = 0; l < D->n_audio_layer; l++) {
+        const wh_block *b = &w->enc[l];
+        const choir_weight *ws[] = {&b->attn.q, &b->attn.k, &b->attn.v, &b->attn.o,
+                                    &b->fc1,    &b->fc2};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            s = max_sz(s, choir_linear_scratch_bytes(rows, ws[i]));
+    }
+    return s;
+}
+
+/* One encoder block on the residual stream x [nb A, d]. */
+static void enc_block(choir_stream *s, const wh_block *blk, const choir_whisper_dims *D,
+                      int64_t nb, float *x, float *h, float *q, float *k, float *v, float *att,
+                      float *hid) {
+    int64_t d = D->d_model, A = D->n_audio_ctx, rows = nb * A;
+    choir_attn a = {.n_head = D->n_head,
+                    .Dh = d / D->n_head,
+                    .scale = 1.0f / sqrtf((float)(d / D->n_head))};
+    /* Self-attention within each window. */
+    choir_op_layer_norm(s, x, h, rows, d, blk->attn_ln_g, blk->attn_ln_b, WH_LN_EPS);
+    choir_op_linear(s, h, rows, &blk->attn.q, blk->attn.bq, q);
+    choir_op_linear(s, h, rows, &blk->attn.k, NULL, k);
+    choir_op_linear(s, h, rows, &blk->attn.v, blk->attn.bv, v);
+    for (int64_t b = 0; b < nb; b++)
+        choir_op_attention(s, q + b * A * d, d, k + b * A * d, d, v + b * A * d, d,
+                           att + b * A * d, d, A, A, &a, NULL);
+    choir_op_linear(s, att, rows, &blk->attn.o, blk->attn.bo, q);
+    choir_op_add(s, x, q, x, rows * d);
+    /* MLP. */
+    choir_op_layer_norm(s, x, h, rows, d, blk->mlp_ln_g, blk->mlp_ln_b, WH_LN_EPS);
+    choir_op_linear(s, h, rows, &blk->fc1, blk->fc1_b, hid);
+    choir_op_act(s, CHOIR_ACT_GELU_ERF, hid, rows * D->ffn_dim, 0.0f);
+    choir_op_linear(s, hid, rows, &blk->fc2, blk->fc2_b, h);
+    choir_op_add(s, x, h, x, rows * d);
+}
+
+int wh_encode_windows(choir_stream *s, const wh_net *w, const choir_whisper_dims *D,
+                      const float *mel, int64_t nb, float *x) {
+    int64_t d = D->d_model, A = D->n_audio_ctx, F = CHOIR_WHISPER_N_FRAMES, rows = nb * A;
+    size_t mark = choir_stream_mark(s);
+
+    /* Conv stem: [n_mels, F] -> GELU(conv1) [d, F] -> GELU(conv2, stride 2)
+     * [d, A], then time-major with the positions added. */
+    float *c1 = choir_stream_floats(s, nb * d * F, "whisper encoder conv1 output");
+    float *c2 = choir_stream_floats(s, nb * d * A, "whisper encoder conv2 output");
+    choir_op_conv1d(s, mel, nb, D->n_mels, F, w->conv1_w, w->conv1_b, d, 3, 1, 1, 1, 1, c1);
+    choir_op_act(s, CHOIR_ACT_GELU_ERF, c1, nb * d * F, 0.0f);
+    choir_op_conv1d(s, c1, nb, d, F, w->conv2_w, w->conv2_b, d, 3, 2, 1, 1, 1, c2);
+    choir_op_act(s, CHOIR_ACT_GELU_ERF, c2, nb * d * A, 0.0f);
+    for (int64_t b = 0; b < nb; b++)
+        choir_op_transpose(s, c2 + b * d * A, d, A, w->enc_pos, x + b * A * d);
+    choir_stream_release(s, mark);
+
+    float *h = choir_stream_floats(s, rows * d, "whisper encoder rows");
+    float *q = choir_stream_floats(s, rows * d, "whisper encoder queries");
+    float *k = choir_stream_floats(s, rows * d, "whisper encoder keys");
+    float *v = choir_stream_floats(s, rows * d, "whisper encoder values");
+    float *att = choir_stream_floats(s, rows * d, "whisper encoder attention");
+    float *hid = choir_stream_floats(s, rows * D->ffn_dim, "whisper encoder MLP hidden");
+    for (int l = 0; l < D->n_audio_layer; l++) enc_block(s, &w->enc[l], D, nb, x, h, q, k, v, att, hid);
+    choir_op_layer_norm(s, x, x, rows, d, w->enc_ln_g, w->enc_ln_b, WH_LN_EPS);
+    choir_stream_release(s, mark);
+    return choir_stream_status(s, NULL);
+}
+
+/* Finishes a call's stream: its error (if any) into err, then frees it. */
+static int stream_done(choir_stream *s, int rc, choir_err *err) {
+    choir_err e = {0};
+    int st = choir_stream_sync(s, &e);
+    if (!rc && st) {
+        rc = st;
+        if (err) *err = e;
+    }
+    choir_stream_free(s);
+    return rc;
+}
+
+/* A stream for one call, its working memory and scratch reserved. */
+static choir_stream *call_stream(const wh_net *w, size_t work, size_t scratch, choir_err *err) {
+    choir_stream *s = choir_stream_create(w->be, err);
+    if (s && choir_stream_reserve(s, work, choir_backend_is_host(w->be) ? scratch : 0, err)) {
+        choir_stream_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* Host in, host out, whatever the backend: on the CPU the forward reads and
+ * writes the caller's arrays; on a device each pass's windows go up and
+ * their rows come back. */
+static int encode_host(const wh_net *w, const choir_whisper_dims *D, const float *mel, int n,
+                       float *out, choir_err *err) {
+    int64_t nb = n < w->enc_windows ? n : w->enc_windows;
+    if (nb <= 0) return 0;
+    bool host = choir_backend_is_host(w->be);
+    size_t mel_one = (size_t)D->n_mels * CHOIR_WHISPER_N_FRAMES, enc_one = (size_t)D->n_audio_ctx * (size_t)D->d_model;
+    size_t io = host ? 0 : (size_t)nb * (mel_one + enc_one) * sizeof(float) + 512;
+    choir_stream *s = call_stream(w, wh_enc_work_bytes(D, nb) + io, wh_enc_scratch_bytes(w, D, nb), err);
+    if (!s) return err && err->code ? err->code : CHOIR_ENOMEM;
+    float *dmel = host ? NULL : choir_stream_floats(s, nb * (int64_t)mel_one, "whisper mel");
+    float *dx = host ? NULL : choir_stream_floats(s, nb * (int64_t)enc_one, "whisper encoder output");
+    for (int b0 = 0; b0 < n && !choir_stream_status(s, NULL); b0 += (int)nb) {
+        int64_t k = n - b0 < nb ? n - b0 : nb;
+        const float *m_in = mel + (size_t)b0 * mel_one;
+        float *x_out = out + (size_t)b0 * enc_one;
+        if (host) {
+            wh_encode_windows(s, w, D, m_in, k, x_out);
+            continue;
+        }
+        choir_op_upload(s, dmel, m_in, (size_t)k * mel_one * sizeof(float));
+        wh_encode_windows(s, w, D, dmel, k, dx);
+        choir_op_download(s, x_out, dx, (size_t)k * enc_one * sizeof(float));
+    }
+    return stream_done(s, 0, err);
+}
+
+int choir_whisper_encode(const choir_whisper *m, const float *mel, int n, float *out,
+                         choir_err *err) {
+    if (n < 0) return choir_err_set(err, CHOIR_EINVAL, "whisper: negative window count");
+#ifdef CHOIR_HAVE_CUDA
+    if (m->gpu) return wg_encode(m->gpu, mel, n, out, err);
+#endif
+    return encode_host(&m->net, &m->dims, mel, n, out, err);
+}
+
+/* --- cross-attention K/V ---------------------------------------------------- */
+
+size_t wh_cross_scratch_bytes(const wh_net *w, const choir_whisper_dims *D) {
+    size_t s = 0;
+    for (int l = 0; l < D->n_text_layer; l++) {
+        s = max_sz(s, choir_linear_scratch_bytes(D->n_audio_ctx, &w->dec[l].cross.k));
+        s = max_sz(s, choir_linear_scratch_bytes(D->n_audio_ctx, &w->dec[l].cross.v));
+    }
+    return s;
+}
+
+int wh_cross_kv(choir_stream *s, const wh_net *w, const choir_whisper_dims *D, const float *enc,
+                float *k, float *v) {
+    int64_t per = (int64_t)D->n_audio_ctx * D->d_model;
+    for (int l = 0; l < D->n_text_layer; l++) {
+        const wh_attn *a = &w->dec[l].cross;
+        choir_op_linear(s, enc, D->n_audio_ctx, &a->k, NULL, k + l * per);
+        choir_op_linear(s, enc, D->n_audio_ctx, &a->v, a->bv, v + l * per);
+    }
+    return choir_stream_status(s, NULL);
+}
+
+/* The CPU cross cache of one window (host memory throughout). */
+int wh_cross_kv_host(const choir_whisper *m, const float *enc, float *k, float *v,
+                     choir_err *err) {
+    choir_stream *s = call_stream(&m->net, 0, wh_cross_scratch_bytes(&m->net, &m->dims), err);
+    if (!s) return err && err->code ? err->code : CHOIR_ENOMEM;
+    wh_cross_kv(s, &m->net, &m->dims, enc, k, v);
+    return stream_done(s, 0, err);
+}

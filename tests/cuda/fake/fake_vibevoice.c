@@ -1,0 +1,68 @@
+/* Host versions of the VibeVoice CUDA kernels (src/tensor/cuda/cuda_vibevoice.h)
+ * for the fake CUDA build (fake_cuda.c): plain loops written from the header's
+ * formulas, the attention in double, so that tests/cuda/vibevoice_gpu_check.c
+ * runs the model's CUDA data path (uploads, device buffers, downloads, host
+ * staging) on a machine without a GPU. Not for graph capture. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "tensor/cuda/cuda_vibevoice.h"
+
+int choir_cuda_vv_conv_stem(choir_cuda *cu, const float *in, int64_t T, const float *taps,
+                            const float *bias, int64_t cout, int kernel, float *out, choir_err *err) {
+    (void)cu, (void)err;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t c = 0; c < cout; c++) {
+            float a = bias ? bias[c] : 0.0f;
+            for (int k = 0; k < kernel; k++) a += taps[(int64_t)k * cout + c] * in[t + k];
+            out[t * cout + c] = a;
+        }
+    return 0;
+}
+
+int choir_cuda_vv_dwconv(choir_cuda *cu, const float *in, int64_t T, int64_t C, int kernel,
+                         const float *w, const float *b, float *out, choir_err *err) {
+    (void)cu, (void)err;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t c = 0; c < C; c++) {
+            float a = b ? b[c] : 0.0f;
+            for (int j = 0; j < kernel; j++) a += w[(int64_t)j * C + c] * in[(t + j) * C + c];
+            out[t * C + c] = a;
+        }
+    return 0;
+}
+
+int choir_cuda_vv_add_scaled(choir_cuda *cu, float *x, const float *y, const float *g, int64_t rows,
+                             int64_t C, choir_err *err) {
+    (void)cu, (void)err;
+    for (int64_t i = 0; i < rows * C; i++) x[i] += (g ? g[i % C] : 1.0f) * y[i];
+    return 0;
+}
+
+int choir_cuda_vv_attention(choir_cuda *cu, const float *q, int64_t T, const float *kc,
+                            const float *vc, int64_t pos0, int n_heads, int n_kv, int D, float *out,
+                            choir_err *err) {
+    (void)cu;
+    int64_t ldq = (int64_t)n_heads * D, ldk = (int64_t)n_kv * D;
+    double *p = malloc((size_t)(pos0 + T) * sizeof *p);
+    if (!p) return choir_err_set(err, CHOIR_ENOMEM, "fake cuda: attention");
+    for (int64_t i = 0; i < T; i++)
+        for (int h = 0; h < n_heads; h++) {
+            int kh = h / (n_heads / n_kv);
+            double mx = -INFINITY, sum = 0;
+            for (int64_t j = 0; j <= pos0 + i; j++) {
+                double d = 0;
+                for (int e = 0; e < D; e++) d += (double)q[i * ldq + h * D + e] * kc[j * ldk + kh * D + e];
+                p[j] = d / sqrt((double)D);
+                if (p[j] > mx) mx = p[j];
+            }
+            for (int64_t j = 0; j <= pos0 + i; j++) sum += p[j] = exp(p[j] - mx);
+            for (int e = 0; e < D; e++) {
+                double a = 0;
+                for (int64_t j = 0; j <= pos0 + i; j++) a += p[j] * vc[j * ldk + kh * D + e];
+                out[i * ldq + h * D + e] = (float)(a / sum);
+            }
+        }
+    free(p);
+    return 0;
+}

@@ -1,0 +1,401 @@
+/* VibeVoice-ASR on the CUDA backend against the CPU backend. Prints one
+ * PASS/FAIL line per check and exits 0 when all pass, 1 otherwise, 77
+ * without a GPU.
+ *
+ * Self-contained (random weights built in memory through
+ * choir_vibevoice_randw, no checkpoint or fixture), so it runs from the
+ * standalone tests/cuda build:
+ *  1. the four VibeVoice operations (choir/backend_vibevoice.h) on random
+ *     inputs, CUDA vs CPU;
+ *  2. the whole model at reduced dimensions, the same tensors on both
+ *     backends, stage by stage: acoustic and semantic latents (chunked,
+ *     several passes per chunk), audio embeddings, inputs embeddings and
+ *     hidden states of a chunked prefill, the last logits, then 8 greedy
+ *     steps fed the CPU's tokens (logits each step, tokens identical);
+ *     f32 weights, then bf16 weights;
+ *  3. with --bench 1.5b|7b [--layers N] [--audio-min M] [--steps N]: the
+ *     published size (LM depth cut to --layers) on the GPU alone, bf16: load,
+ *     encoder, prefill and decode times and the device's peak memory.
+ *
+ * Bounds. f32: operations rel L2 <= 1e-5; model stages <= 1e-4 (cuBLAS
+ * and the CPU sum in other orders; the parity bound against transformers is
+ * the same 1e-4). bf16 weights: model stages <= 3e-2 (cuBLAS may round the
+ * activations to bf16 where the CPU converts the weights to f32), greedy
+ * tokens may then differ and are only reported. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "choir/alloc.h"
+#include "choir/backend.h"
+#include "choir/backend_vibevoice.h"
+#include "choir/pool.h"
+#include "choir/vibevoice.h"
+
+static int n_pass, n_fail;
+
+static void verdict(const char *name, double err, double tol) {
+    int ok = isfinite(err) && err <= tol;
+    printf("%s  %-48s rel_l2 %.3e  (tol %.1e)\n", ok ? "PASS" : "FAIL", name, err, tol);
+    if (ok) n_pass++;
+    else n_fail++;
+}
+
+static void failed(const char *name, const choir_err *err) {
+    printf("FAIL  %-48s %s\n", name, err && err->msg[0] ? err->msg : "error");
+    n_fail++;
+}
+
+static double rel_l2(const float *a, const float *b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)a[i] - (double)b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    return sqrt(num) / (den > 0 ? sqrt(den) : 1e-30);
+}
+
+static uint64_t rng_state = 0x1234567ULL;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((double)(rng_state >> 40) / (double)(1 << 23) - 1.0);
+}
+
+static float *rnd(int64_t n, float scale) {
+    float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof *x);
+    for (int64_t i = 0; i < n; i++) x[i] = scale * frand();
+    return x;
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* --- 1. operations ---------------------------------------------------------- */
+
+typedef struct pair {
+    choir_stream *cpu, *gpu;
+} pair;
+
+/* Device copy of host floats (from the GPU stream's memory). */
+static float *up(pair *p, const float *h, int64_t n) {
+    float *d = choir_stream_floats(p->gpu, n, "check");
+    if (d) choir_op_upload(p->gpu, d, h, (size_t)n * sizeof *h);
+    return d;
+}
+
+static double down_cmp(pair *p, const float *dev, const float *want, int64_t n) {
+    float *h = malloc((size_t)n * sizeof *h);
+    choir_err err = {0};
+    double e = INFINITY;
+    if (choir_op_download(p->gpu, h, dev, (size_t)n * sizeof *h) == 0 && choir_stream_sync(p->gpu, &err) == 0)
+        e = rel_l2(h, want, n);
+    free(h);
+    return e;
+}
+
+static void check_ops(choir_backend *cpu_be, choir_backend *gpu_be) {
+    choir_err err = {0};
+    pair p = {choir_stream_create(cpu_be, &err), choir_stream_create(gpu_be, &err)};
+    if (!p.cpu || !p.gpu || choir_stream_reserve(p.gpu, 256 << 20, 0, &err)) {
+        failed("ops: streams", &err);
+        goto done;
+    }
+    {
+        int64_t T = 4000, C = 32;
+        int K = 7;
+        float *in = rnd(T + K - 1, 1), *taps = rnd(K * C, 0.3f), *b = rnd(C, 0.1f), *out = rnd(T * C, 1);
+        choir_op_conv_stem_rows(p.cpu, in, T, taps, b, C, K, out);
+        float *dout = choir_stream_floats(p.gpu, T * C, "out");
+        choir_op_conv_stem_rows(p.gpu, up(&p, in, T + K - 1), T, up(&p, taps, K * C), up(&p, b, C), C, K, dout);
+        verdict("op conv_stem_rows 4000 x 32, k 7", down_cmp(&p, dout, out, T * C), 1e-5);
+        free(in), free(taps), free(b), free(out);
+    }
+    {
+        int64_t T = 333, C = 256;
+        int K = 7;
+        float *in = rnd((K - 1 + T) * C, 1), *w = rnd(K * C, 0.3f), *b = rnd(C, 0.1f), *out = rnd(T * C, 1);
+        choir_op_dwconv_rows(p.cpu, in, T, C, K, w, b, out);
+        float *dout = choir_stream_floats(p.gpu, T * C, "out");
+        choir_op_dwconv_rows(p.gpu, up(&p, in, (K - 1 + T) * C), T, C, K, up(&p, w, K * C), up(&p, b, C), dout);
+        verdict("op dwconv_rows 333 x 256, k 7", down_cmp(&p, dout, out, T * C), 1e-5);
+        float *x = rnd(T * C, 1), *g = rnd(C, 0.1f);
+        float *dx = up(&p, x, T * C);
+        choir_op_add_scaled_rows(p.cpu, x, out, g, T, C);
+        choir_op_add_scaled_rows(p.gpu, dx, dout, up(&p, g, C), T, C);
+        verdict("op add_scaled_rows 333 x 256", down_cmp(&p, dx, x, T * C), 1e-5);
+        free(in), free(w), free(b), free(out), free(x), free(g);
+    }
+    /* (T, pos0, heads, kv heads, D): a prefill chunk over a filled cache,
+     * a decoder step deep in the cache, D = 256. */
+    const int cases[][5] = {{64, 700, 28, 4, 128}, {1, 3000, 12, 2, 128}, {17, 5, 4, 4, 256}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int64_t T = cases[c][0], pos0 = cases[c][1];
+        int nh = cases[c][2], nkv = cases[c][3], D = cases[c][4];
+        int64_t rows = pos0 + T;
+        float *q = rnd(T * nh * D, 2), *k = rnd(rows * nkv * D, 1), *v = rnd(rows * nkv * D, 1);
+        float *out = rnd(T * nh * D, 1);
+        size_t mark = choir_stream_mark(p.gpu);
+        choir_op_attention_cached(p.cpu, q, T, k, v, pos0, nh, nkv, D, out);
+        float *dout = choir_stream_floats(p.gpu, T * nh * D, "out");
+        choir_op_attention_cached(p.gpu, up(&p, q, T * nh * D), T, up(&p, k, rows * nkv * D),
+                                  up(&p, v, rows * nkv * D), pos0, nh, nkv, D, dout);
+        char name[96];
+        snprintf(name, sizeof name, "op attention_cached T %lld at %lld, %d/%d x %d", (long long)T,
+                 (long long)pos0, nh, nkv, D);
+        verdict(name, down_cmp(&p, dout, out, T * nh * D), 1e-5);
+        choir_stream_release(p.gpu, mark);
+        free(q), free(k), free(v), free(out);
+    }
+    if (choir_stream_status(p.cpu, &err) || choir_stream_status(p.gpu, &err)) failed("ops: stream error", &err);
+done:
+    choir_stream_free(p.cpu);
+    choir_stream_free(p.gpu);
+}
+
+/* --- 2. the model ------------------------------------------------------------- */
+
+/* Reduced dimensions with the published topology: 7 stages of strides
+ * 2,2,4,5,5,8 (hop 3200), one block per stage (two in the last), a 2-layer
+ * GQA language model with 64-value heads. */
+static void small_dims(choir_vibevoice_dims *d) {
+    memset(d, 0, sizeof *d);
+    choir_vibevoice_enc_dims e = {.vae_dim = 16, .n_filters = 8, .n_stages = 7, .ffn_mult = 4, .eps = 1e-5f};
+    const int ratios[6] = {2, 2, 4, 5, 5, 8}, depths[7] = {1, 1, 1, 1, 1, 1, 2};
+    memcpy(e.ratios, ratios, sizeof ratios);
+    memcpy(e.depths, depths, sizeof depths);
+    d->acoustic = e;
+    d->semantic = e;
+    d->semantic.vae_dim = 32;
+    d->lm = (choir_vibevoice_lm_dims){.hidden = 256, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 64,
+                                      .intermediate = 512, .vocab = 3000, .rope_theta = 1e6, .eps = 1e-6f,
+                                      .max_positions = 8192};
+    d->hop = 3200;
+    d->chunk_samples = 3200 * 10;
+    d->connector_eps = 1e-6f;
+    d->audio_token = 2900;
+    d->audio_bos = 2901;
+    d->audio_eos = 2902;
+    d->eos_token = 2903;
+}
+
+typedef struct run {
+    float *lat_a, *lat_s, *emb, *in_emb, *hid, *logits;
+    float *step_logits; /* [steps][vocab] */
+    int32_t tokens[8];
+} run;
+
+static void run_free(run *r) {
+    free(r->lat_a), free(r->lat_s), free(r->emb), free(r->in_emb), free(r->hid), free(r->logits);
+    free(r->step_logits);
+}
+
+/* Encodes x[n], prefills ids[n_ids], then 8 steps fed `feed` (or its own
+ * argmax when feed is NULL). 0 or the error. */
+static int run_model(const choir_vibevoice *m, const float *x, int64_t n, const int32_t *ids, int n_ids,
+                     const int32_t *feed, run *r, choir_err *err) {
+    const choir_vibevoice_dims *D = choir_vibevoice_get_dims(m);
+    int64_t T = n / D->hop, H = D->lm.hidden;
+    int V = D->lm.vocab;
+    choir_vibevoice_plan plan = {.max_samples = n, .max_context = n_ids + 9, .prefill_chunk = 16,
+                                 .enc_piece = 3 * D->hop};
+    r->lat_a = malloc((size_t)(T * D->acoustic.vae_dim) * sizeof(float));
+    r->lat_s = malloc((size_t)(T * D->semantic.vae_dim) * sizeof(float));
+    r->emb = malloc((size_t)(T * H) * sizeof(float));
+    r->in_emb = malloc((size_t)((int64_t)n_ids * H) * sizeof(float));
+    r->hid = malloc((size_t)((int64_t)n_ids * H) * sizeof(float));
+    r->logits = malloc((size_t)V * sizeof(float));
+    r->step_logits = malloc((size_t)8 * (size_t)V * sizeof(float));
+    choir_vibevoice_state *s = choir_vibevoice_state_create(m, &plan, NULL, err);
+    if (!s) return err->code;
+    int rc = choir_vibevoice_encode(m, s, x, n, 0, r->lat_a, r->lat_s, err);
+    if (!rc) rc = choir_vibevoice_audio_embeds(m, s, r->emb, err);
+    if (!rc) rc = choir_vibevoice_prefill(m, s, ids, n_ids, r->logits, r->in_emb, r->hid, err);
+    const float *last = r->logits;
+    for (int i = 0; i < 8 && !rc; i++) {
+        r->tokens[i] = feed ? feed[i] : argmax(last, V);
+        rc = choir_vibevoice_step(m, s, r->tokens[i], r->step_logits + (int64_t)i * V, err);
+        last = r->step_logits + (int64_t)i * V;
+    }
+    choir_vibevoice_state_free(s);
+    return rc;
+}
+
+static void check_model(choir_backend *gpu_be, choir_dtype dt, double tol) {
+    const char *tag = dt == CHOIR_DTYPE_F32 ? "f32" : "bf16";
+    choir_vibevoice_dims d;
+    small_dims(&d);
+    choir_err err = {0};
+    choir_vibevoice_randw *w = choir_vibevoice_randw_create(&d, dt, 0, 7, &err);
+    choir_vibevoice *cpu = w ? choir_vibevoice_from_tensors_on(choir_vibevoice_randw_find, w, &d, NULL, &err) : NULL;
+    choir_vibevoice *gpu = cpu ? choir_vibevoice_from_tensors_on(choir_vibevoice_randw_find, w, &d, gpu_be, &err)
+                               : NULL;
+    run a = {0}, b = {0};
+    char name[96];
+    if (!gpu) {
+        snprintf(name, sizeof name, "model %s: build", tag);
+        failed(name, &err);
+        goto done;
+    }
+    /* 25 hops of noise (three chunks of 10 hops, passes of 3): n % 3200 == 0. */
+    int64_t n = 25 * 3200, T = 25;
+    float *x = rnd(n, 0.1f);
+    choir_vibevoice_normalize(x, n, d.hop, x);
+    int n_ids = (int)T + 2 + 24;
+    int32_t *ids = malloc((size_t)n_ids * sizeof *ids);
+    for (int i = 0; i < n_ids; i++) ids[i] = (int32_t)(17 + (i * 131) % 2800);
+    ids[12] = d.audio_bos;
+    for (int i = 0; i < T; i++) ids[13 + i] = d.audio_token;
+    ids[13 + T] = d.audio_eos;
+    if (run_model(cpu, x, n, ids, n_ids, NULL, &a, &err)) {
+        snprintf(name, sizeof name, "model %s: CPU run", tag);
+        failed(name, &err);
+    } else if (run_model(gpu, x, n, ids, n_ids, a.tokens, &b, &err)) {
+        snprintf(name, sizeof name, "model %s: CUDA run", tag);
+        failed(name, &err);
+    } else {
+        int64_t H = d.lm.hidden;
+        struct {
+            const char *what;
+            const float *g, *c;
+            int64_t n;
+        } st[] = {{"acoustic latents", b.lat_a, a.lat_a, T * d.acoustic.vae_dim},
+                  {"semantic latents", b.lat_s, a.lat_s, T * d.semantic.vae_dim},
+                  {"audio embeds", b.emb, a.emb, T * H},
+                  {"inputs embeds", b.in_emb, a.in_emb, (int64_t)n_ids * H},
+                  {"hidden final (prefill, chunks of 16)", b.hid, a.hid, (int64_t)n_ids * H},
+                  {"last logits", b.logits, a.logits, d.lm.vocab}};
+        for (size_t i = 0; i < sizeof st / sizeof st[0]; i++) {
+            snprintf(name, sizeof name, "model %s: %s", tag, st[i].what);
+            verdict(name, rel_l2(st[i].g, st[i].c, st[i].n), tol);
+        }
+        double worst = 0;
+        int same = 0;
+        for (int i = 0; i < 8; i++) {
+            const float *g = b.step_logits + (int64_t)i * d.lm.vocab, *c = a.step_logits + (int64_t)i * d.lm.vocab;
+            worst = fmax(worst, rel_l2(g, c, d.lm.vocab));
+            same += argmax(g, d.lm.vocab) == argmax(c, d.lm.vocab);
+        }
+        snprintf(name, sizeof name, "model %s: 8 decode steps, worst step logits", tag);
+        verdict(name, worst, tol);
+        printf("%s  model %s: next tokens identical in %d of 8 steps\n",
+               same == 8 || dt != CHOIR_DTYPE_F32 ? (same == 8 ? "PASS" : "INFO") : "FAIL", tag, same);
+        if (dt == CHOIR_DTYPE_F32) {
+            if (same == 8) n_pass++;
+            else n_fail++;
+        }
+        printf("      model %s: %.1f MB of weights on the device\n", tag, choir_vibevoice_device_bytes(gpu) / 1e6);
+    }
+    free(x);
+    free(ids);
+done:
+    run_free(&a);
+    run_free(&b);
+    choir_vibevoice_free(gpu);
+    choir_vibevoice_free(cpu);
+    choir_vibevoice_randw_free(w);
+}
+
+/* --- 3. timing at a published size -------------------------------------------- */
+
+static int bench(const char *size, int layers, double minutes, int steps) {
+    choir_err err = {0};
+    choir_vibevoice_dims d;
+    if (choir_vibevoice_dims_named(size, &d, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 2;
+    }
+    if (layers > 0 && layers < d.lm.n_layers) d.lm.n_layers = layers;
+    choir_backend_cuda_opts o = {.device = 0, .bf16 = true};
+    choir_backend *be = choir_backend_cuda(&o, &err);
+    if (!be) {
+        printf("SKIP  bench: %s\n", err.msg);
+        return 77;
+    }
+    double t0 = choir_now_s();
+    choir_vibevoice_randw *w = choir_vibevoice_randw_create(&d, CHOIR_DTYPE_BF16, 0, 0, &err);
+    double t1 = choir_now_s();
+    choir_vibevoice *m = w ? choir_vibevoice_from_tensors_on(choir_vibevoice_randw_find, w, &d, be, &err) : NULL;
+    double t2 = choir_now_s();
+    int status = 1;
+    float *x = NULL;
+    int32_t *ids = NULL;
+    choir_vibevoice_state *s = NULL;
+    if (!m) goto out;
+    printf("bench %s, LM %d layers: %.2f GB generated in %.1f s, on the GPU in %.2f s (%.2f GB device)\n", size,
+           d.lm.n_layers, choir_vibevoice_randw_bytes(w) / 1e9, t1 - t0, t2 - t1,
+           choir_vibevoice_device_bytes(m) / 1e9);
+    int64_t n = (int64_t)(minutes * 60 * CHOIR_VIBEVOICE_SAMPLE_RATE), np = choir_vibevoice_padded_len(n, d.hop);
+    int T = (int)(np / d.hop), n_ids = T + 66;
+    x = calloc((size_t)np, sizeof *x);
+    ids = malloc((size_t)n_ids * sizeof *ids);
+    for (int64_t i = 0; i < n; i++) x[i] = 0.05f * frand();
+    choir_vibevoice_normalize(x, n, d.hop, x);
+    for (int i = 0; i < n_ids; i++) ids[i] = 1000 + (i * 7919) % 100000;
+    ids[32] = d.audio_bos;
+    for (int i = 0; i < T; i++) ids[33 + i] = d.audio_token;
+    ids[33 + T] = d.audio_eos;
+    choir_vibevoice_plan plan = {.max_samples = np, .max_context = n_ids + steps + 1};
+    choir_backend_mem_reset_peak(be);
+    if (!(s = choir_vibevoice_state_create(m, &plan, NULL, &err))) goto out;
+    double e0 = choir_now_s();
+    if (choir_vibevoice_encode(m, s, x, np, 0, NULL, NULL, &err)) goto out;
+    double e1 = choir_now_s();
+    if (choir_vibevoice_prefill(m, s, ids, n_ids, NULL, NULL, NULL, &err)) goto out;
+    double p1 = choir_now_s();
+    const float *logits = choir_vibevoice_logits(s);
+    for (int i = 0; i < steps; i++)
+        if (choir_vibevoice_step(m, s, argmax(logits, d.lm.vocab), NULL, &err)) goto out;
+    double d1 = choir_now_s();
+    printf("encoders   %.0f s of audio in %.3f s (%.0fx real time)\n", minutes * 60, e1 - e0,
+           minutes * 60 / (e1 - e0));
+    printf("prefill    %d tokens in %.3f s: %.0f tokens/s\n", n_ids, p1 - e1, n_ids / (p1 - e1));
+    printf("decode     %d steps in %.3f s: %.2f ms/token (logits downloaded each step)\n", steps, d1 - p1,
+           1000 * (d1 - p1) / steps);
+    printf("device     peak %.2f GB (weights %.2f GB, state planned %.2f GB)\n",
+           choir_backend_mem_peak(be) / 1e9 + choir_vibevoice_device_bytes(m) / 1e9,
+           choir_vibevoice_device_bytes(m) / 1e9, choir_vibevoice_plan_bytes(&d, &plan) / 1e9);
+    status = 0;
+out:
+    if (status) printf("FAIL  bench: %s\n", err.msg);
+    choir_vibevoice_state_free(s);
+    free(x);
+    free(ids);
+    choir_vibevoice_free(m);
+    choir_vibevoice_randw_free(w);
+    choir_backend_free(be);
+    return status;
+}
+
+int main(int argc, char **argv) {
+    const char *size = NULL;
+    int layers = 4, steps = 16;
+    double minutes = 10;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--bench") == 0) size = argv[i + 1];
+        else if (strcmp(argv[i], "--layers") == 0) layers = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--audio-min") == 0) minutes = atof(argv[i + 1]);
+        else if (strcmp(argv[i], "--steps") == 0) steps = atoi(argv[i + 1]);
+    }
+    if (size) return bench(size, layers, minutes, steps > 0 ? steps : 1);
+    choir_err err = {0};
+    choir_backend_cuda_opts o = {.device = 0};
+    choir_backend *gpu = choir_backend_cuda(&o, &err);
+    if (!gpu) {
+        printf("SKIP  no CUDA device: %s\n", err.msg);
+        return 77;
+    }
+    choir_backend *cpu = choir_backend_cpu(&err);
+    check_ops(cpu, gpu);
+    check_model(gpu, CHOIR_DTYPE_F32, 1e-4);
+    check_model(gpu, CHOIR_DTYPE_BF16, 3e-2);
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    choir_backend_free(cpu);
+    choir_backend_free(gpu);
+    return n_fail ? 1 : 0;
+}
