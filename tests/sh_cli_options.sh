@@ -32,6 +32,13 @@ refuses "--dead needs a whole number in [0, 1000000], got 'ten'" "$CHOIR_BIN" jo
 refuses "--stream NAME is required" "$CHOIR_BIN" jobs --wait
 refuses "--stream, --task, --out and at least one PATH are required" "$CHOIR_BIN" submit --stream s --task vad
 refuses "unknown or incomplete option '--bogus'" "$CHOIR_BIN" stats --bogus
+refuses "--concurrency needs a whole number in [1, 256], got '0'" "$CHOIR_BIN" worker --stream s --model m --concurrency 0
+refuses "--model at most 16 times" "$CHOIR_BIN" worker --stream s $(for i in $(seq 17); do printf -- '--model m%d ' "$i"; done)
+refuses "--models at most 16 times" "$CHOIR_BIN" info $(for i in $(seq 17); do printf -- '--models d%d ' "$i"; done)
+refuses "--speed needs a number in [0.01, 100], got 'fast'" "$CHOIR_BIN" tts --model m --voice v -o x.wav --speed fast hi
+refuses "unexpected argument 'there' (one TEXT only)" "$CHOIR_BIN" tts --model m --voice v -o x.wav hi there
+refuses "--beam needs a whole number in [0, 64], got 'wide'" "$CHOIR_BIN" stt --model m --beam wide x.wav
+refuses "--task is transcribe or translate" "$CHOIR_BIN" stt --model m --task summarise x.wav
 # the usage is the table: every row is listed, help exits 0 on stdout
 out=$("$CHOIR_BIN" vad --help)
 for flag in --model --probs --threshold --min-speech --min-silence --pad --max-speech; do

@@ -47,17 +47,21 @@ static int send_req(const walk_req *w, hc_response *r)
     return hc_post(g_port, w->path, w->content_type, w->body, w->len, NULL, r, 10);
 }
 
-/* Waits (up to 5 s) until the counted memory is back to `base`; returns the
- * difference left. */
+/* Waits until the counted memory is back to `base` (up to 20 s: a loaded
+ * machine may take long to close a connection); returns the difference
+ * left, after printing it by category. */
 static int64_t settle(int64_t base)
 {
     int64_t d = 0;
-    for (int i = 0; i < 500; i++) {
+    for (int i = 0; i < 2000; i++) {
         d = choir_mem_current(CHOIR_MEM_COUNT) - base;
         if (d == 0)
             return 0;
         usleep(10 * 1000);
     }
+    for (int c = 0; c < CHOIR_MEM_COUNT; c++)
+        fprintf(stderr, "counted %s: %lld bytes\n", choir_mem_category_name((choir_mem_category)c),
+                (long long)choir_mem_current((choir_mem_category)c));
     return d;
 }
 
@@ -68,8 +72,15 @@ static void walk(const walk_req *w)
      * model, metric series), the second gives the baseline and the count */
     assert_int_equal(send_req(w, &r), 200);
     hc_response_free(&r);
-    usleep(50 * 1000); /* the connection's cleanup */
+    /* the baseline once the connection's cleanup is done: the counted
+     * memory stays put for 200 ms */
     int64_t base = choir_mem_current(CHOIR_MEM_COUNT);
+    for (int i = 0, still = 0; i < 200 && still < 2; i++) {
+        usleep(100 * 1000);
+        int64_t now = choir_mem_current(CHOIR_MEM_COUNT);
+        still = now == base ? still + 1 : 0;
+        base = now;
+    }
     choir_alloc_fail_after(0);
     assert_int_equal(send_req(w, &r), 200);
     hc_response_free(&r);

@@ -353,6 +353,42 @@ static void test_broken_checkpoint(void **state) {
     assert_null(choir_sam_load("/nonexistent", NULL, &err));
 }
 
+/* Every allocation of a load (DiT, codec, T5 and its tokenizer) may fail:
+ * each failure is a clean error, nothing counted is left behind, and the
+ * next load succeeds. */
+static void test_load_allocation_failures(void **state) {
+    (void)state;
+    choir_err err = {0};
+    int64_t base = choir_mem_current(CHOIR_MEM_COUNT);
+    choir_alloc_fail_after(0);
+    choir_sam *m = choir_sam_load(g_dir, NULL, &err);
+    int64_t count = choir_alloc_fail_after(0);
+    assert_non_null(m);
+    choir_sam_free(m);
+    assert_int_equal(choir_mem_current(CHOIR_MEM_COUNT), base);
+    /* every point up to 100 (the configs, the tokenizer, the first tensors),
+     * then 50 spread over the rest, so the walk stays short */
+    int64_t walked = 0;
+    for (int64_t k = 1; k <= count; k += k < 100 ? 1 : 1 + count / 50) {
+        choir_alloc_fail_after(k);
+        err = (choir_err){0};
+        m = choir_sam_load(g_dir, NULL, &err);
+        choir_alloc_fail_after(0);
+        if (m) {
+            choir_sam_free(m);
+        } else {
+            assert_true(err.code < 0);
+            assert_true(err.msg[0] != 0);
+        }
+        if (choir_mem_current(CHOIR_MEM_COUNT) != base)
+            fail_msg("allocation %lld of %lld failing: %lld counted bytes left", (long long)k, (long long)count,
+                     (long long)(choir_mem_current(CHOIR_MEM_COUNT) - base));
+        walked++;
+    }
+    printf("a load makes %lld allocations; %lld failure points walked, each clean\n", (long long)count,
+           (long long)walked);
+}
+
 /* The admission estimate covers what a job really uses: the counted peak of
  * a separation (one pass, and chunked) stays within choir_sam_job_bytes,
  * and the estimate is not wildly above it either. */
@@ -382,6 +418,7 @@ int main(void) {
         cmocka_unit_test(test_long_definition),    cmocka_unit_test(test_batched_jobs),
         cmocka_unit_test(test_batched_velocity),
         cmocka_unit_test(test_adapter),            cmocka_unit_test(test_broken_checkpoint),
+        cmocka_unit_test(test_load_allocation_failures),
         cmocka_unit_test(test_memory_within_estimate),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -564,11 +564,71 @@ static void test_adapter_arena(void **state) {
     remove(tok);
 }
 
+/* Requests decoded together in one batch (shared steps) give what each
+ * gives alone (the untrained output's text is in the error), within the sum
+ * of their estimates. */
+static void test_adapter_batch(void **state) {
+    (void)state;
+    const choir_model_ops *ops = &choir_model_vibevoice;
+    char tok[1200];
+    snprintf(tok, sizeof tok, "%s/tokenizer.json", g_hf);
+    copy_file(tu_fixture("real/tokenizer/qwen2.5/tokenizer.json"), tok);
+    choir_err err = {0};
+    void *w = ops->load(g_hf, NULL, &err);
+    assert_non_null(w);
+    const choir_st_tensor *iv = ref("input_values");
+    enum { N = 3 };
+    choir_vibevoice_opts o[N];
+    const char *prompts[N] = {NULL, "Speakers: Ada, Linus.", NULL};
+    int64_t lens[N] = {iv->numel, iv->numel, iv->numel / 2};
+    int max_new[N] = {5, 9, 7};
+    choir_request r[N], alone[N];
+    choir_request *rp[N];
+    int64_t estimate = 0;
+    for (int i = 0; i < N; i++) {
+        choir_vibevoice_default_opts(&o[i]);
+        o[i].max_new_tokens = max_new[i];
+        o[i].ignore_eos = true;
+        memset(&r[i], 0, sizeof r[i]);
+        r[i].task = CHOIR_TASK_STT;
+        r[i].in.stt.samples = iv->data;
+        r[i].in.stt.n_samples = lens[i];
+        r[i].in.stt.sample_rate = 24000;
+        r[i].in.stt.prompt = prompts[i];
+        r[i].extra = &o[i];
+        alone[i] = r[i];
+        rp[i] = &r[i];
+        estimate += ops->estimate(w, &r[i]);
+    }
+    choir_arena *arena = choir_arena_create((size_t)estimate, CHOIR_MEM_ACTIVATIONS, &err);
+    assert_non_null(arena);
+    assert_int_equal(ops->run_batch(w, rp, N, arena, &err), 0);
+    size_t used = choir_arena_high_water(arena);
+    printf("adapter batch of %d: %zu bytes of arena used, %lld estimated\n", N, used, (long long)estimate);
+    assert_true((int64_t)used <= estimate);
+    for (int i = 0; i < N; i++) {
+        choir_request *ap = &alone[i];
+        choir_arena_reset(arena);
+        assert_int_equal(ops->run_batch(w, &ap, 1, arena, &err), 0);
+        assert_int_equal(r[i].status, CHOIR_EINTERNAL);
+        assert_int_equal(alone[i].status, CHOIR_EINTERNAL);
+        /* The error carries the token count and the output's text. */
+        assert_string_equal(r[i].error, alone[i].error);
+        char want[32];
+        snprintf(want, sizeof want, "(%d tokens", max_new[i]);
+        assert_non_null(strstr(r[i].error, want));
+    }
+    choir_arena_free(arena);
+    ops->free(w);
+    remove(tok);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layouts),        cmocka_unit_test(test_chunking),
         cmocka_unit_test(test_bad_checkpoints), cmocka_unit_test(test_load_alloc_failures),
         cmocka_unit_test(test_transcribe_memory), cmocka_unit_test(test_adapter_arena),
+        cmocka_unit_test(test_adapter_batch),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

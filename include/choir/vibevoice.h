@@ -241,6 +241,33 @@ int choir_vibevoice_prefill(const choir_vibevoice *m, choir_vibevoice_state *s, 
 /* One decoding step: appends `token` and writes the next logits[vocab]. */
 int choir_vibevoice_step(const choir_vibevoice *m, choir_vibevoice_state *s, int32_t token,
                          float *logits, choir_err *err);
+/* --- batched decoding ----------------------------------------------------- */
+/* Decoding steps of several sequences (states) at once: the rows of every
+ * sequence go through each linear layer together (one pass over the
+ * weights per step for all of them), attention runs per sequence over its
+ * own KV cache, so the sequences may sit at different lengths, and the set
+ * of sequences may change between steps (requests join and leave at step
+ * boundaries). A step gives each sequence what choir_vibevoice_step would,
+ * up to the summation order of products over more rows. */
+typedef struct choir_vibevoice_batch choir_vibevoice_batch;
+/* Working memory of a batch of up to max_batch sequences (backend memory
+ * taken from its stream). */
+int64_t choir_vibevoice_batch_bytes(const choir_vibevoice_dims *dims, int max_batch);
+/* A batch whose steps run on `stream` (of the model's backend, kept by the
+ * caller) with its buffers carved from the stream's working memory. NULL and
+ * err on failure. */
+choir_vibevoice_batch *choir_vibevoice_batch_create(const choir_vibevoice *m, int max_batch,
+                                                    struct choir_stream *stream, choir_err *err);
+/* NULL is a no-op. */
+void choir_vibevoice_batch_free(choir_vibevoice_batch *b);
+/* One step of n distinct sequences: states[i] appends tokens[i] and gets
+ * its next logits (choir_vibevoice_logits). CHOIR_ETOOBIG when a sequence is
+ * at its planned context, CHOIR_EINVAL on a bad token, a state of another
+ * model or a state given twice; on an error no state advances. */
+int choir_vibevoice_step_batch(const choir_vibevoice *m, choir_vibevoice_batch *b,
+                               choir_vibevoice_state *const *states, const int32_t *tokens, int n,
+                               choir_err *err);
+
 /* The state's logits buffer [vocab] (what transcription decodes from). */
 float *choir_vibevoice_logits(choir_vibevoice_state *s);
 

@@ -12,6 +12,7 @@
 #include "choir/model.h"
 #include "choir/pool.h"
 #include "cli/cli.h"
+#include "cli/opt.h"
 
 static int is_dir(const char *path) {
     struct stat sb;
@@ -64,21 +65,21 @@ static void list_models(const char *root) {
 
 int choir_cmd_info(int argc, char **argv) {
     const char *roots[16];
-    int n_roots = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0) {
-            printf("usage: choir info [--models DIR]...\n\n"
-                   "Prints the build, compute backends, kernels, memory, and the models in each\n"
-                   "DIR (default: $CHOIR_MODELS, else ~/.cache/choir/models).\n");
-            return 0;
-        }
-        if (strcmp(argv[i], "--models") == 0 && i + 1 < argc && n_roots < 16) {
-            roots[n_roots++] = argv[++i];
-            continue;
-        }
-        fprintf(stderr, "choir info: unknown argument '%s' (see --help)\n", argv[i]);
-        return 2;
-    }
+    cli_list dirs = {roots, 16, 0};
+    const cli_opt flags[] = {
+        {"--models", CLI_LIST, &dirs, 0, 0, "DIR", "a folder of models to describe (repeatable, up to 16)"},
+    };
+    const cli_spec spec = {
+        .cmd = "info",
+        .synopsis = "usage: choir info [--models DIR]...\n\n"
+                    "Prints the build, compute backends, kernels, memory, and the models in each\n"
+                    "DIR (default: $CHOIR_MODELS, else ~/.cache/choir/models).\n\n",
+        .opts = flags,
+        .n_opts = (int)(sizeof flags / sizeof flags[0]),
+    };
+    int parsed = cli_parse(&spec, argc, argv);
+    if (parsed >= 0) return parsed;
+    int n_roots = dirs.n;
     char fallback[4096];
     if (n_roots == 0) {
         const char *env = getenv("CHOIR_MODELS"), *home = getenv("HOME");

@@ -16,36 +16,7 @@
 #include "choir/transcript.h"
 #include "choir/whisper.h"
 #include "cli/cli.h"
-
-static void stt_usage(FILE *f) {
-    fprintf(f,
-            "usage: choir stt --model DIR FILE... [options]\n\n"
-            "DIR is a Whisper or a VibeVoice-ASR model folder. A FILE of - reads standard input.\n\n"
-            "  --language L        language code (en, de, ...); default: detect\n"
-            "  --task T            transcribe (default) or translate (to English)\n"
-            "  --beam N            beam search with N beams (default 1: greedy)\n"
-            "  --best-of N         samples per window when falling back (default 5)\n"
-            "  --temperature T     a single temperature (no fallback)\n"
-            "  --batch-size N      batched pipeline: independent 30-s windows (or VAD spans),\n"
-            "                      N at a time (default: openai's sequential seek loop)\n"
-            "  --vad               split at speech (Silero VAD) and decode in batches\n"
-            "  --vad-model PATH    Silero VAD model (default: $CHOIR_MODELS/silero-vad)\n"
-            "  --no-timestamps     do not sample timestamp tokens\n"
-            "  --max-tokens N      most tokens sampled per 30-s window (default 224)\n"
-            "  --initial-prompt S  text to condition the first window on\n"
-            "  --no-condition      do not prompt a window with the previous text\n"
-            "  --tokenizer PATH    tokenizer file or folder (default: the model folder)\n"
-            "  --format F          txt (default), json, verbose_json, srt, vtt\n"
-            "  --output-dir D      write D/<name>.<format> per file instead of stdout (D is created;\n"
-            "                      standard input is named stdin)\n"
-            "  --threads N         compute threads\n\n"
-            "VibeVoice-ASR (one pass over the whole file, segments with speakers):\n"
-            "  --context S         context / hotwords for the prompt (speaker names, terms)\n"
-            "  --max-new-tokens N  most tokens generated (default 256 + 20 per second of audio)\n"
-            "  --max-audio-seconds S  longest input accepted (default 3660)\n"
-            "  --stream            print the text to stderr as it is decoded\n"
-            "  (--format, --output-dir, --tokenizer, --threads as above; srt/vtt label speakers)\n");
-}
+#include "cli/opt.h"
 
 typedef struct stt_progress {
     const char *name;
@@ -118,58 +89,71 @@ int choir_cmd_stt(int argc, char **argv) {
     double max_audio_s = 0;
     choir_whisper_transcribe_opts o;
     choir_whisper_default_transcribe_opts(&o);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool has = i + 1 < argc;
-#define NEXT (argv[++i]) /* has is checked above for every option with a value */
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            stt_usage(stdout);
-            return 0;
-        } else if (strcmp(a, "--vad") == 0) use_vad = 1;
-        else if (strcmp(a, "--stream") == 0) stream = 1;
-        else if (strcmp(a, "--no-timestamps") == 0) o.params.timestamps = false;
-        else if (strcmp(a, "--no-condition") == 0) o.condition_on_previous_text = false;
-        else if (a[0] == '-' && a[1] == '-' && !has) {
-            fprintf(stderr, "choir stt: %s needs a value\n", a);
-            return 2;
-        } else if (strcmp(a, "--model") == 0) model_dir = NEXT;
-        else if (strcmp(a, "--language") == 0) lang = NEXT;
-        else if (strcmp(a, "--task") == 0) {
-            const char *t = NEXT;
-            if (strcmp(t, "translate") == 0) o.params.task = CHOIR_WHISPER_TRANSLATE;
-            else if (strcmp(t, "transcribe") != 0) {
-                fprintf(stderr, "choir stt: --task is transcribe or translate\n");
-                return 2;
-            }
-        } else if (strcmp(a, "--beam") == 0) o.params.beam_size = atoi(NEXT);
-        else if (strcmp(a, "--best-of") == 0) o.params.best_of = atoi(NEXT);
-        else if (strcmp(a, "--temperature") == 0) {
-            o.params.temperatures[0] = (float)atof(NEXT);
-            o.params.n_temperatures = 1;
-        } else if (strcmp(a, "--batch-size") == 0) {
-            o.batch_size = atoi(NEXT);
-            o.batched = true;
-        }
-        else if (strcmp(a, "--max-tokens") == 0) o.params.sample_len = atoi(NEXT);
-        else if (strcmp(a, "--vad-model") == 0) vad_path = NEXT;
-        else if (strcmp(a, "--context") == 0) context = NEXT;
-        else if (strcmp(a, "--max-new-tokens") == 0) max_new = atoi(NEXT);
-        else if (strcmp(a, "--max-audio-seconds") == 0) max_audio_s = atof(NEXT);
-        else if (strcmp(a, "--initial-prompt") == 0) o.initial_prompt = NEXT;
-        else if (strcmp(a, "--tokenizer") == 0) tok_path = NEXT;
-        else if (strcmp(a, "--format") == 0) fmt = NEXT;
-        else if (strcmp(a, "--output-dir") == 0) outdir = NEXT;
-        else if (strcmp(a, "--threads") == 0) choir_pool_set_default_threads(atoi(NEXT));
-        else if (a[0] == '-' && a[1] == '-') {
-            fprintf(stderr, "choir stt: unknown option %s\n", a);
-            return 2;
-        } else if (n_files < 256) files[n_files++] = a;
-#undef NEXT
+    int no_timestamps = 0, no_condition = 0, threads = 0, batch_size = -1;
+    double temperature = -1;
+    const char *task = NULL;
+    const cli_opt flags[] = {
+        {"--model", CLI_STRING, &model_dir, 0, 0, "DIR", "a Whisper or VibeVoice-ASR model folder (required)"},
+        {"--language", CLI_STRING, &lang, 0, 0, "L", "language code (en, de, ...); default: detect"},
+        {"--task", CLI_STRING, &task, 0, 0, "T", "transcribe (default) or translate (to English)"},
+        {"--beam", CLI_INT, &o.params.beam_size, 0, 64, "N", "beam search with N beams (default 1: greedy)"},
+        {"--best-of", CLI_INT, &o.params.best_of, 0, 64, "N", "samples per window when falling back (default 5)"},
+        {"--temperature", CLI_DOUBLE, &temperature, 0, 10, "T", "a single temperature (no fallback)"},
+        {"--batch-size", CLI_INT, &batch_size, 0, 1024, "N",
+         "batched pipeline: independent 30-s windows (or VAD spans),\nN at a time (default: openai's sequential seek "
+         "loop)"},
+        {"--vad", CLI_FLAG, &use_vad, 0, 0, NULL, "split at speech (Silero VAD) and decode in batches"},
+        {"--vad-model", CLI_STRING, &vad_path, 0, 0, "PATH", "Silero VAD model (default: $CHOIR_MODELS/silero-vad)"},
+        {"--no-timestamps", CLI_FLAG, &no_timestamps, 0, 0, NULL, "do not sample timestamp tokens"},
+        {"--max-tokens", CLI_INT, &o.params.sample_len, 1, 100000, "N", "most tokens sampled per 30-s window (default 224)"},
+        {"--initial-prompt", CLI_STRING, &o.initial_prompt, 0, 0, "S", "text to condition the first window on"},
+        {"--no-condition", CLI_FLAG, &no_condition, 0, 0, NULL, "do not prompt a window with the previous text"},
+        {"--tokenizer", CLI_STRING, &tok_path, 0, 0, "PATH", "tokenizer file or folder (default: the model folder)"},
+        {"--format", CLI_STRING, &fmt, 0, 0, "F", "txt (default), json, verbose_json, srt, vtt"},
+        {"--output-dir", CLI_STRING, &outdir, 0, 0, "D",
+         "write D/<name>.<format> per file instead of stdout (D is created;\nstandard input is named stdin)"},
+        {"--threads", CLI_INT, &threads, 1, 1024, "N", "compute threads"},
+        {"--context", CLI_STRING, &context, 0, 0, "S", "VibeVoice: context / hotwords for the prompt (speaker names, terms)"},
+        {"--max-new-tokens", CLI_INT, &max_new, 0, 1000000, "N",
+         "VibeVoice: most tokens generated (default 256 + 20 per second of audio)"},
+        {"--max-audio-seconds", CLI_DOUBLE, &max_audio_s, 0, 1e6, "S", "VibeVoice: longest input accepted (default 3660)"},
+        {"--stream", CLI_FLAG, &stream, 0, 0, NULL, "VibeVoice: print the text to stderr as it is decoded"},
+    };
+    const cli_spec spec = {
+        .cmd = "stt",
+        .synopsis = "usage: choir stt --model DIR FILE... [options]\n\n"
+                    "DIR is a Whisper or a VibeVoice-ASR model folder. A FILE of - reads standard input.\n"
+                    "VibeVoice-ASR makes one pass over the whole file (segments with speakers; srt/vtt\n"
+                    "label them); --format, --output-dir, --tokenizer and --threads apply to both.\n\n",
+        .opts = flags,
+        .n_opts = (int)(sizeof flags / sizeof flags[0]),
+        .positional = files,
+        .max_positional = 256,
+        .n_positional = &n_files,
+        .positional_what = "of 256 files",
+    };
+    int parsed = cli_parse(&spec, argc, argv);
+    if (parsed >= 0) return parsed;
+    if (task && strcmp(task, "translate") == 0) o.params.task = CHOIR_WHISPER_TRANSLATE;
+    else if (task && strcmp(task, "transcribe") != 0) {
+        fprintf(stderr, "choir stt: --task is transcribe or translate\n");
+        return 2;
     }
+    if (temperature >= 0) {
+        o.params.temperatures[0] = (float)temperature;
+        o.params.n_temperatures = 1;
+    }
+    if (batch_size >= 0) {
+        o.batch_size = batch_size;
+        o.batched = true;
+    }
+    if (no_timestamps) o.params.timestamps = false;
+    if (no_condition) o.condition_on_previous_text = false;
+    if (threads) choir_pool_set_default_threads(threads);
     if (!model_dir || n_files == 0) {
         fprintf(stderr, "choir stt: %s\n",
                 !model_dir ? "--model DIR is required" : "no audio file given (a path, or - for standard input)");
-        stt_usage(stderr);
+        cli_usage(&spec, stderr);
         return 2;
     }
     int from_stdin = 0;

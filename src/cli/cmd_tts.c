@@ -1,6 +1,5 @@
 /* `choir tts`: text to speech with Kokoro-82M. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "choir/alloc.h"
@@ -10,20 +9,7 @@
 #include "choir/phonemizer.h"
 #include "choir/pool.h"
 #include "cli/cli.h"
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: choir tts --model DIR --voice V [--speed S] [--stream] [--format FMT]\n"
-            "                 [--lang a|b] [--batch N] [--seed N] [--zero-noise] -o OUT [TEXT]\n\n"
-            "Speaks TEXT (or standard input) with Kokoro-82M at 24 kHz.\n"
-            "  --voice V    a voice in DIR/voices (.bin, .pt, .safetensors), a path, or a\n"
-            "               weighted mix such as af_heart(2)+am_adam(1)\n"
-            "  --format     wav, wav_f32, pcm, flac, mp3, opus, aac (default: from OUT's extension,\n"
-            "               .mp3 .flac .opus/.ogg .aac .pcm/.raw, else wav)\n"
-            "  --stream     write each piece as soon as it is ready (first clause first)\n"
-            "  --lang       a: American English (default), b: British English\n"
-            "  -o OUT       output file, or - for standard output\n");
-}
+#include "cli/opt.h"
 
 typedef struct sink {
     choir_encoder *enc;
@@ -77,38 +63,43 @@ int choir_cmd_tts(int argc, char **argv) {
     const char *model_dir = NULL, *voice_spec = NULL, *out = NULL, *fmt = NULL, *lang = "a";
     const char *text_arg = NULL;
     choir_kokoro_speak_params sp = choir_kokoro_default_speak_params();
-    bool stream = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return usage(stdout), 0;
-        if (strcmp(a, "--stream") == 0) { stream = true; continue; }
-        if (strcmp(a, "--zero-noise") == 0) { sp.synth.noise = CHOIR_KOKORO_NOISE_ZERO; continue; }
-        if (a[0] != '-' || strcmp(a, "-") == 0) {
-            if (text_arg) return usage(stderr), 2;
-            text_arg = a;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "choir tts: %s needs a value\n", a);
-            return usage(stderr), 2;
-        }
-        if (strcmp(a, "--model") == 0) model_dir = v;
-        else if (strcmp(a, "--voice") == 0) voice_spec = v;
-        else if (strcmp(a, "--speed") == 0) sp.synth.speed = (float)atof(v);
-        else if (strcmp(a, "--format") == 0) fmt = v;
-        else if (strcmp(a, "--lang") == 0) lang = v;
-        else if (strcmp(a, "--batch") == 0) sp.batch = atoi(v);
-        else if (strcmp(a, "--seed") == 0) sp.synth.seed = strtoull(v, NULL, 10);
-        else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) out = v;
-        else {
-            fprintf(stderr, "choir tts: unknown option %s\n", a);
-            return usage(stderr), 2;
-        }
-        i++;
-    }
+    int stream_flag = 0, zero_noise = 0, n_text = 0;
+    const cli_opt flags[] = {
+        {"--model", CLI_STRING, &model_dir, 0, 0, "DIR", "Kokoro-82M model directory (required)"},
+        {"--voice", CLI_STRING, &voice_spec, 0, 0, "V",
+         "a voice in DIR/voices (.bin, .pt, .safetensors), a path, or a\nweighted mix such as af_heart(2)+am_adam(1)"},
+        {"--speed", CLI_FLOAT, &sp.synth.speed, 0.01, 100, "S", "speaking rate (default 1)"},
+        {"--format", CLI_STRING, &fmt, 0, 0, "FMT",
+         "wav, wav_f32, pcm, flac, mp3, opus, aac (default: from OUT's extension,\n.mp3 .flac .opus/.ogg .aac "
+         ".pcm/.raw, else wav)"},
+        {"--stream", CLI_FLAG, &stream_flag, 0, 0, NULL, "write each piece as soon as it is ready (first clause first)"},
+        {"--lang", CLI_STRING, &lang, 0, 0, "L", "a: American English (default), b: British English"},
+        {"--batch", CLI_INT, &sp.batch, 0, 1024, "N", "pieces synthesised together"},
+        {"--seed", CLI_U64, &sp.synth.seed, 0, 0, "N", "noise seed (piece i uses N + i)"},
+        {"--zero-noise", CLI_FLAG, &zero_noise, 0, 0, NULL, "all noise 0 (reproduces the reference fixtures)"},
+        {"-o", CLI_STRING, &out, 0, 0, "OUT", "output file, or - for standard output (required)"},
+        {"--output", CLI_STRING, &out, 0, 0, "OUT", "the same as -o"},
+    };
+    const cli_spec spec = {
+        .cmd = "tts",
+        .synopsis = "usage: choir tts --model DIR --voice V [--speed S] [--stream] [--format FMT]\n"
+                    "                 [--lang a|b] [--batch N] [--seed N] [--zero-noise] -o OUT [TEXT]\n\n"
+                    "Speaks TEXT (or standard input) with Kokoro-82M at 24 kHz.\n",
+        .opts = flags,
+        .n_opts = (int)(sizeof flags / sizeof flags[0]),
+        .positional = &text_arg,
+        .max_positional = 1,
+        .n_positional = &n_text,
+        .positional_what = "TEXT",
+    };
+    int parsed = cli_parse(&spec, argc, argv);
+    if (parsed >= 0) return parsed;
+    bool stream = stream_flag != 0;
+    if (zero_noise) sp.synth.noise = CHOIR_KOKORO_NOISE_ZERO;
     if (!model_dir || !voice_spec || !out) {
         fprintf(stderr, "choir tts: %s is required\n", !model_dir ? "--model DIR" : !voice_spec ? "--voice V" : "-o OUT");
-        return usage(stderr), 2;
+        cli_usage(&spec, stderr);
+        return 2;
     }
     /* The file name says the format unless --format does: -o x.mp3 is MP3. */
     if (!fmt) {

@@ -15,6 +15,7 @@
 #include "choir/jobqueue.h"
 #include "choir/log.h"
 #include "cli/cli.h"
+#include "cli/opt.h"
 
 #define MAX_MODELS 16
 
@@ -32,47 +33,19 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: choir worker --redis URL --stream NAME --model [ID=]DIR [--model ...]\n"
-            "                    [--group G] [--consumer NAME] [--claim-after S] [--max-attempts N]\n"
-            "                    [--concurrency N] [--exit-when-idle S] [engine options]\n"
-            "\n"
-            "Consumes jobs (task, input, output, model, options) from the Redis Stream NAME\n"
-            "through consumer group G and runs them on the models given. A result is written\n"
-            "durably (temporary file, fsync, rename) before the job is acknowledged. Jobs a\n"
-            "dead worker left pending longer than --claim-after are taken over; a job\n"
-            "delivered --max-attempts times goes to NAME:dead with its error. While a job\n"
-            "runs, the worker refreshes it every third of --claim-after so that a slow job\n"
-            "is not taken over.\n"
-            "\n"
-            "  --redis URL          redis://[:password@]host[:port][/db] (redis://127.0.0.1:6379)\n"
-            "  --stream NAME        the jobs stream (required)\n"
-            "  --group G            consumer group (choir)\n"
-            "  --consumer NAME      this worker's name, unique per worker (host-pid)\n"
-            "  --model [ID=]DIR     a model directory; ID defaults to the directory's name\n"
-            "  --claim-after S      take over jobs pending this long (60)\n"
-            "  --max-attempts N     deliveries before dead-lettering (3)\n"
-            "  --concurrency N      jobs run at once, each slot its own consumer NAME.k sharing\n"
-            "                       one engine, which batches them (1)\n"
-            "  --exit-when-idle S   exit after S seconds with no job (default: run until stopped)\n"
-            "  --crash-after N      fault injection for tests: die by SIGKILL after taking the\n"
-            "                       N-th job, before its result is written\n"
-            "%s",
-            choir_engine_options_help());
-}
-
-/* A number in [lo, hi] or -1 (and a message). */
-static int parse_number(const char *flag, const char *text, double lo, double hi, double *out) {
-    char *end = NULL;
-    double v = strtod(text, &end);
-    if (end == text || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "choir worker: %s needs a number in [%g, %g], got '%s'\n", flag, lo, hi, text);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
+static const char worker_synopsis[] =
+    "usage: choir worker --redis URL --stream NAME --model [ID=]DIR [--model ...]\n"
+    "                    [--group G] [--consumer NAME] [--claim-after S] [--max-attempts N]\n"
+    "                    [--concurrency N] [--exit-when-idle S] [engine options]\n"
+    "\n"
+    "Consumes jobs (task, input, output, model, options) from the Redis Stream NAME\n"
+    "through consumer group G and runs them on the models given. A result is written\n"
+    "durably (temporary file, fsync, rename) before the job is acknowledged. Jobs a\n"
+    "dead worker left pending longer than --claim-after are taken over; a job\n"
+    "delivered --max-attempts times goes to NAME:dead with its error. While a job\n"
+    "runs, the worker refreshes it every third of --claim-after so that a slow job\n"
+    "is not taken over.\n"
+    "\n";
 
 typedef struct worker_counts {
     long done, duplicate, failed, dead, reclaimed;
@@ -192,67 +165,42 @@ int choir_cmd_worker(int argc, char **argv) {
     double idle_exit_s = 0;
     long crash_after = 0;
     choir_err err = {0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return 0;
-        }
-        if (strncmp(a, "--", 2) != 0 || !val) {
-            fprintf(stderr, "choir worker: unexpected or incomplete argument '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-        i++;
-        if (strcmp(a, "--redis") == 0) qp.url = val;
-        else if (strcmp(a, "--stream") == 0) qp.stream = val;
-        else if (strcmp(a, "--group") == 0) qp.group = val;
-        else if (strcmp(a, "--consumer") == 0) qp.consumer = val;
-        else if (strcmp(a, "--claim-after") == 0 || strcmp(a, "--max-attempts") == 0 ||
-                 strcmp(a, "--exit-when-idle") == 0 || strcmp(a, "--crash-after") == 0 ||
-                 strcmp(a, "--concurrency") == 0) {
-            double v;
-            int whole = strcmp(a, "--claim-after") != 0 && strcmp(a, "--exit-when-idle") != 0;
-            double lo = strcmp(a, "--max-attempts") == 0 || strcmp(a, "--concurrency") == 0 ? 1 : 0;
-            double hi = strcmp(a, "--concurrency") == 0 ? 256 : 1e9;
-            if (parse_number(a, val, lo, hi, &v)) return 2;
-            if (whole && v != (double)(long)v) {
-                fprintf(stderr, "choir worker: %s needs a whole number, got '%s'\n", a, val);
-                return 2;
-            }
-            if (strcmp(a, "--claim-after") == 0) qp.claim_idle_s = v;
-            else if (strcmp(a, "--max-attempts") == 0) qp.max_attempts = (int)v;
-            else if (strcmp(a, "--exit-when-idle") == 0) idle_exit_s = v;
-            else if (strcmp(a, "--crash-after") == 0) crash_after = (long)v;
-            else concurrency = (int)v;
-        }
-        else if (strcmp(a, "--model") == 0) {
-            if (n_models == MAX_MODELS) {
-                fprintf(stderr, "choir worker: at most %d models\n", MAX_MODELS);
-                return 2;
-            }
-            model_args[n_models++] = val;
-        } else {
-            wait_given |= strncmp(a, "--wait", 6) == 0 || strcmp(a, "--profile") == 0;
-            int applied = choir_engine_apply_option(&ep, a + 2, val, &err);
-            if (applied < 0) {
-                fprintf(stderr, "choir worker: %s\n", err.msg);
-                return 2;
-            }
-            if (applied == 0) {
-                fprintf(stderr, "choir worker: unknown option '%s'\n", a);
-                usage(stderr);
-                return 2;
-            }
-        }
-    }
+    int crash_at = 0;
+    cli_list models = {model_args, MAX_MODELS, 0};
+    const cli_opt flags[] = {
+        {"--redis", CLI_STRING, &qp.url, 0, 0, "URL", "redis://[:password@]host[:port][/db] (redis://127.0.0.1:6379)"},
+        {"--stream", CLI_STRING, &qp.stream, 0, 0, "NAME", "the jobs stream (required)"},
+        {"--group", CLI_STRING, &qp.group, 0, 0, "G", "consumer group (choir)"},
+        {"--consumer", CLI_STRING, &qp.consumer, 0, 0, "NAME", "this worker's name, unique per worker (host-pid)"},
+        {"--model", CLI_LIST, &models, 0, 0, "[ID=]DIR", "a model directory; ID defaults to the directory's name\n(repeatable)"},
+        {"--claim-after", CLI_DOUBLE, &qp.claim_idle_s, 0, 1e9, "S", "take over jobs pending this long (60)"},
+        {"--max-attempts", CLI_INT, &qp.max_attempts, 1, 1e9, "N", "deliveries before dead-lettering (3)"},
+        {"--concurrency", CLI_INT, &concurrency, 1, 256, "N",
+         "jobs run at once, each slot its own consumer NAME.k sharing\none engine, which batches them (1)"},
+        {"--exit-when-idle", CLI_DOUBLE, &idle_exit_s, 0, 1e9, "S", "exit after S seconds with no job (default: run until stopped)"},
+        {"--crash-after", CLI_INT, &crash_at, 0, 1e9, "N",
+         "fault injection for tests: die by SIGKILL after taking the\nN-th job, before its result is written"},
+    };
+    const cli_spec spec = {
+        .cmd = "worker",
+        .synopsis = worker_synopsis,
+        .opts = flags,
+        .n_opts = (int)(sizeof flags / sizeof flags[0]),
+        .engine = &ep,
+    };
+    int parsed = cli_parse(&spec, argc, argv);
+    if (parsed >= 0) return parsed;
+    n_models = models.n;
+    crash_after = crash_at;
+    for (int i = 1; i < argc; i++)
+        wait_given |= strcmp(argv[i], "--wait-ms") == 0 || strcmp(argv[i], "--wait-long-ms") == 0 ||
+                      strcmp(argv[i], "--profile") == 0;
     /* With one job in flight there is nothing to batch with, so waiting to
      * fill a batch would only add latency. */
     if (concurrency == 1 && !wait_given) ep.wait_short_ms = ep.wait_long_ms = 1;
     if (!qp.stream || n_models == 0) {
         fprintf(stderr, "choir worker: --stream and at least one --model are required\n");
-        usage(stderr);
+        cli_usage(&spec, stderr);
         return 2;
     }
 

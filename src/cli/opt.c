@@ -54,6 +54,15 @@ static int apply(const cli_spec *s, const cli_opt *o, const char *v)
     case CLI_STRING:
         *(const char **)o->dest = v;
         return -1;
+    case CLI_LIST: {
+        cli_list *l = o->dest;
+        if (l->n >= l->cap) {
+            fprintf(stderr, "choir %s: %s at most %d times\n", s->cmd, o->name, l->cap);
+            return 2;
+        }
+        l->items[l->n++] = v;
+        return -1;
+    }
     case CLI_SIZE:
         if (choir_parse_size(v, &bytes) < 0 || bytes <= 0)
             return bad_value(s, o, v);

@@ -18,7 +18,15 @@ typedef enum cli_kind {
     CLI_DOUBLE, /* a number in [lo, hi]: *(double *)dest */
     CLI_SIZE,   /* bytes (choir_parse_size), > 0: *(int64_t *)dest */
     CLI_U64,    /* a whole number, decimal or 0x hex, 0..2^64-1 (seeds): *(uint64_t *)dest */
+    CLI_LIST,   /* repeatable: each value appended to *(cli_list *)dest */
 } cli_kind;
+
+/* The values of a repeatable flag, in order; `items` has room for `cap`. */
+typedef struct cli_list {
+    const char **items;
+    int cap;
+    int n;
+} cli_list;
 
 typedef struct cli_opt {
     const char *name; /* "--threshold" */

@@ -41,7 +41,7 @@ void srv_job_free(srv_job *j)
 {
     if (!j)
         return;
-    if (j->ticket && !choir_ticket_done(j->ticket)) {
+    if (j->detachable && j->ticket && !choir_ticket_done(j->ticket)) {
         choir_ticket_cancel(j->ticket);
         if (!choir_ticket_done(j->ticket) && j->server->watching) {
             srv_job_orphan(j->server, j);

@@ -280,13 +280,17 @@ typedef struct srv_job {
     srv_span *spans;
     int n_spans;
     double deadline;   /* monotonic seconds: the answer is due (srv_job_submit) */
+    int detachable;    /* everything the engine reads is owned by the job: srv_job_free
+                          may leave a running ticket to the watchdog */
     struct srv_job *next_orphan;
 } srv_job;
 
 srv_job *srv_job_create(choir_server *s, srv_job_kind kind);
 /* Cancels the ticket if it still runs; frees the job now when the ticket is
- * finished, else hands it to the watchdog, which frees it when the engine is
- * done (so that a connection thread never waits for a model). NULL no-op. */
+ * finished. A detachable job (j->detachable: the engine reads nothing the
+ * handler frees) whose ticket still runs goes to the watchdog, which frees
+ * it when the engine is done, so that a connection thread never waits for a
+ * model; any other waits here for the ticket. NULL no-op. */
 void srv_job_free(srv_job *j);
 /* Frees the job now, waiting for its ticket to finish. NULL no-op. */
 void srv_job_destroy(srv_job *j);

@@ -184,6 +184,7 @@ enum MHD_Result srv_handle_speech(choir_server *s, struct MHD_Connection *c, srv
     j->stream = stream;
     j->sse = sse;
     j->input_chars = chars;
+    j->detachable = 1; /* the engine reads only the job's own copies */
     choir_job job = {0};
     job.model_id = m.id;
     job.req.task = CHOIR_TASK_TTS;
@@ -266,6 +267,7 @@ enum MHD_Result srv_handle_enhancement(choir_server *s, struct MHD_Connection *c
         goto done;
     }
     j->format = fmt;
+    j->detachable = 1; /* the engine reads only the job's own samples */
     j->samples = audio.samples;
     j->n_samples = audio.frames;
     audio.samples = NULL;

@@ -188,6 +188,7 @@ enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection 
     j->samples = audio.samples;
     j->n_samples = audio.frames;
     audio.samples = NULL;
+    j->detachable = 1; /* the engine reads only the job's own samples and strings */
     j->lang = translate ? NULL : dup_field(choir_multipart_find(m, "language"));
     j->prompt = dup_field(choir_multipart_find(m, "prompt"));
     if (j->n_samples == 0 && chunking.mode != SRV_CHUNK_NONE) {

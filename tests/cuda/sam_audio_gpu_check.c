@@ -82,7 +82,10 @@ static void check_ops(choir_backend *cpu, choir_backend *gpu) {
     choir_op_sam_elu(c.s, xc, n), choir_op_sam_elu(g.s, xg, n);
     dev_get(&c, yc, xc, n), dev_get(&g, yg, xg, n);
     report("op sam_elu", rel(yg, yc, n), 1e-6);
-    /* pads */
+    /* pads: a copy, so exact, from the same input on both sides (xc and xg
+     * differ by now, by the rounding of snake and elu) */
+    choir_op_upload(c.s, xc, x, (size_t)n * sizeof(float));
+    choir_op_upload(g.s, xg, x, (size_t)n * sizeof(float));
     for (int reflect = 0; reflect < 2; reflect++) {
         int64_t l = 5, r = 9, To = (l + T + r) * C;
         float *pc = choir_stream_floats(c.s, To, "pad"), *pg = choir_stream_floats(g.s, To, "pad");
@@ -124,29 +127,29 @@ static void check_ops(choir_backend *cpu, choir_backend *gpu) {
 static int run_model(choir_sam *cpu, choir_sam *gpu) {
     choir_err err = {0};
     int64_t hop = cpu->codec.hop, C = cpu->codec.cb, C2 = 2 * C, Dt = cpu->dit.text_dim;
-    int64_t n = 2400, T = (n + hop - 1) / hop;
+    int64_t n = 2400, T = (n + hop - 1) / hop, T1 = T, T2 = 5, L = T * hop;
+    int L1 = 3, L2 = 5, rc = 1;
     float *x = malloc((size_t)n * 4), *lc = malloc((size_t)(T * C) * 4), *lg = malloc((size_t)(T * C) * 4);
+    float *text = malloc((size_t)((L1 + L2) * Dt) * 4), *xs = malloc((size_t)((T1 + T2) * C2) * 4);
+    float *vc = malloc((size_t)((T1 + T2) * C2) * 4), *vg = malloc((size_t)((T1 + T2) * C2) * 4);
+    float *yc = malloc((size_t)L * 4), *yg = malloc((size_t)L * 4);
     fill(x, n, 11, -0.6f, 0.6f);
     if (choir_sam_encode(cpu, x, n, lc, &err) || choir_sam_encode(gpu, x, n, lg, &err)) {
         printf("  encode: %s\n", err.msg);
-        return 1;
+        goto done;
     }
     report("codec encoder latent", rel(lg, lc, T * C), 1e-4);
 
-    int64_t T1 = T, T2 = 5;
-    int L1 = 3, L2 = 5;
-    float *text = malloc((size_t)((L1 + L2) * Dt) * 4), *xs = malloc((size_t)((T1 + T2) * C2) * 4);
     fill(text, (L1 + L2) * Dt, 12, -1, 1);
     fill(xs, (T1 + T2) * C2, 13, -2, 2);
     choir_sam_item it[2] = {{.frames = T1, .valid_frames = T1, .features = lc, .text = text, .text_len = L1},
                             {.frames = T2, .valid_frames = T2, .features = lc, .text = text + L1 * Dt, .text_len = L2}};
     float tv[2] = {0.3f, 0.7f};
-    float *vc = malloc((size_t)((T1 + T2) * C2) * 4), *vg = malloc((size_t)((T1 + T2) * C2) * 4);
     const float *xin[2] = {xs, xs + T1 * C2};
     float *oc[2] = {vc, vc + T1 * C2}, *og[2] = {vg, vg + T1 * C2};
     if (choir_sam_velocity(cpu, it, 2, tv, xin, oc, &err) || choir_sam_velocity(gpu, it, 2, tv, xin, og, &err)) {
         printf("  velocity: %s\n", err.msg);
-        return 1;
+        goto done;
     }
     report("DiT evaluation (batch 8 + 5 frames)", rel(vg, vc, (T1 + T2) * C2), 1e-4);
 
@@ -157,19 +160,19 @@ static int run_model(choir_sam *cpu, choir_sam *gpu) {
     memcpy(vg, xs, (size_t)((T1 + T2) * C2) * 4);
     if (choir_sam_ode(cpu, it, 2, oc, &p, &err) || choir_sam_ode(gpu, it, 2, og, &p, &err)) {
         printf("  ode: %s\n", err.msg);
-        return 1;
+        goto done;
     }
     report("ODE midpoint 2 steps (batch)", rel(vg, vc, (T1 + T2) * C2), 1e-4);
 
-    int64_t L = T * hop;
-    float *yc = malloc((size_t)L * 4), *yg = malloc((size_t)L * 4);
     if (choir_sam_decode(cpu, lc, T, NULL, yc, &err) || choir_sam_decode(gpu, lc, T, NULL, yg, &err)) {
         printf("  decode: %s\n", err.msg);
-        return 1;
+        goto done;
     }
     report("codec decoder audio (watermark on)", rel(yg, yc, L), 1e-4);
+    rc = 0;
+done:
     free(x), free(lc), free(lg), free(text), free(xs), free(vc), free(vg), free(yc), free(yg);
-    return 0;
+    return rc;
 }
 
 int main(void) {

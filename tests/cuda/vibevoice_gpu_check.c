@@ -12,7 +12,8 @@
  *     several passes per chunk), audio embeddings, inputs embeddings and
  *     hidden states of a chunked prefill, the last logits, then 8 greedy
  *     steps fed the CPU's tokens (logits each step, tokens identical);
- *     f32 weights, then bf16 weights;
+ *     f32 weights, then bf16 weights; then batched decoding steps of two
+ *     sequences on the GPU against single steps on the CPU;
  *  3. with --bench 1.5b|7b [--layers N] [--audio-min M] [--steps N]: the
  *     published size (LM depth cut to --layers) on the GPU alone, bf16: load,
  *     encoder, prefill and decode times and the device's peak memory.
@@ -226,6 +227,68 @@ static int run_model(const choir_vibevoice *m, const float *x, int64_t n, const 
     return rc;
 }
 
+/* Batched decoding on the GPU (choir_vibevoice_step_batch) against single
+ * steps on the CPU: two text-only sequences of different lengths, the
+ * second joining one step late, 4 steps fed the CPU's greedy tokens. */
+static void check_batch(const choir_vibevoice *cpu, const choir_vibevoice *gpu, const char *tag, double tol) {
+    const choir_vibevoice_dims *d = choir_vibevoice_get_dims(cpu);
+    int V = d->lm.vocab, lens[2] = {23, 9};
+    choir_err err = {0};
+    choir_vibevoice_state *c[2] = {NULL, NULL}, *g[2] = {NULL, NULL};
+    choir_stream *st = choir_stream_create(choir_vibevoice_backend(gpu), &err);
+    choir_vibevoice_batch *b = NULL;
+    char name[96];
+    snprintf(name, sizeof name, "model %s: batched steps (2 sequences)", tag);
+    if (!st || choir_stream_reserve(st, (size_t)choir_vibevoice_batch_bytes(d, 2), 1 << 20, &err) ||
+        !(b = choir_vibevoice_batch_create(gpu, 2, st, &err))) {
+        failed(name, &err);
+        goto out;
+    }
+    for (int q = 0; q < 2; q++) {
+        int32_t ids[32];
+        for (int i = 0; i < lens[q]; i++) ids[i] = (int32_t)(5 + (i * 53 + q * 7) % 2800);
+        choir_vibevoice_plan p = {.max_context = lens[q] + 5, .prefill_chunk = 16};
+        if (!(c[q] = choir_vibevoice_state_create(cpu, &p, NULL, &err)) ||
+            !(g[q] = choir_vibevoice_state_create(gpu, &p, NULL, &err)) ||
+            choir_vibevoice_prefill(cpu, c[q], ids, lens[q], NULL, NULL, NULL, &err) ||
+            choir_vibevoice_prefill(gpu, g[q], ids, lens[q], NULL, NULL, NULL, &err)) {
+            failed(name, &err);
+            goto out;
+        }
+    }
+    double worst = 0;
+    for (int t = 0; t < 4; t++) {
+        choir_vibevoice_state *members[2];
+        int32_t toks[2];
+        int n = 0, idx[2];
+        for (int q = 0; q < 2; q++)
+            if (q == 0 || t >= 1) {
+                toks[n] = (int32_t)argmax(choir_vibevoice_logits(c[q]), V);
+                members[n] = g[q];
+                idx[n++] = q;
+            }
+        if (choir_vibevoice_step_batch(gpu, b, members, toks, n, &err)) {
+            failed(name, &err);
+            goto out;
+        }
+        for (int k = 0; k < n; k++) {
+            if (choir_vibevoice_step(cpu, c[idx[k]], toks[k], NULL, &err)) {
+                failed(name, &err);
+                goto out;
+            }
+            worst = fmax(worst, rel_l2(choir_vibevoice_logits(g[idx[k]]), choir_vibevoice_logits(c[idx[k]]), V));
+        }
+    }
+    verdict(name, worst, tol);
+out:
+    for (int q = 0; q < 2; q++) {
+        choir_vibevoice_state_free(c[q]);
+        choir_vibevoice_state_free(g[q]);
+    }
+    choir_vibevoice_batch_free(b);
+    choir_stream_free(st);
+}
+
 static void check_model(choir_backend *gpu_be, choir_dtype dt, double tol) {
     const char *tag = dt == CHOIR_DTYPE_F32 ? "f32" : "bf16";
     choir_vibevoice_dims d;
@@ -290,6 +353,7 @@ static void check_model(choir_backend *gpu_be, choir_dtype dt, double tol) {
             else n_fail++;
         }
         printf("      model %s: %.1f MB of weights on the device\n", tag, choir_vibevoice_device_bytes(gpu) / 1e6);
+        check_batch(cpu, gpu, tag, tol);
     }
     free(x);
     free(ids);

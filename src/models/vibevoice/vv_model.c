@@ -2,11 +2,12 @@
  *
  * The weights object is the network plus its tokenizer (tokenizer.json in
  * the model folder: Qwen2.5's). A request is one whole recording (up to
- * max_audio_s, an hour by default), transcribed in one pass; requests run one
- * at a time (max_batch 1), since a request's prefill already fills the
- * machine. Its state (encoder activations, latents, prefill buffers, the KV
- * cache for the prompt plus max_new_tokens) comes from the batch arena, so
- * the engine's calibration sees what it really used. The request's `prompt`
+ * max_audio_s, an hour by default), transcribed in one pass. A batch (up to
+ * 4 requests) encodes and prefills its requests in turn, since one prefill
+ * already fills the machine, then decodes them in shared steps. Every state
+ * (encoder activations, latents, prefill buffers, the KV cache for the
+ * prompt plus max_new_tokens) comes from the batch arena, so the engine's
+ * calibration sees what the batch really used. The request's `prompt`
  * is the context / hotwords of the prompt. */
 #include <math.h>
 #include <stdio.h>
@@ -21,6 +22,7 @@
 #include "choir/model.h"
 #include "choir/tokenizer.h"
 #include "choir/vibevoice.h"
+#include "models/vibevoice/vv_state.h"
 
 typedef struct vv_weights {
     choir_vibevoice *m;
@@ -134,8 +136,73 @@ static int vv_deliver(choir_request *r, const choir_vibevoice_result *res) {
     return 0;
 }
 
+/* Hands a finished request's result to its caller: the transcript, or the
+ * reason it is none. CHOIR_ENOMEM when the segments cannot be handed over. */
+static int vv_finish(choir_request *r, choir_vibevoice_result *res) {
+    int rc = 0;
+    if (res->stop == CHOIR_VIBEVOICE_STOP_CANCELLED) {
+    } else if (res->malformed) {
+        choir_request_fail(r, CHOIR_EINTERNAL, "vibevoice: the model's output is not a JSON transcript "
+                           "(%d tokens%s): %.200s", res->n_generated,
+                           res->stop == CHOIR_VIBEVOICE_STOP_LOOP ? ", stopped in a repetition loop" : "",
+                           res->text ? res->text : "");
+    } else {
+        if (res->stop == CHOIR_VIBEVOICE_STOP_LOOP)
+            CHOIR_LOGW("vibevoice: a repetition loop (period %d tokens) stopped the decode after %d tokens; "
+                       "the transcript ends there", res->loop_period, res->n_generated);
+        rc = vv_deliver(r, res);
+    }
+    choir_vibevoice_result_clear(res);
+    return rc;
+}
+
+/* A batch of requests: each one's front end, encoders and prefill in turn,
+ * then their decoding steps together (choir_vibevoice_step_batch: one pass
+ * over the language model's weights per step for all of them); a request
+ * leaves the batch when it stops. Everything (the states, the batch's step
+ * buffers, the kernels' scratch) is carved from the batch arena through one
+ * stream of the model's backend, so the arena's high-water mark is what the
+ * batch used. */
 static int vv_run_batch(void *weights, choir_request *const *reqs, int n, choir_arena *arena, choir_err *err) {
     vv_weights *w = weights;
+    const choir_vibevoice_dims *D = choir_vibevoice_get_dims(w->m);
+    choir_backend *be = choir_vibevoice_backend(w->m);
+    if (!choir_backend_is_host(be)) arena = NULL; /* device memory: the stream's own block */
+    vv_job *jobs = choir_calloc(CHOIR_MEM_IO, (size_t)n, sizeof *jobs);
+    vv_emit_ctx *ecs = choir_calloc(CHOIR_MEM_IO, (size_t)n, sizeof *ecs);
+    int *live = choir_calloc(CHOIR_MEM_IO, (size_t)n, sizeof *live);
+    choir_vibevoice_state **states = choir_calloc(CHOIR_MEM_IO, (size_t)n, sizeof *states);
+    int32_t *toks = choir_calloc(CHOIR_MEM_IO, (size_t)n, sizeof *toks);
+    int rc = 0;
+    choir_err e = {0};
+    choir_stream *st = NULL;
+    choir_vibevoice_batch *batch = NULL;
+    size_t mark = arena ? choir_arena_mark(arena) : 0;
+    if (!jobs || !ecs || !live || !states || !toks) {
+        rc = choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory");
+        goto done;
+    }
+    /* What the batch takes: every state, the step buffers, the largest scratch. */
+    int64_t bytes = choir_vibevoice_batch_bytes(D, n), scratch = 0;
+    for (int i = 0; i < n; i++) {
+        choir_vibevoice_opts o;
+        request_opts(reqs[i], &o);
+        int64_t sc = 0;
+        bytes += choir_vibevoice_transcribe_state_bytes(D, reqs[i]->in.stt.n_samples, rate_of(reqs[i]), &o, &sc);
+        if (sc > scratch) scratch = sc;
+    }
+    if (arena && choir_arena_capacity(arena) - choir_arena_used(arena) < (size_t)bytes) {
+        rc = choir_err_set(err, CHOIR_ENOMEM, "vibevoice: the batch arena lacks %.1f MB for this batch", bytes / 1e6);
+        goto done;
+    }
+    if (!(st = choir_stream_create(be, &e))) rc = CHOIR_ENOMEM;
+    else if (arena) rc = choir_stream_use_arena(st, arena, (size_t)scratch, &e);
+    else rc = choir_stream_reserve(st, (size_t)bytes, (size_t)scratch, &e);
+    if (rc) {
+        choir_err_set(err, rc, "%s", e.msg);
+        goto done;
+    }
+    int n_live = 0;
     for (int i = 0; i < n; i++) {
         choir_request *r = reqs[i];
         if (r->task != CHOIR_TASK_STT) {
@@ -145,64 +212,84 @@ static int vv_run_batch(void *weights, choir_request *const *reqs, int n, choir_
         if (choir_request_cancelled(r)) continue;
         choir_vibevoice_opts o;
         request_opts(r, &o);
-        vv_emit_ctx ec = {r};
+        ecs[i].req = r;
         o.on_text = vv_on_text;
-        o.user = &ec;
-        int rate = rate_of(r);
-        /* The state (and the kernels' scratch) is carved from the batch
-         * arena through a stream of the model's backend, so the arena's
-         * high-water mark is what the request used. */
-        int64_t scratch = 0;
-        int64_t bytes = choir_vibevoice_transcribe_state_bytes(choir_vibevoice_get_dims(w->m), r->in.stt.n_samples,
-                                                               rate, &o, &scratch);
-        choir_backend *be = choir_vibevoice_backend(w->m);
-        if (!choir_backend_is_host(be)) arena = NULL; /* device memory: the stream's own block */
-        size_t mark = arena ? choir_arena_mark(arena) : 0;
-        if (arena && choir_arena_capacity(arena) - choir_arena_used(arena) < (size_t)bytes)
-            return choir_err_set(err, CHOIR_ENOMEM, "vibevoice: the batch arena lacks %.1f MB for this request",
-                                 bytes / 1e6);
-        choir_err e = {0};
-        choir_stream *st = choir_stream_create(be, &e);
-        int rc = st ? 0 : CHOIR_ENOMEM;
-        if (!rc && arena) rc = choir_stream_use_arena(st, arena, (size_t)scratch, &e);
-        else if (!rc) rc = choir_stream_reserve(st, (size_t)(bytes - scratch), (size_t)scratch, &e);
-        choir_vibevoice_result res;
-        memset(&res, 0, sizeof res);
-        if (!rc)
-            rc = choir_vibevoice_transcribe_on(w->m, w->tok, r->in.stt.samples, r->in.stt.n_samples, rate, &o, st,
-                                               &res, &e);
-        choir_stream_free(st);
-        if (arena) choir_arena_release(arena, mark);
-        if (rc == CHOIR_ENOMEM) return choir_err_set(err, rc, "%s", e.msg);
-        if (rc) {
-            choir_request_fail(r, rc, "%s", e.msg);
-            continue;
+        o.user = &ecs[i];
+        memset(&e, 0, sizeof e);
+        int jr = vv_job_begin(&jobs[i], w->m, w->tok, r->in.stt.samples, r->in.stt.n_samples, rate_of(r), &o, NULL,
+                              st, &e);
+        if (jr == 0) jr = vv_job_next(&jobs[i], &e);
+        if (jr == CHOIR_ENOMEM) {
+            rc = choir_err_set(err, jr, "%s", e.msg);
+            goto done;
         }
-        if (res.stop == CHOIR_VIBEVOICE_STOP_CANCELLED) {
-            choir_vibevoice_result_clear(&res);
-            continue;
-        }
-        if (res.malformed) {
-            choir_request_fail(r, CHOIR_EINTERNAL, "vibevoice: the model's output is not a JSON transcript "
-                               "(%d tokens%s): %.200s", res.n_generated,
-                               res.stop == CHOIR_VIBEVOICE_STOP_LOOP ? ", stopped in a repetition loop" : "",
-                               res.text ? res.text : "");
+        if (jr < 0) {
+            choir_request_fail(r, jr, "%s", e.msg);
+            vv_job_clear(&jobs[i]);
+        } else if (jr == 0) {
+            choir_vibevoice_result res;
+            if ((jr = vv_job_finish(&jobs[i], &res, &e)) || vv_finish(r, &res)) {
+                rc = choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory");
+                goto done;
+            }
         } else {
-            if (res.stop == CHOIR_VIBEVOICE_STOP_LOOP)
-                CHOIR_LOGW("vibevoice: a repetition loop (period %d tokens) stopped the decode after %d tokens; "
-                           "the transcript ends there", res.loop_period, res.n_generated);
-            if (vv_deliver(r, &res)) rc = CHOIR_ENOMEM;
+            live[i] = 1;
+            n_live++;
         }
-        choir_vibevoice_result_clear(&res);
-        if (rc) return choir_err_set(err, rc, "vibevoice: out of memory");
     }
-    return 0;
+    if (n_live > 1 && !(batch = choir_vibevoice_batch_create(w->m, n, st, &e))) {
+        rc = choir_err_set(err, e.code ? e.code : CHOIR_ENOMEM, "%s", e.msg);
+        goto done;
+    }
+    while (n_live > 0) {
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (live[i]) {
+                states[k] = jobs[i].s;
+                toks[k++] = jobs[i].pending;
+            }
+        memset(&e, 0, sizeof e);
+        int sr = k > 1 ? choir_vibevoice_step_batch(w->m, batch, states, toks, k, &e)
+                       : choir_vibevoice_step(w->m, states[0], toks[0], NULL, &e);
+        for (int i = 0; i < n; i++) {
+            if (!live[i]) continue;
+            int jr = sr ? sr : vv_job_next(&jobs[i], &e);
+            if (jr == CHOIR_ENOMEM) {
+                rc = choir_err_set(err, jr, "%s", e.msg);
+                goto done;
+            }
+            if (jr == 1) continue;
+            live[i] = 0;
+            n_live--;
+            if (jr < 0) {
+                choir_request_fail(reqs[i], jr, "%s", e.msg);
+                vv_job_clear(&jobs[i]);
+                continue;
+            }
+            choir_vibevoice_result res;
+            if (vv_job_finish(&jobs[i], &res, &e) || vv_finish(reqs[i], &res)) {
+                rc = choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory");
+                goto done;
+            }
+        }
+    }
+done:
+    for (int i = 0; jobs && i < n; i++) vv_job_clear(&jobs[i]);
+    choir_vibevoice_batch_free(batch);
+    choir_stream_free(st);
+    if (arena) choir_arena_release(arena, mark);
+    choir_free(toks);
+    choir_free(states);
+    choir_free(live);
+    choir_free(ecs);
+    choir_free(jobs);
+    return rc;
 }
 
 const choir_model_ops choir_model_vibevoice = {
     .kind = "vibevoice",
     .tasks = CHOIR_TASK_BIT(CHOIR_TASK_STT),
-    .max_batch = 1,
+    .max_batch = 4,
     .input_rate = CHOIR_VIBEVOICE_SAMPLE_RATE,
     .probe = vv_probe,
     .load = vv_model_load,

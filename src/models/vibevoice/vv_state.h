@@ -70,4 +70,39 @@ int vv_status(choir_vibevoice_state *s, choir_err *err);
  * (n at most the prefill chunk; uses s->tmp and s->cb). */
 void vv_connect_rows(const choir_vibevoice *m, choir_vibevoice_state *s, int64_t f0, int64_t n, float *out);
 
+/* One transcription request in phases (vv_transcribe.c), so that the engine
+ * adapter can decode several in shared steps (choir_vibevoice_step_batch). */
+struct choir_tokenizer;
+struct choir_tokenizer_stream;
+typedef struct vv_job {
+    const choir_vibevoice *m;
+    const struct choir_tokenizer *tok;
+    choir_vibevoice_opts o;
+    choir_vibevoice_state *s;
+    choir_vibevoice_result res;
+    struct choir_tokenizer_stream *ts;
+    int32_t *gen;             /* [max_new] generated tokens */
+    int *run;                 /* the loop guard's counters */
+    int n_gen, max_new;
+    int32_t im_end, pending;  /* pending: the token the next step appends */
+    vv_content cs;
+    char *cbuf;
+    size_t cb_cap;
+    double t_decode0;
+} vv_job;
+
+/* Front end, encoders, prompt and prefill of one request; 0 or the error
+ * (nothing left to clear then). */
+int vv_job_begin(vv_job *j, const choir_vibevoice *m, const struct choir_tokenizer *tok, const float *pcm,
+                 int64_t n, int rate, const choir_vibevoice_opts *opts, void *mem, choir_stream *stream,
+                 choir_err *err);
+/* After each step's logits: 1 when the job needs a step appending
+ * j->pending, 0 when it stopped (EOS, length, loop, cancelled), or an error. */
+int vv_job_next(vv_job *j, choir_err *err);
+/* The result (the caller clears it with choir_vibevoice_result_clear); frees
+ * the job's state either way. */
+int vv_job_finish(vv_job *j, choir_vibevoice_result *res, choir_err *err);
+/* Frees whatever the job holds. */
+void vv_job_clear(vv_job *j);
+
 #endif

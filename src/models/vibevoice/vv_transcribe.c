@@ -185,29 +185,30 @@ static int argmax(const float *x, int n) {
     return best;
 }
 
-/* The whole request; the state over `mem` (or its own block) when stream is
- * NULL, else carved from `stream`. */
-static int transcribe(const choir_vibevoice *m, const choir_tokenizer *tok, const float *pcm, int64_t n, int rate,
-                      const choir_vibevoice_opts *opts, void *mem, choir_stream *stream, choir_vibevoice_result *res,
-                      choir_err *err) {
-    choir_vibevoice_opts o;
-    if (opts) o = *opts;
-    else choir_vibevoice_default_opts(&o);
-    memset(res, 0, sizeof *res);
+/* A request in three phases, so that several can share decoding steps:
+ * vv_job_begin (front end, encoders, prompt, prefill), vv_job_next after
+ * each step's logits (the token, the stop rules, streaming), vv_job_finish
+ * (text and segments). The state over `mem` (or its own block) when stream
+ * is NULL, else carved from `stream`. */
+int vv_job_begin(vv_job *j, const choir_vibevoice *m, const choir_tokenizer *tok, const float *pcm, int64_t n,
+                 int rate, const choir_vibevoice_opts *opts, void *mem, choir_stream *stream, choir_err *err) {
+    memset(j, 0, sizeof *j);
+    if (opts) j->o = *opts;
+    else choir_vibevoice_default_opts(&j->o);
+    j->m = m;
+    j->tok = tok;
+    choir_vibevoice_result *res = &j->res;
     const choir_vibevoice_dims *D = &m->dims;
     if (!pcm || n <= 0) return choir_err_set(err, CHOIR_EINVAL, "vibevoice: no audio");
     if (rate <= 0) rate = CHOIR_VIBEVOICE_SAMPLE_RATE;
     double seconds = (double)n / rate;
-    if (o.max_audio_s > 0 && seconds > o.max_audio_s)
+    if (j->o.max_audio_s > 0 && seconds > j->o.max_audio_s)
         return choir_err_set(err, CHOIR_ETOOBIG, "vibevoice: the audio is %.1f s; this model takes at most %.0f s "
-                             "per request", seconds, o.max_audio_s);
+                             "per request", seconds, j->o.max_audio_s);
     int rc = 0;
     float *resampled = NULL, *x = NULL;
-    int32_t *prompt = NULL, *gen = NULL;
-    int *run = NULL, n_prompt = 0;
-    char *cbuf = NULL;
-    choir_vibevoice_state *s = NULL;
-    choir_tokenizer_stream *ts = NULL;
+    int32_t *prompt = NULL;
+    int n_prompt = 0;
     const float *a = pcm;
     int64_t n24 = n;
     double t0 = choir_now_s();
@@ -216,8 +217,8 @@ static int transcribe(const choir_vibevoice *m, const choir_tokenizer *tok, cons
         a = resampled;
     }
     choir_vibevoice_plan plan;
-    request_plan(D, n24, &o, &plan);
-    int max_new = max_new_of(&o, (double)n24 / CHOIR_VIBEVOICE_SAMPLE_RATE);
+    request_plan(D, n24, &j->o, &plan);
+    j->max_new = max_new_of(&j->o, (double)n24 / CHOIR_VIBEVOICE_SAMPLE_RATE);
     if (plan.max_context > D->lm.max_positions) {
         rc = choir_err_set(err, CHOIR_ETOOBIG, "vibevoice: %.1f s of audio needs a context of %d tokens; the "
                            "model has %d positions", seconds, plan.max_context, D->lm.max_positions);
@@ -225,80 +226,92 @@ static int transcribe(const choir_vibevoice *m, const choir_tokenizer *tok, cons
     }
     int64_t np = plan.max_samples;
     x = choir_alloc(CHOIR_MEM_IO, (size_t)(np + 1) * sizeof *x);
-    gen = choir_alloc(CHOIR_MEM_IO, (size_t)(max_new + 1) * sizeof *gen);
-    run = choir_calloc(CHOIR_MEM_IO, (size_t)(o.loop_max_period > 0 ? o.loop_max_period : 1), sizeof *run);
-    ts = choir_tokenizer_stream_create(tok, 0, err);
-    if (!x || !gen || !run || !ts) {
+    j->gen = choir_alloc(CHOIR_MEM_IO, (size_t)(j->max_new + 1) * sizeof *j->gen);
+    j->run = choir_calloc(CHOIR_MEM_IO, (size_t)(j->o.loop_max_period > 0 ? j->o.loop_max_period : 1), sizeof *j->run);
+    j->ts = choir_tokenizer_stream_create(tok, 0, err);
+    if (!x || !j->gen || !j->run || !j->ts) {
         rc = choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory");
         goto done;
     }
     choir_vibevoice_normalize(a, n24, D->hop, x);
     res->duration = (double)n24 / CHOIR_VIBEVOICE_SAMPLE_RATE;
     res->n_audio_tokens = (int)(np / D->hop);
-    if ((rc = choir_vibevoice_prompt(tok, D, res->n_audio_tokens, res->duration, o.context, &prompt, &n_prompt, err)))
+    if ((rc = choir_vibevoice_prompt(tok, D, res->n_audio_tokens, res->duration, j->o.context, &prompt, &n_prompt,
+                                     err)))
         goto done;
     res->n_prompt = n_prompt;
-    if (!(s = stream ? choir_vibevoice_state_create_on(m, &plan, stream, err)
-                     : choir_vibevoice_state_create(m, &plan, mem, err))) {
+    if (!(j->s = stream ? choir_vibevoice_state_create_on(m, &plan, stream, err)
+                        : choir_vibevoice_state_create(m, &plan, mem, err))) {
         rc = err ? err->code : CHOIR_ENOMEM;
         goto done;
     }
-    if ((rc = choir_vibevoice_encode(m, s, x, np, o.chunk_samples, NULL, NULL, err))) goto done;
+    if ((rc = choir_vibevoice_encode(m, j->s, x, np, j->o.chunk_samples, NULL, NULL, err))) goto done;
     double t1 = choir_now_s();
     res->t_encode = t1 - t0;
-    if ((rc = choir_vibevoice_prefill(m, s, prompt, n_prompt, NULL, NULL, NULL, err))) goto done;
-    double t2 = choir_now_s();
-    res->t_prefill = t2 - t1;
-
-    int32_t im_end = choir_tokenizer_lookup(tok, "<|im_end|>");
-    float *logits = choir_vibevoice_logits(s);
-    vv_content cs = {0};
-    size_t cb_cap = 0;
-    int n_gen = 0;
+    if ((rc = choir_vibevoice_prefill(m, j->s, prompt, n_prompt, NULL, NULL, NULL, err))) goto done;
+    j->t_decode0 = choir_now_s();
+    res->t_prefill = j->t_decode0 - t1;
+    j->im_end = choir_tokenizer_lookup(tok, "<|im_end|>");
     res->stop = CHOIR_VIBEVOICE_STOP_LENGTH;
-    while (n_gen < max_new) {
-        int32_t t = argmax(logits, D->lm.vocab);
-        if (!o.ignore_eos && (t == D->eos_token || t == im_end)) {
-            res->stop = CHOIR_VIBEVOICE_STOP_EOS;
-            break;
-        }
-        gen[n_gen++] = t;
-        const char *piece;
-        size_t pl;
-        if ((rc = choir_tokenizer_stream_push(ts, t, &piece, &pl, err))) goto done;
-        if (o.on_text) {
-            if (4 * pl + 8 > cb_cap) {
-                choir_free(cbuf);
-                cb_cap = 4 * pl + 64;
-                if (!(cbuf = choir_alloc(CHOIR_MEM_IO, cb_cap))) {
-                    rc = choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory");
-                    goto done;
-                }
-            }
-            /* Called every token, with or without new text, so that a
-             * caller can stop a request between steps. */
-            size_t cl = vv_content_feed(&cs, piece, pl, cbuf);
-            cbuf[cl] = '\0';
-            if (o.on_text(o.user, cbuf, cl)) {
-                res->stop = CHOIR_VIBEVOICE_STOP_CANCELLED;
-                break;
-            }
-        }
-        int period = o.loop_max_period > 0 ? vv_loop_check(gen, n_gen, run, o.loop_max_period, o.loop_min_tokens,
-                                                           o.loop_min_repeats) : 0;
-        if (period) {
-            /* Keep the first occurrence of the repeating period. */
-            n_gen -= run[period - 1];
-            res->stop = CHOIR_VIBEVOICE_STOP_LOOP;
-            res->loop_period = period;
-            break;
-        }
-        if (n_gen < max_new && (rc = choir_vibevoice_step(m, s, t, NULL, err))) goto done;
+done:
+    choir_free(prompt);
+    choir_free(x);
+    choir_free(resampled);
+    if (rc) vv_job_clear(j);
+    return rc;
+}
+
+int vv_job_next(vv_job *j, choir_err *err) {
+    const choir_vibevoice_dims *D = &j->m->dims;
+    choir_vibevoice_result *res = &j->res;
+    if (j->n_gen >= j->max_new) return 0;
+    int32_t t = argmax(choir_vibevoice_logits(j->s), D->lm.vocab);
+    if (!j->o.ignore_eos && (t == D->eos_token || t == j->im_end)) {
+        res->stop = CHOIR_VIBEVOICE_STOP_EOS;
+        return 0;
     }
-    res->n_generated = n_gen;
-    res->t_decode = choir_now_s() - t2;
+    j->gen[j->n_gen++] = t;
+    const char *piece;
+    size_t pl;
+    int rc = choir_tokenizer_stream_push(j->ts, t, &piece, &pl, err);
+    if (rc) return rc;
+    if (j->o.on_text) {
+        if (4 * pl + 8 > j->cb_cap) {
+            choir_free(j->cbuf);
+            j->cb_cap = 4 * pl + 64;
+            if (!(j->cbuf = choir_alloc(CHOIR_MEM_IO, j->cb_cap)))
+                return choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory");
+        }
+        /* Called every token, with or without new text, so that a caller
+         * can stop a request between steps. */
+        size_t cl = vv_content_feed(&j->cs, piece, pl, j->cbuf);
+        j->cbuf[cl] = '\0';
+        if (j->o.on_text(j->o.user, j->cbuf, cl)) {
+            res->stop = CHOIR_VIBEVOICE_STOP_CANCELLED;
+            return 0;
+        }
+    }
+    int period = j->o.loop_max_period > 0 ? vv_loop_check(j->gen, j->n_gen, j->run, j->o.loop_max_period,
+                                                          j->o.loop_min_tokens, j->o.loop_min_repeats) : 0;
+    if (period) {
+        /* Keep the first occurrence of the repeating period. */
+        j->n_gen -= j->run[period - 1];
+        res->stop = CHOIR_VIBEVOICE_STOP_LOOP;
+        res->loop_period = period;
+        return 0;
+    }
+    if (j->n_gen >= j->max_new) return 0;
+    j->pending = t;
+    return 1;
+}
+
+int vv_job_finish(vv_job *j, choir_vibevoice_result *out, choir_err *err) {
+    choir_vibevoice_result *res = &j->res;
+    res->n_generated = j->n_gen;
+    res->t_decode = choir_now_s() - j->t_decode0;
     size_t rl;
-    if ((rc = choir_tokenizer_decode_ex(tok, gen, n_gen, 0, &res->raw, &rl, err))) goto done;
+    int rc = choir_tokenizer_decode_ex(j->tok, j->gen, j->n_gen, 0, &res->raw, &rl, err);
+    if (rc) goto done;
     choir_err perr = {0};
     int ns = choir_vibevoice_parse(res->raw, &res->segments, &perr);
     if (ns == CHOIR_ENOMEM) {
@@ -318,16 +331,37 @@ static int transcribe(const choir_vibevoice *m, const choir_tokenizer *tok, cons
     }
     if (!res->text) rc = choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory");
 done:
-    choir_tokenizer_stream_free(ts);
-    choir_vibevoice_state_free(s);
-    choir_free(cbuf);
-    choir_free(run);
-    choir_free(gen);
-    choir_free(prompt);
-    choir_free(x);
-    choir_free(resampled);
     if (rc) choir_vibevoice_result_clear(res);
+    *out = *res;
+    memset(res, 0, sizeof *res);
+    vv_job_clear(j);
     return rc;
+}
+
+void vv_job_clear(vv_job *j) {
+    choir_tokenizer_stream_free(j->ts);
+    choir_vibevoice_state_free(j->s);
+    choir_free(j->cbuf);
+    choir_free(j->run);
+    choir_free(j->gen);
+    choir_vibevoice_result_clear(&j->res);
+    memset(j, 0, sizeof *j);
+}
+
+static int transcribe(const choir_vibevoice *m, const choir_tokenizer *tok, const float *pcm, int64_t n, int rate,
+                      const choir_vibevoice_opts *opts, void *mem, choir_stream *stream, choir_vibevoice_result *res,
+                      choir_err *err) {
+    vv_job j;
+    memset(res, 0, sizeof *res);
+    int rc = vv_job_begin(&j, m, tok, pcm, n, rate, opts, mem, stream, err);
+    if (rc) return rc;
+    while ((rc = vv_job_next(&j, err)) == 1)
+        if ((rc = choir_vibevoice_step(m, j.s, j.pending, NULL, err))) break;
+    if (rc) {
+        vv_job_clear(&j);
+        return rc;
+    }
+    return vv_job_finish(&j, res, err);
 }
 
 int choir_vibevoice_transcribe(const choir_vibevoice *m, const choir_tokenizer *tok, const float *pcm, int64_t n,

@@ -14,6 +14,7 @@
 #include "choir/alloc.h"
 #include "choir/cuda.h"
 #include "choir/kernels.h"
+#include "choir/kernels_ext.h"
 
 struct choir_cuda {
     choir_cuda_props props;
@@ -601,9 +602,11 @@ int choir_cuda_copy_rows(choir_cuda *cu, float *dst, int64_t ldd, const float *s
 int choir_cuda_group_norm(choir_cuda *cu, const float *x, float *y, int64_t B, int64_t C,
                           int64_t T, int64_t groups, const float *gamma, const float *beta,
                           float eps, choir_err *err) {
-    (void)cu, (void)x, (void)y, (void)B, (void)C, (void)T, (void)groups, (void)gamma, (void)beta;
-    (void)eps;
-    return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: group_norm not emulated");
+    (void)cu;
+    if (no_capture("group_norm", err)) return CHOIR_EINTERNAL;
+    for (int64_t b = 0; b < B; b++)
+        choir_group_norm(x + b * C * T, y + b * C * T, C, T, (int)groups, gamma, beta, eps);
+    return 0;
 }
 
 typedef struct gather_args {
@@ -650,9 +653,16 @@ int choir_cuda_conv_transpose1d_batched(choir_cuda *cu, const float *x, int64_t 
                                         int64_t Cout, int64_t kernel, int stride, int padding,
                                         int output_padding, const int32_t *out_lens, float *y,
                                         choir_err *err) {
-    (void)cu, (void)x, (void)B, (void)Cin, (void)T, (void)weight, (void)bias, (void)Cout;
-    (void)kernel, (void)stride, (void)padding, (void)output_padding, (void)out_lens, (void)y;
-    return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: conv_transpose1d not emulated");
+    (void)cu;
+    if (out_lens || weight.bf16)
+        return choir_err_set(err, CHOIR_EUNSUPPORTED,
+                             "fake cuda: conv_transpose1d with lengths or bf16 not emulated");
+    if (no_capture("conv_transpose1d", err)) return CHOIR_EINTERNAL;
+    int64_t Tout = choir_conv_transpose1d_out_len(T, kernel, stride, padding, output_padding, 1);
+    for (int64_t b = 0; b < B; b++)
+        choir_conv_transpose1d(x + b * Cin * T, Cin, T, (const float *)weight.w, bias, Cout, kernel,
+                               stride, padding, output_padding, 1, 1, y + b * Cout * Tout);
+    return 0;
 }
 int choir_cuda_conv_transpose1d_depthwise(choir_cuda *cu, const float *x, int64_t B, int64_t C,
                                           int64_t T, const float *weight, const float *bias,

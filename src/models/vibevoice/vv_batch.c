@@ -1,0 +1,151 @@
+/* Decoding steps of several sequences at once (continuous batching on one
+ * backend): the token rows of every live sequence go through each linear
+ * layer together, so a step streams the weights once for all of them, while
+ * attention runs per sequence over its own KV cache (sequences sit at
+ * different lengths). Which sequences take part may change from one step to
+ * the next: requests join and leave at step boundaries. Each step is exactly
+ * the single-sequence step (vv_lm.c) for every row, up to the summation
+ * order of a product over more rows. */
+#include <string.h>
+
+#include "choir/alloc.h"
+#include "models/vibevoice/vv_state.h"
+
+struct choir_vibevoice_batch {
+    const choir_vibevoice *m;
+    choir_stream *stream;
+    int max_batch, host;
+    float *x, *xn, *tmp;  /* [B][H] */
+    float *q, *att;       /* [B][heads D] */
+    float *k, *v;         /* [B][kv heads D] new rows, before they go to the caches */
+    float *gate, *up;     /* [B][I] */
+    float *logits;        /* [B][vocab] */
+    int32_t *ids, *pos;   /* [B] backend memory */
+    int32_t *stage;       /* [2 B] host staging of ids and positions */
+};
+
+/* Floats of each buffer, in layout order. */
+static int64_t batch_layout(const choir_vibevoice_dims *d, int B, choir_vibevoice_batch *b, void *block) {
+    const choir_vibevoice_lm_dims *L = &d->lm;
+    int64_t H = L->hidden, qd = (int64_t)L->n_heads * L->head_dim, kvd = (int64_t)L->n_kv_heads * L->head_dim;
+    struct {
+        float **dst;
+        int64_t n;
+    } parts[] = {
+        {b ? &b->x : NULL, B * H},     {b ? &b->xn : NULL, B * H},   {b ? &b->tmp : NULL, B * H},
+        {b ? &b->q : NULL, B * qd},    {b ? &b->att : NULL, B * qd}, {b ? &b->k : NULL, B * kvd},
+        {b ? &b->v : NULL, B * kvd},   {b ? &b->gate : NULL, B * L->intermediate},
+        {b ? &b->up : NULL, B * L->intermediate}, {b ? &b->logits : NULL, B * (int64_t)L->vocab},
+        {b ? (float **)&b->ids : NULL, B}, {b ? (float **)&b->pos : NULL, B},
+    };
+    int64_t off = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        if (b) *parts[i].dst = (float *)((char *)block + off);
+        off += (parts[i].n * (int64_t)sizeof(float) + 63) & ~(int64_t)63;
+    }
+    return off;
+}
+
+int64_t choir_vibevoice_batch_bytes(const choir_vibevoice_dims *dims, int max_batch) {
+    return max_batch > 0 ? batch_layout(dims, max_batch, NULL, NULL) + 256 : 0;
+}
+
+choir_vibevoice_batch *choir_vibevoice_batch_create(const choir_vibevoice *m, int max_batch, choir_stream *stream,
+                                                    choir_err *err) {
+    if (max_batch <= 0 || max_batch > 4096)
+        return choir_err_set(err, CHOIR_EINVAL, "vibevoice: a batch of %d sequences", max_batch), NULL;
+    if (choir_stream_backend(stream) != m->be)
+        return choir_err_set(err, CHOIR_EINVAL, "vibevoice: the stream is not on the model's backend"), NULL;
+    choir_vibevoice_batch *b = choir_calloc(CHOIR_MEM_ACTIVATIONS, 1, sizeof *b);
+    int32_t *stage = choir_alloc(CHOIR_MEM_IO, (size_t)max_batch * 2 * sizeof *stage);
+    void *block = b && stage ? choir_stream_alloc(stream, (size_t)batch_layout(&m->dims, max_batch, NULL, NULL),
+                                                  "vibevoice batch") : NULL;
+    if (!block) {
+        choir_free(stage);
+        choir_free(b);
+        if (choir_stream_status(stream, err) == 0) choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory");
+        return NULL;
+    }
+    b->m = m;
+    b->stream = stream;
+    b->max_batch = max_batch;
+    b->host = choir_backend_is_host(m->be);
+    b->stage = stage;
+    batch_layout(&m->dims, max_batch, b, block);
+    return b;
+}
+
+void choir_vibevoice_batch_free(choir_vibevoice_batch *b) {
+    if (!b) return;
+    choir_free(b->stage);
+    choir_free(b);
+}
+
+int choir_vibevoice_step_batch(const choir_vibevoice *m, choir_vibevoice_batch *b, choir_vibevoice_state *const *states,
+                               const int32_t *tokens, int n, choir_err *err) {
+    const choir_vibevoice_lm_dims *L = &m->dims.lm;
+    if (n <= 0 || n > b->max_batch)
+        return choir_err_set(err, CHOIR_EINVAL, "vibevoice: %d sequences for a batch of %d", n, b->max_batch);
+    for (int i = 0; i < n; i++) {
+        const choir_vibevoice_state *s = states[i];
+        if (s->m != m) return choir_err_set(err, CHOIR_EINVAL, "vibevoice: sequence %d is of another model", i);
+        if (s->n_past + 1 > s->ctx)
+            return choir_err_set(err, CHOIR_ETOOBIG, "vibevoice: sequence %d is at its planned context of %d", i,
+                                 s->ctx);
+        if (tokens[i] < 0 || tokens[i] >= L->vocab)
+            return choir_err_set(err, CHOIR_EINVAL, "vibevoice: token %d outside the vocabulary of %d",
+                                 (int)tokens[i], L->vocab);
+        for (int j = 0; j < i; j++)
+            if (states[j] == s) return choir_err_set(err, CHOIR_EINVAL, "vibevoice: sequence %d appears twice", i);
+    }
+    choir_stream *st = b->stream;
+    int64_t H = L->hidden, D = L->head_dim, qd = (int64_t)L->n_heads * D, kvd = (int64_t)L->n_kv_heads * D;
+    float theta = (float)L->rope_theta;
+    int32_t *pos_h = b->stage + b->max_batch;
+    for (int i = 0; i < n; i++) {
+        b->stage[i] = tokens[i];
+        pos_h[i] = states[i]->n_past;
+    }
+    choir_op_upload(st, b->ids, b->stage, (size_t)n * sizeof *b->ids);
+    choir_op_upload(st, b->pos, pos_h, (size_t)n * sizeof *b->pos);
+    choir_op_rows_gather(st, &m->embed, b->ids, n, b->x);
+    for (int l = 0; l < L->n_layers; l++) {
+        const vv_layer *w = &m->layers[l];
+        choir_op_rms_norm(st, b->x, b->xn, n, H, w->attn_norm, L->eps);
+        choir_op_linear(st, b->xn, n, &w->q, w->q_bias, b->q);
+        choir_op_linear(st, b->xn, n, &w->k, w->k_bias, b->k);
+        choir_op_linear(st, b->xn, n, &w->v, w->v_bias, b->v);
+        choir_op_rope(st, b->q, n, qd, L->n_heads, D, 0, b->pos, theta, false);
+        choir_op_rope(st, b->k, n, kvd, L->n_kv_heads, D, 0, b->pos, theta, false);
+        /* Each row's key and value join its own cache, then it attends there. */
+        for (int i = 0; i < n; i++) {
+            const choir_vibevoice_state *s = states[i];
+            float *kl = s->k_cache + (int64_t)l * s->ctx * kvd, *vl = s->v_cache + (int64_t)l * s->ctx * kvd;
+            choir_op_copy(st, kl + (int64_t)s->n_past * kvd, b->k + i * kvd, (size_t)kvd * sizeof(float));
+            choir_op_copy(st, vl + (int64_t)s->n_past * kvd, b->v + i * kvd, (size_t)kvd * sizeof(float));
+            choir_op_attention_cached(st, b->q + i * qd, 1, kl, vl, s->n_past, L->n_heads, L->n_kv_heads, (int)D,
+                                      b->att + i * qd);
+        }
+        choir_op_linear(st, b->att, n, &w->o, NULL, b->tmp);
+        choir_op_add(st, b->x, b->tmp, b->x, n * H);
+        choir_op_rms_norm(st, b->x, b->xn, n, H, w->mlp_norm, L->eps);
+        choir_op_linear(st, b->xn, n, &w->gate, NULL, b->gate);
+        choir_op_linear(st, b->xn, n, &w->up, NULL, b->up);
+        choir_op_act(st, CHOIR_ACT_SILU, b->gate, n * L->intermediate, 0.0f);
+        choir_op_mul(st, b->gate, b->up, b->gate, n * L->intermediate);
+        choir_op_linear(st, b->gate, n, &w->down, NULL, b->tmp);
+        choir_op_add(st, b->x, b->tmp, b->x, n * H);
+    }
+    choir_op_rms_norm(st, b->x, b->xn, n, H, m->final_norm, L->eps);
+    choir_op_linear(st, b->xn, n, &m->lm_head, NULL, b->logits);
+    for (int i = 0; i < n; i++) {
+        choir_vibevoice_state *s = states[i];
+        const float *row = b->logits + (int64_t)i * L->vocab;
+        choir_op_copy(st, s->logits, row, (size_t)L->vocab * sizeof(float));
+        if (!s->host) choir_op_download(st, s->logits_host, row, (size_t)L->vocab * sizeof(float));
+    }
+    int rc = choir_stream_status(st, err);
+    if (rc) return rc;
+    for (int i = 0; i < n; i++) states[i]->n_past++;
+    return 0;
+}
