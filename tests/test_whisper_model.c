@@ -39,6 +39,17 @@ static int on_output(void *user, const choir_output *out) {
     if (out->text) snprintf(c->text, sizeof c->text, "%s", out->text);
     if (out->language) snprintf(c->lang, sizeof c->lang, "%s", out->language);
     c->n_segments = out->n_segments;
+    /* each segment carries its decoding (verbose_json's seek, tokens,
+     * temperature, compression_ratio, no_speech_prob) */
+    for (int i = 0; i < out->n_segments; i++) {
+        const choir_segment *g = &out->segments[i];
+        assert_int_equal(g->has_decoding, 1);
+        assert_true(g->n_tokens >= 1 && g->tokens);
+        assert_true(g->temperature > 0.29f && g->temperature < 0.31f); /* the request's */
+        assert_true(g->compression_ratio > 0);
+        assert_true(g->no_speech_prob >= 0 && g->no_speech_prob <= 1);
+        assert_true(g->seek >= 0);
+    }
     return 0;
 }
 

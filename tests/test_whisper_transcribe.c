@@ -256,12 +256,62 @@ static void test_sequential(void **state) {
     assert_int_equal(choir_whisper_transcribe(g_model, NULL, g_pcm, g_n, &o, &t, &err), CHOIR_EINVAL);
 }
 
+/* Cancellation per input: input `victim` stops after `after` polls. */
+typedef struct cancel_plan {
+    int victim, after, polls[3];
+} cancel_plan;
+
+static int cancel_some(void *user, int input) {
+    cancel_plan *c = user;
+    c->polls[input]++;
+    return c->victim < 0 || (input == c->victim && c->polls[input] > c->after);
+}
+
+static void test_cancel_one_input(void **state) {
+    (void)state;
+    choir_err err;
+    choir_whisper_transcribe_opts o;
+    fast_opts(&o);
+    choir_whisper_input in[3] = {{.pcm = g_pcm, .n_samples = 11 * SR, .language = -1},
+                                 {.pcm = g_pcm, .n_samples = g_n, .language = -1},
+                                 {.pcm = g_pcm + 5 * SR, .n_samples = 3 * SR, .language = -1}};
+    for (int mode = 0; mode < 2; mode++) {
+        o.batched = mode == 1;
+        o.batch_size = 2;
+        cancel_plan plan = {.victim = 1, .after = 1};
+        o.cancelled = cancel_some;
+        o.cancel_user = &plan;
+        choir_whisper_transcript t[3], alone;
+        assert_int_equal(choir_whisper_transcribe_batch(g_model, g_tok, in, 3, &o, t, &err), 0);
+        /* the others are untouched by it; it decoded one window, then stopped */
+        choir_whisper_transcribe_opts plain = o;
+        plain.cancelled = NULL;
+        for (int i = 0; i < 3; i += 2) {
+            assert_int_equal(choir_whisper_transcribe_batch(g_model, g_tok, &in[i], 1, &plain, &alone, &err), 0);
+            check_equal(&t[i], &alone);
+            choir_whisper_transcript_clear(&alone);
+        }
+        assert_int_equal(choir_whisper_transcribe_batch(g_model, g_tok, &in[1], 1, &plain, &alone, &err), 0);
+        assert_true(t[1].n_segments < alone.n_segments || alone.n_segments == 0);
+        assert_int_equal(plan.polls[1], 2);
+        choir_whisper_transcript_clear(&alone);
+        for (int i = 0; i < 3; i++) choir_whisper_transcript_clear(&t[i]);
+        /* every input cancelled: nothing decoded, nothing kept, nothing leaked */
+        int64_t before = choir_mem_current(CHOIR_MEM_COUNT);
+        plan = (cancel_plan){.victim = -1};
+        assert_int_equal(choir_whisper_transcribe_batch(g_model, g_tok, in, 3, &o, t, &err), CHOIR_ECANCELED);
+        assert_null(t[0].segments);
+        assert_int_equal(choir_mem_current(CHOIR_MEM_COUNT), before);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_equals_one_by_one),
         cmocka_unit_test(test_many_inputs),
         cmocka_unit_test(test_sequential),
         cmocka_unit_test(test_times_inside_the_audio),
+        cmocka_unit_test(test_cancel_one_input),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

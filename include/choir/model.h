@@ -90,6 +90,13 @@ typedef struct choir_segment {
     float probability; /* mean token / speech probability, or 0 when unknown */
     int has_speaker;   /* 1: `speaker` is the model's speaker id for this span */
     int speaker;
+    /* How the segment was decoded (Whisper's verbose_json fields), when
+     * has_decoding is 1; zero otherwise. */
+    int has_decoding;
+    int64_t seek;           /* mel frame (10 ms) where the segment's window began */
+    const int32_t *tokens;  /* its text and timestamp tokens */
+    int n_tokens;
+    float temperature, avg_logprob, compression_ratio, no_speech_prob;
 } choir_segment;
 
 /* One piece of a result. All pointers are valid only during the output

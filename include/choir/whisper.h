@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "choir/error.h"
+#include "choir/model.h"
 #include "choir/mel.h" /* CHOIR_WHISPER_SAMPLE_RATE, _N_SAMPLES, _N_FRAMES */
 #include "choir/safetensors.h"
 
@@ -360,6 +361,7 @@ typedef struct choir_whisper_segment {
     int32_t *tokens;        /* text and timestamp tokens of the segment */
     int n_tokens;
     float avg_logprob, no_speech_prob, temperature, compression_ratio;
+    int64_t seek;           /* mel frame (10 ms) where its window began (openai's seek) */
 } choir_whisper_segment;
 
 typedef struct choir_whisper_transcript {
@@ -405,6 +407,13 @@ typedef struct choir_whisper_transcribe_opts {
     void *progress_user;
     choir_whisper_segment_fn on_segment; /* may be NULL */
     void *segment_user;
+    /* Polled before each window (each round of the lockstep seek loop, each
+     * batch of the batched pipeline); nonzero stops input `input`: its
+     * remaining windows are not decoded and its transcript is left partial.
+     * When every input has stopped, the call returns CHOIR_ECANCELED. May be
+     * NULL. */
+    int (*cancelled)(void *user, int input);
+    void *cancel_user;
 } choir_whisper_transcribe_opts;
 
 void choir_whisper_default_transcribe_opts(choir_whisper_transcribe_opts *o);
@@ -436,6 +445,11 @@ int choir_whisper_transcribe_batch(const choir_whisper *m, const choir_tokenizer
 /* Transcribes pcm[n] (16 kHz mono). The language is params.language, or
  * detected once on the first window. Fills `out` (clear it with
  * choir_whisper_transcript_clear). Returns 0 or a negative code. */
+/* Fills out[0 .. t->n_segments) with the engine's view of t's segments
+ * (choir/model.h: times, text, tokens and decoding figures, pointers into t,
+ * valid while t is). */
+void choir_whisper_segment_views(const choir_whisper_transcript *t, choir_segment *out);
+
 int choir_whisper_transcribe(const choir_whisper *m, const choir_tokenizer *tok, const float *pcm,
                              int64_t n, const choir_whisper_transcribe_opts *o,
                              choir_whisper_transcript *out, choir_err *err);

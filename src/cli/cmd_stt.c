@@ -13,6 +13,7 @@
 #include "choir/pool.h"
 #include "choir/silero.h"
 #include "choir/tokenizer.h"
+#include "choir/transcript.h"
 #include "choir/whisper.h"
 #include "cli/cli.h"
 #include "cli/opt.h"
@@ -33,81 +34,23 @@ static void stt_on_progress(void *user, double done, double total) {
     p->shown = 1;
 }
 
-static void stt_time(FILE *f, double t, char sep) {
-    if (t < 0) t = 0;
-    long ms = lround(t * 1000.0);
-    fprintf(f, "%02ld:%02ld:%02ld%c%03ld", ms / 3600000, ms / 60000 % 60, ms / 1000 % 60, sep, ms % 1000);
-}
-
-static const char *stt_trim(const char *s, int *len) {
-    while (*s == ' ' || *s == '\n' || *s == '\t') s++;
-    int n = (int)strlen(s);
-    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\n' || s[n - 1] == '\t')) n--;
-    *len = n;
-    return s;
-}
-
+/* The transcript in `fmt` through the formatter the server uses too. */
 static int stt_write(FILE *f, const char *fmt, const choir_whisper_transcript *t, bool translate) {
-    int len;
-    const char *text = stt_trim(t->text ? t->text : "", &len);
-    if (strcmp(fmt, "txt") == 0) {
-        fprintf(f, "%.*s\n", len, text);
-    } else if (strcmp(fmt, "srt") == 0 || strcmp(fmt, "vtt") == 0) {
-        bool vtt = fmt[0] == 'v';
-        if (vtt) fprintf(f, "WEBVTT\n\n");
-        for (int i = 0; i < t->n_segments; i++) {
-            const choir_whisper_segment *s = &t->segments[i];
-            int sl;
-            const char *st = stt_trim(s->text, &sl);
-            if (!vtt) fprintf(f, "%d\n", i + 1);
-            stt_time(f, s->start, vtt ? '.' : ',');
-            fprintf(f, " --> ");
-            stt_time(f, s->end, vtt ? '.' : ',');
-            fprintf(f, "\n%.*s\n\n", sl, st);
-        }
-    } else {
-        cJSON *root = cJSON_CreateObject();
-        char *tx = choir_alloc(CHOIR_MEM_IO, (size_t)len + 1);
-        if (!root || !tx) {
-            cJSON_Delete(root);
-            choir_free(tx);
-            return -1;
-        }
-        memcpy(tx, text, (size_t)len);
-        tx[len] = '\0';
-        if (strcmp(fmt, "verbose_json") == 0) {
-            cJSON_AddStringToObject(root, "task", translate ? "translate" : "transcribe");
-            const char *code = choir_whisper_lang_code(t->language);
-            cJSON_AddStringToObject(root, "language", code ? code : "");
-            cJSON_AddNumberToObject(root, "duration", t->duration);
-            cJSON_AddStringToObject(root, "text", tx);
-            cJSON *segs = cJSON_AddArrayToObject(root, "segments");
-            for (int i = 0; segs && i < t->n_segments; i++) {
-                const choir_whisper_segment *s = &t->segments[i];
-                cJSON *o = cJSON_CreateObject();
-                if (!o) break;
-                cJSON_AddNumberToObject(o, "id", i);
-                cJSON_AddNumberToObject(o, "start", round(s->start * 1000) / 1000);
-                cJSON_AddNumberToObject(o, "end", round(s->end * 1000) / 1000);
-                cJSON_AddStringToObject(o, "text", s->text);
-                cJSON *toks = cJSON_AddArrayToObject(o, "tokens");
-                for (int k = 0; toks && k < s->n_tokens; k++)
-                    cJSON_AddItemToArray(toks, cJSON_CreateNumber(s->tokens[k]));
-                cJSON_AddNumberToObject(o, "temperature", s->temperature);
-                cJSON_AddNumberToObject(o, "avg_logprob", s->avg_logprob);
-                cJSON_AddNumberToObject(o, "compression_ratio", s->compression_ratio);
-                cJSON_AddNumberToObject(o, "no_speech_prob", s->no_speech_prob);
-                cJSON_AddItemToArray(segs, o);
-            }
-        } else {
-            cJSON_AddStringToObject(root, "text", tx);
-        }
-        char *js = cJSON_Print(root);
-        if (js) fprintf(f, "%s\n", js);
-        free(js);
-        cJSON_Delete(root);
-        choir_free(tx);
-    }
+    choir_transcript_format tf;
+    if (choir_transcript_format_parse(fmt, &tf) < 0) return -1;
+    choir_segment *segs = choir_calloc(CHOIR_MEM_IO, (size_t)t->n_segments + 1, sizeof *segs);
+    if (!segs) return -1;
+    choir_whisper_segment_views(t, segs);
+    choir_transcript tr = {.text = t->text, .language = choir_whisper_lang_code(t->language),
+                           .duration_s = t->duration, .translate = translate, .segments = segs,
+                           .n_segments = t->n_segments};
+    choir_transcript_opts o = {.pretty = 1};
+    size_t len = 0;
+    char *out = choir_transcript_write(&tr, tf, &o, &len, NULL);
+    choir_free(segs);
+    if (!out) return -1;
+    fwrite(out, 1, len, f);
+    choir_free(out);
     return 0;
 }
 

@@ -9,60 +9,29 @@
 #include "choir/alloc.h"
 #include "choir/audio.h"
 #include "choir/tokenizer.h"
+#include "choir/transcript.h"
 #include "choir/vibevoice.h"
 #include "cli/cli.h"
 
-static void vt_time(FILE *f, double t, char sep) {
-    if (t < 0) t = 0;
-    long ms = lround(t * 1000.0);
-    fprintf(f, "%02ld:%02ld:%02ld%c%03ld", ms / 3600000, ms / 60000 % 60, ms / 1000 % 60, sep, ms % 1000);
-}
-
+/* The transcript in `fmt` through the formatter the server uses too. */
 static int vt_write(FILE *f, const char *fmt, const choir_vibevoice_result *r) {
-    if (strcmp(fmt, "txt") == 0) {
-        fprintf(f, "%s\n", r->text);
-        return 0;
+    choir_transcript_format tf;
+    if (choir_transcript_format_parse(fmt, &tf) < 0) return -1;
+    choir_segment *segs = choir_calloc(CHOIR_MEM_IO, (size_t)r->n_segments + 1, sizeof *segs);
+    if (!segs) return -1;
+    for (int i = 0; i < r->n_segments; i++) {
+        const choir_vibevoice_segment *s = &r->segments[i];
+        segs[i] = (choir_segment){.start_s = s->start, .end_s = s->end, .text = s->text,
+                                  .has_speaker = s->speaker >= 0, .speaker = s->speaker};
     }
-    if (strcmp(fmt, "srt") == 0 || strcmp(fmt, "vtt") == 0) {
-        int vtt = fmt[0] == 'v';
-        if (vtt) fprintf(f, "WEBVTT\n\n");
-        for (int i = 0; i < r->n_segments; i++) {
-            const choir_vibevoice_segment *s = &r->segments[i];
-            if (!vtt) fprintf(f, "%d\n", i + 1);
-            vt_time(f, s->start, vtt ? '.' : ',');
-            fprintf(f, " --> ");
-            vt_time(f, s->end, vtt ? '.' : ',');
-            if (s->speaker < 0) fprintf(f, "\n%s\n\n", s->text);
-            else if (vtt) fprintf(f, "\n<v Speaker %d>%s\n\n", s->speaker, s->text);
-            else fprintf(f, "\n[Speaker %d] %s\n\n", s->speaker, s->text);
-        }
-        return 0;
-    }
-    cJSON *root = cJSON_CreateObject();
-    if (!root) return -1;
-    if (strcmp(fmt, "verbose_json") == 0) {
-        cJSON_AddStringToObject(root, "task", "transcribe");
-        cJSON_AddNumberToObject(root, "duration", r->duration);
-        cJSON_AddStringToObject(root, "text", r->text);
-        cJSON *segs = cJSON_AddArrayToObject(root, "segments");
-        for (int i = 0; segs && i < r->n_segments; i++) {
-            const choir_vibevoice_segment *s = &r->segments[i];
-            cJSON *o = cJSON_CreateObject();
-            if (!o) break;
-            cJSON_AddNumberToObject(o, "id", i);
-            cJSON_AddNumberToObject(o, "start", s->start);
-            cJSON_AddNumberToObject(o, "end", s->end);
-            if (s->speaker >= 0) cJSON_AddNumberToObject(o, "speaker", s->speaker);
-            cJSON_AddStringToObject(o, "text", s->text);
-            cJSON_AddItemToArray(segs, o);
-        }
-    } else {
-        cJSON_AddStringToObject(root, "text", r->text);
-    }
-    char *js = cJSON_Print(root);
-    if (js) fprintf(f, "%s\n", js);
-    free(js);
-    cJSON_Delete(root);
+    choir_transcript t = {.text = r->text, .duration_s = r->duration, .segments = segs, .n_segments = r->n_segments};
+    choir_transcript_opts o = {.pretty = 1};
+    size_t len = 0;
+    char *out = choir_transcript_write(&t, tf, &o, &len, NULL);
+    choir_free(segs);
+    if (!out) return -1;
+    fwrite(out, 1, len, f);
+    choir_free(out);
     return 0;
 }
 

@@ -14,6 +14,7 @@
 #include "choir/encode.h"
 #include "choir/jobqueue.h"
 #include "choir/json.h"
+#include "choir/transcript.h"
 #include "choir/whisper.h"
 
 /* Largest text file a tts job reads: far beyond any sensible job, small
@@ -85,10 +86,28 @@ typedef struct job_result {
     int64_t n_samples, cap_samples;
     int sample_rate;
     int oom;
+    /* stt: the final output written in `stt_format` (choir/transcript.h) */
+    int stt;
+    choir_transcript_format stt_format;
+    double duration_s;
+    char *formatted;
+    size_t formatted_len;
 } job_result;
 
 static int collect_output(void *user, const choir_output *out) {
     job_result *r = user;
+    if (r->stt && out->final && out->status == 0) {
+        /* the output's pointers live only during this call: format now */
+        choir_transcript t = {.text = out->text, .language = out->language, .duration_s = r->duration_s,
+                              .segments = out->segments, .n_segments = out->n_segments};
+        choir_transcript_opts o = {.pretty = 0};
+        choir_free(r->formatted);
+        r->formatted = choir_transcript_write(&t, r->stt_format, &o, &r->formatted_len, NULL);
+        if (!r->formatted) {
+            r->oom = 1;
+            return 1;
+        }
+    }
     for (int i = 0; i < out->n_segments; i++) {
         cJSON *s = cJSON_CreateObject();
         if (!s) {
@@ -242,6 +261,20 @@ int choir_jobqueue_execute(choir_engine *engine, const choir_jobspec *spec, cons
             job.req.in.vad.min_speech_ms = (int)choir_json_int(opt, "min_speech_ms", 0);
             job.req.in.vad.min_silence_ms = (int)choir_json_int(opt, "min_silence_ms", 0);
         } else if (strcmp(spec->task, "stt") == 0) {
+            /* The transcript is written as the server answers it: in the
+             * format the option names, else the one the output's extension
+             * names (.srt, .vtt, .txt), else verbose_json. */
+            const char *named = choir_json_str(opt, "response_format", NULL);
+            const char *dot = strrchr(spec->output, '.');
+            res.stt = 1;
+            res.stt_format = CHOIR_TRANSCRIPT_VERBOSE_JSON;
+            res.duration_s = (double)audio.frames / CHOIR_RATE_STT;
+            if (named && choir_transcript_format_parse(named, &res.stt_format) < 0) {
+                rc = choir_err_set(err, CHOIR_EINVAL, "unknown response_format '%s'", named);
+                goto done;
+            }
+            if (!named && dot && (strcmp(dot, ".srt") == 0 || strcmp(dot, ".vtt") == 0 || strcmp(dot, ".txt") == 0))
+                choir_transcript_format_parse(dot + 1, &res.stt_format);
             job.req.task = CHOIR_TASK_STT;
             job.req.in.stt.samples = audio.samples;
             job.req.in.stt.n_samples = audio.frames;
@@ -287,7 +320,29 @@ int choir_jobqueue_execute(choir_engine *engine, const choir_jobspec *spec, cons
         rc = choir_err_set(err, CHOIR_ENOMEM, "out of memory gathering the result");
         goto done;
     }
-    if (job.req.task == CHOIR_TASK_VAD || job.req.task == CHOIR_TASK_STT) {
+    if (job.req.task == CHOIR_TASK_STT) {
+        if (!res.formatted) {
+            rc = choir_err_set(err, CHOIR_EINTERNAL, "the model produced no transcript");
+            goto done;
+        }
+        if (res.stt_format == CHOIR_TRANSCRIPT_VERBOSE_JSON || res.stt_format == CHOIR_TRANSCRIPT_JSON) {
+            /* JSON results also name their input, as every job result does */
+            cJSON *root = cJSON_ParseWithLength(res.formatted, res.formatted_len);
+            char *json = root && cJSON_AddStringToObject(root, "input", spec->input) ? cJSON_PrintUnformatted(root)
+                                                                                   : NULL;
+            cJSON_Delete(root);
+            if (!json) {
+                rc = choir_err_set(err, CHOIR_ENOMEM, "out of memory");
+                goto done;
+            }
+            size_t n = strlen(json);
+            json[n] = '\n'; /* replaces the NUL: the file ends with a newline */
+            rc = choir_jobqueue_write_file(spec->output, json, n + 1, err);
+            cJSON_free(json);
+        } else {
+            rc = choir_jobqueue_write_file(spec->output, res.formatted, res.formatted_len, err);
+        }
+    } else if (job.req.task == CHOIR_TASK_VAD) {
         rc = write_json_result(spec, &res, err);
     } else {
         if (res.n_samples == 0 || res.sample_rate <= 0) {
@@ -305,6 +360,7 @@ done:
     choir_free(text);
     choir_free(res.text);
     choir_free(res.samples);
+    choir_free(res.formatted);
     cJSON_Delete(res.segments);
     cJSON_Delete(opt);
     choir_audio_clear(&audio);

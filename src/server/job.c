@@ -27,6 +27,16 @@ srv_job *srv_job_create(choir_server *s, srv_job_kind kind)
     return j;
 }
 
+/* The job's copies of the segments' text and tokens go. */
+static void clear_segments(srv_job *j)
+{
+    for (int i = 0; i < j->n_segments; i++) {
+        choir_free((char *)j->segments[i].text);
+        choir_free((int32_t *)j->segments[i].tokens);
+    }
+    j->n_segments = 0;
+}
+
 void srv_job_free(srv_job *j)
 {
     if (!j)
@@ -48,8 +58,7 @@ void srv_job_destroy(srv_job *j)
     /* first: after this no output callback can run on the job */
     choir_ticket_free(j->ticket);
     choir_encoder_free(j->encoder);
-    for (int i = 0; i < j->n_segments; i++)
-        choir_free(j->segments[i].text);
+    clear_segments(j);
     choir_free(j->segments);
     choir_free(j->out);
     choir_free(j->sse_scratch);
@@ -240,7 +249,7 @@ static void add_segments(const srv_job *j, cJSON *ev, int from)
         return;
     cJSON *arr = cJSON_AddArrayToObject(ev, "segments");
     for (int i = from; arr && i < j->n_segments; i++) {
-        const srv_segment *sg = &j->segments[i];
+        const choir_segment *sg = &j->segments[i];
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "id", i);
         cJSON_AddNumberToObject(o, "start", sg->start_s);
@@ -263,11 +272,8 @@ static void on_text(srv_job *j, const choir_output *out)
         j->text_len = 0;
         if (j->text)
             j->text[0] = '\0';
-        if (out->n_segments > 0) {
-            for (int i = 0; i < j->n_segments; i++)
-                choir_free(j->segments[i].text);
-            j->n_segments = 0;
-        }
+        if (out->n_segments > 0)
+            clear_segments(j);
     }
     if (grow_append(&j->text, &j->text_len, &j->text_cap, t, strlen(t)) < 0)
         job_fail(j, CHOIR_ENOMEM, "out of memory");
@@ -276,7 +282,7 @@ static void on_text(srv_job *j, const choir_output *out)
     for (int i = 0; i < out->n_segments; i++) {
         if (j->n_segments == j->cap_segments) {
             int cap = j->cap_segments ? 2 * j->cap_segments : 16;
-            srv_segment *grown = choir_realloc(j->segments, (size_t)cap * sizeof *grown);
+            choir_segment *grown = choir_realloc(j->segments, (size_t)cap * sizeof *grown);
             if (!grown) {
                 job_fail(j, CHOIR_ENOMEM, "out of memory");
                 break;
@@ -284,20 +290,27 @@ static void on_text(srv_job *j, const choir_output *out)
             j->segments = grown;
             j->cap_segments = cap;
         }
+        /* the output's pointers live only during this call: copies */
         const choir_segment *in = &out->segments[i];
-        srv_segment *sg = &j->segments[j->n_segments];
+        choir_segment *sg = &j->segments[j->n_segments];
+        *sg = *in;
         sg->start_s = srv_spans_map(j->spans, j->n_spans, in->start_s);
         sg->end_s = srv_spans_map(j->spans, j->n_spans, in->end_s);
-        sg->probability = in->probability;
-        sg->has_speaker = in->has_speaker;
-        sg->speaker = in->speaker;
         size_t n = in->text ? strlen(in->text) : 0;
-        sg->text = choir_alloc(CHOIR_MEM_IO, n + 1);
-        if (!sg->text) {
+        char *text = choir_alloc(CHOIR_MEM_IO, n + 1);
+        int32_t *tokens = in->n_tokens > 0 ? choir_alloc(CHOIR_MEM_IO, (size_t)in->n_tokens * sizeof *tokens) : NULL;
+        if (!text || (in->n_tokens > 0 && !tokens)) {
+            choir_free(text);
+            choir_free(tokens);
             job_fail(j, CHOIR_ENOMEM, "out of memory");
             break;
         }
-        memcpy(sg->text, in->text ? in->text : "", n + 1);
+        memcpy(text, in->text ? in->text : "", n + 1);
+        if (tokens)
+            memcpy(tokens, in->tokens, (size_t)in->n_tokens * sizeof *tokens);
+        sg->text = text;
+        sg->tokens = tokens;
+        sg->n_tokens = tokens ? in->n_tokens : 0;
         j->n_segments++;
     }
     if (!out->final) {

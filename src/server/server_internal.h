@@ -15,6 +15,7 @@
 #include "choir/encode.h"
 #include "choir/engine.h"
 #include "choir/server.h"
+#include "choir/transcript.h"
 
 struct cJSON;
 
@@ -235,12 +236,6 @@ typedef enum srv_job_kind {
     SRV_JOB_TRANSCRIPT = 1  /* STT text and segments */
 } srv_job_kind;
 
-typedef struct srv_segment {
-    double start_s, end_s;
-    float probability;
-    char *text;
-    int has_speaker, speaker;
-} srv_segment;
 
 /* One piece of speech kept by VAD chunking (chunking.c): `len_s` seconds
  * from `from_s` in the upload, at `at_s` in the audio the model hears. */
@@ -273,7 +268,7 @@ typedef struct srv_job {
     /* transcript */
     char *text;        /* the whole transcript so far */
     size_t text_len, text_cap;
-    srv_segment *segments;
+    choir_segment *segments; /* copies: text and tokens owned by the job */
     int n_segments, cap_segments;
     char language[16];
     /* inputs borrowed by the engine until the ticket finishes */
@@ -360,9 +355,9 @@ int srv_chunking_apply(choir_server *s, struct MHD_Connection *c, const srv_chun
 /* A time in the chunked audio mapped back to the upload's clock. */
 double srv_spans_map(const srv_span *spans, int n, double t);
 
-/* Formats a transcript as "text", "srt", "vtt", "json" or "verbose_json"
- * into a choir_alloc'd string (NULL on out of memory). */
-char *srv_format_transcript(const srv_job *j, const char *format, int translate, double duration_s);
+/* Formats a finished STT job's transcript (choir/transcript.h) into a
+ * choir_alloc'd string (NULL on out of memory). */
+char *srv_format_transcript(const srv_job *j, choir_transcript_format format, int translate, double duration_s);
 
 /* 1 when `spec` is a voice name or a mix of names ("a", "a(2)+b", "a,b"):
  * names of letters, digits, '_', '-', '.' (not first), weights of digits

@@ -25,119 +25,15 @@ static char *dup_field(const choir_multipart_part *p)
     return d;
 }
 
-/* "HH:MM:SS,mmm" (srt) or "HH:MM:SS.mmm" (vtt). */
-static void fmt_time(char *out, size_t cap, double s, char sep)
+char *srv_format_transcript(const srv_job *j, choir_transcript_format format, int translate, double duration_s)
 {
-    long long ms = (long long)(s * 1000.0 + 0.5);
-    if (ms < 0)
-        ms = 0;
-    snprintf(out, cap, "%02lld:%02lld:%02lld%c%03lld", ms / 3600000, ms / 60000 % 60, ms / 1000 % 60, sep, ms % 1000);
-}
-
-static const char *skip_space(const char *t)
-{
-    while (*t == ' ')
-        t++;
-    return t;
-}
-
-static char *format_cues(const srv_job *j, int vtt, double duration_s)
-{
-    srv_segment whole = {.start_s = 0, .end_s = duration_s, .text = (char *)srv_job_transcript(j)};
-    const srv_segment *segs = j->n_segments ? j->segments : &whole;
-    int n = j->n_segments ? j->n_segments : 1;
-    size_t cap = 16;
-    for (int i = 0; i < n; i++)
-        cap += strlen(segs[i].text) + 96;
-    char *out = choir_alloc(CHOIR_MEM_IO, cap);
-    if (!out)
-        return NULL;
-    size_t len = 0;
-    if (vtt)
-        len += (size_t)snprintf(out + len, cap - len, "WEBVTT\n\n");
-    for (int i = 0; i < n; i++) {
-        char a[32], b[32];
-        fmt_time(a, sizeof a, segs[i].start_s, vtt ? '.' : ',');
-        fmt_time(b, sizeof b, segs[i].end_s, vtt ? '.' : ',');
-        if (!vtt)
-            len += (size_t)snprintf(out + len, cap - len, "%d\n", i + 1);
-        if (segs[i].has_speaker && vtt)
-            len += (size_t)snprintf(out + len, cap - len, "%s --> %s\n<v Speaker %d>%s\n\n", a, b, segs[i].speaker,
-                                    skip_space(segs[i].text));
-        else if (segs[i].has_speaker)
-            len += (size_t)snprintf(out + len, cap - len, "%s --> %s\n[Speaker %d] %s\n\n", a, b, segs[i].speaker,
-                                    skip_space(segs[i].text));
-        else
-            len += (size_t)snprintf(out + len, cap - len, "%s --> %s\n%s\n\n", a, b, skip_space(segs[i].text));
-    }
-    return out;
-}
-
-static char *json_string(cJSON *o)
-{
-    char *t = o ? cJSON_PrintUnformatted(o) : NULL;
-    cJSON_Delete(o);
-    if (!t)
-        return NULL;
-    size_t n = strlen(t);
-    char *out = choir_alloc(CHOIR_MEM_IO, n + 1);
-    if (out)
-        memcpy(out, t, n + 1);
-    cJSON_free(t);
-    return out;
-}
-
-char *srv_format_transcript(const srv_job *j, const char *format, int translate, double duration_s)
-{
-    const char *text = srv_job_transcript(j);
-    if (strcmp(format, "srt") == 0 || strcmp(format, "vtt") == 0)
-        return format_cues(j, format[0] == 'v', duration_s);
-    if (strcmp(format, "text") == 0) {
-        size_t n = strlen(text);
-        char *out = choir_alloc(CHOIR_MEM_IO, n + 2);
-        if (out) {
-            memcpy(out, text, n);
-            memcpy(out + n, "\n", 2);
-        }
-        return out;
-    }
-    cJSON *o = cJSON_CreateObject();
-    if (strcmp(format, "verbose_json") == 0) {
-        cJSON_AddStringToObject(o, "task", translate ? "translate" : "transcribe");
-        cJSON_AddStringToObject(o, "language", j->language[0] ? j->language : "unknown");
-        cJSON_AddNumberToObject(o, "duration", duration_s);
-        cJSON_AddStringToObject(o, "text", text);
-        cJSON *segs = cJSON_AddArrayToObject(o, "segments");
-        for (int i = 0; i < j->n_segments; i++) {
-            const srv_segment *sg = &j->segments[i];
-            cJSON *e = cJSON_CreateObject();
-            cJSON_AddNumberToObject(e, "id", i);
-            cJSON_AddNumberToObject(e, "seek", 0);
-            cJSON_AddNumberToObject(e, "start", sg->start_s);
-            cJSON_AddNumberToObject(e, "end", sg->end_s);
-            cJSON_AddStringToObject(e, "text", sg->text);
-            if (sg->has_speaker)
-                cJSON_AddNumberToObject(e, "speaker", sg->speaker);
-            cJSON_AddArrayToObject(e, "tokens");
-            cJSON_AddNumberToObject(e, "temperature", 0);
-            cJSON_AddNumberToObject(e, "avg_logprob", sg->probability > 0 ? log(sg->probability) : 0);
-            cJSON_AddNumberToObject(e, "compression_ratio", 0);
-            cJSON_AddNumberToObject(e, "no_speech_prob", 0);
-            cJSON_AddItemToArray(segs, e);
-        }
-    } else {
-        cJSON_AddStringToObject(o, "text", text);
-    }
-    return json_string(o);
-}
-
-static const char *mime_of(const char *format)
-{
-    if (strcmp(format, "text") == 0 || strcmp(format, "srt") == 0)
-        return "text/plain; charset=utf-8";
-    if (strcmp(format, "vtt") == 0)
-        return "text/vtt; charset=utf-8";
-    return "application/json";
+    choir_transcript t = {.text = srv_job_transcript(j),
+                          .language = j->language[0] ? j->language : NULL,
+                          .duration_s = duration_s,
+                          .translate = translate,
+                          .segments = j->segments,
+                          .n_segments = j->n_segments};
+    return choir_transcript_write(&t, format, NULL, NULL, NULL);
 }
 
 typedef struct decode_admit {
@@ -226,9 +122,9 @@ enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection 
         ret = srv_reply_error(s, c, 400, "model", NULL, "\"model\" is required");
         goto done;
     }
-    const char *format = fmt_p && fmt_p->len ? fmt_p->data : "json";
-    if (strcmp(format, "json") && strcmp(format, "text") && strcmp(format, "srt") && strcmp(format, "vtt") &&
-        strcmp(format, "verbose_json")) {
+    choir_transcript_format format = CHOIR_TRANSCRIPT_JSON;
+    if (fmt_p && fmt_p->len && (strcmp(fmt_p->data, "txt") == 0 ||
+                                choir_transcript_format_parse(fmt_p->data, &format) < 0)) {
         ret = srv_reply_error(s, c, 400, "response_format", NULL,
                               "\"response_format\" must be json, text, srt, vtt or verbose_json");
         goto done;
@@ -303,7 +199,7 @@ enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection 
             goto done;
         }
         body_text = srv_format_transcript(j, format, translate, duration_s);
-        ret = body_text ? srv_reply(s, c, 200, mime_of(format), body_text, strlen(body_text))
+        ret = body_text ? srv_reply(s, c, 200, choir_transcript_format_mime(format), body_text, strlen(body_text))
                         : srv_reply_error(s, c, 500, NULL, NULL, "out of memory");
         goto done;
     }
@@ -318,7 +214,7 @@ enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection 
     job.req.in.stt.prompt = j->prompt;
     job.req.in.stt.translate = translate;
     job.req.in.stt.temperature = temperature;
-    job.req.in.stt.timestamps = strcmp(format, "json") != 0 && strcmp(format, "text") != 0;
+    job.req.in.stt.timestamps = format != CHOIR_TRANSCRIPT_JSON && format != CHOIR_TRANSCRIPT_TEXT;
     int submitted;
     ret = srv_job_submit(j, &job, c, &submitted);
     if (!submitted)
@@ -338,7 +234,7 @@ enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection 
     if (!body_text)
         ret = srv_reply_error(s, c, 500, NULL, NULL, "out of memory");
     else
-        ret = srv_reply(s, c, 200, mime_of(format), body_text, strlen(body_text));
+        ret = srv_reply(s, c, 200, choir_transcript_format_mime(format), body_text, strlen(body_text));
 done:
     choir_free(body_text);
     choir_audio_clear(&audio);

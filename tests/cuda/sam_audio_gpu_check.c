@@ -82,7 +82,10 @@ static void check_ops(choir_backend *cpu, choir_backend *gpu) {
     choir_op_sam_elu(c.s, xc, n), choir_op_sam_elu(g.s, xg, n);
     dev_get(&c, yc, xc, n), dev_get(&g, yg, xg, n);
     report("op sam_elu", rel(yg, yc, n), 1e-6);
-    /* pads */
+    /* pads: a copy, so exact, from the same input on both sides (xc and xg
+     * differ by now, by the rounding of snake and elu) */
+    choir_op_upload(c.s, xc, x, (size_t)n * sizeof(float));
+    choir_op_upload(g.s, xg, x, (size_t)n * sizeof(float));
     for (int reflect = 0; reflect < 2; reflect++) {
         int64_t l = 5, r = 9, To = (l + T + r) * C;
         float *pc = choir_stream_floats(c.s, To, "pad"), *pg = choir_stream_floats(g.s, To, "pad");

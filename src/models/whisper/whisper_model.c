@@ -153,12 +153,7 @@ static int whisper_opts(choir_request *req, choir_whisper_transcribe_opts *o, in
 static int whisper_emit(choir_request *req, choir_whisper_transcript *t) {
     choir_segment *segs = choir_calloc(CHOIR_MEM_IO, (size_t)(t->n_segments + 1), sizeof *segs);
     if (!segs) return CHOIR_ENOMEM;
-    for (int i = 0; i < t->n_segments; i++) {
-        segs[i].start_s = t->segments[i].start;
-        segs[i].end_s = t->segments[i].end;
-        segs[i].text = t->segments[i].text;
-        segs[i].probability = expf(t->segments[i].avg_logprob);
-    }
+    choir_whisper_segment_views(t, segs);
     /* The transcript without its leading space, as the OpenAI API returns it. */
     const char *text = t->text ? t->text : "";
     while (*text == ' ') text++;
@@ -181,10 +176,19 @@ static int whisper_on_segment(void *user, int input, const choir_whisper_segment
     whisper_group *g = user;
     choir_request *req = g->reqs[input];
     if (!req->stream) return 0;
-    choir_segment cs = {.start_s = seg->start, .end_s = seg->end, .text = seg->text, .probability = expf(seg->avg_logprob)};
+    choir_whisper_transcript one = {.segments = (choir_whisper_segment *)seg, .n_segments = 1};
+    choir_segment cs;
+    choir_whisper_segment_views(&one, &cs);
     choir_output out = {.final = 0, .text = seg->text, .segments = &cs, .n_segments = 1};
     int rc = choir_request_emit(req, &out);
     return rc != 0 && g->n == 1;
+}
+
+/* A request whose caller went away (a client that hung up) stops being
+ * decoded at its next window, whatever it is batched with. */
+static int whisper_cancelled(void *user, int input) {
+    whisper_group *g = user;
+    return choir_request_cancelled(g->reqs[input]);
 }
 
 static bool whisper_same_group(const choir_request *a, const choir_request *b) {
@@ -230,12 +234,17 @@ static int whisper_run_batch_locked(whisper_weights *w, choir_request *const *re
         whisper_group wg = {grp, ng};
         o.on_segment = whisper_on_segment;
         o.segment_user = &wg;
+        o.cancelled = whisper_cancelled;
+        o.cancel_user = &wg;
         choir_err e = {0};
         int rc = choir_whisper_transcribe_batch(w->m, w->tok, in, ng, &o, t, &e);
         if (rc == CHOIR_ECANCELED) continue; /* the engine finishes cancelled requests */
         if (rc == CHOIR_ENOMEM) return choir_err_set(err, rc, "%s", e.msg);
         for (int k = 0; k < ng; k++) {
-            if (rc) choir_request_fail(grp[k], rc, "%s", e.msg);
+            /* a cancelled request's partial transcript is dropped: the
+             * engine finishes it as cancelled */
+            if (choir_request_cancelled(grp[k])) choir_whisper_transcript_clear(&t[k]);
+            else if (rc) choir_request_fail(grp[k], rc, "%s", e.msg);
             else if (whisper_emit(grp[k], &t[k])) rc = CHOIR_ENOMEM;
             choir_whisper_transcript_clear(&t[k]);
         }

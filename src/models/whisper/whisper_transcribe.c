@@ -2,6 +2,7 @@
  * (faster-whisper's / WhisperX's pipeline) over VAD spans or fixed windows.
  * ../shared/specs/whisper.md §7. */
 #include <ctype.h>
+#include <math.h>
 #include <string.h>
 
 #include "choir/alloc.h"
@@ -22,6 +23,7 @@ typedef struct wt_state {
     int n_all, cap_all;
     int n_initial;       /* tokens of the initial prompt */
     int input;           /* index of this recording in the call */
+    int64_t seek;        /* mel frame where the window being split began */
     const choir_whisper_transcribe_opts *opts;
 } wt_state;
 
@@ -114,6 +116,7 @@ static int wt_segment(wt_state *s, const choir_whisper_result *r, const int32_t 
     g->no_speech_prob = r->no_speech_prob;
     g->temperature = r->temperature;
     g->compression_ratio = r->compression_ratio;
+    g->seek = s->seek;
     t->n_segments++;
     rc = wt_push_tokens(s, tokens, n, err);
     if (!rc && s->opts && s->opts->on_segment &&
@@ -189,7 +192,13 @@ typedef struct wt_seek {
     int64_t total, content, seek;
     int prompt_reset_since;
     int language;
+    bool stopped; /* its caller cancelled it */
 } wt_seek;
+
+/* Polls opts->cancelled for input i; true when it is to stop. */
+static bool wt_cancelled(const choir_whisper_transcribe_opts *o, int i) {
+    return o->cancelled && o->cancelled(o->cancel_user, i) != 0;
+}
 
 /* openai's seek loop over n inputs in lockstep: each input moves through its
  * own windows exactly as it would alone (its own mel, prompt, seek and
@@ -234,9 +243,13 @@ static int wt_sequential(wt_state *st, const choir_whisper_input *in, int n_in,
         langs[i] = q->language;
     }
     for (;;) {
-        int na = 0;
-        for (int i = 0; i < n_in && !rc; i++)
-            if (sk[i].seek < sk[i].content) active[na++] = i;
+        int na = 0, n_stopped = 0;
+        for (int i = 0; i < n_in && !rc; i++) {
+            if (!sk[i].stopped && sk[i].seek < sk[i].content && wt_cancelled(o, i)) sk[i].stopped = true;
+            n_stopped += sk[i].stopped;
+            if (!sk[i].stopped && sk[i].seek < sk[i].content) active[na++] = i;
+        }
+        if (!rc && n_stopped == n_in) rc = choir_err_set(err, CHOIR_ECANCELED, "whisper: transcription cancelled");
         if (rc || na == 0) break;
         for (int j = 0; j < na; j++) {
             wt_seek *q = &sk[active[j]];
@@ -260,6 +273,7 @@ static int wt_sequential(wt_state *st, const choir_whisper_input *in, int n_in,
             wt_state *s = &st[active[j]];
             int seg = (int)(q->content - q->seek < F ? q->content - q->seek : F), advance = seg;
             if (!rc && !wt_skip_silence(p, &res[j])) {
+                s->seek = q->seek;
                 rc = wt_split(s, &res[j], (double)q->seek / WT_FRAMES_PER_S, seg, false, &advance, err);
                 if (!o->condition_on_previous_text || res[j].temperature > 0.5f) q->prompt_reset_since = s->n_all;
             }
@@ -383,8 +397,27 @@ static int wt_batched(wt_state *st, const choir_whisper_input *in, int n_in,
         choir_whisper_cross_free(cross[0]);
         cross[0] = NULL;
     }
-    for (int64_t b0 = 0; b0 < n_items && !rc; b0 += B) {
+    bool *stopped = choir_calloc(CHOIR_MEM_OTHER, (size_t)n_in, sizeof *stopped);
+    if (!stopped) rc = wt_oom(err);
+    /* b0: the first item not yet decoded; items of inputs that stopped are
+     * dropped from the list before each batch is taken. */
+    int64_t b0 = 0;
+    while (b0 < n_items && !rc) {
+        int n_stopped = 0;
+        for (int i = 0; i < n_in; i++) {
+            if (!stopped[i] && wt_cancelled(o, i)) stopped[i] = true;
+            n_stopped += stopped[i];
+        }
+        if (n_stopped == n_in) {
+            rc = choir_err_set(err, CHOIR_ECANCELED, "whisper: transcription cancelled");
+            break;
+        }
+        int64_t kept = b0;
+        for (int64_t q = b0; q < n_items; q++)
+            if (!stopped[items[q].input]) items[kept++] = items[q];
+        n_items = kept;
         int nb = (int)(n_items - b0 < B ? n_items - b0 : B);
+        if (nb == 0) break;
         for (int j = 0; j < nb && !rc; j++) {
             const wt_item *it = &items[b0 + j];
             rc = wt_item_mel(&in[it->input], it, n_mels, chunk, mels + (size_t)j * n_mels * F, err);
@@ -396,6 +429,7 @@ static int wt_batched(wt_state *st, const choir_whisper_input *in, int n_in,
         for (int j = 0; j < nb; j++) {
             const wt_item *it = &items[b0 + j];
             int adv;
+            st[it->input].seek = it->span.start / 160;
             if (!rc && !wt_skip_silence(p, &res[j]))
                 rc = wt_split(&st[it->input], &res[j], (double)it->span.start / CHOIR_WHISPER_SAMPLE_RATE,
                               (int)((it->span.end - it->span.start + 159) / 160), true, &adv, err);
@@ -405,7 +439,9 @@ static int wt_batched(wt_state *st, const choir_whisper_input *in, int n_in,
         if (!rc && o->progress)
             o->progress(o->progress_user, (double)done_samples / CHOIR_WHISPER_SAMPLE_RATE,
                         (double)total_samples / CHOIR_WHISPER_SAMPLE_RATE);
+        b0 += nb;
     }
+    choir_free(stopped);
 done:
     choir_free(items);
     choir_free(mels);
@@ -481,6 +517,17 @@ int choir_whisper_transcribe_batch(const choir_whisper *m, const choir_tokenizer
     choir_free(st);
     choir_free(langs);
     return rc;
+}
+
+void choir_whisper_segment_views(const choir_whisper_transcript *t, choir_segment *out) {
+    for (int i = 0; i < t->n_segments; i++) {
+        const choir_whisper_segment *g = &t->segments[i];
+        out[i] = (choir_segment){.start_s = g->start, .end_s = g->end, .text = g->text,
+                                 .probability = expf(g->avg_logprob), .has_decoding = 1, .seek = g->seek,
+                                 .tokens = g->tokens, .n_tokens = g->n_tokens, .temperature = g->temperature,
+                                 .avg_logprob = g->avg_logprob, .compression_ratio = g->compression_ratio,
+                                 .no_speech_prob = g->no_speech_prob};
+    }
 }
 
 int choir_whisper_transcribe(const choir_whisper *m, const choir_tokenizer *tok, const float *pcm,
