@@ -319,7 +319,8 @@ for _ in $(seq 50); do
 done
 req 503 "$H/health"
 grep -q '"code":"degraded"' "$TMP/body" || fail "health under memory pressure: $(cat "$TMP/body")"
-curl -s "$H/metrics" | grep -qx 'choir_degraded 1' || fail "metrics do not show the degraded engine"
+page=$(curl -s "$H/metrics") # whole first: grep -q under pipefail can fail curl with SIGPIPE
+grep -qx 'choir_degraded 1' <<<"$page" || fail "metrics do not show the degraded engine"
 
 # usage errors
 "$BIN" serve >/dev/null 2>&1; [ $? = 2 ] || fail "serve without --models: exit code"

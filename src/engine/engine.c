@@ -634,7 +634,15 @@ static void run_one_batch(choir_engine *e, sched_action *a)
         if (!tickets[i]->dispatch_ns)
             tickets[i]->dispatch_ns = t0;
     }
-    int rc = w ? 0 : (err.code ? err.code : CHOIR_EIO);
+    /* A model that cannot load is the server's failure, not the request's:
+     * whatever the loader's code (a bad file reads as EFORMAT), the requests
+     * fail with CHOIR_EIO and say which model. */
+    if (!w) {
+        char why[CHOIR_ERR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", err.msg);
+        choir_err_set(&err, CHOIR_EIO, "model '%s' could not be loaded: %s", e->models[a->model].id, why);
+    }
+    int rc = w ? 0 : CHOIR_EIO;
     int64_t peak = 0;
     choir_arena *arena = NULL;
     if (w) {
