@@ -192,9 +192,6 @@ typedef struct choir_whisper_gpu_opts {
     bool graphs;     /* replay the per-token decoder step from CUDA graphs (true) */
     bool tf32;       /* f32 products (attention scores, convolutions) on TF32 tensor cores
                         (choir_cuda_set_tf32): for bf16 models; false keeps them f32 */
-    bool ops;        /* the encoder runs the forward written over backend operations
-                        (choir/backend.h), the CPU's own code, instead of whisper_cuda.c's
-                        (false: issue #21, until a GPU run shows it holds parity) */
 } choir_whisper_gpu_opts;
 
 /* device 0, f32 as stored, 8 windows, graphs on, TF32 off. */

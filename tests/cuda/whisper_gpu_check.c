@@ -170,13 +170,9 @@ static int argmax(const float *x, int n) {
     return b;
 }
 
-/* Attach with opts.ops: the encoder over backend operations (whisper_enc.c). */
-static bool g_ops;
-
 static int attach(choir_whisper *m, int bf16, bool graphs, int max_windows) {
     choir_whisper_gpu_opts o;
     choir_whisper_default_gpu_opts(&o);
-    o.ops = g_ops;
     o.bf16 = bf16;
     o.tf32 = bf16; /* bf16 bounds also cover TF32 attention and convolutions */
     o.graphs = graphs;
@@ -203,14 +199,13 @@ static void encoder_case(const float *mel, const float *ref, int n, int bf16, do
     if (bf16 && choir_whisper_encode(&m, mel, n, cpu, &err)) printf("cpu encode: %s\n", err.msg);
     if (!attach(&m, bf16, true, 2)) {
         if (choir_whisper_encode(&m, mel, n, got, &err)) {
-            report(false, "whisper encoder%s %s weights: %s", g_ops ? " (backend ops)" : "",
-                   bf16 ? "bf16" : "f32", err.msg);
+            report(false, "whisper encoder %s weights: %s", bf16 ? "bf16" : "f32", err.msg);
         } else {
             double e = rel_l2(got, bf16 ? cpu : ref, out_n);
             report(e <= tol,
-                   "whisper encoder%s %s weights, %d windows in passes of 2: rel_l2 %.3e "
+                   "whisper encoder %s weights, %d windows in passes of 2: rel_l2 %.3e "
                    "(tol %.0e)",
-                   g_ops ? " (backend ops)" : "", bf16 ? "bf16" : "f32", n, e, tol);
+                   bf16 ? "bf16" : "f32", n, e, tol);
         }
         choir_whisper_gpu_detach(&m);
     }
@@ -435,12 +430,10 @@ static void full_decode_case(void) {
     }
     p.beam_size = 1;
     if ((rc = decode2(&m, mel, NULL, true, &p, dev, &err))) {
-        report(false, "full decode from the GPU encoder%s: %s", g_ops ? " (backend ops)" : "",
-               err.msg);
+        report(false, "full decode from the GPU encoder: %s", err.msg);
     } else {
         bool ok = same_tokens(&dev[0], &cpu[0][0]) && same_tokens(&dev[1], &cpu[0][1]);
-        report(ok, "GPU encoder%s -> device cross K/V -> greedy decode: tokens identical to CPU",
-               g_ops ? " (backend ops)" : "");
+        report(ok, "GPU encoder -> device cross K/V -> greedy decode: tokens identical to CPU");
     }
     /* Every cache and sequence is freed: the pools keep their slots, so the
      * device holds what it held after the first run. */
@@ -480,13 +473,6 @@ int main(void) {
         encoder_case(mel, ref, 3, 0, 1e-5);
         g_rng = 0x2545F4914F6CDD1Dull;
         encoder_case(mel, ref, 3, 1, 1e-2);
-        /* The same through the forward over backend operations. */
-        g_ops = true;
-        g_rng = 0x2545F4914F6CDD1Dull;
-        encoder_case(mel, ref, 3, 0, 1e-5);
-        g_rng = 0x2545F4914F6CDD1Dull;
-        encoder_case(mel, ref, 3, 1, 1e-2);
-        g_ops = false;
         choir_free(mel), choir_free(ref);
     }
     decoder_case(1, 0, 1e-4);
@@ -494,9 +480,6 @@ int main(void) {
     decoder_case(4, 1, 2e-2);
     all_positions_case();
     full_decode_case();
-    g_ops = true;
-    full_decode_case();
-    g_ops = false;
     choir_backend_free(g_cpu_backend);
     printf("%d of %d checks passed\n", g_cases - g_failures, g_cases);
     return g_failures ? 1 : 0;

@@ -403,7 +403,6 @@ int choir_bench_whisper(int argc, char **argv) {
     bool cuda = false, gpu_bf16 = false, dtype_set = false, batch_set = false, rules_only = false;
     bool decoder_only = false;
     int tf32 = -1; /* -1: on when the device weights are not f32 */
-    bool gpu_ops = false; /* the encoder through the forward over backend operations */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0) {
@@ -411,7 +410,7 @@ int choir_bench_whisper(int argc, char **argv) {
                    "       [--threads N] [--dtype f32|f16|bf16] [--steps N] [--audio-s S]\n"
                    "       [--window-tokens N] [--batch N[,N...]]\n"
                    "       [--backend cpu|cuda] [--device N] [--gpu-dtype f32|bf16] [--tf32 on|off]\n"
-                   "       [--gpu-encoder own|ops] [--rules-only] [--decoder-only]\n\n"
+                   "       [--rules-only] [--decoder-only]\n\n"
                    "Encoder ms per 30-s window, decoder ms per step at batch 1, 5, 8 (GPU: 1, 8,\n"
                    "32), the real-time factor of batched long-form decoding (--audio-s of audio\n"
                    "in 30-s windows, --window-tokens greedy tokens each, --batch windows at a\n"
@@ -422,9 +421,7 @@ int choir_bench_whisper(int argc, char **argv) {
                    "also measures the card's bf16 matmul and copy ceilings and reports the\n"
                    "encoder's TFLOP/s and the decoder's weight GB/s against them. --tf32 (default:\n"
                    "on unless the device weights are f32) runs f32 products (attention scores,\n"
-                   "convolutions) on TF32 tensor cores. --gpu-encoder ops runs the GPU encoder\n"
-                   "through the forward written over backend operations (choir_whisper_gpu_opts.ops;\n"
-                   "default own: whisper_cuda.c's). --rules-only times only the host's\n"
+                   "convolutions) on TF32 tensor cores. --rules-only times only the host's\n"
                    "decoding rules per step (filters, timestamp rules, log-softmax, greedy pick,\n"
                    "beam top-K) on random logits of the --dims vocabulary at 1, 8 and 32 windows\n"
                    "(beam 5: 5 rows each), before and after their fusion, --steps steps.\n"
@@ -478,12 +475,6 @@ int choir_bench_whisper(int argc, char **argv) {
                 return 2;
             }
             tf32 = strcmp(v, "on") == 0;
-        } else if (strcmp(a, "--gpu-encoder") == 0) {
-            if (strcmp(v, "own") != 0 && strcmp(v, "ops") != 0) {
-                fprintf(stderr, "choir bench whisper: --gpu-encoder is own or ops\n");
-                return 2;
-            }
-            gpu_ops = strcmp(v, "ops") == 0;
         } else if (strcmp(a, "--dtype") == 0) {
             dtype_set = true;
             if (strcmp(v, "f32") == 0) dt = CHOIR_DTYPE_F32;
@@ -506,7 +497,6 @@ int choir_bench_whisper(int argc, char **argv) {
     (void)device;
     (void)gpu_bf16;
     (void)tf32;
-    (void)gpu_ops;
     if (cuda) {
         fprintf(stderr, "choir bench whisper: --backend cuda: this build has no CUDA backend "
                         "(configure with -DCHOIR_CUDA=ON)\n");
@@ -563,7 +553,6 @@ int choir_bench_whisper(int argc, char **argv) {
         go.device = device;
         go.bf16 = gpu_bf16;
         go.tf32 = tf32 >= 0 ? tf32 != 0 : (dt != CHOIR_DTYPE_F32 || gpu_bf16);
-        go.ops = gpu_ops;
         t0 = choir_now_s();
         if (choir_whisper_gpu_attach(m, &go, &err)) goto fail;
         choir_cuda *cu = choir_whisper_gpu_context(m);

@@ -3,11 +3,12 @@
  * caches (the decoder step is whisper_cuda_dec.c). Built with CHOIR_HAVE_CUDA;
  * without it the public functions say so.
  *
- * The encoder is the computation of choir_whisper_encode (whisper_net.c),
- * block by block, with every linear layer multiplying all windows' rows at
- * once (n * 1500 rows) and attention per window. A window's cross K/V are
- * computed from its encoder rows where they lie on the device and kept in a
- * slot of the cross pool until its cache is freed. */
+ * The encoder is the forward written over backend operations
+ * (whisper_enc.c), the CPU's own code, run on the CUDA backend over
+ * max_windows windows per pass (every linear layer multiplies all windows'
+ * rows at once). A window's cross K/V are computed from its encoder rows
+ * where they lie on the device and kept in a slot of the cross pool until
+ * its cache is freed. */
 #include "choir/whisper.h"
 
 #ifdef CHOIR_HAVE_CUDA
@@ -103,8 +104,8 @@ static wh_block view_enc_block(const wg_block *b) {
     return v;
 }
 
-/* opts.ops: the encoder's weights as the forward over backend operations
- * reads them, and a stream with one pass's memory. */
+/* The encoder's weights as the forward over backend operations
+ * (whisper_enc.c) reads them, and a stream with one pass's memory. */
 static int ops_encoder_init(choir_whisper_gpu *g, choir_err *err) {
     const choir_whisper_dims *D = &g->m->dims;
     int64_t W = g->opts.max_windows, A = D->n_audio_ctx, d = D->d_model;
@@ -262,19 +263,6 @@ void choir_whisper_default_gpu_opts(choir_whisper_gpu_opts *o) {
     o->graphs = true;
 }
 
-static size_t act_floats(const choir_whisper_dims *D, int W) {
-    size_t d = (size_t)D->d_model, A = (size_t)D->n_audio_ctx, F = CHOIR_WHISPER_N_FRAMES;
-    return (size_t)W * (size_t)D->n_mels * F + d * F + d * A +
-           (size_t)W * A * (6 * d + (size_t)D->ffn_dim);
-}
-
-/* The residual stream of a pass over W windows (after mel and conv areas). */
-static float *act_x(const choir_whisper_gpu *g, int W) {
-    const choir_whisper_dims *D = &g->m->dims;
-    size_t d = (size_t)D->d_model, A = (size_t)D->n_audio_ctx, F = CHOIR_WHISPER_N_FRAMES;
-    return (float *)g->act.ptr + (size_t)W * (size_t)D->n_mels * F + d * F + d * A;
-}
-
 static void gpu_free(choir_whisper_gpu *g) {
     if (!g) return;
     choir_cuda *cu = g->cu;
@@ -286,14 +274,13 @@ static void gpu_free(choir_whisper_gpu *g) {
         if (g->enc)
             for (int l = 0; l < g->m->dims.n_audio_layer; l++) wg_block_free(cu, &g->enc[l]);
         choir_cuda_buf *bufs[] = {&g->conv1_w, &g->conv1_b,  &g->conv2_w,  &g->conv2_b,
-                                  &g->enc_pos, &g->enc_ln_g, &g->enc_ln_b, &g->act};
+                                  &g->enc_pos, &g->enc_ln_g, &g->enc_ln_b};
         for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
             choir_cuda_buf_free(cu, bufs[i]);
         pool_free(cu, &g->self);
         pool_free(cu, &g->cross);
-        /* With opts.ops the context is the backend's. */
-        if (g->be) choir_backend_free(g->be);
-        else choir_cuda_free(cu);
+        /* The context is the backend's. */
+        choir_backend_free(g->be);
     }
     choir_free(g->enc);
     choir_free(g);
@@ -315,20 +302,14 @@ int choir_whisper_gpu_attach(choir_whisper *m, const choir_whisper_gpu_opts *o, 
         choir_whisper_default_gpu_opts(&g->opts);
     if (g->opts.max_windows < 1) g->opts.max_windows = 1;
     int rc = 0;
-    if (g->opts.ops) {
-        /* The weights are uploaded below as ever (bf16 by opts.bf16); the
-         * backend gives the context everything runs on. */
-        choir_backend_cuda_opts bo = {.device = g->opts.device, .tf32 = g->opts.tf32};
-        if (!(g->be = choir_backend_cuda(&bo, err))) {
-            rc = err && err->code ? err->code : CHOIR_ENOTFOUND;
-            goto fail;
-        }
-        g->cu = choir_backend_cuda_context(g->be);
-    } else if (!(g->cu = choir_cuda_init(g->opts.device, err))) {
+    /* The weights are uploaded below (bf16 by opts.bf16); the backend gives
+     * the context everything runs on. */
+    choir_backend_cuda_opts bo = {.device = g->opts.device, .tf32 = g->opts.tf32};
+    if (!(g->be = choir_backend_cuda(&bo, err))) {
         rc = err && err->code ? err->code : CHOIR_ENOTFOUND;
         goto fail;
     }
-    if (g->opts.tf32 && (rc = choir_cuda_set_tf32(g->cu, true, err))) goto fail;
+    g->cu = choir_backend_cuda_context(g->be);
     g->enc = choir_calloc(CHOIR_MEM_OTHER, (size_t)(D->n_audio_layer > 0 ? D->n_audio_layer : 1),
                           sizeof(wg_block));
     if (!g->enc) {
@@ -346,11 +327,7 @@ int choir_whisper_gpu_attach(choir_whisper *m, const choir_whisper_gpu_opts *o, 
     for (int l = 0; l < D->n_audio_layer; l++)
         if ((rc = enc_block_up(g, &m->enc[l], d, ffn, &g->enc[l], err))) goto fail;
     if ((rc = wg_dec_upload(g, err))) goto fail;
-    if (g->opts.ops ? (rc = ops_encoder_init(g, err))
-                    : (rc = choir_cuda_buf_alloc(g->cu,
-                                                 act_floats(D, g->opts.max_windows) * sizeof(float),
-                                                 &g->act, err)))
-        goto fail;
+    if ((rc = ops_encoder_init(g, err))) goto fail;
     g->self.slot_floats = (int64_t)D->n_text_layer * D->n_text_ctx * d;
     g->cross.slot_floats = (int64_t)D->n_text_layer * D->n_audio_ctx * d;
     if ((rc = choir_cuda_scratch_reserve(g->cu, wg_scratch_need(g, g->rows_cap), err))) goto fail;
@@ -400,76 +377,15 @@ int choir_whisper_gpu_get_stats(const choir_whisper *m, choir_whisper_gpu_stats 
 
 /* --- the encoder ------------------------------------------------------------- */
 
-/* One pass over W <= max_windows windows already uploaded to the mel area. */
-static int encode_pass(choir_whisper_gpu *g, int W, choir_err *err) {
-    const choir_whisper_dims *D = &g->m->dims;
-    choir_cuda *cu = g->cu;
-    int64_t d = D->d_model, A = D->n_audio_ctx, F = CHOIR_WHISPER_N_FRAMES, ffn = D->ffn_dim;
-    int64_t rows = (int64_t)W * A, Dh = d / D->n_head;
-    float scale = 1.0f / sqrtf((float)Dh);
-    float *mel = (float *)g->act.ptr, *c1 = mel + (int64_t)W * D->n_mels * F, *c2 = c1 + d * F;
-    float *x = c2 + d * A, *h = x + rows * d, *q = h + rows * d, *k = q + rows * d;
-    float *v = k + rows * d, *att = v + rows * d, *hid = att + rows * d;
-    int rc = 0;
-
-    /* Conv stem per window: GELU(conv1) [d, F], GELU(conv2, stride 2) [d, A],
-     * then time-major into the residual stream with positions added. */
-    for (int b = 0; b < W && !rc; b++) {
-        const float *X = mel + (int64_t)b * D->n_mels * F;
-        if ((rc = choir_cuda_conv1d(cu, X, D->n_mels, F, wg_ptr(&g->conv1_w), wg_ptr(&g->conv1_b),
-                                    d, 3, 1, 1, 1, 1, c1, err)) ||
-            (rc = choir_cuda_gelu_erf(cu, c1, d * F, err)) ||
-            (rc = choir_cuda_conv1d(cu, c1, d, F, wg_ptr(&g->conv2_w), wg_ptr(&g->conv2_b), d, 3, 2,
-                                    1, 1, 1, c2, err)) ||
-            (rc = choir_cuda_gelu_erf(cu, c2, d * A, err)) ||
-            (rc = choir_cuda_transpose_add(cu, c2, d, A, wg_ptr(&g->enc_pos),
-                                           x + (int64_t)b * A * d, err)))
-            return rc;
-    }
-    for (int l = 0; l < D->n_audio_layer; l++) {
-        const wg_block *B = &g->enc[l];
-        if ((rc = choir_cuda_layer_norm(cu, x, h, rows, d, wg_ptr(&B->attn_ln_g),
-                                        wg_ptr(&B->attn_ln_b), WG_LN_EPS, err)) ||
-            (rc = choir_cuda_linear(cu, h, rows, &B->q, wg_ptr(&B->bq), q, err)) ||
-            (rc = choir_cuda_linear(cu, h, rows, &B->k, NULL, k, err)) ||
-            (rc = choir_cuda_linear(cu, h, rows, &B->v, wg_ptr(&B->bv), v, err)))
-            return rc;
-        for (int b = 0; b < W; b++) {
-            int64_t off = (int64_t)b * A * d;
-            rc = choir_cuda_attention(cu, q + off, d, k + off, d, v + off, d, att + off, d, A, A,
-                                      D->n_head, Dh, scale, NULL, false, err);
-            if (rc) return rc;
-        }
-        if ((rc = choir_cuda_linear(cu, att, rows, &B->o, wg_ptr(&B->bo), q, err)) ||
-            (rc = choir_cuda_add(cu, x, q, x, rows * d, err)) ||
-            (rc = choir_cuda_layer_norm(cu, x, h, rows, d, wg_ptr(&B->mlp_ln_g),
-                                        wg_ptr(&B->mlp_ln_b), WG_LN_EPS, err)) ||
-            (rc = choir_cuda_linear(cu, h, rows, &B->fc1, wg_ptr(&B->fc1_b), hid, err)) ||
-            (rc = choir_cuda_gelu_erf(cu, hid, rows * ffn, err)) ||
-            (rc = choir_cuda_linear(cu, hid, rows, &B->fc2, wg_ptr(&B->fc2_b), h, err)) ||
-            (rc = choir_cuda_add(cu, x, h, x, rows * d, err)))
-            return rc;
-    }
-    return choir_cuda_layer_norm(cu, x, x, rows, d, wg_ptr(&g->enc_ln_g), wg_ptr(&g->enc_ln_b),
-                                 WG_LN_EPS, err);
-}
-
 /* Uploads W windows' mel and runs a pass over them (the rows stay on the
  * device: enc_rows). */
 static int encode_in(choir_whisper_gpu *g, const float *mel, int W, choir_err *err) {
     const choir_whisper_dims *D = &g->m->dims;
     size_t bytes = (size_t)W * (size_t)D->n_mels * CHOIR_WHISPER_N_FRAMES * sizeof(float);
-    if (g->be) {
-        choir_op_upload(g->enc_stream, g->enc_mel, mel, bytes);
-        wh_encode_windows(g->enc_stream, &g->net, D, g->enc_mel, W, g->enc_x);
-        return ops_status(g, err);
-    }
-    int rc = choir_cuda_upload(g->cu, &g->act, 0, mel, bytes, err);
-    return rc ? rc : encode_pass(g, W, err);
+    choir_op_upload(g->enc_stream, g->enc_mel, mel, bytes);
+    wh_encode_windows(g->enc_stream, &g->net, D, g->enc_mel, W, g->enc_x);
+    return ops_status(g, err);
 }
-
-/* The rows of the last pass over W windows, on the device. */
-static float *enc_rows(const choir_whisper_gpu *g, int W) { return g->be ? g->enc_x : act_x(g, W); }
 
 int wg_encode(choir_whisper_gpu *g, const float *mel, int n, float *out, choir_err *err) {
     const choir_whisper_dims *D = &g->m->dims;
@@ -479,14 +395,11 @@ int wg_encode(choir_whisper_gpu *g, const float *mel, int n, float *out, choir_e
     for (int b0 = 0; b0 < n; b0 += g->opts.max_windows) {
         int W = n - b0 < g->opts.max_windows ? n - b0 : g->opts.max_windows;
         int rc = encode_in(g, mel + (size_t)b0 * mel_win, W, err);
-        if (!rc && g->be) {
+        if (!rc) {
             choir_op_download(g->enc_stream, out + (size_t)b0 * out_win, g->enc_x,
                               (size_t)W * out_win * sizeof(float));
             rc = ops_status(g, err);
-        } else if (!rc)
-            rc = choir_cuda_download(g->cu, out + (size_t)b0 * out_win, &g->act,
-                                     (size_t)((char *)act_x(g, W) - (char *)g->act.ptr),
-                                     (size_t)W * out_win * sizeof(float), err);
+        }
         if (rc) {
             choir_err_prefix(err, "whisper gpu");
             return rc;
@@ -542,7 +455,7 @@ int wg_encode_cross(choir_whisper_gpu *g, const float *mel, int n, choir_whisper
             choir_err_prefix(err, "whisper gpu");
             return rc;
         }
-        const float *x = enc_rows(g, W);
+        const float *x = g->enc_x;
         for (int b = 0; b < W; b++)
             if (!(cross[b0 + b] = cross_from_device(g, x + (size_t)b * (size_t)(A * d), err)))
                 return err && err->code ? err->code : CHOIR_ENOMEM;
@@ -557,15 +470,9 @@ choir_whisper_cross *wg_cross_create(choir_whisper_gpu *g, const float *enc_out,
         choir_err_prefix(err, "whisper gpu");
         return NULL;
     }
-    if (g->be) {
-        choir_op_upload(g->enc_stream, g->enc_x, enc_out, bytes);
-        if (ops_status(g, err)) return NULL;
-    } else if (choir_cuda_upload(g->cu, &g->act, (size_t)((char *)act_x(g, 1) - (char *)g->act.ptr),
-                                 enc_out, bytes, err)) {
-        choir_err_prefix(err, "whisper gpu");
-        return NULL;
-    }
-    return cross_from_device(g, enc_rows(g, 1), err);
+    choir_op_upload(g->enc_stream, g->enc_x, enc_out, bytes);
+    if (ops_status(g, err)) return NULL;
+    return cross_from_device(g, g->enc_x, err);
 }
 
 void wg_cross_free(choir_whisper_cross *c) {

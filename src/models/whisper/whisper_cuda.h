@@ -47,10 +47,6 @@ struct choir_whisper_gpu {
     choir_cuda_buf enc_pos;          /* [A, d] */
     choir_cuda_buf enc_ln_g, enc_ln_b;
     wg_block *enc;                   /* [n_audio_layer] */
-    /* Encoder activations for max_windows windows (W): mel [W, n_mels, F];
-     * conv scratch c1 [d, F], c2 [d, A] (one window at a time); the residual
-     * stream x and h, q, k, v, att [W*A, d]; the MLP hidden [W*A, ffn]. */
-    choir_cuda_buf act;
 
     /* decoder */
     wg_block *dec;                   /* [n_text_layer] */
@@ -73,11 +69,11 @@ struct choir_whisper_gpu {
         size_t bytes;
     } lent[WG_MAX_LENT];
     choir_cuda_graph **graphs;       /* [rows_cap + 1], by batch size */
-    /* opts.ops: the encoder runs the forward written over backend operations
+    /* The encoder runs the forward written over backend operations
      * (whisper_enc.c) on `be`, whose context is `cu`. `net` views the device
      * weights above as that forward reads them (net_enc: the encoder
      * blocks); `enc_stream` holds a pass's mel [W, n_mels, F] and rows
-     * [W, A, d] (enc_mel, enc_x) and its working memory. act is unused. */
+     * [W, A, d] (enc_mel, enc_x) and its working memory. */
     choir_backend *be;
     wh_net net;
     wh_block *net_enc;
