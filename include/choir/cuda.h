@@ -371,9 +371,9 @@ int choir_cuda_group_norm(choir_cuda *cu, const float *x, float *y, int64_t B, i
 int choir_cuda_rope(choir_cuda *cu, float *x, int64_t rows, int64_t ld, int n_head, int64_t Dh,
                     int64_t rot_dims, const int32_t *pos, float theta, bool interleaved,
                     choir_err *err);
-/* out[r, :] = row ids[r] of W (f32, f16 or bf16; quantized tables are
- * CHOIR_EUNSUPPORTED); ids device int32 [n]; an id outside the table gives
- * a row of zeros. */
+/* out[r, :] = row ids[r] of W (f32, f16, bf16 or MLX-quantized, dequantized
+ * as choir_weight_row_f32); ids device int32 [n]; an id outside the table
+ * gives a row of zeros. */
 int choir_cuda_rows_gather(choir_cuda *cu, const choir_cuda_weight *W, const int32_t *ids,
                            int64_t n, float *out, choir_err *err);
 /* rows x cols floats, row strides ldd and lds (device to device, async). */

@@ -453,6 +453,24 @@ static void check_gather(void) {
         cmp(names[i], dout, ref, 7 * d, 0);
         choir_backend_weights_free(ws);
     }
+    /* MLX-quantized tables (a quantized model's token embedding): the same
+     * dequantization, up to the rounding of s q + b. */
+    static const int qbits[3] = {4, 8, 3}, qgroup[3] = {64, 32, 128};
+    static const choir_dtype qsb[3] = {CHOIR_DTYPE_BF16, CHOIR_DTYPE_F16, CHOIR_DTYPE_F32};
+    static const char *qnames[3] = {"rows_gather q4 g64", "rows_gather q8 g32",
+                                    "rows_gather q3 g128"};
+    for (int i = 0; i < 3; i++) {
+        int64_t qd = 128;
+        choir_weight w = make_weight(CHOIR_WEIGHT_QUANT, V, qd, qbits[i], qgroup[i], qsb[i]);
+        choir_backend_weights *ws = choir_backend_weights_create(g_gpu, &err);
+        choir_weight dw;
+        choir_backend_weight_exact(ws, &w, &dw);
+        float *ref = hmem(7 * (size_t)qd * 4), *dout = dzero(7 * qd);
+        choir_op_rows_gather(g_cs, &w, ids, 7, ref);
+        choir_op_rows_gather(g_gs, &dw, dids, 7, dout);
+        cmp(qnames[i], dout, ref, 7 * qd, TOL_F32);
+        choir_backend_weights_free(ws);
+    }
     case_end();
 }
 

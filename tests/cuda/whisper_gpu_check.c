@@ -1,4 +1,4 @@
-/* Whisper on the GPU (whisper_cuda.c, whisper_cuda_dec.c) against the CPU
+/* Whisper on the GPU (the forward over backend operations on the CUDA backend, whisper_cuda.c placing it) against the CPU
  * network on a small random model: 80 mel bins, d_model 64, 4 heads, 2
  * encoder and 2 decoder layers, MLP 256, the real 1500-position window, 448
  * text positions and the multilingual vocabulary (51865, so that the special

@@ -1,14 +1,10 @@
-/* Whisper on the CUDA backend: attaching a model to a GPU, its weights on
- * the device, the batched encoder, the cross-attention K/V and the pools of
- * caches (the decoder step is whisper_cuda_dec.c). Built with CHOIR_HAVE_CUDA;
- * without it the public functions say so.
- *
- * The encoder is the forward written over backend operations
- * (whisper_enc.c), the CPU's own code, run on the CUDA backend over
- * max_windows windows per pass (every linear layer multiplies all windows'
- * rows at once). A window's cross K/V are computed from its encoder rows
- * where they lie on the device and kept in a slot of the cross pool until
- * its cache is freed. */
+/* Whisper on the CUDA backend: attaching a model to a GPU places its
+ * memory there, and from then on the forward written over backend
+ * operations (whisper_enc.c, whisper_dec.c), the CPU's own code, runs on a
+ * CUDA backend. What is here is only placement: the weights uploaded
+ * through the backend, the pools the caches are slots of, the streams and
+ * the decoder's step buffers, pinned logits. Built with CHOIR_HAVE_CUDA;
+ * without it the public functions say so. */
 #include "choir/whisper.h"
 
 #ifdef CHOIR_HAVE_CUDA
@@ -20,224 +16,103 @@
 #include "choir/cuda.h"
 #include "models/whisper/whisper_cuda.h"
 
-int wg_vec_up(choir_cuda *cu, const float *host, int64_t n, choir_cuda_buf *out, choir_err *err) {
-    memset(out, 0, sizeof(*out));
-    if (!host) return 0;
-    int rc = choir_cuda_buf_alloc(cu, (size_t)n * sizeof(float), out, err);
-    if (rc) return rc;
-    return choir_cuda_upload(cu, out, 0, host, (size_t)n * sizeof(float), err);
+/* --- weights ---------------------------------------------------------------- */
+
+/* One block on the device (the cross members for decoder blocks). */
+static void block_up(choir_backend_weights *ws, const wh_block *h, int64_t d, int64_t ffn,
+                     bool dec, wh_block *b) {
+    memset(b, 0, sizeof *b);
+    b->attn_ln_g = choir_backend_vec(ws, h->attn_ln_g, d);
+    b->attn_ln_b = choir_backend_vec(ws, h->attn_ln_b, d);
+    b->mlp_ln_g = choir_backend_vec(ws, h->mlp_ln_g, d);
+    b->mlp_ln_b = choir_backend_vec(ws, h->mlp_ln_b, d);
+    const wh_attn *ha[2] = {&h->attn, &h->cross};
+    wh_attn *ba[2] = {&b->attn, &b->cross};
+    for (int i = 0; i < (dec ? 2 : 1); i++) {
+        choir_backend_weight(ws, &ha[i]->q, &ba[i]->q);
+        choir_backend_weight(ws, &ha[i]->k, &ba[i]->k);
+        choir_backend_weight(ws, &ha[i]->v, &ba[i]->v);
+        choir_backend_weight(ws, &ha[i]->o, &ba[i]->o);
+        ba[i]->bq = choir_backend_vec(ws, ha[i]->bq, d);
+        ba[i]->bv = choir_backend_vec(ws, ha[i]->bv, d);
+        ba[i]->bo = choir_backend_vec(ws, ha[i]->bo, d);
+    }
+    if (dec) {
+        b->cross_ln_g = choir_backend_vec(ws, h->cross_ln_g, d);
+        b->cross_ln_b = choir_backend_vec(ws, h->cross_ln_b, d);
+    }
+    choir_backend_weight(ws, &h->fc1, &b->fc1);
+    b->fc1_b = choir_backend_vec(ws, h->fc1_b, ffn);
+    choir_backend_weight(ws, &h->fc2, &b->fc2);
+    b->fc2_b = choir_backend_vec(ws, h->fc2_b, d);
 }
 
-int wg_weight_up(choir_whisper_gpu *g, const choir_weight *w, choir_cuda_weight *out,
-                 choir_err *err) {
-    int rc = g->opts.bf16 && w->kind == CHOIR_WEIGHT_F32
-                 ? choir_cuda_weight_upload_as(g->cu, w, CHOIR_WEIGHT_BF16, out, err)
-                 : choir_cuda_weight_upload(g->cu, w, out, err);
-    if (!rc) g->weight_bytes += (int64_t)choir_cuda_weight_bytes(out);
+static int weights_up(choir_whisper_gpu *g, choir_err *err) {
+    const choir_whisper *m = g->m;
+    const choir_whisper_dims *D = &m->dims;
+    int64_t d = D->d_model, ffn = D->ffn_dim;
+    if (!(g->ws = choir_backend_weights_create(g->be, err))) return CHOIR_ENOMEM;
+    g->enc = choir_calloc(CHOIR_MEM_OTHER, (size_t)(D->n_audio_layer > 0 ? D->n_audio_layer : 1),
+                          sizeof(wh_block));
+    g->dec = choir_calloc(CHOIR_MEM_OTHER, (size_t)(D->n_text_layer > 0 ? D->n_text_layer : 1),
+                          sizeof(wh_block));
+    if (!g->enc || !g->dec) return choir_err_set(err, CHOIR_ENOMEM, "out of host memory");
+    choir_backend_weights *ws = g->ws;
+    wh_net *w = &g->net;
+    *w = (wh_net){.be = g->be, .enc_windows = g->opts.max_windows, .enc = g->enc, .dec = g->dec};
+    w->conv1_w = choir_backend_vec(ws, m->conv1_w, d * D->n_mels * 3);
+    w->conv1_b = choir_backend_vec(ws, m->conv1_b, d);
+    w->conv2_w = choir_backend_vec(ws, m->conv2_w, d * d * 3);
+    w->conv2_b = choir_backend_vec(ws, m->conv2_b, d);
+    w->enc_pos = choir_backend_vec(ws, m->enc_pos, (int64_t)D->n_audio_ctx * d);
+    w->enc_ln_g = choir_backend_vec(ws, m->enc_ln_g, d);
+    w->enc_ln_b = choir_backend_vec(ws, m->enc_ln_b, d);
+    for (int l = 0; l < D->n_audio_layer; l++) block_up(ws, &m->enc[l], d, ffn, false, &g->enc[l]);
+    choir_backend_weight(ws, &m->tok_emb, &w->tok_emb);
+    w->dec_pos = choir_backend_vec(ws, m->dec_pos, (int64_t)D->n_text_ctx * d);
+    for (int l = 0; l < D->n_text_layer; l++) block_up(ws, &m->dec[l], d, ffn, true, &g->dec[l]);
+    w->dec_ln_g = choir_backend_vec(ws, m->dec_ln_g, d);
+    w->dec_ln_b = choir_backend_vec(ws, m->dec_ln_b, d);
+    return choir_backend_weights_status(ws, err);
+}
+
+const wh_net *wg_net(const choir_whisper_gpu *g) { return &g->net; }
+
+/* --- streams ------------------------------------------------------------------- */
+
+choir_stream *wg_stream_open(choir_whisper_gpu *g, size_t work, choir_err *err) {
+    if (choir_cuda_make_current(g->cu, err)) return NULL;
+    if (work > g->enc_reserved) {
+        if (choir_stream_reserve(g->enc_stream, work, 0, err)) return NULL;
+        g->enc_reserved = work;
+    }
+    g->enc_mark = choir_stream_mark(g->enc_stream);
+    return g->enc_stream;
+}
+
+int wg_stream_done(choir_whisper_gpu *g, int rc, choir_err *err) {
+    choir_stream *s = g->enc_stream;
+    choir_err e = {0};
+    int st = choir_stream_sync(s, &e);
+    if (st) choir_stream_clear(s);
+    choir_stream_release(s, g->enc_mark);
+    if (!rc && st) {
+        rc = st;
+        if (err) *err = e;
+    }
+    if (rc) choir_err_prefix(err, "whisper gpu");
     return rc;
 }
 
-/* A vector counted as weights. */
-static int vec_w(choir_whisper_gpu *g, const float *host, int64_t n, choir_cuda_buf *out,
-                 choir_err *err) {
-    int rc = wg_vec_up(g->cu, host, n, out, err);
-    if (!rc) g->weight_bytes += (int64_t)out->bytes;
-    return rc;
-}
-
-void wg_block_free(choir_cuda *cu, wg_block *b) {
-    choir_cuda_buf *vecs[] = {&b->attn_ln_g, &b->attn_ln_b, &b->cross_ln_g, &b->cross_ln_b,
-                              &b->mlp_ln_g,  &b->mlp_ln_b,  &b->bq,         &b->bv,
-                              &b->bo,        &b->xbq,       &b->xbv,        &b->xbo,
-                              &b->fc1_b,     &b->fc2_b};
-    for (size_t i = 0; i < sizeof(vecs) / sizeof(vecs[0]); i++) choir_cuda_buf_free(cu, vecs[i]);
-    choir_cuda_weight *ws[] = {&b->q,  &b->k,  &b->v,  &b->o,   &b->xq,
-                               &b->xk, &b->xv, &b->xo, &b->fc1, &b->fc2};
-    for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++) choir_cuda_weight_free(cu, ws[i]);
-}
-
-static int enc_block_up(choir_whisper_gpu *g, const wh_block *h, int64_t d, int64_t ffn,
-                        wg_block *b, choir_err *err) {
-    int rc;
-    if ((rc = vec_w(g, h->attn_ln_g, d, &b->attn_ln_g, err)) ||
-        (rc = vec_w(g, h->attn_ln_b, d, &b->attn_ln_b, err)) ||
-        (rc = vec_w(g, h->mlp_ln_g, d, &b->mlp_ln_g, err)) ||
-        (rc = vec_w(g, h->mlp_ln_b, d, &b->mlp_ln_b, err)) ||
-        (rc = vec_w(g, h->attn.bq, d, &b->bq, err)) ||
-        (rc = vec_w(g, h->attn.bv, d, &b->bv, err)) ||
-        (rc = vec_w(g, h->attn.bo, d, &b->bo, err)) ||
-        (rc = vec_w(g, h->fc1_b, ffn, &b->fc1_b, err)) ||
-        (rc = vec_w(g, h->fc2_b, d, &b->fc2_b, err)) ||
-        (rc = wg_weight_up(g, &h->attn.q, &b->q, err)) ||
-        (rc = wg_weight_up(g, &h->attn.k, &b->k, err)) ||
-        (rc = wg_weight_up(g, &h->attn.v, &b->v, err)) ||
-        (rc = wg_weight_up(g, &h->attn.o, &b->o, err)) ||
-        (rc = wg_weight_up(g, &h->fc1, &b->fc1, err)) ||
-        (rc = wg_weight_up(g, &h->fc2, &b->fc2, err)))
-        return rc;
-    return 0;
-}
-
-/* A device weight as the backend operations take it (a view). */
-static choir_weight view_w(const choir_cuda_weight *c) {
-    return (choir_weight){.kind = c->kind,
-                          .rows = c->rows,
-                          .cols = c->cols,
-                          .data = c->data.ptr,
-                          .scales = c->scales.ptr,
-                          .biases = c->biases.ptr,
-                          .sb_dtype = c->sb_dtype,
-                          .bits = c->bits,
-                          .group_size = c->group_size};
-}
-
-static wh_block view_enc_block(const wg_block *b) {
-    wh_block v;
-    memset(&v, 0, sizeof v);
-    v.attn_ln_g = wg_ptr(&b->attn_ln_g), v.attn_ln_b = wg_ptr(&b->attn_ln_b);
-    v.attn.q = view_w(&b->q), v.attn.k = view_w(&b->k), v.attn.v = view_w(&b->v);
-    v.attn.o = view_w(&b->o);
-    v.attn.bq = wg_ptr(&b->bq), v.attn.bv = wg_ptr(&b->bv), v.attn.bo = wg_ptr(&b->bo);
-    v.mlp_ln_g = wg_ptr(&b->mlp_ln_g), v.mlp_ln_b = wg_ptr(&b->mlp_ln_b);
-    v.fc1 = view_w(&b->fc1), v.fc1_b = wg_ptr(&b->fc1_b);
-    v.fc2 = view_w(&b->fc2), v.fc2_b = wg_ptr(&b->fc2_b);
-    return v;
-}
-
-/* The encoder's weights as the forward over backend operations
- * (whisper_enc.c) reads them, and a stream with one pass's memory. */
-static int ops_encoder_init(choir_whisper_gpu *g, choir_err *err) {
-    const choir_whisper_dims *D = &g->m->dims;
-    int64_t W = g->opts.max_windows, A = D->n_audio_ctx, d = D->d_model;
-    int64_t mel = W * D->n_mels * CHOIR_WHISPER_N_FRAMES, rows = W * A * d;
-    g->net_enc = choir_calloc(CHOIR_MEM_OTHER, (size_t)(D->n_audio_layer > 0 ? D->n_audio_layer : 1),
-                              sizeof(wh_block));
-    if (!g->net_enc) return choir_err_set(err, CHOIR_ENOMEM, "out of host memory");
-    for (int l = 0; l < D->n_audio_layer; l++) g->net_enc[l] = view_enc_block(&g->enc[l]);
-    g->net = (wh_net){.be = g->be,
-                      .enc_windows = (int)W,
-                      .conv1_w = wg_ptr(&g->conv1_w),
-                      .conv1_b = wg_ptr(&g->conv1_b),
-                      .conv2_w = wg_ptr(&g->conv2_w),
-                      .conv2_b = wg_ptr(&g->conv2_b),
-                      .enc_pos = wg_ptr(&g->enc_pos),
-                      .enc = g->net_enc,
-                      .enc_ln_g = wg_ptr(&g->enc_ln_g),
-                      .enc_ln_b = wg_ptr(&g->enc_ln_b)};
-    if (!(g->enc_stream = choir_stream_create(g->be, err))) return CHOIR_ENOMEM;
-    size_t work = (size_t)(mel + rows) * sizeof(float) + 1024 + wh_enc_work_bytes(D, W);
-    int rc = choir_stream_reserve(g->enc_stream, work, 0, err);
-    if (rc) return rc;
-    g->enc_mel = choir_stream_floats(g->enc_stream, mel, "whisper gpu: encoder mel");
-    g->enc_x = choir_stream_floats(g->enc_stream, rows, "whisper gpu: encoder rows");
-    return choir_stream_status(g->enc_stream, err);
-}
-
-/* The stream's first error into err (prefixed), cleared from the stream. */
-static int ops_status(choir_whisper_gpu *g, choir_err *err) {
-    int rc = choir_stream_status(g->enc_stream, err);
-    if (rc) choir_stream_clear(g->enc_stream);
-    return rc;
-}
-
-/* --- pools of caches ------------------------------------------------------- */
-
-static void pool_free(choir_cuda *cu, wg_pool *p) {
-    choir_cuda_buf_free(cu, &p->k);
-    choir_cuda_buf_free(cu, &p->v);
-    choir_free(p->used);
-    p->used = NULL;
-    p->cap = 0;
-}
-
-/* A free slot of the pool, growing it (twice the slots, contents kept) when
- * all are taken; -1 and err when the device is full. */
-static int pool_take(choir_whisper_gpu *g, wg_pool *p, choir_err *err) {
-    for (int i = 0; i < p->cap; i++)
-        if (!p->used[i]) {
-            p->used[i] = 1;
-            return i;
-        }
-    int cap = p->cap ? 2 * p->cap : 4;
-    size_t bytes = (size_t)cap * (size_t)p->slot_floats * sizeof(float);
-    size_t old = (size_t)p->cap * (size_t)p->slot_floats * sizeof(float);
-    choir_cuda_buf k = {0}, v = {0};
-    unsigned char *used = choir_calloc(CHOIR_MEM_OTHER, (size_t)cap, 1);
-    if (!used) {
-        choir_err_set(err, CHOIR_ENOMEM, "whisper gpu: out of host memory");
-        return -1;
-    }
-    if (choir_cuda_buf_alloc(g->cu, bytes, &k, err) ||
-        choir_cuda_buf_alloc(g->cu, bytes, &v, err) ||
-        choir_cuda_copy(g->cu, k.ptr, p->k.ptr, old, err) ||
-        choir_cuda_copy(g->cu, v.ptr, p->v.ptr, old, err) || choir_cuda_sync(g->cu, err)) {
-        choir_cuda_buf_free(g->cu, &k);
-        choir_cuda_buf_free(g->cu, &v);
-        choir_free(used);
-        choir_err_prefix(err, "whisper gpu: growing a cache pool to %d slots", cap);
-        return -1;
-    }
-    /* Captured steps point into the old buffers. */
-    wg_graphs_drop(g);
-    if (p->cap) memcpy(used, p->used, (size_t)p->cap);
-    int slot = p->cap;
-    pool_free(g->cu, p);
-    p->k = k, p->v = v, p->used = used, p->cap = cap;
-    p->used[slot] = 1;
-    return slot;
-}
-
-static void pool_give(wg_pool *p, int slot) {
-    if (slot >= 0 && slot < p->cap) p->used[slot] = 0;
-}
-
-int wg_seq_init(choir_whisper_gpu *g, choir_whisper_seq *s, choir_err *err) {
-    if (choir_cuda_make_current(g->cu, err)) return CHOIR_EINTERNAL;
-    int slot = pool_take(g, &g->self, err);
-    if (slot < 0) return err && err->code ? err->code : CHOIR_ENOMEM;
-    s->gpu = g;
-    s->slot = slot;
-    return 0;
-}
-
-void wg_seq_release(choir_whisper_seq *s) { pool_give(&s->gpu->self, s->slot); }
-
-void wg_seq_copy(choir_whisper_seq *dst, const choir_whisper_seq *src, int n_keep) {
-    choir_whisper_gpu *g = dst->gpu;
-    if (src->gpu != g) {
-        if (!g->sticky.code)
-            choir_err_set(&g->sticky, CHOIR_EINVAL,
-                          "whisper gpu: sequence copied between the CPU and the GPU");
-        return;
-    }
-    const choir_whisper_dims *D = &g->m->dims;
-    choir_cuda_make_current(g->cu, NULL);
-    size_t layer = (size_t)D->n_text_ctx * (size_t)D->d_model,
-           row = (size_t)n_keep * (size_t)D->d_model;
-    for (int l = 0; l < D->n_text_layer; l++) {
-        size_t od = (size_t)dst->slot * (size_t)g->self.slot_floats + (size_t)l * layer;
-        size_t os = (size_t)src->slot * (size_t)g->self.slot_floats + (size_t)l * layer;
-        choir_err e = {0};
-        if (choir_cuda_copy(g->cu, (float *)g->self.k.ptr + od, (float *)g->self.k.ptr + os,
-                            row * sizeof(float), &e) ||
-            choir_cuda_copy(g->cu, (float *)g->self.v.ptr + od, (float *)g->self.v.ptr + os,
-                            row * sizeof(float), &e)) {
-            if (!g->sticky.code) g->sticky = e;
-            return;
-        }
-    }
-}
-
-/* --- attaching --------------------------------------------------------------- */
-
-size_t wg_scratch_need(const choir_whisper_gpu *g, int64_t rows) {
+/* Scratch the context needs for the largest call with `rows` decoder rows:
+ * attention scores of an encoder window and of a decoder prompt's cross
+ * attention; conv1d im2col; then half-precision operands of the tensor core
+ * products (x converted; a quantized matrix expanded). */
+static size_t scratch_need(const choir_whisper_gpu *g, int64_t rows) {
     const choir_whisper_dims *D = &g->m->dims;
     int64_t H = D->n_head, A = D->n_audio_ctx, C = D->n_text_ctx, d = D->d_model;
     int64_t ffn = D->ffn_dim, F = CHOIR_WHISPER_N_FRAMES;
     int64_t enc_rows = (int64_t)g->opts.max_windows * A;
-    /* Attention scores of an encoder window and of a decoder prompt's cross
-     * attention; conv1d im2col; then half-precision operands of the tensor
-     * core products (x converted; a quantized matrix expanded). */
     int64_t need = H * A * A * 4;
     if (H * C * A * 4 > need) need = H * C * A * 4;
     int64_t conv = (D->n_mels * 3 * F > d * 3 * A ? D->n_mels * 3 * F : d * 3 * A) * 4;
@@ -255,6 +130,207 @@ size_t wg_scratch_need(const choir_whisper_gpu *g, int64_t rows) {
     return (size_t)need;
 }
 
+wh_dec_rt *wg_dec_rt(choir_whisper_gpu *g, int64_t N, int64_t n_out, choir_err *err) {
+    wh_dec_rt *rt = &g->rt;
+    if (choir_cuda_make_current(g->cu, err)) return NULL;
+    if (N <= rt->rows_cap && n_out <= g->logits_cap) return rt;
+    /* Growing moves the stream's memory: the graphs, which hold its
+     * addresses, go first, and the scratch grows while none lives. */
+    wh_dec_graphs_drop(rt);
+    int cap = rt->rows_cap, lcap = g->logits_cap;
+    while (cap < N) cap = cap ? 2 * cap : 8;
+    while (lcap < n_out) lcap = lcap ? 2 * lcap : 8;
+    int32_t *staging =
+        choir_backend_host_alloc(g->be, (size_t)(WH_META * cap) * sizeof(int32_t));
+    choir_graph **graphs = choir_calloc(CHOIR_MEM_OTHER, (size_t)cap + 1, sizeof *graphs);
+    int rc = !staging || !graphs ? choir_err_set(err, CHOIR_ENOMEM, "whisper gpu: out of host memory")
+                                 : 0;
+    if (!rc) rc = choir_stream_reserve(rt->s, wh_dec_work_bytes(&g->m->dims, cap, lcap), 0, err);
+    if (!rc) rc = choir_cuda_scratch_reserve(g->cu, scratch_need(g, cap), err);
+    if (rc) {
+        if (staging) choir_backend_host_free(g->be, staging);
+        choir_free(graphs);
+        choir_err_prefix(err, "whisper gpu: decoder memory for %d rows", cap);
+        return NULL;
+    }
+    if (rt->staging) choir_backend_host_free(g->be, rt->staging);
+    choir_free(rt->graphs);
+    rt->staging = staging;
+    rt->graphs = graphs;
+    rt->rows_cap = cap;
+    g->logits_cap = lcap;
+    return rt;
+}
+
+/* --- pools of caches ------------------------------------------------------- */
+
+static void pool_bufs_free(choir_cuda *cu, float *k, float *v, size_t bytes) {
+    choir_cuda_buf bk = {k, bytes}, bv = {v, bytes};
+    if (k) choir_cuda_buf_free(cu, &bk);
+    if (v) choir_cuda_buf_free(cu, &bv);
+}
+
+static size_t pool_bytes(const wh_pool *p) {
+    return (size_t)p->cap * (size_t)p->slot_floats * sizeof(float);
+}
+
+static void pool_free(choir_cuda *cu, wh_pool *p) {
+    pool_bufs_free(cu, p->k, p->v, pool_bytes(p));
+    choir_free(p->used);
+    choir_free(p->owner);
+    p->k = p->v = NULL;
+    p->used = NULL;
+    p->owner = NULL;
+    p->cap = 0;
+}
+
+/* Points slot i's owner at its memory. */
+static void pool_point(wh_pool *p, int i) {
+    float *k = p->k + (size_t)i * (size_t)p->slot_floats;
+    float *v = p->v + (size_t)i * (size_t)p->slot_floats;
+    if (p->of_seqs) {
+        choir_whisper_seq *s = p->owner[i];
+        s->k = k, s->v = v, s->positions = p->positions;
+    } else {
+        choir_whisper_cross *c = p->owner[i];
+        c->k = k, c->v = v;
+    }
+}
+
+/* The pool laid out anew for `cap` slots of `positions` per layer, the
+ * filled rows of every slot kept (one strided copy: slot i's layer l is row
+ * i n_layer + l of positions d floats). */
+static int pool_relayout(choir_whisper_gpu *g, wh_pool *p, int cap, int positions,
+                         choir_err *err) {
+    const choir_whisper_dims *D = &g->m->dims;
+    int64_t d = D->d_model, L = D->n_text_layer;
+    wh_pool n = *p;
+    n.cap = cap;
+    n.positions = positions;
+    n.slot_floats = L * positions * d;
+    n.used = choir_calloc(CHOIR_MEM_OTHER, (size_t)cap, 1);
+    n.owner = choir_calloc(CHOIR_MEM_OTHER, (size_t)cap, sizeof(void *));
+    choir_cuda_buf k = {0}, v = {0};
+    int rc = !n.used || !n.owner ? choir_err_set(err, CHOIR_ENOMEM, "out of host memory") : 0;
+    if (!rc) rc = choir_cuda_buf_alloc(g->cu, pool_bytes(&n), &k, err);
+    if (!rc) rc = choir_cuda_buf_alloc(g->cu, pool_bytes(&n), &v, err);
+    if (!rc && p->cap) {
+        int64_t rows = (int64_t)p->cap * L, cols = (int64_t)p->positions * d;
+        if (!(rc = choir_cuda_copy_rows(g->cu, k.ptr, positions * d, p->k, cols, rows, cols, err)))
+            rc = choir_cuda_copy_rows(g->cu, v.ptr, positions * d, p->v, cols, rows, cols, err);
+        if (!rc) rc = choir_cuda_sync(g->cu, err);
+    }
+    if (rc) {
+        choir_cuda_buf_free(g->cu, &k);
+        choir_cuda_buf_free(g->cu, &v);
+        choir_free(n.used);
+        choir_free(n.owner);
+        return choir_err_prefix(err, "whisper gpu: a cache pool of %d slots of %d positions", cap,
+                                positions);
+    }
+    /* Captured steps point into the old buffers. */
+    wh_dec_graphs_drop(&g->rt);
+    if (p->cap) {
+        memcpy(n.used, p->used, (size_t)p->cap);
+        memcpy(n.owner, p->owner, (size_t)p->cap * sizeof(void *));
+    }
+    n.k = k.ptr, n.v = v.ptr;
+    pool_free(g->cu, p);
+    *p = n;
+    for (int i = 0; i < p->cap; i++)
+        if (p->used[i]) pool_point(p, i);
+    return 0;
+}
+
+/* A free slot of the pool for `owner`, with room for `positions` per layer;
+ * the pool grows (twice the slots, or the positions asked for) when it has
+ * none. -1 and err when the device is full. */
+static int pool_take(choir_whisper_gpu *g, wh_pool *p, void *owner, int positions,
+                     choir_err *err) {
+    if (choir_cuda_make_current(g->cu, err)) return -1;
+    int slot = -1;
+    for (int i = 0; i < p->cap && slot < 0; i++)
+        if (!p->used[i]) slot = i;
+    if (slot < 0 || positions > p->positions) {
+        int cap = slot < 0 ? (p->cap ? 2 * p->cap : 4) : p->cap;
+        if (pool_relayout(g, p, cap, positions > p->positions ? positions : p->positions, err))
+            return -1;
+        if (slot < 0)
+            for (int i = 0; i < p->cap && slot < 0; i++)
+                if (!p->used[i]) slot = i;
+    }
+    p->used[slot] = 1;
+    p->owner[slot] = owner;
+    pool_point(p, slot);
+    return slot;
+}
+
+void wg_slot_release(wh_pool *p, int slot) {
+    if (slot >= 0 && slot < p->cap) {
+        p->used[slot] = 0;
+        p->owner[slot] = NULL;
+    }
+}
+
+int wg_cross_init(choir_whisper_gpu *g, choir_whisper_cross *c, choir_err *err) {
+    int slot = pool_take(g, &g->cross, c, g->m->dims.n_audio_ctx, err);
+    if (slot < 0) return err && err->code ? err->code : CHOIR_ENOMEM;
+    c->gpu = g;
+    c->pool = &g->cross;
+    c->slot = slot;
+    return 0;
+}
+
+int wg_seq_init(choir_whisper_gpu *g, choir_whisper_seq *s, choir_err *err) {
+    int slot = pool_take(g, &g->self, s, s->n_ctx, err);
+    if (slot < 0) return err && err->code ? err->code : CHOIR_ENOMEM;
+    s->gpu = g;
+    s->pool = &g->self;
+    s->slot = slot;
+    return 0;
+}
+
+void wg_seq_copy(choir_whisper_gpu *g, choir_whisper_seq *dst, const choir_whisper_seq *src,
+                 int n_keep) {
+    choir_stream *s = g->rt.s;
+    if (dst->gpu != g || src->gpu != g) {
+        choir_stream_fail(s, CHOIR_EINVAL, "whisper gpu: sequence copied between the CPU and the GPU");
+        return;
+    }
+    /* Layer l's first n_keep rows, for every layer at once; in stream order
+     * before the next step. Errors surface at the next decoder call. */
+    int64_t d = g->m->dims.d_model, L = g->m->dims.n_text_layer;
+    choir_cuda_make_current(g->cu, NULL);
+    choir_op_copy_rows(s, dst->k, dst->positions * d, src->k, src->positions * d, L, n_keep * d);
+    choir_op_copy_rows(s, dst->v, dst->positions * d, src->v, src->positions * d, L, n_keep * d);
+}
+
+/* --- pinned logits --------------------------------------------------------------- */
+
+float *wg_logits_alloc(choir_whisper_gpu *g, size_t bytes) {
+    for (int i = 0; i < WG_MAX_LENT; i++)
+        if (!g->lent[i].p) {
+            void *p = choir_backend_host_alloc(g->be, bytes);
+            if (!p) return NULL;
+            g->lent[i].p = p;
+            g->lent[i].bytes = bytes;
+            return p;
+        }
+    return NULL;
+}
+
+bool wg_logits_free(choir_whisper_gpu *g, float *p) {
+    for (int i = 0; p && i < WG_MAX_LENT; i++)
+        if (g->lent[i].p == (void *)p) {
+            choir_backend_host_free(g->be, p);
+            g->lent[i].p = NULL;
+            return true;
+        }
+    return false;
+}
+
+/* --- attaching --------------------------------------------------------------- */
+
 void choir_whisper_default_gpu_opts(choir_whisper_gpu_opts *o) {
     memset(o, 0, sizeof(*o));
     o->device = 0;
@@ -265,30 +341,27 @@ void choir_whisper_default_gpu_opts(choir_whisper_gpu_opts *o) {
 
 static void gpu_free(choir_whisper_gpu *g) {
     if (!g) return;
-    choir_cuda *cu = g->cu;
+    if (g->cu) choir_cuda_make_current(g->cu, NULL);
+    wh_dec_graphs_drop(&g->rt);
+    choir_free(g->rt.graphs);
+    if (g->rt.staging) choir_backend_host_free(g->be, g->rt.staging);
+    for (int i = 0; i < WG_MAX_LENT; i++)
+        if (g->lent[i].p) choir_backend_host_free(g->be, g->lent[i].p);
+    choir_stream_free(g->rt.s);
     choir_stream_free(g->enc_stream);
-    choir_free(g->net_enc);
-    if (cu) {
-        choir_cuda_make_current(cu, NULL);
-        wg_dec_free(g);
-        if (g->enc)
-            for (int l = 0; l < g->m->dims.n_audio_layer; l++) wg_block_free(cu, &g->enc[l]);
-        choir_cuda_buf *bufs[] = {&g->conv1_w, &g->conv1_b,  &g->conv2_w,  &g->conv2_b,
-                                  &g->enc_pos, &g->enc_ln_g, &g->enc_ln_b};
-        for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
-            choir_cuda_buf_free(cu, bufs[i]);
-        pool_free(cu, &g->self);
-        pool_free(cu, &g->cross);
-        /* The context is the backend's. */
-        choir_backend_free(g->be);
+    if (g->cu) {
+        pool_free(g->cu, &g->self);
+        pool_free(g->cu, &g->cross);
     }
+    choir_backend_weights_free(g->ws);
+    choir_backend_free(g->be);
     choir_free(g->enc);
+    choir_free(g->dec);
     choir_free(g);
 }
 
 int choir_whisper_gpu_attach(choir_whisper *m, const choir_whisper_gpu_opts *o, choir_err *err) {
     const choir_whisper_dims *D = &m->dims;
-    int64_t d = D->d_model, ffn = D->ffn_dim;
     if (m->gpu) return choir_err_set(err, CHOIR_EINVAL, "whisper gpu: model already attached");
     if (D->n_audio_ctx * 2 != CHOIR_WHISPER_N_FRAMES)
         return choir_err_set(err, CHOIR_EUNSUPPORTED, "whisper gpu: n_audio_ctx %d (expected %d)",
@@ -301,36 +374,30 @@ int choir_whisper_gpu_attach(choir_whisper *m, const choir_whisper_gpu_opts *o, 
     else
         choir_whisper_default_gpu_opts(&g->opts);
     if (g->opts.max_windows < 1) g->opts.max_windows = 1;
+    g->self.of_seqs = true;
     int rc = 0;
-    /* The weights are uploaded below (bf16 by opts.bf16); the backend gives
-     * the context everything runs on. */
-    choir_backend_cuda_opts bo = {.device = g->opts.device, .tf32 = g->opts.tf32};
+    choir_backend_cuda_opts bo = {.device = g->opts.device, .bf16 = g->opts.bf16,
+                                  .tf32 = g->opts.tf32};
     if (!(g->be = choir_backend_cuda(&bo, err))) {
         rc = err && err->code ? err->code : CHOIR_ENOTFOUND;
         goto fail;
     }
     g->cu = choir_backend_cuda_context(g->be);
-    g->enc = choir_calloc(CHOIR_MEM_OTHER, (size_t)(D->n_audio_layer > 0 ? D->n_audio_layer : 1),
-                          sizeof(wg_block));
-    if (!g->enc) {
-        rc = choir_err_set(err, CHOIR_ENOMEM, "out of host memory");
+    if ((rc = weights_up(g, err))) goto fail;
+    /* The encoder's stream with one pass's memory: mel [W, n_mels, F], rows
+     * [W, A, d] and the forward's working memory. */
+    int64_t W = g->opts.max_windows;
+    size_t io = (size_t)(W * D->n_mels * CHOIR_WHISPER_N_FRAMES + W * D->n_audio_ctx * D->d_model) *
+                    sizeof(float) + 512;
+    if (!(g->enc_stream = choir_stream_create(g->be, err)) ||
+        !(g->rt.s = choir_stream_create(g->be, err))) {
+        rc = CHOIR_ENOMEM;
         goto fail;
     }
-    if ((rc = vec_w(g, m->conv1_w, d * D->n_mels * 3, &g->conv1_w, err)) ||
-        (rc = vec_w(g, m->conv1_b, d, &g->conv1_b, err)) ||
-        (rc = vec_w(g, m->conv2_w, d * d * 3, &g->conv2_w, err)) ||
-        (rc = vec_w(g, m->conv2_b, d, &g->conv2_b, err)) ||
-        (rc = vec_w(g, m->enc_pos, (int64_t)D->n_audio_ctx * d, &g->enc_pos, err)) ||
-        (rc = vec_w(g, m->enc_ln_g, d, &g->enc_ln_g, err)) ||
-        (rc = vec_w(g, m->enc_ln_b, d, &g->enc_ln_b, err)))
-        goto fail;
-    for (int l = 0; l < D->n_audio_layer; l++)
-        if ((rc = enc_block_up(g, &m->enc[l], d, ffn, &g->enc[l], err))) goto fail;
-    if ((rc = wg_dec_upload(g, err))) goto fail;
-    if ((rc = ops_encoder_init(g, err))) goto fail;
-    g->self.slot_floats = (int64_t)D->n_text_layer * D->n_text_ctx * d;
-    g->cross.slot_floats = (int64_t)D->n_text_layer * D->n_audio_ctx * d;
-    if ((rc = choir_cuda_scratch_reserve(g->cu, wg_scratch_need(g, g->rows_cap), err))) goto fail;
+    g->enc_reserved = wh_enc_work_bytes(D, W) + io;
+    if ((rc = choir_stream_reserve(g->enc_stream, g->enc_reserved, 0, err))) goto fail;
+    g->rt.use_graphs = g->opts.graphs;
+    if ((rc = choir_cuda_scratch_reserve(g->cu, scratch_need(g, 0), err))) goto fail;
     m->gpu = g;
     return 0;
 fail:
@@ -357,127 +424,22 @@ int choir_whisper_gpu_get_stats(const choir_whisper *m, choir_whisper_gpu_stats 
     if (!m || !m->gpu) return choir_err_set(err, CHOIR_EINVAL, "whisper gpu: model not attached");
     const choir_whisper_gpu *g = m->gpu;
     s->device_bytes = choir_cuda_mem_current(g->cu);
-    s->weight_bytes = g->weight_bytes;
-    int64_t step = (int64_t)choir_cuda_weight_bytes(&g->tok_emb);
+    s->weight_bytes = choir_backend_weights_bytes(g->ws);
+    int64_t step = (int64_t)choir_weight_bytes(&g->net.tok_emb);
     for (int l = 0; l < m->dims.n_text_layer; l++) {
-        const wg_block *b = &g->dec[l];
-        const choir_cuda_weight *ws[] = {&b->q,  &b->k,  &b->v,   &b->o,
-                                         &b->xq, &b->xo, &b->fc1, &b->fc2};
+        const wh_block *b = &g->dec[l];
+        const choir_weight *ws[] = {&b->attn.q,  &b->attn.k,  &b->attn.v, &b->attn.o,
+                                    &b->cross.q, &b->cross.o, &b->fc1,    &b->fc2};
         for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
-            step += (int64_t)choir_cuda_weight_bytes(ws[i]);
+            step += (int64_t)choir_weight_bytes(ws[i]);
     }
     s->step_weight_bytes = step;
-    s->steps_graph = g->steps_graph;
-    s->steps_direct = g->steps_direct;
-    for (int b = 0; g->graphs && b <= g->rows_cap; b++) s->graphs += g->graphs[b] != NULL;
-    s->graph_failures = g->graph_failures;
+    s->steps_graph = g->rt.steps_graph;
+    s->steps_direct = g->rt.steps_direct;
+    for (int b = 0; g->rt.graphs && b <= g->rt.rows_cap; b++) s->graphs += g->rt.graphs[b] != NULL;
+    s->graph_failures = g->rt.graph_failures;
     s->pinned_bytes = choir_cuda_host_mem_current(g->cu);
     return 0;
-}
-
-/* --- the encoder ------------------------------------------------------------- */
-
-/* Uploads W windows' mel and runs a pass over them (the rows stay on the
- * device: enc_rows). */
-static int encode_in(choir_whisper_gpu *g, const float *mel, int W, choir_err *err) {
-    const choir_whisper_dims *D = &g->m->dims;
-    size_t bytes = (size_t)W * (size_t)D->n_mels * CHOIR_WHISPER_N_FRAMES * sizeof(float);
-    choir_op_upload(g->enc_stream, g->enc_mel, mel, bytes);
-    wh_encode_windows(g->enc_stream, &g->net, D, g->enc_mel, W, g->enc_x);
-    return ops_status(g, err);
-}
-
-int wg_encode(choir_whisper_gpu *g, const float *mel, int n, float *out, choir_err *err) {
-    const choir_whisper_dims *D = &g->m->dims;
-    int64_t d = D->d_model, A = D->n_audio_ctx, F = CHOIR_WHISPER_N_FRAMES;
-    size_t mel_win = (size_t)D->n_mels * (size_t)F, out_win = (size_t)(A * d);
-    if (choir_cuda_make_current(g->cu, err)) return CHOIR_EINTERNAL;
-    for (int b0 = 0; b0 < n; b0 += g->opts.max_windows) {
-        int W = n - b0 < g->opts.max_windows ? n - b0 : g->opts.max_windows;
-        int rc = encode_in(g, mel + (size_t)b0 * mel_win, W, err);
-        if (!rc) {
-            choir_op_download(g->enc_stream, out + (size_t)b0 * out_win, g->enc_x,
-                              (size_t)W * out_win * sizeof(float));
-            rc = ops_status(g, err);
-        }
-        if (rc) {
-            choir_err_prefix(err, "whisper gpu");
-            return rc;
-        }
-    }
-    return 0;
-}
-
-/* A new cross cache from encoder rows enc [A, d] already on the device. */
-static choir_whisper_cross *cross_from_device(choir_whisper_gpu *g, const float *enc,
-                                              choir_err *err) {
-    const choir_whisper_dims *D = &g->m->dims;
-    int64_t A = D->n_audio_ctx, d = D->d_model;
-    choir_whisper_cross *c = choir_calloc(CHOIR_MEM_CACHE, 1, sizeof(*c));
-    if (!c) {
-        choir_err_set(err, CHOIR_ENOMEM, "whisper gpu: out of host memory");
-        return NULL;
-    }
-    c->n_layer = D->n_text_layer;
-    c->n_ctx = (int)A;
-    c->d = (int)d;
-    c->gpu = g;
-    c->slot = pool_take(g, &g->cross, err);
-    if (c->slot < 0) {
-        choir_free(c);
-        return NULL;
-    }
-    float *K = (float *)g->cross.k.ptr + (size_t)c->slot * (size_t)g->cross.slot_floats;
-    float *V = (float *)g->cross.v.ptr + (size_t)c->slot * (size_t)g->cross.slot_floats;
-    for (int l = 0; l < D->n_text_layer; l++) {
-        const wg_block *b = &g->dec[l];
-        if (choir_cuda_linear(g->cu, enc, A, &b->xk, NULL, K + (size_t)l * (size_t)(A * d), err) ||
-            choir_cuda_linear(g->cu, enc, A, &b->xv, wg_ptr(&b->xbv),
-                              V + (size_t)l * (size_t)(A * d), err)) {
-            wg_cross_free(c);
-            choir_err_prefix(err, "whisper gpu: cross K/V");
-            return NULL;
-        }
-    }
-    return c;
-}
-
-int wg_encode_cross(choir_whisper_gpu *g, const float *mel, int n, choir_whisper_cross **cross,
-                    choir_err *err) {
-    const choir_whisper_dims *D = &g->m->dims;
-    int64_t d = D->d_model, A = D->n_audio_ctx;
-    size_t mel_win = (size_t)D->n_mels * CHOIR_WHISPER_N_FRAMES;
-    if (choir_cuda_make_current(g->cu, err)) return CHOIR_EINTERNAL;
-    for (int b0 = 0; b0 < n; b0 += g->opts.max_windows) {
-        int W = n - b0 < g->opts.max_windows ? n - b0 : g->opts.max_windows;
-        int rc = encode_in(g, mel + (size_t)b0 * mel_win, W, err);
-        if (rc) {
-            choir_err_prefix(err, "whisper gpu");
-            return rc;
-        }
-        const float *x = g->enc_x;
-        for (int b = 0; b < W; b++)
-            if (!(cross[b0 + b] = cross_from_device(g, x + (size_t)b * (size_t)(A * d), err)))
-                return err && err->code ? err->code : CHOIR_ENOMEM;
-    }
-    return 0;
-}
-
-choir_whisper_cross *wg_cross_create(choir_whisper_gpu *g, const float *enc_out, choir_err *err) {
-    const choir_whisper_dims *D = &g->m->dims;
-    size_t bytes = (size_t)D->n_audio_ctx * (size_t)D->d_model * sizeof(float);
-    if (choir_cuda_make_current(g->cu, err)) {
-        choir_err_prefix(err, "whisper gpu");
-        return NULL;
-    }
-    choir_op_upload(g->enc_stream, g->enc_x, enc_out, bytes);
-    if (ops_status(g, err)) return NULL;
-    return cross_from_device(g, g->enc_x, err);
-}
-
-void wg_cross_free(choir_whisper_cross *c) {
-    pool_give(&c->gpu->cross, c->slot);
-    choir_free(c);
 }
 
 #else /* no CUDA in this build */

@@ -3,9 +3,19 @@
  * cached positions, through causal self-attention over its KV cache,
  * cross-attention to its window's K/V and the MLP, then the final LN and the
  * tied output projection for the rows whose logits are wanted. The CPU runs
- * it through the CPU backend on the model's own weights. Also the
- * cross-attention logits of chosen heads a pass can give (word timestamps:
- * choir_whisper_cross_qk, whisper_qk.c).
+ * it through the CPU backend on the model's own weights, an attached GPU
+ * through the CUDA backend on their device copies (whisper_cuda.c places the
+ * memory). Also the cross-attention logits of chosen heads a pass can give
+ * (word timestamps: choir_whisper_cross_qk, whisper_qk.c).
+ *
+ * Two forms of the same layers. A step (every sequence gets one new token,
+ * only its logits are wanted, and the caches are slots of one pool, as on a
+ * device) runs one fixed sequence of operations for B rows whose varying
+ * parts (cache slots, cross slots, positions, key counts, token ids) are
+ * read from backend memory: a device captures it once per B as a graph and
+ * replays it. Anything else (start sequences and prompts, teacher forcing,
+ * every call on the CPU) appends and attends per sequence, with the
+ * addresses known on the host.
  *
  * Shapes: d = d_model, N = the batch's new tokens, A = n_audio_ctx, C =
  * n_text_ctx, V = n_vocab. */
@@ -14,6 +24,7 @@
 
 #include "choir/alloc.h"
 #include "choir/kernels.h"
+#include "choir/log.h"
 #include "models/whisper/whisper_internal.h"
 
 #define WH_LN_EPS 1e-5f
@@ -21,10 +32,13 @@
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
-size_t wh_dec_work_bytes(const choir_whisper_dims *D, int64_t N) {
-    /* ids and positions [N] int32; x, h, q, k, v, att [N, d]; hid [N, ffn]. */
-    return (size_t)(2 * N) * sizeof(int32_t) +
-           (size_t)(N * (6 * (int64_t)D->d_model + D->ffn_dim)) * sizeof(float) + WH_ALIGN_SLACK;
+size_t wh_dec_work_bytes(const choir_whisper_dims *D, int64_t N, int64_t n_out) {
+    /* The int32 inputs [WH_META][N]; x, h, q, k, v, att [N, d]; hid [N,
+     * ffn]; logits [n_out, V]. */
+    return (size_t)(WH_META * N) * sizeof(int32_t) +
+           (size_t)(N * (6 * (int64_t)D->d_model + D->ffn_dim) + n_out * D->n_vocab) *
+               sizeof(float) +
+           WH_ALIGN_SLACK;
 }
 
 size_t wh_dec_scratch_bytes(const wh_net *w, const choir_whisper_dims *D, int64_t N) {
@@ -39,6 +53,36 @@ size_t wh_dec_scratch_bytes(const wh_net *w, const choir_whisper_dims *D, int64_
             s = max_sz(s, choir_linear_scratch_bytes(N, ws[i]));
     }
     return s;
+}
+
+/* One call's backend memory, carved in a fixed order from the stream (the
+ * same addresses for the same N on an empty stream: what a graph needs). */
+typedef struct wh_dec_io {
+    int32_t *meta;                      /* [WH_META][N]: the rows below */
+    int32_t *ids, *pos, *slot, *xslot, *keys;
+    float *x, *h, *q, *k, *v, *att;     /* [N, d] */
+    float *hid;                         /* [N, ffn] */
+    float *logits;                      /* [n_out, V] */
+} wh_dec_io;
+
+static void carve(choir_stream *s, const choir_whisper_dims *D, int64_t N, int64_t n_out,
+                  bool carve_logits, wh_dec_io *io) {
+    int64_t d = D->d_model;
+    io->meta = choir_stream_alloc(s, (size_t)(WH_META * N) * sizeof(int32_t), "whisper inputs");
+    if (io->meta) {
+        io->ids = io->meta, io->pos = io->ids + N, io->slot = io->pos + N;
+        io->xslot = io->slot + N, io->keys = io->xslot + N;
+    }
+    io->x = choir_stream_floats(s, N * d, "whisper decoder rows");
+    io->h = choir_stream_floats(s, N * d, "whisper decoder normalised rows");
+    io->q = choir_stream_floats(s, N * d, "whisper decoder queries");
+    io->k = choir_stream_floats(s, N * d, "whisper decoder keys");
+    io->v = choir_stream_floats(s, N * d, "whisper decoder values");
+    io->att = choir_stream_floats(s, N * d, "whisper decoder attention");
+    io->hid = choir_stream_floats(s, N * D->ffn_dim, "whisper decoder MLP hidden");
+    io->logits = carve_logits && n_out > 0
+                     ? choir_stream_floats(s, n_out * D->n_vocab, "whisper decoder logits")
+                     : NULL;
 }
 
 /* Pre-softmax cross-attention logits of the heads of layer l (those of `qk`
@@ -56,112 +100,247 @@ static void cross_qk_rows(choir_stream *s, const wh_qk_req *qk, int l, const cho
     }
 }
 
-/* One decoder block on the residual stream x [N, d]. */
-static void dec_block(choir_stream *s, const wh_block *blk, int l, const choir_whisper_dims *D,
-                      choir_whisper_seq *const *seqs, int n_seq, const int *n_tokens, int64_t N,
-                      float *x, float *h, float *q, float *k, float *v, float *att, float *hid,
-                      const wh_qk_req *qk) {
-    int64_t d = D->d_model, A = D->n_audio_ctx;
-    choir_attn self = {.n_head = D->n_head,
-                       .Dh = d / D->n_head,
-                       .scale = 1.0f / sqrtf((float)(d / D->n_head)),
-                       .causal = true};
-    choir_attn cross = self;
-    cross.causal = false;
+/* The batch being decoded: its sequences and, for a step, the pools their
+ * caches and windows are slots of (NULL: per-sequence form). */
+typedef struct wh_dec_batch {
+    choir_whisper_seq *const *seqs;
+    int n_seq;
+    const int *n_tokens;
+    int64_t N;
+    const wh_pool *self, *cross;
+} wh_dec_batch;
 
-    /* Causal self-attention over each sequence's cache plus its new rows,
-     * which are appended to the cache first. */
-    choir_op_layer_norm(s, x, h, N, d, blk->attn_ln_g, blk->attn_ln_b, WH_LN_EPS);
-    choir_op_linear(s, h, N, &blk->attn.q, blk->attn.bq, q);
-    choir_op_linear(s, h, N, &blk->attn.k, NULL, k);
-    choir_op_linear(s, h, N, &blk->attn.v, blk->attn.bv, v);
-    for (int i = 0, r = 0; i < n_seq; r += n_tokens[i], i++) {
-        choir_whisper_seq *sq = seqs[i];
-        int64_t n = n_tokens[i], lo = (int64_t)l * sq->n_ctx * d;
+/* Self-attention of layer l on the new rows: each row's key and value into
+ * its sequence's cache, then each sequence's queries over its filled prefix. */
+static void self_attention(choir_stream *s, const wh_dec_batch *b, int l,
+                           const choir_whisper_dims *D, const wh_dec_io *io) {
+    int64_t d = D->d_model;
+    choir_attn a = {.n_head = D->n_head,
+                    .Dh = d / D->n_head,
+                    .scale = 1.0f / sqrtf((float)(d / D->n_head)),
+                    .causal = true};
+    if (b->self) {
+        const wh_pool *p = b->self;
+        int64_t lo = (int64_t)l * p->positions * d;
+        float *K = p->k + lo, *V = p->v + lo;
+        /* One row per sequence: it sees every key of its prefix. */
+        a.causal = false;
+        choir_op_rows_scatter(s, io->k, b->N, d, K, p->slot_floats, d, io->slot, io->pos);
+        choir_op_rows_scatter(s, io->v, b->N, d, V, p->slot_floats, d, io->slot, io->pos);
+        choir_op_attention_slots(s, b->N, io->q, d, d, K, d, V, d, p->slot_floats, io->slot,
+                                 io->keys, io->att, d, d, 1, p->positions, &a);
+        return;
+    }
+    for (int i = 0, r = 0; i < b->n_seq; r += b->n_tokens[i], i++) {
+        choir_whisper_seq *sq = b->seqs[i];
+        int64_t n = b->n_tokens[i], lo = (int64_t)l * sq->positions * d;
         float *kc = sq->k + lo, *vc = sq->v + lo;
-        choir_op_copy(s, kc + (int64_t)sq->n_past * d, k + r * d, (size_t)(n * d) * sizeof(float));
-        choir_op_copy(s, vc + (int64_t)sq->n_past * d, v + r * d, (size_t)(n * d) * sizeof(float));
-        choir_op_attention(s, q + r * d, d, kc, d, vc, d, att + r * d, d, n, sq->n_past + n, &self,
-                           NULL);
+        choir_op_copy(s, kc + (int64_t)sq->n_past * d, io->k + r * d,
+                      (size_t)(n * d) * sizeof(float));
+        choir_op_copy(s, vc + (int64_t)sq->n_past * d, io->v + r * d,
+                      (size_t)(n * d) * sizeof(float));
+        choir_op_attention(s, io->q + r * d, d, kc, d, vc, d, io->att + r * d, d, n,
+                           sq->n_past + n, &a, NULL);
     }
-    choir_op_linear(s, att, N, &blk->attn.o, blk->attn.bo, h);
-    choir_op_add(s, x, h, x, N * d);
-
-    /* Cross-attention to each sequence's window. */
-    choir_op_layer_norm(s, x, h, N, d, blk->cross_ln_g, blk->cross_ln_b, WH_LN_EPS);
-    choir_op_linear(s, h, N, &blk->cross.q, blk->cross.bq, q);
-    for (int i = 0, r = 0; i < n_seq; r += n_tokens[i], i++) {
-        const choir_whisper_cross *cr = seqs[i]->cross;
-        int64_t off = (int64_t)l * A * d;
-        choir_op_attention(s, q + r * d, d, cr->k + off, d, cr->v + off, d, att + r * d, d,
-                           n_tokens[i], A, &cross, NULL);
-        if (qk && i == 0) cross_qk_rows(s, qk, l, D, q, n_tokens[0], cr->k + off);
-    }
-    choir_op_linear(s, att, N, &blk->cross.o, blk->cross.bo, h);
-    choir_op_add(s, x, h, x, N * d);
-
-    /* MLP. */
-    choir_op_layer_norm(s, x, h, N, d, blk->mlp_ln_g, blk->mlp_ln_b, WH_LN_EPS);
-    choir_op_linear(s, h, N, &blk->fc1, blk->fc1_b, hid);
-    choir_op_act(s, CHOIR_ACT_GELU_ERF, hid, N * D->ffn_dim, 0.0f);
-    choir_op_linear(s, hid, N, &blk->fc2, blk->fc2_b, h);
-    choir_op_add(s, x, h, x, N * d);
 }
 
-int wh_decode_run(choir_stream *s, const wh_net *w, const choir_whisper_dims *D,
-                  choir_whisper_seq *const *seqs, int n_seq, const int32_t *tokens,
-                  const int *n_tokens, bool all_positions, float *logits, const wh_qk_req *qk) {
-    int64_t d = D->d_model, N = 0;
-    for (int i = 0; i < n_seq; i++) N += n_tokens[i];
-    /* The ids and positions are written into backend memory from here and
-     * the caches are host arrays (choir_whisper_seq): the CPU for now. */
-    if (!choir_backend_is_host(w->be))
-        return choir_stream_fail(s, CHOIR_EUNSUPPORTED,
-                                 "whisper: the decoder over backend operations runs on the CPU "
-                                 "backend only so far");
-    size_t mark = choir_stream_mark(s);
-    int32_t *ids = choir_stream_alloc(s, (size_t)N * sizeof(int32_t), "whisper token ids");
-    int32_t *pos = choir_stream_alloc(s, (size_t)N * sizeof(int32_t), "whisper positions");
-    float *x = choir_stream_floats(s, N * d, "whisper decoder rows");
-    float *h = choir_stream_floats(s, N * d, "whisper decoder normalised rows");
-    float *q = choir_stream_floats(s, N * d, "whisper decoder queries");
-    float *k = choir_stream_floats(s, N * d, "whisper decoder keys");
-    float *v = choir_stream_floats(s, N * d, "whisper decoder values");
-    float *att = choir_stream_floats(s, N * d, "whisper decoder attention");
-    float *hid = choir_stream_floats(s, N * D->ffn_dim, "whisper decoder MLP hidden");
-    if (!hid) goto out;
+/* Cross-attention of layer l to each sequence's window. */
+static void cross_attention(choir_stream *s, const wh_dec_batch *b, int l,
+                            const choir_whisper_dims *D, const wh_dec_io *io,
+                            const wh_qk_req *qk) {
+    int64_t d = D->d_model, A = D->n_audio_ctx, off = (int64_t)l * A * d;
+    choir_attn a = {.n_head = D->n_head,
+                    .Dh = d / D->n_head,
+                    .scale = 1.0f / sqrtf((float)(d / D->n_head))};
+    if (b->cross) {
+        const wh_pool *p = b->cross;
+        choir_op_attention_slots(s, b->N, io->q, d, d, p->k + off, d, p->v + off, d,
+                                 p->slot_floats, io->xslot, NULL, io->att, d, d, 1, A, &a);
+        return;
+    }
+    for (int i = 0, r = 0; i < b->n_seq; r += b->n_tokens[i], i++) {
+        const choir_whisper_cross *cr = b->seqs[i]->cross;
+        choir_op_attention(s, io->q + r * d, d, cr->k + off, d, cr->v + off, d, io->att + r * d,
+                           d, b->n_tokens[i], A, &a, NULL);
+        if (qk && i == 0) cross_qk_rows(s, qk, l, D, io->q, b->n_tokens[0], cr->k + off);
+    }
+}
 
-    /* Token embeddings plus each row's position. */
-    memcpy(ids, tokens, (size_t)N * sizeof(int32_t));
-    for (int i = 0, r = 0; i < n_seq; i++)
-        for (int j = 0; j < n_tokens[i]; j++, r++) pos[r] = seqs[i]->n_past + j;
+/* One decoder block on the residual stream x [N, d]. */
+static void dec_block(choir_stream *s, const wh_block *blk, int l, const choir_whisper_dims *D,
+                      const wh_dec_batch *b, const wh_dec_io *io, const wh_qk_req *qk) {
+    int64_t d = D->d_model, N = b->N;
+    choir_op_layer_norm(s, io->x, io->h, N, d, blk->attn_ln_g, blk->attn_ln_b, WH_LN_EPS);
+    choir_op_linear(s, io->h, N, &blk->attn.q, blk->attn.bq, io->q);
+    choir_op_linear(s, io->h, N, &blk->attn.k, NULL, io->k);
+    choir_op_linear(s, io->h, N, &blk->attn.v, blk->attn.bv, io->v);
+    self_attention(s, b, l, D, io);
+    choir_op_linear(s, io->att, N, &blk->attn.o, blk->attn.bo, io->h);
+    choir_op_add(s, io->x, io->h, io->x, N * d);
+
+    choir_op_layer_norm(s, io->x, io->h, N, d, blk->cross_ln_g, blk->cross_ln_b, WH_LN_EPS);
+    choir_op_linear(s, io->h, N, &blk->cross.q, blk->cross.bq, io->q);
+    cross_attention(s, b, l, D, io, qk);
+    choir_op_linear(s, io->att, N, &blk->cross.o, blk->cross.bo, io->h);
+    choir_op_add(s, io->x, io->h, io->x, N * d);
+
+    choir_op_layer_norm(s, io->x, io->h, N, d, blk->mlp_ln_g, blk->mlp_ln_b, WH_LN_EPS);
+    choir_op_linear(s, io->h, N, &blk->fc1, blk->fc1_b, io->hid);
+    choir_op_act(s, CHOIR_ACT_GELU_ERF, io->hid, N * D->ffn_dim, 0.0f);
+    choir_op_linear(s, io->hid, N, &blk->fc2, blk->fc2_b, io->h);
+    choir_op_add(s, io->x, io->h, io->x, N * d);
+}
+
+/* The whole pass on inputs already in io: embeddings, the blocks, and the
+ * logits of every row (all_positions) or of each sequence's last row into
+ * `logits` (backend memory; NULL: none). Operations only, so a step can be
+ * recorded. */
+static void dec_body(choir_stream *s, const wh_net *w, const choir_whisper_dims *D,
+                     const wh_dec_batch *b, const wh_dec_io *io, bool all_positions, float *logits,
+                     const wh_qk_req *qk) {
+    int64_t d = D->d_model, N = b->N;
     choir_weight pos_table = choir_weight_f32(w->dec_pos, D->n_text_ctx, d);
-    choir_op_rows_gather(s, &w->tok_emb, ids, N, x);
-    choir_op_rows_gather(s, &pos_table, pos, N, h);
-    choir_op_add(s, x, h, x, N * d);
-
-    for (int l = 0; l < D->n_text_layer; l++)
-        dec_block(s, &w->dec[l], l, D, seqs, n_seq, n_tokens, N, x, h, q, k, v, att, hid, qk);
-    if (choir_stream_status(s, NULL)) goto out;
-    for (int i = 0; i < n_seq; i++) seqs[i]->n_past += n_tokens[i];
-
+    choir_op_rows_gather(s, &w->tok_emb, io->ids, N, io->x);
+    choir_op_rows_gather(s, &pos_table, io->pos, N, io->h);
+    choir_op_add(s, io->x, io->h, io->x, N * d);
+    for (int l = 0; l < D->n_text_layer; l++) dec_block(s, &w->dec[l], l, D, b, io, qk);
+    if (!logits) return;
     /* Only the rows whose logits are wanted go through the final LN and the
      * tied output projection (the [V, d] product dominates a decoder step). */
-    if (logits) {
-        int64_t n_out = all_positions ? N : n_seq;
-        if (!all_positions)
-            for (int i = 0, r = 0; i < n_seq; i++) {
-                r += n_tokens[i];
-                if (r - 1 != i)
-                    choir_op_copy(s, x + (int64_t)i * d, x + (int64_t)(r - 1) * d,
-                                  (size_t)d * sizeof(float));
-            }
-        choir_op_layer_norm(s, x, x, n_out, d, w->dec_ln_g, w->dec_ln_b, WH_LN_EPS);
-        choir_op_linear(s, x, n_out, &w->tok_emb, NULL, logits);
+    int64_t n_out = all_positions ? N : b->n_seq;
+    if (!all_positions)
+        for (int i = 0, r = 0; i < b->n_seq; i++) {
+            r += b->n_tokens[i];
+            if (r - 1 != i)
+                choir_op_copy(s, io->x + (int64_t)i * d, io->x + (int64_t)(r - 1) * d,
+                              (size_t)d * sizeof(float));
+        }
+    choir_op_layer_norm(s, io->x, io->x, n_out, d, w->dec_ln_g, w->dec_ln_b, WH_LN_EPS);
+    choir_op_linear(s, io->x, n_out, &w->tok_emb, NULL, logits);
+}
+
+void wh_dec_graphs_drop(wh_dec_rt *rt) {
+    for (int b = 0; rt->graphs && b <= rt->rows_cap; b++) {
+        choir_graph_free(rt->graphs[b]);
+        rt->graphs[b] = NULL;
     }
+}
+
+/* A step of B rows from its graph, recorded on first use of B. A recording
+ * that fails is counted, and this and later steps run operation by
+ * operation. */
+static void step_graph(wh_dec_rt *rt, const wh_net *w, const choir_whisper_dims *D,
+                       const wh_dec_batch *b, const wh_dec_io *io) {
+    choir_stream *s = rt->s;
+    int B = (int)b->N;
+    if (!rt->graphs[B]) {
+        choir_err e = {0};
+        /* The step's inputs are on their way (asynchronous upload): let them
+         * land before the stream records. */
+        int rc = choir_stream_sync(s, &e);
+        if (!rc) rc = choir_stream_graph_begin(s, &e);
+        if (!rc) {
+            dec_body(s, w, D, b, io, false, io->logits, NULL);
+            rt->graphs[B] = choir_stream_graph_end(s, &e);
+        }
+        if (!rt->graphs[B]) {
+            rt->graph_failures++;
+            rt->use_graphs = false;
+            CHOIR_LOGW("whisper: recording the decoder step for %d rows failed (%s); steps run "
+                       "operation by operation",
+                       B, e.msg[0] ? e.msg : "no message");
+            rt->steps_direct++;
+            dec_body(s, w, D, b, io, false, io->logits, NULL);
+            return;
+        }
+    }
+    rt->steps_graph++;
+    choir_stream_graph_launch(s, rt->graphs[B]);
+}
+
+/* The pool every sequence's cache (cross: window) is a slot of, or NULL. */
+static const wh_pool *shared_pool(choir_whisper_seq *const *seqs, int n_seq, bool cross) {
+    const wh_pool *p = NULL;
+    for (int i = 0; i < n_seq; i++) {
+        const wh_pool *q = cross ? seqs[i]->cross->pool : seqs[i]->pool;
+        if (!q || (p && q != p)) return NULL;
+        p = q;
+    }
+    return p;
+}
+
+int wh_decode_run(wh_dec_rt *rt, const wh_net *w, const choir_whisper_dims *D,
+                  choir_whisper_seq *const *seqs, int n_seq, const int32_t *tokens,
+                  const int *n_tokens, bool all_positions, float *logits, const wh_qk_req *qk,
+                  choir_err *err) {
+    choir_stream *s = rt->s;
+    bool host = choir_backend_is_host(w->be);
+    /* An error left by an earlier call that could not return one (a cache
+     * copy) is this call's. */
+    int rc = choir_stream_status(s, err);
+    if (rc) {
+        choir_stream_clear(s);
+        return rc;
+    }
+    if (qk && !host)
+        return choir_err_set(err, CHOIR_EUNSUPPORTED,
+                             "whisper: cross-attention logits on the CPU only so far");
+    wh_dec_batch b = {.seqs = seqs, .n_seq = n_seq, .n_tokens = n_tokens};
+    bool step = !all_positions && !qk && logits;
+    for (int i = 0; i < n_seq; i++) {
+        b.N += n_tokens[i];
+        step = step && n_tokens[i] == 1;
+    }
+    if (step) {
+        b.self = shared_pool(seqs, n_seq, false);
+        b.cross = shared_pool(seqs, n_seq, true);
+        if (!b.self || !b.cross) b.self = b.cross = NULL, step = false;
+    }
+    int64_t N = b.N, n_out = logits ? (all_positions ? N : n_seq) : 0;
+    size_t mark = choir_stream_mark(s);
+    wh_dec_io io;
+    carve(s, D, N, n_out, !host, &io);
+    if (choir_stream_status(s, NULL)) goto out;
+    if (host) io.logits = logits;
+
+    /* The int32 inputs: written where they are read on the CPU, staged and
+     * sent in one copy to a device. */
+    int32_t *hm = host ? io.meta : rt->staging;
+    if (!hm) {
+        choir_stream_fail(s, CHOIR_EINTERNAL, "whisper: no staging for the decoder's inputs");
+        goto out;
+    }
+    memcpy(hm, tokens, (size_t)N * sizeof(int32_t));
+    for (int i = 0, r = 0; i < n_seq; i++)
+        for (int j = 0; j < n_tokens[i]; j++, r++) {
+            hm[N + r] = seqs[i]->n_past + j;
+            hm[2 * N + r] = seqs[i]->pool ? seqs[i]->slot : 0;
+            hm[3 * N + r] = seqs[i]->cross->pool ? seqs[i]->cross->slot : 0;
+            hm[4 * N + r] = seqs[i]->n_past + j + 1;
+        }
+    if (!host) choir_op_upload_async(s, io.meta, hm, (size_t)(WH_META * N) * sizeof(int32_t));
+
+    if (step && rt->use_graphs && rt->graphs && N <= rt->rows_cap) {
+        step_graph(rt, w, D, &b, &io);
+    } else {
+        rt->steps_direct++;
+        dec_body(s, w, D, &b, &io, all_positions, io.logits, qk);
+    }
+    if (!host && n_out > 0)
+        choir_op_download_async(s, logits, io.logits,
+                                (size_t)(n_out * D->n_vocab) * sizeof(float));
+    /* The staging area is written again by the next call: everything here
+     * must have landed. */
+    if (choir_stream_sync(s, NULL) == 0)
+        for (int i = 0; i < n_seq; i++) seqs[i]->n_past += n_tokens[i];
 out:
     choir_stream_release(s, mark);
-    return choir_stream_status(s, NULL);
+    rc = choir_stream_status(s, err);
+    if (rc) {
+        choir_stream_clear(s);
+        choir_err_prefix(err, "whisper: decoder");
+    }
+    return rc;
 }
 
 int wh_decode_host(const choir_whisper *m, choir_whisper_seq *const *seqs, int n_seq,
@@ -169,13 +348,13 @@ int wh_decode_host(const choir_whisper *m, choir_whisper_seq *const *seqs, int n
                    const wh_qk_req *qk, choir_err *err) {
     int64_t N = 0;
     for (int i = 0; i < n_seq; i++) N += n_tokens[i];
-    choir_stream *s = choir_stream_create(m->net.be, err);
-    if (!s) return err && err->code ? err->code : CHOIR_ENOMEM;
-    int rc = choir_stream_reserve(s, wh_dec_work_bytes(&m->dims, N),
+    wh_dec_rt rt = {.s = choir_stream_create(m->net.be, err)};
+    if (!rt.s) return err && err->code ? err->code : CHOIR_ENOMEM;
+    int rc = choir_stream_reserve(rt.s, wh_dec_work_bytes(&m->dims, N, 0),
                                   wh_dec_scratch_bytes(&m->net, &m->dims, N), err);
-    if (!rc && wh_decode_run(s, &m->net, &m->dims, seqs, n_seq, tokens, n_tokens, all_positions,
-                             logits, qk))
-        rc = choir_stream_status(s, err);
-    choir_stream_free(s);
+    if (!rc)
+        rc = wh_decode_run(&rt, &m->net, &m->dims, seqs, n_seq, tokens, n_tokens, all_positions,
+                           logits, qk, err);
+    choir_stream_free(rt.s);
     return rc;
 }

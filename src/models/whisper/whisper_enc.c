@@ -124,39 +124,22 @@ int wh_encode_windows(choir_stream *s, const wh_net *w, const choir_whisper_dims
     return choir_stream_status(s, NULL);
 }
 
-/* Finishes a call's stream: its error (if any) into err, then frees it. */
-static int stream_done(choir_stream *s, int rc, choir_err *err) {
-    choir_err e = {0};
-    int st = choir_stream_sync(s, &e);
-    if (!rc && st) {
-        rc = st;
-        if (err) *err = e;
-    }
-    choir_stream_free(s);
-    return rc;
-}
-
-/* A stream for one call, its working memory and scratch reserved. */
-static choir_stream *call_stream(const wh_net *w, size_t work, size_t scratch, choir_err *err) {
-    choir_stream *s = choir_stream_create(w->be, err);
-    if (s && choir_stream_reserve(s, work, choir_backend_is_host(w->be) ? scratch : 0, err)) {
-        choir_stream_free(s);
-        return NULL;
-    }
-    return s;
-}
-
 /* Host in, host out, whatever the backend: on the CPU the forward reads and
  * writes the caller's arrays; on a device each pass's windows go up and
  * their rows come back. */
-static int encode_host(const wh_net *w, const choir_whisper_dims *D, const float *mel, int n,
-                       float *out, choir_err *err) {
+int choir_whisper_encode(const choir_whisper *m, const float *mel, int n, float *out,
+                         choir_err *err) {
+    if (n < 0) return choir_err_set(err, CHOIR_EINVAL, "whisper: negative window count");
+    const wh_net *w = wh_active_net(m);
+    const choir_whisper_dims *D = &m->dims;
     int64_t nb = n < w->enc_windows ? n : w->enc_windows;
     if (nb <= 0) return 0;
     bool host = choir_backend_is_host(w->be);
-    size_t mel_one = (size_t)D->n_mels * CHOIR_WHISPER_N_FRAMES, enc_one = (size_t)D->n_audio_ctx * (size_t)D->d_model;
+    size_t mel_one = (size_t)D->n_mels * CHOIR_WHISPER_N_FRAMES,
+           enc_one = (size_t)D->n_audio_ctx * (size_t)D->d_model;
     size_t io = host ? 0 : (size_t)nb * (mel_one + enc_one) * sizeof(float) + 512;
-    choir_stream *s = call_stream(w, wh_enc_work_bytes(D, nb) + io, wh_enc_scratch_bytes(w, D, nb), err);
+    choir_stream *s = wh_stream_open(m, wh_enc_work_bytes(D, nb) + io,
+                                     wh_enc_scratch_bytes(w, D, nb), err);
     if (!s) return err && err->code ? err->code : CHOIR_ENOMEM;
     float *dmel = host ? NULL : choir_stream_floats(s, nb * (int64_t)mel_one, "whisper mel");
     float *dx = host ? NULL : choir_stream_floats(s, nb * (int64_t)enc_one, "whisper encoder output");
@@ -172,16 +155,7 @@ static int encode_host(const wh_net *w, const choir_whisper_dims *D, const float
         wh_encode_windows(s, w, D, dmel, k, dx);
         choir_op_download(s, x_out, dx, (size_t)k * enc_one * sizeof(float));
     }
-    return stream_done(s, 0, err);
-}
-
-int choir_whisper_encode(const choir_whisper *m, const float *mel, int n, float *out,
-                         choir_err *err) {
-    if (n < 0) return choir_err_set(err, CHOIR_EINVAL, "whisper: negative window count");
-#ifdef CHOIR_HAVE_CUDA
-    if (m->gpu) return wg_encode(m->gpu, mel, n, out, err);
-#endif
-    return encode_host(&m->net, &m->dims, mel, n, out, err);
+    return wh_stream_done(m, s, 0, err);
 }
 
 /* --- cross-attention K/V ---------------------------------------------------- */
@@ -206,11 +180,81 @@ int wh_cross_kv(choir_stream *s, const wh_net *w, const choir_whisper_dims *D, c
     return choir_stream_status(s, NULL);
 }
 
-/* The CPU cross cache of one window (host memory throughout). */
-int wh_cross_kv_host(const choir_whisper *m, const float *enc, float *k, float *v,
-                     choir_err *err) {
-    choir_stream *s = call_stream(&m->net, 0, wh_cross_scratch_bytes(&m->net, &m->dims), err);
-    if (!s) return err && err->code ? err->code : CHOIR_ENOMEM;
-    wh_cross_kv(s, &m->net, &m->dims, enc, k, v);
-    return stream_done(s, 0, err);
+choir_whisper_cross *choir_whisper_cross_create(const choir_whisper *m, const float *enc_out,
+                                                choir_err *err) {
+    const wh_net *w = wh_active_net(m);
+    const choir_whisper_dims *D = &m->dims;
+    bool host = choir_backend_is_host(w->be);
+    size_t bytes = (size_t)D->n_audio_ctx * (size_t)D->d_model * sizeof(float);
+    choir_whisper_cross *c = wh_cross_new(m, err);
+    if (!c) return NULL;
+    choir_stream *s = wh_stream_open(m, host ? 0 : bytes + 256, wh_cross_scratch_bytes(w, D), err);
+    if (!s) {
+        choir_whisper_cross_free(c);
+        return NULL;
+    }
+    const float *x = enc_out;
+    if (!host) {
+        float *dx = choir_stream_alloc(s, bytes, "whisper encoder rows");
+        choir_op_upload(s, dx, enc_out, bytes);
+        x = dx;
+    }
+    wh_cross_kv(s, w, D, x, c->k, c->v);
+    if (wh_stream_done(m, s, 0, err)) {
+        choir_whisper_cross_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+int choir_whisper_encode_cross(const choir_whisper *m, const float *mel, int n, float *enc,
+                               choir_whisper_cross **cross, choir_err *err) {
+    if (n < 0) return choir_err_set(err, CHOIR_EINVAL, "whisper: negative window count");
+    for (int i = 0; i < n; i++) cross[i] = NULL;
+    const wh_net *w = wh_active_net(m);
+    const choir_whisper_dims *D = &m->dims;
+    int64_t nb = n < w->enc_windows ? n : w->enc_windows;
+    if (nb <= 0) return 0;
+    bool host = choir_backend_is_host(w->be);
+    size_t mel_one = (size_t)D->n_mels * CHOIR_WHISPER_N_FRAMES,
+           enc_one = (size_t)D->n_audio_ctx * (size_t)D->d_model;
+    /* The encoder rows of a pass: the caller's host scratch on the CPU (or
+     * a block of this call's), backend memory on a device, where the cross
+     * K/V are computed from them. */
+    float *own = NULL;
+    if (host && !enc &&
+        !(enc = own = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)nb * enc_one * sizeof(float))))
+        return choir_err_set(err, CHOIR_ENOMEM, "whisper: out of memory for encoder output");
+    size_t io = host ? 0 : (size_t)nb * (mel_one + enc_one) * sizeof(float) + 512;
+    size_t scratch = max_sz(wh_enc_scratch_bytes(w, D, nb), wh_cross_scratch_bytes(w, D));
+    choir_stream *s = wh_stream_open(m, wh_enc_work_bytes(D, nb) + io, scratch, err);
+    if (!s) {
+        choir_free(own);
+        return err && err->code ? err->code : CHOIR_ENOMEM;
+    }
+    float *dmel = host ? NULL : choir_stream_floats(s, nb * (int64_t)mel_one, "whisper mel");
+    float *dx = host ? NULL : choir_stream_floats(s, nb * (int64_t)enc_one, "whisper encoder output");
+    int rc = 0;
+    for (int b0 = 0; b0 < n && !rc && !choir_stream_status(s, NULL); b0 += (int)nb) {
+        int64_t k = n - b0 < nb ? n - b0 : nb;
+        const float *m_in = mel + (size_t)b0 * mel_one;
+        float *x = host ? (own ? own : enc + (size_t)b0 * enc_one) : dx;
+        if (!host) {
+            choir_op_upload(s, dmel, m_in, (size_t)k * mel_one * sizeof(float));
+            m_in = dmel;
+        }
+        wh_encode_windows(s, w, D, m_in, k, x);
+        for (int64_t b = 0; b < k && !rc; b++) {
+            choir_whisper_cross *c = wh_cross_new(m, err);
+            if (!c) {
+                rc = err && err->code ? err->code : CHOIR_ENOMEM;
+                break;
+            }
+            cross[b0 + b] = c;
+            wh_cross_kv(s, w, D, x + (size_t)b * enc_one, c->k, c->v);
+        }
+    }
+    rc = wh_stream_done(m, s, rc, err);
+    choir_free(own);
+    return rc;
 }

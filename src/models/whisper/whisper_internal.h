@@ -75,21 +75,40 @@ struct choir_whisper {
     wh_net net;
 };
 
+/* Caches of one size in one backend buffer per K and V, handed out by slot
+ * (the device's pools, whisper_cuda.c): slot i's layer l starts at
+ * k + i slot_floats + l positions d. Growing moves them: the owners'
+ * pointers are repointed and captured graphs dropped. */
+typedef struct wh_pool {
+    float *k, *v;          /* backend memory [cap][slot_floats] each */
+    int64_t slot_floats;   /* n_layer * positions * d */
+    int positions;         /* per layer */
+    int cap;
+    unsigned char *used;   /* host [cap] */
+    void **owner;          /* host [cap]: the choir_whisper_seq (of_seqs) or _cross of each slot */
+    bool of_seqs;
+} wh_pool;
+
 struct choir_whisper_cross {
     int n_layer, n_ctx, d;
-    float *k; /* [n_text_layer][n_audio_ctx][d]; NULL on the GPU */
-    float *v;
-    struct choir_whisper_gpu *gpu; /* GPU: K/V live in slot `slot` of its cross pool */
+    /* Backend memory [n_text_layer][n_audio_ctx][d]: host arrays on the CPU,
+     * slot `slot` of `pool` on a device. */
+    float *k, *v;
+    struct choir_whisper_gpu *gpu; /* the device's, NULL on the CPU */
+    wh_pool *pool;
     int slot;
 };
 
 struct choir_whisper_seq {
     int n_layer, n_ctx, d; /* n_ctx: capacity in positions */
+    int positions;         /* positions per layer in memory (>= n_ctx) */
     int n_past;
     const choir_whisper_cross *cross;
-    float *k; /* [n_text_layer][n_ctx][d]; NULL on the GPU */
-    float *v;
-    struct choir_whisper_gpu *gpu; /* GPU: the cache is slot `slot` of its self-attention pool */
+    /* Backend memory [n_text_layer][positions][d]: host arrays on the CPU,
+     * slot `slot` of `pool` on a device. */
+    float *k, *v;
+    struct choir_whisper_gpu *gpu; /* the device's, NULL on the CPU */
+    wh_pool *pool;
     int slot;
 };
 
@@ -113,9 +132,9 @@ size_t wh_enc_scratch_bytes(const wh_net *w, const choir_whisper_dims *D, int64_
 int wh_cross_kv(choir_stream *s, const wh_net *w, const choir_whisper_dims *D, const float *enc,
                 float *k, float *v);
 size_t wh_cross_scratch_bytes(const wh_net *w, const choir_whisper_dims *D);
-/* wh_cross_kv on the model's CPU backend, host memory in and out. */
-int wh_cross_kv_host(const choir_whisper *m, const float *enc, float *k, float *v,
-                     choir_err *err);
+/* A window's cross cache with its K/V memory placed where the network runs
+ * (contents undefined), or NULL and err (whisper_net.c). */
+choir_whisper_cross *wh_cross_new(const choir_whisper *m, choir_err *err);
 
 /* --- the decoder over backend operations (whisper_dec.c) ------------------ */
 
@@ -131,19 +150,43 @@ typedef struct wh_qk_req {
 /* The checks of choir_whisper_decode (tokens, windows, capacities). */
 int choir_whisper_decode_check(const choir_whisper *m, choir_whisper_seq *const *seqs, int n_seq,
                                const int32_t *tokens, const int *n_tokens, choir_err *err);
-/* Working memory of a decoder pass over N new tokens, and the CPU kernel
- * scratch one of its calls takes at most. */
-size_t wh_dec_work_bytes(const choir_whisper_dims *D, int64_t N);
+/* Working memory of a decoder pass over N new tokens (n_out logits rows
+ * carved too, for a device), and the CPU kernel scratch one of its calls
+ * takes at most. */
+size_t wh_dec_work_bytes(const choir_whisper_dims *D, int64_t N, int64_t n_out);
 size_t wh_dec_scratch_bytes(const wh_net *w, const choir_whisper_dims *D, int64_t N);
-/* choir_whisper_decode's computation on stream s (checked arguments; logits
- * NULL: none computed), qk NULL or the cross-attention logits wanted. */
-int wh_decode_run(choir_stream *s, const wh_net *w, const choir_whisper_dims *D,
+
+/* What a decoder call runs on: a stream over the network's backend and, on
+ * a device, the captured steps. The CPU makes one per call (several engine
+ * workers decode at once); an attached device keeps one (whisper_cuda.c). */
+typedef struct wh_dec_rt {
+    choir_stream *s;
+    int32_t *staging;      /* host memory [WH_META * rows_cap] for a device's inputs */
+    int rows_cap;          /* rows the stream's memory was planned for */
+    choir_graph **graphs;  /* [rows_cap + 1] by batch size; NULL: no graphs */
+    bool use_graphs;
+    int64_t steps_graph, steps_direct;
+    int graph_failures;
+} wh_dec_rt;
+#define WH_META 5 /* int32 inputs per row: id, position, cache slot, cross slot, keys */
+
+/* choir_whisper_decode's computation on rt (checked arguments; logits NULL:
+ * none computed; host memory whatever the backend), qk NULL or the
+ * cross-attention logits wanted (CPU only). A batch of one-token steps of
+ * sequences that share a pool runs as one fixed sequence of operations over
+ * the pools (the slots, positions and lengths read from backend memory), so
+ * that a device captures it once per batch size and replays it. Returns 0
+ * or the error, also in err. */
+int wh_decode_run(wh_dec_rt *rt, const wh_net *w, const choir_whisper_dims *D,
                   choir_whisper_seq *const *seqs, int n_seq, const int32_t *tokens,
-                  const int *n_tokens, bool all_positions, float *logits, const wh_qk_req *qk);
+                  const int *n_tokens, bool all_positions, float *logits, const wh_qk_req *qk,
+                  choir_err *err);
 /* wh_decode_run on a stream of its own over the model's CPU backend. */
 int wh_decode_host(const choir_whisper *m, choir_whisper_seq *const *seqs, int n_seq,
                    const int32_t *tokens, const int *n_tokens, bool all_positions, float *logits,
                    const wh_qk_req *qk, choir_err *err);
+/* Frees rt's graphs (before anything they point into moves). */
+void wh_dec_graphs_drop(wh_dec_rt *rt);
 
 /* --- the per-step rules (whisper_filters.c, whisper_rules.c) -------------- */
 
@@ -176,23 +219,34 @@ void wr_rules_pool(const choir_whisper_filter *f, const int32_t *tokens, int n_t
 int wr_topk(const float *logits, int V, int K, int *ids);
 int wr_topk_ref(const float *logits, int V, int K, int *ids);
 
+/* Where the network runs: the placement of its memory (whisper_net.c on the
+ * CPU; the attached device's side, whisper_cuda.c). */
+/* The weights as the forward reads them on the backend it runs on now. */
+const wh_net *wh_active_net(const choir_whisper *m);
+/* A stream with `work` bytes of working memory (and `scratch` bytes of CPU
+ * kernel scratch) for one call: made for it on the CPU, the device's own
+ * encoder stream there. wh_stream_done syncs it, reports its error (rc
+ * when already failed) and frees or resets it. */
+choir_stream *wh_stream_open(const choir_whisper *m, size_t work, size_t scratch, choir_err *err);
+int wh_stream_done(const choir_whisper *m, choir_stream *s, int rc, choir_err *err);
+
 #ifdef CHOIR_HAVE_CUDA
-/* The GPU side of the network functions (whisper_cuda.c, whisper_cuda_dec.c),
- * called by whisper_net.c when m->gpu is set, after the same argument checks. */
-int wg_encode(struct choir_whisper_gpu *g, const float *mel, int n, float *out, choir_err *err);
-int wg_encode_cross(struct choir_whisper_gpu *g, const float *mel, int n,
-                    choir_whisper_cross **cross, choir_err *err);
-choir_whisper_cross *wg_cross_create(struct choir_whisper_gpu *g, const float *enc_out,
-                                     choir_err *err);
-void wg_cross_free(choir_whisper_cross *c);
-/* Gives a freshly made sequence a cache slot on the device. */
+/* The device's side of that placement (whisper_cuda.c). */
+const wh_net *wg_net(const struct choir_whisper_gpu *g);
+choir_stream *wg_stream_open(struct choir_whisper_gpu *g, size_t work, choir_err *err);
+int wg_stream_done(struct choir_whisper_gpu *g, int rc, choir_err *err);
+/* A pool slot for a new window's cross K/V, or a new sequence's cache of
+ * `capacity` positions (its k, v and slot filled); freeing gives it back. */
+int wg_cross_init(struct choir_whisper_gpu *g, choir_whisper_cross *c, choir_err *err);
 int wg_seq_init(struct choir_whisper_gpu *g, choir_whisper_seq *s, choir_err *err);
-void wg_seq_release(choir_whisper_seq *s);
-void wg_seq_copy(choir_whisper_seq *dst, const choir_whisper_seq *src, int n_keep);
-int wg_decode(struct choir_whisper_gpu *g, choir_whisper_seq *const *seqs, int n_seq,
-              const int32_t *tokens, const int *n_tokens, bool all_positions, float *logits,
-              choir_err *err);
-/* Pinned host memory of `bytes` for decoder logits, which wg_decode then
+void wg_slot_release(wh_pool *p, int slot);
+/* The first n_keep positions of src's cache into dst's, in stream order. */
+void wg_seq_copy(struct choir_whisper_gpu *g, choir_whisper_seq *dst, const choir_whisper_seq *src,
+                 int n_keep);
+/* The decoder's runtime with room for N rows (n_out logits rows), or NULL
+ * and err. */
+wh_dec_rt *wg_dec_rt(struct choir_whisper_gpu *g, int64_t N, int64_t n_out, choir_err *err);
+/* Pinned host memory of `bytes` for decoder logits, which the decoder then
  * downloads into directly; NULL when the runtime refuses or WG_MAX_LENT
  * blocks are out (the caller then uses ordinary memory: not an error).
  * wg_logits_free gives a block back and returns true, or returns false

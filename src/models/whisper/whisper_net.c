@@ -1,50 +1,60 @@
-/* The Whisper network: the caches, and the batched decoder (the encoder and
- * the cross-attention K/V are whisper_enc.c).
+/* The Whisper network's memory: where it runs (the CPU, or an attached
+ * device: whisper_cuda.c), the caches of windows and sequences, and the
+ * decoder's entry point (the encoder and the cross-attention K/V are
+ * whisper_enc.c, the decoder's layers whisper_dec.c).
  *
- * Shapes follow the spec (../shared/specs/whisper.md §3): d = d_model,
- * H = heads, Dh = d / H, A = n_audio_ctx (1500), C = n_text_ctx (448).
- * Every block is pre-LN: x += f(LN(x)). */
-#include <math.h>
+ * On the CPU a call makes its own stream (several engine workers run one
+ * model at once) and each cache is an array of its own; on a device the
+ * calls share the device's streams (one user at a time) and the caches are
+ * slots of its pools. */
 #include <string.h>
 
 #include "choir/alloc.h"
-#include "choir/kernels.h"
 #include "models/whisper/whisper_internal.h"
-
-#define WH_LN_EPS 1e-5f
 
 static int wh_oom(choir_err *err, const char *what) {
     return choir_err_set(err, CHOIR_ENOMEM, "whisper: out of memory for %s", what);
 }
 
-int choir_whisper_encode_cross(const choir_whisper *m, const float *mel, int n, float *enc,
-                               choir_whisper_cross **cross, choir_err *err) {
-    if (n < 0) return choir_err_set(err, CHOIR_EINVAL, "whisper: negative window count");
-    for (int i = 0; i < n; i++) cross[i] = NULL;
+/* --- placement -------------------------------------------------------------- */
+
+const wh_net *wh_active_net(const choir_whisper *m) {
 #ifdef CHOIR_HAVE_CUDA
-    if (m->gpu) return wg_encode_cross(m->gpu, mel, n, cross, err);
+    if (m->gpu) return wg_net(m->gpu);
 #endif
-    size_t enc_one = (size_t)m->dims.n_audio_ctx * (size_t)m->dims.d_model;
-    float *own = NULL;
-    if (!enc && n > 0 &&
-        !(enc = own = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)n * enc_one * sizeof(float))))
-        return wh_oom(err, "encoder output");
-    int rc = choir_whisper_encode(m, mel, n, enc, err);
-    for (int i = 0; i < n && !rc; i++)
-        if (!(cross[i] = choir_whisper_cross_create(m, enc + (size_t)i * enc_one, err)))
-            rc = err && err->code ? err->code : CHOIR_ENOMEM;
-    choir_free(own);
+    return &m->net;
+}
+
+choir_stream *wh_stream_open(const choir_whisper *m, size_t work, size_t scratch, choir_err *err) {
+#ifdef CHOIR_HAVE_CUDA
+    if (m->gpu) return wg_stream_open(m->gpu, work, err);
+#endif
+    choir_stream *s = choir_stream_create(m->net.be, err);
+    if (s && choir_stream_reserve(s, work, scratch, err)) {
+        choir_stream_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+int wh_stream_done(const choir_whisper *m, choir_stream *s, int rc, choir_err *err) {
+#ifdef CHOIR_HAVE_CUDA
+    if (m->gpu) return wg_stream_done(m->gpu, rc, err);
+#endif
+    choir_err e = {0};
+    int st = choir_stream_sync(s, &e);
+    if (!rc && st) {
+        rc = st;
+        if (err) *err = e;
+    }
+    choir_stream_free(s);
     return rc;
 }
 
-/* --- cross-attention K/V ------------------------------------------------ */
+/* --- cross-attention caches -------------------------------------------------- */
 
-choir_whisper_cross *choir_whisper_cross_create(const choir_whisper *m, const float *enc_out,
-                                                choir_err *err) {
+choir_whisper_cross *wh_cross_new(const choir_whisper *m, choir_err *err) {
     const choir_whisper_dims *D = &m->dims;
-#ifdef CHOIR_HAVE_CUDA
-    if (m->gpu) return wg_cross_create(m->gpu, enc_out, err);
-#endif
     choir_whisper_cross *c = choir_calloc(CHOIR_MEM_CACHE, 1, sizeof *c);
     if (!c) {
         wh_oom(err, "cross-attention cache");
@@ -53,16 +63,21 @@ choir_whisper_cross *choir_whisper_cross_create(const choir_whisper *m, const fl
     c->n_layer = D->n_text_layer;
     c->n_ctx = D->n_audio_ctx;
     c->d = D->d_model;
-    size_t per = (size_t)c->n_ctx * (size_t)c->d;
-    c->k = choir_alloc(CHOIR_MEM_CACHE, per * (size_t)c->n_layer * sizeof(float));
-    c->v = choir_alloc(CHOIR_MEM_CACHE, per * (size_t)c->n_layer * sizeof(float));
+#ifdef CHOIR_HAVE_CUDA
+    if (m->gpu) {
+        if (wg_cross_init(m->gpu, c, err)) {
+            choir_free(c);
+            return NULL;
+        }
+        return c;
+    }
+#endif
+    size_t n = (size_t)c->n_ctx * (size_t)c->d * (size_t)c->n_layer;
+    c->k = choir_alloc(CHOIR_MEM_CACHE, n * sizeof(float));
+    c->v = choir_alloc(CHOIR_MEM_CACHE, n * sizeof(float));
     if (!c->k || !c->v) {
         choir_whisper_cross_free(c);
         wh_oom(err, "cross-attention cache");
-        return NULL;
-    }
-    if (wh_cross_kv_host(m, enc_out, c->k, c->v, err)) {
-        choir_whisper_cross_free(c);
         return NULL;
     }
     return c;
@@ -71,8 +86,9 @@ choir_whisper_cross *choir_whisper_cross_create(const choir_whisper *m, const fl
 void choir_whisper_cross_free(choir_whisper_cross *c) {
     if (!c) return;
 #ifdef CHOIR_HAVE_CUDA
-    if (c->gpu) {
-        wg_cross_free(c);
+    if (c->pool) {
+        wg_slot_release(c->pool, c->slot);
+        choir_free(c);
         return;
     }
 #endif
@@ -92,6 +108,7 @@ choir_whisper_seq *choir_whisper_seq_create(const choir_whisper *m, int capacity
     }
     s->n_layer = D->n_text_layer;
     s->n_ctx = capacity > 0 && capacity < D->n_text_ctx ? capacity : D->n_text_ctx;
+    s->positions = s->n_ctx;
     s->d = D->d_model;
 #ifdef CHOIR_HAVE_CUDA
     if (m->gpu) {
@@ -116,7 +133,11 @@ choir_whisper_seq *choir_whisper_seq_create(const choir_whisper *m, int capacity
 void choir_whisper_seq_free(choir_whisper_seq *s) {
     if (!s) return;
 #ifdef CHOIR_HAVE_CUDA
-    if (s->gpu) wg_seq_release(s);
+    if (s->pool) {
+        wg_slot_release(s->pool, s->slot);
+        choir_free(s);
+        return;
+    }
 #endif
     choir_free(s->k);
     choir_free(s->v);
@@ -135,14 +156,14 @@ void choir_whisper_seq_copy(choir_whisper_seq *dst, const choir_whisper_seq *src
     }
     if (n_keep > dst->n_ctx) n_keep = dst->n_ctx;
 #ifdef CHOIR_HAVE_CUDA
-    if (dst->gpu) {
-        wg_seq_copy(dst, src, n_keep);
+    if (dst->gpu || src->gpu) {
+        wg_seq_copy(dst->gpu ? dst->gpu : src->gpu, dst, src, n_keep);
         dst->n_past = n_keep;
         dst->cross = src->cross;
         return;
     }
 #endif
-    size_t sp = (size_t)src->n_ctx * (size_t)src->d, dp = (size_t)dst->n_ctx * (size_t)dst->d;
+    size_t sp = (size_t)src->positions * (size_t)src->d, dp = (size_t)dst->positions * (size_t)dst->d;
     size_t row = (size_t)n_keep * (size_t)src->d;
     for (int l = 0; l < src->n_layer; l++) {
         memcpy(dst->k + l * dp, src->k + l * sp, row * sizeof(float));
@@ -168,6 +189,10 @@ int choir_whisper_decode_check(const choir_whisper *m, choir_whisper_seq *const 
             return choir_err_set(err, CHOIR_EINVAL, "whisper: sequence %d has no new tokens", i);
         if (!seqs[i]->cross)
             return choir_err_set(err, CHOIR_EINVAL, "whisper: sequence %d has no window", i);
+        if (seqs[i]->gpu != m->gpu || seqs[i]->cross->gpu != m->gpu)
+            return choir_err_set(err, CHOIR_EINVAL,
+                                 "whisper: sequence %d or its window was made for the %s", i,
+                                 m->gpu ? "CPU" : "GPU");
         if (seqs[i]->n_past + n_tokens[i] > seqs[i]->n_ctx)
             return choir_err_set(err, CHOIR_ETOOBIG,
                                  "whisper: sequence %d would hold %d tokens (capacity %d)", i,
@@ -190,7 +215,12 @@ int choir_whisper_decode(const choir_whisper *m, choir_whisper_seq *const *seqs,
     for (int i = 0; i < n_seq; i++) N += n_tokens[i];
     if (N == 0) return 0;
 #ifdef CHOIR_HAVE_CUDA
-    if (m->gpu) return wg_decode(m->gpu, seqs, n_seq, tokens, n_tokens, all_positions, logits, err);
+    if (m->gpu) {
+        wh_dec_rt *rt = wg_dec_rt(m->gpu, N, logits ? (all_positions ? N : n_seq) : 0, err);
+        if (!rt) return err && err->code ? err->code : CHOIR_ENOMEM;
+        return wh_decode_run(rt, wg_net(m->gpu), &m->dims, seqs, n_seq, tokens, n_tokens,
+                             all_positions, logits, NULL, err);
+    }
 #endif
     return wh_decode_host(m, seqs, n_seq, tokens, n_tokens, all_positions, logits, NULL, err);
 }

@@ -36,6 +36,11 @@ int choir_cuda_check_launch(choir_err *err, const char *what);
  * (err filled). Growing frees the old block, so callers use it for one call. */
 void *choir_cuda_scratch(choir_cuda *cu, size_t bytes, choir_err *err);
 
+/* choir_cuda_rows_gather from an MLX-quantized table (cuda_linear.cu, where
+ * the code unpacking lives). */
+int choir_cuda_rows_gather_quant(choir_cuda *cu, const choir_cuda_weight *W, const int32_t *ids,
+                                 int64_t n, float *out, choir_err *err);
+
 /* Blocks of 256 threads over n elements, capped so a grid-stride loop covers
  * the rest. */
 static inline unsigned choir_cuda_blocks(int64_t n, int threads) {

@@ -172,6 +172,60 @@ __global__ void dequant_bf16(const uint32_t *__restrict__ Wq, const void *__rest
     }
 }
 
+/* Embedding rows of a quantized table: one thread per 32-code chunk of an
+ * output row; ids outside the table give zeros (as k_gather). */
+template <int BITS>
+__global__ void gather_quant(const uint32_t *__restrict__ Wq, const void *__restrict__ scales,
+                             const void *__restrict__ biases, choir_dtype sb_dtype,
+                             int group_size, int64_t rows, int64_t cols,
+                             const int32_t *__restrict__ ids, int64_t n, float *__restrict__ out) {
+    int64_t chunks = cols / 32, total = n * chunks;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / chunks, c = i % chunks, id = ids[r];
+        float *o = out + r * cols + c * 32;
+        if (id < 0 || id >= rows) {
+#pragma unroll
+            for (int j = 0; j < 32; j++) o[j] = 0.0f;
+            continue;
+        }
+        float q[32];
+        load_codes<BITS>(Wq + (id * chunks + c) * BITS, q);
+        int64_t g = id * (cols / group_size) + (c * 32) / group_size;
+        float s = load_sb(scales, sb_dtype, g), b = load_sb(biases, sb_dtype, g);
+#pragma unroll
+        for (int j = 0; j < 32; j++) o[j] = __fmul_rn(s, q[j]) + b;
+    }
+}
+
+int choir_cuda_rows_gather_quant(choir_cuda *cu, const choir_cuda_weight *W, const int32_t *ids,
+                                 int64_t n, float *out, choir_err *err) {
+    if (n <= 0 || W->cols <= 0) return 0;
+    if (W->cols % 32 || W->group_size <= 0)
+        return choir_err_set(err, CHOIR_EINVAL, "cuda: rows gather: %lld columns, groups of %d",
+                             (long long)W->cols, W->group_size);
+    unsigned blocks = choir_cuda_blocks(n * (W->cols / 32), 256);
+    const uint32_t *q = (const uint32_t *)W->data.ptr;
+#define CHOIR_QGATHER(B)                                                                      \
+    case B:                                                                                   \
+        gather_quant<B><<<blocks, 256, 0, cu->stream>>>(q, W->scales.ptr, W->biases.ptr,       \
+                                                        W->sb_dtype, W->group_size, W->rows,   \
+                                                        W->cols, ids, n, out);                 \
+        break;
+    switch (W->bits) {
+        CHOIR_QGATHER(2)
+        CHOIR_QGATHER(3)
+        CHOIR_QGATHER(4)
+        CHOIR_QGATHER(5)
+        CHOIR_QGATHER(6)
+        CHOIR_QGATHER(8)
+    default:
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: %d-bit weights", W->bits);
+    }
+#undef CHOIR_QGATHER
+    return choir_cuda_check_launch(err, "quantized rows gather");
+}
+
 template <typename T>
 __global__ void convert_from_f32(const float *__restrict__ x, T *__restrict__ y, int64_t n) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;

@@ -195,9 +195,7 @@ int choir_cuda_rows_gather(choir_cuda *cu, const choir_cuda_weight *W, const int
                            int64_t n, float *out, choir_err *err) {
     int kind = W->kind == CHOIR_WEIGHT_F32 ? 0 : W->kind == CHOIR_WEIGHT_F16 ? 1
              : W->kind == CHOIR_WEIGHT_BF16 ? 2 : -1;
-    if (kind < 0)
-        return choir_err_set(err, CHOIR_EUNSUPPORTED,
-                             "cuda: rows gather from a quantized table is not implemented");
+    if (kind < 0) return choir_cuda_rows_gather_quant(cu, W, ids, n, out, err);
     if (n <= 0 || W->cols <= 0) return 0;
     k_gather<<<choir_cuda_blocks(n * W->cols, OPS_THREADS), OPS_THREADS, 0, cu->stream>>>(
         W->data.ptr, kind, W->rows, W->cols, ids, n, out);
