@@ -5,13 +5,22 @@
  * loop runs inline instead of waiting, which keeps nested and concurrent use
  * deadlock-free. Work is handed out in chunks through an atomic counter.
  *
- * Small jobs (a decoder step's GEMVs take tens of microseconds) must not pay
- * for a sleeping worker: a worker that finishes a job watches for the next
- * one for a short while (POOL_SPIN_NS) before it sleeps, and the caller, once
- * the chunks are all taken, closes the job, so a worker that wakes late (or
- * is descheduled by other processes on a busy machine) finds the job closed
- * and is never waited for. The caller only waits for workers that joined. */
+ * Small jobs (a decoder step's GEMVs take tens of microseconds, and a step
+ * is some hundred of them) must not pay for a system call or a lock per job.
+ * A job is published by bumping `generation` (release); a worker that
+ * finished the last job watches it (POOL_SPIN_NS) before it sleeps on the
+ * condition variable, and the caller signals only when a worker sleeps. A
+ * worker joins a job by one compare-and-swap on `state` (the job's
+ * generation, a closed bit and the count of workers inside), and leaves it
+ * by an atomic decrement. The caller, once the chunks are all taken, closes
+ * the job in the same word and spins until the workers that joined have
+ * left: a worker that wakes late (or is descheduled by other processes on a
+ * busy machine) finds the job closed, or another generation, and is never
+ * waited for. The generation in `state` keeps a late compare-and-swap from
+ * joining the next job by mistake. */
 #include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
@@ -26,18 +35,21 @@
 #include "choir/alloc.h"
 #include "choir/pool.h"
 
+/* state: generation (low 32 bits of it) << 32 | POOL_CLOSED | workers inside. */
+#define POOL_CLOSED (1ull << 31)
+#define POOL_COUNT_MASK (POOL_CLOSED - 1)
+
 struct choir_pool {
     int threads;
     pthread_t *workers;          /* threads - 1 of them */
     pthread_mutex_t submit_lock; /* held by the thread whose job is running */
-    pthread_mutex_t lock;
+    pthread_mutex_t lock;        /* with `wake`: for sleeping workers only */
     pthread_cond_t wake;
-    pthread_cond_t done;
     atomic_ullong generation;    /* bumped per job; workers wait for a change */
-    int stopping;
-    int active;                  /* workers that joined the current job and are still in it */
-    int closed;                  /* the current job takes no more workers */
-    /* The current job. */
+    atomic_ullong state;
+    atomic_int sleepers;         /* workers in (or entering) pthread_cond_wait */
+    atomic_int stopping;
+    /* The current job, written before its generation is published. */
     choir_range_fn fn;
     void *ctx;
     int64_t n, chunk;
@@ -47,24 +59,39 @@ struct choir_pool {
 static _Thread_local int t_in_worker = 0;
 
 /* How long a worker watches for the next job before it sleeps. */
-#define POOL_SPIN_NS 50000
+#define POOL_SPIN_NS 100000
+/* How long the caller spins for joined workers before it also yields. */
+#define POOL_WAIT_SPINS 4096
 
-/* Spins until the generation differs from `seen` or POOL_SPIN_NS pass. */
-static void spin_for_job(choir_pool *p, uint64_t seen) {
+/* Spins until the generation differs from `seen` or POOL_SPIN_NS pass; the
+ * generation then seen. */
+static uint64_t spin_for_job(choir_pool *p, uint64_t seen) {
     uint64_t t0 = choir_now_ns();
     for (int i = 0;; i++) {
-        if (atomic_load_explicit(&p->generation, memory_order_acquire) != seen) return;
+        uint64_t g = atomic_load_explicit(&p->generation, memory_order_acquire);
+        if (g != seen || atomic_load_explicit(&p->stopping, memory_order_relaxed)) return g;
         POOL_PAUSE();
-        if ((i & 255) == 255 && choir_now_ns() - t0 > POOL_SPIN_NS) return;
+        if ((i & 255) == 255 && choir_now_ns() - t0 > POOL_SPIN_NS) return g;
     }
 }
 
 static void run_chunks(choir_pool *p, int worker) {
     for (;;) {
-        int64_t begin = atomic_fetch_add(&p->next, p->chunk);
+        int64_t begin = atomic_fetch_add_explicit(&p->next, p->chunk, memory_order_relaxed);
         if (begin >= p->n) break;
         int64_t end = begin + p->chunk < p->n ? begin + p->chunk : p->n;
         p->fn(p->ctx, begin, end, worker);
+    }
+}
+
+/* Joins job `gen` unless it is closed or already another; true if joined. */
+static bool join_job(choir_pool *p, uint64_t gen) {
+    uint64_t s = atomic_load_explicit(&p->state, memory_order_acquire);
+    for (;;) {
+        if ((s >> 32) != (gen & 0xffffffffull) || (s & POOL_CLOSED)) return false;
+        if (atomic_compare_exchange_weak_explicit(&p->state, &s, s + 1, memory_order_acq_rel,
+                                                  memory_order_acquire))
+            return true;
     }
 }
 
@@ -79,23 +106,22 @@ static void *worker_main(void *arg) {
     choir_pool *p = wa.pool;
     t_in_worker = 1;
     uint64_t seen = 0;
-    pthread_mutex_lock(&p->lock);
     for (;;) {
-        while (!p->stopping && atomic_load(&p->generation) == seen)
-            pthread_cond_wait(&p->wake, &p->lock);
-        if (p->stopping) break;
-        seen = atomic_load(&p->generation);
-        if (p->closed) continue; /* woke after the caller finished it alone */
-        p->active++;
-        pthread_mutex_unlock(&p->lock);
+        uint64_t g = spin_for_job(p, seen);
+        if (g == seen && !atomic_load(&p->stopping)) {
+            pthread_mutex_lock(&p->lock);
+            atomic_fetch_add(&p->sleepers, 1);
+            while (!atomic_load(&p->stopping) && (g = atomic_load(&p->generation)) == seen)
+                pthread_cond_wait(&p->wake, &p->lock);
+            atomic_fetch_sub(&p->sleepers, 1);
+            pthread_mutex_unlock(&p->lock);
+        }
+        if (atomic_load(&p->stopping)) break;
+        seen = g;
+        if (!join_job(p, g)) continue; /* woke after the caller finished it alone */
         run_chunks(p, wa.index);
-        pthread_mutex_lock(&p->lock);
-        if (--p->active == 0) pthread_cond_signal(&p->done);
-        pthread_mutex_unlock(&p->lock);
-        spin_for_job(p, seen);
-        pthread_mutex_lock(&p->lock);
+        atomic_fetch_sub_explicit(&p->state, 1, memory_order_release);
     }
-    pthread_mutex_unlock(&p->lock);
     return NULL;
 }
 
@@ -107,7 +133,11 @@ choir_pool *choir_pool_create(int threads, choir_err *err) {
     pthread_mutex_init(&p->submit_lock, NULL);
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->wake, NULL);
-    pthread_cond_init(&p->done, NULL);
+    atomic_init(&p->generation, 0);
+    atomic_init(&p->state, POOL_CLOSED);
+    atomic_init(&p->sleepers, 0);
+    atomic_init(&p->stopping, 0);
+    atomic_init(&p->next, 0);
     if (threads > 1) {
         p->workers = choir_calloc(CHOIR_MEM_OTHER, (size_t)threads - 1, sizeof(pthread_t));
         if (!p->workers) goto fail;
@@ -134,14 +164,13 @@ fail:
 void choir_pool_free(choir_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->lock);
-    p->stopping = 1;
+    atomic_store(&p->stopping, 1);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
     for (int i = 0; i < p->threads - 1; i++) pthread_join(p->workers[i], NULL);
     pthread_mutex_destroy(&p->submit_lock);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->wake);
-    pthread_cond_destroy(&p->done);
     choir_free(p->workers);
     choir_free(p);
 }
@@ -159,26 +188,35 @@ void choir_pool_parallel_for(choir_pool *p, int64_t n, int64_t grain, choir_rang
     /* About four chunks per thread balances uneven rows without much overhead. */
     int64_t chunk = (n + (int64_t)p->threads * 4 - 1) / ((int64_t)p->threads * 4);
     if (chunk < grain) chunk = grain;
-    pthread_mutex_lock(&p->lock);
+    /* No worker is inside the last job (the caller waited for them) and none
+     * can join it (closed), so the job's fields are the caller's to write. */
     p->fn = fn;
     p->ctx = ctx;
     p->n = n;
     p->chunk = chunk;
-    atomic_store(&p->next, 0);
-    p->active = 0;
-    p->closed = 0;
-    atomic_fetch_add(&p->generation, 1);
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->lock);
+    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+    uint64_t gen = atomic_load_explicit(&p->generation, memory_order_relaxed) + 1;
+    atomic_store_explicit(&p->state, (gen & 0xffffffffull) << 32, memory_order_relaxed);
+    atomic_store(&p->generation, gen); /* seq_cst: ordered before the sleepers read below */
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->lock);
+        pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->lock);
+    }
 
     t_in_worker = 1; /* nested loops from the caller's own chunks run inline */
     run_chunks(p, 0);
     t_in_worker = 0;
 
-    pthread_mutex_lock(&p->lock);
-    p->closed = 1;
-    while (p->active > 0) pthread_cond_wait(&p->done, &p->lock);
-    pthread_mutex_unlock(&p->lock);
+    /* Close the job; then wait only for the workers that joined it. */
+    uint64_t s = atomic_fetch_or_explicit(&p->state, POOL_CLOSED, memory_order_acq_rel);
+    for (int i = 0; (s & POOL_COUNT_MASK) != 0; i++) {
+        if (i < POOL_WAIT_SPINS)
+            POOL_PAUSE();
+        else
+            sched_yield();
+        s = atomic_load_explicit(&p->state, memory_order_acquire);
+    }
     pthread_mutex_unlock(&p->submit_lock);
 }
 
