@@ -165,13 +165,15 @@ def build(args):
                                          semantic_tokenizer_encoder_config=dict(hidden_size=128))
                 if hasattr(cfg.acoustic_tokenizer_encoder_config, "vae_std"):
                     cfg.acoustic_tokenizer_encoder_config.vae_std = 0.0  # choir uses the mean
+                # SDPA for the language model only: transformers 5.17 refuses it for
+                # the tokenizer encoders (they have no attention), so it goes in the
+                # text config and the model is built with the default elsewhere.
+                cfg.text_config._attn_implementation = "sdpa"
                 with torch.device("cuda"):
                     try:
-                        model = VibeVoiceAsrForConditionalGeneration._from_config(
-                            cfg, attn_implementation="sdpa", dtype=dt)
+                        model = VibeVoiceAsrForConditionalGeneration._from_config(cfg, dtype=dt)
                     except TypeError:
-                        model = VibeVoiceAsrForConditionalGeneration._from_config(
-                            cfg, attn_implementation="sdpa", torch_dtype=dt)
+                        model = VibeVoiceAsrForConditionalGeneration._from_config(cfg, torch_dtype=dt)
                 impl = "hf"
             except Exception as e:  # noqa: BLE001 - report and fall back under --impl auto
                 if impl == "hf":
