@@ -192,9 +192,12 @@ typedef struct choir_whisper_gpu_opts {
     bool graphs;     /* replay the per-token decoder step from CUDA graphs (true) */
     bool tf32;       /* f32 products (attention scores, convolutions) on TF32 tensor cores
                         (choir_cuda_set_tf32): for bf16 models; false keeps them f32 */
+    bool kv_f32;     /* keep the KV caches (self and cross) f32 for a half-precision model;
+                        false: they hold the model's dtype, bf16 (half the bytes) */
 } choir_whisper_gpu_opts;
 
-/* device 0, f32 as stored, 8 windows, graphs on, TF32 off. */
+/* device 0, f32 as stored, 8 windows, graphs on, TF32 off, caches in the
+ * model's dtype. */
 void choir_whisper_default_gpu_opts(choir_whisper_gpu_opts *o);
 
 /* Opens a CUDA context on o->device (NULL: defaults), uploads the weights and
@@ -222,6 +225,7 @@ typedef struct choir_whisper_gpu_stats {
     int graphs;              /* graphs captured and alive */
     int graph_failures;      /* captures that failed (those steps ran directly) */
     int64_t pinned_bytes;    /* pinned host memory held now (step inputs, logits) */
+    int kv_elem_bytes;       /* bytes per KV cache element: 4 (f32) or 2 (bf16) */
 } choir_whisper_gpu_stats;
 
 /* Fills `s`; CHOIR_EINVAL when not attached. */
