@@ -14,6 +14,7 @@
 
 #include "choir/alloc.h"
 #include "choir/arena.h"
+#include "choir/kernels.h"
 #include "choir/log.h"
 #include "choir/pool.h"
 #include "engine/engine_internal.h"
@@ -614,7 +615,7 @@ static void *ensure_loaded(choir_engine *e, const sched_action *a, choir_err *er
     return m->weights[d];
 }
 
-static void run_one_batch(choir_engine *e, sched_action *a)
+static void run_one_batch(choir_engine *e, sched_action *a, choir_kernel_scratch *ks)
 {
     choir_err err = {0};
     choir_request *reqs[SCHED_MAX_BATCH];
@@ -655,7 +656,11 @@ static void run_one_batch(choir_engine *e, sched_action *a)
          * governor granted it. */
         size_t cap = ops->no_arena ? (size_t)64 << 10 : a->reserved > 4096 ? (size_t)a->reserved : 4096;
         arena = choir_arena_create(cap, CHOIR_MEM_ACTIVATIONS, &err);
+        /* CPU kernels take their scratch from the worker's block (a model's
+         * backend stream binds its own over it). */
+        choir_kernel_scratch *prev = choir_kernels_bind_scratch(ks);
         rc = arena ? ops->run_batch(w, reqs, n, arena, &err) : err.code;
+        choir_kernels_bind_scratch(prev);
         peak = arena ? (int64_t)choir_arena_high_water(arena) : 0;
         choir_arena_free(arena);
     }
@@ -735,9 +740,28 @@ static void run_one_batch(choir_engine *e, sched_action *a)
     }
 }
 
+/* A kernel that found no room in the worker's scratch block ran with
+ * memory of its own and left its want in `need`: the block grows to it
+ * between batches, so the next batch's kernels allocate nothing. Up to
+ * WORKER_SCRATCH_MAX; a larger want keeps allocating per call. */
+#define WORKER_SCRATCH_MAX ((size_t)64 << 20)
+
+static void grow_worker_scratch(choir_kernel_scratch *ks)
+{
+    if (ks->need <= ks->bytes || ks->need > WORKER_SCRATCH_MAX)
+        return;
+    void *block = choir_alloc(CHOIR_MEM_ACTIVATIONS, ks->need);
+    if (!block)
+        return;
+    choir_free(ks->base);
+    ks->base = block;
+    ks->bytes = ks->need;
+}
+
 static void *worker_main(void *arg)
 {
     choir_engine *e = arg;
+    choir_kernel_scratch ks = {0};
     pthread_mutex_lock(&e->lock);
     for (;;) {
         while (!e->stop && e->n_ready == 0)
@@ -753,10 +777,12 @@ static void *worker_main(void *arg)
             continue;
         }
         pthread_mutex_unlock(&e->lock);
-        run_one_batch(e, &a);
+        run_one_batch(e, &a, &ks);
+        grow_worker_scratch(&ks);
         pthread_mutex_lock(&e->lock);
     }
     pthread_mutex_unlock(&e->lock);
+    choir_free(ks.base);
     return NULL;
 }
 
