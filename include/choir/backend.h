@@ -255,6 +255,10 @@ int choir_op_copy_rows(choir_stream *s, float *dst, int64_t ldd, const float *sr
                        int64_t rows, int64_t cols);
 /* Sets bytes to zero. */
 int choir_op_zero(choir_stream *s, void *dst, size_t bytes);
+/* n floats of src into dst stored as dst_dtype: CHOIR_DTYPE_F32 (a copy) or
+ * CHOIR_DTYPE_BF16 (rounded to nearest even, as choir_f32_to_bf16_n). */
+int choir_op_convert(choir_stream *s, const float *src, void *dst, choir_dtype dst_dtype,
+                     int64_t n);
 
 /* --- matrix products ----------------------------------------------------- */
 /* y[M, W.rows] = x[M, W.cols] W^T (+ bias[W.rows]); W in any storage on
@@ -270,20 +274,25 @@ int choir_op_gemm(choir_stream *s, bool trans_a, bool trans_b, int64_t M, int64_
 /* The shape of a multi-head attention. Queries have n_head heads of Dh
  * values per row; keys and values n_kv_head heads (0: n_head), which must
  * divide n_head (grouped-query attention: query head h reads key head
- * h / (n_head / n_kv_head)). */
+ * h / (n_head / n_kv_head)). Keys and values are stored as `kv` says:
+ * CHOIR_DTYPE_F32 (0, the default) or CHOIR_DTYPE_BF16 (a KV cache in a
+ * bf16 model's dtype: half the bytes; each value is widened to f32 where it
+ * is read, so the result is that of f32 attention over the rounded cache);
+ * their strides count elements. */
 typedef struct choir_attn {
     int n_head, n_kv_head;
     int64_t Dh;
     float scale;  /* usually 1 / sqrt(Dh) */
     bool causal;  /* query i sees keys <= i + (Tk - Tq) */
+    choir_dtype kv;
 } choir_attn;
 
 /* One sequence, as choir_attention: q [Tq, n_head Dh] (row stride ldq),
  * k, v [Tk, n_kv_head Dh] (ldk, ldv), out [Tq, n_head Dh] (ldo); mask
  * additive [Tq, Tk] or NULL. A query whose keys are all masked gets zeros.
  * Score memory is kernel scratch: min(Tq, 128) Tk floats per CPU thread. */
-int choir_op_attention(choir_stream *s, const float *q, int64_t ldq, const float *k, int64_t ldk,
-                       const float *v, int64_t ldv, float *out, int64_t ldo, int64_t Tq,
+int choir_op_attention(choir_stream *s, const float *q, int64_t ldq, const void *k, int64_t ldk,
+                       const void *v, int64_t ldv, float *out, int64_t ldo, int64_t Tq,
                        int64_t Tk, const choir_attn *a, const float *mask);
 
 /* B sequences against caches of a pool (batched decoder steps): sequence b's
@@ -294,17 +303,18 @@ int choir_op_attention(choir_stream *s, const float *q, int64_t ldq, const float
  * backend memory read when the operation runs (a graph replay reads the
  * current values). No mask. */
 int choir_op_attention_slots(choir_stream *s, int64_t B, const float *q, int64_t ldq,
-                             int64_t q_batch, const float *k, int64_t ldk, const float *v,
+                             int64_t q_batch, const void *k, int64_t ldk, const void *v,
                              int64_t ldv, int64_t slot_stride, const int32_t *kv_slot,
                              const int32_t *kv_len, float *out, int64_t ldo, int64_t out_batch,
                              int64_t Tq, int64_t Tk, const choir_attn *a);
 
-/* Row b of src [B, cols] to dst + slot[b] slot_stride + pos[b] ld (floats;
- * slot and pos int32 backend memory): appends each sequence's new key or
- * value row to its cache. slot NULL: slot b. */
-int choir_op_rows_scatter(choir_stream *s, const float *src, int64_t B, int64_t cols, float *dst,
-                          int64_t slot_stride, int64_t ld, const int32_t *slot,
-                          const int32_t *pos);
+/* Row b of src [B, cols] to dst + slot[b] slot_stride + pos[b] ld
+ * (elements of dst_dtype: CHOIR_DTYPE_F32, or CHOIR_DTYPE_BF16 rounded to
+ * nearest even; slot and pos int32 backend memory): appends each sequence's
+ * new key or value row to its cache. slot NULL: slot b. */
+int choir_op_rows_scatter(choir_stream *s, const float *src, int64_t B, int64_t cols, void *dst,
+                          choir_dtype dst_dtype, int64_t slot_stride, int64_t ld,
+                          const int32_t *slot, const int32_t *pos);
 
 /* out[r, :] = row ids[r] of W (any storage, dequantized), r < n; ids int32
  * backend memory: embeddings. */

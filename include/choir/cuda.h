@@ -292,6 +292,12 @@ int choir_cuda_rows_scatter(choir_cuda *cu, const float *src, int64_t B, int64_t
                             int64_t slot_stride, int64_t ld, const int32_t *slot,
                             const int32_t *pos, choir_err *err);
 
+/* choir_cuda_rows_scatter into a bf16 cache (elements), each value rounded
+ * to nearest even. */
+int choir_cuda_rows_scatter_bf16(choir_cuda *cu, const float *src, int64_t B, int64_t cols,
+                                 uint16_t *dst, int64_t slot_stride, int64_t ld,
+                                 const int32_t *slot, const int32_t *pos, choir_err *err);
+
 /* Device-to-device copy of `bytes` (asynchronous, on the context's stream;
  * the ranges must not overlap). */
 int choir_cuda_copy(choir_cuda *cu, void *dst, const void *src, size_t bytes, choir_err *err);
@@ -345,6 +351,22 @@ int choir_cuda_attention_slots(choir_cuda *cu, int64_t B, const float *q, int64_
                                const int32_t *kv_len, float *out, int64_t ldo, int64_t out_batch,
                                int64_t Tq, int64_t Tk, int n_head, int64_t Dh, float scale,
                                bool causal, choir_err *err);
+
+/* choir_cuda_attention and choir_cuda_attention_slots over keys and values
+ * stored as bf16 (a KV cache in a bf16 model's dtype; strides in elements),
+ * each widened to f32 as it is read: one block per query row at any Tq, so
+ * Tk is limited by choir_cuda_attention_max_keys(). */
+int choir_cuda_attention_kv16(choir_cuda *cu, const float *q, int64_t ldq, const uint16_t *k,
+                              int64_t ldk, const uint16_t *v, int64_t ldv, float *out, int64_t ldo,
+                              int64_t Tq, int64_t Tk, int n_head, int64_t Dh, float scale,
+                              const float *mask, bool causal, choir_err *err);
+int choir_cuda_attention_slots_kv16(choir_cuda *cu, int64_t B, const float *q, int64_t ldq,
+                                    int64_t q_batch, const uint16_t *k, int64_t ldk,
+                                    const uint16_t *v, int64_t ldv, int64_t slot_stride,
+                                    const int32_t *kv_slot, const int32_t *kv_len, float *out,
+                                    int64_t ldo, int64_t out_batch, int64_t Tq, int64_t Tk,
+                                    int n_head, int64_t Dh, float scale, bool causal,
+                                    choir_err *err);
 
 /* Largest Tk the attention kernels accept on this device. */
 int64_t choir_cuda_attention_max_keys(const choir_cuda *cu);

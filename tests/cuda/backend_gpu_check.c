@@ -377,7 +377,7 @@ static void check_attention_case(int64_t Tq, int64_t Tk, int H, int Hkv, bool ma
     float *ref = hmem((size_t)(Tq * d) * 4);
     float *dq = dvec(q, Tq * ldq), *dk = dvec(k, Tk * dkv), *dv = dvec(v, Tk * dkv);
     float *dout = dzero(Tq * d);
-    choir_attn a = {H, Hkv, Dh, 1.0f / sqrtf((float)Dh), causal};
+    choir_attn a = {H, Hkv, Dh, 1.0f / sqrtf((float)Dh), causal, CHOIR_DTYPE_F32};
     choir_op_attention(g_cs, q, ldq, k, dkv, v, dkv, ref, d, Tq, Tk, &a, m);
     choir_op_attention(g_gs, dq, ldq, dk, dkv, dv, dkv, dout, d, Tq, Tk, &a, dm);
     char name[96];
@@ -401,7 +401,7 @@ static void check_attention_slots_case(int64_t Tq, int H, int Hkv, bool causal) 
     float *dpk = dvec(pk, slots * stride), *dpv = dvec(pv, slots * stride);
     float *dq = dvec(q, B * Tq * d), *dout = dzero(B * Tq * d);
     int32_t *dmeta = dput(meta, sizeof meta);
-    choir_attn a = {H, Hkv, Dh, 1.0f / sqrtf((float)Dh), causal};
+    choir_attn a = {H, Hkv, Dh, 1.0f / sqrtf((float)Dh), causal, CHOIR_DTYPE_F32};
     choir_op_attention_slots(g_cs, B, q, d, Tq * d, pk, dkv, pv, dkv, stride, meta, meta + 4, ref,
                              d, Tq * d, Tq, C, &a);
     choir_op_attention_slots(g_gs, B, dq, d, Tq * d, dpk, dkv, dpv, dkv, stride, dmeta, dmeta + 4,
@@ -412,10 +412,75 @@ static void check_attention_slots_case(int64_t Tq, int H, int Hkv, bool causal) 
     cmp(name, dout, ref, B * Tq * d, TOL_F32);
     /* Appending rows: sequences 0 and 2 share slot 3 at different positions. */
     float *rows = hvec(B * dkv, -1, 1), *drows = dvec(rows, B * dkv);
-    choir_op_rows_scatter(g_cs, rows, B, dkv, pk, stride, dkv, meta, meta + 8);
-    choir_op_rows_scatter(g_gs, drows, B, dkv, dpk, stride, dkv, dmeta, dmeta + 8);
+    choir_op_rows_scatter(g_cs, rows, B, dkv, pk, CHOIR_DTYPE_F32, stride, dkv, meta, meta + 8);
+    choir_op_rows_scatter(g_gs, drows, B, dkv, dpk, CHOIR_DTYPE_F32, stride, dkv, dmeta, dmeta + 8);
     snprintf(name, sizeof name, "rows_scatter into slots (%d/%d heads)", H, Hkv ? Hkv : H);
     cmp(name, dpk, pk, slots * stride, 0);
+    case_end();
+}
+
+/* Keys and values as bf16 (a cache in a bf16 model's dtype): host copies
+ * rounded to bf16, the same bits on both backends; the CPU widens the rows
+ * first, CUDA as it reads them (one block per query row at any Tq). */
+static uint16_t *h16(const float *x, int64_t n) {
+    uint16_t *y = hmem((size_t)n * 2);
+    choir_f32_to_bf16_n(x, y, n);
+    return y;
+}
+
+static void check_attention_bf16_case(int64_t Tq, int64_t Tk, int H, int Hkv, bool causal) {
+    case_begin();
+    int64_t Dh = 64, d = H * Dh, dkv = (Hkv ? Hkv : H) * Dh;
+    float *q = hvec(Tq * d, -1, 1), *k = hvec(Tk * dkv, -1, 1), *v = hvec(Tk * dkv, -1, 1);
+    uint16_t *k16 = h16(k, Tk * dkv), *v16 = h16(v, Tk * dkv);
+    void *dk = dput(k16, (size_t)(Tk * dkv) * 2), *dv = dput(v16, (size_t)(Tk * dkv) * 2);
+    float *ref = hmem((size_t)(Tq * d) * 4), *dq = dvec(q, Tq * d), *dout = dzero(Tq * d);
+    choir_attn a = {H, Hkv, Dh, 1.0f / sqrtf((float)Dh), causal, CHOIR_DTYPE_BF16};
+    choir_op_attention(g_cs, q, d, k16, dkv, v16, dkv, ref, d, Tq, Tk, &a, NULL);
+    choir_op_attention(g_gs, dq, d, dk, dkv, dv, dkv, dout, d, Tq, Tk, &a, NULL);
+    char name[96];
+    snprintf(name, sizeof name, "attention bf16 K/V Tq=%lld Tk=%lld %d/%d heads%s", (long long)Tq,
+             (long long)Tk, H, Hkv ? Hkv : H, causal ? " causal" : "");
+    cmp(name, dout, ref, Tq * d, TOL_F32);
+    case_end();
+}
+
+/* A pool of bf16 caches: rows appended by rows_scatter (rounded to bf16, the
+ * same bits as the CPU), then a step's attention over the slots; and
+ * convert's rounding. */
+static void check_attention_slots_bf16(void) {
+    case_begin();
+    int64_t H = 6, Dh = 64, d = H * Dh, C = 448, slots = 5, B = 4, stride = C * d;
+    float *pk = hvec(slots * stride, -1, 1), *pv = hvec(slots * stride, -1, 1);
+    uint16_t *k16 = h16(pk, slots * stride), *v16 = h16(pv, slots * stride);
+    uint16_t *dk = dput(k16, (size_t)(slots * stride) * 2);
+    uint16_t *dv = dput(v16, (size_t)(slots * stride) * 2);
+    int32_t meta[12] = {3, 0, 3, 1, 7, 448, 3, 100};
+    for (int b = 0; b < 4; b++) meta[8 + b] = meta[4 + b] - 1;
+    int32_t *dmeta = dput(meta, sizeof meta);
+    float *rows = hvec(B * d, -1, 1), *drows = dvec(rows, B * d);
+    choir_op_rows_scatter(g_cs, rows, B, d, k16, CHOIR_DTYPE_BF16, stride, d, meta, meta + 8);
+    choir_op_rows_scatter(g_gs, drows, B, d, dk, CHOIR_DTYPE_BF16, stride, d, dmeta, dmeta + 8);
+    uint16_t *got16 = hmem((size_t)(slots * stride) * 2);
+    choir_op_download(g_gs, got16, dk, (size_t)(slots * stride) * 2);
+    if (streams_ok("rows_scatter into bf16 slots"))
+        expect("rows_scatter into bf16 slots: the CPU's bits",
+               memcmp(got16, k16, (size_t)(slots * stride) * 2) == 0);
+    float *q = hvec(B * d, -1, 1), *dq = dvec(q, B * d);
+    float *ref = hmem((size_t)(B * d) * 4), *dout = dzero(B * d);
+    choir_attn a = {(int)H, 0, Dh, 1.0f / sqrtf((float)Dh), false, CHOIR_DTYPE_BF16};
+    choir_op_attention_slots(g_cs, B, q, d, d, k16, d, v16, d, stride, meta, meta + 4, ref, d, d,
+                             1, C, &a);
+    choir_op_attention_slots(g_gs, B, dq, d, d, dk, d, dv, d, stride, dmeta, dmeta + 4, dout, d, d,
+                             1, C, &a);
+    cmp("attention_slots bf16 K/V B=4 Tq=1", dout, ref, B * d, TOL_F32);
+    uint16_t *c16 = hmem((size_t)(B * d) * 2), *gc = hmem((size_t)(B * d) * 2);
+    void *dc = dzero(B * d / 2 + 1);
+    choir_op_convert(g_cs, rows, c16, CHOIR_DTYPE_BF16, B * d);
+    choir_op_convert(g_gs, drows, dc, CHOIR_DTYPE_BF16, B * d);
+    choir_op_download(g_gs, gc, dc, (size_t)(B * d) * 2);
+    if (streams_ok("convert f32 -> bf16"))
+        expect("convert f32 -> bf16: the CPU's bits", memcmp(gc, c16, (size_t)(B * d) * 2) == 0);
     case_end();
 }
 
@@ -431,6 +496,10 @@ static void check_attention(void) {
     check_attention_slots_case(1, 6, 0, false);
     check_attention_slots_case(1, 6, 2, false);
     check_attention_slots_case(3, 6, 0, true);
+    check_attention_bf16_case(1, 1500, 6, 0, false);
+    check_attention_bf16_case(5, 229, 6, 0, true);
+    check_attention_bf16_case(40, 1500, 6, 2, false);
+    check_attention_slots_bf16();
 }
 
 static void check_gather(void) {
@@ -695,13 +764,13 @@ static void check_graph(void) {
     float *dout_g = dzero(B * d), *dout_d = dzero(B * d);
     int32_t meta[9] = {2, 0, 1, 5, 9, 1, 4, 8, 0}; /* slots, lengths, positions */
     int32_t *dmeta = dput(meta, sizeof meta);
-    choir_attn a = {H, 0, Dh, 1.0f / sqrtf((float)Dh), false};
+    choir_attn a = {H, 0, Dh, 1.0f / sqrtf((float)Dh), false, CHOIR_DTYPE_F32};
     bool begun = choir_stream_graph_begin(g_gs, &err) == 0;
     choir_graph *gr = NULL;
     if (begun) {
         choir_op_layer_norm(g_gs, dx, dn, B, d, dg, NULL, 1e-5f);
         choir_op_linear(g_gs, dn, B, &dw, NULL, dk);
-        choir_op_rows_scatter(g_gs, dk, B, d, dpool_g, stride, d, dmeta, dmeta + 6);
+        choir_op_rows_scatter(g_gs, dk, B, d, dpool_g, CHOIR_DTYPE_F32, stride, d, dmeta, dmeta + 6);
         choir_op_attention_slots(g_gs, B, dn, d, d, dpool_g, d, dpool_g, d, stride, dmeta,
                                  dmeta + 3, dout_g, d, d, 1, C, &a);
         gr = choir_stream_graph_end(g_gs, &err);
@@ -726,7 +795,7 @@ static void check_graph(void) {
         choir_stream_graph_launch(g_gs, gr);
         choir_op_layer_norm(g_gs, dx, dn, B, d, dg, NULL, 1e-5f);
         choir_op_linear(g_gs, dn, B, &dw, NULL, dk);
-        choir_op_rows_scatter(g_gs, dk, B, d, dpool_d, stride, d, dmeta, dmeta + 6);
+        choir_op_rows_scatter(g_gs, dk, B, d, dpool_d, CHOIR_DTYPE_F32, stride, d, dmeta, dmeta + 6);
         choir_op_attention_slots(g_gs, B, dn, d, d, dpool_d, d, dpool_d, d, stride, dmeta,
                                  dmeta + 3, dout_d, d, d, 1, C, &a);
         choir_op_download(g_gs, got, dpool_g, (size_t)(B * stride) * 4);

@@ -77,6 +77,12 @@ static void *fake_load(const char *dir, const choir_model_options *opt, choir_er
         choir_err_set(err, CHOIR_EFORMAT, "%s: not JSON", path);
         return NULL;
     }
+    /* tests of a model that cannot load (the probe still claims it) */
+    if (num(c, "fail_load", 0) != 0) {
+        cJSON_Delete(c);
+        choir_err_set(err, CHOIR_EFORMAT, "%s: \"fail_load\" is set", path);
+        return NULL;
+    }
     fake_weights *w = choir_calloc(CHOIR_MEM_WEIGHTS, 1, sizeof *w);
     if (!w) {
         cJSON_Delete(c);

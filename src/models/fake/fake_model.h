@@ -4,7 +4,9 @@
  *
  * It is a real adapter: a directory with config.json {"model_type":
  * "choir-fake", ...} and a model.safetensors file (any bytes; its size is the
- * weights figure) loads through choir_engine_add_model. */
+ * weights figure) loads through choir_engine_add_model. A config with
+ * "fail_load": 1 is claimed by the probe and fails every load (config only:
+ * tests of a model that cannot load, fixed by rewriting the file). */
 #ifndef CHOIR_MODELS_FAKE_MODEL_H
 #define CHOIR_MODELS_FAKE_MODEL_H
 

@@ -169,14 +169,26 @@ size_t wh_cross_scratch_bytes(const wh_net *w, const choir_whisper_dims *D) {
     return s;
 }
 
+size_t wh_cross_work_bytes(const choir_whisper_dims *D) {
+    return (size_t)D->n_audio_ctx * (size_t)D->d_model * sizeof(float) + 256;
+}
+
 int wh_cross_kv(choir_stream *s, const wh_net *w, const choir_whisper_dims *D, const float *enc,
-                float *k, float *v) {
+                choir_whisper_cross *c) {
     int64_t per = (int64_t)D->n_audio_ctx * D->d_model;
+    bool f32 = c->kv == CHOIR_DTYPE_F32;
+    size_t mark = choir_stream_mark(s);
+    float *tmp = f32 ? NULL : choir_stream_floats(s, per, "whisper cross K/V rows");
     for (int l = 0; l < D->n_text_layer; l++) {
         const wh_attn *a = &w->dec[l].cross;
-        choir_op_linear(s, enc, D->n_audio_ctx, &a->k, NULL, k + l * per);
-        choir_op_linear(s, enc, D->n_audio_ctx, &a->v, a->bv, v + l * per);
+        void *k = wh_kv_at(c->k, c->kv, l * per), *v = wh_kv_at(c->v, c->kv, l * per);
+        /* A bf16 cache: the f32 product, then rounded into the cache. */
+        choir_op_linear(s, enc, D->n_audio_ctx, &a->k, NULL, f32 ? k : tmp);
+        if (!f32) choir_op_convert(s, tmp, k, c->kv, per);
+        choir_op_linear(s, enc, D->n_audio_ctx, &a->v, a->bv, f32 ? v : tmp);
+        if (!f32) choir_op_convert(s, tmp, v, c->kv, per);
     }
+    choir_stream_release(s, mark);
     return choir_stream_status(s, NULL);
 }
 
@@ -188,7 +200,8 @@ choir_whisper_cross *choir_whisper_cross_create(const choir_whisper *m, const fl
     size_t bytes = (size_t)D->n_audio_ctx * (size_t)D->d_model * sizeof(float);
     choir_whisper_cross *c = wh_cross_new(m, err);
     if (!c) return NULL;
-    choir_stream *s = wh_stream_open(m, host ? 0 : bytes + 256, wh_cross_scratch_bytes(w, D), err);
+    choir_stream *s = wh_stream_open(m, (host ? 0 : bytes + 256) + wh_cross_work_bytes(D),
+                                     wh_cross_scratch_bytes(w, D), err);
     if (!s) {
         choir_whisper_cross_free(c);
         return NULL;
@@ -199,7 +212,7 @@ choir_whisper_cross *choir_whisper_cross_create(const choir_whisper *m, const fl
         choir_op_upload(s, dx, enc_out, bytes);
         x = dx;
     }
-    wh_cross_kv(s, w, D, x, c->k, c->v);
+    wh_cross_kv(s, w, D, x, c);
     if (wh_stream_done(m, s, 0, err)) {
         choir_whisper_cross_free(c);
         return NULL;
@@ -227,7 +240,8 @@ int choir_whisper_encode_cross(const choir_whisper *m, const float *mel, int n, 
         return choir_err_set(err, CHOIR_ENOMEM, "whisper: out of memory for encoder output");
     size_t io = host ? 0 : (size_t)nb * (mel_one + enc_one) * sizeof(float) + 512;
     size_t scratch = max_sz(wh_enc_scratch_bytes(w, D, nb), wh_cross_scratch_bytes(w, D));
-    choir_stream *s = wh_stream_open(m, wh_enc_work_bytes(D, nb) + io, scratch, err);
+    choir_stream *s =
+        wh_stream_open(m, wh_enc_work_bytes(D, nb) + io + wh_cross_work_bytes(D), scratch, err);
     if (!s) {
         choir_free(own);
         return err && err->code ? err->code : CHOIR_ENOMEM;
@@ -251,7 +265,7 @@ int choir_whisper_encode_cross(const choir_whisper *m, const float *mel, int n, 
                 break;
             }
             cross[b0 + b] = c;
-            wh_cross_kv(s, w, D, x + (size_t)b * enc_one, c->k, c->v);
+            wh_cross_kv(s, w, D, x + (size_t)b * enc_one, c);
         }
     }
     rc = wh_stream_done(m, s, rc, err);

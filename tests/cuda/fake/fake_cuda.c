@@ -333,11 +333,21 @@ int choir_cuda_transpose_add(choir_cuda *cu, const float *src, int64_t R, int64_
         for (int64_t r = 0; r < R; r++) dst[c * R + r] = src[r * C + c] + (add ? add[c * R + r] : 0);
     return 0;
 }
+typedef struct to_bf16_args {
+    const float *x;
+    uint16_t *y;
+    int64_t n;
+} to_bf16_args;
+static int to_bf16_op(const void *p) {
+    const to_bf16_args *a = p;
+    choir_f32_to_bf16_n(a->x, a->y, a->n);
+    return 0;
+}
 int choir_cuda_f32_to_bf16(choir_cuda *cu, const float *x, uint16_t *y, int64_t n,
                            choir_err *err) {
     (void)cu, (void)err;
-    choir_f32_to_bf16_n(x, y, n);
-    return 0;
+    to_bf16_args a = {x, y, n};
+    return run_or_record(to_bf16_op, &a, sizeof a);
 }
 int choir_cuda_conv1d(choir_cuda *cu, const float *x, int64_t Cin, int64_t T, const float *weight,
                       const float *bias, int64_t Cout, int64_t kernel, int stride, int padding,
@@ -423,6 +433,61 @@ int64_t choir_cuda_attention_max_keys(const choir_cuda *cu) {
     return cu->props.smem_per_block_optin / 4 - 544;
 }
 
+/* bf16 keys and values: each sequence's rows widened to f32, then the CPU
+ * kernel (as the device kernel, which widens as it reads). */
+typedef struct attn16_args {
+    attn_args a; /* k, v point at uint16 values; strides in elements */
+} attn16_args;
+static int attn16_op(const void *p) {
+    const attn_args *a = &((const attn16_args *)p)->a;
+    int64_t cols = (int64_t)a->n_head * a->Dh;
+    for (int64_t b = 0; b < a->B; b++) {
+        int64_t slot = a->kv_slot ? a->kv_slot[b] : b;
+        int64_t nkv = a->kv_len ? a->kv_len[b] : a->Tk;
+        if (nkv > a->Tk) nkv = a->Tk;
+        if (nkv < 0) nkv = 0;
+        const uint16_t *kb = (const uint16_t *)a->k + slot * a->kv_batch;
+        const uint16_t *vb = (const uint16_t *)a->v + slot * a->kv_batch;
+        float *kf = malloc((size_t)(nkv * cols + 1) * sizeof(float));
+        float *vf = malloc((size_t)(nkv * cols + 1) * sizeof(float));
+        if (!kf || !vf) {
+            free(kf), free(vf);
+            return CHOIR_ENOMEM;
+        }
+        for (int64_t r = 0; r < nkv; r++) {
+            choir_bf16_to_f32_n(kb + r * a->ldk, kf + r * cols, cols);
+            choir_bf16_to_f32_n(vb + r * a->ldv, vf + r * cols, cols);
+        }
+        choir_attention(a->q + b * a->q_batch, a->ldq, kf, cols, vf, cols, a->out + b * a->out_batch,
+                        a->ldo, a->Tq, nkv, a->n_head, a->Dh, a->scale, a->mask, a->causal);
+        free(kf), free(vf);
+    }
+    return 0;
+}
+int choir_cuda_attention_kv16(choir_cuda *cu, const float *q, int64_t ldq, const uint16_t *k,
+                              int64_t ldk, const uint16_t *v, int64_t ldv, float *out, int64_t ldo,
+                              int64_t Tq, int64_t Tk, int n_head, int64_t Dh, float scale,
+                              const float *mask, bool causal, choir_err *err) {
+    (void)cu, (void)err;
+    attn16_args a = {{1, q, ldq, 0, (const float *)(const void *)k, ldk,
+                      (const float *)(const void *)v, ldv, 0, NULL, NULL, out, ldo, 0, Tq, Tk,
+                      n_head, Dh, scale, mask, causal}};
+    return run_or_record(attn16_op, &a, sizeof(a));
+}
+int choir_cuda_attention_slots_kv16(choir_cuda *cu, int64_t B, const float *q, int64_t ldq,
+                                    int64_t q_batch, const uint16_t *k, int64_t ldk,
+                                    const uint16_t *v, int64_t ldv, int64_t slot_stride,
+                                    const int32_t *kv_slot, const int32_t *kv_len, float *out,
+                                    int64_t ldo, int64_t out_batch, int64_t Tq, int64_t Tk,
+                                    int n_head, int64_t Dh, float scale, bool causal,
+                                    choir_err *err) {
+    (void)cu, (void)err;
+    attn16_args a = {{B, q, ldq, q_batch, (const float *)(const void *)k, ldk,
+                      (const float *)(const void *)v, ldv, slot_stride, kv_slot, kv_len, out, ldo,
+                      out_batch, Tq, Tk, n_head, Dh, scale, NULL, causal}};
+    return run_or_record(attn16_op, &a, sizeof(a));
+}
+
 typedef struct scatter_args {
     const float *src;
     int64_t B, cols;
@@ -443,6 +508,29 @@ int choir_cuda_rows_scatter(choir_cuda *cu, const float *src, int64_t B, int64_t
     (void)cu, (void)err;
     scatter_args a = {src, B, cols, dst, slot_stride, ld, slot, pos};
     return run_or_record(scatter_op, &a, sizeof(a));
+}
+
+typedef struct scatter16_args {
+    const float *src;
+    int64_t B, cols;
+    uint16_t *dst;
+    int64_t slot_stride, ld;
+    const int32_t *slot, *pos;
+} scatter16_args;
+static int scatter16_op(const void *p) {
+    const scatter16_args *a = p;
+    for (int64_t b = 0; b < a->B; b++)
+        choir_f32_to_bf16_n(a->src + b * a->cols,
+                            a->dst + (int64_t)a->slot[b] * a->slot_stride + (int64_t)a->pos[b] * a->ld,
+                            a->cols);
+    return 0;
+}
+int choir_cuda_rows_scatter_bf16(choir_cuda *cu, const float *src, int64_t B, int64_t cols,
+                                 uint16_t *dst, int64_t slot_stride, int64_t ld,
+                                 const int32_t *slot, const int32_t *pos, choir_err *err) {
+    (void)cu, (void)err;
+    scatter16_args a = {src, B, cols, dst, slot_stride, ld, slot, pos};
+    return run_or_record(scatter16_op, &a, sizeof(a));
 }
 
 /* --- graphs ---------------------------------------------------------------------- */
