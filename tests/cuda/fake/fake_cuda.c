@@ -598,6 +598,9 @@ int choir_cuda_measure_ceilings(choir_cuda *cu, double *bf16_tflops, double *cop
 #include "choir/cuda_audio.h"
 #include "choir/cuda_vocoder.h"
 
+/* Stand-ins that an area fake (fake_kokoro.c) may replace. */
+#define FAKE_WEAK __attribute__((weak))
+
 typedef struct op2_args {
     const float *a, *b, *g, *beta;
     float *y;
@@ -735,7 +738,7 @@ int choir_cuda_snake(choir_cuda *cu, float *x, int64_t B, int64_t C, int64_t T, 
     for (int64_t b = 0; b < B; b++) choir_snake(x + b * C * T, C, T, alpha);
     return 0;
 }
-int choir_cuda_conv_transpose1d_batched(choir_cuda *cu, const float *x, int64_t B, int64_t Cin,
+FAKE_WEAK int choir_cuda_conv_transpose1d_batched(choir_cuda *cu, const float *x, int64_t B, int64_t Cin,
                                         int64_t T, choir_cuda_conv_weight weight, const float *bias,
                                         int64_t Cout, int64_t kernel, int stride, int padding,
                                         int output_padding, const int32_t *out_lens, float *y,
@@ -751,7 +754,7 @@ int choir_cuda_conv_transpose1d_batched(choir_cuda *cu, const float *x, int64_t 
                                stride, padding, output_padding, 1, 1, y + b * Cout * Tout);
     return 0;
 }
-int choir_cuda_conv_transpose1d_depthwise(choir_cuda *cu, const float *x, int64_t B, int64_t C,
+FAKE_WEAK int choir_cuda_conv_transpose1d_depthwise(choir_cuda *cu, const float *x, int64_t B, int64_t C,
                                           int64_t T, const float *weight, const float *bias,
                                           int64_t kernel, int stride, int padding,
                                           int output_padding, const int32_t *out_lens, float *y,
@@ -760,21 +763,22 @@ int choir_cuda_conv_transpose1d_depthwise(choir_cuda *cu, const float *x, int64_
     (void)stride, (void)padding, (void)output_padding, (void)out_lens, (void)y;
     return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: depthwise conv not emulated");
 }
-int choir_cuda_adain(choir_cuda *cu, const float *x, float *y, int64_t B, int64_t C, int64_t T,
+FAKE_WEAK int choir_cuda_adain(choir_cuda *cu, const float *x, float *y, int64_t B, int64_t C, int64_t T,
                      const int32_t *lens, const float *norm_w, const float *norm_b, const float *gb,
                      int64_t gb_stride, float eps, choir_err *err) {
     (void)cu, (void)x, (void)y, (void)B, (void)C, (void)T, (void)lens, (void)norm_w, (void)norm_b;
     (void)gb, (void)gb_stride, (void)eps;
     return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: adain not emulated");
 }
-int choir_cuda_istft_magphase(choir_cuda *cu, const float *P, int64_t B, int64_t F,
+FAKE_WEAK int choir_cuda_istft_magphase(choir_cuda *cu, const float *P, int64_t B, int64_t F,
                               const int32_t *frames, int n_fft, int hop, float *out,
                               choir_err *err) {
     (void)cu, (void)P, (void)B, (void)F, (void)frames, (void)n_fft, (void)hop, (void)out;
     return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: istft not emulated");
 }
-/* The vocoder operations' kernels (choir/backend_vocoder.h): not emulated. */
-int choir_cuda_conv1d_batched(choir_cuda *cu, const float *x, int64_t B, int64_t Cin, int64_t T,
+/* The vocoder operations' kernels (choir/backend_vocoder.h): emulated by
+ * fake_kokoro.c where a program links it (these are weak stand-ins). */
+FAKE_WEAK int choir_cuda_conv1d_batched(choir_cuda *cu, const float *x, int64_t B, int64_t Cin, int64_t T,
                               choir_cuda_conv_weight weight, const float *bias, int64_t Cout,
                               int64_t kernel, int stride, int padding, int dilation,
                               const int32_t *out_lens, float *y, choir_err *err) {
@@ -782,27 +786,27 @@ int choir_cuda_conv1d_batched(choir_cuda *cu, const float *x, int64_t B, int64_t
     (void)kernel, (void)stride, (void)padding, (void)dilation, (void)out_lens, (void)y;
     return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: batched conv1d not emulated");
 }
-int choir_cuda_add_scale(choir_cuda *cu, const float *a, const float *b, float *y, int64_t n,
+FAKE_WEAK int choir_cuda_add_scale(choir_cuda *cu, const float *a, const float *b, float *y, int64_t n,
                          float scale, choir_err *err) {
     (void)cu, (void)a, (void)b, (void)y, (void)n, (void)scale;
     return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: add_scale not emulated");
 }
-int choir_cuda_add_div(choir_cuda *cu, const float *a, const float *b, float *y, int64_t n,
+FAKE_WEAK int choir_cuda_add_div(choir_cuda *cu, const float *a, const float *b, float *y, int64_t n,
                        float divisor, choir_err *err) {
     (void)cu, (void)a, (void)b, (void)y, (void)n, (void)divisor;
     return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: add_div not emulated");
 }
-int choir_cuda_upsample2_nearest(choir_cuda *cu, const float *x, int64_t B, int64_t C, int64_t T,
+FAKE_WEAK int choir_cuda_upsample2_nearest(choir_cuda *cu, const float *x, int64_t B, int64_t C, int64_t T,
                                  float *y, choir_err *err) {
     (void)cu, (void)x, (void)B, (void)C, (void)T, (void)y;
     return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: nearest up-sampling not emulated");
 }
-int choir_cuda_reflect_pad(choir_cuda *cu, const float *x, int64_t B, int64_t C, int64_t T,
+FAKE_WEAK int choir_cuda_reflect_pad(choir_cuda *cu, const float *x, int64_t B, int64_t C, int64_t T,
                            const int32_t *lens, int left, int right, float *y, choir_err *err) {
     (void)cu, (void)x, (void)B, (void)C, (void)T, (void)lens, (void)left, (void)right, (void)y;
     return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: reflection pad not emulated");
 }
-int choir_cuda_copy_channels(choir_cuda *cu, const float *src, int64_t B, int64_t Cs, int64_t T,
+FAKE_WEAK int choir_cuda_copy_channels(choir_cuda *cu, const float *src, int64_t B, int64_t Cs, int64_t T,
                              float *dst, int64_t Cd, int64_t c0, choir_err *err) {
     (void)cu, (void)src, (void)B, (void)Cs, (void)T, (void)dst, (void)Cd, (void)c0;
     return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: channel copy not emulated");
@@ -810,7 +814,7 @@ int choir_cuda_copy_channels(choir_cuda *cu, const float *src, int64_t B, int64_
 int64_t choir_cuda_bilstm_scratch_floats(int64_t B, int64_t T, int64_t H) {
     return B * T * 8 * H + 2 * B * H;
 }
-int choir_cuda_bilstm(choir_cuda *cu, const float *x, int64_t B, int64_t T, int64_t In, int64_t H,
+FAKE_WEAK int choir_cuda_bilstm(choir_cuda *cu, const float *x, int64_t B, int64_t T, int64_t In, int64_t H,
                       const float *w_ih, const float *w_hh, const float *bias,
                       const int32_t *lens, float *scratch, float *y, choir_err *err) {
     (void)cu, (void)x, (void)B, (void)T, (void)In, (void)H, (void)w_ih, (void)w_hh, (void)bias;
