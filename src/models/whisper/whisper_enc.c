@@ -95,6 +95,48 @@ static void enc_block(choir_stream *s, const wh_block *blk, const choir_whisper_
     choir_op_add(s, x, h, x, rows * d);
 }
 
+/* On a device with bf16 weights the blocks keep their rows in bf16 between
+ * operations (the residual stream stays f32): layer norm into bf16 rows,
+ * bf16 products with f32 accumulation writing bf16 q, k, v and MLP hidden
+ * rows (bias and GELU in one pass), the fused bf16 attention, and the output
+ * and second MLP products added straight into the f32 stream. The CPU keeps
+ * f32 rows (its parity with the reference). */
+static bool enc_bf16_rows(const wh_net *w, const choir_whisper_dims *D) {
+    int64_t Dh = D->d_model / D->n_head;
+    if (choir_backend_is_host(w->be) || w->enc_f32_rows || (Dh != 16 && Dh != 32 && Dh != 64) ||
+        D->d_model % 8 || D->ffn_dim % 8)
+        return false;
+    for (int l = 0; l < D->n_audio_layer; l++) {
+        const wh_block *b = &w->enc[l];
+        const choir_weight *ws[] = {&b->attn.q, &b->attn.k, &b->attn.v, &b->attn.o, &b->fc1, &b->fc2};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            if (ws[i]->kind != CHOIR_WEIGHT_BF16) return false;
+    }
+    return true;
+}
+
+/* enc_block with bf16 rows: h, q, k, v, att [nb A, d] and hid [nb A, ffn]. */
+static void enc_block_bf16(choir_stream *s, const wh_block *blk, const choir_whisper_dims *D,
+                           int64_t nb, float *x, uint16_t *h, uint16_t *q, uint16_t *k,
+                           uint16_t *v, uint16_t *att, uint16_t *hid) {
+    int64_t d = D->d_model, A = D->n_audio_ctx, rows = nb * A;
+    choir_attn a = {.n_head = D->n_head,
+                    .Dh = d / D->n_head,
+                    .scale = 1.0f / sqrtf((float)(d / D->n_head))};
+    const choir_dtype bf = CHOIR_DTYPE_BF16;
+    choir_op_layer_norm_bf16(s, x, h, rows, d, blk->attn_ln_g, blk->attn_ln_b, WH_LN_EPS);
+    choir_op_linear_bf16(s, h, rows, &blk->attn.q, blk->attn.bq, q, bf, 0);
+    choir_op_linear_bf16(s, h, rows, &blk->attn.k, NULL, k, bf, 0);
+    choir_op_linear_bf16(s, h, rows, &blk->attn.v, blk->attn.bv, v, bf, 0);
+    choir_op_attention_bf16(s, nb, q, d, A * d, k, d, v, d, A * d, att, d, A * d, A, A, &a);
+    choir_op_linear_bf16(s, att, rows, &blk->attn.o, blk->attn.bo, x, CHOIR_DTYPE_F32,
+                         CHOIR_LINEAR_ACCUMULATE);
+    choir_op_layer_norm_bf16(s, x, h, rows, d, blk->mlp_ln_g, blk->mlp_ln_b, WH_LN_EPS);
+    choir_op_linear_bf16(s, h, rows, &blk->fc1, blk->fc1_b, hid, bf, CHOIR_LINEAR_GELU);
+    choir_op_linear_bf16(s, hid, rows, &blk->fc2, blk->fc2_b, x, CHOIR_DTYPE_F32,
+                         CHOIR_LINEAR_ACCUMULATE);
+}
+
 int wh_encode_windows(choir_stream *s, const wh_net *w, const choir_whisper_dims *D,
                       const float *mel, int64_t nb, float *x) {
     int64_t d = D->d_model, A = D->n_audio_ctx, F = CHOIR_WHISPER_N_FRAMES, rows = nb * A;
@@ -112,6 +154,21 @@ int wh_encode_windows(choir_stream *s, const wh_net *w, const choir_whisper_dims
         choir_op_transpose(s, c2 + b * d * A, d, A, w->enc_pos, x + b * A * d);
     choir_stream_release(s, mark);
 
+    if (enc_bf16_rows(w, D)) {
+        size_t n = (size_t)(rows * d) * 2;
+        uint16_t *h = choir_stream_alloc(s, n, "whisper encoder rows");
+        uint16_t *q = choir_stream_alloc(s, n, "whisper encoder queries");
+        uint16_t *k = choir_stream_alloc(s, n, "whisper encoder keys");
+        uint16_t *v = choir_stream_alloc(s, n, "whisper encoder values");
+        uint16_t *att = choir_stream_alloc(s, n, "whisper encoder attention");
+        uint16_t *hid = choir_stream_alloc(s, (size_t)(rows * D->ffn_dim) * 2,
+                                           "whisper encoder MLP hidden");
+        for (int l = 0; l < D->n_audio_layer; l++)
+            enc_block_bf16(s, &w->enc[l], D, nb, x, h, q, k, v, att, hid);
+        choir_op_layer_norm(s, x, x, rows, d, w->enc_ln_g, w->enc_ln_b, WH_LN_EPS);
+        choir_stream_release(s, mark);
+        return choir_stream_status(s, NULL);
+    }
     float *h = choir_stream_floats(s, rows * d, "whisper encoder rows");
     float *q = choir_stream_floats(s, rows * d, "whisper encoder queries");
     float *k = choir_stream_floats(s, rows * d, "whisper encoder keys");

@@ -1,0 +1,112 @@
+/* bf16 activations between operations (the Whisper encoder on the device):
+ * linear layers that read bf16 rows and write bf16 rows (bias and GELU
+ * applied in one pass over the bf16 product) or add into an f32 residual
+ * stream, and a layer norm from the f32 stream into bf16 rows. Products on
+ * the tensor cores through cuBLAS with f32 accumulation. */
+#include <cuda_bf16.h>
+
+#include "tensor/cuda/cuda_internal.h"
+
+#define BF_THREADS 256
+
+__device__ __forceinline__ float gelu_erf(float x) {
+    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+
+/* y[r, c] = act(y[r, c] + bias[c]) in bf16, eight values per thread. */
+__global__ void k_bias_act_bf16(__nv_bfloat16 *__restrict__ y, const float *__restrict__ bias,
+                                int64_t n8, int64_t cols, bool gelu) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n8;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        uint4 raw = ((const uint4 *)y)[i];
+        __nv_bfloat162 *p = (__nv_bfloat162 *)&raw;
+        int64_t c0 = (i * 8) % cols;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float2 f = __bfloat1622float2(p[j]);
+            if (bias) f.x += bias[c0 + 2 * j], f.y += bias[c0 + 2 * j + 1];
+            if (gelu) f.x = gelu_erf(f.x), f.y = gelu_erf(f.y);
+            p[j] = __floats2bfloat162_rn(f.x, f.y);
+        }
+        ((uint4 *)y)[i] = raw;
+    }
+}
+
+int choir_cuda_linear_bf16(choir_cuda *cu, const uint16_t *x, int64_t M,
+                           const choir_cuda_weight *W, const float *bias, void *y, bool y_bf16,
+                           bool accumulate, bool gelu, choir_err *err) {
+    int64_t N = W->rows, K = W->cols;
+    if (M <= 0) return 0;
+    if (W->kind != CHOIR_WEIGHT_BF16)
+        return choir_err_set(err, CHOIR_EUNSUPPORTED,
+                             "cuda: linear over bf16 rows needs bf16 weights (kind %d)",
+                             (int)W->kind);
+    if (N > INT32_MAX || K > INT32_MAX || M > INT32_MAX)
+        return choir_err_set(err, CHOIR_ETOOBIG, "cuda: linear [%lld x %lld] too large",
+                             (long long)M, (long long)K);
+    if ((accumulate && (y_bf16 || gelu)) || (y_bf16 && N % 8))
+        return choir_err_set(err, CHOIR_EINVAL,
+                             "cuda: linear over bf16 rows: accumulate into f32 only, bf16 rows of "
+                             "a multiple of 8 (%lld)",
+                             (long long)N);
+    const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    /* Row-major y[M,N] = x[M,K] W[N,K]^T is column-major y^T = W x^T. */
+    cublasStatus_t st = cublasGemmEx(cu->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)M, (int)K,
+                                     &one, W->data.ptr, CUDA_R_16BF, (int)K, x, CUDA_R_16BF,
+                                     (int)K, &beta, y, y_bf16 ? CUDA_R_16BF : CUDA_R_32F, (int)N,
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (st != CUBLAS_STATUS_SUCCESS) return choir_cuda_blas_fail(err, st, "GemmEx bf16 rows");
+    if (!y_bf16) return bias ? choir_cuda_add_bias_rows(cu, (float *)y, bias, M, N, err) : 0;
+    if (!bias && !gelu) return 0;
+    int64_t n8 = M * N / 8;
+    k_bias_act_bf16<<<choir_cuda_blocks(n8, BF_THREADS), BF_THREADS, 0, cu->stream>>>(
+        (__nv_bfloat16 *)y, bias, n8, N, gelu);
+    return choir_cuda_check_launch(err, "bias and GELU over bf16 rows");
+}
+
+/* As k_layer_norm (two passes for the variance), the row held in registers
+ * between them, the output rounded to bf16. One block per row. */
+__global__ void k_layer_norm_bf16(const float *__restrict__ x, __nv_bfloat16 *__restrict__ y,
+                                  int64_t dim, const float *__restrict__ gamma,
+                                  const float *__restrict__ beta, float eps) {
+    __shared__ float red[32];
+    const float *xr = x + (int64_t)blockIdx.x * dim;
+    __nv_bfloat16 *yr = y + (int64_t)blockIdx.x * dim;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    auto reduce = [&](float v) {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        __syncthreads();
+        if (lane == 0) red[warp] = v;
+        __syncthreads();
+        float r = lane < nwarps ? red[lane] : 0.0f;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
+        return r;
+    };
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) s += xr[i];
+    float mean = reduce(s) / (float)dim;
+    float v = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+        float d = xr[i] - mean;
+        v += d * d;
+    }
+    float inv = rsqrtf(reduce(v) / (float)dim + eps);
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+        float o = (xr[i] - mean) * inv;
+        if (gamma) o *= gamma[i];
+        if (beta) o += beta[i];
+        yr[i] = __float2bfloat16_rn(o);
+    }
+}
+
+int choir_cuda_layer_norm_bf16(choir_cuda *cu, const float *x, uint16_t *y, int64_t rows,
+                               int64_t dim, const float *gamma, const float *beta, float eps,
+                               choir_err *err) {
+    if (rows <= 0 || dim <= 0) return 0;
+    if (rows > INT32_MAX) return choir_err_set(err, CHOIR_ETOOBIG, "cuda: layer norm rows");
+    k_layer_norm_bf16<<<(unsigned)rows, BF_THREADS, 0, cu->stream>>>(x, (__nv_bfloat16 *)y, dim,
+                                                                       gamma, beta, eps);
+    return choir_cuda_check_launch(err, "layer norm to bf16");
+}
