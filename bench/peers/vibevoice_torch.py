@@ -160,20 +160,26 @@ def build(args):
             print(f"torch vibevoice: this transformers has no VibeVoice-ASR ({e}); building the spec's modules")
             impl = "spec"
         else:
-            cfg = VibeVoiceAsrConfig(text_config=dict(text, model_type="qwen2"),
-                                     semantic_tokenizer_encoder_config=dict(hidden_size=128))
             try:
-                cfg.acoustic_tokenizer_encoder_config.vae_std = 0.0  # choir uses the mean
-            except Exception:
-                pass
-            with torch.device("cuda"):
-                try:
-                    model = VibeVoiceAsrForConditionalGeneration._from_config(cfg, attn_implementation="sdpa",
-                                                                              dtype=dt)
-                except TypeError:
-                    model = VibeVoiceAsrForConditionalGeneration._from_config(cfg, attn_implementation="sdpa",
-                                                                              torch_dtype=dt)
-            impl = "hf"
+                cfg = VibeVoiceAsrConfig(text_config=dict(text, model_type="qwen2"),
+                                         semantic_tokenizer_encoder_config=dict(hidden_size=128))
+                if hasattr(cfg.acoustic_tokenizer_encoder_config, "vae_std"):
+                    cfg.acoustic_tokenizer_encoder_config.vae_std = 0.0  # choir uses the mean
+                with torch.device("cuda"):
+                    try:
+                        model = VibeVoiceAsrForConditionalGeneration._from_config(
+                            cfg, attn_implementation="sdpa", dtype=dt)
+                    except TypeError:
+                        model = VibeVoiceAsrForConditionalGeneration._from_config(
+                            cfg, attn_implementation="sdpa", torch_dtype=dt)
+                impl = "hf"
+            except Exception as e:  # noqa: BLE001 - report and fall back under --impl auto
+                if impl == "hf":
+                    raise
+                print(f"torch vibevoice: building VibeVoiceAsrForConditionalGeneration failed ({e!r}); "
+                      "building the spec's modules")
+                model, impl = None, "spec"
+                torch.cuda.empty_cache()
     if model is None:
         with torch.device("cuda"):
             model = SpecModel(text)

@@ -288,6 +288,8 @@ typedef struct choir_engine_model_info {
     int64_t resident_bytes; /* host bytes while loaded (all replicas); else the expected size */
     int replicas;      /* loaded (or loading) instances, each on its own device */
     uint32_t devices;  /* bit d: a replica on device d of choir_engine_devices */
+    char load_error[CHOIR_ERR_MSG_MAX]; /* why its last load failed (the adapter's message);
+                                           "" when none failed or a later load succeeded */
 } choir_engine_model_info;
 
 /* Fills up to `cap` entries of `out` in registration order; returns the

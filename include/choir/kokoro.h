@@ -170,6 +170,23 @@ typedef struct choir_kokoro_decode_input {
     int64_t frames;      /* >= 1 */
 } choir_kokoro_decode_input;
 
+/* Work counters of a GPU attachment (choir_kokoro_gpu_get_stats; the type
+ * exists in every build) since create or the last reset: the executed convolution
+ * FLOPs (2 per multiply-add, padding included), the device bytes the
+ * kernels read and wrote (counted per kernel from its tensor sizes), the
+ * seconds spent in device decoding (upload to download), and decode calls. */
+typedef struct choir_kokoro_gpu_stats {
+    double flops, bytes, seconds;
+    int64_t calls, pieces;
+    int64_t weight_bytes;   /* device bytes of the uploaded weights (LSTMs included) */
+    double lstm_seconds;    /* the front's LSTMs on the device (upload to download) */
+    int64_t lstm_calls;
+    double albert_seconds;  /* ALBERT on the device (upload to download) */
+    int64_t albert_calls;
+    double f0n_seconds;     /* the F0 / N residual blocks on the device */
+    int64_t f0n_calls;
+} choir_kokoro_gpu_stats;
+
 /* --- the CUDA backend (CUDA builds only) --------------------------------- */
 #ifdef CHOIR_HAVE_CUDA
 #include "choir/cuda.h"
@@ -222,21 +239,6 @@ void choir_kokoro_set_gpu(choir_kokoro *m, choir_kokoro_gpu *g);
  * included). */
 int64_t choir_kokoro_gpu_estimate_bytes(int n, int64_t frames);
 
-/* Work counters since create or the last reset: the executed convolution
- * FLOPs (2 per multiply-add, padding included), the device bytes the
- * kernels read and wrote (counted per kernel from its tensor sizes), the
- * seconds spent in device decoding (upload to download), and decode calls. */
-typedef struct choir_kokoro_gpu_stats {
-    double flops, bytes, seconds;
-    int64_t calls, pieces;
-    int64_t weight_bytes;   /* device bytes of the uploaded weights (LSTMs included) */
-    double lstm_seconds;    /* the front's LSTMs on the device (upload to download) */
-    int64_t lstm_calls;
-    double albert_seconds;  /* ALBERT on the device (upload to download) */
-    int64_t albert_calls;
-    double f0n_seconds;     /* the F0 / N residual blocks on the device */
-    int64_t f0n_calls;
-} choir_kokoro_gpu_stats;
 void choir_kokoro_gpu_get_stats(choir_kokoro_gpu *g, choir_kokoro_gpu_stats *out);
 void choir_kokoro_gpu_reset_stats(choir_kokoro_gpu *g);
 #endif /* CHOIR_HAVE_CUDA */

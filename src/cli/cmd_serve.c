@@ -48,7 +48,9 @@ static void serve_usage(FILE *f)
             "  --voice-alias NAME=VOICE  voice NAME stands for VOICE (repeatable; by default\n"
             "                         OpenAI's voices, alloy, echo, nova..., map to similar Kokoro voices)\n"
             "  --json                 print {\"url\",\"port\",\"models\",\"profile\"} on stdout once listening\n"
-            "  --preload              load every model at start (/health is 503 until done)\n"
+            "  --preload              load every model at start (/health is 503 until done); a model\n"
+            "                         that fails is logged and named by /health, the others are served\n"
+            "  --preload-strict       --preload, and exit 1 when any model fails to load\n"
             "  --request-timeout S    deadline per request, queue and compute (default 300;\n"
             "                         a client may ask for less: X-Request-Timeout: S)\n"
             "  --max-audio-s ID=S     --max-audio-s for one model (repeatable)\n"
@@ -138,6 +140,36 @@ static void *stop_guard_main(void *arg)
     return NULL;
 }
 
+/* Waits for SIGTERM or SIGINT and returns it. With --preload, says once
+ * the preload is done how it went; with --preload-strict, returns 0 instead
+ * when a model failed. */
+static int wait_for_stop(choir_server *server, const sigset_t *stop_signals, int preload, int strict)
+{
+    int pending = preload;
+    while (pending) {
+        struct timespec tick = {0, 100 * 1000 * 1000};
+        int sig = sigtimedwait(stop_signals, NULL, &tick);
+        if (sig > 0)
+            return sig;
+        int failed = 0, tried = 0;
+        if (choir_server_preload_done(server, &failed, &tried) != 1)
+            continue;
+        pending = 0;
+        if (failed == 0) {
+            fprintf(stderr, "choir serve: preloaded %d model%s\n", tried, tried == 1 ? "" : "s");
+            continue;
+        }
+        fprintf(stderr, "choir serve: preload: %d of %d model%s failed (logged above)%s\n", failed, tried,
+                tried == 1 ? "" : "s",
+                strict ? "; exiting (--preload-strict)" : "; the others are served, /health names the failed");
+        if (strict)
+            return 0;
+    }
+    int sig = 0;
+    sigwait(stop_signals, &sig);
+    return sig;
+}
+
 int choir_cmd_serve(int argc, char **argv)
 {
     const char *dirs[MAX_MODEL_DIRS];
@@ -148,7 +180,7 @@ int choir_cmd_serve(int argc, char **argv)
      * and applied after the profile's defaults, whatever their order. */
     const char *engine_opts[64][2];
     int n_engine_opts = 0;
-    int upload_mb = 25, preload = 0, json = 0;
+    int upload_mb = 25, preload = 0, strict = 0, json = 0;
     double deadline = 10;
     choir_err err = {0};
     char limit_ids[MAX_MODEL_DIRS][128];
@@ -166,8 +198,9 @@ int choir_cmd_serve(int argc, char **argv)
             serve_usage(stdout);
             return 0;
         }
-        if (strcmp(a, "--preload") == 0) {
+        if (strcmp(a, "--preload") == 0 || strcmp(a, "--preload-strict") == 0) {
             preload = 1;
+            strict |= a[9] == '-';
             continue;
         }
         if (strcmp(a, "--json") == 0) {
@@ -407,8 +440,13 @@ int choir_cmd_serve(int argc, char **argv)
     for (int i = 1; i < n_devs && i <= CHOIR_ENGINE_MAX_GPUS; i++)
         fprintf(stderr, "choir serve: %s (%s): %.1f GiB budget of %.1f GiB\n", devs[i].name, devs[i].hw_name,
                 (double)devs[i].budget / (1 << 30), (double)devs[i].total_bytes / (1 << 30));
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
+    int sig = wait_for_stop(server, &stop_signals, preload, strict);
+    if (sig == 0) {
+        /* --preload-strict and a model failed: stop as on a signal, exit 1 */
+        choir_server_shutdown(server, deadline);
+        rc = 1;
+        goto done;
+    }
     /* Threads that libraries started before main (OpenBLAS's) do not block
      * these signals, so a second one would take the default action there:
      * SIGTERM is ignored from now on (the deadline bounds the stop anyway),

@@ -564,6 +564,11 @@ static void *load_replica(choir_engine *e, int mi, int d, choir_err *err, int *m
         pthread_cond_signal(&e->wake_sched);
         return NULL;
     }
+    if (w)
+        m->load_error[0] = 0;
+    else
+        snprintf(m->load_error, sizeof m->load_error, "%s",
+                 err && err->msg[0] ? err->msg : "the adapter's load failed without a message");
     if (w) {
         /* Requests queued before the load were estimated without the
          * weights (worst-case sizes); now their true size is known. */

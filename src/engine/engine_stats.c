@@ -270,6 +270,7 @@ int choir_engine_models(choir_engine *e, choir_engine_model_info *out, int cap)
         out[i].loaded = sched_model_loaded_flag(e->core, i);
         out[i].resident_bytes = sched_model_weights(e->core, i);
         out[i].replicas = sched_model_replicas(e->core, i, &out[i].devices);
+        snprintf(out[i].load_error, sizeof out[i].load_error, "%s", m->load_error);
     }
     pthread_mutex_unlock(&e->lock);
     return n;

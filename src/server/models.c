@@ -24,7 +24,10 @@ static cJSON *model_json(const srv_model *m)
     return o;
 }
 
-/* Adds where the engine has the model: "replicas" and "devices" (["gpu0", ...]). */
+/* Adds where the engine has the model, "replicas" and "devices" (["gpu0",
+ * ...]), and its "status": "loaded", "not_loaded" (it loads on first use), or
+ * "failed" with the "error" of its last load (no server path in it) until a
+ * load succeeds. */
 static cJSON *with_placement(choir_server *s, cJSON *o)
 {
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
@@ -41,6 +44,12 @@ static cJSON *with_placement(choir_server *s, cJSON *o)
         for (int d = 0; d < n_dev && d <= CHOIR_ENGINE_MAX_GPUS; d++)
             if (info[i].devices & (1u << d))
                 cJSON_AddItemToArray(devs, cJSON_CreateString(dev[d].name));
+        int failed = info[i].load_error[0] != 0;
+        cJSON_AddStringToObject(o, "status", failed ? "failed" : info[i].replicas > 0 ? "loaded" : "not_loaded");
+        if (failed) {
+            srv_scrub_paths_quietly(s, info[i].load_error, sizeof info[i].load_error);
+            cJSON_AddStringToObject(o, "error", info[i].load_error);
+        }
     }
     choir_free(info);
     return o;

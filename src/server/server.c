@@ -374,7 +374,35 @@ static enum MHD_Result handle_health(choir_server *s, struct MHD_Connection *c)
     if (st.degraded)
         return srv_reply_error(s, c, 503, NULL, "degraded",
                                "the engine is degraded (memory or latency pressure); retry later or elsewhere");
-    return srv_reply(s, c, 200, "application/json", "{\"status\":\"ok\"}", 15);
+    /* A model whose last load failed is named here until a load succeeds.
+     * The server still serves the others (200 "partial"); with every model
+     * failed it can serve nothing, and says so (503 "failed"). */
+    int n = choir_engine_models(s->engine, NULL, 0), n_failed = 0, n_served = 0;
+    choir_engine_model_info *info = n > 0 ? choir_calloc(CHOIR_MEM_IO, (size_t)n, sizeof *info) : NULL;
+    n = info ? choir_engine_models(s->engine, info, n) : 0;
+    cJSON *failed = cJSON_CreateArray();
+    for (int i = 0; i < n && failed; i++) {
+        if (srv_model_find(s, info[i].id, NULL) < 0)
+            continue;
+        n_served++;
+        if (!info[i].load_error[0])
+            continue;
+        n_failed++;
+        srv_scrub_paths_quietly(s, info[i].load_error, sizeof info[i].load_error);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "id", info[i].id);
+        cJSON_AddStringToObject(o, "error", info[i].load_error);
+        cJSON_AddItemToArray(failed, o);
+    }
+    choir_free(info);
+    if (n_failed == 0) {
+        cJSON_Delete(failed);
+        return srv_reply(s, c, 200, "application/json", "{\"status\":\"ok\"}", 15);
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "status", n_failed == n_served ? "failed" : "partial");
+    cJSON_AddItemToObject(o, "models_failed", failed);
+    return srv_reply_json(s, c, n_failed == n_served ? 503 : 200, o);
 }
 
 static enum MHD_Result handle_metrics(choir_server *s, struct MHD_Connection *c)
@@ -710,13 +738,33 @@ static void *preload_main(void *arg)
         choir_ticket *t = choir_engine_submit(s->engine, &job, NULL, &err);
         int rc = t ? choir_ticket_wait(t, -1, &err) : err.code;
         choir_ticket_free(t);
-        if (rc < 0)
-            choir_log(CHOIR_LOG_WARN, "preloading %s failed: %s", m.id, err.msg);
-        else
+        atomic_fetch_add(&s->preload_tried, 1);
+        if (rc < 0 && atomic_load(&s->stopping))
+            break;
+        if (rc < 0) {
+            atomic_fetch_add(&s->preload_failed, 1);
+            choir_log(CHOIR_LOG_ERROR, "preload: model '%s' failed: %s (the other models are served; /health and "
+                      "/v1/models name it until a load succeeds)", m.id, err.msg);
+        } else {
             choir_log(CHOIR_LOG_INFO, "preloaded %s", m.id);
+        }
     }
     atomic_store(&s->ready, 1);
+    atomic_store(&s->preload_finished, 1);
     return NULL;
+}
+
+int choir_server_preload_done(choir_server *s, int *n_failed, int *n_models)
+{
+    if (!s || !s->preloading)
+        return CHOIR_EINVAL;
+    if (!atomic_load(&s->preload_finished))
+        return 0;
+    if (n_failed)
+        *n_failed = atomic_load(&s->preload_failed);
+    if (n_models)
+        *n_models = atomic_load(&s->preload_tried);
+    return 1;
 }
 
 int choir_server_preload(choir_server *s, choir_err *err)

@@ -92,6 +92,7 @@ struct choir_server {
     atomic_ullong streams;
     pthread_t preload_thread;
     int preloading; /* preload_thread is to be joined */
+    atomic_int preload_finished, preload_failed, preload_tried;
     /* connection registry and watchdog (front_watch.c) */
     pthread_mutex_t peers_mu;
     pthread_cond_t watch_cv;
@@ -223,6 +224,10 @@ enum MHD_Result srv_reply_engine_error(choir_server *s, struct MHD_Connection *c
  * Every engine or model message passes here before it leaves the server;
  * an altered one is logged whole. */
 void srv_scrub_paths(choir_server *s, char *msg, size_t cap);
+/* The same without the log line, for a message the operator already saw (a
+ * model's load failure, which the engine logged when it happened, shown
+ * again on every /v1/models and /health). */
+void srv_scrub_paths_quietly(choir_server *s, char *msg, size_t cap);
 /* The HTTP status an engine failure maps to. */
 unsigned srv_engine_status(int code, choir_reject_reason reason);
 void srv_count_status(choir_server *s, unsigned status);
@@ -268,9 +273,10 @@ typedef struct srv_job {
     /* transcript */
     char *text;        /* the whole transcript so far */
     size_t text_len, text_cap;
-    choir_segment *segments; /* copies: text and tokens owned by the job */
+    choir_segment *segments; /* copies: text, tokens and words owned by the job */
     int n_segments, cap_segments;
     char language[16];
+    int words, no_segments;  /* timestamp_granularities: verbose_json's "words", without "segments" */
     /* inputs borrowed by the engine until the ticket finishes */
     char *input_text, *voice, *lang, *prompt;
     float *samples;
