@@ -1,7 +1,8 @@
 /* The Whisper encoder on the GPU at a published size (random bf16 weights),
  * its device time per 30-s window against the card's measured bf16 matmul
  * ceiling, with the rows between operations f32 (the path before the bf16
- * one) and bf16, in the same run on the same model.
+ * one) and bf16 (biases in cublasLt's epilogue, and without: GemmEx and a
+ * bias pass), in the same run on the same model.
  *
  * The time is the device's: the mel windows are uploaded once, then
  * wh_encode_windows runs over device memory, synchronised, repeated; the
@@ -11,8 +12,9 @@
  * ceiling, and "% of ceiling" is ideal over measured.
  *
  * Usage: bench_whisper_enc_gpu [--dims large-v3-turbo|large-v3|small|base|tiny]
- *        [--windows N (32)] [--reps N (5)] [--rows f32|bf16|both (both)]
- * (--rows: only one of the two paths, for a profiler's kernel table) */
+ *        [--windows N (32)] [--reps N (5)] [--rows f32|bf16|all (all)]
+ * (--rows: only one path, for a profiler's kernel table; bf16 is the default
+ * path, cublasLt epilogues) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,14 +84,14 @@ static int cmp_d(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     const char *dims = "large-v3-turbo";
-    int nb = 32, reps = 5, first = 0, last = 1;
+    int nb = 32, reps = 5, first = 0, last = 2;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--dims") == 0) dims = argv[i + 1];
         else if (strcmp(argv[i], "--windows") == 0) nb = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--reps") == 0) reps = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--rows") == 0) {
-            first = strcmp(argv[i + 1], "bf16") == 0;
-            last = strcmp(argv[i + 1], "f32") == 0 ? 0 : 1;
+            if (strcmp(argv[i + 1], "bf16") == 0) first = last = 2;
+            if (strcmp(argv[i + 1], "f32") == 0) first = last = 0;
         }
     }
     if (nb < 1 || reps < 1 || reps > 100) return 2;
@@ -173,10 +175,13 @@ int main(int argc, char **argv) {
     float *dmel = choir_stream_floats(s, (int64_t)mel_n, "mel");
     float *dx = choir_stream_floats(s, (int64_t)out_n, "encoder output");
     choir_op_upload(s, dmel, mel, mel_n * sizeof(float));
-    float *out[2] = {NULL, NULL};
-    double med[2] = {0, 0};
+    static const char *names[3] = {"f32 rows", "bf16 rows, GemmEx + bias pass",
+                                   "bf16 rows, cublasLt bias epilogue"};
+    float *out[3] = {NULL, NULL, NULL};
+    double med[3] = {0, 0, 0};
     for (int path = first; path <= last; path++) {
         w->enc_f32_rows = path == 0;
+        choir_cuda_linear_bf16_set_lt(path == 2);
         double t[100];
         for (int r = -2; r < reps; r++) {
             double t0 = now_ms();
@@ -191,22 +196,23 @@ int main(int argc, char **argv) {
         med[path] = t[reps / 2];
         out[path] = choir_alloc(CHOIR_MEM_OTHER, out_n * sizeof(float));
         choir_op_download(s, out[path], dx, out_n * sizeof(float));
-        printf("encoder rows %s: %.3f ms per window (median of %d, min %.3f max %.3f), %.0f TFLOP/s, "
+        printf("encoder, %s: %.3f ms per window (median of %d, min %.3f max %.3f), %.0f TFLOP/s, "
                "%.1f%% of the bf16 ceiling\n",
-               path ? "bf16" : "f32 ", med[path], reps, t[0], t[reps - 1],
+               names[path], med[path], reps, t[0], t[reps - 1],
                flops / (med[path] * 1e-3) / 1e12, 100.0 * ideal_ms / med[path]);
     }
-    if (out[0] && out[1]) {
+    for (int path = 1; path <= 2; path++) {
+        if (!out[0] || !out[path]) continue;
         double num = 0, den = 0;
         for (size_t i = 0; i < out_n; i++) {
-            double e = (double)out[1][i] - out[0][i];
+            double e = (double)out[path][i] - out[0][i];
             num += e * e;
             den += (double)out[0][i] * out[0][i];
         }
-        printf("bf16 rows vs f32 rows, encoder output: rel_l2 %.3e\n",
-               sqrt(num / (den > 0 ? den : 1)));
-        printf("speedup of bf16 rows: %.2fx\n", med[0] / med[1]);
+        printf("%s vs f32 rows, encoder output: rel_l2 %.3e; %.2fx faster\n", names[path],
+               sqrt(num / (den > 0 ? den : 1)), med[0] / med[path]);
     }
+    choir_cuda_linear_bf16_set_lt(true);
     w->enc_f32_rows = false;
     wh_stream_done(&m, s, 0, &err);
     choir_whisper_gpu_detach(&m);

@@ -275,6 +275,10 @@ int choir_cuda_gemm_bf16_nt(choir_cuda *cu, int64_t M, int64_t N, int64_t K, con
 int choir_cuda_linear_bf16(choir_cuda *cu, const uint16_t *x, int64_t M,
                            const choir_cuda_weight *W, const float *bias, void *y, bool y_bf16,
                            bool accumulate, bool gelu, choir_err *err);
+/* With a bias, choir_cuda_linear_bf16 runs cublasLt with the bias in its
+ * epilogue (rounded to bf16 first for bf16 y) unless this is off (on by
+ * default; for the bench's comparison). Process-wide. */
+void choir_cuda_linear_bf16_set_lt(bool on);
 /* choir_cuda_layer_norm from f32 rows into bf16 rows (rounded). */
 int choir_cuda_layer_norm_bf16(choir_cuda *cu, const float *x, uint16_t *y, int64_t rows,
                                int64_t dim, const float *gamma, const float *beta, float eps,

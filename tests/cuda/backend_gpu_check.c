@@ -292,18 +292,28 @@ static void check_linear_bf16(void) {
     float *bias = hvec(N, -1, 1);
     const float *dbias = choir_backend_vec(ws, bias, N);
     uint16_t *x = h16(hvec(M * K, -1, 1), M * K), *dx = dput(x, (size_t)(M * K) * 2);
-    for (int mode = 0; mode < 2; mode++) {
-        uint16_t *ref = hmem((size_t)(M * N) * 2), *dy = dput(NULL, (size_t)(M * N) * 2);
-        unsigned fl = mode ? CHOIR_LINEAR_GELU : 0;
-        choir_op_linear_bf16(g_cs, x, M, &host, bias, ref, CHOIR_DTYPE_BF16, fl);
-        choir_op_linear_bf16(g_gs, dx, M, &dw, dbias, dy, CHOIR_DTYPE_BF16, fl);
-        cmp_bf16(mode ? "linear_bf16 M=333 bf16 rows +bias +GELU" : "linear_bf16 M=333 bf16 rows +bias",
-                 dy, ref, M * N, TOL_BF16);
+    /* Both device paths: biases in cublasLt's epilogue, and GemmEx + a pass. */
+    for (int lt = 1; lt >= 0; lt--) {
+        choir_cuda_linear_bf16_set_lt(lt != 0);
+        const char *how = lt ? "epilogue" : "plain";
+        char name[96];
+        for (int mode = 0; mode < 2; mode++) {
+            uint16_t *ref = hmem((size_t)(M * N) * 2), *dy = dput(NULL, (size_t)(M * N) * 2);
+            unsigned fl = mode ? CHOIR_LINEAR_GELU : 0;
+            choir_op_linear_bf16(g_cs, x, M, &host, bias, ref, CHOIR_DTYPE_BF16, fl);
+            choir_op_linear_bf16(g_gs, dx, M, &dw, dbias, dy, CHOIR_DTYPE_BF16, fl);
+            snprintf(name, sizeof name, "linear_bf16 M=333 bf16 rows +bias%s (%s)",
+                     mode ? " +GELU" : "", how);
+            cmp_bf16(name, dy, ref, M * N, TOL_BF16);
+        }
+        float *res = hvec(M * N, -2, 2), *dres = dvec(res, M * N);
+        choir_op_linear_bf16(g_cs, x, M, &host, bias, res, CHOIR_DTYPE_F32, CHOIR_LINEAR_ACCUMULATE);
+        choir_op_linear_bf16(g_gs, dx, M, &dw, dbias, dres, CHOIR_DTYPE_F32,
+                             CHOIR_LINEAR_ACCUMULATE);
+        snprintf(name, sizeof name, "linear_bf16 M=333 added into f32 rows +bias (%s)", how);
+        cmp(name, dres, res, M * N, TOL_F32 * 100);
     }
-    float *res = hvec(M * N, -2, 2), *dres = dvec(res, M * N);
-    choir_op_linear_bf16(g_cs, x, M, &host, bias, res, CHOIR_DTYPE_F32, CHOIR_LINEAR_ACCUMULATE);
-    choir_op_linear_bf16(g_gs, dx, M, &dw, dbias, dres, CHOIR_DTYPE_F32, CHOIR_LINEAR_ACCUMULATE);
-    cmp("linear_bf16 M=333 added into f32 rows +bias", dres, res, M * N, TOL_F32 * 100);
+    choir_cuda_linear_bf16_set_lt(true);
     float *y32 = hmem((size_t)(M * N) * 4), *dy32 = dzero(M * N);
     choir_op_linear_bf16(g_cs, x, M, &host, NULL, y32, CHOIR_DTYPE_F32, 0);
     choir_op_linear_bf16(g_gs, dx, M, &dw, NULL, dy32, CHOIR_DTYPE_F32, 0);

@@ -2,7 +2,10 @@
  * linear layers that read bf16 rows and write bf16 rows (bias and GELU
  * applied in one pass over the bf16 product) or add into an f32 residual
  * stream, and a layer norm from the f32 stream into bf16 rows. Products on
- * the tensor cores through cuBLAS with f32 accumulation. */
+ * the tensor cores with f32 accumulation: through cublasLt with the bias
+ * added in its epilogue when there is a bias (the residual add through its
+ * C operand), cublasGemmEx otherwise or when cublasLt declines. */
+#include <cublasLt.h>
 #include <cuda_bf16.h>
 
 #include "tensor/cuda/cuda_internal.h"
@@ -32,6 +35,69 @@ __global__ void k_bias_act_bf16(__nv_bfloat16 *__restrict__ y, const float *__re
     }
 }
 
+static bool g_use_lt = true;
+void choir_cuda_linear_bf16_set_lt(bool on) { g_use_lt = on; }
+
+__global__ void k_f32_to_bf16(const float *__restrict__ x, __nv_bfloat16 *__restrict__ y,
+                              int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = __float2bfloat16_rn(x[i]);
+}
+
+/* y = x W^T (+ beta y) + bias through cublasLt, the bias (of y's type) in
+ * the epilogue. Any status but success sends the caller to the plain path
+ * (nothing was enqueued then, except on a failing launch, reported). */
+static cublasStatus_t lt_linear(choir_cuda *cu, const uint16_t *x, int64_t M,
+                                const choir_cuda_weight *W, const void *bias, void *y,
+                                cudaDataType_t yt, float beta) {
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    if (!cu->lt) {
+        cublasLtHandle_t h;
+        if ((st = cublasLtCreate(&h)) != CUBLAS_STATUS_SUCCESS) return st;
+        cu->lt = h;
+    }
+    cublasLtHandle_t lt = (cublasLtHandle_t)cu->lt;
+    int64_t N = W->rows, K = W->cols;
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    int32_t bias_t = (int32_t)yt;
+    size_t ws = cu->blas_workspace.bytes;
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    const float one = 1.0f;
+#define LT(call)                                                                                 \
+    if (st == CUBLAS_STATUS_SUCCESS) st = (call)
+    LT(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t,
+                                      sizeof(bias_t)));
+    /* Column-major: W is [K, N] read transposed, x^T [K, M], y^T [N, M]. */
+    LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, (uint64_t)K, (uint64_t)N, K));
+    LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, (uint64_t)K, (uint64_t)M, K));
+    LT(cublasLtMatrixLayoutCreate(&lc, yt, (uint64_t)N, (uint64_t)M, N));
+    LT(cublasLtMatmulPreferenceCreate(&pref));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                            sizeof(ws)));
+    LT(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &res, &found));
+    if (st == CUBLAS_STATUS_SUCCESS && found < 1) st = CUBLAS_STATUS_NOT_SUPPORTED;
+    LT(cublasLtMatmul(lt, op, &one, W->data.ptr, la, x, lb, &beta, y, lc, y, lc, &res.algo,
+                      cu->blas_workspace.ptr, ws, cu->stream));
+#undef LT
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (lc) cublasLtMatrixLayoutDestroy(lc);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (op) cublasLtMatmulDescDestroy(op);
+    return st;
+}
+
 int choir_cuda_linear_bf16(choir_cuda *cu, const uint16_t *x, int64_t M,
                            const choir_cuda_weight *W, const float *bias, void *y, bool y_bf16,
                            bool accumulate, bool gelu, choir_err *err) {
@@ -50,6 +116,29 @@ int choir_cuda_linear_bf16(choir_cuda *cu, const uint16_t *x, int64_t M,
                              "a multiple of 8 (%lld)",
                              (long long)N);
     const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    if (g_use_lt && bias) {
+        /* The epilogue's bias has y's type: a bf16 copy in the scratch. */
+        const void *b = bias;
+        if (y_bf16) {
+            void *b16 = choir_cuda_scratch(cu, (size_t)N * 2, err);
+            if (!b16) return err ? err->code : CHOIR_ENOMEM;
+            k_f32_to_bf16<<<choir_cuda_blocks(N, BF_THREADS), BF_THREADS, 0, cu->stream>>>(
+                bias, (__nv_bfloat16 *)b16, N);
+            int rc = choir_cuda_check_launch(err, "bias to bf16");
+            if (rc) return rc;
+            b = b16;
+        }
+        cublasStatus_t lst =
+            lt_linear(cu, x, M, W, b, y, y_bf16 ? CUDA_R_16BF : CUDA_R_32F, beta);
+        if (lst == CUBLAS_STATUS_SUCCESS) {
+            if (!gelu) return 0;
+            int64_t n8 = M * N / 8;
+            k_bias_act_bf16<<<choir_cuda_blocks(n8, BF_THREADS), BF_THREADS, 0, cu->stream>>>(
+                (__nv_bfloat16 *)y, NULL, n8, N, true);
+            return choir_cuda_check_launch(err, "GELU over bf16 rows");
+        }
+        cudaGetLastError(); /* declined: the plain path below */
+    }
     /* Row-major y[M,N] = x[M,K] W[N,K]^T is column-major y^T = W x^T. */
     cublasStatus_t st = cublasGemmEx(cu->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)M, (int)K,
                                      &one, W->data.ptr, CUDA_R_16BF, (int)K, x, CUDA_R_16BF,
