@@ -230,6 +230,29 @@ static void test_linear_bf16_rows(void **state) {
     fx_close(&f);
 }
 
+/* conv1d on bf16 operands: choir_conv1d over the rounded input and weight,
+ * bit for bit, every item of a batch. */
+static void test_conv1d_bf16(void **state) {
+    (void)state;
+    fx f = fx_open(1 << 20, 1 << 20);
+    int64_t B = 2, Cin = 5, T = 37, Cout = 6, K = 3;
+    int64_t Tout = choir_conv1d_out_len(T, K, 2, 1, 1);
+    float *x = rnd((size_t)(B * Cin * T), 60), *w = rnd((size_t)(Cout * Cin * K), 61);
+    float *b = rnd((size_t)Cout, 62);
+    float *got = malloc((size_t)(B * Cout * Tout) * 4), *want = malloc((size_t)(B * Cout * Tout) * 4);
+    assert_int_equal(choir_op_conv1d_bf16(f.s, x, B, Cin, T, w, b, Cout, K, 2, 1, 1, got), 0);
+    uint16_t *t16 = malloc((size_t)(B * Cin * T + Cout * Cin * K) * 2);
+    choir_f32_to_bf16_n(x, t16, B * Cin * T);
+    choir_bf16_to_f32_n(t16, x, B * Cin * T);
+    choir_f32_to_bf16_n(w, t16, Cout * Cin * K);
+    choir_bf16_to_f32_n(t16, w, Cout * Cin * K);
+    for (int64_t i = 0; i < B; i++)
+        choir_conv1d(x + i * Cin * T, Cin, T, w, b, Cout, K, 2, 1, 1, 1, want + i * Cout * Tout);
+    assert_same(got, want, (size_t)(B * Cout * Tout), "conv1d_bf16");
+    free(x), free(w), free(b), free(got), free(want), free(t16);
+    fx_close(&f);
+}
+
 /* Everything bf16 (the encoder's fused attention): B sequences with wider
  * row and batch strides, grouped and causal heads, against double-precision
  * attention over the widened values: the output's bf16 rounding only
@@ -723,6 +746,7 @@ int main(void) {
         cmocka_unit_test(test_attention_bf16_kv),
         cmocka_unit_test(test_attention_all_bf16),
         cmocka_unit_test(test_linear_bf16_rows),
+        cmocka_unit_test(test_conv1d_bf16),
         cmocka_unit_test(test_rows_gather),
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_norms_naive),

@@ -424,6 +424,13 @@ int choir_op_rope(choir_stream *s, float *x, int64_t rows, int64_t ld, int n_hea
 int choir_op_conv1d(choir_stream *s, const float *x, int64_t B, int64_t Cin, int64_t T,
                     const float *weight, const float *bias, int64_t Cout, int64_t kernel,
                     int stride, int padding, int dilation, int groups, float *y);
+/* choir_op_conv1d (groups 1) with the products on bf16 operands: x and the
+ * weight rounded to bf16, f32 accumulation (CUDA: im2col in bf16 and a
+ * tensor-core product), f32 y. The CPU rounds both and runs choir_conv1d
+ * (the oracle). */
+int choir_op_conv1d_bf16(choir_stream *s, const float *x, int64_t B, int64_t Cin, int64_t T,
+                         const float *weight, const float *bias, int64_t Cout, int64_t kernel,
+                         int stride, int padding, int dilation, float *y);
 /* y [B, Cout, Tout] = conv_transpose1d(x [B, Cin, T]); weight [Cin,
  * Cout/groups, K]; Tout = choir_conv_transpose1d_out_len. */
 int choir_op_conv_transpose1d(choir_stream *s, const float *x, int64_t B, int64_t Cin, int64_t T,

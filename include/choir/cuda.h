@@ -279,6 +279,12 @@ int choir_cuda_linear_bf16(choir_cuda *cu, const uint16_t *x, int64_t M,
  * epilogue (rounded to bf16 first for bf16 y) unless this is off (on by
  * default; for the bench's comparison). Process-wide. */
 void choir_cuda_linear_bf16_set_lt(bool on);
+/* conv1d (groups 1) over B items of x [Cin, T] f32 into y [Cout, Tout] f32
+ * with bf16 operands: the taps (im2col) and the weight [Cout, Cin, K]
+ * rounded to bf16, f32 accumulation on the tensor cores, then the bias. */
+int choir_cuda_conv1d_bf16(choir_cuda *cu, const float *x, int64_t B, int64_t Cin, int64_t T,
+                           const float *weight, const float *bias, int64_t Cout, int64_t kernel,
+                           int stride, int padding, int dilation, float *y, choir_err *err);
 /* choir_cuda_layer_norm from f32 rows into bf16 rows (rounded). */
 int choir_cuda_layer_norm_bf16(choir_cuda *cu, const float *x, uint16_t *y, int64_t rows,
                                int64_t dim, const float *gamma, const float *beta, float eps,

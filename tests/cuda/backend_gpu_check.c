@@ -784,6 +784,22 @@ static void check_conv_case(const char *name, int64_t B, int64_t Cin, int64_t T,
     case_end();
 }
 
+/* conv1d on bf16 operands: the same rounded operands on both sides, f32
+ * accumulation in a different order: near the f32 bound. */
+static void check_conv_bf16_case(const char *name, int64_t B, int64_t Cin, int64_t T,
+                                 int64_t Cout, int stride) {
+    case_begin();
+    int64_t Tout = choir_conv1d_out_len(T, 3, stride, 1, 1);
+    float *x = hvec(B * Cin * T, -1, 1), *w = hvec(Cout * Cin * 3, -0.5f, 0.5f);
+    float *bias = hvec(Cout, -1, 1), *ref = hmem((size_t)(B * Cout * Tout) * 4);
+    float *dx = dvec(x, B * Cin * T), *dw = dvec(w, Cout * Cin * 3);
+    float *db = dvec(bias, Cout), *dy = dzero(B * Cout * Tout);
+    choir_op_conv1d_bf16(g_cs, x, B, Cin, T, w, bias, Cout, 3, stride, 1, 1, ref);
+    choir_op_conv1d_bf16(g_gs, dx, B, Cin, T, dw, db, Cout, 3, stride, 1, 1, dy);
+    cmp(name, dy, ref, B * Cout * Tout, 1e-4);
+    case_end();
+}
+
 static void check_convt_case(const char *name, int64_t B, int64_t Cin, int64_t T, int64_t Cout,
                              int64_t K, int stride, int pad, int opad, int groups) {
     case_begin();
@@ -806,6 +822,8 @@ static void check_conv(void) {
     check_conv_case("conv1d k7 dilation 3 p9", 2, 32, 300, 48, 7, 1, 9, 3, 1);
     check_conv_case("conv1d grouped (4 groups)", 2, 32, 300, 64, 5, 1, 2, 1, 4);
     check_conv_case("conv1d depthwise k7", 3, 64, 257, 64, 7, 1, 3, 1, 64);
+    check_conv_bf16_case("conv1d_bf16 k3 s1 p1 (Whisper conv1, 128 mels)", 2, 128, 3000, 256, 1);
+    check_conv_bf16_case("conv1d_bf16 k3 s2 p1 (Whisper conv2)", 2, 256, 3000, 320, 2);
     check_convt_case("conv_transpose1d k10 s5 p3 op1", 2, 64, 100, 32, 10, 5, 3, 1, 1);
     check_convt_case("conv_transpose1d depthwise k3 s2 p1 op1", 2, 48, 111, 48, 3, 2, 1, 1, 48);
 

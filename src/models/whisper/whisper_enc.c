@@ -95,8 +95,9 @@ static void enc_block(choir_stream *s, const wh_block *blk, const choir_whisper_
     choir_op_add(s, x, h, x, rows * d);
 }
 
-/* On a device with bf16 weights the blocks keep their rows in bf16 between
- * operations (the residual stream stays f32): layer norm into bf16 rows,
+/* On a device with bf16 weights the two convolutions run on bf16 operands
+ * and the blocks keep their rows in bf16 between operations (the residual
+ * stream stays f32): layer norm into bf16 rows,
  * bf16 products with f32 accumulation writing bf16 q, k, v and MLP hidden
  * rows (bias and GELU in one pass), the fused bf16 attention, and the output
  * and second MLP products added straight into the f32 stream. The CPU keeps
@@ -146,15 +147,22 @@ int wh_encode_windows(choir_stream *s, const wh_net *w, const choir_whisper_dims
      * [d, A], then time-major with the positions added. */
     float *c1 = choir_stream_floats(s, nb * d * F, "whisper encoder conv1 output");
     float *c2 = choir_stream_floats(s, nb * d * A, "whisper encoder conv2 output");
-    choir_op_conv1d(s, mel, nb, D->n_mels, F, w->conv1_w, w->conv1_b, d, 3, 1, 1, 1, 1, c1);
+    bool bf16 = enc_bf16_rows(w, D);
+    if (bf16) /* products on bf16 operands, f32 maps */
+        choir_op_conv1d_bf16(s, mel, nb, D->n_mels, F, w->conv1_w, w->conv1_b, d, 3, 1, 1, 1, c1);
+    else
+        choir_op_conv1d(s, mel, nb, D->n_mels, F, w->conv1_w, w->conv1_b, d, 3, 1, 1, 1, 1, c1);
     choir_op_act(s, CHOIR_ACT_GELU_ERF, c1, nb * d * F, 0.0f);
-    choir_op_conv1d(s, c1, nb, d, F, w->conv2_w, w->conv2_b, d, 3, 2, 1, 1, 1, c2);
+    if (bf16)
+        choir_op_conv1d_bf16(s, c1, nb, d, F, w->conv2_w, w->conv2_b, d, 3, 2, 1, 1, c2);
+    else
+        choir_op_conv1d(s, c1, nb, d, F, w->conv2_w, w->conv2_b, d, 3, 2, 1, 1, 1, c2);
     choir_op_act(s, CHOIR_ACT_GELU_ERF, c2, nb * d * A, 0.0f);
     for (int64_t b = 0; b < nb; b++)
         choir_op_transpose(s, c2 + b * d * A, d, A, w->enc_pos, x + b * A * d);
     choir_stream_release(s, mark);
 
-    if (enc_bf16_rows(w, D)) {
+    if (bf16) {
         size_t n = (size_t)(rows * d) * 2;
         uint16_t *h = choir_stream_alloc(s, n, "whisper encoder rows");
         uint16_t *q = choir_stream_alloc(s, n, "whisper encoder queries");

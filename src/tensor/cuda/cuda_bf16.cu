@@ -199,3 +199,70 @@ int choir_cuda_layer_norm_bf16(choir_cuda *cu, const float *x, uint16_t *y, int6
                                                                        gamma, beta, eps);
     return choir_cuda_check_launch(err, "layer norm to bf16");
 }
+
+/* --- convolutions on bf16 operands ------------------------------------------ */
+
+/* cols[ci*K + k, t] = x[ci, t*stride - padding + k*dilation] rounded to bf16
+ * (zero outside). */
+__global__ void k_im2col_bf16(const float *__restrict__ x, int64_t T, int64_t kernel, int stride,
+                              int padding, int dilation, int64_t rows, int64_t Tout,
+                              __nv_bfloat16 *__restrict__ cols) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * Tout;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / Tout, t = i % Tout;
+        int64_t ci = r / kernel, k = r % kernel;
+        int64_t ts = t * stride - padding + k * dilation;
+        cols[i] = __float2bfloat16_rn(ts >= 0 && ts < T ? x[ci * T + ts] : 0.0f);
+    }
+}
+
+__global__ void k_channel_bias_f32(float *__restrict__ y, const float *__restrict__ bias,
+                                   int64_t n, int64_t Tout) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] += bias[i / Tout];
+}
+
+int choir_cuda_conv1d_bf16(choir_cuda *cu, const float *x, int64_t B, int64_t Cin, int64_t T,
+                           const float *weight, const float *bias, int64_t Cout, int64_t kernel,
+                           int stride, int padding, int dilation, float *y, choir_err *err) {
+    if (stride < 1 || dilation < 1 || padding < 0 || kernel < 1 || Cin < 1 || Cout < 1)
+        return choir_err_set(err, CHOIR_EINVAL, "cuda: bf16 conv1d shape");
+    int64_t span = T + 2 * (int64_t)padding - (int64_t)dilation * (kernel - 1) - 1;
+    if (span < 0 || B <= 0) return 0;
+    int64_t Tout = span / stride + 1, rows = Cin * kernel;
+    if (rows > INT32_MAX || Tout > INT32_MAX || Cout > INT32_MAX)
+        return choir_err_set(err, CHOIR_ETOOBIG, "cuda: bf16 conv1d too large");
+    /* The scratch: the weight [Cout, Cin K] in bf16, then one item's taps. */
+    size_t w_bytes = ((size_t)(Cout * rows) * 2 + 255) & ~(size_t)255;
+    char *scratch = (char *)choir_cuda_scratch(cu, w_bytes + (size_t)(rows * Tout) * 2, err);
+    if (!scratch) return err ? err->code : CHOIR_ENOMEM;
+    __nv_bfloat16 *w16 = (__nv_bfloat16 *)scratch, *cols = (__nv_bfloat16 *)(scratch + w_bytes);
+    k_f32_to_bf16<<<choir_cuda_blocks(Cout * rows, BF_THREADS), BF_THREADS, 0, cu->stream>>>(
+        weight, w16, Cout * rows);
+    int rc = choir_cuda_check_launch(err, "conv weight to bf16");
+    const float one = 1.0f, zero = 0.0f;
+    for (int64_t b = 0; b < B && !rc; b++) {
+        const float *xb = x + b * Cin * T;
+        float *yb = y + b * Cout * Tout;
+        k_im2col_bf16<<<choir_cuda_blocks(rows * Tout, BF_THREADS), BF_THREADS, 0, cu->stream>>>(
+            xb, T, kernel, stride, padding, dilation, rows, Tout, cols);
+        if ((rc = choir_cuda_check_launch(err, "im2col bf16"))) break;
+        /* Row-major y[Cout, Tout] = W[Cout, rows] cols[rows, Tout] is column-major
+         * y^T = cols^T W^T. */
+        cublasStatus_t st = cublasGemmEx(cu->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)Tout, (int)Cout,
+                                         (int)rows, &one, cols, CUDA_R_16BF, (int)Tout, w16,
+                                         CUDA_R_16BF, (int)rows, &zero, yb, CUDA_R_32F, (int)Tout,
+                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            rc = choir_cuda_blas_fail(err, st, "GemmEx bf16 conv1d");
+            break;
+        }
+        if (bias) {
+            k_channel_bias_f32<<<choir_cuda_blocks(Cout * Tout, BF_THREADS), BF_THREADS, 0,
+                                 cu->stream>>>(yb, bias, Cout * Tout, Tout);
+            rc = choir_cuda_check_launch(err, "bf16 conv1d bias");
+        }
+    }
+    return rc;
+}

@@ -319,6 +319,41 @@ int choir_cuda_linear_bf16(choir_cuda *cu, const uint16_t *x, int64_t M,
 
 void choir_cuda_linear_bf16_set_lt(bool on) { (void)on; }
 
+typedef struct conv_bf16_args {
+    const float *x, *w, *bias;
+    float *y;
+    int64_t B, Cin, T, Cout, K;
+    int stride, padding, dilation;
+} conv_bf16_args;
+static int conv_bf16_op(const void *p) {
+    const conv_bf16_args *a = p;
+    int64_t nw = a->Cout * a->Cin * a->K, nx = a->Cin * a->T;
+    int64_t Tout = choir_conv1d_out_len(a->T, a->K, a->stride, a->padding, a->dilation);
+    float *wr = malloc((size_t)nw * 4), *xr = malloc((size_t)nx * 4);
+    uint16_t *tmp = malloc((size_t)(nw > nx ? nw : nx) * 2);
+    if (!wr || !xr || !tmp) {
+        free(wr), free(xr), free(tmp);
+        return CHOIR_ENOMEM;
+    }
+    choir_f32_to_bf16_n(a->w, tmp, nw);
+    choir_bf16_to_f32_n(tmp, wr, nw);
+    for (int64_t b = 0; b < a->B; b++) {
+        choir_f32_to_bf16_n(a->x + b * nx, tmp, nx);
+        choir_bf16_to_f32_n(tmp, xr, nx);
+        choir_conv1d(xr, a->Cin, a->T, wr, a->bias, a->Cout, a->K, a->stride, a->padding,
+                     a->dilation, 1, a->y + b * a->Cout * Tout);
+    }
+    free(wr), free(xr), free(tmp);
+    return 0;
+}
+int choir_cuda_conv1d_bf16(choir_cuda *cu, const float *x, int64_t B, int64_t Cin, int64_t T,
+                           const float *weight, const float *bias, int64_t Cout, int64_t kernel,
+                           int stride, int padding, int dilation, float *y, choir_err *err) {
+    (void)cu, (void)err;
+    conv_bf16_args a = {x, weight, bias, y, B, Cin, T, Cout, kernel, stride, padding, dilation};
+    return run_or_record(conv_bf16_op, &a, sizeof(a));
+}
+
 typedef struct ln_bf16_args {
     const float *x, *g, *b;
     uint16_t *y;
