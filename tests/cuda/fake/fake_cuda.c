@@ -274,6 +274,111 @@ int choir_cuda_linear(choir_cuda *cu, const float *x, int64_t M, const choir_cud
     return run_or_record(linear_op, &a, sizeof(a));
 }
 
+/* bf16 rows: widened, the CPU product, then bias, GELU, rounding or the
+ * residual add as the device does (the device also rounds the product). */
+typedef struct linear_bf16_args {
+    const uint16_t *x;
+    int64_t M;
+    choir_cuda_weight W;
+    const float *bias;
+    void *y;
+    bool y_bf16, accumulate, gelu;
+} linear_bf16_args;
+static int linear_bf16_op(const void *p) {
+    const linear_bf16_args *a = p;
+    choir_weight w = host_view(&a->W);
+    int64_t N = w.rows, K = w.cols;
+    float *xf = malloc((size_t)(a->M * K) * sizeof(float));
+    float *yf = malloc((size_t)(a->M * N) * sizeof(float));
+    if (!xf || !yf) {
+        free(xf), free(yf);
+        return CHOIR_ENOMEM;
+    }
+    choir_bf16_to_f32_n(a->x, xf, a->M * K);
+    choir_linear(xf, a->M, &w, a->bias, yf);
+    if (a->gelu) choir_gelu_erf(yf, a->M * N);
+    if (a->accumulate)
+        for (int64_t i = 0; i < a->M * N; i++) ((float *)a->y)[i] += yf[i];
+    else if (a->y_bf16)
+        choir_f32_to_bf16_n(yf, a->y, a->M * N);
+    else
+        memcpy(a->y, yf, (size_t)(a->M * N) * sizeof(float));
+    free(xf), free(yf);
+    return 0;
+}
+int choir_cuda_linear_bf16(choir_cuda *cu, const uint16_t *x, int64_t M,
+                           const choir_cuda_weight *W, const float *bias, void *y, bool y_bf16,
+                           bool accumulate, bool gelu, choir_err *err) {
+    (void)cu;
+    if (M <= 0) return 0;
+    if (W->kind != CHOIR_WEIGHT_BF16)
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: linear over bf16 rows needs bf16 weights");
+    linear_bf16_args a = {x, M, *W, bias, y, y_bf16, accumulate, gelu};
+    return run_or_record(linear_bf16_op, &a, sizeof(a));
+}
+
+void choir_cuda_linear_bf16_set_lt(bool on) { (void)on; }
+
+typedef struct conv_bf16_args {
+    const float *x, *w, *bias;
+    float *y;
+    int64_t B, Cin, T, Cout, K;
+    int stride, padding, dilation;
+} conv_bf16_args;
+static int conv_bf16_op(const void *p) {
+    const conv_bf16_args *a = p;
+    int64_t nw = a->Cout * a->Cin * a->K, nx = a->Cin * a->T;
+    int64_t Tout = choir_conv1d_out_len(a->T, a->K, a->stride, a->padding, a->dilation);
+    float *wr = malloc((size_t)nw * 4), *xr = malloc((size_t)nx * 4);
+    uint16_t *tmp = malloc((size_t)(nw > nx ? nw : nx) * 2);
+    if (!wr || !xr || !tmp) {
+        free(wr), free(xr), free(tmp);
+        return CHOIR_ENOMEM;
+    }
+    choir_f32_to_bf16_n(a->w, tmp, nw);
+    choir_bf16_to_f32_n(tmp, wr, nw);
+    for (int64_t b = 0; b < a->B; b++) {
+        choir_f32_to_bf16_n(a->x + b * nx, tmp, nx);
+        choir_bf16_to_f32_n(tmp, xr, nx);
+        choir_conv1d(xr, a->Cin, a->T, wr, a->bias, a->Cout, a->K, a->stride, a->padding,
+                     a->dilation, 1, a->y + b * a->Cout * Tout);
+    }
+    free(wr), free(xr), free(tmp);
+    return 0;
+}
+int choir_cuda_conv1d_bf16(choir_cuda *cu, const float *x, int64_t B, int64_t Cin, int64_t T,
+                           const float *weight, const float *bias, int64_t Cout, int64_t kernel,
+                           int stride, int padding, int dilation, float *y, choir_err *err) {
+    (void)cu, (void)err;
+    conv_bf16_args a = {x, weight, bias, y, B, Cin, T, Cout, kernel, stride, padding, dilation};
+    return run_or_record(conv_bf16_op, &a, sizeof(a));
+}
+
+typedef struct ln_bf16_args {
+    const float *x, *g, *b;
+    uint16_t *y;
+    int64_t rows, dim;
+    float eps;
+} ln_bf16_args;
+static int ln_bf16_op(const void *p) {
+    const ln_bf16_args *a = p;
+    float *row = malloc((size_t)a->dim * sizeof(float));
+    if (!row) return CHOIR_ENOMEM;
+    for (int64_t r = 0; r < a->rows; r++) {
+        choir_layer_norm(a->x + r * a->dim, row, 1, a->dim, a->g, a->b, a->eps);
+        choir_f32_to_bf16_n(row, a->y + r * a->dim, a->dim);
+    }
+    free(row);
+    return 0;
+}
+int choir_cuda_layer_norm_bf16(choir_cuda *cu, const float *x, uint16_t *y, int64_t rows,
+                               int64_t dim, const float *gamma, const float *beta, float eps,
+                               choir_err *err) {
+    (void)cu, (void)err;
+    ln_bf16_args a = {x, gamma, beta, y, rows, dim, eps};
+    return run_or_record(ln_bf16_op, &a, sizeof(a));
+}
+
 typedef struct ew_args {
     const float *a, *b, *g, *beta;
     float *y;
@@ -487,6 +592,63 @@ int choir_cuda_attention_slots_kv16(choir_cuda *cu, int64_t B, const float *q, i
                       out_batch, Tq, Tk, n_head, Dh, scale, NULL, causal}};
     return run_or_record(attn16_op, &a, sizeof(a));
 }
+
+/* All-bf16 attention: each sequence widened to f32, the CPU kernel, the
+ * output rounded (the device kernel also rounds the probabilities). */
+typedef struct attn_bf16_args {
+    int64_t B;
+    const uint16_t *q, *k, *v;
+    uint16_t *out;
+    int64_t ldq, q_batch, ldk, ldv, kv_batch, ldo, out_batch, Tq, Tk, Dh;
+    int n_head, n_kv;
+    float scale;
+    bool causal;
+} attn_bf16_args;
+static float *widen_rows(const uint16_t *x, int64_t rows, int64_t cols, int64_t ld) {
+    float *y = malloc((size_t)(rows * cols + 1) * sizeof(float));
+    for (int64_t r = 0; y && r < rows; r++) choir_bf16_to_f32_n(x + r * ld, y + r * cols, cols);
+    return y;
+}
+static int attn_bf16_op(const void *p) {
+    const attn_bf16_args *a = p;
+    int rep = a->n_head / a->n_kv;
+    int64_t qc = (int64_t)a->n_head * a->Dh, kc = (int64_t)a->n_kv * a->Dh;
+    for (int64_t b = 0; b < a->B; b++) {
+        float *qf = widen_rows(a->q + b * a->q_batch, a->Tq, qc, a->ldq);
+        float *kf = widen_rows(a->k + b * a->kv_batch, a->Tk, kc, a->ldk);
+        float *vf = widen_rows(a->v + b * a->kv_batch, a->Tk, kc, a->ldv);
+        float *of = malloc((size_t)(a->Tq * qc + 1) * sizeof(float));
+        if (!qf || !kf || !vf || !of) {
+            free(qf), free(kf), free(vf), free(of);
+            return CHOIR_ENOMEM;
+        }
+        for (int h = 0; h < a->n_head; h++)
+            choir_attention(qf + h * a->Dh, qc, kf + (h / rep) * a->Dh, kc, vf + (h / rep) * a->Dh,
+                            kc, of + h * a->Dh, qc, a->Tq, a->Tk, 1, a->Dh, a->scale, NULL,
+                            a->causal);
+        for (int64_t r = 0; r < a->Tq; r++)
+            choir_f32_to_bf16_n(of + r * qc, a->out + b * a->out_batch + r * a->ldo, qc);
+        free(qf), free(kf), free(vf), free(of);
+    }
+    return 0;
+}
+int choir_cuda_attention_bf16(choir_cuda *cu, int64_t B, const uint16_t *q, int64_t ldq,
+                              int64_t q_batch, const uint16_t *k, int64_t ldk, const uint16_t *v,
+                              int64_t ldv, int64_t kv_batch, uint16_t *out, int64_t ldo,
+                              int64_t out_batch, int64_t Tq, int64_t Tk, int n_head,
+                              int n_kv_head, int64_t Dh, float scale, bool causal,
+                              choir_err *err) {
+    (void)cu;
+    int kvh = n_kv_head > 0 ? n_kv_head : n_head;
+    if (Dh != 16 && Dh != 32 && Dh != 64)
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: bf16 attention over heads of %lld",
+                             (long long)Dh);
+    if (B <= 0 || Tq <= 0) return 0;
+    attn_bf16_args a = {B,  q,  k,  v,         out, ldq, q_batch, ldk, ldv,   kv_batch,
+                        ldo, out_batch, Tq, Tk, Dh, n_head, kvh, scale, causal};
+    return run_or_record(attn_bf16_op, &a, sizeof(a));
+}
+void choir_cuda_attention_bf16_set_rows(int rows_per_warp) { (void)rows_per_warp; }
 
 typedef struct scatter_args {
     const float *src;
