@@ -158,6 +158,26 @@ int kk_exec_bilstm(kk_exec *x, const kk_lstm *l, int n, const float *const *in, 
     return rc;
 }
 
+int kk_exec_text(kk_exec *x, int n, const int32_t *const *ids, const int64_t *T,
+                 float *const *y, choir_err *err) {
+    if (n < 1) return 0;
+    int rc = enter(x, err);
+    if (rc) return rc;
+    double t0 = choir_now_s();
+    rc = need_fnet(x, err);
+    const int step = one_by_one(x, n) ? 1 : n;
+    for (int b = 0; b < n && !rc; b += step) {
+        int64_t Tm = 0;
+        for (int i = b; i < b + step; i++) Tm = T[i] > Tm ? T[i] : Tm;
+        rc = choir_stream_reserve(x->s, (size_t)kk_fnet_text_work_bytes(step, Tm), 0, err);
+        if (!rc) rc = kk_fnet_text_encoder(x->fnet, x->s, step, ids + b, T + b, y + b, err);
+    }
+    x->stats.lstm_seconds += choir_now_s() - t0;
+    x->stats.lstm_calls++;
+    leave(x);
+    return rc;
+}
+
 int kk_exec_f0n(kk_exec *x, int n, const float *const *in, const int64_t *L,
                 const float *const *s_pro, float *const *f0, float *const *n_out, choir_err *err) {
     if (n < 1) return 0;
@@ -264,6 +284,15 @@ int kk_net_bilstm(const choir_kokoro *m, const kk_lstm *l, int n, const float *c
     bool own;
     kk_exec *x = acquire(m, &own, err);
     int rc = x ? kk_exec_bilstm(x, l, n, in, T, y, err) : CHOIR_ENOMEM;
+    release(x, own);
+    return rc;
+}
+
+int kk_net_text(const choir_kokoro *m, int n, const int32_t *const *ids, const int64_t *T,
+                float *const *y, choir_err *err) {
+    bool own;
+    kk_exec *x = acquire(m, &own, err);
+    int rc = x ? kk_exec_text(x, n, ids, T, y, err) : CHOIR_ENOMEM;
     release(x, own);
     return rc;
 }

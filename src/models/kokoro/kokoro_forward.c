@@ -108,27 +108,6 @@ int kk_f0_n(const choir_kokoro *m, const float *en, int64_t L, const float *s_pr
     return rc;
 }
 
-int kk_text_encoder_convs(const choir_kokoro *m, const int32_t *ids, int64_t T, float *tc,
-                          kk_ws *ws) {
-    size_t mark = kk_ws_mark(ws);
-    float *x = kk_ws_floats(ws, KK_HIDDEN * T);  /* [512,T] */
-    float *y = kk_ws_floats(ws, KK_HIDDEN * T);
-    if (!x || !y) return CHOIR_ENOMEM;
-    for (int64_t t = 0; t < T; t++) choir_weight_row_f32(&m->te_emb.w, ids[t], tc + t * KK_HIDDEN);
-    kk_transpose(tc, T, KK_HIDDEN, x);
-    for (int i = 0; i < 3; i++) {
-        kk_conv1d(&m->te_cnn[i], x, T, 1, 2, 1, y);
-        /* LayerNorm over channels: per time step, so in [T, C] */
-        kk_transpose(y, KK_HIDDEN, T, tc);
-        choir_layer_norm(tc, tc, T, KK_HIDDEN, m->te_ln_g[i], m->te_ln_b[i], 1e-5f);
-        choir_leaky_relu(tc, T * KK_HIDDEN, 0.2f);
-        kk_transpose(tc, T, KK_HIDDEN, x);
-    }
-    /* tc is [T, 512] after the last block */
-    kk_ws_release(ws, mark);
-    return 0;
-}
-
 int64_t choir_kokoro_estimate_bytes(int n_ids, int64_t frames) {
     /* Floats alive at the deepest point, per id and per frame. The generator's
      * last stage sets the peak: 5 buffers of [128, 120 L] (~77k floats per

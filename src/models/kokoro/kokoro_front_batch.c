@@ -8,8 +8,8 @@
  *   3 x  per piece     [x ; s_pro]            executor  duration-encoder BiLSTM
  *        per piece     AdaLayerNorm
  *   per piece          [x ; s_pro]            executor  duration BiLSTM
- *   per piece          durations, text-encoder convolutions
- *   executor           text-encoder BiLSTM
+ *   per piece          durations
+ *   executor           text encoder: embedding, convolutions (per piece), BiLSTM
  *   per piece          alignment (en, asr)
  *   executor           shared BiLSTM over frames
  *   executor           F0 / N blocks, all pieces padded to the longest
@@ -47,7 +47,6 @@ typedef struct fb_piece {
     float *d_en;              /* [T, 512] */
     float *d;                 /* [T, 640] duration encoder in and out */
     float *y;                 /* [T, 512] an LSTM's output */
-    float *tc;                /* [T, 512] text encoder before its LSTM */
     float *t_en;              /* [512, T] */
     float *dur;               /* [T] */
     int32_t *pred_dur;        /* [T] */
@@ -70,7 +69,7 @@ enum fb_stage {
     FB_PREPARE,     /* validate, workspace, embeddings */
     FB_STYLE_D_EN,  /* d = [d_en ; s_pro] */
     FB_NORM,        /* AdaLayerNorm of dur_norm[layer] on y, d = [y ; s_pro] */
-    FB_DURATIONS,   /* durations from y, then the text encoder's convolutions */
+    FB_DURATIONS,   /* durations from y */
     FB_ALIGN,       /* t_en from y, frame workspace, en and asr */
     FB_TRANSPOSE,   /* x = h^T */
     FB_NOISE,       /* seeded noise, text workspace freed */
@@ -94,11 +93,11 @@ static int prepare(const choir_kokoro *m, fb_piece *q) {
         if (q->ids[i] < 0 || q->ids[i] >= KK_NTOKEN)
             return choir_err_set(&q->err, CHOIR_EINVAL, "kokoro: id %d at %lld is outside 0..%d",
                                  (int)q->ids[i], (long long)i, KK_NTOKEN - 1);
-    /* e, bert, d_en, d, y, tc, t_en, dur, pred_dur, the two 128-float rows,
-     * then the steps' temporaries (text-encoder convolutions 1024 T, the
+    /* e, bert, d_en, d, y, t_en, dur, pred_dur, the two 128-float rows,
+     * then the steps' temporaries (1024 T of slack, the
      * duration logits 50 T, an AdaLayerNorm's 1024), with margin for the
      * arena's alignment */
-    const int64_t floats = (128 + 768 + 512 + 640 + 512 + 512 + 512 + 2) * T + 1024 * T +
+    const int64_t floats = (128 + 768 + 512 + 640 + 512 + 512 + 2) * T + 1024 * T +
                            64 * T + 16384;
     q->ws = kk_ws_create(floats * (int64_t)sizeof(float), &q->err);
     if (!q->ws) return q->err.code ? q->err.code : CHOIR_ENOMEM;
@@ -107,13 +106,12 @@ static int prepare(const choir_kokoro *m, fb_piece *q) {
     q->d_en = kk_ws_floats(q->ws, T * KK_HIDDEN);
     q->d = kk_ws_floats(q->ws, T * (KK_HIDDEN + KK_STYLE));
     q->y = kk_ws_floats(q->ws, T * KK_HIDDEN);
-    q->tc = kk_ws_floats(q->ws, T * KK_HIDDEN);
     q->t_en = kk_ws_floats(q->ws, KK_HIDDEN * T);
     q->dur = kk_ws_floats(q->ws, T);
     q->pred_dur = (int32_t *)kk_ws_floats(q->ws, T);
     size_t mark = kk_ws_mark(q->ws);
     float *type0 = kk_ws_floats(q->ws, KK_BERT_EMB), *row = kk_ws_floats(q->ws, KK_BERT_EMB);
-    if (!q->e || !q->bert || !q->d_en || !q->d || !q->y || !q->tc || !q->t_en || !q->dur ||
+    if (!q->e || !q->bert || !q->d_en || !q->d || !q->y || !q->t_en || !q->dur ||
         !q->pred_dur || !type0 || !row)
         return CHOIR_ENOMEM;
     kk_albert_embed(m, q->ids, T, q->e, type0, row);
@@ -140,7 +138,7 @@ static int durations_and_convs(const choir_kokoro *m, fb_piece *q) {
         }
     q->L = 0;
     for (int64_t t = 0; t < T; t++) q->L += q->pred_dur[t];
-    return kk_text_encoder_convs(m, q->ids, T, q->tc, q->ws);
+    return 0;
 }
 
 static int align(fb_piece *q) {
@@ -264,7 +262,7 @@ static void log_profile(int n, const double *clk) {
     char line[400];
     snprintf(line, sizeof line,
              "kokoro batched front: %d pieces: embeddings %.1f, albert %.1f, duration encoder "
-             "%.1f, duration lstm %.1f, durations + text convs %.1f, text lstm %.1f, align "
+             "%.1f, duration lstm %.1f, durations %.1f, text encoder %.1f, align "
              "%.1f, shared lstm %.1f, f0/n blocks %.1f, noise %.1f ms; total %.1f ms",
              n, 1e3 * (clk[1] - clk[0]), 1e3 * (clk[2] - clk[1]), 1e3 * (clk[3] - clk[2]),
              1e3 * (clk[4] - clk[3]), 1e3 * (clk[5] - clk[4]), 1e3 * (clk[6] - clk[5]),
@@ -336,7 +334,8 @@ int kk_front_batch(const choir_kokoro *m, int n, const int32_t *const *ids, cons
     clk[4] = choir_now_s();
     FB_CPU(FB_DURATIONS, 0);
     clk[5] = choir_now_s();
-    FB_LSTM(&m->te_lstm, tc, y, T);
+    for (int b = 0; b < n; b++) ys[b] = pc[b].y, lens[b] = pc[b].T;
+    if ((rc = kk_net_text(m, n, ids, lens, ys, err))) goto net_fail;
     clk[6] = choir_now_s();
     FB_CPU(FB_ALIGN, 0);
     clk[7] = choir_now_s();

@@ -227,7 +227,9 @@ void kk_exec_reset_stats(kk_exec *x);
  * backend's lock (host pointers in and out): ALBERT from the normalised
  * embeddings emb[b] [T[b], 128] -> bert[b] [T[b], 768], d_en[b] [T[b], 512];
  * y[b] [T[b], 2H] = the BiLSTM l over in[b] [T[b], In] (CHOIR_EINVAL when
- * the model has no weights for l); the F0 / N blocks from the shared LSTM's
+ * the model has no weights for l); the text encoder from the ids ids[b]
+ * [T[b]] -> y[b] [T[b], 512] (embedding, convolutions and its BiLSTM); the
+ * F0 / N blocks from the shared LSTM's
  * output in[b] [512, L[b]] -> f0[b], n_out[b] [2 L[b]]; the decoder:
  * audio[i] (choir_alloc'd, 600 frames floats, NULL on failure) for in[i],
  * trace may be NULL. */
@@ -235,6 +237,8 @@ int kk_exec_albert(kk_exec *x, int n, const float *const *emb, const int64_t *T,
                    float *const *bert, float *const *d_en, choir_err *err);
 int kk_exec_bilstm(kk_exec *x, const kk_lstm *l, int n, const float *const *in, const int64_t *T,
                    float *const *y, choir_err *err);
+int kk_exec_text(kk_exec *x, int n, const int32_t *const *ids, const int64_t *T,
+                 float *const *y, choir_err *err);
 int kk_exec_f0n(kk_exec *x, int n, const float *const *in, const int64_t *L,
                 const float *const *s_pro, float *const *f0, float *const *n_out, choir_err *err);
 int kk_exec_decode(kk_exec *x, const choir_kokoro_decode_input *in, int n, float **audio,
@@ -254,6 +258,8 @@ int kk_net_albert(const choir_kokoro *m, int n, const float *const *emb, const i
                   float *const *bert, float *const *d_en, choir_err *err);
 int kk_net_bilstm(const choir_kokoro *m, const kk_lstm *l, int n, const float *const *in,
                   const int64_t *T, float *const *y, choir_err *err);
+int kk_net_text(const choir_kokoro *m, int n, const int32_t *const *ids, const int64_t *T,
+                float *const *y, choir_err *err);
 int kk_net_f0n(const choir_kokoro *m, int n, const float *const *in, const int64_t *L,
                const float *const *s_pro, float *const *f0, float *const *n_out, choir_err *err);
 int kk_net_decode(const choir_kokoro *m, const choir_kokoro_decode_input *in, int n, float **audio,
@@ -286,10 +292,6 @@ void kk_concat_style(const float *y, int64_t T, const float *style, float *x);
  * and pred_dur[T] (>= 1). Workspace: 50 T floats. */
 int kk_durations_from(const choir_kokoro *m, const float *h, int64_t T, float speed, float *dur,
                       int32_t *pred_dur, kk_ws *ws);
-/* The text encoder up to its LSTM: ids[T] -> tc[T, 512]. Workspace: 2 x
- * 512 T floats. */
-int kk_text_encoder_convs(const choir_kokoro *m, const int32_t *ids, int64_t T, float *tc,
-                          kk_ws *ws);
 /* The seeded noise of a piece of L frames: [600 L, 9] (kk_front's). */
 int64_t kk_noise_floats(int64_t L);
 
