@@ -195,9 +195,10 @@ typedef struct choir_kokoro_gpu_stats {
  * GPU, and the front's costly parts: ALBERT, the six bidirectional LSTMs
  * (duration encoder, duration LSTM, the shared LSTM over frames, the text
  * encoder's), which are sequential on the CPU, and the F0 / N residual
- * blocks (in f32 whatever gpu_bf16 says). The text encoder's convolutions
- * and the AdaLayerNorms stay on the CPU; so does the generator's harmonic source and its
- * 20-point STFT (cheap, and its phase reaches ~1e5 rad, where float32
+ * blocks (in f32 whatever gpu_bf16 says), and the text encoder's
+ * embedding and convolutions. The AdaLayerNorms stay on the CPU; so do the
+ * generator's harmonic source and its 20-point STFT (spread over the CPU's
+ * threads; its phase reaches ~1e5 rad, where float32
  * rounding matters: it is computed exactly as on the CPU and uploaded). The
  * rest runs batched: pieces are padded to the longest, every kernel keeps
  * the padding at zero, and each piece's audio equals its unbatched result to
