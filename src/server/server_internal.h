@@ -276,9 +276,10 @@ typedef struct srv_job {
     /* transcript */
     char *text;        /* the whole transcript so far */
     size_t text_len, text_cap;
-    choir_segment *segments; /* copies: text and tokens owned by the job */
+    choir_segment *segments; /* copies: text, tokens and words owned by the job */
     int n_segments, cap_segments;
     char language[16];
+    int words, no_segments;  /* timestamp_granularities: verbose_json's "words", without "segments" */
     /* inputs borrowed by the engine until the ticket finishes */
     char *input_text, *voice, *lang, *prompt;
     float *samples;
