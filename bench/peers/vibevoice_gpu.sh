@@ -8,20 +8,24 @@
 # same run (language model bytes without the embedding table over the
 # device-to-device copy bandwidth, bytes read + written).
 #
-#   bash bench/peers/vibevoice_gpu.sh [--audio-min 1,10] [--steps 32] [--layers 28] [--impl auto|hf|spec]
+#   bash bench/peers/vibevoice_gpu.sh [--check] [--audio-min 1,10] [--steps 32] [--layers 28] [--impl auto|hf|spec]
+#
+# --check first runs choir_vibevoice_gpu_check (CUDA against the CPU at
+# reduced dimensions; the failures and the attention lines are printed).
 #
 # Run from anywhere on a machine with nvcc, cmake, python3, torch and
 # transformers (the lent H200); nothing is downloaded. Everything printed also
 # goes to $OUT/vibevoice_gpu.txt (or /tmp). About 3 minutes on an H200.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-MIN=1,10 STEPS=32 LAYERS=28 IMPL=auto BUILD=${BUILD:-/tmp/vv-peer}
+MIN=1,10 STEPS=32 LAYERS=28 IMPL=auto CHECK=0 BUILD=${BUILD:-/tmp/vv-peer}
 while [ $# -gt 0 ]; do
   case "$1" in
     --audio-min) MIN=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
     --layers) LAYERS=$2; shift 2 ;;
     --impl) IMPL=$2; shift 2 ;;
+    --check) CHECK=1; shift ;;
     *) echo "vibevoice_gpu.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -36,6 +40,12 @@ cmake -S tests/cuda -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release >"$BUILD.
   cmake --build "$BUILD" -j"$(nproc)" --target choir_vibevoice_gpu_check >>"$BUILD.log" 2>&1 ||
   { tail -40 "$BUILD.log"; echo "vibevoice_gpu: build failed"; exit 1; }
 echo "built in $((SECONDS - t0)) s"
+if [ $CHECK = 1 ]; then
+  echo "=== choir_vibevoice_gpu_check"
+  timeout 90 "$BUILD/cuda/choir_vibevoice_gpu_check" >"$BUILD.check.txt" 2>&1
+  echo "exit $?"
+  grep -E "FAIL|attention| passed, " "$BUILD.check.txt"
+fi
 
 echo "=== choir (CUDA backend)"
 C=$(timeout 150 "$BUILD/cuda/choir_vibevoice_gpu_check" --bench 7b --layers "$LAYERS" --audio-min "$MIN" \

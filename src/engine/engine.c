@@ -199,11 +199,22 @@ int choir_engine_add_model(choir_engine *e, const char *id, const char *dir, con
         bytes = 0;
     int rc = 0;
     pthread_mutex_lock(&e->lock);
-    for (int i = 0; i < e->n_models; i++)
-        if (strcmp(e->models[i].id, id) == 0) {
+    for (int i = 0; i < e->n_models; i++) {
+        engine_model *old = &e->models[i];
+        if (strcmp(old->id, id) != 0)
+            continue;
+        /* A withdrawn model keeps its id (its index is the scheduler's and
+         * its series the metrics'): the same directory comes back under it,
+         * another cannot have it. */
+        if (old->withdrawn && strcmp(old->dir, dir) == 0 && old->ops == ops) {
+            old->withdrawn = 0;
+            old->created = (int64_t)time(NULL);
+            CHOIR_LOGI("engine: model '%s' is back (%s)", id, dir);
+        } else {
             rc = choir_err_set(err, CHOIR_EINVAL, "model id '%s' is already registered", id);
-            goto out;
         }
+        goto out;
+    }
     engine_model *grown = choir_realloc(e->models, (size_t)(e->n_models + 1) * sizeof *grown);
     if (!grown) {
         rc = choir_err_set(err, CHOIR_ENOMEM, "add_model: out of memory");
@@ -215,6 +226,7 @@ int choir_engine_add_model(choir_engine *e, const char *id, const char *dir, con
     m->id = choir_strdup(id);
     m->dir = choir_strdup(dir);
     m->ops = ops;
+    m->created = (int64_t)time(NULL);
     if (!m->id || !m->dir) {
         choir_free(m->id);
         choir_free(m->dir);
@@ -240,16 +252,19 @@ out:
     return rc;
 }
 
-int choir_engine_unload_model(choir_engine *e, const char *id, choir_err *err)
+/* Asks for model `id`'s weights to go (and, when `withdraw`, for the model to
+ * be withdrawn). A withdrawn model is not found. */
+static int unload(choir_engine *e, const char *id, int withdraw, choir_err *err)
 {
     if (!e || !id)
         return choir_err_set(err, CHOIR_EINVAL, "unload_model: no id");
     pthread_mutex_lock(&e->lock);
     int found = -1;
     for (int i = 0; i < e->n_models; i++)
-        if (strcmp(e->models[i].id, id) == 0)
+        if (!e->models[i].withdrawn && strcmp(e->models[i].id, id) == 0)
             found = i;
     if (found >= 0) {
+        e->models[found].withdrawn |= withdraw;
         sched_request_unload(e->core, found);
         pthread_cond_signal(&e->wake_sched);
     }
@@ -257,6 +272,16 @@ int choir_engine_unload_model(choir_engine *e, const char *id, choir_err *err)
     if (found < 0)
         return choir_err_set(err, CHOIR_ENOTFOUND, "no model '%s'", id);
     return CHOIR_OK;
+}
+
+int choir_engine_unload_model(choir_engine *e, const char *id, choir_err *err)
+{
+    return unload(e, id, 0, err);
+}
+
+int choir_engine_withdraw_model(choir_engine *e, const char *id, choir_err *err)
+{
+    return unload(e, id, 1, err);
 }
 
 /* ---- submission ------------------------------------------------------- */
@@ -364,6 +389,8 @@ static int find_model(const choir_engine *e, const choir_job *job)
 {
     for (int i = 0; i < e->n_models; i++) {
         const engine_model *m = &e->models[i];
+        if (m->withdrawn)
+            continue;
         if (job->model_id ? strcmp(m->id, job->model_id) == 0
                           : (m->ops->tasks & CHOIR_TASK_BIT(job->req.task)) != 0)
             return i;

@@ -23,6 +23,7 @@
 #include "choir/model.h"
 #include "choir/tokenizer.h"
 #include "choir/whisper.h"
+#include "choir/whisper_words.h"
 
 typedef struct whisper_weights {
     choir_whisper *m;
@@ -125,7 +126,15 @@ static int64_t whisper_estimate(const void *weights, const choir_request *r) {
     int64_t enc = ((int64_t)D.d_model * CHOIR_WHISPER_N_FRAMES + 6 * 1500LL * D.d_model + 1500LL * D.ffn_dim) * f;
     int64_t cross = 2LL * D.n_text_layer * D.n_audio_ctx * D.d_model * f;
     int64_t hyps = 5 * (2LL * D.n_text_layer * D.n_text_ctx * D.d_model * f + 2LL * D.n_vocab * f);
-    return mel + enc + cross + hyps + (1 << 20);
+    /* Word timestamps: a teacher-forced pass over at most n_text_ctx / 2 + 8
+     * positions keeps their logits and the alignment heads' attention logits. */
+    int64_t words = 0;
+    if (r->in.stt.word_timestamps) {
+        choir_whisper_head heads[CHOIR_WHISPER_MAX_HEADS];
+        int64_t T = D.n_text_ctx / 2 + 8, H = choir_whisper_alignment_heads(&D, false, heads);
+        words = T * ((int64_t)D.n_vocab + (H + 1) * D.n_audio_ctx) * f + 2LL * D.n_text_layer * T * D.d_model * f;
+    }
+    return mel + enc + cross + hyps + words + (1 << 20);
 }
 
 /* Parameters of a request; its language index in *lang (-1: detect). */
@@ -143,6 +152,7 @@ static int whisper_opts(choir_request *req, choir_whisper_transcribe_opts *o, in
     }
     o->params.task = in->translate ? CHOIR_WHISPER_TRANSLATE : CHOIR_WHISPER_TRANSCRIBE;
     o->params.timestamps = in->timestamps != 0;
+    o->word_timestamps = in->word_timestamps != 0 && o->params.timestamps;
     if (in->temperature > 0) {
         o->params.temperatures[0] = in->temperature;
         o->params.n_temperatures = 1;
@@ -194,6 +204,7 @@ static int whisper_cancelled(void *user, int input) {
 static bool whisper_same_group(const choir_request *a, const choir_request *b) {
     return a->extra == b->extra && a->in.stt.translate == b->in.stt.translate &&
            (a->in.stt.timestamps != 0) == (b->in.stt.timestamps != 0) &&
+           (a->in.stt.word_timestamps != 0) == (b->in.stt.word_timestamps != 0) &&
            a->in.stt.temperature == b->in.stt.temperature;
 }
 
