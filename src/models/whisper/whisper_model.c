@@ -6,7 +6,9 @@
  * same samples; requests that share task, timestamps and temperature run
  * their loops in lockstep, their current windows (every hypothesis of every
  * window) in one decoder batch per step. Working memory comes from the
- * counted allocator (activations and caches categories), not the batch arena.
+ * counted allocator (activations and caches categories), not the batch arena,
+ * and the adapter says so (no_arena): the engine still reserves the estimate
+ * but no longer allocates an arena of that size that nothing touches.
  *
  * In CUDA builds the adapter also takes a GPU (opt->device >= 1): the network
  * is attached to that device (choir_whisper_gpu_attach; f32 matrices stored
@@ -286,6 +288,7 @@ const choir_model_ops choir_model_whisper = {
     .length = whisper_length,
     .estimate = whisper_estimate,
     .run_batch = whisper_run_batch,
+    .no_arena = 1,
 #ifdef CHOIR_HAVE_CUDA
     .gpu = 1,
     .device_bytes = whisper_device_bytes,
