@@ -233,6 +233,12 @@ int choir_whisper_subtitles(const choir_whisper_word_segment *segs, int n_segs,
 /* NULL is a no-op. */
 void choir_whisper_cues_free(choir_whisper_cue *c, int n);
 
+/* choir_whisper_subtitles over a transcript made with word timestamps
+ * (its segments' words; segments without words are skipped). Same result
+ * and ownership. */
+int choir_whisper_transcript_cues(const choir_whisper_transcript *t, const choir_whisper_subtitle_opts *opts,
+                                  choir_whisper_cue **out, int *n_out, choir_err *err);
+
 #ifdef __cplusplus
 }
 #endif
