@@ -2,7 +2,10 @@
  * holding a streaming 48-kHz request, a non-streaming 16-kHz one, an empty
  * one and a malformed one. The streamed pieces, joined, equal the chunk
  * stream run on its own (bit for bit); the 16-kHz result keeps its length;
- * every request ends with exactly one final output; the bad one fails alone. */
+ * every request ends with exactly one final output; the bad one fails alone.
+ * In an arena of the batch's estimates the batch stays inside it and gives it
+ * back; through the engine, every batch's peak is within the arena it was
+ * admitted with and a wrong estimate (x4, x0.25) is corrected from them. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
