@@ -363,6 +363,11 @@ typedef struct choir_whisper_segment {
     int n_tokens;
     float avg_logprob, no_speech_prob, temperature, compression_ratio;
     int64_t seek;           /* mel frame (10 ms) where its window began (openai's seek) */
+    /* With opts.word_timestamps: its words (texts owned, choir_alloc'd), in
+     * order; the segment's start and end are then those openai refines from
+     * them. NULL / 0 otherwise. */
+    choir_word *words;
+    int n_words;
 } choir_whisper_segment;
 
 typedef struct choir_whisper_transcript {
@@ -415,6 +420,15 @@ typedef struct choir_whisper_transcribe_opts {
      * NULL. */
     int (*cancelled)(void *user, int input);
     void *cancel_user;
+    /* Word timestamps (choir/whisper_words.h), as openai's
+     * transcribe(word_timestamps=True): after each window is decoded, its
+     * text tokens are aligned to its audio through the cross-attention of
+     * the model's alignment heads, each segment gets its words, its times
+     * are refined from them, and in sequential mode the next window starts
+     * where the last word ended (unless the window ended on a single
+     * timestamp). Needs params.timestamps. CPU models only so far: on a GPU
+     * the call fails with CHOIR_EUNSUPPORTED. */
+    bool word_timestamps;
 } choir_whisper_transcribe_opts;
 
 void choir_whisper_default_transcribe_opts(choir_whisper_transcribe_opts *o);

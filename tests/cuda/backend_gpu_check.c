@@ -266,6 +266,70 @@ static void check_linear_case(const char *label, choir_weight host, double tol_g
     choir_backend_weights_free(ws);
 }
 
+/* bf16 rows in and out (the encoder's layers): bias, bias + GELU, and the
+ * f32 residual add; the same bf16 rows on both backends, the CPU product in
+ * f32 then rounded, CUDA's rounded before bias and GELU: the bf16 bound. */
+static uint16_t *h16(const float *x, int64_t n);
+static void cmp_bf16(const char *name, const uint16_t *dev, const uint16_t *ref, int64_t n,
+                     double tol) {
+    uint16_t *got = hmem((size_t)n * 2);
+    choir_op_download(g_gs, got, dev, (size_t)n * 2);
+    if (!streams_ok(name)) return;
+    float *gf = hmem((size_t)n * 4), *rf = hmem((size_t)n * 4);
+    choir_bf16_to_f32_n(got, gf, n);
+    choir_bf16_to_f32_n(ref, rf, n);
+    report(name, rel_l2(gf, rf, n), tol);
+}
+
+static void check_linear_bf16(void) {
+    case_begin();
+    int64_t M = 333, K = 320, N = 264;
+    choir_err err = {0};
+    choir_weight host = make_weight(CHOIR_WEIGHT_BF16, N, K, 0, 0, 0);
+    choir_backend_weights *ws = choir_backend_weights_create(g_gpu, &err);
+    choir_weight dw;
+    choir_backend_weight(ws, &host, &dw);
+    float *bias = hvec(N, -1, 1);
+    const float *dbias = choir_backend_vec(ws, bias, N);
+    uint16_t *x = h16(hvec(M * K, -1, 1), M * K), *dx = dput(x, (size_t)(M * K) * 2);
+    /* Both device paths: biases in cublasLt's epilogue, and GemmEx + a pass. */
+    for (int lt = 1; lt >= 0; lt--) {
+        choir_cuda_linear_bf16_set_lt(lt != 0);
+        const char *how = lt ? "epilogue" : "plain";
+        char name[96];
+        for (int mode = 0; mode < 2; mode++) {
+            uint16_t *ref = hmem((size_t)(M * N) * 2), *dy = dput(NULL, (size_t)(M * N) * 2);
+            unsigned fl = mode ? CHOIR_LINEAR_GELU : 0;
+            choir_op_linear_bf16(g_cs, x, M, &host, bias, ref, CHOIR_DTYPE_BF16, fl);
+            choir_op_linear_bf16(g_gs, dx, M, &dw, dbias, dy, CHOIR_DTYPE_BF16, fl);
+            snprintf(name, sizeof name, "linear_bf16 M=333 bf16 rows +bias%s (%s)",
+                     mode ? " +GELU" : "", how);
+            cmp_bf16(name, dy, ref, M * N, TOL_BF16);
+        }
+        float *res = hvec(M * N, -2, 2), *dres = dvec(res, M * N);
+        choir_op_linear_bf16(g_cs, x, M, &host, bias, res, CHOIR_DTYPE_F32, CHOIR_LINEAR_ACCUMULATE);
+        choir_op_linear_bf16(g_gs, dx, M, &dw, dbias, dres, CHOIR_DTYPE_F32,
+                             CHOIR_LINEAR_ACCUMULATE);
+        snprintf(name, sizeof name, "linear_bf16 M=333 added into f32 rows +bias (%s)", how);
+        cmp(name, dres, res, M * N, TOL_F32 * 100);
+    }
+    choir_cuda_linear_bf16_set_lt(true);
+    float *y32 = hmem((size_t)(M * N) * 4), *dy32 = dzero(M * N);
+    choir_op_linear_bf16(g_cs, x, M, &host, NULL, y32, CHOIR_DTYPE_F32, 0);
+    choir_op_linear_bf16(g_gs, dx, M, &dw, NULL, dy32, CHOIR_DTYPE_F32, 0);
+    cmp("linear_bf16 M=333 into f32 rows", dy32, y32, M * N, TOL_F32 * 100);
+    /* Layer norm from f32 rows into bf16 rows. */
+    int64_t rows = 53, dim = 1280;
+    float *ln = hvec(rows * dim, -3, 3), *g = hvec(dim, 0.5f, 1.5f), *be = hvec(dim, -0.5f, 0.5f);
+    uint16_t *lref = hmem((size_t)(rows * dim) * 2), *dl = dput(NULL, (size_t)(rows * dim) * 2);
+    float *dln = dvec(ln, rows * dim), *dg = dvec(g, dim), *dbe = dvec(be, dim);
+    choir_op_layer_norm_bf16(g_cs, ln, lref, rows, dim, g, be, 1e-5f);
+    choir_op_layer_norm_bf16(g_gs, dln, dl, rows, dim, dg, dbe, 1e-5f);
+    cmp_bf16("layer_norm into bf16 rows", dl, lref, rows * dim, 4e-3);
+    choir_backend_weights_free(ws);
+    case_end();
+}
+
 static void check_linear(void) {
     int64_t N = 262, K = 768;
     case_begin();
@@ -484,6 +548,45 @@ static void check_attention_slots_bf16(void) {
     case_end();
 }
 
+/* Everything bf16 (the encoder's fused attention): B sequences with row
+ * and batch strides wider than the rows; the output poisoned with NaN first,
+ * so an unwritten element fails. The CPU widens, runs the f32 kernel and
+ * rounds; the device also rounds the probabilities: the bf16 bound. */
+static void check_attention_all_bf16_case(int64_t B, int64_t Tq, int64_t Tk, int H, int Hkv,
+                                          bool causal, int64_t pad) {
+    case_begin();
+    int64_t Dh = 64, d = H * Dh, dkv = (Hkv ? Hkv : H) * Dh;
+    int64_t ldq = d + pad, ldk = dkv + pad, qb = Tq * ldq + pad, kb = Tk * ldk + pad;
+    uint16_t *q16 = h16(hvec(B * qb, -1, 1), B * qb);
+    uint16_t *k16 = h16(hvec(B * kb, -1, 1), B * kb), *v16 = h16(hvec(B * kb, -1, 1), B * kb);
+    uint16_t *ref = hmem((size_t)(B * qb) * 2), *got = hmem((size_t)(B * qb) * 2);
+    memset(ref, 0xFF, (size_t)(B * qb) * 2);
+    uint16_t *dq = dput(q16, (size_t)(B * qb) * 2), *dk = dput(k16, (size_t)(B * kb) * 2);
+    uint16_t *dv = dput(v16, (size_t)(B * kb) * 2), *dout = dput(ref, (size_t)(B * qb) * 2);
+    choir_attn a = {H, Hkv, Dh, 1.0f / sqrtf((float)Dh), causal, CHOIR_DTYPE_BF16};
+    choir_op_attention_bf16(g_cs, B, q16, ldq, qb, k16, ldk, v16, ldk, kb, ref, ldq, qb, Tq, Tk,
+                            &a);
+    choir_op_attention_bf16(g_gs, B, dq, ldq, qb, dk, ldk, dv, ldk, kb, dout, ldq, qb, Tq, Tk,
+                            &a);
+    char name[96];
+    snprintf(name, sizeof name, "attention all-bf16 B=%lld Tq=%lld Tk=%lld %d/%d heads%s",
+             (long long)B, (long long)Tq, (long long)Tk, H, Hkv ? Hkv : H,
+             causal ? " causal" : "");
+    choir_op_download(g_gs, got, dout, (size_t)(B * qb) * 2);
+    if (streams_ok(name)) {
+        /* Compare the rows' values only (the padding keeps its poison on both). */
+        int64_t n = B * Tq * d;
+        float *gf = hmem((size_t)n * 4), *rf = hmem((size_t)n * 4);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t i = 0; i < Tq; i++) {
+                choir_bf16_to_f32_n(got + b * qb + i * ldq, gf + (b * Tq + i) * d, d);
+                choir_bf16_to_f32_n(ref + b * qb + i * ldq, rf + (b * Tq + i) * d, d);
+            }
+        report(name, rel_l2(gf, rf, n), TOL_BF16);
+    }
+    case_end();
+}
+
 static void check_attention(void) {
     check_attention_case(1, 7, 6, 0, false, false);
     check_attention_case(5, 448, 6, 0, false, true);
@@ -500,6 +603,12 @@ static void check_attention(void) {
     check_attention_bf16_case(5, 229, 6, 0, true);
     check_attention_bf16_case(40, 1500, 6, 2, false);
     check_attention_slots_bf16();
+    check_attention_all_bf16_case(1, 1500, 1500, 20, 0, false, 0);
+    check_attention_all_bf16_case(2, 1500, 1500, 6, 0, false, 8);
+    check_attention_all_bf16_case(3, 130, 65, 6, 0, false, 8);
+    check_attention_all_bf16_case(1, 37, 100, 4, 2, true, 0);
+    check_attention_all_bf16_case(2, 200, 129, 6, 3, true, 16);
+    check_attention_all_bf16_case(1, 1, 1, 2, 0, false, 0);
 }
 
 static void check_gather(void) {
@@ -675,6 +784,22 @@ static void check_conv_case(const char *name, int64_t B, int64_t Cin, int64_t T,
     case_end();
 }
 
+/* conv1d on bf16 operands: the same rounded operands on both sides, f32
+ * accumulation in a different order: near the f32 bound. */
+static void check_conv_bf16_case(const char *name, int64_t B, int64_t Cin, int64_t T,
+                                 int64_t Cout, int stride) {
+    case_begin();
+    int64_t Tout = choir_conv1d_out_len(T, 3, stride, 1, 1);
+    float *x = hvec(B * Cin * T, -1, 1), *w = hvec(Cout * Cin * 3, -0.5f, 0.5f);
+    float *bias = hvec(Cout, -1, 1), *ref = hmem((size_t)(B * Cout * Tout) * 4);
+    float *dx = dvec(x, B * Cin * T), *dw = dvec(w, Cout * Cin * 3);
+    float *db = dvec(bias, Cout), *dy = dzero(B * Cout * Tout);
+    choir_op_conv1d_bf16(g_cs, x, B, Cin, T, w, bias, Cout, 3, stride, 1, 1, ref);
+    choir_op_conv1d_bf16(g_gs, dx, B, Cin, T, dw, db, Cout, 3, stride, 1, 1, dy);
+    cmp(name, dy, ref, B * Cout * Tout, 1e-4);
+    case_end();
+}
+
 static void check_convt_case(const char *name, int64_t B, int64_t Cin, int64_t T, int64_t Cout,
                              int64_t K, int stride, int pad, int opad, int groups) {
     case_begin();
@@ -697,6 +822,8 @@ static void check_conv(void) {
     check_conv_case("conv1d k7 dilation 3 p9", 2, 32, 300, 48, 7, 1, 9, 3, 1);
     check_conv_case("conv1d grouped (4 groups)", 2, 32, 300, 64, 5, 1, 2, 1, 4);
     check_conv_case("conv1d depthwise k7", 3, 64, 257, 64, 7, 1, 3, 1, 64);
+    check_conv_bf16_case("conv1d_bf16 k3 s1 p1 (Whisper conv1, 128 mels)", 2, 128, 3000, 256, 1);
+    check_conv_bf16_case("conv1d_bf16 k3 s2 p1 (Whisper conv2)", 2, 256, 3000, 320, 2);
     check_convt_case("conv_transpose1d k10 s5 p3 op1", 2, 64, 100, 32, 10, 5, 3, 1, 1);
     check_convt_case("conv_transpose1d depthwise k3 s2 p1 op1", 2, 48, 111, 48, 3, 2, 1, 1, 48);
 
@@ -870,6 +997,7 @@ int main(void) {
            (long long)(base >> 20));
     check_transfers();
     check_linear();
+    check_linear_bf16();
     check_gemm();
     check_attention();
     check_gather();

@@ -465,7 +465,7 @@ static void bf16_cache_case(void) {
     float *mel = arr(2 * 80 * 3000, 1.0f, -0.2f), *enc = arr(2 * 1500 * 64, 0, 0);
     choir_whisper_params p;
     choir_whisper_default_params(&p);
-    p.sample_len = 16;
+    p.sample_len = 8;
     choir_err err = {0};
     choir_whisper_result cpu[2][2], gpu[2][2];
     memset(cpu, 0, sizeof(cpu)), memset(gpu, 0, sizeof(gpu));

@@ -95,6 +95,49 @@ static void enc_block(choir_stream *s, const wh_block *blk, const choir_whisper_
     choir_op_add(s, x, h, x, rows * d);
 }
 
+/* On a device with bf16 weights the two convolutions run on bf16 operands
+ * and the blocks keep their rows in bf16 between operations (the residual
+ * stream stays f32): layer norm into bf16 rows,
+ * bf16 products with f32 accumulation writing bf16 q, k, v and MLP hidden
+ * rows (bias and GELU in one pass), the fused bf16 attention, and the output
+ * and second MLP products added straight into the f32 stream. The CPU keeps
+ * f32 rows (its parity with the reference). */
+static bool enc_bf16_rows(const wh_net *w, const choir_whisper_dims *D) {
+    int64_t Dh = D->d_model / D->n_head;
+    if (choir_backend_is_host(w->be) || w->enc_f32_rows || (Dh != 16 && Dh != 32 && Dh != 64) ||
+        D->d_model % 8 || D->ffn_dim % 8)
+        return false;
+    for (int l = 0; l < D->n_audio_layer; l++) {
+        const wh_block *b = &w->enc[l];
+        const choir_weight *ws[] = {&b->attn.q, &b->attn.k, &b->attn.v, &b->attn.o, &b->fc1, &b->fc2};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            if (ws[i]->kind != CHOIR_WEIGHT_BF16) return false;
+    }
+    return true;
+}
+
+/* enc_block with bf16 rows: h, q, k, v, att [nb A, d] and hid [nb A, ffn]. */
+static void enc_block_bf16(choir_stream *s, const wh_block *blk, const choir_whisper_dims *D,
+                           int64_t nb, float *x, uint16_t *h, uint16_t *q, uint16_t *k,
+                           uint16_t *v, uint16_t *att, uint16_t *hid) {
+    int64_t d = D->d_model, A = D->n_audio_ctx, rows = nb * A;
+    choir_attn a = {.n_head = D->n_head,
+                    .Dh = d / D->n_head,
+                    .scale = 1.0f / sqrtf((float)(d / D->n_head))};
+    const choir_dtype bf = CHOIR_DTYPE_BF16;
+    choir_op_layer_norm_bf16(s, x, h, rows, d, blk->attn_ln_g, blk->attn_ln_b, WH_LN_EPS);
+    choir_op_linear_bf16(s, h, rows, &blk->attn.q, blk->attn.bq, q, bf, 0);
+    choir_op_linear_bf16(s, h, rows, &blk->attn.k, NULL, k, bf, 0);
+    choir_op_linear_bf16(s, h, rows, &blk->attn.v, blk->attn.bv, v, bf, 0);
+    choir_op_attention_bf16(s, nb, q, d, A * d, k, d, v, d, A * d, att, d, A * d, A, A, &a);
+    choir_op_linear_bf16(s, att, rows, &blk->attn.o, blk->attn.bo, x, CHOIR_DTYPE_F32,
+                         CHOIR_LINEAR_ACCUMULATE);
+    choir_op_layer_norm_bf16(s, x, h, rows, d, blk->mlp_ln_g, blk->mlp_ln_b, WH_LN_EPS);
+    choir_op_linear_bf16(s, h, rows, &blk->fc1, blk->fc1_b, hid, bf, CHOIR_LINEAR_GELU);
+    choir_op_linear_bf16(s, hid, rows, &blk->fc2, blk->fc2_b, x, CHOIR_DTYPE_F32,
+                         CHOIR_LINEAR_ACCUMULATE);
+}
+
 int wh_encode_windows(choir_stream *s, const wh_net *w, const choir_whisper_dims *D,
                       const float *mel, int64_t nb, float *x) {
     int64_t d = D->d_model, A = D->n_audio_ctx, F = CHOIR_WHISPER_N_FRAMES, rows = nb * A;
@@ -104,14 +147,36 @@ int wh_encode_windows(choir_stream *s, const wh_net *w, const choir_whisper_dims
      * [d, A], then time-major with the positions added. */
     float *c1 = choir_stream_floats(s, nb * d * F, "whisper encoder conv1 output");
     float *c2 = choir_stream_floats(s, nb * d * A, "whisper encoder conv2 output");
-    choir_op_conv1d(s, mel, nb, D->n_mels, F, w->conv1_w, w->conv1_b, d, 3, 1, 1, 1, 1, c1);
+    bool bf16 = enc_bf16_rows(w, D);
+    if (bf16) /* products on bf16 operands, f32 maps */
+        choir_op_conv1d_bf16(s, mel, nb, D->n_mels, F, w->conv1_w, w->conv1_b, d, 3, 1, 1, 1, c1);
+    else
+        choir_op_conv1d(s, mel, nb, D->n_mels, F, w->conv1_w, w->conv1_b, d, 3, 1, 1, 1, 1, c1);
     choir_op_act(s, CHOIR_ACT_GELU_ERF, c1, nb * d * F, 0.0f);
-    choir_op_conv1d(s, c1, nb, d, F, w->conv2_w, w->conv2_b, d, 3, 2, 1, 1, 1, c2);
+    if (bf16)
+        choir_op_conv1d_bf16(s, c1, nb, d, F, w->conv2_w, w->conv2_b, d, 3, 2, 1, 1, c2);
+    else
+        choir_op_conv1d(s, c1, nb, d, F, w->conv2_w, w->conv2_b, d, 3, 2, 1, 1, 1, c2);
     choir_op_act(s, CHOIR_ACT_GELU_ERF, c2, nb * d * A, 0.0f);
     for (int64_t b = 0; b < nb; b++)
         choir_op_transpose(s, c2 + b * d * A, d, A, w->enc_pos, x + b * A * d);
     choir_stream_release(s, mark);
 
+    if (bf16) {
+        size_t n = (size_t)(rows * d) * 2;
+        uint16_t *h = choir_stream_alloc(s, n, "whisper encoder rows");
+        uint16_t *q = choir_stream_alloc(s, n, "whisper encoder queries");
+        uint16_t *k = choir_stream_alloc(s, n, "whisper encoder keys");
+        uint16_t *v = choir_stream_alloc(s, n, "whisper encoder values");
+        uint16_t *att = choir_stream_alloc(s, n, "whisper encoder attention");
+        uint16_t *hid = choir_stream_alloc(s, (size_t)(rows * D->ffn_dim) * 2,
+                                           "whisper encoder MLP hidden");
+        for (int l = 0; l < D->n_audio_layer; l++)
+            enc_block_bf16(s, &w->enc[l], D, nb, x, h, q, k, v, att, hid);
+        choir_op_layer_norm(s, x, x, rows, d, w->enc_ln_g, w->enc_ln_b, WH_LN_EPS);
+        choir_stream_release(s, mark);
+        return choir_stream_status(s, NULL);
+    }
     float *h = choir_stream_floats(s, rows * d, "whisper encoder rows");
     float *q = choir_stream_floats(s, rows * d, "whisper encoder queries");
     float *k = choir_stream_floats(s, rows * d, "whisper encoder keys");

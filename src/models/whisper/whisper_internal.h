@@ -42,6 +42,9 @@ typedef struct wh_net {
     const float *dec_pos;           /* [n_text_ctx, d] */
     const wh_block *dec;            /* [n_text_layer] */
     const float *dec_ln_g, *dec_ln_b;
+    /* Keep the encoder's rows f32 on a device even with bf16 weights (the
+     * bench's before figure; whisper_enc.c says when rows are bf16). */
+    bool enc_f32_rows;
 } wh_net;
 
 /* The model's device half (whisper_cuda.c), present while a GPU is attached. */

@@ -141,6 +141,48 @@ int choir_op_linear(choir_stream *s, const float *x, int64_t M, const choir_weig
     return be_unsupported(s, "linear");
 }
 
+int choir_op_linear_bf16(choir_stream *s, const uint16_t *x, int64_t M, const choir_weight *W,
+                         const float *bias, void *y, choir_dtype y_dtype, unsigned flags) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    bool gelu = flags & CHOIR_LINEAR_GELU, acc = flags & CHOIR_LINEAR_ACCUMULATE;
+    if (M < 0 || W->rows < 0 || W->cols < 0) return be_invalid(s, "linear_bf16: negative size");
+    if ((y_dtype != CHOIR_DTYPE_F32 && y_dtype != CHOIR_DTYPE_BF16) || (flags & ~3u) ||
+        (acc && (gelu || y_dtype != CHOIR_DTYPE_F32)))
+        return be_invalid(s, "linear_bf16: output dtype %d with flags %u", (int)y_dtype, flags);
+    if (M == 0) return 0;
+    if (be_host(s)) {
+        int64_t N = W->rows, K = W->cols;
+        float *xf = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(M * K) * sizeof(float));
+        float *yf = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(M * N) * sizeof(float));
+        if (!xf || !yf) {
+            choir_free(xf);
+            choir_free(yf);
+            return choir_stream_fail(s, CHOIR_ENOMEM, "backend cpu: linear_bf16: out of memory");
+        }
+        choir_bf16_to_f32_n(x, xf, M * K);
+        choir_kernel_scratch *prev = be_kernel_begin(s);
+        choir_linear(xf, M, W, bias, yf);
+        be_kernel_end(prev);
+        if (gelu) choir_gelu_erf(yf, M * N);
+        if (acc)
+            for (int64_t i = 0; i < M * N; i++) ((float *)y)[i] += yf[i];
+        else if (y_dtype == CHOIR_DTYPE_BF16)
+            choir_f32_to_bf16_n(yf, y, M * N);
+        else
+            memcpy(y, yf, (size_t)(M * N) * sizeof(float));
+        choir_free(xf);
+        choir_free(yf);
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    choir_cuda_weight cw = be_cuda_weight(W);
+    BE_CUDA(s, "linear_bf16",
+            choir_cuda_linear_bf16(s->be->cu, x, M, &cw, bias, y, y_dtype == CHOIR_DTYPE_BF16, acc,
+                                   gelu, BE_ERR));
+#endif
+    return be_unsupported(s, "linear_bf16");
+}
+
 int choir_op_gemm(choir_stream *s, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                   float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
                   float beta, float *C, int64_t ldc) {
@@ -252,6 +294,51 @@ int choir_op_attention(choir_stream *s, const float *q, int64_t ldq, const void 
 #endif
     (void)calls, (void)heads;
     return be_unsupported(s, "attention");
+}
+
+int choir_op_attention_bf16(choir_stream *s, int64_t B, const uint16_t *q, int64_t ldq,
+                            int64_t q_batch, const uint16_t *k, int64_t ldk, const uint16_t *v,
+                            int64_t ldv, int64_t kv_batch, uint16_t *out, int64_t ldo,
+                            int64_t out_batch, int64_t Tq, int64_t Tk, const choir_attn *a) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    int rep = attn_group(s, a, "attention_bf16");
+    if (!rep) return s->err.code;
+    if (B < 0 || Tq < 0 || Tk < 0) return be_invalid(s, "attention_bf16: negative size");
+    if (B == 0 || Tq == 0) return 0;
+    if (be_host(s)) {
+        /* Each sequence widened to f32, the f32 kernel, the output rounded. */
+        int64_t qc = (int64_t)a->n_head * a->Dh;
+        float *qf = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(Tq * qc) * sizeof(float));
+        float *of = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(Tq * qc) * sizeof(float));
+        if (!qf || !of) {
+            choir_free(qf);
+            choir_free(of);
+            return choir_stream_fail(s, CHOIR_ENOMEM, "backend cpu: attention_bf16: out of memory");
+        }
+        choir_attn af = *a;
+        af.kv = CHOIR_DTYPE_BF16;
+        choir_kernel_scratch *prev = be_kernel_begin(s);
+        int rc = 0;
+        for (int64_t b = 0; b < B && !rc; b++) {
+            for (int64_t r = 0; r < Tq; r++)
+                choir_bf16_to_f32_n(q + b * q_batch + r * ldq, qf + r * qc, qc);
+            rc = host_attention(s, qf, qc, k + b * kv_batch, ldk, v + b * kv_batch, ldv, of, qc,
+                                Tq, Tk, &af, rep, NULL);
+            for (int64_t r = 0; r < Tq && !rc; r++)
+                choir_f32_to_bf16_n(of + r * qc, out + b * out_batch + r * ldo, qc);
+        }
+        be_kernel_end(prev);
+        choir_free(qf);
+        choir_free(of);
+        return rc;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    BE_CUDA(s, "attention_bf16",
+            choir_cuda_attention_bf16(s->be->cu, B, q, ldq, q_batch, k, ldk, v, ldv, kv_batch, out,
+                                      ldo, out_batch, Tq, Tk, a->n_head, a->n_kv_head, a->Dh,
+                                      a->scale, a->causal, BE_ERR));
+#endif
+    return be_unsupported(s, "attention_bf16");
 }
 
 int choir_op_attention_slots(choir_stream *s, int64_t B, const float *q, int64_t ldq,
