@@ -39,6 +39,32 @@ refuses "--speed needs a number in [0.01, 100], got 'fast'" "$CHOIR_BIN" tts --m
 refuses "unexpected argument 'there' (one TEXT only)" "$CHOIR_BIN" tts --model m --voice v -o x.wav hi there
 refuses "--beam needs a whole number in [0, 64], got 'wide'" "$CHOIR_BIN" stt --model m --beam wide x.wav
 refuses "--task is transcribe or translate" "$CHOIR_BIN" stt --model m --task summarise x.wav
+# choir serve: its own rows, the checks a row cannot make, and the engine's flags
+mkdir "$dir/m"
+serve() { "$CHOIR_BIN" serve --models "$dir/m" --port 0 "$@"; }
+refuses "--port needs a whole number in [0, 65535], got '70000'" serve --port 70000
+refuses "--port needs a value" serve --port
+refuses "--max-upload needs a whole number in [1, 1048576], got '0'" serve --max-upload 0
+refuses "--request-timeout needs a number in [0.001, 1000000000], got 'soon'" serve --request-timeout soon
+refuses "--idle-timeout needs a number in [1, 1000000000], got '0.5'" serve --idle-timeout 0.5
+refuses "--max-client-connections needs -1 (no limit) or at least 1, got '0'" serve --max-client-connections 0
+refuses "--body-min-rate needs a positive number of bytes/s, or -1 for none" serve --body-min-rate 0
+refuses "--alias needs NAME=MODEL, got 'tts-1'" serve --alias tts-1
+refuses "--voice-alias needs NAME=VOICE, got '=af_heart'" serve --voice-alias =af_heart
+refuses "--max-audio-s ID=S needs a model id and seconds" serve --max-audio-s kokoro=long
+refuses "max-audio-s: bad value '-3'" serve --max-audio-s -3
+refuses "--cors needs an origin" serve --cors ''
+refuses "--models at most 16 times" "$CHOIR_BIN" serve $(for i in $(seq 17); do printf -- '--models d%d ' "$i"; done)
+refuses "max-batch: bad value '0'" serve --max-batch 0
+refuses "unknown or incomplete option '--bogus'" serve --bogus
+refuses "unexpected argument 'extra'" serve extra
+out=$("$CHOIR_BIN" serve --help)
+for flag in --models --host --port --port-file --api-key --admin-key --max-upload --no-ui --cors --alias \
+    --voice-alias --json --preload --preload-strict --request-timeout --max-audio-s --max-connections \
+    --max-client-connections --header-timeout --keepalive-timeout --body-timeout --body-min-rate \
+    --idle-timeout --shutdown-deadline --profile --memory-budget --max-batch --gpus; do
+    grep -q -- "^  $flag" <<<"$out" || { echo "FAIL: serve --help lacks $flag"; exit 1; }
+done
 # the usage is the table: every row is listed, help exits 0 on stdout
 out=$("$CHOIR_BIN" vad --help)
 for flag in --model --probs --threshold --min-speech --min-silence --pad --max-speech; do

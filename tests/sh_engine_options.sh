@@ -25,12 +25,20 @@ refuses "memory-budget: '8X' is not a size" "$CHOIR_BIN" serve --models "$dir/mo
 refuses "memory-budget: '8X' is not a size" "$CHOIR_BIN" worker --stream s --memory-budget 8X
 refuses "unknown profile" "$CHOIR_BIN" serve --models "$dir/models" --profile fast
 "$CHOIR_BIN" serve --help | grep -q -- '--wait-long-ms MS'
-# Sizes as the engine reads them, whichever flag order: the profile applies first.
-"$CHOIR_BIN" serve --models "$dir/models" --port 0 --port-file "$dir/port" --memory-budget 8Gi \
+# Sizes as the engine reads them, whichever flag order: the profile applies
+# first, so --queue given before it is kept (the profile's own is 256), as the
+# queue's x-ratelimit-limit-requests header shows.
+mkdir "$dir/models/fake"
+printf '{"model_type": "choir-fake"}\n' >"$dir/models/fake/config.json"
+head -c 4096 /dev/zero >"$dir/models/fake/model.safetensors"
+"$CHOIR_BIN" serve --models "$dir/models" --port 0 --port-file "$dir/port" --memory-budget 8Gi --queue 7 \
     --max-batch 64 --profile offline-stt >"$dir/out" 2>"$dir/log" &
 pid=$!
 for _ in $(seq 100); do [ -s "$dir/port" ] && break; sleep 0.1; done
 [ -s "$dir/port" ] || { echo "FAIL: serve did not start"; cat "$dir/log"; exit 1; }
 page=$(curl -sf "http://127.0.0.1:$(cat "$dir/port")/metrics")
 grep -q '^choir_memory_budget_bytes 8589934592$' <<<"$page" || { echo "FAIL: budget"; grep budget <<<"$page"; exit 1; }
+hdrs=$(curl -sf -D - -o /dev/null -H 'Content-Type: application/json' \
+    -d '{"model":"fake","input":"hi","response_format":"pcm"}' "http://127.0.0.1:$(cat "$dir/port")/v1/audio/speech")
+grep -qi '^x-ratelimit-limit-requests: 7' <<<"$hdrs" || { echo "FAIL: --queue before --profile lost"; echo "$hdrs"; exit 1; }
 echo ok

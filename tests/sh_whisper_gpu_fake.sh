@@ -13,4 +13,4 @@ cd "$SRC"
 log=$(bash tests/cuda/fake/run_fake.sh "$OUT" 2>&1) || { echo "$log"; echo "FAIL: run_fake.sh"; exit 1; }
 echo "$log" | grep -E '^(PASS|FAIL|INFO)|checks passed'
 if echo "$log" | grep -q '^FAIL'; then exit 1; fi
-echo "$log" | grep -q '14 of 14 checks passed'
+echo "$log" | grep -q '16 of 16 checks passed'

@@ -122,7 +122,7 @@ static void test_attention_and_gqa(void **state) {
     /* The plain case is one kernel call. */
     float *kf = rnd((size_t)(Tk * d), 14), *vf = rnd((size_t)(Tk * d), 15);
     for (int causal = 0; causal < 2; causal++) {
-        choir_attn a = {H, 0, Dh, scale, causal != 0};
+        choir_attn a = {H, 0, Dh, scale, causal != 0, CHOIR_DTYPE_F32};
         choir_attention(q, d, kf, d, vf, d, want, d, Tq, Tk, H, Dh, scale, mask, causal != 0);
         assert_int_equal(choir_op_attention(f.s, q, d, kf, d, vf, d, got, d, Tq, Tk, &a, mask), 0);
         assert_same(got, want, (size_t)(Tq * d), "attention");
@@ -133,14 +133,14 @@ static void test_attention_and_gqa(void **state) {
             memcpy(kf + t * d + h * Dh, k + t * dkv + (h / rep) * Dh, (size_t)Dh * 4);
             memcpy(vf + t * d + h * Dh, v + t * dkv + (h / rep) * Dh, (size_t)Dh * 4);
         }
-    choir_attn g = {H, Hkv, Dh, scale, true};
+    choir_attn g = {H, Hkv, Dh, scale, true, CHOIR_DTYPE_F32};
     choir_attention(q, d, kf, d, vf, d, want, d, Tq, Tk, H, Dh, scale, NULL, true);
     assert_int_equal(choir_op_attention(f.s, q, d, k, dkv, v, dkv, got, d, Tq, Tk, &g, NULL), 0);
     double *wd = malloc((size_t)(Tq * d) * sizeof(double));
     for (int64_t i = 0; i < Tq * d; i++) wd[i] = want[i];
     assert_near(got, wd, (size_t)(Tq * d), 1e-6, "grouped-query attention");
     /* A bad head split is the stream's error, named. */
-    choir_attn bad = {H, 4, Dh, scale, false};
+    choir_attn bad = {H, 4, Dh, scale, false, CHOIR_DTYPE_F32};
     assert_int_equal(choir_op_attention(f.s, q, d, k, dkv, v, dkv, got, d, Tq, Tk, &bad, NULL),
                      CHOIR_EINVAL);
     choir_err err = {0};
@@ -167,9 +167,10 @@ static void test_attention_slots_and_scatter(void **state) {
     memcpy(meta, slot, sizeof slot);
     memcpy(meta + B, len, sizeof len);
     for (int i = 0; i < 4; i++) meta[2 * B + i] = len[i] - 1;
-    choir_attn a = {H, 0, Dh, 1.0f / sqrtf((float)Dh), false};
+    choir_attn a = {H, 0, Dh, 1.0f / sqrtf((float)Dh), false, CHOIR_DTYPE_F32};
     /* Sequences 0 and 2 share slot 3: scatter the later one's row last. */
-    assert_int_equal(choir_op_rows_scatter(f.s, newk, B, d, pool_k, stride, d, meta, meta + 2 * B),
+    assert_int_equal(choir_op_rows_scatter(f.s, newk, B, d, pool_k, CHOIR_DTYPE_F32, stride, d,
+                                           meta, meta + 2 * B),
                      0);
     for (int b = 0; b < 4; b++) {
         /* The row landed (the shared slot's two rows sit at different positions). */
@@ -183,6 +184,204 @@ static void test_attention_slots_and_scatter(void **state) {
                      0);
     assert_same(got, want, (size_t)(B * d), "attention_slots");
     free(pool_k), free(pool_v), free(q), free(newk), free(got), free(want);
+    fx_close(&f);
+}
+
+/* bf16 rows through linear_bf16 and layer_norm_bf16: the f32 operations on
+ * the widened rows, then bias, GELU and rounding, bit for bit; the residual
+ * add; a bad flag combination refused. */
+static void test_linear_bf16_rows(void **state) {
+    (void)state;
+    fx f = fx_open(1 << 20, 1 << 20);
+    int64_t M = 9, K = 24, N = 16;
+    float *xf = rnd((size_t)(M * K), 50), *wf = rnd((size_t)(N * K), 51), *b = rnd((size_t)N, 52);
+    uint16_t *x16 = malloc((size_t)(M * K) * 2), *w16 = malloc((size_t)(N * K) * 2);
+    choir_f32_to_bf16_n(xf, x16, M * K);
+    choir_f32_to_bf16_n(wf, w16, N * K);
+    choir_bf16_to_f32_n(x16, xf, M * K);
+    choir_weight W = {.kind = CHOIR_WEIGHT_BF16, .rows = N, .cols = K, .data = w16};
+    float *want = malloc((size_t)(M * N) * 4), *res = rnd((size_t)(M * N), 53);
+    float *res0 = dup(res, (size_t)(M * N));
+    uint16_t *got = malloc((size_t)(M * N) * 2), *want16 = malloc((size_t)(M * N) * 2);
+    choir_linear(xf, M, &W, b, want);
+    choir_gelu_erf(want, M * N);
+    choir_f32_to_bf16_n(want, want16, M * N);
+    assert_int_equal(choir_op_linear_bf16(f.s, x16, M, &W, b, got, CHOIR_DTYPE_BF16,
+                                          CHOIR_LINEAR_GELU),
+                     0);
+    assert_memory_equal(got, want16, (size_t)(M * N) * 2);
+    choir_linear(xf, M, &W, b, want);
+    assert_int_equal(choir_op_linear_bf16(f.s, x16, M, &W, b, res, CHOIR_DTYPE_F32,
+                                          CHOIR_LINEAR_ACCUMULATE),
+                     0);
+    for (int64_t i = 0; i < M * N; i++) assert_true(res[i] == res0[i] + want[i]);
+    assert_int_equal(choir_op_linear_bf16(f.s, x16, M, &W, b, res, CHOIR_DTYPE_BF16,
+                                          CHOIR_LINEAR_ACCUMULATE),
+                     CHOIR_EINVAL);
+    choir_stream_clear(f.s);
+    float *ln = malloc((size_t)(M * K) * 4);
+    choir_layer_norm(xf, ln, M, K, wf, NULL, 1e-5f);
+    uint16_t *ln16 = malloc((size_t)(M * K) * 2), *lnw = malloc((size_t)(M * K) * 2);
+    choir_f32_to_bf16_n(ln, lnw, M * K);
+    assert_int_equal(choir_op_layer_norm_bf16(f.s, xf, ln16, M, K, wf, NULL, 1e-5f), 0);
+    assert_memory_equal(ln16, lnw, (size_t)(M * K) * 2);
+    free(xf), free(wf), free(b), free(x16), free(w16), free(want), free(res), free(res0);
+    free(got), free(want16), free(ln), free(ln16), free(lnw);
+    fx_close(&f);
+}
+
+/* conv1d on bf16 operands: choir_conv1d over the rounded input and weight,
+ * bit for bit, every item of a batch. */
+static void test_conv1d_bf16(void **state) {
+    (void)state;
+    fx f = fx_open(1 << 20, 1 << 20);
+    int64_t B = 2, Cin = 5, T = 37, Cout = 6, K = 3;
+    int64_t Tout = choir_conv1d_out_len(T, K, 2, 1, 1);
+    float *x = rnd((size_t)(B * Cin * T), 60), *w = rnd((size_t)(Cout * Cin * K), 61);
+    float *b = rnd((size_t)Cout, 62);
+    float *got = malloc((size_t)(B * Cout * Tout) * 4), *want = malloc((size_t)(B * Cout * Tout) * 4);
+    assert_int_equal(choir_op_conv1d_bf16(f.s, x, B, Cin, T, w, b, Cout, K, 2, 1, 1, got), 0);
+    uint16_t *t16 = malloc((size_t)(B * Cin * T + Cout * Cin * K) * 2);
+    choir_f32_to_bf16_n(x, t16, B * Cin * T);
+    choir_bf16_to_f32_n(t16, x, B * Cin * T);
+    choir_f32_to_bf16_n(w, t16, Cout * Cin * K);
+    choir_bf16_to_f32_n(t16, w, Cout * Cin * K);
+    for (int64_t i = 0; i < B; i++)
+        choir_conv1d(x + i * Cin * T, Cin, T, w, b, Cout, K, 2, 1, 1, 1, want + i * Cout * Tout);
+    assert_same(got, want, (size_t)(B * Cout * Tout), "conv1d_bf16");
+    free(x), free(w), free(b), free(got), free(want), free(t16);
+    fx_close(&f);
+}
+
+/* Everything bf16 (the encoder's fused attention): B sequences with wider
+ * row and batch strides, grouped and causal heads, against double-precision
+ * attention over the widened values: the output's bf16 rounding only
+ * (2^-9 relative per value); the padding between rows untouched. */
+static void test_attention_all_bf16(void **state) {
+    (void)state;
+    fx f = fx_open(1 << 20, 1 << 20);
+    int H = 4, Hkv = 2;
+    int64_t Dh = 8, d = H * Dh, dkv = Hkv * Dh, B = 3, Tq = 7, Tk = 11, pad = 3;
+    int64_t ldq = d + pad, ldk = dkv + pad, qb = Tq * ldq + 5, kb = Tk * ldk + 2;
+    for (int causal = 0; causal < 2; causal++) {
+        float *qf = rnd((size_t)(B * qb), 40 + causal), *kf = rnd((size_t)(B * kb), 42);
+        float *vf = rnd((size_t)(B * kb), 43);
+        uint16_t *q16 = malloc((size_t)(B * qb) * 2), *k16 = malloc((size_t)(B * kb) * 2);
+        uint16_t *v16 = malloc((size_t)(B * kb) * 2), *o16 = malloc((size_t)(B * qb) * 2);
+        choir_f32_to_bf16_n(qf, q16, B * qb);
+        choir_f32_to_bf16_n(kf, k16, B * kb);
+        choir_f32_to_bf16_n(vf, v16, B * kb);
+        memset(o16, 0xA5, (size_t)(B * qb) * 2);
+        choir_attn a = {.n_head = H, .n_kv_head = Hkv, .Dh = Dh, .scale = 0.4f,
+                        .causal = causal != 0};
+        assert_int_equal(choir_op_attention_bf16(f.s, B, q16, ldq, qb, k16, ldk, v16, ldk, kb, o16,
+                                                 ldq, qb, Tq, Tk, &a),
+                         0);
+        float *got = malloc((size_t)(B * Tq * d) * 4);
+        double *want = malloc((size_t)(B * Tq * d) * sizeof(double));
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t i = 0; i < Tq; i++) {
+                const uint16_t *orow = o16 + b * qb + i * ldq;
+                for (int64_t p = d; p < ldq; p++) assert_int_equal(orow[p], 0xA5A5);
+                choir_bf16_to_f32_n(orow, got + (b * Tq + i) * d, d);
+                for (int h = 0; h < H; h++) {
+                    int64_t nk = causal ? i + (Tk - Tq) + 1 : Tk;
+                    double sc[16], mx = -1e300, sum = 0;
+                    const uint16_t *qr = q16 + b * qb + i * ldq + h * Dh;
+                    for (int64_t j = 0; j < nk; j++) {
+                        const uint16_t *kr = k16 + b * kb + j * ldk + (h / 2) * Dh;
+                        double dot = 0;
+                        for (int64_t e = 0; e < Dh; e++)
+                            dot += (double)choir_bf16_to_f32(qr[e]) * choir_bf16_to_f32(kr[e]);
+                        sc[j] = dot * a.scale;
+                        if (sc[j] > mx) mx = sc[j];
+                    }
+                    for (int64_t j = 0; j < nk; j++) sum += sc[j] = exp(sc[j] - mx);
+                    for (int64_t e = 0; e < Dh; e++) {
+                        double acc = 0;
+                        for (int64_t j = 0; j < nk; j++)
+                            acc += sc[j] * choir_bf16_to_f32(v16[b * kb + j * ldk + (h / 2) * Dh + e]);
+                        want[(b * Tq + i) * d + h * Dh + e] = acc / sum;
+                    }
+                }
+            }
+        assert_near(got, want, (size_t)(B * Tq * d), 4e-3, "attention_bf16");
+        free(qf), free(kf), free(vf), free(q16), free(k16), free(v16), free(o16), free(got),
+            free(want);
+    }
+    fx_close(&f);
+}
+
+/* Keys and values kept as bf16 (a cache in a bf16 model's dtype): attention
+ * equals f32 attention over the widened values, bit for bit, one sequence
+ * (grouped heads too) and over slots; rows_scatter and convert round as
+ * choir_f32_to_bf16_n; a dtype other than f32 or bf16 is refused. */
+static void test_attention_bf16_kv(void **state) {
+    (void)state;
+    fx f = fx_open(1 << 20, 1 << 20);
+    int H = 4;
+    int64_t Dh = 8, d = H * Dh, C = 24, slots = 3, B = 3, stride = C * d, Tq = 5, Tk = 19;
+    size_t pool_n = (size_t)(slots * stride);
+    float *kf = rnd(pool_n, 30), *vf = rnd(pool_n, 31), *q = rnd((size_t)(Tq * d), 32);
+    uint16_t *k16 = malloc(pool_n * 2), *v16 = malloc(pool_n * 2);
+    choir_f32_to_bf16_n(kf, k16, (int64_t)pool_n);
+    choir_f32_to_bf16_n(vf, v16, (int64_t)pool_n);
+    choir_bf16_to_f32_n(k16, kf, (int64_t)pool_n); /* kf, vf: the widened values */
+    choir_bf16_to_f32_n(v16, vf, (int64_t)pool_n);
+    float *got = malloc((size_t)(Tq * d) * 4), *want = malloc((size_t)(Tq * d) * 4);
+    choir_attn a = {.n_head = H, .Dh = Dh, .scale = 1.0f / sqrtf((float)Dh), .causal = true,
+                    .kv = CHOIR_DTYPE_BF16};
+    assert_int_equal(choir_op_attention(f.s, q, d, k16, d, v16, d, got, d, Tq, Tk, &a, NULL), 0);
+    choir_attention(q, d, kf, d, vf, d, want, d, Tq, Tk, H, Dh, a.scale, NULL, true);
+    assert_same(got, want, (size_t)(Tq * d), "attention, bf16 keys and values");
+    /* Two key heads for four query heads: keys [Tk, 2 Dh]. */
+    choir_attn g = a;
+    g.n_kv_head = 2;
+    assert_int_equal(choir_op_attention(f.s, q, d, k16, 2 * Dh, v16, 2 * Dh, got, d, Tq, Tk, &g,
+                                        NULL),
+                     0);
+    for (int h = 0; h < H; h++)
+        choir_attention(q + h * Dh, d, kf + (h / 2) * Dh, 2 * Dh, vf + (h / 2) * Dh, 2 * Dh,
+                        want + h * Dh, d, Tq, Tk, 1, Dh, a.scale, NULL, true);
+    assert_same(got, want, (size_t)(Tq * d), "attention, grouped bf16 keys");
+
+    /* Slots: one new row per sequence scattered (rounded), then attention. */
+    int32_t *meta = choir_stream_alloc(f.s, 3 * (size_t)B * sizeof(int32_t), "meta");
+    assert_non_null(meta);
+    int32_t slot[3] = {2, 0, 1}, len[3] = {5, 24, 11};
+    for (int i = 0; i < 3; i++) meta[i] = slot[i], meta[B + i] = len[i], meta[2 * B + i] = len[i] - 1;
+    float *newk = rnd((size_t)(B * d), 33);
+    uint16_t *row16 = malloc((size_t)(B * d) * 2);
+    choir_f32_to_bf16_n(newk, row16, B * d);
+    assert_int_equal(choir_op_rows_scatter(f.s, newk, B, d, k16, CHOIR_DTYPE_BF16, stride, d, meta,
+                                           meta + 2 * B),
+                     0);
+    for (int b = 0; b < 3; b++) {
+        assert_memory_equal(k16 + slot[b] * stride + (len[b] - 1) * d, row16 + b * d,
+                            (size_t)d * 2);
+        choir_bf16_to_f32_n(row16 + b * d, kf + slot[b] * stride + (len[b] - 1) * d, d);
+    }
+    a.causal = false;
+    assert_int_equal(choir_op_attention_slots(f.s, B, q, d, d, k16, d, v16, d, stride, meta,
+                                              meta + B, got, d, d, 1, C, &a),
+                     0);
+    for (int b = 0; b < 3; b++)
+        choir_attention(q + b * d, d, kf + slot[b] * stride, d, vf + slot[b] * stride, d,
+                        want + b * d, d, 1, len[b], H, Dh, a.scale, NULL, false);
+    assert_same(got, want, (size_t)(B * d), "attention_slots, bf16 caches");
+
+    /* convert: bf16 rounding, and f32 as a copy. */
+    uint16_t *c16 = malloc((size_t)(B * d) * 2);
+    assert_int_equal(choir_op_convert(f.s, newk, c16, CHOIR_DTYPE_BF16, B * d), 0);
+    assert_memory_equal(c16, row16, (size_t)(B * d) * 2);
+    assert_int_equal(choir_op_convert(f.s, newk, got, CHOIR_DTYPE_F32, B * d), 0);
+    assert_same(got, newk, (size_t)(B * d), "convert to f32");
+    a.kv = CHOIR_DTYPE_F16;
+    assert_int_equal(choir_op_attention(f.s, q, d, k16, d, v16, d, got, d, Tq, Tk, &a, NULL),
+                     CHOIR_EINVAL);
+    choir_stream_clear(f.s);
+    free(kf), free(vf), free(q), free(k16), free(v16), free(got), free(want), free(newk);
+    free(row16), free(c16);
     fx_close(&f);
 }
 
@@ -514,7 +713,7 @@ static void test_kernel_scratch(void **state) {
     assert_true(need > 0 && an > 0 && cn > 0);
     if (an > need) need = an;
     if (cn > need) need = cn;
-    choir_attn a = {4, 0, 16, 0.25f, true};
+    choir_attn a = {4, 0, 16, 0.25f, true, CHOIR_DTYPE_F32};
     for (int planned = 0; planned < 2; planned++) {
         fx f = fx_open(0, planned ? need : 0);
         choir_alloc_fail_after(0); /* resets the allocation count */
@@ -544,6 +743,10 @@ int main(void) {
         cmocka_unit_test(test_linear_every_storage),
         cmocka_unit_test(test_attention_and_gqa),
         cmocka_unit_test(test_attention_slots_and_scatter),
+        cmocka_unit_test(test_attention_bf16_kv),
+        cmocka_unit_test(test_attention_all_bf16),
+        cmocka_unit_test(test_linear_bf16_rows),
+        cmocka_unit_test(test_conv1d_bf16),
         cmocka_unit_test(test_rows_gather),
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_norms_naive),

@@ -425,6 +425,57 @@ static void test_lazy_load_and_lru(void **state)
     choir_engine_free(e);
 }
 
+/* The engine's registry is the one the server reads: find, withdraw (submit
+ * refuses it, a job without a model id skips it, the id stays taken by it)
+ * and bringing it back from the same directory. */
+static void test_withdraw_and_return(void **state)
+{
+    (void)state;
+    choir_fake_params fp = {.weights_bytes = 4096};
+    const char *dir_a = model_dir("wa", &fp), *dir_b = model_dir("wb", &fp);
+    choir_engine *e = engine_with(NULL, "a", dir_a);
+    choir_err err;
+    assert_int_equal(choir_engine_add_model(e, "b", dir_b, NULL, &err), 0);
+    choir_engine_model_info m;
+    assert_int_equal(choir_engine_model_find(e, "a", &m), 0);
+    assert_string_equal(m.dir, dir_a);
+    assert_true(m.created > 0);
+    assert_int_equal(m.withdrawn, 0);
+    assert_int_equal(choir_engine_model_find(e, "nope", NULL), CHOIR_ENOTFOUND);
+
+    assert_int_equal(choir_engine_withdraw_model(e, "a", &err), 0);
+    assert_int_equal(choir_engine_withdraw_model(e, "a", &err), CHOIR_ENOTFOUND);
+    assert_int_equal(choir_engine_model_find(e, "a", NULL), CHOIR_ENOTFOUND);
+    choir_engine_model_info info[2];
+    assert_int_equal(choir_engine_models(e, info, 2), 2);
+    assert_int_equal(info[0].withdrawn, 1);
+    choir_job j = tts_job("withdrawn", NULL);
+    j.model_id = "a";
+    assert_null(choir_engine_submit(e, &j, NULL, &err));
+    assert_int_equal(err.code, CHOIR_ENOTFOUND);
+    /* without a model id the job goes to the first model serving TTS left */
+    j.model_id = NULL;
+    choir_ticket *t = choir_engine_submit(e, &j, NULL, &err);
+    assert_non_null(t);
+    assert_int_equal(choir_ticket_wait(t, 10, &err), 0);
+    choir_ticket_free(t);
+    assert_int_equal(choir_engine_model_find(e, "b", &m), 0);
+    assert_int_equal(m.replicas, 1);
+
+    /* the id stays taken by it; the same directory brings it back */
+    assert_int_equal(choir_engine_add_model(e, "a", dir_b, NULL, &err), CHOIR_EINVAL);
+    assert_non_null(strstr(err.msg, "already registered"));
+    assert_int_equal(choir_engine_add_model(e, "a", dir_a, NULL, &err), 0);
+    assert_int_equal(choir_engine_model_find(e, "a", &m), 0);
+    j.model_id = "a";
+    t = choir_engine_submit(e, &j, NULL, &err);
+    assert_non_null(t);
+    assert_int_equal(choir_ticket_wait(t, 10, &err), 0);
+    choir_ticket_free(t);
+    assert_int_equal(choir_engine_models(e, NULL, 0), 2);
+    choir_engine_free(e);
+}
+
 /* A model that needs 3x its declared estimate overflows its arena once, is
  * retried with a recalibrated reservation, and every request completes. */
 static void test_arena_overflow_retry(void **state)
@@ -759,6 +810,7 @@ int main(void)
         cmocka_unit_test(test_deadline_covers_compute),
         cmocka_unit_test(test_backlog_refused_at_submit),
         cmocka_unit_test(test_lazy_load_and_lru),
+        cmocka_unit_test(test_withdraw_and_return),
         cmocka_unit_test(test_arena_overflow_retry),
         cmocka_unit_test(test_model_failure_is_per_request),
         cmocka_unit_test(test_shutdown_fails_the_rest),

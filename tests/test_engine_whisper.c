@@ -2,7 +2,8 @@
 /* Whisper through the engine on the whisper-ml80 fixture weights (random, so
  * the transcripts are noise, but deterministic): requests submitted at once
  * are batched by the engine (batch > 1 observed) and each gets the same
- * transcript as when the engine runs them one at a time. Skipped when the
+ * transcript (and, for those asking for them, the same word timestamps) as
+ * when the engine runs them one at a time. Skipped when the
  * Whisper adapter is not built. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,8 +24,9 @@
 typedef struct transcript {
     char text[4096];
     char lang[8];
-    int n_segments, finals, status;
+    int n_segments, finals, status, n_words;
     double seg_end;
+    char words[4096]; /* every word with its times and probability */
 } transcript;
 
 static int on_output(void *user, const choir_output *out)
@@ -40,6 +42,13 @@ static int on_output(void *user, const choir_output *out)
         snprintf(t->lang, sizeof t->lang, "%s", out->language);
     t->n_segments = out->n_segments;
     t->seg_end = out->n_segments ? out->segments[out->n_segments - 1].end_s : 0;
+    size_t len = 0;
+    for (int i = 0; i < out->n_segments; i++)
+        for (int k = 0; k < out->segments[i].n_words && len < sizeof t->words; k++, t->n_words++) {
+            const choir_word *w = &out->segments[i].words[k];
+            len += (size_t)snprintf(t->words + len, sizeof t->words - len, "[%s %.17g %.17g %.9g]", w->text,
+                                    w->start_s, w->end_s, w->probability);
+        }
     return 0;
 }
 
@@ -69,8 +78,10 @@ static int run(const char *dir, int max_batch, const float *pcm, transcript *out
         memset(&out[i], 0, sizeof out[i]);
         choir_job j = {.req.task = CHOIR_TASK_STT, .on_output = on_output, .user = &out[i]};
         /* one second each from different places of the recording */
+        /* the first and last with word timestamps: they run in lockstep, the
+         * middle one apart */
         j.req.in.stt = (choir_stt_input){.samples = pcm + i * 2 * SR, .n_samples = SR, .language = "en",
-                                         .timestamps = 1, .temperature = 0.3f};
+                                         .timestamps = 1, .word_timestamps = i != 1, .temperature = 0.3f};
         t[i] = choir_engine_submit(e, &j, NULL, &err);
         if (!t[i])
             fail_msg("submit: %s", err.msg);
@@ -119,6 +130,13 @@ static void test_whisper_batched_equals_sequential(void **state)
         assert_string_equal(batched[i].lang, seq[i].lang);
         assert_int_equal(batched[i].n_segments, seq[i].n_segments);
         assert_true(batched[i].seg_end == seq[i].seg_end);
+        /* words: the same batched and alone, only where asked */
+        assert_int_equal(batched[i].n_words, seq[i].n_words);
+        assert_string_equal(batched[i].words, seq[i].words);
+        if (i == 1)
+            assert_int_equal(batched[i].n_words, 0);
+        else
+            assert_true(batched[i].n_words > 0);
     }
     print_message("whisper: %d requests, largest batch %d\n", N_REQ, big);
     choir_audio_clear(&a);

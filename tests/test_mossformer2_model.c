@@ -2,8 +2,12 @@
  * holding a streaming 48-kHz request, a non-streaming 16-kHz one, an empty
  * one and a malformed one. The streamed pieces, joined, equal the chunk
  * stream run on its own (bit for bit); the 16-kHz result keeps its length;
- * every request ends with exactly one final output; the bad one fails alone. */
+ * every request ends with exactly one final output; the bad one fails alone.
+ * In an arena of the batch's estimates the batch stays inside it and gives it
+ * back; through the engine, every batch's peak is within the arena it was
+ * admitted with and a wrong estimate (x4, x0.25) is corrected from them. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +15,9 @@
 #include <cjson/cJSON.h>
 
 #include "choir/alloc.h"
+#include "choir/arena.h"
+#include "choir/engine.h"
+#include "choir/log.h"
 #include "choir/model.h"
 #include "choir/mossformer2.h"
 #include "choir/randw.h"
@@ -128,6 +135,38 @@ static void test_batch(void **state) {
     assert_int_equal(rd.status, CHOIR_EINVAL);
     assert_int_equal(cd.finals, 0);
 
+    /* In an engine arena sized by the estimates: the batch runs inside it
+     * (its high-water mark is what it used, within the estimate) and gives
+     * everything back; the counted memory it takes outside the arena is
+     * only the STFT's small per-call buffers and soxr's state. */
+    for (int i = 0; i < 4; i++) {
+        batch[i]->done = 0;
+        batch[i]->status = 0;
+    }
+    ca.n = 0, ca.pieces = 0, ca.finals = 0;
+    cb.n = 0, cb.pieces = 0, cb.finals = 0;
+    cc.finals = 0;
+    cd.finals = 0;
+    int64_t est = 0;
+    for (int i = 0; i < 4; i++) est += ops->estimate(w, batch[i]);
+    choir_arena *arena = choir_arena_create((size_t)est, CHOIR_MEM_ACTIVATIONS, &err);
+    assert_non_null(arena);
+    choir_mem_reset_peaks();
+    int64_t before = choir_mem_current(CHOIR_MEM_ACTIVATIONS);
+    assert_int_equal(ops->run_batch(w, batch, 4, arena, &err), 0);
+    int64_t outside = choir_mem_peak(CHOIR_MEM_ACTIVATIONS) - before;
+    size_t hw = choir_arena_high_water(arena);
+    printf("arena: %zu bytes used of %lld estimated; %lld counted outside\n", hw, (long long)est,
+           (long long)outside);
+    assert_true(hw > 0 && hw <= (size_t)est);
+    assert_true(outside < (4 << 20)); /* the STFT's 2-MB staging block */
+    assert_int_equal(choir_arena_used(arena), 0);
+    assert_int_equal(ra.status, 0);
+    assert_int_equal(ca.n, n48);
+    assert_memory_equal(ca.y, want, (size_t)n48 * sizeof(float));
+    assert_int_equal(cb.finals, 1);
+    choir_arena_free(arena);
+
     /* An overlap as long as the chunk is refused by the model's one rule
      * for them, not shortened behind the caller's back. */
     captured ce = {0};
@@ -149,10 +188,104 @@ static void test_batch(void **state) {
     free(cb.y);
 }
 
+
+/* The adapter with its estimate scaled by g_scale, recording each batch's
+ * arena (the reservation the engine admitted) and its high-water mark. */
+static double g_scale;
+static int g_batches;
+static size_t g_cap[32], g_peak[32];
+static int g_rc[32];
+
+static int64_t scaled_estimate(const void *w, const choir_request *r) {
+    return (int64_t)((double)choir_model_mossformer2.estimate(w, r) * g_scale);
+}
+
+static int recording_run(void *w, choir_request *const *reqs, int n, choir_arena *arena, choir_err *err) {
+    int rc = choir_model_mossformer2.run_batch(w, reqs, n, arena, err);
+    if (g_batches < 32) {
+        g_cap[g_batches] = choir_arena_capacity(arena);
+        g_peak[g_batches] = choir_arena_high_water(arena);
+        g_rc[g_batches] = rc;
+    }
+    g_batches++;
+    return rc;
+}
+
+/* Runs `rounds` one-request batches through an engine whose estimate is
+ * `scale` times the adapter's. */
+static void run_scaled(const char *dir, double scale, int rounds, const float *x, int64_t n) {
+    choir_model_ops ops = choir_model_mossformer2;
+    ops.estimate = scaled_estimate;
+    ops.run_batch = recording_run;
+    g_scale = scale;
+    g_batches = 0;
+    choir_err err = {0};
+    choir_engine_params p = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
+    p.memory_budget = (int64_t)4 << 30;
+    p.wait_short_ms = 1;
+    choir_engine *e = choir_engine_create(&p, &err);
+    assert_non_null(e);
+    assert_int_equal(choir_engine_add_model(e, "mf2", dir, &ops, &err), 0);
+    for (int k = 0; k < rounds; k++) {
+        choir_job j = {0};
+        j.req.task = CHOIR_TASK_STS;
+        j.req.in.sts = (choir_sts_input){x, n, 48000, 0.5, 0.1};
+        j.priority = CHOIR_PRIORITY_NORMAL;
+        choir_ticket *t = choir_engine_submit(e, &j, NULL, &err);
+        assert_non_null(t);
+        assert_int_equal(choir_ticket_wait(t, 120, &err), 0);
+        choir_ticket_free(t);
+    }
+    choir_engine_free(e);
+}
+
+/* Through the engine: each batch's measured peak is within the arena it was
+ * admitted with, and a wrong estimate is corrected from those peaks: four
+ * times too large shrinks batch by batch, four times too small overflows
+ * once, is retried with a doubled reservation, and then holds. */
+static void test_engine_calibrates(void **state) {
+    (void)state;
+    choir_err err = {0};
+    const char *dir = tu_tmpfile("mf2cal");
+    char manifest[1024], config[1024];
+    snprintf(manifest, sizeof manifest, "%s", tu_fixture(FIX "/manifest.json"));
+    snprintf(config, sizeof config, "%s", tu_fixture(FIX "/config.json"));
+    assert_int_equal(choir_randw_write_checkpoint(manifest, config, dir, &err), 0);
+    const int64_t n = 28800;
+    float *x = malloc((size_t)n * sizeof(float));
+    tu_fill_uniform(x, (size_t)n, 23, -0.3f, 0.3f);
+    choir_log_set_level(CHOIR_LOG_ERROR);
+
+    run_scaled(dir, 4.0, 6, x, n);
+    assert_int_equal(g_batches, 6);
+    for (int k = 0; k < 6; k++) {
+        printf("x4 batch %d: arena %zu, peak %zu\n", k, g_cap[k], g_peak[k]);
+        assert_int_equal(g_rc[k], 0);
+        assert_true(g_peak[k] > 0 && g_peak[k] <= g_cap[k]);
+        if (k) assert_true(g_cap[k] < g_cap[k - 1]);
+    }
+    assert_true(g_cap[5] < g_cap[0] * 3 / 4);
+
+    run_scaled(dir, 0.25, 4, x, n);
+    int over = 0;
+    for (int k = 0; k < g_batches && k < 32; k++) {
+        printf("x0.25 batch %d: arena %zu, peak %zu, rc %d\n", k, g_cap[k], g_peak[k], g_rc[k]);
+        if (g_rc[k] == CHOIR_ENOMEM) over++;
+        else assert_true(g_peak[k] <= g_cap[k]);
+    }
+    assert_true(over >= 1 && over <= 3);
+    assert_int_equal(g_batches, 4 + over);
+    /* once calibrated, no further overflow */
+    for (int k = g_batches - 3; k < g_batches; k++) assert_int_equal(g_rc[k], 0);
+    choir_log_set_level(CHOIR_LOG_WARN);
+    free(x);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_probe),
         cmocka_unit_test(test_batch),
+        cmocka_unit_test(test_engine_calibrates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

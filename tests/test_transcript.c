@@ -138,8 +138,74 @@ static void test_formats(void **state) {
         }
 }
 
+/* Word timestamps: verbose_json's top-level "words" (OpenAI's shape, the
+ * words' spaces trimmed, times rounded to the millisecond, in order and
+ * inside the audio), "segments" left out for word granularity alone, and
+ * srt / vtt from cues the caller laid out. */
+static void test_words(void **state) {
+    (void)state;
+    choir_word w0[2] = {{.start_s = 0.0, .end_s = 0.42, .text = " Hello,", .probability = 0.9f},
+                        {.start_s = 0.42, .end_s = 0.98, .text = " world.", .probability = 0.8f}};
+    choir_word w1[2] = {{.start_s = 0.9, .end_s = 1.3, .text = " Bye", .probability = 0.7f}, /* before the last end */
+                        {.start_s = 1.3, .end_s = 2.7, .text = "!", .probability = 0.6f}}; /* past the audio */
+    choir_segment segs[2] = {{.start_s = 0.0, .end_s = 0.98, .text = " Hello, world.", .words = w0, .n_words = 2},
+                             {.start_s = 0.98, .end_s = 2.5, .text = " Bye!", .words = w1, .n_words = 2}};
+    choir_transcript t = {.text = " Hello, world. Bye!", .language = "en", .duration_s = 2.5, .segments = segs,
+                          .n_segments = 2, .words = 1};
+    char *js = write(&t, CHOIR_TRANSCRIPT_VERBOSE_JSON);
+    const char *words = strstr(js, ",\"words\":");
+    assert_non_null(words);
+    assert_string_equal(words, ",\"words\":[{\"word\":\"Hello,\",\"start\":0,\"end\":0.42},"
+                               "{\"word\":\"world.\",\"start\":0.42,\"end\":0.98},"
+                               "{\"word\":\"Bye\",\"start\":0.98,\"end\":1.3},"
+                               "{\"word\":\"!\",\"start\":1.3,\"end\":2.5}]}");
+    assert_non_null(strstr(js, "\"segments\":[{\"id\":0,"));
+    choir_free(js);
+    t.no_segments = 1;
+    js = write(&t, CHOIR_TRANSCRIPT_VERBOSE_JSON);
+    assert_null(strstr(js, "segments"));
+    assert_true(strncmp(js, "{\"task\":\"transcribe\",\"language\":\"english\",\"duration\":2.5,"
+                            "\"text\":\"Hello, world. Bye!\",\"words\":[{\"word\":\"Hello,\"", 104) == 0);
+    choir_free(js);
+    /* without words asked, none are written */
+    t.words = 0;
+    t.no_segments = 0;
+    js = write(&t, CHOIR_TRANSCRIPT_VERBOSE_JSON);
+    assert_null(strstr(js, "\"words\""));
+    choir_free(js);
+    /* cues laid out by the caller replace the segments in srt and vtt */
+    choir_transcript_cue cues[2] = {{0.0, 0.98, "Hello,\nworld."}, {0.5, 3.0, "<u>Bye!</u>"}};
+    t.cues = cues;
+    t.n_cues = 2;
+    char *srt = write(&t, CHOIR_TRANSCRIPT_SRT);
+    assert_string_equal(srt, "1\n00:00:00,000 --> 00:00:00,980\nHello,\nworld.\n\n"
+                             "2\n00:00:00,980 --> 00:00:02,500\n<u>Bye!</u>\n\n");
+    char *vtt = write(&t, CHOIR_TRANSCRIPT_VTT);
+    assert_string_equal(vtt, "WEBVTT\n\n00:00:00.000 --> 00:00:00.980\nHello,\nworld.\n\n"
+                             "00:00:00.980 --> 00:00:02.500\n<u>Bye!</u>\n\n");
+    choir_free(srt);
+    choir_free(vtt);
+    /* every allocation failure is a clean NULL */
+    t.words = 1;
+    t.no_segments = 1;
+    int failed = 0;
+    for (int64_t n = 1; n < 40; n++) {
+        choir_err err = {0};
+        choir_alloc_fail_after(n);
+        char *s = choir_transcript_write(&t, CHOIR_TRANSCRIPT_VERBOSE_JSON, NULL, NULL, &err);
+        choir_alloc_fail_after(0);
+        if (s) choir_free(s);
+        else {
+            assert_int_equal(err.code, CHOIR_ENOMEM);
+            failed++;
+        }
+    }
+    assert_true(failed >= 5);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_speakers), cmocka_unit_test(test_verbose_json),
-                                       cmocka_unit_test(test_times_clamped), cmocka_unit_test(test_formats)};
+                                       cmocka_unit_test(test_times_clamped), cmocka_unit_test(test_formats),
+                                       cmocka_unit_test(test_words)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

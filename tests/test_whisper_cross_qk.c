@@ -15,6 +15,7 @@
 #include "choir/json.h"
 #include "choir/randw.h"
 #include "choir/safetensors.h"
+#include "choir/tokenizer.h"
 #include "choir/whisper_words.h"
 #include "testutil.h"
 
@@ -202,9 +203,98 @@ static void test_errors_and_allocation_failures(void **state) {
     choir_whisper_cross_free(cr);
 }
 
+/* The pipeline's step (choir_whisper_window_words: the start sequence built
+ * from the language and task, the teacher-forced pass, heads, matrix, DTW,
+ * probabilities, words, refinement) from the case's mel and segments gives
+ * openai's add_word_timestamps output: word texts equal, word and segment
+ * times equal (both sides round to 10 ms; |diff| < 1e-9 s), probabilities
+ * within 1e-6. */
+static void test_window_words_match_openai(void **state) {
+    (void)state;
+    choir_err err;
+    choir_tokenizer *tok = choir_tokenizer_load(tu_fixture("real/tokenizer/multilingual.tiktoken"), &err);
+    assert_non_null(tok);
+    const cJSON *c;
+    int k = 0, n_words = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(g_meta, "cases")) {
+        const cJSON *segs_in = cJSON_GetObjectItem(c, "segments_in"), *segs_out = cJSON_GetObjectItem(c, "segments_out");
+        int n_segs = cJSON_GetArraySize(segs_in);
+        choir_whisper_word_segment sg[8];
+        int32_t toks[8][128];
+        assert_true(n_segs <= 8);
+        for (int s = 0; s < n_segs; s++) {
+            const cJSON *g = cJSON_GetArrayItem(segs_in, s), *v;
+            int nt = 0;
+            cJSON_ArrayForEach(v, cJSON_GetObjectItem(g, "tokens")) toks[s][nt++] = v->valueint;
+            sg[s] = (choir_whisper_word_segment){.start = choir_json_num(g, "start", 0),
+                                                 .end = choir_json_num(g, "end", 0), .tokens = toks[s], .n_tokens = nt};
+        }
+        /* the fixture's start sequence is [sot, <|en|>, <|transcribe|>] */
+        int sot_len = cJSON_GetArraySize(cJSON_GetObjectItem(g_meta, "sot_sequence"));
+        assert_int_equal(sot_len, 3);
+        assert_int_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(g_meta, "sot_sequence"), 1)->valueint,
+                         choir_whisper_get_specials(g_model)->lang0 + choir_whisper_lang_index("en"));
+        choir_whisper_cross *cr = window(c);
+        double last = 0, offset = (double)choir_json_int(c, "seek", 0) / 100.0;
+        assert_int_equal(choir_whisper_window_words(g_model, tok, cr, choir_whisper_lang_index("en"),
+                                                    CHOIR_WHISPER_TRANSCRIBE, (int)choir_json_int(c, "num_frames", 0),
+                                                    offset, &last, sg, n_segs, NULL, &err),
+                         0);
+        for (int s = 0; s < n_segs; s++) {
+            const cJSON *g = cJSON_GetArrayItem(segs_out, s), *words = cJSON_GetObjectItem(g, "words");
+            assert_true(fabs(sg[s].start - choir_json_num(g, "start", -1)) < 1e-9);
+            assert_true(fabs(sg[s].end - choir_json_num(g, "end", -1)) < 1e-9);
+            assert_int_equal(sg[s].n_words, cJSON_GetArraySize(words));
+            for (int i = 0; i < sg[s].n_words; i++) {
+                const cJSON *w = cJSON_GetArrayItem(words, i);
+                assert_string_equal(sg[s].words[i].text, choir_json_str(w, "word", ""));
+                assert_true(fabs(sg[s].words[i].start - choir_json_num(w, "start", -1)) < 1e-9);
+                assert_true(fabs(sg[s].words[i].end - choir_json_num(w, "end", -1)) < 1e-9);
+                assert_true(fabs(sg[s].words[i].probability - choir_json_num(w, "probability", -1)) < 1e-6);
+                n_words++;
+            }
+            choir_whisper_words_free(sg[s].words, sg[s].n_words);
+        }
+        assert_true(last == sg[n_segs - 1].end);
+        /* Segments without text get no words, and no pass is run. */
+        int32_t stamps[2] = {toks[0][0], toks[0][0]};
+        choir_whisper_word_segment empty = {.start = 1, .end = 1, .tokens = stamps, .n_tokens = 2};
+        assert_int_equal(choir_whisper_window_words(g_model, tok, cr, 0, CHOIR_WHISPER_TRANSCRIBE, 3000, 0, &last,
+                                                    &empty, 1, NULL, &err),
+                         0);
+        assert_int_equal(empty.n_words, 0);
+        /* Every allocation may fail: an error, no words, no leak. */
+        int64_t before = choir_mem_current(CHOIR_MEM_COUNT);
+        int failed = 0;
+        for (int64_t n = 1; n < 60; n++) {
+            choir_alloc_fail_after(n);
+            int rc = choir_whisper_window_words(g_model, tok, cr, 0, CHOIR_WHISPER_TRANSCRIBE,
+                                                (int)choir_json_int(c, "num_frames", 0), offset, &last, sg, n_segs,
+                                                NULL, &err);
+            choir_alloc_fail_after(0);
+            for (int s = 0; s < n_segs; s++) {
+                if (rc) assert_int_equal(sg[s].n_words, 0);
+                choir_whisper_words_free(sg[s].words, sg[s].n_words);
+            }
+            if (rc) {
+                assert_int_equal(rc, CHOIR_ENOMEM);
+                failed++;
+            }
+        }
+        assert_true(failed >= 5);
+        assert_int_equal(choir_mem_current(CHOIR_MEM_COUNT), before);
+        choir_whisper_cross_free(cr);
+        k++;
+    }
+    print_message("window words: %d cases, %d words equal openai's\n", k, n_words);
+    assert_true(k >= 2 && n_words >= 10);
+    choir_tokenizer_free(tok);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_openai),
+        cmocka_unit_test(test_window_words_match_openai),
         cmocka_unit_test(test_errors_and_allocation_failures),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

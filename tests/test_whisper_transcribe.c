@@ -3,6 +3,7 @@
  * same windows decoded one at a time, spans map back to file time, the
  * sequential seek loop covers the file in order, and the transcript is the
  * concatenation of its segments. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -305,6 +306,96 @@ static void test_cancel_one_input(void **state) {
     }
 }
 
+static void check_words_equal(const choir_whisper_transcript *a, const choir_whisper_transcript *b) {
+    check_equal(a, b);
+    for (int i = 0; i < a->n_segments; i++) {
+        const choir_whisper_segment *x = &a->segments[i], *y = &b->segments[i];
+        assert_int_equal(x->n_words, y->n_words);
+        for (int k = 0; k < x->n_words; k++) {
+            assert_string_equal(x->words[k].text, y->words[k].text);
+            assert_true(x->words[k].start_s == y->words[k].start_s);
+            assert_true(x->words[k].end_s == y->words[k].end_s);
+            assert_true(x->words[k].probability == y->words[k].probability);
+        }
+    }
+}
+
+/* Word timestamps through the seek loop, as openai's transcribe with
+ * word_timestamps=True: every segment gets its words (in order, inside the
+ * audio); the next
+ * window starts where the previous window's last word ended (the rule that
+ * moves the seek: unless the window ended on a single timestamp, seek =
+ * round(last word end * 100)); the words of a recording decoded with others
+ * in lockstep, or in the batched pipeline, equal its words alone. */
+static void test_word_timestamps(void **state) {
+    (void)state;
+    choir_err err;
+    choir_whisper_transcribe_opts o;
+    fast_opts(&o);
+    choir_whisper_transcript plain, t;
+    assert_int_equal(choir_whisper_transcribe(g_model, g_tok, g_pcm, g_n, &o, &plain, &err), 0);
+    for (int i = 0; i < plain.n_segments; i++) assert_int_equal(plain.segments[i].n_words, 0);
+    o.word_timestamps = true;
+    assert_int_equal(choir_whisper_transcribe(g_model, g_tok, g_pcm, g_n, &o, &t, &err), 0);
+    check_times(&t);
+    check_concat(&t);
+    int n_words = 0, moved = 0;
+    double prev_end = 0;
+    for (int i = 0; i < t.n_segments; i++) {
+        const choir_whisper_segment *g = &t.segments[i];
+        assert_true(g->n_words > 0);
+        for (int k = 0; k < g->n_words; k++) {
+            const choir_word *w = &g->words[k];
+            assert_true(w->start_s >= prev_end && w->end_s >= w->start_s && w->end_s <= t.duration);
+            prev_end = w->end_s;
+            n_words++;
+        }
+        /* a later window: it starts at the previous window's last word */
+        if (i > 0 && g->seek != t.segments[i - 1].seek) {
+            const choir_whisper_segment *p = &t.segments[i - 1];
+            double lwe = p->words[p->n_words - 1].end_s;
+            if (g->seek == (int64_t)nearbyint(lwe * 100)) moved++;
+            else assert_true(g->seek == p->seek + 3000);
+        }
+    }
+    print_message("word timestamps: %d segments, %d words, %d windows started at the last word\n", t.n_segments,
+                  n_words, moved);
+    assert_true(moved >= 1);
+    /* the words moved the seek: the windows differ from those without them */
+    bool differ = plain.n_segments != t.n_segments;
+    for (int i = 0; !differ && i < t.n_segments; i++) differ = plain.segments[i].seek != t.segments[i].seek;
+    assert_true(differ);
+    choir_whisper_transcript_clear(&plain);
+    choir_whisper_transcript_clear(&t);
+
+    /* Lockstep (the engine's path) and the batched pipeline: each recording's
+     * words equal its words alone. */
+    choir_whisper_input in[3] = {
+        {.pcm = g_pcm, .n_samples = 11 * SR, .language = -1},
+        {.pcm = g_pcm + 2 * SR, .n_samples = 12 * SR, .language = 2, .initial_prompt = "Guten Tag"},
+        {.pcm = g_pcm + 5 * SR, .n_samples = 3 * SR, .language = -1}};
+    for (int mode = 0; mode < 2; mode++) {
+        o.batched = mode == 1;
+        o.batch_size = 3;
+        choir_whisper_transcript together[3], alone;
+        assert_int_equal(choir_whisper_transcribe_batch(g_model, g_tok, in, 3, &o, together, &err), 0);
+        int with_words = 0;
+        for (int i = 0; i < 3; i++) {
+            choir_whisper_transcribe_opts one = o;
+            one.batch_size = 1;
+            assert_int_equal(choir_whisper_transcribe_batch(g_model, g_tok, &in[i], 1, &one, &alone, &err), 0);
+            check_words_equal(&together[i], &alone);
+            for (int k = 0; k < alone.n_segments; k++) with_words += alone.segments[k].n_words > 0;
+            choir_whisper_transcript_clear(&alone);
+            choir_whisper_transcript_clear(&together[i]);
+        }
+        assert_true(with_words >= 3);
+    }
+    /* word timestamps need timestamps */
+    o.params.timestamps = false;
+    assert_int_equal(choir_whisper_transcribe(g_model, g_tok, g_pcm, g_n, &o, &t, &err), CHOIR_EINVAL);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_equals_one_by_one),
@@ -312,6 +403,7 @@ int main(void) {
         cmocka_unit_test(test_sequential),
         cmocka_unit_test(test_times_inside_the_audio),
         cmocka_unit_test(test_cancel_one_input),
+        cmocka_unit_test(test_word_timestamps),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

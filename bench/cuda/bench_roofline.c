@@ -5,11 +5,13 @@
  * choir's linear layers at Whisper large-v3-turbo sizes (d 1280, MLP 5120,
  * vocabulary 51866) in every weight storage, one and eight rows (the GEMV
  * path of a decoder step) and 1500 rows (an encoder window, cuBLAS), and the
- * attention, layer-norm and conv1d kernels at encoder and decoder sizes.
+ * attention, layer-norm and conv1d kernels at encoder and decoder sizes, and
+ * the fused bf16 attention over encoder windows (per window, both tilings).
  * Each figure is the mean over timed repetitions after warm-ups, from CUDA
  * events on the context's stream.
  *
- * Usage: bench_cuda_roofline [--quick]   (quick: fewer repetitions) */
+ * Usage: bench_cuda_roofline [--quick] [--attention]   (quick: fewer repetitions;
+ *        attention: the ceilings and the attention lines only) */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
@@ -211,6 +213,45 @@ static void run_attn_decoder(void *p) {
           &err, "batched attention");
 }
 
+typedef struct flash_ctx {
+    int64_t B, T;
+    int heads;
+    const uint16_t *q, *k, *v;
+    uint16_t *out;
+} flash_ctx;
+static void run_flash(void *p) {
+    flash_ctx *a = p;
+    choir_err err = {0};
+    int64_t d = a->heads * 64;
+    check(choir_cuda_attention_bf16(g_cu, a->B, a->q, d, a->T * d, a->k, d, a->v, d, a->T * d,
+                                    a->out, d, a->T * d, a->T, a->T, a->heads, 0, 64, 0.125f,
+                                    false, &err),
+          &err, "bf16 attention");
+}
+
+/* The fused bf16 attention over encoder windows (one, and 32 in one call),
+ * both tilings: ms per window and the share of the matmul ceiling. */
+static void flash(void) {
+    int heads = 20;
+    int64_t d = heads * 64, T = 1500;
+    static const int64_t Bs[] = {1, 32};
+    static const int rows[] = {16, 32};
+    for (size_t i = 0; i < 2; i++) {
+        int64_t B = Bs[i], n = B * T * d * 2;
+        flash_ctx a = {B, T, heads, dev_random(n, 1), dev_random(n, 1), dev_random(n, 1),
+                       dev_random(n, 1)};
+        for (size_t r = 0; r < 2; r++) {
+            choir_cuda_attention_bf16_set_rows(rows[r]);
+            double ms = time_ms(run_flash, &a, B == 1 ? g_reps * 5 : g_reps) / (double)B;
+            double flops = 4.0 * T * T * d, tf = flops / (ms * 1e-3) / 1e12;
+            printf("attention bf16 fused, %2lld window(s) per call, %d rows/warp: %.3f ms per window, "
+                   "%.1f TFLOP/s (%.1f%% of the bf16 ceiling)\n",
+                   (long long)B, rows[r], ms, tf, 100.0 * tf / g_tflops_ceiling);
+        }
+        choir_cuda_attention_bf16_set_rows(32);
+    }
+}
+
 typedef struct misc_ctx {
     const float *x, *w;
     float *y;
@@ -229,7 +270,8 @@ static void run_conv(void *p) {
           &err, "conv1d");
 }
 
-static void kernels(void) {
+/* The f32 attention of an encoder window (scores through cuBLAS). */
+static void attn_f32_encoder(void) {
     int heads = 20;
     int64_t Dh = 64, d = heads * Dh, T = 1500;
     attn_ctx a = {1, T, T, Dh, heads, dev_random(T * d * 4, 0), dev_random(T * d * 4, 0),
@@ -238,6 +280,13 @@ static void kernels(void) {
     double flops = 4.0 * T * T * d;
     printf("\nattention encoder window Tq=Tk=1500, 20 heads x 64: %.3f ms, %.1f TFLOP/s (%.1f%%)\n", ms,
            flops / (ms * 1e-3) / 1e12, 100.0 * flops / (ms * 1e-3) / 1e12 / g_tflops_ceiling);
+}
+
+static void kernels(void) {
+    int heads = 20;
+    int64_t Dh = 64, d = heads * Dh, T = 1500;
+    double ms;
+    attn_f32_encoder();
     static const int64_t Bs[] = {1, 8, 32};
     for (size_t i = 0; i < 3; i++) {
         int64_t B = Bs[i], Tk = 448;
@@ -271,7 +320,11 @@ static void kernels(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc > 1 && strcmp(argv[1], "--quick") == 0) g_reps = 4;
+    bool attention_only = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0) g_reps = 4;
+        if (strcmp(argv[i], "--attention") == 0) attention_only = true;
+    }
     if (choir_cuda_device_count() == 0) {
         printf("no CUDA device visible: nothing to measure\n");
         return 77;
@@ -287,8 +340,13 @@ int main(int argc, char **argv) {
            p->name, p->cc_major, p->cc_minor, p->sm_count, p->total_bytes / 1073741824.0,
            2.0 * p->mem_clock_khz * 1e3 * (p->mem_bus_bits / 8) / 1e9);
     ceilings();
-    linears();
-    kernels();
+    if (!attention_only) {
+        linears();
+        kernels();
+    } else {
+        attn_f32_encoder();
+    }
+    flash();
     printf("\ndevice memory: peak %.2f GiB through the context\n",
            choir_cuda_mem_peak(g_cu) / 1073741824.0);
     return 0;

@@ -59,11 +59,18 @@ if [[ " $SKIP " != *" kokoro "* ]]; then
   tk=$(run python3 bench/peers/torch_gpu.py kokoro --src "$KSRC" --manifest "$K/manifest.json" \
         --config "$K/config.json" --voice "$SHARED/fixtures/kokoro/voices/af_heart.bin" \
         --randw "$SHARED/fixtures/randw_reference.py")
+  # the same with TF32 products, as PyTorch runs its f32 convolutions (cuDNN's default)
+  ckt=$(run choir bench kokoro --model "$M" --voice "$SHARED/fixtures/kokoro/voices/af_heart.bin" \
+        --backend cuda --batch 1,32 --gpu-dtype tf32)
+  c1t=$(echo "$ckt" | sed -n 's/.* 1 requests at once.*RTF \([0-9.]*\).*/\1/p' | head -1)
+  c32t=$(echo "$ckt" | sed -n 's/.*32 requests at once.*RTF \([0-9.]*\).*/\1/p' | head -1)
   c1=$(echo "$ck" | sed -n 's/.* 1 requests at once.*RTF \([0-9.]*\).*/\1/p' | head -1)
   c32=$(echo "$ck" | sed -n 's/.*32 requests at once.*RTF \([0-9.]*\).*/\1/p' | head -1)
   t1=$(echo "$tk" | grep "torch kokoro batch 1:" | field rtf)
   ROWS+=("kokoro, one 40-s piece, batch 1|$c1|$t1|$(ratio "$c1" "$t1")")
   ROWS+=("kokoro, 32 requests at once (torch: one piece)|$c32|$t1|$(ratio "$c32" "$t1")")
+  ROWS+=("kokoro tf32, one 40-s piece, batch 1|$c1t|$t1|$(ratio "$c1t" "$t1")")
+  ROWS+=("kokoro tf32, 32 requests at once|$c32t|$t1|$(ratio "$c32t" "$t1")")
 fi
 
 echo

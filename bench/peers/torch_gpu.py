@@ -136,7 +136,9 @@ def kokoro(args):
 
     t = timed(once, args.repeat)
     audio_s = out["n"] / 24000.0
-    print(f"torch {torch.__version__}, hexgrad KModel fp32, {torch.cuda.get_device_name()}")
+    print(f"torch {torch.__version__}, hexgrad KModel fp32, {torch.cuda.get_device_name()}, "
+          f"cudnn.allow_tf32={torch.backends.cudnn.allow_tf32} (convolutions), "
+          f"matmul.allow_tf32={torch.backends.cuda.matmul.allow_tf32}")
     print(f"torch kokoro batch 1: {n} phonemes, {audio_s:.2f} s audio in {t:.4f} s, RTF {t / audio_s:.5f} "
           f"({audio_s / t:.0f}x real time) rtf={t / audio_s:.6f} audio_s={audio_s:.3f}")
 

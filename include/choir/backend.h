@@ -255,12 +255,29 @@ int choir_op_copy_rows(choir_stream *s, float *dst, int64_t ldd, const float *sr
                        int64_t rows, int64_t cols);
 /* Sets bytes to zero. */
 int choir_op_zero(choir_stream *s, void *dst, size_t bytes);
+/* n floats of src into dst stored as dst_dtype: CHOIR_DTYPE_F32 (a copy) or
+ * CHOIR_DTYPE_BF16 (rounded to nearest even, as choir_f32_to_bf16_n). */
+int choir_op_convert(choir_stream *s, const float *src, void *dst, choir_dtype dst_dtype,
+                     int64_t n);
 
 /* --- matrix products ----------------------------------------------------- */
 /* y[M, W.rows] = x[M, W.cols] W^T (+ bias[W.rows]); W in any storage on
  * this backend (choir_backend_weight); y must not alias x. */
 int choir_op_linear(choir_stream *s, const float *x, int64_t M, const choir_weight *W,
                     const float *bias, float *y);
+/* Flags of choir_op_linear_bf16. */
+#define CHOIR_LINEAR_GELU 1u       /* y = GELU_erf(x W^T + bias) */
+#define CHOIR_LINEAR_ACCUMULATE 2u /* y += x W^T + bias (y f32) */
+/* A linear layer over bf16 rows (uint16 storage; activations kept in bf16
+ * between operations): y[M, W.rows] = x[M, W.cols] W^T + bias, then GELU
+ * with CHOIR_LINEAR_GELU; y is y_dtype (CHOIR_DTYPE_BF16, rounded, or
+ * CHOIR_DTYPE_F32), CHOIR_LINEAR_ACCUMULATE adds into an f32 y instead of
+ * writing it (not with GELU). The CPU widens x, runs choir_linear and
+ * rounds (the oracle); CUDA needs bf16 weights (CHOIR_EUNSUPPORTED
+ * otherwise) and rounds the product to bf16 before bias and GELU (bf16 y,
+ * whose W.rows must be a multiple of 8). */
+int choir_op_linear_bf16(choir_stream *s, const uint16_t *x, int64_t M, const choir_weight *W,
+                         const float *bias, void *y, choir_dtype y_dtype, unsigned flags);
 /* C = alpha op(A) op(B) + beta C, row-major f32 (choir_gemm_f32). */
 int choir_op_gemm(choir_stream *s, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                   float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
@@ -270,20 +287,25 @@ int choir_op_gemm(choir_stream *s, bool trans_a, bool trans_b, int64_t M, int64_
 /* The shape of a multi-head attention. Queries have n_head heads of Dh
  * values per row; keys and values n_kv_head heads (0: n_head), which must
  * divide n_head (grouped-query attention: query head h reads key head
- * h / (n_head / n_kv_head)). */
+ * h / (n_head / n_kv_head)). Keys and values are stored as `kv` says:
+ * CHOIR_DTYPE_F32 (0, the default) or CHOIR_DTYPE_BF16 (a KV cache in a
+ * bf16 model's dtype: half the bytes; each value is widened to f32 where it
+ * is read, so the result is that of f32 attention over the rounded cache);
+ * their strides count elements. */
 typedef struct choir_attn {
     int n_head, n_kv_head;
     int64_t Dh;
     float scale;  /* usually 1 / sqrt(Dh) */
     bool causal;  /* query i sees keys <= i + (Tk - Tq) */
+    choir_dtype kv;
 } choir_attn;
 
 /* One sequence, as choir_attention: q [Tq, n_head Dh] (row stride ldq),
  * k, v [Tk, n_kv_head Dh] (ldk, ldv), out [Tq, n_head Dh] (ldo); mask
  * additive [Tq, Tk] or NULL. A query whose keys are all masked gets zeros.
  * Score memory is kernel scratch: min(Tq, 128) Tk floats per CPU thread. */
-int choir_op_attention(choir_stream *s, const float *q, int64_t ldq, const float *k, int64_t ldk,
-                       const float *v, int64_t ldv, float *out, int64_t ldo, int64_t Tq,
+int choir_op_attention(choir_stream *s, const float *q, int64_t ldq, const void *k, int64_t ldk,
+                       const void *v, int64_t ldv, float *out, int64_t ldo, int64_t Tq,
                        int64_t Tk, const choir_attn *a, const float *mask);
 
 /* B sequences against caches of a pool (batched decoder steps): sequence b's
@@ -294,17 +316,32 @@ int choir_op_attention(choir_stream *s, const float *q, int64_t ldq, const float
  * backend memory read when the operation runs (a graph replay reads the
  * current values). No mask. */
 int choir_op_attention_slots(choir_stream *s, int64_t B, const float *q, int64_t ldq,
-                             int64_t q_batch, const float *k, int64_t ldk, const float *v,
+                             int64_t q_batch, const void *k, int64_t ldk, const void *v,
                              int64_t ldv, int64_t slot_stride, const int32_t *kv_slot,
                              const int32_t *kv_len, float *out, int64_t ldo, int64_t out_batch,
                              int64_t Tq, int64_t Tk, const choir_attn *a);
 
-/* Row b of src [B, cols] to dst + slot[b] slot_stride + pos[b] ld (floats;
- * slot and pos int32 backend memory): appends each sequence's new key or
- * value row to its cache. slot NULL: slot b. */
-int choir_op_rows_scatter(choir_stream *s, const float *src, int64_t B, int64_t cols, float *dst,
-                          int64_t slot_stride, int64_t ld, const int32_t *slot,
-                          const int32_t *pos);
+/* Fused attention over bf16 rows (uint16 storage; an encoder's windows): B
+ * sequences, sequence b's queries at q + b q_batch, its keys and values at
+ * k, v + b kv_batch, its output at out + b out_batch; shapes and strides
+ * (elements) as choir_op_attention, a->kv not read. Scores, softmax and sums
+ * in f32; out rounded to bf16. The CPU widens to f32, runs choir_attention
+ * and rounds (the oracle); CUDA runs one fused tensor-core kernel that also
+ * rounds the probabilities to bf16 before the product with V (relative
+ * difference to the oracle near 2^-9, the rounding of bf16), for heads of
+ * 16, 32 or 64 values with strides that are multiples of 8. No mask. */
+int choir_op_attention_bf16(choir_stream *s, int64_t B, const uint16_t *q, int64_t ldq,
+                            int64_t q_batch, const uint16_t *k, int64_t ldk, const uint16_t *v,
+                            int64_t ldv, int64_t kv_batch, uint16_t *out, int64_t ldo,
+                            int64_t out_batch, int64_t Tq, int64_t Tk, const choir_attn *a);
+
+/* Row b of src [B, cols] to dst + slot[b] slot_stride + pos[b] ld
+ * (elements of dst_dtype: CHOIR_DTYPE_F32, or CHOIR_DTYPE_BF16 rounded to
+ * nearest even; slot and pos int32 backend memory): appends each sequence's
+ * new key or value row to its cache. slot NULL: slot b. */
+int choir_op_rows_scatter(choir_stream *s, const float *src, int64_t B, int64_t cols, void *dst,
+                          choir_dtype dst_dtype, int64_t slot_stride, int64_t ld,
+                          const int32_t *slot, const int32_t *pos);
 
 /* out[r, :] = row ids[r] of W (any storage, dequantized), r < n; ids int32
  * backend memory: embeddings. */
@@ -340,6 +377,10 @@ int choir_op_snake(choir_stream *s, float *x, int64_t B, int64_t C, int64_t T,
  * (gamma, beta NULL: 1, 0); y may equal x. */
 int choir_op_layer_norm(choir_stream *s, const float *x, float *y, int64_t rows, int64_t dim,
                         const float *gamma, const float *beta, float eps);
+/* choir_op_layer_norm from f32 rows x into bf16 rows y (rounded to nearest
+ * even), the input of choir_op_linear_bf16. */
+int choir_op_layer_norm_bf16(choir_stream *s, const float *x, uint16_t *y, int64_t rows,
+                             int64_t dim, const float *gamma, const float *beta, float eps);
 /* Per row: x / sqrt(mean(x^2) + eps) * gamma (NULL: 1); y may equal x. */
 int choir_op_rms_norm(choir_stream *s, const float *x, float *y, int64_t rows, int64_t dim,
                       const float *gamma, float eps);
@@ -383,6 +424,13 @@ int choir_op_rope(choir_stream *s, float *x, int64_t rows, int64_t ld, int n_hea
 int choir_op_conv1d(choir_stream *s, const float *x, int64_t B, int64_t Cin, int64_t T,
                     const float *weight, const float *bias, int64_t Cout, int64_t kernel,
                     int stride, int padding, int dilation, int groups, float *y);
+/* choir_op_conv1d (groups 1) with the products on bf16 operands: x and the
+ * weight rounded to bf16, f32 accumulation (CUDA: im2col in bf16 and a
+ * tensor-core product), f32 y. The CPU rounds both and runs choir_conv1d
+ * (the oracle). */
+int choir_op_conv1d_bf16(choir_stream *s, const float *x, int64_t B, int64_t Cin, int64_t T,
+                         const float *weight, const float *bias, int64_t Cout, int64_t kernel,
+                         int stride, int padding, int dilation, float *y);
 /* y [B, Cout, Tout] = conv_transpose1d(x [B, Cin, T]); weight [Cin,
  * Cout/groups, K]; Tout = choir_conv_transpose1d_out_len. */
 int choir_op_conv_transpose1d(choir_stream *s, const float *x, int64_t B, int64_t Cin, int64_t T,

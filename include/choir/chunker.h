@@ -23,6 +23,7 @@
 
 #include <stdint.h>
 
+#include "choir/arena.h"
 #include "choir/error.h"
 
 #ifdef __cplusplus
@@ -57,7 +58,14 @@ int64_t choir_chunker_memory_bytes(const choir_chunker_params *p);
  * must outlive the chunker. */
 choir_chunker *choir_chunker_create(const choir_chunker_params *p, choir_chunk_process_fn process,
                                     choir_chunk_emit_fn emit, void *user, choir_err *err);
-/* NULL is a no-op. */
+/* As choir_chunker_create, with the chunker and its buffers carved from
+ * `arena` (choir_chunker_memory_bytes of it; NULL: the counted allocator).
+ * The arena must outlive the chunker; its pieces go back with the arena's
+ * reset or release, not with choir_chunker_free. */
+choir_chunker *choir_chunker_create_in(choir_arena *arena, const choir_chunker_params *p,
+                                       choir_chunk_process_fn process, choir_chunk_emit_fn emit, void *user,
+                                       choir_err *err);
+/* NULL is a no-op (and so is a chunker in an arena). */
 void choir_chunker_free(choir_chunker *c);
 
 /* Feeds `frames` interleaved input frames; runs `process` for every chunk

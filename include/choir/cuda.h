@@ -266,6 +266,30 @@ int choir_cuda_gemm_f32(choir_cuda *cu, bool trans_a, bool trans_b, int64_t M, i
 int choir_cuda_gemm_bf16_nt(choir_cuda *cu, int64_t M, int64_t N, int64_t K, const uint16_t *A,
                             const uint16_t *B, float *C, choir_err *err);
 
+/* y[M, N] = x[M, K] W^T with x bf16 rows (uint16 storage) and W bf16
+ * (CHOIR_EUNSUPPORTED for other storage), f32 accumulation on the tensor
+ * cores. y_bf16: y is bf16, the product rounded, then bias (may be NULL)
+ * and, with gelu, GELU (erf) applied in one pass and rounded again (N a
+ * multiple of 8). Otherwise y is f32: written, or with `accumulate` added to
+ * (y += x W^T + bias, the residual stream). */
+int choir_cuda_linear_bf16(choir_cuda *cu, const uint16_t *x, int64_t M,
+                           const choir_cuda_weight *W, const float *bias, void *y, bool y_bf16,
+                           bool accumulate, bool gelu, choir_err *err);
+/* With a bias, choir_cuda_linear_bf16 runs cublasLt with the bias in its
+ * epilogue (rounded to bf16 first for bf16 y) unless this is off (on by
+ * default; for the bench's comparison). Process-wide. */
+void choir_cuda_linear_bf16_set_lt(bool on);
+/* conv1d (groups 1) over B items of x [Cin, T] f32 into y [Cout, Tout] f32
+ * with bf16 operands: the taps (im2col) and the weight [Cout, Cin, K]
+ * rounded to bf16, f32 accumulation on the tensor cores, then the bias. */
+int choir_cuda_conv1d_bf16(choir_cuda *cu, const float *x, int64_t B, int64_t Cin, int64_t T,
+                           const float *weight, const float *bias, int64_t Cout, int64_t kernel,
+                           int stride, int padding, int dilation, float *y, choir_err *err);
+/* choir_cuda_layer_norm from f32 rows into bf16 rows (rounded). */
+int choir_cuda_layer_norm_bf16(choir_cuda *cu, const float *x, uint16_t *y, int64_t rows,
+                               int64_t dim, const float *gamma, const float *beta, float eps,
+                               choir_err *err);
+
 /* --- elementwise and normalisation (semantics as in choir/kernels.h) ----- */
 int choir_cuda_add(choir_cuda *cu, const float *a, const float *b, float *y, int64_t n,
                    choir_err *err);
@@ -291,6 +315,12 @@ int choir_cuda_f32_to_bf16(choir_cuda *cu, const float *x, uint16_t *y, int64_t 
 int choir_cuda_rows_scatter(choir_cuda *cu, const float *src, int64_t B, int64_t cols, float *dst,
                             int64_t slot_stride, int64_t ld, const int32_t *slot,
                             const int32_t *pos, choir_err *err);
+
+/* choir_cuda_rows_scatter into a bf16 cache (elements), each value rounded
+ * to nearest even. */
+int choir_cuda_rows_scatter_bf16(choir_cuda *cu, const float *src, int64_t B, int64_t cols,
+                                 uint16_t *dst, int64_t slot_stride, int64_t ld,
+                                 const int32_t *slot, const int32_t *pos, choir_err *err);
 
 /* Device-to-device copy of `bytes` (asynchronous, on the context's stream;
  * the ranges must not overlap). */
@@ -345,6 +375,39 @@ int choir_cuda_attention_slots(choir_cuda *cu, int64_t B, const float *q, int64_
                                const int32_t *kv_len, float *out, int64_t ldo, int64_t out_batch,
                                int64_t Tq, int64_t Tk, int n_head, int64_t Dh, float scale,
                                bool causal, choir_err *err);
+
+/* choir_cuda_attention and choir_cuda_attention_slots over keys and values
+ * stored as bf16 (a KV cache in a bf16 model's dtype; strides in elements),
+ * each widened to f32 as it is read: one block per query row at any Tq, so
+ * Tk is limited by choir_cuda_attention_max_keys(). */
+int choir_cuda_attention_kv16(choir_cuda *cu, const float *q, int64_t ldq, const uint16_t *k,
+                              int64_t ldk, const uint16_t *v, int64_t ldv, float *out, int64_t ldo,
+                              int64_t Tq, int64_t Tk, int n_head, int64_t Dh, float scale,
+                              const float *mask, bool causal, choir_err *err);
+int choir_cuda_attention_slots_kv16(choir_cuda *cu, int64_t B, const float *q, int64_t ldq,
+                                    int64_t q_batch, const uint16_t *k, int64_t ldk,
+                                    const uint16_t *v, int64_t ldv, int64_t slot_stride,
+                                    const int32_t *kv_slot, const int32_t *kv_len, float *out,
+                                    int64_t ldo, int64_t out_batch, int64_t Tq, int64_t Tk,
+                                    int n_head, int64_t Dh, float scale, bool causal,
+                                    choir_err *err);
+
+/* Fused attention with every operand bf16 (uint16 storage): B sequences,
+ * sequence b's queries at q + b q_batch, keys and values at + b kv_batch,
+ * output at out + b out_batch (strides in elements, all multiples of 8, rows
+ * 16-byte aligned). Flash-style on the tensor cores: scores and the softmax
+ * in f32, the probabilities rounded to bf16 for the product with V, f32
+ * accumulation, the output rounded to bf16; no score memory, any Tk. Heads
+ * of 16, 32 or 64 values (CHOIR_EUNSUPPORTED otherwise); grouped-query heads as
+ * choir_attn. No mask; causal as choir_attention. */
+int choir_cuda_attention_bf16(choir_cuda *cu, int64_t B, const uint16_t *q, int64_t ldq,
+                              int64_t q_batch, const uint16_t *k, int64_t ldk, const uint16_t *v,
+                              int64_t ldv, int64_t kv_batch, uint16_t *out, int64_t ldo,
+                              int64_t out_batch, int64_t Tq, int64_t Tk, int n_head,
+                              int n_kv_head, int64_t Dh, float scale, bool causal,
+                              choir_err *err);
+/* Query rows per warp of that kernel, 32 (default) or 16: for the bench. */
+void choir_cuda_attention_bf16_set_rows(int rows_per_warp);
 
 /* Largest Tk the attention kernels accept on this device. */
 int64_t choir_cuda_attention_max_keys(const choir_cuda *cu);

@@ -145,8 +145,10 @@ void choir_engine_free(choir_engine *e);
 
 /* Registers model `id` served from `dir` by `ops` (NULL: detect the adapter
  * from dir/config.json and the built-in adapters). Nothing is loaded until a
- * request needs it. Returns 0, CHOIR_EINVAL for a duplicate id,
- * CHOIR_ENOTFOUND when no adapter fits. `id` and `dir` are copied. */
+ * request needs it. Returns 0, CHOIR_EINVAL for a duplicate id ("model id
+ * 'ID' is already registered"; a withdrawn model with the same directory and
+ * adapter is brought back instead), CHOIR_ENOTFOUND when no adapter fits.
+ * `id` and `dir` are copied. */
 int choir_engine_add_model(choir_engine *e, const char *id, const char *dir, const choir_model_ops *ops,
                            choir_err *err);
 
@@ -154,6 +156,15 @@ int choir_engine_add_model(choir_engine *e, const char *id, const char *dir, con
  * its requests waits (at once when it is idle); the model stays registered and
  * a later request loads it again. Returns 0, or CHOIR_ENOTFOUND. */
 int choir_engine_unload_model(choir_engine *e, const char *id, choir_err *err);
+
+/* Withdraws model `id`: from now on submit refuses it (CHOIR_ENOTFOUND, and
+ * a job without a model_id never goes to it), choir_engine_model_find does
+ * not find it and choir_engine_models lists it with `withdrawn` set; its
+ * weights go as with choir_engine_unload_model, once its queued and running
+ * work is done. The id stays taken: choir_engine_add_model with the same id,
+ * directory and adapter brings the model back; another directory is refused.
+ * Returns 0, or CHOIR_ENOTFOUND (no such model, or already withdrawn). */
+int choir_engine_withdraw_model(choir_engine *e, const char *id, choir_err *err);
 
 /* Allocates `bytes` of CHOIR_MEM_IO memory for a request's input (an upload
  * body, decoded audio) when they fit the host memory budget now, beside the
@@ -288,11 +299,19 @@ typedef struct choir_engine_model_info {
     int64_t resident_bytes; /* host bytes while loaded (all replicas); else the expected size */
     int replicas;      /* loaded (or loading) instances, each on its own device */
     uint32_t devices;  /* bit d: a replica on device d of choir_engine_devices */
+    char load_error[CHOIR_ERR_MSG_MAX]; /* why its last load failed (the adapter's message);
+                                           "" when none failed or a later load succeeded */
+    int64_t created;   /* Unix seconds when it was registered (or brought back) */
+    int withdrawn;     /* choir_engine_withdraw_model was called (and no add since) */
 } choir_engine_model_info;
 
-/* Fills up to `cap` entries of `out` in registration order; returns the
- * number of registered models (which may exceed cap). */
+/* Fills up to `cap` entries of `out` in registration order, withdrawn models
+ * included (flagged); returns the number of registered models (which may
+ * exceed cap). */
 int choir_engine_models(choir_engine *e, choir_engine_model_info *out, int cap);
+/* Fills *out (when not NULL) for model `id`, not a withdrawn one. Returns 0
+ * or CHOIR_ENOTFOUND. */
+int choir_engine_model_find(choir_engine *e, const char *id, choir_engine_model_info *out);
 
 /* Renders all metrics in the Prometheus text exposition format (version
  * 0.0.4). Returns a NUL-terminated string the caller frees with choir_free, or

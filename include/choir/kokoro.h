@@ -170,6 +170,23 @@ typedef struct choir_kokoro_decode_input {
     int64_t frames;      /* >= 1 */
 } choir_kokoro_decode_input;
 
+/* Work counters of a GPU attachment (choir_kokoro_gpu_get_stats; the type
+ * exists in every build) since create or the last reset: the executed convolution
+ * FLOPs (2 per multiply-add, padding included), the device bytes the
+ * kernels read and wrote (counted per kernel from its tensor sizes), the
+ * seconds spent in device decoding (upload to download), and decode calls. */
+typedef struct choir_kokoro_gpu_stats {
+    double flops, bytes, seconds;
+    int64_t calls, pieces;
+    int64_t weight_bytes;   /* device bytes of the uploaded weights (LSTMs included) */
+    double lstm_seconds;    /* the front's LSTMs on the device (upload to download) */
+    int64_t lstm_calls;
+    double albert_seconds;  /* ALBERT on the device (upload to download) */
+    int64_t albert_calls;
+    double f0n_seconds;     /* the F0 / N residual blocks on the device */
+    int64_t f0n_calls;
+} choir_kokoro_gpu_stats;
+
 /* --- the CUDA backend (CUDA builds only) --------------------------------- */
 #ifdef CHOIR_HAVE_CUDA
 #include "choir/cuda.h"
@@ -178,9 +195,10 @@ typedef struct choir_kokoro_decode_input {
  * GPU, and the front's costly parts: ALBERT, the six bidirectional LSTMs
  * (duration encoder, duration LSTM, the shared LSTM over frames, the text
  * encoder's), which are sequential on the CPU, and the F0 / N residual
- * blocks (in f32 whatever gpu_bf16 says). The text encoder's convolutions
- * and the AdaLayerNorms stay on the CPU; so does the generator's harmonic source and its
- * 20-point STFT (cheap, and its phase reaches ~1e5 rad, where float32
+ * blocks (in f32 whatever gpu_bf16 says), and the text encoder's
+ * embedding and convolutions. The AdaLayerNorms stay on the CPU; so do the
+ * generator's harmonic source and its 20-point STFT (spread over the CPU's
+ * threads; its phase reaches ~1e5 rad, where float32
  * rounding matters: it is computed exactly as on the CPU and uploaded). The
  * rest runs batched: pieces are padded to the longest, every kernel keeps
  * the padding at zero, and each piece's audio equals its unbatched result to
@@ -222,21 +240,6 @@ void choir_kokoro_set_gpu(choir_kokoro *m, choir_kokoro_gpu *g);
  * included). */
 int64_t choir_kokoro_gpu_estimate_bytes(int n, int64_t frames);
 
-/* Work counters since create or the last reset: the executed convolution
- * FLOPs (2 per multiply-add, padding included), the device bytes the
- * kernels read and wrote (counted per kernel from its tensor sizes), the
- * seconds spent in device decoding (upload to download), and decode calls. */
-typedef struct choir_kokoro_gpu_stats {
-    double flops, bytes, seconds;
-    int64_t calls, pieces;
-    int64_t weight_bytes;   /* device bytes of the uploaded weights (LSTMs included) */
-    double lstm_seconds;    /* the front's LSTMs on the device (upload to download) */
-    int64_t lstm_calls;
-    double albert_seconds;  /* ALBERT on the device (upload to download) */
-    int64_t albert_calls;
-    double f0n_seconds;     /* the F0 / N residual blocks on the device */
-    int64_t f0n_calls;
-} choir_kokoro_gpu_stats;
 void choir_kokoro_gpu_get_stats(choir_kokoro_gpu *g, choir_kokoro_gpu_stats *out);
 void choir_kokoro_gpu_reset_stats(choir_kokoro_gpu *g);
 #endif /* CHOIR_HAVE_CUDA */

@@ -62,6 +62,7 @@ typedef struct choir_stt_input {
     const char *prompt;   /* initial prompt text (Whisper), context / hotwords (VibeVoice), or NULL */
     int translate;        /* 1: translate to English instead of transcribe */
     int timestamps;       /* 1: produce segment timestamps */
+    int word_timestamps;  /* 1: also each word's times in its segment (Whisper; needs timestamps) */
     float temperature;    /* 0 = greedy */
 } choir_stt_input;
 
@@ -81,6 +82,14 @@ typedef struct choir_sts_input {
     double overlap_seconds; /* 0 = model default */
 } choir_sts_input;
 
+/* One word of an STT segment, seconds from the start of the input. */
+typedef struct choir_word {
+    double start_s;
+    double end_s;
+    const char *text;  /* as the model spells it, usually with its leading space */
+    float probability; /* mean probability of its tokens, or 0 when unknown */
+} choir_word;
+
 /* A span of a recording, with its text for STT (NULL for VAD). Times in seconds
  * from the start of the input. */
 typedef struct choir_segment {
@@ -97,6 +106,9 @@ typedef struct choir_segment {
     const int32_t *tokens;  /* its text and timestamp tokens */
     int n_tokens;
     float temperature, avg_logprob, compression_ratio, no_speech_prob;
+    /* Its words in order, when word timestamps were asked (n_words 0 otherwise). */
+    const choir_word *words;
+    int n_words;
 } choir_segment;
 
 /* One piece of a result. All pointers are valid only during the output

@@ -11,8 +11,13 @@
  * 1920 samples.
  *
  * A loaded model (choir_mf2) is immutable and may be used from many threads
- * at once; every call allocates its own activations (choir_alloc,
- * CHOIR_MEM_ACTIVATIONS) and frees them before it returns.
+ * at once. Each call plans its working memory: one arena of the size it
+ * needs (CHOIR_MEM_ACTIVATIONS), freed before it returns; a stream made with
+ * choir_mf2_stream_create_in carves itself and every pass from the caller's
+ * arena instead, so an engine batch runs inside its own arena. Kernel scratch
+ * comes from the block bound to the calling thread (choir/kernels.h) when
+ * one is; the STFT's per-frame buffers still come from the counted
+ * allocator.
  *
  * Long recordings go one of two ways:
  *  - the reference's plan (choir_mf2_enhance_reference): one pass up to 20 s,
@@ -142,6 +147,14 @@ typedef struct choir_mf2_stream choir_mf2_stream;
  * params or out of memory. */
 choir_mf2_stream *choir_mf2_stream_create(const choir_mf2 *m, int channels, const choir_mf2_params *p,
                                           choir_mf2_emit_fn emit, void *user, choir_err *err);
+/* As choir_mf2_stream_create, with the stream, its chunker and the working
+ * memory of every pass carved from `arena` (choir_mf2_stream_bytes of it;
+ * NULL: an arena of that size of the stream's own). The arena must outlive
+ * the stream; what the stream took goes back with the arena's release. */
+struct choir_arena;
+choir_mf2_stream *choir_mf2_stream_create_in(const choir_mf2 *m, int channels, const choir_mf2_params *p,
+                                             struct choir_arena *arena, choir_mf2_emit_fn emit, void *user,
+                                             choir_err *err);
 /* NULL is a no-op. */
 void choir_mf2_stream_free(choir_mf2_stream *s);
 /* Feeds `frames` interleaved frames; enhances every chunk that completes. */
@@ -150,7 +163,8 @@ int choir_mf2_stream_push(choir_mf2_stream *s, const float *x, int64_t frames, c
 int choir_mf2_stream_finish(choir_mf2_stream *s, choir_err *err);
 /* Chunks enhanced so far (per channel pass counted once). */
 int64_t choir_mf2_stream_chunks(const choir_mf2_stream *s);
-/* Worst-case bytes a stream with these params holds at once. */
+/* Worst-case bytes a stream with these params holds at once (the stream,
+ * its chunker and one pass over one chunk). */
 int64_t choir_mf2_stream_bytes(int channels, const choir_mf2_params *p);
 
 /* One-shot form of the stream: x [frames][channels] -> y (caller-allocated,

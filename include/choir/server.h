@@ -100,8 +100,16 @@ int choir_server_start(choir_server *s, choir_err *err);
 /* Loads every registered model now, in a background thread, by running one
  * tiny warm-up request through each; /health answers 503 "loading" until it
  * has finished (then the server is ready, whether or not each load worked).
- * Call after start. Returns 0 or CHOIR_EIO when the thread cannot start. */
+ * A model whose warm-up fails is logged at CHOIR_LOG_ERROR with the reason;
+ * one that failed to load is named by /health and /v1/models until a later
+ * load succeeds. Call after start. Returns 0 or CHOIR_EIO when the thread
+ * cannot start. */
 int choir_server_preload(choir_server *s, choir_err *err);
+
+/* Whether the preload has finished: 1 when it has (*n_failed, when not NULL,
+ * set to the number of models whose warm-up failed, *n_models to the number
+ * tried), 0 while it runs, CHOIR_EINVAL when none was started. */
+int choir_server_preload_done(choir_server *s, int *n_failed, int *n_models);
 
 /* The bound TCP port (after start), or 0. */
 int choir_server_port(const choir_server *s);

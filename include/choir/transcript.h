@@ -35,6 +35,13 @@ const char *choir_transcript_format_mime(choir_transcript_format f);
  * NULL for a code it does not know. Static. */
 const char *choir_language_name(const char *code);
 
+/* A subtitle laid out by the caller (e.g. by words): its lines joined by
+ * '\n'. */
+typedef struct choir_transcript_cue {
+    double start_s, end_s;
+    const char *text;
+} choir_transcript_cue;
+
 typedef struct choir_transcript {
     const char *text;                /* the whole transcript (leading spaces are dropped) */
     const char *language;            /* ISO code ("en") or NULL when unknown */
@@ -42,6 +49,15 @@ typedef struct choir_transcript {
     int translate;                   /* verbose_json's task: translate / transcribe */
     const choir_segment *segments;   /* in time order; borrowed */
     int n_segments;
+    /* verbose_json: a top-level "words" [{word, start, end}] (OpenAI's
+     * timestamp_granularities[]=word) from the segments' words, the word's
+     * spaces trimmed, times in order and inside the audio as segments' are. */
+    int words;
+    int no_segments;                 /* verbose_json without "segments" (word granularity alone) */
+    /* srt / vtt: these cues (in time order, borrowed) instead of one per
+     * segment, when n_cues > 0. */
+    const choir_transcript_cue *cues;
+    int n_cues;
 } choir_transcript;
 
 typedef struct choir_transcript_opts {
@@ -55,7 +71,7 @@ typedef struct choir_transcript_opts {
  * "speaker" in verbose_json. verbose_json's language is OpenAI's name
  * ("english"), its segments carry seek, tokens, temperature, avg_logprob,
  * compression_ratio and no_speech_prob from the model (zero when it has
- * none). NULL and err (CHOIR_ENOMEM, CHOIR_EINVAL) on failure. */
+ * none); with t->words "words" follows "segments". NULL and err (CHOIR_ENOMEM, CHOIR_EINVAL) on failure. */
 char *choir_transcript_write(const choir_transcript *t, choir_transcript_format f, const choir_transcript_opts *o,
                              size_t *len, choir_err *err);
 

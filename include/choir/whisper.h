@@ -192,9 +192,12 @@ typedef struct choir_whisper_gpu_opts {
     bool graphs;     /* replay the per-token decoder step from CUDA graphs (true) */
     bool tf32;       /* f32 products (attention scores, convolutions) on TF32 tensor cores
                         (choir_cuda_set_tf32): for bf16 models; false keeps them f32 */
+    bool kv_f32;     /* keep the KV caches (self and cross) f32 for a half-precision model;
+                        false: they hold the model's dtype, bf16 (half the bytes) */
 } choir_whisper_gpu_opts;
 
-/* device 0, f32 as stored, 8 windows, graphs on, TF32 off. */
+/* device 0, f32 as stored, 8 windows, graphs on, TF32 off, caches in the
+ * model's dtype. */
 void choir_whisper_default_gpu_opts(choir_whisper_gpu_opts *o);
 
 /* Opens a CUDA context on o->device (NULL: defaults), uploads the weights and
@@ -222,6 +225,7 @@ typedef struct choir_whisper_gpu_stats {
     int graphs;              /* graphs captured and alive */
     int graph_failures;      /* captures that failed (those steps ran directly) */
     int64_t pinned_bytes;    /* pinned host memory held now (step inputs, logits) */
+    int kv_elem_bytes;       /* bytes per KV cache element: 4 (f32) or 2 (bf16) */
 } choir_whisper_gpu_stats;
 
 /* Fills `s`; CHOIR_EINVAL when not attached. */
@@ -359,6 +363,11 @@ typedef struct choir_whisper_segment {
     int n_tokens;
     float avg_logprob, no_speech_prob, temperature, compression_ratio;
     int64_t seek;           /* mel frame (10 ms) where its window began (openai's seek) */
+    /* With opts.word_timestamps: its words (texts owned, choir_alloc'd), in
+     * order; the segment's start and end are then those openai refines from
+     * them. NULL / 0 otherwise. */
+    choir_word *words;
+    int n_words;
 } choir_whisper_segment;
 
 typedef struct choir_whisper_transcript {
@@ -411,6 +420,15 @@ typedef struct choir_whisper_transcribe_opts {
      * NULL. */
     int (*cancelled)(void *user, int input);
     void *cancel_user;
+    /* Word timestamps (choir/whisper_words.h), as openai's
+     * transcribe(word_timestamps=True): after each window is decoded, its
+     * text tokens are aligned to its audio through the cross-attention of
+     * the model's alignment heads, each segment gets its words, its times
+     * are refined from them, and in sequential mode the next window starts
+     * where the last word ended (unless the window ended on a single
+     * timestamp). Needs params.timestamps. CPU models only so far: on a GPU
+     * the call fails with CHOIR_EUNSUPPORTED. */
+    bool word_timestamps;
 } choir_whisper_transcribe_opts;
 
 void choir_whisper_default_transcribe_opts(choir_whisper_transcribe_opts *o);

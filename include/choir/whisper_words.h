@@ -180,6 +180,28 @@ int choir_whisper_add_word_timestamps(const choir_tokenizer *tok, const choir_wh
                                       double time_offset, double *last_speech_end, choir_whisper_word_segment *segs,
                                       int n_segs, const choir_whisper_word_opts *opts, choir_err *err);
 
+/* --- one decoded window, end to end ------------------------------------------- */
+
+/* What the seek loop does after decoding a window with word timestamps on
+ * (openai's add_word_timestamps as transcribe calls it): the teacher-forced
+ * pass (choir_whisper_cross_qk) over [sot, language, task] (sot alone for
+ * English-only models), <|notimestamps|>, the text tokens of all segs and
+ * <|endoftext|> on the window's `cross`, the heads
+ * choir_whisper_alignment_heads gives for the model's size, the alignment
+ * matrix over the window's first mel_frames / 2 encoder frames (mel_frames:
+ * the window's frames of audio, openai's num_frames), each text token's
+ * probability from the same pass, then choir_whisper_add_word_timestamps
+ * (time_offset: the window's start in seconds; *last_speech_end in and out).
+ * `language` is the language index the window was decoded in. A window
+ * without text tokens, or with fewer than 2 mel frames, gets no words.
+ * Returns 0, CHOIR_EINVAL (too many tokens for the decoder), CHOIR_ENOMEM,
+ * CHOIR_EUNSUPPORTED (a GPU-attached model); on failure no segment holds
+ * words. */
+int choir_whisper_window_words(const choir_whisper *m, const choir_tokenizer *tok, const choir_whisper_cross *cross,
+                               int language, choir_whisper_task task, int mel_frames, double time_offset,
+                               double *last_speech_end, choir_whisper_word_segment *segs, int n_segs,
+                               const choir_whisper_word_opts *opts, choir_err *err);
+
 /* --- subtitles by words ----------------------------------------------------- */
 
 /* One subtitle: a cue from `start` to `end` (seconds) with its lines
@@ -210,6 +232,12 @@ int choir_whisper_subtitles(const choir_whisper_word_segment *segs, int n_segs,
 
 /* NULL is a no-op. */
 void choir_whisper_cues_free(choir_whisper_cue *c, int n);
+
+/* choir_whisper_subtitles over a transcript made with word timestamps
+ * (its segments' words; segments without words are skipped). Same result
+ * and ownership. */
+int choir_whisper_transcript_cues(const choir_whisper_transcript *t, const choir_whisper_subtitle_opts *opts,
+                                  choir_whisper_cue **out, int *n_out, choir_err *err);
 
 #ifdef __cplusplus
 }

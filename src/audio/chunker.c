@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "choir/alloc.h"
+#include "choir/arena.h"
 #include "choir/chunker.h"
 
 struct choir_chunker {
@@ -23,6 +24,7 @@ struct choir_chunker {
     float *fade_in; /* [overlap_frames] */
     int64_t input_fill, emitted, chunks_run;
     int failed, finished;
+    int in_arena; /* the chunker and its buffers are pieces of a caller's arena */
 };
 
 int64_t choir_chunker_chunk_frames(const choir_chunker_params *p) {
@@ -35,7 +37,8 @@ int64_t choir_chunker_overlap_frames(const choir_chunker_params *p) {
 
 int64_t choir_chunker_memory_bytes(const choir_chunker_params *p) {
     int64_t chunk = choir_chunker_chunk_frames(p), overlap = choir_chunker_overlap_frames(p);
-    return (int64_t)sizeof(choir_chunker) +
+    /* five pieces, each rounded up to CHOIR_ALIGN when carved from an arena */
+    return (int64_t)sizeof(choir_chunker) + 5 * CHOIR_ALIGN +
            (int64_t)sizeof(float) * (chunk * (p->in_channels + p->out_channels) + overlap * (p->out_channels + 1));
 }
 
@@ -55,15 +58,23 @@ static int check_params(const choir_chunker_params *p, choir_err *err) {
     return CHOIR_OK;
 }
 
-choir_chunker *choir_chunker_create(const choir_chunker_params *p, choir_chunk_process_fn process,
-                                    choir_chunk_emit_fn emit, void *user, choir_err *err) {
+/* One piece of the chunker's memory: from the arena when there is one. */
+static void *take(choir_arena *arena, size_t bytes) {
+    return arena ? choir_arena_alloc(arena, bytes) : choir_alloc(CHOIR_MEM_IO, bytes);
+}
+
+choir_chunker *choir_chunker_create_in(choir_arena *arena, const choir_chunker_params *p,
+                                       choir_chunk_process_fn process, choir_chunk_emit_fn emit, void *user,
+                                       choir_err *err) {
     if (check_params(p, err)) return NULL;
     if (!process || !emit) {
         choir_err_set(err, CHOIR_EINVAL, "chunker: process and emit callbacks are required");
         return NULL;
     }
-    choir_chunker *c = choir_calloc(CHOIR_MEM_IO, 1, sizeof *c);
+    choir_chunker *c = take(arena, sizeof *c);
     if (!c) goto nomem;
+    memset(c, 0, sizeof *c);
+    c->in_arena = arena != NULL;
     c->chunk_frames = choir_chunker_chunk_frames(p);
     c->overlap_frames = choir_chunker_overlap_frames(p);
     c->in_channels = p->in_channels;
@@ -71,22 +82,27 @@ choir_chunker *choir_chunker_create(const choir_chunker_params *p, choir_chunk_p
     c->process = process;
     c->emit = emit;
     c->user = user;
-    c->input = choir_alloc(CHOIR_MEM_IO, (size_t)(c->chunk_frames * c->in_channels) * sizeof(float));
-    c->output = choir_alloc(CHOIR_MEM_IO, (size_t)(c->chunk_frames * c->out_channels) * sizeof(float));
-    c->tail = choir_alloc(CHOIR_MEM_IO, (size_t)(c->overlap_frames * c->out_channels) * sizeof(float));
-    c->fade_in = choir_alloc(CHOIR_MEM_IO, (size_t)c->overlap_frames * sizeof(float));
+    c->input = take(arena, (size_t)(c->chunk_frames * c->in_channels) * sizeof(float));
+    c->output = take(arena, (size_t)(c->chunk_frames * c->out_channels) * sizeof(float));
+    c->tail = take(arena, (size_t)(c->overlap_frames * c->out_channels) * sizeof(float));
+    c->fade_in = take(arena, (size_t)c->overlap_frames * sizeof(float));
     if (!c->input || !c->output || !c->tail || !c->fade_in) goto nomem;
     for (int64_t i = 0; i < c->overlap_frames; i++)
         c->fade_in[i] = (float)(0.5 * (1.0 - cos(M_PI * ((double)i + 0.5) / (double)c->overlap_frames)));
     return c;
 nomem:
-    choir_err_set(err, CHOIR_ENOMEM, "chunker: out of memory");
+    choir_err_set(err, CHOIR_ENOMEM, arena ? "chunker: the arena has no room" : "chunker: out of memory");
     choir_chunker_free(c);
     return NULL;
 }
 
+choir_chunker *choir_chunker_create(const choir_chunker_params *p, choir_chunk_process_fn process,
+                                    choir_chunk_emit_fn emit, void *user, choir_err *err) {
+    return choir_chunker_create_in(NULL, p, process, emit, user, err);
+}
+
 void choir_chunker_free(choir_chunker *c) {
-    if (!c) return;
+    if (!c || c->in_arena) return;
     choir_free(c->input);
     choir_free(c->output);
     choir_free(c->tail);

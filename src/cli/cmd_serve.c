@@ -17,79 +17,12 @@
 #include "choir/engine.h"
 #include "choir/log.h"
 #include "choir/server.h"
+#include "choir/parse.h"
 #include "cli/cli.h"
+#include "cli/opt.h"
 
 #define MAX_MODEL_DIRS 16
 #define MAX_ALIASES 32
-
-static void serve_usage(FILE *f)
-{
-    fprintf(f,
-            "usage: choir serve [--models DIR ...] [options]\n"
-            "\n"
-            "Serves the models found in each DIR (a model directory, or a folder of them;\n"
-            "a model's id is its directory's name) over an OpenAI-compatible HTTP API.\n"
-            "Without --models: $CHOIR_MODELS, else ~/.cache/choir/models (as choir info).\n"
-            "\n"
-            "  --host ADDR            IPv4 address to bind (default 127.0.0.1)\n"
-            "  --port N               TCP port (default 8000; 0 picks a free one)\n"
-            "  --port-file PATH       write the bound port to PATH once listening\n"
-            "  --api-key KEY          require \"Authorization: Bearer KEY\" (also $CHOIR_API_KEY)\n"
-            "  --admin-key KEY        enable model administration (POST/DELETE /v1/models, for\n"
-            "                         directories inside the --models folders) with its own key\n"
-            "                         (also $CHOIR_ADMIN_KEY; off without one)\n"
-            "  --max-upload MB        largest request body (default 25)\n"
-            "  --no-ui                do not serve the web page at /\n"
-            "  --cors ORIGIN          let pages from ORIGIN call the API from a browser (repeatable,\n"
-            "                         or comma-separated; * for any)\n"
-            "  --alias NAME=MODEL     requests for model NAME go to MODEL (repeatable; by default\n"
-            "                         tts-1, tts-1-hd, gpt-4o-mini-tts go to the first TTS model,\n"
-            "                         whisper-1, gpt-4o-transcribe to the first STT model)\n"
-            "  --voice-alias NAME=VOICE  voice NAME stands for VOICE (repeatable; by default\n"
-            "                         OpenAI's voices, alloy, echo, nova..., map to similar Kokoro voices)\n"
-            "  --json                 print {\"url\",\"port\",\"models\",\"profile\"} on stdout once listening\n"
-            "  --preload              load every model at start (/health is 503 until done)\n"
-            "  --request-timeout S    deadline per request, queue and compute (default 300;\n"
-            "                         a client may ask for less: X-Request-Timeout: S)\n"
-            "  --max-audio-s ID=S     --max-audio-s for one model (repeatable)\n"
-            "  --max-connections N    client connections in all (default 1024)\n"
-            "  --max-client-connections N  from one IP address (default 64; -1: no limit,\n"
-            "                         for a proxy that sends all traffic)\n"
-            "  --header-timeout S     a request header must be complete within S (default 20)\n"
-            "  --keepalive-timeout S  more time for the next request on a kept-alive connection (default 60)\n"
-            "  --body-timeout S       grace before the body rate floor applies (default 20)\n"
-            "  --body-min-rate B      bytes/s a request body must then keep up (default 500; -1: none)\n"
-            "  --idle-timeout S       close a connection without any traffic for S (default 120)\n"
-            "  --shutdown-deadline S  seconds in-flight work gets on SIGTERM (default 10)\n"
-            "\nengine options (the profile's values unless given; --profile applies first):\n%s",
-            choir_engine_options_help());
-}
-
-/* The field a connection deadline flag sets, or NULL. */
-static double *connection_time(choir_server_params *sp, const char *flag)
-{
-    if (strcmp(flag, "--header-timeout") == 0)
-        return &sp->header_timeout_s;
-    if (strcmp(flag, "--keepalive-timeout") == 0)
-        return &sp->keepalive_timeout_s;
-    if (strcmp(flag, "--body-timeout") == 0)
-        return &sp->body_timeout_s;
-    if (strcmp(flag, "--body-min-rate") == 0)
-        return &sp->body_min_rate;
-    if (strcmp(flag, "--idle-timeout") == 0)
-        return &sp->idle_timeout_s;
-    return NULL;
-}
-
-static int parse_int(const char *s, int lo, int hi, int *out)
-{
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || v < lo || v > hi)
-        return -1;
-    *out = (int)v;
-    return 0;
-}
 
 static void report_stop(int cut)
 {
@@ -138,143 +71,188 @@ static void *stop_guard_main(void *arg)
     return NULL;
 }
 
+/* Waits for SIGTERM or SIGINT and returns it. With --preload, says once
+ * the preload is done how it went; with --preload-strict, returns 0 instead
+ * when a model failed. */
+static int wait_for_stop(choir_server *server, const sigset_t *stop_signals, int preload, int strict)
+{
+    int pending = preload;
+    while (pending) {
+        struct timespec tick = {0, 100 * 1000 * 1000};
+        int sig = sigtimedwait(stop_signals, NULL, &tick);
+        if (sig > 0)
+            return sig;
+        int failed = 0, tried = 0;
+        if (choir_server_preload_done(server, &failed, &tried) != 1)
+            continue;
+        pending = 0;
+        if (failed == 0) {
+            fprintf(stderr, "choir serve: preloaded %d model%s\n", tried, tried == 1 ? "" : "s");
+            continue;
+        }
+        fprintf(stderr, "choir serve: preload: %d of %d model%s failed (logged above)%s\n", failed, tried,
+                tried == 1 ? "" : "s",
+                strict ? "; exiting (--preload-strict)" : "; the others are served, /health names the failed");
+        if (strict)
+            return 0;
+    }
+    int sig = 0;
+    sigwait(stop_signals, &sig);
+    return sig;
+}
+
+/* The values of --cors, joined with commas into `out` (the server's form).
+ * 0, or -1 for an empty one or too many bytes in all. */
+static int join_origins(const cli_list *cors, char *out, size_t cap)
+{
+    size_t used = 0;
+    out[0] = 0;
+    for (int i = 0; i < cors->n; i++) {
+        int w = snprintf(out + used, cap - used, "%s%s", used ? "," : "", cors->items[i]);
+        if (!*cors->items[i] || w < 0 || (size_t)w >= cap - used)
+            return -1;
+        used += (size_t)w;
+    }
+    return 0;
+}
+
+/* NAME=VALUE with both parts given. */
+static int is_pair(const char *v)
+{
+    const char *eq = strchr(v, '=');
+    return eq && eq != v && eq[1];
+}
+
 int choir_cmd_serve(int argc, char **argv)
 {
-    const char *dirs[MAX_MODEL_DIRS];
-    int n_dirs = 0;
     choir_server_params sp = choir_server_default_params();
-    const char *profile_name = "default", *port_file = NULL;
-    /* Engine options are checked as they come (choir_engine_apply_option)
-     * and applied after the profile's defaults, whatever their order. */
-    const char *engine_opts[64][2];
-    int n_engine_opts = 0;
-    int upload_mb = 25, preload = 0, json = 0;
+    choir_engine_params ep = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
+    const char *dir_args[MAX_MODEL_DIRS], *alias_args[MAX_ALIASES], *voice_alias_args[MAX_ALIASES];
+    const char *cors_args[MAX_ALIASES], *audio_args[MAX_MODEL_DIRS];
+    cli_list dirs = {dir_args, MAX_MODEL_DIRS, 0}, aliases = {alias_args, MAX_ALIASES, 0};
+    cli_list voice_aliases = {voice_alias_args, MAX_ALIASES, 0}, cors = {cors_args, MAX_ALIASES, 0};
+    cli_list max_audio = {audio_args, MAX_MODEL_DIRS, 0};
+    const char *port_file = NULL, *api_key = NULL, *admin_key = NULL;
+    int upload_mb = 25, preload = 0, strict = 0, json = 0, no_ui = 0;
     double deadline = 10;
     choir_err err = {0};
-    char limit_ids[MAX_MODEL_DIRS][128];
-    double limit_secs[MAX_MODEL_DIRS];
-    int n_limits = 0;
-    const char *aliases[MAX_ALIASES], *voice_aliases[MAX_ALIASES];
-    int n_aliases = 0, n_voice_aliases = 0;
-    char cors[1024] = "";
-    sp.api_key = getenv("CHOIR_API_KEY");
-    sp.admin_key = getenv("CHOIR_ADMIN_KEY");
-    const char *key_from[2] = {sp.api_key ? "$CHOIR_API_KEY" : NULL, sp.admin_key ? "$CHOIR_ADMIN_KEY" : NULL};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            serve_usage(stdout);
-            return 0;
-        }
-        if (strcmp(a, "--preload") == 0) {
-            preload = 1;
-            continue;
-        }
-        if (strcmp(a, "--json") == 0) {
-            json = 1;
-            continue;
-        }
-        if (strcmp(a, "--no-ui") == 0) {
-            sp.ui = 0;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "choir serve: unknown option or missing value: %s\n", a);
-            serve_usage(stderr);
-            return 2;
-        }
-        const char *v = argv[++i];
-        int bad = 0;
-        double *secs_field;
-        if (strcmp(a, "--models") == 0) {
-            if (n_dirs == MAX_MODEL_DIRS)
-                bad = 1;
-            else
-                dirs[n_dirs++] = v;
-        } else if (strcmp(a, "--host") == 0) {
-            sp.host = v;
-        } else if (strcmp(a, "--port") == 0) {
-            bad = parse_int(v, 0, 65535, &sp.port);
-        } else if (strcmp(a, "--port-file") == 0) {
-            port_file = v;
-        } else if (strcmp(a, "--api-key") == 0) {
-            sp.api_key = v;
-            key_from[0] = "--api-key";
-        } else if (strcmp(a, "--admin-key") == 0) {
-            sp.admin_key = v;
-            key_from[1] = "--admin-key";
-        } else if (strcmp(a, "--max-upload") == 0) {
-            bad = parse_int(v, 1, 1 << 20, &upload_mb);
-        } else if (strcmp(a, "--request-timeout") == 0) {
-            char *end;
-            sp.request_timeout_s = strtod(v, &end);
-            bad = end == v || *end || sp.request_timeout_s <= 0;
-        } else if (strcmp(a, "--max-audio-s") == 0 && strchr(v, '=')) {
-            const char *eq = strrchr(v, '=');
-            char *end;
-            double secs = strtod(eq + 1, &end);
-            bad = end == eq + 1 || *end || !(secs > 0) || eq == v;
-            if (!bad) {
-                if (n_limits == MAX_MODEL_DIRS)
-                    bad = 1;
-                else {
-                    snprintf(limit_ids[n_limits], sizeof limit_ids[0], "%.*s", (int)(eq - v), v);
-                    limit_secs[n_limits++] = secs;
-                }
-            }
-        } else if (strcmp(a, "--cors") == 0) {
-            size_t used = strlen(cors);
-            int w = snprintf(cors + used, sizeof cors - used, "%s%s", used ? "," : "", v);
-            bad = !*v || w < 0 || (size_t)w >= sizeof cors - used;
-            sp.cors = cors;
-        } else if (strcmp(a, "--alias") == 0 || strcmp(a, "--voice-alias") == 0) {
-            int voice = a[2] == 'v';
-            const char *eq = strchr(v, '=');
-            int *n = voice ? &n_voice_aliases : &n_aliases;
-            bad = !eq || eq == v || !eq[1] || *n == MAX_ALIASES;
-            if (!bad)
-                (voice ? voice_aliases : aliases)[(*n)++] = v;
-        } else if (strcmp(a, "--max-connections") == 0) {
-            bad = parse_int(v, 1, 1 << 20, &sp.max_connections);
-        } else if (strcmp(a, "--max-client-connections") == 0) {
-            bad = parse_int(v, -1, 1 << 20, &sp.max_client_connections) || sp.max_client_connections == 0;
-        } else if ((secs_field = connection_time(&sp, a)) != NULL) {
-            char *end;
-            double x = strtod(v, &end);
-            /* only the rate floor can be turned off (-1) */
-            bad = end == v || *end || !(x > 0 || (x == -1 && secs_field == &sp.body_min_rate));
-            *secs_field = x;
-        } else if (strcmp(a, "--shutdown-deadline") == 0) {
-            char *end;
-            deadline = strtod(v, &end);
-            bad = end == v || *end || deadline < 0;
-        } else {
-            choir_engine_params scratch = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
-            int applied = choir_engine_apply_option(&scratch, a, v, &err);
-            if (applied < 0) {
-                fprintf(stderr, "choir serve: %s\n", err.msg);
-                return 2;
-            }
-            if (applied == 0 || strncmp(a, "--", 2) != 0) {
-                fprintf(stderr, "choir serve: unknown option %s\n", a);
-                serve_usage(stderr);
-                return 2;
-            }
-            if (strcmp(a, "--profile") == 0) {
-                profile_name = v;
-            } else if (n_engine_opts == (int)(sizeof engine_opts / sizeof engine_opts[0])) {
-                fprintf(stderr, "choir serve: too many engine options\n");
-                return 2;
-            } else {
-                engine_opts[n_engine_opts][0] = a;
-                engine_opts[n_engine_opts++][1] = v;
-            }
-        }
-        if (bad) {
-            fprintf(stderr, "choir serve: bad value for %s: %s\n", a, v);
+    /* Each flag is one row: where its value goes (already holding the
+     * default), its bounds and its usage line. */
+    const cli_opt flags[] = {
+        {"--models", CLI_LIST, &dirs, 0, 0, "DIR", "a model directory, or a folder of them (repeatable, up to 16)"},
+        {"--host", CLI_STRING, &sp.host, 0, 0, "ADDR", "IPv4 address to bind (default 127.0.0.1)"},
+        {"--port", CLI_INT, &sp.port, 0, 65535, "N", "TCP port (default 8000; 0 picks a free one)"},
+        {"--port-file", CLI_STRING, &port_file, 0, 0, "PATH", "write the bound port to PATH once listening"},
+        {"--api-key", CLI_STRING, &api_key, 0, 0, "KEY", "require \"Authorization: Bearer KEY\" (also $CHOIR_API_KEY)"},
+        {"--admin-key", CLI_STRING, &admin_key, 0, 0, "KEY",
+         "enable model administration (POST/DELETE /v1/models, for\ndirectories inside the --models folders) with its own "
+         "key\n(also $CHOIR_ADMIN_KEY; off without one)"},
+        {"--max-upload", CLI_INT, &upload_mb, 1, 1 << 20, "MB", "largest request body (default 25)"},
+        {"--no-ui", CLI_FLAG, &no_ui, 0, 0, NULL, "do not serve the web page at /"},
+        {"--cors", CLI_LIST, &cors, 0, 0, "ORIGIN",
+         "let pages from ORIGIN call the API from a browser (repeatable,\nor comma-separated; * for any)"},
+        {"--alias", CLI_LIST, &aliases, 0, 0, "NAME=MODEL",
+         "requests for model NAME go to MODEL (repeatable; by default\ntts-1, tts-1-hd, gpt-4o-mini-tts go to the first TTS "
+         "model,\nwhisper-1, gpt-4o-transcribe to the first STT model)"},
+        {"--voice-alias", CLI_LIST, &voice_aliases, 0, 0, "NAME=VOICE",
+         "voice NAME stands for VOICE (repeatable; by default OpenAI's\nvoices, alloy, echo, nova..., map to similar Kokoro "
+         "voices)"},
+        {"--json", CLI_FLAG, &json, 0, 0, NULL, "print {\"url\",\"port\",\"models\",\"profile\"} on stdout once listening"},
+        {"--preload", CLI_FLAG, &preload, 0, 0, NULL,
+         "load every model at start (/health is 503 until done); a model\nthat fails is logged and named by /health, the "
+         "others are served"},
+        {"--preload-strict", CLI_FLAG, &strict, 0, 0, NULL, "--preload, and exit 1 when any model fails to load"},
+        {"--request-timeout", CLI_DOUBLE, &sp.request_timeout_s, 0.001, 1e9, "S",
+         "deadline per request, queue and compute (default 300;\na client may ask for less: X-Request-Timeout: S)"},
+        {"--max-audio-s", CLI_LIST, &max_audio, 0, 0, "[ID=]S",
+         "longest audio input, seconds: for every model (the engine's\n--max-audio-s), or with ID= for one (repeatable)"},
+        {"--max-connections", CLI_INT, &sp.max_connections, 1, 1 << 20, "N", "client connections in all (default 1024)"},
+        {"--max-client-connections", CLI_INT, &sp.max_client_connections, -1, 1 << 20, "N",
+         "from one IP address (default 64; -1: no limit, for a proxy\nthat sends all traffic)"},
+        {"--header-timeout", CLI_DOUBLE, &sp.header_timeout_s, 0.001, 1e9, "S",
+         "a request header must be complete within S (default 20)"},
+        {"--keepalive-timeout", CLI_DOUBLE, &sp.keepalive_timeout_s, 0.001, 1e9, "S",
+         "more time for the next request on a kept-alive connection\n(default 60)"},
+        {"--body-timeout", CLI_DOUBLE, &sp.body_timeout_s, 0.001, 1e9, "S",
+         "grace before the body rate floor applies (default 20)"},
+        {"--body-min-rate", CLI_DOUBLE, &sp.body_min_rate, -1, 1e12, "B",
+         "bytes/s a request body must then keep up (default 500; -1: none)"},
+        {"--idle-timeout", CLI_DOUBLE, &sp.idle_timeout_s, 1, 1e9, "S",
+         "close a connection without any traffic for S (default 120)"},
+        {"--shutdown-deadline", CLI_DOUBLE, &deadline, 0, 1e9, "S", "seconds in-flight work gets on SIGTERM (default 10)"},
+    };
+    const cli_spec spec = {
+        .cmd = "serve",
+        .synopsis = "usage: choir serve [--models DIR ...] [options]\n"
+                    "\n"
+                    "Serves the models found in each DIR (a model directory, or a folder of them;\n"
+                    "a model's id is its directory's name) over an OpenAI-compatible HTTP API.\n"
+                    "Without --models: $CHOIR_MODELS, else ~/.cache/choir/models (as choir info).\n"
+                    "\n",
+        .opts = flags,
+        .n_opts = (int)(sizeof flags / sizeof flags[0]),
+        .engine = &ep,
+    };
+    int parsed = cli_parse(&spec, argc, argv);
+    if (parsed >= 0)
+        return parsed;
+
+    /* What one row cannot say: pairs, the one excluded value, and which
+     * values go to the engine. */
+    for (int i = 0; i < aliases.n + voice_aliases.n; i++) {
+        int voice = i >= aliases.n;
+        const char *v = voice ? voice_aliases.items[i - aliases.n] : aliases.items[i];
+        if (!is_pair(v)) {
+            fprintf(stderr, "choir serve: --%salias needs NAME=%s, got '%s'\n", voice ? "voice-" : "",
+                    voice ? "VOICE" : "MODEL", v);
             return 2;
         }
     }
+    char origins[1024];
+    if (join_origins(&cors, origins, sizeof origins) < 0) {
+        fprintf(stderr, "choir serve: --cors needs an origin, %zu bytes at most in all\n", sizeof origins - 1);
+        return 2;
+    }
+    sp.cors = cors.n ? origins : NULL;
+    if (sp.max_client_connections == 0) {
+        fprintf(stderr, "choir serve: --max-client-connections needs -1 (no limit) or at least 1, got '0'\n");
+        return 2;
+    }
+    /* only the rate floor can be turned off (-1) */
+    if (sp.body_min_rate <= 0 && sp.body_min_rate != -1) {
+        fprintf(stderr, "choir serve: --body-min-rate needs a positive number of bytes/s, or -1 for none\n");
+        return 2;
+    }
+    char limit_ids[MAX_MODEL_DIRS][128];
+    double limit_secs[MAX_MODEL_DIRS];
+    int n_limits = 0;
+    for (int i = 0; i < max_audio.n; i++) {
+        const char *v = max_audio.items[i], *eq = strrchr(v, '=');
+        if (!eq) {
+            /* the engine's flag: every model (after the profile, as given) */
+            if (choir_engine_apply_option(&ep, "max-audio-s", v, &err) < 0) {
+                fprintf(stderr, "choir serve: %s\n", err.msg);
+                return 2;
+            }
+            continue;
+        }
+        double secs = 0;
+        if (eq == v || (size_t)(eq - v) >= sizeof limit_ids[0] ||
+            choir_parse_number(eq + 1, 1e-3, 1e9, 0, &secs) < 0) {
+            fprintf(stderr, "choir serve: --max-audio-s ID=S needs a model id and seconds in [0.001, 1e9], got '%s'\n",
+                    v);
+            return 2;
+        }
+        snprintf(limit_ids[n_limits], sizeof limit_ids[0], "%.*s", (int)(eq - v), v);
+        limit_secs[n_limits++] = secs;
+    }
+    preload |= strict;
+    sp.ui = !no_ui;
+    sp.max_upload_bytes = (int64_t)upload_mb << 20;
+    /* A key on the command line wins over the environment's. */
+    const char *key_from[2] = {api_key ? "--api-key" : "$CHOIR_API_KEY", admin_key ? "--admin-key" : "$CHOIR_ADMIN_KEY"};
+    sp.api_key = api_key ? api_key : getenv("CHOIR_API_KEY");
+    sp.admin_key = admin_key ? admin_key : getenv("CHOIR_ADMIN_KEY");
     /* An empty key would serve without authentication and say nothing. */
     if ((sp.api_key && !*sp.api_key) || (sp.admin_key && !*sp.admin_key)) {
         int api = sp.api_key && !*sp.api_key;
@@ -288,7 +266,7 @@ int choir_cmd_serve(int argc, char **argv)
     }
     /* Without --models, the folder `choir info` and `choir vad` look in. */
     char default_dir[4096];
-    if (n_dirs == 0) {
+    if (dirs.n == 0) {
         const char *env = getenv("CHOIR_MODELS"), *home = getenv("HOME");
         if (env && *env)
             snprintf(default_dir, sizeof default_dir, "%s", env);
@@ -302,17 +280,12 @@ int choir_cmd_serve(int argc, char **argv)
                     "choir serve: no --models DIR given, and no models folder at %s "
                     "(set $CHOIR_MODELS, or put models in ~/.cache/choir/models)\n",
                     default_dir[0] ? default_dir : "$CHOIR_MODELS or ~/.cache/choir/models ($HOME unset)");
-            serve_usage(stderr);
+            cli_usage(&spec, stderr);
             return 2;
         }
-        dirs[n_dirs++] = default_dir;
+        dir_args[dirs.n++] = default_dir;
     }
-    choir_profile profile;
-    if (choir_profile_parse(profile_name, &profile) < 0) {
-        fprintf(stderr, "choir serve: unknown profile %s\n", profile_name);
-        return 2;
-    }
-    sp.max_upload_bytes = (int64_t)upload_mb << 20;
+    choir_profile profile = ep.profile;
 
     /* One descriptor per connection, a thread each: the soft limit (often
      * 1024) would refuse connections long before --max-connections. */
@@ -337,11 +310,7 @@ int choir_cmd_serve(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    /* The values were checked while parsing; choir_engine_create checks
-     * whether the --gpus exist (or CUDA at all). */
-    choir_engine_params ep = choir_engine_default_params(profile);
-    for (int i = 0; i < n_engine_opts; i++)
-        choir_engine_apply_option(&ep, engine_opts[i][0], engine_opts[i][1], &err);
+    /* choir_engine_create checks whether the --gpus exist (or CUDA at all). */
     choir_engine *engine = choir_engine_create(&ep, &err);
     if (!engine && err.code == CHOIR_EINVAL) {
         fprintf(stderr, "choir serve: %s\n", err.msg);
@@ -351,17 +320,17 @@ int choir_cmd_serve(int argc, char **argv)
     int rc = 1, n_models = 0;
     if (!server)
         goto fail;
-    for (int i = 0; i < n_dirs; i++) {
-        int n = choir_server_add_models_dir(server, dirs[i], &err);
+    for (int i = 0; i < dirs.n; i++) {
+        int n = choir_server_add_models_dir(server, dirs.items[i], &err);
         if (n < 0)
             goto fail;
         n_models += n;
     }
     if (n_models == 0)
         choir_log(CHOIR_LOG_WARN, "no models found in the --models directories");
-    for (int i = 0; i < n_aliases + n_voice_aliases; i++) {
-        int voice = i >= n_aliases;
-        const char *pair = voice ? voice_aliases[i - n_aliases] : aliases[i];
+    for (int i = 0; i < aliases.n + voice_aliases.n; i++) {
+        int voice = i >= aliases.n;
+        const char *pair = voice ? voice_aliases.items[i - aliases.n] : aliases.items[i];
         char name[256];
         const char *eq = strchr(pair, '=');
         snprintf(name, sizeof name, "%.*s", (int)(eq - pair), pair);
@@ -407,8 +376,13 @@ int choir_cmd_serve(int argc, char **argv)
     for (int i = 1; i < n_devs && i <= CHOIR_ENGINE_MAX_GPUS; i++)
         fprintf(stderr, "choir serve: %s (%s): %.1f GiB budget of %.1f GiB\n", devs[i].name, devs[i].hw_name,
                 (double)devs[i].budget / (1 << 30), (double)devs[i].total_bytes / (1 << 30));
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
+    int sig = wait_for_stop(server, &stop_signals, preload, strict);
+    if (sig == 0) {
+        /* --preload-strict and a model failed: stop as on a signal, exit 1 */
+        choir_server_shutdown(server, deadline);
+        rc = 1;
+        goto done;
+    }
     /* Threads that libraries started before main (OpenBLAS's) do not block
      * these signals, so a second one would take the default action there:
      * SIGTERM is ignored from now on (the deadline bounds the stop anyway),

@@ -15,6 +15,7 @@
 #include "choir/tokenizer.h"
 #include "choir/transcript.h"
 #include "choir/whisper.h"
+#include "choir/whisper_words.h"
 #include "cli/cli.h"
 #include "cli/opt.h"
 
@@ -34,8 +35,11 @@ static void stt_on_progress(void *user, double done, double total) {
     p->shown = 1;
 }
 
-/* The transcript in `fmt` through the formatter the server uses too. */
-static int stt_write(FILE *f, const char *fmt, const choir_whisper_transcript *t, bool translate) {
+/* The transcript in `fmt` through the formatter the server uses too. With
+ * word timestamps (`sub` not NULL), verbose_json lists the words and srt /
+ * vtt cues are laid out by words as openai's SubtitlesWriter lays them out. */
+static int stt_write(FILE *f, const char *fmt, const choir_whisper_transcript *t, bool translate,
+                     const choir_whisper_subtitle_opts *sub) {
     choir_transcript_format tf;
     if (choir_transcript_format_parse(fmt, &tf) < 0) return -1;
     choir_segment *segs = choir_calloc(CHOIR_MEM_IO, (size_t)t->n_segments + 1, sizeof *segs);
@@ -43,10 +47,26 @@ static int stt_write(FILE *f, const char *fmt, const choir_whisper_transcript *t
     choir_whisper_segment_views(t, segs);
     choir_transcript tr = {.text = t->text, .language = choir_whisper_lang_code(t->language),
                            .duration_s = t->duration, .translate = translate, .segments = segs,
-                           .n_segments = t->n_segments};
+                           .n_segments = t->n_segments, .words = sub != NULL};
+    choir_whisper_cue *cues = NULL;
+    choir_transcript_cue *tcues = NULL;
+    int n_cues = 0;
+    if (sub && (tf == CHOIR_TRANSCRIPT_SRT || tf == CHOIR_TRANSCRIPT_VTT)) {
+        if (choir_whisper_transcript_cues(t, sub, &cues, &n_cues, NULL) ||
+            !(tcues = choir_calloc(CHOIR_MEM_IO, (size_t)n_cues + 1, sizeof *tcues))) {
+            choir_whisper_cues_free(cues, n_cues);
+            choir_free(segs);
+            return -1;
+        }
+        for (int i = 0; i < n_cues; i++) tcues[i] = (choir_transcript_cue){cues[i].start, cues[i].end, cues[i].text};
+        tr.cues = tcues;
+        tr.n_cues = n_cues;
+    }
     choir_transcript_opts o = {.pretty = 1};
     size_t len = 0;
     char *out = choir_transcript_write(&tr, tf, &o, &len, NULL);
+    choir_free(tcues);
+    choir_whisper_cues_free(cues, n_cues);
     choir_free(segs);
     if (!out) return -1;
     fwrite(out, 1, len, f);
@@ -90,6 +110,7 @@ int choir_cmd_stt(int argc, char **argv) {
     choir_whisper_transcribe_opts o;
     choir_whisper_default_transcribe_opts(&o);
     int no_timestamps = 0, no_condition = 0, threads = 0, batch_size = -1;
+    int word_timestamps = 0, highlight = 0, max_width = 0, max_count = 0, max_words = 0;
     double temperature = -1;
     const char *task = NULL;
     const cli_opt flags[] = {
@@ -105,6 +126,15 @@ int choir_cmd_stt(int argc, char **argv) {
         {"--vad", CLI_FLAG, &use_vad, 0, 0, NULL, "split at speech (Silero VAD) and decode in batches"},
         {"--vad-model", CLI_STRING, &vad_path, 0, 0, "PATH", "Silero VAD model (default: $CHOIR_MODELS/silero-vad)"},
         {"--no-timestamps", CLI_FLAG, &no_timestamps, 0, 0, NULL, "do not sample timestamp tokens"},
+        {"--word-timestamps", CLI_FLAG, &word_timestamps, 0, 0, NULL,
+         "times of each word (cross-attention alignment, as openai's);\nverbose_json lists them, srt/vtt are laid out "
+         "by words"},
+        {"--max-line-width", CLI_INT, &max_width, 1, 100000, "N", "with --word-timestamps: characters per subtitle line"},
+        {"--max-line-count", CLI_INT, &max_count, 1, 100000, "N",
+         "with --word-timestamps and --max-line-width: lines per cue"},
+        {"--max-words-per-line", CLI_INT, &max_words, 1, 100000, "N",
+         "with --word-timestamps, without --max-line-width: words per cue"},
+        {"--highlight-words", CLI_FLAG, &highlight, 0, 0, NULL, "with --word-timestamps: underline each word in srt/vtt"},
         {"--max-tokens", CLI_INT, &o.params.sample_len, 1, 100000, "N", "most tokens sampled per 30-s window (default 224)"},
         {"--initial-prompt", CLI_STRING, &o.initial_prompt, 0, 0, "S", "text to condition the first window on"},
         {"--no-condition", CLI_FLAG, &no_condition, 0, 0, NULL, "do not prompt a window with the previous text"},
@@ -148,6 +178,18 @@ int choir_cmd_stt(int argc, char **argv) {
         o.batched = true;
     }
     if (no_timestamps) o.params.timestamps = false;
+    if (!word_timestamps && (max_width || max_count || max_words || highlight)) {
+        fprintf(stderr, "choir stt: --max-line-width, --max-line-count, --max-words-per-line and --highlight-words "
+                        "need --word-timestamps\n");
+        return 2;
+    }
+    if (word_timestamps && no_timestamps) {
+        fprintf(stderr, "choir stt: --word-timestamps needs timestamps (drop --no-timestamps)\n");
+        return 2;
+    }
+    o.word_timestamps = word_timestamps != 0;
+    choir_whisper_subtitle_opts sub = {.max_line_width = max_width, .max_line_count = max_count,
+                                       .max_words_per_line = max_words, .highlight_words = highlight != 0};
     if (no_condition) o.condition_on_previous_text = false;
     if (threads) choir_pool_set_default_threads(threads);
     if (!model_dir || n_files == 0) {
@@ -176,6 +218,10 @@ int choir_cmd_stt(int argc, char **argv) {
     }
     const choir_model_ops *kind = choir_model_detect(model_dir, NULL, 0, NULL);
     if (kind && strcmp(kind->kind, "vibevoice") == 0) {
+        if (word_timestamps) {
+            fprintf(stderr, "choir stt: --word-timestamps is for Whisper models (VibeVoice-ASR gives segments)\n");
+            return 2;
+        }
         if (max_new < 0 || max_audio_s < 0) {
             fprintf(stderr, "choir stt: --max-new-tokens and --max-audio-seconds must be positive\n");
             return 2;
@@ -252,7 +298,8 @@ int choir_cmd_stt(int argc, char **argv) {
                 }
             }
             if (out) {
-                if (stt_write(out, fmt, &t, o.params.task == CHOIR_WHISPER_TRANSLATE)) status = 1;
+                if (stt_write(out, fmt, &t, o.params.task == CHOIR_WHISPER_TRANSLATE, word_timestamps ? &sub : NULL))
+                    status = 1;
                 if (out != stdout) fclose(out);
             }
         }

@@ -27,7 +27,8 @@ void cli_usage(const cli_spec *s, FILE *f)
         }
     }
     if (s->engine)
-        fprintf(f, "\nengine options:\n%s", choir_engine_options_help());
+        fprintf(f, "\nengine options (the profile's values unless given; --profile applies first):\n%s",
+                choir_engine_options_help());
 }
 
 static int bad_value(const cli_spec *s, const cli_opt *o, const char *v)
@@ -94,10 +95,34 @@ static int apply(const cli_spec *s, const cli_opt *o, const char *v)
     return -1;
 }
 
+/* Engine flags are checked as they come and applied once the command line
+ * is read, --profile first whatever its place: a profile replaces the
+ * engine's fields with its defaults, which must not undo a flag given before
+ * it. */
+enum { MAX_ENGINE_FLAGS = 64 };
+
+static int apply_engine_flags(const cli_spec *s, const char *const (*flags)[2], int n, const char *profile)
+{
+    choir_err err = {0};
+    if (profile && choir_engine_apply_option(s->engine, "profile", profile, &err) < 0) {
+        fprintf(stderr, "choir %s: %s\n", s->cmd, err.msg);
+        return 2;
+    }
+    for (int i = 0; i < n; i++)
+        if (choir_engine_apply_option(s->engine, flags[i][0], flags[i][1], &err) < 0) {
+            fprintf(stderr, "choir %s: %s\n", s->cmd, err.msg);
+            return 2;
+        }
+    return -1;
+}
+
 int cli_parse(const cli_spec *s, int argc, char **argv)
 {
     if (s->n_positional)
         *s->n_positional = 0;
+    const char *engine_flags[MAX_ENGINE_FLAGS][2];
+    const char *profile = NULL;
+    int n_engine = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -132,15 +157,25 @@ int cli_parse(const cli_spec *s, int argc, char **argv)
                 return rc;
             continue;
         }
-        if (s->engine && v) {
+        if (s->engine && v && strncmp(a, "--", 2) == 0) {
             choir_err err = {0};
-            int applied = choir_engine_apply_option(s->engine, a, v, &err);
+            choir_engine_params scratch = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
+            int applied = choir_engine_apply_option(&scratch, a, v, &err);
             if (applied < 0) {
                 fprintf(stderr, "choir %s: %s\n", s->cmd, err.msg);
                 return 2;
             }
             if (applied > 0) {
                 i++;
+                if (strcmp(a, "--profile") == 0) {
+                    profile = v;
+                } else if (n_engine == MAX_ENGINE_FLAGS) {
+                    fprintf(stderr, "choir %s: more than %d engine flags\n", s->cmd, MAX_ENGINE_FLAGS);
+                    return 2;
+                } else {
+                    engine_flags[n_engine][0] = a;
+                    engine_flags[n_engine++][1] = v;
+                }
                 continue;
             }
         }
@@ -148,5 +183,5 @@ int cli_parse(const cli_spec *s, int argc, char **argv)
         cli_usage(s, stderr);
         return 2;
     }
-    return -1;
+    return s->engine ? apply_engine_flags(s, (const char *const (*)[2])engine_flags, n_engine, profile) : -1;
 }

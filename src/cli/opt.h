@@ -48,7 +48,9 @@ typedef struct cli_spec {
     int max_positional;
     int *n_positional;
     const char *positional_what; /* "input file": names them in messages */
-    /* When set, flags of the engine's table are taken too, into this. */
+    /* When set, flags of the engine's table are taken too, into this: each
+     * checked where it stands, all applied after the last argument, --profile
+     * first whatever its place (so a profile never undoes another flag). */
     choir_engine_params *engine;
 } cli_spec;
 

@@ -14,6 +14,7 @@
 
 #include "choir/alloc.h"
 #include "choir/arena.h"
+#include "choir/kernels.h"
 #include "choir/log.h"
 #include "choir/pool.h"
 #include "engine/engine_internal.h"
@@ -198,11 +199,22 @@ int choir_engine_add_model(choir_engine *e, const char *id, const char *dir, con
         bytes = 0;
     int rc = 0;
     pthread_mutex_lock(&e->lock);
-    for (int i = 0; i < e->n_models; i++)
-        if (strcmp(e->models[i].id, id) == 0) {
+    for (int i = 0; i < e->n_models; i++) {
+        engine_model *old = &e->models[i];
+        if (strcmp(old->id, id) != 0)
+            continue;
+        /* A withdrawn model keeps its id (its index is the scheduler's and
+         * its series the metrics'): the same directory comes back under it,
+         * another cannot have it. */
+        if (old->withdrawn && strcmp(old->dir, dir) == 0 && old->ops == ops) {
+            old->withdrawn = 0;
+            old->created = (int64_t)time(NULL);
+            CHOIR_LOGI("engine: model '%s' is back (%s)", id, dir);
+        } else {
             rc = choir_err_set(err, CHOIR_EINVAL, "model id '%s' is already registered", id);
-            goto out;
         }
+        goto out;
+    }
     engine_model *grown = choir_realloc(e->models, (size_t)(e->n_models + 1) * sizeof *grown);
     if (!grown) {
         rc = choir_err_set(err, CHOIR_ENOMEM, "add_model: out of memory");
@@ -214,6 +226,7 @@ int choir_engine_add_model(choir_engine *e, const char *id, const char *dir, con
     m->id = choir_strdup(id);
     m->dir = choir_strdup(dir);
     m->ops = ops;
+    m->created = (int64_t)time(NULL);
     if (!m->id || !m->dir) {
         choir_free(m->id);
         choir_free(m->dir);
@@ -239,16 +252,19 @@ out:
     return rc;
 }
 
-int choir_engine_unload_model(choir_engine *e, const char *id, choir_err *err)
+/* Asks for model `id`'s weights to go (and, when `withdraw`, for the model to
+ * be withdrawn). A withdrawn model is not found. */
+static int unload(choir_engine *e, const char *id, int withdraw, choir_err *err)
 {
     if (!e || !id)
         return choir_err_set(err, CHOIR_EINVAL, "unload_model: no id");
     pthread_mutex_lock(&e->lock);
     int found = -1;
     for (int i = 0; i < e->n_models; i++)
-        if (strcmp(e->models[i].id, id) == 0)
+        if (!e->models[i].withdrawn && strcmp(e->models[i].id, id) == 0)
             found = i;
     if (found >= 0) {
+        e->models[found].withdrawn |= withdraw;
         sched_request_unload(e->core, found);
         pthread_cond_signal(&e->wake_sched);
     }
@@ -256,6 +272,16 @@ int choir_engine_unload_model(choir_engine *e, const char *id, choir_err *err)
     if (found < 0)
         return choir_err_set(err, CHOIR_ENOTFOUND, "no model '%s'", id);
     return CHOIR_OK;
+}
+
+int choir_engine_unload_model(choir_engine *e, const char *id, choir_err *err)
+{
+    return unload(e, id, 0, err);
+}
+
+int choir_engine_withdraw_model(choir_engine *e, const char *id, choir_err *err)
+{
+    return unload(e, id, 1, err);
 }
 
 /* ---- submission ------------------------------------------------------- */
@@ -363,6 +389,8 @@ static int find_model(const choir_engine *e, const choir_job *job)
 {
     for (int i = 0; i < e->n_models; i++) {
         const engine_model *m = &e->models[i];
+        if (m->withdrawn)
+            continue;
         if (job->model_id ? strcmp(m->id, job->model_id) == 0
                           : (m->ops->tasks & CHOIR_TASK_BIT(job->req.task)) != 0)
             return i;
@@ -564,6 +592,11 @@ static void *load_replica(choir_engine *e, int mi, int d, choir_err *err, int *m
         pthread_cond_signal(&e->wake_sched);
         return NULL;
     }
+    if (w)
+        m->load_error[0] = 0;
+    else
+        snprintf(m->load_error, sizeof m->load_error, "%s",
+                 err && err->msg[0] ? err->msg : "the adapter's load failed without a message");
     if (w) {
         /* Requests queued before the load were estimated without the
          * weights (worst-case sizes); now their true size is known. */
@@ -609,7 +642,7 @@ static void *ensure_loaded(choir_engine *e, const sched_action *a, choir_err *er
     return m->weights[d];
 }
 
-static void run_one_batch(choir_engine *e, sched_action *a)
+static void run_one_batch(choir_engine *e, sched_action *a, choir_kernel_scratch *ks)
 {
     choir_err err = {0};
     choir_request *reqs[SCHED_MAX_BATCH];
@@ -650,7 +683,11 @@ static void run_one_batch(choir_engine *e, sched_action *a)
          * governor granted it. */
         size_t cap = ops->no_arena ? (size_t)64 << 10 : a->reserved > 4096 ? (size_t)a->reserved : 4096;
         arena = choir_arena_create(cap, CHOIR_MEM_ACTIVATIONS, &err);
+        /* CPU kernels take their scratch from the worker's block (a model's
+         * backend stream binds its own over it). */
+        choir_kernel_scratch *prev = choir_kernels_bind_scratch(ks);
         rc = arena ? ops->run_batch(w, reqs, n, arena, &err) : err.code;
+        choir_kernels_bind_scratch(prev);
         peak = arena ? (int64_t)choir_arena_high_water(arena) : 0;
         choir_arena_free(arena);
     }
@@ -730,9 +767,28 @@ static void run_one_batch(choir_engine *e, sched_action *a)
     }
 }
 
+/* A kernel that found no room in the worker's scratch block ran with
+ * memory of its own and left its want in `need`: the block grows to it
+ * between batches, so the next batch's kernels allocate nothing. Up to
+ * WORKER_SCRATCH_MAX; a larger want keeps allocating per call. */
+#define WORKER_SCRATCH_MAX ((size_t)64 << 20)
+
+static void grow_worker_scratch(choir_kernel_scratch *ks)
+{
+    if (ks->need <= ks->bytes || ks->need > WORKER_SCRATCH_MAX)
+        return;
+    void *block = choir_alloc(CHOIR_MEM_ACTIVATIONS, ks->need);
+    if (!block)
+        return;
+    choir_free(ks->base);
+    ks->base = block;
+    ks->bytes = ks->need;
+}
+
 static void *worker_main(void *arg)
 {
     choir_engine *e = arg;
+    choir_kernel_scratch ks = {0};
     pthread_mutex_lock(&e->lock);
     for (;;) {
         while (!e->stop && e->n_ready == 0)
@@ -748,10 +804,12 @@ static void *worker_main(void *arg)
             continue;
         }
         pthread_mutex_unlock(&e->lock);
-        run_one_batch(e, &a);
+        run_one_batch(e, &a, &ks);
+        grow_worker_scratch(&ks);
         pthread_mutex_lock(&e->lock);
     }
     pthread_mutex_unlock(&e->lock);
+    choir_free(ks.base);
     return NULL;
 }
 

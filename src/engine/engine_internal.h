@@ -25,6 +25,9 @@ typedef struct engine_model {
     int m_requests, m_loads, m_unloads, m_loaded, m_replicas;
     int m_placement[SCHED_MAX_DEVICES];
     double max_audio_s;  /* longest audio input (0: the engine's max_audio_seconds) */
+    char load_error[CHOIR_ERR_MSG_MAX]; /* why the last load failed; "" once one succeeds */
+    int64_t created;     /* Unix seconds of its registration (or its return) */
+    int withdrawn;       /* choir_engine_withdraw_model: unknown to submit and find */
 } engine_model;
 
 /* A device as the engine found it (the live figures are the scheduler's). */

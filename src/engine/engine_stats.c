@@ -255,24 +255,48 @@ char *choir_engine_metrics_text(choir_engine *e)
     return choir_metrics_render(e->m.reg);
 }
 
+/* Engine lock held. */
+static void model_info(const choir_engine *e, int i, choir_engine_model_info *out)
+{
+    const engine_model *m = &e->models[i];
+    out->id = m->id;
+    out->kind = m->ops->kind;
+    out->dir = m->dir;
+    out->tasks = m->ops->tasks;
+    out->loaded = sched_model_loaded_flag(e->core, i);
+    out->resident_bytes = sched_model_weights(e->core, i);
+    out->replicas = sched_model_replicas(e->core, i, &out->devices);
+    snprintf(out->load_error, sizeof out->load_error, "%s", m->load_error);
+    out->created = m->created;
+    out->withdrawn = m->withdrawn;
+}
+
 int choir_engine_models(choir_engine *e, choir_engine_model_info *out, int cap)
 {
     if (!e)
         return 0;
     pthread_mutex_lock(&e->lock);
     int n = e->n_models;
-    for (int i = 0; i < n && out && i < cap; i++) {
-        const engine_model *m = &e->models[i];
-        out[i].id = m->id;
-        out[i].kind = m->ops->kind;
-        out[i].dir = m->dir;
-        out[i].tasks = m->ops->tasks;
-        out[i].loaded = sched_model_loaded_flag(e->core, i);
-        out[i].resident_bytes = sched_model_weights(e->core, i);
-        out[i].replicas = sched_model_replicas(e->core, i, &out[i].devices);
-    }
+    for (int i = 0; i < n && out && i < cap; i++)
+        model_info(e, i, &out[i]);
     pthread_mutex_unlock(&e->lock);
     return n;
+}
+
+int choir_engine_model_find(choir_engine *e, const char *id, choir_engine_model_info *out)
+{
+    if (!e || !id)
+        return CHOIR_ENOTFOUND;
+    int rc = CHOIR_ENOTFOUND;
+    pthread_mutex_lock(&e->lock);
+    for (int i = 0; i < e->n_models && rc < 0; i++)
+        if (!e->models[i].withdrawn && strcmp(e->models[i].id, id) == 0) {
+            if (out)
+                model_info(e, i, out);
+            rc = 0;
+        }
+    pthread_mutex_unlock(&e->lock);
+    return rc;
 }
 
 int choir_engine_devices(choir_engine *e, choir_engine_device *out, int cap)

@@ -134,7 +134,7 @@ typedef struct engine_option {
 #define FIELD(f) offsetof(choir_engine_params, f)
 static const engine_option options[] = {
     {"profile", "NAME", OPTION_PROFILE, 0, 0, 0,
-     "default, interactive-tts, audiobook, realtime-stt, offline-stt (give it first)"},
+     "default, interactive-tts, audiobook, realtime-stt, offline-stt"},
     {"memory-budget", "SIZE", OPTION_SIZE, 0, 0, FIELD(memory_budget),
      "bytes for weights + activations (e.g. 8G; default 75% of RAM/cgroup)"},
     {"max-batch", "N", OPTION_INT, 1, CHOIR_ENGINE_MAX_BATCH, FIELD(max_batch), "largest batch (1..64)"},

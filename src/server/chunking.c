@@ -66,19 +66,6 @@ int srv_chunking_parse(const struct choir_multipart_part *p, srv_chunking *out, 
     return 0;
 }
 
-static int find_vad(choir_server *s, srv_model *out)
-{
-    int rc = CHOIR_ENOTFOUND;
-    pthread_mutex_lock(&s->lock);
-    for (int i = 0; i < s->n_models && rc < 0; i++)
-        if (!s->models[i].removed && (s->models[i].tasks & CHOIR_TASK_BIT(CHOIR_TASK_VAD))) {
-            *out = s->models[i];
-            rc = 0;
-        }
-    pthread_mutex_unlock(&s->lock);
-    return rc;
-}
-
 int srv_chunking_apply(choir_server *s, struct MHD_Connection *c, const srv_chunking *ch, int rate, float **samples,
                        int64_t *n, srv_span **spans, int *n_spans, enum MHD_Result *ret)
 {
@@ -87,7 +74,7 @@ int srv_chunking_apply(choir_server *s, struct MHD_Connection *c, const srv_chun
     if (ch->mode == SRV_CHUNK_NONE)
         return 0;
     srv_model vad;
-    if (find_vad(s, &vad) < 0 || rate != CHOIR_RATE_STT) {
+    if (srv_model_first(s, CHOIR_TASK_VAD, &vad) < 0 || rate != CHOIR_RATE_STT) {
         if (ch->mode == SRV_CHUNK_AUTO)
             return 0; /* "auto": the server decides, and without a VAD model it transcribes all */
         *ret = srv_reply_error(s, c, 400, "chunking_strategy", "vad_unavailable",

@@ -27,14 +27,48 @@ srv_job *srv_job_create(choir_server *s, srv_job_kind kind)
     return j;
 }
 
-/* The job's copies of the segments' text and tokens go. */
+static void free_words(const choir_word *w, int n)
+{
+    for (int k = 0; w && k < n; k++)
+        choir_free((char *)w[k].text);
+    choir_free((choir_word *)w);
+}
+
+/* The job's copies of the segments' text, tokens and words go. */
 static void clear_segments(srv_job *j)
 {
     for (int i = 0; i < j->n_segments; i++) {
         choir_free((char *)j->segments[i].text);
         choir_free((int32_t *)j->segments[i].tokens);
+        free_words(j->segments[i].words, j->segments[i].n_words);
     }
     j->n_segments = 0;
+}
+
+/* A copy of a segment's words, their times mapped from the chunked audio to
+ * the upload's; NULL for none or when out of memory (*ok 0). */
+static choir_word *copy_words(const srv_job *j, const choir_segment *in, int *ok)
+{
+    *ok = 1;
+    if (in->n_words <= 0)
+        return NULL;
+    choir_word *w = choir_calloc(CHOIR_MEM_IO, (size_t)in->n_words, sizeof *w);
+    for (int k = 0; w && k < in->n_words; k++) {
+        const choir_word *x = &in->words[k];
+        size_t n = x->text ? strlen(x->text) : 0;
+        char *text = choir_alloc(CHOIR_MEM_IO, n + 1);
+        if (!text) {
+            free_words(w, k);
+            w = NULL;
+            break;
+        }
+        memcpy(text, x->text ? x->text : "", n + 1);
+        w[k] = (choir_word){.start_s = srv_spans_map(j->spans, j->n_spans, x->start_s),
+                            .end_s = srv_spans_map(j->spans, j->n_spans, x->end_s), .text = text,
+                            .probability = x->probability};
+    }
+    *ok = w != NULL;
+    return w;
 }
 
 void srv_job_free(srv_job *j)
@@ -299,12 +333,17 @@ static void on_text(srv_job *j, const choir_output *out)
         size_t n = in->text ? strlen(in->text) : 0;
         char *text = choir_alloc(CHOIR_MEM_IO, n + 1);
         int32_t *tokens = in->n_tokens > 0 ? choir_alloc(CHOIR_MEM_IO, (size_t)in->n_tokens * sizeof *tokens) : NULL;
-        if (!text || (in->n_tokens > 0 && !tokens)) {
+        int words_ok;
+        choir_word *words = copy_words(j, in, &words_ok);
+        if (!text || (in->n_tokens > 0 && !tokens) || !words_ok) {
             choir_free(text);
             choir_free(tokens);
+            free_words(words, in->n_words);
             job_fail(j, CHOIR_ENOMEM, "out of memory");
             break;
         }
+        sg->words = words;
+        sg->n_words = words ? in->n_words : 0;
         memcpy(text, in->text ? in->text : "", n + 1);
         if (tokens)
             memcpy(tokens, in->tokens, (size_t)in->n_tokens * sizeof *tokens);

@@ -24,53 +24,55 @@ static cJSON *model_json(const srv_model *m)
     return o;
 }
 
-/* Adds where the engine has the model: "replicas" and "devices" (["gpu0", ...]). */
-static cJSON *with_placement(choir_server *s, cJSON *o)
+/* Adds where the engine has the model, "replicas" and "devices" (["gpu0",
+ * ...]), and its "status": "loaded", "not_loaded" (it loads on first use), or
+ * "failed" with the "error" of its last load (no server path in it) until a
+ * load succeeds. */
+static void add_state(choir_server *s, const srv_model *m, cJSON *o)
 {
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
     choir_engine_device dev[1 + CHOIR_ENGINE_MAX_GPUS];
     int n_dev = choir_engine_devices(s->engine, dev, 1 + CHOIR_ENGINE_MAX_GPUS);
-    int n = choir_engine_models(s->engine, NULL, 0);
-    choir_engine_model_info *info = n > 0 ? choir_calloc(CHOIR_MEM_IO, (size_t)n, sizeof *info) : NULL;
-    n = info ? choir_engine_models(s->engine, info, n) : 0;
-    for (int i = 0; o && cJSON_IsString(id) && i < n; i++) {
-        if (strcmp(info[i].id, id->valuestring) != 0)
-            continue;
-        cJSON_AddNumberToObject(o, "replicas", info[i].replicas);
-        cJSON *devs = cJSON_AddArrayToObject(o, "devices");
-        for (int d = 0; d < n_dev && d <= CHOIR_ENGINE_MAX_GPUS; d++)
-            if (info[i].devices & (1u << d))
-                cJSON_AddItemToArray(devs, cJSON_CreateString(dev[d].name));
+    cJSON_AddNumberToObject(o, "replicas", m->replicas);
+    cJSON *devs = cJSON_AddArrayToObject(o, "devices");
+    for (int d = 0; devs && d < n_dev && d <= CHOIR_ENGINE_MAX_GPUS; d++)
+        if (m->devices & (1u << d))
+            cJSON_AddItemToArray(devs, cJSON_CreateString(dev[d].name));
+    int failed = m->load_error[0] != 0;
+    cJSON_AddStringToObject(o, "status", failed ? "failed" : m->replicas > 0 ? "loaded" : "not_loaded");
+    if (failed) {
+        char why[CHOIR_ERR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", m->load_error);
+        srv_scrub_paths_quietly(s, why, sizeof why);
+        cJSON_AddStringToObject(o, "error", why);
     }
-    choir_free(info);
-    return o;
 }
 
-/* Adds "aliases" (the names that stand for the model, OpenAI's among them)
- * and, for TTS models, "voices". Called without the lock held. */
-static cJSON *with_names(choir_server *s, cJSON *o)
+/* The whole object of a model: OpenAI's fields, choir's, the names that
+ * stand for it ("aliases", OpenAI's among them), its "voices" (TTS) and its
+ * state in the engine. */
+static cJSON *model_object(choir_server *s, const srv_model *m)
 {
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
-    srv_model m;
-    if (o && cJSON_IsString(id) && srv_model_find(s, id->valuestring, &m) == 0) {
-        srv_model_aliases_json(s, &m, o);
-        srv_model_voices_json(s, &m, o);
+    cJSON *o = model_json(m);
+    if (o) {
+        srv_model_aliases_json(s, m, o);
+        srv_model_voices_json(s, m, o);
+        add_state(s, m, o);
     }
     return o;
 }
 
 static enum MHD_Result list_models(choir_server *s, struct MHD_Connection *c)
 {
+    int n = 0;
+    srv_model *models = srv_models_list(s, &n);
+    if (n < 0)
+        return srv_reply_error(s, c, 500, NULL, NULL, "out of memory");
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(root, "data");
-    pthread_mutex_lock(&s->lock);
-    for (int i = 0; i < s->n_models; i++)
-        if (!s->models[i].removed)
-            cJSON_AddItemToArray(data, model_json(&s->models[i]));
-    pthread_mutex_unlock(&s->lock);
-    for (cJSON *o = data->child; o; o = o->next)
-        with_names(s, with_placement(s, o));
+    for (int i = 0; i < n; i++)
+        cJSON_AddItemToArray(data, model_object(s, &models[i]));
+    choir_free(models);
     return srv_reply_json(s, c, 200, root);
 }
 
@@ -116,19 +118,10 @@ static enum MHD_Result add_model(choir_server *s, struct MHD_Connection *c, srv_
 
 static enum MHD_Result remove_model(choir_server *s, struct MHD_Connection *c, const char *id)
 {
-    int found = 0;
-    pthread_mutex_lock(&s->lock);
-    for (int i = 0; i < s->n_models; i++)
-        if (!s->models[i].removed && strcmp(s->models[i].id, id) == 0) {
-            s->models[i].removed = 1;
-            found = 1;
-        }
-    pthread_mutex_unlock(&s->lock);
-    if (!found)
-        return srv_reply_error(s, c, 404, "model", "model_not_found", "no model \"%s\"", id);
     /* The model takes no new requests from here; its weights go once the work
      * already queued for it is done. */
-    choir_engine_unload_model(s->engine, id, NULL);
+    if (choir_engine_withdraw_model(s->engine, id, NULL) < 0)
+        return srv_reply_error(s, c, 404, "model", "model_not_found", "no model \"%s\"", id);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", id);
     cJSON_AddStringToObject(o, "object", "model");
@@ -151,7 +144,7 @@ enum MHD_Result srv_handle_models(choir_server *s, struct MHD_Connection *c, con
         srv_model m;
         if (srv_model_resolve(s, id, &m) < 0)
             return srv_reply_error(s, c, 404, "model", "model_not_found", "no model \"%s\"", id);
-        return srv_reply_json(s, c, 200, with_names(s, with_placement(s, model_json(&m))));
+        return srv_reply_json(s, c, 200, model_object(s, &m));
     }
     if (id && strcmp(method, "DELETE") == 0)
         return remove_model(s, c, id);

@@ -96,41 +96,31 @@ int choir_server_add_voice_alias(choir_server *s, const char *name, const char *
     return rc;
 }
 
-/* The model an OpenAI name stands for by default: the first one doing `task`. */
-static int first_with_task(choir_server *s, choir_task task, srv_model *out)
+/* The model an alias (--alias) names, into target; 1 when `name` is one. */
+static int alias_target(choir_server *s, const char *name, char *target, size_t cap)
 {
-    for (int i = 0; i < s->n_models; i++)
-        if (!s->models[i].removed && (s->models[i].tasks & CHOIR_TASK_BIT(task))) {
-            *out = s->models[i];
-            return 0;
+    int found = 0;
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < s->n_model_aliases && !found; i++)
+        if (strcmp(s->model_aliases[i].name, name) == 0) {
+            snprintf(target, cap, "%s", s->model_aliases[i].target);
+            found = 1;
         }
-    return CHOIR_ENOTFOUND;
-}
-
-static int find_locked(choir_server *s, const char *id, srv_model *out)
-{
-    for (int i = 0; i < s->n_models; i++)
-        if (!s->models[i].removed && strcmp(s->models[i].id, id) == 0) {
-            *out = s->models[i];
-            return 0;
-        }
-    return CHOIR_ENOTFOUND;
+    pthread_mutex_unlock(&s->lock);
+    return found;
 }
 
 int srv_model_resolve(choir_server *s, const char *name, srv_model *out)
 {
-    int rc = CHOIR_ENOTFOUND;
-    pthread_mutex_lock(&s->lock);
-    if (find_locked(s, name, out) == 0)
-        rc = 0;
-    for (int i = 0; rc < 0 && i < s->n_model_aliases; i++)
-        if (strcmp(s->model_aliases[i].name, name) == 0)
-            rc = find_locked(s, s->model_aliases[i].target, out);
-    for (size_t i = 0; rc < 0 && i < sizeof openai_models / sizeof openai_models[0]; i++)
+    if (srv_model_find(s, name, out) == 0)
+        return 0;
+    char target[SRV_MODEL_ID_MAX];
+    if (alias_target(s, name, target, sizeof target))
+        return srv_model_find(s, target, out);
+    for (size_t i = 0; i < sizeof openai_models / sizeof openai_models[0]; i++)
         if (strcmp(openai_models[i].name, name) == 0)
-            rc = first_with_task(s, openai_models[i].task, out);
-    pthread_mutex_unlock(&s->lock);
-    return rc;
+            return srv_model_first(s, openai_models[i].task, out);
+    return CHOIR_ENOTFOUND;
 }
 
 void srv_model_aliases_json(choir_server *s, const srv_model *m, cJSON *o)
@@ -142,16 +132,16 @@ void srv_model_aliases_json(choir_server *s, const srv_model *m, cJSON *o)
     for (int i = 0; i < s->n_model_aliases; i++)
         if (strcmp(s->model_aliases[i].target, m->id) == 0)
             cJSON_AddItemToArray(names, cJSON_CreateString(s->model_aliases[i].name));
+    pthread_mutex_unlock(&s->lock);
+    /* OpenAI's names that reach m by default: not taken by an alias or a model */
     for (size_t i = 0; i < sizeof openai_models / sizeof openai_models[0]; i++) {
-        int explicit_alias = 0;
-        for (int k = 0; k < s->n_model_aliases; k++)
-            explicit_alias |= strcmp(s->model_aliases[k].name, openai_models[i].name) == 0;
-        srv_model first, same;
-        if (!explicit_alias && find_locked(s, openai_models[i].name, &same) < 0 &&
-            first_with_task(s, openai_models[i].task, &first) == 0 && strcmp(first.id, m->id) == 0)
+        char target[SRV_MODEL_ID_MAX];
+        srv_model first;
+        if (!alias_target(s, openai_models[i].name, target, sizeof target) &&
+            srv_model_find(s, openai_models[i].name, NULL) < 0 &&
+            srv_model_first(s, openai_models[i].task, &first) == 0 && strcmp(first.id, m->id) == 0)
             cJSON_AddItemToArray(names, cJSON_CreateString(openai_models[i].name));
     }
-    pthread_mutex_unlock(&s->lock);
     cJSON_AddItemToObject(o, "aliases", names);
 }
 
@@ -365,25 +355,21 @@ enum MHD_Result srv_handle_voices(choir_server *s, struct MHD_Connection *c)
     srv_model only;
     if (want && *want && srv_model_resolve(s, want, &only) < 0)
         return srv_reply_error(s, c, 404, "model", "model_not_found", "the model \"%.128s\" does not exist", want);
-    pthread_mutex_lock(&s->lock);
-    int n = s->n_models;
-    srv_model *copy = n ? choir_alloc(CHOIR_MEM_IO, (size_t)n * sizeof *copy) : NULL;
-    if (copy)
-        memcpy(copy, s->models, (size_t)n * sizeof *copy);
-    pthread_mutex_unlock(&s->lock);
-    if (n && !copy)
+    int n = 0;
+    srv_model *models = srv_models_list(s, &n);
+    if (n < 0)
         return srv_reply_error(s, c, 500, NULL, NULL, "out of memory");
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(root, "data");
     for (int i = 0; i < n; i++) {
-        const srv_model *m = &copy[i];
-        if (m->removed || !(m->tasks & CHOIR_TASK_BIT(CHOIR_TASK_TTS)))
+        const srv_model *m = &models[i];
+        if (!(m->tasks & CHOIR_TASK_BIT(CHOIR_TASK_TTS)))
             continue;
         if (want && *want && strcmp(m->id, only.id) != 0)
             continue;
         voices_of(s, m, data, 1);
     }
-    choir_free(copy);
+    choir_free(models);
     return srv_reply_json(s, c, 200, root);
 }

@@ -228,7 +228,8 @@ static size_t path_word(const char *msg, size_t i)
     return n > 1 ? n : 0;
 }
 
-void srv_scrub_paths(choir_server *s, char *msg, size_t cap)
+/* srv_scrub_paths; the original message is logged when `log`. */
+static void scrub_paths(choir_server *s, char *msg, size_t cap, int log)
 {
     if (!msg || cap == 0)
         return;
@@ -273,8 +274,19 @@ void srv_scrub_paths(choir_server *s, char *msg, size_t cap)
     if (!changed)
         return;
     /* the operator still sees where it happened */
-    choir_log(CHOIR_LOG_WARN, "to the client without paths: %s", msg);
+    if (log)
+        choir_log(CHOIR_LOG_WARN, "to the client without paths: %s", msg);
     snprintf(msg, cap, "%s", out);
+}
+
+void srv_scrub_paths(choir_server *s, char *msg, size_t cap)
+{
+    scrub_paths(s, msg, cap, 1);
+}
+
+void srv_scrub_paths_quietly(choir_server *s, char *msg, size_t cap)
+{
+    scrub_paths(s, msg, cap, 0);
 }
 
 int srv_utf8_chars(const char *s)

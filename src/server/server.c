@@ -123,16 +123,42 @@ choir_server *choir_server_create(choir_engine *engine, const choir_server_param
 
 int srv_model_find(choir_server *s, const char *id, srv_model *out)
 {
-    int rc = CHOIR_ENOTFOUND;
-    pthread_mutex_lock(&s->lock);
-    for (int i = 0; i < s->n_models; i++)
-        if (!s->models[i].removed && strcmp(s->models[i].id, id) == 0) {
-            if (out)
-                *out = s->models[i];
+    return choir_engine_model_find(s->engine, id, out);
+}
+
+srv_model *srv_models_list(choir_server *s, int *n)
+{
+    *n = 0;
+    int total = choir_engine_models(s->engine, NULL, 0);
+    srv_model *list = total > 0 ? choir_calloc(CHOIR_MEM_IO, (size_t)total, sizeof *list) : NULL;
+    if (total > 0 && !list) {
+        *n = -1;
+        return NULL;
+    }
+    /* models may have been added meanwhile: take what fits */
+    total = list ? choir_engine_models(s->engine, list, total) : 0;
+    int kept = 0;
+    for (int i = 0; i < total; i++)
+        if (!list[i].withdrawn)
+            list[kept++] = list[i];
+    *n = kept;
+    if (kept == 0) {
+        choir_free(list);
+        return NULL;
+    }
+    return list;
+}
+
+int srv_model_first(choir_server *s, choir_task task, srv_model *out)
+{
+    int n = 0, rc = CHOIR_ENOTFOUND;
+    srv_model *models = srv_models_list(s, &n);
+    for (int i = 0; i < n && rc < 0; i++)
+        if (models[i].tasks & CHOIR_TASK_BIT(task)) {
+            *out = models[i];
             rc = 0;
-            break;
         }
-    pthread_mutex_unlock(&s->lock);
+    choir_free(models);
     return rc;
 }
 
@@ -165,48 +191,14 @@ int choir_server_add_model(choir_server *s, const char *id, const char *dir, cho
     if (!valid_id(id))
         return choir_err_set(err, CHOIR_EINVAL, "model id \"%s\" is empty, too long or holds '/', quotes or spaces",
                              id);
-    const choir_model_ops *ops = choir_model_detect(dir, NULL, 0, err);
-    if (!ops)
-        return err ? err->code : CHOIR_ENOTFOUND;
-    pthread_mutex_lock(&s->lock);
-    int rc = 0;
-    for (int i = 0; i < s->n_models; i++) {
-        srv_model *m = &s->models[i];
-        if (strcmp(m->id, id) != 0)
-            continue;
-        /* A DELETEd model is still registered in the engine: the same
-         * directory can come back under its id, another cannot. */
-        if (m->removed && strcmp(m->dir, dir) == 0) {
-            m->removed = 0;
-            m->created = (int64_t)time(NULL);
-        } else {
-            rc = choir_err_set(err, CHOIR_EINVAL, "model id \"%s\" is already registered", id);
-        }
-        pthread_mutex_unlock(&s->lock);
-        return rc;
-    }
-    if (s->n_models == s->cap_models) {
-        int cap = s->cap_models ? 2 * s->cap_models : 8;
-        srv_model *grown = choir_realloc(s->models, (size_t)cap * sizeof *grown);
-        if (!grown) {
-            pthread_mutex_unlock(&s->lock);
-            return choir_err_set(err, CHOIR_ENOMEM, "out of memory");
-        }
-        s->models = grown;
-        s->cap_models = cap;
-    }
-    rc = choir_engine_add_model(s->engine, id, dir, ops, err);
+    /* The engine detects the adapter, refuses a taken id and brings a
+     * DELETEd model back when the same directory comes under its id. */
+    int rc = choir_engine_add_model(s->engine, id, dir, NULL, err);
     if (rc == 0) {
-        srv_model *m = &s->models[s->n_models++];
-        memset(m, 0, sizeof *m);
-        snprintf(m->id, sizeof m->id, "%s", id);
-        snprintf(m->dir, sizeof m->dir, "%s", dir);
-        m->kind = ops->kind;
-        m->tasks = ops->tasks;
-        m->created = (int64_t)time(NULL);
-        choir_log(CHOIR_LOG_INFO, "model %s (%s) from %s", id, ops->kind, dir);
+        srv_model m;
+        if (srv_model_find(s, id, &m) == 0)
+            choir_log(CHOIR_LOG_INFO, "model %s (%s) from %s", id, m.kind, dir);
     }
-    pthread_mutex_unlock(&s->lock);
     return rc;
 }
 
@@ -374,7 +366,31 @@ static enum MHD_Result handle_health(choir_server *s, struct MHD_Connection *c)
     if (st.degraded)
         return srv_reply_error(s, c, 503, NULL, "degraded",
                                "the engine is degraded (memory or latency pressure); retry later or elsewhere");
-    return srv_reply(s, c, 200, "application/json", "{\"status\":\"ok\"}", 15);
+    /* A model whose last load failed is named here until a load succeeds.
+     * The server still serves the others (200 "partial"); with every model
+     * failed it can serve nothing, and says so (503 "failed"). */
+    int n = 0, n_failed = 0;
+    srv_model *info = srv_models_list(s, &n);
+    cJSON *failed = cJSON_CreateArray();
+    for (int i = 0; i < n && failed; i++) {
+        if (!info[i].load_error[0])
+            continue;
+        n_failed++;
+        srv_scrub_paths_quietly(s, info[i].load_error, sizeof info[i].load_error);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "id", info[i].id);
+        cJSON_AddStringToObject(o, "error", info[i].load_error);
+        cJSON_AddItemToArray(failed, o);
+    }
+    choir_free(info);
+    if (n_failed == 0) {
+        cJSON_Delete(failed);
+        return srv_reply(s, c, 200, "application/json", "{\"status\":\"ok\"}", 15);
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "status", n_failed == n ? "failed" : "partial");
+    cJSON_AddItemToObject(o, "models_failed", failed);
+    return srv_reply_json(s, c, n_failed == n ? 503 : 200, o);
 }
 
 static enum MHD_Result handle_metrics(choir_server *s, struct MHD_Connection *c)
@@ -683,14 +699,11 @@ static void *preload_main(void *arg)
 {
     choir_server *s = arg;
     static const float silence[1600];
-    for (int i = 0;; i++) {
-        srv_model m;
-        pthread_mutex_lock(&s->lock);
-        int have = i < s->n_models;
-        if (have)
-            m = s->models[i];
-        pthread_mutex_unlock(&s->lock);
-        if (!have || atomic_load(&s->stopping))
+    int n = 0;
+    srv_model *models = srv_models_list(s, &n);
+    for (int i = 0; i < n; i++) {
+        const srv_model m = models[i];
+        if (atomic_load(&s->stopping))
             break;
         choir_job job = {.model_id = m.id, .priority = CHOIR_PRIORITY_HIGH, .timeout_s = s->p.request_timeout_s};
         if (m.tasks & CHOIR_TASK_BIT(CHOIR_TASK_TTS)) {
@@ -710,13 +723,34 @@ static void *preload_main(void *arg)
         choir_ticket *t = choir_engine_submit(s->engine, &job, NULL, &err);
         int rc = t ? choir_ticket_wait(t, -1, &err) : err.code;
         choir_ticket_free(t);
-        if (rc < 0)
-            choir_log(CHOIR_LOG_WARN, "preloading %s failed: %s", m.id, err.msg);
-        else
+        atomic_fetch_add(&s->preload_tried, 1);
+        if (rc < 0 && atomic_load(&s->stopping))
+            break;
+        if (rc < 0) {
+            atomic_fetch_add(&s->preload_failed, 1);
+            choir_log(CHOIR_LOG_ERROR, "preload: model '%s' failed: %s (the other models are served; /health and "
+                      "/v1/models name it until a load succeeds)", m.id, err.msg);
+        } else {
             choir_log(CHOIR_LOG_INFO, "preloaded %s", m.id);
+        }
     }
+    choir_free(models);
     atomic_store(&s->ready, 1);
+    atomic_store(&s->preload_finished, 1);
     return NULL;
+}
+
+int choir_server_preload_done(choir_server *s, int *n_failed, int *n_models)
+{
+    if (!s || !s->preloading)
+        return CHOIR_EINVAL;
+    if (!atomic_load(&s->preload_finished))
+        return 0;
+    if (n_failed)
+        *n_failed = atomic_load(&s->preload_failed);
+    if (n_models)
+        *n_models = atomic_load(&s->preload_tried);
+    return 1;
 }
 
 int choir_server_preload(choir_server *s, choir_err *err)
@@ -815,7 +849,6 @@ void choir_server_free(choir_server *s)
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->peers_mu);
     pthread_cond_destroy(&s->watch_cv);
-    choir_free(s->models);
     choir_free(s->roots);
     choir_free(s->model_aliases);
     choir_free(s->voice_aliases);

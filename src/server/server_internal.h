@@ -28,14 +28,10 @@ typedef struct srv_name_pair {
     char target[SRV_MODEL_ID_MAX];
 } srv_name_pair;
 
-typedef struct srv_model {
-    char id[SRV_MODEL_ID_MAX];
-    char dir[SRV_PATH_MAX];
-    const char *kind;
-    uint32_t tasks;
-    int removed; /* DELETEd: hidden and refused (the engine has no unregister) */
-    int64_t created; /* Unix seconds */
-} srv_model;
+/* A model as the engine has it: the server keeps no table of its own (ids,
+ * directories, adapters, registration times and withdrawals are the
+ * engine's); id, kind and dir stay valid until the engine is freed. */
+typedef choir_engine_model_info srv_model;
 
 enum { SRV_STATUS_CLASSES = 6 }; /* 1xx..5xx, by status / 100 */
 
@@ -77,10 +73,8 @@ struct choir_server {
     char cors[1024]; /* allowed origins, comma-separated, or "" */
     struct MHD_Daemon *daemon;
     int port;
-    pthread_mutex_t lock; /* guards models */
-    srv_model *models;
-    int n_models, cap_models;
-    srv_name_pair *model_aliases, *voice_aliases; /* guarded by lock */
+    pthread_mutex_t lock; /* guards roots and the aliases */
+    srv_name_pair *model_aliases, *voice_aliases;
     int n_model_aliases, cap_model_aliases, n_voice_aliases, cap_voice_aliases;
     atomic_int ready;
     atomic_int stopping;
@@ -92,6 +86,7 @@ struct choir_server {
     atomic_ullong streams;
     pthread_t preload_thread;
     int preloading; /* preload_thread is to be joined */
+    atomic_int preload_finished, preload_failed, preload_tried;
     /* connection registry and watchdog (front_watch.c) */
     pthread_mutex_t peers_mu;
     pthread_cond_t watch_cv;
@@ -162,8 +157,17 @@ void srv_watch_stop(choir_server *s);
 /* Open connections. */
 int srv_peer_count(choir_server *s);
 
-/* Looks a model up by id (not removed); copies it to *out. 0 or CHOIR_ENOTFOUND. */
+/* Looks a model up by id in the engine (not a withdrawn one); copies it to
+ * *out when not NULL. 0 or CHOIR_ENOTFOUND. */
 int srv_model_find(choir_server *s, const char *id, srv_model *out);
+/* The engine's models that are not withdrawn, in registration order, in a
+ * choir_alloc'd array (free with choir_free; NULL when there are none or
+ * out of memory: *n says which, -1 for out of memory). */
+srv_model *srv_models_list(choir_server *s, int *n);
+/* The first of them doing `task` (what a job without a model id gets from
+ * the engine; OpenAI's model names and VAD chunking default to it), copied
+ * to *out. 0 or CHOIR_ENOTFOUND. */
+int srv_model_first(choir_server *s, choir_task task, srv_model *out);
 /* Resolves a directory a POST /v1/models names (absolute, or relative to a
  * --models folder) and checks that it lies inside a --models folder (or is
  * a --models model directory). 0 and the resolved path in out, or -1. */
@@ -223,6 +227,10 @@ enum MHD_Result srv_reply_engine_error(choir_server *s, struct MHD_Connection *c
  * Every engine or model message passes here before it leaves the server;
  * an altered one is logged whole. */
 void srv_scrub_paths(choir_server *s, char *msg, size_t cap);
+/* The same without the log line, for a message the operator already saw (a
+ * model's load failure, which the engine logged when it happened, shown
+ * again on every /v1/models and /health). */
+void srv_scrub_paths_quietly(choir_server *s, char *msg, size_t cap);
 /* The HTTP status an engine failure maps to. */
 unsigned srv_engine_status(int code, choir_reject_reason reason);
 void srv_count_status(choir_server *s, unsigned status);
@@ -268,9 +276,10 @@ typedef struct srv_job {
     /* transcript */
     char *text;        /* the whole transcript so far */
     size_t text_len, text_cap;
-    choir_segment *segments; /* copies: text and tokens owned by the job */
+    choir_segment *segments; /* copies: text, tokens and words owned by the job */
     int n_segments, cap_segments;
     char language[16];
+    int words, no_segments;  /* timestamp_granularities: verbose_json's "words", without "segments" */
     /* inputs borrowed by the engine until the ticket finishes */
     char *input_text, *voice, *lang, *prompt;
     float *samples;

@@ -32,7 +32,9 @@ char *srv_format_transcript(const srv_job *j, choir_transcript_format format, in
                           .duration_s = duration_s,
                           .translate = translate,
                           .segments = j->segments,
-                          .n_segments = j->n_segments};
+                          .n_segments = j->n_segments,
+                          .words = j->words,
+                          .no_segments = j->no_segments};
     return choir_transcript_write(&t, format, NULL, NULL, NULL);
 }
 
@@ -86,6 +88,43 @@ int srv_decode_upload(choir_server *s, struct MHD_Connection *c, const char *mod
         *ret = srv_reply_error(s, c, 415, "file", "unsupported_audio", "cannot decode the uploaded audio: %s",
                                err.msg);
     return -1;
+}
+
+/* timestamp_granularities[] (OpenAI's form field, repeated for several
+ * values; also without the brackets): "segment" and / or "word". Word
+ * timestamps need verbose_json, as OpenAI answers otherwise. 0, or -1 with
+ * the message. */
+static int parse_granularities(const choir_multipart *m, choir_transcript_format format, int *words,
+                               int *segments, char *msg, size_t cap)
+{
+    int any = 0;
+    *words = *segments = 0;
+    for (int i = 0; i < m->n_parts; i++) {
+        const choir_multipart_part *p = &m->parts[i];
+        if (strcmp(p->name, "timestamp_granularities[]") != 0 && strcmp(p->name, "timestamp_granularities") != 0)
+            continue;
+        if (p->filename || !p->data) {
+            snprintf(msg, cap, "\"timestamp_granularities[]\" is a form field, not a file");
+            return -1;
+        }
+        if (strcmp(p->data, "word") == 0) {
+            *words = 1;
+        } else if (strcmp(p->data, "segment") == 0) {
+            *segments = 1;
+        } else {
+            snprintf(msg, cap, "\"timestamp_granularities[]\" values are word and segment, not \"%.40s\"",
+                     p->data);
+            return -1;
+        }
+        any = 1;
+    }
+    if (!any)
+        *segments = 1;
+    if (*words && format != CHOIR_TRANSCRIPT_VERBOSE_JSON) {
+        snprintf(msg, cap, "\"timestamp_granularities[]\"=word needs \"response_format\": verbose_json");
+        return -1;
+    }
+    return 0;
 }
 
 enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection *c, srv_conn *conn, int translate)
@@ -148,6 +187,12 @@ enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection 
             goto done;
         }
     }
+    int want_words, want_segments;
+    char gran_msg[160];
+    if (parse_granularities(m, format, &want_words, &want_segments, gran_msg, sizeof gran_msg) < 0) {
+        ret = srv_reply_error(s, c, 400, "timestamp_granularities", NULL, "%s", gran_msg);
+        goto done;
+    }
     srv_chunking chunking;
     char chunk_msg[256];
     if (srv_chunking_parse(choir_multipart_find(m, "chunking_strategy"), &chunking, chunk_msg, sizeof chunk_msg) < 0) {
@@ -185,6 +230,8 @@ enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection 
     }
     j->stream = stream;
     j->sse = stream;
+    j->words = want_words;
+    j->no_segments = !want_segments;
     j->samples = audio.samples;
     j->n_samples = audio.frames;
     audio.samples = NULL;
@@ -215,6 +262,7 @@ enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection 
     job.req.in.stt.translate = translate;
     job.req.in.stt.temperature = temperature;
     job.req.in.stt.timestamps = format != CHOIR_TRANSCRIPT_JSON && format != CHOIR_TRANSCRIPT_TEXT;
+    job.req.in.stt.word_timestamps = want_words;
     int submitted;
     ret = srv_job_submit(j, &job, c, &submitted);
     if (!submitted)

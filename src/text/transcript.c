@@ -150,10 +150,39 @@ static void put_time(text_out *o, double s, char sep)
     put(o, "%02lld:%02lld:%02lld%c%03lld", ms / 3600000, ms / 60000 % 60, ms / 1000 % 60, sep, ms % 1000);
 }
 
+/* The caller's cues (laid out by words), in order and inside the audio. */
+static void write_given_cues(const choir_transcript *t, int vtt, text_out *o)
+{
+    double prev = 0;
+    for (int i = 0; i < t->n_cues; i++) {
+        const choir_transcript_cue *c = &t->cues[i];
+        double a = c->start_s, b = c->end_s;
+        if (!(a >= prev))
+            a = prev;
+        if (t->duration_s > 0 && a > t->duration_s)
+            a = t->duration_s;
+        if (t->duration_s > 0 && b > t->duration_s)
+            b = t->duration_s;
+        if (!(b >= a))
+            b = a;
+        prev = b;
+        if (!vtt)
+            put(o, "%d\n", i + 1);
+        put_time(o, a, vtt ? '.' : ',');
+        put(o, " --> ");
+        put_time(o, b, vtt ? '.' : ',');
+        put(o, "\n%s\n\n", c->text ? c->text : "");
+    }
+}
+
 static void write_cues(const choir_transcript *t, int vtt, text_out *o)
 {
     if (vtt)
         put(o, "WEBVTT\n\n");
+    if (t->n_cues > 0) {
+        write_given_cues(t, vtt, o);
+        return;
+    }
     choir_segment whole = {.start_s = 0, .end_s = t->duration_s, .text = t->text};
     choir_transcript one = *t;
     if (t->n_segments == 0) {
@@ -186,6 +215,48 @@ static void write_cues(const choir_transcript *t, int vtt, text_out *o)
 static double ms_round(double s)
 {
     return round(s * 1000.0) / 1000.0;
+}
+
+/* "words": every segment's words, their spaces trimmed, each start after
+ * the previous word's end and both times inside the audio. 0 or -1. */
+static int add_words(const choir_transcript *t, cJSON *root)
+{
+    cJSON *arr = cJSON_AddArrayToObject(root, "words");
+    if (!arr)
+        return -1;
+    double prev = 0;
+    for (int i = 0; i < t->n_segments; i++)
+        for (int k = 0; k < t->segments[i].n_words; k++) {
+            const choir_word *w = &t->segments[i].words[k];
+            double a = w->start_s, b = w->end_s;
+            if (!(a >= prev))
+                a = prev;
+            if (t->duration_s > 0 && a > t->duration_s)
+                a = t->duration_s;
+            if (t->duration_s > 0 && b > t->duration_s)
+                b = t->duration_s;
+            if (!(b >= a))
+                b = a;
+            prev = b;
+            int n;
+            const char *text = trimmed(w->text, &n);
+            char *word = choir_alloc(CHOIR_MEM_IO, (size_t)n + 1);
+            cJSON *e = word ? cJSON_CreateObject() : NULL;
+            if (e && !cJSON_AddItemToArray(arr, e)) {
+                cJSON_Delete(e);
+                e = NULL;
+            }
+            if (word) {
+                memcpy(word, text, (size_t)n);
+                word[n] = 0;
+            }
+            int ok = e && cJSON_AddStringToObject(e, "word", word) && cJSON_AddNumberToObject(e, "start", ms_round(a)) &&
+                     cJSON_AddNumberToObject(e, "end", ms_round(b));
+            choir_free(word);
+            if (!ok)
+                return -1;
+        }
+    return 0;
 }
 
 static cJSON *verbose_json(const choir_transcript *t, const char *text)
@@ -229,7 +300,9 @@ static cJSON *verbose_json(const choir_transcript *t, const char *text)
         if (!ok)
             segs = NULL;
     }
-    if (!segs) {
+    if (segs && t->no_segments)
+        cJSON_DeleteItemFromObjectCaseSensitive(root, "segments");
+    if (!segs || (t->words && add_words(t, root) < 0)) {
         cJSON_Delete(root);
         return NULL;
     }

@@ -266,6 +266,70 @@ static void check_linear_case(const char *label, choir_weight host, double tol_g
     choir_backend_weights_free(ws);
 }
 
+/* bf16 rows in and out (the encoder's layers): bias, bias + GELU, and the
+ * f32 residual add; the same bf16 rows on both backends, the CPU product in
+ * f32 then rounded, CUDA's rounded before bias and GELU: the bf16 bound. */
+static uint16_t *h16(const float *x, int64_t n);
+static void cmp_bf16(const char *name, const uint16_t *dev, const uint16_t *ref, int64_t n,
+                     double tol) {
+    uint16_t *got = hmem((size_t)n * 2);
+    choir_op_download(g_gs, got, dev, (size_t)n * 2);
+    if (!streams_ok(name)) return;
+    float *gf = hmem((size_t)n * 4), *rf = hmem((size_t)n * 4);
+    choir_bf16_to_f32_n(got, gf, n);
+    choir_bf16_to_f32_n(ref, rf, n);
+    report(name, rel_l2(gf, rf, n), tol);
+}
+
+static void check_linear_bf16(void) {
+    case_begin();
+    int64_t M = 333, K = 320, N = 264;
+    choir_err err = {0};
+    choir_weight host = make_weight(CHOIR_WEIGHT_BF16, N, K, 0, 0, 0);
+    choir_backend_weights *ws = choir_backend_weights_create(g_gpu, &err);
+    choir_weight dw;
+    choir_backend_weight(ws, &host, &dw);
+    float *bias = hvec(N, -1, 1);
+    const float *dbias = choir_backend_vec(ws, bias, N);
+    uint16_t *x = h16(hvec(M * K, -1, 1), M * K), *dx = dput(x, (size_t)(M * K) * 2);
+    /* Both device paths: biases in cublasLt's epilogue, and GemmEx + a pass. */
+    for (int lt = 1; lt >= 0; lt--) {
+        choir_cuda_linear_bf16_set_lt(lt != 0);
+        const char *how = lt ? "epilogue" : "plain";
+        char name[96];
+        for (int mode = 0; mode < 2; mode++) {
+            uint16_t *ref = hmem((size_t)(M * N) * 2), *dy = dput(NULL, (size_t)(M * N) * 2);
+            unsigned fl = mode ? CHOIR_LINEAR_GELU : 0;
+            choir_op_linear_bf16(g_cs, x, M, &host, bias, ref, CHOIR_DTYPE_BF16, fl);
+            choir_op_linear_bf16(g_gs, dx, M, &dw, dbias, dy, CHOIR_DTYPE_BF16, fl);
+            snprintf(name, sizeof name, "linear_bf16 M=333 bf16 rows +bias%s (%s)",
+                     mode ? " +GELU" : "", how);
+            cmp_bf16(name, dy, ref, M * N, TOL_BF16);
+        }
+        float *res = hvec(M * N, -2, 2), *dres = dvec(res, M * N);
+        choir_op_linear_bf16(g_cs, x, M, &host, bias, res, CHOIR_DTYPE_F32, CHOIR_LINEAR_ACCUMULATE);
+        choir_op_linear_bf16(g_gs, dx, M, &dw, dbias, dres, CHOIR_DTYPE_F32,
+                             CHOIR_LINEAR_ACCUMULATE);
+        snprintf(name, sizeof name, "linear_bf16 M=333 added into f32 rows +bias (%s)", how);
+        cmp(name, dres, res, M * N, TOL_F32 * 100);
+    }
+    choir_cuda_linear_bf16_set_lt(true);
+    float *y32 = hmem((size_t)(M * N) * 4), *dy32 = dzero(M * N);
+    choir_op_linear_bf16(g_cs, x, M, &host, NULL, y32, CHOIR_DTYPE_F32, 0);
+    choir_op_linear_bf16(g_gs, dx, M, &dw, NULL, dy32, CHOIR_DTYPE_F32, 0);
+    cmp("linear_bf16 M=333 into f32 rows", dy32, y32, M * N, TOL_F32 * 100);
+    /* Layer norm from f32 rows into bf16 rows. */
+    int64_t rows = 53, dim = 1280;
+    float *ln = hvec(rows * dim, -3, 3), *g = hvec(dim, 0.5f, 1.5f), *be = hvec(dim, -0.5f, 0.5f);
+    uint16_t *lref = hmem((size_t)(rows * dim) * 2), *dl = dput(NULL, (size_t)(rows * dim) * 2);
+    float *dln = dvec(ln, rows * dim), *dg = dvec(g, dim), *dbe = dvec(be, dim);
+    choir_op_layer_norm_bf16(g_cs, ln, lref, rows, dim, g, be, 1e-5f);
+    choir_op_layer_norm_bf16(g_gs, dln, dl, rows, dim, dg, dbe, 1e-5f);
+    cmp_bf16("layer_norm into bf16 rows", dl, lref, rows * dim, 4e-3);
+    choir_backend_weights_free(ws);
+    case_end();
+}
+
 static void check_linear(void) {
     int64_t N = 262, K = 768;
     case_begin();
@@ -377,7 +441,7 @@ static void check_attention_case(int64_t Tq, int64_t Tk, int H, int Hkv, bool ma
     float *ref = hmem((size_t)(Tq * d) * 4);
     float *dq = dvec(q, Tq * ldq), *dk = dvec(k, Tk * dkv), *dv = dvec(v, Tk * dkv);
     float *dout = dzero(Tq * d);
-    choir_attn a = {H, Hkv, Dh, 1.0f / sqrtf((float)Dh), causal};
+    choir_attn a = {H, Hkv, Dh, 1.0f / sqrtf((float)Dh), causal, CHOIR_DTYPE_F32};
     choir_op_attention(g_cs, q, ldq, k, dkv, v, dkv, ref, d, Tq, Tk, &a, m);
     choir_op_attention(g_gs, dq, ldq, dk, dkv, dv, dkv, dout, d, Tq, Tk, &a, dm);
     char name[96];
@@ -401,7 +465,7 @@ static void check_attention_slots_case(int64_t Tq, int H, int Hkv, bool causal) 
     float *dpk = dvec(pk, slots * stride), *dpv = dvec(pv, slots * stride);
     float *dq = dvec(q, B * Tq * d), *dout = dzero(B * Tq * d);
     int32_t *dmeta = dput(meta, sizeof meta);
-    choir_attn a = {H, Hkv, Dh, 1.0f / sqrtf((float)Dh), causal};
+    choir_attn a = {H, Hkv, Dh, 1.0f / sqrtf((float)Dh), causal, CHOIR_DTYPE_F32};
     choir_op_attention_slots(g_cs, B, q, d, Tq * d, pk, dkv, pv, dkv, stride, meta, meta + 4, ref,
                              d, Tq * d, Tq, C, &a);
     choir_op_attention_slots(g_gs, B, dq, d, Tq * d, dpk, dkv, dpv, dkv, stride, dmeta, dmeta + 4,
@@ -412,10 +476,114 @@ static void check_attention_slots_case(int64_t Tq, int H, int Hkv, bool causal) 
     cmp(name, dout, ref, B * Tq * d, TOL_F32);
     /* Appending rows: sequences 0 and 2 share slot 3 at different positions. */
     float *rows = hvec(B * dkv, -1, 1), *drows = dvec(rows, B * dkv);
-    choir_op_rows_scatter(g_cs, rows, B, dkv, pk, stride, dkv, meta, meta + 8);
-    choir_op_rows_scatter(g_gs, drows, B, dkv, dpk, stride, dkv, dmeta, dmeta + 8);
+    choir_op_rows_scatter(g_cs, rows, B, dkv, pk, CHOIR_DTYPE_F32, stride, dkv, meta, meta + 8);
+    choir_op_rows_scatter(g_gs, drows, B, dkv, dpk, CHOIR_DTYPE_F32, stride, dkv, dmeta, dmeta + 8);
     snprintf(name, sizeof name, "rows_scatter into slots (%d/%d heads)", H, Hkv ? Hkv : H);
     cmp(name, dpk, pk, slots * stride, 0);
+    case_end();
+}
+
+/* Keys and values as bf16 (a cache in a bf16 model's dtype): host copies
+ * rounded to bf16, the same bits on both backends; the CPU widens the rows
+ * first, CUDA as it reads them (one block per query row at any Tq). */
+static uint16_t *h16(const float *x, int64_t n) {
+    uint16_t *y = hmem((size_t)n * 2);
+    choir_f32_to_bf16_n(x, y, n);
+    return y;
+}
+
+static void check_attention_bf16_case(int64_t Tq, int64_t Tk, int H, int Hkv, bool causal) {
+    case_begin();
+    int64_t Dh = 64, d = H * Dh, dkv = (Hkv ? Hkv : H) * Dh;
+    float *q = hvec(Tq * d, -1, 1), *k = hvec(Tk * dkv, -1, 1), *v = hvec(Tk * dkv, -1, 1);
+    uint16_t *k16 = h16(k, Tk * dkv), *v16 = h16(v, Tk * dkv);
+    void *dk = dput(k16, (size_t)(Tk * dkv) * 2), *dv = dput(v16, (size_t)(Tk * dkv) * 2);
+    float *ref = hmem((size_t)(Tq * d) * 4), *dq = dvec(q, Tq * d), *dout = dzero(Tq * d);
+    choir_attn a = {H, Hkv, Dh, 1.0f / sqrtf((float)Dh), causal, CHOIR_DTYPE_BF16};
+    choir_op_attention(g_cs, q, d, k16, dkv, v16, dkv, ref, d, Tq, Tk, &a, NULL);
+    choir_op_attention(g_gs, dq, d, dk, dkv, dv, dkv, dout, d, Tq, Tk, &a, NULL);
+    char name[96];
+    snprintf(name, sizeof name, "attention bf16 K/V Tq=%lld Tk=%lld %d/%d heads%s", (long long)Tq,
+             (long long)Tk, H, Hkv ? Hkv : H, causal ? " causal" : "");
+    cmp(name, dout, ref, Tq * d, TOL_F32);
+    case_end();
+}
+
+/* A pool of bf16 caches: rows appended by rows_scatter (rounded to bf16, the
+ * same bits as the CPU), then a step's attention over the slots; and
+ * convert's rounding. */
+static void check_attention_slots_bf16(void) {
+    case_begin();
+    int64_t H = 6, Dh = 64, d = H * Dh, C = 448, slots = 5, B = 4, stride = C * d;
+    float *pk = hvec(slots * stride, -1, 1), *pv = hvec(slots * stride, -1, 1);
+    uint16_t *k16 = h16(pk, slots * stride), *v16 = h16(pv, slots * stride);
+    uint16_t *dk = dput(k16, (size_t)(slots * stride) * 2);
+    uint16_t *dv = dput(v16, (size_t)(slots * stride) * 2);
+    int32_t meta[12] = {3, 0, 3, 1, 7, 448, 3, 100};
+    for (int b = 0; b < 4; b++) meta[8 + b] = meta[4 + b] - 1;
+    int32_t *dmeta = dput(meta, sizeof meta);
+    float *rows = hvec(B * d, -1, 1), *drows = dvec(rows, B * d);
+    choir_op_rows_scatter(g_cs, rows, B, d, k16, CHOIR_DTYPE_BF16, stride, d, meta, meta + 8);
+    choir_op_rows_scatter(g_gs, drows, B, d, dk, CHOIR_DTYPE_BF16, stride, d, dmeta, dmeta + 8);
+    uint16_t *got16 = hmem((size_t)(slots * stride) * 2);
+    choir_op_download(g_gs, got16, dk, (size_t)(slots * stride) * 2);
+    if (streams_ok("rows_scatter into bf16 slots"))
+        expect("rows_scatter into bf16 slots: the CPU's bits",
+               memcmp(got16, k16, (size_t)(slots * stride) * 2) == 0);
+    float *q = hvec(B * d, -1, 1), *dq = dvec(q, B * d);
+    float *ref = hmem((size_t)(B * d) * 4), *dout = dzero(B * d);
+    choir_attn a = {(int)H, 0, Dh, 1.0f / sqrtf((float)Dh), false, CHOIR_DTYPE_BF16};
+    choir_op_attention_slots(g_cs, B, q, d, d, k16, d, v16, d, stride, meta, meta + 4, ref, d, d,
+                             1, C, &a);
+    choir_op_attention_slots(g_gs, B, dq, d, d, dk, d, dv, d, stride, dmeta, dmeta + 4, dout, d, d,
+                             1, C, &a);
+    cmp("attention_slots bf16 K/V B=4 Tq=1", dout, ref, B * d, TOL_F32);
+    uint16_t *c16 = hmem((size_t)(B * d) * 2), *gc = hmem((size_t)(B * d) * 2);
+    void *dc = dzero(B * d / 2 + 1);
+    choir_op_convert(g_cs, rows, c16, CHOIR_DTYPE_BF16, B * d);
+    choir_op_convert(g_gs, drows, dc, CHOIR_DTYPE_BF16, B * d);
+    choir_op_download(g_gs, gc, dc, (size_t)(B * d) * 2);
+    if (streams_ok("convert f32 -> bf16"))
+        expect("convert f32 -> bf16: the CPU's bits", memcmp(gc, c16, (size_t)(B * d) * 2) == 0);
+    case_end();
+}
+
+/* Everything bf16 (the encoder's fused attention): B sequences with row
+ * and batch strides wider than the rows; the output poisoned with NaN first,
+ * so an unwritten element fails. The CPU widens, runs the f32 kernel and
+ * rounds; the device also rounds the probabilities: the bf16 bound. */
+static void check_attention_all_bf16_case(int64_t B, int64_t Tq, int64_t Tk, int H, int Hkv,
+                                          bool causal, int64_t pad) {
+    case_begin();
+    int64_t Dh = 64, d = H * Dh, dkv = (Hkv ? Hkv : H) * Dh;
+    int64_t ldq = d + pad, ldk = dkv + pad, qb = Tq * ldq + pad, kb = Tk * ldk + pad;
+    uint16_t *q16 = h16(hvec(B * qb, -1, 1), B * qb);
+    uint16_t *k16 = h16(hvec(B * kb, -1, 1), B * kb), *v16 = h16(hvec(B * kb, -1, 1), B * kb);
+    uint16_t *ref = hmem((size_t)(B * qb) * 2), *got = hmem((size_t)(B * qb) * 2);
+    memset(ref, 0xFF, (size_t)(B * qb) * 2);
+    uint16_t *dq = dput(q16, (size_t)(B * qb) * 2), *dk = dput(k16, (size_t)(B * kb) * 2);
+    uint16_t *dv = dput(v16, (size_t)(B * kb) * 2), *dout = dput(ref, (size_t)(B * qb) * 2);
+    choir_attn a = {H, Hkv, Dh, 1.0f / sqrtf((float)Dh), causal, CHOIR_DTYPE_BF16};
+    choir_op_attention_bf16(g_cs, B, q16, ldq, qb, k16, ldk, v16, ldk, kb, ref, ldq, qb, Tq, Tk,
+                            &a);
+    choir_op_attention_bf16(g_gs, B, dq, ldq, qb, dk, ldk, dv, ldk, kb, dout, ldq, qb, Tq, Tk,
+                            &a);
+    char name[96];
+    snprintf(name, sizeof name, "attention all-bf16 B=%lld Tq=%lld Tk=%lld %d/%d heads%s",
+             (long long)B, (long long)Tq, (long long)Tk, H, Hkv ? Hkv : H,
+             causal ? " causal" : "");
+    choir_op_download(g_gs, got, dout, (size_t)(B * qb) * 2);
+    if (streams_ok(name)) {
+        /* Compare the rows' values only (the padding keeps its poison on both). */
+        int64_t n = B * Tq * d;
+        float *gf = hmem((size_t)n * 4), *rf = hmem((size_t)n * 4);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t i = 0; i < Tq; i++) {
+                choir_bf16_to_f32_n(got + b * qb + i * ldq, gf + (b * Tq + i) * d, d);
+                choir_bf16_to_f32_n(ref + b * qb + i * ldq, rf + (b * Tq + i) * d, d);
+            }
+        report(name, rel_l2(gf, rf, n), TOL_BF16);
+    }
     case_end();
 }
 
@@ -431,6 +599,16 @@ static void check_attention(void) {
     check_attention_slots_case(1, 6, 0, false);
     check_attention_slots_case(1, 6, 2, false);
     check_attention_slots_case(3, 6, 0, true);
+    check_attention_bf16_case(1, 1500, 6, 0, false);
+    check_attention_bf16_case(5, 229, 6, 0, true);
+    check_attention_bf16_case(40, 1500, 6, 2, false);
+    check_attention_slots_bf16();
+    check_attention_all_bf16_case(1, 1500, 1500, 20, 0, false, 0);
+    check_attention_all_bf16_case(2, 1500, 1500, 6, 0, false, 8);
+    check_attention_all_bf16_case(3, 130, 65, 6, 0, false, 8);
+    check_attention_all_bf16_case(1, 37, 100, 4, 2, true, 0);
+    check_attention_all_bf16_case(2, 200, 129, 6, 3, true, 16);
+    check_attention_all_bf16_case(1, 1, 1, 2, 0, false, 0);
 }
 
 static void check_gather(void) {
@@ -606,6 +784,22 @@ static void check_conv_case(const char *name, int64_t B, int64_t Cin, int64_t T,
     case_end();
 }
 
+/* conv1d on bf16 operands: the same rounded operands on both sides, f32
+ * accumulation in a different order: near the f32 bound. */
+static void check_conv_bf16_case(const char *name, int64_t B, int64_t Cin, int64_t T,
+                                 int64_t Cout, int stride) {
+    case_begin();
+    int64_t Tout = choir_conv1d_out_len(T, 3, stride, 1, 1);
+    float *x = hvec(B * Cin * T, -1, 1), *w = hvec(Cout * Cin * 3, -0.5f, 0.5f);
+    float *bias = hvec(Cout, -1, 1), *ref = hmem((size_t)(B * Cout * Tout) * 4);
+    float *dx = dvec(x, B * Cin * T), *dw = dvec(w, Cout * Cin * 3);
+    float *db = dvec(bias, Cout), *dy = dzero(B * Cout * Tout);
+    choir_op_conv1d_bf16(g_cs, x, B, Cin, T, w, bias, Cout, 3, stride, 1, 1, ref);
+    choir_op_conv1d_bf16(g_gs, dx, B, Cin, T, dw, db, Cout, 3, stride, 1, 1, dy);
+    cmp(name, dy, ref, B * Cout * Tout, 1e-4);
+    case_end();
+}
+
 static void check_convt_case(const char *name, int64_t B, int64_t Cin, int64_t T, int64_t Cout,
                              int64_t K, int stride, int pad, int opad, int groups) {
     case_begin();
@@ -628,6 +822,8 @@ static void check_conv(void) {
     check_conv_case("conv1d k7 dilation 3 p9", 2, 32, 300, 48, 7, 1, 9, 3, 1);
     check_conv_case("conv1d grouped (4 groups)", 2, 32, 300, 64, 5, 1, 2, 1, 4);
     check_conv_case("conv1d depthwise k7", 3, 64, 257, 64, 7, 1, 3, 1, 64);
+    check_conv_bf16_case("conv1d_bf16 k3 s1 p1 (Whisper conv1, 128 mels)", 2, 128, 3000, 256, 1);
+    check_conv_bf16_case("conv1d_bf16 k3 s2 p1 (Whisper conv2)", 2, 256, 3000, 320, 2);
     check_convt_case("conv_transpose1d k10 s5 p3 op1", 2, 64, 100, 32, 10, 5, 3, 1, 1);
     check_convt_case("conv_transpose1d depthwise k3 s2 p1 op1", 2, 48, 111, 48, 3, 2, 1, 1, 48);
 
@@ -695,13 +891,13 @@ static void check_graph(void) {
     float *dout_g = dzero(B * d), *dout_d = dzero(B * d);
     int32_t meta[9] = {2, 0, 1, 5, 9, 1, 4, 8, 0}; /* slots, lengths, positions */
     int32_t *dmeta = dput(meta, sizeof meta);
-    choir_attn a = {H, 0, Dh, 1.0f / sqrtf((float)Dh), false};
+    choir_attn a = {H, 0, Dh, 1.0f / sqrtf((float)Dh), false, CHOIR_DTYPE_F32};
     bool begun = choir_stream_graph_begin(g_gs, &err) == 0;
     choir_graph *gr = NULL;
     if (begun) {
         choir_op_layer_norm(g_gs, dx, dn, B, d, dg, NULL, 1e-5f);
         choir_op_linear(g_gs, dn, B, &dw, NULL, dk);
-        choir_op_rows_scatter(g_gs, dk, B, d, dpool_g, stride, d, dmeta, dmeta + 6);
+        choir_op_rows_scatter(g_gs, dk, B, d, dpool_g, CHOIR_DTYPE_F32, stride, d, dmeta, dmeta + 6);
         choir_op_attention_slots(g_gs, B, dn, d, d, dpool_g, d, dpool_g, d, stride, dmeta,
                                  dmeta + 3, dout_g, d, d, 1, C, &a);
         gr = choir_stream_graph_end(g_gs, &err);
@@ -726,7 +922,7 @@ static void check_graph(void) {
         choir_stream_graph_launch(g_gs, gr);
         choir_op_layer_norm(g_gs, dx, dn, B, d, dg, NULL, 1e-5f);
         choir_op_linear(g_gs, dn, B, &dw, NULL, dk);
-        choir_op_rows_scatter(g_gs, dk, B, d, dpool_d, stride, d, dmeta, dmeta + 6);
+        choir_op_rows_scatter(g_gs, dk, B, d, dpool_d, CHOIR_DTYPE_F32, stride, d, dmeta, dmeta + 6);
         choir_op_attention_slots(g_gs, B, dn, d, d, dpool_d, d, dpool_d, d, stride, dmeta,
                                  dmeta + 3, dout_d, d, d, 1, C, &a);
         choir_op_download(g_gs, got, dpool_g, (size_t)(B * stride) * 4);
@@ -801,6 +997,7 @@ int main(void) {
            (long long)(base >> 20));
     check_transfers();
     check_linear();
+    check_linear_bf16();
     check_gemm();
     check_attention();
     check_gather();

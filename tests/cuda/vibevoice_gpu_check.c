@@ -14,7 +14,8 @@
  *     steps fed the CPU's tokens (logits each step, tokens identical);
  *     f32 weights, then bf16 weights; then batched decoding steps of two
  *     sequences on the GPU against single steps on the CPU;
- *  3. with --bench 1.5b|7b [--layers N] [--audio-min M] [--steps N]: the
+ *  3. with --bench 1.5b|7b [--layers N] [--audio-min M[,M..]] [--steps N]
+ *     [--prefill-chunk N (1024)]: the
  *     published size (LM depth cut to --layers) on the GPU alone, bf16: load,
  *     encoder, prefill and decode times and the device's peak memory.
  *
@@ -133,8 +134,14 @@ static void check_ops(choir_backend *cpu_be, choir_backend *gpu_be) {
         free(in), free(w), free(b), free(out), free(x), free(g);
     }
     /* (T, pos0, heads, kv heads, D): a prefill chunk over a filled cache,
-     * a decoder step deep in the cache, D = 256. */
-    const int cases[][5] = {{64, 700, 28, 4, 128}, {1, 3000, 12, 2, 128}, {17, 5, 4, 4, 256}};
+     * a decoder step deep in the cache, D = 256; the split-keys path (up to
+     * 16 rows): the 7B model's 7:1 groups at a split boundary, one key, 8:1
+     * groups of 64 values with rows on both sides of a split edge; the
+     * tiled prefill path (more rows, D 64 or 128): from an empty cache with
+     * a last tile of rows cut short, 1:1 heads of 64, many key tiles. */
+    const int cases[][5] = {{64, 700, 28, 4, 128}, {1, 3000, 12, 2, 128}, {17, 5, 4, 4, 256},
+                            {4, 4991, 28, 4, 128}, {1, 0, 28, 4, 128},    {16, 120, 8, 1, 64},
+                            {37, 0, 28, 4, 128},   {100, 33, 8, 8, 64},   {300, 45, 14, 2, 128}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int64_t T = cases[c][0], pos0 = cases[c][1];
         int nh = cases[c][2], nkv = cases[c][3], D = cases[c][4];
@@ -367,7 +374,62 @@ done:
 
 /* --- 3. timing at a published size -------------------------------------------- */
 
-static int bench(const char *size, int layers, double minutes, int steps) {
+/* One audio length: encoders, prefill of the prompt that length makes, steps
+ * greedy steps; key=value pairs at the end of the line for
+ * bench/peers/vibevoice_gpu.sh. */
+static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoice_dims *d, double minutes,
+                     int steps, int chunk, choir_err *err) {
+    int status = 1;
+    int64_t n = (int64_t)(minutes * 60 * CHOIR_VIBEVOICE_SAMPLE_RATE), np = choir_vibevoice_padded_len(n, d->hop);
+    int T = (int)(np / d->hop), n_ids = T + 66;
+    float *x = calloc((size_t)np, sizeof *x);
+    int32_t *ids = malloc((size_t)n_ids * sizeof *ids);
+    choir_vibevoice_state *s = NULL;
+    if (!x || !ids) {
+        choir_err_set(err, CHOIR_ENOMEM, "bench: out of host memory");
+        goto out;
+    }
+    for (int64_t i = 0; i < n; i++) x[i] = 0.05f * frand();
+    choir_vibevoice_normalize(x, n, d->hop, x);
+    for (int i = 0; i < n_ids; i++) ids[i] = 1000 + (i * 7919) % 100000;
+    ids[32] = d->audio_bos;
+    for (int i = 0; i < T; i++) ids[33 + i] = d->audio_token;
+    ids[33 + T] = d->audio_eos;
+    choir_vibevoice_plan plan = {.max_samples = np, .max_context = n_ids + steps + 1, .prefill_chunk = chunk};
+    choir_backend_mem_reset_peak(be);
+    if (!(s = choir_vibevoice_state_create(m, &plan, NULL, err))) goto out;
+    double e0 = choir_now_s();
+    if (choir_vibevoice_encode(m, s, x, np, 0, NULL, NULL, err)) goto out;
+    double e1 = choir_now_s();
+    if (choir_vibevoice_prefill(m, s, ids, n_ids, NULL, NULL, NULL, err)) goto out;
+    double p1 = choir_now_s();
+    const float *logits = choir_vibevoice_logits(s);
+    for (int i = 0; i < steps; i++)
+        if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) goto out;
+    double d1 = choir_now_s();
+    double peak = choir_backend_mem_peak(be) / 1e9 + choir_vibevoice_device_bytes(m) / 1e9;
+    printf("encoders   %.0f s of audio in %.3f s (%.0fx real time)\n", minutes * 60, e1 - e0,
+           minutes * 60 / (e1 - e0));
+    printf("prefill    %d tokens in %.3f s: %.0f tokens/s (chunks of %d)\n", n_ids, p1 - e1, n_ids / (p1 - e1),
+           chunk);
+    printf("decode     %d steps in %.3f s: %.2f ms/token (logits downloaded each step)\n", steps, d1 - p1,
+           1000 * (d1 - p1) / steps);
+    printf("device     peak %.2f GB (weights %.2f GB, state planned %.2f GB)\n", peak,
+           choir_vibevoice_device_bytes(m) / 1e9, choir_vibevoice_plan_bytes(d, &plan) / 1e9);
+    printf("choir vibevoice %g min: min=%g enc_s=%.4f prefill_tps=%.1f decode_ms=%.3f peak_gb=%.3f\n", minutes,
+           minutes, e1 - e0, n_ids / (p1 - e1), 1000 * (d1 - p1) / steps, peak);
+    fflush(stdout);
+    status = 0;
+out:
+    choir_vibevoice_state_free(s);
+    free(x);
+    free(ids);
+    return status;
+}
+
+/* minutes: a comma-separated list of audio lengths, timed in that order on
+ * one model. */
+static int bench(const char *size, int layers, const char *minutes, int steps, int chunk) {
     choir_err err = {0};
     choir_vibevoice_dims d;
     if (choir_vibevoice_dims_named(size, &d, &err)) {
@@ -387,49 +449,23 @@ static int bench(const char *size, int layers, double minutes, int steps) {
     choir_vibevoice *m = w ? choir_vibevoice_from_tensors_on(choir_vibevoice_randw_find, w, &d, be, &err) : NULL;
     double t2 = choir_now_s();
     int status = 1;
-    float *x = NULL;
-    int32_t *ids = NULL;
-    choir_vibevoice_state *s = NULL;
     if (!m) goto out;
     printf("bench %s, LM %d layers: %.2f GB generated in %.1f s, on the GPU in %.2f s (%.2f GB device)\n", size,
            d.lm.n_layers, choir_vibevoice_randw_bytes(w) / 1e9, t1 - t0, t2 - t1,
            choir_vibevoice_device_bytes(m) / 1e9);
-    int64_t n = (int64_t)(minutes * 60 * CHOIR_VIBEVOICE_SAMPLE_RATE), np = choir_vibevoice_padded_len(n, d.hop);
-    int T = (int)(np / d.hop), n_ids = T + 66;
-    x = calloc((size_t)np, sizeof *x);
-    ids = malloc((size_t)n_ids * sizeof *ids);
-    for (int64_t i = 0; i < n; i++) x[i] = 0.05f * frand();
-    choir_vibevoice_normalize(x, n, d.hop, x);
-    for (int i = 0; i < n_ids; i++) ids[i] = 1000 + (i * 7919) % 100000;
-    ids[32] = d.audio_bos;
-    for (int i = 0; i < T; i++) ids[33 + i] = d.audio_token;
-    ids[33 + T] = d.audio_eos;
-    choir_vibevoice_plan plan = {.max_samples = np, .max_context = n_ids + steps + 1};
-    choir_backend_mem_reset_peak(be);
-    if (!(s = choir_vibevoice_state_create(m, &plan, NULL, &err))) goto out;
-    double e0 = choir_now_s();
-    if (choir_vibevoice_encode(m, s, x, np, 0, NULL, NULL, &err)) goto out;
-    double e1 = choir_now_s();
-    if (choir_vibevoice_prefill(m, s, ids, n_ids, NULL, NULL, NULL, &err)) goto out;
-    double p1 = choir_now_s();
-    const float *logits = choir_vibevoice_logits(s);
-    for (int i = 0; i < steps; i++)
-        if (choir_vibevoice_step(m, s, argmax(logits, d.lm.vocab), NULL, &err)) goto out;
-    double d1 = choir_now_s();
-    printf("encoders   %.0f s of audio in %.3f s (%.0fx real time)\n", minutes * 60, e1 - e0,
-           minutes * 60 / (e1 - e0));
-    printf("prefill    %d tokens in %.3f s: %.0f tokens/s\n", n_ids, p1 - e1, n_ids / (p1 - e1));
-    printf("decode     %d steps in %.3f s: %.2f ms/token (logits downloaded each step)\n", steps, d1 - p1,
-           1000 * (d1 - p1) / steps);
-    printf("device     peak %.2f GB (weights %.2f GB, state planned %.2f GB)\n",
-           choir_backend_mem_peak(be) / 1e9 + choir_vibevoice_device_bytes(m) / 1e9,
-           choir_vibevoice_device_bytes(m) / 1e9, choir_vibevoice_plan_bytes(&d, &plan) / 1e9);
+    for (const char *p = minutes; p && *p;) {
+        char *end;
+        double mins = strtod(p, &end);
+        if (end == p || mins <= 0) {
+            choir_err_set(&err, CHOIR_EINVAL, "bench: bad --audio-min list '%s'", minutes);
+            goto out;
+        }
+        if (bench_len(be, m, &d, mins, steps, chunk, &err)) goto out;
+        p = *end == ',' ? end + 1 : end;
+    }
     status = 0;
 out:
     if (status) printf("FAIL  bench: %s\n", err.msg);
-    choir_vibevoice_state_free(s);
-    free(x);
-    free(ids);
     choir_vibevoice_free(m);
     choir_vibevoice_randw_free(w);
     choir_backend_free(be);
@@ -438,15 +474,16 @@ out:
 
 int main(int argc, char **argv) {
     const char *size = NULL;
-    int layers = 4, steps = 16;
-    double minutes = 10;
+    int layers = 4, steps = 16, chunk = 1024;
+    const char *minutes = "10";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--bench") == 0) size = argv[i + 1];
         else if (strcmp(argv[i], "--layers") == 0) layers = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--audio-min") == 0) minutes = atof(argv[i + 1]);
+        else if (strcmp(argv[i], "--audio-min") == 0) minutes = argv[i + 1];
         else if (strcmp(argv[i], "--steps") == 0) steps = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--prefill-chunk") == 0) chunk = atoi(argv[i + 1]);
     }
-    if (size) return bench(size, layers, minutes, steps > 0 ? steps : 1);
+    if (size) return bench(size, layers, minutes, steps > 0 ? steps : 1, chunk > 0 ? chunk : 1024);
     choir_err err = {0};
     choir_backend_cuda_opts o = {.device = 0};
     choir_backend *gpu = choir_backend_cuda(&o, &err);

@@ -18,6 +18,8 @@
  *    with timestamp rules and beam search (beam 3: cache copies on the
  *    device, pool growth) give the CPU's tokens; the GPU encoder feeding the
  *    device cross K/V directly (no round trip) gives them too;
+ *  - a bf16 model's caches are bf16 on the device: greedy and beam 3 give
+ *    the CPU's (f32 caches) first tokens;
  *  - (INFO) device bytes held, graph and direct step counts.
  * Exits 0 when all pass, 1 otherwise, 77 (skipped) without a GPU. */
 #include <math.h>
@@ -453,6 +455,55 @@ done:
     arrays_free();
 }
 
+/* A bf16 model: its caches on the device hold bf16 (half the bytes) while
+ * the CPU's are f32, so the two decodes differ by rounding only: greedy and
+ * beam 3 (cache copies of bf16 rows, pool growth) must agree with the CPU
+ * on the first tokens of each window, and the caches must be bf16. */
+static void bf16_cache_case(void) {
+    choir_whisper m;
+    build(&m, 1);
+    float *mel = arr(2 * 80 * 3000, 1.0f, -0.2f), *enc = arr(2 * 1500 * 64, 0, 0);
+    choir_whisper_params p;
+    choir_whisper_default_params(&p);
+    p.sample_len = 8;
+    choir_err err = {0};
+    choir_whisper_result cpu[2][2], gpu[2][2];
+    memset(cpu, 0, sizeof(cpu)), memset(gpu, 0, sizeof(gpu));
+    int rc = choir_whisper_encode(&m, mel, 2, enc, &err);
+    for (int k = 0; k < 2 && !rc; k++) {
+        p.beam_size = k ? 3 : 1;
+        rc = decode2(&m, mel, enc, false, &p, cpu[k], &err);
+    }
+    if (rc) {
+        report(false, "bf16 caches: CPU reference: %s", err.msg);
+        goto done;
+    }
+    if (attach(&m, 1, true, 2)) goto done;
+    choir_whisper_gpu_stats st;
+    choir_whisper_gpu_get_stats(&m, &st, NULL);
+    for (int k = 0; k < 2; k++) {
+        p.beam_size = k ? 3 : 1;
+        if ((rc = decode2(&m, mel, enc, false, &p, gpu[k], &err))) {
+            report(false, "bf16 caches: decode on the GPU: %s", err.msg);
+            continue;
+        }
+        int first = 8, same = 0, n = 0;
+        for (int w = 0; w < 2; w++)
+            for (int t = 0; t < first && t < cpu[k][w].n_tokens; t++, n++)
+                same += t < gpu[k][w].n_tokens && gpu[k][w].tokens[t] == cpu[k][w].tokens[t];
+        report(st.kv_elem_bytes == 2 && n > 0 && same == n,
+               "bf16 caches (%d bytes per element), %s: first %d tokens of 2 windows as the CPU's "
+               "(f32 caches): %d of %d",
+               st.kv_elem_bytes, k ? "beam search 3" : "greedy", first, same, n);
+    }
+    choir_whisper_gpu_detach(&m);
+done:
+    for (int k = 0; k < 2; k++)
+        for (int w = 0; w < 2; w++)
+            choir_whisper_result_clear(&cpu[k][w]), choir_whisper_result_clear(&gpu[k][w]);
+    arrays_free();
+}
+
 int main(void) {
     if (choir_cuda_device_count() == 0) {
         printf("SKIP no CUDA device visible\n");
@@ -480,6 +531,7 @@ int main(void) {
     decoder_case(4, 1, 2e-2);
     all_positions_case();
     full_decode_case();
+    bf16_cache_case();
     choir_backend_free(g_cpu_backend);
     printf("%d of %d checks passed\n", g_cases - g_failures, g_cases);
     return g_failures ? 1 : 0;

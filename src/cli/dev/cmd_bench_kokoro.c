@@ -39,13 +39,15 @@ static int on_audio(void *user, const float *pcm, int64_t n, int piece, int n_pi
 static void usage(FILE *f) {
     fprintf(f, "usage: choir bench kokoro --model DIR [--voice V] [--text T] [--threads N]\n"
                "                          [--batch 1,8] [--requests N] [--backend cpu|cuda]\n"
-               "                          [--gpu-dtype f32|bf16]\n\n"
+               "                          [--gpu-dtype f32|tf32|bf16]\n\n"
                "For each batch size B of --batch: streams the paragraph with B pieces\n"
                "synthesised together (after the short first one), then B copies of it (or N\n"
                "with --requests) as concurrent requests in one batch; prints real-time factor\n"
                "(compute seconds per audio second), time to first audio, and peak memory.\n"
                "--backend cuda (CUDA builds) runs the decoder on GPU 0 and also prints the\n"
-               "achieved TFLOP/s and GB/s against the card's measured ceilings.\n");
+               "achieved TFLOP/s and GB/s against the card's measured ceilings. --gpu-dtype tf32:\n"
+               "f32 weights, cuBLAS products (convolutions, ALBERT) on the tensor cores in\n"
+               "TF32, as PyTorch runs its f32 convolutions by default (cuDNN allow_tf32).\n");
 }
 
 typedef struct gpu_side {
@@ -84,7 +86,7 @@ int choir_bench_kokoro(int argc, char **argv) {
     const char *model_dir = NULL, *voice_spec = "af_heart", *text = k_paragraph;
     const char *batch_list = "1,8";
     int requests = 0;
-    bool use_gpu = false, gpu_bf16 = false;
+    bool use_gpu = false, gpu_bf16 = false, gpu_tf32 = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return usage(stdout), 0;
@@ -100,6 +102,7 @@ int choir_bench_kokoro(int argc, char **argv) {
             else if (strcmp(v, "cpu") != 0) return usage(stderr), 2;
         } else if (strcmp(a, "--gpu-dtype") == 0) {
             if (strcmp(v, "bf16") == 0) gpu_bf16 = true;
+            else if (strcmp(v, "tf32") == 0) gpu_tf32 = true;
             else if (strcmp(v, "f32") != 0) return usage(stderr), 2;
         } else return usage(stderr), 2;
         i++;
@@ -128,7 +131,7 @@ int choir_bench_kokoro(int argc, char **argv) {
                         "(configure with -DCHOIR_CUDA=ON)\n");
         return 2;
     }
-    (void)gpu_bf16;
+    (void)gpu_bf16, (void)gpu_tf32;
 #endif
     choir_err err = {0};
     int rc = 1;
@@ -156,6 +159,7 @@ int choir_bench_kokoro(int argc, char **argv) {
         if (!(gs.cu = choir_cuda_init(0, &err))) goto done;
         if (choir_cuda_measure_ceilings(gs.cu, &gs.tflops_ceiling, &gs.gbs_ceiling, &err) != 0)
             goto done;
+        if (gpu_tf32 && choir_cuda_set_tf32(gs.cu, true, &err)) goto done;
         t = choir_now_s();
         if (!(gs.g = choir_kokoro_gpu_create(m, gs.cu, gpu_bf16, &err))) goto done;
         choir_kokoro_set_gpu(m, gs.g);
@@ -163,7 +167,7 @@ int choir_bench_kokoro(int argc, char **argv) {
         choir_kokoro_gpu_get_stats(gs.g, &st);
         printf("  decoder on %s (%s convolutions), %.1f MB of device weights, upload %.2f s\n"
                "  ceilings measured now: bf16 matmul %.1f TFLOP/s, device copy %.0f GB/s\n",
-               choir_cuda_get_props(gs.cu)->name, gpu_bf16 ? "bf16" : "f32",
+               choir_cuda_get_props(gs.cu)->name, gpu_bf16 ? "bf16" : gpu_tf32 ? "tf32" : "f32",
                (double)st.weight_bytes / 1e6, choir_now_s() - t, gs.tflops_ceiling, gs.gbs_ceiling);
     }
 #endif
@@ -179,7 +183,7 @@ int choir_bench_kokoro(int argc, char **argv) {
         run r = {.t0 = choir_now_s()};
         if (choir_kokoro_speak(m, ph, v, text, &sp, on_audio, &r, &err) != 0) goto done;
         double wall = choir_now_s() - r.t0, audio_s = r.samples / CHOIR_KOKORO_SAMPLE_RATE;
-        printf("  paragraph, batch %d: %.2f s audio in %.2f s, RTF %.3f, first audio %.3f s\n", b,
+        printf("  paragraph, batch %d: %.2f s audio in %.2f s, RTF %.5f, first audio %.4f s\n", b,
                audio_s, wall, wall / audio_s, r.first);
         print_gpu(&gs);
 
@@ -207,7 +211,7 @@ int choir_bench_kokoro(int argc, char **argv) {
         if (choir_kokoro_synthesize_batch(m, items, n, &params, &err) != 0) goto done;
         double wall2 = choir_now_s() - t, samples = 0;
         for (int i = 0; i < n; i++) samples += (double)items[i].n_samples, choir_free(items[i].audio);
-        printf("  %d requests at once (%d pieces, one batch): %.2f s audio in %.2f s, RTF %.3f\n",
+        printf("  %d requests at once (%d pieces, one batch): %.2f s audio in %.2f s, RTF %.5f\n",
                copies, n, samples / CHOIR_KOKORO_SAMPLE_RATE, wall2,
                wall2 / (samples / CHOIR_KOKORO_SAMPLE_RATE));
         print_gpu(&gs);

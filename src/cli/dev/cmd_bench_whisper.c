@@ -560,10 +560,10 @@ int choir_bench_whisper(int argc, char **argv) {
         choir_whisper_gpu_get_stats(m, &st, NULL);
         step_bytes = (double)st.step_weight_bytes;
         printf("gpu            %s (device %d): %.0f MB of weights on the device (%s), f32 "
-               "products in %s, uploaded in %.1f s\n",
+               "products in %s, KV caches %s, uploaded in %.1f s\n",
                choir_cuda_get_props(cu)->name, device, st.weight_bytes / 1e6,
                gpu_bf16 ? "f32 stored as bf16" : "as stored", go.tf32 ? "TF32" : "f32",
-               choir_now_s() - t0);
+               st.kv_elem_bytes == 2 ? "bf16" : "f32", choir_now_s() - t0);
         if (choir_cuda_measure_ceilings(cu, &ceil_tf, &ceil_gbs, &err)) goto fail;
         printf("ceilings       bf16 matmul 8192^3 %.1f TFLOP/s; device-to-device copy %.0f GB/s "
                "(read + written)\n",

@@ -135,18 +135,15 @@ static double spectral_distance(const float *a, const float *b, int64_t n) {
 static int run_decoder(const choir_kokoro *m, const float *asr, int64_t L, const float *f0,
                        const float *nc, const float *style, float *audio, bool gpu,
                        choir_err *err) {
-#ifdef CHOIR_HAVE_CUDA
     if (gpu) {
         choir_kokoro_decode_input in = {.asr = asr, .f0 = f0, .n = nc, .style = style, .frames = L};
         float *out = NULL;
-        int rc = choir_kokoro_gpu_decode(m->gpu, &in, 1, &out, err);
+        int rc = kk_net_decode(m, &in, 1, &out, err);
         if (rc) return rc;
         memcpy(audio, out, (size_t)L * CHOIR_KOKORO_SAMPLES_PER_FRAME * sizeof(float));
         choir_free(out);
         return 0;
     }
-#endif
-    (void)gpu;
     return kk_decoder(m, asr, L, f0, nc, style, NULL, audio, err);
 }
 

@@ -77,6 +77,12 @@ static void *fake_load(const char *dir, const choir_model_options *opt, choir_er
         choir_err_set(err, CHOIR_EFORMAT, "%s: not JSON", path);
         return NULL;
     }
+    /* tests of a model that cannot load (the probe still claims it) */
+    if (num(c, "fail_load", 0) != 0) {
+        cJSON_Delete(c);
+        choir_err_set(err, CHOIR_EFORMAT, "%s: \"fail_load\" is set", path);
+        return NULL;
+    }
     fake_weights *w = choir_calloc(CHOIR_MEM_WEIGHTS, 1, sizeof *w);
     if (!w) {
         cJSON_Delete(c);
@@ -168,7 +174,8 @@ static int emit_piece(choir_request *r, int k, int pieces, int final, int segmen
     choir_output out = {.final = final};
     char text[1024];
     choir_segment segs[FAKE_MAX_SEGMENTS];
-    char seg_text[FAKE_MAX_SEGMENTS][24];
+    char seg_text[FAKE_MAX_SEGMENTS][24], word_text[FAKE_MAX_SEGMENTS][16];
+    choir_word words[FAKE_MAX_SEGMENTS][2];
     if (r->task == CHOIR_TASK_TTS) {
         int64_t total = (int64_t)strlen(r->in.tts.text) * CHOIR_FAKE_TTS_SAMPLES_PER_CHAR;
         int64_t from = total * k / pieces, to = total * (k + 1) / pieces;
@@ -201,7 +208,8 @@ static int emit_piece(choir_request *r, int k, int pieces, int final, int segmen
         out.text = text;
         /* With "segments" and timestamps, piece k is the segment [k, k+1) * duration / pieces:
          * a streamed piece carries its own, the final output all of them
-         * (at most FAKE_MAX_SEGMENTS), as a real model's would. */
+         * (at most FAKE_MAX_SEGMENTS), as a real model's would. With word
+         * timestamps, " piece" takes the first half of it and " N" the second. */
         if (segments && r->task == CHOIR_TASK_STT && r->in.stt.timestamps) {
             double dur = (double)n / (r->in.stt.sample_rate > 0 ? r->in.stt.sample_rate : 16000);
             int first = final ? 0 : k, last = final ? pieces : k + 1;
@@ -211,6 +219,15 @@ static int emit_piece(choir_request *r, int k, int pieces, int final, int segmen
                 snprintf(seg_text[p - first], sizeof seg_text[0], " piece %d", p + 1);
                 segs[p - first] = (choir_segment){.start_s = dur * p / pieces, .end_s = dur * (p + 1) / pieces,
                                                   .text = seg_text[p - first], .probability = 0.5f};
+                if (r->in.stt.word_timestamps) {
+                    choir_segment *g = &segs[p - first];
+                    double mid = (g->start_s + g->end_s) / 2;
+                    snprintf(word_text[p - first], sizeof word_text[0], " %d", p + 1);
+                    words[p - first][0] = (choir_word){g->start_s, mid, " piece", 0.75f};
+                    words[p - first][1] = (choir_word){mid, g->end_s, word_text[p - first], 0.25f};
+                    g->words = words[p - first];
+                    g->n_words = 2;
+                }
             }
             out.segments = segs;
             out.n_segments = last - first;

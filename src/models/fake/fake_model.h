@@ -4,7 +4,9 @@
  *
  * It is a real adapter: a directory with config.json {"model_type":
  * "choir-fake", ...} and a model.safetensors file (any bytes; its size is the
- * weights figure) loads through choir_engine_add_model. */
+ * weights figure) loads through choir_engine_add_model. A config with
+ * "fail_load": 1 is claimed by the probe and fails every load (config only:
+ * tests of a model that cannot load, fixed by rewriting the file). */
 #ifndef CHOIR_MODELS_FAKE_MODEL_H
 #define CHOIR_MODELS_FAKE_MODEL_H
 
@@ -21,7 +23,8 @@ typedef struct choir_fake_params {
     int64_t weights_bytes;  /* size of the model.safetensors file written */
     double load_ms;         /* load latency */
     int pieces;             /* streamed pieces per request (0 = 4) */
-    int segments;           /* 1: with timestamps, STT outputs carry one segment per piece
+    int segments;           /* 1: with timestamps, STT outputs carry one segment per piece (with
+                               word timestamps, two words each: " piece", " N")
                                (config "segments"; not written by choir_fake_model_write) */
     int fail_on_length;     /* a request of exactly this length fails (0 = never) */
     /* on a GPU (choir_model_fake_gpu loaded with options.device >= 1) */

@@ -703,17 +703,3 @@ done:
     choir_free(lens_host);
     return rc;
 }
-
-int kk_f0_n_blocks(const choir_kokoro *m, const float *x, int64_t L, const float *s_pro, float *f0,
-                   float *n, choir_err *err) {
-    choir_backend *be = choir_backend_cpu(err);
-    kk_dec *d = be ? kk_dec_create(m, be, err) : NULL;
-    choir_stream *s = d ? choir_stream_create(be, err) : NULL;
-    int rc = s ? choir_stream_reserve(s, (size_t)kk_dec_f0n_work_bytes(1, L), 0, err)
-               : (err && err->code ? err->code : CHOIR_ENOMEM);
-    if (!rc) rc = kk_dec_f0n_run(d, s, 1, &x, &L, &s_pro, &f0, &n, err);
-    choir_stream_free(s);
-    kk_dec_free(d);
-    choir_backend_free(be);
-    return rc;
-}

@@ -25,12 +25,6 @@ int64_t kk_dec_work_bytes(int n, int64_t frames);
  * sources; the inputs' staging is n_in floats more). */
 int64_t kk_dec_host_bytes(int n, int64_t frames);
 
-/* Sees each piece's intermediate tensors (host copies [C, T] at the piece's
- * own length, valid during the call): "decoder_out" [512, 2L], "stage0"
- * [256, 20L], "post" [22, 120L + 1]. */
-typedef void (*kk_dec_trace_fn)(void *user, int piece, const char *stage, const float *x,
-                                int64_t C, int64_t T);
-
 /* Decodes n >= 1 pieces (host inputs) in one batch on the stream's backend:
  * audio[i] (host, 600 in[i].frames floats, the caller's) receives piece i's
  * 24 kHz audio. Working memory comes from the stream (kk_dec_work_bytes);

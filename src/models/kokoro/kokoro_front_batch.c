@@ -1,27 +1,27 @@
-/* Kokoro's front for a batch of pieces, for a GPU: kk_front's
- * stages in the same order, each stage run for every piece before the next
- * starts, so that each device part is one call over all pieces instead of
- * one call per piece:
+/* Kokoro's front (KModel.forward_with_tokens up to the decoder, spec §5)
+ * for one piece or a batch: the stages in order, each run for every piece
+ * before the next starts, so that each network stage is one call on the
+ * model's executor (kokoro_exec.c) for all pieces:
  *
  *   per piece (pool)   validate, workspace, ALBERT embeddings
- *   device             ALBERT + bert_encoder, all pieces' rows stacked
- *   3 x  per piece     [x ; s_pro]            device  duration-encoder BiLSTM
+ *   executor           ALBERT + bert_encoder, all pieces' rows stacked
+ *   3 x  per piece     [x ; s_pro]            executor  duration-encoder BiLSTM
  *        per piece     AdaLayerNorm
- *   per piece          [x ; s_pro]            device  duration BiLSTM
- *   per piece          durations, text-encoder convolutions
- *   device             text-encoder BiLSTM
+ *   per piece          [x ; s_pro]            executor  duration BiLSTM
+ *   per piece          durations
+ *   executor           text encoder: embedding, convolutions (per piece), BiLSTM
  *   per piece          alignment (en, asr)
- *   device             shared BiLSTM over frames
- *   device             F0 / N blocks, all pieces padded to the longest
+ *   executor           shared BiLSTM over frames
+ *   executor           F0 / N blocks, all pieces padded to the longest
  *   per piece          seeded noise
  *
- * The per-piece steps are the single-piece front's own functions
- * (kokoro_forward.c), so a piece's durations and curves equal what the front
- * gives it alone on the same GPU, up to the order cuBLAS sums a product in
- * (ALBERT's products see more rows). Where the device lacks a part (a model
- * without it), or no GPU is attached, that part runs on the CPU per piece as
- * in kk_front, and the result is kk_front's bit for bit (which is what the
- * CPU-only test of this file checks). */
+ * On a device a piece's durations and curves equal what it gets alone on
+ * the same device up to the order cuBLAS sums a product in (ALBERT's
+ * products see more rows); on the CPU the executor runs pieces one by one
+ * and the result is the single piece's bit for bit (which the CPU test of
+ * this file checks). A piece with a trace (params.trace) sees every stage:
+ * "bert_out", "d_en", "duration_encoder_out", "duration", "pred_dur",
+ * "text_encoder_out", "F0_pred", "N_pred", "asr". */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,7 +47,6 @@ typedef struct fb_piece {
     float *d_en;              /* [T, 512] */
     float *d;                 /* [T, 640] duration encoder in and out */
     float *y;                 /* [T, 512] an LSTM's output */
-    float *tc;                /* [T, 512] text encoder before its LSTM */
     float *t_en;              /* [512, T] */
     float *dur;               /* [T] */
     int32_t *pred_dur;        /* [T] */
@@ -59,11 +58,18 @@ typedef struct fb_piece {
     choir_err err;
 } fb_piece;
 
+static void trace(const fb_piece *q, const char *name, const float *data, int nd, int64_t d0,
+                  int64_t d1) {
+    if (!q->p.trace) return;
+    const int64_t shape[2] = {d0, d1};
+    q->p.trace(q->p.trace_user, name, data, nd, shape);
+}
+
 enum fb_stage {
     FB_PREPARE,     /* validate, workspace, embeddings */
     FB_STYLE_D_EN,  /* d = [d_en ; s_pro] */
     FB_NORM,        /* AdaLayerNorm of dur_norm[layer] on y, d = [y ; s_pro] */
-    FB_DURATIONS,   /* durations from y, then the text encoder's convolutions */
+    FB_DURATIONS,   /* durations from y */
     FB_ALIGN,       /* t_en from y, frame workspace, en and asr */
     FB_TRANSPOSE,   /* x = h^T */
     FB_NOISE,       /* seeded noise, text workspace freed */
@@ -87,11 +93,11 @@ static int prepare(const choir_kokoro *m, fb_piece *q) {
         if (q->ids[i] < 0 || q->ids[i] >= KK_NTOKEN)
             return choir_err_set(&q->err, CHOIR_EINVAL, "kokoro: id %d at %lld is outside 0..%d",
                                  (int)q->ids[i], (long long)i, KK_NTOKEN - 1);
-    /* e, bert, d_en, d, y, tc, t_en, dur, pred_dur, the two 128-float rows,
-     * then the steps' temporaries (text-encoder convolutions 1024 T, the
+    /* e, bert, d_en, d, y, t_en, dur, pred_dur, the two 128-float rows,
+     * then the steps' temporaries (1024 T of slack, the
      * duration logits 50 T, an AdaLayerNorm's 1024), with margin for the
      * arena's alignment */
-    const int64_t floats = (128 + 768 + 512 + 640 + 512 + 512 + 512 + 2) * T + 1024 * T +
+    const int64_t floats = (128 + 768 + 512 + 640 + 512 + 512 + 2) * T + 1024 * T +
                            64 * T + 16384;
     q->ws = kk_ws_create(floats * (int64_t)sizeof(float), &q->err);
     if (!q->ws) return q->err.code ? q->err.code : CHOIR_ENOMEM;
@@ -100,13 +106,12 @@ static int prepare(const choir_kokoro *m, fb_piece *q) {
     q->d_en = kk_ws_floats(q->ws, T * KK_HIDDEN);
     q->d = kk_ws_floats(q->ws, T * (KK_HIDDEN + KK_STYLE));
     q->y = kk_ws_floats(q->ws, T * KK_HIDDEN);
-    q->tc = kk_ws_floats(q->ws, T * KK_HIDDEN);
     q->t_en = kk_ws_floats(q->ws, KK_HIDDEN * T);
     q->dur = kk_ws_floats(q->ws, T);
     q->pred_dur = (int32_t *)kk_ws_floats(q->ws, T);
     size_t mark = kk_ws_mark(q->ws);
     float *type0 = kk_ws_floats(q->ws, KK_BERT_EMB), *row = kk_ws_floats(q->ws, KK_BERT_EMB);
-    if (!q->e || !q->bert || !q->d_en || !q->d || !q->y || !q->tc || !q->t_en || !q->dur ||
+    if (!q->e || !q->bert || !q->d_en || !q->d || !q->y || !q->t_en || !q->dur ||
         !q->pred_dur || !type0 || !row)
         return CHOIR_ENOMEM;
     kk_albert_embed(m, q->ids, T, q->e, type0, row);
@@ -118,6 +123,11 @@ static int durations_and_convs(const choir_kokoro *m, fb_piece *q) {
     const int64_t T = q->T;
     int rc = kk_durations_from(m, q->y, T, q->p.speed, q->dur, q->pred_dur, q->ws);
     if (rc) return rc;
+    trace(q, "duration", q->dur, 1, T, 0);
+    if (q->p.trace) {
+        for (int64_t t = 0; t < T; t++) q->dur[t] = (float)q->pred_dur[t]; /* dur is done */
+        trace(q, "pred_dur", q->dur, 1, T, 0);
+    }
     if (q->p.durations)
         for (int64_t t = 0; t < T; t++) {
             if (q->p.durations[t] < 1 || q->p.durations[t] > 1000)
@@ -128,13 +138,14 @@ static int durations_and_convs(const choir_kokoro *m, fb_piece *q) {
         }
     q->L = 0;
     for (int64_t t = 0; t < T; t++) q->L += q->pred_dur[t];
-    return kk_text_encoder_convs(m, q->ids, T, q->tc, q->ws);
+    return 0;
 }
 
 static int align(fb_piece *q) {
     const int64_t T = q->T, L = q->L, C_d = KK_HIDDEN + KK_STYLE;
     kk_piece *out = q->out;
     kk_transpose(q->y, T, KK_HIDDEN, q->t_en);
+    trace(q, "text_encoder_out", q->t_en, 2, KK_HIDDEN, T);
     q->ws2 = kk_ws_create((C_d + 2 * KK_HIDDEN) * L * (int64_t)sizeof(float) + 65536, &q->err);
     if (!q->ws2) return q->err.code ? q->err.code : CHOIR_ENOMEM;
     q->en = kk_ws_floats(q->ws2, L * C_d);
@@ -163,11 +174,18 @@ static int run_stage(const fb_job *job, fb_piece *q) {
     case FB_PREPARE:
         return prepare(m, q);
     case FB_STYLE_D_EN:
+        trace(q, "bert_out", q->bert, 2, q->T, KK_BERT);
+        if (q->p.trace) { /* t_en is free scratch until the alignment */
+            kk_transpose(q->d_en, q->T, KK_HIDDEN, q->t_en);
+            trace(q, "d_en", q->t_en, 2, KK_HIDDEN, q->T);
+        }
         kk_concat_style(q->d_en, q->T, q->s_pro, q->d);
         return 0;
     case FB_NORM: {
         int rc = kk_ada_layer_norm(&m->dur_norm[job->layer], q->y, q->T, q->s_pro, q->ws);
         if (!rc) kk_concat_style(q->y, q->T, q->s_pro, q->d);
+        if (!rc && job->layer == 2)
+            trace(q, "duration_encoder_out", q->d, 2, q->T, KK_HIDDEN + KK_STYLE);
         return rc;
     }
     case FB_DURATIONS:
@@ -178,6 +196,9 @@ static int run_stage(const fb_job *job, fb_piece *q) {
         kk_transpose(q->h, q->L, KK_HIDDEN, q->x);
         return 0;
     case FB_NOISE:
+        trace(q, "F0_pred", q->out->f0, 1, 2 * q->L, 0);
+        trace(q, "N_pred", q->out->n, 1, 2 * q->L, 0);
+        trace(q, "asr", q->out->asr, 2, KK_HIDDEN, q->L);
         if (q->out->noise) kk_noise_fill(q->out->noise, kk_noise_floats(q->L), q->p.seed);
         kk_ws_free(q->ws2);
         kk_ws_free(q->ws);
@@ -211,67 +232,26 @@ static int cpu_stage(const choir_kokoro *m, fb_piece *pc, int n, enum fb_stage s
             else if (!pc[i].err.code)
                 choir_err_set(&pc[i].err, pc[i].rc, "kokoro: the front failed (code %d)", pc[i].rc);
             if (err) *err = pc[i].err;
-            choir_err_prefix(err, "batch item %d", i);
+            if (n > 1) choir_err_prefix(err, "batch item %d", i);
             return pc[i].rc;
         }
     return 0;
 }
 
-/* One BiLSTM over every piece: y[b] = l(x[b]) with T[b] steps; one device
- * call, or each piece on the CPU when the device lacks this LSTM. */
-static int batch_bilstm(const choir_kokoro *m, const kk_lstm *l, int n, const float *const *x,
-                        const int64_t *T, float *const *y, choir_err *err) {
-    int rc = 1;
-#ifdef CHOIR_HAVE_CUDA
-    if (m->gpu && (rc = kk_gpu_bilstm(m->gpu, l, n, x, T, y, err)) <= 0) return rc;
-#endif
-    rc = 0;
-    for (int b = 0; b < n && !rc; b++) {
-        /* kk_bilstm's gates and cell state: 4H (T + 1) + 2H floats */
-        int64_t floats = 4 * (int64_t)l->h * (T[b] + 1) + 2 * (int64_t)l->h;
-        kk_ws *ws = kk_ws_create(floats * (int64_t)sizeof(float) + 4096, err);
-        if (!ws) return err && err->code ? err->code : CHOIR_ENOMEM;
-        rc = kk_bilstm(l, x[b], T[b], y[b], ws);
-        kk_ws_free(ws);
-        if (rc) choir_err_set(err, rc, "kokoro: LSTM of batch item %d on the CPU", b);
-    }
-    return rc;
-}
-
-/* ALBERT over every piece: one device call, or the CPU per piece. */
+/* ALBERT over every piece on the executor. */
 static int batch_albert(const choir_kokoro *m, fb_piece *pc, int n, const float **e, int64_t *T,
                         float **bert, float **d_en, choir_err *err) {
     for (int b = 0; b < n; b++) e[b] = pc[b].e, T[b] = pc[b].T, bert[b] = pc[b].bert, d_en[b] = pc[b].d_en;
-    int rc = 1;
-#ifdef CHOIR_HAVE_CUDA
-    if (m->gpu && (rc = kk_gpu_albert(m->gpu, n, e, T, bert, d_en, err)) <= 0) return rc;
-#endif
-    rc = 0; /* kk_albert tries the device first; it has no ALBERT, so this is the CPU */
-    for (int b = 0; b < n && !rc; b++) {
-        kk_ws *ws = kk_ws_create(choir_kokoro_estimate_bytes((int)T[b], 0), err);
-        if (!ws) return err && err->code ? err->code : CHOIR_ENOMEM;
-        rc = kk_albert(m, pc[b].ids, T[b], bert[b], d_en[b], ws);
-        kk_ws_free(ws);
-        if (rc) choir_err_set(err, rc, "kokoro: ALBERT of batch item %d on the CPU", b);
-    }
-    return rc;
+    return kk_net_albert(m, n, e, T, bert, d_en, err);
 }
 
-/* The F0 / N blocks over every piece: one device call, or the CPU per piece. */
+/* The F0 / N blocks over every piece on the executor. */
 static int batch_f0n(const choir_kokoro *m, fb_piece *pc, int n, const float **x, int64_t *L,
                      const float **s_pro, float **f0, float **nc, choir_err *err) {
     for (int b = 0; b < n; b++)
         x[b] = pc[b].x, L[b] = pc[b].L, s_pro[b] = pc[b].s_pro, f0[b] = pc[b].out->f0,
         nc[b] = pc[b].out->n;
-    int rc = 1;
-#ifdef CHOIR_HAVE_CUDA
-    if (m->gpu && (rc = kk_gpu_f0n_blocks(m->gpu, n, x, L, s_pro, f0, nc, err)) <= 0) return rc;
-#endif
-    rc = 0;
-    for (int b = 0; b < n && !rc; b++)
-        if ((rc = kk_f0_n_blocks(m, x[b], L[b], s_pro[b], f0[b], nc[b], err)))
-            choir_err_prefix(err, "kokoro: F0 / N of batch item %d on the CPU", b);
-    return rc;
+    return kk_net_f0n(m, n, x, L, s_pro, f0, nc, err);
 }
 
 /* One line per batch (stderr under CHOIR_KOKORO_PROFILE=1, else debug
@@ -282,7 +262,7 @@ static void log_profile(int n, const double *clk) {
     char line[400];
     snprintf(line, sizeof line,
              "kokoro batched front: %d pieces: embeddings %.1f, albert %.1f, duration encoder "
-             "%.1f, duration lstm %.1f, durations + text convs %.1f, text lstm %.1f, align "
+             "%.1f, duration lstm %.1f, durations %.1f, text encoder %.1f, align "
              "%.1f, shared lstm %.1f, f0/n blocks %.1f, noise %.1f ms; total %.1f ms",
              n, 1e3 * (clk[1] - clk[0]), 1e3 * (clk[2] - clk[1]), 1e3 * (clk[3] - clk[2]),
              1e3 * (clk[4] - clk[3]), 1e3 * (clk[5] - clk[4]), 1e3 * (clk[6] - clk[5]),
@@ -305,7 +285,7 @@ int kk_front_batch(const choir_kokoro *m, int n, const int32_t *const *ids, cons
             return choir_err_set(err, CHOIR_EINVAL, "batch item %d: kokoro: missing ids or style", b);
     }
     fb_piece *pc = choir_calloc(CHOIR_MEM_OTHER, (size_t)n, sizeof *pc);
-    /* argument arrays of the device calls: x, y (or the ALBERT / F0 / N
+    /* argument arrays of the executor's calls: x, y (or the ALBERT / F0 / N
      * arrays, which reuse them) and the lengths */
     const float **xs = choir_calloc(CHOIR_MEM_OTHER, (size_t)n, sizeof *xs);
     const float **ss = choir_calloc(CHOIR_MEM_OTHER, (size_t)n, sizeof *ss);
@@ -322,7 +302,6 @@ int kk_front_batch(const choir_kokoro *m, int n, const int32_t *const *ids, cons
         pc[b].T = n_ids[b];
         pc[b].s_pro = style[b] + KK_STYLE;
         pc[b].p = params[b];
-        pc[b].p.trace = NULL;
         pc[b].out = &out[b];
     }
     double t0 = choir_now_s();
@@ -334,7 +313,7 @@ int kk_front_batch(const choir_kokoro *m, int n, const int32_t *const *ids, cons
     do {                                                                                           \
         for (int b_ = 0; b_ < n; b_++)                                                             \
             xs[b_] = pc[b_].xfield, ys[b_] = pc[b_].yfield, lens[b_] = pc[b_].lfield;              \
-        if ((rc = batch_bilstm(m, lstm, n, xs, lens, ys, err))) goto gpu_fail;                     \
+        if ((rc = kk_net_bilstm(m, lstm, n, xs, lens, ys, err))) goto net_fail;                    \
     } while (0)
 
     /* clk: after embeddings, ALBERT, duration encoder, duration LSTM,
@@ -343,7 +322,7 @@ int kk_front_batch(const choir_kokoro *m, int n, const int32_t *const *ids, cons
     double clk[11] = {t0};
     FB_CPU(FB_PREPARE, 0);
     clk[1] = choir_now_s();
-    if ((rc = batch_albert(m, pc, n, xs, lens, ys, zs, err))) goto gpu_fail;
+    if ((rc = batch_albert(m, pc, n, xs, lens, ys, zs, err))) goto net_fail;
     clk[2] = choir_now_s();
     FB_CPU(FB_STYLE_D_EN, 0);
     for (int l = 0; l < 3; l++) {
@@ -355,14 +334,15 @@ int kk_front_batch(const choir_kokoro *m, int n, const int32_t *const *ids, cons
     clk[4] = choir_now_s();
     FB_CPU(FB_DURATIONS, 0);
     clk[5] = choir_now_s();
-    FB_LSTM(&m->te_lstm, tc, y, T);
+    for (int b = 0; b < n; b++) ys[b] = pc[b].y, lens[b] = pc[b].T;
+    if ((rc = kk_net_text(m, n, ids, lens, ys, err))) goto net_fail;
     clk[6] = choir_now_s();
     FB_CPU(FB_ALIGN, 0);
     clk[7] = choir_now_s();
     FB_LSTM(&m->shared, en, h, L);
     FB_CPU(FB_TRANSPOSE, 0);
     clk[8] = choir_now_s();
-    if ((rc = batch_f0n(m, pc, n, xs, lens, ss, ys, zs, err))) goto gpu_fail;
+    if ((rc = batch_f0n(m, pc, n, xs, lens, ss, ys, zs, err))) goto net_fail;
     clk[9] = choir_now_s();
     FB_CPU(FB_NOISE, 0);
     clk[10] = choir_now_s();
@@ -370,8 +350,8 @@ int kk_front_batch(const choir_kokoro *m, int n, const int32_t *const *ids, cons
 #undef FB_LSTM
     log_profile(n, clk);
     goto done;
-gpu_fail:
-    choir_err_prefix(err, "kokoro: the batched front on the GPU");
+net_fail:
+    if (n > 1) choir_err_prefix(err, "kokoro: the front");
 done:
     for (int b = 0; pc && b < n; b++) {
         kk_ws_free(pc[b].ws2);

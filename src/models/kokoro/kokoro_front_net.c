@@ -26,6 +26,8 @@ typedef struct kf_lin {
     const float *b;
 } kf_lin;
 
+static const choir_bilstm_weights *lstm_of(const kk_fnet *f, const kk_lstm *l);
+
 struct kk_fnet {
     const choir_kokoro *m;
     choir_backend *be;
@@ -33,6 +35,11 @@ struct kk_fnet {
     bool has_albert;
     kf_lin map_in, q, k, v, dense, ffn, ffn_out, bert_encoder;
     const float *att_ln_w, *att_ln_b, *full_ln_w, *full_ln_b; /* [768] */
+    /* the text encoder's embedding and convolutions (has_text) */
+    bool has_text;
+    choir_weight te_emb;             /* [178, 512], the checkpoint's storage */
+    choir_weight te_w[3];            /* [512, 512 x 5] f32 */
+    const float *te_b[3], *te_ln_g[3], *te_ln_b[3];
     const kk_lstm *lstm_of[6]; /* the model's LSTMs (lookup keys) */
     choir_bilstm_weights lstm[6];
     int n_lstm;
@@ -70,6 +77,21 @@ kk_fnet *kk_fnet_create(const choir_kokoro *m, choir_backend *be, choir_err *err
         f->full_ln_w = choir_backend_vec(f->ws, m->full_ln_w, KK_BERT);
         f->full_ln_b = choir_backend_vec(f->ws, m->full_ln_b, KK_BERT);
     }
+    f->has_text = m->te_emb.w.data && m->te_lstm.w_ih[0];
+    for (int i = 0; i < 3 && f->has_text; i++)
+        f->has_text = m->te_cnn[i].w && m->te_cnn[i].cin == KK_HIDDEN &&
+                      m->te_cnn[i].cout == KK_HIDDEN && m->te_cnn[i].k == 5;
+    if (f->has_text) {
+        choir_backend_weight_exact(f->ws, &m->te_emb.w, &f->te_emb);
+        for (int i = 0; i < 3; i++) {
+            const kk_conv *c = &m->te_cnn[i];
+            choir_weight hw = choir_weight_f32(c->w, c->cout, (int64_t)c->cin * c->k);
+            choir_backend_weight_exact(f->ws, &hw, &f->te_w[i]);
+            f->te_b[i] = choir_backend_vec(f->ws, c->b, c->cout);
+            f->te_ln_g[i] = choir_backend_vec(f->ws, m->te_ln_g[i], KK_HIDDEN);
+            f->te_ln_b[i] = choir_backend_vec(f->ws, m->te_ln_b[i], KK_HIDDEN);
+        }
+    }
     const kk_lstm *all[6] = {&m->dur_lstm[0], &m->dur_lstm[1], &m->dur_lstm[2], &m->pred_lstm,
                              &m->shared,      &m->te_lstm};
     for (int i = 0; i < 6 && !rc; i++) {
@@ -97,6 +119,7 @@ void kk_fnet_free(kk_fnet *f) {
 
 int64_t kk_fnet_weight_bytes(const kk_fnet *f) { return f ? choir_backend_weights_bytes(f->ws) : 0; }
 bool kk_fnet_has_albert(const kk_fnet *f) { return f && f->has_albert; }
+bool kk_fnet_has_text(const kk_fnet *f) { return f && f->has_text && lstm_of(f, &f->m->te_lstm); }
 
 static const choir_bilstm_weights *lstm_of(const kk_fnet *f, const kk_lstm *l) {
     for (int i = 0; f && i < f->n_lstm; i++)
@@ -223,5 +246,75 @@ done:
     choir_stream_clear(s);
     choir_stream_release(s, mark);
     if (!host) choir_free(lens_host);
+    return rc;
+}
+
+/* --- the text encoder -------------------------------------------------------- */
+
+int64_t kk_fnet_text_work_bytes(int n, int64_t T) {
+    /* ids, the LSTM's x [n, T, 512] and y [n, T, 512] (+ its device scratch,
+     * n T 8 H + 2 n H at H 256), one piece's e / x / y [T, 512] */
+    int64_t floats = (int64_t)n * T * (512 + 512 + 8 * 256) + 2 * (int64_t)n * 256 +
+                     3 * T * KK_HIDDEN + (int64_t)n * T + 2048;
+    return floats * (int64_t)sizeof(float) + ((int64_t)1 << 14);
+}
+
+int kk_fnet_text_encoder(const kk_fnet *f, choir_stream *s, int n, const int32_t *const *ids,
+                         const int64_t *T, float *const *y, choir_err *err) {
+    const choir_bilstm_weights *w = f ? lstm_of(f, &f->m->te_lstm) : NULL;
+    if (!f || !f->has_text || !w)
+        return choir_err_set(err, CHOIR_EINVAL, "kokoro: the text encoder is not on this backend");
+    int64_t Tm = 0, R = 0;
+    for (int b = 0; b < n; b++) {
+        if (T[b] < 1 || T[b] > INT32_MAX || !ids[b] || !y[b])
+            return choir_err_set(err, CHOIR_EINVAL, "kokoro: text encoder piece %d: %lld ids",
+                                 b, (long long)T[b]);
+        Tm = T[b] > Tm ? T[b] : Tm, R += T[b];
+    }
+    if (n < 1) return 0;
+    const int64_t C = KK_HIDDEN, H = w->H;
+    const bool host = choir_backend_is_host(choir_stream_backend(s));
+    size_t mark = choir_stream_mark(s);
+    int32_t *id_d = choir_stream_alloc(s, (size_t)(R + 2 * n) * sizeof(int32_t), "text ids");
+    float *xd = choir_stream_floats(s, n * Tm * C, "text encoder");  /* [n, Tm, 512] LSTM in */
+    float *yd = choir_stream_floats(s, n * Tm * 2 * H, "text encoder"); /* [n, Tm, 2H] */
+    float *e = choir_stream_floats(s, Tm * C, "text encoder");     /* one piece [T, 512] */
+    float *cx = choir_stream_floats(s, C * Tm, "text encoder");    /* [512, T] */
+    float *cy = choir_stream_floats(s, C * Tm, "text encoder");    /* [512, T] */
+    int32_t *lens = id_d ? id_d + R + n : NULL;
+    int32_t *stage = host ? id_d : choir_alloc(CHOIR_MEM_OTHER, (size_t)(R + 2 * n) * sizeof(int32_t));
+    int rc = choir_stream_status(s, NULL);
+    if (!rc && !stage) rc = choir_stream_fail(s, CHOIR_ENOMEM, "kokoro: out of host memory");
+    if (rc) goto done;
+    for (int64_t b = 0, r = 0; b < n; r += T[b], b++) {
+        memcpy(stage + r, ids[b], (size_t)T[b] * sizeof(int32_t));
+        stage[R + n + b] = (int32_t)T[b];
+    }
+    if (!host) choir_op_upload(s, id_d, stage, (size_t)(R + 2 * n) * sizeof(int32_t));
+    /* Per piece, at its own length (so a piece in a batch is what it is
+     * alone, bit for bit): embedding, then 3 x (conv k5, LayerNorm over
+     * channels, LeakyReLU 0.2), into the LSTM's padded input. */
+    for (int64_t b = 0, r = 0; b < n; r += T[b], b++) {
+        const int64_t Tb = T[b];
+        float *tc = xd + b * Tm * C; /* [Tb, 512] */
+        choir_op_rows_gather(s, &f->te_emb, id_d + r, Tb, e);
+        choir_op_transpose(s, e, Tb, C, NULL, cx);
+        for (int i = 0; i < 3; i++) {
+            choir_op_conv1d_lens(s, cx, 1, C, Tb, &f->te_w[i], f->te_b[i], C, 5, 1, 2, 1, NULL,
+                                 cy);
+            choir_op_transpose(s, cy, C, Tb, NULL, tc);
+            choir_op_layer_norm(s, tc, tc, Tb, C, f->te_ln_g[i], f->te_ln_b[i], 1e-5f);
+            choir_op_act(s, CHOIR_ACT_LEAKY_RELU, tc, Tb * C, 0.2f);
+            if (i < 2) choir_op_transpose(s, tc, Tb, C, NULL, cx);
+        }
+    }
+    choir_op_bilstm_w(s, xd, n, Tm, w, lens, yd);
+    for (int64_t b = 0; b < n; b++)
+        choir_op_download(s, y[b], yd + b * Tm * 2 * H, (size_t)(T[b] * 2 * H) * sizeof(float));
+done:
+    rc = choir_stream_sync(s, err);
+    choir_stream_clear(s);
+    choir_stream_release(s, mark);
+    if (!host) choir_free(stage);
     return rc;
 }

@@ -35,4 +35,14 @@ int kk_fnet_albert(const kk_fnet *f, choir_stream *s, int n, const float *const 
 int kk_fnet_bilstm(const kk_fnet *f, choir_stream *s, const kk_lstm *l, int n,
                    const float *const *x, const int64_t *T, float *const *y, choir_err *err);
 
+/* The text encoder for n pieces (embedding, 3 x (conv, LayerNorm,
+ * LeakyReLU), BiLSTM): ids[b] [T[b]] (host, valid ids) -> y[b] [T[b], 512]
+ * (host). The convolutions run per piece at its own length, so a piece's
+ * result does not depend on its batch. CHOIR_EINVAL when the model has no
+ * text encoder on f (kk_fnet_has_text). */
+bool kk_fnet_has_text(const kk_fnet *f);
+int64_t kk_fnet_text_work_bytes(int n, int64_t T);
+int kk_fnet_text_encoder(const kk_fnet *f, choir_stream *s, int n, const int32_t *const *ids,
+                         const int64_t *T, float *const *y, choir_err *err);
+
 #endif

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "choir/kernels.h"
+#include "choir/pool.h"
 #include "models/kokoro/kokoro_internal.h"
 
 #define KK_SR 24000
@@ -38,10 +39,9 @@ void kk_gaussian_fill(float *x, int64_t n, uint64_t seed) {
     }
 }
 
-/* SineGen + SourceModuleHnNSF: f0[F2] (Hz, one value per 300 samples) ->
- * har[300 F2]. noise: [300 F2, 9] standard normal draws, or NULL for zero. */
-static void harmonic_source(const choir_kokoro *m, const float *f0, int64_t F2, const float *noise,
-                            float *har, float *phase_frames /* [F2, 9] */) {
+/* SineGen + SourceModuleHnNSF, the frame-rate part: f0[F2] (Hz, one value
+ * per 300 samples) -> phase_frames[F2, 9] (the running sum: sequential). */
+static void source_phases(const float *f0, int64_t F2, float *phase_frames) {
     /* Frame-rate phase increments are frac(f0 h / sr) (the reference's
      * down-sampling interpolation reads two equal samples), cumulated in
      * double and rounded to float per step, as torch's CPU cumsum does. */
@@ -56,12 +56,33 @@ static void harmonic_source(const choir_kokoro *m, const float *f0, int64_t F2, 
             phase_frames[j * KK_HARMONICS + h] = p * (float)KK_UPSAMPLE;
         }
     }
+}
+
+/* The sample-rate part, for the samples of chunks [c0, c1) of har[300 F2] (each sample on
+ * its own, so any split gives the same values): noise [300 F2, 9] standard
+ * normal draws, or NULL for zero. */
+typedef struct source_job {
+    const float *f0, *noise, *phase_frames;
+    int64_t F2;
+    float wl[KK_HARMONICS], bl;
+    float *har;
+    const float *x; /* the STFT's input and output (stft_range) */
+    int64_t N, F;
+    float *S;
+} source_job;
+
+#define KK_SOURCE_CHUNK 8192 /* samples, or STFT frames, per task */
+
+static void harmonic_range(void *ctx, int64_t c0, int64_t c1, int worker) {
+    (void)worker;
+    const source_job *j = ctx;
+    const float *f0 = j->f0, *noise = j->noise, *phase_frames = j->phase_frames, *wl = j->wl;
+    const int64_t F2 = j->F2, N = F2 * KK_UPSAMPLE;
+    const float scale = (float)(1.0 / KK_UPSAMPLE), bl = j->bl;
+    float *har = j->har;
+    int64_t t_end = c1 * KK_SOURCE_CHUNK < N ? c1 * KK_SOURCE_CHUNK : N;
     /* linear interpolation x300, align_corners=False (torch upsample_linear1d) */
-    const float scale = (float)(1.0 / KK_UPSAMPLE);
-    float wl[KK_HARMONICS], bl = m->l_linear.b[0];
-    choir_weight_row_f32(&m->l_linear.w, 0, wl);
-    int64_t N = F2 * KK_UPSAMPLE;
-    for (int64_t t = 0; t < N; t++) {
+    for (int64_t t = c0 * KK_SOURCE_CHUNK; t < t_end; t++) {
         float src = scale * ((float)t + 0.5f) - 0.5f;
         if (src < 0) src = 0;
         int64_t i0 = (int64_t)floorf(src);
@@ -108,14 +129,21 @@ static void hann(float *w) {
 }
 
 /* torch.stft(center, reflect, periodic Hann) -> S[22, F]: magnitudes 0..10,
- * phases 11..21. x has N samples, F = N / 5 + 1. */
-static void source_stft(const float *x, int64_t N, float *S, int64_t F) {
+ * phases 11..21, for the frames of chunks [c0, c1). x has N samples,
+ * F = N / 5 + 1. */
+static void stft_range(void *ctx, int64_t c0, int64_t c1, int worker) {
+    (void)worker;
+    const source_job *j = ctx;
+    const float *x = j->x;
+    const int64_t N = j->N, F = j->F;
+    float *S = j->S;
     double cs[KK_NFFT], sn[KK_NFFT];
     float w[KK_NFFT];
     dft_tables(cs, sn);
     hann(w);
     const int pad = KK_NFFT / 2;
-    for (int64_t f = 0; f < F; f++) {
+    int64_t f_end = c1 * KK_SOURCE_CHUNK < F ? c1 * KK_SOURCE_CHUNK : F;
+    for (int64_t f = c0 * KK_SOURCE_CHUNK; f < f_end; f++) {
         double seg[KK_NFFT];
         for (int n = 0; n < KK_NFFT; n++) {
             int64_t i = f * KK_HOP + n - pad; /* reflect without repeating the edge */
@@ -142,6 +170,13 @@ void kk_source_spectrum_buf(const choir_kokoro *m, const float *f0, int64_t L, c
                             float *S, float *work) {
     const int64_t F2 = 2 * L, N = F2 * KK_UPSAMPLE, F = N / KK_HOP + 1;
     float *har = work, *phase_frames = work + N; /* [N], [2L, 9] */
-    harmonic_source(m, f0, F2, noise, har, phase_frames);
-    source_stft(har, N, S, F);
+    source_phases(f0, F2, phase_frames);
+    source_job j = {.f0 = f0, .noise = noise, .phase_frames = phase_frames, .F2 = F2,
+                    .bl = m->l_linear.b[0], .har = har, .x = har, .N = N, .F = F, .S = S};
+    choir_weight_row_f32(&m->l_linear.w, 0, j.wl);
+    /* in chunks on the default pool (inline when it is busy, as under a
+     * batch, whose pieces already run in parallel) */
+    choir_pool *pool = choir_pool_default();
+    choir_pool_parallel_for(pool, (N + KK_SOURCE_CHUNK - 1) / KK_SOURCE_CHUNK, 1, harmonic_range, &j);
+    choir_pool_parallel_for(pool, (F + KK_SOURCE_CHUNK - 1) / KK_SOURCE_CHUNK, 1, stft_range, &j);
 }

@@ -125,9 +125,10 @@ struct choir_kokoro {
     int n_owned, cap_owned;
     int64_t weight_bytes;
 
-    /* When set (choir_kokoro_set_gpu, CUDA builds), synthesis runs the decoder
-     * and generator there; NULL: the CPU. Not owned. */
-    struct choir_kokoro_gpu *gpu;
+    /* The executor that runs the network (kokoro_exec.c) when one is
+     * attached (choir_kokoro_set_gpu: a CUDA backend); NULL: each call gets
+     * a CPU executor of its own. Not owned. */
+    struct kk_exec *exec;
 };
 
 /* --- per-call workspace ------------------------------------------------- */
@@ -192,7 +193,8 @@ void kk_piece_free(kk_piece *pc);
 
 /* Everything before the decoder: ids -> durations -> asr, F0, N (and the
  * seeded noise), tracing every stage up to "asr" as the full pass does.
- * Arguments as choir_kokoro_synthesize_ids, which is kk_front + kk_decoder. */
+ * Arguments as choir_kokoro_synthesize_ids, which is kk_front + kk_net_decode
+ * (kk_front_batch for one piece). */
 int kk_front(const choir_kokoro *m, const int32_t *ids, int n_ids, const float *style,
              const choir_kokoro_params *p, kk_piece *out, choir_err *err);
 
@@ -202,31 +204,78 @@ int kk_front(const choir_kokoro *m, const int32_t *ids, int n_ids, const float *
 void kk_source_spectrum_buf(const choir_kokoro *m, const float *f0, int64_t L, const float *noise,
                             float *S, float *work);
 
-#ifdef CHOIR_HAVE_CUDA
-/* For the GPU check: choir_kokoro_gpu_decode that also hands each piece's
- * intermediate tensors to `trace` (host copies [C, T] at the piece's own
- * length, valid during the call): "decoder_out" [512, 2L], "stage0"
- * [256, 20L], "post" [22, 120L + 1]. */
-typedef void (*kk_gpu_trace_fn)(void *user, int piece, const char *stage, const float *x,
+/* --- the executor (kokoro_exec.c) ---------------------------------------- */
+
+/* Sees each piece's intermediate tensors in a decode (host copies [C, T] at
+ * the piece's own length, valid during the call): "decoder_out" [512, 2L],
+ * "stage0" [256, 20L], "post" [22, 120L + 1]. */
+typedef void (*kk_dec_trace_fn)(void *user, int piece, const char *stage, const float *x,
                                 int64_t C, int64_t T);
-int kk_gpu_decode_traced(struct choir_kokoro_gpu *g, const choir_kokoro_decode_input *in, int n,
-                         float **audio, kk_gpu_trace_fn trace, void *user, choir_err *err);
+
+/* The network's forward objects on one backend (owned when owns_be), one
+ * stream, counters. On a device every weight is uploaded here. NULL (and
+ * err) on failure; the model and the backend must outlive it. */
+typedef struct kk_exec kk_exec;
+kk_exec *kk_exec_create(const choir_kokoro *m, choir_backend *be, bool owns_be, choir_err *err);
+void kk_exec_free(kk_exec *x);
+int64_t kk_exec_weight_bytes(const kk_exec *x);
+int64_t kk_exec_dec_weight_bytes(const kk_exec *x);
+choir_backend *kk_exec_backend(const kk_exec *x);
+void kk_exec_get_stats(kk_exec *x, choir_kokoro_gpu_stats *out);
+void kk_exec_reset_stats(kk_exec *x);
+/* The network's stages for n pieces on one executor, each under the
+ * backend's lock (host pointers in and out): ALBERT from the normalised
+ * embeddings emb[b] [T[b], 128] -> bert[b] [T[b], 768], d_en[b] [T[b], 512];
+ * y[b] [T[b], 2H] = the BiLSTM l over in[b] [T[b], In] (CHOIR_EINVAL when
+ * the model has no weights for l); the text encoder from the ids ids[b]
+ * [T[b]] -> y[b] [T[b], 512] (embedding, convolutions and its BiLSTM); the
+ * F0 / N blocks from the shared LSTM's
+ * output in[b] [512, L[b]] -> f0[b], n_out[b] [2 L[b]]; the decoder:
+ * audio[i] (choir_alloc'd, 600 frames floats, NULL on failure) for in[i],
+ * trace may be NULL. */
+int kk_exec_albert(kk_exec *x, int n, const float *const *emb, const int64_t *T,
+                   float *const *bert, float *const *d_en, choir_err *err);
+int kk_exec_bilstm(kk_exec *x, const kk_lstm *l, int n, const float *const *in, const int64_t *T,
+                   float *const *y, choir_err *err);
+int kk_exec_text(kk_exec *x, int n, const int32_t *const *ids, const int64_t *T,
+                 float *const *y, choir_err *err);
+int kk_exec_f0n(kk_exec *x, int n, const float *const *in, const int64_t *L,
+                const float *const *s_pro, float *const *f0, float *const *n_out, choir_err *err);
+int kk_exec_decode(kk_exec *x, const choir_kokoro_decode_input *in, int n, float **audio,
+                   kk_dec_trace_fn trace, void *user, choir_err *err);
+
+#ifdef CHOIR_HAVE_CUDA
+/* The executor of a GPU attachment (kokoro_cuda.c), for the GPU check. */
+kk_exec *kk_gpu_exec(struct choir_kokoro_gpu *g);
 #endif
 
-/* --- the front's LSTMs on the GPU (kokoro_cuda_front.c, kokoro_cuda.c) --- */
+/* The same on m's executor: the attached one, else a CPU one for the call.
+ * What the network code calls. kk_net_batches: whether that executor runs n
+ * pieces as one batch (a device), so a batch of requests should be one
+ * call rather than one call per request. */
+bool kk_net_batches(const choir_kokoro *m);
+int kk_net_albert(const choir_kokoro *m, int n, const float *const *emb, const int64_t *T,
+                  float *const *bert, float *const *d_en, choir_err *err);
+int kk_net_bilstm(const choir_kokoro *m, const kk_lstm *l, int n, const float *const *in,
+                  const int64_t *T, float *const *y, choir_err *err);
+int kk_net_text(const choir_kokoro *m, int n, const int32_t *const *ids, const int64_t *T,
+                float *const *y, choir_err *err);
+int kk_net_f0n(const choir_kokoro *m, int n, const float *const *in, const int64_t *L,
+               const float *const *s_pro, float *const *f0, float *const *n_out, choir_err *err);
+int kk_net_decode(const choir_kokoro *m, const choir_kokoro_decode_input *in, int n, float **audio,
+                  choir_err *err);
 
-/* F0 and N curves from the aligned features (the prosody predictor's shared
- * LSTM, then the F0 / N residual blocks and projections): en[L, 640],
- * s_pro[128] -> f0[2L] (Hz), n[2L]. The shared LSTM runs on the GPU when one
- * is attached. Workspace: 5 x 512 L floats and the CPU LSTM's 4H (L + 1)
- * + 2H (choir_kokoro_estimate_bytes(0, L) covers it). t_lstm receives the
- * LSTM's seconds (may be NULL). */
+/* --- single-piece stages (kokoro_forward.c) -------------------------------- */
+
 /* ALBERT and bert_encoder: ids[T] (valid ids) -> bert[T, 768],
- * d_en[T, 512]; on the GPU (from the CPU's embeddings) when one is attached.
- * Workspace: ~ (5 x 768 + 2048 + 256) T floats. */
+ * d_en[T, 512], on m's executor. Workspace: the embeddings, 130 T floats. */
 int kk_albert(const choir_kokoro *m, const int32_t *ids, int64_t T, float *bert, float *d_en,
               kk_ws *ws);
 
+/* F0 and N curves from the aligned features (the prosody predictor's shared
+ * LSTM, then the F0 / N residual blocks and projections) on m's executor:
+ * en[L, 640], s_pro[128] -> f0[2L] (Hz), n[2L]. Workspace: 2 x 512 L
+ * floats. t_lstm receives the LSTM's seconds (may be NULL). */
 int kk_f0_n(const choir_kokoro *m, const float *en, int64_t L, const float *s_pro, float *f0,
             float *n, double *t_lstm, kk_ws *ws);
 
@@ -243,64 +292,21 @@ void kk_concat_style(const float *y, int64_t T, const float *style, float *x);
  * and pred_dur[T] (>= 1). Workspace: 50 T floats. */
 int kk_durations_from(const choir_kokoro *m, const float *h, int64_t T, float speed, float *dur,
                       int32_t *pred_dur, kk_ws *ws);
-/* The text encoder up to its LSTM: ids[T] -> tc[T, 512]. Workspace: 2 x
- * 512 T floats. */
-int kk_text_encoder_convs(const choir_kokoro *m, const int32_t *ids, int64_t T, float *tc,
-                          kk_ws *ws);
-/* kk_f0_n after its LSTM, on the CPU (kokoro_decoder.c, the backend
- * forward on a CPU backend): x[512, L] -> f0, n [2L]. Takes its own working
- * memory. */
-int kk_f0_n_blocks(const choir_kokoro *m, const float *x, int64_t L, const float *s_pro, float *f0,
-                   float *n, choir_err *err);
 /* The seeded noise of a piece of L frames: [600 L, 9] (kk_front's). */
 int64_t kk_noise_floats(int64_t L);
 
-/* kk_front for n pieces at once, stage by stage: with a GPU attached
- * (m->gpu) each device stage is one batch over all pieces (ALBERT, each of
- * the six BiLSTMs, the F0 / N blocks), with the CPU parts of every stage run
- * per piece on the default pool in between; without one every stage runs on
- * the CPU and piece b equals kk_front's bit for bit. Piece b gets ids[b]
- * (n_ids[b]), style[b] and params[b] (no trace) and fills out[b]; on
- * failure every out[b] is freed and err names the first failing piece. */
+/* The front for n pieces at once, stage by stage (kokoro_front_batch.c):
+ * each network stage (ALBERT, each of the six BiLSTMs, the F0 / N blocks)
+ * is one kk_net call for all pieces, the host steps between them (the
+ * embeddings, the AdaLayerNorms, the durations, the text encoder's
+ * convolutions, the alignment, the noise) per piece on the default pool.
+ * On the CPU piece b is bit for bit what it is alone (n = 1); on a device
+ * within float summation order. Piece b gets ids[b] (n_ids[b]), style[b] and
+ * params[b] (its trace too: every front stage of that piece, as kk_front
+ * documents) and fills out[b]; on failure every out[b] is freed and err
+ * names the first failing piece (when n > 1). kk_front is this for one. */
 int kk_front_batch(const choir_kokoro *m, int n, const int32_t *const *ids, const int *n_ids,
                    const float *const *style, const choir_kokoro_params *params, kk_piece *out,
                    choir_err *err);
-
-#ifdef CHOIR_HAVE_CUDA
-#include "choir/cuda.h"
-/* The front's BiLSTM weights on the device (those the model has), and one
- * grown work buffer. Callers hold the GPU's mutex. */
-typedef struct kg_front kg_front;
-kg_front *kg_front_create(const choir_kokoro *m, choir_cuda *cu, choir_err *err);
-void kg_front_free(kg_front *f, choir_cuda *cu);
-int64_t kg_front_weight_bytes(const kg_front *f);
-bool kg_front_has(const kg_front *f, const kk_lstm *l);
-/* y[b] [T[b], 2H] = kk_bilstm(l, x[b] [T[b], In]) for b < n, one batch on
- * the device (host pointers in and out). */
-int kg_front_bilstm(kg_front *f, choir_cuda *cu, const kk_lstm *l, int n, const float *const *x,
-                    const int64_t *T, float *const *y, choir_err *err);
-bool kg_front_has_albert(const kg_front *f);
-/* ALBERT for n pieces in one pass, from their normalised embeddings
- * emb[b] [T[b], 128] (host): bert[b] [T[b], 768] (the last layer's output)
- * and d_en[b] [T[b], 512] = bert_encoder(bert), host. Each piece attends to
- * its own ids only, so its result is what it gets alone. */
-int kg_front_albert(kg_front *f, choir_cuda *cu, int n, const float *const *emb, const int64_t *T,
-                    float *const *bert, float *const *d_en, choir_err *err);
-/* kg_front_albert under the GPU's mutex; 1 (nothing done) when ALBERT is not
- * on the device. */
-int kk_gpu_albert(struct choir_kokoro_gpu *g, int n, const float *const *emb, const int64_t *T,
-                  float *const *bert, float *const *d_en, choir_err *err);
-/* kk_f0_n after its LSTM for n pieces in one batch, on the device (f32):
- * x[b] [512, L[b]] (the LSTM's output, channels first), s_pro[b] [128] ->
- * f0[b], n[b] [2 L[b]] (host). 1 (nothing done) when the model's F0 / N
- * blocks are not on the device. */
-int kk_gpu_f0n_blocks(struct choir_kokoro_gpu *g, int nb, const float *const *x, const int64_t *L,
-                      const float *const *s_pro, float *const *f0, float *const *n,
-                      choir_err *err);
-/* kg_front_bilstm under the GPU's mutex, on the GPU's context; 1 (nothing
- * done) when that LSTM is not on the device, so the caller runs the CPU's. */
-int kk_gpu_bilstm(struct choir_kokoro_gpu *g, const kk_lstm *l, int n, const float *const *x,
-                  const int64_t *T, float *const *y, choir_err *err);
-#endif
 
 #endif

@@ -7,11 +7,12 @@
  * Items of different lengths therefore need no padding or masks: every
  * LSTM, instance norm and attention sees exactly its own sequence.
  *
- * With a GPU attached (choir_kokoro_set_gpu), the items' text and prosody
- * sides run as one batched front (kk_front_batch: ALBERT, each BiLSTM and
- * the F0 / N blocks one device call for all items, the CPU steps between
- * them per item on the pool), and then all their decoders run as one padded
- * batch on the device (choir_kokoro_gpu_decode). */
+ * When the model's executor batches (a device attached with
+ * choir_kokoro_set_gpu: kk_net_batches), the items' text and prosody sides
+ * run as one batched front (kk_front_batch: ALBERT, each BiLSTM and the F0 /
+ * N blocks one executor call for all items, the host steps between them per
+ * item on the pool), and then all their decoders as one padded batch
+ * (kk_net_decode). */
 #include <string.h>
 
 #include "choir/alloc.h"
@@ -41,10 +42,9 @@ static void run_items(void *ctx, int64_t begin, int64_t end, int worker) {
     }
 }
 
-#ifdef CHOIR_HAVE_CUDA
-/* The items' fronts as one batched front (each device stage one call for
- * all of them, kokoro_front_batch.c), then one GPU batch for every decoder. */
-static int batch_on_gpu(const choir_kokoro *m, choir_kokoro_item *items, int n,
+/* The items' fronts as one batched front (each network stage one call for
+ * all of them, kokoro_front_batch.c), then one batch for every decoder. */
+static int batch_at_once(const choir_kokoro *m, choir_kokoro_item *items, int n,
                         const choir_kokoro_params *params, choir_err *err) {
     kk_piece *pieces = choir_calloc(CHOIR_MEM_OTHER, (size_t)n, sizeof *pieces);
     choir_kokoro_decode_input *in = choir_calloc(CHOIR_MEM_OTHER, (size_t)n, sizeof *in);
@@ -72,7 +72,7 @@ static int batch_on_gpu(const choir_kokoro *m, choir_kokoro_item *items, int n,
         in[i] = (choir_kokoro_decode_input){.asr = pieces[i].asr, .f0 = pieces[i].f0,
                                             .n = pieces[i].n, .noise = pieces[i].noise,
                                             .style = items[i].style, .frames = pieces[i].L};
-    if ((rc = choir_kokoro_gpu_decode(m->gpu, in, n, audio, err))) goto done;
+    if ((rc = kk_net_decode(m, in, n, audio, err))) goto done;
     for (int i = 0; i < n; i++) {
         items[i].audio = audio[i];
         items[i].n_samples = pieces[i].L * CHOIR_KOKORO_SAMPLES_PER_FRAME;
@@ -88,7 +88,6 @@ done:
     choir_free(ps);
     return rc;
 }
-#endif
 
 int choir_kokoro_synthesize_batch(const choir_kokoro *m, choir_kokoro_item *items, int n,
                                   const choir_kokoro_params *params, choir_err *err) {
@@ -104,12 +103,10 @@ int choir_kokoro_synthesize_batch(const choir_kokoro *m, choir_kokoro_item *item
         rc = choir_err_set(err, CHOIR_ENOMEM, "kokoro: out of memory for a batch of %d", n);
         goto done;
     }
-#ifdef CHOIR_HAVE_CUDA
-    if (m->gpu) {
-        rc = batch_on_gpu(m, items, n, params ? params : &defaults, err);
+    if (kk_net_batches(m)) {
+        rc = batch_at_once(m, items, n, params ? params : &defaults, err);
         goto done;
     }
-#endif
     batch_job job = {.m = m, .items = items, .params = params ? params : &defaults,
                      .status = status, .errs = errs};
     if (n == 1) run_items(&job, 0, 1, 0);

@@ -148,7 +148,7 @@ int sam_dit_eval(const choir_sam *m, choir_stream *s, const sam_batch *bt, const
     float *ck = mem + n * Lmax * D, *cv = ck + Lmax * D, *ctmp = cv + Lmax * D;
     float *te = ctmp + Lmax * D, *t6 = te + n * D, *tf = t6 + n * 6 * D, *ta = tf + n * FQ, *tb = ta + n * D;
     float *mod = tb + n * D, *fin = mod + n * 6 * D, *sinD = fin + n * 2 * D;
-    const choir_attn self = {(int)H, (int)H, hd, 1.0f / sqrtf((float)hd), false};
+    const choir_attn self = {(int)H, (int)H, hd, 1.0f / sqrtf((float)hd), false, CHOIR_DTYPE_F32};
 
     /* The t-sinusoids on the host: the 256-d cat(cos, sin) of the timestep
      * embedder and the D-wide one added to the text memory. */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "choir/alloc.h"
+#include "choir/arena.h"
 #include "choir/chunker.h"
 #include "mf2_internal.h"
 
@@ -17,22 +18,26 @@ void choir_mf2_default_params(choir_mf2_params *p) {
     p->overlap_seconds = 1.0;
 }
 
-/* Features, mask and masked resynthesis of a segment of n >= 1920 samples;
- * the features and mask are handed to on_window when it is set. */
+/* Features, mask and masked resynthesis of a segment of n >= 1920 samples,
+ * all working memory from `work` (mf2_pass_bytes(n) of it, given
+ * back before it returns); the features and mask are handed to on_window
+ * when it is set. */
 static int enhance_pass(const choir_mf2 *m, const float *x, int64_t n, float *y, float dither,
-                        uint64_t seed, choir_mf2_window_fn on_window, void *user, int k, choir_err *err) {
+                        uint64_t seed, choir_mf2_window_fn on_window, void *user, int k, choir_arena *work,
+                        choir_err *err) {
     const int64_t T = choir_mf2_frames(n);
-    float *feat = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(T * CHOIR_MF2_FEATS) * sizeof(float));
-    float *mask = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(T * CHOIR_MF2_BINS) * sizeof(float));
+    size_t mark = choir_arena_mark(work);
+    float *feat = choir_arena_alloc(work, (size_t)(T * CHOIR_MF2_FEATS) * sizeof(float));
+    float *mask = choir_arena_alloc(work, (size_t)(T * CHOIR_MF2_BINS) * sizeof(float));
     int rc = 0;
     if (!feat || !mask) {
-        rc = choir_err_set(err, CHOIR_ENOMEM, "mossformer2: out of memory for a %lld-frame segment",
+        rc = choir_err_set(err, CHOIR_ENOMEM, "mossformer2: the working memory has no room for a %lld-frame segment",
                            (long long)T);
         goto done;
     }
-    if ((rc = choir_mf2_features(m, x, n, dither, seed, NULL, feat, err)) < 0) goto done;
-    if ((rc = choir_mf2_mask(m, feat, T, mask, NULL, err)) < 0) goto done;
-    if ((rc = choir_mf2_apply_mask(m, x, n, mask, T, y, err)) < 0) goto done;
+    if ((rc = mf2_features_in(m, x, n, dither, seed, NULL, feat, work, err)) < 0) goto done;
+    if ((rc = mf2_mask_in(m, feat, T, mask, NULL, work, err)) < 0) goto done;
+    if ((rc = mf2_apply_mask_in(m, x, n, mask, T, y, work, err)) < 0) goto done;
     if (on_window) {
         /* The window callback wants int16 scale, as the reference stores it. */
         for (int64_t i = 0; i < n; i++) y[i] *= 32768.0f;
@@ -40,8 +45,21 @@ static int enhance_pass(const choir_mf2 *m, const float *x, int64_t n, float *y,
         for (int64_t i = 0; i < n; i++) y[i] /= 32768.0f;
     }
 done:
-    choir_free(feat);
-    choir_free(mask);
+    choir_arena_release(work, mark);
+    return rc;
+}
+
+/* choir_mf2_enhance inside `work`. */
+static int enhance_in(const choir_mf2 *m, const float *x, int64_t n, float *y, const choir_mf2_params *p,
+                      choir_arena *work, choir_err *err) {
+    if (n <= 0) return 0;
+    if (n >= CHOIR_MF2_WIN) return enhance_pass(m, x, n, y, p->dither, p->seed, NULL, NULL, 0, work, err);
+    /* Shorter than one frame: the reference fails; pad with silence and cut back. */
+    float pad[CHOIR_MF2_WIN];
+    memset(pad, 0, sizeof pad);
+    memcpy(pad, x, (size_t)n * sizeof(float));
+    int rc = enhance_pass(m, pad, CHOIR_MF2_WIN, pad, p->dither, p->seed, NULL, NULL, 0, work, err);
+    if (rc == 0) memcpy(y, pad, (size_t)n * sizeof(float));
     return rc;
 }
 
@@ -53,13 +71,10 @@ int choir_mf2_enhance(const choir_mf2 *m, const float *x, int64_t n, float *y, c
         p = &def;
     }
     if (n <= 0) return 0;
-    if (n >= CHOIR_MF2_WIN) return enhance_pass(m, x, n, y, p->dither, p->seed, NULL, NULL, 0, err);
-    /* Shorter than one frame: the reference fails; pad with silence and cut back. */
-    float pad[CHOIR_MF2_WIN];
-    memset(pad, 0, sizeof pad);
-    memcpy(pad, x, (size_t)n * sizeof(float));
-    int rc = enhance_pass(m, pad, CHOIR_MF2_WIN, pad, p->dither, p->seed, NULL, NULL, 0, err);
-    if (rc == 0) memcpy(y, pad, (size_t)n * sizeof(float));
+    choir_arena *work = choir_arena_create((size_t)mf2_pass_bytes(n), CHOIR_MEM_ACTIVATIONS, err);
+    if (!work) return CHOIR_ENOMEM;
+    int rc = enhance_in(m, x, n, y, p, work, err);
+    choir_arena_free(work);
     return rc;
 }
 
@@ -74,7 +89,11 @@ int choir_mf2_enhance_reference(const choir_mf2 *m, const float *x, int64_t n, f
     const int64_t one_pass = 20 * (int64_t)CHOIR_MF2_RATE;
     if (n <= one_pass) {
         if (n < CHOIR_MF2_WIN) return choir_mf2_enhance(m, x, n, y, p, err);
-        return enhance_pass(m, x, n, y, p->dither, p->seed, on_window, user, 0, err);
+        choir_arena *one = choir_arena_create((size_t)mf2_pass_bytes(n), CHOIR_MEM_ACTIVATIONS, err);
+        if (!one) return CHOIR_ENOMEM;
+        int rc = enhance_pass(m, x, n, y, p->dither, p->seed, on_window, user, 0, one, err);
+        choir_arena_free(one);
+        return rc;
     }
     const int64_t W = 4 * (int64_t)CHOIR_MF2_RATE, S = W * 3 / 4, G = (W - S) / 2;
     /* The reference's padding (not the minimal one); it decides which windows exist. */
@@ -82,13 +101,13 @@ int choir_mf2_enhance_reference(const choir_mf2 *m, const float *x, int64_t n, f
     if (n < W) padded = W;
     else if (n < W + S) padded = W + S;
     else if ((n - W) % S != 0) padded = n + (n - ((n - W) / S) * S);
-    float *win = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)W * sizeof(float));
-    float *out = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)W * sizeof(float));
-    if (!win || !out) {
-        choir_free(win);
-        choir_free(out);
-        return choir_err_set(err, CHOIR_ENOMEM, "mossformer2: out of memory for a window");
-    }
+    /* One block for every window: the window, its output and one pass. */
+    choir_arena *work = choir_arena_create(
+        (size_t)(mf2_pass_bytes(W) + 2 * (W * (int64_t)sizeof(float) + CHOIR_ALIGN)), CHOIR_MEM_ACTIVATIONS,
+        err);
+    if (!work) return CHOIR_ENOMEM;
+    float *win = choir_arena_alloc(work, (size_t)W * sizeof(float));
+    float *out = choir_arena_alloc(work, (size_t)W * sizeof(float));
     /* Never written by any window: zeros, also inside the signal when
      * n - W is a multiple of S (the reference's silent last 0.5 s). */
     memset(y, 0, (size_t)n * sizeof(float));
@@ -100,13 +119,12 @@ int choir_mf2_enhance_reference(const choir_mf2 *m, const float *x, int64_t n, f
         int64_t have = n - start < W ? n - start : W;
         memcpy(win, x + start, (size_t)have * sizeof(float));
         memset(win + have, 0, (size_t)(W - have) * sizeof(float));
-        rc = enhance_pass(m, win, W, out, p->dither, p->seed + (uint64_t)k, on_window, user, (int)k, err);
+        rc = enhance_pass(m, win, W, out, p->dither, p->seed + (uint64_t)k, on_window, user, (int)k, work, err);
         if (rc < 0) break;
         int64_t end = own1 < n ? own1 : n;
         memcpy(y + own0, out + (own0 - start), (size_t)(end - own0) * sizeof(float));
     }
-    choir_free(win);
-    choir_free(out);
+    choir_arena_free(work);
     return rc;
 }
 
@@ -122,6 +140,8 @@ struct choir_mf2_stream {
     float *plane;   /* [chunk_frames] one channel of the current chunk */
     int64_t chunk_frames;
     int64_t chunks;
+    choir_arena *work; /* where the stream and its passes live */
+    choir_arena *own;  /* work, when the stream made it itself */
 };
 
 static int stream_process(void *user, const float *in, int64_t frames, float *out, choir_err *err) {
@@ -132,7 +152,7 @@ static int stream_process(void *user, const float *in, int64_t frames, float *ou
         for (int64_t i = 0; i < frames; i++) s->plane[i] = in[i * C + c];
         choir_mf2_params p = s->p;
         p.seed += (uint64_t)s->chunks * 131 + (uint64_t)c;
-        int rc = choir_mf2_enhance(s->m, s->plane, frames, s->plane, &p, err);
+        int rc = enhance_in(s->m, s->plane, frames, s->plane, &p, s->work, err);
         if (rc < 0) return rc;
         for (int64_t i = 0; i < frames; i++) out[i * C + c] = s->plane[i];
     }
@@ -153,15 +173,30 @@ static void chunker_params(int channels, const choir_mf2_params *p, choir_chunke
     cp->overlap_seconds = p->overlap_seconds;
 }
 
-int64_t choir_mf2_stream_bytes(int channels, const choir_mf2_params *p) {
+/* What a stream carves from its arena: itself, its chunker, one channel's
+ * plane and one pass over a chunk. */
+static int64_t stream_arena_bytes(int channels, const choir_mf2_params *p) {
     choir_chunker_params cp;
     chunker_params(channels, p, &cp);
     int64_t frames = choir_chunker_chunk_frames(&cp);
-    return choir_chunker_memory_bytes(&cp) + frames * (int64_t)sizeof(float) + choir_mf2_segment_bytes(frames);
+    return (int64_t)sizeof(choir_mf2_stream) + choir_chunker_memory_bytes(&cp) + frames * (int64_t)sizeof(float) +
+           2 * CHOIR_ALIGN + mf2_pass_bytes(frames);
+}
+
+int64_t choir_mf2_stream_bytes(int channels, const choir_mf2_params *p) {
+    choir_chunker_params cp;
+    chunker_params(channels, p, &cp);
+    return stream_arena_bytes(channels, p) + mf2_outside_bytes(choir_chunker_chunk_frames(&cp));
 }
 
 choir_mf2_stream *choir_mf2_stream_create(const choir_mf2 *m, int channels, const choir_mf2_params *p,
                                           choir_mf2_emit_fn emit, void *user, choir_err *err) {
+    return choir_mf2_stream_create_in(m, channels, p, NULL, emit, user, err);
+}
+
+choir_mf2_stream *choir_mf2_stream_create_in(const choir_mf2 *m, int channels, const choir_mf2_params *p,
+                                             choir_arena *arena, choir_mf2_emit_fn emit, void *user,
+                                             choir_err *err) {
     choir_mf2_params def;
     if (!p) {
         choir_mf2_default_params(&def);
@@ -178,25 +213,35 @@ choir_mf2_stream *choir_mf2_stream_create(const choir_mf2 *m, int channels, cons
                       "(got %g and %g)", p->chunk_seconds, p->overlap_seconds);
         return NULL;
     }
-    choir_mf2_stream *s = choir_calloc(CHOIR_MEM_IO, 1, sizeof *s);
+    /* Everything the stream holds, and each pass over a chunk, is carved
+     * from one arena: the caller's, or one of exactly the stream's size. */
+    choir_arena *own = NULL;
+    if (!arena && !(arena = own = choir_arena_create((size_t)stream_arena_bytes(channels, p),
+                                                     CHOIR_MEM_ACTIVATIONS, err)))
+        return NULL;
+    choir_mf2_stream *s = choir_arena_alloc(arena, sizeof *s);
     if (!s) {
-        choir_err_set(err, CHOIR_ENOMEM, "mossformer2: out of memory");
+        choir_err_set(err, CHOIR_ENOMEM, "mossformer2: the arena has no room for a stream");
+        choir_arena_free(own);
         return NULL;
     }
+    memset(s, 0, sizeof *s);
     s->m = m;
     s->p = *p;
     s->channels = channels;
     s->emit = emit;
     s->user = user;
+    s->work = arena;
+    s->own = own;
     choir_chunker_params cp;
     chunker_params(channels, p, &cp);
     s->chunk_frames = choir_chunker_chunk_frames(&cp);
-    s->plane = choir_alloc(CHOIR_MEM_IO, (size_t)s->chunk_frames * sizeof(float));
+    s->plane = choir_arena_alloc(arena, (size_t)s->chunk_frames * sizeof(float));
     if (!s->plane) {
-        choir_err_set(err, CHOIR_ENOMEM, "mossformer2: out of memory");
+        choir_err_set(err, CHOIR_ENOMEM, "mossformer2: the arena has no room for a stream");
         goto fail;
     }
-    s->chunker = choir_chunker_create(&cp, stream_process, stream_emit, s, err);
+    s->chunker = choir_chunker_create_in(arena, &cp, stream_process, stream_emit, s, err);
     if (!s->chunker) goto fail;
     return s;
 fail:
@@ -205,10 +250,8 @@ fail:
 }
 
 void choir_mf2_stream_free(choir_mf2_stream *s) {
-    if (!s) return;
-    choir_chunker_free(s->chunker);
-    choir_free(s->plane);
-    choir_free(s);
+    /* The stream is a piece of its arena: freeing its own arena frees it. */
+    if (s) choir_arena_free(s->own);
 }
 
 int choir_mf2_stream_push(choir_mf2_stream *s, const float *x, int64_t frames, choir_err *err) {

@@ -87,7 +87,9 @@ static double gauss_next(gauss *g) {
 /* The spectrum [n_bins][1][2] of the one frame at x. choir_stft is called a
  * frame at a time because its multi-frame path hands FFTW an output that is
  * only 8-byte aligned for odd frames when n_bins is odd, which crashes FFTW's
- * SIMD codelets (reported to the audio owner); one frame lands at offset 0. */
+ * SIMD codelets (reported to the audio owner); one frame lands at offset 0.
+ * Each call still allocates the STFT's 256-frame staging block (counted,
+ * outside the arena: mf2_outside_bytes). */
 static int one_frame(const choir_stft_plan *p, const float *x, float *spec, choir_err *err) {
     return choir_stft(p, x, choir_stft_n_fft(p), spec, err);
 }
@@ -107,18 +109,32 @@ static void deltas(const float *src, float *dst, int64_t T, int64_t stride, int 
     }
 }
 
+int64_t mf2_features_bytes(void) {
+    return (int64_t)sizeof(float) * ((int64_t)FBANK_BLOCK * MF2_FBANK_FFT + MF2_FBANK_BINS * 3) + 3 * CHOIR_ALIGN;
+}
+
 int choir_mf2_features(const choir_mf2 *m, const float *x, int64_t n, float dither, uint64_t seed,
                        float *fbank, float *features, choir_err *err) {
+    choir_arena *work = choir_arena_create((size_t)mf2_features_bytes(), CHOIR_MEM_ACTIVATIONS, err);
+    if (!work) return CHOIR_ENOMEM;
+    int rc = mf2_features_in(m, x, n, dither, seed, fbank, features, work, err);
+    choir_arena_free(work);
+    return rc;
+}
+
+int mf2_features_in(const choir_mf2 *m, const float *x, int64_t n, float dither, uint64_t seed, float *fbank,
+                    float *features, choir_arena *work, choir_err *err) {
     const int64_t T = choir_mf2_frames(n);
     if (T < 1)
         return choir_err_set(err, CHOIR_EINVAL, "mossformer2: %lld samples is shorter than one frame (%d)",
                              (long long)n, CHOIR_MF2_WIN);
-    float *frames = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)FBANK_BLOCK * MF2_FBANK_FFT * sizeof(float));
-    float *spec = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)MF2_FBANK_BINS * 2 * sizeof(float));
-    float *power = choir_alloc(CHOIR_MEM_ACTIVATIONS, MF2_FBANK_BINS * sizeof(float));
+    size_t mark = choir_arena_mark(work);
+    float *frames = choir_arena_alloc(work, (size_t)FBANK_BLOCK * MF2_FBANK_FFT * sizeof(float));
+    float *spec = choir_arena_alloc(work, (size_t)MF2_FBANK_BINS * 2 * sizeof(float));
+    float *power = choir_arena_alloc(work, MF2_FBANK_BINS * sizeof(float));
     int rc = 0;
     if (!frames || !spec || !power) {
-        rc = choir_err_set(err, CHOIR_ENOMEM, "mossformer2: out of memory for features");
+        rc = choir_err_set(err, CHOIR_ENOMEM, "mossformer2: the working memory has no room for features");
         goto done;
     }
     gauss g = {.state = seed};
@@ -165,10 +181,12 @@ int choir_mf2_features(const choir_mf2 *m, const float *x, int64_t n, float dith
         for (int64_t t = 0; t < T; t++)
             memcpy(fbank + t * CHOIR_MF2_MELS, features + t * CHOIR_MF2_FEATS, CHOIR_MF2_MELS * sizeof(float));
 done:
-    choir_free(frames);
-    choir_free(spec);
-    choir_free(power);
+    choir_arena_release(work, mark);
     return rc;
+}
+
+int64_t mf2_apply_bytes(int64_t samples, int64_t T) {
+    return (int64_t)sizeof(float) * (samples + CHOIR_MF2_BINS * T * 2 + CHOIR_MF2_BINS * 2) + 3 * CHOIR_ALIGN;
 }
 
 int choir_mf2_apply_mask(const choir_mf2 *m, const float *x, int64_t n, const float *mask, int64_t T,
@@ -176,13 +194,26 @@ int choir_mf2_apply_mask(const choir_mf2 *m, const float *x, int64_t n, const fl
     if (T != choir_mf2_frames(n) || T < 1)
         return choir_err_set(err, CHOIR_EINVAL, "mossformer2: mask has %lld frames, audio of %lld samples has %lld",
                              (long long)T, (long long)n, (long long)choir_mf2_frames(n));
+    choir_arena *work = choir_arena_create((size_t)mf2_apply_bytes(n, T), CHOIR_MEM_ACTIVATIONS, err);
+    if (!work) return CHOIR_ENOMEM;
+    int rc = mf2_apply_mask_in(m, x, n, mask, T, y, work, err);
+    choir_arena_free(work);
+    return rc;
+}
+
+int mf2_apply_mask_in(const choir_mf2 *m, const float *x, int64_t n, const float *mask, int64_t T, float *y,
+                      choir_arena *work, choir_err *err) {
+    if (T != choir_mf2_frames(n) || T < 1)
+        return choir_err_set(err, CHOIR_EINVAL, "mossformer2: mask has %lld frames, audio of %lld samples has %lld",
+                             (long long)T, (long long)n, (long long)choir_mf2_frames(n));
     const int64_t K = CHOIR_MF2_BINS;
-    float *s = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)n * sizeof(float));
-    float *spec = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(K * T * 2) * sizeof(float));
-    float *frame = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(K * 2) * sizeof(float));
+    size_t mark = choir_arena_mark(work);
+    float *s = choir_arena_alloc(work, (size_t)n * sizeof(float));
+    float *spec = choir_arena_alloc(work, (size_t)(K * T * 2) * sizeof(float));
+    float *frame = choir_arena_alloc(work, (size_t)(K * 2) * sizeof(float));
     int rc = 0;
     if (!s || !spec || !frame) {
-        rc = choir_err_set(err, CHOIR_ENOMEM, "mossformer2: out of memory for the STFT");
+        rc = choir_err_set(err, CHOIR_ENOMEM, "mossformer2: the working memory has no room for the STFT");
         goto done;
     }
     for (int64_t i = 0; i < n; i++) s[i] = x[i] * 32768.0f;
@@ -200,8 +231,6 @@ int choir_mf2_apply_mask(const choir_mf2 *m, const float *x, int64_t n, const fl
     if (rc < 0) goto done;
     for (int64_t i = 0; i < n; i++) y[i] = s[i] / 32768.0f;
 done:
-    choir_free(s);
-    choir_free(spec);
-    choir_free(frame);
+    choir_arena_release(work, mark);
     return rc;
 }

@@ -2,6 +2,7 @@
 #ifndef CHOIR_MF2_INTERNAL_H
 #define CHOIR_MF2_INTERNAL_H
 
+#include "choir/arena.h"
 #include "choir/mossformer2.h"
 #include "choir/pth.h"
 #include "choir/quant.h"
@@ -88,5 +89,23 @@ struct choir_mf2 {
 /* Front end (mf2_features.c). */
 int mf2_frontend_init(choir_mf2 *m, choir_err *err);
 void mf2_frontend_free(choir_mf2 *m);
+
+/* The stages with their working memory from `work`, released before they
+ * return (choir_mf2_features, _mask and _apply_mask make an arena of the
+ * size each needs and call these). Bytes each takes from `work` at most: */
+int64_t mf2_features_bytes(void);
+/* Arena bytes of one pass over `samples` (features, mask and the largest
+ * stage), and the counted bytes the STFT still takes outside it; the two
+ * make choir_mf2_segment_bytes. */
+int64_t mf2_pass_bytes(int64_t samples);
+int64_t mf2_outside_bytes(int64_t samples);
+int64_t mf2_mask_bytes(int64_t T);
+int64_t mf2_apply_bytes(int64_t samples, int64_t T);
+int mf2_features_in(const choir_mf2 *m, const float *x, int64_t n, float dither, uint64_t seed, float *fbank,
+                    float *features, choir_arena *work, choir_err *err);
+int mf2_mask_in(const choir_mf2 *m, const float *features, int64_t T, float *mask, choir_mf2_trace *trace,
+                choir_arena *work, choir_err *err);
+int mf2_apply_mask_in(const choir_mf2 *m, const float *x, int64_t n, const float *mask, int64_t T, float *y,
+                      choir_arena *work, choir_err *err);
 
 #endif

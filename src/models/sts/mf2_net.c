@@ -2,11 +2,13 @@
  *
  * Reading order: choir_mf2_mask (top level, §6.1) -> flash_layer (§6.3,
  * §6.4) and fsmn_block (§6.5), 24 times. All activations of one call come
- * from one allocation planned from T; the layers do not allocate. */
+ * from one piece of the caller's arena planned from T (mf2_mask_bytes); the
+ * layers do not allocate. */
 #include <math.h>
 #include <string.h>
 
 #include "choir/alloc.h"
+#include "choir/arena.h"
 #include "choir/kernels.h"
 #include "mf2_internal.h"
 
@@ -34,17 +36,34 @@ static int64_t work_floats(int64_t T) {
            MF2_QK * MF2_VU + MF2_GROUP * MF2_GROUP;
 }
 
+int64_t mf2_mask_bytes(int64_t T) { return work_floats(T) * (int64_t)sizeof(float) + CHOIR_ALIGN; }
+
 int64_t choir_mf2_segment_bytes(int64_t samples) {
     if (samples < CHOIR_MF2_WIN) samples = CHOIR_MF2_WIN;
-    int64_t T = choir_mf2_frames(samples);
-    /* network work + features + mask + STFT (spectrum and a scaled copy of the audio) */
-    int64_t floats = work_floats(T) + T * (CHOIR_MF2_FEATS + CHOIR_MF2_BINS) +
-                     T * CHOIR_MF2_BINS * 2 + samples + 2 * samples;
-    return floats * (int64_t)sizeof(float) + 64 * 1024;
+    return mf2_pass_bytes(samples) + mf2_outside_bytes(samples);
 }
 
-static int work_init(mf2_work *w, int64_t T) {
-    float *base = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)work_floats(T) * sizeof(float));
+int64_t mf2_outside_bytes(int64_t samples) {
+    /* choir_stft's 256-frame staging block and frame input (per call), the
+     * iSTFT's window envelope and bins */
+    return (int64_t)sizeof(float) * (256 * MF2_FBANK_BINS * 2 + MF2_FBANK_FFT + samples + 2 * CHOIR_MF2_BINS) +
+           64 * 1024;
+}
+
+int64_t mf2_pass_bytes(int64_t samples) {
+    if (samples < CHOIR_MF2_WIN) samples = CHOIR_MF2_WIN;
+    int64_t T = choir_mf2_frames(samples);
+    /* features and mask live through the pass; the front end's, the
+     * network's and the resynthesis' buffers one after the other */
+    int64_t live = (T * (CHOIR_MF2_FEATS + CHOIR_MF2_BINS)) * (int64_t)sizeof(float) + 2 * CHOIR_ALIGN;
+    int64_t stage = mf2_features_bytes();
+    if (mf2_mask_bytes(T) > stage) stage = mf2_mask_bytes(T);
+    if (mf2_apply_bytes(samples, T) > stage) stage = mf2_apply_bytes(samples, T);
+    return live + stage;
+}
+
+static int work_init(mf2_work *w, int64_t T, choir_arena *work) {
+    float *base = choir_arena_alloc(work, (size_t)work_floats(T) * sizeof(float));
     if (!base) return CHOIR_ENOMEM;
     w->T = T;
     float *p = base;
@@ -236,10 +255,21 @@ static void fsmn_block(const mf2_fsmn *F, mf2_work *w) {
 int choir_mf2_mask(const choir_mf2 *m, const float *features, int64_t T, float *mask,
                    choir_mf2_trace *trace, choir_err *err) {
     if (T < 1) return choir_err_set(err, CHOIR_EINVAL, "mossformer2: no frames");
+    choir_arena *work = choir_arena_create((size_t)mf2_mask_bytes(T), CHOIR_MEM_ACTIVATIONS, err);
+    if (!work) return CHOIR_ENOMEM;
+    int rc = mf2_mask_in(m, features, T, mask, trace, work, err);
+    choir_arena_free(work);
+    return rc;
+}
+
+int mf2_mask_in(const choir_mf2 *m, const float *features, int64_t T, float *mask, choir_mf2_trace *trace,
+                choir_arena *work, choir_err *err) {
+    if (T < 1) return choir_err_set(err, CHOIR_EINVAL, "mossformer2: no frames");
+    size_t mark = choir_arena_mark(work);
     mf2_work w;
-    if (work_init(&w, T) != 0)
-        return choir_err_set(err, CHOIR_ENOMEM, "mossformer2: out of memory for %lld frames", (long long)T);
-    void *base = w.h0;
+    if (work_init(&w, T, work) != 0)
+        return choir_err_set(err, CHOIR_ENOMEM, "mossformer2: the working memory has no room for %lld frames",
+                             (long long)T);
     const int64_t D = CHOIR_MF2_DIM;
     choir_mf2_trace none = {0};
     if (!trace) trace = &none;
@@ -283,6 +313,6 @@ int choir_mf2_mask(const choir_mf2 *m, const float *features, int64_t T, float *
     if (trace->gate_out) memcpy(trace->gate_out, o, (size_t)(T * D) * sizeof(float));
     choir_linear(o, T, &m->dec, NULL, mask);
     choir_relu(mask, T * CHOIR_MF2_BINS);
-    choir_free(base);
+    choir_arena_release(work, mark);
     return 0;
 }

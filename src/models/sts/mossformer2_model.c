@@ -9,12 +9,18 @@
  *
  * Input at another rate is resampled to 48 kHz block by block on the way in
  * and back on the way out, so memory is bounded by the chunk for streaming
- * requests. Working memory comes from the counted allocator (no_arena). */
+ * requests. Every request's stream, its resampling buffers, its held result
+ * and each pass over a chunk are carved from the batch arena, so the arena's
+ * high-water mark is what the batch used and the engine calibrates the
+ * estimate from it. What still comes from elsewhere: the resamplers' own
+ * state (soxr), the STFT's per-frame buffers (counted), and kernel scratch
+ * beyond the block the engine worker binds to its thread. */
 #include <string.h>
 
 #include <cjson/cJSON.h>
 
 #include "choir/alloc.h"
+#include "choir/arena.h"
 #include "choir/audio.h"
 #include "choir/model.h"
 #include "choir/mossformer2.h"
@@ -64,14 +70,17 @@ static int64_t mf2_estimate(const void *weights, const choir_request *r) {
     choir_mf2_params p;
     params_of(&r->in.sts, &p);
     int64_t bytes = choir_mf2_stream_bytes(1, &p);
-    /* resampling buffers (in and out) of a block plus soxr's own state */
-    bytes += 4 * (block_frames(&p) + CHOIR_MF2_RATE) * (int64_t)sizeof(float) + (1 << 20);
+    /* resampling buffers (a block in, a chunk out, with the resamplers'
+     * margins) and alignment; soxr's own state is not arena memory */
+    int64_t chunk = (int64_t)(p.chunk_seconds * CHOIR_MF2_RATE) + 1;
+    bytes += 2 * (block_frames(&p) + chunk + CHOIR_MF2_RATE) * (int64_t)sizeof(float) + 16 * CHOIR_ALIGN;
     if (!r->stream) bytes += (r->in.sts.n_samples + 1024) * (int64_t)sizeof(float);
     return bytes;
 }
 
 typedef struct sts_job {
     choir_request *req;
+    choir_arena *arena;              /* the batch's: every buffer below is a piece of it */
     choir_mf2_stream *stream;
     choir_resampler *in_rs, *out_rs; /* NULL at 48 kHz */
     float *in_buf, *out_buf;         /* resampling buffers */
@@ -82,10 +91,14 @@ typedef struct sts_job {
     int done;
 } sts_job;
 
-static int grow(float **buf, int64_t *cap, int64_t need) {
+/* Makes *buf hold at least `need` floats, as a piece of the batch arena.
+ * The buffers are planned at job_start, so this carves only then; a piece
+ * outgrown later stays in the arena until the batch ends. */
+static int grow(sts_job *j, float **buf, int64_t *cap, int64_t keep, int64_t need) {
     if (need <= *cap) return 0;
-    float *g = choir_realloc(*buf, (size_t)need * sizeof(float));
+    float *g = choir_arena_alloc(j->arena, (size_t)need * sizeof(float));
     if (!g) return CHOIR_ENOMEM;
+    if (keep > 0) memcpy(g, *buf, (size_t)keep * sizeof(float));
     *buf = g;
     *cap = need;
     return 0;
@@ -95,7 +108,7 @@ static int grow(float **buf, int64_t *cap, int64_t need) {
 static int deliver(sts_job *j, const float *x, int64_t n, choir_err *err) {
     if (n <= 0) return 0;
     if (!j->req->stream) {
-        if (grow(&j->whole, &j->whole_cap, j->whole_n + n) != 0)
+        if (grow(j, &j->whole, &j->whole_cap, j->whole_n, j->whole_n + n) != 0)
             return choir_err_set(err, CHOIR_ENOMEM, "sts: out of memory for the result");
         memcpy(j->whole + j->whole_n, x, (size_t)n * sizeof(float));
         j->whole_n += n;
@@ -116,16 +129,18 @@ static int on_region(void *user, const float *x, int64_t frames, int64_t offset,
     (void)offset;
     sts_job *j = user;
     if (!j->out_rs) return deliver(j, x, frames, err);
-    if (grow(&j->out_buf, &j->out_cap, choir_resampler_max_out(j->out_rs, frames)) != 0)
+    if (grow(j, &j->out_buf, &j->out_cap, 0, choir_resampler_max_out(j->out_rs, frames)) != 0)
         return choir_err_set(err, CHOIR_ENOMEM, "sts: out of memory");
     int64_t got = 0;
     int rc = choir_resampler_process(j->out_rs, x, frames, j->out_buf, j->out_cap, &got, err);
     return rc ? rc : deliver(j, j->out_buf, got, err);
 }
 
-static int job_start(sts_job *j, const choir_mf2 *m, choir_request *req, choir_err *err) {
+static int job_start(sts_job *j, const choir_mf2 *m, choir_request *req, choir_arena *arena, int64_t step,
+                     choir_err *err) {
     memset(j, 0, sizeof *j);
     j->req = req;
+    j->arena = arena;
     const choir_sts_input *in = &req->in.sts;
     if (in->n_samples < 0 || (in->n_samples > 0 && !in->samples) || in->sample_rate < 1000 ||
         in->sample_rate > 384000)
@@ -133,30 +148,38 @@ static int job_start(sts_job *j, const choir_mf2 *m, choir_request *req, choir_e
                              (long long)in->n_samples, in->sample_rate);
     choir_mf2_params p;
     params_of(in, &p);
-    j->stream = choir_mf2_stream_create(m, 1, &p, on_region, j, err);
+    j->stream = choir_mf2_stream_create_in(m, 1, &p, arena, on_region, j, err);
     if (!j->stream) return err->code;
+    /* The plan: a block in, a chunk's regions out, the whole result held. */
+    int64_t in_need = 0, out_need = 0;
     if (in->sample_rate != CHOIR_MF2_RATE) {
         j->in_rs = choir_resampler_create(in->sample_rate, CHOIR_MF2_RATE, 1, err);
         j->out_rs = j->in_rs ? choir_resampler_create(CHOIR_MF2_RATE, in->sample_rate, 1, err) : NULL;
         if (!j->out_rs) return err->code;
+        in_need = choir_resampler_max_out(j->in_rs, step);
+        if (choir_resampler_max_out(j->in_rs, 0) > in_need) in_need = choir_resampler_max_out(j->in_rs, 0);
+        int64_t chunk = (int64_t)(p.chunk_seconds * CHOIR_MF2_RATE) + 1;
+        out_need = choir_resampler_max_out(j->out_rs, chunk);
     }
+    if (grow(j, &j->in_buf, &j->in_cap, 0, in_need) || grow(j, &j->out_buf, &j->out_cap, 0, out_need) ||
+        (!req->stream && grow(j, &j->whole, &j->whole_cap, 0, in->n_samples + 1024)))
+        return choir_err_set(err, CHOIR_ENOMEM, "sts: the batch arena has no room for a request's buffers");
     return 0;
 }
 
+/* The job's buffers are pieces of the batch arena; only the resamplers
+ * are the job's own. */
 static void job_free(sts_job *j) {
     choir_mf2_stream_free(j->stream);
     choir_resampler_free(j->in_rs);
     choir_resampler_free(j->out_rs);
-    choir_free(j->in_buf);
-    choir_free(j->out_buf);
-    choir_free(j->whole);
     memset(j, 0, sizeof *j);
 }
 
 static int push48(sts_job *j, const float *x, int64_t n, choir_err *err) {
     if (!j->in_rs) return choir_mf2_stream_push(j->stream, x, n, err);
     int64_t need = choir_resampler_max_out(j->in_rs, n), flush = choir_resampler_max_out(j->in_rs, 0);
-    if (grow(&j->in_buf, &j->in_cap, need > flush ? need : flush) != 0)
+    if (grow(j, &j->in_buf, &j->in_cap, 0, need > flush ? need : flush) != 0)
         return choir_err_set(err, CHOIR_ENOMEM, "sts: out of memory");
     int64_t got = 0;
     int rc = choir_resampler_process(j->in_rs, x, n, j->in_buf, j->in_cap, &got, err);
@@ -165,7 +188,7 @@ static int push48(sts_job *j, const float *x, int64_t n, choir_err *err) {
 
 static int job_finish(sts_job *j, choir_err *err) {
     int rc = 0;
-    if (j->in_rs && grow(&j->in_buf, &j->in_cap, choir_resampler_max_out(j->in_rs, 0)) != 0)
+    if (j->in_rs && grow(j, &j->in_buf, &j->in_cap, 0, choir_resampler_max_out(j->in_rs, 0)) != 0)
         return choir_err_set(err, CHOIR_ENOMEM, "sts: out of memory");
     for (int64_t got = 1; j->in_rs && got > 0 && rc == 0;) {
         rc = choir_resampler_flush(j->in_rs, j->in_buf, j->in_cap, &got, err);
@@ -173,7 +196,7 @@ static int job_finish(sts_job *j, choir_err *err) {
     }
     if (rc == 0) rc = choir_mf2_stream_finish(j->stream, err);
     if (rc == 0 && j->out_rs) {
-        if (grow(&j->out_buf, &j->out_cap, choir_resampler_max_out(j->out_rs, 0)) != 0)
+        if (grow(j, &j->out_buf, &j->out_cap, 0, choir_resampler_max_out(j->out_rs, 0)) != 0)
             return choir_err_set(err, CHOIR_ENOMEM, "sts: out of memory");
         for (int64_t got = 1; got > 0 && rc == 0;) {
             rc = choir_resampler_flush(j->out_rs, j->out_buf, j->out_cap, &got, err);
@@ -194,31 +217,42 @@ static int job_finish(sts_job *j, choir_err *err) {
     return 0;
 }
 
+/* The batch: every request's state carved from `arena` (NULL, for callers
+ * outside the engine: an arena of the batch's estimates), given back to the
+ * arena's mark when the batch ends. */
 static int mf2_run_batch(void *weights, choir_request *const *reqs, int n, choir_arena *arena, choir_err *err) {
-    (void)arena;
     const choir_mf2 *m = weights;
     if (n < 1 || n > MF2_MAX_BATCH)
         return choir_err_set(err, CHOIR_EINVAL, "mossformer2: batch of %d (1..%d)", n, MF2_MAX_BATCH);
+    choir_arena *own = NULL;
+    if (!arena) {
+        int64_t sum = 0;
+        for (int i = 0; i < n; i++) sum += mf2_estimate(weights, reqs[i]);
+        if (!(arena = own = choir_arena_create((size_t)sum, CHOIR_MEM_ACTIVATIONS, err))) return CHOIR_ENOMEM;
+    }
+    const size_t mark = choir_arena_mark(arena);
     sts_job jobs[MF2_MAX_BATCH];
     int64_t step[MF2_MAX_BATCH];
-    int left = 0;
+    int left = 0, rc_batch = 0;
     for (int i = 0; i < n; i++) {
         choir_err e = {0};
-        if (job_start(&jobs[i], m, reqs[i], &e) != 0) {
+        choir_mf2_params p;
+        params_of(&reqs[i]->in.sts, &p);
+        /* One chunk stride of input at the request's own rate per round. */
+        step[i] = reqs[i]->in.sts.sample_rate > 0
+                      ? block_frames(&p) * reqs[i]->in.sts.sample_rate / CHOIR_MF2_RATE : 1;
+        if (step[i] < 1) step[i] = 1;
+        if (job_start(&jobs[i], m, reqs[i], arena, step[i], &e) != 0) {
             if (e.code == CHOIR_ENOMEM) {
                 for (int k = 0; k <= i; k++) job_free(&jobs[k]);
-                return choir_err_set(err, CHOIR_ENOMEM, "%s", e.msg);
+                rc_batch = choir_err_set(err, CHOIR_ENOMEM, "%s", e.msg);
+                goto out;
             }
             choir_request_fail(reqs[i], e.code, "%s", e.msg);
             job_free(&jobs[i]);
             jobs[i].done = 1;
             continue;
         }
-        choir_mf2_params p;
-        params_of(&reqs[i]->in.sts, &p);
-        /* One chunk stride of input at the request's own rate per round. */
-        step[i] = block_frames(&p) * reqs[i]->in.sts.sample_rate / CHOIR_MF2_RATE;
-        if (step[i] < 1) step[i] = 1;
         left++;
     }
     while (left > 0) {
@@ -241,7 +275,8 @@ static int mf2_run_batch(void *weights, choir_request *const *reqs, int n, choir
             if (rc) {
                 if (rc == CHOIR_ENOMEM) {
                     for (int k = 0; k < n; k++) job_free(&jobs[k]);
-                    return choir_err_set(err, CHOIR_ENOMEM, "%s", e.msg);
+                    rc_batch = choir_err_set(err, CHOIR_ENOMEM, "%s", e.msg);
+                    goto out;
                 }
                 choir_request_fail(j->req, rc, "%s", e.msg);
                 j->done = 1;
@@ -253,7 +288,10 @@ static int mf2_run_batch(void *weights, choir_request *const *reqs, int n, choir
             }
         }
     }
-    return 0;
+out:
+    choir_arena_release(arena, mark);
+    choir_arena_free(own);
+    return rc_batch;
 }
 
 const choir_model_ops choir_model_mossformer2 = {
@@ -267,5 +305,4 @@ const choir_model_ops choir_model_mossformer2 = {
     .length = mf2_length,
     .estimate = mf2_estimate,
     .run_batch = mf2_run_batch,
-    .no_arena = 1,
 };

@@ -164,14 +164,14 @@ wh_dec_rt *wg_dec_rt(choir_whisper_gpu *g, int64_t N, int64_t n_out, choir_err *
 
 /* --- pools of caches ------------------------------------------------------- */
 
-static void pool_bufs_free(choir_cuda *cu, float *k, float *v, size_t bytes) {
+static void pool_bufs_free(choir_cuda *cu, void *k, void *v, size_t bytes) {
     choir_cuda_buf bk = {k, bytes}, bv = {v, bytes};
     if (k) choir_cuda_buf_free(cu, &bk);
     if (v) choir_cuda_buf_free(cu, &bv);
 }
 
 static size_t pool_bytes(const wh_pool *p) {
-    return (size_t)p->cap * (size_t)p->slot_floats * sizeof(float);
+    return (size_t)p->cap * (size_t)p->slot_elems * wh_kv_size(p->dt);
 }
 
 static void pool_free(choir_cuda *cu, wh_pool *p) {
@@ -186,20 +186,20 @@ static void pool_free(choir_cuda *cu, wh_pool *p) {
 
 /* Points slot i's owner at its memory. */
 static void pool_point(wh_pool *p, int i) {
-    float *k = p->k + (size_t)i * (size_t)p->slot_floats;
-    float *v = p->v + (size_t)i * (size_t)p->slot_floats;
+    void *k = wh_kv_at(p->k, p->dt, (int64_t)i * p->slot_elems);
+    void *v = wh_kv_at(p->v, p->dt, (int64_t)i * p->slot_elems);
     if (p->of_seqs) {
         choir_whisper_seq *s = p->owner[i];
-        s->k = k, s->v = v, s->positions = p->positions;
+        s->k = k, s->v = v, s->positions = p->positions, s->kv = p->dt;
     } else {
         choir_whisper_cross *c = p->owner[i];
-        c->k = k, c->v = v;
+        c->k = k, c->v = v, c->kv = p->dt;
     }
 }
 
 /* The pool laid out anew for `cap` slots of `positions` per layer, the
  * filled rows of every slot kept (one strided copy: slot i's layer l is row
- * i n_layer + l of positions d floats). */
+ * i n_layer + l of positions d elements; copied as floats, d being even). */
 static int pool_relayout(choir_whisper_gpu *g, wh_pool *p, int cap, int positions,
                          choir_err *err) {
     const choir_whisper_dims *D = &g->m->dims;
@@ -207,7 +207,7 @@ static int pool_relayout(choir_whisper_gpu *g, wh_pool *p, int cap, int position
     wh_pool n = *p;
     n.cap = cap;
     n.positions = positions;
-    n.slot_floats = L * positions * d;
+    n.slot_elems = L * positions * d;
     n.used = choir_calloc(CHOIR_MEM_OTHER, (size_t)cap, 1);
     n.owner = choir_calloc(CHOIR_MEM_OTHER, (size_t)cap, sizeof(void *));
     choir_cuda_buf k = {0}, v = {0};
@@ -215,9 +215,10 @@ static int pool_relayout(choir_whisper_gpu *g, wh_pool *p, int cap, int position
     if (!rc) rc = choir_cuda_buf_alloc(g->cu, pool_bytes(&n), &k, err);
     if (!rc) rc = choir_cuda_buf_alloc(g->cu, pool_bytes(&n), &v, err);
     if (!rc && p->cap) {
-        int64_t rows = (int64_t)p->cap * L, cols = (int64_t)p->positions * d;
-        if (!(rc = choir_cuda_copy_rows(g->cu, k.ptr, positions * d, p->k, cols, rows, cols, err)))
-            rc = choir_cuda_copy_rows(g->cu, v.ptr, positions * d, p->v, cols, rows, cols, err);
+        int64_t f = (int64_t)wh_kv_size(p->dt), rows = (int64_t)p->cap * L;
+        int64_t cols = (int64_t)p->positions * d * f / 4, ldd = (int64_t)positions * d * f / 4;
+        if (!(rc = choir_cuda_copy_rows(g->cu, k.ptr, ldd, p->k, cols, rows, cols, err)))
+            rc = choir_cuda_copy_rows(g->cu, v.ptr, ldd, p->v, cols, rows, cols, err);
         if (!rc) rc = choir_cuda_sync(g->cu, err);
     }
     if (rc) {
@@ -297,9 +298,11 @@ void wg_seq_copy(choir_whisper_gpu *g, choir_whisper_seq *dst, const choir_whisp
         choir_stream_fail(s, CHOIR_EINVAL, "whisper gpu: sequence copied between the CPU and the GPU");
         return;
     }
-    /* Layer l's first n_keep rows, for every layer at once; in stream order
-     * before the next step. Errors surface at the next decoder call. */
-    int64_t d = g->m->dims.d_model, L = g->m->dims.n_text_layer;
+    /* Layer l's first n_keep rows, for every layer at once (as floats: d is
+     * even); in stream order before the next step. Errors surface at the
+     * next decoder call. */
+    int64_t f = (int64_t)wh_kv_size(g->self.dt), d = g->m->dims.d_model * f / 4;
+    int64_t L = g->m->dims.n_text_layer;
     choir_cuda_make_current(g->cu, NULL);
     choir_op_copy_rows(s, dst->k, dst->positions * d, src->k, src->positions * d, L, n_keep * d);
     choir_op_copy_rows(s, dst->v, dst->positions * d, src->v, src->positions * d, L, n_keep * d);
@@ -375,6 +378,12 @@ int choir_whisper_gpu_attach(choir_whisper *m, const choir_whisper_gpu_opts *o, 
         choir_whisper_default_gpu_opts(&g->opts);
     if (g->opts.max_windows < 1) g->opts.max_windows = 1;
     g->self.of_seqs = true;
+    /* The caches hold the model's dtype: bf16 when the decoder's weights on
+     * the device are half precision (bf16 storage, or stored f16/bf16 or
+     * quantized), unless opts.kv_f32; the strided copies need an even d. */
+    bool half = g->opts.bf16 || (D->n_text_layer > 0 && m->dec[0].fc1.kind != CHOIR_WEIGHT_F32);
+    g->self.dt = g->cross.dt =
+        half && !g->opts.kv_f32 && D->d_model % 2 == 0 ? CHOIR_DTYPE_BF16 : CHOIR_DTYPE_F32;
     int rc = 0;
     choir_backend_cuda_opts bo = {.device = g->opts.device, .bf16 = g->opts.bf16,
                                   .tf32 = g->opts.tf32};
@@ -439,6 +448,7 @@ int choir_whisper_gpu_get_stats(const choir_whisper *m, choir_whisper_gpu_stats 
     for (int b = 0; g->rt.graphs && b <= g->rt.rows_cap; b++) s->graphs += g->rt.graphs[b] != NULL;
     s->graph_failures = g->rt.graph_failures;
     s->pinned_bytes = choir_cuda_host_mem_current(g->cu);
+    s->kv_elem_bytes = (int)wh_kv_size(g->self.dt);
     return 0;
 }
 

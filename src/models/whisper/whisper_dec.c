@@ -122,25 +122,26 @@ static void self_attention(choir_stream *s, const wh_dec_batch *b, int l,
     if (b->self) {
         const wh_pool *p = b->self;
         int64_t lo = (int64_t)l * p->positions * d;
-        float *K = p->k + lo, *V = p->v + lo;
+        void *K = wh_kv_at(p->k, p->dt, lo), *V = wh_kv_at(p->v, p->dt, lo);
         /* One row per sequence: it sees every key of its prefix. */
         a.causal = false;
-        choir_op_rows_scatter(s, io->k, b->N, d, K, p->slot_floats, d, io->slot, io->pos);
-        choir_op_rows_scatter(s, io->v, b->N, d, V, p->slot_floats, d, io->slot, io->pos);
-        choir_op_attention_slots(s, b->N, io->q, d, d, K, d, V, d, p->slot_floats, io->slot,
+        a.kv = p->dt;
+        choir_op_rows_scatter(s, io->k, b->N, d, K, p->dt, p->slot_elems, d, io->slot, io->pos);
+        choir_op_rows_scatter(s, io->v, b->N, d, V, p->dt, p->slot_elems, d, io->slot, io->pos);
+        choir_op_attention_slots(s, b->N, io->q, d, d, K, d, V, d, p->slot_elems, io->slot,
                                  io->keys, io->att, d, d, 1, p->positions, &a);
         return;
     }
     for (int i = 0, r = 0; i < b->n_seq; r += b->n_tokens[i], i++) {
         choir_whisper_seq *sq = b->seqs[i];
         int64_t n = b->n_tokens[i], lo = (int64_t)l * sq->positions * d;
-        float *kc = sq->k + lo, *vc = sq->v + lo;
-        choir_op_copy(s, kc + (int64_t)sq->n_past * d, io->k + r * d,
-                      (size_t)(n * d) * sizeof(float));
-        choir_op_copy(s, vc + (int64_t)sq->n_past * d, io->v + r * d,
-                      (size_t)(n * d) * sizeof(float));
-        choir_op_attention(s, io->q + r * d, d, kc, d, vc, d, io->att + r * d, d, n,
-                           sq->n_past + n, &a, NULL);
+        int64_t at = lo + (int64_t)sq->n_past * d;
+        a.kv = sq->kv;
+        choir_op_convert(s, io->k + r * d, wh_kv_at(sq->k, sq->kv, at), sq->kv, n * d);
+        choir_op_convert(s, io->v + r * d, wh_kv_at(sq->v, sq->kv, at), sq->kv, n * d);
+        choir_op_attention(s, io->q + r * d, d, wh_kv_at(sq->k, sq->kv, lo), d,
+                           wh_kv_at(sq->v, sq->kv, lo), d, io->att + r * d, d, n, sq->n_past + n,
+                           &a, NULL);
     }
 }
 
@@ -154,15 +155,21 @@ static void cross_attention(choir_stream *s, const wh_dec_batch *b, int l,
                     .scale = 1.0f / sqrtf((float)(d / D->n_head))};
     if (b->cross) {
         const wh_pool *p = b->cross;
-        choir_op_attention_slots(s, b->N, io->q, d, d, p->k + off, d, p->v + off, d,
-                                 p->slot_floats, io->xslot, NULL, io->att, d, d, 1, A, &a);
+        a.kv = p->dt;
+        choir_op_attention_slots(s, b->N, io->q, d, d, wh_kv_at(p->k, p->dt, off), d,
+                                 wh_kv_at(p->v, p->dt, off), d, p->slot_elems, io->xslot, NULL,
+                                 io->att, d, d, 1, A, &a);
         return;
     }
     for (int i = 0, r = 0; i < b->n_seq; r += b->n_tokens[i], i++) {
         const choir_whisper_cross *cr = b->seqs[i]->cross;
-        choir_op_attention(s, io->q + r * d, d, cr->k + off, d, cr->v + off, d, io->att + r * d,
-                           d, b->n_tokens[i], A, &a, NULL);
-        if (qk && i == 0) cross_qk_rows(s, qk, l, D, io->q, b->n_tokens[0], cr->k + off);
+        a.kv = cr->kv;
+        choir_op_attention(s, io->q + r * d, d, wh_kv_at(cr->k, cr->kv, off), d,
+                           wh_kv_at(cr->v, cr->kv, off), d, io->att + r * d, d, b->n_tokens[i],
+                           A, &a, NULL);
+        /* qk runs on the CPU, whose caches are f32. */
+        if (qk && i == 0)
+            cross_qk_rows(s, qk, l, D, io->q, b->n_tokens[0], (const float *)cr->k + off);
     }
 }
 

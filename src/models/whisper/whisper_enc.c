@@ -95,6 +95,49 @@ static void enc_block(choir_stream *s, const wh_block *blk, const choir_whisper_
     choir_op_add(s, x, h, x, rows * d);
 }
 
+/* On a device with bf16 weights the two convolutions run on bf16 operands
+ * and the blocks keep their rows in bf16 between operations (the residual
+ * stream stays f32): layer norm into bf16 rows,
+ * bf16 products with f32 accumulation writing bf16 q, k, v and MLP hidden
+ * rows (bias and GELU in one pass), the fused bf16 attention, and the output
+ * and second MLP products added straight into the f32 stream. The CPU keeps
+ * f32 rows (its parity with the reference). */
+static bool enc_bf16_rows(const wh_net *w, const choir_whisper_dims *D) {
+    int64_t Dh = D->d_model / D->n_head;
+    if (choir_backend_is_host(w->be) || w->enc_f32_rows || (Dh != 16 && Dh != 32 && Dh != 64) ||
+        D->d_model % 8 || D->ffn_dim % 8)
+        return false;
+    for (int l = 0; l < D->n_audio_layer; l++) {
+        const wh_block *b = &w->enc[l];
+        const choir_weight *ws[] = {&b->attn.q, &b->attn.k, &b->attn.v, &b->attn.o, &b->fc1, &b->fc2};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            if (ws[i]->kind != CHOIR_WEIGHT_BF16) return false;
+    }
+    return true;
+}
+
+/* enc_block with bf16 rows: h, q, k, v, att [nb A, d] and hid [nb A, ffn]. */
+static void enc_block_bf16(choir_stream *s, const wh_block *blk, const choir_whisper_dims *D,
+                           int64_t nb, float *x, uint16_t *h, uint16_t *q, uint16_t *k,
+                           uint16_t *v, uint16_t *att, uint16_t *hid) {
+    int64_t d = D->d_model, A = D->n_audio_ctx, rows = nb * A;
+    choir_attn a = {.n_head = D->n_head,
+                    .Dh = d / D->n_head,
+                    .scale = 1.0f / sqrtf((float)(d / D->n_head))};
+    const choir_dtype bf = CHOIR_DTYPE_BF16;
+    choir_op_layer_norm_bf16(s, x, h, rows, d, blk->attn_ln_g, blk->attn_ln_b, WH_LN_EPS);
+    choir_op_linear_bf16(s, h, rows, &blk->attn.q, blk->attn.bq, q, bf, 0);
+    choir_op_linear_bf16(s, h, rows, &blk->attn.k, NULL, k, bf, 0);
+    choir_op_linear_bf16(s, h, rows, &blk->attn.v, blk->attn.bv, v, bf, 0);
+    choir_op_attention_bf16(s, nb, q, d, A * d, k, d, v, d, A * d, att, d, A * d, A, A, &a);
+    choir_op_linear_bf16(s, att, rows, &blk->attn.o, blk->attn.bo, x, CHOIR_DTYPE_F32,
+                         CHOIR_LINEAR_ACCUMULATE);
+    choir_op_layer_norm_bf16(s, x, h, rows, d, blk->mlp_ln_g, blk->mlp_ln_b, WH_LN_EPS);
+    choir_op_linear_bf16(s, h, rows, &blk->fc1, blk->fc1_b, hid, bf, CHOIR_LINEAR_GELU);
+    choir_op_linear_bf16(s, hid, rows, &blk->fc2, blk->fc2_b, x, CHOIR_DTYPE_F32,
+                         CHOIR_LINEAR_ACCUMULATE);
+}
+
 int wh_encode_windows(choir_stream *s, const wh_net *w, const choir_whisper_dims *D,
                       const float *mel, int64_t nb, float *x) {
     int64_t d = D->d_model, A = D->n_audio_ctx, F = CHOIR_WHISPER_N_FRAMES, rows = nb * A;
@@ -104,14 +147,36 @@ int wh_encode_windows(choir_stream *s, const wh_net *w, const choir_whisper_dims
      * [d, A], then time-major with the positions added. */
     float *c1 = choir_stream_floats(s, nb * d * F, "whisper encoder conv1 output");
     float *c2 = choir_stream_floats(s, nb * d * A, "whisper encoder conv2 output");
-    choir_op_conv1d(s, mel, nb, D->n_mels, F, w->conv1_w, w->conv1_b, d, 3, 1, 1, 1, 1, c1);
+    bool bf16 = enc_bf16_rows(w, D);
+    if (bf16) /* products on bf16 operands, f32 maps */
+        choir_op_conv1d_bf16(s, mel, nb, D->n_mels, F, w->conv1_w, w->conv1_b, d, 3, 1, 1, 1, c1);
+    else
+        choir_op_conv1d(s, mel, nb, D->n_mels, F, w->conv1_w, w->conv1_b, d, 3, 1, 1, 1, 1, c1);
     choir_op_act(s, CHOIR_ACT_GELU_ERF, c1, nb * d * F, 0.0f);
-    choir_op_conv1d(s, c1, nb, d, F, w->conv2_w, w->conv2_b, d, 3, 2, 1, 1, 1, c2);
+    if (bf16)
+        choir_op_conv1d_bf16(s, c1, nb, d, F, w->conv2_w, w->conv2_b, d, 3, 2, 1, 1, c2);
+    else
+        choir_op_conv1d(s, c1, nb, d, F, w->conv2_w, w->conv2_b, d, 3, 2, 1, 1, 1, c2);
     choir_op_act(s, CHOIR_ACT_GELU_ERF, c2, nb * d * A, 0.0f);
     for (int64_t b = 0; b < nb; b++)
         choir_op_transpose(s, c2 + b * d * A, d, A, w->enc_pos, x + b * A * d);
     choir_stream_release(s, mark);
 
+    if (bf16) {
+        size_t n = (size_t)(rows * d) * 2;
+        uint16_t *h = choir_stream_alloc(s, n, "whisper encoder rows");
+        uint16_t *q = choir_stream_alloc(s, n, "whisper encoder queries");
+        uint16_t *k = choir_stream_alloc(s, n, "whisper encoder keys");
+        uint16_t *v = choir_stream_alloc(s, n, "whisper encoder values");
+        uint16_t *att = choir_stream_alloc(s, n, "whisper encoder attention");
+        uint16_t *hid = choir_stream_alloc(s, (size_t)(rows * D->ffn_dim) * 2,
+                                           "whisper encoder MLP hidden");
+        for (int l = 0; l < D->n_audio_layer; l++)
+            enc_block_bf16(s, &w->enc[l], D, nb, x, h, q, k, v, att, hid);
+        choir_op_layer_norm(s, x, x, rows, d, w->enc_ln_g, w->enc_ln_b, WH_LN_EPS);
+        choir_stream_release(s, mark);
+        return choir_stream_status(s, NULL);
+    }
     float *h = choir_stream_floats(s, rows * d, "whisper encoder rows");
     float *q = choir_stream_floats(s, rows * d, "whisper encoder queries");
     float *k = choir_stream_floats(s, rows * d, "whisper encoder keys");
@@ -169,14 +234,26 @@ size_t wh_cross_scratch_bytes(const wh_net *w, const choir_whisper_dims *D) {
     return s;
 }
 
+size_t wh_cross_work_bytes(const choir_whisper_dims *D) {
+    return (size_t)D->n_audio_ctx * (size_t)D->d_model * sizeof(float) + 256;
+}
+
 int wh_cross_kv(choir_stream *s, const wh_net *w, const choir_whisper_dims *D, const float *enc,
-                float *k, float *v) {
+                choir_whisper_cross *c) {
     int64_t per = (int64_t)D->n_audio_ctx * D->d_model;
+    bool f32 = c->kv == CHOIR_DTYPE_F32;
+    size_t mark = choir_stream_mark(s);
+    float *tmp = f32 ? NULL : choir_stream_floats(s, per, "whisper cross K/V rows");
     for (int l = 0; l < D->n_text_layer; l++) {
         const wh_attn *a = &w->dec[l].cross;
-        choir_op_linear(s, enc, D->n_audio_ctx, &a->k, NULL, k + l * per);
-        choir_op_linear(s, enc, D->n_audio_ctx, &a->v, a->bv, v + l * per);
+        void *k = wh_kv_at(c->k, c->kv, l * per), *v = wh_kv_at(c->v, c->kv, l * per);
+        /* A bf16 cache: the f32 product, then rounded into the cache. */
+        choir_op_linear(s, enc, D->n_audio_ctx, &a->k, NULL, f32 ? k : tmp);
+        if (!f32) choir_op_convert(s, tmp, k, c->kv, per);
+        choir_op_linear(s, enc, D->n_audio_ctx, &a->v, a->bv, f32 ? v : tmp);
+        if (!f32) choir_op_convert(s, tmp, v, c->kv, per);
     }
+    choir_stream_release(s, mark);
     return choir_stream_status(s, NULL);
 }
 
@@ -188,7 +265,8 @@ choir_whisper_cross *choir_whisper_cross_create(const choir_whisper *m, const fl
     size_t bytes = (size_t)D->n_audio_ctx * (size_t)D->d_model * sizeof(float);
     choir_whisper_cross *c = wh_cross_new(m, err);
     if (!c) return NULL;
-    choir_stream *s = wh_stream_open(m, host ? 0 : bytes + 256, wh_cross_scratch_bytes(w, D), err);
+    choir_stream *s = wh_stream_open(m, (host ? 0 : bytes + 256) + wh_cross_work_bytes(D),
+                                     wh_cross_scratch_bytes(w, D), err);
     if (!s) {
         choir_whisper_cross_free(c);
         return NULL;
@@ -199,7 +277,7 @@ choir_whisper_cross *choir_whisper_cross_create(const choir_whisper *m, const fl
         choir_op_upload(s, dx, enc_out, bytes);
         x = dx;
     }
-    wh_cross_kv(s, w, D, x, c->k, c->v);
+    wh_cross_kv(s, w, D, x, c);
     if (wh_stream_done(m, s, 0, err)) {
         choir_whisper_cross_free(c);
         return NULL;
@@ -227,7 +305,8 @@ int choir_whisper_encode_cross(const choir_whisper *m, const float *mel, int n, 
         return choir_err_set(err, CHOIR_ENOMEM, "whisper: out of memory for encoder output");
     size_t io = host ? 0 : (size_t)nb * (mel_one + enc_one) * sizeof(float) + 512;
     size_t scratch = max_sz(wh_enc_scratch_bytes(w, D, nb), wh_cross_scratch_bytes(w, D));
-    choir_stream *s = wh_stream_open(m, wh_enc_work_bytes(D, nb) + io, scratch, err);
+    choir_stream *s =
+        wh_stream_open(m, wh_enc_work_bytes(D, nb) + io + wh_cross_work_bytes(D), scratch, err);
     if (!s) {
         choir_free(own);
         return err && err->code ? err->code : CHOIR_ENOMEM;
@@ -251,7 +330,7 @@ int choir_whisper_encode_cross(const choir_whisper *m, const float *mel, int n, 
                 break;
             }
             cross[b0 + b] = c;
-            wh_cross_kv(s, w, D, x + (size_t)b * enc_one, c->k, c->v);
+            wh_cross_kv(s, w, D, x + (size_t)b * enc_one, c);
         }
     }
     rc = wh_stream_done(m, s, rc, err);

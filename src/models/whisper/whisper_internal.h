@@ -42,6 +42,9 @@ typedef struct wh_net {
     const float *dec_pos;           /* [n_text_ctx, d] */
     const wh_block *dec;            /* [n_text_layer] */
     const float *dec_ln_g, *dec_ln_b;
+    /* Keep the encoder's rows f32 on a device even with bf16 weights (the
+     * bench's before figure; whisper_enc.c says when rows are bf16). */
+    bool enc_f32_rows;
 } wh_net;
 
 /* The model's device half (whisper_cuda.c), present while a GPU is attached. */
@@ -76,12 +79,13 @@ struct choir_whisper {
 };
 
 /* Caches of one size in one backend buffer per K and V, handed out by slot
- * (the device's pools, whisper_cuda.c): slot i's layer l starts at
- * k + i slot_floats + l positions d. Growing moves them: the owners'
- * pointers are repointed and captured graphs dropped. */
+ * (the device's pools, whisper_cuda.c): slot i's layer l starts at element
+ * i slot_elems + l positions d. Growing moves them: the owners' pointers are
+ * repointed and captured graphs dropped. */
 typedef struct wh_pool {
-    float *k, *v;          /* backend memory [cap][slot_floats] each */
-    int64_t slot_floats;   /* n_layer * positions * d */
+    void *k, *v;           /* backend memory [cap][slot_elems] each, of dtype dt */
+    choir_dtype dt;        /* CHOIR_DTYPE_F32 or CHOIR_DTYPE_BF16 */
+    int64_t slot_elems;    /* n_layer * positions * d */
     int positions;         /* per layer */
     int cap;
     unsigned char *used;   /* host [cap] */
@@ -89,11 +93,19 @@ typedef struct wh_pool {
     bool of_seqs;
 } wh_pool;
 
+/* Bytes of one cache element, and element i of a cache at base. */
+static inline size_t wh_kv_size(choir_dtype dt) { return dt == CHOIR_DTYPE_BF16 ? 2 : 4; }
+static inline void *wh_kv_at(void *base, choir_dtype dt, int64_t i) {
+    return (char *)base + (size_t)i * wh_kv_size(dt);
+}
+
 struct choir_whisper_cross {
     int n_layer, n_ctx, d;
-    /* Backend memory [n_text_layer][n_audio_ctx][d]: host arrays on the CPU,
-     * slot `slot` of `pool` on a device. */
-    float *k, *v;
+    /* Backend memory [n_text_layer][n_audio_ctx][d] of dtype kv (f32 on the
+     * CPU; on a device the model's, bf16 for a half-precision model): host
+     * arrays on the CPU, slot `slot` of `pool` on a device. */
+    void *k, *v;
+    choir_dtype kv;
     struct choir_whisper_gpu *gpu; /* the device's, NULL on the CPU */
     wh_pool *pool;
     int slot;
@@ -104,9 +116,10 @@ struct choir_whisper_seq {
     int positions;         /* positions per layer in memory (>= n_ctx) */
     int n_past;
     const choir_whisper_cross *cross;
-    /* Backend memory [n_text_layer][positions][d]: host arrays on the CPU,
-     * slot `slot` of `pool` on a device. */
-    float *k, *v;
+    /* Backend memory [n_text_layer][positions][d] of dtype kv, as the
+     * cross's. */
+    void *k, *v;
+    choir_dtype kv;
     struct choir_whisper_gpu *gpu; /* the device's, NULL on the CPU */
     wh_pool *pool;
     int slot;
@@ -128,9 +141,12 @@ int wh_encode_windows(choir_stream *s, const wh_net *w, const choir_whisper_dims
 size_t wh_enc_work_bytes(const choir_whisper_dims *D, int64_t nb);
 size_t wh_enc_scratch_bytes(const wh_net *w, const choir_whisper_dims *D, int64_t nb);
 /* Cross-attention keys and values of one window from its encoder rows enc
- * [n_audio_ctx, d]: k, v [n_text_layer][n_audio_ctx][d], backend memory. */
+ * [n_audio_ctx, d] into c's k, v ([n_text_layer][n_audio_ctx][d], backend
+ * memory of dtype c->kv; a bf16 cache takes n_audio_ctx d floats of the
+ * stream's working memory for the f32 products, wh_cross_work_bytes). */
 int wh_cross_kv(choir_stream *s, const wh_net *w, const choir_whisper_dims *D, const float *enc,
-                float *k, float *v);
+                choir_whisper_cross *c);
+size_t wh_cross_work_bytes(const choir_whisper_dims *D);
 size_t wh_cross_scratch_bytes(const wh_net *w, const choir_whisper_dims *D);
 /* A window's cross cache with its K/V memory placed where the network runs
  * (contents undefined), or NULL and err (whisper_net.c). */

@@ -6,7 +6,9 @@
  * same samples; requests that share task, timestamps and temperature run
  * their loops in lockstep, their current windows (every hypothesis of every
  * window) in one decoder batch per step. Working memory comes from the
- * counted allocator (activations and caches categories), not the batch arena.
+ * counted allocator (activations and caches categories), not the batch arena,
+ * and the adapter says so (no_arena): the engine still reserves the estimate
+ * but no longer allocates an arena of that size that nothing touches.
  *
  * In CUDA builds the adapter also takes a GPU (opt->device >= 1): the network
  * is attached to that device (choir_whisper_gpu_attach; f32 matrices stored
@@ -23,6 +25,7 @@
 #include "choir/model.h"
 #include "choir/tokenizer.h"
 #include "choir/whisper.h"
+#include "choir/whisper_words.h"
 
 typedef struct whisper_weights {
     choir_whisper *m;
@@ -125,7 +128,15 @@ static int64_t whisper_estimate(const void *weights, const choir_request *r) {
     int64_t enc = ((int64_t)D.d_model * CHOIR_WHISPER_N_FRAMES + 6 * 1500LL * D.d_model + 1500LL * D.ffn_dim) * f;
     int64_t cross = 2LL * D.n_text_layer * D.n_audio_ctx * D.d_model * f;
     int64_t hyps = 5 * (2LL * D.n_text_layer * D.n_text_ctx * D.d_model * f + 2LL * D.n_vocab * f);
-    return mel + enc + cross + hyps + (1 << 20);
+    /* Word timestamps: a teacher-forced pass over at most n_text_ctx / 2 + 8
+     * positions keeps their logits and the alignment heads' attention logits. */
+    int64_t words = 0;
+    if (r->in.stt.word_timestamps) {
+        choir_whisper_head heads[CHOIR_WHISPER_MAX_HEADS];
+        int64_t T = D.n_text_ctx / 2 + 8, H = choir_whisper_alignment_heads(&D, false, heads);
+        words = T * ((int64_t)D.n_vocab + (H + 1) * D.n_audio_ctx) * f + 2LL * D.n_text_layer * T * D.d_model * f;
+    }
+    return mel + enc + cross + hyps + words + (1 << 20);
 }
 
 /* Parameters of a request; its language index in *lang (-1: detect). */
@@ -143,6 +154,7 @@ static int whisper_opts(choir_request *req, choir_whisper_transcribe_opts *o, in
     }
     o->params.task = in->translate ? CHOIR_WHISPER_TRANSLATE : CHOIR_WHISPER_TRANSCRIBE;
     o->params.timestamps = in->timestamps != 0;
+    o->word_timestamps = in->word_timestamps != 0 && o->params.timestamps;
     if (in->temperature > 0) {
         o->params.temperatures[0] = in->temperature;
         o->params.n_temperatures = 1;
@@ -194,6 +206,7 @@ static int whisper_cancelled(void *user, int input) {
 static bool whisper_same_group(const choir_request *a, const choir_request *b) {
     return a->extra == b->extra && a->in.stt.translate == b->in.stt.translate &&
            (a->in.stt.timestamps != 0) == (b->in.stt.timestamps != 0) &&
+           (a->in.stt.word_timestamps != 0) == (b->in.stt.word_timestamps != 0) &&
            a->in.stt.temperature == b->in.stt.temperature;
 }
 
@@ -275,6 +288,7 @@ const choir_model_ops choir_model_whisper = {
     .length = whisper_length,
     .estimate = whisper_estimate,
     .run_batch = whisper_run_batch,
+    .no_arena = 1,
 #ifdef CHOIR_HAVE_CUDA
     .gpu = 1,
     .device_bytes = whisper_device_bytes,

@@ -163,11 +163,11 @@ void choir_whisper_seq_copy(choir_whisper_seq *dst, const choir_whisper_seq *src
         return;
     }
 #endif
-    size_t sp = (size_t)src->positions * (size_t)src->d, dp = (size_t)dst->positions * (size_t)dst->d;
-    size_t row = (size_t)n_keep * (size_t)src->d;
+    int64_t sp = (int64_t)src->positions * src->d, dp = (int64_t)dst->positions * dst->d;
+    size_t row = (size_t)n_keep * (size_t)src->d * wh_kv_size(src->kv);
     for (int l = 0; l < src->n_layer; l++) {
-        memcpy(dst->k + l * dp, src->k + l * sp, row * sizeof(float));
-        memcpy(dst->v + l * dp, src->v + l * sp, row * sizeof(float));
+        memcpy(wh_kv_at(dst->k, dst->kv, l * dp), wh_kv_at(src->k, src->kv, l * sp), row);
+        memcpy(wh_kv_at(dst->v, dst->kv, l * dp), wh_kv_at(src->v, src->kv, l * sp), row);
     }
     dst->n_past = n_keep;
     dst->cross = src->cross;

@@ -171,3 +171,32 @@ int choir_whisper_subtitles(const choir_whisper_word_segment *segs, int n_segs,
     *n_out = b.n;
     return 0;
 }
+
+int choir_whisper_transcript_cues(const choir_whisper_transcript *t, const choir_whisper_subtitle_opts *opts,
+                                  choir_whisper_cue **out, int *n_out, choir_err *err) {
+    *out = NULL;
+    *n_out = 0;
+    int n = t->n_segments, n_words = 0;
+    for (int s = 0; s < n; s++) n_words += t->segments[s].n_words;
+    /* word segments borrowing the transcript's words (texts read only) */
+    choir_whisper_word_segment *segs = choir_calloc(CHOIR_MEM_OTHER, (size_t)n + 1, sizeof *segs);
+    choir_whisper_word *words = choir_calloc(CHOIR_MEM_OTHER, (size_t)n_words + 1, sizeof *words);
+    int rc = 0;
+    if (!segs || !words) {
+        rc = choir_err_set(err, CHOIR_ENOMEM, "subtitles: out of memory");
+    } else {
+        for (int s = 0, k = 0; s < n; s++) {
+            const choir_whisper_segment *g = &t->segments[s];
+            segs[s] = (choir_whisper_word_segment){.start = g->start, .end = g->end, .tokens = g->tokens,
+                                                   .n_tokens = g->n_tokens, .words = words + k,
+                                                   .n_words = g->n_words};
+            for (int i = 0; i < g->n_words; i++, k++)
+                words[k] = (choir_whisper_word){.text = (char *)g->words[i].text, .start = g->words[i].start_s,
+                                                .end = g->words[i].end_s, .probability = g->words[i].probability};
+        }
+        rc = choir_whisper_subtitles(segs, n, opts, out, n_out, err);
+    }
+    choir_free(segs);
+    choir_free(words);
+    return rc;
+}

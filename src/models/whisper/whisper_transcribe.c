@@ -8,6 +8,7 @@
 #include "choir/alloc.h"
 #include "choir/mel.h"
 #include "choir/tokenizer.h"
+#include "choir/whisper_words.h"
 #include "models/whisper/whisper_internal.h"
 
 #define WT_FRAMES_PER_S 100.0
@@ -24,6 +25,7 @@ typedef struct wt_state {
     int n_initial;       /* tokens of the initial prompt */
     int input;           /* index of this recording in the call */
     int64_t seek;        /* mel frame where the window being split began */
+    double last_speech;  /* word timestamps: where the last speech before this window ended (s) */
     const choir_whisper_transcribe_opts *opts;
 } wt_state;
 
@@ -39,6 +41,8 @@ void choir_whisper_transcript_clear(choir_whisper_transcript *t) {
     for (int i = 0; i < t->n_segments; i++) {
         choir_free(t->segments[i].text);
         choir_free(t->segments[i].tokens);
+        for (int k = 0; k < t->segments[i].n_words; k++) choir_free((char *)t->segments[i].words[k].text);
+        choir_free(t->segments[i].words);
     }
     choir_free(t->segments);
     choir_free(t->text);
@@ -69,17 +73,45 @@ static bool wt_blank(const char *s) {
     return true;
 }
 
-/* Adds the segment tokens[0..n) from `start` to `end`. Instantaneous or
- * textless segments are dropped (openai keeps them with their text cleared,
- * which contributes nothing to the transcript or the prompt). */
+/* Moves the words of `ws` into an array of choir_word (their texts
+ * moved, their tokens freed); *out NULL when there are none. */
+static int wt_take_words(choir_whisper_word_segment *ws, choir_word **out, choir_err *err) {
+    *out = NULL;
+    if (ws->n_words == 0) return 0;
+    choir_word *w = choir_alloc(CHOIR_MEM_IO, (size_t)ws->n_words * sizeof *w);
+    if (!w) return wt_oom(err);
+    for (int k = 0; k < ws->n_words; k++) {
+        choir_whisper_word *x = &ws->words[k];
+        w[k] = (choir_word){.start_s = x->start, .end_s = x->end, .text = x->text, .probability = x->probability};
+        x->text = NULL;
+    }
+    *out = w;
+    return 0;
+}
+
+static void wt_free_words(choir_word *w, int n) {
+    for (int k = 0; w && k < n; k++) choir_free((char *)w[k].text);
+    choir_free(w);
+}
+
+/* Adds the segment tokens[0..n) from `start` to `end`, with its words (taken
+ * from ws when not NULL). Instantaneous or textless segments are dropped
+ * (openai keeps them with their text, tokens and words cleared, which
+ * contributes nothing to the transcript or the prompt). */
 static int wt_segment(wt_state *s, const choir_whisper_result *r, const int32_t *tokens, int n,
-                      double start, double end, choir_err *err) {
+                      double start, double end, choir_whisper_word_segment *ws, choir_err *err) {
     char *text = NULL;
+    choir_word *words = NULL;
+    int n_words = ws ? ws->n_words : 0;
     int rc = choir_tokenizer_decode(s->tok, tokens, n, &text, NULL, err);
     if (rc) return rc;
     if (start == end || wt_blank(text)) {
         choir_free(text);
         return 0;
+    }
+    if (ws && (rc = wt_take_words(ws, &words, err))) {
+        choir_free(text);
+        return rc;
     }
     choir_whisper_transcript *t = s->out;
     /* A model may sample a timestamp past the audio in a padded window, or
@@ -90,11 +122,21 @@ static int wt_segment(wt_state *s, const choir_whisper_result *r, const int32_t 
     if (start < floor_s) start = floor_s;
     if (end > t->duration) end = t->duration;
     if (end < start) end = start;
+    /* Words likewise: in order, after the previous segment, inside the audio. */
+    for (int k = 0; k < n_words; k++) {
+        choir_word *w = &words[k];
+        double lo = k > 0 ? words[k - 1].end_s : floor_s;
+        if (!(w->start_s >= lo)) w->start_s = lo;
+        if (w->start_s > t->duration) w->start_s = t->duration;
+        if (w->end_s > t->duration) w->end_s = t->duration;
+        if (!(w->end_s >= w->start_s)) w->end_s = w->start_s;
+    }
     if (t->n_segments == s->cap_segments) {
         int cap = s->cap_segments ? 2 * s->cap_segments : 32;
         choir_whisper_segment *p = choir_realloc(t->segments, (size_t)cap * sizeof *p);
         if (!p) {
             choir_free(text);
+            wt_free_words(words, n_words);
             return wt_oom(err);
         }
         t->segments = p;
@@ -105,8 +147,11 @@ static int wt_segment(wt_state *s, const choir_whisper_result *r, const int32_t 
     g->tokens = choir_alloc(CHOIR_MEM_IO, (size_t)(n > 0 ? n : 1) * sizeof(int32_t));
     if (!g->tokens) {
         choir_free(text);
+        wt_free_words(words, n_words);
         return wt_oom(err);
     }
+    g->words = words;
+    g->n_words = n_words;
     memcpy(g->tokens, tokens, (size_t)n * sizeof(int32_t));
     g->n_tokens = n;
     g->text = text;
@@ -125,53 +170,97 @@ static int wt_segment(wt_state *s, const choir_whisper_result *r, const int32_t 
     return rc;
 }
 
+/* openai's get_end: the end of the last word of the window's segments, or
+ * of its last segment when none has words; false when there is no segment. */
+static bool wt_window_end(const choir_whisper_word_segment *g, int n, double *end) {
+    for (int i = n - 1; i >= 0; i--)
+        if (g[i].n_words > 0) {
+            *end = g[i].words[g[i].n_words - 1].end;
+            return true;
+        }
+    if (n > 0) *end = g[n - 1].end;
+    return n > 0;
+}
+
 /* Splits a window's tokens into segments at consecutive timestamp pairs
  * (openai's rule) and returns in *advance how many mel frames the seek moves.
  * In batched mode a trailing unfinished segment is kept up to the window's end
- * (nothing decodes that audio again). */
-static int wt_split(wt_state *s, const choir_whisper_result *r, double offset, int seg_frames,
-                    bool batched, int *advance, choir_err *err) {
+ * (nothing decodes that audio again). With word timestamps the window's
+ * segments get their words from `cross` (the window's encoder K/V) before
+ * they are added, and in sequential mode the seek moves to the last word's
+ * end, as openai's transcribe does. */
+static int wt_split(wt_state *s, const choir_whisper_result *r, const choir_whisper_cross *cross, double offset,
+                    int seg_frames, bool batched, int *advance, choir_err *err) {
     int tb = s->m->sp.timestamp_begin, n = r->n_tokens;
     const int32_t *t = r->tokens;
     double seg_dur = seg_frames / WT_FRAMES_PER_S;
     bool single_ending = n >= 2 && t[n - 2] < tb && t[n - 1] >= tb;
-    int last = 0, n_cons = 0, rc;
+    int last = 0, n_cons = 0, np = 0, rc = 0;
+    /* The window's segments (openai's current_segments), as they come. */
+    choir_whisper_word_segment *pg = choir_calloc(CHOIR_MEM_OTHER, (size_t)n + 1, sizeof *pg);
+    if (!pg) return wt_oom(err);
     for (int i = 0; i + 1 < n; i++) {
         if (!(t[i] >= tb && t[i + 1] >= tb)) continue;
         int cut = i + 1;
-        rc = wt_segment(s, r, t + last, cut - last, offset + (t[last] - tb) * WT_TIME_PRECISION,
-                        offset + (t[cut - 1] - tb) * WT_TIME_PRECISION, err);
-        if (rc) return rc;
+        pg[np++] = (choir_whisper_word_segment){.start = offset + (t[last] - tb) * WT_TIME_PRECISION,
+                                                .end = offset + (t[cut - 1] - tb) * WT_TIME_PRECISION,
+                                                .tokens = t + last, .n_tokens = cut - last};
         last = cut;
         n_cons++;
     }
     if (n_cons > 0) {
         if (single_ending || (batched && last < n)) {
             double end = single_ending ? offset + (t[n - 1] - tb) * WT_TIME_PRECISION : offset + seg_dur;
-            rc = wt_segment(s, r, t + last, n - last,
-                            offset + (t[last] >= tb ? (t[last] - tb) * WT_TIME_PRECISION : 0), end, err);
-            if (rc) return rc;
+            pg[np++] = (choir_whisper_word_segment){
+                .start = offset + (t[last] >= tb ? (t[last] - tb) * WT_TIME_PRECISION : 0), .end = end,
+                .tokens = t + last, .n_tokens = n - last};
             *advance = seg_frames;
         } else {
             *advance = (t[last - 1] - tb) * WT_INPUT_STRIDE;
         }
-        return 0;
+    } else {
+        double dur = seg_dur;
+        for (int i = n - 1; i >= 0; i--)
+            if (t[i] >= tb) {
+                if (t[i] != tb) dur = (t[i] - tb) * WT_TIME_PRECISION;
+                break;
+            }
+        *advance = seg_frames;
+        pg[np++] = (choir_whisper_word_segment){.start = offset, .end = offset + dur, .tokens = t, .n_tokens = n};
     }
-    double dur = seg_dur;
-    for (int i = n - 1; i >= 0; i--)
-        if (t[i] >= tb) {
-            if (t[i] != tb) dur = (t[i] - tb) * WT_TIME_PRECISION;
-            break;
-        }
-    *advance = seg_frames;
-    return wt_segment(s, r, t, n, offset, offset + dur, err);
+    bool words = s->opts && s->opts->word_timestamps;
+    if (words) {
+        choir_whisper_word_opts wo = {
+            .by_unicode = choir_whisper_lang_splits_by_unicode(choir_whisper_lang_code(r->language))};
+        double speech = s->last_speech; /* openai passes it by value */
+        rc = choir_whisper_window_words(s->m, s->tok, cross, r->language, s->opts->params.task, seg_frames, offset,
+                                        &speech, pg, np, &wo, err);
+        double end;
+        if (!rc && !batched && !single_ending && wt_window_end(pg, np, &end) && end > offset)
+            *advance = (int)(nearbyint(end * WT_FRAMES_PER_S) - (double)s->seek);
+        if (!rc && wt_window_end(pg, np, &end)) s->last_speech = end;
+    }
+    for (int i = 0; i < np && !rc; i++)
+        rc = wt_segment(s, r, pg[i].tokens, pg[i].n_tokens, pg[i].start, pg[i].end, words ? &pg[i] : NULL, err);
+    for (int i = 0; i < np; i++) choir_whisper_words_free(pg[i].words, pg[i].n_words);
+    choir_free(pg);
+    return rc;
 }
 
 static bool wt_skip_silence(const choir_whisper_params *p, const choir_whisper_result *r) {
     return r->no_speech_prob > p->no_speech_threshold && !(r->avg_logprob > p->logprob_threshold);
 }
 
-/* Encodes n windows, builds their cross caches and decodes them together. */
+static void wt_free_cross(choir_whisper_cross **cross, int n) {
+    for (int i = 0; i < n; i++) {
+        choir_whisper_cross_free(cross[i]);
+        cross[i] = NULL;
+    }
+}
+
+/* Encodes n windows, builds their cross caches and decodes them together.
+ * The caches stay in cross[0..n) (word timestamps read them again); the
+ * caller frees them with wt_free_cross, also on failure. */
 static int wt_decode_batch(const choir_whisper *m, const choir_tokenizer *tok, const float *mels,
                            int n, float *enc, choir_whisper_cross **cross,
                            choir_whisper_window *w, const choir_whisper_params *p,
@@ -179,10 +268,6 @@ static int wt_decode_batch(const choir_whisper *m, const choir_tokenizer *tok, c
     int rc = choir_whisper_encode_cross(m, mels, n, enc, cross, err);
     for (int i = 0; i < n && !rc; i++) w[i].cross = cross[i];
     if (!rc) rc = choir_whisper_decode_fallback(m, tok, w, n, p, res, err);
-    for (int i = 0; i < n; i++) {
-        choir_whisper_cross_free(cross[i]);
-        cross[i] = NULL;
-    }
     return rc;
 }
 
@@ -267,20 +352,24 @@ static int wt_sequential(wt_state *st, const choir_whisper_input *in, int n_in,
                                          .n_prompt = s->n_all - q->prompt_reset_since,
                                          .language = q->language, .seed = (uint64_t)q->seek};
         }
-        if ((rc = wt_decode_batch(m, st[0].tok, win, na, enc, cross, w, p, res, err))) break;
+        if ((rc = wt_decode_batch(m, st[0].tok, win, na, enc, cross, w, p, res, err))) {
+            wt_free_cross(cross, na);
+            break;
+        }
         for (int j = 0; j < na; j++) {
             wt_seek *q = &sk[active[j]];
             wt_state *s = &st[active[j]];
             int seg = (int)(q->content - q->seek < F ? q->content - q->seek : F), advance = seg;
             if (!rc && !wt_skip_silence(p, &res[j])) {
                 s->seek = q->seek;
-                rc = wt_split(s, &res[j], (double)q->seek / WT_FRAMES_PER_S, seg, false, &advance, err);
+                rc = wt_split(s, &res[j], cross[j], (double)q->seek / WT_FRAMES_PER_S, seg, false, &advance, err);
                 if (!o->condition_on_previous_text || res[j].temperature > 0.5f) q->prompt_reset_since = s->n_all;
             }
             choir_whisper_result_clear(&res[j]);
             /* A window whose only timestamp pair is <|0.00|><|0.00|> must still move on. */
             q->seek += advance > 0 ? advance : seg;
         }
+        wt_free_cross(cross, na);
         if (!rc && o->progress && n_in == 1)
             o->progress(o->progress_user,
                         (double)(sk[0].seek < sk[0].content ? sk[0].seek : sk[0].content) / WT_FRAMES_PER_S,
@@ -425,17 +514,21 @@ static int wt_batched(wt_state *st, const choir_whisper_input *in, int n_in,
             w[j] = (choir_whisper_window){.language = langs[it->input], .seed = (uint64_t)it->span.start,
                                          .prompt = s->all_tokens, .n_prompt = s->n_initial};
         }
-        if (rc || (rc = wt_decode_batch(m, st[0].tok, mels, nb, enc, cross, w, p, res, err))) break;
+        if (rc || (rc = wt_decode_batch(m, st[0].tok, mels, nb, enc, cross, w, p, res, err))) {
+            wt_free_cross(cross, nb);
+            break;
+        }
         for (int j = 0; j < nb; j++) {
             const wt_item *it = &items[b0 + j];
             int adv;
             st[it->input].seek = it->span.start / 160;
             if (!rc && !wt_skip_silence(p, &res[j]))
-                rc = wt_split(&st[it->input], &res[j], (double)it->span.start / CHOIR_WHISPER_SAMPLE_RATE,
+                rc = wt_split(&st[it->input], &res[j], cross[j], (double)it->span.start / CHOIR_WHISPER_SAMPLE_RATE,
                               (int)((it->span.end - it->span.start + 159) / 160), true, &adv, err);
             choir_whisper_result_clear(&res[j]);
             done_samples += it->span.end - it->span.start;
         }
+        wt_free_cross(cross, nb);
         if (!rc && o->progress)
             o->progress(o->progress_user, (double)done_samples / CHOIR_WHISPER_SAMPLE_RATE,
                         (double)total_samples / CHOIR_WHISPER_SAMPLE_RATE);
@@ -483,6 +576,10 @@ int choir_whisper_transcribe_batch(const choir_whisper *m, const choir_tokenizer
     if (n_in <= 0) return 0;
     if (o->spans && n_in != 1)
         return choir_err_set(err, CHOIR_EINVAL, "whisper: spans apply to a single input");
+    if (o->word_timestamps && !o->params.timestamps)
+        return choir_err_set(err, CHOIR_EINVAL, "whisper: word timestamps need timestamps");
+    if (o->word_timestamps && choir_whisper_on_gpu(m))
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "whisper: word timestamps run on the CPU only so far");
     for (int i = 0; i < n_in; i++)
         if (in[i].n_samples < 0 || (in[i].n_samples > 0 && !in[i].pcm))
             return choir_err_set(err, CHOIR_EINVAL, "whisper: input %d has no samples", i);
@@ -526,7 +623,8 @@ void choir_whisper_segment_views(const choir_whisper_transcript *t, choir_segmen
                                  .probability = expf(g->avg_logprob), .has_decoding = 1, .seek = g->seek,
                                  .tokens = g->tokens, .n_tokens = g->n_tokens, .temperature = g->temperature,
                                  .avg_logprob = g->avg_logprob, .compression_ratio = g->compression_ratio,
-                                 .no_speech_prob = g->no_speech_prob};
+                                 .no_speech_prob = g->no_speech_prob, .words = g->words,
+                                 .n_words = g->n_words};
     }
 }
 

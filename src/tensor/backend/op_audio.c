@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "choir/alloc.h"
 #include "choir/kernels.h"
 #include "tensor/backend/backend_internal.h"
 #include "tensor/cpu/cpu_kernels.h"
@@ -41,6 +42,48 @@ int choir_op_conv1d(choir_stream *s, const float *x, int64_t B, int64_t Cin, int
     return 0;
 #endif
     return be_unsupported(s, "conv1d");
+}
+
+int choir_op_conv1d_bf16(choir_stream *s, const float *x, int64_t B, int64_t Cin, int64_t T,
+                         const float *weight, const float *bias, int64_t Cout, int64_t kernel,
+                         int stride, int padding, int dilation, float *y) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (B < 0 || Cin <= 0 || Cout <= 0 || kernel <= 0 || stride < 1 || dilation < 1 || padding < 0)
+        return be_invalid(s, "conv1d_bf16: Cin %lld, Cout %lld, kernel %lld, stride %d, "
+                             "dilation %d, padding %d",
+                          (long long)Cin, (long long)Cout, (long long)kernel, stride, dilation,
+                          padding);
+    int64_t Tout = choir_conv1d_out_len(T, kernel, stride, padding, dilation);
+    if (Tout <= 0 || B == 0) return 0;
+    if (be_host(s)) {
+        /* Both operands rounded to bf16 and widened back, then the f32 kernel. */
+        int64_t nw = Cout * Cin * kernel, nx = Cin * T;
+        float *wr = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)nw * sizeof(float));
+        float *xr = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)nx * sizeof(float));
+        uint16_t *tmp = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(nw > nx ? nw : nx) * 2);
+        if (!wr || !xr || !tmp) {
+            choir_free(wr), choir_free(xr), choir_free(tmp);
+            return choir_stream_fail(s, CHOIR_ENOMEM, "backend cpu: conv1d_bf16: out of memory");
+        }
+        choir_f32_to_bf16_n(weight, tmp, nw);
+        choir_bf16_to_f32_n(tmp, wr, nw);
+        choir_kernel_scratch *prev = be_kernel_begin(s);
+        for (int64_t b = 0; b < B; b++) {
+            choir_f32_to_bf16_n(x + b * nx, tmp, nx);
+            choir_bf16_to_f32_n(tmp, xr, nx);
+            choir_conv1d(xr, Cin, T, wr, bias, Cout, kernel, stride, padding, dilation, 1,
+                         y + b * Cout * Tout);
+        }
+        be_kernel_end(prev);
+        choir_free(wr), choir_free(xr), choir_free(tmp);
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    BE_CUDA(s, "conv1d_bf16",
+            choir_cuda_conv1d_bf16(s->be->cu, x, B, Cin, T, weight, bias, Cout, kernel, stride,
+                                   padding, dilation, y, BE_ERR));
+#endif
+    return be_unsupported(s, "conv1d_bf16");
 }
 
 int choir_op_conv_transpose1d(choir_stream *s, const float *x, int64_t B, int64_t Cin, int64_t T,

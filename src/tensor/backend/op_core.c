@@ -2,6 +2,7 @@
  * KV-cache row moves, embeddings. */
 #include <string.h>
 
+#include "choir/alloc.h"
 #include "choir/kernels.h"
 #include "tensor/backend/backend_internal.h"
 
@@ -99,6 +100,27 @@ int choir_op_zero(choir_stream *s, void *dst, size_t bytes) {
     return be_unsupported(s, "zero");
 }
 
+int choir_op_convert(choir_stream *s, const float *src, void *dst, choir_dtype dst_dtype,
+                     int64_t n) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (n < 0 || (dst_dtype != CHOIR_DTYPE_F32 && dst_dtype != CHOIR_DTYPE_BF16))
+        return be_invalid(s, "convert: %lld values to dtype %d", (long long)n, (int)dst_dtype);
+    if (n == 0) return 0;
+    if (dst_dtype == CHOIR_DTYPE_F32) {
+        /* A copy on every backend. */
+        s->ops--;
+        return choir_op_copy(s, dst, src, (size_t)n * sizeof(float));
+    }
+    if (be_host(s)) {
+        choir_f32_to_bf16_n(src, dst, n);
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    BE_CUDA(s, "convert", choir_cuda_f32_to_bf16(s->be->cu, src, dst, n, BE_ERR));
+#endif
+    return be_unsupported(s, "convert");
+}
+
 /* --- products ---------------------------------------------------------------------- */
 
 int choir_op_linear(choir_stream *s, const float *x, int64_t M, const choir_weight *W,
@@ -117,6 +139,48 @@ int choir_op_linear(choir_stream *s, const float *x, int64_t M, const choir_weig
     BE_CUDA(s, "linear", choir_cuda_linear(s->be->cu, x, M, &cw, bias, y, BE_ERR));
 #endif
     return be_unsupported(s, "linear");
+}
+
+int choir_op_linear_bf16(choir_stream *s, const uint16_t *x, int64_t M, const choir_weight *W,
+                         const float *bias, void *y, choir_dtype y_dtype, unsigned flags) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    bool gelu = flags & CHOIR_LINEAR_GELU, acc = flags & CHOIR_LINEAR_ACCUMULATE;
+    if (M < 0 || W->rows < 0 || W->cols < 0) return be_invalid(s, "linear_bf16: negative size");
+    if ((y_dtype != CHOIR_DTYPE_F32 && y_dtype != CHOIR_DTYPE_BF16) || (flags & ~3u) ||
+        (acc && (gelu || y_dtype != CHOIR_DTYPE_F32)))
+        return be_invalid(s, "linear_bf16: output dtype %d with flags %u", (int)y_dtype, flags);
+    if (M == 0) return 0;
+    if (be_host(s)) {
+        int64_t N = W->rows, K = W->cols;
+        float *xf = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(M * K) * sizeof(float));
+        float *yf = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(M * N) * sizeof(float));
+        if (!xf || !yf) {
+            choir_free(xf);
+            choir_free(yf);
+            return choir_stream_fail(s, CHOIR_ENOMEM, "backend cpu: linear_bf16: out of memory");
+        }
+        choir_bf16_to_f32_n(x, xf, M * K);
+        choir_kernel_scratch *prev = be_kernel_begin(s);
+        choir_linear(xf, M, W, bias, yf);
+        be_kernel_end(prev);
+        if (gelu) choir_gelu_erf(yf, M * N);
+        if (acc)
+            for (int64_t i = 0; i < M * N; i++) ((float *)y)[i] += yf[i];
+        else if (y_dtype == CHOIR_DTYPE_BF16)
+            choir_f32_to_bf16_n(yf, y, M * N);
+        else
+            memcpy(y, yf, (size_t)(M * N) * sizeof(float));
+        choir_free(xf);
+        choir_free(yf);
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    choir_cuda_weight cw = be_cuda_weight(W);
+    BE_CUDA(s, "linear_bf16",
+            choir_cuda_linear_bf16(s->be->cu, x, M, &cw, bias, y, y_dtype == CHOIR_DTYPE_BF16, acc,
+                                   gelu, BE_ERR));
+#endif
+    return be_unsupported(s, "linear_bf16");
 }
 
 int choir_op_gemm(choir_stream *s, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
@@ -149,12 +213,57 @@ static int attn_group(choir_stream *s, const choir_attn *a, const char *op) {
     return a->n_head / kv;
 }
 
-int choir_op_attention(choir_stream *s, const float *q, int64_t ldq, const float *k, int64_t ldk,
-                       const float *v, int64_t ldv, float *out, int64_t ldo, int64_t Tq,
+/* bf16 keys or values [rows, cols] (row stride ld elements) widened into a
+ * new f32 block [rows, cols] (the CPU's form of a bf16 cache: the oracle of
+ * the device kernels, which widen as they read). NULL when out of memory. */
+static float *widen_bf16(const void *x, int64_t rows, int64_t cols, int64_t ld) {
+    float *y = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(rows * cols > 0 ? rows * cols : 1) * sizeof(float));
+    for (int64_t r = 0; y && r < rows; r++)
+        choir_bf16_to_f32_n((const uint16_t *)x + r * ld, y + r * cols, cols);
+    return y;
+}
+
+static bool kv_dtype_ok(choir_stream *s, const choir_attn *a, const char *op) {
+    if (a->kv == CHOIR_DTYPE_F32 || a->kv == CHOIR_DTYPE_BF16) return true;
+    be_invalid(s, "%s: keys and values of dtype %d (f32 or bf16)", op, (int)a->kv);
+    return false;
+}
+
+/* One sequence on the host: f32 keys and values where they lie, bf16 ones
+ * widened first. */
+static int host_attention(choir_stream *s, const float *q, int64_t ldq, const void *k,
+                          int64_t ldk, const void *v, int64_t ldv, float *out, int64_t ldo,
+                          int64_t Tq, int64_t Tk, const choir_attn *a, int rep, const float *mask) {
+    int calls = rep == 1 ? 1 : a->n_head, heads = rep == 1 ? a->n_head : 1;
+    const float *kf = k, *vf = v;
+    float *kw = NULL, *vw = NULL;
+    if (a->kv == CHOIR_DTYPE_BF16) {
+        int64_t cols = (int64_t)(a->n_head / rep) * a->Dh;
+        kw = widen_bf16(k, Tk, cols, ldk);
+        vw = widen_bf16(v, Tk, cols, ldv);
+        if (!kw || !vw) {
+            choir_free(kw);
+            choir_free(vw);
+            return choir_stream_fail(s, CHOIR_ENOMEM, "backend cpu: attention: out of memory");
+        }
+        kf = kw, vf = vw, ldk = ldv = cols;
+    }
+    for (int h = 0; h < calls; h++) {
+        int64_t qo = (int64_t)h * a->Dh, ko = (int64_t)(h / rep) * a->Dh;
+        choir_attention(q + qo, ldq, kf + ko, ldk, vf + ko, ldv, out + qo, ldo, Tq, Tk, heads,
+                        a->Dh, a->scale, mask, a->causal);
+    }
+    choir_free(kw);
+    choir_free(vw);
+    return 0;
+}
+
+int choir_op_attention(choir_stream *s, const float *q, int64_t ldq, const void *k, int64_t ldk,
+                       const void *v, int64_t ldv, float *out, int64_t ldo, int64_t Tq,
                        int64_t Tk, const choir_attn *a, const float *mask) {
     if (!choir_stream_ok(s)) return s->err.code;
     int rep = attn_group(s, a, "attention");
-    if (!rep) return s->err.code;
+    if (!rep || !kv_dtype_ok(s, a, "attention")) return s->err.code;
     if (Tq < 0 || Tk < 0) return be_invalid(s, "attention: Tq %lld, Tk %lld", (long long)Tq,
                                             (long long)Tk);
     if (Tq == 0) return 0;
@@ -163,88 +272,154 @@ int choir_op_attention(choir_stream *s, const float *q, int64_t ldq, const float
     int calls = rep == 1 ? 1 : a->n_head, heads = rep == 1 ? a->n_head : 1;
     if (be_host(s)) {
         choir_kernel_scratch *prev = be_kernel_begin(s);
-        for (int h = 0; h < calls; h++) {
-            int64_t qo = (int64_t)h * a->Dh, ko = (int64_t)(h / rep) * a->Dh;
-            choir_attention(q + qo, ldq, k + ko, ldk, v + ko, ldv, out + qo, ldo, Tq, Tk, heads,
-                            a->Dh, a->scale, mask, a->causal);
-        }
+        int rc = host_attention(s, q, ldq, k, ldk, v, ldv, out, ldo, Tq, Tk, a, rep, mask);
         be_kernel_end(prev);
-        return 0;
+        return rc;
     }
 #ifdef CHOIR_HAVE_CUDA
+    size_t es = a->kv == CHOIR_DTYPE_BF16 ? 2 : 4;
     for (int h = 0; h < calls; h++) {
         choir_err e = {0};
         int64_t qo = (int64_t)h * a->Dh, ko = (int64_t)(h / rep) * a->Dh;
-        int rc = choir_cuda_attention(s->be->cu, q + qo, ldq, k + ko, ldk, v + ko, ldv, out + qo,
-                                      ldo, Tq, Tk, heads, a->Dh, a->scale, mask, a->causal, &e);
+        const void *kh = (const char *)k + ko * es, *vh = (const char *)v + ko * es;
+        int rc = a->kv == CHOIR_DTYPE_BF16
+                     ? choir_cuda_attention_kv16(s->be->cu, q + qo, ldq, kh, ldk, vh, ldv, out + qo,
+                                                 ldo, Tq, Tk, heads, a->Dh, a->scale, mask,
+                                                 a->causal, &e)
+                     : choir_cuda_attention(s->be->cu, q + qo, ldq, kh, ldk, vh, ldv, out + qo, ldo,
+                                            Tq, Tk, heads, a->Dh, a->scale, mask, a->causal, &e);
         if (rc) return be_done(s, rc, &e, "attention");
     }
     return 0;
 #endif
+    (void)calls, (void)heads;
     return be_unsupported(s, "attention");
 }
 
+int choir_op_attention_bf16(choir_stream *s, int64_t B, const uint16_t *q, int64_t ldq,
+                            int64_t q_batch, const uint16_t *k, int64_t ldk, const uint16_t *v,
+                            int64_t ldv, int64_t kv_batch, uint16_t *out, int64_t ldo,
+                            int64_t out_batch, int64_t Tq, int64_t Tk, const choir_attn *a) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    int rep = attn_group(s, a, "attention_bf16");
+    if (!rep) return s->err.code;
+    if (B < 0 || Tq < 0 || Tk < 0) return be_invalid(s, "attention_bf16: negative size");
+    if (B == 0 || Tq == 0) return 0;
+    if (be_host(s)) {
+        /* Each sequence widened to f32, the f32 kernel, the output rounded. */
+        int64_t qc = (int64_t)a->n_head * a->Dh;
+        float *qf = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(Tq * qc) * sizeof(float));
+        float *of = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(Tq * qc) * sizeof(float));
+        if (!qf || !of) {
+            choir_free(qf);
+            choir_free(of);
+            return choir_stream_fail(s, CHOIR_ENOMEM, "backend cpu: attention_bf16: out of memory");
+        }
+        choir_attn af = *a;
+        af.kv = CHOIR_DTYPE_BF16;
+        choir_kernel_scratch *prev = be_kernel_begin(s);
+        int rc = 0;
+        for (int64_t b = 0; b < B && !rc; b++) {
+            for (int64_t r = 0; r < Tq; r++)
+                choir_bf16_to_f32_n(q + b * q_batch + r * ldq, qf + r * qc, qc);
+            rc = host_attention(s, qf, qc, k + b * kv_batch, ldk, v + b * kv_batch, ldv, of, qc,
+                                Tq, Tk, &af, rep, NULL);
+            for (int64_t r = 0; r < Tq && !rc; r++)
+                choir_f32_to_bf16_n(of + r * qc, out + b * out_batch + r * ldo, qc);
+        }
+        be_kernel_end(prev);
+        choir_free(qf);
+        choir_free(of);
+        return rc;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    BE_CUDA(s, "attention_bf16",
+            choir_cuda_attention_bf16(s->be->cu, B, q, ldq, q_batch, k, ldk, v, ldv, kv_batch, out,
+                                      ldo, out_batch, Tq, Tk, a->n_head, a->n_kv_head, a->Dh,
+                                      a->scale, a->causal, BE_ERR));
+#endif
+    return be_unsupported(s, "attention_bf16");
+}
+
 int choir_op_attention_slots(choir_stream *s, int64_t B, const float *q, int64_t ldq,
-                             int64_t q_batch, const float *k, int64_t ldk, const float *v,
+                             int64_t q_batch, const void *k, int64_t ldk, const void *v,
                              int64_t ldv, int64_t slot_stride, const int32_t *kv_slot,
                              const int32_t *kv_len, float *out, int64_t ldo, int64_t out_batch,
                              int64_t Tq, int64_t Tk, const choir_attn *a) {
     if (!choir_stream_ok(s)) return s->err.code;
     int rep = attn_group(s, a, "attention_slots");
-    if (!rep) return s->err.code;
+    if (!rep || !kv_dtype_ok(s, a, "attention_slots")) return s->err.code;
     if (B < 0 || Tq < 0 || Tk < 0) return be_invalid(s, "attention_slots: negative size");
     if (B == 0 || Tq == 0) return 0;
     int calls = rep == 1 ? 1 : a->n_head, heads = rep == 1 ? a->n_head : 1;
+    size_t es = a->kv == CHOIR_DTYPE_BF16 ? 2 : 4;
     if (be_host(s)) {
         choir_kernel_scratch *prev = be_kernel_begin(s);
-        for (int64_t b = 0; b < B; b++) {
+        int rc = 0;
+        for (int64_t b = 0; b < B && !rc; b++) {
             int64_t slot = kv_slot ? kv_slot[b] : b;
             int64_t n = kv_len ? kv_len[b] : Tk;
             if (n > Tk) n = Tk;
             if (n < 0) n = 0;
-            const float *kb = k + slot * slot_stride, *vb = v + slot * slot_stride;
-            for (int h = 0; h < calls; h++) {
-                int64_t qo = (int64_t)h * a->Dh, ko = (int64_t)(h / rep) * a->Dh;
-                choir_attention(q + b * q_batch + qo, ldq, kb + ko, ldk, vb + ko, ldv,
-                                out + b * out_batch + qo, ldo, Tq, n, heads, a->Dh, a->scale, NULL,
-                                a->causal);
-            }
+            const char *kb = (const char *)k + (size_t)(slot * slot_stride) * es;
+            const char *vb = (const char *)v + (size_t)(slot * slot_stride) * es;
+            rc = host_attention(s, q + b * q_batch, ldq, kb, ldk, vb, ldv, out + b * out_batch,
+                                ldo, Tq, n, a, rep, NULL);
         }
         be_kernel_end(prev);
-        return 0;
+        return rc;
     }
 #ifdef CHOIR_HAVE_CUDA
     for (int h = 0; h < calls; h++) {
         choir_err e = {0};
         int64_t qo = (int64_t)h * a->Dh, ko = (int64_t)(h / rep) * a->Dh;
-        int rc = choir_cuda_attention_slots(s->be->cu, B, q + qo, ldq, q_batch, k + ko, ldk, v + ko,
-                                            ldv, slot_stride, kv_slot, kv_len, out + qo, ldo,
-                                            out_batch, Tq, Tk, heads, a->Dh, a->scale, a->causal,
-                                            &e);
+        const void *kh = (const char *)k + ko * es, *vh = (const char *)v + ko * es;
+        int rc = a->kv == CHOIR_DTYPE_BF16
+                     ? choir_cuda_attention_slots_kv16(s->be->cu, B, q + qo, ldq, q_batch, kh, ldk,
+                                                       vh, ldv, slot_stride, kv_slot, kv_len,
+                                                       out + qo, ldo, out_batch, Tq, Tk, heads,
+                                                       a->Dh, a->scale, a->causal, &e)
+                     : choir_cuda_attention_slots(s->be->cu, B, q + qo, ldq, q_batch, kh, ldk, vh,
+                                                  ldv, slot_stride, kv_slot, kv_len, out + qo, ldo,
+                                                  out_batch, Tq, Tk, heads, a->Dh, a->scale,
+                                                  a->causal, &e);
         if (rc) return be_done(s, rc, &e, "attention_slots");
     }
     return 0;
 #endif
+    (void)calls, (void)heads;
     return be_unsupported(s, "attention_slots");
 }
 
-int choir_op_rows_scatter(choir_stream *s, const float *src, int64_t B, int64_t cols, float *dst,
-                          int64_t slot_stride, int64_t ld, const int32_t *slot,
-                          const int32_t *pos) {
+int choir_op_rows_scatter(choir_stream *s, const float *src, int64_t B, int64_t cols, void *dst,
+                          choir_dtype dst_dtype, int64_t slot_stride, int64_t ld,
+                          const int32_t *slot, const int32_t *pos) {
     if (!choir_stream_ok(s)) return s->err.code;
     if (B < 0 || cols < 0) return be_invalid(s, "rows_scatter: negative size");
+    if (dst_dtype != CHOIR_DTYPE_F32 && dst_dtype != CHOIR_DTYPE_BF16)
+        return be_invalid(s, "rows_scatter: rows of dtype %d (f32 or bf16)", (int)dst_dtype);
+    bool half = dst_dtype == CHOIR_DTYPE_BF16;
     if (be_host(s)) {
-        for (int64_t b = 0; b < B; b++)
-            memcpy(dst + (int64_t)(slot ? slot[b] : b) * slot_stride + (int64_t)pos[b] * ld,
-                   src + b * cols, (size_t)cols * sizeof(float));
+        for (int64_t b = 0; b < B; b++) {
+            int64_t at = (int64_t)(slot ? slot[b] : b) * slot_stride + (int64_t)pos[b] * ld;
+            if (half)
+                choir_f32_to_bf16_n(src + b * cols, (uint16_t *)dst + at, cols);
+            else
+                memcpy((float *)dst + at, src + b * cols, (size_t)cols * sizeof(float));
+        }
         return 0;
     }
 #ifdef CHOIR_HAVE_CUDA
     if (!slot) return be_invalid(s, "rows_scatter: the CUDA kernel needs a slot array");
+    if (half)
+        BE_CUDA(s, "rows_scatter",
+                choir_cuda_rows_scatter_bf16(s->be->cu, src, B, cols, dst, slot_stride, ld, slot,
+                                             pos, BE_ERR));
     BE_CUDA(s, "rows_scatter",
             choir_cuda_rows_scatter(s->be->cu, src, B, cols, dst, slot_stride, ld, slot, pos,
                                     BE_ERR));
 #endif
+    (void)half;
     return be_unsupported(s, "rows_scatter");
 }
 

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "choir/alloc.h"
 #include "choir/kernels.h"
 #include "tensor/backend/backend_internal.h"
 
@@ -121,6 +122,28 @@ int choir_op_layer_norm(choir_stream *s, const float *x, float *y, int64_t rows,
             choir_cuda_layer_norm(s->be->cu, x, y, rows, dim, gamma, beta, eps, BE_ERR));
 #endif
     return be_unsupported(s, "layer_norm");
+}
+
+int choir_op_layer_norm_bf16(choir_stream *s, const float *x, uint16_t *y, int64_t rows,
+                             int64_t dim, const float *gamma, const float *beta, float eps) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (rows < 0 || dim <= 0)
+        return be_invalid(s, "layer_norm_bf16: %lld rows of %lld", (long long)rows, (long long)dim);
+    if (be_host(s)) {
+        float *row = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)dim * sizeof(float));
+        if (!row) return choir_stream_fail(s, CHOIR_ENOMEM, "backend cpu: layer_norm_bf16: out of memory");
+        for (int64_t r = 0; r < rows; r++) {
+            choir_layer_norm(x + r * dim, row, 1, dim, gamma, beta, eps);
+            choir_f32_to_bf16_n(row, y + r * dim, dim);
+        }
+        choir_free(row);
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    BE_CUDA(s, "layer_norm_bf16",
+            choir_cuda_layer_norm_bf16(s->be->cu, x, y, rows, dim, gamma, beta, eps, BE_ERR));
+#endif
+    return be_unsupported(s, "layer_norm_bf16");
 }
 
 int choir_op_rms_norm(choir_stream *s, const float *x, float *y, int64_t rows, int64_t dim,

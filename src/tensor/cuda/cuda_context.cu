@@ -5,6 +5,8 @@
 
 #include "choir/alloc.h"
 #include "choir/quant.h"
+#include <cublasLt.h>
+
 #include "tensor/cuda/cuda_internal.h"
 
 int choir_cuda_fail(choir_err *err, cudaError_t st, const char *what) {
@@ -98,6 +100,7 @@ void choir_cuda_free(choir_cuda *cu) {
     if (cu->stream) cudaStreamSynchronize(cu->stream);
     choir_cuda_buf_free(cu, &cu->scratch);
     if (cu->blas) cublasDestroy(cu->blas);
+    if (cu->lt) cublasLtDestroy((cublasLtHandle_t)cu->lt);
     choir_cuda_buf_free(cu, &cu->blas_workspace);
     if (cu->stream) cudaStreamDestroy(cu->stream);
     choir_free(cu);

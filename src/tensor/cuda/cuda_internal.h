@@ -25,6 +25,9 @@ struct choir_cuda {
     /* cuBLAS workspace, set before the first capture so that a captured
      * product never asks the runtime for memory. */
     choir_cuda_buf blas_workspace;
+    /* cublasLt handle (cublasLtHandle_t) for products with fused epilogues,
+     * made on first use (cuda_bf16.cu); it shares blas_workspace. */
+    void *lt;
 };
 
 /* Fills err from a CUDA runtime status and returns the choir code. */

@@ -3,6 +3,8 @@
  * in tests/cuda holds them to it. */
 #include <math.h>
 
+#include <cuda_bf16.h>
+
 #include "tensor/cuda/cuda_internal.h"
 
 #define EW_THREADS 256
@@ -270,8 +272,12 @@ int choir_cuda_conv1d(choir_cuda *cu, const float *x, int64_t Cin, int64_t T, co
  * in shared memory (one warp per key, lanes over Dh so key rows are read
  * contiguously); then softmax; then P*V with threads over Dh and key groups,
  * summed through shared memory. Shared floats: Tk + Dh + max(256, Dh) + 32. */
+__device__ __forceinline__ float kv_f32(float x) { return x; }
+__device__ __forceinline__ float kv_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename KV>
 __global__ void k_attention(const float *__restrict__ q, int64_t ldq, int64_t q_batch,
-                            const float *__restrict__ k, int64_t ldk, const float *__restrict__ v,
+                            const KV *__restrict__ k, int64_t ldk, const KV *__restrict__ v,
                             int64_t ldv, int64_t kv_batch, const int32_t *__restrict__ kv_slot,
                             const int32_t *__restrict__ kv_len, float *__restrict__ out, int64_t ldo, int64_t out_batch, int64_t Tq,
                             int64_t Tk, int64_t Dh, float scale, const float *__restrict__ mask,
@@ -284,7 +290,7 @@ __global__ void k_attention(const float *__restrict__ q, int64_t ldq, int64_t q_
     float *red = part + (Dh > 256 ? Dh : 256);
     const float *qr = q + b * q_batch + i * ldq + h * Dh;
     int64_t cache = kv_slot ? (int64_t)kv_slot[b] : b;
-    const float *kb = k + cache * kv_batch + h * Dh, *vb = v + cache * kv_batch + h * Dh;
+    const KV *kb = k + cache * kv_batch + h * Dh, *vb = v + cache * kv_batch + h * Dh;
     float *orow = out + b * out_batch + i * ldo + h * Dh;
     int64_t nk = nkv;
     if (causal) {
@@ -296,9 +302,9 @@ __global__ void k_attention(const float *__restrict__ q, int64_t ldq, int64_t q_
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     float mx = -INFINITY;
     for (int64_t key = warp; key < nk; key += nwarps) {
-        const float *kr = kb + key * ldk;
+        const KV *kr = kb + key * ldk;
         float s = 0.0f;
-        for (int64_t d = lane; d < Dh; d += 32) s += qs[d] * kr[d];
+        for (int64_t d = lane; d < Dh; d += 32) s += qs[d] * kv_f32(kr[d]);
         s = warp_sum(s) * scale;
         if (mask) s += mask[i * Tk + key];
         if (lane == 0) scores[key] = s;
@@ -322,7 +328,8 @@ __global__ void k_attention(const float *__restrict__ q, int64_t ldq, int64_t q_
         for (int64_t d = Dh <= blockDim.x ? threadIdx.x % Dh : threadIdx.x; d < Dh;
              d += (Dh <= blockDim.x ? Dh : blockDim.x)) {
             float acc = 0.0f;
-            for (int64_t key = g; key < nk; key += groups) acc += scores[key] * vb[key * ldv + d];
+            for (int64_t key = g; key < nk; key += groups)
+                acc += scores[key] * kv_f32(vb[key * ldv + d]);
             part[g * Dh + d] = acc;
         }
     }
@@ -343,8 +350,9 @@ int64_t choir_cuda_attention_max_keys(const choir_cuda *cu) {
     return cu->props.smem_per_block_optin / (int64_t)sizeof(float) - 256 - 256 - 32;
 }
 
+template <typename KV>
 static int attention_launch(choir_cuda *cu, int64_t B, const float *q, int64_t ldq, int64_t q_batch,
-                            const float *k, int64_t ldk, const float *v, int64_t ldv,
+                            const KV *k, int64_t ldk, const KV *v, int64_t ldv,
                             int64_t kv_batch, const int32_t *kv_slot, const int32_t *kv_len,
                             float *out, int64_t ldo, int64_t out_batch, int64_t Tq, int64_t Tk,
                             int n_head, int64_t Dh, float scale, const float *mask, bool causal,
@@ -361,12 +369,12 @@ static int attention_launch(choir_cuda *cu, int64_t B, const float *q, int64_t l
                              (long long)Tk, (long long)Dh, smem,
                              (long long)cu->props.smem_per_block_optin);
     if (smem > 48 * 1024) {
-        cudaError_t st = cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaError_t st = cudaFuncSetAttribute(k_attention<KV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               (int)smem);
         if (st != cudaSuccess) return choir_cuda_fail(err, st, "attention shared memory");
     }
     dim3 grid((unsigned)Tq, (unsigned)n_head, (unsigned)B);
-    k_attention<<<grid, ATTN_THREADS, smem, cu->stream>>>(q, ldq, q_batch, k, ldk, v, ldv, kv_batch,
+    k_attention<KV><<<grid, ATTN_THREADS, smem, cu->stream>>>(q, ldq, q_batch, k, ldk, v, ldv, kv_batch,
                                                          kv_slot, kv_len, out, ldo, out_batch, Tq, Tk, Dh,
                                                          scale, mask, causal);
     return choir_cuda_check_launch(err, "attention");
@@ -465,6 +473,27 @@ int choir_cuda_attention_slots(choir_cuda *cu, int64_t B, const float *q, int64_
                             out, ldo, out_batch, Tq, Tk, n_head, Dh, scale, NULL, causal, err);
 }
 
+int choir_cuda_attention_kv16(choir_cuda *cu, const float *q, int64_t ldq, const uint16_t *k,
+                              int64_t ldk, const uint16_t *v, int64_t ldv, float *out, int64_t ldo,
+                              int64_t Tq, int64_t Tk, int n_head, int64_t Dh, float scale,
+                              const float *mask, bool causal, choir_err *err) {
+    return attention_launch(cu, 1, q, ldq, 0, (const __nv_bfloat16 *)k, ldk,
+                            (const __nv_bfloat16 *)v, ldv, 0, NULL, NULL, out, ldo, 0, Tq, Tk,
+                            n_head, Dh, scale, mask, causal, err);
+}
+
+int choir_cuda_attention_slots_kv16(choir_cuda *cu, int64_t B, const float *q, int64_t ldq,
+                                    int64_t q_batch, const uint16_t *k, int64_t ldk,
+                                    const uint16_t *v, int64_t ldv, int64_t slot_stride,
+                                    const int32_t *kv_slot, const int32_t *kv_len, float *out,
+                                    int64_t ldo, int64_t out_batch, int64_t Tq, int64_t Tk,
+                                    int n_head, int64_t Dh, float scale, bool causal,
+                                    choir_err *err) {
+    return attention_launch(cu, B, q, ldq, q_batch, (const __nv_bfloat16 *)k, ldk,
+                            (const __nv_bfloat16 *)v, ldv, slot_stride, kv_slot, kv_len, out, ldo,
+                            out_batch, Tq, Tk, n_head, Dh, scale, NULL, causal, err);
+}
+
 /* --- cache rows ------------------------------------------------------------ */
 
 /* One block per row b: dst[slot[b]*slot_stride + pos[b]*ld ...] = src[b]. */
@@ -484,6 +513,26 @@ int choir_cuda_rows_scatter(choir_cuda *cu, const float *src, int64_t B, int64_t
     if (B > INT32_MAX) return choir_err_set(err, CHOIR_EINVAL, "cuda: scatter of %lld rows", (long long)B);
     k_rows_scatter<<<(unsigned)B, EW_THREADS, 0, cu->stream>>>(src, cols, dst, slot_stride, ld, slot,
                                                                pos);
+    return choir_cuda_check_launch(err, "rows scatter");
+}
+
+__global__ void k_rows_scatter_bf16(const float *__restrict__ src, int64_t cols,
+                                    __nv_bfloat16 *__restrict__ dst, int64_t slot_stride,
+                                    int64_t ld, const int32_t *__restrict__ slot,
+                                    const int32_t *__restrict__ pos) {
+    int64_t b = blockIdx.x;
+    const float *s = src + b * cols;
+    __nv_bfloat16 *d = dst + (int64_t)slot[b] * slot_stride + (int64_t)pos[b] * ld;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) d[c] = __float2bfloat16_rn(s[c]);
+}
+
+int choir_cuda_rows_scatter_bf16(choir_cuda *cu, const float *src, int64_t B, int64_t cols,
+                                 uint16_t *dst, int64_t slot_stride, int64_t ld,
+                                 const int32_t *slot, const int32_t *pos, choir_err *err) {
+    if (B <= 0 || cols <= 0) return 0;
+    if (B > INT32_MAX) return choir_err_set(err, CHOIR_EINVAL, "cuda: scatter of %lld rows", (long long)B);
+    k_rows_scatter_bf16<<<(unsigned)B, EW_THREADS, 0, cu->stream>>>(
+        src, cols, (__nv_bfloat16 *)dst, slot_stride, ld, slot, pos);
     return choir_cuda_check_launch(err, "rows scatter");
 }
 

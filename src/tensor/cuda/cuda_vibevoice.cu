@@ -14,6 +14,8 @@
 #define VV_THREADS 256
 #define VV_ATT_THREADS 128
 #define VV_ATT_MAX_D 256
+/* Up to this many query rows take the split-keys path (decode steps). */
+#define VV_SPLIT_ROWS 16
 
 #define GRID_STRIDE(i, n)                                                                  \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);              \
@@ -126,6 +128,250 @@ __global__ void k_vv_attention(const float *q, const float *kc, const float *vc,
     if (tid + nt < D) o[tid + nt] = acc1 * inv;
 }
 
+
+/* --- decode attention: the keys split over blocks ----------------------------------
+ *
+ * A few query rows (decode steps) against a long cache: one block per
+ * (split of VV_SPLIT keys, key head, query row), so a step over thousands of
+ * cached rows fills the device, and every block serves the G = n_heads /
+ * n_kv query heads that share its key head (each key and value row is read
+ * once for all of them). Keys: a warp per key, lanes over the head's values
+ * in float4s (512 contiguous bytes a row). Values: a thread per value index,
+ * the block over the split's rows. Each block leaves its unnormalised sums,
+ * its running max and its sum of exponentials in `part`; k_vv_att_combine
+ * rescales and adds the splits of a row. */
+#define VV_SPLIT 128
+#define VV_SPLIT_THREADS 128
+#define VV_SPLIT_MAX_G 8
+
+__global__ void k_vv_att_split(const float *__restrict__ q, const float *__restrict__ kc,
+                               const float *__restrict__ vc, int64_t pos0,
+                               const int32_t *__restrict__ pos, int nh, int nkv, int D, float scale,
+                               int nsplit, float *__restrict__ part) {
+    __shared__ __align__(16) float qs[VV_SPLIT_MAX_G * VV_ATT_MAX_D];
+    __shared__ float sc[VV_SPLIT_MAX_G][VV_SPLIT];
+    __shared__ float stat[2][VV_SPLIT_MAX_G];
+    int sp = blockIdx.x, kh = blockIdx.y, G = nh / nkv, tid = threadIdx.x;
+    int64_t i = blockIdx.z;
+    int64_t ldq = (int64_t)nh * D, ldk = (int64_t)nkv * D;
+    /* Row i sees keys 0 .. its position (pos: backend memory, read at run
+     * time, clamped to the splits launched). */
+    int64_t n_keys = pos ? (int64_t)pos[i] + 1 : pos0 + i + 1, k0 = (int64_t)sp * VV_SPLIT;
+    if (n_keys > (int64_t)nsplit * VV_SPLIT) n_keys = (int64_t)nsplit * VV_SPLIT;
+    int64_t nk = n_keys - k0 < VV_SPLIT ? n_keys - k0 : VV_SPLIT;
+    /* part layout: [row][head][split] of (D sums, max, sum) */
+    float *pp = part + ((i * nh + (int64_t)kh * G) * nsplit + sp) * (int64_t)(D + 2);
+    int64_t pstride = (int64_t)nsplit * (D + 2);
+    if (nk <= 0) {
+        if (tid < G) {
+            pp[tid * pstride + D] = -INFINITY;
+            pp[tid * pstride + D + 1] = 0.0f;
+        }
+        return;
+    }
+    for (int e = tid; e < G * D; e += blockDim.x)
+        qs[e] = q[i * ldq + ((int64_t)kh * G + e / D) * D + e % D];
+    __syncthreads();
+    int lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
+    for (int j = warp; j < nk; j += nwarps) {
+        const float *kr = kc + (k0 + j) * ldk + (int64_t)kh * D;
+        float a[VV_SPLIT_MAX_G];
+#pragma unroll
+        for (int g = 0; g < VV_SPLIT_MAX_G; g++) a[g] = 0.0f;
+        for (int d = lane * 4; d < D; d += 128) {
+            float4 kv = *(const float4 *)(kr + d);
+#pragma unroll
+            for (int g = 0; g < VV_SPLIT_MAX_G; g++) {
+                if (g >= G) break;
+                const float *qg = qs + g * D + d;
+                a[g] += qg[0] * kv.x + qg[1] * kv.y + qg[2] * kv.z + qg[3] * kv.w;
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < VV_SPLIT_MAX_G; g++) {
+            if (g >= G) break;
+            float v = vv_warp_sum(a[g]);
+            if (lane == 0) sc[g][j] = v * scale;
+        }
+    }
+    __syncthreads();
+    for (int g = warp; g < G; g += nwarps) {
+        float mx = -INFINITY;
+        for (int j = lane; j < nk; j += 32) mx = fmaxf(mx, sc[g][j]);
+        mx = vv_warp_max(mx);
+        float sum = 0.0f;
+        for (int j = lane; j < nk; j += 32) {
+            float e = expf(sc[g][j] - mx);
+            sc[g][j] = e;
+            sum += e;
+        }
+        sum = vv_warp_sum(sum);
+        if (lane == 0) stat[0][g] = mx, stat[1][g] = sum;
+    }
+    __syncthreads();
+    for (int d = tid; d < D; d += blockDim.x) {
+        float acc[VV_SPLIT_MAX_G];
+#pragma unroll
+        for (int g = 0; g < VV_SPLIT_MAX_G; g++) acc[g] = 0.0f;
+        const float *vr = vc + k0 * ldk + (int64_t)kh * D + d;
+#pragma unroll 4
+        for (int j = 0; j < nk; j++) {
+            float v = vr[(int64_t)j * ldk];
+#pragma unroll
+            for (int g = 0; g < VV_SPLIT_MAX_G; g++)
+                if (g < G) acc[g] += sc[g][j] * v;
+        }
+#pragma unroll
+        for (int g = 0; g < VV_SPLIT_MAX_G; g++)
+            if (g < G) pp[g * pstride + d] = acc[g];
+    }
+    if (tid < G) {
+        pp[tid * pstride + D] = stat[0][tid];
+        pp[tid * pstride + D + 1] = stat[1][tid];
+    }
+}
+
+/* One block per (query row, head): the splits' partial sums rescaled to the
+ * common max and normalised. */
+__global__ void k_vv_att_combine(const float *__restrict__ part, int nh, int D, int nsplit,
+                                 float *__restrict__ out) {
+    int64_t i = blockIdx.x;
+    int h = blockIdx.y;
+    const float *pp = part + (i * nh + h) * (int64_t)nsplit * (D + 2);
+    float mx = -INFINITY;
+    for (int sp = 0; sp < nsplit; sp++) mx = fmaxf(mx, pp[(int64_t)sp * (D + 2) + D]);
+    float l = 0.0f;
+    for (int sp = 0; sp < nsplit; sp++) {
+        float m = pp[(int64_t)sp * (D + 2) + D];
+        if (m != -INFINITY) l += expf(m - mx) * pp[(int64_t)sp * (D + 2) + D + 1];
+    }
+    float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float a = 0.0f;
+        for (int sp = 0; sp < nsplit; sp++) {
+            float m = pp[(int64_t)sp * (D + 2) + D];
+            if (m != -INFINITY) a += expf(m - mx) * pp[(int64_t)sp * (D + 2) + d];
+        }
+        out[i * (int64_t)nh * D + (int64_t)h * D + d] = a * inv;
+    }
+}
+
+
+/* --- prefill attention: query tiles against key tiles in shared memory -------------
+ *
+ * Many query rows (a prefill chunk): one block per (tile of rows, key head)
+ * holds the rows x G query vectors of that key head's group; two threads
+ * share a query vector (each half of its values, interleaved by float4 so
+ * the pair reads different banks), keeping their half of q and of the output
+ * in registers. The block walks the keys its last row sees in tiles of
+ * VV_PF_BK rows of K and V staged in shared memory (read once for all the
+ * block's vectors), with an online softmax: no score matrix, no scratch, the
+ * same working set at any context length. Rows past a query's position are
+ * masked (causal). */
+#define VV_PF_THREADS 128
+#define VV_PF_BK 32
+
+template <int D>
+__global__ void __launch_bounds__(VV_PF_THREADS)
+    k_vv_att_prefill(const float *__restrict__ q, int64_t T, const float *__restrict__ kc,
+                     const float *__restrict__ vc, int64_t pos0, int nh, int nkv, float scale,
+                     float *__restrict__ out) {
+    constexpr int F = D / 4, NV = F / 2; /* float4s of a row, of a thread's half */
+    __shared__ float4 ks[VV_PF_BK * F], vs[VV_PF_BK * F];
+    int G = nh / nkv, rows = (VV_PF_THREADS / 2) / G, kh = blockIdx.y, tid = threadIdx.x;
+    int vec = tid >> 1, half = tid & 1, rr = vec / G, g = vec % G;
+    int64_t r0 = (int64_t)blockIdx.x * rows, row = r0 + rr;
+    bool active = rr < rows && row < T;
+    int64_t ldq = (int64_t)nh * D, ldk = (int64_t)nkv * D;
+    int64_t last = (r0 + rows < T ? r0 + rows : T) - 1;
+    int64_t n_keys = pos0 + last + 1, my_keys = active ? pos0 + row + 1 : 0;
+    float4 qv[NV], acc[NV];
+    const float4 *qr = (const float4 *)(q + (active ? row : 0) * ldq + ((int64_t)kh * G + g) * D);
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        float4 t = active ? qr[2 * k + half] : make_float4(0.f, 0.f, 0.f, 0.f);
+        qv[k] = make_float4(t.x * scale, t.y * scale, t.z * scale, t.w * scale);
+        acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t k0 = 0; k0 < n_keys; k0 += VV_PF_BK) {
+        int nk = (int)(n_keys - k0 < VV_PF_BK ? n_keys - k0 : VV_PF_BK);
+        __syncthreads();
+        for (int e = tid; e < nk * F; e += VV_PF_THREADS) {
+            int64_t j = e / F, c = e % F;
+            ks[e] = ((const float4 *)(kc + (k0 + j) * ldk + (int64_t)kh * D))[c];
+            vs[e] = ((const float4 *)(vc + (k0 + j) * ldk + (int64_t)kh * D))[c];
+        }
+        __syncthreads();
+        float sc[VV_PF_BK];
+        float mt = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < VV_PF_BK; j++) {
+            float a = 0.0f;
+            if (j < nk) {
+#pragma unroll
+                for (int k = 0; k < NV; k++) {
+                    float4 kk = ks[j * F + 2 * k + half];
+                    a += qv[k].x * kk.x + qv[k].y * kk.y + qv[k].z * kk.z + qv[k].w * kk.w;
+                }
+            }
+            a += __shfl_xor_sync(0xffffffffu, a, 1);
+            sc[j] = j < nk && k0 + j < my_keys ? a : -INFINITY;
+            mt = fmaxf(mt, sc[j]);
+        }
+        float mn = fmaxf(m, mt);
+        if (mn == -INFINITY) continue; /* nothing visible yet (or an idle thread) */
+        float alpha = expf(m - mn);    /* 0 while m is -inf */
+        l *= alpha;
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            acc[k].x *= alpha, acc[k].y *= alpha, acc[k].z *= alpha, acc[k].w *= alpha;
+        }
+#pragma unroll
+        for (int j = 0; j < VV_PF_BK; j++) {
+            if (j >= nk) break;
+            float pj = expf(sc[j] - mn);
+            l += pj;
+#pragma unroll
+            for (int k = 0; k < NV; k++) {
+                float4 vv = vs[j * F + 2 * k + half];
+                acc[k].x += pj * vv.x, acc[k].y += pj * vv.y, acc[k].z += pj * vv.z, acc[k].w += pj * vv.w;
+            }
+        }
+        m = mn;
+    }
+    if (!active) return;
+    float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    float4 *orow = (float4 *)(out + row * ldq + ((int64_t)kh * G + g) * D);
+#pragma unroll
+    for (int k = 0; k < NV; k++)
+        orow[2 * k + half] = make_float4(acc[k].x * inv, acc[k].y * inv, acc[k].z * inv, acc[k].w * inv);
+}
+
+
+/* The split-keys attention: row i over keys 0 .. pos[i] (pos NULL: pos0 + i),
+ * at most max_keys of them. */
+static int att_split(choir_cuda *cu, const float *q, int64_t T, const float *kc, const float *vc,
+                     int64_t pos0, const int32_t *pos, int64_t max_keys, int n_heads, int n_kv, int D,
+                     float *out, choir_err *err) {
+    int64_t nsplit = (max_keys + VV_SPLIT - 1) / VV_SPLIT;
+    if (nsplit < 1) nsplit = 1;
+    if (nsplit > 65535 || T > 65535 || n_heads > 65535)
+        return choir_err_set(err, CHOIR_ETOOBIG, "cuda: attention of %lld rows over %lld keys",
+                             (long long)T, (long long)max_keys);
+    size_t bytes = (size_t)T * n_heads * nsplit * (D + 2) * sizeof(float);
+    float *part = (float *)choir_cuda_scratch(cu, bytes, err);
+    if (!part) return err ? err->code : CHOIR_ENOMEM;
+    dim3 g1((unsigned)nsplit, (unsigned)n_kv, (unsigned)T), g2((unsigned)T, (unsigned)n_heads);
+    k_vv_att_split<<<g1, VV_SPLIT_THREADS, 0, cu->stream>>>(q, kc, vc, pos0, pos, n_heads, n_kv, D,
+                                                            1.0f / sqrtf((float)D), (int)nsplit, part);
+    int rc = choir_cuda_check_launch(err, "vibevoice attention splits");
+    if (rc) return rc;
+    k_vv_att_combine<<<g2, D < 128 ? 128 : (D < 256 ? D : 256), 0, cu->stream>>>(part, n_heads, D,
+                                                                              (int)nsplit, out);
+    return choir_cuda_check_launch(err, "vibevoice attention combine");
+}
+
 extern "C" {
 
 int choir_cuda_vv_conv_stem(choir_cuda *cu, const float *in, int64_t T, const float *taps,
@@ -160,10 +406,38 @@ int choir_cuda_vv_attention(choir_cuda *cu, const float *q, int64_t T, const flo
         return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: attention heads of %d values", D);
     if (T > INT32_MAX || n_heads > 65535)
         return choir_err_set(err, CHOIR_ETOOBIG, "cuda: attention of %lld rows", (long long)T);
+    int G = n_heads / n_kv;
+    if (T <= VV_SPLIT_ROWS && G <= VV_SPLIT_MAX_G && D % 4 == 0)
+        return att_split(cu, q, T, kc, vc, pos0, NULL, pos0 + T, n_heads, n_kv, D, out, err);
+    if ((D == 128 || D == 64) && G <= VV_PF_THREADS / 2) {
+        int rows = (VV_PF_THREADS / 2) / G;
+        int64_t tiles = (T + rows - 1) / rows;
+        if (tiles > INT32_MAX || n_kv > 65535)
+            return choir_err_set(err, CHOIR_ETOOBIG, "cuda: attention of %lld rows", (long long)T);
+        dim3 grid((unsigned)tiles, (unsigned)n_kv);
+        float scale = 1.0f / sqrtf((float)D);
+        if (D == 128)
+            k_vv_att_prefill<128><<<grid, VV_PF_THREADS, 0, cu->stream>>>(q, T, kc, vc, pos0, n_heads, n_kv,
+                                                                          scale, out);
+        else
+            k_vv_att_prefill<64><<<grid, VV_PF_THREADS, 0, cu->stream>>>(q, T, kc, vc, pos0, n_heads, n_kv,
+                                                                         scale, out);
+        return choir_cuda_check_launch(err, "vibevoice prefill attention");
+    }
     dim3 grid((unsigned)T, (unsigned)n_heads);
     k_vv_attention<<<grid, VV_ATT_THREADS, 0, cu->stream>>>(q, kc, vc, pos0, n_heads, n_kv, D,
                                                            1.0f / sqrtf((float)D), out);
     return choir_cuda_check_launch(err, "vibevoice attention");
+}
+
+int choir_cuda_vv_attention_at(choir_cuda *cu, const float *q, int64_t T, const float *kc,
+                               const float *vc, const int32_t *pos, int64_t max_keys, int n_heads,
+                               int n_kv, int D, float *out, choir_err *err) {
+    if (T <= 0) return 0;
+    if (D > VV_ATT_MAX_D || D % 4 || n_heads / n_kv > VV_SPLIT_MAX_G)
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: attention of %d heads over %d, %d values",
+                             n_heads, n_kv, D);
+    return att_split(cu, q, T, kc, vc, 0, pos, max_keys, n_heads, n_kv, D, out, err);
 }
 
 } /* extern "C" */

@@ -21,6 +21,9 @@ int choir_cuda_vv_add_scaled(choir_cuda *cu, float *x, const float *y, const flo
 int choir_cuda_vv_attention(choir_cuda *cu, const float *q, int64_t T, const float *kc,
                             const float *vc, int64_t pos0, int n_heads, int n_kv, int D, float *out,
                             choir_err *err);
+int choir_cuda_vv_attention_at(choir_cuda *cu, const float *q, int64_t T, const float *kc,
+                               const float *vc, const int32_t *pos, int64_t max_keys, int n_heads,
+                               int n_kv, int D, float *out, choir_err *err);
 
 #ifdef __cplusplus
 }

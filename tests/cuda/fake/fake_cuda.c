@@ -274,6 +274,111 @@ int choir_cuda_linear(choir_cuda *cu, const float *x, int64_t M, const choir_cud
     return run_or_record(linear_op, &a, sizeof(a));
 }
 
+/* bf16 rows: widened, the CPU product, then bias, GELU, rounding or the
+ * residual add as the device does (the device also rounds the product). */
+typedef struct linear_bf16_args {
+    const uint16_t *x;
+    int64_t M;
+    choir_cuda_weight W;
+    const float *bias;
+    void *y;
+    bool y_bf16, accumulate, gelu;
+} linear_bf16_args;
+static int linear_bf16_op(const void *p) {
+    const linear_bf16_args *a = p;
+    choir_weight w = host_view(&a->W);
+    int64_t N = w.rows, K = w.cols;
+    float *xf = malloc((size_t)(a->M * K) * sizeof(float));
+    float *yf = malloc((size_t)(a->M * N) * sizeof(float));
+    if (!xf || !yf) {
+        free(xf), free(yf);
+        return CHOIR_ENOMEM;
+    }
+    choir_bf16_to_f32_n(a->x, xf, a->M * K);
+    choir_linear(xf, a->M, &w, a->bias, yf);
+    if (a->gelu) choir_gelu_erf(yf, a->M * N);
+    if (a->accumulate)
+        for (int64_t i = 0; i < a->M * N; i++) ((float *)a->y)[i] += yf[i];
+    else if (a->y_bf16)
+        choir_f32_to_bf16_n(yf, a->y, a->M * N);
+    else
+        memcpy(a->y, yf, (size_t)(a->M * N) * sizeof(float));
+    free(xf), free(yf);
+    return 0;
+}
+int choir_cuda_linear_bf16(choir_cuda *cu, const uint16_t *x, int64_t M,
+                           const choir_cuda_weight *W, const float *bias, void *y, bool y_bf16,
+                           bool accumulate, bool gelu, choir_err *err) {
+    (void)cu;
+    if (M <= 0) return 0;
+    if (W->kind != CHOIR_WEIGHT_BF16)
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: linear over bf16 rows needs bf16 weights");
+    linear_bf16_args a = {x, M, *W, bias, y, y_bf16, accumulate, gelu};
+    return run_or_record(linear_bf16_op, &a, sizeof(a));
+}
+
+void choir_cuda_linear_bf16_set_lt(bool on) { (void)on; }
+
+typedef struct conv_bf16_args {
+    const float *x, *w, *bias;
+    float *y;
+    int64_t B, Cin, T, Cout, K;
+    int stride, padding, dilation;
+} conv_bf16_args;
+static int conv_bf16_op(const void *p) {
+    const conv_bf16_args *a = p;
+    int64_t nw = a->Cout * a->Cin * a->K, nx = a->Cin * a->T;
+    int64_t Tout = choir_conv1d_out_len(a->T, a->K, a->stride, a->padding, a->dilation);
+    float *wr = malloc((size_t)nw * 4), *xr = malloc((size_t)nx * 4);
+    uint16_t *tmp = malloc((size_t)(nw > nx ? nw : nx) * 2);
+    if (!wr || !xr || !tmp) {
+        free(wr), free(xr), free(tmp);
+        return CHOIR_ENOMEM;
+    }
+    choir_f32_to_bf16_n(a->w, tmp, nw);
+    choir_bf16_to_f32_n(tmp, wr, nw);
+    for (int64_t b = 0; b < a->B; b++) {
+        choir_f32_to_bf16_n(a->x + b * nx, tmp, nx);
+        choir_bf16_to_f32_n(tmp, xr, nx);
+        choir_conv1d(xr, a->Cin, a->T, wr, a->bias, a->Cout, a->K, a->stride, a->padding,
+                     a->dilation, 1, a->y + b * a->Cout * Tout);
+    }
+    free(wr), free(xr), free(tmp);
+    return 0;
+}
+int choir_cuda_conv1d_bf16(choir_cuda *cu, const float *x, int64_t B, int64_t Cin, int64_t T,
+                           const float *weight, const float *bias, int64_t Cout, int64_t kernel,
+                           int stride, int padding, int dilation, float *y, choir_err *err) {
+    (void)cu, (void)err;
+    conv_bf16_args a = {x, weight, bias, y, B, Cin, T, Cout, kernel, stride, padding, dilation};
+    return run_or_record(conv_bf16_op, &a, sizeof(a));
+}
+
+typedef struct ln_bf16_args {
+    const float *x, *g, *b;
+    uint16_t *y;
+    int64_t rows, dim;
+    float eps;
+} ln_bf16_args;
+static int ln_bf16_op(const void *p) {
+    const ln_bf16_args *a = p;
+    float *row = malloc((size_t)a->dim * sizeof(float));
+    if (!row) return CHOIR_ENOMEM;
+    for (int64_t r = 0; r < a->rows; r++) {
+        choir_layer_norm(a->x + r * a->dim, row, 1, a->dim, a->g, a->b, a->eps);
+        choir_f32_to_bf16_n(row, a->y + r * a->dim, a->dim);
+    }
+    free(row);
+    return 0;
+}
+int choir_cuda_layer_norm_bf16(choir_cuda *cu, const float *x, uint16_t *y, int64_t rows,
+                               int64_t dim, const float *gamma, const float *beta, float eps,
+                               choir_err *err) {
+    (void)cu, (void)err;
+    ln_bf16_args a = {x, gamma, beta, y, rows, dim, eps};
+    return run_or_record(ln_bf16_op, &a, sizeof(a));
+}
+
 typedef struct ew_args {
     const float *a, *b, *g, *beta;
     float *y;
@@ -333,11 +438,21 @@ int choir_cuda_transpose_add(choir_cuda *cu, const float *src, int64_t R, int64_
         for (int64_t r = 0; r < R; r++) dst[c * R + r] = src[r * C + c] + (add ? add[c * R + r] : 0);
     return 0;
 }
+typedef struct to_bf16_args {
+    const float *x;
+    uint16_t *y;
+    int64_t n;
+} to_bf16_args;
+static int to_bf16_op(const void *p) {
+    const to_bf16_args *a = p;
+    choir_f32_to_bf16_n(a->x, a->y, a->n);
+    return 0;
+}
 int choir_cuda_f32_to_bf16(choir_cuda *cu, const float *x, uint16_t *y, int64_t n,
                            choir_err *err) {
     (void)cu, (void)err;
-    choir_f32_to_bf16_n(x, y, n);
-    return 0;
+    to_bf16_args a = {x, y, n};
+    return run_or_record(to_bf16_op, &a, sizeof a);
 }
 int choir_cuda_conv1d(choir_cuda *cu, const float *x, int64_t Cin, int64_t T, const float *weight,
                       const float *bias, int64_t Cout, int64_t kernel, int stride, int padding,
@@ -423,6 +538,118 @@ int64_t choir_cuda_attention_max_keys(const choir_cuda *cu) {
     return cu->props.smem_per_block_optin / 4 - 544;
 }
 
+/* bf16 keys and values: each sequence's rows widened to f32, then the CPU
+ * kernel (as the device kernel, which widens as it reads). */
+typedef struct attn16_args {
+    attn_args a; /* k, v point at uint16 values; strides in elements */
+} attn16_args;
+static int attn16_op(const void *p) {
+    const attn_args *a = &((const attn16_args *)p)->a;
+    int64_t cols = (int64_t)a->n_head * a->Dh;
+    for (int64_t b = 0; b < a->B; b++) {
+        int64_t slot = a->kv_slot ? a->kv_slot[b] : b;
+        int64_t nkv = a->kv_len ? a->kv_len[b] : a->Tk;
+        if (nkv > a->Tk) nkv = a->Tk;
+        if (nkv < 0) nkv = 0;
+        const uint16_t *kb = (const uint16_t *)a->k + slot * a->kv_batch;
+        const uint16_t *vb = (const uint16_t *)a->v + slot * a->kv_batch;
+        float *kf = malloc((size_t)(nkv * cols + 1) * sizeof(float));
+        float *vf = malloc((size_t)(nkv * cols + 1) * sizeof(float));
+        if (!kf || !vf) {
+            free(kf), free(vf);
+            return CHOIR_ENOMEM;
+        }
+        for (int64_t r = 0; r < nkv; r++) {
+            choir_bf16_to_f32_n(kb + r * a->ldk, kf + r * cols, cols);
+            choir_bf16_to_f32_n(vb + r * a->ldv, vf + r * cols, cols);
+        }
+        choir_attention(a->q + b * a->q_batch, a->ldq, kf, cols, vf, cols, a->out + b * a->out_batch,
+                        a->ldo, a->Tq, nkv, a->n_head, a->Dh, a->scale, a->mask, a->causal);
+        free(kf), free(vf);
+    }
+    return 0;
+}
+int choir_cuda_attention_kv16(choir_cuda *cu, const float *q, int64_t ldq, const uint16_t *k,
+                              int64_t ldk, const uint16_t *v, int64_t ldv, float *out, int64_t ldo,
+                              int64_t Tq, int64_t Tk, int n_head, int64_t Dh, float scale,
+                              const float *mask, bool causal, choir_err *err) {
+    (void)cu, (void)err;
+    attn16_args a = {{1, q, ldq, 0, (const float *)(const void *)k, ldk,
+                      (const float *)(const void *)v, ldv, 0, NULL, NULL, out, ldo, 0, Tq, Tk,
+                      n_head, Dh, scale, mask, causal}};
+    return run_or_record(attn16_op, &a, sizeof(a));
+}
+int choir_cuda_attention_slots_kv16(choir_cuda *cu, int64_t B, const float *q, int64_t ldq,
+                                    int64_t q_batch, const uint16_t *k, int64_t ldk,
+                                    const uint16_t *v, int64_t ldv, int64_t slot_stride,
+                                    const int32_t *kv_slot, const int32_t *kv_len, float *out,
+                                    int64_t ldo, int64_t out_batch, int64_t Tq, int64_t Tk,
+                                    int n_head, int64_t Dh, float scale, bool causal,
+                                    choir_err *err) {
+    (void)cu, (void)err;
+    attn16_args a = {{B, q, ldq, q_batch, (const float *)(const void *)k, ldk,
+                      (const float *)(const void *)v, ldv, slot_stride, kv_slot, kv_len, out, ldo,
+                      out_batch, Tq, Tk, n_head, Dh, scale, NULL, causal}};
+    return run_or_record(attn16_op, &a, sizeof(a));
+}
+
+/* All-bf16 attention: each sequence widened to f32, the CPU kernel, the
+ * output rounded (the device kernel also rounds the probabilities). */
+typedef struct attn_bf16_args {
+    int64_t B;
+    const uint16_t *q, *k, *v;
+    uint16_t *out;
+    int64_t ldq, q_batch, ldk, ldv, kv_batch, ldo, out_batch, Tq, Tk, Dh;
+    int n_head, n_kv;
+    float scale;
+    bool causal;
+} attn_bf16_args;
+static float *widen_rows(const uint16_t *x, int64_t rows, int64_t cols, int64_t ld) {
+    float *y = malloc((size_t)(rows * cols + 1) * sizeof(float));
+    for (int64_t r = 0; y && r < rows; r++) choir_bf16_to_f32_n(x + r * ld, y + r * cols, cols);
+    return y;
+}
+static int attn_bf16_op(const void *p) {
+    const attn_bf16_args *a = p;
+    int rep = a->n_head / a->n_kv;
+    int64_t qc = (int64_t)a->n_head * a->Dh, kc = (int64_t)a->n_kv * a->Dh;
+    for (int64_t b = 0; b < a->B; b++) {
+        float *qf = widen_rows(a->q + b * a->q_batch, a->Tq, qc, a->ldq);
+        float *kf = widen_rows(a->k + b * a->kv_batch, a->Tk, kc, a->ldk);
+        float *vf = widen_rows(a->v + b * a->kv_batch, a->Tk, kc, a->ldv);
+        float *of = malloc((size_t)(a->Tq * qc + 1) * sizeof(float));
+        if (!qf || !kf || !vf || !of) {
+            free(qf), free(kf), free(vf), free(of);
+            return CHOIR_ENOMEM;
+        }
+        for (int h = 0; h < a->n_head; h++)
+            choir_attention(qf + h * a->Dh, qc, kf + (h / rep) * a->Dh, kc, vf + (h / rep) * a->Dh,
+                            kc, of + h * a->Dh, qc, a->Tq, a->Tk, 1, a->Dh, a->scale, NULL,
+                            a->causal);
+        for (int64_t r = 0; r < a->Tq; r++)
+            choir_f32_to_bf16_n(of + r * qc, a->out + b * a->out_batch + r * a->ldo, qc);
+        free(qf), free(kf), free(vf), free(of);
+    }
+    return 0;
+}
+int choir_cuda_attention_bf16(choir_cuda *cu, int64_t B, const uint16_t *q, int64_t ldq,
+                              int64_t q_batch, const uint16_t *k, int64_t ldk, const uint16_t *v,
+                              int64_t ldv, int64_t kv_batch, uint16_t *out, int64_t ldo,
+                              int64_t out_batch, int64_t Tq, int64_t Tk, int n_head,
+                              int n_kv_head, int64_t Dh, float scale, bool causal,
+                              choir_err *err) {
+    (void)cu;
+    int kvh = n_kv_head > 0 ? n_kv_head : n_head;
+    if (Dh != 16 && Dh != 32 && Dh != 64)
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: bf16 attention over heads of %lld",
+                             (long long)Dh);
+    if (B <= 0 || Tq <= 0) return 0;
+    attn_bf16_args a = {B,  q,  k,  v,         out, ldq, q_batch, ldk, ldv,   kv_batch,
+                        ldo, out_batch, Tq, Tk, Dh, n_head, kvh, scale, causal};
+    return run_or_record(attn_bf16_op, &a, sizeof(a));
+}
+void choir_cuda_attention_bf16_set_rows(int rows_per_warp) { (void)rows_per_warp; }
+
 typedef struct scatter_args {
     const float *src;
     int64_t B, cols;
@@ -443,6 +670,29 @@ int choir_cuda_rows_scatter(choir_cuda *cu, const float *src, int64_t B, int64_t
     (void)cu, (void)err;
     scatter_args a = {src, B, cols, dst, slot_stride, ld, slot, pos};
     return run_or_record(scatter_op, &a, sizeof(a));
+}
+
+typedef struct scatter16_args {
+    const float *src;
+    int64_t B, cols;
+    uint16_t *dst;
+    int64_t slot_stride, ld;
+    const int32_t *slot, *pos;
+} scatter16_args;
+static int scatter16_op(const void *p) {
+    const scatter16_args *a = p;
+    for (int64_t b = 0; b < a->B; b++)
+        choir_f32_to_bf16_n(a->src + b * a->cols,
+                            a->dst + (int64_t)a->slot[b] * a->slot_stride + (int64_t)a->pos[b] * a->ld,
+                            a->cols);
+    return 0;
+}
+int choir_cuda_rows_scatter_bf16(choir_cuda *cu, const float *src, int64_t B, int64_t cols,
+                                 uint16_t *dst, int64_t slot_stride, int64_t ld,
+                                 const int32_t *slot, const int32_t *pos, choir_err *err) {
+    (void)cu, (void)err;
+    scatter16_args a = {src, B, cols, dst, slot_stride, ld, slot, pos};
+    return run_or_record(scatter16_op, &a, sizeof(a));
 }
 
 /* --- graphs ---------------------------------------------------------------------- */
@@ -509,6 +759,9 @@ int choir_cuda_measure_ceilings(choir_cuda *cu, double *bf16_tflops, double *cop
 
 #include "choir/cuda_audio.h"
 #include "choir/cuda_vocoder.h"
+
+/* Stand-ins that an area fake (fake_kokoro.c) may replace. */
+#define FAKE_WEAK __attribute__((weak))
 
 typedef struct op2_args {
     const float *a, *b, *g, *beta;
@@ -647,7 +900,7 @@ int choir_cuda_snake(choir_cuda *cu, float *x, int64_t B, int64_t C, int64_t T, 
     for (int64_t b = 0; b < B; b++) choir_snake(x + b * C * T, C, T, alpha);
     return 0;
 }
-int choir_cuda_conv_transpose1d_batched(choir_cuda *cu, const float *x, int64_t B, int64_t Cin,
+FAKE_WEAK int choir_cuda_conv_transpose1d_batched(choir_cuda *cu, const float *x, int64_t B, int64_t Cin,
                                         int64_t T, choir_cuda_conv_weight weight, const float *bias,
                                         int64_t Cout, int64_t kernel, int stride, int padding,
                                         int output_padding, const int32_t *out_lens, float *y,
@@ -663,7 +916,7 @@ int choir_cuda_conv_transpose1d_batched(choir_cuda *cu, const float *x, int64_t 
                                stride, padding, output_padding, 1, 1, y + b * Cout * Tout);
     return 0;
 }
-int choir_cuda_conv_transpose1d_depthwise(choir_cuda *cu, const float *x, int64_t B, int64_t C,
+FAKE_WEAK int choir_cuda_conv_transpose1d_depthwise(choir_cuda *cu, const float *x, int64_t B, int64_t C,
                                           int64_t T, const float *weight, const float *bias,
                                           int64_t kernel, int stride, int padding,
                                           int output_padding, const int32_t *out_lens, float *y,
@@ -672,21 +925,22 @@ int choir_cuda_conv_transpose1d_depthwise(choir_cuda *cu, const float *x, int64_
     (void)stride, (void)padding, (void)output_padding, (void)out_lens, (void)y;
     return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: depthwise conv not emulated");
 }
-int choir_cuda_adain(choir_cuda *cu, const float *x, float *y, int64_t B, int64_t C, int64_t T,
+FAKE_WEAK int choir_cuda_adain(choir_cuda *cu, const float *x, float *y, int64_t B, int64_t C, int64_t T,
                      const int32_t *lens, const float *norm_w, const float *norm_b, const float *gb,
                      int64_t gb_stride, float eps, choir_err *err) {
     (void)cu, (void)x, (void)y, (void)B, (void)C, (void)T, (void)lens, (void)norm_w, (void)norm_b;
     (void)gb, (void)gb_stride, (void)eps;
     return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: adain not emulated");
 }
-int choir_cuda_istft_magphase(choir_cuda *cu, const float *P, int64_t B, int64_t F,
+FAKE_WEAK int choir_cuda_istft_magphase(choir_cuda *cu, const float *P, int64_t B, int64_t F,
                               const int32_t *frames, int n_fft, int hop, float *out,
                               choir_err *err) {
     (void)cu, (void)P, (void)B, (void)F, (void)frames, (void)n_fft, (void)hop, (void)out;
     return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: istft not emulated");
 }
-/* The vocoder operations' kernels (choir/backend_vocoder.h): not emulated. */
-int choir_cuda_conv1d_batched(choir_cuda *cu, const float *x, int64_t B, int64_t Cin, int64_t T,
+/* The vocoder operations' kernels (choir/backend_vocoder.h): emulated by
+ * fake_kokoro.c where a program links it (these are weak stand-ins). */
+FAKE_WEAK int choir_cuda_conv1d_batched(choir_cuda *cu, const float *x, int64_t B, int64_t Cin, int64_t T,
                               choir_cuda_conv_weight weight, const float *bias, int64_t Cout,
                               int64_t kernel, int stride, int padding, int dilation,
                               const int32_t *out_lens, float *y, choir_err *err) {
@@ -694,27 +948,27 @@ int choir_cuda_conv1d_batched(choir_cuda *cu, const float *x, int64_t B, int64_t
     (void)kernel, (void)stride, (void)padding, (void)dilation, (void)out_lens, (void)y;
     return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: batched conv1d not emulated");
 }
-int choir_cuda_add_scale(choir_cuda *cu, const float *a, const float *b, float *y, int64_t n,
+FAKE_WEAK int choir_cuda_add_scale(choir_cuda *cu, const float *a, const float *b, float *y, int64_t n,
                          float scale, choir_err *err) {
     (void)cu, (void)a, (void)b, (void)y, (void)n, (void)scale;
     return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: add_scale not emulated");
 }
-int choir_cuda_add_div(choir_cuda *cu, const float *a, const float *b, float *y, int64_t n,
+FAKE_WEAK int choir_cuda_add_div(choir_cuda *cu, const float *a, const float *b, float *y, int64_t n,
                        float divisor, choir_err *err) {
     (void)cu, (void)a, (void)b, (void)y, (void)n, (void)divisor;
     return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: add_div not emulated");
 }
-int choir_cuda_upsample2_nearest(choir_cuda *cu, const float *x, int64_t B, int64_t C, int64_t T,
+FAKE_WEAK int choir_cuda_upsample2_nearest(choir_cuda *cu, const float *x, int64_t B, int64_t C, int64_t T,
                                  float *y, choir_err *err) {
     (void)cu, (void)x, (void)B, (void)C, (void)T, (void)y;
     return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: nearest up-sampling not emulated");
 }
-int choir_cuda_reflect_pad(choir_cuda *cu, const float *x, int64_t B, int64_t C, int64_t T,
+FAKE_WEAK int choir_cuda_reflect_pad(choir_cuda *cu, const float *x, int64_t B, int64_t C, int64_t T,
                            const int32_t *lens, int left, int right, float *y, choir_err *err) {
     (void)cu, (void)x, (void)B, (void)C, (void)T, (void)lens, (void)left, (void)right, (void)y;
     return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: reflection pad not emulated");
 }
-int choir_cuda_copy_channels(choir_cuda *cu, const float *src, int64_t B, int64_t Cs, int64_t T,
+FAKE_WEAK int choir_cuda_copy_channels(choir_cuda *cu, const float *src, int64_t B, int64_t Cs, int64_t T,
                              float *dst, int64_t Cd, int64_t c0, choir_err *err) {
     (void)cu, (void)src, (void)B, (void)Cs, (void)T, (void)dst, (void)Cd, (void)c0;
     return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: channel copy not emulated");
@@ -722,7 +976,7 @@ int choir_cuda_copy_channels(choir_cuda *cu, const float *src, int64_t B, int64_
 int64_t choir_cuda_bilstm_scratch_floats(int64_t B, int64_t T, int64_t H) {
     return B * T * 8 * H + 2 * B * H;
 }
-int choir_cuda_bilstm(choir_cuda *cu, const float *x, int64_t B, int64_t T, int64_t In, int64_t H,
+FAKE_WEAK int choir_cuda_bilstm(choir_cuda *cu, const float *x, int64_t B, int64_t T, int64_t In, int64_t H,
                       const float *w_ih, const float *w_hh, const float *bias,
                       const int32_t *lens, float *scratch, float *y, choir_err *err) {
     (void)cu, (void)x, (void)B, (void)T, (void)In, (void)H, (void)w_ih, (void)w_hh, (void)bias;

@@ -66,3 +66,16 @@ int choir_cuda_vv_attention(choir_cuda *cu, const float *q, int64_t T, const flo
     free(p);
     return 0;
 }
+
+/* Row by row: row i over keys 0 .. pos[i] (at most max_keys). */
+int choir_cuda_vv_attention_at(choir_cuda *cu, const float *q, int64_t T, const float *kc,
+                               const float *vc, const int32_t *pos, int64_t max_keys, int n_heads,
+                               int n_kv, int D, float *out, choir_err *err) {
+    int64_t ld = (int64_t)n_heads * D;
+    for (int64_t i = 0; i < T; i++) {
+        int64_t p = pos[i] + 1 > max_keys ? max_keys - 1 : pos[i];
+        int rc = choir_cuda_vv_attention(cu, q + i * ld, 1, kc, vc, p, n_heads, n_kv, D, out + i * ld, err);
+        if (rc) return rc;
+    }
+    return 0;
+}

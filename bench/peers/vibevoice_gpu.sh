@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# VibeVoice-ASR at the published 8.3 B dimensions, random bf16 weights, on one
+# GPU machine in one call: choir (the standalone CUDA project's
+# choir_vibevoice_gpu_check --bench 7b) and transformers
+# (bench/peers/vibevoice_torch.py: VibeVoiceAsrForConditionalGeneration built
+# from configs, bf16, SDPA) on the same audio lengths, then one table with
+# the ratios and the weight-streaming bound of a decode step measured in the
+# same run (language model bytes without the embedding table over the
+# device-to-device copy bandwidth, bytes read + written).
+#
+#   bash bench/peers/vibevoice_gpu.sh [--check] [--audio-min 1,10] [--steps 32] [--layers 28] [--impl auto|hf|spec]
+#
+# --check first runs choir_vibevoice_gpu_check (CUDA against the CPU at
+# reduced dimensions; the failures and the attention lines are printed).
+#
+# Run from anywhere on a machine with nvcc, cmake, python3, torch and
+# transformers (the lent H200); nothing is downloaded. Everything printed also
+# goes to $OUT/vibevoice_gpu.txt (or /tmp). About 3 minutes on an H200.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+MIN=1,10 STEPS=32 LAYERS=28 IMPL=auto CHECK=0 BUILD=${BUILD:-/tmp/vv-peer}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --audio-min) MIN=$2; shift 2 ;;
+    --steps) STEPS=$2; shift 2 ;;
+    --layers) LAYERS=$2; shift 2 ;;
+    --impl) IMPL=$2; shift 2 ;;
+    --check) CHECK=1; shift ;;
+    *) echo "vibevoice_gpu.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+LOG=${OUT:-/tmp}/vibevoice_gpu.txt
+mkdir -p "$(dirname "$LOG")"
+exec > >(tee "$LOG") 2>&1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
+t0=$SECONDS
+GEN=()
+command -v ninja >/dev/null && GEN=(-G Ninja)
+cmake -S tests/cuda -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release >"$BUILD.log" 2>&1 &&
+  cmake --build "$BUILD" -j"$(nproc)" --target choir_vibevoice_gpu_check >>"$BUILD.log" 2>&1 ||
+  { tail -40 "$BUILD.log"; echo "vibevoice_gpu: build failed"; exit 1; }
+echo "built in $((SECONDS - t0)) s"
+if [ $CHECK = 1 ]; then
+  echo "=== choir_vibevoice_gpu_check"
+  timeout 90 "$BUILD/cuda/choir_vibevoice_gpu_check" >"$BUILD.check.txt" 2>&1
+  echo "exit $?"
+  grep -E "FAIL|attention| passed, " "$BUILD.check.txt"
+fi
+
+echo "=== choir (CUDA backend)"
+C=$(timeout 150 "$BUILD/cuda/choir_vibevoice_gpu_check" --bench 7b --layers "$LAYERS" --audio-min "$MIN" \
+      --steps "$STEPS" 2>&1 | tee /dev/stderr)
+echo "=== transformers"
+T=$(PYTHONUNBUFFERED=1 timeout 150 python3 bench/peers/vibevoice_torch.py --audio-min "$MIN" --steps "$STEPS" \
+      --layers "$LAYERS" --impl "$IMPL" 2>&1 | tee /dev/stderr)
+
+val() { sed -n "s/.* $2=\([0-9.e+-]*\).*/\1/p" <<<"$1" | head -1; }
+row() { grep "vibevoice $2 min:" <<<"$1"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+bound=$(val "$T" bound_ms)
+echo
+echo "=== VibeVoice-ASR 7B dims, $LAYERS LM layers, bf16, choir vs transformers $(date -u +%F)"
+echo "weight-streaming bound (measured copy $(val "$T" copy_tbs) TB/s, $(val "$T" stream_gb) GB a step): ${bound:-n/a} ms/token"
+printf '%-6s %-22s %12s %12s %8s\n' "audio" "figure" "choir" "transformers" "ratio"
+for m in ${MIN//,/ }; do
+  c=$(row "$C" "$m") t=$(row "$T" "$m")
+  ce=$(val "$c" enc_s) te=$(val "$t" enc_s)
+  cp=$(val "$c" prefill_tps) tp=$(val "$t" prefill_tps)
+  cd=$(val "$c" decode_ms) td=$(val "$t" decode_ms)
+  cg=$(val "$c" peak_gb) tg=$(val "$t" peak_gb)
+  printf '%-6s %-22s %12s %12s %8s\n' "${m}m" "encoders s" "${ce:-n/a}" "${te:-n/a}" "$(ratio "$te" "$ce")"
+  printf '%-6s %-22s %12s %12s %8s\n' "" "prefill tokens/s" "${cp:-n/a}" "${tp:-n/a}" "$(ratio "$cp" "$tp")"
+  printf '%-6s %-22s %12s %12s %8s\n' "" "decode ms/token" "${cd:-n/a}" "${td:-n/a}" "$(ratio "$td" "$cd")"
+  printf '%-6s %-22s %12s %12s %8s\n' "" "decode / bound" "$(ratio "$cd" "$bound")" "$(ratio "$td" "$bound")" ""
+  printf '%-6s %-22s %12s %12s %8s\n' "" "peak device GB" "${cg:-n/a}" "${tg:-n/a}" ""
+done
+echo "(ratio: choir's speed over transformers'; above 1, choir is faster. Log: $LOG)"
