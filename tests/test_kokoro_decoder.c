@@ -2,11 +2,19 @@
 /* Kokoro's decoder + generator over backend operations (kokoro_decoder.c)
  * on the CPU backend, with the randw-v1 fixture weights: three pieces of
  * different lengths (one with seeded noise, one unvoiced) decoded as one
- * padded batch equal each piece decoded alone within 1e-5 relative L2, which
- * is what the padded layout a GPU batch uses promises (zero tails read as a
- * piece's own padding; not bit for bit: the CPU's matrix product may sum in
- * another order at another width; measured 0, 0 and 6.7e-7); kk_decoder is
- * the batch of one, bit for bit. The working memory stays
+ * padded batch equal each piece decoded alone, which is what the padded
+ * layout a GPU batch uses promises (zero tails read as a piece's own padding;
+ * not bit for bit: the CPU's matrix product may sum in another order at
+ * another width). The voiced pieces hold 1e-5 relative L2 (measured 0 to
+ * 8.5e-7 with OpenBLAS's Haswell, SkylakeX and Prescott kernels). The
+ * unvoiced piece is ill-conditioned on these random weights: its F0 branch
+ * feeds near-constant channels to the instance norms, which amplify
+ * rounding, so the same piece decoded alone differs by 4.9e-3 between the
+ * Haswell and SkylakeX kernels. Its batched-vs-alone error is that rounding
+ * spread, not the layout (7e-7 on SkylakeX, 1.6e-4 on Haswell, 4e-3 to
+ * 1.1e-2 on Prescott), and holds 5e-2; a tail read as data instead of
+ * padding moves the audio by O(1). kk_decoder is the batch of one, bit for
+ * bit. The working memory stays
  * within kk_dec_work_bytes; a stream too small fails cleanly naming what
  * did not fit and works again once reserved; bad pieces are refused. The
  * front's ALBERT and LSTMs over backend operations (kokoro_front_net.c):
@@ -134,7 +142,7 @@ static void test_batch_equals_alone(void **state) {
             num += dv * dv, den += (double)alone[b][i] * alone[b][i];
         }
         printf("piece %d: batched vs alone rel L2 %.3g\n", b, sqrt(num / den));
-        assert_true(sqrt(num / den) <= 1e-5);
+        assert_true(sqrt(num / den) <= (b == 2 ? 5e-2 : 1e-5));
     }
 
     /* kk_decoder is the batch of one */
