@@ -283,8 +283,41 @@ static void test_conv_attention_lstm_twins(void **state) {
     free(lx), free(wih), free(whh), free(scratch);
 }
 
+/* choir_attention_f16 on every ISA against choir_attention over the same
+ * values widened: the step form (Tq 1 and 3, the f16 kernels) and a larger
+ * call (Tq 9, widened into scratch). Dh 40 reaches the masked and scalar
+ * tails; 37 keys the one-key tail of the four-key loop. */
+static void test_attention_f16(void **state) {
+    (void)state;
+    enum { H = 2, DH = 40, D = H * DH, TK = 37, TQ = 9 };
+    static float q[TQ * D], kf[TK * D], vf[TK * D], want[TQ * D], got[TQ * D];
+    static uint16_t k16[TK * D], v16[TK * D];
+    uint32_t r = 12345u;
+    for (int i = 0; i < TQ * D; i++) q[i] = (float)((r = r * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    for (int i = 0; i < TK * D; i++) {
+        k16[i] = choir_f32_to_f16((float)((r = r * 1664525u + 1013904223u) >> 8) / 8388608.0f - 1.0f);
+        v16[i] = choir_f32_to_f16((float)((r = r * 1664525u + 1013904223u) >> 8) / 8388608.0f - 1.0f);
+        kf[i] = choir_f16_to_f32(k16[i]);
+        vf[i] = choir_f16_to_f32(v16[i]);
+    }
+    const int tqs[] = {1, 3, TQ};
+    for (int pass = 0; pass < 2; pass++) {
+        pass ? use_simd() : use_ref();
+        for (int t = 0; t < 3; t++) {
+            int tq = tqs[t];
+            choir_attention(q, D, kf, D, vf, D, want, D, tq, TK, H, DH, 0.158f, NULL, tq > 1);
+            assert_int_equal(choir_attention_f16(q, D, k16, D, v16, D, got, D, tq, TK, H, DH,
+                                                 0.158f, NULL, tq > 1),
+                             0);
+            for (int i = 0; i < tq * D; i++) assert_true(fabsf(got[i] - want[i]) < 1e-5f);
+        }
+    }
+    use_simd();
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_attention_f16),
         cmocka_unit_test(test_unary_twins),
         cmocka_unit_test(test_binary_twins),
         cmocka_unit_test(test_norm_twins),

@@ -255,8 +255,9 @@ int choir_op_copy_rows(choir_stream *s, float *dst, int64_t ldd, const float *sr
                        int64_t rows, int64_t cols);
 /* Sets bytes to zero. */
 int choir_op_zero(choir_stream *s, void *dst, size_t bytes);
-/* n floats of src into dst stored as dst_dtype: CHOIR_DTYPE_F32 (a copy) or
- * CHOIR_DTYPE_BF16 (rounded to nearest even, as choir_f32_to_bf16_n). */
+/* n floats of src into dst stored as dst_dtype: CHOIR_DTYPE_F32 (a copy),
+ * CHOIR_DTYPE_BF16 (rounded to nearest even, as choir_f32_to_bf16_n) or, on
+ * the CPU, CHOIR_DTYPE_F16 (as choir_f32_to_f16_n). */
 int choir_op_convert(choir_stream *s, const float *src, void *dst, choir_dtype dst_dtype,
                      int64_t n);
 
@@ -288,10 +289,12 @@ int choir_op_gemm(choir_stream *s, bool trans_a, bool trans_b, int64_t M, int64_
  * values per row; keys and values n_kv_head heads (0: n_head), which must
  * divide n_head (grouped-query attention: query head h reads key head
  * h / (n_head / n_kv_head)). Keys and values are stored as `kv` says:
- * CHOIR_DTYPE_F32 (0, the default) or CHOIR_DTYPE_BF16 (a KV cache in a
+ * CHOIR_DTYPE_F32 (0, the default), CHOIR_DTYPE_BF16 (a KV cache in a
  * bf16 model's dtype: half the bytes; each value is widened to f32 where it
- * is read, so the result is that of f32 attention over the rounded cache);
- * their strides count elements. */
+ * is read, so the result is that of f32 attention over the rounded cache)
+ * or, on the CPU only, CHOIR_DTYPE_F16 (the same in half precision: what the
+ * CPU keeps a Whisper window's cross-attention K/V in; a decoder step reads
+ * it where it lies, choir_attention_f16); their strides count elements. */
 typedef struct choir_attn {
     int n_head, n_kv_head;
     int64_t Dh;
@@ -336,8 +339,9 @@ int choir_op_attention_bf16(choir_stream *s, int64_t B, const uint16_t *q, int64
                             int64_t out_batch, int64_t Tq, int64_t Tk, const choir_attn *a);
 
 /* Row b of src [B, cols] to dst + slot[b] slot_stride + pos[b] ld
- * (elements of dst_dtype: CHOIR_DTYPE_F32, or CHOIR_DTYPE_BF16 rounded to
- * nearest even; slot and pos int32 backend memory): appends each sequence's
+ * (elements of dst_dtype: CHOIR_DTYPE_F32, CHOIR_DTYPE_BF16 rounded to
+ * nearest even or, on the CPU, CHOIR_DTYPE_F16; slot and pos int32 backend
+ * memory): appends each sequence's
  * new key or value row to its cache. slot NULL: slot b. */
 int choir_op_rows_scatter(choir_stream *s, const float *src, int64_t B, int64_t cols, void *dst,
                           choir_dtype dst_dtype, int64_t slot_stride, int64_t ld,

@@ -128,6 +128,18 @@ void choir_lstm(const float *x, int64_t T, int64_t In, int64_t H, const float *w
 void choir_attention(const float *q, int64_t ldq, const float *k, int64_t ldk, const float *v,
                      int64_t ldv, float *out, int64_t ldo, int64_t Tq, int64_t Tk, int n_head,
                      int64_t Dh, float scale, const float *mask, bool causal);
+/* choir_attention over f16 keys and values (uint16 storage, strides in
+ * elements; a decoder's cross-attention cache in half the bytes): each value
+ * is widened to f32 where it is read, so the result is that of f32
+ * attention over the rounded cache. A decoder step (Tq < 8 rows, Tk <= 4096
+ * keys) reads them where they lie and needs no memory; a larger call widens
+ * them into 2 Tk n_head Dh floats of kernel scratch first, then runs
+ * choir_attention (and its scratch). Returns 0, or CHOIR_ENOMEM (nothing
+ * written) when that memory cannot be had. */
+int choir_attention_f16(const float *q, int64_t ldq, const uint16_t *k, int64_t ldk,
+                        const uint16_t *v, int64_t ldv, float *out, int64_t ldo, int64_t Tq,
+                        int64_t Tk, int n_head, int64_t Dh, float scale, const float *mask,
+                        bool causal);
 
 /* --- kernel scratch ------------------------------------------------------ */
 /* Kernels that need temporary memory (attention scores, f16/bf16 weight

@@ -218,11 +218,13 @@ static double bw_token_flops(const choir_whisper_dims *D, int pos) {
 
 /* Bytes one batch-1 decoder step at position `pos` must read from memory:
  * every decoder matrix and the tied token embedding (the output
- * projection) in their storage, the cross-attention K/V of the window and
- * the self-attention cache as the model holds them (f32), plus the small
+ * projection) in their storage, the cross-attention K/V of the window (in
+ * the cache's dtype, cross_kv: f16 on the CPU) and the self-attention cache
+ * as the model holds them (f32), plus the small
  * vectors (biases, norms, one positional row). What lies in the caches
  * between steps is not subtracted: this is the streaming bound. */
-static double bw_step_bytes(const choir_whisper *m, int pos, double *weights, double *kv) {
+static double bw_step_bytes(const choir_whisper *m, choir_dtype cross_kv, int pos,
+                            double *weights, double *kv) {
     const choir_whisper_dims *D = choir_whisper_get_dims(m);
     double d = D->d_model, w = (double)choir_weight_bytes(&m->tok_emb), vec = 0;
     for (int l = 0; l < D->n_text_layer; l++) {
@@ -232,7 +234,7 @@ static double bw_step_bytes(const choir_whisper *m, int pos, double *weights, do
         for (int i = 0; i < 8; i++) w += (double)choir_weight_bytes(mats[i]);
         vec += (4 * 2 + 3 * 2) * d + D->ffn_dim + d; /* attention biases, norms, fc biases */
     }
-    double cross = D->n_text_layer * 2.0 * D->n_audio_ctx * d * sizeof(float);
+    double cross = D->n_text_layer * 2.0 * D->n_audio_ctx * d * (double)wh_kv_size(cross_kv);
     double self = D->n_text_layer * 2.0 * (pos + 1) * d * sizeof(float);
     vec = (vec + 3 * d) * sizeof(float);
     if (weights) *weights = w;
@@ -617,7 +619,7 @@ int choir_bench_whisper(int argc, char **argv) {
         }
         printf("\n");
         if (!cuda && dec_batches[b] == 1 && read_gbs > 0) {
-            double wb, kvb, tot = bw_step_bytes(m, 4 + steps / 2, &wb, &kvb);
+            double wb, kvb, tot = bw_step_bytes(m, cross->kv, 4 + steps / 2, &wb, &kvb);
             double bound = tot / (read_gbs * 1e9) * 1e3;
             printf("bound b=1      %9.2f ms per step: %.1f MB read (%.1f MB weights, %.1f MB K/V) "
                    "at %.1f GB/s; step / bound = %.2f\n",

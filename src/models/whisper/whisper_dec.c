@@ -87,17 +87,37 @@ static void carve(choir_stream *s, const choir_whisper_dims *D, int64_t N, int64
 
 /* Pre-softmax cross-attention logits of the heads of layer l (those of `qk`
  * whose layer is l) for sequence 0's n rows q [n, d] against its window's
- * keys k [A, d]: out row block j of head i at qk->qk + (i n + j) A. */
+ * keys k [A, d] of dtype kv (host memory: the CPU's cache, f16, is widened
+ * into a block of its own first): out row block j of head i at qk->qk +
+ * (i n + j) A. */
 static void cross_qk_rows(choir_stream *s, const wh_qk_req *qk, int l, const choir_whisper_dims *D,
-                          const float *q, int64_t n, const float *k) {
+                          const float *q, int64_t n, const void *k, choir_dtype kv) {
     int64_t d = D->d_model, Dh = d / D->n_head, A = D->n_audio_ctx;
     float scale = 1.0f / sqrtf((float)Dh);
+    bool any = false;
+    for (int i = 0; i < qk->n_heads; i++) any = any || qk->layer[i] == l;
+    if (!any) return;
+    float *kw = NULL;
+    const float *kf = k;
+    if (kv != CHOIR_DTYPE_F32) {
+        kw = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(A * d) * sizeof(float));
+        if (!kw) {
+            choir_stream_fail(s, CHOIR_ENOMEM, "whisper: cross-attention logits: out of memory");
+            return;
+        }
+        if (kv == CHOIR_DTYPE_F16)
+            choir_f16_to_f32_n(k, kw, A * d);
+        else
+            choir_bf16_to_f32_n(k, kw, A * d);
+        kf = kw;
+    }
     for (int i = 0; i < qk->n_heads; i++) {
         if (qk->layer[i] != l) continue;
         int64_t h = qk->head[i];
-        choir_op_gemm(s, false, true, n, A, Dh, scale, q + h * Dh, d, k + h * Dh, d, 0.0f,
+        choir_op_gemm(s, false, true, n, A, Dh, scale, q + h * Dh, d, kf + h * Dh, d, 0.0f,
                       qk->qk + (int64_t)i * n * A, A);
     }
+    choir_free(kw);
 }
 
 /* The batch being decoded: its sequences and, for a step, the pools their
@@ -167,9 +187,10 @@ static void cross_attention(choir_stream *s, const wh_dec_batch *b, int l,
         choir_op_attention(s, io->q + r * d, d, wh_kv_at(cr->k, cr->kv, off), d,
                            wh_kv_at(cr->v, cr->kv, off), d, io->att + r * d, d, b->n_tokens[i],
                            A, &a, NULL);
-        /* qk runs on the CPU, whose caches are f32. */
+        /* qk runs on the CPU (host memory). */
         if (qk && i == 0)
-            cross_qk_rows(s, qk, l, D, io->q, b->n_tokens[0], (const float *)cr->k + off);
+            cross_qk_rows(s, qk, l, D, io->q, b->n_tokens[0], wh_kv_at(cr->k, cr->kv, off),
+                          cr->kv);
     }
 }
 

@@ -247,7 +247,7 @@ int wh_cross_kv(choir_stream *s, const wh_net *w, const choir_whisper_dims *D, c
     for (int l = 0; l < D->n_text_layer; l++) {
         const wh_attn *a = &w->dec[l].cross;
         void *k = wh_kv_at(c->k, c->kv, l * per), *v = wh_kv_at(c->v, c->kv, l * per);
-        /* A bf16 cache: the f32 product, then rounded into the cache. */
+        /* A bf16 or f16 cache: the f32 product, then rounded into the cache. */
         choir_op_linear(s, enc, D->n_audio_ctx, &a->k, NULL, f32 ? k : tmp);
         if (!f32) choir_op_convert(s, tmp, k, c->kv, per);
         choir_op_linear(s, enc, D->n_audio_ctx, &a->v, a->bv, f32 ? v : tmp);

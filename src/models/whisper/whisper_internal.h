@@ -94,7 +94,7 @@ typedef struct wh_pool {
 } wh_pool;
 
 /* Bytes of one cache element, and element i of a cache at base. */
-static inline size_t wh_kv_size(choir_dtype dt) { return dt == CHOIR_DTYPE_BF16 ? 2 : 4; }
+static inline size_t wh_kv_size(choir_dtype dt) { return dt == CHOIR_DTYPE_F32 ? 4 : 2; }
 static inline void *wh_kv_at(void *base, choir_dtype dt, int64_t i) {
     return (char *)base + (size_t)i * wh_kv_size(dt);
 }
@@ -102,8 +102,9 @@ static inline void *wh_kv_at(void *base, choir_dtype dt, int64_t i) {
 struct choir_whisper_cross {
     int n_layer, n_ctx, d;
     /* Backend memory [n_text_layer][n_audio_ctx][d] of dtype kv (f32 on the
-     * CPU; on a device the model's, bf16 for a half-precision model): host
-     * arrays on the CPU, slot `slot` of `pool` on a device. */
+     * CPU, which also reads f16 (wh_cross_new says why not yet); on a device
+     * the model's, bf16 for a half-precision model): host arrays on the CPU,
+     * slot `slot` of `pool` on a device. */
     void *k, *v;
     choir_dtype kv;
     struct choir_whisper_gpu *gpu; /* the device's, NULL on the CPU */
@@ -142,7 +143,7 @@ size_t wh_enc_work_bytes(const choir_whisper_dims *D, int64_t nb);
 size_t wh_enc_scratch_bytes(const wh_net *w, const choir_whisper_dims *D, int64_t nb);
 /* Cross-attention keys and values of one window from its encoder rows enc
  * [n_audio_ctx, d] into c's k, v ([n_text_layer][n_audio_ctx][d], backend
- * memory of dtype c->kv; a bf16 cache takes n_audio_ctx d floats of the
+ * memory of dtype c->kv; a bf16 or f16 cache takes n_audio_ctx d floats of the
  * stream's working memory for the f32 products, wh_cross_work_bytes). */
 int wh_cross_kv(choir_stream *s, const wh_net *w, const choir_whisper_dims *D, const float *enc,
                 choir_whisper_cross *c);

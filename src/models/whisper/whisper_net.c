@@ -72,9 +72,16 @@ choir_whisper_cross *wh_cross_new(const choir_whisper *m, choir_err *err) {
         return c;
     }
 #endif
+    /* f32 on the CPU. CHOIR_DTYPE_F16 here halves what a step reads of them
+     * (the attention kernels read f16 where it lies, choir_attention_f16),
+     * but was not yet measured faster on the 2-core VM (under load 9, 2
+     * pairs: 11-12 ms f32 vs 16 ms f16 per tiny step) and moves the word
+     * timestamps' cross-attention logits by 3e-4 relative (test_whisper_cross_qk
+     * bounds 2e-5): kept f32 until both are settled. */
+    c->kv = CHOIR_DTYPE_F32;
     size_t n = (size_t)c->n_ctx * (size_t)c->d * (size_t)c->n_layer;
-    c->k = choir_alloc(CHOIR_MEM_CACHE, n * sizeof(float));
-    c->v = choir_alloc(CHOIR_MEM_CACHE, n * sizeof(float));
+    c->k = choir_alloc(CHOIR_MEM_CACHE, n * wh_kv_size(c->kv));
+    c->v = choir_alloc(CHOIR_MEM_CACHE, n * wh_kv_size(c->kv));
     if (!c->k || !c->v) {
         choir_whisper_cross_free(c);
         wh_oom(err, "cross-attention cache");

@@ -103,7 +103,8 @@ int choir_op_zero(choir_stream *s, void *dst, size_t bytes) {
 int choir_op_convert(choir_stream *s, const float *src, void *dst, choir_dtype dst_dtype,
                      int64_t n) {
     if (!choir_stream_ok(s)) return s->err.code;
-    if (n < 0 || (dst_dtype != CHOIR_DTYPE_F32 && dst_dtype != CHOIR_DTYPE_BF16))
+    bool f16 = dst_dtype == CHOIR_DTYPE_F16 && be_host(s);
+    if (n < 0 || (dst_dtype != CHOIR_DTYPE_F32 && dst_dtype != CHOIR_DTYPE_BF16 && !f16))
         return be_invalid(s, "convert: %lld values to dtype %d", (long long)n, (int)dst_dtype);
     if (n == 0) return 0;
     if (dst_dtype == CHOIR_DTYPE_F32) {
@@ -112,7 +113,10 @@ int choir_op_convert(choir_stream *s, const float *src, void *dst, choir_dtype d
         return choir_op_copy(s, dst, src, (size_t)n * sizeof(float));
     }
     if (be_host(s)) {
-        choir_f32_to_bf16_n(src, dst, n);
+        if (f16)
+            choir_f32_to_f16_n(src, dst, n);
+        else
+            choir_f32_to_bf16_n(src, dst, n);
         return 0;
     }
 #ifdef CHOIR_HAVE_CUDA
@@ -225,16 +229,31 @@ static float *widen_bf16(const void *x, int64_t rows, int64_t cols, int64_t ld) 
 
 static bool kv_dtype_ok(choir_stream *s, const choir_attn *a, const char *op) {
     if (a->kv == CHOIR_DTYPE_F32 || a->kv == CHOIR_DTYPE_BF16) return true;
-    be_invalid(s, "%s: keys and values of dtype %d (f32 or bf16)", op, (int)a->kv);
+    if (a->kv == CHOIR_DTYPE_F16 && be_host(s)) return true;
+    be_invalid(s, "%s: keys and values of dtype %d (f32 or bf16; f16 on the CPU)", op,
+               (int)a->kv);
     return false;
 }
 
-/* One sequence on the host: f32 keys and values where they lie, bf16 ones
- * widened first. */
+/* Bytes of one key or value element of a->kv. */
+static size_t kv_size(const choir_attn *a) { return a->kv == CHOIR_DTYPE_F32 ? 4 : 2; }
+
+/* One sequence on the host: f32 and f16 keys and values where they lie
+ * (the f16 kernel reads them so), bf16 ones widened first. */
 static int host_attention(choir_stream *s, const float *q, int64_t ldq, const void *k,
                           int64_t ldk, const void *v, int64_t ldv, float *out, int64_t ldo,
                           int64_t Tq, int64_t Tk, const choir_attn *a, int rep, const float *mask) {
     int calls = rep == 1 ? 1 : a->n_head, heads = rep == 1 ? a->n_head : 1;
+    if (a->kv == CHOIR_DTYPE_F16) {
+        for (int h = 0; h < calls; h++) {
+            int64_t qo = (int64_t)h * a->Dh, ko = (int64_t)(h / rep) * a->Dh;
+            if (choir_attention_f16(q + qo, ldq, (const uint16_t *)k + ko, ldk,
+                                    (const uint16_t *)v + ko, ldv, out + qo, ldo, Tq, Tk, heads,
+                                    a->Dh, a->scale, mask, a->causal))
+                return choir_stream_fail(s, CHOIR_ENOMEM, "backend cpu: attention: out of memory");
+        }
+        return 0;
+    }
     const float *kf = k, *vf = v;
     float *kw = NULL, *vw = NULL;
     if (a->kv == CHOIR_DTYPE_BF16) {
@@ -277,7 +296,7 @@ int choir_op_attention(choir_stream *s, const float *q, int64_t ldq, const void 
         return rc;
     }
 #ifdef CHOIR_HAVE_CUDA
-    size_t es = a->kv == CHOIR_DTYPE_BF16 ? 2 : 4;
+    size_t es = kv_size(a);
     for (int h = 0; h < calls; h++) {
         choir_err e = {0};
         int64_t qo = (int64_t)h * a->Dh, ko = (int64_t)(h / rep) * a->Dh;
@@ -352,7 +371,7 @@ int choir_op_attention_slots(choir_stream *s, int64_t B, const float *q, int64_t
     if (B < 0 || Tq < 0 || Tk < 0) return be_invalid(s, "attention_slots: negative size");
     if (B == 0 || Tq == 0) return 0;
     int calls = rep == 1 ? 1 : a->n_head, heads = rep == 1 ? a->n_head : 1;
-    size_t es = a->kv == CHOIR_DTYPE_BF16 ? 2 : 4;
+    size_t es = kv_size(a);
     if (be_host(s)) {
         choir_kernel_scratch *prev = be_kernel_begin(s);
         int rc = 0;
@@ -396,13 +415,17 @@ int choir_op_rows_scatter(choir_stream *s, const float *src, int64_t B, int64_t 
                           const int32_t *slot, const int32_t *pos) {
     if (!choir_stream_ok(s)) return s->err.code;
     if (B < 0 || cols < 0) return be_invalid(s, "rows_scatter: negative size");
-    if (dst_dtype != CHOIR_DTYPE_F32 && dst_dtype != CHOIR_DTYPE_BF16)
-        return be_invalid(s, "rows_scatter: rows of dtype %d (f32 or bf16)", (int)dst_dtype);
+    bool f16 = dst_dtype == CHOIR_DTYPE_F16 && be_host(s);
+    if (dst_dtype != CHOIR_DTYPE_F32 && dst_dtype != CHOIR_DTYPE_BF16 && !f16)
+        return be_invalid(s, "rows_scatter: rows of dtype %d (f32 or bf16; f16 on the CPU)",
+                          (int)dst_dtype);
     bool half = dst_dtype == CHOIR_DTYPE_BF16;
     if (be_host(s)) {
         for (int64_t b = 0; b < B; b++) {
             int64_t at = (int64_t)(slot ? slot[b] : b) * slot_stride + (int64_t)pos[b] * ld;
-            if (half)
+            if (f16)
+                choir_f32_to_f16_n(src + b * cols, (uint16_t *)dst + at, cols);
+            else if (half)
                 choir_f32_to_bf16_n(src + b * cols, (uint16_t *)dst + at, cols);
             else
                 memcpy((float *)dst + at, src + b * cols, (size_t)cols * sizeof(float));

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "choir/alloc.h"
+#include "choir/error.h"
 #include "choir/kernels.h"
 #include "choir/pool.h"
 #include "tensor/cpu/cpu_kernels.h"
@@ -19,6 +20,7 @@
 typedef struct attn_job {
     const choir_cpu_ops *ops;
     const float *q, *k, *v, *mask;
+    const uint16_t *k16, *v16; /* f16 keys and values (a step over an f16 cache), else NULL */
     int64_t ldq, ldk, ldv, ldo, Tq, Tk, Dh;
     int n_head;
     float scale;
@@ -81,10 +83,16 @@ static void attend_row_step(const attn_job *j, int64_t head, int64_t i) {
         memset(out, 0, (size_t)j->Dh * sizeof(float));
         return;
     }
-    j->ops->attn_scores(qr, j->k + head * j->Dh, j->ldk, nk, j->Dh, j->scale, scores);
+    if (j->k16)
+        j->ops->attn_scores_f16(qr, j->k16 + head * j->Dh, j->ldk, nk, j->Dh, j->scale, scores);
+    else
+        j->ops->attn_scores(qr, j->k + head * j->Dh, j->ldk, nk, j->Dh, j->scale, scores);
     if (j->mask) j->ops->add(scores, j->mask + i * j->Tk, scores, nk);
     j->ops->softmax_row(scores, nk); /* all masked: zeros, so the output is zeros */
-    j->ops->attn_wsum(scores, j->v + head * j->Dh, j->ldv, nk, j->Dh, out);
+    if (j->v16)
+        j->ops->attn_wsum_f16(scores, j->v16 + head * j->Dh, j->ldv, nk, j->Dh, out);
+    else
+        j->ops->attn_wsum(scores, j->v + head * j->Dh, j->ldv, nk, j->Dh, out);
 }
 
 static void attn_step_range(void *ctx, int64_t begin, int64_t end, int worker) {
@@ -136,6 +144,8 @@ void choir_attention(const float *q, int64_t ldq, const float *k, int64_t ldk, c
                   k,
                   v,
                   mask,
+                  NULL,
+                  NULL,
                   ldq,
                   ldk,
                   ldv,
@@ -171,6 +181,50 @@ void choir_attention(const float *q, int64_t ldq, const float *k, int64_t ldk, c
     bool step = Tq < ATTN_GEMM_MIN_ROWS && Tk <= ATTN_STEP_MAX_KEYS;
     choir_pool_parallel_for(pool, Tq * n_head, grain, step ? attn_step_range : attn_rows_range,
                             &j);
+}
+
+/* f16 rows [rows, cols] (stride ld) widened into dst [rows, cols]. */
+static void widen_f16(const choir_cpu_ops *ops, const uint16_t *x, int64_t rows, int64_t cols,
+                      int64_t ld, float *dst) {
+    for (int64_t r = 0; r < rows; r++)
+        ops->f16_to_f32(x + r * ld, dst + r * cols, cols);
+}
+
+int choir_attention_f16(const float *q, int64_t ldq, const uint16_t *k, int64_t ldk,
+                        const uint16_t *v, int64_t ldv, float *out, int64_t ldo, int64_t Tq,
+                        int64_t Tk, int n_head, int64_t Dh, float scale, const float *mask,
+                        bool causal) {
+    if (Tq <= 0 || n_head <= 0 || Dh <= 0) return 0;
+    const choir_cpu_ops *ops = choir_cpu_ops_now();
+    if (Tq < ATTN_GEMM_MIN_ROWS && Tk <= ATTN_STEP_MAX_KEYS) {
+        attn_job j = {.ops = ops, .q = q, .mask = mask, .k16 = k, .v16 = v, .ldq = ldq,
+                      .ldk = ldk, .ldv = ldv, .ldo = ldo, .Tq = Tq, .Tk = Tk, .Dh = Dh,
+                      .n_head = n_head, .scale = scale, .causal = causal, .out = out};
+        if (Tk <= 0) {
+            for (int64_t i = 0; i < Tq; i++)
+                memset(out + i * ldo, 0, (size_t)(n_head * Dh) * sizeof(float));
+            return 0;
+        }
+        int64_t grain = 65536 / (Tk * Dh + 1) + 1;
+        choir_pool_parallel_for(choir_pool_default(), Tq * n_head, grain, attn_step_range, &j);
+        return 0;
+    }
+    /* Larger calls (prompts, teacher forcing) widen the keys and values
+     * once and take the f32 kernel. */
+    int64_t cols = (int64_t)n_head * Dh, n = Tk > 0 ? Tk * cols : 1;
+    float *kf = choir_kscratch_get((size_t)n * sizeof(float));
+    float *vf = choir_kscratch_get((size_t)n * sizeof(float));
+    if (!kf || !vf) {
+        choir_kscratch_put(kf);
+        choir_kscratch_put(vf);
+        return CHOIR_ENOMEM;
+    }
+    widen_f16(ops, k, Tk, cols, ldk, kf);
+    widen_f16(ops, v, Tk, cols, ldv, vf);
+    choir_attention(q, ldq, kf, cols, vf, cols, out, ldo, Tq, Tk, n_head, Dh, scale, mask, causal);
+    choir_kscratch_put(vf);
+    choir_kscratch_put(kf);
+    return 0;
 }
 
 size_t choir_attention_scratch_bytes(int64_t Tq, int64_t Tk) {

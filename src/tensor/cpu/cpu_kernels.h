@@ -58,6 +58,13 @@ typedef struct choir_cpu_ops {
                         float scale, float *scores);
     void (*attn_wsum)(const float *p, const float *v, int64_t ldv, int64_t n, int64_t Dh,
                       float *out);
+    /* The same over f16 keys and values (a cache kept in half the bytes),
+     * each value widened where it is read: the f32 result over the rounded
+     * cache. */
+    void (*attn_scores_f16)(const float *q, const uint16_t *k, int64_t ldk, int64_t n,
+                            int64_t Dh, float scale, float *scores);
+    void (*attn_wsum_f16)(const float *p, const uint16_t *v, int64_t ldv, int64_t n, int64_t Dh,
+                          float *out);
     void (*f16_to_f32)(const uint16_t *src, float *dst, int64_t n);
     void (*f32_to_f16)(const float *src, uint16_t *dst, int64_t n);
     void (*bf16_to_f32)(const uint16_t *src, float *dst, int64_t n);
