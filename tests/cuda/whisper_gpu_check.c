@@ -609,8 +609,10 @@ int main(void) {
     decoder_case(4, 1, 2e-2);
     all_positions_case();
     full_decode_case();
-    greedy_device_case();
     bf16_cache_case();
+    /* Last: its inputs come from the shared generator, and the bf16 case's
+     * first tokens are near ties between timestamps on other inputs. */
+    greedy_device_case();
     choir_backend_free(g_cpu_backend);
     printf("%d of %d checks passed\n", g_cases - g_failures, g_cases);
     return g_failures ? 1 : 0;

@@ -502,6 +502,7 @@ int choir_bench_whisper(int argc, char **argv) {
     (void)device;
     (void)gpu_bf16;
     (void)tf32;
+    (void)greedy_steps;
     if (cuda) {
         fprintf(stderr, "choir bench whisper: --backend cuda: this build has no CUDA backend "
                         "(configure with -DCHOIR_CUDA=ON)\n");
