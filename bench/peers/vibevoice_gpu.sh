@@ -66,12 +66,14 @@ for m in ${MIN//,/ }; do
   c=$(row "$C" "$m") t=$(row "$T" "$m")
   ce=$(val "$c" enc_s) te=$(val "$t" enc_s)
   cp=$(val "$c" prefill_tps) tp=$(val "$t" prefill_tps)
-  cd=$(val "$c" decode_ms) td=$(val "$t" decode_ms)
+  cd=$(val "$c" decode_ms) td=$(val "$t" decode_ms) cgr=$(val "$c" graph_ms)
   cg=$(val "$c" peak_gb) tg=$(val "$t" peak_gb)
   printf '%-6s %-22s %12s %12s %8s\n' "${m}m" "encoders s" "${ce:-n/a}" "${te:-n/a}" "$(ratio "$te" "$ce")"
   printf '%-6s %-22s %12s %12s %8s\n' "" "prefill tokens/s" "${cp:-n/a}" "${tp:-n/a}" "$(ratio "$cp" "$tp")"
   printf '%-6s %-22s %12s %12s %8s\n' "" "decode ms/token" "${cd:-n/a}" "${td:-n/a}" "$(ratio "$td" "$cd")"
+  printf '%-6s %-22s %12s %12s %8s\n' "" "decode ms/token, graph" "${cgr:-n/a}" "${td:-n/a}" "$(ratio "$td" "$cgr")"
   printf '%-6s %-22s %12s %12s %8s\n' "" "decode / bound" "$(ratio "$cd" "$bound")" "$(ratio "$td" "$bound")" ""
+  printf '%-6s %-22s %12s %12s %8s\n' "" "graph decode / bound" "$(ratio "$cgr" "$bound")" "" ""
   printf '%-6s %-22s %12s %12s %8s\n' "" "peak device GB" "${cg:-n/a}" "${tg:-n/a}" ""
 done
 echo "(ratio: choir's speed over transformers'; above 1, choir is faster. Log: $LOG)"

@@ -241,6 +241,18 @@ int choir_vibevoice_prefill(const choir_vibevoice *m, choir_vibevoice_state *s, 
 /* One decoding step: appends `token` and writes the next logits[vocab]. */
 int choir_vibevoice_step(const choir_vibevoice *m, choir_vibevoice_state *s, int32_t token,
                          float *logits, choir_err *err);
+/* On a device backend, for a state that owns its stream
+ * (choir_vibevoice_state_create): on = record the step as a graph at the
+ * next step after one run op by op, then replay it (one launch a step);
+ * off (the default) = every step op by op, and a recorded graph is freed.
+ * While the graph lives, the backend's kernel scratch cannot grow, so
+ * another state on the same backend that needs more scratch (a longer
+ * plan) fails with CHOIR_EBUSY: turn it on where one state decodes at a
+ * time. No effect on the CPU. */
+void choir_vibevoice_set_step_graph(choir_vibevoice_state *s, bool on);
+/* Whether the last step was a graph replay. */
+bool choir_vibevoice_step_graphed(const choir_vibevoice_state *s);
+
 /* --- batched decoding ----------------------------------------------------- */
 /* Decoding steps of several sequences (states) at once: the rows of every
  * sequence go through each linear layer together (one pass over the

@@ -160,6 +160,27 @@ static void check_ops(choir_backend *cpu_be, choir_backend *gpu_be) {
         choir_stream_release(p.gpu, mark);
         free(q), free(k), free(v), free(out);
     }
+    {
+        /* Positions from backend memory (the graph-captured step's form):
+         * rows at scattered positions of a 7:1 cache of 3000 rows, one past
+         * it (clamped). */
+        int nh = 28, nkv = 4, D = 128;
+        int64_t rows = 3000, ld = (int64_t)nh * D;
+        const int32_t pos[] = {2999, 0, 1500, 127, 128, 4000};
+        int64_t T = (int64_t)(sizeof pos / sizeof pos[0]);
+        float *q = rnd(T * ld, 2), *k = rnd(rows * nkv * D, 1), *v = rnd(rows * nkv * D, 1), *out = rnd(T * ld, 1);
+        size_t mark = choir_stream_mark(p.gpu);
+        choir_op_attention_cached_at(p.cpu, q, T, k, v, pos, rows, nh, nkv, D, out);
+        int32_t *dpos = choir_stream_alloc(p.gpu, sizeof pos, "pos");
+        if (dpos) choir_op_upload(p.gpu, dpos, pos, sizeof pos);
+        float *dout = choir_stream_floats(p.gpu, T * ld, "out");
+        choir_op_attention_cached_at(p.gpu, up(&p, q, T * ld), T, up(&p, k, rows * nkv * D),
+                                     up(&p, v, rows * nkv * D), dpos, rows, nh, nkv, D, dout);
+        verdict("op attention_cached_at 6 rows at scattered positions of 3000, 28/4 x 128",
+                down_cmp(&p, dout, out, T * ld), 1e-5);
+        choir_stream_release(p.gpu, mark);
+        free(q), free(k), free(v), free(out);
+    }
     if (choir_stream_status(p.cpu, &err) || choir_stream_status(p.gpu, &err)) failed("ops: stream error", &err);
 done:
     choir_stream_free(p.cpu);
@@ -196,6 +217,8 @@ typedef struct run {
     float *lat_a, *lat_s, *emb, *in_emb, *hid, *logits;
     float *step_logits; /* [steps][vocab] */
     int32_t tokens[8];
+    int graph;          /* record the step as a graph (choir_vibevoice_set_step_graph) */
+    int graphed;        /* steps that were graph replays */
 } run;
 
 static void run_free(run *r) {
@@ -221,6 +244,7 @@ static int run_model(const choir_vibevoice *m, const float *x, int64_t n, const 
     r->step_logits = malloc((size_t)8 * (size_t)V * sizeof(float));
     choir_vibevoice_state *s = choir_vibevoice_state_create(m, &plan, NULL, err);
     if (!s) return err->code;
+    choir_vibevoice_set_step_graph(s, r->graph != 0);
     int rc = choir_vibevoice_encode(m, s, x, n, 0, r->lat_a, r->lat_s, err);
     if (!rc) rc = choir_vibevoice_audio_embeds(m, s, r->emb, err);
     if (!rc) rc = choir_vibevoice_prefill(m, s, ids, n_ids, r->logits, r->in_emb, r->hid, err);
@@ -228,6 +252,7 @@ static int run_model(const choir_vibevoice *m, const float *x, int64_t n, const 
     for (int i = 0; i < 8 && !rc; i++) {
         r->tokens[i] = feed ? feed[i] : argmax(last, V);
         rc = choir_vibevoice_step(m, s, r->tokens[i], r->step_logits + (int64_t)i * V, err);
+        r->graphed += choir_vibevoice_step_graphed(s);
         last = r->step_logits + (int64_t)i * V;
     }
     choir_vibevoice_state_free(s);
@@ -360,6 +385,20 @@ static void check_model(choir_backend *gpu_be, choir_dtype dt, double tol) {
             else n_fail++;
         }
         printf("      model %s: %.1f MB of weights on the device\n", tag, choir_vibevoice_device_bytes(gpu) / 1e6);
+        /* The same run with the step recorded once and replayed: the
+         * logits of every step bit-identical to the op-by-op steps. */
+        run g = {.graph = 1};
+        snprintf(name, sizeof name, "model %s: graph-replayed steps", tag);
+        if (run_model(gpu, x, n, ids, n_ids, a.tokens, &g, &err)) failed(name, &err);
+        else {
+            int64_t diff = 0;
+            for (int64_t i = 0; i < 8 * (int64_t)d.lm.vocab; i++) diff += g.step_logits[i] != b.step_logits[i];
+            printf("%s  %s: %d of 8 steps replayed, %lld logits differ from the op-by-op steps\n",
+                   g.graphed >= 6 && diff == 0 ? "PASS" : "FAIL", name, g.graphed, (long long)diff);
+            if (g.graphed >= 6 && diff == 0) n_pass++;
+            else n_fail++;
+        }
+        run_free(&g);
         check_batch(cpu, gpu, tag, tol);
     }
     free(x);
@@ -395,7 +434,7 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
     ids[32] = d->audio_bos;
     for (int i = 0; i < T; i++) ids[33 + i] = d->audio_token;
     ids[33 + T] = d->audio_eos;
-    choir_vibevoice_plan plan = {.max_samples = np, .max_context = n_ids + steps + 1, .prefill_chunk = chunk};
+    choir_vibevoice_plan plan = {.max_samples = np, .max_context = n_ids + 2 * steps + 2, .prefill_chunk = chunk};
     choir_backend_mem_reset_peak(be);
     if (!(s = choir_vibevoice_state_create(m, &plan, NULL, err))) goto out;
     double e0 = choir_now_s();
@@ -407,17 +446,30 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
     for (int i = 0; i < steps; i++)
         if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) goto out;
     double d1 = choir_now_s();
-    double peak = choir_backend_mem_peak(be) / 1e9 + choir_vibevoice_device_bytes(m) / 1e9;
+    /* The same steps recorded once as a graph and replayed (the first step
+     * after turning it on records; it is left out of the time). */
+    choir_vibevoice_set_step_graph(s, true);
+    if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) goto out;
+    double g0 = choir_now_s();
+    int graphed = 0;
+    for (int i = 0; i < steps; i++) {
+        if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) goto out;
+        graphed += choir_vibevoice_step_graphed(s);
+    }
+    double g1 = choir_now_s();
+    double peak = choir_backend_mem_peak(be) / 1e9; /* everything held through the backend, weights too */
     printf("encoders   %.0f s of audio in %.3f s (%.0fx real time)\n", minutes * 60, e1 - e0,
            minutes * 60 / (e1 - e0));
     printf("prefill    %d tokens in %.3f s: %.0f tokens/s (chunks of %d)\n", n_ids, p1 - e1, n_ids / (p1 - e1),
            chunk);
-    printf("decode     %d steps in %.3f s: %.2f ms/token (logits downloaded each step)\n", steps, d1 - p1,
-           1000 * (d1 - p1) / steps);
+    printf("decode     %d steps in %.3f s: %.2f ms/token op by op, %.2f ms/token as a graph (%d of %d "
+           "replayed; logits downloaded each step)\n", steps, d1 - p1, 1000 * (d1 - p1) / steps,
+           1000 * (g1 - g0) / steps, graphed, steps);
     printf("device     peak %.2f GB (weights %.2f GB, state planned %.2f GB)\n", peak,
            choir_vibevoice_device_bytes(m) / 1e9, choir_vibevoice_plan_bytes(d, &plan) / 1e9);
-    printf("choir vibevoice %g min: min=%g enc_s=%.4f prefill_tps=%.1f decode_ms=%.3f peak_gb=%.3f\n", minutes,
-           minutes, e1 - e0, n_ids / (p1 - e1), 1000 * (d1 - p1) / steps, peak);
+    printf("choir vibevoice %g min: min=%g enc_s=%.4f prefill_tps=%.1f decode_ms=%.3f graph_ms=%.3f "
+           "peak_gb=%.3f\n", minutes, minutes, e1 - e0, n_ids / (p1 - e1), 1000 * (d1 - p1) / steps,
+           1000 * (g1 - g0) / steps, peak);
     fflush(stdout);
     status = 0;
 out:
