@@ -178,6 +178,7 @@ static void test_attention_cached_at(void **state) {
     assert_int_equal(choir_op_attention_cached_at(f.s, q, 1, kc, vc, NULL, rows, nh, nkv, D, out), CHOIR_EINVAL);
     assert_int_equal(choir_stream_status(f.s, &err), CHOIR_EINVAL);
     assert_non_null(strstr(err.msg, "attention_cached_at"));
+    choir_stream_clear(f.s);
     free(q), free(kc), free(vc), free(out), free(want);
     fx_close(&f);
 }

@@ -138,7 +138,8 @@ int choir_vibevoice_lm_bits(const choir_vibevoice *m);
  * generated in memory from `seed` (0: a fixed default): matrices in `dtype`
  * (f32, f16 or bf16) or, with q_bits 4 or 8, the language model's linears
  * and embedding as MLX codes (group 64); vectors f32. Values are uniform and
- * scaled like an initialised network. Pass choir_vibevoice_randw_find and
+ * scaled like an initialised network, generated on the default pool (the
+ * same values whatever its size). Pass choir_vibevoice_randw_find and
  * the object to choir_vibevoice_from_tensors[_on]; it must outlive the model.
  * NULL and err on bad arguments or when out of memory. */
 typedef struct choir_vibevoice_randw choir_vibevoice_randw;

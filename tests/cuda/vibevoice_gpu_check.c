@@ -15,9 +15,11 @@
  *     f32 weights, then bf16 weights; then batched decoding steps of two
  *     sequences on the GPU against single steps on the CPU;
  *  3. with --bench 1.5b|7b [--layers N] [--audio-min M[,M..]] [--steps N]
- *     [--prefill-chunk N (1024)]: the
+ *     [--prefill-chunk N (1024)] [--batch B[,B..] [--batch-min M (10)]]: the
  *     published size (LM depth cut to --layers) on the GPU alone, bf16: load,
- *     encoder, prefill and decode times and the device's peak memory.
+ *     encoder, prefill and decode times (op by op and graph-replayed) and the
+ *     device's peak memory; with --batch, B sequences at the context of M
+ *     minutes decoding in batched steps (aggregate tokens/s).
  *
  * Bounds. f32: operations rel L2 <= 1e-5; model stages <= 1e-4 (cuBLAS
  * and the CPU sum in other orders; the parity bound against transformers is
@@ -479,9 +481,76 @@ out:
     return status;
 }
 
+/* Continuous batching's steady state: B sequences at the context one
+ * request of `minutes` of audio makes (a text prompt of that length: a
+ * step's cost does not depend on what the cached rows came from), each
+ * prefilled alone, then `steps` batched steps of all B
+ * (choir_vibevoice_step_batch: one pass over the weights for the B rows,
+ * attention per sequence). Aggregate decode tokens/s against one sequence's
+ * step time at the same context in the same run. */
+static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevoice_dims *d, double minutes,
+                       int B, int steps, int chunk, choir_err *err) {
+    int status = 1;
+    int64_t np = choir_vibevoice_padded_len((int64_t)(minutes * 60 * CHOIR_VIBEVOICE_SAMPLE_RATE), d->hop);
+    int n_ids = (int)(np / d->hop) + 66;
+    int32_t *ids = malloc((size_t)n_ids * sizeof *ids), *tok = malloc((size_t)B * sizeof *tok);
+    choir_vibevoice_state **st = calloc((size_t)B, sizeof *st);
+    choir_vibevoice_batch *b = NULL;
+    choir_stream *bs = NULL;
+    if (!ids || !tok || !st) {
+        choir_err_set(err, CHOIR_ENOMEM, "bench: out of host memory");
+        goto out;
+    }
+    choir_vibevoice_plan plan = {.max_samples = 0, .max_context = n_ids + 2 * steps + 2, .prefill_chunk = chunk};
+    choir_backend_mem_reset_peak(be);
+    double p0 = choir_now_s();
+    for (int i = 0; i < B; i++) {
+        for (int k = 0; k < n_ids; k++) ids[k] = 1000 + (k * 7919 + i * 104729) % 100000;
+        if (!(st[i] = choir_vibevoice_state_create(m, &plan, NULL, err))) goto out;
+        if (choir_vibevoice_prefill(m, st[i], ids, n_ids, NULL, NULL, NULL, err)) goto out;
+        tok[i] = argmax(choir_vibevoice_logits(st[i]), d->lm.vocab);
+    }
+    double p1 = choir_now_s();
+    /* One sequence alone at that context (the reference of the speed-up). */
+    double s0 = choir_now_s();
+    for (int k = 0; k < steps; k++)
+        if (choir_vibevoice_step(m, st[0], tok[0], NULL, err)) goto out;
+    double s1 = choir_now_s();
+    if (!(bs = choir_stream_create(be, err)) ||
+        choir_stream_reserve(bs, (size_t)choir_vibevoice_batch_bytes(d, B),
+                             (size_t)choir_vibevoice_plan_scratch_bytes(d, &plan), err) ||
+        !(b = choir_vibevoice_batch_create(m, B, bs, err)))
+        goto out;
+    double b0 = choir_now_s();
+    for (int k = 0; k < steps; k++) {
+        if (choir_vibevoice_step_batch(m, b, st, tok, B, err)) goto out;
+        for (int i = 0; i < B; i++) tok[i] = argmax(choir_vibevoice_logits(st[i]), d->lm.vocab);
+    }
+    double b1 = choir_now_s();
+    double one = 1000 * (s1 - s0) / steps, step = 1000 * (b1 - b0) / steps, peak = choir_backend_mem_peak(be) / 1e9;
+    printf("batch      %d sequences at %d tokens (%g min of audio each), prefilled one by one in %.2f s; "
+           "%d batched steps: %.2f ms/step, %.0f tokens/s in all, %.2fx one sequence's %.0f tokens/s "
+           "(%.2f ms/token alone); device peak %.2f GB\n", B, n_ids, minutes, p1 - p0, steps, step,
+           1000.0 * B / step, one / step * B, 1000.0 / one, one, peak);
+    printf("choir vibevoice batch %d at %g min: batch=%d min=%g batch_step_ms=%.3f agg_tps=%.1f one_ms=%.3f "
+           "speedup=%.3f peak_gb=%.3f\n", B, minutes, B, minutes, step, 1000.0 * B / step, one, one / step * B,
+           peak);
+    fflush(stdout);
+    status = 0;
+out:
+    choir_vibevoice_batch_free(b);
+    choir_stream_free(bs);
+    for (int i = 0; st && i < B; i++) choir_vibevoice_state_free(st[i]);
+    free(st);
+    free(ids);
+    free(tok);
+    return status;
+}
+
 /* minutes: a comma-separated list of audio lengths, timed in that order on
  * one model. */
-static int bench(const char *size, int layers, const char *minutes, int steps, int chunk) {
+static int bench(const char *size, int layers, const char *minutes, int steps, int chunk, const char *batches,
+                 double batch_min) {
     choir_err err = {0};
     choir_vibevoice_dims d;
     if (choir_vibevoice_dims_named(size, &d, &err)) {
@@ -515,6 +584,16 @@ static int bench(const char *size, int layers, const char *minutes, int steps, i
         if (bench_len(be, m, &d, mins, steps, chunk, &err)) goto out;
         p = *end == ',' ? end + 1 : end;
     }
+    for (const char *p = batches; p && *p;) {
+        char *end;
+        long nb = strtol(p, &end, 10);
+        if (end == p || nb <= 0 || nb > 4096) {
+            choir_err_set(&err, CHOIR_EINVAL, "bench: bad --batch list '%s'", batches);
+            goto out;
+        }
+        if (bench_batch(be, m, &d, batch_min, (int)nb, steps, chunk, &err)) goto out;
+        p = *end == ',' ? end + 1 : end;
+    }
     status = 0;
 out:
     if (status) printf("FAIL  bench: %s\n", err.msg);
@@ -527,15 +606,20 @@ out:
 int main(int argc, char **argv) {
     const char *size = NULL;
     int layers = 4, steps = 16, chunk = 1024;
-    const char *minutes = "10";
+    const char *minutes = "10", *batches = NULL;
+    double batch_min = 10;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--bench") == 0) size = argv[i + 1];
         else if (strcmp(argv[i], "--layers") == 0) layers = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--audio-min") == 0) minutes = argv[i + 1];
         else if (strcmp(argv[i], "--steps") == 0) steps = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--prefill-chunk") == 0) chunk = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--batch") == 0) batches = argv[i + 1];
+        else if (strcmp(argv[i], "--batch-min") == 0) batch_min = atof(argv[i + 1]);
     }
-    if (size) return bench(size, layers, minutes, steps > 0 ? steps : 1, chunk > 0 ? chunk : 1024);
+    if (size)
+        return bench(size, layers, minutes, steps > 0 ? steps : 1, chunk > 0 ? chunk : 1024, batches,
+                     batch_min > 0 ? batch_min : 10);
     choir_err err = {0};
     choir_backend_cuda_opts o = {.device = 0};
     choir_backend *gpu = choir_backend_cuda(&o, &err);
