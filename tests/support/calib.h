@@ -4,7 +4,8 @@
  * those peaks after a few batches.
  *
  * The adapter runs with its estimate scaled (ops wrapped: estimate times a
- * factor, run_batch recording each batch's arena capacity, high-water mark
+ * factor, from the loaded model's sizes even before the engine has loaded
+ * it; run_batch recording each batch's arena capacity, high-water mark
  * and return code). Two runs, each on an engine of its own (a fresh
  * calibration factor), submitting one job at a time so every batch is one
  * request:
