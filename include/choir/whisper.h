@@ -429,6 +429,16 @@ typedef struct choir_whisper_transcribe_opts {
      * timestamp). Needs params.timestamps. CPU models only so far: on a GPU
      * the call fails with CHOIR_EUNSUPPORTED. */
     bool word_timestamps;
+    /* Working memory of the call (the engine's batch arena), or NULL. Given,
+     * the buffers of the call, the caches of its windows and hypotheses and
+     * every encoder and decoder pass (the kernel scratch included) are carved
+     * from it on a CPU model, and the host buffers on a GPU one; the call
+     * allocates nothing per step, and returns with the arena as it found it.
+     * Too small, the call fails with CHOIR_ENOMEM. Outputs (the transcript),
+     * the whole recording's mel and the word-timestamp alignment use the
+     * counted allocator either way. NULL: all of it from the counted
+     * allocator, call by call. */
+    choir_arena *arena;
 } choir_whisper_transcribe_opts;
 
 void choir_whisper_default_transcribe_opts(choir_whisper_transcribe_opts *o);

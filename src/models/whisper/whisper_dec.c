@@ -353,6 +353,14 @@ out:
 int wh_decode_host(const choir_whisper *m, choir_whisper_seq *const *seqs, int n_seq,
                    const int32_t *tokens, const int *n_tokens, bool all_positions, float *logits,
                    const wh_qk_req *qk, choir_err *err) {
+    /* In a batch arena: the pass carves its buffers from the batch stream
+     * and gives them back (wh_decode_run's mark), nothing allocated. */
+    choir_stream *bs = n_seq > 0 && seqs[0]->cross ? seqs[0]->cross->bs : NULL;
+    if (bs) {
+        wh_dec_rt brt = {.s = bs};
+        return wh_decode_run(&brt, &m->net, &m->dims, seqs, n_seq, tokens, n_tokens,
+                             all_positions, logits, qk, err);
+    }
     int64_t N = 0;
     for (int i = 0; i < n_seq; i++) N += n_tokens[i];
     wh_dec_rt rt = {.s = choir_stream_create(m->net.be, err)};

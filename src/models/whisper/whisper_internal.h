@@ -109,6 +109,10 @@ struct choir_whisper_cross {
     struct choir_whisper_gpu *gpu; /* the device's, NULL on the CPU */
     wh_pool *pool;
     int slot;
+    /* The batch stream whose arena holds this cache (the struct included),
+     * NULL when it is memory of its own. Everything that attends to the
+     * window (its sequences, their decoder passes) carves from it too. */
+    choir_stream *bs;
 };
 
 struct choir_whisper_seq {
@@ -123,7 +127,23 @@ struct choir_whisper_seq {
     struct choir_whisper_gpu *gpu; /* the device's, NULL on the CPU */
     wh_pool *pool;
     int slot;
+    choir_stream *bs; /* as the cross's: the batch stream holding it, or NULL */
 };
+
+/* --- batch memory (CPU) --------------------------------------------------- */
+/* A transcription given an arena (the engine's batch arena) runs on one
+ * "batch stream" over it (choir_stream_use_arena): every window's cross
+ * cache, every hypothesis' KV cache and tokens, the decoder's buffers of
+ * each step and the encoder's activations are carved from it in scoped
+ * (mark / release) order, and the kernel scratch is one block carved once.
+ * Caches made on it are given back by releasing past them, not by their
+ * free functions (which do nothing for them). Nothing in the forward then
+ * allocates, and the arena's high-water mark is what the batch used. */
+
+/* Kernel scratch the batch stream reserves for a call that decodes up to
+ * n_windows windows at once with G hypotheses each: the largest any
+ * encoder pass, cross K/V, prefill, step or word-timestamp pass takes. */
+size_t wh_batch_scratch_bytes(const choir_whisper *m, int n_windows, int G);
 
 /* --- the forward over backend operations (whisper_enc.c) ------------------ */
 
@@ -150,7 +170,14 @@ size_t wh_cross_work_bytes(const choir_whisper_dims *D);
 size_t wh_cross_scratch_bytes(const wh_net *w, const choir_whisper_dims *D);
 /* A window's cross cache with its K/V memory placed where the network runs
  * (contents undefined), or NULL and err (whisper_net.c). */
-choir_whisper_cross *wh_cross_new(const choir_whisper *m, choir_err *err);
+choir_whisper_cross *wh_cross_new(const choir_whisper *m, choir_stream *bs, choir_err *err);
+/* choir_whisper_encode_cross with the caches carved from the batch stream bs
+ * (NULL: as the public call). */
+int wh_encode_cross(const choir_whisper *m, choir_stream *bs, const float *mel, int n, float *enc,
+                    choir_whisper_cross **cross, choir_err *err);
+/* choir_whisper_seq_create with the cache carved from bs (NULL: its own). */
+choir_whisper_seq *wh_seq_new(const choir_whisper *m, int capacity, choir_stream *bs,
+                              choir_err *err);
 
 /* --- the decoder over backend operations (whisper_dec.c) ------------------ */
 
@@ -197,7 +224,8 @@ int wh_decode_run(wh_dec_rt *rt, const wh_net *w, const choir_whisper_dims *D,
                   choir_whisper_seq *const *seqs, int n_seq, const int32_t *tokens,
                   const int *n_tokens, bool all_positions, float *logits, const wh_qk_req *qk,
                   choir_err *err);
-/* wh_decode_run on a stream of its own over the model's CPU backend. */
+/* wh_decode_run over the model's CPU backend: on the batch stream of the
+ * sequences' window when it has one, else on a stream of its own. */
 int wh_decode_host(const choir_whisper *m, choir_whisper_seq *const *seqs, int n_seq,
                    const int32_t *tokens, const int *n_tokens, bool all_positions, float *logits,
                    const wh_qk_req *qk, choir_err *err);
