@@ -48,13 +48,22 @@ void tu_cal_run_scaled(const choir_model_ops *ops, const char *dir, const choir_
     p.wait_short_ms = 1;
     choir_engine *e = choir_engine_create(&p, &err);
     assert_non_null(e);
-    assert_int_equal(choir_engine_add_model(e, "calib", dir, &wrapped, &err), 0);
+    int rc = choir_engine_add_model(e, "calib", dir, &wrapped, &err);
+    if (rc) printf("add_model: %s\n", err.msg);
+    assert_int_equal(rc, 0);
+    int first = 0;
     for (int k = 0; k < rounds; k++) {
         choir_job j = *job;
         choir_ticket *t = choir_engine_submit(e, &j, NULL, &err);
         if (!t) printf("submit: %s\n", err.msg);
         assert_non_null(t);
-        assert_int_equal(choir_ticket_wait(t, 300, &err), 0);
+        /* Finished, whatever the model made of it (untrained weights may
+         * fail a request as malformed), but never for want of memory: an
+         * overflowed batch is retried until it fits. */
+        int st = choir_ticket_wait(t, 300, &err);
+        assert_true(st != CHOIR_ETIMEDOUT && st != CHOIR_ENOMEM);
+        if (k == 0) first = st;
+        assert_int_equal(st, first);
         choir_ticket_free(t);
     }
     choir_engine_free(e);
