@@ -155,6 +155,34 @@ static void test_attention_cached(void **state) {
     fx_close(&f);
 }
 
+/* Positions from memory: rows at arbitrary positions (not consecutive) each
+ * equal the one-row attention at that position; a position past the cache
+ * is clamped to its last row. */
+static void test_attention_cached_at(void **state) {
+    (void)state;
+    fx f = fx_open();
+    int nh = 6, nkv = 2, D = 16;
+    int64_t rows = 200, ld = (int64_t)nh * D;
+    const int32_t pos[] = {0, 199, 57, 57, 130, 5000};
+    int64_t T = (int64_t)(sizeof pos / sizeof pos[0]);
+    float *q = rnd(T * ld), *kc = rnd(rows * nkv * D), *vc = rnd(rows * nkv * D), *out = rnd(T * ld);
+    double *want = malloc((size_t)ld * sizeof *want);
+    assert_int_equal(choir_op_attention_cached_at(f.s, q, T, kc, vc, pos, rows, nh, nkv, D, out), 0);
+    for (int64_t i = 0; i < T; i++) {
+        int64_t p = pos[i] < rows ? pos[i] : rows - 1;
+        naive_attention(q + i * ld, 1, kc, vc, p, nh, nkv, D, want);
+        double e = max_abs(out + i * ld, want, ld);
+        if (!(e < 2e-5)) fail_msg("row %lld at %d: max abs %.3g", (long long)i, (int)pos[i], e);
+    }
+    choir_err err = {0};
+    assert_int_equal(choir_op_attention_cached_at(f.s, q, 1, kc, vc, NULL, rows, nh, nkv, D, out), CHOIR_EINVAL);
+    assert_int_equal(choir_stream_status(f.s, &err), CHOIR_EINVAL);
+    assert_non_null(strstr(err.msg, "attention_cached_at"));
+    choir_stream_clear(f.s);
+    free(q), free(kc), free(vc), free(out), free(want);
+    fx_close(&f);
+}
+
 static void test_bad_shapes(void **state) {
     (void)state;
     fx f = fx_open();
@@ -182,6 +210,7 @@ int main(void) {
         cmocka_unit_test(test_stem),
         cmocka_unit_test(test_dwconv_and_residual),
         cmocka_unit_test(test_attention_cached),
+        cmocka_unit_test(test_attention_cached_at),
         cmocka_unit_test(test_bad_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

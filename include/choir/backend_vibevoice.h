@@ -49,6 +49,14 @@ int choir_op_attention_cached(choir_stream *s, const float *q, int64_t T, const 
                               const float *vc, int64_t pos0, int n_heads, int n_kv, int D,
                               float *out);
 
+/* The same attention with each query row's position in backend memory, read
+ * when the operation runs (a graph replay reads the current values): row i
+ * sees cache rows 0 .. pos[i] (int32), at most max_keys of them (the rows
+ * the cache holds). What a graph-captured decoding step uses. */
+int choir_op_attention_cached_at(choir_stream *s, const float *q, int64_t T, const float *kc,
+                                 const float *vc, const int32_t *pos, int64_t max_keys, int n_heads,
+                                 int n_kv, int D, float *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -138,7 +138,8 @@ int choir_vibevoice_lm_bits(const choir_vibevoice *m);
  * generated in memory from `seed` (0: a fixed default): matrices in `dtype`
  * (f32, f16 or bf16) or, with q_bits 4 or 8, the language model's linears
  * and embedding as MLX codes (group 64); vectors f32. Values are uniform and
- * scaled like an initialised network. Pass choir_vibevoice_randw_find and
+ * scaled like an initialised network, generated on the default pool (the
+ * same values whatever its size). Pass choir_vibevoice_randw_find and
  * the object to choir_vibevoice_from_tensors[_on]; it must outlive the model.
  * NULL and err on bad arguments or when out of memory. */
 typedef struct choir_vibevoice_randw choir_vibevoice_randw;
@@ -241,6 +242,18 @@ int choir_vibevoice_prefill(const choir_vibevoice *m, choir_vibevoice_state *s, 
 /* One decoding step: appends `token` and writes the next logits[vocab]. */
 int choir_vibevoice_step(const choir_vibevoice *m, choir_vibevoice_state *s, int32_t token,
                          float *logits, choir_err *err);
+/* On a device backend, for a state that owns its stream
+ * (choir_vibevoice_state_create): on = record the step as a graph at the
+ * next step after one run op by op, then replay it (one launch a step);
+ * off (the default) = every step op by op, and a recorded graph is freed.
+ * While the graph lives, the backend's kernel scratch cannot grow, so
+ * another state on the same backend that needs more scratch (a longer
+ * plan) fails with CHOIR_EBUSY: turn it on where one state decodes at a
+ * time. No effect on the CPU. */
+void choir_vibevoice_set_step_graph(choir_vibevoice_state *s, bool on);
+/* Whether the last step was a graph replay. */
+bool choir_vibevoice_step_graphed(const choir_vibevoice_state *s);
+
 /* --- batched decoding ----------------------------------------------------- */
 /* Decoding steps of several sequences (states) at once: the rows of every
  * sequence go through each linear layer together (one pass over the

@@ -15,9 +15,11 @@
  *     f32 weights, then bf16 weights; then batched decoding steps of two
  *     sequences on the GPU against single steps on the CPU;
  *  3. with --bench 1.5b|7b [--layers N] [--audio-min M[,M..]] [--steps N]
- *     [--prefill-chunk N (1024)]: the
+ *     [--prefill-chunk N (1024)] [--batch B[,B..] [--batch-min M (10)]]: the
  *     published size (LM depth cut to --layers) on the GPU alone, bf16: load,
- *     encoder, prefill and decode times and the device's peak memory.
+ *     encoder, prefill and decode times (op by op and graph-replayed) and the
+ *     device's peak memory; with --batch, B sequences at the context of M
+ *     minutes decoding in batched steps (aggregate tokens/s).
  *
  * Bounds. f32: operations rel L2 <= 1e-5; model stages <= 1e-4 (cuBLAS
  * and the CPU sum in other orders; the parity bound against transformers is
@@ -160,6 +162,27 @@ static void check_ops(choir_backend *cpu_be, choir_backend *gpu_be) {
         choir_stream_release(p.gpu, mark);
         free(q), free(k), free(v), free(out);
     }
+    {
+        /* Positions from backend memory (the graph-captured step's form):
+         * rows at scattered positions of a 7:1 cache of 3000 rows, one past
+         * it (clamped). */
+        int nh = 28, nkv = 4, D = 128;
+        int64_t rows = 3000, ld = (int64_t)nh * D;
+        const int32_t pos[] = {2999, 0, 1500, 127, 128, 4000};
+        int64_t T = (int64_t)(sizeof pos / sizeof pos[0]);
+        float *q = rnd(T * ld, 2), *k = rnd(rows * nkv * D, 1), *v = rnd(rows * nkv * D, 1), *out = rnd(T * ld, 1);
+        size_t mark = choir_stream_mark(p.gpu);
+        choir_op_attention_cached_at(p.cpu, q, T, k, v, pos, rows, nh, nkv, D, out);
+        int32_t *dpos = choir_stream_alloc(p.gpu, sizeof pos, "pos");
+        if (dpos) choir_op_upload(p.gpu, dpos, pos, sizeof pos);
+        float *dout = choir_stream_floats(p.gpu, T * ld, "out");
+        choir_op_attention_cached_at(p.gpu, up(&p, q, T * ld), T, up(&p, k, rows * nkv * D),
+                                     up(&p, v, rows * nkv * D), dpos, rows, nh, nkv, D, dout);
+        verdict("op attention_cached_at 6 rows at scattered positions of 3000, 28/4 x 128",
+                down_cmp(&p, dout, out, T * ld), 1e-5);
+        choir_stream_release(p.gpu, mark);
+        free(q), free(k), free(v), free(out);
+    }
     if (choir_stream_status(p.cpu, &err) || choir_stream_status(p.gpu, &err)) failed("ops: stream error", &err);
 done:
     choir_stream_free(p.cpu);
@@ -196,6 +219,8 @@ typedef struct run {
     float *lat_a, *lat_s, *emb, *in_emb, *hid, *logits;
     float *step_logits; /* [steps][vocab] */
     int32_t tokens[8];
+    int graph;          /* record the step as a graph (choir_vibevoice_set_step_graph) */
+    int graphed;        /* steps that were graph replays */
 } run;
 
 static void run_free(run *r) {
@@ -221,6 +246,7 @@ static int run_model(const choir_vibevoice *m, const float *x, int64_t n, const 
     r->step_logits = malloc((size_t)8 * (size_t)V * sizeof(float));
     choir_vibevoice_state *s = choir_vibevoice_state_create(m, &plan, NULL, err);
     if (!s) return err->code;
+    choir_vibevoice_set_step_graph(s, r->graph != 0);
     int rc = choir_vibevoice_encode(m, s, x, n, 0, r->lat_a, r->lat_s, err);
     if (!rc) rc = choir_vibevoice_audio_embeds(m, s, r->emb, err);
     if (!rc) rc = choir_vibevoice_prefill(m, s, ids, n_ids, r->logits, r->in_emb, r->hid, err);
@@ -228,6 +254,7 @@ static int run_model(const choir_vibevoice *m, const float *x, int64_t n, const 
     for (int i = 0; i < 8 && !rc; i++) {
         r->tokens[i] = feed ? feed[i] : argmax(last, V);
         rc = choir_vibevoice_step(m, s, r->tokens[i], r->step_logits + (int64_t)i * V, err);
+        r->graphed += choir_vibevoice_step_graphed(s);
         last = r->step_logits + (int64_t)i * V;
     }
     choir_vibevoice_state_free(s);
@@ -360,6 +387,20 @@ static void check_model(choir_backend *gpu_be, choir_dtype dt, double tol) {
             else n_fail++;
         }
         printf("      model %s: %.1f MB of weights on the device\n", tag, choir_vibevoice_device_bytes(gpu) / 1e6);
+        /* The same run with the step recorded once and replayed: the
+         * logits of every step bit-identical to the op-by-op steps. */
+        run g = {.graph = 1};
+        snprintf(name, sizeof name, "model %s: graph-replayed steps", tag);
+        if (run_model(gpu, x, n, ids, n_ids, a.tokens, &g, &err)) failed(name, &err);
+        else {
+            int64_t diff = 0;
+            for (int64_t i = 0; i < 8 * (int64_t)d.lm.vocab; i++) diff += g.step_logits[i] != b.step_logits[i];
+            printf("%s  %s: %d of 8 steps replayed, %lld logits differ from the op-by-op steps\n",
+                   g.graphed >= 6 && diff == 0 ? "PASS" : "FAIL", name, g.graphed, (long long)diff);
+            if (g.graphed >= 6 && diff == 0) n_pass++;
+            else n_fail++;
+        }
+        run_free(&g);
         check_batch(cpu, gpu, tag, tol);
     }
     free(x);
@@ -395,7 +436,7 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
     ids[32] = d->audio_bos;
     for (int i = 0; i < T; i++) ids[33 + i] = d->audio_token;
     ids[33 + T] = d->audio_eos;
-    choir_vibevoice_plan plan = {.max_samples = np, .max_context = n_ids + steps + 1, .prefill_chunk = chunk};
+    choir_vibevoice_plan plan = {.max_samples = np, .max_context = n_ids + 2 * steps + 2, .prefill_chunk = chunk};
     choir_backend_mem_reset_peak(be);
     if (!(s = choir_vibevoice_state_create(m, &plan, NULL, err))) goto out;
     double e0 = choir_now_s();
@@ -407,17 +448,30 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
     for (int i = 0; i < steps; i++)
         if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) goto out;
     double d1 = choir_now_s();
-    double peak = choir_backend_mem_peak(be) / 1e9 + choir_vibevoice_device_bytes(m) / 1e9;
+    /* The same steps recorded once as a graph and replayed (the first step
+     * after turning it on records; it is left out of the time). */
+    choir_vibevoice_set_step_graph(s, true);
+    if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) goto out;
+    double g0 = choir_now_s();
+    int graphed = 0;
+    for (int i = 0; i < steps; i++) {
+        if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) goto out;
+        graphed += choir_vibevoice_step_graphed(s);
+    }
+    double g1 = choir_now_s();
+    double peak = choir_backend_mem_peak(be) / 1e9; /* everything held through the backend, weights too */
     printf("encoders   %.0f s of audio in %.3f s (%.0fx real time)\n", minutes * 60, e1 - e0,
            minutes * 60 / (e1 - e0));
     printf("prefill    %d tokens in %.3f s: %.0f tokens/s (chunks of %d)\n", n_ids, p1 - e1, n_ids / (p1 - e1),
            chunk);
-    printf("decode     %d steps in %.3f s: %.2f ms/token (logits downloaded each step)\n", steps, d1 - p1,
-           1000 * (d1 - p1) / steps);
+    printf("decode     %d steps in %.3f s: %.2f ms/token op by op, %.2f ms/token as a graph (%d of %d "
+           "replayed; logits downloaded each step)\n", steps, d1 - p1, 1000 * (d1 - p1) / steps,
+           1000 * (g1 - g0) / steps, graphed, steps);
     printf("device     peak %.2f GB (weights %.2f GB, state planned %.2f GB)\n", peak,
            choir_vibevoice_device_bytes(m) / 1e9, choir_vibevoice_plan_bytes(d, &plan) / 1e9);
-    printf("choir vibevoice %g min: min=%g enc_s=%.4f prefill_tps=%.1f decode_ms=%.3f peak_gb=%.3f\n", minutes,
-           minutes, e1 - e0, n_ids / (p1 - e1), 1000 * (d1 - p1) / steps, peak);
+    printf("choir vibevoice %g min: min=%g enc_s=%.4f prefill_tps=%.1f decode_ms=%.3f graph_ms=%.3f "
+           "peak_gb=%.3f\n", minutes, minutes, e1 - e0, n_ids / (p1 - e1), 1000 * (d1 - p1) / steps,
+           1000 * (g1 - g0) / steps, peak);
     fflush(stdout);
     status = 0;
 out:
@@ -427,9 +481,76 @@ out:
     return status;
 }
 
+/* Continuous batching's steady state: B sequences at the context one
+ * request of `minutes` of audio makes (a text prompt of that length: a
+ * step's cost does not depend on what the cached rows came from), each
+ * prefilled alone, then `steps` batched steps of all B
+ * (choir_vibevoice_step_batch: one pass over the weights for the B rows,
+ * attention per sequence). Aggregate decode tokens/s against one sequence's
+ * step time at the same context in the same run. */
+static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevoice_dims *d, double minutes,
+                       int B, int steps, int chunk, choir_err *err) {
+    int status = 1;
+    int64_t np = choir_vibevoice_padded_len((int64_t)(minutes * 60 * CHOIR_VIBEVOICE_SAMPLE_RATE), d->hop);
+    int n_ids = (int)(np / d->hop) + 66;
+    int32_t *ids = malloc((size_t)n_ids * sizeof *ids), *tok = malloc((size_t)B * sizeof *tok);
+    choir_vibevoice_state **st = calloc((size_t)B, sizeof *st);
+    choir_vibevoice_batch *b = NULL;
+    choir_stream *bs = NULL;
+    if (!ids || !tok || !st) {
+        choir_err_set(err, CHOIR_ENOMEM, "bench: out of host memory");
+        goto out;
+    }
+    choir_vibevoice_plan plan = {.max_samples = 0, .max_context = n_ids + 2 * steps + 2, .prefill_chunk = chunk};
+    choir_backend_mem_reset_peak(be);
+    double p0 = choir_now_s();
+    for (int i = 0; i < B; i++) {
+        for (int k = 0; k < n_ids; k++) ids[k] = 1000 + (k * 7919 + i * 104729) % 100000;
+        if (!(st[i] = choir_vibevoice_state_create(m, &plan, NULL, err))) goto out;
+        if (choir_vibevoice_prefill(m, st[i], ids, n_ids, NULL, NULL, NULL, err)) goto out;
+        tok[i] = argmax(choir_vibevoice_logits(st[i]), d->lm.vocab);
+    }
+    double p1 = choir_now_s();
+    /* One sequence alone at that context (the reference of the speed-up). */
+    double s0 = choir_now_s();
+    for (int k = 0; k < steps; k++)
+        if (choir_vibevoice_step(m, st[0], tok[0], NULL, err)) goto out;
+    double s1 = choir_now_s();
+    if (!(bs = choir_stream_create(be, err)) ||
+        choir_stream_reserve(bs, (size_t)choir_vibevoice_batch_bytes(d, B),
+                             (size_t)choir_vibevoice_plan_scratch_bytes(d, &plan), err) ||
+        !(b = choir_vibevoice_batch_create(m, B, bs, err)))
+        goto out;
+    double b0 = choir_now_s();
+    for (int k = 0; k < steps; k++) {
+        if (choir_vibevoice_step_batch(m, b, st, tok, B, err)) goto out;
+        for (int i = 0; i < B; i++) tok[i] = argmax(choir_vibevoice_logits(st[i]), d->lm.vocab);
+    }
+    double b1 = choir_now_s();
+    double one = 1000 * (s1 - s0) / steps, step = 1000 * (b1 - b0) / steps, peak = choir_backend_mem_peak(be) / 1e9;
+    printf("batch      %d sequences at %d tokens (%g min of audio each), prefilled one by one in %.2f s; "
+           "%d batched steps: %.2f ms/step, %.0f tokens/s in all, %.2fx one sequence's %.0f tokens/s "
+           "(%.2f ms/token alone); device peak %.2f GB\n", B, n_ids, minutes, p1 - p0, steps, step,
+           1000.0 * B / step, one / step * B, 1000.0 / one, one, peak);
+    printf("choir vibevoice batch %d at %g min: batch=%d min=%g batch_step_ms=%.3f agg_tps=%.1f one_ms=%.3f "
+           "speedup=%.3f peak_gb=%.3f\n", B, minutes, B, minutes, step, 1000.0 * B / step, one, one / step * B,
+           peak);
+    fflush(stdout);
+    status = 0;
+out:
+    choir_vibevoice_batch_free(b);
+    choir_stream_free(bs);
+    for (int i = 0; st && i < B; i++) choir_vibevoice_state_free(st[i]);
+    free(st);
+    free(ids);
+    free(tok);
+    return status;
+}
+
 /* minutes: a comma-separated list of audio lengths, timed in that order on
  * one model. */
-static int bench(const char *size, int layers, const char *minutes, int steps, int chunk) {
+static int bench(const char *size, int layers, const char *minutes, int steps, int chunk, const char *batches,
+                 double batch_min) {
     choir_err err = {0};
     choir_vibevoice_dims d;
     if (choir_vibevoice_dims_named(size, &d, &err)) {
@@ -463,6 +584,16 @@ static int bench(const char *size, int layers, const char *minutes, int steps, i
         if (bench_len(be, m, &d, mins, steps, chunk, &err)) goto out;
         p = *end == ',' ? end + 1 : end;
     }
+    for (const char *p = batches; p && *p;) {
+        char *end;
+        long nb = strtol(p, &end, 10);
+        if (end == p || nb <= 0 || nb > 4096) {
+            choir_err_set(&err, CHOIR_EINVAL, "bench: bad --batch list '%s'", batches);
+            goto out;
+        }
+        if (bench_batch(be, m, &d, batch_min, (int)nb, steps, chunk, &err)) goto out;
+        p = *end == ',' ? end + 1 : end;
+    }
     status = 0;
 out:
     if (status) printf("FAIL  bench: %s\n", err.msg);
@@ -475,15 +606,20 @@ out:
 int main(int argc, char **argv) {
     const char *size = NULL;
     int layers = 4, steps = 16, chunk = 1024;
-    const char *minutes = "10";
+    const char *minutes = "10", *batches = NULL;
+    double batch_min = 10;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--bench") == 0) size = argv[i + 1];
         else if (strcmp(argv[i], "--layers") == 0) layers = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--audio-min") == 0) minutes = argv[i + 1];
         else if (strcmp(argv[i], "--steps") == 0) steps = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--prefill-chunk") == 0) chunk = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--batch") == 0) batches = argv[i + 1];
+        else if (strcmp(argv[i], "--batch-min") == 0) batch_min = atof(argv[i + 1]);
     }
-    if (size) return bench(size, layers, minutes, steps > 0 ? steps : 1, chunk > 0 ? chunk : 1024);
+    if (size)
+        return bench(size, layers, minutes, steps > 0 ? steps : 1, chunk > 0 ? chunk : 1024, batches,
+                     batch_min > 0 ? batch_min : 10);
     choir_err err = {0};
     choir_backend_cuda_opts o = {.device = 0};
     choir_backend *gpu = choir_backend_cuda(&o, &err);

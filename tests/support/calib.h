@@ -4,7 +4,8 @@
  * those peaks after a few batches.
  *
  * The adapter runs with its estimate scaled (ops wrapped: estimate times a
- * factor, run_batch recording each batch's arena capacity, high-water mark
+ * factor, from the loaded model's sizes even before the engine has loaded
+ * it; run_batch recording each batch's arena capacity, high-water mark
  * and return code). Two runs, each on an engine of its own (a fresh
  * calibration factor), submitting one job at a time so every batch is one
  * request:
@@ -35,8 +36,9 @@ typedef struct tu_cal_run {
 
 /* Runs `rounds` copies of `job`, one at a time, through an engine (4 GiB
  * budget) serving `dir` with `ops` whose estimate is `scale` times its own,
- * and records every batch into *out. Each job must finish (its status is not
- * checked: a model test checks outputs itself). */
+ * and records every batch into *out. Each job must finish, every one with
+ * the same status and none for want of memory (a model test checks outputs
+ * itself: untrained weights may fail every request as malformed). */
 void tu_cal_run_scaled(const choir_model_ops *ops, const char *dir, const choir_job *job,
                        double scale, int rounds, tu_cal_run *out);
 

@@ -104,6 +104,10 @@ static int64_t layout(const choir_vibevoice_dims *dims, const vv_kernels k[2], c
         int64_t lm[][2] = {{H, V}, {H, H}, {qd, H}, {kvd, H}, {H, qd}, {I, H}, {H, I}, {L->vocab, H}};
         for (size_t i = 0; i < sizeof lm / sizeof lm[0]; i++)
             need = max64(need, lin_scratch(i == 7 ? 1 : Pc, lm[i][0], lm[i][1]));
+        /* The split-keys attention of a step (and of prefill chunks of up to
+         * 16 rows) on a device: partial sums of every split of the context. */
+        int64_t att_rows = Pc <= 16 ? Pc : 1, splits = (ctx + 127) / 128;
+        need = max64(need, att_rows * L->n_heads * splits * (L->head_dim + 2) * (int64_t)sizeof(float));
         *scratch = need;
     }
     struct {
@@ -120,6 +124,7 @@ static int64_t layout(const choir_vibevoice_dims *dims, const vv_kernels k[2], c
         {s ? &s->gate : NULL, Pc * L->intermediate}, {s ? &s->up : NULL, Pc * L->intermediate},
         {s ? &s->logits : NULL, L->vocab},
         {s ? (float **)&s->ids : NULL, Pc}, {s ? (float **)&s->pos : NULL, Pc},
+        {s ? (float **)&s->slot0 : NULL, 1},
         {s ? &s->k_cache : NULL, (int64_t)L->n_layers * ctx * kvd},
         {s ? &s->v_cache : NULL, (int64_t)L->n_layers * ctx * kvd},
     };
@@ -190,6 +195,8 @@ choir_vibevoice_state *choir_vibevoice_state_create_on(const choir_vibevoice *m,
     layout(&m->dims, k, plan, s, NULL);
     s->kernels[0] = k[0];
     s->kernels[1] = k[1];
+    int32_t zero = 0;
+    choir_op_upload(stream, s->slot0, &zero, sizeof zero);
     if (s->host) s->logits_host = s->logits;
     else {
         s->logits_host = choir_alloc(CHOIR_MEM_IO, (size_t)m->dims.lm.vocab * sizeof(float));
@@ -242,6 +249,7 @@ choir_vibevoice_state *choir_vibevoice_state_create(const choir_vibevoice *m, co
 
 void choir_vibevoice_state_free(choir_vibevoice_state *s) {
     if (!s) return;
+    choir_graph_free(s->step_graph);
     if (!s->host) {
         choir_free(s->logits_host);
         choir_free(s->pos_host);

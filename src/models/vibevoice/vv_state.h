@@ -53,7 +53,13 @@ struct choir_vibevoice_state {
     int32_t *ids, *pos;     /* [chunk] token ids and positions of a prefill chunk or step */
     float *logits_host;     /* [vocab] what the caller reads (s->logits on the CPU) */
     int32_t *pos_host;      /* [chunk] positions staged for upload (CUDA only) */
+    int32_t *slot0;         /* [1] backend memory holding 0 (the cache's slot for rows_scatter) */
     float *k_cache, *v_cache; /* [layers][ctx][kv heads D] */
+    /* The decoding step recorded once (CUDA, a state owning its stream): it
+     * reads the token and position from ids[0] and pos[0], so every later
+     * step is one replay. step_direct counts the steps run op by op. */
+    choir_graph *step_graph;
+    int step_graph_on, step_graph_failed, step_graph_last, step_direct;
     int n_past;             /* tokens in the cache */
     int64_t audio_used;     /* latent frames consumed by prefill so far */
 };

@@ -6,9 +6,12 @@
  * same samples; requests that share task, timestamps and temperature run
  * their loops in lockstep, their current windows (every hypothesis of every
  * window) in one decoder batch per step. Working memory comes from the
- * counted allocator (activations and caches categories), not the batch arena,
- * and the adapter says so (no_arena): the engine still reserves the estimate
- * but no longer allocates an arena of that size that nothing touches.
+ * batch arena (choir_whisper_transcribe_opts.arena): on the CPU one stream
+ * over it serves every pass of the batch, its caches and kernel scratch
+ * included, so the arena's high-water mark is what the batch used and the
+ * engine calibrates the estimate from it; an arena too small fails the
+ * batch with CHOIR_ENOMEM before any output, which the engine retries with
+ * more room. On a GPU only the host buffers come from it.
  *
  * In CUDA builds the adapter also takes a GPU (opt->device >= 1): the network
  * is attached to that device (choir_whisper_gpu_attach; f32 matrices stored
@@ -220,7 +223,7 @@ static bool whisper_same_group(const choir_request *a, const choir_request *b) {
 }
 
 static int whisper_run_batch_locked(whisper_weights *w, choir_request *const *reqs, int n,
-                                    choir_err *err) {
+                                    choir_arena *arena, choir_err *err) {
     choir_whisper_input in[16];
     choir_whisper_transcript t[16];
     choir_request *grp[16];
@@ -258,6 +261,7 @@ static int whisper_run_batch_locked(whisper_weights *w, choir_request *const *re
         o.segment_user = &wg;
         o.cancelled = whisper_cancelled;
         o.cancel_user = &wg;
+        o.arena = arena;
         choir_err e = {0};
         int rc = choir_whisper_transcribe_batch(w->m, w->tok, in, ng, &o, t, &e);
         if (rc == CHOIR_ECANCELED) continue; /* the engine finishes cancelled requests */
@@ -277,11 +281,10 @@ static int whisper_run_batch_locked(whisper_weights *w, choir_request *const *re
 
 static int whisper_run_batch(void *weights, choir_request *const *reqs, int n, choir_arena *arena,
                              choir_err *err) {
-    (void)arena;
     whisper_weights *w = weights;
-    if (!w->gpu) return whisper_run_batch_locked(w, reqs, n, err);
+    if (!w->gpu) return whisper_run_batch_locked(w, reqs, n, arena, err);
     pthread_mutex_lock(&w->lock);
-    int rc = whisper_run_batch_locked(w, reqs, n, err);
+    int rc = whisper_run_batch_locked(w, reqs, n, arena, err);
     pthread_mutex_unlock(&w->lock);
     return rc;
 }
@@ -297,7 +300,6 @@ const choir_model_ops choir_model_whisper = {
     .length = whisper_length,
     .estimate = whisper_estimate,
     .run_batch = whisper_run_batch,
-    .no_arena = 1,
 #ifdef CHOIR_HAVE_CUDA
     .gpu = 1,
     .device_bytes = whisper_device_bytes,

@@ -229,3 +229,31 @@ int choir_op_attention_cached(choir_stream *s, const float *q, int64_t T, const 
 #endif
     return be_unsupported(s, "attention_cached");
 }
+
+int choir_op_attention_cached_at(choir_stream *s, const float *q, int64_t T, const float *kc,
+                                 const float *vc, const int32_t *pos, int64_t max_keys, int n_heads,
+                                 int n_kv, int D, float *out) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (T < 0 || max_keys <= 0 || !pos || n_heads <= 0 || n_kv <= 0 || n_heads % n_kv || D <= 0 ||
+        D > ATT_MAX_D)
+        return be_invalid(s, "attention_cached_at: %lld queries over %lld keys, %d heads over %d of %d",
+                          (long long)T, (long long)max_keys, n_heads, n_kv, D);
+    if (T == 0) return 0;
+    if (be_host(s)) {
+        /* Row by row, each as attention_cached at its own position. */
+        int64_t ld = (int64_t)n_heads * D;
+        for (int64_t i = 0; i < T; i++) {
+            int64_t p = pos[i] + 1 > max_keys ? max_keys - 1 : pos[i];
+            if (p < 0) return be_invalid(s, "attention_cached_at: position %lld", (long long)p);
+            att_job j = {q + i * ld, kc, vc, out + i * ld, 1, p, n_heads, n_kv, D, 1, 1.0f / sqrtf((float)D)};
+            choir_pool_parallel_for(choir_pool_default(), n_heads, 1, att_tasks, &j);
+        }
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    BE_CUDA(s, "attention_cached_at",
+            choir_cuda_vv_attention_at(s->be->cu, q, T, kc, vc, pos, max_keys, n_heads, n_kv, D, out,
+                                       BE_ERR));
+#endif
+    return be_unsupported(s, "attention_cached_at");
+}

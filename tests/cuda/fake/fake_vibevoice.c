@@ -67,15 +67,35 @@ int choir_cuda_vv_attention(choir_cuda *cu, const float *q, int64_t T, const flo
     return 0;
 }
 
-/* Row by row: row i over keys 0 .. pos[i] (at most max_keys). */
-int choir_cuda_vv_attention_at(choir_cuda *cu, const float *q, int64_t T, const float *kc,
-                               const float *vc, const int32_t *pos, int64_t max_keys, int n_heads,
-                               int n_kv, int D, float *out, choir_err *err) {
-    int64_t ld = (int64_t)n_heads * D;
-    for (int64_t i = 0; i < T; i++) {
-        int64_t p = pos[i] + 1 > max_keys ? max_keys - 1 : pos[i];
-        int rc = choir_cuda_vv_attention(cu, q + i * ld, 1, kc, vc, p, n_heads, n_kv, D, out + i * ld, err);
+/* Row by row: row i over keys 0 .. pos[i] (at most max_keys), reading the
+ * positions when it runs, so it is recorded in a capture and replayed. */
+typedef struct att_at_args {
+    const float *q, *kc, *vc;
+    const int32_t *pos;
+    int64_t T, max_keys;
+    int n_heads, n_kv, D;
+    float *out;
+} att_at_args;
+
+int fake_cuda_run_or_record(int (*fn)(const void *args), const void *args, size_t size);
+
+static int att_at_run(const void *args) {
+    const att_at_args *a = args;
+    int64_t ld = (int64_t)a->n_heads * a->D;
+    for (int64_t i = 0; i < a->T; i++) {
+        int64_t p = a->pos[i] + 1 > a->max_keys ? a->max_keys - 1 : a->pos[i];
+        int rc = choir_cuda_vv_attention(NULL, a->q + i * ld, 1, a->kc, a->vc, p, a->n_heads, a->n_kv, a->D,
+                                         a->out + i * ld, NULL);
         if (rc) return rc;
     }
     return 0;
+}
+
+int choir_cuda_vv_attention_at(choir_cuda *cu, const float *q, int64_t T, const float *kc,
+                               const float *vc, const int32_t *pos, int64_t max_keys, int n_heads,
+                               int n_kv, int D, float *out, choir_err *err) {
+    (void)cu;
+    (void)err;
+    att_at_args a = {q, kc, vc, pos, T, max_keys, n_heads, n_kv, D, out};
+    return fake_cuda_run_or_record(att_at_run, &a, sizeof a);
 }
