@@ -194,10 +194,14 @@ typedef struct choir_whisper_gpu_opts {
                         (choir_cuda_set_tf32): for bf16 models; false keeps them f32 */
     bool kv_f32;     /* keep the KV caches (self and cross) f32 for a half-precision model;
                         false: they hold the model's dtype, bf16 (half the bytes) */
+    int greedy_steps; /* greedy decoding (temperature 0, no beams): the rules, argmax and
+                         bookkeeping on the device, up to this many decoder steps per host
+                         wake-up (8; at most 16); 0: the rules on the host, one round trip
+                         per token */
 } choir_whisper_gpu_opts;
 
 /* device 0, f32 as stored, 8 windows, graphs on, TF32 off, caches in the
- * model's dtype. */
+ * model's dtype, greedy rules on the device 8 steps per wake-up. */
 void choir_whisper_default_gpu_opts(choir_whisper_gpu_opts *o);
 
 /* Opens a CUDA context on o->device (NULL: defaults), uploads the weights and

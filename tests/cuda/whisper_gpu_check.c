@@ -18,6 +18,10 @@
  *    with timestamp rules and beam search (beam 3: cache copies on the
  *    device, pool growth) give the CPU's tokens; the GPU encoder feeding the
  *    device cross K/V directly (no round trip) gives them too;
+ *  - greedy with the rules on the device, 1/3/8/16 steps per host wake-up,
+ *    with and without timestamp rules: the CPU's tokens, sums of
+ *    log-probabilities within 1e-6; the rules on the host (greedy_steps 0)
+ *    give them too;
  *  - a bf16 model's caches are bf16 on the device: greedy and beam 3 give
  *    the CPU's (f32 caches) first tokens;
  *  - (INFO) device bytes held, graph and direct step counts.
@@ -172,9 +176,13 @@ static int argmax(const float *x, int n) {
     return b;
 }
 
+/* choir_whisper_gpu_opts.greedy_steps for the next attach (-1: the default). */
+static int g_greedy_steps = -1;
+
 static int attach(choir_whisper *m, int bf16, bool graphs, int max_windows) {
     choir_whisper_gpu_opts o;
     choir_whisper_default_gpu_opts(&o);
+    if (g_greedy_steps >= 0) o.greedy_steps = g_greedy_steps;
     o.bf16 = bf16;
     o.tf32 = bf16; /* bf16 bounds also cover TF32 attention and convolutions */
     o.graphs = graphs;
@@ -491,6 +499,14 @@ static void bf16_cache_case(void) {
         for (int w = 0; w < 2; w++)
             for (int t = 0; t < first && t < cpu[k][w].n_tokens; t++, n++)
                 same += t < gpu[k][w].n_tokens && gpu[k][w].tokens[t] == cpu[k][w].tokens[t];
+        if (same != n)
+            for (int w = 0; w < 2; w++) {
+                printf("INFO window %d CPU:", w);
+                for (int t = 0; t < cpu[k][w].n_tokens; t++) printf(" %d", cpu[k][w].tokens[t]);
+                printf("\nINFO window %d GPU:", w);
+                for (int t = 0; t < gpu[k][w].n_tokens; t++) printf(" %d", gpu[k][w].tokens[t]);
+                printf("\n");
+            }
         report(st.kv_elem_bytes == 2 && n > 0 && same == n,
                "bf16 caches (%d bytes per element), %s: first %d tokens of 2 windows as the CPU's "
                "(f32 caches): %d of %d",
@@ -501,6 +517,68 @@ done:
     for (int k = 0; k < 2; k++)
         for (int w = 0; w < 2; w++)
             choir_whisper_result_clear(&cpu[k][w]), choir_whisper_result_clear(&gpu[k][w]);
+    arrays_free();
+}
+
+/* Greedy decoding with the rules on the device (choir/backend_whisper.h:
+ * filters, mass rule, argmax, bookkeeping; several steps per graph, the host
+ * woken between them) against the CPU decoder and against the GPU with the
+ * rules on the host (greedy_steps 0): the same tokens for 1, 3, 8 and 16
+ * steps per wake-up, with timestamp rules and without (the bench's
+ * settings), and the sums of log-probabilities within 1e-6 relative of the
+ * CPU's (the logits differ by rounding; the device sums in another order). */
+static void greedy_device_case(void) {
+    choir_whisper m;
+    build(&m, 0);
+    float *mel = arr(2 * 80 * 3000, 1.0f, -0.2f), *enc = arr(2 * 1500 * 64, 0, 0);
+    choir_err err = {0};
+    int rc = choir_whisper_encode(&m, mel, 2, enc, &err);
+    const int steps[5] = {0, 1, 3, 8, 16};
+    for (int ts = 0; ts < 2 && !rc; ts++) {
+        choir_whisper_params p;
+        choir_whisper_default_params(&p);
+        p.sample_len = 24;
+        p.timestamps = ts == 0;
+        p.suppress_blank = ts == 0;
+        choir_whisper_result cpu[2] = {{0}}, gpu[2] = {{0}};
+        if ((rc = decode2(&m, mel, enc, false, &p, cpu, &err))) {
+            report(false, "greedy on the device: CPU reference: %s", err.msg);
+            break;
+        }
+        for (int k = 0; k < 5; k++) {
+            g_greedy_steps = steps[k];
+            int a = attach(&m, 0, true, 2);
+            g_greedy_steps = -1;
+            if (a) break;
+            if ((rc = decode2(&m, mel, enc, false, &p, gpu, &err))) {
+                report(false, "greedy, rules on the %s: %s", steps[k] ? "device" : "host",
+                       err.msg);
+                choir_whisper_gpu_detach(&m);
+                break;
+            }
+            choir_whisper_gpu_stats st;
+            choir_whisper_gpu_get_stats(&m, &st, NULL);
+            double de = 0;
+            for (int w = 0; w < 2; w++) {
+                double d = fabs((double)gpu[w].sum_logprob - cpu[w].sum_logprob) /
+                           fmax(1.0, fabs((double)cpu[w].sum_logprob));
+                if (d > de) de = d;
+            }
+            bool ok = same_tokens(&gpu[0], &cpu[0]) && same_tokens(&gpu[1], &cpu[1]) &&
+                      de <= 1e-6 && st.graph_failures == 0;
+            report(ok,
+                   "greedy %s, rules on the %s (%d steps per wake-up): tokens as the CPU's "
+                   "(%d and %d), sum logprob rel diff %.2e (tol 1e-06); %lld graph steps, "
+                   "%lld direct",
+                   ts ? "no timestamps" : "timestamp rules", steps[k] ? "device" : "host",
+                   steps[k], gpu[0].n_tokens, gpu[1].n_tokens, de, (long long)st.steps_graph,
+                   (long long)st.steps_direct);
+            for (int w = 0; w < 2; w++) choir_whisper_result_clear(&gpu[w]);
+            choir_whisper_gpu_detach(&m);
+        }
+        for (int w = 0; w < 2; w++) choir_whisper_result_clear(&cpu[w]);
+    }
+    if (rc && !err.msg[0]) report(false, "greedy on the device: encoder failed");
     arrays_free();
 }
 
@@ -532,6 +610,9 @@ int main(void) {
     all_positions_case();
     full_decode_case();
     bf16_cache_case();
+    /* Last: its inputs come from the shared generator, and the bf16 case's
+     * first tokens are near ties between timestamps on other inputs. */
+    greedy_device_case();
     choir_backend_free(g_cpu_backend);
     printf("%d of %d checks passed\n", g_cases - g_failures, g_cases);
     return g_failures ? 1 : 0;

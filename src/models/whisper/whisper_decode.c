@@ -496,6 +496,55 @@ static int wd_prefill(wd_ctx *c, wd_group *gs, int n, choir_err *err) {
     return 0;
 }
 
+#ifdef CHOIR_HAVE_CUDA
+/* Greedy decoding of every window (one hypothesis each) with the rules on
+ * the device (wh_greedy_run): the host loop's picks, updates and stops,
+ * with the host woken every few steps instead of every token. */
+static int wd_greedy_device(wd_ctx *c, wd_group *gs, int n, int sample_len, choir_err *err) {
+    int rc = 0;
+    int32_t **tokens = choir_alloc(CHOIR_MEM_OTHER, (size_t)n * sizeof *tokens);
+    const float **logits = choir_alloc(CHOIR_MEM_OTHER, (size_t)n * sizeof *logits);
+    int *ints = choir_alloc(CHOIR_MEM_OTHER, (size_t)n * 3 * sizeof *ints);
+    double *sums = choir_alloc(CHOIR_MEM_OTHER, (size_t)n * sizeof *sums);
+    if (!tokens || !logits || !ints || !sums) {
+        rc = choir_err_set(err, CHOIR_ENOMEM, "whisper: out of memory for decoding");
+        goto done;
+    }
+    int *nt = ints, *sb = ints + n, *limit = ints + 2 * n;
+    for (int i = 0; i < n; i++) {
+        wd_hyp *h = &gs[i].hyp[0];
+        c->batch_seq[i] = h->kv;
+        tokens[i] = h->tokens;
+        logits[i] = h->logits;
+        nt[i] = h->n;
+        sb[i] = gs[i].n_init;
+        /* The host loop's stops: sample_len picks, or more than n_text_ctx tokens. */
+        limit[i] = gs[i].n_init + sample_len < c->C + 1 ? gs[i].n_init + sample_len : c->C + 1;
+        sums[i] = h->sum_logprob;
+    }
+    wh_greedy_req q = {.f = &c->filt, .tokens = tokens, .ld = c->C + 2, .n = nt,
+                       .sum_logprob = sums, .sample_begin = sb, .limit = limit,
+                       .logits = logits, .steps = wg_greedy_steps(c->m->gpu)};
+    wh_dec_rt *rt = wg_dec_rt(c->m->gpu, n, n, err);
+    rc = rt ? wh_greedy_run(rt, wg_net(c->m->gpu), &c->m->dims, c->batch_seq, n, &q, err)
+            : (err && err->code ? err->code : CHOIR_ENOMEM);
+    if (rc) goto done;
+    for (int i = 0; i < n; i++) {
+        wd_hyp *h = &gs[i].hyp[0];
+        h->n = nt[i];
+        h->sum_logprob = sums[i];
+        h->done = h->tokens[h->n - 1] == c->m->sp.eot;
+        gs[i].completed = true;
+    }
+done:
+    choir_free(tokens);
+    choir_free(logits);
+    choir_free(ints);
+    choir_free(sums);
+    return rc;
+}
+#endif
+
 static double wd_rank_score(const wd_ctx *c, double sum, int len) {
     double pen = c->p->length_penalty > 0 ? pow((5.0 + len) / 6.0, c->p->length_penalty) : len;
     return sum / (pen > 0 ? pen : 1.0);
@@ -646,6 +695,12 @@ int choir_whisper_decode_windows(const choir_whisper *m, const choir_tokenizer *
     if ((rc = wd_prefill(&c, gs, n, err))) goto done;
 
     int sample_len = p->sample_len > 0 ? p->sample_len : c.C / 2;
+#ifdef CHOIR_HAVE_CUDA
+    if (m->gpu && !c.beam && c.temperature <= 0 && G == 1 && wg_greedy_steps(m->gpu) > 0) {
+        if ((rc = wd_greedy_device(&c, gs, n, sample_len, err))) goto done;
+        sample_len = 0; /* every window is done */
+    }
+#endif
     for (int step = 0; step < sample_len; step++) {
         /* The rules of every live hypothesis (the step's host work: a pass
          * or two over the vocabulary each) run in parallel; the updates,

@@ -210,7 +210,16 @@ typedef struct wh_dec_rt {
     bool use_graphs;
     int64_t steps_graph, steps_direct;
     int graph_failures;
+    /* Greedy decoding on the device (wh_greedy_run): graphs of 1, 2, 4, ...
+     * steps by batch size, [(rows_cap + 1) * WH_GREEDY_KS], recorded for
+     * the filter settings in gkey; pinned staging for the hypotheses. */
+    choir_graph **ggraphs;
+    int gkey[5];
+    void *gstage;
+    size_t gstage_bytes;
+    choir_backend *be; /* for the pinned staging */
 } wh_dec_rt;
+#define WH_GREEDY_KS 5 /* graphs of 1, 2, 4, 8, 16 steps */
 #define WH_META 5 /* int32 inputs per row: id, position, cache slot, cross slot, keys */
 
 /* choir_whisper_decode's computation on rt (checked arguments; logits NULL:
@@ -231,6 +240,33 @@ int wh_decode_host(const choir_whisper *m, choir_whisper_seq *const *seqs, int n
                    const wh_qk_req *qk, choir_err *err);
 /* Frees rt's graphs (before anything they point into moves). */
 void wh_dec_graphs_drop(wh_dec_rt *rt);
+
+/* Greedy decoding of n_seq hypotheses with the rules on the device
+ * (choir/backend_whisper.h): after the start sequences, hypothesis i holds
+ * n[i] tokens in tokens[i] (room for ld) and logits[i] [n_vocab] (host) are
+ * its next-token logits. Each step applies f's rules (f->sample_begin
+ * replaced by sample_begin[i]), appends the pick and feeds it, as the host
+ * loop of whisper_decode.c does; hypothesis i stops at eot or once it holds
+ * limit[i] tokens. Up to `steps` steps run per host wake-up, replayed from
+ * graphs; the host only checks whether every hypothesis has stopped. Every
+ * sequence's cache and window must be slots of the device's pools (else
+ * CHOIR_EUNSUPPORTED, nothing done). On return tokens, n, sum_logprob
+ * (added to) and the sequences' lengths are updated. */
+typedef struct wh_greedy_req {
+    const choir_whisper_filter *f;
+    int32_t *const *tokens;
+    int ld;
+    int *n;
+    double *sum_logprob;
+    const int *sample_begin, *limit;
+    const float *const *logits;
+    int steps;
+} wh_greedy_req;
+int wh_greedy_run(wh_dec_rt *rt, const wh_net *w, const choir_whisper_dims *D,
+                  choir_whisper_seq *const *seqs, int n_seq, const wh_greedy_req *q,
+                  choir_err *err);
+/* Backend memory wh_greedy_run carves for B hypotheses beside the step's. */
+size_t wh_greedy_work_bytes(const choir_whisper_dims *D, int64_t B);
 
 /* --- the per-step rules (whisper_filters.c, whisper_rules.c) -------------- */
 
@@ -290,6 +326,9 @@ void wg_seq_copy(struct choir_whisper_gpu *g, choir_whisper_seq *dst, const choi
 /* The decoder's runtime with room for N rows (n_out logits rows), or NULL
  * and err. */
 wh_dec_rt *wg_dec_rt(struct choir_whisper_gpu *g, int64_t N, int64_t n_out, choir_err *err);
+/* Decoder steps per host wake-up of greedy decoding with the rules on the
+ * device (choir_whisper_gpu_opts.greedy_steps; 0: the rules on the host). */
+int wg_greedy_steps(const struct choir_whisper_gpu *g);
 /* Pinned host memory of `bytes` for decoder logits, which the decoder then
  * downloads into directly; NULL when the runtime refuses or WG_MAX_LENT
  * blocks are out (the caller then uses ordinary memory: not an error).

@@ -56,7 +56,8 @@ static int run_or_record(op_fn fn, const void *args, size_t size) {
     return 0;
 }
 
-/* The same for operations emulated outside this file (fake_vibevoice.c). */
+/* The same for operations emulated outside this file (fake_vibevoice.c,
+ * fake_whisper.c). */
 int fake_cuda_run_or_record(int (*fn)(const void *args), const void *args, size_t size);
 int fake_cuda_run_or_record(int (*fn)(const void *args), const void *args, size_t size) {
     return run_or_record(fn, args, size);

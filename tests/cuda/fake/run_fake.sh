@@ -12,9 +12,10 @@ fake_begin "${1:-/tmp/choir-fake}"
 fake_cuda src/models/whisper/whisper_net.c src/models/whisper/whisper_enc.c \
     src/models/whisper/whisper_dec.c src/models/whisper/whisper_cuda.c \
     src/tensor/backend/backend.c src/tensor/backend/stream.c src/tensor/backend/op_core.c \
-    src/tensor/backend/op_elementwise.c src/tensor/backend/op_audio.c \
+    src/tensor/backend/op_elementwise.c src/tensor/backend/op_audio.c src/tensor/backend/op_whisper.c \
     src/models/whisper/whisper_decode.c \
     src/models/whisper/whisper_filters.c src/models/whisper/whisper_rules.c \
-    tests/cuda/stub/tokenizer_stub.c tests/cuda/fake/fake_cuda.c tests/cuda/whisper_gpu_check.c
+    tests/cuda/stub/tokenizer_stub.c tests/cuda/fake/fake_cuda.c tests/cuda/fake/fake_whisper.c \
+    tests/cuda/whisper_gpu_check.c
 fake_build whisper_gpu_check_fake
 "$OUT/whisper_gpu_check_fake"
