@@ -24,6 +24,15 @@
  *    give them too;
  *  - a bf16 model's caches are bf16 on the device: greedy and beam 3 give
  *    the CPU's (f32 caches) first tokens;
+ *  - word timestamps (standalone build, whose tokenizer stand-in gives
+ *    every token bytes): the alignment heads' cross-attention logits of a
+ *    teacher-forced pass computed on the device and downloaded
+ *    (choir_whisper_cross_qk) against the CPU's, f32 rel L2 <= 1e-4, then
+ *    choir_whisper_window_words on 2 segments: the same words (text and
+ *    tokens) with times within one 20 ms alignment frame and probabilities
+ *    within 1e-3 relative; a bf16 model (bf16 cross keys on the device,
+ *    widened for the product) rel L2 <= 2e-2 and the same words within 2
+ *    frames, probabilities within 5e-2;
  *  - (INFO) device bytes held, graph and direct step counts.
  * Exits 0 when all pass, 1 otherwise, 77 (skipped) without a GPU. */
 #include <math.h>
@@ -35,6 +44,7 @@
 #include "choir/alloc.h"
 #include "choir/cuda.h"
 #include "choir/whisper.h"
+#include "choir/whisper_words.h"
 #include "models/whisper/whisper_internal.h"
 
 static int g_failures, g_cases;
@@ -520,6 +530,109 @@ done:
     arrays_free();
 }
 
+/* --- word timestamps ----------------------------------------------------------- */
+
+#ifdef CHOIR_TOKENIZER_STUB
+#define WORDS_TEXT 14
+
+/* The alignment pass of one window on this side (CPU, or the device when m
+ * is attached): qk of the heads, then the words of 2 segments over 2400 mel
+ * frames. */
+static int words_run(const choir_whisper *m, const float *enc, const choir_whisper_head *heads, int H,
+                     const int32_t *toks, int T, float *qk, choir_whisper_word_segment *segs,
+                     choir_err *err) {
+    static int tok_dummy;
+    const choir_tokenizer *tok = (const choir_tokenizer *)&tok_dummy;
+    choir_whisper_cross *c = choir_whisper_cross_create(m, enc, err);
+    if (!c) return err->code ? err->code : -1;
+    int rc = choir_whisper_cross_qk(m, c, toks, T, heads, H, qk, NULL, err);
+    double last = 0.0;
+    if (!rc)
+        rc = choir_whisper_window_words(m, tok, c, 0, CHOIR_WHISPER_TRANSCRIBE, 2400, 1.5, &last, segs, 2,
+                                        NULL, err);
+    choir_whisper_cross_free(c);
+    return rc;
+}
+
+static void words_case(int bf16) {
+    choir_whisper m;
+    build(&m, bf16);
+    const choir_whisper_specials *sp = &m.sp;
+    float *mel = arr(80 * 3000, 1.0f, -0.2f), *enc = arr(1500 * 64, 0, 0);
+    /* Segment 0: 0-8 s with 8 text tokens; segment 1: 8-19 s with 6. */
+    int32_t seg_tok[2][10], text[WORDS_TEXT];
+    for (int k = 0; k < WORDS_TEXT; k++) text[k] = 440 + 37 * k;
+    seg_tok[0][0] = sp->timestamp_begin, seg_tok[0][9] = sp->timestamp_begin + 400;
+    seg_tok[1][0] = sp->timestamp_begin + 400, seg_tok[1][7] = sp->timestamp_begin + 950;
+    memcpy(&seg_tok[0][1], text, 8 * sizeof(int32_t));
+    memcpy(&seg_tok[1][1], text + 8, 6 * sizeof(int32_t));
+    choir_whisper_word_segment cpu[2], gpu[2];
+    for (int k = 0; k < 2; k++) {
+        cpu[k] = (choir_whisper_word_segment){.start = 1.5 + 8.0 * k, .end = k ? 20.5 : 9.5,
+                                             .tokens = seg_tok[k], .n_tokens = k ? 8 : 10};
+        gpu[k] = cpu[k];
+    }
+    /* The pass choir_whisper_window_words makes: start sequence,
+     * <|notimestamps|>, the text, <|endoftext|>. */
+    int32_t toks[4 + WORDS_TEXT + 1] = {sp->sot, sp->lang0, sp->transcribe, sp->no_timestamps};
+    memcpy(toks + 4, text, sizeof text);
+    toks[4 + WORDS_TEXT] = sp->eot;
+    int T = 4 + WORDS_TEXT + 1, A = m.dims.n_audio_ctx;
+    choir_whisper_head heads[CHOIR_WHISPER_MAX_HEADS];
+    int H = choir_whisper_alignment_heads(&m.dims, false, heads);
+    float *qk_cpu = arr((int64_t)H * T * A, 0, 0), *qk_gpu = arr((int64_t)H * T * A, 0, 0);
+    const char *wt = bf16 ? "bf16" : "f32";
+    choir_err err = {0};
+    int rc = choir_whisper_encode(&m, mel, 1, enc, &err);
+    if (!rc) rc = words_run(&m, enc, heads, H, toks, T, qk_cpu, cpu, &err);
+    if (rc) {
+        report(false, "word timestamps %s: CPU reference: %s", wt, err.msg);
+        goto done;
+    }
+    if (attach(&m, bf16, true, 1)) goto done;
+    choir_whisper_gpu_stats st;
+    choir_whisper_gpu_get_stats(&m, &st, NULL);
+    rc = words_run(&m, enc, heads, H, toks, T, qk_gpu, gpu, &err);
+    choir_whisper_gpu_detach(&m);
+    if (rc) {
+        report(false, "word timestamps %s on the GPU: %s", wt, err.msg);
+        goto done;
+    }
+    double e = rel_l2(qk_gpu, qk_cpu, (size_t)H * T * A), tol = bf16 ? 2e-2 : 1e-4;
+    report(e <= tol,
+           "word timestamps %s: cross-attention logits of %d alignment heads x %d positions from the "
+           "device (%d-byte cross keys) vs CPU: rel_l2 %.3e (tol %.0e)",
+           wt, H, T, st.kv_elem_bytes, e, tol);
+    int n = 0, same = 0;
+    double dt = 0, dp = 0, frame = 0.02 * (bf16 ? 2 : 1) + 1e-9;
+    for (int k = 0; k < 2; k++) {
+        n += cpu[k].n_words;
+        if (gpu[k].n_words != cpu[k].n_words) continue;
+        for (int j = 0; j < cpu[k].n_words; j++) {
+            const choir_whisper_word *a = &cpu[k].words[j], *b = &gpu[k].words[j];
+            same += strcmp(a->text, b->text) == 0 && a->n_tokens == b->n_tokens &&
+                    memcmp(a->tokens, b->tokens, (size_t)a->n_tokens * sizeof(int32_t)) == 0;
+            dt = fmax(dt, fmax(fabs(a->start - b->start), fabs(a->end - b->end)));
+            /* Relative: a random model's token probabilities are near 1 / V. */
+            dp = fmax(dp, fabs((double)a->probability - b->probability) /
+                              fmax((double)a->probability, 1e-30));
+        }
+        dt = fmax(dt, fmax(fabs(cpu[k].start - gpu[k].start), fabs(cpu[k].end - gpu[k].end)));
+    }
+    report(n >= 4 && same == n && dt <= frame && dp <= (bf16 ? 5e-2 : 1e-3),
+           "word timestamps %s on the GPU == on the CPU: %d of %d words the same (first \"%s\" "
+           "%.2f-%.2f s), times within %.3f s (tol %.2f), probabilities within %.1e relative",
+           wt, same, n, n ? cpu[0].words[0].text : "", n ? cpu[0].words[0].start : 0.0,
+           n ? cpu[0].words[0].end : 0.0, dt, frame, dp);
+done:
+    for (int k = 0; k < 2; k++) {
+        choir_whisper_words_free(cpu[k].words, cpu[k].n_words);
+        choir_whisper_words_free(gpu[k].words, gpu[k].n_words);
+    }
+    arrays_free();
+}
+#endif
+
 /* Greedy decoding with the rules on the device (choir/backend_whisper.h:
  * filters, mass rule, argmax, bookkeeping; several steps per graph, the host
  * woken between them) against the CPU decoder and against the GPU with the
@@ -613,6 +726,10 @@ int main(void) {
     /* Last: its inputs come from the shared generator, and the bf16 case's
      * first tokens are near ties between timestamps on other inputs. */
     greedy_device_case();
+#ifdef CHOIR_TOKENIZER_STUB
+    words_case(0);
+    words_case(1);
+#endif
     choir_backend_free(g_cpu_backend);
     printf("%d of %d checks passed\n", g_cases - g_failures, g_cases);
     return g_failures ? 1 : 0;

@@ -130,16 +130,18 @@ static size_t scratch_need(const choir_whisper_gpu *g, int64_t rows) {
     return (size_t)need;
 }
 
-wh_dec_rt *wg_dec_rt(choir_whisper_gpu *g, int64_t N, int64_t n_out, choir_err *err) {
+wh_dec_rt *wg_dec_rt(choir_whisper_gpu *g, int64_t N, int64_t n_out, size_t extra,
+                     choir_err *err) {
     wh_dec_rt *rt = &g->rt;
     if (choir_cuda_make_current(g->cu, err)) return NULL;
-    if (N <= rt->rows_cap && n_out <= g->logits_cap) return rt;
+    if (N <= rt->rows_cap && n_out <= g->logits_cap && extra <= g->extra_cap) return rt;
     /* Growing moves the stream's memory: the graphs, which hold its
      * addresses, go first, and the scratch grows while none lives. */
     wh_dec_graphs_drop(rt);
     int cap = rt->rows_cap, lcap = g->logits_cap;
     while (cap < N) cap = cap ? 2 * cap : 8;
     while (lcap < n_out) lcap = lcap ? 2 * lcap : 8;
+    size_t xcap = extra > g->extra_cap ? extra : g->extra_cap;
     int32_t *staging =
         choir_backend_host_alloc(g->be, (size_t)(WH_META * cap) * sizeof(int32_t));
     choir_graph **graphs = choir_calloc(CHOIR_MEM_OTHER, (size_t)cap + 1, sizeof *graphs);
@@ -151,7 +153,7 @@ wh_dec_rt *wg_dec_rt(choir_whisper_gpu *g, int64_t N, int64_t n_out, choir_err *
     if (!rc)
         rc = choir_stream_reserve(rt->s,
                                   wh_dec_work_bytes(&g->m->dims, cap, lcap) +
-                                      wh_greedy_work_bytes(&g->m->dims, cap),
+                                      wh_greedy_work_bytes(&g->m->dims, cap) + xcap,
                                   0, err);
     if (!rc) rc = choir_cuda_scratch_reserve(g->cu, scratch_need(g, cap), err);
     if (rc) {
@@ -170,6 +172,7 @@ wh_dec_rt *wg_dec_rt(choir_whisper_gpu *g, int64_t N, int64_t n_out, choir_err *
     rt->be = g->be;
     rt->rows_cap = cap;
     g->logits_cap = lcap;
+    g->extra_cap = xcap;
     return rt;
 }
 

@@ -6,7 +6,8 @@
  * it through the CPU backend on the model's own weights, an attached GPU
  * through the CUDA backend on their device copies (whisper_cuda.c places the
  * memory). Also the cross-attention logits of chosen heads a pass can give
- * (word timestamps: choir_whisper_cross_qk, whisper_qk.c).
+ * (word timestamps: choir_whisper_cross_qk, whisper_qk.c), on either
+ * backend: a device computes them in its memory and sends them back.
  *
  * Two forms of the same layers. A step (every sequence gets one new token,
  * only its logits are wanted, and the caches are slots of one pool, as on a
@@ -42,6 +43,14 @@ size_t wh_dec_work_bytes(const choir_whisper_dims *D, int64_t N, int64_t n_out) 
            WH_ALIGN_SLACK;
 }
 
+size_t wh_dec_qk_bytes(const choir_whisper_dims *D, int n_heads, int64_t n) {
+    /* qk [n_heads][n][A]; one layer's keys widened to f32 [A, d] and their
+     * row ids [A] (half-precision caches). */
+    int64_t A = D->n_audio_ctx;
+    return (size_t)((int64_t)n_heads * n * A + A * D->d_model) * sizeof(float) +
+           (size_t)A * sizeof(int32_t) + 3 * 256;
+}
+
 size_t wh_dec_scratch_bytes(const wh_net *w, const choir_whisper_dims *D, int64_t N) {
     int64_t keys = D->n_audio_ctx > D->n_text_ctx ? D->n_audio_ctx : D->n_text_ctx;
     size_t s = choir_attention_scratch_bytes(N, keys);
@@ -64,6 +73,12 @@ typedef struct wh_dec_io {
     float *x, *h, *q, *k, *v, *att;     /* [N, d] */
     float *hid;                         /* [N, ffn] */
     float *logits;                      /* [n_out, V] */
+    /* A pass that gives cross-attention logits: where they are written
+     * ([n_heads][n][A]: the caller's memory on the CPU, the stream's on a
+     * device), and for half-precision caches one layer's keys widened to
+     * f32 [A, d] with the ids 0 .. A-1 that gather them. */
+    float *qk, *qk_keys;
+    int32_t *qk_ids;
 } wh_dec_io;
 
 static void carve(choir_stream *s, const choir_whisper_dims *D, int64_t N, int64_t n_out,
@@ -87,17 +102,32 @@ static void carve(choir_stream *s, const choir_whisper_dims *D, int64_t N, int64
 }
 
 /* Pre-softmax cross-attention logits of the heads of layer l (those of `qk`
- * whose layer is l) for sequence 0's n rows q [n, d] against its window's
- * keys k [A, d]: out row block j of head i at qk->qk + (i n + j) A. */
+ * whose layer is l) for sequence 0's n rows io->q [n, d] against its window
+ * `cr`'s keys of the layer (element `off` of its cache): out row block j of
+ * head i at io->qk + (i n + j) A. Keys cached in bf16 (a device's) are
+ * widened to f32 first, so the product is f32 over the rounded keys, as the
+ * attention reads them. */
 static void cross_qk_rows(choir_stream *s, const wh_qk_req *qk, int l, const choir_whisper_dims *D,
-                          const float *q, int64_t n, const float *k) {
+                          const wh_dec_io *io, int64_t n, const choir_whisper_cross *cr,
+                          int64_t off) {
     int64_t d = D->d_model, Dh = d / D->n_head, A = D->n_audio_ctx;
     float scale = 1.0f / sqrtf((float)Dh);
+    const float *k = NULL;
     for (int i = 0; i < qk->n_heads; i++) {
         if (qk->layer[i] != l) continue;
+        if (!k) {
+            if (cr->kv == CHOIR_DTYPE_F32) {
+                k = (const float *)cr->k + off;
+            } else {
+                choir_weight kw = {.kind = CHOIR_WEIGHT_BF16, .rows = A, .cols = d,
+                                   .data = wh_kv_at(cr->k, cr->kv, off)};
+                choir_op_rows_gather(s, &kw, io->qk_ids, A, io->qk_keys);
+                k = io->qk_keys;
+            }
+        }
         int64_t h = qk->head[i];
-        choir_op_gemm(s, false, true, n, A, Dh, scale, q + h * Dh, d, k + h * Dh, d, 0.0f,
-                      qk->qk + (int64_t)i * n * A, A);
+        choir_op_gemm(s, false, true, n, A, Dh, scale, io->q + h * Dh, d, k + h * Dh, d, 0.0f,
+                      io->qk + (int64_t)i * n * A, A);
     }
 }
 
@@ -168,9 +198,7 @@ static void cross_attention(choir_stream *s, const wh_dec_batch *b, int l,
         choir_op_attention(s, io->q + r * d, d, wh_kv_at(cr->k, cr->kv, off), d,
                            wh_kv_at(cr->v, cr->kv, off), d, io->att + r * d, d, b->n_tokens[i],
                            A, &a, NULL);
-        /* qk runs on the CPU, whose caches are f32. */
-        if (qk && i == 0)
-            cross_qk_rows(s, qk, l, D, io->q, b->n_tokens[0], (const float *)cr->k + off);
+        if (qk && i == 0) cross_qk_rows(s, qk, l, D, io, b->n_tokens[0], cr, off);
     }
 }
 
@@ -294,9 +322,8 @@ int wh_decode_run(wh_dec_rt *rt, const wh_net *w, const choir_whisper_dims *D,
         choir_stream_clear(s);
         return rc;
     }
-    if (qk && !host)
-        return choir_err_set(err, CHOIR_EUNSUPPORTED,
-                             "whisper: cross-attention logits on the CPU only so far");
+    if (qk && (n_seq < 1 || qk->n_heads < 1 || !qk->qk))
+        return choir_err_set(err, CHOIR_EINVAL, "whisper: cross-attention logits of no heads");
     wh_dec_batch b = {.seqs = seqs, .n_seq = n_seq, .n_tokens = n_tokens};
     bool step = !all_positions && !qk && logits;
     for (int i = 0; i < n_seq; i++) {
@@ -312,6 +339,26 @@ int wh_decode_run(wh_dec_rt *rt, const wh_net *w, const choir_whisper_dims *D,
     size_t mark = choir_stream_mark(s);
     wh_dec_io io;
     carve(s, D, N, n_out, !host, &io);
+    io.qk = io.qk_keys = NULL;
+    io.qk_ids = NULL;
+    int32_t *ids_host = NULL;
+    int64_t A = D->n_audio_ctx, qk_n = qk ? (int64_t)qk->n_heads * n_tokens[0] * A : 0;
+    if (qk) {
+        io.qk = host ? qk->qk : choir_stream_floats(s, qk_n, "whisper cross-attention logits");
+        if (seqs[0]->cross->kv != CHOIR_DTYPE_F32) {
+            io.qk_keys = choir_stream_floats(s, A * D->d_model, "whisper keys widened");
+            io.qk_ids = choir_stream_alloc(s, (size_t)A * sizeof(int32_t), "whisper key rows");
+            ids_host = host ? io.qk_ids : choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)A * sizeof(int32_t));
+            if (!ids_host) {
+                choir_stream_fail(s, CHOIR_ENOMEM, "whisper: out of memory for the key rows");
+                goto out;
+            }
+            if (io.qk_ids) {
+                for (int64_t r = 0; r < A; r++) ids_host[r] = (int32_t)r;
+                if (!host) choir_op_upload(s, io.qk_ids, ids_host, (size_t)A * sizeof(int32_t));
+            }
+        }
+    }
     if (choir_stream_status(s, NULL)) goto out;
     if (host) io.logits = logits;
 
@@ -341,11 +388,13 @@ int wh_decode_run(wh_dec_rt *rt, const wh_net *w, const choir_whisper_dims *D,
     if (!host && n_out > 0)
         choir_op_download_async(s, logits, io.logits,
                                 (size_t)(n_out * D->n_vocab) * sizeof(float));
+    if (!host && qk) choir_op_download_async(s, qk->qk, io.qk, (size_t)qk_n * sizeof(float));
     /* The staging area is written again by the next call: everything here
      * must have landed. */
     if (choir_stream_sync(s, NULL) == 0)
         for (int i = 0; i < n_seq; i++) seqs[i]->n_past += n_tokens[i];
 out:
+    if (ids_host && !host) choir_free(ids_host);
     choir_stream_release(s, mark);
     rc = choir_stream_status(s, err);
     if (rc) {

@@ -525,7 +525,7 @@ static int wd_greedy_device(wd_ctx *c, wd_group *gs, int n, int sample_len, choi
     wh_greedy_req q = {.f = &c->filt, .tokens = tokens, .ld = c->C + 2, .n = nt,
                        .sum_logprob = sums, .sample_begin = sb, .limit = limit,
                        .logits = logits, .steps = wg_greedy_steps(c->m->gpu)};
-    wh_dec_rt *rt = wg_dec_rt(c->m->gpu, n, n, err);
+    wh_dec_rt *rt = wg_dec_rt(c->m->gpu, n, n, 0, err);
     rc = rt ? wh_greedy_run(rt, wg_net(c->m->gpu), &c->m->dims, c->batch_seq, n, &q, err)
             : (err && err->code ? err->code : CHOIR_ENOMEM);
     if (rc) goto done;

@@ -183,7 +183,8 @@ choir_whisper_seq *wh_seq_new(const choir_whisper *m, int capacity, choir_stream
 
 /* Cross-attention logits wanted from a decoder pass of one sequence: for
  * head i, its pre-softmax scores q.k / sqrt(Dh) of every new row against
- * the window's keys, into qk + i * N * A ([n_heads][N][A], backend memory). */
+ * the window's keys, into qk + i * N * A ([n_heads][N][A], host memory: a
+ * device computes them in its own and downloads them there). */
 typedef struct wh_qk_req {
     int n_heads;
     const int32_t *layer, *head; /* [n_heads]: decoder layer and head, 0-based */
@@ -198,6 +199,9 @@ int choir_whisper_decode_check(const choir_whisper *m, choir_whisper_seq *const 
  * takes at most. */
 size_t wh_dec_work_bytes(const choir_whisper_dims *D, int64_t N, int64_t n_out);
 size_t wh_dec_scratch_bytes(const wh_net *w, const choir_whisper_dims *D, int64_t N);
+/* Working memory a device's pass of n rows also carves to give the
+ * cross-attention logits of n_heads heads (wh_qk_req). */
+size_t wh_dec_qk_bytes(const choir_whisper_dims *D, int n_heads, int64_t n);
 
 /* What a decoder call runs on: a stream over the network's backend and, on
  * a device, the captured steps. The CPU makes one per call (several engine
@@ -224,7 +228,7 @@ typedef struct wh_dec_rt {
 
 /* choir_whisper_decode's computation on rt (checked arguments; logits NULL:
  * none computed; host memory whatever the backend), qk NULL or the
- * cross-attention logits wanted (CPU only). A batch of one-token steps of
+ * cross-attention logits wanted (one sequence's: seqs[0]). A batch of one-token steps of
  * sequences that share a pool runs as one fixed sequence of operations over
  * the pools (the slots, positions and lengths read from backend memory), so
  * that a device captures it once per batch size and replays it. Returns 0
@@ -323,9 +327,11 @@ void wg_slot_release(wh_pool *p, int slot);
 /* The first n_keep positions of src's cache into dst's, in stream order. */
 void wg_seq_copy(struct choir_whisper_gpu *g, choir_whisper_seq *dst, const choir_whisper_seq *src,
                  int n_keep);
-/* The decoder's runtime with room for N rows (n_out logits rows), or NULL
- * and err. */
-wh_dec_rt *wg_dec_rt(struct choir_whisper_gpu *g, int64_t N, int64_t n_out, choir_err *err);
+/* The decoder's runtime with room for N rows (n_out logits rows) and
+ * `extra` bytes of working memory more (a pass giving cross-attention
+ * logits: wh_dec_qk_bytes), or NULL and err. */
+wh_dec_rt *wg_dec_rt(struct choir_whisper_gpu *g, int64_t N, int64_t n_out, size_t extra,
+                     choir_err *err);
 /* Decoder steps per host wake-up of greedy decoding with the rules on the
  * device (choir_whisper_gpu_opts.greedy_steps; 0: the rules on the host). */
 int wg_greedy_steps(const struct choir_whisper_gpu *g);

@@ -264,7 +264,7 @@ int choir_whisper_decode(const choir_whisper *m, choir_whisper_seq *const *seqs,
     if (N == 0) return 0;
 #ifdef CHOIR_HAVE_CUDA
     if (m->gpu) {
-        wh_dec_rt *rt = wg_dec_rt(m->gpu, N, logits ? (all_positions ? N : n_seq) : 0, err);
+        wh_dec_rt *rt = wg_dec_rt(m->gpu, N, logits ? (all_positions ? N : n_seq) : 0, 0, err);
         if (!rt) return err && err->code ? err->code : CHOIR_ENOMEM;
         return wh_decode_run(rt, wg_net(m->gpu), &m->dims, seqs, n_seq, tokens, n_tokens,
                              all_positions, logits, NULL, err);

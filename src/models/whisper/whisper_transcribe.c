@@ -618,8 +618,6 @@ int choir_whisper_transcribe_batch(const choir_whisper *m, const choir_tokenizer
         return choir_err_set(err, CHOIR_EINVAL, "whisper: spans apply to a single input");
     if (o->word_timestamps && !o->params.timestamps)
         return choir_err_set(err, CHOIR_EINVAL, "whisper: word timestamps need timestamps");
-    if (o->word_timestamps && choir_whisper_on_gpu(m))
-        return choir_err_set(err, CHOIR_EUNSUPPORTED, "whisper: word timestamps run on the CPU only so far");
     for (int i = 0; i < n_in; i++)
         if (in[i].n_samples < 0 || (in[i].n_samples > 0 && !in[i].pcm))
             return choir_err_set(err, CHOIR_EINVAL, "whisper: input %d has no samples", i);
