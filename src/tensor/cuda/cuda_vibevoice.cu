@@ -147,8 +147,8 @@ __global__ void k_vv_attention(const float *q, const float *kc, const float *vc,
 __global__ void k_vv_att_split(const float *__restrict__ q, const float *__restrict__ kc,
                                const float *__restrict__ vc, int64_t pos0,
                                const int32_t *__restrict__ pos, const int32_t *__restrict__ table,
-                               int64_t table_stride, int nh, int nkv, int D, float scale,
-                               int nsplit, float *__restrict__ part) {
+                               int64_t table_stride, int64_t max_keys, int nh, int nkv, int D,
+                               float scale, int nsplit, float *__restrict__ part) {
     __shared__ __align__(16) float qs[VV_SPLIT_MAX_G * VV_ATT_MAX_D];
     __shared__ float sc[VV_SPLIT_MAX_G][VV_SPLIT];
     __shared__ float stat[2][VV_SPLIT_MAX_G];
@@ -158,7 +158,7 @@ __global__ void k_vv_att_split(const float *__restrict__ q, const float *__restr
     /* Row i sees keys 0 .. its position (pos: backend memory, read at run
      * time, clamped to the splits launched). */
     int64_t n_keys = pos ? (int64_t)pos[i] + 1 : pos0 + i + 1, k0 = (int64_t)sp * VV_SPLIT;
-    if (n_keys > (int64_t)nsplit * VV_SPLIT) n_keys = (int64_t)nsplit * VV_SPLIT;
+    if (n_keys > max_keys) n_keys = max_keys; /* the rows the cache holds (splits round up) */
     int64_t nk = n_keys - k0 < VV_SPLIT ? n_keys - k0 : VV_SPLIT;
     /* part layout: [row][head][split] of (D sums, max, sum) */
     float *pp = part + ((i * nh + (int64_t)kh * G) * nsplit + sp) * (int64_t)(D + 2);
@@ -369,8 +369,8 @@ static int att_split(choir_cuda *cu, const float *q, int64_t T, const float *kc,
     if (!part) return err ? err->code : CHOIR_ENOMEM;
     dim3 g1((unsigned)nsplit, (unsigned)n_kv, (unsigned)T), g2((unsigned)T, (unsigned)n_heads);
     k_vv_att_split<<<g1, VV_SPLIT_THREADS, 0, cu->stream>>>(q, kc, vc, pos0, pos, table, table_stride,
-                                                            n_heads, n_kv, D, 1.0f / sqrtf((float)D),
-                                                            (int)nsplit, part);
+                                                            max_keys, n_heads, n_kv, D,
+                                                            1.0f / sqrtf((float)D), (int)nsplit, part);
     int rc = choir_cuda_check_launch(err, "vibevoice attention splits");
     if (rc) return rc;
     k_vv_att_combine<<<g2, D < 128 ? 128 : (D < 256 ? D : 256), 0, cu->stream>>>(part, n_heads, D,
