@@ -20,8 +20,9 @@
  *    device cross K/V directly (no round trip) gives them too;
  *  - greedy with the rules on the device, 1/3/8/16 steps per host wake-up,
  *    with and without timestamp rules: the CPU's tokens, sums of
- *    log-probabilities within 1e-6; the rules on the host (greedy_steps 0)
- *    give them too;
+ *    log-probabilities within 1e-5 (H200: 6.1e-7, the same with the host's
+ *    rules: the decoder's f32 rounding); the rules on the host
+ *    (greedy_steps 0) give them too;
  *  - a bf16 model's caches are bf16 on the device: greedy and beam 3 give
  *    the CPU's (f32 caches) first tokens;
  *  - word timestamps (standalone build, whose tokenizer stand-in gives
@@ -638,7 +639,7 @@ done:
  * woken between them) against the CPU decoder and against the GPU with the
  * rules on the host (greedy_steps 0): the same tokens for 1, 3, 8 and 16
  * steps per wake-up, with timestamp rules and without (the bench's
- * settings), and the sums of log-probabilities within 1e-6 relative of the
+ * settings), and the sums of log-probabilities within 1e-5 relative of the
  * CPU's (the logits differ by rounding; the device sums in another order). */
 static void greedy_device_case(void) {
     choir_whisper m;
@@ -678,10 +679,10 @@ static void greedy_device_case(void) {
                 if (d > de) de = d;
             }
             bool ok = same_tokens(&gpu[0], &cpu[0]) && same_tokens(&gpu[1], &cpu[1]) &&
-                      de <= 1e-6 && st.graph_failures == 0;
+                      de <= 1e-5 && st.graph_failures == 0;
             report(ok,
                    "greedy %s, rules on the %s (%d steps per wake-up): tokens as the CPU's "
-                   "(%d and %d), sum logprob rel diff %.2e (tol 1e-06); %lld graph steps, "
+                   "(%d and %d), sum logprob rel diff %.2e (tol 1e-05); %lld graph steps, "
                    "%lld direct",
                    ts ? "no timestamps" : "timestamp rules", steps[k] ? "device" : "host",
                    steps[k], gpu[0].n_tokens, gpu[1].n_tokens, de, (long long)st.steps_graph,
