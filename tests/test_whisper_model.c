@@ -59,6 +59,16 @@ static int on_output(void *user, const choir_output *out) {
     return 0;
 }
 
+/* The final text and status only (requests without the temperature above). */
+static int on_text(void *user, const choir_output *out) {
+    captured *c = user;
+    if (!out->final) return 0;
+    c->finals++;
+    c->status = out->status;
+    if (out->text) snprintf(c->text, sizeof c->text, "%s", out->text);
+    return 0;
+}
+
 /* The final text only (any decoding). */
 static int on_final(void *user, const choir_output *out) {
     captured *c = user;
@@ -212,6 +222,49 @@ static void test_adapter(void **state) {
     choir_request *rp = &r;
     assert_int_equal(ops->run_batch(w, &rp, 1, NULL, &err), 0);
     assert_int_equal(r.status, CHOIR_EINVAL);
+
+    /* The request fields alone (no extra): max_tokens bounds each window,
+     * fixed_temperature decodes at 0 without fallback; the library with the
+     * same parameters gives the same text. Batched together, requests that
+     * differ in max_tokens decode apart, each to its own limit. A max_tokens
+     * beyond half the text context fails that request. */
+    choir_whisper_transcribe_opts fo;
+    choir_whisper_default_transcribe_opts(&fo);
+    fo.batched = false;
+    fo.params.temperatures[0] = 0;
+    fo.params.n_temperatures = 1;
+    fo.params.timestamps = false;
+    int limits[3] = {3, 8, 1000};
+    choir_request fr[3];
+    captured fc[3];
+    choir_request *frs[3];
+    for (int i = 0; i < 3; i++) {
+        memset(&fr[i], 0, sizeof fr[i]);
+        memset(&fc[i], 0, sizeof fc[i]);
+        fr[i].task = CHOIR_TASK_STT;
+        fr[i].in.stt = (choir_stt_input){.samples = a.samples, .n_samples = SR, .language = "en",
+                                         .fixed_temperature = 1, .max_tokens = limits[i]};
+        fr[i].on_output = on_text;
+        fr[i].on_output_user = &fc[i];
+        frs[i] = &fr[i];
+    }
+    assert_int_equal(ops->run_batch(w, frs, 3, NULL, &err), 0);
+    assert_int_equal(fr[2].status, CHOIR_EINVAL);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(fc[i].finals, 1);
+        assert_int_equal(fc[i].status, 0);
+        fo.params.sample_len = limits[i];
+        choir_whisper_input in = {a.samples, SR, choir_whisper_lang_index("en"), NULL};
+        choir_whisper_transcript t;
+        assert_int_equal(choir_whisper_transcribe_batch(m, tok, &in, 1, &fo, &t, &err), 0);
+        const char *text = t.text;
+        while (*text == ' ') text++;
+        assert_string_equal(fc[i].text, text);
+        int n_tokens = 0;
+        for (int k = 0; k < t.n_segments; k++) n_tokens += t.segments[k].n_tokens;
+        assert_true(n_tokens >= 1 && n_tokens <= limits[i]); /* one window of 1 s */
+        choir_whisper_transcript_clear(&t);
+    }
 
     choir_tokenizer_free(tok);
     choir_whisper_free(m);

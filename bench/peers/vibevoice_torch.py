@@ -297,8 +297,11 @@ def main():
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
 
+        # transformers' encoders take [batch, 1 channel, samples]; the spec build adds the channel itself.
+        audio_in = x[:, None] if impl == "hf" else x
+
         def enc():
-            out = model.get_audio_features(input_values=x)
+            out = model.get_audio_features(input_values=audio_in)
             return out.pooler_output if hasattr(out, "pooler_output") else out
 
         t_enc = sync_time(enc, args.repeat)

@@ -183,6 +183,45 @@ static void check_ops(choir_backend *cpu_be, choir_backend *gpu_be) {
         choir_stream_release(p.gpu, mark);
         free(q), free(k), free(v), free(out);
     }
+    {
+        /* A paged cache: a pool of 40 pages, a sequence of 3000 keys through
+         * a shuffled table; a 300-row prefill chunk (tiled kernel), a
+         * 5-row chunk (split kernel) and 4 rows of the same table at
+         * positions from memory with a second table (stride) for two of them. */
+        int nh = 28, nkv = 4, D = 128, P = CHOIR_VV_PAGE, npg = 40, tl = 24;
+        int64_t ld = (int64_t)nh * D, ldk = (int64_t)nkv * D, rows = (int64_t)npg * P;
+        int32_t tab[2 * 24];
+        for (int i = 0; i < tl; i++) tab[i] = (i * 17 + 5) % npg, tab[tl + i] = (i * 7 + 3) % npg;
+        float *q = rnd(300 * ld, 2), *k = rnd(rows * ldk, 1), *v = rnd(rows * ldk, 1), *out = rnd(300 * ld, 1);
+        size_t mark = choir_stream_mark(p.gpu);
+        int32_t *dtab = choir_stream_alloc(p.gpu, sizeof tab, "table");
+        if (dtab) choir_op_upload(p.gpu, dtab, tab, sizeof tab);
+        float *dq = up(&p, q, 300 * ld), *dk = up(&p, k, rows * ldk), *dv = up(&p, v, rows * ldk);
+        float *dout = choir_stream_floats(p.gpu, 300 * ld, "out");
+        const int64_t chunks[2][2] = {{300, 2700}, {5, 2995}};
+        for (int c = 0; c < 2; c++) {
+            choir_op_attention_paged(p.cpu, q, chunks[c][0], k, v, tab, chunks[c][1], nh, nkv, D, out);
+            choir_op_attention_paged(p.gpu, dq, chunks[c][0], dk, dv, dtab, chunks[c][1], nh, nkv, D, dout);
+            char nm[96];
+            snprintf(nm, sizeof nm, "op attention_paged %lld rows at %lld over shuffled pages, 28/4 x 128",
+                     (long long)chunks[c][0], (long long)chunks[c][1]);
+            verdict(nm, down_cmp(&p, dout, out, chunks[c][0] * ld), 1e-5);
+        }
+        const int32_t pos[4] = {2999, 64, 1500, 128};
+        int32_t *dpos = choir_stream_alloc(p.gpu, sizeof pos, "pos");
+        if (dpos) choir_op_upload(p.gpu, dpos, pos, sizeof pos);
+        /* Rows 0, 2 read table 0, rows 1, 3 table 1: stride 24 over two rows of tables. */
+        for (int i = 0; i < 4; i += 2) {
+            choir_op_attention_paged_at(p.cpu, q + i * ld, 2, k, v, tab, tl, pos + i, (int64_t)tl * P, nh, nkv, D,
+                                        out + i * ld);
+            choir_op_attention_paged_at(p.gpu, dq + i * ld, 2, dk, dv, dtab, tl, dpos + i, (int64_t)tl * P, nh, nkv,
+                                        D, dout + i * ld);
+        }
+        verdict("op attention_paged_at 4 rows, two tables, positions from memory, 28/4 x 128",
+                down_cmp(&p, dout, out, 4 * ld), 1e-5);
+        choir_stream_release(p.gpu, mark);
+        free(q), free(k), free(v), free(out);
+    }
     if (choir_stream_status(p.cpu, &err) || choir_stream_status(p.gpu, &err)) failed("ops: stream error", &err);
 done:
     choir_stream_free(p.cpu);
@@ -264,26 +303,37 @@ static int run_model(const choir_vibevoice *m, const float *x, int64_t n, const 
 /* Batched decoding on the GPU (choir_vibevoice_step_batch) against single
  * steps on the CPU: two text-only sequences of different lengths, the
  * second joining one step late, 4 steps fed the CPU's greedy tokens. */
-static void check_batch(const choir_vibevoice *cpu, const choir_vibevoice *gpu, const char *tag, double tol) {
+static void check_batch(const choir_vibevoice *cpu, const choir_vibevoice *gpu, const char *tag, double tol,
+                        int paged) {
     const choir_vibevoice_dims *d = choir_vibevoice_get_dims(cpu);
     int V = d->lm.vocab, lens[2] = {23, 9};
     choir_err err = {0};
     choir_vibevoice_state *c[2] = {NULL, NULL}, *g[2] = {NULL, NULL};
     choir_stream *st = choir_stream_create(choir_vibevoice_backend(gpu), &err);
     choir_vibevoice_batch *b = NULL;
+    choir_vibevoice_kv_pool *pool = NULL;
     char name[96];
-    snprintf(name, sizeof name, "model %s: batched steps (2 sequences)", tag);
-    if (!st || choir_stream_reserve(st, (size_t)choir_vibevoice_batch_bytes(d, 2), 1 << 20, &err) ||
-        !(b = choir_vibevoice_batch_create(gpu, 2, st, &err))) {
+    snprintf(name, sizeof name, "model %s: batched steps (2 sequences%s)", tag,
+             paged ? ", paged KV pool, then single paged steps as a graph" : "");
+    if (paged && !(pool = choir_vibevoice_kv_pool_create(gpu, 4 * choir_vibevoice_kv_page_bytes(d), &err))) {
+        failed(name, &err);
+        goto out;
+    }
+    if (!st ||
+        choir_stream_reserve(st, (size_t)(paged ? choir_vibevoice_batch_bytes_paged(d, 2, pool)
+                                                : choir_vibevoice_batch_bytes(d, 2)), 1 << 20, &err) ||
+        !(b = paged ? choir_vibevoice_batch_create_paged(gpu, 2, pool, st, &err)
+                    : choir_vibevoice_batch_create(gpu, 2, st, &err))) {
         failed(name, &err);
         goto out;
     }
     for (int q = 0; q < 2; q++) {
         int32_t ids[32];
         for (int i = 0; i < lens[q]; i++) ids[i] = (int32_t)(5 + (i * 53 + q * 7) % 2800);
-        choir_vibevoice_plan p = {.max_context = lens[q] + 5, .prefill_chunk = 16};
+        choir_vibevoice_plan p = {.max_context = lens[q] + 5 + (paged ? 8 : 0), .prefill_chunk = 16};
         if (!(c[q] = choir_vibevoice_state_create(cpu, &p, NULL, &err)) ||
-            !(g[q] = choir_vibevoice_state_create(gpu, &p, NULL, &err)) ||
+            !(g[q] = paged ? choir_vibevoice_state_create_paged(gpu, &p, pool, &err)
+                           : choir_vibevoice_state_create(gpu, &p, NULL, &err)) ||
             choir_vibevoice_prefill(cpu, c[q], ids, lens[q], NULL, NULL, NULL, &err) ||
             choir_vibevoice_prefill(gpu, g[q], ids, lens[q], NULL, NULL, NULL, &err)) {
             failed(name, &err);
@@ -313,6 +363,18 @@ static void check_batch(const choir_vibevoice *cpu, const choir_vibevoice *gpu, 
             worst = fmax(worst, rel_l2(choir_vibevoice_logits(g[idx[k]]), choir_vibevoice_logits(c[idx[k]]), V));
         }
     }
+    /* Paged: sequence 0 goes on alone, its step recorded as a graph after
+     * one op-by-op step and replayed. */
+    for (int t = 0; paged && t < 6; t++) {
+        if (t == 0) choir_vibevoice_set_step_graph(g[0], true);
+        int32_t tok = (int32_t)argmax(choir_vibevoice_logits(c[0]), V);
+        if (choir_vibevoice_step(gpu, g[0], tok, NULL, &err) || choir_vibevoice_step(cpu, c[0], tok, NULL, &err)) {
+            failed(name, &err);
+            goto out;
+        }
+        worst = fmax(worst, rel_l2(choir_vibevoice_logits(g[0]), choir_vibevoice_logits(c[0]), V));
+        if (t == 5 && !choir_vibevoice_step_graphed(g[0])) worst = INFINITY;
+    }
     verdict(name, worst, tol);
 out:
     for (int q = 0; q < 2; q++) {
@@ -321,6 +383,7 @@ out:
     }
     choir_vibevoice_batch_free(b);
     choir_stream_free(st);
+    choir_vibevoice_kv_pool_free(pool);
 }
 
 static void check_model(choir_backend *gpu_be, choir_dtype dt, double tol) {
@@ -401,7 +464,8 @@ static void check_model(choir_backend *gpu_be, choir_dtype dt, double tol) {
             else n_fail++;
         }
         run_free(&g);
-        check_batch(cpu, gpu, tag, tol);
+        check_batch(cpu, gpu, tag, tol, 0);
+        check_batch(cpu, gpu, tag, tol, 1);
     }
     free(x);
     free(ids);
@@ -483,11 +547,12 @@ out:
 
 /* Continuous batching's steady state: B sequences at the context one
  * request of `minutes` of audio makes (a text prompt of that length: a
- * step's cost does not depend on what the cached rows came from), each
- * prefilled alone, then `steps` batched steps of all B
- * (choir_vibevoice_step_batch: one pass over the weights for the B rows,
- * attention per sequence). Aggregate decode tokens/s against one sequence's
- * step time at the same context in the same run. */
+ * step's cost does not depend on what the cached rows came from), their KV
+ * caches in one paged pool sized to their pages, each prefilled alone, then
+ * `steps` batched steps of all B (choir_vibevoice_step_batch over the pool:
+ * one pass over the weights and one attention per layer for the B rows).
+ * Aggregate decode tokens/s against one sequence's step time at the same
+ * context in the same run. */
 static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevoice_dims *d, double minutes,
                        int B, int steps, int chunk, choir_err *err) {
     int status = 1;
@@ -497,16 +562,19 @@ static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevo
     choir_vibevoice_state **st = calloc((size_t)B, sizeof *st);
     choir_vibevoice_batch *b = NULL;
     choir_stream *bs = NULL;
+    choir_vibevoice_kv_pool *pool = NULL;
     if (!ids || !tok || !st) {
         choir_err_set(err, CHOIR_ENOMEM, "bench: out of host memory");
         goto out;
     }
     choir_vibevoice_plan plan = {.max_samples = 0, .max_context = n_ids + 2 * steps + 2, .prefill_chunk = chunk};
     choir_backend_mem_reset_peak(be);
+    int64_t pool_bytes = (int64_t)B * choir_vibevoice_kv_pages_for(plan.max_context) * choir_vibevoice_kv_page_bytes(d);
+    if (!(pool = choir_vibevoice_kv_pool_create(m, pool_bytes, err))) goto out;
     double p0 = choir_now_s();
     for (int i = 0; i < B; i++) {
         for (int k = 0; k < n_ids; k++) ids[k] = 1000 + (k * 7919 + i * 104729) % 100000;
-        if (!(st[i] = choir_vibevoice_state_create(m, &plan, NULL, err))) goto out;
+        if (!(st[i] = choir_vibevoice_state_create_paged(m, &plan, pool, err))) goto out;
         if (choir_vibevoice_prefill(m, st[i], ids, n_ids, NULL, NULL, NULL, err)) goto out;
         tok[i] = argmax(choir_vibevoice_logits(st[i]), d->lm.vocab);
     }
@@ -517,9 +585,11 @@ static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevo
         if (choir_vibevoice_step(m, st[0], tok[0], NULL, err)) goto out;
     double s1 = choir_now_s();
     if (!(bs = choir_stream_create(be, err)) ||
-        choir_stream_reserve(bs, (size_t)choir_vibevoice_batch_bytes(d, B),
-                             (size_t)choir_vibevoice_plan_scratch_bytes(d, &plan), err) ||
-        !(b = choir_vibevoice_batch_create(m, B, bs, err)))
+        choir_stream_reserve(bs, (size_t)choir_vibevoice_batch_bytes_paged(d, B, pool),
+                             (size_t)choir_vibevoice_plan_scratch_bytes(d, &plan) +
+                                 (size_t)B * d->lm.n_heads * choir_vibevoice_kv_pages_for(plan.max_context) *
+                                     (d->lm.head_dim + 2) * sizeof(float), err) ||
+        !(b = choir_vibevoice_batch_create_paged(m, B, pool, bs, err)))
         goto out;
     double b0 = choir_now_s();
     for (int k = 0; k < steps; k++) {
@@ -528,10 +598,10 @@ static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevo
     }
     double b1 = choir_now_s();
     double one = 1000 * (s1 - s0) / steps, step = 1000 * (b1 - b0) / steps, peak = choir_backend_mem_peak(be) / 1e9;
-    printf("batch      %d sequences at %d tokens (%g min of audio each), prefilled one by one in %.2f s; "
-           "%d batched steps: %.2f ms/step, %.0f tokens/s in all, %.2fx one sequence's %.0f tokens/s "
-           "(%.2f ms/token alone); device peak %.2f GB\n", B, n_ids, minutes, p1 - p0, steps, step,
-           1000.0 * B / step, one / step * B, 1000.0 / one, one, peak);
+    printf("batch      %d sequences at %d tokens (%g min of audio each; KV pool %.2f GB), prefilled one by one "
+           "in %.2f s; %d batched steps: %.2f ms/step, %.0f tokens/s in all, %.2fx one sequence's %.0f tokens/s "
+           "(%.2f ms/token alone); device peak %.2f GB\n", B, n_ids, minutes, pool_bytes / 1e9, p1 - p0, steps,
+           step, 1000.0 * B / step, one / step * B, 1000.0 / one, one, peak);
     printf("choir vibevoice batch %d at %g min: batch=%d min=%g batch_step_ms=%.3f agg_tps=%.1f one_ms=%.3f "
            "speedup=%.3f peak_gb=%.3f\n", B, minutes, B, minutes, step, 1000.0 * B / step, one, one / step * B,
            peak);
@@ -541,6 +611,7 @@ out:
     choir_vibevoice_batch_free(b);
     choir_stream_free(bs);
     for (int i = 0; st && i < B; i++) choir_vibevoice_state_free(st[i]);
+    choir_vibevoice_kv_pool_free(pool);
     free(st);
     free(ids);
     free(tok);

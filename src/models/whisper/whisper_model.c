@@ -142,8 +142,10 @@ static int64_t whisper_estimate(const void *weights, const choir_request *r) {
     return mel + enc + cross + hyps + words + (1 << 20);
 }
 
-/* Parameters of a request; its language index in *lang (-1: detect). */
-static int whisper_opts(choir_request *req, choir_whisper_transcribe_opts *o, int *lang) {
+/* Parameters of a request; its language index in *lang (-1: detect).
+ * max_tokens is bounded by half the model's text context, as openai's
+ * default sample_len is: the prompt takes the other half. */
+static int whisper_opts(const choir_whisper *m, choir_request *req, choir_whisper_transcribe_opts *o, int *lang) {
     const choir_stt_input *in = &req->in.stt;
     choir_whisper_default_transcribe_opts(o);
     /* req->extra, when set, is a choir_whisper_params giving the decoding
@@ -158,10 +160,15 @@ static int whisper_opts(choir_request *req, choir_whisper_transcribe_opts *o, in
     o->params.task = in->translate ? CHOIR_WHISPER_TRANSLATE : CHOIR_WHISPER_TRANSCRIBE;
     o->params.timestamps = in->timestamps != 0;
     o->word_timestamps = in->word_timestamps != 0 && o->params.timestamps;
-    if (in->temperature > 0) {
+    if (in->temperature > 0 || in->fixed_temperature) {
         o->params.temperatures[0] = in->temperature;
         o->params.n_temperatures = 1;
     }
+    int most = choir_whisper_get_dims(m)->n_text_ctx / 2;
+    if (in->max_tokens < 0 || in->max_tokens > most)
+        return choir_request_fail(req, CHOIR_EINVAL, "max_tokens %d: this model decodes 1 to %d per window",
+                                  in->max_tokens, most);
+    if (in->max_tokens > 0) o->params.sample_len = in->max_tokens;
     return 0;
 }
 
@@ -210,7 +217,9 @@ static bool whisper_same_group(const choir_request *a, const choir_request *b) {
     return a->extra == b->extra && a->in.stt.translate == b->in.stt.translate &&
            (a->in.stt.timestamps != 0) == (b->in.stt.timestamps != 0) &&
            (a->in.stt.word_timestamps != 0) == (b->in.stt.word_timestamps != 0) &&
-           a->in.stt.temperature == b->in.stt.temperature;
+           a->in.stt.temperature == b->in.stt.temperature &&
+           (a->in.stt.fixed_temperature != 0) == (b->in.stt.fixed_temperature != 0) &&
+           a->in.stt.max_tokens == b->in.stt.max_tokens;
 }
 
 static int whisper_run_batch_locked(whisper_weights *w, choir_request *const *reqs, int n,
@@ -231,7 +240,7 @@ static int whisper_run_batch_locked(whisper_weights *w, choir_request *const *re
         if (choir_request_cancelled(r)) continue;
         choir_whisper_transcribe_opts o;
         int lang;
-        if (whisper_opts(r, &o, &lang)) continue;
+        if (whisper_opts(w->m, r, &o, &lang)) continue;
         int ng = 0;
         grp[ng] = r;
         in[ng++] = (choir_whisper_input){r->in.stt.samples, r->in.stt.n_samples, lang, r->in.stt.prompt};
@@ -243,7 +252,7 @@ static int whisper_run_batch_locked(whisper_weights *w, choir_request *const *re
             if (taken[k] || q->task != CHOIR_TASK_STT || !whisper_same_group(r, q) || choir_request_cancelled(q))
                 continue;
             taken[k] = true;
-            if (whisper_opts(q, &ok, &lk)) continue;
+            if (whisper_opts(w->m, q, &ok, &lk)) continue;
             grp[ng] = q;
             in[ng++] = (choir_whisper_input){q->in.stt.samples, q->in.stt.n_samples, lk, q->in.stt.prompt};
         }
