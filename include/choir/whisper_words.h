@@ -60,6 +60,11 @@ typedef struct choir_whisper_head {
  * decoder layer or head. */
 int choir_whisper_alignment_heads(const choir_whisper_dims *d, bool large_v1, choir_whisper_head *out);
 
+/* The heads word timestamps use for model m: those of the model
+ * directory's generation_config.json `alignment_heads` when choir_whisper_load
+ * found them, else choir_whisper_alignment_heads for its dimensions. */
+int choir_whisper_model_alignment_heads(const choir_whisper *m, choir_whisper_head *out);
+
 /* Reads heads given as a JSON list of [layer, head] pairs (the
  * `alignment_heads` of a Hugging Face generation_config.json). Every pair
  * must lie inside the model's layers and heads, and there must be at least
@@ -188,7 +193,7 @@ int choir_whisper_add_word_timestamps(const choir_tokenizer *tok, const choir_wh
  * pass (choir_whisper_cross_qk) over [sot, language, task] (sot alone for
  * English-only models), <|notimestamps|>, the text tokens of all segs and
  * <|endoftext|> on the window's `cross`, the heads
- * choir_whisper_alignment_heads gives for the model's size, the alignment
+ * choir_whisper_model_alignment_heads gives, the alignment
  * matrix over the window's first mel_frames / 2 encoder frames (mel_frames:
  * the window's frames of audio, openai's num_frames), each text token's
  * probability from the same pass, then choir_whisper_add_word_timestamps

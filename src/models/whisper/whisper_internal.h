@@ -6,6 +6,7 @@
 #include "choir/pool.h"
 #include "choir/tensor.h"
 #include "choir/whisper.h"
+#include "choir/whisper_words.h"
 
 /* One attention module: W [d, d] each; k has no bias. */
 typedef struct wh_attn {
@@ -71,6 +72,10 @@ struct choir_whisper {
     void **owned;
     int n_owned, cap_owned;
     size_t bytes;
+    /* generation_config.json's alignment_heads when the directory has
+     * them (n_align > 0), else the size's table. */
+    choir_whisper_head *align;
+    int n_align;
     /* Set by choir_whisper_gpu_attach: the network functions then run there. */
     struct choir_whisper_gpu *gpu;
     /* The CPU backend and the weights as the forward reads them there. */

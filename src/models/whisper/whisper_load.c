@@ -449,7 +449,38 @@ choir_whisper *choir_whisper_load(const char *dir, choir_err *err) {
     choir_st *st = choir_st_open(path, err);
     if (!st) return NULL;
     choir_whisper *m = choir_whisper_from_st(st, &dims, err);
-    if (!m) choir_err_prefix(err, "%s: ", dir);
+    if (!m) {
+        choir_err_prefix(err, "%s: ", dir);
+        return NULL;
+    }
+    /* Hugging Face's generation_config.json may name the alignment heads
+     * (word timestamps); without it the size's table is used. */
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    if ((f = fopen(path, "rb"))) {
+        fclose(f);
+        cJSON *gc = choir_json_load(path, err);
+        const cJSON *list = gc ? cJSON_GetObjectItemCaseSensitive(gc, "alignment_heads") : NULL;
+        int rc = gc ? 0 : (err && err->code ? err->code : CHOIR_EIO);
+        if (list && !cJSON_IsNull(list)) {
+            choir_whisper_head *h =
+                choir_alloc(CHOIR_MEM_WEIGHTS, CHOIR_WHISPER_MAX_HEADS * sizeof *h);
+            int n = h ? choir_whisper_parse_alignment_heads(list, &m->dims, h, err)
+                      : choir_err_set(err, CHOIR_ENOMEM, "out of memory");
+            if (n > 0) {
+                m->align = h;
+                m->n_align = n;
+            } else {
+                choir_free(h);
+                rc = n;
+            }
+        }
+        cJSON_Delete(gc);
+        if (rc) {
+            choir_err_prefix(err, "%s/generation_config.json", dir);
+            choir_whisper_free(m);
+            return NULL;
+        }
+    }
     return m;
 }
 
@@ -458,6 +489,7 @@ void choir_whisper_free(choir_whisper *m) {
     choir_whisper_gpu_detach(m);
     for (int i = 0; i < m->n_owned; i++) choir_free(m->owned[i]);
     choir_free(m->owned);
+    choir_free(m->align);
     choir_free(m->enc);
     choir_free(m->dec);
     choir_st_close(m->st);

@@ -1,5 +1,7 @@
 /* The cross-attention logits of alignment heads from a teacher-forced
  * decoder pass (choir/whisper_words.h), for word timestamps. */
+#include <string.h>
+
 #include "choir/alloc.h"
 #include "choir/whisper_words.h"
 #include "models/whisper/whisper_internal.h"
@@ -48,6 +50,14 @@ int choir_whisper_cross_qk(const choir_whisper *m, const choir_whisper_cross *cr
     return rc;
 }
 
+int choir_whisper_model_alignment_heads(const choir_whisper *m, choir_whisper_head *out) {
+    if (m->n_align > 0) {
+        memcpy(out, m->align, (size_t)m->n_align * sizeof *out);
+        return m->n_align;
+    }
+    return choir_whisper_alignment_heads(&m->dims, false, out);
+}
+
 int choir_whisper_window_words(const choir_whisper *m, const choir_tokenizer *tok, const choir_whisper_cross *cross,
                                int language, choir_whisper_task task, int mel_frames, double time_offset,
                                double *last_speech_end, choir_whisper_word_segment *segs, int n_segs,
@@ -75,7 +85,7 @@ int choir_whisper_window_words(const choir_whisper *m, const choir_tokenizer *to
                              D->n_text_ctx - n_sot - 2);
     if (frames > A) frames = A;
     choir_whisper_head heads[CHOIR_WHISPER_MAX_HEADS];
-    int H = choir_whisper_alignment_heads(D, false, heads);
+    int H = choir_whisper_model_alignment_heads(m, heads);
     if (H < 1) return choir_err_set(err, CHOIR_EINVAL, "word timestamps: the model has no alignment heads");
     int32_t *tokens = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)T * sizeof *tokens);
     float *qk = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)H * T * A * sizeof *qk);
