@@ -3,7 +3,9 @@
  * convolution, the depthwise causal mixer, the layer-scaled residual, and
  * the cached causal GQA attention (queries past the start of the cache,
  * spanning several query and key blocks, grouped heads) against a plain
- * softmax in double; bad shapes are sticky stream errors. */
+ * softmax in double, and the same attention over a paged cache (shuffled
+ * pages, two sequences' tables at once); bad shapes are sticky stream
+ * errors. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,6 +157,85 @@ static void test_attention_cached(void **state) {
     fx_close(&f);
 }
 
+/* Positions from memory: rows at arbitrary positions (not consecutive) each
+ * equal the one-row attention at that position; a position past the cache
+ * is clamped to its last row. */
+static void test_attention_cached_at(void **state) {
+    (void)state;
+    fx f = fx_open();
+    int nh = 6, nkv = 2, D = 16;
+    int64_t rows = 200, ld = (int64_t)nh * D;
+    const int32_t pos[] = {0, 199, 57, 57, 130, 5000};
+    int64_t T = (int64_t)(sizeof pos / sizeof pos[0]);
+    float *q = rnd(T * ld), *kc = rnd(rows * nkv * D), *vc = rnd(rows * nkv * D), *out = rnd(T * ld);
+    double *want = malloc((size_t)ld * sizeof *want);
+    assert_int_equal(choir_op_attention_cached_at(f.s, q, T, kc, vc, pos, rows, nh, nkv, D, out), 0);
+    for (int64_t i = 0; i < T; i++) {
+        int64_t p = pos[i] < rows ? pos[i] : rows - 1;
+        naive_attention(q + i * ld, 1, kc, vc, p, nh, nkv, D, want);
+        double e = max_abs(out + i * ld, want, ld);
+        if (!(e < 2e-5)) fail_msg("row %lld at %d: max abs %.3g", (long long)i, (int)pos[i], e);
+    }
+    choir_err err = {0};
+    assert_int_equal(choir_op_attention_cached_at(f.s, q, 1, kc, vc, NULL, rows, nh, nkv, D, out), CHOIR_EINVAL);
+    assert_int_equal(choir_stream_status(f.s, &err), CHOIR_EINVAL);
+    assert_non_null(strstr(err.msg, "attention_cached_at"));
+    choir_stream_clear(f.s);
+    free(q), free(kc), free(vc), free(out), free(want);
+    fx_close(&f);
+}
+
+/* A paged cache: two sequences' keys scattered over a pool of 7 pages in
+ * shuffled order (each page of 128 rows, the last one partly filled). A
+ * prefill chunk of sequence A through its table, then one row of each
+ * sequence at once through their own tables (stride) at positions from
+ * memory, each against the naive attention over the sequence's contiguous
+ * rows. */
+static void test_attention_paged(void **state) {
+    (void)state;
+    fx f = fx_open();
+    int nh = 6, nkv = 2, D = 16, P = CHOIR_VV_PAGE;
+    int64_t ldq = (int64_t)nh * D, ldk = (int64_t)nkv * D, lenA = 300, lenB = 140;
+    /* A takes pages 5, 0, 3; B takes 6, 2 (stride 4: the tables' room). */
+    const int32_t tables[2][4] = {{5, 0, 3, 0}, {6, 2, 0, 0}};
+    float *pk = rnd(7 * P * ldk), *pv = rnd(7 * P * ldk);
+    float *kA = rnd(lenA * ldk), *vA = rnd(lenA * ldk), *kB = rnd(lenB * ldk), *vB = rnd(lenB * ldk);
+    for (int64_t k = 0; k < lenA; k++) {
+        int64_t row = (int64_t)tables[0][k / P] * P + k % P;
+        memcpy(pk + row * ldk, kA + k * ldk, (size_t)ldk * sizeof(float));
+        memcpy(pv + row * ldk, vA + k * ldk, (size_t)ldk * sizeof(float));
+    }
+    for (int64_t k = 0; k < lenB; k++) {
+        int64_t row = (int64_t)tables[1][k / P] * P + k % P;
+        memcpy(pk + row * ldk, kB + k * ldk, (size_t)ldk * sizeof(float));
+        memcpy(pv + row * ldk, vB + k * ldk, (size_t)ldk * sizeof(float));
+    }
+    /* Rows 200 .. 299 of A: spans pages 1 and 2 of its table. */
+    int64_t T = 100, pos0 = 200;
+    float *q = rnd(T * ldq), *out = rnd(T * ldq);
+    for (int64_t i = 0; i < T * ldq; i++) q[i] *= 3.0f;
+    double *want = malloc((size_t)(T * ldq) * sizeof *want);
+    naive_attention(q, T, kA, vA, pos0, nh, nkv, D, want);
+    assert_int_equal(choir_op_attention_paged(f.s, q, T, pk, pv, tables[0], pos0, nh, nkv, D, out), 0);
+    double e = max_abs(out, want, T * ldq);
+    if (!(e < 2e-5)) fail_msg("paged prefill: max abs %.3g", e);
+    /* One row of each: A at 299 (its last key), B at 130. */
+    const int32_t pos[2] = {299, 130};
+    assert_int_equal(choir_op_attention_paged_at(f.s, q, 2, pk, pv, &tables[0][0], 4, pos, 4 * P, nh, nkv, D, out),
+                     0);
+    naive_attention(q, 1, kA, vA, 299, nh, nkv, D, want);
+    naive_attention(q + ldq, 1, kB, vB, 130, nh, nkv, D, want + ldq);
+    e = max_abs(out, want, 2 * ldq);
+    if (!(e < 2e-5)) fail_msg("paged rows of two sequences: max abs %.3g", e);
+    choir_err err = {0};
+    assert_int_equal(choir_op_attention_paged_at(f.s, q, 1, pk, pv, NULL, 0, pos, P, nh, nkv, D, out), CHOIR_EINVAL);
+    assert_int_equal(choir_stream_status(f.s, &err), CHOIR_EINVAL);
+    assert_non_null(strstr(err.msg, "attention_paged_at"));
+    choir_stream_clear(f.s);
+    free(pk), free(pv), free(kA), free(vA), free(kB), free(vB), free(q), free(out), free(want);
+    fx_close(&f);
+}
+
 static void test_bad_shapes(void **state) {
     (void)state;
     fx f = fx_open();
@@ -182,6 +263,8 @@ int main(void) {
         cmocka_unit_test(test_stem),
         cmocka_unit_test(test_dwconv_and_residual),
         cmocka_unit_test(test_attention_cached),
+        cmocka_unit_test(test_attention_cached_at),
+        cmocka_unit_test(test_attention_paged),
         cmocka_unit_test(test_bad_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,7 +1,9 @@
 /* The Silero VAD engine adapter (choir/model.h): probe, load, a batch of
  * requests of different lengths (a silent one and an empty one included) gives
  * each request the segments choir_silero_detect gives it alone, inside the
- * arena the estimates promise, and a too-small arena is reported as such. */
+ * arena the estimates promise, and a too-small arena is reported as such.
+ * Through the engine, every batch's peak is within the arena it was admitted
+ * with and a wrong estimate is corrected (tests/support/calib.h). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -13,6 +15,7 @@
 #include "choir/audio.h"
 #include "choir/model.h"
 #include "choir/silero.h"
+#include "calib.h"
 #include "testutil.h"
 
 #define MODEL_ST "real/vad/silero_vad_16k.safetensors"
@@ -128,10 +131,24 @@ static void test_batch(void **state) {
     ops->free(NULL);
 }
 
+static void test_engine_calibrates(void **state) {
+    (void)state;
+    choir_audio jfk = {0};
+    decode("real/speech/jfk.wav", &jfk);
+    choir_job j = {0};
+    j.req.task = CHOIR_TASK_VAD;
+    j.req.in.vad.samples = jfk.samples;
+    j.req.in.vad.n_samples = jfk.frames;
+    j.priority = CHOIR_PRIORITY_NORMAL;
+    tu_cal_check("silero", &choir_model_silero_vad, tu_fixture(MODEL_ST), &j);
+    choir_audio_clear(&jfk);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_probe),
         cmocka_unit_test(test_batch),
+        cmocka_unit_test(test_engine_calibrates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

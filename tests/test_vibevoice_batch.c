@@ -4,8 +4,11 @@
  * whose members change between steps (a sequence joins late, one leaves
  * early), fed the same tokens. Every step's logits agree (rel L2 <= 1e-5:
  * a product over more rows may sum in another order), so do the greedy
- * tokens; bad batches are refused without advancing anyone. Random weights
- * at reduced dimensions (choir_vibevoice_randw), f32 and bf16. */
+ * tokens; bad batches are refused without advancing anyone. The same with
+ * the batched copies' KV caches in one paged pool (choir_vibevoice_kv_pool):
+ * admission by pages, pages taken as tokens reach them and given back.
+ * Random weights at reduced dimensions (choir_vibevoice_randw), f32 and
+ * bf16. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,7 +50,10 @@ static int argmax(const float *x, int n) {
 #define NSEQ 3
 #define STEPS 8
 
-static void run_case(choir_dtype dt) {
+/* paged: the batched copies live in one KV pool sized to their contexts
+ * exactly (admission refuses a fourth), step through a paged batch (one
+ * attention for all rows), and sequence 0 takes one more step alone. */
+static void run_case(choir_dtype dt, int paged) {
     choir_vibevoice_dims d;
     small_dims(&d);
     choir_err err = {0};
@@ -56,15 +62,24 @@ static void run_case(choir_dtype dt) {
     choir_vibevoice *m = choir_vibevoice_from_tensors(choir_vibevoice_randw_find, w, &d, &err);
     assert_non_null(m);
     int V = d.lm.vocab;
-    /* Prompts of 5, 19 and 9 + 4 audio tokens; the last has 4 hops of audio. */
-    int lens[NSEQ] = {5, 19, 15};
+    /* Prompts of 125, 250 and 11 + 4 audio tokens (the last has 4 hops of
+     * audio): pages of 128 positions are crossed in prefill and in steps. */
+    int lens[NSEQ] = {125, 250, 15};
+    choir_vibevoice_kv_pool *pool = NULL;
+    if (paged) {
+        int pages = 0;
+        for (int q = 0; q < NSEQ; q++) pages += choir_vibevoice_kv_pages_for(lens[q] + STEPS);
+        assert_int_equal(pages, 6);
+        pool = choir_vibevoice_kv_pool_create(m, pages * choir_vibevoice_kv_page_bytes(&d), &err);
+        assert_non_null(pool);
+    }
     int64_t n_audio = 4 * 3200;
     float *audio = malloc((size_t)n_audio * sizeof *audio);
     for (int64_t i = 0; i < n_audio; i++) audio[i] = 0.1f * sinf(0.01f * (float)i) + 0.01f * (float)((i * 7) % 13);
     choir_vibevoice_normalize(audio, n_audio, d.hop, audio);
     choir_vibevoice_state *alone[NSEQ], *batched[NSEQ];
     for (int q = 0; q < NSEQ; q++) {
-        int32_t ids[32];
+        int32_t ids[256];
         for (int i = 0; i < lens[q]; i++) ids[i] = (int32_t)(3 + (i * 37 + q * 101) % 500);
         if (q == 2) {
             ids[4] = d.audio_bos;
@@ -74,17 +89,35 @@ static void run_case(choir_dtype dt) {
         choir_vibevoice_plan p = {.max_samples = q == 2 ? n_audio : 0, .max_context = lens[q] + STEPS,
                                   .prefill_chunk = 8};
         for (int c = 0; c < 2; c++) {
-            choir_vibevoice_state *s = choir_vibevoice_state_create(m, &p, NULL, &err);
+            choir_vibevoice_state *s = c && paged ? choir_vibevoice_state_create_paged(m, &p, pool, &err)
+                                                  : choir_vibevoice_state_create(m, &p, NULL, &err);
             assert_non_null(s);
             if (q == 2) assert_int_equal(choir_vibevoice_encode(m, s, audio, n_audio, 0, NULL, NULL, &err), 0);
             assert_int_equal(choir_vibevoice_prefill(m, s, ids, lens[q], NULL, NULL, NULL, &err), 0);
             (c ? batched : alone)[q] = s;
         }
     }
+    choir_vibevoice_kv_usage u;
+    if (paged) {
+        /* Every page is reserved: a fourth request is not admitted. */
+        choir_vibevoice_kv_pool_usage(pool, &u);
+        assert_int_equal(u.pages, 6);
+        assert_int_equal(u.reserved, 6);
+        assert_int_equal(u.in_use, 1 + 2 + 1);
+        assert_false(choir_vibevoice_kv_pool_fits(pool, 1));
+        choir_vibevoice_plan p = {.max_context = 1, .prefill_chunk = 8};
+        assert_null(choir_vibevoice_state_create_paged(m, &p, pool, &err));
+        assert_int_equal(err.code, CHOIR_EBUSY);
+        assert_null(choir_vibevoice_state_create(m, &(choir_vibevoice_plan){.max_context = 8, .kv_paged = 1}, NULL,
+                                                 &err));
+        assert_int_equal(err.code, CHOIR_EINVAL);
+    }
     choir_stream *st = choir_stream_create(choir_vibevoice_backend(m), &err);
     assert_non_null(st);
-    assert_int_equal(choir_stream_reserve(st, (size_t)choir_vibevoice_batch_bytes(&d, NSEQ), 1 << 20, &err), 0);
-    choir_vibevoice_batch *b = choir_vibevoice_batch_create(m, NSEQ, st, &err);
+    int64_t bb = paged ? choir_vibevoice_batch_bytes_paged(&d, NSEQ, pool) : choir_vibevoice_batch_bytes(&d, NSEQ);
+    assert_int_equal(choir_stream_reserve(st, (size_t)bb, 1 << 20, &err), 0);
+    choir_vibevoice_batch *b = paged ? choir_vibevoice_batch_create_paged(m, NSEQ, pool, st, &err)
+                                     : choir_vibevoice_batch_create(m, NSEQ, st, &err);
     assert_non_null(b);
     /* Sequence 0 decodes steps 0..5, sequence 1 all, sequence 2 joins at step 2. */
     int first[NSEQ] = {0, 0, 2}, last[NSEQ] = {5, STEPS - 1, STEPS - 1};
@@ -113,7 +146,21 @@ static void run_case(choir_dtype dt) {
             next[q] = argmax(la, V);
         }
     }
-    printf("%s: worst step logits rel L2 %.3g (batched vs alone)\n", dt == CHOIR_DTYPE_F32 ? "f32" : "bf16", worst);
+    if (paged) {
+        /* Sequence 0 (left the batch) steps alone on its pages. */
+        assert_int_equal(choir_vibevoice_step(m, alone[0], next[0], NULL, &err), 0);
+        assert_int_equal(choir_vibevoice_step(m, batched[0], next[0], NULL, &err), 0);
+        double e = tu_rel_l2(choir_vibevoice_logits(batched[0]), choir_vibevoice_logits(alone[0]), (size_t)V);
+        if (e > worst) worst = e;
+        choir_vibevoice_kv_pool_usage(pool, &u);
+        assert_int_equal(u.in_use, 2 + 3 + 1);
+        /* A state of another pool (none) in a paged batch is refused. */
+        choir_vibevoice_state *mixed[2] = {batched[2], alone[2]};
+        int32_t two[2] = {1, 2};
+        assert_int_equal(choir_vibevoice_step_batch(m, b, mixed, two, 2, &err), CHOIR_EINVAL);
+    }
+    printf("%s%s: worst step logits rel L2 %.3g (batched vs alone)\n", dt == CHOIR_DTYPE_F32 ? "f32" : "bf16",
+           paged ? " paged" : "", worst);
     assert_true(worst <= 1e-5);
     /* Refusals leave every sequence where it was. */
     int before0 = choir_vibevoice_seq_len(batched[0]), before1 = choir_vibevoice_seq_len(batched[1]);
@@ -134,7 +181,21 @@ static void run_case(choir_dtype dt) {
     for (int q = 0; q < NSEQ; q++) {
         choir_vibevoice_state_free(alone[q]);
         choir_vibevoice_state_free(batched[q]);
+        if (paged && q == 0) {
+            /* Its two pages are back: a request of up to 256 tokens fits, not more. */
+            choir_vibevoice_kv_pool_usage(pool, &u);
+            assert_int_equal(u.reserved, 4);
+            assert_int_equal(u.in_use, 4);
+            assert_true(choir_vibevoice_kv_pool_fits(pool, 256));
+            assert_false(choir_vibevoice_kv_pool_fits(pool, 257));
+        }
     }
+    if (paged) {
+        choir_vibevoice_kv_pool_usage(pool, &u);
+        assert_int_equal(u.reserved, 0);
+        assert_int_equal(u.in_use, 0);
+    }
+    choir_vibevoice_kv_pool_free(pool);
     free(audio);
     choir_vibevoice_free(m);
     choir_vibevoice_randw_free(w);
@@ -142,18 +203,30 @@ static void run_case(choir_dtype dt) {
 
 static void test_batched_equals_alone_f32(void **state) {
     (void)state;
-    run_case(CHOIR_DTYPE_F32);
+    run_case(CHOIR_DTYPE_F32, 0);
+}
+
+static void test_paged_batched_equals_alone_f32(void **state) {
+    (void)state;
+    run_case(CHOIR_DTYPE_F32, 1);
+}
+
+static void test_paged_batched_equals_alone_bf16(void **state) {
+    (void)state;
+    run_case(CHOIR_DTYPE_BF16, 1);
 }
 
 static void test_batched_equals_alone_bf16(void **state) {
     (void)state;
-    run_case(CHOIR_DTYPE_BF16);
+    run_case(CHOIR_DTYPE_BF16, 0);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_equals_alone_f32),
         cmocka_unit_test(test_batched_equals_alone_bf16),
+        cmocka_unit_test(test_paged_batched_equals_alone_f32),
+        cmocka_unit_test(test_paged_batched_equals_alone_bf16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,12 +27,13 @@ static choir_st *g_ref, *g_words;
 static cJSON *g_meta;
 static choir_whisper_head g_heads[CHOIR_WHISPER_MAX_HEADS];
 static int g_n_heads;
+static char g_dir[1024];
 
 static int setup(void **state) {
     (void)state;
     choir_err err;
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s", tu_tmpfile("hf"));
+    char *dir = g_dir;
+    snprintf(g_dir, sizeof g_dir, "%s", tu_tmpfile("hf"));
     if (choir_randw_write_checkpoint(tu_fixture(FX "/manifest.json"), tu_fixture(FX "/config.json"),
                                      dir, &err))
         return -1;
@@ -291,11 +292,58 @@ static void test_window_words_match_openai(void **state) {
     choir_tokenizer_free(tok);
 }
 
+/* generation_config.json's alignment_heads replace the size's table; a
+ * config without them keeps the table; a bad pair fails the load. */
+static void write_gc(const char *text) {
+    char p[1100];
+    snprintf(p, sizeof p, "%s/generation_config.json", g_dir);
+    FILE *f = fopen(p, "wb");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void test_generation_config_heads(void **state) {
+    (void)state;
+    choir_err err = {0};
+    choir_whisper_head h[CHOIR_WHISPER_MAX_HEADS];
+    assert_int_equal(choir_whisper_model_alignment_heads(g_model, h), g_n_heads);
+    const choir_whisper_dims *D = choir_whisper_get_dims(g_model);
+    int L = D->n_text_layer - 1, Hh = D->n_head - 1;
+    char text[256];
+    snprintf(text, sizeof text, "{\"max_length\": 448, \"alignment_heads\": [[%d, %d], [0, 0]]}", L, Hh);
+    write_gc(text);
+    choir_whisper *m = choir_whisper_load(g_dir, &err);
+    assert_non_null(m);
+    assert_int_equal(choir_whisper_model_alignment_heads(m, h), 2);
+    assert_int_equal(h[0].layer, L);
+    assert_int_equal(h[0].head, Hh);
+    assert_int_equal(h[1].layer, 0);
+    assert_int_equal(h[1].head, 0);
+    choir_whisper_free(m);
+    write_gc("{\"max_length\": 448}");
+    m = choir_whisper_load(g_dir, &err);
+    assert_non_null(m);
+    assert_int_equal(choir_whisper_model_alignment_heads(m, h), g_n_heads);
+    assert_memory_equal(h, g_heads, (size_t)g_n_heads * sizeof h[0]);
+    choir_whisper_free(m);
+    snprintf(text, sizeof text, "{\"alignment_heads\": [[%d, 0]]}", D->n_text_layer);
+    write_gc(text);
+    memset(&err, 0, sizeof err);
+    assert_null(choir_whisper_load(g_dir, &err));
+    assert_int_equal(err.code, CHOIR_EFORMAT);
+    assert_non_null(strstr(err.msg, "alignment_heads"));
+    char p[1100];
+    snprintf(p, sizeof p, "%s/generation_config.json", g_dir);
+    remove(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_openai),
         cmocka_unit_test(test_window_words_match_openai),
         cmocka_unit_test(test_errors_and_allocation_failures),
+        cmocka_unit_test(test_generation_config_heads),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,17 +1,23 @@
 /* The Whisper engine adapter (choir_model_whisper) on the whisper-ml80 fixture
  * weights: probe, load with the tokenizer from the model folder, and a batch of
  * short requests decoded together giving what each gives through the library
- * alone. */
+ * alone. The same batch in an arena of its estimates gives the same
+ * transcripts, takes its caches and passes from the arena (no cache memory
+ * counted outside it), and gives the arena back; through the engine each
+ * batch's peak is within its admitted arena and a wrong estimate is
+ * corrected (tests/support/calib.h). */
 #include <stdio.h>
 #include <string.h>
 
 #include "choir/alloc.h"
+#include "choir/arena.h"
 #include "choir/audio.h"
 #include "choir/json.h"
 #include "choir/model.h"
 #include "choir/randw.h"
 #include "choir/tokenizer.h"
 #include "choir/whisper.h"
+#include "calib.h"
 #include "testutil.h"
 
 #define FX "whisper/whisper-ml80"
@@ -49,6 +55,26 @@ static int on_output(void *user, const choir_output *out) {
         assert_true(g->compression_ratio > 0);
         assert_true(g->no_speech_prob >= 0 && g->no_speech_prob <= 1);
         assert_true(g->seek >= 0);
+    }
+    return 0;
+}
+
+/* The final text and status only (requests without the temperature above). */
+static int on_text(void *user, const choir_output *out) {
+    captured *c = user;
+    if (!out->final) return 0;
+    c->finals++;
+    c->status = out->status;
+    if (out->text) snprintf(c->text, sizeof c->text, "%s", out->text);
+    return 0;
+}
+
+/* The final text only (any decoding). */
+static int on_final(void *user, const choir_output *out) {
+    captured *c = user;
+    if (out->final) {
+        c->finals++;
+        if (out->text) snprintf(c->text, sizeof c->text, "%s", out->text);
     }
     return 0;
 }
@@ -103,6 +129,58 @@ static void test_adapter(void **state) {
     }
     assert_int_equal(ops->run_batch(w, reqs, 3, NULL, &err), 0);
 
+    /* Again in an arena of the batch's estimates (the engine's reservation):
+     * the same transcripts, the caches and passes inside it, and only the
+     * outputs and each recording's mel counted outside. */
+    int64_t est = 0;
+    for (int i = 0; i < 3; i++) est += ops->estimate(w, &req[i]);
+    choir_arena *arena = choir_arena_create((size_t)est, CHOIR_MEM_ACTIVATIONS, &err);
+    assert_non_null(arena);
+    captured cap2[3];
+    choir_request req2[3], *reqs2[3];
+    for (int i = 0; i < 3; i++) {
+        memset(&cap2[i], 0, sizeof cap2[i]);
+        req2[i] = req[i];
+        req2[i].status = 0, req2[i].done = 0, req2[i].first_output_ns = 0, req2[i].error[0] = 0;
+        req2[i].on_output_user = &cap2[i];
+        reqs2[i] = &req2[i];
+    }
+    int64_t cache0 = choir_mem_current(CHOIR_MEM_CACHE), act0 = choir_mem_current(CHOIR_MEM_ACTIVATIONS);
+    choir_mem_reset_peaks();
+    assert_int_equal(ops->run_batch(w, reqs2, 3, arena, &err), 0);
+    int64_t cache_out = choir_mem_peak(CHOIR_MEM_CACHE) - cache0,
+            act_out = choir_mem_peak(CHOIR_MEM_ACTIVATIONS) - act0;
+    size_t hw = choir_arena_high_water(arena);
+    printf("arena: %zu bytes used of %lld estimated; outside: %lld cache, %lld activations\n", hw,
+           (long long)est, (long long)cache_out, (long long)act_out);
+    assert_true(hw > 0 && hw <= (size_t)est);
+    assert_int_equal(choir_arena_used(arena), 0);
+    /* Outside: the mel of one recording at a time (3 s + 30 s of padding,
+     * 80 bands; its STFT plan is "cache", 1.6 KB), never a KV cache. */
+    assert_true(cache_out < 16 << 10);
+    assert_true(act_out < (int64_t)hw / 4);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(cap2[i].finals, 1);
+        assert_string_equal(cap2[i].text, cap[i].text);
+    }
+    /* Beam search (its spare beams and finished candidates) in the arena
+     * too: the transcript it gives without one. */
+    choir_whisper_params beam = params;
+    beam.beam_size = 3;
+    captured cb[2];
+    for (int k = 0; k < 2; k++) {
+        memset(&cb[k], 0, sizeof cb[k]);
+        choir_request rb = {.task = CHOIR_TASK_STT, .on_output = on_final, .on_output_user = &cb[k]};
+        rb.in.stt = (choir_stt_input){.samples = a.samples, .n_samples = 2 * SR, .language = "en"};
+        rb.extra = &beam;
+        choir_request *rbp = &rb;
+        assert_int_equal(ops->run_batch(w, &rbp, 1, k ? arena : NULL, &err), 0);
+        assert_int_equal(cb[k].finals, 1);
+    }
+    assert_string_equal(cb[1].text, cb[0].text);
+    assert_int_equal(choir_arena_used(arena), 0);
+    choir_arena_free(arena);
+
     /* The same recordings one at a time through the library's seek loop,
      * the path `choir stt` takes: the engine's transcripts are the CLI's. */
     choir_whisper *m = choir_whisper_load(dir, &err);
@@ -145,10 +223,63 @@ static void test_adapter(void **state) {
     assert_int_equal(ops->run_batch(w, &rp, 1, NULL, &err), 0);
     assert_int_equal(r.status, CHOIR_EINVAL);
 
+    /* The request fields alone (no extra): max_tokens bounds each window,
+     * fixed_temperature decodes at 0 without fallback; the library with the
+     * same parameters gives the same text. Batched together, requests that
+     * differ in max_tokens decode apart, each to its own limit. A max_tokens
+     * beyond half the text context fails that request. */
+    choir_whisper_transcribe_opts fo;
+    choir_whisper_default_transcribe_opts(&fo);
+    fo.batched = false;
+    fo.params.temperatures[0] = 0;
+    fo.params.n_temperatures = 1;
+    fo.params.timestamps = false;
+    int limits[3] = {3, 8, 1000};
+    choir_request fr[3];
+    captured fc[3];
+    choir_request *frs[3];
+    for (int i = 0; i < 3; i++) {
+        memset(&fr[i], 0, sizeof fr[i]);
+        memset(&fc[i], 0, sizeof fc[i]);
+        fr[i].task = CHOIR_TASK_STT;
+        fr[i].in.stt = (choir_stt_input){.samples = a.samples, .n_samples = SR, .language = "en",
+                                         .fixed_temperature = 1, .max_tokens = limits[i]};
+        fr[i].on_output = on_text;
+        fr[i].on_output_user = &fc[i];
+        frs[i] = &fr[i];
+    }
+    assert_int_equal(ops->run_batch(w, frs, 3, NULL, &err), 0);
+    assert_int_equal(fr[2].status, CHOIR_EINVAL);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(fc[i].finals, 1);
+        assert_int_equal(fc[i].status, 0);
+        fo.params.sample_len = limits[i];
+        choir_whisper_input in = {a.samples, SR, choir_whisper_lang_index("en"), NULL};
+        choir_whisper_transcript t;
+        assert_int_equal(choir_whisper_transcribe_batch(m, tok, &in, 1, &fo, &t, &err), 0);
+        const char *text = t.text;
+        while (*text == ' ') text++;
+        assert_string_equal(fc[i].text, text);
+        int n_tokens = 0;
+        for (int k = 0; k < t.n_segments; k++) n_tokens += t.segments[k].n_tokens;
+        assert_true(n_tokens >= 1 && n_tokens <= limits[i]); /* one window of 1 s */
+        choir_whisper_transcript_clear(&t);
+    }
+
     choir_tokenizer_free(tok);
     choir_whisper_free(m);
-    choir_audio_clear(&a);
     ops->free(w);
+
+    /* Through the engine: each batch's peak inside the arena it was admitted
+     * with, a wrong estimate corrected from those peaks. */
+    choir_job j = {0};
+    j.req.task = CHOIR_TASK_STT;
+    j.req.in.stt = (choir_stt_input){.samples = a.samples, .n_samples = 2 * SR, .language = "en",
+                                     .timestamps = 1, .temperature = 0.3f};
+    j.req.extra = &params;
+    j.priority = CHOIR_PRIORITY_NORMAL;
+    tu_cal_check("whisper", ops, dir, &j);
+    choir_audio_clear(&a);
 }
 
 int main(void) {

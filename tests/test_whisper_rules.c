@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "choir/backend_whisper.h"
 #include "models/whisper/whisper_internal.h"
 #include "testutil.h"
 
@@ -142,10 +143,101 @@ static void test_topk_matches_reference(void **state) {
     free(l);
 }
 
+/* The greedy step as a backend operation (choir/backend_whisper.h) on the CPU
+ * backend: for B rows at once it must do what the host decoder does per row
+ * (wr_rules_ref, then wd_update_greedy's update): the same filtered row, the
+ * pick appended, the log-probability added in the same bits, the row done at
+ * eot or at its limit, the next step's inputs written only for live rows,
+ * and rows already done left alone. */
+static void test_greedy_op_matches_host_step(void **state) {
+    (void)state;
+    enum { B = 5, LD = 64 };
+    choir_whisper_specials sp;
+    choir_whisper_specials_from_vocab(V, &sp);
+    int32_t sup[128];
+    int n_sup = choir_whisper_default_suppress(&sp, sup, 128);
+    float *lg = malloc((size_t)B * V * sizeof(float)), *ref = malloc(V * sizeof(float));
+    assert_true(lg && ref);
+    choir_err err = {0};
+    choir_backend *be = choir_backend_cpu(&err);
+    assert_non_null(be);
+    choir_stream *s = choir_stream_create(be, &err);
+    assert_non_null(s);
+    int32_t tokens[B][LD], n[B], done[B], sb[B], limit[B], ids[B], pos[B], keys[B];
+    double sum[B];
+    int eots = 0, limits = 0, picks = 0;
+    for (int it = 0; it < 24; it++) {
+        choir_whisper_filter f = {.sp = &sp, .n_vocab = V, .timestamps = it % 3 != 2,
+                                  .suppress_blank = it % 2 == 0, .suppress = sup,
+                                  .n_suppress = n_sup, .max_initial_timestamp_index = 50};
+        int32_t before[B][LD];
+        for (int r = 0; r < B; r++) {
+            n[r] = fill_tokens(tokens[r], &sp);
+            sb[r] = N_INIT;
+            done[r] = r == 4; /* one row already finished */
+            limit[r] = r == 3 ? n[r] + 1 : LD; /* one row at its last token */
+            sum[r] = -1.5 * r;
+            ids[r] = pos[r] = keys[r] = -7;
+            fill_logits(lg + (size_t)r * V, sp.timestamp_begin);
+            /* Sometimes eot is the clear favourite (and allowed). */
+            if (r == 2 && it % 4 == 0) lg[(size_t)r * V + sp.eot] = 100.0f;
+            memcpy(before[r], tokens[r], sizeof before[r]);
+        }
+        float *orig = malloc((size_t)B * V * sizeof(float));
+        assert_non_null(orig);
+        memcpy(orig, lg, (size_t)B * V * sizeof(float));
+        choir_whisper_greedy g = {.B = B, .tokens = &tokens[0][0], .ld = LD, .n = n,
+                                  .done = done, .sum_logprob = sum, .sample_begin = sb,
+                                  .limit = limit, .ids = ids, .pos = pos, .keys = keys};
+        int32_t n0[B];
+        memcpy(n0, n, sizeof n0);
+        assert_int_equal(choir_op_whisper_greedy(s, lg, &f, &g), 0);
+        assert_int_equal(choir_stream_sync(s, &err), 0);
+        for (int r = 0; r < B; r++) {
+            if (r == 4) {
+                assert_int_equal(n[r], n0[r]);
+                assert_int_equal(ids[r], -7);
+                assert_memory_equal(lg + (size_t)r * V, orig + (size_t)r * V, V * sizeof(float));
+                continue;
+            }
+            memcpy(ref, orig + (size_t)r * V, V * sizeof(float));
+            choir_whisper_filter fr = f;
+            fr.sample_begin = sb[r];
+            wr_pick p;
+            wr_rules_ref(&fr, before[r], n0[r], ref, &p);
+            assert_memory_equal(lg + (size_t)r * V, ref, V * sizeof(float));
+            double want = -1.5 * r + ((double)ref[p.argmax] - p.lse);
+            assert_memory_equal(&sum[r], &want, sizeof want);
+            assert_int_equal(n[r], n0[r] + 1);
+            assert_int_equal(tokens[r][n0[r]], p.argmax);
+            assert_memory_equal(tokens[r], before[r], (size_t)n0[r] * sizeof(int32_t));
+            bool fin = p.argmax == sp.eot || n[r] >= limit[r];
+            assert_int_equal(done[r], fin);
+            eots += p.argmax == sp.eot;
+            limits += r == 3;
+            picks++;
+            if (fin) {
+                assert_int_equal(ids[r], -7);
+            } else {
+                assert_int_equal(ids[r], p.argmax);
+                assert_int_equal(pos[r], n[r] - 1);
+                assert_int_equal(keys[r], n[r]);
+            }
+        }
+        free(orig);
+    }
+    assert_true(eots >= 1 && limits >= 1 && picks > 50);
+    choir_stream_free(s);
+    choir_backend_free(be);
+    free(lg);
+    free(ref);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rules_match_reference),
         cmocka_unit_test(test_topk_matches_reference),
+        cmocka_unit_test(test_greedy_op_matches_host_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,16 +9,20 @@
 # device-to-device copy bandwidth, bytes read + written).
 #
 #   bash bench/peers/vibevoice_gpu.sh [--check] [--audio-min 1,10] [--steps 32] [--layers 28] [--impl auto|hf|spec]
+#        [--batch 8,32 [--batch-min 10]]
 #
 # --check first runs choir_vibevoice_gpu_check (CUDA against the CPU at
 # reduced dimensions; the failures and the attention lines are printed).
+# --batch times choir alone decoding B sequences at the context of
+# --batch-min minutes in batched steps (aggregate tokens/s against one
+# sequence at that context; transformers has no such path to compare).
 #
 # Run from anywhere on a machine with nvcc, cmake, python3, torch and
 # transformers (the lent H200); nothing is downloaded. Everything printed also
 # goes to $OUT/vibevoice_gpu.txt (or /tmp). About 3 minutes on an H200.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-MIN=1,10 STEPS=32 LAYERS=28 IMPL=auto CHECK=0 BUILD=${BUILD:-/tmp/vv-peer}
+MIN=1,10 STEPS=32 LAYERS=28 IMPL=auto CHECK=0 BATCH= BMIN=10 BUILD=${BUILD:-/tmp/vv-peer}
 while [ $# -gt 0 ]; do
   case "$1" in
     --audio-min) MIN=$2; shift 2 ;;
@@ -26,6 +30,8 @@ while [ $# -gt 0 ]; do
     --layers) LAYERS=$2; shift 2 ;;
     --impl) IMPL=$2; shift 2 ;;
     --check) CHECK=1; shift ;;
+    --batch) BATCH=$2; shift 2 ;;
+    --batch-min) BMIN=$2; shift 2 ;;
     *) echo "vibevoice_gpu.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -49,7 +55,7 @@ fi
 
 echo "=== choir (CUDA backend)"
 C=$(timeout 150 "$BUILD/cuda/choir_vibevoice_gpu_check" --bench 7b --layers "$LAYERS" --audio-min "$MIN" \
-      --steps "$STEPS" 2>&1 | tee /dev/stderr)
+      --steps "$STEPS" ${BATCH:+--batch "$BATCH" --batch-min "$BMIN"} 2>&1 | tee /dev/stderr)
 echo "=== transformers"
 T=$(PYTHONUNBUFFERED=1 timeout 150 python3 bench/peers/vibevoice_torch.py --audio-min "$MIN" --steps "$STEPS" \
       --layers "$LAYERS" --impl "$IMPL" 2>&1 | tee /dev/stderr)
@@ -66,12 +72,21 @@ for m in ${MIN//,/ }; do
   c=$(row "$C" "$m") t=$(row "$T" "$m")
   ce=$(val "$c" enc_s) te=$(val "$t" enc_s)
   cp=$(val "$c" prefill_tps) tp=$(val "$t" prefill_tps)
-  cd=$(val "$c" decode_ms) td=$(val "$t" decode_ms)
+  cd=$(val "$c" decode_ms) td=$(val "$t" decode_ms) cgr=$(val "$c" graph_ms)
   cg=$(val "$c" peak_gb) tg=$(val "$t" peak_gb)
   printf '%-6s %-22s %12s %12s %8s\n' "${m}m" "encoders s" "${ce:-n/a}" "${te:-n/a}" "$(ratio "$te" "$ce")"
   printf '%-6s %-22s %12s %12s %8s\n' "" "prefill tokens/s" "${cp:-n/a}" "${tp:-n/a}" "$(ratio "$cp" "$tp")"
   printf '%-6s %-22s %12s %12s %8s\n' "" "decode ms/token" "${cd:-n/a}" "${td:-n/a}" "$(ratio "$td" "$cd")"
+  printf '%-6s %-22s %12s %12s %8s\n' "" "decode ms/token, graph" "${cgr:-n/a}" "${td:-n/a}" "$(ratio "$td" "$cgr")"
   printf '%-6s %-22s %12s %12s %8s\n' "" "decode / bound" "$(ratio "$cd" "$bound")" "$(ratio "$td" "$bound")" ""
+  printf '%-6s %-22s %12s %12s %8s\n' "" "graph decode / bound" "$(ratio "$cgr" "$bound")" "" ""
   printf '%-6s %-22s %12s %12s %8s\n' "" "peak device GB" "${cg:-n/a}" "${tg:-n/a}" ""
+done
+for b in ${BATCH//,/ }; do
+  c=$(grep "vibevoice batch $b at" <<<"$C")
+  printf '%-6s %-22s %12s %12s %8s\n' "${BMIN}m" "batch $b: tokens/s" "$(val "$c" agg_tps)" "" ""
+  printf '%-6s %-22s %12s %12s %8s\n' "" "  ms/step" "$(val "$c" batch_step_ms)" "" ""
+  printf '%-6s %-22s %12s %12s %8s\n' "" "  x one sequence" "$(val "$c" speedup)" "" ""
+  printf '%-6s %-22s %12s %12s %8s\n' "" "  peak device GB" "$(val "$c" peak_gb)" "" ""
 done
 echo "(ratio: choir's speed over transformers'; above 1, choir is faster. Log: $LOG)"

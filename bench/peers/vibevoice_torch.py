@@ -31,6 +31,7 @@ Figure lines start with "torch vibevoice" and end in key=value pairs.
 import argparse
 import statistics
 import time
+from types import SimpleNamespace
 
 import torch
 from torch import nn
@@ -190,6 +191,59 @@ def build(args):
     return model, impl
 
 
+class HeadedLM(nn.Module):
+    """A bare decoder (no head) and the output projection that sits beside it,
+    called like a causal LM: what the timing loops need."""
+
+    def __init__(self, body, head):
+        super().__init__()
+        self.body, self.head, self.config = body, head, body.config
+
+    def get_input_embeddings(self):
+        return self.body.get_input_embeddings()
+
+    def forward(self, input_ids=None, inputs_embeds=None, past_key_values=None, use_cache=True, logits_to_keep=0):
+        out = self.body(input_ids=input_ids, inputs_embeds=inputs_embeds, past_key_values=past_key_values,
+                        use_cache=use_cache)
+        h = out.last_hidden_state
+        logits = self.head(h[:, -logits_to_keep:] if logits_to_keep else h)
+        return SimpleNamespace(logits=logits, past_key_values=out.past_key_values)
+
+
+def text_model(model):
+    """The language model as a causal LM (logits out), the parameters a
+    decode step streams, and where it was found. transformers' VibeVoice-ASR
+    has moved it between releases: model.language_model (a causal LM with
+    its head; also the spec build here), or model.model.language_model (the
+    bare Qwen2 decoder) with model.lm_head beside it. Failing both, the whole
+    model's forward without audio inputs (it runs only the language model
+    then), every parameter outside the encoders and the projector counted as
+    streamed."""
+    lm = getattr(model, "language_model", None)
+    if lm is not None and getattr(lm, "get_output_embeddings", lambda: None)() is not None:
+        return lm, list(lm.parameters()), "model.language_model"
+    body = getattr(getattr(model, "model", None), "language_model", None)
+    head = getattr(model, "lm_head", None)
+    if body is not None and head is not None:
+        return (HeadedLM(body, head), list(body.parameters()) + list(head.parameters()),
+                "model.model.language_model + model.lm_head")
+    params = [q for n, q in model.named_parameters() if not any(k in n for k in ("tokenizer", "projector"))]
+    return model, params, "the whole model's forward (no language-model attribute found)"
+
+
+def streamed_params(params, emb, head):
+    """Elements of the parameters, each tensor once, and of those a decode
+    step streams: without the input embedding table (a step gathers one row
+    of it), unless the output head is tied to it."""
+    seen, n = set(), 0
+    for q in params:
+        if q.data_ptr() not in seen:
+            seen.add(q.data_ptr())
+            n += q.numel()
+    tied = head is not None and head.data_ptr() == emb.data_ptr()
+    return n, n if tied else n - emb.numel()
+
+
 def copy_bandwidth():
     n = 4 << 30
     a = torch.empty(n, dtype=torch.uint8, device="cuda")
@@ -215,16 +269,19 @@ def main():
     t0 = time.perf_counter()
     model, impl = build(args)
     torch.cuda.synchronize()
-    lm = model.language_model
+    lm, lm_params, lm_where = text_model(model)
     n_all = sum(q.numel() for q in model.parameters())
-    n_lm = sum(q.numel() for q in lm.parameters())
-    emb = lm.get_input_embeddings().weight.numel()
-    stream_bytes = 2 * (n_lm - emb)
-    attn = getattr(lm.config, "_attn_implementation", "?")
+    cfg = getattr(lm.config, "text_config", lm.config)
+    head = lm.head if isinstance(lm, HeadedLM) else lm.get_output_embeddings()
+    n_lm, n_stream = streamed_params(lm_params, lm.get_input_embeddings().weight,
+                                     getattr(head, "weight", None))
+    stream_bytes = 2 * n_stream
+    attn = getattr(cfg, "_attn_implementation", "?")
     print(f"torch vibevoice: torch {torch.__version__}, transformers {transformers.__version__}, "
           f"{'VibeVoiceAsrForConditionalGeneration' if impl == 'hf' else 'spec encoders + Qwen2ForCausalLM'}, "
           f"{n_all / 1e9:.3f} B parameters ({n_lm / 1e9:.3f} B language model, {args.layers} layers), bf16, "
-          f"attention {attn}, built on {torch.cuda.get_device_name()} in {time.perf_counter() - t0:.1f} s")
+          f"attention {attn}, language model at {lm_where}, built on {torch.cuda.get_device_name()} in "
+          f"{time.perf_counter() - t0:.1f} s")
     bw = copy_bandwidth()
     print(f"torch vibevoice copy: device-to-device {bw / 1e12:.3f} TB/s (read + write); a decode step streams "
           f"{stream_bytes / 1e9:.2f} GB of language model weights: bound {1e3 * stream_bytes / bw:.2f} ms/token "
@@ -240,8 +297,11 @@ def main():
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
 
+        # transformers' encoders take [batch, 1 channel, samples]; the spec build adds the channel itself.
+        audio_in = x[:, None] if impl == "hf" else x
+
         def enc():
-            out = model.get_audio_features(input_values=x)
+            out = model.get_audio_features(input_values=audio_in)
             return out.pooler_output if hasattr(out, "pooler_output") else out
 
         t_enc = sync_time(enc, args.repeat)

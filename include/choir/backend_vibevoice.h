@@ -49,6 +49,39 @@ int choir_op_attention_cached(choir_stream *s, const float *q, int64_t T, const 
                               const float *vc, int64_t pos0, int n_heads, int n_kv, int D,
                               float *out);
 
+/* The same attention with each query row's position in backend memory, read
+ * when the operation runs (a graph replay reads the current values): row i
+ * sees cache rows 0 .. pos[i] (int32), at most max_keys of them (the rows
+ * the cache holds). What a graph-captured decoding step uses. */
+int choir_op_attention_cached_at(choir_stream *s, const float *q, int64_t T, const float *kc,
+                                 const float *vc, const int32_t *pos, int64_t max_keys, int n_heads,
+                                 int n_kv, int D, float *out);
+
+/* Paged KV caches: a layer's keys (and values) of many sequences live in one
+ * pool of pages, [pages][CHOIR_VV_PAGE][n_kv D] rows; a sequence's page
+ * table (int32, backend memory) names the page of each CHOIR_VV_PAGE of
+ * its positions, so key k of that sequence is pool row
+ * table[k / CHOIR_VV_PAGE] CHOIR_VV_PAGE + k % CHOIR_VV_PAGE. */
+#define CHOIR_VV_PAGE 128
+
+/* choir_op_attention_cached over a paged cache: T queries of one sequence at
+ * positions pos0 .. pos0 + T - 1, its keys through `table` (at least
+ * ceil((pos0 + T) / CHOIR_VV_PAGE) entries). Prefill chunks and steps whose
+ * position the host knows. */
+int choir_op_attention_paged(choir_stream *s, const float *q, int64_t T, const float *kpool,
+                             const float *vpool, const int32_t *table, int64_t pos0, int n_heads,
+                             int n_kv, int D, float *out);
+
+/* Rows of several sequences at once over one paged cache, positions read
+ * when the operation runs (graph replays, batched steps): row i uses the
+ * table at table + i table_stride (stride 0: one table for every row) and
+ * sees keys 0 .. pos[i], at most max_keys of them (tables hold at least
+ * ceil(max_keys / CHOIR_VV_PAGE) entries). */
+int choir_op_attention_paged_at(choir_stream *s, const float *q, int64_t T, const float *kpool,
+                                const float *vpool, const int32_t *table, int64_t table_stride,
+                                const int32_t *pos, int64_t max_keys, int n_heads, int n_kv, int D,
+                                float *out);
+
 #ifdef __cplusplus
 }
 #endif

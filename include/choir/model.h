@@ -63,7 +63,10 @@ typedef struct choir_stt_input {
     int translate;        /* 1: translate to English instead of transcribe */
     int timestamps;       /* 1: produce segment timestamps */
     int word_timestamps;  /* 1: also each word's times in its segment (Whisper; needs timestamps) */
-    float temperature;    /* 0 = greedy */
+    float temperature;    /* 0 = greedy, with the model's fallback to higher temperatures (Whisper) */
+    int fixed_temperature;/* 1: decode at `temperature` only, no fallback (also at 0) */
+    int max_tokens;       /* most text tokens: per 30 s window (Whisper), in all (VibeVoice);
+                           * 0 = the model's default */
 } choir_stt_input;
 
 typedef struct choir_vad_input {

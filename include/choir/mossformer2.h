@@ -166,6 +166,10 @@ int64_t choir_mf2_stream_chunks(const choir_mf2_stream *s);
 /* Worst-case bytes a stream with these params holds at once (the stream,
  * its chunker and one pass over one chunk). */
 int64_t choir_mf2_stream_bytes(int channels, const choir_mf2_params *p);
+/* The same for a stream that is pushed at most `frames` frames in all: its
+ * one pass then covers at most that many (<= 0: no bound, as above). The
+ * chunker's buffers are a chunk's either way. */
+int64_t choir_mf2_stream_bytes_upto(int channels, const choir_mf2_params *p, int64_t frames);
 
 /* One-shot form of the stream: x [frames][channels] -> y (caller-allocated,
  * same size; may not alias x). */

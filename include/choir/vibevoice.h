@@ -138,7 +138,8 @@ int choir_vibevoice_lm_bits(const choir_vibevoice *m);
  * generated in memory from `seed` (0: a fixed default): matrices in `dtype`
  * (f32, f16 or bf16) or, with q_bits 4 or 8, the language model's linears
  * and embedding as MLX codes (group 64); vectors f32. Values are uniform and
- * scaled like an initialised network. Pass choir_vibevoice_randw_find and
+ * scaled like an initialised network, generated on the default pool (the
+ * same values whatever its size). Pass choir_vibevoice_randw_find and
  * the object to choir_vibevoice_from_tensors[_on]; it must outlive the model.
  * NULL and err on bad arguments or when out of memory. */
 typedef struct choir_vibevoice_randw choir_vibevoice_randw;
@@ -172,6 +173,8 @@ typedef struct choir_vibevoice_plan {
     int prefill_chunk;      /* tokens per prefill step (0: 256) */
     int64_t enc_piece;      /* samples per encoder pass (0: 32 hops); any multiple of
                                the hop gives the same result, only memory changes */
+    int kv_paged;           /* 1: the KV cache lives in the pages of a pool
+                               (choir_vibevoice_state_create_paged), not in the block */
 } choir_vibevoice_plan;
 
 /* Bytes a state for `plan` needs (encoder activations and latents, the
@@ -241,6 +244,57 @@ int choir_vibevoice_prefill(const choir_vibevoice *m, choir_vibevoice_state *s, 
 /* One decoding step: appends `token` and writes the next logits[vocab]. */
 int choir_vibevoice_step(const choir_vibevoice *m, choir_vibevoice_state *s, int32_t token,
                          float *logits, choir_err *err);
+/* On a device backend, for a state that owns its stream
+ * (choir_vibevoice_state_create): on = record the step as a graph at the
+ * next step after one run op by op, then replay it (one launch a step);
+ * off (the default) = every step op by op, and a recorded graph is freed.
+ * While the graph lives, the backend's kernel scratch cannot grow, so
+ * another state on the same backend that needs more scratch (a longer
+ * plan) fails with CHOIR_EBUSY: turn it on where one state decodes at a
+ * time. No effect on the CPU. */
+void choir_vibevoice_set_step_graph(choir_vibevoice_state *s, bool on);
+/* Whether the last step was a graph replay. */
+bool choir_vibevoice_step_graphed(const choir_vibevoice_state *s);
+
+/* --- paged KV cache ------------------------------------------------------- */
+/* The keys and values of many states in one pool on the model's backend,
+ * in pages of CHOIR_VV_PAGE (128) positions (every layer's K and V rows of
+ * those positions, f32): the engine sizes one pool from its device budget,
+ * and a request is admitted by the pages its context needs, not by a count.
+ * A state created on the pool reserves ceil(max_context / 128) pages when it
+ * is created (CHOIR_EBUSY when the pool has fewer unreserved: admission),
+ * takes them from the pool as its tokens fill them (its page table, in
+ * backend memory, is what the attention reads), and gives them back when it
+ * is freed. Results are those of a state with its own cache, up to the
+ * summation order of the attention. */
+typedef struct choir_vibevoice_kv_pool choir_vibevoice_kv_pool;
+/* Bytes of one page for these dimensions. */
+int64_t choir_vibevoice_kv_page_bytes(const choir_vibevoice_dims *dims);
+/* Pages a context of `tokens` positions takes. */
+int choir_vibevoice_kv_pages_for(int64_t tokens);
+/* A pool of bytes / choir_vibevoice_kv_page_bytes pages (at least one) on
+ * m's backend, held by a stream of its own (counted in the backend's memory
+ * and its device budget: CHOIR_EBUSY / CHOIR_ENOMEM when it does not fit).
+ * NULL and err on failure. */
+choir_vibevoice_kv_pool *choir_vibevoice_kv_pool_create(const choir_vibevoice *m, int64_t bytes,
+                                                        choir_err *err);
+/* Frees the pool; every state on it must be freed first. NULL is a no-op. */
+void choir_vibevoice_kv_pool_free(choir_vibevoice_kv_pool *p);
+typedef struct choir_vibevoice_kv_usage {
+    int pages;          /* in the pool */
+    int reserved;       /* promised to live states (what admission checks) */
+    int in_use;         /* holding tokens */
+    int64_t page_bytes;
+} choir_vibevoice_kv_usage;
+void choir_vibevoice_kv_pool_usage(const choir_vibevoice_kv_pool *p, choir_vibevoice_kv_usage *u);
+/* Whether a state of plan->max_context tokens would be admitted now. */
+bool choir_vibevoice_kv_pool_fits(const choir_vibevoice_kv_pool *p, int max_context);
+/* choir_vibevoice_state_create (own stream, mem NULL) with its KV cache in
+ * the pool (plan->kv_paged is implied): CHOIR_EBUSY when the pool cannot
+ * reserve its pages. The pool must outlive the state. */
+choir_vibevoice_state *choir_vibevoice_state_create_paged(const choir_vibevoice *m, const choir_vibevoice_plan *plan,
+                                                          choir_vibevoice_kv_pool *pool, choir_err *err);
+
 /* --- batched decoding ----------------------------------------------------- */
 /* Decoding steps of several sequences (states) at once: the rows of every
  * sequence go through each linear layer together (one pass over the
@@ -267,6 +321,15 @@ void choir_vibevoice_batch_free(choir_vibevoice_batch *b);
 int choir_vibevoice_step_batch(const choir_vibevoice *m, choir_vibevoice_batch *b,
                                choir_vibevoice_state *const *states, const int32_t *tokens, int n,
                                choir_err *err);
+/* Working memory of a batch over paged states of `pool`: the step's page
+ * tables too. With such a batch, every state of a step must be on that
+ * pool, and the step's attention is one operation for all its rows (each
+ * row through its own page table) instead of one per sequence. */
+int64_t choir_vibevoice_batch_bytes_paged(const choir_vibevoice_dims *dims, int max_batch,
+                                          const choir_vibevoice_kv_pool *pool);
+choir_vibevoice_batch *choir_vibevoice_batch_create_paged(const choir_vibevoice *m, int max_batch,
+                                                          choir_vibevoice_kv_pool *pool,
+                                                          struct choir_stream *stream, choir_err *err);
 
 /* The state's logits buffer [vocab] (what transcription decodes from). */
 float *choir_vibevoice_logits(choir_vibevoice_state *s);

@@ -194,10 +194,14 @@ typedef struct choir_whisper_gpu_opts {
                         (choir_cuda_set_tf32): for bf16 models; false keeps them f32 */
     bool kv_f32;     /* keep the KV caches (self and cross) f32 for a half-precision model;
                         false: they hold the model's dtype, bf16 (half the bytes) */
+    int greedy_steps; /* greedy decoding (temperature 0, no beams): the rules, argmax and
+                         bookkeeping on the device, up to this many decoder steps per host
+                         wake-up (8; at most 16); 0: the rules on the host, one round trip
+                         per token */
 } choir_whisper_gpu_opts;
 
 /* device 0, f32 as stored, 8 windows, graphs on, TF32 off, caches in the
- * model's dtype. */
+ * model's dtype, greedy rules on the device 8 steps per wake-up. */
 void choir_whisper_default_gpu_opts(choir_whisper_gpu_opts *o);
 
 /* Opens a CUDA context on o->device (NULL: defaults), uploads the weights and
@@ -429,6 +433,16 @@ typedef struct choir_whisper_transcribe_opts {
      * timestamp). Needs params.timestamps. CPU models only so far: on a GPU
      * the call fails with CHOIR_EUNSUPPORTED. */
     bool word_timestamps;
+    /* Working memory of the call (the engine's batch arena), or NULL. Given,
+     * the buffers of the call, the caches of its windows and hypotheses and
+     * every encoder and decoder pass (the kernel scratch included) are carved
+     * from it on a CPU model, and the host buffers on a GPU one; the call
+     * allocates nothing per step, and returns with the arena as it found it.
+     * Too small, the call fails with CHOIR_ENOMEM. Outputs (the transcript),
+     * the whole recording's mel and the word-timestamp alignment use the
+     * counted allocator either way. NULL: all of it from the counted
+     * allocator, call by call. */
+    choir_arena *arena;
 } choir_whisper_transcribe_opts;
 
 void choir_whisper_default_transcribe_opts(choir_whisper_transcribe_opts *o);

@@ -60,6 +60,11 @@ typedef struct choir_whisper_head {
  * decoder layer or head. */
 int choir_whisper_alignment_heads(const choir_whisper_dims *d, bool large_v1, choir_whisper_head *out);
 
+/* The heads word timestamps use for model m: those of the model
+ * directory's generation_config.json `alignment_heads` when choir_whisper_load
+ * found them, else choir_whisper_alignment_heads for its dimensions. */
+int choir_whisper_model_alignment_heads(const choir_whisper *m, choir_whisper_head *out);
+
 /* Reads heads given as a JSON list of [layer, head] pairs (the
  * `alignment_heads` of a Hugging Face generation_config.json). Every pair
  * must lie inside the model's layers and heads, and there must be at least
@@ -77,9 +82,10 @@ int choir_whisper_parse_alignment_heads(const cJSON *list, const choir_whisper_d
  * into qk [n_heads][n_tokens][n_audio_ctx] (the `qk` of
  * choir_whisper_alignment_matrix, qk_stride n_audio_ctx, qk_scale 1), and,
  * when logits is not NULL, every position's logits [n_tokens][n_vocab]. Both
- * are the caller's host memory. Returns 0, CHOIR_EINVAL (bad argument, a
- * token outside the vocabulary), CHOIR_ENOMEM, or CHOIR_EUNSUPPORTED on a
- * GPU-attached model (not yet). */
+ * are the caller's host memory. On a GPU-attached model (the window made
+ * there) the pass runs on the device and both are downloaded. Returns 0,
+ * CHOIR_EINVAL (bad argument, a token outside the vocabulary, a window of
+ * the other side), CHOIR_ENOMEM, or a device error. */
 int choir_whisper_cross_qk(const choir_whisper *m, const choir_whisper_cross *cross,
                            const int32_t *tokens, int n_tokens, const choir_whisper_head *heads,
                            int n_heads, float *qk, float *logits, choir_err *err);
@@ -187,16 +193,15 @@ int choir_whisper_add_word_timestamps(const choir_tokenizer *tok, const choir_wh
  * pass (choir_whisper_cross_qk) over [sot, language, task] (sot alone for
  * English-only models), <|notimestamps|>, the text tokens of all segs and
  * <|endoftext|> on the window's `cross`, the heads
- * choir_whisper_alignment_heads gives for the model's size, the alignment
+ * choir_whisper_model_alignment_heads gives, the alignment
  * matrix over the window's first mel_frames / 2 encoder frames (mel_frames:
  * the window's frames of audio, openai's num_frames), each text token's
  * probability from the same pass, then choir_whisper_add_word_timestamps
  * (time_offset: the window's start in seconds; *last_speech_end in and out).
  * `language` is the language index the window was decoded in. A window
  * without text tokens, or with fewer than 2 mel frames, gets no words.
- * Returns 0, CHOIR_EINVAL (too many tokens for the decoder), CHOIR_ENOMEM,
- * CHOIR_EUNSUPPORTED (a GPU-attached model); on failure no segment holds
- * words. */
+ * Returns 0, CHOIR_EINVAL (too many tokens for the decoder), CHOIR_ENOMEM
+ * or a device error; on failure no segment holds words. */
 int choir_whisper_window_words(const choir_whisper *m, const choir_tokenizer *tok, const choir_whisper_cross *cross,
                                int language, choir_whisper_task task, int mel_frames, double time_offset,
                                double *last_speech_end, choir_whisper_word_segment *segs, int n_segs,

@@ -15,7 +15,6 @@
 #include "choir/jobqueue.h"
 #include "choir/json.h"
 #include "choir/transcript.h"
-#include "choir/whisper.h"
 
 /* Largest text file a tts job reads: far beyond any sensible job, small
  * enough that a wrong path (a disk image) fails fast. */
@@ -199,20 +198,6 @@ static int write_json_result(const choir_jobspec *spec, job_result *r, choir_err
     return rc;
 }
 
-/* 1 when the model `job` goes to is of adapter `kind`: the named one, else the
- * first registered model serving the task (choir_engine_submit's rule). */
-static int serves_as(choir_engine *engine, const choir_job *job, const char *kind)
-{
-    choir_engine_model_info info[64];
-    int n = choir_engine_models(engine, info, 64);
-    for (int i = 0; i < n && i < 64; i++) {
-        if (job->model_id ? strcmp(info[i].id, job->model_id) == 0
-                          : (info[i].tasks & CHOIR_TASK_BIT(job->req.task)) != 0)
-            return strcmp(info[i].kind, kind) == 0;
-    }
-    return 0;
-}
-
 int choir_jobqueue_execute(choir_engine *engine, const choir_jobspec *spec, const choir_jobqueue_heartbeat *heartbeat,
                            choir_err *err) {
     cJSON *opt = NULL;
@@ -223,7 +208,6 @@ int choir_jobqueue_execute(choir_engine *engine, const choir_jobspec *spec, cons
     choir_ticket *ticket = NULL;
     job_result res = {0};
     choir_job job = {0};
-    choir_whisper_params decoding;
     int rc = 0;
     choir_audio_format fmt = CHOIR_FORMAT_WAV16;
 
@@ -280,19 +264,12 @@ int choir_jobqueue_execute(choir_engine *engine, const choir_jobspec *spec, cons
             job.req.in.stt.n_samples = audio.frames;
             job.req.in.stt.language = choir_json_str(opt, "language", NULL);
             job.req.in.stt.timestamps = choir_json_bool(opt, "timestamps", 1);
-            /* Decoding limits the request fields do not carry travel as the
-             * Whisper adapter's extra parameters, so only to a Whisper model:
-             * another adapter would read them as its own extra type. */
-            if (serves_as(engine, &job, "whisper") &&
-                (cJSON_GetObjectItemCaseSensitive(opt, "max_tokens") ||
-                 cJSON_GetObjectItemCaseSensitive(opt, "temperature"))) {
-                choir_whisper_default_params(&decoding);
-                decoding.sample_len = (int)choir_json_int(opt, "max_tokens", decoding.sample_len);
-                if (cJSON_GetObjectItemCaseSensitive(opt, "temperature")) {
-                    decoding.temperatures[0] = (float)choir_json_num(opt, "temperature", 0);
-                    decoding.n_temperatures = 1;
-                }
-                job.req.extra = &decoding;
+            /* A given temperature is the only one decoded (0 included: no
+             * fallback); max_tokens is the model's to bound. */
+            job.req.in.stt.max_tokens = (int)choir_json_int(opt, "max_tokens", 0);
+            if (cJSON_GetObjectItemCaseSensitive(opt, "temperature")) {
+                job.req.in.stt.temperature = (float)choir_json_num(opt, "temperature", 0);
+                job.req.in.stt.fixed_temperature = 1;
             }
         } else if (is_sts) {
             job.req.task = CHOIR_TASK_STS;

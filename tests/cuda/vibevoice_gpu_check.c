@@ -15,9 +15,11 @@
  *     f32 weights, then bf16 weights; then batched decoding steps of two
  *     sequences on the GPU against single steps on the CPU;
  *  3. with --bench 1.5b|7b [--layers N] [--audio-min M[,M..]] [--steps N]
- *     [--prefill-chunk N (1024)]: the
+ *     [--prefill-chunk N (1024)] [--batch B[,B..] [--batch-min M (10)]]: the
  *     published size (LM depth cut to --layers) on the GPU alone, bf16: load,
- *     encoder, prefill and decode times and the device's peak memory.
+ *     encoder, prefill and decode times (op by op and graph-replayed) and the
+ *     device's peak memory; with --batch, B sequences at the context of M
+ *     minutes decoding in batched steps (aggregate tokens/s).
  *
  * Bounds. f32: operations rel L2 <= 1e-5; model stages <= 1e-4 (cuBLAS
  * and the CPU sum in other orders; the parity bound against transformers is
@@ -160,6 +162,66 @@ static void check_ops(choir_backend *cpu_be, choir_backend *gpu_be) {
         choir_stream_release(p.gpu, mark);
         free(q), free(k), free(v), free(out);
     }
+    {
+        /* Positions from backend memory (the graph-captured step's form):
+         * rows at scattered positions of a 7:1 cache of 3000 rows, one past
+         * it (clamped). */
+        int nh = 28, nkv = 4, D = 128;
+        int64_t rows = 3000, ld = (int64_t)nh * D;
+        const int32_t pos[] = {2999, 0, 1500, 127, 128, 4000};
+        int64_t T = (int64_t)(sizeof pos / sizeof pos[0]);
+        float *q = rnd(T * ld, 2), *k = rnd(rows * nkv * D, 1), *v = rnd(rows * nkv * D, 1), *out = rnd(T * ld, 1);
+        size_t mark = choir_stream_mark(p.gpu);
+        choir_op_attention_cached_at(p.cpu, q, T, k, v, pos, rows, nh, nkv, D, out);
+        int32_t *dpos = choir_stream_alloc(p.gpu, sizeof pos, "pos");
+        if (dpos) choir_op_upload(p.gpu, dpos, pos, sizeof pos);
+        float *dout = choir_stream_floats(p.gpu, T * ld, "out");
+        choir_op_attention_cached_at(p.gpu, up(&p, q, T * ld), T, up(&p, k, rows * nkv * D),
+                                     up(&p, v, rows * nkv * D), dpos, rows, nh, nkv, D, dout);
+        verdict("op attention_cached_at 6 rows at scattered positions of 3000, 28/4 x 128",
+                down_cmp(&p, dout, out, T * ld), 1e-5);
+        choir_stream_release(p.gpu, mark);
+        free(q), free(k), free(v), free(out);
+    }
+    {
+        /* A paged cache: a pool of 40 pages, a sequence of 3000 keys through
+         * a shuffled table; a 300-row prefill chunk (tiled kernel), a
+         * 5-row chunk (split kernel) and 4 rows of the same table at
+         * positions from memory with a second table (stride) for two of them. */
+        int nh = 28, nkv = 4, D = 128, P = CHOIR_VV_PAGE, npg = 40, tl = 24;
+        int64_t ld = (int64_t)nh * D, ldk = (int64_t)nkv * D, rows = (int64_t)npg * P;
+        int32_t tab[2 * 24];
+        for (int i = 0; i < tl; i++) tab[i] = (i * 17 + 5) % npg, tab[tl + i] = (i * 7 + 3) % npg;
+        float *q = rnd(300 * ld, 2), *k = rnd(rows * ldk, 1), *v = rnd(rows * ldk, 1), *out = rnd(300 * ld, 1);
+        size_t mark = choir_stream_mark(p.gpu);
+        int32_t *dtab = choir_stream_alloc(p.gpu, sizeof tab, "table");
+        if (dtab) choir_op_upload(p.gpu, dtab, tab, sizeof tab);
+        float *dq = up(&p, q, 300 * ld), *dk = up(&p, k, rows * ldk), *dv = up(&p, v, rows * ldk);
+        float *dout = choir_stream_floats(p.gpu, 300 * ld, "out");
+        const int64_t chunks[2][2] = {{300, 2700}, {5, 2995}};
+        for (int c = 0; c < 2; c++) {
+            choir_op_attention_paged(p.cpu, q, chunks[c][0], k, v, tab, chunks[c][1], nh, nkv, D, out);
+            choir_op_attention_paged(p.gpu, dq, chunks[c][0], dk, dv, dtab, chunks[c][1], nh, nkv, D, dout);
+            char nm[96];
+            snprintf(nm, sizeof nm, "op attention_paged %lld rows at %lld over shuffled pages, 28/4 x 128",
+                     (long long)chunks[c][0], (long long)chunks[c][1]);
+            verdict(nm, down_cmp(&p, dout, out, chunks[c][0] * ld), 1e-5);
+        }
+        const int32_t pos[4] = {2999, 64, 1500, 128};
+        int32_t *dpos = choir_stream_alloc(p.gpu, sizeof pos, "pos");
+        if (dpos) choir_op_upload(p.gpu, dpos, pos, sizeof pos);
+        /* Rows 0, 2 read table 0, rows 1, 3 table 1: stride 24 over two rows of tables. */
+        for (int i = 0; i < 4; i += 2) {
+            choir_op_attention_paged_at(p.cpu, q + i * ld, 2, k, v, tab, tl, pos + i, (int64_t)tl * P, nh, nkv, D,
+                                        out + i * ld);
+            choir_op_attention_paged_at(p.gpu, dq + i * ld, 2, dk, dv, dtab, tl, dpos + i, (int64_t)tl * P, nh, nkv,
+                                        D, dout + i * ld);
+        }
+        verdict("op attention_paged_at 4 rows, two tables, positions from memory, 28/4 x 128",
+                down_cmp(&p, dout, out, 4 * ld), 1e-5);
+        choir_stream_release(p.gpu, mark);
+        free(q), free(k), free(v), free(out);
+    }
     if (choir_stream_status(p.cpu, &err) || choir_stream_status(p.gpu, &err)) failed("ops: stream error", &err);
 done:
     choir_stream_free(p.cpu);
@@ -196,6 +258,8 @@ typedef struct run {
     float *lat_a, *lat_s, *emb, *in_emb, *hid, *logits;
     float *step_logits; /* [steps][vocab] */
     int32_t tokens[8];
+    int graph;          /* record the step as a graph (choir_vibevoice_set_step_graph) */
+    int graphed;        /* steps that were graph replays */
 } run;
 
 static void run_free(run *r) {
@@ -221,6 +285,7 @@ static int run_model(const choir_vibevoice *m, const float *x, int64_t n, const 
     r->step_logits = malloc((size_t)8 * (size_t)V * sizeof(float));
     choir_vibevoice_state *s = choir_vibevoice_state_create(m, &plan, NULL, err);
     if (!s) return err->code;
+    choir_vibevoice_set_step_graph(s, r->graph != 0);
     int rc = choir_vibevoice_encode(m, s, x, n, 0, r->lat_a, r->lat_s, err);
     if (!rc) rc = choir_vibevoice_audio_embeds(m, s, r->emb, err);
     if (!rc) rc = choir_vibevoice_prefill(m, s, ids, n_ids, r->logits, r->in_emb, r->hid, err);
@@ -228,6 +293,7 @@ static int run_model(const choir_vibevoice *m, const float *x, int64_t n, const 
     for (int i = 0; i < 8 && !rc; i++) {
         r->tokens[i] = feed ? feed[i] : argmax(last, V);
         rc = choir_vibevoice_step(m, s, r->tokens[i], r->step_logits + (int64_t)i * V, err);
+        r->graphed += choir_vibevoice_step_graphed(s);
         last = r->step_logits + (int64_t)i * V;
     }
     choir_vibevoice_state_free(s);
@@ -237,26 +303,37 @@ static int run_model(const choir_vibevoice *m, const float *x, int64_t n, const 
 /* Batched decoding on the GPU (choir_vibevoice_step_batch) against single
  * steps on the CPU: two text-only sequences of different lengths, the
  * second joining one step late, 4 steps fed the CPU's greedy tokens. */
-static void check_batch(const choir_vibevoice *cpu, const choir_vibevoice *gpu, const char *tag, double tol) {
+static void check_batch(const choir_vibevoice *cpu, const choir_vibevoice *gpu, const char *tag, double tol,
+                        int paged) {
     const choir_vibevoice_dims *d = choir_vibevoice_get_dims(cpu);
     int V = d->lm.vocab, lens[2] = {23, 9};
     choir_err err = {0};
     choir_vibevoice_state *c[2] = {NULL, NULL}, *g[2] = {NULL, NULL};
     choir_stream *st = choir_stream_create(choir_vibevoice_backend(gpu), &err);
     choir_vibevoice_batch *b = NULL;
+    choir_vibevoice_kv_pool *pool = NULL;
     char name[96];
-    snprintf(name, sizeof name, "model %s: batched steps (2 sequences)", tag);
-    if (!st || choir_stream_reserve(st, (size_t)choir_vibevoice_batch_bytes(d, 2), 1 << 20, &err) ||
-        !(b = choir_vibevoice_batch_create(gpu, 2, st, &err))) {
+    snprintf(name, sizeof name, "model %s: batched steps (2 sequences%s)", tag,
+             paged ? ", paged KV pool, then single paged steps as a graph" : "");
+    if (paged && !(pool = choir_vibevoice_kv_pool_create(gpu, 4 * choir_vibevoice_kv_page_bytes(d), &err))) {
+        failed(name, &err);
+        goto out;
+    }
+    if (!st ||
+        choir_stream_reserve(st, (size_t)(paged ? choir_vibevoice_batch_bytes_paged(d, 2, pool)
+                                                : choir_vibevoice_batch_bytes(d, 2)), 1 << 20, &err) ||
+        !(b = paged ? choir_vibevoice_batch_create_paged(gpu, 2, pool, st, &err)
+                    : choir_vibevoice_batch_create(gpu, 2, st, &err))) {
         failed(name, &err);
         goto out;
     }
     for (int q = 0; q < 2; q++) {
         int32_t ids[32];
         for (int i = 0; i < lens[q]; i++) ids[i] = (int32_t)(5 + (i * 53 + q * 7) % 2800);
-        choir_vibevoice_plan p = {.max_context = lens[q] + 5, .prefill_chunk = 16};
+        choir_vibevoice_plan p = {.max_context = lens[q] + 5 + (paged ? 8 : 0), .prefill_chunk = 16};
         if (!(c[q] = choir_vibevoice_state_create(cpu, &p, NULL, &err)) ||
-            !(g[q] = choir_vibevoice_state_create(gpu, &p, NULL, &err)) ||
+            !(g[q] = paged ? choir_vibevoice_state_create_paged(gpu, &p, pool, &err)
+                           : choir_vibevoice_state_create(gpu, &p, NULL, &err)) ||
             choir_vibevoice_prefill(cpu, c[q], ids, lens[q], NULL, NULL, NULL, &err) ||
             choir_vibevoice_prefill(gpu, g[q], ids, lens[q], NULL, NULL, NULL, &err)) {
             failed(name, &err);
@@ -286,6 +363,18 @@ static void check_batch(const choir_vibevoice *cpu, const choir_vibevoice *gpu, 
             worst = fmax(worst, rel_l2(choir_vibevoice_logits(g[idx[k]]), choir_vibevoice_logits(c[idx[k]]), V));
         }
     }
+    /* Paged: sequence 0 goes on alone, its step recorded as a graph after
+     * one op-by-op step and replayed. */
+    for (int t = 0; paged && t < 6; t++) {
+        if (t == 0) choir_vibevoice_set_step_graph(g[0], true);
+        int32_t tok = (int32_t)argmax(choir_vibevoice_logits(c[0]), V);
+        if (choir_vibevoice_step(gpu, g[0], tok, NULL, &err) || choir_vibevoice_step(cpu, c[0], tok, NULL, &err)) {
+            failed(name, &err);
+            goto out;
+        }
+        worst = fmax(worst, rel_l2(choir_vibevoice_logits(g[0]), choir_vibevoice_logits(c[0]), V));
+        if (t == 5 && !choir_vibevoice_step_graphed(g[0])) worst = INFINITY;
+    }
     verdict(name, worst, tol);
 out:
     for (int q = 0; q < 2; q++) {
@@ -294,6 +383,7 @@ out:
     }
     choir_vibevoice_batch_free(b);
     choir_stream_free(st);
+    choir_vibevoice_kv_pool_free(pool);
 }
 
 static void check_model(choir_backend *gpu_be, choir_dtype dt, double tol) {
@@ -360,7 +450,22 @@ static void check_model(choir_backend *gpu_be, choir_dtype dt, double tol) {
             else n_fail++;
         }
         printf("      model %s: %.1f MB of weights on the device\n", tag, choir_vibevoice_device_bytes(gpu) / 1e6);
-        check_batch(cpu, gpu, tag, tol);
+        /* The same run with the step recorded once and replayed: the
+         * logits of every step bit-identical to the op-by-op steps. */
+        run g = {.graph = 1};
+        snprintf(name, sizeof name, "model %s: graph-replayed steps", tag);
+        if (run_model(gpu, x, n, ids, n_ids, a.tokens, &g, &err)) failed(name, &err);
+        else {
+            int64_t diff = 0;
+            for (int64_t i = 0; i < 8 * (int64_t)d.lm.vocab; i++) diff += g.step_logits[i] != b.step_logits[i];
+            printf("%s  %s: %d of 8 steps replayed, %lld logits differ from the op-by-op steps\n",
+                   g.graphed >= 6 && diff == 0 ? "PASS" : "FAIL", name, g.graphed, (long long)diff);
+            if (g.graphed >= 6 && diff == 0) n_pass++;
+            else n_fail++;
+        }
+        run_free(&g);
+        check_batch(cpu, gpu, tag, tol, 0);
+        check_batch(cpu, gpu, tag, tol, 1);
     }
     free(x);
     free(ids);
@@ -395,7 +500,7 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
     ids[32] = d->audio_bos;
     for (int i = 0; i < T; i++) ids[33 + i] = d->audio_token;
     ids[33 + T] = d->audio_eos;
-    choir_vibevoice_plan plan = {.max_samples = np, .max_context = n_ids + steps + 1, .prefill_chunk = chunk};
+    choir_vibevoice_plan plan = {.max_samples = np, .max_context = n_ids + 2 * steps + 2, .prefill_chunk = chunk};
     choir_backend_mem_reset_peak(be);
     if (!(s = choir_vibevoice_state_create(m, &plan, NULL, err))) goto out;
     double e0 = choir_now_s();
@@ -407,17 +512,30 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
     for (int i = 0; i < steps; i++)
         if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) goto out;
     double d1 = choir_now_s();
-    double peak = choir_backend_mem_peak(be) / 1e9 + choir_vibevoice_device_bytes(m) / 1e9;
+    /* The same steps recorded once as a graph and replayed (the first step
+     * after turning it on records; it is left out of the time). */
+    choir_vibevoice_set_step_graph(s, true);
+    if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) goto out;
+    double g0 = choir_now_s();
+    int graphed = 0;
+    for (int i = 0; i < steps; i++) {
+        if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) goto out;
+        graphed += choir_vibevoice_step_graphed(s);
+    }
+    double g1 = choir_now_s();
+    double peak = choir_backend_mem_peak(be) / 1e9; /* everything held through the backend, weights too */
     printf("encoders   %.0f s of audio in %.3f s (%.0fx real time)\n", minutes * 60, e1 - e0,
            minutes * 60 / (e1 - e0));
     printf("prefill    %d tokens in %.3f s: %.0f tokens/s (chunks of %d)\n", n_ids, p1 - e1, n_ids / (p1 - e1),
            chunk);
-    printf("decode     %d steps in %.3f s: %.2f ms/token (logits downloaded each step)\n", steps, d1 - p1,
-           1000 * (d1 - p1) / steps);
+    printf("decode     %d steps in %.3f s: %.2f ms/token op by op, %.2f ms/token as a graph (%d of %d "
+           "replayed; logits downloaded each step)\n", steps, d1 - p1, 1000 * (d1 - p1) / steps,
+           1000 * (g1 - g0) / steps, graphed, steps);
     printf("device     peak %.2f GB (weights %.2f GB, state planned %.2f GB)\n", peak,
            choir_vibevoice_device_bytes(m) / 1e9, choir_vibevoice_plan_bytes(d, &plan) / 1e9);
-    printf("choir vibevoice %g min: min=%g enc_s=%.4f prefill_tps=%.1f decode_ms=%.3f peak_gb=%.3f\n", minutes,
-           minutes, e1 - e0, n_ids / (p1 - e1), 1000 * (d1 - p1) / steps, peak);
+    printf("choir vibevoice %g min: min=%g enc_s=%.4f prefill_tps=%.1f decode_ms=%.3f graph_ms=%.3f "
+           "peak_gb=%.3f\n", minutes, minutes, e1 - e0, n_ids / (p1 - e1), 1000 * (d1 - p1) / steps,
+           1000 * (g1 - g0) / steps, peak);
     fflush(stdout);
     status = 0;
 out:
@@ -427,9 +545,83 @@ out:
     return status;
 }
 
+/* Continuous batching's steady state: B sequences at the context one
+ * request of `minutes` of audio makes (a text prompt of that length: a
+ * step's cost does not depend on what the cached rows came from), their KV
+ * caches in one paged pool sized to their pages, each prefilled alone, then
+ * `steps` batched steps of all B (choir_vibevoice_step_batch over the pool:
+ * one pass over the weights and one attention per layer for the B rows).
+ * Aggregate decode tokens/s against one sequence's step time at the same
+ * context in the same run. */
+static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevoice_dims *d, double minutes,
+                       int B, int steps, int chunk, choir_err *err) {
+    int status = 1;
+    int64_t np = choir_vibevoice_padded_len((int64_t)(minutes * 60 * CHOIR_VIBEVOICE_SAMPLE_RATE), d->hop);
+    int n_ids = (int)(np / d->hop) + 66;
+    int32_t *ids = malloc((size_t)n_ids * sizeof *ids), *tok = malloc((size_t)B * sizeof *tok);
+    choir_vibevoice_state **st = calloc((size_t)B, sizeof *st);
+    choir_vibevoice_batch *b = NULL;
+    choir_stream *bs = NULL;
+    choir_vibevoice_kv_pool *pool = NULL;
+    if (!ids || !tok || !st) {
+        choir_err_set(err, CHOIR_ENOMEM, "bench: out of host memory");
+        goto out;
+    }
+    choir_vibevoice_plan plan = {.max_samples = 0, .max_context = n_ids + 2 * steps + 2, .prefill_chunk = chunk};
+    choir_backend_mem_reset_peak(be);
+    int64_t pool_bytes = (int64_t)B * choir_vibevoice_kv_pages_for(plan.max_context) * choir_vibevoice_kv_page_bytes(d);
+    if (!(pool = choir_vibevoice_kv_pool_create(m, pool_bytes, err))) goto out;
+    double p0 = choir_now_s();
+    for (int i = 0; i < B; i++) {
+        for (int k = 0; k < n_ids; k++) ids[k] = 1000 + (k * 7919 + i * 104729) % 100000;
+        if (!(st[i] = choir_vibevoice_state_create_paged(m, &plan, pool, err))) goto out;
+        if (choir_vibevoice_prefill(m, st[i], ids, n_ids, NULL, NULL, NULL, err)) goto out;
+        tok[i] = argmax(choir_vibevoice_logits(st[i]), d->lm.vocab);
+    }
+    double p1 = choir_now_s();
+    /* One sequence alone at that context (the reference of the speed-up). */
+    double s0 = choir_now_s();
+    for (int k = 0; k < steps; k++)
+        if (choir_vibevoice_step(m, st[0], tok[0], NULL, err)) goto out;
+    double s1 = choir_now_s();
+    if (!(bs = choir_stream_create(be, err)) ||
+        choir_stream_reserve(bs, (size_t)choir_vibevoice_batch_bytes_paged(d, B, pool),
+                             (size_t)choir_vibevoice_plan_scratch_bytes(d, &plan) +
+                                 (size_t)B * d->lm.n_heads * choir_vibevoice_kv_pages_for(plan.max_context) *
+                                     (d->lm.head_dim + 2) * sizeof(float), err) ||
+        !(b = choir_vibevoice_batch_create_paged(m, B, pool, bs, err)))
+        goto out;
+    double b0 = choir_now_s();
+    for (int k = 0; k < steps; k++) {
+        if (choir_vibevoice_step_batch(m, b, st, tok, B, err)) goto out;
+        for (int i = 0; i < B; i++) tok[i] = argmax(choir_vibevoice_logits(st[i]), d->lm.vocab);
+    }
+    double b1 = choir_now_s();
+    double one = 1000 * (s1 - s0) / steps, step = 1000 * (b1 - b0) / steps, peak = choir_backend_mem_peak(be) / 1e9;
+    printf("batch      %d sequences at %d tokens (%g min of audio each; KV pool %.2f GB), prefilled one by one "
+           "in %.2f s; %d batched steps: %.2f ms/step, %.0f tokens/s in all, %.2fx one sequence's %.0f tokens/s "
+           "(%.2f ms/token alone); device peak %.2f GB\n", B, n_ids, minutes, pool_bytes / 1e9, p1 - p0, steps,
+           step, 1000.0 * B / step, one / step * B, 1000.0 / one, one, peak);
+    printf("choir vibevoice batch %d at %g min: batch=%d min=%g batch_step_ms=%.3f agg_tps=%.1f one_ms=%.3f "
+           "speedup=%.3f peak_gb=%.3f\n", B, minutes, B, minutes, step, 1000.0 * B / step, one, one / step * B,
+           peak);
+    fflush(stdout);
+    status = 0;
+out:
+    choir_vibevoice_batch_free(b);
+    choir_stream_free(bs);
+    for (int i = 0; st && i < B; i++) choir_vibevoice_state_free(st[i]);
+    choir_vibevoice_kv_pool_free(pool);
+    free(st);
+    free(ids);
+    free(tok);
+    return status;
+}
+
 /* minutes: a comma-separated list of audio lengths, timed in that order on
  * one model. */
-static int bench(const char *size, int layers, const char *minutes, int steps, int chunk) {
+static int bench(const char *size, int layers, const char *minutes, int steps, int chunk, const char *batches,
+                 double batch_min) {
     choir_err err = {0};
     choir_vibevoice_dims d;
     if (choir_vibevoice_dims_named(size, &d, &err)) {
@@ -463,6 +655,16 @@ static int bench(const char *size, int layers, const char *minutes, int steps, i
         if (bench_len(be, m, &d, mins, steps, chunk, &err)) goto out;
         p = *end == ',' ? end + 1 : end;
     }
+    for (const char *p = batches; p && *p;) {
+        char *end;
+        long nb = strtol(p, &end, 10);
+        if (end == p || nb <= 0 || nb > 4096) {
+            choir_err_set(&err, CHOIR_EINVAL, "bench: bad --batch list '%s'", batches);
+            goto out;
+        }
+        if (bench_batch(be, m, &d, batch_min, (int)nb, steps, chunk, &err)) goto out;
+        p = *end == ',' ? end + 1 : end;
+    }
     status = 0;
 out:
     if (status) printf("FAIL  bench: %s\n", err.msg);
@@ -475,15 +677,20 @@ out:
 int main(int argc, char **argv) {
     const char *size = NULL;
     int layers = 4, steps = 16, chunk = 1024;
-    const char *minutes = "10";
+    const char *minutes = "10", *batches = NULL;
+    double batch_min = 10;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--bench") == 0) size = argv[i + 1];
         else if (strcmp(argv[i], "--layers") == 0) layers = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--audio-min") == 0) minutes = argv[i + 1];
         else if (strcmp(argv[i], "--steps") == 0) steps = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--prefill-chunk") == 0) chunk = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--batch") == 0) batches = argv[i + 1];
+        else if (strcmp(argv[i], "--batch-min") == 0) batch_min = atof(argv[i + 1]);
     }
-    if (size) return bench(size, layers, minutes, steps > 0 ? steps : 1, chunk > 0 ? chunk : 1024);
+    if (size)
+        return bench(size, layers, minutes, steps > 0 ? steps : 1, chunk > 0 ? chunk : 1024, batches,
+                     batch_min > 0 ? batch_min : 10);
     choir_err err = {0};
     choir_backend_cuda_opts o = {.device = 0};
     choir_backend *gpu = choir_backend_cuda(&o, &err);

@@ -18,8 +18,22 @@
  *    with timestamp rules and beam search (beam 3: cache copies on the
  *    device, pool growth) give the CPU's tokens; the GPU encoder feeding the
  *    device cross K/V directly (no round trip) gives them too;
+ *  - greedy with the rules on the device, 1/3/8/16 steps per host wake-up,
+ *    with and without timestamp rules: the CPU's tokens, sums of
+ *    log-probabilities within 1e-5 (H200: 6.1e-7, the same with the host's
+ *    rules: the decoder's f32 rounding); the rules on the host
+ *    (greedy_steps 0) give them too;
  *  - a bf16 model's caches are bf16 on the device: greedy and beam 3 give
  *    the CPU's (f32 caches) first tokens;
+ *  - word timestamps (standalone build, whose tokenizer stand-in gives
+ *    every token bytes): the alignment heads' cross-attention logits of a
+ *    teacher-forced pass computed on the device and downloaded
+ *    (choir_whisper_cross_qk) against the CPU's, f32 rel L2 <= 1e-4, then
+ *    choir_whisper_window_words on 2 segments: the same words (text and
+ *    tokens) with times within one 20 ms alignment frame and probabilities
+ *    within 1e-3 relative; a bf16 model (bf16 cross keys on the device,
+ *    widened for the product) rel L2 <= 2e-2 and the same words within 2
+ *    frames, probabilities within 5e-2;
  *  - (INFO) device bytes held, graph and direct step counts.
  * Exits 0 when all pass, 1 otherwise, 77 (skipped) without a GPU. */
 #include <math.h>
@@ -31,6 +45,7 @@
 #include "choir/alloc.h"
 #include "choir/cuda.h"
 #include "choir/whisper.h"
+#include "choir/whisper_words.h"
 #include "models/whisper/whisper_internal.h"
 
 static int g_failures, g_cases;
@@ -172,9 +187,13 @@ static int argmax(const float *x, int n) {
     return b;
 }
 
+/* choir_whisper_gpu_opts.greedy_steps for the next attach (-1: the default). */
+static int g_greedy_steps = -1;
+
 static int attach(choir_whisper *m, int bf16, bool graphs, int max_windows) {
     choir_whisper_gpu_opts o;
     choir_whisper_default_gpu_opts(&o);
+    if (g_greedy_steps >= 0) o.greedy_steps = g_greedy_steps;
     o.bf16 = bf16;
     o.tf32 = bf16; /* bf16 bounds also cover TF32 attention and convolutions */
     o.graphs = graphs;
@@ -491,6 +510,14 @@ static void bf16_cache_case(void) {
         for (int w = 0; w < 2; w++)
             for (int t = 0; t < first && t < cpu[k][w].n_tokens; t++, n++)
                 same += t < gpu[k][w].n_tokens && gpu[k][w].tokens[t] == cpu[k][w].tokens[t];
+        if (same != n)
+            for (int w = 0; w < 2; w++) {
+                printf("INFO window %d CPU:", w);
+                for (int t = 0; t < cpu[k][w].n_tokens; t++) printf(" %d", cpu[k][w].tokens[t]);
+                printf("\nINFO window %d GPU:", w);
+                for (int t = 0; t < gpu[k][w].n_tokens; t++) printf(" %d", gpu[k][w].tokens[t]);
+                printf("\n");
+            }
         report(st.kv_elem_bytes == 2 && n > 0 && same == n,
                "bf16 caches (%d bytes per element), %s: first %d tokens of 2 windows as the CPU's "
                "(f32 caches): %d of %d",
@@ -501,6 +528,171 @@ done:
     for (int k = 0; k < 2; k++)
         for (int w = 0; w < 2; w++)
             choir_whisper_result_clear(&cpu[k][w]), choir_whisper_result_clear(&gpu[k][w]);
+    arrays_free();
+}
+
+/* --- word timestamps ----------------------------------------------------------- */
+
+#ifdef CHOIR_TOKENIZER_STUB
+#define WORDS_TEXT 14
+
+/* The alignment pass of one window on this side (CPU, or the device when m
+ * is attached): qk of the heads, then the words of 2 segments over 2400 mel
+ * frames. */
+static int words_run(const choir_whisper *m, const float *enc, const choir_whisper_head *heads, int H,
+                     const int32_t *toks, int T, float *qk, choir_whisper_word_segment *segs,
+                     choir_err *err) {
+    static int tok_dummy;
+    const choir_tokenizer *tok = (const choir_tokenizer *)&tok_dummy;
+    choir_whisper_cross *c = choir_whisper_cross_create(m, enc, err);
+    if (!c) return err->code ? err->code : -1;
+    int rc = choir_whisper_cross_qk(m, c, toks, T, heads, H, qk, NULL, err);
+    double last = 0.0;
+    if (!rc)
+        rc = choir_whisper_window_words(m, tok, c, 0, CHOIR_WHISPER_TRANSCRIBE, 2400, 1.5, &last, segs, 2,
+                                        NULL, err);
+    choir_whisper_cross_free(c);
+    return rc;
+}
+
+static void words_case(int bf16) {
+    choir_whisper m;
+    build(&m, bf16);
+    const choir_whisper_specials *sp = &m.sp;
+    float *mel = arr(80 * 3000, 1.0f, -0.2f), *enc = arr(1500 * 64, 0, 0);
+    /* Segment 0: 0-8 s with 8 text tokens; segment 1: 8-19 s with 6. */
+    int32_t seg_tok[2][10], text[WORDS_TEXT];
+    for (int k = 0; k < WORDS_TEXT; k++) text[k] = 440 + 37 * k;
+    seg_tok[0][0] = sp->timestamp_begin, seg_tok[0][9] = sp->timestamp_begin + 400;
+    seg_tok[1][0] = sp->timestamp_begin + 400, seg_tok[1][7] = sp->timestamp_begin + 950;
+    memcpy(&seg_tok[0][1], text, 8 * sizeof(int32_t));
+    memcpy(&seg_tok[1][1], text + 8, 6 * sizeof(int32_t));
+    choir_whisper_word_segment cpu[2], gpu[2];
+    for (int k = 0; k < 2; k++) {
+        cpu[k] = (choir_whisper_word_segment){.start = 1.5 + 8.0 * k, .end = k ? 20.5 : 9.5,
+                                             .tokens = seg_tok[k], .n_tokens = k ? 8 : 10};
+        gpu[k] = cpu[k];
+    }
+    /* The pass choir_whisper_window_words makes: start sequence,
+     * <|notimestamps|>, the text, <|endoftext|>. */
+    int32_t toks[4 + WORDS_TEXT + 1] = {sp->sot, sp->lang0, sp->transcribe, sp->no_timestamps};
+    memcpy(toks + 4, text, sizeof text);
+    toks[4 + WORDS_TEXT] = sp->eot;
+    int T = 4 + WORDS_TEXT + 1, A = m.dims.n_audio_ctx;
+    choir_whisper_head heads[CHOIR_WHISPER_MAX_HEADS];
+    int H = choir_whisper_alignment_heads(&m.dims, false, heads);
+    float *qk_cpu = arr((int64_t)H * T * A, 0, 0), *qk_gpu = arr((int64_t)H * T * A, 0, 0);
+    const char *wt = bf16 ? "bf16" : "f32";
+    choir_err err = {0};
+    int rc = choir_whisper_encode(&m, mel, 1, enc, &err);
+    if (!rc) rc = words_run(&m, enc, heads, H, toks, T, qk_cpu, cpu, &err);
+    if (rc) {
+        report(false, "word timestamps %s: CPU reference: %s", wt, err.msg);
+        goto done;
+    }
+    if (attach(&m, bf16, true, 1)) goto done;
+    choir_whisper_gpu_stats st;
+    choir_whisper_gpu_get_stats(&m, &st, NULL);
+    rc = words_run(&m, enc, heads, H, toks, T, qk_gpu, gpu, &err);
+    choir_whisper_gpu_detach(&m);
+    if (rc) {
+        report(false, "word timestamps %s on the GPU: %s", wt, err.msg);
+        goto done;
+    }
+    double e = rel_l2(qk_gpu, qk_cpu, (size_t)H * T * A), tol = bf16 ? 2e-2 : 1e-4;
+    report(e <= tol,
+           "word timestamps %s: cross-attention logits of %d alignment heads x %d positions from the "
+           "device (%d-byte cross keys) vs CPU: rel_l2 %.3e (tol %.0e)",
+           wt, H, T, st.kv_elem_bytes, e, tol);
+    int n = 0, same = 0;
+    double dt = 0, dp = 0, frame = 0.02 * (bf16 ? 2 : 1) + 1e-9;
+    for (int k = 0; k < 2; k++) {
+        n += cpu[k].n_words;
+        if (gpu[k].n_words != cpu[k].n_words) continue;
+        for (int j = 0; j < cpu[k].n_words; j++) {
+            const choir_whisper_word *a = &cpu[k].words[j], *b = &gpu[k].words[j];
+            same += strcmp(a->text, b->text) == 0 && a->n_tokens == b->n_tokens &&
+                    memcmp(a->tokens, b->tokens, (size_t)a->n_tokens * sizeof(int32_t)) == 0;
+            dt = fmax(dt, fmax(fabs(a->start - b->start), fabs(a->end - b->end)));
+            /* Relative: a random model's token probabilities are near 1 / V. */
+            dp = fmax(dp, fabs((double)a->probability - b->probability) /
+                              fmax((double)a->probability, 1e-30));
+        }
+        dt = fmax(dt, fmax(fabs(cpu[k].start - gpu[k].start), fabs(cpu[k].end - gpu[k].end)));
+    }
+    report(n >= 4 && same == n && dt <= frame && dp <= (bf16 ? 5e-2 : 1e-3),
+           "word timestamps %s on the GPU == on the CPU: %d of %d words the same (first \"%s\" "
+           "%.2f-%.2f s), times within %.3f s (tol %.2f), probabilities within %.1e relative",
+           wt, same, n, n ? cpu[0].words[0].text : "", n ? cpu[0].words[0].start : 0.0,
+           n ? cpu[0].words[0].end : 0.0, dt, frame, dp);
+done:
+    for (int k = 0; k < 2; k++) {
+        choir_whisper_words_free(cpu[k].words, cpu[k].n_words);
+        choir_whisper_words_free(gpu[k].words, gpu[k].n_words);
+    }
+    arrays_free();
+}
+#endif
+
+/* Greedy decoding with the rules on the device (choir/backend_whisper.h:
+ * filters, mass rule, argmax, bookkeeping; several steps per graph, the host
+ * woken between them) against the CPU decoder and against the GPU with the
+ * rules on the host (greedy_steps 0): the same tokens for 1, 3, 8 and 16
+ * steps per wake-up, with timestamp rules and without (the bench's
+ * settings), and the sums of log-probabilities within 1e-5 relative of the
+ * CPU's (the logits differ by rounding; the device sums in another order). */
+static void greedy_device_case(void) {
+    choir_whisper m;
+    build(&m, 0);
+    float *mel = arr(2 * 80 * 3000, 1.0f, -0.2f), *enc = arr(2 * 1500 * 64, 0, 0);
+    choir_err err = {0};
+    int rc = choir_whisper_encode(&m, mel, 2, enc, &err);
+    const int steps[5] = {0, 1, 3, 8, 16};
+    for (int ts = 0; ts < 2 && !rc; ts++) {
+        choir_whisper_params p;
+        choir_whisper_default_params(&p);
+        p.sample_len = 24;
+        p.timestamps = ts == 0;
+        p.suppress_blank = ts == 0;
+        choir_whisper_result cpu[2] = {{0}}, gpu[2] = {{0}};
+        if ((rc = decode2(&m, mel, enc, false, &p, cpu, &err))) {
+            report(false, "greedy on the device: CPU reference: %s", err.msg);
+            break;
+        }
+        for (int k = 0; k < 5; k++) {
+            g_greedy_steps = steps[k];
+            int a = attach(&m, 0, true, 2);
+            g_greedy_steps = -1;
+            if (a) break;
+            if ((rc = decode2(&m, mel, enc, false, &p, gpu, &err))) {
+                report(false, "greedy, rules on the %s: %s", steps[k] ? "device" : "host",
+                       err.msg);
+                choir_whisper_gpu_detach(&m);
+                break;
+            }
+            choir_whisper_gpu_stats st;
+            choir_whisper_gpu_get_stats(&m, &st, NULL);
+            double de = 0;
+            for (int w = 0; w < 2; w++) {
+                double d = fabs((double)gpu[w].sum_logprob - cpu[w].sum_logprob) /
+                           fmax(1.0, fabs((double)cpu[w].sum_logprob));
+                if (d > de) de = d;
+            }
+            bool ok = same_tokens(&gpu[0], &cpu[0]) && same_tokens(&gpu[1], &cpu[1]) &&
+                      de <= 1e-5 && st.graph_failures == 0;
+            report(ok,
+                   "greedy %s, rules on the %s (%d steps per wake-up): tokens as the CPU's "
+                   "(%d and %d), sum logprob rel diff %.2e (tol 1e-05); %lld graph steps, "
+                   "%lld direct",
+                   ts ? "no timestamps" : "timestamp rules", steps[k] ? "device" : "host",
+                   steps[k], gpu[0].n_tokens, gpu[1].n_tokens, de, (long long)st.steps_graph,
+                   (long long)st.steps_direct);
+            for (int w = 0; w < 2; w++) choir_whisper_result_clear(&gpu[w]);
+            choir_whisper_gpu_detach(&m);
+        }
+        for (int w = 0; w < 2; w++) choir_whisper_result_clear(&cpu[w]);
+    }
+    if (rc && !err.msg[0]) report(false, "greedy on the device: encoder failed");
     arrays_free();
 }
 
@@ -532,6 +724,13 @@ int main(void) {
     all_positions_case();
     full_decode_case();
     bf16_cache_case();
+    /* Last: its inputs come from the shared generator, and the bf16 case's
+     * first tokens are near ties between timestamps on other inputs. */
+    greedy_device_case();
+#ifdef CHOIR_TOKENIZER_STUB
+    words_case(0);
+    words_case(1);
+#endif
     choir_backend_free(g_cpu_backend);
     printf("%d of %d checks passed\n", g_cases - g_failures, g_cases);
     return g_failures ? 1 : 0;

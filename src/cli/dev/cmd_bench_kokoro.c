@@ -36,10 +36,79 @@ static int on_audio(void *user, const float *pcm, int64_t n, int piece, int n_pi
     return 0;
 }
 
+/* --pieces-out: the pieces `choir_kokoro_speak` makes of the text (short
+ * first piece), each as ids + style, and choir's zero-noise synthesis of each
+ * alone, for a peer to run the same inputs and compare (bench/peers/kokoro_onnx.sh). */
+typedef struct dump_ctx {
+    const char *dir;
+    int piece;
+    int failed;
+} dump_ctx;
+
+static int write_file(const char *dir, int piece, const char *what, const void *data, size_t n) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/piece-%d.%s", dir, piece, what);
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    size_t w = fwrite(data, 1, n, f);
+    return fclose(f) == 0 && w == n ? 0 : -1;
+}
+
+static void dump_stage(void *user, const char *stage, const float *data, int ndim,
+                       const int64_t *shape) {
+    dump_ctx *d = user;
+    if (strcmp(stage, "pred_dur") && strcmp(stage, "F0_pred") && strcmp(stage, "N_pred") &&
+        strcmp(stage, "audio"))
+        return;
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    char what[64];
+    snprintf(what, sizeof what, "choir.%s.f32", stage);
+    if (write_file(d->dir, d->piece, what, data, (size_t)n * sizeof *data)) d->failed = 1;
+}
+
+static int dump_pieces(const choir_kokoro *m, const choir_kokoro_voice *v,
+                       const choir_clause_list *clauses, const char *dir, choir_err *err) {
+    choir_piece_list pieces = {0};
+    int rc = choir_split_pieces(clauses, CHOIR_KOKORO_MAX_PHONEMES, true, &pieces, err);
+    int32_t ids[CHOIR_KOKORO_MAX_PHONEMES + 2];
+    for (int i = 0; rc == 0 && i < pieces.n; i++) {
+        int k = choir_kokoro_phonemes_to_ids(m, pieces.items[i].phonemes, ids,
+                                             CHOIR_KOKORO_MAX_PHONEMES + 2, NULL, err);
+        if (k < 0) {
+            rc = k;
+            break;
+        }
+        const float *style = choir_kokoro_voice_style(v, pieces.items[i].n_phonemes);
+        dump_ctx d = {.dir = dir, .piece = i};
+        if (write_file(dir, i, "ids.i32", ids, (size_t)k * sizeof *ids) ||
+            write_file(dir, i, "style.f32", style, CHOIR_KOKORO_STYLE_DIM * sizeof *style)) {
+            rc = choir_err_set(err, CHOIR_EIO, "--pieces-out %s: cannot write piece %d", dir, i);
+            break;
+        }
+        choir_kokoro_params p = choir_kokoro_default_params();
+        p.noise = CHOIR_KOKORO_NOISE_ZERO;
+        p.trace = dump_stage;
+        p.trace_user = &d;
+        float *audio = NULL;
+        int64_t ns = 0;
+        if ((rc = choir_kokoro_synthesize_ids(m, ids, k, style, &p, &audio, &ns, err))) break;
+        choir_free(audio);
+        if (d.failed) {
+            rc = choir_err_set(err, CHOIR_EIO, "--pieces-out %s: cannot write piece %d", dir, i);
+            break;
+        }
+        printf("  piece %d: %d ids, %.2f s of audio (zero noise) -> %s/piece-%d.*\n", i, k,
+               (double)ns / CHOIR_KOKORO_SAMPLE_RATE, dir, i);
+    }
+    choir_piece_list_free(&pieces);
+    return rc;
+}
+
 static void usage(FILE *f) {
     fprintf(f, "usage: choir bench kokoro --model DIR [--voice V] [--text T] [--threads N]\n"
                "                          [--batch 1,8] [--requests N] [--backend cpu|cuda]\n"
-               "                          [--gpu-dtype f32|tf32|bf16]\n\n"
+               "                          [--gpu-dtype f32|tf32|bf16] [--pieces-out DIR]\n\n"
                "For each batch size B of --batch: streams the paragraph with B pieces\n"
                "synthesised together (after the short first one), then B copies of it (or N\n"
                "with --requests) as concurrent requests in one batch; prints real-time factor\n"
@@ -47,7 +116,11 @@ static void usage(FILE *f) {
                "--backend cuda (CUDA builds) runs the decoder on GPU 0 and also prints the\n"
                "achieved TFLOP/s and GB/s against the card's measured ceilings. --gpu-dtype tf32:\n"
                "f32 weights, cuBLAS products (convolutions, ALBERT) on the tensor cores in\n"
-               "TF32, as PyTorch runs its f32 convolutions by default (cuDNN allow_tf32).\n");
+               "TF32, as PyTorch runs its f32 convolutions by default (cuDNN allow_tf32).\n"
+               "--pieces-out DIR: instead of timing, writes the pieces the streamed run makes\n"
+               "of the text (piece-K.ids.i32, piece-K.style.f32) and choir's zero-noise\n"
+               "synthesis of each alone (piece-K.choir.{pred_dur,F0_pred,N_pred,audio}.f32),\n"
+               "raw little-endian, for a peer to run the same inputs.\n");
 }
 
 typedef struct gpu_side {
@@ -84,7 +157,7 @@ static void print_gpu(gpu_side *gs) {
 
 int choir_bench_kokoro(int argc, char **argv) {
     const char *model_dir = NULL, *voice_spec = "af_heart", *text = k_paragraph;
-    const char *batch_list = "1,8";
+    const char *batch_list = "1,8", *pieces_out = NULL;
     int requests = 0;
     bool use_gpu = false, gpu_bf16 = false, gpu_tf32 = false;
     for (int i = 1; i < argc; i++) {
@@ -97,6 +170,7 @@ int choir_bench_kokoro(int argc, char **argv) {
         else if (strcmp(a, "--threads") == 0) choir_pool_set_default_threads(atoi(v));
         else if (strcmp(a, "--requests") == 0) requests = atoi(v);
         else if (strcmp(a, "--batch") == 0) batch_list = v;
+        else if (strcmp(a, "--pieces-out") == 0) pieces_out = v;
         else if (strcmp(a, "--backend") == 0) {
             if (strcmp(v, "cuda") == 0) use_gpu = true;
             else if (strcmp(v, "cpu") != 0) return usage(stderr), 2;
@@ -174,6 +248,10 @@ int choir_bench_kokoro(int argc, char **argv) {
     if (!(v = choir_kokoro_voice_load(voice_spec, voices, &err))) goto done;
     if (!(ph = choir_phonemizer_create(CHOIR_PHONEMIZER_EN_US, &err))) goto done;
     if (choir_phonemize_clauses(ph, text, &clauses, &err) != 0) goto done;
+    if (pieces_out) {
+        if (dump_pieces(m, v, &clauses, pieces_out, &err) == 0) rc = 0;
+        goto done;
+    }
     if (choir_split_pieces(&clauses, CHOIR_KOKORO_MAX_PHONEMES, false, &pieces, &err) != 0) goto done;
 
     for (int bi = 0; bi < n_batches; bi++) {

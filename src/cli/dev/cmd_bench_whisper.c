@@ -405,6 +405,7 @@ int choir_bench_whisper(int argc, char **argv) {
     bool cuda = false, gpu_bf16 = false, dtype_set = false, batch_set = false, rules_only = false;
     bool decoder_only = false;
     int tf32 = -1; /* -1: on when the device weights are not f32 */
+    int greedy_steps = -1; /* -1: the attach default */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0) {
@@ -412,7 +413,7 @@ int choir_bench_whisper(int argc, char **argv) {
                    "       [--threads N] [--dtype f32|f16|bf16] [--steps N] [--audio-s S]\n"
                    "       [--window-tokens N] [--batch N[,N...]]\n"
                    "       [--backend cpu|cuda] [--device N] [--gpu-dtype f32|bf16] [--tf32 on|off]\n"
-                   "       [--rules-only] [--decoder-only]\n\n"
+                   "       [--greedy-steps N] [--rules-only] [--decoder-only]\n\n"
                    "Encoder ms per 30-s window, decoder ms per step at batch 1, 5, 8 (GPU: 1, 8,\n"
                    "32), the real-time factor of batched long-form decoding (--audio-s of audio\n"
                    "in 30-s windows, --window-tokens greedy tokens each, --batch windows at a\n"
@@ -423,7 +424,10 @@ int choir_bench_whisper(int argc, char **argv) {
                    "also measures the card's bf16 matmul and copy ceilings and reports the\n"
                    "encoder's TFLOP/s and the decoder's weight GB/s against them. --tf32 (default:\n"
                    "on unless the device weights are f32) runs f32 products (attention scores,\n"
-                   "convolutions) on TF32 tensor cores. --rules-only times only the host's\n"
+                   "convolutions) on TF32 tensor cores. --greedy-steps N (cuda): long-form greedy\n"
+                   "decoding with the rules on the device, up to N decoder steps per host\n"
+                   "wake-up (default 8); 0 runs the rules on the host, a round trip per token.\n"
+                   "--rules-only times only the host's\n"
                    "decoding rules per step (filters, timestamp rules, log-softmax, greedy pick,\n"
                    "beam top-K) on random logits of the --dims vocabulary at 1, 8 and 32 windows\n"
                    "(beam 5: 5 rows each), before and after their fusion, --steps steps.\n"
@@ -450,6 +454,7 @@ int choir_bench_whisper(int argc, char **argv) {
         else if (strcmp(a, "--steps") == 0) steps = atoi(v);
         else if (strcmp(a, "--audio-s") == 0) audio_s = atoi(v);
         else if (strcmp(a, "--window-tokens") == 0) win_tokens = atoi(v);
+        else if (strcmp(a, "--greedy-steps") == 0) greedy_steps = atoi(v);
         else if (strcmp(a, "--batch") == 0) {
             n_batches = bw_parse_batches(v, batches, 8);
             batch_set = true;
@@ -499,6 +504,7 @@ int choir_bench_whisper(int argc, char **argv) {
     (void)device;
     (void)gpu_bf16;
     (void)tf32;
+    (void)greedy_steps;
     if (cuda) {
         fprintf(stderr, "choir bench whisper: --backend cuda: this build has no CUDA backend "
                         "(configure with -DCHOIR_CUDA=ON)\n");
@@ -555,6 +561,7 @@ int choir_bench_whisper(int argc, char **argv) {
         go.device = device;
         go.bf16 = gpu_bf16;
         go.tf32 = tf32 >= 0 ? tf32 != 0 : (dt != CHOIR_DTYPE_F32 || gpu_bf16);
+        if (greedy_steps >= 0) go.greedy_steps = greedy_steps;
         t0 = choir_now_s();
         if (choir_whisper_gpu_attach(m, &go, &err)) goto fail;
         choir_cuda *cu = choir_whisper_gpu_context(m);
@@ -562,10 +569,12 @@ int choir_bench_whisper(int argc, char **argv) {
         choir_whisper_gpu_get_stats(m, &st, NULL);
         step_bytes = (double)st.step_weight_bytes;
         printf("gpu            %s (device %d): %.0f MB of weights on the device (%s), f32 "
-               "products in %s, KV caches %s, uploaded in %.1f s\n",
+               "products in %s, KV caches %s, greedy rules on the %s, uploaded in %.1f s\n",
                choir_cuda_get_props(cu)->name, device, st.weight_bytes / 1e6,
                gpu_bf16 ? "f32 stored as bf16" : "as stored", go.tf32 ? "TF32" : "f32",
-               st.kv_elem_bytes == 2 ? "bf16" : "f32", choir_now_s() - t0);
+               st.kv_elem_bytes == 2 ? "bf16" : "f32",
+               go.greedy_steps > 0 ? "device" : "host (a round trip per token)",
+               choir_now_s() - t0);
         if (choir_cuda_measure_ceilings(cu, &ceil_tf, &ceil_gbs, &err)) goto fail;
         printf("ceilings       bf16 matmul 8192^3 %.1f TFLOP/s; device-to-device copy %.0f GB/s "
                "(read + written)\n",

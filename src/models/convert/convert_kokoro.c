@@ -1,17 +1,17 @@
 /* Kokoro in the mlx-audio layout (spec §9.2) converted to the native one:
  * each tensor gets its native name, and convolution weights stored
  * [d0, k, in] are re-ordered to [d0, in, k]. The rules themselves live with
- * the Kokoro loader (models/kokoro/kokoro_mlx.h), which reads the same files. */
+ * the Kokoro loader (choir/kokoro_mlx.h), which reads the same files. */
 #include <stdio.h>
 #include <string.h>
 
 #include "choir/tensor.h"
 #include "models/convert/convert_internal.h"
-#include "models/kokoro/kokoro_mlx.h"
+#include "choir/kokoro_mlx.h"
 
 bool convert_kokoro_is_mlx(const choir_st_tensor *const *tensors, int n) {
     for (int i = 0; i < n; i++)
-        if (kk_mlx_marks_layout(tensors[i]->name)) return true;
+        if (choir_kokoro_mlx_marks_layout(tensors[i]->name)) return true;
     return false;
 }
 
@@ -19,10 +19,10 @@ int convert_kokoro_native(const choir_st_tensor *t, choir_st_tensor *out, char *
                           bool *reorder, choir_err *err) {
     *out = *t;
     *reorder = false;
-    if (!kk_native_name_of(t->name, name, cap))
+    if (!choir_kokoro_native_name_of(t->name, name, cap))
         return choir_err_set(err, CHOIR_EINVAL, "%s: tensor name too long", t->name);
     out->name = name;
-    int k = kk_conv_kernel(name);
+    int k = choir_kokoro_conv_kernel(name);
     if (k == 0 || t->ndim != 3) return 0;
     /* [d0, k, in] is mlx-audio's layout and is assumed when in == k too;
      * [d0, in, k] is a weight that mlx-audio left in torch's layout. */
@@ -42,6 +42,6 @@ int convert_kokoro_native(const choir_st_tensor *t, choir_st_tensor *out, char *
 }
 
 void convert_kokoro_reorder(const choir_st_tensor *t, void *dst) {
-    kk_swap_last_axes(t->data, t->shape[0], t->shape[1], t->shape[2], choir_dtype_size(t->dtype),
+    choir_kokoro_swap_last_axes(t->data, t->shape[0], t->shape[1], t->shape[2], choir_dtype_size(t->dtype),
                       dst);
 }

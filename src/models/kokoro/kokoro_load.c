@@ -18,7 +18,7 @@
 #include "choir/pth.h"
 #include "choir/quant.h"
 #include "models/kokoro/kokoro_internal.h"
-#include "models/kokoro/kokoro_mlx.h"
+#include "choir/kokoro_mlx.h"
 
 
 typedef struct loader {
@@ -36,7 +36,7 @@ static const choir_st_tensor *find(loader *ld, const char *name) {
          * (a partly sanitized file) is found as well */
         char alt[512];
         const choir_st_tensor *t = NULL;
-        if (kk_mlx_name_of(name, alt, sizeof alt)) t = choir_st_find(m->st, alt);
+        if (choir_kokoro_mlx_name_of(name, alt, sizeof alt)) t = choir_st_find(m->st, alt);
         return t ? t : choir_st_find(m->st, name);
     }
     if (m->st) return choir_st_find(m->st, name);
@@ -91,7 +91,7 @@ static const choir_st_tensor *need(loader *ld, const char *name, int64_t numel) 
     const choir_st_tensor *t = find(ld, name);
     if (!t) {
         char mlx_name[512], both[1100];
-        if (ld->mlx && kk_mlx_name_of(name, mlx_name, sizeof mlx_name) && strcmp(mlx_name, name)) {
+        if (ld->mlx && choir_kokoro_mlx_name_of(name, mlx_name, sizeof mlx_name) && strcmp(mlx_name, name)) {
             snprintf(both, sizeof both, "%s (native name %s)", mlx_name, name);
             name = both;
         }
@@ -191,7 +191,7 @@ static const float *read_f32(loader *ld, const choir_st_tensor *t, bool swap, in
             fail(ld, CHOIR_ENOMEM, "kokoro: out of memory converting %s", t->name);
             return NULL;
         }
-        kk_swap_last_axes(v, d0, k, inner, sizeof(float), native);
+        choir_kokoro_swap_last_axes(v, d0, k, inner, sizeof(float), native);
         choir_free(v);
         v = native;
     }
@@ -639,7 +639,7 @@ choir_kokoro *choir_kokoro_load(const char *path, choir_err *err) {
         m->st = choir_st_open(weights, err);
         if (!m->st) goto fail;
         for (int i = 0; i < choir_st_count(m->st) && !ld.mlx; i++)
-            ld.mlx = kk_mlx_marks_layout(choir_st_at(m->st, i)->name);
+            ld.mlx = choir_kokoro_mlx_marks_layout(choir_st_at(m->st, i)->name);
         if (ld.mlx) CHOIR_LOGI("kokoro: %s is in the mlx-audio layout", weights);
         if (!(cfg = choir_json_load(config, err))) goto fail;
         if (!(qc = choir_quant_config_from_json(cfg, err))) {

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/kokoro/kokoro_mlx.h"
+#include "choir/kokoro_mlx.h"
 
 /* LSTM parameter names, native -> mlx-audio. The `_reverse` entries come
  * first so that a suffix match cannot stop at the shorter forward name. */
@@ -51,7 +51,7 @@ static bool is_text_encoder_norm(const char *name, const char *last) {
     return p && strncmp(p, ".1.", 3) == 0 && strcmp(p + 3, last) == 0;
 }
 
-bool kk_mlx_marks_layout(const char *name) {
+bool choir_kokoro_mlx_marks_layout(const char *name) {
     const char *last = last_component(name);
     for (size_t i = 0; i < N_LSTM_NAMES; i++)
         if (strcmp(last, lstm_names[i][1]) == 0) return true;
@@ -65,7 +65,7 @@ static const char *replace_last(const char *name, const char *last, char *out, s
     return n >= 0 && (size_t)n < cap ? out : NULL;
 }
 
-const char *kk_mlx_name_of(const char *native, char *out, size_t cap) {
+const char *choir_kokoro_mlx_name_of(const char *native, char *out, size_t cap) {
     const char *last = last_component(native);
     for (size_t i = 0; i < N_LSTM_NAMES; i++)
         if (strcmp(last, lstm_names[i][0]) == 0) return replace_last(native, lstm_names[i][1], out, cap);
@@ -75,7 +75,7 @@ const char *kk_mlx_name_of(const char *native, char *out, size_t cap) {
     return n >= 0 && (size_t)n < cap ? out : NULL;
 }
 
-const char *kk_native_name_of(const char *mlx, char *out, size_t cap) {
+const char *choir_kokoro_native_name_of(const char *mlx, char *out, size_t cap) {
     const char *last = last_component(mlx);
     for (size_t i = 0; i < N_LSTM_NAMES; i++)
         if (strcmp(last, lstm_names[i][1]) == 0) return replace_last(mlx, lstm_names[i][0], out, cap);
@@ -97,7 +97,7 @@ static int snake_kernel(const char *p, const int *by_block, int n_blocks) {
     return q && *q == '\0' ? by_block[block] : 0;
 }
 
-int kk_conv_kernel(const char *native) {
+int choir_kokoro_conv_kernel(const char *native) {
     char layer[512];
     bool wn = ends_with(native, ".weight_v");
     if (!wn && !ends_with(native, ".weight")) return 0;
@@ -144,7 +144,7 @@ int kk_conv_kernel(const char *native) {
                 for (int64_t y = 0; y < b; y++) d[y * a + x] = s[x * b + y];            \
     } while (0)
 
-void kk_swap_last_axes(const void *src, int64_t d0, int64_t a, int64_t b, size_t esize, void *dst) {
+void choir_kokoro_swap_last_axes(const void *src, int64_t d0, int64_t a, int64_t b, size_t esize, void *dst) {
     switch (esize) {
     case 1: SWAP_LAST_AXES(uint8_t); break;
     case 2: SWAP_LAST_AXES(uint16_t); break;

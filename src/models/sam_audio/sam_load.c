@@ -5,9 +5,15 @@
  *
  * Every tensor is asked for by its name in Meta's checkpoint; for an mlx
  * file the name is translated as mlx-audio's converter renames it and a
- * convolution stored [out, k, in] is transposed back. Tensors the model
- * never reads (vision_encoder.*, span_predictor.*, *_ranker.*) are not
- * touched, so their pages are never read. */
+ * convolution stored [out, k, in] is transposed back. An mlx file (what
+ * tools/sam_mlx_layout.py writes from a checkpoint, as mlx-audio's
+ * converter does) holds one summed bias per LSTM layer, the watermark path,
+ * no align_masked_video.* (so no zero-video term), and when quantized every
+ * Linear and Embedding whose width divides by 64 (the two embedding tables
+ * read on the host are dequantized at load). Each convolution must have its
+ * layout's exact shape. Tensors the model never reads (vision_encoder.*,
+ * span_predictor.*, *_ranker.*) are not touched, so their pages are never
+ * read. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -154,15 +160,24 @@ static const choir_st_tensor *find_opt(const sam_loader *ld, const char *name) {
     return t;
 }
 
+/* Whether names and layouts are mlx-community's (the model file, not T5's). */
+static int mlx_file(const sam_loader *ld) { return ld->m->mlx && ld->st == ld->m->st; }
+
 static const choir_st_tensor *find_req(sam_loader *ld, const char *name, int64_t numel) {
     if (ld->status) return NULL;
     const choir_st_tensor *t = find_opt(ld, name);
     if (!t) {
-        sam_fail(ld, CHOIR_ENOTFOUND, "tensor %s is missing", name);
+        if (mlx_file(ld)) {
+            char alt[320];
+            mlx_name(name, alt, sizeof alt);
+            sam_fail(ld, CHOIR_ENOTFOUND, "tensor %s (checkpoint name %s) is missing", alt, name);
+        } else {
+            sam_fail(ld, CHOIR_ENOTFOUND, "tensor %s is missing", name);
+        }
         return NULL;
     }
     if (numel >= 0 && t->numel != numel) {
-        sam_fail(ld, CHOIR_ESHAPE, "tensor %s has %lld elements, expected %lld", name, (long long)t->numel,
+        sam_fail(ld, CHOIR_ESHAPE, "tensor %s has %lld elements, expected %lld", t->name, (long long)t->numel,
                  (long long)numel);
         return NULL;
     }
@@ -250,7 +265,28 @@ static float *conv_weight(sam_loader *ld, const char *prefix, int64_t a, int64_t
     const choir_st_tensor *g = find_opt(ld, gn), *v = g ? find_req(ld, vn, a * b * k) : find_req(ld, wn, a * b * k);
     if (!v) return NULL;
     if (g && g->numel != a) {
-        sam_fail(ld, CHOIR_ESHAPE, "tensor %s has %lld elements, expected %lld", gn, (long long)g->numel, (long long)a);
+        sam_fail(ld, CHOIR_ESHAPE, "tensor %s has %lld elements, expected %lld", g->name, (long long)g->numel,
+                 (long long)a);
+        return NULL;
+    }
+    /* The shape is the layout's own: PyTorch [a, b, k]; mlx [a, k, b], or
+     * [b, k, a] for a transposed conv (equal bytes when k is 1, so a
+     * re-pack may give either there). One of the same size in any other
+     * order would be read as garbage, so it is refused. */
+    int mlx = mlx_file(ld);
+    int64_t pt[3] = {a, b, k}, ml[3] = {transposed ? b : a, k, transposed ? a : b};
+    const int64_t *want = mlx ? ml : pt;
+    int ok = v->ndim == 3 && v->shape[0] == want[0] && v->shape[1] == want[1] && v->shape[2] == want[2];
+    if (!ok && k == 1 && !transposed && v->ndim == 3) {
+        const int64_t *other = mlx ? pt : ml;
+        ok = v->shape[0] == other[0] && v->shape[1] == other[1] && v->shape[2] == other[2];
+    }
+    if (!ok) {
+        char got[96], exp[96];
+        choir_st_format_shape(got, sizeof got, v->ndim, v->shape);
+        choir_st_format_shape(exp, sizeof exp, 3, want);
+        sam_fail(ld, CHOIR_ESHAPE, "tensor %s is %s, expected %s (%s layout)", v->name, got, exp,
+                 mlx ? "mlx-community" : "checkpoint");
         return NULL;
     }
     float *w = sam_own(ld, (size_t)(a * b * k) * sizeof *w);
@@ -266,10 +302,8 @@ static float *conv_weight(sam_loader *ld, const char *prefix, int64_t a, int64_t
         sam_fail(ld, CHOIR_EUNSUPPORTED, "tensor %s: not a float type", prefix);
         return NULL;
     }
-    /* Undo mlx's [out, k, in] when the stored shape says so. */
-    int mlx_layout = v->ndim == 3 && k > 1 && (transposed ? (v->shape[0] == b && v->shape[1] == k && v->shape[2] == a)
-                                                         : (v->shape[0] == a && v->shape[1] == k && v->shape[2] == b));
-    if (v->ndim == 3 && k == 1 && !transposed && v->shape[2] == b && v->shape[1] == 1 && b != 1) mlx_layout = 0;
+    /* Undo mlx's [out, k, in]. */
+    int mlx_layout = mlx && (k > 1 || transposed);
     for (int64_t i = 0; i < a; i++)
         for (int64_t j = 0; j < b; j++)
             for (int64_t q = 0; q < k; q++) {
@@ -290,6 +324,26 @@ static float *conv_weight(sam_loader *ld, const char *prefix, int64_t a, int64_t
     }
     choir_free(raw), choir_free(gv);
     return w;
+}
+
+/* An embedding table [rows, cols] read on the host, as f32: "<prefix>.weight",
+ * or dequantized once when the file quantized it (mlx-audio's converter
+ * quantizes every Embedding whose width divides by 64, as its Linears). */
+static const float *ld_table(sam_loader *ld, const char *prefix, int64_t rows, int64_t cols) {
+    char name[320];
+    snprintf(name, sizeof name, "%s.scales", prefix);
+    if (ld->status || !ld->st || !choir_st_find(ld->st, name)) {
+        snprintf(name, sizeof name, "%s.weight", prefix);
+        return sam_floats(ld, name, rows * cols);
+    }
+    choir_weight W;
+    sam_matrix(ld, prefix, rows, cols, &W);
+    if (ld->status) return NULL;
+    float *f = sam_own(ld, (size_t)(rows * cols) * sizeof *f);
+    if (!f) return NULL;
+    choir_quant_dequant(&W, f);
+    ld->m->bytes -= choir_weight_bytes(&W); /* only the f32 copy is kept */
+    return f;
 }
 
 static const float *opt_bias(sam_loader *ld, const char *prefix, int64_t n) {
@@ -412,8 +466,8 @@ static void ld_codec(sam_loader *ld, sam_codec *c, int64_t enc_dim, int64_t dec_
     ld_lstm(ld, &c->wm_enc_lstm, n, 512);
     snprintf(n, sizeof n, "%s.encoder_block.post.2", wm);
     ld_conv(ld, &c->wm_post2, n, 512, 128, 7, 1, 1, 1);
-    snprintf(n, sizeof n, "%s.msg_processor.msg_processor.weight", wm);
-    c->msg_emb = sam_floats(ld, n, 2 * CHOIR_SAM_WM_BITS * 128);
+    snprintf(n, sizeof n, "%s.msg_processor.msg_processor", wm);
+    c->msg_emb = ld_table(ld, n, 2 * CHOIR_SAM_WM_BITS, 128);
     snprintf(n, sizeof n, "%s.decoder_block.pre.0", wm);
     ld_conv(ld, &c->wm_dec_pre0, n, 128, 512, 7, 1, 1, 1);
     snprintf(n, sizeof n, "%s.decoder_block.pre.1", wm);
@@ -528,7 +582,7 @@ static void ld_dit(sam_loader *ld, sam_dit *t, int64_t n_anchors) {
     sam_matrix(ld, "memory_proj", D, t->text_dim, &t->memory_proj);
     t->memory_proj_b = sam_floats(ld, "memory_proj.bias", D);
     t->n_anchor_rows = n_anchors + 1;
-    t->anchor_embed_host = sam_floats(ld, "embed_anchors.embed.weight", t->n_anchor_rows * t->anchor_dim);
+    t->anchor_embed_host = ld_table(ld, "embed_anchors.embed", t->n_anchor_rows, t->anchor_dim);
     sam_matrix(ld, "embed_anchors.proj", D, t->anchor_dim, &t->anchor_proj);
     const float *ag = sam_floats(ld, "embed_anchors.gate", 1);
     t->anchor_gate = ag ? tanhf(ag[0]) : 0;
@@ -687,7 +741,8 @@ choir_sam *choir_sam_load_ex(const char *dir, const choir_sam_load_opts *opts, c
     }
     sam_loader ld = {.m = m, .st = m->st, .err = err};
     /* The watermark path needs decoder_dim 1536 over 4 blocks; a file
-     * without it (mlx's port drops the path) decodes without the watermark. */
+     * without it decodes without the watermark (mlx-audio's converter keeps
+     * it: its decoder module holds the path's parameters). */
     m->codec.has_wm = find_opt(&ld, "audio_codec.decoder.wm_model.msg_processor.msg_processor.weight") != NULL;
     if (m->codec.has_wm && (m->codec.n_dec != SAM_WM_BLOCKS || dec_dim != 1536)) {
         choir_err_set(err, CHOIR_EUNSUPPORTED, "sam-audio: the watermark path needs decoder_dim 1536 and 4 decoder blocks");
@@ -696,7 +751,7 @@ choir_sam *choir_sam_load_ex(const char *dir, const choir_sam_load_opts *opts, c
     ld_codec(&ld, &m->codec, enc_dim, dec_dim);
     ld_dit(&ld, &m->dit, n_anchors);
     if (ld.status) {
-        choir_err_prefix(err, "%s: ", dir);
+        choir_err_prefix(err, "%s", dir);
         goto fail;
     }
 

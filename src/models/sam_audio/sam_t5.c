@@ -76,7 +76,7 @@ int sam_t5_load(choir_sam *m, const char *dir, choir_err *err) {
         sam_matrix(&ld, n, t->d, t->d_ff, &l->wo);
     }
     t->final_ln = sam_floats(&ld, "encoder.final_layer_norm.weight", t->d);
-    if (ld.status) return choir_err_prefix(err, "%s: ", dir);
+    if (ld.status) return choir_err_prefix(err, "%s", dir);
     t->tok = choir_unigram_load(dir, err);
     if (!t->tok) return err ? err->code : CHOIR_EFORMAT;
     return 0;

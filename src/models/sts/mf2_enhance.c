@@ -174,19 +174,27 @@ static void chunker_params(int channels, const choir_mf2_params *p, choir_chunke
 }
 
 /* What a stream carves from its arena: itself, its chunker, one channel's
- * plane and one pass over a chunk. */
-static int64_t stream_arena_bytes(int channels, const choir_mf2_params *p) {
+ * plane and one pass over a chunk, or over `pass_frames` when fewer (a
+ * recording shorter than a chunk is one pass over itself). */
+static int64_t stream_arena_bytes(int channels, const choir_mf2_params *p, int64_t pass_frames) {
     choir_chunker_params cp;
     chunker_params(channels, p, &cp);
     int64_t frames = choir_chunker_chunk_frames(&cp);
+    int64_t pass = pass_frames > 0 && pass_frames < frames ? pass_frames : frames;
     return (int64_t)sizeof(choir_mf2_stream) + choir_chunker_memory_bytes(&cp) + frames * (int64_t)sizeof(float) +
-           2 * CHOIR_ALIGN + mf2_pass_bytes(frames);
+           2 * CHOIR_ALIGN + mf2_pass_bytes(pass);
 }
 
 int64_t choir_mf2_stream_bytes(int channels, const choir_mf2_params *p) {
+    return choir_mf2_stream_bytes_upto(channels, p, 0);
+}
+
+int64_t choir_mf2_stream_bytes_upto(int channels, const choir_mf2_params *p, int64_t frames) {
     choir_chunker_params cp;
     chunker_params(channels, p, &cp);
-    return stream_arena_bytes(channels, p) + mf2_outside_bytes(choir_chunker_chunk_frames(&cp));
+    int64_t chunk = choir_chunker_chunk_frames(&cp);
+    int64_t pass = frames > 0 && frames < chunk ? frames : chunk;
+    return stream_arena_bytes(channels, p, frames) + mf2_outside_bytes(pass);
 }
 
 choir_mf2_stream *choir_mf2_stream_create(const choir_mf2 *m, int channels, const choir_mf2_params *p,
@@ -216,7 +224,7 @@ choir_mf2_stream *choir_mf2_stream_create_in(const choir_mf2 *m, int channels, c
     /* Everything the stream holds, and each pass over a chunk, is carved
      * from one arena: the caller's, or one of exactly the stream's size. */
     choir_arena *own = NULL;
-    if (!arena && !(arena = own = choir_arena_create((size_t)stream_arena_bytes(channels, p),
+    if (!arena && !(arena = own = choir_arena_create((size_t)stream_arena_bytes(channels, p, 0),
                                                      CHOIR_MEM_ACTIVATIONS, err)))
         return NULL;
     choir_mf2_stream *s = choir_arena_alloc(arena, sizeof *s);

@@ -69,7 +69,12 @@ static int64_t mf2_estimate(const void *weights, const choir_request *r) {
     (void)weights;
     choir_mf2_params p;
     params_of(&r->in.sts, &p);
-    int64_t bytes = choir_mf2_stream_bytes(1, &p);
+    /* A recording shorter than a chunk is one pass over itself: its 48-kHz
+     * length, with room for the resampler's rounding and delay. */
+    int rate = r->in.sts.sample_rate > 0 ? r->in.sts.sample_rate : CHOIR_MF2_RATE;
+    int64_t n = r->in.sts.n_samples > 0 ? r->in.sts.n_samples : 0;
+    int64_t frames = (int64_t)((double)n * CHOIR_MF2_RATE / rate) + CHOIR_MF2_RATE / 10;
+    int64_t bytes = choir_mf2_stream_bytes_upto(1, &p, frames);
     /* resampling buffers (a block in, a chunk out, with the resamplers'
      * margins) and alignment; soxr's own state is not arena memory */
     int64_t chunk = (int64_t)(p.chunk_seconds * CHOIR_MF2_RATE) + 1;

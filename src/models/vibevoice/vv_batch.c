@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "choir/alloc.h"
+#include "choir/backend_vibevoice.h"
 #include "models/vibevoice/vv_state.h"
 
 struct choir_vibevoice_batch {
@@ -22,10 +23,16 @@ struct choir_vibevoice_batch {
     float *logits;        /* [B][vocab] */
     int32_t *ids, *pos;   /* [B] backend memory */
     int32_t *stage;       /* [2 B] host staging of ids and positions */
+    /* Over paged states of `pool`: each row's page table at a stride of
+     * `cap` entries (the pool's pages), the pool rows of the new keys. */
+    choir_vibevoice_kv_pool *pool;
+    int cap;
+    int32_t *tables, *slots, *zeros; /* [B cap], [B], [B] backend memory */
+    int32_t *tables_stage;           /* [B cap + B] host staging of tables and slots */
 };
 
 /* Floats of each buffer, in layout order. */
-static int64_t batch_layout(const choir_vibevoice_dims *d, int B, choir_vibevoice_batch *b, void *block) {
+static int64_t batch_layout(const choir_vibevoice_dims *d, int B, int cap, choir_vibevoice_batch *b, void *block) {
     const choir_vibevoice_lm_dims *L = &d->lm;
     int64_t H = L->hidden, qd = (int64_t)L->n_heads * L->head_dim, kvd = (int64_t)L->n_kv_heads * L->head_dim;
     struct {
@@ -37,6 +44,8 @@ static int64_t batch_layout(const choir_vibevoice_dims *d, int B, choir_vibevoic
         {b ? &b->v : NULL, B * kvd},   {b ? &b->gate : NULL, B * L->intermediate},
         {b ? &b->up : NULL, B * L->intermediate}, {b ? &b->logits : NULL, B * (int64_t)L->vocab},
         {b ? (float **)&b->ids : NULL, B}, {b ? (float **)&b->pos : NULL, B},
+        {b ? (float **)&b->tables : NULL, (int64_t)B * cap}, {b ? (float **)&b->slots : NULL, cap ? B : 0},
+        {b ? (float **)&b->zeros : NULL, cap ? B : 0},
     };
     int64_t off = 0;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
@@ -47,20 +56,31 @@ static int64_t batch_layout(const choir_vibevoice_dims *d, int B, choir_vibevoic
 }
 
 int64_t choir_vibevoice_batch_bytes(const choir_vibevoice_dims *dims, int max_batch) {
-    return max_batch > 0 ? batch_layout(dims, max_batch, NULL, NULL) + 256 : 0;
+    return max_batch > 0 ? batch_layout(dims, max_batch, 0, NULL, NULL) + 256 : 0;
 }
 
-choir_vibevoice_batch *choir_vibevoice_batch_create(const choir_vibevoice *m, int max_batch, choir_stream *stream,
-                                                    choir_err *err) {
+int64_t choir_vibevoice_batch_bytes_paged(const choir_vibevoice_dims *dims, int max_batch,
+                                          const choir_vibevoice_kv_pool *pool) {
+    return max_batch > 0 ? batch_layout(dims, max_batch, pool->pages, NULL, NULL) + 256 : 0;
+}
+
+static choir_vibevoice_batch *batch_make(const choir_vibevoice *m, int max_batch, choir_vibevoice_kv_pool *pool,
+                                         choir_stream *stream, choir_err *err) {
     if (max_batch <= 0 || max_batch > 4096)
         return choir_err_set(err, CHOIR_EINVAL, "vibevoice: a batch of %d sequences", max_batch), NULL;
     if (choir_stream_backend(stream) != m->be)
         return choir_err_set(err, CHOIR_EINVAL, "vibevoice: the stream is not on the model's backend"), NULL;
+    int cap = pool ? pool->pages : 0;
     choir_vibevoice_batch *b = choir_calloc(CHOIR_MEM_ACTIVATIONS, 1, sizeof *b);
     int32_t *stage = choir_alloc(CHOIR_MEM_IO, (size_t)max_batch * 2 * sizeof *stage);
-    void *block = b && stage ? choir_stream_alloc(stream, (size_t)batch_layout(&m->dims, max_batch, NULL, NULL),
-                                                  "vibevoice batch") : NULL;
+    int32_t *tstage = pool ? choir_calloc(CHOIR_MEM_IO, (size_t)max_batch * ((size_t)cap + 1), sizeof *tstage)
+                           : NULL;
+    void *block = b && stage && (tstage || !pool)
+                      ? choir_stream_alloc(stream, (size_t)batch_layout(&m->dims, max_batch, cap, NULL, NULL),
+                                           "vibevoice batch")
+                      : NULL;
     if (!block) {
+        choir_free(tstage);
         choir_free(stage);
         choir_free(b);
         if (choir_stream_status(stream, err) == 0) choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory");
@@ -71,12 +91,37 @@ choir_vibevoice_batch *choir_vibevoice_batch_create(const choir_vibevoice *m, in
     b->max_batch = max_batch;
     b->host = choir_backend_is_host(m->be);
     b->stage = stage;
-    batch_layout(&m->dims, max_batch, b, block);
+    b->pool = pool;
+    b->cap = cap;
+    b->tables_stage = tstage;
+    batch_layout(&m->dims, max_batch, cap, b, block);
+    if (pool) {
+        /* tstage is all zeros yet: the rows' slot for rows_scatter. */
+        choir_op_upload(stream, b->zeros, tstage, (size_t)max_batch * sizeof *b->zeros);
+        if (choir_stream_status(stream, err)) {
+            choir_vibevoice_batch_free(b);
+            return NULL;
+        }
+    }
     return b;
+}
+
+choir_vibevoice_batch *choir_vibevoice_batch_create(const choir_vibevoice *m, int max_batch, choir_stream *stream,
+                                                    choir_err *err) {
+    return batch_make(m, max_batch, NULL, stream, err);
+}
+
+choir_vibevoice_batch *choir_vibevoice_batch_create_paged(const choir_vibevoice *m, int max_batch,
+                                                          choir_vibevoice_kv_pool *pool, choir_stream *stream,
+                                                          choir_err *err) {
+    if (!pool || pool->m != m)
+        return choir_err_set(err, CHOIR_EINVAL, "vibevoice: a KV pool of another model"), NULL;
+    return batch_make(m, max_batch, pool, stream, err);
 }
 
 void choir_vibevoice_batch_free(choir_vibevoice_batch *b) {
     if (!b) return;
+    choir_free(b->tables_stage);
     choir_free(b->stage);
     choir_free(b);
 }
@@ -97,6 +142,9 @@ int choir_vibevoice_step_batch(const choir_vibevoice *m, choir_vibevoice_batch *
                                  (int)tokens[i], L->vocab);
         for (int j = 0; j < i; j++)
             if (states[j] == s) return choir_err_set(err, CHOIR_EINVAL, "vibevoice: sequence %d appears twice", i);
+        if (s->pool != b->pool)
+            return choir_err_set(err, CHOIR_EINVAL, "vibevoice: sequence %d is %s the batch's KV pool", i,
+                                 s->pool ? "not on" : "paged without");
     }
     choir_stream *st = b->stream;
     int64_t H = L->hidden, D = L->head_dim, qd = (int64_t)L->n_heads * D, kvd = (int64_t)L->n_kv_heads * D;
@@ -108,6 +156,25 @@ int choir_vibevoice_step_batch(const choir_vibevoice *m, choir_vibevoice_batch *
     }
     choir_op_upload(st, b->ids, b->stage, (size_t)n * sizeof *b->ids);
     choir_op_upload(st, b->pos, pos_h, (size_t)n * sizeof *b->pos);
+    /* Paged: every row's table at one stride (the longest table of the
+     * step), its new keys' pool rows; one attention for all rows. */
+    int stride = 0;
+    if (b->pool) {
+        for (int i = 0; i < n; i++) {
+            vv_paged_hold(states[i], states[i]->n_past + 1);
+            if (states[i]->max_pages > stride) stride = states[i]->max_pages;
+        }
+        int32_t *slots_h = b->tables_stage + (int64_t)n * stride;
+        for (int i = 0; i < n; i++) {
+            const choir_vibevoice_state *s = states[i];
+            memcpy(b->tables_stage + (int64_t)i * stride, s->table_host, (size_t)s->max_pages * sizeof(int32_t));
+            memset(b->tables_stage + (int64_t)i * stride + s->max_pages, 0,
+                   (size_t)(stride - s->max_pages) * sizeof(int32_t));
+            slots_h[i] = s->table_host[s->n_past / CHOIR_VV_PAGE] * CHOIR_VV_PAGE + s->n_past % CHOIR_VV_PAGE;
+        }
+        choir_op_upload(st, b->tables, b->tables_stage, (size_t)n * (size_t)stride * sizeof(int32_t));
+        choir_op_upload(st, b->slots, slots_h, (size_t)n * sizeof(int32_t));
+    }
     choir_op_rows_gather(st, &m->embed, b->ids, n, b->x);
     for (int l = 0; l < L->n_layers; l++) {
         const vv_layer *w = &m->layers[l];
@@ -117,8 +184,15 @@ int choir_vibevoice_step_batch(const choir_vibevoice *m, choir_vibevoice_batch *
         choir_op_linear(st, b->xn, n, &w->v, w->v_bias, b->v);
         choir_op_rope(st, b->q, n, qd, L->n_heads, D, 0, b->pos, theta, false);
         choir_op_rope(st, b->k, n, kvd, L->n_kv_heads, D, 0, b->pos, theta, false);
+        if (b->pool) {
+            float *kl = vv_pool_k(states[0], l), *vl = vv_pool_v(states[0], l);
+            choir_op_rows_scatter(st, b->k, n, kvd, kl, CHOIR_DTYPE_F32, 0, kvd, b->zeros, b->slots);
+            choir_op_rows_scatter(st, b->v, n, kvd, vl, CHOIR_DTYPE_F32, 0, kvd, b->zeros, b->slots);
+            choir_op_attention_paged_at(st, b->q, n, kl, vl, b->tables, stride, b->pos,
+                                        (int64_t)stride * CHOIR_VV_PAGE, L->n_heads, L->n_kv_heads, (int)D, b->att);
+        }
         /* Each row's key and value join its own cache, then it attends there. */
-        for (int i = 0; i < n; i++) {
+        for (int i = 0; !b->pool && i < n; i++) {
             const choir_vibevoice_state *s = states[i];
             float *kl = s->k_cache + (int64_t)l * s->ctx * kvd, *vl = s->v_cache + (int64_t)l * s->ctx * kvd;
             choir_op_copy(st, kl + (int64_t)s->n_past * kvd, b->k + i * kvd, (size_t)kvd * sizeof(float));

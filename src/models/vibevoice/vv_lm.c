@@ -7,6 +7,7 @@
  * and value head), causal over everything cached so far. */
 #include <string.h>
 
+#include "choir/backend_vibevoice.h"
 #include "models/vibevoice/vv_state.h"
 
 /* Positions n_past .. n_past + rows - 1 into s->pos (backend memory). */
@@ -25,17 +26,34 @@ static void forward_rows(const choir_vibevoice *m, choir_vibevoice_state *s, int
     int64_t pos0 = s->n_past;
     float theta = (float)L->rope_theta;
     put_positions(s, rows);
+    if (s->pool) {
+        vv_paged_hold(s, pos0 + rows);
+        vv_paged_slots(s, rows);
+    }
     for (int l = 0; l < L->n_layers; l++) {
         const vv_layer *w = &m->layers[l];
-        float *kl = s->k_cache + (int64_t)l * s->ctx * kvd, *vl = s->v_cache + (int64_t)l * s->ctx * kvd;
-        float *kc = kl + pos0 * kvd, *vc = vl + pos0 * kvd;
+        float *kl, *vl, *kc, *vc;
+        if (s->pool) {
+            /* The new rows in s->gate (free until the MLP), then into their pages. */
+            kl = vv_pool_k(s, l), vl = vv_pool_v(s, l), kc = s->gate, vc = s->gate + rows * kvd;
+        } else {
+            kl = s->k_cache + (int64_t)l * s->ctx * kvd, vl = s->v_cache + (int64_t)l * s->ctx * kvd;
+            kc = kl + pos0 * kvd, vc = vl + pos0 * kvd;
+        }
         choir_op_rms_norm(st, s->x, s->xn, rows, H, w->attn_norm, L->eps);
         choir_op_linear(st, s->xn, rows, &w->q, w->q_bias, s->q);
         choir_op_linear(st, s->xn, rows, &w->k, w->k_bias, kc);
         choir_op_linear(st, s->xn, rows, &w->v, w->v_bias, vc);
         choir_op_rope(st, s->q, rows, qd, L->n_heads, D, 0, s->pos, theta, false);
         choir_op_rope(st, kc, rows, kvd, L->n_kv_heads, D, 0, s->pos, theta, false);
-        choir_op_attention_cached(st, s->q, rows, kl, vl, pos0, L->n_heads, L->n_kv_heads, (int)D, s->att);
+        if (s->pool) {
+            choir_op_rows_scatter(st, kc, rows, kvd, kl, CHOIR_DTYPE_F32, 0, kvd, s->zeros, s->slots);
+            choir_op_rows_scatter(st, vc, rows, kvd, vl, CHOIR_DTYPE_F32, 0, kvd, s->zeros, s->slots);
+            choir_op_attention_paged(st, s->q, rows, kl, vl, s->table, pos0, L->n_heads, L->n_kv_heads, (int)D,
+                                     s->att);
+        } else {
+            choir_op_attention_cached(st, s->q, rows, kl, vl, pos0, L->n_heads, L->n_kv_heads, (int)D, s->att);
+        }
         choir_op_linear(st, s->att, rows, &w->o, NULL, s->tmp);
         choir_op_add(st, s->x, s->tmp, s->x, rows * H);
         choir_op_rms_norm(st, s->x, s->xn, rows, H, w->mlp_norm, L->eps);
@@ -119,15 +137,106 @@ int choir_vibevoice_prefill(const choir_vibevoice *m, choir_vibevoice_state *s, 
     return 0;
 }
 
+/* One decoding step with nothing taken from the host: the token is ids[0],
+ * its position pos[0] (backend memory, uploaded before), which also places
+ * the new key and value rows in the cache (rows_scatter) and bounds the
+ * attention (attention_cached_at over the planned context), so the same
+ * operations serve every step and can be recorded once as a graph. A paged
+ * state reads the pool row of its new keys from slots[0] and its pages from
+ * its table (both uploaded before, so a replay sees new pages too). The new
+ * rows pass through s->gate before they join the cache. Ends with the
+ * logits in s->logits. */
+static void step_ops(const choir_vibevoice *m, choir_vibevoice_state *s) {
+    const choir_vibevoice_lm_dims *L = &m->dims.lm;
+    choir_stream *st = s->stream;
+    int64_t H = L->hidden, D = L->head_dim, qd = (int64_t)L->n_heads * D, kvd = (int64_t)L->n_kv_heads * D;
+    float theta = (float)L->rope_theta, *kn = s->gate, *vn = s->gate + kvd;
+    choir_op_rows_gather(st, &m->embed, s->ids, 1, s->x);
+    for (int l = 0; l < L->n_layers; l++) {
+        const vv_layer *w = &m->layers[l];
+        float *kl = s->pool ? vv_pool_k(s, l) : s->k_cache + (int64_t)l * s->ctx * kvd;
+        float *vl = s->pool ? vv_pool_v(s, l) : s->v_cache + (int64_t)l * s->ctx * kvd;
+        choir_op_rms_norm(st, s->x, s->xn, 1, H, w->attn_norm, L->eps);
+        choir_op_linear(st, s->xn, 1, &w->q, w->q_bias, s->q);
+        choir_op_linear(st, s->xn, 1, &w->k, w->k_bias, kn);
+        choir_op_linear(st, s->xn, 1, &w->v, w->v_bias, vn);
+        choir_op_rope(st, s->q, 1, qd, L->n_heads, D, 0, s->pos, theta, false);
+        choir_op_rope(st, kn, 1, kvd, L->n_kv_heads, D, 0, s->pos, theta, false);
+        if (s->pool) {
+            choir_op_rows_scatter(st, kn, 1, kvd, kl, CHOIR_DTYPE_F32, 0, kvd, s->zeros, s->slots);
+            choir_op_rows_scatter(st, vn, 1, kvd, vl, CHOIR_DTYPE_F32, 0, kvd, s->zeros, s->slots);
+            choir_op_attention_paged_at(st, s->q, 1, kl, vl, s->table, 0, s->pos, s->ctx, L->n_heads,
+                                        L->n_kv_heads, (int)D, s->att);
+        } else {
+            choir_op_rows_scatter(st, kn, 1, kvd, kl, CHOIR_DTYPE_F32, 0, kvd, s->zeros, s->pos);
+            choir_op_rows_scatter(st, vn, 1, kvd, vl, CHOIR_DTYPE_F32, 0, kvd, s->zeros, s->pos);
+            choir_op_attention_cached_at(st, s->q, 1, kl, vl, s->pos, s->ctx, L->n_heads, L->n_kv_heads, (int)D,
+                                         s->att);
+        }
+        choir_op_linear(st, s->att, 1, &w->o, NULL, s->tmp);
+        choir_op_add(st, s->x, s->tmp, s->x, H);
+        choir_op_rms_norm(st, s->x, s->xn, 1, H, w->mlp_norm, L->eps);
+        choir_op_linear(st, s->xn, 1, &w->gate, NULL, s->gate);
+        choir_op_linear(st, s->xn, 1, &w->up, NULL, s->up);
+        choir_op_act(st, CHOIR_ACT_SILU, s->gate, L->intermediate, 0.0f);
+        choir_op_mul(st, s->gate, s->up, s->gate, L->intermediate);
+        choir_op_linear(st, s->gate, 1, &w->down, NULL, s->tmp);
+        choir_op_add(st, s->x, s->tmp, s->x, H);
+    }
+    choir_op_rms_norm(st, s->x, s->xn, 1, H, m->final_norm, L->eps);
+    choir_op_linear(st, s->xn, 1, &m->lm_head, NULL, s->logits);
+}
+
 int choir_vibevoice_step(const choir_vibevoice *m, choir_vibevoice_state *s, int32_t token, float *logits,
                          choir_err *err) {
     int rc = check_ids(m, s, &token, 1, err);
     if (rc) return rc;
-    embed_rows(m, s, &token, 1, 0);
-    forward_rows(m, s, 1);
-    last_logits(m, s, 1);
+    choir_stream *st = s->stream;
+    int32_t pos = s->n_past;
+    choir_op_upload(st, s->ids, &token, sizeof token);
+    choir_op_upload(st, s->pos, &pos, sizeof pos);
+    if (s->pool) {
+        vv_paged_hold(s, s->n_past + 1);
+        vv_paged_slots(s, 1);
+    }
+    s->step_graph_last = 0;
+    if (s->step_graph) {
+        choir_stream_graph_launch(st, s->step_graph);
+        s->step_graph_last = 1;
+    } else if (s->step_graph_on && !s->host && s->owns_stream && !s->step_graph_failed && s->step_direct > 0) {
+        /* The second step records (the first sized the kernels' scratch). */
+        choir_err gerr = {0};
+        if (choir_stream_graph_begin(st, &gerr) == 0) {
+            step_ops(m, s);
+            s->step_graph = choir_stream_graph_end(st, &gerr);
+        }
+        if (s->step_graph) {
+            choir_stream_graph_launch(st, s->step_graph);
+            s->step_graph_last = 1;
+        } else {
+            s->step_graph_failed = 1;
+            step_ops(m, s);
+            s->step_direct++;
+        }
+    } else {
+        step_ops(m, s);
+        s->step_direct++;
+    }
+    if (!s->host) choir_op_download(st, s->logits_host, s->logits, (size_t)m->dims.lm.vocab * sizeof(float));
     if ((rc = vv_status(s, err))) return rc;
+    s->n_past++;
     if (logits && logits != s->logits_host)
         memcpy(logits, s->logits_host, (size_t)m->dims.lm.vocab * sizeof(float));
     return 0;
 }
+
+void choir_vibevoice_set_step_graph(choir_vibevoice_state *s, bool on) {
+    if (!on) {
+        choir_graph_free(s->step_graph);
+        s->step_graph = NULL;
+    }
+    s->step_graph_on = on;
+    s->step_graph_failed = 0;
+}
+
+bool choir_vibevoice_step_graphed(const choir_vibevoice_state *s) { return s->step_graph_last; }

@@ -93,6 +93,7 @@ static void request_opts(const choir_request *r, choir_vibevoice_opts *o) {
     /* req->extra, when set, is a choir_vibevoice_opts (max_new_tokens, guard). */
     if (r->extra) *o = *(const choir_vibevoice_opts *)r->extra;
     if (r->in.stt.prompt && r->in.stt.prompt[0]) o->context = r->in.stt.prompt;
+    if (r->in.stt.max_tokens > 0) o->max_new_tokens = r->in.stt.max_tokens;
 }
 
 /* The request's whole state (encoder activations, latents, the prefill

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "choir/alloc.h"
+#include "choir/pool.h"
 #include "choir/quant.h"
 #include "choir/vibevoice.h"
 
@@ -58,6 +59,50 @@ static choir_st_tensor *bv_new(bv_weights *w, choir_dtype dt, int ndim, const in
     return t;
 }
 
+/* A tensor's values come in blocks of BV_BLOCK elements, each block from
+ * its own generator seeded from the tensor's seed and the block's index, so
+ * the blocks fill in parallel on the default pool and the values do not
+ * depend on the number of threads. */
+#define BV_BLOCK ((int64_t)1 << 16)
+
+typedef struct bv_fill {
+    void *data;
+    int64_t numel;
+    uint64_t seed;
+    choir_dtype dt; /* F32/F16/BF16: offset + scale * uniform; U32: random codes */
+    float scale, offset;
+} bv_fill;
+
+static uint64_t bv_mix(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return (z ^ (z >> 31)) | 1;
+}
+
+static void bv_fill_blocks(void *ctx, int64_t b0, int64_t b1, int worker) {
+    (void)worker;
+    const bv_fill *f = ctx;
+    for (int64_t b = b0; b < b1; b++) {
+        bv_weights g = {.rng = bv_mix(f->seed ^ ((uint64_t)b * 0xD1B54A32D192ED03ull))};
+        int64_t i1 = (b + 1) * BV_BLOCK < f->numel ? (b + 1) * BV_BLOCK : f->numel;
+        for (int64_t i = b * BV_BLOCK; i < i1; i++) {
+            float u = bv_uniform(&g), v = f->offset + f->scale * u;
+            if (f->dt == CHOIR_DTYPE_U32) ((uint32_t *)f->data)[i] = (uint32_t)(g.rng >> 32);
+            else if (f->dt == CHOIR_DTYPE_F32) ((float *)f->data)[i] = v;
+            else if (f->dt == CHOIR_DTYPE_F16) ((uint16_t *)f->data)[i] = choir_f32_to_f16(v);
+            else ((uint16_t *)f->data)[i] = choir_f32_to_bf16(v);
+        }
+    }
+}
+
+/* Fills tensor t (its dtype) from the next seed of w's generator. */
+static void bv_fill_tensor(bv_weights *w, choir_st_tensor *t, float scale, float offset) {
+    bv_uniform(w);
+    bv_fill f = {(void *)t->data, t->numel, w->rng, t->dtype, scale, offset};
+    choir_pool_parallel_for(choir_pool_default(), (t->numel + BV_BLOCK - 1) / BV_BLOCK, 4, bv_fill_blocks, &f);
+}
+
 /* A float tensor: offset + scale * uniform, in dt. */
 static int bv_add(bv_weights *w, choir_dtype dt, float scale, float offset, int ndim, const int64_t *shape,
                   const char *fmt, ...) __attribute__((format(printf, 7, 8)));
@@ -70,13 +115,7 @@ static int bv_add(bv_weights *w, choir_dtype dt, float scale, float offset, int 
     va_end(ap);
     choir_st_tensor *t = bv_new(w, dt, ndim, shape, name);
     if (!t) return -1;
-    void *d = (void *)t->data;
-    for (int64_t i = 0; i < t->numel; i++) {
-        float v = offset + scale * bv_uniform(w);
-        if (dt == CHOIR_DTYPE_F32) ((float *)d)[i] = v;
-        else if (dt == CHOIR_DTYPE_F16) ((uint16_t *)d)[i] = choir_f32_to_f16(v);
-        else ((uint16_t *)d)[i] = choir_f32_to_bf16(v);
-    }
+    bv_fill_tensor(w, t, scale, offset);
     return 0;
 }
 
@@ -95,8 +134,7 @@ static int bv_mat(bv_weights *w, int64_t rows, int64_t cols, int quant, const ch
     int64_t g = 64, ps[2] = {rows, choir_quant_packed_cols(cols, w->bits)}, ss[2] = {rows, cols / g};
     choir_st_tensor *t = bv_new(w, CHOIR_DTYPE_U32, 2, ps, n);
     if (!t) return -1;
-    uint32_t *p = (uint32_t *)t->data;
-    for (int64_t i = 0; i < t->numel; i++) p[i] = (uint32_t)(bv_uniform(w) * 2147483647.0f) ^ (uint32_t)w->rng;
+    bv_fill_tensor(w, t, 0.0f, 0.0f);
     float step = 2.0f / sqrtf((float)cols) / (float)(1 << w->bits);
     snprintf(n, sizeof n, "%s.scales", base);
     if (bv_add(w, CHOIR_DTYPE_BF16, 0.1f * step, step, 2, ss, "%s", n)) return -1;

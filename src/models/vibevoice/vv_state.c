@@ -5,6 +5,7 @@
 
 #include "choir/alloc.h"
 #include "choir/arena.h"
+#include "choir/backend_vibevoice.h"
 #include "choir/kernels.h"
 #include "models/vibevoice/vv_state.h"
 
@@ -104,6 +105,10 @@ static int64_t layout(const choir_vibevoice_dims *dims, const vv_kernels k[2], c
         int64_t lm[][2] = {{H, V}, {H, H}, {qd, H}, {kvd, H}, {H, qd}, {I, H}, {H, I}, {L->vocab, H}};
         for (size_t i = 0; i < sizeof lm / sizeof lm[0]; i++)
             need = max64(need, lin_scratch(i == 7 ? 1 : Pc, lm[i][0], lm[i][1]));
+        /* The split-keys attention of a step (and of prefill chunks of up to
+         * 16 rows) on a device: partial sums of every split of the context. */
+        int64_t att_rows = Pc <= 16 ? Pc : 1, splits = (ctx + 127) / 128;
+        need = max64(need, att_rows * L->n_heads * splits * (L->head_dim + 2) * (int64_t)sizeof(float));
         *scratch = need;
     }
     struct {
@@ -120,8 +125,11 @@ static int64_t layout(const choir_vibevoice_dims *dims, const vv_kernels k[2], c
         {s ? &s->gate : NULL, Pc * L->intermediate}, {s ? &s->up : NULL, Pc * L->intermediate},
         {s ? &s->logits : NULL, L->vocab},
         {s ? (float **)&s->ids : NULL, Pc}, {s ? (float **)&s->pos : NULL, Pc},
-        {s ? &s->k_cache : NULL, (int64_t)L->n_layers * ctx * kvd},
-        {s ? &s->v_cache : NULL, (int64_t)L->n_layers * ctx * kvd},
+        {s ? (float **)&s->zeros : NULL, Pc}, {s ? (float **)&s->slots : NULL, Pc},
+        {s ? (float **)&s->table : NULL, (ctx + CHOIR_VV_PAGE - 1) / CHOIR_VV_PAGE},
+        /* A paged state's keys and values are in its pool's pages. */
+        {s ? &s->k_cache : NULL, p->kv_paged ? 0 : (int64_t)L->n_layers * ctx * kvd},
+        {s ? &s->v_cache : NULL, p->kv_paged ? 0 : (int64_t)L->n_layers * ctx * kvd},
     };
     int64_t off = 0;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
@@ -134,6 +142,7 @@ static int64_t layout(const choir_vibevoice_dims *dims, const vv_kernels k[2], c
         s->max_frames = frames;
         s->prefill_chunk = (int)Pc;
         s->ctx = (int)ctx;
+        s->max_pages = (int)((ctx + CHOIR_VV_PAGE - 1) / CHOIR_VV_PAGE);
         s->sizes = z;
     }
     return off;
@@ -165,8 +174,8 @@ int64_t choir_vibevoice_plan_scratch_bytes(const choir_vibevoice_dims *dims, con
 
 int vv_status(choir_vibevoice_state *s, choir_err *err) { return choir_stream_status(s->stream, err); }
 
-choir_vibevoice_state *choir_vibevoice_state_create_on(const choir_vibevoice *m, const choir_vibevoice_plan *plan,
-                                                       choir_stream *stream, choir_err *err) {
+static choir_vibevoice_state *state_on(const choir_vibevoice *m, const choir_vibevoice_plan *plan,
+                                       choir_stream *stream, choir_err *err) {
     vv_kernels k[2];
     vv_kernels_of(&m->enc[0], &k[0]);
     vv_kernels_of(&m->enc[1], &k[1]);
@@ -190,6 +199,16 @@ choir_vibevoice_state *choir_vibevoice_state_create_on(const choir_vibevoice *m,
     layout(&m->dims, k, plan, s, NULL);
     s->kernels[0] = k[0];
     s->kernels[1] = k[1];
+    if (plan->kv_paged) s->k_cache = s->v_cache = NULL;
+    s->slots_host = choir_calloc(CHOIR_MEM_IO, (size_t)s->prefill_chunk, sizeof *s->slots_host);
+    s->table_host = choir_calloc(CHOIR_MEM_IO, (size_t)s->max_pages, sizeof *s->table_host);
+    if (!s->slots_host || !s->table_host) {
+        choir_vibevoice_state_free(s);
+        return choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory"), NULL;
+    }
+    /* slots_host is all zeros until a paged chunk stages its rows. */
+    choir_op_upload(stream, s->zeros, s->slots_host, (size_t)s->prefill_chunk * sizeof *s->zeros);
+    choir_op_upload(stream, s->table, s->table_host, (size_t)s->max_pages * sizeof *s->table);
     if (s->host) s->logits_host = s->logits;
     else {
         s->logits_host = choir_alloc(CHOIR_MEM_IO, (size_t)m->dims.lm.vocab * sizeof(float));
@@ -202,8 +221,17 @@ choir_vibevoice_state *choir_vibevoice_state_create_on(const choir_vibevoice *m,
     return s;
 }
 
-choir_vibevoice_state *choir_vibevoice_state_create(const choir_vibevoice *m, const choir_vibevoice_plan *plan,
-                                                    void *mem, choir_err *err) {
+choir_vibevoice_state *choir_vibevoice_state_create_on(const choir_vibevoice *m, const choir_vibevoice_plan *plan,
+                                                       choir_stream *stream, choir_err *err) {
+    if (plan->kv_paged)
+        return choir_err_set(err, CHOIR_EINVAL, "vibevoice: a paged plan takes choir_vibevoice_state_create_paged"),
+               NULL;
+    return state_on(m, plan, stream, err);
+}
+
+/* A state over `mem` or a block of its own stream (paged plans too). */
+static choir_vibevoice_state *state_own(const choir_vibevoice *m, const choir_vibevoice_plan *plan, void *mem,
+                                        choir_err *err) {
     int64_t lb, sb;
     vv_plan_sizes(&m->dims, plan, &lb, &sb);
     int64_t need = lb + sb + VV_ALIGN_SLACK;
@@ -229,7 +257,7 @@ choir_vibevoice_state *choir_vibevoice_state_create(const choir_vibevoice *m, co
     } else {
         rc = choir_stream_reserve(st, (size_t)(max64(own, lb) + VV_ALIGN_SLACK), (size_t)sb, err);
     }
-    choir_vibevoice_state *s = rc ? NULL : choir_vibevoice_state_create_on(m, plan, st, err);
+    choir_vibevoice_state *s = rc ? NULL : state_on(m, plan, st, err);
     if (!s) {
         choir_stream_free(st);
         choir_arena_free(over);
@@ -240,8 +268,37 @@ choir_vibevoice_state *choir_vibevoice_state_create(const choir_vibevoice *m, co
     return s;
 }
 
+choir_vibevoice_state *choir_vibevoice_state_create(const choir_vibevoice *m, const choir_vibevoice_plan *plan,
+                                                    void *mem, choir_err *err) {
+    if (plan->kv_paged)
+        return choir_err_set(err, CHOIR_EINVAL, "vibevoice: a paged plan takes choir_vibevoice_state_create_paged"),
+               NULL;
+    return state_own(m, plan, mem, err);
+}
+
+choir_vibevoice_state *choir_vibevoice_state_create_paged(const choir_vibevoice *m, const choir_vibevoice_plan *plan,
+                                                          choir_vibevoice_kv_pool *pool, choir_err *err) {
+    if (!pool || pool->m != m)
+        return choir_err_set(err, CHOIR_EINVAL, "vibevoice: a KV pool of another model"), NULL;
+    choir_vibevoice_plan p = *plan;
+    p.kv_paged = 1;
+    int pages = choir_vibevoice_kv_pages_for(p.max_context > 0 ? p.max_context : 1);
+    if (vv_paged_reserve(pool, pages, err)) return NULL;
+    choir_vibevoice_state *s = state_own(m, &p, NULL, err);
+    if (!s) {
+        pool->reserved -= pages;
+        return NULL;
+    }
+    s->pool = pool;
+    return s;
+}
+
 void choir_vibevoice_state_free(choir_vibevoice_state *s) {
     if (!s) return;
+    if (s->pool) vv_paged_release(s);
+    choir_free(s->slots_host);
+    choir_free(s->table_host);
+    choir_graph_free(s->step_graph);
     if (!s->host) {
         choir_free(s->logits_host);
         choir_free(s->pos_host);

@@ -53,10 +53,48 @@ struct choir_vibevoice_state {
     int32_t *ids, *pos;     /* [chunk] token ids and positions of a prefill chunk or step */
     float *logits_host;     /* [vocab] what the caller reads (s->logits on the CPU) */
     int32_t *pos_host;      /* [chunk] positions staged for upload (CUDA only) */
-    float *k_cache, *v_cache; /* [layers][ctx][kv heads D] */
+    int32_t *zeros;         /* [chunk] backend memory holding 0 (rows_scatter's slots) */
+    float *k_cache, *v_cache; /* [layers][ctx][kv heads D]; NULL when paged */
+    /* Paged (choir_vibevoice_state_create_paged): the cache is in the pool's
+     * pages; table[p] is the page of positions p 128 .. p 128 + 127. */
+    choir_vibevoice_kv_pool *pool;
+    int32_t *table;         /* [max_pages] backend memory */
+    int32_t *table_host;    /* [max_pages] host copy */
+    int32_t *slots;         /* [chunk] backend memory: pool rows of the chunk's new keys */
+    int32_t *slots_host;    /* [chunk] staged for upload */
+    int max_pages, held, table_dirty;
+    /* The decoding step recorded once (CUDA, a state owning its stream): it
+     * reads the token and position from ids[0] and pos[0], so every later
+     * step is one replay. step_direct counts the steps run op by op. */
+    choir_graph *step_graph;
+    int step_graph_on, step_graph_failed, step_graph_last, step_direct;
     int n_past;             /* tokens in the cache */
     int64_t audio_used;     /* latent frames consumed by prefill so far */
 };
+
+/* The pool behind paged states (vv_kvpool.c). */
+struct choir_vibevoice_kv_pool {
+    const choir_vibevoice *m;
+    choir_stream *stream;   /* holds the pages */
+    float *k, *v;           /* [layers][pages 128][kv heads D] */
+    int64_t layer_rows;     /* pages 128 */
+    int pages, reserved;
+    int n_free;
+    int32_t *free_pages;    /* [pages] host stack of pages holding no tokens */
+};
+
+/* Layer l's key and value pool rows of a paged state. */
+float *vv_pool_k(const choir_vibevoice_state *s, int l);
+float *vv_pool_v(const choir_vibevoice_state *s, int l);
+/* A paged state takes pages for positions up to `tokens` (from its
+ * reservation) and uploads its table when it changed. */
+void vv_paged_hold(choir_vibevoice_state *s, int64_t tokens);
+/* Pool rows of positions n_past .. n_past + rows - 1 into s->slots (after
+ * vv_paged_hold(s, n_past + rows)). */
+void vv_paged_slots(choir_vibevoice_state *s, int64_t rows);
+/* Admission and release of a paged state's pages (vv_state.c calls them). */
+int vv_paged_reserve(choir_vibevoice_kv_pool *p, int pages, choir_err *err);
+void vv_paged_release(choir_vibevoice_state *s);
 
 /* Bytes of the layout (one stream allocation) and of the kernel scratch a
  * state for `plan` reserves. */

@@ -64,29 +64,6 @@ int choir_whisper_alignment_heads(const choir_whisper_dims *d, bool large_v1, ch
     return n;
 }
 
-int choir_whisper_parse_alignment_heads(const cJSON *list, const choir_whisper_dims *d, choir_whisper_head *out,
-                                        choir_err *err) {
-    if (!cJSON_IsArray(list) || !d)
-        return choir_err_set(err, CHOIR_EFORMAT, "alignment_heads: not a list of [layer, head] pairs");
-    int n = 0;
-    const cJSON *pair;
-    cJSON_ArrayForEach(pair, list) {
-        const cJSON *l = cJSON_GetArrayItem(pair, 0), *h = cJSON_GetArrayItem(pair, 1);
-        if (!cJSON_IsArray(pair) || cJSON_GetArraySize(pair) != 2 || !cJSON_IsNumber(l) || !cJSON_IsNumber(h))
-            return choir_err_set(err, CHOIR_EFORMAT, "alignment_heads[%d]: not a [layer, head] pair", n);
-        double lv = l->valuedouble, hv = h->valuedouble;
-        if (lv != floor(lv) || hv != floor(hv) || lv < 0 || lv >= d->n_text_layer || hv < 0 || hv >= d->n_head)
-            return choir_err_set(err, CHOIR_EFORMAT,
-                                 "alignment_heads[%d]: [%g, %g] is outside the %d decoder layers of %d heads", n, lv,
-                                 hv, d->n_text_layer, d->n_head);
-        if (n == CHOIR_WHISPER_MAX_HEADS)
-            return choir_err_set(err, CHOIR_EFORMAT, "alignment_heads: more than %d pairs", CHOIR_WHISPER_MAX_HEADS);
-        out[n++] = (choir_whisper_head){(int)lv, (int)hv};
-    }
-    if (n == 0) return choir_err_set(err, CHOIR_EFORMAT, "alignment_heads: the list is empty");
-    return n;
-}
-
 static int cmp_float(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
     return (x > y) - (x < y);

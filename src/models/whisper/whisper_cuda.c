@@ -130,35 +130,49 @@ static size_t scratch_need(const choir_whisper_gpu *g, int64_t rows) {
     return (size_t)need;
 }
 
-wh_dec_rt *wg_dec_rt(choir_whisper_gpu *g, int64_t N, int64_t n_out, choir_err *err) {
+wh_dec_rt *wg_dec_rt(choir_whisper_gpu *g, int64_t N, int64_t n_out, size_t extra,
+                     choir_err *err) {
     wh_dec_rt *rt = &g->rt;
     if (choir_cuda_make_current(g->cu, err)) return NULL;
-    if (N <= rt->rows_cap && n_out <= g->logits_cap) return rt;
+    if (N <= rt->rows_cap && n_out <= g->logits_cap && extra <= g->extra_cap) return rt;
     /* Growing moves the stream's memory: the graphs, which hold its
      * addresses, go first, and the scratch grows while none lives. */
     wh_dec_graphs_drop(rt);
     int cap = rt->rows_cap, lcap = g->logits_cap;
     while (cap < N) cap = cap ? 2 * cap : 8;
     while (lcap < n_out) lcap = lcap ? 2 * lcap : 8;
+    size_t xcap = extra > g->extra_cap ? extra : g->extra_cap;
     int32_t *staging =
         choir_backend_host_alloc(g->be, (size_t)(WH_META * cap) * sizeof(int32_t));
     choir_graph **graphs = choir_calloc(CHOIR_MEM_OTHER, (size_t)cap + 1, sizeof *graphs);
-    int rc = !staging || !graphs ? choir_err_set(err, CHOIR_ENOMEM, "whisper gpu: out of host memory")
-                                 : 0;
-    if (!rc) rc = choir_stream_reserve(rt->s, wh_dec_work_bytes(&g->m->dims, cap, lcap), 0, err);
+    choir_graph **ggraphs =
+        choir_calloc(CHOIR_MEM_OTHER, (size_t)(cap + 1) * WH_GREEDY_KS, sizeof *ggraphs);
+    int rc = !staging || !graphs || !ggraphs
+                 ? choir_err_set(err, CHOIR_ENOMEM, "whisper gpu: out of host memory")
+                 : 0;
+    if (!rc)
+        rc = choir_stream_reserve(rt->s,
+                                  wh_dec_work_bytes(&g->m->dims, cap, lcap) +
+                                      wh_greedy_work_bytes(&g->m->dims, cap) + xcap,
+                                  0, err);
     if (!rc) rc = choir_cuda_scratch_reserve(g->cu, scratch_need(g, cap), err);
     if (rc) {
         if (staging) choir_backend_host_free(g->be, staging);
         choir_free(graphs);
+        choir_free(ggraphs);
         choir_err_prefix(err, "whisper gpu: decoder memory for %d rows", cap);
         return NULL;
     }
     if (rt->staging) choir_backend_host_free(g->be, rt->staging);
     choir_free(rt->graphs);
+    choir_free(rt->ggraphs);
     rt->staging = staging;
     rt->graphs = graphs;
+    rt->ggraphs = ggraphs;
+    rt->be = g->be;
     rt->rows_cap = cap;
     g->logits_cap = lcap;
+    g->extra_cap = xcap;
     return rt;
 }
 
@@ -340,14 +354,19 @@ void choir_whisper_default_gpu_opts(choir_whisper_gpu_opts *o) {
     o->bf16 = false;
     o->max_windows = 8;
     o->graphs = true;
+    o->greedy_steps = 8;
 }
+
+int wg_greedy_steps(const choir_whisper_gpu *g) { return g->opts.greedy_steps; }
 
 static void gpu_free(choir_whisper_gpu *g) {
     if (!g) return;
     if (g->cu) choir_cuda_make_current(g->cu, NULL);
     wh_dec_graphs_drop(&g->rt);
     choir_free(g->rt.graphs);
+    choir_free(g->rt.ggraphs);
     if (g->rt.staging) choir_backend_host_free(g->be, g->rt.staging);
+    if (g->rt.gstage) choir_backend_host_free(g->be, g->rt.gstage);
     for (int i = 0; i < WG_MAX_LENT; i++)
         if (g->lent[i].p) choir_backend_host_free(g->be, g->lent[i].p);
     choir_stream_free(g->rt.s);
@@ -446,6 +465,8 @@ int choir_whisper_gpu_get_stats(const choir_whisper *m, choir_whisper_gpu_stats 
     s->steps_graph = g->rt.steps_graph;
     s->steps_direct = g->rt.steps_direct;
     for (int b = 0; g->rt.graphs && b <= g->rt.rows_cap; b++) s->graphs += g->rt.graphs[b] != NULL;
+    for (int i = 0; g->rt.ggraphs && i < (g->rt.rows_cap + 1) * WH_GREEDY_KS; i++)
+        s->graphs += g->rt.ggraphs[i] != NULL;
     s->graph_failures = g->rt.graph_failures;
     s->pinned_bytes = choir_cuda_host_mem_current(g->cu);
     s->kv_elem_bytes = (int)wh_kv_size(g->self.dt);
@@ -462,6 +483,7 @@ void choir_whisper_default_gpu_opts(choir_whisper_gpu_opts *o) {
     memset(o, 0, sizeof(*o));
     o->max_windows = 8;
     o->graphs = true;
+    o->greedy_steps = 8;
 }
 
 int choir_whisper_gpu_attach(choir_whisper *m, const choir_whisper_gpu_opts *o, choir_err *err) {

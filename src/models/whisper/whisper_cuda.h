@@ -34,9 +34,11 @@ struct choir_whisper_gpu {
      * per window. */
     wh_pool self, cross;
     /* The decoder's stream, inputs and captured steps (whisper_dec.c); its
-     * memory planned for rt.rows_cap rows and logits_cap logits rows. */
+     * memory planned for rt.rows_cap rows and logits_cap logits rows, and
+     * extra_cap bytes more (the largest cross-attention logits pass). */
     wh_dec_rt rt;
     int logits_cap;
+    size_t extra_cap;
     /* Pinned host blocks lent for logits (wg_logits_alloc). */
     struct {
         void *p;

@@ -6,7 +6,8 @@
  * it through the CPU backend on the model's own weights, an attached GPU
  * through the CUDA backend on their device copies (whisper_cuda.c places the
  * memory). Also the cross-attention logits of chosen heads a pass can give
- * (word timestamps: choir_whisper_cross_qk, whisper_qk.c).
+ * (word timestamps: choir_whisper_cross_qk, whisper_qk.c), on either
+ * backend: a device computes them in its memory and sends them back.
  *
  * Two forms of the same layers. A step (every sequence gets one new token,
  * only its logits are wanted, and the caches are slots of one pool, as on a
@@ -23,6 +24,7 @@
 #include <string.h>
 
 #include "choir/alloc.h"
+#include "choir/backend_whisper.h"
 #include "choir/kernels.h"
 #include "choir/log.h"
 #include "models/whisper/whisper_internal.h"
@@ -39,6 +41,14 @@ size_t wh_dec_work_bytes(const choir_whisper_dims *D, int64_t N, int64_t n_out) 
            (size_t)(N * (6 * (int64_t)D->d_model + D->ffn_dim) + n_out * D->n_vocab) *
                sizeof(float) +
            WH_ALIGN_SLACK;
+}
+
+size_t wh_dec_qk_bytes(const choir_whisper_dims *D, int n_heads, int64_t n) {
+    /* qk [n_heads][n][A]; one layer's keys widened to f32 [A, d] and their
+     * row ids [A] (half-precision caches). */
+    int64_t A = D->n_audio_ctx;
+    return (size_t)((int64_t)n_heads * n * A + A * D->d_model) * sizeof(float) +
+           (size_t)A * sizeof(int32_t) + 3 * 256;
 }
 
 size_t wh_dec_scratch_bytes(const wh_net *w, const choir_whisper_dims *D, int64_t N) {
@@ -63,6 +73,12 @@ typedef struct wh_dec_io {
     float *x, *h, *q, *k, *v, *att;     /* [N, d] */
     float *hid;                         /* [N, ffn] */
     float *logits;                      /* [n_out, V] */
+    /* A pass that gives cross-attention logits: where they are written
+     * ([n_heads][n][A]: the caller's memory on the CPU, the stream's on a
+     * device), and for half-precision caches one layer's keys widened to
+     * f32 [A, d] with the ids 0 .. A-1 that gather them. */
+    float *qk, *qk_keys;
+    int32_t *qk_ids;
 } wh_dec_io;
 
 static void carve(choir_stream *s, const choir_whisper_dims *D, int64_t N, int64_t n_out,
@@ -86,38 +102,35 @@ static void carve(choir_stream *s, const choir_whisper_dims *D, int64_t N, int64
 }
 
 /* Pre-softmax cross-attention logits of the heads of layer l (those of `qk`
- * whose layer is l) for sequence 0's n rows q [n, d] against its window's
- * keys k [A, d] of dtype kv (host memory: the CPU's cache, f16, is widened
- * into a block of its own first): out row block j of head i at qk->qk +
- * (i n + j) A. */
+ * whose layer is l) for sequence 0's n rows io->q [n, d] against its window
+ * `cr`'s keys of the layer (element `off` of its cache): out row block j of
+ * head i at io->qk + (i n + j) A. Keys cached in bf16 (a device's) or f16 are
+ * widened to f32 first, so the product is f32 over the rounded keys, as the
+ * attention reads them. */
 static void cross_qk_rows(choir_stream *s, const wh_qk_req *qk, int l, const choir_whisper_dims *D,
-                          const float *q, int64_t n, const void *k, choir_dtype kv) {
+                          const wh_dec_io *io, int64_t n, const choir_whisper_cross *cr,
+                          int64_t off) {
     int64_t d = D->d_model, Dh = d / D->n_head, A = D->n_audio_ctx;
     float scale = 1.0f / sqrtf((float)Dh);
-    bool any = false;
-    for (int i = 0; i < qk->n_heads; i++) any = any || qk->layer[i] == l;
-    if (!any) return;
-    float *kw = NULL;
-    const float *kf = k;
-    if (kv != CHOIR_DTYPE_F32) {
-        kw = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(A * d) * sizeof(float));
-        if (!kw) {
-            choir_stream_fail(s, CHOIR_ENOMEM, "whisper: cross-attention logits: out of memory");
-            return;
-        }
-        if (kv == CHOIR_DTYPE_F16)
-            choir_f16_to_f32_n(k, kw, A * d);
-        else
-            choir_bf16_to_f32_n(k, kw, A * d);
-        kf = kw;
-    }
+    const float *k = NULL;
     for (int i = 0; i < qk->n_heads; i++) {
         if (qk->layer[i] != l) continue;
+        if (!k) {
+            if (cr->kv == CHOIR_DTYPE_F32) {
+                k = (const float *)cr->k + off;
+            } else {
+                choir_weight kw = {.kind = cr->kv == CHOIR_DTYPE_F16 ? CHOIR_WEIGHT_F16
+                                                                   : CHOIR_WEIGHT_BF16,
+                                   .rows = A, .cols = d,
+                                   .data = wh_kv_at(cr->k, cr->kv, off)};
+                choir_op_rows_gather(s, &kw, io->qk_ids, A, io->qk_keys);
+                k = io->qk_keys;
+            }
+        }
         int64_t h = qk->head[i];
-        choir_op_gemm(s, false, true, n, A, Dh, scale, q + h * Dh, d, kf + h * Dh, d, 0.0f,
-                      qk->qk + (int64_t)i * n * A, A);
+        choir_op_gemm(s, false, true, n, A, Dh, scale, io->q + h * Dh, d, k + h * Dh, d, 0.0f,
+                      io->qk + (int64_t)i * n * A, A);
     }
-    choir_free(kw);
 }
 
 /* The batch being decoded: its sequences and, for a step, the pools their
@@ -187,10 +200,7 @@ static void cross_attention(choir_stream *s, const wh_dec_batch *b, int l,
         choir_op_attention(s, io->q + r * d, d, wh_kv_at(cr->k, cr->kv, off), d,
                            wh_kv_at(cr->v, cr->kv, off), d, io->att + r * d, d, b->n_tokens[i],
                            A, &a, NULL);
-        /* qk runs on the CPU (host memory). */
-        if (qk && i == 0)
-            cross_qk_rows(s, qk, l, D, io->q, b->n_tokens[0], wh_kv_at(cr->k, cr->kv, off),
-                          cr->kv);
+        if (qk && i == 0) cross_qk_rows(s, qk, l, D, io, b->n_tokens[0], cr, off);
     }
 }
 
@@ -252,6 +262,10 @@ void wh_dec_graphs_drop(wh_dec_rt *rt) {
         choir_graph_free(rt->graphs[b]);
         rt->graphs[b] = NULL;
     }
+    for (int i = 0; rt->ggraphs && i < (rt->rows_cap + 1) * WH_GREEDY_KS; i++) {
+        choir_graph_free(rt->ggraphs[i]);
+        rt->ggraphs[i] = NULL;
+    }
 }
 
 /* A step of B rows from its graph, recorded on first use of B. A recording
@@ -310,9 +324,8 @@ int wh_decode_run(wh_dec_rt *rt, const wh_net *w, const choir_whisper_dims *D,
         choir_stream_clear(s);
         return rc;
     }
-    if (qk && !host)
-        return choir_err_set(err, CHOIR_EUNSUPPORTED,
-                             "whisper: cross-attention logits on the CPU only so far");
+    if (qk && (n_seq < 1 || qk->n_heads < 1 || !qk->qk))
+        return choir_err_set(err, CHOIR_EINVAL, "whisper: cross-attention logits of no heads");
     wh_dec_batch b = {.seqs = seqs, .n_seq = n_seq, .n_tokens = n_tokens};
     bool step = !all_positions && !qk && logits;
     for (int i = 0; i < n_seq; i++) {
@@ -328,6 +341,26 @@ int wh_decode_run(wh_dec_rt *rt, const wh_net *w, const choir_whisper_dims *D,
     size_t mark = choir_stream_mark(s);
     wh_dec_io io;
     carve(s, D, N, n_out, !host, &io);
+    io.qk = io.qk_keys = NULL;
+    io.qk_ids = NULL;
+    int32_t *ids_host = NULL;
+    int64_t A = D->n_audio_ctx, qk_n = qk ? (int64_t)qk->n_heads * n_tokens[0] * A : 0;
+    if (qk) {
+        io.qk = host ? qk->qk : choir_stream_floats(s, qk_n, "whisper cross-attention logits");
+        if (seqs[0]->cross->kv != CHOIR_DTYPE_F32) {
+            io.qk_keys = choir_stream_floats(s, A * D->d_model, "whisper keys widened");
+            io.qk_ids = choir_stream_alloc(s, (size_t)A * sizeof(int32_t), "whisper key rows");
+            ids_host = host ? io.qk_ids : choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)A * sizeof(int32_t));
+            if (!ids_host) {
+                choir_stream_fail(s, CHOIR_ENOMEM, "whisper: out of memory for the key rows");
+                goto out;
+            }
+            if (io.qk_ids) {
+                for (int64_t r = 0; r < A; r++) ids_host[r] = (int32_t)r;
+                if (!host) choir_op_upload(s, io.qk_ids, ids_host, (size_t)A * sizeof(int32_t));
+            }
+        }
+    }
     if (choir_stream_status(s, NULL)) goto out;
     if (host) io.logits = logits;
 
@@ -357,11 +390,13 @@ int wh_decode_run(wh_dec_rt *rt, const wh_net *w, const choir_whisper_dims *D,
     if (!host && n_out > 0)
         choir_op_download_async(s, logits, io.logits,
                                 (size_t)(n_out * D->n_vocab) * sizeof(float));
+    if (!host && qk) choir_op_download_async(s, qk->qk, io.qk, (size_t)qk_n * sizeof(float));
     /* The staging area is written again by the next call: everything here
      * must have landed. */
     if (choir_stream_sync(s, NULL) == 0)
         for (int i = 0; i < n_seq; i++) seqs[i]->n_past += n_tokens[i];
 out:
+    if (ids_host && !host) choir_free(ids_host);
     choir_stream_release(s, mark);
     rc = choir_stream_status(s, err);
     if (rc) {
@@ -374,6 +409,14 @@ out:
 int wh_decode_host(const choir_whisper *m, choir_whisper_seq *const *seqs, int n_seq,
                    const int32_t *tokens, const int *n_tokens, bool all_positions, float *logits,
                    const wh_qk_req *qk, choir_err *err) {
+    /* In a batch arena: the pass carves its buffers from the batch stream
+     * and gives them back (wh_decode_run's mark), nothing allocated. */
+    choir_stream *bs = n_seq > 0 && seqs[0]->cross ? seqs[0]->cross->bs : NULL;
+    if (bs) {
+        wh_dec_rt brt = {.s = bs};
+        return wh_decode_run(&brt, &m->net, &m->dims, seqs, n_seq, tokens, n_tokens,
+                             all_positions, logits, qk, err);
+    }
     int64_t N = 0;
     for (int i = 0; i < n_seq; i++) N += n_tokens[i];
     wh_dec_rt rt = {.s = choir_stream_create(m->net.be, err)};
@@ -384,5 +427,204 @@ int wh_decode_host(const choir_whisper *m, choir_whisper_seq *const *seqs, int n
         rc = wh_decode_run(&rt, &m->net, &m->dims, seqs, n_seq, tokens, n_tokens, all_positions,
                            logits, qk, err);
     choir_stream_free(rt.s);
+    return rc;
+}
+
+/* --- greedy decoding with the rules on the device --------------------------- */
+
+#define WH_MAX_SUPPRESS 256
+
+/* The hypotheses' state in backend memory (choir_whisper_greedy) and the
+ * suppressed ids, carved after the step's buffers; the same int32 layout in
+ * the pinned staging, sent and fetched in one copy each. */
+typedef struct wh_gstate {
+    int32_t *i32; /* tokens [B][ld], n, done, sample_begin, limit [B], suppress [ns] */
+    double *sum;  /* [B] */
+    int64_t n_i32;
+} wh_gstate;
+
+static int64_t gstate_i32(int64_t B, int64_t ld, int64_t ns) { return B * ld + 4 * B + ns; }
+
+size_t wh_greedy_work_bytes(const choir_whisper_dims *D, int64_t B) {
+    return (size_t)gstate_i32(B, D->n_text_ctx + 2, WH_MAX_SUPPRESS) * sizeof(int32_t) +
+           (size_t)B * sizeof(double) + WH_ALIGN_SLACK;
+}
+
+/* K steps of the rules and the decoder: each step's logits feed the next
+ * step's rules. */
+static void greedy_body(choir_stream *s, const wh_net *w, const choir_whisper_dims *D,
+                        const wh_dec_batch *b, const wh_dec_io *io, const choir_whisper_filter *f,
+                        const choir_whisper_greedy *g, int K) {
+    for (int k = 0; k < K; k++) {
+        choir_op_whisper_greedy(s, io->logits, f, g);
+        dec_body(s, w, D, b, io, false, io->logits, NULL);
+    }
+}
+
+/* K steps from their graph (recorded on first use of B and K), or operation
+ * by operation when graphs are off or a recording fails. */
+static void greedy_steps(wh_dec_rt *rt, const wh_net *w, const choir_whisper_dims *D,
+                         const wh_dec_batch *b, const wh_dec_io *io, const choir_whisper_filter *f,
+                         const choir_whisper_greedy *g, int ki) {
+    choir_stream *s = rt->s;
+    int B = (int)b->N, K = 1 << ki;
+    choir_graph **slot = rt->ggraphs && rt->use_graphs && B <= rt->rows_cap
+                             ? &rt->ggraphs[B * WH_GREEDY_KS + ki]
+                             : NULL;
+    if (slot && !*slot) {
+        choir_err e = {0};
+        int rc = choir_stream_sync(s, &e);
+        if (!rc) rc = choir_stream_graph_begin(s, &e);
+        if (!rc) {
+            greedy_body(s, w, D, b, io, f, g, K);
+            *slot = choir_stream_graph_end(s, &e);
+        }
+        if (!*slot) {
+            rt->graph_failures++;
+            rt->use_graphs = false;
+            CHOIR_LOGW("whisper: recording %d greedy steps for %d rows failed (%s); steps run "
+                       "operation by operation",
+                       K, B, e.msg[0] ? e.msg : "no message");
+            slot = NULL;
+        }
+    }
+    if (slot) {
+        rt->steps_graph += K;
+        choir_stream_graph_launch(s, *slot);
+    } else {
+        rt->steps_direct += K;
+        greedy_body(s, w, D, b, io, f, g, K);
+    }
+}
+
+int wh_greedy_run(wh_dec_rt *rt, const wh_net *w, const choir_whisper_dims *D,
+                  choir_whisper_seq *const *seqs, int n_seq, const wh_greedy_req *q,
+                  choir_err *err) {
+    choir_stream *s = rt->s;
+    int rc = choir_stream_status(s, err);
+    if (rc) {
+        choir_stream_clear(s);
+        return rc;
+    }
+    const choir_whisper_filter *f = q->f;
+    int64_t B = n_seq, V = D->n_vocab, ld = q->ld, ns = f->n_suppress;
+    wh_dec_batch b = {.seqs = seqs, .n_seq = n_seq, .N = B};
+    b.self = shared_pool(seqs, n_seq, false);
+    int *ones = choir_alloc(CHOIR_MEM_OTHER, (size_t)(B > 0 ? B : 1) * sizeof(int));
+    if (!ones) return choir_err_set(err, CHOIR_ENOMEM, "whisper: out of memory");
+    for (int64_t r = 0; r < B; r++) ones[r] = 1;
+    b.n_tokens = ones;
+    b.cross = shared_pool(seqs, n_seq, true);
+    if (!b.self || !b.cross || ns > WH_MAX_SUPPRESS || ld != D->n_text_ctx + 2 ||
+        choir_backend_is_host(w->be)) {
+        choir_free(ones);
+        return choir_err_set(err, CHOIR_EUNSUPPORTED,
+                             "whisper: greedy rules on the device need pooled caches");
+    }
+    /* Graphs hold the filter's settings: others drop them. */
+    int key[5] = {f->timestamps, f->suppress_blank, f->max_initial_timestamp_index, (int)ns,
+                  (int)ld};
+    if (memcmp(key, rt->gkey, sizeof key) != 0) {
+        for (int i = 0; rt->ggraphs && i < (rt->rows_cap + 1) * WH_GREEDY_KS; i++) {
+            choir_graph_free(rt->ggraphs[i]);
+            rt->ggraphs[i] = NULL;
+        }
+        memcpy(rt->gkey, key, sizeof key);
+    }
+    int64_t n_i32 = gstate_i32(B, ld, ns);
+    size_t need = (size_t)(n_i32 + WH_META * B) * sizeof(int32_t) + (size_t)B * sizeof(double);
+    if (need > rt->gstage_bytes) {
+        if (rt->gstage) choir_backend_host_free(rt->be, rt->gstage);
+        rt->gstage_bytes = 0;
+        rt->gstage = choir_backend_host_alloc(rt->be, need);
+        if (!rt->gstage) {
+            choir_free(ones);
+            return choir_err_set(err, CHOIR_ENOMEM, "whisper: no pinned staging for greedy state");
+        }
+        rt->gstage_bytes = need;
+    }
+    double *hsum = rt->gstage;
+    int32_t *hi = (int32_t *)(hsum + B), *hmeta = hi + n_i32;
+    int32_t *htok = hi, *hn = hi + B * ld, *hdone = hn + B, *hsb = hdone + B, *hlim = hsb + B,
+            *hsup = hlim + B;
+
+    size_t mark = choir_stream_mark(s);
+    wh_dec_io io;
+    carve(s, D, B, B, true, &io);
+    wh_gstate st;
+    st.n_i32 = n_i32;
+    st.i32 = choir_stream_alloc(s, (size_t)n_i32 * sizeof(int32_t), "whisper greedy state");
+    st.sum = choir_stream_alloc(s, (size_t)B * sizeof(double), "whisper greedy sums");
+    if (choir_stream_status(s, NULL)) goto out;
+    choir_whisper_greedy g = {.B = B,
+                              .tokens = st.i32,
+                              .ld = ld,
+                              .n = st.i32 + B * ld,
+                              .done = st.i32 + B * ld + B,
+                              .sum_logprob = st.sum,
+                              .sample_begin = st.i32 + B * ld + 2 * B,
+                              .limit = st.i32 + B * ld + 3 * B,
+                              .ids = io.ids,
+                              .pos = io.pos,
+                              .keys = io.keys};
+    choir_whisper_filter fd = *f;
+    fd.suppress = st.i32 + B * ld + 4 * B;
+
+    /* The state, the step inputs (a row stopped at its first pick keeps
+     * these: its last token again, never read back) and the first logits. */
+    int remaining = 0;
+    for (int64_t r = 0; r < B; r++) {
+        int n = q->n[r];
+        memcpy(htok + r * ld, q->tokens[r], (size_t)n * sizeof(int32_t));
+        memset(htok + r * ld + n, 0, (size_t)(ld - n) * sizeof(int32_t));
+        hn[r] = n;
+        hdone[r] = n >= q->limit[r];
+        hsb[r] = q->sample_begin[r];
+        hlim[r] = q->limit[r];
+        hsum[r] = q->sum_logprob[r];
+        hmeta[r] = q->tokens[r][n - 1];
+        hmeta[B + r] = n - 1;
+        hmeta[2 * B + r] = seqs[r]->slot;
+        hmeta[3 * B + r] = seqs[r]->cross->slot;
+        hmeta[4 * B + r] = n;
+        if (q->limit[r] - n > remaining) remaining = q->limit[r] - n;
+    }
+    if (ns) memcpy(hsup, f->suppress, (size_t)ns * sizeof(int32_t));
+    choir_op_upload_async(s, st.i32, hi, (size_t)n_i32 * sizeof(int32_t));
+    choir_op_upload_async(s, st.sum, hsum, (size_t)B * sizeof(double));
+    choir_op_upload_async(s, io.meta, hmeta, (size_t)(WH_META * B) * sizeof(int32_t));
+    for (int64_t r = 0; r < B; r++)
+        choir_op_upload(s, io.logits + r * V, q->logits[r], (size_t)V * sizeof(float));
+
+    int steps = q->steps < 1 ? 1 : q->steps > 16 ? 16 : q->steps;
+    while (remaining > 0 && choir_stream_status(s, NULL) == 0) {
+        int cap = remaining < steps ? remaining : steps, ki = 0;
+        while ((2 << ki) <= cap) ki++;
+        greedy_steps(rt, w, D, &b, &io, &fd, &g, ki);
+        /* The host's look: how many tokens each row holds, which stopped. */
+        choir_op_download_async(s, hn, g.n, 2 * (size_t)B * sizeof(int32_t));
+        if (choir_stream_sync(s, NULL)) break;
+        remaining = 0;
+        for (int64_t r = 0; r < B; r++)
+            if (!hdone[r] && q->limit[r] - hn[r] > remaining) remaining = q->limit[r] - hn[r];
+    }
+    choir_op_download_async(s, hi, st.i32, (size_t)(B * ld + 2 * B) * sizeof(int32_t));
+    choir_op_download_async(s, hsum, st.sum, (size_t)B * sizeof(double));
+    if (choir_stream_sync(s, NULL) == 0)
+        for (int64_t r = 0; r < B; r++) {
+            memcpy(q->tokens[r], htok + r * ld, (size_t)hn[r] * sizeof(int32_t));
+            q->n[r] = hn[r];
+            q->sum_logprob[r] = hsum[r];
+            /* Every token but the last was fed. */
+            seqs[r]->n_past = hn[r] - 1;
+        }
+out:
+    choir_stream_release(s, mark);
+    choir_free(ones);
+    rc = choir_stream_status(s, err);
+    if (rc) {
+        choir_stream_clear(s);
+        choir_err_prefix(err, "whisper: greedy decoding");
+    }
     return rc;
 }

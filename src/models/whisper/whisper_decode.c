@@ -70,7 +70,19 @@ typedef struct wd_ctx {
     struct wd_task *tasks;
     int n_tasks;
     double *exp_scratch; /* [V]: one row's exponentials, when rows are fewer than threads */
+    /* The windows' batch stream (whisper_internal.h): all of the pass's
+     * state is carved from it and given back at its end; NULL: the counted
+     * allocator. */
+    choir_stream *bs;
 } wd_ctx;
+
+/* The pass's memory: from the batch stream when there is one (zeroed when
+ * asked; a full arena is the stream's error, CHOIR_ENOMEM), else counted. */
+static void *wd_take(const wd_ctx *c, choir_mem_category cat, size_t bytes, bool zero) {
+    void *p = c->bs ? choir_stream_alloc(c->bs, bytes, "whisper decoding state") : choir_alloc(cat, bytes);
+    if (p && zero) memset(p, 0, bytes);
+    return p;
+}
 
 typedef struct wd_task {
     wd_group *g;
@@ -207,10 +219,19 @@ int choir_whisper_detect_language(const choir_whisper *m, const choir_whisper_cr
                                   int *lang, float *probs, choir_err *err) {
     *lang = 0;
     if (!m->sp.multilingual) return 0;
-    choir_whisper_seq *s = choir_whisper_seq_create(m, 1, err);
-    float *logits = choir_whisper_logits_alloc(m, 1);
+    /* A window of a batch stream: the sequence and its logits from there. */
+    wd_ctx c = {.bs = cross->bs};
+    size_t mark = c.bs ? choir_stream_mark(c.bs) : 0;
+    choir_whisper_seq *s = wh_seq_new(m, 1, c.bs, err);
+    float *logits = c.bs ? wd_take(&c, CHOIR_MEM_ACTIVATIONS, (size_t)m->dims.n_vocab * sizeof(float), false)
+                         : choir_whisper_logits_alloc(m, 1);
     int rc = (!s || !logits) ? choir_err_set(err, CHOIR_ENOMEM, "whisper: out of memory")
                              : wd_detect(m, &s, &cross, 1, logits, lang, probs, err);
+    if (c.bs) {
+        choir_stream_clear(c.bs);
+        choir_stream_release(c.bs, mark);
+        return rc;
+    }
     choir_whisper_logits_free(m, logits);
     choir_whisper_seq_free(s);
     return rc;
@@ -288,11 +309,12 @@ static bool wd_same_seq(const wd_group *g, const wd_beam_cand *a, const wd_beam_
 
 /* Records h's sampled tokens (h->n - n_init of them) as a finished candidate,
  * while fewer than `limit` are recorded. */
-static int wd_add_finished(wd_group *g, const wd_hyp *h, int limit, double score, int n_init) {
+static int wd_add_finished(const wd_ctx *c, wd_group *g, const wd_hyp *h, int limit, double score,
+                           int n_init) {
     if (g->n_finished >= limit || g->n_finished >= g->cap_finished) return 0;
     wd_cand *f = &g->finished[g->n_finished];
     int n = h->n - n_init;
-    f->tokens = choir_alloc(CHOIR_MEM_OTHER, (size_t)(n > 0 ? n : 1) * sizeof(int32_t));
+    f->tokens = wd_take(c, CHOIR_MEM_OTHER, (size_t)(n > 0 ? n : 1) * sizeof(int32_t), false);
     if (!f->tokens) return CHOIR_ENOMEM;
     memcpy(f->tokens, h->tokens + n_init, (size_t)n * sizeof(int32_t));
     f->n = n;
@@ -330,7 +352,7 @@ static int wd_update_beam(wd_ctx *c, wd_group *g, wd_beam_cand *cands) {
         if (cands[q].token < 0) continue;
         const wd_hyp *src = &g->hyp[cands[q].src];
         if (cands[q].token == eot) {
-            int rc = wd_add_finished(g, src, g->max_cand, cands[q].score, g->n_init);
+            int rc = wd_add_finished(c, g, src, g->max_cand, cands[q].score, g->n_init);
             if (rc) return rc;
             continue;
         }
@@ -353,7 +375,8 @@ static int wd_update_beam(wd_ctx *c, wd_group *g, wd_beam_cand *cands) {
 
 /* --- the pass --------------------------------------------------------------- */
 
-static void wd_group_free(wd_group *g) {
+static void wd_group_free(const wd_ctx *c, wd_group *g) {
+    if (c->bs) return; /* released with the pass's scope */
     for (int j = 0; g->hyp && j < g->G; j++) {
         choir_whisper_seq_free(g->hyp[j].kv);
         choir_free(g->hyp[j].tokens);
@@ -375,14 +398,14 @@ static int wd_group_init(wd_ctx *c, wd_group *g, const choir_whisper_window *w, 
     g->w = w;
     g->G = G;
     g->n_live = G;
-    g->hyp = choir_calloc(CHOIR_MEM_CACHE, (size_t)G, sizeof *g->hyp);
-    g->logits = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)G * (size_t)c->V * sizeof(float));
+    g->hyp = wd_take(c, CHOIR_MEM_CACHE, (size_t)G * sizeof *g->hyp, true);
+    g->logits = wd_take(c, CHOIR_MEM_ACTIVATIONS, (size_t)G * (size_t)c->V * sizeof(float), false);
     if (c->beam) {
-        g->spare = choir_calloc(CHOIR_MEM_CACHE, (size_t)G, sizeof *g->spare);
+        g->spare = wd_take(c, CHOIR_MEM_CACHE, (size_t)G * sizeof *g->spare, true);
         g->max_cand = (int)lround((double)G * (c->p->patience > 0 ? c->p->patience : 1.0));
         if (g->max_cand < 1) g->max_cand = 1;
         g->cap_finished = g->max_cand > G ? g->max_cand : G;
-        g->finished = choir_calloc(CHOIR_MEM_OTHER, (size_t)g->cap_finished, sizeof *g->finished);
+        g->finished = wd_take(c, CHOIR_MEM_OTHER, (size_t)g->cap_finished * sizeof *g->finished, true);
     }
     if (!g->hyp || !g->logits || (c->beam && (!g->spare || !g->finished))) goto oom;
     /* Positions this window can reach: its start sequence (prompt included)
@@ -393,8 +416,8 @@ static int wd_group_init(wd_ctx *c, wd_group *g, const choir_whisper_window *w, 
     for (int j = 0; j < G; j++) {
         wd_hyp *hs[2] = {&g->hyp[j], c->beam ? &g->spare[j] : NULL};
         for (int k = 0; k < 2 && hs[k]; k++) {
-            hs[k]->kv = choir_whisper_seq_create(c->m, cap, err);
-            hs[k]->tokens = choir_alloc(CHOIR_MEM_OTHER, (size_t)(c->C + 2) * sizeof(int32_t));
+            hs[k]->kv = wh_seq_new(c->m, cap, c->bs, err);
+            hs[k]->tokens = wd_take(c, CHOIR_MEM_OTHER, (size_t)(c->C + 2) * sizeof(int32_t), false);
             if (!hs[k]->kv || !hs[k]->tokens) goto oom;
             choir_whisper_seq_reset(hs[k]->kv, w->cross);
         }
@@ -473,6 +496,55 @@ static int wd_prefill(wd_ctx *c, wd_group *gs, int n, choir_err *err) {
     return 0;
 }
 
+#ifdef CHOIR_HAVE_CUDA
+/* Greedy decoding of every window (one hypothesis each) with the rules on
+ * the device (wh_greedy_run): the host loop's picks, updates and stops,
+ * with the host woken every few steps instead of every token. */
+static int wd_greedy_device(wd_ctx *c, wd_group *gs, int n, int sample_len, choir_err *err) {
+    int rc = 0;
+    int32_t **tokens = choir_alloc(CHOIR_MEM_OTHER, (size_t)n * sizeof *tokens);
+    const float **logits = choir_alloc(CHOIR_MEM_OTHER, (size_t)n * sizeof *logits);
+    int *ints = choir_alloc(CHOIR_MEM_OTHER, (size_t)n * 3 * sizeof *ints);
+    double *sums = choir_alloc(CHOIR_MEM_OTHER, (size_t)n * sizeof *sums);
+    if (!tokens || !logits || !ints || !sums) {
+        rc = choir_err_set(err, CHOIR_ENOMEM, "whisper: out of memory for decoding");
+        goto done;
+    }
+    int *nt = ints, *sb = ints + n, *limit = ints + 2 * n;
+    for (int i = 0; i < n; i++) {
+        wd_hyp *h = &gs[i].hyp[0];
+        c->batch_seq[i] = h->kv;
+        tokens[i] = h->tokens;
+        logits[i] = h->logits;
+        nt[i] = h->n;
+        sb[i] = gs[i].n_init;
+        /* The host loop's stops: sample_len picks, or more than n_text_ctx tokens. */
+        limit[i] = gs[i].n_init + sample_len < c->C + 1 ? gs[i].n_init + sample_len : c->C + 1;
+        sums[i] = h->sum_logprob;
+    }
+    wh_greedy_req q = {.f = &c->filt, .tokens = tokens, .ld = c->C + 2, .n = nt,
+                       .sum_logprob = sums, .sample_begin = sb, .limit = limit,
+                       .logits = logits, .steps = wg_greedy_steps(c->m->gpu)};
+    wh_dec_rt *rt = wg_dec_rt(c->m->gpu, n, n, 0, err);
+    rc = rt ? wh_greedy_run(rt, wg_net(c->m->gpu), &c->m->dims, c->batch_seq, n, &q, err)
+            : (err && err->code ? err->code : CHOIR_ENOMEM);
+    if (rc) goto done;
+    for (int i = 0; i < n; i++) {
+        wd_hyp *h = &gs[i].hyp[0];
+        h->n = nt[i];
+        h->sum_logprob = sums[i];
+        h->done = h->tokens[h->n - 1] == c->m->sp.eot;
+        gs[i].completed = true;
+    }
+done:
+    choir_free(tokens);
+    choir_free(logits);
+    choir_free(ints);
+    choir_free(sums);
+    return rc;
+}
+#endif
+
 static double wd_rank_score(const wd_ctx *c, double sum, int len) {
     double pen = c->p->length_penalty > 0 ? pow((5.0 + len) / 6.0, c->p->length_penalty) : len;
     return sum / (pen > 0 ? pen : 1.0);
@@ -493,7 +565,7 @@ static int wd_finish(wd_ctx *c, wd_group *g, const choir_tokenizer *tok, choir_w
                 if (g->hyp[j].n >= 0 && (pick < 0 || g->hyp[j].sum_logprob > g->hyp[pick].sum_logprob))
                     pick = j;
             if (pick < 0) break;
-            if (wd_add_finished(g, &g->hyp[pick], g->G, g->hyp[pick].sum_logprob, g->n_init))
+            if (wd_add_finished(c, g, &g->hyp[pick], g->G, g->hyp[pick].sum_logprob, g->n_init))
                 return choir_err_set(err, CHOIR_ENOMEM, "whisper: out of memory");
             g->hyp[pick].n = -1; /* taken */
         }
@@ -559,16 +631,22 @@ int choir_whisper_decode_windows(const choir_whisper *m, const choir_tokenizer *
                              CHOIR_WHISPER_MAX_BEAM);
     int G = c.beam ? p->beam_size : (temperature > 0 && p->best_of > 1 ? p->best_of : 1);
     int rc = 0, total = n * G;
-    wd_group *gs = choir_calloc(CHOIR_MEM_OTHER, (size_t)(n > 0 ? n : 1), sizeof *gs);
-    wd_hyp **active = choir_alloc(CHOIR_MEM_OTHER, (size_t)(total + 1) * sizeof *active);
-    wd_beam_cand *cands = choir_alloc(CHOIR_MEM_OTHER, (size_t)(G * (G + 1) + 1) * sizeof *cands);
-    c.tasks = choir_alloc(CHOIR_MEM_OTHER, (size_t)(total + 1) * sizeof *c.tasks);
-    c.exp_scratch = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)c.V * sizeof(double));
-    c.batch_seq = choir_alloc(CHOIR_MEM_OTHER, (size_t)(total + 1) * sizeof *c.batch_seq);
-    c.batch_n = choir_alloc(CHOIR_MEM_OTHER, (size_t)(total + 1) * sizeof *c.batch_n);
-    c.batch_tok = choir_alloc(CHOIR_MEM_OTHER, (size_t)(n * (c.C + 1) + total + 1) * sizeof(int32_t));
-    c.batch_logits = choir_whisper_logits_alloc(m, total + 1);
-    int *langs = choir_alloc(CHOIR_MEM_OTHER, (size_t)(n + 1) * sizeof(int));
+    /* Windows of a batch stream (all of a call's share one): the pass's
+     * state is carved there, after a mark given back at the end. */
+    c.bs = n > 0 && windows[0].cross && !m->gpu ? windows[0].cross->bs : NULL;
+    size_t mark = c.bs ? choir_stream_mark(c.bs) : 0;
+    wd_group *gs = wd_take(&c, CHOIR_MEM_OTHER, (size_t)(n > 0 ? n : 1) * sizeof *gs, true);
+    wd_hyp **active = wd_take(&c, CHOIR_MEM_OTHER, (size_t)(total + 1) * sizeof *active, false);
+    wd_beam_cand *cands = wd_take(&c, CHOIR_MEM_OTHER, (size_t)(G * (G + 1) + 1) * sizeof *cands, false);
+    c.tasks = wd_take(&c, CHOIR_MEM_OTHER, (size_t)(total + 1) * sizeof *c.tasks, false);
+    c.exp_scratch = wd_take(&c, CHOIR_MEM_ACTIVATIONS, (size_t)c.V * sizeof(double), false);
+    c.batch_seq = wd_take(&c, CHOIR_MEM_OTHER, (size_t)(total + 1) * sizeof *c.batch_seq, false);
+    c.batch_n = wd_take(&c, CHOIR_MEM_OTHER, (size_t)(total + 1) * sizeof *c.batch_n, false);
+    c.batch_tok = wd_take(&c, CHOIR_MEM_OTHER, (size_t)(n * (c.C + 1) + total + 1) * sizeof(int32_t), false);
+    c.batch_logits = c.bs ? wd_take(&c, CHOIR_MEM_ACTIVATIONS,
+                                    (size_t)(total + 1) * (size_t)c.V * sizeof(float), false)
+                          : choir_whisper_logits_alloc(m, total + 1);
+    int *langs = wd_take(&c, CHOIR_MEM_OTHER, (size_t)(n + 1) * sizeof(int), false);
     if (!gs || !active || !cands || !c.tasks || !c.exp_scratch || !c.batch_seq || !c.batch_n || !c.batch_tok || !c.batch_logits || !langs) {
         rc = choir_err_set(err, CHOIR_ENOMEM, "whisper: out of memory for decoding");
         goto done;
@@ -617,6 +695,12 @@ int choir_whisper_decode_windows(const choir_whisper *m, const choir_tokenizer *
     if ((rc = wd_prefill(&c, gs, n, err))) goto done;
 
     int sample_len = p->sample_len > 0 ? p->sample_len : c.C / 2;
+#ifdef CHOIR_HAVE_CUDA
+    if (m->gpu && !c.beam && c.temperature <= 0 && G == 1 && wg_greedy_steps(m->gpu) > 0) {
+        if ((rc = wd_greedy_device(&c, gs, n, sample_len, err))) goto done;
+        sample_len = 0; /* every window is done */
+    }
+#endif
     for (int step = 0; step < sample_len; step++) {
         /* The rules of every live hypothesis (the step's host work: a pass
          * or two over the vocabulary each) run in parallel; the updates,
@@ -659,7 +743,15 @@ int choir_whisper_decode_windows(const choir_whisper *m, const choir_tokenizer *
             goto done;
         }
 done:
-    for (int i = 0; gs && i < n; i++) wd_group_free(&gs[i]);
+    if (c.bs) {
+        /* A full arena reads as CHOIR_ENOMEM (the engine retries the batch
+         * with more room); the stream is cleared for the caller's next use. */
+        if (!rc && choir_stream_status(c.bs, NULL)) rc = choir_stream_status(c.bs, err);
+        choir_stream_clear(c.bs);
+        choir_stream_release(c.bs, mark);
+        return rc;
+    }
+    for (int i = 0; gs && i < n; i++) wd_group_free(&c, &gs[i]);
     choir_free(gs);
     choir_free(active);
     choir_free(cands);

@@ -263,7 +263,7 @@ choir_whisper_cross *choir_whisper_cross_create(const choir_whisper *m, const fl
     const choir_whisper_dims *D = &m->dims;
     bool host = choir_backend_is_host(w->be);
     size_t bytes = (size_t)D->n_audio_ctx * (size_t)D->d_model * sizeof(float);
-    choir_whisper_cross *c = wh_cross_new(m, err);
+    choir_whisper_cross *c = wh_cross_new(m, NULL, err);
     if (!c) return NULL;
     choir_stream *s = wh_stream_open(m, (host ? 0 : bytes + 256) + wh_cross_work_bytes(D),
                                      wh_cross_scratch_bytes(w, D), err);
@@ -287,6 +287,11 @@ choir_whisper_cross *choir_whisper_cross_create(const choir_whisper *m, const fl
 
 int choir_whisper_encode_cross(const choir_whisper *m, const float *mel, int n, float *enc,
                                choir_whisper_cross **cross, choir_err *err) {
+    return wh_encode_cross(m, NULL, mel, n, enc, cross, err);
+}
+
+int wh_encode_cross(const choir_whisper *m, choir_stream *bs, const float *mel, int n, float *enc,
+                    choir_whisper_cross **cross, choir_err *err) {
     if (n < 0) return choir_err_set(err, CHOIR_EINVAL, "whisper: negative window count");
     for (int i = 0; i < n; i++) cross[i] = NULL;
     const wh_net *w = wh_active_net(m);
@@ -294,46 +299,51 @@ int choir_whisper_encode_cross(const choir_whisper *m, const float *mel, int n, 
     int64_t nb = n < w->enc_windows ? n : w->enc_windows;
     if (nb <= 0) return 0;
     bool host = choir_backend_is_host(w->be);
+    if (!host) bs = NULL;
     size_t mel_one = (size_t)D->n_mels * CHOIR_WHISPER_N_FRAMES,
            enc_one = (size_t)D->n_audio_ctx * (size_t)D->d_model;
+    /* The caches first: on a batch stream they outlive the encoder's
+     * activations, which are carved after them and given back below. */
+    for (int i = 0; i < n; i++)
+        if (!(cross[i] = wh_cross_new(m, bs, err))) return err && err->code ? err->code : CHOIR_ENOMEM;
     /* The encoder rows of a pass: the caller's host scratch on the CPU (or
      * a block of this call's), backend memory on a device, where the cross
      * K/V are computed from them. */
+    size_t mark = bs ? choir_stream_mark(bs) : 0;
     float *own = NULL;
-    if (host && !enc &&
-        !(enc = own = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)nb * enc_one * sizeof(float))))
+    if (host && !enc && !bs &&
+        !(own = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)nb * enc_one * sizeof(float))))
         return choir_err_set(err, CHOIR_ENOMEM, "whisper: out of memory for encoder output");
+    if (host && !enc && bs) own = choir_stream_floats(bs, nb * (int64_t)enc_one, "whisper encoder output");
     size_t io = host ? 0 : (size_t)nb * (mel_one + enc_one) * sizeof(float) + 512;
     size_t scratch = max_sz(wh_enc_scratch_bytes(w, D, nb), wh_cross_scratch_bytes(w, D));
     choir_stream *s =
-        wh_stream_open(m, wh_enc_work_bytes(D, nb) + io + wh_cross_work_bytes(D), scratch, err);
+        bs ? bs : wh_stream_open(m, wh_enc_work_bytes(D, nb) + io + wh_cross_work_bytes(D), scratch, err);
     if (!s) {
         choir_free(own);
         return err && err->code ? err->code : CHOIR_ENOMEM;
     }
     float *dmel = host ? NULL : choir_stream_floats(s, nb * (int64_t)mel_one, "whisper mel");
     float *dx = host ? NULL : choir_stream_floats(s, nb * (int64_t)enc_one, "whisper encoder output");
-    int rc = 0;
-    for (int b0 = 0; b0 < n && !rc && !choir_stream_status(s, NULL); b0 += (int)nb) {
+    for (int b0 = 0; b0 < n && !choir_stream_status(s, NULL); b0 += (int)nb) {
         int64_t k = n - b0 < nb ? n - b0 : nb;
         const float *m_in = mel + (size_t)b0 * mel_one;
-        float *x = host ? (own ? own : enc + (size_t)b0 * enc_one) : dx;
+        float *x = host ? (enc ? enc + (size_t)b0 * enc_one : own) : dx;
         if (!host) {
             choir_op_upload(s, dmel, m_in, (size_t)k * mel_one * sizeof(float));
             m_in = dmel;
         }
         wh_encode_windows(s, w, D, m_in, k, x);
-        for (int64_t b = 0; b < k && !rc; b++) {
-            choir_whisper_cross *c = wh_cross_new(m, err);
-            if (!c) {
-                rc = err && err->code ? err->code : CHOIR_ENOMEM;
-                break;
-            }
-            cross[b0 + b] = c;
-            wh_cross_kv(s, w, D, x + (size_t)b * enc_one, c);
-        }
+        for (int64_t b = 0; b < k; b++) wh_cross_kv(s, w, D, x + (size_t)b * enc_one, cross[b0 + b]);
     }
-    rc = wh_stream_done(m, s, rc, err);
+    if (bs) {
+        /* the encoder output block (when this call carved it) goes too */
+        choir_stream_release(bs, mark);
+        int rc = choir_stream_status(bs, err);
+        if (rc) choir_stream_clear(bs);
+        return rc;
+    }
+    int rc = wh_stream_done(m, s, 0, err);
     choir_free(own);
     return rc;
 }

@@ -6,6 +6,7 @@
 #include "choir/pool.h"
 #include "choir/tensor.h"
 #include "choir/whisper.h"
+#include "choir/whisper_words.h"
 
 /* One attention module: W [d, d] each; k has no bias. */
 typedef struct wh_attn {
@@ -71,6 +72,10 @@ struct choir_whisper {
     void **owned;
     int n_owned, cap_owned;
     size_t bytes;
+    /* generation_config.json's alignment_heads when the directory has
+     * them (n_align > 0), else the size's table. */
+    choir_whisper_head *align;
+    int n_align;
     /* Set by choir_whisper_gpu_attach: the network functions then run there. */
     struct choir_whisper_gpu *gpu;
     /* The CPU backend and the weights as the forward reads them there. */
@@ -110,6 +115,10 @@ struct choir_whisper_cross {
     struct choir_whisper_gpu *gpu; /* the device's, NULL on the CPU */
     wh_pool *pool;
     int slot;
+    /* The batch stream whose arena holds this cache (the struct included),
+     * NULL when it is memory of its own. Everything that attends to the
+     * window (its sequences, their decoder passes) carves from it too. */
+    choir_stream *bs;
 };
 
 struct choir_whisper_seq {
@@ -124,7 +133,23 @@ struct choir_whisper_seq {
     struct choir_whisper_gpu *gpu; /* the device's, NULL on the CPU */
     wh_pool *pool;
     int slot;
+    choir_stream *bs; /* as the cross's: the batch stream holding it, or NULL */
 };
+
+/* --- batch memory (CPU) --------------------------------------------------- */
+/* A transcription given an arena (the engine's batch arena) runs on one
+ * "batch stream" over it (choir_stream_use_arena): every window's cross
+ * cache, every hypothesis' KV cache and tokens, the decoder's buffers of
+ * each step and the encoder's activations are carved from it in scoped
+ * (mark / release) order, and the kernel scratch is one block carved once.
+ * Caches made on it are given back by releasing past them, not by their
+ * free functions (which do nothing for them). Nothing in the forward then
+ * allocates, and the arena's high-water mark is what the batch used. */
+
+/* Kernel scratch the batch stream reserves for a call that decodes up to
+ * n_windows windows at once with G hypotheses each: the largest any
+ * encoder pass, cross K/V, prefill, step or word-timestamp pass takes. */
+size_t wh_batch_scratch_bytes(const choir_whisper *m, int n_windows, int G);
 
 /* --- the forward over backend operations (whisper_enc.c) ------------------ */
 
@@ -151,13 +176,21 @@ size_t wh_cross_work_bytes(const choir_whisper_dims *D);
 size_t wh_cross_scratch_bytes(const wh_net *w, const choir_whisper_dims *D);
 /* A window's cross cache with its K/V memory placed where the network runs
  * (contents undefined), or NULL and err (whisper_net.c). */
-choir_whisper_cross *wh_cross_new(const choir_whisper *m, choir_err *err);
+choir_whisper_cross *wh_cross_new(const choir_whisper *m, choir_stream *bs, choir_err *err);
+/* choir_whisper_encode_cross with the caches carved from the batch stream bs
+ * (NULL: as the public call). */
+int wh_encode_cross(const choir_whisper *m, choir_stream *bs, const float *mel, int n, float *enc,
+                    choir_whisper_cross **cross, choir_err *err);
+/* choir_whisper_seq_create with the cache carved from bs (NULL: its own). */
+choir_whisper_seq *wh_seq_new(const choir_whisper *m, int capacity, choir_stream *bs,
+                              choir_err *err);
 
 /* --- the decoder over backend operations (whisper_dec.c) ------------------ */
 
 /* Cross-attention logits wanted from a decoder pass of one sequence: for
  * head i, its pre-softmax scores q.k / sqrt(Dh) of every new row against
- * the window's keys, into qk + i * N * A ([n_heads][N][A], backend memory). */
+ * the window's keys, into qk + i * N * A ([n_heads][N][A], host memory: a
+ * device computes them in its own and downloads them there). */
 typedef struct wh_qk_req {
     int n_heads;
     const int32_t *layer, *head; /* [n_heads]: decoder layer and head, 0-based */
@@ -172,6 +205,9 @@ int choir_whisper_decode_check(const choir_whisper *m, choir_whisper_seq *const 
  * takes at most. */
 size_t wh_dec_work_bytes(const choir_whisper_dims *D, int64_t N, int64_t n_out);
 size_t wh_dec_scratch_bytes(const wh_net *w, const choir_whisper_dims *D, int64_t N);
+/* Working memory a device's pass of n rows also carves to give the
+ * cross-attention logits of n_heads heads (wh_qk_req). */
+size_t wh_dec_qk_bytes(const choir_whisper_dims *D, int n_heads, int64_t n);
 
 /* What a decoder call runs on: a stream over the network's backend and, on
  * a device, the captured steps. The CPU makes one per call (several engine
@@ -184,12 +220,21 @@ typedef struct wh_dec_rt {
     bool use_graphs;
     int64_t steps_graph, steps_direct;
     int graph_failures;
+    /* Greedy decoding on the device (wh_greedy_run): graphs of 1, 2, 4, ...
+     * steps by batch size, [(rows_cap + 1) * WH_GREEDY_KS], recorded for
+     * the filter settings in gkey; pinned staging for the hypotheses. */
+    choir_graph **ggraphs;
+    int gkey[5];
+    void *gstage;
+    size_t gstage_bytes;
+    choir_backend *be; /* for the pinned staging */
 } wh_dec_rt;
+#define WH_GREEDY_KS 5 /* graphs of 1, 2, 4, 8, 16 steps */
 #define WH_META 5 /* int32 inputs per row: id, position, cache slot, cross slot, keys */
 
 /* choir_whisper_decode's computation on rt (checked arguments; logits NULL:
  * none computed; host memory whatever the backend), qk NULL or the
- * cross-attention logits wanted (CPU only). A batch of one-token steps of
+ * cross-attention logits wanted (one sequence's: seqs[0]). A batch of one-token steps of
  * sequences that share a pool runs as one fixed sequence of operations over
  * the pools (the slots, positions and lengths read from backend memory), so
  * that a device captures it once per batch size and replays it. Returns 0
@@ -198,12 +243,40 @@ int wh_decode_run(wh_dec_rt *rt, const wh_net *w, const choir_whisper_dims *D,
                   choir_whisper_seq *const *seqs, int n_seq, const int32_t *tokens,
                   const int *n_tokens, bool all_positions, float *logits, const wh_qk_req *qk,
                   choir_err *err);
-/* wh_decode_run on a stream of its own over the model's CPU backend. */
+/* wh_decode_run over the model's CPU backend: on the batch stream of the
+ * sequences' window when it has one, else on a stream of its own. */
 int wh_decode_host(const choir_whisper *m, choir_whisper_seq *const *seqs, int n_seq,
                    const int32_t *tokens, const int *n_tokens, bool all_positions, float *logits,
                    const wh_qk_req *qk, choir_err *err);
 /* Frees rt's graphs (before anything they point into moves). */
 void wh_dec_graphs_drop(wh_dec_rt *rt);
+
+/* Greedy decoding of n_seq hypotheses with the rules on the device
+ * (choir/backend_whisper.h): after the start sequences, hypothesis i holds
+ * n[i] tokens in tokens[i] (room for ld) and logits[i] [n_vocab] (host) are
+ * its next-token logits. Each step applies f's rules (f->sample_begin
+ * replaced by sample_begin[i]), appends the pick and feeds it, as the host
+ * loop of whisper_decode.c does; hypothesis i stops at eot or once it holds
+ * limit[i] tokens. Up to `steps` steps run per host wake-up, replayed from
+ * graphs; the host only checks whether every hypothesis has stopped. Every
+ * sequence's cache and window must be slots of the device's pools (else
+ * CHOIR_EUNSUPPORTED, nothing done). On return tokens, n, sum_logprob
+ * (added to) and the sequences' lengths are updated. */
+typedef struct wh_greedy_req {
+    const choir_whisper_filter *f;
+    int32_t *const *tokens;
+    int ld;
+    int *n;
+    double *sum_logprob;
+    const int *sample_begin, *limit;
+    const float *const *logits;
+    int steps;
+} wh_greedy_req;
+int wh_greedy_run(wh_dec_rt *rt, const wh_net *w, const choir_whisper_dims *D,
+                  choir_whisper_seq *const *seqs, int n_seq, const wh_greedy_req *q,
+                  choir_err *err);
+/* Backend memory wh_greedy_run carves for B hypotheses beside the step's. */
+size_t wh_greedy_work_bytes(const choir_whisper_dims *D, int64_t B);
 
 /* --- the per-step rules (whisper_filters.c, whisper_rules.c) -------------- */
 
@@ -260,9 +333,14 @@ void wg_slot_release(wh_pool *p, int slot);
 /* The first n_keep positions of src's cache into dst's, in stream order. */
 void wg_seq_copy(struct choir_whisper_gpu *g, choir_whisper_seq *dst, const choir_whisper_seq *src,
                  int n_keep);
-/* The decoder's runtime with room for N rows (n_out logits rows), or NULL
- * and err. */
-wh_dec_rt *wg_dec_rt(struct choir_whisper_gpu *g, int64_t N, int64_t n_out, choir_err *err);
+/* The decoder's runtime with room for N rows (n_out logits rows) and
+ * `extra` bytes of working memory more (a pass giving cross-attention
+ * logits: wh_dec_qk_bytes), or NULL and err. */
+wh_dec_rt *wg_dec_rt(struct choir_whisper_gpu *g, int64_t N, int64_t n_out, size_t extra,
+                     choir_err *err);
+/* Decoder steps per host wake-up of greedy decoding with the rules on the
+ * device (choir_whisper_gpu_opts.greedy_steps; 0: the rules on the host). */
+int wg_greedy_steps(const struct choir_whisper_gpu *g);
 /* Pinned host memory of `bytes` for decoder logits, which the decoder then
  * downloads into directly; NULL when the runtime refuses or WG_MAX_LENT
  * blocks are out (the caller then uses ordinary memory: not an error).

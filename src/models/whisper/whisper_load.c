@@ -15,6 +15,7 @@
 #include "choir/alloc.h"
 #include "choir/json.h"
 #include "choir/quant.h"
+#include "choir/whisper_words.h"
 #include "models/whisper/whisper_internal.h"
 
 typedef struct wh_layout {
@@ -121,6 +122,31 @@ int choir_whisper_read_config(const char *config_path, choir_whisper_dims *d, ch
                              config_path, d->d_model, d->n_head, d->n_audio_layer,
                              d->n_text_layer, d->n_vocab, d->n_mels, d->n_audio_ctx);
     return 0;
+}
+
+/* The alignment heads of a generation_config.json (choir/whisper_words.h;
+ * here with the rest of the JSON the loader reads). */
+int choir_whisper_parse_alignment_heads(const cJSON *list, const choir_whisper_dims *d, choir_whisper_head *out,
+                                        choir_err *err) {
+    if (!cJSON_IsArray(list) || !d)
+        return choir_err_set(err, CHOIR_EFORMAT, "alignment_heads: not a list of [layer, head] pairs");
+    int n = 0;
+    const cJSON *pair;
+    cJSON_ArrayForEach(pair, list) {
+        const cJSON *l = cJSON_GetArrayItem(pair, 0), *h = cJSON_GetArrayItem(pair, 1);
+        if (!cJSON_IsArray(pair) || cJSON_GetArraySize(pair) != 2 || !cJSON_IsNumber(l) || !cJSON_IsNumber(h))
+            return choir_err_set(err, CHOIR_EFORMAT, "alignment_heads[%d]: not a [layer, head] pair", n);
+        double lv = l->valuedouble, hv = h->valuedouble;
+        if (lv != floor(lv) || hv != floor(hv) || lv < 0 || lv >= d->n_text_layer || hv < 0 || hv >= d->n_head)
+            return choir_err_set(err, CHOIR_EFORMAT,
+                                 "alignment_heads[%d]: [%g, %g] is outside the %d decoder layers of %d heads", n, lv,
+                                 hv, d->n_text_layer, d->n_head);
+        if (n == CHOIR_WHISPER_MAX_HEADS)
+            return choir_err_set(err, CHOIR_EFORMAT, "alignment_heads: more than %d pairs", CHOIR_WHISPER_MAX_HEADS);
+        out[n++] = (choir_whisper_head){(int)lv, (int)hv};
+    }
+    if (n == 0) return choir_err_set(err, CHOIR_EFORMAT, "alignment_heads: the list is empty");
+    return n;
 }
 
 /* --- binding tensors ----------------------------------------------------- */
@@ -423,7 +449,38 @@ choir_whisper *choir_whisper_load(const char *dir, choir_err *err) {
     choir_st *st = choir_st_open(path, err);
     if (!st) return NULL;
     choir_whisper *m = choir_whisper_from_st(st, &dims, err);
-    if (!m) choir_err_prefix(err, "%s: ", dir);
+    if (!m) {
+        choir_err_prefix(err, "%s: ", dir);
+        return NULL;
+    }
+    /* Hugging Face's generation_config.json may name the alignment heads
+     * (word timestamps); without it the size's table is used. */
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    if ((f = fopen(path, "rb"))) {
+        fclose(f);
+        cJSON *gc = choir_json_load(path, err);
+        const cJSON *list = gc ? cJSON_GetObjectItemCaseSensitive(gc, "alignment_heads") : NULL;
+        int rc = gc ? 0 : (err && err->code ? err->code : CHOIR_EIO);
+        if (list && !cJSON_IsNull(list)) {
+            choir_whisper_head *h =
+                choir_alloc(CHOIR_MEM_WEIGHTS, CHOIR_WHISPER_MAX_HEADS * sizeof *h);
+            int n = h ? choir_whisper_parse_alignment_heads(list, &m->dims, h, err)
+                      : choir_err_set(err, CHOIR_ENOMEM, "out of memory");
+            if (n > 0) {
+                m->align = h;
+                m->n_align = n;
+            } else {
+                choir_free(h);
+                rc = n;
+            }
+        }
+        cJSON_Delete(gc);
+        if (rc) {
+            choir_err_prefix(err, "%s/generation_config.json", dir);
+            choir_whisper_free(m);
+            return NULL;
+        }
+    }
     return m;
 }
 
@@ -432,6 +489,7 @@ void choir_whisper_free(choir_whisper *m) {
     choir_whisper_gpu_detach(m);
     for (int i = 0; i < m->n_owned; i++) choir_free(m->owned[i]);
     choir_free(m->owned);
+    choir_free(m->align);
     choir_free(m->enc);
     choir_free(m->dec);
     choir_st_close(m->st);

@@ -6,9 +6,12 @@
  * same samples; requests that share task, timestamps and temperature run
  * their loops in lockstep, their current windows (every hypothesis of every
  * window) in one decoder batch per step. Working memory comes from the
- * counted allocator (activations and caches categories), not the batch arena,
- * and the adapter says so (no_arena): the engine still reserves the estimate
- * but no longer allocates an arena of that size that nothing touches.
+ * batch arena (choir_whisper_transcribe_opts.arena): on the CPU one stream
+ * over it serves every pass of the batch, its caches and kernel scratch
+ * included, so the arena's high-water mark is what the batch used and the
+ * engine calibrates the estimate from it; an arena too small fails the
+ * batch with CHOIR_ENOMEM before any output, which the engine retries with
+ * more room. On a GPU only the host buffers come from it.
  *
  * In CUDA builds the adapter also takes a GPU (opt->device >= 1): the network
  * is attached to that device (choir_whisper_gpu_attach; f32 matrices stored
@@ -139,8 +142,10 @@ static int64_t whisper_estimate(const void *weights, const choir_request *r) {
     return mel + enc + cross + hyps + words + (1 << 20);
 }
 
-/* Parameters of a request; its language index in *lang (-1: detect). */
-static int whisper_opts(choir_request *req, choir_whisper_transcribe_opts *o, int *lang) {
+/* Parameters of a request; its language index in *lang (-1: detect).
+ * max_tokens is bounded by half the model's text context, as openai's
+ * default sample_len is: the prompt takes the other half. */
+static int whisper_opts(const choir_whisper *m, choir_request *req, choir_whisper_transcribe_opts *o, int *lang) {
     const choir_stt_input *in = &req->in.stt;
     choir_whisper_default_transcribe_opts(o);
     /* req->extra, when set, is a choir_whisper_params giving the decoding
@@ -155,10 +160,15 @@ static int whisper_opts(choir_request *req, choir_whisper_transcribe_opts *o, in
     o->params.task = in->translate ? CHOIR_WHISPER_TRANSLATE : CHOIR_WHISPER_TRANSCRIBE;
     o->params.timestamps = in->timestamps != 0;
     o->word_timestamps = in->word_timestamps != 0 && o->params.timestamps;
-    if (in->temperature > 0) {
+    if (in->temperature > 0 || in->fixed_temperature) {
         o->params.temperatures[0] = in->temperature;
         o->params.n_temperatures = 1;
     }
+    int most = choir_whisper_get_dims(m)->n_text_ctx / 2;
+    if (in->max_tokens < 0 || in->max_tokens > most)
+        return choir_request_fail(req, CHOIR_EINVAL, "max_tokens %d: this model decodes 1 to %d per window",
+                                  in->max_tokens, most);
+    if (in->max_tokens > 0) o->params.sample_len = in->max_tokens;
     return 0;
 }
 
@@ -207,11 +217,13 @@ static bool whisper_same_group(const choir_request *a, const choir_request *b) {
     return a->extra == b->extra && a->in.stt.translate == b->in.stt.translate &&
            (a->in.stt.timestamps != 0) == (b->in.stt.timestamps != 0) &&
            (a->in.stt.word_timestamps != 0) == (b->in.stt.word_timestamps != 0) &&
-           a->in.stt.temperature == b->in.stt.temperature;
+           a->in.stt.temperature == b->in.stt.temperature &&
+           (a->in.stt.fixed_temperature != 0) == (b->in.stt.fixed_temperature != 0) &&
+           a->in.stt.max_tokens == b->in.stt.max_tokens;
 }
 
 static int whisper_run_batch_locked(whisper_weights *w, choir_request *const *reqs, int n,
-                                    choir_err *err) {
+                                    choir_arena *arena, choir_err *err) {
     choir_whisper_input in[16];
     choir_whisper_transcript t[16];
     choir_request *grp[16];
@@ -228,7 +240,7 @@ static int whisper_run_batch_locked(whisper_weights *w, choir_request *const *re
         if (choir_request_cancelled(r)) continue;
         choir_whisper_transcribe_opts o;
         int lang;
-        if (whisper_opts(r, &o, &lang)) continue;
+        if (whisper_opts(w->m, r, &o, &lang)) continue;
         int ng = 0;
         grp[ng] = r;
         in[ng++] = (choir_whisper_input){r->in.stt.samples, r->in.stt.n_samples, lang, r->in.stt.prompt};
@@ -240,7 +252,7 @@ static int whisper_run_batch_locked(whisper_weights *w, choir_request *const *re
             if (taken[k] || q->task != CHOIR_TASK_STT || !whisper_same_group(r, q) || choir_request_cancelled(q))
                 continue;
             taken[k] = true;
-            if (whisper_opts(q, &ok, &lk)) continue;
+            if (whisper_opts(w->m, q, &ok, &lk)) continue;
             grp[ng] = q;
             in[ng++] = (choir_whisper_input){q->in.stt.samples, q->in.stt.n_samples, lk, q->in.stt.prompt};
         }
@@ -249,6 +261,7 @@ static int whisper_run_batch_locked(whisper_weights *w, choir_request *const *re
         o.segment_user = &wg;
         o.cancelled = whisper_cancelled;
         o.cancel_user = &wg;
+        o.arena = arena;
         choir_err e = {0};
         int rc = choir_whisper_transcribe_batch(w->m, w->tok, in, ng, &o, t, &e);
         if (rc == CHOIR_ECANCELED) continue; /* the engine finishes cancelled requests */
@@ -268,11 +281,10 @@ static int whisper_run_batch_locked(whisper_weights *w, choir_request *const *re
 
 static int whisper_run_batch(void *weights, choir_request *const *reqs, int n, choir_arena *arena,
                              choir_err *err) {
-    (void)arena;
     whisper_weights *w = weights;
-    if (!w->gpu) return whisper_run_batch_locked(w, reqs, n, err);
+    if (!w->gpu) return whisper_run_batch_locked(w, reqs, n, arena, err);
     pthread_mutex_lock(&w->lock);
-    int rc = whisper_run_batch_locked(w, reqs, n, err);
+    int rc = whisper_run_batch_locked(w, reqs, n, arena, err);
     pthread_mutex_unlock(&w->lock);
     return rc;
 }
@@ -288,7 +300,6 @@ const choir_model_ops choir_model_whisper = {
     .length = whisper_length,
     .estimate = whisper_estimate,
     .run_batch = whisper_run_batch,
-    .no_arena = 1,
 #ifdef CHOIR_HAVE_CUDA
     .gpu = 1,
     .device_bytes = whisper_device_bytes,

@@ -4,7 +4,9 @@
  * whisper_enc.c, the decoder's layers whisper_dec.c).
  *
  * On the CPU a call makes its own stream (several engine workers run one
- * model at once) and each cache is an array of its own; on a device the
+ * model at once) and each cache is an array of its own, unless the call
+ * runs in a batch arena (a batch stream: whisper_internal.h), which then
+ * holds the caches and serves every call of the batch; on a device the
  * calls share the device's streams (one user at a time) and the caches are
  * slots of its pools. */
 #include <string.h>
@@ -53,8 +55,36 @@ int wh_stream_done(const choir_whisper *m, choir_stream *s, int rc, choir_err *e
 
 /* --- cross-attention caches -------------------------------------------------- */
 
-choir_whisper_cross *wh_cross_new(const choir_whisper *m, choir_err *err) {
+/* A cache header and its K, V arrays of n floats each, carved from the
+ * batch stream: NULL (the stream's error set) when its arena is full. */
+static void *wh_carve_cache(choir_stream *bs, size_t header, size_t n, void **k, void **v,
+                            const char *what) {
+    void *h = choir_stream_alloc(bs, header, what);
+    *k = choir_stream_alloc(bs, n * sizeof(float), what);
+    *v = choir_stream_alloc(bs, n * sizeof(float), what);
+    if (!h || !*k || !*v) return NULL;
+    memset(h, 0, header);
+    return h;
+}
+
+static int wh_bs_oom(choir_stream *bs, choir_err *err) {
+    return choir_stream_status(bs, err);
+}
+
+choir_whisper_cross *wh_cross_new(const choir_whisper *m, choir_stream *bs, choir_err *err) {
     const choir_whisper_dims *D = &m->dims;
+    if (bs && !m->gpu) {
+        size_t n = (size_t)D->n_audio_ctx * (size_t)D->d_model * (size_t)D->n_text_layer;
+        void *k, *v;
+        choir_whisper_cross *c = wh_carve_cache(bs, sizeof *c, n, &k, &v, "whisper cross-attention cache");
+        if (!c) {
+            wh_bs_oom(bs, err);
+            return NULL;
+        }
+        *c = (choir_whisper_cross){.n_layer = D->n_text_layer, .n_ctx = D->n_audio_ctx,
+                                   .d = D->d_model, .k = k, .v = v, .bs = bs};
+        return c;
+    }
     choir_whisper_cross *c = choir_calloc(CHOIR_MEM_CACHE, 1, sizeof *c);
     if (!c) {
         wh_oom(err, "cross-attention cache");
@@ -91,7 +121,7 @@ choir_whisper_cross *wh_cross_new(const choir_whisper *m, choir_err *err) {
 }
 
 void choir_whisper_cross_free(choir_whisper_cross *c) {
-    if (!c) return;
+    if (!c || c->bs) return; /* the batch stream's: released with its scope */
 #ifdef CHOIR_HAVE_CUDA
     if (c->pool) {
         wg_slot_release(c->pool, c->slot);
@@ -107,14 +137,32 @@ void choir_whisper_cross_free(choir_whisper_cross *c) {
 /* --- per-sequence state --------------------------------------------------- */
 
 choir_whisper_seq *choir_whisper_seq_create(const choir_whisper *m, int capacity, choir_err *err) {
+    return wh_seq_new(m, capacity, NULL, err);
+}
+
+choir_whisper_seq *wh_seq_new(const choir_whisper *m, int capacity, choir_stream *bs,
+                              choir_err *err) {
     const choir_whisper_dims *D = &m->dims;
+    int n_ctx = capacity > 0 && capacity < D->n_text_ctx ? capacity : D->n_text_ctx;
+    if (bs && !m->gpu) {
+        size_t n = (size_t)D->n_text_layer * (size_t)n_ctx * (size_t)D->d_model;
+        void *k, *v;
+        choir_whisper_seq *s = wh_carve_cache(bs, sizeof *s, n, &k, &v, "whisper decoder KV cache");
+        if (!s) {
+            wh_bs_oom(bs, err);
+            return NULL;
+        }
+        *s = (choir_whisper_seq){.n_layer = D->n_text_layer, .n_ctx = n_ctx, .positions = n_ctx,
+                                 .d = D->d_model, .k = k, .v = v, .bs = bs};
+        return s;
+    }
     choir_whisper_seq *s = choir_calloc(CHOIR_MEM_CACHE, 1, sizeof *s);
     if (!s) {
         wh_oom(err, "decoder state");
         return NULL;
     }
     s->n_layer = D->n_text_layer;
-    s->n_ctx = capacity > 0 && capacity < D->n_text_ctx ? capacity : D->n_text_ctx;
+    s->n_ctx = n_ctx;
     s->positions = s->n_ctx;
     s->d = D->d_model;
 #ifdef CHOIR_HAVE_CUDA
@@ -138,7 +186,7 @@ choir_whisper_seq *choir_whisper_seq_create(const choir_whisper *m, int capacity
 }
 
 void choir_whisper_seq_free(choir_whisper_seq *s) {
-    if (!s) return;
+    if (!s || s->bs) return; /* the batch stream's: released with its scope */
 #ifdef CHOIR_HAVE_CUDA
     if (s->pool) {
         wg_slot_release(s->pool, s->slot);
@@ -223,11 +271,30 @@ int choir_whisper_decode(const choir_whisper *m, choir_whisper_seq *const *seqs,
     if (N == 0) return 0;
 #ifdef CHOIR_HAVE_CUDA
     if (m->gpu) {
-        wh_dec_rt *rt = wg_dec_rt(m->gpu, N, logits ? (all_positions ? N : n_seq) : 0, err);
+        wh_dec_rt *rt = wg_dec_rt(m->gpu, N, logits ? (all_positions ? N : n_seq) : 0, 0, err);
         if (!rt) return err && err->code ? err->code : CHOIR_ENOMEM;
         return wh_decode_run(rt, wg_net(m->gpu), &m->dims, seqs, n_seq, tokens, n_tokens,
                              all_positions, logits, NULL, err);
     }
 #endif
     return wh_decode_host(m, seqs, n_seq, tokens, n_tokens, all_positions, logits, NULL, err);
+}
+
+/* --- batch memory ------------------------------------------------------------ */
+
+size_t wh_batch_scratch_bytes(const choir_whisper *m, int n_windows, int G) {
+    const choir_whisper_dims *D = &m->dims;
+    const wh_net *w = &m->net;
+    int64_t nw = n_windows > 0 ? n_windows : 1, nb = nw < w->enc_windows ? nw : w->enc_windows;
+    /* Decoder rows of one call: a prefill feeds each window's start sequence
+     * (a prompt of at most n_text_ctx / 2 - 1 tokens, sot_prev, sot,
+     * language, task, notimestamps), a step one token per hypothesis, a
+     * word-timestamp pass one window's text (at most n_text_ctx). */
+    int64_t prefill = nw * (D->n_text_ctx / 2 + 4), steps = nw * (G > 0 ? G : 1);
+    int64_t N = prefill > steps ? prefill : steps;
+    if (N < D->n_text_ctx) N = D->n_text_ctx;
+    size_t s = wh_enc_scratch_bytes(w, D, nb), c = wh_cross_scratch_bytes(w, D),
+           d = wh_dec_scratch_bytes(w, D, N);
+    if (c > s) s = c;
+    return d > s ? d : s;
 }

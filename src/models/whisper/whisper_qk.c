@@ -1,5 +1,7 @@
 /* The cross-attention logits of alignment heads from a teacher-forced
  * decoder pass (choir/whisper_words.h), for word timestamps. */
+#include <string.h>
+
 #include "choir/alloc.h"
 #include "choir/whisper_words.h"
 #include "models/whisper/whisper_internal.h"
@@ -22,9 +24,9 @@ int choir_whisper_cross_qk(const choir_whisper *m, const choir_whisper_cross *cr
             return choir_err_set(err, CHOIR_EINVAL,
                                  "whisper cross_qk: head (%d, %d) outside %d layers of %d heads",
                                  heads[i].layer, heads[i].head, D->n_text_layer, D->n_head);
-    if (m->gpu || cross->gpu)
-        return choir_err_set(err, CHOIR_EUNSUPPORTED,
-                             "whisper cross_qk: not on a GPU-attached model yet");
+    if (cross->gpu != m->gpu)
+        return choir_err_set(err, CHOIR_EINVAL, "whisper cross_qk: the window was made for the %s",
+                             m->gpu ? "CPU" : "GPU");
     choir_whisper_seq *s = choir_whisper_seq_create(m, n_tokens, err);
     if (!s) return err && err->code ? err->code : CHOIR_ENOMEM;
     choir_whisper_seq_reset(s, cross);
@@ -33,9 +35,27 @@ int choir_whisper_cross_qk(const choir_whisper *m, const choir_whisper_cross *cr
     int32_t layer[CHOIR_WHISPER_MAX_HEADS], head[CHOIR_WHISPER_MAX_HEADS];
     for (int i = 0; i < n_heads; i++) layer[i] = heads[i].layer, head[i] = heads[i].head;
     wh_qk_req req = {n_heads, layer, head, qk};
+#ifdef CHOIR_HAVE_CUDA
+    /* On the device: the pass in its decoder stream, the logits and qk
+     * downloaded into the caller's memory. */
+    if (!rc && m->gpu) {
+        wh_dec_rt *rt = wg_dec_rt(m->gpu, n_tokens, logits ? n_tokens : 0,
+                                  wh_dec_qk_bytes(D, n_heads, n_tokens), err);
+        rc = rt ? wh_decode_run(rt, wg_net(m->gpu), D, &s, 1, tokens, &n_tokens, true, logits, &req, err)
+                : (err && err->code ? err->code : CHOIR_ENOMEM);
+    } else
+#endif
     if (!rc) rc = wh_decode_host(m, &s, 1, tokens, &n_tokens, true, logits, &req, err);
     choir_whisper_seq_free(s);
     return rc;
+}
+
+int choir_whisper_model_alignment_heads(const choir_whisper *m, choir_whisper_head *out) {
+    if (m->n_align > 0) {
+        memcpy(out, m->align, (size_t)m->n_align * sizeof *out);
+        return m->n_align;
+    }
+    return choir_whisper_alignment_heads(&m->dims, false, out);
 }
 
 int choir_whisper_window_words(const choir_whisper *m, const choir_tokenizer *tok, const choir_whisper_cross *cross,
@@ -65,7 +85,7 @@ int choir_whisper_window_words(const choir_whisper *m, const choir_tokenizer *to
                              D->n_text_ctx - n_sot - 2);
     if (frames > A) frames = A;
     choir_whisper_head heads[CHOIR_WHISPER_MAX_HEADS];
-    int H = choir_whisper_alignment_heads(D, false, heads);
+    int H = choir_whisper_model_alignment_heads(m, heads);
     if (H < 1) return choir_err_set(err, CHOIR_EINVAL, "word timestamps: the model has no alignment heads");
     int32_t *tokens = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)T * sizeof *tokens);
     float *qk = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)H * T * A * sizeof *qk);

@@ -19,6 +19,7 @@
 #include <math.h>
 
 #include "choir/pool.h"
+#include "choir/backend_whisper.h"
 #include "models/whisper/whisper_internal.h"
 
 /* --- reference ---------------------------------------------------------------- */
@@ -173,4 +174,27 @@ int wr_topk(const float *l, int V, int K, int *ids) {
         ids[p] = i;
     }
     return n;
+}
+
+/* --- the greedy step as a backend operation (choir/backend_whisper.h) -------- */
+
+void choir_whisper_greedy_row(const choir_whisper_filter *f, const choir_whisper_greedy *g,
+                              int64_t r, float *logits_row) {
+    if (g->done[r]) return;
+    int32_t *tokens = g->tokens + r * g->ld;
+    int n = g->n[r];
+    wr_pick pick;
+    wr_rules(f, tokens, n, logits_row, &pick);
+    /* As the host decoder's update (whisper_decode.c, wd_update_greedy). */
+    int next = pick.argmax;
+    g->sum_logprob[r] += (double)logits_row[next] - pick.lse;
+    tokens[n++] = next;
+    g->n[r] = n;
+    bool done = next == f->sp->eot || n >= g->limit[r];
+    g->done[r] = done;
+    if (!done) {
+        g->ids[r] = next;
+        g->pos[r] = n - 1;
+        g->keys[r] = n;
+    }
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "choir/alloc.h"
+#include "choir/arena.h"
 #include "choir/mel.h"
 #include "choir/tokenizer.h"
 #include "choir/whisper_words.h"
@@ -27,7 +28,30 @@ typedef struct wt_state {
     int64_t seek;        /* mel frame where the window being split began */
     double last_speech;  /* word timestamps: where the last speech before this window ended (s) */
     const choir_whisper_transcribe_opts *opts;
+    /* The call's batch memory (opts->arena) and, on the CPU, the batch
+     * stream over it (whisper_internal.h); NULL: the counted allocator. */
+    choir_arena *arena;
+    choir_stream *bs;
 } wt_state;
+
+/* A buffer that lives as long as the call: from the arena when the call
+ * has one (zeroed when asked), else counted. */
+static void *wt_take(const wt_state *s, choir_mem_category cat, size_t bytes, bool zero) {
+    void *p = s->arena ? choir_arena_alloc(s->arena, bytes ? bytes : 1) : choir_alloc(cat, bytes ? bytes : 1);
+    if (p && zero) memset(p, 0, bytes);
+    return p;
+}
+
+static void wt_give(const wt_state *s, void *p) {
+    if (!s->arena) choir_free(p);
+}
+
+/* Scopes of the arena: a window round's caches and passes are given back
+ * at its end. */
+static size_t wt_mark(const wt_state *s) { return s->arena ? choir_arena_mark(s->arena) : 0; }
+static void wt_release(const wt_state *s, size_t mark) {
+    if (s->arena) choir_arena_release(s->arena, mark);
+}
 
 void choir_whisper_default_transcribe_opts(choir_whisper_transcribe_opts *o) {
     memset(o, 0, sizeof *o);
@@ -261,11 +285,13 @@ static void wt_free_cross(choir_whisper_cross **cross, int n) {
 /* Encodes n windows, builds their cross caches and decodes them together.
  * The caches stay in cross[0..n) (word timestamps read them again); the
  * caller frees them with wt_free_cross, also on failure. */
-static int wt_decode_batch(const choir_whisper *m, const choir_tokenizer *tok, const float *mels,
-                           int n, float *enc, choir_whisper_cross **cross,
-                           choir_whisper_window *w, const choir_whisper_params *p,
-                           choir_whisper_result *res, choir_err *err) {
-    int rc = choir_whisper_encode_cross(m, mels, n, enc, cross, err);
+static int wt_decode_batch(const wt_state *st, const float *mels, int n, float *enc,
+                           choir_whisper_cross **cross, choir_whisper_window *w,
+                           const choir_whisper_params *p, choir_whisper_result *res,
+                           choir_err *err) {
+    const choir_whisper *m = st->m;
+    const choir_tokenizer *tok = st->tok;
+    int rc = wh_encode_cross(m, st->bs, mels, n, enc, cross, err);
     for (int i = 0; i < n && !rc; i++) w[i].cross = cross[i];
     if (!rc) rc = choir_whisper_decode_fallback(m, tok, w, n, p, res, err);
     return rc;
@@ -296,15 +322,16 @@ static int wt_sequential(wt_state *st, const choir_whisper_input *in, int n_in,
     const choir_whisper *m = st[0].m;
     int n_mels = m->dims.n_mels, F = CHOIR_WHISPER_N_FRAMES;
     bool gpu = choir_whisper_on_gpu(m);
-    wt_seek *sk = choir_calloc(CHOIR_MEM_OTHER, (size_t)n_in, sizeof *sk);
-    float *win = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)n_in * n_mels * F * sizeof(float));
+    const wt_state *s0 = &st[0];
+    wt_seek *sk = wt_take(s0, CHOIR_MEM_OTHER, (size_t)n_in * sizeof *sk, true);
+    float *win = wt_take(s0, CHOIR_MEM_ACTIVATIONS, (size_t)n_in * n_mels * F * sizeof(float), false);
     float *enc = gpu ? NULL
-                     : choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)n_in * (size_t)m->dims.n_audio_ctx *
-                                                              (size_t)m->dims.d_model * sizeof(float));
-    choir_whisper_cross **cross = choir_calloc(CHOIR_MEM_OTHER, (size_t)n_in, sizeof *cross);
-    choir_whisper_window *w = choir_calloc(CHOIR_MEM_OTHER, (size_t)n_in, sizeof *w);
-    choir_whisper_result *res = choir_calloc(CHOIR_MEM_OTHER, (size_t)n_in, sizeof *res);
-    int *active = choir_alloc(CHOIR_MEM_OTHER, (size_t)n_in * sizeof *active);
+                     : wt_take(s0, CHOIR_MEM_ACTIVATIONS, (size_t)n_in * (size_t)m->dims.n_audio_ctx *
+                                                              (size_t)m->dims.d_model * sizeof(float), false);
+    choir_whisper_cross **cross = wt_take(s0, CHOIR_MEM_OTHER, (size_t)n_in * sizeof *cross, true);
+    choir_whisper_window *w = wt_take(s0, CHOIR_MEM_OTHER, (size_t)n_in * sizeof *w, true);
+    choir_whisper_result *res = wt_take(s0, CHOIR_MEM_OTHER, (size_t)n_in * sizeof *res, true);
+    int *active = wt_take(s0, CHOIR_MEM_OTHER, (size_t)n_in * sizeof *active, false);
     int rc = (!sk || !win || (!enc && !gpu) || !cross || !w || !res || !active) ? wt_oom(err) : 0;
     for (int i = 0; i < n_in && !rc; i++) {
         wt_seek *q = &sk[i];
@@ -316,14 +343,17 @@ static int wt_sequential(wt_state *st, const choir_whisper_input *in, int n_in,
         if (q->language < 0 && m->sp.multilingual) {
             /* openai detects on the first 30 s of the padded mel. */
             choir_whisper_mel_window(q->mel, n_mels, q->total, 0, F, win);
-            if ((rc = choir_whisper_encode_cross(m, win, 1, enc, cross, err))) {
+            size_t mark = wt_mark(s0);
+            if ((rc = wh_encode_cross(m, s0->bs, win, 1, enc, cross, err))) {
                 choir_whisper_cross_free(cross[0]);
                 cross[0] = NULL;
+                wt_release(s0, mark);
                 break;
             }
             rc = choir_whisper_detect_language(m, cross[0], &q->language, NULL, err);
             choir_whisper_cross_free(cross[0]);
             cross[0] = NULL;
+            wt_release(s0, mark);
         }
         langs[i] = q->language;
     }
@@ -352,8 +382,10 @@ static int wt_sequential(wt_state *st, const choir_whisper_input *in, int n_in,
                                          .n_prompt = s->n_all - q->prompt_reset_since,
                                          .language = q->language, .seed = (uint64_t)q->seek};
         }
-        if ((rc = wt_decode_batch(m, st[0].tok, win, na, enc, cross, w, p, res, err))) {
+        size_t mark = wt_mark(s0);
+        if ((rc = wt_decode_batch(s0, win, na, enc, cross, w, p, res, err))) {
             wt_free_cross(cross, na);
+            wt_release(s0, mark);
             break;
         }
         for (int j = 0; j < na; j++) {
@@ -370,19 +402,20 @@ static int wt_sequential(wt_state *st, const choir_whisper_input *in, int n_in,
             q->seek += advance > 0 ? advance : seg;
         }
         wt_free_cross(cross, na);
+        wt_release(s0, mark);
         if (!rc && o->progress && n_in == 1)
             o->progress(o->progress_user,
                         (double)(sk[0].seek < sk[0].content ? sk[0].seek : sk[0].content) / WT_FRAMES_PER_S,
                         (double)sk[0].content / WT_FRAMES_PER_S);
     }
     for (int i = 0; sk && i < n_in; i++) choir_free(sk[i].mel);
-    choir_free(sk);
-    choir_free(win);
-    choir_free(enc);
-    choir_free(cross);
-    choir_free(w);
-    choir_free(res);
-    choir_free(active);
+    wt_give(s0, sk);
+    wt_give(s0, win);
+    wt_give(s0, enc);
+    wt_give(s0, cross);
+    wt_give(s0, w);
+    wt_give(s0, res);
+    wt_give(s0, active);
     return rc;
 }
 
@@ -448,17 +481,18 @@ static int wt_batched(wt_state *st, const choir_whisper_input *in, int n_in,
         n_items += wt_count_spans(in[i].n_samples, n_in == 1 ? o->spans : NULL, o->n_spans);
         total_samples += in[i].n_samples;
     }
-    wt_item *items = choir_alloc(CHOIR_MEM_OTHER, (size_t)(n_items + 1) * sizeof *items);
-    float *mels = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)B * (size_t)n_mels * F * sizeof(float));
-    float *chunk = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)CHOIR_WHISPER_N_SAMPLES * sizeof(float));
+    const wt_state *s0 = &st[0];
+    wt_item *items = wt_take(s0, CHOIR_MEM_OTHER, (size_t)(n_items + 1) * sizeof *items, false);
+    float *mels = wt_take(s0, CHOIR_MEM_ACTIVATIONS, (size_t)B * (size_t)n_mels * F * sizeof(float), false);
+    float *chunk = wt_take(s0, CHOIR_MEM_ACTIVATIONS, (size_t)CHOIR_WHISPER_N_SAMPLES * sizeof(float), false);
     /* On a GPU the encoder output stays on the device: no host copy. */
     bool gpu = choir_whisper_on_gpu(m);
     float *enc = gpu ? NULL
-                     : choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)B * (size_t)m->dims.n_audio_ctx *
-                                                              (size_t)m->dims.d_model * sizeof(float));
-    choir_whisper_cross **cross = choir_calloc(CHOIR_MEM_OTHER, (size_t)B, sizeof *cross);
-    choir_whisper_window *w = choir_calloc(CHOIR_MEM_OTHER, (size_t)B, sizeof *w);
-    choir_whisper_result *res = choir_calloc(CHOIR_MEM_OTHER, (size_t)B, sizeof *res);
+                     : wt_take(s0, CHOIR_MEM_ACTIVATIONS, (size_t)B * (size_t)m->dims.n_audio_ctx *
+                                                              (size_t)m->dims.d_model * sizeof(float), false);
+    choir_whisper_cross **cross = wt_take(s0, CHOIR_MEM_OTHER, (size_t)B * sizeof *cross, true);
+    choir_whisper_window *w = wt_take(s0, CHOIR_MEM_OTHER, (size_t)B * sizeof *w, true);
+    choir_whisper_result *res = wt_take(s0, CHOIR_MEM_OTHER, (size_t)B * sizeof *res, true);
     int rc = 0;
     if (!items || !mels || !chunk || (!enc && !gpu) || !cross || !w || !res) {
         rc = wt_oom(err);
@@ -477,16 +511,19 @@ static int wt_batched(wt_state *st, const choir_whisper_input *in, int n_in,
             continue;
         }
         if ((rc = wt_item_mel(&in[i], &items[a], n_mels, chunk, mels, err))) break;
-        if ((rc = choir_whisper_encode_cross(m, mels, 1, enc, cross, err))) {
+        size_t mark = wt_mark(s0);
+        if ((rc = wh_encode_cross(m, s0->bs, mels, 1, enc, cross, err))) {
             choir_whisper_cross_free(cross[0]);
             cross[0] = NULL;
+            wt_release(s0, mark);
             break;
         }
         rc = choir_whisper_detect_language(m, cross[0], &langs[i], NULL, err);
         choir_whisper_cross_free(cross[0]);
         cross[0] = NULL;
+        wt_release(s0, mark);
     }
-    bool *stopped = choir_calloc(CHOIR_MEM_OTHER, (size_t)n_in, sizeof *stopped);
+    bool *stopped = wt_take(s0, CHOIR_MEM_OTHER, (size_t)n_in * sizeof *stopped, true);
     if (!stopped) rc = wt_oom(err);
     /* b0: the first item not yet decoded; items of inputs that stopped are
      * dropped from the list before each batch is taken. */
@@ -514,8 +551,10 @@ static int wt_batched(wt_state *st, const choir_whisper_input *in, int n_in,
             w[j] = (choir_whisper_window){.language = langs[it->input], .seed = (uint64_t)it->span.start,
                                          .prompt = s->all_tokens, .n_prompt = s->n_initial};
         }
-        if (rc || (rc = wt_decode_batch(m, st[0].tok, mels, nb, enc, cross, w, p, res, err))) {
+        size_t mark = wt_mark(s0);
+        if (rc || (rc = wt_decode_batch(s0, mels, nb, enc, cross, w, p, res, err))) {
             wt_free_cross(cross, nb);
+            wt_release(s0, mark);
             break;
         }
         for (int j = 0; j < nb; j++) {
@@ -529,20 +568,21 @@ static int wt_batched(wt_state *st, const choir_whisper_input *in, int n_in,
             done_samples += it->span.end - it->span.start;
         }
         wt_free_cross(cross, nb);
+        wt_release(s0, mark);
         if (!rc && o->progress)
             o->progress(o->progress_user, (double)done_samples / CHOIR_WHISPER_SAMPLE_RATE,
                         (double)total_samples / CHOIR_WHISPER_SAMPLE_RATE);
         b0 += nb;
     }
-    choir_free(stopped);
+    wt_give(s0, stopped);
 done:
-    choir_free(items);
-    choir_free(mels);
-    choir_free(chunk);
-    choir_free(enc);
-    choir_free(cross);
-    choir_free(w);
-    choir_free(res);
+    wt_give(s0, items);
+    wt_give(s0, mels);
+    wt_give(s0, chunk);
+    wt_give(s0, enc);
+    wt_give(s0, cross);
+    wt_give(s0, w);
+    wt_give(s0, res);
     return rc;
 }
 
@@ -578,16 +618,27 @@ int choir_whisper_transcribe_batch(const choir_whisper *m, const choir_tokenizer
         return choir_err_set(err, CHOIR_EINVAL, "whisper: spans apply to a single input");
     if (o->word_timestamps && !o->params.timestamps)
         return choir_err_set(err, CHOIR_EINVAL, "whisper: word timestamps need timestamps");
-    if (o->word_timestamps && choir_whisper_on_gpu(m))
-        return choir_err_set(err, CHOIR_EUNSUPPORTED, "whisper: word timestamps run on the CPU only so far");
     for (int i = 0; i < n_in; i++)
         if (in[i].n_samples < 0 || (in[i].n_samples > 0 && !in[i].pcm))
             return choir_err_set(err, CHOIR_EINVAL, "whisper: input %d has no samples", i);
     wt_state *st = choir_calloc(CHOIR_MEM_OTHER, (size_t)n_in, sizeof *st);
     int *langs = choir_alloc(CHOIR_MEM_OTHER, (size_t)n_in * sizeof *langs);
     int rc = (!st || !langs) ? wt_oom(err) : 0;
+    /* In the caller's arena: on the CPU one stream over it serves every
+     * pass of the call, its kernel scratch carved once for the largest;
+     * the arena is left as it was found. */
+    choir_stream *bs = NULL;
+    size_t arena_mark = o->arena ? choir_arena_mark(o->arena) : 0;
+    if (!rc && o->arena && !choir_whisper_on_gpu(m)) {
+        const choir_whisper_params *p = &o->params;
+        int G = p->beam_size > p->best_of ? p->beam_size : p->best_of;
+        int n_win = o->batched ? (o->batch_size > 0 ? o->batch_size : 1) : n_in;
+        if (!(bs = choir_stream_create(m->net.be, err))) rc = wt_oom(err);
+        else rc = choir_stream_use_arena(bs, o->arena, wh_batch_scratch_bytes(m, n_win, G), err);
+    }
     for (int i = 0; i < n_in && !rc; i++) {
-        st[i] = (wt_state){.m = m, .tok = tok, .out = &out[i], .input = i, .opts = o};
+        st[i] = (wt_state){.m = m, .tok = tok, .out = &out[i], .input = i, .opts = o,
+                           .arena = o->arena, .bs = bs};
         out[i].duration = (double)in[i].n_samples / CHOIR_WHISPER_SAMPLE_RATE;
         langs[i] = in[i].language >= 0 ? in[i].language : o->params.language;
         if (langs[i] >= m->sp.num_languages)
@@ -613,6 +664,8 @@ int choir_whisper_transcribe_batch(const choir_whisper *m, const choir_tokenizer
     }
     choir_free(st);
     choir_free(langs);
+    choir_stream_free(bs);
+    if (o->arena) choir_arena_release(o->arena, arena_mark);
     return rc;
 }
 

@@ -229,3 +229,128 @@ int choir_op_attention_cached(choir_stream *s, const float *q, int64_t T, const 
 #endif
     return be_unsupported(s, "attention_cached");
 }
+
+int choir_op_attention_cached_at(choir_stream *s, const float *q, int64_t T, const float *kc,
+                                 const float *vc, const int32_t *pos, int64_t max_keys, int n_heads,
+                                 int n_kv, int D, float *out) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (T < 0 || max_keys <= 0 || !pos || n_heads <= 0 || n_kv <= 0 || n_heads % n_kv || D <= 0 ||
+        D > ATT_MAX_D)
+        return be_invalid(s, "attention_cached_at: %lld queries over %lld keys, %d heads over %d of %d",
+                          (long long)T, (long long)max_keys, n_heads, n_kv, D);
+    if (T == 0) return 0;
+    if (be_host(s)) {
+        /* Row by row, each as attention_cached at its own position. */
+        int64_t ld = (int64_t)n_heads * D;
+        for (int64_t i = 0; i < T; i++) {
+            int64_t p = pos[i] + 1 > max_keys ? max_keys - 1 : pos[i];
+            if (p < 0) return be_invalid(s, "attention_cached_at: position %lld", (long long)p);
+            att_job j = {q + i * ld, kc, vc, out + i * ld, 1, p, n_heads, n_kv, D, 1, 1.0f / sqrtf((float)D)};
+            choir_pool_parallel_for(choir_pool_default(), n_heads, 1, att_tasks, &j);
+        }
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    BE_CUDA(s, "attention_cached_at",
+            choir_cuda_vv_attention_at(s->be->cu, q, T, kc, vc, pos, max_keys, n_heads, n_kv, D, out,
+                                       BE_ERR));
+#endif
+    return be_unsupported(s, "attention_cached_at");
+}
+
+/* --- attention over a paged cache -------------------------------------------------- */
+
+/* One task per (query row, head): the row's keys page by page (scores of a
+ * page, then the online-softmax rescale), each page found in its table. */
+typedef struct paged_job {
+    const float *q, *kp, *vp;
+    const int32_t *table, *pos;
+    int64_t table_stride, pos0, max_keys;
+    float *out;
+    int nh, nkv, D;
+    float scale;
+} paged_job;
+
+static void paged_tasks(void *ctx, int64_t a, int64_t b, int worker) {
+    (void)worker;
+    const paged_job *j = ctx;
+    int D = j->D;
+    int64_t ldq = (int64_t)j->nh * D, ldk = (int64_t)j->nkv * D;
+    float sc[CHOIR_VV_PAGE], acc[ATT_MAX_D];
+    for (int64_t task = a; task < b; task++) {
+        int64_t i = task / j->nh;
+        int h = (int)(task % j->nh), kh = h / (j->nh / j->nkv);
+        int64_t n_keys = (j->pos ? (int64_t)j->pos[i] : j->pos0 + i) + 1;
+        if (n_keys > j->max_keys) n_keys = j->max_keys;
+        const int32_t *tab = j->table + (j->pos ? i * j->table_stride : 0);
+        const float *qr = j->q + i * ldq + (int64_t)h * D;
+        float m = -INFINITY, l = 0.0f;
+        memset(acc, 0, sizeof(float) * (size_t)D);
+        for (int64_t k0 = 0; k0 < n_keys; k0 += CHOIR_VV_PAGE) {
+            int nk = (int)(n_keys - k0 < CHOIR_VV_PAGE ? n_keys - k0 : CHOIR_VV_PAGE);
+            int64_t r0 = (int64_t)tab[k0 / CHOIR_VV_PAGE] * CHOIR_VV_PAGE;
+            const float *kr = j->kp + r0 * ldk + (int64_t)kh * D, *vr = j->vp + r0 * ldk + (int64_t)kh * D;
+            float mt = m;
+            for (int k = 0; k < nk; k++) {
+                float d = 0.0f;
+                for (int e = 0; e < D; e++) d += qr[e] * kr[k * ldk + e];
+                sc[k] = d * j->scale;
+                if (sc[k] > mt) mt = sc[k];
+            }
+            float alpha = expf(m - mt); /* 0 on the first page (m = -inf) */
+            l *= alpha;
+            for (int e = 0; e < D; e++) acc[e] *= alpha;
+            for (int k = 0; k < nk; k++) {
+                float p = expf(sc[k] - mt);
+                l += p;
+                for (int e = 0; e < D; e++) acc[e] += p * vr[k * ldk + e];
+            }
+            m = mt;
+        }
+        float inv = l > 0.0f ? 1.0f / l : 0.0f, *o = j->out + i * ldq + (int64_t)h * D;
+        for (int e = 0; e < D; e++) o[e] = acc[e] * inv;
+    }
+}
+
+static int paged_run(choir_stream *s, const char *what, const float *q, int64_t T, const float *kp,
+                     const float *vp, const int32_t *table, int64_t table_stride, int64_t pos0,
+                     const int32_t *pos, int64_t max_keys, int n_heads, int n_kv, int D, float *out) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (T < 0 || pos0 < 0 || max_keys <= 0 || !table || table_stride < 0 || n_heads <= 0 || n_kv <= 0 ||
+        n_heads % n_kv || D <= 0 || D > ATT_MAX_D)
+        return be_invalid(s, "%s: %lld queries over %lld keys, %d heads over %d of %d", what, (long long)T,
+                          (long long)max_keys, n_heads, n_kv, D);
+    if (T == 0) return 0;
+    if (be_host(s)) {
+        if (pos)
+            for (int64_t i = 0; i < T; i++)
+                if (pos[i] < 0) return be_invalid(s, "%s: position %d", what, (int)pos[i]);
+        paged_job j = {q, kp, vp, table, pos, table_stride, pos0, max_keys, out, n_heads, n_kv, D,
+                       1.0f / sqrtf((float)D)};
+        choir_pool_parallel_for(choir_pool_default(), T * n_heads, 1, paged_tasks, &j);
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    BE_CUDA(s, what,
+            choir_cuda_vv_attention_paged(s->be->cu, q, T, kp, vp, table, table_stride, pos0, pos, max_keys,
+                                          n_heads, n_kv, D, out, BE_ERR));
+#endif
+    return be_unsupported(s, what);
+}
+
+int choir_op_attention_paged(choir_stream *s, const float *q, int64_t T, const float *kpool,
+                             const float *vpool, const int32_t *table, int64_t pos0, int n_heads,
+                             int n_kv, int D, float *out) {
+    return paged_run(s, "attention_paged", q, T, kpool, vpool, table, 0, pos0, NULL, pos0 + T, n_heads, n_kv,
+                     D, out);
+}
+
+int choir_op_attention_paged_at(choir_stream *s, const float *q, int64_t T, const float *kpool,
+                                const float *vpool, const int32_t *table, int64_t table_stride,
+                                const int32_t *pos, int64_t max_keys, int n_heads, int n_kv, int D,
+                                float *out) {
+    if (!pos) return paged_run(s, "attention_paged_at", q, T, kpool, vpool, table, table_stride, 0, NULL, 0,
+                               n_heads, n_kv, D, out);
+    return paged_run(s, "attention_paged_at", q, T, kpool, vpool, table, table_stride, 0, pos, max_keys, n_heads,
+                     n_kv, D, out);
+}

@@ -146,8 +146,9 @@ __global__ void k_vv_attention(const float *q, const float *kc, const float *vc,
 
 __global__ void k_vv_att_split(const float *__restrict__ q, const float *__restrict__ kc,
                                const float *__restrict__ vc, int64_t pos0,
-                               const int32_t *__restrict__ pos, int nh, int nkv, int D, float scale,
-                               int nsplit, float *__restrict__ part) {
+                               const int32_t *__restrict__ pos, const int32_t *__restrict__ table,
+                               int64_t table_stride, int64_t max_keys, int nh, int nkv, int D,
+                               float scale, int nsplit, float *__restrict__ part) {
     __shared__ __align__(16) float qs[VV_SPLIT_MAX_G * VV_ATT_MAX_D];
     __shared__ float sc[VV_SPLIT_MAX_G][VV_SPLIT];
     __shared__ float stat[2][VV_SPLIT_MAX_G];
@@ -157,7 +158,7 @@ __global__ void k_vv_att_split(const float *__restrict__ q, const float *__restr
     /* Row i sees keys 0 .. its position (pos: backend memory, read at run
      * time, clamped to the splits launched). */
     int64_t n_keys = pos ? (int64_t)pos[i] + 1 : pos0 + i + 1, k0 = (int64_t)sp * VV_SPLIT;
-    if (n_keys > (int64_t)nsplit * VV_SPLIT) n_keys = (int64_t)nsplit * VV_SPLIT;
+    if (n_keys > max_keys) n_keys = max_keys; /* the rows the cache holds (splits round up) */
     int64_t nk = n_keys - k0 < VV_SPLIT ? n_keys - k0 : VV_SPLIT;
     /* part layout: [row][head][split] of (D sums, max, sum) */
     float *pp = part + ((i * nh + (int64_t)kh * G) * nsplit + sp) * (int64_t)(D + 2);
@@ -172,9 +173,11 @@ __global__ void k_vv_att_split(const float *__restrict__ q, const float *__restr
     for (int e = tid; e < G * D; e += blockDim.x)
         qs[e] = q[i * ldq + ((int64_t)kh * G + e / D) * D + e % D];
     __syncthreads();
+    /* The split's first cache row: a split is one page of a paged cache. */
+    int64_t r0 = table ? (int64_t)table[i * table_stride + sp] * VV_SPLIT : k0;
     int lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
     for (int j = warp; j < nk; j += nwarps) {
-        const float *kr = kc + (k0 + j) * ldk + (int64_t)kh * D;
+        const float *kr = kc + (r0 + j) * ldk + (int64_t)kh * D;
         float a[VV_SPLIT_MAX_G];
 #pragma unroll
         for (int g = 0; g < VV_SPLIT_MAX_G; g++) a[g] = 0.0f;
@@ -213,7 +216,7 @@ __global__ void k_vv_att_split(const float *__restrict__ q, const float *__restr
         float acc[VV_SPLIT_MAX_G];
 #pragma unroll
         for (int g = 0; g < VV_SPLIT_MAX_G; g++) acc[g] = 0.0f;
-        const float *vr = vc + k0 * ldk + (int64_t)kh * D + d;
+        const float *vr = vc + r0 * ldk + (int64_t)kh * D + d;
 #pragma unroll 4
         for (int j = 0; j < nk; j++) {
             float v = vr[(int64_t)j * ldk];
@@ -274,8 +277,8 @@ __global__ void k_vv_att_combine(const float *__restrict__ part, int nh, int D, 
 template <int D>
 __global__ void __launch_bounds__(VV_PF_THREADS)
     k_vv_att_prefill(const float *__restrict__ q, int64_t T, const float *__restrict__ kc,
-                     const float *__restrict__ vc, int64_t pos0, int nh, int nkv, float scale,
-                     float *__restrict__ out) {
+                     const float *__restrict__ vc, int64_t pos0, const int32_t *__restrict__ table,
+                     int nh, int nkv, float scale, float *__restrict__ out) {
     constexpr int F = D / 4, NV = F / 2; /* float4s of a row, of a thread's half */
     __shared__ float4 ks[VV_PF_BK * F], vs[VV_PF_BK * F];
     int G = nh / nkv, rows = (VV_PF_THREADS / 2) / G, kh = blockIdx.y, tid = threadIdx.x;
@@ -297,10 +300,12 @@ __global__ void __launch_bounds__(VV_PF_THREADS)
     for (int64_t k0 = 0; k0 < n_keys; k0 += VV_PF_BK) {
         int nk = (int)(n_keys - k0 < VV_PF_BK ? n_keys - k0 : VV_PF_BK);
         __syncthreads();
+        /* A tile lies inside one page (VV_PF_BK divides VV_SPLIT). */
+        int64_t r0 = table ? (int64_t)table[k0 / VV_SPLIT] * VV_SPLIT + k0 % VV_SPLIT : k0;
         for (int e = tid; e < nk * F; e += VV_PF_THREADS) {
             int64_t j = e / F, c = e % F;
-            ks[e] = ((const float4 *)(kc + (k0 + j) * ldk + (int64_t)kh * D))[c];
-            vs[e] = ((const float4 *)(vc + (k0 + j) * ldk + (int64_t)kh * D))[c];
+            ks[e] = ((const float4 *)(kc + (r0 + j) * ldk + (int64_t)kh * D))[c];
+            vs[e] = ((const float4 *)(vc + (r0 + j) * ldk + (int64_t)kh * D))[c];
         }
         __syncthreads();
         float sc[VV_PF_BK];
@@ -352,8 +357,8 @@ __global__ void __launch_bounds__(VV_PF_THREADS)
 /* The split-keys attention: row i over keys 0 .. pos[i] (pos NULL: pos0 + i),
  * at most max_keys of them. */
 static int att_split(choir_cuda *cu, const float *q, int64_t T, const float *kc, const float *vc,
-                     int64_t pos0, const int32_t *pos, int64_t max_keys, int n_heads, int n_kv, int D,
-                     float *out, choir_err *err) {
+                     int64_t pos0, const int32_t *pos, const int32_t *table, int64_t table_stride,
+                     int64_t max_keys, int n_heads, int n_kv, int D, float *out, choir_err *err) {
     int64_t nsplit = (max_keys + VV_SPLIT - 1) / VV_SPLIT;
     if (nsplit < 1) nsplit = 1;
     if (nsplit > 65535 || T > 65535 || n_heads > 65535)
@@ -363,7 +368,8 @@ static int att_split(choir_cuda *cu, const float *q, int64_t T, const float *kc,
     float *part = (float *)choir_cuda_scratch(cu, bytes, err);
     if (!part) return err ? err->code : CHOIR_ENOMEM;
     dim3 g1((unsigned)nsplit, (unsigned)n_kv, (unsigned)T), g2((unsigned)T, (unsigned)n_heads);
-    k_vv_att_split<<<g1, VV_SPLIT_THREADS, 0, cu->stream>>>(q, kc, vc, pos0, pos, n_heads, n_kv, D,
+    k_vv_att_split<<<g1, VV_SPLIT_THREADS, 0, cu->stream>>>(q, kc, vc, pos0, pos, table, table_stride,
+                                                            max_keys, n_heads, n_kv, D,
                                                             1.0f / sqrtf((float)D), (int)nsplit, part);
     int rc = choir_cuda_check_launch(err, "vibevoice attention splits");
     if (rc) return rc;
@@ -408,7 +414,7 @@ int choir_cuda_vv_attention(choir_cuda *cu, const float *q, int64_t T, const flo
         return choir_err_set(err, CHOIR_ETOOBIG, "cuda: attention of %lld rows", (long long)T);
     int G = n_heads / n_kv;
     if (T <= VV_SPLIT_ROWS && G <= VV_SPLIT_MAX_G && D % 4 == 0)
-        return att_split(cu, q, T, kc, vc, pos0, NULL, pos0 + T, n_heads, n_kv, D, out, err);
+        return att_split(cu, q, T, kc, vc, pos0, NULL, NULL, 0, pos0 + T, n_heads, n_kv, D, out, err);
     if ((D == 128 || D == 64) && G <= VV_PF_THREADS / 2) {
         int rows = (VV_PF_THREADS / 2) / G;
         int64_t tiles = (T + rows - 1) / rows;
@@ -417,11 +423,11 @@ int choir_cuda_vv_attention(choir_cuda *cu, const float *q, int64_t T, const flo
         dim3 grid((unsigned)tiles, (unsigned)n_kv);
         float scale = 1.0f / sqrtf((float)D);
         if (D == 128)
-            k_vv_att_prefill<128><<<grid, VV_PF_THREADS, 0, cu->stream>>>(q, T, kc, vc, pos0, n_heads, n_kv,
-                                                                          scale, out);
+            k_vv_att_prefill<128><<<grid, VV_PF_THREADS, 0, cu->stream>>>(q, T, kc, vc, pos0, NULL, n_heads,
+                                                                          n_kv, scale, out);
         else
-            k_vv_att_prefill<64><<<grid, VV_PF_THREADS, 0, cu->stream>>>(q, T, kc, vc, pos0, n_heads, n_kv,
-                                                                         scale, out);
+            k_vv_att_prefill<64><<<grid, VV_PF_THREADS, 0, cu->stream>>>(q, T, kc, vc, pos0, NULL, n_heads,
+                                                                         n_kv, scale, out);
         return choir_cuda_check_launch(err, "vibevoice prefill attention");
     }
     dim3 grid((unsigned)T, (unsigned)n_heads);
@@ -437,7 +443,38 @@ int choir_cuda_vv_attention_at(choir_cuda *cu, const float *q, int64_t T, const 
     if (D > VV_ATT_MAX_D || D % 4 || n_heads / n_kv > VV_SPLIT_MAX_G)
         return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: attention of %d heads over %d, %d values",
                              n_heads, n_kv, D);
-    return att_split(cu, q, T, kc, vc, 0, pos, max_keys, n_heads, n_kv, D, out, err);
+    return att_split(cu, q, T, kc, vc, 0, pos, NULL, 0, max_keys, n_heads, n_kv, D, out, err);
+}
+
+int choir_cuda_vv_attention_paged(choir_cuda *cu, const float *q, int64_t T, const float *kpool,
+                                  const float *vpool, const int32_t *table, int64_t table_stride,
+                                  int64_t pos0, const int32_t *pos, int64_t max_keys, int n_heads,
+                                  int n_kv, int D, float *out, choir_err *err) {
+    if (T <= 0) return 0;
+    int G = n_heads / n_kv;
+    if (D > VV_ATT_MAX_D || D % 4 || G > VV_SPLIT_MAX_G)
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: paged attention of %d heads over %d, %d values",
+                             n_heads, n_kv, D);
+    if (pos) return att_split(cu, q, T, kpool, vpool, 0, pos, table, table_stride, max_keys, n_heads, n_kv, D,
+                              out, err);
+    if (T <= VV_SPLIT_ROWS)
+        return att_split(cu, q, T, kpool, vpool, pos0, NULL, table, 0, pos0 + T, n_heads, n_kv, D, out, err);
+    if ((D != 128 && D != 64) || G > VV_PF_THREADS / 2)
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: paged prefill attention of %d values, groups of %d",
+                             D, G);
+    int rows = (VV_PF_THREADS / 2) / G;
+    int64_t tiles = (T + rows - 1) / rows;
+    if (tiles > INT32_MAX || n_kv > 65535)
+        return choir_err_set(err, CHOIR_ETOOBIG, "cuda: attention of %lld rows", (long long)T);
+    dim3 grid((unsigned)tiles, (unsigned)n_kv);
+    float scale = 1.0f / sqrtf((float)D);
+    if (D == 128)
+        k_vv_att_prefill<128><<<grid, VV_PF_THREADS, 0, cu->stream>>>(q, T, kpool, vpool, pos0, table, n_heads,
+                                                                      n_kv, scale, out);
+    else
+        k_vv_att_prefill<64><<<grid, VV_PF_THREADS, 0, cu->stream>>>(q, T, kpool, vpool, pos0, table, n_heads,
+                                                                     n_kv, scale, out);
+    return choir_cuda_check_launch(err, "vibevoice paged prefill attention");
 }
 
 } /* extern "C" */

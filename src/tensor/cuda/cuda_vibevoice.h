@@ -24,6 +24,13 @@ int choir_cuda_vv_attention(choir_cuda *cu, const float *q, int64_t T, const flo
 int choir_cuda_vv_attention_at(choir_cuda *cu, const float *q, int64_t T, const float *kc,
                                const float *vc, const int32_t *pos, int64_t max_keys, int n_heads,
                                int n_kv, int D, float *out, choir_err *err);
+/* Over a paged cache (choir/backend_vibevoice.h): pos NULL: one sequence at
+ * pos0 .. (table_stride ignored); otherwise row i's table at table + i
+ * table_stride, keys 0 .. pos[i] up to max_keys. */
+int choir_cuda_vv_attention_paged(choir_cuda *cu, const float *q, int64_t T, const float *kpool,
+                                  const float *vpool, const int32_t *table, int64_t table_stride,
+                                  int64_t pos0, const int32_t *pos, int64_t max_keys, int n_heads,
+                                  int n_kv, int D, float *out, choir_err *err);
 
 #ifdef __cplusplus
 }

@@ -56,6 +56,13 @@ static int run_or_record(op_fn fn, const void *args, size_t size) {
     return 0;
 }
 
+/* The same for operations emulated outside this file (fake_vibevoice.c,
+ * fake_whisper.c). */
+int fake_cuda_run_or_record(int (*fn)(const void *args), const void *args, size_t size);
+int fake_cuda_run_or_record(int (*fn)(const void *args), const void *args, size_t size) {
+    return run_or_record(fn, args, size);
+}
+
 /* Calls that a capture cannot hold (allocation, copies to or from the host). */
 static int no_capture(const char *what, choir_err *err) {
     if (!g_capture) return 0;
@@ -462,12 +469,26 @@ int choir_cuda_conv1d(choir_cuda *cu, const float *x, int64_t Cin, int64_t T, co
     choir_conv1d(x, Cin, T, weight, bias, Cout, kernel, stride, padding, dilation, groups, y);
     return 0;
 }
+typedef struct gemm_args {
+    bool ta, tb;
+    int64_t M, N, K;
+    float alpha, beta;
+    const float *A, *B;
+    float *C;
+    int64_t lda, ldb, ldc;
+} gemm_args;
+static int gemm_op(const void *p) {
+    const gemm_args *a = p;
+    choir_gemm_f32(a->ta, a->tb, a->M, a->N, a->K, a->alpha, a->A, a->lda, a->B, a->ldb, a->beta,
+                   a->C, a->ldc);
+    return 0;
+}
 int choir_cuda_gemm_f32(choir_cuda *cu, bool trans_a, bool trans_b, int64_t M, int64_t N,
                         int64_t K, float alpha, const float *A, int64_t lda, const float *B,
                         int64_t ldb, float beta, float *C, int64_t ldc, choir_err *err) {
-    (void)cu, (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)alpha, (void)A;
-    (void)lda, (void)B, (void)ldb, (void)beta, (void)C, (void)ldc;
-    return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: gemm_f32 not emulated");
+    (void)cu, (void)err;
+    gemm_args a = {trans_a, trans_b, M, N, K, alpha, beta, A, B, C, lda, ldb, ldc};
+    return run_or_record(gemm_op, &a, sizeof a);
 }
 int choir_cuda_gemm_bf16_nt(choir_cuda *cu, int64_t M, int64_t N, int64_t K, const uint16_t *A,
                             const uint16_t *B, float *C, choir_err *err) {

@@ -67,15 +67,88 @@ int choir_cuda_vv_attention(choir_cuda *cu, const float *q, int64_t T, const flo
     return 0;
 }
 
-/* Row by row: row i over keys 0 .. pos[i] (at most max_keys). */
-int choir_cuda_vv_attention_at(choir_cuda *cu, const float *q, int64_t T, const float *kc,
-                               const float *vc, const int32_t *pos, int64_t max_keys, int n_heads,
-                               int n_kv, int D, float *out, choir_err *err) {
-    int64_t ld = (int64_t)n_heads * D;
-    for (int64_t i = 0; i < T; i++) {
-        int64_t p = pos[i] + 1 > max_keys ? max_keys - 1 : pos[i];
-        int rc = choir_cuda_vv_attention(cu, q + i * ld, 1, kc, vc, p, n_heads, n_kv, D, out + i * ld, err);
+/* Row by row: row i over keys 0 .. pos[i] (at most max_keys), reading the
+ * positions when it runs, so it is recorded in a capture and replayed. */
+typedef struct att_at_args {
+    const float *q, *kc, *vc;
+    const int32_t *pos;
+    int64_t T, max_keys;
+    int n_heads, n_kv, D;
+    float *out;
+} att_at_args;
+
+int fake_cuda_run_or_record(int (*fn)(const void *args), const void *args, size_t size);
+
+static int att_at_run(const void *args) {
+    const att_at_args *a = args;
+    int64_t ld = (int64_t)a->n_heads * a->D;
+    for (int64_t i = 0; i < a->T; i++) {
+        int64_t p = a->pos[i] + 1 > a->max_keys ? a->max_keys - 1 : a->pos[i];
+        int rc = choir_cuda_vv_attention(NULL, a->q + i * ld, 1, a->kc, a->vc, p, a->n_heads, a->n_kv, a->D,
+                                         a->out + i * ld, NULL);
         if (rc) return rc;
     }
     return 0;
+}
+
+int choir_cuda_vv_attention_at(choir_cuda *cu, const float *q, int64_t T, const float *kc,
+                               const float *vc, const int32_t *pos, int64_t max_keys, int n_heads,
+                               int n_kv, int D, float *out, choir_err *err) {
+    (void)cu;
+    (void)err;
+    att_at_args a = {q, kc, vc, pos, T, max_keys, n_heads, n_kv, D, out};
+    return fake_cuda_run_or_record(att_at_run, &a, sizeof a);
+}
+
+/* Over a paged cache: each row's keys gathered through its table in double,
+ * run (or recorded in a capture) with the positions read when it runs. */
+typedef struct att_paged_args {
+    const float *q, *kp, *vp;
+    const int32_t *table, *pos;
+    int64_t table_stride, pos0, T, max_keys;
+    int n_heads, n_kv, D;
+    float *out;
+} att_paged_args;
+
+static int att_paged_run(const void *args) {
+    const att_paged_args *a = args;
+    int64_t ldq = (int64_t)a->n_heads * a->D, ldk = (int64_t)a->n_kv * a->D;
+    for (int64_t i = 0; i < a->T; i++) {
+        int64_t n_keys = (a->pos ? (int64_t)a->pos[i] : a->pos0 + i) + 1;
+        if (n_keys > a->max_keys) n_keys = a->max_keys;
+        const int32_t *tab = a->table + (a->pos ? i * a->table_stride : 0);
+        double *p = malloc((size_t)n_keys * sizeof *p);
+        if (!p) return CHOIR_ENOMEM;
+        for (int h = 0; h < a->n_heads; h++) {
+            int kh = h / (a->n_heads / a->n_kv);
+            double mx = -INFINITY, sum = 0;
+            for (int64_t j = 0; j < n_keys; j++) {
+                const float *kr = a->kp + ((int64_t)tab[j / 128] * 128 + j % 128) * ldk + kh * a->D;
+                double d = 0;
+                for (int e = 0; e < a->D; e++) d += (double)a->q[i * ldq + h * a->D + e] * kr[e];
+                p[j] = d / sqrt((double)a->D);
+                if (p[j] > mx) mx = p[j];
+            }
+            for (int64_t j = 0; j < n_keys; j++) sum += p[j] = exp(p[j] - mx);
+            for (int e = 0; e < a->D; e++) {
+                double acc = 0;
+                for (int64_t j = 0; j < n_keys; j++)
+                    acc += p[j] * a->vp[((int64_t)tab[j / 128] * 128 + j % 128) * ldk + kh * a->D + e];
+                a->out[i * ldq + h * a->D + e] = (float)(acc / sum);
+            }
+        }
+        free(p);
+    }
+    return 0;
+}
+
+int choir_cuda_vv_attention_paged(choir_cuda *cu, const float *q, int64_t T, const float *kpool,
+                                  const float *vpool, const int32_t *table, int64_t table_stride,
+                                  int64_t pos0, const int32_t *pos, int64_t max_keys, int n_heads,
+                                  int n_kv, int D, float *out, choir_err *err) {
+    (void)cu;
+    (void)err;
+    att_paged_args a = {q, kpool, vpool, table, pos, table_stride, pos0, T, pos ? max_keys : pos0 + T,
+                        n_heads, n_kv, D, out};
+    return fake_cuda_run_or_record(att_paged_run, &a, sizeof a);
 }

@@ -12,7 +12,7 @@ set -eu
 fake_begin "${1:-/tmp/choir-fake-vibevoice}"
 fake_cuda src/tensor/backend/*.c tests/cuda/fake/fake_cuda.c tests/cuda/fake/fake_vibevoice.c \
     tests/cuda/vibevoice_gpu_check.c src/models/vibevoice/vv_load.c \
-    src/models/vibevoice/vv_backend.c src/models/vibevoice/vv_state.c \
+    src/models/vibevoice/vv_backend.c src/models/vibevoice/vv_state.c src/models/vibevoice/vv_kvpool.c \
     src/models/vibevoice/vv_encoder.c src/models/vibevoice/vv_lm.c \
     src/models/vibevoice/vv_batch.c src/models/vibevoice/vv_randw.c \
     src/models/vibevoice/vv_dims.c
