@@ -165,153 +165,96 @@ static void avx2_dot_rows4_bf16(const uint16_t *w, int64_t ldw, const float *x, 
     ROWS4_BODY(load_bf16, choir_bf16_to_f32)
 }
 
-/* Scores of one query against n keys, four keys per pass over the query. */
+/* Scores of one query against n keys (keys of type KT, widened by load_k /
+ * scalar_k), four keys per pass over the query; a remaining key is one dot
+ * product (dot_k). */
+#define ATTN_SCORES_BODY(KT, load_k, scalar_k, dot_k)                                              \
+    int64_t j = 0;                                                                                 \
+    for (; j + 4 <= n; j += 4) {                                                                   \
+        const KT *k0 = k + j * ldk, *k1 = k0 + ldk, *k2 = k1 + ldk, *k3 = k2 + ldk;                \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                \
+        int64_t c = 0;                                                                             \
+        for (; c + 8 <= Dh; c += 8) {                                                              \
+            __m256 qv = _mm256_loadu_ps(q + c);                                                    \
+            a0 = _mm256_fmadd_ps(qv, load_k(k0 + c), a0);                                          \
+            a1 = _mm256_fmadd_ps(qv, load_k(k1 + c), a1);                                          \
+            a2 = _mm256_fmadd_ps(qv, load_k(k2 + c), a2);                                          \
+            a3 = _mm256_fmadd_ps(qv, load_k(k3 + c), a3);                                          \
+        }                                                                                          \
+        float s0 = choir_hsum256(a0), s1 = choir_hsum256(a1);                                      \
+        float s2 = choir_hsum256(a2), s3 = choir_hsum256(a3);                                      \
+        for (; c < Dh; c++) {                                                                      \
+            s0 += q[c] * scalar_k(k0[c]);                                                          \
+            s1 += q[c] * scalar_k(k1[c]);                                                          \
+            s2 += q[c] * scalar_k(k2[c]);                                                          \
+            s3 += q[c] * scalar_k(k3[c]);                                                          \
+        }                                                                                          \
+        scores[j] = s0 * scale;                                                                    \
+        scores[j + 1] = s1 * scale;                                                                \
+        scores[j + 2] = s2 * scale;                                                                \
+        scores[j + 3] = s3 * scale;                                                                \
+    }                                                                                              \
+    for (; j < n; j++)                                                                             \
+        scores[j] = dot_k(k + j * ldk, q, Dh) * scale;
+
+/* out = sum_j p[j] v_j (values of type VT), the output held in registers 64
+ * columns at a time. */
+#define ATTN_WSUM_BODY(VT, load_v, scalar_v)                                                       \
+    int64_t c0 = 0;                                                                                \
+    for (; c0 + 64 <= Dh; c0 += 64) {                                                              \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,     \
+               a7 = a0;                                                                            \
+        for (int64_t j = 0; j < n; j++) {                                                          \
+            const VT *vr = v + j * ldv + c0;                                                       \
+            __m256 pj = _mm256_set1_ps(p[j]);                                                      \
+            a0 = _mm256_fmadd_ps(pj, load_v(vr), a0);                                              \
+            a1 = _mm256_fmadd_ps(pj, load_v(vr + 8), a1);                                          \
+            a2 = _mm256_fmadd_ps(pj, load_v(vr + 16), a2);                                         \
+            a3 = _mm256_fmadd_ps(pj, load_v(vr + 24), a3);                                         \
+            a4 = _mm256_fmadd_ps(pj, load_v(vr + 32), a4);                                         \
+            a5 = _mm256_fmadd_ps(pj, load_v(vr + 40), a5);                                         \
+            a6 = _mm256_fmadd_ps(pj, load_v(vr + 48), a6);                                         \
+            a7 = _mm256_fmadd_ps(pj, load_v(vr + 56), a7);                                         \
+        }                                                                                          \
+        _mm256_storeu_ps(out + c0, a0);                                                            \
+        _mm256_storeu_ps(out + c0 + 8, a1);                                                        \
+        _mm256_storeu_ps(out + c0 + 16, a2);                                                       \
+        _mm256_storeu_ps(out + c0 + 24, a3);                                                       \
+        _mm256_storeu_ps(out + c0 + 32, a4);                                                       \
+        _mm256_storeu_ps(out + c0 + 40, a5);                                                       \
+        _mm256_storeu_ps(out + c0 + 48, a6);                                                       \
+        _mm256_storeu_ps(out + c0 + 56, a7);                                                       \
+    }                                                                                              \
+    for (; c0 + 8 <= Dh; c0 += 8) {                                                                \
+        __m256 a = _mm256_setzero_ps();                                                            \
+        for (int64_t j = 0; j < n; j++)                                                            \
+            a = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), load_v(v + j * ldv + c0), a);               \
+        _mm256_storeu_ps(out + c0, a);                                                             \
+    }                                                                                              \
+    for (; c0 < Dh; c0++) {                                                                        \
+        float a = 0.0f;                                                                            \
+        for (int64_t j = 0; j < n; j++)                                                            \
+            a += p[j] * scalar_v(v[j * ldv + c0]);                                                 \
+        out[c0] = a;                                                                               \
+    }
+
 static void avx2_attn_scores(const float *q, const float *k, int64_t ldk, int64_t n, int64_t Dh,
                              float scale, float *scores) {
-    int64_t j = 0;
-    for (; j + 4 <= n; j += 4) {
-        const float *k0 = k + j * ldk, *k1 = k0 + ldk, *k2 = k1 + ldk, *k3 = k2 + ldk;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        int64_t c = 0;
-        for (; c + 8 <= Dh; c += 8) {
-            __m256 qv = _mm256_loadu_ps(q + c);
-            a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + c), a0);
-            a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + c), a1);
-            a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + c), a2);
-            a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + c), a3);
-        }
-        float s0 = choir_hsum256(a0), s1 = choir_hsum256(a1);
-        float s2 = choir_hsum256(a2), s3 = choir_hsum256(a3);
-        for (; c < Dh; c++) {
-            s0 += q[c] * k0[c];
-            s1 += q[c] * k1[c];
-            s2 += q[c] * k2[c];
-            s3 += q[c] * k3[c];
-        }
-        scores[j] = s0 * scale;
-        scores[j + 1] = s1 * scale;
-        scores[j + 2] = s2 * scale;
-        scores[j + 3] = s3 * scale;
-    }
-    for (; j < n; j++)
-        scores[j] = avx2_dot(q, k + j * ldk, Dh) * scale;
+    ATTN_SCORES_BODY(float, load_f32, f32_id, avx2_dot)
 }
-
-/* out = sum_j p[j] v_j, the output held in registers 64 columns at a time. */
 static void avx2_attn_wsum(const float *p, const float *v, int64_t ldv, int64_t n, int64_t Dh,
                            float *out) {
-    int64_t c0 = 0;
-    for (; c0 + 64 <= Dh; c0 += 64) {
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
-               a7 = a0;
-        for (int64_t j = 0; j < n; j++) {
-            const float *vr = v + j * ldv + c0;
-            __m256 pj = _mm256_set1_ps(p[j]);
-            a0 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr), a0);
-            a1 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 8), a1);
-            a2 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 16), a2);
-            a3 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 24), a3);
-            a4 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 32), a4);
-            a5 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 40), a5);
-            a6 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 48), a6);
-            a7 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 56), a7);
-        }
-        _mm256_storeu_ps(out + c0, a0);
-        _mm256_storeu_ps(out + c0 + 8, a1);
-        _mm256_storeu_ps(out + c0 + 16, a2);
-        _mm256_storeu_ps(out + c0 + 24, a3);
-        _mm256_storeu_ps(out + c0 + 32, a4);
-        _mm256_storeu_ps(out + c0 + 40, a5);
-        _mm256_storeu_ps(out + c0 + 48, a6);
-        _mm256_storeu_ps(out + c0 + 56, a7);
-    }
-    for (; c0 + 8 <= Dh; c0 += 8) {
-        __m256 a = _mm256_setzero_ps();
-        for (int64_t j = 0; j < n; j++)
-            a = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(v + j * ldv + c0), a);
-        _mm256_storeu_ps(out + c0, a);
-    }
-    for (; c0 < Dh; c0++) {
-        float a = 0.0f;
-        for (int64_t j = 0; j < n; j++)
-            a += p[j] * v[j * ldv + c0];
-        out[c0] = a;
-    }
+    ATTN_WSUM_BODY(float, load_f32, f32_id)
 }
-
-/* avx2_attn_scores over f16 keys: the same summation order, each key
- * widened eight values at a time as it is loaded. */
+/* The same over f16 keys and values (a decoder step's cross-attention cache),
+ * widened as they are loaded. */
 static void avx2_attn_scores_f16(const float *q, const uint16_t *k, int64_t ldk, int64_t n,
                                  int64_t Dh, float scale, float *scores) {
-    int64_t j = 0;
-    for (; j + 4 <= n; j += 4) {
-        const uint16_t *k0 = k + j * ldk, *k1 = k0 + ldk, *k2 = k1 + ldk, *k3 = k2 + ldk;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        int64_t c = 0;
-        for (; c + 8 <= Dh; c += 8) {
-            __m256 qv = _mm256_loadu_ps(q + c);
-            a0 = _mm256_fmadd_ps(qv, load_f16(k0 + c), a0);
-            a1 = _mm256_fmadd_ps(qv, load_f16(k1 + c), a1);
-            a2 = _mm256_fmadd_ps(qv, load_f16(k2 + c), a2);
-            a3 = _mm256_fmadd_ps(qv, load_f16(k3 + c), a3);
-        }
-        float s0 = choir_hsum256(a0), s1 = choir_hsum256(a1);
-        float s2 = choir_hsum256(a2), s3 = choir_hsum256(a3);
-        for (; c < Dh; c++) {
-            s0 += q[c] * choir_f16_to_f32(k0[c]);
-            s1 += q[c] * choir_f16_to_f32(k1[c]);
-            s2 += q[c] * choir_f16_to_f32(k2[c]);
-            s3 += q[c] * choir_f16_to_f32(k3[c]);
-        }
-        scores[j] = s0 * scale;
-        scores[j + 1] = s1 * scale;
-        scores[j + 2] = s2 * scale;
-        scores[j + 3] = s3 * scale;
-    }
-    for (; j < n; j++) {
-        const uint16_t *kr = k + j * ldk;
-        __m256 a = _mm256_setzero_ps();
-        int64_t c = 0;
-        for (; c + 8 <= Dh; c += 8)
-            a = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), load_f16(kr + c), a);
-        float sj = choir_hsum256(a);
-        for (; c < Dh; c++)
-            sj += q[c] * choir_f16_to_f32(kr[c]);
-        scores[j] = sj * scale;
-    }
+    ATTN_SCORES_BODY(uint16_t, load_f16, choir_f16_to_f32, avx2_dot_f16)
 }
-
-/* avx2_attn_wsum over f16 values, 32 columns at a time. */
 static void avx2_attn_wsum_f16(const float *p, const uint16_t *v, int64_t ldv, int64_t n,
                                int64_t Dh, float *out) {
-    int64_t c0 = 0;
-    for (; c0 + 32 <= Dh; c0 += 32) {
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (int64_t j = 0; j < n; j++) {
-            const uint16_t *vr = v + j * ldv + c0;
-            __m256 pj = _mm256_set1_ps(p[j]);
-            a0 = _mm256_fmadd_ps(pj, load_f16(vr), a0);
-            a1 = _mm256_fmadd_ps(pj, load_f16(vr + 8), a1);
-            a2 = _mm256_fmadd_ps(pj, load_f16(vr + 16), a2);
-            a3 = _mm256_fmadd_ps(pj, load_f16(vr + 24), a3);
-        }
-        _mm256_storeu_ps(out + c0, a0);
-        _mm256_storeu_ps(out + c0 + 8, a1);
-        _mm256_storeu_ps(out + c0 + 16, a2);
-        _mm256_storeu_ps(out + c0 + 24, a3);
-    }
-    for (; c0 + 8 <= Dh; c0 += 8) {
-        __m256 a = _mm256_setzero_ps();
-        for (int64_t j = 0; j < n; j++)
-            a = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), load_f16(v + j * ldv + c0), a);
-        _mm256_storeu_ps(out + c0, a);
-    }
-    for (; c0 < Dh; c0++) {
-        float a = 0.0f;
-        for (int64_t j = 0; j < n; j++)
-            a += p[j] * choir_f16_to_f32(v[j * ldv + c0]);
-        out[c0] = a;
-    }
+    ATTN_WSUM_BODY(uint16_t, load_f16, choir_f16_to_f32)
 }
 
 static void avx2_f16_to_f32(const uint16_t *src, float *dst, int64_t n) {
