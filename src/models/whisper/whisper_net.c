@@ -67,10 +67,6 @@ static void *wh_carve_cache(choir_stream *bs, size_t header, size_t n, void **k,
     return h;
 }
 
-static int wh_bs_oom(choir_stream *bs, choir_err *err) {
-    return choir_stream_status(bs, err);
-}
-
 choir_whisper_cross *wh_cross_new(const choir_whisper *m, choir_stream *bs, choir_err *err) {
     const choir_whisper_dims *D = &m->dims;
     if (bs && !m->gpu) {
@@ -78,7 +74,7 @@ choir_whisper_cross *wh_cross_new(const choir_whisper *m, choir_stream *bs, choi
         void *k, *v;
         choir_whisper_cross *c = wh_carve_cache(bs, sizeof *c, n, &k, &v, "whisper cross-attention cache");
         if (!c) {
-            wh_bs_oom(bs, err);
+            choir_stream_status(bs, err);
             return NULL;
         }
         *c = (choir_whisper_cross){.n_layer = D->n_text_layer, .n_ctx = D->n_audio_ctx,
@@ -149,7 +145,7 @@ choir_whisper_seq *wh_seq_new(const choir_whisper *m, int capacity, choir_stream
         void *k, *v;
         choir_whisper_seq *s = wh_carve_cache(bs, sizeof *s, n, &k, &v, "whisper decoder KV cache");
         if (!s) {
-            wh_bs_oom(bs, err);
+            choir_stream_status(bs, err);
             return NULL;
         }
         *s = (choir_whisper_seq){.n_layer = D->n_text_layer, .n_ctx = n_ctx, .positions = n_ctx,
