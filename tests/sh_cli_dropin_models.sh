@@ -3,7 +3,8 @@
 # and sounds are noise; what is checked is the plumbing): `choir stt -` and
 # `choir sts -` read standard input and give what the file gives;
 # --output-dir is created; `choir tts -o x.mp3` writes MP3 (the format from
-# the extension), --format still wins.
+# the extension), --format still wins; `choir tts` reads its text from
+# standard input when given none (or "-").
 # ctest: labels=slow;nosan
 set -uo pipefail
 BIN=${CHOIR_BIN:?}
@@ -47,6 +48,12 @@ TTS=(--model "$TMP/kokoro" --voice af_heart)
 "$BIN" tts "${TTS[@]}" -o "$TMP/x.aac" "Hi." 2>/dev/null || fail "tts -o x.aac"
 "$BIN" tts "${TTS[@]}" --format wav -o "$TMP/wav.mp3" "Hi." 2>/dev/null || fail "tts --format wav -o wav.mp3"
 "$BIN" tts "${TTS[@]}" -o "$TMP/x.wav" "Hi." 2>/dev/null || fail "tts -o x.wav"
+# text on standard input: the same speech as the same text in argv
+"$BIN" tts "${TTS[@]}" --zero-noise -o "$TMP/arg.wav" "Hi there." 2>/dev/null || fail "tts TEXT"
+printf 'Hi there.' | "$BIN" tts "${TTS[@]}" --zero-noise -o "$TMP/stdin.wav" 2>/dev/null || fail "tts <stdin"
+cmp "$TMP/arg.wav" "$TMP/stdin.wav" || fail "tts from standard input differs from tts TEXT"
+printf 'Hi there.' | "$BIN" tts "${TTS[@]}" --zero-noise -o "$TMP/dash.wav" - 2>/dev/null || fail "tts -"
+cmp "$TMP/arg.wav" "$TMP/dash.wav" || fail "tts - differs from tts TEXT"
 python3 - "$TMP" <<'PY' || fail "tts output formats"
 import sys
 d = sys.argv[1]

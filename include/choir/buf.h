@@ -11,6 +11,7 @@
 #define CHOIR_BUF_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "choir/alloc.h"
 
@@ -40,11 +41,20 @@ int choir_buf_puts(choir_buf *b, const char *s);
 /* Appends printf-formatted text. Returns 0 or CHOIR_ENOMEM. */
 int choir_buf_printf(choir_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Appends what `f` gives until its end, at most `max` bytes (SIZE_MAX: no
+ * bound). Returns 0; CHOIR_ETOOBIG when `f` has more than `max` bytes (the
+ * buffer then holds the first `max`); CHOIR_EIO on a read error (errno says
+ * which); CHOIR_ENOMEM. */
+int choir_buf_read(choir_buf *b, FILE *f, size_t max);
 /* Hands the contents to the caller, who frees them with choir_free, and
  * empties the buffer. An empty buffer gives an allocated "" (len 0). After a
  * failed append, or when that allocation fails, frees everything and returns
  * NULL. `len` (may be NULL) receives the length. */
 char *choir_buf_take(choir_buf *b, size_t *len);
+/* Empties the buffer and keeps its memory for the next appends, so a
+ * buffer refilled again and again (a response drained as it is produced)
+ * stops allocating once it is large enough. A failed buffer stays failed. */
+void choir_buf_clear(choir_buf *b);
 /* Frees the contents and empties the buffer (its category stays). NULL is a no-op. */
 void choir_buf_free(choir_buf *b);
 

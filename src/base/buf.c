@@ -71,6 +71,30 @@ int choir_buf_printf(choir_buf *b, const char *fmt, ...)
     return CHOIR_OK;
 }
 
+int choir_buf_read(choir_buf *b, FILE *f, size_t max)
+{
+    size_t got = 0;
+    for (;;) {
+        if (choir_buf_reserve(b, (size_t)64 << 10) != CHOIR_OK)
+            return CHOIR_ENOMEM;
+        /* one byte past `max` is asked for, to tell "exactly max" from "more" */
+        size_t want = b->cap - b->len - 1;
+        if (max - got < want)
+            want = max - got + 1;
+        size_t n = fread(b->data + b->len, 1, want, f);
+        got += n;
+        b->len += n;
+        if (got > max) {
+            b->len -= got - max;
+            b->data[b->len] = 0;
+            return CHOIR_ETOOBIG;
+        }
+        b->data[b->len] = 0;
+        if (n < want)
+            return ferror(f) ? CHOIR_EIO : CHOIR_OK;
+    }
+}
+
 char *choir_buf_take(choir_buf *b, size_t *len)
 {
     if (!b->oom && !b->data)
@@ -84,6 +108,13 @@ char *choir_buf_take(choir_buf *b, size_t *len)
     b->len = b->cap = 0;
     b->oom = 0;
     return out;
+}
+
+void choir_buf_clear(choir_buf *b)
+{
+    b->len = 0;
+    if (b->data)
+        b->data[0] = 0;
 }
 
 void choir_buf_free(choir_buf *b)

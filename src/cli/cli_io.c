@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "choir/alloc.h"
+#include "choir/buf.h"
 #include "cli/cli.h"
 
 /* Standard input is read whole (audio codecs want to seek back and forth);
@@ -19,36 +20,19 @@ int choir_cli_decode(const char *path, const choir_decode_opts *opts, choir_audi
 {
     if (strcmp(path, "-") != 0)
         return choir_audio_decode_file(path, opts, out, err);
-    size_t n = 0, cap = 1 << 20;
-    char *buf = choir_alloc(CHOIR_MEM_IO, cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n, stdin);
-        n += got;
-        if (got == 0)
-            break;
-        if (n == cap) {
-            if (cap >= STDIN_MAX_BYTES) {
-                choir_free(buf);
-                return choir_err_set(err, CHOIR_ETOOBIG, "standard input: more than %zu bytes", STDIN_MAX_BYTES);
-            }
-            char *grown = choir_realloc(buf, cap *= 2);
-            if (!grown)
-                choir_free(buf);
-            buf = grown;
-        }
-    }
-    if (!buf)
-        return choir_err_set(err, CHOIR_ENOMEM, "standard input: out of memory");
-    if (ferror(stdin)) {
-        choir_free(buf);
-        return choir_err_set(err, CHOIR_EIO, "standard input: %s", strerror(errno));
-    }
-    if (n == 0) {
-        choir_free(buf);
-        return choir_err_set(err, CHOIR_EINVAL, "standard input is empty (expected audio)");
-    }
-    int rc = choir_audio_decode_memory(buf, n, opts, out, err);
-    choir_free(buf);
+    choir_buf in = CHOIR_BUF_INIT(CHOIR_MEM_IO);
+    int rc = choir_buf_read(&in, stdin, STDIN_MAX_BYTES);
+    if (rc == CHOIR_ETOOBIG)
+        choir_err_set(err, rc, "standard input: more than %zu bytes", STDIN_MAX_BYTES);
+    else if (rc == CHOIR_EIO)
+        choir_err_set(err, rc, "standard input: %s", strerror(errno));
+    else if (rc < 0)
+        choir_err_set(err, rc, "standard input: out of memory");
+    else if (in.len == 0)
+        rc = choir_err_set(err, CHOIR_EINVAL, "standard input is empty (expected audio)");
+    else
+        rc = choir_audio_decode_memory(in.data, in.len, opts, out, err);
+    choir_buf_free(&in);
     return rc;
 }
 

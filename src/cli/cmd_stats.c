@@ -7,12 +7,14 @@
 #include <curl/curl.h>
 
 #include "choir/alloc.h"
+#include "choir/buf.h"
 #include "cli/cli.h"
 #include "cli/opt.h"
 
+#define METRICS_PAGE_MAX ((size_t)16 << 20)
+
 typedef struct body {
-    char *text;
-    size_t len;
+    choir_buf page;
     int too_big;
 } body;
 
@@ -20,18 +22,11 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *user)
 {
     body *b = user;
     size_t n = size * nmemb;
-    if (b->len + n > (16u << 20)) {
+    if (b->page.len + n > METRICS_PAGE_MAX) {
         b->too_big = 1;
         return 0;
     }
-    char *t = choir_realloc(b->text, b->len + n + 1);
-    if (!t)
-        return 0;
-    memcpy(t + b->len, ptr, n);
-    b->len += n;
-    t[b->len] = 0;
-    b->text = t;
-    return n;
+    return choir_buf_append(&b->page, ptr, n) == CHOIR_OK ? n : 0;
 }
 
 /* The value of the first sample line that starts with `series` followed by a
@@ -153,7 +148,7 @@ int choir_cmd_stats(int argc, char **argv)
     char full[2048];
     size_t ul = strlen(url);
     snprintf(full, sizeof full, "%s%s", url, ul && url[ul - 1] == '/' ? "metrics" : "/metrics");
-    body b = {0};
+    body b = {.page = CHOIR_BUF_INIT(CHOIR_MEM_IO)};
     CURL *c = curl_easy_init();
     if (!c) {
         fprintf(stderr, "choir stats: cannot start libcurl\n");
@@ -179,36 +174,37 @@ int choir_cmd_stats(int argc, char **argv)
     curl_slist_free_all(headers);
     /* file:// URLs (a saved page) have no HTTP status */
     int ok_status = status == 200 || (status == 0 && strncmp(full, "file:", 5) == 0);
-    if (rc != CURLE_OK || !ok_status || !b.text) {
+    if (rc != CURLE_OK || !ok_status || !b.page.data) {
         fprintf(stderr, "choir stats: %s: %s\n", full,
                 rc != CURLE_OK ? (curl_err[0] ? curl_err : curl_easy_strerror(rc))
                 : b.too_big    ? "response larger than 16 MiB"
                                : "no metrics (HTTP status not 200)");
-        choir_free(b.text);
+        choir_buf_free(&b.page);
         return 1;
     }
+    const char *text = b.page.data;
     if (raw) {
-        fputs(b.text, stdout);
-        choir_free(b.text);
+        fputs(text, stdout);
+        choir_buf_free(&b.page);
         return 0;
     }
     printf("%s\n", full);
     printf("requests\n");
-    line(b.text, "submitted", "choir_requests_submitted_total", 1, "");
-    line(b.text, "completed", "choir_requests_completed_total", 1, "");
-    line(b.text, "failed", "choir_requests_failed_total", 1, "");
+    line(text, "submitted", "choir_requests_submitted_total", 1, "");
+    line(text, "completed", "choir_requests_completed_total", 1, "");
+    line(text, "failed", "choir_requests_failed_total", 1, "");
     static const char *reasons[] = {"queue_full", "overload", "deadline", "too_large", "shutdown", "cancelled",
                                     "failed"};
     for (size_t i = 0; i < sizeof reasons / sizeof reasons[0]; i++) {
         char series[128], label[64];
         snprintf(series, sizeof series, "choir_requests_rejected_total{reason=\"%s\"}", reasons[i]);
         snprintf(label, sizeof label, "rejected (%s)", reasons[i]);
-        line(b.text, label, series, 1, "");
+        line(text, label, series, 1, "");
     }
-    line(b.text, "queued", "choir_queue_depth", 1, "");
-    line(b.text, "running", "choir_running_requests", 1, "");
-    line(b.text, "degraded", "choir_degraded", 1, "");
-    line(b.text, "audio s per s", "choir_audio_seconds_per_second", 1, "");
+    line(text, "queued", "choir_queue_depth", 1, "");
+    line(text, "running", "choir_running_requests", 1, "");
+    line(text, "degraded", "choir_degraded", 1, "");
+    line(text, "audio s per s", "choir_audio_seconds_per_second", 1, "");
     printf("latency (p50 / p99)\n");
     static const char *hists[][2] = {{"queue wait", "choir_queue_wait_seconds"},
                                      {"first output", "choir_time_to_first_output_seconds"},
@@ -219,16 +215,16 @@ int choir_cmd_stats(int argc, char **argv)
         snprintf(s50, sizeof s50, "%s_quantile{quantile=\"0.5\"}", hists[i][1]);
         snprintf(s99, sizeof s99, "%s_quantile{quantile=\"0.99\"}", hists[i][1]);
         int f50, f99;
-        double p50 = sample(b.text, s50, &f50), p99 = sample(b.text, s99, &f99);
+        double p50 = sample(text, s50, &f50), p99 = sample(text, s99, &f99);
         if (f50 && f99)
             printf("  %-28s %.1f ms / %.1f ms\n", hists[i][0], p50 * 1e3, p99 * 1e3);
     }
     printf("memory\n");
-    line(b.text, "budget", "choir_memory_budget_bytes", 1.0 / (1 << 20), " MiB");
-    line(b.text, "reserved (batches)", "choir_memory_reserved_bytes", 1.0 / (1 << 20), " MiB");
-    line(b.text, "weights resident", "choir_weights_resident_bytes", 1.0 / (1 << 20), " MiB");
-    line(b.text, "largest arena", "choir_arena_peak_bytes", 1.0 / (1 << 20), " MiB");
-    devices_and_placement(b.text);
-    choir_free(b.text);
+    line(text, "budget", "choir_memory_budget_bytes", 1.0 / (1 << 20), " MiB");
+    line(text, "reserved (batches)", "choir_memory_reserved_bytes", 1.0 / (1 << 20), " MiB");
+    line(text, "weights resident", "choir_weights_resident_bytes", 1.0 / (1 << 20), " MiB");
+    line(text, "largest arena", "choir_arena_peak_bytes", 1.0 / (1 << 20), " MiB");
+    devices_and_placement(text);
+    choir_buf_free(&b.page);
     return 0;
 }

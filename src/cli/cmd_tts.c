@@ -1,8 +1,11 @@
 /* `choir tts`: text to speech with Kokoro-82M. */
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "choir/alloc.h"
+#include "choir/buf.h"
 #include "choir/encode.h"
 #include "choir/kokoro.h"
 #include "choir/log.h"
@@ -42,21 +45,15 @@ static int write_stdout(const void *data, size_t len, void *user) {
     return fwrite(data, 1, len, stdout) != len;
 }
 
-static char *read_stdin(void) {
-    size_t cap = 4096, n = 0;
-    char *s = choir_alloc(CHOIR_MEM_IO, cap);
-    while (s) {
-        size_t got = fread(s + n, 1, cap - n - 1, stdin);
-        n += got;
-        if (got == 0) break;
-        if (n + 1 == cap) {
-            char *p = choir_realloc(s, cap *= 2);
-            if (!p) choir_free(s);
-            s = p;
-        }
-    }
-    if (s) s[n] = 0;
-    return s;
+/* The text on standard input, or NULL with `err` set. */
+static char *read_stdin(choir_err *err) {
+    choir_buf in = CHOIR_BUF_INIT(CHOIR_MEM_IO);
+    int rc = choir_buf_read(&in, stdin, SIZE_MAX);
+    const char *why = rc == CHOIR_EIO ? strerror(errno) : "out of memory";
+    char *text = rc == 0 ? choir_buf_take(&in, NULL) : NULL;
+    choir_buf_free(&in);
+    if (!text) choir_err_set(err, rc == CHOIR_EIO ? rc : CHOIR_ENOMEM, "standard input: %s", why);
+    return text;
 }
 
 int choir_cmd_tts(int argc, char **argv) {
@@ -125,9 +122,12 @@ int choir_cmd_tts(int argc, char **argv) {
         choir_err_set(&err, CHOIR_EINVAL, "unknown --lang %s (a or b)", lang);
         goto done;
     }
-    text = text_arg && strcmp(text_arg, "-") != 0 ? choir_strdup(text_arg) : read_stdin();
-    if (!text) {
-        choir_err_set(&err, CHOIR_EIO, "no text");
+    if (text_arg && strcmp(text_arg, "-") != 0) {
+        if (!(text = choir_strdup(text_arg))) {
+            choir_err_set(&err, CHOIR_ENOMEM, "out of memory");
+            goto done;
+        }
+    } else if (!(text = read_stdin(&err))) {
         goto done;
     }
     char voices_dir[2048];

@@ -12,6 +12,7 @@
 #include <curl/curl.h>
 
 #include "choir/alloc.h"
+#include "choir/buf.h"
 #include "choir/hub.h"
 
 #define HUB_LISTING_MAX (16 << 20)
@@ -24,8 +25,7 @@ typedef struct hub_file {
 } hub_file;
 
 typedef struct mem_body {
-    char *data;
-    size_t len;
+    choir_buf data;
     int too_big;
 } mem_body;
 
@@ -33,18 +33,11 @@ static size_t on_listing(char *ptr, size_t size, size_t nmemb, void *user)
 {
     mem_body *b = user;
     size_t n = size * nmemb;
-    if (b->len + n > HUB_LISTING_MAX) {
+    if (b->data.len + n > HUB_LISTING_MAX) {
         b->too_big = 1;
         return 0;
     }
-    char *grown = choir_realloc(b->data, b->len + n + 1);
-    if (!grown)
-        return 0;
-    memcpy(grown + b->len, ptr, n);
-    b->len += n;
-    grown[b->len] = 0;
-    b->data = grown;
-    return n;
+    return choir_buf_append(&b->data, ptr, n) == CHOIR_OK ? n : 0;
 }
 
 static int valid_repo(const char *repo)
@@ -374,7 +367,7 @@ int choir_hub_pull(const char *repo, const char *dest, const choir_hub_params *p
         snprintf(auth, sizeof auth, "Authorization: Bearer %s", p.token);
         headers = curl_slist_append(NULL, auth);
     }
-    mem_body listing = {0};
+    mem_body listing = {.data = CHOIR_BUF_INIT(CHOIR_MEM_IO)};
     cJSON *root = NULL;
     hub_file *files = NULL;
     int n_files = 0, rc = 0;
@@ -404,7 +397,7 @@ int choir_hub_pull(const char *repo, const char *dest, const choir_hub_params *p
         rc = choir_err_set(err, CHOIR_EIO, "%s: HTTP %ld", url, code);
         goto done;
     }
-    root = listing.data ? cJSON_ParseWithLength(listing.data, listing.len) : NULL;
+    root = listing.data.data ? cJSON_ParseWithLength(listing.data.data, listing.data.len) : NULL;
     if (!root) {
         rc = choir_err_set(err, CHOIR_EFORMAT, "%s: the listing is not JSON", url);
         goto done;
@@ -434,7 +427,7 @@ done:
         *result = res;
     choir_free(files);
     cJSON_Delete(root);
-    choir_free(listing.data);
+    choir_buf_free(&listing.data);
     curl_free(rev);
     curl_easy_cleanup(c);
     curl_slist_free_all(headers);

@@ -11,6 +11,7 @@
 
 #include "choir/alloc.h"
 #include "choir/audio.h"
+#include "choir/buf.h"
 #include "choir/encode.h"
 #include "choir/jobqueue.h"
 #include "choir/json.h"
@@ -77,10 +78,7 @@ done:
 
 /* What the engine delivered for one job, gathered across its outputs. */
 typedef struct job_result {
-    cJSON *segments; /* array of {start, end[, text]} */
-    char *text;      /* choir_alloc'd, grows */
-    size_t text_len;
-    char language[16];
+    cJSON *segments; /* array of {start, end} (VAD) */
     float *samples; /* choir_alloc'd, grows */
     int64_t n_samples, cap_samples;
     int sample_rate;
@@ -107,6 +105,8 @@ static int collect_output(void *user, const choir_output *out) {
             return 1;
         }
     }
+    if (r->stt)
+        return 0; /* the final output's transcript is the whole result */
     for (int i = 0; i < out->n_segments; i++) {
         cJSON *s = cJSON_CreateObject();
         if (!s) {
@@ -115,21 +115,8 @@ static int collect_output(void *user, const choir_output *out) {
         }
         cJSON_AddNumberToObject(s, "start", out->segments[i].start_s);
         cJSON_AddNumberToObject(s, "end", out->segments[i].end_s);
-        if (out->segments[i].text) cJSON_AddStringToObject(s, "text", out->segments[i].text);
         cJSON_AddItemToArray(r->segments, s);
     }
-    if (out->text && out->text[0]) {
-        size_t n = strlen(out->text);
-        char *t = choir_realloc(r->text, r->text_len + n + 1);
-        if (!t) {
-            r->oom = 1;
-            return 1;
-        }
-        memcpy(t + r->text_len, out->text, n + 1);
-        r->text = t;
-        r->text_len += n;
-    }
-    if (out->language) snprintf(r->language, sizeof r->language, "%s", out->language);
     if (out->n_samples > 0) {
         if (r->n_samples + out->n_samples > r->cap_samples) {
             int64_t cap = (r->n_samples + out->n_samples) * 2;
@@ -151,21 +138,15 @@ static int collect_output(void *user, const choir_output *out) {
 static int read_text(const char *path, char **out, choir_err *err) {
     FILE *f = fopen(path, "rb");
     if (!f) return choir_err_set(err, CHOIR_ENOTFOUND, "cannot open %s: %s", path, strerror(errno));
-    char *text = choir_alloc(CHOIR_MEM_IO, TTS_TEXT_MAX + 1);
-    if (!text) {
-        fclose(f);
-        return choir_err_set(err, CHOIR_ENOMEM, "out of memory");
-    }
-    size_t n = fread(text, 1, TTS_TEXT_MAX + 1, f);
-    int bad = ferror(f);
+    choir_buf text = CHOIR_BUF_INIT(CHOIR_MEM_IO);
+    int rc = choir_buf_read(&text, f, TTS_TEXT_MAX);
     fclose(f);
-    if (bad || n > TTS_TEXT_MAX) {
-        choir_free(text);
-        return choir_err_set(err, bad ? CHOIR_EIO : CHOIR_ETOOBIG, "%s: %s", path,
-                             bad ? "read error" : "text over 4 MiB");
-    }
-    text[n] = 0;
-    *out = text;
+    if (rc == 0 && !(*out = choir_buf_take(&text, NULL)))
+        rc = CHOIR_ENOMEM;
+    choir_buf_free(&text);
+    if (rc < 0)
+        return choir_err_set(err, rc, "%s: %s", path,
+                             rc == CHOIR_EIO ? "read error" : rc == CHOIR_ETOOBIG ? "text over 4 MiB" : "out of memory");
     return 0;
 }
 
@@ -182,10 +163,6 @@ static int write_json_result(const choir_jobspec *spec, job_result *r, choir_err
     if (!root) return choir_err_set(err, CHOIR_ENOMEM, "out of memory");
     cJSON_AddStringToObject(root, "task", spec->task);
     cJSON_AddStringToObject(root, "input", spec->input);
-    if (strcmp(spec->task, "stt") == 0) {
-        cJSON_AddStringToObject(root, "text", r->text ? r->text : "");
-        if (r->language[0]) cJSON_AddStringToObject(root, "language", r->language);
-    }
     cJSON_AddItemToObject(root, "segments", r->segments);
     r->segments = NULL;
     char *json = cJSON_PrintUnformatted(root);
@@ -335,7 +312,6 @@ done:
     choir_ticket_free(ticket);
     choir_free(encoded);
     choir_free(text);
-    choir_free(res.text);
     choir_free(res.samples);
     choir_free(res.formatted);
     cJSON_Delete(res.segments);

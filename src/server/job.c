@@ -22,6 +22,9 @@ srv_job *srv_job_create(choir_server *s, srv_job_kind kind)
         return NULL;
     j->server = s;
     j->kind = kind;
+    j->out = (choir_buf)CHOIR_BUF_INIT(CHOIR_MEM_IO);
+    j->sse_audio = (choir_buf)CHOIR_BUF_INIT(CHOIR_MEM_IO);
+    j->text = (choir_buf)CHOIR_BUF_INIT(CHOIR_MEM_IO);
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     return j;
@@ -94,9 +97,9 @@ void srv_job_destroy(srv_job *j)
     choir_encoder_free(j->encoder);
     clear_segments(j);
     choir_free(j->segments);
-    choir_free(j->out);
-    choir_free(j->sse_scratch);
-    choir_free(j->text);
+    choir_buf_free(&j->out);
+    choir_buf_free(&j->sse_audio);
+    choir_buf_free(&j->text);
     choir_free(j->input_text);
     choir_free(j->voice);
     choir_free(j->lang);
@@ -108,31 +111,14 @@ void srv_job_destroy(srv_job *j)
     choir_free(j);
 }
 
-static int grow_append(char **buf, size_t *len, size_t *cap, const void *data, size_t n)
-{
-    if (*len + n + 1 > *cap) {
-        size_t ncap = *cap ? *cap : 4096;
-        while (ncap < *len + n + 1)
-            ncap *= 2;
-        char *grown = choir_realloc(*buf, ncap);
-        if (!grown)
-            return CHOIR_ENOMEM;
-        *buf = grown;
-        *cap = ncap;
-    }
-    if (n)
-        memcpy(*buf + *len, data, n);
-    *len += n;
-    (*buf)[*len] = 0;
-    return 0;
-}
-
 int srv_job_append(srv_job *j, const void *data, size_t len)
 {
     /* a stream reader that caught up lets the buffer restart from 0 */
-    if (j->out_sent && j->out_sent == j->out_len)
-        j->out_len = j->out_sent = 0;
-    return grow_append(&j->out, &j->out_len, &j->out_cap, data, len);
+    if (j->out_sent && j->out_sent == j->out.len) {
+        choir_buf_clear(&j->out);
+        j->out_sent = 0;
+    }
+    return choir_buf_append(&j->out, data, len);
 }
 
 static int base64_sse(srv_job *j, const char *prefix, const unsigned char *data, size_t n, const char *suffix)
@@ -177,7 +163,7 @@ static int on_encoded(const void *data, size_t len, void *user)
 {
     srv_job *j = user;
     if (j->sse)
-        return grow_append(&j->sse_scratch, &j->sse_len, &j->sse_cap, data, len) < 0;
+        return choir_buf_append(&j->sse_audio, data, len) < 0;
     return srv_job_append(j, data, len) < 0;
 }
 
@@ -192,12 +178,12 @@ static void job_fail(srv_job *j, int code, const char *msg)
 
 static void flush_sse_audio(srv_job *j)
 {
-    if (!j->sse || j->sse_len == 0)
+    if (!j->sse || j->sse_audio.len == 0)
         return;
-    if (base64_sse(j, "data: {\"type\":\"speech.audio.delta\",\"audio\":\"", (const unsigned char *)j->sse_scratch,
-                   j->sse_len, "\"}\n\n") < 0)
+    if (base64_sse(j, "data: {\"type\":\"speech.audio.delta\",\"audio\":\"", (const unsigned char *)j->sse_audio.data,
+                   j->sse_audio.len, "\"}\n\n") < 0)
         job_fail(j, CHOIR_ENOMEM, "out of memory");
-    j->sse_len = 0;
+    choir_buf_clear(&j->sse_audio);
 }
 
 static void put_le32(char *p, uint32_t v)
@@ -210,15 +196,17 @@ static void put_le32(char *p, uint32_t v)
  * data sizes, which the streaming encoder leaves "unknown", are filled in. */
 static void fix_wav_sizes(srv_job *j)
 {
-    if (j->stream || (j->format != CHOIR_FORMAT_WAV16 && j->format != CHOIR_FORMAT_WAVF32) || j->out_len < 44 ||
-        memcmp(j->out, "RIFF", 4) != 0 || j->out_len > UINT32_MAX)
+    char *wav = j->out.data;
+    size_t len = j->out.len;
+    if (j->stream || (j->format != CHOIR_FORMAT_WAV16 && j->format != CHOIR_FORMAT_WAVF32) || len < 44 ||
+        memcmp(wav, "RIFF", 4) != 0 || len > UINT32_MAX)
         return;
-    for (size_t at = 12; at + 8 <= j->out_len && at < 256;) {
-        uint32_t size = (uint32_t)(unsigned char)j->out[at + 4] | (uint32_t)(unsigned char)j->out[at + 5] << 8 |
-                        (uint32_t)(unsigned char)j->out[at + 6] << 16 | (uint32_t)(unsigned char)j->out[at + 7] << 24;
-        if (memcmp(j->out + at, "data", 4) == 0) {
-            put_le32(j->out + 4, (uint32_t)(j->out_len - 8));
-            put_le32(j->out + at + 4, (uint32_t)(j->out_len - at - 8));
+    for (size_t at = 12; at + 8 <= len && at < 256;) {
+        uint32_t size = (uint32_t)(unsigned char)wav[at + 4] | (uint32_t)(unsigned char)wav[at + 5] << 8 |
+                        (uint32_t)(unsigned char)wav[at + 6] << 16 | (uint32_t)(unsigned char)wav[at + 7] << 24;
+        if (memcmp(wav + at, "data", 4) == 0) {
+            put_le32(wav + 4, (uint32_t)(len - 8));
+            put_le32(wav + at + 4, (uint32_t)(len - at - 8));
             return;
         }
         at += 8 + (size_t)size + (size & 1);
@@ -298,18 +286,16 @@ static void add_segments(const srv_job *j, cJSON *ev, int from)
 static void on_text(srv_job *j, const choir_output *out)
 {
     const char *t = out->text ? out->text : "";
-    int had_partials = j->text_len > 0;
+    int had_partials = j->text.len > 0;
     int segments_sent = j->n_segments; /* before this output's: what the stream has carried */
     /* The final output repeats the whole transcript and all segments (see
      * choir/model.h): it replaces what the partial pieces accumulated. */
     if (out->final) {
-        j->text_len = 0;
-        if (j->text)
-            j->text[0] = '\0';
+        choir_buf_clear(&j->text);
         if (out->n_segments > 0)
             clear_segments(j);
     }
-    if (grow_append(&j->text, &j->text_len, &j->text_cap, t, strlen(t)) < 0)
+    if (choir_buf_puts(&j->text, t) < 0)
         job_fail(j, CHOIR_ENOMEM, "out of memory");
     if (out->language && !j->language[0])
         snprintf(j->language, sizeof j->language, "%s", out->language);
@@ -413,7 +399,7 @@ int srv_job_on_output(void *user, const choir_output *out)
 const char *srv_job_transcript(const srv_job *j)
 {
     /* After the final output, j->text holds the whole transcript it carried. */
-    return j->text ? j->text : "";
+    return j->text.data ? j->text.data : "";
 }
 
 enum MHD_Result srv_job_submit(srv_job *j, choir_job *job, struct MHD_Connection *c, int *submitted)
@@ -501,7 +487,7 @@ enum MHD_Result srv_job_reply_whole(srv_job *j, struct MHD_Connection *c, unsign
     int rc = srv_job_wait(j, c, &reason);
     if (rc < 0)
         return srv_reply_engine_error(j->server, c, rc, reason, j->error);
-    return srv_reply(j->server, c, status, content_type, j->out, j->out_len);
+    return srv_reply(j->server, c, status, content_type, j->out.data, j->out.len);
 }
 
 /* Waits (j->mu held) for the next change. The engine delivers a final output
@@ -536,16 +522,16 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     (void)pos;
     srv_job *j = cls;
     pthread_mutex_lock(&j->mu);
-    while (j->out_sent == j->out_len && !j->finished)
+    while (j->out_sent == j->out.len && !j->finished)
         wait_change(j);
-    size_t n = j->out_len - j->out_sent;
+    size_t n = j->out.len - j->out_sent;
     if (n == 0) {
         pthread_mutex_unlock(&j->mu);
         return MHD_CONTENT_READER_END_OF_STREAM;
     }
     if (n > max)
         n = max;
-    memcpy(buf, j->out + j->out_sent, n);
+    memcpy(buf, j->out.data + j->out_sent, n);
     j->out_sent += n;
     pthread_mutex_unlock(&j->mu);
     return (ssize_t)n;
@@ -565,7 +551,7 @@ enum MHD_Result srv_job_reply_stream(srv_job *j, struct MHD_Connection *c, const
     pthread_mutex_lock(&j->mu);
     int late = 0;
     choir_reject_reason reason = CHOIR_REJECT_NONE;
-    while (j->out_len == 0 && !j->finished) {
+    while (j->out.len == 0 && !j->finished) {
         wait_change(j);
         if (!j->finished && (client_gone(c) || (late = past_due(j, &reason)))) {
             pthread_mutex_unlock(&j->mu);
@@ -577,7 +563,7 @@ enum MHD_Result srv_job_reply_stream(srv_job *j, struct MHD_Connection *c, const
             }
         }
     }
-    int failed_early = j->out_len == 0 && j->status;
+    int failed_early = j->out.len == 0 && j->status;
     pthread_mutex_unlock(&j->mu);
     if (failed_early) {
         int rc = late ? j->status : srv_job_wait(j, c, &reason);

@@ -260,7 +260,7 @@ enum MHD_Result srv_handle_separation(choir_server *s, struct MHD_Connection *c,
     /* The target arrived as float WAV bytes: decode them back to samples. */
     choir_audio tgt = {0};
     cJSON *root = cJSON_CreateObject();
-    if (!root || choir_audio_decode_memory(j->out, j->out_len, NULL, &tgt, &err) < 0 ||
+    if (!root || choir_audio_decode_memory(j->out.data, j->out.len, NULL, &tgt, &err) < 0 ||
         add_track(root, "target", tgt.samples, tgt.frames) < 0 || add_track(root, "residual", res.x, res.got) < 0 ||
         !cJSON_AddNumberToObject(root, "sample_rate", CHOIR_SAM_RATE)) {
         choir_audio_clear(&tgt);

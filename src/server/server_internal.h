@@ -12,6 +12,7 @@
 #include <microhttpd.h>
 
 #include "choir/audio.h"
+#include "choir/buf.h"
 #include "choir/encode.h"
 #include "choir/engine.h"
 #include "choir/server.h"
@@ -258,9 +259,10 @@ typedef struct srv_job {
     int sse;           /* stream as server-sent events */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    /* response bytes produced and not yet sent (stream) or all of them */
-    char *out;
-    size_t out_len, out_cap, out_sent;
+    /* response bytes produced and not yet sent (stream) or all of them;
+     * a stream has sent out.data[0, out_sent) */
+    choir_buf out;
+    size_t out_sent;
     int finished;      /* the final output was handled */
     int status;        /* 0 or the failure's code */
     choir_reject_reason reason;
@@ -268,14 +270,12 @@ typedef struct srv_job {
     /* speech */
     choir_audio_format format;
     choir_encoder *encoder;
-    char *sse_scratch; /* encoded bytes of one output, before base64 */
-    size_t sse_len, sse_cap;
+    choir_buf sse_audio; /* encoded bytes of one output, before base64 */
     int input_chars;
     int64_t samples_out;
     int sample_rate;
     /* transcript */
-    char *text;        /* the whole transcript so far */
-    size_t text_len, text_cap;
+    choir_buf text;    /* the whole transcript so far */
     choir_segment *segments; /* copies: text, tokens and words owned by the job */
     int n_segments, cap_segments;
     char language[16];

@@ -1,13 +1,13 @@
 /* Transcripts in OpenAI's response formats (choir/transcript.h): json, text,
  * srt, vtt and verbose_json, for the server, `choir stt` and the job worker. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
 
 #include "choir/alloc.h"
+#include "choir/buf.h"
 #include "choir/transcript.h"
 
 int choir_transcript_format_parse(const char *name, choir_transcript_format *out)
@@ -73,44 +73,6 @@ const char *choir_language_name(const char *code)
     return NULL;
 }
 
-/* A growing output string; `failed` once an allocation did not succeed. */
-typedef struct text_out {
-    char *s;
-    size_t len, cap;
-    int failed;
-} text_out;
-
-static void put(text_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(text_out *o, const char *fmt, ...)
-{
-    if (o->failed)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(o->s ? o->s + o->len : NULL, o->s ? o->cap - o->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            o->failed = 1;
-            return;
-        }
-        if (o->s && o->len + (size_t)n < o->cap) {
-            o->len += (size_t)n;
-            return;
-        }
-        size_t cap = o->cap ? 2 * o->cap : 256;
-        while (cap <= o->len + (size_t)n)
-            cap *= 2;
-        char *grown = choir_realloc(o->s, cap);
-        if (!grown) {
-            o->failed = 1;
-            return;
-        }
-        o->s = grown;
-        o->cap = cap;
-    }
-}
-
 /* Leading and trailing white space of a text: pointer and length within. */
 static const char *trimmed(const char *t, int *len)
 {
@@ -142,16 +104,16 @@ static void times(const choir_transcript *t, int i, double prev_end, double *sta
 }
 
 /* "HH:MM:SS,mmm" (srt) or "HH:MM:SS.mmm" (vtt). */
-static void put_time(text_out *o, double s, char sep)
+static void put_time(choir_buf *o, double s, char sep)
 {
     long long ms = llround(s * 1000.0);
     if (ms < 0)
         ms = 0;
-    put(o, "%02lld:%02lld:%02lld%c%03lld", ms / 3600000, ms / 60000 % 60, ms / 1000 % 60, sep, ms % 1000);
+    choir_buf_printf(o, "%02lld:%02lld:%02lld%c%03lld", ms / 3600000, ms / 60000 % 60, ms / 1000 % 60, sep, ms % 1000);
 }
 
 /* The caller's cues (laid out by words), in order and inside the audio. */
-static void write_given_cues(const choir_transcript *t, int vtt, text_out *o)
+static void write_given_cues(const choir_transcript *t, int vtt, choir_buf *o)
 {
     double prev = 0;
     for (int i = 0; i < t->n_cues; i++) {
@@ -167,18 +129,18 @@ static void write_given_cues(const choir_transcript *t, int vtt, text_out *o)
             b = a;
         prev = b;
         if (!vtt)
-            put(o, "%d\n", i + 1);
+            choir_buf_printf(o, "%d\n", i + 1);
         put_time(o, a, vtt ? '.' : ',');
-        put(o, " --> ");
+        choir_buf_printf(o, " --> ");
         put_time(o, b, vtt ? '.' : ',');
-        put(o, "\n%s\n\n", c->text ? c->text : "");
+        choir_buf_printf(o, "\n%s\n\n", c->text ? c->text : "");
     }
 }
 
-static void write_cues(const choir_transcript *t, int vtt, text_out *o)
+static void write_cues(const choir_transcript *t, int vtt, choir_buf *o)
 {
     if (vtt)
-        put(o, "WEBVTT\n\n");
+        choir_buf_printf(o, "WEBVTT\n\n");
     if (t->n_cues > 0) {
         write_given_cues(t, vtt, o);
         return;
@@ -198,16 +160,16 @@ static void write_cues(const choir_transcript *t, int vtt, text_out *o)
         int n;
         const char *text = trimmed(g->text, &n);
         if (!vtt)
-            put(o, "%d\n", i + 1);
+            choir_buf_printf(o, "%d\n", i + 1);
         put_time(o, a, vtt ? '.' : ',');
-        put(o, " --> ");
+        choir_buf_printf(o, " --> ");
         put_time(o, b, vtt ? '.' : ',');
         if (g->has_speaker && vtt)
-            put(o, "\n<v Speaker %d>%.*s\n\n", g->speaker, n, text);
+            choir_buf_printf(o, "\n<v Speaker %d>%.*s\n\n", g->speaker, n, text);
         else if (g->has_speaker)
-            put(o, "\n[Speaker %d] %.*s\n\n", g->speaker, n, text);
+            choir_buf_printf(o, "\n[Speaker %d] %.*s\n\n", g->speaker, n, text);
         else
-            put(o, "\n%.*s\n\n", n, text);
+            choir_buf_printf(o, "\n%.*s\n\n", n, text);
     }
 }
 
@@ -318,7 +280,7 @@ char *choir_transcript_write(const choir_transcript *t, choir_transcript_format 
     }
     choir_transcript_opts d = {0};
     const choir_transcript_opts *o = opts ? opts : &d;
-    text_out out = {0};
+    choir_buf out = CHOIR_BUF_INIT(CHOIR_MEM_IO);
     int n;
     const char *text = trimmed(t->text, &n);
     char *flat = choir_alloc(CHOIR_MEM_IO, (size_t)n + 1);
@@ -329,7 +291,7 @@ char *choir_transcript_write(const choir_transcript *t, choir_transcript_format 
     memcpy(flat, text, (size_t)n);
     flat[n] = 0;
     if (f == CHOIR_TRANSCRIPT_TEXT) {
-        put(&out, "%s\n", flat);
+        choir_buf_printf(&out, "%s\n", flat);
     } else if (f == CHOIR_TRANSCRIPT_SRT || f == CHOIR_TRANSCRIPT_VTT) {
         write_cues(t, f == CHOIR_TRANSCRIPT_VTT, &out);
     } else {
@@ -343,18 +305,14 @@ char *choir_transcript_write(const choir_transcript *t, choir_transcript_format 
         char *js = root ? (o->pretty ? cJSON_Print(root) : cJSON_PrintUnformatted(root)) : NULL;
         cJSON_Delete(root);
         if (js)
-            put(&out, "%s%s", js, o->pretty ? "\n" : "");
+            choir_buf_printf(&out, "%s%s", js, o->pretty ? "\n" : "");
         else
-            out.failed = 1;
+            out.oom = 1; /* cJSON ran out of memory: the buffer reports it */
         cJSON_free(js);
     }
     choir_free(flat);
-    if (out.failed || !out.s) {
-        choir_free(out.s);
+    char *written = choir_buf_take(&out, len);
+    if (!written)
         choir_err_set(err, CHOIR_ENOMEM, "transcript: out of memory");
-        return NULL;
-    }
-    if (len)
-        *len = out.len;
-    return out.s;
+    return written;
 }
