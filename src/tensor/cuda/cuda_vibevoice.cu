@@ -378,6 +378,27 @@ static int att_split(choir_cuda *cu, const float *q, int64_t T, const float *kc,
     return choir_cuda_check_launch(err, "vibevoice attention combine");
 }
 
+/* The tiled prefill kernel for heads of 64 or 128 values (the caller checks
+ * D and that a group fits a block), over contiguous caches or, with table,
+ * over pages. */
+static int att_prefill(choir_cuda *cu, const float *q, int64_t T, const float *k, const float *v,
+                       int64_t pos0, const int32_t *table, int n_heads, int n_kv, int D, float *out,
+                       choir_err *err, const char *what) {
+    int rows = (VV_PF_THREADS / 2) / (n_heads / n_kv);
+    int64_t tiles = (T + rows - 1) / rows;
+    if (tiles > INT32_MAX || n_kv > 65535)
+        return choir_err_set(err, CHOIR_ETOOBIG, "cuda: attention of %lld rows", (long long)T);
+    dim3 grid((unsigned)tiles, (unsigned)n_kv);
+    float scale = 1.0f / sqrtf((float)D);
+    if (D == 128)
+        k_vv_att_prefill<128><<<grid, VV_PF_THREADS, 0, cu->stream>>>(q, T, k, v, pos0, table, n_heads,
+                                                                      n_kv, scale, out);
+    else
+        k_vv_att_prefill<64><<<grid, VV_PF_THREADS, 0, cu->stream>>>(q, T, k, v, pos0, table, n_heads,
+                                                                     n_kv, scale, out);
+    return choir_cuda_check_launch(err, what);
+}
+
 extern "C" {
 
 int choir_cuda_vv_conv_stem(choir_cuda *cu, const float *in, int64_t T, const float *taps,
@@ -415,21 +436,9 @@ int choir_cuda_vv_attention(choir_cuda *cu, const float *q, int64_t T, const flo
     int G = n_heads / n_kv;
     if (T <= VV_SPLIT_ROWS && G <= VV_SPLIT_MAX_G && D % 4 == 0)
         return att_split(cu, q, T, kc, vc, pos0, NULL, NULL, 0, pos0 + T, n_heads, n_kv, D, out, err);
-    if ((D == 128 || D == 64) && G <= VV_PF_THREADS / 2) {
-        int rows = (VV_PF_THREADS / 2) / G;
-        int64_t tiles = (T + rows - 1) / rows;
-        if (tiles > INT32_MAX || n_kv > 65535)
-            return choir_err_set(err, CHOIR_ETOOBIG, "cuda: attention of %lld rows", (long long)T);
-        dim3 grid((unsigned)tiles, (unsigned)n_kv);
-        float scale = 1.0f / sqrtf((float)D);
-        if (D == 128)
-            k_vv_att_prefill<128><<<grid, VV_PF_THREADS, 0, cu->stream>>>(q, T, kc, vc, pos0, NULL, n_heads,
-                                                                          n_kv, scale, out);
-        else
-            k_vv_att_prefill<64><<<grid, VV_PF_THREADS, 0, cu->stream>>>(q, T, kc, vc, pos0, NULL, n_heads,
-                                                                         n_kv, scale, out);
-        return choir_cuda_check_launch(err, "vibevoice prefill attention");
-    }
+    if ((D == 128 || D == 64) && G <= VV_PF_THREADS / 2)
+        return att_prefill(cu, q, T, kc, vc, pos0, NULL, n_heads, n_kv, D, out, err,
+                           "vibevoice prefill attention");
     dim3 grid((unsigned)T, (unsigned)n_heads);
     k_vv_attention<<<grid, VV_ATT_THREADS, 0, cu->stream>>>(q, kc, vc, pos0, n_heads, n_kv, D,
                                                            1.0f / sqrtf((float)D), out);
@@ -462,19 +471,8 @@ int choir_cuda_vv_attention_paged(choir_cuda *cu, const float *q, int64_t T, con
     if ((D != 128 && D != 64) || G > VV_PF_THREADS / 2)
         return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: paged prefill attention of %d values, groups of %d",
                              D, G);
-    int rows = (VV_PF_THREADS / 2) / G;
-    int64_t tiles = (T + rows - 1) / rows;
-    if (tiles > INT32_MAX || n_kv > 65535)
-        return choir_err_set(err, CHOIR_ETOOBIG, "cuda: attention of %lld rows", (long long)T);
-    dim3 grid((unsigned)tiles, (unsigned)n_kv);
-    float scale = 1.0f / sqrtf((float)D);
-    if (D == 128)
-        k_vv_att_prefill<128><<<grid, VV_PF_THREADS, 0, cu->stream>>>(q, T, kpool, vpool, pos0, table, n_heads,
-                                                                      n_kv, scale, out);
-    else
-        k_vv_att_prefill<64><<<grid, VV_PF_THREADS, 0, cu->stream>>>(q, T, kpool, vpool, pos0, table, n_heads,
-                                                                     n_kv, scale, out);
-    return choir_cuda_check_launch(err, "vibevoice paged prefill attention");
+    return att_prefill(cu, q, T, kpool, vpool, pos0, table, n_heads, n_kv, D, out, err,
+                       "vibevoice paged prefill attention");
 }
 
 } /* extern "C" */
