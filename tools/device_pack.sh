@@ -22,6 +22,13 @@ STAGE=$(mktemp -d)
 trap 'rm -rf "$STAGE"' EXIT
 mkdir -p "$STAGE/bin" "$STAGE/lib" "$STAGE/shared" "$OUT"
 cp "$BUILD/choir" "$STAGE/bin/"
+# choir-dev (bench, parity, dev weights): `choir bench` and `choir dev` run it
+# from beside choir, so it travels with it.
+progs="$BUILD/choir"
+if [ -x "$BUILD/choir-dev" ]; then
+  cp "$BUILD/choir-dev" "$STAGE/bin/"
+  progs="$progs $BUILD/choir-dev"
+fi
 # CHOIR_PACK_EXTRA: more programs of the build (check programs, benches) to pack.
 # Paths relative to BUILD, e.g. src/tensor/cuda/choir_backend_gpu_check.
 for extra in ${CHOIR_PACK_EXTRA:-}; do
@@ -31,8 +38,7 @@ done
 # Libraries the host provides itself: glibc's, the C++ runtime, and CUDA's
 # (which must match the host's driver, so they are never carried).
 skip='^(libc|libm|libdl|libpthread|librt|libresolv|ld-linux-x86-64|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas|libcublasLt)\.so'
-# The libraries of choir and of every extra program.
-progs="$BUILD/choir"
+# The libraries of choir, choir-dev and every extra program.
 for extra in ${CHOIR_PACK_EXTRA:-}; do progs="$progs $BUILD/$extra"; done
 # shellcheck disable=SC2086
 ldd $progs | awk '$3 ~ /^\// {print $3}' | sort -u | while read -r lib; do
