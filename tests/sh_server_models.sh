@@ -92,6 +92,31 @@ code=$(curl -s --max-time 300 -o "$TMP/server_sts.wav" -w '%{http_code}' -F file
     fail "choir sts"
 cmp "$TMP/server_sts.wav" "$TMP/cli_sts.wav" || fail "server enhancement differs from choir sts"
 
+# MossFormer2's chunking limits (0.1..60 s, overlap shorter than the chunk):
+# the server and the CLI refuse the same values with the same message, and
+# an overlap of 0 is taken as 0 by both (not replaced by the default)
+edge() { # CHUNK OVERLAP: the server's message for a refused pair
+    curl -s --max-time 60 -o "$TMP/edge" -w '%{http_code}' -F file=@"$A" -F model=mf2 \
+        -F chunk_seconds="$1" -F overlap_seconds="$2" "$U/v1/audio/enhancements" >"$TMP/edge_code"
+    [ "$(cat "$TMP/edge_code")" = 400 ] || fail "chunk $1 overlap $2: HTTP $(cat "$TMP/edge_code")"
+    python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["error"]["message"])' "$TMP/edge"
+}
+case "$(edge nan 0)" in mossformer2:*) ;; *) fail "chunk nan" ;; esac # the CLI's parser refuses nan itself
+for pair in "0.0999 0" "60.001 0" "0 0" "2 2" "2 -0.1"; do
+    set -- $pair
+    msg=$(edge "$1" "$2")
+    case "$msg" in mossformer2:*) ;; *) fail "chunk $1 overlap $2: '$msg'" ;; esac
+    "$BIN" sts --model "$TMP/m/mf2" --chunk-seconds "$1" --overlap-seconds "$2" --quiet -o "$TMP/x.wav" "$A" \
+        2>"$TMP/cli_err" && fail "choir sts took chunk $1 overlap $2"
+    grep -qF "choir sts: $msg" "$TMP/cli_err" || fail "CLI says '$(cat "$TMP/cli_err")', server '$msg'"
+done
+code=$(curl -s --max-time 300 -o "$TMP/server_o0.wav" -w '%{http_code}' -F file=@"$A" -F model=mf2 \
+    -F chunk_seconds=1 -F overlap_seconds=0 "$U/v1/audio/enhancements")
+[ "$code" = 200 ] || fail "overlap 0: $code"
+"$BIN" sts --model "$TMP/m/mf2" --chunk-seconds 1 --overlap-seconds 0 --quiet -o "$TMP/cli_o0.wav" "$A" ||
+    fail "choir sts overlap 0"
+cmp "$TMP/server_o0.wav" "$TMP/cli_o0.wav" || fail "server overlap 0 differs from choir sts overlap 0"
+
 kill -TERM "$SERVER"
 wait "$SERVER" || fail "serve exit code $? after SIGTERM"
 SERVER=

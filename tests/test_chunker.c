@@ -1,6 +1,7 @@
 /* Long-audio chunker: identity model gives the input back exactly, per-chunk
  * gains cross over smoothly and monotonically, memory stays flat over an
- * hour of audio, and failures stop the run. */
+ * hour of audio, and failures stop the run; a model's chunking limits
+ * (choir_chunk_check) at and just past each bound, with the message. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,10 +221,46 @@ static void test_failures(void **state) {
     assert_int_equal(err.code, CHOIR_ENOMEM);
 }
 
+static void test_chunk_limits(void **state) {
+    (void)state;
+    const choir_chunk_limits half = {"half", 0.2, 400, 0.5}, below = {"below", 0, 60, 1};
+    const struct {
+        const choir_chunk_limits *l;
+        double chunk, overlap;
+        int ok;
+        const char *says; /* part of the message when refused */
+    } cases[] = {
+        {&half, 0.2, 0.1, 1, NULL},
+        {&half, 400, 200, 1, NULL},          /* both bounds inclusive, overlap at half */
+        {&half, 0.1999, 0, 0, "half: chunk_seconds must be in [0.2, 400] s, got 0.1999"},
+        {&half, 400.01, 0, 0, "got 400.01"},
+        {&half, 10, 5.001, 0, "half: overlap_seconds must be in [0, 5] s (0.5 x chunk_seconds 10), got 5.001"},
+        {&half, 10, -0.001, 0, "overlap_seconds"},
+        {&half, NAN, 0, 0, "chunk_seconds"},
+        {&half, INFINITY, 0, 0, "chunk_seconds"},
+        {&half, 10, NAN, 0, "overlap_seconds"},
+        {&below, 1e-9, 0, 1, NULL},          /* above 0 is all a 0 minimum asks */
+        {&below, 0, 0, 0, "below: chunk_seconds must be in (0, 60] s, got 0"},
+        {&below, 60, 59.99, 1, NULL},
+        {&below, 2, 2, 0, "below: overlap_seconds must be at least 0 and shorter than chunk_seconds (2 s), got 2"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        choir_err err = {0};
+        int rc = choir_chunk_check(cases[k].l, cases[k].chunk, cases[k].overlap, &err);
+        if (rc != (cases[k].ok ? 0 : CHOIR_EINVAL))
+            fail_msg("case %zu: rc %d (%s)", k, rc, err.msg);
+        if (!cases[k].ok && !strstr(err.msg, cases[k].says))
+            fail_msg("case %zu: '%s' does not say '%s'", k, err.msg, cases[k].says);
+    }
+    choir_err err = {0};
+    assert_int_equal(choir_chunk_check(NULL, 1, 0, &err), CHOIR_EINVAL);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_identity_exact),          cmocka_unit_test(test_gain_crossfade),
         cmocka_unit_test(test_memory_flat_for_an_hour), cmocka_unit_test(test_failures),
+        cmocka_unit_test(test_chunk_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -89,13 +89,13 @@ static void test_batch(void **state) {
     captured cc = {0}, cd = {0};
     choir_request ra, rb, rc, rd;
     init_req(&ra, &ca, 1);
-    ra.in.sts = (choir_sts_input){x48, n48, 48000, 0.5, 0.1};
+    ra.in.sts = (choir_sts_input){.samples = x48, .n_samples = n48, .sample_rate = 48000, .chunk_seconds = 0.5, .overlap_seconds = 0.1};
     init_req(&rb, &cb, 0);
-    rb.in.sts = (choir_sts_input){x16, n16, 16000, 0.5, 0.1};
+    rb.in.sts = (choir_sts_input){.samples = x16, .n_samples = n16, .sample_rate = 16000, .chunk_seconds = 0.5, .overlap_seconds = 0.1};
     init_req(&rc, &cc, 1);
-    rc.in.sts = (choir_sts_input){NULL, 0, 48000, 0, 0};
+    rc.in.sts = (choir_sts_input){.samples = NULL, .n_samples = 0, .sample_rate = 48000, .chunk_seconds = 0, .overlap_seconds = 0};
     init_req(&rd, &cd, 0);
-    rd.in.sts = (choir_sts_input){NULL, 100, 48000, 0, 0};
+    rd.in.sts = (choir_sts_input){.samples = NULL, .n_samples = 100, .sample_rate = 48000, .chunk_seconds = 0, .overlap_seconds = 0};
     assert_true(ops->estimate(NULL, &ra) > 0);
     /* Holding a whole non-streamed result costs more than streaming it. */
     int64_t held = ops->estimate(NULL, &rb);
@@ -177,12 +177,37 @@ static void test_batch(void **state) {
     captured ce = {0};
     choir_request re;
     init_req(&re, &ce, 0);
-    re.in.sts = (choir_sts_input){x48, n48, 48000, 0.5, 0.5};
+    re.in.sts = (choir_sts_input){.samples = x48, .n_samples = n48, .sample_rate = 48000, .chunk_seconds = 0.5, .overlap_seconds = 0.5};
     choir_request *bad[1] = {&re};
     assert_int_equal(ops->run_batch(w, bad, 1, NULL, &err), 0);
     assert_int_equal(re.status, CHOIR_EINVAL);
     assert_non_null(strstr(re.error, "overlap_seconds"));
     assert_int_equal(ce.finals, 0);
+    /* The adapter's check refuses it at submit with the same message, and
+     * takes what the model takes: the defaults, an overlap of 0 meant as 0,
+     * the bounds themselves; an explicit chunk of 0 is not the default. */
+    choir_err cerr = {0};
+    assert_int_equal(ops->check(NULL, &re, &cerr), CHOIR_EINVAL);
+    assert_string_equal(cerr.msg, re.error);
+    const struct {
+        double chunk, overlap;
+        int has_chunk, has_overlap, ok;
+    } cases[] = {
+        {0, 0, 0, 0, 1},     {0.1, 0, 1, 1, 1},   {60, 59.9, 0, 0, 1}, {0.5, 0, 0, 1, 1},
+        {0.0999, 0, 0, 0, 0}, {60.001, 1, 0, 0, 0}, {0, 0, 1, 0, 0},   {0.5, -0.1, 0, 0, 0},
+        {0.5, 0, 0, 0, 0} /* the default overlap (1 s) is longer than this chunk */,
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        re.in.sts = (choir_sts_input){.samples = x48, .n_samples = n48, .sample_rate = 48000,
+                                      .chunk_seconds = cases[k].chunk, .overlap_seconds = cases[k].overlap,
+                                      .has_chunk = cases[k].has_chunk, .has_overlap = cases[k].has_overlap};
+        cerr = (choir_err){0};
+        int got = ops->check(NULL, &re, &cerr);
+        if (got != (cases[k].ok ? 0 : CHOIR_EINVAL))
+            fail_msg("case %zu (%g, %g): %d %s", k, cases[k].chunk, cases[k].overlap, got, cerr.msg);
+        if (!cases[k].ok)
+            assert_non_null(strstr(cerr.msg, "mossformer2: "));
+    }
 
     ops->free(w);
     ops->free(NULL);
@@ -210,7 +235,7 @@ static void test_engine_calibrates(void **state) {
     tu_fill_uniform(x, (size_t)n, 23, -0.3f, 0.3f);
     choir_job j = {0};
     j.req.task = CHOIR_TASK_STS;
-    j.req.in.sts = (choir_sts_input){x, n, 48000, 0.5, 0.1};
+    j.req.in.sts = (choir_sts_input){.samples = x, .n_samples = n, .sample_rate = 48000, .chunk_seconds = 0.5, .overlap_seconds = 0.1};
     j.priority = CHOIR_PRIORITY_NORMAL;
     tu_cal_check("mf2", &choir_model_mossformer2, dir, &j);
     free(x);

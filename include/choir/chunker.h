@@ -48,6 +48,28 @@ typedef struct choir_chunker_params {
 
 typedef struct choir_chunker choir_chunker;
 
+/* What a model accepts as chunk_seconds and overlap_seconds: each chunked
+ * model documents its own (SAM-Audio 0.2..400 s with an overlap of at most
+ * half a chunk, MossFormer2 0.1..60 s with an overlap shorter than a chunk)
+ * and every entry point (library call, engine submit, CLI, HTTP) checks them
+ * with choir_chunk_check, so one value gets one answer wherever it comes in. */
+typedef struct choir_chunk_limits {
+    const char *model;        /* names the model in messages ("mossformer2") */
+    double min_chunk_s;       /* smallest chunk_seconds (inclusive; > 0 even when 0) */
+    double max_chunk_s;       /* largest chunk_seconds (inclusive) */
+    double max_overlap_ratio; /* overlap_seconds at most this times chunk_seconds;
+                                 1: any overlap shorter than the chunk */
+} choir_chunk_limits;
+
+/* Checks a chunk length and overlap in seconds against a model's limits: the
+ * chunk in [min_chunk_s, max_chunk_s] (and above 0), the overlap at least 0,
+ * at most max_overlap_ratio x the chunk and always shorter than it. NaN and
+ * infinities are out of every range. Returns 0, or CHOIR_EINVAL with a
+ * message naming the model, the option, its range and the value given:
+ * "mossformer2: chunk_seconds must be in [0.1, 60] s, got 61". Nothing is
+ * clamped. */
+int choir_chunk_check(const choir_chunk_limits *l, double chunk_seconds, double overlap_seconds, choir_err *err);
+
 /* Frames per chunk and per overlap for the params (rounded to whole frames). */
 int64_t choir_chunker_chunk_frames(const choir_chunker_params *p);
 int64_t choir_chunker_overlap_frames(const choir_chunker_params *p);

@@ -81,8 +81,13 @@ typedef struct choir_sts_input {
     const float *samples; /* mono */
     int64_t n_samples;
     int sample_rate;      /* Hz of `samples` */
-    double chunk_seconds;   /* 0 = model default */
-    double overlap_seconds; /* 0 = model default */
+    /* Chunked models (choir/chunker.h). A value is the model's default when
+     * it is 0 and its has_ flag is not set (choir_sts_chunking); anything
+     * else is checked against the model's limits at submit, never clamped. */
+    double chunk_seconds;
+    double overlap_seconds;
+    int has_chunk;          /* 1: chunk_seconds as given, 0 too (then refused) */
+    int has_overlap;        /* 1: overlap_seconds as given, 0 too (no overlap) */
 } choir_sts_input;
 
 /* One word of an STT segment, seconds from the start of the input. */
@@ -175,6 +180,11 @@ int choir_request_emit(choir_request *req, const choir_output *out);
  * may check it between steps to stop early. Safe from any thread. */
 int choir_request_cancelled(const choir_request *req);
 
+/* The chunk length and overlap (seconds) an STS input asks for, the model's
+ * defaults where it asks for none (see choir_sts_input). */
+void choir_sts_chunking(const choir_sts_input *in, double default_chunk_s, double default_overlap_s,
+                        double *chunk_s, double *overlap_s);
+
 /* Marks `req` failed with `code` and a message; the engine delivers a final
  * output carrying the error after run_batch returns. Returns `code`. */
 int choir_request_fail(choir_request *req, int code, const char *fmt, ...)
@@ -240,6 +250,14 @@ typedef struct choir_model_ops {
      * calibration and retries the batch (up to 3 times) with more room. */
     int (*run_batch)(void *weights, choir_request *const *reqs, int n, choir_arena *arena,
                      choir_err *err);
+
+    /* Refuses at submit a request whose options this model can never run
+     * (out of its documented range): returns CHOIR_EINVAL with a message
+     * naming the option, the range and the value, or 0. It applies the same
+     * check as the model's own entry points, after the same defaults, so
+     * a request is never queued only to fail for its options. `weights` may
+     * be NULL (not loaded yet). Must be cheap. Optional: NULL accepts all. */
+    int (*check)(const void *weights, const choir_request *req, choir_err *err);
 
     /* 1: run_batch takes its working memory from the counted allocator
      * (activations / cache categories) instead of the arena. The engine still

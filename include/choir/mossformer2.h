@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "choir/chunker.h"
 #include "choir/error.h"
 
 #ifdef __cplusplus
@@ -75,7 +76,13 @@ typedef struct choir_mf2_params {
     double overlap_seconds; /* default mode: crossfade length (default 1) */
 } choir_mf2_params;
 
+/* MossFormer2's chunking: chunks of 0.1..60 s, overlaps shorter than a chunk. */
+extern const choir_chunk_limits choir_mf2_chunk_limits;
+
 void choir_mf2_default_params(choir_mf2_params *p);
+/* Checks params (chunking with choir_chunk_check against
+ * choir_mf2_chunk_limits); 0 or CHOIR_EINVAL with a message. */
+int choir_mf2_check_params(const choir_mf2_params *p, choir_err *err);
 
 /* --- the stages (for parity and tests) ------------------------------------ */
 

@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "choir/chunker.h"
 #include "choir/error.h"
 
 #ifdef __cplusplus
@@ -149,14 +150,19 @@ typedef enum choir_sam_method { CHOIR_SAM_MIDPOINT = 0, CHOIR_SAM_EULER = 1 } ch
 typedef struct choir_sam_params {
     choir_sam_method method; /* default midpoint */
     int steps;               /* ODE steps over [0, 1] (default 16: 32 evaluations with midpoint) */
-    double chunk_seconds;    /* separate_long chunk (default 10) */
+    double chunk_seconds;    /* separate_long chunk (default 10; choir_sam_chunk_limits: 0.2..400) */
     double overlap_seconds;  /* crossfade (default 3; at most chunk / 2) */
     uint64_t seed;           /* noise of chunk i from seed + i (default 42) */
     const uint8_t *message;  /* watermark bits; NULL: choir_sam_default_message */
 } choir_sam_params;
 
+/* SAM-Audio's chunking: chunks of 0.2..400 s (the DiT's position table ends
+ * past 400 s of latents), overlaps of at most half a chunk. */
+extern const choir_chunk_limits choir_sam_chunk_limits;
+
 void choir_sam_default_params(choir_sam_params *p);
-/* Checks params; 0 or CHOIR_EINVAL with a message. */
+/* Checks params (chunking with choir_chunk_check against
+ * choir_sam_chunk_limits); 0 or CHOIR_EINVAL with a message. */
 int choir_sam_check_params(const choir_sam_params *p, choir_err *err);
 
 /* Integrates the ODE for a batch of items in lockstep: x[i] holds the noise

@@ -42,14 +42,38 @@ int64_t choir_chunker_memory_bytes(const choir_chunker_params *p) {
            (int64_t)sizeof(float) * (chunk * (p->in_channels + p->out_channels) + overlap * (p->out_channels + 1));
 }
 
+int choir_chunk_check(const choir_chunk_limits *l, double chunk_seconds, double overlap_seconds, choir_err *err) {
+    const char *who = l && l->model ? l->model : "chunking";
+    if (!l) return choir_err_set(err, CHOIR_EINVAL, "%s: no chunk limits", who);
+    if (!(chunk_seconds >= l->min_chunk_s && chunk_seconds <= l->max_chunk_s && chunk_seconds > 0))
+        return choir_err_set(err, CHOIR_EINVAL, "%s: chunk_seconds must be in %s%g, %g] s, got %g", who,
+                             l->min_chunk_s > 0 ? "[" : "(", l->min_chunk_s, l->max_chunk_s, chunk_seconds);
+    double ratio = l->max_overlap_ratio;
+    int below_chunk = !(ratio < 1); /* the bound is the chunk itself: the overlap must stay shorter */
+    double most = below_chunk ? chunk_seconds : ratio * chunk_seconds;
+    if (!(overlap_seconds >= 0 && (below_chunk ? overlap_seconds < most : overlap_seconds <= most))) {
+        if (below_chunk)
+            return choir_err_set(err, CHOIR_EINVAL,
+                                 "%s: overlap_seconds must be at least 0 and shorter than chunk_seconds (%g s), got %g",
+                                 who, chunk_seconds, overlap_seconds);
+        return choir_err_set(err, CHOIR_EINVAL,
+                             "%s: overlap_seconds must be in [0, %g] s (%g x chunk_seconds %g), got %g", who, most,
+                             ratio, chunk_seconds, overlap_seconds);
+    }
+    return CHOIR_OK;
+}
+
+/* Any chunking a day long at most; the model using the chunker has its own,
+ * narrower limits. */
+static const choir_chunk_limits chunker_limits = {"chunker", 0, 86400, 1};
+
 static int check_params(const choir_chunker_params *p, choir_err *err) {
     if (!p) return choir_err_set(err, CHOIR_EINVAL, "chunker: no params");
     if (p->rate <= 0 || p->in_channels <= 0 || p->out_channels <= 0 || p->in_channels > 256 || p->out_channels > 256)
         return choir_err_set(err, CHOIR_EINVAL, "chunker: bad rate %d Hz or channels %d -> %d", p->rate,
                              p->in_channels, p->out_channels);
-    if (!(p->chunk_seconds > 0) || !(p->overlap_seconds >= 0) || p->chunk_seconds > 86400)
-        return choir_err_set(err, CHOIR_EINVAL, "chunker: chunk %.3f s / overlap %.3f s out of range", p->chunk_seconds,
-                             p->overlap_seconds);
+    int rc = choir_chunk_check(&chunker_limits, p->chunk_seconds, p->overlap_seconds, err);
+    if (rc < 0) return rc;
     int64_t chunk = choir_chunker_chunk_frames(p), overlap = choir_chunker_overlap_frames(p);
     if (chunk < 1 || overlap >= chunk)
         return choir_err_set(err, CHOIR_EINVAL,

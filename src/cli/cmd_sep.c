@@ -4,6 +4,7 @@
  * plan (chunks, per-chunk seeds, crossfade); each chunk's final target and
  * residual samples are encoded to their files as soon as they exist, so the
  * output files grow while the rest is computed. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -58,8 +59,10 @@ int choir_cmd_sep(int argc, char **argv) {
          "span prompts: \"+:0.5:1.2,-:3:4\" (seconds; + target, - not)"},
         {"--steps", CLI_INT, &p.steps, 1, 1024, "N", "ODE steps (default 16)"},
         {"--method", CLI_STRING, &method, 0, 0, "M", "midpoint (default) or euler (half the network evaluations)"},
-        {"--chunk-seconds", CLI_DOUBLE, &p.chunk_seconds, 0, 86400, "S", "chunk length (default 10; 0.2..400)"},
-        {"--overlap-seconds", CLI_DOUBLE, &p.overlap_seconds, 0, 86400, "O",
+        /* bounded by the model (choir_sam_check_params below), as for a request */
+        {"--chunk-seconds", CLI_DOUBLE, &p.chunk_seconds, -INFINITY, INFINITY, "S",
+         "chunk length (default 10; 0.2..400)"},
+        {"--overlap-seconds", CLI_DOUBLE, &p.overlap_seconds, -INFINITY, INFINITY, "O",
          "crossfade between chunks (default 3, at most chunk/2)"},
         {"--seed", CLI_U64, &p.seed, 0, 0, "N", "noise seed (chunk i uses N + i; default 42)"},
         {"--format", CLI_STRING, &fmt, 0, 0, "F", "wav (16-bit, default), wav_f32, flac, mp3, opus, aac, pcm"},

@@ -207,10 +207,11 @@ static int sts_command(int argc, char **argv, char *spool, size_t spool_cap) {
         {"-o", CLI_STRING, &out, 0, 0, "OUT", "output file (default: IN's name + _enhanced.wav); '-' = stdout"},
         {"--output", CLI_STRING, &out, 0, 0, "OUT", "the same as -o"},
         {"--format", CLI_STRING, &fmt, 0, 0, "F", "wav (16-bit, default), wav_f32, flac, mp3, opus, aac, pcm"},
-        {"--chunk-seconds", CLI_DOUBLE, &p.chunk_seconds, 0, 86400, "S",
-         "chunk length (default 12; 10-15 s suits enhancement)"},
-        {"--overlap-seconds", CLI_DOUBLE, &p.overlap_seconds, 0, 86400, "O",
-         "raised-cosine crossfade between chunks (default 1)"},
+        /* bounded by the model (choir_mf2_check_params below), as for a request */
+        {"--chunk-seconds", CLI_DOUBLE, &p.chunk_seconds, -INFINITY, INFINITY, "S",
+         "chunk length (default 12, 0.1..60; 10-15 s suits enhancement)"},
+        {"--overlap-seconds", CLI_DOUBLE, &p.overlap_seconds, -INFINITY, INFINITY, "O",
+         "raised-cosine crossfade between chunks (default 1; shorter than the chunk)"},
         {"--stream", CLI_FLAG, &streamed, 0, 0, NULL,
          "write each region to OUT as soon as it is final (default for\nfiles too; with -o - the audio goes to "
          "stdout while it runs)"},
@@ -244,6 +245,11 @@ static int sts_command(int argc, char **argv, char *spool, size_t spool_cap) {
         fprintf(stderr, "choir sts: %s\n",
                 !model ? "--model DIR is required" : "no input file given (a path, or - for standard input)");
         cli_usage(&spec, stderr);
+        return 2;
+    }
+    choir_err perr = {0};
+    if (choir_mf2_check_params(&p, &perr) < 0) {
+        fprintf(stderr, "choir sts: %s\n", perr.msg);
         return 2;
     }
     int from_stdin = strcmp(in, "-") == 0;

@@ -1,5 +1,6 @@
 /* The commands' option parser (opt.h). */
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,8 @@ static int bad_value(const cli_spec *s, const cli_opt *o, const char *v)
         fprintf(stderr, "choir %s: %s needs a size like 512M or 8G, got '%s'\n", s->cmd, o->name, v ? v : "");
     else if (o->kind == CLI_U64)
         fprintf(stderr, "choir %s: %s needs a whole number, got '%s'\n", s->cmd, o->name, v ? v : "");
+    else if (isinf(o->lo) && isinf(o->hi))
+        fprintf(stderr, "choir %s: %s needs a number, got '%s'\n", s->cmd, o->name, v ? v : "");
     else
         fprintf(stderr, "choir %s: %s needs %s in [%.10g, %.10g], got '%s'\n", s->cmd, o->name,
                 o->kind == CLI_INT ? "a whole number" : "a number", o->lo, o->hi, v ? v : "");

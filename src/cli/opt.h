@@ -32,7 +32,8 @@ typedef struct cli_opt {
     const char *name; /* "--threshold" */
     cli_kind kind;
     void *dest;
-    double lo, hi;    /* CLI_INT, CLI_FLOAT, CLI_DOUBLE */
+    double lo, hi;    /* CLI_INT, CLI_FLOAT, CLI_DOUBLE; -INFINITY, INFINITY: any number
+                         (a value a model bounds itself, such as a chunk length) */
     const char *arg;  /* the value's placeholder in the usage ("T"); NULL for a flag */
     const char *help; /* one usage line; "\n" starts an indented continuation line */
 } cli_opt;

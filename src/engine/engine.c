@@ -448,6 +448,9 @@ choir_ticket *choir_engine_submit(choir_engine *e, const choir_job *job, choir_r
         rc = choir_err_set(err, CHOIR_ETOOBIG, "audio is %.1f s long; the model '%s' takes at most %.0f s", secs,
                            e->models[mi].id, engine_max_audio(e, mi));
         why = CHOIR_REJECT_TOO_LARGE;
+    } else if (e->models[mi].ops->check &&
+               (rc = e->models[mi].ops->check(any_weights(&e->models[mi]), &t->req, err)) < 0) {
+        why = CHOIR_REJECT_FAILED; /* the request's options: the caller's to fix (HTTP 400) */
     } else {
         const engine_model *m = &e->models[mi];
         const void *w = any_weights(m);

@@ -46,6 +46,13 @@ int choir_request_emit(choir_request *req, const choir_output *out)
     return choir_request_cancelled(req) ? CHOIR_ECANCELED : CHOIR_OK;
 }
 
+void choir_sts_chunking(const choir_sts_input *in, double default_chunk_s, double default_overlap_s,
+                        double *chunk_s, double *overlap_s)
+{
+    *chunk_s = in->has_chunk || in->chunk_seconds != 0 ? in->chunk_seconds : default_chunk_s;
+    *overlap_s = in->has_overlap || in->overlap_seconds != 0 ? in->overlap_seconds : default_overlap_s;
+}
+
 int choir_request_fail(choir_request *req, int code, const char *fmt, ...)
 {
     if (!req)

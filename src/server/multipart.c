@@ -2,6 +2,7 @@
  * each delimiter is found with a plain search, part headers are parsed line by
  * line, and NULs are written over bytes already consumed (a closing quote, a
  * header line's CR, the CR that starts the next delimiter). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "server/multipart.h"
@@ -234,4 +235,17 @@ const choir_multipart_part *choir_multipart_find(const choir_multipart *m, const
         if (strcmp(m->parts[i].name, name) == 0)
             return &m->parts[i];
     return NULL;
+}
+
+int choir_multipart_number(const choir_multipart *m, const char *name, double *v)
+{
+    const choir_multipart_part *p = choir_multipart_find(m, name);
+    if (!p || p->len == 0)
+        return 0;
+    char *end;
+    double x = strtod(p->data, &end);
+    if (end == p->data || *end)
+        return CHOIR_EINVAL;
+    *v = x;
+    return 1;
 }

@@ -47,5 +47,9 @@ int choir_multipart_parse(char *body, size_t len, const char *boundary, choir_mu
 
 /* The first part named `name`, or NULL. */
 const choir_multipart_part *choir_multipart_find(const choir_multipart *m, const char *name);
+/* The number in the part named `name`: 1 and *v when it holds one (all of
+ * it, as strtod reads it), 0 with *v untouched when the part is absent or
+ * empty, CHOIR_EINVAL when it holds anything else. */
+int choir_multipart_number(const choir_multipart *m, const char *name, double *v);
 
 #endif

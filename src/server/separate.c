@@ -53,18 +53,6 @@ static const char *form_text(const choir_multipart *m, const char *name)
     return p && p->len ? p->data : NULL;
 }
 
-static double form_num(const choir_multipart *m, const char *name, double def, int *bad)
-{
-    const char *t = form_text(m, name);
-    if (!t)
-        return def;
-    char *end;
-    double v = strtod(t, &end);
-    if (end == t || *end)
-        *bad = 1;
-    return v;
-}
-
 static char *b64(const unsigned char *d, size_t n)
 {
     static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -148,21 +136,25 @@ enum MHD_Result srv_handle_separation(choir_server *s, struct MHD_Connection *c,
         goto done;
     }
     j->input_text = (char *)blk;
-    int bad = 0;
-    double chunk = form_num(m, "chunk_seconds", 10, &bad), overlap = form_num(m, "overlap_seconds", 3, &bad);
-    double steps = form_num(m, "steps", 16, &bad), seed = form_num(m, "seed", 42, &bad);
+    /* The model's defaults, replaced by what the form gives; the model's
+     * check (choir_sam_check_params) bounds them. */
+    choir_sam_params p;
+    choir_sam_default_params(&p);
+    double steps = p.steps, seed = (double)p.seed;
+    int bad = choir_multipart_number(m, "chunk_seconds", &p.chunk_seconds) < 0;
+    bad |= choir_multipart_number(m, "overlap_seconds", &p.overlap_seconds) < 0;
+    bad |= choir_multipart_number(m, "steps", &steps) < 0;
+    bad |= choir_multipart_number(m, "seed", &seed) < 0;
     const char *method = form_text(m, "method"), *fmt_s = form_text(m, "response_format");
     const char *which = form_text(m, "return"), *stream_s = form_text(m, "stream");
     const char *desc = form_text(m, "description");
     int stream = stream_s && (!strcmp(stream_s, "true") || !strcmp(stream_s, "1"));
     int json = !fmt_s || !strcmp(fmt_s, "json");
     choir_audio_format fmt = CHOIR_FORMAT_WAV16;
-    choir_sam_params p;
-    choir_sam_default_params(&p);
-    p.chunk_seconds = chunk, p.overlap_seconds = overlap, p.steps = (int)steps;
+    p.steps = (int)steps;
     if (method && !strcmp(method, "euler"))
         p.method = CHOIR_SAM_EULER;
-    if (bad || steps != (int)steps || seed < 0 || (method && strcmp(method, "euler") && strcmp(method, "midpoint")) ||
+    if (bad || !(steps >= 0 && steps <= 1 << 20) || steps != (int)steps || seed < 0 || (method && strcmp(method, "euler") && strcmp(method, "midpoint")) ||
         choir_sam_check_params(&p, &err) < 0) {
         ret = srv_reply_error(s, c, 400, NULL, NULL, "%s",
                               err.msg[0] ? err.msg : "steps, seed, chunk_seconds, overlap_seconds must be numbers; "
@@ -236,6 +228,7 @@ enum MHD_Result srv_handle_separation(choir_server *s, struct MHD_Connection *c,
     job.req.in.sts.sample_rate = CHOIR_SAM_RATE;
     job.req.in.sts.chunk_seconds = p.chunk_seconds;
     job.req.in.sts.overlap_seconds = p.overlap_seconds;
+    job.req.in.sts.has_chunk = job.req.in.sts.has_overlap = 1; /* resolved above, 0 included */
     job.req.extra = &blk->req;
     job.req.stream = stream;
     int submitted;

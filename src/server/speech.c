@@ -208,18 +208,6 @@ done:
     return ret;
 }
 
-static double form_number(const choir_multipart *m, const char *name, double def, int *bad)
-{
-    const choir_multipart_part *p = choir_multipart_find(m, name);
-    if (!p || p->len == 0)
-        return def;
-    char *end;
-    double v = strtod(p->data, &end);
-    if (end == p->data || *end)
-        *bad = 1;
-    return v;
-}
-
 enum MHD_Result srv_handle_enhancement(choir_server *s, struct MHD_Connection *c, srv_conn *conn)
 {
     const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
@@ -245,15 +233,20 @@ enum MHD_Result srv_handle_enhancement(choir_server *s, struct MHD_Connection *c
         ret = srv_reply_error(s, c, 400, !file ? "file" : "model", NULL, "\"model\" and \"file\" are required");
         goto done;
     }
-    int bad = 0;
-    double chunk = form_number(m, "chunk_seconds", 0, &bad);
-    double overlap = form_number(m, "overlap_seconds", 0, &bad);
+    /* The values are the model's to bound (its check at submit): here they
+     * are only read, and absent ones left to the model's defaults. */
+    double chunk = 0, overlap = 0;
+    int has_chunk = choir_multipart_number(m, "chunk_seconds", &chunk);
+    int has_overlap = choir_multipart_number(m, "overlap_seconds", &overlap);
     choir_audio_format fmt = CHOIR_FORMAT_WAV16;
-    if (bad || chunk < 0 || overlap < 0 || (chunk > 0 && overlap >= chunk) ||
-        (format && choir_audio_format_parse(format->data, &fmt, NULL) < 0)) {
-        ret = srv_reply_error(s, c, 400, NULL, NULL,
-                              "chunk_seconds/overlap_seconds must be numbers with overlap < chunk; "
-                              "response_format one of wav, pcm, flac, mp3, opus, aac");
+    if (has_chunk < 0 || has_overlap < 0) {
+        ret = srv_reply_error(s, c, 400, has_chunk < 0 ? "chunk_seconds" : "overlap_seconds", NULL,
+                              "chunk_seconds and overlap_seconds must be numbers (seconds)");
+        goto done;
+    }
+    if (format && choir_audio_format_parse(format->data, &fmt, NULL) < 0) {
+        ret = srv_reply_error(s, c, 400, "response_format", NULL,
+                              "response_format must be one of wav, pcm, flac, mp3, opus, aac");
         goto done;
     }
     srv_model sm;
@@ -279,6 +272,8 @@ enum MHD_Result srv_handle_enhancement(choir_server *s, struct MHD_Connection *c
     job.req.in.sts.sample_rate = CHOIR_RATE_STS;
     job.req.in.sts.chunk_seconds = chunk;
     job.req.in.sts.overlap_seconds = overlap;
+    job.req.in.sts.has_chunk = has_chunk;
+    job.req.in.sts.has_overlap = has_overlap;
     int submitted;
     ret = srv_job_submit(j, &job, c, &submitted);
     if (submitted)

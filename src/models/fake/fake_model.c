@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "choir/alloc.h"
+#include "choir/chunker.h"
 #include "models/fake/fake_model.h"
 
 typedef struct fake_weights {
@@ -148,6 +149,21 @@ static int64_t fake_length(const void *weights, const choir_request *r)
 /* The estimate does not know the weights' parameters before loading, so the
  * default bytes_per_unit is declared to the engine here; tests that change it
  * compare against the arena that the engine measured instead. */
+/* The fake model does not chunk, but it takes chunking options as a chunked
+ * model does (its default chunk 10 s, no overlap), so the front ends' answers
+ * to them can be tested without real weights. */
+static const choir_chunk_limits fake_chunk_limits = {"choir-fake", 0, 86400, 1};
+
+static int fake_check(const void *weights, const choir_request *r, choir_err *err)
+{
+    (void)weights;
+    if (r->task != CHOIR_TASK_STS)
+        return 0;
+    double chunk, overlap;
+    choir_sts_chunking(&r->in.sts, 10, 0, &chunk, &overlap);
+    return choir_chunk_check(&fake_chunk_limits, chunk, overlap, err);
+}
+
 static int64_t fake_estimate(const void *weights, const choir_request *r)
 {
     int64_t bpu = weights ? ((const fake_weights *)weights)->p.bytes_per_unit : 64;
@@ -316,6 +332,7 @@ const choir_model_ops choir_model_fake_gpu = {
     .length = fake_length,
     .estimate = fake_estimate,
     .run_batch = fake_run_batch,
+    .check = fake_check,
     .gpu = 1,
     .device_bytes = fake_device_bytes,
     .estimate_device = fake_estimate_device,
@@ -332,6 +349,7 @@ const choir_model_ops choir_model_fake = {
     .length = fake_length,
     .estimate = fake_estimate,
     .run_batch = fake_run_batch,
+    .check = fake_check,
 };
 
 int choir_fake_model_write(const char *dir, const choir_fake_params *p, choir_err *err)

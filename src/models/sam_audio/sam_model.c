@@ -63,13 +63,19 @@ static int64_t sam_length(const void *w, const choir_request *r) {
 static void params_of(const choir_request *r, choir_sam_params *p) {
     choir_sam_default_params(p);
     const choir_sam_request *x = r->extra;
-    if (r->in.sts.chunk_seconds > 0) p->chunk_seconds = r->in.sts.chunk_seconds;
-    if (r->in.sts.overlap_seconds > 0) p->overlap_seconds = r->in.sts.overlap_seconds;
-    /* out-of-range values stay as asked: choir_sam_check_params refuses them */
+    choir_sts_chunking(&r->in.sts, p->chunk_seconds, p->overlap_seconds, &p->chunk_seconds, &p->overlap_seconds);
+    /* out-of-range values stay as asked: choir_sam_check_params refuses them (sam_check, at submit) */
     if (!x) return;
     if (x->steps > 0) p->steps = x->steps;
     if (x->method == 1) p->method = CHOIR_SAM_EULER;
     if (x->has_seed) p->seed = x->seed;
+}
+
+static int sam_check(const void *w, const choir_request *r, choir_err *err) {
+    (void)w;
+    choir_sam_params p;
+    params_of(r, &p);
+    return choir_sam_check_params(&p, err);
 }
 
 static int64_t sam_estimate(const void *w, const choir_request *r) {
@@ -215,6 +221,7 @@ const choir_model_ops choir_model_sam_audio = {
     .length = sam_length,
     .estimate = sam_estimate,
     .run_batch = sam_run_batch,
+    .check = sam_check,
     .no_arena = 1,
 #ifdef CHOIR_HAVE_CUDA
     /* Every call locks the device (choir_backend_lock), so engine workers

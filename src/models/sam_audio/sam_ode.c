@@ -12,6 +12,8 @@
 #include "choir/backend_sam.h"
 #include "sam_dit.h"
 
+const choir_chunk_limits choir_sam_chunk_limits = {"sam-audio", 0.2, 400, 0.5};
+
 void choir_sam_default_params(choir_sam_params *p) {
     memset(p, 0, sizeof *p);
     p->method = CHOIR_SAM_MIDPOINT;
@@ -25,11 +27,7 @@ int choir_sam_check_params(const choir_sam_params *p, choir_err *err) {
     if (p->method != CHOIR_SAM_MIDPOINT && p->method != CHOIR_SAM_EULER)
         return choir_err_set(err, CHOIR_EINVAL, "sam-audio: method must be midpoint or euler");
     if (p->steps < 1 || p->steps > 1024) return choir_err_set(err, CHOIR_EINVAL, "sam-audio: steps must be 1..1024");
-    if (!(p->chunk_seconds >= 0.2) || p->chunk_seconds > 400)
-        return choir_err_set(err, CHOIR_EINVAL, "sam-audio: chunk_seconds must be 0.2..400");
-    if (!(p->overlap_seconds >= 0) || p->overlap_seconds > p->chunk_seconds / 2)
-        return choir_err_set(err, CHOIR_EINVAL, "sam-audio: overlap_seconds must be 0..chunk_seconds/2");
-    return 0;
+    return choir_chunk_check(&choir_sam_chunk_limits, p->chunk_seconds, p->overlap_seconds, err);
 }
 
 /* --- noise -------------------------------------------------------------- */

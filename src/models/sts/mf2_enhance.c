@@ -18,6 +18,13 @@ void choir_mf2_default_params(choir_mf2_params *p) {
     p->overlap_seconds = 1.0;
 }
 
+const choir_chunk_limits choir_mf2_chunk_limits = {"mossformer2", 0.1, 60, 1};
+
+int choir_mf2_check_params(const choir_mf2_params *p, choir_err *err) {
+    if (!p) return choir_err_set(err, CHOIR_EINVAL, "mossformer2: no params");
+    return choir_chunk_check(&choir_mf2_chunk_limits, p->chunk_seconds, p->overlap_seconds, err);
+}
+
 /* Features, mask and masked resynthesis of a segment of n >= 1920 samples,
  * all working memory from `work` (mf2_pass_bytes(n) of it, given
  * back before it returns); the features and mask are handed to on_window
@@ -214,13 +221,8 @@ choir_mf2_stream *choir_mf2_stream_create_in(const choir_mf2 *m, int channels, c
         choir_err_set(err, CHOIR_EINVAL, "mossformer2: bad stream arguments (%d channels)", channels);
         return NULL;
     }
-    if (!(p->chunk_seconds >= 0.1) || p->chunk_seconds > 60.0 || !(p->overlap_seconds >= 0.0) ||
-        p->overlap_seconds >= p->chunk_seconds) {
-        choir_err_set(err, CHOIR_EINVAL,
-                      "mossformer2: chunk_seconds must be in [0.1, 60] and overlap_seconds in [0, chunk) "
-                      "(got %g and %g)", p->chunk_seconds, p->overlap_seconds);
+    if (choir_mf2_check_params(p, err) < 0)
         return NULL;
-    }
     /* Everything the stream holds, and each pass over a chunk, is carved
      * from one arena: the caller's, or one of exactly the stream's size. */
     choir_arena *own = NULL;

@@ -53,10 +53,16 @@ static int64_t mf2_length(const void *weights, const choir_request *r) {
 
 static void params_of(const choir_sts_input *in, choir_mf2_params *p) {
     choir_mf2_default_params(p);
-    if (in->chunk_seconds > 0) p->chunk_seconds = in->chunk_seconds;
-    if (in->overlap_seconds > 0) p->overlap_seconds = in->overlap_seconds;
-    /* Out-of-range values stay as asked: choir_mf2_stream_create refuses them
-     * with the one rule for them (the request fails with that message). */
+    choir_sts_chunking(in, p->chunk_seconds, p->overlap_seconds, &p->chunk_seconds, &p->overlap_seconds);
+    /* Out-of-range values stay as asked: mf2_check refuses them at submit
+     * with the model's one rule for them (choir_mf2_check_params). */
+}
+
+static int mf2_check(const void *weights, const choir_request *r, choir_err *err) {
+    (void)weights;
+    choir_mf2_params p;
+    params_of(&r->in.sts, &p);
+    return choir_mf2_check_params(&p, err);
 }
 
 /* Bytes one block of input needs on its way in and one region on its way out. */
@@ -310,4 +316,5 @@ const choir_model_ops choir_model_mossformer2 = {
     .length = mf2_length,
     .estimate = mf2_estimate,
     .run_batch = mf2_run_batch,
+    .check = mf2_check,
 };
