@@ -330,6 +330,18 @@ int64_t choir_vibevoice_batch_bytes_paged(const choir_vibevoice_dims *dims, int 
 choir_vibevoice_batch *choir_vibevoice_batch_create_paged(const choir_vibevoice *m, int max_batch,
                                                           choir_vibevoice_kv_pool *pool,
                                                           struct choir_stream *stream, choir_err *err);
+/* A paged batch on a device backend: on = each step of n rows is recorded
+ * as a graph after one step of n rows (at the same table stride, the longest
+ * page table of the step's states) ran op by op, then replayed (one launch
+ * a step; the page tables, positions and slots are uploaded before it);
+ * a graph per row count, re-recorded when the stride changes. off (the
+ * default) = every step op by op, and the graphs are freed. While a graph
+ * lives the backend's kernel scratch cannot grow (as with
+ * choir_vibevoice_set_step_graph): reserve the stream's scratch for the
+ * largest batch first. No effect on the CPU or on a batch without a pool. */
+void choir_vibevoice_batch_set_graph(choir_vibevoice_batch *b, bool on);
+/* Whether the batch's last step was a graph replay. */
+bool choir_vibevoice_batch_graphed(const choir_vibevoice_batch *b);
 
 /* The state's logits buffer [vocab] (what transcription decodes from). */
 float *choir_vibevoice_logits(choir_vibevoice_state *s);

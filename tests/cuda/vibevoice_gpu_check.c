@@ -386,6 +386,78 @@ out:
     choir_vibevoice_kv_pool_free(pool);
 }
 
+/* The paged batched step recorded as graphs (choir_vibevoice_batch_set_graph)
+ * against the same steps op by op: two sets of the same two sequences (the
+ * second planned over two pages, so the table stride is 2 with it and 1
+ * without), stepped with the same tokens through 2, 2, 1, 1, 2, 2 rows.
+ * Steps 1 (recorded at 2 rows), 3 (at 1 row) and 4, 5 (the 2-row graph
+ * again) are replays; every step's logits are bit-identical. */
+static void check_batch_graph(const choir_vibevoice *gpu, const char *tag) {
+    const choir_vibevoice_dims *d = choir_vibevoice_get_dims(gpu);
+    int V = d->lm.vocab, lens[2] = {23, 9}, ctx[2] = {40, 140};
+    choir_err err = {0};
+    choir_vibevoice_state *g[2][2] = {{NULL, NULL}, {NULL, NULL}};
+    choir_stream *st[2] = {NULL, NULL};
+    choir_vibevoice_batch *b[2] = {NULL, NULL};
+    choir_vibevoice_kv_pool *pool = NULL;
+    char name[96];
+    snprintf(name, sizeof name, "model %s: paged batched steps as graphs", tag);
+    if (!(pool = choir_vibevoice_kv_pool_create(gpu, 6 * choir_vibevoice_kv_page_bytes(d), &err))) {
+        failed(name, &err);
+        goto out;
+    }
+    for (int k = 0; k < 2; k++) {
+        if (!(st[k] = choir_stream_create(choir_vibevoice_backend(gpu), &err)) ||
+            choir_stream_reserve(st[k], (size_t)choir_vibevoice_batch_bytes_paged(d, 2, pool), 1 << 20, &err) ||
+            !(b[k] = choir_vibevoice_batch_create_paged(gpu, 2, pool, st[k], &err))) {
+            failed(name, &err);
+            goto out;
+        }
+        choir_vibevoice_batch_set_graph(b[k], k == 1);
+        for (int q = 0; q < 2; q++) {
+            int32_t ids[32];
+            for (int i = 0; i < lens[q]; i++) ids[i] = (int32_t)(5 + (i * 53 + q * 7) % 2800);
+            choir_vibevoice_plan p = {.max_context = ctx[q], .prefill_chunk = 16};
+            if (!(g[k][q] = choir_vibevoice_state_create_paged(gpu, &p, pool, &err)) ||
+                choir_vibevoice_prefill(gpu, g[k][q], ids, lens[q], NULL, NULL, NULL, &err)) {
+                failed(name, &err);
+                goto out;
+            }
+        }
+    }
+    static const int rows[6] = {2, 2, 1, 1, 2, 2}, replay[6] = {0, 1, 0, 1, 1, 1};
+    int64_t diff = 0;
+    int replays = 0, as_planned = 1;
+    for (int t = 0; t < 6; t++) {
+        int32_t toks[2];
+        for (int q = 0; q < rows[t]; q++) toks[q] = (int32_t)argmax(choir_vibevoice_logits(g[0][q]), V);
+        for (int k = 0; k < 2; k++)
+            if (choir_vibevoice_step_batch(gpu, b[k], g[k], toks, rows[t], &err)) {
+                failed(name, &err);
+                goto out;
+            }
+        bool r = choir_vibevoice_batch_graphed(b[1]);
+        replays += r;
+        as_planned &= r == (replay[t] != 0) && !choir_vibevoice_batch_graphed(b[0]);
+        for (int q = 0; q < rows[t]; q++) {
+            const float *x = choir_vibevoice_logits(g[0][q]), *y = choir_vibevoice_logits(g[1][q]);
+            for (int i = 0; i < V; i++) diff += memcmp(&x[i], &y[i], sizeof(float)) != 0;
+        }
+    }
+    printf("%s  %s: %d of 6 steps replayed (%s), %lld logits differ from the op-by-op steps\n",
+           as_planned && diff == 0 ? "PASS" : "FAIL", name, replays, as_planned ? "as planned" : "not as planned",
+           (long long)diff);
+    if (as_planned && diff == 0) n_pass++;
+    else n_fail++;
+out:
+    for (int k = 0; k < 2; k++) {
+        for (int q = 0; q < 2; q++) choir_vibevoice_state_free(g[k][q]);
+        choir_vibevoice_batch_free(b[k]);
+        choir_stream_free(st[k]);
+    }
+    choir_vibevoice_kv_pool_free(pool);
+}
+
 static void check_model(choir_backend *gpu_be, choir_dtype dt, double tol) {
     const char *tag = dt == CHOIR_DTYPE_F32 ? "f32" : "bf16";
     choir_vibevoice_dims d;
@@ -466,6 +538,7 @@ static void check_model(choir_backend *gpu_be, choir_dtype dt, double tol) {
         run_free(&g);
         check_batch(cpu, gpu, tag, tol, 0);
         check_batch(cpu, gpu, tag, tol, 1);
+        check_batch_graph(gpu, tag);
     }
     free(x);
     free(ids);
@@ -567,7 +640,7 @@ static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevo
         choir_err_set(err, CHOIR_ENOMEM, "bench: out of host memory");
         goto out;
     }
-    choir_vibevoice_plan plan = {.max_samples = 0, .max_context = n_ids + 2 * steps + 2, .prefill_chunk = chunk};
+    choir_vibevoice_plan plan = {.max_samples = 0, .max_context = n_ids + 3 * steps + 3, .prefill_chunk = chunk};
     choir_backend_mem_reset_peak(be);
     int64_t pool_bytes = (int64_t)B * choir_vibevoice_kv_pages_for(plan.max_context) * choir_vibevoice_kv_page_bytes(d);
     if (!(pool = choir_vibevoice_kv_pool_create(m, pool_bytes, err))) goto out;
@@ -597,14 +670,29 @@ static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevo
         for (int i = 0; i < B; i++) tok[i] = argmax(choir_vibevoice_logits(st[i]), d->lm.vocab);
     }
     double b1 = choir_now_s();
+    /* The same steps recorded once as a graph (the op-by-op steps above ran
+     * this shape) and replayed. */
+    choir_vibevoice_batch_set_graph(b, true);
+    int replayed = 0;
+    double r0 = choir_now_s();
+    for (int k = 0; k < steps; k++) {
+        if (choir_vibevoice_step_batch(m, b, st, tok, B, err)) goto out;
+        replayed += choir_vibevoice_batch_graphed(b);
+        for (int i = 0; i < B; i++) tok[i] = argmax(choir_vibevoice_logits(st[i]), d->lm.vocab);
+    }
+    double r1 = choir_now_s();
     double one = 1000 * (s1 - s0) / steps, step = 1000 * (b1 - b0) / steps, peak = choir_backend_mem_peak(be) / 1e9;
+    double gstep = 1000 * (r1 - r0) / steps;
     printf("batch      %d sequences at %d tokens (%g min of audio each; KV pool %.2f GB), prefilled one by one "
            "in %.2f s; %d batched steps: %.2f ms/step, %.0f tokens/s in all, %.2fx one sequence's %.0f tokens/s "
            "(%.2f ms/token alone); device peak %.2f GB\n", B, n_ids, minutes, pool_bytes / 1e9, p1 - p0, steps,
            step, 1000.0 * B / step, one / step * B, 1000.0 / one, one, peak);
+    printf("batch      the same %d-row step as a graph: %.2f ms/step (%d of %d steps replayed, the first records), "
+           "%.0f tokens/s in all, %.2fx one sequence\n", B, gstep, replayed, steps, 1000.0 * B / gstep,
+           one / gstep * B);
     printf("choir vibevoice batch %d at %g min: batch=%d min=%g batch_step_ms=%.3f agg_tps=%.1f one_ms=%.3f "
-           "speedup=%.3f peak_gb=%.3f\n", B, minutes, B, minutes, step, 1000.0 * B / step, one, one / step * B,
-           peak);
+           "speedup=%.3f peak_gb=%.3f graph_step_ms=%.3f graph_speedup=%.3f\n", B, minutes, B, minutes, step,
+           1000.0 * B / step, one, one / step * B, peak, gstep, one / gstep * B);
     fflush(stdout);
     status = 0;
 out:

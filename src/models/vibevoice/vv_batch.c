@@ -29,6 +29,13 @@ struct choir_vibevoice_batch {
     int cap;
     int32_t *tables, *slots, *zeros; /* [B cap], [B], [B] backend memory */
     int32_t *tables_stage;           /* [B cap + B] host staging of tables and slots */
+    /* Paged steps recorded as graphs (choir_vibevoice_batch_set_graph): one
+     * per row count n, recorded at a table stride; direct_stride[n] is the
+     * stride of the last step of n rows run op by op (0: none yet). */
+    int graph_on, graph_last, graph_failed;
+    choir_graph **graphs;  /* [B + 1] */
+    int *graph_stride;     /* [B + 1] */
+    int *direct_stride;    /* [B + 1] */
 };
 
 /* Floats of each buffer, in layout order. */
@@ -96,6 +103,15 @@ static choir_vibevoice_batch *batch_make(const choir_vibevoice *m, int max_batch
     b->tables_stage = tstage;
     batch_layout(&m->dims, max_batch, cap, b, block);
     if (pool) {
+        b->graphs = choir_calloc(CHOIR_MEM_OTHER, (size_t)max_batch + 1, sizeof *b->graphs);
+        b->graph_stride = choir_calloc(CHOIR_MEM_OTHER, (size_t)max_batch + 1, sizeof *b->graph_stride);
+        b->direct_stride = choir_calloc(CHOIR_MEM_OTHER, (size_t)max_batch + 1, sizeof *b->direct_stride);
+        if (!b->graphs || !b->graph_stride || !b->direct_stride) {
+            choir_vibevoice_batch_free(b);
+            return choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory"), NULL;
+        }
+    }
+    if (pool) {
         /* tstage is all zeros yet: the rows' slot for rows_scatter. */
         choir_op_upload(stream, b->zeros, tstage, (size_t)max_batch * sizeof *b->zeros);
         if (choir_stream_status(stream, err)) {
@@ -119,62 +135,41 @@ choir_vibevoice_batch *choir_vibevoice_batch_create_paged(const choir_vibevoice 
     return batch_make(m, max_batch, pool, stream, err);
 }
 
+static void batch_free_graphs(choir_vibevoice_batch *b) {
+    for (int n = 0; b->graphs && n <= b->max_batch; n++) {
+        choir_graph_free(b->graphs[n]);
+        b->graphs[n] = NULL;
+    }
+}
+
+void choir_vibevoice_batch_set_graph(choir_vibevoice_batch *b, bool on) {
+    if (!on) batch_free_graphs(b);
+    b->graph_on = on && b->pool && !b->host;
+    b->graph_failed = 0;
+}
+
+bool choir_vibevoice_batch_graphed(const choir_vibevoice_batch *b) { return b->graph_last; }
+
 void choir_vibevoice_batch_free(choir_vibevoice_batch *b) {
     if (!b) return;
+    batch_free_graphs(b);
+    choir_free(b->graphs);
+    choir_free(b->graph_stride);
+    choir_free(b->direct_stride);
     choir_free(b->tables_stage);
     choir_free(b->stage);
     choir_free(b);
 }
 
-int choir_vibevoice_step_batch(const choir_vibevoice *m, choir_vibevoice_batch *b, choir_vibevoice_state *const *states,
-                               const int32_t *tokens, int n, choir_err *err) {
+/* The device side of a step of n rows: embedding, the layers, the output
+ * head, into b->logits. Paged: nothing but n and the table stride comes
+ * from the host (what a graph records). */
+static void batch_ops(const choir_vibevoice *m, choir_vibevoice_batch *b, choir_vibevoice_state *const *states,
+                      int n, int stride) {
     const choir_vibevoice_lm_dims *L = &m->dims.lm;
-    if (n <= 0 || n > b->max_batch)
-        return choir_err_set(err, CHOIR_EINVAL, "vibevoice: %d sequences for a batch of %d", n, b->max_batch);
-    for (int i = 0; i < n; i++) {
-        const choir_vibevoice_state *s = states[i];
-        if (s->m != m) return choir_err_set(err, CHOIR_EINVAL, "vibevoice: sequence %d is of another model", i);
-        if (s->n_past + 1 > s->ctx)
-            return choir_err_set(err, CHOIR_ETOOBIG, "vibevoice: sequence %d is at its planned context of %d", i,
-                                 s->ctx);
-        if (tokens[i] < 0 || tokens[i] >= L->vocab)
-            return choir_err_set(err, CHOIR_EINVAL, "vibevoice: token %d outside the vocabulary of %d",
-                                 (int)tokens[i], L->vocab);
-        for (int j = 0; j < i; j++)
-            if (states[j] == s) return choir_err_set(err, CHOIR_EINVAL, "vibevoice: sequence %d appears twice", i);
-        if (s->pool != b->pool)
-            return choir_err_set(err, CHOIR_EINVAL, "vibevoice: sequence %d is %s the batch's KV pool", i,
-                                 s->pool ? "not on" : "paged without");
-    }
     choir_stream *st = b->stream;
     int64_t H = L->hidden, D = L->head_dim, qd = (int64_t)L->n_heads * D, kvd = (int64_t)L->n_kv_heads * D;
     float theta = (float)L->rope_theta;
-    int32_t *pos_h = b->stage + b->max_batch;
-    for (int i = 0; i < n; i++) {
-        b->stage[i] = tokens[i];
-        pos_h[i] = states[i]->n_past;
-    }
-    choir_op_upload(st, b->ids, b->stage, (size_t)n * sizeof *b->ids);
-    choir_op_upload(st, b->pos, pos_h, (size_t)n * sizeof *b->pos);
-    /* Paged: every row's table at one stride (the longest table of the
-     * step), its new keys' pool rows; one attention for all rows. */
-    int stride = 0;
-    if (b->pool) {
-        for (int i = 0; i < n; i++) {
-            vv_paged_hold(states[i], states[i]->n_past + 1);
-            if (states[i]->max_pages > stride) stride = states[i]->max_pages;
-        }
-        int32_t *slots_h = b->tables_stage + (int64_t)n * stride;
-        for (int i = 0; i < n; i++) {
-            const choir_vibevoice_state *s = states[i];
-            memcpy(b->tables_stage + (int64_t)i * stride, s->table_host, (size_t)s->max_pages * sizeof(int32_t));
-            memset(b->tables_stage + (int64_t)i * stride + s->max_pages, 0,
-                   (size_t)(stride - s->max_pages) * sizeof(int32_t));
-            slots_h[i] = s->table_host[s->n_past / CHOIR_VV_PAGE] * CHOIR_VV_PAGE + s->n_past % CHOIR_VV_PAGE;
-        }
-        choir_op_upload(st, b->tables, b->tables_stage, (size_t)n * (size_t)stride * sizeof(int32_t));
-        choir_op_upload(st, b->slots, slots_h, (size_t)n * sizeof(int32_t));
-    }
     choir_op_rows_gather(st, &m->embed, b->ids, n, b->x);
     for (int l = 0; l < L->n_layers; l++) {
         const vv_layer *w = &m->layers[l];
@@ -212,6 +207,82 @@ int choir_vibevoice_step_batch(const choir_vibevoice *m, choir_vibevoice_batch *
     }
     choir_op_rms_norm(st, b->x, b->xn, n, H, m->final_norm, L->eps);
     choir_op_linear(st, b->xn, n, &m->lm_head, NULL, b->logits);
+}
+
+int choir_vibevoice_step_batch(const choir_vibevoice *m, choir_vibevoice_batch *b, choir_vibevoice_state *const *states,
+                               const int32_t *tokens, int n, choir_err *err) {
+    const choir_vibevoice_lm_dims *L = &m->dims.lm;
+    if (n <= 0 || n > b->max_batch)
+        return choir_err_set(err, CHOIR_EINVAL, "vibevoice: %d sequences for a batch of %d", n, b->max_batch);
+    for (int i = 0; i < n; i++) {
+        const choir_vibevoice_state *s = states[i];
+        if (s->m != m) return choir_err_set(err, CHOIR_EINVAL, "vibevoice: sequence %d is of another model", i);
+        if (s->n_past + 1 > s->ctx)
+            return choir_err_set(err, CHOIR_ETOOBIG, "vibevoice: sequence %d is at its planned context of %d", i,
+                                 s->ctx);
+        if (tokens[i] < 0 || tokens[i] >= L->vocab)
+            return choir_err_set(err, CHOIR_EINVAL, "vibevoice: token %d outside the vocabulary of %d",
+                                 (int)tokens[i], L->vocab);
+        for (int j = 0; j < i; j++)
+            if (states[j] == s) return choir_err_set(err, CHOIR_EINVAL, "vibevoice: sequence %d appears twice", i);
+        if (s->pool != b->pool)
+            return choir_err_set(err, CHOIR_EINVAL, "vibevoice: sequence %d is %s the batch's KV pool", i,
+                                 s->pool ? "not on" : "paged without");
+    }
+    choir_stream *st = b->stream;
+    int32_t *pos_h = b->stage + b->max_batch;
+    for (int i = 0; i < n; i++) {
+        b->stage[i] = tokens[i];
+        pos_h[i] = states[i]->n_past;
+    }
+    choir_op_upload(st, b->ids, b->stage, (size_t)n * sizeof *b->ids);
+    choir_op_upload(st, b->pos, pos_h, (size_t)n * sizeof *b->pos);
+    /* Paged: every row's table at one stride (the longest table of the
+     * step), its new keys' pool rows; one attention for all rows. */
+    int stride = 0;
+    if (b->pool) {
+        for (int i = 0; i < n; i++) {
+            vv_paged_hold(states[i], states[i]->n_past + 1);
+            if (states[i]->max_pages > stride) stride = states[i]->max_pages;
+        }
+        int32_t *slots_h = b->tables_stage + (int64_t)n * stride;
+        for (int i = 0; i < n; i++) {
+            const choir_vibevoice_state *s = states[i];
+            memcpy(b->tables_stage + (int64_t)i * stride, s->table_host, (size_t)s->max_pages * sizeof(int32_t));
+            memset(b->tables_stage + (int64_t)i * stride + s->max_pages, 0,
+                   (size_t)(stride - s->max_pages) * sizeof(int32_t));
+            slots_h[i] = s->table_host[s->n_past / CHOIR_VV_PAGE] * CHOIR_VV_PAGE + s->n_past % CHOIR_VV_PAGE;
+        }
+        choir_op_upload(st, b->tables, b->tables_stage, (size_t)n * (size_t)stride * sizeof(int32_t));
+        choir_op_upload(st, b->slots, slots_h, (size_t)n * sizeof(int32_t));
+    }
+    /* A paged step is the same operations for every step of n rows at one
+     * table stride (positions, tables and slots are read from backend
+     * memory), so it can be recorded once and replayed: after one step of
+     * that shape op by op (which sized the kernels' scratch). */
+    b->graph_last = 0;
+    if (b->graph_on && !b->graph_failed) {
+        if (b->graphs[n] && b->graph_stride[n] != stride) {
+            choir_graph_free(b->graphs[n]);
+            b->graphs[n] = NULL;
+        }
+        if (!b->graphs[n] && b->direct_stride[n] == stride) {
+            choir_err gerr = {0};
+            if (choir_stream_graph_begin(st, &gerr) == 0) {
+                batch_ops(m, b, states, n, stride);
+                b->graphs[n] = choir_stream_graph_end(st, &gerr);
+                b->graph_stride[n] = stride;
+            }
+            if (!b->graphs[n]) b->graph_failed = 1;
+        }
+    }
+    if (b->graph_on && b->graphs[n]) {
+        choir_stream_graph_launch(st, b->graphs[n]);
+        b->graph_last = 1;
+    } else {
+        batch_ops(m, b, states, n, stride);
+        if (b->graphs) b->direct_stride[n] = stride;
+    }
     for (int i = 0; i < n; i++) {
         choir_vibevoice_state *s = states[i];
         const float *row = b->logits + (int64_t)i * L->vocab;
