@@ -8,10 +8,11 @@
 #include "audio/stft_internal.h"
 #include "choir/alloc.h"
 #include "choir/mel.h"
+#include "choir/pool.h"
 #include "choir/stft.h"
 
 #define N_BINS (CHOIR_WHISPER_N_FFT / 2 + 1)
-#define MEL_BLOCK_FRAMES 256
+#define MEL_BLOCK_FRAMES 128
 
 /* Slaney's mel scale: linear below 1 kHz, logarithmic above. */
 static double hz_to_mel(double hz) {
@@ -47,23 +48,78 @@ int choir_whisper_mel_filters(int n_mels, float *filters, choir_err *err) {
 
 /* Mel energies of the first n_out frames of the STFT of a signal of n samples
  * (n_avail from pcm, then zeros), log10'd into mel [n_mels][mel_stride] at
- * column 0. Returns the max log value through *max_log. */
+ * column 0. Returns the max log value through *max_log.
+ *
+ * Blocks of MEL_BLOCK_FRAMES frames are independent, so they are spread over
+ * the default pool (a 30-s window is 24 blocks; a long recording many more):
+ * each range of blocks has its own spectrum and power buffers, the plan and
+ * filters are shared (FFTW's new-array execute is thread-safe), and every
+ * value is computed as it would be serially, so the result does not depend on
+ * the thread count. Called from a pool worker it runs inline. */
+typedef struct {
+    const choir_stft_plan *plan;
+    const float *pcm, *filters;
+    const int *first, *last;
+    int64_t n_avail, n, n_out, mel_stride;
+    int n_mels;
+    float *mel;
+    float *max_by_worker; /* one per worker */
+    int *rc_by_worker;
+} mel_job;
+
+static void mel_blocks(void *ctx, int64_t b0, int64_t b1, int worker) {
+    mel_job *j = ctx;
+    float *block = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)MEL_BLOCK_FRAMES * N_BINS * 2 * sizeof(float));
+    float power[N_BINS];
+    float max_seen = j->max_by_worker[worker];
+    if (!block) {
+        j->rc_by_worker[worker] = CHOIR_ENOMEM;
+        return;
+    }
+    for (int64_t b = b0; b < b1; b++) {
+        int64_t f0 = b * MEL_BLOCK_FRAMES;
+        int64_t count = j->n_out - f0 < MEL_BLOCK_FRAMES ? j->n_out - f0 : MEL_BLOCK_FRAMES;
+        int rc = choir_stft_frames_block(j->plan, j->pcm, j->n_avail, j->n, f0, count, block, NULL);
+        if (rc) {
+            j->rc_by_worker[worker] = rc;
+            break;
+        }
+        for (int64_t f = 0; f < count; f++) {
+            const float *bins = block + f * N_BINS * 2;
+            for (int k = 0; k < N_BINS; k++) power[k] = bins[2 * k] * bins[2 * k] + bins[2 * k + 1] * bins[2 * k + 1];
+            for (int m = 0; m < j->n_mels; m++) {
+                double e = 0.0;
+                const float *w = j->filters + m * N_BINS;
+                for (int k = j->first[m]; k < j->last[m]; k++) e += (double)w[k] * power[k];
+                float l = (float)log10(e > 1e-10 ? e : 1e-10);
+                j->mel[m * j->mel_stride + f0 + f] = l;
+                if (l > max_seen) max_seen = l;
+            }
+        }
+    }
+    j->max_by_worker[worker] = max_seen;
+    choir_free(block);
+}
+
 static int log_mel_frames(const float *pcm, int64_t n_avail, int64_t n, int n_mels, int64_t n_out, float *mel,
                           int64_t mel_stride, float *max_log, choir_err *err) {
     choir_err local;
     if (!err) err = &local; /* the plan failure's code is read back from it */
     int rc = CHOIR_OK;
+    choir_pool *pool = choir_pool_default();
+    int workers = choir_pool_threads(pool);
+    if (workers < 1) workers = 1;
     float *filters = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)n_mels * N_BINS * sizeof(float));
-    float *block = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)MEL_BLOCK_FRAMES * N_BINS * 2 * sizeof(float));
-    float *power = choir_alloc(CHOIR_MEM_ACTIVATIONS, N_BINS * sizeof(float));
     int *first = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)n_mels * 2 * sizeof(int));
+    float *max_by_worker = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)workers * sizeof(float));
+    int *rc_by_worker = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)workers * sizeof(int));
     choir_stft_plan *plan = choir_stft_plan_create(CHOIR_WHISPER_N_FFT, CHOIR_WHISPER_HOP, CHOIR_WHISPER_N_FFT,
                                                    CHOIR_WINDOW_HANN, NULL, 1, err);
     if (!plan) {
         rc = err->code;
         goto done;
     }
-    if (!filters || !block || !power || !first) {
+    if (!filters || !first || !max_by_worker || !rc_by_worker) {
         rc = choir_err_set(err, CHOIR_ENOMEM, "mel: out of memory");
         goto done;
     }
@@ -80,31 +136,27 @@ static int log_mel_frames(const float *pcm, int64_t n_avail, int64_t n, int n_me
                 last[m] = k + 1;
             }
     }
+    for (int w = 0; w < workers; w++) max_by_worker[w] = -INFINITY, rc_by_worker[w] = CHOIR_OK;
+    mel_job job = {.plan = plan, .pcm = pcm, .filters = filters, .first = first, .last = last,
+                   .n_avail = n_avail, .n = n, .n_out = n_out, .mel_stride = mel_stride, .n_mels = n_mels,
+                   .mel = mel, .max_by_worker = max_by_worker, .rc_by_worker = rc_by_worker};
+    choir_pool_parallel_for(pool, (n_out + MEL_BLOCK_FRAMES - 1) / MEL_BLOCK_FRAMES, 1, mel_blocks, &job);
     float max_seen = -INFINITY;
-    for (int64_t f0 = 0; f0 < n_out; f0 += MEL_BLOCK_FRAMES) {
-        int64_t count = n_out - f0 < MEL_BLOCK_FRAMES ? n_out - f0 : MEL_BLOCK_FRAMES;
-        rc = choir_stft_frames_block(plan, pcm, n_avail, n, f0, count, block, err);
-        if (rc) goto done;
-        for (int64_t f = 0; f < count; f++) {
-            const float *bins = block + f * N_BINS * 2;
-            for (int k = 0; k < N_BINS; k++) power[k] = bins[2 * k] * bins[2 * k] + bins[2 * k + 1] * bins[2 * k + 1];
-            for (int m = 0; m < n_mels; m++) {
-                double e = 0.0;
-                const float *w = filters + m * N_BINS;
-                for (int k = first[m]; k < last[m]; k++) e += (double)w[k] * power[k];
-                float l = (float)log10(e > 1e-10 ? e : 1e-10);
-                mel[m * mel_stride + f0 + f] = l;
-                if (l > max_seen) max_seen = l;
-            }
-        }
+    for (int w = 0; w < workers; w++) {
+        if (rc_by_worker[w] && !rc) rc = rc_by_worker[w];
+        if (max_by_worker[w] > max_seen) max_seen = max_by_worker[w];
+    }
+    if (rc) {
+        choir_err_set(err, rc, rc == CHOIR_ENOMEM ? "mel: out of memory" : "mel: STFT of a frame block failed");
+        goto done;
     }
     *max_log = max_seen;
 done:
     choir_stft_plan_free(plan);
     choir_free(filters);
-    choir_free(block);
-    choir_free(power);
     choir_free(first);
+    choir_free(max_by_worker);
+    choir_free(rc_by_worker);
     return rc;
 }
 
