@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "choir/arena.h"
 #include "choir/error.h"
 #include "choir/phonemizer.h"
 
@@ -100,6 +101,16 @@ typedef struct choir_kokoro_params {
      * 1..1000), or NULL. The "pred_dur" trace still shows the predicted ones.
      * For parity runs of reduced-precision weights, where a rounding can flip. */
     const int32_t *durations;
+    /* Working memory of the call (the engine's batch arena), or NULL. Given,
+     * on a model without a GPU every buffer of the forward (the front's
+     * workspaces, each piece's decoder inputs, every network stage's working
+     * memory and kernel scratch) is carved from it, pieces of a batch one
+     * after another, so the forward allocates nothing; the call returns
+     * with the arena as it found it. Too small, the call fails with
+     * CHOIR_ENOMEM. The audio (the caller's) uses the counted allocator
+     * either way. With a GPU attached the arena is not used. NULL: the
+     * counted allocator, stage by stage. */
+    choir_arena *arena;
 } choir_kokoro_params;
 
 choir_kokoro_params choir_kokoro_default_params(void);
@@ -156,8 +167,10 @@ int choir_kokoro_speak(const choir_kokoro *m, choir_phonemizer *ph, const choir_
                        const char *text, const choir_kokoro_speak_params *params,
                        choir_kokoro_audio_fn on_audio, void *user, choir_err *err);
 
-/* Activation bytes one forward pass of T ids producing L frames needs at most
- * (the per-call workspace; audio output not included). */
+/* Bytes one forward pass of T ids producing L frames takes at most from the
+ * call's arena (choir_kokoro_params.arena): workspaces, the network's
+ * working memory and kernel scratch at the default pool's thread count;
+ * the audio output not included. */
 int64_t choir_kokoro_estimate_bytes(int n_ids, int64_t frames);
 
 /* One piece's decoder inputs (host memory, read during the call). */

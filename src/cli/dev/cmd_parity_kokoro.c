@@ -138,7 +138,7 @@ static int run_decoder(const choir_kokoro *m, const float *asr, int64_t L, const
     if (gpu) {
         choir_kokoro_decode_input in = {.asr = asr, .f0 = f0, .n = nc, .style = style, .frames = L};
         float *out = NULL;
-        int rc = kk_net_decode(m, &in, 1, &out, err);
+        int rc = kk_net_decode(m, NULL, &in, 1, &out, err);
         if (rc) return rc;
         memcpy(audio, out, (size_t)L * CHOIR_KOKORO_SAMPLES_PER_FRAME * sizeof(float));
         choir_free(out);

@@ -12,12 +12,9 @@
 
 /* --- workspace -----------------------------------------------------------
  * One forward pass asks for a few dozen buffers whose sizes depend on the
- * number of frames. They come from one arena reserved up front from the
- * estimate (choir_kokoro_estimate_bytes), so the pass does not call malloc;
+ * number of frames. They come from one arena, reserved up front from the
+ * estimate or the call's batch arena, so the pass does not call malloc;
  * marks scope each block's temporaries. */
-struct kk_ws {
-    choir_arena *arena;
-};
 
 kk_ws *kk_ws_create(int64_t capacity_bytes, choir_err *err) {
     kk_ws *ws = choir_calloc(CHOIR_MEM_ACTIVATIONS, 1, sizeof *ws);
@@ -30,13 +27,22 @@ kk_ws *kk_ws_create(int64_t capacity_bytes, choir_err *err) {
         choir_free(ws);
         return NULL;
     }
+    ws->owned = true;
     return ws;
 }
 
 void kk_ws_free(kk_ws *ws) {
     if (!ws) return;
+    if (!ws->owned) {
+        choir_arena_release(ws->arena, ws->base);
+        return;
+    }
     choir_arena_free(ws->arena);
     choir_free(ws);
+}
+
+void kk_ws_over(kk_ws *view, const kk_ws *call) {
+    *view = (kk_ws){.arena = call->arena, .s = call->s, .base = choir_arena_mark(call->arena)};
 }
 
 float *kk_ws_floats(kk_ws *ws, int64_t n) {

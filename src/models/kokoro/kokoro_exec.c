@@ -2,11 +2,14 @@
  * (kk_fnet: ALBERT and the six BiLSTMs; kk_dec: the decoder, the generator
  * and the F0 / N blocks), one stream for their working memory, and the
  * counters. The network code (kokoro_front_batch.c, kokoro_forward.c,
- * kokoro_tts.c) calls kk_net_*(m, ...) and never asks where it runs: the
- * model's attached executor (choir_kokoro_set_gpu: a CUDA backend) serves
- * every call under the backend's lock, and a model without one gets a CPU
- * executor for the call (nothing uploaded: the CPU weights are the model's
- * own arrays), so concurrent CPU calls share nothing.
+ * kokoro_tts.c) calls kk_net_*(m, call, ...) and never asks where it runs:
+ * the model's attached executor (choir_kokoro_set_gpu: a CUDA backend)
+ * serves every call under the backend's lock, and a model without one runs
+ * on its host executor (made at load; nothing uploaded: the CPU weights are
+ * the model's own arrays), which is read-only, so concurrent CPU calls
+ * share nothing but the weights: each stage runs on the call's stream (over
+ * its batch arena, the stage's kernel scratch carved there and given back)
+ * or, without one, on a stream of its own reserved for the stage.
  *
  * Grouping is the executor's: on a device a call for n pieces is one
  * batched pass (pieces padded, each within float summation order of its
@@ -15,6 +18,7 @@
 #include <string.h>
 
 #include "choir/alloc.h"
+#include "choir/kernels.h"
 #include "choir/log.h"
 #include "choir/pool.h"
 #include "models/kokoro/kokoro_decoder.h"
@@ -28,10 +32,10 @@ struct kk_exec {
     const choir_kokoro *m;
     choir_backend *be;
     bool owns_be;
-    kk_dec *dec;     /* made on first use on the host, at create on a device */
+    kk_dec *dec;
     kk_fnet *fnet;
-    choir_stream *s; /* working memory of one call at a time */
-    choir_kokoro_gpu_stats stats;
+    choir_stream *s; /* a device's working memory, one call at a time */
+    choir_kokoro_gpu_stats stats; /* a device's (the host executor keeps none) */
 };
 
 static int need_dec(kk_exec *x, choir_err *err) {
@@ -55,8 +59,9 @@ kk_exec *kk_exec_create(const choir_kokoro *m, choir_backend *be, bool owns_be, 
     }
     x->m = m, x->be = be, x->owns_be = owns_be;
     int rc = (x->s = choir_stream_create(be, err)) ? 0 : (err && err->code ? err->code : CHOIR_ENOMEM);
-    /* a device gets every weight now (one upload, counted before serving) */
-    if (!rc && !choir_backend_is_host(be)) {
+    /* every weight now (on a device one upload, counted before serving; on
+     * the host the objects are made before threads share them) */
+    if (!rc) {
         rc = need_dec(x, err);
         if (!rc) rc = need_fnet(x, err);
     }
@@ -116,10 +121,65 @@ static void leave(kk_exec *x) { choir_backend_unlock(x->be); }
 
 static bool one_by_one(const kk_exec *x, int n) { return n > 1 && choir_backend_is_host(x->be); }
 
+/* Where one network call runs: a device's stream under its lock; on the
+ * host the call's stream over its batch arena (nothing reserved, the
+ * stage's kernel scratch carved from the arena and given back at the end),
+ * or a stream made for the stage (its memory from the counted allocator). */
+typedef struct kk_stage {
+    kk_exec *x;
+    choir_stream *s;
+    choir_arena *a; /* the call's arena, when s is the call's stream */
+    size_t mark;
+    bool device;
+} kk_stage;
+
+static int stage_begin(kk_exec *x, const kk_ws *call, size_t scratch, kk_stage *st,
+                       choir_err *err) {
+    *st = (kk_stage){.x = x};
+    if (!choir_backend_is_host(x->be)) {
+        int rc = enter(x, err);
+        if (!rc) st->device = true, st->s = x->s;
+        return rc;
+    }
+    if (call && call->s) {
+        st->s = call->s, st->a = call->arena, st->mark = choir_arena_mark(call->arena);
+        /* never 0: that would leave the previous stage's scratch bound */
+        int rc = choir_stream_use_arena(st->s, st->a, scratch > 256 ? scratch : 256, err);
+        if (rc) st->s = NULL;
+        return rc;
+    }
+    if (!(st->s = choir_stream_create(x->be, err))) return CHOIR_ENOMEM;
+    return 0;
+}
+
+/* The stage's working memory: the call's arena has it already. */
+static int stage_reserve(kk_stage *st, int64_t work_bytes, choir_err *err) {
+    return st->a ? 0 : choir_stream_reserve(st->s, (size_t)work_bytes, 0, err);
+}
+
+static void stage_end(kk_stage *st) {
+    if (st->device) {
+        leave(st->x);
+    } else if (st->a) {
+        if (st->s) choir_stream_use_arena(st->s, NULL, 0, NULL); /* unbinds the scratch */
+        choir_arena_release(st->a, st->mark);
+    } else {
+        choir_stream_free(st->s);
+    }
+}
+
 int kk_exec_albert(kk_exec *x, int n, const float *const *emb, const int64_t *T,
                    float *const *bert, float *const *d_en, choir_err *err) {
+    return kk_exec_albert_in(x, NULL, n, emb, T, bert, d_en, err);
+}
+
+int kk_exec_albert_in(kk_exec *x, const kk_ws *call, int n, const float *const *emb,
+                      const int64_t *T, float *const *bert, float *const *d_en, choir_err *err) {
     if (n < 1) return 0;
-    int rc = enter(x, err);
+    int64_t Tm = 0;
+    for (int i = 0; i < n; i++) Tm = T[i] > Tm ? T[i] : Tm;
+    kk_stage st;
+    int rc = stage_begin(x, call, kk_host_scratch_bytes(Tm, 0), &st, err);
     if (rc) return rc;
     double t0 = choir_now_s();
     rc = need_fnet(x, err);
@@ -127,19 +187,26 @@ int kk_exec_albert(kk_exec *x, int n, const float *const *emb, const int64_t *T,
     for (int b = 0; b < n && !rc; b += step) {
         int64_t R = 0;
         for (int i = b; i < b + step; i++) R += T[i] > 0 ? T[i] : 0;
-        rc = choir_stream_reserve(x->s, (size_t)kk_fnet_albert_work_bytes(R), 0, err);
-        if (!rc) rc = kk_fnet_albert(x->fnet, x->s, step, emb + b, T + b, bert + b, d_en + b, err);
+        rc = stage_reserve(&st, kk_fnet_albert_work_bytes(R), err);
+        if (!rc) rc = kk_fnet_albert(x->fnet, st.s, step, emb + b, T + b, bert + b, d_en + b, err);
     }
-    x->stats.albert_seconds += choir_now_s() - t0;
-    x->stats.albert_calls++;
-    leave(x);
+    if (st.device) x->stats.albert_seconds += choir_now_s() - t0, x->stats.albert_calls++;
+    stage_end(&st);
     return rc;
 }
 
 int kk_exec_bilstm(kk_exec *x, const kk_lstm *l, int n, const float *const *in, const int64_t *T,
                    float *const *y, choir_err *err) {
+    return kk_exec_bilstm_in(x, NULL, l, n, in, T, y, err);
+}
+
+int kk_exec_bilstm_in(kk_exec *x, const kk_ws *call, const kk_lstm *l, int n,
+                      const float *const *in, const int64_t *T, float *const *y, choir_err *err) {
     if (n < 1) return 0;
-    int rc = enter(x, err);
+    int64_t Tall = 0;
+    for (int i = 0; i < n; i++) Tall = T[i] > Tall ? T[i] : Tall;
+    kk_stage st;
+    int rc = stage_begin(x, call, kk_host_scratch_bytes(0, Tall), &st, err);
     if (rc) return rc;
     double t0 = choir_now_s();
     rc = need_fnet(x, err);
@@ -148,20 +215,26 @@ int kk_exec_bilstm(kk_exec *x, const kk_lstm *l, int n, const float *const *in, 
     for (int b = 0; b < n && !rc; b += step) {
         int64_t Tm = 0;
         for (int i = b; i < b + step; i++) Tm = T[i] > Tm ? T[i] : Tm;
-        rc = choir_stream_reserve(
-            x->s, (size_t)kk_fnet_bilstm_work_bytes(step, Tm, l->in, l->h, host), 0, err);
-        if (!rc) rc = kk_fnet_bilstm(x->fnet, x->s, l, step, in + b, T + b, y + b, err);
+        rc = stage_reserve(&st, kk_fnet_bilstm_work_bytes(step, Tm, l->in, l->h, host), err);
+        if (!rc) rc = kk_fnet_bilstm(x->fnet, st.s, l, step, in + b, T + b, y + b, err);
     }
-    x->stats.lstm_seconds += choir_now_s() - t0;
-    x->stats.lstm_calls++;
-    leave(x);
+    if (st.device) x->stats.lstm_seconds += choir_now_s() - t0, x->stats.lstm_calls++;
+    stage_end(&st);
     return rc;
 }
 
 int kk_exec_text(kk_exec *x, int n, const int32_t *const *ids, const int64_t *T,
                  float *const *y, choir_err *err) {
+    return kk_exec_text_in(x, NULL, n, ids, T, y, err);
+}
+
+int kk_exec_text_in(kk_exec *x, const kk_ws *call, int n, const int32_t *const *ids,
+                    const int64_t *T, float *const *y, choir_err *err) {
     if (n < 1) return 0;
-    int rc = enter(x, err);
+    int64_t Tall = 0;
+    for (int i = 0; i < n; i++) Tall = T[i] > Tall ? T[i] : Tall;
+    kk_stage st;
+    int rc = stage_begin(x, call, kk_host_scratch_bytes(Tall, 0), &st, err);
     if (rc) return rc;
     double t0 = choir_now_s();
     rc = need_fnet(x, err);
@@ -169,19 +242,27 @@ int kk_exec_text(kk_exec *x, int n, const int32_t *const *ids, const int64_t *T,
     for (int b = 0; b < n && !rc; b += step) {
         int64_t Tm = 0;
         for (int i = b; i < b + step; i++) Tm = T[i] > Tm ? T[i] : Tm;
-        rc = choir_stream_reserve(x->s, (size_t)kk_fnet_text_work_bytes(step, Tm), 0, err);
-        if (!rc) rc = kk_fnet_text_encoder(x->fnet, x->s, step, ids + b, T + b, y + b, err);
+        rc = stage_reserve(&st, kk_fnet_text_work_bytes(step, Tm), err);
+        if (!rc) rc = kk_fnet_text_encoder(x->fnet, st.s, step, ids + b, T + b, y + b, err);
     }
-    x->stats.lstm_seconds += choir_now_s() - t0;
-    x->stats.lstm_calls++;
-    leave(x);
+    if (st.device) x->stats.lstm_seconds += choir_now_s() - t0, x->stats.lstm_calls++;
+    stage_end(&st);
     return rc;
 }
 
 int kk_exec_f0n(kk_exec *x, int n, const float *const *in, const int64_t *L,
                 const float *const *s_pro, float *const *f0, float *const *n_out, choir_err *err) {
+    return kk_exec_f0n_in(x, NULL, n, in, L, s_pro, f0, n_out, err);
+}
+
+int kk_exec_f0n_in(kk_exec *x, const kk_ws *call, int n, const float *const *in,
+                   const int64_t *L, const float *const *s_pro, float *const *f0,
+                   float *const *n_out, choir_err *err) {
     if (n < 1) return 0;
-    int rc = enter(x, err);
+    int64_t Lall = 0;
+    for (int i = 0; i < n; i++) Lall = L[i] > Lall ? L[i] : Lall;
+    kk_stage st;
+    int rc = stage_begin(x, call, kk_host_scratch_bytes(0, Lall), &st, err);
     if (rc) return rc;
     double t0 = choir_now_s();
     rc = need_dec(x, err);
@@ -189,57 +270,68 @@ int kk_exec_f0n(kk_exec *x, int n, const float *const *in, const int64_t *L,
     for (int b = 0; b < n && !rc; b += step) {
         int64_t Lm = 0;
         for (int i = b; i < b + step; i++) Lm = L[i] > Lm ? L[i] : Lm;
-        rc = choir_stream_reserve(x->s, (size_t)kk_dec_f0n_work_bytes(step, Lm), 0, err);
+        rc = stage_reserve(&st, kk_dec_f0n_work_bytes(step, Lm), err);
         if (!rc)
-            rc = kk_dec_f0n_run(x->dec, x->s, step, in + b, L + b, s_pro + b, f0 + b, n_out + b,
+            rc = kk_dec_f0n_run(x->dec, st.s, step, in + b, L + b, s_pro + b, f0 + b, n_out + b,
                                 err);
     }
-    x->stats.f0n_seconds += choir_now_s() - t0;
-    x->stats.f0n_calls++;
-    leave(x);
+    if (st.device) x->stats.f0n_seconds += choir_now_s() - t0, x->stats.f0n_calls++;
+    stage_end(&st);
     return rc;
 }
 
 int kk_exec_decode(kk_exec *x, const choir_kokoro_decode_input *in, int n, float **audio,
                    kk_dec_trace_fn trace, void *user, choir_err *err) {
+    return kk_exec_decode_in(x, NULL, in, n, audio, trace, user, err);
+}
+
+int kk_exec_decode_in(kk_exec *x, const kk_ws *call, const choir_kokoro_decode_input *in, int n,
+                      float **audio, kk_dec_trace_fn trace, void *user, choir_err *err) {
     if (!x || (!in && n > 0) || !audio || n < 0)
         return choir_err_set(err, CHOIR_EINVAL, "kokoro: bad decode arguments");
     for (int i = 0; i < n; i++) audio[i] = NULL;
-    for (int i = 0; i < n; i++)
+    int64_t Lall = 0;
+    for (int i = 0; i < n; i++) {
         if (!in[i].asr || !in[i].f0 || !in[i].n || !in[i].style || in[i].frames < 1 ||
             in[i].frames > 100000)
             return choir_err_set(err, CHOIR_EINVAL,
                                  "kokoro: piece %d: missing input or %lld frames (1..100000)", i,
                                  (long long)in[i].frames);
+        Lall = in[i].frames > Lall ? in[i].frames : Lall;
+    }
     if (n == 0) return 0;
     int rc = 0;
+    /* the audio is the caller's output: the counted allocator, not the arena */
     for (int i = 0; i < n && !rc; i++) {
         size_t ns = (size_t)in[i].frames * CHOIR_KOKORO_SAMPLES_PER_FRAME;
         if (!(audio[i] = choir_alloc(CHOIR_MEM_IO, ns * sizeof(float))))
             rc = choir_err_set(err, CHOIR_ENOMEM, "kokoro: out of memory for audio");
     }
-    if (!rc) rc = enter(x, err);
+    kk_stage st = {0};
+    if (!rc) rc = stage_begin(x, call, kk_host_scratch_bytes(0, Lall), &st, err);
     if (rc) goto fail;
     double t0 = choir_now_s();
-    kk_dec_stats st = {0};
+    kk_dec_stats ds = {0};
     rc = need_dec(x, err);
     const int step = one_by_one(x, n) ? 1 : n;
     for (int b = 0; b < n && !rc; b += step) {
         int64_t L = 0;
         for (int i = b; i < b + step; i++) L = in[i].frames > L ? in[i].frames : L;
-        rc = choir_stream_reserve(x->s, (size_t)kk_dec_work_bytes(step, L), 0, err);
-        if (!rc) rc = kk_dec_run(x->dec, x->s, in + b, step, audio + b, trace, user, &st, err);
+        rc = stage_reserve(&st, kk_dec_work_bytes(step, L), err);
+        if (!rc) rc = kk_dec_run(x->dec, st.s, in + b, step, audio + b, trace, user, &ds, err);
     }
     if (!rc) {
-        x->stats.flops += st.flops;
-        x->stats.bytes += st.bytes;
-        x->stats.seconds += choir_now_s() - t0;
-        x->stats.calls++;
-        x->stats.pieces += n;
+        if (st.device) {
+            x->stats.flops += ds.flops;
+            x->stats.bytes += ds.bytes;
+            x->stats.seconds += choir_now_s() - t0;
+            x->stats.calls++;
+            x->stats.pieces += n;
+        }
         CHOIR_LOGD("kokoro: %d pieces on %s: working memory high water %zu bytes", n,
-                   choir_backend_name(x->be), choir_stream_high_water(x->s));
+                   choir_backend_name(x->be), choir_stream_high_water(st.s));
     }
-    leave(x);
+    stage_end(&st);
     if (!rc) return 0;
 fail:
     for (int i = 0; i < n; i++) {
@@ -249,69 +341,101 @@ fail:
     return rc;
 }
 
-/* --- the model's executor ------------------------------------------------------ */
+/* --- kernel scratch of a host stage ------------------------------------------ */
 
-/* m's attached executor, or a CPU one for this call (*own set). */
-static kk_exec *acquire(const choir_kokoro *m, bool *own, choir_err *err) {
-    *own = false;
-    if (m->exec) return m->exec;
-    choir_backend *be = choir_backend_cpu(err);
-    kk_exec *x = be ? kk_exec_create(m, be, true, err) : NULL;
-    if (!x && err && !err->code) choir_err_set(err, CHOIR_ENOMEM, "kokoro: no CPU executor");
-    *own = x != NULL;
-    return x;
+size_t kk_host_scratch_bytes(int64_t ids, int64_t frames) {
+    const int64_t steps = ids > frames ? ids : frames;
+    /* convolutions: the widest im2col is a decoder block's conv1 over
+     * [x ; asr_res ; F0 ; N] (1090 channels x 3 taps); the generator's run
+     * at up to 120 L + 1 samples, the text encoder's at the ids */
+    const int64_t conv_len = frames > 0 ? 120 * frames + 1 : ids;
+    size_t need = choir_conv1d_scratch_bytes(1090, conv_len, 3, 1, 1, 1, 1), s;
+    if (frames > 0) {
+        s = choir_conv_transpose1d_scratch_bytes(512, 2 * frames, 256, 20, 1);
+        need = s > need ? s : need;
+        s = choir_conv_transpose1d_scratch_bytes(256, 20 * frames, 128, 12, 1);
+        need = s > need ? s : need;
+    }
+    /* an LSTM's gates (H 256 in every Kokoro LSTM) */
+    s = (size_t)(4 * 256 * (steps + 1)) * sizeof(float);
+    need = s > need ? s : need;
+    if (ids > 0) {
+        /* ALBERT: attention scores; its linears in bf16 (row blocks) or
+         * quantized (group sums and permuted inputs, at the smallest group) */
+        s = choir_attention_scratch_bytes(ids, ids);
+        need = s > need ? s : need;
+        const int64_t shapes[2][2] = {{KK_BERT_FF, KK_BERT}, {KK_BERT, KK_BERT_FF}};
+        for (int i = 0; i < 2; i++) {
+            choir_weight w = {.kind = CHOIR_WEIGHT_BF16, .rows = shapes[i][0], .cols = shapes[i][1]};
+            s = choir_linear_scratch_bytes(ids, &w);
+            need = s > need ? s : need;
+            s = (size_t)(ids * (shapes[i][1] + shapes[i][1] / 32)) * sizeof(float) + 2 * CHOIR_ALIGN;
+            need = s > need ? s : need;
+        }
+    }
+    return need + 4 * CHOIR_ALIGN;
 }
 
-static void release(kk_exec *x, bool own) {
-    if (own) kk_exec_free(x);
+/* --- the call's memory -------------------------------------------------------- */
+
+int kk_call_open(const choir_kokoro *m, choir_arena *arena, kk_ws *call, choir_err *err) {
+    memset(call, 0, sizeof *call);
+    /* a device keeps its own memory (the arena is not used there yet) */
+    if (!arena || kk_net_batches(m)) return 0;
+    call->arena = arena;
+    call->base = choir_arena_mark(arena);
+    if (!(call->s = choir_stream_create(m->host->be, err))) return CHOIR_ENOMEM;
+    return 0;
+}
+
+void kk_call_close(kk_ws *call) {
+    if (!call || !call->arena) return;
+    choir_stream_free(call->s);
+    choir_arena_release(call->arena, call->base);
+    memset(call, 0, sizeof *call);
+}
+
+/* --- the model's executor ------------------------------------------------------ */
+
+/* m's attached executor, else its host one. */
+static kk_exec *executor(const choir_kokoro *m, choir_err *err) {
+    kk_exec *x = m->exec ? m->exec : m->host;
+    if (!x) choir_err_set(err, CHOIR_EINVAL, "kokoro: the model has no executor");
+    return x;
 }
 
 bool kk_net_batches(const choir_kokoro *m) {
     return m && m->exec && !choir_backend_is_host(m->exec->be);
 }
 
-int kk_net_albert(const choir_kokoro *m, int n, const float *const *emb, const int64_t *T,
-                  float *const *bert, float *const *d_en, choir_err *err) {
-    bool own;
-    kk_exec *x = acquire(m, &own, err);
-    int rc = x ? kk_exec_albert(x, n, emb, T, bert, d_en, err) : CHOIR_ENOMEM;
-    release(x, own);
-    return rc;
+int kk_net_albert(const choir_kokoro *m, const kk_ws *call, int n, const float *const *emb,
+                  const int64_t *T, float *const *bert, float *const *d_en, choir_err *err) {
+    kk_exec *x = executor(m, err);
+    return x ? kk_exec_albert_in(x, call, n, emb, T, bert, d_en, err) : CHOIR_EINVAL;
 }
 
-int kk_net_bilstm(const choir_kokoro *m, const kk_lstm *l, int n, const float *const *in,
-                  const int64_t *T, float *const *y, choir_err *err) {
-    bool own;
-    kk_exec *x = acquire(m, &own, err);
-    int rc = x ? kk_exec_bilstm(x, l, n, in, T, y, err) : CHOIR_ENOMEM;
-    release(x, own);
-    return rc;
+int kk_net_bilstm(const choir_kokoro *m, const kk_ws *call, const kk_lstm *l, int n,
+                  const float *const *in, const int64_t *T, float *const *y, choir_err *err) {
+    kk_exec *x = executor(m, err);
+    return x ? kk_exec_bilstm_in(x, call, l, n, in, T, y, err) : CHOIR_EINVAL;
 }
 
-int kk_net_text(const choir_kokoro *m, int n, const int32_t *const *ids, const int64_t *T,
-                float *const *y, choir_err *err) {
-    bool own;
-    kk_exec *x = acquire(m, &own, err);
-    int rc = x ? kk_exec_text(x, n, ids, T, y, err) : CHOIR_ENOMEM;
-    release(x, own);
-    return rc;
+int kk_net_text(const choir_kokoro *m, const kk_ws *call, int n, const int32_t *const *ids,
+                const int64_t *T, float *const *y, choir_err *err) {
+    kk_exec *x = executor(m, err);
+    return x ? kk_exec_text_in(x, call, n, ids, T, y, err) : CHOIR_EINVAL;
 }
 
-int kk_net_f0n(const choir_kokoro *m, int n, const float *const *in, const int64_t *L,
-               const float *const *s_pro, float *const *f0, float *const *n_out, choir_err *err) {
-    bool own;
-    kk_exec *x = acquire(m, &own, err);
-    int rc = x ? kk_exec_f0n(x, n, in, L, s_pro, f0, n_out, err) : CHOIR_ENOMEM;
-    release(x, own);
-    return rc;
+int kk_net_f0n(const choir_kokoro *m, const kk_ws *call, int n, const float *const *in,
+               const int64_t *L, const float *const *s_pro, float *const *f0, float *const *n_out,
+               choir_err *err) {
+    kk_exec *x = executor(m, err);
+    return x ? kk_exec_f0n_in(x, call, n, in, L, s_pro, f0, n_out, err) : CHOIR_EINVAL;
 }
 
-int kk_net_decode(const choir_kokoro *m, const choir_kokoro_decode_input *in, int n, float **audio,
-                  choir_err *err) {
-    bool own;
+int kk_net_decode(const choir_kokoro *m, const kk_ws *call, const choir_kokoro_decode_input *in,
+                  int n, float **audio, choir_err *err) {
     for (int i = 0; i < n && audio; i++) audio[i] = NULL;
-    kk_exec *x = acquire(m, &own, err);
-    int rc = x ? kk_exec_decode(x, in, n, audio, NULL, NULL, err) : CHOIR_ENOMEM;
-    release(x, own);
-    return rc;
+    kk_exec *x = executor(m, err);
+    return x ? kk_exec_decode_in(x, call, in, n, audio, NULL, NULL, err) : CHOIR_EINVAL;
 }

@@ -19,6 +19,7 @@
 #include "choir/kernels.h"
 #include "choir/log.h"
 #include "choir/pool.h"
+#include "models/kokoro/kokoro_decoder.h"
 #include "models/kokoro/kokoro_front_net.h"
 
 #define TRACE(p, name, data, nd, ...)                                       \
@@ -55,7 +56,7 @@ int kk_albert(const choir_kokoro *m, const int32_t *ids, int64_t T, float *h, fl
     kk_albert_embed(m, ids, T, e, type0, row);
     const float *e1 = e;
     choir_err err = {0};
-    int rc = kk_net_albert(m, 1, &e1, &T, &h, &d_en, &err);
+    int rc = kk_net_albert(m, ws, 1, &e1, &T, &h, &d_en, &err);
     if (rc) CHOIR_LOGE("kokoro: ALBERT: %s", err.msg);
     kk_ws_release(ws, mark);
     return rc;
@@ -96,12 +97,12 @@ int kk_f0_n(const choir_kokoro *m, const float *en, int64_t L, const float *s_pr
     if (!h || !x) return CHOIR_ENOMEM;
     choir_err err = {0};
     double t0 = choir_now_s();
-    int rc = kk_net_bilstm(m, &m->shared, 1, &en, &L, &h, &err);
+    int rc = kk_net_bilstm(m, ws, &m->shared, 1, &en, &L, &h, &err);
     if (t_lstm) *t_lstm = choir_now_s() - t0;
     if (!rc) {
         kk_transpose(h, L, KK_HIDDEN, x);
         const float *x1 = x;
-        rc = kk_net_f0n(m, 1, &x1, &L, &s_pro, &f0, &n, &err);
+        rc = kk_net_f0n(m, ws, 1, &x1, &L, &s_pro, &f0, &n, &err);
     }
     if (rc) CHOIR_LOGE("kokoro: F0 / N: %s", err.msg);
     kk_ws_release(ws, mark);
@@ -109,13 +110,37 @@ int kk_f0_n(const choir_kokoro *m, const float *en, int64_t L, const float *s_pr
 }
 
 int64_t choir_kokoro_estimate_bytes(int n_ids, int64_t frames) {
-    /* Floats alive at the deepest point, per id and per frame. The generator's
-     * last stage sets the peak: 5 buffers of [128, 120 L] (~77k floats per
-     * frame) over the decoder's ~10k and the seeded noise's 5.4k; measured
-     * 0.38 MB per frame with noise (hello, 64 frames), estimated 0.46 MB. */
-    int64_t T = n_ids, L = frames;
-    int64_t floats = 28 * 1024 * T + 112 * 1024 * L + (1 << 20);
-    return floats * (int64_t)sizeof(float);
+    /* The plan of one piece in the call's arena (kk_front_batch_in, then the
+     * decoder), each block rounded up to the arena's alignment: the text
+     * side (the front's T-sized buffers and its steps' temporaries) stays
+     * throughout; from the alignment on, the piece's arrays (asr, F0, N,
+     * the seeded noise) stay too, and the frame side (en, h, x) until the
+     * F0 / N blocks are done; each network stage adds its working memory
+     * and its kernel scratch on top and gives them back. The generator's
+     * last stage sets the peak for any real piece (kk_dec_work_bytes: ~88k
+     * floats a frame). */
+    const int64_t T = n_ids > 0 ? n_ids : 1, L = frames > 0 ? frames : 1, F = sizeof(float),
+                  A = 2 * CHOIR_ALIGN;
+    const int64_t text = (128 + 768 + 512 + 640 + 512 + 512 + 2) * T * F + 8 * A +
+                         (50 * T + 2 * 128 + 1024) * F + 2 * A;
+    int64_t stage = kk_fnet_albert_work_bytes(T), w;
+    w = kk_fnet_bilstm_work_bytes(1, T, KK_HIDDEN + KK_STYLE, KK_HIDDEN / 2, true);
+    stage = w > stage ? w : stage;
+    w = kk_fnet_text_work_bytes(1, T);
+    stage = w > stage ? w : stage;
+    stage += (int64_t)kk_host_scratch_bytes(T, 0) + A;
+    const int64_t piece = (KK_HIDDEN * L + 4 * L + kk_noise_floats(L)) * F + 4 * A,
+                  frame = (KK_HIDDEN + KK_STYLE + 2 * KK_HIDDEN) * L * F + 3 * A;
+    int64_t frame_stage = kk_fnet_bilstm_work_bytes(1, L, KK_HIDDEN + KK_STYLE, KK_HIDDEN / 2, true);
+    w = kk_dec_f0n_work_bytes(1, L);
+    frame_stage = w > frame_stage ? w : frame_stage;
+    const int64_t scratch = (int64_t)kk_host_scratch_bytes(0, L) + A;
+    int64_t top = stage;
+    w = piece + frame + frame_stage + scratch;
+    top = w > top ? w : top;
+    w = piece + kk_dec_work_bytes(1, L) + scratch;
+    top = w > top ? w : top;
+    return text + top;
 }
 
 choir_kokoro_params choir_kokoro_default_params(void) {
@@ -127,6 +152,10 @@ int64_t kk_noise_floats(int64_t L) { return L * CHOIR_KOKORO_SAMPLES_PER_FRAME *
 
 void kk_piece_free(kk_piece *pc) {
     if (!pc) return;
+    if (pc->in_arena) { /* given back with the call's arena */
+        memset(pc, 0, sizeof *pc);
+        return;
+    }
     choir_free(pc->asr);
     choir_free(pc->f0);
     choir_free(pc->n);
@@ -174,27 +203,41 @@ int kk_front(const choir_kokoro *m, const int32_t *ids, int n_ids, const float *
     return kk_front_batch(m, 1, &ids, &n_ids, &style, &p, out, err);
 }
 
-int choir_kokoro_synthesize_ids(const choir_kokoro *m, const int32_t *ids, int n_ids,
-                                const float *style, const choir_kokoro_params *params,
-                                float **audio_out, int64_t *n_samples, choir_err *err) {
-    choir_kokoro_params defaults = choir_kokoro_default_params();
-    const choir_kokoro_params *p = params ? params : &defaults;
+int kk_synthesize_in(const choir_kokoro *m, const kk_ws *call, const int32_t *ids, int n_ids,
+                     const float *style, const choir_kokoro_params *p, float **audio_out,
+                     int64_t *n_samples, choir_err *err) {
     kk_piece pc = {0};
     float *audio = NULL;
-    if (audio_out) *audio_out = NULL;
-    if (n_samples) *n_samples = 0;
-    if (!m || !ids || !style || !audio_out)
-        return choir_err_set(err, CHOIR_EINVAL, "kokoro: missing model, ids, style or output");
-    int rc = kk_front(m, ids, n_ids, style, p, &pc, err);
+    const size_t mark = call ? choir_arena_mark(call->arena) : 0;
+    int rc = kk_front_batch_in(m, call, 1, &ids, &n_ids, &style, p, &pc, err);
     if (rc) return rc;
     const int64_t L = pc.L, n_out = L * CHOIR_KOKORO_SAMPLES_PER_FRAME;
     choir_kokoro_decode_input in = {.asr = pc.asr, .f0 = pc.f0, .n = pc.n, .noise = pc.noise,
                                     .style = style, .frames = L};
-    rc = kk_net_decode(m, &in, 1, &audio, err);
+    rc = kk_net_decode(m, call, &in, 1, &audio, err);
     kk_piece_free(&pc);
+    if (call) choir_arena_release(call->arena, mark);
     if (rc) return rc;
     TRACE(p, "audio", audio, 1, n_out);
     *audio_out = audio;
     if (n_samples) *n_samples = n_out;
     return 0;
+}
+
+int choir_kokoro_synthesize_ids(const choir_kokoro *m, const int32_t *ids, int n_ids,
+                                const float *style, const choir_kokoro_params *params,
+                                float **audio_out, int64_t *n_samples, choir_err *err) {
+    choir_kokoro_params defaults = choir_kokoro_default_params();
+    const choir_kokoro_params *p = params ? params : &defaults;
+    if (audio_out) *audio_out = NULL;
+    if (n_samples) *n_samples = 0;
+    if (!m || !ids || !style || !audio_out)
+        return choir_err_set(err, CHOIR_EINVAL, "kokoro: missing model, ids, style or output");
+    kk_ws call;
+    int rc = kk_call_open(m, p->arena, &call, err);
+    if (!rc)
+        rc = kk_synthesize_in(m, call.arena ? &call : NULL, ids, n_ids, style, p, audio_out,
+                              n_samples, err);
+    kk_call_close(&call);
+    return rc;
 }

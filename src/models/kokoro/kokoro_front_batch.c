@@ -35,13 +35,17 @@
 
 /* One piece's state between stages. The text side lives in `ws` (sized
  * for exactly the buffers below and the per-piece steps' temporaries), the
- * frame side in `ws2`. */
+ * frame side in `ws2`: arenas of their own, or views of the call's batch
+ * arena (ws_view, ws2_view: the text side, then the piece's kk_piece
+ * arrays, then the frame side, so that the frame side goes first). */
 typedef struct fb_piece {
     const int32_t *ids;
     int64_t T, L;
     const float *s_pro;       /* [128] */
     choir_kokoro_params p;
     kk_ws *ws, *ws2;
+    kk_ws ws_view, ws2_view;
+    const kk_ws *call;        /* the call's memory, or NULL */
     float *e;                 /* [T, 128] ALBERT embeddings */
     float *bert;              /* [T, 768] */
     float *d_en;              /* [T, 512] */
@@ -99,8 +103,12 @@ static int prepare(const choir_kokoro *m, fb_piece *q) {
      * arena's alignment */
     const int64_t floats = (128 + 768 + 512 + 640 + 512 + 512 + 2) * T + 1024 * T +
                            64 * T + 16384;
-    q->ws = kk_ws_create(floats * (int64_t)sizeof(float), &q->err);
-    if (!q->ws) return q->err.code ? q->err.code : CHOIR_ENOMEM;
+    if (q->call) {
+        kk_ws_over(&q->ws_view, q->call);
+        q->ws = &q->ws_view;
+    } else if (!(q->ws = kk_ws_create(floats * (int64_t)sizeof(float), &q->err))) {
+        return q->err.code ? q->err.code : CHOIR_ENOMEM;
+    }
     q->e = kk_ws_floats(q->ws, T * KK_BERT_EMB);
     q->bert = kk_ws_floats(q->ws, T * KK_BERT);
     q->d_en = kk_ws_floats(q->ws, T * KK_HIDDEN);
@@ -146,17 +154,29 @@ static int align(fb_piece *q) {
     kk_piece *out = q->out;
     kk_transpose(q->y, T, KK_HIDDEN, q->t_en);
     trace(q, "text_encoder_out", q->t_en, 2, KK_HIDDEN, T);
-    q->ws2 = kk_ws_create((C_d + 2 * KK_HIDDEN) * L * (int64_t)sizeof(float) + 65536, &q->err);
-    if (!q->ws2) return q->err.code ? q->err.code : CHOIR_ENOMEM;
+    out->L = L;
+    const bool seeded = q->p.noise == CHOIR_KOKORO_NOISE_SEEDED;
+    if (q->call) {
+        /* below the frame side, which is given back before the decoder */
+        out->in_arena = true;
+        out->asr = kk_ws_floats(q->ws, KK_HIDDEN * L);
+        out->f0 = kk_ws_floats(q->ws, 2 * L);
+        out->n = kk_ws_floats(q->ws, 2 * L);
+        if (seeded) out->noise = kk_ws_floats(q->ws, kk_noise_floats(L));
+        kk_ws_over(&q->ws2_view, q->call);
+        q->ws2 = &q->ws2_view;
+    } else {
+        out->asr = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(KK_HIDDEN * L) * sizeof(float));
+        out->f0 = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(2 * L) * sizeof(float));
+        out->n = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(2 * L) * sizeof(float));
+        if (seeded)
+            out->noise = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)kk_noise_floats(L) * sizeof(float));
+        q->ws2 = kk_ws_create((C_d + 2 * KK_HIDDEN) * L * (int64_t)sizeof(float) + 65536, &q->err);
+        if (!q->ws2) return q->err.code ? q->err.code : CHOIR_ENOMEM;
+    }
     q->en = kk_ws_floats(q->ws2, L * C_d);
     q->h = kk_ws_floats(q->ws2, L * KK_HIDDEN);
     q->x = kk_ws_floats(q->ws2, KK_HIDDEN * L);
-    out->L = L;
-    out->asr = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(KK_HIDDEN * L) * sizeof(float));
-    out->f0 = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(2 * L) * sizeof(float));
-    out->n = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(2 * L) * sizeof(float));
-    if (q->p.noise == CHOIR_KOKORO_NOISE_SEEDED)
-        out->noise = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)kk_noise_floats(L) * sizeof(float));
     if (!q->en || !q->h || !q->x || !out->asr || !out->f0 || !out->n ||
         (q->p.noise == CHOIR_KOKORO_NOISE_SEEDED && !out->noise))
         return CHOIR_ENOMEM;
@@ -201,7 +221,9 @@ static int run_stage(const fb_job *job, fb_piece *q) {
         trace(q, "asr", q->out->asr, 2, KK_HIDDEN, q->L);
         if (q->out->noise) kk_noise_fill(q->out->noise, kk_noise_floats(q->L), q->p.seed);
         kk_ws_free(q->ws2);
-        kk_ws_free(q->ws);
+        /* a view's text side lies below the piece's arrays: the caller's
+         * release gives it back with them */
+        if (!q->call) kk_ws_free(q->ws);
         q->ws = q->ws2 = NULL;
         return 0;
     }
@@ -242,7 +264,7 @@ static int cpu_stage(const choir_kokoro *m, fb_piece *pc, int n, enum fb_stage s
 static int batch_albert(const choir_kokoro *m, fb_piece *pc, int n, const float **e, int64_t *T,
                         float **bert, float **d_en, choir_err *err) {
     for (int b = 0; b < n; b++) e[b] = pc[b].e, T[b] = pc[b].T, bert[b] = pc[b].bert, d_en[b] = pc[b].d_en;
-    return kk_net_albert(m, n, e, T, bert, d_en, err);
+    return kk_net_albert(m, pc[0].call, n, e, T, bert, d_en, err);
 }
 
 /* The F0 / N blocks over every piece on the executor. */
@@ -251,7 +273,7 @@ static int batch_f0n(const choir_kokoro *m, fb_piece *pc, int n, const float **x
     for (int b = 0; b < n; b++)
         x[b] = pc[b].x, L[b] = pc[b].L, s_pro[b] = pc[b].s_pro, f0[b] = pc[b].out->f0,
         nc[b] = pc[b].out->n;
-    return kk_net_f0n(m, n, x, L, s_pro, f0, nc, err);
+    return kk_net_f0n(m, pc[0].call, n, x, L, s_pro, f0, nc, err);
 }
 
 /* One line per batch (stderr under CHOIR_KOKORO_PROFILE=1, else debug
@@ -277,12 +299,31 @@ static void log_profile(int n, const double *clk) {
 int kk_front_batch(const choir_kokoro *m, int n, const int32_t *const *ids, const int *n_ids,
                    const float *const *style, const choir_kokoro_params *params, kk_piece *out,
                    choir_err *err) {
+    return kk_front_batch_in(m, NULL, n, ids, n_ids, style, params, out, err);
+}
+
+int kk_front_batch_in(const choir_kokoro *m, const kk_ws *call, int n, const int32_t *const *ids,
+                      const int *n_ids, const float *const *style,
+                      const choir_kokoro_params *params, kk_piece *out, choir_err *err) {
+    if (call && !call->arena) call = NULL;
     if (!m || n < 1 || !ids || !n_ids || !style || !params || !out)
         return choir_err_set(err, CHOIR_EINVAL, "kokoro: bad arguments to the batched front");
     for (int b = 0; b < n; b++) {
         memset(&out[b], 0, sizeof out[b]);
         if (!ids[b] || !style[b])
             return choir_err_set(err, CHOIR_EINVAL, "batch item %d: kokoro: missing ids or style", b);
+    }
+    if (call && n > 1) {
+        /* One arena has one user at a time: the pieces one after another,
+         * each as alone (which is what the host executor does with a batch
+         * anyway), piece b's text side and arrays below piece b + 1's. */
+        int rc = 0;
+        for (int b = 0; b < n && !rc; b++)
+            if ((rc = kk_front_batch_in(m, call, 1, ids + b, n_ids + b, style + b, params + b,
+                                        out + b, err)))
+                choir_err_prefix(err, "batch item %d", b);
+        for (int b = 0; rc && b < n; b++) kk_piece_free(&out[b]);
+        return rc;
     }
     fb_piece *pc = choir_calloc(CHOIR_MEM_OTHER, (size_t)n, sizeof *pc);
     /* argument arrays of the executor's calls: x, y (or the ALBERT / F0 / N
@@ -303,6 +344,7 @@ int kk_front_batch(const choir_kokoro *m, int n, const int32_t *const *ids, cons
         pc[b].s_pro = style[b] + KK_STYLE;
         pc[b].p = params[b];
         pc[b].out = &out[b];
+        pc[b].call = call;
     }
     double t0 = choir_now_s();
 #define FB_CPU(stage, layer)                                                                       \
@@ -313,7 +355,7 @@ int kk_front_batch(const choir_kokoro *m, int n, const int32_t *const *ids, cons
     do {                                                                                           \
         for (int b_ = 0; b_ < n; b_++)                                                             \
             xs[b_] = pc[b_].xfield, ys[b_] = pc[b_].yfield, lens[b_] = pc[b_].lfield;              \
-        if ((rc = kk_net_bilstm(m, lstm, n, xs, lens, ys, err))) goto net_fail;                    \
+        if ((rc = kk_net_bilstm(m, call, lstm, n, xs, lens, ys, err))) goto net_fail;              \
     } while (0)
 
     /* clk: after embeddings, ALBERT, duration encoder, duration LSTM,
@@ -335,7 +377,7 @@ int kk_front_batch(const choir_kokoro *m, int n, const int32_t *const *ids, cons
     FB_CPU(FB_DURATIONS, 0);
     clk[5] = choir_now_s();
     for (int b = 0; b < n; b++) ys[b] = pc[b].y, lens[b] = pc[b].T;
-    if ((rc = kk_net_text(m, n, ids, lens, ys, err))) goto net_fail;
+    if ((rc = kk_net_text(m, call, n, ids, lens, ys, err))) goto net_fail;
     clk[6] = choir_now_s();
     FB_CPU(FB_ALIGN, 0);
     clk[7] = choir_now_s();

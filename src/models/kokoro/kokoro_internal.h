@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "choir/arena.h"
 #include "choir/backend.h"
 #include "choir/kokoro.h"
 #include "choir/safetensors.h"
@@ -127,17 +128,35 @@ struct choir_kokoro {
 
     /* The executor that runs the network (kokoro_exec.c) when one is
      * attached (choir_kokoro_set_gpu: a CUDA backend); NULL: each call gets
-     * a CPU executor of its own. Not owned. */
+     * the model's host executor. Not owned. */
     struct kk_exec *exec;
+    /* The CPU executor (kokoro_exec.c), made at load: the forward objects
+     * over the model's own arrays (nothing copied), read-only, so any number
+     * of threads run on it at once, each call on a stream of its own. */
+    struct kk_exec *host;
 };
 
 /* --- per-call workspace ------------------------------------------------- */
 
 /* Scratch memory of one forward pass: blocks are handed out in order and all
- * freed together. A mark/release pair scopes a block's temporaries. */
-typedef struct kk_ws kk_ws;
+ * freed together. A mark/release pair scopes a block's temporaries.
+ *
+ * A workspace is either an arena of its own (kk_ws_create, freed with
+ * kk_ws_free), or a view of the call's memory (kk_ws_over): the batch arena
+ * the caller gave (choir_kokoro_params.arena) from its current fill level,
+ * and the call's host stream over it (`s`, which every network stage of the
+ * call then runs on; NULL on a device). kk_ws_free of a view releases the
+ * arena back to where the view began. */
+typedef struct kk_ws {
+    choir_arena *arena;
+    choir_stream *s; /* the call's host stream (views of a call only), or NULL */
+    size_t base;     /* views: the arena's fill level when the view was made */
+    bool owned;
+} kk_ws;
 kk_ws *kk_ws_create(int64_t capacity_bytes, choir_err *err);
 void kk_ws_free(kk_ws *ws);
+/* *view = the call's memory from here on (nothing allocated). */
+void kk_ws_over(kk_ws *view, const kk_ws *call);
 /* n floats, uninitialised; NULL when the workspace is exhausted. */
 float *kk_ws_floats(kk_ws *ws, int64_t n);
 size_t kk_ws_mark(const kk_ws *ws);
@@ -147,6 +166,23 @@ size_t kk_ws_high_water(const kk_ws *ws);
  * of kernel scratch) comes from ws; free it before releasing ws past its
  * allocations. NULL (and err) when ws has no room. */
 choir_stream *kk_ws_stream(kk_ws *ws, choir_backend *be, size_t scratch_bytes, choir_err *err);
+
+/* The memory of one call given a batch arena (choir_kokoro_params.arena):
+ * kk_call_open makes *call a view of `arena` with, on a model without a
+ * device, one host stream over it (kokoro_exec.c) that every network stage
+ * of the call runs on; each stage carves its kernel scratch from the arena
+ * for its own length and gives it back (kk_host_scratch_bytes), so nothing
+ * in the forward allocates. arena NULL: *call is zeroed (the counted
+ * allocator, call by call) and 0 returned. kk_call_close frees the stream
+ * and releases the arena to where the call began. */
+int kk_call_open(const choir_kokoro *m, choir_arena *arena, kk_ws *call, choir_err *err);
+void kk_call_close(kk_ws *call);
+/* Kernel scratch one host stage takes at most, for `ids` ids or `frames`
+ * frames (the stage's longest; 0 when it has none): the widest im2col block
+ * of Kokoro's convolutions, an LSTM's gates over the longer of the two,
+ * ALBERT's attention scores and its linears in bf16 or quantized storage,
+ * with the pool's thread count. */
+size_t kk_host_scratch_bytes(int64_t ids, int64_t frames);
 
 /* --- blocks (kokoro_blocks.c); all return 0 or CHOIR_ENOMEM ------------- */
 
@@ -181,13 +217,16 @@ int kk_load_vocab(choir_kokoro *m, const char *config_path, choir_err *err);
 
 /* --- the GPU seam (kokoro_forward.c, kokoro_generator.c, kokoro_cuda.c) --- */
 
-/* One piece's decoder inputs, as the text and prosody side makes them. All
- * arrays are choir_alloc'd (CHOIR_MEM_ACTIVATIONS); kk_piece_free frees them. */
+/* One piece's decoder inputs, as the text and prosody side makes them. The
+ * arrays are choir_alloc'd (CHOIR_MEM_ACTIVATIONS), or carved from the
+ * call's batch arena (in_arena: given back when the caller releases it);
+ * kk_piece_free frees the former. */
 typedef struct kk_piece {
     int64_t L;          /* frames */
     float *asr;         /* [512, L] */
     float *f0, *n;      /* [2L] (F0 in Hz) */
     float *noise;       /* [600 L, 9] Gaussian draws, or NULL (zero noise) */
+    bool in_arena;
 } kk_piece;
 void kk_piece_free(kk_piece *pc);
 
@@ -197,6 +236,14 @@ void kk_piece_free(kk_piece *pc);
  * (kk_front_batch for one piece). */
 int kk_front(const choir_kokoro *m, const int32_t *ids, int n_ids, const float *style,
              const choir_kokoro_params *p, kk_piece *out, choir_err *err);
+
+/* One piece, front and decoder, in the call's memory (NULL: the counted
+ * allocator): choir_kokoro_synthesize_ids once its arguments are checked.
+ * The audio is the caller's (choir_alloc'd); everything else is carved from
+ * call's arena and given back before returning. */
+int kk_synthesize_in(const choir_kokoro *m, const kk_ws *call, const int32_t *ids, int n_ids,
+                     const float *style, const choir_kokoro_params *p, float **audio_out,
+                     int64_t *n_samples, choir_err *err);
 
 /* The generator's harmonic source and its STFT, on the CPU: f0[2L] ->
  * S[22, 120 L + 1] (magnitudes, then phases); noise NULL (zero) or
@@ -243,26 +290,43 @@ int kk_exec_f0n(kk_exec *x, int n, const float *const *in, const int64_t *L,
                 const float *const *s_pro, float *const *f0, float *const *n_out, choir_err *err);
 int kk_exec_decode(kk_exec *x, const choir_kokoro_decode_input *in, int n, float **audio,
                    kk_dec_trace_fn trace, void *user, choir_err *err);
+/* The same in the call's memory (kk_net_*'s `call`; NULL: as above). On the
+ * host executor a call without that memory runs on a stream of its own, so
+ * any number of threads may call it at once; a device serves one at a time. */
+int kk_exec_albert_in(kk_exec *x, const kk_ws *call, int n, const float *const *emb,
+                      const int64_t *T, float *const *bert, float *const *d_en, choir_err *err);
+int kk_exec_bilstm_in(kk_exec *x, const kk_ws *call, const kk_lstm *l, int n,
+                      const float *const *in, const int64_t *T, float *const *y, choir_err *err);
+int kk_exec_text_in(kk_exec *x, const kk_ws *call, int n, const int32_t *const *ids,
+                    const int64_t *T, float *const *y, choir_err *err);
+int kk_exec_f0n_in(kk_exec *x, const kk_ws *call, int n, const float *const *in,
+                   const int64_t *L, const float *const *s_pro, float *const *f0,
+                   float *const *n_out, choir_err *err);
+int kk_exec_decode_in(kk_exec *x, const kk_ws *call, const choir_kokoro_decode_input *in, int n,
+                      float **audio, kk_dec_trace_fn trace, void *user, choir_err *err);
 
 #ifdef CHOIR_HAVE_CUDA
 /* The executor of a GPU attachment (kokoro_cuda.c), for the GPU check. */
 kk_exec *kk_gpu_exec(struct choir_kokoro_gpu *g);
 #endif
 
-/* The same on m's executor: the attached one, else a CPU one for the call.
- * What the network code calls. kk_net_batches: whether that executor runs n
- * pieces as one batch (a device), so a batch of requests should be one
- * call rather than one call per request. */
+/* The same on m's executor: the attached one, else the model's host
+ * executor. What the network code calls. `call`: the call's memory (a view
+ * with a host stream: the stage runs on that stream, in the call's arena),
+ * or NULL / a workspace without one (on the host a stream of the stage's
+ * own, its memory reserved from the counted allocator). kk_net_batches:
+ * whether that executor runs n pieces as one batch (a device), so a batch
+ * of requests should be one call rather than one call per request. */
 bool kk_net_batches(const choir_kokoro *m);
-int kk_net_albert(const choir_kokoro *m, int n, const float *const *emb, const int64_t *T,
+int kk_net_albert(const choir_kokoro *m, const kk_ws *call, int n, const float *const *emb, const int64_t *T,
                   float *const *bert, float *const *d_en, choir_err *err);
-int kk_net_bilstm(const choir_kokoro *m, const kk_lstm *l, int n, const float *const *in,
+int kk_net_bilstm(const choir_kokoro *m, const kk_ws *call, const kk_lstm *l, int n, const float *const *in,
                   const int64_t *T, float *const *y, choir_err *err);
-int kk_net_text(const choir_kokoro *m, int n, const int32_t *const *ids, const int64_t *T,
+int kk_net_text(const choir_kokoro *m, const kk_ws *call, int n, const int32_t *const *ids, const int64_t *T,
                 float *const *y, choir_err *err);
-int kk_net_f0n(const choir_kokoro *m, int n, const float *const *in, const int64_t *L,
+int kk_net_f0n(const choir_kokoro *m, const kk_ws *call, int n, const float *const *in, const int64_t *L,
                const float *const *s_pro, float *const *f0, float *const *n_out, choir_err *err);
-int kk_net_decode(const choir_kokoro *m, const choir_kokoro_decode_input *in, int n, float **audio,
+int kk_net_decode(const choir_kokoro *m, const kk_ws *call, const choir_kokoro_decode_input *in, int n, float **audio,
                   choir_err *err);
 
 /* --- single-piece stages (kokoro_forward.c) -------------------------------- */
@@ -308,5 +372,14 @@ int64_t kk_noise_floats(int64_t L);
 int kk_front_batch(const choir_kokoro *m, int n, const int32_t *const *ids, const int *n_ids,
                    const float *const *style, const choir_kokoro_params *params, kk_piece *out,
                    choir_err *err);
+/* kk_front_batch in the call's memory (NULL: the counted allocator): each
+ * piece's workspaces and its kk_piece arrays are carved from call's arena
+ * (in that order, so the frame side is given back before the decoder; the
+ * text side and the piece stay until the caller releases the arena), the
+ * network stages run on its stream, and the host steps run piece after
+ * piece (one arena has one user at a time). */
+int kk_front_batch_in(const choir_kokoro *m, const kk_ws *call, int n, const int32_t *const *ids,
+                      const int *n_ids, const float *const *style,
+                      const choir_kokoro_params *params, kk_piece *out, choir_err *err);
 
 #endif

@@ -656,6 +656,8 @@ choir_kokoro *choir_kokoro_load(const char *path, choir_err *err) {
         choir_err_prefix(err, "%s", weights);
         goto fail;
     }
+    choir_backend *be = choir_backend_cpu(err);
+    if (!be || !(m->host = kk_exec_create(m, be, true, err))) goto fail;
     choir_quant_config_free(qc);
     cJSON_Delete(cfg);
     return m;
@@ -668,6 +670,7 @@ fail:
 
 void choir_kokoro_free(choir_kokoro *m) {
     if (!m) return;
+    kk_exec_free(m->host);
     for (int i = 0; i < m->n_owned; i++) choir_free(m->owned[i]);
     choir_free(m->owned);
     choir_free(m->vocab);

@@ -2,9 +2,14 @@
  *
  * Each request is phonemized, split and streamed piece by piece: every piece's
  * audio is emitted as soon as it exists (the first piece is one clause, for a
- * short time to first audio), then one final, empty output. The forward pass
- * takes its workspace from the counted allocator (no_arena), sized per piece
- * by choir_kokoro_estimate_bytes. Voices are read from DIR/voices per request
+ * short time to first audio), then one final, empty output. On the CPU the
+ * forward pass takes all its working memory from the batch arena
+ * (choir_kokoro_params.arena; requests one after another, one piece at a
+ * time), so the arena's high-water mark is what the batch used and the
+ * engine calibrates the estimate (choir_kokoro_estimate_bytes of the
+ * largest piece the text can make) from it; an arena too small before a
+ * request's first audio fails the batch with CHOIR_ENOMEM, which the engine
+ * retries with more room. On a GPU the arena is not used yet. Voices are read from DIR/voices per request
  * (522 KB each), so any voice or mix the directory offers can be asked for.
  *
  * GPU (CUDA builds, options.device >= 1): the weights object opens its own
@@ -21,6 +26,7 @@
 #include <cjson/cJSON.h>
 
 #include "choir/alloc.h"
+#include "choir/arena.h"
 #include "choir/kokoro.h"
 #include "choir/model.h"
 #include "choir/phonemizer.h"
@@ -135,19 +141,22 @@ static int emit_audio(void *user, const float *pcm, int64_t n, int piece, int n_
     return choir_request_emit(req, &out) != 0;
 }
 
-static void run_one(const kokoro_weights *w, choir_request *req) {
+/* 0, or CHOIR_ENOMEM when the arena was too small before the request's
+ * first audio (the request left as it was, for the engine to retry). */
+static int run_one(const kokoro_weights *w, choir_request *req, choir_arena *arena) {
     const choir_tts_input *in = &req->in.tts;
     choir_err err = {0};
     choir_phonemizer_lang lang = CHOIR_PHONEMIZER_EN_US;
     if (in->language && choir_phonemizer_lang_parse(in->language, &lang) != 0) {
         choir_request_fail(req, CHOIR_EUNSUPPORTED, "kokoro: language %s is not supported (en-us, en-gb)",
                            in->language);
-        return;
+        return 0;
     }
     if (!in->text) {
         choir_request_fail(req, CHOIR_EINVAL, "kokoro: no text");
-        return;
+        return 0;
     }
+    int out_of_arena = 0;
     choir_kokoro_voice *voice = choir_kokoro_voice_load_named(in->voice ? in->voice : KOKORO_DEFAULT_VOICE,
                                                               w->voices_dir, &err);
     choir_phonemizer *ph = voice ? choir_phonemizer_create(lang, &err) : NULL;
@@ -155,8 +164,13 @@ static void run_one(const kokoro_weights *w, choir_request *req) {
         choir_kokoro_speak_params sp = choir_kokoro_default_speak_params();
         if (in->speed > 0) sp.synth.speed = in->speed;
         sp.short_first = req->stream != 0;
+        sp.synth.arena = arena;
         int rc = choir_kokoro_speak(w->m, ph, voice, in->text, &sp, emit_audio, req, &err);
         if (rc == CHOIR_ECANCELED) choir_err_clear(&err);
+        if (rc == CHOIR_ENOMEM && arena && !req->first_output_ns) {
+            out_of_arena = CHOIR_ENOMEM;
+            choir_err_clear(&err);
+        }
         if (rc == 0) {
             choir_output out;
             memset(&out, 0, sizeof out);
@@ -168,6 +182,7 @@ static void run_one(const kokoro_weights *w, choir_request *req) {
     if (err.code) choir_request_fail(req, err.code, "%s", err.msg);
     choir_phonemizer_free(ph);
     choir_kokoro_voice_free(voice);
+    return out_of_arena;
 }
 
 #ifdef CHOIR_HAVE_CUDA
@@ -293,7 +308,6 @@ static int run_batch_gpu(const kokoro_weights *w, choir_request *const *reqs, in
 
 static int kokoro_run_batch(void *weights, choir_request *const *reqs, int n, choir_arena *arena,
                             choir_err *err) {
-    (void)arena;
     const kokoro_weights *w = weights;
     if (n < 1 || n > KOKORO_MAX_BATCH)
         return choir_err_set(err, CHOIR_EINVAL, "kokoro: batch of %d (1..%d)", n, KOKORO_MAX_BATCH);
@@ -306,7 +320,10 @@ static int kokoro_run_batch(void *weights, choir_request *const *reqs, int n, ch
             continue;
         }
         if (choir_request_cancelled(reqs[i])) continue;
-        run_one(w, reqs[i]);
+        if (run_one(w, reqs[i], arena))
+            return choir_err_set(err, CHOIR_ENOMEM,
+                                 "kokoro: request %d outgrew the batch's %zu-byte arena", i,
+                                 choir_arena_capacity(arena));
     }
     return 0;
 }
@@ -344,7 +361,6 @@ const choir_model_ops choir_model_kokoro = {
     .length = kokoro_length,
     .estimate = kokoro_estimate,
     .run_batch = kokoro_run_batch,
-    .no_arena = 1,
 #ifdef CHOIR_HAVE_CUDA
     .gpu = 1,
     .device_bytes = kokoro_device_bytes,

@@ -22,6 +22,7 @@
 
 typedef struct batch_job {
     const choir_kokoro *m;
+    const kk_ws *call; /* the call's memory, or NULL */
     choir_kokoro_item *items;
     const choir_kokoro_params *params;
     int *status;
@@ -37,8 +38,13 @@ static void run_items(void *ctx, int64_t begin, int64_t end, int worker) {
         p.seed = job->params->seed + (uint64_t)i;
         p.trace = NULL;
         if (it->speed > 0) p.speed = it->speed;
-        job->status[i] = choir_kokoro_synthesize_ids(job->m, it->ids, it->n_ids, it->style, &p,
-                                                     &it->audio, &it->n_samples, &job->errs[i]);
+        it->audio = NULL, it->n_samples = 0;
+        if (!it->ids || !it->style)
+            job->status[i] = choir_err_set(&job->errs[i], CHOIR_EINVAL,
+                                           "kokoro: missing model, ids, style or output");
+        else
+            job->status[i] = kk_synthesize_in(job->m, job->call, it->ids, it->n_ids, it->style,
+                                              &p, &it->audio, &it->n_samples, &job->errs[i]);
     }
 }
 
@@ -72,7 +78,7 @@ static int batch_at_once(const choir_kokoro *m, choir_kokoro_item *items, int n,
         in[i] = (choir_kokoro_decode_input){.asr = pieces[i].asr, .f0 = pieces[i].f0,
                                             .n = pieces[i].n, .noise = pieces[i].noise,
                                             .style = items[i].style, .frames = pieces[i].L};
-    if ((rc = kk_net_decode(m, in, n, audio, err))) goto done;
+    if ((rc = kk_net_decode(m, NULL, in, n, audio, err))) goto done;
     for (int i = 0; i < n; i++) {
         items[i].audio = audio[i];
         items[i].n_samples = pieces[i].L * CHOIR_KOKORO_SAMPLES_PER_FRAME;
@@ -89,10 +95,11 @@ done:
     return rc;
 }
 
-int choir_kokoro_synthesize_batch(const choir_kokoro *m, choir_kokoro_item *items, int n,
-                                  const choir_kokoro_params *params, choir_err *err) {
-    if (!m || (!items && n > 0) || n < 0)
-        return choir_err_set(err, CHOIR_EINVAL, "kokoro: bad batch arguments");
+/* choir_kokoro_synthesize_batch in the call's memory (NULL: the counted
+ * allocator); with it the items run one after another (one arena, one
+ * user), each as alone. */
+static int synthesize_batch_in(const choir_kokoro *m, const kk_ws *call, choir_kokoro_item *items,
+                               int n, const choir_kokoro_params *params, choir_err *err) {
     choir_kokoro_params defaults = choir_kokoro_default_params();
     for (int i = 0; i < n; i++) items[i].audio = NULL, items[i].n_samples = 0;
     if (n == 0) return 0;
@@ -107,9 +114,9 @@ int choir_kokoro_synthesize_batch(const choir_kokoro *m, choir_kokoro_item *item
         rc = batch_at_once(m, items, n, params ? params : &defaults, err);
         goto done;
     }
-    batch_job job = {.m = m, .items = items, .params = params ? params : &defaults,
+    batch_job job = {.m = m, .call = call, .items = items, .params = params ? params : &defaults,
                      .status = status, .errs = errs};
-    if (n == 1) run_items(&job, 0, 1, 0);
+    if (n == 1 || call) run_items(&job, 0, n, 0);
     else choir_pool_parallel_for(choir_pool_default(), n, 1, run_items, &job);
     for (int i = 0; i < n && !rc; i++)
         if (status[i]) {
@@ -126,6 +133,17 @@ int choir_kokoro_synthesize_batch(const choir_kokoro *m, choir_kokoro_item *item
 done:
     choir_free(status);
     choir_free(errs);
+    return rc;
+}
+
+int choir_kokoro_synthesize_batch(const choir_kokoro *m, choir_kokoro_item *items, int n,
+                                  const choir_kokoro_params *params, choir_err *err) {
+    if (!m || (!items && n > 0) || n < 0)
+        return choir_err_set(err, CHOIR_EINVAL, "kokoro: bad batch arguments");
+    kk_ws call;
+    int rc = kk_call_open(m, params ? params->arena : NULL, &call, err);
+    if (!rc) rc = synthesize_batch_in(m, call.arena ? &call : NULL, items, n, params, err);
+    kk_call_close(&call);
     return rc;
 }
 
@@ -147,8 +165,10 @@ int choir_kokoro_speak(const choir_kokoro *m, choir_phonemizer *ph, const choir_
     choir_piece_list pieces = {0};
     int32_t *ids = NULL;
     choir_kokoro_item *items = NULL;
-    int rc = choir_phonemize_clauses(ph, text, &clauses, err);
+    kk_ws call;
+    int rc = kk_call_open(m, sp->synth.arena, &call, err);
     if (rc) return rc;
+    if ((rc = choir_phonemize_clauses(ph, text, &clauses, err))) goto done;
     if ((rc = choir_split_pieces(&clauses, CHOIR_KOKORO_MAX_PHONEMES, sp->short_first, &pieces, err)))
         goto done;
     const int stride = CHOIR_KOKORO_MAX_PHONEMES + 2;
@@ -183,7 +203,8 @@ int choir_kokoro_speak(const choir_kokoro *m, choir_phonemizer *ph, const choir_
         choir_kokoro_params p = sp->synth;
         p.trace = NULL;
         p.seed = sp->synth.seed + (uint64_t)first;
-        if ((rc = choir_kokoro_synthesize_batch(m, items + first, count, &p, err))) break;
+        if ((rc = synthesize_batch_in(m, call.arena ? &call : NULL, items + first, count, &p, err)))
+            break;
         for (int k = 0; k < count && !rc; k++) {
             choir_kokoro_item *it = &items[first + k];
             if (on_audio(user, it->audio, it->n_samples, first + k, n_items))
@@ -196,6 +217,7 @@ int choir_kokoro_speak(const choir_kokoro *m, choir_phonemizer *ph, const choir_
         first += count;
     }
 done:
+    kk_call_close(&call);
     choir_free(ids);
     choir_free(items);
     choir_piece_list_free(&pieces);
