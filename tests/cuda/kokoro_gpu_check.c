@@ -542,7 +542,17 @@ static choir_kokoro *random_decoder(void) {
     return m;
 }
 
+/* The CPU executor choir_kokoro_load makes for a loaded model (m->host), made
+ * here once a test's random weights are all set: the CPU side of a check runs
+ * the same forward objects a served model does. */
+static int attach_host(choir_kokoro *m, choir_err *err) {
+    choir_backend *be = choir_backend_cpu(err);
+    if (!be || !(m->host = kk_exec_create(m, be, true, err))) return err->code ? err->code : CHOIR_ENOMEM;
+    return 0;
+}
+
 static void random_decoder_free(choir_kokoro *m) {
+    kk_exec_free(m->host);
     for (int i = 0; i < n_owned; i++) free(owned[i]);
     free(owned);
     owned = NULL, n_owned = 0;
@@ -821,6 +831,12 @@ static void check_front(void) {
         random_decoder_free(m);
         return;
     }
+    if (attach_host(m, &err)) {
+        fail_msg("front: the CPU executor", &err);
+        choir_kokoro_gpu_free(g);
+        random_decoder_free(m);
+        return;
+    }
     static const int64_t lens[3] = {29, 61, 3};
     enum { Lf = 48 };
     float *x[3], *yg[3], *yc[3], *en = rnd(Lf * 640, 1.0f, 0), s_pro[128];
@@ -919,6 +935,12 @@ static void check_albert(void) {
     choir_kokoro_gpu *g = choir_kokoro_gpu_create(m, cu, 0, &err);
     if (!g) {
         fail_msg("albert: choir_kokoro_gpu_create", &err);
+        random_decoder_free(m);
+        return;
+    }
+    if (attach_host(m, &err)) {
+        fail_msg("albert: the CPU executor", &err);
+        choir_kokoro_gpu_free(g);
         random_decoder_free(m);
         return;
     }
