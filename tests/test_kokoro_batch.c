@@ -248,15 +248,9 @@ static int on_output(void *user, const choir_output *out) {
 static void test_engine_adapter(void **state) {
     (void)state;
     choir_err err = {0};
-    char dir[600], voices[700], path[800];
+    char dir[600];
     snprintf(dir, sizeof dir, "%s", tu_tmpfile("model"));
-    snprintf(voices, sizeof voices, "%s/voices", dir);
-    mkdir(voices, 0755);
-    size_t len = 0;
-    void *pack = tu_read_file(tu_fixture("kokoro/voices/af_heart.bin"), &len);
-    snprintf(path, sizeof path, "%s/af_heart.bin", voices);
-    assert_int_equal(tu_write_file(path, pack, len), 0);
-    free(pack);
+    assert_int_equal(tu_kokoro_voice_dir(dir), 0);
 
     cJSON *cfg = choir_json_load(tu_fixture("kokoro/kokoro-v1/config.json"), &err);
     assert_non_null(cfg);

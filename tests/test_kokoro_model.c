@@ -43,19 +43,12 @@ static int on_output(void *user, const choir_output *out) {
 
 static void make_model_dir(char *dir, size_t cap) {
     choir_err err = {0};
-    char voices[700], path[800];
     snprintf(dir, cap, "%s", tu_tmpfile("model"));
     assert_int_equal(choir_randw_write_checkpoint(tu_fixture("kokoro/kokoro-v1/manifest.json"),
                                                   tu_fixture("kokoro/kokoro-v1/config.json"), dir,
                                                   &err),
                      0);
-    snprintf(voices, sizeof voices, "%s/voices", dir);
-    mkdir(voices, 0755);
-    size_t len = 0;
-    void *pack = tu_read_file(tu_fixture("kokoro/voices/af_heart.bin"), &len);
-    snprintf(path, sizeof path, "%s/af_heart.bin", voices);
-    assert_int_equal(tu_write_file(path, pack, len), 0);
-    free(pack);
+    assert_int_equal(tu_kokoro_voice_dir(dir), 0);
 }
 
 static choir_request tts_request(const char *text, captured *c) {

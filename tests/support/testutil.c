@@ -103,6 +103,18 @@ int tu_write_file(const char *path, const void *data, size_t len) {
     return w == len ? 0 : -1;
 }
 
+int tu_kokoro_voice_dir(const char *dir) {
+    char voices[1024], path[1100];
+    snprintf(voices, sizeof voices, "%s/voices", dir);
+    mkdir(voices, 0755);
+    size_t len = 0;
+    void *pack = tu_read_file(tu_fixture("kokoro/voices/af_heart.bin"), &len);
+    snprintf(path, sizeof path, "%s/af_heart.bin", voices);
+    int rc = pack ? tu_write_file(path, pack, len) : -1;
+    free(pack);
+    return rc;
+}
+
 int tu_run(const char *cmd, char **out) {
     FILE *p = popen(cmd, "r");
     if (!p) return -1;

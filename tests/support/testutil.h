@@ -23,6 +23,9 @@ double tu_max_abs_diff(const float *a, const float *b, size_t n);
 /* Reads a whole file into memory (free with free()); NULL on failure. */
 void *tu_read_file(const char *path, size_t *len);
 int tu_write_file(const char *path, const void *data, size_t len);
+/* Makes DIR/voices/af_heart.bin from the fixture's real Kokoro voice pack, as a
+ * Kokoro model directory holds it; 0 on success. */
+int tu_kokoro_voice_dir(const char *dir);
 /* Runs a shell command, captures stdout into *out (free()), returns exit code. */
 int tu_run(const char *cmd, char **out);
 
