@@ -37,7 +37,13 @@ refuses "--model at most 16 times" "$CHOIR_BIN" worker --stream s $(for i in $(s
 refuses "--models at most 16 times" "$CHOIR_BIN" info $(for i in $(seq 17); do printf -- '--models d%d ' "$i"; done)
 refuses "--speed needs a number in [0.01, 100], got 'fast'" "$CHOIR_BIN" tts --model m --voice v -o x.wav --speed fast hi
 refuses "unexpected argument 'there' (one TEXT only)" "$CHOIR_BIN" tts --model m --voice v -o x.wav hi there
-refuses "--beam needs a whole number in [0, 64], got 'wide'" "$CHOIR_BIN" stt --model m --beam wide x.wav
+refuses "--batch needs a whole number in [1, 1024], got '0'" "$CHOIR_BIN" tts --model m --voice v -o x.wav --batch 0 hi
+refuses "--beam needs a whole number in [1, 16], got 'wide'" "$CHOIR_BIN" stt --model m --beam wide x.wav
+# each bound once, in the table (they were checked twice, with other limits, after it)
+refuses "--beam needs a whole number in [1, 16], got '17'" "$CHOIR_BIN" stt --model m --beam 17 x.wav
+refuses "--best-of needs a whole number in [1, 16], got '0'" "$CHOIR_BIN" stt --model m --best-of 0 x.wav
+refuses "--batch-size needs a whole number in [1, 64], got '65'" "$CHOIR_BIN" stt --model m --batch-size 65 x.wav
+refuses "--max-tokens needs a whole number in [1, 224], got '225'" "$CHOIR_BIN" stt --model m --max-tokens 225 x.wav
 refuses "--task is transcribe or translate" "$CHOIR_BIN" stt --model m --task summarise x.wav
 # choir serve: its own rows, the checks a row cannot make, and the engine's flags
 mkdir "$dir/m"
@@ -52,6 +58,9 @@ refuses "--body-min-rate needs a positive number of bytes/s, or -1 for none" ser
 refuses "--alias needs NAME=MODEL, got 'tts-1'" serve --alias tts-1
 refuses "--voice-alias needs NAME=VOICE, got '=af_heart'" serve --voice-alias =af_heart
 refuses "--max-audio-s ID=S needs a model id and seconds" serve --max-audio-s kokoro=long
+# one model's limit takes the engine flag's bounds (1..1e6 s)
+refuses "--max-audio-s ID=S needs a model id and seconds, got 'kokoro=0.5' (--max-audio-s: bad value '0.5'" serve --max-audio-s kokoro=0.5
+refuses "--max-audio-s ID=S needs a model id and seconds, got '=60'" serve --max-audio-s =60
 refuses "max-audio-s: bad value '-3'" serve --max-audio-s -3
 refuses "--cors needs an origin" serve --cors ''
 refuses "--models at most 16 times" "$CHOIR_BIN" serve $(for i in $(seq 17); do printf -- '--models d%d ' "$i"; done)

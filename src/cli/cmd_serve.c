@@ -17,7 +17,6 @@
 #include "choir/engine.h"
 #include "choir/log.h"
 #include "choir/server.h"
-#include "choir/parse.h"
 #include "cli/cli.h"
 #include "cli/opt.h"
 
@@ -236,15 +235,20 @@ int choir_cmd_serve(int argc, char **argv)
             }
             continue;
         }
-        double secs = 0;
-        if (eq == v || (size_t)(eq - v) >= sizeof limit_ids[0] ||
-            choir_parse_number(eq + 1, 1e-3, 1e9, 0, &secs) < 0) {
-            fprintf(stderr, "choir serve: --max-audio-s ID=S needs a model id and seconds in [0.001, 1e9], got '%s'\n",
-                    v);
+        /* One model's limit is the same quantity: read and bounded by the
+         * engine's row too, so both forms take the same values. */
+        choir_engine_params one = ep;
+        if (eq == v || (size_t)(eq - v) >= sizeof limit_ids[0]) {
+            fprintf(stderr, "choir serve: --max-audio-s ID=S needs a model id and seconds, got '%s'\n", v);
+            return 2;
+        }
+        if (choir_engine_apply_option(&one, "max-audio-s", eq + 1, &err) < 0) {
+            fprintf(stderr, "choir serve: --max-audio-s ID=S needs a model id and seconds, got '%s' (%s)\n", v,
+                    err.msg);
             return 2;
         }
         snprintf(limit_ids[n_limits], sizeof limit_ids[0], "%.*s", (int)(eq - v), v);
-        limit_secs[n_limits++] = secs;
+        limit_secs[n_limits++] = one.max_audio_seconds;
     }
     preload |= strict;
     sp.ui = !no_ui;

@@ -117,10 +117,10 @@ int choir_cmd_stt(int argc, char **argv) {
         {"--model", CLI_STRING, &model_dir, 0, 0, "DIR", "a Whisper or VibeVoice-ASR model folder (required)"},
         {"--language", CLI_STRING, &lang, 0, 0, "L", "language code (en, de, ...); default: detect"},
         {"--task", CLI_STRING, &task, 0, 0, "T", "transcribe (default) or translate (to English)"},
-        {"--beam", CLI_INT, &o.params.beam_size, 0, 64, "N", "beam search with N beams (default 1: greedy)"},
-        {"--best-of", CLI_INT, &o.params.best_of, 0, 64, "N", "samples per window when falling back (default 5)"},
+        {"--beam", CLI_INT, &o.params.beam_size, 1, CHOIR_WHISPER_MAX_BEAM, "N", "beam search with N beams (default 1: greedy)"},
+        {"--best-of", CLI_INT, &o.params.best_of, 1, CHOIR_WHISPER_MAX_BEAM, "N", "samples per window when falling back (default 5)"},
         {"--temperature", CLI_DOUBLE, &temperature, 0, 10, "T", "a single temperature (no fallback)"},
-        {"--batch-size", CLI_INT, &batch_size, 0, 1024, "N",
+        {"--batch-size", CLI_INT, &batch_size, 1, 64, "N",
          "batched pipeline: independent 30-s windows (or VAD spans),\nN at a time (default: openai's sequential seek "
          "loop)"},
         {"--vad", CLI_FLAG, &use_vad, 0, 0, NULL, "split at speech (Silero VAD) and decode in batches"},
@@ -135,7 +135,7 @@ int choir_cmd_stt(int argc, char **argv) {
         {"--max-words-per-line", CLI_INT, &max_words, 1, 100000, "N",
          "with --word-timestamps, without --max-line-width: words per cue"},
         {"--highlight-words", CLI_FLAG, &highlight, 0, 0, NULL, "with --word-timestamps: underline each word in srt/vtt"},
-        {"--max-tokens", CLI_INT, &o.params.sample_len, 1, 100000, "N", "most tokens sampled per 30-s window (default 224)"},
+        {"--max-tokens", CLI_INT, &o.params.sample_len, 1, 224, "N", "most tokens sampled per 30-s window (default 224)"},
         {"--initial-prompt", CLI_STRING, &o.initial_prompt, 0, 0, "S", "text to condition the first window on"},
         {"--no-condition", CLI_FLAG, &no_condition, 0, 0, NULL, "do not prompt a window with the previous text"},
         {"--tokenizer", CLI_STRING, &tok_path, 0, 0, "PATH", "tokenizer file or folder (default: the model folder)"},
@@ -222,21 +222,9 @@ int choir_cmd_stt(int argc, char **argv) {
             fprintf(stderr, "choir stt: --word-timestamps is for Whisper models (VibeVoice-ASR gives segments)\n");
             return 2;
         }
-        if (max_new < 0 || max_audio_s < 0) {
-            fprintf(stderr, "choir stt: --max-new-tokens and --max-audio-seconds must be positive\n");
-            return 2;
-        }
         choir_stt_vibevoice_args va = {model_dir, tok_path, fmt, outdir, context ? context : o.initial_prompt,
                                        files, n_files, max_new, max_audio_s, stream};
         return choir_stt_vibevoice(&va);
-    }
-    if (o.params.beam_size < 1 || o.params.beam_size > CHOIR_WHISPER_MAX_BEAM || o.params.best_of < 1 ||
-        o.params.best_of > CHOIR_WHISPER_MAX_BEAM || o.batch_size < 1 || o.batch_size > 64 ||
-        o.params.sample_len < 1 || o.params.sample_len > 224) {
-        fprintf(stderr, "choir stt: --beam and --best-of are 1..%d, --batch-size 1..64, "
-                "--max-tokens 1..224\n",
-                CHOIR_WHISPER_MAX_BEAM);
-        return 2;
     }
     if (lang && (o.params.language = choir_whisper_lang_index(lang)) < 0) {
         fprintf(stderr, "choir stt: unknown language %s\n", lang);

@@ -71,7 +71,7 @@ int choir_cmd_tts(int argc, char **argv) {
          ".pcm/.raw, else wav)"},
         {"--stream", CLI_FLAG, &stream_flag, 0, 0, NULL, "write each piece as soon as it is ready (first clause first)"},
         {"--lang", CLI_STRING, &lang, 0, 0, "L", "a: American English (default), b: British English"},
-        {"--batch", CLI_INT, &sp.batch, 0, 1024, "N", "pieces synthesised together"},
+        {"--batch", CLI_INT, &sp.batch, 1, 1024, "N", "pieces synthesised together (default 1)"},
         {"--seed", CLI_U64, &sp.synth.seed, 0, 0, "N", "noise seed (piece i uses N + i)"},
         {"--zero-noise", CLI_FLAG, &zero_noise, 0, 0, NULL, "all noise 0 (reproduces the reference fixtures)"},
         {"-o", CLI_STRING, &out, 0, 0, "OUT", "output file, or - for standard output (required)"},

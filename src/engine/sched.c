@@ -80,8 +80,8 @@ sched *sched_create(const sched_config *c, choir_err *err)
     int bad_gpu = !c || c->n_gpus < 0 || c->n_gpus > SCHED_MAX_GPUS;
     for (int i = 0; !bad_gpu && i < c->n_gpus; i++)
         bad_gpu = c->gpu_budget[i] <= 0;
-    if (bad_gpu || c->budget <= 0 || c->max_batch < 1 || c->queue_capacity < 1 || c->workers < 1 ||
-        !(c->max_pad_waste > 0 && c->max_pad_waste < 1) || !(c->low_water <= c->high_water)) {
+    if (bad_gpu || c->budget <= 0 || c->max_batch < 1 || c->max_batch > SCHED_MAX_BATCH || c->queue_capacity < 1 ||
+        c->workers < 1 || !(c->max_pad_waste > 0 && c->max_pad_waste < 1) || !(c->low_water <= c->high_water)) {
         choir_err_set(err, CHOIR_EINVAL, "scheduler: invalid configuration");
         return NULL;
     }
@@ -89,8 +89,6 @@ sched *sched_create(const sched_config *c, choir_err *err)
     if (!s)
         goto fail;
     s->c = *c;
-    if (s->c.max_batch > SCHED_MAX_BATCH)
-        s->c.max_batch = SCHED_MAX_BATCH;
     if (s->c.replica_queue <= 0)
         s->c.replica_queue = 2 * s->c.max_batch;
     if (s->c.replica_after_s <= 0)

@@ -27,7 +27,7 @@ typedef struct sched_config {
     double low_water;      /* recover when below it ... */
     double degrade_hold_s; /* ... and at least this long after degrading */
     double p99_target_s;   /* degrade when recent total-latency p99 exceeds it (0 = off) */
-    int max_batch;
+    int max_batch;         /* 1..SCHED_MAX_BATCH (more is refused by sched_create) */
     double wait_short_s, wait_long_s;
     double max_pad_waste;  /* length buckets are [b^k, b^(k+1)) with b = 1 / (1 - waste) */
     int queue_capacity;    /* per model */
