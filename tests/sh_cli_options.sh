@@ -82,4 +82,31 @@ done
 "$CHOIR_BIN" sts -h | grep -q -- '^  --overlap-seconds O'
 "$CHOIR_BIN" sep --help | grep -q -- '^  --chunk-seconds S'
 "$CHOIR_BIN" convert --help | grep -q -- '^  --mlx-exact'
+
+# choir-dev (choir bench / choir dev) on the same parser: values that atoi/atof
+# read as 0 (or that were dropped in silence) are refused by name, exit 2
+refuses "--seconds needs a number in [0.001, 3600], got '0'" "$CHOIR_BIN" bench vad --seconds 0
+refuses "--batch must be 1..256" "$CHOIR_BIN" bench vad --batch 1,0
+refuses "--steps needs a whole number in [1, 1048576], got 'x'" "$CHOIR_BIN" bench whisper --steps x
+refuses "--dims is tiny, base, small, medium, large-v3 or large-v3-turbo, got 'huge'" "$CHOIR_BIN" bench whisper --dims huge
+refuses "--tf32 is on or off, got 'yes'" "$CHOIR_BIN" bench whisper --tf32 yes
+refuses "--requests needs a whole number in [0, 1048576], got 'many'" "$CHOIR_BIN" bench kokoro --model m --requests many
+refuses "--batch 1,: want up to 16 sizes" "$CHOIR_BIN" bench kokoro --model m --batch 1,
+refuses "--method is midpoint or euler, got 'rk4'" "$CHOIR_BIN" bench sam-audio --method rk4
+refuses "--backend is cpu or cuda, got 'tpu'" "$CHOIR_BIN" bench sam-audio --backend tpu
+refuses "--isa is ref, got 'avx2'" "$CHOIR_BIN" bench quant --isa avx2
+refuses "--m needs up to 8 whole numbers" "$CHOIR_BIN" bench quant --m 1,2,3,4,5,6,7,8,9
+refuses "--q-bits is 4 or 8, got '6'" "$CHOIR_BIN" bench vibevoice --q-bits 6
+refuses "--audio-min needs a number in [0.001, 90], got '-1'" "$CHOIR_BIN" bench vibevoice --audio-min -1
+refuses "--chunk-seconds needs a number, got 'long'" "$CHOIR_BIN" bench sts --model m --chunk-seconds long
+refuses "--loads needs 1..16 rates > 0" "$CHOIR_BIN" bench engine --loads 5x
+refuses "--shards needs a whole number in [1, 100000], got 'two'" "$CHOIR_BIN" dev weights --manifest m --out o --shards two
+refuses "--manifest and --out are required" "$CHOIR_BIN" dev weights --out o
+refuses "--greedy-min needs a number in [0, 1], got '2'" "$CHOIR_BIN" dev parity whisper --greedy-min 2
+refuses "--dur-tol needs a whole number in [0, 1048576], got '1.5'" "$CHOIR_BIN" dev parity kokoro --dur-tol 1.5
+refuses "--tol-net needs a number in [0, 1000000000], got 'tight'" "$CHOIR_BIN" dev parity mossformer2 --tol-net tight
+refuses "--isa is ref, got 'x'" "$CHOIR_BIN" dev parity sam-audio --isa x
+refuses "unknown or incomplete option '--bogus'" "$CHOIR_BIN" dev parity vibevoice --bogus
+"$CHOIR_BIN" bench whisper --help | grep -q -- '^  --greedy-steps N'
+"$CHOIR_BIN" dev parity kokoro -h | grep -q -- '^  --force-durations'
 echo ok

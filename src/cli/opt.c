@@ -38,7 +38,20 @@ static int bad_value(const cli_spec *s, const cli_opt *o, const char *v)
         fprintf(stderr, "choir %s: %s needs a size like 512M or 8G, got '%s'\n", s->cmd, o->name, v ? v : "");
     else if (o->kind == CLI_U64)
         fprintf(stderr, "choir %s: %s needs a whole number, got '%s'\n", s->cmd, o->name, v ? v : "");
-    else if (isinf(o->lo) && isinf(o->hi))
+    else if (o->kind == CLI_CHOICE) {
+        /* "--backend is cpu or cuda, got 'tpu'" */
+        int words = 1;
+        for (const char *w = o->arg; *w; w++)
+            words += *w == '|';
+        fprintf(stderr, "choir %s: %s is ", s->cmd, o->name);
+        const char *w = o->arg;
+        for (int k = 0; k < words; k++) {
+            size_t n = strcspn(w, "|");
+            fprintf(stderr, "%s%.*s", k == 0 ? "" : k == words - 1 ? " or " : ", ", (int)n, w);
+            w += w[n] ? n + 1 : n;
+        }
+        fprintf(stderr, ", got '%s'\n", v ? v : "");
+    } else if (isinf(o->lo) && isinf(o->hi))
         fprintf(stderr, "choir %s: %s needs a number, got '%s'\n", s->cmd, o->name, v ? v : "");
     else
         fprintf(stderr, "choir %s: %s needs %s in [%.10g, %.10g], got '%s'\n", s->cmd, o->name,
@@ -72,6 +85,25 @@ static int apply(const cli_spec *s, const cli_opt *o, const char *v)
             return bad_value(s, o, v);
         *(int64_t *)o->dest = bytes;
         return -1;
+    case CLI_CHOICE: {
+        int k = 0;
+        for (const char *w = o->arg; *w; k++) {
+            size_t n = strcspn(w, "|");
+            if (strlen(v) == n && strncmp(w, v, n) == 0) {
+                *(int *)o->dest = k;
+                return -1;
+            }
+            w += w[n] ? n + 1 : n;
+        }
+        return bad_value(s, o, v);
+    }
+    case CLI_ENGINE: {
+        choir_err err = {0};
+        if (choir_engine_apply_option(o->dest, o->name, v, &err) > 0)
+            return -1;
+        fprintf(stderr, "choir %s: %s\n", s->cmd, err.msg[0] ? err.msg : "not an engine option");
+        return 2;
+    }
     case CLI_U64: {
         char *end = NULL;
         errno = 0;

@@ -19,6 +19,9 @@ typedef enum cli_kind {
     CLI_SIZE,   /* bytes (choir_parse_size), > 0: *(int64_t *)dest */
     CLI_U64,    /* a whole number, decimal or 0x hex, 0..2^64-1 (seeds): *(uint64_t *)dest */
     CLI_LIST,   /* repeatable: each value appended to *(cli_list *)dest */
+    CLI_CHOICE, /* one of the words of `arg` ("cpu|cuda"): *(int *)dest = its index */
+    CLI_ENGINE, /* one engine flag (its parser, bounds and message) applied at once to
+                   *(choir_engine_params *)dest, for a command that takes only some */
 } cli_kind;
 
 /* The values of a repeatable flag, in order; `items` has room for `cap`. */
@@ -34,7 +37,8 @@ typedef struct cli_opt {
     void *dest;
     double lo, hi;    /* CLI_INT, CLI_FLOAT, CLI_DOUBLE; -INFINITY, INFINITY: any number
                          (a value a model bounds itself, such as a chunk length) */
-    const char *arg;  /* the value's placeholder in the usage ("T"); NULL for a flag */
+    const char *arg;  /* the value's placeholder in the usage ("T"); NULL for a flag;
+                         CLI_CHOICE: the words, '|' between them */
     const char *help; /* one usage line; "\n" starts an indented continuation line */
 } cli_opt;
 

@@ -15,7 +15,9 @@
 #include "choir/engine.h"
 #include "choir/log.h"
 #include "choir/pool.h"
+#include "choir/parse.h"
 #include "cli/dev/dev.h"
+#include "cli/opt.h"
 #include "models/fake/fake_model.h"
 
 typedef struct bench_opts {
@@ -26,15 +28,12 @@ typedef struct bench_opts {
     double fixed_ms, per_char_us, wait_ms;
 } bench_opts;
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: choir bench engine [--duration S] [--loads R1,R2,...] [--workers N]\n"
-               "                          [--max-batch N] [--fixed-ms MS] [--per-char-us US] [--wait-ms MS]\n"
-               "Offers Poisson TTS load at each rate (requests/s) for S seconds to an engine\n"
-               "with batching (max batch N) and without (batch 1), and prints throughput and\n"
-               "latency percentiles. Defaults: 3 s, loads 10,30,60,120, 1 worker, batch 8,\n"
-               "fixed 20 ms per batch, 50 us per padded character, wait 50 ms.\n");
-}
+static const char synopsis[] =
+    "usage: choir bench engine [--duration S] [--loads R1,R2,...] [--workers N]\n"
+    "                          [--max-batch N] [--fixed-ms MS] [--per-char-us US] [--wait-ms MS]\n"
+    "Offers Poisson TTS load at each rate (requests/s) for S seconds to an engine\n"
+    "with batching (max batch N) and without (batch 1), and prints throughput and\n"
+    "latency percentiles.\n\n";
 
 static void sleep_until(uint64_t t_ns)
 {
@@ -137,67 +136,51 @@ static int run_load(const bench_opts *o, const char *dir, double rate, int max_b
     return 0;
 }
 
+/* "10,30,60": 1..16 rates, each a number > 0 (requests/s). */
 static int parse_loads(const char *s, bench_opts *o)
 {
     o->n_loads = 0;
     char *copy = strdup(s), *save = NULL;
-    for (char *tok = strtok_r(copy, ",", &save); tok && o->n_loads < 16; tok = strtok_r(NULL, ",", &save)) {
-        double v = atof(tok);
-        if (!(v > 0)) {
-            free(copy);
-            return -1;
-        }
-        o->loads[o->n_loads++] = v;
+    int ok = copy != NULL;
+    for (char *tok = copy ? strtok_r(copy, ",", &save) : NULL; ok && tok; tok = strtok_r(NULL, ",", &save)) {
+        double v = 0;
+        ok = o->n_loads < 16 && choir_parse_number(tok, 1e-6, 1e9, 0, &v) == 0;
+        if (ok)
+            o->loads[o->n_loads++] = v;
     }
     free(copy);
-    return o->n_loads ? 0 : -1;
+    return ok && o->n_loads ? 0 : -1;
 }
 
 int choir_bench_engine(int argc, char **argv)
 {
     bench_opts o = {.duration_s = 3, .loads = {10, 30, 60, 120}, .n_loads = 4, .workers = 1, .max_batch = 8,
                     .fixed_ms = 20, .per_char_us = 50, .wait_ms = 50};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int ok = 1;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (v && strcmp(a, "--duration") == 0) {
-            o.duration_s = atof(v);
-            ok = o.duration_s > 0;
-        } else if (v && strcmp(a, "--loads") == 0) {
-            ok = parse_loads(v, &o) == 0;
-        } else if (v && (strcmp(a, "--workers") == 0 || strcmp(a, "--max-batch") == 0)) {
-            /* bounded as the engine's own flags are */
-            choir_engine_params ep = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
-            choir_err err;
-            ok = choir_engine_apply_option(&ep, a, v, &err) == 1;
-            if (!ok)
-                fprintf(stderr, "choir bench engine: %s\n", err.msg);
-            else if (a[2] == 'w')
-                o.workers = ep.workers;
-            else
-                o.max_batch = ep.max_batch;
-        } else if (v && strcmp(a, "--fixed-ms") == 0) {
-            o.fixed_ms = atof(v);
-            ok = o.fixed_ms >= 0;
-        } else if (v && strcmp(a, "--per-char-us") == 0) {
-            o.per_char_us = atof(v);
-            ok = o.per_char_us >= 0;
-        } else if (v && strcmp(a, "--wait-ms") == 0) {
-            o.wait_ms = atof(v);
-            ok = o.wait_ms > 0;
-        } else {
-            ok = 0;
-        }
-        if (!ok) {
-            fprintf(stderr, "choir bench engine: bad argument '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-        i++;
+    /* --workers and --max-batch are the engine's own flags (same bounds) */
+    choir_engine_params ep = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
+    ep.workers = o.workers;
+    ep.max_batch = o.max_batch;
+    const char *loads = NULL;
+    const cli_opt flags[] = {
+        {"--duration", CLI_DOUBLE, &o.duration_s, 0.001, 3600, "S", "seconds of load per run (default 3)"},
+        {"--loads", CLI_STRING, &loads, 0, 0, "R1,R2,...", "offered rates, requests/s (default 10,30,60,120)"},
+        {"--workers", CLI_ENGINE, &ep, 0, 0, "N", "engine workers (default 1)"},
+        {"--max-batch", CLI_ENGINE, &ep, 0, 0, "N", "largest batch when batching (default 8)"},
+        {"--fixed-ms", CLI_DOUBLE, &o.fixed_ms, 0, 1e6, "MS", "fake model's cost per batch (default 20)"},
+        {"--per-char-us", CLI_DOUBLE, &o.per_char_us, 0, 1e6, "US", "its cost per padded character (default 50)"},
+        {"--wait-ms", CLI_DOUBLE, &o.wait_ms, 0.001, 60000, "MS", "batch wait limit (default 50)"},
+    };
+    const cli_spec spec = {.cmd = "bench engine", .synopsis = synopsis, .opts = flags,
+                           .n_opts = (int)(sizeof flags / sizeof flags[0])};
+    int parsed = cli_parse(&spec, argc, argv);
+    if (parsed >= 0)
+        return parsed;
+    if (loads && parse_loads(loads, &o) < 0) {
+        fprintf(stderr, "choir bench engine: --loads needs 1..16 rates > 0 separated by commas, got '%s'\n", loads);
+        return 2;
     }
+    o.workers = ep.workers;
+    o.max_batch = ep.max_batch;
     choir_log_set_level(CHOIR_LOG_WARN);
     char dir[] = "/tmp/choir-bench-engine-XXXXXX";
     if (!mkdtemp(dir)) {

@@ -16,6 +16,7 @@
 #include "choir/phonemizer.h"
 #include "choir/pool.h"
 #include "cli/dev/dev.h"
+#include "cli/opt.h"
 
 static const char *const k_paragraph =
     "The old lighthouse stood at the edge of the cliff, its lamp long dark. Every evening, "
@@ -105,23 +106,22 @@ static int dump_pieces(const choir_kokoro *m, const choir_kokoro_voice *v,
     return rc;
 }
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: choir bench kokoro --model DIR [--voice V] [--text T] [--threads N]\n"
-               "                          [--batch 1,8] [--requests N] [--backend cpu|cuda]\n"
-               "                          [--gpu-dtype f32|tf32|bf16] [--pieces-out DIR]\n\n"
-               "For each batch size B of --batch: streams the paragraph with B pieces\n"
-               "synthesised together (after the short first one), then B copies of it (or N\n"
-               "with --requests) as concurrent requests in one batch; prints real-time factor\n"
-               "(compute seconds per audio second), time to first audio, and peak memory.\n"
-               "--backend cuda (CUDA builds) runs the decoder on GPU 0 and also prints the\n"
-               "achieved TFLOP/s and GB/s against the card's measured ceilings. --gpu-dtype tf32:\n"
-               "f32 weights, cuBLAS products (convolutions, ALBERT) on the tensor cores in\n"
-               "TF32, as PyTorch runs its f32 convolutions by default (cuDNN allow_tf32).\n"
-               "--pieces-out DIR: instead of timing, writes the pieces the streamed run makes\n"
-               "of the text (piece-K.ids.i32, piece-K.style.f32) and choir's zero-noise\n"
-               "synthesis of each alone (piece-K.choir.{pred_dur,F0_pred,N_pred,audio}.f32),\n"
-               "raw little-endian, for a peer to run the same inputs.\n");
-}
+static const char synopsis[] =
+    "usage: choir bench kokoro --model DIR [--voice V] [--text T] [--threads N]\n"
+    "                          [--batch 1,8] [--requests N] [--backend cpu|cuda]\n"
+    "                          [--gpu-dtype f32|tf32|bf16] [--pieces-out DIR]\n\n"
+    "For each batch size B of --batch: streams the paragraph with B pieces\n"
+    "synthesised together (after the short first one), then B copies of it (or N\n"
+    "with --requests) as concurrent requests in one batch; prints real-time factor\n"
+    "(compute seconds per audio second), time to first audio, and peak memory.\n"
+    "--backend cuda (CUDA builds) runs the decoder on GPU 0 and also prints the\n"
+    "achieved TFLOP/s and GB/s against the card's measured ceilings. --gpu-dtype tf32:\n"
+    "f32 weights, cuBLAS products (convolutions, ALBERT) on the tensor cores in\n"
+    "TF32, as PyTorch runs its f32 convolutions by default (cuDNN allow_tf32).\n"
+    "--pieces-out DIR: instead of timing, writes the pieces the streamed run makes\n"
+    "of the text (piece-K.ids.i32, piece-K.style.f32) and choir's zero-noise\n"
+    "synthesis of each alone (piece-K.choir.{pred_dur,F0_pred,N_pred,audio}.f32),\n"
+    "raw little-endian, for a peer to run the same inputs.\n\n";
 
 typedef struct gpu_side {
 #ifdef CHOIR_HAVE_CUDA
@@ -159,40 +159,41 @@ int choir_bench_kokoro(int argc, char **argv) {
     const char *model_dir = NULL, *voice_spec = "af_heart", *text = k_paragraph;
     const char *batch_list = "1,8", *pieces_out = NULL;
     int requests = 0;
-    bool use_gpu = false, gpu_bf16 = false, gpu_tf32 = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return usage(stdout), 0;
-        if (!v) return usage(stderr), 2;
-        if (strcmp(a, "--model") == 0) model_dir = v;
-        else if (strcmp(a, "--voice") == 0) voice_spec = v;
-        else if (strcmp(a, "--text") == 0) text = v;
-        else if (strcmp(a, "--threads") == 0) choir_pool_set_default_threads(atoi(v));
-        else if (strcmp(a, "--requests") == 0) requests = atoi(v);
-        else if (strcmp(a, "--batch") == 0) batch_list = v;
-        else if (strcmp(a, "--pieces-out") == 0) pieces_out = v;
-        else if (strcmp(a, "--backend") == 0) {
-            if (strcmp(v, "cuda") == 0) use_gpu = true;
-            else if (strcmp(v, "cpu") != 0) return usage(stderr), 2;
-        } else if (strcmp(a, "--gpu-dtype") == 0) {
-            if (strcmp(v, "bf16") == 0) gpu_bf16 = true;
-            else if (strcmp(v, "tf32") == 0) gpu_tf32 = true;
-            else if (strcmp(v, "f32") != 0) return usage(stderr), 2;
-        } else return usage(stderr), 2;
-        i++;
+    int threads = 0, backend = 0, gpu_dtype = 0; /* cpu; f32 */
+    const cli_opt flags[] = {
+        {"--model", CLI_STRING, &model_dir, 0, 0, "DIR", "Kokoro model directory (required)"},
+        {"--voice", CLI_STRING, &voice_spec, 0, 0, "V", "voice name in DIR/voices, or a .bin file (default af_heart)"},
+        {"--text", CLI_STRING, &text, 0, 0, "T", "text to speak (default: a paragraph)"},
+        {"--threads", CLI_INT, &threads, 1, 1024, "N", "compute threads"},
+        {"--batch", CLI_STRING, &batch_list, 0, 0, "1,8", "batch sizes 1..1024, at most 16 (default 1,8)"},
+        {"--requests", CLI_INT, &requests, 0, 1 << 20, "N", "concurrent requests in the batched run (default 0: B)"},
+        {"--backend", CLI_CHOICE, &backend, 0, 0, "cpu|cuda", "where the decoder runs (default cpu)"},
+        {"--gpu-dtype", CLI_CHOICE, &gpu_dtype, 0, 0, "f32|tf32|bf16", "weights and products on the GPU (default f32)"},
+        {"--pieces-out", CLI_STRING, &pieces_out, 0, 0, "DIR", "write the pieces and their synthesis instead of timing"},
+    };
+    const cli_spec spec = {.cmd = "bench kokoro", .synopsis = synopsis, .opts = flags,
+                           .n_opts = (int)(sizeof flags / sizeof flags[0])};
+    int parsed = cli_parse(&spec, argc, argv);
+    if (parsed >= 0) return parsed;
+    if (!model_dir) {
+        fprintf(stderr, "choir bench kokoro: --model DIR is required\n");
+        cli_usage(&spec, stderr);
+        return 2;
     }
-    if (!model_dir) return usage(stderr), 2;
+    if (threads) choir_pool_set_default_threads(threads);
+    bool use_gpu = backend == 1, gpu_tf32 = gpu_dtype == 1, gpu_bf16 = gpu_dtype == 2;
     int batches[16], n_batches = 0;
-    for (const char *q = batch_list; *q && n_batches < 16;) {
+    for (const char *q = batch_list;;) {
         char *end = NULL;
         long b = strtol(q, &end, 10);
-        if (end == q || b < 1 || b > 1024 || (*end && *end != ',')) {
-            fprintf(stderr, "choir bench kokoro: --batch %s: want sizes 1..1024 like 1,8,32\n",
+        if (n_batches == 16 || end == q || b < 1 || b > 1024 || (*end && *end != ',')) {
+            fprintf(stderr, "choir bench kokoro: --batch %s: want up to 16 sizes 1..1024 like 1,8,32\n",
                     batch_list);
             return 2;
         }
         batches[n_batches++] = (int)b;
-        q = *end ? end + 1 : end;
+        if (!*end) break;
+        q = end + 1;
     }
 #ifdef CHOIR_HAVE_CUDA
     if (use_gpu && choir_cuda_device_count() < 1) {

@@ -15,6 +15,7 @@
 #include "choir/pool.h"
 #include "choir/quant.h"
 #include "cli/dev/dev.h"
+#include "cli/opt.h"
 
 #define ROTATE_BYTES_DEFAULT (256ll << 20)
 
@@ -173,10 +174,10 @@ done:
 
 static int parse_list(const char *s, int *out, int max) {
     int n = 0;
-    while (*s && n < max) {
+    while (*s) {
         char *end;
         long v = strtol(s, &end, 10);
-        if (end == s || v <= 0) return -1;
+        if (n == max || end == s || v <= 0 || v > 1 << 20) return -1;
         out[n++] = (int)v;
         s = *end == ',' ? end + 1 : end;
         if (*end && *end != ',') return -1;
@@ -191,41 +192,50 @@ int choir_bench_quant(int argc, char **argv) {
     static const int64_t def_shapes[][2] = {{1280, 1280}, {5120, 1280}, {1280, 5120}};
     memcpy(o.shapes, def_shapes, sizeof def_shapes);
     o.n_shapes = 3;
-    for (int i = 1; i < argc; i++) {
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(argv[i], "--help") == 0) {
-            printf("usage: choir bench quant [--m 1,8,64] [--shape NxK] [--time S] [--threads T]\n"
-                   "                         [--group G] [--isa ref] [--rotate-mb MB]\n"
-                   "  --rotate-mb: weight bytes cycled through per kind (default 256; make it\n"
-                   "  larger than the last-level cache so that weights stream from memory)\n");
-            return 0;
-        } else if (v && strcmp(argv[i], "--m") == 0) {
-            if ((o.n_ms = parse_list(argv[++i], o.ms, 8)) <= 0) return 2;
-        } else if (v && strcmp(argv[i], "--shape") == 0) {
-            long long n, k;
-            if (sscanf(argv[++i], "%lldx%lld", &n, &k) != 2 || n <= 0 || k <= 0 || k % 128) {
-                fprintf(stderr, "choir bench quant: --shape NxK with K a multiple of 128\n");
-                return 2;
-            }
-            o.shapes[0][0] = n;
-            o.shapes[0][1] = k;
-            o.n_shapes = 1;
-        } else if (v && strcmp(argv[i], "--time") == 0) {
-            o.min_time_s = atof(argv[++i]);
-        } else if (v && strcmp(argv[i], "--threads") == 0) {
-            choir_pool_set_default_threads(atoi(argv[++i]));
-        } else if (v && strcmp(argv[i], "--group") == 0) {
-            o.group_size = atoi(argv[++i]);
-            if (!choir_quant_supported(4, o.group_size)) return 2;
-        } else if (v && strcmp(argv[i], "--rotate-mb") == 0) {
-            o.rotate_bytes = (int64_t)atoi(argv[++i]) << 20;
-        } else if (v && strcmp(argv[i], "--isa") == 0) {
-            if (strcmp(argv[++i], "ref") == 0) choir_kernels_set_isa(CHOIR_ISA_REF);
-        } else {
-            fprintf(stderr, "choir bench quant: unknown option %s\n", argv[i]);
+    const char *m_list = NULL, *shape = NULL;
+    int threads = 0, rotate_mb = (int)(ROTATE_BYTES_DEFAULT >> 20), isa_ref = -1;
+    const cli_opt flags[] = {
+        {"--m", CLI_STRING, &m_list, 0, 0, "1,8,64", "rows of the activations, up to 8 values (default 1,8,64)"},
+        {"--shape", CLI_STRING, &shape, 0, 0, "NxK", "one weight shape, K a multiple of 128\n(default: Whisper large-v3's "
+                                                   "1280x1280, 5120x1280, 1280x5120)"},
+        {"--time", CLI_DOUBLE, &o.min_time_s, 0.001, 3600, "S", "least time per measurement (default 0.3)"},
+        {"--threads", CLI_INT, &threads, 1, 1024, "T", "compute threads"},
+        {"--group", CLI_INT, &o.group_size, 1, 1 << 20, "G", "quantization group size (default 64)"},
+        {"--isa", CLI_CHOICE, &isa_ref, 0, 0, "ref", "the plain C kernels instead of the machine's SIMD ones"},
+        {"--rotate-mb", CLI_INT, &rotate_mb, 0, 1 << 20, "MB",
+         "weight bytes cycled through per kind (default 256, 0: one copy;\nmake it larger than the last-level cache so that weights "
+         "stream from memory)"},
+    };
+    const cli_spec spec = {.cmd = "bench quant",
+                           .synopsis = "usage: choir bench quant [--m 1,8,64] [--shape NxK] [--time S] [--threads T]\n"
+                                       "                         [--group G] [--isa ref] [--rotate-mb MB]\n\n",
+                           .opts = flags,
+                           .n_opts = (int)(sizeof flags / sizeof flags[0])};
+    int parsed = cli_parse(&spec, argc, argv);
+    if (parsed >= 0) return parsed;
+    if (m_list && (o.n_ms = parse_list(m_list, o.ms, 8)) <= 0) {
+        fprintf(stderr, "choir bench quant: --m needs up to 8 whole numbers > 0 separated by commas, got '%s'\n",
+                m_list);
+        return 2;
+    }
+    if (shape) {
+        long long n, k;
+        char end;
+        if (sscanf(shape, "%lldx%lld%c", &n, &k, &end) != 2 || n <= 0 || k <= 0 || k % 128) {
+            fprintf(stderr, "choir bench quant: --shape NxK with K a multiple of 128\n");
             return 2;
         }
+        o.shapes[0][0] = n;
+        o.shapes[0][1] = k;
+        o.n_shapes = 1;
     }
+    if (!choir_quant_supported(4, o.group_size)) {
+        fprintf(stderr, "choir bench quant: --group %d is not a supported group size\n", o.group_size);
+        return 2;
+    }
+    if (threads) choir_pool_set_default_threads(threads);
+    if (isa_ref == 0) choir_kernels_set_isa(CHOIR_ISA_REF);
+    o.rotate_bytes = (int64_t)rotate_mb << 20;
     printf("isa %s, %d threads, group size %d, bf16 scales\n", choir_isa_name(choir_kernels_isa()),
            choir_pool_threads(choir_pool_default()), o.group_size);
     printf("memcpy: %.2f GB/s on 1 thread, %.2f GB/s on the pool (bytes read; as many written)\n",

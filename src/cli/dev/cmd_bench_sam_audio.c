@@ -23,6 +23,7 @@
 #include "choir/randw.h"
 #include "choir/sam_audio.h"
 #include "cli/dev/dev.h"
+#include "cli/opt.h"
 
 typedef struct mbuf {
     FILE *f;
@@ -248,29 +249,31 @@ int choir_bench_sam_audio(int argc, char **argv) {
     int nfe = 0, cuda = 0, bf16 = 0;
     choir_sam_params p;
     choir_sam_default_params(&p);
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--bf16")) {
-            bf16 = 1;
-            continue;
-        }
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h") || i + 1 >= argc) {
-            fprintf(!strcmp(argv[i], "--help") ? stdout : stderr,
-                    "usage: choir bench sam-audio [--size small|base|large] [--seconds 10] [--steps 16]\n"
-                    "         [--method midpoint|euler] [--nfe N] [--dir SCRATCH] [--threads N]\n"
-                    "         [--backend cpu|cuda] [--bf16]\n");
-            return !strcmp(argv[i], "--help") ? 0 : 2;
-        }
-        const char *v = argv[++i];
-        if (!strcmp(argv[i - 1], "--size")) size = v;
-        else if (!strcmp(argv[i - 1], "--seconds")) seconds = atof(v);
-        else if (!strcmp(argv[i - 1], "--steps")) p.steps = atoi(v);
-        else if (!strcmp(argv[i - 1], "--method")) p.method = !strcmp(v, "euler") ? CHOIR_SAM_EULER : CHOIR_SAM_MIDPOINT;
-        else if (!strcmp(argv[i - 1], "--nfe")) nfe = atoi(v);
-        else if (!strcmp(argv[i - 1], "--dir")) dir = v;
-        else if (!strcmp(argv[i - 1], "--threads")) choir_pool_set_default_threads(atoi(v));
-        else if (!strcmp(argv[i - 1], "--backend") && (!strcmp(v, "cpu") || !strcmp(v, "cuda"))) cuda = !strcmp(v, "cuda");
-        else return 2;
-    }
+    int threads = 0, euler = p.method == CHOIR_SAM_EULER, sz = 0;
+    const cli_opt flags[] = {
+        {"--size", CLI_CHOICE, &sz, 0, 0, "small|base|large", "published size (default small)"},
+        {"--seconds", CLI_DOUBLE, &seconds, 0.01, 3600, "S", "seconds of audio (default 10)"},
+        {"--steps", CLI_INT, &p.steps, 1, 1024, "N", "ODE steps (default 16)"},
+        {"--method", CLI_CHOICE, &euler, 0, 0, "midpoint|euler", "ODE solver (default midpoint)"},
+        {"--nfe", CLI_INT, &nfe, 0, 1 << 20, "N",
+         "time only N network evaluations and project the ODE from\ntheir median (default 0: all)"},
+        {"--dir", CLI_STRING, &dir, 0, 0, "SCRATCH", "where the random model is written (default: a temporary folder)"},
+        {"--threads", CLI_INT, &threads, 1, 1024, "N", "compute threads"},
+        {"--backend", CLI_CHOICE, &cuda, 0, 0, "cpu|cuda", "where the model runs (default cpu)"},
+        {"--bf16", CLI_FLAG, &bf16, 0, 0, NULL, "with --backend cuda: bf16 matrices"},
+    };
+    const cli_spec spec = {.cmd = "bench sam-audio",
+                           .synopsis = "usage: choir bench sam-audio [--size small|base|large] [--seconds 10] [--steps 16]\n"
+                                       "         [--method midpoint|euler] [--nfe N] [--dir SCRATCH] [--threads N]\n"
+                                       "         [--backend cpu|cuda] [--bf16]\n\n",
+                           .opts = flags,
+                           .n_opts = (int)(sizeof flags / sizeof flags[0])};
+    int parsed = cli_parse(&spec, argc, argv);
+    if (parsed >= 0) return parsed;
+    static const char *const sizes[] = {"small", "base", "large"};
+    size = sizes[sz];
+    p.method = euler ? CHOIR_SAM_EULER : CHOIR_SAM_MIDPOINT;
+    if (threads) choir_pool_set_default_threads(threads);
     long long D;
     int L, H;
     if (!strcmp(size, "small")) D = 1536, L = 12, H = 12;

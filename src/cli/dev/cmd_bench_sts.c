@@ -22,6 +22,7 @@
 #include "choir/mossformer2.h"
 #include "choir/pool.h"
 #include "cli/dev/dev.h"
+#include "cli/opt.h"
 
 static double bench_now(void) {
     struct timespec ts;
@@ -76,13 +77,10 @@ static float synth(int64_t i, uint64_t *rng) {
     return (float)(0.15 * env * v + noise);
 }
 
-static void bench_usage(FILE *f) {
-    fprintf(f, "usage: choir bench sts --model DIR [--seconds S] [--chunk-seconds C] [--overlap-seconds O]\n"
-               "                       [--audio FILE] [--threads N] [--quiet]\n"
-               "  --seconds S   length of the recording (default 600 = 10 min, 48 kHz mono)\n"
-               "  --audio FILE  loop this recording (mono mix at 48 kHz) instead of a synthetic signal\n"
-               "Model weights: `choir dev weights` output or a converted MossFormer2_SE_48K directory.\n");
-}
+static const char sts_synopsis[] =
+    "usage: choir bench sts --model DIR [--seconds S] [--chunk-seconds C] [--overlap-seconds O]\n"
+    "                       [--audio FILE] [--threads N] [--quiet]\n"
+    "Model weights: `choir dev weights` output or a converted MossFormer2_SE_48K directory.\n\n";
 
 int choir_bench_sts(int argc, char **argv) {
     const char *model = NULL, *audio = NULL;
@@ -90,33 +88,23 @@ int choir_bench_sts(int argc, char **argv) {
     int threads = 0, quiet = 0;
     choir_mf2_params p;
     choir_mf2_default_params(&p);
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            bench_usage(stdout);
-            return 0;
-        }
-        if (strcmp(argv[i], "--quiet") == 0) {
-            quiet = 1;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            bench_usage(stderr);
-            return 2;
-        }
-        const char *v = argv[++i];
-        if (strcmp(argv[i - 1], "--model") == 0) model = v;
-        else if (strcmp(argv[i - 1], "--seconds") == 0) seconds = atof(v);
-        else if (strcmp(argv[i - 1], "--chunk-seconds") == 0) p.chunk_seconds = atof(v);
-        else if (strcmp(argv[i - 1], "--overlap-seconds") == 0) p.overlap_seconds = atof(v);
-        else if (strcmp(argv[i - 1], "--audio") == 0) audio = v;
-        else if (strcmp(argv[i - 1], "--threads") == 0) threads = atoi(v);
-        else {
-            bench_usage(stderr);
-            return 2;
-        }
-    }
-    if (!model || !(seconds > 0)) {
-        bench_usage(stderr);
+    const cli_opt flags[] = {
+        {"--model", CLI_STRING, &model, 0, 0, "DIR", "MossFormer2 model directory (required)"},
+        {"--seconds", CLI_DOUBLE, &seconds, 0.001, 1e6, "S", "length of the recording (default 600 = 10 min, 48 kHz mono)"},
+        {"--chunk-seconds", CLI_DOUBLE, &p.chunk_seconds, -INFINITY, INFINITY, "C",
+         "chunk length (the model's default; the model checks it)"},
+        {"--overlap-seconds", CLI_DOUBLE, &p.overlap_seconds, -INFINITY, INFINITY, "O", "overlap of chunks (likewise)"},
+        {"--audio", CLI_STRING, &audio, 0, 0, "FILE", "loop this recording (mono mix at 48 kHz) instead of a synthetic signal"},
+        {"--threads", CLI_INT, &threads, 1, 1024, "N", "compute threads"},
+        {"--quiet", CLI_FLAG, &quiet, 0, 0, NULL, "no progress line on stderr"},
+    };
+    const cli_spec spec = {.cmd = "bench sts", .synopsis = sts_synopsis, .opts = flags,
+                           .n_opts = (int)(sizeof flags / sizeof flags[0])};
+    int parsed = cli_parse(&spec, argc, argv);
+    if (parsed >= 0) return parsed;
+    if (!model) {
+        fprintf(stderr, "choir bench sts: --model DIR is required\n");
+        cli_usage(&spec, stderr);
         return 2;
     }
     if (threads > 0) choir_pool_set_default_threads(threads);

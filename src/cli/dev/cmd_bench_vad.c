@@ -16,7 +16,9 @@
 #include "choir/alloc.h"
 #include "choir/audio.h"
 #include "choir/silero.h"
+#include "choir/parse.h"
 #include "cli/dev/dev.h"
+#include "cli/opt.h"
 
 #define MAX_BATCH 256
 
@@ -70,37 +72,56 @@ done:
     return rc;
 }
 
+/* "1,16": up to `cap` batch sizes 1..MAX_BATCH; the count, or -1. */
+static int parse_batches(const char *v, int *out, int cap) {
+    int n = 0;
+    for (const char *p = v;;) {
+        const char *comma = strchr(p, ',');
+        char one[32];
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        double b = 0;
+        if (n == cap || len == 0 || len >= sizeof one) return -1;
+        memcpy(one, p, len);
+        one[len] = 0;
+        if (choir_parse_number(one, 1, MAX_BATCH, 1, &b) < 0) return -1;
+        out[n++] = (int)b;
+        if (!comma) return n;
+        p = comma + 1;
+    }
+}
+
 int choir_bench_vad(int argc, char **argv) {
     const char *model_arg = NULL, *audio_path = NULL;
     double seconds = 2.0;
-    int batches[8] = {1, 16}, n_batches = 2, custom = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(argv[i], "--model") == 0 && val) {
-            model_arg = argv[++i];
-        } else if (strcmp(argv[i], "--audio") == 0 && val) {
-            audio_path = argv[++i];
-        } else if (strcmp(argv[i], "--seconds") == 0 && val) {
-            seconds = atof(argv[++i]);
-        } else if (strcmp(argv[i], "--batch") == 0 && val) {
-            int b = atoi(argv[++i]);
-            if (b < 1 || b > MAX_BATCH || (custom && n_batches == 8)) {
+    int batches[8] = {1, 16}, n_batches = 2;
+    const char *batch_items[8];
+    cli_list batch_lists = {batch_items, 8, 0};
+    const cli_opt flags[] = {
+        {"--model", CLI_STRING, &model_arg, 0, 0, "PATH", "Silero VAD model (default: $CHOIR_MODELS/silero-vad)"},
+        {"--audio", CLI_STRING, &audio_path, 0, 0, "FILE", "audio looped (default: 10 s synthetic)"},
+        {"--seconds", CLI_DOUBLE, &seconds, 0.001, 3600, "S", "time per batch size (default 2)"},
+        {"--batch", CLI_LIST, &batch_lists, 0, 0, "N[,N...]", "batch sizes 1..256, at most 8 in all (repeatable; default 1,16)"},
+    };
+    const cli_spec spec = {.cmd = "bench vad",
+                           .synopsis = "usage: choir bench vad [--model PATH] [--audio FILE] [--seconds S] [--batch N]...\n"
+                                       "  Silero VAD chunks per second and real-time factor at batch 1 and 16\n"
+                                       "  (or the given --batch sizes).\n\n",
+                           .opts = flags,
+                           .n_opts = (int)(sizeof flags / sizeof flags[0])};
+    int parsed = cli_parse(&spec, argc, argv);
+    if (parsed >= 0) return parsed;
+    if (batch_lists.n) {
+        /* each --batch a list, the lists one after another */
+        n_batches = 0;
+        for (int i = 0; i < batch_lists.n; i++) {
+            int got = parse_batches(batch_lists.items[i], batches + n_batches, 8 - n_batches);
+            if (got < 0) {
                 fprintf(stderr, "choir bench vad: --batch must be 1..%d (at most 8 of them)\n", MAX_BATCH);
                 return 2;
             }
-            if (!custom) n_batches = 0;
-            custom = 1;
-            batches[n_batches++] = b;
-        } else {
-            int help = strcmp(argv[i], "--help") == 0;
-            fprintf(help ? stdout : stderr,
-                    "usage: choir bench vad [--model PATH] [--audio FILE] [--seconds S] [--batch N]...\n"
-                    "  Silero VAD chunks per second and real-time factor at batch 1 and 16\n"
-                    "  (or the given --batch sizes).\n");
-            return help ? 0 : 2;
+            n_batches += got;
         }
     }
-    if (!(seconds > 0 && seconds < 3600)) seconds = 2.0;
 
     choir_err err = {0};
     char model_path[4096];

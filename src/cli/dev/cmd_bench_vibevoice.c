@@ -20,62 +20,58 @@
 #include "choir/tensor.h"
 #include "choir/vibevoice.h"
 #include "cli/dev/dev.h"
+#include "cli/opt.h"
 
-static void bv_usage(FILE *f) {
-    fprintf(f, "usage: choir bench vibevoice [--dims 1.5b|7b] [--audio-min M] [--steps N] [--dtype bf16|f32]\n"
-               "                             [--q-bits 4|8] [--layers N] [--threads N] [--prefill-chunk N]\n"
-               "                             [--backend cpu|cuda]\n\n"
-               "VibeVoice-ASR on random weights at a published size (default 1.5b, 1 minute, 32 steps,\n"
-               "bf16 matrices): load, encoder, prefill and decode speed and peak memory. --q-bits\n"
-               "quantizes the language model as mlx-community does; --layers runs fewer LM layers\n"
-               "(the printed figures then are for that depth). --backend cuda puts the weights and\n"
-               "the passes on CUDA device 0 (builds with -DCHOIR_CUDA=ON) and adds its peak memory.\n");
-}
+static const char bv_synopsis[] =
+    "usage: choir bench vibevoice [--dims 1.5b|7b] [--audio-min M] [--steps N] [--dtype bf16|f32]\n"
+    "                             [--q-bits 4|8] [--layers N] [--threads N] [--prefill-chunk N]\n"
+    "                             [--backend cpu|cuda]\n\n"
+    "VibeVoice-ASR on random weights at a published size (default 1.5b, 1 minute, 32 steps,\n"
+    "bf16 matrices): load, encoder, prefill and decode speed and peak memory. --q-bits\n"
+    "quantizes the language model as mlx-community does; --layers runs fewer LM layers\n"
+    "(the printed figures then are for that depth). --backend cuda puts the weights and\n"
+    "the passes on CUDA device 0 (builds with -DCHOIR_CUDA=ON) and adds its peak memory.\n\n";
 
 int choir_bench_vibevoice(int argc, char **argv) {
     const char *dims_name = "1.5b";
     double minutes = 1.0;
     int steps = 32, layers = 0, bits = 0, prefill_chunk = 0;
     choir_dtype dt = CHOIR_DTYPE_BF16;
-    const char *backend = "cpu";
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            bv_usage(stdout);
-            return 0;
-        }
-        if (!v) {
-            bv_usage(stderr);
-            return 2;
-        }
-        if (strcmp(a, "--dims") == 0) dims_name = v;
-        else if (strcmp(a, "--audio-min") == 0) minutes = atof(v);
-        else if (strcmp(a, "--steps") == 0) steps = atoi(v);
-        else if (strcmp(a, "--layers") == 0) layers = atoi(v);
-        else if (strcmp(a, "--q-bits") == 0) bits = atoi(v);
-        else if (strcmp(a, "--prefill-chunk") == 0) prefill_chunk = atoi(v);
-        else if (strcmp(a, "--threads") == 0) choir_pool_set_default_threads(atoi(v));
-        else if (strcmp(a, "--backend") == 0) backend = v;
-        else if (strcmp(a, "--dtype") == 0) {
-            if (strcmp(v, "f32") == 0) dt = CHOIR_DTYPE_F32;
-            else if (strcmp(v, "bf16") != 0) {
-                bv_usage(stderr);
-                return 2;
-            }
-        } else {
-            bv_usage(stderr);
-            return 2;
-        }
-        i++;
-    }
-    choir_err err = {0};
-    choir_vibevoice_dims D;
-    if (choir_vibevoice_dims_named(dims_name, &D, &err) || !(minutes > 0) || minutes > 90 || steps < 1 ||
-        (bits && bits != 4 && bits != 8) || layers < 0 || (strcmp(backend, "cpu") && strcmp(backend, "cuda"))) {
-        fprintf(stderr, "choir bench vibevoice: %s\n", err.msg[0] ? err.msg : "bad option value");
+    int threads = 0, use_cuda = 0, f32 = 0;
+    const cli_opt flags[] = {
+        {"--dims", CLI_STRING, &dims_name, 0, 0, "1.5b|7b", "published size (default 1.5b)"},
+        {"--audio-min", CLI_DOUBLE, &minutes, 0.001, 90, "M", "minutes of audio (default 1)"},
+        {"--steps", CLI_INT, &steps, 1, 1 << 20, "N", "greedy decoding steps (default 32)"},
+        {"--dtype", CLI_CHOICE, &f32, 0, 0, "bf16|f32", "matrices (default bf16)"},
+        {"--q-bits", CLI_INT, &bits, 4, 8, "4|8", "quantize the language model's linears (mlx-community's layout)"},
+        {"--layers", CLI_INT, &layers, 0, 1000, "N", "run the first N language-model layers (default 0: all)"},
+        {"--threads", CLI_INT, &threads, 1, 1024, "N", "compute threads"},
+        {"--prefill-chunk", CLI_INT, &prefill_chunk, 0, 1 << 20, "N", "prompt tokens per prefill pass (default 0: 256)"},
+        {"--backend", CLI_CHOICE, &use_cuda, 0, 0, "cpu|cuda", "where the weights and passes go (default cpu)"},
+    };
+    const cli_spec spec = {.cmd = "bench vibevoice", .synopsis = bv_synopsis, .opts = flags,
+                           .n_opts = (int)(sizeof flags / sizeof flags[0])};
+    int parsed = cli_parse(&spec, argc, argv);
+    if (parsed >= 0) return parsed;
+    if (bits != 0 && bits != 4 && bits != 8) {
+        fprintf(stderr, "choir bench vibevoice: --q-bits is 4 or 8, got '%d'\n", bits);
         return 2;
     }
-    if (layers > 0 && layers < D.lm.n_layers) D.lm.n_layers = layers;
+    if (f32) dt = CHOIR_DTYPE_F32;
+    if (threads) choir_pool_set_default_threads(threads);
+    const char *backend = use_cuda ? "cuda" : "cpu";
+    choir_err err = {0};
+    choir_vibevoice_dims D;
+    if (choir_vibevoice_dims_named(dims_name, &D, &err)) {
+        fprintf(stderr, "choir bench vibevoice: %s\n", err.msg);
+        return 2;
+    }
+    if (layers > D.lm.n_layers) {
+        fprintf(stderr, "choir bench vibevoice: --layers %d: the %s language model has %d\n", layers, dims_name,
+                D.lm.n_layers);
+        return 2;
+    }
+    if (layers > 0) D.lm.n_layers = layers;
     printf("VibeVoice-ASR %s: LM %d layers x %d (%d heads, %d kv), vocab %d, %s%s; encoders %d stages, "
            "%d filters\n", dims_name, D.lm.n_layers, D.lm.hidden, D.lm.n_heads, D.lm.n_kv_heads, D.lm.vocab,
            bits ? (bits == 8 ? "8-bit LM" : "4-bit LM") : dt == CHOIR_DTYPE_F32 ? "f32" : "bf16",

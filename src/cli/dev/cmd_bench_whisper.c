@@ -21,6 +21,7 @@
 #include "choir/tensor.h"
 #include "choir/whisper.h"
 #include "cli/dev/dev.h"
+#include "cli/opt.h"
 #include "models/whisper/whisper_internal.h"
 #ifdef CHOIR_HAVE_CUDA
 #include "choir/cuda.h"
@@ -404,98 +405,77 @@ int choir_bench_whisper(int argc, char **argv) {
     int steps = 16, audio_s = 0, win_tokens = 48, batches[8] = {8}, n_batches = 1, device = 0;
     bool cuda = false, gpu_bf16 = false, dtype_set = false, batch_set = false, rules_only = false;
     bool decoder_only = false;
+    int rules_only_arg = 0, decoder_only_arg = 0;
     int tf32 = -1; /* -1: on when the device weights are not f32 */
     int greedy_steps = -1; /* -1: the attach default */
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0) {
-            printf("usage: choir bench whisper [--dims tiny|base|small|medium|large-v3|large-v3-turbo]\n"
-                   "       [--threads N] [--dtype f32|f16|bf16] [--steps N] [--audio-s S]\n"
-                   "       [--window-tokens N] [--batch N[,N...]]\n"
-                   "       [--backend cpu|cuda] [--device N] [--gpu-dtype f32|bf16] [--tf32 on|off]\n"
-                   "       [--greedy-steps N] [--rules-only] [--decoder-only]\n\n"
-                   "Encoder ms per 30-s window, decoder ms per step at batch 1, 5, 8 (GPU: 1, 8,\n"
-                   "32), the real-time factor of batched long-form decoding (--audio-s of audio\n"
-                   "in 30-s windows, --window-tokens greedy tokens each, --batch windows at a\n"
-                   "time, one run per listed batch), and peak memory. Weights are random,\n"
-                   "generated in memory. Defaults: CPU --batch 8 --audio-s 60; cuda --batch\n"
-                   "1,8,32 --audio-s 1920 --dtype bf16. With --backend cuda the model runs on\n"
-                   "CUDA device N; --gpu-dtype bf16 stores f32 matrices as bf16 there; the run\n"
-                   "also measures the card's bf16 matmul and copy ceilings and reports the\n"
-                   "encoder's TFLOP/s and the decoder's weight GB/s against them. --tf32 (default:\n"
-                   "on unless the device weights are f32) runs f32 products (attention scores,\n"
-                   "convolutions) on TF32 tensor cores. --greedy-steps N (cuda): long-form greedy\n"
-                   "decoding with the rules on the device, up to N decoder steps per host\n"
-                   "wake-up (default 8); 0 runs the rules on the host, a round trip per token.\n"
-                   "--rules-only times only the host's\n"
-                   "decoding rules per step (filters, timestamp rules, log-softmax, greedy pick,\n"
-                   "beam top-K) on random logits of the --dims vocabulary at 1, 8 and 32 windows\n"
-                   "(beam 5: 5 rows each), before and after their fusion, --steps steps.\n"
-                   "On the CPU the run first measures the streaming read bandwidth and prints the\n"
-                   "batch-1 step against the bound it sets (bytes one step reads / bandwidth).\n"
-                   "--decoder-only skips the encoder and long-form runs (the cross K/V then come\n"
-                   "from a random encoder output) and --batch lists the decoder batches.\n");
-            return 0;
-        }
-        if (strcmp(a, "--rules-only") == 0) {
-            rules_only = true;
-            continue;
-        }
-        if (strcmp(a, "--decoder-only") == 0) {
-            decoder_only = true;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "choir bench whisper: %s needs a value\n", a);
+    int threads = 0, backend = 0, gpu_dtype = 0, tf32_arg = -1, dtype_arg = -1;
+    const char *batch_list = NULL;
+    const cli_opt flags[] = {
+        {"--dims", CLI_STRING, &dims, 0, 0, "SIZE", "tiny (default), base, small, medium, large-v3, large-v3-turbo"},
+        {"--threads", CLI_INT, &threads, 1, 1024, "N", "compute threads"},
+        {"--dtype", CLI_CHOICE, &dtype_arg, 0, 0, "f32|f16|bf16", "stored weights (default f16; cuda bf16)"},
+        {"--steps", CLI_INT, &steps, 1, 1 << 20, "N", "decoder steps timed (default 16)"},
+        {"--audio-s", CLI_INT, &audio_s, 0, 1 << 20, "S", "long-form audio, seconds (default 0: 60; cuda 1920)"},
+        {"--window-tokens", CLI_INT, &win_tokens, 1, 224, "N", "greedy tokens per 30-s window (default 48)"},
+        {"--batch", CLI_STRING, &batch_list, 0, 0, "N[,N...]", "windows at a time, one run each (default 8; cuda 1,8,32)"},
+        {"--backend", CLI_CHOICE, &backend, 0, 0, "cpu|cuda", "where the model runs (default cpu)"},
+        {"--device", CLI_INT, &device, 0, 255, "N", "CUDA device (default 0)"},
+        {"--gpu-dtype", CLI_CHOICE, &gpu_dtype, 0, 0, "f32|bf16", "f32 matrices as stored, or as bf16 on the device"},
+        {"--tf32", CLI_CHOICE, &tf32_arg, 0, 0, "on|off", "f32 products on TF32 tensor cores"},
+        {"--greedy-steps", CLI_INT, &greedy_steps, 0, 1 << 20, "N", "decoder steps per host wake-up (cuda; default 8)"},
+        {"--rules-only", CLI_FLAG, &rules_only_arg, 0, 0, NULL, "time only the host's decoding rules"},
+        {"--decoder-only", CLI_FLAG, &decoder_only_arg, 0, 0, NULL, "skip the encoder and long-form runs"},
+    };
+    const cli_spec spec = {.cmd = "bench whisper",
+                           .synopsis =
+    "usage: choir bench whisper [--dims tiny|base|small|medium|large-v3|large-v3-turbo]\n"
+    "       [--threads N] [--dtype f32|f16|bf16] [--steps N] [--audio-s S]\n"
+    "       [--window-tokens N] [--batch N[,N...]]\n"
+    "       [--backend cpu|cuda] [--device N] [--gpu-dtype f32|bf16] [--tf32 on|off]\n"
+    "       [--greedy-steps N] [--rules-only] [--decoder-only]\n\n"
+    "Encoder ms per 30-s window, decoder ms per step at batch 1, 5, 8 (GPU: 1, 8,\n"
+    "32), the real-time factor of batched long-form decoding (--audio-s of audio\n"
+    "in 30-s windows, --window-tokens greedy tokens each, --batch windows at a\n"
+    "time, one run per listed batch), and peak memory. Weights are random,\n"
+    "generated in memory. Defaults: CPU --batch 8 --audio-s 60; cuda --batch\n"
+    "1,8,32 --audio-s 1920 --dtype bf16. With --backend cuda the model runs on\n"
+    "CUDA device N; --gpu-dtype bf16 stores f32 matrices as bf16 there; the run\n"
+    "also measures the card's bf16 matmul and copy ceilings and reports the\n"
+    "encoder's TFLOP/s and the decoder's weight GB/s against them. --tf32 (default:\n"
+    "on unless the device weights are f32) runs f32 products (attention scores,\n"
+    "convolutions) on TF32 tensor cores. --greedy-steps N (cuda): long-form greedy\n"
+    "decoding with the rules on the device, up to N decoder steps per host\n"
+    "wake-up (default 8); 0 runs the rules on the host, a round trip per token.\n"
+    "--rules-only times only the host's\n"
+    "decoding rules per step (filters, timestamp rules, log-softmax, greedy pick,\n"
+    "beam top-K) on random logits of the --dims vocabulary at 1, 8 and 32 windows\n"
+    "(beam 5: 5 rows each), before and after their fusion, --steps steps.\n"
+    "On the CPU the run first measures the streaming read bandwidth and prints the\n"
+    "batch-1 step against the bound it sets (bytes one step reads / bandwidth).\n"
+    "--decoder-only skips the encoder and long-form runs (the cross K/V then come\n"
+    "from a random encoder output) and --batch lists the decoder batches.\n\n",
+                           .opts = flags,
+                           .n_opts = (int)(sizeof flags / sizeof flags[0])};
+    int parsed = cli_parse(&spec, argc, argv);
+    if (parsed >= 0) return parsed;
+    rules_only = rules_only_arg != 0;
+    decoder_only = decoder_only_arg != 0;
+    if (threads) choir_pool_set_default_threads(threads);
+    cuda = backend == 1;
+    gpu_bf16 = gpu_dtype == 1;
+    if (tf32_arg >= 0) tf32 = tf32_arg == 0; /* "on" is the first word */
+    if (dtype_arg >= 0) {
+        static const choir_dtype dtypes[3] = {CHOIR_DTYPE_F32, CHOIR_DTYPE_F16, CHOIR_DTYPE_BF16};
+        dt = dtypes[dtype_arg];
+        dtype_set = true;
+    }
+    if (batch_list) {
+        n_batches = bw_parse_batches(batch_list, batches, 8);
+        batch_set = true;
+        if (n_batches < 1) {
+            fprintf(stderr, "choir bench whisper: --batch is a list of 1..%d (at most 8)\n", BW_MAX_BATCH);
             return 2;
         }
-        if (strcmp(a, "--dims") == 0) dims = v;
-        else if (strcmp(a, "--threads") == 0) choir_pool_set_default_threads(atoi(v));
-        else if (strcmp(a, "--steps") == 0) steps = atoi(v);
-        else if (strcmp(a, "--audio-s") == 0) audio_s = atoi(v);
-        else if (strcmp(a, "--window-tokens") == 0) win_tokens = atoi(v);
-        else if (strcmp(a, "--greedy-steps") == 0) greedy_steps = atoi(v);
-        else if (strcmp(a, "--batch") == 0) {
-            n_batches = bw_parse_batches(v, batches, 8);
-            batch_set = true;
-            if (n_batches < 1) {
-                fprintf(stderr, "choir bench whisper: --batch is a list of 1..%d (at most 8)\n",
-                        BW_MAX_BATCH);
-                return 2;
-            }
-        } else if (strcmp(a, "--device") == 0) device = atoi(v);
-        else if (strcmp(a, "--backend") == 0) {
-            if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) {
-                fprintf(stderr, "choir bench whisper: --backend is cpu or cuda\n");
-                return 2;
-            }
-            cuda = strcmp(v, "cuda") == 0;
-        } else if (strcmp(a, "--gpu-dtype") == 0) {
-            if (strcmp(v, "f32") != 0 && strcmp(v, "bf16") != 0) {
-                fprintf(stderr, "choir bench whisper: --gpu-dtype is f32 or bf16\n");
-                return 2;
-            }
-            gpu_bf16 = strcmp(v, "bf16") == 0;
-        } else if (strcmp(a, "--tf32") == 0) {
-            if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
-                fprintf(stderr, "choir bench whisper: --tf32 is on or off\n");
-                return 2;
-            }
-            tf32 = strcmp(v, "on") == 0;
-        } else if (strcmp(a, "--dtype") == 0) {
-            dtype_set = true;
-            if (strcmp(v, "f32") == 0) dt = CHOIR_DTYPE_F32;
-            else if (strcmp(v, "f16") == 0) dt = CHOIR_DTYPE_F16;
-            else if (strcmp(v, "bf16") == 0) dt = CHOIR_DTYPE_BF16;
-            else {
-                fprintf(stderr, "choir bench whisper: --dtype is f32, f16 or bf16\n");
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "choir bench whisper: unknown option %s\n", a);
-            return 2;
-        }
-        i++;
     }
     const bw_size *z = NULL;
     for (size_t i = 0; i < sizeof SIZES / sizeof SIZES[0]; i++)
@@ -518,9 +498,9 @@ int choir_bench_whisper(int argc, char **argv) {
         n_batches = 3;
     }
     if (audio_s == 0) audio_s = cuda ? 1920 : 60;
-    if (!z || steps < 1 || audio_s < 1 || win_tokens < 1 || win_tokens > 224) {
-        fprintf(stderr, "choir bench whisper: bad --dims, --steps, --audio-s or --window-tokens "
-                        "(1..224)\n");
+    if (!z) {
+        fprintf(stderr, "choir bench whisper: --dims is tiny, base, small, medium, large-v3 or large-v3-turbo, "
+                        "got '%s'\n", dims);
         return 2;
     }
     if (rules_only) return bw_rules_only(z->vocab, steps);

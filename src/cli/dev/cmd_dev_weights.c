@@ -1,41 +1,40 @@
 /* `choir dev weights`: builds a randw-v1 test checkpoint from a fixture manifest. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "choir/error.h"
 #include "choir/randw.h"
 #include "cli/dev/dev.h"
-
-static int usage(FILE *to) {
-    fprintf(to, "usage: choir dev weights --manifest FIXTURE/manifest.json [--config FIXTURE/config.json] --out DIR\n"
-                "                         [--rename NAMES.json] [--shards N]\n"
-                "\nWrites DIR/config.json (a copy of --config) and DIR/model.safetensors: every manifest\n"
-                "tensor as float32 randw-v1 data, plus the manifest's constants.\n"
-                "  --rename NAMES.json  store tensors under other names (a {name: new} map, or one under\n"
-                "                       \"hf_to_original\"), with the same values\n"
-                "  --shards N           write N shard files and model.safetensors.index.json\n");
-    return to == stdout ? 0 : 2;
-}
+#include "cli/opt.h"
 
 int choir_cmd_dev_weights(int argc, char **argv) {
     const char *manifest = NULL, *config = NULL, *out = NULL;
     choir_randw_opts opts = {0};
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return usage(stdout);
-        if (i + 1 >= argc) return usage(stderr);
-        if (strcmp(argv[i], "--manifest") == 0) manifest = argv[++i];
-        else if (strcmp(argv[i], "--config") == 0) config = argv[++i];
-        else if (strcmp(argv[i], "--out") == 0) out = argv[++i];
-        else if (strcmp(argv[i], "--rename") == 0) opts.rename_path = argv[++i];
-        else if (strcmp(argv[i], "--shards") == 0) {
-            opts.shards = atoi(argv[++i]);
-            if (opts.shards < 1) return usage(stderr);
-        }
-        else return usage(stderr);
+    const cli_opt flags[] = {
+        {"--manifest", CLI_STRING, &manifest, 0, 0, "FILE", "the tensors to write (required)"},
+        {"--config", CLI_STRING, &config, 0, 0, "FILE", "copied to DIR/config.json"},
+        {"--out", CLI_STRING, &out, 0, 0, "DIR", "the model directory written (required)"},
+        {"--rename", CLI_STRING, &opts.rename_path, 0, 0, "NAMES.json",
+         "store tensors under other names (a {name: new} map, or one\nunder \"hf_to_original\"), with the same values"},
+        {"--shards", CLI_INT, &opts.shards, 1, 100000, "N", "write N shard files and model.safetensors.index.json"},
+    };
+    const cli_spec spec = {
+        .cmd = "dev weights",
+        .synopsis = "usage: choir dev weights --manifest FIXTURE/manifest.json [--config FIXTURE/config.json] --out DIR\n"
+                    "                         [--rename NAMES.json] [--shards N]\n"
+                    "\nWrites DIR/config.json (a copy of --config) and DIR/model.safetensors: every manifest\n"
+                    "tensor as float32 randw-v1 data, plus the manifest's constants.\n\n",
+        .opts = flags,
+        .n_opts = (int)(sizeof flags / sizeof flags[0]),
+    };
+    int parsed = cli_parse(&spec, argc, argv);
+    if (parsed >= 0) return parsed;
+    if (!manifest || !out) {
+        fprintf(stderr, "choir dev weights: --manifest and --out are required\n");
+        cli_usage(&spec, stderr);
+        return 2;
     }
-    if (!manifest || !out) return usage(stderr);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     choir_err err = {0};

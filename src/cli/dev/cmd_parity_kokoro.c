@@ -17,6 +17,7 @@
 #include "choir/safetensors.h"
 #include "choir/tensor.h"
 #include "cli/dev/dev.h"
+#include "cli/opt.h"
 #include "models/kokoro/kokoro_internal.h"
 
 typedef struct parity {
@@ -186,53 +187,49 @@ done:
     return rc;
 }
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: choir dev parity kokoro --model MODEL --case CASE_DIR --voices VOICES_DIR\n"
-               "           [--stage-tol 1e-4] [--audio-tol 1e-3] [--spectrum-tol 0.1]\n"
-               "           [--dur-tol N] [--force-durations] [--backend cpu|cuda]\n"
-               "           [--gpu-dtype f32|bf16]\n\n"
-               "Runs CASE_DIR/meta.json's phonemes, voice and speed in zero-noise mode and\n"
-               "compares every stage with CASE_DIR/reference.safetensors. Ends with\n"
-               "`parity: PASS` (exit 0) or `parity: FAIL` (exit 1).\n"
-               "For reduced-precision weights (bf16, quantized): --dur-tol N lets N durations\n"
-               "differ by one frame, and --force-durations aligns with the reference's durations\n"
-               "so that the later stages stay comparable.\n"
-               "--backend cuda runs the decoder and generator on GPU 0 (CUDA builds). With\n"
-               "--gpu-dtype f32 the bounds are the CPU's; with bf16 (tensor-core convolutions)\n"
-               "the audio is judged by the magnitude spectrum alone (rel L2 is printed; the\n"
-               "float32 floor already exceeds any useful bound on random weights).\n");
-}
+static const char synopsis[] =
+    "usage: choir dev parity kokoro --model MODEL --case CASE_DIR --voices VOICES_DIR\n"
+    "           [--stage-tol 1e-4] [--audio-tol 1e-3] [--spectrum-tol 0.1]\n"
+    "           [--dur-tol N] [--force-durations] [--backend cpu|cuda]\n"
+    "           [--gpu-dtype f32|bf16]\n\n"
+    "Runs CASE_DIR/meta.json's phonemes, voice and speed in zero-noise mode and\n"
+    "compares every stage with CASE_DIR/reference.safetensors. Ends with\n"
+    "`parity: PASS` (exit 0) or `parity: FAIL` (exit 1).\n"
+    "For reduced-precision weights (bf16, quantized): --dur-tol N lets N durations\n"
+    "differ by one frame, and --force-durations aligns with the reference's durations\n"
+    "so that the later stages stay comparable.\n"
+    "--backend cuda runs the decoder and generator on GPU 0 (CUDA builds). With\n"
+    "--gpu-dtype f32 the bounds are the CPU's; with bf16 (tensor-core convolutions)\n"
+    "the audio is judged by the magnitude spectrum alone (rel L2 is printed; the\n"
+    "float32 floor already exceeds any useful bound on random weights).\n\n";
 
 int choir_cmd_parity_kokoro(int argc, char **argv) {
     const char *model_path = NULL, *case_dir = NULL, *voices = NULL;
     double stage_tol = 1e-4, audio_tol = 1e-3, spectrum_tol = 0.1;
     int dur_tol = 0;
-    bool force_durations = false, use_gpu = false, gpu_bf16 = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return usage(stdout), 0;
-        if (strcmp(a, "--force-durations") == 0) {
-            force_durations = true;
-            continue;
-        }
-        if (!v) return usage(stderr), 2;
-        if (strcmp(a, "--model") == 0) model_path = v;
-        else if (strcmp(a, "--case") == 0) case_dir = v;
-        else if (strcmp(a, "--voices") == 0) voices = v;
-        else if (strcmp(a, "--stage-tol") == 0) stage_tol = atof(v);
-        else if (strcmp(a, "--audio-tol") == 0) audio_tol = atof(v);
-        else if (strcmp(a, "--spectrum-tol") == 0) spectrum_tol = atof(v);
-        else if (strcmp(a, "--dur-tol") == 0) dur_tol = atoi(v);
-        else if (strcmp(a, "--backend") == 0) {
-            if (strcmp(v, "cuda") == 0) use_gpu = true;
-            else if (strcmp(v, "cpu") != 0) return usage(stderr), 2;
-        } else if (strcmp(a, "--gpu-dtype") == 0) {
-            if (strcmp(v, "bf16") == 0) gpu_bf16 = true;
-            else if (strcmp(v, "f32") != 0) return usage(stderr), 2;
-        } else return usage(stderr), 2;
-        i++;
+    int force_arg = 0, backend = 0, gpu_dtype = 0;
+    const cli_opt flags[] = {
+        {"--model", CLI_STRING, &model_path, 0, 0, "MODEL", "Kokoro model directory (required)"},
+        {"--case", CLI_STRING, &case_dir, 0, 0, "CASE_DIR", "fixture case: meta.json, reference.safetensors (required)"},
+        {"--voices", CLI_STRING, &voices, 0, 0, "VOICES_DIR", "the voice packs (required)"},
+        {"--stage-tol", CLI_DOUBLE, &stage_tol, 0, 1e9, "T", "relative L2 bound of each stage (default 1e-4)"},
+        {"--audio-tol", CLI_DOUBLE, &audio_tol, 0, 1e9, "T", "of the audio (default 1e-3)"},
+        {"--spectrum-tol", CLI_DOUBLE, &spectrum_tol, 0, 1e9, "T", "of its magnitude spectrum (default 0.1)"},
+        {"--dur-tol", CLI_INT, &dur_tol, 0, 1 << 20, "N", "durations that may differ by one frame (default 0)"},
+        {"--force-durations", CLI_FLAG, &force_arg, 0, 0, NULL, "align with the reference's durations"},
+        {"--backend", CLI_CHOICE, &backend, 0, 0, "cpu|cuda", "where the decoder and generator run (default cpu)"},
+        {"--gpu-dtype", CLI_CHOICE, &gpu_dtype, 0, 0, "f32|bf16", "their products on the GPU (default f32)"},
+    };
+    const cli_spec spec = {.cmd = "dev parity kokoro", .synopsis = synopsis, .opts = flags,
+                           .n_opts = (int)(sizeof flags / sizeof flags[0])};
+    int parsed = cli_parse(&spec, argc, argv);
+    if (parsed >= 0) return parsed;
+    if (!model_path || !case_dir || !voices) {
+        fprintf(stderr, "choir dev parity kokoro: --model, --case and --voices are required\n");
+        cli_usage(&spec, stderr);
+        return 2;
     }
-    if (!model_path || !case_dir || !voices) return usage(stderr), 2;
+    bool force_durations = force_arg != 0, use_gpu = backend == 1, gpu_bf16 = gpu_dtype == 1;
 #ifdef CHOIR_HAVE_CUDA
     if (use_gpu && choir_cuda_device_count() < 1) {
         fprintf(stderr, "choir dev parity kokoro: --backend cuda: no CUDA device visible\n");

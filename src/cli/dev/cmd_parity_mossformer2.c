@@ -16,21 +16,20 @@
 #include "choir/mossformer2.h"
 #include "choir/safetensors.h"
 #include "cli/dev/dev.h"
+#include "cli/opt.h"
 
 typedef struct pm_tol {
     double fbank, features, net, mask, audio;
 } pm_tol;
 
-static int pm_usage(FILE *to) {
-    fprintf(to, "usage: choir dev parity mossformer2 --model MODEL_DIR --fixture FIXTURE_DIR --audio-dir AUDIO_DIR\n"
-                "         [--case short|short-odd|long] [--tol-mask 2e-4] [--tol-audio 1e-4]\n"
-                "         [--tol-net 2e-4] [--tol-features 5e-4]\n\n"
-                "Runs the fixture's cases and compares every stored tensor. fbank/features are\n"
-                "absolute errors; net.*, mask and audio are max|diff| relative to the reference's\n"
-                "largest value (with an absolute floor). Ends with 'parity: PASS' (exit 0) or\n"
-                "'parity: FAIL' (exit 1).\n");
-    return to == stdout ? 0 : 2;
-}
+static const char pm_synopsis[] =
+    "usage: choir dev parity mossformer2 --model MODEL_DIR --fixture FIXTURE_DIR --audio-dir AUDIO_DIR\n"
+    "         [--case short|short-odd|long] [--tol-mask 2e-4] [--tol-audio 1e-4]\n"
+    "         [--tol-net 2e-4] [--tol-features 5e-4]\n\n"
+    "Runs the fixture's cases and compares every stored tensor. fbank/features are\n"
+    "absolute errors; net.*, mask and audio are max|diff| relative to the reference's\n"
+    "largest value (with an absolute floor). Ends with 'parity: PASS' (exit 0) or\n"
+    "'parity: FAIL' (exit 1).\n\n";
 
 /* Prints one comparison and returns 1 when it passes. rel != 0: relative to max|ref|. */
 static int pm_check(const char *what, const float *ours, const float *ref, int64_t n, double tol, int rel) {
@@ -209,21 +208,27 @@ done:
 int choir_cmd_parity_mossformer2(int argc, char **argv) {
     const char *model = NULL, *fixture = NULL, *audio_dir = NULL, *only = NULL;
     pm_tol tol = {.fbank = 5e-4, .features = 5e-4, .net = 2e-4, .mask = 2e-4, .audio = 1e-4};
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return pm_usage(stdout);
-        if (i + 1 >= argc) return pm_usage(stderr);
-        const char *v = argv[++i];
-        if (strcmp(argv[i - 1], "--model") == 0) model = v;
-        else if (strcmp(argv[i - 1], "--fixture") == 0) fixture = v;
-        else if (strcmp(argv[i - 1], "--audio-dir") == 0) audio_dir = v;
-        else if (strcmp(argv[i - 1], "--case") == 0) only = v;
-        else if (strcmp(argv[i - 1], "--tol-mask") == 0) tol.mask = atof(v);
-        else if (strcmp(argv[i - 1], "--tol-audio") == 0) tol.audio = atof(v);
-        else if (strcmp(argv[i - 1], "--tol-net") == 0) tol.net = atof(v);
-        else if (strcmp(argv[i - 1], "--tol-features") == 0) tol.features = tol.fbank = atof(v);
-        else return pm_usage(stderr);
+    double tol_features = -1; /* -1: not given */
+    const cli_opt flags[] = {
+        {"--model", CLI_STRING, &model, 0, 0, "MODEL_DIR", "MossFormer2 model directory (required)"},
+        {"--fixture", CLI_STRING, &fixture, 0, 0, "FIXTURE_DIR", "the reference's fixture directory (required)"},
+        {"--audio-dir", CLI_STRING, &audio_dir, 0, 0, "AUDIO_DIR", "the fixtures' audio (required)"},
+        {"--case", CLI_STRING, &only, 0, 0, "NAME", "only this case: short, short-odd or long"},
+        {"--tol-mask", CLI_DOUBLE, &tol.mask, 0, 1e9, "T", "mask bound (default 2e-4)"},
+        {"--tol-audio", CLI_DOUBLE, &tol.audio, 0, 1e9, "T", "enhanced audio bound (default 1e-4)"},
+        {"--tol-net", CLI_DOUBLE, &tol.net, 0, 1e9, "T", "network stages' bound (default 2e-4)"},
+        {"--tol-features", CLI_DOUBLE, &tol_features, 0, 1e9, "T", "fbank and features bound (default 5e-4)"},
+    };
+    const cli_spec spec = {.cmd = "dev parity mossformer2", .synopsis = pm_synopsis, .opts = flags,
+                           .n_opts = (int)(sizeof flags / sizeof flags[0])};
+    int parsed = cli_parse(&spec, argc, argv);
+    if (parsed >= 0) return parsed;
+    if (!model || !fixture || !audio_dir) {
+        fprintf(stderr, "choir dev parity mossformer2: --model, --fixture and --audio-dir are required\n");
+        cli_usage(&spec, stderr);
+        return 2;
     }
-    if (!model || !fixture || !audio_dir) return pm_usage(stderr);
+    if (tol_features >= 0) tol.features = tol.fbank = tol_features;
     choir_err err = {0};
     choir_mf2 *m = choir_mf2_load(model, &err);
     if (!m) {

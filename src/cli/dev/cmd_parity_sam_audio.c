@@ -29,15 +29,14 @@
 #include "choir/safetensors.h"
 #include "choir/sam_audio.h"
 #include "cli/dev/dev.h"
+#include "cli/opt.h"
 
-static int ps_usage(FILE *to) {
-    fprintf(to, "usage: choir dev parity sam-audio --model MODEL_DIR --case CASE_DIR [--audio-dir AUDIO_DIR]\n"
-                "         [--tol-net 1e-4] [--tol-codec 1e-4] [--tol-decode 1e-3] [--tol-audio 1e-3] [--isa ref]\n\n"
-                "MODEL_DIR holds the checkpoint (choir dev weights of CASE/manifest.json) and t5/ (of\n"
-                "CASE/t5/manifest.json plus its tokenizer.json). Prints each stage's relative L2 error\n"
-                "and ends with 'parity: PASS' (exit 0) or 'parity: FAIL' (exit 1).\n");
-    return to == stdout ? 0 : 2;
-}
+static const char ps_synopsis[] =
+    "usage: choir dev parity sam-audio --model MODEL_DIR --case CASE_DIR [--audio-dir AUDIO_DIR]\n"
+    "         [--tol-net 1e-4] [--tol-codec 1e-4] [--tol-decode 1e-3] [--tol-audio 1e-3] [--isa ref]\n\n"
+    "MODEL_DIR holds the checkpoint (choir dev weights of CASE/manifest.json) and t5/ (of\n"
+    "CASE/t5/manifest.json plus its tokenizer.json). Prints each stage's relative L2 error\n"
+    "and ends with 'parity: PASS' (exit 0) or 'parity: FAIL' (exit 1).\n\n";
 
 static int check(const char *what, const float *ours, const float *ref, int64_t n, double tol) {
     double num = 0, den = 0;
@@ -175,23 +174,27 @@ static int run_prompt_set(const choir_sam *m, const ps_case *pc, const char *set
 int choir_cmd_parity_sam_audio(int argc, char **argv) {
     const char *model = NULL, *cdir = NULL, *audio_dir = NULL;
     double tol_net = 1e-4, tol_codec = 1e-4, tol_decode = 1e-3, tol_audio = 1e-3;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return ps_usage(stdout);
-        if (i + 1 >= argc) return ps_usage(stderr);
-        if (!strcmp(argv[i], "--model")) model = argv[++i];
-        else if (!strcmp(argv[i], "--case")) cdir = argv[++i];
-        else if (!strcmp(argv[i], "--audio-dir")) audio_dir = argv[++i];
-        else if (!strcmp(argv[i], "--tol-net")) tol_net = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--tol-codec")) tol_codec = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--tol-audio")) tol_audio = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--tol-decode")) tol_decode = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--isa")) {
-            if (strcmp(argv[++i], "ref") != 0) return ps_usage(stderr);
-            choir_kernels_set_isa(CHOIR_ISA_REF);
-        }
-        else return ps_usage(stderr);
+    int isa_ref = -1;
+    const cli_opt flags[] = {
+        {"--model", CLI_STRING, &model, 0, 0, "MODEL_DIR", "the checkpoint and t5/ (required)"},
+        {"--case", CLI_STRING, &cdir, 0, 0, "CASE_DIR", "meta.json and reference.safetensors (required)"},
+        {"--audio-dir", CLI_STRING, &audio_dir, 0, 0, "AUDIO_DIR", "the fixtures' audio: also checks the inputs against it"},
+        {"--tol-net", CLI_DOUBLE, &tol_net, 0, 1e9, "T", "relative L2 bound of the network (default 1e-4)"},
+        {"--tol-codec", CLI_DOUBLE, &tol_codec, 0, 1e9, "T", "of the codec (default 1e-4)"},
+        {"--tol-decode", CLI_DOUBLE, &tol_decode, 0, 1e9, "T", "of the codec's decoded audio (default 1e-3)"},
+        {"--tol-audio", CLI_DOUBLE, &tol_audio, 0, 1e9, "T", "of the separated audio (default 1e-3)"},
+        {"--isa", CLI_CHOICE, &isa_ref, 0, 0, "ref", "the plain C kernels instead of the machine's SIMD ones"},
+    };
+    const cli_spec spec = {.cmd = "dev parity sam-audio", .synopsis = ps_synopsis, .opts = flags,
+                           .n_opts = (int)(sizeof flags / sizeof flags[0])};
+    int parsed = cli_parse(&spec, argc, argv);
+    if (parsed >= 0) return parsed;
+    if (!model || !cdir) {
+        fprintf(stderr, "choir dev parity sam-audio: --model and --case are required\n");
+        cli_usage(&spec, stderr);
+        return 2;
     }
-    if (!model || !cdir) return ps_usage(stderr);
+    if (isa_ref == 0) choir_kernels_set_isa(CHOIR_ISA_REF);
     choir_err err = {0};
     char path[4096];
     snprintf(path, sizeof path, "%s/meta.json", cdir);

@@ -20,14 +20,14 @@
 #include "choir/tokenizer.h"
 #include "choir/vibevoice.h"
 #include "cli/dev/dev.h"
+#include "cli/opt.h"
 
-static void pv_usage(FILE *f) {
-    fprintf(f, "usage: choir dev parity vibevoice --model DIR --case CASE_DIR --audio-dir DIR\n"
-               "         [--tokenizer PATH] [--tol-input 1e-5] [--tol 1e-4]\n\n"
-               "Runs the VibeVoice-ASR pipeline from the case's 24 kHz audio file and compares every\n"
-               "stage with CASE_DIR/reference.safetensors. The tokenizer is DIR/tokenizer.json unless\n"
-               "--tokenizer is given. Ends with 'parity: PASS' (exit 0) or 'parity: FAIL' (exit 1).\n");
-}
+static const char pv_synopsis[] =
+    "usage: choir dev parity vibevoice --model DIR --case CASE_DIR --audio-dir DIR\n"
+    "         [--tokenizer PATH] [--tol-input 1e-5] [--tol 1e-4]\n\n"
+    "Runs the VibeVoice-ASR pipeline from the case's 24 kHz audio file and compares every\n"
+    "stage with CASE_DIR/reference.safetensors. The tokenizer is DIR/tokenizer.json unless\n"
+    "--tokenizer is given. Ends with 'parity: PASS' (exit 0) or 'parity: FAIL' (exit 1).\n\n";
 
 static double rel_l2(const float *a, const float *b, size_t n) {
     double num = 0, den = 0;
@@ -78,30 +78,21 @@ static int stage(const char *what, double v, double bound) {
 int choir_cmd_parity_vibevoice(int argc, char **argv) {
     const char *model_dir = NULL, *case_dir = NULL, *audio_dir = NULL, *tok_path = NULL;
     double tol_in = 1e-5, tol = 1e-4;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            pv_usage(stdout);
-            return 0;
-        }
-        if (!v) {
-            fprintf(stderr, "choir dev parity vibevoice: %s needs a value\n", a);
-            return 2;
-        }
-        if (strcmp(a, "--model") == 0) model_dir = v;
-        else if (strcmp(a, "--case") == 0) case_dir = v;
-        else if (strcmp(a, "--audio-dir") == 0) audio_dir = v;
-        else if (strcmp(a, "--tokenizer") == 0) tok_path = v;
-        else if (strcmp(a, "--tol-input") == 0) tol_in = atof(v);
-        else if (strcmp(a, "--tol") == 0) tol = atof(v);
-        else {
-            fprintf(stderr, "choir dev parity vibevoice: unknown option %s\n", a);
-            return 2;
-        }
-        i++;
-    }
+    const cli_opt flags[] = {
+        {"--model", CLI_STRING, &model_dir, 0, 0, "DIR", "VibeVoice-ASR model directory (required)"},
+        {"--case", CLI_STRING, &case_dir, 0, 0, "CASE_DIR", "meta.json and reference.safetensors (required)"},
+        {"--audio-dir", CLI_STRING, &audio_dir, 0, 0, "DIR", "the fixtures' audio (required)"},
+        {"--tokenizer", CLI_STRING, &tok_path, 0, 0, "PATH", "tokenizer.json (default: DIR/tokenizer.json)"},
+        {"--tol-input", CLI_DOUBLE, &tol_in, 0, 1e9, "T", "bound of the prepared input audio (default 1e-5)"},
+        {"--tol", CLI_DOUBLE, &tol, 0, 1e9, "T", "bound of every later stage (default 1e-4)"},
+    };
+    const cli_spec spec = {.cmd = "dev parity vibevoice", .synopsis = pv_synopsis, .opts = flags,
+                           .n_opts = (int)(sizeof flags / sizeof flags[0])};
+    int parsed = cli_parse(&spec, argc, argv);
+    if (parsed >= 0) return parsed;
     if (!model_dir || !case_dir || !audio_dir) {
-        pv_usage(stderr);
+        fprintf(stderr, "choir dev parity vibevoice: --model, --case and --audio-dir are required\n");
+        cli_usage(&spec, stderr);
         return 2;
     }
     choir_err err = {0};

@@ -22,6 +22,7 @@
 #include "choir/safetensors.h"
 #include "choir/whisper.h"
 #include "cli/dev/dev.h"
+#include "cli/opt.h"
 
 #if defined(__has_include)
 #if __has_include("choir/mel.h")
@@ -31,17 +32,15 @@
 #endif
 #endif
 
-static void pw_usage(void) {
-    printf("usage: choir dev parity whisper --model MODEL_DIR --fixture FIXTURE_DIR "
-           "--audio-dir AUDIO_DIR\n"
-           "         [--tol-mel 1e-4] [--tol-enc 1e-4] [--tol-logits 1e-4] [--greedy-min 1.0]\n"
-           "         [--backend cpu|cuda] [--device N] [--gpu-dtype f32|bf16]\n\n"
-           "Compares mel, encoder output, teacher-forced logits and greedy tokens with the\n"
-           "fixture's reference. Ends with 'parity: PASS' (exit 0) or 'parity: FAIL' (exit 1).\n"
-           "--greedy-min is the fraction of greedy tokens that must agree. --backend cuda\n"
-           "runs encoder and decoder on CUDA device N (0); --gpu-dtype bf16 stores f32\n"
-           "matrices as bf16 there and loosens the encoder and logits bounds to 2e-2.\n");
-}
+static const char pw_synopsis[] =
+    "usage: choir dev parity whisper --model MODEL_DIR --fixture FIXTURE_DIR --audio-dir AUDIO_DIR\n"
+    "         [--tol-mel 1e-4] [--tol-enc 1e-4] [--tol-logits 1e-4] [--greedy-min 1.0]\n"
+    "         [--backend cpu|cuda] [--device N] [--gpu-dtype f32|bf16]\n\n"
+    "Compares mel, encoder output, teacher-forced logits and greedy tokens with the\n"
+    "fixture's reference. Ends with 'parity: PASS' (exit 0) or 'parity: FAIL' (exit 1).\n"
+    "--greedy-min is the fraction of greedy tokens that must agree. --backend cuda\n"
+    "runs encoder and decoder on CUDA device N (0); --gpu-dtype bf16 stores f32\n"
+    "matrices as bf16 there and loosens the encoder and logits bounds to 2e-2.\n\n";
 
 static double pw_rel_l2(const float *a, const float *b, size_t n) {
     double num = 0, den = 0;
@@ -213,49 +212,33 @@ done:
 int choir_cmd_parity_whisper(int argc, char **argv) {
     const char *model_dir = NULL, *fixture = NULL, *audio_dir = NULL;
     pw_bounds bd = {1e-4, 1e-4, 1e-4, 1.0};
-    bool cuda = false, bf16 = false, tol_enc_set = false, tol_logits_set = false;
+    int backend = 0, gpu_dtype = 0;
+    double tol_enc = -1, tol_logits = -1; /* -1: not given */
     int device = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            pw_usage();
-            return 0;
-        }
-        if (!v) {
-            fprintf(stderr, "choir dev parity whisper: %s needs a value\n", a);
-            return 2;
-        }
-        if (strcmp(a, "--model") == 0) model_dir = v;
-        else if (strcmp(a, "--fixture") == 0) fixture = v;
-        else if (strcmp(a, "--audio-dir") == 0) audio_dir = v;
-        else if (strcmp(a, "--tol-mel") == 0) bd.mel = atof(v);
-        else if (strcmp(a, "--tol-enc") == 0) bd.enc = atof(v), tol_enc_set = true;
-        else if (strcmp(a, "--tol-logits") == 0) bd.logits = atof(v), tol_logits_set = true;
-        else if (strcmp(a, "--device") == 0) device = atoi(v);
-        else if (strcmp(a, "--backend") == 0) {
-            if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) {
-                fprintf(stderr, "choir dev parity whisper: --backend is cpu or cuda\n");
-                return 2;
-            }
-            cuda = strcmp(v, "cuda") == 0;
-        } else if (strcmp(a, "--gpu-dtype") == 0) {
-            if (strcmp(v, "f32") != 0 && strcmp(v, "bf16") != 0) {
-                fprintf(stderr, "choir dev parity whisper: --gpu-dtype is f32 or bf16\n");
-                return 2;
-            }
-            bf16 = strcmp(v, "bf16") == 0;
-        }
-        else if (strcmp(a, "--greedy-min") == 0) bd.greedy_min = atof(v);
-        else {
-            fprintf(stderr, "choir dev parity whisper: unknown option %s\n", a);
-            return 2;
-        }
-        i++;
-    }
+    const cli_opt flags[] = {
+        {"--model", CLI_STRING, &model_dir, 0, 0, "DIR", "Whisper model directory (required)"},
+        {"--fixture", CLI_STRING, &fixture, 0, 0, "DIR", "the reference's fixture directory (required)"},
+        {"--audio-dir", CLI_STRING, &audio_dir, 0, 0, "DIR", "the fixtures' audio (required)"},
+        {"--tol-mel", CLI_DOUBLE, &bd.mel, 0, 1e9, "T", "log-mel relative L2 bound (default 1e-4)"},
+        {"--tol-enc", CLI_DOUBLE, &tol_enc, 0, 1e9, "T", "encoder output bound (default 1e-4; bf16 2e-2)"},
+        {"--tol-logits", CLI_DOUBLE, &tol_logits, 0, 1e9, "T", "teacher-forced logits bound (default 1e-4; bf16 2e-2)"},
+        {"--greedy-min", CLI_DOUBLE, &bd.greedy_min, 0, 1, "F", "fraction of greedy tokens that must agree (default 1)"},
+        {"--backend", CLI_CHOICE, &backend, 0, 0, "cpu|cuda", "where the model runs (default cpu)"},
+        {"--device", CLI_INT, &device, 0, 255, "N", "CUDA device (default 0)"},
+        {"--gpu-dtype", CLI_CHOICE, &gpu_dtype, 0, 0, "f32|bf16", "f32 matrices as stored, or as bf16 on the device"},
+    };
+    const cli_spec spec = {.cmd = "dev parity whisper", .synopsis = pw_synopsis, .opts = flags,
+                           .n_opts = (int)(sizeof flags / sizeof flags[0])};
+    int parsed = cli_parse(&spec, argc, argv);
+    if (parsed >= 0) return parsed;
     if (!model_dir || !fixture || !audio_dir) {
-        pw_usage();
+        fprintf(stderr, "choir dev parity whisper: --model, --fixture and --audio-dir are required\n");
+        cli_usage(&spec, stderr);
         return 2;
     }
+    bool cuda = backend == 1, bf16 = gpu_dtype == 1, tol_enc_set = tol_enc >= 0, tol_logits_set = tol_logits >= 0;
+    if (tol_enc_set) bd.enc = tol_enc;
+    if (tol_logits_set) bd.logits = tol_logits;
     char path[4096];
     choir_err err = {0};
     int ok = 1;
