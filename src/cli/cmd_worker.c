@@ -159,7 +159,10 @@ static void *slot_main(void *arg) {
 int choir_cmd_worker(int argc, char **argv) {
     choir_jobqueue_params qp = choir_jobqueue_default_params();
     choir_engine_params ep = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
-    int wait_given = 0, concurrency = 1;
+    /* 0: not given (--wait-ms, --wait-long-ms and --profile set them above 0);
+     * the engine reads a 0 as the profile's value. */
+    ep.wait_short_ms = ep.wait_long_ms = 0;
+    int concurrency = 1;
     const char *model_args[MAX_MODELS];
     int n_models = 0;
     double idle_exit_s = 0;
@@ -192,9 +195,7 @@ int choir_cmd_worker(int argc, char **argv) {
     if (parsed >= 0) return parsed;
     n_models = models.n;
     crash_after = crash_at;
-    for (int i = 1; i < argc; i++)
-        wait_given |= strcmp(argv[i], "--wait-ms") == 0 || strcmp(argv[i], "--wait-long-ms") == 0 ||
-                      strcmp(argv[i], "--profile") == 0;
+    int wait_given = ep.wait_short_ms > 0 || ep.wait_long_ms > 0;
     /* With one job in flight there is nothing to batch with, so waiting to
      * fill a batch would only add latency. */
     if (concurrency == 1 && !wait_given) ep.wait_short_ms = ep.wait_long_ms = 1;
