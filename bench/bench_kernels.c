@@ -73,20 +73,25 @@ static void bench_linear(int64_t M, int64_t N, int64_t K) {
     choir_free(wf), choir_free(x), choir_free(y), choir_free(wh);
 }
 
-static void bench_conv(int64_t Cin, int64_t Cout, int64_t T, int64_t K, int stride, int groups) {
-    int pad = (int)(K / 2);
-    int64_t Tout = choir_conv1d_out_len(T, K, stride, pad, 1);
+static void bench_conv_dil(int64_t Cin, int64_t Cout, int64_t T, int64_t K, int stride,
+                           int groups, int dil) {
+    int pad = (int)(K / 2) * dil;
+    int64_t Tout = choir_conv1d_out_len(T, K, stride, pad, dil);
     float *x = rnd_floats((size_t)(Cin * T), 1.0f),
           *w = rnd_floats((size_t)(Cout * Cin / groups * K), 0.05f);
     float *y = rnd_floats((size_t)(Cout * Tout), 0.0f);
     double t;
-    TIME_BEST(t, choir_conv1d(x, Cin, T, w, NULL, Cout, K, stride, pad, 1, groups, y));
+    TIME_BEST(t, choir_conv1d(x, Cin, T, w, NULL, Cout, K, stride, pad, dil, groups, y));
     double flops = 2.0 * (double)Cout * (double)Tout * (double)(Cin / groups) * (double)K;
-    printf("conv1d Cin=%-4lld Cout=%-4lld T=%-5lld K=%-2lld s=%d g=%-4d %8.3f ms %7.1f GFLOP/s "
+    printf("conv1d Cin=%-4lld Cout=%-4lld T=%-5lld K=%-2lld s=%d g=%-4d d=%d %8.3f ms %7.1f GFLOP/s "
            "%6.1f per core\n",
-           (long long)Cin, (long long)Cout, (long long)T, (long long)K, stride, groups, t * 1e3,
-           flops / t * 1e-9, flops / g_cpu_best * 1e-9);
+           (long long)Cin, (long long)Cout, (long long)T, (long long)K, stride, groups, dil,
+           t * 1e3, flops / t * 1e-9, flops / g_cpu_best * 1e-9);
     choir_free(x), choir_free(w), choir_free(y);
+}
+
+static void bench_conv(int64_t Cin, int64_t Cout, int64_t T, int64_t K, int stride, int groups) {
+    bench_conv_dil(Cin, Cout, T, K, stride, groups, 1);
 }
 
 static void bench_convt(int64_t Cin, int64_t Cout, int64_t T, int64_t K, int stride) {
@@ -146,24 +151,49 @@ static void bench_elementwise(int64_t n) {
 }
 
 int main(int argc, char **argv) {
-    bool quick = false;
+    bool quick = false, kokoro = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             quick = true;
+        else if (!strcmp(argv[i], "--kokoro"))
+            kokoro = true;
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             choir_pool_set_default_threads(atoi(argv[++i]));
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
             i++;
-            choir_kernels_set_isa(!strcmp(argv[i], "ref") ? CHOIR_ISA_REF
-                                                          : choir_kernels_best_isa());
+            choir_kernels_set_isa(!strcmp(argv[i], "ref")      ? CHOIR_ISA_REF
+                                  : !strcmp(argv[i], "avx2")   ? CHOIR_ISA_AVX2
+                                  : !strcmp(argv[i], "avx512") ? CHOIR_ISA_AVX512
+                                                               : choir_kernels_best_isa());
         } else {
-            fprintf(stderr, "usage: %s [--quick] [--threads N] [--isa ref|best]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--quick] [--kokoro] [--threads N] "
+                            "[--isa ref|avx2|avx512|best]\n", argv[0]);
             return 2;
         }
     }
     if (quick) g_reps = 2;
     printf("isa %s, threads %d\n", choir_isa_name(choir_kernels_isa()),
            choir_pool_threads(choir_pool_default()));
+    if (kokoro) {
+        /* Kokoro-82M's convolutions at the paragraph's long piece (1436
+         * frames; the generator runs at 2x, 20x and 120x that), frames cut
+         * by 8 with --quick: decoder blocks, the generator's two stages of
+         * Snake residual blocks (kernels 3/7/11, dilations 1/3/5), conv_post
+         * and the two upsamplers. */
+        int64_t T = quick ? 180 : 1436;
+        bench_conv(1090, 1024, T, 3, 1, 1);
+        bench_conv(1024, 1024, T, 3, 1, 1);
+        bench_conv_dil(256, 256, 20 * T, 3, 1, 1, 1);
+        bench_conv_dil(256, 256, 20 * T, 7, 1, 1, 3);
+        bench_conv_dil(256, 256, 20 * T, 11, 1, 1, 5);
+        bench_conv_dil(128, 128, 120 * T, 3, 1, 1, 1);
+        bench_conv_dil(128, 128, 120 * T, 7, 1, 1, 3);
+        bench_conv_dil(128, 128, 120 * T, 11, 1, 1, 5);
+        bench_conv(128, 22, 120 * T, 7, 1, 1);
+        bench_convt(512, 256, 2 * T, 20, 10);
+        bench_convt(256, 128, 20 * T, 12, 6);
+        return 0;
+    }
     bench_elementwise(quick ? 1 << 20 : 1 << 23);
     bench_linear(1, 1280, 1280);
     bench_linear(1, 5120, 1280);

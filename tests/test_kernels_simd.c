@@ -283,6 +283,97 @@ static void test_conv_attention_lstm_twins(void **state) {
     free(lx), free(wih), free(whh), free(scratch);
 }
 
+#if defined(CHOIR_X86)
+/* The AVX-512 convolution product (choir_g512_gemm) against a double
+ * reference, element by element within 1e-5 of sum_k |A B| (one term wrong
+ * is ~1/K of that), at M, N, K on and off the 8 x 48 tile and the 256-deep
+ * slice, both A layouts, overwrite and accumulate; C's padding columns and
+ * the rows past M are never written. */
+static void check_g512(int64_t M, int64_t N, int64_t K, bool a_trans, bool accumulate) {
+    const int64_t lda = a_trans ? M + 3 : K + 5, ldc = N + 7;
+    float *A = rnd((size_t)((a_trans ? K : M) * lda), 61 + (uint64_t)(M * 7 + N), 1.0f);
+    float *B = rnd((size_t)(K * N + 1), 63 + (uint64_t)K, 1.0f);
+    float *C = rnd((size_t)((M + 1) * ldc), 65, 1.0f), *C0 = dup(C, (size_t)((M + 1) * ldc));
+    float *Bp = aligned_alloc(64, (size_t)(choir_g512_bpack_floats(K, N) + 16) * sizeof(float));
+    assert_non_null(Bp);
+    choir_g512_pack_b(B, N, K, N, Bp);
+    choir_g512_gemm(M, N, K, A, a_trans ? 1 : lda, a_trans ? lda : 1, Bp, C, ldc, accumulate);
+    for (int64_t m = 0; m < M + 1; m++)
+        for (int64_t n = 0; n < ldc; n++) {
+            float got = C[m * ldc + n];
+            if (m == M || n >= N) {
+                if (got != C0[m * ldc + n]) fail_msg("g512 %lldx%lldx%lld wrote (%lld, %lld)",
+                                                     (long long)M, (long long)N, (long long)K,
+                                                     (long long)m, (long long)n);
+                continue;
+            }
+            double want = accumulate ? C0[m * ldc + n] : 0.0, mag = fabs(want);
+            for (int64_t k = 0; k < K; k++) {
+                double a = a_trans ? A[k * lda + m] : A[m * lda + k];
+                want += a * B[k * N + n];
+                mag += fabs(a * B[k * N + n]);
+            }
+            if (!(fabs(got - want) <= 1e-5 * mag + 1e-30))
+                fail_msg("g512 %lldx%lldx%lld%s%s (%lld, %lld): %.9g vs %.9g", (long long)M,
+                         (long long)N, (long long)K, a_trans ? " A^T" : "",
+                         accumulate ? " +=" : "", (long long)m, (long long)n, got, want);
+        }
+    free(A), free(B), free(C), free(C0), free(Bp);
+}
+#endif
+
+static void test_conv_gemm512(void **state) {
+    (void)state;
+#if defined(CHOIR_X86)
+    if (choir_kernels_best_isa() != CHOIR_ISA_AVX512) skip();
+    const int64_t shapes[][3] = {
+        {1, 1, 1},    {1, 47, 3},   {7, 48, 16},   {8, 49, 17},    {9, 96, 255},
+        {13, 5, 256}, {16, 100, 257}, {22, 385, 7}, {37, 143, 300}, {130, 97, 513},
+        {3, 1000, 64}, {64, 48, 1},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int v = 0; v < 4; v++)
+            check_g512(shapes[i][0], shapes[i][1], shapes[i][2], v & 1, v & 2);
+    /* Through the convolutions at Kokoro-like shapes: several frame blocks
+     * with a short tail, a block split over output-channel slices (one block
+     * of frames), stride and dilation; the AVX-512 product against the C
+     * reference's sgemm within 1e-5 relative + 1e-5 * sqrt(depth). */
+    const struct {
+        int64_t Cin, Cout, T, K;
+        int stride, pad, dil;
+    } convs[] = {{128, 128, 1000, 7, 1, 9, 3}, {96, 130, 200, 3, 1, 1, 1},
+                 {64, 22, 801, 7, 1, 3, 1},    {40, 56, 390, 5, 2, 2, 1}};
+    for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) {
+        int64_t Cin = convs[i].Cin, Cout = convs[i].Cout, T = convs[i].T, K = convs[i].K;
+        int64_t Tout = choir_conv1d_out_len(T, K, convs[i].stride, convs[i].pad, convs[i].dil);
+        float *x = rnd((size_t)(Cin * T), 90 + i, 1.0f), *w = rnd((size_t)(Cout * Cin * K), 91, 0.2f);
+        float *bias = rnd((size_t)(Cout > Cin ? Cout : Cin), 92, 1.0f); /* both directions */
+        float *a = malloc((size_t)(Cout * Tout) * sizeof(float)),
+              *b = malloc((size_t)(Cout * Tout) * sizeof(float));
+        use_ref();
+        choir_conv1d(x, Cin, T, w, bias, Cout, K, convs[i].stride, convs[i].pad, convs[i].dil, 1, a);
+        use_simd();
+        choir_conv1d(x, Cin, T, w, bias, Cout, K, convs[i].stride, convs[i].pad, convs[i].dil, 1, b);
+        assert_twin(b, a, (size_t)(Cout * Tout), 1e-5 * sqrt((double)(Cin * K)), 1e-5, "conv1d g512");
+        /* The transposed one: x as [Cout, T] into Cin channels. */
+        int64_t Tt = choir_conv_transpose1d_out_len(T / 2, K, convs[i].stride, convs[i].pad, 0,
+                                                    convs[i].dil);
+        float *ta = malloc((size_t)(Cin * Tt) * sizeof(float)),
+              *tb = malloc((size_t)(Cin * Tt) * sizeof(float));
+        use_ref();
+        choir_conv_transpose1d(x, Cout > Cin ? Cin : Cout, T / 2, w, bias, Cin, K, convs[i].stride,
+                               convs[i].pad, 0, convs[i].dil, 1, ta);
+        use_simd();
+        choir_conv_transpose1d(x, Cout > Cin ? Cin : Cout, T / 2, w, bias, Cin, K, convs[i].stride,
+                               convs[i].pad, 0, convs[i].dil, 1, tb);
+        assert_twin(tb, ta, (size_t)(Cin * Tt), 1e-5 * sqrt((double)Cin), 1e-5, "conv_transpose1d g512");
+        free(x), free(w), free(bias), free(a), free(b), free(ta), free(tb);
+    }
+#else
+    skip();
+#endif
+}
+
 /* choir_attention_f16 on every ISA against choir_attention over the same
  * values widened: the step form (Tq 1 and 3, the f16 kernels) and a larger
  * call (Tq 9, widened into scratch). Dh 40 reaches the masked and scalar
@@ -324,6 +415,7 @@ int main(void) {
         cmocka_unit_test(test_linear_twins),
         cmocka_unit_test(test_conv_attention_lstm_twins),
         cmocka_unit_test(test_step_twins),
+        cmocka_unit_test(test_conv_gemm512),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     use_simd();

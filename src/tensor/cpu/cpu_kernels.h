@@ -98,6 +98,29 @@ extern const choir_cpu_ops choir_cpu_ops_avx2;
 const choir_cpu_ops *choir_cpu_ops_avx512(void);
 #endif
 
+#if defined(CHOIR_X86)
+/* AVX-512F f32 product for the convolutions (x86/avx512_gemm.c); only call
+ * it when choir_kernels_isa() == CHOIR_ISA_AVX512. B is packed in panels of
+ * CHOIR_G512_NR columns: element (k, n) of B at
+ * Bp[(n / NR) * K * NR + k * NR + n % NR], columns past N zero, Bp 64-byte
+ * aligned; choir_g512_bpack_floats(K, N) floats. */
+#define CHOIR_G512_MR 8
+#define CHOIR_G512_NR 48
+static inline int64_t choir_g512_bpack_floats(int64_t K, int64_t N) {
+    return (N + CHOIR_G512_NR - 1) / CHOIR_G512_NR * CHOIR_G512_NR * K;
+}
+/* Packs row-major B [K, N] (row stride ldb). */
+void choir_g512_pack_b(const float *B, int64_t ldb, int64_t K, int64_t N, float *Bp);
+/* Packs row k of B (N floats at row). */
+void choir_g512_pack_b_row(const float *row, int64_t N, int64_t k, int64_t K, float *Bp);
+/* C[m, n] (+)= sum_k A(m, k) B(k, n) for m < M, n < N, where A(m, k) =
+ * A[m * ars + k * acs] (a row-major A: ars = lda, acs = 1; a transposed one:
+ * ars = 1, acs = lda). C row-major with row stride ldc; accumulate adds to C,
+ * else C is overwritten. Single-threaded; callers split M or N over the pool. */
+void choir_g512_gemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t ars, int64_t acs,
+                     const float *Bp, float *C, int64_t ldc, bool accumulate);
+#endif
+
 /* The table for the ISA in use now. */
 static inline const choir_cpu_ops *choir_cpu_ops_now(void) {
 #if defined(CHOIR_X86)
