@@ -170,6 +170,51 @@ static void test_many_inputs(void **state) {
     }
 }
 
+/* Stops input 1 once it has been polled twice (before the second batch). */
+static int stop_second(void *user, int input) {
+    int *polls = user;
+    return input == 1 && ++*polls > 1;
+}
+
+/* The next batch's mels computed ahead on a second thread (what a GPU model
+ * does by default) give the transcripts computed in turn, also when an input
+ * stops between batches so that the batch taken is not the one computed
+ * ahead. */
+static void test_prefetched_mels(void **state) {
+    (void)state;
+    choir_err err;
+    choir_whisper_transcribe_opts o;
+    fast_opts(&o);
+    o.batched = true;
+    o.batch_size = 2; /* 1 + 2 + 1 windows: two batches */
+    choir_whisper_input in[3] = {{.pcm = g_pcm, .n_samples = 11 * SR, .language = -1},
+                                 {.pcm = g_pcm + 2 * SR, .n_samples = g_n - 2 * SR, .language = 2},
+                                 {.pcm = g_pcm + 5 * SR, .n_samples = 3 * SR, .language = -1}};
+    for (int cancel = 0; cancel < 2; cancel++) {
+        choir_whisper_transcript ahead[3], in_turn[3];
+        int polls = 0;
+        o.cancelled = cancel ? stop_second : NULL;
+        o.cancel_user = &polls;
+        o.prefetch_mels = 1;
+        assert_int_equal(choir_whisper_transcribe_batch(g_model, g_tok, in, 3, &o, ahead, &err), 0);
+        polls = 0;
+        o.prefetch_mels = -1;
+        assert_int_equal(choir_whisper_transcribe_batch(g_model, g_tok, in, 3, &o, in_turn, &err), 0);
+        for (int i = 0; i < 3; i++) {
+            check_equal(&ahead[i], &in_turn[i]);
+            check_concat(&ahead[i]);
+        }
+        /* The stopped input lost its second window (its segments all lie in the first 30 s). */
+        if (cancel)
+            for (int k = 0; k < ahead[1].n_segments; k++) assert_true(ahead[1].segments[k].start < 30.0);
+        assert_true(ahead[0].n_segments >= 1 && ahead[2].n_segments >= 1);
+        for (int i = 0; i < 3; i++) {
+            choir_whisper_transcript_clear(&ahead[i]);
+            choir_whisper_transcript_clear(&in_turn[i]);
+        }
+    }
+}
+
 /* Whatever timestamps the model samples (random weights sample them past the
  * audio in a padded window), segments stay in order and inside the audio. */
 static void check_times(const choir_whisper_transcript *t) {
@@ -400,6 +445,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_equals_one_by_one),
         cmocka_unit_test(test_many_inputs),
+        cmocka_unit_test(test_prefetched_mels),
         cmocka_unit_test(test_sequential),
         cmocka_unit_test(test_times_inside_the_audio),
         cmocka_unit_test(test_cancel_one_input),

@@ -39,6 +39,14 @@ choir_pool *choir_pool_default(void);
  * otherwise the pool is rebuilt (call only while no kernel is running). */
 void choir_pool_set_default_threads(int threads);
 
+/* A function run on a thread of its own while the caller goes on (host work
+ * to overlap with a device's, such as the next batch's features). Returns NULL
+ * after running fn inline when no thread can be started; choir_async_join
+ * waits for fn to return and frees the task (NULL is a no-op). */
+typedef struct choir_async choir_async;
+choir_async *choir_async_start(void (*fn)(void *ctx), void *ctx);
+void choir_async_join(choir_async *task);
+
 /* Monotonic time in nanoseconds / seconds, from an arbitrary origin. */
 uint64_t choir_now_ns(void);
 double choir_now_s(void);

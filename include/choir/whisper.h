@@ -411,6 +411,11 @@ typedef struct choir_whisper_transcribe_opts {
      * faster-whisper's batched pipeline and WhisperX do. */
     bool batched;
     int batch_size;                  /* windows per batch (>= 1) */
+    /* Batched mode: the next batch's log-mels computed on a thread of their
+     * own while the current batch is encoded and decoded. 0 (default): on a
+     * GPU model only, where the host would otherwise leave the device idle;
+     * 1: always; -1: never. The results are the same either way. */
+    int prefetch_mels;
     const choir_whisper_span *spans;
     int n_spans;
     choir_whisper_progress_fn progress; /* may be NULL */

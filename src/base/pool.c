@@ -254,6 +254,35 @@ void choir_pool_set_default_threads(int threads) {
     choir_pool_free(old);
 }
 
+struct choir_async {
+    pthread_t thread;
+    void (*fn)(void *ctx);
+    void *ctx;
+};
+
+static void *task_main(void *arg) {
+    choir_async *t = arg;
+    t->fn(t->ctx);
+    return NULL;
+}
+
+choir_async *choir_async_start(void (*fn)(void *ctx), void *ctx) {
+    choir_async *t = choir_alloc(CHOIR_MEM_OTHER, sizeof *t);
+    if (t) {
+        *t = (choir_async){.fn = fn, .ctx = ctx};
+        if (pthread_create(&t->thread, NULL, task_main, t) == 0) return t;
+        choir_free(t);
+    }
+    fn(ctx);
+    return NULL;
+}
+
+void choir_async_join(choir_async *task) {
+    if (!task) return;
+    pthread_join(task->thread, NULL);
+    choir_free(task);
+}
+
 uint64_t choir_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

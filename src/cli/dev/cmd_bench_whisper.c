@@ -163,6 +163,24 @@ static int bw_generate(bw_weights *w, const bw_size *z, choir_dtype dt) {
 /* Logits in choir_whisper_logits_alloc's memory (pinned on a GPU) or, with
  * `pageable`, in ordinary memory (the download then goes through the
  * runtime's staging). */
+/* The log-mels of n windows of pcm (the long form's next batch, computed on
+ * a thread of its own while the device works, as the pipeline does). */
+typedef struct {
+    const float *pcm;
+    int n, n_mels, rc;
+    float *mel;
+    choir_err err;
+} bw_mels;
+
+static void bw_mels_main(void *arg) {
+    bw_mels *j = arg;
+    j->rc = 0;
+    for (int i = 0; i < j->n && !j->rc; i++)
+        j->rc = choir_whisper_log_mel(j->pcm, CHOIR_WHISPER_N_SAMPLES, j->n_mels,
+                                      j->mel + (size_t)i * j->n_mels * CHOIR_WHISPER_N_FRAMES,
+                                      CHOIR_WHISPER_N_FRAMES, &j->err);
+}
+
 static int bw_decoder(const choir_whisper *m, const choir_whisper_cross *cross, int batch, int steps,
                       bool pageable, double *ms_per_step) {
     choir_err err;
@@ -512,7 +530,7 @@ int choir_bench_whisper(int argc, char **argv) {
     int status = 1;
     choir_whisper *m = NULL;
     choir_whisper_cross *cross = NULL;
-    float *mel = NULL, *enc = NULL;
+    float *mel = NULL, *mel2 = NULL, *enc = NULL;
     double t0 = choir_now_s();
     if (bw_generate(&w, z, dt)) {
         fprintf(stderr, "choir bench whisper: out of memory generating weights\n");
@@ -567,6 +585,7 @@ int choir_bench_whisper(int argc, char **argv) {
     mel = choir_alloc(CHOIR_MEM_ACTIVATIONS, mel_n * sizeof(float));
     enc = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)batch * 1500 * (size_t)z->d * sizeof(float));
     if (!mel || !enc) goto done;
+    if (cuda) mel2 = choir_alloc(CHOIR_MEM_ACTIVATIONS, mel_n * sizeof(float)); /* NULL: no prefetch */
     for (size_t i = 0; i < mel_n; i++) mel[i] = 0.5f * bw_uniform();
     /* One window, then (GPU) a batched pass of up to 8 windows; host mel in,
      * host encoder output out. */
@@ -643,24 +662,50 @@ int choir_bench_whisper(int argc, char **argv) {
                        (4 + win_tokens) * bw_token_flops(dm, 4 + win_tokens / 2);
     for (int k = 0; k < n_batches && !rc; k++) {
         int B = batches[k];
+        /* Where the time goes, phase by phase (each call returns with its
+         * device work done): host log-mel, encoder + cross K/V, decoding,
+         * freeing the windows' caches. */
+        double ph[4] = {0, 0, 0, 0}, tp;
+        /* On a GPU the next batch's mels are computed while the device works
+         * on this one (the pipeline's prefetch); ph[0] is the time spent
+         * waiting for mels. */
+        bw_mels next = {.pcm = pcm, .n_mels = z->n_mels};
+        float *bufs[2] = {mel, mel2};
+        int which = 0;
+        bool ready = false;
         t0 = choir_now_s();
         for (int w0 = 0; w0 < n_win && !rc; w0 += B) {
             int nb = n_win - w0 < B ? n_win - w0 : B;
-            for (int i = 0; i < nb && !rc; i++)
+            float *cur = bufs[which];
+            tp = choir_now_s();
+            for (int i = 0; i < nb && !rc && !ready; i++)
                 rc = choir_whisper_log_mel(pcm, CHOIR_WHISPER_N_SAMPLES, z->n_mels,
-                                           mel + (size_t)i * z->n_mels * CHOIR_WHISPER_N_FRAMES,
+                                           cur + (size_t)i * z->n_mels * CHOIR_WHISPER_N_FRAMES,
                                            CHOIR_WHISPER_N_FRAMES, &err);
+            ph[0] += choir_now_s() - tp;
+            choir_async *task = NULL;
+            next.n = n_win - (w0 + nb) < B ? n_win - (w0 + nb) : B;
+            next.mel = bufs[which ^ 1];
+            if (cuda && mel2 && !rc && next.n > 0) task = choir_async_start(bw_mels_main, &next);
+            tp = choir_now_s();
             /* As the pipeline does it: on a GPU the encoder output stays there. */
-            if (!rc) rc = choir_whisper_encode_cross(m, mel, nb, enc, crs, &err);
+            if (!rc) rc = choir_whisper_encode_cross(m, cur, nb, enc, crs, &err);
+            ph[1] += choir_now_s() - tp, tp = choir_now_s();
             for (int i = 0; i < nb && !rc; i++)
                 wins[i] = (choir_whisper_window){.cross = crs[i], .language = 0};
             /* Random weights rarely sample eot: every window decodes win_tokens tokens. */
             if (!rc) rc = choir_whisper_decode_windows(m, NULL, wins, nb, &p, 0.0f, res, &err);
+            ph[2] += choir_now_s() - tp, tp = choir_now_s();
             for (int i = 0; i < nb; i++) {
                 choir_whisper_result_clear(&res[i]);
                 choir_whisper_cross_free(crs[i]);
                 crs[i] = NULL;
             }
+            ph[3] += choir_now_s() - tp, tp = choir_now_s();
+            choir_async_join(task);
+            ph[0] += choir_now_s() - tp;
+            ready = task && next.rc == 0;
+            if (ready) which ^= 1;
         }
         double el = choir_now_s() - t0;
         if (rc) break;
@@ -672,6 +717,9 @@ int choir_bench_whisper(int argc, char **argv) {
             printf(", %.1f TFLOP/s = %.1f%% of the bf16 ceiling", tf, 100.0 * tf / ceil_tf);
         }
         printf("\n");
+        printf("long form      batch %d phases: waiting for log-mels %.3f s, encoder + cross K/V %.3f s, decoding "
+               "%.3f s, freeing %.3f s\n",
+               B, ph[0], ph[1], ph[2], ph[3]);
     }
     choir_free(pcm);
     choir_free(crs);
@@ -702,6 +750,7 @@ fail:
     fprintf(stderr, "choir bench whisper: %s\n", err.msg);
 done:
     choir_free(mel);
+    choir_free(mel2);
     choir_free(enc);
     choir_whisper_cross_free(cross);
     choir_whisper_free(m);

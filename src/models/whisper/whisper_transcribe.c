@@ -468,6 +468,36 @@ static int wt_item_mel(const choir_whisper_input *in, const wt_item *it, int n_m
     return choir_whisper_log_mel(chunk, N, n_mels, mel, CHOIR_WHISPER_N_FRAMES, err);
 }
 
+/* The log-mels of the next batch's items, computed on a thread of their own
+ * while the device encodes and decodes the current batch (on a GPU the host
+ * would otherwise wait for them: a few ms a window). `items` is a copy, so
+ * the batch taken next can be checked against what was computed. */
+typedef struct {
+    const choir_whisper_input *in;
+    wt_item *items; /* B of them */
+    int n, n_mels, rc;
+    float *chunk, *mels;
+    choir_err err;
+} wt_prefetch;
+
+static void wt_prefetch_main(void *arg) {
+    wt_prefetch *pf = arg;
+    pf->rc = 0;
+    for (int j = 0; j < pf->n && !pf->rc; j++)
+        pf->rc = wt_item_mel(&pf->in[pf->items[j].input], &pf->items[j], pf->n_mels, pf->chunk,
+                             pf->mels + (size_t)j * pf->n_mels * CHOIR_WHISPER_N_FRAMES, &pf->err);
+}
+
+/* Whether the prefetched mels are those of items[0..n). */
+static bool wt_prefetch_matches(const wt_prefetch *pf, const wt_item *items, int n) {
+    if (pf->rc || pf->n != n) return false;
+    for (int j = 0; j < n; j++)
+        if (pf->items[j].input != items[j].input || pf->items[j].span.start != items[j].span.start ||
+            pf->items[j].span.end != items[j].span.end)
+            return false;
+    return true;
+}
+
 /* The batched pipeline over the windows of several inputs: batch_size
  * windows (from any inputs) are encoded and decoded together; each window's
  * segments go to its own input's transcript. */
@@ -493,6 +523,25 @@ static int wt_batched(wt_state *st, const choir_whisper_input *in, int n_in,
     choir_whisper_cross **cross = wt_take(s0, CHOIR_MEM_OTHER, (size_t)B * sizeof *cross, true);
     choir_whisper_window *w = wt_take(s0, CHOIR_MEM_OTHER, (size_t)B * sizeof *w, true);
     choir_whisper_result *res = wt_take(s0, CHOIR_MEM_OTHER, (size_t)B * sizeof *res, true);
+    /* On a GPU (opts.prefetch_mels), a second set of mels for the batch
+     * after the current one (none when it does not fit: the mels are then
+     * computed in turn). */
+    wt_prefetch *pf = NULL;
+    bool prefetch = o->prefetch_mels > 0 || (o->prefetch_mels == 0 && gpu);
+    if (prefetch && B > 1 && (pf = wt_take(s0, CHOIR_MEM_OTHER, sizeof *pf, true))) {
+        pf->in = in;
+        pf->n_mels = n_mels;
+        pf->mels = wt_take(s0, CHOIR_MEM_ACTIVATIONS, (size_t)B * (size_t)n_mels * F * sizeof(float), false);
+        pf->chunk = wt_take(s0, CHOIR_MEM_ACTIVATIONS, (size_t)CHOIR_WHISPER_N_SAMPLES * sizeof(float), false);
+        pf->items = wt_take(s0, CHOIR_MEM_OTHER, (size_t)B * sizeof *pf->items, false);
+        if (!pf->mels || !pf->chunk || !pf->items) {
+            wt_give(s0, pf->mels);
+            wt_give(s0, pf->chunk);
+            wt_give(s0, pf->items);
+            wt_give(s0, pf);
+            pf = NULL;
+        }
+    }
     int rc = 0;
     if (!items || !mels || !chunk || (!enc && !gpu) || !cross || !w || !res) {
         rc = wt_oom(err);
@@ -544,15 +593,33 @@ static int wt_batched(wt_state *st, const choir_whisper_input *in, int n_in,
         n_items = kept;
         int nb = (int)(n_items - b0 < B ? n_items - b0 : B);
         if (nb == 0) break;
+        bool ready = pf && wt_prefetch_matches(pf, &items[b0], nb);
+        if (ready) {
+            float *t = mels;
+            mels = pf->mels;
+            pf->mels = t;
+        }
         for (int j = 0; j < nb && !rc; j++) {
             const wt_item *it = &items[b0 + j];
-            rc = wt_item_mel(&in[it->input], it, n_mels, chunk, mels + (size_t)j * n_mels * F, err);
+            if (!ready) rc = wt_item_mel(&in[it->input], it, n_mels, chunk, mels + (size_t)j * n_mels * F, err);
             wt_state *s = &st[it->input];
             w[j] = (choir_whisper_window){.language = langs[it->input], .seed = (uint64_t)it->span.start,
                                          .prompt = s->all_tokens, .n_prompt = s->n_initial};
         }
+        /* The next batch's mels while the device works on this one; checked
+         * against the items actually taken next (an input may stop). */
+        choir_async *task = NULL;
+        if (pf) {
+            pf->n = 0;
+            for (int64_t q = b0 + nb; q < n_items && pf->n < B; q++)
+                if (!stopped[items[q].input]) pf->items[pf->n++] = items[q];
+            pf->rc = -1;
+            if (!rc && pf->n > 0) task = choir_async_start(wt_prefetch_main, pf);
+        }
         size_t mark = wt_mark(s0);
-        if (rc || (rc = wt_decode_batch(s0, mels, nb, enc, cross, w, p, res, err))) {
+        if (!rc) rc = wt_decode_batch(s0, mels, nb, enc, cross, w, p, res, err);
+        choir_async_join(task);
+        if (rc) {
             wt_free_cross(cross, nb);
             wt_release(s0, mark);
             break;
@@ -576,6 +643,12 @@ static int wt_batched(wt_state *st, const choir_whisper_input *in, int n_in,
     }
     wt_give(s0, stopped);
 done:
+    if (pf) {
+        wt_give(s0, pf->mels);
+        wt_give(s0, pf->chunk);
+        wt_give(s0, pf->items);
+        wt_give(s0, pf);
+    }
     wt_give(s0, items);
     wt_give(s0, mels);
     wt_give(s0, chunk);
