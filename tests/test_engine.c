@@ -761,6 +761,32 @@ static void test_options(void **state)
     assert_null(choir_engine_create(&big, &err));
     assert_int_equal(err.code, CHOIR_EINVAL);
     assert_non_null(strstr(err.msg, "max_batch"));
+    /* ... every field a flag bounds, by the same row (0 stays "the default") */
+    struct {
+        const char *field;
+        choir_engine_params p;
+    } api[] = {
+        {"workers", choir_engine_default_params(CHOIR_PROFILE_DEFAULT)},
+        {"queue_capacity", choir_engine_default_params(CHOIR_PROFILE_DEFAULT)},
+        {"high_water", choir_engine_default_params(CHOIR_PROFILE_DEFAULT)},
+        {"wait_short_ms", choir_engine_default_params(CHOIR_PROFILE_DEFAULT)},
+        {"max_audio_seconds", choir_engine_default_params(CHOIR_PROFILE_DEFAULT)},
+        {"gpu_memory_fraction", choir_engine_default_params(CHOIR_PROFILE_DEFAULT)},
+        {"gpu_memory_bytes", choir_engine_default_params(CHOIR_PROFILE_DEFAULT)},
+    };
+    api[0].p.workers = 257;
+    api[1].p.queue_capacity = (1 << 20) + 1;
+    api[2].p.high_water = 1.5;
+    api[3].p.wait_short_ms = 60001;
+    api[4].p.max_audio_seconds = 0.5;
+    api[5].p.gpu_memory_fraction = 2;
+    api[6].p.gpu_memory_bytes = -1;
+    for (size_t i = 0; i < sizeof api / sizeof api[0]; i++) {
+        err = (choir_err){0};
+        assert_null(choir_engine_create(&api[i].p, &err));
+        assert_int_equal(err.code, CHOIR_EINVAL);
+        assert_non_null(strstr(err.msg, api[i].field));
+    }
     /* NULL params: the default profile with a budget from the machine's memory */
     choir_engine *e = choir_engine_create(NULL, &err);
     assert_non_null(e);

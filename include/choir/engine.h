@@ -129,8 +129,10 @@ int choir_engine_apply_option(choir_engine_params *p, const char *name, const ch
 const char *choir_engine_options_help(void);
 
 /* Creates an engine and starts its threads. `params` NULL means defaults.
- * Returns NULL and err on failure (CHOIR_EINVAL for a `gpus` list naming a
- * GPU that does not exist, or any GPU in a build without CUDA). With GPUs,
+ * Returns NULL and err on failure (CHOIR_EINVAL for a field outside the bounds
+ * choir_engine_options_help() gives its flag, once zeros are the defaults, or
+ * for a `gpus` list naming a GPU that does not exist, or any GPU in a build
+ * without CUDA). With GPUs,
  * the workers are raised to at least one per GPU plus one. */
 choir_engine *choir_engine_create(const choir_engine_params *params, choir_err *err);
 

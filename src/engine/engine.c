@@ -951,9 +951,7 @@ choir_engine *choir_engine_create(const choir_engine_params *params, choir_err *
         return NULL;
     }
     resolve_params(&e->p, params);
-    if (e->p.max_batch > CHOIR_ENGINE_MAX_BATCH) {
-        choir_err_set(err, CHOIR_EINVAL, "engine: max_batch %d is more than %d", e->p.max_batch,
-                      CHOIR_ENGINE_MAX_BATCH);
+    if (engine_params_check(&e->p, err) < 0) {
         choir_free(e);
         return NULL;
     }

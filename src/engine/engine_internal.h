@@ -110,6 +110,11 @@ struct choir_engine {
 /* The longest audio input model `mi` takes, seconds. Engine lock held. */
 double engine_max_audio(const choir_engine *e, int mi);
 
+/* Checks every field the engine option table bounds (src/engine/profile.c)
+ * against that row's bounds, so API callers are refused what the flags refuse.
+ * `p` has its defaults resolved. Returns 0 or CHOIR_EINVAL naming the field. */
+int engine_params_check(const choir_engine_params *p, choir_err *err);
+
 int engine_metrics_init(choir_engine *e, choir_err *err);
 void engine_metrics_free(choir_engine *e);
 /* Registers each device's series. */

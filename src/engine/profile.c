@@ -9,6 +9,7 @@
 
 #include "choir/engine.h"
 #include "choir/parse.h"
+#include "engine/engine_internal.h"
 
 static const char *const profile_names[CHOIR_PROFILE_COUNT] = {
     "default", "interactive-tts", "audiobook", "realtime-stt", "offline-stt",
@@ -128,12 +129,13 @@ typedef struct engine_option {
     option_kind kind;
     double lo, hi;
     size_t offset;    /* of the field in choir_engine_params */
+    const char *field; /* its name (messages of engine_params_check) */
     const char *help;
 } engine_option;
 
-#define FIELD(f) offsetof(choir_engine_params, f)
+#define FIELD(f) offsetof(choir_engine_params, f), #f
 static const engine_option options[] = {
-    {"profile", "NAME", OPTION_PROFILE, 0, 0, 0,
+    {"profile", "NAME", OPTION_PROFILE, 0, 0, 0, NULL,
      "default, interactive-tts, audiobook, realtime-stt, offline-stt"},
     {"memory-budget", "SIZE", OPTION_SIZE, 0, 0, FIELD(memory_budget),
      "bytes for weights + activations (e.g. 8G; default 75% of RAM/cgroup)"},
@@ -235,4 +237,34 @@ int choir_engine_apply_option(choir_engine_params *p, const char *name, const ch
     if (o->offset == offsetof(choir_engine_params, high_water) && p->low_water > p->high_water)
         p->low_water = p->high_water * 0.8;
     return 1;
+}
+
+int engine_params_check(const choir_engine_params *p, choir_err *err)
+{
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        const engine_option *o = &options[i];
+        const char *field = (const char *)p + o->offset;
+        double v = 0;
+        if (o->kind == OPTION_SIZE) {
+            int64_t b;
+            memcpy(&b, field, sizeof b);
+            if (b < 0)
+                return choir_err_set(err, CHOIR_EINVAL, "engine: %s %lld is negative (--%s)", o->field,
+                                     (long long)b, o->name);
+            continue;
+        }
+        if (o->kind == OPTION_INT) {
+            int k;
+            memcpy(&k, field, sizeof k);
+            v = k;
+        } else if (o->kind == OPTION_REAL) {
+            memcpy(&v, field, sizeof v);
+        } else {
+            continue;
+        }
+        if (!(v >= o->lo && v <= o->hi))
+            return choir_err_set(err, CHOIR_EINVAL, "engine: %s %g is outside %g..%g (--%s)", o->field, v, o->lo,
+                                 o->hi, o->name);
+    }
+    return 0;
 }
