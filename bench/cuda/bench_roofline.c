@@ -10,8 +10,10 @@
  * Each figure is the mean over timed repetitions after warm-ups, from CUDA
  * events on the context's stream.
  *
- * Usage: bench_cuda_roofline [--quick] [--attention]   (quick: fewer repetitions;
- *        attention: the ceilings and the attention lines only) */
+ * Usage: bench_cuda_roofline [--quick] [--attention] [--decode-linears]   (quick: fewer
+ *        repetitions; attention: the ceilings and the attention lines only;
+ *        decode-linears: the ceilings and the 7B VibeVoice-ASR language model's
+ *        decode-step linears at 1..32 rows through each linear path) */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
@@ -186,6 +188,194 @@ static void linears(void) {
         }
 }
 
+/* --- the decode step's linears at few rows ------------------------------------------ */
+
+/* The linears of one decode step of the 7B VibeVoice-ASR language model
+ * (Qwen2: d 3584, MLP 18944, 4 key heads of 128, vocabulary 152064; bf16):
+ * 28 layers of q (with bias), k, v (bias), o, gate, up, down, then the LM
+ * head, 14.1 GB. Four distinct layers are cycled (1.9 GB: no layer's weights
+ * are still in L2 when it comes round again), filled by device copies of one
+ * random block. For each row count M, the step through each path of
+ * choir_cuda_linear (GEMV up to 8 rows, the skinny tensor-core kernel,
+ * cuBLAS) and through the automatic choice: median of 7 steps after one
+ * warm-up. Then, per shape, the time inside a step (events around each
+ * call) for the automatic path at one row and the skinny kernel and cuBLAS
+ * at 8 and 32 rows. */
+enum { DL_LAYERS = 28, DL_COPIES = 4, DL_SHAPES = 8 };
+static const struct { const char *what; int64_t rows, cols; int bias; } dl_shapes[DL_SHAPES] = {
+    {"q 3584x3584", 3584, 3584, 1},         {"k 512x3584", 512, 3584, 1},
+    {"v 512x3584", 512, 3584, 1},           {"o 3584x3584", 3584, 3584, 0},
+    {"gate 18944x3584", 18944, 3584, 0},    {"up 18944x3584", 18944, 3584, 0},
+    {"down 3584x18944", 3584, 18944, 0},    {"lm_head 152064x3584", 152064, 3584, 0},
+};
+static choir_cuda_weight g_dl_w[DL_COPIES][DL_SHAPES];
+static float *g_dl_bias, *g_dl_x, *g_dl_y;
+
+static void dl_make(void) {
+    choir_err err = {0};
+    size_t block = 64u << 20;
+    const void *src = dev_random(block, 1);
+    for (int c = 0; c < DL_COPIES; c++)
+        for (int si = 0; si < DL_SHAPES; si++) {
+            if (si == DL_SHAPES - 1 && c > 0) continue; /* one LM head */
+            choir_cuda_weight *w = &g_dl_w[c][si];
+            memset(w, 0, sizeof *w);
+            w->kind = CHOIR_WEIGHT_BF16, w->rows = dl_shapes[si].rows, w->cols = dl_shapes[si].cols;
+            size_t bytes = (size_t)(w->rows * w->cols) * 2;
+            check(choir_cuda_buf_alloc(g_cu, bytes, &w->data, &err), &err, "alloc weight");
+            for (size_t off = 0; off < bytes; off += block) {
+                size_t n = bytes - off < block ? bytes - off : block;
+                if (cudaMemcpyAsync((char *)w->data.ptr + off, src, n, cudaMemcpyDeviceToDevice,
+                                    (cudaStream_t)choir_cuda_stream(g_cu)) != cudaSuccess) {
+                    fprintf(stderr, "bench: weight fill failed\n");
+                    exit(1);
+                }
+            }
+        }
+    g_dl_bias = dev_random(18944 * 4, 0);
+    g_dl_x = dev_random((size_t)32 * 18944 * 4, 0);
+    g_dl_y = dev_random((size_t)32 * 152064 * 4, 0);
+    check(choir_cuda_sync(g_cu, &err), &err, "fill");
+}
+
+static void dl_call(int64_t M, int layer, int si) {
+    choir_err err = {0};
+    const choir_cuda_weight *w = &g_dl_w[si == DL_SHAPES - 1 ? 0 : layer % DL_COPIES][si];
+    check(choir_cuda_linear(g_cu, g_dl_x, M, w, dl_shapes[si].bias ? g_dl_bias : NULL, g_dl_y, &err),
+          &err, "linear");
+}
+
+static void dl_step(void *p) {
+    int64_t M = *(const int64_t *)p;
+    for (int l = 0; l < DL_LAYERS; l++)
+        for (int si = 0; si < DL_SHAPES - 1; si++) dl_call(M, l, si);
+    dl_call(M, 0, DL_SHAPES - 1);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double dl_median_ms(int64_t M) {
+    cudaStream_t s = (cudaStream_t)choir_cuda_stream(g_cu);
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    double t[7];
+    dl_step(&M);
+    for (int i = 0; i < 7; i++) {
+        cudaEventRecord(a, s);
+        dl_step(&M);
+        cudaEventRecord(b, s);
+        cudaEventSynchronize(b);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, a, b);
+        t[i] = ms;
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    choir_err err = {0};
+    check(choir_cuda_sync(g_cu, &err), &err, "sync");
+    qsort(t, 7, sizeof t[0], cmp_double);
+    return t[3];
+}
+
+static const char *path_name(choir_cuda_linear_path p) {
+    return p == CHOIR_CUDA_LINEAR_GEMV     ? "gemv"
+           : p == CHOIR_CUDA_LINEAR_SKINNY ? "skinny"
+           : p == CHOIR_CUDA_LINEAR_BLAS   ? "cublas"
+                                           : "auto";
+}
+
+static void decode_linears(void) {
+    dl_make();
+    double bytes = 0;
+    for (int si = 0; si < DL_SHAPES; si++)
+        bytes += (si == DL_SHAPES - 1 ? 1.0 : DL_LAYERS) * dl_shapes[si].rows * dl_shapes[si].cols * 2;
+    double bound = bytes / (g_gbs_ceiling * 1e9) * 1e3;
+    printf("\ndecode-step linears of the 7B language model: %.2f GB of bf16 weights a step, bound %.3f ms "
+           "at the copy ceiling; ms per step (median of 7), per path\n", bytes / 1e9, bound);
+    printf("%4s %9s %9s %9s %9s  %s\n", "M", "gemv", "skinny", "cublas", "auto", "auto path");
+    static const int64_t Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20, 24, 28, 32};
+    for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+        int64_t M = Ms[mi];
+        double ms[4] = {0};
+        for (int p = CHOIR_CUDA_LINEAR_GEMV; p <= CHOIR_CUDA_LINEAR_BLAS + 1; p++) {
+            choir_cuda_linear_path path = p > CHOIR_CUDA_LINEAR_BLAS ? CHOIR_CUDA_LINEAR_AUTO
+                                                                     : (choir_cuda_linear_path)p;
+            if (path == CHOIR_CUDA_LINEAR_GEMV && M > 8) continue;
+            choir_cuda_linear_force(path);
+            ms[p - 1] = dl_median_ms(M);
+        }
+        choir_cuda_linear_force(CHOIR_CUDA_LINEAR_AUTO);
+        char g[16] = "-";
+        if (M <= 8) snprintf(g, sizeof g, "%.3f", ms[0]);
+        printf("%4lld %9s %9.3f %9.3f %9.3f  %s\n", (long long)M, g, ms[1], ms[2], ms[3],
+               path_name(choir_cuda_linear_path_for(M, &g_dl_w[0][0])));
+        printf("choir decode_linears M=%lld gemv_ms=%s skinny_ms=%.3f cublas_ms=%.3f auto_ms=%.3f "
+               "bound_ms=%.3f\n", (long long)M, g, ms[1], ms[2], ms[3], bound);
+        fflush(stdout);
+    }
+    /* Per shape inside a step, for the automatic path and the two others
+     * at a few row counts. */
+    static const struct { int64_t M; choir_cuda_linear_path p; } Ps[] = {
+        {1, CHOIR_CUDA_LINEAR_AUTO},    {8, CHOIR_CUDA_LINEAR_SKINNY}, {8, CHOIR_CUDA_LINEAR_BLAS},
+        {32, CHOIR_CUDA_LINEAR_SKINNY}, {32, CHOIR_CUDA_LINEAR_BLAS},
+    };
+    enum { NP = sizeof Ps / sizeof Ps[0] };
+    cudaStream_t s = (cudaStream_t)choir_cuda_stream(g_cu);
+    cudaEvent_t ev[2 * (DL_LAYERS * (DL_SHAPES - 1) + 1)];
+    for (size_t i = 0; i < sizeof ev / sizeof ev[0]; i++) cudaEventCreate(&ev[i]);
+    printf("\nper shape inside a step (events around each call): us per call, GB/s of weights\n");
+    printf("%-20s", "shape");
+    for (int pi = 0; pi < NP; pi++) {
+        char h[32];
+        snprintf(h, sizeof h, "M=%lld %s", (long long)Ps[pi].M,
+                 path_name(Ps[pi].p == CHOIR_CUDA_LINEAR_AUTO
+                               ? choir_cuda_linear_path_for(Ps[pi].M, &g_dl_w[0][0])
+                               : Ps[pi].p));
+        printf(" %16s", h);
+    }
+    printf("\n");
+    double us[NP][DL_SHAPES] = {{0}};
+    for (int pi = 0; pi < NP; pi++) {
+        int64_t M = Ps[pi].M;
+        choir_cuda_linear_force(Ps[pi].p);
+        dl_step(&M);
+        int e = 0;
+        for (int l = 0; l < DL_LAYERS; l++)
+            for (int si = 0; si < DL_SHAPES - 1; si++) {
+                cudaEventRecord(ev[e++], s);
+                dl_call(M, l, si);
+                cudaEventRecord(ev[e++], s);
+            }
+        cudaEventRecord(ev[e++], s);
+        dl_call(M, 0, DL_SHAPES - 1);
+        cudaEventRecord(ev[e++], s);
+        cudaEventSynchronize(ev[e - 1]);
+        e = 0;
+        for (int l = 0; l < DL_LAYERS; l++)
+            for (int si = 0; si < DL_SHAPES - 1; si++, e += 2) {
+                float t = 0;
+                cudaEventElapsedTime(&t, ev[e], ev[e + 1]);
+                us[pi][si] += 1e3 * t / DL_LAYERS;
+            }
+        float t = 0;
+        cudaEventElapsedTime(&t, ev[e], ev[e + 1]);
+        us[pi][DL_SHAPES - 1] = 1e3 * t;
+    }
+    choir_cuda_linear_force(CHOIR_CUDA_LINEAR_AUTO);
+    for (int si = 0; si < DL_SHAPES; si++) {
+        printf("%-20s", dl_shapes[si].what);
+        for (int pi = 0; pi < NP; pi++)
+            printf(" %7.2f %4.0f GB/s", us[pi][si],
+                   dl_shapes[si].rows * dl_shapes[si].cols * 2.0 / (us[pi][si] * 1e-6) / 1e9);
+        printf("\n");
+    }
+    for (size_t i = 0; i < sizeof ev / sizeof ev[0]; i++) cudaEventDestroy(ev[i]);
+}
+
 /* --- other kernels ----------------------------------------------------------- */
 
 typedef struct attn_ctx {
@@ -320,10 +510,11 @@ static void kernels(void) {
 }
 
 int main(int argc, char **argv) {
-    bool attention_only = false;
+    bool attention_only = false, decode_only = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) g_reps = 4;
         if (strcmp(argv[i], "--attention") == 0) attention_only = true;
+        if (strcmp(argv[i], "--decode-linears") == 0) decode_only = true;
     }
     if (choir_cuda_device_count() == 0) {
         printf("no CUDA device visible: nothing to measure\n");
@@ -340,6 +531,12 @@ int main(int argc, char **argv) {
            p->name, p->cc_major, p->cc_minor, p->sm_count, p->total_bytes / 1073741824.0,
            2.0 * p->mem_clock_khz * 1e3 * (p->mem_bus_bits / 8) / 1e9);
     ceilings();
+    if (decode_only) {
+        decode_linears();
+        printf("\ndevice memory: peak %.2f GiB through the context\n",
+               choir_cuda_mem_peak(g_cu) / 1073741824.0);
+        return 0;
+    }
     if (!attention_only) {
         linears();
         kernels();

@@ -245,14 +245,48 @@ size_t choir_cuda_weight_bytes(const choir_cuda_weight *w);
 
 /* The linear layer on the device: y[M, W.rows] = x[M, W.cols] * W^T
  * (+ bias[W.rows] if not NULL); x, bias, y device f32, y must not alias x.
- * Accumulation is always f32. Paths: M <= 8 uses choir's GEMV kernels that
- * read the weight once in its storage (the decoder's per-token case);
- * larger M uses cuBLAS (f32 weights: f32 GEMM; f16/bf16: x is converted to
- * the weight's dtype and multiplied on the tensor cores; quantized: W is
- * dequantized to bf16 in scratch first). Scratch comes from the context and
- * is counted. */
+ * Accumulation is always f32. Paths (choir_cuda_linear_path below): one row,
+ * and up to 8 rows of f32 or quantized weights, use choir's GEMV kernels
+ * that read the weight once in its storage (the decoder's per-token case);
+ * f16/bf16 weights from CHOIR_CUDA_SKINNY_FROM to _TO rows the skinny
+ * tensor-core kernel (x rounded to the weight's type); larger M cuBLAS (f32
+ * weights: f32 GEMM; f16/bf16: x is converted to the weight's dtype and
+ * multiplied on the tensor cores; quantized: W is dequantized to bf16 in
+ * scratch first). Scratch comes from the context and is counted. */
 int choir_cuda_linear(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,
                       const float *bias, float *y, choir_err *err);
+
+/* The paths of choir_cuda_linear. GEMV: one warp per output row, every row
+ * of x in f32 (up to 8 rows). SKINNY: f16/bf16 weights, up to
+ * CHOIR_CUDA_SKINNY_MAX_ROWS rows, K a multiple of 8: each weight element
+ * read once and applied to all rows on the tensor cores (x rounded to the
+ * weight's type, f32 accumulation; one block of warps per tile of 16 or 32
+ * output columns splitting K, summed in a fixed order). BLAS: cuBLAS. AUTO
+ * picks by row count from measurements on an H200 (docs/PERFORMANCE.md):
+ * choir_cuda_linear_path_for says which. */
+typedef enum choir_cuda_linear_path {
+    CHOIR_CUDA_LINEAR_AUTO = 0,
+    CHOIR_CUDA_LINEAR_GEMV,
+    CHOIR_CUDA_LINEAR_SKINNY,
+    CHOIR_CUDA_LINEAR_BLAS,
+} choir_cuda_linear_path;
+#define CHOIR_CUDA_SKINNY_MAX_ROWS 32
+/* AUTO's row counts: SKINNY (where it applies) from .._SKINNY_FROM to
+ * .._SKINNY_TO rows (none while TO < FROM); otherwise f16/bf16 weights take
+ * the GEMV up to CHOIR_CUDA_GEMV_HALF_ROWS rows and cuBLAS above, f32 and
+ * quantized weights the GEMV up to 8 rows and cuBLAS above. */
+#define CHOIR_CUDA_SKINNY_FROM 2
+#define CHOIR_CUDA_SKINNY_TO 16
+#define CHOIR_CUDA_GEMV_HALF_ROWS 1
+/* The path choir_cuda_linear takes for M rows of W under the current
+ * setting (never AUTO). */
+choir_cuda_linear_path choir_cuda_linear_path_for(int64_t M, const choir_cuda_weight *W);
+/* Forces a path for every later choir_cuda_linear; where it does not apply
+ * (GEMV above 8 rows, SKINNY outside its conditions), the choice made before
+ * the skinny kernel: GEMV up to 8 rows, cuBLAS above (so forcing GEMV gives
+ * exactly that older dispatch). AUTO restores the default. Process-wide; for
+ * benches and checks. */
+void choir_cuda_linear_force(choir_cuda_linear_path p);
 
 /* Plain row-major f32 GEMM on the device, as choir_gemm_f32 (cuBLAS,
  * f32 compute, no TF32). */

@@ -233,9 +233,10 @@ static choir_weight make_weight(choir_weight_kind kind, int64_t rows, int64_t co
     return w;
 }
 
-/* y = x W^T + b on both backends for M in {1, 3, 8, 9, 40, 300}: up to 8
- * rows CUDA runs its GEMV (f32 accumulation over the stored values: f32
- * bound), above that cuBLAS (half-precision operands: the dtype's bound). */
+/* y = x W^T + b on both backends for M in {1, 3, 8, 9, 40, 300}: where
+ * CUDA runs its GEMV (f32 accumulation over the stored values) the f32
+ * bound, otherwise (cuBLAS or the skinny kernel: half-precision operands)
+ * the dtype's bound. */
 static void check_linear_case(const char *label, choir_weight host, double tol_gemm,
                               choir_backend *be) {
     static const int64_t Ms[] = {1, 3, 8, 9, 40, 300};
@@ -261,9 +262,95 @@ static void check_linear_case(const char *label, choir_weight host, double tol_g
         char name[96];
         snprintf(name, sizeof name, "linear %s M=%lld%s", label, (long long)M,
                  with_bias ? " +bias" : "");
-        cmp(name, dy, ref, M * N, M <= 8 ? TOL_F32 : tol_gemm);
+        choir_cuda_weight shape = {.kind = host.kind, .rows = N, .cols = K};
+        bool gemv = choir_cuda_linear_path_for(M, &shape) == CHOIR_CUDA_LINEAR_GEMV;
+        cmp(name, dy, ref, M * N, gemv ? TOL_F32 : tol_gemm);
     }
     choir_backend_weights_free(ws);
+}
+
+/* The skinny tensor-core path (f16/bf16 weights, 1..32 rows) forced at every
+ * row count, then what AUTO picks at each, against the CPU: shapes with a K
+ * tail (K % 32 != 0), ragged column tiles (N % 16 != 0), two column tiles a
+ * block (N >= 4096), K = 8, and K long enough for the unconditional main
+ * loop (several rounds of U steps a warp) before a tail step, with one and
+ * with two column tiles a block. The outputs are poisoned with NaN before
+ * each call, so one left unwritten fails. x is rounded to the weight's type
+ * on the device: that dtype's bound. */
+static void check_linear_skinny(void) {
+    static const struct { int64_t N, K; } shapes[] = {{262, 768}, {37, 200}, {4111, 264}, {19, 8},
+                                                      {300, 3592}, {4100, 1032}};
+    static const choir_weight_kind kinds[] = {CHOIR_WEIGHT_BF16, CHOIR_WEIGHT_F16};
+    const int64_t MM = CHOIR_CUDA_SKINNY_MAX_ROWS;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (size_t ki = 0; ki < 2; ki++) {
+            case_begin();
+            int64_t N = shapes[si].N, K = shapes[si].K;
+            choir_err err = {0};
+            choir_weight host = make_weight(kinds[ki], N, K, 0, 0, 0);
+            choir_backend_weights *ws = choir_backend_weights_create(g_gpu, &err);
+            choir_weight dw;
+            choir_backend_weight(ws, &host, &dw);
+            float *bias = hvec(N, -1, 1);
+            const float *dbias = choir_backend_vec(ws, bias, N);
+            float *x = hvec(MM * K, -1, 1), *ref = hmem((size_t)(MM * N) * 4);
+            float *got = hmem((size_t)(MM * N) * 4), *poison = hmem((size_t)(MM * N) * 4);
+            for (int64_t i = 0; i < MM * N; i++) poison[i] = NAN;
+            float *dx = dvec(x, MM * K), *dy = dvec(poison, MM * N);
+            const char *kn = kinds[ki] == CHOIR_WEIGHT_BF16 ? "bf16" : "f16";
+            double tol = kinds[ki] == CHOIR_WEIGHT_BF16 ? TOL_BF16 : TOL_F16;
+            for (int pass = 0; pass < 2; pass++) {
+                choir_cuda_linear_force(pass ? CHOIR_CUDA_LINEAR_AUTO : CHOIR_CUDA_LINEAR_SKINNY);
+                char name[96];
+                snprintf(name, sizeof name, "linear %s %lldx%lld %s M=1..%lld", kn, (long long)N,
+                         (long long)K, pass ? "auto" : "skinny", (long long)MM);
+                double worst = -1;
+                int64_t worst_m = 0;
+                bool ok = true;
+                for (int64_t M = 1; M <= MM && ok; M++) {
+                    bool with_bias = M % 2 == 1;
+                    choir_op_upload(g_gs, dy, poison, (size_t)(M * N) * 4);
+                    choir_op_linear(g_cs, x, M, &host, with_bias ? bias : NULL, ref);
+                    choir_op_linear(g_gs, dx, M, &dw, with_bias ? dbias : NULL, dy);
+                    choir_op_download(g_gs, got, dy, (size_t)(M * N) * 4);
+                    if (!(ok = streams_ok(name))) break;
+                    double e = rel_l2(got, ref, M * N);
+                    if (!(e <= worst)) worst = e, worst_m = M;
+                }
+                if (!ok) continue;
+                char full[128];
+                snprintf(full, sizeof full, "%s (worst M=%lld)", name, (long long)worst_m);
+                report(full, worst, tol);
+            }
+            choir_cuda_linear_force(CHOIR_CUDA_LINEAR_AUTO);
+            choir_backend_weights_free(ws);
+            case_end();
+        }
+    /* The switch as documented in choir/cuda.h: bf16 takes the skinny kernel
+     * from CHOIR_CUDA_SKINNY_FROM to _TO rows where it applies (not with K
+     * % 8 != 0), else the GEMV up to CHOIR_CUDA_GEMV_HALF_ROWS and cuBLAS
+     * above; f32 (and quantized) weights the GEMV up to 8 rows; forcing GEMV
+     * gives that older choice for bf16 too. */
+    choir_cuda_weight bf = {.kind = CHOIR_WEIGHT_BF16, .rows = 3584, .cols = 3584};
+    choir_cuda_weight odd = {.kind = CHOIR_WEIGHT_BF16, .rows = 3584, .cols = 3586};
+    choir_cuda_weight f32 = {.kind = CHOIR_WEIGHT_F32, .rows = 3584, .cols = 3584};
+    bool ok = true;
+    for (int64_t M = 1; M <= 40; M++) {
+        choir_cuda_linear_path half = M <= CHOIR_CUDA_GEMV_HALF_ROWS ? CHOIR_CUDA_LINEAR_GEMV
+                                                                      : CHOIR_CUDA_LINEAR_BLAS;
+        choir_cuda_linear_path want =
+            M >= CHOIR_CUDA_SKINNY_FROM && M <= CHOIR_CUDA_SKINNY_TO ? CHOIR_CUDA_LINEAR_SKINNY : half;
+        choir_cuda_linear_path plain = M <= 8 ? CHOIR_CUDA_LINEAR_GEMV : CHOIR_CUDA_LINEAR_BLAS;
+        ok = ok && choir_cuda_linear_path_for(M, &bf) == want &&
+             choir_cuda_linear_path_for(M, &odd) == half && choir_cuda_linear_path_for(M, &f32) == plain;
+        choir_cuda_linear_force(CHOIR_CUDA_LINEAR_GEMV);
+        ok = ok && choir_cuda_linear_path_for(M, &bf) == plain;
+        choir_cuda_linear_force(CHOIR_CUDA_LINEAR_SKINNY);
+        ok = ok && choir_cuda_linear_path_for(M, &bf) ==
+                       (M <= CHOIR_CUDA_SKINNY_MAX_ROWS ? CHOIR_CUDA_LINEAR_SKINNY : plain);
+        choir_cuda_linear_force(CHOIR_CUDA_LINEAR_AUTO);
+    }
+    expect("linear path by rows: gemv, skinny (bf16, K % 8 == 0), cuBLAS; forced paths", ok);
 }
 
 /* bf16 rows in and out (the encoder's layers): bias, bias + GELU, and the
@@ -997,6 +1084,7 @@ int main(void) {
            (long long)(base >> 20));
     check_transfers();
     check_linear();
+    check_linear_skinny();
     check_linear_bf16();
     check_gemm();
     check_attention();

@@ -19,7 +19,10 @@
  *     published size (LM depth cut to --layers) on the GPU alone, bf16: load,
  *     encoder, prefill and decode times (op by op and graph-replayed) and the
  *     device's peak memory; with --batch, B sequences at the context of M
- *     minutes decoding in batched steps (aggregate tokens/s).
+ *     minutes decoding in batched steps (aggregate tokens/s). --linear
+ *     gemv|skinny|cublas forces choir_cuda_linear's path (gemv: the dispatch
+ *     from before the skinny kernel, GEMV up to 8 rows and cuBLAS above), for
+ *     before/after figures in one run; default auto.
  *
  * Bounds. f32: operations rel L2 <= 1e-5; model stages <= 1e-4 (cuBLAS
  * and the CPU sum in other orders; the parity bound against transformers is
@@ -34,6 +37,7 @@
 #include "choir/alloc.h"
 #include "choir/backend.h"
 #include "choir/backend_vibevoice.h"
+#include "choir/cuda.h"
 #include "choir/pool.h"
 #include "choir/vibevoice.h"
 
@@ -775,6 +779,14 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--prefill-chunk") == 0) chunk = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--batch") == 0) batches = argv[i + 1];
         else if (strcmp(argv[i], "--batch-min") == 0) batch_min = atof(argv[i + 1]);
+        else if (strcmp(argv[i], "--linear") == 0) {
+            const char *p = argv[i + 1];
+            choir_cuda_linear_force(strcmp(p, "gemv") == 0     ? CHOIR_CUDA_LINEAR_GEMV
+                                    : strcmp(p, "skinny") == 0 ? CHOIR_CUDA_LINEAR_SKINNY
+                                    : strcmp(p, "cublas") == 0 ? CHOIR_CUDA_LINEAR_BLAS
+                                                               : CHOIR_CUDA_LINEAR_AUTO);
+            printf("linear path forced: %s\n", p);
+        }
     }
     if (size)
         return bench(size, layers, minutes, steps > 0 ? steps : 1, chunk > 0 ? chunk : 1024, batches,

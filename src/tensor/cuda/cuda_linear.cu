@@ -290,6 +290,226 @@ static int launch_dequant(choir_cuda *cu, const choir_cuda_weight *W, __nv_bfloa
     return choir_cuda_check_launch(err, "dequantize");
 }
 
+/* --- skinny: a few rows on the tensor cores ------------------------------------------- */
+
+/* Each weight element is read once and applied to every row of x with
+ * mma.m16n8k16 (A = 16 weight rows, B = 8 rows of x, C = the 16x8 outputs).
+ * A block of NW warps owns MT x 16 output columns (weight rows); its
+ * warps take the 32-wide K steps in turn (warp w: steps w, w + NW, ...,
+ * so neighbouring warps read neighbouring bytes of a row) and their partial
+ * sums are added in shared memory in warp order (deterministic). Within a
+ * step, lane (g = lane / 4, t = lane % 4) loads 8 consecutive values
+ * k0 + 8t .. k0 + 8t + 7 of weight rows g and g + 8 (16-byte loads) and of
+ * x's row g; the two mmas of the step see the products in a permuted K order
+ * (mma j takes k0 + 8t + 4j + 0..3 as its logical 2t, 2t+1, 2t+8, 2t+9),
+ * the same permutation for both operands, so the sum is unchanged. */
+template <typename T>
+__device__ __forceinline__ uint32_t sk_pack(float lo, float hi) {
+    if constexpr (std::is_same<T, __half>::value) {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *(uint32_t *)&v;
+    } else {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return *(uint32_t *)&v;
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void sk_mma(float c[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                       uint32_t a3, uint32_t b0, uint32_t b1) {
+    if constexpr (std::is_same<T, __half>::value)
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+            "{%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    else
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+            "{%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* One K step's operands for a lane: 8 values of each of its weight rows
+ * and of each of its rows of x, from k on (zeros when !in). */
+template <typename T, int MT, int NT>
+__device__ __forceinline__ void sk_load(const T *const (&wrow)[MT][2],
+                                        const float *const (&xrow)[NT], int64_t k, bool in,
+                                        uint4 (&wv)[MT][2], float4 (&xv)[NT][2]) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            wv[mt][h] =
+                in ? __ldcs((const uint4 *)(wrow[mt][h] + k)) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        const float4 *p = (const float4 *)(xrow[nt] + k);
+        xv[nt][0] = in ? __ldg(p) : make_float4(0, 0, 0, 0);
+        xv[nt][1] = in ? __ldg(p + 1) : make_float4(0, 0, 0, 0);
+    }
+}
+
+/* The step's two mmas for every tile: x rounded to T and packed in pairs. */
+template <typename T, int MT, int NT>
+__device__ __forceinline__ void sk_step(float (&acc)[MT][NT][4], const uint4 (&wv)[MT][2],
+                                        const float4 (&xv)[NT][2]) {
+    uint32_t b[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        b[nt][0] = sk_pack<T>(xv[nt][0].x, xv[nt][0].y);
+        b[nt][1] = sk_pack<T>(xv[nt][0].z, xv[nt][0].w);
+        b[nt][2] = sk_pack<T>(xv[nt][1].x, xv[nt][1].y);
+        b[nt][3] = sk_pack<T>(xv[nt][1].z, xv[nt][1].w);
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        const uint4 lo = wv[mt][0], hi = wv[mt][1];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            sk_mma<T>(acc[mt][nt], lo.x, hi.x, lo.y, hi.y, b[nt][0], b[nt][1]);
+            sk_mma<T>(acc[mt][nt], lo.z, hi.z, lo.w, hi.w, b[nt][2], b[nt][3]);
+        }
+    }
+}
+
+/* MT: 16-column tiles of the output per block; NT: 8-row tiles of x
+ * (M <= 8 NT); U: K steps whose loads are issued together; NW: warps. */
+template <typename T, int MT, int NT, int U, int NW>
+__global__ void __launch_bounds__(32 * NW)
+    skinny_mma(const float *__restrict__ x, int M, const T *__restrict__ W, int N, int K,
+               const float *__restrict__ bias, float *__restrict__ y) {
+    __shared__ float red[NW][MT * NT * 4][32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int n0 = blockIdx.x * (MT * 16);
+    /* Rows past the end read the last row (their outputs are not stored). */
+    const T *wrow[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int r = min(n0 + mt * 16 + g + 8 * h, N - 1);
+            wrow[mt][h] = W + (int64_t)r * K + 8 * t;
+        }
+    const float *xrow[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) xrow[nt] = x + (int64_t)min(nt * 8 + g, M - 1) * K + 8 * t;
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
+    /* Steps whose 32 values all lie inside K run U at a time with no
+     * conditions (their loads issued back to back); the rest, one at a time,
+     * with each lane's 8 values in or out (K is a multiple of 8). */
+    const int full = K / 32, steps = (K + 31) / 32;
+    int s0 = warp;
+    for (; s0 + (U - 1) * NW < full; s0 += NW * U) {
+        uint4 wv[U][MT][2];
+        float4 xv[U][NT][2];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            sk_load<T, MT, NT>(wrow, xrow, (int64_t)(s0 + u * NW) * 32, true, wv[u], xv[u]);
+#pragma unroll
+        for (int u = 0; u < U; u++) sk_step<T, MT, NT>(acc, wv[u], xv[u]);
+    }
+    for (int s = s0; s < steps; s += NW) {
+        uint4 wv[MT][2];
+        float4 xv[NT][2];
+        sk_load<T, MT, NT>(wrow, xrow, (int64_t)s * 32, s * 32 + 8 * t < K, wv, xv);
+        sk_step<T, MT, NT>(acc, wv, xv);
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) red[warp][(mt * NT + nt) * 4 + i][lane] = acc[mt][nt][i];
+    __syncthreads();
+    /* Entry (mt, nt, i) of lane (g, t): output column n0 + 16 mt + g + 8 (i / 2),
+     * row of x 8 nt + 2t + (i % 2). */
+    for (int e = threadIdx.x; e < MT * NT * 4 * 32; e += 32 * NW) {
+        int l = e & 31, q = e >> 5, i = q & 3, nt = (q >> 2) % NT, mt = (q >> 2) / NT;
+        int n = n0 + mt * 16 + (l >> 2) + 8 * (i >> 1), m = nt * 8 + 2 * (l & 3) + (i & 1);
+        if (n >= N || m >= M) continue;
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < NW; w++) v += red[w][q][l];
+        y[(int64_t)m * N + n] = v + (bias ? bias[n] : 0.0f);
+    }
+}
+
+static bool skinny_ok(int64_t M, const choir_cuda_weight *W) {
+    return (W->kind == CHOIR_WEIGHT_BF16 || W->kind == CHOIR_WEIGHT_F16) && M >= 1 &&
+           M <= CHOIR_CUDA_SKINNY_MAX_ROWS && W->cols % 8 == 0 && W->cols > 0 && W->rows > 0 &&
+           ((uintptr_t)W->data.ptr & 15) == 0;
+}
+
+template <typename T, int NT, int U>
+static void launch_skinny_nt(choir_cuda *cu, const float *x, int M, const T *W, int N, int K,
+                             const float *bias, float *y) {
+    /* Wide layers: two column tiles per block (half the re-reads of x), 8
+     * warps. Narrow ones (the attention projections, the MLP's down): one
+     * tile and 16 warps, so that the few blocks still keep many loads in
+     * flight. */
+    if (N >= 4096) {
+        unsigned blocks = (unsigned)((N + 31) / 32);
+        skinny_mma<T, 2, NT, U, 8><<<blocks, 32 * 8, 0, cu->stream>>>(x, M, W, N, K, bias, y);
+    } else {
+        unsigned blocks = (unsigned)((N + 15) / 16);
+        skinny_mma<T, 1, NT, U, 16><<<blocks, 32 * 16, 0, cu->stream>>>(x, M, W, N, K, bias, y);
+    }
+}
+
+template <typename T>
+static int launch_skinny(choir_cuda *cu, const float *x, int M, const choir_cuda_weight *W,
+                         const float *bias, float *y, choir_err *err) {
+    const T *w = (const T *)W->data.ptr;
+    int N = (int)W->rows, K = (int)W->cols;
+    if (M <= 8)
+        launch_skinny_nt<T, 1, 4>(cu, x, M, w, N, K, bias, y);
+    else if (M <= 16)
+        launch_skinny_nt<T, 2, 2>(cu, x, M, w, N, K, bias, y);
+    else if (M <= 24)
+        launch_skinny_nt<T, 3, 1>(cu, x, M, w, N, K, bias, y);
+    else
+        launch_skinny_nt<T, 4, 1>(cu, x, M, w, N, K, bias, y);
+    return choir_cuda_check_launch(err, "skinny linear");
+}
+
+static choir_cuda_linear_path g_force = CHOIR_CUDA_LINEAR_AUTO;
+void choir_cuda_linear_force(choir_cuda_linear_path p) { g_force = p; }
+
+static choir_cuda_linear_path auto_path(int64_t M, const choir_cuda_weight *W) {
+    if (M >= CHOIR_CUDA_SKINNY_FROM && M <= CHOIR_CUDA_SKINNY_TO && skinny_ok(M, W))
+        return CHOIR_CUDA_LINEAR_SKINNY;
+    if (W->kind == CHOIR_WEIGHT_BF16 || W->kind == CHOIR_WEIGHT_F16)
+        return M <= CHOIR_CUDA_GEMV_HALF_ROWS ? CHOIR_CUDA_LINEAR_GEMV : CHOIR_CUDA_LINEAR_BLAS;
+    return M <= GEMV_MAX_ROWS ? CHOIR_CUDA_LINEAR_GEMV : CHOIR_CUDA_LINEAR_BLAS;
+}
+
+choir_cuda_linear_path choir_cuda_linear_path_for(int64_t M, const choir_cuda_weight *W) {
+    /* A forced path that does not apply gives the choice made before the
+     * skinny kernel: GEMV up to 8 rows, cuBLAS above. */
+    choir_cuda_linear_path plain =
+        M <= GEMV_MAX_ROWS ? CHOIR_CUDA_LINEAR_GEMV : CHOIR_CUDA_LINEAR_BLAS;
+    switch (g_force) {
+    case CHOIR_CUDA_LINEAR_GEMV:
+        return plain;
+    case CHOIR_CUDA_LINEAR_SKINNY:
+        return skinny_ok(M, W) ? CHOIR_CUDA_LINEAR_SKINNY : plain;
+    case CHOIR_CUDA_LINEAR_BLAS:
+        return CHOIR_CUDA_LINEAR_BLAS;
+    case CHOIR_CUDA_LINEAR_AUTO:
+        break;
+    }
+    return auto_path(M, W);
+}
+
 /* Row-major y[M,N] = x[M,K] * W[N,K]^T in cuBLAS's column-major terms:
  * y^T = W * x^T, with W read transposed. */
 static int gemm_xwt(choir_cuda *cu, const void *x, const void *W, cudaDataType_t in_type,
@@ -308,7 +528,14 @@ int choir_cuda_linear(choir_cuda *cu, const float *x, int64_t M, const choir_cud
     if (N > INT32_MAX || K > INT32_MAX || M > INT32_MAX)
         return choir_err_set(err, CHOIR_ETOOBIG, "cuda: linear [%lld x %lld] too large",
                              (long long)M, (long long)K);
-    if (M <= GEMV_MAX_ROWS) {
+    choir_cuda_linear_path path = choir_cuda_linear_path_for(M, W);
+    if (path == CHOIR_CUDA_LINEAR_SKINNY && ((uintptr_t)x & 15) != 0)
+        path = M <= GEMV_MAX_ROWS ? CHOIR_CUDA_LINEAR_GEMV : CHOIR_CUDA_LINEAR_BLAS;
+    if (path == CHOIR_CUDA_LINEAR_SKINNY)
+        return W->kind == CHOIR_WEIGHT_F16
+                   ? launch_skinny<__half>(cu, x, (int)M, W, bias, y, err)
+                   : launch_skinny<__nv_bfloat16>(cu, x, (int)M, W, bias, y, err);
+    if (path == CHOIR_CUDA_LINEAR_GEMV) {
         dim3 grid((unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS)), block(32 * GEMV_WARPS);
         switch (W->kind) {
         case CHOIR_WEIGHT_F32:

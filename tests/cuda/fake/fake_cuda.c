@@ -326,6 +326,24 @@ int choir_cuda_linear_bf16(choir_cuda *cu, const uint16_t *x, int64_t M,
 
 void choir_cuda_linear_bf16_set_lt(bool on) { (void)on; }
 
+/* Every path is the CPU reference here; the choice is reported as the
+ * device makes it, so that checks pick the same bounds. */
+static choir_cuda_linear_path g_fake_force = CHOIR_CUDA_LINEAR_AUTO;
+void choir_cuda_linear_force(choir_cuda_linear_path p) { g_fake_force = p; }
+choir_cuda_linear_path choir_cuda_linear_path_for(int64_t M, const choir_cuda_weight *W) {
+    bool skinny = (W->kind == CHOIR_WEIGHT_BF16 || W->kind == CHOIR_WEIGHT_F16) && M >= 1 &&
+                  M <= CHOIR_CUDA_SKINNY_MAX_ROWS && W->cols % 8 == 0 && W->cols > 0 && W->rows > 0;
+    choir_cuda_linear_path plain = M <= 8 ? CHOIR_CUDA_LINEAR_GEMV : CHOIR_CUDA_LINEAR_BLAS;
+    if (g_fake_force == CHOIR_CUDA_LINEAR_GEMV) return plain;
+    if (g_fake_force == CHOIR_CUDA_LINEAR_SKINNY) return skinny ? CHOIR_CUDA_LINEAR_SKINNY : plain;
+    if (g_fake_force == CHOIR_CUDA_LINEAR_BLAS) return CHOIR_CUDA_LINEAR_BLAS;
+    if (skinny && M >= CHOIR_CUDA_SKINNY_FROM && M <= CHOIR_CUDA_SKINNY_TO)
+        return CHOIR_CUDA_LINEAR_SKINNY;
+    if (W->kind == CHOIR_WEIGHT_BF16 || W->kind == CHOIR_WEIGHT_F16)
+        return M <= CHOIR_CUDA_GEMV_HALF_ROWS ? CHOIR_CUDA_LINEAR_GEMV : CHOIR_CUDA_LINEAR_BLAS;
+    return plain;
+}
+
 typedef struct conv_bf16_args {
     const float *x, *w, *bias;
     float *y;
