@@ -22,7 +22,10 @@
  *     minutes decoding in batched steps (aggregate tokens/s). --linear
  *     gemv|skinny|cublas forces choir_cuda_linear's path (gemv: the dispatch
  *     from before the skinny kernel, GEMV up to 8 rows and cuBLAS above), for
- *     before/after figures in one run; default auto.
+ *     before/after figures in one run; default auto. --att old runs decode
+ *     attention over 128-value heads on the general split kernel instead of
+ *     k_vv_att_split128 (before/after); --att-bench 1 also times, after each
+ *     batch, the step's attention alone with both kernels (bench_attention).
  *
  * Bounds. f32: operations rel L2 <= 1e-5; model stages <= 1e-4 (cuBLAS
  * and the CPU sum in other orders; the parity bound against transformers is
@@ -40,6 +43,7 @@
 #include "choir/cuda.h"
 #include "choir/pool.h"
 #include "choir/vibevoice.h"
+#include "tensor/cuda/cuda_vibevoice.h"
 
 static int n_pass, n_fail;
 
@@ -678,11 +682,13 @@ static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevo
      * this shape) and replayed. */
     choir_vibevoice_batch_set_graph(b, true);
     int replayed = 0;
-    double r0 = choir_now_s();
+    double r0 = choir_now_s(), host_argmax = 0;
     for (int k = 0; k < steps; k++) {
         if (choir_vibevoice_step_batch(m, b, st, tok, B, err)) goto out;
         replayed += choir_vibevoice_batch_graphed(b);
+        double a0 = choir_now_s();
         for (int i = 0; i < B; i++) tok[i] = argmax(choir_vibevoice_logits(st[i]), d->lm.vocab);
+        host_argmax += choir_now_s() - a0;
     }
     double r1 = choir_now_s();
     double one = 1000 * (s1 - s0) / steps, step = 1000 * (b1 - b0) / steps, peak = choir_backend_mem_peak(be) / 1e9;
@@ -695,8 +701,9 @@ static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevo
            "%.0f tokens/s in all, %.2fx one sequence\n", B, gstep, replayed, steps, 1000.0 * B / gstep,
            one / gstep * B);
     printf("choir vibevoice batch %d at %g min: batch=%d min=%g batch_step_ms=%.3f agg_tps=%.1f one_ms=%.3f "
-           "speedup=%.3f peak_gb=%.3f graph_step_ms=%.3f graph_speedup=%.3f\n", B, minutes, B, minutes, step,
-           1000.0 * B / step, one, one / step * B, peak, gstep, one / gstep * B);
+           "speedup=%.3f peak_gb=%.3f graph_step_ms=%.3f graph_speedup=%.3f host_argmax_ms=%.3f\n", B, minutes, B,
+           minutes, step, 1000.0 * B / step, one, one / step * B, peak, gstep, one / gstep * B,
+           1000 * host_argmax / steps);
     fflush(stdout);
     status = 0;
 out:
@@ -710,10 +717,83 @@ out:
     return status;
 }
 
+/* The decode step's attention alone: B rows at `ctx` keys each over one
+ * layer's paged pool of random keys and values (each row's pages spread
+ * over the pool), the layer's operation run once per LM layer (a step's
+ * worth: every call streams B ctx rows of K and V, several times the L2), 10
+ * steps timed after one, with the general split kernel and with
+ * k_vv_att_split128. Against the step's KV bytes over the device copy
+ * bandwidth (bench/peers/vibevoice_gpu.sh measures it). */
+static int bench_attention(choir_backend *be, const choir_vibevoice_dims *d, int B, int ctx, choir_err *err) {
+    const choir_vibevoice_lm_dims *L = &d->lm;
+    int nh = L->n_heads, nkv = L->n_kv_heads, D = L->head_dim;
+    int pages = (ctx + CHOIR_VV_PAGE - 1) / CHOIR_VV_PAGE;
+    int64_t rows = (int64_t)B * pages * CHOIR_VV_PAGE, ldk = (int64_t)nkv * D;
+    size_t bytes = (size_t)(2 * rows * ldk + 2 * (int64_t)B * nh * D) * sizeof(float) +
+                   (size_t)B * (pages + 1) * sizeof(int32_t) + (4u << 10);
+    choir_stream *st = choir_stream_create(be, err);
+    if (!st || choir_stream_reserve(st, bytes, 0, err)) {
+        choir_stream_free(st);
+        return 1;
+    }
+    float *kp = choir_stream_floats(st, rows * ldk, "k pool"), *vp = choir_stream_floats(st, rows * ldk, "v pool");
+    float *q = choir_stream_floats(st, (int64_t)B * nh * D, "q"), *out = choir_stream_floats(st, (int64_t)B * nh * D, "out");
+    int32_t *tab = choir_stream_alloc(st, (size_t)B * pages * sizeof(int32_t), "tables");
+    int32_t *pos = choir_stream_alloc(st, (size_t)B * sizeof(int32_t), "pos");
+    float *h = malloc((size_t)(rows * ldk) * sizeof(float));
+    int32_t *ht = malloc((size_t)B * pages * sizeof(int32_t)), *hp = malloc((size_t)B * sizeof(int32_t));
+    int status = 1;
+    if (!h || !ht || !hp || choir_stream_status(st, err)) goto out;
+    for (int64_t i = 0; i < rows * ldk; i++) h[i] = frand();
+    choir_op_upload(st, kp, h, (size_t)(rows * ldk) * sizeof(float));
+    for (int64_t i = 0; i < rows * ldk; i++) h[i] = frand();
+    choir_op_upload(st, vp, h, (size_t)(rows * ldk) * sizeof(float));
+    for (int64_t i = 0; i < (int64_t)B * nh * D; i++) h[i] = frand();
+    choir_op_upload(st, q, h, (size_t)B * nh * D * sizeof(float));
+    /* Row b's page j is pool page j B + b: a row's pages are not adjacent. */
+    for (int b = 0; b < B; b++) {
+        hp[b] = ctx - 1;
+        for (int j = 0; j < pages; j++) ht[b * pages + j] = j * B + b;
+    }
+    choir_op_upload(st, tab, ht, (size_t)B * pages * sizeof(int32_t));
+    choir_op_upload(st, pos, hp, (size_t)B * sizeof(int32_t));
+    if (choir_stream_sync(st, err)) goto out;
+    double kv_gb = 2.0 * B * ctx * ldk * sizeof(float) * L->n_layers / 1e9;
+    double ms[2];
+    for (int v = 0; v < 2; v++) {
+        choir_cuda_vv_set_split128(v == 1);
+        for (int rep = -1; rep < 10; rep++) {
+            if (rep == 0) {
+                if (choir_stream_sync(st, err)) goto out;
+                ms[v] = choir_now_s();
+            }
+            for (int l = 0; l < L->n_layers; l++)
+                choir_op_attention_paged_at(st, q, B, kp, vp, tab, pages, pos, (int64_t)pages * CHOIR_VV_PAGE, nh,
+                                            nkv, D, out);
+        }
+        if (choir_stream_sync(st, err)) goto out;
+        ms[v] = 1000 * (choir_now_s() - ms[v]) / 10;
+    }
+    choir_cuda_vv_set_split128(true);
+    printf("attention  %d rows at %d keys, %d layers (%.2f GB of f32 K/V a step): general split %.3f ms/step "
+           "(%.0f GB/s), split128 %.3f ms/step (%.0f GB/s)\n", B, ctx, L->n_layers, kv_gb, ms[0],
+           kv_gb / ms[0] * 1e3, ms[1], kv_gb / ms[1] * 1e3);
+    printf("choir vibevoice attention B=%d ctx=%d: kv_gb=%.3f split_ms=%.3f split128_ms=%.3f\n", B, ctx, kv_gb,
+           ms[0], ms[1]);
+    fflush(stdout);
+    status = 0;
+out:
+    free(h);
+    free(ht);
+    free(hp);
+    choir_stream_free(st);
+    return status;
+}
+
 /* minutes: a comma-separated list of audio lengths, timed in that order on
  * one model. */
 static int bench(const char *size, int layers, const char *minutes, int steps, int chunk, const char *batches,
-                 double batch_min) {
+                 double batch_min, bool att_bench) {
     choir_err err = {0};
     choir_vibevoice_dims d;
     if (choir_vibevoice_dims_named(size, &d, &err)) {
@@ -755,6 +835,10 @@ static int bench(const char *size, int layers, const char *minutes, int steps, i
             goto out;
         }
         if (bench_batch(be, m, &d, batch_min, (int)nb, steps, chunk, &err)) goto out;
+        if (att_bench) {
+            int64_t np = choir_vibevoice_padded_len((int64_t)(batch_min * 60 * CHOIR_VIBEVOICE_SAMPLE_RATE), d.hop);
+            if (bench_attention(be, &d, (int)nb, (int)(np / d.hop) + 66 + steps, &err)) goto out;
+        }
         p = *end == ',' ? end + 1 : end;
     }
     status = 0;
@@ -771,6 +855,7 @@ int main(int argc, char **argv) {
     int layers = 4, steps = 16, chunk = 1024;
     const char *minutes = "10", *batches = NULL;
     double batch_min = 10;
+    bool att_bench = false;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--bench") == 0) size = argv[i + 1];
         else if (strcmp(argv[i], "--layers") == 0) layers = atoi(argv[i + 1]);
@@ -786,11 +871,16 @@ int main(int argc, char **argv) {
                                     : strcmp(p, "cublas") == 0 ? CHOIR_CUDA_LINEAR_BLAS
                                                                : CHOIR_CUDA_LINEAR_AUTO);
             printf("linear path forced: %s\n", p);
+        } else if (strcmp(argv[i], "--att-bench") == 0) {
+            att_bench = atoi(argv[i + 1]) != 0;
+        } else if (strcmp(argv[i], "--att") == 0) {
+            choir_cuda_vv_set_split128(strcmp(argv[i + 1], "old") != 0);
+            printf("decode attention: %s\n", strcmp(argv[i + 1], "old") ? "split128" : "general split");
         }
     }
     if (size)
         return bench(size, layers, minutes, steps > 0 ? steps : 1, chunk > 0 ? chunk : 1024, batches,
-                     batch_min > 0 ? batch_min : 10);
+                     batch_min > 0 ? batch_min : 10, att_bench);
     choir_err err = {0};
     choir_backend_cuda_opts o = {.device = 0};
     choir_backend *gpu = choir_backend_cuda(&o, &err);

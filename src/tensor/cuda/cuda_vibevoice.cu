@@ -234,6 +234,135 @@ __global__ void k_vv_att_split(const float *__restrict__ q, const float *__restr
     }
 }
 
+/* The same split for heads of 128 values, reorganised for the decode step's
+ * many blocks (a batch of rows deep in the cache): each lane keeps its four
+ * values of the G query vectors in registers (no shared-memory reads per
+ * key); a warp loads four keys at once and sums the 4 x 8 dot products of
+ * its lanes with one reduce-scatter (31 shuffles for 32 sums, where a
+ * reduction per sum takes 5 each); values are read a row per warp in
+ * float4s (512 contiguous bytes), each warp over every fourth row, and the
+ * four warps' sums added in shared memory. Same part layout as
+ * k_vv_att_split, so k_vv_att_combine follows unchanged. */
+#define VV_S128_WARPS (VV_SPLIT_THREADS / 32)
+
+/* On entry a[k] is lane's partial of sum k; on return the full sum of
+ * k = lane (lane bit b picks the upper half at each halving). */
+__device__ __forceinline__ float vv_reduce_scatter32(float a[32], int lane) {
+#define VV_HALVE(W)                                                                                \
+    {                                                                                              \
+        bool up = lane & (W);                                                                      \
+        _Pragma("unroll") for (int k = 0; k < (W); k++) {                                          \
+            float send = up ? a[k] : a[k + (W)], keep = up ? a[k + (W)] : a[k];                    \
+            a[k] = keep + __shfl_xor_sync(0xffffffffu, send, (W));                                 \
+        }                                                                                          \
+    }
+    VV_HALVE(16)
+    VV_HALVE(8)
+    VV_HALVE(4)
+    VV_HALVE(2)
+    VV_HALVE(1)
+#undef VV_HALVE
+    return a[0];
+}
+
+__global__ void __launch_bounds__(VV_SPLIT_THREADS)
+    k_vv_att_split128(const float *__restrict__ q, const float *__restrict__ kc,
+                      const float *__restrict__ vc, int64_t pos0, const int32_t *__restrict__ pos,
+                      const int32_t *__restrict__ table, int64_t table_stride, int64_t max_keys,
+                      int nh, int nkv, float scale, int nsplit, float *__restrict__ part) {
+    constexpr int D = 128;
+    __shared__ __align__(16) float sc[VV_SPLIT_MAX_G][VV_SPLIT];
+    __shared__ __align__(16) float red[VV_S128_WARPS][VV_SPLIT_MAX_G][D];
+    __shared__ float stat[2][VV_SPLIT_MAX_G];
+    int sp = blockIdx.x, kh = blockIdx.y, G = nh / nkv, tid = threadIdx.x;
+    int lane = tid & 31, warp = tid >> 5;
+    int64_t i = blockIdx.z;
+    int64_t ldq = (int64_t)nh * D, ldk = (int64_t)nkv * D;
+    int64_t n_keys = pos ? (int64_t)pos[i] + 1 : pos0 + i + 1, k0 = (int64_t)sp * VV_SPLIT;
+    if (n_keys > max_keys) n_keys = max_keys;
+    int nk = (int)(n_keys - k0 < VV_SPLIT ? n_keys - k0 : VV_SPLIT);
+    float *pp = part + ((i * nh + (int64_t)kh * G) * nsplit + sp) * (int64_t)(D + 2);
+    int64_t pstride = (int64_t)nsplit * (D + 2);
+    if (nk <= 0) {
+        if (tid < G) {
+            pp[tid * pstride + D] = -INFINITY;
+            pp[tid * pstride + D + 1] = 0.0f;
+        }
+        return;
+    }
+    float4 qr[VV_SPLIT_MAX_G];
+#pragma unroll
+    for (int g = 0; g < VV_SPLIT_MAX_G; g++) {
+        float4 t = g < G ? ((const float4 *)(q + i * ldq + ((int64_t)kh * G + g) * D))[lane]
+                         : make_float4(0.f, 0.f, 0.f, 0.f);
+        qr[g] = make_float4(t.x * scale, t.y * scale, t.z * scale, t.w * scale);
+    }
+    int64_t r0 = table ? (int64_t)table[i * table_stride + sp] * VV_SPLIT : k0;
+    const float *kb = kc + r0 * ldk + (int64_t)kh * D + 4 * lane;
+    for (int j0 = 4 * warp; j0 < nk; j0 += 4 * VV_S128_WARPS) {
+        float4 kv[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            kv[u] = j0 + u < nk ? *(const float4 *)(kb + (int64_t)(j0 + u) * ldk)
+                                : make_float4(0.f, 0.f, 0.f, 0.f);
+        float a[32];
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int g = 0; g < VV_SPLIT_MAX_G; g++)
+                a[u * VV_SPLIT_MAX_G + g] = qr[g].x * kv[u].x + qr[g].y * kv[u].y +
+                                            qr[g].z * kv[u].z + qr[g].w * kv[u].w;
+        float v = vv_reduce_scatter32(a, lane);
+        int u = lane / VV_SPLIT_MAX_G, g = lane % VV_SPLIT_MAX_G;
+        if (g < G && j0 + u < nk) sc[g][j0 + u] = v;
+    }
+    __syncthreads();
+    for (int g = warp; g < G; g += VV_S128_WARPS) {
+        float mx = -INFINITY;
+        for (int j = lane; j < nk; j += 32) mx = fmaxf(mx, sc[g][j]);
+        mx = vv_warp_max(mx);
+        float sum = 0.0f;
+        for (int j = lane; j < nk; j += 32) {
+            float e = expf(sc[g][j] - mx);
+            sc[g][j] = e;
+            sum += e;
+        }
+        sum = vv_warp_sum(sum);
+        if (lane == 0) stat[0][g] = mx, stat[1][g] = sum;
+    }
+    __syncthreads();
+    float4 acc[VV_SPLIT_MAX_G];
+#pragma unroll
+    for (int g = 0; g < VV_SPLIT_MAX_G; g++) acc[g] = make_float4(0.f, 0.f, 0.f, 0.f);
+    const float *vb = vc + r0 * ldk + (int64_t)kh * D + 4 * lane;
+#pragma unroll 4
+    for (int j = warp; j < nk; j += VV_S128_WARPS) {
+        float4 v = *(const float4 *)(vb + (int64_t)j * ldk);
+#pragma unroll
+        for (int g = 0; g < VV_SPLIT_MAX_G; g++) {
+            if (g >= G) break;
+            float p = sc[g][j];
+            acc[g].x += p * v.x, acc[g].y += p * v.y, acc[g].z += p * v.z, acc[g].w += p * v.w;
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < VV_SPLIT_MAX_G; g++) *(float4 *)&red[warp][g][4 * lane] = acc[g];
+    __syncthreads();
+    for (int g = 0; g < G; g++) {
+        float a = 0.0f;
+#pragma unroll
+        for (int w = 0; w < VV_S128_WARPS; w++) a += red[w][g][tid];
+        pp[g * pstride + tid] = a;
+    }
+    if (tid < G) {
+        pp[tid * pstride + D] = stat[0][tid];
+        pp[tid * pstride + D + 1] = stat[1][tid];
+    }
+}
+
+static bool g_split128 = true;
+void choir_cuda_vv_set_split128(bool on) { g_split128 = on; }
+
 /* One block per (query row, head): the splits' partial sums rescaled to the
  * common max and normalised. */
 __global__ void k_vv_att_combine(const float *__restrict__ part, int nh, int D, int nsplit,
@@ -368,9 +497,14 @@ static int att_split(choir_cuda *cu, const float *q, int64_t T, const float *kc,
     float *part = (float *)choir_cuda_scratch(cu, bytes, err);
     if (!part) return err ? err->code : CHOIR_ENOMEM;
     dim3 g1((unsigned)nsplit, (unsigned)n_kv, (unsigned)T), g2((unsigned)T, (unsigned)n_heads);
-    k_vv_att_split<<<g1, VV_SPLIT_THREADS, 0, cu->stream>>>(q, kc, vc, pos0, pos, table, table_stride,
-                                                            max_keys, n_heads, n_kv, D,
-                                                            1.0f / sqrtf((float)D), (int)nsplit, part);
+    if (D == 128 && g_split128)
+        k_vv_att_split128<<<g1, VV_SPLIT_THREADS, 0, cu->stream>>>(
+            q, kc, vc, pos0, pos, table, table_stride, max_keys, n_heads, n_kv,
+            1.0f / sqrtf((float)D), (int)nsplit, part);
+    else
+        k_vv_att_split<<<g1, VV_SPLIT_THREADS, 0, cu->stream>>>(
+            q, kc, vc, pos0, pos, table, table_stride, max_keys, n_heads, n_kv, D,
+            1.0f / sqrtf((float)D), (int)nsplit, part);
     int rc = choir_cuda_check_launch(err, "vibevoice attention splits");
     if (rc) return rc;
     k_vv_att_combine<<<g2, D < 128 ? 128 : (D < 256 ? D : 256), 0, cu->stream>>>(part, n_heads, D,

@@ -31,6 +31,10 @@ int choir_cuda_vv_attention_paged(choir_cuda *cu, const float *q, int64_t T, con
                                   const float *vpool, const int32_t *table, int64_t table_stride,
                                   int64_t pos0, const int32_t *pos, int64_t max_keys, int n_heads,
                                   int n_kv, int D, float *out, choir_err *err);
+/* Decode attention (a few rows, the split-keys path) over heads of 128
+ * values takes k_vv_att_split128 unless this is off (on by default; off
+ * gives the general split kernel, for before/after figures). Process-wide. */
+void choir_cuda_vv_set_split128(bool on);
 
 #ifdef __cplusplus
 }
