@@ -71,6 +71,13 @@ curl -s -N "${F[@]}" -F response_format=pcm -F stream=true -o "$TMP/stream.pcm" 
 [ "$(stat -c %s "$TMP/stream.pcm" 2>/dev/null)" = $((2 * 57600)) ] || bad "streamed pcm is not 57600 samples"
 req 400 "${B[@]}" -F method=rk4 "$U"
 req 400 "${B[@]}" -F steps=abc "$U"
+# numbers are read as the flags read them: in range for their type before any
+# cast (steps 1e30 and a NaN seed were undefined casts), whole where they count
+for v in "steps=1e30" "steps=2.5" "seed=nan" "seed=-1" "seed=1.5" "seed=18446744073709551616"; do
+    req 400 "${B[@]}" -F "$v" "$U"
+done
+req 400 -F file=@"$WAV" -F model=sam -F chunk_seconds=nan "$U"
+req 400 -F file=@"$WAV" -F model=sam -F chunk_seconds=0.5 -F overlap_seconds=inf "$U"
 req 400 "${B[@]}" -F anchors="+:2:1" "$U"
 req 400 "${B[@]}" -F response_format=json -F stream=true "$U"
 req 404 -F file=@"$WAV" -F model=nope "$U"

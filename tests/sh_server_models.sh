@@ -101,7 +101,8 @@ edge() { # CHUNK OVERLAP: the server's message for a refused pair
     [ "$(cat "$TMP/edge_code")" = 400 ] || fail "chunk $1 overlap $2: HTTP $(cat "$TMP/edge_code")"
     python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["error"]["message"])' "$TMP/edge"
 }
-case "$(edge nan 0)" in mossformer2:*) ;; *) fail "chunk nan" ;; esac # the CLI's parser refuses nan itself
+# nan is not a number to either: the form's reader refuses it as the CLI's parser does
+case "$(edge nan 0)" in *"must be numbers"*) ;; *) fail "chunk nan" ;; esac
 for pair in "0.0999 0" "60.001 0" "0 0" "2 2" "2 -0.1"; do
     set -- $pair
     msg=$(edge "$1" "$2")

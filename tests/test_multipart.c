@@ -2,12 +2,15 @@
  * bytes; every malformed body in a sweep (truncations at every length, byte
  * flips, hostile headers) is refused or parsed without reading outside the
  * body (ASan checks the latter, since each body is an exact-size copy). */
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "testutil.h"
 
+#include "choir/parse.h"
 #include "server/multipart.h"
 
 static const char BODY[] = "--XyZ\r\n"
@@ -78,6 +81,43 @@ static void test_parse_fields(void **state)
     assert_int_equal(g->len, 0);
     assert_null(choir_multipart_find(&m, "nope"));
     free(body);
+}
+
+/* Numbers from form fields are read as the flags' are: all of the part,
+ * bounded, whole when asked, never NaN. */
+static void test_numbers(void **state)
+{
+    (void)state;
+    static const char body[] = "--b\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n2.5\r\n"
+                               "--b\r\nContent-Disposition: form-data; name=\"n\"\r\n\r\nnan\r\n"
+                               "--b\r\nContent-Disposition: form-data; name=\"z\"\r\n\r\n7\0x\r\n"
+                               "--b\r\nContent-Disposition: form-data; name=\"e\"\r\n\r\n\r\n"
+                               "--b--\r\n";
+    char *copy = dup_exact(body, sizeof body - 1);
+    choir_multipart m;
+    assert_int_equal(choir_multipart_parse(copy, sizeof body - 1, "b", &m, NULL), 0);
+    double v = -7;
+    assert_int_equal(choir_multipart_number(&m, "a", 0, 10, 0, &v), 1);
+    assert_true(v == 2.5);
+    v = -7;
+    assert_int_equal(choir_multipart_number(&m, "a", 0, 10, 1, &v), CHOIR_EINVAL); /* not whole */
+    assert_int_equal(choir_multipart_number(&m, "a", 0, 2, 0, &v), CHOIR_EINVAL);  /* above hi */
+    assert_int_equal(choir_multipart_number(&m, "n", -INFINITY, INFINITY, 0, &v), CHOIR_EINVAL);
+    assert_int_equal(choir_multipart_number(&m, "z", 0, 10, 0, &v), CHOIR_EINVAL); /* a NUL inside */
+    assert_int_equal(choir_multipart_number(&m, "e", 0, 10, 0, &v), 0);           /* empty: absent */
+    assert_int_equal(choir_multipart_number(&m, "none", 0, 10, 0, &v), 0);
+    assert_true(v == -7);
+    /* seeds: any 64-bit value exactly, nothing else */
+    uint64_t u = 3;
+    assert_int_equal(choir_parse_u64("18446744073709551615", &u), 0);
+    assert_true(u == UINT64_MAX);
+    assert_int_equal(choir_parse_u64("0x10", &u), 0);
+    assert_true(u == 16);
+    static const char *const not_u64[] = {"18446744073709551616", "-1", " 1", "+1", "1.5", "0x", "1e3", "", "nan"};
+    for (size_t i = 0; i < sizeof not_u64 / sizeof not_u64[0]; i++)
+        assert_int_equal(choir_parse_u64(not_u64[i], &u), CHOIR_EINVAL);
+    assert_true(u == 16);
+    free(copy);
 }
 
 static void test_preamble_and_padding(void **state)
@@ -181,6 +221,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_boundary_header),
         cmocka_unit_test(test_parse_fields),
+        cmocka_unit_test(test_numbers),
         cmocka_unit_test(test_preamble_and_padding),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_sweep),

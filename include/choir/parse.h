@@ -23,6 +23,11 @@ int choir_parse_size(const char *s, int64_t *out);
  * CHOIR_EINVAL (*out untouched). NaN is never accepted. */
 int choir_parse_number(const char *s, double lo, double hi, int whole, double *out);
 
+/* Parses a whole number 0..2^64-1 exactly (seeds): decimal, or hex after
+ * "0x"; no sign, no spaces, nothing after it. Returns 0 and sets *out, or
+ * CHOIR_EINVAL (*out untouched). */
+int choir_parse_u64(const char *s, uint64_t *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,4 +1,6 @@
 /* Sizes and bounded numbers from text (choir/parse.h). */
+#include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,5 +48,22 @@ int choir_parse_number(const char *s, double lo, double hi, int whole, double *o
     if (end == s || *end || !(v >= lo && v <= hi) || (whole && v != floor(v)))
         return CHOIR_EINVAL;
     *out = v;
+    return CHOIR_OK;
+}
+
+int choir_parse_u64(const char *s, uint64_t *out)
+{
+    /* strtoull alone would take a sign ("-1" is 2^64 - 1) and leading spaces */
+    if (!s || *s < '0' || *s > '9')
+        return CHOIR_EINVAL;
+    int hex = s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+    if (hex && !isxdigit((unsigned char)s[2]))
+        return CHOIR_EINVAL;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long u = strtoull(s, &end, hex ? 16 : 10);
+    if (!end || *end || errno)
+        return CHOIR_EINVAL;
+    *out = (uint64_t)u;
     return CHOIR_OK;
 }

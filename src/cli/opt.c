@@ -104,16 +104,10 @@ static int apply(const cli_spec *s, const cli_opt *o, const char *v)
         fprintf(stderr, "choir %s: %s\n", s->cmd, err.msg[0] ? err.msg : "not an engine option");
         return 2;
     }
-    case CLI_U64: {
-        char *end = NULL;
-        errno = 0;
-        int hex = v && v[0] == '0' && (v[1] == 'x' || v[1] == 'X');
-        unsigned long long u = v && *v >= '0' && *v <= '9' ? strtoull(v, &end, hex ? 16 : 10) : 0;
-        if (!end || *end || errno)
+    case CLI_U64:
+        if (choir_parse_u64(v, (uint64_t *)o->dest) < 0)
             return bad_value(s, o, v);
-        *(uint64_t *)o->dest = (uint64_t)u;
         return -1;
-    }
     case CLI_INT:
     case CLI_FLOAT:
     case CLI_DOUBLE:

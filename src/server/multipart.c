@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "choir/parse.h"
 #include "server/multipart.h"
 
 static int ieq_prefix(const char *s, const char *prefix)
@@ -237,15 +238,13 @@ const choir_multipart_part *choir_multipart_find(const choir_multipart *m, const
     return NULL;
 }
 
-int choir_multipart_number(const choir_multipart *m, const char *name, double *v)
+int choir_multipart_number(const choir_multipart *m, const char *name, double lo, double hi, int whole, double *v)
 {
     const choir_multipart_part *p = choir_multipart_find(m, name);
     if (!p || p->len == 0)
         return 0;
-    char *end;
-    double x = strtod(p->data, &end);
-    if (end == p->data || *end)
+    /* a NUL inside the part would end the number early */
+    if (strlen(p->data) != p->len || choir_parse_number(p->data, lo, hi, whole, v) < 0)
         return CHOIR_EINVAL;
-    *v = x;
     return 1;
 }

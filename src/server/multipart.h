@@ -47,9 +47,10 @@ int choir_multipart_parse(char *body, size_t len, const char *boundary, choir_mu
 
 /* The first part named `name`, or NULL. */
 const choir_multipart_part *choir_multipart_find(const choir_multipart *m, const char *name);
-/* The number in the part named `name`: 1 and *v when it holds one (all of
- * it, as strtod reads it), 0 with *v untouched when the part is absent or
- * empty, CHOIR_EINVAL when it holds anything else. */
-int choir_multipart_number(const choir_multipart *m, const char *name, double *v);
+/* The number in the part named `name`, read as every flag's number is
+ * (choir_parse_number: all of the part, within [lo, hi], a whole number when
+ * `whole` is set, never NaN): 1 and *v when it holds one, 0 with *v untouched
+ * when the part is absent or empty, CHOIR_EINVAL (*v untouched) otherwise. */
+int choir_multipart_number(const choir_multipart *m, const char *name, double lo, double hi, int whole, double *v);
 
 #endif

@@ -10,6 +10,8 @@
  * audio format (wav, flac, mp3, opus, pcm, wav_f32) answers with the bytes of
  * one track, `return` choosing which; with stream=true those bytes are sent
  * chunk by chunk as the separation produces them. */
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,7 @@
 #include "choir/alloc.h"
 #include "choir/audio.h"
 #include "choir/encode.h"
+#include "choir/parse.h"
 #include "choir/sam_audio.h"
 #include "server/multipart.h"
 #include "server/server_internal.h"
@@ -140,11 +143,16 @@ enum MHD_Result srv_handle_separation(choir_server *s, struct MHD_Connection *c,
      * check (choir_sam_check_params) bounds them. */
     choir_sam_params p;
     choir_sam_default_params(&p);
-    double steps = p.steps, seed = (double)p.seed;
-    int bad = choir_multipart_number(m, "chunk_seconds", &p.chunk_seconds) < 0;
-    bad |= choir_multipart_number(m, "overlap_seconds", &p.overlap_seconds) < 0;
-    bad |= choir_multipart_number(m, "steps", &steps) < 0;
-    bad |= choir_multipart_number(m, "seed", &seed) < 0;
+    /* Read as the flags' numbers are: each within what its type holds
+     * (steps an int, the seed any 64-bit value, as `choir sep --seed`), so
+     * no cast below is out of range. */
+    double steps = p.steps;
+    uint64_t seed = p.seed;
+    const char *seed_s = form_text(m, "seed");
+    int bad = choir_multipart_number(m, "chunk_seconds", -INFINITY, INFINITY, 0, &p.chunk_seconds) < 0;
+    bad |= choir_multipart_number(m, "overlap_seconds", -INFINITY, INFINITY, 0, &p.overlap_seconds) < 0;
+    bad |= choir_multipart_number(m, "steps", 0, 1 << 20, 1, &steps) < 0;
+    bad |= seed_s && *seed_s && choir_parse_u64(seed_s, &seed) < 0;
     const char *method = form_text(m, "method"), *fmt_s = form_text(m, "response_format");
     const char *which = form_text(m, "return"), *stream_s = form_text(m, "stream");
     const char *desc = form_text(m, "description");
@@ -154,7 +162,7 @@ enum MHD_Result srv_handle_separation(choir_server *s, struct MHD_Connection *c,
     p.steps = (int)steps;
     if (method && !strcmp(method, "euler"))
         p.method = CHOIR_SAM_EULER;
-    if (bad || !(steps >= 0 && steps <= 1 << 20) || steps != (int)steps || seed < 0 || (method && strcmp(method, "euler") && strcmp(method, "midpoint")) ||
+    if (bad || (method && strcmp(method, "euler") && strcmp(method, "midpoint")) ||
         choir_sam_check_params(&p, &err) < 0) {
         ret = srv_reply_error(s, c, 400, NULL, NULL, "%s",
                               err.msg[0] ? err.msg : "steps, seed, chunk_seconds, overlap_seconds must be numbers; "
@@ -184,7 +192,7 @@ enum MHD_Result srv_handle_separation(choir_server *s, struct MHD_Connection *c,
     blk->req.steps = p.steps;
     blk->req.method = p.method == CHOIR_SAM_EULER ? 1 : 0;
     blk->req.has_seed = 1;
-    blk->req.seed = (uint64_t)seed;
+    blk->req.seed = seed;
     blk->req.output_residual = which && !strcmp(which, "residual");
     srv_model sm;
     if (srv_model_find(s, model, &sm) < 0) {

@@ -2,6 +2,7 @@
  * (speech to speech): validate the request, hand it to the engine, answer with
  * the encoded audio whole, as a chunked byte stream, or as SSE events. */
 #include <ctype.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,8 +237,8 @@ enum MHD_Result srv_handle_enhancement(choir_server *s, struct MHD_Connection *c
     /* The values are the model's to bound (its check at submit): here they
      * are only read, and absent ones left to the model's defaults. */
     double chunk = 0, overlap = 0;
-    int has_chunk = choir_multipart_number(m, "chunk_seconds", &chunk);
-    int has_overlap = choir_multipart_number(m, "overlap_seconds", &overlap);
+    int has_chunk = choir_multipart_number(m, "chunk_seconds", -INFINITY, INFINITY, 0, &chunk);
+    int has_overlap = choir_multipart_number(m, "overlap_seconds", -INFINITY, INFINITY, 0, &overlap);
     choir_audio_format fmt = CHOIR_FORMAT_WAV16;
     if (has_chunk < 0 || has_overlap < 0) {
         ret = srv_reply_error(s, c, 400, has_chunk < 0 ? "chunk_seconds" : "overlap_seconds", NULL,

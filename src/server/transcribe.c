@@ -151,7 +151,6 @@ enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection 
     const choir_multipart_part *model = choir_multipart_find(m, "model");
     const choir_multipart_part *file = choir_multipart_find(m, "file");
     const choir_multipart_part *fmt_p = choir_multipart_find(m, "response_format");
-    const choir_multipart_part *temp_p = choir_multipart_find(m, "temperature");
     const choir_multipart_part *stream_p = choir_multipart_find(m, "stream");
     if (!file) {
         ret = srv_reply_error(s, c, 400, "file", NULL, "\"file\" (the audio upload) is required");
@@ -168,15 +167,10 @@ enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection 
                               "\"response_format\" must be json, text, srt, vtt or verbose_json");
         goto done;
     }
-    float temperature = 0;
-    if (temp_p && temp_p->len) {
-        char *end;
-        double t = strtod(temp_p->data, &end);
-        if (end == temp_p->data || *end || !(t >= 0 && t <= 1)) {
-            ret = srv_reply_error(s, c, 400, "temperature", NULL, "\"temperature\" must be a number from 0 to 1");
-            goto done;
-        }
-        temperature = (float)t;
+    double temperature = 0;
+    if (choir_multipart_number(m, "temperature", 0, 1, 0, &temperature) < 0) {
+        ret = srv_reply_error(s, c, 400, "temperature", NULL, "\"temperature\" must be a number from 0 to 1");
+        goto done;
     }
     int stream = 0;
     if (stream_p && stream_p->len) {
@@ -260,7 +254,7 @@ enum MHD_Result srv_handle_transcription(choir_server *s, struct MHD_Connection 
     job.req.in.stt.language = j->lang;
     job.req.in.stt.prompt = j->prompt;
     job.req.in.stt.translate = translate;
-    job.req.in.stt.temperature = temperature;
+    job.req.in.stt.temperature = (float)temperature;
     job.req.in.stt.timestamps = format != CHOIR_TRANSCRIPT_JSON && format != CHOIR_TRANSCRIPT_TEXT;
     job.req.in.stt.word_timestamps = want_words;
     int submitted;
