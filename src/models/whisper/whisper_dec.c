@@ -332,11 +332,18 @@ int wh_decode_run(wh_dec_rt *rt, const wh_net *w, const choir_whisper_dims *D,
         b.N += n_tokens[i];
         step = step && n_tokens[i] == 1;
     }
-    if (step) {
+    /* Caches that are slots of one pool each (on a device) are read through
+     * the slot operations whatever the tokens per sequence: a prompt's rows
+     * each see their own prefix (keys = position + 1), so a batch's prefill
+     * is a few kernels, not a few per sequence and layer. The alignment
+     * pass (qk) reads its first sequence's cross-attention sequence by
+     * sequence. */
+    if (!qk) {
         b.self = shared_pool(seqs, n_seq, false);
         b.cross = shared_pool(seqs, n_seq, true);
-        if (!b.self || !b.cross) b.self = b.cross = NULL, step = false;
+        if (!b.self || !b.cross) b.self = b.cross = NULL;
     }
+    step = step && b.self;
     int64_t N = b.N, n_out = logits ? (all_positions ? N : n_seq) : 0;
     size_t mark = choir_stream_mark(s);
     wh_dec_io io;
