@@ -12,7 +12,10 @@
 #include "choir/alloc.h"
 #include "choir/audio.h"
 #include "choir/engine.h"
+#include "choir/kokoro.h"
 #include "choir/log.h"
+#include "choir/model.h"
+#include "choir/silero.h"
 
 #define N_CLIPS 12
 #define MAX_SEGS 64
@@ -153,11 +156,75 @@ static void test_vad_batched_equals_sequential(void **state)
     choir_audio_clear(&clips[1]);
 }
 
+static const choir_model_ops *builtin(const char *kind)
+{
+    const choir_model_ops *ops[8];
+    int n = choir_model_builtin(ops, 8);
+    for (int i = 0; i < n && i < 8; i++)
+        if (strcmp(ops[i]->kind, kind) == 0)
+            return ops[i];
+    return NULL;
+}
+
+/* The adapters bound a request's numbers at submit (their check op), so a
+ * front end that passes them on unread (the job worker) is refused as the
+ * CLI is: 0 is the default, the bounds are taken whole, NaN never. */
+static void test_request_checks(void **state)
+{
+    (void)state;
+    const choir_model_ops *kokoro = builtin("kokoro"), *silero = builtin("silero-vad");
+    choir_err err;
+    if (kokoro) {
+        assert_non_null(kokoro->check);
+        const float ok[] = {0, (float)CHOIR_KOKORO_MIN_SPEED, 1, (float)CHOIR_KOKORO_MAX_SPEED};
+        const float bad[] = {-1, 0.005f, 101, NAN, INFINITY};
+        choir_request r = {.task = CHOIR_TASK_TTS};
+        for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+            r.in.tts.speed = ok[i];
+            assert_int_equal(kokoro->check(NULL, &r, &err), 0);
+        }
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            r.in.tts.speed = bad[i];
+            err = (choir_err){0};
+            assert_int_equal(kokoro->check(NULL, &r, &err), CHOIR_EINVAL);
+            assert_non_null(strstr(err.msg, "speed"));
+        }
+    }
+    if (silero) {
+        assert_non_null(silero->check);
+        choir_request r = {.task = CHOIR_TASK_VAD};
+        const float ok[] = {0, 0.005f, 0.5f, 1};
+        const float bad[] = {-0.1f, 1.5f, NAN};
+        for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+            r.in.vad.threshold = ok[i];
+            assert_int_equal(silero->check(NULL, &r, &err), 0);
+        }
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            r.in.vad.threshold = bad[i];
+            assert_int_equal(silero->check(NULL, &r, &err), CHOIR_EINVAL);
+            assert_non_null(strstr(err.msg, "threshold"));
+        }
+        r.in.vad.threshold = 0;
+        r.in.vad.min_speech_ms = CHOIR_VAD_MAX_MS;
+        assert_int_equal(silero->check(NULL, &r, &err), 0);
+        r.in.vad.min_speech_ms = -1;
+        assert_int_equal(silero->check(NULL, &r, &err), CHOIR_EINVAL);
+        r.in.vad.min_speech_ms = 0;
+        r.in.vad.min_silence_ms = CHOIR_VAD_MAX_MS + 1;
+        assert_int_equal(silero->check(NULL, &r, &err), CHOIR_EINVAL);
+    }
+    if (!kokoro && !silero) {
+        print_message("kokoro and silero adapters not linked: skipped\n");
+        skip();
+    }
+}
+
 int main(void)
 {
     choir_log_set_level(CHOIR_LOG_WARN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vad_batched_equals_sequential),
+        cmocka_unit_test(test_request_checks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -91,6 +91,11 @@ typedef enum choir_kokoro_noise {
 typedef void (*choir_kokoro_trace_fn)(void *user, const char *stage, const float *data, int ndim,
                                       const int64_t *shape);
 
+/* The speaking rates choir takes (`choir tts --speed`, a TTS request's
+ * speed, which the engine refuses outside them at submit; 0 there is 1). */
+#define CHOIR_KOKORO_MIN_SPEED 0.01
+#define CHOIR_KOKORO_MAX_SPEED 100.0
+
 typedef struct choir_kokoro_params {
     float speed;                   /* > 0; durations are divided by it (default 1) */
     choir_kokoro_noise noise;      /* default CHOIR_KOKORO_NOISE_SEEDED */

@@ -101,6 +101,11 @@ int choir_silero_file_probs(const choir_silero *m, const float *samples, int64_t
 
 /* --- segmentation ------------------------------------------------------ */
 
+/* The longest segmentation duration choir takes, ms (`choir vad`'s flags; a
+ * VAD request's min_speech_ms / min_silence_ms, which the engine refuses
+ * outside [0, CHOIR_VAD_MAX_MS] at submit, as a threshold outside [0, 1]). */
+#define CHOIR_VAD_MAX_MS 3600000
+
 typedef struct choir_vad_params {
     float threshold;          /* speech starts at prob >= threshold (0.5) */
     /* speech may end only below this (threshold - 0.15, at least 0.01);

@@ -65,7 +65,7 @@ int choir_cmd_tts(int argc, char **argv) {
         {"--model", CLI_STRING, &model_dir, 0, 0, "DIR", "Kokoro-82M model directory (required)"},
         {"--voice", CLI_STRING, &voice_spec, 0, 0, "V",
          "a voice in DIR/voices (.bin, .pt, .safetensors), a path, or a\nweighted mix such as af_heart(2)+am_adam(1)"},
-        {"--speed", CLI_FLOAT, &sp.synth.speed, 0.01, 100, "S", "speaking rate (default 1)"},
+        {"--speed", CLI_FLOAT, &sp.synth.speed, CHOIR_KOKORO_MIN_SPEED, CHOIR_KOKORO_MAX_SPEED, "S", "speaking rate (default 1)"},
         {"--format", CLI_STRING, &fmt, 0, 0, "FMT",
          "wav, wav_f32, pcm, flac, mp3, opus, aac (default: from OUT's extension,\n.mp3 .flac .opus/.ogg .aac "
          ".pcm/.raw, else wav)"},

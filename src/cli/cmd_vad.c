@@ -20,9 +20,9 @@ int choir_cmd_vad(int argc, char **argv) {
         {"--probs", CLI_FLAG, &want_probs, 0, 0, NULL, "print per-chunk speech probabilities instead of segments"},
         {"--threshold", CLI_FLOAT, &params.threshold, 0.01, 1.0, "T",
          "speech probability that starts speech (0.5); speech ends\nbelow T - 0.15"},
-        {"--min-speech", CLI_INT, &params.min_speech_ms, 0, 3600000, "MS", "drop shorter segments (250)"},
-        {"--min-silence", CLI_INT, &params.min_silence_ms, 0, 3600000, "MS", "pause that ends a segment (100)"},
-        {"--pad", CLI_INT, &params.speech_pad_ms, 0, 3600000, "MS", "padding on each side of a segment (30)"},
+        {"--min-speech", CLI_INT, &params.min_speech_ms, 0, CHOIR_VAD_MAX_MS, "MS", "drop shorter segments (250)"},
+        {"--min-silence", CLI_INT, &params.min_silence_ms, 0, CHOIR_VAD_MAX_MS, "MS", "pause that ends a segment (100)"},
+        {"--pad", CLI_INT, &params.speech_pad_ms, 0, CHOIR_VAD_MAX_MS, "MS", "padding on each side of a segment (30)"},
         {"--max-speech", CLI_FLOAT, &params.max_speech_s, 0, 1e6, "S",
          "split segments longer than S seconds at their longest\npause (default: no limit; Whisper wants 30)"},
     };

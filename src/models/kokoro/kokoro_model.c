@@ -117,6 +117,18 @@ static int64_t kokoro_length(const void *weights, const choir_request *req) {
     return req->in.tts.text ? (int64_t)strlen(req->in.tts.text) : 0;
 }
 
+/* A request's speed is bounded here, at submit, for every front end (the
+ * job worker passes what the job says): 0 is the default rate, anything
+ * else one `choir tts --speed` takes. Never clamped. */
+static int kokoro_check(const void *weights, const choir_request *req, choir_err *err) {
+    (void)weights;
+    float s = req->in.tts.speed;
+    /* compared as floats: a speed read as 0.01 and stored in a float is taken */
+    if (s == 0.0f || (s >= (float)CHOIR_KOKORO_MIN_SPEED && s <= (float)CHOIR_KOKORO_MAX_SPEED)) return 0;
+    return choir_err_set(err, CHOIR_EINVAL, "kokoro: speed must be in [%g, %g] (0: the default 1), got %g",
+                         CHOIR_KOKORO_MIN_SPEED, CHOIR_KOKORO_MAX_SPEED, (double)s);
+}
+
 /* One piece at a time is alive: the largest piece this text can make, at
  * ~1.2 phonemes per character and up to ~6 frames per phoneme (speed 1). */
 static int64_t kokoro_estimate(const void *weights, const choir_request *req) {
@@ -361,6 +373,7 @@ const choir_model_ops choir_model_kokoro = {
     .length = kokoro_length,
     .estimate = kokoro_estimate,
     .run_batch = kokoro_run_batch,
+    .check = kokoro_check,
 #ifdef CHOIR_HAVE_CUDA
     .gpu = 1,
     .device_bytes = kokoro_device_bytes,

@@ -74,6 +74,23 @@ static void params_of(const choir_vad_input *in, choir_vad_params *p) {
     if (in->min_silence_ms > 0) p->min_silence_ms = in->min_silence_ms;
 }
 
+/* A request's segmentation values are bounded here, at submit, for every
+ * front end (the job worker passes what the job says): 0 is the default; a
+ * threshold is a probability, durations at most what `choir vad` takes. The
+ * front ends may take less (`choir vad --threshold` 0.01..1). Never clamped. */
+static int silero_check(const void *weights, const choir_request *req, choir_err *err) {
+    (void)weights;
+    const choir_vad_input *in = &req->in.vad;
+    if (!(in->threshold >= 0.0f && in->threshold <= 1.0f))
+        return choir_err_set(err, CHOIR_EINVAL, "silero: threshold must be in [0, 1] (0: the default), got %g",
+                             (double)in->threshold);
+    if (in->min_speech_ms < 0 || in->min_speech_ms > CHOIR_VAD_MAX_MS || in->min_silence_ms < 0 ||
+        in->min_silence_ms > CHOIR_VAD_MAX_MS)
+        return choir_err_set(err, CHOIR_EINVAL, "silero: min_speech_ms and min_silence_ms must be in [0, %d], got %d, %d",
+                             CHOIR_VAD_MAX_MS, in->min_speech_ms, in->min_silence_ms);
+    return 0;
+}
+
 /* Segments of one finished request, emitted as its final output. */
 static int finish(vad_job *job, choir_arena *arena) {
     choir_request *req = job->req;
@@ -183,4 +200,5 @@ const choir_model_ops choir_model_silero_vad = {
     .length = silero_length,
     .estimate = silero_estimate,
     .run_batch = silero_run_batch,
+    .check = silero_check,
 };
