@@ -6,6 +6,7 @@
  * counted outside it), and gives the arena back; through the engine each
  * batch's peak is within its admitted arena and a wrong estimate is
  * corrected (tests/support/calib.h). */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -222,6 +223,17 @@ static void test_adapter(void **state) {
     choir_request *rp = &r;
     assert_int_equal(ops->run_batch(w, &rp, 1, NULL, &err), 0);
     assert_int_equal(r.status, CHOIR_EINVAL);
+    /* So does a temperature outside [0, 10] (the job worker passes it unread). */
+    const float bad_t[] = {-0.5f, 10.5f, NAN};
+    for (size_t i = 0; i < sizeof bad_t / sizeof bad_t[0]; i++) {
+        captured bt = {0};
+        choir_request tr = {.task = CHOIR_TASK_STT, .on_output = on_output, .on_output_user = &bt};
+        tr.in.stt = (choir_stt_input){.samples = a.samples, .n_samples = SR, .language = "en",
+                                      .temperature = bad_t[i], .fixed_temperature = 1};
+        choir_request *trp = &tr;
+        assert_int_equal(ops->run_batch(w, &trp, 1, NULL, &err), 0);
+        assert_int_equal(tr.status, CHOIR_EINVAL);
+    }
 
     /* The request fields alone (no extra): max_tokens bounds each window,
      * fixed_temperature decodes at 0 without fallback; the library with the

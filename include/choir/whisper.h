@@ -276,6 +276,9 @@ typedef enum choir_whisper_task {
 
 #define CHOIR_WHISPER_MAX_TEMPERATURES 16
 #define CHOIR_WHISPER_MAX_BEAM 16 /* beam_size and best_of */
+/* The highest sampling temperature choir takes (`choir stt --temperature`, an
+ * STT request's temperature, which the adapter refuses above it or below 0). */
+#define CHOIR_WHISPER_MAX_TEMPERATURE 10.0
 
 typedef struct choir_whisper_params {
     choir_whisper_task task;

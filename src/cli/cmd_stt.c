@@ -119,7 +119,7 @@ int choir_cmd_stt(int argc, char **argv) {
         {"--task", CLI_STRING, &task, 0, 0, "T", "transcribe (default) or translate (to English)"},
         {"--beam", CLI_INT, &o.params.beam_size, 1, CHOIR_WHISPER_MAX_BEAM, "N", "beam search with N beams (default 1: greedy)"},
         {"--best-of", CLI_INT, &o.params.best_of, 1, CHOIR_WHISPER_MAX_BEAM, "N", "samples per window when falling back (default 5)"},
-        {"--temperature", CLI_DOUBLE, &temperature, 0, 10, "T", "a single temperature (no fallback)"},
+        {"--temperature", CLI_DOUBLE, &temperature, 0, CHOIR_WHISPER_MAX_TEMPERATURE, "T", "a single temperature (no fallback)"},
         {"--batch-size", CLI_INT, &batch_size, 1, 64, "N",
          "batched pipeline: independent 30-s windows (or VAD spans),\nN at a time (default: openai's sequential seek "
          "loop)"},

@@ -160,6 +160,11 @@ static int whisper_opts(const choir_whisper *m, choir_request *req, choir_whispe
     o->params.task = in->translate ? CHOIR_WHISPER_TRANSLATE : CHOIR_WHISPER_TRANSCRIBE;
     o->params.timestamps = in->timestamps != 0;
     o->word_timestamps = in->word_timestamps != 0 && o->params.timestamps;
+    /* bounded here for every front end (the job worker passes a job's
+     * temperature unread), never clamped */
+    if (!(in->temperature >= 0 && in->temperature <= (float)CHOIR_WHISPER_MAX_TEMPERATURE))
+        return choir_request_fail(req, CHOIR_EINVAL, "temperature %g: must be in [0, %g]", (double)in->temperature,
+                                  CHOIR_WHISPER_MAX_TEMPERATURE);
     if (in->temperature > 0 || in->fixed_temperature) {
         o->params.temperatures[0] = in->temperature;
         o->params.n_temperatures = 1;
