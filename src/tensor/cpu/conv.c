@@ -136,16 +136,13 @@ static void im2col_row(const conv_job *j, const float *xr, int64_t k, int64_t t_
     memset(cr + hi, 0, (size_t)(nt - hi) * sizeof(float));
 }
 
-/* im2col + product for tasks [begin, end): task b * mparts + part is frame
+/* im2col + sgemm for tasks [begin, end): task b * mparts + part is frame
  * block b, output channels [part * mchunk, +mchunk) of each group. */
 static void conv_gemm_range(void *ctx, int64_t begin, int64_t end, int worker) {
     const conv_job *j = ctx;
     int64_t cin_g = j->Cin / j->groups, cout_g = j->Cout / j->groups;
     int64_t depth = cin_g * j->K;
     float *col = j->scratch + (int64_t)worker * j->scratch_per_worker;
-    /* The AVX-512 path builds each row here, then packs it. */
-    float *row = j->g512 ? col + bpack_floats(depth, min64(j->frame_block, j->Tout)) : NULL;
-    int64_t col_block = -1; /* the frame block col holds (one group only) */
     for (int64_t task = begin; task < end; task++) {
         int64_t b = task / j->mparts, part = task % j->mparts;
         int64_t t_first = b * j->frame_block;
@@ -154,41 +151,59 @@ static void conv_gemm_range(void *ctx, int64_t begin, int64_t end, int worker) {
         if (mn <= 0) continue;
         for (int64_t g = 0; g < j->groups; g++) {
             /* col[ci*K + k, tt] = x[g*cin_g + ci, (t_first+tt)*stride - padding + k*dilation] */
-            if (!(j->groups == 1 && col_block == b)) {
-                for (int64_t ci = 0; ci < cin_g; ci++) {
-                    const float *xr = j->x + (g * cin_g + ci) * j->T;
-                    for (int64_t k = 0; k < j->K; k++) {
-#if defined(CHOIR_X86)
-                        if (j->g512) {
-                            im2col_row(j, xr, k, t_first, nt, row);
-                            choir_g512_pack_b_row(row, nt, ci * j->K + k, depth, col);
-                            continue;
-                        }
-#endif
-                        im2col_row(j, xr, k, t_first, nt, col + (ci * j->K + k) * nt);
-                    }
-                }
-                col_block = b;
-            }
-            const float *w = j->weight + (g * cout_g + m0) * depth;
-            float *yb = j->y + (g * cout_g + m0) * j->Tout + t_first;
-#if defined(CHOIR_X86)
-            if (j->g512) {
-                choir_g512_gemm(mn, nt, depth, w, depth, 1, col, yb, j->Tout, true);
-                continue;
-            }
-#endif
+            for (int64_t ci = 0; ci < cin_g; ci++)
+                for (int64_t k = 0; k < j->K; k++)
+                    im2col_row(j, j->x + (g * cin_g + ci) * j->T, k, t_first, nt,
+                               col + (ci * j->K + k) * nt);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)mn, (blasint)nt,
-                        (blasint)depth, 1.0f, w, (blasint)depth, col, (blasint)nt, 1.0f, yb,
-                        (blasint)j->Tout);
+                        (blasint)depth, 1.0f, j->weight + (g * cout_g + m0) * depth,
+                        (blasint)depth, col, (blasint)nt, 1.0f,
+                        j->y + (g * cout_g + m0) * j->Tout + t_first, (blasint)j->Tout);
         }
     }
 }
+
+#if defined(CHOIR_X86)
+/* The same with the AVX-512 product. The inner dimension goes in slices of
+ * CHOIR_G512_KC rows: each slice's im2col rows are packed just before the
+ * product uses them, so they are still in L2 (a whole block's rows, depth up
+ * to 3270 x 384 frames, would not be). */
+static void conv512_range(void *ctx, int64_t begin, int64_t end, int worker) {
+    const conv_job *j = ctx;
+    int64_t cin_g = j->Cin / j->groups, cout_g = j->Cout / j->groups;
+    int64_t depth = cin_g * j->K, slice = min64(depth, CHOIR_G512_KC);
+    float *bp = j->scratch + (int64_t)worker * j->scratch_per_worker;
+    float *row = bp + bpack_floats(slice, min64(j->frame_block, j->Tout));
+    for (int64_t task = begin; task < end; task++) {
+        int64_t b = task / j->mparts, part = task % j->mparts;
+        int64_t t_first = b * j->frame_block;
+        int64_t nt = min64(j->frame_block, j->Tout - t_first);
+        int64_t m0 = part * j->mchunk, mn = min64(j->mchunk, cout_g - m0);
+        if (mn <= 0) continue;
+        for (int64_t g = 0; g < j->groups; g++) {
+            const float *w = j->weight + (g * cout_g + m0) * depth;
+            float *yb = j->y + (g * cout_g + m0) * j->Tout + t_first;
+            for (int64_t r0 = 0; r0 < depth; r0 += slice) {
+                int64_t kc = min64(slice, depth - r0);
+                /* Row r of col is input channel r / K, tap r % K. */
+                for (int64_t r = r0; r < r0 + kc; r++) {
+                    im2col_row(j, j->x + (g * cin_g + r / j->K) * j->T, r % j->K, t_first, nt, row);
+                    choir_g512_pack_b_row(row, nt, r - r0, kc, bp);
+                }
+                choir_g512_gemm(mn, nt, kc, w + r0, depth, 1, bp, yb, j->Tout, true);
+            }
+        }
+    }
+}
+#endif
 
 /* Per-worker scratch floats of conv1d's gemm path. */
 static int64_t conv_scratch_floats(bool g512, int64_t depth, int64_t Tout) {
     if (!g512) return depth * min64(CONV_FRAME_BLOCK, Tout);
     int64_t nt = min64(CONV512_FRAME_BLOCK, Tout);
+#if defined(CHOIR_X86)
+    depth = min64(depth, CHOIR_G512_KC);
+#endif
     return bpack_floats(depth, nt) + round16(nt);
 }
 
@@ -221,7 +236,11 @@ void choir_conv1d(const float *x, int64_t Cin, int64_t T, const float *weight, c
                 j.mparts = min64(slices, (2 * threads + blocks - 1) / blocks);
             j.mchunk = (slices + j.mparts - 1) / j.mparts * 8;
             j.mparts = (slices * 8 + j.mchunk - 1) / j.mchunk;
-            choir_pool_parallel_for(pool, blocks * j.mparts, 1, conv_gemm_range, &j);
+            choir_range_fn fn = conv_gemm_range;
+#if defined(CHOIR_X86)
+            if (j.g512) fn = conv512_range;
+#endif
+            choir_pool_parallel_for(pool, blocks * j.mparts, 1, fn, &j);
             choir_kscratch_put(j.scratch);
             return;
         }

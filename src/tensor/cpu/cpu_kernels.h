@@ -106,6 +106,7 @@ const choir_cpu_ops *choir_cpu_ops_avx512(void);
  * aligned; choir_g512_bpack_floats(K, N) floats. */
 #define CHOIR_G512_MR 8
 #define CHOIR_G512_NR 48
+#define CHOIR_G512_KC 256 /* inner-dimension slice (the kernel's own blocking) */
 static inline int64_t choir_g512_bpack_floats(int64_t K, int64_t N) {
     return (N + CHOIR_G512_NR - 1) / CHOIR_G512_NR * CHOIR_G512_NR * K;
 }

@@ -31,7 +31,7 @@
 
 #define MR CHOIR_G512_MR
 #define NR CHOIR_G512_NR
-#define G512_KC 256
+#define G512_KC CHOIR_G512_KC
 
 void choir_g512_pack_b(const float *B, int64_t ldb, int64_t K, int64_t N, float *Bp) {
     int64_t panels = (N + NR - 1) / NR;
