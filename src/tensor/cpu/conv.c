@@ -120,12 +120,19 @@ static void conv_direct_range(void *ctx, int64_t begin, int64_t end, int worker)
 
 /* One im2col row of a frame block: cr[tt] = xr[(t_first+tt)*stride - padding
  * + k*dilation] for tt < nt, zero where that frame is outside x. */
+/* The first input frame of tap k for output frame t_first, and the block's
+ * frames [lo, hi) that read inside x (the rest is zero padding). */
+static int64_t im2col_range(const conv_job *j, int64_t k, int64_t t_first, int64_t nt,
+                            int64_t *lo, int64_t *hi) {
+    int64_t base = t_first * j->stride - j->padding + k * j->dilation;
+    *lo = min64(nt, max64(0, floordiv(-base + j->stride - 1, j->stride)));
+    *hi = max64(*lo, min64(nt, floordiv(j->T - 1 - base, j->stride) + 1));
+    return base;
+}
+
 static void im2col_row(const conv_job *j, const float *xr, int64_t k, int64_t t_first, int64_t nt,
                        float *cr) {
-    int64_t base = t_first * j->stride - j->padding + k * j->dilation;
-    /* Frames [lo, hi) read inside x; the rest is zero padding. */
-    int64_t lo = min64(nt, max64(0, floordiv(-base + j->stride - 1, j->stride)));
-    int64_t hi = max64(lo, min64(nt, floordiv(j->T - 1 - base, j->stride) + 1));
+    int64_t lo, hi, base = im2col_range(j, k, t_first, nt, &lo, &hi);
     memset(cr, 0, (size_t)lo * sizeof(float));
     if (j->stride == 1) {
         memcpy(cr + lo, xr + (base + lo), (size_t)(hi - lo) * sizeof(float));
@@ -173,7 +180,6 @@ static void conv512_range(void *ctx, int64_t begin, int64_t end, int worker) {
     int64_t cin_g = j->Cin / j->groups, cout_g = j->Cout / j->groups;
     int64_t depth = cin_g * j->K, slice = min64(depth, CHOIR_G512_KC);
     float *bp = j->scratch + (int64_t)worker * j->scratch_per_worker;
-    float *row = bp + bpack_floats(slice, min64(j->frame_block, j->Tout));
     for (int64_t task = begin; task < end; task++) {
         int64_t b = task / j->mparts, part = task % j->mparts;
         int64_t t_first = b * j->frame_block;
@@ -183,12 +189,20 @@ static void conv512_range(void *ctx, int64_t begin, int64_t end, int worker) {
         for (int64_t g = 0; g < j->groups; g++) {
             const float *w = j->weight + (g * cout_g + m0) * depth;
             float *yb = j->y + (g * cout_g + m0) * j->Tout + t_first;
+            /* The task's tile of y starts as the bias: filled here, by the
+             * worker, just before its first slice adds onto it. */
+            for (int64_t m = 0; m < mn; m++) {
+                float bias = j->bias ? j->bias[g * cout_g + m0 + m] : 0.0f;
+                float *yr = yb + m * j->Tout;
+                for (int64_t t = 0; t < nt; t++) yr[t] = bias;
+            }
             for (int64_t r0 = 0; r0 < depth; r0 += slice) {
                 int64_t kc = min64(slice, depth - r0);
                 /* Row r of col is input channel r / K, tap r % K. */
                 for (int64_t r = r0; r < r0 + kc; r++) {
-                    im2col_row(j, j->x + (g * cin_g + r / j->K) * j->T, r % j->K, t_first, nt, row);
-                    choir_g512_pack_b_row(row, nt, r - r0, kc, bp);
+                    int64_t lo, hi, base = im2col_range(j, r % j->K, t_first, nt, &lo, &hi);
+                    choir_g512_pack_conv_row(j->x + (g * cin_g + r / j->K) * j->T, base,
+                                             j->stride, lo, hi, nt, r - r0, kc, bp);
                 }
                 choir_g512_gemm(mn, nt, kc, w + r0, depth, 1, bp, yb, j->Tout, true);
             }
@@ -213,13 +227,18 @@ void choir_conv1d(const float *x, int64_t Cin, int64_t T, const float *weight, c
     int64_t Tout = choir_conv1d_out_len(T, kernel, stride, padding, dilation);
     if (Tout <= 0 || Cout <= 0 || groups < 1) return;
     choir_blas_init();
-    fill_bias(y, bias, Cout, Tout);
     conv_job j = {.ops = choir_cpu_ops_now(), .x = x, .weight = weight, .bias = bias,
                   .Cin = Cin, .T = T, .Cout = Cout, .K = kernel, .Tout = Tout,
                   .stride = stride, .padding = padding, .dilation = dilation, .groups = groups,
                   .y = y, .mparts = 1};
     choir_pool *pool = choir_pool_default();
     int64_t depth = Cin / groups * kernel;
+    /* The AVX-512 path's workers write the bias into their own tiles. */
+    bool bias_filled = false;
+    if (!(depth >= CONV_GEMM_MIN_DEPTH && use_g512())) {
+        fill_bias(y, bias, Cout, Tout);
+        bias_filled = true;
+    }
     if (depth >= CONV_GEMM_MIN_DEPTH) {
         int threads = choir_pool_threads(pool);
         j.g512 = use_g512();
@@ -245,6 +264,7 @@ void choir_conv1d(const float *x, int64_t Cin, int64_t T, const float *weight, c
             return;
         }
     }
+    if (!bias_filled) fill_bias(y, bias, Cout, Tout);
     int64_t work = (Cin / groups) * kernel * Tout;
     choir_pool_parallel_for(pool, Cout, 65536 / (work + 1) + 1, conv_direct_range, &j);
 }

@@ -114,6 +114,11 @@ static inline int64_t choir_g512_bpack_floats(int64_t K, int64_t N) {
 void choir_g512_pack_b(const float *B, int64_t ldb, int64_t K, int64_t N, float *Bp);
 /* Packs row k of B (N floats at row). */
 void choir_g512_pack_b_row(const float *row, int64_t N, int64_t k, int64_t K, float *Bp);
+/* Packs row k of a convolution's im2col B straight from its input row xr:
+ * B(k, n) = xr[base + n * stride] for n in [lo, hi) (the frames inside the
+ * input), zero elsewhere, N frames. */
+void choir_g512_pack_conv_row(const float *xr, int64_t base, int stride, int64_t lo, int64_t hi,
+                              int64_t N, int64_t k, int64_t K, float *Bp);
 /* C[m, n] (+)= sum_k A(m, k) B(k, n) for m < M, n < N, where A(m, k) =
  * A[m * ars + k * acs] (a row-major A: ars = lda, acs = 1; a transposed one:
  * ars = 1, acs = lda). C row-major with row stride ldc; accumulate adds to C,

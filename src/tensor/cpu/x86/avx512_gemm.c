@@ -55,6 +55,40 @@ void choir_g512_pack_b_row(const float *row, int64_t N, int64_t k, int64_t K, fl
     }
 }
 
+/* Masks of the 16 lanes at frames f0..f0+15 that fall in [lo, hi). */
+static inline __mmask16 range_mask(int64_t f0, int64_t lo, int64_t hi) {
+    int64_t a = lo - f0, b = hi - f0;
+    if (a < 0) a = 0;
+    if (b > 16) b = 16;
+    if (b <= a) return 0;
+    return (__mmask16)(((1u << (b - a)) - 1u) << a);
+}
+
+void choir_g512_pack_conv_row(const float *xr, int64_t base, int stride, int64_t lo, int64_t hi,
+                              int64_t N, int64_t k, int64_t K, float *Bp) {
+    int64_t panels = (N + NR - 1) / NR;
+    if (stride == 1) {
+        /* Masked loads never touch the lanes outside [lo, hi), so the
+         * padding frames read nothing and come out zero. */
+        for (int64_t p = 0; p < panels; p++) {
+            float *dst = Bp + p * K * NR + k * NR;
+            for (int v = 0; v < NR / 16; v++) {
+                int64_t f0 = p * NR + 16 * v;
+                __mmask16 m = range_mask(f0, lo, hi);
+                _mm512_storeu_ps(dst + 16 * v, _mm512_maskz_loadu_ps(m, xr + base + f0));
+            }
+        }
+        return;
+    }
+    for (int64_t p = 0; p < panels; p++) {
+        float *dst = Bp + p * K * NR + k * NR;
+        for (int64_t c = 0; c < NR; c++) {
+            int64_t f = p * NR + c;
+            dst[c] = f >= lo && f < hi ? xr[base + f * stride] : 0.0f;
+        }
+    }
+}
+
 static inline __mmask16 cols_mask(int nr, int v) {
     int n = nr - 16 * v;
     if (n >= 16) return 0xFFFF;
