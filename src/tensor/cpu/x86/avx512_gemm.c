@@ -98,7 +98,8 @@ static inline __mmask16 cols_mask(int nr, int v) {
 /* One 8 x 48 tile over kc steps. Element (r, k) of A is a[r * ars + k * acs];
  * rows r >= mr read row 0 instead (their sums are not stored). b is the
  * panel's slice, kc rows of NR floats, 64-byte aligned. C rows r < mr and
- * columns < nr are written; load_c adds C's values, else C is overwritten. */
+ * columns < nr are written; load_c adds C's old values to the slice's sums,
+ * else C is overwritten. */
 static void tile_8x48(int64_t kc, const float *a, int64_t ars, int64_t acs, const float *b,
                       float *c, int64_t ldc, int mr, int nr, bool load_c) {
     const float *a0 = a, *a1 = a + (mr > 1 ? ars : 0), *a2 = a + (mr > 2 ? 2 * ars : 0),
@@ -109,18 +110,6 @@ static void tile_8x48(int64_t kc, const float *a, int64_t ars, int64_t acs, cons
     __m512 c20 = c00, c21 = c00, c22 = c00, c30 = c00, c31 = c00, c32 = c00;
     __m512 c40 = c00, c41 = c00, c42 = c00, c50 = c00, c51 = c00, c52 = c00;
     __m512 c60 = c00, c61 = c00, c62 = c00, c70 = c00, c71 = c00, c72 = c00;
-    if (load_c) {
-        /* Start from C so each output is one FMA chain from its old value. */
-        __mmask16 m0 = cols_mask(nr, 0), m1 = cols_mask(nr, 1), m2 = cols_mask(nr, 2);
-#define LOADC(R)                                                                                   \
-    if (mr > R) {                                                                                  \
-        c##R##0 = _mm512_maskz_loadu_ps(m0, c + R * ldc);                                          \
-        c##R##1 = _mm512_maskz_loadu_ps(m1, c + R * ldc + 16);                                     \
-        c##R##2 = _mm512_maskz_loadu_ps(m2, c + R * ldc + 32);                                     \
-    }
-        LOADC(0) LOADC(1) LOADC(2) LOADC(3) LOADC(4) LOADC(5) LOADC(6) LOADC(7)
-#undef LOADC
-    }
 #define ROW(R, AP)                                                                                 \
     {                                                                                              \
         __m512 ar = _mm512_set1_ps(AP[off]);                                                       \
@@ -136,6 +125,22 @@ static void tile_8x48(int64_t kc, const float *a, int64_t ars, int64_t acs, cons
         ROW(0, a0) ROW(1, a1) ROW(2, a2) ROW(3, a3) ROW(4, a4) ROW(5, a5) ROW(6, a6) ROW(7, a7)
     }
 #undef ROW
+    /* The slice's sums start from zero and are added to C's old values only
+     * here: a deep product is a sum of slice sums (as blocked sgemm's), not
+     * one FMA chain of K terms, whose rounding error grows with K (the
+     * SAM-Audio codec's 10,752-deep convolutions doubled their error
+     * against an exact product when C was the chain's start). */
+    __mmask16 m0 = cols_mask(nr, 0), m1 = cols_mask(nr, 1), m2 = cols_mask(nr, 2);
+    if (load_c) {
+#define ADDC(R)                                                                                    \
+    if (mr > R) {                                                                                  \
+        c##R##0 = _mm512_add_ps(c##R##0, _mm512_maskz_loadu_ps(m0, c + R * ldc));                  \
+        c##R##1 = _mm512_add_ps(c##R##1, _mm512_maskz_loadu_ps(m1, c + R * ldc + 16));             \
+        c##R##2 = _mm512_add_ps(c##R##2, _mm512_maskz_loadu_ps(m2, c + R * ldc + 32));             \
+    }
+        ADDC(0) ADDC(1) ADDC(2) ADDC(3) ADDC(4) ADDC(5) ADDC(6) ADDC(7)
+#undef ADDC
+    }
     if (mr == MR && nr == NR) {
 #define STORE(R)                                                                                   \
     _mm512_storeu_ps(c + R * ldc, c##R##0);                                                        \
@@ -145,7 +150,6 @@ static void tile_8x48(int64_t kc, const float *a, int64_t ars, int64_t acs, cons
 #undef STORE
         return;
     }
-    __mmask16 m0 = cols_mask(nr, 0), m1 = cols_mask(nr, 1), m2 = cols_mask(nr, 2);
 #define STOREM(R)                                                                                  \
     if (mr > R) {                                                                                  \
         _mm512_mask_storeu_ps(c + R * ldc, m0, c##R##0);                                           \
