@@ -16,15 +16,21 @@
  *
  * Units: audio is mono float in [-1, 1] at 48000 Hz; latents are time-major
  * [T, C]; times in seconds. A loaded model is immutable and may be shared by
- * many threads; every call takes its working memory (a stream of the
- * model's backend, choir/backend.h: counted host memory on the CPU) and
- * frees it before it returns. */
+ * many threads. Memory is planned: every call runs in one host arena, the
+ * caller's (choir_sam_params.arena: the engine's batch arena) or one of the
+ * call's planned size reserved when it starts and freed before it returns,
+ * and allocates nothing while it computes. On the CPU every buffer of the
+ * codec, the DiT, the ODE and T5, and the kernels' scratch, comes from that
+ * arena; on a GPU the device memory comes from the device (a stream of the
+ * model's backend per stage, choir/backend.h) and the arena holds the host
+ * side. */
 #ifndef CHOIR_SAM_AUDIO_H
 #define CHOIR_SAM_AUDIO_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "choir/arena.h"
 #include "choir/chunker.h"
 #include "choir/error.h"
 
@@ -154,6 +160,16 @@ typedef struct choir_sam_params {
     double overlap_seconds;  /* crossfade (default 3; at most chunk / 2) */
     uint64_t seed;           /* noise of chunk i from seed + i (default 42) */
     const uint8_t *message;  /* watermark bits; NULL: choir_sam_default_message */
+    /* Working memory of a job and of its rounds (the engine's batch arena),
+     * or NULL. Given, the job's state (text features, crossfade tails) is
+     * carved from it at choir_sam_job_create (and given back only when the
+     * caller releases the arena), T5's working memory above it, and every
+     * round's buffers above those (given back when the round ends); the
+     * jobs of one round must share it. Too small, the call fails with
+     * CHOIR_ENOMEM before the round emits anything. NULL: the job and each
+     * round reserve their planned memory from the counted allocator. The
+     * input audio and what the emit callback keeps are the caller's. */
+    choir_arena *arena;
 } choir_sam_params;
 
 /* SAM-Audio's chunking: chunks of 0.2..400 s (the DiT's position table ends
@@ -206,12 +222,23 @@ int choir_sam_separate(const choir_sam *m, const float *x, int64_t n, const char
                        const choir_sam_anchor *anchors, int n_anchors, const choir_sam_params *p,
                        float *target, float *residual, choir_err *err);
 
-/* Worst-case working bytes of one chunk of `frames` latent frames (codec
- * encode and decode, DiT activations at batch 1, noise and latents), and of a
- * whole job over n samples (its chunk plus tails). Usable without a model
- * (m NULL: the published base sizes). */
-int64_t choir_sam_chunk_bytes(const choir_sam *m, int64_t frames);
-int64_t choir_sam_job_bytes(const choir_sam *m, int64_t n_samples, const choir_sam_params *p);
+/* Token ids `text` makes (as choir_sam_tokenize; the model's max_length,
+ * 512, when it cannot tell: no model, no T5). */
+int choir_sam_count_tokens(const choir_sam *m, const char *text);
+/* Arena bytes of one round of one chunk of `frames` latent frames with a
+ * text of `text_tokens` tokens (its latents and decoded audio, the largest
+ * of its encode, ODE and decode stages), and of a whole job over n samples
+ * (its state plus the larger of T5 and its first, longest, round): the peak
+ * of the plan choir_sam_params.arena is carved by, on m's backend (on a GPU
+ * the host side only). text_tokens < 1: the model's max_length. Without a
+ * model (m NULL) a bound at the published base sizes. The jobs of one
+ * round take at most the sum of their job bytes. */
+int64_t choir_sam_chunk_bytes(const choir_sam *m, int64_t frames, int text_tokens);
+int64_t choir_sam_job_bytes(const choir_sam *m, int64_t n_samples, int text_tokens, const choir_sam_params *p);
+/* Device bytes the job's largest stage holds on a GPU (0 on the CPU; m
+ * NULL: as choir_sam_job_bytes without a model). */
+int64_t choir_sam_job_device_bytes(const choir_sam *m, int64_t n_samples, int text_tokens,
+                                   const choir_sam_params *p);
 
 /* --- behind the engine (choir_model_sam_audio, task STS) ----------------- */
 

@@ -32,6 +32,7 @@ typedef struct tu_cal_run {
     size_t cap[TU_CAL_MAX];  /* the arena the engine passed (its reservation) */
     size_t peak[TU_CAL_MAX]; /* the arena's high-water mark after the batch */
     int rc[TU_CAL_MAX];      /* run_batch's return */
+    int status[TU_CAL_MAX];  /* each job's final status, in submission order */
 } tu_cal_run;
 
 /* Runs `rounds` copies of `job`, one at a time, through an engine (4 GiB
@@ -41,6 +42,11 @@ typedef struct tu_cal_run {
  * itself: untrained weights may fail every request as malformed). */
 void tu_cal_run_scaled(const choir_model_ops *ops, const char *dir, const choir_job *job,
                        double scale, int rounds, tu_cal_run *out);
+/* The same, but a job may fail for want of memory (the engine retries an
+ * overflowed batch three times, doubling its room: 8x at most); each job's
+ * status is in out->status. */
+void tu_cal_run_scaled_any(const choir_model_ops *ops, const char *dir, const choir_job *job,
+                           double scale, int rounds, tu_cal_run *out);
 
 /* Both runs with their checks (cmocka asserts), printing each batch's arena
  * and peak under `name`. Returns the first batch's measured peak. */

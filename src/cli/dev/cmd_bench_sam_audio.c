@@ -374,7 +374,7 @@ int choir_bench_sam_audio(int argc, char **argv) {
     printf("  real-time factor %.3f (%.3f s for %.1f s of audio)%s\n", total / seconds, total, seconds,
            run < total_nfe ? ", ODE projected" : "");
     printf("  peak memory      %.1f MB counted beyond the weights (estimate %.1f MB); max RSS %.1f MB\n", (double)peak / 1e6,
-           (double)choir_sam_chunk_bytes(m, T) / 1e6, rss_mb());
+           (double)choir_sam_chunk_bytes(m, T, nid) / 1e6, rss_mb());
     if (cuda) {
         int64_t dpeak = 0, dnow = choir_sam_device_bytes(m, &dpeak);
         printf("  device memory    %.1f MB at most, %.1f MB held between calls (weights)\n", (double)dpeak / 1e6,

@@ -42,6 +42,30 @@ static int64_t conv_out_len(const sam_conv *c, int64_t T) {
     return choir_conv1d_out_len(T + l + r, c->k, c->stride, 0, c->dilation);
 }
 
+/* Kernel scratch of conv_bias on T frames (a causal conv runs unpadded
+ * over its padded copy, which has the same output length). */
+static size_t conv_scratch(const sam_conv *c, int64_t T) {
+    int64_t l, r;
+    conv_pads(c, T, &l, &r);
+    if (!c->causal) return choir_conv1d_scratch_bytes(c->cin, T, c->k, c->stride, (int)l, c->dilation, 1);
+    return choir_conv1d_scratch_bytes(c->cin, T + l + r, c->k, c->stride, 0, c->dilation, 1);
+}
+
+static size_t convt_scratch(const sam_convt *c, int64_t T) {
+    return choir_conv_transpose1d_scratch_bytes(c->cin, T, c->cout, c->k, 1);
+}
+
+static size_t ru_scratch(const sam_ru *r, int64_t T) {
+    size_t a = conv_scratch(&r->c1, T), b = conv_scratch(&r->c2, T);
+    return a > b ? a : b;
+}
+
+#define MAXZ(m, v)                   \
+    do {                             \
+        size_t v_ = (v);             \
+        if (v_ > (m)) (m) = v_;      \
+    } while (0)
+
 /* y[cout, Tout] = conv(x[cin, T]) with bias `bias` (normally c->b); causal
  * convs pad into `pad` (cin * (T + k * dilation) floats) first. */
 static void conv_bias(choir_stream *s, const sam_conv *c, const float *bias, const float *x, int64_t T, float *y,
@@ -102,17 +126,53 @@ static int64_t enc_floats(const sam_codec *c, int64_t L, int64_t T) {
     return maxe;
 }
 
+/* The most kernel scratch one of the encoder's calls takes for L samples
+ * (the order of choir_sam_encode's convolutions). */
+static size_t enc_scratch(const sam_codec *c, int64_t L) {
+    size_t most = conv_scratch(&c->enc_in, L);
+    int64_t len = L;
+    for (int i = 0; i < c->n_enc; i++) {
+        const sam_enc_block *e = &c->enc[i];
+        for (int r = 0; r < 3; r++) MAXZ(most, ru_scratch(&e->ru[r], len));
+        MAXZ(most, conv_scratch(&e->down, len));
+        len = conv_out_len(&e->down, len);
+    }
+    MAXZ(most, conv_scratch(&c->enc_out, len));
+    MAXZ(most, conv_scratch(&c->in_proj, len));
+    return most;
+}
+
+sam_need sam_encode_need(const choir_sam *m, int64_t n) {
+    const sam_codec *c = &m->codec;
+    int64_t T = (n + c->hop - 1) / c->hop, L = T * c->hop;
+    sam_need need = {0};
+    need.work = (size_t)(3 * enc_floats(c, L, T) + n + T * c->cb) * sizeof(float) + 5 * 256;
+    need.scratch = enc_scratch(c, L);
+    return need;
+}
+
 int choir_sam_encode(const choir_sam *m, const float *x, int64_t n, float *latent, choir_err *err) {
+    if (n < 1) return choir_err_set(err, CHOIR_EINVAL, "sam-audio: empty input");
+    sam_need need = sam_encode_need(m, n);
+    sam_mem mem;
+    int rc = sam_mem_open(m, NULL, sam_need_arena(m, &need), &mem, err);
+    if (rc) return rc;
+    rc = sam_encode_in(m, &mem, x, n, latent, err);
+    sam_mem_close(&mem);
+    return rc;
+}
+
+int sam_encode_in(const choir_sam *m, const sam_mem *mem, const float *x, int64_t n, float *latent,
+                  choir_err *err) {
     const sam_codec *c = &m->codec;
     if (n < 1) return choir_err_set(err, CHOIR_EINVAL, "sam-audio: empty input");
     int64_t T = (n + c->hop - 1) / c->hop, L = T * c->hop;
     int64_t maxe = enc_floats(c, L, T);
-    choir_backend_lock(m->be);
-    choir_stream *s = sam_stream_open(m, (size_t)(3 * maxe + n + T * c->cb) * sizeof(float) + 5 * 256, err);
-    if (!s) {
-        choir_backend_unlock(m->be);
-        return err && err->code ? err->code : CHOIR_ENOMEM;
-    }
+    sam_need need = sam_encode_need(m, n);
+    sam_stage st;
+    int rc = sam_stage_begin(m, mem, &need, &st, err);
+    if (rc) return rc;
+    choir_stream *s = st.s;
     float *a = choir_stream_floats(s, maxe, "sam encoder"), *b = choir_stream_floats(s, maxe, "sam encoder");
     float *t = choir_stream_floats(s, maxe, "sam encoder"), *in = choir_stream_floats(s, n, "sam encoder input");
     float *lat = choir_stream_floats(s, T * c->cb, "sam latent");
@@ -144,9 +204,8 @@ int choir_sam_encode(const choir_sam *m, const float *x, int64_t n, float *laten
         if (len == T) choir_op_transpose(s, cur, c->cb, T, NULL, lat);
         choir_op_download(s, latent, lat, (size_t)(T * c->cb) * sizeof *latent);
     }
-    int rc = choir_stream_sync(s, err);
-    choir_stream_free(s);
-    choir_backend_unlock(m->be);
+    rc = choir_stream_sync(s, err);
+    sam_stage_end(m, &st);
     if (!rc && len != T)
         rc = choir_err_set(err, CHOIR_EINTERNAL, "sam-audio: encoder gave %lld frames, expected %lld", (long long)len,
                            (long long)T);
@@ -191,22 +250,81 @@ static void dec_floats(const sam_codec *c, int64_t T, int64_t *maxe_out, int64_t
     *scr_out = scr;
 }
 
+/* The most kernel scratch one of the decoder's calls takes for T frames
+ * (the order of sam_decode_in's convolutions and LSTMs). */
+static size_t dec_scratch(const sam_codec *c, int64_t T) {
+    int64_t L = T * c->hop, len = T;
+    size_t most = conv_scratch(&c->out_proj, T);
+    MAXZ(most, conv_scratch(&c->dec_in, T));
+    for (int i = 0; i < c->n_dec; i++) {
+        const sam_dec_block *d = &c->dec[i];
+        MAXZ(most, convt_scratch(&d->up, len));
+        len *= d->up.stride;
+        for (int r = 0; r < 3; r++) MAXZ(most, ru_scratch(&d->ru[r], len));
+    }
+    MAXZ(most, conv_scratch(&c->wm_pre1, L));
+    if (!c->has_wm) return most;
+    int64_t wl = L;
+    MAXZ(most, conv_scratch(&c->wm_pre3, L));
+    for (int i = c->n_dec - 1; i >= 0; i--) {
+        const sam_dec_block *d = &c->dec[i];
+        MAXZ(most, ru_scratch(&d->wm_ru7, wl));
+        MAXZ(most, conv_scratch(&d->wm_down, wl));
+        wl = conv_out_len(&d->wm_down, wl);
+    }
+    /* the LSTMs' gates: 4H (T + 1) floats */
+    MAXZ(most, (size_t)(4 * c->wm_enc_lstm.H * (wl + 1)) * sizeof(float));
+    MAXZ(most, (size_t)(4 * c->wm_dec_lstm.H * (wl + 1)) * sizeof(float));
+    MAXZ(most, conv_scratch(&c->wm_post2, wl));
+    MAXZ(most, conv_scratch(&c->wm_dec_pre0, wl));
+    for (int i = 0; i < c->n_dec; i++) {
+        const sam_dec_block *d = &c->dec[i];
+        MAXZ(most, convt_scratch(&d->wm_up, wl));
+        wl *= d->wm_up.stride;
+        MAXZ(most, ru_scratch(&d->wm_ru6, wl));
+    }
+    MAXZ(most, conv_scratch(&c->wm_post1, wl));
+    return most;
+}
+
+sam_need sam_decode_need(const choir_sam *m, int64_t T) {
+    const sam_codec *c = &m->codec;
+    int64_t L = T * c->hop, maxe, scr;
+    dec_floats(c, T, &maxe, &scr);
+    /* The LSTMs' gates: 4H (T + 1) floats of working memory on CUDA (kernel
+     * scratch on the CPU). */
+    int64_t Tw = L / 320 > 0 ? L / 320 : 1;
+    int64_t gates = c->has_wm && !choir_backend_is_host(m->be) ? 4 * 512 * (Tw + 2) : 0;
+    sam_need need = {0};
+    need.work = (size_t)(4 * maxe + scr + gates + L + T * c->cb + 128) * sizeof(float) + 8 * 256;
+    need.scratch = dec_scratch(c, T);
+    return need;
+}
+
 int choir_sam_decode(const choir_sam *m, const float *latent, int64_t T, const uint8_t *message, float *y_out,
                      choir_err *err) {
+    if (T < 1) return choir_err_set(err, CHOIR_EINVAL, "sam-audio: nothing to decode");
+    sam_need need = sam_decode_need(m, T);
+    sam_mem mem;
+    int rc = sam_mem_open(m, NULL, sam_need_arena(m, &need), &mem, err);
+    if (rc) return rc;
+    rc = sam_decode_in(m, &mem, latent, T, message, y_out, err);
+    sam_mem_close(&mem);
+    return rc;
+}
+
+int sam_decode_in(const choir_sam *m, const sam_mem *mem, const float *latent, int64_t T, const uint8_t *message,
+                  float *y_out, choir_err *err) {
     const sam_codec *c = &m->codec;
     if (T < 1) return choir_err_set(err, CHOIR_EINVAL, "sam-audio: nothing to decode");
     if (!message) message = choir_sam_default_message;
     int64_t L = T * c->hop, maxe, scr;
     dec_floats(c, T, &maxe, &scr);
-    /* The LSTMs' gates (working memory on CUDA): 4H (T + 1) floats. */
-    int64_t Tw = L / 320 > 0 ? L / 320 : 1, gates = c->has_wm ? 4 * 512 * (Tw + 2) : 0;
-    size_t bytes = (size_t)(4 * maxe + scr + gates + L + T * c->cb + 128) * sizeof(float) + 8 * 256;
-    choir_backend_lock(m->be);
-    choir_stream *s = sam_stream_open(m, bytes, err);
-    if (!s) {
-        choir_backend_unlock(m->be);
-        return err && err->code ? err->code : CHOIR_ENOMEM;
-    }
+    sam_need need = sam_decode_need(m, T);
+    sam_stage st;
+    int rc = sam_stage_begin(m, mem, &need, &st, err);
+    if (rc) return rc;
+    choir_stream *s = st.s;
     float *a = choir_stream_floats(s, maxe, "sam decoder"), *b = choir_stream_floats(s, maxe, "sam decoder");
     float *t = choir_stream_floats(s, maxe, "sam decoder"), *extra = choir_stream_floats(s, maxe, "sam decoder");
     float *scratch = choir_stream_floats(s, scr, "sam decoder padding");
@@ -281,9 +399,8 @@ int choir_sam_decode(const choir_sam *m, const float *latent, int64_t T, const u
         }
         choir_op_download(s, y_out, y, (size_t)L * sizeof *y_out);
     }
-    int rc = choir_stream_sync(s, err);
-    choir_stream_free(s);
-    choir_backend_unlock(m->be);
+    rc = choir_stream_sync(s, err);
+    sam_stage_end(m, &st);
     if (!rc && wl != L)
         rc = choir_err_set(err, CHOIR_EINTERNAL, "sam-audio: watermark length %lld != %lld", (long long)wl, (long long)L);
     return rc;

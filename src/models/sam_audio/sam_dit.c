@@ -19,34 +19,61 @@
 #include <string.h>
 
 #include "choir/backend_sam.h"
+#include "choir/kernels.h"
 #include "sam_dit.h"
 
 #define ALIGN_SLACK 256
 
-static void batch_dims(const choir_sam_item *items, int n, int64_t *N, int64_t *Tmax, int64_t *Lmax) {
-    *N = *Tmax = *Lmax = 0;
+static void batch_dims(const choir_sam_item *items, int n, int64_t *N, int64_t *Tmax, int64_t *Lmax,
+                       int64_t *Lsum) {
+    *N = *Tmax = *Lmax = *Lsum = 0;
     for (int i = 0; i < n; i++) {
         *N += items[i].frames;
+        *Lsum += items[i].text_len;
         if (items[i].frames > *Tmax) *Tmax = items[i].frames;
         if (items[i].text_len > *Lmax) *Lmax = items[i].text_len;
     }
 }
 
-/* Floats of one evaluation's buffers. */
-static int64_t eval_floats(const sam_dit *d, int n, int64_t N, int64_t Tmax, int64_t Lmax) {
+/* Floats of one evaluation's buffers (each item's text memory and its
+ * input back to back, so a batch takes no more than its items alone). */
+static int64_t eval_floats(const sam_dit *d, int n, int64_t N, int64_t Tmax, int64_t Lmax, int64_t Lsum) {
     int64_t D = d->D, F = d->F;
     int64_t rows = N * (7 * D + 2 * F + d->in_channels);
     int64_t patch = 2 * D * Tmax;
-    int64_t text = 2 * n * Lmax * D + 3 * Lmax * D;
+    int64_t text = 2 * Lsum * D + 3 * Lmax * D;
     int64_t small = n * (18 * D + d->freq_dim);
     return rows + patch + text + small;
 }
 
+size_t sam_dit_scratch_bytes(const choir_sam *m, const choir_sam_item *items, int n) {
+    const sam_dit *d = &m->dit;
+    int64_t N, Tmax, Lmax, Lsum;
+    batch_dims(items, n, &N, &Tmax, &Lmax, &Lsum);
+    /* Linears run over at most max(N, Lmax) rows (their scratch grows with
+     * the rows); attention over one item at a time. */
+    int64_t M = N > Lmax ? N : Lmax;
+    size_t most = choir_attention_scratch_bytes(Tmax, Tmax), b;
+    if ((b = choir_attention_scratch_bytes(Tmax, Lmax)) > most) most = b;
+    if ((b = choir_conv1d_scratch_bytes(d->D, Tmax, 3, 1, 1, 1, 1)) > most) most = b;
+    const choir_weight *top[] = {&d->output, &d->y_w1, &d->y_w2, &d->y_w3, &d->t_w1, &d->t_w2, &d->t_w3,
+                                 &d->t_block, &d->proj, &d->memory_proj, &d->anchor_proj};
+    for (size_t k = 0; k < sizeof top / sizeof top[0]; k++)
+        if ((b = choir_linear_scratch_bytes(M, top[k])) > most) most = b;
+    for (int64_t li = 0; li < d->L; li++) {
+        const sam_dit_layer *l = &d->layers[li];
+        const choir_weight *ws[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->cq, &l->ck, &l->cv, &l->co, &l->w1, &l->w2, &l->w3};
+        for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++)
+            if ((b = choir_linear_scratch_bytes(M, ws[k])) > most) most = b;
+    }
+    return most;
+}
+
 size_t sam_batch_bytes(const choir_sam *m, const choir_sam_item *items, int n) {
     const sam_dit *d = &m->dit;
-    int64_t N, Tmax, Lmax;
-    batch_dims(items, n, &N, &Tmax, &Lmax);
-    int64_t floats = eval_floats(d, n, N, Tmax, Lmax);
+    int64_t N, Tmax, Lmax, Lsum;
+    batch_dims(items, n, &N, &Tmax, &Lmax, &Lsum);
+    int64_t floats = eval_floats(d, n, N, Tmax, Lmax, Lsum);
     for (int i = 0; i < n; i++) {
         int64_t T = items[i].frames, L = items[i].text_len;
         floats += T * (m->codec.cb + d->D + d->anchor_dim) + L * (d->text_dim + d->D);
@@ -55,8 +82,8 @@ size_t sam_batch_bytes(const choir_sam *m, const choir_sam_item *items, int n) {
 }
 
 int64_t sam_batch_host_floats(const choir_sam *m, const choir_sam_item *items, int n) {
-    int64_t N, Tmax, Lmax;
-    batch_dims(items, n, &N, &Tmax, &Lmax);
+    int64_t N, Tmax, Lmax, Lsum;
+    batch_dims(items, n, &N, &Tmax, &Lmax, &Lsum);
     int64_t a = n * (m->dit.freq_dim + m->dit.D), b = Tmax * m->dit.anchor_dim;
     int64_t c = N * (int64_t)(sizeof(int32_t) / sizeof(float));
     int64_t w = a > b ? a : b;
@@ -70,7 +97,7 @@ int sam_batch_prepare(const choir_sam *m, choir_stream *s, const choir_sam_item 
     b->n = n;
     b->p = preps;
     b->host_t = host_t;
-    batch_dims(items, n, &b->N, &b->Tmax, &b->Lmax);
+    batch_dims(items, n, &b->N, &b->Tmax, &b->Lmax, &b->Lsum);
     int64_t D = d->D, C = m->codec.cb;
     for (int i = 0; i < n; i++) {
         const choir_sam_item *it = &items[i];
@@ -114,7 +141,7 @@ int sam_batch_prepare(const choir_sam *m, choir_stream *s, const choir_sam_item 
     }
     /* Each item's rows are at positions 0..T-1. */
     b->pos = choir_stream_alloc(s, (size_t)b->N * sizeof(int32_t), "sam positions");
-    b->ws = choir_stream_floats(s, eval_floats(d, n, b->N, b->Tmax, b->Lmax), "sam dit workspace");
+    b->ws = choir_stream_floats(s, eval_floats(d, n, b->N, b->Tmax, b->Lmax, b->Lsum), "sam dit workspace");
     if (!b->pos || !b->ws) return choir_stream_status(s, err);
     int32_t *pos = (int32_t *)host_t;
     for (int i = 0, r = 0; i < n; i++)
@@ -140,12 +167,12 @@ int sam_dit_eval(const choir_sam *m, choir_stream *s, const sam_batch *bt, const
     const sam_prep *p = bt->p;
     int n = bt->n;
     int64_t D = d->D, F = d->F, H = d->H, hd = d->hd, C2 = d->out_ch, IN = d->in_channels, FQ = d->freq_dim;
-    int64_t N = bt->N, Tmax = bt->Tmax, Lmax = bt->Lmax;
+    int64_t N = bt->N, Tmax = bt->Tmax, Lmax = bt->Lmax, Lsum = bt->Lsum;
     float *x = bt->ws, *h = x + N * D, *q = h + N * D, *k = q + N * D, *vv = k + N * D, *att = vv + N * D,
           *o = att + N * D, *f1 = o + N * D, *f3 = f1 + N * F, *in = f3 + N * F;
     float *pa = in + N * IN, *pb = pa + D * Tmax;
-    float *y = pb + D * Tmax, *mem = y + n * Lmax * D; /* text memory per item, and its input */
-    float *ck = mem + n * Lmax * D, *cv = ck + Lmax * D, *ctmp = cv + Lmax * D;
+    float *y = pb + D * Tmax, *mem = y + Lsum * D; /* text memory per item, and its input */
+    float *ck = mem + Lsum * D, *cv = ck + Lmax * D, *ctmp = cv + Lmax * D;
     float *te = ctmp + Lmax * D, *t6 = te + n * D, *tf = t6 + n * 6 * D, *ta = tf + n * FQ, *tb = ta + n * D;
     float *mod = tb + n * D, *fin = mod + n * 6 * D, *sinD = fin + n * 2 * D;
     const choir_attn self = {(int)H, (int)H, hd, 1.0f / sqrtf((float)hd), false, CHOIR_DTYPE_F32};
@@ -178,12 +205,12 @@ int sam_dit_eval(const choir_sam *m, choir_stream *s, const sam_batch *bt, const
     choir_op_act(s, CHOIR_ACT_SILU, ta, n * D, 0);
     choir_op_linear(s, ta, n, &d->t_block, d->t_block_b, t6);
     /* Text memory: y = SwiGLU(memory_proj(text) + sinusoid_D(t)). */
-    for (int i = 0; i < n; i++) {
+    for (int i = 0, l0 = 0; i < n; l0 += p[i].item.text_len, i++) {
         int64_t L = p[i].item.text_len;
-        float *mi = mem + i * Lmax * D;
+        float *mi = mem + l0 * D;
         choir_op_copy(s, mi, p[i].memory, (size_t)(L * D) * sizeof(float));
         choir_op_add_bias_rows(s, mi, sinD + i * D, L, D);
-        swiglu(s, &d->y_w1, &d->y_w3, &d->y_w2, mi, L, ck, cv, y + i * Lmax * D);
+        swiglu(s, &d->y_w1, &d->y_w3, &d->y_w2, mi, L, ck, cv, y + l0 * D);
     }
     /* Input projection and constant terms, then the patcher, per item. */
     int64_t C = C2 / 2;
@@ -232,9 +259,9 @@ int sam_dit_eval(const choir_sam *m, choir_stream *s, const sam_batch *bt, const
         /* Cross-attention to the text, no norm or modulation before it. */
         choir_op_linear(s, x, N, &l->cq, NULL, q);
         choir_op_rms_norm(s, q, q, N * H, hd, l->cq_norm, d->eps);
-        for (int i = 0, r0 = 0; i < n; r0 += (int)p[i].item.frames, i++) {
+        for (int i = 0, r0 = 0, l0 = 0; i < n; r0 += (int)p[i].item.frames, l0 += p[i].item.text_len, i++) {
             int64_t L = p[i].item.text_len;
-            const float *yi = y + i * Lmax * D;
+            const float *yi = y + l0 * D;
             choir_op_linear(s, yi, L, &l->ck, NULL, ck);
             choir_op_linear(s, yi, L, &l->cv, NULL, cv);
             choir_op_rms_norm(s, ck, ck, L * H, hd, l->ck_norm, d->eps);

@@ -20,7 +20,7 @@ typedef struct sam_prep {
 typedef struct sam_batch {
     int n;
     sam_prep *p;
-    int64_t N, Tmax, Lmax;
+    int64_t N, Tmax, Lmax, Lsum;
     int32_t *pos;
     float *ws;
     float *host_t; /* host staging for the t-dependent sinusoids */
@@ -29,6 +29,9 @@ typedef struct sam_batch {
 /* Bytes of stream working memory a batch of these items needs (preps,
  * positions, one evaluation's buffers). */
 size_t sam_batch_bytes(const choir_sam *m, const choir_sam_item *items, int n);
+/* The most kernel scratch one kernel call of the batch's evaluation (or
+ * its preparation) takes on the CPU. */
+size_t sam_dit_scratch_bytes(const choir_sam *m, const choir_sam_item *items, int n);
 /* Uploads and prepares the items on stream s (reserved with at least
  * sam_batch_bytes); b->p is caller storage for n preps. Returns 0 or the
  * error (also on the stream). */

@@ -5,6 +5,7 @@
 #ifndef CHOIR_SAM_INTERNAL_H
 #define CHOIR_SAM_INTERNAL_H
 
+#include "choir/arena.h"
 #include "choir/backend.h"
 #include "choir/quant.h"
 #include "choir/safetensors.h"
@@ -186,5 +187,111 @@ void sam_backend_detach(choir_sam *m);
 /* A stream on the model's backend with `work_bytes` of working memory;
  * NULL and err when it cannot be had. */
 choir_stream *sam_stream_open(const choir_sam *m, size_t work_bytes, choir_err *err);
+
+/* --- memory of a call (sam_plan.c) ---------------------------------------- */
+
+/* What one stage of a call (an encode, a decode, an ODE, T5) takes:
+ * `work`, the buffers it carves from its stream (device memory on a GPU,
+ * the call's arena on the CPU); `scratch`, the kernel scratch of its
+ * largest kernel call on the CPU (carved from the arena too); `host`, host
+ * buffers the stage carves from the arena on any backend (staging, state
+ * pointers). */
+typedef struct sam_need {
+    size_t work, scratch, host;
+} sam_need;
+
+/* Bytes `need` takes from the call's arena on m's backend. */
+size_t sam_need_arena(const choir_sam *m, const sam_need *need);
+/* Bytes a piece of `bytes` takes from an arena (its alignment included). */
+size_t sam_up(size_t bytes);
+
+/* The memory of one call. `a` is a host arena: the caller's (the engine's
+ * batch arena, from its current fill level) or one reserved for the call's
+ * plan (`own`). On the CPU `s` is one stream whose working memory is `a`:
+ * every stage of the call runs on it, carving its buffers and its kernel
+ * scratch there and giving them back when it ends. On a device `s` is NULL:
+ * each stage opens a device stream of its own under the backend's lock (as
+ * the device's memory cannot come from a host arena), and `a` holds only
+ * the host buffers. */
+typedef struct sam_mem {
+    choir_arena *a;
+    choir_stream *s;
+    choir_arena *own;
+} sam_mem;
+
+/* Opens a call over `arena`, or without one over an arena of `plan_bytes`
+ * reserved now from the counted allocator. 0, or CHOIR_ENOMEM and err. */
+int sam_mem_open(const choir_sam *m, choir_arena *arena, size_t plan_bytes, sam_mem *mem,
+                 choir_err *err);
+/* Frees the call's stream and its own arena (the caller's is left as the
+ * stages gave it back). A zeroed mem is a no-op. */
+void sam_mem_close(sam_mem *mem);
+
+/* One stage of a call: the stream its operations run on, and where the
+ * call's arena stood when it began (the stage's host buffers and, on the
+ * CPU, its buffers and scratch are given back by sam_stage_end). */
+typedef struct sam_stage {
+    choir_stream *s;
+    const sam_mem *mem;
+    size_t mark;
+    int device;
+} sam_stage;
+
+/* Begins a stage that takes `need`: on the CPU binds the call's stream to
+ * the arena with need->scratch of kernel scratch carved from it; on a
+ * device locks the backend and opens a stream of need->work bytes. Returns
+ * 0, or CHOIR_ENOMEM (the arena or the device has no room) with err and
+ * nothing held. */
+int sam_stage_begin(const choir_sam *m, const sam_mem *mem, const sam_need *need,
+                    sam_stage *st, choir_err *err);
+void sam_stage_end(const choir_sam *m, sam_stage *st);
+/* A host buffer of the stage (or of a caller that releases the arena
+ * itself): `bytes` from the call's arena, or NULL and err. */
+void *sam_host_alloc(const sam_mem *mem, size_t bytes, choir_err *err);
+
+/* The codec's stages (sam_codec.c): what an encode of n samples and a
+ * decode of T frames take, and the stages themselves in a call's memory. */
+sam_need sam_encode_need(const choir_sam *m, int64_t n);
+sam_need sam_decode_need(const choir_sam *m, int64_t T);
+int sam_encode_in(const choir_sam *m, const sam_mem *mem, const float *x, int64_t n,
+                  float *latent, choir_err *err);
+int sam_decode_in(const choir_sam *m, const sam_mem *mem, const float *latent, int64_t T,
+                  const uint8_t *message, float *y, choir_err *err);
+
+/* T5 (sam_t5.c): the arena bytes of encoding n tokens (working memory and
+ * kernel scratch; host only), and the encoding with them carved from
+ * `arena` and given back. */
+size_t sam_t5_bytes(const choir_sam *m, int n);
+int sam_t5_in(const choir_sam *m, choir_arena *arena, const int32_t *ids, int n, float *out,
+              choir_err *err);
+
+/* separate_long's geometry of a job over n samples (sam_plan.c): chunk,
+ * overlap and hop in samples (the chunk cut to the position table),
+ * n_chunks, and the first chunk's length (the longest). */
+typedef struct sam_geometry {
+    int64_t chunk, overlap, hop, first_len;
+    int n_chunks;
+} sam_geometry;
+void sam_job_geometry(const choir_sam *m, int64_t n, const choir_sam_params *p, sam_geometry *g);
+
+/* One chunk of a round, as the plan sees it. */
+typedef struct sam_chunk_dims {
+    int64_t len;      /* samples */
+    int text_len;     /* tokens */
+    int method, steps;
+} sam_chunk_dims;
+/* Arena bytes of one round over these chunks (sam_sep.c's order: the
+ * round's arrays and every chunk's latents, tables and decoded audio held
+ * through the round, then the largest of its encodes, ODE groups and
+ * decodes). */
+size_t sam_round_bytes(const choir_sam *m, const sam_chunk_dims *c, int n);
+/* Arena bytes of a job's state (the job, its text features, the tails). */
+size_t sam_job_state_bytes(const choir_sam *m, int64_t overlap, int text_len);
+size_t sam_job_struct_bytes(void);
+/* The ODE of a batch of items (sam_ode.c): what it takes, and the ODE in a
+ * call's memory. */
+sam_need sam_ode_need(const choir_sam *m, const choir_sam_item *items, int n);
+int sam_ode_in(const choir_sam *m, const sam_mem *mem, const choir_sam_item *items, int n,
+               float *const *x, const choir_sam_params *p, choir_err *err);
 
 #endif

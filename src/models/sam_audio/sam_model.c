@@ -12,14 +12,26 @@
  * chunks of different requests share network evaluations. A streaming
  * request receives each chunk's final samples as they exist (final = 0, then
  * an empty final = 1); a non-streaming one gets the whole result at once.
- * Input at another rate is resampled to 48 kHz up front; output is 48 kHz.
- * Working memory comes from streams of the model's backend (no_arena); in a
- * CUDA build the engine may load the model on a GPU (ops.gpu). */
+ * Input at another rate is resampled to 48 kHz up front (counted as I/O,
+ * outside the arena, like the input itself); output is 48 kHz.
+ *
+ * Memory: the batch runs in the engine's batch arena (choir_sam_params.arena):
+ * each request's job state and, for a non-streaming one, its whole result,
+ * then each round's buffers above them; on the CPU every stage's buffers and
+ * kernel scratch too, so the arena's high-water mark is what the batch used
+ * and the engine calibrates the estimate (choir_sam_job_bytes, that plan's
+ * peak) from it. An arena too small fails the batch with CHOIR_ENOMEM before
+ * any audio (a round emits only once all its chunks are decoded, and the
+ * first round is the largest), which the engine retries with more room. In
+ * a CUDA build the engine may load the model on a GPU (ops.gpu): the device
+ * memory is then the device's own (estimate_device), the arena the host
+ * side. */
 #include <string.h>
 
 #include <cjson/cJSON.h>
 
 #include "choir/alloc.h"
+#include "choir/arena.h"
 #include "choir/audio.h"
 #include "choir/model.h"
 #include "choir/sam_audio.h"
@@ -78,21 +90,37 @@ static int sam_check(const void *w, const choir_request *r, choir_err *err) {
     return choir_sam_check_params(&p, err);
 }
 
+static const char *description_of(const choir_request *r) {
+    const choir_sam_request *x = r->extra;
+    return x && x->description ? x->description : "speech";
+}
+
+/* A non-streaming request's whole result, in the arena. */
+static int64_t whole_bytes(int64_t n) { return (2 * n * (int64_t)sizeof(float) + 255) / 256 * 256; }
+
 static int64_t sam_estimate(const void *w, const choir_request *r) {
     choir_sam_params p;
     params_of(r, &p);
     int64_t n = samples48(r);
-    int64_t bytes = choir_sam_job_bytes(w, n, &p);
-    if (r->in.sts.sample_rate != CHOIR_SAM_RATE) bytes += n * (int64_t)sizeof(float);
-    if (!r->stream) bytes += 2 * n * (int64_t)sizeof(float);
+    int64_t bytes = choir_sam_job_bytes(w, n, choir_sam_count_tokens(w, description_of(r)), &p);
+    if (!r->stream) bytes += whole_bytes(n);
     return bytes;
 }
+
+#ifdef CHOIR_HAVE_CUDA
+static int64_t sam_estimate_device(const void *w, const choir_request *r) {
+    choir_sam_params p;
+    params_of(r, &p);
+    return choir_sam_job_device_bytes(w, samples48(r), choir_sam_count_tokens(w, description_of(r)), &p);
+}
+#endif
 
 typedef struct req_job {
     choir_request *req;
     choir_sam_job *job;
     float *x48;       /* resampled input (NULL at 48 kHz) */
     float *whole_t, *whole_r;
+    int whole_in_arena;
     int64_t n;
 } req_job;
 
@@ -121,7 +149,7 @@ static int on_chunk(void *user, const float *t, const float *r, int64_t n, int64
     return 0;
 }
 
-static int start(req_job *j, const choir_sam *m, choir_request *req, choir_err *err) {
+static int start(req_job *j, const choir_sam *m, choir_request *req, choir_arena *arena, choir_err *err) {
     memset(j, 0, sizeof *j);
     j->req = req;
     const choir_sts_input *in = &req->in.sts;
@@ -136,12 +164,15 @@ static int start(req_job *j, const choir_sam *m, choir_request *req, choir_err *
         x = j->x48;
     }
     if (!req->stream) {
-        j->whole_t = choir_alloc(CHOIR_MEM_IO, (size_t)(2 * j->n) * sizeof(float));
-        if (!j->whole_t) return choir_err_set(err, CHOIR_ENOMEM, "sam-audio: out of memory for the result");
+        size_t bytes = (size_t)(2 * j->n) * sizeof(float);
+        j->whole_in_arena = arena != NULL;
+        j->whole_t = arena ? choir_arena_alloc(arena, bytes) : choir_alloc(CHOIR_MEM_IO, bytes);
+        if (!j->whole_t) return choir_err_set(err, CHOIR_ENOMEM, "sam-audio: no room for the result (%zu bytes)", bytes);
         j->whole_r = j->whole_t + j->n;
     }
     choir_sam_params p;
     params_of(req, &p);
+    p.arena = arena;
     const choir_sam_request *e = req->extra;
     j->job = choir_sam_job_create(m, x, j->n, e && e->description ? e->description : "speech", e ? e->anchors : NULL,
                                   e ? e->n_anchors : 0, &p, on_chunk, j, err);
@@ -151,7 +182,7 @@ static int start(req_job *j, const choir_sam *m, choir_request *req, choir_err *
 static void job_free(req_job *j) {
     choir_sam_job_free(j->job);
     choir_free(j->x48);
-    choir_free(j->whole_t);
+    if (!j->whole_in_arena) choir_free(j->whole_t);
     memset(j, 0, sizeof *j);
 }
 
@@ -171,17 +202,18 @@ static void finish(req_job *j) {
 }
 
 static int sam_run_batch(void *weights, choir_request *const *reqs, int n, choir_arena *arena, choir_err *err) {
-    (void)arena;
     const choir_sam *m = weights;
     if (n < 1 || n > SAM_MAX_BATCH) return choir_err_set(err, CHOIR_EINVAL, "sam-audio: batch of %d (1..%d)", n, SAM_MAX_BATCH);
+    size_t mark = arena ? choir_arena_mark(arena) : 0;
     req_job jobs[SAM_MAX_BATCH];
     choir_sam_job *live[SAM_MAX_BATCH];
     int nl = 0;
     for (int i = 0; i < n; i++) {
         choir_err e = {0};
-        if (start(&jobs[i], m, reqs[i], &e) != 0) {
+        if (start(&jobs[i], m, reqs[i], arena, &e) != 0) {
             if (e.code == CHOIR_ENOMEM) {
                 for (int k = 0; k <= i; k++) job_free(&jobs[k]);
+                if (arena) choir_arena_release(arena, mark);
                 return choir_err_set(err, CHOIR_ENOMEM, "%s", e.msg);
             }
             choir_request_fail(reqs[i], e.code, "%s", e.msg);
@@ -207,6 +239,7 @@ static int sam_run_batch(void *weights, choir_request *const *reqs, int n, choir
         if (!rc && jobs[i].job && !reqs[i]->status) finish(&jobs[i]);
         job_free(&jobs[i]);
     }
+    if (arena) choir_arena_release(arena, mark);
     return rc == CHOIR_ENOMEM ? rc : 0;
 }
 
@@ -222,13 +255,12 @@ const choir_model_ops choir_model_sam_audio = {
     .estimate = sam_estimate,
     .run_batch = sam_run_batch,
     .check = sam_check,
-    .no_arena = 1,
 #ifdef CHOIR_HAVE_CUDA
     /* Every call locks the device (choir_backend_lock), so engine workers
      * may share one GPU model. The device's working memory is a chunk's, as
      * on the host. */
     .gpu = 1,
     .device_bytes = sam_device_bytes,
-    .estimate_device = sam_estimate,
+    .estimate_device = sam_estimate_device,
 #endif
 };

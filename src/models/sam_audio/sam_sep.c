@@ -108,7 +108,13 @@ struct choir_sam_job {
     float *tail_t, *tail_r; /* previous chunk's last `overlap` samples */
     int64_t emitted;
     int failed;
+    choir_arena *own;     /* the job's own memory, without p.arena */
 };
+
+size_t sam_job_state_bytes(const choir_sam *m, int64_t overlap, int text_len) {
+    return sam_up(sizeof(struct choir_sam_job)) + sam_up((size_t)(text_len * m->dit.text_dim) * sizeof(float)) +
+           sam_up((size_t)(2 * overlap + 1) * sizeof(float));
+}
 
 choir_sam_job *choir_sam_job_create(const choir_sam *m, const float *x, int64_t n, const char *text,
                                     const choir_sam_anchor *anchors, int n_anchors, const choir_sam_params *p,
@@ -127,43 +133,49 @@ choir_sam_job *choir_sam_job_create(const choir_sam *m, const float *x, int64_t 
         choir_err_set(err, CHOIR_EINVAL, "sam-audio: at most %d anchors", CHOIR_SAM_MAX_ANCHORS);
         return NULL;
     }
-    choir_sam_job *j = choir_calloc(CHOIR_MEM_ACTIVATIONS, 1, sizeof *j);
-    if (!j) {
-        choir_err_set(err, CHOIR_ENOMEM, "sam-audio: out of memory");
+    int32_t *ids = NULL;
+    int text_len = 0;
+    if (choir_sam_tokenize(m, text, &ids, &text_len, err) != 0) return NULL;
+    sam_geometry g;
+    sam_job_geometry(m, n, p, &g);
+    /* The job's state lives until it is freed: in the caller's arena (given
+     * back when the caller releases it), or in an arena of its own. T5's
+     * working memory goes above it and is given back at once. */
+    choir_arena *a = p->arena, *own = NULL;
+    if (!a && !(a = own = choir_arena_create(sam_job_state_bytes(m, g.overlap, text_len), CHOIR_MEM_ACTIVATIONS, err))) {
+        choir_free(ids);
         return NULL;
     }
-    j->m = m, j->x = x, j->n = n, j->p = *p, j->anchors = anchors, j->n_anchors = n_anchors, j->emit = emit, j->user = user;
-    j->chunk = (int64_t)(p->chunk_seconds * CHOIR_SAM_RATE);
-    j->overlap = (int64_t)(p->overlap_seconds * CHOIR_SAM_RATE);
-    j->hop = j->chunk - j->overlap;
-    /* A chunk longer than the model's position table (400 s for the
-     * published models) is cut to it; the overlap stays at most half. */
-    if (j->chunk > m->dit.max_pos * m->codec.hop) {
-        j->chunk = m->dit.max_pos * m->codec.hop;
-        if (j->overlap > j->chunk / 2) j->overlap = j->chunk / 2;
-        j->hop = j->chunk - j->overlap;
+    sam_mem mem = {.a = a};
+    size_t mark = choir_arena_mark(a);
+    choir_sam_job *j = sam_host_alloc(&mem, sizeof *j, err);
+    float *tf = j ? sam_host_alloc(&mem, (size_t)(text_len * m->dit.text_dim) * sizeof(float), err) : NULL;
+    float *tails = tf ? sam_host_alloc(&mem, (size_t)(2 * g.overlap + 1) * sizeof(float), err) : NULL;
+    int rc = tails ? 0 : CHOIR_ENOMEM;
+    if (!rc && own) {
+        /* T5 in counted memory of its own (the job's arena holds the state only) */
+        rc = choir_sam_text_features(m, ids, text_len, tf, err);
+    } else if (!rc) {
+        rc = sam_t5_in(m, a, ids, text_len, tf, err);
     }
-    j->n_chunks = n <= j->chunk ? 1 : (int)((n - j->overlap + j->hop - 1) / j->hop);
-    int32_t *ids = NULL;
-    if (choir_sam_tokenize(m, text, &ids, &j->text_len, err) != 0) goto fail;
-    j->text = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(j->text_len * m->dit.text_dim) * sizeof(float));
-    j->tail_t = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(2 * j->overlap + 1) * sizeof(float));
-    j->tail_r = j->tail_t ? j->tail_t + j->overlap : NULL;
-    int rc = j->text && j->tail_t ? choir_sam_text_features(m, ids, j->text_len, j->text, err)
-                                  : choir_err_set(err, CHOIR_ENOMEM, "sam-audio: out of memory");
     choir_free(ids);
-    if (rc) goto fail;
+    if (rc) {
+        choir_arena_release(a, mark);
+        choir_arena_free(own);
+        return NULL;
+    }
+    memset(j, 0, sizeof *j);
+    j->m = m, j->x = x, j->n = n, j->p = *p, j->anchors = anchors, j->n_anchors = n_anchors, j->emit = emit, j->user = user;
+    j->chunk = g.chunk, j->overlap = g.overlap, j->hop = g.hop, j->n_chunks = g.n_chunks;
+    j->text = tf, j->text_len = text_len;
+    j->tail_t = tails, j->tail_r = tails + g.overlap;
+    j->own = own;
     return j;
-fail:
-    choir_sam_job_free(j);
-    return NULL;
 }
 
 void choir_sam_job_free(choir_sam_job *j) {
     if (!j) return;
-    choir_free(j->text);
-    choir_free(j->tail_t);
-    choir_free(j);
+    choir_arena_free(j->own); /* the job itself lies in it */
 }
 
 int choir_sam_job_done(const choir_sam_job *j) { return j->failed || j->next >= j->n_chunks; }
@@ -176,24 +188,31 @@ typedef struct chunk_work {
     int64_t start, len, T;
     float *lat;     /* [T, C] */
     float *x;       /* [T, 2C] noise -> result */
+    float *audio;   /* [2 T hop]: decoded target, then residual */
     int32_t *ids, *align;
 } chunk_work;
 
-/* Decodes the chunk's result and emits what is final. */
-static int finish_chunk(chunk_work *w, float *buf_t, float *buf_r, choir_err *err) {
-    choir_sam_job *j = w->j;
-    const choir_sam *m = j->m;
-    int64_t T = w->T, C = m->codec.cb, hop = m->codec.hop;
-    float *lt = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(T * C) * sizeof *lt);
-    if (!lt) return choir_err_set(err, CHOIR_ENOMEM, "sam-audio: out of memory");
-    int rc = 0;
+/* Decodes the chunk's result, target and residual, into its audio. */
+static int decode_chunk(const sam_mem *mem, chunk_work *w, choir_err *err) {
+    const choir_sam *m = w->j->m;
+    int64_t T = w->T, C = m->codec.cb, L = T * m->codec.hop;
+    size_t mark = choir_arena_mark(mem->a);
+    float *lt = sam_host_alloc(mem, (size_t)(T * C) * sizeof *lt, err);
+    int rc = lt ? 0 : CHOIR_ENOMEM;
     for (int part = 0; part < 2 && !rc; part++) {
         for (int64_t t = 0; t < T; t++) memcpy(lt + t * C, w->x + t * 2 * C + part * C, (size_t)C * sizeof *lt);
-        rc = choir_sam_decode(m, lt, T, j->p.message, part ? buf_r : buf_t, err);
+        rc = sam_decode_in(m, mem, lt, T, w->j->p.message, w->audio + part * L, err);
     }
-    choir_free(lt);
-    if (rc) return rc;
-    (void)hop;
+    choir_arena_release(mem->a, mark);
+    return rc;
+}
+
+/* Emits what of the decoded chunk is final. */
+static int finish_chunk(chunk_work *w, choir_err *err) {
+    choir_sam_job *j = w->j;
+    int64_t L = w->T * j->m->codec.hop;
+    float *buf_t = w->audio, *buf_r = w->audio + L;
+    int rc = 0;
     int first = j->next == 0, last = j->next + 1 == j->n_chunks;
     int64_t ov = j->n_chunks > 1 ? j->overlap : 0, head = 0;
     if (!first && ov > 0) {
@@ -216,53 +235,112 @@ static int finish_chunk(chunk_work *w, float *buf_t, float *buf_r, choir_err *er
     return rc;
 }
 
-int choir_sam_run_round(const choir_sam *m, choir_sam_job *const *jobs, int n, choir_err *err) {
-    chunk_work *w = choir_calloc(CHOIR_MEM_ACTIVATIONS, (size_t)(n ? n : 1), sizeof *w);
-    choir_sam_item *items = choir_calloc(CHOIR_MEM_ACTIVATIONS, (size_t)(n ? n : 1), sizeof *items);
-    float **xs = choir_calloc(CHOIR_MEM_ACTIVATIONS, (size_t)(n ? n : 1), sizeof *xs);
-    int *used = choir_calloc(CHOIR_MEM_ACTIVATIONS, (size_t)(n ? n : 1), sizeof *used);
-    int rc = 0, nw = 0;
-    if (!w || !items || !xs || !used) {
-        rc = choir_err_set(err, CHOIR_ENOMEM, "sam-audio: out of memory");
-        goto done;
+static size_t chunk_held_bytes(const choir_sam *m, int64_t T) {
+    int64_t C = m->codec.cb;
+    return sam_up((size_t)(T * 3 * C) * sizeof(float)) +
+           sam_up((size_t)(CHOIR_SAM_MAX_ANCHORS + 2 + T) * sizeof(int32_t)) +
+           sam_up((size_t)(2 * T * m->codec.hop) * sizeof(float));
+}
+
+static size_t round_arrays_bytes(int n) {
+    return sam_up((size_t)n * sizeof(chunk_work)) + sam_up((size_t)n * sizeof(choir_sam_item)) +
+           sam_up((size_t)n * sizeof(float *)) + sam_up((size_t)n * sizeof(int));
+}
+
+size_t sam_round_bytes(const choir_sam *m, const sam_chunk_dims *c, int n) {
+    int64_t hop = m->codec.hop, C = m->codec.cb;
+    size_t held = round_arrays_bytes(n), most = 0, b;
+    int grouped[64] = {0};
+    for (int i = 0; i < n; i++) {
+        int64_t T = (c[i].len + hop - 1) / hop;
+        held += chunk_held_bytes(m, T);
+        sam_need ne = sam_encode_need(m, c[i].len), nd = sam_decode_need(m, T);
+        if ((b = sam_need_arena(m, &ne)) > most) most = b;
+        if ((b = sam_up((size_t)(T * C) * sizeof(float)) + sam_need_arena(m, &nd)) > most) most = b;
     }
+    /* The ODE groups of run_round, one after another. */
+    for (int a = 0; a < n; a++) {
+        if (a < 64 && grouped[a]) continue;
+        choir_sam_item gi[64];
+        int g = 0;
+        for (int k = a; k < n && g < 64; k++) {
+            if ((k < 64 && grouped[k]) || c[k].method != c[a].method || c[k].steps != c[a].steps) continue;
+            if (k < 64) grouped[k] = 1;
+            int64_t T = (c[k].len + hop - 1) / hop;
+            gi[g++] = (choir_sam_item){.frames = T, .valid_frames = T, .text_len = c[k].text_len};
+        }
+        sam_need no = sam_ode_need(m, gi, g);
+        if ((b = sam_need_arena(m, &no)) > most) most = b;
+    }
+    return held + most;
+}
+
+/* The round's chunks: every unfinished job's next one. */
+static int round_dims(choir_sam_job *const *jobs, int n, sam_chunk_dims *c) {
+    int nw = 0;
+    for (int i = 0; i < n; i++) {
+        const choir_sam_job *j = jobs[i];
+        if (choir_sam_job_done(j)) continue;
+        int64_t start = (int64_t)j->next * j->hop;
+        c[nw++] = (sam_chunk_dims){.len = j->n_chunks == 1 ? j->n : (start + j->chunk < j->n ? j->chunk : j->n - start),
+                                   .text_len = j->text_len, .method = j->p.method, .steps = j->p.steps};
+    }
+    return nw;
+}
+
+/* The round in the call's memory. Every chunk is encoded, integrated and
+ * decoded before the first of them is emitted, so a round that runs out of
+ * room fails before any of its audio is out. */
+static int run_round_in(const choir_sam *m, const sam_mem *mem, choir_sam_job *const *jobs, int n, choir_err *err) {
+    size_t mark = choir_arena_mark(mem->a);
+    int nn = n ? n : 1;
+    chunk_work *w = sam_host_alloc(mem, (size_t)nn * sizeof *w, err);
+    choir_sam_item *items = w ? sam_host_alloc(mem, (size_t)nn * sizeof *items, err) : NULL;
+    float **xs = items ? sam_host_alloc(mem, (size_t)nn * sizeof *xs, err) : NULL;
+    int *used = xs ? sam_host_alloc(mem, (size_t)nn * sizeof *used, err) : NULL;
+    int rc = used ? 0 : CHOIR_ENOMEM, nw = 0;
+    if (rc) goto done;
+    memset(w, 0, (size_t)nn * sizeof *w);
+    memset(used, 0, (size_t)nn * sizeof *used);
     int64_t C = m->codec.cb, hop = m->codec.hop;
-    /* Encode every job's next chunk. */
+    /* Every chunk's buffers first: they live through the round. */
     for (int i = 0; i < n && !rc; i++) {
         choir_sam_job *j = jobs[i];
         if (choir_sam_job_done(j)) continue;
-        chunk_work *c = &w[nw];
+        chunk_work *c = &w[nw++];
         c->j = j;
         c->start = (int64_t)j->next * j->hop;
         c->len = j->n_chunks == 1 ? j->n : (c->start + j->chunk < j->n ? j->chunk : j->n - c->start);
         c->T = (c->len + hop - 1) / hop;
-        c->lat = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(c->T * 3 * C) * sizeof(float));
-        c->ids = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(CHOIR_SAM_MAX_ANCHORS + 2 + c->T) * sizeof(int32_t));
-        nw++;
-        if (!c->lat || !c->ids) {
-            rc = choir_err_set(err, CHOIR_ENOMEM, "sam-audio: out of memory");
-            break;
-        }
+        c->lat = sam_host_alloc(mem, (size_t)(c->T * 3 * C) * sizeof(float), err);
+        c->ids = c->lat ? sam_host_alloc(mem, (size_t)(CHOIR_SAM_MAX_ANCHORS + 2 + c->T) * sizeof(int32_t), err) : NULL;
+        c->audio = c->ids ? sam_host_alloc(mem, (size_t)(2 * c->T * hop) * sizeof(float), err) : NULL;
+        if (!c->audio) rc = CHOIR_ENOMEM;
+    }
+    /* Encode every job's next chunk. */
+    for (int a = 0; a < nw && !rc; a++) {
+        chunk_work *c = &w[a];
+        choir_sam_job *j = c->j;
         c->x = c->lat + c->T * C;
         c->align = c->ids + CHOIR_SAM_MAX_ANCHORS + 2;
-        rc = choir_sam_encode(m, j->x + c->start, c->len, c->lat, err);
+        rc = sam_encode_in(m, mem, j->x + c->start, c->len, c->lat, err);
         choir_sam_noise(m, j->p.seed + (uint64_t)j->next, c->T, c->x);
         /* Anchors shifted into the chunk's time. */
         choir_sam_anchor local[CHOIR_SAM_MAX_ANCHORS];
         int nl = 0;
         double s0 = (double)c->start / CHOIR_SAM_RATE, s1 = (double)(c->start + c->len) / CHOIR_SAM_RATE;
-        for (int a = 0; a < j->n_anchors; a++) {
-            if (j->anchors[a].end_s <= s0 || j->anchors[a].start_s >= s1) continue;
-            local[nl] = j->anchors[a];
+        for (int k = 0; k < j->n_anchors; k++) {
+            if (j->anchors[k].end_s <= s0 || j->anchors[k].start_s >= s1) continue;
+            local[nl] = j->anchors[k];
             local[nl].start_s = local[nl].start_s > s0 ? local[nl].start_s - s0 : 0;
             local[nl].end_s -= s0;
             nl++;
         }
         choir_sam_anchor_tables(m, local, nl, c->T, c->T, c->ids, c->align);
-        items[nw - 1] = (choir_sam_item){.frames = c->T, .valid_frames = c->T, .features = c->lat, .text = j->text,
-                                         .text_len = j->text_len, .anchor_ids = c->ids, .n_anchor_ids = nl + 2,
-                                         .anchor_alignment = c->align};
-        xs[nw - 1] = c->x;
+        items[a] = (choir_sam_item){.frames = c->T, .valid_frames = c->T, .features = c->lat, .text = j->text,
+                                    .text_len = j->text_len, .anchor_ids = c->ids, .n_anchor_ids = nl + 2,
+                                    .anchor_alignment = c->align};
+        xs[a] = c->x;
     }
     /* One ODE per (method, steps) group: their evaluations share batches. */
     for (int a = 0; a < nw && !rc; a++) {
@@ -276,24 +354,38 @@ int choir_sam_run_round(const choir_sam *m, choir_sam_job *const *jobs, int n, c
                 gi[g] = items[b];
                 gx[g++] = xs[b];
             }
-        rc = choir_sam_ode(m, gi, g, gx, &w[a].j->p, err);
+        rc = sam_ode_in(m, mem, gi, g, gx, &w[a].j->p, err);
     }
-    /* Decode and emit, one chunk at a time. */
-    for (int a = 0; a < nw && !rc; a++) {
-        int64_t L = w[a].T * hop;
-        float *bt = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(2 * L) * sizeof(float));
-        if (!bt) {
-            rc = choir_err_set(err, CHOIR_ENOMEM, "sam-audio: out of memory");
-            break;
-        }
-        rc = finish_chunk(&w[a], bt, bt + L, err);
-        choir_free(bt);
-    }
+    /* Decode every chunk, then emit. */
+    for (int a = 0; a < nw && !rc; a++) rc = decode_chunk(mem, &w[a], err);
+    for (int a = 0; a < nw && !rc; a++) rc = finish_chunk(&w[a], err);
 done:
     if (rc)
         for (int a = 0; a < nw; a++) w[a].j->failed = 1;
-    for (int a = 0; a < nw; a++) choir_free(w[a].lat), choir_free(w[a].ids);
-    choir_free(w), choir_free(items), choir_free(xs), choir_free(used);
+    choir_arena_release(mem->a, mark);
+    return rc;
+}
+
+int choir_sam_run_round(const choir_sam *m, choir_sam_job *const *jobs, int n, choir_err *err) {
+    if (n < 1) return 0;
+    choir_arena *arena = jobs[0]->p.arena;
+    for (int i = 1; i < n; i++)
+        if (jobs[i]->p.arena != arena)
+            return choir_err_set(err, CHOIR_EINVAL, "sam-audio: the jobs of a round must share one arena");
+    sam_chunk_dims c[64];
+    size_t plan = 0;
+    if (!arena) {
+        /* without the caller's arena: one of the round's planned size */
+        sam_chunk_dims *dims = n <= 64 ? c : choir_alloc(CHOIR_MEM_OTHER, (size_t)n * sizeof *dims);
+        if (!dims) return choir_err_set(err, CHOIR_ENOMEM, "sam-audio: out of memory");
+        plan = sam_round_bytes(m, dims, round_dims(jobs, n, dims));
+        if (dims != c) choir_free(dims);
+    }
+    sam_mem mem;
+    int rc = sam_mem_open(m, arena, plan, &mem, err);
+    if (rc) return rc;
+    rc = run_round_in(m, &mem, jobs, n, err);
+    sam_mem_close(&mem);
     return rc;
 }
 
@@ -321,34 +413,82 @@ int choir_sam_separate(const choir_sam *m, const float *x, int64_t n, const char
     return rc;
 }
 
-/* --- memory estimates --------------------------------------------------- */
+/* --- estimates (the plan of sam_plan.c's header) ------------------------ */
 
-int64_t choir_sam_chunk_bytes(const choir_sam *m, int64_t frames) {
-    /* Published base sizes when no model is at hand. */
-    int64_t D = m ? m->dit.D : 2048, F = m ? m->dit.F : 5504, hop = m ? m->codec.hop : 1920;
-    int64_t C = m ? m->codec.cb : 128, dec = m ? m->codec.dec_in.cout : 1536, enc = m ? m->codec.enc_in.cout : 64;
-    int64_t L = frames * hop;
-    /* Decoder: three buffers of its widest stage (cout x length grows to
-     * about dec/8 x L) plus scratch; the encoder's widest is enc x L. */
-    int64_t dec_floats = 3 * (dec / 8 > 192 ? dec / 8 : 192) * L + 64 * L + 3 * dec * frames;
-    int64_t enc_floats = 3 * enc * L + 3 * L;
-    int64_t dit_floats = frames * (7 * D + 2 * F + 6 * C + 2 * D) + 2 * D * frames + 64 * 5 * D + frames * 3 * C * 3;
-    int64_t attn = 128 * frames * 4; /* attention scratch per pool thread, a few threads */
-    int64_t w = dec_floats > enc_floats ? dec_floats : enc_floats;
-    if (dit_floats + attn > w) w = dit_floats + attn;
-    return (w + 2 * L + frames * 3 * C) * (int64_t)sizeof(float);
+int choir_sam_count_tokens(const choir_sam *m, const char *text) {
+    int32_t *ids = NULL;
+    int n = 0;
+    if (!m || !m->has_t5 || choir_sam_tokenize(m, text, &ids, &n, NULL) != 0) return m && m->has_t5 ? m->t5.max_length : 512;
+    choir_free(ids);
+    return n;
 }
 
-int64_t choir_sam_job_bytes(const choir_sam *m, int64_t n_samples, const choir_sam_params *p) {
+static int64_t job_bytes_without_model(int64_t n_samples, int text_tokens, const choir_sam_params *p);
+
+int64_t choir_sam_job_bytes(const choir_sam *m, int64_t n_samples, int text_tokens, const choir_sam_params *p) {
     choir_sam_params dp;
     if (!p) {
         choir_sam_default_params(&dp);
         p = &dp;
     }
-    int64_t hop = m ? m->codec.hop : 1920;
+    if (n_samples < 1) n_samples = 1;
+    if (!m) return job_bytes_without_model(n_samples, text_tokens, p);
+    if (text_tokens < 1 || text_tokens > m->t5.max_length) text_tokens = m->t5.max_length;
+    sam_geometry g;
+    sam_job_geometry(m, n_samples, p, &g);
+    sam_chunk_dims c = {.len = g.first_len, .text_len = text_tokens, .method = p->method, .steps = p->steps};
+    size_t t5 = m->has_t5 ? sam_t5_bytes(m, text_tokens) : 0, round = sam_round_bytes(m, &c, 1);
+    return (int64_t)(sam_job_state_bytes(m, g.overlap, text_tokens) + (t5 > round ? t5 : round));
+}
+
+int64_t choir_sam_chunk_bytes(const choir_sam *m, int64_t frames, int text_tokens) {
+    if (!m) {
+        choir_sam_params p;
+        choir_sam_default_params(&p);
+        p.chunk_seconds = (double)(frames * 1920) / CHOIR_SAM_RATE;
+        p.overlap_seconds = 0;
+        return job_bytes_without_model(frames * 1920, text_tokens, &p);
+    }
+    if (text_tokens < 1 || text_tokens > m->t5.max_length) text_tokens = m->t5.max_length;
+    sam_chunk_dims c = {.len = frames * m->codec.hop, .text_len = text_tokens, .method = CHOIR_SAM_MIDPOINT, .steps = 1};
+    return (int64_t)sam_round_bytes(m, &c, 1);
+}
+
+/* Without a model (before the engine has loaded it): a bound at the
+ * published base sizes (codec 64 / 1536 wide, hop 1920, C 128; DiT D 2048,
+ * FFN 5504; T5-base), with a generous margin over the stages' shapes. The
+ * engine estimates again with the model once it is loaded. */
+static int64_t job_bytes_without_model(int64_t n_samples, int text_tokens, const choir_sam_params *p) {
+    int64_t D = 2048, F = 5504, hop = 1920, C = 128, dec = 1536, enc = 64, Lt = text_tokens > 0 ? text_tokens : 512;
     int64_t chunk = (int64_t)(p->chunk_seconds * CHOIR_SAM_RATE);
     if (n_samples < chunk) chunk = n_samples;
-    int64_t frames = (chunk + hop - 1) / hop;
-    int64_t text = 512 * (m ? m->dit.text_dim : 768) * 4 * 4;
-    return choir_sam_chunk_bytes(m, frames) + (int64_t)(2 * p->overlap_seconds * CHOIR_SAM_RATE) * 4 + text;
+    int64_t frames = (chunk + hop - 1) / hop, L = frames * hop;
+    int64_t dec_floats = 4 * (dec / 8 > 192 ? dec / 8 : 192) * L + 64 * L + 4 * dec * frames;
+    int64_t enc_floats = 3 * enc * L + 3 * L;
+    int64_t dit_floats = frames * (7 * D + 2 * F + 12 * C + 4 * D) + 2 * D * frames + 64 * 5 * D + 5 * Lt * D;
+    int64_t t5_floats = Lt * (768 + 4 * 768 + 2 * 3072) + 12 * Lt * Lt;
+    int64_t w = dec_floats > enc_floats ? dec_floats : enc_floats;
+    if (dit_floats > w) w = dit_floats;
+    if (t5_floats > w) w = t5_floats;
+    int64_t held = 2 * L + frames * 4 * C + Lt * 768 + (int64_t)(2 * p->overlap_seconds * CHOIR_SAM_RATE);
+    return (w + held) * (int64_t)sizeof(float) * 5 / 4 + (64 << 20);
+}
+
+int64_t choir_sam_job_device_bytes(const choir_sam *m, int64_t n_samples, int text_tokens, const choir_sam_params *p) {
+    choir_sam_params dp;
+    if (!p) {
+        choir_sam_default_params(&dp);
+        p = &dp;
+    }
+    if (n_samples < 1) n_samples = 1;
+    if (!m) return job_bytes_without_model(n_samples, text_tokens, p);
+    if (choir_backend_is_host(m->be)) return 0;
+    if (text_tokens < 1 || text_tokens > m->t5.max_length) text_tokens = m->t5.max_length;
+    sam_geometry g;
+    sam_job_geometry(m, n_samples, p, &g);
+    int64_t T = (g.first_len + m->codec.hop - 1) / m->codec.hop;
+    choir_sam_item it = {.frames = T, .valid_frames = T, .text_len = text_tokens};
+    sam_need ne = sam_encode_need(m, g.first_len), nd = sam_decode_need(m, T), no = sam_ode_need(m, &it, 1);
+    size_t most = ne.work > nd.work ? ne.work : nd.work;
+    return (int64_t)(no.work > most ? no.work : most);
 }

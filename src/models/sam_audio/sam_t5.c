@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "choir/alloc.h"
+#include "choir/arena.h"
 #include "choir/json.h"
 #include "choir/kernels.h"
 #include "choir/kernels_ext.h"
@@ -122,14 +123,60 @@ static int t5_bucket(int rel, int buckets, int max_distance) {
     return ret + large;
 }
 
+/* Floats of T5's working memory for n tokens: the normed input, q, k, v,
+ * the heads' output, the FFN's two halves, the position bias [H, n, n]. */
+static size_t t5_floats(const sam_t5 *t, int n) {
+    int64_t inner = t->n_heads * t->d_kv;
+    return (size_t)n * (size_t)(t->d + 4 * inner + 2 * t->d_ff) + (size_t)(t->n_heads * n * n);
+}
+
+/* The most kernel scratch one of T5's kernel calls over n tokens takes: a
+ * head's attention scores, a linear of a stored (not f32) dtype. */
+static size_t t5_scratch(const sam_t5 *t, int n) {
+    size_t most = choir_attention_scratch_bytes(n, n);
+    for (int64_t L = 0; L < t->n_layers; L++) {
+        const sam_t5_layer *l = &t->layers[L];
+        const choir_weight *ws[] = {&l->q, &l->k, &l->v, &l->o, &l->wi, &l->wi1, &l->wo};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+            size_t b = ws[i]->rows > 0 ? choir_linear_scratch_bytes(n, ws[i]) : 0;
+            if (b > most) most = b;
+        }
+    }
+    return most;
+}
+
+size_t sam_t5_bytes(const choir_sam *m, int n) {
+    if (!m->has_t5 || n < 1) return 0;
+    return sam_up(t5_floats(&m->t5, n) * sizeof(float)) + sam_up(t5_scratch(&m->t5, n));
+}
+
 int choir_sam_text_features(const choir_sam *m, const int32_t *ids, int n, float *out, choir_err *err) {
+    if (!m->has_t5) return choir_err_set(err, CHOIR_ENOTFOUND, "sam-audio: no T5 text encoder loaded");
+    if (n < 1) return choir_err_set(err, CHOIR_EINVAL, "sam-audio: empty token list");
+    choir_arena *a = choir_arena_create(sam_t5_bytes(m, n), CHOIR_MEM_ACTIVATIONS, err);
+    if (!a) return choir_err_prefix(err, "sam-audio: T5");
+    int rc = sam_t5_in(m, a, ids, n, out, err);
+    choir_arena_free(a);
+    return rc;
+}
+
+/* T5 runs on the host with the kernels directly (a few tokens, once per
+ * request); their scratch is a block of the arena bound to this thread for
+ * the call. */
+int sam_t5_in(const choir_sam *m, choir_arena *arena, const int32_t *ids, int n, float *out, choir_err *err) {
     if (!m->has_t5) return choir_err_set(err, CHOIR_ENOTFOUND, "sam-audio: no T5 text encoder loaded");
     if (n < 1) return choir_err_set(err, CHOIR_EINVAL, "sam-audio: empty token list");
     const sam_t5 *t = &m->t5;
     int64_t d = t->d, H = t->n_heads, dk = t->d_kv, inner = H * dk, ff = t->d_ff;
-    size_t floats = (size_t)n * (size_t)(d + 4 * inner + 2 * ff) + (size_t)(H * n * n);
-    float *buf = choir_alloc(CHOIR_MEM_ACTIVATIONS, floats * sizeof(float));
-    if (!buf) return choir_err_set(err, CHOIR_ENOMEM, "sam-audio: out of memory in T5");
+    size_t mark = choir_arena_mark(arena), sb = t5_scratch(t, n);
+    float *buf = choir_arena_alloc(arena, t5_floats(t, n) * sizeof(float));
+    choir_kernel_scratch ks = {.base = sb ? choir_arena_alloc(arena, sb) : NULL, .bytes = sb};
+    if (!buf || (sb && !ks.base)) {
+        choir_arena_release(arena, mark);
+        return choir_err_set(err, CHOIR_ENOMEM, "sam-audio: the arena has no room for T5 over %d tokens (%zu of %zu used)",
+                             n, choir_arena_used(arena), choir_arena_capacity(arena));
+    }
+    choir_kernel_scratch *prev = choir_kernels_bind_scratch(&ks);
     float *h = buf, *q = h + n * d, *k = q + n * inner, *v = k + n * inner, *att = v + n * inner;
     float *f1 = att + n * inner, *f2 = f1 + n * ff, *bias = f2 + n * ff;
     for (int i = 0; i < n; i++) memcpy(out + i * d, t->embed + (int64_t)ids[i] * d, (size_t)d * sizeof *out);
@@ -163,6 +210,7 @@ int choir_sam_text_features(const choir_sam *m, const int32_t *ids, int n, float
         choir_add(out, h, out, n * d);
     }
     choir_rms_norm(out, d, out, d, n, d, t->final_ln, t->eps);
-    choir_free(buf);
+    choir_kernels_bind_scratch(prev);
+    choir_arena_release(arena, mark);
     return 0;
 }

@@ -15,7 +15,7 @@ fake_cuda src/tensor/backend/backend.c src/tensor/backend/stream.c src/tensor/ba
     src/tensor/backend/op_elementwise.c src/tensor/backend/op_audio.c \
     src/tensor/backend/op_sam.c tests/cuda/fake/fake_cuda.c tests/cuda/fake/fake_sam.c \
     tests/cuda/sam_audio_gpu_check.c src/models/sam_audio/sam_codec.c \
-    src/models/sam_audio/sam_dit.c src/models/sam_audio/sam_ode.c \
+    src/models/sam_audio/sam_dit.c src/models/sam_audio/sam_ode.c src/models/sam_audio/sam_plan.c \
     src/models/sam_audio/sam_backend.c src/models/sam_audio/sam_random.c \
     src/audio/chunker.c
 fake_build sam_audio_gpu_check_fake
