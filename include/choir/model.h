@@ -259,12 +259,6 @@ typedef struct choir_model_ops {
      * be NULL (not loaded yet). Must be cheap. Optional: NULL accepts all. */
     int (*check)(const void *weights, const choir_request *req, choir_err *err);
 
-    /* 1: run_batch takes its working memory from the counted allocator
-     * (activations / cache categories) instead of the arena. The engine still
-     * reserves the estimates against the budget but passes only a small
-     * arena, and cannot calibrate the estimates from arena peaks. */
-    int no_arena;
-
     /* --- GPUs (all optional; a CPU-only adapter leaves them 0 / NULL) --- */
     /* 1: load() accepts opt->device >= 1 and then keeps its weights in that
      * GPU's memory and runs batches there (set only in CUDA builds). A GPU

@@ -684,7 +684,7 @@ static void run_one_batch(choir_engine *e, sched_action *a, choir_kernel_scratch
     if (w) {
         /* The arena is the reservation: a batch cannot grow past what the
          * governor granted it. */
-        size_t cap = ops->no_arena ? (size_t)64 << 10 : a->reserved > 4096 ? (size_t)a->reserved : 4096;
+        size_t cap = a->reserved > 4096 ? (size_t)a->reserved : 4096;
         arena = choir_arena_create(cap, CHOIR_MEM_ACTIVATIONS, &err);
         /* CPU kernels take their scratch from the worker's block (a model's
          * backend stream binds its own over it). */
