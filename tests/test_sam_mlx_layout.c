@@ -14,6 +14,13 @@
  *  - The quantized copy loads with quantized DiT matrices, a dequantized
  *    message table within a quantization step of the float one, and
  *    separates close to the float copy.
+ *  - fp16 and bf16 copies of the mlx copy (as mlx-community's float16 /
+ *    bfloat16 repositories hold them: every float tensor in that dtype,
+ *    rounded to nearest even; written here by write_cast) load, the DiT's matrices kept in
+ *    their stored dtype, and give one network evaluation (a ragged batch of
+ *    two items) within a stated bound of the f32 copy's: the weights' own
+ *    rounding (2^-11 relative for fp16, 2^-8 for bf16) carried through the
+ *    network, not a layout mistake, which would be of order 1.
  *  - A missing tensor, a convolution left in PyTorch's shape, a wrong element
  *    count and a quantized matrix without its biases are refused with an
  *    error naming the tensor. */
@@ -31,7 +38,7 @@
 #include "models/sam_audio/sam_internal.h"
 #include "testutil.h"
 
-static char g_ck[4096], g_zero[4096], g_mlx[4096], g_q8[4096], g_t5[4200];
+static char g_ck[4096], g_zero[4096], g_mlx[4096], g_q8[4096], g_f16[4096], g_bf16[4096], g_t5[4200];
 
 static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int run(const char *fmt, ...) {
@@ -84,6 +91,39 @@ static int write_copy(const char *src_dir, const char *dst_dir, const char *name
     return rc;
 }
 
+/* dst_dir: src_dir's config.json, and its model.safetensors with every
+ * f32 tensor stored as `dtype` (F16 or BF16, rounded to nearest even). */
+static int write_cast(const char *src_dir, const char *dst_dir, choir_dtype dtype) {
+    char path[4400];
+    choir_err err = {0};
+    if (run("mkdir -p '%s' && cp '%s/config.json' '%s/'", dst_dir, src_dir, dst_dir) != 0) return -1;
+    snprintf(path, sizeof path, "%s/model.safetensors", src_dir);
+    choir_st *st = choir_st_open(path, &err);
+    if (!st) return -1;
+    choir_st_writer *w = choir_st_writer_create(&err);
+    int n = choir_st_count(st), rc = 0;
+    uint16_t **half = calloc((size_t)n, sizeof *half);
+    for (int i = 0; i < n && rc == 0; i++) {
+        const choir_st_tensor *t = choir_st_at(st, i);
+        if (t->dtype != CHOIR_DTYPE_F32) {
+            rc = choir_st_writer_add_ref(w, t->name, t->dtype, t->ndim, t->shape, t->data, &err);
+            continue;
+        }
+        half[i] = malloc((size_t)(t->numel > 0 ? t->numel : 1) * sizeof(uint16_t));
+        if (dtype == CHOIR_DTYPE_F16) choir_f32_to_f16_n(t->data, half[i], t->numel);
+        else choir_f32_to_bf16_n(t->data, half[i], t->numel);
+        rc = choir_st_writer_add_ref(w, t->name, dtype, t->ndim, t->shape, half[i], &err);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dst_dir);
+    if (rc == 0) rc = choir_st_writer_save(w, path, &err);
+    if (rc) fprintf(stderr, "%s\n", err.msg);
+    choir_st_writer_free(w);
+    choir_st_close(st);
+    for (int i = 0; i < n; i++) free(half[i]);
+    free(half);
+    return rc;
+}
+
 static int setup(void **state) {
     (void)state;
     choir_err err = {0};
@@ -92,6 +132,8 @@ static int setup(void **state) {
     snprintf(g_zero, sizeof g_zero, "%s/ck-gate0", tmp);
     snprintf(g_mlx, sizeof g_mlx, "%s/mlx", tmp);
     snprintf(g_q8, sizeof g_q8, "%s/mlx-q8", tmp);
+    snprintf(g_f16, sizeof g_f16, "%s/mlx-fp16", tmp);
+    snprintf(g_bf16, sizeof g_bf16, "%s/mlx-bf16", tmp);
     snprintf(g_t5, sizeof g_t5, "%s/t5", g_ck);
     if (choir_randw_write_checkpoint(tu_fixture("sam-audio/sam-tiny/manifest.json"),
                                      tu_fixture("sam-audio/sam-tiny/config.json"), g_ck, &err) != 0 ||
@@ -108,6 +150,7 @@ static int setup(void **state) {
         fprintf(stderr, "tools/sam_mlx_layout.py failed\n");
         return -1;
     }
+    if (write_cast(g_mlx, g_f16, CHOIR_DTYPE_F16) != 0 || write_cast(g_mlx, g_bf16, CHOIR_DTYPE_BF16) != 0) return -1;
     return 0;
 }
 
@@ -253,6 +296,77 @@ static void test_quantized(void **state) {
     assert_true(dt > 0); /* it did run quantized */
 }
 
+/* One evaluation of a ragged batch (29 and 47 frames, texts of 3 and 5
+ * rows, one item anchored) on m: v [(29 + 47), 2C]. The inputs are the same
+ * for every model (fixed seeds). */
+static void evaluate(choir_sam *m, float *v) {
+    enum { T1 = 29, T2 = 47, L1 = 3, L2 = 5 };
+    int64_t C = choir_sam_channels(m), Dt = choir_sam_text_dim(m);
+    float *f = malloc((size_t)((T1 + T2) * C) * 4), *x = malloc((size_t)((T1 + T2) * 2 * C) * 4);
+    float *text = malloc((size_t)((L1 + L2) * Dt) * 4);
+    tu_fill_uniform(f, (size_t)((T1 + T2) * C), 3, -2, 2);
+    tu_fill_uniform(x, (size_t)((T1 + T2) * 2 * C), 4, -2, 2);
+    tu_fill_uniform(text, (size_t)((L1 + L2) * Dt), 5, -1, 1);
+    int32_t ids[3], align[T2];
+    choir_sam_anchor a = {.positive = 1, .start_s = 0.05, .end_s = 0.2};
+    choir_sam_anchor_tables(m, &a, 1, T2, T2, ids, align);
+    choir_sam_item it[2] = {
+        {.frames = T1, .valid_frames = T1, .features = f, .text = text, .text_len = L1},
+        {.frames = T2, .valid_frames = T2, .features = f + T1 * C, .text = text + L1 * Dt, .text_len = L2,
+         .anchor_ids = ids, .n_anchor_ids = 3, .anchor_alignment = align}};
+    float t[2] = {0.25f, 0.75f};
+    const float *xs[2] = {x, x + T1 * 2 * C};
+    float *vs[2] = {v, v + T1 * 2 * C};
+    choir_err err = {0};
+    int rc = choir_sam_velocity(m, it, 2, t, xs, vs, &err);
+    if (rc) fprintf(stderr, "%s\n", err.msg);
+    assert_int_equal(rc, 0);
+    free(f), free(x), free(text);
+}
+
+static void test_half_precision(void **state) {
+    (void)state;
+    choir_sam *f = float_model();
+    int64_t n = (29 + 47) * 2 * (int64_t)choir_sam_channels(f);
+    float *v = malloc((size_t)n * 4), *vh = malloc((size_t)n * 4);
+    evaluate(f, v);
+    static const struct {
+        const char *name;
+        const char **dir;
+        choir_weight_kind kind;
+        double unit, bound;
+    } cases[] = {
+        /* bounds: 8 units of the dtype's rounding; measured 4.95e-4 (fp16) and
+         * 4.0e-3 (bf16) on this model, one unit each */
+        {"fp16", NULL, CHOIR_WEIGHT_F16, 0x1p-11, 8 * 0x1p-11},
+        {"bf16", NULL, CHOIR_WEIGHT_BF16, 0x1p-8, 8 * 0x1p-8},
+    };
+    const char *dirs[2] = {g_f16, g_bf16};
+    double err[2];
+    for (int c = 0; c < 2; c++) {
+        choir_sam *h = load(dirs[c]);
+        assert_true(h->mlx);
+        /* the DiT's matrices stay in the stored dtype (read as such; the
+         * codec's convolutions are widened to f32 at load, so on this tiny
+         * model the held bytes drop only a little) */
+        assert_int_equal(h->dit.layers[0].wq.kind, cases[c].kind);
+        assert_int_equal(h->dit.layers[1].w2.kind, cases[c].kind);
+        assert_int_equal(h->dit.proj.kind, cases[c].kind);
+        assert_true(choir_sam_weight_bytes(h) < choir_sam_weight_bytes(f));
+        evaluate(h, vh);
+        err[c] = tu_rel_l2(vh, v, (size_t)n);
+        fprintf(stderr, "%s: one evaluation within %.3g of f32 (rel L2; %.1f units of %s rounding, bound %.3g); "
+                "weights %.2f MB, f32 %.2f MB\n",
+                cases[c].name, err[c], err[c] / cases[c].unit, cases[c].name, cases[c].bound,
+                choir_sam_weight_bytes(h) / 1e6, choir_sam_weight_bytes(f) / 1e6);
+        assert_true(err[c] < cases[c].bound);
+        assert_true(err[c] > 0); /* it did run in the stored dtype */
+        choir_sam_free(h);
+    }
+    assert_true(err[0] < err[1]); /* fp16 keeps 3 more bits */
+    free(v), free(vh);
+}
+
 static void expect_refused(const char *src, const char *name, int ndim, const int64_t *shape, int code,
                            const char *needle1, const char *needle2) {
     char dir[4200];
@@ -295,6 +409,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_separation),
         cmocka_unit_test(test_quantized),
+        cmocka_unit_test(test_half_precision),
         cmocka_unit_test(test_broken),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
