@@ -27,20 +27,10 @@ static int setup(void **state) {
     (void)state;
     choir_err err = {0};
     snprintf(g_dir, sizeof g_dir, "%s/sam", tu_tmpdir());
-    char t5[4200], tok[4300];
-    snprintf(t5, sizeof t5, "%s/t5", g_dir);
-    if (choir_randw_write_checkpoint(tu_fixture("sam-audio/sam-tiny/manifest.json"),
-                                     tu_fixture("sam-audio/sam-tiny/config.json"), g_dir, &err) != 0 ||
-        choir_randw_write_checkpoint(tu_fixture("sam-audio/sam-tiny/t5/manifest.json"),
-                                     tu_fixture("sam-audio/sam-tiny/t5/config.json"), t5, &err) != 0) {
+    if (tu_sam_tiny_dir(g_dir, &err) != 0) {
         fprintf(stderr, "%s\n", err.msg);
         return -1;
     }
-    size_t len = 0;
-    void *j = tu_read_file(tu_fixture("sam-audio/sam-tiny/t5/tokenizer.json"), &len);
-    snprintf(tok, sizeof tok, "%s/tokenizer.json", t5);
-    if (!j || tu_write_file(tok, j, len) != 0) return -1;
-    free(j);
     g_m = choir_sam_load(g_dir, NULL, &err);
     if (!g_m) {
         fprintf(stderr, "%s\n", err.msg);

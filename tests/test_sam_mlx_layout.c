@@ -32,7 +32,6 @@
 
 #include "choir/alloc.h"
 #include "choir/quant.h"
-#include "choir/randw.h"
 #include "choir/safetensors.h"
 #include "choir/sam_audio.h"
 #include "models/sam_audio/sam_internal.h"
@@ -135,14 +134,10 @@ static int setup(void **state) {
     snprintf(g_f16, sizeof g_f16, "%s/mlx-fp16", tmp);
     snprintf(g_bf16, sizeof g_bf16, "%s/mlx-bf16", tmp);
     snprintf(g_t5, sizeof g_t5, "%s/t5", g_ck);
-    if (choir_randw_write_checkpoint(tu_fixture("sam-audio/sam-tiny/manifest.json"),
-                                     tu_fixture("sam-audio/sam-tiny/config.json"), g_ck, &err) != 0 ||
-        choir_randw_write_checkpoint(tu_fixture("sam-audio/sam-tiny/t5/manifest.json"),
-                                     tu_fixture("sam-audio/sam-tiny/t5/config.json"), g_t5, &err) != 0) {
+    if (tu_sam_tiny_dir(g_ck, &err) != 0) {
         fprintf(stderr, "%s\n", err.msg);
         return -1;
     }
-    if (run("cp '%s' '%s/'", tu_fixture("sam-audio/sam-tiny/t5/tokenizer.json"), g_t5) != 0) return -1;
     if (write_copy(g_ck, g_zero, "align_masked_video.gate", 0, NULL, 1) != 0) return -1;
     const char *tool = CHOIR_SOURCE_DIR "/tools/sam_mlx_layout.py";
     if (run("python3 '%s' '%s' '%s' >/dev/null", tool, g_ck, g_mlx) != 0 ||

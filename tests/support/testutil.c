@@ -1,5 +1,7 @@
 #include "testutil.h"
 
+#include "choir/randw.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,6 +114,23 @@ int tu_kokoro_voice_dir(const char *dir) {
     snprintf(path, sizeof path, "%s/af_heart.bin", voices);
     int rc = pack ? tu_write_file(path, pack, len) : -1;
     free(pack);
+    return rc;
+}
+
+int tu_sam_tiny_dir(const char *dir, choir_err *err) {
+    char t5[4200], tok[4300];
+    snprintf(t5, sizeof t5, "%s/t5", dir);
+    if (choir_randw_write_checkpoint(tu_fixture("sam-audio/sam-tiny/manifest.json"),
+                                     tu_fixture("sam-audio/sam-tiny/config.json"), dir, err) != 0 ||
+        choir_randw_write_checkpoint(tu_fixture("sam-audio/sam-tiny/t5/manifest.json"),
+                                     tu_fixture("sam-audio/sam-tiny/t5/config.json"), t5, err) != 0)
+        return -1;
+    size_t len = 0;
+    void *j = tu_read_file(tu_fixture("sam-audio/sam-tiny/t5/tokenizer.json"), &len);
+    snprintf(tok, sizeof tok, "%s/tokenizer.json", t5);
+    int rc = j && tu_write_file(tok, j, len) == 0 ? 0 : -1;
+    free(j);
+    if (rc) choir_err_set(err, CHOIR_EIO, "could not copy the sam-tiny tokenizer to %s", tok);
     return rc;
 }
 

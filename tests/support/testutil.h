@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "choir/error.h"
+
 /* Absolute path of ../shared/fixtures/<rel> (static buffer per call slot). */
 const char *tu_fixture(const char *rel);
 /* Path of a fresh, empty temporary directory for this test (removed at exit
@@ -26,6 +28,10 @@ int tu_write_file(const char *path, const void *data, size_t len);
 /* Makes DIR/voices/af_heart.bin from the fixture's real Kokoro voice pack, as a
  * Kokoro model directory holds it; 0 on success. */
 int tu_kokoro_voice_dir(const char *dir);
+/* Writes the sam-tiny fixture's deterministic SAM-Audio checkpoint into DIR
+ * and its t5-base stand-in (weights and tokenizer.json) into DIR/t5, as a
+ * user's model directory holds them; 0 on success (else err says why). */
+int tu_sam_tiny_dir(const char *dir, choir_err *err);
 /* Runs a shell command, captures stdout into *out (free()), returns exit code. */
 int tu_run(const char *cmd, char **out);
 
