@@ -425,15 +425,23 @@ int choir_sam_count_tokens(const choir_sam *m, const char *text) {
 
 static int64_t job_bytes_without_model(int64_t n_samples, int text_tokens, const choir_sam_params *p);
 
+/* The estimates' arguments: p NULL means the defaults; a token count outside
+ * 1..max_length means the longest text. */
+static const choir_sam_params *est_params(const choir_sam_params *p, choir_sam_params *dp) {
+    if (p) return p;
+    choir_sam_default_params(dp);
+    return dp;
+}
+static int est_tokens(const choir_sam *m, int text_tokens) {
+    return text_tokens < 1 || text_tokens > m->t5.max_length ? m->t5.max_length : text_tokens;
+}
+
 int64_t choir_sam_job_bytes(const choir_sam *m, int64_t n_samples, int text_tokens, const choir_sam_params *p) {
     choir_sam_params dp;
-    if (!p) {
-        choir_sam_default_params(&dp);
-        p = &dp;
-    }
+    p = est_params(p, &dp);
     if (n_samples < 1) n_samples = 1;
     if (!m) return job_bytes_without_model(n_samples, text_tokens, p);
-    if (text_tokens < 1 || text_tokens > m->t5.max_length) text_tokens = m->t5.max_length;
+    text_tokens = est_tokens(m, text_tokens);
     sam_geometry g;
     sam_job_geometry(m, n_samples, p, &g);
     sam_chunk_dims c = {.len = g.first_len, .text_len = text_tokens, .method = p->method, .steps = p->steps};
@@ -449,7 +457,7 @@ int64_t choir_sam_chunk_bytes(const choir_sam *m, int64_t frames, int text_token
         p.overlap_seconds = 0;
         return job_bytes_without_model(frames * 1920, text_tokens, &p);
     }
-    if (text_tokens < 1 || text_tokens > m->t5.max_length) text_tokens = m->t5.max_length;
+    text_tokens = est_tokens(m, text_tokens);
     sam_chunk_dims c = {.len = frames * m->codec.hop, .text_len = text_tokens, .method = CHOIR_SAM_MIDPOINT, .steps = 1};
     return (int64_t)sam_round_bytes(m, &c, 1);
 }
@@ -476,14 +484,11 @@ static int64_t job_bytes_without_model(int64_t n_samples, int text_tokens, const
 
 int64_t choir_sam_job_device_bytes(const choir_sam *m, int64_t n_samples, int text_tokens, const choir_sam_params *p) {
     choir_sam_params dp;
-    if (!p) {
-        choir_sam_default_params(&dp);
-        p = &dp;
-    }
+    p = est_params(p, &dp);
     if (n_samples < 1) n_samples = 1;
     if (!m) return job_bytes_without_model(n_samples, text_tokens, p);
     if (choir_backend_is_host(m->be)) return 0;
-    if (text_tokens < 1 || text_tokens > m->t5.max_length) text_tokens = m->t5.max_length;
+    text_tokens = est_tokens(m, text_tokens);
     sam_geometry g;
     sam_job_geometry(m, n_samples, p, &g);
     int64_t T = (g.first_len + m->codec.hop - 1) / m->codec.hop;
