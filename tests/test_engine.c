@@ -787,6 +787,94 @@ static void test_options(void **state)
         assert_int_equal(err.code, CHOIR_EINVAL);
         assert_non_null(strstr(err.msg, api[i].field));
     }
+    /* Only 0 is "the default": a negative number is refused, for every field
+     * (those without a flag too), naming it. */
+    struct {
+        const char *field;
+        choir_engine_params p;
+    } neg[21];
+    for (size_t i = 0; i < sizeof neg / sizeof neg[0]; i++)
+        neg[i].p = (choir_engine_params){0};
+    size_t n_neg = 0;
+#define NEG(f, v) neg[n_neg].field = #f, neg[n_neg++].p.f = (v)
+    NEG(memory_budget, -1);
+    NEG(high_water, -0.5);
+    NEG(low_water, -0.5);
+    NEG(p99_target_ms, -1);
+    NEG(max_batch, -1);
+    NEG(wait_short_ms, -1);
+    NEG(wait_long_ms, -1);
+    NEG(long_seconds, -1);
+    NEG(max_pad_waste, -0.25);
+    NEG(queue_capacity, -1);
+    NEG(workers, -1);
+    NEG(unload_idle_s, -1);
+    NEG(max_audio_seconds, -1);
+    NEG(model_options.compute_bf16, -1);
+    NEG(gpu_memory_fraction, -0.5);
+    NEG(gpu_memory_bytes, -1);
+    NEG(fake_gpus, -1);
+    NEG(replica_queue, -1);
+    NEG(replica_after_s, -1);
+    NEG(replica_idle_s, -1);
+    NEG(profile, (choir_profile)-1);
+#undef NEG
+    assert_int_equal(n_neg, sizeof neg / sizeof neg[0]);
+    for (size_t i = 0; i < n_neg; i++) {
+        err = (choir_err){0};
+        assert_null(choir_engine_create(&neg[i].p, &err));
+        assert_int_equal(err.code, CHOIR_EINVAL);
+        assert_non_null(strstr(err.msg, neg[i].field));
+    }
+    /* ... and so is a value above a field's bounds, or NaN (flagless rows) */
+    struct {
+        const char *field;
+        choir_engine_params p;
+    } out[10];
+    for (size_t i = 0; i < sizeof out / sizeof out[0]; i++)
+        out[i].p = (choir_engine_params){0};
+    size_t n_out = 0;
+#define OUT(f, v) out[n_out].field = #f, out[n_out++].p.f = (v)
+    OUT(long_seconds, 2e6);
+    OUT(long_seconds, NAN);
+    OUT(max_pad_waste, 1);
+    OUT(unload_idle_s, 2e9);
+    OUT(model_options.compute_bf16, 2);
+    OUT(fake_gpus, CHOIR_ENGINE_MAX_GPUS + 1);
+    OUT(replica_queue, (1 << 20) + 1);
+    OUT(replica_after_s, 2e6);
+    OUT(replica_idle_s, INFINITY);
+    OUT(profile, CHOIR_PROFILE_COUNT);
+#undef OUT
+    assert_int_equal(n_out, sizeof out / sizeof out[0]);
+    for (size_t i = 0; i < n_out; i++) {
+        err = (choir_err){0};
+        assert_null(choir_engine_create(&out[i].p, &err));
+        assert_int_equal(err.code, CHOIR_EINVAL);
+        assert_non_null(strstr(err.msg, out[i].field));
+    }
+    /* low_water given above high_water is refused; left 0, it goes under a
+     * lowered high_water instead. */
+    choir_engine_params lw = {.high_water = 0.5, .low_water = 0.6};
+    assert_null(choir_engine_create(&lw, &err));
+    assert_non_null(strstr(err.msg, "low_water 0.6 is above high_water 0.5"));
+    lw.low_water = 0;
+    choir_engine *lwe = choir_engine_create(&lw, &err);
+    assert_non_null(lwe);
+    choir_engine_free(lwe);
+    /* Every field 0: every default, and every bound of the flagless rows
+     * taken whole. */
+    choir_engine_params zero = {0};
+    choir_engine *ze = choir_engine_create(&zero, &err);
+    assert_non_null(ze);
+    choir_engine_free(ze);
+    choir_engine_params edge = {.low_water = 0.01, .long_seconds = 1e6, .max_pad_waste = 0.99,
+                                .unload_idle_s = 1e9, .fake_gpus = 0, .replica_queue = 1 << 20,
+                                .replica_after_s = 0.001, .replica_idle_s = 1e9};
+    edge.model_options.compute_bf16 = 1;
+    choir_engine *ee = choir_engine_create(&edge, &err);
+    assert_non_null(ee);
+    choir_engine_free(ee);
     /* NULL params: the default profile with a budget from the machine's memory */
     choir_engine *e = choir_engine_create(NULL, &err);
     assert_non_null(e);

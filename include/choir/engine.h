@@ -71,28 +71,35 @@ typedef enum choir_priority {
 /* The largest batch an engine forms (params.max_batch above it is refused). */
 #define CHOIR_ENGINE_MAX_BATCH 64
 
+/* Every number below: exactly 0 means the default the comment gives (a
+ * profile's, for a profile field); a negative number or one outside the
+ * field's bounds is refused by choir_engine_create, never clamped. The bounds
+ * are those of the field's flag in choir_engine_options_help(), or for a
+ * field without a flag the ones given here. */
 typedef struct choir_engine_params {
-    choir_profile profile;
+    choir_profile profile;     /* a choir_profile value (0 = default) */
     int64_t memory_budget;     /* bytes; 0 = 75% of min(physical memory, cgroup limit) */
     double high_water;         /* degrade above this fraction of the budget (0 = 0.85) */
-    double low_water;          /* recover below it (0 = 0.70) */
+    double low_water;          /* recover below it, 0.01..high_water (0 = 0.70, or
+                                  0.8 x high_water when that is lower) */
     double p99_target_ms;      /* degrade when total-latency p99 exceeds it (0 = off) */
     int max_batch;             /* 0 = profile's; 1..CHOIR_ENGINE_MAX_BATCH (also capped by
                                   each model's max_batch) */
     double wait_short_ms;      /* batch wait limit for short requests (0 = profile's, 50) */
     double wait_long_ms;       /* for long requests (0 = profile's, 250) */
     double long_seconds;       /* requests longer than this (audio s, or ~ s of speech
-                                  for text) are "long" (0 = 10) */
-    double max_pad_waste;      /* bound on padding waste in a batch, 0..1 (0 = 0.25) */
+                                  for text) are "long", 0.001..1e6 (0 = 10) */
+    double max_pad_waste;      /* bound on padding waste in a batch, 0.01..0.99 (0 = 0.25) */
     int queue_capacity;        /* pending requests per model (0 = 256) */
     int workers;               /* batches run concurrently (0 = 1) */
-    double unload_idle_s;      /* unload a model idle this long (0 = only when room is
-                                  needed or when degraded) */
+    double unload_idle_s;      /* unload a model idle this long, 0..1e9 s (0 = only when
+                                  room is needed or when degraded) */
     double max_audio_seconds;  /* refuse longer audio inputs, seconds (0 = the default:
                                   4 hours, 300 s for the realtime-stt profile); per model
                                   with choir_engine_set_model_max_audio */
-    choir_model_options model_options; /* zero = profile's defaults (its `device` is
-                                          ignored: the engine places each replica) */
+    choir_model_options model_options; /* zero = profile's defaults; compute_bf16 0 or 1
+                                          (so 0 cannot turn off a profile's 1); `device`
+                                          is ignored: the engine places each replica */
 
     /* GPUs (docs/engine.md, "Devices, placement and replicas"). Each GPU has
      * its own memory budget; host memory keeps memory_budget above. */
@@ -100,14 +107,15 @@ typedef struct choir_engine_params {
                                    only by choir_engine_create. Indices need a CUDA build. */
     double gpu_memory_fraction; /* a GPU's budget as a fraction of its memory (0 = 0.90) */
     int64_t gpu_memory_bytes;   /* a GPU's budget in bytes, instead of the fraction (0 = unused) */
-    int fake_gpus;              /* tests: simulate this many GPUs (0..CHOIR_ENGINE_MAX_GPUS)
+    int fake_gpus;              /* tests: simulate this many GPUs (0..CHOIR_ENGINE_MAX_GPUS, 0 = none)
                                    instead of the CUDA devices; `gpus` then selects among them */
     int64_t fake_gpu_bytes[CHOIR_ENGINE_MAX_GPUS]; /* their memory sizes, bytes */
-    int replica_queue;          /* a GPU model with at least this many requests waiting ... */
-    double replica_after_s;     /* ... for this long gets a replica on another GPU with room
-                                   (0: 2 x max_batch requests, 1 s) */
+    int replica_queue;          /* a GPU model with at least this many requests waiting
+                                   (1..2^20; 0 = 2 x max_batch) ... */
+    double replica_after_s;     /* ... for this long (0.001..1e6 s; 0 = 1 s) gets a replica
+                                   on another GPU with room */
     double replica_idle_s;      /* replicas beyond a model's first are unloaded after this
-                                   long unused (0 = 30 s) */
+                                   long unused (0.001..1e9 s; 0 = 30 s) */
 } choir_engine_params;
 
 /* Defaults for `profile` (every field filled with a concrete value). */
@@ -129,10 +137,10 @@ int choir_engine_apply_option(choir_engine_params *p, const char *name, const ch
 const char *choir_engine_options_help(void);
 
 /* Creates an engine and starts its threads. `params` NULL means defaults.
- * Returns NULL and err on failure (CHOIR_EINVAL for a field outside the bounds
- * choir_engine_options_help() gives its flag, once zeros are the defaults, or
- * for a `gpus` list naming a GPU that does not exist, or any GPU in a build
- * without CUDA). With GPUs,
+ * Returns NULL and err on failure (CHOIR_EINVAL naming the field for one that
+ * is negative or outside its bounds once zeros are the defaults, see
+ * choir_engine_params, or for a `gpus` list naming a GPU that does not exist,
+ * or any GPU in a build without CUDA). With GPUs,
  * the workers are raised to at least one per GPU plus one. */
 choir_engine *choir_engine_create(const choir_engine_params *params, choir_err *err);
 

@@ -96,10 +96,7 @@ int engine_devices_resolve(choir_engine *e, choir_err *err)
     snprintf(cpu->hw_name, sizeof cpu->hw_name, "host");
     cpu->total_bytes = cpu->budget = p->memory_budget;
     e->n_devices = 1;
-    if (p->fake_gpus < 0 || p->fake_gpus > CHOIR_ENGINE_MAX_GPUS)
-        return choir_err_set(err, CHOIR_EINVAL, "fake_gpus must be 0..%d", CHOIR_ENGINE_MAX_GPUS);
-    if (!(p->gpu_memory_fraction > 0 && p->gpu_memory_fraction <= 1))
-        return choir_err_set(err, CHOIR_EINVAL, "gpu memory fraction %g is not in (0, 1]", p->gpu_memory_fraction);
+    /* fake_gpus and gpu_memory_fraction were bounded by engine_params_check. */
     int avail = p->fake_gpus;
 #ifdef CHOIR_HAVE_CUDA
     if (!p->fake_gpus)

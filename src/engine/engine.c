@@ -910,37 +910,6 @@ static void *sched_main(void *arg)
 
 /* ---- lifecycle ---------------------------------------------------------- */
 
-static void resolve_params(choir_engine_params *p, const choir_engine_params *in)
-{
-    choir_engine_params d = choir_engine_default_params(in ? in->profile : CHOIR_PROFILE_DEFAULT);
-    if (!in) {
-        *p = d;
-        return;
-    }
-    *p = *in;
-#define DEF(f) if (p->f <= 0) p->f = d.f
-    DEF(memory_budget);
-    DEF(high_water);
-    DEF(low_water);
-    DEF(max_batch);
-    DEF(wait_short_ms);
-    DEF(wait_long_ms);
-    DEF(long_seconds);
-    DEF(max_pad_waste);
-    DEF(queue_capacity);
-    DEF(workers);
-    DEF(max_audio_seconds);
-    DEF(model_options.compute_bf16);
-    DEF(gpu_memory_fraction);
-    DEF(replica_queue);
-    DEF(replica_after_s);
-    DEF(replica_idle_s);
-#undef DEF
-    p->model_options.device = CHOIR_DEVICE_CPU;
-    if (p->low_water > p->high_water)
-        p->low_water = p->high_water;
-}
-
 _Static_assert(SCHED_MAX_BATCH == CHOIR_ENGINE_MAX_BATCH, "the scheduler's batch limit is the engine's");
 
 choir_engine *choir_engine_create(const choir_engine_params *params, choir_err *err)
@@ -950,7 +919,7 @@ choir_engine *choir_engine_create(const choir_engine_params *params, choir_err *
         choir_err_set(err, CHOIR_ENOMEM, "engine: out of memory");
         return NULL;
     }
-    resolve_params(&e->p, params);
+    engine_params_resolve(&e->p, params);
     if (engine_params_check(&e->p, err) < 0) {
         choir_free(e);
         return NULL;

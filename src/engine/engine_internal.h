@@ -110,9 +110,14 @@ struct choir_engine {
 /* The longest audio input model `mi` takes, seconds. Engine lock held. */
 double engine_max_audio(const choir_engine *e, int mi);
 
-/* Checks every field the engine option table bounds (src/engine/profile.c)
- * against that row's bounds, so API callers are refused what the flags refuse.
- * `p` has its defaults resolved. Returns 0 or CHOIR_EINVAL naming the field. */
+/* Copies `in` (NULL: the default profile) to `p` with every field that is
+ * exactly 0 set to its profile's default (src/engine/profile.c); anything
+ * else, a negative number too, is left for engine_params_check. */
+void engine_params_resolve(choir_engine_params *p, const choir_engine_params *in);
+/* Checks every bounded field of resolved params against its row of the engine
+ * option table (src/engine/profile.c: a flag's row, or a row of its own for a
+ * field no flag sets), the profile and low_water <= high_water, so API callers
+ * are refused what the flags refuse. Returns 0 or CHOIR_EINVAL naming the field. */
 int engine_params_check(const choir_engine_params *p, choir_err *err);
 
 int engine_metrics_init(choir_engine *e, choir_err *err);

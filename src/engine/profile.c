@@ -124,7 +124,8 @@ typedef enum option_kind {
 } option_kind;
 
 typedef struct engine_option {
-    const char *name; /* without the dashes */
+    const char *name; /* without the dashes; NULL: a field of the API only (no flag),
+                         bounded by engine_params_check all the same */
     const char *arg;  /* the value's placeholder in the usage */
     option_kind kind;
     double lo, hi;
@@ -153,6 +154,16 @@ static const engine_option options[] = {
     {"gpu-memory-fraction", "F", OPTION_REAL, 0.01, 1, FIELD(gpu_memory_fraction),
      "each GPU's budget as a fraction of its memory (default 0.90)"},
     {"gpu-memory", "SIZE", OPTION_SIZE, 0, 0, FIELD(gpu_memory_bytes), "each GPU's budget in bytes instead (e.g. 60G)"},
+    /* Fields without a flag: their bounds, for API callers. */
+    {NULL, NULL, OPTION_REAL, 0.01, 1, FIELD(low_water), NULL},
+    {NULL, NULL, OPTION_REAL, 0.001, 1e6, FIELD(long_seconds), NULL},
+    {NULL, NULL, OPTION_REAL, 0.01, 0.99, FIELD(max_pad_waste), NULL},
+    {NULL, NULL, OPTION_REAL, 0, 1e9, FIELD(unload_idle_s), NULL},
+    {NULL, NULL, OPTION_INT, 0, 1, FIELD(model_options.compute_bf16), NULL},
+    {NULL, NULL, OPTION_INT, 0, CHOIR_ENGINE_MAX_GPUS, FIELD(fake_gpus), NULL},
+    {NULL, NULL, OPTION_INT, 1, 1 << 20, FIELD(replica_queue), NULL},
+    {NULL, NULL, OPTION_REAL, 0.001, 1e6, FIELD(replica_after_s), NULL},
+    {NULL, NULL, OPTION_REAL, 0.001, 1e9, FIELD(replica_idle_s), NULL},
 };
 #undef FIELD
 #define N_OPTIONS (sizeof options / sizeof options[0])
@@ -164,6 +175,8 @@ static void options_help_build(void)
 {
     size_t used = 0;
     for (size_t i = 0; i < N_OPTIONS && used < sizeof options_help; i++) {
+        if (!options[i].name)
+            continue;
         char flag[64];
         snprintf(flag, sizeof flag, "--%s %s", options[i].name, options[i].arg);
         int n = snprintf(options_help + used, sizeof options_help - used, "  %-24s %s\n", flag, options[i].help);
@@ -179,6 +192,13 @@ const char *choir_engine_options_help(void)
     return options_help;
 }
 
+/* The recovery level that goes with a high-water mark set below the default
+ * low-water mark, when low_water was not given. */
+static double low_water_under(double high_water)
+{
+    return high_water * 0.8;
+}
+
 int choir_engine_apply_option(choir_engine_params *p, const char *name, const char *value, choir_err *err)
 {
     if (!p || !name)
@@ -187,7 +207,7 @@ int choir_engine_apply_option(choir_engine_params *p, const char *name, const ch
         name++;
     const engine_option *o = NULL;
     for (size_t i = 0; i < N_OPTIONS && !o; i++)
-        if (strcmp(name, options[i].name) == 0)
+        if (options[i].name && strcmp(name, options[i].name) == 0)
             o = &options[i];
     if (!o)
         return 0;
@@ -235,12 +255,51 @@ int choir_engine_apply_option(choir_engine_params *p, const char *name, const ch
         break;
     }
     if (o->offset == offsetof(choir_engine_params, high_water) && p->low_water > p->high_water)
-        p->low_water = p->high_water * 0.8;
+        p->low_water = low_water_under(p->high_water);
     return 1;
+}
+
+void engine_params_resolve(choir_engine_params *p, const choir_engine_params *in)
+{
+    choir_profile profile = in ? in->profile : CHOIR_PROFILE_DEFAULT;
+    choir_engine_params d = choir_engine_default_params(profile);
+    if (!in) {
+        *p = d;
+        return;
+    }
+    *p = *in;
+    /* Exactly 0 is "the default" (a negative number is left for
+     * engine_params_check to refuse). */
+#define DEF(f) if (p->f == 0) p->f = d.f
+    DEF(memory_budget);
+    DEF(high_water);
+    DEF(max_batch);
+    DEF(wait_short_ms);
+    DEF(wait_long_ms);
+    DEF(long_seconds);
+    DEF(max_pad_waste);
+    DEF(queue_capacity);
+    DEF(workers);
+    DEF(max_audio_seconds);
+    DEF(model_options.compute_bf16);
+    DEF(gpu_memory_fraction);
+    DEF(replica_after_s);
+    DEF(replica_idle_s);
+#undef DEF
+    /* Defaults that follow other fields: twice the batch this engine forms,
+     * and a recovery level under a lowered high-water mark. */
+    if (p->replica_queue == 0)
+        p->replica_queue = 2 * p->max_batch;
+    if (p->low_water == 0)
+        p->low_water = d.low_water <= p->high_water ? d.low_water : low_water_under(p->high_water);
+    p->model_options.device = CHOIR_DEVICE_CPU;
 }
 
 int engine_params_check(const choir_engine_params *p, choir_err *err)
 {
+    if (!(p->profile >= 0 && p->profile < CHOIR_PROFILE_COUNT))
+        return choir_err_set(err, CHOIR_EINVAL, "engine: profile %d is not a profile (0..%d)", (int)p->profile,
+                             CHOIR_PROFILE_COUNT - 1);
     for (size_t i = 0; i < N_OPTIONS; i++) {
         const engine_option *o = &options[i];
         const char *field = (const char *)p + o->offset;
@@ -249,8 +308,9 @@ int engine_params_check(const choir_engine_params *p, choir_err *err)
             int64_t b;
             memcpy(&b, field, sizeof b);
             if (b < 0)
-                return choir_err_set(err, CHOIR_EINVAL, "engine: %s %lld is negative (--%s)", o->field,
-                                     (long long)b, o->name);
+                return choir_err_set(err, CHOIR_EINVAL, "engine: %s %lld is negative%s%s%s", o->field,
+                                     (long long)b, o->name ? " (--" : "", o->name ? o->name : "",
+                                     o->name ? ")" : "");
             continue;
         }
         if (o->kind == OPTION_INT) {
@@ -263,8 +323,11 @@ int engine_params_check(const choir_engine_params *p, choir_err *err)
             continue;
         }
         if (!(v >= o->lo && v <= o->hi))
-            return choir_err_set(err, CHOIR_EINVAL, "engine: %s %g is outside %g..%g (--%s)", o->field, v, o->lo,
-                                 o->hi, o->name);
+            return choir_err_set(err, CHOIR_EINVAL, "engine: %s %g is outside %g..%g%s%s%s", o->field, v, o->lo,
+                                 o->hi, o->name ? " (--" : "", o->name ? o->name : "", o->name ? ")" : "");
     }
+    if (p->low_water > p->high_water)
+        return choir_err_set(err, CHOIR_EINVAL, "engine: low_water %g is above high_water %g", p->low_water,
+                             p->high_water);
     return 0;
 }
