@@ -16,6 +16,7 @@
 #include "choir/log.h"
 #include "choir/model.h"
 #include "choir/silero.h"
+#include "choir/whisper.h"
 
 #define N_CLIPS 12
 #define MAX_SEGS 64
@@ -213,8 +214,38 @@ static void test_request_checks(void **state)
         r.in.vad.min_silence_ms = CHOIR_VAD_MAX_MS + 1;
         assert_int_equal(silero->check(NULL, &r, &err), CHOIR_EINVAL);
     }
-    if (!kokoro && !silero) {
-        print_message("kokoro and silero adapters not linked: skipped\n");
+    const choir_model_ops *whisper = builtin("whisper");
+    if (whisper) {
+        /* Before a load only what needs no weights: the language, the
+         * temperature, a negative max_tokens (the model's context bounds the
+         * rest, at submit once loaded and when the batch runs). */
+        assert_non_null(whisper->check);
+        choir_request r = {.task = CHOIR_TASK_STT};
+        const float ok[] = {0, 0.5f, (float)CHOIR_WHISPER_MAX_TEMPERATURE};
+        const float bad[] = {-0.5f, 10.5f, NAN, INFINITY};
+        for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+            r.in.stt.temperature = ok[i];
+            assert_int_equal(whisper->check(NULL, &r, &err), 0);
+        }
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            r.in.stt.temperature = bad[i];
+            err = (choir_err){0};
+            assert_int_equal(whisper->check(NULL, &r, &err), CHOIR_EINVAL);
+            assert_non_null(strstr(err.msg, "temperature must be in [0, 10]"));
+        }
+        r.in.stt.temperature = 0;
+        r.in.stt.max_tokens = -1;
+        assert_int_equal(whisper->check(NULL, &r, &err), CHOIR_EINVAL);
+        assert_non_null(strstr(err.msg, "max_tokens"));
+        r.in.stt.max_tokens = 0;
+        r.in.stt.language = "xx";
+        assert_int_equal(whisper->check(NULL, &r, &err), CHOIR_EINVAL);
+        assert_non_null(strstr(err.msg, "unknown language 'xx'"));
+        r.in.stt.language = "de";
+        assert_int_equal(whisper->check(NULL, &r, &err), 0);
+    }
+    if (!kokoro && !silero && !whisper) {
+        print_message("kokoro, silero and whisper adapters not linked: skipped\n");
         skip();
     }
 }

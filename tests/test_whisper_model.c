@@ -13,6 +13,7 @@
 #include "choir/alloc.h"
 #include "choir/arena.h"
 #include "choir/audio.h"
+#include "choir/engine.h"
 #include "choir/json.h"
 #include "choir/model.h"
 #include "choir/randw.h"
@@ -291,6 +292,70 @@ static void test_adapter(void **state) {
     j.req.extra = &params;
     j.priority = CHOIR_PRIORITY_NORMAL;
     tu_cal_check("whisper", ops, dir, &j);
+
+    /* Through the engine, a request's options are refused at submit (the
+     * adapter's check op, the bounds the run applies): nothing is queued,
+     * the model is not even loaded. Once it is, max_tokens beyond its
+     * context is refused at submit too. */
+    choir_engine_params ep = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
+    ep.memory_budget = (int64_t)2 << 30;
+    choir_engine *e = choir_engine_create(&ep, &err);
+    assert_non_null(e);
+    assert_int_equal(choir_engine_add_model(e, "w", dir, ops, &err), 0);
+    struct {
+        float temperature;
+        int max_tokens;
+        const char *language, *msg;
+    } refused[] = {
+        {-0.5f, 0, "en", "temperature must be in [0, 10], got -0.5"},
+        {10.5f, 0, "en", "temperature must be in [0, 10], got 10.5"},
+        {NAN, 0, "en", "temperature must be in [0, 10], got nan"},
+        {0, -1, "en", "max_tokens must be in [0, "},
+        {0, 0, "xx", "unknown language 'xx'"},
+    };
+    choir_job sj = {.model_id = "w"};
+    sj.req.task = CHOIR_TASK_STT;
+    sj.req.in.stt = (choir_stt_input){.samples = a.samples, .n_samples = SR, .fixed_temperature = 1};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        sj.req.in.stt.temperature = refused[i].temperature;
+        sj.req.in.stt.max_tokens = refused[i].max_tokens;
+        sj.req.in.stt.language = refused[i].language;
+        choir_reject_reason why = CHOIR_REJECT_NONE;
+        err = (choir_err){0};
+        assert_null(choir_engine_submit(e, &sj, &why, &err));
+        assert_int_equal(err.code, CHOIR_EINVAL);
+        assert_int_equal(why, CHOIR_REJECT_FAILED);
+        if (!strstr(err.msg, refused[i].msg)) fail_msg("refusal %zu: '%s'", i, err.msg);
+    }
+    choir_engine_model_info info;
+    assert_int_equal(choir_engine_model_find(e, "w", &info), 0);
+    assert_int_equal(info.loaded, 0);
+    /* a good request loads the model and runs */
+    sj.req.in.stt.temperature = 0;
+    sj.req.in.stt.max_tokens = 3;
+    sj.req.in.stt.language = "en";
+    choir_ticket *tk = choir_engine_submit(e, &sj, NULL, &err);
+    assert_non_null(tk);
+    assert_int_equal(choir_ticket_wait(tk, 120, &err), 0);
+    choir_ticket_free(tk);
+    /* loaded: the text context (n_text_ctx / 2) bounds max_tokens at submit */
+    int most = -1;
+    {
+        choir_whisper *wm = choir_whisper_load(dir, &err);
+        assert_non_null(wm);
+        most = choir_whisper_get_dims(wm)->n_text_ctx / 2;
+        choir_whisper_free(wm);
+    }
+    sj.req.in.stt.max_tokens = most;
+    tk = choir_engine_submit(e, &sj, NULL, &err);
+    assert_non_null(tk);
+    choir_ticket_free(tk);
+    sj.req.in.stt.max_tokens = most + 1;
+    err = (choir_err){0};
+    assert_null(choir_engine_submit(e, &sj, NULL, &err));
+    assert_int_equal(err.code, CHOIR_EINVAL);
+    assert_non_null(strstr(err.msg, "max_tokens must be in [0, "));
+    choir_engine_free(e);
     choir_audio_clear(&a);
 }
 

@@ -17,6 +17,7 @@
  * is attached to that device (choir_whisper_gpu_attach; f32 matrices stored
  * as bf16 when opt->compute_bf16) and batches run there. An attached model
  * serves one thread at a time, so run_batch holds the weights' mutex. */
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -142,37 +143,53 @@ static int64_t whisper_estimate(const void *weights, const choir_request *r) {
     return mel + enc + cross + hyps + words + (1 << 20);
 }
 
-/* Parameters of a request; its language index in *lang (-1: detect).
- * max_tokens is bounded by half the model's text context, as openai's
- * default sample_len is: the prompt takes the other half. */
+/* A request's options this model can never run, refused: an unknown
+ * language, a temperature outside [0, CHOIR_WHISPER_MAX_TEMPERATURE], a
+ * max_tokens outside 0 (the default) .. half the model's text context, as
+ * openai's default sample_len is (the prompt takes the other half). The one
+ * check of these bounds, run by the check op at submit (for every front end:
+ * the job worker passes a job's numbers unread) and by whisper_opts when the
+ * batch runs. Without weights (`m` NULL, not loaded yet) the context is not
+ * known and only max_tokens < 0 is refused; the run checks the rest. Never
+ * clamped. Returns 0 or CHOIR_EINVAL with err. */
+static int whisper_request_check(const choir_whisper *m, const choir_stt_input *in, choir_err *err) {
+    if (in->language && in->language[0] && choir_whisper_lang_index(in->language) < 0)
+        return choir_err_set(err, CHOIR_EINVAL, "whisper: unknown language '%s'", in->language);
+    if (!(in->temperature >= 0 && in->temperature <= (float)CHOIR_WHISPER_MAX_TEMPERATURE))
+        return choir_err_set(err, CHOIR_EINVAL, "whisper: temperature must be in [0, %g], got %g",
+                             CHOIR_WHISPER_MAX_TEMPERATURE, (double)in->temperature);
+    int most = m ? choir_whisper_get_dims(m)->n_text_ctx / 2 : INT_MAX;
+    if (in->max_tokens < 0 || in->max_tokens > most)
+        return choir_err_set(err, CHOIR_EINVAL,
+                             "whisper: max_tokens must be in [0, %d] (0: the default; this model decodes 1 to %d "
+                             "per window), got %d", most, most, in->max_tokens);
+    return 0;
+}
+
+static int whisper_check(const void *weights, const choir_request *req, choir_err *err) {
+    const whisper_weights *w = weights;
+    return whisper_request_check(w ? w->m : NULL, &req->in.stt, err);
+}
+
+/* Parameters of a request; its language index in *lang (-1: detect). */
 static int whisper_opts(const choir_whisper *m, choir_request *req, choir_whisper_transcribe_opts *o, int *lang) {
     const choir_stt_input *in = &req->in.stt;
+    choir_err bad = {0};
+    int rc = whisper_request_check(m, in, &bad);
+    if (rc < 0) return choir_request_fail(req, rc, "%s", bad.msg);
     choir_whisper_default_transcribe_opts(o);
     /* req->extra, when set, is a choir_whisper_params giving the decoding
      * parameters the request fields do not carry (beam, best_of, max tokens,
      * thresholds). */
     if (req->extra) o->params = *(const choir_whisper_params *)req->extra;
-    *lang = -1;
-    if (in->language && in->language[0]) {
-        *lang = choir_whisper_lang_index(in->language);
-        if (*lang < 0) return choir_request_fail(req, CHOIR_EINVAL, "unknown language '%s'", in->language);
-    }
+    *lang = in->language && in->language[0] ? choir_whisper_lang_index(in->language) : -1;
     o->params.task = in->translate ? CHOIR_WHISPER_TRANSLATE : CHOIR_WHISPER_TRANSCRIBE;
     o->params.timestamps = in->timestamps != 0;
     o->word_timestamps = in->word_timestamps != 0 && o->params.timestamps;
-    /* bounded here for every front end (the job worker passes a job's
-     * temperature unread), never clamped */
-    if (!(in->temperature >= 0 && in->temperature <= (float)CHOIR_WHISPER_MAX_TEMPERATURE))
-        return choir_request_fail(req, CHOIR_EINVAL, "temperature %g: must be in [0, %g]", (double)in->temperature,
-                                  CHOIR_WHISPER_MAX_TEMPERATURE);
     if (in->temperature > 0 || in->fixed_temperature) {
         o->params.temperatures[0] = in->temperature;
         o->params.n_temperatures = 1;
     }
-    int most = choir_whisper_get_dims(m)->n_text_ctx / 2;
-    if (in->max_tokens < 0 || in->max_tokens > most)
-        return choir_request_fail(req, CHOIR_EINVAL, "max_tokens %d: this model decodes 1 to %d per window",
-                                  in->max_tokens, most);
     if (in->max_tokens > 0) o->params.sample_len = in->max_tokens;
     return 0;
 }
@@ -305,6 +322,7 @@ const choir_model_ops choir_model_whisper = {
     .length = whisper_length,
     .estimate = whisper_estimate,
     .run_batch = whisper_run_batch,
+    .check = whisper_check,
 #ifdef CHOIR_HAVE_CUDA
     .gpu = 1,
     .device_bytes = whisper_device_bytes,
