@@ -53,12 +53,20 @@ typedef struct choir_server_params {
                                  -1: none) */
     double idle_timeout_s;    /* a connection with no traffic at all, e.g. a client that stops
                                  reading its response, is closed after this (default 120) */
-    double request_timeout_s; /* engine deadline per request (default 300) */
+    double request_timeout_s; /* engine deadline per request, seconds (default 300; `choir
+                                 serve --request-timeout` takes CHOIR_SERVER_MIN_TIMEOUT_S..
+                                 CHOIR_SERVER_MAX_TIMEOUT_S) */
     int ui;                   /* serve the web page at / and /ui/ (default 1) */
     const char *cors;         /* origins whose pages may call the API from a browser,
                                  comma-separated ("https://app.example,http://localhost:3000"),
                                  "*" for any; NULL/empty: none (default). Copied */
 } choir_server_params;
+
+/* The deadlines a request may be given, seconds: --request-timeout, and a
+ * client's X-Request-Timeout header (which only shortens the server's; a
+ * value outside these, NaN, or not a number is answered 400). */
+#define CHOIR_SERVER_MIN_TIMEOUT_S 0.001
+#define CHOIR_SERVER_MAX_TIMEOUT_S 1e9
 
 /* Defaults for every field (host 127.0.0.1, port 8000). */
 choir_server_params choir_server_default_params(void);

@@ -161,7 +161,7 @@ int choir_cmd_serve(int argc, char **argv)
          "load every model at start (/health is 503 until done); a model\nthat fails is logged and named by /health, the "
          "others are served"},
         {"--preload-strict", CLI_FLAG, &strict, 0, 0, NULL, "--preload, and exit 1 when any model fails to load"},
-        {"--request-timeout", CLI_DOUBLE, &sp.request_timeout_s, 0.001, 1e9, "S",
+        {"--request-timeout", CLI_DOUBLE, &sp.request_timeout_s, CHOIR_SERVER_MIN_TIMEOUT_S, CHOIR_SERVER_MAX_TIMEOUT_S, "S",
          "deadline per request, queue and compute (default 300;\na client may ask for less: X-Request-Timeout: S)"},
         {"--max-audio-s", CLI_LIST, &max_audio, 0, 0, "[ID=]S",
          "longest audio input, seconds: for every model (the engine's\n--max-audio-s), or with ID= for one (repeatable)"},

@@ -19,13 +19,13 @@
  * Replies to submitted requests carry x-ratelimit-style headers, as OpenAI's
  * API sends them: the model's queue capacity, the places left in it and the
  * predicted wait, so a client can slow down before it is refused. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "choir/alloc.h"
+#include "choir/parse.h"
 #include "server/server_internal.h"
 
 double srv_now(void)
@@ -41,12 +41,23 @@ unsigned srv_deadline_begin(choir_server *s, struct MHD_Connection *c, char *msg
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Request-Timeout");
     unsigned status = 0;
     if (h) {
-        char *end;
-        double v = strtod(h, &end);
-        while (*end == ' ' || *end == '\t')
-            end++;
-        if (end == h || *end || !(v > 0) || !isfinite(v)) {
-            snprintf(msg, cap, "X-Request-Timeout must be a positive number of seconds, not \"%.40s\"", h);
+        /* White space after the value is not part of it (libmicrohttpd strips
+         * only the white space before); a value too long to be a number of
+         * seconds is refused with the rest. */
+        char value[64];
+        size_t n = strlen(h);
+        while (n > 0 && (h[n - 1] == ' ' || h[n - 1] == '\t'))
+            n--;
+        double v = 0;
+        int bad = n >= sizeof value;
+        if (!bad) {
+            memcpy(value, h, n);
+            value[n] = 0;
+            bad = choir_parse_number(value, CHOIR_SERVER_MIN_TIMEOUT_S, CHOIR_SERVER_MAX_TIMEOUT_S, 0, &v) < 0;
+        }
+        if (bad) {
+            snprintf(msg, cap, "X-Request-Timeout must be a number of seconds from %g to %g, not \"%.40s\"",
+                     CHOIR_SERVER_MIN_TIMEOUT_S, CHOIR_SERVER_MAX_TIMEOUT_S, h);
             status = 400;
         } else if (v < timeout) {
             timeout = v;
