@@ -443,6 +443,12 @@ int choir_cuda_attention_bf16(choir_cuda *cu, int64_t B, const uint16_t *q, int6
 /* Query rows per warp of that kernel, 32 (default) or 16: for the bench. */
 void choir_cuda_attention_bf16_set_rows(int rows_per_warp);
 
+/* The split-keys kernels for few query rows over many keys (decoder steps:
+ * cross-attention to a window, self-attention over a long cache), on by
+ * default; off, those calls take one block per row and head (for the bench
+ * and the checks). Process-wide. */
+void choir_cuda_attention_set_split(bool on);
+
 /* Largest Tk the attention kernels accept on this device. */
 int64_t choir_cuda_attention_max_keys(const choir_cuda *cu);
 

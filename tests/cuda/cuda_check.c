@@ -477,6 +477,46 @@ static void check_attention_slots(void) {
     free_bufs();
 }
 
+/* The decoder's cross-attention shape on bf16 caches (a bf16 model's, on
+ * the device): 3 rows over pool slots 2, 0, 2 of 1500 positions, 20 heads of
+ * 64, all keys (kv_len NULL) and then the key counts 1500, 129, 1; the
+ * reference attends over the same bf16 values widened. Also the heads of 128
+ * values. These take the split-keys kernels. */
+static void check_attention_slots_kv16(int heads, int64_t Dh) {
+    choir_err err = {0};
+    enum { B = 3, SLOTS = 3 };
+    int64_t d = heads * Dh, Tk = 1500, sb = Tk * d;
+    int32_t slot[B] = {2, 0, 2}, kv_len[B] = {1500, 129, 1};
+    float *q = rnd_vec(B * d, -1, 1), *k = rnd_vec(SLOTS * sb, -1, 1), *v = rnd_vec(SLOTS * sb, -1, 1);
+    uint16_t *k16 = choir_alloc(CHOIR_MEM_OTHER, SLOTS * sb * 2), *v16 = choir_alloc(CHOIR_MEM_OTHER, SLOTS * sb * 2);
+    choir_f32_to_bf16_n(k, k16, SLOTS * sb);
+    choir_f32_to_bf16_n(v, v16, SLOTS * sb);
+    choir_bf16_to_f32_n(k16, k, SLOTS * sb);
+    choir_bf16_to_f32_n(v16, v, SLOTS * sb);
+    float *ref = choir_alloc(CHOIR_MEM_OTHER, B * d * 4), *got = choir_alloc(CHOIR_MEM_OTHER, B * d * 4);
+    float *dq = dev(q, B * d * 4), *dk = dev(k16, SLOTS * sb * 2), *dv = dev(v16, SLOTS * sb * 2);
+    float *dout = dev(NULL, B * d * 4), *dslot = dev(slot, sizeof(slot)), *dlen = dev(kv_len, sizeof(kv_len));
+    float scale = 1.0f / sqrtf((float)Dh);
+    for (int with_len = 0; with_len < 2; with_len++) {
+        for (int b = 0; b < B; b++)
+            choir_attention(q + b * d, d, k + slot[b] * sb, d, v + slot[b] * sb, d, ref + b * d, d, 1,
+                            with_len ? kv_len[b] : Tk, heads, Dh, scale, NULL, false);
+        die_on(choir_cuda_attention_slots_kv16(g_cu, B, dq, d, d, (const uint16_t *)dk, d,
+                                               (const uint16_t *)dv, d, sb, (const int32_t *)dslot,
+                                               with_len ? (const int32_t *)dlen : NULL, dout, d, d, 1,
+                                               Tk, heads, Dh, scale, false, &err),
+               &err, "bf16 slot attention");
+        fetch(got, dout, B * d * 4);
+        char name[120];
+        snprintf(name, sizeof(name), "attention bf16 cache slots 2,0,2 Tk=1500 h%d Dh%lld%s", heads,
+                 (long long)Dh, with_len ? " kv_len 1500,129,1" : "");
+        report(name, rel_l2(got, ref, B * d), TOL_F32);
+    }
+    choir_free(q), choir_free(k), choir_free(v), choir_free(k16), choir_free(v16);
+    choir_free(ref), choir_free(got);
+    free_bufs();
+}
+
 /* The ceilings are positive and below what an H200 could possibly do; a
  * timer over a memset measures something. */
 static void check_ceilings(void) {
@@ -511,6 +551,17 @@ static void check_attention(void) {
     check_attention_batched(1);
     check_attention_batched(3);
     check_attention_slots();
+    /* Few rows over many keys take the split-keys kernels (64- and 128-value
+     * heads); the same shapes with them off take one block per row. */
+    check_attention_case("attention cross step Tq=1 Tk=1500 h20 Dh64 (split keys)", 1, 1500, 20, 64, 0, 0, 0);
+    check_attention_case("attention Tq=4 Tk=700 h3 Dh128 causal (split keys)", 4, 700, 3, 128, 0, 1, 0);
+    check_attention_case("attention fused-qkv Tq=2 Tk=300 h4 Dh64 causal (split keys)", 2, 300, 4, 64, 0, 1, 1);
+    check_attention_slots_kv16(20, 64);
+    check_attention_slots_kv16(4, 128);
+    choir_cuda_attention_set_split(false);
+    check_attention_case("attention cross step Tq=1 Tk=1500 h20 Dh64 (split off)", 1, 1500, 20, 64, 0, 0, 0);
+    check_attention_slots_kv16(20, 64);
+    choir_cuda_attention_set_split(true);
     /* TF32 products (the bf16 models' setting): the cuBLAS path within 1e-2, then f32 again. */
     choir_err err = {0};
     expect("TF32 math mode on", choir_cuda_set_tf32(g_cu, true, &err) == 0);

@@ -427,6 +427,7 @@ int choir_bench_whisper(int argc, char **argv) {
     int tf32 = -1; /* -1: on when the device weights are not f32 */
     int greedy_steps = -1; /* -1: the attach default */
     int threads = 0, backend = 0, gpu_dtype = 0, tf32_arg = -1, dtype_arg = -1;
+    int split_arg = -1; /* -1: the default (on) */
     const char *batch_list = NULL;
     const cli_opt flags[] = {
         {"--dims", CLI_STRING, &dims, 0, 0, "SIZE", "tiny (default), base, small, medium, large-v3, large-v3-turbo"},
@@ -440,6 +441,7 @@ int choir_bench_whisper(int argc, char **argv) {
         {"--device", CLI_INT, &device, 0, 255, "N", "CUDA device (default 0)"},
         {"--gpu-dtype", CLI_CHOICE, &gpu_dtype, 0, 0, "f32|bf16", "f32 matrices as stored, or as bf16 on the device"},
         {"--tf32", CLI_CHOICE, &tf32_arg, 0, 0, "on|off", "f32 products on TF32 tensor cores"},
+        {"--split-attention", CLI_CHOICE, &split_arg, 0, 0, "on|off", "decoder attention over key chunks (cuda; default on)"},
         {"--greedy-steps", CLI_INT, &greedy_steps, 0, 1 << 20, "N", "decoder steps per host wake-up (cuda; default 8)"},
         {"--rules-only", CLI_FLAG, &rules_only_arg, 0, 0, NULL, "time only the host's decoding rules"},
         {"--decoder-only", CLI_FLAG, &decoder_only_arg, 0, 0, NULL, "skip the encoder and long-form runs"},
@@ -450,7 +452,7 @@ int choir_bench_whisper(int argc, char **argv) {
     "       [--threads N] [--dtype f32|f16|bf16] [--steps N] [--audio-s S]\n"
     "       [--window-tokens N] [--batch N[,N...]]\n"
     "       [--backend cpu|cuda] [--device N] [--gpu-dtype f32|bf16] [--tf32 on|off]\n"
-    "       [--greedy-steps N] [--rules-only] [--decoder-only]\n\n"
+    "       [--greedy-steps N] [--split-attention on|off] [--rules-only] [--decoder-only]\n\n"
     "Encoder ms per 30-s window, decoder ms per step at batch 1, 5, 8 (GPU: 1, 8,\n"
     "32), the real-time factor of batched long-form decoding (--audio-s of audio\n"
     "in 30-s windows, --window-tokens greedy tokens each, --batch windows at a\n"
@@ -503,6 +505,7 @@ int choir_bench_whisper(int argc, char **argv) {
     (void)gpu_bf16;
     (void)tf32;
     (void)greedy_steps;
+    (void)split_arg;
     if (cuda) {
         fprintf(stderr, "choir bench whisper: --backend cuda: this build has no CUDA backend "
                         "(configure with -DCHOIR_CUDA=ON)\n");
@@ -560,6 +563,7 @@ int choir_bench_whisper(int argc, char **argv) {
         go.bf16 = gpu_bf16;
         go.tf32 = tf32 >= 0 ? tf32 != 0 : (dt != CHOIR_DTYPE_F32 || gpu_bf16);
         if (greedy_steps >= 0) go.greedy_steps = greedy_steps;
+        if (split_arg >= 0) choir_cuda_attention_set_split(split_arg == 0);
         t0 = choir_now_s();
         if (choir_whisper_gpu_attach(m, &go, &err)) goto fail;
         choir_cuda *cu = choir_whisper_gpu_context(m);

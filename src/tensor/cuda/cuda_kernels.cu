@@ -350,6 +350,206 @@ int64_t choir_cuda_attention_max_keys(const choir_cuda *cu) {
     return cu->props.smem_per_block_optin / (int64_t)sizeof(float) - 256 - 256 - 32;
 }
 
+/* Few query rows over many keys (a decoder step's cross-attention to a
+ * 1500-position window, its self-attention over a long cache): one block per
+ * row and head leaves the device nearly idle (20 blocks for one row of a
+ * 20-head model) and walks the keys one warp at a time. Here the keys are
+ * split into chunks of AS_SPLIT, one block per (chunk, head, row): each
+ * thread scores one key (its whole row read with vector loads), the block
+ * takes the chunk's maximum and exponential sum, then threads over Dh (in
+ * AS_THREADS / Dh groups of keys) sum the chunk's weighted values. The chunk
+ * writes its unnormalised output, maximum and sum; k_attention_combine
+ * rescales the chunks to the common maximum and divides. Chunks past a row's
+ * visible keys (kv_len, causal limit) write an empty partial, so the grid
+ * depends only on Tk (what a captured graph needs). */
+#define AS_SPLIT 128
+#define AS_THREADS 128
+
+template <typename KV> struct as_vec;
+template <> struct as_vec<float> {
+    /* 4 floats */
+    static __device__ __forceinline__ void load(const float *p, float *o) {
+        float4 t = *(const float4 *)p;
+        o[0] = t.x, o[1] = t.y, o[2] = t.z, o[3] = t.w;
+    }
+    static constexpr int N = 4;
+};
+template <> struct as_vec<__nv_bfloat16> {
+    /* 8 bf16 */
+    static __device__ __forceinline__ void load(const __nv_bfloat16 *p, float *o) {
+        uint4 t = *(const uint4 *)p;
+        const __nv_bfloat162 *h = (const __nv_bfloat162 *)&t;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float2 f = __bfloat1622float2(h[j]);
+            o[2 * j] = f.x, o[2 * j + 1] = f.y;
+        }
+    }
+    static constexpr int N = 8;
+};
+
+template <typename KV, int DH>
+__global__ void __launch_bounds__(AS_THREADS)
+    k_attention_split(const float *__restrict__ q, int64_t ldq, int64_t q_batch,
+                      const KV *__restrict__ k, int64_t ldk, const KV *__restrict__ v, int64_t ldv,
+                      int64_t kv_batch, const int32_t *__restrict__ kv_slot,
+                      const int32_t *__restrict__ kv_len, int64_t Tq, int64_t Tk, float scale,
+                      bool causal, int nsplit, float *__restrict__ part) {
+    __shared__ __align__(16) float qs[DH];
+    __shared__ float sc[AS_SPLIT];
+    __shared__ float red[AS_THREADS / 32];
+    __shared__ float acc_s[AS_THREADS / DH > 1 ? AS_THREADS / DH : 1][DH];
+    int sp = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int64_t h = blockIdx.y, r = blockIdx.z, b = r / Tq, i = r % Tq;
+    int64_t nkv = kv_len ? (int64_t)kv_len[b] : Tk;
+    if (nkv > Tk) nkv = Tk;
+    int64_t nk = nkv;
+    if (causal) {
+        nk = i + (nkv - Tq) + 1;
+        nk = nk < 0 ? 0 : (nk > nkv ? nkv : nk);
+    }
+    int64_t k0 = (int64_t)sp * AS_SPLIT;
+    int cnt = (int)(nk - k0 < AS_SPLIT ? nk - k0 : AS_SPLIT);
+    int nh = gridDim.y;
+    float *pp = part + ((r * nh + h) * nsplit + sp) * (int64_t)(DH + 2);
+    if (cnt <= 0) {
+        if (tid == 0) pp[DH] = -INFINITY, pp[DH + 1] = 0.0f;
+        return;
+    }
+    const float *qr = q + b * q_batch + i * ldq + h * DH;
+    for (int d = tid; d < DH; d += AS_THREADS) qs[d] = qr[d];
+    __syncthreads();
+    int64_t cache = kv_slot ? (int64_t)kv_slot[b] : b;
+    const KV *kb = k + cache * kv_batch + h * DH + k0 * ldk;
+    const KV *vb = v + cache * kv_batch + h * DH + k0 * ldv;
+
+    float s = -INFINITY;
+    if (tid < cnt) {
+        constexpr int N = as_vec<KV>::N;
+        const KV *kr = kb + (int64_t)tid * ldk;
+        float kv[DH];
+#pragma unroll
+        for (int d = 0; d < DH; d += N) as_vec<KV>::load(kr + d, kv + d);
+        float a = 0.0f;
+#pragma unroll
+        for (int d = 0; d < DH; d++) a += qs[d] * kv[d];
+        s = a * scale;
+        sc[tid] = s;
+    }
+    float mx = warp_max(s);
+    if (lane == 0) red[warp] = mx;
+    __syncthreads();
+    mx = red[0];
+#pragma unroll
+    for (int w = 1; w < AS_THREADS / 32; w++) mx = fmaxf(mx, red[w]);
+    float e = tid < cnt ? expf(s - mx) : 0.0f;
+    if (tid < cnt) sc[tid] = e;
+    float sum = warp_sum(e);
+    __syncthreads(); /* red read above; sc written */
+    if (lane == 0) red[warp] = sum;
+    __syncthreads();
+    sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < AS_THREADS / 32; w++) sum += red[w];
+
+    constexpr int G = AS_THREADS / DH > 1 ? AS_THREADS / DH : 1;
+    int g = tid / DH, d = tid % DH;
+    if (g < G) {
+        float a0 = 0.0f, a1 = 0.0f;
+        int j = g;
+        for (; j + G < cnt; j += 2 * G) {
+            a0 += sc[j] * kv_f32(vb[(int64_t)j * ldv + d]);
+            a1 += sc[j + G] * kv_f32(vb[(int64_t)(j + G) * ldv + d]);
+        }
+        if (j < cnt) a0 += sc[j] * kv_f32(vb[(int64_t)j * ldv + d]);
+        acc_s[g][d] = a0 + a1;
+    }
+    __syncthreads();
+    for (int dd = tid; dd < DH; dd += AS_THREADS) {
+        float a = 0.0f;
+#pragma unroll
+        for (int gg = 0; gg < G; gg++) a += acc_s[gg][dd];
+        pp[dd] = a;
+    }
+    if (tid == 0) pp[DH] = mx, pp[DH + 1] = sum;
+}
+
+/* One block of Dh threads per (row, head): the chunks rescaled to their
+ * common maximum, summed and divided by the total weight; a row that sees no
+ * key gets zeros (as k_attention). */
+__global__ void k_attention_combine(const float *__restrict__ part, int nsplit, int64_t Dh,
+                                    int64_t Tq, float *__restrict__ out, int64_t ldo,
+                                    int64_t out_batch) {
+    int64_t r = blockIdx.x, h = blockIdx.y, nh = gridDim.y, b = r / Tq, i = r % Tq;
+    const float *pp = part + (r * nh + h) * nsplit * (Dh + 2);
+    float mx = -INFINITY;
+    for (int s = 0; s < nsplit; s++) mx = fmaxf(mx, pp[s * (Dh + 2) + Dh]);
+    float *orow = out + b * out_batch + i * ldo + h * Dh;
+    if (mx == -INFINITY) {
+        for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x) orow[d] = 0.0f;
+        return;
+    }
+    float l = 0.0f;
+    for (int s = 0; s < nsplit; s++) {
+        float m = pp[s * (Dh + 2) + Dh];
+        if (m != -INFINITY) l += pp[s * (Dh + 2) + Dh + 1] * expf(m - mx);
+    }
+    float inv = 1.0f / l;
+    for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x) {
+        float a = 0.0f;
+        for (int s = 0; s < nsplit; s++) {
+            float m = pp[s * (Dh + 2) + Dh];
+            if (m != -INFINITY) a += pp[s * (Dh + 2) + d] * expf(m - mx);
+        }
+        orow[d] = a * inv;
+    }
+}
+
+/* Whether the split path serves this call: few query rows, enough keys to
+ * split, heads of 64 or 128 values, rows aligned for the vector loads, no
+ * additive mask, and the partials' scratch already there or growable now
+ * (never while a stream is being captured or graphs hold its address). */
+static bool g_attention_split = true;
+void choir_cuda_attention_set_split(bool on) { g_attention_split = on; }
+
+template <typename KV>
+static float *attention_split_scratch(choir_cuda *cu, int64_t rows, int n_head, int64_t Dh,
+                                      int64_t Tk, const float *mask, const KV *k, int64_t ldk,
+                                      const KV *v, int64_t ldv, int64_t kv_batch, int *nsplit) {
+    if (!g_attention_split || mask || (Dh != 64 && Dh != 128) || Tk < 2 * AS_SPLIT || rows > 65535)
+        return NULL;
+    int64_t vec = 16 / (int64_t)sizeof(KV);
+    if (((uintptr_t)k | (uintptr_t)v) % 16 || ldk % vec || ldv % vec || kv_batch % vec) return NULL;
+    int64_t ns = (Tk + AS_SPLIT - 1) / AS_SPLIT;
+    size_t bytes = (size_t)(rows * n_head * ns) * (size_t)(Dh + 2) * sizeof(float);
+    if (cu->scratch.bytes < bytes) {
+        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(cu->stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone ||
+            __atomic_load_n(&cu->live_graphs, __ATOMIC_RELAXED) > 0)
+            return NULL;
+    }
+    float *part = (float *)choir_cuda_scratch(cu, bytes, NULL);
+    *nsplit = (int)ns;
+    return part;
+}
+
+template <typename KV, int DH>
+static int attention_split_launch(choir_cuda *cu, int64_t B, const float *q, int64_t ldq,
+                                  int64_t q_batch, const KV *k, int64_t ldk, const KV *v,
+                                  int64_t ldv, int64_t kv_batch, const int32_t *kv_slot,
+                                  const int32_t *kv_len, float *out, int64_t ldo, int64_t out_batch,
+                                  int64_t Tq, int64_t Tk, int n_head, float scale, bool causal,
+                                  int nsplit, float *part, choir_err *err) {
+    dim3 g1((unsigned)nsplit, (unsigned)n_head, (unsigned)(B * Tq)), g2((unsigned)(B * Tq), (unsigned)n_head);
+    k_attention_split<KV, DH><<<g1, AS_THREADS, 0, cu->stream>>>(q, ldq, q_batch, k, ldk, v, ldv,
+                                                                 kv_batch, kv_slot, kv_len, Tq, Tk,
+                                                                 scale, causal, nsplit, part);
+    int rc = choir_cuda_check_launch(err, "attention splits");
+    if (rc) return rc;
+    k_attention_combine<<<g2, DH, 0, cu->stream>>>(part, nsplit, DH, Tq, out, ldo, out_batch);
+    return choir_cuda_check_launch(err, "attention combine");
+}
+
 template <typename KV>
 static int attention_launch(choir_cuda *cu, int64_t B, const float *q, int64_t ldq, int64_t q_batch,
                             const KV *k, int64_t ldk, const KV *v, int64_t ldv,
@@ -361,6 +561,19 @@ static int attention_launch(choir_cuda *cu, int64_t B, const float *q, int64_t l
     if (Tk < 0 || Tq > INT32_MAX || n_head > 65535 || B > 65535)
         return choir_err_set(err, CHOIR_EINVAL, "cuda: attention shape Tq %lld, heads %d, batch %lld",
                              (long long)Tq, n_head, (long long)B);
+    if (Tq <= 8 && n_head <= 65535) {
+        int nsplit = 0;
+        float *part = attention_split_scratch(cu, B * Tq, n_head, Dh, Tk, mask, k, ldk, v, ldv,
+                                              kv_batch, &nsplit);
+        if (part && Dh == 64)
+            return attention_split_launch<KV, 64>(cu, B, q, ldq, q_batch, k, ldk, v, ldv, kv_batch,
+                                                  kv_slot, kv_len, out, ldo, out_batch, Tq, Tk,
+                                                  n_head, scale, causal, nsplit, part, err);
+        if (part)
+            return attention_split_launch<KV, 128>(cu, B, q, ldq, q_batch, k, ldk, v, ldv, kv_batch,
+                                                   kv_slot, kv_len, out, ldo, out_batch, Tq, Tk,
+                                                   n_head, scale, causal, nsplit, part, err);
+    }
     size_t smem = attn_smem_bytes(Tk, Dh);
     if ((int64_t)smem > cu->props.smem_per_block_optin)
         return choir_err_set(err, CHOIR_ETOOBIG,
