@@ -1,5 +1,6 @@
 /* Tests of src/base: errors, counted allocation, arenas, the thread pool. */
 #include <stdatomic.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "choir/alloc.h"
@@ -62,13 +63,29 @@ static void test_arena(void **state) {
     assert_int_equal((uintptr_t)x % CHOIR_ALIGN, 0);
     size_t mark = choir_arena_mark(a);
     assert_non_null(choir_arena_alloc(a, 500));
+    assert_int_equal(choir_arena_need(a), choir_arena_high_water(a));
+    assert_false(choir_arena_overflowed(a));
     assert_null(choir_arena_alloc(a, 1000)); /* no room; arena stays usable */
+    /* what the refused piece would have needed: 100 -> 128, + 500 = 628 ->
+     * 640, + 1000 */
+    assert_true(choir_arena_overflowed(a));
+    assert_int_equal(choir_arena_need(a), 1640);
+    assert_int_equal(choir_arena_used(a), 628);
+    assert_null(choir_arena_alloc(a, 400)); /* a smaller refusal keeps the larger want */
+    assert_int_equal(choir_arena_need(a), 1640);
     choir_arena_release(a, mark);
     assert_int_equal(choir_arena_used(a), 100);
     assert_true(choir_arena_high_water(a) >= 600);
     choir_arena_reset(a);
     assert_int_equal(choir_arena_used(a), 0);
     assert_true(choir_arena_high_water(a) >= 600);
+    assert_non_null(choir_arena_alloc(a, 100));
+    assert_null(choir_arena_alloc(a, SIZE_MAX - 10)); /* 128 + that saturates instead of wrapping */
+    assert_int_equal(choir_arena_need(a), SIZE_MAX);
+    choir_arena_reset_peak(a);
+    assert_false(choir_arena_overflowed(a));
+    assert_int_equal(choir_arena_need(a), 100);
+    choir_arena_reset(a);
     float *f = choir_arena_floats(a, 16);
     assert_non_null(f);
     assert_true(f[15] == 0.0f);

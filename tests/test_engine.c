@@ -476,40 +476,80 @@ static void test_withdraw_and_return(void **state)
     choir_engine_free(e);
 }
 
-/* A model that needs 3x its declared estimate overflows its arena once, is
- * retried with a recalibrated reservation, and every request completes. */
+/* A model that needs 3x (or 10x) its declared estimate overflows its arena
+ * once, is retried with the reservation its overflow showed it needs, and
+ * every request completes. */
 static void test_arena_overflow_retry(void **state)
 {
     (void)state;
-    choir_fake_params fp = {.fixed_ms = 1, .bytes_per_unit = 64, .true_ratio = 3};
-    choir_engine_params p = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
-    p.memory_budget = 64 << 20;
-    p.wait_short_ms = 1;
-    choir_log_set_level(CHOIR_LOG_ERROR);
-    choir_engine *e = engine_with(&p, "hungry", model_dir("hungry", &fp));
-    for (int round = 0; round < 3; round++) {
-        choir_ticket *t[4];
-        collected c[4];
-        for (int i = 0; i < 4; i++) {
-            collected_init(&c[i]);
-            choir_job j = tts_job(texts[i], &c[i]);
-            t[i] = choir_engine_submit(e, &j, NULL, NULL);
-            assert_non_null(t[i]);
+    const double ratios[2] = {3, 10};
+    for (int k = 0; k < 2; k++) {
+        choir_fake_params fp = {.fixed_ms = 1, .bytes_per_unit = 64, .true_ratio = ratios[k]};
+        choir_engine_params p = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
+        p.memory_budget = 64 << 20;
+        p.wait_short_ms = 1;
+        choir_log_set_level(CHOIR_LOG_ERROR);
+        choir_engine *e = engine_with(&p, "hungry", model_dir("hungry", &fp));
+        for (int round = 0; round < 3; round++) {
+            choir_ticket *t[4];
+            collected c[4];
+            for (int i = 0; i < 4; i++) {
+                collected_init(&c[i]);
+                choir_job j = tts_job(texts[i], &c[i]);
+                t[i] = choir_engine_submit(e, &j, NULL, NULL);
+                assert_non_null(t[i]);
+            }
+            for (int i = 0; i < 4; i++) {
+                assert_int_equal(choir_ticket_wait(t[i], 10, NULL), 0);
+                check_tts_audio(&c[i], texts[i]);
+                choir_ticket_free(t[i]);
+                collected_free(&c[i]);
+            }
         }
-        for (int i = 0; i < 4; i++) {
-            assert_int_equal(choir_ticket_wait(t[i], 10, NULL), 0);
-            check_tts_audio(&c[i], texts[i]);
-            choir_ticket_free(t[i]);
-            collected_free(&c[i]);
-        }
+        choir_log_set_level(CHOIR_LOG_WARN);
+        choir_engine_stats st;
+        choir_engine_get_stats(e, &st);
+        assert_int_equal(st.completed, 12);
+        assert_int_equal(st.failed, 0);
+        assert_true(st.arena_peak > 0);
+        choir_engine_free(e);
     }
-    choir_log_set_level(CHOIR_LOG_WARN);
-    choir_engine_stats st;
-    choir_engine_get_stats(e, &st);
-    assert_int_equal(st.completed, 12);
-    assert_int_equal(st.failed, 0);
-    assert_true(st.arena_peak > 0);
-    choir_engine_free(e);
+}
+
+/* An estimate of 20 MiB under a 64 MiB budget: a true need of 60 MiB runs
+ * (doubling alone would have gone 20, 40, 80 and refused it; the overflow
+ * shows 60, and the retry takes all the budget leaves), a true need of 200
+ * MiB is refused after one overflow with the figures. */
+static void test_arena_overflow_to_budget(void **state)
+{
+    (void)state;
+    const char *text = "twenty characters!!!";
+    for (int k = 0; k < 2; k++) {
+        choir_fake_params fp = {.fixed_ms = 1, .bytes_per_unit = 1 << 20, .true_ratio = k ? 10 : 3};
+        choir_engine_params p = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
+        p.memory_budget = 64 << 20;
+        p.wait_short_ms = 1;
+        choir_log_set_level(CHOIR_LOG_ERROR);
+        choir_engine *e = engine_with(&p, "hungry", model_dir(k ? "huge" : "large", &fp));
+        collected c;
+        collected_init(&c);
+        choir_job j = tts_job(text, &c);
+        choir_ticket *t = choir_engine_submit(e, &j, NULL, NULL);
+        assert_non_null(t);
+        choir_err err = {0};
+        int st = choir_ticket_wait(t, 10, &err);
+        choir_log_set_level(CHOIR_LOG_WARN);
+        if (!k) {
+            assert_int_equal(st, 0);
+            check_tts_audio(&c, text);
+        } else {
+            assert_int_equal(st, CHOIR_ETOOBIG);
+            assert_non_null(strstr(err.msg, "the memory budget leaves beside the model's weights"));
+        }
+        choir_ticket_free(t);
+        collected_free(&c);
+        choir_engine_free(e);
+    }
 }
 
 static void test_model_failure_is_per_request(void **state)
@@ -926,6 +966,7 @@ int main(void)
         cmocka_unit_test(test_lazy_load_and_lru),
         cmocka_unit_test(test_withdraw_and_return),
         cmocka_unit_test(test_arena_overflow_retry),
+        cmocka_unit_test(test_arena_overflow_to_budget),
         cmocka_unit_test(test_model_failure_is_per_request),
         cmocka_unit_test(test_shutdown_fails_the_rest),
         cmocka_unit_test(test_degrade_and_recover),

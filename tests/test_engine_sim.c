@@ -22,6 +22,8 @@ typedef struct fake_model {
     int max_batch;
     int64_t bytes_per_unit; /* declared estimate per length unit */
     double true_ratio;      /* real peak / declared estimate */
+    int hides_need;         /* an overflow does not say what the batch needs (as a model
+                               whose refusal was not the arena's) */
     double fixed_s;         /* per-batch latency */
     double per_unit_s;      /* per padded length unit */
     double load_s;
@@ -50,6 +52,7 @@ typedef struct running {
     sched_action a;
     double start_t, done_t;
     int64_t peak;
+    int64_t need; /* on overflow: the capacity the arena saw it needs (0: not known) */
     int overflow;
 } running;
 
@@ -212,6 +215,9 @@ static void on_dispatch(sim *m, const sched_action *a)
      * ENOMEM having used (at most) all of it. */
     r->overflow = truth > a->reserved;
     r->peak = r->overflow ? a->reserved : truth;
+    /* a fake model asks for its whole need at once, so the refused
+     * allocation shows all of it */
+    r->need = r->overflow && !fm->hides_need ? truth : 0;
     r->start_t = m->now;
     double slow = a->device == 0 && fm->cpu_slowdown > 0 ? fm->cpu_slowdown : 1;
     r->done_t = m->now + slow * (fm->fixed_s + fm->per_unit_s * (double)(maxlen * a->n)) +
@@ -285,10 +291,10 @@ static void complete_due(sim *m)
                 sim_req *q = (sim_req *)r->a.reqs[k]->user;
                 q->dispatched = 0;
             }
-            sched_requeue(m->s, &r->a, m->now, r->peak);
+            sched_requeue(m->s, &r->a, m->now, r->peak, r->need);
             m->overflows++;
         } else {
-            sched_batch_done(m->s, &r->a, m->now, r->peak, r->done_t - r->start_t, 0);
+            sched_batch_done(m->s, &r->a, m->now, r->peak, r->done_t - r->start_t, 0, 0);
             for (int k = 0; k < r->a.n; k++) {
                 sim_req *q = (sim_req *)r->a.reqs[k]->user;
                 assert_int_equal(q->completed, 0);
@@ -558,7 +564,7 @@ static void test_refusals(void **state)
     assert_int_equal(a.kind, SCHED_DISPATCH);
     assert_int_equal(a.need_load, 1);
     assert_int_equal(a.n, 3);
-    sched_batch_done(s, &a, 0.1, 3 << 20, 0.1, 0);
+    sched_batch_done(s, &a, 0.1, 3 << 20, 0.1, 0, 0);
     sched_free(s);
 }
 
@@ -620,27 +626,62 @@ static void test_calibration(void **state)
 }
 
 /* When calibration shows a queued request can never fit, it is refused
- * (too_large) instead of waiting forever. */
+ * (too_large) instead of waiting forever: at once when the overflow showed
+ * the need (120 MiB beyond the 90 the budget leaves), and, when it did not,
+ * after the room has doubled to all the budget leaves (40, 80, 90 MiB). */
 static void test_grown_estimate_refused(void **state)
 {
     (void)state;
-    sched_config c = base_config();
-    c.budget = 100 << 20;
-    c.high_water = 0.99;
-    c.low_water = 0.98;
-    fake_model fm = {.weights = 10 << 20, .max_batch = 4, .bytes_per_unit = 1 << 20, .true_ratio = 3.0,
-                     .fixed_s = 0.01};
-    sim m;
-    sim_init(&m, &c, &fm, 1, 1);
-    double arrival[1] = {0};
-    m.reqs[0].r.length = 40; /* declares 40 MiB, needs 120 MiB */
-    m.reqs[0].r.deadline = INFINITY;
-    sim_run(&m, arrival);
-    check_exactly_once(&m);
-    assert_int_equal(m.overflows, 2);
-    assert_true(m.reqs[0].rejected);
-    assert_int_equal(m.reqs[0].reason, CHOIR_REJECT_TOO_LARGE);
-    sim_free(&m);
+    for (int hides = 0; hides < 2; hides++) {
+        sched_config c = base_config();
+        c.budget = 100 << 20;
+        c.high_water = 0.99;
+        c.low_water = 0.98;
+        fake_model fm = {.weights = 10 << 20, .max_batch = 4, .bytes_per_unit = 1 << 20, .true_ratio = 3.0,
+                         .fixed_s = 0.01, .hides_need = hides};
+        sim m;
+        sim_init(&m, &c, &fm, 1, 1);
+        double arrival[1] = {0};
+        m.reqs[0].r.length = 40; /* declares 40 MiB, needs 120 MiB */
+        m.reqs[0].r.deadline = INFINITY;
+        sim_run(&m, arrival);
+        check_exactly_once(&m);
+        assert_int_equal(m.overflows, hides ? 3 : 1);
+        assert_true(m.reqs[0].rejected);
+        assert_int_equal(m.reqs[0].reason, CHOIR_REJECT_TOO_LARGE);
+        sim_free(&m);
+    }
+}
+
+/* A request whose need the budget holds runs, however wrong its estimate:
+ * declared 40 MiB, needs 85 of the 90 the budget leaves beside the weights.
+ * Doubling alone would go 40, 80, 160 (refused); the overflow shows the
+ * need, and the retry takes all the budget leaves. A ten times too small
+ * estimate (8 MiB, of a 80 MiB need) is corrected at the first retry. */
+static void test_overflow_grows_to_budget(void **state)
+{
+    (void)state;
+    const int64_t length[2] = {40, 8};
+    const double ratio[2] = {85.0 / 40.0, 10.0};
+    for (int k = 0; k < 2; k++) {
+        sched_config c = base_config();
+        c.budget = 100 << 20;
+        c.high_water = 0.99;
+        c.low_water = 0.98;
+        fake_model fm = {.weights = 10 << 20, .max_batch = 4, .bytes_per_unit = 1 << 20, .true_ratio = ratio[k],
+                         .fixed_s = 0.01};
+        sim m;
+        sim_init(&m, &c, &fm, 1, 1);
+        double arrival[1] = {0};
+        m.reqs[0].r.length = length[k];
+        m.reqs[0].r.deadline = INFINITY;
+        sim_run(&m, arrival);
+        check_exactly_once(&m);
+        assert_int_equal(m.overflows, 1);
+        assert_true(m.reqs[0].completed);
+        assert_true(m.max_used <= c.budget);
+        sim_free(&m);
+    }
 }
 
 /* Memory held outside the engine's accounts delays admission (polled) and
@@ -667,7 +708,7 @@ static void test_external_memory(void **state)
     sched_state st;
     sched_get_state(s, &st);
     assert_true(st.weights + st.reserved + st.external <= st.budget);
-    sched_batch_done(s, &a, ev + 0.1, 40 << 20, 0.1, 0);
+    sched_batch_done(s, &a, ev + 0.1, 40 << 20, 0.1, 0, 0);
     sched_free(s);
 }
 
@@ -1046,7 +1087,7 @@ static void test_gpu_misplaced(void **state)
     assert_int_equal(a.kind, SCHED_DISPATCH);
     assert_int_equal(a.device, 0);
     assert_int_equal(a.need_load, 1);
-    sched_batch_done(s, &a, 2.1, 500, 0.1, 0);
+    sched_batch_done(s, &a, 2.1, 500, 0.1, 0, 0);
     sched_get_device(s, 1, &g);
     assert_int_equal(g.batches, 0);
     sched_get_device(s, 0, &g);
@@ -1066,6 +1107,7 @@ int main(void)
         cmocka_unit_test(test_lru_unload),
         cmocka_unit_test(test_calibration),
         cmocka_unit_test(test_grown_estimate_refused),
+        cmocka_unit_test(test_overflow_grows_to_budget),
         cmocka_unit_test(test_external_memory),
         cmocka_unit_test(test_degradation),
         cmocka_unit_test(test_latency_degradation),

@@ -48,6 +48,16 @@ size_t choir_arena_used(const choir_arena *a);
 size_t choir_arena_capacity(const choir_arena *a);
 /* The most bytes ever in use at once since creation or the last reset_peak. */
 size_t choir_arena_high_water(const choir_arena *a);
+/* The capacity this arena's use so far would have needed: the high-water mark,
+ * or, when an allocation found no room, the fill level the largest such
+ * allocation would have reached (the bytes in use before it, aligned, plus its
+ * size; SIZE_MAX when that does not fit a size_t). A lower bound on what a run
+ * cut short by the refusal needs: what it would have asked for later is unknown. */
+size_t choir_arena_need(const choir_arena *a);
+/* 1 when an allocation found no room since creation or the last reset_peak. */
+int choir_arena_overflowed(const choir_arena *a);
+/* Restarts the high-water mark at the current fill level and forgets refused
+ * allocations. */
 void choir_arena_reset_peak(choir_arena *a);
 
 #ifdef __cplusplus

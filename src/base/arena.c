@@ -1,4 +1,5 @@
 /* Bump allocation over one reserved block. */
+#include <stdint.h>
 #include <string.h>
 
 #include "choir/arena.h"
@@ -8,6 +9,7 @@ struct choir_arena {
     size_t capacity;
     size_t used;
     size_t high_water;
+    size_t want; /* the fill level the largest refused allocation would have reached */
     int owns_base;
 };
 
@@ -44,7 +46,13 @@ void choir_arena_free(choir_arena *a) {
 
 void *choir_arena_alloc(choir_arena *a, size_t size) {
     size_t start = (a->used + CHOIR_ALIGN - 1) / CHOIR_ALIGN * CHOIR_ALIGN;
-    if (start > a->capacity || size > a->capacity - start) return NULL;
+    if (start > a->capacity || size > a->capacity - start) {
+        /* Kept so that whoever sizes the next arena knows how far this one
+         * fell short (saturating: a size near SIZE_MAX is simply too large). */
+        size_t would = size > SIZE_MAX - start ? SIZE_MAX : start + size;
+        if (would > a->want) a->want = would;
+        return NULL;
+    }
     a->used = start + size;
     if (a->used > a->high_water) a->high_water = a->used;
     return a->base + start;
@@ -67,4 +75,11 @@ void choir_arena_reset(choir_arena *a) { a->used = 0; }
 size_t choir_arena_used(const choir_arena *a) { return a->used; }
 size_t choir_arena_capacity(const choir_arena *a) { return a->capacity; }
 size_t choir_arena_high_water(const choir_arena *a) { return a->high_water; }
-void choir_arena_reset_peak(choir_arena *a) { a->high_water = a->used; }
+size_t choir_arena_need(const choir_arena *a) {
+    return a->want > a->high_water ? a->want : a->high_water;
+}
+int choir_arena_overflowed(const choir_arena *a) { return a->want > 0; }
+void choir_arena_reset_peak(choir_arena *a) {
+    a->high_water = a->used;
+    a->want = 0;
+}

@@ -645,6 +645,11 @@ static void *ensure_loaded(choir_engine *e, const sched_action *a, choir_err *er
     return m->weights[d];
 }
 
+/* Retries of one batch whose arena said how much it lacked: each at least
+ * doubles the room or reaches the budget's (sched_requeue), so this only
+ * bounds the pathological (a model whose need keeps moving). */
+#define RETRY_MAX_MEASURED 16
+
 static void run_one_batch(choir_engine *e, sched_action *a, choir_kernel_scratch *ks)
 {
     choir_err err = {0};
@@ -679,7 +684,7 @@ static void run_one_batch(choir_engine *e, sched_action *a, choir_kernel_scratch
         choir_err_set(&err, CHOIR_EIO, "model '%s' could not be loaded: %s", e->models[a->model].id, why);
     }
     int rc = w ? 0 : CHOIR_EIO;
-    int64_t peak = 0;
+    int64_t peak = 0, need = 0;
     choir_arena *arena = NULL;
     if (w) {
         /* The arena is the reservation: a batch cannot grow past what the
@@ -692,26 +697,38 @@ static void run_one_batch(choir_engine *e, sched_action *a, choir_kernel_scratch
         rc = arena ? ops->run_batch(w, reqs, n, arena, &err) : err.code;
         choir_kernels_bind_scratch(prev);
         peak = arena ? (int64_t)choir_arena_high_water(arena) : 0;
+        if (arena && choir_arena_overflowed(arena)) {
+            size_t want = choir_arena_need(arena);
+            need = want > (size_t)INT64_MAX ? INT64_MAX : (int64_t)want;
+        }
         choir_arena_free(arena);
     }
     uint64_t t1 = choir_now_ns();
     double compute_s = (double)(t1 - t0) * 1e-9;
 
-    /* An arena overflow before any output: retry with a recalibrated
-     * (doubled) reservation instead of failing the callers, a few times. */
+    /* An arena overflow before any output: retry instead of failing the
+     * callers, with the room the failed run showed it needs (the arena kept
+     * the fill level its refused allocation would have reached), at least
+     * doubled, up to what the budget leaves (sched_requeue), so each retry
+     * of a batch at least doubles its room until the budget's is reached and
+     * a request the budget cannot hold is refused as too large. A batch
+     * that ran out of memory without the arena refusing anything (a heap
+     * allocation, or a model that checks the room itself) learns no need:
+     * its room doubles, three times at most. */
     int retry = rc == CHOIR_ENOMEM && arena;
+    int max_retries = need > 0 ? RETRY_MAX_MEASURED : 3;
     for (int i = 0; retry && i < n; i++)
-        if (reqs[i]->first_output_ns || tickets[i]->retried >= 3 || choir_request_cancelled(reqs[i]))
+        if (reqs[i]->first_output_ns || tickets[i]->retried >= max_retries || choir_request_cancelled(reqs[i]))
             retry = 0;
     pthread_mutex_lock(&e->lock);
     if (retry) {
         for (int i = 0; i < n; i++)
             tickets[i]->retried++;
-        sched_requeue(e->core, a, engine_now(e), peak);
-        CHOIR_LOGW("engine: batch of %d on '%s' overflowed its %lld-byte arena; retrying", n,
-                   e->models[a->model].id, (long long)a->reserved);
+        sched_requeue(e->core, a, engine_now(e), peak, need);
+        CHOIR_LOGW("engine: batch of %d on '%s' overflowed its %lld-byte arena (it needs at least %lld); "
+                   "retrying", n, e->models[a->model].id, (long long)a->reserved, (long long)need);
     } else {
-        sched_batch_done(e->core, a, engine_now(e), peak, compute_s, rc == CHOIR_ENOMEM);
+        sched_batch_done(e->core, a, engine_now(e), peak, compute_s, need, rc == CHOIR_ENOMEM);
         if (peak > e->arena_peak)
             e->arena_peak = peak;
         e->batch_hist[n < CHOIR_BATCH_HIST_MAX ? n : CHOIR_BATCH_HIST_MAX]++;
@@ -869,7 +886,14 @@ static void *sched_main(void *arg)
                 choir_metrics_inc(e->m.reg, e->m.rejected[a.reason], 1);
                 if (a.reason == CHOIR_REJECT_DEADLINE)
                     ticket_finish(e, t, CHOIR_ETIMEDOUT, a.reason, "the deadline passed before the request could start");
-                else
+                else if (a.reserved > a.room) {
+                    char why[CHOIR_ERR_MSG_MAX];
+                    snprintf(why, sizeof why,
+                             "the request needs %lld bytes of working memory (its estimate as measured), "
+                             "more than the %lld the memory budget leaves beside the model's weights",
+                             (long long)a.reserved, (long long)a.room);
+                    ticket_finish(e, t, CHOIR_ETOOBIG, a.reason, why);
+                } else
                     ticket_finish(e, t, CHOIR_ETOOBIG, a.reason,
                                   "the request needs more memory than the budget holds (measured estimate)");
                 pthread_mutex_lock(&e->lock);

@@ -52,6 +52,7 @@
 
 #define FACTOR_MIN 0.25
 #define FACTOR_MARGIN 1.1
+#define RETRY_MARGIN 1.25
 #define EXTERNAL_POLL_S 0.05
 
 void sched_config_from_params(sched_config *c, const choir_engine_params *p)
@@ -456,6 +457,8 @@ int sched_decide(sched *s, double now, sched_action *out)
         out->model = best.model;
         out->rejected = r;
         out->reason = CHOIR_REJECT_TOO_LARGE;
+        out->reserved = sched_reservation(m, r->est_bytes, 1);
+        out->room = s->c.budget - host_w;
         return 1;
     }
     memset(out, 0, sizeof *out);
@@ -546,10 +549,41 @@ static void release(sched *s, const sched_action *b, double now)
     m->rep[d].last_used = now;
 }
 
-static void calibrate(sched_model *m, const sched_action *b, int64_t peak, int overflow)
+/* After an overflow: the factor that gives the same batch the room its
+ * failed run showed it needs (`need`, the fill level its refused allocation
+ * would have reached; 0 when unknown) with a margin, at least twice what it
+ * had (so retries are few however many allocations the run had left), and,
+ * when the need fits but that would pass the budget, all the budget leaves
+ * one batch now (beside the weights and the memory held outside the engine's
+ * accounts; a reservation of the whole budget would wait for the latter
+ * forever). A need beyond that room is not capped: the batch is then split,
+ * or a single request waits for outside memory to shrink or is refused as too
+ * large when it is formed again. The factor only grows here. */
+static void overflow_factor(const sched *s, sched_model *m, const sched_action *b, int64_t need)
+{
+    if (b->est_sum <= 0) {
+        m->factor *= 2;
+        return;
+    }
+    double had = (double)b->reserved, room = (double)(s->c.budget - s->dev[0].weights - s->external);
+    double want = 2 * had;
+    if ((double)need * RETRY_MARGIN > want)
+        want = (double)need * RETRY_MARGIN;
+    if (want > room && (double)need <= room && had < room)
+        want = room;
+    double f = want / (double)b->est_sum;
+    /* the reservation rounds up: never a byte past the room */
+    while (want == room && f > 0 && ceil((double)b->est_sum * f) > room)
+        f = nextafter(f, 0);
+    if (f > m->factor)
+        m->factor = f;
+}
+
+static void calibrate(const sched *s, sched_model *m, const sched_action *b, int64_t peak, int64_t need,
+                      int overflow)
 {
     if (overflow) {
-        m->factor *= 2;
+        overflow_factor(s, m, b, need);
         return;
     }
     if (b->est_sum <= 0 || peak <= 0)
@@ -561,13 +595,13 @@ static void calibrate(sched_model *m, const sched_action *b, int64_t peak, int o
 }
 
 void sched_batch_done(sched *s, const sched_action *b, double now, int64_t peak_bytes, double compute_s,
-                      int overflow)
+                      int64_t overflow_need, int overflow)
 {
     sched_model *m = &s->models[b->model];
     release(s, b, now);
     s->dev[b->device].batches++;
     s->dev[b->device].busy_s += compute_s > 0 ? compute_s : 0;
-    calibrate(m, b, peak_bytes, overflow);
+    calibrate(s, m, b, peak_bytes, overflow_need, overflow);
     if (compute_s > 0)
         m->compute_ewma = m->compute_ewma > 0 ? 0.8 * m->compute_ewma + 0.2 * compute_s : compute_s;
     for (int i = 0; i < b->n; i++)
@@ -590,10 +624,10 @@ static void put_back(sched *s, const sched_action *b)
     }
 }
 
-void sched_requeue(sched *s, const sched_action *b, double now, int64_t peak_bytes)
+void sched_requeue(sched *s, const sched_action *b, double now, int64_t peak_bytes, int64_t need)
 {
     release(s, b, now);
-    calibrate(&s->models[b->model], b, peak_bytes, 1);
+    calibrate(s, &s->models[b->model], b, peak_bytes, need, 1);
     put_back(s, b);
 }
 

@@ -90,6 +90,8 @@ typedef struct sched_action {
     int64_t dev_reserved; /* DISPATCH on a GPU: device bytes reserved for the batch */
     sched_req *rejected;
     choir_reject_reason reason;
+    int64_t room;       /* REJECT too_large: the host bytes the budget leaves beside the weights
+                           (`reserved`: what the request's calibrated estimate needs) */
 } sched_action;
 
 typedef struct sched_state {
@@ -142,12 +144,22 @@ double sched_next_event(sched *s, double now);
 
 /* Reports a dispatched batch finished: releases its reservation, records the
  * measured arena peak (calibration), its compute time, and marks its requests
- * finished. `overflow`: the arena was too small; the estimate factor doubles. */
+ * finished. `overflow`: the arena was too small, and `overflow_need` is the
+ * capacity its run showed it needs (choir_arena_need; 0 when unknown): the
+ * estimate factor grows as for sched_requeue. */
 void sched_batch_done(sched *s, const sched_action *batch, double now, int64_t peak_bytes, double compute_s,
-                      int overflow);
+                      int64_t overflow_need, int overflow);
 /* Puts a dispatched batch's requests back at the head of their queue (for a
- * retry after an arena overflow); releases the reservation like batch_done. */
-void sched_requeue(sched *s, const sched_action *batch, double now, int64_t peak_bytes);
+ * retry after an arena overflow); releases the reservation like batch_done.
+ * The model's factor grows so that the same batch would now reserve
+ * `need` (what its failed run showed it needs, 0 when unknown) times 1.25,
+ * and at least twice its old reservation; where that passes the budget but
+ * the need does not, exactly what the budget leaves one batch now (beside
+ * all weights and the external bytes). A need beyond that is left uncapped,
+ * so the batch is formed smaller, or a single request waits for external
+ * memory or is refused (CHOIR_REJECT_TOO_LARGE) when formed again. Each retry of one batch therefore at least doubles its
+ * room or reaches the budget's, and ends. */
+void sched_requeue(sched *s, const sched_action *batch, double now, int64_t peak_bytes, int64_t need);
 
 /* Reports what loading `model` on `device` really made resident: host bytes
  * and device bytes (replace the expected ones), or a failed load (host_bytes

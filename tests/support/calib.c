@@ -105,7 +105,7 @@ size_t tu_cal_check(const char *name, const choir_model_ops *ops, const char *di
 
     /* A third of what a batch really takes (the scale that makes the first
      * reservation peak / 3: the first run's arena was 4 estimates): overflows,
-     * is retried with doubled room, and then holds. */
+     * is retried with the room it showed it lacked, and then holds. */
     double under = (double)peak / (double)r.cap[0] * 4.0 / 3.0;
     tu_cal_run_scaled(ops, dir, job, under, 4, &r);
     int over = 0;

@@ -12,8 +12,8 @@
  *  - four times too large: every batch succeeds with a peak > 0 inside its
  *    arena, and the arena shrinks batch by batch (by a quarter over six);
  *  - too small (a third of the peak the first run measured): the first batch
- *    overflows, is retried with a doubled reservation (at most three times)
- *    and the rest then hold.
+ *    overflows, is retried with the room its arena showed it lacked (at
+ *    least doubled; once or twice here) and the rest then hold.
  * Not thread-safe (one wrapped adapter at a time; tests are single-threaded
  * callers of the engine). */
 #ifndef CHOIR_TESTS_CALIB_H
@@ -42,9 +42,9 @@ typedef struct tu_cal_run {
  * itself: untrained weights may fail every request as malformed). */
 void tu_cal_run_scaled(const choir_model_ops *ops, const char *dir, const choir_job *job,
                        double scale, int rounds, tu_cal_run *out);
-/* The same, but a job may fail for want of memory (the engine retries an
- * overflowed batch three times, doubling its room: 8x at most); each job's
- * status is in out->status. */
+/* The same, but a job may fail for want of memory (a model whose overflow
+ * the arena did not see gets three doublings of its room: 8x at most); each
+ * job's status is in out->status. */
 void tu_cal_run_scaled_any(const choir_model_ops *ops, const char *dir, const choir_job *job,
                            double scale, int rounds, tu_cal_run *out);
 
