@@ -398,7 +398,7 @@ __global__ void __launch_bounds__(AS_THREADS)
     __shared__ __align__(16) float qs[DH];
     __shared__ float sc[AS_SPLIT];
     __shared__ float red[AS_THREADS / 32];
-    __shared__ float acc_s[AS_THREADS / DH > 1 ? AS_THREADS / DH : 1][DH];
+    __shared__ float acc_s[AS_THREADS / (DH / as_vec<KV>::N)][DH];
     int sp = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     int64_t h = blockIdx.y, r = blockIdx.z, b = r / Tq, i = r % Tq;
     int64_t nkv = kv_len ? (int64_t)kv_len[b] : Tk;
@@ -452,23 +452,29 @@ __global__ void __launch_bounds__(AS_THREADS)
 #pragma unroll
     for (int w = 0; w < AS_THREADS / 32; w++) sum += red[w];
 
-    constexpr int G = AS_THREADS / DH > 1 ? AS_THREADS / DH : 1;
-    int g = tid / DH, d = tid % DH;
-    if (g < G) {
-        float a0 = 0.0f, a1 = 0.0f;
-        int j = g;
-        for (; j + G < cnt; j += 2 * G) {
-            a0 += sc[j] * kv_f32(vb[(int64_t)j * ldv + d]);
-            a1 += sc[j + G] * kv_f32(vb[(int64_t)(j + G) * ldv + d]);
-        }
-        if (j < cnt) a0 += sc[j] * kv_f32(vb[(int64_t)j * ldv + d]);
-        acc_s[g][d] = a0 + a1;
+    /* Weighted values: TPK threads per key, each over N consecutive values
+     * (one vector load), KP keys at a time; the KP partial rows are summed
+     * through shared memory. */
+    constexpr int N = as_vec<KV>::N, TPK = DH / N, KP = AS_THREADS / TPK;
+    int kg = tid / TPK, d0 = (tid % TPK) * N;
+    float acc[N];
+#pragma unroll
+    for (int u = 0; u < N; u++) acc[u] = 0.0f;
+#pragma unroll 4
+    for (int j = kg; j < cnt; j += KP) {
+        float vv[N];
+        as_vec<KV>::load(vb + (int64_t)j * ldv + d0, vv);
+        float p = sc[j];
+#pragma unroll
+        for (int u = 0; u < N; u++) acc[u] += p * vv[u];
     }
+#pragma unroll
+    for (int u = 0; u < N; u++) acc_s[kg][d0 + u] = acc[u];
     __syncthreads();
     for (int dd = tid; dd < DH; dd += AS_THREADS) {
         float a = 0.0f;
 #pragma unroll
-        for (int gg = 0; gg < G; gg++) a += acc_s[gg][dd];
+        for (int gg = 0; gg < KP; gg++) a += acc_s[gg][dd];
         pp[dd] = a;
     }
     if (tid == 0) pp[DH] = mx, pp[DH + 1] = sum;
