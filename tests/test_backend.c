@@ -408,6 +408,66 @@ static void test_rows_gather(void **state) {
     fx_close(&f);
 }
 
+/* Greedy selection against its definition written out: the first index of
+ * the largest non-NaN value (+0 and -0 equal), 0 for a row starting with
+ * NaN. Values on a coarse grid, so that most rows have ties for the max. */
+static int32_t argmax_naive(const float *x, int64_t n) {
+    if (isnan(x[0])) return 0;
+    float m = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        if (!isnan(x[i]) && x[i] > m) m = x[i];
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] == m) return (int32_t)i;
+    return 0;
+}
+
+static void test_argmax_rows(void **state) {
+    (void)state;
+    fx f = fx_open(0, 0);
+    const int64_t widths[] = {1, 3, 1001, 4096, 152064};
+    int ties = 0;
+    for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+        int64_t C = widths[w], R = 9;
+        float *x = rnd((size_t)(R * C), 40 + w);
+        for (int64_t i = 0; i < R * C; i++) x[i] = roundf(x[i] * 4.0f) / 4.0f; /* 9 levels */
+        float *r = x;
+        r[C - 1] = 2.0f; /* row 0: the max at the end */
+        r = x + 1 * C;
+        r[0] = NAN; /* row 1: NaN first gives 0 */
+        r = x + 2 * C;
+        for (int64_t i = 0; i < C; i++) r[i] = -INFINITY; /* row 2: nothing above -inf */
+        r = x + 3 * C;
+        for (int64_t i = 0; i < C; i++) r[i] = NAN; /* row 3: all NaN */
+        r = x + 4 * C;
+        for (int64_t i = 0; i < C; i++) r[i] = i % 2 ? 0.0f : -0.0f; /* row 4: -0 and +0 tie */
+        r = x + 5 * C;
+        for (int64_t i = 1; i < C; i += 2) r[i] = NAN; /* row 5: NaNs among the values */
+        if (C > 2) x[6 * C + 1] = NAN, x[6 * C + 2] = 3.0f; /* row 6: the max right after a NaN */
+        int32_t got[9];
+        memset(got, 0xff, sizeof got);
+        assert_int_equal(choir_op_argmax_rows(f.s, x, R, C, got), 0);
+        for (int64_t q = 0; q < R; q++) {
+            const float *row = x + q * C;
+            int32_t want = argmax_naive(row, C);
+            if (got[q] != want) fail_msg("argmax %lld cols, row %lld: %d, want %d", (long long)C, (long long)q,
+                                         got[q], want);
+            /* The host loop of greedy decoding gives the same. */
+            assert_int_equal(choir_argmax_f32(row, C), want);
+            int n_max = 0;
+            for (int64_t i = 0; i < C && !isnan(row[0]); i++) n_max += row[i] == row[want];
+            ties += n_max > 1;
+        }
+        free(x);
+    }
+    assert_true(ties >= 15); /* the tie rule was exercised */
+    int32_t one;
+    float v = 1.0f;
+    assert_int_equal(choir_op_argmax_rows(f.s, &v, 1, 0, &one), CHOIR_EINVAL);
+    choir_stream_clear(f.s);
+    assert_int_equal(choir_op_argmax_rows(f.s, &v, 0, 1, &one), 0);
+    fx_close(&f);
+}
+
 /* --- elementwise and norms ---------------------------------------------------------- */
 
 static void test_elementwise(void **state) {
@@ -749,6 +809,7 @@ int main(void) {
         cmocka_unit_test(test_linear_bf16_rows),
         cmocka_unit_test(test_conv1d_bf16),
         cmocka_unit_test(test_rows_gather),
+        cmocka_unit_test(test_argmax_rows),
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_norms_naive),
         cmocka_unit_test(test_rope_naive),

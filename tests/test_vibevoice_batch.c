@@ -7,6 +7,9 @@
  * tokens; bad batches are refused without advancing anyone. The same with
  * the batched copies' KV caches in one paged pool (choir_vibevoice_kv_pool):
  * admission by pages, pages taken as tokens reach them and given back.
+ * A third copy of each sequence steps in its own batch with the greedy pick
+ * made by the backend (choir_vibevoice_step_batch_greedy): its ids are the
+ * host's argmax of the batched copies' logits at every step.
  * Random weights at reduced dimensions (choir_vibevoice_randw), f32 and
  * bf16. */
 #include <math.h>
@@ -65,19 +68,21 @@ static void run_case(choir_dtype dt, int paged) {
     /* Prompts of 125, 250 and 11 + 4 audio tokens (the last has 4 hops of
      * audio): pages of 128 positions are crossed in prefill and in steps. */
     int lens[NSEQ] = {125, 250, 15};
-    choir_vibevoice_kv_pool *pool = NULL;
+    choir_vibevoice_kv_pool *pool = NULL, *gpool = NULL;
     if (paged) {
         int pages = 0;
         for (int q = 0; q < NSEQ; q++) pages += choir_vibevoice_kv_pages_for(lens[q] + STEPS);
         assert_int_equal(pages, 6);
         pool = choir_vibevoice_kv_pool_create(m, pages * choir_vibevoice_kv_page_bytes(&d), &err);
         assert_non_null(pool);
+        gpool = choir_vibevoice_kv_pool_create(m, pages * choir_vibevoice_kv_page_bytes(&d), &err);
+        assert_non_null(gpool);
     }
     int64_t n_audio = 4 * 3200;
     float *audio = malloc((size_t)n_audio * sizeof *audio);
     for (int64_t i = 0; i < n_audio; i++) audio[i] = 0.1f * sinf(0.01f * (float)i) + 0.01f * (float)((i * 7) % 13);
     choir_vibevoice_normalize(audio, n_audio, d.hop, audio);
-    choir_vibevoice_state *alone[NSEQ], *batched[NSEQ];
+    choir_vibevoice_state *alone[NSEQ], *batched[NSEQ], *greedy[NSEQ];
     for (int q = 0; q < NSEQ; q++) {
         int32_t ids[256];
         for (int i = 0; i < lens[q]; i++) ids[i] = (int32_t)(3 + (i * 37 + q * 101) % 500);
@@ -88,13 +93,13 @@ static void run_case(choir_dtype dt, int paged) {
         }
         choir_vibevoice_plan p = {.max_samples = q == 2 ? n_audio : 0, .max_context = lens[q] + STEPS,
                                   .prefill_chunk = 8};
-        for (int c = 0; c < 2; c++) {
-            choir_vibevoice_state *s = c && paged ? choir_vibevoice_state_create_paged(m, &p, pool, &err)
+        for (int c = 0; c < 3; c++) {
+            choir_vibevoice_state *s = c && paged ? choir_vibevoice_state_create_paged(m, &p, c == 1 ? pool : gpool, &err)
                                                   : choir_vibevoice_state_create(m, &p, NULL, &err);
             assert_non_null(s);
             if (q == 2) assert_int_equal(choir_vibevoice_encode(m, s, audio, n_audio, 0, NULL, NULL, &err), 0);
             assert_int_equal(choir_vibevoice_prefill(m, s, ids, lens[q], NULL, NULL, NULL, &err), 0);
-            (c ? batched : alone)[q] = s;
+            (c == 2 ? greedy : c ? batched : alone)[q] = s;
         }
     }
     choir_vibevoice_kv_usage u;
@@ -119,24 +124,37 @@ static void run_case(choir_dtype dt, int paged) {
     choir_vibevoice_batch *b = paged ? choir_vibevoice_batch_create_paged(m, NSEQ, pool, st, &err)
                                      : choir_vibevoice_batch_create(m, NSEQ, st, &err);
     assert_non_null(b);
+    choir_stream *gst = choir_stream_create(choir_vibevoice_backend(m), &err);
+    assert_non_null(gst);
+    assert_int_equal(choir_stream_reserve(gst, (size_t)bb, 1 << 20, &err), 0);
+    choir_vibevoice_batch *gb = paged ? choir_vibevoice_batch_create_paged(m, NSEQ, gpool, gst, &err)
+                                      : choir_vibevoice_batch_create(m, NSEQ, gst, &err);
+    assert_non_null(gb);
+    int picked = 0;
     /* Sequence 0 decodes steps 0..5, sequence 1 all, sequence 2 joins at step 2. */
     int first[NSEQ] = {0, 0, 2}, last[NSEQ] = {5, STEPS - 1, STEPS - 1};
     int32_t next[NSEQ];
     for (int q = 0; q < NSEQ; q++) next[q] = argmax(choir_vibevoice_logits(alone[q]), V);
     double worst = 0;
     for (int t = 0; t < STEPS; t++) {
-        choir_vibevoice_state *members[NSEQ];
-        int32_t toks[NSEQ];
+        choir_vibevoice_state *members[NSEQ], *gmembers[NSEQ];
+        int32_t toks[NSEQ], picks[NSEQ];
         int idx[NSEQ], n = 0;
         for (int q = NSEQ - 1; q >= 0; q--) /* a different order from the states' */
             if (t >= first[q] && t <= last[q]) {
+                gmembers[n] = greedy[q];
                 members[n] = batched[q];
                 toks[n] = next[q];
                 idx[n++] = q;
             }
         assert_int_equal(choir_vibevoice_step_batch(m, b, members, toks, n, &err), 0);
+        assert_int_equal(choir_vibevoice_step_batch_greedy(m, gb, gmembers, toks, n, picks, &err), 0);
         for (int k = 0; k < n; k++) {
             int q = idx[k];
+            /* The backend's pick is the host's argmax of the same step's logits. */
+            assert_int_equal(picks[k], argmax(choir_vibevoice_logits(batched[q]), V));
+            assert_int_equal(choir_vibevoice_seq_len(greedy[q]), choir_vibevoice_seq_len(batched[q]));
+            picked++;
             assert_int_equal(choir_vibevoice_step(m, alone[q], next[q], NULL, &err), 0);
             const float *la = choir_vibevoice_logits(alone[q]), *lb = choir_vibevoice_logits(batched[q]);
             double e = tu_rel_l2(lb, la, (size_t)V);
@@ -176,6 +194,15 @@ static void run_case(choir_dtype dt, int paged) {
     assert_int_equal(choir_vibevoice_step_batch(m, b, pair, toks, NSEQ + 1, &err), CHOIR_EINVAL);
     assert_int_equal(choir_vibevoice_seq_len(batched[0]), before0);
     assert_int_equal(choir_vibevoice_seq_len(batched[1]), before1);
+    assert_int_equal(picked, 6 + 8 + 6);
+    int32_t picks[2];
+    assert_int_equal(choir_vibevoice_step_batch_greedy(m, gb, greedy, toks, 2, NULL, &err), CHOIR_EINVAL);
+    assert_int_equal(choir_vibevoice_step_batch_greedy(m, gb, (choir_vibevoice_state *[]){greedy[0], greedy[0]},
+                                                       toks, 2, picks, &err), CHOIR_EINVAL);
+    choir_vibevoice_batch_free(gb);
+    choir_stream_free(gst);
+    for (int q = 0; q < NSEQ; q++) choir_vibevoice_state_free(greedy[q]);
+    choir_vibevoice_kv_pool_free(gpool);
     choir_vibevoice_batch_free(b);
     choir_stream_free(st);
     for (int q = 0; q < NSEQ; q++) {

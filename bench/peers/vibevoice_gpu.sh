@@ -89,6 +89,8 @@ for b in ${BATCH//,/ }; do
   printf '%-6s %-22s %12s %12s %8s\n' "" "  x one sequence" "$(val "$c" speedup)" "" ""
   printf '%-6s %-22s %12s %12s %8s\n' "" "  ms/step, graph" "$(val "$c" graph_step_ms)" "" ""
   printf '%-6s %-22s %12s %12s %8s\n' "" "  x one seq., graph" "$(val "$c" graph_speedup)" "" ""
+  printf '%-6s %-22s %12s %12s %8s\n' "" "  ms/step, dev. greedy" "$(val "$c" greedy_step_ms)" "" ""
+  printf '%-6s %-22s %12s %12s %8s\n' "" "  x one seq., greedy" "$(val "$c" greedy_speedup)" "" ""
   printf '%-6s %-22s %12s %12s %8s\n' "" "  peak device GB" "$(val "$c" peak_gb)" "" ""
 done
 echo "(ratio: choir's speed over transformers'; above 1, choir is faster. Log: $LOG)"

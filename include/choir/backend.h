@@ -406,6 +406,13 @@ int choir_op_adain(choir_stream *s, const float *x, float *y, int64_t B, int64_t
                    const float *gb, int64_t gb_stride, float eps);
 /* Softmax of each row of x [rows, dim], in place. */
 int choir_op_softmax(choir_stream *s, float *x, int64_t rows, int64_t dim);
+/* Greedy selection: out[r] (int32) = choir_argmax_f32(x + r cols, cols) for
+ * r < rows, each row's first index of its largest value (a NaN is never
+ * picked, except that a row starting with NaN gives 0: the plain host
+ * loop's answer). A decoding step brings back these ids instead of its
+ * logits; inside a recorded graph like any other operation. cols at most
+ * INT32_MAX. */
+int choir_op_argmax_rows(choir_stream *s, const float *x, int64_t rows, int64_t cols, int32_t *out);
 
 /* --- layout ------------------------------------------------------------------------- */
 /* dst [C, R] = src [R, C]^T (+ add [C, R] when not NULL); no aliasing. A

@@ -479,6 +479,11 @@ int choir_cuda_rope(choir_cuda *cu, float *x, int64_t rows, int64_t ld, int n_he
  * gives a row of zeros. */
 int choir_cuda_rows_gather(choir_cuda *cu, const choir_cuda_weight *W, const int32_t *ids,
                            int64_t n, float *out, choir_err *err);
+/* out[r] (device int32) = the first index of row r's largest value in x
+ * [rows, cols], NaNs never picked, 0 for a row starting with NaN
+ * (choir_argmax_f32's answer, bit for bit). One block per row. */
+int choir_cuda_argmax_rows(choir_cuda *cu, const float *x, int64_t rows, int64_t cols, int32_t *out,
+                           choir_err *err);
 /* rows x cols floats, row strides ldd and lds (device to device, async). */
 int choir_cuda_copy_rows(choir_cuda *cu, float *dst, int64_t ldd, const float *src, int64_t lds,
                          int64_t rows, int64_t cols, choir_err *err);

@@ -86,6 +86,10 @@ void choir_instance_norm(const float *x, float *y, int64_t C, int64_t T, const f
                          const float *beta, float eps);
 /* Numerically stable softmax of each row, in place. */
 void choir_softmax(float *x, int64_t rows, int64_t dim);
+/* Greedy selection: the index of x's largest value (n > 0), the first on a
+ * tie, as the plain loop `best = 0; if (x[i] > x[best]) best = i` finds it:
+ * a NaN is never picked, except that a row starting with NaN gives 0. */
+int64_t choir_argmax_f32(const float *x, int64_t n);
 
 /* --- convolutions (PyTorch semantics, zero padding) --------------------- */
 /* Output length of conv1d. */

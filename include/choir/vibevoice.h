@@ -321,6 +321,17 @@ void choir_vibevoice_batch_free(choir_vibevoice_batch *b);
 int choir_vibevoice_step_batch(const choir_vibevoice *m, choir_vibevoice_batch *b,
                                choir_vibevoice_state *const *states, const int32_t *tokens, int n,
                                choir_err *err);
+/* choir_vibevoice_step_batch with greedy selection on the backend:
+ * next[i] (host memory, n ids) gets states[i]'s next token, the first id
+ * of its largest logit (choir_op_argmax_rows: what transcription's greedy
+ * decoding picks from the logits, choir_argmax_f32), and only those n ids
+ * come back from a device; the states' logits (choir_vibevoice_logits) are
+ * not written. The stop rules (end-of-text ids, max_new_tokens, the loop
+ * guard) need only the ids and stay with the caller. Errors as
+ * choir_vibevoice_step_batch; CHOIR_EINVAL when next is NULL. */
+int choir_vibevoice_step_batch_greedy(const choir_vibevoice *m, choir_vibevoice_batch *b,
+                                      choir_vibevoice_state *const *states, const int32_t *tokens,
+                                      int n, int32_t *next, choir_err *err);
 /* Working memory of a batch over paged states of `pool`: the step's page
  * tables too. With such a batch, every state of a step must be on that
  * pool, and the step's attention is one operation for all its rows (each

@@ -13,13 +13,16 @@
  *     hidden states of a chunked prefill, the last logits, then 8 greedy
  *     steps fed the CPU's tokens (logits each step, tokens identical);
  *     f32 weights, then bf16 weights; then batched decoding steps of two
- *     sequences on the GPU against single steps on the CPU;
+ *     sequences on the GPU against single steps on the CPU, and the greedy
+ *     pick made on the device in the batched step against the host's
+ *     argmax of the same logits (argmax_rows alone among the operations);
  *  3. with --bench 1.5b|7b [--layers N] [--audio-min M[,M..]] [--steps N]
  *     [--prefill-chunk N (1024)] [--batch B[,B..] [--batch-min M (10)]]: the
  *     published size (LM depth cut to --layers) on the GPU alone, bf16: load,
  *     encoder, prefill and decode times (op by op and graph-replayed) and the
  *     device's peak memory; with --batch, B sequences at the context of M
- *     minutes decoding in batched steps (aggregate tokens/s). --linear
+ *     minutes decoding in batched steps (aggregate tokens/s: op by op, as a
+ *     graph with the host's argmax, as a graph with the pick on the device). --linear
  *     gemv|skinny|cublas forces choir_cuda_linear's path (gemv: the dispatch
  *     from before the skinny kernel, GEMV up to 8 rows and cuBLAS above), for
  *     before/after figures in one run; default auto. --att old runs decode
@@ -41,6 +44,7 @@
 #include "choir/backend.h"
 #include "choir/backend_vibevoice.h"
 #include "choir/cuda.h"
+#include "choir/kernels.h"
 #include "choir/pool.h"
 #include "choir/vibevoice.h"
 #include "tensor/cuda/cuda_vibevoice.h"
@@ -81,12 +85,8 @@ static float *rnd(int64_t n, float scale) {
     return x;
 }
 
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
+/* The host's greedy pick (what transcription takes from the logits). */
+static int argmax(const float *x, int n) { return (int)choir_argmax_f32(x, n); }
 
 /* --- 1. operations ---------------------------------------------------------- */
 
@@ -229,6 +229,38 @@ static void check_ops(choir_backend *cpu_be, choir_backend *gpu_be) {
                 down_cmp(&p, dout, out, 4 * ld), 1e-5);
         choir_stream_release(p.gpu, mark);
         free(q), free(k), free(v), free(out);
+    }
+    {
+        /* Greedy selection: rows of the 7B vocabulary (152,064) and of an
+         * odd width, values on a grid of 9 levels (ties for the max in
+         * almost every row), a row starting with NaN, an all -inf row, NaNs
+         * among the values, the max last; the device's ids against the host
+         * loop's (choir_argmax_f32) on the same logits. */
+        const int64_t widths[2] = {152064, 1001};
+        for (int w = 0; w < 2; w++) {
+            int64_t C = widths[w], R = 32;
+            size_t mark = choir_stream_mark(p.gpu);
+            float *x = rnd(R * C, 1);
+            for (int64_t i = 0; i < R * C; i++) x[i] = roundf(x[i] * 4.0f) / 4.0f;
+            x[C - 1] = 2.0f;
+            x[C] = NAN;
+            for (int64_t i = 0; i < C; i++) x[2 * C + i] = -INFINITY;
+            for (int64_t i = 1; i < C; i += 2) x[3 * C + i] = NAN;
+            x[4 * C + 5] = NAN, x[4 * C + 6] = 3.0f;
+            int32_t *dids = (int32_t *)choir_stream_floats(p.gpu, R, "ids"), got[32];
+            choir_op_argmax_rows(p.gpu, up(&p, x, R * C), R, C, dids);
+            int bad = -1;
+            if (choir_op_download(p.gpu, got, dids, sizeof got) == 0 && choir_stream_sync(p.gpu, &err) == 0) {
+                bad = 0;
+                for (int64_t r = 0; r < R; r++) bad += got[r] != (int32_t)choir_argmax_f32(x + r * C, C);
+            }
+            printf("%s  op argmax_rows %d rows of %lld (ties, NaN, -inf): %d of %d ids differ from the host's\n",
+                   bad == 0 ? "PASS" : "FAIL", (int)R, (long long)C, bad < 0 ? (int)R : bad, (int)R);
+            if (bad == 0) n_pass++;
+            else n_fail++;
+            choir_stream_release(p.gpu, mark);
+            free(x);
+        }
     }
     if (choir_stream_status(p.cpu, &err) || choir_stream_status(p.gpu, &err)) failed("ops: stream error", &err);
 done:
@@ -466,6 +498,77 @@ out:
     choir_vibevoice_kv_pool_free(pool);
 }
 
+/* Greedy selection on the device inside the paged batched step
+ * (choir_vibevoice_step_batch_greedy) against the host's argmax of the same
+ * step's logits: two sets of the same three sequences on one pool, set 0
+ * stepped with its logits downloaded (host argmax), set 1 with the picks
+ * made on the device, both graph-replayed, fed set 0's host picks; 8 steps
+ * through 3, 3, 2, 2, 3, 3, 1, 1 rows. The two sets' logits are the same
+ * (same operations, same rows), so every id must match. */
+static void check_batch_greedy(const choir_vibevoice *gpu, const char *tag) {
+    const choir_vibevoice_dims *d = choir_vibevoice_get_dims(gpu);
+    int V = d->lm.vocab, lens[3] = {23, 9, 130};
+    choir_err err = {0};
+    choir_vibevoice_state *g[2][3] = {{NULL}};
+    choir_stream *st[2] = {NULL, NULL};
+    choir_vibevoice_batch *b[2] = {NULL, NULL};
+    choir_vibevoice_kv_pool *pool = NULL;
+    char name[96];
+    snprintf(name, sizeof name, "model %s: device greedy in the paged batched step", tag);
+    if (!(pool = choir_vibevoice_kv_pool_create(gpu, 8 * choir_vibevoice_kv_page_bytes(d), &err))) {
+        failed(name, &err);
+        goto out;
+    }
+    for (int k = 0; k < 2; k++) {
+        if (!(st[k] = choir_stream_create(choir_vibevoice_backend(gpu), &err)) ||
+            choir_stream_reserve(st[k], (size_t)choir_vibevoice_batch_bytes_paged(d, 3, pool), 1 << 20, &err) ||
+            !(b[k] = choir_vibevoice_batch_create_paged(gpu, 3, pool, st[k], &err))) {
+            failed(name, &err);
+            goto out;
+        }
+        choir_vibevoice_batch_set_graph(b[k], true);
+        for (int q = 0; q < 3; q++) {
+            int32_t ids[160];
+            for (int i = 0; i < lens[q]; i++) ids[i] = (int32_t)(5 + (i * 53 + q * 7) % 2800);
+            choir_vibevoice_plan p = {.max_context = lens[q] + 12, .prefill_chunk = 16};
+            if (!(g[k][q] = choir_vibevoice_state_create_paged(gpu, &p, pool, &err)) ||
+                choir_vibevoice_prefill(gpu, g[k][q], ids, lens[q], NULL, NULL, NULL, &err)) {
+                failed(name, &err);
+                goto out;
+            }
+        }
+    }
+    static const int rows[8] = {3, 3, 2, 2, 3, 3, 1, 1};
+    int32_t toks[3];
+    for (int q = 0; q < 3; q++) toks[q] = (int32_t)argmax(choir_vibevoice_logits(g[0][q]), V);
+    int differ = 0, picks = 0, replays = 0;
+    for (int t = 0; t < 8; t++) {
+        int32_t next[3];
+        if (choir_vibevoice_step_batch(gpu, b[0], g[0], toks, rows[t], &err) ||
+            choir_vibevoice_step_batch_greedy(gpu, b[1], g[1], toks, rows[t], next, &err)) {
+            failed(name, &err);
+            goto out;
+        }
+        replays += choir_vibevoice_batch_graphed(b[1]);
+        for (int q = 0; q < rows[t]; q++) {
+            toks[q] = (int32_t)argmax(choir_vibevoice_logits(g[0][q]), V);
+            differ += next[q] != toks[q];
+            picks++;
+        }
+    }
+    printf("%s  %s: %d of %d ids differ from the host's argmax (%d of 8 steps replayed)\n",
+           differ == 0 && replays >= 4 ? "PASS" : "FAIL", name, differ, picks, replays);
+    if (differ == 0 && replays >= 4) n_pass++;
+    else n_fail++;
+out:
+    for (int k = 0; k < 2; k++) {
+        for (int q = 0; q < 3; q++) choir_vibevoice_state_free(g[k][q]);
+        choir_vibevoice_batch_free(b[k]);
+        choir_stream_free(st[k]);
+    }
+    choir_vibevoice_kv_pool_free(pool);
+}
+
 static void check_model(choir_backend *gpu_be, choir_dtype dt, double tol) {
     const char *tag = dt == CHOIR_DTYPE_F32 ? "f32" : "bf16";
     choir_vibevoice_dims d;
@@ -547,6 +650,7 @@ static void check_model(choir_backend *gpu_be, choir_dtype dt, double tol) {
         check_batch(cpu, gpu, tag, tol, 0);
         check_batch(cpu, gpu, tag, tol, 1);
         check_batch_graph(gpu, tag);
+        check_batch_greedy(gpu, tag);
     }
     free(x);
     free(ids);
@@ -648,7 +752,7 @@ static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevo
         choir_err_set(err, CHOIR_ENOMEM, "bench: out of host memory");
         goto out;
     }
-    choir_vibevoice_plan plan = {.max_samples = 0, .max_context = n_ids + 3 * steps + 3, .prefill_chunk = chunk};
+    choir_vibevoice_plan plan = {.max_samples = 0, .max_context = n_ids + 4 * steps + 4, .prefill_chunk = chunk};
     choir_backend_mem_reset_peak(be);
     int64_t pool_bytes = (int64_t)B * choir_vibevoice_kv_pages_for(plan.max_context) * choir_vibevoice_kv_page_bytes(d);
     if (!(pool = choir_vibevoice_kv_pool_create(m, pool_bytes, err))) goto out;
@@ -691,6 +795,25 @@ static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevo
         host_argmax += choir_now_s() - a0;
     }
     double r1 = choir_now_s();
+    /* The same graph-replayed steps with the greedy pick made on the device
+     * (choir_vibevoice_step_batch_greedy: the argmax inside the graph, B ids
+     * downloaded instead of B rows of logits). Two steps first, untimed: one
+     * op by op, one that records. */
+    int32_t *picks = malloc((size_t)B * sizeof *picks);
+    int greedy_replayed = 0;
+    double q0 = 0, q1 = 0;
+    for (int k = 0; picks && k < steps + 2; k++) {
+        if (k == 2) q0 = choir_now_s();
+        if (choir_vibevoice_step_batch_greedy(m, b, st, tok, B, picks, err)) {
+            free(picks);
+            goto out;
+        }
+        greedy_replayed += k >= 2 && choir_vibevoice_batch_graphed(b);
+        memcpy(tok, picks, (size_t)B * sizeof *tok);
+    }
+    q1 = choir_now_s();
+    free(picks);
+    double qstep = 1000 * (q1 - q0) / steps;
     double one = 1000 * (s1 - s0) / steps, step = 1000 * (b1 - b0) / steps, peak = choir_backend_mem_peak(be) / 1e9;
     double gstep = 1000 * (r1 - r0) / steps;
     printf("batch      %d sequences at %d tokens (%g min of audio each; KV pool %.2f GB), prefilled one by one "
@@ -700,10 +823,13 @@ static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevo
     printf("batch      the same %d-row step as a graph: %.2f ms/step (%d of %d steps replayed, the first records), "
            "%.0f tokens/s in all, %.2fx one sequence\n", B, gstep, replayed, steps, 1000.0 * B / gstep,
            one / gstep * B);
+    printf("batch      the same graph with the greedy pick on the device: %.2f ms/step (%d of %d steps replayed), "
+           "%.0f tokens/s in all, %.2fx one sequence (host argmax in the graph loop above: %.2f ms/step)\n", qstep,
+           greedy_replayed, steps, 1000.0 * B / qstep, one / qstep * B, 1000 * host_argmax / steps);
     printf("choir vibevoice batch %d at %g min: batch=%d min=%g batch_step_ms=%.3f agg_tps=%.1f one_ms=%.3f "
-           "speedup=%.3f peak_gb=%.3f graph_step_ms=%.3f graph_speedup=%.3f host_argmax_ms=%.3f\n", B, minutes, B,
-           minutes, step, 1000.0 * B / step, one, one / step * B, peak, gstep, one / gstep * B,
-           1000 * host_argmax / steps);
+           "speedup=%.3f peak_gb=%.3f graph_step_ms=%.3f graph_speedup=%.3f host_argmax_ms=%.3f "
+           "greedy_step_ms=%.3f greedy_speedup=%.3f\n", B, minutes, B, minutes, step, 1000.0 * B / step, one,
+           one / step * B, peak, gstep, one / gstep * B, 1000 * host_argmax / steps, qstep, one / qstep * B);
     fflush(stdout);
     status = 0;
 out:

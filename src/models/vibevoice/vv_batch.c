@@ -22,6 +22,7 @@ struct choir_vibevoice_batch {
     float *gate, *up;     /* [B][I] */
     float *logits;        /* [B][vocab] */
     int32_t *ids, *pos;   /* [B] backend memory */
+    int32_t *next;        /* [B] backend memory: the greedy picks (choir_vibevoice_step_batch_greedy) */
     int32_t *stage;       /* [2 B] host staging of ids and positions */
     /* Over paged states of `pool`: each row's page table at a stride of
      * `cap` entries (the pool's pages), the pool rows of the new keys. */
@@ -30,12 +31,13 @@ struct choir_vibevoice_batch {
     int32_t *tables, *slots, *zeros; /* [B cap], [B], [B] backend memory */
     int32_t *tables_stage;           /* [B cap + B] host staging of tables and slots */
     /* Paged steps recorded as graphs (choir_vibevoice_batch_set_graph): one
-     * per row count n, recorded at a table stride; direct_stride[n] is the
-     * stride of the last step of n rows run op by op (0: none yet). */
+     * per row count n and kind (entry n: logits out; B + 1 + n: greedy
+     * picks out), recorded at a table stride; direct_stride[] is the
+     * stride of the last step of that shape run op by op (0: none yet). */
     int graph_on, graph_last, graph_failed;
-    choir_graph **graphs;  /* [B + 1] */
-    int *graph_stride;     /* [B + 1] */
-    int *direct_stride;    /* [B + 1] */
+    choir_graph **graphs;  /* [2 (B + 1)] */
+    int *graph_stride;     /* [2 (B + 1)] */
+    int *direct_stride;    /* [2 (B + 1)] */
 };
 
 /* Floats of each buffer, in layout order. */
@@ -51,6 +53,7 @@ static int64_t batch_layout(const choir_vibevoice_dims *d, int B, int cap, choir
         {b ? &b->v : NULL, B * kvd},   {b ? &b->gate : NULL, B * L->intermediate},
         {b ? &b->up : NULL, B * L->intermediate}, {b ? &b->logits : NULL, B * (int64_t)L->vocab},
         {b ? (float **)&b->ids : NULL, B}, {b ? (float **)&b->pos : NULL, B},
+        {b ? (float **)&b->next : NULL, B},
         {b ? (float **)&b->tables : NULL, (int64_t)B * cap}, {b ? (float **)&b->slots : NULL, cap ? B : 0},
         {b ? (float **)&b->zeros : NULL, cap ? B : 0},
     };
@@ -103,9 +106,10 @@ static choir_vibevoice_batch *batch_make(const choir_vibevoice *m, int max_batch
     b->tables_stage = tstage;
     batch_layout(&m->dims, max_batch, cap, b, block);
     if (pool) {
-        b->graphs = choir_calloc(CHOIR_MEM_OTHER, (size_t)max_batch + 1, sizeof *b->graphs);
-        b->graph_stride = choir_calloc(CHOIR_MEM_OTHER, (size_t)max_batch + 1, sizeof *b->graph_stride);
-        b->direct_stride = choir_calloc(CHOIR_MEM_OTHER, (size_t)max_batch + 1, sizeof *b->direct_stride);
+        size_t kinds = 2 * ((size_t)max_batch + 1);
+        b->graphs = choir_calloc(CHOIR_MEM_OTHER, kinds, sizeof *b->graphs);
+        b->graph_stride = choir_calloc(CHOIR_MEM_OTHER, kinds, sizeof *b->graph_stride);
+        b->direct_stride = choir_calloc(CHOIR_MEM_OTHER, kinds, sizeof *b->direct_stride);
         if (!b->graphs || !b->graph_stride || !b->direct_stride) {
             choir_vibevoice_batch_free(b);
             return choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory"), NULL;
@@ -136,7 +140,7 @@ choir_vibevoice_batch *choir_vibevoice_batch_create_paged(const choir_vibevoice 
 }
 
 static void batch_free_graphs(choir_vibevoice_batch *b) {
-    for (int n = 0; b->graphs && n <= b->max_batch; n++) {
+    for (int n = 0; b->graphs && n < 2 * (b->max_batch + 1); n++) {
         choir_graph_free(b->graphs[n]);
         b->graphs[n] = NULL;
     }
@@ -162,10 +166,11 @@ void choir_vibevoice_batch_free(choir_vibevoice_batch *b) {
 }
 
 /* The device side of a step of n rows: embedding, the layers, the output
- * head, into b->logits. Paged: nothing but n and the table stride comes
- * from the host (what a graph records). */
+ * head, into b->logits, and with `greedy` each row's pick into b->next.
+ * Paged: nothing but n and the table stride comes from the host (what a
+ * graph records). */
 static void batch_ops(const choir_vibevoice *m, choir_vibevoice_batch *b, choir_vibevoice_state *const *states,
-                      int n, int stride) {
+                      int n, int stride, int greedy) {
     const choir_vibevoice_lm_dims *L = &m->dims.lm;
     choir_stream *st = b->stream;
     int64_t H = L->hidden, D = L->head_dim, qd = (int64_t)L->n_heads * D, kvd = (int64_t)L->n_kv_heads * D;
@@ -207,10 +212,11 @@ static void batch_ops(const choir_vibevoice *m, choir_vibevoice_batch *b, choir_
     }
     choir_op_rms_norm(st, b->x, b->xn, n, H, m->final_norm, L->eps);
     choir_op_linear(st, b->xn, n, &m->lm_head, NULL, b->logits);
+    if (greedy) choir_op_argmax_rows(st, b->logits, n, L->vocab, b->next);
 }
 
-int choir_vibevoice_step_batch(const choir_vibevoice *m, choir_vibevoice_batch *b, choir_vibevoice_state *const *states,
-                               const int32_t *tokens, int n, choir_err *err) {
+static int step_batch(const choir_vibevoice *m, choir_vibevoice_batch *b, choir_vibevoice_state *const *states,
+                      const int32_t *tokens, int n, int32_t *next, choir_err *err) {
     const choir_vibevoice_lm_dims *L = &m->dims.lm;
     if (n <= 0 || n > b->max_batch)
         return choir_err_set(err, CHOIR_EINVAL, "vibevoice: %d sequences for a batch of %d", n, b->max_batch);
@@ -260,30 +266,33 @@ int choir_vibevoice_step_batch(const choir_vibevoice *m, choir_vibevoice_batch *
      * table stride (positions, tables and slots are read from backend
      * memory), so it can be recorded once and replayed: after one step of
      * that shape op by op (which sized the kernels' scratch). */
+    int greedy = next != NULL, g = n + (greedy ? b->max_batch + 1 : 0);
     b->graph_last = 0;
     if (b->graph_on && !b->graph_failed) {
-        if (b->graphs[n] && b->graph_stride[n] != stride) {
-            choir_graph_free(b->graphs[n]);
-            b->graphs[n] = NULL;
+        if (b->graphs[g] && b->graph_stride[g] != stride) {
+            choir_graph_free(b->graphs[g]);
+            b->graphs[g] = NULL;
         }
-        if (!b->graphs[n] && b->direct_stride[n] == stride) {
+        if (!b->graphs[g] && b->direct_stride[g] == stride) {
             choir_err gerr = {0};
             if (choir_stream_graph_begin(st, &gerr) == 0) {
-                batch_ops(m, b, states, n, stride);
-                b->graphs[n] = choir_stream_graph_end(st, &gerr);
-                b->graph_stride[n] = stride;
+                batch_ops(m, b, states, n, stride, greedy);
+                b->graphs[g] = choir_stream_graph_end(st, &gerr);
+                b->graph_stride[g] = stride;
             }
-            if (!b->graphs[n]) b->graph_failed = 1;
+            if (!b->graphs[g]) b->graph_failed = 1;
         }
     }
-    if (b->graph_on && b->graphs[n]) {
-        choir_stream_graph_launch(st, b->graphs[n]);
+    if (b->graph_on && b->graphs[g]) {
+        choir_stream_graph_launch(st, b->graphs[g]);
         b->graph_last = 1;
     } else {
-        batch_ops(m, b, states, n, stride);
-        if (b->graphs) b->direct_stride[n] = stride;
+        batch_ops(m, b, states, n, stride, greedy);
+        if (b->graphs) b->direct_stride[g] = stride;
     }
-    for (int i = 0; i < n; i++) {
+    /* Greedy: n ids come back, the logits stay where they are. */
+    if (greedy) choir_op_download(st, next, b->next, (size_t)n * sizeof *next);
+    for (int i = 0; !greedy && i < n; i++) {
         choir_vibevoice_state *s = states[i];
         const float *row = b->logits + (int64_t)i * L->vocab;
         choir_op_copy(st, s->logits, row, (size_t)L->vocab * sizeof(float));
@@ -293,4 +302,16 @@ int choir_vibevoice_step_batch(const choir_vibevoice *m, choir_vibevoice_batch *
     if (rc) return rc;
     for (int i = 0; i < n; i++) states[i]->n_past++;
     return 0;
+}
+
+int choir_vibevoice_step_batch(const choir_vibevoice *m, choir_vibevoice_batch *b, choir_vibevoice_state *const *states,
+                               const int32_t *tokens, int n, choir_err *err) {
+    return step_batch(m, b, states, tokens, n, NULL, err);
+}
+
+int choir_vibevoice_step_batch_greedy(const choir_vibevoice *m, choir_vibevoice_batch *b,
+                                      choir_vibevoice_state *const *states, const int32_t *tokens, int n,
+                                      int32_t *next, choir_err *err) {
+    if (!next) return choir_err_set(err, CHOIR_EINVAL, "vibevoice: no room for the greedy picks");
+    return step_batch(m, b, states, tokens, n, next, err);
 }

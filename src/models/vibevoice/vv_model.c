@@ -158,8 +158,9 @@ static int vv_finish(choir_request *r, choir_vibevoice_result *res) {
 }
 
 /* A batch of requests: each one's front end, encoders and prefill in turn,
- * then their decoding steps together (choir_vibevoice_step_batch: one pass
- * over the language model's weights per step for all of them); a request
+ * then their decoding steps together (choir_vibevoice_step_batch_greedy: one
+ * pass over the language model's weights per step for all of them, the
+ * greedy picks made on the backend); a request
  * leaves the batch when it stops. Everything (the states, the batch's step
  * buffers, the kernels' scratch) is carved from the batch arena through one
  * stream of the model's backend, so the arena's high-water mark is what the
@@ -174,12 +175,13 @@ static int vv_run_batch(void *weights, choir_request *const *reqs, int n, choir_
     int *live = choir_calloc(CHOIR_MEM_IO, (size_t)n, sizeof *live);
     choir_vibevoice_state **states = choir_calloc(CHOIR_MEM_IO, (size_t)n, sizeof *states);
     int32_t *toks = choir_calloc(CHOIR_MEM_IO, (size_t)n, sizeof *toks);
+    int32_t *picks = choir_calloc(CHOIR_MEM_IO, (size_t)n, sizeof *picks);
     int rc = 0;
     choir_err e = {0};
     choir_stream *st = NULL;
     choir_vibevoice_batch *batch = NULL;
     size_t mark = arena ? choir_arena_mark(arena) : 0;
-    if (!jobs || !ecs || !live || !states || !toks) {
+    if (!jobs || !ecs || !live || !states || !toks || !picks) {
         rc = choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory");
         goto done;
     }
@@ -250,11 +252,13 @@ static int vv_run_batch(void *weights, choir_request *const *reqs, int n, choir_
                 toks[k++] = jobs[i].pending;
             }
         memset(&e, 0, sizeof e);
-        int sr = k > 1 ? choir_vibevoice_step_batch(w->m, batch, states, toks, k, &e)
+        /* Several: the greedy picks made on the backend, only the ids come back. */
+        int sr = k > 1 ? choir_vibevoice_step_batch_greedy(w->m, batch, states, toks, k, picks, &e)
                        : choir_vibevoice_step(w->m, states[0], toks[0], NULL, &e);
-        for (int i = 0; i < n; i++) {
+        for (int i = 0, row = 0; i < n; i++) {
             if (!live[i]) continue;
-            int jr = sr ? sr : vv_job_next(&jobs[i], &e);
+            int jr = sr ? sr : k > 1 ? vv_job_take(&jobs[i], picks[row], &e) : vv_job_next(&jobs[i], &e);
+            row++;
             if (jr == CHOIR_ENOMEM) {
                 rc = choir_err_set(err, jr, "%s", e.msg);
                 goto done;
@@ -279,6 +283,7 @@ done:
     choir_vibevoice_batch_free(batch);
     choir_stream_free(st);
     if (arena) choir_arena_release(arena, mark);
+    choir_free(picks);
     choir_free(toks);
     choir_free(states);
     choir_free(live);

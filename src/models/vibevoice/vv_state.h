@@ -137,6 +137,10 @@ int vv_job_begin(vv_job *j, const choir_vibevoice *m, const struct choir_tokeniz
 /* After each step's logits: 1 when the job needs a step appending
  * j->pending, 0 when it stopped (EOS, length, loop, cancelled), or an error. */
 int vv_job_next(vv_job *j, choir_err *err);
+/* vv_job_next with the step's greedy pick t already made (by
+ * choir_vibevoice_step_batch_greedy, on the backend): the same rules from
+ * there on. */
+int vv_job_take(vv_job *j, int32_t t, choir_err *err);
 /* The result (the caller clears it with choir_vibevoice_result_clear); frees
  * the job's state either way. */
 int vv_job_finish(vv_job *j, choir_vibevoice_result *res, choir_err *err);

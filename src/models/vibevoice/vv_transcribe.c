@@ -11,6 +11,7 @@
 
 #include "choir/alloc.h"
 #include "choir/audio.h"
+#include "choir/kernels.h"
 #include "choir/pool.h"
 #include "choir/tokenizer.h"
 #include "models/vibevoice/vv_state.h"
@@ -178,13 +179,6 @@ static char *join_texts(const choir_vibevoice_segment *segs, int n) {
     return t;
 }
 
-static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 /* A request in three phases, so that several can share decoding steps:
  * vv_job_begin (front end, encoders, prompt, prefill), vv_job_next after
  * each step's logits (the token, the stop rules, streaming), vv_job_finish
@@ -262,10 +256,14 @@ done:
 }
 
 int vv_job_next(vv_job *j, choir_err *err) {
+    if (j->n_gen >= j->max_new) return 0;
+    return vv_job_take(j, (int32_t)choir_argmax_f32(choir_vibevoice_logits(j->s), j->m->dims.lm.vocab), err);
+}
+
+int vv_job_take(vv_job *j, int32_t t, choir_err *err) {
     const choir_vibevoice_dims *D = &j->m->dims;
     choir_vibevoice_result *res = &j->res;
     if (j->n_gen >= j->max_new) return 0;
-    int32_t t = argmax(choir_vibevoice_logits(j->s), D->lm.vocab);
     if (!j->o.ignore_eos && (t == D->eos_token || t == j->im_end)) {
         res->stop = CHOIR_VIBEVOICE_STOP_EOS;
         return 0;

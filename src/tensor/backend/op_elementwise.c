@@ -1,10 +1,12 @@
 /* Elementwise operations, activations, normalisation, softmax, transposes
  * and rotary embeddings. */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "choir/alloc.h"
 #include "choir/kernels.h"
+#include "choir/pool.h"
 #include "tensor/backend/backend_internal.h"
 
 #ifdef CHOIR_HAVE_CUDA
@@ -221,6 +223,34 @@ int choir_op_softmax(choir_stream *s, float *x, int64_t rows, int64_t dim) {
     BE_CUDA(s, "softmax", choir_cuda_softmax(s->be->cu, x, rows, dim, BE_ERR));
 #endif
     return be_unsupported(s, "softmax");
+}
+
+typedef struct argmax_job {
+    const float *x;
+    int64_t cols;
+    int32_t *out;
+} argmax_job;
+
+static void argmax_rows(void *ctx, int64_t a, int64_t b, int worker) {
+    (void)worker;
+    const argmax_job *j = ctx;
+    for (int64_t r = a; r < b; r++) j->out[r] = (int32_t)choir_argmax_f32(j->x + r * j->cols, j->cols);
+}
+
+int choir_op_argmax_rows(choir_stream *s, const float *x, int64_t rows, int64_t cols, int32_t *out) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (rows < 0 || cols <= 0 || cols > INT32_MAX)
+        return be_invalid(s, "argmax_rows: %lld rows of %lld", (long long)rows, (long long)cols);
+    if (rows == 0) return 0;
+    if (be_host(s)) {
+        argmax_job j = {x, cols, out};
+        choir_pool_parallel_for(choir_pool_default(), rows, cols >= 16384 ? 1 : 16384 / cols, argmax_rows, &j);
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    BE_CUDA(s, "argmax_rows", choir_cuda_argmax_rows(s->be->cu, x, rows, cols, out, BE_ERR));
+#endif
+    return be_unsupported(s, "argmax_rows");
 }
 
 /* --- layout ------------------------------------------------------------------------------ */

@@ -163,6 +163,13 @@ static void softmax_range(void *ctx, int64_t begin, int64_t end, int worker) {
         j->ops->softmax_row(j->x + r * j->dim, j->dim);
 }
 
+int64_t choir_argmax_f32(const float *x, int64_t n) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
 void choir_softmax(float *x, int64_t rows, int64_t dim) {
     softmax_job j = {choir_cpu_ops_now(), x, dim};
     int64_t grain = dim > 0 ? (PAR_MIN_ELEMS / 4 + dim - 1) / dim : rows;

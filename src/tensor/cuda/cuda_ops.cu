@@ -210,3 +210,70 @@ int choir_cuda_copy_rows(choir_cuda *cu, float *dst, int64_t ldd, const float *s
                                        (size_t)rows, cudaMemcpyDeviceToDevice, cu->stream);
     return st == cudaSuccess ? 0 : choir_cuda_fail(err, st, "copy rows");
 }
+
+/* --- greedy selection ----------------------------------------------------- */
+
+#define ARGMAX_THREADS 1024
+
+/* (value, index) pairs: a NaN never enters (index -1 = none yet); the larger
+ * value wins, on a tie the lower index (the host loop keeps the first). */
+__device__ __forceinline__ void am_take(float &bv, int &bi, float v, int i) {
+    if (i >= 0 && (bi < 0 || v > bv || (v == bv && i < bi))) bv = v, bi = i;
+}
+
+/* One block per row: each thread scans its share in increasing index order
+ * (float4 loads when the rows allow), then a warp and a block reduction. */
+__global__ void __launch_bounds__(ARGMAX_THREADS)
+k_argmax_rows(const float *__restrict__ x, int64_t cols, int vec4, int32_t *__restrict__ out) {
+    const float *row = x + (int64_t)blockIdx.x * cols;
+    float bv = 0.0f;
+    int bi = -1;
+    if (vec4) {
+        const float4 *r4 = (const float4 *)row;
+        int64_t n4 = cols / 4;
+        for (int64_t j = threadIdx.x; j < n4; j += ARGMAX_THREADS) {
+            float4 v = __ldg(r4 + j);
+            int i = (int)(4 * j);
+            if (!isnan(v.x)) am_take(bv, bi, v.x, i);
+            if (!isnan(v.y)) am_take(bv, bi, v.y, i + 1);
+            if (!isnan(v.z)) am_take(bv, bi, v.z, i + 2);
+            if (!isnan(v.w)) am_take(bv, bi, v.w, i + 3);
+        }
+    } else {
+        for (int64_t j = threadIdx.x; j < cols; j += ARGMAX_THREADS) {
+            float v = row[j];
+            if (!isnan(v)) am_take(bv, bi, v, (int)j);
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float v2 = __shfl_down_sync(0xffffffffu, bv, o);
+        int i2 = __shfl_down_sync(0xffffffffu, bi, o);
+        am_take(bv, bi, v2, i2);
+    }
+    __shared__ float sv[ARGMAX_THREADS / 32];
+    __shared__ int si[ARGMAX_THREADS / 32];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    if (lane == 0) sv[w] = bv, si[w] = bi;
+    __syncthreads();
+    if (w == 0) {
+        bv = sv[lane];
+        bi = si[lane];
+        for (int o = 16; o > 0; o >>= 1) {
+            float v2 = __shfl_down_sync(0xffffffffu, bv, o);
+            int i2 = __shfl_down_sync(0xffffffffu, bi, o);
+            am_take(bv, bi, v2, i2);
+        }
+        if (lane == 0) out[blockIdx.x] = isnan(row[0]) || bi < 0 ? 0 : bi;
+    }
+}
+
+int choir_cuda_argmax_rows(choir_cuda *cu, const float *x, int64_t rows, int64_t cols, int32_t *out,
+                           choir_err *err) {
+    if (cols <= 0 || cols > INT32_MAX || rows > INT32_MAX)
+        return choir_err_set(err, CHOIR_EINVAL, "cuda: argmax over %lld rows of %lld", (long long)rows,
+                             (long long)cols);
+    if (rows <= 0) return 0;
+    int vec4 = cols % 4 == 0 && ((uintptr_t)x & 15) == 0;
+    k_argmax_rows<<<(unsigned)rows, ARGMAX_THREADS, 0, cu->stream>>>(x, cols, vec4, out);
+    return choir_cuda_check_launch(err, "argmax_rows");
+}

@@ -926,6 +926,46 @@ int choir_cuda_rows_gather(choir_cuda *cu, const choir_cuda_weight *W, const int
     return run_or_record(gather_op, &a, sizeof a);
 }
 
+/* Greedy selection the way cuda_ops.cu's kernel does it (1024 threads a
+ * row, each scanning its float4 groups, then a merge of the threads'
+ * (value, index) pairs), not through choir_argmax_f32, so that the checks'
+ * device-against-host comparison means something here too. */
+typedef struct argmax_args {
+    const float *x;
+    int64_t rows, cols;
+    int32_t *out;
+} argmax_args;
+static void am_take(float *bv, int *bi, float v, int i) {
+    if (i >= 0 && (*bi < 0 || v > *bv || (v == *bv && i < *bi))) *bv = v, *bi = i;
+}
+static int argmax_op(const void *p) {
+    const argmax_args *a = p;
+    enum { THREADS = 1024 };
+    for (int64_t r = 0; r < a->rows; r++) {
+        const float *row = a->x + r * a->cols;
+        int vec = a->cols % 4 == 0 ? 4 : 1;
+        float best_v = 0.0f;
+        int best_i = -1;
+        for (int t = 0; t < THREADS; t++) {
+            float bv = 0.0f;
+            int bi = -1;
+            for (int64_t j = t; j * vec < a->cols; j += THREADS)
+                for (int e = 0; e < vec; e++)
+                    if (!isnan(row[j * vec + e])) am_take(&bv, &bi, row[j * vec + e], (int)(j * vec + e));
+            am_take(&best_v, &best_i, bv, bi);
+        }
+        a->out[r] = isnan(row[0]) || best_i < 0 ? 0 : best_i;
+    }
+    return 0;
+}
+int choir_cuda_argmax_rows(choir_cuda *cu, const float *x, int64_t rows, int64_t cols, int32_t *out,
+                           choir_err *err) {
+    (void)cu;
+    if (cols <= 0 || cols > INT32_MAX) return choir_err_set(err, CHOIR_EINVAL, "cuda: argmax over %lld", (long long)cols);
+    argmax_args a = {x, rows, cols, out};
+    return run_or_record(argmax_op, &a, sizeof a);
+}
+
 int choir_cuda_leaky_relu(choir_cuda *cu, float *x, int64_t n, float slope, choir_err *err) {
     (void)cu;
     if (no_capture("leaky_relu", err)) return CHOIR_EINTERNAL;
