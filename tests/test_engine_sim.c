@@ -712,6 +712,87 @@ static void test_external_memory(void **state)
     sched_free(s);
 }
 
+/* Continuous batching (sched_join): a running batch takes queued requests of
+ * its model and task, the most urgent first, each with its own reservation,
+ * while it has room and each fits the budget; the first that does not fit
+ * stays queued (and so do those behind it). A joined request holds no worker
+ * slot, and its reservation goes back when it is done or requeued. */
+static void test_join(void **state)
+{
+    (void)state;
+    sched_config c = base_config();
+    c.budget = 100 << 20;
+    c.high_water = 0.99;
+    c.low_water = 0.98;
+    c.workers = 1;
+    sched *s = sched_create(&c, NULL);
+    assert_int_equal(sched_add_model(s, 10 << 20, 4, NULL), 0);
+    sched_req r[6];
+    memset(r, 0, sizeof r);
+    /* A first; then B (other task), C, D (20 MiB each), E (40 MiB), F. */
+    int64_t est[6] = {30 << 20, 1 << 20, 20 << 20, 20 << 20, 40 << 20, 1 << 20};
+    for (int i = 0; i < 6; i++) {
+        r[i].id = (uint64_t)i;
+        r[i].length = 100 * (i + 1);
+        r[i].est_bytes = est[i];
+        r[i].deadline = INFINITY;
+        r[i].task = i == 1;
+        r[i].arrival = 0.01 * i;
+    }
+    assert_int_equal(sched_submit(s, &r[0], 0, NULL, NULL), 0);
+    sched_action a, j[4];
+    assert_int_equal(sched_decide(s, 1.0, &a), 1);
+    assert_int_equal(a.kind, SCHED_DISPATCH);
+    assert_int_equal(a.n, 1);
+    for (int i = 1; i < 6; i++) assert_int_equal(sched_submit(s, &r[i], 0.01 * i, NULL, NULL), 0);
+    /* Nothing else may start: the one worker is busy. */
+    sched_action b;
+    assert_int_equal(sched_decide(s, 5.0, &b), 0);
+    /* Room for 2 more (4 less the 2 decoding): C then D, 20 MiB each beside
+     * 10 weights + 30; B is of another task. */
+    assert_int_equal(sched_join(s, &a, 2, 5.0, j, 4), 2);
+    assert_true(j[0].reqs[0] == &r[2] && j[1].reqs[0] == &r[3]);
+    assert_true(j[0].joined && j[0].n == 1 && j[0].reserved == est[2]);
+    sched_state st;
+    sched_get_state(s, &st);
+    assert_int_equal(st.reserved, est[0] + est[2] + est[3]);
+    assert_int_equal(st.running_batches, 1);
+    assert_int_equal(st.running_reqs, 3);
+    /* Full (4 decoding): nothing. Room again, but E (40 MiB) does not fit
+     * beside 80 MiB: it stays queued, and so does F behind it. */
+    assert_int_equal(sched_join(s, &a, 4, 5.0, j + 2, 4), 0);
+    assert_int_equal(sched_join(s, &a, 3, 5.0, j + 2, 4), 0);
+    assert_int_equal(sched_model_queued(s, 0), 3);
+    /* C is done: its 20 MiB come back, E fits now (beside 10 + 30 + 20). */
+    sched_join_done(s, &j[0], 6.0, 10 << 20);
+    assert_int_equal(r[2].state, SCHED_FINISHED);
+    assert_int_equal(sched_join(s, &a, 2, 6.0, j + 2, 4), 2);
+    assert_true(j[2].reqs[0] == &r[4] && j[3].reqs[0] == &r[5]);
+    sched_get_state(s, &st);
+    assert_true(st.weights + st.reserved <= st.budget);
+    /* F overflowed its arena: back in the queue, the factor grown. */
+    double f0 = sched_model_factor(s, 0);
+    sched_join_requeue(s, &j[3], 7.0, 0);
+    assert_int_equal(r[5].state, SCHED_QUEUED);
+    assert_true(sched_model_factor(s, 0) > f0);
+    sched_join_done(s, &j[1], 7.0, 10 << 20);
+    sched_join_done(s, &j[2], 7.0, 10 << 20);
+    sched_batch_done(s, &a, 8.0, 20 << 20, 7.0, 0, 0);
+    sched_get_state(s, &st);
+    assert_int_equal(st.reserved, 0);
+    assert_int_equal(st.running_reqs, 0);
+    assert_int_equal(st.running_batches, 0);
+    /* B and F are still queued and now dispatch as batches of their own. */
+    assert_int_equal(sched_model_queued(s, 0), 2);
+    sched_drain(s);
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(sched_decide(s, 9.0, &b), 1);
+        assert_int_equal(b.kind, SCHED_DISPATCH);
+        sched_batch_done(s, &b, 9.5, 1 << 20, 0.5, 0, 0);
+    }
+    sched_free(s);
+}
+
 /* Heavy load on a small budget degrades (smaller batches, low priority
  * refused), and recovers once the load stops. */
 static void test_degradation(void **state)
@@ -1109,6 +1190,7 @@ int main(void)
         cmocka_unit_test(test_grown_estimate_refused),
         cmocka_unit_test(test_overflow_grows_to_budget),
         cmocka_unit_test(test_external_memory),
+        cmocka_unit_test(test_join),
         cmocka_unit_test(test_degradation),
         cmocka_unit_test(test_latency_degradation),
         cmocka_unit_test(test_mixed_load),

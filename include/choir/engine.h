@@ -265,6 +265,7 @@ typedef struct choir_engine_stats {
     uint64_t submitted, completed, failed;
     uint64_t rejected[CHOIR_REJECT_COUNT];
     uint64_t model_loads, model_unloads, batches;
+    uint64_t joined;             /* requests that joined a batch already running */
     uint64_t batch_size[CHOIR_BATCH_HIST_MAX + 1]; /* batches of size i (last: larger) */
     double audio_seconds;        /* total audio produced or consumed */
     double audio_per_second;     /* audio_seconds / engine uptime */

@@ -190,6 +190,37 @@ void choir_sts_chunking(const choir_sts_input *in, double default_chunk_s, doubl
 int choir_request_fail(choir_request *req, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Continuous batching: a running batch that more requests may join between
+ * the adapter's decoding steps (ops->run_batch_join). The engine fills it;
+ * an adapter only calls the two functions below. */
+typedef struct choir_batch_join choir_batch_join;
+struct choir_batch_join {
+    int (*take)(choir_batch_join *j, int live, choir_request **reqs, choir_arena **arenas);
+    void (*leave)(choir_batch_join *j, choir_request *req, int overflow);
+};
+
+/* Between two decoding steps, with `live` requests decoding in the batch:
+ * requests of the batch's model and task that the engine admits now to
+ * join it, the most urgent first, up to the model's max batch less `live`
+ * (reqs and arenas have room for that many). Each is admitted against the
+ * budgets as a batch of one is (its estimate x the calibration factor, its
+ * device estimate on the batch's GPU), beside everything running, and gets
+ * an arena of exactly that size in arenas[i]: all its working memory comes
+ * from there. A request that does not fit stays queued, for a later batch,
+ * and so do the ones behind it. Returns how many (0 with j NULL). The
+ * adapter runs them as it runs the batch's own (outputs through
+ * choir_request_emit, failures through choir_request_fail). */
+int choir_batch_join_take(choir_batch_join *j, int live, choir_request **reqs, choir_arena **arenas);
+/* A joined request is finished (its final output delivered or failed):
+ * the engine finishes its ticket, frees its arena (whose high-water mark
+ * calibrates the model's estimates) and its reservation, so a later join
+ * can use them. overflow: its arena was too small before any output; the
+ * engine puts it back in the queue with a doubled calibration instead of
+ * failing it (at most three times, as a batch). Every taken request must be
+ * left exactly once, before run_batch_join returns; the arena is gone after
+ * this call. j NULL: no-op. */
+void choir_batch_join_leave(choir_batch_join *j, choir_request *req, int overflow);
+
 /* Load-time options; zero-initialised means defaults. Weights run as stored:
  * a quantized model is made on disk by `choir convert --q-bits` (kernels use
  * the default compute pool, sized by CHOIR_THREADS). */
@@ -250,6 +281,13 @@ typedef struct choir_model_ops {
      * calibration and retries the batch (up to 3 times) with more room. */
     int (*run_batch)(void *weights, choir_request *const *reqs, int n, choir_arena *arena,
                      choir_err *err);
+    /* Optional: run_batch for a model that decodes in steps, with `join`
+     * (see choir_batch_join_take) through which queued requests of the same
+     * model and task join the batch between steps; each joined request has
+     * its own arena. When set the engine calls it instead of run_batch.
+     * Returning CHOIR_ENOMEM retries only the batch's own requests. */
+    int (*run_batch_join)(void *weights, choir_request *const *reqs, int n, choir_arena *arena,
+                          choir_batch_join *join, choir_err *err);
 
     /* Refuses at submit a request whose options this model can never run
      * (out of its documented range): returns CHOIR_EINVAL with a message

@@ -650,6 +650,174 @@ static void *ensure_loaded(choir_engine *e, const sched_action *a, choir_err *er
  * bounds the pathological (a model whose need keeps moving). */
 #define RETRY_MAX_MEASURED 16
 
+/* Ends a request whose compute is over (its batch returned `rc`, with
+ * message rc_msg; or it left a batch it had joined): the status it ends
+ * with says who stopped it. Call without the engine lock. */
+static void finish_request(choir_engine *e, choir_ticket *t, int rc, const char *rc_msg)
+{
+    choir_request *r = &t->req;
+    int st = r->status;
+    const char *msg = r->error;
+    int stop_why = __atomic_load_n(&t->stop_why, __ATOMIC_ACQUIRE);
+    if ((!st || st == CHOIR_ECANCELED) && stop_why && !r->done) {
+        /* the engine stopped it, not its caller: say why */
+        st = stop_why == CHOIR_REJECT_DEADLINE ? CHOIR_ETIMEDOUT : CHOIR_ECANCELED;
+        msg = stop_why == CHOIR_REJECT_DEADLINE ? "the deadline passed while the request was running"
+                                                : "the server shut down before the request finished";
+    }
+    if (!st && choir_request_cancelled(r) && !r->done) {
+        st = CHOIR_ECANCELED;
+        msg = "cancelled";
+    }
+    if (!st && rc < 0 && !r->done) {
+        st = rc;
+        msg = rc_msg;
+    }
+    if (!st && !r->done) {
+        st = CHOIR_EINTERNAL;
+        msg = "the model finished without a final output";
+    }
+    choir_reject_reason why = stop_why && (st == CHOIR_ECANCELED || st == CHOIR_ETIMEDOUT) ? stop_why
+                              : st == CHOIR_ECANCELED                                   ? CHOIR_REJECT_CANCELLED
+                                                                                        : CHOIR_REJECT_FAILED;
+    if (why == CHOIR_REJECT_DEADLINE || why == CHOIR_REJECT_SHUTDOWN)
+        choir_metrics_inc(e->m.reg, e->m.rejected[why], 1);
+    ticket_finish(e, t, st, why, msg);
+}
+
+/* ---- continuous batching (choir_batch_join) ------------------------------ */
+
+/* A request that joined a running batch: its scheduler action (a batch of
+ * one with its own reservation) and its arena. */
+typedef struct join_item {
+    sched_action a;
+    choir_ticket *t;
+    choir_arena *arena;
+    int left;
+} join_item;
+
+typedef struct engine_join {
+    choir_batch_join pub; /* first: what the adapter holds */
+    choir_engine *e;
+    const sched_action *batch;
+    int max;              /* the model's max batch */
+    join_item **items;
+    int n, cap;
+} engine_join;
+
+/* The counted memory the scheduler sees outside its accounts (as its thread
+ * sets it before each decision). Engine lock held. */
+static void update_external(choir_engine *e)
+{
+    sched_state st;
+    sched_get_state(e->core, &st);
+    int64_t work = choir_mem_current(CHOIR_MEM_ACTIVATIONS) + choir_mem_current(CHOIR_MEM_CACHE);
+    if (st.running_batches == 0)
+        e->resting_work = work;
+    sched_set_external(e->core, choir_mem_current(CHOIR_MEM_IO) + choir_mem_current(CHOIR_MEM_OTHER) +
+                                    e->resting_work);
+}
+
+static int join_take(choir_batch_join *pub, int live, choir_request **reqs, choir_arena **arenas)
+{
+    engine_join *j = (engine_join *)pub;
+    choir_engine *e = j->e;
+    int room = j->max - live;
+    if (room <= 0)
+        return 0;
+    if (room > SCHED_MAX_BATCH)
+        room = SCHED_MAX_BATCH;
+    /* Asked before every step: the engine lock and a look at the queue (the
+     * list of joined requests grows in doubling steps). */
+    sched_action got[SCHED_MAX_BATCH];
+    pthread_mutex_lock(&e->lock);
+    if (j->n + room > j->cap) {
+        int cap = j->cap ? 2 * j->cap : 16;
+        while (cap < j->n + room)
+            cap *= 2;
+        join_item **items = choir_alloc(CHOIR_MEM_OTHER, (size_t)cap * sizeof *items);
+        if (!items)
+            room = 0;
+        else {
+            if (j->n)
+                memcpy(items, j->items, (size_t)j->n * sizeof *items);
+            choir_free(j->items);
+            j->items = items;
+            j->cap = cap;
+        }
+    }
+    update_external(e);
+    int k = room > 0 ? sched_join(e->core, j->batch, live, engine_now(e), got, room) : 0;
+    pthread_mutex_unlock(&e->lock);
+    int taken = 0;
+    uint64_t now_ns = choir_now_ns();
+    for (int i = 0; i < k; i++) {
+        choir_err err = {0};
+        choir_ticket *t = got[i].reqs[0]->user;
+        join_item *it = choir_calloc(CHOIR_MEM_OTHER, 1, sizeof *it);
+        size_t cap = got[i].reserved > 4096 ? (size_t)got[i].reserved : 4096;
+        choir_arena *arena = it ? choir_arena_create(cap, CHOIR_MEM_ACTIVATIONS, &err) : NULL;
+        if (!arena) {
+            /* Admitted but not given its memory: it fails, as a batch
+             * whose arena cannot be made does. */
+            choir_free(it);
+            pthread_mutex_lock(&e->lock);
+            sched_join_done(e->core, &got[i], engine_now(e), 0);
+            pthread_cond_signal(&e->wake_sched);
+            pthread_mutex_unlock(&e->lock);
+            finish_request(e, t, CHOIR_ENOMEM, "out of memory for the request's arena");
+            continue;
+        }
+        if (!t->dispatch_ns)
+            t->dispatch_ns = now_ns;
+        it->a = got[i];
+        it->t = t;
+        it->arena = arena;
+        j->items[j->n++] = it;
+        reqs[taken] = &t->req;
+        arenas[taken++] = arena;
+    }
+    if (taken)
+        choir_metrics_inc(e->m.reg, e->m.joined, taken);
+    return taken;
+}
+
+/* Frees a joined request's arena and reservation and ends it (or puts it
+ * back in the queue after an overflow). rc / rc_msg: how its batch ended,
+ * when the adapter did not say it left. */
+static void join_end(engine_join *j, join_item *it, int overflow, int rc, const char *rc_msg)
+{
+    choir_engine *e = j->e;
+    choir_ticket *t = it->t;
+    it->left = 1;
+    int64_t peak = (int64_t)choir_arena_high_water(it->arena), need = (int64_t)choir_arena_need(it->arena);
+    choir_arena_free(it->arena);
+    it->arena = NULL;
+    int retry = overflow && !t->req.first_output_ns && t->retried < 3 && !choir_request_cancelled(&t->req);
+    pthread_mutex_lock(&e->lock);
+    if (retry) {
+        t->retried++;
+        sched_join_requeue(e->core, &it->a, engine_now(e), need);
+    } else {
+        sched_join_done(e->core, &it->a, engine_now(e), overflow ? 0 : peak);
+    }
+    pthread_cond_signal(&e->wake_sched);
+    pthread_mutex_unlock(&e->lock);
+    if (!retry)
+        finish_request(e, t, overflow ? CHOIR_ENOMEM : rc,
+                       overflow ? "the request's arena was too small, three times" : rc_msg);
+}
+
+static void join_leave(choir_batch_join *pub, choir_request *req, int overflow)
+{
+    engine_join *j = (engine_join *)pub;
+    for (int i = 0; i < j->n; i++)
+        if (!j->items[i]->left && &j->items[i]->t->req == req) {
+            join_end(j, j->items[i], overflow, 0, NULL);
+            return;
+        }
+}
+
 static void run_one_batch(choir_engine *e, sched_action *a, choir_kernel_scratch *ks)
 {
     choir_err err = {0};
@@ -694,7 +862,20 @@ static void run_one_batch(choir_engine *e, sched_action *a, choir_kernel_scratch
         /* CPU kernels take their scratch from the worker's block (a model's
          * backend stream binds its own over it). */
         choir_kernel_scratch *prev = choir_kernels_bind_scratch(ks);
-        rc = arena ? ops->run_batch(w, reqs, n, arena, &err) : err.code;
+        if (arena && ops->run_batch_join) {
+            engine_join j = {.pub = {.take = join_take, .leave = join_leave}, .e = e, .batch = a,
+                             .max = ops->max_batch};
+            rc = ops->run_batch_join(w, reqs, n, arena, &j.pub, &err);
+            /* Requests the adapter did not say it finished end with the batch. */
+            for (int i = 0; i < j.n; i++) {
+                if (!j.items[i]->left)
+                    join_end(&j, j.items[i], 0, rc == CHOIR_ENOMEM ? CHOIR_EINTERNAL : rc, err.msg);
+                choir_free(j.items[i]);
+            }
+            choir_free(j.items);
+        } else {
+            rc = arena ? ops->run_batch(w, reqs, n, arena, &err) : err.code;
+        }
         choir_kernels_bind_scratch(prev);
         peak = arena ? (int64_t)choir_arena_high_water(arena) : 0;
         if (arena && choir_arena_overflowed(arena)) {
@@ -755,36 +936,8 @@ static void run_one_batch(choir_engine *e, sched_action *a, choir_kernel_scratch
     choir_metrics_inc(e->m.reg, e->m.batches, 1);
     choir_metrics_observe(e->m.reg, e->m.batch_size, n);
     choir_metrics_observe(e->m.reg, e->m.compute, compute_s);
-    for (int i = 0; i < n; i++) {
-        choir_request *r = reqs[i];
-        int st = r->status;
-        const char *msg = r->error;
-        int stop_why = __atomic_load_n(&tickets[i]->stop_why, __ATOMIC_ACQUIRE);
-        if ((!st || st == CHOIR_ECANCELED) && stop_why && !r->done) {
-            /* the engine stopped it, not its caller: say why */
-            st = stop_why == CHOIR_REJECT_DEADLINE ? CHOIR_ETIMEDOUT : CHOIR_ECANCELED;
-            msg = stop_why == CHOIR_REJECT_DEADLINE ? "the deadline passed while the request was running"
-                                                    : "the server shut down before the request finished";
-        }
-        if (!st && choir_request_cancelled(r) && !r->done) {
-            st = CHOIR_ECANCELED;
-            msg = "cancelled";
-        }
-        if (!st && rc < 0 && !r->done) {
-            st = rc;
-            msg = err.msg;
-        }
-        if (!st && !r->done) {
-            st = CHOIR_EINTERNAL;
-            msg = "the model finished without a final output";
-        }
-        choir_reject_reason why = stop_why && (st == CHOIR_ECANCELED || st == CHOIR_ETIMEDOUT) ? stop_why
-                                  : st == CHOIR_ECANCELED                                   ? CHOIR_REJECT_CANCELLED
-                                                                                            : CHOIR_REJECT_FAILED;
-        if (why == CHOIR_REJECT_DEADLINE || why == CHOIR_REJECT_SHUTDOWN)
-            choir_metrics_inc(e->m.reg, e->m.rejected[why], 1);
-        ticket_finish(e, tickets[i], st, why, msg);
-    }
+    for (int i = 0; i < n; i++)
+        finish_request(e, tickets[i], rc, err.msg);
 }
 
 /* A kernel that found no room in the worker's scratch block ran with
@@ -868,13 +1021,7 @@ static void *sched_main(void *arg)
          * counted competes for the same budget: I/O buffers and other
          * allocations always, and the activation/cache bytes that persist
          * while no batch runs (caches, plans), measured at such moments. */
-        sched_state st;
-        sched_get_state(e->core, &st);
-        int64_t work = choir_mem_current(CHOIR_MEM_ACTIVATIONS) + choir_mem_current(CHOIR_MEM_CACHE);
-        if (st.running_batches == 0)
-            e->resting_work = work;
-        sched_set_external(e->core, choir_mem_current(CHOIR_MEM_IO) + choir_mem_current(CHOIR_MEM_OTHER) +
-                                        e->resting_work);
+        update_external(e);
         if (sched_decide(e->core, now, &a)) {
             if (a.kind == SCHED_DISPATCH || a.kind == SCHED_LOAD) {
                 /* A load runs on a worker, like a batch: the scheduler never waits for one. */

@@ -65,7 +65,7 @@ struct choir_ticket {
 
 typedef struct engine_metrics {
     choir_metrics *reg;
-    int submitted, completed, failed, batches, input_refused;
+    int submitted, completed, failed, batches, joined, input_refused;
     int rejected[CHOIR_REJECT_COUNT];
     int queue_wait, compute, first_output, total, batch_size;
     int audio_seconds, audio_rate;

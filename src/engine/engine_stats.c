@@ -33,6 +33,8 @@ int engine_metrics_init(choir_engine *e, choir_err *err)
                                          "Upload bodies or decoded audio refused: they did not fit the memory "
                                          "budget then");
     m->batches = choir_metrics_add(r, CHOIR_METRIC_COUNTER, "choir_batches_total", NULL, "Batches run");
+    m->joined = choir_metrics_add(r, CHOIR_METRIC_COUNTER, "choir_batch_joins_total", NULL,
+                                  "Requests that joined a batch already running (continuous batching)");
     m->queue_wait = choir_metrics_add_histogram(r, "choir_queue_wait_seconds", NULL,
                                                 "Time from submission to the start of compute", NULL, 0);
     m->compute = choir_metrics_add_histogram(r, "choir_compute_seconds", NULL, "Time one batch computes", NULL, 0);
@@ -231,6 +233,7 @@ void choir_engine_get_stats(choir_engine *e, choir_engine_stats *out)
     for (int i = 1; i < CHOIR_REJECT_COUNT; i++)
         out->rejected[i] = (uint64_t)choir_metrics_value(r, m->rejected[i]);
     out->batches = (uint64_t)choir_metrics_value(r, m->batches);
+    out->joined = (uint64_t)choir_metrics_value(r, m->joined);
     pthread_mutex_lock(&e->lock);
     for (int i = 0; i < e->n_models; i++) {
         out->model_loads += (uint64_t)choir_metrics_value(r, e->models[i].m_loads);

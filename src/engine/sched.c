@@ -540,6 +540,11 @@ static void release(sched *s, const sched_action *b, double now)
     int d = b->device;
     s->dev[0].reserved -= b->reserved;
     s->dev[d].reserved -= b->dev_reserved;
+    if (b->joined) {
+        s->running_reqs -= b->n;
+        m->last_used = now;
+        return;
+    }
     s->dev[d].running--;
     s->running_batches--;
     s->running_reqs -= b->n;
@@ -637,6 +642,65 @@ void sched_return(sched *s, const sched_action *b, double now)
     put_back(s, b);
 }
 
+
+int sched_join(sched *s, const sched_action *batch, int live, double now, sched_action *out, int room)
+{
+    sched_model *m = &s->models[batch->model];
+    int d = batch->device, task = batch->n > 0 ? batch->reqs[0]->task : -1, taken = 0;
+    int cap = eff_max_batch(s, m) - live;
+    if (room > cap)
+        room = cap;
+    while (taken < room && !s->draining) {
+        sched_req *best = NULL;
+        for (int i = 0; i < m->n_queued; i++) {
+            sched_req *r = m->queue[i];
+            if (r->task != task || r->deadline <= now)
+                continue; /* another task never shares the batch; a late one is sched_decide's to reject */
+            r->eff_priority = aged_priority(s, r, now);
+            if (!best || urgency_cmp(&r, &best) < 0)
+                best = r;
+        }
+        if (!best)
+            break;
+        int64_t host_res = sched_reservation(m, best->est_bytes, 1), dev_res = d > 0 ? best->dev_est_bytes : 0;
+        if (!sched_fits(s, m, d, 0, host_res, dev_res))
+            break;
+        remove_queued(s, best);
+        best->state = SCHED_RUNNING;
+        sched_action *a = &out[taken++];
+        memset(a, 0, sizeof *a);
+        a->kind = SCHED_DISPATCH;
+        a->model = batch->model;
+        a->device = d;
+        a->n = 1;
+        a->reqs[0] = best;
+        a->reserved = host_res;
+        a->est_sum = best->est_bytes;
+        a->dev_reserved = dev_res;
+        a->joined = 1;
+        s->dev[0].reserved += host_res;
+        s->dev[d].reserved += dev_res;
+        s->running_reqs++;
+        m->last_used = now;
+        sched_note_peaks(s);
+    }
+    return taken;
+}
+
+void sched_join_done(sched *s, const sched_action *j, double now, int64_t peak_bytes)
+{
+    release(s, j, now);
+    calibrate(s, &s->models[j->model], j, peak_bytes, 0, 0);
+    j->reqs[0]->state = SCHED_FINISHED;
+    update_pressure(s, now);
+}
+
+void sched_join_requeue(sched *s, const sched_action *j, double now, int64_t need)
+{
+    release(s, j, now);
+    calibrate(s, &s->models[j->model], j, 0, need, 1);
+    put_back(s, j);
+}
 
 void sched_observe_latency(sched *s, double total_s, double now)
 {

@@ -88,6 +88,8 @@ typedef struct sched_action {
     int64_t reserved;   /* DISPATCH: activation bytes reserved (arena capacity) */
     int64_t est_sum;    /* DISPATCH: n * max uncalibrated estimate */
     int64_t dev_reserved; /* DISPATCH on a GPU: device bytes reserved for the batch */
+    int joined;         /* a request that joined a running batch (sched_join): its own
+                           reservation, no worker slot or batch count of its own */
     sched_req *rejected;
     choir_reject_reason reason;
     int64_t room;       /* REJECT too_large: the host bytes the budget leaves beside the weights
@@ -149,6 +151,26 @@ double sched_next_event(sched *s, double now);
  * estimate factor grows as for sched_requeue. */
 void sched_batch_done(sched *s, const sched_action *batch, double now, int64_t peak_bytes, double compute_s,
                       int64_t overflow_need, int overflow);
+/* Continuous batching: between its decoding steps a running batch (`batch`,
+ * dispatched by sched_decide, its replica's model and device) takes queued
+ * requests of its model and task, the most urgent first, while the batch
+ * has room (`live` members decode now; at most the effective max batch) and
+ * each one's own reservation (its estimate x the calibration factor on the
+ * host, its device estimate on the batch's GPU) fits beside everything
+ * else: the first that does not fit stops the join (it stays queued for a
+ * later batch). Each taken request becomes out[i], a SCHED_DISPATCH of one
+ * with `joined` set, reserving its own bytes but no worker slot (it runs on
+ * the batch's worker) and no running batch; report it with sched_join_done
+ * or sched_join_requeue. Returns how many (0..room). */
+int sched_join(sched *s, const sched_action *batch, int live, double now, sched_action *out, int room);
+/* A joined request is finished: its reservation goes back and its arena peak
+ * calibrates the model's factor (as for a batch of one). */
+void sched_join_done(sched *s, const sched_action *joined, double now, int64_t peak_bytes);
+/* A joined request's arena was too small before any output: it goes back to
+ * the head of its queue and the factor grows as sched_requeue makes it for
+ * a batch of one (`need`: what its arena showed it needs, 0 when unknown). */
+void sched_join_requeue(sched *s, const sched_action *joined, double now, int64_t need);
+
 /* Puts a dispatched batch's requests back at the head of their queue (for a
  * retry after an arena overflow); releases the reservation like batch_done.
  * The model's factor grows so that the same batch would now reserve

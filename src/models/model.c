@@ -145,3 +145,14 @@ int64_t choir_model_dir_bytes(const char *dir)
     closedir(d);
     return total;
 }
+
+int choir_batch_join_take(choir_batch_join *j, int live, choir_request **reqs, choir_arena **arenas)
+{
+    return j && j->take ? j->take(j, live, reqs, arenas) : 0;
+}
+
+void choir_batch_join_leave(choir_batch_join *j, choir_request *req, int overflow)
+{
+    if (j && j->leave)
+        j->leave(j, req, overflow);
+}

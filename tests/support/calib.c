@@ -36,6 +36,9 @@ static void run_scaled(const choir_model_ops *ops, const char *dir, const choir_
     choir_model_ops wrapped = *ops;
     wrapped.estimate = scaled_estimate;
     wrapped.run_batch = recording_run;
+    /* Every batch through the recorder: one request at a time never joins
+     * a running batch anyway. */
+    wrapped.run_batch_join = NULL;
     g_ops = ops;
     g_scale = scale;
     g_run = out;
