@@ -720,6 +720,12 @@ static void test_sticky_errors_and_unsupported(void **state) {
     assert_null(cu);
     assert_int_equal(err.code, CHOIR_EUNSUPPORTED);
     assert_non_null(strstr(err.msg, "CUDA"));
+    /* ... and no devices to list (the engine's GPUs: none) */
+    choir_backend_device dev;
+    assert_int_equal(choir_backend_device_count(), CHOIR_EUNSUPPORTED);
+    err = (choir_err){0};
+    assert_int_equal(choir_backend_device_query(0, &dev, &err), CHOIR_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "built without CUDA"));
 #else
     choir_backend_free(cu);
 #endif

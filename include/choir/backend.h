@@ -92,6 +92,21 @@ choir_backend *choir_backend_cuda(const choir_backend_cuda_opts *o, choir_err *e
 struct choir_cuda;
 choir_backend *choir_backend_cuda_over(struct choir_cuda *cu, bool bf16, choir_err *err);
 
+/* GPUs a CUDA backend can be opened on, for placement (the engine's
+ * devices). */
+typedef struct choir_backend_device {
+    char name[256];      /* the card's name ("NVIDIA H200") */
+    int64_t total_bytes; /* its memory, bytes */
+} choir_backend_device;
+
+/* The number of CUDA devices visible (0 when there is no driver or no
+ * device: never an error), or CHOIR_EUNSUPPORTED in a build without CUDA. */
+int choir_backend_device_count(void);
+/* Fills *out for CUDA device `index` (0-based) without opening a context on
+ * it. Returns 0, CHOIR_ENOTFOUND (no such device), CHOIR_EUNSUPPORTED (a
+ * build without CUDA) or CHOIR_EINTERNAL, with err. */
+int choir_backend_device_query(int index, choir_backend_device *out, choir_err *err);
+
 /* Frees the backend (and its CUDA context unless it came from
  * choir_backend_cuda_over). Every stream and every weight on it must be
  * freed first. NULL is a no-op. */

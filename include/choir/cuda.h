@@ -54,6 +54,11 @@ typedef struct choir_cuda_props {
  * (never an error: callers fall back to the CPU). */
 int choir_cuda_device_count(void);
 
+/* Fills *out with device `device`'s properties (0-based) without opening a
+ * context on it (no stream, no cuBLAS handle, no device memory). Returns 0,
+ * CHOIR_ENOTFOUND when there is no such device, or CHOIR_EINTERNAL. */
+int choir_cuda_device_props(int device, choir_cuda_props *out, choir_err *err);
+
 /* Opens device `device` (0-based): creates a stream and a cuBLAS handle
  * with its own 32 MiB workspace (counted in choir_cuda_mem_current; it keeps
  * captured products from allocating).

@@ -1,36 +1,32 @@
 /* The devices an engine places models on: the CPU, then the GPUs that
- * params.gpus selects, each with a memory budget. GPUs are CUDA devices in a
- * CUDA build, or simulated ones (params.fake_gpus) for tests; a CPU build
- * never touches CUDA. */
+ * params.gpus selects, each with a memory budget. GPUs are the CUDA devices
+ * the backends see (choir_backend_device_count / _query: none in a CPU
+ * build), or simulated ones (params.fake_gpus) for tests. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "choir/backend.h"
 #include "engine/engine_internal.h"
-#ifdef CHOIR_HAVE_CUDA
-#include "choir/cuda.h"
-#endif
 
 /* Parses "all", "none" or "0,2" into want[] (ascending, no repeats) against
- * `avail` devices. Returns the count or a negative code (and err). */
-static int parse_gpus(const char *spec, int avail, int fake, int want[CHOIR_ENGINE_MAX_GPUS], choir_err *err)
+ * `avail` devices (CHOIR_EUNSUPPORTED: a build without CUDA, so none).
+ * Returns the count or a negative code (and err). */
+static int parse_gpus(const char *spec, int avail, int want[CHOIR_ENGINE_MAX_GPUS], choir_err *err)
 {
     if (!spec || strcmp(spec, "all") == 0) {
-        int n = avail < CHOIR_ENGINE_MAX_GPUS ? avail : CHOIR_ENGINE_MAX_GPUS;
+        int n = avail < 0 ? 0 : avail < CHOIR_ENGINE_MAX_GPUS ? avail : CHOIR_ENGINE_MAX_GPUS;
         for (int i = 0; i < n; i++)
             want[i] = i;
         return n;
     }
     if (strcmp(spec, "none") == 0 || !*spec)
         return 0;
-#ifndef CHOIR_HAVE_CUDA
-    if (!fake)
+    if (avail == CHOIR_EUNSUPPORTED)
         return choir_err_set(err, CHOIR_EINVAL,
                              "--gpus %s: choir was built without CUDA (configure with -DCHOIR_CUDA=ON), "
                              "so only --gpus none or all (no GPU) work", spec);
-#endif
-    (void)fake;
     int n = 0;
     const char *p = spec;
     for (;;) {
@@ -72,18 +68,13 @@ static int probe_gpu(const choir_engine_params *p, int index, engine_device *d, 
         snprintf(d->hw_name, sizeof d->hw_name, "fake");
         return 0;
     }
-#ifdef CHOIR_HAVE_CUDA
-    choir_cuda *cu = choir_cuda_init(index, err);
-    if (!cu)
-        return err ? err->code : CHOIR_EINTERNAL;
-    const choir_cuda_props *props = choir_cuda_get_props(cu);
-    d->total_bytes = props->total_bytes;
-    snprintf(d->hw_name, sizeof d->hw_name, "%.120s", props->name);
-    choir_cuda_free(cu);
+    choir_backend_device gpu;
+    int rc = choir_backend_device_query(index, &gpu, err);
+    if (rc < 0)
+        return rc;
+    d->total_bytes = gpu.total_bytes;
+    snprintf(d->hw_name, sizeof d->hw_name, "%.120s", gpu.name);
     return 0;
-#else
-    return choir_err_set(err, CHOIR_EINVAL, "GPU %d: choir was built without CUDA", index);
-#endif
 }
 
 int engine_devices_resolve(choir_engine *e, choir_err *err)
@@ -97,13 +88,9 @@ int engine_devices_resolve(choir_engine *e, choir_err *err)
     cpu->total_bytes = cpu->budget = p->memory_budget;
     e->n_devices = 1;
     /* fake_gpus and gpu_memory_fraction were bounded by engine_params_check. */
-    int avail = p->fake_gpus;
-#ifdef CHOIR_HAVE_CUDA
-    if (!p->fake_gpus)
-        avail = choir_cuda_device_count();
-#endif
+    int avail = p->fake_gpus > 0 ? p->fake_gpus : choir_backend_device_count();
     int want[CHOIR_ENGINE_MAX_GPUS];
-    int n = parse_gpus(p->gpus, avail, p->fake_gpus > 0, want, err);
+    int n = parse_gpus(p->gpus, avail, want, err);
     if (n < 0)
         return n;
     for (int i = 0; i < n; i++) {

@@ -1054,6 +1054,17 @@ static void check_contracts(void) {
                                         !choir_backend_is_host(g_gpu) &&
                                         choir_backend_has_graphs(g_gpu) &&
                                         choir_backend_cuda_context(g_gpu) != NULL);
+    /* The device query the engine lists GPUs with: what the open context
+     * reports, without opening one; one past the last is not found. */
+    choir_backend_device dev;
+    const choir_cuda_props *props = choir_cuda_get_props(choir_backend_cuda_context(g_gpu));
+    int n_dev = choir_backend_device_count();
+    expect("device query: the count, and device 0's name and memory as its context has them",
+           n_dev >= 1 && choir_backend_device_query(0, &dev, &e) == 0 &&
+               strcmp(dev.name, props->name) == 0 && dev.total_bytes == props->total_bytes &&
+               dev.total_bytes > 0);
+    expect("device query: no device past the last",
+           choir_backend_device_query(n_dev, &dev, &e) == CHOIR_ENOTFOUND && strstr(e.msg, "not found"));
     case_end();
 }
 

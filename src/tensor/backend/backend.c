@@ -71,6 +71,29 @@ choir_backend *choir_backend_cuda_over(struct choir_cuda *cu, bool bf16, choir_e
 #endif
 }
 
+int choir_backend_device_count(void) {
+#ifdef CHOIR_HAVE_CUDA
+    return choir_cuda_device_count();
+#else
+    return CHOIR_EUNSUPPORTED;
+#endif
+}
+
+int choir_backend_device_query(int index, choir_backend_device *out, choir_err *err) {
+#ifdef CHOIR_HAVE_CUDA
+    choir_cuda_props p;
+    int rc = choir_cuda_device_props(index, &p, err);
+    if (rc < 0) return rc;
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", p.name);
+    out->total_bytes = p.total_bytes;
+    return 0;
+#else
+    (void)out;
+    return choir_err_set(err, CHOIR_EUNSUPPORTED, "GPU %d: choir was built without CUDA", index);
+#endif
+}
+
 void choir_backend_free(choir_backend *be) {
     if (!be) return;
 #ifdef CHOIR_HAVE_CUDA

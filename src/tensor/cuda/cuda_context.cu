@@ -33,40 +33,44 @@ int choir_cuda_device_count(void) {
     return n;
 }
 
+int choir_cuda_device_props(int device, choir_cuda_props *out, choir_err *err) {
+    int n = choir_cuda_device_count();
+    if (device < 0 || device >= n)
+        return choir_err_set(err, CHOIR_ENOTFOUND, "cuda: device %d not found (%d visible)", device, n);
+    cudaDeviceProp p;
+    cudaError_t st = cudaGetDeviceProperties(&p, device);
+    if (st != cudaSuccess) return choir_cuda_fail(err, st, "cudaGetDeviceProperties");
+    memset(out, 0, sizeof(*out));
+    snprintf(out->name, sizeof(out->name), "%s", p.name);
+    out->device = device;
+    out->cc_major = p.major;
+    out->cc_minor = p.minor;
+    out->sm_count = p.multiProcessorCount;
+    out->total_bytes = (int64_t)p.totalGlobalMem;
+    out->l2_bytes = p.l2CacheSize;
+    out->smem_per_block_optin = (int64_t)p.sharedMemPerBlockOptin;
+    /* clockRate fields moved to attributes in CUDA 13. */
+    cudaDeviceGetAttribute(&out->mem_clock_khz, cudaDevAttrMemoryClockRate, device);
+    cudaDeviceGetAttribute(&out->mem_bus_bits, cudaDevAttrGlobalMemoryBusWidth, device);
+    return 0;
+}
+
 choir_cuda *choir_cuda_init(int device, choir_err *err) {
     choir_cuda *cu = NULL;
-    cudaDeviceProp p;
     cudaError_t st;
     cublasStatus_t bs;
-    int n = choir_cuda_device_count();
-    if (device < 0 || device >= n) {
-        choir_err_set(err, CHOIR_ENOTFOUND, "cuda: device %d not found (%d visible)", device, n);
-        return NULL;
-    }
+    choir_cuda_props props;
+    if (choir_cuda_device_props(device, &props, err) < 0) return NULL;
     cu = (choir_cuda *)choir_calloc(CHOIR_MEM_OTHER, 1, sizeof(*cu));
     if (!cu) {
         choir_err_set(err, CHOIR_ENOMEM, "cuda: out of host memory for the context");
         return NULL;
     }
+    cu->props = props;
     if ((st = cudaSetDevice(device)) != cudaSuccess) {
         choir_cuda_fail(err, st, "cudaSetDevice");
         goto fail;
     }
-    if ((st = cudaGetDeviceProperties(&p, device)) != cudaSuccess) {
-        choir_cuda_fail(err, st, "cudaGetDeviceProperties");
-        goto fail;
-    }
-    snprintf(cu->props.name, sizeof(cu->props.name), "%s", p.name);
-    cu->props.device = device;
-    cu->props.cc_major = p.major;
-    cu->props.cc_minor = p.minor;
-    cu->props.sm_count = p.multiProcessorCount;
-    cu->props.total_bytes = (int64_t)p.totalGlobalMem;
-    cu->props.l2_bytes = p.l2CacheSize;
-    cu->props.smem_per_block_optin = (int64_t)p.sharedMemPerBlockOptin;
-    /* clockRate fields moved to attributes in CUDA 13. */
-    cudaDeviceGetAttribute(&cu->props.mem_clock_khz, cudaDevAttrMemoryClockRate, device);
-    cudaDeviceGetAttribute(&cu->props.mem_bus_bits, cudaDevAttrGlobalMemoryBusWidth, device);
     if ((st = cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking)) != cudaSuccess) {
         choir_cuda_fail(err, st, "cudaStreamCreate");
         goto fail;

@@ -74,15 +74,20 @@ static int no_capture(const char *what, choir_err *err) {
 
 int choir_cuda_device_count(void) { return 1; }
 
+int choir_cuda_device_props(int device, choir_cuda_props *out, choir_err *err) {
+    if (device != 0) return choir_err_set(err, CHOIR_ENOTFOUND, "cuda: device %d not found (1 visible)", device);
+    memset(out, 0, sizeof(*out));
+    snprintf(out->name, sizeof(out->name), "fake (host emulation)");
+    out->smem_per_block_optin = 227 * 1024;
+    out->total_bytes = (int64_t)16 << 30;
+    return 0;
+}
+
 choir_cuda *choir_cuda_init(int device, choir_err *err) {
-    if (device != 0) {
-        choir_err_set(err, CHOIR_ENOTFOUND, "cuda: device %d not found (1 visible)", device);
-        return NULL;
-    }
+    choir_cuda_props props;
+    if (choir_cuda_device_props(device, &props, err) < 0) return NULL;
     choir_cuda *cu = calloc(1, sizeof(*cu));
-    snprintf(cu->props.name, sizeof(cu->props.name), "fake (host emulation)");
-    cu->props.smem_per_block_optin = 227 * 1024;
-    cu->props.total_bytes = (int64_t)16 << 30;
+    cu->props = props;
     return cu;
 }
 void choir_cuda_free(choir_cuda *cu) { free(cu); }
