@@ -374,31 +374,50 @@ static void test_conv_gemm512(void **state) {
 #endif
 }
 
-/* choir_attention_f16 on every ISA against choir_attention over the same
- * values widened: the step form (Tq 1 and 3, the f16 kernels) and a larger
- * call (Tq 9, widened into scratch). Dh 40 reaches the masked and scalar
- * tails; 37 keys the one-key tail of the four-key loop. */
+/* choir_attention_f16 and choir_attention_bf16 on every ISA against
+ * choir_attention over the same values widened: the step form (Tq 1 and 3,
+ * the 16-bit kernels) and a larger call (Tq 9, widened into scratch). Dh 40
+ * reaches the masked and scalar tails; 37 keys the one-key tail of the
+ * four-key loop. Both sides sum the same widened products, so only the
+ * order of the additions differs (1e-5 on outputs of magnitude < 1). */
 static void test_attention_f16(void **state) {
     (void)state;
     enum { H = 2, DH = 40, D = H * DH, TK = 37, TQ = 9 };
-    static float q[TQ * D], kf[TK * D], vf[TK * D], want[TQ * D], got[TQ * D];
-    static uint16_t k16[TK * D], v16[TK * D];
+    static float q[TQ * D], kf[TK * D], vf[TK * D], kb[TK * D], vb[TK * D], want[TQ * D],
+        got[TQ * D];
+    static uint16_t k16[TK * D], v16[TK * D], kbf[TK * D], vbf[TK * D];
     uint32_t r = 12345u;
     for (int i = 0; i < TQ * D; i++) q[i] = (float)((r = r * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
     for (int i = 0; i < TK * D; i++) {
-        k16[i] = choir_f32_to_f16((float)((r = r * 1664525u + 1013904223u) >> 8) / 8388608.0f - 1.0f);
-        v16[i] = choir_f32_to_f16((float)((r = r * 1664525u + 1013904223u) >> 8) / 8388608.0f - 1.0f);
+        float kx = (float)((r = r * 1664525u + 1013904223u) >> 8) / 8388608.0f - 1.0f;
+        float vx = (float)((r = r * 1664525u + 1013904223u) >> 8) / 8388608.0f - 1.0f;
+        k16[i] = choir_f32_to_f16(kx);
+        v16[i] = choir_f32_to_f16(vx);
         kf[i] = choir_f16_to_f32(k16[i]);
         vf[i] = choir_f16_to_f32(v16[i]);
+        kbf[i] = choir_f32_to_bf16(kx);
+        vbf[i] = choir_f32_to_bf16(vx);
+        kb[i] = choir_bf16_to_f32(kbf[i]);
+        vb[i] = choir_bf16_to_f32(vbf[i]);
     }
     const int tqs[] = {1, 3, TQ};
-    for (int pass = 0; pass < 2; pass++) {
-        pass ? use_simd() : use_ref();
+    /* The reference, AVX2 (also on an AVX-512 CPU) and the best ISA. */
+    const choir_isa isas[] = {CHOIR_ISA_REF, CHOIR_ISA_AVX2, choir_kernels_best_isa()};
+    for (int pass = 0; pass < 3; pass++) {
+        if (pass == 1 && choir_kernels_best_isa() != CHOIR_ISA_AVX2 &&
+            choir_kernels_best_isa() != CHOIR_ISA_AVX512)
+            continue;
+        choir_kernels_set_isa(isas[pass]);
         for (int t = 0; t < 3; t++) {
             int tq = tqs[t];
             choir_attention(q, D, kf, D, vf, D, want, D, tq, TK, H, DH, 0.158f, NULL, tq > 1);
             assert_int_equal(choir_attention_f16(q, D, k16, D, v16, D, got, D, tq, TK, H, DH,
                                                  0.158f, NULL, tq > 1),
+                             0);
+            for (int i = 0; i < tq * D; i++) assert_true(fabsf(got[i] - want[i]) < 1e-5f);
+            choir_attention(q, D, kb, D, vb, D, want, D, tq, TK, H, DH, 0.158f, NULL, tq > 1);
+            assert_int_equal(choir_attention_bf16(q, D, kbf, D, vbf, D, got, D, tq, TK, H, DH,
+                                                  0.158f, NULL, tq > 1),
                              0);
             for (int i = 0; i < tq * D; i++) assert_true(fabsf(got[i] - want[i]) < 1e-5f);
         }

@@ -8,10 +8,13 @@
 #include <sys/stat.h>
 
 #include "choir/alloc.h"
+#include "choir/arena.h"
+#include "choir/convert.h"
 #include "choir/randw.h"
 #include "choir/safetensors.h"
 #include "choir/tokenizer.h"
 #include "choir/whisper.h"
+#include "models/whisper/whisper_internal.h"
 #include "testutil.h"
 
 #define FX "whisper/whisper-ml80"
@@ -188,6 +191,121 @@ static void test_kv_cache_matches_full_pass(void **state) {
     choir_whisper_seq_free(s);
     choir_free(all);
     choir_free(step);
+}
+
+/* Logits of a 11-token teacher-forced pass over window a0 of m (all
+ * positions, [11][V]) and of the same tokens one step at a time ([11][V]),
+ * with caches of dtype kv. */
+static void half_cache_logits(choir_whisper *m, choir_dtype kv, float *all, float *steps) {
+    choir_err err;
+    const int V = 51865, P = 11;
+    int32_t toks[11] = {50258, 50259, 50359, 50363, 1, 2, 3, 464, 2068, 7586, 21831};
+    choir_dtype keep = m->cache_kv;
+    m->cache_kv = kv;
+    float *enc = choir_alloc(CHOIR_MEM_OTHER, 1500 * 64 * sizeof(float));
+    assert_int_equal(choir_whisper_encode(m, ref("a0.mel", 80 * 3000), 1, enc, &err), 0);
+    choir_whisper_cross *cr = choir_whisper_cross_create(m, enc, &err);
+    choir_whisper_seq *s = choir_whisper_seq_create(m, 0, &err);
+    assert_non_null(cr);
+    assert_non_null(s);
+    assert_int_equal(cr->kv, kv);
+    assert_int_equal(s->kv, kv);
+    choir_whisper_seq_reset(s, cr);
+    int n = P;
+    assert_int_equal(choir_whisper_decode(m, &s, 1, toks, &n, true, all, &err), 0);
+    choir_whisper_seq_truncate(s, 0);
+    n = 1;
+    for (int i = 0; i < P; i++)
+        assert_int_equal(choir_whisper_decode(m, &s, 1, toks + i, &n, false, steps + (size_t)i * V, &err), 0);
+    choir_whisper_seq_free(s);
+    choir_whisper_cross_free(cr);
+    choir_free(enc);
+    m->cache_kv = keep;
+}
+
+/* A 16-bit model keeps its caches on the CPU in its own dtype (cross K/V
+ * and self-attention), read by the 16-bit attention kernels: a prompt's
+ * pass (11 rows: keys widened into scratch) and single steps (read where
+ * they lie) against the same model with f32 caches. Measured on this
+ * fixture: rel L2 of the logits 1.2e-4 (f16) and 1.1e-3 (bf16), prompt
+ * and steps alike, on each ISA; the bounds are about 5x that. Greedy decoding (24 tokens,
+ * timestamps) picks the same tokens, and an arena-carved transcription
+ * of the 16-bit model gives the transcript of one without an arena. */
+static void test_half_caches(void **state) {
+    (void)state;
+    choir_err err;
+    const int V = 51865, P = 11;
+    const choir_dtype dts[2] = {CHOIR_DTYPE_F16, CHOIR_DTYPE_BF16};
+    const double bound[2] = {6e-4, 5e-3};
+    float *all16 = choir_alloc(CHOIR_MEM_OTHER, (size_t)P * V * sizeof(float));
+    float *steps16 = choir_alloc(CHOIR_MEM_OTHER, (size_t)P * V * sizeof(float));
+    float *all32 = choir_alloc(CHOIR_MEM_OTHER, (size_t)P * V * sizeof(float));
+    float *steps32 = choir_alloc(CHOIR_MEM_OTHER, (size_t)P * V * sizeof(float));
+    for (int t = 0; t < 2; t++) {
+        char dir[1100];
+        snprintf(dir, sizeof dir, "%s", tu_tmpfile(t ? "hf-bf16" : "hf-f16"));
+        choir_convert_params cp;
+        choir_convert_default_params(&cp);
+        cp.dtype = dts[t];
+        assert_int_equal(choir_convert(g_hf_dir, dir, &cp, NULL, &err), 0);
+        choir_whisper *m = choir_whisper_load(dir, &err);
+        assert_non_null(m);
+        assert_int_equal(m->cache_kv, dts[t]);
+        half_cache_logits(m, dts[t], all16, steps16);
+        half_cache_logits(m, CHOIR_DTYPE_F32, all32, steps32);
+        double ea = tu_rel_l2(all16, all32, (size_t)P * V), es = tu_rel_l2(steps16, steps32, (size_t)P * V);
+        printf("%s caches: logits rel L2 %.3g (prompt) %.3g (steps)\n", t ? "bf16" : "f16", ea, es);
+        assert_true(ea < bound[t]);
+        assert_true(es < bound[t]);
+        /* Greedy with timestamps over 16-bit and f32 caches. */
+        float *enc = choir_alloc(CHOIR_MEM_OTHER, 1500 * 64 * sizeof(float));
+        assert_int_equal(choir_whisper_encode(m, ref("a0.mel", 80 * 3000), 1, enc, &err), 0);
+        choir_whisper_params p;
+        choir_whisper_default_params(&p);
+        p.sample_len = 24;
+        choir_whisper_result r[2];
+        for (int k = 0; k < 2; k++) {
+            m->cache_kv = k ? CHOIR_DTYPE_F32 : dts[t];
+            choir_whisper_cross *cr = choir_whisper_cross_create(m, enc, &err);
+            assert_non_null(cr);
+            choir_whisper_window w = {.cross = cr, .language = -1, .seed = 1};
+            assert_int_equal(choir_whisper_decode_windows(m, NULL, &w, 1, &p, 0.0f, &r[k], &err), 0);
+            choir_whisper_cross_free(cr);
+        }
+        m->cache_kv = dts[t];
+        assert_int_equal(r[0].n_tokens, r[1].n_tokens);
+        for (int i = 0; i < r[0].n_tokens; i++) assert_int_equal(r[0].tokens[i], r[1].tokens[i]);
+        for (int k = 0; k < 2; k++) choir_whisper_result_clear(&r[k]);
+        choir_free(enc);
+        /* The caches carved from an arena are 16-bit too. */
+        float *pcm = choir_alloc(CHOIR_MEM_OTHER, 3 * 16000 * sizeof(float));
+        tu_fill_uniform(pcm, 3 * 16000, 7, -0.1f, 0.1f);
+        choir_whisper_transcribe_opts o;
+        choir_whisper_default_transcribe_opts(&o);
+        o.params.sample_len = 16;
+        choir_whisper_transcript tr[2];
+        choir_tokenizer *tok = choir_tokenizer_load(tu_fixture("real/tokenizer/multilingual.tiktoken"), &err);
+        choir_arena *arena = choir_arena_create(256u << 20, CHOIR_MEM_ACTIVATIONS, &err);
+        assert_non_null(tok);
+        assert_non_null(arena);
+        for (int k = 0; k < 2; k++) {
+            o.arena = k ? arena : NULL;
+            assert_int_equal(choir_whisper_transcribe(m, tok, pcm, 3 * 16000, &o, &tr[k], &err), 0);
+        }
+        assert_int_equal(tr[0].n_segments, tr[1].n_segments);
+        assert_string_equal(tr[0].text, tr[1].text);
+        for (int i = 0; i < tr[0].n_segments; i++)
+            assert_true(tr[0].segments[i].avg_logprob == tr[1].segments[i].avg_logprob);
+        for (int k = 0; k < 2; k++) choir_whisper_transcript_clear(&tr[k]);
+        choir_arena_free(arena);
+        choir_tokenizer_free(tok);
+        choir_free(pcm);
+        choir_whisper_free(m);
+    }
+    choir_free(all16);
+    choir_free(steps16);
+    choir_free(all32);
+    choir_free(steps32);
 }
 
 static void check_same(const choir_whisper_result *a, const choir_whisper_result *b) {
@@ -384,6 +502,7 @@ int main(void) {
         cmocka_unit_test(test_encoder_parity_and_batch),
         cmocka_unit_test(test_mlx_layout),
         cmocka_unit_test(test_kv_cache_matches_full_pass),
+        cmocka_unit_test(test_half_caches),
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_greedy_follows_rules),
         cmocka_unit_test(test_language_detection),

@@ -144,6 +144,13 @@ int choir_attention_f16(const float *q, int64_t ldq, const uint16_t *k, int64_t 
                         const uint16_t *v, int64_t ldv, float *out, int64_t ldo, int64_t Tq,
                         int64_t Tk, int n_head, int64_t Dh, float scale, const float *mask,
                         bool causal);
+/* The same over bf16 keys and values (a bf16 model's caches), with the same
+ * contract: a step reads them where they lie, a larger call widens them into
+ * kernel scratch first. */
+int choir_attention_bf16(const float *q, int64_t ldq, const uint16_t *k, int64_t ldk,
+                         const uint16_t *v, int64_t ldv, float *out, int64_t ldo, int64_t Tq,
+                         int64_t Tk, int n_head, int64_t Dh, float scale, const float *mask,
+                         bool causal);
 
 /* --- kernel scratch ------------------------------------------------------ */
 /* Kernels that need temporary memory (attention scores, f16/bf16 weight
@@ -171,6 +178,9 @@ choir_kernel_scratch *choir_kernels_bind_scratch(choir_kernel_scratch *ks);
  * when it takes none); a block of that size serves the call. */
 size_t choir_linear_scratch_bytes(int64_t M, const choir_weight *W);
 size_t choir_attention_scratch_bytes(int64_t Tq, int64_t Tk);
+/* choir_attention_f16 / _bf16 over keys of `cols` = n_head Dh values: the
+ * widened keys and values of a larger call, then its f32 attention's. */
+size_t choir_attention_half_scratch_bytes(int64_t Tq, int64_t Tk, int64_t cols);
 size_t choir_conv1d_scratch_bytes(int64_t Cin, int64_t T, int64_t kernel, int stride,
                                   int padding, int dilation, int groups);
 size_t choir_conv_transpose1d_scratch_bytes(int64_t Cin, int64_t T, int64_t Cout,

@@ -238,8 +238,8 @@ static double bw_token_flops(const choir_whisper_dims *D, int pos) {
 /* Bytes one batch-1 decoder step at position `pos` must read from memory:
  * every decoder matrix and the tied token embedding (the output
  * projection) in their storage, the cross-attention K/V of the window (in
- * the cache's dtype, cross_kv: f16 on the CPU) and the self-attention cache
- * as the model holds them (f32), plus the small
+ * the cache's dtype, cross_kv) and the self-attention cache as the model
+ * holds them (the same dtype on the CPU: m->cache_kv), plus the small
  * vectors (biases, norms, one positional row). What lies in the caches
  * between steps is not subtracted: this is the streaming bound. */
 static double bw_step_bytes(const choir_whisper *m, choir_dtype cross_kv, int pos,
@@ -254,7 +254,7 @@ static double bw_step_bytes(const choir_whisper *m, choir_dtype cross_kv, int po
         vec += (4 * 2 + 3 * 2) * d + D->ffn_dim + d; /* attention biases, norms, fc biases */
     }
     double cross = D->n_text_layer * 2.0 * D->n_audio_ctx * d * (double)wh_kv_size(cross_kv);
-    double self = D->n_text_layer * 2.0 * (pos + 1) * d * sizeof(float);
+    double self = D->n_text_layer * 2.0 * (pos + 1) * d * (double)wh_kv_size(cross_kv);
     vec = (vec + 3 * d) * sizeof(float);
     if (weights) *weights = w;
     if (kv) *kv = cross + self;

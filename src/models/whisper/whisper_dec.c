@@ -51,9 +51,11 @@ size_t wh_dec_qk_bytes(const choir_whisper_dims *D, int n_heads, int64_t n) {
            (size_t)A * sizeof(int32_t) + 3 * 256;
 }
 
-size_t wh_dec_scratch_bytes(const wh_net *w, const choir_whisper_dims *D, int64_t N) {
+size_t wh_dec_scratch_bytes(const wh_net *w, const choir_whisper_dims *D, int64_t N,
+                            choir_dtype kv) {
     int64_t keys = D->n_audio_ctx > D->n_text_ctx ? D->n_audio_ctx : D->n_text_ctx;
-    size_t s = choir_attention_scratch_bytes(N, keys);
+    size_t s = kv == CHOIR_DTYPE_F32 ? choir_attention_scratch_bytes(N, keys)
+                                     : choir_attention_half_scratch_bytes(N, keys, D->d_model);
     s = max_sz(s, choir_linear_scratch_bytes(N, &w->tok_emb));
     for (int l = 0; l < D->n_text_layer; l++) {
         const wh_block *b = &w->dec[l];
@@ -428,8 +430,13 @@ int wh_decode_host(const choir_whisper *m, choir_whisper_seq *const *seqs, int n
     for (int i = 0; i < n_seq; i++) N += n_tokens[i];
     wh_dec_rt rt = {.s = choir_stream_create(m->net.be, err)};
     if (!rt.s) return err && err->code ? err->code : CHOIR_ENOMEM;
-    int rc = choir_stream_reserve(rt.s, wh_dec_work_bytes(&m->dims, N, 0),
-                                  wh_dec_scratch_bytes(&m->net, &m->dims, N), err);
+    /* An alignment pass over a 16-bit cache widens a layer's keys into the
+     * stream (its qk rows are the caller's memory). */
+    size_t work = wh_dec_work_bytes(&m->dims, N, 0);
+    if (qk && seqs[0]->cross->kv != CHOIR_DTYPE_F32)
+        work += wh_dec_qk_bytes(&m->dims, qk->n_heads, N);
+    int rc = choir_stream_reserve(rt.s, work,
+                                  wh_dec_scratch_bytes(&m->net, &m->dims, N, m->cache_kv), err);
     if (!rc)
         rc = wh_decode_run(&rt, &m->net, &m->dims, seqs, n_seq, tokens, n_tokens, all_positions,
                            logits, qk, err);

@@ -36,7 +36,18 @@ int wh_net_init_cpu(choir_whisper *m, choir_err *err) {
                   .dec = m->dec,
                   .dec_ln_g = m->dec_ln_g,
                   .dec_ln_b = m->dec_ln_b};
+    m->cache_kv = wh_cpu_cache_dtype(m);
     return 0;
+}
+
+choir_dtype wh_cpu_cache_dtype(const choir_whisper *m) {
+    if (m->dims.n_text_layer < 1 || !m->dec) return CHOIR_DTYPE_F32;
+    switch (m->dec[0].fc1.kind) {
+    case CHOIR_WEIGHT_F16:
+    case CHOIR_WEIGHT_QUANT: return CHOIR_DTYPE_F16;
+    case CHOIR_WEIGHT_BF16: return CHOIR_DTYPE_BF16;
+    default: return CHOIR_DTYPE_F32;
+    }
 }
 
 /* --- the encoder --------------------------------------------------------------- */

@@ -81,6 +81,12 @@ struct choir_whisper {
     /* The CPU backend and the weights as the forward reads them there. */
     choir_backend *cpu;
     wh_net net;
+    /* Dtype of the caches made on the CPU (cross K/V and self-attention),
+     * set with the network (wh_net_init_cpu: wh_cpu_cache_dtype): f32 for
+     * f32 weights, else the weights' 16-bit type. Tests change it between
+     * caches to compare against f32 caches; caches made earlier keep
+     * theirs. */
+    choir_dtype cache_kv;
 };
 
 /* Caches of one size in one backend buffer per K and V, handed out by slot
@@ -106,10 +112,10 @@ static inline void *wh_kv_at(void *base, choir_dtype dt, int64_t i) {
 
 struct choir_whisper_cross {
     int n_layer, n_ctx, d;
-    /* Backend memory [n_text_layer][n_audio_ctx][d] of dtype kv (f32 on the
-     * CPU, which also reads f16 (wh_cross_new says why not yet); on a device
-     * the model's, bf16 for a half-precision model): host arrays on the CPU,
-     * slot `slot` of `pool` on a device. */
+    /* Backend memory [n_text_layer][n_audio_ctx][d] of dtype kv (on the CPU
+     * the model's cache_kv; on a device the model's, bf16 for a
+     * half-precision model): host arrays on the CPU, slot `slot` of `pool`
+     * on a device. */
     void *k, *v;
     choir_dtype kv;
     struct choir_whisper_gpu *gpu; /* the device's, NULL on the CPU */
@@ -153,8 +159,16 @@ size_t wh_batch_scratch_bytes(const choir_whisper *m, int n_windows, int G);
 
 /* --- the forward over backend operations (whisper_enc.c) ------------------ */
 
-/* Points m->net at the model's host weights on a CPU backend (made here). */
+/* Points m->net at the model's host weights on a CPU backend (made here)
+ * and sets m->cache_kv. */
 int wh_net_init_cpu(choir_whisper *m, choir_err *err);
+/* The dtype the CPU keeps a model's caches in: its decoder matrices' 16-bit
+ * type (f16, bf16; f16 for quantized ones), f32 for f32 weights. A step
+ * reads the whole cross-attention cache (for tiny in f32 a quarter of what
+ * it reads), so 16 bits make it half; the kernels widen each value as they
+ * read it (choir_attention_f16 / _bf16), so attention is f32 arithmetic over
+ * the rounded keys and values, as whisper.cpp's f16 caches. */
+choir_dtype wh_cpu_cache_dtype(const choir_whisper *m);
 
 /* The encoder on nb windows at once: mel [nb][n_mels][3000] -> x
  * [nb][n_audio_ctx][d], both in backend memory; working memory from the
@@ -202,9 +216,11 @@ int choir_whisper_decode_check(const choir_whisper *m, choir_whisper_seq *const 
                                const int32_t *tokens, const int *n_tokens, choir_err *err);
 /* Working memory of a decoder pass over N new tokens (n_out logits rows
  * carved too, for a device), and the CPU kernel scratch one of its calls
- * takes at most. */
+ * takes at most with caches of dtype kv (16-bit ones are widened for a
+ * call of many rows). */
 size_t wh_dec_work_bytes(const choir_whisper_dims *D, int64_t N, int64_t n_out);
-size_t wh_dec_scratch_bytes(const wh_net *w, const choir_whisper_dims *D, int64_t N);
+size_t wh_dec_scratch_bytes(const wh_net *w, const choir_whisper_dims *D, int64_t N,
+                            choir_dtype kv);
 /* Working memory a device's pass of n rows also carves to give the
  * cross-attention logits of n_heads heads (wh_qk_req). */
 size_t wh_dec_qk_bytes(const choir_whisper_dims *D, int n_heads, int64_t n);

@@ -55,13 +55,14 @@ int wh_stream_done(const choir_whisper *m, choir_stream *s, int rc, choir_err *e
 
 /* --- cross-attention caches -------------------------------------------------- */
 
-/* A cache header and its K, V arrays of n floats each, carved from the
- * batch stream: NULL (the stream's error set) when its arena is full. */
-static void *wh_carve_cache(choir_stream *bs, size_t header, size_t n, void **k, void **v,
-                            const char *what) {
+/* A cache header and its K, V arrays of n elements of dtype dt each, carved
+ * from the batch stream: NULL (the stream's error set) when its arena is
+ * full. */
+static void *wh_carve_cache(choir_stream *bs, size_t header, size_t n, choir_dtype dt, void **k,
+                            void **v, const char *what) {
     void *h = choir_stream_alloc(bs, header, what);
-    *k = choir_stream_alloc(bs, n * sizeof(float), what);
-    *v = choir_stream_alloc(bs, n * sizeof(float), what);
+    *k = choir_stream_alloc(bs, n * wh_kv_size(dt), what);
+    *v = choir_stream_alloc(bs, n * wh_kv_size(dt), what);
     if (!h || !*k || !*v) return NULL;
     memset(h, 0, header);
     return h;
@@ -72,13 +73,15 @@ choir_whisper_cross *wh_cross_new(const choir_whisper *m, choir_stream *bs, choi
     if (bs && !m->gpu) {
         size_t n = (size_t)D->n_audio_ctx * (size_t)D->d_model * (size_t)D->n_text_layer;
         void *k, *v;
-        choir_whisper_cross *c = wh_carve_cache(bs, sizeof *c, n, &k, &v, "whisper cross-attention cache");
+        choir_whisper_cross *c =
+            wh_carve_cache(bs, sizeof *c, n, m->cache_kv, &k, &v, "whisper cross-attention cache");
         if (!c) {
             choir_stream_status(bs, err);
             return NULL;
         }
         *c = (choir_whisper_cross){.n_layer = D->n_text_layer, .n_ctx = D->n_audio_ctx,
-                                   .d = D->d_model, .k = k, .v = v, .bs = bs};
+                                   .d = D->d_model, .k = k, .v = v, .kv = m->cache_kv,
+                                   .bs = bs};
         return c;
     }
     choir_whisper_cross *c = choir_calloc(CHOIR_MEM_CACHE, 1, sizeof *c);
@@ -98,13 +101,11 @@ choir_whisper_cross *wh_cross_new(const choir_whisper *m, choir_stream *bs, choi
         return c;
     }
 #endif
-    /* f32 on the CPU. CHOIR_DTYPE_F16 here halves what a step reads of them
-     * (the attention kernels read f16 where it lies, choir_attention_f16),
-     * but was not yet measured faster on the 2-core VM (under load 9, 2
-     * pairs: 11-12 ms f32 vs 16 ms f16 per tiny step) and moves the word
-     * timestamps' cross-attention logits by 3e-4 relative (test_whisper_cross_qk
-     * bounds 2e-5): kept f32 until both are settled. */
-    c->kv = CHOIR_DTYPE_F32;
+    /* The model's cache dtype (wh_cpu_cache_dtype): 16-bit for 16-bit
+     * weights, f32 for f32 ones (whose word timestamps' cross-attention
+     * logits test_whisper_cross_qk holds to 2e-5; f16 keys move them by
+     * 3e-4). */
+    c->kv = m->cache_kv;
     size_t n = (size_t)c->n_ctx * (size_t)c->d * (size_t)c->n_layer;
     c->k = choir_alloc(CHOIR_MEM_CACHE, n * wh_kv_size(c->kv));
     c->v = choir_alloc(CHOIR_MEM_CACHE, n * wh_kv_size(c->kv));
@@ -143,13 +144,14 @@ choir_whisper_seq *wh_seq_new(const choir_whisper *m, int capacity, choir_stream
     if (bs && !m->gpu) {
         size_t n = (size_t)D->n_text_layer * (size_t)n_ctx * (size_t)D->d_model;
         void *k, *v;
-        choir_whisper_seq *s = wh_carve_cache(bs, sizeof *s, n, &k, &v, "whisper decoder KV cache");
+        choir_whisper_seq *s =
+            wh_carve_cache(bs, sizeof *s, n, m->cache_kv, &k, &v, "whisper decoder KV cache");
         if (!s) {
             choir_stream_status(bs, err);
             return NULL;
         }
         *s = (choir_whisper_seq){.n_layer = D->n_text_layer, .n_ctx = n_ctx, .positions = n_ctx,
-                                 .d = D->d_model, .k = k, .v = v, .bs = bs};
+                                 .d = D->d_model, .k = k, .v = v, .kv = m->cache_kv, .bs = bs};
         return s;
     }
     choir_whisper_seq *s = choir_calloc(CHOIR_MEM_CACHE, 1, sizeof *s);
@@ -171,8 +173,9 @@ choir_whisper_seq *wh_seq_new(const choir_whisper *m, int capacity, choir_stream
     }
 #endif
     size_t n = (size_t)s->n_layer * (size_t)s->n_ctx * (size_t)s->d;
-    s->k = choir_alloc(CHOIR_MEM_CACHE, n * sizeof(float));
-    s->v = choir_alloc(CHOIR_MEM_CACHE, n * sizeof(float));
+    s->kv = m->cache_kv;
+    s->k = choir_alloc(CHOIR_MEM_CACHE, n * wh_kv_size(s->kv));
+    s->v = choir_alloc(CHOIR_MEM_CACHE, n * wh_kv_size(s->kv));
     if (!s->k || !s->v) {
         choir_whisper_seq_free(s);
         wh_oom(err, "decoder KV cache");
@@ -290,7 +293,7 @@ size_t wh_batch_scratch_bytes(const choir_whisper *m, int n_windows, int G) {
     int64_t N = prefill > steps ? prefill : steps;
     if (N < D->n_text_ctx) N = D->n_text_ctx;
     size_t s = wh_enc_scratch_bytes(w, D, nb), c = wh_cross_scratch_bytes(w, D),
-           d = wh_dec_scratch_bytes(w, D, N);
+           d = wh_dec_scratch_bytes(w, D, N, m->cache_kv);
     if (c > s) s = c;
     return d > s ? d : s;
 }

@@ -217,16 +217,6 @@ static int attn_group(choir_stream *s, const choir_attn *a, const char *op) {
     return a->n_head / kv;
 }
 
-/* bf16 keys or values [rows, cols] (row stride ld elements) widened into a
- * new f32 block [rows, cols] (the CPU's form of a bf16 cache: the oracle of
- * the device kernels, which widen as they read). NULL when out of memory. */
-static float *widen_bf16(const void *x, int64_t rows, int64_t cols, int64_t ld) {
-    float *y = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(rows * cols > 0 ? rows * cols : 1) * sizeof(float));
-    for (int64_t r = 0; y && r < rows; r++)
-        choir_bf16_to_f32_n((const uint16_t *)x + r * ld, y + r * cols, cols);
-    return y;
-}
-
 static bool kv_dtype_ok(choir_stream *s, const choir_attn *a, const char *op) {
     if (a->kv == CHOIR_DTYPE_F32 || a->kv == CHOIR_DTYPE_BF16) return true;
     if (a->kv == CHOIR_DTYPE_F16 && be_host(s)) return true;
@@ -238,42 +228,29 @@ static bool kv_dtype_ok(choir_stream *s, const choir_attn *a, const char *op) {
 /* Bytes of one key or value element of a->kv. */
 static size_t kv_size(const choir_attn *a) { return a->kv == CHOIR_DTYPE_F32 ? 4 : 2; }
 
-/* One sequence on the host: f32 and f16 keys and values where they lie
- * (the f16 kernel reads them so), bf16 ones widened first. */
+/* One sequence on the host: f32, f16 and bf16 keys and values where they
+ * lie (the 16-bit kernels widen them as they read, a larger call into
+ * kernel scratch: the oracle of the device kernels, which widen as they
+ * read too). */
 static int host_attention(choir_stream *s, const float *q, int64_t ldq, const void *k,
                           int64_t ldk, const void *v, int64_t ldv, float *out, int64_t ldo,
                           int64_t Tq, int64_t Tk, const choir_attn *a, int rep, const float *mask) {
     int calls = rep == 1 ? 1 : a->n_head, heads = rep == 1 ? a->n_head : 1;
-    if (a->kv == CHOIR_DTYPE_F16) {
-        for (int h = 0; h < calls; h++) {
-            int64_t qo = (int64_t)h * a->Dh, ko = (int64_t)(h / rep) * a->Dh;
-            if (choir_attention_f16(q + qo, ldq, (const uint16_t *)k + ko, ldk,
-                                    (const uint16_t *)v + ko, ldv, out + qo, ldo, Tq, Tk, heads,
-                                    a->Dh, a->scale, mask, a->causal))
-                return choir_stream_fail(s, CHOIR_ENOMEM, "backend cpu: attention: out of memory");
-        }
-        return 0;
-    }
-    const float *kf = k, *vf = v;
-    float *kw = NULL, *vw = NULL;
-    if (a->kv == CHOIR_DTYPE_BF16) {
-        int64_t cols = (int64_t)(a->n_head / rep) * a->Dh;
-        kw = widen_bf16(k, Tk, cols, ldk);
-        vw = widen_bf16(v, Tk, cols, ldv);
-        if (!kw || !vw) {
-            choir_free(kw);
-            choir_free(vw);
-            return choir_stream_fail(s, CHOIR_ENOMEM, "backend cpu: attention: out of memory");
-        }
-        kf = kw, vf = vw, ldk = ldv = cols;
-    }
     for (int h = 0; h < calls; h++) {
         int64_t qo = (int64_t)h * a->Dh, ko = (int64_t)(h / rep) * a->Dh;
-        choir_attention(q + qo, ldq, kf + ko, ldk, vf + ko, ldv, out + qo, ldo, Tq, Tk, heads,
-                        a->Dh, a->scale, mask, a->causal);
+        if (a->kv == CHOIR_DTYPE_F32) {
+            choir_attention(q + qo, ldq, (const float *)k + ko, ldk, (const float *)v + ko, ldv,
+                            out + qo, ldo, Tq, Tk, heads, a->Dh, a->scale, mask, a->causal);
+            continue;
+        }
+        const uint16_t *kh = (const uint16_t *)k + ko, *vh = (const uint16_t *)v + ko;
+        int rc = a->kv == CHOIR_DTYPE_F16
+                     ? choir_attention_f16(q + qo, ldq, kh, ldk, vh, ldv, out + qo, ldo, Tq, Tk,
+                                           heads, a->Dh, a->scale, mask, a->causal)
+                     : choir_attention_bf16(q + qo, ldq, kh, ldk, vh, ldv, out + qo, ldo, Tq, Tk,
+                                            heads, a->Dh, a->scale, mask, a->causal);
+        if (rc) return choir_stream_fail(s, CHOIR_ENOMEM, "backend cpu: attention: out of memory");
     }
-    choir_free(kw);
-    choir_free(vw);
     return 0;
 }
 

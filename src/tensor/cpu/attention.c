@@ -20,7 +20,8 @@
 typedef struct attn_job {
     const choir_cpu_ops *ops;
     const float *q, *k, *v, *mask;
-    const uint16_t *k16, *v16; /* f16 keys and values (a step over an f16 cache), else NULL */
+    const uint16_t *k16, *v16; /* 16-bit keys and values (a step over a 16-bit cache), else NULL */
+    bool bf16;                 /* k16, v16 are bf16 (else f16) */
     int64_t ldq, ldk, ldv, ldo, Tq, Tk, Dh;
     int n_head;
     float scale;
@@ -83,13 +84,17 @@ static void attend_row_step(const attn_job *j, int64_t head, int64_t i) {
         memset(out, 0, (size_t)j->Dh * sizeof(float));
         return;
     }
-    if (j->k16)
+    if (j->k16 && j->bf16)
+        j->ops->attn_scores_bf16(qr, j->k16 + head * j->Dh, j->ldk, nk, j->Dh, j->scale, scores);
+    else if (j->k16)
         j->ops->attn_scores_f16(qr, j->k16 + head * j->Dh, j->ldk, nk, j->Dh, j->scale, scores);
     else
         j->ops->attn_scores(qr, j->k + head * j->Dh, j->ldk, nk, j->Dh, j->scale, scores);
     if (j->mask) j->ops->add(scores, j->mask + i * j->Tk, scores, nk);
     j->ops->softmax_row(scores, nk); /* all masked: zeros, so the output is zeros */
-    if (j->v16)
+    if (j->v16 && j->bf16)
+        j->ops->attn_wsum_bf16(scores, j->v16 + head * j->Dh, j->ldv, nk, j->Dh, out);
+    else if (j->v16)
         j->ops->attn_wsum_f16(scores, j->v16 + head * j->Dh, j->ldv, nk, j->Dh, out);
     else
         j->ops->attn_wsum(scores, j->v + head * j->Dh, j->ldv, nk, j->Dh, out);
@@ -146,6 +151,7 @@ void choir_attention(const float *q, int64_t ldq, const float *k, int64_t ldk, c
                   mask,
                   NULL,
                   NULL,
+                  false,
                   ldq,
                   ldk,
                   ldv,
@@ -183,23 +189,25 @@ void choir_attention(const float *q, int64_t ldq, const float *k, int64_t ldk, c
                             &j);
 }
 
-/* f16 rows [rows, cols] (stride ld) widened into dst [rows, cols]. */
-static void widen_f16(const choir_cpu_ops *ops, const uint16_t *x, int64_t rows, int64_t cols,
-                      int64_t ld, float *dst) {
+/* 16-bit rows [rows, cols] (stride ld) widened into dst [rows, cols]. */
+static void widen_half(const choir_cpu_ops *ops, bool bf16, const uint16_t *x, int64_t rows,
+                       int64_t cols, int64_t ld, float *dst) {
     for (int64_t r = 0; r < rows; r++)
-        ops->f16_to_f32(x + r * ld, dst + r * cols, cols);
+        (bf16 ? ops->bf16_to_f32 : ops->f16_to_f32)(x + r * ld, dst + r * cols, cols);
 }
 
-int choir_attention_f16(const float *q, int64_t ldq, const uint16_t *k, int64_t ldk,
-                        const uint16_t *v, int64_t ldv, float *out, int64_t ldo, int64_t Tq,
-                        int64_t Tk, int n_head, int64_t Dh, float scale, const float *mask,
-                        bool causal) {
+/* choir_attention_f16 and _bf16: a step reads the keys and values where
+ * they lie, a larger call widens them first. */
+static int attention_half(bool bf16, const float *q, int64_t ldq, const uint16_t *k, int64_t ldk,
+                          const uint16_t *v, int64_t ldv, float *out, int64_t ldo, int64_t Tq,
+                          int64_t Tk, int n_head, int64_t Dh, float scale, const float *mask,
+                          bool causal) {
     if (Tq <= 0 || n_head <= 0 || Dh <= 0) return 0;
     const choir_cpu_ops *ops = choir_cpu_ops_now();
     if (Tq < ATTN_GEMM_MIN_ROWS && Tk <= ATTN_STEP_MAX_KEYS) {
-        attn_job j = {.ops = ops, .q = q, .mask = mask, .k16 = k, .v16 = v, .ldq = ldq,
-                      .ldk = ldk, .ldv = ldv, .ldo = ldo, .Tq = Tq, .Tk = Tk, .Dh = Dh,
-                      .n_head = n_head, .scale = scale, .causal = causal, .out = out};
+        attn_job j = {.ops = ops, .q = q, .mask = mask, .k16 = k, .v16 = v, .bf16 = bf16,
+                      .ldq = ldq, .ldk = ldk, .ldv = ldv, .ldo = ldo, .Tq = Tq, .Tk = Tk,
+                      .Dh = Dh, .n_head = n_head, .scale = scale, .causal = causal, .out = out};
         if (Tk <= 0) {
             for (int64_t i = 0; i < Tq; i++)
                 memset(out + i * ldo, 0, (size_t)(n_head * Dh) * sizeof(float));
@@ -219,12 +227,35 @@ int choir_attention_f16(const float *q, int64_t ldq, const uint16_t *k, int64_t 
         choir_kscratch_put(vf);
         return CHOIR_ENOMEM;
     }
-    widen_f16(ops, k, Tk, cols, ldk, kf);
-    widen_f16(ops, v, Tk, cols, ldv, vf);
+    widen_half(ops, bf16, k, Tk, cols, ldk, kf);
+    widen_half(ops, bf16, v, Tk, cols, ldv, vf);
     choir_attention(q, ldq, kf, cols, vf, cols, out, ldo, Tq, Tk, n_head, Dh, scale, mask, causal);
     choir_kscratch_put(vf);
     choir_kscratch_put(kf);
     return 0;
+}
+
+int choir_attention_f16(const float *q, int64_t ldq, const uint16_t *k, int64_t ldk,
+                        const uint16_t *v, int64_t ldv, float *out, int64_t ldo, int64_t Tq,
+                        int64_t Tk, int n_head, int64_t Dh, float scale, const float *mask,
+                        bool causal) {
+    return attention_half(false, q, ldq, k, ldk, v, ldv, out, ldo, Tq, Tk, n_head, Dh, scale,
+                          mask, causal);
+}
+
+int choir_attention_bf16(const float *q, int64_t ldq, const uint16_t *k, int64_t ldk,
+                         const uint16_t *v, int64_t ldv, float *out, int64_t ldo, int64_t Tq,
+                         int64_t Tk, int n_head, int64_t Dh, float scale, const float *mask,
+                         bool causal) {
+    return attention_half(true, q, ldq, k, ldk, v, ldv, out, ldo, Tq, Tk, n_head, Dh, scale,
+                          mask, causal);
+}
+
+size_t choir_attention_half_scratch_bytes(int64_t Tq, int64_t Tk, int64_t cols) {
+    if (Tk <= 0 || (Tq < ATTN_GEMM_MIN_ROWS && Tk <= ATTN_STEP_MAX_KEYS)) return 0;
+    /* Two blocks, each taken whole from the scratch (rounded up there). */
+    return 2 * ((size_t)Tk * (size_t)cols * sizeof(float) + CHOIR_ALIGN) +
+           choir_attention_scratch_bytes(Tq, Tk);
 }
 
 size_t choir_attention_scratch_bytes(int64_t Tq, int64_t Tk) {

@@ -65,6 +65,11 @@ typedef struct choir_cpu_ops {
                             int64_t Dh, float scale, float *scores);
     void (*attn_wsum_f16)(const float *p, const uint16_t *v, int64_t ldv, int64_t n, int64_t Dh,
                           float *out);
+    /* And over bf16 keys and values (a bf16 model's caches). */
+    void (*attn_scores_bf16)(const float *q, const uint16_t *k, int64_t ldk, int64_t n,
+                             int64_t Dh, float scale, float *scores);
+    void (*attn_wsum_bf16)(const float *p, const uint16_t *v, int64_t ldv, int64_t n,
+                           int64_t Dh, float *out);
     void (*f16_to_f32)(const uint16_t *src, float *dst, int64_t n);
     void (*f32_to_f16)(const float *src, uint16_t *dst, int64_t n);
     void (*bf16_to_f32)(const uint16_t *src, float *dst, int64_t n);

@@ -92,6 +92,21 @@ static void ref_attn_wsum_f16(const float *p, const uint16_t *v, int64_t ldv, in
             out[c] += p[j] * choir_f16_to_f32(v[j * ldv + c]);
 }
 
+static void ref_attn_scores_bf16(const float *q, const uint16_t *k, int64_t ldk, int64_t n,
+                                 int64_t Dh, float scale, float *scores) {
+    for (int64_t j = 0; j < n; j++)
+        scores[j] = ref_dot_bf16(k + j * ldk, q, Dh) * scale;
+}
+
+static void ref_attn_wsum_bf16(const float *p, const uint16_t *v, int64_t ldv, int64_t n,
+                               int64_t Dh, float *out) {
+    for (int64_t c = 0; c < Dh; c++)
+        out[c] = 0.0f;
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t c = 0; c < Dh; c++)
+            out[c] += p[j] * choir_bf16_to_f32(v[j * ldv + c]);
+}
+
 static void ref_f16_to_f32(const uint16_t *src, float *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         dst[i] = choir_f16_to_f32(src[i]);
@@ -221,6 +236,8 @@ const choir_cpu_ops choir_cpu_ops_ref = {
     .attn_wsum = ref_attn_wsum,
     .attn_scores_f16 = ref_attn_scores_f16,
     .attn_wsum_f16 = ref_attn_wsum_f16,
+    .attn_scores_bf16 = ref_attn_scores_bf16,
+    .attn_wsum_bf16 = ref_attn_wsum_bf16,
     .f16_to_f32 = ref_f16_to_f32,
     .f32_to_f16 = ref_f32_to_f16,
     .bf16_to_f32 = ref_bf16_to_f32,

@@ -256,6 +256,15 @@ static void avx2_attn_wsum_f16(const float *p, const uint16_t *v, int64_t ldv, i
                                int64_t Dh, float *out) {
     ATTN_WSUM_BODY(uint16_t, load_f16, choir_f16_to_f32)
 }
+/* And over bf16 ones (a bf16 model's caches). */
+static void avx2_attn_scores_bf16(const float *q, const uint16_t *k, int64_t ldk, int64_t n,
+                                  int64_t Dh, float scale, float *scores) {
+    ATTN_SCORES_BODY(uint16_t, load_bf16, choir_bf16_to_f32, avx2_dot_bf16)
+}
+static void avx2_attn_wsum_bf16(const float *p, const uint16_t *v, int64_t ldv, int64_t n,
+                                int64_t Dh, float *out) {
+    ATTN_WSUM_BODY(uint16_t, load_bf16, choir_bf16_to_f32)
+}
 
 static void avx2_f16_to_f32(const uint16_t *src, float *dst, int64_t n) {
     int64_t i = 0;
@@ -490,6 +499,8 @@ const choir_cpu_ops choir_cpu_ops_avx2 = {
     .attn_wsum = avx2_attn_wsum,
     .attn_scores_f16 = avx2_attn_scores_f16,
     .attn_wsum_f16 = avx2_attn_wsum_f16,
+    .attn_scores_bf16 = avx2_attn_scores_bf16,
+    .attn_wsum_bf16 = avx2_attn_wsum_bf16,
     .f16_to_f32 = avx2_f16_to_f32,
     .f32_to_f16 = avx2_f32_to_f16,
     .bf16_to_f32 = avx2_bf16_to_f32,

@@ -178,91 +178,105 @@ static void z_bf16_to_f32(const uint16_t *src, float *dst, int64_t n) {
     }
 }
 
-/* Attention of one query row over f16 keys and values (a decoder step's
- * cross-attention cache): four keys per pass over q, 16 lanes, the tail of
+/* Attention of one query row over 16-bit keys and values (a decoder step's
+ * caches; LD / LDM widen f16 or bf16): four keys per pass over q, 16 lanes, the tail of
  * a row masked; the weighted sum keeps 64 output columns in registers, two
  * keys in flight (even and odd keys into separate accumulators, added at
  * the end). */
+#define ATTN_SCORES_512(LD, LDM)                                                                    \
+    int64_t j = 0;                                                                                  \
+    for (; j + 4 <= n; j += 4) {                                                                    \
+        const uint16_t *k0 = k + j * ldk, *k1 = k0 + ldk, *k2 = k1 + ldk, *k3 = k2 + ldk;           \
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                 \
+        int64_t c = 0;                                                                              \
+        for (; c + 16 <= Dh; c += 16) {                                                             \
+            __m512 qv = _mm512_loadu_ps(q + c);                                                     \
+            a0 = _mm512_fmadd_ps(qv, LD(k0 + c), a0);                                               \
+            a1 = _mm512_fmadd_ps(qv, LD(k1 + c), a1);                                               \
+            a2 = _mm512_fmadd_ps(qv, LD(k2 + c), a2);                                               \
+            a3 = _mm512_fmadd_ps(qv, LD(k3 + c), a3);                                               \
+        }                                                                                           \
+        if (c < Dh) {                                                                               \
+            __mmask16 m = tail_mask(Dh - c);                                                        \
+            __m512 qv = _mm512_maskz_loadu_ps(m, q + c);                                            \
+            a0 = _mm512_fmadd_ps(qv, LDM(k0 + c, m), a0);                                           \
+            a1 = _mm512_fmadd_ps(qv, LDM(k1 + c, m), a1);                                           \
+            a2 = _mm512_fmadd_ps(qv, LDM(k2 + c, m), a2);                                           \
+            a3 = _mm512_fmadd_ps(qv, LDM(k3 + c, m), a3);                                           \
+        }                                                                                           \
+        scores[j] = _mm512_reduce_add_ps(a0) * scale;                                               \
+        scores[j + 1] = _mm512_reduce_add_ps(a1) * scale;                                           \
+        scores[j + 2] = _mm512_reduce_add_ps(a2) * scale;                                           \
+        scores[j + 3] = _mm512_reduce_add_ps(a3) * scale;                                           \
+    }                                                                                               \
+    for (; j < n; j++) {                                                                            \
+        const uint16_t *kr = k + j * ldk;                                                           \
+        __m512 a = _mm512_setzero_ps();                                                             \
+        int64_t c = 0;                                                                              \
+        for (; c + 16 <= Dh; c += 16)                                                               \
+            a = _mm512_fmadd_ps(_mm512_loadu_ps(q + c), LD(kr + c), a);                             \
+        if (c < Dh) {                                                                               \
+            __mmask16 m = tail_mask(Dh - c);                                                        \
+            a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + c), LDM(kr + c, m), a);                \
+        }                                                                                           \
+        scores[j] = _mm512_reduce_add_ps(a) * scale;                                                \
+    }
+
+#define ATTN_WSUM_512(LD, LDM)                                                                      \
+    int64_t c0 = 0;                                                                                 \
+    for (; c0 + 64 <= Dh; c0 += 64) {                                                               \
+        __m512 e0 = _mm512_setzero_ps(), e1 = e0, e2 = e0, e3 = e0;                                 \
+        __m512 o0 = e0, o1 = e0, o2 = e0, o3 = e0;                                                  \
+        int64_t j = 0;                                                                              \
+        for (; j + 2 <= n; j += 2) {                                                                \
+            const uint16_t *va = v + j * ldv + c0, *vb = va + ldv;                                  \
+            __m512 pa = _mm512_set1_ps(p[j]), pb = _mm512_set1_ps(p[j + 1]);                        \
+            e0 = _mm512_fmadd_ps(pa, LD(va), e0);                                                   \
+            e1 = _mm512_fmadd_ps(pa, LD(va + 16), e1);                                              \
+            e2 = _mm512_fmadd_ps(pa, LD(va + 32), e2);                                              \
+            e3 = _mm512_fmadd_ps(pa, LD(va + 48), e3);                                              \
+            o0 = _mm512_fmadd_ps(pb, LD(vb), o0);                                                   \
+            o1 = _mm512_fmadd_ps(pb, LD(vb + 16), o1);                                              \
+            o2 = _mm512_fmadd_ps(pb, LD(vb + 32), o2);                                              \
+            o3 = _mm512_fmadd_ps(pb, LD(vb + 48), o3);                                              \
+        }                                                                                           \
+        if (j < n) {                                                                                \
+            const uint16_t *va = v + j * ldv + c0;                                                  \
+            __m512 pa = _mm512_set1_ps(p[j]);                                                       \
+            e0 = _mm512_fmadd_ps(pa, LD(va), e0);                                                   \
+            e1 = _mm512_fmadd_ps(pa, LD(va + 16), e1);                                              \
+            e2 = _mm512_fmadd_ps(pa, LD(va + 32), e2);                                              \
+            e3 = _mm512_fmadd_ps(pa, LD(va + 48), e3);                                              \
+        }                                                                                           \
+        _mm512_storeu_ps(out + c0, _mm512_add_ps(e0, o0));                                          \
+        _mm512_storeu_ps(out + c0 + 16, _mm512_add_ps(e1, o1));                                     \
+        _mm512_storeu_ps(out + c0 + 32, _mm512_add_ps(e2, o2));                                     \
+        _mm512_storeu_ps(out + c0 + 48, _mm512_add_ps(e3, o3));                                     \
+    }                                                                                               \
+    for (; c0 < Dh; c0 += 16) {                                                                     \
+        __mmask16 m = Dh - c0 >= 16 ? (__mmask16)0xffff : tail_mask(Dh - c0);                       \
+        __m512 a = _mm512_setzero_ps();                                                             \
+        for (int64_t j = 0; j < n; j++)                                                             \
+            a = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), LDM(v + j * ldv + c0, m), a);                 \
+        _mm512_mask_storeu_ps(out + c0, m, a);                                                      \
+    }
+
 static void z_attn_scores_f16(const float *q, const uint16_t *k, int64_t ldk, int64_t n,
                               int64_t Dh, float scale, float *scores) {
-    int64_t j = 0;
-    for (; j + 4 <= n; j += 4) {
-        const uint16_t *k0 = k + j * ldk, *k1 = k0 + ldk, *k2 = k1 + ldk, *k3 = k2 + ldk;
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        int64_t c = 0;
-        for (; c + 16 <= Dh; c += 16) {
-            __m512 qv = _mm512_loadu_ps(q + c);
-            a0 = _mm512_fmadd_ps(qv, ld_f16(k0 + c), a0);
-            a1 = _mm512_fmadd_ps(qv, ld_f16(k1 + c), a1);
-            a2 = _mm512_fmadd_ps(qv, ld_f16(k2 + c), a2);
-            a3 = _mm512_fmadd_ps(qv, ld_f16(k3 + c), a3);
-        }
-        if (c < Dh) {
-            __mmask16 m = tail_mask(Dh - c);
-            __m512 qv = _mm512_maskz_loadu_ps(m, q + c);
-            a0 = _mm512_fmadd_ps(qv, ldm_f16(k0 + c, m), a0);
-            a1 = _mm512_fmadd_ps(qv, ldm_f16(k1 + c, m), a1);
-            a2 = _mm512_fmadd_ps(qv, ldm_f16(k2 + c, m), a2);
-            a3 = _mm512_fmadd_ps(qv, ldm_f16(k3 + c, m), a3);
-        }
-        scores[j] = _mm512_reduce_add_ps(a0) * scale;
-        scores[j + 1] = _mm512_reduce_add_ps(a1) * scale;
-        scores[j + 2] = _mm512_reduce_add_ps(a2) * scale;
-        scores[j + 3] = _mm512_reduce_add_ps(a3) * scale;
-    }
-    for (; j < n; j++) {
-        const uint16_t *kr = k + j * ldk;
-        __m512 a = _mm512_setzero_ps();
-        int64_t c = 0;
-        for (; c + 16 <= Dh; c += 16)
-            a = _mm512_fmadd_ps(_mm512_loadu_ps(q + c), ld_f16(kr + c), a);
-        if (c < Dh) {
-            __mmask16 m = tail_mask(Dh - c);
-            a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + c), ldm_f16(kr + c, m), a);
-        }
-        scores[j] = _mm512_reduce_add_ps(a) * scale;
-    }
+    ATTN_SCORES_512(ld_f16, ldm_f16)
 }
-
 static void z_attn_wsum_f16(const float *p, const uint16_t *v, int64_t ldv, int64_t n,
                             int64_t Dh, float *out) {
-    int64_t c0 = 0;
-    for (; c0 + 64 <= Dh; c0 += 64) {
-        __m512 e0 = _mm512_setzero_ps(), e1 = e0, e2 = e0, e3 = e0;
-        __m512 o0 = e0, o1 = e0, o2 = e0, o3 = e0;
-        int64_t j = 0;
-        for (; j + 2 <= n; j += 2) {
-            const uint16_t *va = v + j * ldv + c0, *vb = va + ldv;
-            __m512 pa = _mm512_set1_ps(p[j]), pb = _mm512_set1_ps(p[j + 1]);
-            e0 = _mm512_fmadd_ps(pa, ld_f16(va), e0);
-            e1 = _mm512_fmadd_ps(pa, ld_f16(va + 16), e1);
-            e2 = _mm512_fmadd_ps(pa, ld_f16(va + 32), e2);
-            e3 = _mm512_fmadd_ps(pa, ld_f16(va + 48), e3);
-            o0 = _mm512_fmadd_ps(pb, ld_f16(vb), o0);
-            o1 = _mm512_fmadd_ps(pb, ld_f16(vb + 16), o1);
-            o2 = _mm512_fmadd_ps(pb, ld_f16(vb + 32), o2);
-            o3 = _mm512_fmadd_ps(pb, ld_f16(vb + 48), o3);
-        }
-        if (j < n) {
-            const uint16_t *va = v + j * ldv + c0;
-            __m512 pa = _mm512_set1_ps(p[j]);
-            e0 = _mm512_fmadd_ps(pa, ld_f16(va), e0);
-            e1 = _mm512_fmadd_ps(pa, ld_f16(va + 16), e1);
-            e2 = _mm512_fmadd_ps(pa, ld_f16(va + 32), e2);
-            e3 = _mm512_fmadd_ps(pa, ld_f16(va + 48), e3);
-        }
-        _mm512_storeu_ps(out + c0, _mm512_add_ps(e0, o0));
-        _mm512_storeu_ps(out + c0 + 16, _mm512_add_ps(e1, o1));
-        _mm512_storeu_ps(out + c0 + 32, _mm512_add_ps(e2, o2));
-        _mm512_storeu_ps(out + c0 + 48, _mm512_add_ps(e3, o3));
-    }
-    for (; c0 < Dh; c0 += 16) {
-        __mmask16 m = Dh - c0 >= 16 ? (__mmask16)0xffff : tail_mask(Dh - c0);
-        __m512 a = _mm512_setzero_ps();
-        for (int64_t j = 0; j < n; j++)
-            a = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), ldm_f16(v + j * ldv + c0, m), a);
-        _mm512_mask_storeu_ps(out + c0, m, a);
-    }
+    ATTN_WSUM_512(ld_f16, ldm_f16)
+}
+/* The same over bf16 keys and values (a bf16 model's caches). */
+static void z_attn_scores_bf16(const float *q, const uint16_t *k, int64_t ldk, int64_t n,
+                               int64_t Dh, float scale, float *scores) {
+    ATTN_SCORES_512(ld_bf16, ldm_bf16)
+}
+static void z_attn_wsum_bf16(const float *p, const uint16_t *v, int64_t ldv, int64_t n,
+                             int64_t Dh, float *out) {
+    ATTN_WSUM_512(ld_bf16, ldm_bf16)
 }
 
 static choir_cpu_ops g_ops;
@@ -282,6 +296,8 @@ static void build_table(void) {
     g_ops.f16_to_f32 = z_f16_to_f32;
     g_ops.attn_scores_f16 = z_attn_scores_f16;
     g_ops.attn_wsum_f16 = z_attn_wsum_f16;
+    g_ops.attn_scores_bf16 = z_attn_scores_bf16;
+    g_ops.attn_wsum_bf16 = z_attn_wsum_bf16;
     g_ops.bf16_to_f32 = z_bf16_to_f32;
 }
 
