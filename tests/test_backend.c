@@ -230,6 +230,40 @@ static void test_linear_bf16_rows(void **state) {
     fx_close(&f);
 }
 
+/* linear_ex: the product then GELU, or the product added into y through
+ * tmp, bit for bit the two operations' results; both steps at once, an
+ * unknown flag and ACCUMULATE without tmp refused (sticky, then cleared). */
+static void test_linear_ex(void **state) {
+    (void)state;
+    fx f = fx_open(1 << 20, 1 << 20);
+    int64_t M = 3, K = 40, N = 24;
+    float *x = rnd((size_t)(M * K), 70), *w = rnd((size_t)(N * K), 71), *b = rnd((size_t)N, 72);
+    choir_weight W = choir_weight_f32(w, N, K);
+    float *want = malloc((size_t)(M * N) * 4), *got = malloc((size_t)(M * N) * 4);
+    float *res = rnd((size_t)(M * N), 73), *res0 = dup(res, (size_t)(M * N));
+    float *tmp = malloc((size_t)(M * N) * 4);
+    choir_linear(x, M, &W, b, want);
+    choir_gelu_erf(want, M * N);
+    assert_int_equal(choir_op_linear_ex(f.s, x, M, &W, b, got, CHOIR_LINEAR_GELU, NULL), 0);
+    assert_memory_equal(got, want, (size_t)(M * N) * 4);
+    choir_linear(x, M, &W, b, want);
+    assert_int_equal(choir_op_linear_ex(f.s, x, M, &W, b, res, CHOIR_LINEAR_ACCUMULATE, tmp), 0);
+    for (int64_t i = 0; i < M * N; i++) assert_true(res[i] == res0[i] + want[i]);
+    assert_int_equal(choir_op_linear_ex(f.s, x, M, &W, b, got, 0, NULL), 0);
+    assert_memory_equal(got, want, (size_t)(M * N) * 4);
+    assert_int_equal(choir_op_linear_ex(f.s, x, M, &W, b, res, CHOIR_LINEAR_ACCUMULATE, NULL),
+                     CHOIR_EINVAL);
+    choir_stream_clear(f.s);
+    assert_int_equal(choir_op_linear_ex(f.s, x, M, &W, b, res,
+                                        CHOIR_LINEAR_ACCUMULATE | CHOIR_LINEAR_GELU, tmp),
+                     CHOIR_EINVAL);
+    choir_stream_clear(f.s);
+    assert_int_equal(choir_op_linear_ex(f.s, x, M, &W, b, res, 4u, tmp), CHOIR_EINVAL);
+    choir_stream_clear(f.s);
+    free(x), free(w), free(b), free(want), free(got), free(res), free(res0), free(tmp);
+    fx_close(&f);
+}
+
 /* conv1d on bf16 operands: choir_conv1d over the rounded input and weight,
  * bit for bit, every item of a batch. */
 static void test_conv1d_bf16(void **state) {
@@ -813,6 +847,7 @@ int main(void) {
         cmocka_unit_test(test_attention_bf16_kv),
         cmocka_unit_test(test_attention_all_bf16),
         cmocka_unit_test(test_linear_bf16_rows),
+        cmocka_unit_test(test_linear_ex),
         cmocka_unit_test(test_conv1d_bf16),
         cmocka_unit_test(test_rows_gather),
         cmocka_unit_test(test_argmax_rows),

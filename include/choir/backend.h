@@ -294,6 +294,15 @@ int choir_op_linear(choir_stream *s, const float *x, int64_t M, const choir_weig
  * whose W.rows must be a multiple of 8). */
 int choir_op_linear_bf16(choir_stream *s, const uint16_t *x, int64_t M, const choir_weight *W,
                          const float *bias, void *y, choir_dtype y_dtype, unsigned flags);
+/* choir_op_linear with one step after it (flags as choir_op_linear_bf16's):
+ * CHOIR_LINEAR_GELU applies GELU_erf to y, CHOIR_LINEAR_ACCUMULATE adds the
+ * product into y (y += x W^T + bias: a residual stream) instead of writing
+ * it. The results are those of the two operations in turn: where the
+ * backend does not fuse the step (the CPU, and CUDA outside its GEMV path of
+ * a few rows), ACCUMULATE writes the product to tmp [M, W.rows] and adds it,
+ * GELU runs choir_op_act on y. tmp may be NULL without ACCUMULATE. */
+int choir_op_linear_ex(choir_stream *s, const float *x, int64_t M, const choir_weight *W,
+                       const float *bias, float *y, unsigned flags, float *tmp);
 /* C = alpha op(A) op(B) + beta C, row-major f32 (choir_gemm_f32). */
 int choir_op_gemm(choir_stream *s, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                   float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,

@@ -260,6 +260,15 @@ size_t choir_cuda_weight_bytes(const choir_cuda_weight *w);
  * scratch first). Scratch comes from the context and is counted. */
 int choir_cuda_linear(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,
                       const float *bias, float *y, choir_err *err);
+/* Whether choir_cuda_linear_ex fuses its step for M rows of W (the GEMV path
+ * over dense weights, up to 8 rows); otherwise it fails with
+ * CHOIR_EUNSUPPORTED and the caller runs the two operations. */
+bool choir_cuda_linear_fuses(int64_t M, const choir_cuda_weight *W);
+/* choir_cuda_linear with one step in the GEMV's epilogue: accumulate, y +=
+ * x W^T + bias; gelu, y = GELU_erf(x W^T + bias) (not both): the same floats
+ * as the product followed by the add or the activation kernel. */
+int choir_cuda_linear_ex(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,
+                         const float *bias, float *y, bool accumulate, bool gelu, choir_err *err);
 
 /* The paths of choir_cuda_linear. GEMV: one warp per output row, every row
  * of x in f32 (up to 8 rows). SKINNY: f16/bf16 weights, up to

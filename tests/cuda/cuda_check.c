@@ -298,7 +298,62 @@ static void check_linear_case(const char *label, choir_weight_kind kind, int bit
     free_bufs();
 }
 
+/* choir_cuda_linear_ex on the GEMV path (1 and 8 rows, every dense
+ * storage): the epilogue's add into y and GELU give the floats of the
+ * product followed by the add and GELU kernels, bit for bit; off that path
+ * (40 rows) it refuses with CHOIR_EUNSUPPORTED. */
+static void check_linear_ex(void) {
+    static const choir_weight_kind kinds[] = {CHOIR_WEIGHT_F32, CHOIR_WEIGHT_F16, CHOIR_WEIGHT_BF16};
+    static const char *names[] = {"f32", "f16", "bf16"};
+    static const int64_t Ms[] = {1, 8};
+    int64_t rows = 262, cols = 768;
+    choir_err err = {0};
+    for (int k = 0; k < 3; k++) {
+        host_weight h = make_weight(kinds[k], rows, cols, 0, 0, 0);
+        choir_cuda_weight dw;
+        die_on(choir_cuda_weight_upload(g_cu, &h.w, &dw, &err), &err, "weight upload");
+        float *bias = rnd_vec(rows, -1, 1), *dbias = dev(bias, rows * 4);
+        for (int mi = 0; mi < 2; mi++) {
+            int64_t M = Ms[mi], n = M * rows;
+            bool fused = choir_cuda_linear_fuses(M, &dw);
+            float *x = rnd_vec(M * cols, -1, 1), *y0 = rnd_vec(n, -1, 1);
+            float *a = choir_alloc(CHOIR_MEM_OTHER, n * 4), *b = choir_alloc(CHOIR_MEM_OTHER, n * 4);
+            float *dx = dev(x, M * cols * 4), *dy = dev(y0, n * 4), *dref = dev(y0, n * 4);
+            float *dt = dev(NULL, n * 4);
+            /* accumulate */
+            die_on(choir_cuda_linear(g_cu, dx, M, &dw, dbias, dt, &err), &err, "linear");
+            die_on(choir_cuda_add(g_cu, dref, dt, dref, n, &err), &err, "add");
+            int rc = choir_cuda_linear_ex(g_cu, dx, M, &dw, dbias, dy, true, false, &err);
+            fetch(a, dref, n * 4);
+            fetch(b, dy, n * 4);
+            char name[112];
+            snprintf(name, sizeof(name), "linear_ex %s M=%lld: accumulate fused in the GEMV %s",
+                     names[k], (long long)M, fused ? "== product + add, bit for bit" : "(not on this path)");
+            expect(name, fused ? rc == 0 && memcmp(a, b, n * 4) == 0 : rc == CHOIR_EUNSUPPORTED);
+            /* GELU */
+            die_on(choir_cuda_linear(g_cu, dx, M, &dw, dbias, dref, &err), &err, "linear");
+            die_on(choir_cuda_gelu_erf(g_cu, dref, n, &err), &err, "gelu");
+            rc = choir_cuda_linear_ex(g_cu, dx, M, &dw, dbias, dy, false, true, &err);
+            fetch(a, dref, n * 4);
+            fetch(b, dy, n * 4);
+            snprintf(name, sizeof(name), "linear_ex %s M=%lld: GELU fused in the GEMV %s", names[k],
+                     (long long)M, fused ? "== product + GELU, bit for bit" : "(not on this path)");
+            expect(name, fused ? rc == 0 && memcmp(a, b, n * 4) == 0 : rc == CHOIR_EUNSUPPORTED);
+            choir_free(x), choir_free(y0), choir_free(a), choir_free(b);
+        }
+        expect("linear_ex refuses 40 rows (cuBLAS path) with CHOIR_EUNSUPPORTED",
+               !choir_cuda_linear_fuses(40, &dw) &&
+                   choir_cuda_linear_ex(g_cu, NULL, 40, &dw, NULL, NULL, true, false, &err) ==
+                       CHOIR_EUNSUPPORTED);
+        choir_cuda_weight_free(g_cu, &dw);
+        choir_free(bias);
+        free_weight(&h);
+        free_bufs();
+    }
+}
+
 static void check_linear(void) {
+    check_linear_ex();
     check_linear_case("f32", CHOIR_WEIGHT_F32, 0, 0, 0, TOL_F32, TOL_F32);
     check_linear_case("f16", CHOIR_WEIGHT_F16, 0, 0, 0, TOL_F32, TOL_F16);
     check_linear_case("bf16", CHOIR_WEIGHT_BF16, 0, 0, 0, TOL_F32, TOL_BF16);

@@ -215,20 +215,20 @@ static void dec_block(choir_stream *s, const wh_block *blk, int l, const choir_w
     choir_op_linear(s, io->h, N, &blk->attn.k, NULL, io->k);
     choir_op_linear(s, io->h, N, &blk->attn.v, blk->attn.bv, io->v);
     self_attention(s, b, l, D, io);
-    choir_op_linear(s, io->att, N, &blk->attn.o, blk->attn.bo, io->h);
-    choir_op_add(s, io->x, io->h, io->x, N * d);
+    /* The residual adds and the MLP's GELU ride on the products (fused on a
+     * device's few-row GEMV path; elsewhere the product lands in h first). */
+    choir_op_linear_ex(s, io->att, N, &blk->attn.o, blk->attn.bo, io->x, CHOIR_LINEAR_ACCUMULATE,
+                       io->h);
 
     choir_op_layer_norm(s, io->x, io->h, N, d, blk->cross_ln_g, blk->cross_ln_b, WH_LN_EPS);
     choir_op_linear(s, io->h, N, &blk->cross.q, blk->cross.bq, io->q);
     cross_attention(s, b, l, D, io, qk);
-    choir_op_linear(s, io->att, N, &blk->cross.o, blk->cross.bo, io->h);
-    choir_op_add(s, io->x, io->h, io->x, N * d);
+    choir_op_linear_ex(s, io->att, N, &blk->cross.o, blk->cross.bo, io->x, CHOIR_LINEAR_ACCUMULATE,
+                       io->h);
 
     choir_op_layer_norm(s, io->x, io->h, N, d, blk->mlp_ln_g, blk->mlp_ln_b, WH_LN_EPS);
-    choir_op_linear(s, io->h, N, &blk->fc1, blk->fc1_b, io->hid);
-    choir_op_act(s, CHOIR_ACT_GELU_ERF, io->hid, N * D->ffn_dim, 0.0f);
-    choir_op_linear(s, io->hid, N, &blk->fc2, blk->fc2_b, io->h);
-    choir_op_add(s, io->x, io->h, io->x, N * d);
+    choir_op_linear_ex(s, io->h, N, &blk->fc1, blk->fc1_b, io->hid, CHOIR_LINEAR_GELU, NULL);
+    choir_op_linear_ex(s, io->hid, N, &blk->fc2, blk->fc2_b, io->x, CHOIR_LINEAR_ACCUMULATE, io->h);
 }
 
 /* The whole pass on inputs already in io: embeddings, the blocks, and the

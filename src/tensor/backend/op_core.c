@@ -145,6 +145,29 @@ int choir_op_linear(choir_stream *s, const float *x, int64_t M, const choir_weig
     return be_unsupported(s, "linear");
 }
 
+int choir_op_linear_ex(choir_stream *s, const float *x, int64_t M, const choir_weight *W,
+                       const float *bias, float *y, unsigned flags, float *tmp) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    bool gelu = flags & CHOIR_LINEAR_GELU, acc = flags & CHOIR_LINEAR_ACCUMULATE;
+    if ((flags & ~3u) || (gelu && acc) || (acc && !tmp))
+        return be_invalid(s, "linear_ex: flags %u%s", flags, acc && !tmp ? " without tmp" : "");
+    if (M < 0 || W->rows < 0 || W->cols < 0) return be_invalid(s, "linear_ex: negative size");
+    if (M == 0) return 0;
+#ifdef CHOIR_HAVE_CUDA
+    if (!be_host(s) && flags) {
+        choir_cuda_weight cw = be_cuda_weight(W);
+        if (choir_cuda_linear_fuses(M, &cw))
+            BE_CUDA(s, "linear_ex", choir_cuda_linear_ex(s->be->cu, x, M, &cw, bias, y, acc, gelu, BE_ERR));
+    }
+#endif
+    if (acc) {
+        choir_op_linear(s, x, M, W, bias, tmp);
+        return choir_op_add(s, y, tmp, y, M * W->rows);
+    }
+    choir_op_linear(s, x, M, W, bias, y);
+    return gelu ? choir_op_act(s, CHOIR_ACT_GELU_ERF, y, M * W->rows, 0.0f) : choir_stream_status(s, NULL);
+}
+
 int choir_op_linear_bf16(choir_stream *s, const uint16_t *x, int64_t M, const choir_weight *W,
                          const float *bias, void *y, choir_dtype y_dtype, unsigned flags) {
     if (!choir_stream_ok(s)) return s->err.code;

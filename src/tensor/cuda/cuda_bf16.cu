@@ -12,10 +12,6 @@
 
 #define BF_THREADS 256
 
-__device__ __forceinline__ float gelu_erf(float x) {
-    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-}
-
 /* y[r, c] = act(y[r, c] + bias[c]) in bf16, eight values per thread. */
 __global__ void k_bias_act_bf16(__nv_bfloat16 *__restrict__ y, const float *__restrict__ bias,
                                 int64_t n8, int64_t cols, bool gelu) {
@@ -28,7 +24,7 @@ __global__ void k_bias_act_bf16(__nv_bfloat16 *__restrict__ y, const float *__re
         for (int j = 0; j < 4; j++) {
             float2 f = __bfloat1622float2(p[j]);
             if (bias) f.x += bias[c0 + 2 * j], f.y += bias[c0 + 2 * j + 1];
-            if (gelu) f.x = gelu_erf(f.x), f.y = gelu_erf(f.y);
+            if (gelu) f.x = cuda_gelu_erf(f.x), f.y = cuda_gelu_erf(f.y);
             p[j] = __floats2bfloat162_rn(f.x, f.y);
         }
         ((uint4 *)y)[i] = raw;

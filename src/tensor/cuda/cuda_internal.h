@@ -30,6 +30,12 @@ struct choir_cuda {
     void *lt;
 };
 
+/* GELU (erf form) as choir_gelu_erf computes it, for every kernel that
+ * applies it (the activation kernel and the product epilogues). */
+__device__ __forceinline__ float cuda_gelu_erf(float x) {
+    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+
 /* Fills err from a CUDA runtime status and returns the choir code. */
 int choir_cuda_fail(choir_err *err, cudaError_t st, const char *what);
 int choir_cuda_blas_fail(choir_err *err, cublasStatus_t st, const char *what);

@@ -27,8 +27,7 @@ __global__ void k_add_bias_rows(float *x, const float *bias, int64_t n, int64_t 
 
 __global__ void k_gelu_erf(float *x, int64_t n) {
     GRID_STRIDE(i, n) {
-        float v = x[i];
-        x[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+        x[i] = cuda_gelu_erf(x[i]);
     }
 }
 

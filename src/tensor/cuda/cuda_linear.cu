@@ -12,6 +12,11 @@
  * weight once and keep one accumulator per row in registers. */
 #define GEMV_MAX_ROWS 8
 #define GEMV_WARPS 4
+/* What the dense GEMV does with each product (bias added): write it, add it
+ * into y, or write its GELU. */
+#define GEMV_WRITE 0
+#define GEMV_ACCUMULATE 1
+#define GEMV_GELU 2
 
 __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
@@ -27,7 +32,8 @@ __device__ __forceinline__ float warp_sum(float v) {
  * warp reads 512 contiguous bytes per step. */
 template <typename T>
 __global__ void gemv_dense(const float *__restrict__ x, int M, const T *__restrict__ W, int64_t rows,
-                           int64_t cols, const float *__restrict__ bias, float *__restrict__ y) {
+                           int64_t cols, const float *__restrict__ bias, float *__restrict__ y,
+                           int epilogue) {
     constexpr int VEC = 16 / sizeof(T);
     int lane = threadIdx.x & 31;
     int64_t r = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
@@ -67,7 +73,11 @@ __global__ void gemv_dense(const float *__restrict__ x, int M, const T *__restri
     for (int m = 0; m < GEMV_MAX_ROWS; m++) {
         if (m >= M) break;
         float s = warp_sum(acc[m]);
-        if (lane == 0) y[(int64_t)m * rows + r] = s + (bias ? bias[r] : 0.0f);
+        if (lane == 0) {
+            float v = s + (bias ? bias[r] : 0.0f);
+            float *yo = y + (int64_t)m * rows + r;
+            *yo = epilogue == GEMV_ACCUMULATE ? *yo + v : epilogue == GEMV_GELU ? cuda_gelu_erf(v) : v;
+        }
     }
 }
 
@@ -521,6 +531,49 @@ static int gemm_xwt(choir_cuda *cu, const void *x, const void *W, cudaDataType_t
     return st == CUBLAS_STATUS_SUCCESS ? 0 : choir_cuda_blas_fail(err, st, "GemmEx");
 }
 
+/* The dense GEMV over f32, f16 or bf16 weights (the caller has checked the
+ * kind), with its epilogue. */
+static int launch_gemv_dense(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,
+                             const float *bias, float *y, int epilogue, choir_err *err) {
+    int64_t N = W->rows, K = W->cols;
+    dim3 grid((unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS)), block(32 * GEMV_WARPS);
+    switch (W->kind) {
+    case CHOIR_WEIGHT_F32:
+        gemv_dense<float><<<grid, block, 0, cu->stream>>>(x, (int)M, (const float *)W->data.ptr, N, K,
+                                                          bias, y, epilogue);
+        return choir_cuda_check_launch(err, "gemv f32");
+    case CHOIR_WEIGHT_F16:
+        gemv_dense<__half><<<grid, block, 0, cu->stream>>>(x, (int)M, (const __half *)W->data.ptr, N,
+                                                           K, bias, y, epilogue);
+        return choir_cuda_check_launch(err, "gemv f16");
+    case CHOIR_WEIGHT_BF16:
+        gemv_dense<__nv_bfloat16><<<grid, block, 0, cu->stream>>>(
+            x, (int)M, (const __nv_bfloat16 *)W->data.ptr, N, K, bias, y, epilogue);
+        return choir_cuda_check_launch(err, "gemv bf16");
+    default:
+        return choir_err_set(err, CHOIR_EINVAL, "cuda: dense GEMV of weight kind %d", (int)W->kind);
+    }
+}
+
+bool choir_cuda_linear_fuses(int64_t M, const choir_cuda_weight *W) {
+    return M > 0 && M <= GEMV_MAX_ROWS && W->rows <= INT32_MAX && W->cols <= INT32_MAX &&
+           (W->kind == CHOIR_WEIGHT_F32 || W->kind == CHOIR_WEIGHT_F16 ||
+            W->kind == CHOIR_WEIGHT_BF16) &&
+           choir_cuda_linear_path_for(M, W) == CHOIR_CUDA_LINEAR_GEMV;
+}
+
+int choir_cuda_linear_ex(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,
+                         const float *bias, float *y, bool accumulate, bool gelu, choir_err *err) {
+    if (accumulate && gelu)
+        return choir_err_set(err, CHOIR_EINVAL, "cuda: linear with both accumulate and GELU");
+    if (!choir_cuda_linear_fuses(M, W))
+        return choir_err_set(err, CHOIR_EUNSUPPORTED,
+                             "cuda: linear with a fused step of %lld rows off the GEMV path",
+                             (long long)M);
+    return launch_gemv_dense(cu, x, M, W, bias, y,
+                             accumulate ? GEMV_ACCUMULATE : gelu ? GEMV_GELU : GEMV_WRITE, err);
+}
+
 int choir_cuda_linear(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,
                       const float *bias, float *y, choir_err *err) {
     int64_t N = W->rows, K = W->cols;
@@ -536,24 +589,8 @@ int choir_cuda_linear(choir_cuda *cu, const float *x, int64_t M, const choir_cud
                    ? launch_skinny<__half>(cu, x, (int)M, W, bias, y, err)
                    : launch_skinny<__nv_bfloat16>(cu, x, (int)M, W, bias, y, err);
     if (path == CHOIR_CUDA_LINEAR_GEMV) {
-        dim3 grid((unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS)), block(32 * GEMV_WARPS);
-        switch (W->kind) {
-        case CHOIR_WEIGHT_F32:
-            gemv_dense<float><<<grid, block, 0, cu->stream>>>(x, (int)M, (const float *)W->data.ptr,
-                                                              N, K, bias, y);
-            return choir_cuda_check_launch(err, "gemv f32");
-        case CHOIR_WEIGHT_F16:
-            gemv_dense<__half><<<grid, block, 0, cu->stream>>>(
-                x, (int)M, (const __half *)W->data.ptr, N, K, bias, y);
-            return choir_cuda_check_launch(err, "gemv f16");
-        case CHOIR_WEIGHT_BF16:
-            gemv_dense<__nv_bfloat16><<<grid, block, 0, cu->stream>>>(
-                x, (int)M, (const __nv_bfloat16 *)W->data.ptr, N, K, bias, y);
-            return choir_cuda_check_launch(err, "gemv bf16");
-        case CHOIR_WEIGHT_QUANT:
-            return launch_gemv_quant(cu, x, (int)M, W, bias, y, err);
-        }
-        return choir_err_set(err, CHOIR_EINVAL, "cuda: unknown weight kind %d", (int)W->kind);
+        return W->kind == CHOIR_WEIGHT_QUANT ? launch_gemv_quant(cu, x, (int)M, W, bias, y, err)
+                                             : launch_gemv_dense(cu, x, M, W, bias, y, GEMV_WRITE, err);
     }
     int rc;
     if (W->kind == CHOIR_WEIGHT_F32) {

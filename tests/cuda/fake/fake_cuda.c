@@ -286,6 +286,39 @@ int choir_cuda_linear(choir_cuda *cu, const float *x, int64_t M, const choir_cud
     return run_or_record(linear_op, &a, sizeof(a));
 }
 
+/* The product with its step fused: the CPU product into a temporary, then
+ * the add or GELU, as the device's epilogue does (the same order). */
+typedef struct linear_ex_args {
+    linear_args l;
+    bool accumulate, gelu;
+} linear_ex_args;
+static int linear_ex_op(const void *p) {
+    const linear_ex_args *a = p;
+    choir_weight w = host_view(&a->l.W);
+    int64_t n = a->l.M * w.rows;
+    float *t = malloc((size_t)n * sizeof(float));
+    if (!t) return CHOIR_ENOMEM;
+    choir_linear(a->l.x, a->l.M, &w, a->l.bias, t);
+    if (a->gelu) choir_gelu_erf(t, n);
+    for (int64_t i = 0; i < n; i++) a->l.y[i] = a->accumulate ? a->l.y[i] + t[i] : t[i];
+    free(t);
+    return 0;
+}
+bool choir_cuda_linear_fuses(int64_t M, const choir_cuda_weight *W) {
+    return M > 0 && M <= 8 &&
+           (W->kind == CHOIR_WEIGHT_F32 || W->kind == CHOIR_WEIGHT_F16 ||
+            W->kind == CHOIR_WEIGHT_BF16) &&
+           choir_cuda_linear_path_for(M, W) == CHOIR_CUDA_LINEAR_GEMV;
+}
+int choir_cuda_linear_ex(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,
+                         const float *bias, float *y, bool accumulate, bool gelu, choir_err *err) {
+    (void)cu;
+    if ((accumulate && gelu) || !choir_cuda_linear_fuses(M, W))
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: linear_ex off the GEMV path");
+    linear_ex_args a = {{x, M, *W, bias, y}, accumulate, gelu};
+    return run_or_record(linear_ex_op, &a, sizeof(a));
+}
+
 /* bf16 rows: widened, the CPU product, then bias, GELU, rounding or the
  * residual add as the device does (the device also rounds the product). */
 typedef struct linear_bf16_args {
