@@ -14,6 +14,7 @@
 
 #include "choir/backend.h"
 #include "choir/backend_vibevoice.h"
+#include "choir/tensor.h"
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 
@@ -227,7 +228,30 @@ static void test_attention_paged(void **state) {
     naive_attention(q + ldq, 1, kB, vB, 130, nh, nkv, D, want + ldq);
     e = max_abs(out, want, 2 * ldq);
     if (!(e < 2e-5)) fail_msg("paged rows of two sequences: max abs %.3g", e);
+    /* A pool of bf16 values gives exactly what an f32 pool of the same
+     * rounded values gives (they are widened as they are read), prefill
+     * rows and rows from memory alike. */
+    int64_t pool_n = 7 * P * ldk;
+    uint16_t *hk = malloc((size_t)pool_n * 2), *hv = malloc((size_t)pool_n * 2);
+    for (int64_t i = 0; i < pool_n; i++) {
+        hk[i] = choir_f32_to_bf16(pk[i]), hv[i] = choir_f32_to_bf16(pv[i]);
+        pk[i] = choir_bf16_to_f32(hk[i]), pv[i] = choir_bf16_to_f32(hv[i]);
+    }
+    float *out16 = rnd(T * ldq);
+    assert_int_equal(choir_op_attention_paged(f.s, q, T, pk, pv, tables[0], pos0, nh, nkv, D, out), 0);
+    assert_int_equal(choir_op_attention_paged_kv(f.s, q, T, hk, hv, CHOIR_DTYPE_BF16, tables[0], pos0, nh, nkv, D,
+                                                 out16), 0);
+    assert_memory_equal(out, out16, (size_t)(T * ldq) * sizeof(float));
+    assert_int_equal(choir_op_attention_paged_at(f.s, q, 2, pk, pv, &tables[0][0], 4, pos, 4 * P, nh, nkv, D, out),
+                     0);
+    assert_int_equal(choir_op_attention_paged_at_kv(f.s, q, 2, hk, hv, CHOIR_DTYPE_BF16, &tables[0][0], 4, pos,
+                                                    4 * P, nh, nkv, D, out16), 0);
+    assert_memory_equal(out, out16, (size_t)(2 * ldq) * sizeof(float));
     choir_err err = {0};
+    assert_int_equal(choir_op_attention_paged_kv(f.s, q, 1, hk, hv, CHOIR_DTYPE_F16, tables[0], 0, nh, nkv, D, out),
+                     CHOIR_EINVAL);
+    choir_stream_clear(f.s);
+    free(hk), free(hv), free(out16);
     assert_int_equal(choir_op_attention_paged_at(f.s, q, 1, pk, pv, NULL, 0, pos, P, nh, nkv, D, out), CHOIR_EINVAL);
     assert_int_equal(choir_stream_status(f.s, &err), CHOIR_EINVAL);
     assert_non_null(strstr(err.msg, "attention_paged_at"));

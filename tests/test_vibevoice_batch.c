@@ -55,8 +55,14 @@ static int argmax(const float *x, int n) {
 
 /* paged: the batched copies live in one KV pool sized to their contexts
  * exactly (admission refuses a fourth), step through a paged batch (one
- * attention for all rows), and sequence 0 takes one more step alone. */
+ * attention for all rows), and sequence 0 takes one more step alone.
+ * paged 2: the pool holds bf16 keys and values (half the bytes), whose
+ * rounding the bound below allows for (greedy tokens may then differ and
+ * are counted, not asserted). */
 static void run_case(choir_dtype dt, int paged) {
+    choir_dtype kv = paged == 2 ? CHOIR_DTYPE_BF16 : CHOIR_DTYPE_F32;
+    double bound = paged == 2 ? 1e-2 : 1e-5;
+    int agree = 0, compared = 0;
     choir_vibevoice_dims d;
     small_dims(&d);
     choir_err err = {0};
@@ -73,9 +79,9 @@ static void run_case(choir_dtype dt, int paged) {
         int pages = 0;
         for (int q = 0; q < NSEQ; q++) pages += choir_vibevoice_kv_pages_for(lens[q] + STEPS);
         assert_int_equal(pages, 6);
-        pool = choir_vibevoice_kv_pool_create(m, pages * choir_vibevoice_kv_page_bytes(&d), &err);
+        pool = choir_vibevoice_kv_pool_create_as(m, pages * choir_vibevoice_kv_page_bytes_as(&d, kv), kv, &err);
         assert_non_null(pool);
-        gpool = choir_vibevoice_kv_pool_create(m, pages * choir_vibevoice_kv_page_bytes(&d), &err);
+        gpool = choir_vibevoice_kv_pool_create_as(m, pages * choir_vibevoice_kv_page_bytes_as(&d, kv), kv, &err);
         assert_non_null(gpool);
     }
     int64_t n_audio = 4 * 3200;
@@ -159,7 +165,9 @@ static void run_case(choir_dtype dt, int paged) {
             const float *la = choir_vibevoice_logits(alone[q]), *lb = choir_vibevoice_logits(batched[q]);
             double e = tu_rel_l2(lb, la, (size_t)V);
             if (e > worst) worst = e;
-            assert_int_equal(argmax(lb, V), argmax(la, V));
+            if (kv == CHOIR_DTYPE_F32) assert_int_equal(argmax(lb, V), argmax(la, V));
+            agree += argmax(lb, V) == argmax(la, V);
+            compared++;
             assert_int_equal(choir_vibevoice_seq_len(batched[q]), choir_vibevoice_seq_len(alone[q]));
             next[q] = argmax(la, V);
         }
@@ -177,9 +185,10 @@ static void run_case(choir_dtype dt, int paged) {
         int32_t two[2] = {1, 2};
         assert_int_equal(choir_vibevoice_step_batch(m, b, mixed, two, 2, &err), CHOIR_EINVAL);
     }
-    printf("%s%s: worst step logits rel L2 %.3g (batched vs alone)\n", dt == CHOIR_DTYPE_F32 ? "f32" : "bf16",
-           paged ? " paged" : "", worst);
-    assert_true(worst <= 1e-5);
+    printf("%s%s: worst step logits rel L2 %.3g (batched vs alone, bound %.0e); greedy tokens agree in %d of %d\n",
+           dt == CHOIR_DTYPE_F32 ? "f32" : "bf16", paged == 2 ? " paged, bf16 K/V" : paged ? " paged" : "", worst,
+           bound, agree, compared);
+    assert_true(worst <= bound);
     /* Refusals leave every sequence where it was. */
     int before0 = choir_vibevoice_seq_len(batched[0]), before1 = choir_vibevoice_seq_len(batched[1]);
     choir_vibevoice_state *twice[2] = {batched[0], batched[0]};
@@ -243,6 +252,11 @@ static void test_paged_batched_equals_alone_bf16(void **state) {
     run_case(CHOIR_DTYPE_BF16, 1);
 }
 
+static void test_paged_bf16_kv_f32(void **state) {
+    (void)state;
+    run_case(CHOIR_DTYPE_F32, 2);
+}
+
 static void test_batched_equals_alone_bf16(void **state) {
     (void)state;
     run_case(CHOIR_DTYPE_BF16, 0);
@@ -254,6 +268,7 @@ int main(void) {
         cmocka_unit_test(test_batched_equals_alone_bf16),
         cmocka_unit_test(test_paged_batched_equals_alone_f32),
         cmocka_unit_test(test_paged_batched_equals_alone_bf16),
+        cmocka_unit_test(test_paged_bf16_kv_f32),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

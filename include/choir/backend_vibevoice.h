@@ -82,6 +82,19 @@ int choir_op_attention_paged_at(choir_stream *s, const float *q, int64_t T, cons
                                 const int32_t *pos, int64_t max_keys, int n_heads, int n_kv, int D,
                                 float *out);
 
+/* The two paged operations over a pool of `kv` values: CHOIR_DTYPE_F32
+ * (float, as above) or CHOIR_DTYPE_BF16 (uint16 bf16: half the bytes; each
+ * value is widened to f32 as it is read and the arithmetic is the f32
+ * operation's, so a bf16 pool gives what an f32 pool holding the same
+ * rounded values gives). */
+int choir_op_attention_paged_kv(choir_stream *s, const float *q, int64_t T, const void *kpool,
+                                const void *vpool, choir_dtype kv, const int32_t *table,
+                                int64_t pos0, int n_heads, int n_kv, int D, float *out);
+int choir_op_attention_paged_at_kv(choir_stream *s, const float *q, int64_t T, const void *kpool,
+                                   const void *vpool, choir_dtype kv, const int32_t *table,
+                                   int64_t table_stride, const int32_t *pos, int64_t max_keys,
+                                   int n_heads, int n_kv, int D, float *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -268,8 +268,9 @@ bool choir_vibevoice_step_graphed(const choir_vibevoice_state *s);
  * is freed. Results are those of a state with its own cache, up to the
  * summation order of the attention. */
 typedef struct choir_vibevoice_kv_pool choir_vibevoice_kv_pool;
-/* Bytes of one page for these dimensions. */
+/* Bytes of one page for these dimensions (f32; _as: of `kv` values). */
 int64_t choir_vibevoice_kv_page_bytes(const choir_vibevoice_dims *dims);
+int64_t choir_vibevoice_kv_page_bytes_as(const choir_vibevoice_dims *dims, choir_dtype kv);
 /* Pages a context of `tokens` positions takes. */
 int choir_vibevoice_kv_pages_for(int64_t tokens);
 /* A pool of bytes / choir_vibevoice_kv_page_bytes pages (at least one) on
@@ -278,6 +279,14 @@ int choir_vibevoice_kv_pages_for(int64_t tokens);
  * NULL and err on failure. */
 choir_vibevoice_kv_pool *choir_vibevoice_kv_pool_create(const choir_vibevoice *m, int64_t bytes,
                                                         choir_err *err);
+/* The same pool holding `kv` values: CHOIR_DTYPE_F32 (as above) or
+ * CHOIR_DTYPE_BF16 (pages of half the bytes: each new key and value is
+ * rounded to bf16 as it is written and widened as the attention reads it,
+ * so results are those of an f32 cache within bf16's rounding of K and V;
+ * tests/test_vibevoice_batch.c states the bound). CHOIR_EINVAL for
+ * another dtype. */
+choir_vibevoice_kv_pool *choir_vibevoice_kv_pool_create_as(const choir_vibevoice *m, int64_t bytes,
+                                                           choir_dtype kv, choir_err *err);
 /* Frees the pool; every state on it must be freed first. NULL is a no-op. */
 void choir_vibevoice_kv_pool_free(choir_vibevoice_kv_pool *p);
 typedef struct choir_vibevoice_kv_usage {

@@ -27,7 +27,8 @@
  *     from before the skinny kernel, GEMV up to 8 rows and cuBLAS above), for
  *     before/after figures in one run; default auto. --att old runs decode
  *     attention over 128-value heads on the general split kernel instead of
- *     k_vv_att_split128 (before/after); --att-bench 1 also times, after each
+ *     k_vv_att_split128 (before/after); --kv bf16 holds the batch's KV pool
+ *     in bf16 (half the attention's bytes); --att-bench 1 also times, after each
  *     batch, the step's attention alone with both kernels (bench_attention).
  *
  * Bounds. f32: operations rel L2 <= 1e-5; model stages <= 1e-4 (cuBLAS
@@ -46,10 +47,13 @@
 #include "choir/cuda.h"
 #include "choir/kernels.h"
 #include "choir/pool.h"
+#include "choir/tensor.h"
 #include "choir/vibevoice.h"
 #include "tensor/cuda/cuda_vibevoice.h"
 
 static int n_pass, n_fail;
+/* The bench's KV pool values (--kv f32|bf16). */
+static choir_dtype g_bench_kv = CHOIR_DTYPE_F32;
 
 static void verdict(const char *name, double err, double tol) {
     int ok = isfinite(err) && err <= tol;
@@ -227,6 +231,35 @@ static void check_ops(choir_backend *cpu_be, choir_backend *gpu_be) {
         }
         verdict("op attention_paged_at 4 rows, two tables, positions from memory, 28/4 x 128",
                 down_cmp(&p, dout, out, 4 * ld), 1e-5);
+        /* The same over a pool of bf16 keys and values (each kernel widens
+         * as it reads; the CPU does the same): prefill chunks and rows from
+         * memory. */
+        uint16_t *hk = malloc((size_t)(rows * ldk) * 2), *hv = malloc((size_t)(rows * ldk) * 2);
+        for (int64_t e = 0; e < rows * ldk; e++) hk[e] = choir_f32_to_bf16(k[e]), hv[e] = choir_f32_to_bf16(v[e]);
+        uint16_t *dhk = choir_stream_alloc(p.gpu, (size_t)(rows * ldk) * 2, "bf16 keys");
+        uint16_t *dhv = choir_stream_alloc(p.gpu, (size_t)(rows * ldk) * 2, "bf16 values");
+        if (dhk && dhv) {
+            choir_op_upload(p.gpu, dhk, hk, (size_t)(rows * ldk) * 2);
+            choir_op_upload(p.gpu, dhv, hv, (size_t)(rows * ldk) * 2);
+        }
+        for (int c = 0; c < 2; c++) {
+            choir_op_attention_paged_kv(p.cpu, q, chunks[c][0], hk, hv, CHOIR_DTYPE_BF16, tab, chunks[c][1], nh, nkv,
+                                        D, out);
+            choir_op_attention_paged_kv(p.gpu, dq, chunks[c][0], dhk, dhv, CHOIR_DTYPE_BF16, dtab, chunks[c][1], nh,
+                                        nkv, D, dout);
+            char nm[96];
+            snprintf(nm, sizeof nm, "op attention_paged %lld rows at %lld, bf16 K/V pool, 28/4 x 128",
+                     (long long)chunks[c][0], (long long)chunks[c][1]);
+            verdict(nm, down_cmp(&p, dout, out, chunks[c][0] * ld), 1e-5);
+        }
+        for (int i = 0; i < 4; i += 2) {
+            choir_op_attention_paged_at_kv(p.cpu, q + i * ld, 2, hk, hv, CHOIR_DTYPE_BF16, tab, tl, pos + i,
+                                           (int64_t)tl * P, nh, nkv, D, out + i * ld);
+            choir_op_attention_paged_at_kv(p.gpu, dq + i * ld, 2, dhk, dhv, CHOIR_DTYPE_BF16, dtab, tl, dpos + i,
+                                           (int64_t)tl * P, nh, nkv, D, dout + i * ld);
+        }
+        verdict("op attention_paged_at 4 rows, bf16 K/V pool, 28/4 x 128", down_cmp(&p, dout, out, 4 * ld), 1e-5);
+        free(hk), free(hv);
         choir_stream_release(p.gpu, mark);
         free(q), free(k), free(v), free(out);
     }
@@ -353,9 +386,15 @@ static void check_batch(const choir_vibevoice *cpu, const choir_vibevoice *gpu, 
     choir_vibevoice_batch *b = NULL;
     choir_vibevoice_kv_pool *pool = NULL;
     char name[96];
+    choir_dtype kv = paged == 2 ? CHOIR_DTYPE_BF16 : CHOIR_DTYPE_F32;
     snprintf(name, sizeof name, "model %s: batched steps (2 sequences%s)", tag,
-             paged ? ", paged KV pool, then single paged steps as a graph" : "");
-    if (paged && !(pool = choir_vibevoice_kv_pool_create(gpu, 4 * choir_vibevoice_kv_page_bytes(d), &err))) {
+             paged == 2 ? ", paged bf16 K/V against the CPU's f32 cache"
+             : paged    ? ", paged KV pool, then single paged steps as a graph"
+                        : "");
+    /* bf16 keys and values: rounding of 2^-9 each, allowed for here. */
+    if (paged == 2 && tol < 1e-2) tol = 1e-2;
+    if (paged && !(pool = choir_vibevoice_kv_pool_create_as(gpu, 4 * choir_vibevoice_kv_page_bytes_as(d, kv), kv,
+                                                            &err))) {
         failed(name, &err);
         goto out;
     }
@@ -649,6 +688,7 @@ static void check_model(choir_backend *gpu_be, choir_dtype dt, double tol) {
         run_free(&g);
         check_batch(cpu, gpu, tag, tol, 0);
         check_batch(cpu, gpu, tag, tol, 1);
+        check_batch(cpu, gpu, tag, tol, 2);
         check_batch_graph(gpu, tag);
         check_batch_greedy(gpu, tag);
     }
@@ -754,8 +794,9 @@ static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevo
     }
     choir_vibevoice_plan plan = {.max_samples = 0, .max_context = n_ids + 4 * steps + 4, .prefill_chunk = chunk};
     choir_backend_mem_reset_peak(be);
-    int64_t pool_bytes = (int64_t)B * choir_vibevoice_kv_pages_for(plan.max_context) * choir_vibevoice_kv_page_bytes(d);
-    if (!(pool = choir_vibevoice_kv_pool_create(m, pool_bytes, err))) goto out;
+    int64_t pool_bytes = (int64_t)B * choir_vibevoice_kv_pages_for(plan.max_context) *
+                         choir_vibevoice_kv_page_bytes_as(d, g_bench_kv);
+    if (!(pool = choir_vibevoice_kv_pool_create_as(m, pool_bytes, g_bench_kv, err))) goto out;
     double p0 = choir_now_s();
     for (int i = 0; i < B; i++) {
         for (int k = 0; k < n_ids; k++) ids[k] = 1000 + (k * 7919 + i * 104729) % 100000;
@@ -826,9 +867,10 @@ static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevo
     printf("batch      the same graph with the greedy pick on the device: %.2f ms/step (%d of %d steps replayed), "
            "%.0f tokens/s in all, %.2fx one sequence (host argmax in the graph loop above: %.2f ms/step)\n", qstep,
            greedy_replayed, steps, 1000.0 * B / qstep, one / qstep * B, 1000 * host_argmax / steps);
-    printf("choir vibevoice batch %d at %g min: batch=%d min=%g batch_step_ms=%.3f agg_tps=%.1f one_ms=%.3f "
+    printf("choir vibevoice batch %d at %g min: kv=%s batch=%d min=%g batch_step_ms=%.3f agg_tps=%.1f one_ms=%.3f "
            "speedup=%.3f peak_gb=%.3f graph_step_ms=%.3f graph_speedup=%.3f host_argmax_ms=%.3f "
-           "greedy_step_ms=%.3f greedy_speedup=%.3f\n", B, minutes, B, minutes, step, 1000.0 * B / step, one,
+           "greedy_step_ms=%.3f greedy_speedup=%.3f\n", B, minutes, g_bench_kv == CHOIR_DTYPE_BF16 ? "bf16" : "f32",
+           B, minutes, step, 1000.0 * B / step, one,
            one / step * B, peak, gstep, one / gstep * B, 1000 * host_argmax / steps, qstep, one / qstep * B);
     fflush(stdout);
     status = 0;
@@ -997,6 +1039,9 @@ int main(int argc, char **argv) {
                                     : strcmp(p, "cublas") == 0 ? CHOIR_CUDA_LINEAR_BLAS
                                                                : CHOIR_CUDA_LINEAR_AUTO);
             printf("linear path forced: %s\n", p);
+        } else if (strcmp(argv[i], "--kv") == 0) {
+            g_bench_kv = strcmp(argv[i + 1], "bf16") == 0 ? CHOIR_DTYPE_BF16 : CHOIR_DTYPE_F32;
+            printf("batch KV pool: %s\n", g_bench_kv == CHOIR_DTYPE_BF16 ? "bf16" : "f32");
         } else if (strcmp(argv[i], "--att-bench") == 0) {
             att_bench = atoi(argv[i + 1]) != 0;
         } else if (strcmp(argv[i], "--att") == 0) {

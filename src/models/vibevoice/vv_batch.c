@@ -185,11 +185,13 @@ static void batch_ops(const choir_vibevoice *m, choir_vibevoice_batch *b, choir_
         choir_op_rope(st, b->q, n, qd, L->n_heads, D, 0, b->pos, theta, false);
         choir_op_rope(st, b->k, n, kvd, L->n_kv_heads, D, 0, b->pos, theta, false);
         if (b->pool) {
-            float *kl = vv_pool_k(states[0], l), *vl = vv_pool_v(states[0], l);
-            choir_op_rows_scatter(st, b->k, n, kvd, kl, CHOIR_DTYPE_F32, 0, kvd, b->zeros, b->slots);
-            choir_op_rows_scatter(st, b->v, n, kvd, vl, CHOIR_DTYPE_F32, 0, kvd, b->zeros, b->slots);
-            choir_op_attention_paged_at(st, b->q, n, kl, vl, b->tables, stride, b->pos,
-                                        (int64_t)stride * CHOIR_VV_PAGE, L->n_heads, L->n_kv_heads, (int)D, b->att);
+            void *kp = vv_pool_k(states[0], l), *vp = vv_pool_v(states[0], l);
+            choir_dtype kv = b->pool->kv;
+            choir_op_rows_scatter(st, b->k, n, kvd, kp, kv, 0, kvd, b->zeros, b->slots);
+            choir_op_rows_scatter(st, b->v, n, kvd, vp, kv, 0, kvd, b->zeros, b->slots);
+            choir_op_attention_paged_at_kv(st, b->q, n, kp, vp, kv, b->tables, stride, b->pos,
+                                           (int64_t)stride * CHOIR_VV_PAGE, L->n_heads, L->n_kv_heads, (int)D,
+                                           b->att);
         }
         /* Each row's key and value join its own cache, then it attends there. */
         for (int i = 0; !b->pool && i < n; i++) {

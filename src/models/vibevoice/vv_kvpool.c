@@ -16,9 +16,14 @@
 #include "choir/backend_vibevoice.h"
 #include "models/vibevoice/vv_state.h"
 
-int64_t choir_vibevoice_kv_page_bytes(const choir_vibevoice_dims *dims) {
+int64_t choir_vibevoice_kv_page_bytes_as(const choir_vibevoice_dims *dims, choir_dtype kv) {
     const choir_vibevoice_lm_dims *L = &dims->lm;
-    return 2 * (int64_t)L->n_layers * CHOIR_VV_PAGE * L->n_kv_heads * L->head_dim * (int64_t)sizeof(float);
+    return 2 * (int64_t)L->n_layers * CHOIR_VV_PAGE * L->n_kv_heads * L->head_dim *
+           (int64_t)(kv == CHOIR_DTYPE_BF16 ? 2 : 4);
+}
+
+int64_t choir_vibevoice_kv_page_bytes(const choir_vibevoice_dims *dims) {
+    return choir_vibevoice_kv_page_bytes_as(dims, CHOIR_DTYPE_F32);
 }
 
 int choir_vibevoice_kv_pages_for(int64_t tokens) {
@@ -26,7 +31,15 @@ int choir_vibevoice_kv_pages_for(int64_t tokens) {
 }
 
 choir_vibevoice_kv_pool *choir_vibevoice_kv_pool_create(const choir_vibevoice *m, int64_t bytes, choir_err *err) {
-    int64_t page = choir_vibevoice_kv_page_bytes(&m->dims), pages = bytes / page;
+    return choir_vibevoice_kv_pool_create_as(m, bytes, CHOIR_DTYPE_F32, err);
+}
+
+choir_vibevoice_kv_pool *choir_vibevoice_kv_pool_create_as(const choir_vibevoice *m, int64_t bytes, choir_dtype kv,
+                                                           choir_err *err) {
+    if (kv != CHOIR_DTYPE_F32 && kv != CHOIR_DTYPE_BF16)
+        return choir_err_set(err, CHOIR_EINVAL, "vibevoice: a KV pool of %s values (f32 or bf16)",
+                             choir_dtype_name(kv)), NULL;
+    int64_t page = choir_vibevoice_kv_page_bytes_as(&m->dims, kv), pages = bytes / page;
     if (pages < 1 || pages > INT32_MAX / CHOIR_VV_PAGE)
         return choir_err_set(err, CHOIR_EINVAL, "vibevoice: a KV pool of %lld bytes (pages of %lld)",
                              (long long)bytes, (long long)page), NULL;
@@ -37,6 +50,7 @@ choir_vibevoice_kv_pool *choir_vibevoice_kv_pool_create(const choir_vibevoice *m
         return choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory"), NULL;
     }
     p->m = m;
+    p->kv = kv;
     p->pages = (int)pages;
     p->layer_rows = pages * CHOIR_VV_PAGE;
     size_t half = (size_t)(pages * page / 2);
@@ -64,7 +78,7 @@ void choir_vibevoice_kv_pool_usage(const choir_vibevoice_kv_pool *p, choir_vibev
     u->pages = p->pages;
     u->reserved = p->reserved;
     u->in_use = p->pages - p->n_free;
-    u->page_bytes = choir_vibevoice_kv_page_bytes(&p->m->dims);
+    u->page_bytes = choir_vibevoice_kv_page_bytes_as(&p->m->dims, p->kv);
 }
 
 bool choir_vibevoice_kv_pool_fits(const choir_vibevoice_kv_pool *p, int max_context) {
@@ -90,8 +104,12 @@ static int64_t layer_floats(const choir_vibevoice_kv_pool *p) {
     return p->layer_rows * p->m->dims.lm.n_kv_heads * p->m->dims.lm.head_dim;
 }
 
-float *vv_pool_k(const choir_vibevoice_state *s, int l) { return s->pool->k + l * layer_floats(s->pool); }
-float *vv_pool_v(const choir_vibevoice_state *s, int l) { return s->pool->v + l * layer_floats(s->pool); }
+void *vv_pool_k(const choir_vibevoice_state *s, int l) {
+    return (char *)s->pool->k + l * layer_floats(s->pool) * (int64_t)choir_dtype_size(s->pool->kv);
+}
+void *vv_pool_v(const choir_vibevoice_state *s, int l) {
+    return (char *)s->pool->v + l * layer_floats(s->pool) * (int64_t)choir_dtype_size(s->pool->kv);
+}
 
 void vv_paged_hold(choir_vibevoice_state *s, int64_t tokens) {
     choir_vibevoice_kv_pool *p = s->pool;

@@ -32,10 +32,11 @@ static void forward_rows(const choir_vibevoice *m, choir_vibevoice_state *s, int
     }
     for (int l = 0; l < L->n_layers; l++) {
         const vv_layer *w = &m->layers[l];
-        float *kl, *vl, *kc, *vc;
+        float *kl = NULL, *vl = NULL, *kc, *vc;
+        void *kp = NULL, *vp = NULL;
         if (s->pool) {
             /* The new rows in s->gate (free until the MLP), then into their pages. */
-            kl = vv_pool_k(s, l), vl = vv_pool_v(s, l), kc = s->gate, vc = s->gate + rows * kvd;
+            kp = vv_pool_k(s, l), vp = vv_pool_v(s, l), kc = s->gate, vc = s->gate + rows * kvd;
         } else {
             kl = s->k_cache + (int64_t)l * s->ctx * kvd, vl = s->v_cache + (int64_t)l * s->ctx * kvd;
             kc = kl + pos0 * kvd, vc = vl + pos0 * kvd;
@@ -47,10 +48,10 @@ static void forward_rows(const choir_vibevoice *m, choir_vibevoice_state *s, int
         choir_op_rope(st, s->q, rows, qd, L->n_heads, D, 0, s->pos, theta, false);
         choir_op_rope(st, kc, rows, kvd, L->n_kv_heads, D, 0, s->pos, theta, false);
         if (s->pool) {
-            choir_op_rows_scatter(st, kc, rows, kvd, kl, CHOIR_DTYPE_F32, 0, kvd, s->zeros, s->slots);
-            choir_op_rows_scatter(st, vc, rows, kvd, vl, CHOIR_DTYPE_F32, 0, kvd, s->zeros, s->slots);
-            choir_op_attention_paged(st, s->q, rows, kl, vl, s->table, pos0, L->n_heads, L->n_kv_heads, (int)D,
-                                     s->att);
+            choir_op_rows_scatter(st, kc, rows, kvd, kp, s->pool->kv, 0, kvd, s->zeros, s->slots);
+            choir_op_rows_scatter(st, vc, rows, kvd, vp, s->pool->kv, 0, kvd, s->zeros, s->slots);
+            choir_op_attention_paged_kv(st, s->q, rows, kp, vp, s->pool->kv, s->table, pos0, L->n_heads,
+                                        L->n_kv_heads, (int)D, s->att);
         } else {
             choir_op_attention_cached(st, s->q, rows, kl, vl, pos0, L->n_heads, L->n_kv_heads, (int)D, s->att);
         }
@@ -154,8 +155,9 @@ static void step_ops(const choir_vibevoice *m, choir_vibevoice_state *s) {
     choir_op_rows_gather(st, &m->embed, s->ids, 1, s->x);
     for (int l = 0; l < L->n_layers; l++) {
         const vv_layer *w = &m->layers[l];
-        float *kl = s->pool ? vv_pool_k(s, l) : s->k_cache + (int64_t)l * s->ctx * kvd;
-        float *vl = s->pool ? vv_pool_v(s, l) : s->v_cache + (int64_t)l * s->ctx * kvd;
+        void *kp = s->pool ? vv_pool_k(s, l) : NULL, *vp = s->pool ? vv_pool_v(s, l) : NULL;
+        float *kl = s->pool ? NULL : s->k_cache + (int64_t)l * s->ctx * kvd;
+        float *vl = s->pool ? NULL : s->v_cache + (int64_t)l * s->ctx * kvd;
         choir_op_rms_norm(st, s->x, s->xn, 1, H, w->attn_norm, L->eps);
         choir_op_linear(st, s->xn, 1, &w->q, w->q_bias, s->q);
         choir_op_linear(st, s->xn, 1, &w->k, w->k_bias, kn);
@@ -163,10 +165,10 @@ static void step_ops(const choir_vibevoice *m, choir_vibevoice_state *s) {
         choir_op_rope(st, s->q, 1, qd, L->n_heads, D, 0, s->pos, theta, false);
         choir_op_rope(st, kn, 1, kvd, L->n_kv_heads, D, 0, s->pos, theta, false);
         if (s->pool) {
-            choir_op_rows_scatter(st, kn, 1, kvd, kl, CHOIR_DTYPE_F32, 0, kvd, s->zeros, s->slots);
-            choir_op_rows_scatter(st, vn, 1, kvd, vl, CHOIR_DTYPE_F32, 0, kvd, s->zeros, s->slots);
-            choir_op_attention_paged_at(st, s->q, 1, kl, vl, s->table, 0, s->pos, s->ctx, L->n_heads,
-                                        L->n_kv_heads, (int)D, s->att);
+            choir_op_rows_scatter(st, kn, 1, kvd, kp, s->pool->kv, 0, kvd, s->zeros, s->slots);
+            choir_op_rows_scatter(st, vn, 1, kvd, vp, s->pool->kv, 0, kvd, s->zeros, s->slots);
+            choir_op_attention_paged_at_kv(st, s->q, 1, kp, vp, s->pool->kv, s->table, 0, s->pos, s->ctx,
+                                           L->n_heads, L->n_kv_heads, (int)D, s->att);
         } else {
             choir_op_rows_scatter(st, kn, 1, kvd, kl, CHOIR_DTYPE_F32, 0, kvd, s->zeros, s->pos);
             choir_op_rows_scatter(st, vn, 1, kvd, vl, CHOIR_DTYPE_F32, 0, kvd, s->zeros, s->pos);

@@ -76,16 +76,18 @@ struct choir_vibevoice_state {
 struct choir_vibevoice_kv_pool {
     const choir_vibevoice *m;
     choir_stream *stream;   /* holds the pages */
-    float *k, *v;           /* [layers][pages 128][kv heads D] */
+    void *k, *v;            /* [layers][pages 128][kv heads D] of `kv` values */
+    choir_dtype kv;         /* CHOIR_DTYPE_F32 or CHOIR_DTYPE_BF16 */
     int64_t layer_rows;     /* pages 128 */
     int pages, reserved;
     int n_free;
     int32_t *free_pages;    /* [pages] host stack of pages holding no tokens */
 };
 
-/* Layer l's key and value pool rows of a paged state. */
-float *vv_pool_k(const choir_vibevoice_state *s, int l);
-float *vv_pool_v(const choir_vibevoice_state *s, int l);
+/* Layer l's key and value pool rows of a paged state (values of
+ * s->pool->kv). */
+void *vv_pool_k(const choir_vibevoice_state *s, int l);
+void *vv_pool_v(const choir_vibevoice_state *s, int l);
 /* A paged state takes pages for positions up to `tokens` (from its
  * reservation) and uploads its table when it changed. */
 void vv_paged_hold(choir_vibevoice_state *s, int64_t tokens);

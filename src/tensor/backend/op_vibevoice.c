@@ -7,6 +7,7 @@
 #include "choir/backend_vibevoice.h"
 #include "choir/kernels.h"
 #include "choir/pool.h"
+#include "choir/tensor.h"
 #include "tensor/backend/backend_internal.h"
 
 #ifdef CHOIR_HAVE_CUDA
@@ -263,7 +264,9 @@ int choir_op_attention_cached_at(choir_stream *s, const float *q, int64_t T, con
 /* One task per (query row, head): the row's keys page by page (scores of a
  * page, then the online-softmax rescale), each page found in its table. */
 typedef struct paged_job {
-    const float *q, *kp, *vp;
+    const float *q;
+    const void *kp, *vp;
+    int bf16; /* the pool holds bf16 values */
     const int32_t *table, *pos;
     int64_t table_stride, pos0, max_keys;
     float *out;
@@ -276,7 +279,7 @@ static void paged_tasks(void *ctx, int64_t a, int64_t b, int worker) {
     const paged_job *j = ctx;
     int D = j->D;
     int64_t ldq = (int64_t)j->nh * D, ldk = (int64_t)j->nkv * D;
-    float sc[CHOIR_VV_PAGE], acc[ATT_MAX_D];
+    float sc[CHOIR_VV_PAGE], acc[ATT_MAX_D], kw[ATT_MAX_D], vw[ATT_MAX_D];
     for (int64_t task = a; task < b; task++) {
         int64_t i = task / j->nh;
         int h = (int)(task % j->nh), kh = h / (j->nh / j->nkv);
@@ -288,12 +291,18 @@ static void paged_tasks(void *ctx, int64_t a, int64_t b, int worker) {
         memset(acc, 0, sizeof(float) * (size_t)D);
         for (int64_t k0 = 0; k0 < n_keys; k0 += CHOIR_VV_PAGE) {
             int nk = (int)(n_keys - k0 < CHOIR_VV_PAGE ? n_keys - k0 : CHOIR_VV_PAGE);
-            int64_t r0 = (int64_t)tab[k0 / CHOIR_VV_PAGE] * CHOIR_VV_PAGE;
-            const float *kr = j->kp + r0 * ldk + (int64_t)kh * D, *vr = j->vp + r0 * ldk + (int64_t)kh * D;
+            int64_t r0 = (int64_t)tab[k0 / CHOIR_VV_PAGE] * CHOIR_VV_PAGE, at = r0 * ldk + (int64_t)kh * D;
+            const float *kr = (const float *)j->kp + at, *vr = (const float *)j->vp + at;
+            const uint16_t *kh16 = (const uint16_t *)j->kp + at, *vh16 = (const uint16_t *)j->vp + at;
             float mt = m;
             for (int k = 0; k < nk; k++) {
+                const float *kk = kr + k * ldk;
+                if (j->bf16) {
+                    for (int e = 0; e < D; e++) kw[e] = choir_bf16_to_f32(kh16[k * ldk + e]);
+                    kk = kw;
+                }
                 float d = 0.0f;
-                for (int e = 0; e < D; e++) d += qr[e] * kr[k * ldk + e];
+                for (int e = 0; e < D; e++) d += qr[e] * kk[e];
                 sc[k] = d * j->scale;
                 if (sc[k] > mt) mt = sc[k];
             }
@@ -303,7 +312,12 @@ static void paged_tasks(void *ctx, int64_t a, int64_t b, int worker) {
             for (int k = 0; k < nk; k++) {
                 float p = expf(sc[k] - mt);
                 l += p;
-                for (int e = 0; e < D; e++) acc[e] += p * vr[k * ldk + e];
+                const float *vv = vr + k * ldk;
+                if (j->bf16) {
+                    for (int e = 0; e < D; e++) vw[e] = choir_bf16_to_f32(vh16[k * ldk + e]);
+                    vv = vw;
+                }
+                for (int e = 0; e < D; e++) acc[e] += p * vv[e];
             }
             m = mt;
         }
@@ -312,45 +326,62 @@ static void paged_tasks(void *ctx, int64_t a, int64_t b, int worker) {
     }
 }
 
-static int paged_run(choir_stream *s, const char *what, const float *q, int64_t T, const float *kp,
-                     const float *vp, const int32_t *table, int64_t table_stride, int64_t pos0,
+static int paged_run(choir_stream *s, const char *what, const float *q, int64_t T, const void *kp,
+                     const void *vp, choir_dtype kv, const int32_t *table, int64_t table_stride, int64_t pos0,
                      const int32_t *pos, int64_t max_keys, int n_heads, int n_kv, int D, float *out) {
     if (!choir_stream_ok(s)) return s->err.code;
     if (T < 0 || pos0 < 0 || max_keys <= 0 || !table || table_stride < 0 || n_heads <= 0 || n_kv <= 0 ||
         n_heads % n_kv || D <= 0 || D > ATT_MAX_D)
         return be_invalid(s, "%s: %lld queries over %lld keys, %d heads over %d of %d", what, (long long)T,
                           (long long)max_keys, n_heads, n_kv, D);
+    if (kv != CHOIR_DTYPE_F32 && kv != CHOIR_DTYPE_BF16)
+        return be_invalid(s, "%s: a pool of %s values (f32 or bf16)", what, choir_dtype_name(kv));
     if (T == 0) return 0;
     if (be_host(s)) {
         if (pos)
             for (int64_t i = 0; i < T; i++)
                 if (pos[i] < 0) return be_invalid(s, "%s: position %d", what, (int)pos[i]);
-        paged_job j = {q, kp, vp, table, pos, table_stride, pos0, max_keys, out, n_heads, n_kv, D,
-                       1.0f / sqrtf((float)D)};
+        paged_job j = {q, kp, vp, kv == CHOIR_DTYPE_BF16, table, pos, table_stride, pos0, max_keys, out, n_heads,
+                       n_kv, D, 1.0f / sqrtf((float)D)};
         choir_pool_parallel_for(choir_pool_default(), T * n_heads, 1, paged_tasks, &j);
         return 0;
     }
 #ifdef CHOIR_HAVE_CUDA
     BE_CUDA(s, what,
-            choir_cuda_vv_attention_paged(s->be->cu, q, T, kp, vp, table, table_stride, pos0, pos, max_keys,
-                                          n_heads, n_kv, D, out, BE_ERR));
+            choir_cuda_vv_attention_paged(s->be->cu, q, T, kp, vp, kv == CHOIR_DTYPE_BF16, table, table_stride, pos0,
+                                          pos, max_keys, n_heads, n_kv, D, out, BE_ERR));
 #endif
     return be_unsupported(s, what);
+}
+
+int choir_op_attention_paged_kv(choir_stream *s, const float *q, int64_t T, const void *kpool,
+                                const void *vpool, choir_dtype kv, const int32_t *table, int64_t pos0,
+                                int n_heads, int n_kv, int D, float *out) {
+    return paged_run(s, "attention_paged", q, T, kpool, vpool, kv, table, 0, pos0, NULL, pos0 + T, n_heads,
+                     n_kv, D, out);
+}
+
+int choir_op_attention_paged_at_kv(choir_stream *s, const float *q, int64_t T, const void *kpool,
+                                   const void *vpool, choir_dtype kv, const int32_t *table,
+                                   int64_t table_stride, const int32_t *pos, int64_t max_keys, int n_heads,
+                                   int n_kv, int D, float *out) {
+    if (!pos) return paged_run(s, "attention_paged_at", q, T, kpool, vpool, kv, table, table_stride, 0, NULL, 0,
+                               n_heads, n_kv, D, out);
+    return paged_run(s, "attention_paged_at", q, T, kpool, vpool, kv, table, table_stride, 0, pos, max_keys,
+                     n_heads, n_kv, D, out);
 }
 
 int choir_op_attention_paged(choir_stream *s, const float *q, int64_t T, const float *kpool,
                              const float *vpool, const int32_t *table, int64_t pos0, int n_heads,
                              int n_kv, int D, float *out) {
-    return paged_run(s, "attention_paged", q, T, kpool, vpool, table, 0, pos0, NULL, pos0 + T, n_heads, n_kv,
-                     D, out);
+    return choir_op_attention_paged_kv(s, q, T, kpool, vpool, CHOIR_DTYPE_F32, table, pos0, n_heads, n_kv, D,
+                                       out);
 }
 
 int choir_op_attention_paged_at(choir_stream *s, const float *q, int64_t T, const float *kpool,
                                 const float *vpool, const int32_t *table, int64_t table_stride,
                                 const int32_t *pos, int64_t max_keys, int n_heads, int n_kv, int D,
                                 float *out) {
-    if (!pos) return paged_run(s, "attention_paged_at", q, T, kpool, vpool, table, table_stride, 0, NULL, 0,
-                               n_heads, n_kv, D, out);
-    return paged_run(s, "attention_paged_at", q, T, kpool, vpool, table, table_stride, 0, pos, max_keys, n_heads,
-                     n_kv, D, out);
+    return choir_op_attention_paged_at_kv(s, q, T, kpool, vpool, CHOIR_DTYPE_F32, table, table_stride, pos,
+                                          max_keys, n_heads, n_kv, D, out);
 }

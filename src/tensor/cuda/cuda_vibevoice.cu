@@ -6,6 +6,7 @@
  * them to the CPU); the attention keeps one query row per block and walks the
  * keys in tiles with an online softmax, so it needs no scratch at any
  * context length. */
+#include <cuda_bf16.h>
 #include <math.h>
 
 #include "tensor/cuda/cuda_internal.h"
@@ -16,6 +17,18 @@
 #define VV_ATT_MAX_D 256
 /* Up to this many query rows take the split-keys path (decode steps). */
 #define VV_SPLIT_ROWS 16
+
+/* K/V values of the cached attention: f32, or bf16 (a paged pool of half
+ * the bytes), widened to f32 as they are read. kv4 reads four consecutive
+ * values (16 bytes of f32, 8 of bf16; aligned to that). */
+__device__ __forceinline__ float kv1(const float *p) { return *p; }
+__device__ __forceinline__ float kv1(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ float4 kv4(const float *p) { return *(const float4 *)p; }
+__device__ __forceinline__ float4 kv4(const __nv_bfloat16 *p) {
+    uint2 u = *(const uint2 *)p;
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                       __uint_as_float(u.y & 0xffff0000u));
+}
 
 #define GRID_STRIDE(i, n)                                                                  \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);              \
@@ -144,8 +157,9 @@ __global__ void k_vv_attention(const float *q, const float *kc, const float *vc,
 #define VV_SPLIT_THREADS 128
 #define VV_SPLIT_MAX_G 8
 
-__global__ void k_vv_att_split(const float *__restrict__ q, const float *__restrict__ kc,
-                               const float *__restrict__ vc, int64_t pos0,
+template <typename KV>
+__global__ void k_vv_att_split(const float *__restrict__ q, const KV *__restrict__ kc,
+                               const KV *__restrict__ vc, int64_t pos0,
                                const int32_t *__restrict__ pos, const int32_t *__restrict__ table,
                                int64_t table_stride, int64_t max_keys, int nh, int nkv, int D,
                                float scale, int nsplit, float *__restrict__ part) {
@@ -177,12 +191,12 @@ __global__ void k_vv_att_split(const float *__restrict__ q, const float *__restr
     int64_t r0 = table ? (int64_t)table[i * table_stride + sp] * VV_SPLIT : k0;
     int lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
     for (int j = warp; j < nk; j += nwarps) {
-        const float *kr = kc + (r0 + j) * ldk + (int64_t)kh * D;
+        const KV *kr = kc + (r0 + j) * ldk + (int64_t)kh * D;
         float a[VV_SPLIT_MAX_G];
 #pragma unroll
         for (int g = 0; g < VV_SPLIT_MAX_G; g++) a[g] = 0.0f;
         for (int d = lane * 4; d < D; d += 128) {
-            float4 kv = *(const float4 *)(kr + d);
+            float4 kv = kv4(kr + d);
 #pragma unroll
             for (int g = 0; g < VV_SPLIT_MAX_G; g++) {
                 if (g >= G) break;
@@ -216,10 +230,10 @@ __global__ void k_vv_att_split(const float *__restrict__ q, const float *__restr
         float acc[VV_SPLIT_MAX_G];
 #pragma unroll
         for (int g = 0; g < VV_SPLIT_MAX_G; g++) acc[g] = 0.0f;
-        const float *vr = vc + r0 * ldk + (int64_t)kh * D + d;
+        const KV *vr = vc + r0 * ldk + (int64_t)kh * D + d;
 #pragma unroll 4
         for (int j = 0; j < nk; j++) {
-            float v = vr[(int64_t)j * ldk];
+            float v = kv1(vr + (int64_t)j * ldk);
 #pragma unroll
             for (int g = 0; g < VV_SPLIT_MAX_G; g++)
                 if (g < G) acc[g] += sc[g][j] * v;
@@ -265,9 +279,10 @@ __device__ __forceinline__ float vv_reduce_scatter32(float a[32], int lane) {
     return a[0];
 }
 
+template <typename KV>
 __global__ void __launch_bounds__(VV_SPLIT_THREADS)
-    k_vv_att_split128(const float *__restrict__ q, const float *__restrict__ kc,
-                      const float *__restrict__ vc, int64_t pos0, const int32_t *__restrict__ pos,
+    k_vv_att_split128(const float *__restrict__ q, const KV *__restrict__ kc,
+                      const KV *__restrict__ vc, int64_t pos0, const int32_t *__restrict__ pos,
                       const int32_t *__restrict__ table, int64_t table_stride, int64_t max_keys,
                       int nh, int nkv, float scale, int nsplit, float *__restrict__ part) {
     constexpr int D = 128;
@@ -298,13 +313,12 @@ __global__ void __launch_bounds__(VV_SPLIT_THREADS)
         qr[g] = make_float4(t.x * scale, t.y * scale, t.z * scale, t.w * scale);
     }
     int64_t r0 = table ? (int64_t)table[i * table_stride + sp] * VV_SPLIT : k0;
-    const float *kb = kc + r0 * ldk + (int64_t)kh * D + 4 * lane;
+    const KV *kb = kc + r0 * ldk + (int64_t)kh * D + 4 * lane;
     for (int j0 = 4 * warp; j0 < nk; j0 += 4 * VV_S128_WARPS) {
         float4 kv[4];
 #pragma unroll
         for (int u = 0; u < 4; u++)
-            kv[u] = j0 + u < nk ? *(const float4 *)(kb + (int64_t)(j0 + u) * ldk)
-                                : make_float4(0.f, 0.f, 0.f, 0.f);
+            kv[u] = j0 + u < nk ? kv4(kb + (int64_t)(j0 + u) * ldk) : make_float4(0.f, 0.f, 0.f, 0.f);
         float a[32];
 #pragma unroll
         for (int u = 0; u < 4; u++)
@@ -334,10 +348,10 @@ __global__ void __launch_bounds__(VV_SPLIT_THREADS)
     float4 acc[VV_SPLIT_MAX_G];
 #pragma unroll
     for (int g = 0; g < VV_SPLIT_MAX_G; g++) acc[g] = make_float4(0.f, 0.f, 0.f, 0.f);
-    const float *vb = vc + r0 * ldk + (int64_t)kh * D + 4 * lane;
+    const KV *vb = vc + r0 * ldk + (int64_t)kh * D + 4 * lane;
 #pragma unroll 4
     for (int j = warp; j < nk; j += VV_S128_WARPS) {
-        float4 v = *(const float4 *)(vb + (int64_t)j * ldk);
+        float4 v = kv4(vb + (int64_t)j * ldk);
 #pragma unroll
         for (int g = 0; g < VV_SPLIT_MAX_G; g++) {
             if (g >= G) break;
@@ -403,10 +417,10 @@ __global__ void k_vv_att_combine(const float *__restrict__ part, int nh, int D, 
 #define VV_PF_THREADS 128
 #define VV_PF_BK 32
 
-template <int D>
+template <int D, typename KV>
 __global__ void __launch_bounds__(VV_PF_THREADS)
-    k_vv_att_prefill(const float *__restrict__ q, int64_t T, const float *__restrict__ kc,
-                     const float *__restrict__ vc, int64_t pos0, const int32_t *__restrict__ table,
+    k_vv_att_prefill(const float *__restrict__ q, int64_t T, const KV *__restrict__ kc,
+                     const KV *__restrict__ vc, int64_t pos0, const int32_t *__restrict__ table,
                      int nh, int nkv, float scale, float *__restrict__ out) {
     constexpr int F = D / 4, NV = F / 2; /* float4s of a row, of a thread's half */
     __shared__ float4 ks[VV_PF_BK * F], vs[VV_PF_BK * F];
@@ -433,8 +447,8 @@ __global__ void __launch_bounds__(VV_PF_THREADS)
         int64_t r0 = table ? (int64_t)table[k0 / VV_SPLIT] * VV_SPLIT + k0 % VV_SPLIT : k0;
         for (int e = tid; e < nk * F; e += VV_PF_THREADS) {
             int64_t j = e / F, c = e % F;
-            ks[e] = ((const float4 *)(kc + (r0 + j) * ldk + (int64_t)kh * D))[c];
-            vs[e] = ((const float4 *)(vc + (r0 + j) * ldk + (int64_t)kh * D))[c];
+            ks[e] = kv4(kc + (r0 + j) * ldk + (int64_t)kh * D + 4 * c);
+            vs[e] = kv4(vc + (r0 + j) * ldk + (int64_t)kh * D + 4 * c);
         }
         __syncthreads();
         float sc[VV_PF_BK];
@@ -485,7 +499,8 @@ __global__ void __launch_bounds__(VV_PF_THREADS)
 
 /* The split-keys attention: row i over keys 0 .. pos[i] (pos NULL: pos0 + i),
  * at most max_keys of them. */
-static int att_split(choir_cuda *cu, const float *q, int64_t T, const float *kc, const float *vc,
+template <typename KV>
+static int att_split(choir_cuda *cu, const float *q, int64_t T, const KV *kc, const KV *vc,
                      int64_t pos0, const int32_t *pos, const int32_t *table, int64_t table_stride,
                      int64_t max_keys, int n_heads, int n_kv, int D, float *out, choir_err *err) {
     int64_t nsplit = (max_keys + VV_SPLIT - 1) / VV_SPLIT;
@@ -498,11 +513,11 @@ static int att_split(choir_cuda *cu, const float *q, int64_t T, const float *kc,
     if (!part) return err ? err->code : CHOIR_ENOMEM;
     dim3 g1((unsigned)nsplit, (unsigned)n_kv, (unsigned)T), g2((unsigned)T, (unsigned)n_heads);
     if (D == 128 && g_split128)
-        k_vv_att_split128<<<g1, VV_SPLIT_THREADS, 0, cu->stream>>>(
+        k_vv_att_split128<KV><<<g1, VV_SPLIT_THREADS, 0, cu->stream>>>(
             q, kc, vc, pos0, pos, table, table_stride, max_keys, n_heads, n_kv,
             1.0f / sqrtf((float)D), (int)nsplit, part);
     else
-        k_vv_att_split<<<g1, VV_SPLIT_THREADS, 0, cu->stream>>>(
+        k_vv_att_split<KV><<<g1, VV_SPLIT_THREADS, 0, cu->stream>>>(
             q, kc, vc, pos0, pos, table, table_stride, max_keys, n_heads, n_kv, D,
             1.0f / sqrtf((float)D), (int)nsplit, part);
     int rc = choir_cuda_check_launch(err, "vibevoice attention splits");
@@ -515,7 +530,8 @@ static int att_split(choir_cuda *cu, const float *q, int64_t T, const float *kc,
 /* The tiled prefill kernel for heads of 64 or 128 values (the caller checks
  * D and that a group fits a block), over contiguous caches or, with table,
  * over pages. */
-static int att_prefill(choir_cuda *cu, const float *q, int64_t T, const float *k, const float *v,
+template <typename KV>
+static int att_prefill(choir_cuda *cu, const float *q, int64_t T, const KV *k, const KV *v,
                        int64_t pos0, const int32_t *table, int n_heads, int n_kv, int D, float *out,
                        choir_err *err, const char *what) {
     int rows = (VV_PF_THREADS / 2) / (n_heads / n_kv);
@@ -525,13 +541,33 @@ static int att_prefill(choir_cuda *cu, const float *q, int64_t T, const float *k
     dim3 grid((unsigned)tiles, (unsigned)n_kv);
     float scale = 1.0f / sqrtf((float)D);
     if (D == 128)
-        k_vv_att_prefill<128><<<grid, VV_PF_THREADS, 0, cu->stream>>>(q, T, k, v, pos0, table, n_heads,
+        k_vv_att_prefill<128, KV><<<grid, VV_PF_THREADS, 0, cu->stream>>>(q, T, k, v, pos0, table, n_heads,
                                                                       n_kv, scale, out);
     else
-        k_vv_att_prefill<64><<<grid, VV_PF_THREADS, 0, cu->stream>>>(q, T, k, v, pos0, table, n_heads,
+        k_vv_att_prefill<64, KV><<<grid, VV_PF_THREADS, 0, cu->stream>>>(q, T, k, v, pos0, table, n_heads,
                                                                      n_kv, scale, out);
     return choir_cuda_check_launch(err, what);
 }
+
+template <typename KV>
+static int att_paged(choir_cuda *cu, const float *q, int64_t T, const KV *kpool, const KV *vpool,
+                     const int32_t *table, int64_t table_stride, int64_t pos0, const int32_t *pos,
+                     int64_t max_keys, int n_heads, int n_kv, int D, float *out, choir_err *err) {
+    int G = n_heads / n_kv;
+    if (D > VV_ATT_MAX_D || D % 4 || G > VV_SPLIT_MAX_G)
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: paged attention of %d heads over %d, %d values",
+                             n_heads, n_kv, D);
+    if (pos) return att_split(cu, q, T, kpool, vpool, 0, pos, table, table_stride, max_keys, n_heads, n_kv, D,
+                              out, err);
+    if (T <= VV_SPLIT_ROWS)
+        return att_split(cu, q, T, kpool, vpool, pos0, NULL, table, 0, pos0 + T, n_heads, n_kv, D, out, err);
+    if ((D != 128 && D != 64) || G > VV_PF_THREADS / 2)
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: paged prefill attention of %d values, groups of %d",
+                             D, G);
+    return att_prefill(cu, q, T, kpool, vpool, pos0, table, n_heads, n_kv, D, out, err,
+                       "vibevoice paged prefill attention");
+}
+
 
 extern "C" {
 
@@ -589,24 +625,16 @@ int choir_cuda_vv_attention_at(choir_cuda *cu, const float *q, int64_t T, const 
     return att_split(cu, q, T, kc, vc, 0, pos, NULL, 0, max_keys, n_heads, n_kv, D, out, err);
 }
 
-int choir_cuda_vv_attention_paged(choir_cuda *cu, const float *q, int64_t T, const float *kpool,
-                                  const float *vpool, const int32_t *table, int64_t table_stride,
+int choir_cuda_vv_attention_paged(choir_cuda *cu, const float *q, int64_t T, const void *kpool,
+                                  const void *vpool, bool kv_bf16, const int32_t *table, int64_t table_stride,
                                   int64_t pos0, const int32_t *pos, int64_t max_keys, int n_heads,
                                   int n_kv, int D, float *out, choir_err *err) {
     if (T <= 0) return 0;
-    int G = n_heads / n_kv;
-    if (D > VV_ATT_MAX_D || D % 4 || G > VV_SPLIT_MAX_G)
-        return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: paged attention of %d heads over %d, %d values",
-                             n_heads, n_kv, D);
-    if (pos) return att_split(cu, q, T, kpool, vpool, 0, pos, table, table_stride, max_keys, n_heads, n_kv, D,
-                              out, err);
-    if (T <= VV_SPLIT_ROWS)
-        return att_split(cu, q, T, kpool, vpool, pos0, NULL, table, 0, pos0 + T, n_heads, n_kv, D, out, err);
-    if ((D != 128 && D != 64) || G > VV_PF_THREADS / 2)
-        return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: paged prefill attention of %d values, groups of %d",
-                             D, G);
-    return att_prefill(cu, q, T, kpool, vpool, pos0, table, n_heads, n_kv, D, out, err,
-                       "vibevoice paged prefill attention");
+    if (kv_bf16)
+        return att_paged(cu, q, T, (const __nv_bfloat16 *)kpool, (const __nv_bfloat16 *)vpool, table, table_stride,
+                         pos0, pos, max_keys, n_heads, n_kv, D, out, err);
+    return att_paged(cu, q, T, (const float *)kpool, (const float *)vpool, table, table_stride, pos0, pos,
+                     max_keys, n_heads, n_kv, D, out, err);
 }
 
 } /* extern "C" */

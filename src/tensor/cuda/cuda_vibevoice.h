@@ -3,6 +3,7 @@
 #ifndef CHOIR_CUDA_VIBEVOICE_H
 #define CHOIR_CUDA_VIBEVOICE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "choir/cuda.h"
@@ -26,9 +27,10 @@ int choir_cuda_vv_attention_at(choir_cuda *cu, const float *q, int64_t T, const 
                                int n_kv, int D, float *out, choir_err *err);
 /* Over a paged cache (choir/backend_vibevoice.h): pos NULL: one sequence at
  * pos0 .. (table_stride ignored); otherwise row i's table at table + i
- * table_stride, keys 0 .. pos[i] up to max_keys. */
-int choir_cuda_vv_attention_paged(choir_cuda *cu, const float *q, int64_t T, const float *kpool,
-                                  const float *vpool, const int32_t *table, int64_t table_stride,
+ * table_stride, keys 0 .. pos[i] up to max_keys. kv_bf16: the pool holds
+ * bf16 values (uint16), widened as they are read. */
+int choir_cuda_vv_attention_paged(choir_cuda *cu, const float *q, int64_t T, const void *kpool,
+                                  const void *vpool, bool kv_bf16, const int32_t *table, int64_t table_stride,
                                   int64_t pos0, const int32_t *pos, int64_t max_keys, int n_heads,
                                   int n_kv, int D, float *out, choir_err *err);
 /* Decode attention (a few rows, the split-keys path) over heads of 128

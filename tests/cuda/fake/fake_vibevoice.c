@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "choir/tensor.h"
 #include "tensor/cuda/cuda_vibevoice.h"
 
 int choir_cuda_vv_conv_stem(choir_cuda *cu, const float *in, int64_t T, const float *taps,
@@ -103,12 +104,19 @@ int choir_cuda_vv_attention_at(choir_cuda *cu, const float *q, int64_t T, const 
 /* Over a paged cache: each row's keys gathered through its table in double,
  * run (or recorded in a capture) with the positions read when it runs. */
 typedef struct att_paged_args {
-    const float *q, *kp, *vp;
+    const float *q;
+    const void *kp, *vp;
+    bool bf16;
     const int32_t *table, *pos;
     int64_t table_stride, pos0, T, max_keys;
     int n_heads, n_kv, D;
     float *out;
 } att_paged_args;
+
+/* Element e of a pool row, widened from bf16 when the pool holds it. */
+static double pool_at(const att_paged_args *a, const void *p, int64_t e) {
+    return a->bf16 ? (double)choir_bf16_to_f32(((const uint16_t *)p)[e]) : (double)((const float *)p)[e];
+}
 
 static int att_paged_run(const void *args) {
     const att_paged_args *a = args;
@@ -123,9 +131,9 @@ static int att_paged_run(const void *args) {
             int kh = h / (a->n_heads / a->n_kv);
             double mx = -INFINITY, sum = 0;
             for (int64_t j = 0; j < n_keys; j++) {
-                const float *kr = a->kp + ((int64_t)tab[j / 128] * 128 + j % 128) * ldk + kh * a->D;
+                int64_t kr = ((int64_t)tab[j / 128] * 128 + j % 128) * ldk + kh * a->D;
                 double d = 0;
-                for (int e = 0; e < a->D; e++) d += (double)a->q[i * ldq + h * a->D + e] * kr[e];
+                for (int e = 0; e < a->D; e++) d += (double)a->q[i * ldq + h * a->D + e] * pool_at(a, a->kp, kr + e);
                 p[j] = d / sqrt((double)a->D);
                 if (p[j] > mx) mx = p[j];
             }
@@ -133,7 +141,7 @@ static int att_paged_run(const void *args) {
             for (int e = 0; e < a->D; e++) {
                 double acc = 0;
                 for (int64_t j = 0; j < n_keys; j++)
-                    acc += p[j] * a->vp[((int64_t)tab[j / 128] * 128 + j % 128) * ldk + kh * a->D + e];
+                    acc += p[j] * pool_at(a, a->vp, ((int64_t)tab[j / 128] * 128 + j % 128) * ldk + kh * a->D + e);
                 a->out[i * ldq + h * a->D + e] = (float)(acc / sum);
             }
         }
@@ -145,13 +153,13 @@ static int att_paged_run(const void *args) {
 /* One kernel here whichever the device would take. */
 void choir_cuda_vv_set_split128(bool on) { (void)on; }
 
-int choir_cuda_vv_attention_paged(choir_cuda *cu, const float *q, int64_t T, const float *kpool,
-                                  const float *vpool, const int32_t *table, int64_t table_stride,
+int choir_cuda_vv_attention_paged(choir_cuda *cu, const float *q, int64_t T, const void *kpool,
+                                  const void *vpool, bool kv_bf16, const int32_t *table, int64_t table_stride,
                                   int64_t pos0, const int32_t *pos, int64_t max_keys, int n_heads,
                                   int n_kv, int D, float *out, choir_err *err) {
     (void)cu;
     (void)err;
-    att_paged_args a = {q, kpool, vpool, table, pos, table_stride, pos0, T, pos ? max_keys : pos0 + T,
+    att_paged_args a = {q, kpool, vpool, kv_bf16, table, pos, table_stride, pos0, T, pos ? max_keys : pos0 + T,
                         n_heads, n_kv, D, out};
     return fake_cuda_run_or_record(att_paged_run, &a, sizeof a);
 }
