@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "choir/alloc.h"
+#include "choir/buf.h"
 #include "choir/whisper_words.h"
 
 #define REPLACEMENT 0xFFFDu
@@ -159,27 +160,20 @@ static int cps_push(cps *c, uint32_t cp) {
 }
 
 /* The bytes of tokens[0..n) joined (special tokens add nothing), decoded. */
-static int decode_run(const choir_tokenizer *tok, const int32_t *tokens, int n, uint8_t **scratch, size_t *scap,
-                      cps *out) {
-    size_t len = 0;
+static int decode_run(const choir_tokenizer *tok, const int32_t *tokens, int n, choir_buf *bytes, cps *out) {
+    choir_buf_clear(bytes);
     for (int i = 0; i < n; i++) {
         size_t bl = 0;
         const uint8_t *b = choir_tokenizer_token_bytes(tok, tokens[i], &bl);
-        if (!b) continue;
-        if (len + bl > *scap) {
-            size_t cap = (len + bl) * 2 + 64;
-            uint8_t *s = choir_realloc(*scratch, cap);
-            if (!s) return CHOIR_ENOMEM;
-            *scratch = s;
-            *scap = cap;
-        }
-        memcpy(*scratch + len, b, bl);
-        len += bl;
+        if (b) choir_buf_append(bytes, b, bl);
     }
+    if (bytes->oom) return CHOIR_ENOMEM;
+    const uint8_t *joined = (const uint8_t *)bytes->data;
+    size_t len = bytes->len;
     out->n = 0;
     for (size_t p = 0; p < len;) {
         size_t adv;
-        uint32_t cp = utf8_step(*scratch + p, len - p, &adv);
+        uint32_t cp = utf8_step(joined + p, len - p, &adv);
         if (cps_push(out, cp)) return CHOIR_ENOMEM;
         p += adv;
     }
@@ -246,13 +240,13 @@ int choir_whisper_split_words(const choir_tokenizer *tok, const choir_whisper_sp
     *out = NULL;
     *n_out = 0;
     cps full = {0}, cur = {0};
-    uint8_t *scratch = NULL;
-    size_t scap = 0, offset = 0;
+    choir_buf bytes = CHOIR_BUF_INIT(CHOIR_MEM_OTHER); /* a run's token bytes, joined */
+    size_t offset = 0;
     choir_whisper_word *w = NULL;
-    int nw = 0, cap = 0, start = 0, rc = decode_run(tok, tokens, n, &scratch, &scap, &full);
+    int nw = 0, cap = 0, start = 0, rc = decode_run(tok, tokens, n, &bytes, &full);
     /* split_tokens_on_unicode: the shortest runs that decode cleanly */
     for (int i = 0; !rc && i < n; i++) {
-        rc = decode_run(tok, tokens + start, i + 1 - start, &scratch, &scap, &cur);
+        rc = decode_run(tok, tokens + start, i + 1 - start, &bytes, &cur);
         if (rc) break;
         size_t bad = 0;
         while (bad < cur.n && cur.v[bad] != REPLACEMENT) bad++;
@@ -298,7 +292,7 @@ int choir_whisper_split_words(const choir_tokenizer *tok, const choir_whisper_sp
     }
     choir_free(full.v);
     choir_free(cur.v);
-    choir_free(scratch);
+    choir_buf_free(&bytes);
     if (rc) {
         choir_whisper_words_free(w, nw);
         return choir_err_set(err, rc, "word timestamps: out of memory");
