@@ -100,6 +100,12 @@ refuses "--q-bits is 4 or 8, got '6'" "$CHOIR_BIN" bench vibevoice --q-bits 6
 refuses "--audio-min needs a number in [0.001, 90], got '-1'" "$CHOIR_BIN" bench vibevoice --audio-min -1
 refuses "--chunk-seconds needs a number, got 'long'" "$CHOIR_BIN" bench sts --model m --chunk-seconds long
 refuses "--loads needs 1..16 rates > 0" "$CHOIR_BIN" bench engine --loads 5x
+# every list flag is read by one helper (cli_parse_numbers): an empty item,
+# NaN or a fraction where whole numbers are wanted are refused alike
+refuses "--loads needs 1..16 rates > 0" "$CHOIR_BIN" bench engine --loads 10,nan
+refuses "--batch is a list of 1..64 (at most 8)" "$CHOIR_BIN" bench whisper --batch 8,
+refuses "--batch 1,2.5: want up to 16 sizes" "$CHOIR_BIN" bench kokoro --model m --batch 1,2.5
+refuses "--m needs up to 8 whole numbers" "$CHOIR_BIN" bench quant --m 1,,2
 refuses "--shards needs a whole number in [1, 100000], got 'two'" "$CHOIR_BIN" dev weights --manifest m --out o --shards two
 refuses "--manifest and --out are required" "$CHOIR_BIN" dev weights --out o
 refuses "--greedy-min needs a number in [0, 1], got '2'" "$CHOIR_BIN" dev parity whisper --greedy-min 2

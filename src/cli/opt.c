@@ -8,6 +8,38 @@
 #include "choir/parse.h"
 #include "cli/opt.h"
 
+int cli_parse_numbers(const char *s, double lo, double hi, int whole, double *out, int cap)
+{
+    if (!s)
+        return -1;
+    int n = 0;
+    for (const char *p = s;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[64];
+        double v = 0;
+        if (n == cap || len == 0 || len >= sizeof item)
+            return -1;
+        memcpy(item, p, len);
+        item[len] = 0;
+        if (choir_parse_number(item, lo, hi, whole, &v) < 0)
+            return -1;
+        out[n++] = v;
+        if (!comma)
+            return n;
+        p = comma + 1;
+    }
+}
+
+int cli_parse_ints(const char *s, int lo, int hi, int *out, int cap)
+{
+    double v[64];
+    int n = cli_parse_numbers(s, lo, hi, 1, v, cap < 64 ? cap : 64);
+    for (int i = 0; i < n; i++)
+        out[i] = (int)v[i];
+    return n;
+}
+
 void cli_usage(const cli_spec *s, FILE *f)
 {
     fputs(s->synopsis, f);

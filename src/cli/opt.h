@@ -67,4 +67,12 @@ int cli_parse(const cli_spec *s, int argc, char **argv);
 /* Writes the synopsis and one line per option (and the engine's options). */
 void cli_usage(const cli_spec *s, FILE *f);
 
+/* Reads a list flag's value ("1,8,32"): 1..cap comma-separated numbers,
+ * each read by choir_parse_number within [lo, hi] (whole when asked), into
+ * out[]. Returns the count, or -1 for an empty item, more than cap items or
+ * an item that is not such a number (the command says so in its words). */
+int cli_parse_numbers(const char *s, double lo, double hi, int whole, double *out, int cap);
+/* The same for whole numbers into an int array (lo, hi within int). */
+int cli_parse_ints(const char *s, int lo, int hi, int *out, int cap);
+
 #endif

@@ -136,22 +136,6 @@ static int run_load(const bench_opts *o, const char *dir, double rate, int max_b
     return 0;
 }
 
-/* "10,30,60": 1..16 rates, each a number > 0 (requests/s). */
-static int parse_loads(const char *s, bench_opts *o)
-{
-    o->n_loads = 0;
-    char *copy = strdup(s), *save = NULL;
-    int ok = copy != NULL;
-    for (char *tok = copy ? strtok_r(copy, ",", &save) : NULL; ok && tok; tok = strtok_r(NULL, ",", &save)) {
-        double v = 0;
-        ok = o->n_loads < 16 && choir_parse_number(tok, 1e-6, 1e9, 0, &v) == 0;
-        if (ok)
-            o->loads[o->n_loads++] = v;
-    }
-    free(copy);
-    return ok && o->n_loads ? 0 : -1;
-}
-
 int choir_bench_engine(int argc, char **argv)
 {
     bench_opts o = {.duration_s = 3, .loads = {10, 30, 60, 120}, .n_loads = 4, .workers = 1, .max_batch = 8,
@@ -175,7 +159,7 @@ int choir_bench_engine(int argc, char **argv)
     int parsed = cli_parse(&spec, argc, argv);
     if (parsed >= 0)
         return parsed;
-    if (loads && parse_loads(loads, &o) < 0) {
+    if (loads && (o.n_loads = cli_parse_numbers(loads, 1e-6, 1e9, 0, o.loads, 16)) < 0) {
         fprintf(stderr, "choir bench engine: --loads needs 1..16 rates > 0 separated by commas, got '%s'\n", loads);
         return 2;
     }

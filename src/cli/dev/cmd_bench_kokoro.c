@@ -182,18 +182,11 @@ int choir_bench_kokoro(int argc, char **argv) {
     }
     if (threads) choir_pool_set_default_threads(threads);
     bool use_gpu = backend == 1, gpu_tf32 = gpu_dtype == 1, gpu_bf16 = gpu_dtype == 2;
-    int batches[16], n_batches = 0;
-    for (const char *q = batch_list;;) {
-        char *end = NULL;
-        long b = strtol(q, &end, 10);
-        if (n_batches == 16 || end == q || b < 1 || b > 1024 || (*end && *end != ',')) {
-            fprintf(stderr, "choir bench kokoro: --batch %s: want up to 16 sizes 1..1024 like 1,8,32\n",
-                    batch_list);
-            return 2;
-        }
-        batches[n_batches++] = (int)b;
-        if (!*end) break;
-        q = end + 1;
+    int batches[16];
+    int n_batches = cli_parse_ints(batch_list, 1, 1024, batches, 16);
+    if (n_batches < 1) {
+        fprintf(stderr, "choir bench kokoro: --batch %s: want up to 16 sizes 1..1024 like 1,8,32\n", batch_list);
+        return 2;
     }
 #ifdef CHOIR_HAVE_CUDA
     if (use_gpu && choir_cuda_device_count() < 1) {

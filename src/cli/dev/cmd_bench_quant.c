@@ -172,19 +172,6 @@ done:
     choir_free(y);
 }
 
-static int parse_list(const char *s, int *out, int max) {
-    int n = 0;
-    while (*s) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (n == max || end == s || v <= 0 || v > 1 << 20) return -1;
-        out[n++] = (int)v;
-        s = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') return -1;
-    }
-    return n;
-}
-
 int choir_bench_quant(int argc, char **argv) {
     bench_opts o = {.min_time_s = 0.3, .ms = {1, 8, 64}, .n_ms = 3, .group_size = 64,
                    .rotate_bytes = ROTATE_BYTES_DEFAULT};
@@ -213,7 +200,7 @@ int choir_bench_quant(int argc, char **argv) {
                            .n_opts = (int)(sizeof flags / sizeof flags[0])};
     int parsed = cli_parse(&spec, argc, argv);
     if (parsed >= 0) return parsed;
-    if (m_list && (o.n_ms = parse_list(m_list, o.ms, 8)) <= 0) {
+    if (m_list && (o.n_ms = cli_parse_ints(m_list, 1, 1 << 20, o.ms, 8)) <= 0) {
         fprintf(stderr, "choir bench quant: --m needs up to 8 whole numbers > 0 separated by commas, got '%s'\n",
                 m_list);
         return 2;

@@ -72,24 +72,6 @@ done:
     return rc;
 }
 
-/* "1,16": up to `cap` batch sizes 1..MAX_BATCH; the count, or -1. */
-static int parse_batches(const char *v, int *out, int cap) {
-    int n = 0;
-    for (const char *p = v;;) {
-        const char *comma = strchr(p, ',');
-        char one[32];
-        size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        double b = 0;
-        if (n == cap || len == 0 || len >= sizeof one) return -1;
-        memcpy(one, p, len);
-        one[len] = 0;
-        if (choir_parse_number(one, 1, MAX_BATCH, 1, &b) < 0) return -1;
-        out[n++] = (int)b;
-        if (!comma) return n;
-        p = comma + 1;
-    }
-}
-
 int choir_bench_vad(int argc, char **argv) {
     const char *model_arg = NULL, *audio_path = NULL;
     double seconds = 2.0;
@@ -114,7 +96,7 @@ int choir_bench_vad(int argc, char **argv) {
         /* each --batch a list, the lists one after another */
         n_batches = 0;
         for (int i = 0; i < batch_lists.n; i++) {
-            int got = parse_batches(batch_lists.items[i], batches + n_batches, 8 - n_batches);
+            int got = cli_parse_ints(batch_lists.items[i], 1, MAX_BATCH, batches + n_batches, 8 - n_batches);
             if (got < 0) {
                 fprintf(stderr, "choir bench vad: --batch must be 1..%d (at most 8 of them)\n", MAX_BATCH);
                 return 2;

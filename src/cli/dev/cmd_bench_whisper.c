@@ -403,20 +403,6 @@ done:
     return rc;
 }
 
-/* Parses "1,8,32" into out[] (each 1..BW_MAX_BATCH); returns the count or -1. */
-static int bw_parse_batches(const char *v, int *out, int cap) {
-    int n = 0;
-    for (const char *p = v; *p;) {
-        char *end;
-        long b = strtol(p, &end, 10);
-        if (end == p || b < 1 || b > BW_MAX_BATCH || n == cap) return -1;
-        out[n++] = (int)b;
-        p = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') return -1;
-    }
-    return n;
-}
-
 int choir_bench_whisper(int argc, char **argv) {
     const char *dims = "tiny";
     choir_dtype dt = CHOIR_DTYPE_F16;
@@ -490,7 +476,7 @@ int choir_bench_whisper(int argc, char **argv) {
         dtype_set = true;
     }
     if (batch_list) {
-        n_batches = bw_parse_batches(batch_list, batches, 8);
+        n_batches = cli_parse_ints(batch_list, 1, BW_MAX_BATCH, batches, 8);
         batch_set = true;
         if (n_batches < 1) {
             fprintf(stderr, "choir bench whisper: --batch is a list of 1..%d (at most 8)\n", BW_MAX_BATCH);
