@@ -118,6 +118,10 @@ static sched_config base_config(void)
         .max_pad_waste = 0.25,
         .queue_capacity = 256,
         .workers = 2,
+        /* the engine's defaults (engine_params_resolve) */
+        .replica_queue = 16,
+        .replica_after_s = 1.0,
+        .replica_idle_s = 30.0,
     };
     return c;
 }

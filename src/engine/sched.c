@@ -82,7 +82,8 @@ sched *sched_create(const sched_config *c, choir_err *err)
     for (int i = 0; !bad_gpu && i < c->n_gpus; i++)
         bad_gpu = c->gpu_budget[i] <= 0;
     if (bad_gpu || c->budget <= 0 || c->max_batch < 1 || c->max_batch > SCHED_MAX_BATCH || c->queue_capacity < 1 ||
-        c->workers < 1 || !(c->max_pad_waste > 0 && c->max_pad_waste < 1) || !(c->low_water <= c->high_water)) {
+        c->workers < 1 || !(c->max_pad_waste > 0 && c->max_pad_waste < 1) || !(c->low_water <= c->high_water) ||
+        c->replica_queue < 1 || !(c->replica_after_s > 0) || !(c->replica_idle_s > 0)) {
         choir_err_set(err, CHOIR_EINVAL, "scheduler: invalid configuration");
         return NULL;
     }
@@ -90,12 +91,6 @@ sched *sched_create(const sched_config *c, choir_err *err)
     if (!s)
         goto fail;
     s->c = *c;
-    if (s->c.replica_queue <= 0)
-        s->c.replica_queue = 2 * s->c.max_batch;
-    if (s->c.replica_after_s <= 0)
-        s->c.replica_after_s = 1.0;
-    if (s->c.replica_idle_s <= 0)
-        s->c.replica_idle_s = 30.0;
     s->n_dev = 1 + c->n_gpus;
     s->dev[0].budget = c->budget;
     for (int i = 0; i < c->n_gpus; i++)

@@ -41,10 +41,10 @@ typedef struct sched_config {
     int n_gpus;
     int64_t gpu_budget[SCHED_MAX_GPUS];
     int replica_queue;      /* a GPU model whose queue holds at least this many requests ... */
-    double replica_after_s; /* ... for this long gets a replica on another GPU
-                               (0: 2 x max_batch requests, 1 s) */
+    double replica_after_s; /* ... for this long gets a replica on another GPU (> 0; the
+                               engine's defaults are 2 x max_batch requests, 1 s) */
     double replica_idle_s;  /* a replica beyond a model's first is unloaded after this long
-                               unused (0 = 30 s) */
+                               unused (> 0; the engine's default 30 s) */
 } sched_config;
 
 /* Fills a config from engine params (already resolved to concrete values). */
