@@ -62,9 +62,11 @@ typedef struct choir_server_params {
                                  "*" for any; NULL/empty: none (default). Copied */
 } choir_server_params;
 
-/* The deadlines a request may be given, seconds: --request-timeout, and a
- * client's X-Request-Timeout header (which only shortens the server's; a
- * value outside these, NaN, or not a number is answered 400). */
+/* The deadlines a request may be given, seconds: --request-timeout and
+ * params.request_timeout_s (0 there: the default; outside these refused by
+ * choir_server_create), and a client's X-Request-Timeout header (which only
+ * shortens the server's; a value outside these, NaN, or not a number is
+ * answered 400). */
 #define CHOIR_SERVER_MIN_TIMEOUT_S 0.001
 #define CHOIR_SERVER_MAX_TIMEOUT_S 1e9
 

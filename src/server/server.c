@@ -61,15 +61,23 @@ choir_server *choir_server_create(choir_engine *engine, const choir_server_param
         choir_err_set(err, CHOIR_EINVAL, "server: port %d out of range", p.port);
         return NULL;
     }
-    if (p.max_upload_bytes <= 0)
-        p.max_upload_bytes = d.max_upload_bytes;
-    if (p.max_input_chars <= 0)
-        p.max_input_chars = d.max_input_chars;
-    if (p.max_connections <= 0)
-        p.max_connections = d.max_connections;
-    if (p.request_timeout_s <= 0)
-        p.request_timeout_s = d.request_timeout_s;
+    /* 0 is "the default"; a negative number is refused, not read as one. */
+    if (p.max_upload_bytes < 0 || p.max_input_chars < 0 || p.max_connections < 0) {
+        choir_err_set(err, CHOIR_EINVAL, "server: max_upload_bytes, max_input_chars and max_connections must not be "
+                      "negative (0: the default)");
+        return NULL;
+    }
+    if (!(p.request_timeout_s == 0 ||
+          (p.request_timeout_s >= CHOIR_SERVER_MIN_TIMEOUT_S && p.request_timeout_s <= CHOIR_SERVER_MAX_TIMEOUT_S))) {
+        choir_err_set(err, CHOIR_EINVAL, "server: request_timeout_s %g is outside %g..%g (0: the default)",
+                      p.request_timeout_s, CHOIR_SERVER_MIN_TIMEOUT_S, CHOIR_SERVER_MAX_TIMEOUT_S);
+        return NULL;
+    }
 #define DEF(f) if (p.f == 0) p.f = d.f
+    DEF(max_upload_bytes);
+    DEF(max_input_chars);
+    DEF(max_connections);
+    DEF(request_timeout_s);
     DEF(max_client_connections);
     DEF(header_timeout_s);
     DEF(keepalive_timeout_s);
