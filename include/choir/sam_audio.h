@@ -235,8 +235,10 @@ int choir_sam_count_tokens(const choir_sam *m, const char *text);
  * round take at most the sum of their job bytes. */
 int64_t choir_sam_chunk_bytes(const choir_sam *m, int64_t frames, int text_tokens);
 int64_t choir_sam_job_bytes(const choir_sam *m, int64_t n_samples, int text_tokens, const choir_sam_params *p);
-/* Device bytes the job's largest stage holds on a GPU (0 on the CPU; m
- * NULL: as choir_sam_job_bytes without a model). */
+/* Device bytes the job holds on a GPU beyond the weights: its largest
+ * stage's working memory plus the largest kernel scratch of any stage (the
+ * context's, which stays grown; f32 weights); 0 on the CPU; m NULL: as
+ * choir_sam_job_bytes without a model. */
 int64_t choir_sam_job_device_bytes(const choir_sam *m, int64_t n_samples, int text_tokens,
                                    const choir_sam_params *p);
 

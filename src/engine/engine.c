@@ -828,6 +828,20 @@ static void run_one_batch(choir_engine *e, sched_action *a, choir_kernel_scratch
     int misplaced;
     void *w = ensure_loaded(e, a, &err, &misplaced);
     const choir_model_ops *ops = e->models[a->model].ops;
+    if (w && a->need_load && ops->estimate && !misplaced) {
+        /* This batch was admitted by estimates made without the weights (the
+         * adapter's bound, which may be far larger); its measured peak is
+         * compared with what the loaded model estimates, as every later
+         * batch's is, or one bound would pull the factor down for all. */
+        int64_t most = 0;
+        for (int i = 0; i < n; i++) {
+            choir_ticket *t = a->reqs[i]->user;
+            t->sr.est_bytes = ops->estimate(w, &t->req);
+            if (t->sr.est_bytes > most)
+                most = t->sr.est_bytes;
+        }
+        a->est_sum = most * n;
+    }
     if (misplaced) {
         sched_return(e->core, a, engine_now(e));
         pthread_cond_signal(&e->wake_sched);

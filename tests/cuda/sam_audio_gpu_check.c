@@ -10,7 +10,14 @@
  *   - one DiT evaluation of a ragged batch of two items (8 and 5 frames,
  *     3 and 5 text rows) at t = 0.3 and 0.7;
  *   - the ODE (midpoint, 2 steps) of that batch;
- *   - the codec decoder's audio of 8 frames, watermark included.
+ *   - the codec decoder's audio of 8 frames, watermark included;
+ *   - through the engine, the adapter on the GPU: one separation request,
+ *     then two at once (one batch), of 0.25 s in two chunks, each target and
+ *     residual against choir_sam_separate on the CPU (the model has a random
+ *     T5, token ids from the text's bytes); each batch's device memory
+ *     beyond the weights (the backend's peak) within the device bytes the
+ *     engine admitted it with (n x choir_sam_job_device_bytes), its host
+ *     arena within the arena.
  * Prints a table; exits 0 when every stage is within its tolerance, 1 when
  * one is not, 77 when no GPU is visible. */
 #include <math.h>
@@ -18,8 +25,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "choir/arena.h"
 #include "choir/backend_sam.h"
 #include "choir/cuda.h"
+#include "choir/engine.h"
+#include "choir/model.h"
 #include "choir/sam_audio.h"
 #include "models/sam_audio/sam_random.h"
 
@@ -175,6 +185,192 @@ done:
     return rc;
 }
 
+/* --- through the engine ------------------------------------------------- */
+
+/* The adapter (choir_model_sam_audio) over a model built in memory: the
+ * engine places it on the GPU (ops.gpu), admits each batch by the adapter's
+ * host and device estimates (estimate_device: choir_sam_job_device_bytes)
+ * and runs it there. The wrapper's run_batch records what each batch held on
+ * the device beyond the weights (the backend's measured peak) against the
+ * device bytes the engine reserved for it (n x the largest estimate), and
+ * its host arena's peak against the arena. */
+#define ENG_N 12000 /* two chunks of 0.2 s over 0.05 s */
+#define ENG_MAX 4
+
+static const sam_random_dims *g_dims;
+static choir_sam *g_replica;
+static int64_t g_replica_weights; /* its device bytes once built: the weights */
+static struct {
+    int n[ENG_MAX];
+    int64_t dev_peak[ENG_MAX], dev_reserved[ENG_MAX];
+    size_t arena_peak[ENG_MAX], arena_cap[ENG_MAX];
+    int on_gpu[ENG_MAX], rc[ENG_MAX];
+    int batches;
+} g_runs;
+
+static void *random_load(const char *dir, const choir_model_options *o, choir_err *err) {
+    (void)dir;
+    g_replica = sam_random_model(g_dims, 5, o ? o->device : 0, 0, err);
+    g_replica_weights = g_replica ? choir_sam_device_bytes(g_replica, NULL) : 0;
+    return g_replica;
+}
+static void random_free(void *w) {
+    sam_random_free(w);
+    g_replica = NULL;
+}
+static int64_t random_device_bytes(const void *w) { return choir_sam_device_bytes(w, NULL); }
+
+static int measured_run(void *w, choir_request *const *reqs, int n, choir_arena *arena, choir_err *err) {
+    choir_sam *m = w;
+    int64_t est = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t e = choir_model_sam_audio.estimate_device(w, reqs[i]);
+        if (e > est) est = e;
+    }
+    /* Beyond the weights: the context's kernel scratch, grown by an earlier
+     * batch and kept, counts against this one's estimate too. */
+    int64_t held = g_replica_weights, peak = 0;
+    choir_backend_mem_reset_peak(m->be);
+    int rc = choir_model_sam_audio.run_batch(w, reqs, n, arena, err);
+    choir_sam_device_bytes(m, &peak);
+    int k = g_runs.batches++;
+    if (k < ENG_MAX) {
+        g_runs.n[k] = n;
+        g_runs.dev_peak[k] = peak - held;
+        g_runs.dev_reserved[k] = est * n;
+        g_runs.arena_peak[k] = choir_arena_high_water(arena);
+        g_runs.arena_cap[k] = choir_arena_capacity(arena);
+        g_runs.on_gpu[k] = !choir_backend_is_host(m->be);
+        g_runs.rc[k] = rc;
+    }
+    return rc;
+}
+
+typedef struct eng_out {
+    float t[ENG_N], r[ENG_N];
+    int64_t n_t, n_r;
+    choir_sam_request x;
+} eng_out;
+
+static int take_target(void *user, const choir_output *o) {
+    eng_out *g = user;
+    if (o->n_samples > 0 && g->n_t + o->n_samples <= ENG_N) {
+        memcpy(g->t + g->n_t, o->samples, (size_t)o->n_samples * sizeof(float));
+        g->n_t += o->n_samples;
+    }
+    return 0;
+}
+
+static void take_residual(void *user, const float *r, int64_t n, int64_t offset) {
+    eng_out *g = user;
+    if (offset + n <= ENG_N) {
+        memcpy(g->r + offset, r, (size_t)n * sizeof(float));
+        if (offset + n > g->n_r) g->n_r = offset + n;
+    }
+}
+
+/* One request, then two at once (one batch), through an engine serving the
+ * adapter on the GPU; each output against choir_sam_separate of the same
+ * weights on the CPU. */
+static void run_engine(choir_sam *cpu) {
+    static const char *const prompt[2] = {"man speaking", "a dog barking"};
+    static eng_out out[2];
+    static float x[2][ENG_N], want_t[ENG_N], want_r[ENG_N];
+    choir_model_ops ops = choir_model_sam_audio;
+    ops.probe = NULL;
+    ops.load = random_load;
+    ops.free = random_free;
+    ops.device_bytes = random_device_bytes;
+    ops.run_batch = measured_run;
+    choir_err err = {0};
+    choir_engine_params ep = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
+    ep.memory_budget = (int64_t)4 << 30;
+    ep.max_batch = 2;
+    ep.wait_short_ms = 300;
+    choir_engine *e = choir_engine_create(&ep, &err);
+    if (!e || choir_engine_add_model(e, "sam", "/nonexistent/sam-random", &ops, &err)) {
+        printf("  engine: %s\n", err.msg);
+        g_fail = 1;
+        choir_engine_free(e);
+        return;
+    }
+    fill(x[0], ENG_N, 21, -0.6f, 0.6f);
+    fill(x[1], ENG_N, 22, -0.6f, 0.6f);
+    for (int round = 0; round < 2; round++) {
+        int n = round + 1;
+        choir_ticket *t[2] = {NULL, NULL};
+        for (int i = 0; i < n; i++) {
+            memset(&out[i], 0, sizeof out[i]);
+            out[i].x = (choir_sam_request){.description = prompt[i], .steps = 2, .on_residual = take_residual,
+                                          .residual_user = &out[i]};
+            choir_job j;
+            memset(&j, 0, sizeof j);
+            j.req.task = CHOIR_TASK_STS;
+            j.req.in.sts = (choir_sts_input){.samples = x[i], .n_samples = ENG_N, .sample_rate = CHOIR_SAM_RATE,
+                                             .chunk_seconds = 0.2, .overlap_seconds = 0.05, .has_chunk = 1,
+                                             .has_overlap = 1};
+            j.req.extra = &out[i].x;
+            j.priority = CHOIR_PRIORITY_NORMAL;
+            j.on_output = take_target;
+            j.user = &out[i];
+            if (!(t[i] = choir_engine_submit(e, &j, NULL, &err))) printf("  engine submit: %s\n", err.msg);
+        }
+        for (int i = 0; i < n; i++) {
+            int st = t[i] ? choir_ticket_wait(t[i], 120, &err) : CHOIR_EINVAL;
+            choir_ticket_free(t[i]);
+            char what[64];
+            snprintf(what, sizeof what, "engine, %s of %d: status", i ? "second" : "first", n);
+            if (st || out[i].n_t != ENG_N || out[i].n_r != ENG_N) {
+                printf("  %-34s %d (%s), %lld + %lld samples  FAIL\n", what, st, st ? err.msg : "",
+                       (long long)out[i].n_t, (long long)out[i].n_r);
+                g_fail = 1;
+                continue;
+            }
+            choir_sam_params p;
+            choir_sam_default_params(&p);
+            p.steps = 2;
+            p.chunk_seconds = 0.2;
+            p.overlap_seconds = 0.05;
+            if (choir_sam_separate(cpu, x[i], ENG_N, prompt[i], NULL, 0, &p, want_t, want_r, &err)) {
+                printf("  cpu separate: %s\n", err.msg);
+                g_fail = 1;
+                continue;
+            }
+            snprintf(what, sizeof what, "engine batch of %d, #%d target", n, i + 1);
+            report(what, rel(out[i].t, want_t, ENG_N), 1e-4);
+            snprintf(what, sizeof what, "engine batch of %d, #%d residual", n, i + 1);
+            report(what, rel(out[i].r, want_r, ENG_N), 1e-4);
+        }
+    }
+    choir_engine_stats st;
+    choir_engine_get_stats(e, &st);
+    choir_engine_device dev[2];
+    int nd = choir_engine_devices(e, dev, 2);
+    /* A batch whose host arena overflowed (CHOIR_ENOMEM before any audio)
+     * is retried by the engine; only the finished ones count. */
+    int ok = st.batch_size[1] == 1 && st.batch_size[2] == 1 && nd == 2 && dev[1].batches == 2;
+    printf("  %-34s sizes 1, 2: %llu, %llu; on %s: %llu  %s\n", "engine batches", (unsigned long long)st.batch_size[1],
+           (unsigned long long)st.batch_size[2], nd > 1 ? dev[1].name : "-",
+           nd > 1 ? (unsigned long long)dev[1].batches : 0ull, ok ? "ok" : "FAIL");
+    if (!ok) g_fail = 1;
+    for (int k = 0; k < g_runs.batches && k < ENG_MAX; k++) {
+        if (g_runs.rc[k] == CHOIR_ENOMEM) {
+            printf("  engine batch of %d: its host arena of %.3f MB overflowed (retried)\n", g_runs.n[k],
+                   (double)g_runs.arena_cap[k] / 1e6);
+            continue;
+        }
+        int fits = !g_runs.rc[k] && g_runs.on_gpu[k] && g_runs.dev_peak[k] > 0 &&
+                   g_runs.dev_peak[k] <= g_runs.dev_reserved[k] && g_runs.arena_peak[k] <= g_runs.arena_cap[k];
+        printf("  engine batch of %d: device %.3f MB held of %.3f MB estimated (%.0f%%), host arena %.3f of %.3f MB"
+               "  %s\n",
+               g_runs.n[k], (double)g_runs.dev_peak[k] / 1e6, (double)g_runs.dev_reserved[k] / 1e6,
+               g_runs.dev_reserved[k] > 0 ? 100.0 * (double)g_runs.dev_peak[k] / (double)g_runs.dev_reserved[k] : 0.0,
+               (double)g_runs.arena_peak[k] / 1e6, (double)g_runs.arena_cap[k] / 1e6, fits ? "ok" : "FAIL");
+        if (!fits) g_fail = 1;
+    }
+    choir_engine_free(e);
+}
+
 int main(void) {
     if (choir_cuda_device_count() < 1) {
         printf("sam_audio_gpu_check: no CUDA device, skipped\n");
@@ -188,6 +384,7 @@ int main(void) {
     memcpy(d.enc_rates, enc, sizeof enc);
     memcpy(d.dec_rates, dec, sizeof dec);
     d.D = 64, d.H = 4, d.L = 2, d.text_dim = 16, d.freq_dim = 16, d.anchor_dim = 8, d.max_pos = 512;
+    d.t5_layers = 2, d.t5_heads = 2, d.t5_d_kv = 8, d.t5_d_ff = 32, d.t5_vocab = 64;
     choir_sam *cpu = sam_random_model(&d, 5, 0, 0, &err);
     choir_sam *gpu = cpu ? sam_random_model(&d, 5, 1, 0, &err) : NULL;
     if (!cpu || !gpu) {
@@ -199,6 +396,8 @@ int main(void) {
     check_ops(cpu->be, gpu->be);
     if (run_model(cpu, gpu)) g_fail = 1;
     sam_random_free(gpu);
+    g_dims = &d;
+    run_engine(cpu);
     sam_random_free(cpu);
     printf("sam_audio_gpu_check: %s\n", g_fail ? "FAIL" : "PASS");
     return g_fail;

@@ -138,6 +138,8 @@ choir_stream *sam_stream_open(const choir_sam *m, size_t work_bytes, choir_err *
 
 const char *choir_sam_backend_name(const choir_sam *m) { return m && m->be ? choir_backend_name(m->be) : "cpu"; }
 
+size_t choir_sam_weight_bytes(const choir_sam *m) { return m ? m->bytes : 0; }
+
 int64_t choir_sam_device_bytes(const choir_sam *m, int64_t *peak) {
     if (peak) *peak = m && m->be ? choir_backend_mem_peak(m->be) : 0;
     return m && m->be ? choir_backend_mem_current(m->be) : 0;

@@ -43,20 +43,25 @@ static int64_t conv_out_len(const sam_conv *c, int64_t T) {
 }
 
 /* Kernel scratch of conv_bias on T frames (a causal conv runs unpadded
- * over its padded copy, which has the same output length). */
-static size_t conv_scratch(const sam_conv *c, int64_t T) {
+ * over its padded copy, which has the same output length): the CPU kernel's,
+ * or with `dev` the CUDA one's, its taps [cin * k, Tout] in f32 for the
+ * im2col product (cuda_kernels.cu, taken when cin * k >= 32). */
+static size_t conv_scratch(const sam_conv *c, int64_t T, int dev) {
     int64_t l, r;
     conv_pads(c, T, &l, &r);
+    if (dev) return c->cin * c->k >= 32 ? (size_t)(c->cin * c->k * conv_out_len(c, T)) * sizeof(float) : 0;
     if (!c->causal) return choir_conv1d_scratch_bytes(c->cin, T, c->k, c->stride, (int)l, c->dilation, 1);
     return choir_conv1d_scratch_bytes(c->cin, T + l + r, c->k, c->stride, 0, c->dilation, 1);
 }
 
-static size_t convt_scratch(const sam_convt *c, int64_t T) {
+/* CUDA: the product [cout * k, T] in f32 (cuda_audio.cu), aligned. */
+static size_t convt_scratch(const sam_convt *c, int64_t T, int dev) {
+    if (dev) return (size_t)(c->cout * c->k * T) * sizeof(float) + 256;
     return choir_conv_transpose1d_scratch_bytes(c->cin, T, c->cout, c->k, 1);
 }
 
-static size_t ru_scratch(const sam_ru *r, int64_t T) {
-    size_t a = conv_scratch(&r->c1, T), b = conv_scratch(&r->c2, T);
+static size_t ru_scratch(const sam_ru *r, int64_t T, int dev) {
+    size_t a = conv_scratch(&r->c1, T, dev), b = conv_scratch(&r->c2, T, dev);
     return a > b ? a : b;
 }
 
@@ -127,18 +132,18 @@ static int64_t enc_floats(const sam_codec *c, int64_t L, int64_t T) {
 }
 
 /* The most kernel scratch one of the encoder's calls takes for L samples
- * (the order of choir_sam_encode's convolutions). */
-static size_t enc_scratch(const sam_codec *c, int64_t L) {
-    size_t most = conv_scratch(&c->enc_in, L);
+ * (the order of choir_sam_encode's convolutions), on the CPU or (dev) CUDA. */
+static size_t enc_scratch(const sam_codec *c, int64_t L, int dev) {
+    size_t most = conv_scratch(&c->enc_in, L, dev);
     int64_t len = L;
     for (int i = 0; i < c->n_enc; i++) {
         const sam_enc_block *e = &c->enc[i];
-        for (int r = 0; r < 3; r++) MAXZ(most, ru_scratch(&e->ru[r], len));
-        MAXZ(most, conv_scratch(&e->down, len));
+        for (int r = 0; r < 3; r++) MAXZ(most, ru_scratch(&e->ru[r], len, dev));
+        MAXZ(most, conv_scratch(&e->down, len, dev));
         len = conv_out_len(&e->down, len);
     }
-    MAXZ(most, conv_scratch(&c->enc_out, len));
-    MAXZ(most, conv_scratch(&c->in_proj, len));
+    MAXZ(most, conv_scratch(&c->enc_out, len, dev));
+    MAXZ(most, conv_scratch(&c->in_proj, len, dev));
     return most;
 }
 
@@ -147,7 +152,7 @@ sam_need sam_encode_need(const choir_sam *m, int64_t n) {
     int64_t T = (n + c->hop - 1) / c->hop, L = T * c->hop;
     sam_need need = {0};
     need.work = (size_t)(3 * enc_floats(c, L, T) + n + T * c->cb) * sizeof(float) + 5 * 256;
-    need.scratch = enc_scratch(c, L);
+    need.scratch = enc_scratch(c, L, !choir_backend_is_host(m->be));
     return need;
 }
 
@@ -252,38 +257,38 @@ static void dec_floats(const sam_codec *c, int64_t T, int64_t *maxe_out, int64_t
 
 /* The most kernel scratch one of the decoder's calls takes for T frames
  * (the order of sam_decode_in's convolutions and LSTMs). */
-static size_t dec_scratch(const sam_codec *c, int64_t T) {
+static size_t dec_scratch(const sam_codec *c, int64_t T, int dev) {
     int64_t L = T * c->hop, len = T;
-    size_t most = conv_scratch(&c->out_proj, T);
-    MAXZ(most, conv_scratch(&c->dec_in, T));
+    size_t most = conv_scratch(&c->out_proj, T, dev);
+    MAXZ(most, conv_scratch(&c->dec_in, T, dev));
     for (int i = 0; i < c->n_dec; i++) {
         const sam_dec_block *d = &c->dec[i];
-        MAXZ(most, convt_scratch(&d->up, len));
+        MAXZ(most, convt_scratch(&d->up, len, dev));
         len *= d->up.stride;
-        for (int r = 0; r < 3; r++) MAXZ(most, ru_scratch(&d->ru[r], len));
+        for (int r = 0; r < 3; r++) MAXZ(most, ru_scratch(&d->ru[r], len, dev));
     }
-    MAXZ(most, conv_scratch(&c->wm_pre1, L));
+    MAXZ(most, conv_scratch(&c->wm_pre1, L, dev));
     if (!c->has_wm) return most;
     int64_t wl = L;
-    MAXZ(most, conv_scratch(&c->wm_pre3, L));
+    MAXZ(most, conv_scratch(&c->wm_pre3, L, dev));
     for (int i = c->n_dec - 1; i >= 0; i--) {
         const sam_dec_block *d = &c->dec[i];
-        MAXZ(most, ru_scratch(&d->wm_ru7, wl));
-        MAXZ(most, conv_scratch(&d->wm_down, wl));
+        MAXZ(most, ru_scratch(&d->wm_ru7, wl, dev));
+        MAXZ(most, conv_scratch(&d->wm_down, wl, dev));
         wl = conv_out_len(&d->wm_down, wl);
     }
-    /* the LSTMs' gates: 4H (T + 1) floats */
-    MAXZ(most, (size_t)(4 * c->wm_enc_lstm.H * (wl + 1)) * sizeof(float));
-    MAXZ(most, (size_t)(4 * c->wm_dec_lstm.H * (wl + 1)) * sizeof(float));
-    MAXZ(most, conv_scratch(&c->wm_post2, wl));
-    MAXZ(most, conv_scratch(&c->wm_dec_pre0, wl));
+    /* the LSTMs' gates: 4H (T + 1) floats (working memory on CUDA) */
+    if (!dev) MAXZ(most, (size_t)(4 * c->wm_enc_lstm.H * (wl + 1)) * sizeof(float));
+    if (!dev) MAXZ(most, (size_t)(4 * c->wm_dec_lstm.H * (wl + 1)) * sizeof(float));
+    MAXZ(most, conv_scratch(&c->wm_post2, wl, dev));
+    MAXZ(most, conv_scratch(&c->wm_dec_pre0, wl, dev));
     for (int i = 0; i < c->n_dec; i++) {
         const sam_dec_block *d = &c->dec[i];
-        MAXZ(most, convt_scratch(&d->wm_up, wl));
+        MAXZ(most, convt_scratch(&d->wm_up, wl, dev));
         wl *= d->wm_up.stride;
-        MAXZ(most, ru_scratch(&d->wm_ru6, wl));
+        MAXZ(most, ru_scratch(&d->wm_ru6, wl, dev));
     }
-    MAXZ(most, conv_scratch(&c->wm_post1, wl));
+    MAXZ(most, conv_scratch(&c->wm_post1, wl, dev));
     return most;
 }
 
@@ -297,7 +302,7 @@ sam_need sam_decode_need(const choir_sam *m, int64_t T) {
     int64_t gates = c->has_wm && !choir_backend_is_host(m->be) ? 4 * 512 * (Tw + 2) : 0;
     sam_need need = {0};
     need.work = (size_t)(4 * maxe + scr + gates + L + T * c->cb + 128) * sizeof(float) + 8 * 256;
-    need.scratch = dec_scratch(c, T);
+    need.scratch = dec_scratch(c, T, !choir_backend_is_host(m->be));
     return need;
 }
 

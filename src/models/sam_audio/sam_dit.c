@@ -69,6 +69,19 @@ size_t sam_dit_scratch_bytes(const choir_sam *m, const choir_sam_item *items, in
     return most;
 }
 
+/* On CUDA the largest kernel scratch is the context's, grown to the most one
+ * call asks: attention's scores [H, T, Tk] in f32 (the GEMM path of long
+ * query blocks), the patcher's im2col taps [3 D, T]; f32 linears are cuBLAS
+ * products (no choir scratch). */
+size_t sam_dit_device_scratch_bytes(const choir_sam *m, const choir_sam_item *items, int n) {
+    const sam_dit *d = &m->dit;
+    int64_t N, Tmax, Lmax, Lsum;
+    batch_dims(items, n, &N, &Tmax, &Lmax, &Lsum);
+    int64_t most = d->H * Tmax * (Tmax > Lmax ? Tmax : Lmax);
+    if (3 * d->D * Tmax > most) most = 3 * d->D * Tmax;
+    return (size_t)most * sizeof(float);
+}
+
 size_t sam_batch_bytes(const choir_sam *m, const choir_sam_item *items, int n) {
     const sam_dit *d = &m->dit;
     int64_t N, Tmax, Lmax, Lsum;

@@ -32,6 +32,8 @@ size_t sam_batch_bytes(const choir_sam *m, const choir_sam_item *items, int n);
 /* The most kernel scratch one kernel call of the batch's evaluation (or
  * its preparation) takes on the CPU. */
 size_t sam_dit_scratch_bytes(const choir_sam *m, const choir_sam_item *items, int n);
+/* The same on CUDA (the context's scratch; f32 weights). */
+size_t sam_dit_device_scratch_bytes(const choir_sam *m, const choir_sam_item *items, int n);
 /* Uploads and prepares the items on stream s (reserved with at least
  * sam_batch_bytes); b->p is caller storage for n preps. Returns 0 or the
  * error (also on the stream). */

@@ -193,7 +193,8 @@ choir_stream *sam_stream_open(const choir_sam *m, size_t work_bytes, choir_err *
 /* What one stage of a call (an encode, a decode, an ODE, T5) takes:
  * `work`, the buffers it carves from its stream (device memory on a GPU,
  * the call's arena on the CPU); `scratch`, the kernel scratch of its
- * largest kernel call on the CPU (carved from the arena too); `host`, host
+ * largest kernel call on m's backend (on the CPU carved from the arena too;
+ * on CUDA the context's scratch, which grows to it and stays); `host`, host
  * buffers the stage carves from the arena on any backend (staging, state
  * pointers). */
 typedef struct sam_need {

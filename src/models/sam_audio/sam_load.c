@@ -806,7 +806,6 @@ void choir_sam_free(choir_sam *m) {
     choir_free(m);
 }
 
-size_t choir_sam_weight_bytes(const choir_sam *m) { return m ? m->bytes : 0; }
 int choir_sam_hop(const choir_sam *m) { return m->codec.hop; }
 int choir_sam_channels(const choir_sam *m) { return (int)m->codec.cb; }
 int choir_sam_has_text(const choir_sam *m) { return m && m->has_t5; }

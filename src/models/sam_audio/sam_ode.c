@@ -73,7 +73,8 @@ sam_need sam_ode_need(const choir_sam *m, const choir_sam_item *items, int n) {
     need.host = sam_up((size_t)n * sizeof(sam_prep)) + sam_up((size_t)sam_batch_host_floats(m, items, n) * sizeof(float)) +
                 sam_up((size_t)n * sizeof(float)) + sam_up((size_t)(3 * n) * sizeof(float *));
     need.work = sam_batch_bytes(m, items, n) + (size_t)(3 * total) * sizeof(float) + 3 * 256;
-    need.scratch = sam_dit_scratch_bytes(m, items, n);
+    need.scratch = choir_backend_is_host(m->be) ? sam_dit_scratch_bytes(m, items, n)
+                                                : sam_dit_device_scratch_bytes(m, items, n);
     return need;
 }
 

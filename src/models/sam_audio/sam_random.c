@@ -108,6 +108,26 @@ void sam_random_published(sam_random_dims *d, int64_t D, int64_t H, int64_t L) {
 
 static const int WM_RATES[SAM_WM_BLOCKS] = {8, 5, 4, 2};
 
+static void t5(rnd *r, const sam_random_dims *dm) {
+    sam_t5 *t = &r->m->t5;
+    t->d = dm->text_dim, t->d_kv = dm->t5_d_kv, t->n_heads = dm->t5_heads, t->n_layers = dm->t5_layers;
+    t->d_ff = dm->t5_d_ff, t->vocab = dm->t5_vocab, t->buckets = 32, t->max_distance = 128, t->eps = 1e-6f;
+    t->max_length = 512;
+    int64_t d = t->d, inner = t->n_heads * t->d_kv;
+    t->embed = uni(r, t->vocab * d, -1, 1);
+    t->rel_bias = uni(r, (int64_t)t->buckets * t->n_heads, -0.5f, 0.5f);
+    t->layers = (sam_t5_layer *)own(r, (int64_t)((t->n_layers * (int64_t)sizeof(sam_t5_layer) + 3) / 4));
+    if (t->layers) memset(t->layers, 0, (size_t)t->n_layers * sizeof *t->layers);
+    for (int64_t i = 0; i < t->n_layers && t->layers; i++) {
+        sam_t5_layer *l = &t->layers[i];
+        mat(r, &l->q, inner, d), mat(r, &l->k, inner, d), mat(r, &l->v, inner, d), mat(r, &l->o, d, inner);
+        l->ln1 = uni(r, d, 0.8f, 1.2f), l->ln2 = uni(r, d, 0.8f, 1.2f);
+        mat(r, &l->wi, t->d_ff, d), mat(r, &l->wo, d, t->d_ff);
+    }
+    t->final_ln = uni(r, d, 0.8f, 1.2f);
+    r->m->has_t5 = !r->failed;
+}
+
 choir_sam *sam_random_model(const sam_random_dims *dm, uint64_t seed, int device, int bf16, choir_err *err) {
     if (dm->n_enc < 1 || dm->n_enc > SAM_MAX_RATES || dm->n_dec < 1 || dm->n_dec > SAM_MAX_RATES || dm->D % dm->H ||
         (dm->watermark && (dm->n_dec != SAM_WM_BLOCKS || dm->dec_dim != 1536))) {
@@ -204,6 +224,7 @@ choir_sam *sam_random_model(const sam_random_dims *dm, uint64_t seed, int device
     mat(&r, &t->anchor_proj, D, t->anchor_dim);
     t->anchor_gate = 0.66f;
     t->video_const = uni(&r, D, -0.5f, 0.5f);
+    if (dm->t5_layers > 0) t5(&r, dm);
     if (r.failed) {
         choir_err_set(err, CHOIR_ENOMEM, "sam-audio random: out of memory for the weights");
         goto fail;

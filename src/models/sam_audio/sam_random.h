@@ -1,5 +1,5 @@
 /* A SAM-Audio model with random weights built in memory, without files, a
- * config parser or a T5 (sam_random.c): for the GPU check and the GPU bench,
+ * config parser or a tokenizer (sam_random.c): for the GPU check and the GPU bench,
  * which run where choir's file and JSON libraries are not installed. The
  * structure is the real one (the codec's blocks and watermark path, the
  * DiT's layers); weights are uniform with 1/sqrt(fan-in) scales, Snake
@@ -19,6 +19,11 @@ typedef struct sam_random_dims {
     int dec_rates[SAM_MAX_RATES];
     int watermark;            /* needs dec_dim 1536, 4 blocks, hop a multiple of 320 */
     int64_t D, H, L, text_dim, freq_dim, anchor_dim, max_pos;
+    /* A T5 encoder of width text_dim (t5_layers 0: none, text prompts fail):
+     * relu FFN, 32 buckets over 128 positions, no tokenizer (token ids from
+     * the text's bytes, choir_sam_tokenize). Drawn after everything else, so
+     * the codec's and the DiT's weights do not depend on it. */
+    int64_t t5_layers, t5_heads, t5_d_kv, t5_d_ff, t5_vocab;
 } sam_random_dims;
 
 /* The published codec and a DiT of width D, H heads, L layers. */

@@ -494,6 +494,12 @@ int64_t choir_sam_job_device_bytes(const choir_sam *m, int64_t n_samples, int te
     int64_t T = (g.first_len + m->codec.hop - 1) / m->codec.hop;
     choir_sam_item it = {.frames = T, .valid_frames = T, .text_len = text_tokens};
     sam_need ne = sam_encode_need(m, g.first_len), nd = sam_decode_need(m, T), no = sam_ode_need(m, &it, 1);
-    size_t most = ne.work > nd.work ? ne.work : nd.work;
-    return (int64_t)(no.work > most ? no.work : most);
+    /* One stage's stream at a time, beside the context's kernel scratch,
+     * which keeps the size of the largest call so far. */
+    size_t work = ne.work > nd.work ? ne.work : nd.work, scratch = ne.scratch > nd.scratch ? ne.scratch : nd.scratch;
+    if (no.work > work) work = no.work;
+    if (no.scratch > scratch) scratch = no.scratch;
+    /* the context's scratch is never smaller than 1 MiB (cuda_context.cu) */
+    if (scratch > 0 && scratch < ((size_t)1 << 20)) scratch = (size_t)1 << 20;
+    return (int64_t)(work + scratch);
 }

@@ -4,7 +4,8 @@
 # as their CPU references) with AddressSanitizer, on a machine without a GPU:
 # it checks the check itself and the model's CUDA-side data path (weights
 # put on the backend, device buffers carved from the stream, uploads and
-# downloads, the ODE's states kept on the device), not the CUDA kernels.
+# downloads, the ODE's states kept on the device; requests through the engine
+# on the GPU and its device accounts), not the CUDA kernels.
 # Usage, from the repository root:
 #   bash tests/cuda/fake/run_fake_sam.sh [OUT_DIR]   (default /tmp/choir-fake-sam)
 set -eu
@@ -18,5 +19,9 @@ fake_cuda src/tensor/backend/backend.c src/tensor/backend/stream.c src/tensor/ba
     src/models/sam_audio/sam_dit.c src/models/sam_audio/sam_ode.c src/models/sam_audio/sam_plan.c \
     src/models/sam_audio/sam_backend.c src/models/sam_audio/sam_random.c \
     src/audio/chunker.c
+# The engine case: the engine, the model interface, SAM-Audio's adapter, job
+# code and T5, with stand-ins for the libraries a GPU machine lacks.
+fake_cuda src/engine/*.c src/models/model.c src/models/sam_audio/sam_model.c \
+    src/models/sam_audio/sam_sep.c src/models/sam_audio/sam_t5.c tests/cuda/stub/sam_engine_stubs.c
 fake_build sam_audio_gpu_check_fake
 "$OUT/sam_audio_gpu_check_fake"
