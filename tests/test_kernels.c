@@ -187,6 +187,55 @@ static void test_linear_batch_invariant(void **state) {
     free(wf), free(x), free(b), free(wh), free(single), free(batched);
 }
 
+/* choir_linear_n gives each layer's choir_linear bits: three weights of one
+ * kind and width (q/k/v-like, 67, 130 and 8 rows: tails of the four-row
+ * pass, uneven slices), one without bias, at a step's rows (fused into one
+ * job) and at 30 rows (n plain calls), and a mixed set (one f32 among
+ * f16: fused too, each task reading its own weight's kind). */
+static void test_linear_n(void **state) {
+    (void)state;
+    const int64_t K = 203, Ns[3] = {67, 130, 8}, MAXM = 30;
+    float *x = rnd((size_t)(MAXM * K), 21);
+    float *wf[3], *b[3], *want[3], *got[3];
+    uint16_t *wh[3];
+    for (int i = 0; i < 3; i++) {
+        wf[i] = rnd((size_t)(Ns[i] * K), 22 + i);
+        b[i] = rnd((size_t)Ns[i], 25 + i);
+        wh[i] = malloc((size_t)(Ns[i] * K) * sizeof(uint16_t));
+        want[i] = malloc((size_t)(MAXM * Ns[i]) * sizeof(float));
+        got[i] = malloc((size_t)(MAXM * Ns[i]) * sizeof(float));
+    }
+    const choir_weight_kind kinds[] = {CHOIR_WEIGHT_F32, CHOIR_WEIGHT_F16, CHOIR_WEIGHT_BF16};
+    const int64_t Ms[] = {1, 3, 5, 24, 30};
+    for (int k = 0; k < 4; k++) {
+        choir_weight W[3];
+        for (int i = 0; i < 3; i++) {
+            /* k == 3: f16 weights with an f32 one in the middle. */
+            choir_weight_kind kind = k < 3 ? kinds[k] : i == 1 ? CHOIR_WEIGHT_F32 : CHOIR_WEIGHT_F16;
+            W[i] = choir_weight_f32(wf[i], Ns[i], K);
+            if (kind == CHOIR_WEIGHT_F16) choir_f32_to_f16_n(wf[i], wh[i], Ns[i] * K);
+            if (kind == CHOIR_WEIGHT_BF16) choir_f32_to_bf16_n(wf[i], wh[i], Ns[i] * K);
+            if (kind != CHOIR_WEIGHT_F32) W[i].kind = kind, W[i].data = wh[i];
+        }
+        const choir_weight *Wp[3] = {&W[0], &W[1], &W[2]};
+        const float *bp[3] = {b[0], NULL, b[2]};
+        FOR_EACH_ISA(isa) {
+            for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+                int64_t M = Ms[mi];
+                for (int i = 0; i < 3; i++) {
+                    choir_linear(x, M, &W[i], bp[i], want[i]);
+                    memset(got[i], 0xff, (size_t)(M * Ns[i]) * sizeof(float));
+                }
+                choir_linear_n(x, M, 3, Wp, bp, got);
+                for (int i = 0; i < 3; i++)
+                    assert_memory_equal(got[i], want[i], (size_t)(M * Ns[i]) * sizeof(float));
+            }
+        }
+    }
+    for (int i = 0; i < 3; i++) free(wf[i]), free(b[i]), free(wh[i]), free(want[i]), free(got[i]);
+    free(x);
+}
+
 /* --- elementwise ------------------------------------------------------------- */
 
 typedef void (*unary_fn)(float *x, int64_t n);
@@ -652,6 +701,7 @@ int main(void) {
         cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_linear),
         cmocka_unit_test(test_linear_batch_invariant),
+        cmocka_unit_test(test_linear_n),
         cmocka_unit_test(test_activations),
         cmocka_unit_test(test_snake),
         cmocka_unit_test(test_binary),

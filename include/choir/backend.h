@@ -281,6 +281,11 @@ int choir_op_convert(choir_stream *s, const float *src, void *dst, choir_dtype d
  * this backend (choir_backend_weight); y must not alias x. */
 int choir_op_linear(choir_stream *s, const float *x, int64_t M, const choir_weight *W,
                     const float *bias, float *y);
+/* n (<= 8) of them over the same x: y[i] = x W[i]^T (+ bias[i]), each as
+ * choir_op_linear gives it. The CPU runs a decoder step's few rows of them
+ * as one pool job (choir_linear_n); elsewhere they are n operations. */
+int choir_op_linear_n(choir_stream *s, const float *x, int64_t M, int n,
+                      const choir_weight *const *W, const float *const *bias, float *const *y);
 /* Flags of choir_op_linear_bf16. */
 #define CHOIR_LINEAR_GELU 1u       /* y = GELU_erf(x W^T + bias) */
 #define CHOIR_LINEAR_ACCUMULATE 2u /* y += x W^T + bias (y f32) */

@@ -58,6 +58,15 @@ void choir_gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
  * NULL), for W in any storage (f32, f16, bf16 with f32 accumulation; quantized
  * weights dequantized on the fly). M = 1 is the matrix-vector case. */
 void choir_linear(const float *x, int64_t M, const choir_weight *W, const float *bias, float *y);
+/* n linear layers over the same input rows (a decoder layer's q, k and v
+ * projections): y[i] = x W[i]^T (+ bias[i], which may be NULL) for i < n,
+ * each output bit-identical to choir_linear(x, M, W[i], bias[i], y[i]).
+ * When every W[i] is f32, f16 or bf16 with the same cols and M is a decoder
+ * step's few rows (the dot-product path), all of them are one pool job, so
+ * the threads meet once instead of n times; otherwise it is n calls. n <= 8;
+ * no y[i] may alias x. */
+void choir_linear_n(const float *x, int64_t M, int n, const choir_weight *const *W,
+                    const float *const *bias, float *const *y);
 
 /* --- elementwise (in-place where the name says so) ---------------------- */
 void choir_add(const float *a, const float *b, float *y, int64_t n);   /* y = a + b */

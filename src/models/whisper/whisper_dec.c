@@ -211,9 +211,12 @@ static void dec_block(choir_stream *s, const wh_block *blk, int l, const choir_w
                       const wh_dec_batch *b, const wh_dec_io *io, const wh_qk_req *qk) {
     int64_t d = D->d_model, N = b->N;
     choir_op_layer_norm(s, io->x, io->h, N, d, blk->attn_ln_g, blk->attn_ln_b, WH_LN_EPS);
-    choir_op_linear(s, io->h, N, &blk->attn.q, blk->attn.bq, io->q);
-    choir_op_linear(s, io->h, N, &blk->attn.k, NULL, io->k);
-    choir_op_linear(s, io->h, N, &blk->attn.v, blk->attn.bv, io->v);
+    /* q, k and v from the same rows: one operation (on the CPU one pool job
+     * for a step's few rows). */
+    const choir_weight *qkv[3] = {&blk->attn.q, &blk->attn.k, &blk->attn.v};
+    const float *qkv_b[3] = {blk->attn.bq, NULL, blk->attn.bv};
+    float *qkv_y[3] = {io->q, io->k, io->v};
+    choir_op_linear_n(s, io->h, N, 3, qkv, qkv_b, qkv_y);
     self_attention(s, b, l, D, io);
     /* The residual adds and the MLP's GELU ride on the products (fused on a
      * device's few-row GEMV path; elsewhere the product lands in h first). */

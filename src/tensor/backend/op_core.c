@@ -168,6 +168,27 @@ int choir_op_linear_ex(choir_stream *s, const float *x, int64_t M, const choir_w
     return gelu ? choir_op_act(s, CHOIR_ACT_GELU_ERF, y, M * W->rows, 0.0f) : choir_stream_status(s, NULL);
 }
 
+int choir_op_linear_n(choir_stream *s, const float *x, int64_t M, int n,
+                      const choir_weight *const *W, const float *const *bias, float *const *y) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (n < 0 || n > 8) return be_invalid(s, "linear_n: %d layers (0..8)", n);
+    for (int i = 0; i < n; i++)
+        if (M < 0 || W[i]->rows < 0 || W[i]->cols < 0)
+            return be_invalid(s, "linear_n: negative size");
+    if (M == 0 || n == 0) return 0;
+    if (be_host(s)) {
+        choir_kernel_scratch *prev = be_kernel_begin(s);
+        choir_linear_n(x, M, n, W, bias, y);
+        be_kernel_end(prev);
+        return 0;
+    }
+    for (int i = 0; i < n; i++) {
+        s->ops--; /* one operation, however many layers */
+        if (choir_op_linear(s, x, M, W[i], bias[i], y[i])) return s->err.code;
+    }
+    return 0;
+}
+
 int choir_op_linear_bf16(choir_stream *s, const uint16_t *x, int64_t M, const choir_weight *W,
                          const float *bias, void *y, choir_dtype y_dtype, unsigned flags) {
     if (!choir_stream_ok(s)) return s->err.code;

@@ -186,6 +186,20 @@ static void linear_block_range(void *ctx, int64_t begin, int64_t end, int worker
     }
 }
 
+/* Row tasks of a dot-path linear over N weight rows of K: at least ~32k
+ * multiply-adds (64 KB of f16 weights) each, at most four per thread, of
+ * equal size (a multiple of four rows): the pool's workers spin between
+ * jobs, so even a decoder step's small projections split evenly instead of
+ * leaving one thread a short remainder. */
+static int64_t linear_dot_grain(int64_t M, int64_t N, int64_t K, int threads) {
+    double macs = (double)K * (double)M * (double)N;
+    int64_t tasks = (int64_t)(macs / 32768.0);
+    if (tasks > 4 * (int64_t)threads) tasks = 4 * (int64_t)threads;
+    if (tasks < 1) tasks = 1;
+    int64_t grain = (N + tasks - 1) / tasks;
+    return (grain + 3) / 4 * 4;
+}
+
 void choir_linear(const float *x, int64_t M, const choir_weight *W, const float *bias, float *y) {
     if (M <= 0 || W->rows <= 0) return;
     if (W->kind == CHOIR_WEIGHT_QUANT) {
@@ -224,18 +238,56 @@ void choir_linear(const float *x, int64_t M, const choir_weight *W, const float 
             return;
         }
     }
-    /* Tasks of at least ~32k multiply-adds (64 KB of f16 weights), at most
-     * four per thread, of equal size (a multiple of four rows): the pool's
-     * workers spin between jobs, so even a decoder step's small projections
-     * split evenly instead of leaving one thread a short remainder. */
-    int threads = choir_pool_threads(pool);
-    double macs = (double)K * (double)M * (double)N;
-    int64_t tasks = (int64_t)(macs / 32768.0);
-    if (tasks > 4 * (int64_t)threads) tasks = 4 * (int64_t)threads;
-    if (tasks < 1) tasks = 1;
-    int64_t grain = (N + tasks - 1) / tasks;
-    grain = (grain + 3) / 4 * 4;
+    int64_t grain = linear_dot_grain(M, N, K, choir_pool_threads(pool));
     choir_pool_parallel_for(pool, N, grain, linear_dot_range, &j);
+}
+
+#define LINEAR_N_MAX 8
+/* Tasks of one fused job (on the caller's stack, 16 KiB): four per thread
+ * per linear, up to 8 linears of 16 threads or fewer linears of more. */
+#define LINEAR_N_TASKS 512
+
+/* Several dot-path linears as one job: task t is rows [lo, hi) of weight
+ * `which`, the slices each linear alone would have been split into. */
+typedef struct linear_n_job {
+    linear_job jobs[LINEAR_N_MAX];
+    int32_t which[LINEAR_N_TASKS];
+    int32_t lo[LINEAR_N_TASKS], hi[LINEAR_N_TASKS];
+} linear_n_job;
+
+static void linear_n_range(void *ctx, int64_t begin, int64_t end, int worker) {
+    const linear_n_job *j = ctx;
+    for (int64_t t = begin; t < end; t++)
+        linear_dot_range((void *)&j->jobs[j->which[t]], j->lo[t], j->hi[t], worker);
+}
+
+void choir_linear_n(const float *x, int64_t M, int n, const choir_weight *const *W,
+                    const float *const *bias, float *const *y) {
+    if (M <= 0 || n <= 0) return;
+    bool fused = n <= LINEAR_N_MAX && M <= LINEAR_DOT_MAX_M;
+    for (int i = 0; fused && i < n; i++)
+        fused = W[i]->kind != CHOIR_WEIGHT_QUANT && W[i]->cols == W[0]->cols && W[i]->rows > 0 &&
+                W[i]->rows <= INT32_MAX;
+    choir_pool *pool = choir_pool_default();
+    int threads = choir_pool_threads(pool);
+    if (!fused || (int64_t)n * 4 * threads > LINEAR_N_TASKS) {
+        for (int i = 0; i < n; i++) choir_linear(x, M, W[i], bias[i], y[i]);
+        return;
+    }
+    choir_blas_init();
+    linear_n_job j;
+    const choir_cpu_ops *ops = choir_cpu_ops_now();
+    int64_t tasks = 0;
+    for (int i = 0; i < n; i++) {
+        j.jobs[i] = (linear_job){ops, x, M, W[i], bias[i], y[i], NULL, 0, NULL};
+        int64_t N = W[i]->rows, grain = linear_dot_grain(M, N, W[i]->cols, threads);
+        for (int64_t r = 0; r < N; r += grain, tasks++) {
+            j.which[tasks] = i;
+            j.lo[tasks] = (int32_t)r;
+            j.hi[tasks] = (int32_t)(r + grain < N ? r + grain : N);
+        }
+    }
+    choir_pool_parallel_for(pool, tasks, 1, linear_n_range, &j);
 }
 
 size_t choir_linear_scratch_bytes(int64_t M, const choir_weight *W) {
