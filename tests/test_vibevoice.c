@@ -484,23 +484,12 @@ static int adapter_collect(void *user, const choir_output *out) {
     return 0;
 }
 
-static void copy_file(const char *from, const char *to) {
-    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
-    assert_non_null(in);
-    assert_non_null(out);
-    char buf[65536];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, in)) > 0) assert_int_equal(fwrite(buf, 1, n, out), n);
-    fclose(in);
-    fclose(out);
-}
-
 static void test_adapter_arena(void **state) {
     (void)state;
     const choir_model_ops *ops = &choir_model_vibevoice;
     char tok[1200];
     snprintf(tok, sizeof tok, "%s/tokenizer.json", g_hf);
-    copy_file(tu_fixture("real/tokenizer/qwen2.5/tokenizer.json"), tok);
+    tu_copy_file(tu_fixture("real/tokenizer/qwen2.5/tokenizer.json"), tok);
     choir_err err = {0};
     void *w = ops->load(g_hf, NULL, &err);
     assert_non_null(w);
@@ -573,7 +562,7 @@ static void test_adapter_batch(void **state) {
     const choir_model_ops *ops = &choir_model_vibevoice;
     char tok[1200];
     snprintf(tok, sizeof tok, "%s/tokenizer.json", g_hf);
-    copy_file(tu_fixture("real/tokenizer/qwen2.5/tokenizer.json"), tok);
+    tu_copy_file(tu_fixture("real/tokenizer/qwen2.5/tokenizer.json"), tok);
     choir_err err = {0};
     void *w = ops->load(g_hf, NULL, &err);
     assert_non_null(w);
@@ -631,7 +620,7 @@ static void test_engine_calibrates(void **state) {
     (void)state;
     char tok[1200];
     snprintf(tok, sizeof tok, "%s/tokenizer.json", g_hf);
-    copy_file(tu_fixture("real/tokenizer/qwen2.5/tokenizer.json"), tok);
+    tu_copy_file(tu_fixture("real/tokenizer/qwen2.5/tokenizer.json"), tok);
     const choir_st_tensor *iv = ref("input_values");
     choir_vibevoice_opts o;
     choir_vibevoice_default_opts(&o);

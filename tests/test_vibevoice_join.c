@@ -32,17 +32,6 @@
 static char g_dir[1024];
 static choir_st *g_ref;
 
-static void copy_file(const char *from, const char *to) {
-    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
-    assert_non_null(in);
-    assert_non_null(out);
-    char buf[65536];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, in)) > 0) assert_int_equal(fwrite(buf, 1, n, out), n);
-    fclose(in);
-    fclose(out);
-}
-
 static int setup(void **state) {
     (void)state;
     choir_err err;
@@ -52,7 +41,7 @@ static int setup(void **state) {
     snprintf(cfg, sizeof cfg, "%s", tu_fixture(CASE "/config.json"));
     if (choir_randw_write_checkpoint(man, cfg, g_dir, &err)) return -1;
     snprintf(tok, sizeof tok, "%s/tokenizer.json", g_dir);
-    copy_file(tu_fixture("real/tokenizer/qwen2.5/tokenizer.json"), tok);
+    tu_copy_file(tu_fixture("real/tokenizer/qwen2.5/tokenizer.json"), tok);
     g_ref = choir_st_open(tu_fixture(CASE "/reference.safetensors"), &err);
     return g_ref ? 0 : -1;
 }

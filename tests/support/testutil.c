@@ -149,3 +149,14 @@ int tu_run(const char *cmd, char **out) {
     if (out) *out = buf; else free(buf);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+void tu_copy_file(const char *from, const char *to) {
+    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0) assert_int_equal(fwrite(buf, 1, n, out), n);
+    fclose(in);
+    fclose(out);
+}

@@ -25,6 +25,8 @@ double tu_max_abs_diff(const float *a, const float *b, size_t n);
 /* Reads a whole file into memory (free with free()); NULL on failure. */
 void *tu_read_file(const char *path, size_t *len);
 int tu_write_file(const char *path, const void *data, size_t len);
+/* Copies the file `from` to `to` byte for byte; fails the test on an error. */
+void tu_copy_file(const char *from, const char *to);
 /* Makes DIR/voices/af_heart.bin from the fixture's real Kokoro voice pack, as a
  * Kokoro model directory holds it; 0 on success. */
 int tu_kokoro_voice_dir(const char *dir);
