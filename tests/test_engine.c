@@ -14,6 +14,7 @@
 #include "choir/pool.h"
 #include "choir/engine.h"
 #include "choir/log.h"
+#include "engine/engine_internal.h"
 #include "models/fake/fake_model.h"
 
 #define MAX_AUDIO (24000 * 8)
@@ -697,6 +698,13 @@ static void test_detect_and_metrics_text(void **state)
     choir_engine_params p = choir_engine_default_params(CHOIR_PROFILE_INTERACTIVE_TTS);
     assert_int_equal(p.max_batch, 1);
     assert_int_equal(p.model_options.compute_bf16, 1);
+    /* -1 turns the profile's bf16 off; 0 keeps it. */
+    choir_engine_params off = {.profile = CHOIR_PROFILE_INTERACTIVE_TTS, .model_options.compute_bf16 = -1}, r;
+    engine_params_resolve(&r, &off);
+    assert_int_equal(r.model_options.compute_bf16, 0);
+    off.model_options.compute_bf16 = 0;
+    engine_params_resolve(&r, &off);
+    assert_int_equal(r.model_options.compute_bf16, 1);
     choir_profile prof;
     assert_int_equal(choir_profile_parse("offline-stt", &prof), 0);
     assert_int_equal(prof, CHOIR_PROFILE_OFFLINE_STT);
@@ -850,7 +858,7 @@ static void test_options(void **state)
     NEG(workers, -1);
     NEG(unload_idle_s, -1);
     NEG(max_audio_seconds, -1);
-    NEG(model_options.compute_bf16, -1);
+    NEG(model_options.compute_bf16, -2); /* -1 is "off" */
     NEG(gpu_memory_fraction, -0.5);
     NEG(gpu_memory_bytes, -1);
     NEG(fake_gpus, -1);

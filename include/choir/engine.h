@@ -97,9 +97,10 @@ typedef struct choir_engine_params {
     double max_audio_seconds;  /* refuse longer audio inputs, seconds (0 = the default:
                                   4 hours, 300 s for the realtime-stt profile); per model
                                   with choir_engine_set_model_max_audio */
-    choir_model_options model_options; /* zero = profile's defaults; compute_bf16 0 or 1
-                                          (so 0 cannot turn off a profile's 1); `device`
-                                          is ignored: the engine places each replica */
+    choir_model_options model_options; /* zero = profile's defaults; compute_bf16 0 (the
+                                          profile's), 1 (on) or -1 (off, even where the
+                                          profile has it on); `device` is ignored: the
+                                          engine places each replica */
 
     /* GPUs (docs/engine.md, "Devices, placement and replicas"). Each GPU has
      * its own memory budget; host memory keeps memory_budget above. */

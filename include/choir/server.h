@@ -70,6 +70,16 @@ typedef struct choir_server_params {
 #define CHOIR_SERVER_MIN_TIMEOUT_S 0.001
 #define CHOIR_SERVER_MAX_TIMEOUT_S 1e9
 
+/* The other bounds choir_server_create holds its params to (0 in a field is
+ * its default); `choir serve`'s flags take the same ranges. The connection
+ * timeouts (header, keep-alive, body grace) take CHOIR_SERVER_MIN..MAX_TIMEOUT_S,
+ * the idle timeout 1..CHOIR_SERVER_MAX_TIMEOUT_S; the body rate floor
+ * bytes/s up to CHOIR_SERVER_MAX_BODY_RATE, or -1 for none; connection
+ * counts up to CHOIR_SERVER_MAX_CONNECTIONS (-1 for no per-client limit). */
+#define CHOIR_SERVER_MIN_IDLE_TIMEOUT_S 1.0
+#define CHOIR_SERVER_MAX_BODY_RATE 1e12
+#define CHOIR_SERVER_MAX_CONNECTIONS (1 << 20)
+
 /* Defaults for every field (host 127.0.0.1, port 8000). */
 choir_server_params choir_server_default_params(void);
 

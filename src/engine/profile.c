@@ -286,6 +286,9 @@ void engine_params_resolve(choir_engine_params *p, const choir_engine_params *in
     DEF(replica_after_s);
     DEF(replica_idle_s);
 #undef DEF
+    /* -1 turns a profile's bf16 off (0 already means "the profile's"). */
+    if (p->model_options.compute_bf16 == -1)
+        p->model_options.compute_bf16 = 0;
     /* Defaults that follow other fields: twice the batch this engine forms,
      * and a recovery level under a lowered high-water mark. */
     if (p->replica_queue == 0)

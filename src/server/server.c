@@ -85,9 +85,30 @@ choir_server *choir_server_create(choir_engine *engine, const choir_server_param
     DEF(body_min_rate);
     DEF(idle_timeout_s);
 #undef DEF
-    if (p.header_timeout_s < 0 || p.keepalive_timeout_s < 0 || p.body_timeout_s < 0 || p.idle_timeout_s < 1) {
-        choir_err_set(err, CHOIR_EINVAL, "server: negative timeout, or an idle timeout under 1 s");
-        return NULL;
+    /* Each field in its range (NaN fails every comparison, so it is refused
+     * too); the same ranges as `choir serve`'s flags. */
+    const struct {
+        const char *name;
+        double v, lo, hi;
+    } range[] = {
+        {"header_timeout_s", p.header_timeout_s, CHOIR_SERVER_MIN_TIMEOUT_S, CHOIR_SERVER_MAX_TIMEOUT_S},
+        {"keepalive_timeout_s", p.keepalive_timeout_s, CHOIR_SERVER_MIN_TIMEOUT_S, CHOIR_SERVER_MAX_TIMEOUT_S},
+        {"body_timeout_s", p.body_timeout_s, CHOIR_SERVER_MIN_TIMEOUT_S, CHOIR_SERVER_MAX_TIMEOUT_S},
+        {"idle_timeout_s", p.idle_timeout_s, CHOIR_SERVER_MIN_IDLE_TIMEOUT_S, CHOIR_SERVER_MAX_TIMEOUT_S},
+        {"body_min_rate", p.body_min_rate == -1 ? 1 : p.body_min_rate, 1e-9, CHOIR_SERVER_MAX_BODY_RATE},
+        {"max_connections", p.max_connections, 1, CHOIR_SERVER_MAX_CONNECTIONS},
+        {"max_client_connections", p.max_client_connections == -1 ? 1 : p.max_client_connections, 1,
+         CHOIR_SERVER_MAX_CONNECTIONS},
+    };
+    for (size_t i = 0; i < sizeof range / sizeof range[0]; i++) {
+        if (!(range[i].v >= range[i].lo && range[i].v <= range[i].hi)) {
+            choir_err_set(err, CHOIR_EINVAL, "server: %s %.10g is outside %.10g..%.10g%s", range[i].name, range[i].v, range[i].lo,
+                          range[i].hi,
+                          strcmp(range[i].name, "body_min_rate") == 0 || strcmp(range[i].name, "max_client_connections") == 0
+                              ? " (-1: none)"
+                              : "");
+            return NULL;
+        }
     }
     if (strlen(p.host) >= 64 || (p.api_key && strlen(p.api_key) >= 256) ||
         (p.admin_key && strlen(p.admin_key) >= 256) || (p.cors && strlen(p.cors) >= 1024)) {
