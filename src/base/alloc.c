@@ -2,8 +2,12 @@
  * in front of the aligned pointer handed out, so frees can be counted without
  * a lookup. Counters are atomics; peaks are raised with a CAS loop. */
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "choir/alloc.h"
 
@@ -49,6 +53,24 @@ static int injected_failure(void) {
     return 0;
 }
 
+/* Large blocks (arenas, folded weights) ask for transparent huge pages: a
+ * fresh arena is otherwise faulted in 4 KiB at a time, which cost ~10% of a
+ * Kokoro synthesis on the CPU (page faults + clearing, perf). Only the 2 MiB
+ * aligned interior is advised; the kernel may ignore it (THP "never"). */
+#define HUGE_MIN ((size_t)8 << 20)
+#define HUGE_PAGE ((uintptr_t)2 << 20)
+static void huge_pages(unsigned char *base, size_t total) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (total < HUGE_MIN) return;
+    uintptr_t lo = ((uintptr_t)base + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+    uintptr_t hi = ((uintptr_t)base + total) & ~(HUGE_PAGE - 1);
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+#else
+    (void)base;
+    (void)total;
+#endif
+}
+
 void *choir_alloc(choir_mem_category cat, size_t size) {
     if ((unsigned)cat >= CHOIR_MEM_COUNT) cat = CHOIR_MEM_OTHER;
     if (size > SIZE_MAX - 2 * PREFIX) return NULL;
@@ -56,6 +78,7 @@ void *choir_alloc(choir_mem_category cat, size_t size) {
     size_t total = (size + PREFIX + CHOIR_ALIGN - 1) / CHOIR_ALIGN * CHOIR_ALIGN;
     unsigned char *base = aligned_alloc(CHOIR_ALIGN, total);
     if (!base) return NULL;
+    huge_pages(base, total);
     block_header *h = (block_header *)(base + PREFIX - sizeof(block_header));
     h->size = size;
     h->category = (uint32_t)cat;
