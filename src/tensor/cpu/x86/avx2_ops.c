@@ -98,44 +98,6 @@ static inline float f32_id(float v) { return v; }
         out[3] += wi * x3[i];                                                                      \
     }
 
-/* Four weight rows against one input: each row keeps DOT1_BODY's two
- * accumulators and its reduction, so out[r] equals the one-row dot bit for
- * bit; the input is loaded once for the four rows. */
-#define ROWS4_BODY(load_w, scalar_w)                                                               \
-    const __typeof__(w) w0 = w, w1 = w + ldw, w2 = w + 2 * ldw, w3 = w + 3 * ldw;                 \
-    __m256 e0 = _mm256_setzero_ps(), e1 = e0, e2 = e0, e3 = e0;                                    \
-    __m256 o0 = e0, o1 = e0, o2 = e0, o3 = e0;                                                     \
-    int64_t i = 0;                                                                                 \
-    for (; i + 16 <= n; i += 16) {                                                                 \
-        __m256 xe = _mm256_loadu_ps(x + i), xo = _mm256_loadu_ps(x + i + 8);                       \
-        e0 = _mm256_fmadd_ps(load_w(w0 + i), xe, e0);                                              \
-        o0 = _mm256_fmadd_ps(load_w(w0 + i + 8), xo, o0);                                          \
-        e1 = _mm256_fmadd_ps(load_w(w1 + i), xe, e1);                                              \
-        o1 = _mm256_fmadd_ps(load_w(w1 + i + 8), xo, o1);                                          \
-        e2 = _mm256_fmadd_ps(load_w(w2 + i), xe, e2);                                              \
-        o2 = _mm256_fmadd_ps(load_w(w2 + i + 8), xo, o2);                                          \
-        e3 = _mm256_fmadd_ps(load_w(w3 + i), xe, e3);                                              \
-        o3 = _mm256_fmadd_ps(load_w(w3 + i + 8), xo, o3);                                          \
-    }                                                                                              \
-    if (i + 8 <= n) {                                                                              \
-        __m256 xe = _mm256_loadu_ps(x + i);                                                        \
-        e0 = _mm256_fmadd_ps(load_w(w0 + i), xe, e0);                                              \
-        e1 = _mm256_fmadd_ps(load_w(w1 + i), xe, e1);                                              \
-        e2 = _mm256_fmadd_ps(load_w(w2 + i), xe, e2);                                              \
-        e3 = _mm256_fmadd_ps(load_w(w3 + i), xe, e3);                                              \
-        i += 8;                                                                                    \
-    }                                                                                              \
-    out[0] = choir_hsum256(_mm256_add_ps(e0, o0));                                                 \
-    out[1] = choir_hsum256(_mm256_add_ps(e1, o1));                                                 \
-    out[2] = choir_hsum256(_mm256_add_ps(e2, o2));                                                 \
-    out[3] = choir_hsum256(_mm256_add_ps(e3, o3));                                                 \
-    for (; i < n; i++) {                                                                           \
-        out[0] += scalar_w(w0[i]) * x[i];                                                          \
-        out[1] += scalar_w(w1[i]) * x[i];                                                          \
-        out[2] += scalar_w(w2[i]) * x[i];                                                          \
-        out[3] += scalar_w(w3[i]) * x[i];                                                          \
-    }
-
 static float avx2_dot(const float *w, const float *x, int64_t n) { DOT1_BODY(load_f32, f32_id) }
 static float avx2_dot_f16(const uint16_t *w, const float *x, int64_t n) {
     DOT1_BODY(load_f16, choir_f16_to_f32)
@@ -153,16 +115,23 @@ static void avx2_dot4_bf16(const uint16_t *w, const float *x, int64_t ldx, int64
     DOT4_BODY(load_bf16, choir_bf16_to_f32)
 }
 
+/* Four weight rows against one input (a batch-1 step), one row after
+ * another: streaming four rows at once in one loop reads the weights more
+ * slowly than reading them in turn (avx512_ops.c gives the figures), and the
+ * input stays in L1 either way. out[r] is the one-row dot, bit for bit. */
 static void avx2_dot_rows4(const float *w, int64_t ldw, const float *x, int64_t n, float *out) {
-    ROWS4_BODY(load_f32, f32_id)
+    for (int r = 0; r < 4; r++)
+        out[r] = avx2_dot(w + r * ldw, x, n);
 }
 static void avx2_dot_rows4_f16(const uint16_t *w, int64_t ldw, const float *x, int64_t n,
                                float *out) {
-    ROWS4_BODY(load_f16, choir_f16_to_f32)
+    for (int r = 0; r < 4; r++)
+        out[r] = avx2_dot_f16(w + r * ldw, x, n);
 }
 static void avx2_dot_rows4_bf16(const uint16_t *w, int64_t ldw, const float *x, int64_t n,
                                 float *out) {
-    ROWS4_BODY(load_bf16, choir_bf16_to_f32)
+    for (int r = 0; r < 4; r++)
+        out[r] = avx2_dot_bf16(w + r * ldw, x, n);
 }
 
 /* Scores of one query against n keys (keys of type KT, widened by load_k /
