@@ -18,6 +18,7 @@
 #include "choir/kernels.h"
 #include "choir/mel.h"
 #include "choir/pool.h"
+#include "choir/quant.h"
 #include "choir/tensor.h"
 #include "choir/whisper.h"
 #include "cli/dev/dev.h"
@@ -157,6 +158,69 @@ static int bw_generate(bw_weights *w, const bw_size *z, choir_dtype dt) {
     rc |= bw_add(w, CHOIR_DTYPE_F32, 0.1f, 1.0f, 1, d, 0, 0, "model.decoder.layer_norm.weight");
     rc |= bw_add(w, CHOIR_DTYPE_F32, 0.02f, 0, 1, d, 0, 0, "model.decoder.layer_norm.bias");
     return rc;
+}
+
+/* --quant BITS: every matrix the loader reads as a linear layer (attention
+ * projections, fc1/fc2, the token embedding that is also the output
+ * projection) becomes MLX's affine layout in place: packed uint32 codes under
+ * the same name plus `.scales` / `.biases` in `sb` (the 16-bit dtype of the
+ * weights, f16 for f32), as `choir convert --q-bits` writes them. */
+static bool bw_is_linear(const char *name) {
+    static const char *ends[] = {"_proj.weight", "fc1.weight", "fc2.weight", "embed_tokens.weight"};
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++) {
+        size_t k = strlen(ends[i]);
+        if (n >= k && strcmp(name + n - k, ends[i]) == 0) return true;
+    }
+    return false;
+}
+
+static int bw_quantize(bw_weights *w, int bits, int group, choir_dtype sb, choir_err *err) {
+    int n0 = w->n;
+    for (int i = 0; i < n0; i++) {
+        if (w->t[i].ndim != 2 || !bw_is_linear(w->t[i].name)) continue;
+        choir_st_tensor t = w->t[i];
+        int64_t rows = t.shape[0], cols = t.shape[1], pc = choir_quant_packed_cols(cols, bits);
+        float *f = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)t.numel * sizeof(float));
+        uint32_t *packed = choir_alloc(CHOIR_MEM_WEIGHTS, (size_t)(rows * pc) * sizeof(uint32_t));
+        if (!f || !packed) {
+            choir_free(f);
+            choir_free(packed);
+            return choir_err_set(err, CHOIR_ENOMEM, "out of memory quantizing %s", t.name);
+        }
+        for (int64_t j = 0; j < t.numel; j++) {
+            const void *d = t.data;
+            f[j] = t.dtype == CHOIR_DTYPE_F32   ? ((const float *)d)[j]
+                   : t.dtype == CHOIR_DTYPE_F16 ? choir_f16_to_f32(((const uint16_t *)d)[j])
+                                                : choir_bf16_to_f32(((const uint16_t *)d)[j]);
+        }
+        /* scales and biases: [rows, cols / group], filled by the quantizer */
+        int rc = bw_add(w, sb, 0, 0, 2, rows, cols / group, 0, "%.*s.scales",
+                        (int)(strlen(t.name) - strlen(".weight")), t.name);
+        rc = rc ? rc
+                : bw_add(w, sb, 0, 0, 2, rows, cols / group, 0, "%.*s.biases",
+                         (int)(strlen(t.name) - strlen(".weight")), t.name);
+        if (rc) {
+            choir_free(f);
+            choir_free(packed);
+            return choir_err_set(err, CHOIR_ENOMEM, "out of memory quantizing %s", t.name);
+        }
+        choir_st_tensor *sc = &w->t[w->n - 2], *bi = &w->t[w->n - 1], *q = &w->t[i];
+        rc = choir_quantize(f, rows, cols, bits, group, sb, packed, (void *)sc->data,
+                            (void *)bi->data, err);
+        choir_free(f);
+        if (rc) {
+            choir_free(packed);
+            return rc;
+        }
+        choir_free((void *)q->data);
+        q->data = packed;
+        q->dtype = CHOIR_DTYPE_U32;
+        q->shape[1] = pc;
+        q->numel = rows * pc;
+        q->nbytes = (size_t)q->numel * sizeof(uint32_t);
+    }
+    return 0;
 }
 
 /* Decoder speed: `batch` sequences on one window, `steps` tokens each. */
@@ -414,11 +478,14 @@ int choir_bench_whisper(int argc, char **argv) {
     int greedy_steps = -1; /* -1: the attach default */
     int threads = 0, backend = 0, gpu_dtype = 0, tf32_arg = -1, dtype_arg = -1;
     int split_arg = -1; /* -1: the default (on) */
+    int qbits = 0, qgroup = 64;
     const char *batch_list = NULL;
     const cli_opt flags[] = {
         {"--dims", CLI_STRING, &dims, 0, 0, "SIZE", "tiny (default), base, small, medium, large-v3, large-v3-turbo"},
         {"--threads", CLI_INT, &threads, 1, 1024, "N", "compute threads"},
         {"--dtype", CLI_CHOICE, &dtype_arg, 0, 0, "f32|f16|bf16", "stored weights (default f16; cuda bf16)"},
+        {"--quant", CLI_INT, &qbits, 2, 8, "BITS", "linear layers MLX-quantized to BITS (2-6, 8) bits"},
+        {"--group", CLI_INT, &qgroup, 32, 128, "N", "quantization group size: 32, 64 (default) or 128"},
         {"--steps", CLI_INT, &steps, 1, 1 << 20, "N", "decoder steps timed (default 16)"},
         {"--audio-s", CLI_INT, &audio_s, 0, 1 << 20, "S", "long-form audio, seconds (default 0: 60; cuda 1920)"},
         {"--window-tokens", CLI_INT, &win_tokens, 1, 224, "N", "greedy tokens per 30-s window (default 48)"},
@@ -438,7 +505,8 @@ int choir_bench_whisper(int argc, char **argv) {
     "       [--threads N] [--dtype f32|f16|bf16] [--steps N] [--audio-s S]\n"
     "       [--window-tokens N] [--batch N[,N...]]\n"
     "       [--backend cpu|cuda] [--device N] [--gpu-dtype f32|bf16] [--tf32 on|off]\n"
-    "       [--greedy-steps N] [--split-attention on|off] [--rules-only] [--decoder-only]\n\n"
+    "       [--greedy-steps N] [--split-attention on|off] [--rules-only] [--decoder-only]\n"
+    "       [--quant BITS [--group N]]\n\n"
     "Encoder ms per 30-s window, decoder ms per step at batch 1, 5, 8 (GPU: 1, 8,\n"
     "32), the real-time factor of batched long-form decoding (--audio-s of audio\n"
     "in 30-s windows, --window-tokens greedy tokens each, --batch windows at a\n"
@@ -459,7 +527,10 @@ int choir_bench_whisper(int argc, char **argv) {
     "On the CPU the run first measures the streaming read bandwidth and prints the\n"
     "batch-1 step against the bound it sets (bytes one step reads / bandwidth).\n"
     "--decoder-only skips the encoder and long-form runs (the cross K/V then come\n"
-    "from a random encoder output) and --batch lists the decoder batches.\n\n",
+    "from a random encoder output) and --batch lists the decoder batches.\n"
+    "--quant BITS quantizes the generated linear layers (attention projections,\n"
+    "MLP, token embedding / output projection) to MLX's affine layout, scales and\n"
+    "biases in the weights' 16-bit dtype (f16 for f32), as choir convert does.\n\n",
                            .opts = flags,
                            .n_opts = (int)(sizeof flags / sizeof flags[0])};
     int parsed = cli_parse(&spec, argc, argv);
@@ -525,13 +596,21 @@ int choir_bench_whisper(int argc, char **argv) {
         fprintf(stderr, "choir bench whisper: out of memory generating weights\n");
         goto done;
     }
+    if (qbits && bw_quantize(&w, qbits, qgroup, dt == CHOIR_DTYPE_BF16 ? CHOIR_DTYPE_BF16 : CHOIR_DTYPE_F16,
+                             &err)) {
+        fprintf(stderr, "choir bench whisper: --quant %d --group %d: %s\n", qbits, qgroup, err.msg);
+        goto done;
+    }
     choir_whisper_dims D = {z->n_mels, 1500, z->enc_layers, 448, z->dec_layers, z->d, z->heads, 4 * z->d, z->vocab};
     if (!(m = choir_whisper_from_tensors(bw_find, &w, &D, &err))) {
         fprintf(stderr, "choir bench whisper: %s\n", err.msg);
         goto done;
     }
+    char wdesc[48];
+    if (qbits) snprintf(wdesc, sizeof wdesc, "q%d g%d %s", qbits, qgroup, choir_dtype_name(dt));
+    else snprintf(wdesc, sizeof wdesc, "%s", choir_dtype_name(dt));
     printf("whisper %s (%s weights, %.0f MB), %d threads; weights generated in %.1f s\n", z->name,
-           choir_dtype_name(dt), (double)choir_whisper_weight_bytes(m) / 1e6,
+           wdesc, (double)choir_whisper_weight_bytes(m) / 1e6,
            choir_pool_threads(choir_pool_default()), choir_now_s() - t0);
 
     double ceil_tf = 0, ceil_gbs = 0, step_bytes = 0, read_gbs = 0;

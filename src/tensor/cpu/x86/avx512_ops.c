@@ -153,10 +153,24 @@ static void z_bf16_to_f32(const uint16_t *src, float *dst, int64_t n) {
  * a row masked; the weighted sum keeps 64 output columns in registers, two
  * keys in flight (even and odd keys into separate accumulators, added at
  * the end). */
+/* The attention kernels walk one head's slice of each cached key / value
+ * row: Dh 16-bit values (128 bytes at Dh 64) every ldk elements, a stride of
+ * a whole model row. The hardware prefetchers follow that pattern poorly, and
+ * a decoder step's cross-attention is a pass over megabytes of such slices, so
+ * the rows ATTN_PF ahead are asked for in software. Batch-1 steps, f16, two
+ * Zen 5 cores, medians of three interleaved runs (ms, small / base): none
+ * 11.07 / 3.33, 8 rows 9.96 / 2.74, 16 rows 9.63 / 2.71, 32 rows 9.53 / 3.00. */
+#define ATTN_PF 16
+static inline void attn_prefetch_row(const uint16_t *row, int64_t n) {
+    for (int64_t c = 0; c < n; c += 32) _mm_prefetch((const char *)(row + c), _MM_HINT_T0);
+}
+
 #define ATTN_SCORES_512(LD, LDM)                                                                    \
     int64_t j = 0;                                                                                  \
     for (; j + 4 <= n; j += 4) {                                                                    \
         const uint16_t *k0 = k + j * ldk, *k1 = k0 + ldk, *k2 = k1 + ldk, *k3 = k2 + ldk;           \
+        if (j + ATTN_PF + 4 <= n)                                                                   \
+            for (int r = 0; r < 4; r++) attn_prefetch_row(k0 + (ATTN_PF + r) * ldk, Dh);            \
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                 \
         int64_t c = 0;                                                                              \
         for (; c + 16 <= Dh; c += 16) {                                                             \
@@ -200,6 +214,10 @@ static void z_bf16_to_f32(const uint16_t *src, float *dst, int64_t n) {
         int64_t j = 0;                                                                              \
         for (; j + 2 <= n; j += 2) {                                                                \
             const uint16_t *va = v + j * ldv + c0, *vb = va + ldv;                                  \
+            if (j + ATTN_PF + 2 <= n) {                                                             \
+                attn_prefetch_row(va + ATTN_PF * ldv, Dh - c0 < 64 ? Dh - c0 : 64);                 \
+                attn_prefetch_row(vb + ATTN_PF * ldv, Dh - c0 < 64 ? Dh - c0 : 64);                 \
+            }                                                                                       \
             __m512 pa = _mm512_set1_ps(p[j]), pb = _mm512_set1_ps(p[j + 1]);                        \
             e0 = _mm512_fmadd_ps(pa, LD(va), e0);                                                   \
             e1 = _mm512_fmadd_ps(pa, LD(va + 16), e1);                                              \
