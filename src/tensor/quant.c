@@ -96,6 +96,10 @@ static void qlinear_range(void *ctx, int64_t n0, int64_t n1, int worker) {
     (void)worker;
     const qlinear_job *j = ctx;
 #if defined(CHOIR_X86)
+    if (j->simd == 2) {
+        choir_qlinear_avx512_rows(j->M, j->W, j->bias, j->y, n0, n1, j->xsum, j->xperm);
+        return;
+    }
     if (j->simd) {
         choir_qlinear_avx2_rows(j->x, j->M, j->W, j->bias, j->y, n0, n1, j->xsum, j->xperm);
         return;
@@ -132,13 +136,22 @@ void choir_qlinear(const float *x, int64_t M, const choir_weight *W, const float
         /* The lane order makes 4- and 8-bit decoding shuffle-free. It is
          * used for every M (never only for some), so that a row's result
          * does not depend on the batch it came in. */
-        if (xsum && (W->bits == 4 || W->bits == 8) && W->cols % (256 / W->bits) == 0) {
+        /* On AVX-512 the blocks are sixteen words (x86/avx512_quant.c), chosen
+         * by the weight's shape alone for the same reason. */
+        const bool lanes = W->bits == 4 || W->bits == 8;
+        const int words = lanes && choir_kernels_isa() == CHOIR_ISA_AVX512 &&
+                                  W->cols % (512 / W->bits) == 0
+                              ? 16
+                              : 8;
+        if (xsum && lanes && W->cols % (words * 32 / W->bits) == 0) {
             float *xperm = xperm_local;
             if (M * W->cols > (int64_t)(sizeof xperm_local / sizeof *xperm_local))
                 xperm = xperm_heap = choir_kscratch_get((size_t)(M * W->cols) * sizeof(float));
             for (int64_t m = 0; xperm && m < M; m++)
-                choir_quant_permute_x(x + m * W->cols, W->cols, W->bits, xperm + m * W->cols);
+                choir_quant_permute_x(x + m * W->cols, W->cols, W->bits, words,
+                                      xperm + m * W->cols);
             job.xperm = xperm;
+            if (xperm && words == 16) job.simd = 2;
         }
     }
 #endif
@@ -173,10 +186,11 @@ size_t choir_qlinear_scratch_bytes(int64_t M, const choir_weight *W) {
     return (size_t)need;
 }
 
-void choir_quant_permute_x(const float *x, int64_t K, int bits, float *xp) {
+void choir_quant_permute_x(const float *x, int64_t K, int bits, int words, float *xp) {
     const int cpw = 32 / bits;
-    const int64_t block = 8 * cpw;
+    const int64_t block = (int64_t)words * cpw;
     for (int64_t b = 0; b < K / block; b++)
         for (int k = 0; k < cpw; k++)
-            for (int i = 0; i < 8; i++) xp[b * block + k * 8 + i] = x[b * block + i * cpw + k];
+            for (int i = 0; i < words; i++)
+                xp[b * block + k * words + i] = x[b * block + i * cpw + k];
 }

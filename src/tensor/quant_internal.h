@@ -36,10 +36,11 @@ static inline int64_t choir_quant_row_words(const choir_weight *W) {
 void choir_quant_group_params(const choir_weight *W, int64_t r, int64_t g, float *scale,
                               float *bias);
 
-/* For 4- and 8-bit weights: x[K] reordered so that each block of 256/bits
- * elements is laid out code-major over the block's eight words,
- * xp[b*B + k*8 + i] = x[b*B + i*(32/bits) + k]. K must divide by 256/bits. */
-void choir_quant_permute_x(const float *x, int64_t K, int bits, float *xp);
+/* For 4- and 8-bit weights: x[K] reordered so that each block of
+ * words*32/bits elements is laid out code-major over the block's `words`
+ * words (8 for AVX2, 16 for AVX-512), xp[b*B + k*words + i] =
+ * x[b*B + i*(32/bits) + k]. K must divide by B. */
+void choir_quant_permute_x(const float *x, int64_t K, int bits, int words, float *xp);
 
 /* Reference products over output rows [n0, n1): y[m, n] for all m < M. */
 void choir_qlinear_ref_rows(const float *x, int64_t M, const choir_weight *W, const float *bias,
@@ -52,6 +53,10 @@ void choir_qlinear_avx2_rows(const float *x, int64_t M, const choir_weight *W, c
                              float *y, int64_t n0, int64_t n1, const float *xsum,
                              const float *xperm);
 void choir_quant_dequant_row_avx2(const choir_weight *W, int64_t r, float *out);
+/* AVX-512 (x86/avx512_quant.c): 4- and 8-bit weights only, with x permuted
+ * over 16 words (K divisible by 512/bits); same contract otherwise. */
+void choir_qlinear_avx512_rows(int64_t M, const choir_weight *W, const float *bias, float *y,
+                               int64_t n0, int64_t n1, const float *xsum, const float *xperm);
 #endif
 
 #endif
