@@ -5,6 +5,34 @@
  * 7-byte ADTS header (ISO/IEC 13818-7, 6.2) written here, which is all an
  * ADTS stream is, so libavformat is not needed. The encoder runs on one
  * thread, so the same input gives the same bytes whatever the pieces. */
+#include "audio/encode_aac.h"
+
+#if !defined(CHOIR_HAVE_AAC)
+/* Built with -DCHOIR_AAC=OFF: no libavcodec, so AAC is refused up front. */
+choir_aac *choir_aac_create(int rate, int channels, choir_write_fn write, void *user, choir_err *err) {
+    (void)rate;
+    (void)channels;
+    (void)write;
+    (void)user;
+    choir_err_set(err, CHOIR_EUNSUPPORTED,
+                  "aac: this build has no AAC encoder (configured with -DCHOIR_AAC=OFF)");
+    return NULL;
+}
+int choir_aac_write(choir_aac *a, const float *x, int64_t frames, choir_err *err) {
+    (void)a;
+    (void)x;
+    (void)frames;
+    return choir_err_set(err, CHOIR_EUNSUPPORTED, "aac: not in this build");
+}
+int choir_aac_finish(choir_aac *a, choir_err *err) {
+    (void)a;
+    return choir_err_set(err, CHOIR_EUNSUPPORTED, "aac: not in this build");
+}
+void choir_aac_free(choir_aac *a) {
+    (void)a;
+}
+#else
+
 #include <pthread.h>
 #include <string.h>
 
@@ -12,8 +40,6 @@
 #include <libavutil/channel_layout.h>
 #include <libavutil/frame.h>
 #include <libavutil/log.h>
-
-#include "audio/encode_aac.h"
 
 struct choir_aac {
     AVCodecContext *ctx;
@@ -172,3 +198,5 @@ int choir_aac_finish(choir_aac *a, choir_err *err) {
     }
     return encode(a, NULL, err);
 }
+
+#endif /* CHOIR_HAVE_AAC */
