@@ -230,6 +230,72 @@ static void test_linear_bf16_rows(void **state) {
     fx_close(&f);
 }
 
+/* norm_linear on the CPU is the layer norm, the products, GELU and the rows
+ * scatter in turn, bit for bit: three layers of one width (keys into an f32
+ * cache and values into a bf16 one at slots and positions, h left with the
+ * normalised rows), then one with GELU; no layers, more than the maximum,
+ * layers of different widths and an unknown flag refused. */
+static void test_norm_linear(void **state) {
+    (void)state;
+    fx f = fx_open(1 << 20, 1 << 20);
+    enum { M = 3, K = 40, SLOTS = 2, POS = 5 };
+    const int64_t N[3] = {24, 24, 16};
+    float *x = rnd(M * K, 80), *g = rnd(K, 81), *be = rnd(K, 82);
+    float *w[3], *b[3], *want[3], *got[3];
+    choir_weight W[3];
+    for (int i = 0; i < 3; i++) {
+        w[i] = rnd((size_t)(N[i] * K), 83 + (uint64_t)i);
+        b[i] = rnd((size_t)N[i], 86 + (uint64_t)i);
+        W[i] = choir_weight_f32(w[i], N[i], K);
+        want[i] = malloc((size_t)(M * N[i]) * 4);
+        got[i] = malloc((size_t)(M * N[i]) * 4);
+    }
+    float *h = malloc(M * K * 4), *hw = malloc(M * K * 4);
+    float kc[SLOTS * POS * 24] = {0}, kw[SLOTS * POS * 24] = {0};
+    uint16_t vc[SLOTS * POS * 16] = {0}, vw[SLOTS * POS * 16] = {0};
+    int32_t slot[M] = {1, 0, 1}, pos[M] = {0, 2, 4};
+    choir_layer_norm(x, hw, M, K, g, be, 1e-5f);
+    for (int i = 0; i < 3; i++) choir_linear(hw, M, &W[i], i == 1 ? NULL : b[i], want[i]);
+    for (int m = 0; m < M; m++) {
+        memcpy(kw + slot[m] * POS * 24 + pos[m] * 24, want[1] + m * 24, 24 * 4);
+        choir_f32_to_bf16_n(want[2] + m * 16, vw + slot[m] * POS * 16 + pos[m] * 16, 16);
+    }
+    choir_norm_linear p = {.ln_g = g, .ln_b = be, .eps = 1e-5f, .n = 3,
+                           .W = {&W[0], &W[1], &W[2]}, .bias = {b[0], NULL, b[2]},
+                           .y = {got[0], got[1], got[2]}};
+    p.store[1] = (choir_rows_out){.dst = kc, .dtype = CHOIR_DTYPE_F32, .slot_stride = POS * 24,
+                                  .ld = 24, .slot = slot, .pos = pos};
+    p.store[2] = (choir_rows_out){.dst = vc, .dtype = CHOIR_DTYPE_BF16, .slot_stride = POS * 16,
+                                  .ld = 16, .slot = slot, .pos = pos};
+    assert_int_equal(choir_op_norm_linear(f.s, x, M, &p, h), 0);
+    assert_same(h, hw, M * K, "norm_linear: normalised rows");
+    for (int i = 0; i < 3; i++) assert_same(got[i], want[i], (size_t)(M * N[i]), "norm_linear");
+    assert_same(kc, kw, SLOTS * POS * 24, "norm_linear: keys stored");
+    assert_memory_equal(vc, vw, sizeof vc);
+    /* GELU, no affine. */
+    choir_layer_norm(x, hw, M, K, NULL, NULL, 1e-5f);
+    choir_linear(hw, M, &W[0], b[0], want[0]);
+    choir_gelu_erf(want[0], M * N[0]);
+    choir_norm_linear pg = {.eps = 1e-5f, .n = 1, .W = {&W[0]}, .bias = {b[0]}, .y = {got[0]},
+                            .flags = CHOIR_LINEAR_GELU};
+    assert_int_equal(choir_op_norm_linear(f.s, x, M, &pg, h), 0);
+    assert_same(got[0], want[0], (size_t)(M * N[0]), "norm_linear + GELU");
+    /* Refusals. */
+    choir_weight wide = choir_weight_f32(w[0], 12, 2 * K);
+    choir_norm_linear bad[4] = {pg, pg, pg, pg};
+    bad[0].n = 0;
+    bad[1].n = CHOIR_NORM_LINEAR_MAX + 1;
+    bad[2].n = 2, bad[2].W[1] = &wide, bad[2].y[1] = got[1];
+    bad[3].flags = CHOIR_LINEAR_ACCUMULATE;
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(choir_op_norm_linear(f.s, x, M, &bad[i], h), CHOIR_EINVAL);
+        choir_stream_clear(f.s);
+    }
+    for (int i = 0; i < 3; i++) free(w[i]), free(b[i]), free(want[i]), free(got[i]);
+    free(x), free(g), free(be), free(h), free(hw);
+    fx_close(&f);
+}
+
 /* linear_ex: the product then GELU, or the product added into y through
  * tmp, bit for bit the two operations' results; both steps at once, an
  * unknown flag and ACCUMULATE without tmp refused (sticky, then cleared). */
@@ -848,6 +914,7 @@ int main(void) {
         cmocka_unit_test(test_attention_all_bf16),
         cmocka_unit_test(test_linear_bf16_rows),
         cmocka_unit_test(test_linear_ex),
+        cmocka_unit_test(test_norm_linear),
         cmocka_unit_test(test_conv1d_bf16),
         cmocka_unit_test(test_rows_gather),
         cmocka_unit_test(test_argmax_rows),

@@ -308,6 +308,42 @@ int choir_op_linear_bf16(choir_stream *s, const uint16_t *x, int64_t M, const ch
  * GELU runs choir_op_act on y. tmp may be NULL without ACCUMULATE. */
 int choir_op_linear_ex(choir_stream *s, const float *x, int64_t M, const choir_weight *W,
                        const float *bias, float *y, unsigned flags, float *tmp);
+/* Where an operation's output rows also go (a KV cache), as
+ * choir_op_rows_scatter writes them: row m to dst + slot[m] slot_stride +
+ * pos[m] ld (elements of dtype; slot and pos int32 backend memory, slot
+ * NULL: slot m). dst NULL: nowhere. */
+typedef struct choir_rows_out {
+    void *dst;
+    choir_dtype dtype;
+    int64_t slot_stride, ld;
+    const int32_t *slot, *pos;
+} choir_rows_out;
+
+/* A layer norm feeding n linear layers of one input width K (a pre-norm
+ * block: its q/k/v, its cross query, its MLP's first layer, the output
+ * projection after the final norm). */
+#define CHOIR_NORM_LINEAR_MAX 4
+typedef struct choir_norm_linear {
+    const float *ln_g, *ln_b; /* [K] (NULL: 1, 0) */
+    float eps;
+    int n;                    /* 1..CHOIR_NORM_LINEAR_MAX */
+    const choir_weight *W[CHOIR_NORM_LINEAR_MAX]; /* [rows_i, K] */
+    const float *bias[CHOIR_NORM_LINEAR_MAX];     /* [rows_i] or NULL */
+    float *y[CHOIR_NORM_LINEAR_MAX];              /* [M, rows_i] */
+    choir_rows_out store[CHOIR_NORM_LINEAR_MAX];  /* y_i's rows also here (dst NULL: no) */
+    unsigned flags;           /* 0 or CHOIR_LINEAR_GELU (every y_i) */
+} choir_norm_linear;
+/* h = layer_norm(x [M, K]), then y_i = h W_i^T + bias_i (GELU'd with
+ * CHOIR_LINEAR_GELU), then y_i's rows written to store[i]: what
+ * choir_op_layer_norm, choir_op_linear_n, choir_op_act and
+ * choir_op_rows_scatter give in turn, and literally those on the CPU (and on
+ * CUDA off its GEMV path, i.e. more than one row of 16-bit weights). On
+ * CUDA's GEMV path it is one kernel (choir_cuda_norm_linear): each block
+ * normalises x in shared memory and h is not written. h: [M, K] backend
+ * memory for the normalised rows, its contents unspecified afterwards. One
+ * operation. */
+int choir_op_norm_linear(choir_stream *s, const float *x, int64_t M, const choir_norm_linear *p,
+                         float *h);
 /* C = alpha op(A) op(B) + beta C, row-major f32 (choir_gemm_f32). */
 int choir_op_gemm(choir_stream *s, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                   float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,

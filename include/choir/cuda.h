@@ -270,6 +270,45 @@ bool choir_cuda_linear_fuses(int64_t M, const choir_cuda_weight *W);
 int choir_cuda_linear_ex(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,
                          const float *bias, float *y, bool accumulate, bool gelu, choir_err *err);
 
+/* Where a product's output rows also go (a KV cache): row m to
+ * dst + slot[m] slot_stride + pos[m] ld (elements; slot NULL: slot m), as
+ * choir_cuda_rows_scatter / _bf16 write them. dst NULL: nowhere. */
+typedef struct choir_cuda_rows_out {
+    void *dst;
+    bool bf16;                  /* bf16 elements, rounded to nearest even; else f32 */
+    int64_t slot_stride, ld;    /* elements */
+    const int32_t *slot, *pos;  /* device int32 [M] */
+} choir_cuda_rows_out;
+
+/* A layer norm feeding up to CHOIR_CUDA_NORM_LINEAR_MAX linear layers of
+ * the same input width (a pre-norm block's q/k/v, its cross query, its MLP's
+ * first layer, a decoder's output projection). */
+#define CHOIR_CUDA_NORM_LINEAR_MAX 4
+typedef struct choir_cuda_norm_linear_params {
+    const float *gamma, *beta; /* [K] (either may be NULL: 1, 0) */
+    float eps;
+    int n;                     /* layers, 1..CHOIR_CUDA_NORM_LINEAR_MAX */
+    choir_cuda_weight W[CHOIR_CUDA_NORM_LINEAR_MAX];    /* views, [rows_i, K], one kind */
+    const float *bias[CHOIR_CUDA_NORM_LINEAR_MAX];      /* [rows_i] or NULL */
+    float *y[CHOIR_CUDA_NORM_LINEAR_MAX];               /* [M, rows_i] */
+    choir_cuda_rows_out store[CHOIR_CUDA_NORM_LINEAR_MAX];
+    bool gelu;                 /* y_i = GELU_erf(...) */
+} choir_cuda_norm_linear_params;
+/* Whether choir_cuda_norm_linear runs M rows of p as one kernel: every
+ * layer on the GEMV path (choir_cuda_linear_fuses) in one dense kind, and
+ * M x K floats within 46 KiB (a block's shared memory). */
+bool choir_cuda_norm_linear_fuses(int64_t M, const choir_cuda_norm_linear_params *p);
+/* y_i = LN(x) W_i^T + bias_i (GELU'd with p->gelu), each also written to
+ * p->store[i]: one kernel whose blocks each normalise x [M, K] into shared
+ * memory with the statistics of choir_cuda_layer_norm, then run the GEMV's
+ * warps over the layers' rows stacked (q, k and v in one launch). The same
+ * floats, bit for bit, as choir_cuda_layer_norm into a buffer, then
+ * choir_cuda_linear (or _linear_ex with gelu) per layer and
+ * choir_cuda_rows_scatter(_bf16) of y_i. CHOIR_EUNSUPPORTED when
+ * choir_cuda_norm_linear_fuses is false (the caller runs those calls). */
+int choir_cuda_norm_linear(choir_cuda *cu, const float *x, int64_t M,
+                           const choir_cuda_norm_linear_params *p, choir_err *err);
+
 /* The paths of choir_cuda_linear. GEMV: one warp per output row, every row
  * of x in f32 (up to 8 rows). SKINNY: f16/bf16 weights, up to
  * CHOIR_CUDA_SKINNY_MAX_ROWS rows, K a multiple of 8: each weight element

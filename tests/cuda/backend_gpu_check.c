@@ -417,6 +417,114 @@ static void check_linear_bf16(void) {
     case_end();
 }
 
+/* choir_op_norm_linear on both backends: q/k/v-shaped layers (biases on
+ * two, keys into an f32 cache and values into a bf16 one at slots and
+ * positions), then one layer with GELU, in every dense storage at 1, 3 and
+ * 8 rows. Where CUDA runs it on its GEMV path (one kernel) or the GEMV after
+ * a layer norm, the f32 bound; where 16-bit weights take the skinny kernel
+ * (x rounded), the dtype's bound; the bf16 cache holds rounded values, so a
+ * value near a rounding boundary may round the other way: 4e-3. */
+static void check_norm_linear(void) {
+    static const choir_weight_kind kinds[] = {CHOIR_WEIGHT_F32, CHOIR_WEIGHT_F16, CHOIR_WEIGHT_BF16};
+    static const char *names[] = {"f32", "f16", "bf16"};
+    static const double tols[] = {TOL_F32, TOL_F16, TOL_BF16};
+    static const int64_t Ms[] = {1, 3, 8};
+    enum { SLOTS = 3, POS = 10 };
+    const int64_t K = 768, rows[3] = {262, 262, 130}, wide = 1030;
+    for (int k = 0; k < 3; k++)
+        for (int mi = 0; mi < 3; mi++) {
+            case_begin();
+            int64_t M = Ms[mi];
+            choir_err err = {0};
+            choir_backend_weights *ws = choir_backend_weights_create(g_gpu, &err);
+            choir_weight hw[4], dw[4];
+            float *bias[4] = {0};
+            const float *dbias[4] = {0};
+            for (int i = 0; i < 4; i++) {
+                hw[i] = make_weight(kinds[k], i < 3 ? rows[i] : wide, K, 0, 0, 0);
+                choir_backend_weight(ws, &hw[i], &dw[i]);
+                if (i != 1) {
+                    bias[i] = hvec(hw[i].rows, -1, 1);
+                    dbias[i] = choir_backend_vec(ws, bias[i], hw[i].rows);
+                }
+            }
+            float *x = hvec(M * K, -3, 5), *g = hvec(K, 0.5f, 1.5f), *be = hvec(K, -1, 1);
+            int32_t slot[8], pos[8];
+            for (int m = 0; m < 8; m++) slot[m] = (2 * m + 1) % SLOTS, pos[m] = m + 1;
+            float *kc = hmem((size_t)(SLOTS * POS * rows[1]) * 4);
+            uint16_t *vc = hmem((size_t)(SLOTS * POS * rows[2]) * 2);
+            float *y[4], *dy[4], *h = hmem((size_t)(M * K) * 4);
+            for (int i = 0; i < 4; i++) {
+                y[i] = hmem((size_t)(M * hw[i].rows) * 4);
+                dy[i] = dzero(M * hw[i].rows);
+            }
+            float *dx = dvec(x, M * K), *dg = dvec(g, K), *dbe = dvec(be, K), *dh = dzero(M * K);
+            float *dkc = dzero(SLOTS * POS * rows[1]);
+            uint16_t *dvc = dput(NULL, (size_t)(SLOTS * POS * rows[2]) * 2);
+            if (dvc) choir_op_zero(g_gs, dvc, (size_t)(SLOTS * POS * rows[2]) * 2);
+            int32_t *dslot = dput(slot, sizeof slot), *dpos = dput(pos, sizeof pos);
+            choir_norm_linear hp = {.ln_g = g, .ln_b = be, .eps = 1e-5f, .n = 3,
+                                    .W = {&hw[0], &hw[1], &hw[2]},
+                                    .bias = {bias[0], NULL, bias[2]},
+                                    .y = {y[0], y[1], y[2]}};
+            hp.store[1] = (choir_rows_out){.dst = kc, .dtype = CHOIR_DTYPE_F32,
+                                           .slot_stride = POS * rows[1], .ld = rows[1],
+                                           .slot = slot, .pos = pos};
+            hp.store[2] = (choir_rows_out){.dst = vc, .dtype = CHOIR_DTYPE_BF16,
+                                           .slot_stride = POS * rows[2], .ld = rows[2],
+                                           .slot = slot, .pos = pos};
+            choir_norm_linear dp = hp;
+            dp.ln_g = dg, dp.ln_b = dbe;
+            for (int i = 0; i < 3; i++) dp.W[i] = &dw[i], dp.bias[i] = dbias[i], dp.y[i] = dy[i];
+            dp.store[1].dst = dkc, dp.store[2].dst = dvc;
+            dp.store[1].slot = dp.store[2].slot = dslot;
+            dp.store[1].pos = dp.store[2].pos = dpos;
+            choir_op_norm_linear(g_cs, x, M, &hp, h);
+            choir_op_norm_linear(g_gs, dx, M, &dp, dh);
+            choir_cuda_weight shape = {.kind = kinds[k], .rows = rows[0], .cols = K};
+            bool gemv = choir_cuda_linear_path_for(M, &shape) == CHOIR_CUDA_LINEAR_GEMV;
+            double tol = gemv ? TOL_F32 : tols[k];
+            char name[112];
+            for (int i = 0; i < 3; i++) {
+                snprintf(name, sizeof name, "norm_linear %s M=%lld q/k/v: layer %d", names[k],
+                         (long long)M, i);
+                cmp(name, dy[i], y[i], M * rows[i], tol);
+            }
+            snprintf(name, sizeof name, "norm_linear %s M=%lld keys into an f32 cache", names[k],
+                     (long long)M);
+            cmp(name, dkc, kc, SLOTS * POS * rows[1], tol);
+            snprintf(name, sizeof name, "norm_linear %s M=%lld values into a bf16 cache", names[k],
+                     (long long)M);
+            cmp_bf16(name, dvc, vc, SLOTS * POS * rows[2], gemv ? 4e-3 : tols[k]);
+            /* One wide layer with GELU, no affine. */
+            choir_norm_linear hg = {.eps = 1e-5f, .n = 1, .W = {&hw[3]}, .bias = {bias[3]},
+                                    .y = {y[3]}, .flags = CHOIR_LINEAR_GELU};
+            choir_norm_linear dg1 = hg;
+            dg1.W[0] = &dw[3], dg1.bias[0] = dbias[3], dg1.y[0] = dy[3];
+            choir_op_norm_linear(g_cs, x, M, &hg, h);
+            choir_op_norm_linear(g_gs, dx, M, &dg1, dh);
+            snprintf(name, sizeof name, "norm_linear %s M=%lld 1030 rows + GELU", names[k],
+                     (long long)M);
+            cmp(name, dy[3], y[3], M * wide, tol);
+            choir_backend_weights_free(ws);
+            case_end();
+        }
+    /* Refusals: no layers, and layers of different widths. */
+    case_begin();
+    choir_weight a = make_weight(CHOIR_WEIGHT_F32, 8, 16, 0, 0, 0);
+    choir_weight b = make_weight(CHOIR_WEIGHT_F32, 8, 24, 0, 0, 0);
+    float *x = hvec(16, -1, 1), *h = hmem(64), *y0 = hmem(64), *y1 = hmem(64);
+    choir_norm_linear none = {.n = 0};
+    choir_norm_linear mixed = {.n = 2, .W = {&a, &b}, .y = {y0, y1}};
+    int r0 = choir_op_norm_linear(g_cs, x, 1, &none, h);
+    choir_stream_clear(g_cs);
+    int r1 = choir_op_norm_linear(g_cs, x, 1, &mixed, h);
+    choir_stream_clear(g_cs);
+    expect("norm_linear refuses no layers and layers of different widths (CHOIR_EINVAL)",
+           r0 == CHOIR_EINVAL && r1 == CHOIR_EINVAL);
+    case_end();
+}
+
 static void check_linear(void) {
     int64_t N = 262, K = 768;
     case_begin();
@@ -1097,6 +1205,7 @@ int main(void) {
     check_linear();
     check_linear_skinny();
     check_linear_bf16();
+    check_norm_linear();
     check_gemm();
     check_attention();
     check_gather();

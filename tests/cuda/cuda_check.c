@@ -352,8 +352,125 @@ static void check_linear_ex(void) {
     }
 }
 
+/* choir_cuda_norm_linear: x's rows normalised inside the GEMV kernel and
+ * several layers in one launch, against the calls it replaces (layer norm
+ * into a buffer, the product per layer, GELU, the rows scatter into f32 and
+ * bf16 caches) bit for bit, and against the CPU (f32 bound). Sets: q/k/v
+ * shaped (three layers, the last narrower, biases on two, keys and values
+ * stored at slots and positions); one wide layer with GELU (5003 rows: past
+ * the grid's cap, so warps take several rows); two small layers over K = 100
+ * without the norm's affine (the 16-bit weights' scalar path). Each in f32,
+ * f16 and bf16 storage at 1 and 8 rows: where the GEMV does not take 8 rows
+ * (16-bit weights) it must refuse with CHOIR_EUNSUPPORTED. */
+static void check_norm_linear_set(const char *set, choir_weight_kind kind, const char *kname,
+                                  int64_t M, int n, const int64_t *rows, int64_t K, bool affine,
+                                  bool gelu, bool store) {
+    choir_err err = {0};
+    enum { SLOTS = 3, POS = 10 };
+    host_weight h[3];
+    choir_cuda_norm_linear_params p = {.eps = 1e-5f, .n = n, .gelu = gelu};
+    float *x = rnd_vec(M * K, -3, 5), *g = rnd_vec(K, 0.5f, 1.5f), *bt = rnd_vec(K, -1, 1);
+    float *dx = dev(x, M * K * 4), *dh = dev(NULL, M * K * 4);
+    if (affine) p.gamma = dev(g, K * 4), p.beta = dev(bt, K * 4);
+    int32_t slot[8], pos[8];
+    for (int m = 0; m < 8; m++) slot[m] = (2 * m + 1) % SLOTS, pos[m] = m + 1;
+    const int32_t *dslot = (const int32_t *)dev(slot, sizeof slot), *dpos = (const int32_t *)dev(pos, sizeof pos);
+    float *bias[3] = {0}, *yref[3] = {0};
+    void *cref[3] = {0};
+    for (int i = 0; i < n; i++) {
+        h[i] = make_weight(kind, rows[i], K, 0, 0, 0);
+        die_on(choir_cuda_weight_upload(g_cu, &h[i].w, &p.W[i], &err), &err, "weight upload");
+        if (i != 1) {
+            bias[i] = rnd_vec(rows[i], -1, 1);
+            p.bias[i] = dev(bias[i], rows[i] * 4);
+        }
+        p.y[i] = dev(NULL, M * rows[i] * 4);
+        yref[i] = dev(NULL, M * rows[i] * 4);
+        if (store && i > 0) {
+            size_t es = i == 2 ? 2 : 4, bytes = (size_t)(SLOTS * POS * rows[i]) * es;
+            p.store[i] = (choir_cuda_rows_out){.dst = dev(NULL, bytes), .bf16 = i == 2,
+                                               .slot_stride = POS * rows[i], .ld = rows[i],
+                                               .slot = dslot, .pos = dpos};
+            cref[i] = dev(NULL, bytes);
+            die_on(choir_cuda_memset0(g_cu, buf_of(p.store[i].dst), 0, bytes, &err), &err, "clear");
+            die_on(choir_cuda_memset0(g_cu, buf_of(cref[i]), 0, bytes, &err), &err, "clear");
+        }
+    }
+    bool fuses = choir_cuda_norm_linear_fuses(M, &p);
+    char name[96];
+    snprintf(name, sizeof name, "norm_linear %s %s M=%lld%s", set, kname, (long long)M,
+             fuses ? "" : ": refused off the GEMV path");
+    int rc = choir_cuda_norm_linear(g_cu, dx, M, &p, &err);
+    if (!fuses) {
+        expect(name, rc == CHOIR_EUNSUPPORTED);
+    } else {
+        die_on(rc, &err, "norm_linear");
+        /* The calls it replaces. */
+        die_on(choir_cuda_layer_norm(g_cu, dx, dh, M, K, p.gamma, p.beta, p.eps, &err), &err, "ln");
+        bool same = true;
+        double worst = 0;
+        float *hn = choir_alloc(CHOIR_MEM_OTHER, M * K * 4);
+        choir_layer_norm(x, hn, M, K, affine ? g : NULL, affine ? bt : NULL, p.eps);
+        for (int i = 0; i < n; i++) {
+            int64_t N = rows[i], ny = M * N;
+            die_on(choir_cuda_linear(g_cu, dh, M, &p.W[i], p.bias[i], yref[i], &err), &err, "linear");
+            if (gelu) die_on(choir_cuda_gelu_erf(g_cu, yref[i], ny, &err), &err, "gelu");
+            if (cref[i] && i == 2)
+                die_on(choir_cuda_rows_scatter_bf16(g_cu, yref[i], M, N, cref[i], POS * N, N, dslot,
+                                                    dpos, &err), &err, "scatter");
+            else if (cref[i])
+                die_on(choir_cuda_rows_scatter(g_cu, yref[i], M, N, cref[i], POS * N, N, dslot, dpos,
+                                               &err), &err, "scatter");
+            float *a = choir_alloc(CHOIR_MEM_OTHER, ny * 4), *b = choir_alloc(CHOIR_MEM_OTHER, ny * 4);
+            fetch(a, p.y[i], ny * 4);
+            fetch(b, yref[i], ny * 4);
+            same = same && memcmp(a, b, ny * 4) == 0;
+            choir_linear(hn, M, &h[i].w, bias[i], b);
+            if (gelu) choir_gelu_erf(b, ny);
+            double e = rel_l2(a, b, ny);
+            if (e > worst) worst = e;
+            if (cref[i]) {
+                size_t bytes = (size_t)(SLOTS * POS * N) * (i == 2 ? 2 : 4);
+                char *ca = choir_alloc(CHOIR_MEM_OTHER, bytes), *cb = choir_alloc(CHOIR_MEM_OTHER, bytes);
+                fetch((float *)ca, p.store[i].dst, bytes);
+                fetch((float *)cb, cref[i], bytes);
+                same = same && memcmp(ca, cb, bytes) == 0;
+                choir_free(ca), choir_free(cb);
+            }
+            choir_free(a), choir_free(b);
+        }
+        char nm[256];
+        snprintf(nm, sizeof nm, "%s == layer norm + linear%s%s, bit for bit", name,
+                 gelu ? " + GELU" : "", store ? " + scatters" : "");
+        expect(nm, same);
+        snprintf(nm, sizeof nm, "%s against the CPU", name);
+        report(nm, worst, TOL_F32);
+        choir_free(hn);
+    }
+    for (int i = 0; i < n; i++) {
+        choir_cuda_weight_free(g_cu, &p.W[i]);
+        free_weight(&h[i]);
+        choir_free(bias[i]);
+    }
+    choir_free(x), choir_free(g), choir_free(bt);
+    free_bufs();
+}
+
+static void check_norm_linear(void) {
+    static const choir_weight_kind kinds[] = {CHOIR_WEIGHT_F32, CHOIR_WEIGHT_F16, CHOIR_WEIGHT_BF16};
+    static const char *names[] = {"f32", "f16", "bf16"};
+    static const int64_t qkv[] = {262, 262, 130}, wide[] = {5003}, small[] = {37, 19};
+    for (int k = 0; k < 3; k++)
+        for (int64_t M = 1; M <= 8; M += 7) {
+            check_norm_linear_set("q/k/v 3x768", kinds[k], names[k], M, 3, qkv, 768, true, false, true);
+            check_norm_linear_set("5003x264 GELU", kinds[k], names[k], M, 1, wide, 264, true, true, false);
+            check_norm_linear_set("37+19 x100 plain", kinds[k], names[k], M, 2, small, 100, false, false, false);
+        }
+}
+
 static void check_linear(void) {
     check_linear_ex();
+    check_norm_linear();
     check_linear_case("f32", CHOIR_WEIGHT_F32, 0, 0, 0, TOL_F32, TOL_F32);
     check_linear_case("f16", CHOIR_WEIGHT_F16, 0, 0, 0, TOL_F32, TOL_F16);
     check_linear_case("bf16", CHOIR_WEIGHT_BF16, 0, 0, 0, TOL_F32, TOL_BF16);

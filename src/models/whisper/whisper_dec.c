@@ -146,7 +146,8 @@ typedef struct wh_dec_batch {
 } wh_dec_batch;
 
 /* Self-attention of layer l on the new rows: each row's key and value into
- * its sequence's cache, then each sequence's queries over its filled prefix. */
+ * its sequence's cache (with pooled caches the q/k/v operation put them
+ * there), then each sequence's queries over its filled prefix. */
 static void self_attention(choir_stream *s, const wh_dec_batch *b, int l,
                            const choir_whisper_dims *D, const wh_dec_io *io) {
     int64_t d = D->d_model;
@@ -161,8 +162,8 @@ static void self_attention(choir_stream *s, const wh_dec_batch *b, int l,
         /* One row per sequence: it sees every key of its prefix. */
         a.causal = false;
         a.kv = p->dt;
-        choir_op_rows_scatter(s, io->k, b->N, d, K, p->dt, p->slot_elems, d, io->slot, io->pos);
-        choir_op_rows_scatter(s, io->v, b->N, d, V, p->dt, p->slot_elems, d, io->slot, io->pos);
+        /* The new rows' keys and values are in the cache already: the q/k/v
+         * operation wrote them there (self_rows). */
         choir_op_attention_slots(s, b->N, io->q, d, d, K, d, V, d, p->slot_elems, io->slot,
                                  io->keys, io->att, d, d, 1, p->positions, &a);
         return;
@@ -206,31 +207,58 @@ static void cross_attention(choir_stream *s, const wh_dec_batch *b, int l,
     }
 }
 
-/* One decoder block on the residual stream x [N, d]. */
+/* Where the q/k/v operation also writes the new rows' keys (k) or values of
+ * layer l when the caches are slots of one pool: each row at its sequence's
+ * slot and position. */
+static choir_rows_out self_rows(const wh_dec_batch *b, int l, const choir_whisper_dims *D,
+                                const wh_dec_io *io, bool values) {
+    choir_rows_out o = {0};
+    const wh_pool *p = b->self;
+    if (!p) return o;
+    int64_t d = D->d_model, lo = (int64_t)l * p->positions * d;
+    o.dst = wh_kv_at(values ? p->v : p->k, p->dt, lo);
+    o.dtype = p->dt;
+    o.slot_stride = p->slot_elems;
+    o.ld = d;
+    o.slot = io->slot;
+    o.pos = io->pos;
+    return o;
+}
+
+/* One decoder block on the residual stream x [N, d]. Each layer norm rides
+ * on the products that read it (one kernel on a device's few-row GEMV path;
+ * elsewhere the norm lands in h first). */
 static void dec_block(choir_stream *s, const wh_block *blk, int l, const choir_whisper_dims *D,
                       const wh_dec_batch *b, const wh_dec_io *io, const wh_qk_req *qk) {
-    int64_t d = D->d_model, N = b->N;
-    choir_op_layer_norm(s, io->x, io->h, N, d, blk->attn_ln_g, blk->attn_ln_b, WH_LN_EPS);
+    int64_t N = b->N;
     /* q, k and v from the same rows: one operation (on the CPU one pool job
-     * for a step's few rows). */
-    const choir_weight *qkv[3] = {&blk->attn.q, &blk->attn.k, &blk->attn.v};
-    const float *qkv_b[3] = {blk->attn.bq, NULL, blk->attn.bv};
-    float *qkv_y[3] = {io->q, io->k, io->v};
-    choir_op_linear_n(s, io->h, N, 3, qkv, qkv_b, qkv_y);
+     * for a step's few rows), the keys and values also into pooled caches. */
+    choir_norm_linear qkv = {.ln_g = blk->attn_ln_g, .ln_b = blk->attn_ln_b, .eps = WH_LN_EPS,
+                             .n = 3,
+                             .W = {&blk->attn.q, &blk->attn.k, &blk->attn.v},
+                             .bias = {blk->attn.bq, NULL, blk->attn.bv},
+                             .y = {io->q, io->k, io->v},
+                             .store = {{0}, self_rows(b, l, D, io, false),
+                                       self_rows(b, l, D, io, true)}};
+    choir_op_norm_linear(s, io->x, N, &qkv, io->h);
     self_attention(s, b, l, D, io);
     /* The residual adds and the MLP's GELU ride on the products (fused on a
      * device's few-row GEMV path; elsewhere the product lands in h first). */
     choir_op_linear_ex(s, io->att, N, &blk->attn.o, blk->attn.bo, io->x, CHOIR_LINEAR_ACCUMULATE,
                        io->h);
 
-    choir_op_layer_norm(s, io->x, io->h, N, d, blk->cross_ln_g, blk->cross_ln_b, WH_LN_EPS);
-    choir_op_linear(s, io->h, N, &blk->cross.q, blk->cross.bq, io->q);
+    choir_norm_linear cq = {.ln_g = blk->cross_ln_g, .ln_b = blk->cross_ln_b, .eps = WH_LN_EPS,
+                            .n = 1, .W = {&blk->cross.q}, .bias = {blk->cross.bq},
+                            .y = {io->q}};
+    choir_op_norm_linear(s, io->x, N, &cq, io->h);
     cross_attention(s, b, l, D, io, qk);
     choir_op_linear_ex(s, io->att, N, &blk->cross.o, blk->cross.bo, io->x, CHOIR_LINEAR_ACCUMULATE,
                        io->h);
 
-    choir_op_layer_norm(s, io->x, io->h, N, d, blk->mlp_ln_g, blk->mlp_ln_b, WH_LN_EPS);
-    choir_op_linear_ex(s, io->h, N, &blk->fc1, blk->fc1_b, io->hid, CHOIR_LINEAR_GELU, NULL);
+    choir_norm_linear fc1 = {.ln_g = blk->mlp_ln_g, .ln_b = blk->mlp_ln_b, .eps = WH_LN_EPS,
+                             .n = 1, .W = {&blk->fc1}, .bias = {blk->fc1_b}, .y = {io->hid},
+                             .flags = CHOIR_LINEAR_GELU};
+    choir_op_norm_linear(s, io->x, N, &fc1, io->h);
     choir_op_linear_ex(s, io->hid, N, &blk->fc2, blk->fc2_b, io->x, CHOIR_LINEAR_ACCUMULATE, io->h);
 }
 
@@ -258,8 +286,9 @@ static void dec_body(choir_stream *s, const wh_net *w, const choir_whisper_dims 
                 choir_op_copy(s, io->x + (int64_t)i * d, io->x + (int64_t)(r - 1) * d,
                               (size_t)d * sizeof(float));
         }
-    choir_op_layer_norm(s, io->x, io->x, n_out, d, w->dec_ln_g, w->dec_ln_b, WH_LN_EPS);
-    choir_op_linear(s, io->x, n_out, &w->tok_emb, NULL, logits);
+    choir_norm_linear out = {.ln_g = w->dec_ln_g, .ln_b = w->dec_ln_b, .eps = WH_LN_EPS, .n = 1,
+                             .W = {&w->tok_emb}, .y = {logits}};
+    choir_op_norm_linear(s, io->x, n_out, &out, io->h);
 }
 
 void wh_dec_graphs_drop(wh_dec_rt *rt) {

@@ -189,6 +189,57 @@ int choir_op_linear_n(choir_stream *s, const float *x, int64_t M, int n,
     return 0;
 }
 
+int choir_op_norm_linear(choir_stream *s, const float *x, int64_t M, const choir_norm_linear *p,
+                         float *h) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (p->n < 1 || p->n > CHOIR_NORM_LINEAR_MAX || (p->flags & ~CHOIR_LINEAR_GELU))
+        return be_invalid(s, "norm_linear: %d layers (1..%d), flags %u", p->n,
+                          CHOIR_NORM_LINEAR_MAX, p->flags);
+    int64_t K = p->W[0]->cols;
+    for (int i = 0; i < p->n; i++) {
+        if (p->W[i]->cols != K || p->W[i]->rows < 0 || !p->y[i])
+            return be_invalid(s, "norm_linear: layer %d of %lld x %lld over rows of %lld", i,
+                              (long long)p->W[i]->rows, (long long)p->W[i]->cols, (long long)K);
+        if (p->store[i].dst && !p->store[i].pos)
+            return be_invalid(s, "norm_linear: layer %d's rows stored without positions", i);
+    }
+    if (M < 0 || K < 0) return be_invalid(s, "norm_linear: negative size");
+    if (M == 0) return 0;
+#ifdef CHOIR_HAVE_CUDA
+    if (!be_host(s)) {
+        bool dense = true;
+        choir_cuda_norm_linear_params c = {.gamma = p->ln_g, .beta = p->ln_b, .eps = p->eps, .n = p->n,
+                                    .gelu = p->flags & CHOIR_LINEAR_GELU};
+        for (int i = 0; i < p->n; i++) {
+            const choir_rows_out *o = &p->store[i];
+            c.W[i] = be_cuda_weight(p->W[i]);
+            c.bias[i] = p->bias[i];
+            c.y[i] = p->y[i];
+            c.store[i] = (choir_cuda_rows_out){.dst = o->dst, .bf16 = o->dtype == CHOIR_DTYPE_BF16,
+                                               .slot_stride = o->slot_stride, .ld = o->ld,
+                                               .slot = o->slot, .pos = o->pos};
+            dense = dense && (!o->dst || o->dtype == CHOIR_DTYPE_F32 || o->dtype == CHOIR_DTYPE_BF16);
+        }
+        if (dense && choir_cuda_norm_linear_fuses(M, &c))
+            BE_CUDA(s, "norm_linear", choir_cuda_norm_linear(s->be->cu, x, M, &c, BE_ERR));
+    }
+#endif
+    /* The operations in turn, counted as this one. */
+    int64_t ops = s->ops;
+    choir_op_layer_norm(s, x, h, M, K, p->ln_g, p->ln_b, p->eps);
+    choir_op_linear_n(s, h, M, p->n, p->W, p->bias, p->y);
+    for (int i = 0; i < p->n; i++) {
+        const choir_rows_out *o = &p->store[i];
+        if (p->flags & CHOIR_LINEAR_GELU)
+            choir_op_act(s, CHOIR_ACT_GELU_ERF, p->y[i], M * p->W[i]->rows, 0.0f);
+        if (o->dst)
+            choir_op_rows_scatter(s, p->y[i], M, p->W[i]->rows, o->dst, o->dtype, o->slot_stride,
+                                  o->ld, o->slot, o->pos);
+    }
+    s->ops = ops;
+    return choir_stream_status(s, NULL);
+}
+
 int choir_op_linear_bf16(choir_stream *s, const uint16_t *x, int64_t M, const choir_weight *W,
                          const float *bias, void *y, choir_dtype y_dtype, unsigned flags) {
     if (!choir_stream_ok(s)) return s->err.code;

@@ -90,6 +90,14 @@ choir_cuda *choir_cuda_init(int device, choir_err *err) {
         choir_cuda_blas_fail(err, bs, "cublasSetWorkspace");
         goto fail;
     }
+    /* Chunk counters of the split-keys attention (its last chunk per row and
+     * head combines the chunks), zero between calls: 4096 (row, head) pairs,
+     * a batch of 32 decoder steps of a 20-head model 6 times over. */
+    if (choir_cuda_buf_alloc(cu, 4096 * sizeof(int), &cu->attn_done, err)) goto fail;
+    if ((st = cudaMemsetAsync(cu->attn_done.ptr, 0, cu->attn_done.bytes, cu->stream)) != cudaSuccess) {
+        choir_cuda_fail(err, st, "clearing the attention counters");
+        goto fail;
+    }
     /* f32 products stay true f32 so that they match the CPU reference;
      * bf16/f16 products use the tensor cores through their own calls. */
     cublasSetMathMode(cu->blas, CUBLAS_DEFAULT_MATH);
@@ -106,6 +114,7 @@ void choir_cuda_free(choir_cuda *cu) {
     if (cu->blas) cublasDestroy(cu->blas);
     if (cu->lt) cublasLtDestroy((cublasLtHandle_t)cu->lt);
     choir_cuda_buf_free(cu, &cu->blas_workspace);
+    choir_cuda_buf_free(cu, &cu->attn_done);
     if (cu->stream) cudaStreamDestroy(cu->stream);
     choir_free(cu);
 }

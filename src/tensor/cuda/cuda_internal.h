@@ -25,6 +25,9 @@ struct choir_cuda {
     /* cuBLAS workspace, set before the first capture so that a captured
      * product never asks the runtime for memory. */
     choir_cuda_buf blas_workspace;
+    /* int [4096]: the split-keys attention's chunk counters per (row, head),
+     * zero between calls (cuda_kernels.cu). */
+    choir_cuda_buf attn_done;
     /* cublasLt handle (cublasLtHandle_t) for products with fused epilogues,
      * made on first use (cuda_bf16.cu); it shares blas_workspace. */
     void *lt;
@@ -34,6 +37,49 @@ struct choir_cuda {
  * applies it (the activation kernel and the product epilogues). */
 __device__ __forceinline__ float cuda_gelu_erf(float x) {
     return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+
+/* The sum of v over the block; every thread gets it. `red` holds 32 floats
+ * of shared memory, reused by consecutive calls. */
+__device__ __forceinline__ float cuda_block_sum(float v, float *red) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads(); /* red may still be read from a previous reduction */
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float r = lane < nwarps ? red[lane] : 0.0f;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
+    return r;
+}
+
+/* A layer norm's statistics of row xr [dim], two passes for the variance
+ * (mean first, as the reference, for rows with a large mean), the block's
+ * threads striding the row; and its output at i. Shared by the layer-norm
+ * kernel and the product that normalises its input itself
+ * (choir_cuda_norm_linear), so that both give the same floats for the same
+ * block size; explicit roundings (no contraction) for the same reason. */
+__device__ __forceinline__ void cuda_ln_stats(const float *xr, int64_t dim, float eps, float *red,
+                                              float *mean, float *inv) {
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) s += xr[i];
+    float mu = cuda_block_sum(s, red) / (float)dim;
+    float v = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+        float d = __fsub_rn(xr[i], mu);
+        v = __fmaf_rn(d, d, v);
+    }
+    *mean = mu;
+    *inv = rsqrtf(cuda_block_sum(v, red) / (float)dim + eps);
+}
+__device__ __forceinline__ float cuda_ln_out(float x, float mean, float inv,
+                                             const float *__restrict__ gamma,
+                                             const float *__restrict__ beta, int64_t i) {
+    float o = __fmul_rn(__fsub_rn(x, mean), inv);
+    if (gamma) o = __fmul_rn(o, gamma[i]);
+    if (beta) o = __fadd_rn(o, beta[i]);
+    return o;
 }
 
 /* Fills err from a CUDA runtime status and returns the choir code. */

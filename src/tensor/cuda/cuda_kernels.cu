@@ -130,27 +130,18 @@ __device__ float block_reduce(float v, float *red, bool is_max) {
 /* --- normalisation ------------------------------------------------------- */
 
 /* Two passes for the variance (mean first) to match the reference's
- * accuracy on rows with a large mean. One block per row. */
+ * accuracy on rows with a large mean. One block of ROW_THREADS per row
+ * (choir_cuda_norm_linear's blocks compute the same statistics with as many
+ * threads). */
 __global__ void k_layer_norm(const float *x, float *y, int64_t dim, const float *gamma,
                              const float *beta, float eps) {
     __shared__ float red[32];
     const float *xr = x + (int64_t)blockIdx.x * dim;
     float *yr = y + (int64_t)blockIdx.x * dim;
-    float s = 0.0f;
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) s += xr[i];
-    float mean = block_reduce(s, red, false) / (float)dim;
-    float v = 0.0f;
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-        float d = xr[i] - mean;
-        v += d * d;
-    }
-    float inv = rsqrtf(block_reduce(v, red, false) / (float)dim + eps);
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-        float o = (xr[i] - mean) * inv;
-        if (gamma) o *= gamma[i];
-        if (beta) o += beta[i];
-        yr[i] = o;
-    }
+    float mean, inv;
+    cuda_ln_stats(xr, dim, eps, red, &mean, &inv);
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
+        yr[i] = cuda_ln_out(xr[i], mean, inv, gamma, beta, i);
 }
 
 int choir_cuda_layer_norm(choir_cuda *cu, const float *x, float *y, int64_t rows, int64_t dim,
@@ -387,13 +378,67 @@ template <> struct as_vec<__nv_bfloat16> {
     static constexpr int N = 8;
 };
 
+/* Row r's head h of nh from its chunks' partials: rescaled to their common
+ * maximum, summed and divided by the total weight; a row that sees no key
+ * gets zeros (as k_attention). The block's threads stride the Dh values.
+ * Partials are read through L2 (__ldcg): other blocks wrote them. */
+__device__ __forceinline__ void attention_combine(const float *part, int nsplit, int64_t Dh,
+                                                  int64_t Tq, int64_t r, int64_t h, int64_t nh,
+                                                  float *__restrict__ out, int64_t ldo,
+                                                  int64_t out_batch) {
+    int64_t b = r / Tq, i = r % Tq;
+    const float *pp = part + (r * nh + h) * nsplit * (Dh + 2);
+    float mx = -INFINITY;
+    for (int s = 0; s < nsplit; s++) mx = fmaxf(mx, __ldcg(pp + s * (Dh + 2) + Dh));
+    float *orow = out + b * out_batch + i * ldo + h * Dh;
+    if (mx == -INFINITY) {
+        for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x) orow[d] = 0.0f;
+        return;
+    }
+    float l = 0.0f;
+    for (int s = 0; s < nsplit; s++) {
+        float m = __ldcg(pp + s * (Dh + 2) + Dh);
+        if (m != -INFINITY) l += __ldcg(pp + s * (Dh + 2) + Dh + 1) * expf(m - mx);
+    }
+    float inv = 1.0f / l;
+    for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x) {
+        float a = 0.0f;
+        for (int s = 0; s < nsplit; s++) {
+            float m = __ldcg(pp + s * (Dh + 2) + Dh);
+            if (m != -INFINITY) a += __ldcg(pp + s * (Dh + 2) + d) * expf(m - mx);
+        }
+        orow[d] = a * inv;
+    }
+}
+
+/* The end of a chunk's block when chunk counters are given: the block's
+ * partial made visible, the (row, head)'s counter counted up, and the block
+ * that counts last combines the chunks (what k_attention_combine does, one
+ * launch fewer) and sets the counter back to 0 for the next call. Every
+ * thread of the block calls it. */
+__device__ __forceinline__ void attention_split_done(const float *part, int nsplit, int64_t Dh,
+                                                     int64_t Tq, int64_t r, int64_t h, int64_t nh,
+                                                     int *done, float *__restrict__ out,
+                                                     int64_t ldo, int64_t out_batch) {
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&done[r * nh + h], 1) == nsplit - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    attention_combine(part, nsplit, Dh, Tq, r, h, nh, out, ldo, out_batch);
+    if (threadIdx.x == 0) done[r * nh + h] = 0;
+}
+
 template <typename KV, int DH>
 __global__ void __launch_bounds__(AS_THREADS)
     k_attention_split(const float *__restrict__ q, int64_t ldq, int64_t q_batch,
                       const KV *__restrict__ k, int64_t ldk, const KV *__restrict__ v, int64_t ldv,
                       int64_t kv_batch, const int32_t *__restrict__ kv_slot,
                       const int32_t *__restrict__ kv_len, int64_t Tq, int64_t Tk, float scale,
-                      bool causal, int nsplit, float *__restrict__ part) {
+                      bool causal, int nsplit, float *__restrict__ part, int *__restrict__ done,
+                      float *__restrict__ out, int64_t ldo, int64_t out_batch) {
     __shared__ __align__(16) float qs[DH];
     __shared__ float sc[AS_SPLIT];
     __shared__ float red[AS_THREADS / 32];
@@ -413,6 +458,7 @@ __global__ void __launch_bounds__(AS_THREADS)
     float *pp = part + ((r * nh + h) * nsplit + sp) * (int64_t)(DH + 2);
     if (cnt <= 0) {
         if (tid == 0) pp[DH] = -INFINITY, pp[DH + 1] = 0.0f;
+        if (done) attention_split_done(part, nsplit, DH, Tq, r, h, nh, done, out, ldo, out_batch);
         return;
     }
     const float *qr = q + b * q_batch + i * ldq + h * DH;
@@ -422,6 +468,11 @@ __global__ void __launch_bounds__(AS_THREADS)
     const KV *kb = k + cache * kv_batch + h * DH + k0 * ldk;
     const KV *vb = v + cache * kv_batch + h * DH + k0 * ldv;
 
+    /* The chunk's value rows (head slice: DH values) go to L2 now, so that
+     * the weighted sum after the softmax does not wait on DRAM again. */
+    if (tid < cnt)
+        for (int o = 0; o < DH * (int)sizeof(KV); o += 128)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)(vb + (int64_t)tid * ldv) + o));
     float s = -INFINITY;
     if (tid < cnt) {
         constexpr int N = as_vec<KV>::N;
@@ -477,37 +528,16 @@ __global__ void __launch_bounds__(AS_THREADS)
         pp[dd] = a;
     }
     if (tid == 0) pp[DH] = mx, pp[DH + 1] = sum;
+    if (done) attention_split_done(part, nsplit, DH, Tq, r, h, nh, done, out, ldo, out_batch);
 }
 
-/* One block of Dh threads per (row, head): the chunks rescaled to their
- * common maximum, summed and divided by the total weight; a row that sees no
- * key gets zeros (as k_attention). */
+/* One block of Dh threads per (row, head): the chunks of attention_combine
+ * (below) as a kernel of their own, when no chunk counters are at hand. */
 __global__ void k_attention_combine(const float *__restrict__ part, int nsplit, int64_t Dh,
                                     int64_t Tq, float *__restrict__ out, int64_t ldo,
                                     int64_t out_batch) {
-    int64_t r = blockIdx.x, h = blockIdx.y, nh = gridDim.y, b = r / Tq, i = r % Tq;
-    const float *pp = part + (r * nh + h) * nsplit * (Dh + 2);
-    float mx = -INFINITY;
-    for (int s = 0; s < nsplit; s++) mx = fmaxf(mx, pp[s * (Dh + 2) + Dh]);
-    float *orow = out + b * out_batch + i * ldo + h * Dh;
-    if (mx == -INFINITY) {
-        for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x) orow[d] = 0.0f;
-        return;
-    }
-    float l = 0.0f;
-    for (int s = 0; s < nsplit; s++) {
-        float m = pp[s * (Dh + 2) + Dh];
-        if (m != -INFINITY) l += pp[s * (Dh + 2) + Dh + 1] * expf(m - mx);
-    }
-    float inv = 1.0f / l;
-    for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x) {
-        float a = 0.0f;
-        for (int s = 0; s < nsplit; s++) {
-            float m = pp[s * (Dh + 2) + Dh];
-            if (m != -INFINITY) a += pp[s * (Dh + 2) + d] * expf(m - mx);
-        }
-        orow[d] = a * inv;
-    }
+    attention_combine(part, nsplit, Dh, Tq, blockIdx.x, blockIdx.y, gridDim.y, out, ldo,
+                      out_batch);
 }
 
 /* Whether the split path serves this call: few query rows, enough keys to
@@ -521,7 +551,12 @@ template <typename KV>
 static float *attention_split_scratch(choir_cuda *cu, int64_t rows, int n_head, int64_t Dh,
                                       int64_t Tk, const float *mask, const KV *k, int64_t ldk,
                                       const KV *v, int64_t ldv, int64_t kv_batch, int *nsplit) {
-    if (!g_attention_split || mask || (Dh != 64 && Dh != 128) || Tk < 2 * AS_SPLIT || rows > 65535)
+    /* From two chunks; from half a chunk when the chunks combine themselves
+     * (one kernel: a short cache's scores all at once, one key a thread,
+     * instead of one warp walking the keys). */
+    bool fold = rows * n_head <= (int64_t)(cu->attn_done.bytes / sizeof(int));
+    if (!g_attention_split || mask || (Dh != 64 && Dh != 128) ||
+        Tk < (fold ? AS_SPLIT / 2 : 2 * AS_SPLIT) || rows > 65535)
         return NULL;
     int64_t vec = 16 / (int64_t)sizeof(KV);
     if (((uintptr_t)k | (uintptr_t)v) % 16 || ldk % vec || ldv % vec || kv_batch % vec) return NULL;
@@ -546,11 +581,15 @@ static int attention_split_launch(choir_cuda *cu, int64_t B, const float *q, int
                                   int64_t Tq, int64_t Tk, int n_head, float scale, bool causal,
                                   int nsplit, float *part, choir_err *err) {
     dim3 g1((unsigned)nsplit, (unsigned)n_head, (unsigned)(B * Tq)), g2((unsigned)(B * Tq), (unsigned)n_head);
-    k_attention_split<KV, DH><<<g1, AS_THREADS, 0, cu->stream>>>(q, ldq, q_batch, k, ldk, v, ldv,
-                                                                 kv_batch, kv_slot, kv_len, Tq, Tk,
-                                                                 scale, causal, nsplit, part);
+    /* With enough chunk counters, the last chunk of each (row, head) combines. */
+    int *done = B * Tq * n_head <= (int64_t)(cu->attn_done.bytes / sizeof(int))
+                    ? (int *)cu->attn_done.ptr
+                    : NULL;
+    k_attention_split<KV, DH><<<g1, AS_THREADS, 0, cu->stream>>>(
+        q, ldq, q_batch, k, ldk, v, ldv, kv_batch, kv_slot, kv_len, Tq, Tk, scale, causal, nsplit,
+        part, done, out, ldo, out_batch);
     int rc = choir_cuda_check_launch(err, "attention splits");
-    if (rc) return rc;
+    if (rc || done) return rc;
     k_attention_combine<<<g2, DH, 0, cu->stream>>>(part, nsplit, DH, Tq, out, ldo, out_batch);
     return choir_cuda_check_launch(err, "attention combine");
 }

@@ -4,6 +4,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <string.h>
+
 #include <type_traits>
 
 #include "tensor/cuda/cuda_internal.h"
@@ -28,38 +30,68 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-/* One warp per output row; each lane takes 16-byte chunks of the row, so a
- * warp reads 512 contiguous bytes per step. */
+/* One 16-byte chunk of a weight row (VEC values from column c) against
+ * every row of x: acc[m] += the chunk's products with x's row m. */
 template <typename T>
-__global__ void gemv_dense(const float *__restrict__ x, int M, const T *__restrict__ W, int64_t rows,
-                           int64_t cols, const float *__restrict__ bias, float *__restrict__ y,
-                           int epilogue) {
+__device__ __forceinline__ void gemv_chunk(const float *x, int M, int64_t cols, int64_t c,
+                                           uint4 raw, float (&acc)[GEMV_MAX_ROWS]) {
     constexpr int VEC = 16 / sizeof(T);
-    int lane = threadIdx.x & 31;
-    int64_t r = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-    if (r >= rows) return;
-    const T *wr = W + r * cols;
-    float acc[GEMV_MAX_ROWS];
+    const T *wv = (const T *)&raw;
+    float wf[VEC];
+#pragma unroll
+    for (int j = 0; j < VEC; j++) wf[j] = to_f32(wv[j]);
+#pragma unroll
+    for (int m = 0; m < GEMV_MAX_ROWS; m++) {
+        if (m >= M) break;
+        const float4 *xv = (const float4 *)(x + (int64_t)m * cols + c);
+#pragma unroll
+        for (int j = 0; j < VEC / 4; j++) {
+            float4 xx = xv[j];
+            acc[m] += wf[4 * j] * xx.x + wf[4 * j + 1] * xx.y + wf[4 * j + 2] * xx.z +
+                      wf[4 * j + 3] * xx.w;
+        }
+    }
+}
+
+/* A warp's dot products of weight row wr [cols] with the M rows of x (global
+ * or shared memory): lane l takes the 16-byte chunks l, l + 32, ..., so a
+ * warp reads 512 contiguous bytes per chunk step, and issues the loads of
+ * GEMV_UNROLL steps before their products (one step at a time left a warp
+ * with one load in flight). Each lane adds its chunks in column order
+ * whatever the unrolling, so every caller gets the same floats. With
+ * `have_first`, `first` holds the row's first GEMV_UNROLL steps already
+ * (gemv_load at the lane's first column: loads issued before other work). */
+#define GEMV_UNROLL 4
+template <typename T>
+__device__ __forceinline__ void gemv_load(const T *__restrict__ wr, int64_t cols, int64_t c0,
+                                          uint4 (&raw)[GEMV_UNROLL]) {
+    constexpr int64_t STEP = 32 * (16 / sizeof(T));
+#pragma unroll
+    for (int u = 0; u < GEMV_UNROLL; u++)
+        raw[u] = c0 + u * STEP < cols ? __ldg((const uint4 *)(wr + c0 + u * STEP))
+                                      : make_uint4(0, 0, 0, 0);
+}
+
+template <typename T>
+__device__ __forceinline__ void gemv_dot(const float *x, int M, const T *__restrict__ wr,
+                                         int64_t cols, int lane, float (&acc)[GEMV_MAX_ROWS],
+                                         const uint4 (&first)[GEMV_UNROLL], bool have_first) {
+    constexpr int VEC = 16 / sizeof(T);
+    constexpr int64_t STEP = 32 * VEC;
 #pragma unroll
     for (int m = 0; m < GEMV_MAX_ROWS; m++) acc[m] = 0.0f;
     if (cols % VEC == 0) {
-        for (int64_t c = (int64_t)lane * VEC; c < cols; c += 32 * VEC) {
-            uint4 raw = *(const uint4 *)(wr + c);
-            const T *wv = (const T *)&raw;
-            float wf[VEC];
+        for (int64_t c0 = (int64_t)lane * VEC; c0 < cols; c0 += GEMV_UNROLL * STEP) {
+            uint4 raw[GEMV_UNROLL];
+            if (have_first && c0 == (int64_t)lane * VEC) {
 #pragma unroll
-            for (int j = 0; j < VEC; j++) wf[j] = to_f32(wv[j]);
-#pragma unroll
-            for (int m = 0; m < GEMV_MAX_ROWS; m++) {
-                if (m >= M) break;
-                const float4 *xv = (const float4 *)(x + (int64_t)m * cols + c);
-#pragma unroll
-                for (int j = 0; j < VEC / 4; j++) {
-                    float4 xx = xv[j];
-                    acc[m] += wf[4 * j] * xx.x + wf[4 * j + 1] * xx.y + wf[4 * j + 2] * xx.z +
-                              wf[4 * j + 3] * xx.w;
-                }
+                for (int u = 0; u < GEMV_UNROLL; u++) raw[u] = first[u];
+            } else {
+                gemv_load<T>(wr, cols, c0, raw);
             }
+#pragma unroll
+            for (int u = 0; u < GEMV_UNROLL; u++)
+                if (c0 + u * STEP < cols) gemv_chunk<T>(x, M, cols, c0 + u * STEP, raw[u], acc);
         }
     } else {
         for (int64_t c = lane; c < cols; c += 32) {
@@ -69,14 +101,113 @@ __global__ void gemv_dense(const float *__restrict__ x, int M, const T *__restri
                 if (m < M) acc[m] += wf * x[(int64_t)m * cols + c];
         }
     }
+}
+
+/* The value a GEMV writes for product s of output (m, r): bias added, then
+ * written, added into y or passed through GELU. */
+__device__ __forceinline__ float gemv_out(float s, const float *__restrict__ bias, int64_t r,
+                                          float *yo, int epilogue) {
+    float v = s + (bias ? bias[r] : 0.0f);
+    return epilogue == GEMV_ACCUMULATE ? *yo + v : epilogue == GEMV_GELU ? cuda_gelu_erf(v) : v;
+}
+
+/* One warp per output row, GEMV_WARPS rows a block. */
+template <typename T>
+__global__ void gemv_dense(const float *__restrict__ x, int M, const T *__restrict__ W, int64_t rows,
+                           int64_t cols, const float *__restrict__ bias, float *__restrict__ y,
+                           int epilogue) {
+    int lane = threadIdx.x & 31;
+    int64_t r = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    if (r >= rows) return;
+    float acc[GEMV_MAX_ROWS];
+    const uint4 none[GEMV_UNROLL] = {};
+    gemv_dot<T>(x, M, W + r * cols, cols, lane, acc, none, false);
 #pragma unroll
     for (int m = 0; m < GEMV_MAX_ROWS; m++) {
         if (m >= M) break;
         float s = warp_sum(acc[m]);
         if (lane == 0) {
-            float v = s + (bias ? bias[r] : 0.0f);
             float *yo = y + (int64_t)m * rows + r;
-            *yo = epilogue == GEMV_ACCUMULATE ? *yo + v : epilogue == GEMV_GELU ? cuda_gelu_erf(v) : v;
+            *yo = gemv_out(s, bias, r, yo, epilogue);
+        }
+    }
+}
+
+/* --- a layer norm feeding GEMVs ---------------------------------------------------- */
+
+/* choir_cuda_norm_linear's layers as the kernel takes them (by value). */
+struct norm_linear_args {
+    const void *W[CHOIR_CUDA_NORM_LINEAR_MAX];
+    const float *bias[CHOIR_CUDA_NORM_LINEAR_MAX];
+    float *y[CHOIR_CUDA_NORM_LINEAR_MAX];
+    int64_t start[CHOIR_CUDA_NORM_LINEAR_MAX + 1]; /* layer i: rows [start[i], start[i+1]) */
+    choir_cuda_rows_out store[CHOIR_CUDA_NORM_LINEAR_MAX];
+    int n;
+};
+
+/* Each block first normalises x's M rows into shared memory (the layer-norm
+ * kernel's statistics: NORM_LINEAR_THREADS threads, as ROW_THREADS there),
+ * then its warps take output rows of the layers stacked one after another
+ * (row r of the stack is row r - start[i] of layer i), striding by the grid:
+ * the products of gemv_dense over the normalised rows, the same floats as a
+ * layer norm followed by choir_cuda_linear (and GELU, and the rows scatter)
+ * without the normalised rows' round trip or the extra launches. */
+#define NORM_LINEAR_THREADS 256
+template <typename T>
+__global__ void __launch_bounds__(NORM_LINEAR_THREADS)
+    norm_gemv(const float *__restrict__ x, int M, int64_t K, const float *__restrict__ gamma,
+              const float *__restrict__ beta, float eps, norm_linear_args a, int epilogue) {
+    extern __shared__ float4 xs4[];
+    float *xs = (float *)xs4; /* [M][K] */
+    __shared__ float red[32];
+    const int lane = threadIdx.x & 31, warps = NORM_LINEAR_THREADS / 32;
+    const int64_t total = a.start[a.n], r0 = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5);
+    /* The warp's first weight row does not depend on x: its first loads go
+     * out before the norm, which hides behind them. */
+    auto layer_of = [&](int64_t r) {
+        int i = 0;
+        while (i + 1 < a.n && r >= a.start[i + 1]) i++;
+        return i;
+    };
+    constexpr int VEC = 16 / sizeof(T);
+    uint4 first[GEMV_UNROLL] = {};
+    const bool have_first = r0 < total && K % VEC == 0;
+    if (have_first) {
+        int i = layer_of(r0);
+        gemv_load<T>((const T *)a.W[i] + (r0 - a.start[i]) * K, K, (int64_t)lane * VEC, first);
+    }
+    for (int m = 0; m < M; m++) {
+        const float *xr = x + (int64_t)m * K;
+        float mean, inv;
+        cuda_ln_stats(xr, K, eps, red, &mean, &inv);
+        for (int64_t i = threadIdx.x; i < K; i += blockDim.x)
+            xs[(int64_t)m * K + i] = cuda_ln_out(xr[i], mean, inv, gamma, beta, i);
+    }
+    __syncthreads();
+    for (int64_t r = r0; r < total; r += (int64_t)gridDim.x * warps) {
+        const int i = layer_of(r);
+        const int64_t rr = r - a.start[i], rows = a.start[i + 1] - a.start[i];
+        float acc[GEMV_MAX_ROWS];
+        gemv_dot<T>(xs, M, (const T *)a.W[i] + rr * K, K, lane, acc, first,
+                    have_first && r == r0);
+#pragma unroll
+        for (int m = 0; m < GEMV_MAX_ROWS; m++) {
+            if (m >= M) break;
+            float s = warp_sum(acc[m]);
+            if (lane == 0) {
+                float *yo = a.y[i] + (int64_t)m * rows + rr;
+                float v = gemv_out(s, a.bias[i], rr, yo, epilogue);
+                *yo = v;
+                const choir_cuda_rows_out *st = &a.store[i];
+                if (st->dst) {
+                    int64_t at = (int64_t)(st->slot ? st->slot[m] : m) * st->slot_stride +
+                                 (int64_t)st->pos[m] * st->ld + rr;
+                    if (st->bf16)
+                        ((__nv_bfloat16 *)st->dst)[at] = __float2bfloat16_rn(v);
+                    else
+                        ((float *)st->dst)[at] = v;
+                }
+            }
         }
     }
 }
@@ -572,6 +703,65 @@ int choir_cuda_linear_ex(choir_cuda *cu, const float *x, int64_t M, const choir_
                              (long long)M);
     return launch_gemv_dense(cu, x, M, W, bias, y,
                              accumulate ? GEMV_ACCUMULATE : gelu ? GEMV_GELU : GEMV_WRITE, err);
+}
+
+/* Shared memory of the normalised rows: within the default 48 KiB a block
+ * with the reduction's static 128 bytes. */
+#define NORM_LINEAR_SMEM (46 * 1024)
+
+bool choir_cuda_norm_linear_fuses(int64_t M, const choir_cuda_norm_linear_params *p) {
+    if (p->n < 1 || p->n > CHOIR_CUDA_NORM_LINEAR_MAX || M < 1) return false;
+    int64_t K = p->W[0].cols, total = 0;
+    if (K < 1 || (size_t)(M * K) * sizeof(float) > NORM_LINEAR_SMEM) return false;
+    for (int i = 0; i < p->n; i++) {
+        const choir_cuda_weight *W = &p->W[i];
+        if (W->kind != p->W[0].kind || W->cols != K || !choir_cuda_linear_fuses(M, W)) return false;
+        if (p->store[i].dst && !p->store[i].pos) return false;
+        total += W->rows;
+    }
+    return total <= INT32_MAX;
+}
+
+int choir_cuda_norm_linear(choir_cuda *cu, const float *x, int64_t M,
+                           const choir_cuda_norm_linear_params *p, choir_err *err) {
+    if (!choir_cuda_norm_linear_fuses(M, p))
+        return choir_err_set(err, CHOIR_EUNSUPPORTED,
+                             "cuda: layer norm and linear of %lld rows off the GEMV path",
+                             (long long)M);
+    norm_linear_args a;
+    memset(&a, 0, sizeof a);
+    a.n = p->n;
+    for (int i = 0; i < p->n; i++) {
+        a.W[i] = p->W[i].data.ptr;
+        a.bias[i] = p->bias[i];
+        a.y[i] = p->y[i];
+        a.store[i] = p->store[i];
+        a.start[i + 1] = a.start[i] + p->W[i].rows;
+    }
+    int64_t K = p->W[0].cols, warps = NORM_LINEAR_THREADS / 32;
+    /* Enough blocks to fill the device a few times over; beyond that each
+     * warp takes several output rows (the logits' 51866), so that few blocks
+     * pay for normalising x. */
+    int64_t blocks = (a.start[p->n] + warps - 1) / warps, cap = (int64_t)cu->props.sm_count * 4;
+    if (cap < 1) cap = 1;
+    if (blocks > cap) blocks = cap;
+    size_t smem = (size_t)(M * K) * sizeof(float);
+    int epilogue = p->gelu ? GEMV_GELU : GEMV_WRITE;
+    switch (p->W[0].kind) {
+    case CHOIR_WEIGHT_F32:
+        norm_gemv<float><<<(unsigned)blocks, NORM_LINEAR_THREADS, smem, cu->stream>>>(
+            x, (int)M, K, p->gamma, p->beta, p->eps, a, epilogue);
+        break;
+    case CHOIR_WEIGHT_F16:
+        norm_gemv<__half><<<(unsigned)blocks, NORM_LINEAR_THREADS, smem, cu->stream>>>(
+            x, (int)M, K, p->gamma, p->beta, p->eps, a, epilogue);
+        break;
+    default:
+        norm_gemv<__nv_bfloat16><<<(unsigned)blocks, NORM_LINEAR_THREADS, smem, cu->stream>>>(
+            x, (int)M, K, p->gamma, p->beta, p->eps, a, epilogue);
+        break;
+    }
+    return choir_cuda_check_launch(err, "layer norm and gemv");
 }
 
 int choir_cuda_linear(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,

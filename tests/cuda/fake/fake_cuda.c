@@ -319,6 +319,56 @@ int choir_cuda_linear_ex(choir_cuda *cu, const float *x, int64_t M, const choir_
     return run_or_record(linear_ex_op, &a, sizeof(a));
 }
 
+/* A layer norm feeding GEMVs: the CPU layer norm into a temporary, each
+ * product (GELU'd), then the rows stored, as the device's one kernel. */
+typedef struct norm_linear_args {
+    const float *x;
+    int64_t M;
+    choir_cuda_norm_linear_params p;
+} norm_linear_args;
+static int norm_linear_op(const void *q) {
+    const norm_linear_args *a = q;
+    const choir_cuda_norm_linear_params *p = &a->p;
+    int64_t M = a->M, K = p->W[0].cols;
+    float *h = malloc((size_t)(M * K) * sizeof(float));
+    if (!h) return CHOIR_ENOMEM;
+    choir_layer_norm(a->x, h, M, K, p->gamma, p->beta, p->eps);
+    for (int i = 0; i < p->n; i++) {
+        choir_weight w = host_view(&p->W[i]);
+        int64_t N = w.rows;
+        choir_linear(h, M, &w, p->bias[i], p->y[i]);
+        if (p->gelu) choir_gelu_erf(p->y[i], M * N);
+        const choir_cuda_rows_out *o = &p->store[i];
+        for (int64_t m = 0; o->dst && m < M; m++) {
+            int64_t at = (int64_t)(o->slot ? o->slot[m] : m) * o->slot_stride + (int64_t)o->pos[m] * o->ld;
+            if (o->bf16)
+                choir_f32_to_bf16_n(p->y[i] + m * N, (uint16_t *)o->dst + at, N);
+            else
+                memcpy((float *)o->dst + at, p->y[i] + m * N, (size_t)N * sizeof(float));
+        }
+    }
+    free(h);
+    return 0;
+}
+bool choir_cuda_norm_linear_fuses(int64_t M, const choir_cuda_norm_linear_params *p) {
+    if (p->n < 1 || p->n > CHOIR_CUDA_NORM_LINEAR_MAX || M < 1) return false;
+    int64_t K = p->W[0].cols;
+    if (K < 1 || (size_t)(M * K) * sizeof(float) > 46 * 1024) return false;
+    for (int i = 0; i < p->n; i++)
+        if (p->W[i].kind != p->W[0].kind || p->W[i].cols != K ||
+            !choir_cuda_linear_fuses(M, &p->W[i]) || (p->store[i].dst && !p->store[i].pos))
+            return false;
+    return true;
+}
+int choir_cuda_norm_linear(choir_cuda *cu, const float *x, int64_t M,
+                           const choir_cuda_norm_linear_params *p, choir_err *err) {
+    (void)cu;
+    if (!choir_cuda_norm_linear_fuses(M, p))
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: norm_linear off the GEMV path");
+    norm_linear_args a = {x, M, *p};
+    return run_or_record(norm_linear_op, &a, sizeof(a));
+}
+
 /* bf16 rows: widened, the CPU product, then bias, GELU, rounding or the
  * residual add as the device does (the device also rounds the product). */
 typedef struct linear_bf16_args {
