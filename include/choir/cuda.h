@@ -298,6 +298,10 @@ typedef struct choir_cuda_norm_linear_params {
  * layer on the GEMV path (choir_cuda_linear_fuses) in one dense kind, and
  * M x K floats within 46 KiB (a block's shared memory). */
 bool choir_cuda_norm_linear_fuses(int64_t M, const choir_cuda_norm_linear_params *p);
+/* Off: choir_cuda_norm_linear_fuses is false for every call, so the backend
+ * runs the layer norm and the products apart (on by default). Process-wide;
+ * for benches and checks. */
+void choir_cuda_norm_linear_set(bool on);
 /* y_i = LN(x) W_i^T + bias_i (GELU'd with p->gelu), each also written to
  * p->store[i]: one kernel whose blocks each normalise x [M, K] into shared
  * memory with the statistics of choir_cuda_layer_norm, then run the GEMV's

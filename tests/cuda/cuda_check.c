@@ -466,6 +466,14 @@ static void check_norm_linear(void) {
             check_norm_linear_set("5003x264 GELU", kinds[k], names[k], M, 1, wide, 264, true, true, false);
             check_norm_linear_set("37+19 x100 plain", kinds[k], names[k], M, 2, small, 100, false, false, false);
         }
+    /* Turned off (benches), nothing fuses; on again, it does. */
+    choir_cuda_norm_linear_params p = {.n = 1};
+    p.W[0] = (choir_cuda_weight){.kind = CHOIR_WEIGHT_BF16, .rows = 64, .cols = 64};
+    choir_cuda_norm_linear_set(false);
+    bool off = choir_cuda_norm_linear_fuses(1, &p);
+    choir_cuda_norm_linear_set(true);
+    expect("norm_linear turned off fuses nothing, on again fuses",
+           !off && choir_cuda_norm_linear_fuses(1, &p));
 }
 
 static void check_linear(void) {

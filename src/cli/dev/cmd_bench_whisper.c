@@ -478,6 +478,7 @@ int choir_bench_whisper(int argc, char **argv) {
     int greedy_steps = -1; /* -1: the attach default */
     int threads = 0, backend = 0, gpu_dtype = 0, tf32_arg = -1, dtype_arg = -1;
     int split_arg = -1; /* -1: the default (on) */
+    int fuse_norm_arg = -1; /* -1: the default (on) */
     int qbits = 0, qgroup = 64;
     const char *batch_list = NULL;
     const cli_opt flags[] = {
@@ -495,6 +496,7 @@ int choir_bench_whisper(int argc, char **argv) {
         {"--gpu-dtype", CLI_CHOICE, &gpu_dtype, 0, 0, "f32|bf16", "f32 matrices as stored, or as bf16 on the device"},
         {"--tf32", CLI_CHOICE, &tf32_arg, 0, 0, "on|off", "f32 products on TF32 tensor cores"},
         {"--split-attention", CLI_CHOICE, &split_arg, 0, 0, "on|off", "decoder attention over key chunks (cuda; default on)"},
+        {"--fuse-norm", CLI_CHOICE, &fuse_norm_arg, 0, 0, "on|off", "layer norms inside the few-row products (cuda; default on)"},
         {"--greedy-steps", CLI_INT, &greedy_steps, 0, 1 << 20, "N", "decoder steps per host wake-up (cuda; default 8)"},
         {"--rules-only", CLI_FLAG, &rules_only_arg, 0, 0, NULL, "time only the host's decoding rules"},
         {"--decoder-only", CLI_FLAG, &decoder_only_arg, 0, 0, NULL, "skip the encoder and long-form runs"},
@@ -505,7 +507,8 @@ int choir_bench_whisper(int argc, char **argv) {
     "       [--threads N] [--dtype f32|f16|bf16] [--steps N] [--audio-s S]\n"
     "       [--window-tokens N] [--batch N[,N...]]\n"
     "       [--backend cpu|cuda] [--device N] [--gpu-dtype f32|bf16] [--tf32 on|off]\n"
-    "       [--greedy-steps N] [--split-attention on|off] [--rules-only] [--decoder-only]\n"
+    "       [--greedy-steps N] [--split-attention on|off] [--fuse-norm on|off]\n"
+    "       [--rules-only] [--decoder-only]\n"
     "       [--quant BITS [--group N]]\n\n"
     "Encoder ms per 30-s window, decoder ms per step at batch 1, 5, 8 (GPU: 1, 8,\n"
     "32), the real-time factor of batched long-form decoding (--audio-s of audio\n"
@@ -520,6 +523,8 @@ int choir_bench_whisper(int argc, char **argv) {
     "convolutions) on TF32 tensor cores. --greedy-steps N (cuda): long-form greedy\n"
     "decoding with the rules on the device, up to N decoder steps per host\n"
     "wake-up (default 8); 0 runs the rules on the host, a round trip per token.\n"
+    "--fuse-norm off (cuda) runs each layer norm of a decoder step as a kernel of\n"
+    "its own instead of inside the products that read it (for comparison).\n"
     "--rules-only times only the host's\n"
     "decoding rules per step (filters, timestamp rules, log-softmax, greedy pick,\n"
     "beam top-K) on random logits of the --dims vocabulary at 1, 8 and 32 windows\n"
@@ -563,6 +568,7 @@ int choir_bench_whisper(int argc, char **argv) {
     (void)tf32;
     (void)greedy_steps;
     (void)split_arg;
+    (void)fuse_norm_arg;
     if (cuda) {
         fprintf(stderr, "choir bench whisper: --backend cuda: this build has no CUDA backend "
                         "(configure with -DCHOIR_CUDA=ON)\n");
@@ -629,6 +635,7 @@ int choir_bench_whisper(int argc, char **argv) {
         go.tf32 = tf32 >= 0 ? tf32 != 0 : (dt != CHOIR_DTYPE_F32 || gpu_bf16);
         if (greedy_steps >= 0) go.greedy_steps = greedy_steps;
         if (split_arg >= 0) choir_cuda_attention_set_split(split_arg == 0);
+        if (fuse_norm_arg >= 0) choir_cuda_norm_linear_set(fuse_norm_arg == 0);
         t0 = choir_now_s();
         if (choir_whisper_gpu_attach(m, &go, &err)) goto fail;
         choir_cuda *cu = choir_whisper_gpu_context(m);

@@ -54,32 +54,66 @@ __device__ __forceinline__ float cuda_block_sum(float v, float *red) {
     return r;
 }
 
-/* A layer norm's statistics of row xr [dim], two passes for the variance
- * (mean first, as the reference, for rows with a large mean), the block's
- * threads striding the row; and its output at i. Shared by the layer-norm
- * kernel and the product that normalises its input itself
- * (choir_cuda_norm_linear), so that both give the same floats for the same
- * block size; explicit roundings (no contraction) for the same reason. */
-__device__ __forceinline__ void cuda_ln_stats(const float *xr, int64_t dim, float eps, float *red,
-                                              float *mean, float *inv) {
-    float s = 0.0f;
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) s += xr[i];
-    float mu = cuda_block_sum(s, red) / (float)dim;
-    float v = 0.0f;
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-        float d = __fsub_rn(xr[i], mu);
+/* The layer norm of row xr [dim] into out [dim] (global or shared memory):
+ * two passes for the variance (mean first, as the reference, for rows with a
+ * large mean), the block's threads striding the row. A row of at most
+ * CUDA_LN_CACHE values a thread is read once, with its gamma and beta, and
+ * held in registers between the passes (one trip to memory instead of
+ * three); a longer one is re-read. The same floats either way, and in every
+ * kernel that normalises this way for the same block size (the layer-norm
+ * kernel, and choir_cuda_norm_linear's products that normalise their input
+ * themselves): explicit roundings, no contraction. out may be xr (in place:
+ * each value is read before it is written). */
+#define CUDA_LN_CACHE 5
+__device__ __forceinline__ float cuda_ln_out(float x, float mean, float inv, float g, float b,
+                                             bool has_g, bool has_b) {
+    float o = __fmul_rn(__fsub_rn(x, mean), inv);
+    if (has_g) o = __fmul_rn(o, g);
+    if (has_b) o = __fadd_rn(o, b);
+    return o;
+}
+__device__ __forceinline__ void cuda_ln_row(const float *xr, int64_t dim, float eps,
+                                            float *red, const float *__restrict__ gamma,
+                                            const float *__restrict__ beta, float *out) {
+    const int64_t t = threadIdx.x, bd = blockDim.x;
+    float s = 0.0f, v = 0.0f;
+    if (dim <= CUDA_LN_CACHE * bd) {
+        float xv[CUDA_LN_CACHE], gv[CUDA_LN_CACHE], bv[CUDA_LN_CACHE];
+#pragma unroll
+        for (int j = 0; j < CUDA_LN_CACHE; j++) {
+            int64_t i = t + j * bd;
+            bool in = i < dim;
+            xv[j] = in ? xr[i] : 0.0f;
+            gv[j] = in && gamma ? gamma[i] : 0.0f;
+            bv[j] = in && beta ? beta[i] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < CUDA_LN_CACHE; j++)
+            if (t + j * bd < dim) s += xv[j];
+        float mean = cuda_block_sum(s, red) / (float)dim;
+#pragma unroll
+        for (int j = 0; j < CUDA_LN_CACHE; j++)
+            if (t + j * bd < dim) {
+                float d = __fsub_rn(xv[j], mean);
+                v = __fmaf_rn(d, d, v);
+            }
+        float inv = rsqrtf(cuda_block_sum(v, red) / (float)dim + eps);
+#pragma unroll
+        for (int j = 0; j < CUDA_LN_CACHE; j++)
+            if (t + j * bd < dim)
+                out[t + j * bd] = cuda_ln_out(xv[j], mean, inv, gv[j], bv[j], gamma, beta);
+        return;
+    }
+    for (int64_t i = t; i < dim; i += bd) s += xr[i];
+    float mean = cuda_block_sum(s, red) / (float)dim;
+    for (int64_t i = t; i < dim; i += bd) {
+        float d = __fsub_rn(xr[i], mean);
         v = __fmaf_rn(d, d, v);
     }
-    *mean = mu;
-    *inv = rsqrtf(cuda_block_sum(v, red) / (float)dim + eps);
-}
-__device__ __forceinline__ float cuda_ln_out(float x, float mean, float inv,
-                                             const float *__restrict__ gamma,
-                                             const float *__restrict__ beta, int64_t i) {
-    float o = __fmul_rn(__fsub_rn(x, mean), inv);
-    if (gamma) o = __fmul_rn(o, gamma[i]);
-    if (beta) o = __fadd_rn(o, beta[i]);
-    return o;
+    float inv = rsqrtf(cuda_block_sum(v, red) / (float)dim + eps);
+    for (int64_t i = t; i < dim; i += bd)
+        out[i] = cuda_ln_out(xr[i], mean, inv, gamma ? gamma[i] : 0.0f, beta ? beta[i] : 0.0f,
+                             gamma, beta);
 }
 
 /* Fills err from a CUDA runtime status and returns the choir code. */

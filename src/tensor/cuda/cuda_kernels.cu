@@ -136,12 +136,8 @@ __device__ float block_reduce(float v, float *red, bool is_max) {
 __global__ void k_layer_norm(const float *x, float *y, int64_t dim, const float *gamma,
                              const float *beta, float eps) {
     __shared__ float red[32];
-    const float *xr = x + (int64_t)blockIdx.x * dim;
-    float *yr = y + (int64_t)blockIdx.x * dim;
-    float mean, inv;
-    cuda_ln_stats(xr, dim, eps, red, &mean, &inv);
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
-        yr[i] = cuda_ln_out(xr[i], mean, inv, gamma, beta, i);
+    cuda_ln_row(x + (int64_t)blockIdx.x * dim, dim, eps, red, gamma, beta,
+                y + (int64_t)blockIdx.x * dim);
 }
 
 int choir_cuda_layer_norm(choir_cuda *cu, const float *x, float *y, int64_t rows, int64_t dim,
@@ -469,8 +465,9 @@ __global__ void __launch_bounds__(AS_THREADS)
     const KV *vb = v + cache * kv_batch + h * DH + k0 * ldv;
 
     /* The chunk's value rows (head slice: DH values) go to L2 now, so that
-     * the weighted sum after the softmax does not wait on DRAM again. */
-    if (tid < cnt)
+     * the weighted sum after the softmax does not wait on DRAM again (few
+     * rows only: attention_split_folds). */
+    if (done && tid < cnt)
         for (int o = 0; o < DH * (int)sizeof(KV); o += 128)
             asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)(vb + (int64_t)tid * ldv) + o));
     float s = -INFINITY;
@@ -547,6 +544,18 @@ __global__ void k_attention_combine(const float *__restrict__ part, int nsplit, 
 static bool g_attention_split = true;
 void choir_cuda_attention_set_split(bool on) { g_attention_split = on; }
 
+/* Whether the last chunk of each (row, head) combines the chunks (and the
+ * value rows go to L2 early): for a few query rows (a batch-1 decoder step,
+ * a short prompt), where the second launch is a good part of the cost. For
+ * more rows it did not pay: with the fold and the early value rows at every
+ * row count, batch-8 and batch-32 large-v3-turbo steps measured 0.49 -> 0.51
+ * and 0.87 -> 0.93 ms (H100, 6 Dec 2026; the two not told apart), so there
+ * the combine stays a kernel of its own. */
+#define AS_FOLD_ROWS 4
+static bool attention_split_folds(const choir_cuda *cu, int64_t rows, int n_head) {
+    return rows <= AS_FOLD_ROWS && rows * n_head <= (int64_t)(cu->attn_done.bytes / sizeof(int));
+}
+
 template <typename KV>
 static float *attention_split_scratch(choir_cuda *cu, int64_t rows, int n_head, int64_t Dh,
                                       int64_t Tk, const float *mask, const KV *k, int64_t ldk,
@@ -554,7 +563,7 @@ static float *attention_split_scratch(choir_cuda *cu, int64_t rows, int n_head, 
     /* From two chunks; from half a chunk when the chunks combine themselves
      * (one kernel: a short cache's scores all at once, one key a thread,
      * instead of one warp walking the keys). */
-    bool fold = rows * n_head <= (int64_t)(cu->attn_done.bytes / sizeof(int));
+    bool fold = attention_split_folds(cu, rows, n_head);
     if (!g_attention_split || mask || (Dh != 64 && Dh != 128) ||
         Tk < (fold ? AS_SPLIT / 2 : 2 * AS_SPLIT) || rows > 65535)
         return NULL;
@@ -581,10 +590,7 @@ static int attention_split_launch(choir_cuda *cu, int64_t B, const float *q, int
                                   int64_t Tq, int64_t Tk, int n_head, float scale, bool causal,
                                   int nsplit, float *part, choir_err *err) {
     dim3 g1((unsigned)nsplit, (unsigned)n_head, (unsigned)(B * Tq)), g2((unsigned)(B * Tq), (unsigned)n_head);
-    /* With enough chunk counters, the last chunk of each (row, head) combines. */
-    int *done = B * Tq * n_head <= (int64_t)(cu->attn_done.bytes / sizeof(int))
-                    ? (int *)cu->attn_done.ptr
-                    : NULL;
+    int *done = attention_split_folds(cu, B * Tq, n_head) ? (int *)cu->attn_done.ptr : NULL;
     k_attention_split<KV, DH><<<g1, AS_THREADS, 0, cu->stream>>>(
         q, ldq, q_batch, k, ldk, v, ldv, kv_batch, kv_slot, kv_len, Tq, Tk, scale, causal, nsplit,
         part, done, out, ldo, out_batch);

@@ -32,16 +32,16 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 /* One 16-byte chunk of a weight row (VEC values from column c) against
  * every row of x: acc[m] += the chunk's products with x's row m. */
-template <typename T>
+template <typename T, int R>
 __device__ __forceinline__ void gemv_chunk(const float *x, int M, int64_t cols, int64_t c,
-                                           uint4 raw, float (&acc)[GEMV_MAX_ROWS]) {
+                                           uint4 raw, float (&acc)[R]) {
     constexpr int VEC = 16 / sizeof(T);
     const T *wv = (const T *)&raw;
     float wf[VEC];
 #pragma unroll
     for (int j = 0; j < VEC; j++) wf[j] = to_f32(wv[j]);
 #pragma unroll
-    for (int m = 0; m < GEMV_MAX_ROWS; m++) {
+    for (int m = 0; m < R; m++) {
         if (m >= M) break;
         const float4 *xv = (const float4 *)(x + (int64_t)m * cols + c);
 #pragma unroll
@@ -55,8 +55,8 @@ __device__ __forceinline__ void gemv_chunk(const float *x, int M, int64_t cols, 
 
 /* A warp's dot products of weight row wr [cols] with the M rows of x (global
  * or shared memory): lane l takes the 16-byte chunks l, l + 32, ..., so a
- * warp reads 512 contiguous bytes per chunk step, and issues the loads of
- * GEMV_UNROLL steps before their products (one step at a time left a warp
+ * warp reads 512 contiguous bytes per chunk step, and keeps the loads of
+ * two batches of GEMV_UNROLL steps in flight (one step at a time left a warp
  * with one load in flight). Each lane adds its chunks in column order
  * whatever the unrolling, so every caller gets the same floats. With
  * `have_first`, `first` holds the row's first GEMV_UNROLL steps already
@@ -72,32 +72,39 @@ __device__ __forceinline__ void gemv_load(const T *__restrict__ wr, int64_t cols
                                       : make_uint4(0, 0, 0, 0);
 }
 
-template <typename T>
+template <typename T, int R>
 __device__ __forceinline__ void gemv_dot(const float *x, int M, const T *__restrict__ wr,
-                                         int64_t cols, int lane, float (&acc)[GEMV_MAX_ROWS],
+                                         int64_t cols, int lane, float (&acc)[R],
                                          const uint4 (&first)[GEMV_UNROLL], bool have_first) {
     constexpr int VEC = 16 / sizeof(T);
-    constexpr int64_t STEP = 32 * VEC;
+    constexpr int64_t STEP = 32 * VEC, BATCH = GEMV_UNROLL * STEP;
 #pragma unroll
-    for (int m = 0; m < GEMV_MAX_ROWS; m++) acc[m] = 0.0f;
+    for (int m = 0; m < R; m++) acc[m] = 0.0f;
     if (cols % VEC == 0) {
-        for (int64_t c0 = (int64_t)lane * VEC; c0 < cols; c0 += GEMV_UNROLL * STEP) {
-            uint4 raw[GEMV_UNROLL];
-            if (have_first && c0 == (int64_t)lane * VEC) {
+        /* Two batches in flight: the next one's loads go out before this
+         * one's products. */
+        const int64_t c_first = (int64_t)lane * VEC;
+        uint4 cur[GEMV_UNROLL];
+        if (have_first) {
 #pragma unroll
-                for (int u = 0; u < GEMV_UNROLL; u++) raw[u] = first[u];
-            } else {
-                gemv_load<T>(wr, cols, c0, raw);
-            }
+            for (int u = 0; u < GEMV_UNROLL; u++) cur[u] = first[u];
+        } else {
+            gemv_load<T>(wr, cols, c_first, cur);
+        }
+        for (int64_t c0 = c_first; c0 < cols; c0 += BATCH) {
+            uint4 nxt[GEMV_UNROLL] = {};
+            if (c0 + BATCH < cols) gemv_load<T>(wr, cols, c0 + BATCH, nxt);
 #pragma unroll
             for (int u = 0; u < GEMV_UNROLL; u++)
-                if (c0 + u * STEP < cols) gemv_chunk<T>(x, M, cols, c0 + u * STEP, raw[u], acc);
+                if (c0 + u * STEP < cols) gemv_chunk<T, R>(x, M, cols, c0 + u * STEP, cur[u], acc);
+#pragma unroll
+            for (int u = 0; u < GEMV_UNROLL; u++) cur[u] = nxt[u];
         }
     } else {
         for (int64_t c = lane; c < cols; c += 32) {
             float wf = to_f32(wr[c]);
 #pragma unroll
-            for (int m = 0; m < GEMV_MAX_ROWS; m++)
+            for (int m = 0; m < R; m++)
                 if (m < M) acc[m] += wf * x[(int64_t)m * cols + c];
         }
     }
@@ -111,19 +118,20 @@ __device__ __forceinline__ float gemv_out(float s, const float *__restrict__ bia
     return epilogue == GEMV_ACCUMULATE ? *yo + v : epilogue == GEMV_GELU ? cuda_gelu_erf(v) : v;
 }
 
-/* One warp per output row, GEMV_WARPS rows a block. */
-template <typename T>
+/* One warp per output row, GEMV_WARPS rows a block; up to R rows of x (1: a
+ * decoder step, fewer registers, more warps on the device). */
+template <typename T, int R>
 __global__ void gemv_dense(const float *__restrict__ x, int M, const T *__restrict__ W, int64_t rows,
                            int64_t cols, const float *__restrict__ bias, float *__restrict__ y,
                            int epilogue) {
     int lane = threadIdx.x & 31;
     int64_t r = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
     if (r >= rows) return;
-    float acc[GEMV_MAX_ROWS];
+    float acc[R];
     const uint4 none[GEMV_UNROLL] = {};
-    gemv_dot<T>(x, M, W + r * cols, cols, lane, acc, none, false);
+    gemv_dot<T, R>(x, M, W + r * cols, cols, lane, acc, none, false);
 #pragma unroll
-    for (int m = 0; m < GEMV_MAX_ROWS; m++) {
+    for (int m = 0; m < R; m++) {
         if (m >= M) break;
         float s = warp_sum(acc[m]);
         if (lane == 0) {
@@ -148,12 +156,13 @@ struct norm_linear_args {
 /* Each block first normalises x's M rows into shared memory (the layer-norm
  * kernel's statistics: NORM_LINEAR_THREADS threads, as ROW_THREADS there),
  * then its warps take output rows of the layers stacked one after another
- * (row r of the stack is row r - start[i] of layer i), striding by the grid:
+ * (row r of the stack is row r - start[i] of layer i), one a warp (the loop
+ * strides by the grid for grids that do not cover them):
  * the products of gemv_dense over the normalised rows, the same floats as a
  * layer norm followed by choir_cuda_linear (and GELU, and the rows scatter)
  * without the normalised rows' round trip or the extra launches. */
 #define NORM_LINEAR_THREADS 256
-template <typename T>
+template <typename T, int R>
 __global__ void __launch_bounds__(NORM_LINEAR_THREADS)
     norm_gemv(const float *__restrict__ x, int M, int64_t K, const float *__restrict__ gamma,
               const float *__restrict__ beta, float eps, norm_linear_args a, int epilogue) {
@@ -176,22 +185,17 @@ __global__ void __launch_bounds__(NORM_LINEAR_THREADS)
         int i = layer_of(r0);
         gemv_load<T>((const T *)a.W[i] + (r0 - a.start[i]) * K, K, (int64_t)lane * VEC, first);
     }
-    for (int m = 0; m < M; m++) {
-        const float *xr = x + (int64_t)m * K;
-        float mean, inv;
-        cuda_ln_stats(xr, K, eps, red, &mean, &inv);
-        for (int64_t i = threadIdx.x; i < K; i += blockDim.x)
-            xs[(int64_t)m * K + i] = cuda_ln_out(xr[i], mean, inv, gamma, beta, i);
-    }
+    for (int m = 0; m < M; m++)
+        cuda_ln_row(x + (int64_t)m * K, K, eps, red, gamma, beta, xs + (int64_t)m * K);
     __syncthreads();
     for (int64_t r = r0; r < total; r += (int64_t)gridDim.x * warps) {
         const int i = layer_of(r);
         const int64_t rr = r - a.start[i], rows = a.start[i + 1] - a.start[i];
-        float acc[GEMV_MAX_ROWS];
-        gemv_dot<T>(xs, M, (const T *)a.W[i] + rr * K, K, lane, acc, first,
-                    have_first && r == r0);
+        float acc[R];
+        gemv_dot<T, R>(xs, M, (const T *)a.W[i] + rr * K, K, lane, acc, first,
+                       have_first && r == r0);
 #pragma unroll
-        for (int m = 0; m < GEMV_MAX_ROWS; m++) {
+        for (int m = 0; m < R; m++) {
             if (m >= M) break;
             float s = warp_sum(acc[m]);
             if (lane == 0) {
@@ -668,22 +672,26 @@ static int launch_gemv_dense(choir_cuda *cu, const float *x, int64_t M, const ch
                              const float *bias, float *y, int epilogue, choir_err *err) {
     int64_t N = W->rows, K = W->cols;
     dim3 grid((unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS)), block(32 * GEMV_WARPS);
+#define CHOIR_GEMV(T, R)                                                                       \
+    gemv_dense<T, R><<<grid, block, 0, cu->stream>>>(x, (int)M, (const T *)W->data.ptr, N, K,   \
+                                                     bias, y, epilogue)
     switch (W->kind) {
     case CHOIR_WEIGHT_F32:
-        gemv_dense<float><<<grid, block, 0, cu->stream>>>(x, (int)M, (const float *)W->data.ptr, N, K,
-                                                          bias, y, epilogue);
+        if (M == 1) CHOIR_GEMV(float, 1);
+        else CHOIR_GEMV(float, GEMV_MAX_ROWS);
         return choir_cuda_check_launch(err, "gemv f32");
     case CHOIR_WEIGHT_F16:
-        gemv_dense<__half><<<grid, block, 0, cu->stream>>>(x, (int)M, (const __half *)W->data.ptr, N,
-                                                           K, bias, y, epilogue);
+        if (M == 1) CHOIR_GEMV(__half, 1);
+        else CHOIR_GEMV(__half, GEMV_MAX_ROWS);
         return choir_cuda_check_launch(err, "gemv f16");
     case CHOIR_WEIGHT_BF16:
-        gemv_dense<__nv_bfloat16><<<grid, block, 0, cu->stream>>>(
-            x, (int)M, (const __nv_bfloat16 *)W->data.ptr, N, K, bias, y, epilogue);
+        if (M == 1) CHOIR_GEMV(__nv_bfloat16, 1);
+        else CHOIR_GEMV(__nv_bfloat16, GEMV_MAX_ROWS);
         return choir_cuda_check_launch(err, "gemv bf16");
     default:
         return choir_err_set(err, CHOIR_EINVAL, "cuda: dense GEMV of weight kind %d", (int)W->kind);
     }
+#undef CHOIR_GEMV
 }
 
 bool choir_cuda_linear_fuses(int64_t M, const choir_cuda_weight *W) {
@@ -709,8 +717,11 @@ int choir_cuda_linear_ex(choir_cuda *cu, const float *x, int64_t M, const choir_
  * with the reduction's static 128 bytes. */
 #define NORM_LINEAR_SMEM (46 * 1024)
 
+static bool g_norm_linear = true;
+void choir_cuda_norm_linear_set(bool on) { g_norm_linear = on; }
+
 bool choir_cuda_norm_linear_fuses(int64_t M, const choir_cuda_norm_linear_params *p) {
-    if (p->n < 1 || p->n > CHOIR_CUDA_NORM_LINEAR_MAX || M < 1) return false;
+    if (!g_norm_linear || p->n < 1 || p->n > CHOIR_CUDA_NORM_LINEAR_MAX || M < 1) return false;
     int64_t K = p->W[0].cols, total = 0;
     if (K < 1 || (size_t)(M * K) * sizeof(float) > NORM_LINEAR_SMEM) return false;
     for (int i = 0; i < p->n; i++) {
@@ -739,28 +750,33 @@ int choir_cuda_norm_linear(choir_cuda *cu, const float *x, int64_t M,
         a.start[i + 1] = a.start[i] + p->W[i].rows;
     }
     int64_t K = p->W[0].cols, warps = NORM_LINEAR_THREADS / 32;
-    /* Enough blocks to fill the device a few times over; beyond that each
-     * warp takes several output rows (the logits' 51866), so that few blocks
-     * pay for normalising x. */
-    int64_t blocks = (a.start[p->n] + warps - 1) / warps, cap = (int64_t)cu->props.sm_count * 4;
-    if (cap < 1) cap = 1;
-    if (blocks > cap) blocks = cap;
+    /* One output row a warp, as the GEMV: blocks that finish make room for
+     * new ones, whose norm hides behind their first loads. (A grid of a few
+     * blocks per SM, each warp taking ~12 of the logits' 51866 rows, read
+     * them at two thirds of the GEMV's rate.) */
+    int64_t blocks = (a.start[p->n] + warps - 1) / warps;
+    if (blocks > INT32_MAX) blocks = INT32_MAX;
     size_t smem = (size_t)(M * K) * sizeof(float);
     int epilogue = p->gelu ? GEMV_GELU : GEMV_WRITE;
+    /* One row of x (a decoder step) keeps one accumulator a lane. */
+#define CHOIR_NORM_GEMV(T, R)                                                                  \
+    norm_gemv<T, R><<<(unsigned)blocks, NORM_LINEAR_THREADS, smem, cu->stream>>>(             \
+        x, (int)M, K, p->gamma, p->beta, p->eps, a, epilogue)
     switch (p->W[0].kind) {
     case CHOIR_WEIGHT_F32:
-        norm_gemv<float><<<(unsigned)blocks, NORM_LINEAR_THREADS, smem, cu->stream>>>(
-            x, (int)M, K, p->gamma, p->beta, p->eps, a, epilogue);
+        if (M == 1) CHOIR_NORM_GEMV(float, 1);
+        else CHOIR_NORM_GEMV(float, GEMV_MAX_ROWS);
         break;
     case CHOIR_WEIGHT_F16:
-        norm_gemv<__half><<<(unsigned)blocks, NORM_LINEAR_THREADS, smem, cu->stream>>>(
-            x, (int)M, K, p->gamma, p->beta, p->eps, a, epilogue);
+        if (M == 1) CHOIR_NORM_GEMV(__half, 1);
+        else CHOIR_NORM_GEMV(__half, GEMV_MAX_ROWS);
         break;
     default:
-        norm_gemv<__nv_bfloat16><<<(unsigned)blocks, NORM_LINEAR_THREADS, smem, cu->stream>>>(
-            x, (int)M, K, p->gamma, p->beta, p->eps, a, epilogue);
+        if (M == 1) CHOIR_NORM_GEMV(__nv_bfloat16, 1);
+        else CHOIR_NORM_GEMV(__nv_bfloat16, GEMV_MAX_ROWS);
         break;
     }
+#undef CHOIR_NORM_GEMV
     return choir_cuda_check_launch(err, "layer norm and gemv");
 }
 

@@ -350,8 +350,10 @@ static int norm_linear_op(const void *q) {
     free(h);
     return 0;
 }
+static bool g_fake_norm_linear = true;
+void choir_cuda_norm_linear_set(bool on) { g_fake_norm_linear = on; }
 bool choir_cuda_norm_linear_fuses(int64_t M, const choir_cuda_norm_linear_params *p) {
-    if (p->n < 1 || p->n > CHOIR_CUDA_NORM_LINEAR_MAX || M < 1) return false;
+    if (!g_fake_norm_linear || p->n < 1 || p->n > CHOIR_CUDA_NORM_LINEAR_MAX || M < 1) return false;
     int64_t K = p->W[0].cols;
     if (K < 1 || (size_t)(M * K) * sizeof(float) > 46 * 1024) return false;
     for (int i = 0; i < p->n; i++)
