@@ -736,6 +736,10 @@ static void check_attention(void) {
     check_attention_case("attention cross step Tq=1 Tk=1500 h20 Dh64 (split keys)", 1, 1500, 20, 64, 0, 0, 0);
     check_attention_case("attention Tq=4 Tk=700 h3 Dh128 causal (split keys)", 4, 700, 3, 128, 0, 1, 0);
     check_attention_case("attention fused-qkv Tq=2 Tk=300 h4 Dh64 causal (split keys)", 2, 300, 4, 64, 0, 1, 1);
+    /* Short caches (from 64 keys) take the split when its chunks combine
+     * themselves (up to 4 query rows): one chunk, and two. */
+    check_attention_case("attention step Tq=1 Tk=100 h20 Dh64 causal (split, 1 chunk)", 1, 100, 20, 64, 0, 1, 0);
+    check_attention_case("attention Tq=3 Tk=229 h20 Dh64 causal (split, 2 chunks)", 3, 229, 20, 64, 0, 1, 0);
     check_attention_slots_kv16(20, 64);
     check_attention_slots_kv16(4, 128);
     choir_cuda_attention_set_split(false);
