@@ -31,6 +31,36 @@ int choir_op_conv1d_lens(choir_stream *s, const float *x, int64_t B, int64_t Cin
                          const choir_weight *w, const float *bias, int64_t Cout, int64_t kernel,
                          int stride, int padding, int dilation, const int32_t *out_lens, float *y);
 
+/* The pre-activation of choir_op_conv1d_adain_snake: choir_op_adain's
+ * arguments (lens: the input's valid lengths), then Snake with alpha [Cin]. */
+typedef struct choir_adain_snake {
+    const int32_t *lens;          /* [B] or NULL: all T */
+    const float *norm_w, *norm_b; /* [Cin] or NULL */
+    const float *gb;              /* item b's gamma [Cin], beta [Cin] at gb + b gb_stride */
+    int64_t gb_stride;
+    float eps;
+    const float *alpha; /* [Cin] */
+} choir_adain_snake;
+
+/* A Snake residual unit's convolution (Kokoro's AdaINResBlock1):
+ *   y = residual + conv1d(snake(adain(x)))
+ * with stride 1 and groups 1, Tout = T + 2 padding - dilation (K - 1);
+ * weight, bias and out_lens as choir_op_conv1d_lens (tails of the product
+ * zeroed before the residual is added); residual [B, Cout, Tout] or NULL (y
+ * may alias it, never x). The CPU runs choir_op_adain, choir_op_snake,
+ * choir_op_conv1d_lens and choir_op_add_scale(residual, product, 1) in
+ * turn (bit for bit those calls; working memory from the stream: the
+ * activation, and the product when there is a residual). CUDA fuses them:
+ * one pass for the statistics, then the implicit-GEMM convolution applies
+ * the AdaIN affine and Snake to x as it reads it and adds the residual as it
+ * writes y (choir_cuda_conv1d_adain_snake; where that does not apply, the
+ * calls above). */
+int choir_op_conv1d_adain_snake(choir_stream *s, const float *x, int64_t B, int64_t Cin,
+                                int64_t T, const choir_adain_snake *pre, const choir_weight *w,
+                                const float *bias, int64_t Cout, int64_t kernel, int padding,
+                                int dilation, const int32_t *out_lens, const float *residual,
+                                float *y);
+
 /* y [B, Cout, Tout] = conv_transpose1d(x [B, Cin, T]) per item (groups 1,
  * dilation 1), Tout = choir_conv_transpose1d_out_len; weight [Cin, Cout K];
  * out_lens as above. */

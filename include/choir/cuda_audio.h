@@ -40,12 +40,60 @@ typedef struct choir_cuda_conv_weight {
 /* y[B, Cout, Tout] = conv1d(x[B, Cin, T]) per piece (groups 1, zero padding),
  * Tout = (T + 2 padding - dilation (K - 1) - 1) / stride + 1; bias [Cout] or
  * NULL; out_lens: the pieces' output lengths (tails zeroed), NULL = all Tout.
- * im2col + batched cuBLAS product; the taps use context scratch, at most
- * ~512 MB at a time (pieces are taken in groups that fit). y must not alias x. */
+ * y must not alias x. Two paths (choir_cuda_conv_set_path):
+ * - implicit GEMM on the tensor cores (stride 1, K <= 16, (K - 1) dilation
+ *   <= 64): no tap matrix; the weight re-laid in context scratch
+ *   (Cout Cin K values, padded to 128 rows). Precision by the weight and
+ *   the context: bf16 weights give bf16 operands; f32 weights give TF32
+ *   operands in TF32 mode (choir_cuda_set_tf32), else three TF32 products
+ *   per pair (each operand split into two TF32 parts: about f32 accuracy);
+ *   f32 accumulation throughout.
+ * - im2col + batched cuBLAS product (every other convolution): the taps use
+ *   context scratch, at most ~512 MB at a time (pieces are taken in groups
+ *   that fit). */
 int choir_cuda_conv1d_batched(choir_cuda *cu, const float *x, int64_t B, int64_t Cin, int64_t T,
                               choir_cuda_conv_weight weight, const float *bias, int64_t Cout,
                               int64_t kernel, int stride, int padding, int dilation,
                               const int32_t *out_lens, float *y, choir_err *err);
+
+/* Which path choir_cuda_conv1d_batched takes: AUTO (the default) and
+ * IMPLICIT take the implicit GEMM wherever it applies, IM2COL always the
+ * cuBLAS product over taps (for comparisons). */
+typedef enum choir_cuda_conv_path {
+    CHOIR_CUDA_CONV_AUTO = 0,
+    CHOIR_CUDA_CONV_IM2COL = 1,
+    CHOIR_CUDA_CONV_IMPLICIT = 2
+} choir_cuda_conv_path;
+void choir_cuda_conv_set_path(choir_cuda *cu, choir_cuda_conv_path path);
+
+/* The pre-activation of choir_cuda_conv1d_adain_snake: AdaIN as
+ * choir_cuda_adain (lens, norm_w, norm_b, gb, gb_stride, eps), then Snake as
+ * choir_cuda_snake with alpha [C]. */
+typedef struct choir_cuda_adain_snake {
+    const int32_t *lens;          /* the input's valid lengths [B], NULL: all T */
+    const float *norm_w, *norm_b; /* [C] or NULL */
+    const float *gb;              /* gamma [C] then beta [C] at gb + b gb_stride */
+    int64_t gb_stride;
+    float eps;
+    const float *alpha; /* [C] */
+} choir_cuda_adain_snake;
+
+/* y = residual + conv1d(snake(adain(x))) with stride 1 (Tout = T + 2 padding
+ * - dilation (K - 1)): AdaIN's statistics in one pass over x (double sums),
+ * then the implicit-GEMM convolution applying AdaIN's affine and Snake to x
+ * as it stages it (the activation is never stored). bias [Cout] or NULL;
+ * out_lens as choir_cuda_conv1d_batched (y is residual there, or 0);
+ * residual [B, Cout, Tout] or NULL, and y may alias it (not x). Precision
+ * as the implicit path of choir_cuda_conv1d_batched. CHOIR_EUNSUPPORTED
+ * where that path does not apply (the caller runs the unfused kernels).
+ * Context scratch: the packed weight and 24 bytes per (item, channel) and
+ * statistics segment. */
+int choir_cuda_conv1d_adain_snake(choir_cuda *cu, const float *x, int64_t B, int64_t Cin,
+                                  int64_t T, const choir_cuda_adain_snake *pre,
+                                  choir_cuda_conv_weight weight, const float *bias, int64_t Cout,
+                                  int64_t kernel, int padding, int dilation,
+                                  const int32_t *out_lens, const float *residual, float *y,
+                                  choir_err *err);
 
 /* y[B, Cout, Tout] = conv_transpose1d(x[B, Cin, T]) per piece (groups 1),
  * Tout = (T - 1) stride - 2 padding + K + output_padding; weight [Cin, Cout, K]

@@ -4,8 +4,9 @@
  * failure, 77 (skipped) when no CUDA device is visible.
  *
  * Bounds: f32 paths agree to rounding (1e-5; 1e-4 for the LSTM, whose
- * recurrence compounds it); f16 tensor-core products 2e-3, bf16 ones 1e-2
- * (their inputs are rounded to the half type); copies, gathers, scatters and
+ * recurrence compounds it; the vocoder convolutions' three-TF32-product
+ * path too); f16 tensor-core products 2e-3, TF32 ones 2e-3, bf16 ones 1e-2
+ * (their inputs are rounded to the narrower type); copies, gathers, scatters and
  * transposes are exact. Also: graph capture and replay equal to the direct
  * calls bit for bit after the device-side lengths change, sticky errors,
  * refused operations named, working memory refused with a named error, and
@@ -20,13 +21,17 @@
 #include <string.h>
 
 #include "choir/backend.h"
+#include "choir/backend_vocoder.h"
 #include "choir/cuda.h"
+#include "choir/cuda_audio.h"
 #include "choir/kernels.h"
 #include "choir/tensor.h"
 
 #define TOL_F32 1e-5
 #define TOL_F16 2e-3
 #define TOL_BF16 1e-2
+/* TF32 operands (10-bit mantissas, rounded to nearest), f32 accumulation */
+#define TOL_TF32 2e-3
 
 static int g_failures, g_cases, g_skips;
 static choir_backend *g_cpu, *g_gpu;
@@ -1034,6 +1039,155 @@ static void check_conv(void) {
     case_end();
 }
 
+/* --- vocoder convolutions (choir/backend_vocoder.h) -------------------------------------------- */
+
+/* Kokoro's generator convolutions at their channel counts, kernels and
+ * dilations (shortened in time), with items of different lengths and zero
+ * tails: conv1d_lens and the fused AdaIN + Snake convolution, CPU against
+ * CUDA. Precision: f32 weights (CUDA: three TF32 products per pair, about
+ * f32), the context in TF32 mode (one TF32 product), bf16 weights (bf16
+ * operands; the CPU runs the rounded weight in f32). */
+enum { VC_F32, VC_TF32, VC_BF16 };
+static const char *vc_mode_name[] = {"f32", "tf32", "bf16"};
+static const double vc_tol[] = {TOL_F32, TOL_TF32, TOL_BF16};
+
+typedef struct vc_io {
+    int32_t *lens, *dlens;
+    float *x, *dx;     /* [B, Cin, T], zero past each item's length */
+    float *bias, *dbias;
+    choir_weight hw;   /* f32 host weight (bf16-rounded values in bf16 mode) */
+    choir_weight dw;   /* on the GPU backend */
+    choir_backend_weights *ws;
+} vc_io;
+
+static void vc_make(vc_io *io, int mode, int64_t B, int64_t Cin, int64_t Cout, int64_t T, int64_t K) {
+    io->lens = hmem((size_t)B * 4);
+    for (int64_t b = 0; b < B; b++) io->lens[b] = (int32_t)(b == 0 ? T : b == 1 ? T / 2 + 1 : 3);
+    io->x = hvec(B * Cin * T, -1, 1);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t c = 0; c < Cin; c++)
+            for (int64_t t = io->lens[b]; t < T; t++) io->x[(b * Cin + c) * T + t] = 0.0f;
+    int64_t nw = Cout * Cin * K;
+    float *w = hvec(nw, -1.0f / sqrtf((float)(Cin * K)), 1.0f / sqrtf((float)(Cin * K)));
+    choir_err err = {0};
+    io->ws = choir_backend_weights_create(g_gpu, &err);
+    if (mode == VC_BF16) {
+        uint16_t *w16 = hmem((size_t)nw * 2);
+        for (int64_t i = 0; i < nw; i++) {
+            w16[i] = choir_f32_to_bf16(w[i]);
+            w[i] = choir_bf16_to_f32(w16[i]);
+        }
+        choir_weight h16w = {.kind = CHOIR_WEIGHT_BF16, .data = w16, .rows = Cout, .cols = Cin * K};
+        choir_backend_weight(io->ws, &h16w, &io->dw);
+    } else {
+        choir_weight h32 = choir_weight_f32(w, Cout, Cin * K);
+        choir_backend_weight(io->ws, &h32, &io->dw);
+    }
+    io->hw = choir_weight_f32(w, Cout, Cin * K);
+    io->bias = hvec(Cout, -0.5f, 0.5f);
+    io->dbias = dvec(io->bias, Cout);
+    io->dx = dvec(io->x, B * Cin * T);
+    io->dlens = dput(io->lens, (size_t)B * 4);
+}
+
+/* n floats of backend memory filled with NaN: a value left unwritten shows. */
+static float *dnan(int64_t n) {
+    float *h = hmem((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) h[i] = NAN;
+    return dvec(h, n);
+}
+
+static void cuda_ctx_path(choir_cuda_conv_path p) {
+    choir_cuda_conv_set_path(choir_backend_cuda_context(g_gpu), p);
+}
+
+static void vc_tf32(bool on) {
+    choir_err err = {0};
+    choir_cuda_set_tf32(choir_backend_cuda_context(g_gpu), on, &err);
+}
+
+static void check_vconv_lens(int mode, int64_t B, int64_t Cin, int64_t Cout, int64_t T, int64_t K,
+                             int dil) {
+    case_begin();
+    const int pad = (int)((K - 1) * dil / 2);
+    const int64_t Tout = choir_conv1d_out_len(T, K, 1, pad, dil);
+    vc_io io;
+    vc_make(&io, mode, B, Cin, Cout, T, K);
+    float *ref = hmem((size_t)(B * Cout * Tout) * 4), *dy = dnan(B * Cout * Tout);
+    choir_op_conv1d_lens(g_cs, io.x, B, Cin, T, &io.hw, io.bias, Cout, K, 1, pad, dil, io.lens, ref);
+    if (mode == VC_TF32) vc_tf32(true);
+    choir_op_conv1d_lens(g_gs, io.dx, B, Cin, T, &io.dw, io.dbias, Cout, K, 1, pad, dil, io.dlens,
+                         dy);
+    char name[128];
+    snprintf(name, sizeof name, "vocoder conv1d_lens %s %lld->%lld k%lld d%d, %lld items of %lld",
+             vc_mode_name[mode], (long long)Cin, (long long)Cout, (long long)K, dil, (long long)B,
+             (long long)T);
+    cmp(name, dy, ref, B * Cout * Tout, vc_tol[mode]);
+    if (mode == VC_TF32) vc_tf32(false);
+    choir_backend_weights_free(io.ws);
+    case_end();
+}
+
+/* The fused AdaIN + Snake convolution; with `residual` the product is added
+ * into y in place, as the model's second convolution of a unit does.
+ * `im2col`: the CUDA side forced onto the unfused operations. */
+static void check_vconv_snake(int mode, int64_t B, int64_t C, int64_t T, int64_t K, int dil,
+                              bool residual, bool im2col) {
+    case_begin();
+    const int pad = (int)((K - 1) * dil / 2);
+    vc_io io;
+    vc_make(&io, mode, B, C, C, T, K);
+    float *nw = hvec(C, 0.5f, 1.5f), *nb = hvec(C, -0.3f, 0.3f), *alpha = hvec(C, 0.3f, 3.0f);
+    float *gb = hvec(B * 2 * C, -0.5f, 0.5f);
+    choir_adain_snake hp = {io.lens, nw, nb, gb, 2 * C, 1e-5f, alpha};
+    choir_adain_snake dp = {io.dlens, dvec(nw, C), dvec(nb, C), dvec(gb, B * 2 * C), 2 * C, 1e-5f,
+                            dvec(alpha, C)};
+    const int64_t n = B * C * T;
+    float *ref = hvec(n, -1, 1), *dy;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t t = io.lens[b]; t < T; t++) ref[(b * C + c) * T + t] = 0.0f;
+    dy = residual ? dvec(ref, n) : dnan(n);
+    choir_op_conv1d_adain_snake(g_cs, io.x, B, C, T, &hp, &io.hw, io.bias, C, K, pad, dil, io.lens,
+                                residual ? ref : NULL, ref);
+    cuda_ctx_path(im2col ? CHOIR_CUDA_CONV_IM2COL : CHOIR_CUDA_CONV_AUTO);
+    if (mode == VC_TF32) vc_tf32(true);
+    choir_op_conv1d_adain_snake(g_gs, io.dx, B, C, T, &dp, &io.dw, io.dbias, C, K, pad, dil,
+                                io.dlens, residual ? dy : NULL, dy);
+    char name[128];
+    snprintf(name, sizeof name, "conv1d_adain_snake %s %lld ch k%lld d%d%s%s, %lld items of %lld",
+             vc_mode_name[mode], (long long)C, (long long)K, dil, residual ? " +res" : "",
+             im2col ? " (unfused)" : "", (long long)B, (long long)T);
+    cmp(name, dy, ref, n, vc_tol[mode]);
+    if (mode == VC_TF32) vc_tf32(false);
+    cuda_ctx_path(CHOIR_CUDA_CONV_AUTO);
+    choir_backend_weights_free(io.ws);
+    case_end();
+}
+
+static void check_vocoder_conv(void) {
+    check_vconv_lens(VC_F32, 3, 128, 128, 1001, 3, 1);
+    check_vconv_lens(VC_F32, 2, 256, 256, 777, 7, 3);
+    check_vconv_lens(VC_F32, 1, 128, 128, 2053, 11, 5);
+    check_vconv_lens(VC_F32, 2, 1090, 1024, 37, 3, 1); /* the decoder's blocks */
+    check_vconv_lens(VC_F32, 2, 514, 1024, 45, 1, 1);  /* a shortcut */
+    check_vconv_lens(VC_F32, 2, 128, 22, 1201, 7, 1);  /* conv_post */
+    check_vconv_lens(VC_F32, 2, 22, 128, 1201, 1, 1);  /* the noise branch */
+    check_vconv_lens(VC_TF32, 3, 128, 128, 1001, 3, 1);
+    check_vconv_lens(VC_TF32, 1, 128, 128, 2053, 11, 5);
+    check_vconv_lens(VC_BF16, 3, 128, 128, 1001, 3, 1);
+    check_vconv_lens(VC_BF16, 1, 256, 256, 2053, 11, 5);
+    check_vconv_lens(VC_BF16, 2, 1090, 1024, 37, 3, 1);
+    check_vconv_snake(VC_F32, 3, 128, 1001, 3, 1, false, false);
+    check_vconv_snake(VC_F32, 2, 256, 777, 7, 3, true, false);
+    check_vconv_snake(VC_F32, 1, 128, 2053, 11, 5, true, false);
+    check_vconv_snake(VC_F32, 2, 100, 333, 3, 1, true, false); /* channels not a multiple of 16 */
+    check_vconv_snake(VC_TF32, 2, 128, 1001, 11, 5, true, false);
+    check_vconv_snake(VC_BF16, 2, 128, 1001, 11, 5, true, false);
+    check_vconv_snake(VC_BF16, 3, 256, 777, 7, 3, false, false);
+    check_vconv_snake(VC_F32, 2, 128, 1001, 7, 3, true, true);
+}
+
 static void check_bilstm(void) {
     case_begin();
     int64_t B = 3, T = 60, In = 40, H = 32, G = 4 * H;
@@ -1191,9 +1345,10 @@ int main(void) {
     }
     g_cs = choir_stream_create(g_cpu, &err);
     g_gs = choir_stream_create(g_gpu, &err);
-    /* The CPU's working memory is unused (inputs are host arrays); its
-     * kernel scratch is planned so the CPU path allocates as in a model. */
-    if (!g_cs || !g_gs || choir_stream_reserve(g_cs, 0, 64 << 20, &err) ||
+    /* The CPU's working memory serves the operations that carve
+     * temporaries (conv1d_adain_snake; inputs are host arrays); its kernel
+     * scratch is planned so the CPU path allocates as in a model. */
+    if (!g_cs || !g_gs || choir_stream_reserve(g_cs, 64 << 20, 64 << 20, &err) ||
         choir_stream_reserve(g_gs, (size_t)768 << 20, 0, &err)) {
         fprintf(stderr, "FATAL %s\n", err.msg);
         return 1;
@@ -1213,6 +1368,7 @@ int main(void) {
     check_norms();
     check_rope();
     check_conv();
+    check_vocoder_conv();
     check_bilstm();
     check_istft();
     check_graph();

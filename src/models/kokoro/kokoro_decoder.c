@@ -23,6 +23,8 @@
  * computation this replaced (the operations' CPU versions are the kernels.h
  * calls it made, in the same order). */
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "choir/alloc.h"
@@ -211,7 +213,10 @@ int64_t kk_dec_weight_bytes(const kk_dec *d) { return d ? choir_backend_weights_
  * generator stage's five [128, 120 L + 1] tensors, the stage-0 output
  * [256, 20 L], the spectrum [22, 120 L + 1], the audio [600 L] and the
  * inputs (~86k counted). */
-#define KD_FLOATS_PER_FRAME 88000
+/* (104k: on the CPU a Snake unit's fused convolution holds its activation and
+ * its product beside the block's one temporary, one [128, 120 L] more than
+ * the five.) */
+#define KD_FLOATS_PER_FRAME 104000
 /* per piece: the style projections (~37k floats) and alignment slack of the
  * ~60 blocks carved per call */
 #define KD_FLOATS_PER_PIECE 48000
@@ -241,7 +246,15 @@ typedef struct kd_run {
     kk_dec_trace_fn trace;
     void *trace_user;
     kk_dec_stats *st; /* the convolutions' work, counted */
+    double *clk;      /* CHOIR_KOKORO_PROFILE: the clock at each stage's end, else NULL */
 } kd_run;
+
+/* The end of profiled stage i: waits for the backend, then reads the clock. */
+static void tick(const kd_run *r, int i) {
+    if (!r->clk) return;
+    choir_stream_sync(r->s, NULL);
+    r->clk[i] = choir_now_s();
+}
 
 /* Padding included: what the device really computes. */
 static int conv(const kd_run *r, const kd_conv *c, const float *x, int64_t T, int stride, int pad,
@@ -249,8 +262,11 @@ static int conv(const kd_run *r, const kd_conv *c, const float *x, int64_t T, in
     const int64_t Tout = (T + 2 * pad - (int64_t)dil * (c->k - 1) - 1) / stride + 1, B = r->B;
     const double rows = (double)c->cin * c->k, esz = c->w.kind == CHOIR_WEIGHT_BF16 ? 2 : 4;
     r->st->flops += 2.0 * B * c->cout * rows * Tout;
-    r->st->bytes += 4.0 * B * c->cin * T + 2 * esz * B * rows * Tout + esz * c->cout * rows +
-                    2 * 4.0 * B * c->cout * Tout;
+    /* stride 1 takes the implicit GEMM on CUDA: x read, y written; a strided
+     * one the tap matrix (written and read) and a pass adding the bias */
+    r->st->bytes += 4.0 * B * c->cin * T + esz * c->cout * rows +
+                    (stride == 1 ? 4.0 * B * c->cout * Tout
+                                 : 2 * esz * B * rows * Tout + 2 * 4.0 * B * c->cout * Tout);
     return choir_op_conv1d_lens(r->s, x, r->B, c->cin, T, &c->w, c->b, c->cout, c->k, stride, pad,
                                 dil, out_lens, y);
 }
@@ -316,26 +332,41 @@ static int resblk(const kd_run *r, const kd_resblk *b, const float *x, int64_t T
     return choir_stream_status(s, NULL);
 }
 
+/* The work of one Snake unit's convolution, counted as the fused operation
+ * moves it: x read once for the statistics and once for the product, the
+ * weight, y written (and the residual read). */
+static void count_unit(const kd_run *r, const kd_conv *c, int64_t T, bool residual) {
+    const double esz = c->w.kind == CHOIR_WEIGHT_BF16 ? 2 : 4, B = (double)r->B;
+    r->st->flops += 2.0 * B * c->cout * (double)c->cin * c->k * T;
+    r->st->bytes += 2 * 4.0 * B * c->cin * T + esz * c->cout * (double)c->cin * c->k +
+                    (residual ? 2 : 1) * 4.0 * B * c->cout * T;
+}
+
 /* AdaINResBlock1 (spec §4.6): three dilated (1, 3, 5) Snake residual units
- * over [B, C, T]; y may equal x. */
+ * over [B, C, T]; y may equal x. Each unit is two fused operations:
+ *   t = conv1(snake1(adain1(y)));  y = y + conv2(snake2(adain2(t))) */
 static int snakeblock(const kd_run *r, const kd_snake *b, const float *x, int64_t T,
                       const int32_t *lens, float *y) {
     static const int dil[3] = {1, 3, 5};
     choir_stream *s = r->s;
     const int64_t B = r->B, n = B * b->C * T;
     size_t mark = choir_stream_mark(s);
-    float *t1 = choir_stream_floats(s, n, "kokoro snake block");
-    float *t2 = choir_stream_floats(s, n, "kokoro snake block");
-    if (!t1 || !t2) return choir_stream_status(s, NULL);
-    if (y != x) choir_op_copy(s, y, x, (size_t)n * sizeof(float));
+    float *t = choir_stream_floats(s, n, "kokoro snake block");
+    if (!t) return choir_stream_status(s, NULL);
     for (int j = 0; j < 3; j++) {
-        adain(r, &b->adain1[j], y, t1, T, lens);
-        choir_op_snake(s, t1, B, b->C, T, b->alpha1[j]);
-        conv(r, &b->convs1[j], t1, T, 1, (b->k * dil[j] - dil[j]) / 2, dil[j], lens, t2);
-        adain(r, &b->adain2[j], t2, t2, T, lens);
-        choir_op_snake(s, t2, B, b->C, T, b->alpha2[j]);
-        conv(r, &b->convs2[j], t2, T, 1, (b->k - 1) / 2, 1, lens, t1);
-        choir_op_add_scale(s, y, t1, y, n, 1.0f);
+        /* the first unit reads x and writes y: y = x + unit(x) */
+        const float *in = j ? y : x;
+        choir_adain_snake p1 = {lens, b->adain1[j].norm_w, b->adain1[j].norm_b,
+                                r->gb + B * b->adain1[j].off, 2LL * b->C, 1e-5f, b->alpha1[j]};
+        choir_adain_snake p2 = {lens, b->adain2[j].norm_w, b->adain2[j].norm_b,
+                                r->gb + B * b->adain2[j].off, 2LL * b->C, 1e-5f, b->alpha2[j]};
+        const kd_conv *c1 = &b->convs1[j], *c2 = &b->convs2[j];
+        count_unit(r, c1, T, false);
+        choir_op_conv1d_adain_snake(s, in, B, b->C, T, &p1, &c1->w, c1->b, c1->cout, c1->k,
+                                    (b->k * dil[j] - dil[j]) / 2, dil[j], lens, NULL, t);
+        count_unit(r, c2, T, true);
+        choir_op_conv1d_adain_snake(s, t, B, b->C, T, &p2, &c2->w, c2->b, c2->cout, c2->k,
+                                    (b->k - 1) / 2, 1, lens, in, y);
     }
     choir_stream_release(s, mark);
     return choir_stream_status(s, NULL);
@@ -414,6 +445,7 @@ static int decode_backend(const kd_run *r, const float *asr, const float *f0, co
         resblk(r, &d->decode[i], cat, L, r->len_L, i < 3 ? r->len_L : r->len_2L, i < 3 ? x : up);
     }
     choir_stream_release(s, scope);
+    tick(r, 3);
     if (probe(r, "decoder_out", up, 512, 2 * L, 2, 0)) return choir_stream_status(s, NULL);
 
     /* generator stage 0: [B, 512, 2L] -> [B, 256, 20L] */
@@ -430,6 +462,7 @@ static int decode_backend(const kd_run *r, const float *asr, const float *f0, co
     choir_op_add_scale(s, u0, src0, u0, B * 256 * T0, 1.0f);
     resblock_mean(r, 0, u0, 256, T0, r->len_20L, x1);
     choir_stream_release(s, scope);
+    tick(r, 4);
     if (probe(r, "stage0", x1, 256, T0, 20, 0)) return choir_stream_status(s, NULL);
 
     /* stage 1: [B, 256, 20L] -> [B, 128, 120L + 1] */
@@ -448,6 +481,7 @@ static int decode_backend(const kd_run *r, const float *asr, const float *f0, co
     choir_op_add_scale(s, u1, src1, u1, B * 128 * F, 1.0f);
     choir_stream_release(s, scope);
     resblock_mean(r, 3, u1, 128, F, r->len_F, x2);
+    tick(r, 5);
 
     /* conv_post and the inverse STFT */
     float *post = choir_stream_floats(s, B * 22 * F, "kokoro generator");
@@ -456,6 +490,7 @@ static int decode_backend(const kd_run *r, const float *asr, const float *f0, co
     conv(r, &d->conv_post, x2, F, 1, 3, 1, r->len_F, post);
     if (probe(r, "post", post, 22, F, 120, 1)) return choir_stream_status(s, NULL);
     choir_op_istft_magphase(s, post, B, F, r->len_F, KK_NFFT, KK_HOP, audio);
+    tick(r, 6);
     choir_stream_release(s, mark);
     return choir_stream_status(s, NULL);
 }
@@ -519,6 +554,12 @@ int kk_dec_run(const kk_dec *d, choir_stream *s, const choir_kokoro_decode_input
     const int64_t B = n, F = 120 * L + 1;
     const bool host = choir_backend_is_host(choir_stream_backend(s));
     size_t mark = choir_stream_mark(s);
+    /* CHOIR_KOKORO_PROFILE=1: one line per call on stderr, milliseconds per
+     * stage (the backend waited for at each stage's end) */
+    const char *prof_env = getenv("CHOIR_KOKORO_PROFILE");
+    double clk[8] = {0};
+    const bool prof = prof_env && prof_env[0] && strcmp(prof_env, "0") != 0;
+    clk[0] = choir_now_s();
 
     /* Backend memory: lengths per stage, the inputs, the style projections,
      * the audio. On the CPU the host work is staged there directly. */
@@ -551,6 +592,7 @@ int kk_dec_run(const kk_dec *d, choir_stream *s, const choir_kokoro_decode_input
         prep_range(&job, 0, 1, 0);
     else
         choir_pool_parallel_for(choir_pool_default(), B, 1, prep_range, &job);
+    clk[1] = choir_now_s();
     for (int i = 0; i < n; i++) {
         int64_t Lb = in[i].frames;
         lh[0 * B + i] = (int32_t)Lb;
@@ -572,7 +614,9 @@ int kk_dec_run(const kk_dec *d, choir_stream *s, const choir_kokoro_decode_input
     }
     kd_run r = {.d = d, .s = s, .B = B, .L = L, .len_L = lens, .len_2L = lens + B,
                 .len_20L = lens + 2 * B, .len_120L = lens + 3 * B, .len_F = lens + 4 * B,
-                .gb = gb, .in = in, .trace = trace, .trace_user = trace_user, .st = &counted};
+                .gb = gb, .in = in, .trace = trace, .trace_user = trace_user, .st = &counted,
+                .clk = prof ? clk : NULL};
+    tick(&r, 2);
     rc = decode_backend(&r, dev_in, dev_in + B * 512 * L, dev_in + B * 514 * L,
                         dev_in + B * (516 * L + KK_STYLE), dev_audio);
     for (int i = 0; i < n && !rc; i++)
@@ -581,6 +625,16 @@ int kk_dec_run(const kk_dec *d, choir_stream *s, const choir_kokoro_decode_input
                                    sizeof(float));
 done:
     rc = choir_stream_sync(s, err);
+    if (!rc && prof) {
+        clk[7] = choir_now_s();
+        fprintf(stderr,
+                "kokoro decode: %d pieces of up to %lld frames: host prep %.1f, upload + style "
+                "%.1f, decoder %.1f, generator stage 0 %.1f, stage 1 %.1f, post + istft %.1f, "
+                "download %.1f ms; total %.1f ms\n",
+                n, (long long)L, 1e3 * (clk[1] - clk[0]), 1e3 * (clk[2] - clk[1]),
+                1e3 * (clk[3] - clk[2]), 1e3 * (clk[4] - clk[3]), 1e3 * (clk[5] - clk[4]),
+                1e3 * (clk[6] - clk[5]), 1e3 * (clk[7] - clk[6]), 1e3 * (clk[7] - clk[0]));
+    }
     if (!rc && stats) stats->flops += counted.flops, stats->bytes += counted.bytes;
     choir_stream_clear(s);
     choir_stream_release(s, mark);

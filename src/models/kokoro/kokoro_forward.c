@@ -117,7 +117,7 @@ int64_t choir_kokoro_estimate_bytes(int n_ids, int64_t frames) {
      * the seeded noise) stay too, and the frame side (en, h, x) until the
      * F0 / N blocks are done; each network stage adds its working memory
      * and its kernel scratch on top and gives them back. The generator's
-     * last stage sets the peak for any real piece (kk_dec_work_bytes: ~88k
+     * last stage sets the peak for any real piece (kk_dec_work_bytes: ~104k
      * floats a frame). */
     const int64_t T = n_ids > 0 ? n_ids : 1, L = frames > 0 ? frames : 1, F = sizeof(float),
                   A = 2 * CHOIR_ALIGN;

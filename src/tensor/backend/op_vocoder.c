@@ -63,6 +63,59 @@ int choir_op_conv1d_lens(choir_stream *s, const float *x, int64_t B, int64_t Cin
     return be_unsupported(s, "conv1d_lens");
 }
 
+/* choir_op_conv1d_adain_snake as the operations it is made of: the CPU's
+ * computation (the oracle) and the CUDA fallback. */
+static int adain_snake_conv_ops(choir_stream *s, const float *x, int64_t B, int64_t Cin, int64_t T,
+                                const choir_adain_snake *pre, const choir_weight *w,
+                                const float *bias, int64_t Cout, int64_t kernel, int padding,
+                                int dilation, const int32_t *out_lens, const float *residual,
+                                float *y) {
+    const int64_t Tout = choir_conv1d_out_len(T, kernel, 1, padding, dilation);
+    size_t mark = choir_stream_mark(s);
+    float *act = choir_stream_floats(s, B * Cin * T, "conv1d_adain_snake activation");
+    float *prod = residual ? choir_stream_floats(s, B * Cout * Tout, "conv1d_adain_snake product")
+                           : y;
+    if (act && prod) {
+        choir_op_adain(s, x, act, B, Cin, T, pre->lens, pre->norm_w, pre->norm_b, pre->gb,
+                       pre->gb_stride, pre->eps);
+        choir_op_snake(s, act, B, Cin, T, pre->alpha);
+        choir_op_conv1d_lens(s, act, B, Cin, T, w, bias, Cout, kernel, 1, padding, dilation,
+                             out_lens, prod);
+        if (residual) choir_op_add_scale(s, residual, prod, y, B * Cout * Tout, 1.0f);
+    }
+    choir_stream_release(s, mark);
+    return choir_stream_status(s, NULL);
+}
+
+int choir_op_conv1d_adain_snake(choir_stream *s, const float *x, int64_t B, int64_t Cin,
+                                int64_t T, const choir_adain_snake *pre, const choir_weight *w,
+                                const float *bias, int64_t Cout, int64_t kernel, int padding,
+                                int dilation, const int32_t *out_lens, const float *residual,
+                                float *y) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (B < 0 || Cin <= 0 || Cout <= 0 || kernel <= 0 || dilation < 1 || padding < 0 || !pre ||
+        !pre->gb || !pre->alpha || !conv_weight_ok(w, Cout, Cin * kernel) || x == y)
+        return be_invalid(s, "conv1d_adain_snake: Cin %lld, Cout %lld, kernel %lld, dilation %d, "
+                             "padding %d, no style or alpha, y aliasing x, or a weight not "
+                             "[Cout, Cin K] f32/bf16",
+                          (long long)Cin, (long long)Cout, (long long)kernel, dilation, padding);
+    if (choir_conv1d_out_len(T, kernel, 1, padding, dilation) <= 0 || B == 0 || T <= 0) return 0;
+#ifdef CHOIR_HAVE_CUDA
+    if (!be_host(s)) {
+        choir_cuda_conv_weight cw = {w->data, w->kind == CHOIR_WEIGHT_BF16};
+        choir_cuda_adain_snake cp = {pre->lens, pre->norm_w, pre->norm_b, pre->gb,
+                                     pre->gb_stride, pre->eps, pre->alpha};
+        choir_err e = {0};
+        int rc = choir_cuda_conv1d_adain_snake(s->be->cu, x, B, Cin, T, &cp, cw, bias, Cout,
+                                               kernel, padding, dilation, out_lens, residual, y,
+                                               &e);
+        if (rc != CHOIR_EUNSUPPORTED) return be_done(s, rc, &e, "conv1d_adain_snake");
+    }
+#endif
+    return adain_snake_conv_ops(s, x, B, Cin, T, pre, w, bias, Cout, kernel, padding, dilation,
+                                out_lens, residual, y);
+}
+
 int choir_op_conv_transpose1d_lens(choir_stream *s, const float *x, int64_t B, int64_t Cin,
                                    int64_t T, const choir_weight *w, const float *bias,
                                    int64_t Cout, int64_t kernel, int stride, int padding,

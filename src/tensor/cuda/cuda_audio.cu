@@ -106,6 +106,9 @@ int choir_cuda_conv1d_batched(choir_cuda *cu, const float *x, int64_t B, int64_t
     int64_t span = T + 2 * (int64_t)padding - (int64_t)dilation * (kernel - 1) - 1;
     if (span < 0) return 0;
     int64_t Tout = span / stride + 1, rows = Cin * kernel;
+    if (choir_cuda_conv1d_implicit_ok(cu, Cin, Cout, kernel, stride, padding, dilation))
+        return choir_cuda_conv1d_implicit(cu, x, B, Cin, T, weight, bias, Cout, kernel, padding,
+                                          dilation, out_lens, y, err);
     if (kernel == 1 && stride == 1 && padding == 0 && !weight.bf16) {
         /* a pointwise f32 convolution is already a product: no taps to copy */
         int rc = gemm_rm(cu, false, false, Cout, T, Cin, weight.w, Cin, 0, x, T, Cin * T, y, T,

@@ -124,6 +124,7 @@ const choir_cuda_props *choir_cuda_get_props(const choir_cuda *cu) { return &cu-
 int choir_cuda_set_tf32(choir_cuda *cu, bool on, choir_err *err) {
     cublasStatus_t st =
         cublasSetMathMode(cu->blas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+    if (st == CUBLAS_STATUS_SUCCESS) cu->tf32 = on;
     return st == CUBLAS_STATUS_SUCCESS ? 0 : choir_cuda_blas_fail(err, st, "set math mode");
 }
 

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "choir/cuda.h"
+#include "choir/cuda_audio.h"
 #include "choir/error.h"
 
 struct choir_cuda {
@@ -31,6 +32,11 @@ struct choir_cuda {
     /* cublasLt handle (cublasLtHandle_t) for products with fused epilogues,
      * made on first use (cuda_bf16.cu); it shares blas_workspace. */
     void *lt;
+    /* f32 products on TF32 tensor cores (choir_cuda_set_tf32): cuBLAS's math
+     * mode, and the implicit convolutions' precision (cuda_conv.cu). */
+    bool tf32;
+    /* choir_cuda_conv_path: which conv1d path choir_cuda_conv1d_batched takes */
+    int conv_path;
 };
 
 /* GELU (erf form) as choir_gelu_erf computes it, for every kernel that
@@ -129,6 +135,16 @@ void *choir_cuda_scratch(choir_cuda *cu, size_t bytes, choir_err *err);
  * the code unpacking lives). */
 int choir_cuda_rows_gather_quant(choir_cuda *cu, const choir_cuda_weight *W, const int32_t *ids,
                                  int64_t n, float *out, choir_err *err);
+
+/* The implicit-GEMM conv1d of cuda_conv.cu: whether it takes a convolution
+ * (stride 1, K <= 16, (K - 1) dilation <= 64, not forced off), and the
+ * plain convolution through it (packed weight in context scratch). */
+bool choir_cuda_conv1d_implicit_ok(const choir_cuda *cu, int64_t Cin, int64_t Cout,
+                                   int64_t kernel, int stride, int padding, int dilation);
+int choir_cuda_conv1d_implicit(choir_cuda *cu, const float *x, int64_t B, int64_t Cin, int64_t T,
+                               choir_cuda_conv_weight weight, const float *bias,
+                               int64_t Cout, int64_t kernel, int padding, int dilation,
+                               const int32_t *out_lens, float *y, choir_err *err);
 
 /* Blocks of 256 threads over n elements, capped so a grid-stride loop covers
  * the rest. */

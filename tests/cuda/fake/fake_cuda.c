@@ -1117,6 +1117,19 @@ FAKE_WEAK int choir_cuda_conv1d_batched(choir_cuda *cu, const float *x, int64_t 
     (void)kernel, (void)stride, (void)padding, (void)dilation, (void)out_lens, (void)y;
     return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: batched conv1d not emulated");
 }
+/* The host has one convolution path: the choice is accepted and ignored. */
+void choir_cuda_conv_set_path(choir_cuda *cu, choir_cuda_conv_path path) { (void)cu, (void)path; }
+FAKE_WEAK int choir_cuda_conv1d_adain_snake(choir_cuda *cu, const float *x, int64_t B,
+                                            int64_t Cin, int64_t T,
+                                            const choir_cuda_adain_snake *pre,
+                                            choir_cuda_conv_weight weight, const float *bias,
+                                            int64_t Cout, int64_t kernel, int padding,
+                                            int dilation, const int32_t *out_lens,
+                                            const float *residual, float *y, choir_err *err) {
+    (void)cu, (void)x, (void)B, (void)Cin, (void)T, (void)pre, (void)weight, (void)bias;
+    (void)Cout, (void)kernel, (void)padding, (void)dilation, (void)out_lens, (void)residual, (void)y;
+    return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: conv1d_adain_snake not emulated");
+}
 FAKE_WEAK int choir_cuda_add_scale(choir_cuda *cu, const float *a, const float *b, float *y, int64_t n,
                          float scale, choir_err *err) {
     (void)cu, (void)a, (void)b, (void)y, (void)n, (void)scale;

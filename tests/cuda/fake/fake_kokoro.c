@@ -13,6 +13,7 @@
 #include "choir/backend_vocoder.h"
 #include "choir/cuda_audio.h"
 #include "choir/cuda_vocoder.h"
+#include "choir/kernels.h"
 #include "choir/tensor.h"
 
 static choir_stream *cpu_stream(void) {
@@ -83,6 +84,38 @@ int choir_cuda_conv_transpose1d_depthwise(choir_cuda *cu, const float *x, int64_
     (void)cu;
     choir_op_conv_transpose1d_depthwise_lens(cpu_stream(), x, B, C, T, weight, bias, kernel,
                                              stride, padding, output_padding, out_lens, y);
+    return done(err);
+}
+
+int choir_cuda_conv1d_adain_snake(choir_cuda *cu, const float *x, int64_t B, int64_t Cin,
+                                  int64_t T, const choir_cuda_adain_snake *pre,
+                                  choir_cuda_conv_weight weight, const float *bias, int64_t Cout,
+                                  int64_t kernel, int padding, int dilation,
+                                  const int32_t *out_lens, const float *residual, float *y,
+                                  choir_err *err) {
+    (void)cu;
+    float *tmp;
+    choir_weight w = conv_w(weight, Cout, Cin * kernel, &tmp);
+    if (!w.data) return choir_err_set(err, CHOIR_ENOMEM, "fake cuda: conv weight");
+    /* the CPU operation's sequence, with its temporaries from malloc (the
+     * stream here has no working memory) */
+    const int64_t Tout = choir_conv1d_out_len(T, kernel, 1, padding, dilation);
+    float *act = malloc((size_t)(B * Cin * T) * sizeof(float));
+    float *prod = residual ? malloc((size_t)(B * Cout * Tout) * sizeof(float)) : y;
+    choir_stream *s = cpu_stream();
+    const bool ok = act && prod;
+    if (ok) {
+        choir_op_adain(s, x, act, B, Cin, T, pre->lens, pre->norm_w, pre->norm_b, pre->gb,
+                       pre->gb_stride, pre->eps);
+        choir_op_snake(s, act, B, Cin, T, pre->alpha);
+        choir_op_conv1d_lens(s, act, B, Cin, T, &w, bias, Cout, kernel, 1, padding, dilation,
+                             out_lens, prod);
+        if (residual) choir_op_add_scale(s, residual, prod, y, B * Cout * Tout, 1.0f);
+    }
+    free(act);
+    if (residual) free(prod);
+    free(tmp);
+    if (!ok) return choir_err_set(err, CHOIR_ENOMEM, "fake cuda: conv1d_adain_snake");
     return done(err);
 }
 
