@@ -4,7 +4,10 @@
 # tests/cuda/vibevoice_gpu_check.c against tests/cuda/fake/fake_cuda.c and
 # fake_vibevoice.c (choir/cuda.h and the VibeVoice kernels on the host),
 # under AddressSanitizer: the four operations and the whole model at reduced
-# dimensions, f32 and bf16, stage by stage against the CPU backend.
+# dimensions, f32 and bf16, stage by stage against the CPU backend; then
+# requests through the engine with the adapter on the emulated GPU (its KV
+# pool, joins, waits and refusals by pages, device accounts) against the
+# adapter on the CPU (skipped when the shared fixtures are missing).
 set -eu
 SRC=${CHOIR_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 OUT=${CHOIR_BUILD_DIR:-/tmp}/vibevoice-gpu-fake

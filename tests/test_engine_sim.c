@@ -1180,6 +1180,88 @@ static void test_gpu_misplaced(void **state)
     sched_free(s);
 }
 
+/* A GPU model whose replica keeps a pool (VibeVoice's KV pages): it loads
+ * on its own, sized from the room the budget leaves it; requests are then
+ * admitted by their pool parts against the pool's unreserved bytes (two of
+ * three fit at dispatch; the third neither joins nor starts until a member
+ * done before its batch gives its pages back, then joins in them) and the
+ * rest of their device estimates against the budget; one larger than the
+ * whole pool is refused as too large, naming the device. */
+static void test_gpu_pool(void **state)
+{
+    (void)state;
+    int64_t budgets[1] = {10 * GIB};
+    sched_config c = gpu_config(1, budgets);
+    sched *s = sched_create(&c, NULL);
+    assert_non_null(s);
+    assert_int_equal(sched_add_model(s, 1 * GIB, 8, NULL), 0);
+    sched_model_set_gpu(s, 0, 1 * GIB);
+    sched_model_set_pool(s, 0);
+    const int64_t ws = 100 << 20;
+    sched_req r[4];
+    for (int i = 0; i < 4; i++) {
+        int64_t pool = i < 3 ? 3 * GIB : 20 * GIB;
+        r[i] = (sched_req){.id = (uint64_t)i + 1, .task = 1, .length = i < 3 ? 1000 : 1000000, .est_bytes = 1000,
+                           .dev_est_bytes = ws + pool, .pool_est_bytes = pool, .deadline = INFINITY};
+        assert_int_equal(sched_submit(s, &r[i], 0.01 * i, NULL, NULL), 0);
+    }
+    sched_action a, j[4];
+    assert_int_equal(sched_decide(s, 1.0, &a), 1);
+    assert_int_equal(a.kind, SCHED_LOAD);
+    assert_int_equal(a.device, 1);
+    assert_int_equal(sched_load_room(s, 0, 1), 10 * GIB);
+    /* weights 1 GiB, a pool of 7 */
+    assert_int_equal(sched_model_loaded(s, 0, 1, 1 * GIB, 8 * GIB), 0);
+    sched_replica_pool(s, 0, 1, 7 * GIB);
+    assert_int_equal(sched_decide(s, 1.1, &a), 1);
+    assert_int_equal(a.kind, SCHED_DISPATCH);
+    assert_int_equal(a.device, 1);
+    assert_int_equal(a.need_load, 0);
+    assert_int_equal(a.n, 2);
+    assert_int_equal(a.pool_reserved, 6 * GIB);
+    assert_int_equal(a.dev_reserved, 2 * ws);
+    sched_device_state g;
+    sched_get_device(s, 1, &g);
+    assert_int_equal(g.pool, 7 * GIB);
+    assert_int_equal(g.pool_reserved, 6 * GIB);
+    assert_int_equal(g.reserved, 2 * ws);
+    /* The third's pages do not fit beside them: no join, no batch. */
+    assert_int_equal(sched_join(s, &a, 2, 1.2, j, 4), 0);
+    sched_action none;
+    assert_int_equal(sched_decide(s, 1.3, &none), 0);
+    /* A member done before its batch gives its pages back: the third joins in them. */
+    sched_member_done(s, &a, a.reqs[0]);
+    sched_get_device(s, 1, &g);
+    assert_int_equal(g.pool_reserved, 3 * GIB);
+    assert_int_equal(g.pool_reqs, 1);
+    assert_int_equal(a.pool_reserved, 3 * GIB);
+    assert_int_equal(sched_join(s, &a, 1, 1.35, j, 4), 1);
+    assert_true(j[0].reqs[0] == &r[2]);
+    assert_int_equal(j[0].pool_reserved, 3 * GIB);
+    sched_get_device(s, 1, &g);
+    assert_int_equal(g.pool_reserved, 6 * GIB);
+    assert_int_equal(g.pool_reqs, 2);
+    sched_join_done(s, &j[0], 1.38, 0);
+    sched_batch_done(s, &a, 1.4, 0, 0.3, 0, 0);
+    sched_get_device(s, 1, &g);
+    assert_int_equal(g.pool_reserved, 0);
+    assert_int_equal(g.pool_reqs, 0);
+    assert_int_equal(g.reserved, 0);
+    /* More pages than the whole pool: refused, by the GPU. */
+    assert_int_equal(sched_decide(s, 1.7, &a), 1);
+    assert_int_equal(a.kind, SCHED_REJECT);
+    assert_int_equal(a.reason, CHOIR_REJECT_TOO_LARGE);
+    assert_true(a.rejected == &r[3]);
+    assert_int_equal(a.device, 1);
+    assert_int_equal(a.pool_reserved, 20 * GIB);
+    assert_int_equal(a.pool_room, 7 * GIB);
+    sched_get_device(s, 1, &g);
+    assert_int_equal(g.weights, 8 * GIB);
+    assert_int_equal(g.pool_peak_reqs, 2);
+    assert_true(g.peak <= g.budget);
+    sched_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1202,6 +1284,7 @@ int main(void)
         cmocka_unit_test(test_gpu_replicas),
         cmocka_unit_test(test_gpu_lru),
         cmocka_unit_test(test_gpu_misplaced),
+        cmocka_unit_test(test_gpu_pool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -293,6 +293,11 @@ typedef struct choir_engine_device {
     /* bytes: the budget; weights of replicas on it; reserved by running
      * batches; the most weights + reserved ever held */
     int64_t budget, weights, reserved, peak;
+    /* GPU: bytes of the pools replicas keep on it (ops->pool_bytes; part of
+     * `weights`), of them reserved by running requests now, the requests
+     * holding parts of them now and the most that did at once */
+    int64_t pool, pool_reserved;
+    int pool_reqs, pool_peak_reqs;
     int running;        /* batches running on it now */
     uint64_t batches;   /* batches finished on it */
     double busy_s;      /* their summed compute seconds */

@@ -197,6 +197,7 @@ typedef struct choir_batch_join choir_batch_join;
 struct choir_batch_join {
     int (*take)(choir_batch_join *j, int live, choir_request **reqs, choir_arena **arenas);
     void (*leave)(choir_batch_join *j, choir_request *req, int overflow);
+    void (*member_done)(choir_batch_join *j, choir_request *req); /* may be NULL */
 };
 
 /* Between two decoding steps, with `live` requests decoding in the batch:
@@ -220,6 +221,14 @@ int choir_batch_join_take(choir_batch_join *j, int live, choir_request **reqs, c
  * left exactly once, before run_batch_join returns; the arena is gone after
  * this call. j NULL: no-op. */
 void choir_batch_join_leave(choir_batch_join *j, choir_request *req, int overflow);
+/* One of the batch's own requests (run_batch_join's `reqs`, not a joined
+ * one) is finished before the batch ends: the engine gives back now the
+ * part of its reservation that was its alone (its pages of a GPU replica's
+ * pool: ops->estimate_pool), so that queued requests may join in its
+ * place; the rest of the batch's reservation stays until the batch ends.
+ * Optional (a member not reported keeps its part until then); at most once
+ * per member, after its state is freed. j NULL: no-op. */
+void choir_batch_join_member_done(choir_batch_join *j, choir_request *req);
 
 /* Load-time options; zero-initialised means defaults. Weights run as stored:
  * a quantized model is made on disk by `choir convert --q-bits` (kernels use
@@ -230,6 +239,11 @@ typedef struct choir_model_options {
      * k >= 1 = CUDA device k - 1 (CHOIR_DEVICE_GPU(k - 1)). The engine only
      * passes a GPU to an adapter whose ops->gpu is 1. */
     int device;
+    /* On a GPU, for an adapter that keeps a pool (ops->pool_bytes): the
+     * device bytes the engine's budget leaves the replica in all (its
+     * weights, pool and buffers), beside every other replica and all
+     * reservations; 0 when unknown (the adapter picks a size itself). */
+    int64_t device_free_bytes;
 } choir_model_options;
 
 #define CHOIR_DEVICE_CPU 0
@@ -310,6 +324,20 @@ typedef struct choir_model_ops {
      * on a GPU (activations, KV cache, scratch), as `estimate` is for host
      * memory. `weights` may be NULL (not loaded yet). NULL: 0. */
     int64_t (*estimate_device)(const void *weights, const choir_request *req);
+    /* Optional: a GPU replica that keeps part of every request's device
+     * memory in one pool it allocates at load (VibeVoice's KV cache pages),
+     * sized from choir_model_options.device_free_bytes and counted in
+     * device_bytes. pool_bytes: the pool's size (0: none). estimate_pool:
+     * the part of estimate_device one request takes from the pool (the
+     * rest is its own working memory). The engine loads such a replica
+     * before any batch runs on it, then admits a request there only when
+     * its pool part fits the pool's unreserved bytes and the rest fits the
+     * budget's free memory (a request whose pool part exceeds the whole
+     * pool is refused as too large); the adapter must never need more of
+     * the pool than the estimates of the requests it runs. Both NULL: no
+     * pool. */
+    int64_t (*pool_bytes)(const void *weights);
+    int64_t (*estimate_pool)(const void *weights, const choir_request *req);
 } choir_model_ops;
 
 /* The built-in adapters, each defined in its model's folder

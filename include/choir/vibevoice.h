@@ -342,7 +342,8 @@ int choir_vibevoice_step_batch_greedy(const choir_vibevoice *m, choir_vibevoice_
                                       choir_vibevoice_state *const *states, const int32_t *tokens,
                                       int n, int32_t *next, choir_err *err);
 /* Working memory of a batch over paged states of `pool`: the step's page
- * tables too. With such a batch, every state of a step must be on that
+ * tables too (a row's table as long as the model's longest context, so the
+ * size does not depend on the pool's). With such a batch, every state of a step must be on that
  * pool, and the step's attention is one operation for all its rows (each
  * row through its own page table) instead of one per sequence. */
 int64_t choir_vibevoice_batch_bytes_paged(const choir_vibevoice_dims *dims, int max_batch,
@@ -472,6 +473,11 @@ int choir_vibevoice_transcribe_on(const choir_vibevoice *m, const struct choir_t
 int64_t choir_vibevoice_transcribe_state_bytes(const choir_vibevoice_dims *dims, int64_t n_samples,
                                                int rate, const choir_vibevoice_opts *o,
                                                int64_t *scratch);
+/* The plan a transcription of n_samples at `rate` with these options uses
+ * (its state's capacities, the KV context of prompt + max_new_tokens), for
+ * callers that size its memory themselves (the engine adapter: KV pages). */
+void choir_vibevoice_transcribe_plan(const choir_vibevoice_dims *dims, int64_t n_samples, int rate,
+                                     const choir_vibevoice_opts *o, choir_vibevoice_plan *plan);
 void choir_vibevoice_result_clear(choir_vibevoice_result *r);
 
 #ifdef __cplusplus

@@ -240,8 +240,11 @@ int choir_engine_add_model(choir_engine *e, const char *id, const char *dir, con
         goto out;
     }
     /* Before a load the device bytes are unknown; the files' size stands in. */
-    if (ops->gpu && e->n_devices > 1)
+    if (ops->gpu && e->n_devices > 1) {
         sched_model_set_gpu(e->core, rc, bytes);
+        if (ops->pool_bytes)
+            sched_model_set_pool(e->core, rc);
+    }
     engine_metrics_add_model(e, m);
     e->n_models++;
     rc = 0;
@@ -461,6 +464,7 @@ choir_ticket *choir_engine_submit(choir_engine *e, const choir_job *job, choir_r
          * for a few float buffers per sample or per character. */
         int64_t est = m->ops->estimate ? m->ops->estimate(w, &t->req) : len * 64;
         int64_t dev_est = m->ops->gpu && m->ops->estimate_device ? m->ops->estimate_device(w, &t->req) : 0;
+        int64_t pool_est = m->ops->gpu && m->ops->estimate_pool ? m->ops->estimate_pool(w, &t->req) : 0;
         /* Text is read at roughly 15 characters per second of speech. */
         double seconds = job->req.task == CHOIR_TASK_TTS ? (double)strlen(job->req.in.tts.text) / 15.0 : secs;
         double now = engine_now(e);
@@ -473,6 +477,7 @@ choir_ticket *choir_engine_submit(choir_engine *e, const choir_job *job, choir_r
         t->sr.length = len;
         t->sr.est_bytes = est;
         t->sr.dev_est_bytes = dev_est;
+        t->sr.pool_est_bytes = pool_est;
         t->sr.deadline = job->timeout_s > 0 ? now + job->timeout_s : INFINITY;
         t->sr.user = t;
         /* Triton's queue policy: a request that would wait in the queue
@@ -569,11 +574,15 @@ static void *load_replica(choir_engine *e, int mi, int d, choir_err *err, int *m
     const char *dir = m->dir;
     choir_model_options opt = e->p.model_options;
     opt.device = d;
+    /* A replica that sizes a pool from its room (ops->pool_bytes) learns it
+     * now: the budget beside every other replica and all reservations. */
+    opt.device_free_bytes = d > 0 ? sched_load_room(e->core, mi, d) : 0;
     pthread_mutex_unlock(&e->lock);
     uint64_t t0 = choir_now_ns();
     void *w = ops->load(dir, &opt, err);
     int64_t bytes = w && ops->resident_bytes ? ops->resident_bytes(w) : choir_model_dir_bytes(dir);
     int64_t dev_bytes = w && d > 0 && ops->device_bytes ? ops->device_bytes(w) : 0;
+    int64_t pool_bytes = w && d > 0 && ops->pool_bytes ? ops->pool_bytes(w) : 0;
     double secs = (double)(choir_now_ns() - t0) * 1e-9;
     pthread_mutex_lock(&e->lock);
     m = &e->models[mi];
@@ -595,6 +604,8 @@ static void *load_replica(choir_engine *e, int mi, int d, choir_err *err, int *m
         pthread_cond_signal(&e->wake_sched);
         return NULL;
     }
+    if (w && pool_bytes > 0)
+        sched_replica_pool(e->core, mi, d, pool_bytes);
     if (w)
         m->load_error[0] = 0;
     else
@@ -610,6 +621,8 @@ static void *load_replica(choir_engine *e, int mi, int d, choir_err *err, int *m
                 t->sr.est_bytes = ops->estimate(w, &t->req);
             if (ops->gpu && ops->estimate_device)
                 t->sr.dev_est_bytes = ops->estimate_device(w, &t->req);
+            if (ops->gpu && ops->estimate_pool)
+                t->sr.pool_est_bytes = ops->estimate_pool(w, &t->req);
             if (ops->length)
                 t->sr.length = ops->length(w, &t->req);
         }
@@ -699,7 +712,7 @@ typedef struct join_item {
 typedef struct engine_join {
     choir_batch_join pub; /* first: what the adapter holds */
     choir_engine *e;
-    const sched_action *batch;
+    sched_action *batch;  /* the running batch (its pool share shrinks as members finish) */
     int max;              /* the model's max batch */
     join_item **items;
     int n, cap;
@@ -818,6 +831,23 @@ static void join_leave(choir_batch_join *pub, choir_request *req, int overflow)
         }
 }
 
+/* A member of the batch finished before it: its part of a pool goes back. */
+static void join_member_done(choir_batch_join *pub, choir_request *req)
+{
+    engine_join *j = (engine_join *)pub;
+    choir_engine *e = j->e;
+    for (int i = 0; i < j->batch->n; i++) {
+        choir_ticket *t = j->batch->reqs[i]->user;
+        if (&t->req != req)
+            continue;
+        pthread_mutex_lock(&e->lock);
+        sched_member_done(e->core, j->batch, j->batch->reqs[i]);
+        pthread_cond_signal(&e->wake_sched);
+        pthread_mutex_unlock(&e->lock);
+        return;
+    }
+}
+
 static void run_one_batch(choir_engine *e, sched_action *a, choir_kernel_scratch *ks)
 {
     choir_err err = {0};
@@ -877,7 +907,8 @@ static void run_one_batch(choir_engine *e, sched_action *a, choir_kernel_scratch
          * backend stream binds its own over it). */
         choir_kernel_scratch *prev = choir_kernels_bind_scratch(ks);
         if (arena && ops->run_batch_join) {
-            engine_join j = {.pub = {.take = join_take, .leave = join_leave}, .e = e, .batch = a,
+            engine_join j = {.pub = {.take = join_take, .leave = join_leave, .member_done = join_member_done},
+                             .e = e, .batch = a,
                              .max = ops->max_batch};
             rc = ops->run_batch_join(w, reqs, n, arena, &j.pub, &err);
             /* Requests the adapter did not say it finished end with the batch. */
@@ -1047,7 +1078,15 @@ static void *sched_main(void *arg)
                 choir_metrics_inc(e->m.reg, e->m.rejected[a.reason], 1);
                 if (a.reason == CHOIR_REJECT_DEADLINE)
                     ticket_finish(e, t, CHOIR_ETIMEDOUT, a.reason, "the deadline passed before the request could start");
-                else if (a.reserved > a.room) {
+                else if (a.device > 0) {
+                    char why[CHOIR_ERR_MSG_MAX];
+                    snprintf(why, sizeof why,
+                             "the request needs %lld bytes of device memory and %lld of the model's pool on %s; "
+                             "its budget leaves %lld beside the weights and the pool holds %lld",
+                             (long long)a.dev_reserved, (long long)a.pool_reserved, e->devices[a.device].name,
+                             (long long)a.dev_room, (long long)a.pool_room);
+                    ticket_finish(e, t, CHOIR_ETOOBIG, a.reason, why);
+                } else if (a.reserved > a.room) {
                     char why[CHOIR_ERR_MSG_MAX];
                     snprintf(why, sizeof why,
                              "the request needs %lld bytes of working memory (its estimate as measured), "

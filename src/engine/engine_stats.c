@@ -324,6 +324,10 @@ int choir_engine_devices(choir_engine *e, choir_engine_device *out, int cap)
         o->weights = ds.weights;
         o->reserved = ds.reserved;
         o->peak = ds.peak;
+        o->pool = ds.pool;
+        o->pool_reserved = ds.pool_reserved;
+        o->pool_reqs = ds.pool_reqs;
+        o->pool_peak_reqs = ds.pool_peak_reqs;
         o->running = ds.running_batches;
         o->batches = ds.batches;
         o->busy_s = ds.busy_s;

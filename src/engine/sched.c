@@ -170,6 +170,10 @@ int sched_submit(sched *s, sched_req *r, double now, choir_reject_reason *reason
         r->est_bytes = 0;
     if (r->dev_est_bytes < 0)
         r->dev_est_bytes = 0;
+    if (r->pool_est_bytes < 0)
+        r->pool_est_bytes = 0;
+    if (r->pool_est_bytes > r->dev_est_bytes)
+        r->pool_est_bytes = r->dev_est_bytes;
     if (s->draining) {
         why = CHOIR_REJECT_SHUTDOWN;
         code = choir_err_set(err, CHOIR_ECANCELED, "the engine is shutting down");
@@ -359,6 +363,52 @@ static int64_t max_of(sched_req *const *reqs, int n, int dev)
     return v;
 }
 
+/* What n requests reserve on device d: *dev_res from the budget's free
+ * memory (n x the largest, as the host arena is sized), *pool_res from the
+ * replica's pool when it has one (the sum of their pool estimates: pages are
+ * each request's own). Both 0 on the host. */
+static void dev_need(const sched_model *m, int d, sched_req *const *reqs, int n, int64_t *dev_res,
+                     int64_t *pool_res)
+{
+    *dev_res = *pool_res = 0;
+    if (d <= 0)
+        return;
+    int pooled = m->rep[d].pool_bytes > 0;
+    int64_t most = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t p = pooled ? reqs[i]->pool_est_bytes : 0;
+        if (p > reqs[i]->dev_est_bytes)
+            p = reqs[i]->dev_est_bytes;
+        int64_t rest = reqs[i]->dev_est_bytes - p;
+        if (rest > most)
+            most = rest;
+        *pool_res += p;
+    }
+    *dev_res = most * n;
+}
+
+/* Counts a new action's requests into device d's pools (its pool_n), or
+ * what is left of them out again. */
+static void pool_in(sched *s, int d, sched_action *a)
+{
+    a->pool_n = a->pool_reserved > 0 ? a->n : 0;
+    device_acct *g = &s->dev[d];
+    g->pool_reqs += a->pool_n;
+    if (g->pool_reqs > g->pool_peak_reqs)
+        g->pool_peak_reqs = g->pool_reqs;
+}
+
+static void pool_out(sched *s, int d, const sched_action *a)
+{
+    s->dev[d].pool_reqs -= a->pool_n;
+}
+
+/* Whether pool_res more bytes fit the unreserved part of replica (m, d)'s pool. */
+static int pool_fits(const sched_model *m, int d, int64_t pool_res)
+{
+    return pool_res <= 0 || (d > 0 && m->rep[d].pool_reserved + pool_res <= m->rep[d].pool_bytes);
+}
+
 int sched_decide(sched *s, double now, sched_action *out)
 {
     s->blocked_on_external = 0;
@@ -407,10 +457,30 @@ int sched_decide(sched *s, double now, sched_action *out)
     int d = sched_rep_pick(s, m), new_rep = d < 0;
     uint32_t gpus = new_rep ? sched_gpu_mask(s, m, best.reqs[0]->dev_est_bytes) : 0;
     int n = best.n;
+    int64_t dev_res = 0, pool_res = 0;
+    if (new_rep && gpus && m->pool) {
+        /* A replica with a pool loads alone, sized beside what runs; the
+         * batch forms on it once it is ready. */
+        int gd = sched_best_gpu(s, m, gpus, sched_reservation(m, best.reqs[0]->est_bytes, 1),
+                                best.reqs[0]->dev_est_bytes);
+        if (gd > 0) {
+            sched_rep_add(s, best.model, gd, REP_LOADING, now);
+            s->loading++;
+            memset(out, 0, sizeof *out);
+            out->kind = SCHED_LOAD;
+            out->model = best.model;
+            out->device = gd;
+            return 1;
+        }
+        n = 0;
+    }
     for (; n > 0; n--) {
-        int64_t host_res = sched_reservation(m, max_of(best.reqs, n, 0), n), dev_res = max_of(best.reqs, n, 1);
+        int64_t host_res = sched_reservation(m, max_of(best.reqs, n, 0), n);
+        dev_res = max_of(best.reqs, n, 1) * n;
+        pool_res = 0;
         if (!new_rep) {
-            if (sched_fits(s, m, d, 0, host_res, d > 0 ? dev_res : 0))
+            dev_need(m, d, best.reqs, n, &dev_res, &pool_res);
+            if (sched_fits(s, m, d, 0, host_res, dev_res) && pool_fits(m, d, pool_res))
                 break;
         } else if (gpus) {
             if ((d = sched_best_gpu(s, m, gpus, host_res, dev_res)) >= 0)
@@ -434,9 +504,15 @@ int sched_decide(sched *s, double now, sched_action *out)
         sched_req *r = best.reqs[0];
         int gd = new_rep ? (gpus ? -1 : 0) : d;
         int64_t host_w = s->dev[0].weights + (new_rep ? (gpus ? m->gpu_host_bytes : m->weights_bytes) : 0);
-        int ever = host_w + sched_reservation(m, r->est_bytes, 1) <= s->c.budget;
-        if (ever && gd > 0)
-            ever = s->dev[gd].weights + r->dev_est_bytes <= s->dev[gd].budget;
+        int ever = host_w + sched_reservation(m, r->est_bytes, 1) <= s->c.budget, dev_never = 0;
+        int64_t one_dev = 0, one_pool = 0;
+        if (ever && gd > 0) {
+            /* A replica with a pool: its rest beside the weights (the pool
+             * among them), its pool part within the whole pool. */
+            dev_need(m, gd, &r, 1, &one_dev, &one_pool);
+            ever = s->dev[gd].weights + one_dev <= s->dev[gd].budget && one_pool <= m->rep[gd].pool_bytes;
+            dev_never = !ever;
+        }
         if (ever) {
             /* Only memory held outside the engine's accounts (I/O, caches)
              * is in the way; it is polled until it shrinks. */
@@ -454,6 +530,14 @@ int sched_decide(sched *s, double now, sched_action *out)
         out->reason = CHOIR_REJECT_TOO_LARGE;
         out->reserved = sched_reservation(m, r->est_bytes, 1);
         out->room = s->c.budget - host_w;
+        if (dev_never) {
+            /* The device said no: what it needed there, and the room. */
+            out->device = gd;
+            out->dev_reserved = one_dev;
+            out->pool_reserved = one_pool;
+            out->dev_room = s->dev[gd].budget - s->dev[gd].weights;
+            out->pool_room = m->rep[gd].pool_bytes;
+        }
         return 1;
     }
     memset(out, 0, sizeof *out);
@@ -471,7 +555,10 @@ int sched_decide(sched *s, double now, sched_action *out)
     int64_t max_est = max_of(out->reqs, n, 0);
     out->est_sum = max_est * n;
     out->reserved = sched_reservation(m, max_est, n);
-    out->dev_reserved = d > 0 ? max_of(out->reqs, n, 1) * n : 0;
+    out->dev_reserved = d > 0 ? dev_res : 0;
+    out->pool_reserved = d > 0 ? pool_res : 0;
+    m->rep[d].pool_reserved += out->pool_reserved;
+    pool_in(s, d, out);
     if (new_rep) {
         out->need_load = 1;
         sched_rep_add(s, best.model, d, REP_READY, now);
@@ -535,6 +622,8 @@ static void release(sched *s, const sched_action *b, double now)
     int d = b->device;
     s->dev[0].reserved -= b->reserved;
     s->dev[d].reserved -= b->dev_reserved;
+    m->rep[d].pool_reserved -= b->pool_reserved;
+    pool_out(s, d, b);
     if (b->joined) {
         s->running_reqs -= b->n;
         m->last_used = now;
@@ -657,8 +746,9 @@ int sched_join(sched *s, const sched_action *batch, int live, double now, sched_
         }
         if (!best)
             break;
-        int64_t host_res = sched_reservation(m, best->est_bytes, 1), dev_res = d > 0 ? best->dev_est_bytes : 0;
-        if (!sched_fits(s, m, d, 0, host_res, dev_res))
+        int64_t host_res = sched_reservation(m, best->est_bytes, 1), dev_res, pool_res;
+        dev_need(m, d, &best, 1, &dev_res, &pool_res);
+        if (!sched_fits(s, m, d, 0, host_res, dev_res) || !pool_fits(m, d, pool_res))
             break;
         remove_queued(s, best);
         best->state = SCHED_RUNNING;
@@ -672,14 +762,32 @@ int sched_join(sched *s, const sched_action *batch, int live, double now, sched_
         a->reserved = host_res;
         a->est_sum = best->est_bytes;
         a->dev_reserved = dev_res;
+        a->pool_reserved = pool_res;
         a->joined = 1;
         s->dev[0].reserved += host_res;
         s->dev[d].reserved += dev_res;
+        m->rep[d].pool_reserved += pool_res;
+        pool_in(s, d, a);
         s->running_reqs++;
         m->last_used = now;
         sched_note_peaks(s);
     }
     return taken;
+}
+
+void sched_member_done(sched *s, sched_action *b, sched_req *r)
+{
+    int d = b->device;
+    sched_model *m = &s->models[b->model];
+    if (d <= 0 || b->joined || b->pool_reserved <= 0 || m->rep[d].pool_bytes <= 0)
+        return;
+    int64_t p = r->pool_est_bytes < r->dev_est_bytes ? r->pool_est_bytes : r->dev_est_bytes;
+    if (p <= 0 || p > b->pool_reserved)
+        return;
+    b->pool_reserved -= p;
+    m->rep[d].pool_reserved -= p;
+    b->pool_n--;
+    s->dev[d].pool_reqs--;
 }
 
 void sched_join_done(sched *s, const sched_action *j, double now, int64_t peak_bytes)

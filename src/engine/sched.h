@@ -63,6 +63,9 @@ typedef struct sched_req {
     int64_t length;    /* batching length (model units, >= 1) */
     int64_t est_bytes; /* uncalibrated activation estimate (host memory) */
     int64_t dev_est_bytes; /* device-memory estimate when run on a GPU (0: none) */
+    int64_t pool_est_bytes; /* the part of dev_est_bytes a GPU replica with a pool
+                               (sched_replica_pool) takes from that pool, not from
+                               the budget's free memory (0..dev_est_bytes) */
     double arrival;
     double deadline;   /* INFINITY = none */
     void *user;
@@ -88,12 +91,18 @@ typedef struct sched_action {
     int64_t reserved;   /* DISPATCH: activation bytes reserved (arena capacity) */
     int64_t est_sum;    /* DISPATCH: n * max uncalibrated estimate */
     int64_t dev_reserved; /* DISPATCH on a GPU: device bytes reserved for the batch */
+    int64_t pool_reserved; /* DISPATCH on a GPU replica with a pool: bytes of the pool
+                              reserved for the batch (the sum of its pool estimates) */
+    int pool_n;         /* of reqs, those still holding a part of that pool */
     int joined;         /* a request that joined a running batch (sched_join): its own
                            reservation, no worker slot or batch count of its own */
     sched_req *rejected;
     choir_reject_reason reason;
     int64_t room;       /* REJECT too_large: the host bytes the budget leaves beside the weights
                            (`reserved`: what the request's calibrated estimate needs) */
+    int64_t dev_room, pool_room; /* REJECT too_large by a GPU (`device` > 0): the device bytes
+                           its budget leaves beside the weights and the replica's whole pool
+                           (`dev_reserved`, `pool_reserved`: what the request needs of each) */
 } sched_action;
 
 typedef struct sched_state {
@@ -109,6 +118,8 @@ typedef struct sched_state {
  * (host: + external). */
 typedef struct sched_device_state {
     int64_t budget, weights, reserved, peak;
+    int64_t pool, pool_reserved; /* pools of replicas on it (within weights), their reserved bytes */
+    int pool_reqs, pool_peak_reqs; /* requests holding parts of those pools now, and at most */
     int running_batches;
     uint64_t batches;   /* batches finished on it */
     double busy_s;      /* summed compute seconds of those batches */
@@ -126,6 +137,23 @@ int sched_add_model(sched *s, int64_t weights_bytes, int max_batch, choir_err *e
 /* Marks a model able to run on a GPU, with the device bytes its weights are
  * expected to take there (replaced by the real figure after a load). */
 void sched_model_set_gpu(sched *s, int model, int64_t device_weights_bytes);
+/* Marks a GPU model whose replicas keep a pool of device memory, sized when
+ * they load from the room the budget leaves them (sched_load_room), from
+ * which each request takes its pool estimate (VibeVoice's KV pages). Such
+ * a replica is loaded on its own (a SCHED_LOAD) before any batch runs on
+ * it, so that it is sized beside what runs, never beside its own batch. */
+void sched_model_set_pool(sched *s, int model);
+/* The device bytes a replica of `model` loading on GPU `device` may take in
+ * all (weights and pool): the budget less every other replica's weights and
+ * all reservations. */
+int64_t sched_load_room(const sched *s, int model, int device);
+/* After sched_model_loaded of such a replica: `pool_bytes` of its device
+ * bytes are its pool. Requests then run on it when their pool estimates fit
+ * the pool's unreserved bytes and the rest of their device estimates fit
+ * the budget's free memory; one whose pool estimate exceeds the whole pool
+ * is refused as too large. Later replicas are expected to take the device
+ * bytes less the pool before they load. */
+void sched_replica_pool(sched *s, int model, int device, int64_t pool_bytes);
 
 /* Queues r (its fields up to `user` filled). Returns 0, or a negative code
  * with *reason set: CHOIR_EBUSY (queue full / overload), CHOIR_ETOOBIG,
@@ -163,6 +191,11 @@ void sched_batch_done(sched *s, const sched_action *batch, double now, int64_t p
  * the batch's worker) and no running batch; report it with sched_join_done
  * or sched_join_requeue. Returns how many (0..room). */
 int sched_join(sched *s, const sched_action *batch, int live, double now, sched_action *out, int room);
+/* A member of a running batch (not a joined request) on a replica with a
+ * pool is finished before the batch: its part of the pool goes back now
+ * (and leaves batch->pool_reserved), so that queued requests may join in
+ * its pages; the rest of the batch's reservations stay until it ends. */
+void sched_member_done(sched *s, sched_action *batch, sched_req *r);
 /* A joined request is finished: its reservation goes back and its arena peak
  * calibrates the model's factor (as for a batch of one). */
 void sched_join_done(sched *s, const sched_action *joined, double now, int64_t peak_bytes);

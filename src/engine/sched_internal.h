@@ -18,6 +18,8 @@ typedef struct sched_replica {
     int running; /* batches in flight on it */
     double last_used;
     int64_t host_bytes, dev_bytes; /* counted while state != REP_NONE */
+    int64_t pool_bytes;            /* of dev_bytes, its pool (sched_replica_pool) */
+    int64_t pool_reserved;         /* of the pool, reserved by running requests */
 } sched_replica;
 
 typedef struct sched_model {
@@ -25,6 +27,7 @@ typedef struct sched_model {
     int64_t gpu_host_bytes; /* expected host bytes of a GPU replica */
     int64_t dev_bytes;      /* expected device bytes of a GPU replica */
     int gpu;                /* may run on a GPU */
+    int pool;               /* its GPU replicas keep a pool (sched_model_set_pool) */
     int max_batch;
     int unload_requested; /* free the weights as soon as nothing of it runs or waits */
     int running; /* batches in flight, all replicas */
@@ -39,6 +42,7 @@ typedef struct sched_model {
 
 typedef struct device_acct {
     int64_t budget, weights, reserved, peak;
+    int pool_reqs, pool_peak_reqs; /* requests holding parts of replicas' pools, now and at most */
     int running;
     uint64_t batches;
     double busy_s;

@@ -52,6 +52,7 @@ void sched_rep_remove(sched *s, int mi, int d)
         s->loading--;
     r->state = REP_NONE;
     r->host_bytes = r->dev_bytes = 0;
+    r->pool_bytes = r->pool_reserved = 0;
 }
 
 /* Whether a batch reserving host_res (and dev_res on device d) fits now,
@@ -265,6 +266,36 @@ void sched_model_set_gpu(sched *s, int model, int64_t device_weights_bytes)
     s->models[model].dev_bytes = device_weights_bytes > 0 ? device_weights_bytes : 0;
 }
 
+void sched_model_set_pool(sched *s, int model)
+{
+    if (model >= 0 && model < s->n_models)
+        s->models[model].pool = 1;
+}
+
+int64_t sched_load_room(const sched *s, int model, int device)
+{
+    if (model < 0 || model >= s->n_models || device < 1 || device >= s->n_dev)
+        return 0;
+    const device_acct *g = &s->dev[device];
+    /* Its own expected bytes are in the weights already (sched_rep_add). */
+    int64_t room = g->budget - g->weights - g->reserved + s->models[model].rep[device].dev_bytes;
+    return room > 0 ? room : 0;
+}
+
+void sched_replica_pool(sched *s, int model, int device, int64_t pool_bytes)
+{
+    if (model < 0 || model >= s->n_models || device < 1 || device >= s->n_dev)
+        return;
+    sched_model *m = &s->models[model];
+    sched_replica *r = &m->rep[device];
+    if (r->state == REP_NONE || pool_bytes <= 0 || pool_bytes > r->dev_bytes)
+        return;
+    r->pool_bytes = pool_bytes;
+    /* A later replica's weights before its pool: the pool takes what the
+     * budget leaves it then. */
+    m->dev_bytes = r->dev_bytes - pool_bytes;
+}
+
 int sched_model_loaded(sched *s, int model, int device, int64_t host_bytes, int64_t dev_bytes)
 {
     if (model < 0 || model >= s->n_models || device < 0 || device >= s->n_dev)
@@ -320,6 +351,12 @@ void sched_get_device(const sched *s, int device, sched_device_state *out)
     out->weights = a->weights;
     out->reserved = a->reserved;
     out->peak = a->peak;
+    for (int mi = 0; device > 0 && mi < s->n_models; mi++) {
+        out->pool += s->models[mi].rep[device].pool_bytes;
+        out->pool_reserved += s->models[mi].rep[device].pool_reserved;
+    }
+    out->pool_reqs = a->pool_reqs;
+    out->pool_peak_reqs = a->pool_peak_reqs;
     out->running_batches = a->running;
     out->batches = a->batches;
     out->busy_s = a->busy_s;

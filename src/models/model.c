@@ -99,3 +99,9 @@ void choir_batch_join_leave(choir_batch_join *j, choir_request *req, int overflo
     if (j && j->leave)
         j->leave(j, req, overflow);
 }
+
+void choir_batch_join_member_done(choir_batch_join *j, choir_request *req)
+{
+    if (j && j->member_done)
+        j->member_done(j, req);
+}

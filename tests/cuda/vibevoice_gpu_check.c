@@ -16,6 +16,10 @@
  *     sequences on the GPU against single steps on the CPU, and the greedy
  *     pick made on the device in the batched step against the host's
  *     argmax of the same logits (argmax_rows alone among the operations);
+ *  2b. in builds with the engine (not the standalone one): requests
+ *     through the engine with the adapter on the GPU, against the adapter on
+ *     the CPU one at a time, joins, waits and refusals by KV pages, device
+ *     memory within the admitted estimates (vibevoice_gpu_engine.c);
  *  3. with --bench 1.5b|7b [--layers N] [--audio-min M[,M..]] [--steps N]
  *     [--prefill-chunk N (1024)] [--batch B[,B..] [--batch-min M (10)]]: the
  *     published size (LM depth cut to --layers) on the GPU alone, bf16: load,
@@ -30,6 +34,12 @@
  *     k_vv_att_split128 (before/after); --kv bf16 holds the batch's KV pool
  *     in bf16 (half the attention's bytes); --att-bench 1 also times, after each
  *     batch, the step's attention alone with both kernels (bench_attention).
+ *     --engine B[,B..] (builds with the engine) runs instead waves of B
+ *     requests of --batch-min minutes (--steps new tokens each) through an
+ *     engine serving the adapter on GPU 0 with its default device budget
+ *     (--kv bf16: bf16 keys and values): decode tokens/s, request latency,
+ *     device peak; with --burst-min M, how many M-minute requests the pool
+ *     admits at once and a burst of twice that (cancelled once admitted).
  *
  * Bounds. f32: operations rel L2 <= 1e-5; model stages <= 1e-4 (cuBLAS
  * and the CPU sum in other orders; the parity bound against transformers is
@@ -37,9 +47,12 @@
  * activations to bf16 where the CPU converts the weights to f32), greedy
  * tokens may then differ and are only reported. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "choir/alloc.h"
 #include "choir/backend.h"
@@ -702,6 +715,12 @@ done:
     choir_vibevoice_randw_free(w);
 }
 
+/* --- the engine (builds with it: CHOIR_VGC_ENGINE) ----------------------------- */
+
+#ifdef CHOIR_VGC_ENGINE
+#include "vibevoice_gpu_engine.c"
+#endif
+
 /* --- 3. timing at a published size -------------------------------------------- */
 
 /* One audio length: encoders, prefill of the prompt that length makes, steps
@@ -1022,8 +1041,9 @@ int main(int argc, char **argv) {
     const char *size = NULL;
     int layers = 4, steps = 16, chunk = 1024;
     const char *minutes = "10", *batches = NULL;
-    double batch_min = 10;
+    double batch_min = 10, burst_min = 0;
     bool att_bench = false;
+    const char *engine = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--bench") == 0) size = argv[i + 1];
         else if (strcmp(argv[i], "--layers") == 0) layers = atoi(argv[i + 1]);
@@ -1032,6 +1052,8 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--prefill-chunk") == 0) chunk = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--batch") == 0) batches = argv[i + 1];
         else if (strcmp(argv[i], "--batch-min") == 0) batch_min = atof(argv[i + 1]);
+        else if (strcmp(argv[i], "--engine") == 0) engine = argv[i + 1];
+        else if (strcmp(argv[i], "--burst-min") == 0) burst_min = atof(argv[i + 1]);
         else if (strcmp(argv[i], "--linear") == 0) {
             const char *p = argv[i + 1];
             choir_cuda_linear_force(strcmp(p, "gemv") == 0     ? CHOIR_CUDA_LINEAR_GEMV
@@ -1049,6 +1071,13 @@ int main(int argc, char **argv) {
             printf("decode attention: %s\n", strcmp(argv[i + 1], "old") ? "split128" : "general split");
         }
     }
+#ifdef CHOIR_VGC_ENGINE
+    if (size && engine)
+        return engine_bench(size, layers, engine, batch_min > 0 ? batch_min : 10, steps > 0 ? steps : 1,
+                            g_bench_kv == CHOIR_DTYPE_BF16, burst_min);
+#else
+    (void)engine, (void)burst_min;
+#endif
     if (size)
         return bench(size, layers, minutes, steps > 0 ? steps : 1, chunk > 0 ? chunk : 1024, batches,
                      batch_min > 0 ? batch_min : 10, att_bench);
@@ -1063,6 +1092,11 @@ int main(int argc, char **argv) {
     check_ops(cpu, gpu);
     check_model(gpu, CHOIR_DTYPE_F32, 1e-4);
     check_model(gpu, CHOIR_DTYPE_BF16, 3e-2);
+#ifdef CHOIR_VGC_ENGINE
+    run_engine_case();
+#else
+    printf("SKIP  engine: not in this build (the standalone tests/cuda one has no engine)\n");
+#endif
     printf("%d passed, %d failed\n", n_pass, n_fail);
     choir_backend_free(cpu);
     choir_backend_free(gpu);

@@ -25,7 +25,8 @@ struct choir_vibevoice_batch {
     int32_t *next;        /* [B] backend memory: the greedy picks (choir_vibevoice_step_batch_greedy) */
     int32_t *stage;       /* [2 B] host staging of ids and positions */
     /* Over paged states of `pool`: each row's page table at a stride of
-     * `cap` entries (the pool's pages), the pool rows of the new keys. */
+     * `cap` entries (the pages of the longest context), the pool rows of
+     * the new keys. */
     choir_vibevoice_kv_pool *pool;
     int cap;
     int32_t *tables, *slots, *zeros; /* [B cap], [B], [B] backend memory */
@@ -69,9 +70,17 @@ int64_t choir_vibevoice_batch_bytes(const choir_vibevoice_dims *dims, int max_ba
     return max_batch > 0 ? batch_layout(dims, max_batch, 0, NULL, NULL) + 256 : 0;
 }
 
+/* Entries of a row's page table in a paged batch: the pages of the longest
+ * context the model has (a state's table is never longer), so the batch's
+ * size does not depend on its pool's. */
+static int table_cap(const choir_vibevoice_dims *dims) {
+    return choir_vibevoice_kv_pages_for(dims->lm.max_positions > 0 ? dims->lm.max_positions : 1);
+}
+
 int64_t choir_vibevoice_batch_bytes_paged(const choir_vibevoice_dims *dims, int max_batch,
                                           const choir_vibevoice_kv_pool *pool) {
-    return max_batch > 0 ? batch_layout(dims, max_batch, pool->pages, NULL, NULL) + 256 : 0;
+    (void)pool;
+    return max_batch > 0 ? batch_layout(dims, max_batch, table_cap(dims), NULL, NULL) + 256 : 0;
 }
 
 static choir_vibevoice_batch *batch_make(const choir_vibevoice *m, int max_batch, choir_vibevoice_kv_pool *pool,
@@ -80,7 +89,7 @@ static choir_vibevoice_batch *batch_make(const choir_vibevoice *m, int max_batch
         return choir_err_set(err, CHOIR_EINVAL, "vibevoice: a batch of %d sequences", max_batch), NULL;
     if (choir_stream_backend(stream) != m->be)
         return choir_err_set(err, CHOIR_EINVAL, "vibevoice: the stream is not on the model's backend"), NULL;
-    int cap = pool ? pool->pages : 0;
+    int cap = pool ? table_cap(&m->dims) : 0;
     choir_vibevoice_batch *b = choir_calloc(CHOIR_MEM_ACTIVATIONS, 1, sizeof *b);
     int32_t *stage = choir_alloc(CHOIR_MEM_IO, (size_t)max_batch * 2 * sizeof *stage);
     int32_t *tstage = pool ? choir_calloc(CHOIR_MEM_IO, (size_t)max_batch * ((size_t)cap + 1), sizeof *tstage)

@@ -2,16 +2,31 @@
  *
  * The weights object is the network plus its tokenizer (tokenizer.json in
  * the model folder: Qwen2.5's). A request is one whole recording (up to
- * max_audio_s, an hour by default), transcribed in one pass. A batch (up to
- * 4 requests) encodes and prefills its requests in turn, since one prefill
- * already fills the machine, then decodes them in shared steps; queued
- * requests join a running batch between steps (run_batch_join: continuous
- * batching). Every state (encoder activations, latents, prefill buffers,
- * the KV cache for the prompt plus max_new_tokens) comes from the batch
- * arena, or a joined request's own arena, so the engine's calibration sees
- * what each really used. The request's `prompt` is the context / hotwords
- * of the prompt. */
+ * max_audio_s, an hour by default), transcribed in one pass. A batch
+ * encodes and prefills its requests in turn, since one prefill already
+ * fills the machine, then decodes them in shared steps; queued requests
+ * join a running batch between steps (run_batch_join: continuous
+ * batching). The request's `prompt` is the context / hotwords of the
+ * prompt.
+ *
+ * On the CPU (batches of 4) every state (encoder activations, latents,
+ * prefill buffers, the KV cache for the prompt plus max_new_tokens) comes
+ * from the batch arena, or a joined request's own arena, so the engine's
+ * calibration sees what each really used.
+ *
+ * On a GPU (CUDA builds, options.device >= 1; batches of up to 32) the
+ * replica keeps, from its load on: the weights, one paged KV pool holding
+ * every request's keys and values (choir_vibevoice_kv_pool, sized from the
+ * room the engine's device budget leaves it: choir_model_options
+ * .device_free_bytes), the kernel scratch of the largest request and step,
+ * and the batched step's buffers (its graphs recorded once per row count).
+ * The engine admits a request there by its pages (estimate_pool: its
+ * context of prompt + max_new_tokens in pages of the pool) and its own
+ * state (estimate_device less the pages), so a long request waits until
+ * its pages fit; each step is choir_vibevoice_step_batch_greedy over the
+ * pool, a graph replay that brings back only the picked ids. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -22,16 +37,46 @@
 #include "choir/backend.h"
 #include "choir/log.h"
 #include "choir/model.h"
+#include "choir/pool.h"
 #include "choir/tokenizer.h"
 #include "choir/vibevoice.h"
+#include "models/vibevoice/vv_model.h"
 #include "models/vibevoice/vv_state.h"
 
-/* Requests decoding at once in one batch (members and joined ones). */
+/* Requests decoding at once in one batch on the CPU (members and joined
+ * ones; a dispatched batch may be larger in CUDA builds, whose max_batch
+ * is the GPU's). */
 #define VV_MAX_BATCH 4
+/* Rows of a GPU replica's batched step (the engine's max_batch caps a
+ * batch below it): the step streams the weights once for all of them. */
+#define VV_GPU_MAX_BATCH 32
+#ifdef CHOIR_HAVE_CUDA
+#define VV_OPS_MAX_BATCH VV_GPU_MAX_BATCH
+#else
+#define VV_OPS_MAX_BATCH VV_MAX_BATCH
+#endif
+/* A GPU replica leaves this many requests' own states room beside its
+ * pool (their state blocks at the longest audio), so that the pool does
+ * not take the memory their working sets need. */
+#define VV_GPU_STATE_ROOM VV_GPU_MAX_BATCH
 
 typedef struct vv_weights {
     choir_vibevoice *m;
     choir_tokenizer *tok;
+    pthread_mutex_t gpu_lock; /* GPU: one batch on the device at a time */
+    pthread_mutex_t lock;     /* the stats */
+    vv_model_stats stats;
+    /* A GPU replica: its CUDA backend (owned), the pool of every request's
+     * KV pages, the batched step on a stream of its own, all kept from the
+     * load on. */
+    int gpu;
+    choir_backend *be;
+    choir_vibevoice_kv_pool *pool;
+    choir_stream *bstream;
+    choir_vibevoice_batch *batch;
+    int64_t page_bytes;    /* of the pool */
+    int64_t scratch;       /* kernel scratch reserved for the largest request and step */
+    int64_t dev_bytes;     /* device bytes held once loaded */
 } vv_weights;
 
 static int vv_probe(const char *dir, const struct cJSON *config) {
@@ -53,30 +98,158 @@ static int vv_probe(const char *dir, const struct cJSON *config) {
 static void vv_model_free(void *weights) {
     vv_weights *w = weights;
     if (!w) return;
+    choir_vibevoice_batch_free(w->batch);
+    choir_stream_free(w->bstream);
+    choir_vibevoice_kv_pool_free(w->pool);
     choir_tokenizer_free(w->tok);
     choir_vibevoice_free(w->m);
+    choir_backend_free(w->be);
+    pthread_mutex_destroy(&w->gpu_lock);
+    pthread_mutex_destroy(&w->lock);
     choir_free(w);
 }
 
-static void *vv_model_load(const char *dir, const choir_model_options *opt, choir_err *err) {
-    (void)opt; /* quantized language models come as stored (mlx-community, choir convert) */
+/* The plan of the longest request a GPU replica sizes its scratch and its
+ * states' room for: max_audio_s of audio with the default options, its KV
+ * context as long as the model allows (a request may ask for more new
+ * tokens than the default), in the pool. */
+static void gpu_worst_plan(const choir_vibevoice_dims *D, choir_vibevoice_plan *p) {
+    choir_vibevoice_opts o;
+    choir_vibevoice_default_opts(&o);
+    choir_vibevoice_transcribe_plan(D, (int64_t)(o.max_audio_s * CHOIR_VIBEVOICE_SAMPLE_RATE),
+                                    CHOIR_VIBEVOICE_SAMPLE_RATE, &o, p);
+    p->max_context = D->lm.max_positions;
+    p->kv_paged = 1;
+}
+
+/* Device bytes of a paged state's own block (its kernel scratch is the
+ * replica's, its keys and values the pool's). */
+static int64_t paged_state_bytes(const choir_vibevoice_dims *D, const choir_vibevoice_plan *p) {
+    return choir_vibevoice_plan_bytes(D, p) - choir_vibevoice_plan_scratch_bytes(D, p) + 4096;
+}
+
+/* Sets a GPU replica up beside its weights: kernel scratch for the largest
+ * request and the largest step, the batched step's buffers, room for
+ * VV_GPU_STATE_ROOM requests' own states, and a KV pool of all the rest of
+ * `room` (the engine's figure, or 90% of the card). */
+static int gpu_setup(vv_weights *w, const choir_model_options *opt, choir_err *err) {
+    const choir_vibevoice_dims *D = choir_vibevoice_get_dims(w->m);
+    const choir_vibevoice_lm_dims *L = &D->lm;
+    choir_dtype kv = opt && opt->compute_bf16 > 0 ? CHOIR_DTYPE_BF16 : CHOIR_DTYPE_F32;
+    int64_t room = opt ? opt->device_free_bytes : 0;
+    if (room <= 0) {
+        choir_backend_device dev;
+        int index = opt && opt->device >= 1 ? CHOIR_DEVICE_GPU_INDEX(opt->device) : 0;
+        int rc = choir_backend_device_query(index, &dev, err);
+        if (rc) return rc;
+        room = (int64_t)(0.9 * (double)dev.total_bytes);
+    }
+    choir_vibevoice_plan worst;
+    gpu_worst_plan(D, &worst);
+    /* A step's split-keys attention: partial sums of every row's pages. */
+    int64_t att = (int64_t)VV_GPU_MAX_BATCH * L->n_heads * choir_vibevoice_kv_pages_for(L->max_positions) *
+                  (L->head_dim + 2) * (int64_t)sizeof(float);
+    w->scratch = choir_vibevoice_plan_scratch_bytes(D, &worst) + att +
+                 (int64_t)VV_GPU_MAX_BATCH * (L->vocab > L->intermediate ? L->vocab : L->intermediate) * 4;
+    int64_t step = choir_vibevoice_batch_bytes_paged(D, VV_GPU_MAX_BATCH, NULL);
+    choir_vibevoice_plan hour;
+    choir_vibevoice_opts o;
+    choir_vibevoice_default_opts(&o);
+    choir_vibevoice_transcribe_plan(D, (int64_t)(o.max_audio_s * CHOIR_VIBEVOICE_SAMPLE_RATE),
+                                    CHOIR_VIBEVOICE_SAMPLE_RATE, &o, &hour);
+    hour.kv_paged = 1;
+    int64_t states = (int64_t)VV_GPU_STATE_ROOM * (paged_state_bytes(D, &hour) + (1 << 20));
+    int64_t held = choir_backend_mem_current(w->be);
+    w->page_bytes = choir_vibevoice_kv_page_bytes_as(D, kv);
+    int64_t pool = room - held - w->scratch - step - states - ((int64_t)16 << 20);
+    if (pool < w->page_bytes)
+        return choir_err_set(err, CHOIR_ENOMEM, "vibevoice: %.2f GB of device memory leave no room for a KV pool "
+                             "(weights %.2f GB, scratch %.2f GB, %d requests' states %.2f GB)", room / 1e9,
+                             held / 1e9, w->scratch / 1e9, VV_GPU_STATE_ROOM, states / 1e9);
+    if (!(w->pool = choir_vibevoice_kv_pool_create_as(w->m, pool, kv, err)) ||
+        !(w->bstream = choir_stream_create(w->be, err)) ||
+        choir_stream_reserve(w->bstream, (size_t)step, (size_t)w->scratch, err) ||
+        !(w->batch = choir_vibevoice_batch_create_paged(w->m, VV_GPU_MAX_BATCH, w->pool, w->bstream, err)))
+        return err && err->code ? err->code : CHOIR_ENOMEM;
+    choir_vibevoice_batch_set_graph(w->batch, true);
+    w->dev_bytes = choir_backend_mem_current(w->be);
+    choir_vibevoice_kv_usage u;
+    choir_vibevoice_kv_pool_usage(w->pool, &u);
+    CHOIR_LOGI("vibevoice on %s: %.2f GB of weights, a KV pool of %d pages (%.2f GB, %s; %d tokens), "
+               "%.2f GB of scratch and step buffers", choir_backend_name(w->be), held / 1e9, u.pages,
+               u.pages * (double)u.page_bytes / 1e9, choir_dtype_name(kv), u.pages * CHOIR_VV_PAGE,
+               (w->scratch + step) / 1e9);
+    return 0;
+}
+
+void *vv_model_over(choir_vibevoice *m, choir_backend *be, choir_tokenizer *tok, const choir_model_options *opt,
+                    choir_err *err) {
     vv_weights *w = choir_calloc(CHOIR_MEM_WEIGHTS, 1, sizeof *w);
+    if (w && pthread_mutex_init(&w->lock, NULL)) {
+        choir_free(w);
+        w = NULL;
+    }
+    if (w && pthread_mutex_init(&w->gpu_lock, NULL)) {
+        pthread_mutex_destroy(&w->lock);
+        choir_free(w);
+        w = NULL;
+    }
     if (!w) {
+        choir_tokenizer_free(tok);
+        choir_vibevoice_free(m);
+        choir_backend_free(be);
         choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory");
         return NULL;
     }
+    w->m = m;
+    w->tok = tok;
+    w->be = be;
+    w->gpu = be && !choir_backend_is_host(be);
+    if (w->gpu && gpu_setup(w, opt, err)) {
+        vv_model_free(w);
+        return NULL;
+    }
+    return w;
+}
+
+static void *vv_model_load(const char *dir, const choir_model_options *opt, choir_err *err) {
+    /* quantized language models come as stored (mlx-community, choir convert) */
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    if (!(w->m = choir_vibevoice_load(dir, err))) goto fail;
-    if (!(w->tok = choir_tokenizer_load(path, err))) {
+    choir_backend *be = NULL;
+    choir_vibevoice *m = NULL;
+    choir_tokenizer *tok = NULL;
+    if (opt && opt->device >= 1) {
+        /* f32 checkpoints as bf16 on the device when the engine asks for bf16 */
+        choir_backend_cuda_opts co = {.device = CHOIR_DEVICE_GPU_INDEX(opt->device), .bf16 = opt->compute_bf16 > 0};
+        if (!(be = choir_backend_cuda(&co, err))) return NULL;
+    }
+    if (!(m = choir_vibevoice_load_on(dir, be, err))) goto fail;
+    if (!(tok = choir_tokenizer_load(path, err))) {
         choir_err_prefix(err, "vibevoice needs Qwen2.5's tokenizer.json in the model folder: ");
         goto fail;
     }
-    return w;
+    return vv_model_over(m, be, tok, opt, err);
 fail:
-    vv_model_free(w);
+    choir_vibevoice_free(m);
+    choir_backend_free(be);
     return NULL;
 }
+
+#ifdef CHOIR_HAVE_CUDA
+static int64_t vv_device_bytes(const void *weights) {
+    const vv_weights *w = weights;
+    return w && w->gpu ? w->dev_bytes : 0;
+}
+
+static int64_t vv_pool_bytes(const void *weights) {
+    const vv_weights *w = weights;
+    if (!w || !w->pool) return 0;
+    choir_vibevoice_kv_usage u;
+    choir_vibevoice_kv_pool_usage(w->pool, &u);
+    return (int64_t)u.pages * u.page_bytes;
+}
+#endif
 
 static int64_t vv_resident_bytes(const void *weights) {
     const vv_weights *w = weights;
@@ -101,20 +274,67 @@ static void request_opts(const choir_request *r, choir_vibevoice_opts *o) {
     if (r->in.stt.max_tokens > 0) o->max_new_tokens = r->in.stt.max_tokens;
 }
 
-/* The request's whole state (encoder activations, latents, the prefill
- * buffers and the KV cache for prompt + max_new_tokens), plus its audio
- * buffers and the step buffers of a full batch (a batch of one may grow to
- * VV_MAX_BATCH by joins). Without loaded weights, the 7B model's sizes. */
+#ifdef CHOIR_HAVE_CUDA
+/* The request's plan as the engine sizes it: one hop of input more than it
+ * has (resampling may round its length up), so the state the request
+ * really makes never needs more than its estimates. */
+static void estimate_plan(const choir_vibevoice_dims *D, const choir_request *r, choir_vibevoice_plan *p) {
+    choir_vibevoice_opts o;
+    request_opts(r, &o);
+    int64_t slack = (int64_t)ceil((double)D->hop * rate_of(r) / CHOIR_VIBEVOICE_SAMPLE_RATE);
+    choir_vibevoice_transcribe_plan(D, r->in.stt.n_samples + slack, rate_of(r), &o, p);
+    p->kv_paged = 1;
+}
+#endif
+
+static void dims_of(const vv_weights *w, choir_vibevoice_dims *d) {
+    if (w) *d = *choir_vibevoice_get_dims(w->m);
+    else choir_vibevoice_dims_named("7b", d, NULL);
+}
+
+/* On the CPU: the request's whole state (encoder activations, latents, the
+ * prefill buffers and the KV cache for prompt + max_new_tokens), plus its
+ * audio buffers and the step buffers of a full batch (a batch of one may
+ * grow to VV_MAX_BATCH by joins). Without loaded weights, the 7B model's
+ * sizes on the CPU. A GPU replica uses no arena: a token amount (its host
+ * copies of the audio and tokens are I/O memory, which the engine measures
+ * apart). */
 static int64_t vv_estimate(const void *weights, const choir_request *r) {
     const vv_weights *w = weights;
     choir_vibevoice_dims d;
-    if (w) d = *choir_vibevoice_get_dims(w->m);
-    else choir_vibevoice_dims_named("7b", &d, NULL);
+    dims_of(w, &d);
     choir_vibevoice_opts o;
     request_opts(r, &o);
+    if (w && w->gpu) return 1 << 20;
     return choir_vibevoice_transcribe_bytes(&d, r->in.stt.n_samples, rate_of(r), &o) +
            choir_vibevoice_batch_bytes(&d, VV_MAX_BATCH) + (1 << 20);
 }
+
+#ifdef CHOIR_HAVE_CUDA
+/* The pool part of a request on a GPU: the pages of its context (f32 keys
+ * and values without loaded weights). */
+static int64_t vv_estimate_pool(const void *weights, const choir_request *r) {
+    const vv_weights *w = weights;
+    choir_vibevoice_dims d;
+    dims_of(w, &d);
+    choir_vibevoice_plan p;
+    estimate_plan(&d, r, &p);
+    int64_t page = w && w->page_bytes ? w->page_bytes : choir_vibevoice_kv_page_bytes(&d);
+    return (int64_t)choir_vibevoice_kv_pages_for(p.max_context) * page;
+}
+
+/* Its own state (one block: encoder buffers, latents, prefill buffers, its
+ * page table) and its pages. The replica's scratch and step buffers are
+ * counted in its device bytes. */
+static int64_t vv_estimate_device(const void *weights, const choir_request *r) {
+    const vv_weights *w = weights;
+    choir_vibevoice_dims d;
+    dims_of(w, &d);
+    choir_vibevoice_plan p;
+    estimate_plan(&d, r, &p);
+    return paged_state_bytes(&d, &p) + (1 << 20) + vv_estimate_pool(weights, r);
+}
+#endif
 
 typedef struct vv_emit_ctx {
     choir_request *req;
@@ -165,8 +385,8 @@ static int vv_finish(choir_request *r, choir_vibevoice_result *res) {
 }
 
 /* A place in the running batch: the request's job, and for a request that
- * joined the batch while it ran, its own stream over the arena the engine
- * gave it. */
+ * joined the batch while it ran on the CPU, its own stream over the arena
+ * the engine gave it. */
 typedef struct vv_slot {
     vv_job job;
     vv_emit_ctx ec;
@@ -182,10 +402,12 @@ static int64_t req_state_bytes(const choir_vibevoice_dims *D, const choir_reques
     return choir_vibevoice_transcribe_state_bytes(D, r->in.stt.n_samples, rate_of(r), &o, scratch);
 }
 
-/* Starts request r in slot sl on `stream`: front end, encoders, prefill and
- * the first pick. 1: it decodes; 0: it is already over (failed, cancelled
- * or finished, its output delivered); CHOIR_ENOMEM: the stream's memory was
- * too small (err says so), nothing delivered. */
+/* Starts request r in slot sl: front end, encoders, prefill and the first
+ * pick, its state carved from `stream` (the CPU) or, on a GPU replica, a
+ * block of its own with its KV cache in the pool. 1: it decodes; 0: it is
+ * already over (failed, cancelled or finished, its output delivered);
+ * CHOIR_ENOMEM: its memory was too small or its pages did not fit (err
+ * says so), nothing delivered. */
 static int slot_start(vv_weights *w, vv_slot *sl, choir_request *r, choir_stream *stream, choir_err *err) {
     sl->req = r;
     if (r->task != CHOIR_TASK_STT) {
@@ -200,11 +422,11 @@ static int slot_start(vv_weights *w, vv_slot *sl, choir_request *r, choir_stream
     o.user = &sl->ec;
     choir_err e = {0};
     int jr = vv_job_begin(&sl->job, w->m, w->tok, r->in.stt.samples, r->in.stt.n_samples, rate_of(r), &o, NULL,
-                          stream, &e);
+                          w->gpu ? NULL : stream, w->pool, &e);
     if (jr == 0) jr = vv_job_next(&sl->job, &e);
-    if (jr == CHOIR_ENOMEM) {
+    if (jr == CHOIR_ENOMEM || jr == CHOIR_EBUSY) {
         vv_job_clear(&sl->job);
-        return choir_err_set(err, jr, "%s", e.msg);
+        return choir_err_set(err, CHOIR_ENOMEM, "%s", e.msg);
     }
     if (jr < 0) {
         choir_request_fail(r, jr, "%s", e.msg);
@@ -222,46 +444,47 @@ static int slot_start(vv_weights *w, vv_slot *sl, choir_request *r, choir_stream
 }
 
 /* Empties slot sl; a joined request leaves the batch (the engine ends it
- * and frees its arena). */
+ * and frees its arena and reservations). */
 static void slot_end(vv_slot *sl, choir_batch_join *join, int overflow) {
     vv_job_clear(&sl->job);
     choir_stream_free(sl->own);
     if (sl->joined) choir_batch_join_leave(join, sl->req, overflow);
+    else if (sl->req) choir_batch_join_member_done(join, sl->req); /* its pages are free now */
     memset(sl, 0, sizeof *sl);
 }
 
 /* Requests the engine admits to join the running batch (continuous
- * batching), each started on a stream over its own arena in a free slot;
- * one whose arena is too small goes back to the engine's queue. */
-static void slots_join(vv_weights *w, vv_slot *slots, int *n_live, choir_batch_join *join) {
+ * batching), each started in a free slot: on the CPU on a stream over its
+ * own arena, on a GPU in the pool (the engine admitted its pages). One
+ * whose memory turns out too small goes back to the engine's queue. `cap`:
+ * the batch's rows. */
+static void slots_join(vv_weights *w, vv_slot *slots, int cap, int *n_live, choir_batch_join *join) {
     const choir_vibevoice_dims *D = choir_vibevoice_get_dims(w->m);
     choir_backend *be = choir_vibevoice_backend(w->m);
-    choir_request *nreq[VV_MAX_BATCH];
-    choir_arena *nar[VV_MAX_BATCH];
-    int k = *n_live < VV_MAX_BATCH ? choir_batch_join_take(join, *n_live, nreq, nar) : 0;
+    choir_request *nreq[VV_OPS_MAX_BATCH];
+    choir_arena *nar[VV_OPS_MAX_BATCH];
+    /* The engine fills up to ops.max_batch: a CPU batch stops at its cap. */
+    int k = *n_live < cap ? choir_batch_join_take(join, *n_live + VV_OPS_MAX_BATCH - cap, nreq, nar) : 0;
     for (int i = 0; i < k; i++) {
         vv_slot *sl = NULL;
-        for (int q = 0; q < VV_MAX_BATCH && !sl; q++)
+        for (int q = 0; q < cap && !sl; q++)
             if (!slots[q].req) sl = &slots[q];
         sl->joined = 1;
         sl->req = nreq[i];
-        int64_t scratch = 0, bytes = req_state_bytes(D, nreq[i], &scratch);
         choir_err e = {0};
         int rc = 0;
-        if (choir_backend_is_host(be) && choir_arena_capacity(nar[i]) - choir_arena_used(nar[i]) < (size_t)bytes)
-            rc = CHOIR_ENOMEM;
-        else if (!(sl->own = choir_stream_create(be, &e)))
-            rc = CHOIR_ENOMEM;
-        else if (choir_backend_is_host(be))
-            rc = choir_stream_use_arena(sl->own, nar[i], (size_t)scratch, &e);
-        else
-            rc = choir_stream_reserve(sl->own, (size_t)bytes, (size_t)scratch, &e);
+        if (!w->gpu) {
+            int64_t scratch = 0, bytes = req_state_bytes(D, nreq[i], &scratch);
+            if (choir_arena_capacity(nar[i]) - choir_arena_used(nar[i]) < (size_t)bytes) rc = CHOIR_ENOMEM;
+            else if (!(sl->own = choir_stream_create(be, &e))) rc = CHOIR_ENOMEM;
+            else rc = choir_stream_use_arena(sl->own, nar[i], (size_t)scratch, &e);
+        }
         if (rc == 0) rc = slot_start(w, sl, nreq[i], sl->own, &e);
         if (rc == 1) {
             (*n_live)++;
             continue;
         }
-        /* Over at once, or its arena too small (the engine retries it with more). */
+        /* Over at once, or its memory too small (the engine retries it with more). */
         slot_end(sl, join, rc == CHOIR_ENOMEM);
     }
 }
@@ -271,50 +494,57 @@ static void slots_join(vv_weights *w, vv_slot *slots, int *n_live, choir_batch_j
  * one pass over the language model's weights per step for all of them, the
  * greedy picks made on the backend); a request leaves the batch when it
  * stops, and with `join` (the engine's, continuous batching) queued
- * requests join it between steps while it has room, each in the arena the
- * engine admitted it with. The members' states, the step buffers and the
- * kernels' scratch are carved from the batch arena through one stream of
- * the model's backend, so the arena's high-water mark is what the batch
- * used; a joined request's state comes from its own arena. */
-static int vv_run_batch_join(void *weights, choir_request *const *reqs, int n, choir_arena *arena,
-                             choir_batch_join *join, choir_err *err) {
-    vv_weights *w = weights;
+ * requests join it between steps while it has room.
+ *
+ * CPU: the members' states, the step buffers and the kernels' scratch are
+ * carved from the batch arena through one stream, so the arena's
+ * high-water mark is what the batch used; a joined request's state comes
+ * from its own arena. GPU (`arena` NULL): every state is a block of its own
+ * with its keys and values in the replica's pool, and every step (from one
+ * row) is the replica's paged batched step, a graph replay. */
+static int run_batch(vv_weights *w, choir_request *const *reqs, int n, choir_arena *arena, choir_batch_join *join,
+                     choir_err *err) {
     const choir_vibevoice_dims *D = choir_vibevoice_get_dims(w->m);
     choir_backend *be = choir_vibevoice_backend(w->m);
-    if (!choir_backend_is_host(be)) arena = NULL; /* device memory: the stream's own block */
-    vv_slot *slots = choir_calloc(CHOIR_MEM_IO, VV_MAX_BATCH, sizeof *slots);
-    choir_vibevoice_state *states[VV_MAX_BATCH];
-    int32_t toks[VV_MAX_BATCH], picks[VV_MAX_BATCH];
+    int cap = w->gpu ? VV_GPU_MAX_BATCH : n > VV_MAX_BATCH ? n : VV_MAX_BATCH;
+    vv_slot *slots = choir_calloc(CHOIR_MEM_IO, (size_t)cap, sizeof *slots);
+    choir_vibevoice_state **states = choir_alloc(CHOIR_MEM_IO, (size_t)cap * sizeof *states);
+    int32_t *toks = choir_alloc(CHOIR_MEM_IO, (size_t)cap * 2 * sizeof *toks), *picks = toks ? toks + cap : NULL;
     int rc = 0;
     choir_err e = {0};
     choir_stream *st = NULL;
-    choir_vibevoice_batch *batch = NULL;
+    choir_vibevoice_batch *batch = w->gpu ? w->batch : NULL;
     size_t mark = arena ? choir_arena_mark(arena) : 0;
-    if (!slots) {
+    double t_steps = 0, t_first = 0;
+    int64_t steps = 0, rows = 0;
+    int most = 0;
+    if (!slots || !states || !toks) {
         rc = choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory");
         goto done;
     }
-    if (n > VV_MAX_BATCH) {
-        rc = choir_err_set(err, CHOIR_EINVAL, "vibevoice: a batch of %d requests (at most %d)", n, VV_MAX_BATCH);
+    if (n > cap) {
+        rc = choir_err_set(err, CHOIR_EINVAL, "vibevoice: a batch of %d requests (at most %d)", n, cap);
         goto done;
     }
-    /* What the batch takes: every member's state, the step buffers, the largest scratch. */
-    int64_t bytes = choir_vibevoice_batch_bytes(D, VV_MAX_BATCH), scratch = 0;
-    for (int i = 0; i < n; i++) {
-        int64_t sc = 0;
-        bytes += req_state_bytes(D, reqs[i], &sc);
-        if (sc > scratch) scratch = sc;
-    }
-    if (arena && choir_arena_capacity(arena) - choir_arena_used(arena) < (size_t)bytes) {
-        rc = choir_err_set(err, CHOIR_ENOMEM, "vibevoice: the batch arena lacks %.1f MB for this batch", bytes / 1e6);
-        goto done;
-    }
-    if (!(st = choir_stream_create(be, &e))) rc = CHOIR_ENOMEM;
-    else if (arena) rc = choir_stream_use_arena(st, arena, (size_t)scratch, &e);
-    else rc = choir_stream_reserve(st, (size_t)bytes, (size_t)scratch, &e);
-    if (rc) {
-        choir_err_set(err, rc, "%s", e.msg);
-        goto done;
+    if (!w->gpu) {
+        /* What the batch takes: every member's state, the step buffers, the largest scratch. */
+        int64_t bytes = choir_vibevoice_batch_bytes(D, cap), scratch = 0;
+        for (int i = 0; i < n; i++) {
+            int64_t sc = 0;
+            bytes += req_state_bytes(D, reqs[i], &sc);
+            if (sc > scratch) scratch = sc;
+        }
+        if (choir_arena_capacity(arena) - choir_arena_used(arena) < (size_t)bytes) {
+            rc = choir_err_set(err, CHOIR_ENOMEM, "vibevoice: the batch arena lacks %.1f MB for this batch",
+                               bytes / 1e6);
+            goto done;
+        }
+        if (!(st = choir_stream_create(be, &e))) rc = CHOIR_ENOMEM;
+        else rc = choir_stream_use_arena(st, arena, (size_t)scratch, &e);
+        if (rc) {
+            choir_err_set(err, rc, "%s", e.msg);
+            goto done;
+        }
     }
     int n_live = 0;
     for (int i = 0; i < n; i++) {
@@ -325,29 +555,36 @@ static int vv_run_batch_join(void *weights, choir_request *const *reqs, int n, c
             goto done;
         }
         if (sr == 1) n_live++;
-        else memset(&slots[i], 0, sizeof slots[i]);
+        else slot_end(&slots[i], join, 0);
     }
     for (;;) {
-        slots_join(w, slots, &n_live, join);
+        slots_join(w, slots, cap, &n_live, join);
         if (n_live == 0) break;
         int k = 0;
-        for (int q = 0; q < VV_MAX_BATCH; q++)
+        for (int q = 0; q < cap; q++)
             if (slots[q].live) {
                 states[k] = slots[q].job.s;
                 toks[k++] = slots[q].job.pending;
             }
-        if (k > 1 && !batch && !(batch = choir_vibevoice_batch_create(w->m, VV_MAX_BATCH, st, &e))) {
+        if (k > most) most = k;
+        if (k > 1 && !batch && !(batch = choir_vibevoice_batch_create(w->m, cap, st, &e))) {
             rc = choir_err_set(err, e.code ? e.code : CHOIR_ENOMEM, "%s", e.msg);
             goto done;
         }
         memset(&e, 0, sizeof e);
-        /* Several: the greedy picks made on the backend, only the ids come back. */
-        int sr = k > 1 ? choir_vibevoice_step_batch_greedy(w->m, batch, states, toks, k, picks, &e)
-                       : choir_vibevoice_step(w->m, states[0], toks[0], NULL, &e);
-        for (int q = 0, row = 0; q < VV_MAX_BATCH; q++) {
+        /* Several (or any on a GPU): the greedy picks made on the backend,
+         * only the ids come back. */
+        double t0 = choir_now_s();
+        if (!t_first) t_first = t0;
+        int sr = k > 1 || w->gpu ? choir_vibevoice_step_batch_greedy(w->m, batch, states, toks, k, picks, &e)
+                                 : choir_vibevoice_step(w->m, states[0], toks[0], NULL, &e);
+        t_steps += choir_now_s() - t0;
+        steps++;
+        rows += k;
+        for (int q = 0, row = 0; q < cap; q++) {
             vv_slot *sl = &slots[q];
             if (!sl->live) continue;
-            int jr = sr ? sr : k > 1 ? vv_job_take(&sl->job, picks[row], &e) : vv_job_next(&sl->job, &e);
+            int jr = sr ? sr : k > 1 || w->gpu ? vv_job_take(&sl->job, picks[row], &e) : vv_job_next(&sl->job, &e);
             row++;
             if (jr == CHOIR_ENOMEM) {
                 rc = choir_err_set(err, jr, "%s", e.msg);
@@ -366,11 +603,35 @@ static int vv_run_batch_join(void *weights, choir_request *const *reqs, int n, c
         }
     }
 done:
-    for (int q = 0; slots && q < VV_MAX_BATCH; q++) slot_end(&slots[q], join, 0);
-    choir_vibevoice_batch_free(batch);
+    for (int q = 0; slots && q < cap; q++) slot_end(&slots[q], join, 0);
+    if (!w->gpu) choir_vibevoice_batch_free(batch);
     choir_stream_free(st);
     if (arena) choir_arena_release(arena, mark);
     choir_free(slots);
+    choir_free(states);
+    choir_free(toks);
+    pthread_mutex_lock(&w->lock);
+    w->stats.batches++;
+    w->stats.steps += steps;
+    w->stats.rows += rows;
+    w->stats.step_s += t_steps;
+    w->stats.decode_wall_s += t_first ? choir_now_s() - t_first : 0;
+    if (most > w->stats.most_rows) w->stats.most_rows = most;
+    pthread_mutex_unlock(&w->lock);
+    return rc;
+}
+
+static int vv_run_batch_join(void *weights, choir_request *const *reqs, int n, choir_arena *arena,
+                             choir_batch_join *join, choir_err *err) {
+    vv_weights *w = weights;
+    if (!w->gpu) return run_batch(w, reqs, n, arena, join, err);
+    /* The engine runs one batch at a time on a GPU replica; the lock keeps
+     * it so for any other caller (the pool and the step are the replica's). */
+    pthread_mutex_lock(&w->gpu_lock);
+    /* A failed step of an earlier batch left its error on the step's stream. */
+    choir_stream_clear(w->bstream);
+    int rc = run_batch(w, reqs, n, NULL, join, err);
+    pthread_mutex_unlock(&w->gpu_lock);
     return rc;
 }
 
@@ -378,10 +639,24 @@ static int vv_run_batch(void *weights, choir_request *const *reqs, int n, choir_
     return vv_run_batch_join(weights, reqs, n, arena, NULL, err);
 }
 
+void vv_model_get_stats(const void *weights, vv_model_stats *out) {
+    vv_weights *w = (vv_weights *)weights;
+    pthread_mutex_lock(&w->lock);
+    *out = w->stats;
+    pthread_mutex_unlock(&w->lock);
+}
+
+choir_backend *vv_model_backend(const void *weights) {
+    const vv_weights *w = weights;
+    return w->gpu ? w->be : NULL;
+}
+
+const choir_vibevoice_kv_pool *vv_model_pool(const void *weights) { return ((const vv_weights *)weights)->pool; }
+
 const choir_model_ops choir_model_vibevoice = {
     .kind = "vibevoice",
     .tasks = CHOIR_TASK_BIT(CHOIR_TASK_STT),
-    .max_batch = VV_MAX_BATCH,
+    .max_batch = VV_OPS_MAX_BATCH,
     .input_rate = CHOIR_VIBEVOICE_SAMPLE_RATE,
     .probe = vv_probe,
     .load = vv_model_load,
@@ -391,4 +666,12 @@ const choir_model_ops choir_model_vibevoice = {
     .estimate = vv_estimate,
     .run_batch = vv_run_batch,
     .run_batch_join = vv_run_batch_join,
+#ifdef CHOIR_HAVE_CUDA
+    /* A GPU replica serialises its batches itself (gpu_lock). */
+    .gpu = 1,
+    .device_bytes = vv_device_bytes,
+    .estimate_device = vv_estimate_device,
+    .pool_bytes = vv_pool_bytes,
+    .estimate_pool = vv_estimate_pool,
+#endif
 };

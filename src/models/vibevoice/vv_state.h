@@ -132,10 +132,11 @@ typedef struct vv_job {
 } vv_job;
 
 /* Front end, encoders, prompt and prefill of one request; 0 or the error
- * (nothing left to clear then). */
+ * (nothing left to clear then). The state over `mem`, on `stream`, or with
+ * `pool` its own block and the pool's pages (vv_transcribe.c). */
 int vv_job_begin(vv_job *j, const choir_vibevoice *m, const struct choir_tokenizer *tok, const float *pcm,
                  int64_t n, int rate, const choir_vibevoice_opts *opts, void *mem, choir_stream *stream,
-                 choir_err *err);
+                 choir_vibevoice_kv_pool *pool, choir_err *err);
 /* After each step's logits: 1 when the job needs a step appending
  * j->pending, 0 when it stopped (EOS, length, loop, cancelled), or an error. */
 int vv_job_next(vv_job *j, choir_err *err);

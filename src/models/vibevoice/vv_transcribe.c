@@ -48,6 +48,11 @@ static void request_plan(const choir_vibevoice_dims *d, int64_t n24, const choir
     p->prefill_chunk = o ? o->prefill_chunk : 0;
 }
 
+void choir_vibevoice_transcribe_plan(const choir_vibevoice_dims *d, int64_t n, int rate, const choir_vibevoice_opts *o,
+                                     choir_vibevoice_plan *p) {
+    request_plan(d, samples_24k(n, rate), o, p);
+}
+
 int64_t choir_vibevoice_transcribe_state_bytes(const choir_vibevoice_dims *d, int64_t n, int rate,
                                                const choir_vibevoice_opts *o, int64_t *scratch) {
     choir_vibevoice_plan p;
@@ -183,9 +188,11 @@ static char *join_texts(const choir_vibevoice_segment *segs, int n) {
  * vv_job_begin (front end, encoders, prompt, prefill), vv_job_next after
  * each step's logits (the token, the stop rules, streaming), vv_job_finish
  * (text and segments). The state over `mem` (or its own block) when stream
- * is NULL, else carved from `stream`. */
+ * is NULL, else carved from `stream`; with `pool`, its own block with its
+ * KV cache in the pool's pages. */
 int vv_job_begin(vv_job *j, const choir_vibevoice *m, const choir_tokenizer *tok, const float *pcm, int64_t n,
-                 int rate, const choir_vibevoice_opts *opts, void *mem, choir_stream *stream, choir_err *err) {
+                 int rate, const choir_vibevoice_opts *opts, void *mem, choir_stream *stream,
+                 choir_vibevoice_kv_pool *pool, choir_err *err) {
     memset(j, 0, sizeof *j);
     if (opts) j->o = *opts;
     else choir_vibevoice_default_opts(&j->o);
@@ -234,8 +241,9 @@ int vv_job_begin(vv_job *j, const choir_vibevoice *m, const choir_tokenizer *tok
                                      err)))
         goto done;
     res->n_prompt = n_prompt;
-    if (!(j->s = stream ? choir_vibevoice_state_create_on(m, &plan, stream, err)
-                        : choir_vibevoice_state_create(m, &plan, mem, err))) {
+    if (!(j->s = pool     ? choir_vibevoice_state_create_paged(m, &plan, pool, err)
+                 : stream ? choir_vibevoice_state_create_on(m, &plan, stream, err)
+                          : choir_vibevoice_state_create(m, &plan, mem, err))) {
         rc = err ? err->code : CHOIR_ENOMEM;
         goto done;
     }
@@ -351,7 +359,7 @@ static int transcribe(const choir_vibevoice *m, const choir_tokenizer *tok, cons
                       choir_err *err) {
     vv_job j;
     memset(res, 0, sizeof *res);
-    int rc = vv_job_begin(&j, m, tok, pcm, n, rate, opts, mem, stream, err);
+    int rc = vv_job_begin(&j, m, tok, pcm, n, rate, opts, mem, stream, NULL, err);
     if (rc) return rc;
     while ((rc = vv_job_next(&j, err)) == 1)
         if ((rc = choir_vibevoice_step(m, j.s, j.pending, NULL, err))) break;

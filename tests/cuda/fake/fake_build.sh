@@ -4,7 +4,8 @@
 # newer, all of them when a header is newer than the program.
 #   fake_begin OUT       the list starts with base, tensor and the x86 twins
 #   fake_cuda FILE...    more sources, compiled with -DCHOIR_HAVE_CUDA=1
-#   fake_build NAME      compiles the list and links OUT/NAME; the backend's
+#   fake_build NAME      compiles the list and links OUT/NAME (with the
+#                        system libraries in FAKE_LIBS, when set); the backend's
 #                        operation files go into an archive, so only those the
 #                        program reaches are linked (other areas' operations
 #                        call kernels the emulation may lack)
@@ -54,5 +55,5 @@ fake_build() {
         objs="$objs $OUT/libbackend.a"
     fi
     # shellcheck disable=SC2086
-    "$CC" -fsanitize=address $objs -o "$prog" -lm -lpthread -ldl
+    "$CC" -fsanitize=address $objs -o "$prog" ${FAKE_LIBS:-} -lm -lpthread -ldl
 }
