@@ -172,6 +172,10 @@ static void eng_request(int i, int max_new, choir_vibevoice_opts *o, choir_reque
     o->max_new_tokens = max_new > 0 ? max_new : ENG_MAX_NEW[i];
     o->ignore_eos = true;
     o->loop_max_period = 0;
+    /* Prefill chunks of 16 rows: the fixture's heads have 16 values, and
+     * CUDA's tiled prefill attention over a paged pool takes 64 or 128
+     * (the split-keys kernel, used up to 16 rows, takes any multiple of 4). */
+    o->prefill_chunk = 16;
     memset(r, 0, sizeof *r);
     r->task = CHOIR_TASK_STT;
     r->in.stt.samples = g_audio->data;
