@@ -35,7 +35,7 @@ if [[ " $SKIP " != *" whisper "* ]]; then
   W=64
   [ $QUICK = 1 ] && W=32
   cw=$(run choir bench whisper --backend cuda --dims large-v3-turbo --batch 1,8,32 --audio-s $((W * 30)))
-  tw=$(run python3 bench/peers/torch_gpu.py whisper --dims large-v3-turbo --batch 1,8,32 --windows $W)
+  tw=$(run python3 bench/peers/torch_gpu.py whisper --dims large-v3-turbo --batch 1,8,32 --windows $W --windows-b1 $W)
   for b in 1 8 32; do
     c=$(echo "$cw" | sed -n "s/.*long form *RTF \([0-9.]*\) .*batch $b,.*/\1/p" | head -1)
     t=$(echo "$tw" | grep "torch whisper batch $b:" | field rtf)
