@@ -75,6 +75,17 @@ static struct {
     int pages_left;           /* pages still reserved after a batch */
 } g_meas;
 
+/* The device memory of the engine runs measured into g_meas: every batch
+ * within the states the engine admitted, the pages within its reservation,
+ * none left reserved at the end, the peak within the budget. */
+static void memory_verdict(const char *name, int64_t budget) {
+    eng_verdict(name, g_meas.batches >= 1 && g_meas.worst_over <= 0 && g_meas.worst_pages_over <= 0 &&
+                g_meas.pages_left == 0 && g_meas.peak <= budget,
+                "held %+.3f MB beyond the admitted states at worst, pages %+lld bytes beyond the engine's "
+                "reservation, %d left reserved, peak %.1f of %.1f MB", g_meas.worst_over / 1e6,
+                (long long)g_meas.worst_pages_over, g_meas.pages_left, g_meas.peak / 1e6, budget / 1e6);
+}
+
 static void *eng_load(const char *dir, const choir_model_options *o, choir_err *err) {
     void *w = choir_model_vibevoice.load(dir, o, err);
     if (w && o && o->device >= 1) g_w = w;
@@ -321,11 +332,7 @@ static void run_engine_case(void) {
         choir_engine_shutdown(e, 5.0);
         choir_engine_free(e);
     }
-    eng_verdict("room for both: device memory", g_meas.batches >= 1 && g_meas.worst_over <= 0 &&
-                g_meas.worst_pages_over <= 0 && g_meas.pages_left == 0 && g_meas.peak <= budget1,
-                "held %+.3f MB beyond the admitted states at worst, pages %+lld bytes beyond the engine's "
-                "reservation, %d left reserved, peak %.1f of %.1f MB", g_meas.worst_over / 1e6,
-                (long long)g_meas.worst_pages_over, g_meas.pages_left, g_meas.peak / 1e6, budget1 / 1e6);
+    memory_verdict("room for both: device memory", budget1);
 
     /* 2. A pool one page short of both: B waits and runs after A. The pool
      * takes the budget less a fixed part, so that part is budget1 - pool1
@@ -364,11 +371,7 @@ static void run_engine_case(void) {
             choir_engine_shutdown(e, 5.0);
             choir_engine_free(e);
         }
-        eng_verdict("one page short: device memory", g_meas.batches >= 1 && g_meas.worst_over <= 0 &&
-                    g_meas.worst_pages_over <= 0 && g_meas.pages_left == 0 && g_meas.peak <= budget2,
-                    "held %+.3f MB beyond the admitted states at worst, pages %+lld bytes beyond the engine's "
-                    "reservation, %d left reserved, peak %.1f of %.1f MB", g_meas.worst_over / 1e6,
-                    (long long)g_meas.worst_pages_over, g_meas.pages_left, g_meas.peak / 1e6, budget2 / 1e6);
+        memory_verdict("one page short: device memory", budget2);
     }
     g_eng = NULL;
     choir_st_close(st);

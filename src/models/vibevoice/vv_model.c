@@ -311,16 +311,21 @@ static int64_t vv_estimate(const void *weights, const choir_request *r) {
 }
 
 #ifdef CHOIR_HAVE_CUDA
-/* The pool part of a request on a GPU: the pages of its context (f32 keys
- * and values without loaded weights). */
+/* The pages of a request's context (f32 keys and values without loaded
+ * weights), from its plan. */
+static int64_t pool_part(const vv_weights *w, const choir_vibevoice_dims *d, const choir_vibevoice_plan *p) {
+    int64_t page = w && w->page_bytes ? w->page_bytes : choir_vibevoice_kv_page_bytes(d);
+    return (int64_t)choir_vibevoice_kv_pages_for(p->max_context) * page;
+}
+
+/* The pool part of a request on a GPU. */
 static int64_t vv_estimate_pool(const void *weights, const choir_request *r) {
     const vv_weights *w = weights;
     choir_vibevoice_dims d;
     dims_of(w, &d);
     choir_vibevoice_plan p;
     estimate_plan(&d, r, &p);
-    int64_t page = w && w->page_bytes ? w->page_bytes : choir_vibevoice_kv_page_bytes(&d);
-    return (int64_t)choir_vibevoice_kv_pages_for(p.max_context) * page;
+    return pool_part(w, &d, &p);
 }
 
 /* Its own state (one block: encoder buffers, latents, prefill buffers, its
@@ -332,7 +337,7 @@ static int64_t vv_estimate_device(const void *weights, const choir_request *r) {
     dims_of(w, &d);
     choir_vibevoice_plan p;
     estimate_plan(&d, r, &p);
-    return paged_state_bytes(&d, &p) + (1 << 20) + vv_estimate_pool(weights, r);
+    return paged_state_bytes(&d, &p) + (1 << 20) + pool_part(w, &d, &p);
 }
 #endif
 
