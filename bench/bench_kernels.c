@@ -125,6 +125,32 @@ static void bench_attention(int64_t Tq, int64_t Tk, int H, int64_t Dh, bool caus
     choir_free(q), choir_free(k), choir_free(v), choir_free(o);
 }
 
+/* A decoder step's attention over f16 caches: one query row per layer over
+ * `layers` separate caches of Tk rows (together larger than the last-level
+ * cache, as in a step), so the figure is the pass over memory a step makes.
+ * GB/s counts the keys and values read. */
+static void bench_attention_step_f16(int64_t Tk, int H, int64_t Dh, int layers) {
+    int64_t d = H * Dh;
+    size_t n = (size_t)(Tk * d);
+    float *q = rnd_floats((size_t)d, 1.0f), *o = rnd_floats((size_t)d, 0.0f);
+    float *src = rnd_floats(n, 1.0f);
+    uint16_t *kv = choir_alloc(CHOIR_MEM_OTHER, 2 * (size_t)layers * n * sizeof(uint16_t));
+    if (!kv) {
+        fprintf(stderr, "bench_kernels: out of memory\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < 2 * (size_t)layers; i++) choir_f32_to_f16_n(src, kv + i * n, (int64_t)n);
+    double t;
+    TIME_BEST(t, for (int l = 0; l < layers; l++) choir_attention_f16(
+                     q, d, kv + 2 * (size_t)l * n, d, kv + (2 * (size_t)l + 1) * n, d, o, d, 1,
+                     Tk, H, Dh, 0.125f, NULL, false));
+    double bytes = 4.0 * (double)n * layers;
+    printf("attention step f16 Tk=%-5lld heads=%-2d Dh=%-3lld x%d layers %8.3f ms %6.1f GB/s "
+           "(%.3f CPU ms)\n",
+           (long long)Tk, H, (long long)Dh, layers, t * 1e3, bytes / t * 1e-9, g_cpu_best * 1e3);
+    choir_free(q), choir_free(o), choir_free(src), choir_free(kv);
+}
+
 static void bench_elementwise(int64_t n) {
     float *x = rnd_floats((size_t)n, 3.0f), *y = rnd_floats((size_t)n, 0.0f);
     double t;
@@ -150,13 +176,22 @@ static void bench_elementwise(int64_t n) {
     choir_free(x), choir_free(y);
 }
 
+/* The decoder-step attention passes (--step runs only these). */
+static void step_benches(bool quick) {
+    bench_attention_step_f16(1500, 12, 64, quick ? 2 : 12); /* Whisper small's cross-attention */
+    bench_attention_step_f16(1500, 8, 64, quick ? 2 : 6);   /* base */
+    bench_attention_step_f16(1500, 20, 64, quick ? 2 : 4);  /* large-v3-turbo */
+}
+
 int main(int argc, char **argv) {
-    bool quick = false, kokoro = false;
+    bool quick = false, kokoro = false, step = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             quick = true;
         else if (!strcmp(argv[i], "--kokoro"))
             kokoro = true;
+        else if (!strcmp(argv[i], "--step"))
+            step = true;
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             choir_pool_set_default_threads(atoi(argv[++i]));
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
@@ -166,7 +201,7 @@ int main(int argc, char **argv) {
                                   : !strcmp(argv[i], "avx512") ? CHOIR_ISA_AVX512
                                                                : choir_kernels_best_isa());
         } else {
-            fprintf(stderr, "usage: %s [--quick] [--kokoro] [--threads N] "
+            fprintf(stderr, "usage: %s [--quick] [--kokoro] [--step] [--threads N] "
                             "[--isa ref|avx2|avx512|best]\n", argv[0]);
             return 2;
         }
@@ -174,6 +209,10 @@ int main(int argc, char **argv) {
     if (quick) g_reps = 2;
     printf("isa %s, threads %d\n", choir_isa_name(choir_kernels_isa()),
            choir_pool_threads(choir_pool_default()));
+    if (step) {
+        step_benches(quick);
+        return 0;
+    }
     if (kokoro) {
         /* Kokoro-82M's convolutions at the paragraph's long piece (1436
          * frames; the generator runs at 2x, 20x and 120x that), frames cut
@@ -207,5 +246,6 @@ int main(int argc, char **argv) {
     bench_attention(quick ? 150 : 1500, quick ? 150 : 1500, 20, 64, false);
     bench_attention(1, 448, 20, 64, true);
     bench_attention(1, 1500, 20, 64, false);
+    step_benches(quick);
     return 0;
 }

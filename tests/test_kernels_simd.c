@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "choir/kernels.h"
+#include "choir/pool.h"
 #include "choir/tensor.h"
 #include "tensor/cpu/cpu_kernels.h"
 #include "testutil.h"
@@ -425,9 +426,83 @@ static void test_attention_f16(void **state) {
     use_simd();
 }
 
+/* The step over a 16-bit cache with Dh a multiple of 16 splits the keys
+ * into chunks, every head at once, and merges the chunks' softmax pieces:
+ * against a double-precision softmax over the same rounded keys and values,
+ * on every ISA and 1 or 2 threads, with a mask (one key masked in every
+ * row) and the causal limit (Tq 3). 20 heads over 700 keys need more than
+ * one chunk even on one thread (the scores of a chunk are capped); 5 heads
+ * over 150 keys one per thread. */
+static void check_step_chunks(int H, int TK, bool bf16) {
+    enum { DH = 64, TQ = 3 };
+    int64_t D = (int64_t)H * DH;
+    float *q = rnd((size_t)(TQ * D), 7, 0.5f), *kx = rnd((size_t)(TK * D), 8, 1.0f);
+    float *vx = rnd((size_t)(TK * D), 9, 1.0f), *mask = rnd((size_t)(TQ * TK), 10, 0.5f);
+    float *got = malloc((size_t)(TQ * D) * sizeof(float));
+    uint16_t *k16 = malloc((size_t)(TK * D) * sizeof(uint16_t));
+    uint16_t *v16 = malloc((size_t)(TK * D) * sizeof(uint16_t));
+    double *sc = malloc((size_t)TK * sizeof(double));
+    assert_non_null(got), assert_non_null(k16), assert_non_null(v16), assert_non_null(sc);
+    for (int64_t i = 0; i < TK * D; i++) {
+        k16[i] = bf16 ? choir_f32_to_bf16(kx[i]) : choir_f32_to_f16(kx[i]);
+        v16[i] = bf16 ? choir_f32_to_bf16(vx[i]) : choir_f32_to_f16(vx[i]);
+        kx[i] = bf16 ? choir_bf16_to_f32(k16[i]) : choir_f16_to_f32(k16[i]);
+        vx[i] = bf16 ? choir_bf16_to_f32(v16[i]) : choir_f16_to_f32(v16[i]);
+    }
+    for (int i = 0; i < TQ; i++) mask[i * TK + 5 + i] = -INFINITY;
+    const float scale = 0.125f;
+    for (int tq = 1; tq <= TQ; tq += 2) {
+        for (int threads = 1; threads <= 2; threads++) {
+            choir_pool_set_default_threads(threads);
+            int rc = bf16 ? choir_attention_bf16(q, D, k16, D, v16, D, got, D, tq, TK, H, DH,
+                                                 scale, mask, tq > 1)
+                          : choir_attention_f16(q, D, k16, D, v16, D, got, D, tq, TK, H, DH,
+                                                scale, mask, tq > 1);
+            assert_int_equal(rc, 0);
+            for (int i = 0; i < tq; i++) {
+                int64_t nk = tq > 1 ? TK - tq + i + 1 : TK;
+                for (int h = 0; h < H; h++) {
+                    double m = -INFINITY, sum = 0.0;
+                    for (int64_t j = 0; j < nk; j++) {
+                        double d = 0.0;
+                        for (int c = 0; c < DH; c++)
+                            d += (double)q[i * D + h * DH + c] * kx[j * D + h * DH + c];
+                        sc[j] = d * scale + mask[i * TK + j];
+                        if (sc[j] > m) m = sc[j];
+                    }
+                    for (int64_t j = 0; j < nk; j++) sum += (sc[j] = exp(sc[j] - m));
+                    for (int c = 0; c < DH; c++) {
+                        double o = 0.0;
+                        for (int64_t j = 0; j < nk; j++) o += sc[j] * vx[j * D + h * DH + c];
+                        assert_true(fabs(got[i * D + h * DH + c] - o / sum) < 2e-5);
+                    }
+                }
+            }
+        }
+    }
+    choir_pool_set_default_threads(0);
+    free(q), free(kx), free(vx), free(mask), free(got), free(k16), free(v16), free(sc);
+}
+
+static void test_attention_step_chunks(void **state) {
+    (void)state;
+    const choir_isa isas[] = {CHOIR_ISA_REF, CHOIR_ISA_AVX2, choir_kernels_best_isa()};
+    for (int pass = 0; pass < 3; pass++) {
+        if (pass == 1 && choir_kernels_best_isa() != CHOIR_ISA_AVX2 &&
+            choir_kernels_best_isa() != CHOIR_ISA_AVX512)
+            continue;
+        choir_kernels_set_isa(isas[pass]);
+        check_step_chunks(5, 150, false);
+        check_step_chunks(5, 150, true);
+        check_step_chunks(20, 700, false);
+    }
+    use_simd();
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention_f16),
+        cmocka_unit_test(test_attention_step_chunks),
         cmocka_unit_test(test_unary_twins),
         cmocka_unit_test(test_binary_twins),
         cmocka_unit_test(test_norm_twins),

@@ -106,6 +106,114 @@ static void attn_step_range(void *ctx, int64_t begin, int64_t end, int worker) {
         attend_row_step(j, item % j->n_head, item / j->n_head);
 }
 
+/* A decoder step over a 16-bit cache with Dh a multiple of 16 takes every
+ * head at once: the heads kernels read each cached row whole before the
+ * next (cpu_kernels.h says why), so the pool splits the keys, not the
+ * heads. Each item is a chunk of one query row's keys: its scores for every
+ * head, each head's exp(s - chunk max) and their sum, and the unnormalised
+ * weighted sum of the chunk's values; the chunks are then merged exactly
+ * (rescaled to the row's maximum), so the result is the softmax over all
+ * keys up to the order of the additions. The scores live on the worker's
+ * stack, the chunks' partial results on the caller's. */
+#define ATTN_GROUP_MAX_SCORES 12288 /* floats: 48 KiB of a worker's stack */
+#define ATTN_GROUP_MAX_PARTS 16384  /* floats: 64 KiB of the caller's */
+
+typedef struct attn_group_job {
+    const attn_job *j;
+    int64_t chunks; /* per query row */
+    int64_t rows;   /* keys per chunk (the last may have fewer) */
+    float *part;    /* per item: n_head maxima, n_head sums, n_head * Dh sums */
+} attn_group_job;
+
+static int64_t group_part_floats(const attn_job *j) { return j->n_head * (j->Dh + 2); }
+
+static void attend_chunk(const attn_group_job *g, int64_t item) {
+    const attn_job *j = g->j;
+    float scores[ATTN_GROUP_MAX_SCORES];
+    int64_t i = item / g->chunks, r0 = (item % g->chunks) * g->rows, H = j->n_head, Dh = j->Dh;
+    int64_t nk = visible_keys(j, i) - r0;
+    if (nk > g->rows) nk = g->rows;
+    float *mx = g->part + item * group_part_floats(j), *sum = mx + H, *o = sum + H;
+    if (nk <= 0) {
+        for (int64_t h = 0; h < H; h++)
+            mx[h] = -INFINITY, sum[h] = 0.0f;
+        return;
+    }
+    const float *q = j->q + i * j->ldq;
+    if (j->bf16)
+        j->ops->attn_scores_heads_bf16(q, j->k16 + r0 * j->ldk, j->ldk, nk, Dh, H, j->scale,
+                                       scores, nk);
+    else
+        j->ops->attn_scores_heads_f16(q, j->k16 + r0 * j->ldk, j->ldk, nk, Dh, H, j->scale,
+                                      scores, nk);
+    for (int64_t h = 0; h < H; h++) {
+        float *row = scores + h * nk;
+        if (j->mask) j->ops->add(row, j->mask + i * j->Tk + r0, row, nk);
+        sum[h] = j->ops->exp_row(row, nk, &mx[h]);
+    }
+    if (j->bf16)
+        j->ops->attn_wsum_heads_bf16(scores, nk, j->v16 + r0 * j->ldv, j->ldv, nk, Dh, H, o);
+    else
+        j->ops->attn_wsum_heads_f16(scores, nk, j->v16 + r0 * j->ldv, j->ldv, nk, Dh, H, o);
+}
+
+static void attn_chunk_range(void *ctx, int64_t begin, int64_t end, int worker) {
+    for (int64_t item = begin; item < end; item++)
+        attend_chunk(ctx, item);
+}
+
+/* Query row i's output from its chunks. */
+static void merge_chunks(const attn_group_job *g, int64_t i) {
+    const attn_job *j = g->j;
+    int64_t H = j->n_head, Dh = j->Dh, pf = group_part_floats(j);
+    const float *part = g->part + i * g->chunks * pf;
+    for (int64_t h = 0; h < H; h++) {
+        float *out = j->out + i * j->ldo + h * Dh;
+        float m = -INFINITY, total = 0.0f;
+        for (int64_t c = 0; c < g->chunks; c++)
+            m = part[c * pf + h] > m ? part[c * pf + h] : m;
+        memset(out, 0, (size_t)Dh * sizeof(float));
+        if (m == -INFINITY) continue; /* every key masked: zeros */
+        for (int64_t c = 0; c < g->chunks; c++) {
+            const float *pc = part + c * pf;
+            if (pc[H + h] == 0.0f) continue;
+            float w = expf(pc[h] - m);
+            total += w * pc[H + h];
+            j->ops->axpy(w, pc + 2 * H + h * Dh, out, Dh);
+        }
+        j->ops->scale(out, 1.0f / total, Dh);
+    }
+}
+
+/* A step's rows over the pool: by chunks of keys where the heads kernels
+ * apply (false: the caller takes the per-head path). */
+static bool attention_step_chunked(const attn_job *j) {
+    if (!j->k16 || j->Dh % 16 != 0) return false;
+    choir_pool *pool = choir_pool_default();
+    int64_t nk = visible_keys(j, j->Tq - 1), cap = ATTN_GROUP_MAX_SCORES / j->n_head;
+    if (nk <= 0 || cap < 1) return false;
+    int64_t threads = choir_pool_threads(pool);
+    int64_t chunks = (threads + j->Tq - 1) / j->Tq;
+    if ((nk + cap - 1) / cap > chunks) chunks = (nk + cap - 1) / cap;
+    int64_t rows = (nk + chunks - 1) / chunks;
+    chunks = (nk + rows - 1) / rows;
+    float part[ATTN_GROUP_MAX_PARTS];
+    if (j->Tq * chunks * group_part_floats(j) > ATTN_GROUP_MAX_PARTS) return false;
+    attn_group_job g = {j, chunks, rows, part};
+    choir_pool_parallel_for(pool, j->Tq * chunks, 1, attn_chunk_range, &g);
+    for (int64_t i = 0; i < j->Tq; i++)
+        merge_chunks(&g, i);
+    return true;
+}
+
+/* A step's rows over the pool: chunked where it applies, else one head per item. */
+static void attention_step(const attn_job *j) {
+    if (attention_step_chunked(j)) return;
+    int64_t grain = 65536 / (j->Tk * j->Dh + 1) + 1;
+    choir_pool_parallel_for(choir_pool_default(), j->Tq * j->n_head, grain, attn_step_range,
+                            (void *)j);
+}
+
 static void attn_block_range(void *ctx, int64_t begin, int64_t end, int worker) {
     const attn_job *j = ctx;
     int64_t blocks = (j->Tq + ATTN_QUERY_BLOCK - 1) / ATTN_QUERY_BLOCK;
@@ -181,12 +289,14 @@ void choir_attention(const float *q, int64_t ldq, const float *k, int64_t ldk, c
         choir_kscratch_put(j.scratch);
         return;
     }
-    int64_t grain = 65536 / (Tk * Dh + 1) + 1;
     /* A decoder step (few query rows) takes the stack path; the online
      * softmax is for when a larger call's scratch could not be had. */
-    bool step = Tq < ATTN_GEMM_MIN_ROWS && Tk <= ATTN_STEP_MAX_KEYS;
-    choir_pool_parallel_for(pool, Tq * n_head, grain, step ? attn_step_range : attn_rows_range,
-                            &j);
+    if (Tq < ATTN_GEMM_MIN_ROWS && Tk > 0 && Tk <= ATTN_STEP_MAX_KEYS) {
+        attention_step(&j);
+        return;
+    }
+    int64_t grain = 65536 / (Tk * Dh + 1) + 1;
+    choir_pool_parallel_for(pool, Tq * n_head, grain, attn_rows_range, &j);
 }
 
 /* 16-bit rows [rows, cols] (stride ld) widened into dst [rows, cols]. */
@@ -213,8 +323,7 @@ static int attention_half(bool bf16, const float *q, int64_t ldq, const uint16_t
                 memset(out + i * ldo, 0, (size_t)(n_head * Dh) * sizeof(float));
             return 0;
         }
-        int64_t grain = 65536 / (Tk * Dh + 1) + 1;
-        choir_pool_parallel_for(choir_pool_default(), Tq * n_head, grain, attn_step_range, &j);
+        attention_step(&j);
         return 0;
     }
     /* Larger calls (prompts, teacher forcing) widen the keys and values

@@ -70,6 +70,21 @@ typedef struct choir_cpu_ops {
                              int64_t Dh, float scale, float *scores);
     void (*attn_wsum_bf16)(const float *p, const uint16_t *v, int64_t ldv, int64_t n,
                            int64_t Dh, float *out);
+    /* The same for G adjacent heads of one query row, each cached row walked
+     * whole (G * Dh contiguous values) before the next, the order in which
+     * the hardware prefetchers stream (one head's slice of every row, a model
+     * row apart, reads at about a third of that: bench_kernels --step):
+     * scores[h * lds + j] = scale * q[h * Dh ..] . k[j * ldk + h * Dh ..] and
+     * out[h * Dh + c] = sum_j p[h * ldp + j] * v[j * ldv + h * Dh + c].
+     * Dh a multiple of 16. */
+    void (*attn_scores_heads_f16)(const float *q, const uint16_t *k, int64_t ldk, int64_t n,
+                                  int64_t Dh, int64_t G, float scale, float *scores, int64_t lds);
+    void (*attn_wsum_heads_f16)(const float *p, int64_t ldp, const uint16_t *v, int64_t ldv,
+                                int64_t n, int64_t Dh, int64_t G, float *out);
+    void (*attn_scores_heads_bf16)(const float *q, const uint16_t *k, int64_t ldk, int64_t n,
+                                   int64_t Dh, int64_t G, float scale, float *scores, int64_t lds);
+    void (*attn_wsum_heads_bf16)(const float *p, int64_t ldp, const uint16_t *v, int64_t ldv,
+                                 int64_t n, int64_t Dh, int64_t G, float *out);
     void (*f16_to_f32)(const uint16_t *src, float *dst, int64_t n);
     void (*f32_to_f16)(const float *src, uint16_t *dst, int64_t n);
     void (*bf16_to_f32)(const uint16_t *src, float *dst, int64_t n);
@@ -94,6 +109,10 @@ typedef struct choir_cpu_ops {
     /* y = (x - mean) * a + b with scalar a, b. */
     void (*affine)(const float *x, float *y, int64_t n, float mean, float a, float b);
     void (*softmax_row)(float *x, int64_t n);
+    /* x[i] = exp(x[i] - max x) without the normalisation; returns the sum
+     * and the max in *max (every entry -inf: zeros, sum 0): a piece of a
+     * softmax that other pieces are merged with. */
+    float (*exp_row)(float *x, int64_t n, float *max);
 } choir_cpu_ops;
 
 extern const choir_cpu_ops choir_cpu_ops_ref;

@@ -107,6 +107,42 @@ static void ref_attn_wsum_bf16(const float *p, const uint16_t *v, int64_t ldv, i
             out[c] += p[j] * choir_bf16_to_f32(v[j * ldv + c]);
 }
 
+static void ref_attn_scores_heads_f16(const float *q, const uint16_t *k, int64_t ldk, int64_t n,
+                                      int64_t Dh, int64_t G, float scale, float *scores,
+                                      int64_t lds) {
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t h = 0; h < G; h++)
+            scores[h * lds + j] = ref_dot_f16(k + j * ldk + h * Dh, q + h * Dh, Dh) * scale;
+}
+
+static void ref_attn_wsum_heads_f16(const float *p, int64_t ldp, const uint16_t *v, int64_t ldv,
+                                    int64_t n, int64_t Dh, int64_t G, float *out) {
+    for (int64_t c = 0; c < G * Dh; c++)
+        out[c] = 0.0f;
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t h = 0; h < G; h++)
+            for (int64_t c = 0; c < Dh; c++)
+                out[h * Dh + c] += p[h * ldp + j] * choir_f16_to_f32(v[j * ldv + h * Dh + c]);
+}
+
+static void ref_attn_scores_heads_bf16(const float *q, const uint16_t *k, int64_t ldk, int64_t n,
+                                       int64_t Dh, int64_t G, float scale, float *scores,
+                                       int64_t lds) {
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t h = 0; h < G; h++)
+            scores[h * lds + j] = ref_dot_bf16(k + j * ldk + h * Dh, q + h * Dh, Dh) * scale;
+}
+
+static void ref_attn_wsum_heads_bf16(const float *p, int64_t ldp, const uint16_t *v, int64_t ldv,
+                                     int64_t n, int64_t Dh, int64_t G, float *out) {
+    for (int64_t c = 0; c < G * Dh; c++)
+        out[c] = 0.0f;
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t h = 0; h < G; h++)
+            for (int64_t c = 0; c < Dh; c++)
+                out[h * Dh + c] += p[h * ldp + j] * choir_bf16_to_f32(v[j * ldv + h * Dh + c]);
+}
+
 static void ref_f16_to_f32(const uint16_t *src, float *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         dst[i] = choir_f16_to_f32(src[i]);
@@ -202,21 +238,27 @@ static void ref_affine(const float *x, float *y, int64_t n, float mean, float a,
         y[i] = (x[i] - mean) * a + b;
 }
 
-static void ref_softmax_row(float *x, int64_t n) {
-    if (n <= 0) return;
-    float mx = x[0];
-    for (int64_t i = 1; i < n; i++)
+static float ref_exp_row(float *x, int64_t n, float *max) {
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
         mx = x[i] > mx ? x[i] : mx;
+    *max = mx;
     if (mx == -INFINITY) { /* every entry masked: no key to attend to */
         for (int64_t i = 0; i < n; i++)
             x[i] = 0.0f;
-        return;
+        return 0.0f;
     }
     float s = 0;
     for (int64_t i = 0; i < n; i++) {
         x[i] = expf(x[i] - mx);
         s += x[i];
     }
+    return s;
+}
+
+static void ref_softmax_row(float *x, int64_t n) {
+    float mx, s = ref_exp_row(x, n, &mx);
+    if (s == 0.0f) return;
     float inv = 1.0f / s;
     for (int64_t i = 0; i < n; i++)
         x[i] *= inv;
@@ -238,6 +280,10 @@ const choir_cpu_ops choir_cpu_ops_ref = {
     .attn_wsum_f16 = ref_attn_wsum_f16,
     .attn_scores_bf16 = ref_attn_scores_bf16,
     .attn_wsum_bf16 = ref_attn_wsum_bf16,
+    .attn_scores_heads_f16 = ref_attn_scores_heads_f16,
+    .attn_wsum_heads_f16 = ref_attn_wsum_heads_f16,
+    .attn_scores_heads_bf16 = ref_attn_scores_heads_bf16,
+    .attn_wsum_heads_bf16 = ref_attn_wsum_heads_bf16,
     .f16_to_f32 = ref_f16_to_f32,
     .f32_to_f16 = ref_f32_to_f16,
     .bf16_to_f32 = ref_bf16_to_f32,
@@ -257,4 +303,5 @@ const choir_cpu_ops choir_cpu_ops_ref = {
     .normalize = ref_normalize,
     .affine = ref_affine,
     .softmax_row = ref_softmax_row,
+    .exp_row = ref_exp_row,
 };

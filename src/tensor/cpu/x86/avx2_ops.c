@@ -235,6 +235,56 @@ static void avx2_attn_wsum_bf16(const float *p, const uint16_t *v, int64_t ldv, 
     ATTN_WSUM_BODY(uint16_t, load_bf16, choir_bf16_to_f32)
 }
 
+/* G heads at once, each row walked whole (cpu_kernels.h); Dh a multiple of
+ * 16, two 8-lane accumulators per head as in the dot products. */
+#define ATTN_SCORES_HEADS_BODY(load_k)                                                             \
+    for (int64_t j = 0; j < n; j++) {                                                              \
+        const uint16_t *kr = k + j * ldk;                                                          \
+        for (int64_t h = 0; h < G; h++) {                                                          \
+            const float *qh = q + h * Dh;                                                          \
+            const uint16_t *kh = kr + h * Dh;                                                      \
+            __m256 e = _mm256_setzero_ps(), o = _mm256_setzero_ps();                               \
+            for (int64_t c = 0; c < Dh; c += 16) {                                                 \
+                e = _mm256_fmadd_ps(_mm256_loadu_ps(qh + c), load_k(kh + c), e);                   \
+                o = _mm256_fmadd_ps(_mm256_loadu_ps(qh + c + 8), load_k(kh + c + 8), o);           \
+            }                                                                                      \
+            scores[h * lds + j] = choir_hsum256(_mm256_add_ps(e, o)) * scale;                      \
+        }                                                                                          \
+    }
+
+#define ATTN_WSUM_HEADS_BODY(load_v)                                                               \
+    memset(out, 0, (size_t)(G * Dh) * sizeof(float));                                             \
+    for (int64_t j = 0; j < n; j++) {                                                              \
+        const uint16_t *vr = v + j * ldv;                                                          \
+        for (int64_t h = 0; h < G; h++) {                                                          \
+            __m256 pj = _mm256_set1_ps(p[h * ldp + j]);                                            \
+            float *oh = out + h * Dh;                                                              \
+            const uint16_t *vh = vr + h * Dh;                                                      \
+            for (int64_t c = 0; c < Dh; c += 8)                                                    \
+                _mm256_storeu_ps(oh + c,                                                           \
+                                 _mm256_fmadd_ps(pj, load_v(vh + c), _mm256_loadu_ps(oh + c)));    \
+        }                                                                                          \
+    }
+
+static void avx2_attn_scores_heads_f16(const float *q, const uint16_t *k, int64_t ldk, int64_t n,
+                                       int64_t Dh, int64_t G, float scale, float *scores,
+                                       int64_t lds) {
+    ATTN_SCORES_HEADS_BODY(load_f16)
+}
+static void avx2_attn_wsum_heads_f16(const float *p, int64_t ldp, const uint16_t *v, int64_t ldv,
+                                     int64_t n, int64_t Dh, int64_t G, float *out) {
+    ATTN_WSUM_HEADS_BODY(load_f16)
+}
+static void avx2_attn_scores_heads_bf16(const float *q, const uint16_t *k, int64_t ldk, int64_t n,
+                                        int64_t Dh, int64_t G, float scale, float *scores,
+                                        int64_t lds) {
+    ATTN_SCORES_HEADS_BODY(load_bf16)
+}
+static void avx2_attn_wsum_heads_bf16(const float *p, int64_t ldp, const uint16_t *v,
+                                      int64_t ldv, int64_t n, int64_t Dh, int64_t G, float *out) {
+    ATTN_WSUM_HEADS_BODY(load_bf16)
+}
+
 static void avx2_f16_to_f32(const uint16_t *src, float *dst, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -419,8 +469,9 @@ static void avx2_affine(const float *x, float *y, int64_t n, float mean, float a
         y[i] = (x[i] - mean) * a + b;
 }
 
-static void avx2_softmax_row(float *x, int64_t n) {
-    if (n <= 0) return;
+static float avx2_exp_row(float *x, int64_t n, float *max) {
+    *max = -INFINITY;
+    if (n <= 0) return 0.0f;
     __m256 vmax = _mm256_set1_ps(-INFINITY);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -428,9 +479,10 @@ static void avx2_softmax_row(float *x, int64_t n) {
     float mx = choir_hmax256(vmax);
     for (; i < n; i++)
         mx = x[i] > mx ? x[i] : mx;
+    *max = mx;
     if (mx == -INFINITY) {
         memset(x, 0, (size_t)n * sizeof(float));
-        return;
+        return 0.0f;
     }
     const __m256 vm = _mm256_set1_ps(mx);
     __m256 vsum = _mm256_setzero_ps();
@@ -450,8 +502,12 @@ static void avx2_softmax_row(float *x, int64_t n) {
         vsum = _mm256_add_ps(vsum, e);
         memcpy(x + i, tail, rem * sizeof(float));
     }
-    float s = choir_hsum256(vsum);
-    avx2_scale(x, 1.0f / s, n);
+    return choir_hsum256(vsum);
+}
+
+static void avx2_softmax_row(float *x, int64_t n) {
+    float mx, s = avx2_exp_row(x, n, &mx);
+    if (s > 0.0f) avx2_scale(x, 1.0f / s, n);
 }
 
 const choir_cpu_ops choir_cpu_ops_avx2 = {
@@ -470,6 +526,10 @@ const choir_cpu_ops choir_cpu_ops_avx2 = {
     .attn_wsum_f16 = avx2_attn_wsum_f16,
     .attn_scores_bf16 = avx2_attn_scores_bf16,
     .attn_wsum_bf16 = avx2_attn_wsum_bf16,
+    .attn_scores_heads_f16 = avx2_attn_scores_heads_f16,
+    .attn_wsum_heads_f16 = avx2_attn_wsum_heads_f16,
+    .attn_scores_heads_bf16 = avx2_attn_scores_heads_bf16,
+    .attn_wsum_heads_bf16 = avx2_attn_wsum_heads_bf16,
     .f16_to_f32 = avx2_f16_to_f32,
     .f32_to_f16 = avx2_f32_to_f16,
     .bf16_to_f32 = avx2_bf16_to_f32,
@@ -489,4 +549,5 @@ const choir_cpu_ops choir_cpu_ops_avx2 = {
     .normalize = avx2_normalize,
     .affine = avx2_affine,
     .softmax_row = avx2_softmax_row,
+    .exp_row = avx2_exp_row,
 };

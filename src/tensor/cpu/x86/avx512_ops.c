@@ -15,6 +15,7 @@
  * Compiled with -mavx512f -mavx512bw -mavx512vl (and the AVX2 flags); only
  * reached when choir_kernels_isa() == CHOIR_ISA_AVX512. */
 #include <immintrin.h>
+#include <string.h>
 #include <pthread.h>
 
 #include "tensor/cpu/cpu_kernels.h"
@@ -267,6 +268,52 @@ static void z_attn_wsum_bf16(const float *p, const uint16_t *v, int64_t ldv, int
     ATTN_WSUM_512(ld_bf16, ldm_bf16)
 }
 
+/* G heads at once, each row walked whole (cpu_kernels.h); Dh a multiple of 16. */
+#define ATTN_SCORES_HEADS_512(LD)                                                                   \
+    for (int64_t j = 0; j < n; j++) {                                                               \
+        const uint16_t *kr = k + j * ldk;                                                           \
+        for (int64_t h = 0; h < G; h++) {                                                           \
+            const float *qh = q + h * Dh;                                                           \
+            const uint16_t *kh = kr + h * Dh;                                                       \
+            __m512 a = _mm512_mul_ps(_mm512_loadu_ps(qh), LD(kh));                                  \
+            for (int64_t c = 16; c < Dh; c += 16)                                                   \
+                a = _mm512_fmadd_ps(_mm512_loadu_ps(qh + c), LD(kh + c), a);                        \
+            scores[h * lds + j] = _mm512_reduce_add_ps(a) * scale;                                  \
+        }                                                                                           \
+    }
+
+#define ATTN_WSUM_HEADS_512(LD)                                                                     \
+    memset(out, 0, (size_t)(G * Dh) * sizeof(float));                                              \
+    for (int64_t j = 0; j < n; j++) {                                                               \
+        const uint16_t *vr = v + j * ldv;                                                           \
+        for (int64_t h = 0; h < G; h++) {                                                           \
+            __m512 pj = _mm512_set1_ps(p[h * ldp + j]);                                             \
+            float *oh = out + h * Dh;                                                               \
+            const uint16_t *vh = vr + h * Dh;                                                       \
+            for (int64_t c = 0; c < Dh; c += 16)                                                    \
+                _mm512_storeu_ps(oh + c, _mm512_fmadd_ps(pj, LD(vh + c), _mm512_loadu_ps(oh + c))); \
+        }                                                                                           \
+    }
+
+static void z_attn_scores_heads_f16(const float *q, const uint16_t *k, int64_t ldk, int64_t n,
+                                    int64_t Dh, int64_t G, float scale, float *scores,
+                                    int64_t lds) {
+    ATTN_SCORES_HEADS_512(ld_f16)
+}
+static void z_attn_wsum_heads_f16(const float *p, int64_t ldp, const uint16_t *v, int64_t ldv,
+                                  int64_t n, int64_t Dh, int64_t G, float *out) {
+    ATTN_WSUM_HEADS_512(ld_f16)
+}
+static void z_attn_scores_heads_bf16(const float *q, const uint16_t *k, int64_t ldk, int64_t n,
+                                     int64_t Dh, int64_t G, float scale, float *scores,
+                                     int64_t lds) {
+    ATTN_SCORES_HEADS_512(ld_bf16)
+}
+static void z_attn_wsum_heads_bf16(const float *p, int64_t ldp, const uint16_t *v, int64_t ldv,
+                                   int64_t n, int64_t Dh, int64_t G, float *out) {
+    ATTN_WSUM_HEADS_512(ld_bf16)
+}
+
 static choir_cpu_ops g_ops;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
@@ -286,6 +333,10 @@ static void build_table(void) {
     g_ops.attn_wsum_f16 = z_attn_wsum_f16;
     g_ops.attn_scores_bf16 = z_attn_scores_bf16;
     g_ops.attn_wsum_bf16 = z_attn_wsum_bf16;
+    g_ops.attn_scores_heads_f16 = z_attn_scores_heads_f16;
+    g_ops.attn_wsum_heads_f16 = z_attn_wsum_heads_f16;
+    g_ops.attn_scores_heads_bf16 = z_attn_scores_heads_bf16;
+    g_ops.attn_wsum_heads_bf16 = z_attn_wsum_heads_bf16;
     g_ops.bf16_to_f32 = z_bf16_to_f32;
 }
 
