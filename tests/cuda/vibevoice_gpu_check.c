@@ -38,8 +38,10 @@
  *     requests of --batch-min minutes (--steps new tokens each) through an
  *     engine serving the adapter on GPU 0 with its default device budget
  *     (--kv bf16: bf16 keys and values): decode tokens/s, request latency,
- *     device peak; with --burst-min M, how many M-minute requests the pool
- *     admits at once and a burst of twice that (cancelled once admitted).
+ *     device peak, the longest wait between two steps; with --burst-min M, how
+ *     many M-minute requests the pool admits at once and a burst of twice that
+ *     (cancelled once admitted); --join 1 then times a request joining a
+ *     running batch (bench_join: the running one's longest wait between steps).
  *
  * Bounds. f32: operations rel L2 <= 1e-5; model stages <= 1e-4 (cuBLAS
  * and the CPU sum in other orders; the parity bound against transformers is
@@ -1042,6 +1044,7 @@ int main(int argc, char **argv) {
     int layers = 4, steps = 16, chunk = 1024;
     const char *minutes = "10", *batches = NULL;
     double batch_min = 10, burst_min = 0;
+    int join = 0;
     bool att_bench = false;
     const char *engine = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -1054,6 +1057,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--batch-min") == 0) batch_min = atof(argv[i + 1]);
         else if (strcmp(argv[i], "--engine") == 0) engine = argv[i + 1];
         else if (strcmp(argv[i], "--burst-min") == 0) burst_min = atof(argv[i + 1]);
+        else if (strcmp(argv[i], "--join") == 0) join = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--linear") == 0) {
             const char *p = argv[i + 1];
             choir_cuda_linear_force(strcmp(p, "gemv") == 0     ? CHOIR_CUDA_LINEAR_GEMV
@@ -1074,9 +1078,9 @@ int main(int argc, char **argv) {
 #ifdef CHOIR_VGC_ENGINE
     if (size && engine)
         return engine_bench(size, layers, engine, batch_min > 0 ? batch_min : 10, steps > 0 ? steps : 1,
-                            g_bench_kv == CHOIR_DTYPE_BF16, burst_min);
+                            g_bench_kv == CHOIR_DTYPE_BF16, burst_min, join);
 #else
-    (void)engine, (void)burst_min;
+    (void)engine, (void)burst_min, (void)join;
 #endif
     if (size)
         return bench(size, layers, minutes, steps > 0 ? steps : 1, chunk > 0 ? chunk : 1024, batches,

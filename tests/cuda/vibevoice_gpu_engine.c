@@ -469,8 +469,55 @@ static int bench_wave(choir_engine *e, const float *x, int64_t n, int B, int max
     return failed_n;
 }
 
+/* A request joining a running batch: A (`steps` x 8 new tokens) is
+ * submitted alone; once it decodes, B (`steps` new tokens, the same audio)
+ * is submitted and joins A's batch. Prints how long A waited at most
+ * between two of its steps while B was encoded and prefilled, and both
+ * latencies. Returns how many failed. */
+static int bench_join(choir_engine *e, const float *x, int64_t n, double minutes, int steps, bool kv_bf16) {
+    bench_req br[2];
+    choir_ticket *t[2] = {0};
+    choir_vibevoice_opts o[2];
+    vv_model_stats s0 = {0}, s1;
+    if (g_w) {
+        vv_model_get_stats(g_w, &s0);
+        vv_model_reset_gap(g_w);
+    }
+    int bad = bench_wave(e, x, n, 1, 8 * steps, &br[0], &t[0], &o[0], 0);
+    /* Until A has taken its first step (or 120 s). */
+    double ts = choir_now_s();
+    for (;;) {
+        struct timespec ns = {0, 2 * 1000 * 1000};
+        nanosleep(&ns, NULL);
+        if (g_w) {
+            vv_model_get_stats(g_w, &s1);
+            if (s1.steps > s0.steps) break;
+        }
+        if (choir_now_s() - ts > 120) break;
+    }
+    double tj = choir_now_s();
+    bad += bench_wave(e, x, n, 1, steps, &br[1], &t[1], &o[1], 0);
+    for (int i = 0; i < 2; i++) {
+        if (!t[i]) continue;
+        choir_err err = {0};
+        choir_ticket_wait(t[i], -1, &err);
+        choir_ticket_free(t[i]);
+        if (br[i].finals != 1 || (br[i].status && br[i].status != CHOIR_EINTERNAL)) bad++;
+    }
+    if (!g_w) return bad + 1;
+    vv_model_get_stats(g_w, &s1);
+    printf("engine     join: B (%g min, %d tokens) submitted %.2f s after A (%d tokens) while A decodes: A's "
+           "longest wait between two steps %.3f s; latency A %.2f s, B %.2f s; %lld batch(es); %d failed\n",
+           minutes, steps, tj - br[0].t0, 8 * steps, s1.max_gap_s, br[0].t1 - br[0].t0, br[1].t1 - br[1].t0,
+           (long long)(s1.batches - s0.batches), bad);
+    printf("choir vibevoice engine join at %g min: kv=%s max_gap_s=%.4f lat_a_s=%.3f lat_b_s=%.3f failed=%d\n",
+           minutes, kv_bf16 ? "bf16" : "f32", s1.max_gap_s, br[0].t1 - br[0].t0, br[1].t1 - br[1].t0, bad);
+    fflush(stdout);
+    return bad;
+}
+
 static int engine_bench(const char *size, int layers, const char *batches, double minutes, int steps,
-                        bool kv_bf16, double burst_min) {
+                        bool kv_bf16, double burst_min, int join) {
     choir_err err = {0};
     if (choir_vibevoice_dims_named(size, &g_bench_d, &err)) {
         fprintf(stderr, "%s\n", err.msg);
@@ -525,7 +572,10 @@ static int engine_bench(const char *size, int layers, const char *batches, doubl
         int B = (int)strtol(p, &end, 10);
         p = *end == ',' ? end + 1 : end;
         vv_model_stats s0 = {0}, s1;
-        if (g_w) vv_model_get_stats(g_w, &s0);
+        if (g_w) {
+            vv_model_get_stats(g_w, &s0);
+            vv_model_reset_gap(g_w);
+        }
         if (g_w && vv_model_backend(g_w)) choir_backend_mem_reset_peak(vv_model_backend(g_w));
         double w0 = choir_now_s();
         int bad = bench_wave(e, x, n, B, steps, br, t, o, 1);
@@ -545,18 +595,22 @@ static int engine_bench(const char *size, int layers, const char *batches, doubl
         double step_s = s1.step_s - s0.step_s, wall_s = s1.decode_wall_s - s0.decode_wall_s;
         printf("engine     %d x %g min through the engine: %lld steps of up to %d rows, %.2f ms/step, decode "
                "%.0f tokens/s in the steps (%.0f over the decode's wall time); request latency p50 %.2f s, p99 "
-               "%.2f s (wave %.2f s); device peak %.2f GB of a %.2f GB budget (pool %.2f GB); %d failed\n",
+               "%.2f s (wave %.2f s); longest wait between two steps %.3f s; device peak %.2f GB of a %.2f GB "
+               "budget (pool %.2f GB); %d failed\n",
                B, minutes, (long long)steps_n, s1.most_rows, steps_n ? 1000 * step_s / steps_n : 0,
-               step_s > 0 ? rows / step_s : 0, wall_s > 0 ? rows / wall_s : 0, p50, p99, w1 - w0, peak,
-               dev[1].budget / 1e9, dev[1].pool / 1e9, bad);
+               step_s > 0 ? rows / step_s : 0, wall_s > 0 ? rows / wall_s : 0, p50, p99, w1 - w0, s1.max_gap_s,
+               peak, dev[1].budget / 1e9, dev[1].pool / 1e9, bad);
         printf("choir vibevoice engine %d at %g min: kv=%s reqs=%d layers=%d step_ms=%.3f decode_tps=%.1f "
-               "wall_tps=%.1f p50_s=%.3f p99_s=%.3f peak_gb=%.3f budget_gb=%.3f pool_gb=%.3f failed=%d\n",
+               "wall_tps=%.1f p50_s=%.3f p99_s=%.3f max_gap_s=%.4f peak_gb=%.3f budget_gb=%.3f pool_gb=%.3f "
+               "failed=%d\n",
                B, minutes, kv_bf16 ? "bf16" : "f32", B, g_bench_d.lm.n_layers,
                steps_n ? 1000 * step_s / steps_n : 0, step_s > 0 ? rows / step_s : 0,
-               wall_s > 0 ? rows / wall_s : 0, p50, p99, peak, dev[1].budget / 1e9, dev[1].pool / 1e9, bad);
+               wall_s > 0 ? rows / wall_s : 0, p50, p99, s1.max_gap_s, peak, dev[1].budget / 1e9,
+               dev[1].pool / 1e9, bad);
         fflush(stdout);
         if (bad) goto out;
     }
+    if (join && bench_join(e, x, n, minutes, steps, kv_bf16)) goto out;
     if (burst_min > 0 && g_w) {
         /* Admission of hour-long requests by their pages: how many the pool
          * of the default budget holds at once, and a burst of twice that

@@ -520,7 +520,7 @@ static int run_batch(vv_weights *w, choir_request *const *reqs, int n, choir_are
     choir_stream *st = NULL;
     choir_vibevoice_batch *batch = w->gpu ? w->batch : NULL;
     size_t mark = arena ? choir_arena_mark(arena) : 0;
-    double t_steps = 0, t_first = 0;
+    double t_steps = 0, t_first = 0, t_last = 0, max_gap = 0;
     int64_t steps = 0, rows = 0;
     int most = 0;
     if (!slots || !states || !toks) {
@@ -581,9 +581,11 @@ static int run_batch(vv_weights *w, choir_request *const *reqs, int n, choir_are
          * only the ids come back. */
         double t0 = choir_now_s();
         if (!t_first) t_first = t0;
+        if (t_last && t0 - t_last > max_gap) max_gap = t0 - t_last;
         int sr = k > 1 || w->gpu ? choir_vibevoice_step_batch_greedy(w->m, batch, states, toks, k, picks, &e)
                                  : choir_vibevoice_step(w->m, states[0], toks[0], NULL, &e);
-        t_steps += choir_now_s() - t0;
+        t_last = choir_now_s();
+        t_steps += t_last - t0;
         steps++;
         rows += k;
         for (int q = 0, row = 0; q < cap; q++) {
@@ -622,6 +624,7 @@ done:
     w->stats.step_s += t_steps;
     w->stats.decode_wall_s += t_first ? choir_now_s() - t_first : 0;
     if (most > w->stats.most_rows) w->stats.most_rows = most;
+    if (max_gap > w->stats.max_gap_s) w->stats.max_gap_s = max_gap;
     pthread_mutex_unlock(&w->lock);
     return rc;
 }
@@ -648,6 +651,13 @@ void vv_model_get_stats(const void *weights, vv_model_stats *out) {
     vv_weights *w = (vv_weights *)weights;
     pthread_mutex_lock(&w->lock);
     *out = w->stats;
+    pthread_mutex_unlock(&w->lock);
+}
+
+void vv_model_reset_gap(void *weights) {
+    vv_weights *w = weights;
+    pthread_mutex_lock(&w->lock);
+    w->stats.max_gap_s = 0;
     pthread_mutex_unlock(&w->lock);
 }
 

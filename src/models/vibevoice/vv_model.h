@@ -26,7 +26,11 @@ typedef struct vv_model_stats {
     int most_rows;        /* the most sequences one step decoded */
     double step_s;        /* seconds inside the steps (each to its ids on the host) */
     double decode_wall_s; /* seconds from each batch's first step to its end, summed */
+    double max_gap_s;     /* the longest time between two steps of a batch (end of one to the
+                             start of the next): what a decoding member waited at most */
 } vv_model_stats;
+/* Clears max_gap_s (a benchmark's next wave measures its own). */
+void vv_model_reset_gap(void *weights);
 void vv_model_get_stats(const void *weights, vv_model_stats *out);
 
 /* A GPU replica's backend and pool (NULL on the CPU). */
