@@ -41,7 +41,9 @@
  *     device peak, the longest wait between two steps; with --burst-min M, how
  *     many M-minute requests the pool admits at once and a burst of twice that
  *     (cancelled once admitted); --join 1 then times a request joining a
- *     running batch (bench_join: the running one's longest wait between steps).
+ *     running batch (bench_join: the running one's longest wait between steps);
+ *     --prep-ms S sets the replica's encoding and prefill slice between two
+ *     steps (vv_model_set_prep_slice; 0: a whole request at a time).
  *
  * Bounds. f32: operations rel L2 <= 1e-5; model stages <= 1e-4 (cuBLAS
  * and the CPU sum in other orders; the parity bound against transformers is
@@ -1058,6 +1060,9 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--engine") == 0) engine = argv[i + 1];
         else if (strcmp(argv[i], "--burst-min") == 0) burst_min = atof(argv[i + 1]);
         else if (strcmp(argv[i], "--join") == 0) join = atoi(argv[i + 1]);
+#ifdef CHOIR_VGC_ENGINE
+        else if (strcmp(argv[i], "--prep-ms") == 0) g_bench_prep_ms = atof(argv[i + 1]);
+#endif
         else if (strcmp(argv[i], "--linear") == 0) {
             const char *p = argv[i + 1];
             choir_cuda_linear_force(strcmp(p, "gemv") == 0     ? CHOIR_CUDA_LINEAR_GEMV

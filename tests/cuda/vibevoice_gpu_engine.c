@@ -13,7 +13,9 @@
  *   - each request's outcome through the engine on the GPU equals the
  *     adapter's on the CPU, one request at a time (the same tokens);
  *   - with room for both in the replica's KV pool, B (queued while A
- *     decodes) joins A's running batch: one batch, one join;
+ *     decodes) joins A's running batch: one batch, one join; its encoding
+ *     and prefill go on a piece at a time between A's steps (the replica's
+ *     least prep slice), at least two of A's steps among them;
  *   - with a pool one page short of both, B waits in the queue while A
  *     decodes and starts once A's pages are back (it joins A's batch after
  *     A left it, choir_batch_join_member_done): never more than one request
@@ -88,6 +90,9 @@ static void memory_verdict(const char *name, int64_t budget) {
 
 static void *eng_load(const char *dir, const choir_model_options *o, choir_err *err) {
     void *w = choir_model_vibevoice.load(dir, o, err);
+    /* The least slice: one encoder pass or prefill chunk of a waiting
+     * request between two steps, whatever the device's speed. */
+    if (w) vv_model_set_prep_slice(w, 1e-9);
     if (w && o && o->device >= 1) g_w = w;
     return w;
 }
@@ -317,6 +322,13 @@ static void run_engine_case(void) {
                     "%llu batch(es) on %s, %llu joined, pool %.1f MB, %d requests in it at most",
                     (unsigned long long)s.batches, dev[1].name, (unsigned long long)s.joined, dev[1].pool / 1e6,
                     dev[1].pool_peak_reqs);
+        /* B's encoding and prefill went on in slices between A's steps (and
+         * each output above is still the CPU's alone). */
+        vv_model_stats vs = {0};
+        if (g_w) vv_model_get_stats(g_w, &vs);
+        eng_verdict("room for both: B prepared between A's steps", vs.prep_steps >= 2,
+                    "%lld of the batch's %lld steps ran while B waited for or was in its encoding and prefill",
+                    (long long)vs.prep_steps, (long long)vs.steps);
         if (g_w) {
             pool1 = ops->pool_bytes(g_w);
             choir_vibevoice_kv_usage u;
@@ -384,6 +396,7 @@ static void run_engine_case(void) {
 static choir_vibevoice_randw *g_bench_w;
 static choir_vibevoice_dims g_bench_d;
 static char g_bench_tok[1024];
+static double g_bench_prep_ms = -1; /* --prep-ms: the replica's prep slice (< 0: its default) */
 
 static void *bench_load(const char *dir, const choir_model_options *o, choir_err *err) {
     (void)dir;
@@ -400,6 +413,7 @@ static void *bench_load(const char *dir, const choir_model_options *o, choir_err
         return NULL;
     }
     void *w = vv_model_over(m, be, tok, o, err);
+    if (w && g_bench_prep_ms >= 0) vv_model_set_prep_slice(w, g_bench_prep_ms / 1000);
     g_w = w;
     return w;
 }
@@ -556,8 +570,10 @@ static int engine_bench(const char *size, int layers, const char *batches, doubl
         choir_vibevoice_randw_free(g_bench_w);
         return 1;
     }
-    printf("engine bench %s, LM %d layers, keys and values %s: weights generated in %.1f s\n", size,
-           g_bench_d.lm.n_layers, kv_bf16 ? "bf16" : "f32", choir_now_s() - t0);
+    printf("engine bench %s, LM %d layers, keys and values %s, prep slice %s ms: weights generated in %.1f s\n",
+           size, g_bench_d.lm.n_layers, kv_bf16 ? "bf16" : "f32", g_bench_prep_ms >= 0 ? "set" : "default",
+           choir_now_s() - t0);
+    if (g_bench_prep_ms >= 0) printf("engine     prep slice %.1f ms\n", g_bench_prep_ms);
     int64_t n = (int64_t)(minutes * 60 * CHOIR_VIBEVOICE_SAMPLE_RATE);
     float *x = malloc((size_t)n * sizeof *x);
     bench_req *br = calloc(64, sizeof *br);

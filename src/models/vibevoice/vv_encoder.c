@@ -117,35 +117,64 @@ static void encoder_pass(choir_vibevoice_state *s, const vv_encoder *e, const vv
     conv_pass(s, &e->head, src, d->n_stages == 0, T, &cache, lat);
 }
 
-int choir_vibevoice_encode(const choir_vibevoice *m, choir_vibevoice_state *s, const float *x, int64_t n,
-                           int64_t chunk_samples, float *acoustic, float *semantic, choir_err *err) {
+int vv_encode_start(const choir_vibevoice *m, choir_vibevoice_state *s, int64_t n, int64_t chunk_samples,
+                    vv_enc_cursor *c, choir_err *err) {
     const choir_vibevoice_dims *D = &m->dims;
+    memset(c, 0, sizeof *c);
     if (n < 0 || n % D->hop)
         return choir_err_set(err, CHOIR_EINVAL, "vibevoice: %lld samples is not a multiple of the hop %d",
                              (long long)n, D->hop);
-    int64_t frames = n / D->hop;
-    if (frames > s->max_frames)
+    if (n / D->hop > s->max_frames)
         return choir_err_set(err, CHOIR_ETOOBIG, "vibevoice: %lld audio frames, the state holds %lld",
-                             (long long)frames, (long long)s->max_frames);
+                             (long long)(n / D->hop), (long long)s->max_frames);
     int64_t chunk = chunk_samples > 0 ? chunk_samples : D->chunk_samples;
     if (chunk % D->hop) chunk -= chunk % D->hop;
     if (chunk <= 0) chunk = D->hop;
-    for (int e = 0; e < 2; e++) {
-        const vv_encoder *en = &m->enc[e];
-        int vae = en->d.vae_dim;
+    c->n = n;
+    c->chunk = chunk;
+    c->e = n > 0 ? 0 : 2;
+    if (c->e == 0) choir_op_zero(s->stream, s->e_cache, (size_t)s->sizes.cache * sizeof(float));
+    else s->n_frames = 0, s->audio_used = 0;
+    return 0;
+}
+
+/* The passes in the order of the whole loop: for each encoder (its
+ * convolution caches zeroed first), each streaming chunk, each piece of it. */
+int vv_encode_pass(const choir_vibevoice *m, choir_vibevoice_state *s, const float *x, vv_enc_cursor *c) {
+    const choir_vibevoice_dims *D = &m->dims;
+    if (c->e >= 2) return 0;
+    const vv_encoder *en = &m->enc[c->e];
+    int64_t c1 = c->c0 + c->chunk < c->n ? c->c0 + c->chunk : c->n;
+    int64_t P = c1 - c->p0 < s->piece ? c1 - c->p0 : s->piece;
+    encoder_pass(s, en, &s->kernels[c->e], x + c->p0, P, s->lat[c->e] + c->p0 / D->hop * en->d.vae_dim);
+    c->p0 += P;
+    if (c->p0 < c1) return 1;
+    c->c0 += c->chunk;
+    c->p0 = c->c0;
+    if (c->c0 < c->n) return 1;
+    c->c0 = c->p0 = 0;
+    if (++c->e < 2) {
         choir_op_zero(s->stream, s->e_cache, (size_t)s->sizes.cache * sizeof(float));
-        for (int64_t c0 = 0; c0 < n; c0 += chunk) {
-            int64_t c1 = c0 + chunk < n ? c0 + chunk : n;
-            for (int64_t p0 = c0; p0 < c1; p0 += s->piece) {
-                int64_t P = c1 - p0 < s->piece ? c1 - p0 : s->piece;
-                encoder_pass(s, en, &s->kernels[e], x + p0, P, s->lat[e] + p0 / D->hop * vae);
-            }
-        }
+        return 1;
+    }
+    s->n_frames = c->n / D->hop;
+    s->audio_used = 0;
+    return 0;
+}
+
+int choir_vibevoice_encode(const choir_vibevoice *m, choir_vibevoice_state *s, const float *x, int64_t n,
+                           int64_t chunk_samples, float *acoustic, float *semantic, choir_err *err) {
+    vv_enc_cursor c;
+    int rc = vv_encode_start(m, s, n, chunk_samples, &c, err);
+    if (rc) return rc;
+    while (vv_encode_pass(m, s, x, &c)) {
+    }
+    int64_t frames = n / m->dims.hop;
+    for (int e = 0; e < 2; e++) {
         float *dst = e ? semantic : acoustic;
+        int vae = m->enc[e].d.vae_dim;
         if (dst) choir_op_download(s->stream, dst, s->lat[e], (size_t)(frames * vae) * sizeof *dst);
     }
-    s->n_frames = frames;
-    s->audio_used = 0;
     /* Waits for the device, so that the encoders' time is theirs. */
     return choir_stream_sync(s->stream, err);
 }

@@ -111,28 +111,53 @@ static int check_ids(const choir_vibevoice *m, const choir_vibevoice_state *s, c
     return 0;
 }
 
-int choir_vibevoice_prefill(const choir_vibevoice *m, choir_vibevoice_state *s, const int32_t *ids, int n,
-                            float *logits, float *inputs_embeds, float *hidden_final, choir_err *err) {
+/* The prompt's checks before its first chunk: the ids, and as many audio
+ * positions as encoded frames not yet used, when any appear. */
+static int check_prompt(const choir_vibevoice *m, const choir_vibevoice_state *s, const int32_t *ids, int n,
+                        choir_err *err) {
     int rc = check_ids(m, s, ids, n, err);
     if (rc) return rc;
-    int64_t audio = 0, H = m->dims.lm.hidden;
+    int64_t audio = 0;
     for (int i = 0; i < n; i++) audio += ids[i] == m->dims.audio_token;
     if (audio && audio != s->n_frames - s->audio_used)
         return choir_err_set(err, CHOIR_EINVAL, "vibevoice: the prompt has %lld audio positions for %lld "
                              "encoded frames", (long long)audio, (long long)(s->n_frames - s->audio_used));
-    for (int c0 = 0; c0 < n; c0 += s->prefill_chunk) {
-        int64_t rows = n - c0 < s->prefill_chunk ? n - c0 : s->prefill_chunk;
-        embed_rows(m, s, ids + c0, rows, 1);
-        if (inputs_embeds)
-            choir_op_download(s->stream, inputs_embeds + (int64_t)c0 * H, s->x, (size_t)(rows * H) * sizeof(float));
-        forward_rows(m, s, rows);
-        if (hidden_final) {
-            choir_op_rms_norm(s->stream, s->x, s->xn, rows, H, m->final_norm, m->dims.lm.eps);
-            choir_op_download(s->stream, hidden_final + (int64_t)c0 * H, s->xn, (size_t)(rows * H) * sizeof(float));
-        }
-        if (c0 + rows == n) last_logits(m, s, rows);
-        if ((rc = vv_status(s, err))) return rc;
+    return 0;
+}
+
+/* Rows c0 .. c0 + rows - 1 of the prompt ids[n] (one chunk) through the
+ * model; the last position's logits after the last chunk. */
+static int prefill_chunk(const choir_vibevoice *m, choir_vibevoice_state *s, const int32_t *ids, int n, int c0,
+                         float *inputs_embeds, float *hidden_final, choir_err *err) {
+    int64_t H = m->dims.lm.hidden;
+    int64_t rows = n - c0 < s->prefill_chunk ? n - c0 : s->prefill_chunk;
+    embed_rows(m, s, ids + c0, rows, 1);
+    if (inputs_embeds)
+        choir_op_download(s->stream, inputs_embeds + (int64_t)c0 * H, s->x, (size_t)(rows * H) * sizeof(float));
+    forward_rows(m, s, rows);
+    if (hidden_final) {
+        choir_op_rms_norm(s->stream, s->x, s->xn, rows, H, m->final_norm, m->dims.lm.eps);
+        choir_op_download(s->stream, hidden_final + (int64_t)c0 * H, s->xn, (size_t)(rows * H) * sizeof(float));
     }
+    if (c0 + rows == n) last_logits(m, s, rows);
+    return vv_status(s, err);
+}
+
+int vv_prefill_next(const choir_vibevoice *m, choir_vibevoice_state *s, const int32_t *ids, int n, int *done,
+                    choir_err *err) {
+    int rc = *done == 0 ? check_prompt(m, s, ids, n, err) : 0;
+    if (rc) return rc;
+    if ((rc = prefill_chunk(m, s, ids, n, *done, NULL, NULL, err))) return rc;
+    *done += n - *done < s->prefill_chunk ? n - *done : s->prefill_chunk;
+    return *done < n;
+}
+
+int choir_vibevoice_prefill(const choir_vibevoice *m, choir_vibevoice_state *s, const int32_t *ids, int n,
+                            float *logits, float *inputs_embeds, float *hidden_final, choir_err *err) {
+    int rc = check_prompt(m, s, ids, n, err);
+    if (rc) return rc;
+    for (int c0 = 0; c0 < n; c0 += s->prefill_chunk)
+        if ((rc = prefill_chunk(m, s, ids, n, c0, inputs_embeds, hidden_final, err))) return rc;
     if (logits && logits != s->logits_host)
         memcpy(logits, s->logits_host, (size_t)m->dims.lm.vocab * sizeof(float));
     return 0;

@@ -59,6 +59,12 @@
  * pool (their state blocks at the longest audio), so that the pool does
  * not take the memory their working sets need. */
 #define VV_GPU_STATE_ROOM VV_GPU_MAX_BATCH
+/* Seconds of encoding and prefill of a waiting request between two steps
+ * of a batch's decoding members (each then waits at most this plus one
+ * encoder pass or prefill chunk): on an H100 a 10-minute request's 2.7 s
+ * of it then go on at about 80% of their speed alone while 8 to 32 others
+ * keep taking a step every 60 ms or so. */
+#define VV_PREP_SLICE_S 0.05
 
 typedef struct vv_weights {
     choir_vibevoice *m;
@@ -66,6 +72,7 @@ typedef struct vv_weights {
     pthread_mutex_t gpu_lock; /* GPU: one batch on the device at a time */
     pthread_mutex_t lock;     /* the stats */
     vv_model_stats stats;
+    double prep_slice_s;      /* VV_PREP_SLICE_S unless a benchmark sets it */
     /* A GPU replica: its CUDA backend (owned), the pool of every request's
      * KV pages, the batched step on a stream of its own, all kept from the
      * load on. */
@@ -204,6 +211,7 @@ void *vv_model_over(choir_vibevoice *m, choir_backend *be, choir_tokenizer *tok,
     w->m = m;
     w->tok = tok;
     w->be = be;
+    w->prep_slice_s = VV_PREP_SLICE_S;
     w->gpu = be && !choir_backend_is_host(be);
     if (w->gpu && gpu_setup(w, opt, err)) {
         vv_model_free(w);
@@ -391,13 +399,16 @@ static int vv_finish(choir_request *r, choir_vibevoice_result *res) {
 
 /* A place in the running batch: the request's job, and for a request that
  * joined the batch while it ran on the CPU, its own stream over the arena
- * the engine gave it. */
+ * the engine gave it. A place is taken (req), then opened (the front end
+ * and its state), prepared (encoders and prefill, in slices between the
+ * batch's steps) and live (it decodes in the steps). */
 typedef struct vv_slot {
     vv_job job;
     vv_emit_ctx ec;
     choir_request *req;
     choir_stream *own;
-    int live, joined;
+    int64_t order; /* arrival in the batch: the first to arrive is prepared first */
+    int opened, live, joined;
 } vv_slot;
 
 /* The state's working memory and kernel scratch of request r. */
@@ -407,14 +418,13 @@ static int64_t req_state_bytes(const choir_vibevoice_dims *D, const choir_reques
     return choir_vibevoice_transcribe_state_bytes(D, r->in.stt.n_samples, rate_of(r), &o, scratch);
 }
 
-/* Starts request r in slot sl: front end, encoders, prefill and the first
- * pick, its state carved from `stream` (the CPU) or, on a GPU replica, a
- * block of its own with its KV cache in the pool. 1: it decodes; 0: it is
- * already over (failed, cancelled or finished, its output delivered);
+/* Opens slot sl's request: its front end and its state, carved from
+ * `stream` (the CPU) or, on a GPU replica, a block of its own with its KV
+ * cache in the pool. 1: opened; 0: already over (failed or cancelled);
  * CHOIR_ENOMEM: its memory was too small or its pages did not fit (err
  * says so), nothing delivered. */
-static int slot_start(vv_weights *w, vv_slot *sl, choir_request *r, choir_stream *stream, choir_err *err) {
-    sl->req = r;
+static int slot_open(vv_weights *w, vv_slot *sl, choir_stream *stream, choir_err *err) {
+    choir_request *r = sl->req;
     if (r->task != CHOIR_TASK_STT) {
         choir_request_fail(r, CHOIR_EINVAL, "vibevoice serves speech-to-text only");
         return 0;
@@ -426,16 +436,31 @@ static int slot_start(vv_weights *w, vv_slot *sl, choir_request *r, choir_stream
     o.on_text = vv_on_text;
     o.user = &sl->ec;
     choir_err e = {0};
-    int jr = vv_job_begin(&sl->job, w->m, w->tok, r->in.stt.samples, r->in.stt.n_samples, rate_of(r), &o, NULL,
-                          w->gpu ? NULL : stream, w->pool, &e);
-    if (jr == 0) jr = vv_job_next(&sl->job, &e);
-    if (jr == CHOIR_ENOMEM || jr == CHOIR_EBUSY) {
-        vv_job_clear(&sl->job);
-        return choir_err_set(err, CHOIR_ENOMEM, "%s", e.msg);
-    }
+    int jr = vv_job_open(&sl->job, w->m, w->tok, r->in.stt.samples, r->in.stt.n_samples, rate_of(r), &o, NULL,
+                         w->gpu ? NULL : stream, w->pool, &e);
+    if (jr == CHOIR_ENOMEM || jr == CHOIR_EBUSY) return choir_err_set(err, CHOIR_ENOMEM, "%s", e.msg);
     if (jr < 0) {
         choir_request_fail(r, jr, "%s", e.msg);
-        vv_job_clear(&sl->job);
+        return 0;
+    }
+    sl->opened = 1;
+    return 1;
+}
+
+/* Encodes and prefills slot sl's opened request for about `budget_s`
+ * seconds (0: to the end), then takes its first pick. 2: work remains; 1:
+ * it decodes (live); 0: it is over (failed, cancelled or finished, its
+ * output delivered); CHOIR_ENOMEM as slot_open. */
+static int slot_prep(vv_slot *sl, double budget_s, choir_err *err) {
+    choir_request *r = sl->req;
+    if (choir_request_cancelled(r)) return 0;
+    choir_err e = {0};
+    int jr = vv_job_prep(&sl->job, budget_s, &e);
+    if (jr == 1) return 2;
+    if (jr == 0) jr = vv_job_next(&sl->job, &e);
+    if (jr == CHOIR_ENOMEM || jr == CHOIR_EBUSY) return choir_err_set(err, CHOIR_ENOMEM, "%s", e.msg);
+    if (jr < 0) {
+        choir_request_fail(r, jr, "%s", e.msg);
         return 0;
     }
     if (jr == 0) {
@@ -449,57 +474,98 @@ static int slot_start(vv_weights *w, vv_slot *sl, choir_request *r, choir_stream
 }
 
 /* Empties slot sl; a joined request leaves the batch (the engine ends it
- * and frees its arena and reservations). */
-static void slot_end(vv_slot *sl, choir_batch_join *join, int overflow) {
+ * and frees its arena and reservations), a member's pages go back
+ * (`member_done` 0: a member never opened, whose batch goes back to the
+ * engine's queue whole). */
+static void slot_end(vv_slot *sl, choir_batch_join *join, int overflow, int member_done) {
     vv_job_clear(&sl->job);
     choir_stream_free(sl->own);
     if (sl->joined) choir_batch_join_leave(join, sl->req, overflow);
-    else if (sl->req) choir_batch_join_member_done(join, sl->req); /* its pages are free now */
+    else if (sl->req && member_done) choir_batch_join_member_done(join, sl->req); /* its pages are free now */
     memset(sl, 0, sizeof *sl);
 }
 
 /* Requests the engine admits to join the running batch (continuous
- * batching), each started in a free slot: on the CPU on a stream over its
- * own arena, on a GPU in the pool (the engine admitted its pages). One
- * whose memory turns out too small goes back to the engine's queue. `cap`:
- * the batch's rows. */
-static void slots_join(vv_weights *w, vv_slot *slots, int cap, int *n_live, choir_batch_join *join) {
+ * batching), each placed in a free slot behind those already waiting (on
+ * the CPU with a stream over its own arena; on a GPU its pages are
+ * admitted). `cap`: the batch's rows; the engine is told every taken place
+ * counts, waiting or decoding, so it never gives more than are free. */
+static void slots_join(vv_weights *w, vv_slot *slots, int cap, choir_batch_join *join, int64_t *order) {
     const choir_vibevoice_dims *D = choir_vibevoice_get_dims(w->m);
     choir_backend *be = choir_vibevoice_backend(w->m);
     choir_request *nreq[VV_OPS_MAX_BATCH];
     choir_arena *nar[VV_OPS_MAX_BATCH];
+    int used = 0;
+    for (int q = 0; q < cap; q++) used += slots[q].req != NULL;
     /* The engine fills up to ops.max_batch: a CPU batch stops at its cap. */
-    int k = *n_live < cap ? choir_batch_join_take(join, *n_live + VV_OPS_MAX_BATCH - cap, nreq, nar) : 0;
+    int k = used < cap ? choir_batch_join_take(join, used + VV_OPS_MAX_BATCH - cap, nreq, nar) : 0;
     for (int i = 0; i < k; i++) {
         vv_slot *sl = NULL;
         for (int q = 0; q < cap && !sl; q++)
             if (!slots[q].req) sl = &slots[q];
         sl->joined = 1;
         sl->req = nreq[i];
+        sl->order = (*order)++;
+        if (w->gpu) continue;
         choir_err e = {0};
+        int64_t scratch = 0, bytes = req_state_bytes(D, nreq[i], &scratch);
         int rc = 0;
-        if (!w->gpu) {
-            int64_t scratch = 0, bytes = req_state_bytes(D, nreq[i], &scratch);
-            if (choir_arena_capacity(nar[i]) - choir_arena_used(nar[i]) < (size_t)bytes) rc = CHOIR_ENOMEM;
-            else if (!(sl->own = choir_stream_create(be, &e))) rc = CHOIR_ENOMEM;
-            else rc = choir_stream_use_arena(sl->own, nar[i], (size_t)scratch, &e);
-        }
-        if (rc == 0) rc = slot_start(w, sl, nreq[i], sl->own, &e);
-        if (rc == 1) {
-            (*n_live)++;
-            continue;
-        }
-        /* Over at once, or its memory too small (the engine retries it with more). */
-        slot_end(sl, join, rc == CHOIR_ENOMEM);
+        if (choir_arena_capacity(nar[i]) - choir_arena_used(nar[i]) < (size_t)bytes) rc = CHOIR_ENOMEM;
+        else if (!(sl->own = choir_stream_create(be, &e))) rc = CHOIR_ENOMEM;
+        else rc = choir_stream_use_arena(sl->own, nar[i], (size_t)scratch, &e);
+        /* Its memory too small: the engine retries it with more. */
+        if (rc) slot_end(sl, join, 1, 1);
     }
 }
 
-/* A batch of requests: each one's front end, encoders and prefill in turn,
- * then their decoding steps together (choir_vibevoice_step_batch_greedy:
- * one pass over the language model's weights per step for all of them, the
- * greedy picks made on the backend); a request leaves the batch when it
- * stops, and with `join` (the engine's, continuous batching) queued
- * requests join it between steps while it has room.
+/* Encodes and prefills the batch's waiting requests, first come first
+ * served, for about `budget_s` seconds (0: until one of them decodes, or
+ * none waits), each new one opened when its turn comes (so one request's
+ * audio and state wait at a time). A request out of memory: a joined one
+ * goes back to the engine's queue; a member fails alone once the batch has
+ * stepped (`stepped`), else the batch returns CHOIR_ENOMEM (the engine
+ * retries it). 0 or CHOIR_ENOMEM. */
+static int slots_prep(vv_weights *w, vv_slot *slots, int cap, int *n_live, choir_stream *st, double budget_s,
+                      int stepped, choir_batch_join *join, choir_err *err) {
+    double t0 = choir_now_s();
+    for (;;) {
+        vv_slot *sl = NULL;
+        for (int q = 0; q < cap; q++)
+            if (slots[q].req && !slots[q].live && (!sl || slots[q].order < sl->order)) sl = &slots[q];
+        if (!sl) return 0;
+        choir_err e = {0};
+        int r = sl->opened ? 1 : slot_open(w, sl, sl->own ? sl->own : st, &e);
+        double left = budget_s - (choir_now_s() - t0);
+        if (r == 1 && budget_s > 0 && left <= 0) return 0;
+        if (r == 1) r = slot_prep(sl, budget_s > 0 ? left : 0, &e);
+        if (r == 2) return 0;
+        if (r == 1) {
+            (*n_live)++;
+            if (budget_s <= 0) return 0;
+            continue;
+        }
+        if (r == CHOIR_ENOMEM) {
+            if (sl->joined) {
+                slot_end(sl, join, 1, 1);
+                continue;
+            }
+            if (!stepped) return choir_err_set(err, CHOIR_ENOMEM, "%s", e.msg);
+            choir_request_fail(sl->req, CHOIR_ENOMEM, "%s", e.msg);
+        }
+        slot_end(sl, join, 0, 1);
+    }
+}
+
+/* A batch of requests: decoding steps shared by every member that decodes
+ * (choir_vibevoice_step_batch_greedy: one pass over the language model's
+ * weights per step for all of them, the greedy picks made on the backend);
+ * a request leaves the batch when it stops, and with `join` (the engine's,
+ * continuous batching) queued requests join it between steps while it has
+ * room. A request is encoded and prefilled before it decodes, one at a time
+ * in order of arrival: while others decode, in slices of about
+ * w->prep_slice_s between two steps (so a decoding member waits at most
+ * that plus one encoder pass or prefill chunk), and to the end while none
+ * does.
  *
  * CPU: the members' states, the step buffers and the kernels' scratch are
  * carved from the batch arena through one stream, so the arena's
@@ -521,7 +587,7 @@ static int run_batch(vv_weights *w, choir_request *const *reqs, int n, choir_are
     choir_vibevoice_batch *batch = w->gpu ? w->batch : NULL;
     size_t mark = arena ? choir_arena_mark(arena) : 0;
     double t_steps = 0, t_first = 0, t_last = 0, max_gap = 0;
-    int64_t steps = 0, rows = 0;
+    int64_t steps = 0, rows = 0, order = 0, prep_steps = 0;
     int most = 0;
     if (!slots || !states || !toks) {
         rc = choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory");
@@ -551,26 +617,25 @@ static int run_batch(vv_weights *w, choir_request *const *reqs, int n, choir_are
             goto done;
         }
     }
-    int n_live = 0;
     for (int i = 0; i < n; i++) {
-        memset(&e, 0, sizeof e);
-        int sr = slot_start(w, &slots[i], reqs[i], st, &e);
-        if (sr == CHOIR_ENOMEM) {
-            rc = choir_err_set(err, sr, "%s", e.msg);
-            goto done;
-        }
-        if (sr == 1) n_live++;
-        else slot_end(&slots[i], join, 0);
+        slots[i].req = reqs[i];
+        slots[i].order = order++;
     }
+    int n_live = 0;
     for (;;) {
-        slots_join(w, slots, cap, &n_live, join);
+        slots_join(w, slots, cap, join, &order);
+        if ((rc = slots_prep(w, slots, cap, &n_live, st, n_live ? w->prep_slice_s : 0, steps > 0, join, err)))
+            goto done;
         if (n_live == 0) break;
-        int k = 0;
+        int k = 0, waiting = 0;
         for (int q = 0; q < cap; q++)
             if (slots[q].live) {
                 states[k] = slots[q].job.s;
                 toks[k++] = slots[q].job.pending;
+            } else {
+                waiting |= slots[q].req != NULL;
             }
+        prep_steps += waiting;
         if (k > most) most = k;
         if (k > 1 && !batch && !(batch = choir_vibevoice_batch_create(w->m, cap, st, &e))) {
             rc = choir_err_set(err, e.code ? e.code : CHOIR_ENOMEM, "%s", e.msg);
@@ -606,11 +671,15 @@ static int run_batch(vv_weights *w, choir_request *const *reqs, int n, choir_are
                 if (vv_job_finish(&sl->job, &res, &e) || vv_finish(sl->req, &res))
                     choir_request_fail(sl->req, CHOIR_ENOMEM, "vibevoice: out of memory for the transcript");
             }
-            slot_end(sl, join, 0);
+            slot_end(sl, join, 0, 1);
         }
+        /* None decodes now: the next one waiting is prepared to the end, and
+         * that wait is no running member's. */
+        if (n_live == 0) t_last = 0;
     }
 done:
-    for (int q = 0; slots && q < cap; q++) slot_end(&slots[q], join, 0);
+    for (int q = 0; slots && q < cap; q++)
+        slot_end(&slots[q], join, 0, rc != CHOIR_ENOMEM || slots[q].opened);
     if (!w->gpu) choir_vibevoice_batch_free(batch);
     choir_stream_free(st);
     if (arena) choir_arena_release(arena, mark);
@@ -620,6 +689,7 @@ done:
     pthread_mutex_lock(&w->lock);
     w->stats.batches++;
     w->stats.steps += steps;
+    w->stats.prep_steps += prep_steps;
     w->stats.rows += rows;
     w->stats.step_s += t_steps;
     w->stats.decode_wall_s += t_first ? choir_now_s() - t_first : 0;
@@ -652,6 +722,10 @@ void vv_model_get_stats(const void *weights, vv_model_stats *out) {
     pthread_mutex_lock(&w->lock);
     *out = w->stats;
     pthread_mutex_unlock(&w->lock);
+}
+
+void vv_model_set_prep_slice(void *weights, double seconds) {
+    ((vv_weights *)weights)->prep_slice_s = seconds > 0 ? seconds : 0;
 }
 
 void vv_model_reset_gap(void *weights) {

@@ -110,6 +110,27 @@ int vv_status(choir_vibevoice_state *s, choir_err *err);
  * (n at most the prefill chunk; uses s->tmp and s->cb). */
 void vv_connect_rows(const choir_vibevoice *m, choir_vibevoice_state *s, int64_t f0, int64_t n, float *out);
 
+/* Encoding pass by pass (choir_vibevoice_encode is the whole loop, then
+ * the downloads): where the next encoder pass starts. */
+typedef struct vv_enc_cursor {
+    int64_t n, chunk; /* samples to encode; samples per streaming chunk */
+    int64_t c0, p0;   /* the chunk, and the pass within it */
+    int e;            /* the encoder (2: both done) */
+} vv_enc_cursor;
+/* Checks n against the state and sets the cursor at the first pass; 0 or
+ * the error. */
+int vv_encode_start(const choir_vibevoice *m, choir_vibevoice_state *s, int64_t n, int64_t chunk_samples,
+                    vv_enc_cursor *c, choir_err *err);
+/* Runs the next pass over x (queued on the state's stream); 1 while passes
+ * remain, 0 once both encoders are done (the latents in the state). */
+int vv_encode_pass(const choir_vibevoice *m, choir_vibevoice_state *s, const float *x, vv_enc_cursor *c);
+/* Prefill chunk by chunk (choir_vibevoice_prefill is the whole loop): the
+ * next chunk of the prompt ids[n] from *done (the prompt is checked when
+ * *done is 0), *done advanced; 1 while rows remain, 0 once all n are in
+ * (the last position's logits then in the state), or an error. */
+int vv_prefill_next(const choir_vibevoice *m, choir_vibevoice_state *s, const int32_t *ids, int n, int *done,
+                    choir_err *err);
+
 /* One transcription request in phases (vv_transcribe.c), so that the engine
  * adapter can decode several in shared steps (choir_vibevoice_step_batch). */
 struct choir_tokenizer;
@@ -129,11 +150,30 @@ typedef struct vv_job {
     char *cbuf;
     size_t cb_cap;
     double t_decode0;
+    /* Until it decodes (vv_job_open, then vv_job_prep): */
+    int phase;                /* 0 encoding, 1 prefilling, 2 ready to decode */
+    float *x;                 /* [np] the normalised audio, until it is encoded */
+    int64_t np;
+    vv_enc_cursor enc;
+    int32_t *prompt;          /* [n_prompt] the prompt ids, until they are prefilled */
+    int n_prompt, prefilled;
 } vv_job;
 
-/* Front end, encoders, prompt and prefill of one request; 0 or the error
- * (nothing left to clear then). The state over `mem`, on `stream`, or with
- * `pool` its own block and the pool's pages (vv_transcribe.c). */
+/* Front end, prompt and state of one request, nothing run on the model
+ * yet; 0 or the error (nothing left to clear then). The state over `mem`,
+ * on `stream`, or with `pool` its own block and the pool's pages
+ * (vv_transcribe.c). */
+int vv_job_open(vv_job *j, const choir_vibevoice *m, const struct choir_tokenizer *tok, const float *pcm,
+                int64_t n, int rate, const choir_vibevoice_opts *opts, void *mem, choir_stream *stream,
+                choir_vibevoice_kv_pool *pool, choir_err *err);
+/* The encoders' passes and the prefill chunks of an opened job, in order,
+ * for about `budget_s` seconds (0: to the end): each piece of work (one
+ * encoder pass, one prefill chunk) is waited for before the time is read,
+ * so a call lasts at most the budget plus one piece. 1 while work remains,
+ * 0 once the job is ready to decode (vv_job_next), or the error (the job
+ * cleared then). */
+int vv_job_prep(vv_job *j, double budget_s, choir_err *err);
+/* vv_job_open and the whole vv_job_prep. */
 int vv_job_begin(vv_job *j, const choir_vibevoice *m, const struct choir_tokenizer *tok, const float *pcm,
                  int64_t n, int rate, const choir_vibevoice_opts *opts, void *mem, choir_stream *stream,
                  choir_vibevoice_kv_pool *pool, choir_err *err);

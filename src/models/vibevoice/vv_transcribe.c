@@ -184,15 +184,16 @@ static char *join_texts(const choir_vibevoice_segment *segs, int n) {
     return t;
 }
 
-/* A request in three phases, so that several can share decoding steps:
- * vv_job_begin (front end, encoders, prompt, prefill), vv_job_next after
- * each step's logits (the token, the stop rules, streaming), vv_job_finish
- * (text and segments). The state over `mem` (or its own block) when stream
- * is NULL, else carved from `stream`; with `pool`, its own block with its
- * KV cache in the pool's pages. */
-int vv_job_begin(vv_job *j, const choir_vibevoice *m, const choir_tokenizer *tok, const float *pcm, int64_t n,
-                 int rate, const choir_vibevoice_opts *opts, void *mem, choir_stream *stream,
-                 choir_vibevoice_kv_pool *pool, choir_err *err) {
+/* A request in phases, so that several can share decoding steps:
+ * vv_job_open (front end, prompt, state), vv_job_prep (encoders and
+ * prefill, a bounded slice at a time if the caller likes), vv_job_next
+ * after each step's logits (the token, the stop rules, streaming),
+ * vv_job_finish (text and segments). The state over `mem` (or its own
+ * block) when stream is NULL, else carved from `stream`; with `pool`, its
+ * own block with its KV cache in the pool's pages. */
+int vv_job_open(vv_job *j, const choir_vibevoice *m, const choir_tokenizer *tok, const float *pcm, int64_t n,
+                int rate, const choir_vibevoice_opts *opts, void *mem, choir_stream *stream,
+                choir_vibevoice_kv_pool *pool, choir_err *err) {
     memset(j, 0, sizeof *j);
     if (opts) j->o = *opts;
     else choir_vibevoice_default_opts(&j->o);
@@ -207,9 +208,7 @@ int vv_job_begin(vv_job *j, const choir_vibevoice *m, const choir_tokenizer *tok
         return choir_err_set(err, CHOIR_ETOOBIG, "vibevoice: the audio is %.1f s; this model takes at most %.0f s "
                              "per request", seconds, j->o.max_audio_s);
     int rc = 0;
-    float *resampled = NULL, *x = NULL;
-    int32_t *prompt = NULL;
-    int n_prompt = 0;
+    float *resampled = NULL;
     const float *a = pcm;
     int64_t n24 = n;
     double t0 = choir_now_s();
@@ -225,42 +224,88 @@ int vv_job_begin(vv_job *j, const choir_vibevoice *m, const choir_tokenizer *tok
                            "model has %d positions", seconds, plan.max_context, D->lm.max_positions);
         goto done;
     }
-    int64_t np = plan.max_samples;
-    x = choir_alloc(CHOIR_MEM_IO, (size_t)(np + 1) * sizeof *x);
+    j->np = plan.max_samples;
+    j->x = choir_alloc(CHOIR_MEM_IO, (size_t)(j->np + 1) * sizeof *j->x);
     j->gen = choir_alloc(CHOIR_MEM_IO, (size_t)(j->max_new + 1) * sizeof *j->gen);
     j->run = choir_calloc(CHOIR_MEM_IO, (size_t)(j->o.loop_max_period > 0 ? j->o.loop_max_period : 1), sizeof *j->run);
     j->ts = choir_tokenizer_stream_create(tok, 0, err);
-    if (!x || !j->gen || !j->run || !j->ts) {
+    if (!j->x || !j->gen || !j->run || !j->ts) {
         rc = choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory");
         goto done;
     }
-    choir_vibevoice_normalize(a, n24, D->hop, x);
+    choir_vibevoice_normalize(a, n24, D->hop, j->x);
     res->duration = (double)n24 / CHOIR_VIBEVOICE_SAMPLE_RATE;
-    res->n_audio_tokens = (int)(np / D->hop);
-    if ((rc = choir_vibevoice_prompt(tok, D, res->n_audio_tokens, res->duration, j->o.context, &prompt, &n_prompt,
-                                     err)))
+    res->n_audio_tokens = (int)(j->np / D->hop);
+    if ((rc = choir_vibevoice_prompt(tok, D, res->n_audio_tokens, res->duration, j->o.context, &j->prompt,
+                                     &j->n_prompt, err)))
         goto done;
-    res->n_prompt = n_prompt;
+    res->n_prompt = j->n_prompt;
     if (!(j->s = pool     ? choir_vibevoice_state_create_paged(m, &plan, pool, err)
                  : stream ? choir_vibevoice_state_create_on(m, &plan, stream, err)
                           : choir_vibevoice_state_create(m, &plan, mem, err))) {
         rc = err ? err->code : CHOIR_ENOMEM;
         goto done;
     }
-    if ((rc = choir_vibevoice_encode(m, j->s, x, np, j->o.chunk_samples, NULL, NULL, err))) goto done;
-    double t1 = choir_now_s();
-    res->t_encode = t1 - t0;
-    if ((rc = choir_vibevoice_prefill(m, j->s, prompt, n_prompt, NULL, NULL, NULL, err))) goto done;
-    j->t_decode0 = choir_now_s();
-    res->t_prefill = j->t_decode0 - t1;
+    rc = vv_encode_start(m, j->s, j->np, j->o.chunk_samples, &j->enc, err);
     j->im_end = choir_tokenizer_lookup(tok, "<|im_end|>");
     res->stop = CHOIR_VIBEVOICE_STOP_LENGTH;
+    res->t_encode = choir_now_s() - t0;
 done:
-    choir_free(prompt);
-    choir_free(x);
     choir_free(resampled);
     if (rc) vv_job_clear(j);
     return rc;
+}
+
+int vv_job_prep(vv_job *j, double budget_s, choir_err *err) {
+    choir_vibevoice_result *res = &j->res;
+    double t0 = choir_now_s(), tu = t0;
+    int rc = 0;
+    while (j->phase < 2) {
+        if (j->phase == 0) {
+            if (!vv_encode_pass(j->m, j->s, j->x, &j->enc)) {
+                /* Waits for the device, so that the encoders' time is theirs. */
+                if ((rc = choir_stream_sync(j->s->stream, err))) break;
+                choir_free(j->x);
+                j->x = NULL;
+                j->phase = 1;
+                double t = choir_now_s();
+                res->t_encode += t - tu;
+                tu = t;
+            }
+        } else {
+            rc = vv_prefill_next(j->m, j->s, j->prompt, j->n_prompt, &j->prefilled, err);
+            if (rc < 0) break;
+            rc = 0;
+            if (j->prefilled == j->n_prompt) {
+                choir_free(j->prompt);
+                j->prompt = NULL;
+                j->phase = 2;
+                j->t_decode0 = choir_now_s();
+                res->t_prefill += j->t_decode0 - tu;
+                tu = j->t_decode0;
+            }
+        }
+        if (budget_s > 0 && j->phase < 2) {
+            /* The piece is done when its time is read. */
+            if ((rc = choir_stream_sync(j->s->stream, err))) break;
+            if (choir_now_s() - t0 >= budget_s) break;
+        }
+    }
+    if (rc) {
+        vv_job_clear(j);
+        return rc;
+    }
+    double t = choir_now_s();
+    if (j->phase == 0) res->t_encode += t - tu;
+    else if (j->phase == 1) res->t_prefill += t - tu;
+    return j->phase < 2;
+}
+
+int vv_job_begin(vv_job *j, const choir_vibevoice *m, const choir_tokenizer *tok, const float *pcm, int64_t n,
+                 int rate, const choir_vibevoice_opts *opts, void *mem, choir_stream *stream,
+                 choir_vibevoice_kv_pool *pool, choir_err *err) {
+    int rc = vv_job_open(j, m, tok, pcm, n, rate, opts, mem, stream, pool, err);
+    return rc ? rc : vv_job_prep(j, 0, err);
 }
 
 int vv_job_next(vv_job *j, choir_err *err) {
@@ -345,6 +390,8 @@ done:
 }
 
 void vv_job_clear(vv_job *j) {
+    choir_free(j->x);
+    choir_free(j->prompt);
     choir_tokenizer_stream_free(j->ts);
     choir_vibevoice_state_free(j->s);
     choir_free(j->cbuf);
