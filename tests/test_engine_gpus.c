@@ -1,9 +1,11 @@
 /* The threaded engine on simulated GPUs (params.fake_gpus) with the fake GPU
  * adapter: device discovery and the --gpus filter, placement where a model
  * fits best, CPU fallback, a replica on the second GPU under a long queue and
- * its unloading once idle, and the per-device and per-model series on the
- * Prometheus page. */
+ * its unloading once idle, the per-device and per-model series on the
+ * Prometheus page, and device memory past the high-water mark as an HTTP
+ * client sees it (429 with Retry-After) through an in-process server. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,8 @@
 #include "choir/alloc.h"
 #include "choir/engine.h"
 #include "choir/log.h"
+#include "choir/server.h"
+#include "httpc.h"
 #include "models/fake/fake_model.h"
 
 #define MIB ((int64_t)1 << 20)
@@ -280,6 +284,99 @@ static void test_replica_under_load(void **state)
     choir_engine_free(e);
 }
 
+typedef struct http_call {
+    int port;
+    const char *body;
+    int status;
+    pthread_t th;
+} http_call;
+
+static void *http_call_run(void *arg)
+{
+    http_call *c = arg;
+    hc_response r;
+    c->status = hc_post(c->port, "/v1/audio/speech", "application/json", c->body, strlen(c->body), NULL, &r, 30);
+    hc_response_free(&r);
+    return NULL;
+}
+
+/* One GPU whose budget leaves 800 MiB beside the model's weights, requests
+ * of 700 MiB of device memory, batches of 1 s. While A runs the GPU is past
+ * its high-water mark (87.5%): B (normal priority) is queued, since what
+ * waits still fits what the replica can hold; C, which could only start
+ * after both, gets 429 with Retry-After (reason memory), a low-priority
+ * request is refused as overload (HTTP 503); /metrics shows the GPU
+ * degraded and the refusal; A and B are served. */
+static void test_device_pressure_http(void **state)
+{
+    (void)state;
+    choir_engine_params p = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
+    p.memory_budget = 512 * MIB;
+    p.fake_gpus = 1;
+    p.fake_gpu_bytes[0] = 1000 * MIB;
+    p.gpu_memory_bytes = 900 * MIB;
+    choir_err err = {0};
+    choir_engine *e = choir_engine_create(&p, &err);
+    assert_non_null(e);
+    choir_fake_params fp = {.fixed_ms = 1000, .bytes_per_unit = 64, .weights_bytes = 1 << 20,
+                            .device_weights_bytes = 100 * MIB, .device_bytes_per_unit = 10 * MIB};
+    assert_int_equal(choir_engine_add_model(e, "fake", model_dir("gpu_pressure", &fp), &choir_model_fake_gpu, &err),
+                     0);
+    choir_server_params sp = choir_server_default_params();
+    sp.port = 0;
+    choir_server *srv = choir_server_create(e, &sp, &err);
+    assert_non_null(srv);
+    assert_int_equal(choir_server_start(srv, &err), 0);
+    choir_server_set_ready(srv, 1);
+    int port = choir_server_port(srv);
+    /* loaded first, so that requests are estimated with its device figures */
+    assert_int_equal(run_tts(e, "fake", "w"), 0);
+    /* 70 characters: 700 MiB of device memory each */
+    const char *body = "{\"model\":\"fake\",\"response_format\":\"pcm\",\"input\":"
+                       "\"aaaaaaaaaabbbbbbbbbbccccccccccddddddddddeeeeeeeeeeffffffffffgggggggggg\"}";
+    http_call a = {.port = port, .body = body}, b = {.port = port, .body = body};
+    assert_int_equal(pthread_create(&a.th, NULL, http_call_run, &a), 0);
+    choir_engine_device dev[2];
+    for (int i = 0; i < 500 && (choir_engine_devices(e, dev, 2), dev[1].reserved == 0); i++)
+        sleep_ms(5);
+    assert_int_equal(dev[1].reserved, 700 * MIB);
+    assert_true(dev[1].pressure > 0.87 && dev[1].pressure < 0.88);
+    assert_int_equal(b.status, 0);
+    assert_int_equal(pthread_create(&b.th, NULL, http_call_run, &b), 0);
+    choir_engine_queue_info qi = {0};
+    for (int i = 0; i < 500 && (choir_engine_get_queue_info(e, "fake", &qi), qi.queued == 0); i++)
+        sleep_ms(5);
+    assert_int_equal(qi.queued, 1);
+    hc_response r;
+    assert_int_equal(hc_post(port, "/v1/audio/speech", "application/json", body, strlen(body), NULL, &r, 10), 429);
+    char v[32];
+    assert_non_null(hc_header(&r, "Retry-After", v, sizeof v));
+    assert_true(atoi(v) >= 1);
+    assert_non_null(strstr(r.body, "could not start"));
+    hc_response_free(&r);
+    /* low priority (the engine's API: HTTP requests are normal) */
+    choir_job low = {.model_id = "fake", .priority = CHOIR_PRIORITY_LOW, .req.task = CHOIR_TASK_TTS,
+                     .req.in.tts.text = "low"};
+    choir_reject_reason why = CHOIR_REJECT_NONE;
+    assert_null(choir_engine_submit(e, &low, &why, &err));
+    assert_int_equal(why, CHOIR_REJECT_OVERLOAD);
+    assert_int_equal(err.code, CHOIR_EBUSY);
+    choir_engine_devices(e, dev, 2);
+    assert_int_equal(dev[1].degraded, 1);
+    assert_true(metric_of(e, "choir_device_degraded{device=\"gpu0\"}") == 1);
+    assert_true(metric_of(e, "choir_requests_rejected_total{reason=\"memory\"}") == 1);
+    assert_true(metric_of(e, "choir_requests_rejected_total{reason=\"overload\"}") == 1);
+    pthread_join(a.th, NULL);
+    pthread_join(b.th, NULL);
+    assert_int_equal(a.status, 200);
+    assert_int_equal(b.status, 200);
+    choir_engine_devices(e, dev, 2);
+    assert_true(dev[1].peak <= dev[1].budget);
+    choir_server_free(srv);
+    choir_engine_shutdown(e, 5);
+    choir_engine_free(e);
+}
+
 int main(void)
 {
     choir_log_set_level(CHOIR_LOG_WARN);
@@ -287,6 +384,7 @@ int main(void)
         cmocka_unit_test(test_devices_and_filter),
         cmocka_unit_test(test_placement_and_metrics),
         cmocka_unit_test(test_replica_under_load),
+        cmocka_unit_test(test_device_pressure_http),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

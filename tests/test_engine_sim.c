@@ -1262,6 +1262,149 @@ static void test_gpu_pool(void **state)
     sched_free(s);
 }
 
+/* Device memory pressure (a replica with a pool, as VibeVoice's): with two
+ * requests holding 8.2 of the 9 GiB its budget leaves for requests (the
+ * pool counted as room), the GPU is past the high-water mark: a
+ * low-priority request is refused (overload), normal ones queue while what
+ * waits fits what the replica holds for requests (its pool), and the next
+ * is refused as one that could not start soon (memory), none of it ever
+ * above the budget; once the running requests are done and the hold has
+ * passed, the GPU recovers and low priority is taken again. An idle replica
+ * of another model on the hot GPU is unloaded. */
+static void test_gpu_pressure(void **state)
+{
+    (void)state;
+    int64_t budgets[1] = {10 * GIB};
+    sched_config c = gpu_config(1, budgets);
+    sched *s = sched_create(&c, NULL);
+    assert_non_null(s);
+    assert_int_equal(sched_add_model(s, 1 * GIB, 8, NULL), 0);
+    sched_model_set_gpu(s, 0, 1 * GIB);
+    sched_model_set_pool(s, 0);
+    const int64_t ws = 100 << 20, part = 4 * GIB;
+    sched_req r[9];
+    for (int i = 0; i < 9; i++)
+        r[i] = (sched_req){.id = (uint64_t)i + 1, .task = 1, .length = 1000, .est_bytes = 1000,
+                           .dev_est_bytes = ws + part, .pool_est_bytes = part, .deadline = INFINITY,
+                           .priority = CHOIR_PRIORITY_NORMAL};
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(sched_submit(s, &r[i], 0.01 * i, NULL, NULL), 0);
+    sched_action a, b;
+    assert_int_equal(sched_decide(s, 1.0, &a), 1);
+    assert_int_equal(a.kind, SCHED_LOAD);
+    /* weights 1 GiB and a pool of 8.5: 9 GiB of room for requests */
+    assert_int_equal(sched_model_loaded(s, 0, 1, 1 * GIB, 1 * GIB + 17 * GIB / 2), 0);
+    sched_replica_pool(s, 0, 1, 17 * GIB / 2);
+    sched_device_state g;
+    sched_get_device(s, 1, &g);
+    assert_int_equal(g.hot, 0);
+    assert_int_equal(sched_decide(s, 1.1, &a), 1);
+    assert_int_equal(a.kind, SCHED_DISPATCH);
+    assert_int_equal(a.n, 2);
+    /* 8.2 of 9 GiB held: past 0.85. */
+    choir_reject_reason why = CHOIR_REJECT_NONE;
+    choir_err err = {0};
+    r[2].priority = CHOIR_PRIORITY_LOW;
+    assert_int_equal(sched_submit(s, &r[2], 1.2, &why, &err), CHOIR_EBUSY);
+    assert_int_equal(why, CHOIR_REJECT_OVERLOAD);
+    assert_non_null(strstr(err.msg, "gpu0"));
+    sched_get_device(s, 1, &g);
+    assert_int_equal(g.hot, 1);
+    assert_true(g.pressure > 0.9 && g.pressure < 0.92);
+    /* Two normal ones wait (8 GiB of pages, the pool holds 8.5); a third would wait behind all that. */
+    assert_int_equal(sched_submit(s, &r[3], 1.21, &why, NULL), 0);
+    assert_int_equal(sched_submit(s, &r[4], 1.22, &why, NULL), 0);
+    assert_int_equal(sched_submit(s, &r[5], 1.23, &why, &err), CHOIR_EBUSY);
+    assert_int_equal(why, CHOIR_REJECT_MEMORY);
+    assert_non_null(strstr(err.msg, "could not start"));
+    r[6].priority = CHOIR_PRIORITY_HIGH;
+    assert_int_equal(sched_submit(s, &r[6], 1.24, &why, NULL), CHOIR_EBUSY);
+    assert_int_equal(why, CHOIR_REJECT_MEMORY);
+    /* One larger than the whole pool is queued, and refused as too large
+     * (naming the GPU) when the scheduler comes to it, as without pressure. */
+    sched_req big = r[5];
+    big.id = 50;
+    big.pool_est_bytes = 20 * GIB;
+    big.dev_est_bytes = ws + 20 * GIB;
+    assert_int_equal(sched_submit(s, &big, 1.25, &why, NULL), 0);
+    /* Nothing more runs while the pool is full; the queued two run once the batch is done. */
+    assert_int_equal(sched_decide(s, 1.3, &b), 0);
+    sched_batch_done(s, &a, 2.0, 0, 0.9, 0, 0);
+    int dispatched = 0, refused = 0;
+    sched_action x;
+    while (sched_decide(s, 2.0, &x)) {
+        assert_int_equal(x.kind, SCHED_DISPATCH);
+        assert_int_equal(x.n, 2);
+        assert_true(x.reqs[0] == &r[3] || x.reqs[0] == &r[4]);
+        b = x;
+        dispatched++;
+    }
+    assert_int_equal(dispatched, 1);
+    sched_batch_done(s, &b, 2.1, 0, 0.1, 0, 0);
+    while (refused == 0 && sched_decide(s, 2.1, &x)) {
+        assert_int_equal(x.kind, SCHED_REJECT);
+        assert_int_equal(x.reason, CHOIR_REJECT_TOO_LARGE);
+        assert_true(x.rejected == &big);
+        assert_int_equal(x.device, 1);
+        refused++;
+    }
+    assert_int_equal(refused, 1);
+    /* Empty, but within the hold since it turned hot (1.2 + 1 s): still
+     * degraded, and the scheduler wakes when the hold ends; after it, recovered. */
+    sched_get_device(s, 1, &g);
+    assert_true(g.pressure == 0);
+    assert_int_equal(g.hot, 1);
+    assert_true(g.peak <= g.budget);
+    assert_true(sched_next_event(s, 2.1) <= 1.2 + c.degrade_hold_s);
+    r[7].priority = CHOIR_PRIORITY_LOW;
+    assert_int_equal(sched_submit(s, &r[7], 2.15, &why, NULL), CHOIR_EBUSY);
+    assert_int_equal(why, CHOIR_REJECT_OVERLOAD);
+    r[8].priority = CHOIR_PRIORITY_LOW;
+    assert_int_equal(sched_submit(s, &r[8], 2.3, &why, NULL), 0);
+    sched_get_device(s, 1, &g);
+    assert_int_equal(g.hot, 0);
+    sched_free(s);
+
+    /* A second model's replica idle on a hot GPU is unloaded there. */
+    s = sched_create(&c, NULL);
+    assert_non_null(s);
+    assert_int_equal(sched_add_model(s, 1 * GIB, 8, NULL), 0);
+    sched_model_set_gpu(s, 0, 1 * GIB);
+    sched_model_set_pool(s, 0);
+    assert_int_equal(sched_add_model(s, 1 * GIB, 8, NULL), 1);
+    sched_model_set_gpu(s, 1, 1 * GIB / 2);
+    sched_req q = {.id = 100, .model = 1, .task = 1, .length = 10, .est_bytes = 1000, .dev_est_bytes = 1 << 20,
+                   .deadline = INFINITY, .priority = CHOIR_PRIORITY_NORMAL};
+    assert_int_equal(sched_submit(s, &q, 0, NULL, NULL), 0);
+    assert_int_equal(sched_decide(s, 0.5, &a), 1);
+    assert_int_equal(a.kind, SCHED_DISPATCH);
+    assert_int_equal(a.model, 1);
+    assert_int_equal(a.need_load, 1);
+    assert_int_equal(sched_model_loaded(s, 1, 1, 1 * GIB, 1 * GIB / 2), 0);
+    sched_batch_done(s, &a, 0.6, 0, 0.1, 0, 0);
+    for (int i = 0; i < 2; i++) {
+        r[i] = (sched_req){.id = (uint64_t)i + 1, .model = 0, .task = 1, .length = 1000, .est_bytes = 1000,
+                           .dev_est_bytes = ws + part, .pool_est_bytes = part, .deadline = INFINITY,
+                           .priority = CHOIR_PRIORITY_NORMAL};
+        assert_int_equal(sched_submit(s, &r[i], 0.7, NULL, NULL), 0);
+    }
+    assert_int_equal(sched_decide(s, 1.0, &a), 1);
+    assert_int_equal(a.kind, SCHED_LOAD);
+    assert_int_equal(sched_model_loaded(s, 0, 1, 1 * GIB, 1 * GIB + 8 * GIB), 0);
+    sched_replica_pool(s, 0, 1, 8 * GIB);
+    assert_int_equal(sched_decide(s, 1.1, &a), 1);
+    assert_int_equal(a.kind, SCHED_DISPATCH);
+    assert_int_equal(a.model, 0);
+    /* hot now (8.2 of 8.5 GiB); model 1 idle since 0.6: unloaded once idle for the hold */
+    assert_int_equal(sched_decide(s, 1.2, &b), 0);
+    assert_int_equal(sched_decide(s, 1.7, &b), 1);
+    assert_int_equal(b.kind, SCHED_UNLOAD);
+    assert_int_equal(b.model, 1);
+    assert_int_equal(b.device, 1);
+    sched_batch_done(s, &a, 2.0, 0, 0.9, 0, 0);
+    sched_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1285,6 +1428,7 @@ int main(void)
         cmocka_unit_test(test_gpu_lru),
         cmocka_unit_test(test_gpu_misplaced),
         cmocka_unit_test(test_gpu_pool),
+        cmocka_unit_test(test_gpu_pressure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -54,6 +54,9 @@ typedef enum choir_reject_reason {
     CHOIR_REJECT_FAILED,     /* the model failed on it (HTTP 500) */
     CHOIR_REJECT_BACKLOG,    /* refused at submit: the predicted wait plus compute already
                                 passes its deadline (HTTP 503) */
+    CHOIR_REJECT_MEMORY,     /* refused at submit: its GPUs' memory is past the high-water mark
+                                and the requests already waiting for it need all the model's
+                                replicas hold, so it could not start soon (HTTP 429) */
     CHOIR_REJECT_COUNT
 } choir_reject_reason;
 
@@ -298,6 +301,14 @@ typedef struct choir_engine_device {
      * holding parts of them now and the most that did at once */
     int64_t pool, pool_reserved;
     int pool_reqs, pool_peak_reqs;
+    /* GPU: what running requests hold (reservations and pool parts) of the
+     * room its budget leaves beside the replicas' fixed bytes, 0..1; and 1
+     * while that passed the high-water mark (until it falls below the
+     * low-water mark): low-priority requests for models only there are
+     * refused (overload, HTTP 503), and so are those that could not start
+     * soon (memory, HTTP 429) */
+    double pressure;
+    int degraded;
     int running;        /* batches running on it now */
     uint64_t batches;   /* batches finished on it */
     double busy_s;      /* their summed compute seconds */

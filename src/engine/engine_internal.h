@@ -38,7 +38,7 @@ typedef struct engine_device {
     char hw_name[128];
     int64_t total_bytes, budget;
     /* metric series */
-    int m_budget, m_weights, m_reserved, m_peak, m_batches, m_busy, m_running;
+    int m_budget, m_weights, m_reserved, m_peak, m_batches, m_busy, m_running, m_degraded;
 } engine_device;
 
 struct choir_ticket {

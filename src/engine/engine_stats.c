@@ -101,8 +101,10 @@ int engine_metrics_add_devices(choir_engine *e)
                                       "Compute seconds of finished batches, by device (rate = busy fraction)");
         d->m_running = choir_metrics_add(r, CHOIR_METRIC_GAUGE, "choir_device_running_batches", lab,
                                          "Batches running now, by device");
+        d->m_degraded = choir_metrics_add(r, CHOIR_METRIC_GAUGE, "choir_device_degraded", lab,
+                                          "1 while the GPU's memory pressure is past the high-water mark");
         if (d->m_budget < 0 || d->m_weights < 0 || d->m_reserved < 0 || d->m_peak < 0 || d->m_batches < 0 ||
-            d->m_busy < 0 || d->m_running < 0)
+            d->m_busy < 0 || d->m_running < 0 || d->m_degraded < 0)
             return CHOIR_ENOMEM;
     }
     return 0;
@@ -174,6 +176,7 @@ static void refresh(choir_engine *e)
         choir_metrics_set(m->reg, d->m_batches, (double)ds.batches);
         choir_metrics_set(m->reg, d->m_busy, ds.busy_s);
         choir_metrics_set(m->reg, d->m_running, ds.running_batches);
+        choir_metrics_set(m->reg, d->m_degraded, ds.hot);
     }
     for (int i = 0; i < e->n_models; i++) {
         const engine_model *em = &e->models[i];
@@ -328,6 +331,8 @@ int choir_engine_devices(choir_engine *e, choir_engine_device *out, int cap)
         o->pool_reserved = ds.pool_reserved;
         o->pool_reqs = ds.pool_reqs;
         o->pool_peak_reqs = ds.pool_peak_reqs;
+        o->pressure = ds.pressure;
+        o->degraded = ds.hot;
         o->running = ds.running_batches;
         o->batches = ds.batches;
         o->busy_s = ds.busy_s;

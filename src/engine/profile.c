@@ -36,6 +36,7 @@ const char *choir_reject_reason_name(choir_reject_reason r)
 {
     static const char *const names[CHOIR_REJECT_COUNT] = {
         "none", "queue_full", "overload", "deadline", "too_large", "shutdown", "cancelled", "failed", "backlog",
+        "memory",
     };
     return (r >= 0 && r < CHOIR_REJECT_COUNT) ? names[r] : "unknown";
 }

@@ -174,6 +174,7 @@ int sched_submit(sched *s, sched_req *r, double now, choir_reject_reason *reason
         r->pool_est_bytes = 0;
     if (r->pool_est_bytes > r->dev_est_bytes)
         r->pool_est_bytes = r->dev_est_bytes;
+    sched_dev_update_pressure(s, now);
     if (s->draining) {
         why = CHOIR_REJECT_SHUTDOWN;
         code = choir_err_set(err, CHOIR_ECANCELED, "the engine is shutting down");
@@ -187,6 +188,8 @@ int sched_submit(sched *s, sched_req *r, double now, choir_reject_reason *reason
     } else if (s->degraded && r->priority <= CHOIR_PRIORITY_LOW) {
         why = CHOIR_REJECT_OVERLOAD;
         code = choir_err_set(err, CHOIR_EBUSY, "overloaded: low-priority requests are refused for now");
+    } else if ((code = sched_dev_refusal(s, r->model, r, &why, err))) {
+        /* its GPUs' memory is past the high-water mark (why and err set) */
     } else if (m->n_queued >= s->c.queue_capacity) {
         why = CHOIR_REJECT_QUEUE_FULL;
         code = choir_err_set(err, CHOIR_EBUSY, "queue full (%d requests waiting)", m->n_queued);
@@ -280,6 +283,7 @@ static double p99(const sched *s)
 
 static void update_pressure(sched *s, double now)
 {
+    sched_dev_update_pressure(s, now);
     double use = (double)(s->dev[0].weights + s->dev[0].reserved + s->external) / (double)s->c.budget;
     double lat = s->c.p99_target_s > 0 ? p99(s) : 0;
     int hot_mem = use > s->c.high_water;
@@ -611,6 +615,11 @@ double sched_next_event(sched *s, double now)
     double hold_due = s->degraded_since + s->c.degrade_hold_s;
     if (s->degraded && hold_due > now && hold_due < t)
         t = hold_due;
+    for (int d = 1; d < s->n_dev; d++) {
+        double due = s->dev[d].hot_since + s->c.degrade_hold_s;
+        if (s->dev[d].hot && due > now && due < t)
+            t = due;
+    }
     if (s->blocked_on_external && now + EXTERNAL_POLL_S < t)
         t = now + EXTERNAL_POLL_S;
     return t;

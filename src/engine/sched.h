@@ -120,6 +120,8 @@ typedef struct sched_device_state {
     int64_t budget, weights, reserved, peak;
     int64_t pool, pool_reserved; /* pools of replicas on it (within weights), their reserved bytes */
     int pool_reqs, pool_peak_reqs; /* requests holding parts of those pools now, and at most */
+    int hot;            /* GPU: its memory pressure is past the high-water mark (sched_dev_pressure) */
+    double pressure;    /* GPU: what running requests hold of the room beside the fixed bytes */
     int running_batches;
     uint64_t batches;   /* batches finished on it */
     double busy_s;      /* summed compute seconds of those batches */

@@ -42,6 +42,8 @@ typedef struct sched_model {
 
 typedef struct device_acct {
     int64_t budget, weights, reserved, peak;
+    int hot;          /* GPU: its memory pressure passed high_water (sched_dev_pressure) */
+    double hot_since;
     int pool_reqs, pool_peak_reqs; /* requests holding parts of replicas' pools, now and at most */
     int running;
     uint64_t batches;
@@ -108,5 +110,18 @@ int sched_wants_replica(const sched *s, const sched_model *m);
 int sched_spawn_replica(sched *s, double now, sched_action *out);
 /* Unloads what is due (asked, extra idle replicas, idle models): 1 and *out. */
 int sched_unload_due(sched *s, double now, sched_action *out);
+/* GPU d's memory pressure: what running requests hold (their reservations
+ * and their parts of pools) over the room its budget leaves beside the
+ * replicas' fixed bytes (weights less pools). 0 for the host. */
+double sched_dev_pressure(const sched *s, int d);
+/* Each GPU's hot flag: set above high_water, cleared below low_water once
+ * degrade_hold_s has passed since it was set. */
+void sched_dev_update_pressure(sched *s, double now);
+/* A request of model mi refused at submit for device memory: when every
+ * replica of mi is on a hot GPU, a low-priority one (CHOIR_REJECT_OVERLOAD)
+ * and one that cannot be admitted soon: the device memory the requests
+ * already waiting for mi need, with its own, passes all that mi's replicas
+ * hold for requests (CHOIR_REJECT_MEMORY). 0, or CHOIR_EBUSY with *why and err. */
+int sched_dev_refusal(const sched *s, int mi, const sched_req *r, choir_reject_reason *why, choir_err *err);
 
 #endif

@@ -255,6 +255,106 @@ int sched_unload_due(sched *s, double now, sched_action *out)
             return 1;
         }
     }
+    /* A hot GPU sheds the replicas idle on it, as the degraded host does. */
+    uint32_t hot = 0;
+    for (int d = 1; d < s->n_dev; d++)
+        hot |= s->dev[d].hot ? 1u << d : 0;
+    int mi, d;
+    if (hot && sched_lru_idle(s, now, s->c.degrade_hold_s, -1, 0, hot, &mi, &d)) {
+        sched_unload(s, mi, d, out);
+        return 1;
+    }
+    return 0;
+}
+
+double sched_dev_pressure(const sched *s, int d)
+{
+    if (d < 1 || d >= s->n_dev)
+        return 0;
+    const device_acct *g = &s->dev[d];
+    int64_t pool = 0, pool_reserved = 0;
+    for (int mi = 0; mi < s->n_models; mi++) {
+        pool += s->models[mi].rep[d].pool_bytes;
+        pool_reserved += s->models[mi].rep[d].pool_reserved;
+    }
+    /* A pool is in the weights, but it is room for requests. */
+    int64_t room = g->budget - g->weights + pool;
+    return room > 0 ? (double)(g->reserved + pool_reserved) / (double)room : 0;
+}
+
+void sched_dev_update_pressure(sched *s, double now)
+{
+    for (int d = 1; d < s->n_dev; d++) {
+        device_acct *g = &s->dev[d];
+        double use = sched_dev_pressure(s, d);
+        if (!g->hot && use > s->c.high_water) {
+            g->hot = 1;
+            g->hot_since = now;
+        } else if (g->hot && use < s->c.low_water && now - g->hot_since >= s->c.degrade_hold_s) {
+            g->hot = 0;
+        }
+    }
+}
+
+/* A request's device bytes as replica (m, d) holds them: its part of the
+ * pool (a replica with one) and the rest. */
+static void dev_parts(const sched_model *m, int d, const sched_req *r, int64_t *pool, int64_t *rest)
+{
+    int64_t p = m->rep[d].pool_bytes > 0 ? (r->pool_est_bytes < r->dev_est_bytes ? r->pool_est_bytes
+                                                                                   : r->dev_est_bytes)
+                                         : 0;
+    *pool = p;
+    *rest = r->dev_est_bytes - p;
+}
+
+int sched_dev_refusal(const sched *s, int mi, const sched_req *r, choir_reject_reason *why, choir_err *err)
+{
+    const sched_model *m = &s->models[mi];
+    int reps = 0, hot = 0, d0 = -1;
+    int64_t pool_cap = 0, room_cap = 0;
+    for (int d = 1; d < s->n_dev; d++) {
+        if (!m->gpu || m->rep[d].state == REP_NONE)
+            continue;
+        reps++;
+        if (s->dev[d].hot) {
+            hot++;
+            if (d0 < 0)
+                d0 = d;
+        }
+        pool_cap += m->rep[d].pool_bytes;
+        /* beside every replica's fixed bytes: what requests may hold there */
+        room_cap += s->dev[d].budget - s->dev[d].weights;
+    }
+    if (reps == 0 || hot < reps)
+        return 0;
+    double use = sched_dev_pressure(s, d0);
+    if (r->priority <= CHOIR_PRIORITY_LOW) {
+        *why = CHOIR_REJECT_OVERLOAD;
+        return choir_err_set(err, CHOIR_EBUSY, "overloaded: gpu%d's memory is above its high-water mark (%.0f%% of "
+                             "the room beside its weights in use); low-priority requests are refused for now", d0 - 1,
+                             100 * use);
+    }
+    /* What the queue ahead of it waits for, on the replica the demand
+     * lands on first (all of mi's replicas are hot: their parts add up). */
+    int64_t want_pool, want_rest;
+    dev_parts(m, d0, r, &want_pool, &want_rest);
+    /* One that no replica could ever hold is the scheduler's to refuse as too large. */
+    if (want_pool > pool_cap || want_rest > room_cap)
+        return 0;
+    for (int i = 0; i < m->n_queued; i++) {
+        int64_t p, rest;
+        dev_parts(m, d0, m->queue[i], &p, &rest);
+        want_pool += p;
+        want_rest += rest;
+    }
+    if ((want_pool > 0 && want_pool > pool_cap) || (want_rest > 0 && want_rest > room_cap)) {
+        *why = CHOIR_REJECT_MEMORY;
+        return choir_err_set(err, CHOIR_EBUSY, "device memory: gpu%d is above its high-water mark (%.0f%% of the room "
+                             "beside its weights in use) and the %d request(s) waiting with this one need %.2f GB of "
+                             "pool and %.2f GB beside it, more than the model's replicas hold (%.2f and %.2f GB): it "
+                             "could not start before they all finish", d0 - 1, 100 * use, m->n_queued + 1,
+                             want_pool / 1e9, want_rest / 1e9, pool_cap / 1e9, room_cap / 1e9);
+    }
     return 0;
 }
 
@@ -357,6 +457,8 @@ void sched_get_device(const sched *s, int device, sched_device_state *out)
     }
     out->pool_reqs = a->pool_reqs;
     out->pool_peak_reqs = a->pool_peak_reqs;
+    out->hot = a->hot;
+    out->pressure = sched_dev_pressure(s, device);
     out->running_batches = a->running;
     out->batches = a->batches;
     out->busy_s = a->busy_s;

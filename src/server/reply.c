@@ -165,7 +165,8 @@ enum MHD_Result srv_reply_error(choir_server *s, struct MHD_Connection *c, unsig
 unsigned srv_engine_status(int code, choir_reject_reason reason)
 {
     switch (reason) {
-    case CHOIR_REJECT_QUEUE_FULL: return 429;
+    case CHOIR_REJECT_QUEUE_FULL:
+    case CHOIR_REJECT_MEMORY: return 429;
     case CHOIR_REJECT_OVERLOAD:
     case CHOIR_REJECT_BACKLOG:
     case CHOIR_REJECT_DEADLINE:
