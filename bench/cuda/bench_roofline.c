@@ -420,24 +420,34 @@ static void run_flash(void *p) {
 }
 
 /* The fused bf16 attention over encoder windows (one, and 32 in one call),
- * both tilings: ms per window and the share of the matmul ceiling. */
+ * each kernel and tiling (choir_cuda_attention_bf16_set_kernel): ms per
+ * window and the share of the matmul ceiling. */
 static void flash(void) {
     int heads = 20;
     int64_t d = heads * 64, T = 1500;
     static const int64_t Bs[] = {1, 32};
-    static const int rows[] = {16, 32};
+    static const struct {
+        int kernel, rows;
+        const char *name;
+    } ks[] = {{1, 16, "kernel 1, 4 warps x 16 rows"},
+              {1, 32, "kernel 1, 4 warps x 32 rows"},
+              {2, 32, "kernel 2, 4 warps x 32 rows"},
+              {3, 32, "kernel 2, 8 warps x 32 rows"},
+              {4, 32, "kernel 2, 8 warps x 16 rows"}};
     for (size_t i = 0; i < 2; i++) {
         int64_t B = Bs[i], n = B * T * d * 2;
         flash_ctx a = {B, T, heads, dev_random(n, 1), dev_random(n, 1), dev_random(n, 1),
                        dev_random(n, 1)};
-        for (size_t r = 0; r < 2; r++) {
-            choir_cuda_attention_bf16_set_rows(rows[r]);
+        for (size_t r = 0; r < sizeof ks / sizeof ks[0]; r++) {
+            choir_cuda_attention_bf16_set_kernel(ks[r].kernel);
+            choir_cuda_attention_bf16_set_rows(ks[r].rows);
             double ms = time_ms(run_flash, &a, B == 1 ? g_reps * 5 : g_reps) / (double)B;
             double flops = 4.0 * T * T * d, tf = flops / (ms * 1e-3) / 1e12;
-            printf("attention bf16 fused, %2lld window(s) per call, %d rows/warp: %.3f ms per window, "
+            printf("attention bf16 fused, %2lld window(s) per call, %s: %.3f ms per window, "
                    "%.1f TFLOP/s (%.1f%% of the bf16 ceiling)\n",
-                   (long long)B, rows[r], ms, tf, 100.0 * tf / g_tflops_ceiling);
+                   (long long)B, ks[r].name, ms, tf, 100.0 * tf / g_tflops_ceiling);
         }
+        choir_cuda_attention_bf16_set_kernel(0);
         choir_cuda_attention_bf16_set_rows(32);
     }
 }

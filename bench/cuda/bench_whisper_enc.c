@@ -13,6 +13,9 @@
  *
  * Usage: bench_whisper_enc_gpu [--dims large-v3-turbo|large-v3|small|base|tiny]
  *        [--windows N (32)] [--reps N (5)] [--rows f32|bf16|all (all)]
+ *        [--layers N (the model's)] [--ceiling TFLOPS (measured unless given)]
+ *        [--flash K|all (0: the default kernel of the bf16 attention; all: the
+ *        bf16 path with each kernel of choir_cuda_attention_bf16_set_kernel)]
  * (--rows: only one path, for a profiler's kernel table; bf16 is the default
  * path, cublasLt epilogues) */
 #include <math.h>
@@ -84,17 +87,25 @@ static int cmp_d(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     const char *dims = "large-v3-turbo";
-    int nb = 32, reps = 5, first = 0, last = 2;
+    int nb = 32, reps = 5, first = 0, last = 2, flash = 0, layers = 0;
+    double ceiling = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--dims") == 0) dims = argv[i + 1];
         else if (strcmp(argv[i], "--windows") == 0) nb = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--reps") == 0) reps = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--layers") == 0) layers = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--ceiling") == 0) ceiling = atof(argv[i + 1]);
+        else if (strcmp(argv[i], "--flash") == 0)
+            flash = strcmp(argv[i + 1], "all") == 0 ? -1 : atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--rows") == 0) {
             if (strcmp(argv[i + 1], "bf16") == 0) first = last = 2;
             if (strcmp(argv[i + 1], "f32") == 0) first = last = 0;
         }
     }
     if (nb < 1 || reps < 1 || reps > 100) return 2;
+    /* --flash all: the bf16 path once per kernel of the attention (1 to 4). */
+    if (flash == -1 && last == 2) last = 5;
+    choir_cuda_attention_bf16_set_kernel(flash == -1 ? 1 : flash);
     if (choir_cuda_device_count() == 0) {
         printf("no CUDA device visible: nothing to measure\n");
         return 77;
@@ -109,6 +120,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench: unknown --dims %s\n", dims);
         return 2;
     }
+    if (layers > 0 && layers < L) L = layers;
     choir_whisper m;
     memset(&m, 0, sizeof(m));
     choir_whisper_dims *D = &m.dims;
@@ -151,7 +163,9 @@ int main(int argc, char **argv) {
     wh_net *w = (wh_net *)wh_active_net(&m);
     choir_cuda *cu = choir_backend_cuda_context(w->be);
     double tflops = 0, gbs = 0;
-    if (choir_cuda_measure_ceilings(cu, &tflops, &gbs, &err)) {
+    if (ceiling > 0)
+        tflops = ceiling;
+    else if (choir_cuda_measure_ceilings(cu, &tflops, &gbs, &err)) {
         fprintf(stderr, "bench: ceilings: %s\n", err.msg);
         return 1;
     }
@@ -175,13 +189,18 @@ int main(int argc, char **argv) {
     float *dmel = choir_stream_floats(s, (int64_t)mel_n, "mel");
     float *dx = choir_stream_floats(s, (int64_t)out_n, "encoder output");
     choir_op_upload(s, dmel, mel, mel_n * sizeof(float));
-    static const char *names[3] = {"f32 rows", "bf16 rows, GemmEx + bias pass",
-                                   "bf16 rows, cublasLt bias epilogue"};
-    float *out[3] = {NULL, NULL, NULL};
-    double med[3] = {0, 0, 0};
+    static const char *names[6] = {"f32 rows",
+                                   "bf16 rows, GemmEx + bias pass",
+                                   "bf16 rows, cublasLt bias epilogue",
+                                   "bf16 rows, cublasLt, attention kernel 2 (4 warps x 32 rows)",
+                                   "bf16 rows, cublasLt, attention kernel 3 (8 warps x 32 rows)",
+                                   "bf16 rows, cublasLt, attention kernel 4 (8 warps x 16 rows)"};
+    float *out[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    double med[6] = {0, 0, 0, 0, 0, 0};
     for (int path = first; path <= last; path++) {
         w->enc_f32_rows = path == 0;
-        choir_cuda_linear_bf16_set_lt(path == 2);
+        choir_cuda_linear_bf16_set_lt(path >= 2);
+        if (path >= 3) choir_cuda_attention_bf16_set_kernel(path - 1);
         double t[100];
         for (int r = -2; r < reps; r++) {
             double t0 = now_ms();
@@ -201,7 +220,7 @@ int main(int argc, char **argv) {
                names[path], med[path], reps, t[0], t[reps - 1],
                flops / (med[path] * 1e-3) / 1e12, 100.0 * ideal_ms / med[path]);
     }
-    for (int path = 1; path <= 2; path++) {
+    for (int path = 1; path <= 5; path++) {
         if (!out[0] || !out[path]) continue;
         double num = 0, den = 0;
         for (size_t i = 0; i < out_n; i++) {
@@ -213,6 +232,7 @@ int main(int argc, char **argv) {
                sqrt(num / (den > 0 ? den : 1)), med[0] / med[path]);
     }
     choir_cuda_linear_bf16_set_lt(true);
+    choir_cuda_attention_bf16_set_kernel(0);
     w->enc_f32_rows = false;
     wh_stream_done(&m, s, 0, &err);
     choir_whisper_gpu_detach(&m);

@@ -499,6 +499,11 @@ int choir_cuda_attention_bf16(choir_cuda *cu, int64_t B, const uint16_t *q, int6
                               choir_err *err);
 /* Query rows per warp of that kernel, 32 (default) or 16: for the bench. */
 void choir_cuda_attention_bf16_set_rows(int rows_per_warp);
+/* Which kernel that call takes, process-wide (the bench and the checks): 1 the
+ * first (k_flash_bf16), 2, 3, 4 the second (k_flash2_bf16) with 4 warps of 32
+ * query rows, 8 of 32, 8 of 16 per block (heads of 64 values; others always
+ * take the first). Other values: the default. */
+void choir_cuda_attention_bf16_set_kernel(int kernel);
 
 /* The split-keys kernels for few query rows over many keys (decoder steps:
  * cross-attention to a window, self-attention over a long cache), on by

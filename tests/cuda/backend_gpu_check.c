@@ -753,36 +753,46 @@ static void check_attention_slots_bf16(void) {
  * so an unwritten element fails. The CPU widens, runs the f32 kernel and
  * rounds; the device also rounds the probabilities: the bf16 bound. */
 static void check_attention_all_bf16_case(int64_t B, int64_t Tq, int64_t Tk, int H, int Hkv,
-                                          bool causal, int64_t pad) {
+                                          bool causal, int64_t pad, float qamp) {
     case_begin();
     int64_t Dh = 64, d = H * Dh, dkv = (Hkv ? Hkv : H) * Dh;
     int64_t ldq = d + pad, ldk = dkv + pad, qb = Tq * ldq + pad, kb = Tk * ldk + pad;
-    uint16_t *q16 = h16(hvec(B * qb, -1, 1), B * qb);
+    uint16_t *q16 = h16(hvec(B * qb, -qamp, qamp), B * qb);
     uint16_t *k16 = h16(hvec(B * kb, -1, 1), B * kb), *v16 = h16(hvec(B * kb, -1, 1), B * kb);
     uint16_t *ref = hmem((size_t)(B * qb) * 2), *got = hmem((size_t)(B * qb) * 2);
+    uint16_t *poison = hmem((size_t)(B * qb) * 2);
     memset(ref, 0xFF, (size_t)(B * qb) * 2);
+    memset(poison, 0xFF, (size_t)(B * qb) * 2);
     uint16_t *dq = dput(q16, (size_t)(B * qb) * 2), *dk = dput(k16, (size_t)(B * kb) * 2);
     uint16_t *dv = dput(v16, (size_t)(B * kb) * 2), *dout = dput(ref, (size_t)(B * qb) * 2);
     choir_attn a = {H, Hkv, Dh, 1.0f / sqrtf((float)Dh), causal, CHOIR_DTYPE_BF16};
     choir_op_attention_bf16(g_cs, B, q16, ldq, qb, k16, ldk, v16, ldk, kb, ref, ldq, qb, Tq, Tk,
                             &a);
-    choir_op_attention_bf16(g_gs, B, dq, ldq, qb, dk, ldk, dv, ldk, kb, dout, ldq, qb, Tq, Tk,
-                            &a);
-    char name[96];
-    snprintf(name, sizeof name, "attention all-bf16 B=%lld Tq=%lld Tk=%lld %d/%d heads%s",
-             (long long)B, (long long)Tq, (long long)Tk, H, Hkv ? Hkv : H,
-             causal ? " causal" : "");
-    choir_op_download(g_gs, got, dout, (size_t)(B * qb) * 2);
-    if (streams_ok(name)) {
-        /* Compare the rows' values only (the padding keeps its poison on both). */
-        int64_t n = B * Tq * d;
-        float *gf = hmem((size_t)n * 4), *rf = hmem((size_t)n * 4);
-        for (int64_t b = 0; b < B; b++)
-            for (int64_t i = 0; i < Tq; i++) {
-                choir_bf16_to_f32_n(got + b * qb + i * ldq, gf + (b * Tq + i) * d, d);
-                choir_bf16_to_f32_n(ref + b * qb + i * ldq, rf + (b * Tq + i) * d, d);
-            }
-        report(name, rel_l2(gf, rf, n), TOL_BF16);
+    /* Every kernel of the device's (choir_cuda_attention_bf16_set_kernel), then
+     * its default again. */
+    for (int kern = 1; kern <= 5; kern++) {
+        choir_cuda_attention_bf16_set_kernel(kern <= 4 ? kern : 0);
+        choir_op_upload(g_gs, dout, poison, (size_t)(B * qb) * 2);
+        choir_op_attention_bf16(g_gs, B, dq, ldq, qb, dk, ldk, dv, ldk, kb, dout, ldq, qb, Tq,
+                                Tk, &a);
+        char name[112], kname[16];
+        snprintf(kname, sizeof kname, kern <= 4 ? "%d" : "default", kern);
+        snprintf(name, sizeof name,
+                 "attention all-bf16 B=%lld Tq=%lld Tk=%lld %d/%d heads%s q x%g, kernel %s",
+                 (long long)B, (long long)Tq, (long long)Tk, H, Hkv ? Hkv : H,
+                 causal ? " causal" : "", (double)qamp, kname);
+        choir_op_download(g_gs, got, dout, (size_t)(B * qb) * 2);
+        if (streams_ok(name)) {
+            /* Compare the rows' values only (the padding keeps its poison on both). */
+            int64_t n = B * Tq * d;
+            float *gf = hmem((size_t)n * 4), *rf = hmem((size_t)n * 4);
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t i = 0; i < Tq; i++) {
+                    choir_bf16_to_f32_n(got + b * qb + i * ldq, gf + (b * Tq + i) * d, d);
+                    choir_bf16_to_f32_n(ref + b * qb + i * ldq, rf + (b * Tq + i) * d, d);
+                }
+            report(name, rel_l2(gf, rf, n), TOL_BF16);
+        }
     }
     case_end();
 }
@@ -803,12 +813,16 @@ static void check_attention(void) {
     check_attention_bf16_case(5, 229, 6, 0, true);
     check_attention_bf16_case(40, 1500, 6, 2, false);
     check_attention_slots_bf16();
-    check_attention_all_bf16_case(1, 1500, 1500, 20, 0, false, 0);
-    check_attention_all_bf16_case(2, 1500, 1500, 6, 0, false, 8);
-    check_attention_all_bf16_case(3, 130, 65, 6, 0, false, 8);
-    check_attention_all_bf16_case(1, 37, 100, 4, 2, true, 0);
-    check_attention_all_bf16_case(2, 200, 129, 6, 3, true, 16);
-    check_attention_all_bf16_case(1, 1, 1, 2, 0, false, 0);
+    check_attention_all_bf16_case(1, 1500, 1500, 20, 0, false, 0, 1.0f);
+    check_attention_all_bf16_case(2, 1500, 1500, 6, 0, false, 8, 1.0f);
+    check_attention_all_bf16_case(3, 130, 65, 6, 0, false, 8, 1.0f);
+    check_attention_all_bf16_case(1, 37, 100, 4, 2, true, 0, 1.0f);
+    check_attention_all_bf16_case(2, 200, 129, 6, 3, true, 16, 1.0f);
+    /* Peaked scores: rows whose maximum grows by more than 2^8 over the tiles
+     * (the second kernel's rescale), and by less (its stale reference). */
+    check_attention_all_bf16_case(2, 300, 1500, 4, 0, false, 0, 32.0f);
+    check_attention_all_bf16_case(1, 200, 200, 4, 2, true, 8, 32.0f);
+    check_attention_all_bf16_case(1, 1, 1, 2, 0, false, 0, 1.0f);
 }
 
 static void check_gather(void) {

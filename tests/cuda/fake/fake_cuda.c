@@ -778,6 +778,7 @@ int choir_cuda_attention_bf16(choir_cuda *cu, int64_t B, const uint16_t *q, int6
     return run_or_record(attn_bf16_op, &a, sizeof(a));
 }
 void choir_cuda_attention_bf16_set_rows(int rows_per_warp) { (void)rows_per_warp; }
+void choir_cuda_attention_bf16_set_kernel(int kernel) { (void)kernel; }
 
 typedef struct scatter_args {
     const float *src;
