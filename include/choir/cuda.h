@@ -504,6 +504,8 @@ void choir_cuda_attention_bf16_set_rows(int rows_per_warp);
  * query rows, 8 of 32, 8 of 16 per block (heads of 64 values; others always
  * take the first). Other values: the default. */
 void choir_cuda_attention_bf16_set_kernel(int kernel);
+/* How many kernels set_kernel picks among (1 in the host emulation). */
+int choir_cuda_attention_bf16_kernels(void);
 
 /* The split-keys kernels for few query rows over many keys (decoder steps:
  * cross-attention to a window, self-attention over a long cache), on by

@@ -768,15 +768,16 @@ static void check_attention_all_bf16_case(int64_t B, int64_t Tq, int64_t Tk, int
     choir_attn a = {H, Hkv, Dh, 1.0f / sqrtf((float)Dh), causal, CHOIR_DTYPE_BF16};
     choir_op_attention_bf16(g_cs, B, q16, ldq, qb, k16, ldk, v16, ldk, kb, ref, ldq, qb, Tq, Tk,
                             &a);
-    /* Every kernel of the device's (choir_cuda_attention_bf16_set_kernel), then
-     * its default again. */
-    for (int kern = 1; kern <= 5; kern++) {
-        choir_cuda_attention_bf16_set_kernel(kern <= 4 ? kern : 0);
+    /* Every kernel of the device's (choir_cuda_attention_bf16_set_kernel), the
+     * default last (the host emulation has one). */
+    int nk = choir_cuda_attention_bf16_kernels();
+    for (int kern = nk > 1 ? 1 : nk + 1; kern <= nk + 1; kern++) {
+        choir_cuda_attention_bf16_set_kernel(kern <= nk ? kern : 0);
         choir_op_upload(g_gs, dout, poison, (size_t)(B * qb) * 2);
         choir_op_attention_bf16(g_gs, B, dq, ldq, qb, dk, ldk, dv, ldk, kb, dout, ldq, qb, Tq,
                                 Tk, &a);
         char name[112], kname[16];
-        snprintf(kname, sizeof kname, kern <= 4 ? "%d" : "default", kern);
+        snprintf(kname, sizeof kname, kern <= nk ? "%d" : "default", kern);
         snprintf(name, sizeof name,
                  "attention all-bf16 B=%lld Tq=%lld Tk=%lld %d/%d heads%s q x%g, kernel %s",
                  (long long)B, (long long)Tq, (long long)Tk, H, Hkv ? Hkv : H,

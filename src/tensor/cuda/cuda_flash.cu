@@ -534,6 +534,8 @@ void choir_cuda_attention_bf16_set_rows(int rows_per_warp) {
     flash_mt = rows_per_warp == 16 ? 1 : 2;
 }
 
+int choir_cuda_attention_bf16_kernels(void) { return 4; }
+
 void choir_cuda_attention_bf16_set_kernel(int kernel) {
     flash_kernel = kernel >= 1 && kernel <= 4 ? kernel : FLASH_DEFAULT;
 }

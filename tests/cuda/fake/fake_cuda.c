@@ -779,6 +779,7 @@ int choir_cuda_attention_bf16(choir_cuda *cu, int64_t B, const uint16_t *q, int6
 }
 void choir_cuda_attention_bf16_set_rows(int rows_per_warp) { (void)rows_per_warp; }
 void choir_cuda_attention_bf16_set_kernel(int kernel) { (void)kernel; }
+int choir_cuda_attention_bf16_kernels(void) { return 1; }
 
 typedef struct scatter_args {
     const float *src;
