@@ -14,8 +14,10 @@
  * Usage: bench_whisper_enc_gpu [--dims large-v3-turbo|large-v3|small|base|tiny]
  *        [--windows N (32)] [--reps N (5)] [--rows f32|bf16|all (all)]
  *        [--layers N (the model's)] [--ceiling TFLOPS (measured unless given)]
+ *        [--gelu-epilogue on|off (off; the bf16 path's GELU in cublasLt's epilogue)]
  *        [--flash K|all (0: the default kernel of the bf16 attention; all: the
- *        bf16 path with each kernel of choir_cuda_attention_bf16_set_kernel)]
+ *        bf16 path with each kernel of choir_cuda_attention_bf16_set_kernel,
+ *        and with the GELU in cublasLt's epilogue)]
  * (--rows: only one path, for a profiler's kernel table; bf16 is the default
  * path, cublasLt epilogues) */
 #include <math.h>
@@ -88,12 +90,14 @@ static int cmp_d(const void *a, const void *b) {
 int main(int argc, char **argv) {
     const char *dims = "large-v3-turbo";
     int nb = 32, reps = 5, first = 0, last = 2, flash = 0, layers = 0;
+    bool gelu_epi = false;
     double ceiling = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--dims") == 0) dims = argv[i + 1];
         else if (strcmp(argv[i], "--windows") == 0) nb = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--reps") == 0) reps = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--layers") == 0) layers = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--gelu-epilogue") == 0) gelu_epi = strcmp(argv[i + 1], "on") == 0;
         else if (strcmp(argv[i], "--ceiling") == 0) ceiling = atof(argv[i + 1]);
         else if (strcmp(argv[i], "--flash") == 0)
             flash = strcmp(argv[i + 1], "all") == 0 ? -1 : atoi(argv[i + 1]);
@@ -103,9 +107,9 @@ int main(int argc, char **argv) {
         }
     }
     if (nb < 1 || reps < 1 || reps > 100) return 2;
-    /* --flash all: the bf16 path once per kernel of the attention (1 to 4). */
-    if (flash == -1 && last == 2) last = 5;
-    choir_cuda_attention_bf16_set_kernel(flash == -1 ? 1 : flash);
+    /* --flash all: the bf16 path once per kernel of the attention (1 to 4)
+     * and with the GELU in the epilogue. */
+    if (flash == -1 && last == 2) last = 8;
     if (choir_cuda_device_count() == 0) {
         printf("no CUDA device visible: nothing to measure\n");
         return 77;
@@ -189,18 +193,30 @@ int main(int argc, char **argv) {
     float *dmel = choir_stream_floats(s, (int64_t)mel_n, "mel");
     float *dx = choir_stream_floats(s, (int64_t)out_n, "encoder output");
     choir_op_upload(s, dmel, mel, mel_n * sizeof(float));
-    static const char *names[6] = {"f32 rows",
-                                   "bf16 rows, GemmEx + bias pass",
-                                   "bf16 rows, cublasLt bias epilogue",
-                                   "bf16 rows, cublasLt, attention kernel 2 (4 warps x 32 rows)",
-                                   "bf16 rows, cublasLt, attention kernel 3 (8 warps x 32 rows)",
-                                   "bf16 rows, cublasLt, attention kernel 4 (8 warps x 16 rows)"};
-    float *out[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
-    double med[6] = {0, 0, 0, 0, 0, 0};
+    /* The paths: rows f32 or bf16; cublasLt or GemmEx + a bias pass; the
+     * bf16 attention's kernel (0: its default); GELU in cublasLt's epilogue. */
+    static const struct {
+        const char *name;
+        bool f32, lt;
+        int kernel;
+        bool gelu_epi;
+    } P[] = {{"f32 rows", true, true, 0, false},
+             {"bf16 rows, GemmEx + bias pass", false, false, 0, false},
+             {"bf16 rows, cublasLt bias epilogue", false, true, 0, false},
+             {"bf16 rows, cublasLt, attention kernel 1", false, true, 1, false},
+             {"bf16 rows, cublasLt, attention kernel 2 (4 warps x 32 rows)", false, true, 2, false},
+             {"bf16 rows, cublasLt, attention kernel 3 (8 warps x 32 rows)", false, true, 3, false},
+             {"bf16 rows, cublasLt, attention kernel 4 (8 warps x 16 rows)", false, true, 4, false},
+             {"bf16 rows, cublasLt, attention kernel 1, GELU in the epilogue", false, true, 1, true},
+             {"bf16 rows, cublasLt, attention kernel 3, GELU in the epilogue", false, true, 3, true}};
+    enum { NP = sizeof P / sizeof P[0] };
+    float *out[NP] = {NULL};
+    double med[NP] = {0};
     for (int path = first; path <= last; path++) {
-        w->enc_f32_rows = path == 0;
-        choir_cuda_linear_bf16_set_lt(path >= 2);
-        if (path >= 3) choir_cuda_attention_bf16_set_kernel(path - 1);
+        w->enc_f32_rows = P[path].f32;
+        choir_cuda_linear_bf16_set_lt(P[path].lt);
+        choir_cuda_attention_bf16_set_kernel(path == 2 ? flash : P[path].kernel);
+        choir_cuda_linear_bf16_set_gelu_epilogue(path == 2 ? gelu_epi : P[path].gelu_epi);
         double t[100];
         for (int r = -2; r < reps; r++) {
             double t0 = now_ms();
@@ -217,10 +233,10 @@ int main(int argc, char **argv) {
         choir_op_download(s, out[path], dx, out_n * sizeof(float));
         printf("encoder, %s: %.3f ms per window (median of %d, min %.3f max %.3f), %.0f TFLOP/s, "
                "%.1f%% of the bf16 ceiling\n",
-               names[path], med[path], reps, t[0], t[reps - 1],
+               P[path].name, med[path], reps, t[0], t[reps - 1],
                flops / (med[path] * 1e-3) / 1e12, 100.0 * ideal_ms / med[path]);
     }
-    for (int path = 1; path <= 5; path++) {
+    for (int path = 1; path < NP; path++) {
         if (!out[0] || !out[path]) continue;
         double num = 0, den = 0;
         for (size_t i = 0; i < out_n; i++) {
@@ -228,11 +244,12 @@ int main(int argc, char **argv) {
             num += e * e;
             den += (double)out[0][i] * out[0][i];
         }
-        printf("%s vs f32 rows, encoder output: rel_l2 %.3e; %.2fx faster\n", names[path],
+        printf("%s vs f32 rows, encoder output: rel_l2 %.3e; %.2fx faster\n", P[path].name,
                sqrt(num / (den > 0 ? den : 1)), med[0] / med[path]);
     }
     choir_cuda_linear_bf16_set_lt(true);
     choir_cuda_attention_bf16_set_kernel(0);
+    choir_cuda_linear_bf16_set_gelu_epilogue(false);
     w->enc_f32_rows = false;
     wh_stream_done(&m, s, 0, &err);
     choir_whisper_gpu_detach(&m);

@@ -370,6 +370,12 @@ int choir_cuda_linear_bf16(choir_cuda *cu, const uint16_t *x, int64_t M,
  * epilogue (rounded to bf16 first for bf16 y) unless this is off (on by
  * default; for the bench's comparison). Process-wide. */
 void choir_cuda_linear_bf16_set_lt(bool on);
+/* With it on, the bf16 rows' GELU of that cublasLt path runs in cublasLt's
+ * epilogue on the f32 sum, rounded once; it is the tanh form there, within
+ * 4.7e-4 of the erf form (largest near x = -2.7, where GELU is -0.0094).
+ * Off (the default), a pass over the rounded product applies the erf form.
+ * Process-wide. */
+void choir_cuda_linear_bf16_set_gelu_epilogue(bool on);
 /* conv1d (groups 1) over B items of x [Cin, T] f32 into y [Cout, Tout] f32
  * with bf16 operands: the taps (im2col) and the weight [Cout, Cin, K]
  * rounded to bf16, f32 accumulation on the tensor cores, then the bias. */

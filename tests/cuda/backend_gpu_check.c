@@ -389,15 +389,18 @@ static void check_linear_bf16(void) {
         choir_cuda_linear_bf16_set_lt(lt != 0);
         const char *how = lt ? "epilogue" : "plain";
         char name[96];
-        for (int mode = 0; mode < 2; mode++) {
+        /* mode 2: GELU in cublasLt's epilogue (its tanh form), then off again. */
+        for (int mode = 0; mode < (lt ? 3 : 2); mode++) {
             uint16_t *ref = hmem((size_t)(M * N) * 2), *dy = dput(NULL, (size_t)(M * N) * 2);
             unsigned fl = mode ? CHOIR_LINEAR_GELU : 0;
+            choir_cuda_linear_bf16_set_gelu_epilogue(mode == 2);
             choir_op_linear_bf16(g_cs, x, M, &host, bias, ref, CHOIR_DTYPE_BF16, fl);
             choir_op_linear_bf16(g_gs, dx, M, &dw, dbias, dy, CHOIR_DTYPE_BF16, fl);
             snprintf(name, sizeof name, "linear_bf16 M=333 bf16 rows +bias%s (%s)",
-                     mode ? " +GELU" : "", how);
+                     mode == 2 ? " +GELU tanh" : mode ? " +GELU" : "", how);
             cmp_bf16(name, dy, ref, M * N, TOL_BF16);
         }
+        choir_cuda_linear_bf16_set_gelu_epilogue(false);
         float *res = hvec(M * N, -2, 2), *dres = dvec(res, M * N);
         choir_op_linear_bf16(g_cs, x, M, &host, bias, res, CHOIR_DTYPE_F32, CHOIR_LINEAR_ACCUMULATE);
         choir_op_linear_bf16(g_gs, dx, M, &dw, dbias, dres, CHOIR_DTYPE_F32,

@@ -33,6 +33,8 @@ __global__ void k_bias_act_bf16(__nv_bfloat16 *__restrict__ y, const float *__re
 
 static bool g_use_lt = true;
 void choir_cuda_linear_bf16_set_lt(bool on) { g_use_lt = on; }
+static bool g_gelu_epi = false;
+void choir_cuda_linear_bf16_set_gelu_epilogue(bool on) { g_gelu_epi = on; }
 
 __global__ void k_f32_to_bf16(const float *__restrict__ x, __nv_bfloat16 *__restrict__ y,
                               int64_t n) {
@@ -46,7 +48,7 @@ __global__ void k_f32_to_bf16(const float *__restrict__ x, __nv_bfloat16 *__rest
  * (nothing was enqueued then, except on a failing launch, reported). */
 static cublasStatus_t lt_linear(choir_cuda *cu, const uint16_t *x, int64_t M,
                                 const choir_cuda_weight *W, const void *bias, void *y,
-                                cudaDataType_t yt, float beta) {
+                                cudaDataType_t yt, float beta, bool gelu) {
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
     if (!cu->lt) {
         cublasLtHandle_t h;
@@ -59,7 +61,7 @@ static cublasStatus_t lt_linear(choir_cuda *cu, const uint16_t *x, int64_t M,
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
     cublasLtMatmulPreference_t pref = NULL;
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    cublasLtEpilogue_t epi = gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
     int32_t bias_t = (int32_t)yt;
     size_t ws = cu->blas_workspace.bytes;
     cublasLtMatmulHeuristicResult_t res;
@@ -124,10 +126,13 @@ int choir_cuda_linear_bf16(choir_cuda *cu, const uint16_t *x, int64_t M,
             if (rc) return rc;
             b = b16;
         }
+        /* GELU in the epilogue: cublasLt's is the tanh form, on the f32 sum
+         * before the one rounding (see choir/cuda.h). */
+        bool epi_gelu = gelu && g_gelu_epi;
         cublasStatus_t lst =
-            lt_linear(cu, x, M, W, b, y, y_bf16 ? CUDA_R_16BF : CUDA_R_32F, beta);
+            lt_linear(cu, x, M, W, b, y, y_bf16 ? CUDA_R_16BF : CUDA_R_32F, beta, epi_gelu);
         if (lst == CUBLAS_STATUS_SUCCESS) {
-            if (!gelu) return 0;
+            if (!gelu || epi_gelu) return 0;
             int64_t n8 = M * N / 8;
             k_bias_act_bf16<<<choir_cuda_blocks(n8, BF_THREADS), BF_THREADS, 0, cu->stream>>>(
                 (__nv_bfloat16 *)y, NULL, n8, N, true);
