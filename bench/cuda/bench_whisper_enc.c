@@ -15,6 +15,7 @@
  *        [--windows N (32)] [--reps N (5)] [--rows f32|bf16|all (all)]
  *        [--layers N (the model's)] [--ceiling TFLOPS (measured unless given)]
  *        [--gelu-epilogue on|off (off; the bf16 path's GELU in cublasLt's epilogue)]
+ *        [--ln-warp on|off (off; its layer norms one warp per row)]
  *        [--flash K|all (0: the default kernel of the bf16 attention; all: the
  *        bf16 path with each kernel of choir_cuda_attention_bf16_set_kernel,
  *        and with the GELU in cublasLt's epilogue)]
@@ -90,7 +91,7 @@ static int cmp_d(const void *a, const void *b) {
 int main(int argc, char **argv) {
     const char *dims = "large-v3-turbo";
     int nb = 32, reps = 5, first = 0, last = 2, flash = 0, layers = 0;
-    bool gelu_epi = false;
+    bool gelu_epi = false, ln_warp = false;
     double ceiling = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--dims") == 0) dims = argv[i + 1];
@@ -98,6 +99,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--reps") == 0) reps = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--layers") == 0) layers = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--gelu-epilogue") == 0) gelu_epi = strcmp(argv[i + 1], "on") == 0;
+        else if (strcmp(argv[i], "--ln-warp") == 0) ln_warp = strcmp(argv[i + 1], "on") == 0;
         else if (strcmp(argv[i], "--ceiling") == 0) ceiling = atof(argv[i + 1]);
         else if (strcmp(argv[i], "--flash") == 0)
             flash = strcmp(argv[i + 1], "all") == 0 ? -1 : atoi(argv[i + 1]);
@@ -109,7 +111,7 @@ int main(int argc, char **argv) {
     if (nb < 1 || reps < 1 || reps > 100) return 2;
     /* --flash all: the bf16 path once per kernel of the attention (1 to 4)
      * and with the GELU in the epilogue. */
-    if (flash == -1 && last == 2) last = 8;
+    if (flash == -1 && last == 2) last = 9;
     if (choir_cuda_device_count() == 0) {
         printf("no CUDA device visible: nothing to measure\n");
         return 77;
@@ -199,16 +201,17 @@ int main(int argc, char **argv) {
         const char *name;
         bool f32, lt;
         int kernel;
-        bool gelu_epi;
-    } P[] = {{"f32 rows", true, true, 0, false},
-             {"bf16 rows, GemmEx + bias pass", false, false, 0, false},
-             {"bf16 rows, cublasLt bias epilogue", false, true, 0, false},
-             {"bf16 rows, cublasLt, attention kernel 1", false, true, 1, false},
-             {"bf16 rows, cublasLt, attention kernel 2 (4 warps x 32 rows)", false, true, 2, false},
-             {"bf16 rows, cublasLt, attention kernel 3 (8 warps x 32 rows)", false, true, 3, false},
-             {"bf16 rows, cublasLt, attention kernel 4 (8 warps x 16 rows)", false, true, 4, false},
-             {"bf16 rows, cublasLt, attention kernel 1, GELU in the epilogue", false, true, 1, true},
-             {"bf16 rows, cublasLt, attention kernel 3, GELU in the epilogue", false, true, 3, true}};
+        bool gelu_epi, ln_warp;
+    } P[] = {{"f32 rows", true, true, 0, false, false},
+             {"bf16 rows, GemmEx + bias pass", false, false, 0, false, false},
+             {"bf16 rows, cublasLt bias epilogue", false, true, 0, false, false},
+             {"bf16 rows, cublasLt, attention kernel 1", false, true, 1, false, false},
+             {"bf16 rows, cublasLt, attention kernel 2 (4 warps x 32 rows)", false, true, 2, false, false},
+             {"bf16 rows, cublasLt, attention kernel 3 (8 warps x 32 rows)", false, true, 3, false, false},
+             {"bf16 rows, cublasLt, attention kernel 4 (8 warps x 16 rows)", false, true, 4, false, false},
+             {"bf16 rows, cublasLt, attention kernel 1, warp layer norm", false, true, 1, false, true},
+             {"bf16 rows, cublasLt, attention kernel 1, GELU in the epilogue", false, true, 1, true, false},
+             {"bf16 rows, cublasLt, attention kernel 3, warp layer norm, GELU epilogue", false, true, 3, true, true}};
     enum { NP = sizeof P / sizeof P[0] };
     float *out[NP] = {NULL};
     double med[NP] = {0};
@@ -217,6 +220,7 @@ int main(int argc, char **argv) {
         choir_cuda_linear_bf16_set_lt(P[path].lt);
         choir_cuda_attention_bf16_set_kernel(path == 2 ? flash : P[path].kernel);
         choir_cuda_linear_bf16_set_gelu_epilogue(path == 2 ? gelu_epi : P[path].gelu_epi);
+        choir_cuda_layer_norm_bf16_set_warp(path == 2 ? ln_warp : P[path].ln_warp);
         double t[100];
         for (int r = -2; r < reps; r++) {
             double t0 = now_ms();
@@ -250,6 +254,7 @@ int main(int argc, char **argv) {
     choir_cuda_linear_bf16_set_lt(true);
     choir_cuda_attention_bf16_set_kernel(0);
     choir_cuda_linear_bf16_set_gelu_epilogue(false);
+    choir_cuda_layer_norm_bf16_set_warp(false);
     w->enc_f32_rows = false;
     wh_stream_done(&m, s, 0, &err);
     choir_whisper_gpu_detach(&m);

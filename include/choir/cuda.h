@@ -386,6 +386,9 @@ int choir_cuda_conv1d_bf16(choir_cuda *cu, const float *x, int64_t B, int64_t Ci
 int choir_cuda_layer_norm_bf16(choir_cuda *cu, const float *x, uint16_t *y, int64_t rows,
                                int64_t dim, const float *gamma, const float *beta, float eps,
                                choir_err *err);
+/* On, rows of 128 n values (n <= 16, 16-byte aligned) take a kernel of one
+ * warp per row instead of one block (off by default). Process-wide. */
+void choir_cuda_layer_norm_bf16_set_warp(bool on);
 
 /* --- elementwise and normalisation (semantics as in choir/kernels.h) ----- */
 int choir_cuda_add(choir_cuda *cu, const float *a, const float *b, float *y, int64_t n,

@@ -413,14 +413,25 @@ static void check_linear_bf16(void) {
     choir_op_linear_bf16(g_cs, x, M, &host, NULL, y32, CHOIR_DTYPE_F32, 0);
     choir_op_linear_bf16(g_gs, dx, M, &dw, NULL, dy32, CHOIR_DTYPE_F32, 0);
     cmp("linear_bf16 M=333 into f32 rows", dy32, y32, M * N, TOL_F32 * 100);
-    /* Layer norm from f32 rows into bf16 rows. */
-    int64_t rows = 53, dim = 1280;
-    float *ln = hvec(rows * dim, -3, 3), *g = hvec(dim, 0.5f, 1.5f), *be = hvec(dim, -0.5f, 0.5f);
-    uint16_t *lref = hmem((size_t)(rows * dim) * 2), *dl = dput(NULL, (size_t)(rows * dim) * 2);
-    float *dln = dvec(ln, rows * dim), *dg = dvec(g, dim), *dbe = dvec(be, dim);
-    choir_op_layer_norm_bf16(g_cs, ln, lref, rows, dim, g, be, 1e-5f);
-    choir_op_layer_norm_bf16(g_gs, dln, dl, rows, dim, dg, dbe, 1e-5f);
-    cmp_bf16("layer_norm into bf16 rows", dl, lref, rows * dim, 4e-3);
+    /* Layer norm from f32 rows into bf16 rows: a block per row, and a warp. */
+    static const int64_t dims[] = {1280, 384};
+    for (int wi = 0; wi < 2; wi++)
+        for (size_t di = 0; di < 2; di++) {
+            int64_t rows = 53, dim = dims[di];
+            float *ln = hvec(rows * dim, -3, 3), *g = hvec(dim, 0.5f, 1.5f),
+                  *be = hvec(dim, -0.5f, 0.5f);
+            uint16_t *lref = hmem((size_t)(rows * dim) * 2),
+                     *dl = dput(NULL, (size_t)(rows * dim) * 2);
+            float *dln = dvec(ln, rows * dim), *dg = dvec(g, dim), *dbe = dvec(be, dim);
+            choir_cuda_layer_norm_bf16_set_warp(wi == 1);
+            choir_op_layer_norm_bf16(g_cs, ln, lref, rows, dim, g, be, 1e-5f);
+            choir_op_layer_norm_bf16(g_gs, dln, dl, rows, dim, dg, dbe, 1e-5f);
+            char lname[80];
+            snprintf(lname, sizeof lname, "layer_norm into bf16 rows, dim %lld (%s)",
+                     (long long)dim, wi ? "warp per row" : "block per row");
+            cmp_bf16(lname, dl, lref, rows * dim, 4e-3);
+        }
+    choir_cuda_layer_norm_bf16_set_warp(false);
     choir_backend_weights_free(ws);
     case_end();
 }

@@ -209,6 +209,9 @@ static int attach(choir_whisper *m, int bf16, bool graphs, int max_windows) {
 
 /* --- encoder --------------------------------------------------------------- */
 
+/* Which of the device's other kernels encoder_case runs with, for its line. */
+static const char *g_variant = "";
+
 static void encoder_case(const float *mel, const float *ref, int n, int bf16, double tol) {
     choir_whisper m;
     build(&m, bf16);
@@ -224,9 +227,9 @@ static void encoder_case(const float *mel, const float *ref, int n, int bf16, do
         } else {
             double e = rel_l2(got, bf16 ? cpu : ref, out_n);
             report(e <= tol,
-                   "whisper encoder %s weights, %d windows in passes of 2: rel_l2 %.3e "
+                   "whisper encoder %s weights, %d windows in passes of 2%s: rel_l2 %.3e "
                    "(tol %.0e)",
-                   bf16 ? "bf16" : "f32", n, e, tol);
+                   bf16 ? "bf16" : "f32", n, g_variant, e, tol);
         }
         choir_whisper_gpu_detach(&m);
     }
@@ -716,6 +719,22 @@ int main(void) {
         encoder_case(mel, ref, 3, 0, 1e-5);
         g_rng = 0x2545F4914F6CDD1Dull;
         encoder_case(mel, ref, 3, 1, 1e-2);
+        /* The bf16 encoder with each kernel of the bf16 attention, the GELU in
+         * cublasLt's epilogue (with the third) and the warp-per-row layer norm. */
+        static const char *names[] = {"", "", ", attention kernel 2", ", attention kernel 3, GELU epilogue",
+                                      ", attention kernel 4"};
+        for (int k = 2; k <= choir_cuda_attention_bf16_kernels() && k <= 4; k++) {
+            choir_cuda_attention_bf16_set_kernel(k);
+            choir_cuda_linear_bf16_set_gelu_epilogue(k == 3);
+            choir_cuda_layer_norm_bf16_set_warp(true);
+            g_variant = names[k];
+            g_rng = 0x2545F4914F6CDD1Dull;
+            encoder_case(mel, ref, 3, 1, 1e-2);
+        }
+        g_variant = "";
+        choir_cuda_attention_bf16_set_kernel(0);
+        choir_cuda_linear_bf16_set_gelu_epilogue(false);
+        choir_cuda_layer_norm_bf16_set_warp(false);
         choir_free(mel), choir_free(ref);
     }
     decoder_case(1, 0, 1e-4);

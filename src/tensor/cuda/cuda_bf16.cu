@@ -191,11 +191,91 @@ __global__ void k_layer_norm_bf16(const float *__restrict__ x, __nv_bfloat16 *__
     }
 }
 
+/* The same with one warp per row for rows of 128 NV values (NV <= 16): the
+ * row read once as float4s into registers, the two reductions by shuffles
+ * alone, the output written eight bytes at a time; eight rows per block. */
+template <int NV>
+__global__ void __launch_bounds__(256)
+    k_layer_norm_bf16_warp(const float *__restrict__ x, __nv_bfloat16 *__restrict__ y,
+                           int64_t rows, const float *__restrict__ gamma,
+                           const float *__restrict__ beta, float eps) {
+    constexpr int dim = 128 * NV;
+    int lane = threadIdx.x & 31;
+    int64_t row = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (row >= rows) return;
+    const float4 *xr = (const float4 *)(x + row * dim);
+    float4 v[NV];
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        v[i] = xr[i * 32 + lane];
+        s += (v[i].x + v[i].y) + (v[i].z + v[i].w);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    float mean = s / (float)dim, q = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        float a = v[i].x - mean, b = v[i].y - mean, c = v[i].z - mean, d = v[i].w - mean;
+        q += (a * a + b * b) + (c * c + d * d);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
+    float inv = rsqrtf(q / (float)dim + eps);
+    uint2 *yr = (uint2 *)(y + row * dim);
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        int c = (i * 32 + lane) * 4;
+        float o0 = (v[i].x - mean) * inv, o1 = (v[i].y - mean) * inv;
+        float o2 = (v[i].z - mean) * inv, o3 = (v[i].w - mean) * inv;
+        if (gamma) {
+            float4 g = *(const float4 *)(gamma + c);
+            o0 *= g.x, o1 *= g.y, o2 *= g.z, o3 *= g.w;
+        }
+        if (beta) {
+            float4 b = *(const float4 *)(beta + c);
+            o0 += b.x, o1 += b.y, o2 += b.z, o3 += b.w;
+        }
+        __nv_bfloat162 lo = __floats2bfloat162_rn(o0, o1), hi = __floats2bfloat162_rn(o2, o3);
+        uint2 w;
+        w.x = *(uint32_t *)&lo;
+        w.y = *(uint32_t *)&hi;
+        yr[i * 32 + lane] = w;
+    }
+}
+
+static bool g_ln_warp = false;
+void choir_cuda_layer_norm_bf16_set_warp(bool on) { g_ln_warp = on; }
+
 int choir_cuda_layer_norm_bf16(choir_cuda *cu, const float *x, uint16_t *y, int64_t rows,
                                int64_t dim, const float *gamma, const float *beta, float eps,
                                choir_err *err) {
     if (rows <= 0 || dim <= 0) return 0;
     if (rows > INT32_MAX) return choir_err_set(err, CHOIR_ETOOBIG, "cuda: layer norm rows");
+    uintptr_t al = (uintptr_t)x | (uintptr_t)y | (uintptr_t)gamma | (uintptr_t)beta;
+    if (g_ln_warp && dim % 128 == 0 && dim <= 2048 && (al & 15) == 0) {
+        unsigned blocks = (unsigned)((rows + 7) / 8);
+        switch (dim / 128) {
+#define CHOIR_LN_WARP(NV)                                                                         \
+    case NV:                                                                                      \
+        k_layer_norm_bf16_warp<NV><<<blocks, 256, 0, cu->stream>>>(x, (__nv_bfloat16 *)y, rows,   \
+                                                                     gamma, beta, eps);           \
+        return choir_cuda_check_launch(err, "layer norm to bf16");
+            CHOIR_LN_WARP(1)
+            CHOIR_LN_WARP(2)
+            CHOIR_LN_WARP(3)
+            CHOIR_LN_WARP(4)
+            CHOIR_LN_WARP(5)
+            CHOIR_LN_WARP(6)
+            CHOIR_LN_WARP(8)
+            CHOIR_LN_WARP(10)
+            CHOIR_LN_WARP(12)
+            CHOIR_LN_WARP(16)
+#undef CHOIR_LN_WARP
+        default:
+            break;
+        }
+    }
     k_layer_norm_bf16<<<(unsigned)rows, BF_THREADS, 0, cu->stream>>>(x, (__nv_bfloat16 *)y, dim,
                                                                        gamma, beta, eps);
     return choir_cuda_check_launch(err, "layer norm to bf16");
