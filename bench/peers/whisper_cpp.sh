@@ -3,7 +3,7 @@
 #
 #   bench/peers/whisper_cpp.sh WHISPER_CPP_SRC [--work DIR] [--sizes "tiny base small"]
 #                              [--runs 3] [--threads 2] [--audio WAV] [--dtypes "f16 bf16"]
-#                              [--choir BIN]...
+#                              [--choir BIN]... [--skip decoder|e2e]
 #
 # WHISPER_CPP_SRC is a whisper.cpp source tree (never inside this repo). It is
 # built with CMake and its native kernels (-DGGML_NATIVE=ON) into DIR/build
@@ -34,6 +34,7 @@ SRC=$(cd "$1" && pwd); shift
 WORK=${TMPDIR:-/tmp}/choir-peers
 SIZES="tiny base small"
 RUNS=3
+SKIP=""
 THREADS=2
 DTYPES="f16 bf16"
 AUDIO=$REPO/../shared/fixtures/real/speech/jfk.wav
@@ -46,6 +47,7 @@ while [ $# -gt 0 ]; do
     --threads) THREADS=$2; shift 2 ;;
     --audio) AUDIO=$2; shift 2 ;;
     --dtypes) DTYPES=$2; shift 2 ;;
+    --skip) SKIP="$SKIP $2"; shift 2 ;;
     --choir) CHOIRS+=("$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"); shift 2 ;;
     *) echo "whisper_cpp.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -89,6 +91,7 @@ NC=${#CHOIRS[@]}
 for i in $(seq 0 $((NC - 1))); do echo "$(label "$i"): ${CHOIRS[$i]}"; done
 for s in $SIZES; do
   model "$s"
+  [[ " $SKIP " == *" decoder "* ]] && continue
   : >"$WORK/wcpp.$s"
   for i in $(seq 0 $((NC - 1))); do
     for dt in $DTYPES; do
@@ -121,7 +124,9 @@ for s in $SIZES; do
   done
 done
 
-if [ -f "$AUDIO" ]; then
+if [[ " $SKIP " == *" e2e "* ]]; then
+  :
+elif [ -f "$AUDIO" ]; then
   for s in $SIZES; do
     : >"$WORK/e2e.wcpp.$s"; toks=""
     for i in $(seq 0 $((NC - 1))); do : >"$WORK/e2e.$(label "$i").$s"; done
