@@ -61,9 +61,11 @@
 #define VV_GPU_STATE_ROOM VV_GPU_MAX_BATCH
 /* Seconds of encoding and prefill of a waiting request between two steps
  * of a batch's decoding members (each then waits at most this plus one
- * encoder pass or prefill chunk): on an H100 a 10-minute request's 2.7 s
- * of it then go on at about 80% of their speed alone while 8 to 32 others
- * keep taking a step every 60 ms or so. */
+ * encoder pass or prefill chunk). Not yet measured on a GPU; from the H100
+ * figures of the whole-request path (a 10-minute request's 2.7 s of
+ * encoding and prefill, steps of 8-16 ms) it should leave the prefill
+ * about 75-85% of its speed alone while the others take a step every
+ * 60-70 ms. */
 #define VV_PREP_SLICE_S 0.05
 
 typedef struct vv_weights {
