@@ -375,6 +375,17 @@ static void test_conv_gemm512(void **state) {
 #endif
 }
 
+/* Pass 0, 1, 2: the reference, AVX2 (also on an AVX-512 CPU) and the best
+ * ISA, selected; false for a pass this CPU cannot run. */
+static bool use_isa_pass(int pass) {
+    const choir_isa isas[] = {CHOIR_ISA_REF, CHOIR_ISA_AVX2, choir_kernels_best_isa()};
+    if (pass == 1 && choir_kernels_best_isa() != CHOIR_ISA_AVX2 &&
+        choir_kernels_best_isa() != CHOIR_ISA_AVX512)
+        return false;
+    choir_kernels_set_isa(isas[pass]);
+    return true;
+}
+
 /* choir_attention_f16 and choir_attention_bf16 on every ISA against
  * choir_attention over the same values widened: the step form (Tq 1 and 3,
  * the 16-bit kernels) and a larger call (Tq 9, widened into scratch). Dh 40
@@ -402,13 +413,8 @@ static void test_attention_f16(void **state) {
         vb[i] = choir_bf16_to_f32(vbf[i]);
     }
     const int tqs[] = {1, 3, TQ};
-    /* The reference, AVX2 (also on an AVX-512 CPU) and the best ISA. */
-    const choir_isa isas[] = {CHOIR_ISA_REF, CHOIR_ISA_AVX2, choir_kernels_best_isa()};
     for (int pass = 0; pass < 3; pass++) {
-        if (pass == 1 && choir_kernels_best_isa() != CHOIR_ISA_AVX2 &&
-            choir_kernels_best_isa() != CHOIR_ISA_AVX512)
-            continue;
-        choir_kernels_set_isa(isas[pass]);
+        if (!use_isa_pass(pass)) continue;
         for (int t = 0; t < 3; t++) {
             int tq = tqs[t];
             choir_attention(q, D, kf, D, vf, D, want, D, tq, TK, H, DH, 0.158f, NULL, tq > 1);
@@ -486,12 +492,8 @@ static void check_step_chunks(int H, int TK, bool bf16) {
 
 static void test_attention_step_chunks(void **state) {
     (void)state;
-    const choir_isa isas[] = {CHOIR_ISA_REF, CHOIR_ISA_AVX2, choir_kernels_best_isa()};
     for (int pass = 0; pass < 3; pass++) {
-        if (pass == 1 && choir_kernels_best_isa() != CHOIR_ISA_AVX2 &&
-            choir_kernels_best_isa() != CHOIR_ISA_AVX512)
-            continue;
-        choir_kernels_set_isa(isas[pass]);
+        if (!use_isa_pass(pass)) continue;
         check_step_chunks(5, 150, false);
         check_step_chunks(5, 150, true);
         check_step_chunks(20, 700, false);

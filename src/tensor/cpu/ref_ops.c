@@ -107,40 +107,46 @@ static void ref_attn_wsum_bf16(const float *p, const uint16_t *v, int64_t ldv, i
             out[c] += p[j] * choir_bf16_to_f32(v[j * ldv + c]);
 }
 
-static void ref_attn_scores_heads_f16(const float *q, const uint16_t *k, int64_t ldk, int64_t n,
-                                      int64_t Dh, int64_t G, float scale, float *scores,
-                                      int64_t lds) {
+/* The heads forms over either 16-bit type: dot and widen say which. */
+static void ref_scores_heads(float (*dot)(const uint16_t *, const float *, int64_t),
+                             const float *q, const uint16_t *k, int64_t ldk, int64_t n, int64_t Dh,
+                             int64_t G, float scale, float *scores, int64_t lds) {
     for (int64_t j = 0; j < n; j++)
         for (int64_t h = 0; h < G; h++)
-            scores[h * lds + j] = ref_dot_f16(k + j * ldk + h * Dh, q + h * Dh, Dh) * scale;
+            scores[h * lds + j] = dot(k + j * ldk + h * Dh, q + h * Dh, Dh) * scale;
 }
 
-static void ref_attn_wsum_heads_f16(const float *p, int64_t ldp, const uint16_t *v, int64_t ldv,
-                                    int64_t n, int64_t Dh, int64_t G, float *out) {
+static void ref_wsum_heads(float (*widen)(uint16_t), const float *p, int64_t ldp,
+                           const uint16_t *v, int64_t ldv, int64_t n, int64_t Dh, int64_t G,
+                           float *out) {
     for (int64_t c = 0; c < G * Dh; c++)
         out[c] = 0.0f;
     for (int64_t j = 0; j < n; j++)
         for (int64_t h = 0; h < G; h++)
             for (int64_t c = 0; c < Dh; c++)
-                out[h * Dh + c] += p[h * ldp + j] * choir_f16_to_f32(v[j * ldv + h * Dh + c]);
+                out[h * Dh + c] += p[h * ldp + j] * widen(v[j * ldv + h * Dh + c]);
+}
+
+static void ref_attn_scores_heads_f16(const float *q, const uint16_t *k, int64_t ldk, int64_t n,
+                                      int64_t Dh, int64_t G, float scale, float *scores,
+                                      int64_t lds) {
+    ref_scores_heads(ref_dot_f16, q, k, ldk, n, Dh, G, scale, scores, lds);
+}
+
+static void ref_attn_wsum_heads_f16(const float *p, int64_t ldp, const uint16_t *v, int64_t ldv,
+                                    int64_t n, int64_t Dh, int64_t G, float *out) {
+    ref_wsum_heads(choir_f16_to_f32, p, ldp, v, ldv, n, Dh, G, out);
 }
 
 static void ref_attn_scores_heads_bf16(const float *q, const uint16_t *k, int64_t ldk, int64_t n,
                                        int64_t Dh, int64_t G, float scale, float *scores,
                                        int64_t lds) {
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t h = 0; h < G; h++)
-            scores[h * lds + j] = ref_dot_bf16(k + j * ldk + h * Dh, q + h * Dh, Dh) * scale;
+    ref_scores_heads(ref_dot_bf16, q, k, ldk, n, Dh, G, scale, scores, lds);
 }
 
 static void ref_attn_wsum_heads_bf16(const float *p, int64_t ldp, const uint16_t *v, int64_t ldv,
                                      int64_t n, int64_t Dh, int64_t G, float *out) {
-    for (int64_t c = 0; c < G * Dh; c++)
-        out[c] = 0.0f;
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t h = 0; h < G; h++)
-            for (int64_t c = 0; c < Dh; c++)
-                out[h * Dh + c] += p[h * ldp + j] * choir_bf16_to_f32(v[j * ldv + h * Dh + c]);
+    ref_wsum_heads(choir_bf16_to_f32, p, ldp, v, ldv, n, Dh, G, out);
 }
 
 static void ref_f16_to_f32(const uint16_t *src, float *dst, int64_t n) {
