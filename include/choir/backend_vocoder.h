@@ -18,6 +18,7 @@
 #define CHOIR_BACKEND_VOCODER_H
 
 #include "choir/backend.h"
+#include "choir/kernels.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -102,6 +103,25 @@ int choir_op_reflect_pad(choir_stream *s, const float *x, int64_t B, int64_t C, 
  * src is [B, Cs, T] and dst [B, Cd, T]. */
 int choir_op_copy_channels(choir_stream *s, const float *src, int64_t B, int64_t Cs, int64_t T,
                            float *dst, int64_t Cd, int64_t c0);
+
+/* The harmonic-plus-noise source of an NSF / iSTFTNet generator and its
+ * STFT (choir_nsf_source_stft in choir/kernels.h, its CPU twin and the
+ * oracle), for B items at once: f0 [B, T] (Hz; item b's first lens[b]
+ * values valid, backend int32 [B], NULL: all T) -> S [B, n_fft + 2, F] with
+ * F = upsample T / hop + 1, item b's frames upsample lens[b] / hop + 1 and
+ * zeros after. Item b's draws are the seeded stream of seeds[b] where
+ * noisy[b] (host arrays [B]; seeds NULL: no draws; noisy NULL: every item
+ * with seeds), else zero. The CPU runs choir_nsf_source_stft per item
+ * (working memory from the stream); CUDA runs three kernels
+ * (choir_cuda_nsf_source_stft: the phase sums, a warp per item, in the
+ * CPU's order; the source, a thread per sample, with its own draws; the
+ * STFT, a thread per frame), every float32 operation rounded as the CPU's
+ * and sin, tanh, atan2 and the draws' log, sin, cos in double, rounded once:
+ * equal to the CPU to those functions' last-ulp differences (docs/cuda.md).
+ * Working memory: (upsample + harmonics) T floats per item (CPU: one item's). */
+int choir_op_nsf_source_stft(choir_stream *s, const float *f0, int64_t B, int64_t T,
+                             const int32_t *lens, const choir_nsf_source *p,
+                             const uint64_t *seeds, const bool *noisy, float *S);
 
 /* --- recurrent ------------------------------------------------------------- */
 

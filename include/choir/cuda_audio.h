@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "choir/cuda.h"
+#include "choir/kernels.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -159,6 +160,24 @@ int choir_cuda_copy_channels(choir_cuda *cu, const float *src, int64_t B, int64_
 int choir_cuda_istft_magphase(choir_cuda *cu, const float *P, int64_t B, int64_t F,
                               const int32_t *frames, int n_fft, int hop, float *out,
                               choir_err *err);
+
+/* The harmonic-plus-noise source and its STFT for B items
+ * (choir_op_nsf_source_stft, whose CPU twin choir_nsf_source_stft is the
+ * oracle): f0 [B, T], lens [B] (device int32, NULL = all T), seeds and
+ * noisy host arrays [B] (seeds NULL: no draws; noisy NULL: all drawn) ->
+ * S [B, n_fft + 2, upsample T / hop + 1], zero past each item's frames.
+ * work: B (upsample + harmonics) T floats of device memory. Three kernels
+ * per 32 items: the phase sums (one warp per item, harmonic h on lane h,
+ * sequential over F0 values in double as the CPU), the source (a thread per
+ * sample: its draws from the counter-based stream, sin and tanh in double
+ * rounded once), the STFT (a thread per frame, DFTs in double in the CPU's
+ * order, hypot and atan2 in double rounded once). Every float32 operation
+ * is the CPU's, rounded alike (no contraction into fused multiply-adds but
+ * where the CPU fuses). */
+int choir_cuda_nsf_source_stft(choir_cuda *cu, const float *f0, int64_t B, int64_t T,
+                               const int32_t *lens, const choir_nsf_source *p,
+                               const uint64_t *seeds, const bool *noisy, float *work, float *S,
+                               choir_err *err);
 
 /* Bidirectional one-layer LSTM over B sequences at once (PyTorch: gate order
  * i, f, g, o; zero initial state), with packed-sequence semantics: piece b

@@ -195,6 +195,52 @@ size_t choir_conv1d_scratch_bytes(int64_t Cin, int64_t T, int64_t kernel, int st
 size_t choir_conv_transpose1d_scratch_bytes(int64_t Cin, int64_t T, int64_t Cout,
                                             int64_t kernel, int groups);
 
+/* --- neural source-filter: the harmonic-plus-noise source ---------------- */
+
+/* The excitation of an NSF / iSTFTNet generator (SineGen and
+ * SourceModuleHnNSF, as Kokoro's generator uses them) and its STFT. From F0
+ * (Hz, one value per `upsample` samples): harmonic h's phase is the running
+ * sum of frac(F0 (h + 1) / sample_rate) over F0 values (summed in double,
+ * rounded to float per value, times 2 pi upsample), linearly interpolated to
+ * the sample rate (torch upsample_linear1d, align_corners false); voiced
+ * samples (F0 > voiced_threshold) get sine_amp sin(phase) plus voiced_noise
+ * times a standard normal draw, unvoiced ones unvoiced_noise times a draw;
+ * the harmonics merge as tanh(lin_w . e + lin_b). The STFT is torch.stft
+ * (center, reflect padding, periodic Hann of n_fft, hop): magnitudes of the
+ * n_fft / 2 + 1 bins, then their phases (atan2), each DFT summed in double.
+ * Every float32 operation is the reference's, in its order (see
+ * kokoro_generator.c): the phase reaches ~1e5 rad. */
+#define CHOIR_NSF_MAX_HARMONICS 16
+#define CHOIR_NSF_MAX_NFFT 32
+typedef struct choir_nsf_source {
+    int harmonics;     /* 1..CHOIR_NSF_MAX_HARMONICS */
+    int upsample;      /* samples per F0 value, a multiple of hop */
+    float sample_rate; /* Hz */
+    float sine_amp, voiced_noise, unvoiced_noise, voiced_threshold;
+    float lin_w[CHOIR_NSF_MAX_HARMONICS], lin_b;
+    int n_fft, hop; /* n_fft even, 2..CHOIR_NSF_MAX_NFFT */
+} choir_nsf_source;
+
+/* n values of the seeded standard normal stream, starting at value `first`:
+ * splitmix64 (state seed + k 0x9E3779B97F4A7C15 at draw k) and Box-Muller in
+ * double, each pair of values (2i, 2i + 1) from draws 2i + 1 and 2i + 2 as
+ * r cos(a), r sin(a). Any split of the stream gives the same values as one
+ * fill from 0, so a device can draw value i on its own. */
+void choir_gaussian_stream(float *x, int64_t first, int64_t n, uint64_t seed);
+
+/* Working floats of choir_nsf_source_stft for n_f0 F0 values. */
+int64_t choir_nsf_source_work_floats(const choir_nsf_source *p, int64_t n_f0);
+
+/* S[n_fft + 2, ld] (rows of ld floats; frames F = upsample n_f0 / hop + 1
+ * written, ld >= F) = the STFT of the source of f0[n_f0]. The draws are
+ * noise [upsample n_f0, harmonics] when non-NULL, else the stream of
+ * *seed from value 0 when seed is non-NULL, else zero. work holds
+ * choir_nsf_source_work_floats floats. Spread over the default pool (inline
+ * when it is busy). */
+void choir_nsf_source_stft(const choir_nsf_source *p, const float *f0, int64_t n_f0,
+                           const float *noise, const uint64_t *seed, float *S, int64_t ld,
+                           float *work);
+
 /* --- machine ceilings ---------------------------------------------------- */
 /* Streaming read bandwidth in GB/s (1e9 bytes per second): `bytes` (at
  * least 1 MiB; use more than the last-level cache) are read `passes` times

@@ -183,9 +183,15 @@ typedef struct choir_kokoro_decode_input {
     const float *asr;    /* [512, frames]: text encoding aligned to frames */
     const float *f0;     /* [2 frames]: F0 in Hz */
     const float *n;      /* [2 frames]: energy curve */
-    const float *noise;  /* [600 frames, 9] SineGen Gaussian draws, or NULL for zero */
+    const float *noise;  /* [600 frames, 9] SineGen Gaussian draws, or NULL: */
     const float *style;  /* the piece's 256-float style row (the decoder uses the first 128) */
     int64_t frames;      /* >= 1 */
+    /* with noise NULL: noise_seeded gives the draws of the seeded generator
+     * for noise_seed (those of CHOIR_KOKORO_NOISE_SEEDED), made where the
+     * harmonic source is made (on the GPU when the decoder runs there);
+     * false: zero noise */
+    bool noise_seeded;
+    uint64_t noise_seed;
 } choir_kokoro_decode_input;
 
 /* Work counters of a GPU attachment (choir_kokoro_gpu_get_stats; the type

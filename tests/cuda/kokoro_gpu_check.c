@@ -429,6 +429,85 @@ static void check_vocoder_ops(void) {
     free(g_y), free(g_p), free(g_cat), free(g_div);
 }
 
+/* choir_op_nsf_source_stft on the device vs the CPU twin: three items of
+ * 3200 (a 40-s piece), 171 and 14 F0 values with F0 between 80 and 300 Hz
+ * and unvoiced stretches; items 0 and 2 with seeded draws, item 1 without.
+ * The device rounds every float32 operation as the CPU, so the spectra
+ * differ only where CUDA's double sin / tanh / atan2 / log and the CPU's
+ * libm differ in the last ulp: magnitudes to ~1e-6, and a phase can differ
+ * by more only where its bin is ~0 (atan2 of rounding noise) or where the
+ * source moved by an ulp. Bounds: magnitudes max abs 1e-5; phases differing
+ * by more than 1e-4 rad in at most 1e-4 of the values. */
+static void check_nsf_source(void) {
+    enum { B = 3 };
+    const int64_t T = 3200;
+    int32_t lens[B] = {3200, 171, 14};
+    const uint64_t seeds[B] = {11, 0, 0x9E3779B97F4A7C15ULL};
+    const bool noisy[B] = {true, false, true};
+    choir_nsf_source p = {.harmonics = 9, .upsample = 300, .sample_rate = 24000.0f,
+                          .sine_amp = 0.1f, .voiced_noise = 0.003f,
+                          .unvoiced_noise = (float)(0.1 / 3.0), .voiced_threshold = 10.0f,
+                          .lin_b = 0.02f, .n_fft = 20, .hop = 5};
+    for (int h = 0; h < 9; h++) p.lin_w[h] = 0.45f - 0.1f * (float)h;
+    const int64_t F = 300 * T / 5 + 1, nS = B * 22 * F;
+    float *f0 = calloc((size_t)(B * T), sizeof(float));
+    float *h_S = malloc(sizeof(float) * nS), *g_S = malloc(sizeof(float) * nS);
+    uint32_t r = 2024;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t j = 0; j < lens[b]; j++) {
+            r = r * 1664525u + 1013904223u;
+            float wob = (float)(r >> 8) / (float)(1u << 24);
+            f0[b * T + j] = (j / 97) % 5 == 3 ? 0.0f : 80.0f + 220.0f * wob;
+        }
+    choir_err err = {0};
+    choir_backend *dbe = choir_backend_cuda_over(cu, false, &err);
+    choir_stream *ds = dbe ? choir_stream_create(dbe, &err) : NULL;
+    choir_stream *hs = choir_stream_create(host_be, &err);
+    if (!ds || !hs || choir_stream_reserve(ds, (size_t)(B * 309 * T + nS + B * T + 64) * 4 + (1 << 20), 0, &err) ||
+        choir_stream_reserve(hs, (size_t)(309 * T) * 4 + (1 << 20), 0, &err)) {
+        fail_msg("nsf source: streams", &err);
+        goto done;
+    }
+    choir_op_nsf_source_stft(hs, f0, B, T, lens, &p, seeds, noisy, h_S);
+    float *df0 = choir_stream_floats(ds, B * T, "f0"), *dS = choir_stream_floats(ds, nS, "S");
+    int32_t *dl = choir_stream_alloc(ds, sizeof lens, "lens");
+    if (choir_stream_status(ds, &err) || choir_stream_status(hs, &err)) {
+        fail_msg("nsf source: memory or the CPU op", &err);
+        goto done;
+    }
+    choir_op_upload(ds, df0, f0, sizeof(float) * B * T);
+    choir_op_upload(ds, dl, lens, sizeof lens);
+    choir_op_nsf_source_stft(ds, df0, B, T, dl, &p, seeds, noisy, dS);
+    choir_op_download(ds, g_S, dS, sizeof(float) * nS);
+    if (choir_stream_sync(ds, &err)) {
+        fail_msg("nsf source on the device", &err);
+        goto done;
+    }
+    double mag = 0, mag_max = 0;
+    int64_t off = 0, n_ph = 0, same = 0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t k = 0; k < 22; k++)
+            for (int64_t f = 0; f < F; f++) {
+                int64_t i = (b * 22 + k) * F + f;
+                double d = fabs((double)g_S[i] - (double)h_S[i]);
+                same += g_S[i] == h_S[i];
+                if (k < 11) {
+                    mag = d > mag ? d : mag;
+                    mag_max = fabs(h_S[i]) > mag_max ? fabs(h_S[i]) : mag_max;
+                } else {
+                    n_ph++;
+                    off += d > 1e-4;
+                }
+            }
+    printf("      nsf source: %lld of %lld values bit for bit, magnitudes up to %.2f\n",
+           (long long)same, (long long)nS, mag_max);
+    verdict("op nsf_source_stft magnitudes, CUDA vs CPU (max abs)", mag, 1e-5);
+    verdict("op nsf_source_stft phases off by > 1e-4 rad (share)", (double)off / (double)n_ph, 1e-4);
+done:
+    choir_stream_free(ds), choir_stream_free(hs), choir_backend_free(dbe);
+    free(f0), free(h_S), free(g_S);
+}
+
 /* --- the model ------------------------------------------------------------ */
 
 /* Magnitude-spectrogram distance (n_fft 512, hop 128, Hann), as the parity tool. */
@@ -569,8 +648,9 @@ static void keep_decoder_out(void *user, int piece, const char *stage, const flo
  * from its trace) and audio [600 L]. */
 static int cpu_decoder(const choir_kokoro *m, const kk_piece *pc, const float *s_dec, float *up,
                        float *audio) {
-    choir_kokoro_decode_input in = {.asr = pc->asr, .f0 = pc->f0, .n = pc->n, .noise = pc->noise,
-                                    .style = s_dec, .frames = pc->L};
+    choir_kokoro_decode_input in = {.asr = pc->asr, .f0 = pc->f0, .n = pc->n, .style = s_dec,
+                                    .frames = pc->L, .noise_seeded = pc->seeded,
+                                    .noise_seed = pc->seed};
     choir_err e = {0};
     kk_dec *d = kk_dec_create(m, host_be, &e);
     choir_stream *s = d ? choir_stream_create(host_be, &e) : NULL;
@@ -604,8 +684,10 @@ static void captured_free(captured *c) {
 
 /* Three pieces of 3, 7 and 5 frames: random asr, F0 curves between 90 and
  * 260 Hz with an unvoiced stretch (F0 0), random N; piece 1 with seeded
- * noise. Every piece is decoded alone and all three as one batch, with f32
- * and with bf16 convolutions, and compared with the CPU decoder. */
+ * noise (drawn on the device with its harmonic source). Every piece is
+ * decoded alone and all three as one batch, with f32 and with bf16
+ * convolutions, and compared with the CPU decoder; piece 1 also with its
+ * draws given as an array (the source made on the host). */
 static void check_model(void) {
     static const int64_t frames[3] = {3, 7, 5};
     choir_kokoro *m = random_decoder();
@@ -619,10 +701,7 @@ static void check_model(void) {
         pc[i].f0 = rnd(2 * L, 85.0f, 175.0f);
         pc[i].n = rnd(2 * L, 1.0f, 0);
         if (i == 2) pc[i].f0[1] = pc[i].f0[2] = 0.0f; /* unvoiced */
-        if (i == 1) {
-            pc[i].noise = rnd(600 * L * 9, 0, 0);
-            kk_gaussian_fill(pc[i].noise, 600 * L * 9, 7);
-        }
+        if (i == 1) pc[i].seeded = true, pc[i].seed = 7;
         fill(style[i], 256, 0.5f);
     }
     for (int i = 0; i < 3; i++) {
@@ -653,8 +732,9 @@ static void check_model(void) {
         choir_kokoro_decode_input in[3];
         for (int i = 0; i < 3; i++)
             in[i] = (choir_kokoro_decode_input){.asr = pc[i].asr, .f0 = pc[i].f0, .n = pc[i].n,
-                                                .noise = pc[i].noise, .style = style[i],
-                                                .frames = pc[i].L};
+                                                .style = style[i], .frames = pc[i].L,
+                                                .noise_seeded = pc[i].seeded,
+                                                .noise_seed = pc[i].seed};
         captured alone[3], batch;
         memset(alone, 0, sizeof alone);
         memset(&batch, 0, sizeof batch);
@@ -664,6 +744,18 @@ static void check_model(void) {
         for (int i = 0; i < 3 && !rc; i++)
             rc = kk_exec_decode(kk_gpu_exec(g), &in[i], 1, &a_alone[i], capture, &alone[i], &err);
         if (!rc) rc = kk_exec_decode(kk_gpu_exec(g), in, 3, a_batch, capture, &batch, &err);
+        /* piece 1's draws as an array: the source made on the host */
+        float *a_arr = NULL, *drawn = malloc((size_t)(600 * pc[1].L * 9) * sizeof(float));
+        kk_gaussian_fill(drawn, 600 * pc[1].L * 9, 7);
+        choir_kokoro_decode_input in_arr = in[1];
+        in_arr.noise = drawn, in_arr.noise_seeded = false;
+        if (!rc) rc = kk_exec_decode(kk_gpu_exec(g), &in_arr, 1, &a_arr, NULL, NULL, &err);
+        if (!rc) {
+            snprintf(name, sizeof name, "%s piece 1 audio, source on the device vs host", dn);
+            verdict(name, rel_l2(a_alone[1], a_arr, 600 * pc[1].L), bf16 ? 1e-3 : 1e-5);
+        }
+        choir_free(a_arr);
+        free(drawn);
         if (rc) {
             snprintf(name, sizeof name, "GPU decode (%s)", dn);
             fail_msg(name, &err);
@@ -1150,9 +1242,8 @@ static void check_front_batch(void) {
         bool same_L = true, same_noise = true;
         for (int b = 0; b < K; b++) {
             same_L = same_L && batch[b].L == alone[b].L;
-            same_noise = same_noise && batch[b].noise && alone[b].noise && batch[b].L == alone[b].L &&
-                         !memcmp(batch[b].noise, alone[b].noise,
-                                 (size_t)kk_noise_floats(batch[b].L) * sizeof(float));
+            same_noise = same_noise && batch[b].seeded && alone[b].seeded &&
+                         batch[b].seed == alone[b].seed && batch[b].seed == ps[b].seed;
         }
         printf("%s  %-52s %lld/%lld/%lld frames\n", same_L ? "PASS" : "FAIL",
                "batched front: durations give the same frames", (long long)batch[0].L,
@@ -1175,7 +1266,7 @@ static void check_front_batch(void) {
             verdict("batched front: F0 curves vs alone", rel_l2_pieces(fb, fa, n2, K), 3e-5);
             verdict("batched front: N curves vs alone", rel_l2_pieces(nb, na, n2, K), 3e-5);
             printf("%s  %-52s\n", same_noise ? "PASS" : "FAIL",
-                   "batched front: seeded noise bit for bit");
+                   "batched front: the same noise seeds");
             same_noise ? n_pass++ : n_fail++;
         }
         bool few = st1.albert_calls - st0.albert_calls == 1 && st1.lstm_calls - st0.lstm_calls == 6 &&
@@ -1228,6 +1319,7 @@ int main(void) {
     check_adain_and_elementwise();
     check_istft();
     check_vocoder_ops();
+    check_nsf_source();
     check_model();
     {
         static const int64_t one[1] = {37}, three[3] = {23, 41, 7};

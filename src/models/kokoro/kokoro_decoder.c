@@ -71,6 +71,7 @@ struct kk_dec {
     kd_resblk encode, decode[4];
     kd_conv noise_convs[2], ups[2], conv_post;
     kd_snake noise_res[2], resblocks[6];
+    choir_nsf_source nsf; /* the harmonic source's parameters (l_linear's merge) */
     kd_adain *adains[64]; /* every AdaIN layer, for the style projections */
     int n_adains;
     int64_t gb_floats; /* projections of one piece, all layers */
@@ -158,6 +159,7 @@ kk_dec *kk_dec_create(const choir_kokoro *m, choir_backend *be, choir_err *err) 
         return NULL;
     }
     d->m = m, d->be = be;
+    kk_nsf_params(m, &d->nsf);
     if (!(d->ws = choir_backend_weights_create(be, err))) {
         choir_free(d);
         return NULL;
@@ -503,9 +505,11 @@ typedef struct kd_prep {
     int64_t L;                      /* padded frames */
     float *asr, *f0, *nn, *sty, *S; /* host staging [B, ...] */
     float *work;                    /* [B, 618 L + 64]: each piece's harmonic source */
+    bool source;                    /* the sources are made here (else by the backend) */
 } kd_prep;
 
-/* Piece b's host share: its inputs padded, and its source spectrum. */
+/* Piece b's host share: its inputs padded, and its source spectrum unless
+ * the backend makes it. */
 static void prep_range(void *ctx, int64_t begin, int64_t end, int worker) {
     (void)worker;
     kd_prep *j = ctx;
@@ -524,15 +528,14 @@ static void prep_range(void *ctx, int64_t begin, int64_t end, int worker) {
         memset(f0 + 2 * Lb, 0, 2 * (size_t)(L - Lb) * sizeof(float));
         memset(nn + 2 * Lb, 0, 2 * (size_t)(L - Lb) * sizeof(float));
         memcpy(j->sty + b * KK_STYLE, in->style, KK_STYLE * sizeof(float));
-        /* the spectrum at the piece's own length, then moved to the padded rows */
+        if (!j->source) continue;
+        /* the spectrum at the piece's own length in the padded rows */
         float *S = j->S + b * 22 * F;
-        kk_source_spectrum_buf(j->d->m, in->f0, Lb, in->noise, S,
+        kk_source_spectrum_buf(j->d->m, in->f0, Lb, in->noise,
+                               in->noise_seeded ? &in->noise_seed : NULL, S, F,
                                j->work + b * (618 * L + 64));
-        if (Fb < F)
-            for (int64_t k = 21; k >= 0; k--) {
-                memmove(S + k * F, S + k * Fb, (size_t)Fb * sizeof(float));
-                memset(S + k * F + Fb, 0, (size_t)(F - Fb) * sizeof(float));
-            }
+        for (int64_t k = 0; k < 22 && Fb < F; k++)
+            memset(S + k * F + Fb, 0, (size_t)(F - Fb) * sizeof(float));
     }
 }
 
@@ -553,6 +556,10 @@ int kk_dec_run(const kk_dec *d, choir_stream *s, const choir_kokoro_decode_input
     }
     const int64_t B = n, F = 120 * L + 1;
     const bool host = choir_backend_is_host(choir_stream_backend(s));
+    /* On a device the harmonic sources are made there (choir_op_nsf_source_stft)
+     * unless a piece brings its own draws (noise arrays stay on the host path). */
+    bool dev_source = !host;
+    for (int i = 0; i < n; i++) dev_source = dev_source && !in[i].noise;
     size_t mark = choir_stream_mark(s);
     /* CHOIR_KOKORO_PROFILE=1: one line per call on stderr, milliseconds per
      * stage (the backend waited for at each stage's end) */
@@ -577,9 +584,9 @@ int kk_dec_run(const kk_dec *d, choir_stream *s, const choir_kokoro_decode_input
     int rc = choir_stream_status(s, NULL);
     if (!rc && !host) {
         stage = choir_alloc(CHOIR_MEM_ACTIVATIONS, n_in * sizeof(float));
-        work = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)kk_dec_host_bytes(n, L));
+        work = dev_source ? NULL : choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)kk_dec_host_bytes(n, L));
         lens_host = choir_alloc(CHOIR_MEM_OTHER, 5 * (size_t)B * sizeof(int32_t));
-        if (!stage || !work || !lens_host)
+        if (!stage || (!work && !dev_source) || !lens_host)
             rc = choir_stream_fail(s, CHOIR_ENOMEM, "kokoro: out of host memory for %d pieces", n);
     }
     if (rc) goto done;
@@ -587,7 +594,7 @@ int kk_dec_run(const kk_dec *d, choir_stream *s, const choir_kokoro_decode_input
     int32_t *lh = host ? lens : lens_host;
     kd_prep job = {.d = d, .in = in, .L = L, .asr = st, .f0 = st + B * 512 * L,
                    .nn = st + B * 514 * L, .sty = st + B * 516 * L,
-                   .S = st + B * (516 * L + KK_STYLE), .work = work};
+                   .S = st + B * (516 * L + KK_STYLE), .work = work, .source = !dev_source};
     if (n == 1)
         prep_range(&job, 0, 1, 0);
     else
@@ -604,7 +611,21 @@ int kk_dec_run(const kk_dec *d, choir_stream *s, const choir_kokoro_decode_input
     if (host) choir_stream_release(s, staged);
     if (!host) {
         choir_op_upload(s, lens, lens_host, 5 * (size_t)B * sizeof(int32_t));
-        choir_op_upload(s, dev_in, stage, n_in * sizeof(float));
+        /* the spectra (the last 22 F floats a piece) are made on the device */
+        size_t n_up = dev_source ? n_in - (size_t)B * 22 * F : n_in;
+        choir_op_upload(s, dev_in, stage, n_up * sizeof(float));
+    }
+    if (dev_source) {
+        uint64_t *seeds = choir_alloc(CHOIR_MEM_OTHER, (size_t)B * (sizeof(uint64_t) + sizeof(bool)));
+        if (!seeds) {
+            rc = choir_stream_fail(s, CHOIR_ENOMEM, "kokoro: out of host memory for %d pieces", n);
+            goto done;
+        }
+        bool *noisy = (bool *)(seeds + B);
+        for (int i = 0; i < n; i++) seeds[i] = in[i].noise_seed, noisy[i] = in[i].noise_seeded;
+        choir_op_nsf_source_stft(s, dev_in + B * 512 * L, B, 2 * L, lens + B, &d->nsf, seeds,
+                                 noisy, dev_in + B * (516 * L + KK_STYLE));
+        choir_free(seeds); /* read when the kernels are queued */
     }
     /* every AdaIN layer's gamma, beta = fc(style) for all pieces */
     const float *sty = dev_in + B * 516 * L;
@@ -628,7 +649,7 @@ done:
     if (!rc && prof) {
         clk[7] = choir_now_s();
         fprintf(stderr,
-                "kokoro decode: %d pieces of up to %lld frames: host prep %.1f, upload + style "
+                "kokoro decode: %d pieces of up to %lld frames: host prep %.1f, upload + source + style "
                 "%.1f, decoder %.1f, generator stage 0 %.1f, stage 1 %.1f, post + istft %.1f, "
                 "download %.1f ms; total %.1f ms\n",
                 n, (long long)L, 1e3 * (clk[1] - clk[0]), 1e3 * (clk[2] - clk[1]),

@@ -9,7 +9,7 @@
  *
  * The stages run in kokoro_front_batch.c (for one piece or many) and on the
  * model's executor (kokoro_exec.c); this file holds the host steps they
- * share, the single-piece entry points and the seeded noise. */
+ * share and the single-piece entry points. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,8 +113,8 @@ int64_t choir_kokoro_estimate_bytes(int n_ids, int64_t frames) {
     /* The plan of one piece in the call's arena (kk_front_batch_in, then the
      * decoder), each block rounded up to the arena's alignment: the text
      * side (the front's T-sized buffers and its steps' temporaries) stays
-     * throughout; from the alignment on, the piece's arrays (asr, F0, N,
-     * the seeded noise) stay too, and the frame side (en, h, x) until the
+     * throughout; from the alignment on, the piece's arrays (asr, F0, N)
+     * stay too, and the frame side (en, h, x) until the
      * F0 / N blocks are done; each network stage adds its working memory
      * and its kernel scratch on top and gives them back. The generator's
      * last stage sets the peak for any real piece (kk_dec_work_bytes: ~104k
@@ -129,7 +129,7 @@ int64_t choir_kokoro_estimate_bytes(int n_ids, int64_t frames) {
     w = kk_fnet_text_work_bytes(1, T);
     stage = w > stage ? w : stage;
     stage += (int64_t)kk_host_scratch_bytes(T, 0) + A;
-    const int64_t piece = (KK_HIDDEN * L + 4 * L + kk_noise_floats(L)) * F + 4 * A,
+    const int64_t piece = (KK_HIDDEN * L + 4 * L) * F + 3 * A,
                   frame = (KK_HIDDEN + KK_STYLE + 2 * KK_HIDDEN) * L * F + 3 * A;
     int64_t frame_stage = kk_fnet_bilstm_work_bytes(1, L, KK_HIDDEN + KK_STYLE, KK_HIDDEN / 2, true);
     w = kk_dec_f0n_work_bytes(1, L);
@@ -148,8 +148,6 @@ choir_kokoro_params choir_kokoro_default_params(void) {
     return p;
 }
 
-int64_t kk_noise_floats(int64_t L) { return L * CHOIR_KOKORO_SAMPLES_PER_FRAME * KK_HARMONICS; }
-
 void kk_piece_free(kk_piece *pc) {
     if (!pc) return;
     if (pc->in_arena) { /* given back with the call's arena */
@@ -159,39 +157,7 @@ void kk_piece_free(kk_piece *pc) {
     choir_free(pc->asr);
     choir_free(pc->f0);
     choir_free(pc->n);
-    choir_free(pc->noise);
     memset(pc, 0, sizeof *pc);
-}
-
-/* The seeded noise, in parallel chunks on the default pool (inline when the
- * pool is busy, as under a batch). Bit-identical to one kk_gaussian_fill:
- * its splitmix64 state after k draws is seed + k * 0x9E3779B97F4A7C15 and
- * every pair of values takes two draws, so a chunk starting at an even
- * offset o is kk_gaussian_fill with seed + o * that constant. */
-typedef struct noise_job {
-    float *x;
-    int64_t n;
-    uint64_t seed;
-} noise_job;
-
-#define KK_NOISE_CHUNK ((int64_t)1 << 18) /* even */
-
-static void noise_range(void *ctx, int64_t begin, int64_t end, int worker) {
-    (void)worker;
-    const noise_job *j = ctx;
-    for (int64_t c = begin; c < end; c++) {
-        int64_t o = c * KK_NOISE_CHUNK, len = j->n - o < KK_NOISE_CHUNK ? j->n - o : KK_NOISE_CHUNK;
-        kk_gaussian_fill(j->x + o, len, j->seed + (uint64_t)o * 0x9E3779B97F4A7C15ULL);
-    }
-}
-
-void kk_noise_fill(float *x, int64_t n, uint64_t seed) {
-    noise_job j = {x, n, seed};
-    int64_t chunks = (n + KK_NOISE_CHUNK - 1) / KK_NOISE_CHUNK;
-    if (chunks <= 1)
-        kk_gaussian_fill(x, n, seed);
-    else
-        choir_pool_parallel_for(choir_pool_default(), chunks, 1, noise_range, &j);
 }
 
 int kk_front(const choir_kokoro *m, const int32_t *ids, int n_ids, const float *style,
@@ -212,8 +178,8 @@ int kk_synthesize_in(const choir_kokoro *m, const kk_ws *call, const int32_t *id
     int rc = kk_front_batch_in(m, call, 1, &ids, &n_ids, &style, p, &pc, err);
     if (rc) return rc;
     const int64_t L = pc.L, n_out = L * CHOIR_KOKORO_SAMPLES_PER_FRAME;
-    choir_kokoro_decode_input in = {.asr = pc.asr, .f0 = pc.f0, .n = pc.n, .noise = pc.noise,
-                                    .style = style, .frames = L};
+    choir_kokoro_decode_input in = {.asr = pc.asr, .f0 = pc.f0, .n = pc.n, .style = style,
+                                    .frames = L, .noise_seeded = pc.seeded, .noise_seed = pc.seed};
     rc = kk_net_decode(m, call, &in, 1, &audio, err);
     kk_piece_free(&pc);
     if (call) choir_arena_release(call->arena, mark);

@@ -13,7 +13,8 @@
  *   per piece          alignment (en, asr)
  *   executor           shared BiLSTM over frames
  *   executor           F0 / N blocks, all pieces padded to the longest
- *   per piece          seeded noise
+ *   per piece          the traces up to "asr" (the seeded noise is drawn
+ *                      where the decoder makes the harmonic source)
  *
  * On a device a piece's durations and curves equal what it gets alone on
  * the same device up to the order cuBLAS sums a product in (ALBERT's
@@ -76,7 +77,7 @@ enum fb_stage {
     FB_DURATIONS,   /* durations from y */
     FB_ALIGN,       /* t_en from y, frame workspace, en and asr */
     FB_TRANSPOSE,   /* x = h^T */
-    FB_NOISE,       /* seeded noise, text workspace freed */
+    FB_FINISH,      /* traces, text workspace freed */
 };
 
 typedef struct fb_job {
@@ -155,31 +156,27 @@ static int align(fb_piece *q) {
     kk_transpose(q->y, T, KK_HIDDEN, q->t_en);
     trace(q, "text_encoder_out", q->t_en, 2, KK_HIDDEN, T);
     out->L = L;
-    const bool seeded = q->p.noise == CHOIR_KOKORO_NOISE_SEEDED;
+    out->seeded = q->p.noise == CHOIR_KOKORO_NOISE_SEEDED;
+    out->seed = q->p.seed;
     if (q->call) {
         /* below the frame side, which is given back before the decoder */
         out->in_arena = true;
         out->asr = kk_ws_floats(q->ws, KK_HIDDEN * L);
         out->f0 = kk_ws_floats(q->ws, 2 * L);
         out->n = kk_ws_floats(q->ws, 2 * L);
-        if (seeded) out->noise = kk_ws_floats(q->ws, kk_noise_floats(L));
         kk_ws_over(&q->ws2_view, q->call);
         q->ws2 = &q->ws2_view;
     } else {
         out->asr = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(KK_HIDDEN * L) * sizeof(float));
         out->f0 = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(2 * L) * sizeof(float));
         out->n = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)(2 * L) * sizeof(float));
-        if (seeded)
-            out->noise = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)kk_noise_floats(L) * sizeof(float));
         q->ws2 = kk_ws_create((C_d + 2 * KK_HIDDEN) * L * (int64_t)sizeof(float) + 65536, &q->err);
         if (!q->ws2) return q->err.code ? q->err.code : CHOIR_ENOMEM;
     }
     q->en = kk_ws_floats(q->ws2, L * C_d);
     q->h = kk_ws_floats(q->ws2, L * KK_HIDDEN);
     q->x = kk_ws_floats(q->ws2, KK_HIDDEN * L);
-    if (!q->en || !q->h || !q->x || !out->asr || !out->f0 || !out->n ||
-        (q->p.noise == CHOIR_KOKORO_NOISE_SEEDED && !out->noise))
-        return CHOIR_ENOMEM;
+    if (!q->en || !q->h || !q->x || !out->asr || !out->f0 || !out->n) return CHOIR_ENOMEM;
     for (int64_t t = 0, j = 0; t < T; t++)
         for (int32_t r = 0; r < q->pred_dur[t]; r++, j++) {
             memcpy(q->en + j * C_d, q->d + t * C_d, (size_t)C_d * sizeof(float));
@@ -215,11 +212,10 @@ static int run_stage(const fb_job *job, fb_piece *q) {
     case FB_TRANSPOSE:
         kk_transpose(q->h, q->L, KK_HIDDEN, q->x);
         return 0;
-    case FB_NOISE:
+    case FB_FINISH:
         trace(q, "F0_pred", q->out->f0, 1, 2 * q->L, 0);
         trace(q, "N_pred", q->out->n, 1, 2 * q->L, 0);
         trace(q, "asr", q->out->asr, 2, KK_HIDDEN, q->L);
-        if (q->out->noise) kk_noise_fill(q->out->noise, kk_noise_floats(q->L), q->p.seed);
         kk_ws_free(q->ws2);
         /* a view's text side lies below the piece's arrays: the caller's
          * release gives it back with them */
@@ -285,7 +281,7 @@ static void log_profile(int n, const double *clk) {
     snprintf(line, sizeof line,
              "kokoro batched front: %d pieces: embeddings %.1f, albert %.1f, duration encoder "
              "%.1f, duration lstm %.1f, durations %.1f, text encoder %.1f, align "
-             "%.1f, shared lstm %.1f, f0/n blocks %.1f, noise %.1f ms; total %.1f ms",
+             "%.1f, shared lstm %.1f, f0/n blocks %.1f, finish %.1f ms; total %.1f ms",
              n, 1e3 * (clk[1] - clk[0]), 1e3 * (clk[2] - clk[1]), 1e3 * (clk[3] - clk[2]),
              1e3 * (clk[4] - clk[3]), 1e3 * (clk[5] - clk[4]), 1e3 * (clk[6] - clk[5]),
              1e3 * (clk[7] - clk[6]), 1e3 * (clk[8] - clk[7]), 1e3 * (clk[9] - clk[8]),
@@ -360,7 +356,7 @@ int kk_front_batch_in(const choir_kokoro *m, const kk_ws *call, int n, const int
 
     /* clk: after embeddings, ALBERT, duration encoder, duration LSTM,
      * durations + convolutions, text-encoder LSTM, alignment, shared LSTM,
-     * F0 / N blocks, noise */
+     * F0 / N blocks, finish */
     double clk[11] = {t0};
     FB_CPU(FB_PREPARE, 0);
     clk[1] = choir_now_s();
@@ -386,7 +382,7 @@ int kk_front_batch_in(const choir_kokoro *m, const kk_ws *call, int n, const int
     clk[8] = choir_now_s();
     if ((rc = batch_f0n(m, pc, n, xs, lens, ss, ys, zs, err))) goto net_fail;
     clk[9] = choir_now_s();
-    FB_CPU(FB_NOISE, 0);
+    FB_CPU(FB_FINISH, 0);
     clk[10] = choir_now_s();
 #undef FB_CPU
 #undef FB_LSTM

@@ -13,6 +13,7 @@
 
 #include "choir/arena.h"
 #include "choir/backend.h"
+#include "choir/kernels.h"
 #include "choir/kokoro.h"
 #include "choir/safetensors.h"
 #include "choir/tensor.h"
@@ -208,16 +209,14 @@ int kk_decoder(const choir_kokoro *m, const float *asr, int64_t L, const float *
 
 /* Fills n standard normal floats from a seeded generator (deterministic). */
 void kk_gaussian_fill(float *x, int64_t n, uint64_t seed);
-/* The same values as kk_gaussian_fill, filled in parallel chunks on the
- * default pool (kokoro_forward.c); what the front uses for seeded noise. */
-void kk_noise_fill(float *x, int64_t n, uint64_t seed);
 
 /* --- loader internals (kokoro_load.c) ----------------------------------- */
 int kk_load_vocab(choir_kokoro *m, const char *config_path, choir_err *err);
 
 /* --- the GPU seam (kokoro_forward.c, kokoro_generator.c, kokoro_cuda.c) --- */
 
-/* One piece's decoder inputs, as the text and prosody side makes them. The
+/* One piece's decoder inputs, as the text and prosody side makes them (the
+ * noise as its seed: the decoder draws it where it makes the source). The
  * arrays are choir_alloc'd (CHOIR_MEM_ACTIVATIONS), or carved from the
  * call's batch arena (in_arena: given back when the caller releases it);
  * kk_piece_free frees the former. */
@@ -225,7 +224,8 @@ typedef struct kk_piece {
     int64_t L;          /* frames */
     float *asr;         /* [512, L] */
     float *f0, *n;      /* [2L] (F0 in Hz) */
-    float *noise;       /* [600 L, 9] Gaussian draws, or NULL (zero noise) */
+    bool seeded;        /* SineGen's draws: the seeded stream of `seed`; false: zero */
+    uint64_t seed;
     bool in_arena;
 } kk_piece;
 void kk_piece_free(kk_piece *pc);
@@ -246,10 +246,13 @@ int kk_synthesize_in(const choir_kokoro *m, const kk_ws *call, const int32_t *id
                      int64_t *n_samples, choir_err *err);
 
 /* The generator's harmonic source and its STFT, on the CPU: f0[2L] ->
- * S[22, 120 L + 1] (magnitudes, then phases); noise NULL (zero) or
- * [600 L, 9] Gaussian draws. work holds 618 L floats. */
+ * S[22, ld] (magnitudes, then phases, frames 0..120 L; ld >= 120 L + 1);
+ * the draws are noise [600 L, 9] when non-NULL, else the seeded stream of
+ * *seed (kk_gaussian_fill), else zero. work holds 618 L floats. */
 void kk_source_spectrum_buf(const choir_kokoro *m, const float *f0, int64_t L, const float *noise,
-                            float *S, float *work);
+                            const uint64_t *seed, float *S, int64_t ld, float *work);
+/* The model's harmonic source as choir/kernels.h's parameters. */
+void kk_nsf_params(const choir_kokoro *m, choir_nsf_source *p);
 
 /* --- the executor (kokoro_exec.c) ---------------------------------------- */
 
@@ -356,8 +359,6 @@ void kk_concat_style(const float *y, int64_t T, const float *style, float *x);
  * and pred_dur[T] (>= 1). Workspace: 50 T floats. */
 int kk_durations_from(const choir_kokoro *m, const float *h, int64_t T, float speed, float *dur,
                       int32_t *pred_dur, kk_ws *ws);
-/* The seeded noise of a piece of L frames: [600 L, 9] (kk_front's). */
-int64_t kk_noise_floats(int64_t L);
 
 /* The front for n pieces at once, stage by stage (kokoro_front_batch.c):
  * each network stage (ALBERT, each of the six BiLSTMs, the F0 / N blocks)

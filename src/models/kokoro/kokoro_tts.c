@@ -76,8 +76,10 @@ static int batch_at_once(const choir_kokoro *m, choir_kokoro_item *items, int n,
     if ((rc = kk_front_batch(m, n, ids, n_ids, style, ps, pieces, err))) goto done;
     for (int i = 0; i < n; i++)
         in[i] = (choir_kokoro_decode_input){.asr = pieces[i].asr, .f0 = pieces[i].f0,
-                                            .n = pieces[i].n, .noise = pieces[i].noise,
-                                            .style = items[i].style, .frames = pieces[i].L};
+                                            .n = pieces[i].n, .style = items[i].style,
+                                            .frames = pieces[i].L,
+                                            .noise_seeded = pieces[i].seeded,
+                                            .noise_seed = pieces[i].seed};
     if ((rc = kk_net_decode(m, NULL, in, n, audio, err))) goto done;
     for (int i = 0; i < n; i++) {
         items[i].audio = audio[i];

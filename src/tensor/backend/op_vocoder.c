@@ -280,6 +280,52 @@ int choir_op_copy_channels(choir_stream *s, const float *src, int64_t B, int64_t
     return be_unsupported(s, "copy_channels");
 }
 
+static bool nsf_ok(const choir_nsf_source *p) {
+    return p && p->harmonics >= 1 && p->harmonics <= CHOIR_NSF_MAX_HARMONICS && p->hop >= 1 &&
+           p->upsample >= p->hop && p->upsample % p->hop == 0 && p->n_fft >= 2 &&
+           p->n_fft <= CHOIR_NSF_MAX_NFFT && !(p->n_fft & 1) && p->sample_rate > 0;
+}
+
+int choir_op_nsf_source_stft(choir_stream *s, const float *f0, int64_t B, int64_t T,
+                             const int32_t *lens, const choir_nsf_source *p,
+                             const uint64_t *seeds, const bool *noisy, float *S) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (B < 0 || T < 1 || T > INT32_MAX / 1024 || !nsf_ok(p))
+        return be_invalid(s, "nsf_source_stft: %lld items of %lld F0 values, or bad source "
+                             "parameters (harmonics 1..%d, n_fft even <= %d, upsample a multiple "
+                             "of hop)",
+                          (long long)B, (long long)T, CHOIR_NSF_MAX_HARMONICS, CHOIR_NSF_MAX_NFFT);
+    if (B == 0) return 0;
+    const int64_t rows = p->n_fft + 2, F = p->upsample * T / p->hop + 1;
+    size_t mark = choir_stream_mark(s);
+    /* one item's source at a time on the CPU, all of them on a device */
+    const int64_t items = be_host(s) ? 1 : B;
+    float *work = choir_stream_floats(s, items * (p->upsample + p->harmonics) * T, "nsf source");
+    if (!work) return s->err.code;
+    if (be_host(s)) {
+        for (int64_t b = 0; b < B; b++) {
+            int64_t Tb = lens ? lens[b] : T;
+            Tb = Tb < 0 ? 0 : (Tb > T ? T : Tb);
+            const int64_t Fb = Tb ? p->upsample * Tb / p->hop + 1 : 0;
+            float *Sb = S + b * rows * F;
+            const uint64_t *seed = seeds && (!noisy || noisy[b]) ? &seeds[b] : NULL;
+            if (Tb) choir_nsf_source_stft(p, f0 + b * T, Tb, NULL, seed, Sb, F, work);
+            for (int64_t k = 0; k < rows && Fb < F; k++)
+                memset(Sb + k * F + Fb, 0, (size_t)(F - Fb) * sizeof(float));
+        }
+        choir_stream_release(s, mark);
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    choir_err e = {0};
+    int rc = choir_cuda_nsf_source_stft(s->be->cu, f0, B, T, lens, p, seeds, noisy, work, S, &e);
+    choir_stream_release(s, mark);
+    return be_done(s, rc, &e, "nsf_source_stft");
+#endif
+    choir_stream_release(s, mark);
+    return be_unsupported(s, "nsf_source_stft");
+}
+
 int choir_backend_bilstm_weights(choir_backend_weights *ws, choir_backend *be,
                                  const float *const w_ih[2], const float *const w_hh[2],
                                  const float *const b_ih[2], const float *const b_hh[2], int64_t In,

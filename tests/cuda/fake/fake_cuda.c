@@ -1111,6 +1111,14 @@ FAKE_WEAK int choir_cuda_istft_magphase(choir_cuda *cu, const float *P, int64_t 
     (void)cu, (void)P, (void)B, (void)F, (void)frames, (void)n_fft, (void)hop, (void)out;
     return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: istft not emulated");
 }
+FAKE_WEAK int choir_cuda_nsf_source_stft(choir_cuda *cu, const float *f0, int64_t B, int64_t T,
+                                         const int32_t *lens, const choir_nsf_source *p,
+                                         const uint64_t *seeds, const bool *noisy, float *work,
+                                         float *S, choir_err *err) {
+    (void)cu, (void)f0, (void)B, (void)T, (void)lens, (void)p, (void)seeds, (void)noisy;
+    (void)work, (void)S;
+    return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: nsf source not emulated");
+}
 /* The vocoder operations' kernels (choir/backend_vocoder.h): emulated by
  * fake_kokoro.c where a program links it (these are weak stand-ins). */
 FAKE_WEAK int choir_cuda_conv1d_batched(choir_cuda *cu, const float *x, int64_t B, int64_t Cin, int64_t T,

@@ -135,6 +135,18 @@ int choir_cuda_istft_magphase(choir_cuda *cu, const float *P, int64_t B, int64_t
     return done(err);
 }
 
+int choir_cuda_nsf_source_stft(choir_cuda *cu, const float *f0, int64_t B, int64_t T,
+                               const int32_t *lens, const choir_nsf_source *p,
+                               const uint64_t *seeds, const bool *noisy, float *work, float *S,
+                               choir_err *err) {
+    (void)cu, (void)work;
+    choir_stream *s = cpu_stream();
+    size_t need = (size_t)((p->upsample + p->harmonics) * T) * sizeof(float) + 4096;
+    if (choir_stream_reserve(s, need, 0, err)) return err && err->code ? err->code : CHOIR_ENOMEM;
+    choir_op_nsf_source_stft(s, f0, B, T, lens, p, seeds, noisy, S);
+    return done(err);
+}
+
 int choir_cuda_add_scale(choir_cuda *cu, const float *a, const float *b, float *y, int64_t n,
                          float scale, choir_err *err) {
     (void)cu;
