@@ -20,6 +20,7 @@
  * audio <= 0.1 and spectrum <= 0.1 against the CPU, batched vs alone
  * <= 3e-2 (a changed summation order is rounded again to bf16 at the next
  * product's input: 1.1e-2 to 1.5e-2 measured). */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1320,6 +1321,8 @@ int main(void) {
     check_istft();
     check_vocoder_ops();
     check_nsf_source();
+    /* the decoder makes seeded pieces' sources on the device (off by default) */
+    setenv("CHOIR_KOKORO_DEVICE_SOURCE", "1", 1);
     check_model();
     {
         static const int64_t one[1] = {37}, three[3] = {23, 41, 7};

@@ -556,11 +556,12 @@ int kk_dec_run(const kk_dec *d, choir_stream *s, const choir_kokoro_decode_input
     }
     const int64_t B = n, F = 120 * L + 1;
     const bool host = choir_backend_is_host(choir_stream_backend(s));
-    /* On a device the harmonic sources are made there (choir_op_nsf_source_stft)
-     * unless a piece brings its own draws (noise arrays stay on the host path)
-     * or CHOIR_KOKORO_HOST_SOURCE=1 asks for the host path (comparisons). */
-    const char *host_src = getenv("CHOIR_KOKORO_HOST_SOURCE");
-    bool dev_source = !host && !(host_src && host_src[0] && strcmp(host_src, "0") != 0);
+    /* CHOIR_KOKORO_DEVICE_SOURCE=1: on a device the harmonic sources are made
+     * there (choir_op_nsf_source_stft) unless a piece brings its own draws
+     * (noise arrays stay on the host path). Off by default until its kernels
+     * have run on a GPU (the host path draws the seeded noise itself). */
+    const char *dev_src = getenv("CHOIR_KOKORO_DEVICE_SOURCE");
+    bool dev_source = !host && dev_src && dev_src[0] && strcmp(dev_src, "0") != 0;
     for (int i = 0; i < n; i++) dev_source = dev_source && !in[i].noise;
     size_t mark = choir_stream_mark(s);
     /* CHOIR_KOKORO_PROFILE=1: one line per call on stderr, milliseconds per
