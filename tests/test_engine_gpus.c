@@ -305,7 +305,8 @@ static void *http_call_run(void *arg)
  * its high-water mark (87.5%): B (normal priority) is queued, since what
  * waits still fits what the replica can hold; C, which could only start
  * after both, gets 429 with Retry-After (reason memory), a low-priority
- * request is refused as overload (HTTP 503); /metrics shows the GPU
+ * request (X-Choir-Priority: low) is refused as overload (HTTP 503), an
+ * unknown priority is a 400; /metrics shows the GPU
  * degraded and the refusal; A and B are served. */
 static void test_device_pressure_http(void **state)
 {
@@ -354,13 +355,20 @@ static void test_device_pressure_http(void **state)
     assert_true(atoi(v) >= 1);
     assert_non_null(strstr(r.body, "could not start"));
     hc_response_free(&r);
-    /* low priority (the engine's API: HTTP requests are normal) */
-    choir_job low = {.model_id = "fake", .priority = CHOIR_PRIORITY_LOW, .req.task = CHOIR_TASK_TTS,
-                     .req.in.tts.text = "low"};
-    choir_reject_reason why = CHOIR_REJECT_NONE;
-    assert_null(choir_engine_submit(e, &low, &why, &err));
-    assert_int_equal(why, CHOIR_REJECT_OVERLOAD);
-    assert_int_equal(err.code, CHOIR_EBUSY);
+    /* low priority (X-Choir-Priority: low): 503 overload with Retry-After;
+     * a priority that is neither low nor normal: 400 before the body */
+    const char *low = "{\"model\":\"fake\",\"response_format\":\"pcm\",\"input\":\"low\"}";
+    assert_int_equal(hc_post(port, "/v1/audio/speech", "application/json", low, strlen(low),
+                             "X-Choir-Priority: low\r\n", &r, 10),
+                     503);
+    assert_non_null(hc_header(&r, "Retry-After", v, sizeof v));
+    assert_non_null(strstr(r.body, "low-priority"));
+    hc_response_free(&r);
+    assert_int_equal(hc_post(port, "/v1/audio/speech", "application/json", low, strlen(low),
+                             "X-Choir-Priority: urgent\r\n", &r, 10),
+                     400);
+    assert_non_null(strstr(r.body, "invalid_priority"));
+    hc_response_free(&r);
     choir_engine_devices(e, dev, 2);
     assert_int_equal(dev[1].degraded, 1);
     assert_true(metric_of(e, "choir_device_degraded{device=\"gpu0\"}") == 1);

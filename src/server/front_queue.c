@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "choir/alloc.h"
@@ -72,6 +73,42 @@ unsigned srv_deadline_begin(choir_server *s, struct MHD_Connection *c, char *msg
         pthread_mutex_unlock(&s->peers_mu);
     }
     return status;
+}
+
+unsigned srv_priority_begin(choir_server *s, struct MHD_Connection *c, char *msg, size_t cap)
+{
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Choir-Priority");
+    int low = 0;
+    if (h) {
+        size_t n = strlen(h);
+        while (n > 0 && (h[n - 1] == ' ' || h[n - 1] == '\t'))
+            n--;
+        if (n == 3 && strncasecmp(h, "low", 3) == 0)
+            low = 1;
+        else if (!(n == 6 && strncasecmp(h, "normal", 6) == 0)) {
+            snprintf(msg, cap, "X-Choir-Priority must be low or normal, not \"%.40s\"", h);
+            return 400;
+        }
+    }
+    srv_peer *p = srv_peer_of(c);
+    if (p) {
+        pthread_mutex_lock(&s->peers_mu);
+        p->low_priority = low;
+        pthread_mutex_unlock(&s->peers_mu);
+    }
+    return 0;
+}
+
+choir_priority srv_priority_of(choir_server *s, struct MHD_Connection *c)
+{
+    srv_peer *p = c ? srv_peer_of(c) : NULL;
+    int low = 0;
+    if (p) {
+        pthread_mutex_lock(&s->peers_mu);
+        low = p->low_priority;
+        pthread_mutex_unlock(&s->peers_mu);
+    }
+    return low ? CHOIR_PRIORITY_LOW : CHOIR_PRIORITY_NORMAL;
 }
 
 double srv_deadline_of(choir_server *s, struct MHD_Connection *c)

@@ -409,7 +409,7 @@ enum MHD_Result srv_job_submit(srv_job *j, choir_job *job, struct MHD_Connection
     choir_err err = {0};
     job->on_output = srv_job_on_output;
     job->user = j;
-    job->priority = CHOIR_PRIORITY_NORMAL;
+    job->priority = srv_priority_of(s, c);
     j->deadline = srv_deadline_of(s, c);
     srv_queue_headers_for(c, job->model_id);
     job->timeout_s = j->deadline - srv_now();

@@ -612,6 +612,12 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
             srv_peer_phase(s, c, SRV_PEER_BUSY);
             return srv_reply_error(s, c, refuse, NULL, "invalid_request_timeout", "%s", why);
         }
+        refuse = srv_priority_begin(s, c, why, sizeof why);
+        if (refuse) {
+            conn->responded = 1;
+            srv_peer_phase(s, c, SRV_PEER_BUSY);
+            return srv_reply_error(s, c, refuse, NULL, "invalid_priority", "%s", why);
+        }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         conn->declared = cl ? strtoll(cl, NULL, 10) : -1;
         if (conn->declared > s->p.max_upload_bytes) {

@@ -54,6 +54,7 @@ typedef struct srv_peer {
     int cut;            /* the watchdog ended it */
     /* the request being served (front_queue.c) */
     double deadline;    /* monotonic seconds its answer is due by */
+    int low_priority;   /* X-Choir-Priority: low (else normal) */
     int queue_headers;  /* it was submitted: replies carry x-ratelimit-* for ... */
     char queue_model[SRV_MODEL_ID_MAX]; /* ... this model ("" = every model) */
 } srv_peer;
@@ -137,6 +138,12 @@ double srv_now(void);
 unsigned srv_deadline_begin(choir_server *s, struct MHD_Connection *c, char *msg, size_t cap);
 /* The request's deadline (now + --request-timeout when unknown). */
 double srv_deadline_of(choir_server *s, struct MHD_Connection *c);
+/* The request's priority, read with its deadline from X-Choir-Priority:
+ * "low" (work the engine refuses first while degraded) or "normal" (the
+ * default; "high" is the server's own, for warm-ups). 400 and msg for any
+ * other value, else 0. */
+unsigned srv_priority_begin(choir_server *s, struct MHD_Connection *c, char *msg, size_t cap);
+choir_priority srv_priority_of(choir_server *s, struct MHD_Connection *c);
 /* From now on, replies on c carry x-ratelimit-* headers for model id (NULL:
  * every model). */
 void srv_queue_headers_for(struct MHD_Connection *c, const char *id);
