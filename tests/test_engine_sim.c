@@ -1180,6 +1180,20 @@ static void test_gpu_misplaced(void **state)
     sched_free(s);
 }
 
+/* One GPU of 10 GiB and one model of 1 GiB weights on it, with a pool;
+ * *c is the scheduler's configuration. */
+static sched *gpu_pool_sched(sched_config *c)
+{
+    int64_t budgets[1] = {10 * GIB};
+    *c = gpu_config(1, budgets);
+    sched *s = sched_create(c, NULL);
+    assert_non_null(s);
+    assert_int_equal(sched_add_model(s, 1 * GIB, 8, NULL), 0);
+    sched_model_set_gpu(s, 0, 1 * GIB);
+    sched_model_set_pool(s, 0);
+    return s;
+}
+
 /* A GPU model whose replica keeps a pool (VibeVoice's KV pages): it loads
  * on its own, sized from the room the budget leaves it; requests are then
  * admitted by their pool parts against the pool's unreserved bytes (two of
@@ -1190,13 +1204,8 @@ static void test_gpu_misplaced(void **state)
 static void test_gpu_pool(void **state)
 {
     (void)state;
-    int64_t budgets[1] = {10 * GIB};
-    sched_config c = gpu_config(1, budgets);
-    sched *s = sched_create(&c, NULL);
-    assert_non_null(s);
-    assert_int_equal(sched_add_model(s, 1 * GIB, 8, NULL), 0);
-    sched_model_set_gpu(s, 0, 1 * GIB);
-    sched_model_set_pool(s, 0);
+    sched_config c;
+    sched *s = gpu_pool_sched(&c);
     const int64_t ws = 100 << 20;
     sched_req r[4];
     for (int i = 0; i < 4; i++) {
@@ -1274,13 +1283,8 @@ static void test_gpu_pool(void **state)
 static void test_gpu_pressure(void **state)
 {
     (void)state;
-    int64_t budgets[1] = {10 * GIB};
-    sched_config c = gpu_config(1, budgets);
-    sched *s = sched_create(&c, NULL);
-    assert_non_null(s);
-    assert_int_equal(sched_add_model(s, 1 * GIB, 8, NULL), 0);
-    sched_model_set_gpu(s, 0, 1 * GIB);
-    sched_model_set_pool(s, 0);
+    sched_config c;
+    sched *s = gpu_pool_sched(&c);
     const int64_t ws = 100 << 20, part = 4 * GIB;
     sched_req r[9];
     for (int i = 0; i < 9; i++)
