@@ -3,7 +3,8 @@
  * fits best, CPU fallback, a replica on the second GPU under a long queue and
  * its unloading once idle, the per-device and per-model series on the
  * Prometheus page, and device memory past the high-water mark as an HTTP
- * client sees it (429 with Retry-After) through an in-process server. */
+ * client sees it (429 with Retry-After, /health) through an in-process
+ * server. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -372,6 +373,14 @@ static void test_device_pressure_http(void **state)
     choir_engine_devices(e, dev, 2);
     assert_int_equal(dev[1].degraded, 1);
     assert_true(metric_of(e, "choir_device_degraded{device=\"gpu0\"}") == 1);
+    /* its only GPU degraded: /health says degraded (503, Retry-After) */
+    assert_int_equal(hc_get(port, "/health", &r, 10), 503);
+    assert_non_null(hc_header(&r, "Retry-After", v, sizeof v));
+    assert_true(atoi(v) >= 1);
+    assert_non_null(strstr(r.body, "\"degraded\""));
+    assert_non_null(strstr(r.body, "every GPU"));
+    assert_non_null(strstr(r.body, "gpu0"));
+    hc_response_free(&r);
     assert_true(metric_of(e, "choir_requests_rejected_total{reason=\"memory\"}") == 1);
     assert_true(metric_of(e, "choir_requests_rejected_total{reason=\"overload\"}") == 1);
     pthread_join(a.th, NULL);
@@ -385,6 +394,74 @@ static void test_device_pressure_http(void **state)
     choir_engine_free(e);
 }
 
+/* Two GPUs, the model on one of them: while a request holds 87.5% of that
+ * GPU's room, /health stays 200 "ok" (the other GPU serves) and names the
+ * degraded one with its pressure; once the request is done and the hold
+ * has passed, the plain "ok" comes back. */
+static void test_device_pressure_health(void **state)
+{
+    (void)state;
+    choir_engine_params p = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
+    p.memory_budget = 512 * MIB;
+    p.fake_gpus = 2;
+    p.fake_gpu_bytes[0] = 1000 * MIB;
+    p.fake_gpu_bytes[1] = 1000 * MIB;
+    p.gpu_memory_bytes = 900 * MIB;
+    choir_err err = {0};
+    choir_engine *e = choir_engine_create(&p, &err);
+    assert_non_null(e);
+    choir_fake_params fp = {.fixed_ms = 600, .bytes_per_unit = 64, .weights_bytes = 1 << 20,
+                            .device_weights_bytes = 100 * MIB, .device_bytes_per_unit = 10 * MIB};
+    assert_int_equal(choir_engine_add_model(e, "fake", model_dir("gpu_health", &fp), &choir_model_fake_gpu, &err),
+                     0);
+    choir_server_params sp = choir_server_default_params();
+    sp.port = 0;
+    choir_server *srv = choir_server_create(e, &sp, &err);
+    assert_non_null(srv);
+    assert_int_equal(choir_server_start(srv, &err), 0);
+    choir_server_set_ready(srv, 1);
+    int port = choir_server_port(srv);
+    assert_int_equal(run_tts(e, "fake", "w"), 0);
+    hc_response r;
+    assert_int_equal(hc_get(port, "/health", &r, 10), 200);
+    assert_string_equal(r.body, "{\"status\":\"ok\"}");
+    hc_response_free(&r);
+    const char *body = "{\"model\":\"fake\",\"response_format\":\"pcm\",\"input\":"
+                       "\"aaaaaaaaaabbbbbbbbbbccccccccccddddddddddeeeeeeeeeeffffffffffgggggggggg\"}";
+    http_call a = {.port = port, .body = body};
+    assert_int_equal(pthread_create(&a.th, NULL, http_call_run, &a), 0);
+    choir_engine_device dev[3];
+    int hot = 0;
+    for (int i = 0; i < 500 && !hot; i++) {
+        choir_engine_devices(e, dev, 3);
+        hot = dev[1].degraded ? 1 : dev[2].degraded ? 2 : 0;
+        if (!hot)
+            sleep_ms(5);
+    }
+    assert_true(hot > 0);
+    assert_int_equal(dev[3 - hot].degraded, 0);
+    assert_int_equal(hc_get(port, "/health", &r, 10), 200);
+    char want[96];
+    snprintf(want, sizeof want, "{\"status\":\"ok\",\"devices_degraded\":[{\"device\":\"%s\",\"pressure\":0.875}]}",
+             dev[hot].name);
+    assert_string_equal(r.body, want);
+    hc_response_free(&r);
+    pthread_join(a.th, NULL);
+    assert_int_equal(a.status, 200);
+    int ok = 0;
+    for (int i = 0; i < 600 && !ok; i++) {
+        assert_int_equal(hc_get(port, "/health", &r, 10), 200);
+        ok = strcmp(r.body, "{\"status\":\"ok\"}") == 0;
+        hc_response_free(&r);
+        if (!ok)
+            sleep_ms(5);
+    }
+    assert_true(ok);
+    choir_server_free(srv);
+    choir_engine_shutdown(e, 5);
+    choir_engine_free(e);
+}
+
 int main(void)
 {
     choir_log_set_level(CHOIR_LOG_WARN);
@@ -393,6 +470,7 @@ int main(void)
         cmocka_unit_test(test_placement_and_metrics),
         cmocka_unit_test(test_replica_under_load),
         cmocka_unit_test(test_device_pressure_http),
+        cmocka_unit_test(test_device_pressure_health),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

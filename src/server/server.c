@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <stdio.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <strings.h>
 #include <string.h>
@@ -395,6 +396,31 @@ static enum MHD_Result handle_health(choir_server *s, struct MHD_Connection *c)
     if (st.degraded)
         return srv_reply_error(s, c, 503, NULL, "degraded",
                                "the engine is degraded (memory or latency pressure); retry later or elsewhere");
+    /* A GPU past its high-water mark refuses new work for the models only
+     * there (choir_engine_devices: degraded). With every GPU so, the server
+     * is degraded as above; with some, it still serves, and the body names
+     * them so that an operator sees the pressure before it spreads. */
+    choir_engine_device dev[1 + CHOIR_ENGINE_MAX_GPUS];
+    int n_dev = choir_engine_devices(s->engine, dev, 1 + CHOIR_ENGINE_MAX_GPUS);
+    if (n_dev > 1 + CHOIR_ENGINE_MAX_GPUS)
+        n_dev = 1 + CHOIR_ENGINE_MAX_GPUS;
+    int n_gpus = 0, n_hot = 0;
+    char hot_names[256] = "";
+    for (int i = 0; i < n_dev; i++) {
+        if (dev[i].kind != CHOIR_DEVICE_KIND_GPU)
+            continue;
+        n_gpus++;
+        if (!dev[i].degraded)
+            continue;
+        size_t len = strlen(hot_names);
+        snprintf(hot_names + len, sizeof hot_names - len, "%s%s %.0f%%", n_hot ? ", " : "", dev[i].name,
+                 100 * dev[i].pressure);
+        n_hot++;
+    }
+    if (n_gpus > 0 && n_hot == n_gpus)
+        return srv_reply_error(s, c, 503, NULL, "degraded",
+                               "every GPU is past its memory high-water mark (%s); retry later or elsewhere",
+                               hot_names);
     /* A model whose last load failed is named here until a load succeeds.
      * The server still serves the others (200 "partial"); with every model
      * failed it can serve nothing, and says so (503 "failed"). */
@@ -412,14 +438,28 @@ static enum MHD_Result handle_health(choir_server *s, struct MHD_Connection *c)
         cJSON_AddItemToArray(failed, o);
     }
     choir_free(info);
-    if (n_failed == 0) {
+    if (n_failed == 0 && n_hot == 0) {
         cJSON_Delete(failed);
         return srv_reply(s, c, 200, "application/json", "{\"status\":\"ok\"}", 15);
     }
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "status", n_failed == n ? "failed" : "partial");
-    cJSON_AddItemToObject(o, "models_failed", failed);
-    return srv_reply_json(s, c, n_failed == n ? 503 : 200, o);
+    cJSON_AddStringToObject(o, "status", n_failed == 0 ? "ok" : n_failed == n ? "failed" : "partial");
+    if (n_failed)
+        cJSON_AddItemToObject(o, "models_failed", failed);
+    else
+        cJSON_Delete(failed);
+    if (n_hot) {
+        cJSON *hot = cJSON_AddArrayToObject(o, "devices_degraded");
+        for (int i = 0; hot && i < n_dev; i++) {
+            if (dev[i].kind != CHOIR_DEVICE_KIND_GPU || !dev[i].degraded)
+                continue;
+            cJSON *d = cJSON_CreateObject();
+            cJSON_AddStringToObject(d, "device", dev[i].name);
+            cJSON_AddNumberToObject(d, "pressure", round(dev[i].pressure * 1000) / 1000);
+            cJSON_AddItemToArray(hot, d);
+        }
+    }
+    return srv_reply_json(s, c, n_failed && n_failed == n ? 503 : 200, o);
 }
 
 static enum MHD_Result handle_metrics(choir_server *s, struct MHD_Connection *c)
