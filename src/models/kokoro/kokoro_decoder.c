@@ -41,11 +41,13 @@ typedef struct kd_conv {
 } kd_conv;
 
 typedef struct kd_adain {
-    choir_weight fc_w;            /* [2C, 128] */
+    choir_weight fc_w;            /* [2C, 128]; not put on the backend under one product */
     const float *fc_b;            /* [2C] */
     const float *norm_w, *norm_b; /* [C] or NULL */
+    const kk_linear *fc;          /* the model's fc (host), for the stacked product */
     int C;
-    int64_t off; /* this layer's [B, 2C] projections start at gb + B off */
+    int64_t off; /* this layer's projections: [B, 2C] at gb + B off, or piece b's at
+                    gb + b gb_floats + off under one product (kd_style) */
 } kd_adain;
 
 typedef struct kd_resblk {
@@ -86,6 +88,17 @@ struct kk_dec {
     kd_adain *f0n_adains[16];
     int n_f0n_adains;
     int64_t f0n_gb_floats;
+
+    /* CHOIR_KOKORO_STYLE_PRODUCT=1 on a device: every AdaIN layer's fc(style)
+     * for all pieces as one product over the layers' fc weights stacked by
+     * rows ([gb_floats, 128] and [f0n_gb_floats, 128], f32, dequantized),
+     * instead of one small product per layer (58 in the decoder, 12 in the
+     * F0 / N blocks); its output is piece-major ([B, gb_floats]). Off by
+     * default until it has run on a GPU; the host keeps the per-layer
+     * products (bit for bit what it computed before). */
+    bool one_style;
+    choir_weight style_w, f0n_style_w;
+    const float *style_b, *f0n_style_b;
 };
 
 /* --- weights on the backend ------------------------------------------------ */
@@ -106,9 +119,12 @@ static void put_conv(kk_dec *d, const kk_conv *c, bool transposed, bool exact, k
 static void put_adain(kk_dec *d, const kk_adain *a, kd_adain *out) {
     memset(out, 0, sizeof *out);
     out->C = a->C;
+    out->fc = &a->fc;
     /* the projections stay f32 (they scale every normalised sample) */
-    choir_backend_weight_exact(d->ws, &a->fc.w, &out->fc_w);
-    out->fc_b = choir_backend_vec(d->ws, a->fc.b, 2LL * a->C);
+    if (!d->one_style) {
+        choir_backend_weight_exact(d->ws, &a->fc.w, &out->fc_w);
+        out->fc_b = choir_backend_vec(d->ws, a->fc.b, 2LL * a->C);
+    }
     out->norm_w = choir_backend_vec(d->ws, a->norm_w, a->C);
     out->norm_b = choir_backend_vec(d->ws, a->norm_b, a->C);
     if (d->putting_f0n) {
@@ -152,6 +168,31 @@ static void put_snake(kk_dec *d, const kk_snakeblock *b, kd_snake *out) {
     }
 }
 
+/* The fc weights of n AdaIN layers stacked by rows into one f32 weight on the
+ * backend ([rows, 128], layer a's rows from its offset), their biases beside
+ * (absent ones as zeros). Host memory only for the copy's duration; 0 or
+ * CHOIR_ENOMEM (a failed upload is the store's error). */
+static int put_style_stack(kk_dec *d, kd_adain *const *layers, int n, int64_t rows,
+                           choir_weight *w, const float **bias) {
+    float *hw = choir_alloc(CHOIR_MEM_OTHER, (size_t)(rows * KK_STYLE) * sizeof(float));
+    float *hb = choir_calloc(CHOIR_MEM_OTHER, (size_t)rows, sizeof(float));
+    int rc = hw && hb ? 0 : CHOIR_ENOMEM;
+    for (int a = 0; a < n && !rc; a++) {
+        const kd_adain *l = layers[a];
+        for (int64_t r = 0; r < 2LL * l->C; r++)
+            choir_weight_row_f32(&l->fc->w, r, hw + (l->off + r) * KK_STYLE);
+        if (l->fc->b) memcpy(hb + l->off, l->fc->b, (size_t)(2 * l->C) * sizeof(float));
+    }
+    if (!rc) {
+        choir_weight hwt = choir_weight_f32(hw, rows, KK_STYLE);
+        choir_backend_weight_exact(d->ws, &hwt, w);
+        *bias = choir_backend_vec(d->ws, hb, rows);
+    }
+    choir_free(hw);
+    choir_free(hb);
+    return rc;
+}
+
 kk_dec *kk_dec_create(const choir_kokoro *m, choir_backend *be, choir_err *err) {
     kk_dec *d = choir_calloc(CHOIR_MEM_WEIGHTS, 1, sizeof *d);
     if (!d) {
@@ -159,6 +200,8 @@ kk_dec *kk_dec_create(const choir_kokoro *m, choir_backend *be, choir_err *err) 
         return NULL;
     }
     d->m = m, d->be = be;
+    const char *one = getenv("CHOIR_KOKORO_STYLE_PRODUCT");
+    d->one_style = !choir_backend_is_host(be) && one && one[0] && strcmp(one, "0") != 0;
     kk_nsf_params(m, &d->nsf);
     if (!(d->ws = choir_backend_weights_create(be, err))) {
         choir_free(d);
@@ -193,6 +236,14 @@ kk_dec *kk_dec_create(const choir_kokoro *m, choir_backend *be, choir_err *err) 
                 d->n_f0n_adains > (int)(sizeof d->f0n_adains / sizeof d->f0n_adains[0])))
         rc = choir_err_set(err, CHOIR_EINTERNAL, "kokoro: %d + %d AdaIN layers", d->n_adains,
                            d->n_f0n_adains);
+    if (!rc && d->one_style) {
+        if (put_style_stack(d, d->adains, d->n_adains, d->gb_floats, &d->style_w, &d->style_b) ||
+            (d->has_f0n && put_style_stack(d, d->f0n_adains, d->n_f0n_adains, d->f0n_gb_floats,
+                                           &d->f0n_style_w, &d->f0n_style_b)))
+            rc = choir_err_set(err, CHOIR_ENOMEM, "kokoro: out of memory for the style projections");
+        else
+            rc = choir_backend_weights_status(d->ws, err);
+    }
     if (rc) {
         choir_err_prefix(err, "kokoro: decoder weights on %s", choir_backend_name(be));
         kk_dec_free(d);
@@ -244,6 +295,7 @@ typedef struct kd_run {
     int64_t B, L;
     const int32_t *len_L, *len_2L, *len_20L, *len_120L, *len_F; /* backend [B] each */
     const float *gb;                                            /* style projections */
+    int64_t gb_piece; /* 0: layer-major [B, 2C] blocks; else piece-major, floats per piece */
     const choir_kokoro_decode_input *in;
     kk_dec_trace_fn trace;
     void *trace_user;
@@ -284,10 +336,22 @@ static int conv_t(const kd_run *r, const kd_conv *c, const float *x, int64_t T, 
                                           stride, pad, 0, out_lens, y);
 }
 
+/* Layer a's gamma, beta of piece 0, and the stride to the next piece's. */
+static const float *style_of(const kd_run *r, const kd_adain *a, int64_t *stride) {
+    if (r->gb_piece) {
+        *stride = r->gb_piece;
+        return r->gb + a->off;
+    }
+    *stride = 2LL * a->C;
+    return r->gb + r->B * a->off;
+}
+
 static int adain(const kd_run *r, const kd_adain *a, const float *x, float *y, int64_t T,
                  const int32_t *lens) {
-    return choir_op_adain(r->s, x, y, r->B, a->C, T, lens, a->norm_w, a->norm_b,
-                          r->gb + r->B * a->off, 2LL * a->C, 1e-5f);
+    int64_t stride;
+    const float *gb = style_of(r, a, &stride);
+    return choir_op_adain(r->s, x, y, r->B, a->C, T, lens, a->norm_w, a->norm_b, gb, stride,
+                          1e-5f);
 }
 
 static int leaky(const kd_run *r, float *x, int64_t n, float slope) {
@@ -358,10 +422,12 @@ static int snakeblock(const kd_run *r, const kd_snake *b, const float *x, int64_
     for (int j = 0; j < 3; j++) {
         /* the first unit reads x and writes y: y = x + unit(x) */
         const float *in = j ? y : x;
-        choir_adain_snake p1 = {lens, b->adain1[j].norm_w, b->adain1[j].norm_b,
-                                r->gb + B * b->adain1[j].off, 2LL * b->C, 1e-5f, b->alpha1[j]};
-        choir_adain_snake p2 = {lens, b->adain2[j].norm_w, b->adain2[j].norm_b,
-                                r->gb + B * b->adain2[j].off, 2LL * b->C, 1e-5f, b->alpha2[j]};
+        int64_t st1, st2;
+        const float *g1 = style_of(r, &b->adain1[j], &st1), *g2 = style_of(r, &b->adain2[j], &st2);
+        choir_adain_snake p1 = {lens, b->adain1[j].norm_w, b->adain1[j].norm_b, g1, st1, 1e-5f,
+                                b->alpha1[j]};
+        choir_adain_snake p2 = {lens, b->adain2[j].norm_w, b->adain2[j].norm_b, g2, st2, 1e-5f,
+                                b->alpha2[j]};
         const kd_conv *c1 = &b->convs1[j], *c2 = &b->convs2[j];
         count_unit(r, c1, T, false);
         choir_op_conv1d_adain_snake(s, in, B, b->C, T, &p1, &c1->w, c1->b, c1->cout, c1->k,
@@ -632,13 +698,16 @@ int kk_dec_run(const kk_dec *d, choir_stream *s, const choir_kokoro_decode_input
     }
     /* every AdaIN layer's gamma, beta = fc(style) for all pieces */
     const float *sty = dev_in + B * 516 * L;
-    for (int a = 0; a < d->n_adains; a++) {
-        const kd_adain *ad = d->adains[a];
-        choir_op_linear(s, sty, B, &ad->fc_w, ad->fc_b, gb + B * ad->off);
-    }
+    if (d->one_style)
+        choir_op_linear(s, sty, B, &d->style_w, d->style_b, gb);
+    else
+        for (int a = 0; a < d->n_adains; a++) {
+            const kd_adain *ad = d->adains[a];
+            choir_op_linear(s, sty, B, &ad->fc_w, ad->fc_b, gb + B * ad->off);
+        }
     kd_run r = {.d = d, .s = s, .B = B, .L = L, .len_L = lens, .len_2L = lens + B,
                 .len_20L = lens + 2 * B, .len_120L = lens + 3 * B, .len_F = lens + 4 * B,
-                .gb = gb, .in = in, .trace = trace, .trace_user = trace_user, .st = &counted,
+                .gb = gb, .gb_piece = d->one_style ? d->gb_floats : 0, .in = in, .trace = trace, .trace_user = trace_user, .st = &counted,
                 .clk = prof ? clk : NULL};
     tick(&r, 2);
     rc = decode_backend(&r, dev_in, dev_in + B * 512 * L, dev_in + B * 514 * L,
@@ -753,12 +822,16 @@ int kk_dec_f0n_run(const kk_dec *d, choir_stream *s, int n, const float *const *
         choir_op_upload(s, lens, lens_host, 2 * (size_t)B * sizeof(int32_t));
         choir_op_upload(s, dev_in, stage, n_in * sizeof(float));
     }
-    for (int i = 0; i < d->n_f0n_adains; i++) {
-        const kd_adain *ad = d->f0n_adains[i];
-        choir_op_linear(s, dev_in, B, &ad->fc_w, ad->fc_b, gb + B * ad->off);
-    }
+    if (d->one_style)
+        choir_op_linear(s, dev_in, B, &d->f0n_style_w, d->f0n_style_b, gb);
+    else
+        for (int i = 0; i < d->n_f0n_adains; i++) {
+            const kd_adain *ad = d->f0n_adains[i];
+            choir_op_linear(s, dev_in, B, &ad->fc_w, ad->fc_b, gb + B * ad->off);
+        }
     kk_dec_stats counted = {0};
-    kd_run r = {.d = d, .s = s, .B = B, .L = Lm, .gb = gb, .st = &counted};
+    kd_run r = {.d = d, .s = s, .B = B, .L = Lm, .gb = gb,
+                .gb_piece = d->one_style ? d->f0n_gb_floats : 0, .st = &counted};
     const int32_t *len_L = lens, *len_2L = lens + B;
     const float *xd = dev_in + B * KK_STYLE;
     for (int which = 0; which < 2; which++) {
