@@ -1354,6 +1354,44 @@ static void check_front_batch(void) {
                (long long)(st1.lstm_calls - st0.lstm_calls),
                (long long)(st1.f0n_calls - st0.f0n_calls));
         few ? n_pass++ : n_fail++;
+        /* CHOIR_KOKORO_SHARED_F0N=1: the shared LSTM and the F0 / N blocks in
+         * one call, the LSTM's output transposed on the device. The same
+         * kernels at the same shapes and an exact transpose: F0 and N as the
+         * batch above (bound 1e-6; 0 expected), still one call per stage. */
+        kk_piece kept[K];
+        memset(kept, 0, sizeof kept);
+        setenv("CHOIR_KOKORO_SHARED_F0N", "1", 1);
+        choir_kokoro_gpu_get_stats(g, &st0);
+        int rk = kk_front_batch(m, K, idp, n_ids, stp, ps, kept, &err);
+        choir_kokoro_gpu_get_stats(g, &st1);
+        unsetenv("CHOIR_KOKORO_SHARED_F0N");
+        if (rk) {
+            fail_msg("batched front with the shared LSTM and F0 / N in one call", &err);
+        } else {
+            bool same = true;
+            for (int b = 0; b < K; b++) same = same && kept[b].L == batch[b].L;
+            if (!same) {
+                printf("FAIL  batched front, LSTM + F0/N in one call: other frames\n");
+                n_fail++;
+            } else {
+                const float *fk[K], *fb[K], *nk[K], *nb[K];
+                int64_t n2[K];
+                for (int b = 0; b < K; b++)
+                    fk[b] = kept[b].f0, fb[b] = batch[b].f0, nk[b] = kept[b].n, nb[b] = batch[b].n,
+                    n2[b] = 2 * batch[b].L;
+                verdict("batched front: F0, LSTM + F0/N blocks in one call", rel_l2_pieces(fk, fb, n2, K),
+                        1e-6);
+                verdict("batched front: N, LSTM + F0/N blocks in one call", rel_l2_pieces(nk, nb, n2, K),
+                        1e-6);
+            }
+            bool one = st1.lstm_calls - st0.lstm_calls == 6 && st1.f0n_calls - st0.f0n_calls == 1;
+            printf("%s  %-52s LSTM %lld, F0/N %lld calls\n", one ? "PASS" : "FAIL",
+                   "batched front, LSTM + F0/N in one call: calls",
+                   (long long)(st1.lstm_calls - st0.lstm_calls),
+                   (long long)(st1.f0n_calls - st0.f0n_calls));
+            one ? n_pass++ : n_fail++;
+        }
+        for (int b = 0; b < K; b++) kk_piece_free(&kept[b]);
     }
     /* a bad piece fails the batch with its index, and leaves nothing behind */
     {

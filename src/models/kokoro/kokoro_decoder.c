@@ -771,25 +771,31 @@ int64_t kk_dec_f0n_work_bytes(int n, int64_t frames) {
 
 bool kk_dec_has_f0n(const kk_dec *d) { return d && d->has_f0n; }
 
-int kk_dec_f0n_run(const kk_dec *d, choir_stream *s, int n, const float *const *x,
-                   const int64_t *L, const float *const *s_pro, float *const *f0,
-                   float *const *n_out, choir_err *err) {
+/* The blocks over host x[b] [512, L[b]], or over x_dev [n, 512, x_Lm] in
+ * backend memory (zeros past each piece's length) when x is NULL. */
+static int f0n_run(const kk_dec *d, choir_stream *s, int n, const float *const *x,
+                   const float *x_dev, int64_t x_Lm, const int64_t *L, const float *const *s_pro,
+                   float *const *f0, float *const *n_out, choir_err *err) {
     if (!d || !d->has_f0n)
         return choir_err_set(err, CHOIR_EINVAL, "kokoro: the model has no F0 / N blocks");
-    if (n < 1 || !x || !L || !s_pro || !f0 || !n_out)
+    if (n < 1 || (!x && !x_dev) || !L || !s_pro || !f0 || !n_out)
         return choir_err_set(err, CHOIR_EINVAL, "kokoro: bad F0 / N arguments");
     int64_t Lm = 0;
     for (int b = 0; b < n; b++) {
-        if (L[b] < 1 || L[b] > INT32_MAX / 2 || !x[b] || !s_pro[b] || !f0[b] || !n_out[b])
+        if (L[b] < 1 || L[b] > INT32_MAX / 2 || (x && !x[b]) || !s_pro[b] || !f0[b] || !n_out[b])
             return choir_err_set(err, CHOIR_EINVAL, "kokoro: F0 / N piece %d: %lld frames or no data",
                                  b, (long long)L[b]);
         Lm = L[b] > Lm ? L[b] : Lm;
     }
+    if (!x && x_Lm < Lm)
+        return choir_err_set(err, CHOIR_EINVAL, "kokoro: F0 / N input of %lld frames in %lld",
+                             (long long)Lm, (long long)x_Lm);
+    if (!x) Lm = x_Lm;
     const int64_t B = n;
     const bool host = choir_backend_is_host(choir_stream_backend(s));
     size_t mark = choir_stream_mark(s);
-    /* inputs: lengths L, 2L | s_pro [B, 128] | x [B, 512, Lm] */
-    const size_t n_in = (size_t)B * (KK_STYLE + 512 * Lm);
+    /* inputs: lengths L, 2L | s_pro [B, 128] | x [B, 512, Lm] unless given */
+    const size_t n_in = (size_t)B * (KK_STYLE + (x ? 512 * Lm : 0));
     int32_t *lens = choir_stream_alloc(s, 2 * (size_t)B * sizeof(int32_t), "kokoro F0 / N lengths");
     float *dev_in = choir_stream_floats(s, (int64_t)n_in, "kokoro F0 / N inputs");
     float *gb = choir_stream_floats(s, B * d->f0n_gb_floats, "kokoro F0 / N style projections");
@@ -812,7 +818,7 @@ int kk_dec_f0n_run(const kk_dec *d, choir_stream *s, int n, const float *const *
         lh[b] = (int32_t)L[b];
         lh[B + b] = (int32_t)(2 * L[b]);
         memcpy(st + b * KK_STYLE, s_pro[b], KK_STYLE * sizeof(float));
-        for (int64_t c = 0; c < 512; c++) {
+        for (int64_t c = 0; c < 512 && x; c++) {
             float *row = st + B * KK_STYLE + (b * 512 + c) * Lm;
             memcpy(row, x[b] + c * L[b], (size_t)L[b] * sizeof(float));
             memset(row + L[b], 0, (size_t)(Lm - L[b]) * sizeof(float));
@@ -833,7 +839,7 @@ int kk_dec_f0n_run(const kk_dec *d, choir_stream *s, int n, const float *const *
     kd_run r = {.d = d, .s = s, .B = B, .L = Lm, .gb = gb,
                 .gb_piece = d->one_style ? d->f0n_gb_floats : 0, .st = &counted};
     const int32_t *len_L = lens, *len_2L = lens + B;
-    const float *xd = dev_in + B * KK_STYLE;
+    const float *xd = x ? dev_in + B * KK_STYLE : x_dev;
     for (int which = 0; which < 2; which++) {
         const kd_resblk *blk = which ? d->n_blk : d->f0_blk;
         resblk(&r, &blk[0], xd, Lm, len_L, len_L, a);        /* [512, L] */
@@ -853,4 +859,18 @@ done:
     choir_free(stage);
     choir_free(lens_host);
     return rc;
+}
+
+int kk_dec_f0n_run(const kk_dec *d, choir_stream *s, int n, const float *const *x,
+                   const int64_t *L, const float *const *s_pro, float *const *f0,
+                   float *const *n_out, choir_err *err) {
+    if (!x) return choir_err_set(err, CHOIR_EINVAL, "kokoro: bad F0 / N arguments");
+    return f0n_run(d, s, n, x, NULL, 0, L, s_pro, f0, n_out, err);
+}
+
+int kk_dec_f0n_run_dev(const kk_dec *d, choir_stream *s, int n, const float *x, int64_t Lm,
+                       const int64_t *L, const float *const *s_pro, float *const *f0,
+                       float *const *n_out, choir_err *err) {
+    if (!x) return choir_err_set(err, CHOIR_EINVAL, "kokoro: bad F0 / N arguments");
+    return f0n_run(d, s, n, NULL, x, Lm, L, s_pro, f0, n_out, err);
 }

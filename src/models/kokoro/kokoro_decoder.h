@@ -52,5 +52,11 @@ int64_t kk_dec_f0n_work_bytes(int n, int64_t frames);
 int kk_dec_f0n_run(const kk_dec *d, choir_stream *s, int n, const float *const *x,
                    const int64_t *L, const float *const *s_pro, float *const *f0,
                    float *const *n_out, choir_err *err);
+/* The same over x [n, 512, Lm] in backend memory (the stream's; zeros past
+ * each piece's length, Lm >= every L[b]), e.g. the shared LSTM's output
+ * transposed on the device: nothing of x staged on the host. */
+int kk_dec_f0n_run_dev(const kk_dec *d, choir_stream *s, int n, const float *x, int64_t Lm,
+                       const int64_t *L, const float *const *s_pro, float *const *f0,
+                       float *const *n_out, choir_err *err);
 
 #endif

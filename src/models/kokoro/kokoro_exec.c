@@ -15,6 +15,7 @@
  * batched pass (pieces padded, each within float summation order of its
  * pass alone); on the host the pieces run one by one, which is bit for bit
  * the single-piece computation and costs the same there. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "choir/alloc.h"
@@ -280,6 +281,53 @@ int kk_exec_f0n_in(kk_exec *x, const kk_ws *call, int n, const float *const *in,
     return rc;
 }
 
+int kk_exec_shared_f0n(kk_exec *x, int n, const float *const *en, const int64_t *L,
+                       const float *const *s_pro, float *const *f0, float *const *n_out,
+                       choir_err *err) {
+    if (n < 1) return 0;
+    if (choir_backend_is_host(x->be))
+        return choir_err_set(err, CHOIR_EINVAL,
+                             "kokoro: the shared LSTM and the F0 / N blocks in one call need a device");
+    const kk_lstm *l = &x->m->shared;
+    if (2 * l->h != KK_HIDDEN)
+        return choir_err_set(err, CHOIR_EINVAL, "kokoro: a shared LSTM of %d units", l->h);
+    int64_t Lm = 0;
+    for (int i = 0; i < n; i++) Lm = L[i] > Lm ? L[i] : Lm;
+    kk_stage st;
+    int rc = stage_begin(x, NULL, 0, &st, err);
+    if (rc) return rc;
+    double t0 = choir_now_s(), t1 = t0;
+    rc = need_fnet(x, err);
+    if (!rc) rc = need_dec(x, err);
+    /* the LSTM's output [n, Lm, 512] and its transpose [n, 512, Lm] stay */
+    const int64_t kept = 2 * (int64_t)n * Lm * KK_HIDDEN * (int64_t)sizeof(float) + 4096;
+    if (!rc)
+        rc = stage_reserve(&st, kept + kk_fnet_bilstm_work_bytes(n, Lm, l->in, l->h, false) +
+                                    kk_dec_f0n_work_bytes(n, Lm), err);
+    size_t mark = rc ? 0 : choir_stream_mark(st.s);
+    float *y = rc ? NULL : choir_stream_floats(st.s, n * Lm * KK_HIDDEN, "kokoro shared LSTM output");
+    float *xc = rc ? NULL : choir_stream_floats(st.s, n * KK_HIDDEN * Lm, "kokoro F0 / N input");
+    if (!rc) rc = choir_stream_status(st.s, err);
+    if (!rc) rc = kk_fnet_bilstm_keep(x->fnet, st.s, l, n, en, L, Lm, y, err);
+    t1 = choir_now_s();
+    if (!rc) {
+        /* channels first; the LSTM's zero rows past a piece's length become
+         * its zero columns, the padding the blocks' convolutions read */
+        for (int64_t b = 0; b < n; b++)
+            choir_op_transpose(st.s, y + b * Lm * KK_HIDDEN, Lm, KK_HIDDEN, NULL,
+                               xc + b * KK_HIDDEN * Lm);
+        rc = kk_dec_f0n_run_dev(x->dec, st.s, n, xc, Lm, L, s_pro, f0, n_out, err);
+    }
+    if (st.s && y) {
+        if (rc) choir_stream_clear(st.s);
+        choir_stream_release(st.s, mark);
+    }
+    x->stats.lstm_seconds += t1 - t0, x->stats.lstm_calls++;
+    x->stats.f0n_seconds += choir_now_s() - t1, x->stats.f0n_calls++;
+    stage_end(&st);
+    return rc;
+}
+
 int kk_exec_decode(kk_exec *x, const choir_kokoro_decode_input *in, int n, float **audio,
                    kk_dec_trace_fn trace, void *user, choir_err *err) {
     return kk_exec_decode_in(x, NULL, in, n, audio, trace, user, err);
@@ -431,6 +479,18 @@ int kk_net_f0n(const choir_kokoro *m, const kk_ws *call, int n, const float *con
                choir_err *err) {
     kk_exec *x = executor(m, err);
     return x ? kk_exec_f0n_in(x, call, n, in, L, s_pro, f0, n_out, err) : CHOIR_EINVAL;
+}
+
+bool kk_net_keeps_frames(const choir_kokoro *m) {
+    const char *v = getenv("CHOIR_KOKORO_SHARED_F0N");
+    return kk_net_batches(m) && v && v[0] && strcmp(v, "0") != 0;
+}
+
+int kk_net_shared_f0n(const choir_kokoro *m, int n, const float *const *en, const int64_t *L,
+                      const float *const *s_pro, float *const *f0, float *const *n_out,
+                      choir_err *err) {
+    kk_exec *x = executor(m, err);
+    return x ? kk_exec_shared_f0n(x, n, en, L, s_pro, f0, n_out, err) : CHOIR_EINVAL;
 }
 
 int kk_net_decode(const choir_kokoro *m, const kk_ws *call, const choir_kokoro_decode_input *in,

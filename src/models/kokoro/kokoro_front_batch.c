@@ -13,6 +13,8 @@
  *   per piece          alignment (en, asr)
  *   executor           shared BiLSTM over frames
  *   executor           F0 / N blocks, all pieces padded to the longest
+ *                      (on a device with CHOIR_KOKORO_SHARED_F0N=1 these two
+ *                      are one call, the LSTM's output kept there)
  *   per piece          the traces up to "asr" (the seeded noise is drawn
  *                      where the decoder makes the harmonic source)
  *
@@ -377,10 +379,20 @@ int kk_front_batch_in(const choir_kokoro *m, const kk_ws *call, int n, const int
     clk[6] = choir_now_s();
     FB_CPU(FB_ALIGN, 0);
     clk[7] = choir_now_s();
-    FB_LSTM(&m->shared, en, h, L);
-    FB_CPU(FB_TRANSPOSE, 0);
-    clk[8] = choir_now_s();
-    if ((rc = batch_f0n(m, pc, n, xs, lens, ss, ys, zs, err))) goto net_fail;
+    if (kk_net_keeps_frames(m)) {
+        /* one device call: the LSTM's output stays there for the blocks
+         * (the profile counts both as the F0 / N blocks) */
+        for (int b = 0; b < n; b++)
+            xs[b] = pc[b].en, lens[b] = pc[b].L, ss[b] = pc[b].s_pro, ys[b] = pc[b].out->f0,
+            zs[b] = pc[b].out->n;
+        clk[8] = choir_now_s();
+        if ((rc = kk_net_shared_f0n(m, n, xs, lens, ss, ys, zs, err))) goto net_fail;
+    } else {
+        FB_LSTM(&m->shared, en, h, L);
+        FB_CPU(FB_TRANSPOSE, 0);
+        clk[8] = choir_now_s();
+        if ((rc = batch_f0n(m, pc, n, xs, lens, ss, ys, zs, err))) goto net_fail;
+    }
     clk[9] = choir_now_s();
     FB_CPU(FB_FINISH, 0);
     clk[10] = choir_now_s();

@@ -206,24 +206,31 @@ int64_t kk_fnet_bilstm_work_bytes(int n, int64_t T, int64_t In, int64_t H, bool 
     return floats * (int64_t)sizeof(float) + ((int64_t)1 << 12);
 }
 
-int kk_fnet_bilstm(const kk_fnet *f, choir_stream *s, const kk_lstm *l, int n,
-                   const float *const *x, const int64_t *T, float *const *y, choir_err *err) {
+/* The LSTM over n pieces of host input; its output [n, Tm, 2H] goes to the
+ * host rows y[b], or stays in the backend's `keep` (y NULL, Tm given). */
+static int bilstm(const kk_fnet *f, choir_stream *s, const kk_lstm *l, int n,
+                  const float *const *x, const int64_t *T, float *const *y, int64_t keep_Tm,
+                  float *keep, choir_err *err) {
     const choir_bilstm_weights *w = lstm_of(f, l);
     if (!w) return choir_err_set(err, CHOIR_EINVAL, "kokoro: that LSTM is not on this backend");
     int64_t Tm = 0;
     for (int b = 0; b < n; b++) {
-        if (T[b] < 0 || T[b] > INT32_MAX || (T[b] && (!x[b] || !y[b])))
+        if (T[b] < 0 || T[b] > INT32_MAX || (T[b] && (!x[b] || (!keep && !y[b]))))
             return choir_err_set(err, CHOIR_EINVAL, "kokoro: LSTM piece %d: %lld steps or no data",
                                  b, (long long)T[b]);
         Tm = T[b] > Tm ? T[b] : Tm;
     }
+    if (keep && keep_Tm < Tm)
+        return choir_err_set(err, CHOIR_EINVAL, "kokoro: LSTM output of %lld steps kept in %lld",
+                             (long long)Tm, (long long)keep_Tm);
+    if (keep) Tm = keep_Tm;
     if (n < 1 || Tm == 0) return 0;
     const int64_t In = w->In, H = w->H;
     const bool host = choir_backend_is_host(choir_stream_backend(s));
     size_t mark = choir_stream_mark(s);
     int32_t *lens = choir_stream_alloc(s, (size_t)n * sizeof(int32_t), "LSTM lengths");
     float *xd = choir_stream_floats(s, n * Tm * In, "LSTM input");  /* [n, Tm, In] */
-    float *yd = choir_stream_floats(s, n * Tm * 2 * H, "LSTM output"); /* [n, Tm, 2H] */
+    float *yd = keep ? keep : choir_stream_floats(s, n * Tm * 2 * H, "LSTM output"); /* [n, Tm, 2H] */
     int32_t *lens_host = host ? lens : choir_alloc(CHOIR_MEM_OTHER, (size_t)n * sizeof(int32_t));
     int rc = choir_stream_status(s, NULL);
     if (!rc && !lens_host) rc = choir_stream_fail(s, CHOIR_ENOMEM, "kokoro: out of host memory");
@@ -238,7 +245,7 @@ int kk_fnet_bilstm(const kk_fnet *f, choir_stream *s, const kk_lstm *l, int n,
     }
     if (!host) choir_op_upload(s, lens, lens_host, (size_t)n * sizeof(int32_t));
     choir_op_bilstm_w(s, xd, n, Tm, w, lens, yd);
-    for (int64_t b = 0; b < n; b++)
+    for (int64_t b = 0; b < n && !keep; b++)
         if (T[b])
             choir_op_download(s, y[b], yd + b * Tm * 2 * H, (size_t)(T[b] * 2 * H) * sizeof(float));
 done:
@@ -247,6 +254,18 @@ done:
     choir_stream_release(s, mark);
     if (!host) choir_free(lens_host);
     return rc;
+}
+
+int kk_fnet_bilstm(const kk_fnet *f, choir_stream *s, const kk_lstm *l, int n,
+                   const float *const *x, const int64_t *T, float *const *y, choir_err *err) {
+    return bilstm(f, s, l, n, x, T, y, 0, NULL, err);
+}
+
+int kk_fnet_bilstm_keep(const kk_fnet *f, choir_stream *s, const kk_lstm *l, int n,
+                        const float *const *x, const int64_t *T, int64_t Tm, float *y,
+                        choir_err *err) {
+    if (!y) return choir_err_set(err, CHOIR_EINVAL, "kokoro: no LSTM output");
+    return bilstm(f, s, l, n, x, T, NULL, Tm, y, err);
 }
 
 /* --- the text encoder -------------------------------------------------------- */

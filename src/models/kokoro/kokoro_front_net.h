@@ -34,6 +34,12 @@ int kk_fnet_albert(const kk_fnet *f, choir_stream *s, int n, const float *const 
  * and out) for n pieces in one call. CHOIR_EINVAL when l is not on f. */
 int kk_fnet_bilstm(const kk_fnet *f, choir_stream *s, const kk_lstm *l, int n,
                    const float *const *x, const int64_t *T, float *const *y, choir_err *err);
+/* The same with the output left in backend memory: y [n, Tm, 2H] (the
+ * stream's, taken by the caller; Tm >= every T[b]), zeros past each piece's
+ * length. The working memory still kk_fnet_bilstm's, less y. */
+int kk_fnet_bilstm_keep(const kk_fnet *f, choir_stream *s, const kk_lstm *l, int n,
+                        const float *const *x, const int64_t *T, int64_t Tm, float *y,
+                        choir_err *err);
 
 /* The text encoder for n pieces (embedding, 3 x (conv, LayerNorm,
  * LeakyReLU), BiLSTM): ids[b] [T[b]] (host, valid ids) -> y[b] [T[b], 512]

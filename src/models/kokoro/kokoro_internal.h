@@ -293,6 +293,15 @@ int kk_exec_f0n(kk_exec *x, int n, const float *const *in, const int64_t *L,
                 const float *const *s_pro, float *const *f0, float *const *n_out, choir_err *err);
 int kk_exec_decode(kk_exec *x, const choir_kokoro_decode_input *in, int n, float **audio,
                    kk_dec_trace_fn trace, void *user, choir_err *err);
+/* The shared BiLSTM over en[b] [L[b], 640] (host) and then the F0 / N
+ * blocks in one device call, the LSTM's output transposed on the device and
+ * never brought to the host: f0[b], n_out[b] [2 L[b]] as kk_exec_bilstm, a
+ * transpose and kk_exec_f0n give them (a transpose is exact, so the same
+ * values). Counted as one LSTM and one F0 / N call. CHOIR_EINVAL on the host
+ * executor. */
+int kk_exec_shared_f0n(kk_exec *x, int n, const float *const *en, const int64_t *L,
+                       const float *const *s_pro, float *const *f0, float *const *n_out,
+                       choir_err *err);
 /* The same in the call's memory (kk_net_*'s `call`; NULL: as above). On the
  * host executor a call without that memory runs on a stream of its own, so
  * any number of threads may call it at once; a device serves one at a time. */
@@ -331,6 +340,14 @@ int kk_net_f0n(const choir_kokoro *m, const kk_ws *call, int n, const float *con
                const float *const *s_pro, float *const *f0, float *const *n_out, choir_err *err);
 int kk_net_decode(const choir_kokoro *m, const kk_ws *call, const choir_kokoro_decode_input *in, int n, float **audio,
                   choir_err *err);
+/* kk_net_keeps_frames: m's executor is a device and CHOIR_KOKORO_SHARED_F0N=1
+ * (off by default until it has run on a GPU), so the front runs the shared
+ * LSTM and the F0 / N blocks as kk_net_shared_f0n (kk_exec_shared_f0n on
+ * m's executor) instead of kk_net_bilstm, a host transpose and kk_net_f0n. */
+bool kk_net_keeps_frames(const choir_kokoro *m);
+int kk_net_shared_f0n(const choir_kokoro *m, int n, const float *const *en, const int64_t *L,
+                      const float *const *s_pro, float *const *f0, float *const *n_out,
+                      choir_err *err);
 
 /* --- single-piece stages (kokoro_forward.c) -------------------------------- */
 
