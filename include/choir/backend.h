@@ -326,6 +326,8 @@ typedef struct choir_rows_out {
 typedef struct choir_norm_linear {
     const float *ln_g, *ln_b; /* [K] (NULL: 1, 0) */
     float eps;
+    bool rms;                 /* RMS norm (choir_op_rms_norm: ln_g only, ln_b NULL)
+                                 instead of the layer norm */
     int n;                    /* 1..CHOIR_NORM_LINEAR_MAX */
     const choir_weight *W[CHOIR_NORM_LINEAR_MAX]; /* [rows_i, K] */
     const float *bias[CHOIR_NORM_LINEAR_MAX];     /* [rows_i] or NULL */
@@ -333,7 +335,7 @@ typedef struct choir_norm_linear {
     choir_rows_out store[CHOIR_NORM_LINEAR_MAX];  /* y_i's rows also here (dst NULL: no) */
     unsigned flags;           /* 0 or CHOIR_LINEAR_GELU (every y_i) */
 } choir_norm_linear;
-/* h = layer_norm(x [M, K]), then y_i = h W_i^T + bias_i (GELU'd with
+/* h = layer_norm(x [M, K]) (rms_norm with p->rms), then y_i = h W_i^T + bias_i (GELU'd with
  * CHOIR_LINEAR_GELU), then y_i's rows written to store[i]: what
  * choir_op_layer_norm, choir_op_linear_n, choir_op_act and
  * choir_op_rows_scatter give in turn, and literally those on the CPU (and on
@@ -420,6 +422,10 @@ int choir_op_rows_gather(choir_stream *s, const choir_weight *W, const int32_t *
 /* --- elementwise (in place where the name has no output) ------------------------ */
 int choir_op_add(choir_stream *s, const float *a, const float *b, float *y, int64_t n);
 int choir_op_mul(choir_stream *s, const float *a, const float *b, float *y, int64_t n);
+/* gate = SiLU(gate) * up over n values (a gated MLP's middle): the floats of
+ * choir_op_act(CHOIR_ACT_SILU) on gate, then choir_op_mul(gate, up), in one
+ * operation (one kernel on CUDA). */
+int choir_op_swiglu(choir_stream *s, float *gate, const float *up, int64_t n);
 int choir_op_scale(choir_stream *s, float *x, float alpha, int64_t n);
 /* x[r, :] += bias for r < rows. */
 int choir_op_add_bias_rows(choir_stream *s, float *x, const float *bias, int64_t rows,

@@ -293,6 +293,7 @@ typedef struct choir_cuda_norm_linear_params {
     float *y[CHOIR_CUDA_NORM_LINEAR_MAX];               /* [M, rows_i] */
     choir_cuda_rows_out store[CHOIR_CUDA_NORM_LINEAR_MAX];
     bool gelu;                 /* y_i = GELU_erf(...) */
+    bool rms;                  /* the RMS norm of choir_cuda_rms_norm (gamma only) */
 } choir_cuda_norm_linear_params;
 /* Whether choir_cuda_norm_linear runs M rows of p as one kernel: every
  * layer on the GEMV path (choir_cuda_linear_fuses) in one dense kind, and
@@ -304,9 +305,10 @@ bool choir_cuda_norm_linear_fuses(int64_t M, const choir_cuda_norm_linear_params
 void choir_cuda_norm_linear_set(bool on);
 /* y_i = LN(x) W_i^T + bias_i (GELU'd with p->gelu), each also written to
  * p->store[i]: one kernel whose blocks each normalise x [M, K] into shared
- * memory with the statistics of choir_cuda_layer_norm, then run the GEMV's
- * warps over the layers' rows stacked (q, k and v in one launch). The same
- * floats, bit for bit, as choir_cuda_layer_norm into a buffer, then
+ * memory with the statistics of choir_cuda_layer_norm (of choir_cuda_rms_norm
+ * with p->rms), then run the GEMV's warps over the layers' rows stacked (q,
+ * k and v in one launch). The same floats, bit for bit, as
+ * choir_cuda_layer_norm (choir_cuda_rms_norm) into a buffer, then
  * choir_cuda_linear (or _linear_ex with gelu) per layer and
  * choir_cuda_rows_scatter(_bf16) of y_i. CHOIR_EUNSUPPORTED when
  * choir_cuda_norm_linear_fuses is false (the caller runs those calls). */
@@ -530,6 +532,9 @@ int64_t choir_cuda_attention_max_keys(const choir_cuda *cu);
 int choir_cuda_mul(choir_cuda *cu, const float *a, const float *b, float *y, int64_t n,
                    choir_err *err);
 int choir_cuda_scale(choir_cuda *cu, float *x, float s, int64_t n, choir_err *err);
+/* gate = SiLU(gate) * up over n values: the floats of choir_cuda_act(2) on
+ * gate, then choir_cuda_mul(gate, up), in one kernel. */
+int choir_cuda_swiglu(choir_cuda *cu, float *gate, const float *up, int64_t n, choir_err *err);
 /* In place: act is a choir_act value (choir/backend.h): 2 SiLU, 3 ReLU,
  * 4 sigmoid, 5 tanh; others are CHOIR_EUNSUPPORTED (GELU and leaky ReLU have
  * their own calls). */

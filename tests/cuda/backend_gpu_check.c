@@ -525,6 +525,24 @@ static void check_norm_linear(void) {
             snprintf(name, sizeof name, "norm_linear %s M=%lld 1030 rows + GELU", names[k],
                      (long long)M);
             cmp(name, dy[3], y[3], M * wide, tol);
+            /* The RMS norm (VibeVoice's pre-norms): against the CPU, and on the
+             * GPU against choir_op_rms_norm then choir_op_linear, which it
+             * equals bit for bit (the same reduction, the same products). */
+            choir_norm_linear hr = {.ln_g = g, .eps = 1e-6f, .rms = true, .n = 1, .W = {&hw[3]},
+                                    .bias = {bias[3]}, .y = {y[3]}};
+            choir_norm_linear dr = hr;
+            dr.ln_g = dg, dr.W[0] = &dw[3], dr.bias[0] = dbias[3], dr.y[0] = dy[3];
+            choir_op_norm_linear(g_cs, x, M, &hr, h);
+            choir_op_norm_linear(g_gs, dx, M, &dr, dh);
+            snprintf(name, sizeof name, "norm_linear %s M=%lld 1030 rows, RMS norm", names[k], (long long)M);
+            cmp(name, dy[3], y[3], M * wide, tol);
+            float *ry = hmem((size_t)(M * wide) * 4), *dry = dzero(M * wide), *drn = dzero(M * K);
+            choir_op_rms_norm(g_gs, dx, drn, M, K, dg, 1e-6f);
+            choir_op_linear(g_gs, drn, M, &dw[3], dbias[3], dry);
+            choir_op_download(g_gs, ry, dry, (size_t)(M * wide) * 4);
+            snprintf(name, sizeof name, "norm_linear %s M=%lld RMS norm: one kernel = the two ops", names[k],
+                     (long long)M);
+            if (streams_ok(name)) cmp(name, dy[3], ry, M * wide, 0);
             choir_backend_weights_free(ws);
             case_end();
         }
@@ -541,6 +559,23 @@ static void check_norm_linear(void) {
     choir_stream_clear(g_cs);
     expect("norm_linear refuses no layers and layers of different widths (CHOIR_EINVAL)",
            r0 == CHOIR_EINVAL && r1 == CHOIR_EINVAL);
+    case_end();
+}
+
+/* choir_op_swiglu: on the GPU the floats of act(SiLU) then mul there, and
+ * within the f32 bound of the CPU's. */
+static void check_swiglu(void) {
+    case_begin();
+    const int64_t n = 18944 * 3 + 5;
+    float *g = hvec(n, -8, 8), *u = hvec(n, -2, 2), *ref = hmem((size_t)n * 4);
+    float *dg = dvec(g, n), *du = dvec(u, n), *dg2 = dvec(g, n);
+    choir_op_swiglu(g_gs, dg, du, n);
+    choir_op_act(g_gs, CHOIR_ACT_SILU, dg2, n, 0.0f);
+    choir_op_mul(g_gs, dg2, du, dg2, n);
+    choir_op_download(g_gs, ref, dg2, (size_t)n * 4);
+    if (streams_ok("swiglu")) cmp("swiglu: one kernel = act(SiLU) then mul", dg, ref, n, 0);
+    choir_op_swiglu(g_cs, g, u, n);
+    cmp("swiglu, CUDA vs CPU", dg, g, n, TOL_F32);
     case_end();
 }
 
@@ -1415,6 +1450,7 @@ int main(void) {
     check_linear_skinny();
     check_linear_bf16();
     check_norm_linear();
+    check_swiglu();
     check_gemm();
     check_attention();
     check_gather();

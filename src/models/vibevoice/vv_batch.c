@@ -182,17 +182,11 @@ static void batch_ops(const choir_vibevoice *m, choir_vibevoice_batch *b, choir_
                       int n, int stride, int greedy) {
     const choir_vibevoice_lm_dims *L = &m->dims.lm;
     choir_stream *st = b->stream;
-    int64_t H = L->hidden, D = L->head_dim, qd = (int64_t)L->n_heads * D, kvd = (int64_t)L->n_kv_heads * D;
-    float theta = (float)L->rope_theta;
+    int64_t D = L->head_dim, qd = (int64_t)L->n_heads * D, kvd = (int64_t)L->n_kv_heads * D;
     choir_op_rows_gather(st, &m->embed, b->ids, n, b->x);
     for (int l = 0; l < L->n_layers; l++) {
         const vv_layer *w = &m->layers[l];
-        choir_op_rms_norm(st, b->x, b->xn, n, H, w->attn_norm, L->eps);
-        choir_op_linear(st, b->xn, n, &w->q, w->q_bias, b->q);
-        choir_op_linear(st, b->xn, n, &w->k, w->k_bias, b->k);
-        choir_op_linear(st, b->xn, n, &w->v, w->v_bias, b->v);
-        choir_op_rope(st, b->q, n, qd, L->n_heads, D, 0, b->pos, theta, false);
-        choir_op_rope(st, b->k, n, kvd, L->n_kv_heads, D, 0, b->pos, theta, false);
+        vv_layer_qkv(m, w, st, b->x, b->xn, n, b->pos, b->q, b->k, b->v);
         if (b->pool) {
             void *kp = vv_pool_k(states[0], l), *vp = vv_pool_v(states[0], l);
             choir_dtype kv = b->pool->kv;
@@ -211,18 +205,9 @@ static void batch_ops(const choir_vibevoice *m, choir_vibevoice_batch *b, choir_
             choir_op_attention_cached(st, b->q + i * qd, 1, kl, vl, s->n_past, L->n_heads, L->n_kv_heads, (int)D,
                                       b->att + i * qd);
         }
-        choir_op_linear(st, b->att, n, &w->o, NULL, b->tmp);
-        choir_op_add(st, b->x, b->tmp, b->x, n * H);
-        choir_op_rms_norm(st, b->x, b->xn, n, H, w->mlp_norm, L->eps);
-        choir_op_linear(st, b->xn, n, &w->gate, NULL, b->gate);
-        choir_op_linear(st, b->xn, n, &w->up, NULL, b->up);
-        choir_op_act(st, CHOIR_ACT_SILU, b->gate, n * L->intermediate, 0.0f);
-        choir_op_mul(st, b->gate, b->up, b->gate, n * L->intermediate);
-        choir_op_linear(st, b->gate, n, &w->down, NULL, b->tmp);
-        choir_op_add(st, b->x, b->tmp, b->x, n * H);
+        vv_layer_mlp(m, w, st, b->x, b->xn, b->att, n, b->gate, b->up, b->tmp);
     }
-    choir_op_rms_norm(st, b->x, b->xn, n, H, m->final_norm, L->eps);
-    choir_op_linear(st, b->xn, n, &m->lm_head, NULL, b->logits);
+    vv_lm_head(m, st, b->x, b->xn, n, b->logits);
     if (greedy) choir_op_argmax_rows(st, b->logits, n, L->vocab, b->next);
 }
 

@@ -17,14 +17,44 @@ static void put_positions(choir_vibevoice_state *s, int64_t rows) {
     if (!s->host) choir_op_upload(s->stream, s->pos, p, (size_t)rows * sizeof *p);
 }
 
+void vv_layer_qkv(const choir_vibevoice *m, const vv_layer *w, choir_stream *st, const float *x, float *xn,
+                  int64_t rows, const int32_t *pos, float *q, float *k, float *v) {
+    const choir_vibevoice_lm_dims *L = &m->dims.lm;
+    int64_t D = L->head_dim;
+    choir_norm_linear p = {.ln_g = w->attn_norm, .eps = L->eps, .rms = true, .n = 3,
+                           .W = {&w->q, &w->k, &w->v}, .bias = {w->q_bias, w->k_bias, w->v_bias},
+                           .y = {q, k, v}};
+    choir_op_norm_linear(st, x, rows, &p, xn);
+    choir_op_rope(st, q, rows, (int64_t)L->n_heads * D, L->n_heads, D, 0, pos, (float)L->rope_theta, false);
+    choir_op_rope(st, k, rows, (int64_t)L->n_kv_heads * D, L->n_kv_heads, D, 0, pos, (float)L->rope_theta, false);
+}
+
+void vv_layer_mlp(const choir_vibevoice *m, const vv_layer *w, choir_stream *st, float *x, float *xn,
+                  const float *att, int64_t rows, float *gate, float *up, float *tmp) {
+    const choir_vibevoice_lm_dims *L = &m->dims.lm;
+    choir_op_linear_ex(st, att, rows, &w->o, NULL, x, CHOIR_LINEAR_ACCUMULATE, tmp);
+    choir_norm_linear p = {.ln_g = w->mlp_norm, .eps = L->eps, .rms = true, .n = 2, .W = {&w->gate, &w->up},
+                           .y = {gate, up}};
+    choir_op_norm_linear(st, x, rows, &p, xn);
+    choir_op_swiglu(st, gate, up, rows * L->intermediate);
+    choir_op_linear_ex(st, gate, rows, &w->down, NULL, x, CHOIR_LINEAR_ACCUMULATE, tmp);
+}
+
+void vv_lm_head(const choir_vibevoice *m, choir_stream *st, const float *x, float *xn, int64_t rows,
+                float *logits) {
+    const choir_vibevoice_lm_dims *L = &m->dims.lm;
+    choir_norm_linear p = {.ln_g = m->final_norm, .eps = L->eps, .rms = true, .n = 1, .W = {&m->lm_head},
+                           .y = {logits}};
+    choir_op_norm_linear(st, x, rows, &p, xn);
+}
+
 /* Runs `rows` embedded positions (in s->x) at positions n_past ... through
  * every layer and appends their keys and values to the cache. */
 static void forward_rows(const choir_vibevoice *m, choir_vibevoice_state *s, int64_t rows) {
     const choir_vibevoice_lm_dims *L = &m->dims.lm;
     choir_stream *st = s->stream;
-    int64_t H = L->hidden, D = L->head_dim, qd = (int64_t)L->n_heads * D, kvd = (int64_t)L->n_kv_heads * D;
+    int64_t D = L->head_dim, kvd = (int64_t)L->n_kv_heads * D;
     int64_t pos0 = s->n_past;
-    float theta = (float)L->rope_theta;
     put_positions(s, rows);
     if (s->pool) {
         vv_paged_hold(s, pos0 + rows);
@@ -41,12 +71,7 @@ static void forward_rows(const choir_vibevoice *m, choir_vibevoice_state *s, int
             kl = s->k_cache + (int64_t)l * s->ctx * kvd, vl = s->v_cache + (int64_t)l * s->ctx * kvd;
             kc = kl + pos0 * kvd, vc = vl + pos0 * kvd;
         }
-        choir_op_rms_norm(st, s->x, s->xn, rows, H, w->attn_norm, L->eps);
-        choir_op_linear(st, s->xn, rows, &w->q, w->q_bias, s->q);
-        choir_op_linear(st, s->xn, rows, &w->k, w->k_bias, kc);
-        choir_op_linear(st, s->xn, rows, &w->v, w->v_bias, vc);
-        choir_op_rope(st, s->q, rows, qd, L->n_heads, D, 0, s->pos, theta, false);
-        choir_op_rope(st, kc, rows, kvd, L->n_kv_heads, D, 0, s->pos, theta, false);
+        vv_layer_qkv(m, w, st, s->x, s->xn, rows, s->pos, s->q, kc, vc);
         if (s->pool) {
             choir_op_rows_scatter(st, kc, rows, kvd, kp, s->pool->kv, 0, kvd, s->zeros, s->slots);
             choir_op_rows_scatter(st, vc, rows, kvd, vp, s->pool->kv, 0, kvd, s->zeros, s->slots);
@@ -55,15 +80,7 @@ static void forward_rows(const choir_vibevoice *m, choir_vibevoice_state *s, int
         } else {
             choir_op_attention_cached(st, s->q, rows, kl, vl, pos0, L->n_heads, L->n_kv_heads, (int)D, s->att);
         }
-        choir_op_linear(st, s->att, rows, &w->o, NULL, s->tmp);
-        choir_op_add(st, s->x, s->tmp, s->x, rows * H);
-        choir_op_rms_norm(st, s->x, s->xn, rows, H, w->mlp_norm, L->eps);
-        choir_op_linear(st, s->xn, rows, &w->gate, NULL, s->gate);
-        choir_op_linear(st, s->xn, rows, &w->up, NULL, s->up);
-        choir_op_act(st, CHOIR_ACT_SILU, s->gate, rows * L->intermediate, 0.0f);
-        choir_op_mul(st, s->gate, s->up, s->gate, rows * L->intermediate);
-        choir_op_linear(st, s->gate, rows, &w->down, NULL, s->tmp);
-        choir_op_add(st, s->x, s->tmp, s->x, rows * H);
+        vv_layer_mlp(m, w, st, s->x, s->xn, s->att, rows, s->gate, s->up, s->tmp);
     }
     s->n_past += (int)rows;
 }
@@ -92,8 +109,7 @@ static void embed_rows(const choir_vibevoice *m, choir_vibevoice_state *s, const
  * then to the caller's copy. */
 static void last_logits(const choir_vibevoice *m, choir_vibevoice_state *s, int64_t rows) {
     const choir_vibevoice_lm_dims *L = &m->dims.lm;
-    choir_op_rms_norm(s->stream, s->x + (rows - 1) * L->hidden, s->xn, 1, L->hidden, m->final_norm, L->eps);
-    choir_op_linear(s->stream, s->xn, 1, &m->lm_head, NULL, s->logits);
+    vv_lm_head(m, s->stream, s->x + (rows - 1) * L->hidden, s->xn, 1, s->logits);
     if (!s->host)
         choir_op_download(s->stream, s->logits_host, s->logits, (size_t)L->vocab * sizeof(float));
 }
@@ -175,20 +191,15 @@ int choir_vibevoice_prefill(const choir_vibevoice *m, choir_vibevoice_state *s, 
 static void step_ops(const choir_vibevoice *m, choir_vibevoice_state *s) {
     const choir_vibevoice_lm_dims *L = &m->dims.lm;
     choir_stream *st = s->stream;
-    int64_t H = L->hidden, D = L->head_dim, qd = (int64_t)L->n_heads * D, kvd = (int64_t)L->n_kv_heads * D;
-    float theta = (float)L->rope_theta, *kn = s->gate, *vn = s->gate + kvd;
+    int64_t D = L->head_dim, kvd = (int64_t)L->n_kv_heads * D;
+    float *kn = s->gate, *vn = s->gate + kvd;
     choir_op_rows_gather(st, &m->embed, s->ids, 1, s->x);
     for (int l = 0; l < L->n_layers; l++) {
         const vv_layer *w = &m->layers[l];
         void *kp = s->pool ? vv_pool_k(s, l) : NULL, *vp = s->pool ? vv_pool_v(s, l) : NULL;
         float *kl = s->pool ? NULL : s->k_cache + (int64_t)l * s->ctx * kvd;
         float *vl = s->pool ? NULL : s->v_cache + (int64_t)l * s->ctx * kvd;
-        choir_op_rms_norm(st, s->x, s->xn, 1, H, w->attn_norm, L->eps);
-        choir_op_linear(st, s->xn, 1, &w->q, w->q_bias, s->q);
-        choir_op_linear(st, s->xn, 1, &w->k, w->k_bias, kn);
-        choir_op_linear(st, s->xn, 1, &w->v, w->v_bias, vn);
-        choir_op_rope(st, s->q, 1, qd, L->n_heads, D, 0, s->pos, theta, false);
-        choir_op_rope(st, kn, 1, kvd, L->n_kv_heads, D, 0, s->pos, theta, false);
+        vv_layer_qkv(m, w, st, s->x, s->xn, 1, s->pos, s->q, kn, vn);
         if (s->pool) {
             choir_op_rows_scatter(st, kn, 1, kvd, kp, s->pool->kv, 0, kvd, s->zeros, s->slots);
             choir_op_rows_scatter(st, vn, 1, kvd, vp, s->pool->kv, 0, kvd, s->zeros, s->slots);
@@ -200,18 +211,9 @@ static void step_ops(const choir_vibevoice *m, choir_vibevoice_state *s) {
             choir_op_attention_cached_at(st, s->q, 1, kl, vl, s->pos, s->ctx, L->n_heads, L->n_kv_heads, (int)D,
                                          s->att);
         }
-        choir_op_linear(st, s->att, 1, &w->o, NULL, s->tmp);
-        choir_op_add(st, s->x, s->tmp, s->x, H);
-        choir_op_rms_norm(st, s->x, s->xn, 1, H, w->mlp_norm, L->eps);
-        choir_op_linear(st, s->xn, 1, &w->gate, NULL, s->gate);
-        choir_op_linear(st, s->xn, 1, &w->up, NULL, s->up);
-        choir_op_act(st, CHOIR_ACT_SILU, s->gate, L->intermediate, 0.0f);
-        choir_op_mul(st, s->gate, s->up, s->gate, L->intermediate);
-        choir_op_linear(st, s->gate, 1, &w->down, NULL, s->tmp);
-        choir_op_add(st, s->x, s->tmp, s->x, H);
+        vv_layer_mlp(m, w, st, s->x, s->xn, s->att, 1, s->gate, s->up, s->tmp);
     }
-    choir_op_rms_norm(st, s->x, s->xn, 1, H, m->final_norm, L->eps);
-    choir_op_linear(st, s->xn, 1, &m->lm_head, NULL, s->logits);
+    vv_lm_head(m, st, s->x, s->xn, 1, s->logits);
 }
 
 int choir_vibevoice_step(const choir_vibevoice *m, choir_vibevoice_state *s, int32_t token, float *logits,

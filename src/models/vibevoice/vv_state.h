@@ -86,6 +86,22 @@ struct choir_vibevoice_kv_pool {
 
 /* Layer l's key and value pool rows of a paged state (values of
  * s->pool->kv). */
+/* The two halves of language-model layer w over `rows` rows of the residual
+ * stream x [rows, H], shared by the prefill, a sequence's step and a batch's
+ * step (xn [rows, H] is scratch). vv_layer_qkv: n = RMSNorm(x), q, k, v =
+ * n W^T + bias (one operation: on CUDA one kernel for a step's row), then the
+ * rotary positions pos [rows] on q and k. vv_layer_mlp, after the attention
+ * wrote att [rows, nh D]: x += att o^T; n = RMSNorm(x); x += (SiLU(n gate^T)
+ * * n up^T) down^T, the residual adds fused into the products where the
+ * backend does that (a step's row on CUDA); gate, up [rows, I], tmp
+ * [rows, H] scratch. The CPU computes exactly the operations in turn. */
+void vv_layer_qkv(const choir_vibevoice *m, const vv_layer *w, choir_stream *st, const float *x, float *xn,
+                  int64_t rows, const int32_t *pos, float *q, float *k, float *v);
+void vv_layer_mlp(const choir_vibevoice *m, const vv_layer *w, choir_stream *st, float *x, float *xn,
+                  const float *att, int64_t rows, float *gate, float *up, float *tmp);
+/* The final norm and the output head over rows of x, into logits [rows, V]. */
+void vv_lm_head(const choir_vibevoice *m, choir_stream *st, const float *x, float *xn, int64_t rows,
+                float *logits);
 void *vv_pool_k(const choir_vibevoice_state *s, int l);
 void *vv_pool_v(const choir_vibevoice_state *s, int l);
 /* A paged state takes pages for positions up to `tokens` (from its

@@ -195,6 +195,7 @@ int choir_op_norm_linear(choir_stream *s, const float *x, int64_t M, const choir
     if (p->n < 1 || p->n > CHOIR_NORM_LINEAR_MAX || (p->flags & ~CHOIR_LINEAR_GELU))
         return be_invalid(s, "norm_linear: %d layers (1..%d), flags %u", p->n,
                           CHOIR_NORM_LINEAR_MAX, p->flags);
+    if (p->rms && p->ln_b) return be_invalid(s, "norm_linear: an RMS norm has no shift");
     int64_t K = p->W[0]->cols;
     for (int i = 0; i < p->n; i++) {
         if (p->W[i]->cols != K || p->W[i]->rows < 0 || !p->y[i])
@@ -209,7 +210,7 @@ int choir_op_norm_linear(choir_stream *s, const float *x, int64_t M, const choir
     if (!be_host(s)) {
         bool dense = true;
         choir_cuda_norm_linear_params c = {.gamma = p->ln_g, .beta = p->ln_b, .eps = p->eps, .n = p->n,
-                                    .gelu = p->flags & CHOIR_LINEAR_GELU};
+                                           .gelu = p->flags & CHOIR_LINEAR_GELU, .rms = p->rms};
         for (int i = 0; i < p->n; i++) {
             const choir_rows_out *o = &p->store[i];
             c.W[i] = be_cuda_weight(p->W[i]);
@@ -226,7 +227,10 @@ int choir_op_norm_linear(choir_stream *s, const float *x, int64_t M, const choir
 #endif
     /* The operations in turn, counted as this one. */
     int64_t ops = s->ops;
-    choir_op_layer_norm(s, x, h, M, K, p->ln_g, p->ln_b, p->eps);
+    if (p->rms)
+        choir_op_rms_norm(s, x, h, M, K, p->ln_g, p->eps);
+    else
+        choir_op_layer_norm(s, x, h, M, K, p->ln_g, p->ln_b, p->eps);
     choir_op_linear_n(s, h, M, p->n, p->W, p->bias, p->y);
     for (int i = 0; i < p->n; i++) {
         const choir_rows_out *o = &p->store[i];

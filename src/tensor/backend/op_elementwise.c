@@ -39,6 +39,20 @@ int choir_op_mul(choir_stream *s, const float *a, const float *b, float *y, int6
     return be_unsupported(s, "mul");
 }
 
+int choir_op_swiglu(choir_stream *s, float *gate, const float *up, int64_t n) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (n <= 0) return n < 0 ? be_invalid(s, "swiglu: negative size") : 0;
+    if (be_host(s)) {
+        choir_silu(gate, n);
+        choir_mul(gate, up, gate, n);
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    BE_CUDA(s, "swiglu", choir_cuda_swiglu(s->be->cu, gate, up, n, BE_ERR));
+#endif
+    return be_unsupported(s, "swiglu");
+}
+
 int choir_op_scale(choir_stream *s, float *x, float alpha, int64_t n) {
     if (!choir_stream_ok(s)) return s->err.code;
     if (n <= 0) return n < 0 ? be_invalid(s, "scale: negative size") : 0;

@@ -60,6 +60,34 @@ __device__ __forceinline__ float cuda_block_sum(float v, float *red) {
     return r;
 }
 
+/* Sum over the block in double; every thread gets it. red: 32 doubles. */
+__device__ __forceinline__ double cuda_block_sum_d(double v, double *red) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads(); /* red may still be read from a previous reduction */
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    double r = lane < nwarps ? red[lane] : 0.0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
+    return r;
+}
+
+/* The RMS norm of row xr [dim] into out [dim] (global or shared memory):
+ * xr / sqrt(mean(xr^2) + eps) * gamma (NULL: 1), the sum of squares in
+ * double as the CPU's. The same floats in every kernel that normalises this
+ * way for the same block size (choir_cuda_rms_norm's, and
+ * choir_cuda_norm_linear's with rms). out may be xr. */
+__device__ __forceinline__ void cuda_rms_row(const float *xr, int64_t dim, float eps, double *red,
+                                             const float *__restrict__ gamma, float *out) {
+    double ss = 0;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    float inv = (float)(1.0 / sqrt(cuda_block_sum_d(ss, red) / (double)dim + (double)eps));
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
+        out[i] = __fmul_rn(__fmul_rn(xr[i], inv), gamma ? gamma[i] : 1.0f);
+}
+
 /* The layer norm of row xr [dim] into out [dim] (global or shared memory):
  * two passes for the variance (mean first, as the reference, for rows with a
  * large mean), the block's threads striding the row. A row of at most

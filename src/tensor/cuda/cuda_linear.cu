@@ -151,10 +151,12 @@ struct norm_linear_args {
     int64_t start[CHOIR_CUDA_NORM_LINEAR_MAX + 1]; /* layer i: rows [start[i], start[i+1]) */
     choir_cuda_rows_out store[CHOIR_CUDA_NORM_LINEAR_MAX];
     int n;
+    bool rms; /* cuda_rms_row instead of cuda_ln_row */
 };
 
 /* Each block first normalises x's M rows into shared memory (the layer-norm
- * kernel's statistics: NORM_LINEAR_THREADS threads, as ROW_THREADS there),
+ * kernel's statistics: NORM_LINEAR_THREADS threads, as ROW_THREADS there; or
+ * the RMS norm kernel's, as OPS_THREADS there),
  * then its warps take output rows of the layers stacked one after another
  * (row r of the stack is row r - start[i] of layer i), one a warp (the loop
  * strides by the grid for grids that do not cover them):
@@ -169,6 +171,7 @@ __global__ void __launch_bounds__(NORM_LINEAR_THREADS)
     extern __shared__ float4 xs4[];
     float *xs = (float *)xs4; /* [M][K] */
     __shared__ float red[32];
+    __shared__ double redd[32];
     const int lane = threadIdx.x & 31, warps = NORM_LINEAR_THREADS / 32;
     const int64_t total = a.start[a.n], r0 = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5);
     /* The warp's first weight row does not depend on x: its first loads go
@@ -185,8 +188,12 @@ __global__ void __launch_bounds__(NORM_LINEAR_THREADS)
         int i = layer_of(r0);
         gemv_load<T>((const T *)a.W[i] + (r0 - a.start[i]) * K, K, (int64_t)lane * VEC, first);
     }
-    for (int m = 0; m < M; m++)
-        cuda_ln_row(x + (int64_t)m * K, K, eps, red, gamma, beta, xs + (int64_t)m * K);
+    for (int m = 0; m < M; m++) {
+        if (a.rms)
+            cuda_rms_row(x + (int64_t)m * K, K, eps, redd, gamma, xs + (int64_t)m * K);
+        else
+            cuda_ln_row(x + (int64_t)m * K, K, eps, red, gamma, beta, xs + (int64_t)m * K);
+    }
     __syncthreads();
     for (int64_t r = r0; r < total; r += (int64_t)gridDim.x * warps) {
         const int i = layer_of(r);
@@ -742,6 +749,7 @@ int choir_cuda_norm_linear(choir_cuda *cu, const float *x, int64_t M,
     norm_linear_args a;
     memset(&a, 0, sizeof a);
     a.n = p->n;
+    a.rms = p->rms;
     for (int i = 0; i < p->n; i++) {
         a.W[i] = p->W[i].data.ptr;
         a.bias[i] = p->bias[i];

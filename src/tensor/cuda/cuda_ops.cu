@@ -46,6 +46,21 @@ int choir_cuda_mul(choir_cuda *cu, const float *a, const float *b, float *y, int
     return choir_cuda_check_launch(err, "mul");
 }
 
+/* k_act's SiLU, then k_mul's product: the same two roundings. */
+__global__ void k_swiglu(float *g, const float *u, int64_t n) {
+    GRID_STRIDE(i, n) {
+        float v = g[i];
+        v = v / (1.0f + expf(-v));
+        g[i] = v * u[i];
+    }
+}
+
+int choir_cuda_swiglu(choir_cuda *cu, float *gate, const float *up, int64_t n, choir_err *err) {
+    if (n <= 0) return 0;
+    k_swiglu<<<choir_cuda_blocks(n, OPS_THREADS), OPS_THREADS, 0, cu->stream>>>(gate, up, n);
+    return choir_cuda_check_launch(err, "swiglu");
+}
+
 int choir_cuda_scale(choir_cuda *cu, float *x, float s, int64_t n, choir_err *err) {
     if (n <= 0) return 0;
     k_scale<<<choir_cuda_blocks(n, OPS_THREADS), OPS_THREADS, 0, cu->stream>>>(x, s, n);
@@ -62,33 +77,12 @@ int choir_cuda_act(choir_cuda *cu, int act, float *x, int64_t n, choir_err *err)
 
 /* --- reductions ------------------------------------------------------------ */
 
-__device__ __forceinline__ double warp_sum_d(double v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
+#define block_sum_d cuda_block_sum_d
 
-/* Sum over the block in double; every thread gets it. red: 32 doubles. */
-__device__ double block_sum_d(double v, double *red) {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
-    v = warp_sum_d(v);
-    __syncthreads();
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    double r = lane < nwarps ? red[lane] : 0.0;
-    return warp_sum_d(r);
-}
-
-/* One block per row, the sum of squares in double (as the CPU). */
+/* One block per row (cuda_rms_row). */
 __global__ void k_rms_norm(const float *x, float *y, int64_t dim, const float *gamma, float eps) {
     __shared__ double red[32];
-    const float *xr = x + (int64_t)blockIdx.x * dim;
-    float *yr = y + (int64_t)blockIdx.x * dim;
-    double ss = 0;
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * xr[i];
-    float inv = (float)(1.0 / sqrt(block_sum_d(ss, red) / (double)dim + (double)eps));
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
-        yr[i] = xr[i] * inv * (gamma ? gamma[i] : 1.0f);
+    cuda_rms_row(x + (int64_t)blockIdx.x * dim, dim, eps, red, gamma, y + (int64_t)blockIdx.x * dim);
 }
 
 int choir_cuda_rms_norm(choir_cuda *cu, const float *x, float *y, int64_t rows, int64_t dim,

@@ -332,7 +332,18 @@ static int norm_linear_op(const void *q) {
     int64_t M = a->M, K = p->W[0].cols;
     float *h = malloc((size_t)(M * K) * sizeof(float));
     if (!h) return CHOIR_ENOMEM;
-    choir_layer_norm(a->x, h, M, K, p->gamma, p->beta, p->eps);
+    if (p->rms) {
+        /* As choir_cuda_rms_norm: the sum of squares in double. */
+        for (int64_t r = 0; r < M; r++) {
+            const float *xr = a->x + r * K;
+            double ss = 0;
+            for (int64_t i = 0; i < K; i++) ss += (double)xr[i] * xr[i];
+            float inv = (float)(1.0 / sqrt(ss / (double)K + (double)p->eps));
+            for (int64_t i = 0; i < K; i++) h[r * K + i] = xr[i] * inv * (p->gamma ? p->gamma[i] : 1.0f);
+        }
+    } else {
+        choir_layer_norm(a->x, h, M, K, p->gamma, p->beta, p->eps);
+    }
     for (int i = 0; i < p->n; i++) {
         choir_weight w = host_view(&p->W[i]);
         int64_t N = w.rows;
@@ -944,8 +955,18 @@ static int op2_run(const void *p) {
         for (int64_t r = 0; r < o->rows; r++)
             memmove(o->y + r * o->ld, o->a + r * o->Dh, (size_t)o->dim * sizeof(float));
         break;
+    case 9:
+        choir_silu(o->y, o->n);
+        choir_mul(o->y, o->a, o->y, o->n);
+        break;
     }
     return 0;
+}
+
+int choir_cuda_swiglu(choir_cuda *cu, float *gate, const float *up, int64_t n, choir_err *err) {
+    (void)cu, (void)err;
+    op2_args o = {.y = gate, .a = up, .n = n, .kind = 9};
+    return run_or_record(op2_run, &o, sizeof o);
 }
 
 int choir_cuda_mul(choir_cuda *cu, const float *a, const float *b, float *y, int64_t n,
