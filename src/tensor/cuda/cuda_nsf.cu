@@ -4,11 +4,11 @@
  * here is written with an explicit rounding intrinsic in the CPU's order, so
  * that nvcc does not contract a multiply and an add into a fused
  * multiply-add the CPU does not make (the phase reaches ~1e5 rad, where one
- * float32 ulp is ~0.01 rad). The transcendental functions the CPU takes
- * from libm in float (sinf, tanhf, hypotf, atan2f) are computed in double
- * and rounded once, and the draws' log, sin and cos in double as the CPU
- * does: the results equal the CPU's but where a libm function and CUDA's
- * differ in the last ulp. */
+ * float32 ulp is ~0.01 rad). The transcendental functions (sin, tanh,
+ * atan2, and hypot as a square root) are computed in double and rounded
+ * once, as the CPU twin does, and the draws' log, sin and cos in double as
+ * the CPU does: the results equal the CPU's but where libm's double
+ * function and CUDA's differ by enough to round to another float (rare). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
