@@ -14,8 +14,8 @@
  * Usage: bench_whisper_enc_gpu [--dims large-v3-turbo|large-v3|small|base|tiny]
  *        [--windows N (32)] [--reps N (5)] [--rows f32|bf16|all (all)]
  *        [--layers N (the model's)] [--ceiling TFLOPS (measured unless given)]
- *        [--gelu-epilogue on|off (off; the bf16 path's GELU in cublasLt's epilogue)]
- *        [--ln-warp on|off (off; its layer norms one warp per row)]
+ *        [--gelu-epilogue on|off (on, the default; the bf16 path's GELU in cublasLt's epilogue)]
+ *        [--ln-warp on|off (on, the default; its layer norms one warp per row)]
  *        [--flash K|all (0: the default kernel of the bf16 attention; all: the
  *        bf16 path with each kernel of choir_cuda_attention_bf16_set_kernel,
  *        and with the GELU in cublasLt's epilogue)]
@@ -91,15 +91,15 @@ static int cmp_d(const void *a, const void *b) {
 int main(int argc, char **argv) {
     const char *dims = "large-v3-turbo";
     int nb = 32, reps = 5, first = 0, last = 2, flash = 0, layers = 0;
-    bool gelu_epi = false, ln_warp = false;
+    bool gelu_epi = true, ln_warp = true; /* the library's defaults */
     double ceiling = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--dims") == 0) dims = argv[i + 1];
         else if (strcmp(argv[i], "--windows") == 0) nb = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--reps") == 0) reps = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--layers") == 0) layers = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--gelu-epilogue") == 0) gelu_epi = strcmp(argv[i + 1], "on") == 0;
-        else if (strcmp(argv[i], "--ln-warp") == 0) ln_warp = strcmp(argv[i + 1], "on") == 0;
+        else if (strcmp(argv[i], "--gelu-epilogue") == 0) gelu_epi = strcmp(argv[i + 1], "off") != 0;
+        else if (strcmp(argv[i], "--ln-warp") == 0) ln_warp = strcmp(argv[i + 1], "off") != 0;
         else if (strcmp(argv[i], "--ceiling") == 0) ceiling = atof(argv[i + 1]);
         else if (strcmp(argv[i], "--flash") == 0)
             flash = strcmp(argv[i + 1], "all") == 0 ? -1 : atoi(argv[i + 1]);
@@ -204,7 +204,7 @@ int main(int argc, char **argv) {
         bool gelu_epi, ln_warp;
     } P[] = {{"f32 rows", true, true, 0, false, false},
              {"bf16 rows, GemmEx + bias pass", false, false, 0, false, false},
-             {"bf16 rows, cublasLt bias epilogue", false, true, 0, false, false},
+             {"bf16 rows, cublasLt bias epilogue (the defaults, or the flags)", false, true, 0, true, true},
              {"bf16 rows, cublasLt, attention kernel 1", false, true, 1, false, false},
              {"bf16 rows, cublasLt, attention kernel 2 (4 warps x 32 rows)", false, true, 2, false, false},
              {"bf16 rows, cublasLt, attention kernel 3 (8 warps x 32 rows)", false, true, 3, false, false},
@@ -253,8 +253,8 @@ int main(int argc, char **argv) {
     }
     choir_cuda_linear_bf16_set_lt(true);
     choir_cuda_attention_bf16_set_kernel(0);
-    choir_cuda_linear_bf16_set_gelu_epilogue(false);
-    choir_cuda_layer_norm_bf16_set_warp(false);
+    choir_cuda_linear_bf16_set_gelu_epilogue(true);
+    choir_cuda_layer_norm_bf16_set_warp(true);
     w->enc_f32_rows = false;
     wh_stream_done(&m, s, 0, &err);
     choir_whisper_gpu_detach(&m);

@@ -374,9 +374,10 @@ int choir_cuda_linear_bf16(choir_cuda *cu, const uint16_t *x, int64_t M,
 void choir_cuda_linear_bf16_set_lt(bool on);
 /* With it on, the bf16 rows' GELU of that cublasLt path runs in cublasLt's
  * epilogue on the f32 sum, rounded once; it is the tanh form there, within
- * 4.7e-4 of the erf form (largest near x = -2.7, where GELU is -0.0094).
- * Off (the default), a pass over the rounded product applies the erf form.
- * Process-wide. */
+ * 4.7e-4 of the erf form (largest near x = -2.7, where GELU is -0.0094): on
+ * by default (the Whisper encoder's fc1; its output stays within 2e-3 of the
+ * CPU's erf model, below bf16's own rounding, H100 6 Dec 2026). Off, a pass
+ * over the rounded product applies the erf form. Process-wide. */
 void choir_cuda_linear_bf16_set_gelu_epilogue(bool on);
 /* conv1d (groups 1) over B items of x [Cin, T] f32 into y [Cout, Tout] f32
  * with bf16 operands: the taps (im2col) and the weight [Cout, Cin, K]
@@ -388,8 +389,8 @@ int choir_cuda_conv1d_bf16(choir_cuda *cu, const float *x, int64_t B, int64_t Ci
 int choir_cuda_layer_norm_bf16(choir_cuda *cu, const float *x, uint16_t *y, int64_t rows,
                                int64_t dim, const float *gamma, const float *beta, float eps,
                                choir_err *err);
-/* On, rows of 128 n values (n <= 16, 16-byte aligned) take a kernel of one
- * warp per row instead of one block (off by default). Process-wide. */
+/* On (the default), rows of 128 n values (n <= 16, 16-byte aligned) take a
+ * kernel of one warp per row; off, one block per row. Process-wide. */
 void choir_cuda_layer_norm_bf16_set_warp(bool on);
 
 /* --- elementwise and normalisation (semantics as in choir/kernels.h) ----- */
@@ -513,7 +514,8 @@ void choir_cuda_attention_bf16_set_rows(int rows_per_warp);
 /* Which kernel that call takes, process-wide (the bench and the checks): 1 the
  * first (k_flash_bf16), 2, 3, 4 the second (k_flash2_bf16) with 4 warps of 32
  * query rows, 8 of 32, 8 of 16 per block (heads of 64 values; others always
- * take the first). Other values: the default. */
+ * take the first). Other values: the default, 3 (the fastest of the four on
+ * an H100 with the other defaults, 6 Dec 2026). */
 void choir_cuda_attention_bf16_set_kernel(int kernel);
 /* How many kernels set_kernel picks among (1 in the host emulation). */
 int choir_cuda_attention_bf16_kernels(void);

@@ -400,7 +400,7 @@ static void check_linear_bf16(void) {
                      mode == 2 ? " +GELU tanh" : mode ? " +GELU" : "", how);
             cmp_bf16(name, dy, ref, M * N, TOL_BF16);
         }
-        choir_cuda_linear_bf16_set_gelu_epilogue(false);
+        choir_cuda_linear_bf16_set_gelu_epilogue(true); /* the default */
         float *res = hvec(M * N, -2, 2), *dres = dvec(res, M * N);
         choir_op_linear_bf16(g_cs, x, M, &host, bias, res, CHOIR_DTYPE_F32, CHOIR_LINEAR_ACCUMULATE);
         choir_op_linear_bf16(g_gs, dx, M, &dw, dbias, dres, CHOIR_DTYPE_F32,
@@ -431,7 +431,7 @@ static void check_linear_bf16(void) {
                      (long long)dim, wi ? "warp per row" : "block per row");
             cmp_bf16(lname, dl, lref, rows * dim, 4e-3);
         }
-    choir_cuda_layer_norm_bf16_set_warp(false);
+    choir_cuda_layer_norm_bf16_set_warp(true); /* the default */
     choir_backend_weights_free(ws);
     case_end();
 }

@@ -33,7 +33,7 @@ __global__ void k_bias_act_bf16(__nv_bfloat16 *__restrict__ y, const float *__re
 
 static bool g_use_lt = true;
 void choir_cuda_linear_bf16_set_lt(bool on) { g_use_lt = on; }
-static bool g_gelu_epi = false;
+static bool g_gelu_epi = true;
 void choir_cuda_linear_bf16_set_gelu_epilogue(bool on) { g_gelu_epi = on; }
 
 __global__ void k_f32_to_bf16(const float *__restrict__ x, __nv_bfloat16 *__restrict__ y,
@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(256)
     }
 }
 
-static bool g_ln_warp = false;
+static bool g_ln_warp = true;
 void choir_cuda_layer_norm_bf16_set_warp(bool on) { g_ln_warp = on; }
 
 int choir_cuda_layer_norm_bf16(choir_cuda *cu, const float *x, uint16_t *y, int64_t rows,

@@ -527,7 +527,7 @@ static int flash_launch(choir_cuda *cu, int64_t B, const uint16_t *q, int64_t ld
 static int flash_mt = 2;
 /* 1: k_flash_bf16; 2, 3, 4: k_flash2_bf16 with 4 warps of 32 rows, 8 of 32,
  * 8 of 16 (heads of 64 values; others take the first kernel). */
-#define FLASH_DEFAULT 1
+#define FLASH_DEFAULT 3
 static int flash_kernel = FLASH_DEFAULT;
 
 void choir_cuda_attention_bf16_set_rows(int rows_per_warp) {
