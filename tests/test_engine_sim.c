@@ -1238,18 +1238,22 @@ static void test_gpu_pool(void **state)
     assert_int_equal(sched_join(s, &a, 2, 1.2, j, 4), 0);
     sched_action none;
     assert_int_equal(sched_decide(s, 1.3, &none), 0);
-    /* A member done before its batch gives its pages back: the third joins in them. */
+    /* A member done before its batch gives its pages back (and its state's
+     * share of the rest): the third joins in them. */
     sched_member_done(s, &a, a.reqs[0]);
     sched_get_device(s, 1, &g);
     assert_int_equal(g.pool_reserved, 3 * GIB);
     assert_int_equal(g.pool_reqs, 1);
+    assert_int_equal(g.reserved, ws);
     assert_int_equal(a.pool_reserved, 3 * GIB);
+    assert_int_equal(a.dev_reserved, ws);
     assert_int_equal(sched_join(s, &a, 1, 1.35, j, 4), 1);
     assert_true(j[0].reqs[0] == &r[2]);
     assert_int_equal(j[0].pool_reserved, 3 * GIB);
     sched_get_device(s, 1, &g);
     assert_int_equal(g.pool_reserved, 6 * GIB);
     assert_int_equal(g.pool_reqs, 2);
+    assert_int_equal(g.reserved, 2 * ws);
     sched_join_done(s, &j[0], 1.38, 0);
     sched_batch_done(s, &a, 1.4, 0, 0.3, 0, 0);
     sched_get_device(s, 1, &g);
@@ -1268,6 +1272,82 @@ static void test_gpu_pool(void **state)
     assert_int_equal(g.weights, 8 * GIB);
     assert_int_equal(g.pool_peak_reqs, 2);
     assert_true(g.peak <= g.budget);
+    sched_free(s);
+}
+
+/* A batch member's own state (the rest of its device estimate beside its
+ * pages) goes back when it finishes, not when its batch ends: on a replica
+ * whose budget leaves 2 GiB beside its weights and pool, two requests whose
+ * states take 900 MiB each run as a batch, and a third, whose pages fit the
+ * pool but whose state does not fit beside theirs, neither joins nor starts.
+ * Once a member is done its pages and its state's share go back and the
+ * third joins in its place; a second report of that member, and one of a
+ * request not in the batch, change nothing; the device's accounts never
+ * pass its budget and are empty at the end. (Before, only the member's
+ * pages went back, and the third waited for the batch's end.) */
+static void test_gpu_member_state(void **state)
+{
+    (void)state;
+    sched_config c;
+    sched *s = gpu_pool_sched(&c);
+    const int64_t ws = 900 << 20, part = 1 * GIB;
+    sched_req r[4];
+    for (int i = 0; i < 4; i++) {
+        r[i] = (sched_req){.id = (uint64_t)i + 1, .task = 1, .length = 1000, .est_bytes = 1000,
+                           .dev_est_bytes = ws + part, .pool_est_bytes = part, .deadline = INFINITY};
+        if (i < 3)
+            assert_int_equal(sched_submit(s, &r[i], 0.01 * i, NULL, NULL), 0);
+    }
+    sched_action a, j[4], none;
+    assert_int_equal(sched_decide(s, 1.0, &a), 1);
+    assert_int_equal(a.kind, SCHED_LOAD);
+    /* weights 1 GiB, a pool of 7: 2 GiB left for the requests' states */
+    assert_int_equal(sched_model_loaded(s, 0, 1, 1 * GIB, 8 * GIB), 0);
+    sched_replica_pool(s, 0, 1, 7 * GIB);
+    assert_int_equal(sched_decide(s, 1.1, &a), 1);
+    assert_int_equal(a.kind, SCHED_DISPATCH);
+    assert_int_equal(a.n, 2);
+    assert_int_equal(a.dev_reserved, 2 * ws);
+    assert_int_equal(a.pool_reserved, 2 * part);
+    sched_device_state g;
+    assert_int_equal(sched_join(s, &a, 2, 1.2, j, 4), 0);
+    assert_int_equal(sched_decide(s, 1.25, &none), 0);
+    sched_req *first = a.reqs[0];
+    sched_member_done(s, &a, first);
+    sched_get_device(s, 1, &g);
+    assert_int_equal(g.reserved, ws);
+    assert_int_equal(g.pool_reserved, part);
+    assert_int_equal(g.pool_reqs, 1);
+    /* at most once per member; a request not in the batch changes nothing */
+    sched_member_done(s, &a, first);
+    sched_member_done(s, &a, &r[3]);
+    sched_get_device(s, 1, &g);
+    assert_int_equal(g.reserved, ws);
+    assert_int_equal(g.pool_reserved, part);
+    assert_int_equal(g.pool_reqs, 1);
+    assert_int_equal(sched_join(s, &a, 1, 1.3, j, 4), 1);
+    assert_true(j[0].reqs[0] == &r[2]);
+    assert_int_equal(j[0].dev_reserved, ws);
+    sched_get_device(s, 1, &g);
+    assert_int_equal(g.reserved, 2 * ws);
+    assert_int_equal(g.pool_reserved, 2 * part);
+    assert_true(g.weights + g.reserved <= g.budget);
+    /* the other member done too: the batch holds nothing on the device */
+    sched_member_done(s, &a, a.reqs[1]);
+    assert_int_equal(a.dev_reserved, 0);
+    assert_int_equal(a.pool_reserved, 0);
+    assert_int_equal(a.pool_n, 0);
+    sched_join_done(s, &j[0], 1.4, 0);
+    sched_batch_done(s, &a, 1.5, 0, 0.4, 0, 0);
+    sched_get_device(s, 1, &g);
+    assert_int_equal(g.reserved, 0);
+    assert_int_equal(g.pool_reserved, 0);
+    assert_int_equal(g.pool_reqs, 0);
+    assert_true(g.peak <= g.budget);
+    sched_state st;
+    sched_get_state(s, &st);
+    assert_int_equal(st.reserved, 0);
+    assert_int_equal(st.running_reqs, 0);
     sched_free(s);
 }
 
@@ -1432,6 +1512,7 @@ int main(void)
         cmocka_unit_test(test_gpu_lru),
         cmocka_unit_test(test_gpu_misplaced),
         cmocka_unit_test(test_gpu_pool),
+        cmocka_unit_test(test_gpu_member_state),
         cmocka_unit_test(test_gpu_pressure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

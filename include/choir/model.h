@@ -222,12 +222,15 @@ int choir_batch_join_take(choir_batch_join *j, int live, choir_request **reqs, c
  * this call. j NULL: no-op. */
 void choir_batch_join_leave(choir_batch_join *j, choir_request *req, int overflow);
 /* One of the batch's own requests (run_batch_join's `reqs`, not a joined
- * one) is finished before the batch ends: the engine gives back now the
- * part of its reservation that was its alone (its pages of a GPU replica's
- * pool: ops->estimate_pool), so that queued requests may join in its
- * place; the rest of the batch's reservation stays until the batch ends.
- * Optional (a member not reported keeps its part until then); at most once
- * per member, after its state is freed. j NULL: no-op. */
+ * one) is finished before the batch ends, and the adapter has freed its
+ * own memory: on a GPU the engine gives back now the part of the batch's
+ * device reservation that was its alone (its pages of a GPU replica's
+ * pool, ops->estimate_pool, and its share of the rest: the batch then
+ * reserves what its remaining members need, as it would have at
+ * dispatch), so that queued requests may join in its place; the host
+ * reservation (the batch's arena) stays until the batch ends. Optional (a
+ * member not reported keeps its part until then); at most once per member
+ * (a second call does nothing), after its state is freed. j NULL: no-op. */
 void choir_batch_join_member_done(choir_batch_join *j, choir_request *req);
 
 /* Load-time options; zero-initialised means defaults. Weights run as stored:

@@ -831,7 +831,8 @@ static void join_leave(choir_batch_join *pub, choir_request *req, int overflow)
         }
 }
 
-/* A member of the batch finished before it: its part of a pool goes back. */
+/* A member of the batch finished before it, its state freed: its part of a
+ * pool and its share of the batch's device reservation go back. */
 static void join_member_done(choir_batch_join *pub, choir_request *req)
 {
     engine_join *j = (engine_join *)pub;

@@ -786,17 +786,37 @@ int sched_join(sched *s, const sched_action *batch, int live, double now, sched_
 
 void sched_member_done(sched *s, sched_action *b, sched_req *r)
 {
-    int d = b->device;
+    int d = b->device, at = -1;
+    if (d <= 0 || b->joined)
+        return;
+    for (int i = 0; i < b->n && i < SCHED_MAX_BATCH && at < 0; i++)
+        if (b->reqs[i] == r)
+            at = i;
+    if (at < 0 || (b->members_done >> at & 1))
+        return;
+    b->members_done |= (uint64_t)1 << at;
+    /* What the members left need, reckoned as at dispatch (dev_need): it
+     * never grows, since they are a subset of the batch. */
+    sched_req *left[SCHED_MAX_BATCH];
+    int n_left = 0;
+    for (int i = 0; i < b->n && i < SCHED_MAX_BATCH; i++)
+        if (!(b->members_done >> i & 1))
+            left[n_left++] = b->reqs[i];
     sched_model *m = &s->models[b->model];
-    if (d <= 0 || b->joined || b->pool_reserved <= 0 || m->rep[d].pool_bytes <= 0)
-        return;
-    int64_t p = r->pool_est_bytes < r->dev_est_bytes ? r->pool_est_bytes : r->dev_est_bytes;
-    if (p <= 0 || p > b->pool_reserved)
-        return;
-    b->pool_reserved -= p;
-    m->rep[d].pool_reserved -= p;
-    b->pool_n--;
-    s->dev[d].pool_reqs--;
+    int64_t dev_res, pool_res;
+    dev_need(m, d, left, n_left, &dev_res, &pool_res);
+    if (dev_res > b->dev_reserved)
+        dev_res = b->dev_reserved;
+    if (pool_res > b->pool_reserved)
+        pool_res = b->pool_reserved;
+    s->dev[d].reserved -= b->dev_reserved - dev_res;
+    b->dev_reserved = dev_res;
+    m->rep[d].pool_reserved -= b->pool_reserved - pool_res;
+    b->pool_reserved = pool_res;
+    if (b->pool_n > 0) {
+        b->pool_n--;
+        s->dev[d].pool_reqs--;
+    }
 }
 
 void sched_join_done(sched *s, const sched_action *j, double now, int64_t peak_bytes)

@@ -94,6 +94,7 @@ typedef struct sched_action {
     int64_t pool_reserved; /* DISPATCH on a GPU replica with a pool: bytes of the pool
                               reserved for the batch (the sum of its pool estimates) */
     int pool_n;         /* of reqs, those still holding a part of that pool */
+    uint64_t members_done; /* bit i: reqs[i] finished before the batch (sched_member_done) */
     int joined;         /* a request that joined a running batch (sched_join): its own
                            reservation, no worker slot or batch count of its own */
     sched_req *rejected;
@@ -193,10 +194,14 @@ void sched_batch_done(sched *s, const sched_action *batch, double now, int64_t p
  * the batch's worker) and no running batch; report it with sched_join_done
  * or sched_join_requeue. Returns how many (0..room). */
 int sched_join(sched *s, const sched_action *batch, int live, double now, sched_action *out, int room);
-/* A member of a running batch (not a joined request) on a replica with a
- * pool is finished before the batch: its part of the pool goes back now
- * (and leaves batch->pool_reserved), so that queued requests may join in
- * its pages; the rest of the batch's reservations stay until it ends. */
+/* A member of a running batch on a GPU (not a joined request) is finished
+ * before the batch, its own device memory freed: the batch's device
+ * reservation shrinks to what its remaining members need (the largest rest
+ * of their device estimates x their number, their pool parts), so that its
+ * part of the pool and its share of the rest go back now and queued
+ * requests may join in their place. The host reservation (the batch's
+ * arena) stays until the batch ends. At most once per member (later calls,
+ * and calls for a request not among batch->reqs, do nothing). */
 void sched_member_done(sched *s, sched_action *batch, sched_req *r);
 /* A joined request is finished: its reservation goes back and its arena peak
  * calibrates the model's factor (as for a batch of one). */
