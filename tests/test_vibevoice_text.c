@@ -1,7 +1,10 @@
 /* VibeVoice-ASR's text side: the prompt (exact ids against the fixtures, a
  * context that cannot inject control tokens), parsing the model's JSON into
  * segments (both key spellings, lists cut short, malformed output), the
- * Content text streamed out of partial JSON, and the repetition guard. */
+ * Content text streamed out of partial JSON, and the repetition guard; and
+ * the audio front end's loudness normalisation in pieces (vv_norm_step, as
+ * vv_job_prep runs it between decoding steps) against the whole loop. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +15,7 @@
 #include "choir/tokenizer.h"
 #include "choir/vibevoice.h"
 #include "models/vibevoice/vv_internal.h"
+#include "models/vibevoice/vv_state.h"
 #include "testutil.h"
 
 static choir_tokenizer *g_tok;
@@ -165,12 +169,77 @@ static void test_loop_guard(void **state) {
     assert_int_equal(at, 300);
 }
 
+/* The feature extractor's normalisation as one loop over the signal (the
+ * code before it was cut into pieces): what the pieces must give, bit for bit. */
+static void normalize_whole(const float *x, int64_t n, int hop, float *out) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    double rms = n > 0 ? sqrt(ss / (double)n) : 0.0;
+    double scale = pow(10.0, -25.0 / 20.0) / (rms + 1e-6);
+    double peak = 0;
+    for (int64_t i = 0; i < n; i++) {
+        out[i] = (float)(x[i] * scale);
+        double a = fabs((double)out[i]);
+        if (a > peak) peak = a;
+    }
+    if (peak > 1.0)
+        for (int64_t i = 0; i < n; i++) out[i] = (float)(out[i] / (peak + 1e-6));
+    for (int64_t i = n; i < choir_vibevoice_padded_len(n, hop); i++) out[i] = 0.0f;
+}
+
+/* Pieces of 1, 7 and 4096 samples and whole passes give the whole loop's
+ * samples exactly, for a signal within range and one whose spike passes 1
+ * once scaled (the limit pass), with padding to the hop; each call does at
+ * most one piece of one pass, so an hour is ~250 looks at the clock. In
+ * place (out = x) too, as the bench and the checks call it. */
+static void test_normalize_pieces(void **state) {
+    (void)state;
+    const int hop = 3200;
+    const int64_t n = 10007, padded = choir_vibevoice_padded_len(n, hop);
+    float *x = malloc((size_t)n * sizeof *x), *want = malloc((size_t)padded * sizeof *want);
+    float *got = malloc((size_t)padded * sizeof *got);
+    assert_non_null(x);
+    assert_non_null(want);
+    assert_non_null(got);
+    for (int clip = 0; clip < 2; clip++) {
+        uint32_t r = 12345;
+        for (int64_t i = 0; i < n; i++) {
+            r = r * 1664525u + 1013904223u;
+            x[i] = 0.01f * ((float)(r >> 8) / (float)(1 << 24) - 0.5f);
+        }
+        if (clip) x[n / 2] = 0.9f;
+        normalize_whole(x, n, hop, want);
+        double peak = 0;
+        for (int64_t i = 0; i < n; i++)
+            if (fabs(want[i]) > peak) peak = fabs(want[i]);
+        assert_true(clip ? peak > 0.99 && peak <= 1.0 : peak < 0.5);
+        const int64_t pieces[4] = {1, 7, 4096, 0};
+        for (int k = 0; k < 4; k++) {
+            memset(got, 0x7f, (size_t)padded * sizeof *got);
+            vv_norm st = {0};
+            int64_t calls = 0;
+            while (vv_norm_step(&st, x, n, hop, got, pieces[k])) calls++;
+            assert_memory_equal(got, want, (size_t)padded * sizeof *got);
+            /* squares, scale (and limit), pad: ceil(n / piece) calls a pass */
+            int64_t per = pieces[k] ? (n + pieces[k] - 1) / pieces[k] : 1;
+            assert_int_equal(calls + 1, (clip ? 3 : 2) * per + 1);
+        }
+        memcpy(got, x, (size_t)n * sizeof *got);
+        choir_vibevoice_normalize(got, n, hop, got);
+        assert_memory_equal(got, want, (size_t)padded * sizeof *got);
+    }
+    free(x);
+    free(want);
+    free(got);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prompt),
         cmocka_unit_test(test_parse),
         cmocka_unit_test(test_content_stream),
         cmocka_unit_test(test_loop_guard),
+        cmocka_unit_test(test_normalize_pieces),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

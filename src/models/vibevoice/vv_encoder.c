@@ -18,21 +18,55 @@ int64_t choir_vibevoice_padded_len(int64_t n, int hop) {
     return (n + hop - 1) / hop * hop;
 }
 
-void choir_vibevoice_normalize(const float *x, int64_t n, int hop, float *out) {
-    double ss = 0;
-    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    double rms = n > 0 ? sqrt(ss / (double)n) : 0.0;
-    double scale = pow(10.0, -25.0 / 20.0) / (rms + 1e-6);
-    double peak = 0;
-    for (int64_t i = 0; i < n; i++) {
-        out[i] = (float)(x[i] * scale);
-        double a = fabs((double)out[i]);
-        if (a > peak) peak = a;
+/* In passes over ranges of at most `piece` samples, each one's arithmetic
+ * in the order of a single loop over the whole signal: the sum of squares
+ * (double, in order), the scaled samples and their peak, the limit, the
+ * padding. */
+int vv_norm_step(vv_norm *st, const float *x, int64_t n, int hop, float *out, int64_t piece) {
+    if (piece <= 0) piece = n > 0 ? n : 1;
+    int64_t end = st->pos + piece < n ? st->pos + piece : n;
+    switch (st->pass) {
+    case VV_NORM_SQUARES:
+        for (int64_t i = st->pos; i < end; i++) st->ss += (double)x[i] * x[i];
+        st->pos = end;
+        if (end == n) {
+            double rms = n > 0 ? sqrt(st->ss / (double)n) : 0.0;
+            st->scale = pow(10.0, -25.0 / 20.0) / (rms + 1e-6);
+            st->pass = VV_NORM_SCALE;
+            st->pos = 0;
+        }
+        break;
+    case VV_NORM_SCALE:
+        for (int64_t i = st->pos; i < end; i++) {
+            out[i] = (float)(x[i] * st->scale);
+            double a = fabs((double)out[i]);
+            if (a > st->peak) st->peak = a;
+        }
+        st->pos = end;
+        if (end == n) {
+            st->pass = st->peak > 1.0 ? VV_NORM_LIMIT : VV_NORM_PAD;
+            st->pos = 0;
+        }
+        break;
+    case VV_NORM_LIMIT:
+        for (int64_t i = st->pos; i < end; i++) out[i] = (float)(out[i] / (st->peak + 1e-6));
+        st->pos = end;
+        if (end == n) st->pass = VV_NORM_PAD;
+        break;
+    case VV_NORM_PAD: {
+        int64_t padded = choir_vibevoice_padded_len(n, hop);
+        for (int64_t i = n; i < padded; i++) out[i] = 0.0f;
+        st->pass = VV_NORM_DONE;
+        break;
     }
-    if (peak > 1.0)
-        for (int64_t i = 0; i < n; i++) out[i] = (float)(out[i] / (peak + 1e-6));
-    int64_t padded = choir_vibevoice_padded_len(n, hop);
-    for (int64_t i = n; i < padded; i++) out[i] = 0.0f;
+    default: break;
+    }
+    return st->pass != VV_NORM_DONE;
+}
+
+void choir_vibevoice_normalize(const float *x, int64_t n, int hop, float *out) {
+    vv_norm st = {0};
+    while (vv_norm_step(&st, x, n, hop, out, n)) {}
 }
 
 /* A causal convolution over in [(kernel - stride) + T (+ slack)][cin] (its

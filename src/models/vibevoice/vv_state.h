@@ -151,6 +151,27 @@ int vv_prefill_next(const choir_vibevoice *m, choir_vibevoice_state *s, const in
  * adapter can decode several in shared steps (choir_vibevoice_step_batch). */
 struct choir_tokenizer;
 struct choir_tokenizer_stream;
+/* The front end's loudness normalisation (choir_vibevoice_normalize) in
+ * pieces, so that opening an hour of audio does not hold up the steps of
+ * the requests decoding beside it: the passes in order, each over ranges of
+ * samples, the arithmetic exactly the whole loop's. */
+enum { VV_NORM_SQUARES = 0, VV_NORM_SCALE, VV_NORM_LIMIT, VV_NORM_PAD, VV_NORM_DONE };
+typedef struct vv_norm {
+    int pass;       /* VV_NORM_* */
+    int64_t pos;    /* the next sample of the pass */
+    double ss, scale, peak;
+} vv_norm;
+/* Advances st (zeroed to begin) by at most `piece` samples of x[0..n)
+ * (piece <= 0: a whole pass) into out (choir_vibevoice_padded_len(n, hop)
+ * samples; out may be x). 1 while work remains, 0 once out holds the
+ * normalised, padded audio. */
+int vv_norm_step(vv_norm *st, const float *x, int64_t n, int hop, float *out, int64_t piece);
+/* Samples of a normalisation pass between two looks at the clock in
+ * vv_job_prep: 42 s of audio, a few ms on the CPU (a whole hour takes
+ * 0.4-0.5 s on a loaded 2-core machine, first touch of its buffer
+ * included). */
+#define VV_NORM_PIECE ((int64_t)1 << 20)
+
 typedef struct vv_job {
     const choir_vibevoice *m;
     const struct choir_tokenizer *tok;
@@ -167,24 +188,30 @@ typedef struct vv_job {
     size_t cb_cap;
     double t_decode0;
     /* Until it decodes (vv_job_open, then vv_job_prep): */
-    int phase;                /* 0 encoding, 1 prefilling, 2 ready to decode */
+    int phase;                /* 0 encoding (its front end first), 1 prefilling, 2 ready to decode */
     float *x;                 /* [np] the normalised audio, until it is encoded */
+    const float *src;         /* [n_src] the 24 kHz audio, until it is normalised into x */
+    int64_t n_src;
+    float *src_owned;         /* src when the job resampled it (freed once normalised) */
+    vv_norm norm;
     int64_t np;
     vv_enc_cursor enc;
     int32_t *prompt;          /* [n_prompt] the prompt ids, until they are prefilled */
     int n_prompt, prefilled;
 } vv_job;
 
-/* Front end, prompt and state of one request, nothing run on the model
- * yet; 0 or the error (nothing left to clear then). The state over `mem`,
- * on `stream`, or with `pool` its own block and the pool's pages
- * (vv_transcribe.c). */
+/* Resampling, prompt and state of one request, nothing run on the model
+ * yet (the normalisation is vv_job_prep's first piece of work); 0 or the
+ * error (nothing left to clear then). `pcm`, when it is at 24 kHz, must
+ * stay valid until the job is encoded (the job reads it then). The state over `mem`, on `stream`, or with
+ * `pool` its own block and the pool's pages (vv_transcribe.c). */
 int vv_job_open(vv_job *j, const choir_vibevoice *m, const struct choir_tokenizer *tok, const float *pcm,
                 int64_t n, int rate, const choir_vibevoice_opts *opts, void *mem, choir_stream *stream,
                 choir_vibevoice_kv_pool *pool, choir_err *err);
-/* The encoders' passes and the prefill chunks of an opened job, in order,
- * for about `budget_s` seconds (0: to the end): each piece of work (one
- * encoder pass, one prefill chunk) is waited for before the time is read,
+/* The front end's normalisation, the encoders' passes and the prefill
+ * chunks of an opened job, in order, for about `budget_s` seconds (0: to
+ * the end): each piece of work (VV_NORM_PIECE samples of a normalisation
+ * pass, one encoder pass, one prefill chunk) is waited for before the time is read,
  * so a call lasts at most the budget plus one piece. 1 while work remains,
  * 0 once the job is ready to decode (vv_job_next), or the error (the job
  * cleared then). */

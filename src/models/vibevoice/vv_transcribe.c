@@ -185,8 +185,8 @@ static char *join_texts(const choir_vibevoice_segment *segs, int n) {
 }
 
 /* A request in phases, so that several can share decoding steps:
- * vv_job_open (front end, prompt, state), vv_job_prep (encoders and
- * prefill, a bounded slice at a time if the caller likes), vv_job_next
+ * vv_job_open (resampling, prompt, state), vv_job_prep (normalisation,
+ * encoders and prefill, a bounded slice at a time if the caller likes), vv_job_next
  * after each step's logits (the token, the stop rules, streaming),
  * vv_job_finish (text and segments). The state over `mem` (or its own
  * block) when stream is NULL, else carved from `stream`; with `pool`, its
@@ -233,7 +233,11 @@ int vv_job_open(vv_job *j, const choir_vibevoice *m, const choir_tokenizer *tok,
         rc = choir_err_set(err, CHOIR_ENOMEM, "vibevoice: out of memory");
         goto done;
     }
-    choir_vibevoice_normalize(a, n24, D->hop, j->x);
+    /* Normalised in pieces by vv_job_prep: an hour is 0.4 s of it. */
+    j->src = a;
+    j->n_src = n24;
+    j->src_owned = resampled;
+    resampled = NULL;
     res->duration = (double)n24 / CHOIR_VIBEVOICE_SAMPLE_RATE;
     res->n_audio_tokens = (int)(j->np / D->hop);
     if ((rc = choir_vibevoice_prompt(tok, D, res->n_audio_tokens, res->duration, j->o.context, &j->prompt,
@@ -261,7 +265,13 @@ int vv_job_prep(vv_job *j, double budget_s, choir_err *err) {
     double t0 = choir_now_s(), tu = t0;
     int rc = 0;
     while (j->phase < 2) {
-        if (j->phase == 0) {
+        if (j->phase == 0 && j->norm.pass != VV_NORM_DONE) {
+            if (!vv_norm_step(&j->norm, j->src, j->n_src, j->m->dims.hop, j->x, VV_NORM_PIECE)) {
+                choir_free(j->src_owned);
+                j->src_owned = NULL;
+                j->src = NULL;
+            }
+        } else if (j->phase == 0) {
             if (!vv_encode_pass(j->m, j->s, j->x, &j->enc)) {
                 /* Waits for the device, so that the encoders' time is theirs. */
                 if ((rc = choir_stream_sync(j->s->stream, err))) break;
@@ -391,6 +401,7 @@ done:
 
 void vv_job_clear(vv_job *j) {
     choir_free(j->x);
+    choir_free(j->src_owned);
     choir_free(j->prompt);
     choir_tokenizer_stream_free(j->ts);
     choir_vibevoice_state_free(j->s);
