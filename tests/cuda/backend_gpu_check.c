@@ -985,6 +985,19 @@ static void check_norms(void) {
     choir_op_rms_norm(g_cs, h, h, rows, dim, NULL, 1e-6f);
     choir_op_rms_norm(g_gs, dh, dh, rows, dim, NULL, 1e-6f);
     cmp("rms_norm in place, no gamma", dh, h, n, TOL_F32);
+    /* Short rows (a warp each on CUDA, up to 2048 values) as VibeVoice's
+     * encoders have them, many rows of 32 and 17 odd ones of 2048 / 3000. */
+    static const int64_t shapes[][2] = {{100003, 32}, {17, 2048}, {17, 3000}, {9, 7}};
+    for (int i = 0; i < 4; i++) {
+        int64_t r = shapes[i][0], c = shapes[i][1];
+        float *xs = hvec(r * c, -3, 3), *gs = hvec(c, 0.5f, 1.5f), *rs = hmem((size_t)(r * c) * 4);
+        float *dxs = dvec(xs, r * c), *dgs = dvec(gs, c), *dys = dzero(r * c);
+        choir_op_rms_norm(g_cs, xs, rs, r, c, gs, 1e-5f);
+        choir_op_rms_norm(g_gs, dxs, dys, r, c, dgs, 1e-5f);
+        char nm[64];
+        snprintf(nm, sizeof nm, "rms_norm %lld rows of %lld", (long long)r, (long long)c);
+        cmp(nm, dys, rs, r * c, TOL_F32);
+    }
     h = hdup(x, n), dh = dvec(x, n);
     choir_op_softmax(g_cs, h, rows, dim);
     choir_op_softmax(g_gs, dh, rows, dim);

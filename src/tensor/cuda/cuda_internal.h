@@ -78,13 +78,32 @@ __device__ __forceinline__ double cuda_block_sum_d(double v, double *red) {
  * xr / sqrt(mean(xr^2) + eps) * gamma (NULL: 1), the sum of squares in
  * double as the CPU's. The same floats in every kernel that normalises this
  * way for the same block size (choir_cuda_rms_norm's, and
- * choir_cuda_norm_linear's with rms). out may be xr. */
+ * choir_cuda_norm_linear's with rms, for rows longer than
+ * CUDA_RMS_WARP_MAX). out may be xr. */
 __device__ __forceinline__ void cuda_rms_row(const float *xr, int64_t dim, float eps, double *red,
                                              const float *__restrict__ gamma, float *out) {
     double ss = 0;
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * xr[i];
     float inv = (float)(1.0 / sqrt(cuda_block_sum_d(ss, red) / (double)dim + (double)eps));
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
+        out[i] = __fmul_rn(__fmul_rn(xr[i], inv), gamma ? gamma[i] : 1.0f);
+}
+
+/* The same norm of a row of at most CUDA_RMS_WARP_MAX values by one warp
+ * (its lanes stride the row; the sum of squares in double, then the warp's
+ * butterfly): for rows too short to keep a block busy (VibeVoice's encoder
+ * rows of 32 to 2048 channels, millions of them a minute of audio). The
+ * same floats in every kernel that normalises such rows this way. */
+#define CUDA_RMS_WARP_MAX 2048
+__device__ __forceinline__ void cuda_rms_row_warp(const float *xr, int64_t dim, float eps,
+                                                  const float *__restrict__ gamma, float *out) {
+    const int lane = threadIdx.x & 31;
+    double ss = 0;
+    for (int64_t i = lane; i < dim; i += 32) ss += (double)xr[i] * xr[i];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    float inv = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
+    for (int64_t i = lane; i < dim; i += 32)
         out[i] = __fmul_rn(__fmul_rn(xr[i], inv), gamma ? gamma[i] : 1.0f);
 }
 

@@ -188,11 +188,17 @@ __global__ void __launch_bounds__(NORM_LINEAR_THREADS)
         int i = layer_of(r0);
         gemv_load<T>((const T *)a.W[i] + (r0 - a.start[i]) * K, K, (int64_t)lane * VEC, first);
     }
-    for (int m = 0; m < M; m++) {
-        if (a.rms)
-            cuda_rms_row(x + (int64_t)m * K, K, eps, redd, gamma, xs + (int64_t)m * K);
-        else
-            cuda_ln_row(x + (int64_t)m * K, K, eps, red, gamma, beta, xs + (int64_t)m * K);
+    if (a.rms && K <= CUDA_RMS_WARP_MAX) {
+        /* as choir_cuda_rms_norm's warp kernel: a warp per row */
+        for (int m = threadIdx.x >> 5; m < M; m += warps)
+            cuda_rms_row_warp(x + (int64_t)m * K, K, eps, gamma, xs + (int64_t)m * K);
+    } else {
+        for (int m = 0; m < M; m++) {
+            if (a.rms)
+                cuda_rms_row(x + (int64_t)m * K, K, eps, redd, gamma, xs + (int64_t)m * K);
+            else
+                cuda_ln_row(x + (int64_t)m * K, K, eps, red, gamma, beta, xs + (int64_t)m * K);
+        }
     }
     __syncthreads();
     for (int64_t r = r0; r < total; r += (int64_t)gridDim.x * warps) {

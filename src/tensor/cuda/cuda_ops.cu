@@ -85,11 +85,24 @@ __global__ void k_rms_norm(const float *x, float *y, int64_t dim, const float *g
     cuda_rms_row(x + (int64_t)blockIdx.x * dim, dim, eps, red, gamma, y + (int64_t)blockIdx.x * dim);
 }
 
+/* One warp per row (cuda_rms_row_warp), OPS_THREADS / 32 rows a block. */
+__global__ void k_rms_norm_warp(const float *x, float *y, int64_t rows, int64_t dim, const float *gamma,
+                                float eps) {
+    const int64_t r = (int64_t)blockIdx.x * (OPS_THREADS / 32) + (threadIdx.x >> 5);
+    if (r < rows) cuda_rms_row_warp(x + r * dim, dim, eps, gamma, y + r * dim);
+}
+
 int choir_cuda_rms_norm(choir_cuda *cu, const float *x, float *y, int64_t rows, int64_t dim,
                         const float *gamma, float eps, choir_err *err) {
     if (rows <= 0 || dim <= 0) return 0;
     if (rows > INT32_MAX) return choir_err_set(err, CHOIR_ETOOBIG, "cuda: rms norm rows");
-    k_rms_norm<<<(unsigned)rows, OPS_THREADS, 0, cu->stream>>>(x, y, dim, gamma, eps);
+    if (dim <= CUDA_RMS_WARP_MAX) {
+        const int64_t per = OPS_THREADS / 32;
+        k_rms_norm_warp<<<(unsigned)((rows + per - 1) / per), OPS_THREADS, 0, cu->stream>>>(x, y, rows, dim,
+                                                                                            gamma, eps);
+    } else {
+        k_rms_norm<<<(unsigned)rows, OPS_THREADS, 0, cu->stream>>>(x, y, dim, gamma, eps);
+    }
     return choir_cuda_check_launch(err, "rms norm");
 }
 
