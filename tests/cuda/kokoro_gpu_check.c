@@ -715,7 +715,7 @@ static void check_style_product(const choir_kokoro *m, bool bf16,
     choir_err err = {0};
     setenv("CHOIR_KOKORO_STYLE_PRODUCT", "1", 1);
     choir_kokoro_gpu *g = choir_kokoro_gpu_create(m, cu, bf16, &err);
-    unsetenv("CHOIR_KOKORO_STYLE_PRODUCT");
+    setenv("CHOIR_KOKORO_STYLE_PRODUCT", "0", 1);
     captured one;
     memset(&one, 0, sizeof one);
     float *audio[3] = {0};
@@ -1041,7 +1041,7 @@ static void check_front(void) {
          * the decoder's under CHOIR_KOKORO_STYLE_PRODUCT, f32) */
         setenv("CHOIR_KOKORO_STYLE_PRODUCT", "1", 1);
         choir_kokoro_gpu *g1 = choir_kokoro_gpu_create(m, cu, 0, &err);
-        unsetenv("CHOIR_KOKORO_STYLE_PRODUCT");
+        setenv("CHOIR_KOKORO_STYLE_PRODUCT", "0", 1);
         float f01[2 * Lf], n1[2 * Lf];
         int rc1 = -1;
         if (g1) {
@@ -1364,7 +1364,7 @@ static void check_front_batch(void) {
         choir_kokoro_gpu_get_stats(g, &st0);
         int rk = kk_front_batch(m, K, idp, n_ids, stp, ps, kept, &err);
         choir_kokoro_gpu_get_stats(g, &st1);
-        unsetenv("CHOIR_KOKORO_SHARED_F0N");
+        setenv("CHOIR_KOKORO_SHARED_F0N", "0", 1);
         if (rk) {
             fail_msg("batched front with the shared LSTM and F0 / N in one call", &err);
         } else {
@@ -1416,6 +1416,12 @@ int main(void) {
         printf("SKIP  no CUDA device\n");
         return 77;
     }
+    /* The three Kokoro switches are on by default; the check compares each
+     * against its off state, so it starts from that and turns each on where
+     * it compares (the device source for the model cases, below). */
+    setenv("CHOIR_KOKORO_STYLE_PRODUCT", "0", 1);
+    setenv("CHOIR_KOKORO_SHARED_F0N", "0", 1);
+    setenv("CHOIR_KOKORO_DEVICE_SOURCE", "0", 1);
     choir_err err = {0};
     if (!(cu = choir_cuda_init(0, &err)) || !(host_be = choir_backend_cpu(&err))) {
         printf("FAIL  choir_cuda_init / the CPU backend: %s\n", err.msg);
@@ -1435,7 +1441,7 @@ int main(void) {
     check_istft();
     check_vocoder_ops();
     check_nsf_source();
-    /* the decoder makes seeded pieces' sources on the device (off by default) */
+    /* the decoder makes seeded pieces' sources on the device (the default) */
     setenv("CHOIR_KOKORO_DEVICE_SOURCE", "1", 1);
     check_model();
     {

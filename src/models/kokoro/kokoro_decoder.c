@@ -89,13 +89,14 @@ struct kk_dec {
     int n_f0n_adains;
     int64_t f0n_gb_floats;
 
-    /* CHOIR_KOKORO_STYLE_PRODUCT=1 on a device: every AdaIN layer's fc(style)
+    /* On a device (unless CHOIR_KOKORO_STYLE_PRODUCT=0): every AdaIN layer's fc(style)
      * for all pieces as one product over the layers' fc weights stacked by
      * rows ([gb_floats, 128] and [f0n_gb_floats, 128], f32, dequantized),
      * instead of one small product per layer (58 in the decoder, 12 in the
-     * F0 / N blocks); its output is piece-major ([B, gb_floats]). Off by
-     * default until it has run on a GPU; the host keeps the per-layer
-     * products (bit for bit what it computed before). */
+     * F0 / N blocks); its output is piece-major ([B, gb_floats]). On by
+     * default since it passed the GPU check (H100, 6 Dec 2026: equal to the
+     * per-layer products); the host keeps the per-layer products (bit for
+     * bit what it computed before). */
     bool one_style;
     choir_weight style_w, f0n_style_w;
     const float *style_b, *f0n_style_b;
@@ -201,7 +202,7 @@ kk_dec *kk_dec_create(const choir_kokoro *m, choir_backend *be, choir_err *err) 
     }
     d->m = m, d->be = be;
     const char *one = getenv("CHOIR_KOKORO_STYLE_PRODUCT");
-    d->one_style = !choir_backend_is_host(be) && one && one[0] && strcmp(one, "0") != 0;
+    d->one_style = !choir_backend_is_host(be) && !(one && strcmp(one, "0") == 0);
     kk_nsf_params(m, &d->nsf);
     if (!(d->ws = choir_backend_weights_create(be, err))) {
         choir_free(d);
@@ -622,12 +623,12 @@ int kk_dec_run(const kk_dec *d, choir_stream *s, const choir_kokoro_decode_input
     }
     const int64_t B = n, F = 120 * L + 1;
     const bool host = choir_backend_is_host(choir_stream_backend(s));
-    /* CHOIR_KOKORO_DEVICE_SOURCE=1: on a device the harmonic sources are made
-     * there (choir_op_nsf_source_stft) unless a piece brings its own draws
-     * (noise arrays stay on the host path). Off by default until its kernels
-     * have run on a GPU (the host path draws the seeded noise itself). */
+    /* On a device the harmonic sources are made there (choir_op_nsf_source_stft,
+     * the same floats as the host's: choir_kokoro_gpu_check, H100 6 Dec 2026)
+     * unless a piece brings its own draws (noise arrays stay on the host
+     * path); CHOIR_KOKORO_DEVICE_SOURCE=0 keeps every piece on the host path. */
     const char *dev_src = getenv("CHOIR_KOKORO_DEVICE_SOURCE");
-    bool dev_source = !host && dev_src && dev_src[0] && strcmp(dev_src, "0") != 0;
+    bool dev_source = !host && !(dev_src && strcmp(dev_src, "0") == 0);
     for (int i = 0; i < n; i++) dev_source = dev_source && !in[i].noise;
     size_t mark = choir_stream_mark(s);
     /* CHOIR_KOKORO_PROFILE=1: one line per call on stderr, milliseconds per

@@ -340,8 +340,8 @@ int kk_net_f0n(const choir_kokoro *m, const kk_ws *call, int n, const float *con
                const float *const *s_pro, float *const *f0, float *const *n_out, choir_err *err);
 int kk_net_decode(const choir_kokoro *m, const kk_ws *call, const choir_kokoro_decode_input *in, int n, float **audio,
                   choir_err *err);
-/* kk_net_keeps_frames: m's executor is a device and CHOIR_KOKORO_SHARED_F0N=1
- * (off by default until it has run on a GPU), so the front runs the shared
+/* kk_net_keeps_frames: m's executor is a device and CHOIR_KOKORO_SHARED_F0N is
+ * not 0 (on by default since it passed the GPU check, H100 6 Dec 2026), so the front runs the shared
  * LSTM and the F0 / N blocks as kk_net_shared_f0n (kk_exec_shared_f0n on
  * m's executor) instead of kk_net_bilstm, a host transpose and kk_net_f0n. */
 bool kk_net_keeps_frames(const choir_kokoro *m);
