@@ -301,6 +301,32 @@ static void *http_call_run(void *arg)
     return NULL;
 }
 
+/* An engine over `gpus` fake GPUs of 1000 MiB (900 MiB of budget each), a
+ * fake GPU model whose requests of 70 characters take 700 MiB of device
+ * memory for fixed_ms, and a started server on it (ready). */
+static choir_server *pressure_server(int gpus, int fixed_ms, const char *dir, choir_engine **out)
+{
+    choir_engine_params p = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
+    p.memory_budget = 512 * MIB;
+    p.fake_gpus = gpus;
+    for (int g = 0; g < gpus; g++) p.fake_gpu_bytes[g] = 1000 * MIB;
+    p.gpu_memory_bytes = 900 * MIB;
+    choir_err err = {0};
+    choir_engine *e = choir_engine_create(&p, &err);
+    assert_non_null(e);
+    choir_fake_params fp = {.fixed_ms = fixed_ms, .bytes_per_unit = 64, .weights_bytes = 1 << 20,
+                            .device_weights_bytes = 100 * MIB, .device_bytes_per_unit = 10 * MIB};
+    assert_int_equal(choir_engine_add_model(e, "fake", model_dir(dir, &fp), &choir_model_fake_gpu, &err), 0);
+    choir_server_params sp = choir_server_default_params();
+    sp.port = 0;
+    choir_server *srv = choir_server_create(e, &sp, &err);
+    assert_non_null(srv);
+    assert_int_equal(choir_server_start(srv, &err), 0);
+    choir_server_set_ready(srv, 1);
+    *out = e;
+    return srv;
+}
+
 /* One GPU whose budget leaves 800 MiB beside the model's weights, requests
  * of 700 MiB of device memory, batches of 1 s. While A runs the GPU is past
  * its high-water mark (87.5%): B (normal priority) is queued, since what
@@ -312,24 +338,8 @@ static void *http_call_run(void *arg)
 static void test_device_pressure_http(void **state)
 {
     (void)state;
-    choir_engine_params p = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
-    p.memory_budget = 512 * MIB;
-    p.fake_gpus = 1;
-    p.fake_gpu_bytes[0] = 1000 * MIB;
-    p.gpu_memory_bytes = 900 * MIB;
-    choir_err err = {0};
-    choir_engine *e = choir_engine_create(&p, &err);
-    assert_non_null(e);
-    choir_fake_params fp = {.fixed_ms = 1000, .bytes_per_unit = 64, .weights_bytes = 1 << 20,
-                            .device_weights_bytes = 100 * MIB, .device_bytes_per_unit = 10 * MIB};
-    assert_int_equal(choir_engine_add_model(e, "fake", model_dir("gpu_pressure", &fp), &choir_model_fake_gpu, &err),
-                     0);
-    choir_server_params sp = choir_server_default_params();
-    sp.port = 0;
-    choir_server *srv = choir_server_create(e, &sp, &err);
-    assert_non_null(srv);
-    assert_int_equal(choir_server_start(srv, &err), 0);
-    choir_server_set_ready(srv, 1);
+    choir_engine *e;
+    choir_server *srv = pressure_server(1, 1000, "gpu_pressure", &e);
     int port = choir_server_port(srv);
     /* loaded first, so that requests are estimated with its device figures */
     assert_int_equal(run_tts(e, "fake", "w"), 0);
@@ -401,25 +411,8 @@ static void test_device_pressure_http(void **state)
 static void test_device_pressure_health(void **state)
 {
     (void)state;
-    choir_engine_params p = choir_engine_default_params(CHOIR_PROFILE_DEFAULT);
-    p.memory_budget = 512 * MIB;
-    p.fake_gpus = 2;
-    p.fake_gpu_bytes[0] = 1000 * MIB;
-    p.fake_gpu_bytes[1] = 1000 * MIB;
-    p.gpu_memory_bytes = 900 * MIB;
-    choir_err err = {0};
-    choir_engine *e = choir_engine_create(&p, &err);
-    assert_non_null(e);
-    choir_fake_params fp = {.fixed_ms = 600, .bytes_per_unit = 64, .weights_bytes = 1 << 20,
-                            .device_weights_bytes = 100 * MIB, .device_bytes_per_unit = 10 * MIB};
-    assert_int_equal(choir_engine_add_model(e, "fake", model_dir("gpu_health", &fp), &choir_model_fake_gpu, &err),
-                     0);
-    choir_server_params sp = choir_server_default_params();
-    sp.port = 0;
-    choir_server *srv = choir_server_create(e, &sp, &err);
-    assert_non_null(srv);
-    assert_int_equal(choir_server_start(srv, &err), 0);
-    choir_server_set_ready(srv, 1);
+    choir_engine *e;
+    choir_server *srv = pressure_server(2, 600, "gpu_health", &e);
     int port = choir_server_port(srv);
     assert_int_equal(run_tts(e, "fake", "w"), 0);
     hc_response r;

@@ -45,34 +45,23 @@ __device__ __forceinline__ float cuda_gelu_erf(float x) {
     return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
 }
 
-/* The sum of v over the block; every thread gets it. `red` holds 32 floats
- * of shared memory, reused by consecutive calls. */
-__device__ __forceinline__ float cuda_block_sum(float v, float *red) {
+/* The sum of v over the block; every thread gets it. `red` holds 32 values
+ * of shared memory, reused by consecutive calls. float and double (the RMS
+ * norm's sums of squares) take the same steps. */
+template <typename T> __device__ __forceinline__ T cuda_block_reduce(T v, T *red) {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     __syncthreads(); /* red may still be read from a previous reduction */
     if (lane == 0) red[warp] = v;
     __syncthreads();
-    float r = lane < nwarps ? red[lane] : 0.0f;
+    T r = lane < nwarps ? red[lane] : T(0);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
     return r;
 }
-
-/* Sum over the block in double; every thread gets it. red: 32 doubles. */
-__device__ __forceinline__ double cuda_block_sum_d(double v, double *red) {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    __syncthreads(); /* red may still be read from a previous reduction */
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    double r = lane < nwarps ? red[lane] : 0.0;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
-    return r;
-}
+__device__ __forceinline__ float cuda_block_sum(float v, float *red) { return cuda_block_reduce(v, red); }
+__device__ __forceinline__ double cuda_block_sum_d(double v, double *red) { return cuda_block_reduce(v, red); }
 
 /* The RMS norm of row xr [dim] into out [dim] (global or shared memory):
  * xr / sqrt(mean(xr^2) + eps) * gamma (NULL: 1), the sum of squares in
