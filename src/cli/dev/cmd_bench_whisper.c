@@ -476,6 +476,7 @@ int choir_bench_whisper(int argc, char **argv) {
     int rules_only_arg = 0, decoder_only_arg = 0;
     int tf32 = -1; /* -1: on when the device weights are not f32 */
     int greedy_steps = -1; /* -1: the attach default */
+    int enc_windows = 0;   /* 0: the attach default */
     int threads = 0, backend = 0, gpu_dtype = 0, tf32_arg = -1, dtype_arg = -1;
     int split_arg = -1; /* -1: the default (on) */
     int fuse_norm_arg = -1; /* -1: the default (on) */
@@ -498,6 +499,7 @@ int choir_bench_whisper(int argc, char **argv) {
         {"--split-attention", CLI_CHOICE, &split_arg, 0, 0, "on|off", "decoder attention over key chunks (cuda; default on)"},
         {"--fuse-norm", CLI_CHOICE, &fuse_norm_arg, 0, 0, "on|off", "layer norms inside the few-row products (cuda; default on)"},
         {"--greedy-steps", CLI_INT, &greedy_steps, 0, 1 << 20, "N", "decoder steps per host wake-up (cuda; default 8)"},
+        {"--enc-windows", CLI_INT, &enc_windows, 1, 256, "N", "encoder windows per batched pass (cuda; default 8)"},
         {"--rules-only", CLI_FLAG, &rules_only_arg, 0, 0, NULL, "time only the host's decoding rules"},
         {"--decoder-only", CLI_FLAG, &decoder_only_arg, 0, 0, NULL, "skip the encoder and long-form runs"},
     };
@@ -566,7 +568,7 @@ int choir_bench_whisper(int argc, char **argv) {
     (void)device;
     (void)gpu_bf16;
     (void)tf32;
-    (void)greedy_steps;
+    (void)greedy_steps, (void)enc_windows;
     (void)split_arg;
     (void)fuse_norm_arg;
     if (cuda) {
@@ -634,6 +636,7 @@ int choir_bench_whisper(int argc, char **argv) {
         go.bf16 = gpu_bf16;
         go.tf32 = tf32 >= 0 ? tf32 != 0 : (dt != CHOIR_DTYPE_F32 || gpu_bf16);
         if (greedy_steps >= 0) go.greedy_steps = greedy_steps;
+        if (enc_windows > 0) go.max_windows = enc_windows;
         if (split_arg >= 0) choir_cuda_attention_set_split(split_arg == 0);
         if (fuse_norm_arg >= 0) choir_cuda_norm_linear_set(fuse_norm_arg == 0);
         t0 = choir_now_s();
@@ -663,9 +666,10 @@ int choir_bench_whisper(int argc, char **argv) {
     if (!mel || !enc) goto done;
     if (cuda) mel2 = choir_alloc(CHOIR_MEM_ACTIVATIONS, mel_n * sizeof(float)); /* NULL: no prefetch */
     for (size_t i = 0; i < mel_n; i++) mel[i] = 0.5f * bw_uniform();
-    /* One window, then (GPU) a batched pass of up to 8 windows; host mel in,
+    /* One window, then (GPU) a batched pass of up to 8 (--enc-windows) windows; host mel in,
      * host encoder output out. */
-    int enc_ns[2] = {1, cuda ? (batch < 8 ? batch : 8) : 1};
+    int enc_max = enc_windows > 0 ? enc_windows : 8;
+    int enc_ns[2] = {1, cuda ? (batch < enc_max ? batch : enc_max) : 1};
     if (decoder_only)
         for (size_t i = 0; i < (size_t)1500 * (size_t)z->d; i++) enc[i] = bw_uniform();
     for (int k = 0; k < (decoder_only ? 0 : enc_ns[1] > 1 ? 2 : 1); k++) {
