@@ -372,6 +372,12 @@ int choir_cuda_linear_bf16(choir_cuda *cu, const uint16_t *x, int64_t M,
  * epilogue (rounded to bf16 first for bf16 y) unless this is off (on by
  * default; for the bench's comparison). Process-wide. */
 void choir_cuda_linear_bf16_set_lt(bool on);
+/* On, choir_cuda_linear's cuBLAS path over bf16 weights (f32 rows in and
+ * out, more rows than the skinny kernel takes) adds a bias in cublasLt's
+ * epilogue instead of a pass over y afterwards: VibeVoice's encoders spend
+ * 17% of their kernel time in that pass (ncu, H100, 6 Dec 2026). Off by
+ * default: written 6 Dec 2026 evening, not yet run on a GPU. Process-wide. */
+void choir_cuda_linear_set_bias_epilogue(bool on);
 /* With it on, the bf16 rows' GELU of that cublasLt path runs in cublasLt's
  * epilogue on the f32 sum, rounded once; it is the tanh form there, within
  * 4.7e-4 of the erf form (largest near x = -2.7, where GELU is -0.0094): on

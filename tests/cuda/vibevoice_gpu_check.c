@@ -1060,6 +1060,10 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--engine") == 0) engine = argv[i + 1];
         else if (strcmp(argv[i], "--burst-min") == 0) burst_min = atof(argv[i + 1]);
         else if (strcmp(argv[i], "--join") == 0) join = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--bias-epilogue") == 0) {
+            choir_cuda_linear_set_bias_epilogue(strcmp(argv[i + 1], "on") == 0);
+            printf("linear bias: %s\n", strcmp(argv[i + 1], "on") == 0 ? "in cublasLt's epilogue" : "a pass");
+        }
 #ifdef CHOIR_VGC_ENGINE
         else if (strcmp(argv[i], "--prep-ms") == 0) g_bench_prep_ms = atof(argv[i + 1]);
 #endif

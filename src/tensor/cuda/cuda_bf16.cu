@@ -46,9 +46,8 @@ __global__ void k_f32_to_bf16(const float *__restrict__ x, __nv_bfloat16 *__rest
 /* y = x W^T (+ beta y) + bias through cublasLt, the bias (of y's type) in
  * the epilogue. Any status but success sends the caller to the plain path
  * (nothing was enqueued then, except on a failing launch, reported). */
-static cublasStatus_t lt_linear(choir_cuda *cu, const uint16_t *x, int64_t M,
-                                const choir_cuda_weight *W, const void *bias, void *y,
-                                cudaDataType_t yt, float beta, bool gelu) {
+cublasStatus_t choir_cuda_lt_linear(choir_cuda *cu, const uint16_t *x, int64_t M, const choir_cuda_weight *W,
+                                    const void *bias, void *y, cudaDataType_t yt, float beta, bool gelu) {
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
     if (!cu->lt) {
         cublasLtHandle_t h;
@@ -130,7 +129,7 @@ int choir_cuda_linear_bf16(choir_cuda *cu, const uint16_t *x, int64_t M,
          * before the one rounding (see choir/cuda.h). */
         bool epi_gelu = gelu && g_gelu_epi;
         cublasStatus_t lst =
-            lt_linear(cu, x, M, W, b, y, y_bf16 ? CUDA_R_16BF : CUDA_R_32F, beta, epi_gelu);
+            choir_cuda_lt_linear(cu, x, M, W, b, y, y_bf16 ? CUDA_R_16BF : CUDA_R_32F, beta, epi_gelu);
         if (lst == CUBLAS_STATUS_SUCCESS) {
             if (!gelu || epi_gelu) return 0;
             int64_t n8 = M * N / 8;

@@ -161,6 +161,12 @@ __device__ __forceinline__ void cuda_ln_row(const float *xr, int64_t dim, float 
 /* Fills err from a CUDA runtime status and returns the choir code. */
 int choir_cuda_fail(choir_err *err, cudaError_t st, const char *what);
 int choir_cuda_blas_fail(choir_err *err, cublasStatus_t st, const char *what);
+/* y = x W^T (+ beta y) + bias through cublasLt over bf16 rows x and a bf16
+ * weight, the bias (of y's type yt) in the epilogue (with GELU's tanh form
+ * when gelu). Any status but success leaves the caller to its plain path
+ * (cuda_bf16.cu). */
+cublasStatus_t choir_cuda_lt_linear(choir_cuda *cu, const uint16_t *x, int64_t M, const choir_cuda_weight *W,
+                                    const void *bias, void *y, cudaDataType_t yt, float beta, bool gelu);
 /* Checks the last launch; 0 or CHOIR_EINTERNAL naming `what`. */
 int choir_cuda_check_launch(choir_err *err, const char *what);
 /* Ensures the scratch holds at least `bytes`; returns its pointer or NULL

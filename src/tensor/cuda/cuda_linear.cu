@@ -640,6 +640,8 @@ static int launch_skinny(choir_cuda *cu, const float *x, int M, const choir_cuda
 }
 
 static choir_cuda_linear_path g_force = CHOIR_CUDA_LINEAR_AUTO;
+static bool g_bias_epi = false;
+void choir_cuda_linear_set_bias_epilogue(bool on) { g_bias_epi = on; }
 void choir_cuda_linear_force(choir_cuda_linear_path p) { g_force = p; }
 
 static choir_cuda_linear_path auto_path(int64_t M, const choir_cuda_weight *W) {
@@ -835,6 +837,13 @@ int choir_cuda_linear(choir_cuda *cu, const float *x, int64_t M, const choir_cud
             if ((rc = launch_dequant(cu, W, (__nv_bfloat16 *)(scratch + x_bytes), err))) return rc;
             w = scratch + x_bytes;
         }
+        /* bf16 weights with a bias: the bias in cublasLt's epilogue (one
+         * pass over y fewer) when switched on; the plain path otherwise or
+         * when cublasLt declines. */
+        if (g_bias_epi && bias && W->kind == CHOIR_WEIGHT_BF16 &&
+            choir_cuda_lt_linear(cu, (const uint16_t *)scratch, M, W, bias, y, CUDA_R_32F, 0.0f, false) ==
+                CUBLAS_STATUS_SUCCESS)
+            return choir_cuda_check_launch(err, "linear with the bias in the epilogue");
         rc = gemm_xwt(cu, scratch, w, in_type, M, N, K, y, err);
     }
     if (rc || !bias) return rc;

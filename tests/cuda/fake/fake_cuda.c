@@ -426,6 +426,7 @@ int choir_cuda_linear_bf16(choir_cuda *cu, const uint16_t *x, int64_t M,
 }
 
 void choir_cuda_linear_bf16_set_lt(bool on) { (void)on; }
+void choir_cuda_linear_set_bias_epilogue(bool on) { (void)on; }
 void choir_cuda_linear_bf16_set_gelu_epilogue(bool on) { (void)on; }
 void choir_cuda_layer_norm_bf16_set_warp(bool on) { (void)on; }
 
