@@ -585,7 +585,9 @@ static void check_linear(void) {
     check_linear_case("f32", make_weight(CHOIR_WEIGHT_F32, N, K, 0, 0, 0), TOL_F32, g_gpu);
     check_linear_case("f16", make_weight(CHOIR_WEIGHT_F16, N, K, 0, 0, 0), TOL_F16, g_gpu);
     check_linear_case("bf16", make_weight(CHOIR_WEIGHT_BF16, N, K, 0, 0, 0), TOL_BF16, g_gpu);
+    case_end();
     /* the bias in cublasLt's epilogue (off by default; M = 40 takes it) */
+    case_begin();
     choir_cuda_linear_set_bias_epilogue(true);
     check_linear_case("bf16, bias epilogue", make_weight(CHOIR_WEIGHT_BF16, N, K, 0, 0, 0), TOL_BF16, g_gpu);
     choir_cuda_linear_set_bias_epilogue(false);
