@@ -173,6 +173,20 @@ static void put_snake(kk_dec *d, const kk_snakeblock *b, kd_snake *out) {
  * backend ([rows, 128], layer a's rows from its offset), their biases beside
  * (absent ones as zeros). Host memory only for the copy's duration; 0 or
  * CHOIR_ENOMEM (a failed upload is the store's error). */
+/* fc(style) of `n` AdaIN layers for B pieces' style rows x into gb (layer
+ * a's block from its offset): the stacked weight's one product (one_w, built
+ * by put_style_stack when d->one_style), or a small product per layer. */
+static void style_products(const kk_dec *d, choir_stream *s, const float *x, int64_t B,
+                           kd_adain *const *layers, int n, const choir_weight *one_w, const float *one_b,
+                           float *gb) {
+    if (d->one_style) {
+        choir_op_linear(s, x, B, one_w, one_b, gb);
+        return;
+    }
+    for (int a = 0; a < n; a++)
+        choir_op_linear(s, x, B, &layers[a]->fc_w, layers[a]->fc_b, gb + B * layers[a]->off);
+}
+
 static int put_style_stack(kk_dec *d, kd_adain *const *layers, int n, int64_t rows,
                            choir_weight *w, const float **bias) {
     float *hw = choir_alloc(CHOIR_MEM_OTHER, (size_t)(rows * KK_STYLE) * sizeof(float));
@@ -201,8 +215,7 @@ kk_dec *kk_dec_create(const choir_kokoro *m, choir_backend *be, choir_err *err) 
         return NULL;
     }
     d->m = m, d->be = be;
-    const char *one = getenv("CHOIR_KOKORO_STYLE_PRODUCT");
-    d->one_style = !choir_backend_is_host(be) && !(one && strcmp(one, "0") == 0);
+    d->one_style = !choir_backend_is_host(be) && kk_switch_on("CHOIR_KOKORO_STYLE_PRODUCT");
     kk_nsf_params(m, &d->nsf);
     if (!(d->ws = choir_backend_weights_create(be, err))) {
         choir_free(d);
@@ -627,8 +640,7 @@ int kk_dec_run(const kk_dec *d, choir_stream *s, const choir_kokoro_decode_input
      * the same floats as the host's: choir_kokoro_gpu_check, H100 6 Dec 2026)
      * unless a piece brings its own draws (noise arrays stay on the host
      * path); CHOIR_KOKORO_DEVICE_SOURCE=0 keeps every piece on the host path. */
-    const char *dev_src = getenv("CHOIR_KOKORO_DEVICE_SOURCE");
-    bool dev_source = !host && !(dev_src && strcmp(dev_src, "0") == 0);
+    bool dev_source = !host && kk_switch_on("CHOIR_KOKORO_DEVICE_SOURCE");
     for (int i = 0; i < n; i++) dev_source = dev_source && !in[i].noise;
     size_t mark = choir_stream_mark(s);
     /* CHOIR_KOKORO_PROFILE=1: one line per call on stderr, milliseconds per
@@ -699,13 +711,7 @@ int kk_dec_run(const kk_dec *d, choir_stream *s, const choir_kokoro_decode_input
     }
     /* every AdaIN layer's gamma, beta = fc(style) for all pieces */
     const float *sty = dev_in + B * 516 * L;
-    if (d->one_style)
-        choir_op_linear(s, sty, B, &d->style_w, d->style_b, gb);
-    else
-        for (int a = 0; a < d->n_adains; a++) {
-            const kd_adain *ad = d->adains[a];
-            choir_op_linear(s, sty, B, &ad->fc_w, ad->fc_b, gb + B * ad->off);
-        }
+    style_products(d, s, sty, B, d->adains, d->n_adains, &d->style_w, d->style_b, gb);
     kd_run r = {.d = d, .s = s, .B = B, .L = L, .len_L = lens, .len_2L = lens + B,
                 .len_20L = lens + 2 * B, .len_120L = lens + 3 * B, .len_F = lens + 4 * B,
                 .gb = gb, .gb_piece = d->one_style ? d->gb_floats : 0, .in = in, .trace = trace, .trace_user = trace_user, .st = &counted,
@@ -829,13 +835,7 @@ static int f0n_run(const kk_dec *d, choir_stream *s, int n, const float *const *
         choir_op_upload(s, lens, lens_host, 2 * (size_t)B * sizeof(int32_t));
         choir_op_upload(s, dev_in, stage, n_in * sizeof(float));
     }
-    if (d->one_style)
-        choir_op_linear(s, dev_in, B, &d->f0n_style_w, d->f0n_style_b, gb);
-    else
-        for (int i = 0; i < d->n_f0n_adains; i++) {
-            const kd_adain *ad = d->f0n_adains[i];
-            choir_op_linear(s, dev_in, B, &ad->fc_w, ad->fc_b, gb + B * ad->off);
-        }
+    style_products(d, s, dev_in, B, d->f0n_adains, d->n_f0n_adains, &d->f0n_style_w, d->f0n_style_b, gb);
     kk_dec_stats counted = {0};
     kd_run r = {.d = d, .s = s, .B = B, .L = Lm, .gb = gb,
                 .gb_piece = d->one_style ? d->f0n_gb_floats : 0, .st = &counted};

@@ -482,8 +482,7 @@ int kk_net_f0n(const choir_kokoro *m, const kk_ws *call, int n, const float *con
 }
 
 bool kk_net_keeps_frames(const choir_kokoro *m) {
-    const char *v = getenv("CHOIR_KOKORO_SHARED_F0N");
-    return kk_net_batches(m) && !(v && strcmp(v, "0") == 0);
+    return kk_net_batches(m) && kk_switch_on("CHOIR_KOKORO_SHARED_F0N");
 }
 
 int kk_net_shared_f0n(const choir_kokoro *m, int n, const float *const *en, const int64_t *L,

@@ -10,6 +10,8 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "choir/arena.h"
 #include "choir/backend.h"
@@ -340,6 +342,13 @@ int kk_net_f0n(const choir_kokoro *m, const kk_ws *call, int n, const float *con
                const float *const *s_pro, float *const *f0, float *const *n_out, choir_err *err);
 int kk_net_decode(const choir_kokoro *m, const kk_ws *call, const choir_kokoro_decode_input *in, int n, float **audio,
                   choir_err *err);
+/* A device path's switch (CHOIR_KOKORO_DEVICE_SOURCE, _STYLE_PRODUCT,
+ * _SHARED_F0N): on unless the variable is "0". */
+static inline bool kk_switch_on(const char *name) {
+    const char *v = getenv(name);
+    return !(v && strcmp(v, "0") == 0);
+}
+
 /* kk_net_keeps_frames: m's executor is a device and CHOIR_KOKORO_SHARED_F0N is
  * not 0 (on by default since it passed the GPU check, H100 6 Dec 2026), so the front runs the shared
  * LSTM and the F0 / N blocks as kk_net_shared_f0n (kk_exec_shared_f0n on

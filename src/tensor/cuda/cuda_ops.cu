@@ -77,8 +77,6 @@ int choir_cuda_act(choir_cuda *cu, int act, float *x, int64_t n, choir_err *err)
 
 /* --- reductions ------------------------------------------------------------ */
 
-#define block_sum_d cuda_block_sum_d
-
 /* One block per row (cuda_rms_row). */
 __global__ void k_rms_norm(const float *x, float *y, int64_t dim, const float *gamma, float eps) {
     __shared__ double red[32];
@@ -116,13 +114,13 @@ __global__ void k_group_norm(const float *x, float *y, int64_t C, int64_t T, int
     float *yg = y + (b * C + g * cg) * T;
     double s = 0;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += xg[i];
-    double mean = n > 0 ? block_sum_d(s, red) / (double)n : 0.0;
+    double mean = n > 0 ? cuda_block_sum_d(s, red) / (double)n : 0.0;
     double q = 0;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         double d = (double)xg[i] - mean;
         q += d * d;
     }
-    double var = n > 0 ? block_sum_d(q, red) / (double)n : 0.0;
+    double var = n > 0 ? cuda_block_sum_d(q, red) / (double)n : 0.0;
     float inv = (float)(1.0 / sqrt(var + (double)eps)), fm = (float)mean;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         int64_t c = g * cg + i / T;
