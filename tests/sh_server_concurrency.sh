@@ -42,10 +42,10 @@ client() { # DIR I
     local code
     code=$(curl -s --max-time 60 -o "$1/tts$2.wav" -w '%{http_code}' -H 'Content-Type: application/json' \
         -d "{\"model\":\"fake\",\"input\":\"client $2 says hello\",\"response_format\":\"wav\"}" "$U/v1/audio/speech")
-    [ "$code" = 200 ] || echo "tts $2: $code" >>"$1/errors"
+    [ "$code" = 200 ] || echo "tts $2: $code $(head -c 300 "$1/tts$2.wav")" >>"$1/errors"
     code=$(curl -s --max-time 60 -o "$1/stt$2.json" -w '%{http_code}' -F file=@"$TMP/in$2.wav" -F model=fake \
         "$U/v1/audio/transcriptions")
-    [ "$code" = 200 ] || echo "stt $2: $code" >>"$1/errors"
+    [ "$code" = 200 ] || echo "stt $2: $code $(head -c 300 "$1/stt$2.json")" >>"$1/errors"
 }
 
 metric() { # NAME (exact series, e.g. 'choir_batch_size_bucket{le="1"}')
