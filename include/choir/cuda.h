@@ -83,6 +83,10 @@ const choir_cuda_props *choir_cuda_get_props(const choir_cuda *cu);
 /* Waits for all work queued on the context's stream. Reports asynchronous
  * kernel faults. */
 int choir_cuda_sync(choir_cuda *cu, choir_err *err);
+/* Starts (true) or stops (false) the profiler's collection for the whole
+ * process (cudaProfilerStart / Stop): `ncu --profile-from-start off` then
+ * profiles only the kernels launched in between. */
+void choir_cuda_profiler(bool on);
 /* The context's cudaStream_t, as void * to keep CUDA headers out of C code
  * (for capture into CUDA graphs and for events in benchmarks). */
 void *choir_cuda_stream(choir_cuda *cu);

@@ -727,6 +727,15 @@ done:
 
 /* --- 3. timing at a published size -------------------------------------------- */
 
+/* CHOIR_VGC_PROFILE=prefill|step brackets the bench's prefill, or its op-by-op
+ * decode steps, with cudaProfilerStart / Stop, so that `ncu --profile-from-start
+ * off` profiles that part alone. */
+static void profile_range(const char *part, bool on) {
+    const char *want = getenv("CHOIR_VGC_PROFILE");
+    if (!want || strcmp(want, part) != 0) return;
+    choir_cuda_profiler(on);
+}
+
 /* One audio length: encoders, prefill of the prompt that length makes, steps
  * greedy steps; key=value pairs at the end of the line for
  * bench/peers/vibevoice_gpu.sh. */
@@ -754,11 +763,15 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
     double e0 = choir_now_s();
     if (choir_vibevoice_encode(m, s, x, np, 0, NULL, NULL, err)) goto out;
     double e1 = choir_now_s();
+    profile_range("prefill", true);
     if (choir_vibevoice_prefill(m, s, ids, n_ids, NULL, NULL, NULL, err)) goto out;
+    profile_range("prefill", false);
     double p1 = choir_now_s();
     const float *logits = choir_vibevoice_logits(s);
+    profile_range("step", true);
     for (int i = 0; i < steps; i++)
         if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) goto out;
+    profile_range("step", false);
     double d1 = choir_now_s();
     /* The same steps recorded once as a graph and replayed (the first step
      * after turning it on records; it is left out of the time). */

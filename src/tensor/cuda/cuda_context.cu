@@ -6,6 +6,7 @@
 #include "choir/alloc.h"
 #include "choir/quant.h"
 #include <cublasLt.h>
+#include <cuda_profiler_api.h>
 
 #include "tensor/cuda/cuda_internal.h"
 
@@ -134,6 +135,11 @@ int choir_cuda_make_current(choir_cuda *cu, choir_err *err) {
 }
 
 void *choir_cuda_stream(choir_cuda *cu) { return (void *)cu->stream; }
+
+void choir_cuda_profiler(bool on) {
+    if (on) cudaProfilerStart();
+    else cudaProfilerStop();
+}
 
 int choir_cuda_sync(choir_cuda *cu, choir_err *err) {
     cudaError_t st = cudaStreamSynchronize(cu->stream);

@@ -100,6 +100,8 @@ int choir_cuda_make_current(choir_cuda *cu, choir_err *err) {
     (void)cu;
     return no_capture("make_current", err);
 }
+void choir_cuda_profiler(bool on) { (void)on; }
+
 int choir_cuda_sync(choir_cuda *cu, choir_err *err) {
     (void)cu;
     return no_capture("sync", err);
