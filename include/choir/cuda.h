@@ -382,6 +382,12 @@ void choir_cuda_linear_bf16_set_lt(bool on);
  * 17% of their kernel time in that pass (ncu, H100, 6 Dec 2026). Off by
  * default: written 6 Dec 2026 evening, not yet run on a GPU. Process-wide. */
 void choir_cuda_linear_set_bias_epilogue(bool on);
+/* The shape of the one-row GEMVs over bf16 weights (a decode step's
+ * products): 0, the default, or one of the candidates 1 ..
+ * choir_cuda_gemv_variants() - 1 (rows a warp, loads a batch, a load hint;
+ * all give the same floats), for timing them side by side. */
+int choir_cuda_gemv_variants(void);
+void choir_cuda_gemv_set_variant(int v);
 /* With it on, the bf16 rows' GELU of that cublasLt path runs in cublasLt's
  * epilogue on the f32 sum, rounded once; it is the tanh form there, within
  * 4.7e-4 of the erf form (largest near x = -2.7, where GELU is -0.0094): on

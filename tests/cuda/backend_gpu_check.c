@@ -579,6 +579,80 @@ static void check_swiglu(void) {
     case_end();
 }
 
+/* The one-row bf16 GEMV's shapes (choir_cuda_gemv_set_variant: rows a warp,
+ * loads a batch, a load hint): each gives shape 0's floats bit for bit, for
+ * a linear with an odd row count and column counts off the load batch (770:
+ * not a multiple of 8, the scalar loop), one accumulating into y, and a
+ * three-layer RMS norm_linear whose layers end mid-pair. */
+static void check_gemv_shapes(void) {
+    static const int64_t Ks[] = {768, 3000, 770};
+    const int64_t N = 263;
+    const int V = choir_cuda_gemv_variants();
+    char name[112];
+    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+        case_begin();
+        int64_t K = Ks[ki];
+        choir_err err = {0};
+        choir_backend_weights *ws = choir_backend_weights_create(g_gpu, &err);
+        choir_weight hw = make_weight(CHOIR_WEIGHT_BF16, N, K, 0, 0, 0), dw;
+        choir_backend_weight(ws, &hw, &dw);
+        float *bias = hvec(N, -1, 1), *x = hvec(K, -3, 5), *y0 = hvec(N, -1, 1);
+        const float *dbias = choir_backend_vec(ws, bias, N);
+        float *dx = dvec(x, K), *ref = hmem((size_t)N * 4), *refa = hmem((size_t)N * 4);
+        float *dy = dzero(N), *dya = dvec(y0, N), *dt = dzero(N);
+        choir_cuda_gemv_set_variant(0);
+        choir_op_linear(g_gs, dx, 1, &dw, dbias, dy);
+        choir_op_linear_ex(g_gs, dx, 1, &dw, dbias, dya, CHOIR_LINEAR_ACCUMULATE, dt);
+        choir_op_download(g_gs, ref, dy, (size_t)N * 4);
+        choir_op_download(g_gs, refa, dya, (size_t)N * 4);
+        for (int v = 1; v < V; v++) {
+            float *dyv = dzero(N), *dyav = dvec(y0, N);
+            choir_cuda_gemv_set_variant(v);
+            choir_op_linear(g_gs, dx, 1, &dw, dbias, dyv);
+            choir_op_linear_ex(g_gs, dx, 1, &dw, dbias, dyav, CHOIR_LINEAR_ACCUMULATE, dt);
+            choir_cuda_gemv_set_variant(0);
+            snprintf(name, sizeof name, "gemv shape %d = shape 0: bf16 %lld x %lld", v, (long long)N,
+                     (long long)K);
+            if (streams_ok(name)) cmp(name, dyv, ref, N, 0);
+            snprintf(name, sizeof name, "gemv shape %d = shape 0: bf16 %lld x %lld, accumulating", v,
+                     (long long)N, (long long)K);
+            if (streams_ok(name)) cmp(name, dyav, refa, N, 0);
+        }
+        choir_backend_weights_free(ws);
+        case_end();
+    }
+    case_begin();
+    const int64_t K = 1024, rows[3] = {263, 130, 131}, total = 524;
+    choir_err err = {0};
+    choir_backend_weights *ws = choir_backend_weights_create(g_gpu, &err);
+    choir_weight hw[3], dw[3];
+    for (int i = 0; i < 3; i++) {
+        hw[i] = make_weight(CHOIR_WEIGHT_BF16, rows[i], K, 0, 0, 0);
+        choir_backend_weight(ws, &hw[i], &dw[i]);
+    }
+    float *x = hvec(K, -3, 5), *g = hvec(K, 0.5f, 1.5f), *bias = hvec(rows[0], -1, 1);
+    float *dx = dvec(x, K), *dg = dvec(g, K), *dh = dzero(K), *ref = hmem((size_t)total * 4);
+    const float *dbias = choir_backend_vec(ws, bias, rows[0]);
+    float *dy = dzero(total);
+    choir_norm_linear p = {.ln_g = dg, .eps = 1e-6f, .rms = true, .n = 3, .W = {&dw[0], &dw[1], &dw[2]},
+                           .bias = {dbias, NULL, NULL}, .y = {dy, dy + rows[0], dy + rows[0] + rows[1]}};
+    choir_cuda_gemv_set_variant(0);
+    choir_op_norm_linear(g_gs, dx, 1, &p, dh);
+    choir_op_download(g_gs, ref, dy, (size_t)total * 4);
+    for (int v = 1; v < V; v++) {
+        float *dyv = dzero(total);
+        choir_norm_linear pv = p;
+        pv.y[0] = dyv, pv.y[1] = dyv + rows[0], pv.y[2] = dyv + rows[0] + rows[1];
+        choir_cuda_gemv_set_variant(v);
+        choir_op_norm_linear(g_gs, dx, 1, &pv, dh);
+        choir_cuda_gemv_set_variant(0);
+        snprintf(name, sizeof name, "gemv shape %d = shape 0: RMS norm_linear bf16, layers of 263/130/131", v);
+        if (streams_ok(name)) cmp(name, dyv, ref, total, 0);
+    }
+    choir_backend_weights_free(ws);
+    case_end();
+}
+
 static void check_linear(void) {
     int64_t N = 262, K = 768;
     case_begin();
@@ -1466,6 +1540,7 @@ int main(void) {
            (long long)(base >> 20));
     check_transfers();
     check_linear();
+    check_gemv_shapes();
     check_linear_skinny();
     check_linear_bf16();
     check_norm_linear();

@@ -727,6 +727,11 @@ done:
 
 /* --- 3. timing at a published size -------------------------------------------- */
 
+/* --gemv-variants 1: after the graph timing, the graph-replayed step with
+ * each shape of the one-row bf16 GEMVs (choir_cuda_gemv_set_variant), in
+ * one process: same weights, same context within a few hundred tokens. */
+static bool g_gemv_sweep = false;
+
 /* CHOIR_VGC_PROFILE=prefill|step brackets the bench's prefill, or its op-by-op
  * decode steps, with cudaProfilerStart / Stop, so that `ncu --profile-from-start
  * off` profiles that part alone. */
@@ -757,7 +762,9 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
     ids[32] = d->audio_bos;
     for (int i = 0; i < T; i++) ids[33 + i] = d->audio_token;
     ids[33 + T] = d->audio_eos;
-    choir_vibevoice_plan plan = {.max_samples = np, .max_context = n_ids + 2 * steps + 2, .prefill_chunk = chunk};
+    int sweeps = g_gemv_sweep ? 2 * choir_cuda_gemv_variants() : 0;
+    choir_vibevoice_plan plan = {.max_samples = np, .max_context = n_ids + (2 + sweeps) * (steps + 1) + 2,
+                                 .prefill_chunk = chunk};
     choir_backend_mem_reset_peak(be);
     if (!(s = choir_vibevoice_state_create(m, &plan, NULL, err))) goto out;
     double e0 = choir_now_s();
@@ -784,6 +791,21 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
         graphed += choir_vibevoice_step_graphed(s);
     }
     double g1 = choir_now_s();
+    /* Each GEMV shape twice, in the order 0 1 .. V-1 V-1 .. 0 (drift shows
+     * as a difference between the two figures of a shape). */
+    for (int k = 0; k < sweeps; k++) {
+        int v = k < sweeps / 2 ? k : sweeps - 1 - k;
+        choir_vibevoice_set_step_graph(s, false);
+        choir_cuda_gemv_set_variant(v);
+        choir_vibevoice_set_step_graph(s, true);
+        if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) goto out;
+        double v0 = choir_now_s();
+        for (int i = 0; i < steps; i++)
+            if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) goto out;
+        double v1 = choir_now_s();
+        printf("gemv shape %d: %.3f ms/token as a graph\n", v, 1000 * (v1 - v0) / steps);
+    }
+    if (sweeps) choir_cuda_gemv_set_variant(0);
     double peak = choir_backend_mem_peak(be) / 1e9; /* everything held through the backend, weights too */
     printf("encoders   %.0f s of audio in %.3f s (%.0fx real time)\n", minutes * 60, e1 - e0,
            minutes * 60 / (e1 - e0));
@@ -1073,6 +1095,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--engine") == 0) engine = argv[i + 1];
         else if (strcmp(argv[i], "--burst-min") == 0) burst_min = atof(argv[i + 1]);
         else if (strcmp(argv[i], "--join") == 0) join = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--gemv-variants") == 0) g_gemv_sweep = atoi(argv[i + 1]) != 0;
         else if (strcmp(argv[i], "--bias-epilogue") == 0) {
             choir_cuda_linear_set_bias_epilogue(strcmp(argv[i + 1], "on") == 0);
             printf("linear bias: %s\n", strcmp(argv[i + 1], "on") == 0 ? "in cublasLt's epilogue" : "a pass");

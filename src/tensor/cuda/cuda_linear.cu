@@ -30,82 +30,129 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-/* One 16-byte chunk of a weight row (VEC values from column c) against
- * every row of x: acc[m] += the chunk's products with x's row m. */
-template <typename T, int R>
-__device__ __forceinline__ void gemv_chunk(const float *x, int M, int64_t cols, int64_t c,
-                                           uint4 raw, float (&acc)[R]) {
-    constexpr int VEC = 16 / sizeof(T);
-    const T *wv = (const T *)&raw;
-    float wf[VEC];
+/* A warp's dot products of NR weight rows wr[j] [cols] (the first nrow of
+ * them; nrow is the same across the warp) with the M rows of x (global or
+ * shared memory): lane l takes the 16-byte chunks l, l + 32, ..., so a warp
+ * reads 512 contiguous bytes of each row per chunk step, and keeps the loads
+ * of two batches of U steps of every row in flight (one step at a time left
+ * a warp with one load in flight); a chunk of x is read once for the NR rows.
+ * Each lane adds its chunks of a row in column order whatever NR, U and the
+ * load hint, so every caller gets the same floats. With `have_first`,
+ * `first` holds row 0's first U steps already (gemv_load at the lane's first
+ * column: loads issued before other work).
+ *
+ * HINT 1 loads the weights with ld.global.nc.L1::no_allocate.L2::256B (the
+ * stream bypasses L1, where x lives, and asks L2 for 256-byte sectors);
+ * HINT 0 with __ldg. */
+#define GEMV_UNROLL 4
+template <int HINT>
+__device__ __forceinline__ uint4 gemv_ld(const void *p) {
+    if constexpr (HINT == 0) {
+        return __ldg((const uint4 *)p);
+    } else {
+        uint4 v;
+        asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+            : "l"(p));
+        return v;
+    }
+}
+
+template <typename T, int U = GEMV_UNROLL, int HINT = 0>
+__device__ __forceinline__ void gemv_load(const T *__restrict__ wr, int64_t cols, int64_t c0,
+                                          uint4 (&raw)[U]) {
+    constexpr int64_t STEP = 32 * (16 / sizeof(T));
 #pragma unroll
-    for (int j = 0; j < VEC; j++) wf[j] = to_f32(wv[j]);
+    for (int u = 0; u < U; u++)
+        raw[u] = c0 + u * STEP < cols ? gemv_ld<HINT>(wr + c0 + u * STEP) : make_uint4(0, 0, 0, 0);
+}
+
+/* One 16-byte chunk of NR weight rows (VEC values from column c) against
+ * every row of x: acc[j][m] += the chunk of row j times x's row m. */
+template <typename T, int R, int NR>
+__device__ __forceinline__ void gemv_chunk(const float *x, int M, int64_t cols, int64_t c,
+                                           const uint4 (&raw)[NR], int nrow, float (&acc)[NR][R]) {
+    constexpr int VEC = 16 / sizeof(T);
+    float wf[NR][VEC];
+#pragma unroll
+    for (int j = 0; j < NR; j++) {
+        const T *wv = (const T *)&raw[j];
+#pragma unroll
+        for (int e = 0; e < VEC; e++) wf[j][e] = to_f32(wv[e]);
+    }
 #pragma unroll
     for (int m = 0; m < R; m++) {
         if (m >= M) break;
         const float4 *xv = (const float4 *)(x + (int64_t)m * cols + c);
 #pragma unroll
-        for (int j = 0; j < VEC / 4; j++) {
-            float4 xx = xv[j];
-            acc[m] += wf[4 * j] * xx.x + wf[4 * j + 1] * xx.y + wf[4 * j + 2] * xx.z +
-                      wf[4 * j + 3] * xx.w;
+        for (int q = 0; q < VEC / 4; q++) {
+            float4 xx = xv[q];
+#pragma unroll
+            for (int j = 0; j < NR; j++) {
+                if (j >= nrow) break;
+                acc[j][m] += wf[j][4 * q] * xx.x + wf[j][4 * q + 1] * xx.y +
+                             wf[j][4 * q + 2] * xx.z + wf[j][4 * q + 3] * xx.w;
+            }
         }
     }
 }
 
-/* A warp's dot products of weight row wr [cols] with the M rows of x (global
- * or shared memory): lane l takes the 16-byte chunks l, l + 32, ..., so a
- * warp reads 512 contiguous bytes per chunk step, and keeps the loads of
- * two batches of GEMV_UNROLL steps in flight (one step at a time left a warp
- * with one load in flight). Each lane adds its chunks in column order
- * whatever the unrolling, so every caller gets the same floats. With
- * `have_first`, `first` holds the row's first GEMV_UNROLL steps already
- * (gemv_load at the lane's first column: loads issued before other work). */
-#define GEMV_UNROLL 4
-template <typename T>
-__device__ __forceinline__ void gemv_load(const T *__restrict__ wr, int64_t cols, int64_t c0,
-                                          uint4 (&raw)[GEMV_UNROLL]) {
-    constexpr int64_t STEP = 32 * (16 / sizeof(T));
-#pragma unroll
-    for (int u = 0; u < GEMV_UNROLL; u++)
-        raw[u] = c0 + u * STEP < cols ? __ldg((const uint4 *)(wr + c0 + u * STEP))
-                                      : make_uint4(0, 0, 0, 0);
-}
-
-template <typename T, int R>
-__device__ __forceinline__ void gemv_dot(const float *x, int M, const T *__restrict__ wr,
-                                         int64_t cols, int lane, float (&acc)[R],
-                                         const uint4 (&first)[GEMV_UNROLL], bool have_first) {
+template <typename T, int R, int NR = 1, int U = GEMV_UNROLL, int HINT = 0>
+__device__ __forceinline__ void gemv_dot(const float *x, int M, const T *const (&wr)[NR], int nrow,
+                                         int64_t cols, int lane, float (&acc)[NR][R],
+                                         const uint4 (&first)[U], bool have_first) {
     constexpr int VEC = 16 / sizeof(T);
-    constexpr int64_t STEP = 32 * VEC, BATCH = GEMV_UNROLL * STEP;
+    constexpr int64_t STEP = 32 * VEC, BATCH = U * STEP;
 #pragma unroll
-    for (int m = 0; m < R; m++) acc[m] = 0.0f;
+    for (int j = 0; j < NR; j++)
+#pragma unroll
+        for (int m = 0; m < R; m++) acc[j][m] = 0.0f;
     if (cols % VEC == 0) {
         /* Two batches in flight: the next one's loads go out before this
          * one's products. */
         const int64_t c_first = (int64_t)lane * VEC;
-        uint4 cur[GEMV_UNROLL];
-        if (have_first) {
+        uint4 cur[NR][U];
 #pragma unroll
-            for (int u = 0; u < GEMV_UNROLL; u++) cur[u] = first[u];
-        } else {
-            gemv_load<T>(wr, cols, c_first, cur);
+        for (int j = 0; j < NR; j++) {
+            if (j == 0 && have_first) {
+#pragma unroll
+                for (int u = 0; u < U; u++) cur[0][u] = first[u];
+            } else if (j < nrow) {
+                gemv_load<T, U, HINT>(wr[j], cols, c_first, cur[j]);
+            }
         }
         for (int64_t c0 = c_first; c0 < cols; c0 += BATCH) {
-            uint4 nxt[GEMV_UNROLL] = {};
-            if (c0 + BATCH < cols) gemv_load<T>(wr, cols, c0 + BATCH, nxt);
+            uint4 nxt[NR][U];
 #pragma unroll
-            for (int u = 0; u < GEMV_UNROLL; u++)
-                if (c0 + u * STEP < cols) gemv_chunk<T, R>(x, M, cols, c0 + u * STEP, cur[u], acc);
+            for (int j = 0; j < NR; j++) {
 #pragma unroll
-            for (int u = 0; u < GEMV_UNROLL; u++) cur[u] = nxt[u];
+                for (int u = 0; u < U; u++) nxt[j][u] = make_uint4(0, 0, 0, 0);
+                if (j < nrow && c0 + BATCH < cols) gemv_load<T, U, HINT>(wr[j], cols, c0 + BATCH, nxt[j]);
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (c0 + u * STEP < cols) {
+                    uint4 ch[NR];
+#pragma unroll
+                    for (int j = 0; j < NR; j++) ch[j] = cur[j][u];
+                    gemv_chunk<T, R, NR>(x, M, cols, c0 + u * STEP, ch, nrow, acc);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < NR; j++)
+#pragma unroll
+                for (int u = 0; u < U; u++) cur[j][u] = nxt[j][u];
         }
     } else {
         for (int64_t c = lane; c < cols; c += 32) {
-            float wf = to_f32(wr[c]);
 #pragma unroll
-            for (int m = 0; m < R; m++)
-                if (m < M) acc[m] += wf * x[(int64_t)m * cols + c];
+            for (int j = 0; j < NR; j++) {
+                if (j >= nrow) break;
+                float wf = to_f32(wr[j][c]);
+#pragma unroll
+                for (int m = 0; m < R; m++)
+                    if (m < M) acc[j][m] += wf * x[(int64_t)m * cols + c];
+            }
         }
     }
 }
@@ -118,25 +165,34 @@ __device__ __forceinline__ float gemv_out(float s, const float *__restrict__ bia
     return epilogue == GEMV_ACCUMULATE ? *yo + v : epilogue == GEMV_GELU ? cuda_gelu_erf(v) : v;
 }
 
-/* One warp per output row, GEMV_WARPS rows a block; up to R rows of x (1: a
- * decoder step, fewer registers, more warps on the device). */
-template <typename T, int R>
+/* NR output rows a warp (consecutive), GEMV_WARPS warps a block; up to R
+ * rows of x (1: a decoder step, fewer registers, more warps on the
+ * device). */
+template <typename T, int R, int NR = 1, int U = GEMV_UNROLL, int HINT = 0>
 __global__ void gemv_dense(const float *__restrict__ x, int M, const T *__restrict__ W, int64_t rows,
                            int64_t cols, const float *__restrict__ bias, float *__restrict__ y,
                            int epilogue) {
     int lane = threadIdx.x & 31;
-    int64_t r = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    int64_t r = ((int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * NR;
     if (r >= rows) return;
-    float acc[R];
-    const uint4 none[GEMV_UNROLL] = {};
-    gemv_dot<T, R>(x, M, W + r * cols, cols, lane, acc, none, false);
+    int nrow = rows - r < NR ? (int)(rows - r) : NR;
+    const T *wr[NR];
 #pragma unroll
-    for (int m = 0; m < R; m++) {
-        if (m >= M) break;
-        float s = warp_sum(acc[m]);
-        if (lane == 0) {
-            float *yo = y + (int64_t)m * rows + r;
-            *yo = gemv_out(s, bias, r, yo, epilogue);
+    for (int j = 0; j < NR; j++) wr[j] = W + (r + (j < nrow ? j : 0)) * cols;
+    float acc[NR][R];
+    const uint4 none[U] = {};
+    gemv_dot<T, R, NR, U, HINT>(x, M, wr, nrow, cols, lane, acc, none, false);
+#pragma unroll
+    for (int j = 0; j < NR; j++) {
+        if (j >= nrow) break;
+#pragma unroll
+        for (int m = 0; m < R; m++) {
+            if (m >= M) break;
+            float s = warp_sum(acc[j][m]);
+            if (lane == 0) {
+                float *yo = y + (int64_t)m * rows + r + j;
+                *yo = gemv_out(s, bias, r + j, yo, epilogue);
+            }
         }
     }
 }
@@ -164,7 +220,7 @@ struct norm_linear_args {
  * layer norm followed by choir_cuda_linear (and GELU, and the rows scatter)
  * without the normalised rows' round trip or the extra launches. */
 #define NORM_LINEAR_THREADS 256
-template <typename T, int R>
+template <typename T, int R, int NR = 1, int U = GEMV_UNROLL, int HINT = 0>
 __global__ void __launch_bounds__(NORM_LINEAR_THREADS)
     norm_gemv(const float *__restrict__ x, int M, int64_t K, const float *__restrict__ gamma,
               const float *__restrict__ beta, float eps, norm_linear_args a, int epilogue) {
@@ -173,7 +229,7 @@ __global__ void __launch_bounds__(NORM_LINEAR_THREADS)
     __shared__ float red[32];
     __shared__ double redd[32];
     const int lane = threadIdx.x & 31, warps = NORM_LINEAR_THREADS / 32;
-    const int64_t total = a.start[a.n], r0 = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5);
+    const int64_t total = a.start[a.n], r0 = ((int64_t)blockIdx.x * warps + (threadIdx.x >> 5)) * NR;
     /* The warp's first weight row does not depend on x: its first loads go
      * out before the norm, which hides behind them. */
     auto layer_of = [&](int64_t r) {
@@ -182,11 +238,11 @@ __global__ void __launch_bounds__(NORM_LINEAR_THREADS)
         return i;
     };
     constexpr int VEC = 16 / sizeof(T);
-    uint4 first[GEMV_UNROLL] = {};
+    uint4 first[U] = {};
     const bool have_first = r0 < total && K % VEC == 0;
     if (have_first) {
         int i = layer_of(r0);
-        gemv_load<T>((const T *)a.W[i] + (r0 - a.start[i]) * K, K, (int64_t)lane * VEC, first);
+        gemv_load<T, U, HINT>((const T *)a.W[i] + (r0 - a.start[i]) * K, K, (int64_t)lane * VEC, first);
     }
     if (a.rms && K <= CUDA_RMS_WARP_MAX) {
         /* as choir_cuda_rms_norm's warp kernel: a warp per row */
@@ -201,28 +257,42 @@ __global__ void __launch_bounds__(NORM_LINEAR_THREADS)
         }
     }
     __syncthreads();
-    for (int64_t r = r0; r < total; r += (int64_t)gridDim.x * warps) {
-        const int i = layer_of(r);
-        const int64_t rr = r - a.start[i], rows = a.start[i + 1] - a.start[i];
-        float acc[R];
-        gemv_dot<T, R>(xs, M, (const T *)a.W[i] + rr * K, K, lane, acc, first,
-                       have_first && r == r0);
+    for (int64_t r = r0; r < total; r += (int64_t)gridDim.x * warps * NR) {
+        const int nrow = total - r < NR ? (int)(total - r) : NR;
+        int li[NR];
+        int64_t rr[NR], rows[NR];
+        const T *wr[NR];
 #pragma unroll
-        for (int m = 0; m < R; m++) {
-            if (m >= M) break;
-            float s = warp_sum(acc[m]);
-            if (lane == 0) {
-                float *yo = a.y[i] + (int64_t)m * rows + rr;
-                float v = gemv_out(s, a.bias[i], rr, yo, epilogue);
-                *yo = v;
-                const choir_cuda_rows_out *st = &a.store[i];
-                if (st->dst) {
-                    int64_t at = (int64_t)(st->slot ? st->slot[m] : m) * st->slot_stride +
-                                 (int64_t)st->pos[m] * st->ld + rr;
-                    if (st->bf16)
-                        ((__nv_bfloat16 *)st->dst)[at] = __float2bfloat16_rn(v);
-                    else
-                        ((float *)st->dst)[at] = v;
+        for (int j = 0; j < NR; j++) {
+            int64_t rj = r + (j < nrow ? j : 0);
+            li[j] = layer_of(rj);
+            rr[j] = rj - a.start[li[j]];
+            rows[j] = a.start[li[j] + 1] - a.start[li[j]];
+            wr[j] = (const T *)a.W[li[j]] + rr[j] * K;
+        }
+        float acc[NR][R];
+        gemv_dot<T, R, NR, U, HINT>(xs, M, wr, nrow, K, lane, acc, first, have_first && r == r0);
+#pragma unroll
+        for (int j = 0; j < NR; j++) {
+            if (j >= nrow) break;
+            const int i = li[j];
+#pragma unroll
+            for (int m = 0; m < R; m++) {
+                if (m >= M) break;
+                float s = warp_sum(acc[j][m]);
+                if (lane == 0) {
+                    float *yo = a.y[i] + (int64_t)m * rows[j] + rr[j];
+                    float v = gemv_out(s, a.bias[i], rr[j], yo, epilogue);
+                    *yo = v;
+                    const choir_cuda_rows_out *st = &a.store[i];
+                    if (st->dst) {
+                        int64_t at = (int64_t)(st->slot ? st->slot[m] : m) * st->slot_stride +
+                                     (int64_t)st->pos[m] * st->ld + rr[j];
+                        if (st->bf16)
+                            ((__nv_bfloat16 *)st->dst)[at] = __float2bfloat16_rn(v);
+                        else
+                            ((float *)st->dst)[at] = v;
+                    }
                 }
             }
         }
@@ -681,6 +751,36 @@ static int gemm_xwt(choir_cuda *cu, const void *x, const void *W, cudaDataType_t
     return st == CUBLAS_STATUS_SUCCESS ? 0 : choir_cuda_blas_fail(err, st, "GemmEx");
 }
 
+/* The bf16 one-row GEMVs' shape (gemv_dense and norm_gemv at M = 1 over
+ * bf16 weights, a decode step's products): rows a warp NR, steps a batch U,
+ * the weight load's hint. Variant 0 is the shape of the other GEMVs; the
+ * others are candidates timed by choir_cuda_gemv_set_variant (all give the
+ * same floats). */
+struct gemv_shape {
+    int nr, u, hint;
+};
+static const gemv_shape g_gemv_shapes[] = {{1, 4, 0}, {1, 4, 1}, {2, 4, 0}, {2, 4, 1}, {2, 2, 1}, {1, 8, 1}};
+#define GEMV_VARIANTS ((int)(sizeof g_gemv_shapes / sizeof g_gemv_shapes[0]))
+static int g_gemv_variant = 0;
+int choir_cuda_gemv_variants(void) { return GEMV_VARIANTS; }
+void choir_cuda_gemv_set_variant(int v) { g_gemv_variant = v >= 0 && v < GEMV_VARIANTS ? v : 0; }
+
+/* Calls l(NR, U, HINT) for variant v, each an std::integral_constant (a
+ * generic lambda's compile-time parameters). */
+template <int N>
+using ic = std::integral_constant<int, N>;
+template <typename L>
+static void gemv_variant_launch(int v, L &&l) {
+    switch (v) {
+    case 1: l(ic<1>{}, ic<4>{}, ic<1>{}); break;
+    case 2: l(ic<2>{}, ic<4>{}, ic<0>{}); break;
+    case 3: l(ic<2>{}, ic<4>{}, ic<1>{}); break;
+    case 4: l(ic<2>{}, ic<2>{}, ic<1>{}); break;
+    case 5: l(ic<1>{}, ic<8>{}, ic<1>{}); break;
+    default: l(ic<1>{}, ic<4>{}, ic<0>{}); break;
+    }
+}
+
 /* The dense GEMV over f32, f16 or bf16 weights (the caller has checked the
  * kind), with its epilogue. */
 static int launch_gemv_dense(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,
@@ -700,8 +800,17 @@ static int launch_gemv_dense(choir_cuda *cu, const float *x, int64_t M, const ch
         else CHOIR_GEMV(__half, GEMV_MAX_ROWS);
         return choir_cuda_check_launch(err, "gemv f16");
     case CHOIR_WEIGHT_BF16:
-        if (M == 1) CHOIR_GEMV(__nv_bfloat16, 1);
-        else CHOIR_GEMV(__nv_bfloat16, GEMV_MAX_ROWS);
+        if (M == 1) {
+            const __nv_bfloat16 *w = (const __nv_bfloat16 *)W->data.ptr;
+            gemv_variant_launch(g_gemv_variant, [&](auto nr, auto u, auto hint) {
+                unsigned per = GEMV_WARPS * nr.value;
+                gemv_dense<__nv_bfloat16, 1, nr.value, u.value, hint.value>
+                    <<<(unsigned)((N + per - 1) / per), 32 * GEMV_WARPS, 0, cu->stream>>>(
+                        x, 1, w, N, K, bias, y, epilogue);
+            });
+        } else {
+            CHOIR_GEMV(__nv_bfloat16, GEMV_MAX_ROWS);
+        }
         return choir_cuda_check_launch(err, "gemv bf16");
     default:
         return choir_err_set(err, CHOIR_EINVAL, "cuda: dense GEMV of weight kind %d", (int)W->kind);
@@ -788,8 +897,17 @@ int choir_cuda_norm_linear(choir_cuda *cu, const float *x, int64_t M,
         else CHOIR_NORM_GEMV(__half, GEMV_MAX_ROWS);
         break;
     default:
-        if (M == 1) CHOIR_NORM_GEMV(__nv_bfloat16, 1);
-        else CHOIR_NORM_GEMV(__nv_bfloat16, GEMV_MAX_ROWS);
+        if (M == 1) {
+            const int64_t total = a.start[p->n];
+            gemv_variant_launch(g_gemv_variant, [&](auto nr, auto u, auto hint) {
+                int64_t per = (NORM_LINEAR_THREADS / 32) * nr.value, nb = (total + per - 1) / per;
+                norm_gemv<__nv_bfloat16, 1, nr.value, u.value, hint.value>
+                    <<<(unsigned)(nb < INT32_MAX ? nb : INT32_MAX), NORM_LINEAR_THREADS, smem,
+                       cu->stream>>>(x, 1, K, p->gamma, p->beta, p->eps, a, epilogue);
+            });
+        } else {
+            CHOIR_NORM_GEMV(__nv_bfloat16, GEMV_MAX_ROWS);
+        }
         break;
     }
 #undef CHOIR_NORM_GEMV

@@ -429,6 +429,8 @@ int choir_cuda_linear_bf16(choir_cuda *cu, const uint16_t *x, int64_t M,
 
 void choir_cuda_linear_bf16_set_lt(bool on) { (void)on; }
 void choir_cuda_linear_set_bias_epilogue(bool on) { (void)on; }
+int choir_cuda_gemv_variants(void) { return 1; }
+void choir_cuda_gemv_set_variant(int v) { (void)v; }
 void choir_cuda_linear_bf16_set_gelu_epilogue(bool on) { (void)on; }
 void choir_cuda_layer_norm_bf16_set_warp(bool on) { (void)on; }
 
