@@ -110,6 +110,47 @@ static void test_dwconv_and_residual(void **state) {
     fx_close(&f);
 }
 
+/* The mixer with its residual in one operation: bit for bit dwconv_rows
+ * into a row buffer, then add_scaled_rows (with and without bias and
+ * scale, rows wider than its pieces of channels). */
+static void test_dwconv_residual(void **state) {
+    (void)state;
+    fx f = fx_open();
+    static const int64_t widths[] = {40, 600};
+    for (size_t k = 0; k < 2; k++)
+        for (int v = 0; v < 2; v++) {
+            int64_t T = 53, C = widths[k];
+            int K = 7;
+            float *in = rnd((K - 1 + T) * C), *w = rnd(K * C), *b = v ? NULL : rnd(C), *g = v ? NULL : rnd(C);
+            float *x = rnd(T * C), *d = malloc((size_t)(T * C) * sizeof *d);
+            float *want = malloc((size_t)(T * C) * sizeof *want);
+            memcpy(want, x, (size_t)(T * C) * sizeof *x);
+            assert_int_equal(choir_op_dwconv_rows(f.s, in, T, C, K, w, b, d), 0);
+            assert_int_equal(choir_op_add_scaled_rows(f.s, want, d, g, T, C), 0);
+            assert_int_equal(choir_op_dwconv_residual_rows(f.s, in, T, C, K, w, b, g, x), 0);
+            assert_memory_equal(x, want, (size_t)(T * C) * sizeof *x);
+            free(in), free(w), free(b), free(g), free(x), free(d), free(want);
+        }
+    fx_close(&f);
+}
+
+/* The RMS norm into bf16 rows: each value rms_norm's, rounded. */
+static void test_rms_norm_bf16(void **state) {
+    (void)state;
+    fx f = fx_open();
+    int64_t R = 37, D = 96;
+    float *x = rnd(R * D), *g = rnd(D), *y = malloc((size_t)(R * D) * sizeof *y);
+    uint16_t *want = malloc((size_t)(R * D) * 2), *got = malloc((size_t)(R * D) * 2);
+    for (int gi = 0; gi < 2; gi++) {
+        assert_int_equal(choir_op_rms_norm(f.s, x, y, R, D, gi ? g : NULL, 1e-5f), 0);
+        choir_f32_to_bf16_n(y, want, R * D);
+        assert_int_equal(choir_op_rms_norm_bf16(f.s, x, got, R, D, gi ? g : NULL, 1e-5f), 0);
+        assert_memory_equal(got, want, (size_t)(R * D) * 2);
+    }
+    free(x), free(g), free(y), free(want), free(got);
+    fx_close(&f);
+}
+
 /* Plain causal softmax attention in double: query i at position pos0 + i
  * sees cache rows 0 .. pos0 + i. */
 static void naive_attention(const float *q, int64_t T, const float *kc, const float *vc, int64_t pos0, int nh,
@@ -286,6 +327,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stem),
         cmocka_unit_test(test_dwconv_and_residual),
+        cmocka_unit_test(test_dwconv_residual),
+        cmocka_unit_test(test_rms_norm_bf16),
         cmocka_unit_test(test_attention_cached),
         cmocka_unit_test(test_attention_cached_at),
         cmocka_unit_test(test_attention_paged),

@@ -459,6 +459,12 @@ int choir_op_layer_norm_bf16(choir_stream *s, const float *x, uint16_t *y, int64
 /* Per row: x / sqrt(mean(x^2) + eps) * gamma (NULL: 1); y may equal x. */
 int choir_op_rms_norm(choir_stream *s, const float *x, float *y, int64_t rows, int64_t dim,
                       const float *gamma, float eps);
+/* choir_op_rms_norm from f32 rows x into bf16 rows y (uint16 storage, each
+ * value the f32 norm's rounded to nearest even): the input of
+ * choir_op_linear_bf16 without a conversion pass (VibeVoice's encoder
+ * FFNs). */
+int choir_op_rms_norm_bf16(choir_stream *s, const float *x, uint16_t *y, int64_t rows, int64_t dim,
+                           const float *gamma, float eps);
 /* Per item of x [B, C, T] and group of C / groups channels: normalise over
  * the group's channels and samples (biased variance), then gamma[c], beta[c]
  * (NULL: 1, 0). groups == C is instance norm. y may equal x. */

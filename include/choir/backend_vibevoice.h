@@ -39,6 +39,13 @@ int choir_op_dwconv_rows(choir_stream *s, const float *in, int64_t T, int64_t C,
 int choir_op_add_scaled_rows(choir_stream *s, float *x, const float *y, const float *g,
                              int64_t rows, int64_t C);
 
+/* The block's mixer half in one pass: x[t][c] += g[c] d[t][c] for t < T,
+ * with d what choir_op_dwconv_rows(in, T, C, kernel, w, b) gives (g NULL:
+ * 1). The floats of those two operations in turn, on each backend, without
+ * d's rows in memory. x must not alias in. */
+int choir_op_dwconv_residual_rows(choir_stream *s, const float *in, int64_t T, int64_t C, int kernel,
+                                  const float *w, const float *b, const float *g, float *x);
+
 /* Causal grouped-query attention of T queries at positions pos0 .. pos0 + T - 1
  * over the first pos0 + T rows of a KV cache: q [T][n_heads D], kc and vc
  * [rows][n_kv D] (the new rows already written), out [T][n_heads D]; query

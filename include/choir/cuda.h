@@ -561,6 +561,11 @@ int choir_cuda_act(choir_cuda *cu, int act, float *x, int64_t n, choir_err *err)
  * the sum of squares in double. y may equal x. */
 int choir_cuda_rms_norm(choir_cuda *cu, const float *x, float *y, int64_t rows, int64_t dim,
                         const float *gamma, float eps, choir_err *err);
+/* The same norm into bf16 rows y (uint16 storage): each value the f32
+ * one of choir_cuda_rms_norm (same kernel shape: a warp per row up to 2048
+ * values, a block above), rounded to nearest even. */
+int choir_cuda_rms_norm_bf16(choir_cuda *cu, const float *x, uint16_t *y, int64_t rows, int64_t dim,
+                             const float *gamma, float eps, choir_err *err);
 /* Group norm of x [B, C, T] over groups of C / groups channels (statistics in
  * double, biased variance), then gamma[c], beta[c] (NULL: 1, 0). */
 int choir_cuda_group_norm(choir_cuda *cu, const float *x, float *y, int64_t B, int64_t C,

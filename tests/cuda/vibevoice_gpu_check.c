@@ -16,6 +16,10 @@
  *     sequences on the GPU against single steps on the CPU, and the greedy
  *     pick made on the device in the batched step against the host's
  *     argmax of the same logits (argmax_rows alone among the operations);
+ *  2c. the encoders' fused blocks (CHOIR_VV_ENC_FUSED=1): their two
+ *     operations (mixer + residual in one pass, RMS norm into bf16 rows),
+ *     then both encoders fused against plain on the GPU and against the CPU
+ *     (bf16 weights; check_enc_fused states the bounds);
  *  2b. in builds with the engine (not the standalone one): requests
  *     through the engine with the adapter on the GPU, against the adapter on
  *     the CPU one at a time, joins, waits and refusals by KV pages, device
@@ -43,7 +47,9 @@
  *     (cancelled once admitted); --join 1 then times a request joining a
  *     running batch (bench_join: the running one's longest wait between steps);
  *     --prep-ms S sets the replica's encoding and prefill slice between two
- *     steps (vv_model_set_prep_slice; 0: a whole request at a time).
+ *     steps (vv_model_set_prep_slice; 0: a whole request at a time);
+ *     --enc-fused 0|1 sets CHOIR_VV_ENC_FUSED for the states made after it
+ *     (the encoders' fused blocks, off by default), for before/after figures.
  *
  * Bounds. f32: operations rel L2 <= 1e-5; model stages <= 1e-4 (cuBLAS
  * and the CPU sum in other orders; the parity bound against transformers is
@@ -719,6 +725,152 @@ done:
     choir_vibevoice_randw_free(w);
 }
 
+/* --- 2c. the encoders' fused blocks (CHOIR_VV_ENC_FUSED) ----------------------- */
+
+/* Their two operations: the mixer with its residual in one pass, the
+ * floats of dwconv_rows then add_scaled_rows on the GPU (0) and within the
+ * f32 bound of the CPU's; the RMS norm into bf16 rows, each value the f32
+ * norm's rounded (a value on a rounding edge may round the other way:
+ * 4e-3, the layer norm's bf16 bound in the backend check). */
+static void check_enc_ops(choir_backend *cpu_be, choir_backend *gpu_be) {
+    choir_err err = {0};
+    pair p = {choir_stream_create(cpu_be, &err), choir_stream_create(gpu_be, &err)};
+    if (!p.cpu || !p.gpu || choir_stream_reserve(p.gpu, 64 << 20, 0, &err)) {
+        failed("encoder ops: streams", &err);
+        goto done;
+    }
+    static const int64_t shapes[][2] = {{333, 256}, {1000, 32}, {37, 2048}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        int64_t T = shapes[k][0], C = shapes[k][1];
+        int K = 7;
+        char name[96];
+        float *in = rnd((K - 1 + T) * C, 1), *w = rnd(K * C, 0.3f), *b = rnd(C, 0.1f), *g = rnd(C, 0.1f);
+        float *x = rnd(T * C, 1);
+        float *din = up(&p, in, (K - 1 + T) * C), *dw = up(&p, w, K * C), *db = up(&p, b, C), *dg = up(&p, g, C);
+        float *dx = up(&p, x, T * C), *dx2 = up(&p, x, T * C), *dd = choir_stream_floats(p.gpu, T * C, "d");
+        choir_op_dwconv_residual_rows(p.gpu, din, T, C, K, dw, db, dg, dx);
+        choir_op_dwconv_rows(p.gpu, din, T, C, K, dw, db, dd);
+        choir_op_add_scaled_rows(p.gpu, dx2, dd, dg, T, C);
+        float *two = malloc((size_t)(T * C) * sizeof *two);
+        if (choir_op_download(p.gpu, two, dx2, (size_t)(T * C) * sizeof *two) == 0 &&
+            choir_stream_sync(p.gpu, &err) == 0) {
+            snprintf(name, sizeof name, "op dwconv_residual_rows %lld x %lld = dwconv + add_scaled on the GPU",
+                     (long long)T, (long long)C);
+            verdict(name, down_cmp(&p, dx, two, T * C), 0);
+        }
+        choir_op_dwconv_residual_rows(p.cpu, in, T, C, K, w, b, g, x);
+        snprintf(name, sizeof name, "op dwconv_residual_rows %lld x %lld, CUDA vs CPU", (long long)T, (long long)C);
+        verdict(name, down_cmp(&p, dx, x, T * C), 1e-5);
+        /* The norm into bf16 rows (a warp per row up to 2048, a block above). */
+        int64_t R = T, D = k == 2 ? 3000 : C;
+        float *nx = rnd(R * D, 2), *ng = rnd(D, 1);
+        uint16_t *ref = malloc((size_t)(R * D) * 2), *got = malloc((size_t)(R * D) * 2);
+        uint16_t *dy = (uint16_t *)choir_stream_alloc(p.gpu, (size_t)(R * D) * 2, "norm");
+        choir_op_rms_norm_bf16(p.cpu, nx, ref, R, D, ng, 1e-5f);
+        choir_op_rms_norm_bf16(p.gpu, up(&p, nx, R * D), dy, R, D, up(&p, ng, D), 1e-5f);
+        if (choir_op_download(p.gpu, got, dy, (size_t)(R * D) * 2) == 0 && choir_stream_sync(p.gpu, &err) == 0) {
+            float *fr = malloc((size_t)(R * D) * sizeof *fr), *fg = malloc((size_t)(R * D) * sizeof *fg);
+            choir_bf16_to_f32_n(ref, fr, R * D);
+            choir_bf16_to_f32_n(got, fg, R * D);
+            snprintf(name, sizeof name, "op rms_norm_bf16 %lld rows of %lld, CUDA vs CPU", (long long)R, (long long)D);
+            verdict(name, rel_l2(fg, fr, R * D), 4e-3);
+            free(fr), free(fg);
+        }
+        free(in), free(w), free(b), free(g), free(x), free(two), free(nx), free(ng), free(ref), free(got);
+        choir_stream_release(p.gpu, 0);
+    }
+    if (choir_stream_status(p.cpu, &err) || choir_stream_status(p.gpu, &err)) failed("encoder ops: stream error", &err);
+done:
+    choir_stream_free(p.cpu);
+    choir_stream_free(p.gpu);
+}
+
+/* Both encoders of m over x[n] into lat_a, lat_s (n / hop frames each),
+ * the fused blocks as CHOIR_VV_ENC_FUSED says when the state is made. */
+static int encode_only(const choir_vibevoice *m, const float *x, int64_t n, float *lat_a, float *lat_s,
+                       choir_err *err) {
+    const choir_vibevoice_dims *D = choir_vibevoice_get_dims(m);
+    choir_vibevoice_plan plan = {.max_samples = n, .max_context = 4, .prefill_chunk = 16, .enc_piece = 3 * D->hop};
+    choir_vibevoice_state *s = choir_vibevoice_state_create(m, &plan, NULL, err);
+    if (!s) return err->code;
+    int rc = choir_vibevoice_encode(m, s, x, n, 0, lat_a, lat_s, err);
+    choir_vibevoice_state_free(s);
+    return rc;
+}
+
+/* The encoders with the fused blocks (bf16 weights: FFN over bf16 rows,
+ * fc1's GELU in cublasLt's epilogue, the mixer and its residual in one
+ * pass) against the plain ones on the GPU and against the CPU.
+ *
+ * Bounds. Against the CPU: 3e-2, the bf16 model's bound. The fused blocks
+ * round where the plain device path already rounds (the normed rows and the
+ * hidden rows to bf16: choir_cuda_linear converts its f32 input for cuBLAS),
+ * and add two smaller differences: fc1's bias rounded to bf16 before the
+ * epilogue adds it (2^-9 of the bias), and the tanh form of GELU, within
+ * 4.7e-4 of the erf form (absolute; a quarter of bf16's rounding of a hidden
+ * value of magnitude 1). Fused against plain: 1e-2, what those differences
+ * and other sums' orders give through the small model's nine blocks an
+ * encoder, near bf16's 2^-9 a block (Whisper's encoder with the same
+ * epilogue: 1.95e-3 of the CPU, H100). The erf form (the epilogue off, a
+ * pass over the bf16 rows) the same. */
+static void check_enc_fused(choir_backend *gpu_be) {
+    choir_vibevoice_dims d;
+    small_dims(&d);
+    choir_err err = {0};
+    choir_vibevoice_randw *w = choir_vibevoice_randw_create(&d, CHOIR_DTYPE_BF16, 0, 7, &err);
+    choir_vibevoice *cpu = w ? choir_vibevoice_from_tensors_on(choir_vibevoice_randw_find, w, &d, NULL, &err) : NULL;
+    choir_vibevoice *gpu = cpu ? choir_vibevoice_from_tensors_on(choir_vibevoice_randw_find, w, &d, gpu_be, &err)
+                               : NULL;
+    int64_t n = 25 * 3200, T = 25, na = T * d.acoustic.vae_dim, ns = T * d.semantic.vae_dim;
+    float *x = rnd(n, 0.1f), *lat[4][2] = {{0}};
+    const char *prev = getenv("CHOIR_VV_ENC_FUSED");
+    char *saved = prev ? strdup(prev) : NULL;
+    if (!gpu) {
+        failed("encoders fused: build", &err);
+        goto done;
+    }
+    choir_vibevoice_normalize(x, n, d.hop, x);
+    /* 0: CPU, 1: GPU plain, 2: GPU fused (tanh GELU epilogue), 3: GPU fused, erf pass. */
+    for (int k = 0; k < 4; k++) {
+        lat[k][0] = malloc((size_t)na * sizeof(float));
+        lat[k][1] = malloc((size_t)ns * sizeof(float));
+        setenv("CHOIR_VV_ENC_FUSED", k >= 2 ? "1" : "0", 1);
+        choir_cuda_linear_bf16_set_gelu_epilogue(k != 3);
+        int rc = encode_only(k ? gpu : cpu, x, n, lat[k][0], lat[k][1], &err);
+        choir_cuda_linear_bf16_set_gelu_epilogue(true); /* the default */
+        if (rc) {
+            char name[64];
+            snprintf(name, sizeof name, "encoders fused: run %d", k);
+            failed(name, &err);
+            goto done;
+        }
+    }
+    static const char *what[2] = {"acoustic", "semantic"};
+    for (int e = 0; e < 2; e++) {
+        int64_t m = e ? ns : na;
+        char name[128];
+        double plain = rel_l2(lat[1][e], lat[0][e], m);
+        printf("      encoders fused: %s latents, plain GPU vs CPU %.3g\n", what[e], plain);
+        snprintf(name, sizeof name, "encoders fused: %s latents, fused (tanh GELU) vs CPU", what[e]);
+        verdict(name, rel_l2(lat[2][e], lat[0][e], m), 3e-2);
+        snprintf(name, sizeof name, "encoders fused: %s latents, fused (tanh GELU) vs plain GPU", what[e]);
+        verdict(name, rel_l2(lat[2][e], lat[1][e], m), 1e-2);
+        snprintf(name, sizeof name, "encoders fused: %s latents, fused (erf GELU pass) vs CPU", what[e]);
+        verdict(name, rel_l2(lat[3][e], lat[0][e], m), 3e-2);
+        snprintf(name, sizeof name, "encoders fused: %s latents, fused (erf GELU pass) vs plain GPU", what[e]);
+        verdict(name, rel_l2(lat[3][e], lat[1][e], m), 1e-2);
+    }
+done:
+    if (saved) setenv("CHOIR_VV_ENC_FUSED", saved, 1);
+    else unsetenv("CHOIR_VV_ENC_FUSED");
+    free(saved);
+    for (int k = 0; k < 4; k++) free(lat[k][0]), free(lat[k][1]);
+    free(x);
+    choir_vibevoice_free(gpu);
+    choir_vibevoice_free(cpu);
+    choir_vibevoice_randw_free(w);
+}
+
 /* --- the engine (builds with it: CHOIR_VGC_ENGINE) ----------------------------- */
 
 #ifdef CHOIR_VGC_ENGINE
@@ -732,9 +884,9 @@ done:
  * one process: same weights, same context within a few hundred tokens. */
 static bool g_gemv_sweep = false;
 
-/* CHOIR_VGC_PROFILE=prefill|step brackets the bench's prefill, or its op-by-op
- * decode steps, with cudaProfilerStart / Stop, so that `ncu --profile-from-start
- * off` profiles that part alone. */
+/* CHOIR_VGC_PROFILE=encode|prefill|step brackets the bench's encoders, its
+ * prefill, or its op-by-op decode steps, with cudaProfilerStart / Stop, so
+ * that `ncu --profile-from-start off` profiles that part alone. */
 static void profile_range(const char *part, bool on) {
     const char *want = getenv("CHOIR_VGC_PROFILE");
     if (!want || strcmp(want, part) != 0) return;
@@ -768,7 +920,10 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
     choir_backend_mem_reset_peak(be);
     if (!(s = choir_vibevoice_state_create(m, &plan, NULL, err))) goto out;
     double e0 = choir_now_s();
-    if (choir_vibevoice_encode(m, s, x, np, 0, NULL, NULL, err)) goto out;
+    profile_range("encode", true);
+    int enc_rc = choir_vibevoice_encode(m, s, x, np, 0, NULL, NULL, err);
+    profile_range("encode", false);
+    if (enc_rc) goto out;
     double e1 = choir_now_s();
     profile_range("prefill", true);
     if (choir_vibevoice_prefill(m, s, ids, n_ids, NULL, NULL, NULL, err)) goto out;
@@ -1096,7 +1251,11 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--burst-min") == 0) burst_min = atof(argv[i + 1]);
         else if (strcmp(argv[i], "--join") == 0) join = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--gemv-variants") == 0) g_gemv_sweep = atoi(argv[i + 1]) != 0;
-        else if (strcmp(argv[i], "--bias-epilogue") == 0) {
+        else if (strcmp(argv[i], "--enc-fused") == 0) {
+            /* Read when each state is made (vv_state.c). */
+            setenv("CHOIR_VV_ENC_FUSED", argv[i + 1], 1);
+            printf("encoder blocks: %s\n", strcmp(argv[i + 1], "1") == 0 ? "fused" : "plain");
+        } else if (strcmp(argv[i], "--bias-epilogue") == 0) {
             choir_cuda_linear_set_bias_epilogue(strcmp(argv[i + 1], "on") == 0);
             printf("linear bias: %s\n", strcmp(argv[i + 1], "on") == 0 ? "in cublasLt's epilogue" : "a pass");
         }
@@ -1141,6 +1300,8 @@ int main(int argc, char **argv) {
     check_ops(cpu, gpu);
     check_model(gpu, CHOIR_DTYPE_F32, 1e-4);
     check_model(gpu, CHOIR_DTYPE_BF16, 3e-2);
+    check_enc_ops(cpu, gpu);
+    check_enc_fused(gpu);
 #ifdef CHOIR_VGC_ENGINE
     run_engine_case();
 #else

@@ -106,20 +106,55 @@ static void conv_pass(choir_vibevoice_state *s, const vv_conv *c, const float *s
     conv_causal(st, c, in, T / c->stride, out, s->e_tmp);
 }
 
+/* Whether block b runs fused (s->enc_fused, on a device): its FFN over bf16
+ * rows (the norm written in bf16, fc1's bias and GELU with its output's
+ * rounding in the product's epilogue, fc2 reading those rows), which needs
+ * bf16 products and a hidden width of a multiple of 8. */
+static int block_fused(const choir_vibevoice_state *s, const vv_block *b, int64_t F) {
+    return s->enc_fused && b->fc1.kind == CHOIR_WEIGHT_BF16 && b->fc2.kind == CHOIR_WEIGHT_BF16 && F % 8 == 0;
+}
+
+/* x += ffn_gamma * linear2(gelu(linear1(ffn_norm(x)))) over bf16 rows, a
+ * tile of rows at a time: the f32 ops of the plain path each read and wrote
+ * whole [rows][F] f32 rows (bias, GELU, the conversion for fc2); here the
+ * hidden rows are written once, in bf16, by fc1's product (on CUDA: bias and
+ * GELU in cublasLt's epilogue, the tanh form: docs/vibevoice.md). tile
+ * holds to [rows][C] f32, then the normed [rows][C] and hidden [rows][F]
+ * bf16 rows (within the f32 tile's floats). */
+static void ffn_fused(choir_stream *st, const vv_block *b, float *x, int64_t T, int64_t C, float eps, int64_t tile,
+                      float *tile_mem) {
+    int64_t tr = tile < T ? tile : T;
+    float *to = tile_mem;
+    uint16_t *tn = (uint16_t *)(to + tr * C), *th = tn + tr * C;
+    for (int64_t r0 = 0; r0 < T; r0 += tile) {
+        int64_t rows = T - r0 < tile ? T - r0 : tile;
+        choir_op_rms_norm_bf16(st, x + r0 * C, tn, rows, C, b->ffn_norm, eps);
+        choir_op_linear_bf16(st, tn, rows, &b->fc1, b->fc1_bias, th, CHOIR_DTYPE_BF16, CHOIR_LINEAR_GELU);
+        choir_op_linear_bf16(st, th, rows, &b->fc2, b->fc2_bias, to, CHOIR_DTYPE_F32, 0);
+        choir_op_add_scaled_rows(st, x + r0 * C, to, b->ffn_gamma, rows, C);
+    }
+}
+
 static void block_pass(choir_vibevoice_state *s, const vv_block *b, int64_t T, int64_t C, int km, float eps,
                        int ffn_mult, float **cache) {
     choir_stream *st = s->stream;
     float *x = s->e_x, *nb = s->e_norm;
-    int64_t ctx = km - 1;
+    int64_t ctx = km - 1, F = C * ffn_mult, tile = vv_ffn_tile(C, ffn_mult);
+    int fused = block_fused(s, b, F);
     /* x += gamma * mixer(norm(x)), the mixer seeing `ctx` normed rows of context. */
     choir_op_copy(st, nb, *cache, (size_t)(ctx * C) * sizeof *nb);
     choir_op_rms_norm(st, x, nb + ctx * C, T, C, b->norm, eps);
     choir_op_copy(st, *cache, nb + T * C, (size_t)(ctx * C) * sizeof *nb);
     *cache += ctx * C;
-    choir_op_dwconv_rows(st, nb + (int64_t)(km - b->dw_kernel) * C, T, C, b->dw_kernel, b->dw, b->dw_bias, s->e_tmp);
+    const float *mix_in = nb + (int64_t)(km - b->dw_kernel) * C;
+    if (fused) {
+        choir_op_dwconv_residual_rows(st, mix_in, T, C, b->dw_kernel, b->dw, b->dw_bias, b->gamma, x);
+        ffn_fused(st, b, x, T, C, eps, tile, s->e_tile);
+        return;
+    }
+    choir_op_dwconv_rows(st, mix_in, T, C, b->dw_kernel, b->dw, b->dw_bias, s->e_tmp);
     choir_op_add_scaled_rows(st, x, s->e_tmp, b->gamma, T, C);
     /* x += ffn_gamma * linear2(gelu(linear1(ffn_norm(x)))), a tile of rows at a time. */
-    int64_t F = C * ffn_mult, tile = vv_ffn_tile(C, ffn_mult);
     float *tn = s->e_tile, *th = tn + (tile < T ? tile : T) * C, *to = th + (tile < T ? tile : T) * F;
     for (int64_t r0 = 0; r0 < T; r0 += tile) {
         int64_t rows = T - r0 < tile ? T - r0 : tile;

@@ -1,6 +1,7 @@
 /* Working memory of one VibeVoice request: every buffer the encoders and the
  * language model use, planned from the dimensions and carved out of one
  * block, so the forward passes never allocate. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "choir/alloc.h"
@@ -191,6 +192,10 @@ static choir_vibevoice_state *state_on(const choir_vibevoice *m, const choir_vib
     s->plan = *plan;
     s->stream = stream;
     s->host = choir_backend_is_host(m->be);
+    /* Off by default: not yet run on a GPU (docs/vibevoice.md). The CPU
+     * keeps its f32 blocks, the oracle of the fused ones. */
+    const char *fused = getenv("CHOIR_VV_ENC_FUSED");
+    s->enc_fused = !s->host && fused && strcmp(fused, "1") == 0;
     if (!(s->block = choir_stream_alloc(stream, (size_t)need, "vibevoice state"))) {
         choir_stream_status(stream, err);
         choir_free(s);

@@ -31,6 +31,7 @@ struct choir_vibevoice_state {
     choir_arena *over;      /* the caller's block as the stream's arena, or NULL */
     void *block;            /* backend memory of the whole layout */
     int host;               /* the backend's memory is host memory */
+    int enc_fused;          /* the encoder blocks' fused device path (vv_encoder.c; CHOIR_VV_ENC_FUSED=1) */
     vv_kernels kernels[2];
     vv_enc_sizes sizes;
     /* encoders */

@@ -184,6 +184,32 @@ int choir_op_rms_norm(choir_stream *s, const float *x, float *y, int64_t rows, i
     return be_unsupported(s, "rms_norm");
 }
 
+int choir_op_rms_norm_bf16(choir_stream *s, const float *x, uint16_t *y, int64_t rows, int64_t dim,
+                           const float *gamma, float eps) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (rows < 0 || dim <= 0)
+        return be_invalid(s, "rms_norm_bf16: %lld rows of %lld", (long long)rows, (long long)dim);
+    if (be_host(s)) {
+        /* The floats of choir_op_rms_norm, then rounded. */
+        float *row = choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)dim * sizeof(float));
+        if (!row) return choir_stream_fail(s, CHOIR_ENOMEM, "backend cpu: rms_norm_bf16: out of memory");
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xr = x + r * dim;
+            double ss = 0;
+            for (int64_t i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
+            float inv = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
+            for (int64_t i = 0; i < dim; i++) row[i] = xr[i] * inv * (gamma ? gamma[i] : 1.0f);
+            choir_f32_to_bf16_n(row, y + r * dim, dim);
+        }
+        choir_free(row);
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    BE_CUDA(s, "rms_norm_bf16", choir_cuda_rms_norm_bf16(s->be->cu, x, y, rows, dim, gamma, eps, BE_ERR));
+#endif
+    return be_unsupported(s, "rms_norm_bf16");
+}
+
 int choir_op_group_norm(choir_stream *s, const float *x, float *y, int64_t B, int64_t C,
                         int64_t T, int64_t groups, const float *gamma, const float *beta,
                         float eps) {

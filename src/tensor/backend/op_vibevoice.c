@@ -102,6 +102,58 @@ int choir_op_dwconv_rows(choir_stream *s, const float *in, int64_t T, int64_t C,
     return be_unsupported(s, "dwconv_rows");
 }
 
+/* The mixer and its residual: each value's depthwise sum as dw_rows makes
+ * it (bias, then the taps in order), then added as add_rows adds it; a row
+ * in pieces of DWRES_PIECE channels, the sums on the stack. */
+#define DWRES_PIECE 256
+typedef struct dwres_job {
+    const float *in, *w, *b, *g;
+    float *x;
+    int64_t C;
+    int k;
+} dwres_job;
+
+static void dwres_rows(void *ctx, int64_t a, int64_t bnd, int worker) {
+    (void)worker;
+    const dwres_job *j = ctx;
+    int64_t C = j->C;
+    float o[DWRES_PIECE];
+    for (int64_t t = a; t < bnd; t++) {
+        for (int64_t c0 = 0; c0 < C; c0 += DWRES_PIECE) {
+            int64_t n = C - c0 < DWRES_PIECE ? C - c0 : DWRES_PIECE;
+            for (int64_t c = 0; c < n; c++) o[c] = j->b ? j->b[c0 + c] : 0.0f;
+            for (int k = 0; k < j->k; k++) {
+                const float *x = j->in + (t + k) * C + c0, *w = j->w + (int64_t)k * C + c0;
+                for (int64_t c = 0; c < n; c++) o[c] += w[c] * x[c];
+            }
+            float *x = j->x + t * C + c0;
+            if (j->g)
+                for (int64_t c = 0; c < n; c++) x[c] += j->g[c0 + c] * o[c];
+            else
+                for (int64_t c = 0; c < n; c++) x[c] += o[c];
+        }
+    }
+}
+
+int choir_op_dwconv_residual_rows(choir_stream *s, const float *in, int64_t T, int64_t C, int kernel,
+                                  const float *w, const float *b, const float *g, float *x) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (T < 0 || C <= 0 || kernel <= 0)
+        return be_invalid(s, "dwconv_residual_rows: %lld rows of %lld, kernel %d", (long long)T,
+                          (long long)C, kernel);
+    if (T == 0) return 0;
+    if (be_host(s)) {
+        dwres_job j = {in, w, b, g, x, C, kernel};
+        choir_pool_parallel_for(choir_pool_default(), T, grain_rows(C * kernel), dwres_rows, &j);
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    BE_CUDA(s, "dwconv_residual_rows",
+            choir_cuda_vv_dwconv_residual(s->be->cu, in, T, C, kernel, w, b, g, x, BE_ERR));
+#endif
+    return be_unsupported(s, "dwconv_residual_rows");
+}
+
 /* --- scaled residual ------------------------------------------------------------------ */
 
 typedef struct add_job {

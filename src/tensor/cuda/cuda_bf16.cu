@@ -43,6 +43,17 @@ __global__ void k_f32_to_bf16(const float *__restrict__ x, __nv_bfloat16 *__rest
         y[i] = __float2bfloat16_rn(x[i]);
 }
 
+/* The largest power of two up to 256 dividing p's address: what the
+ * heuristic is told of each operand, so that it offers only algorithms that
+ * work on it (it assumes 256 bytes unless told; rows carved from a state's
+ * block or tiles of it may be aligned to 16 or 64). */
+static uint32_t lt_align(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    uint32_t al = 256;
+    while (al > 1 && a % al) al >>= 1;
+    return al;
+}
+
 /* y = x W^T (+ beta y) + bias through cublasLt, the bias (of y's type) in
  * the epilogue. Any status but success sends the caller to the plain path
  * (nothing was enqueued then, except on a failing launch, reported). */
@@ -82,6 +93,15 @@ cublasStatus_t choir_cuda_lt_linear(choir_cuda *cu, const uint16_t *x, int64_t M
     LT(cublasLtMatmulPreferenceCreate(&pref));
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                             sizeof(ws)));
+    uint32_t al_a = lt_align(W->data.ptr), al_b = lt_align(x), al_c = lt_align(y);
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a,
+                                            sizeof(al_a)));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b,
+                                            sizeof(al_b)));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c,
+                                            sizeof(al_c)));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c,
+                                            sizeof(al_c)));
     LT(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &res, &found));
     if (st == CUBLAS_STATUS_SUCCESS && found < 1) st = CUBLAS_STATUS_NOT_SUPPORTED;
     LT(cublasLtMatmul(lt, op, &one, W->data.ptr, la, x, lb, &beta, y, lc, y, lc, &res.algo,

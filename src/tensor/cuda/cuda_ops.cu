@@ -104,6 +104,53 @@ int choir_cuda_rms_norm(choir_cuda *cu, const float *x, float *y, int64_t rows, 
     return choir_cuda_check_launch(err, "rms norm");
 }
 
+/* The rows of k_rms_norm_warp / k_rms_norm (the same floats: the sum of
+ * squares in double by the warp's lanes or the block's threads, the same
+ * two roundings a value), each value rounded to bf16 as it is written: the
+ * FFN input of VibeVoice's encoder blocks without an f32 row and a
+ * conversion pass. */
+__global__ void k_rms_norm_bf16_warp(const float *__restrict__ x, __nv_bfloat16 *__restrict__ y, int64_t rows,
+                                     int64_t dim, const float *__restrict__ gamma, float eps) {
+    const int64_t r = (int64_t)blockIdx.x * (OPS_THREADS / 32) + (threadIdx.x >> 5);
+    if (r >= rows) return;
+    const int lane = threadIdx.x & 31;
+    const float *xr = x + r * dim;
+    double ss = 0;
+    for (int64_t i = lane; i < dim; i += 32) ss += (double)xr[i] * xr[i];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    float inv = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
+    for (int64_t i = lane; i < dim; i += 32)
+        y[r * dim + i] = __float2bfloat16_rn(__fmul_rn(__fmul_rn(xr[i], inv), gamma ? gamma[i] : 1.0f));
+}
+
+__global__ void k_rms_norm_bf16(const float *__restrict__ x, __nv_bfloat16 *__restrict__ y, int64_t dim,
+                                const float *__restrict__ gamma, float eps) {
+    __shared__ double red[32];
+    const float *xr = x + (int64_t)blockIdx.x * dim;
+    double ss = 0;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    float inv = (float)(1.0 / sqrt(cuda_block_sum_d(ss, red) / (double)dim + (double)eps));
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
+        y[(int64_t)blockIdx.x * dim + i] =
+            __float2bfloat16_rn(__fmul_rn(__fmul_rn(xr[i], inv), gamma ? gamma[i] : 1.0f));
+}
+
+int choir_cuda_rms_norm_bf16(choir_cuda *cu, const float *x, uint16_t *y, int64_t rows, int64_t dim,
+                             const float *gamma, float eps, choir_err *err) {
+    if (rows <= 0 || dim <= 0) return 0;
+    if (rows > INT32_MAX) return choir_err_set(err, CHOIR_ETOOBIG, "cuda: rms norm rows");
+    __nv_bfloat16 *yb = (__nv_bfloat16 *)y;
+    if (dim <= CUDA_RMS_WARP_MAX) {
+        const int64_t per = OPS_THREADS / 32;
+        k_rms_norm_bf16_warp<<<(unsigned)((rows + per - 1) / per), OPS_THREADS, 0, cu->stream>>>(x, yb, rows, dim,
+                                                                                                 gamma, eps);
+    } else {
+        k_rms_norm_bf16<<<(unsigned)rows, OPS_THREADS, 0, cu->stream>>>(x, yb, dim, gamma, eps);
+    }
+    return choir_cuda_check_launch(err, "rms norm into bf16 rows");
+}
+
 /* One block per (item, group): mean, then the centred sum of squares, in
  * double; then the channels' affines. */
 __global__ void k_group_norm(const float *x, float *y, int64_t C, int64_t T, int64_t groups,

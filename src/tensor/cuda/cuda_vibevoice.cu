@@ -58,6 +58,19 @@ __global__ void k_vv_add_scaled(float *x, const float *y, const float *g, int64_
     GRID_STRIDE(i, rows * C) x[i] += (g ? g[i % C] : 1.0f) * y[i];
 }
 
+/* k_vv_dwconv's sum and k_vv_add_scaled's update of one value in one thread
+ * (the same expressions: the same floats), the sums never stored. */
+__global__ void k_vv_dwconv_residual(const float *__restrict__ in, int64_t T, int64_t C, int kernel,
+                                     const float *__restrict__ w, const float *__restrict__ b,
+                                     const float *__restrict__ g, float *__restrict__ x) {
+    GRID_STRIDE(i, T * C) {
+        int64_t t = i / C, c = i % C;
+        float a = b ? b[c] : 0.0f;
+        for (int j = 0; j < kernel; j++) a += w[(int64_t)j * C + c] * in[(t + j) * C + c];
+        x[i] += (g ? g[c] : 1.0f) * a;
+    }
+}
+
 __device__ __forceinline__ float vv_warp_max(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -593,6 +606,14 @@ int choir_cuda_vv_add_scaled(choir_cuda *cu, float *x, const float *y, const flo
     k_vv_add_scaled<<<choir_cuda_blocks(rows * C, VV_THREADS), VV_THREADS, 0, cu->stream>>>(x, y, g,
                                                                                           rows, C);
     return choir_cuda_check_launch(err, "vibevoice scaled residual");
+}
+
+int choir_cuda_vv_dwconv_residual(choir_cuda *cu, const float *in, int64_t T, int64_t C, int kernel,
+                                  const float *w, const float *b, const float *g, float *x, choir_err *err) {
+    if (T <= 0 || C <= 0) return 0;
+    k_vv_dwconv_residual<<<choir_cuda_blocks(T * C, VV_THREADS), VV_THREADS, 0, cu->stream>>>(in, T, C, kernel,
+                                                                                            w, b, g, x);
+    return choir_cuda_check_launch(err, "vibevoice depthwise conv and residual");
 }
 
 int choir_cuda_vv_attention(choir_cuda *cu, const float *q, int64_t T, const float *kc,

@@ -19,6 +19,10 @@ int choir_cuda_vv_dwconv(choir_cuda *cu, const float *in, int64_t T, int64_t C, 
                          const float *w, const float *b, float *out, choir_err *err);
 int choir_cuda_vv_add_scaled(choir_cuda *cu, float *x, const float *y, const float *g, int64_t rows,
                              int64_t C, choir_err *err);
+/* choir_op_dwconv_residual_rows: x += g * dwconv(in), the floats of
+ * choir_cuda_vv_dwconv then choir_cuda_vv_add_scaled in one kernel. */
+int choir_cuda_vv_dwconv_residual(choir_cuda *cu, const float *in, int64_t T, int64_t C, int kernel,
+                                  const float *w, const float *b, const float *g, float *x, choir_err *err);
 int choir_cuda_vv_attention(choir_cuda *cu, const float *q, int64_t T, const float *kc,
                             const float *vc, int64_t pos0, int n_heads, int n_kv, int D, float *out,
                             choir_err *err);

@@ -997,6 +997,31 @@ int choir_cuda_rms_norm(choir_cuda *cu, const float *x, float *y, int64_t rows, 
     op2_args o = {.a = x, .y = y, .rows = rows, .dim = dim, .g = gamma, .eps = eps, .kind = 6};
     return run_or_record(op2_run, &o, sizeof o);
 }
+/* As choir_cuda_rms_norm, each value rounded to bf16. */
+typedef struct rms_bf16_args {
+    const float *x, *g;
+    uint16_t *y;
+    int64_t rows, dim;
+    float eps;
+} rms_bf16_args;
+static int rms_bf16_op(const void *p) {
+    const rms_bf16_args *a = p;
+    for (int64_t r = 0; r < a->rows; r++) {
+        const float *xr = a->x + r * a->dim;
+        double ss = 0;
+        for (int64_t i = 0; i < a->dim; i++) ss += (double)xr[i] * xr[i];
+        float inv = (float)(1.0 / sqrt(ss / (double)a->dim + (double)a->eps));
+        for (int64_t i = 0; i < a->dim; i++)
+            a->y[r * a->dim + i] = choir_f32_to_bf16(xr[i] * inv * (a->g ? a->g[i] : 1.0f));
+    }
+    return 0;
+}
+int choir_cuda_rms_norm_bf16(choir_cuda *cu, const float *x, uint16_t *y, int64_t rows, int64_t dim,
+                             const float *gamma, float eps, choir_err *err) {
+    (void)cu, (void)err;
+    rms_bf16_args a = {x, gamma, y, rows, dim, eps};
+    return run_or_record(rms_bf16_op, &a, sizeof a);
+}
 int choir_cuda_rope(choir_cuda *cu, float *x, int64_t rows, int64_t ld, int n_head, int64_t Dh,
                     int64_t rot_dims, const int32_t *pos, float theta, bool interleaved,
                     choir_err *err) {

@@ -40,6 +40,18 @@ int choir_cuda_vv_add_scaled(choir_cuda *cu, float *x, const float *y, const flo
     return 0;
 }
 
+int choir_cuda_vv_dwconv_residual(choir_cuda *cu, const float *in, int64_t T, int64_t C, int kernel,
+                                  const float *w, const float *b, const float *g, float *x, choir_err *err) {
+    (void)cu, (void)err;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t c = 0; c < C; c++) {
+            float a = b ? b[c] : 0.0f;
+            for (int j = 0; j < kernel; j++) a += w[(int64_t)j * C + c] * in[(t + j) * C + c];
+            x[t * C + c] += (g ? g[c] : 1.0f) * a;
+        }
+    return 0;
+}
+
 int choir_cuda_vv_attention(choir_cuda *cu, const float *q, int64_t T, const float *kc,
                             const float *vc, int64_t pos0, int n_heads, int n_kv, int D, float *out,
                             choir_err *err) {
