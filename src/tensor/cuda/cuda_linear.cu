@@ -39,7 +39,9 @@ __device__ __forceinline__ float warp_sum(float v) {
  * Each lane adds its chunks of a row in column order whatever NR, U and the
  * load hint, so every caller gets the same floats. With `have_first`,
  * `first` holds row 0's first U steps already (gemv_load at the lane's first
- * column: loads issued before other work).
+ * column: loads issued before other work); with `next`, the last batch
+ * also loads that row's first U steps into *next_first (a warp that takes
+ * several rows keeps its loads in flight from one row to the next).
  *
  * HINT 1 loads the weights with ld.global.nc.L1::no_allocate.L2::256B (the
  * stream bypasses L1, where x lives, and asks L2 for 256-byte sectors);
@@ -100,7 +102,8 @@ __device__ __forceinline__ void gemv_chunk(const float *x, int M, int64_t cols, 
 template <typename T, int R, int NR = 1, int U = GEMV_UNROLL, int HINT = 0>
 __device__ __forceinline__ void gemv_dot(const float *x, int M, const T *const (&wr)[NR], int nrow,
                                          int64_t cols, int lane, float (&acc)[NR][R],
-                                         const uint4 (&first)[U], bool have_first) {
+                                         const uint4 (&first)[U], bool have_first,
+                                         const T *next = nullptr, uint4 (*next_first)[U] = nullptr) {
     constexpr int VEC = 16 / sizeof(T);
     constexpr int64_t STEP = 32 * VEC, BATCH = U * STEP;
 #pragma unroll
@@ -129,6 +132,9 @@ __device__ __forceinline__ void gemv_dot(const float *x, int M, const T *const (
                 for (int u = 0; u < U; u++) nxt[j][u] = make_uint4(0, 0, 0, 0);
                 if (j < nrow && c0 + BATCH < cols) gemv_load<T, U, HINT>(wr[j], cols, c0 + BATCH, nxt[j]);
             }
+            /* The last batch: the warp's next row's first steps go out
+             * before this batch's products (rows back to back in flight). */
+            if (next && c0 + BATCH >= cols) gemv_load<T, U, HINT>(next, cols, c_first, *next_first);
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 if (c0 + u * STEP < cols) {
@@ -165,35 +171,45 @@ __device__ __forceinline__ float gemv_out(float s, const float *__restrict__ bia
     return epilogue == GEMV_ACCUMULATE ? *yo + v : epilogue == GEMV_GELU ? cuda_gelu_erf(v) : v;
 }
 
-/* NR output rows a warp (consecutive), GEMV_WARPS warps a block; up to R
- * rows of x (1: a decoder step, fewer registers, more warps on the
- * device). */
-template <typename T, int R, int NR = 1, int U = GEMV_UNROLL, int HINT = 0>
+/* NR output rows a warp (consecutive), GEMV_WARPS warps a block, the warps
+ * striding over the rows by the grid (a grid that covers them: one group
+ * a warp; a smaller, persistent one: each warp's next row loaded while it
+ * finishes the last); up to R rows of x (1: a decoder step, fewer
+ * registers, more warps on the device). */
+template <typename T, int R, int NR = 1, int U = GEMV_UNROLL, int HINT = 0, bool PERSIST = false>
 __global__ void gemv_dense(const float *__restrict__ x, int M, const T *__restrict__ W, int64_t rows,
                            int64_t cols, const float *__restrict__ bias, float *__restrict__ y,
                            int epilogue) {
-    int lane = threadIdx.x & 31;
-    int64_t r = ((int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * NR;
-    if (r >= rows) return;
-    int nrow = rows - r < NR ? (int)(rows - r) : NR;
-    const T *wr[NR];
+    const int lane = threadIdx.x & 31;
+    const int64_t stride = (int64_t)gridDim.x * GEMV_WARPS * NR;
+    uint4 first[U] = {};
+    bool have_first = false;
+    for (int64_t r = ((int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * NR; r < rows; r += stride) {
+        int nrow = rows - r < NR ? (int)(rows - r) : NR;
+        const T *wr[NR];
 #pragma unroll
-    for (int j = 0; j < NR; j++) wr[j] = W + (r + (j < nrow ? j : 0)) * cols;
-    float acc[NR][R];
-    const uint4 none[U] = {};
-    gemv_dot<T, R, NR, U, HINT>(x, M, wr, nrow, cols, lane, acc, none, false);
+        for (int j = 0; j < NR; j++) wr[j] = W + (r + (j < nrow ? j : 0)) * cols;
+        const T *next = PERSIST && r + stride < rows ? W + (r + stride) * cols : nullptr;
+        uint4 nf[U] = {};
+        float acc[NR][R];
+        gemv_dot<T, R, NR, U, HINT>(x, M, wr, nrow, cols, lane, acc, first, have_first, next, &nf);
+        have_first = next != nullptr && cols % (16 / sizeof(T)) == 0;
 #pragma unroll
-    for (int j = 0; j < NR; j++) {
-        if (j >= nrow) break;
+        for (int u = 0; u < U; u++) first[u] = nf[u];
 #pragma unroll
-        for (int m = 0; m < R; m++) {
-            if (m >= M) break;
-            float s = warp_sum(acc[j][m]);
-            if (lane == 0) {
-                float *yo = y + (int64_t)m * rows + r + j;
-                *yo = gemv_out(s, bias, r + j, yo, epilogue);
+        for (int j = 0; j < NR; j++) {
+            if (j >= nrow) break;
+#pragma unroll
+            for (int m = 0; m < R; m++) {
+                if (m >= M) break;
+                float s = warp_sum(acc[j][m]);
+                if (lane == 0) {
+                    float *yo = y + (int64_t)m * rows + r + j;
+                    *yo = gemv_out(s, bias, r + j, yo, epilogue);
+                }
             }
         }
+        if (!PERSIST) break; /* a covering grid: one group a warp */
     }
 }
 
@@ -220,7 +236,7 @@ struct norm_linear_args {
  * layer norm followed by choir_cuda_linear (and GELU, and the rows scatter)
  * without the normalised rows' round trip or the extra launches. */
 #define NORM_LINEAR_THREADS 256
-template <typename T, int R, int NR = 1, int U = GEMV_UNROLL, int HINT = 0>
+template <typename T, int R, int NR = 1, int U = GEMV_UNROLL, int HINT = 0, bool PERSIST = false>
 __global__ void __launch_bounds__(NORM_LINEAR_THREADS)
     norm_gemv(const float *__restrict__ x, int M, int64_t K, const float *__restrict__ gamma,
               const float *__restrict__ beta, float eps, norm_linear_args a, int epilogue) {
@@ -239,7 +255,7 @@ __global__ void __launch_bounds__(NORM_LINEAR_THREADS)
     };
     constexpr int VEC = 16 / sizeof(T);
     uint4 first[U] = {};
-    const bool have_first = r0 < total && K % VEC == 0;
+    bool have_first = r0 < total && K % VEC == 0; /* row r0's, then each next row's */
     if (have_first) {
         int i = layer_of(r0);
         gemv_load<T, U, HINT>((const T *)a.W[i] + (r0 - a.start[i]) * K, K, (int64_t)lane * VEC, first);
@@ -270,8 +286,18 @@ __global__ void __launch_bounds__(NORM_LINEAR_THREADS)
             rows[j] = a.start[li[j] + 1] - a.start[li[j]];
             wr[j] = (const T *)a.W[li[j]] + rr[j] * K;
         }
+        const int64_t rn = r + (int64_t)gridDim.x * warps * NR;
+        const T *next = nullptr;
+        if (PERSIST && rn < total) {
+            int in = layer_of(rn);
+            next = (const T *)a.W[in] + (rn - a.start[in]) * K;
+        }
+        uint4 nf[U] = {};
         float acc[NR][R];
-        gemv_dot<T, R, NR, U, HINT>(xs, M, wr, nrow, K, lane, acc, first, have_first && r == r0);
+        gemv_dot<T, R, NR, U, HINT>(xs, M, wr, nrow, K, lane, acc, first, have_first, next, &nf);
+        have_first = next != nullptr && K % VEC == 0;
+#pragma unroll
+        for (int u = 0; u < U; u++) first[u] = nf[u];
 #pragma unroll
         for (int j = 0; j < NR; j++) {
             if (j >= nrow) break;
@@ -753,32 +779,50 @@ static int gemm_xwt(choir_cuda *cu, const void *x, const void *W, cudaDataType_t
 
 /* The bf16 one-row GEMVs' shape (gemv_dense and norm_gemv at M = 1 over
  * bf16 weights, a decode step's products): rows a warp NR, steps a batch U,
- * the weight load's hint. Variant 0 is the shape of the other GEMVs; the
- * others are candidates timed by choir_cuda_gemv_set_variant (all give the
- * same floats). */
-struct gemv_shape {
-    int nr, u, hint;
-};
-static const gemv_shape g_gemv_shapes[] = {{1, 4, 0}, {1, 4, 1}, {2, 4, 0}, {2, 4, 1}, {2, 2, 1}, {1, 8, 1}};
-#define GEMV_VARIANTS ((int)(sizeof g_gemv_shapes / sizeof g_gemv_shapes[0]))
+ * the weight load's hint, and the grid: one that covers the rows (a warp
+ * per group of NR) or a persistent one (as many blocks as fit on the
+ * device at once, each warp taking every so many rows, its next row's
+ * loads out while it finishes one). Variant 0 is the shape of the other
+ * GEMVs; the others are candidates timed by choir_cuda_gemv_set_variant
+ * (all give the same floats). */
+#define GEMV_VARIANTS 9
 static int g_gemv_variant = 0;
 int choir_cuda_gemv_variants(void) { return GEMV_VARIANTS; }
 void choir_cuda_gemv_set_variant(int v) { g_gemv_variant = v >= 0 && v < GEMV_VARIANTS ? v : 0; }
 
-/* Calls l(NR, U, HINT) for variant v, each an std::integral_constant (a
- * generic lambda's compile-time parameters). */
+/* Calls l(NR, U, HINT, PERSIST) for variant v, each an
+ * std::integral_constant (a generic lambda's compile-time parameters). */
 template <int N>
 using ic = std::integral_constant<int, N>;
 template <typename L>
 static void gemv_variant_launch(int v, L &&l) {
     switch (v) {
-    case 1: l(ic<1>{}, ic<4>{}, ic<1>{}); break;
-    case 2: l(ic<2>{}, ic<4>{}, ic<0>{}); break;
-    case 3: l(ic<2>{}, ic<4>{}, ic<1>{}); break;
-    case 4: l(ic<2>{}, ic<2>{}, ic<1>{}); break;
-    case 5: l(ic<1>{}, ic<8>{}, ic<1>{}); break;
-    default: l(ic<1>{}, ic<4>{}, ic<0>{}); break;
+    case 1: l(ic<1>{}, ic<4>{}, ic<1>{}, ic<0>{}); break;
+    case 2: l(ic<2>{}, ic<4>{}, ic<0>{}, ic<0>{}); break;
+    case 3: l(ic<2>{}, ic<4>{}, ic<1>{}, ic<0>{}); break;
+    case 4: l(ic<2>{}, ic<2>{}, ic<1>{}, ic<0>{}); break;
+    case 5: l(ic<1>{}, ic<8>{}, ic<1>{}, ic<0>{}); break;
+    case 6: l(ic<1>{}, ic<4>{}, ic<0>{}, ic<1>{}); break;
+    case 7: l(ic<1>{}, ic<4>{}, ic<1>{}, ic<1>{}); break;
+    case 8: l(ic<2>{}, ic<4>{}, ic<1>{}, ic<1>{}); break;
+    default: l(ic<1>{}, ic<4>{}, ic<0>{}, ic<0>{}); break;
     }
+}
+
+/* Blocks of kernel k a launch needs to cover `groups` warp groups, or with
+ * `persist` at most as many as are resident on the device at once. */
+template <typename K>
+static int64_t gemv_grid(choir_cuda *cu, K k, int threads, size_t smem, int64_t groups, bool persist) {
+    int64_t warps = threads / 32, need = (groups + warps - 1) / warps;
+    if (persist) {
+        int per_sm = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, threads, smem) == cudaSuccess &&
+            per_sm > 0) {
+            int64_t fit = (int64_t)per_sm * cu->props.sm_count;
+            if (fit < need) need = fit;
+        }
+    }
+    return need < INT32_MAX ? need : INT32_MAX;
 }
 
 /* The dense GEMV over f32, f16 or bf16 weights (the caller has checked the
@@ -802,11 +846,10 @@ static int launch_gemv_dense(choir_cuda *cu, const float *x, int64_t M, const ch
     case CHOIR_WEIGHT_BF16:
         if (M == 1) {
             const __nv_bfloat16 *w = (const __nv_bfloat16 *)W->data.ptr;
-            gemv_variant_launch(g_gemv_variant, [&](auto nr, auto u, auto hint) {
-                unsigned per = GEMV_WARPS * nr.value;
-                gemv_dense<__nv_bfloat16, 1, nr.value, u.value, hint.value>
-                    <<<(unsigned)((N + per - 1) / per), 32 * GEMV_WARPS, 0, cu->stream>>>(
-                        x, 1, w, N, K, bias, y, epilogue);
+            gemv_variant_launch(g_gemv_variant, [&](auto nr, auto u, auto hint, auto persist) {
+                auto k = gemv_dense<__nv_bfloat16, 1, nr.value, u.value, hint.value, persist.value != 0>;
+                int64_t nb = gemv_grid(cu, k, 32 * GEMV_WARPS, 0, (N + nr.value - 1) / nr.value, persist.value);
+                k<<<(unsigned)nb, 32 * GEMV_WARPS, 0, cu->stream>>>(x, 1, w, N, K, bias, y, epilogue);
             });
         } else {
             CHOIR_GEMV(__nv_bfloat16, GEMV_MAX_ROWS);
@@ -899,11 +942,12 @@ int choir_cuda_norm_linear(choir_cuda *cu, const float *x, int64_t M,
     default:
         if (M == 1) {
             const int64_t total = a.start[p->n];
-            gemv_variant_launch(g_gemv_variant, [&](auto nr, auto u, auto hint) {
-                int64_t per = (NORM_LINEAR_THREADS / 32) * nr.value, nb = (total + per - 1) / per;
-                norm_gemv<__nv_bfloat16, 1, nr.value, u.value, hint.value>
-                    <<<(unsigned)(nb < INT32_MAX ? nb : INT32_MAX), NORM_LINEAR_THREADS, smem,
-                       cu->stream>>>(x, 1, K, p->gamma, p->beta, p->eps, a, epilogue);
+            gemv_variant_launch(g_gemv_variant, [&](auto nr, auto u, auto hint, auto persist) {
+                auto k = norm_gemv<__nv_bfloat16, 1, nr.value, u.value, hint.value, persist.value != 0>;
+                int64_t nb = gemv_grid(cu, k, NORM_LINEAR_THREADS, smem, (total + nr.value - 1) / nr.value,
+                                       persist.value);
+                k<<<(unsigned)nb, NORM_LINEAR_THREADS, smem, cu->stream>>>(x, 1, K, p->gamma, p->beta,
+                                                                          p->eps, a, epilogue);
             });
         } else {
             CHOIR_NORM_GEMV(__nv_bfloat16, GEMV_MAX_ROWS);
