@@ -6,7 +6,8 @@
  * choir_vibevoice_randw, no checkpoint or fixture), so it runs from the
  * standalone tests/cuda build:
  *  1. the four VibeVoice operations (choir/backend_vibevoice.h) on random
- *     inputs, CUDA vs CPU;
+ *     inputs, CUDA vs CPU; the prefill attention also on the tensor cores
+ *     (check_flash_ops, its own bound);
  *  2. the whole model at reduced dimensions, the same tensors on both
  *     backends, stage by stage: acoustic and semantic latents (chunked,
  *     several passes per chunk), audio embeddings, inputs embeddings and
@@ -38,6 +39,12 @@
  *     k_vv_att_split128 (before/after); --kv bf16 holds the batch's KV pool
  *     in bf16 (half the attention's bytes); --att-bench 1 also times, after each
  *     batch, the step's attention alone with both kernels (bench_attention).
+ *     --pf-att simt|flash|both picks the prefill attention (the f32 SIMT
+ *     kernel, the tensor-core one of cuda_vv_flash.cu, or each length's
+ *     prefill with both, SIMT first; default: CHOIR_VV_PREFILL_FLASH, else
+ *     SIMT), --pf-warps 4|8 the tensor-core kernel's warps a block, and
+ *     --pf-bench 1 times each length's prefill attention alone over one
+ *     layer (bench_prefill_attention: TFLOP/s of each kernel).
  *     --engine B[,B..] (builds with the engine) runs instead waves of B
  *     requests of --batch-min minutes (--steps new tokens each) through an
  *     engine serving the adapter on GPU 0 with its default device budget
@@ -55,7 +62,9 @@
  * and the CPU sum in other orders; the parity bound against transformers is
  * the same 1e-4). bf16 weights: model stages <= 3e-2 (cuBLAS may round the
  * activations to bf16 where the CPU converts the weights to f32), greedy
- * tokens may then differ and are only reported. */
+ * tokens may then differ and are only reported. The tensor-core prefill
+ * attention (bf16 q, K, V and P): 1e-2, the operation and a model's
+ * one-chunk prefill (check_flash_ops says why). */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -77,6 +86,9 @@
 static int n_pass, n_fail;
 /* The bench's KV pool values (--kv f32|bf16). */
 static choir_dtype g_bench_kv = CHOIR_DTYPE_F32;
+/* --pf-att both: each audio length's prefill run twice, with the f32 SIMT
+ * prefill attention and with the tensor-core one. */
+static bool g_pf_both;
 
 static void verdict(const char *name, double err, double tol) {
     int ok = isfinite(err) && err <= tol;
@@ -138,6 +150,88 @@ static double down_cmp(pair *p, const float *dev, const float *want, int64_t n) 
     return e;
 }
 
+/* The prefill attention on the tensor cores (cuda_vv_flash.cu) against the
+ * CPU's f32 attention, with 4 and 8 warps a block: prefill chunks over a
+ * filled contiguous cache (T a multiple of the 64-row tile and not, from an
+ * empty cache and at pos0 > 0, the 7B model's 7:1 groups, the 1.5B's 6:1
+ * and 1:1 heads of 64), then a 300-row chunk at 2700 over a shuffled page
+ * table with f32 and bf16 pools.
+ *
+ * Bound 1e-2 relative L2. The kernel rounds q (times scale log2 e), K, V
+ * and the probabilities P to bf16 (relative error at most 2^-9, about
+ * 1.1e-3 RMS each) and sums in f32. With q of amplitude 2 the scaled scores
+ * have a spread near 0.7, so the rounding of q and K moves each score by
+ * about 1e-3 absolute, i.e. each weight by about 1e-3 relative; the output
+ * o = sum_j p_j v_j / sum_j p_j then carries three independent relative
+ * errors per term (score, P's rounding, V's rounding) that average like the
+ * terms themselves, so rel L2 is near sqrt(3) x 1.1e-3 ~ 2e-3 (the host
+ * emulation, tests/cuda/emu/run_flash_emu.sh, gives 1.1e-3 to 3.2e-3 on
+ * such cases). 1e-2 leaves a factor of 3 to 5 for the hardware's ex2.approx
+ * and summation orders while a wrong mask, fragment or page (errors of
+ * order 1, as the emulation shows) cannot pass. With a bf16 pool K and V are
+ * the CPU's values too, so only q and P round. */
+static void check_flash_ops(pair *p) {
+    const int cases[][5] = {{64, 700, 28, 4, 128}, {37, 0, 28, 4, 128}, {300, 45, 14, 2, 128},
+                            {130, 250, 12, 2, 128}, {100, 33, 8, 8, 64}, {200, 0, 4, 2, 64}};
+    choir_cuda_vv_prefill_flash(true);
+    if (!choir_cuda_vv_prefill_flash_on()) {
+        /* The fake CUDA build (tests/cuda/fake) has one attention, in double. */
+        printf("SKIP  flash prefill attention: not in this build\n");
+        return;
+    }
+    for (int warps = 4; warps <= 8; warps += 4) {
+        choir_cuda_vv_prefill_flash_warps(warps);
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            int64_t T = cases[c][0], pos0 = cases[c][1];
+            int nh = cases[c][2], nkv = cases[c][3], D = cases[c][4];
+            int64_t rows = pos0 + T, ld = (int64_t)nh * D, ldk = (int64_t)nkv * D;
+            float *q = rnd(T * ld, 2), *k = rnd(rows * ldk, 1), *v = rnd(rows * ldk, 1), *out = rnd(T * ld, 1);
+            size_t mark = choir_stream_mark(p->gpu);
+            choir_op_attention_cached(p->cpu, q, T, k, v, pos0, nh, nkv, D, out);
+            float *dout = choir_stream_floats(p->gpu, T * ld, "out");
+            choir_op_attention_cached(p->gpu, up(p, q, T * ld), T, up(p, k, rows * ldk), up(p, v, rows * ldk), pos0,
+                                      nh, nkv, D, dout);
+            char name[96];
+            snprintf(name, sizeof name, "flash %d warps: attention_cached T %lld at %lld, %d/%d x %d", warps,
+                     (long long)T, (long long)pos0, nh, nkv, D);
+            verdict(name, down_cmp(p, dout, out, T * ld), 1e-2);
+            choir_stream_release(p->gpu, mark);
+            free(q), free(k), free(v), free(out);
+        }
+        int nh = 28, nkv = 4, D = 128, P = CHOIR_VV_PAGE, npg = 40, tl = 24;
+        int64_t T = 300, pos0 = 2700, ld = (int64_t)nh * D, ldk = (int64_t)nkv * D, rows = (int64_t)npg * P;
+        int32_t tab[24];
+        for (int i = 0; i < tl; i++) tab[i] = (i * 17 + 5) % npg;
+        float *q = rnd(T * ld, 2), *k = rnd(rows * ldk, 1), *v = rnd(rows * ldk, 1), *out = rnd(T * ld, 1);
+        uint16_t *hk = malloc((size_t)(rows * ldk) * 2), *hv = malloc((size_t)(rows * ldk) * 2);
+        for (int64_t e = 0; e < rows * ldk; e++) hk[e] = choir_f32_to_bf16(k[e]), hv[e] = choir_f32_to_bf16(v[e]);
+        size_t mark = choir_stream_mark(p->gpu);
+        int32_t *dtab = choir_stream_alloc(p->gpu, sizeof tab, "table");
+        uint16_t *dhk = choir_stream_alloc(p->gpu, (size_t)(rows * ldk) * 2, "bf16 keys");
+        uint16_t *dhv = choir_stream_alloc(p->gpu, (size_t)(rows * ldk) * 2, "bf16 values");
+        if (dtab && dhk && dhv) {
+            choir_op_upload(p->gpu, dtab, tab, sizeof tab);
+            choir_op_upload(p->gpu, dhk, hk, (size_t)(rows * ldk) * 2);
+            choir_op_upload(p->gpu, dhv, hv, (size_t)(rows * ldk) * 2);
+        }
+        float *dq = up(p, q, T * ld), *dout = choir_stream_floats(p->gpu, T * ld, "out");
+        choir_op_attention_paged(p->cpu, q, T, k, v, tab, pos0, nh, nkv, D, out);
+        choir_op_attention_paged(p->gpu, dq, T, up(p, k, rows * ldk), up(p, v, rows * ldk), dtab, pos0, nh, nkv, D,
+                                 dout);
+        char name[96];
+        snprintf(name, sizeof name, "flash %d warps: attention_paged 300 at 2700, shuffled, f32 pool", warps);
+        verdict(name, down_cmp(p, dout, out, T * ld), 1e-2);
+        choir_op_attention_paged_kv(p->cpu, q, T, hk, hv, CHOIR_DTYPE_BF16, tab, pos0, nh, nkv, D, out);
+        choir_op_attention_paged_kv(p->gpu, dq, T, dhk, dhv, CHOIR_DTYPE_BF16, dtab, pos0, nh, nkv, D, dout);
+        snprintf(name, sizeof name, "flash %d warps: attention_paged 300 at 2700, shuffled, bf16 pool", warps);
+        verdict(name, down_cmp(p, dout, out, T * ld), 1e-2);
+        choir_stream_release(p->gpu, mark);
+        free(hk), free(hv), free(q), free(k), free(v), free(out);
+    }
+    choir_cuda_vv_prefill_flash_warps(4);
+    choir_cuda_vv_prefill_flash(false);
+}
+
 static void check_ops(choir_backend *cpu_be, choir_backend *gpu_be) {
     choir_err err = {0};
     pair p = {choir_stream_create(cpu_be, &err), choir_stream_create(gpu_be, &err)};
@@ -170,6 +264,10 @@ static void check_ops(choir_backend *cpu_be, choir_backend *gpu_be) {
         verdict("op add_scaled_rows 333 x 256", down_cmp(&p, dx, x, T * C), 1e-5);
         free(in), free(w), free(b), free(out), free(x), free(g);
     }
+    /* The cases below hold the f32 kernels to 1e-5: the tensor-core prefill
+     * (choir_cuda_vv_prefill_flash) has its own cases, check_flash_ops. */
+    bool flash_env = choir_cuda_vv_prefill_flash_on();
+    choir_cuda_vv_prefill_flash(false);
     /* (T, pos0, heads, kv heads, D): a prefill chunk over a filled cache,
      * a decoder step deep in the cache, D = 256; the split-keys path (up to
      * 16 rows): the 7B model's 7:1 groups at a split boundary, one key, 8:1
@@ -319,6 +417,8 @@ static void check_ops(choir_backend *cpu_be, choir_backend *gpu_be) {
         }
     }
     if (choir_stream_status(p.cpu, &err) || choir_stream_status(p.gpu, &err)) failed("ops: stream error", &err);
+    check_flash_ops(&p);
+    choir_cuda_vv_prefill_flash(flash_env);
 done:
     choir_stream_free(p.cpu);
     choir_stream_free(p.gpu);
@@ -355,6 +455,7 @@ typedef struct run {
     float *step_logits; /* [steps][vocab] */
     int32_t tokens[8];
     int graph;          /* record the step as a graph (choir_vibevoice_set_step_graph) */
+    int chunk;          /* prefill chunk (0: 16) */
     int graphed;        /* steps that were graph replays */
 } run;
 
@@ -370,7 +471,7 @@ static int run_model(const choir_vibevoice *m, const float *x, int64_t n, const 
     const choir_vibevoice_dims *D = choir_vibevoice_get_dims(m);
     int64_t T = n / D->hop, H = D->lm.hidden;
     int V = D->lm.vocab;
-    choir_vibevoice_plan plan = {.max_samples = n, .max_context = n_ids + 9, .prefill_chunk = 16,
+    choir_vibevoice_plan plan = {.max_samples = n, .max_context = n_ids + 9, .prefill_chunk = r->chunk ? r->chunk : 16,
                                  .enc_piece = 3 * D->hop};
     r->lat_a = malloc((size_t)(T * D->acoustic.vae_dim) * sizeof(float));
     r->lat_s = malloc((size_t)(T * D->semantic.vae_dim) * sizeof(float));
@@ -709,6 +810,24 @@ static void check_model(choir_backend *gpu_be, choir_dtype dt, double tol) {
             else n_fail++;
         }
         run_free(&g);
+        /* The prompt's 51 rows in one prefill chunk, so through the prefill
+         * attention (chunks of 16 take the split-keys kernel), on the
+         * tensor cores: its bf16 roundings (check_flash_ops) through two
+         * layers, against the CPU's run in chunks of 16. */
+        run f = {.chunk = 64};
+        bool flash_was = choir_cuda_vv_prefill_flash_on();
+        choir_cuda_vv_prefill_flash(true);
+        snprintf(name, sizeof name, "model %s: prefill in one chunk, flash attention", tag);
+        if (run_model(gpu, x, n, ids, n_ids, a.tokens, &f, &err)) failed(name, &err);
+        else {
+            double ftol = tol > 1e-2 ? tol : 1e-2;
+            snprintf(name, sizeof name, "model %s: hidden final (one chunk, flash attention)", tag);
+            verdict(name, rel_l2(f.hid, a.hid, (int64_t)n_ids * d.lm.hidden), ftol);
+            snprintf(name, sizeof name, "model %s: last logits (one chunk, flash attention)", tag);
+            verdict(name, rel_l2(f.logits, a.logits, d.lm.vocab), ftol);
+        }
+        choir_cuda_vv_prefill_flash(flash_was);
+        run_free(&f);
         check_batch(cpu, gpu, tag, tol, 0);
         check_batch(cpu, gpu, tag, tol, 1);
         check_batch(cpu, gpu, tag, tol, 2);
@@ -924,11 +1043,25 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
     int enc_rc = choir_vibevoice_encode(m, s, x, np, 0, NULL, NULL, err);
     profile_range("encode", false);
     if (enc_rc) goto out;
-    double e1 = choir_now_s();
-    profile_range("prefill", true);
-    if (choir_vibevoice_prefill(m, s, ids, n_ids, NULL, NULL, NULL, err)) goto out;
-    profile_range("prefill", false);
-    double p1 = choir_now_s();
+    double enc1 = choir_now_s(), e1 = enc1, p1 = e1, pf_tps[2] = {0, 0};
+    /* With --pf-att both, the prompt twice on the same encoded audio (the
+     * cache emptied between): SIMT, then flash; the figures below are the
+     * last run's. */
+    for (int md = 0; md < (g_pf_both ? 2 : 1); md++) {
+        if (g_pf_both) {
+            choir_cuda_vv_prefill_flash(md == 1);
+            choir_vibevoice_reset(s);
+        }
+        e1 = choir_now_s();
+        profile_range("prefill", true);
+        if (choir_vibevoice_prefill(m, s, ids, n_ids, NULL, NULL, NULL, err)) goto out;
+        profile_range("prefill", false);
+        p1 = choir_now_s();
+        pf_tps[md] = n_ids / (p1 - e1);
+        if (g_pf_both)
+            printf("prefill    %d tokens, %s attention: %.3f s, %.0f tokens/s\n", n_ids,
+                   md ? "flash (tensor cores)" : "f32 SIMT", p1 - e1, pf_tps[md]);
+    }
     const float *logits = choir_vibevoice_logits(s);
     profile_range("step", true);
     for (int i = 0; i < steps; i++)
@@ -962,8 +1095,8 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
     }
     if (sweeps) choir_cuda_gemv_set_variant(0);
     double peak = choir_backend_mem_peak(be) / 1e9; /* everything held through the backend, weights too */
-    printf("encoders   %.0f s of audio in %.3f s (%.0fx real time)\n", minutes * 60, e1 - e0,
-           minutes * 60 / (e1 - e0));
+    printf("encoders   %.0f s of audio in %.3f s (%.0fx real time)\n", minutes * 60, enc1 - e0,
+           minutes * 60 / (enc1 - e0));
     printf("prefill    %d tokens in %.3f s: %.0f tokens/s (chunks of %d)\n", n_ids, p1 - e1, n_ids / (p1 - e1),
            chunk);
     printf("decode     %d steps in %.3f s: %.2f ms/token op by op, %.2f ms/token as a graph (%d of %d "
@@ -972,8 +1105,10 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
     printf("device     peak %.2f GB (weights %.2f GB, state planned %.2f GB)\n", peak,
            choir_vibevoice_device_bytes(m) / 1e9, choir_vibevoice_plan_bytes(d, &plan) / 1e9);
     printf("choir vibevoice %g min: min=%g enc_s=%.4f prefill_tps=%.1f decode_ms=%.3f graph_ms=%.3f "
-           "peak_gb=%.3f\n", minutes, minutes, e1 - e0, n_ids / (p1 - e1), 1000 * (d1 - p1) / steps,
-           1000 * (g1 - g0) / steps, peak);
+           "peak_gb=%.3f pf_att=%s", minutes, minutes, enc1 - e0, n_ids / (p1 - e1), 1000 * (d1 - p1) / steps,
+           1000 * (g1 - g0) / steps, peak, g_pf_both ? "both" : choir_cuda_vv_prefill_flash_on() ? "flash" : "simt");
+    if (g_pf_both) printf(" prefill_simt_tps=%.1f prefill_flash_tps=%.1f", pf_tps[0], pf_tps[1]);
+    printf("\n");
     fflush(stdout);
     status = 0;
 out:
@@ -1171,10 +1306,100 @@ out:
     return status;
 }
 
+/* The prefill's attention alone: one layer's worth, every chunk of an
+ * n_ids-token prompt in chunks of `chunk` (query rows at pos0 .. against
+ * keys 0 .. pos0 + i), over random f32 keys and values in a contiguous cache
+ * (the single-sequence state's) with the f32 SIMT kernel and the tensor-core
+ * one at 4 and 8 warps a block (the f32 cache rounded to bf16 first, counted
+ * in), then over a bf16 paged pool (a shuffled table; the engine's
+ * --kv bf16) with the tensor-core kernel. The causal FLOPs (4 D n_heads per
+ * visible key and query row) over the time of the last of 3 passes, against
+ * the H100's measured dense bf16 peak (780 TFLOP/s; the SIMT kernel runs on
+ * the f32 pipes, 67 TFLOP/s at most). */
+static int bench_prefill_attention(choir_backend *be, const choir_vibevoice_dims *d, int n_ids, int chunk,
+                                   choir_err *err) {
+    const choir_vibevoice_lm_dims *L = &d->lm;
+    int nh = L->n_heads, nkv = L->n_kv_heads, D = L->head_dim;
+    int pages = (n_ids + CHOIR_VV_PAGE - 1) / CHOIR_VV_PAGE;
+    int64_t rows = (int64_t)pages * CHOIR_VV_PAGE, ldk = (int64_t)nkv * D, ldq = (int64_t)nh * D;
+    size_t bytes = (size_t)(2 * rows * ldk + 2 * (int64_t)chunk * ldq) * sizeof(float) +
+                   (size_t)(2 * rows * ldk) * sizeof(uint16_t) + (size_t)pages * sizeof(int32_t) + (8u << 10);
+    choir_stream *st = choir_stream_create(be, err);
+    if (!st || choir_stream_reserve(st, bytes, 0, err)) {
+        choir_stream_free(st);
+        return 1;
+    }
+    float *kc = choir_stream_floats(st, rows * ldk, "k"), *vc = choir_stream_floats(st, rows * ldk, "v");
+    float *q = choir_stream_floats(st, (int64_t)chunk * ldq, "q"), *out = choir_stream_floats(st, (int64_t)chunk * ldq, "out");
+    uint16_t *kb = choir_stream_alloc(st, (size_t)(rows * ldk) * 2, "k bf16"), *vb = choir_stream_alloc(st, (size_t)(rows * ldk) * 2, "v bf16");
+    int32_t *tab = choir_stream_alloc(st, (size_t)pages * sizeof(int32_t), "table");
+    float *h = malloc((size_t)(rows * ldk) * sizeof(float));
+    uint16_t *hb = malloc((size_t)(rows * ldk) * sizeof(uint16_t));
+    int32_t *ht = malloc((size_t)pages * sizeof(int32_t));
+    int status = 1;
+    bool was = choir_cuda_vv_prefill_flash_on();
+    if (!h || !hb || !ht || choir_stream_status(st, err)) goto out;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int64_t i = 0; i < rows * ldk; i++) h[i] = frand(), hb[i] = choir_f32_to_bf16(h[i]);
+        choir_op_upload(st, pass ? vc : kc, h, (size_t)(rows * ldk) * sizeof(float));
+        choir_op_upload(st, pass ? vb : kb, hb, (size_t)(rows * ldk) * 2);
+    }
+    for (int64_t i = 0; i < (int64_t)chunk * ldq; i++) h[i] = 2 * frand();
+    choir_op_upload(st, q, h, (size_t)chunk * ldq * sizeof(float));
+    /* Page j of the prompt is pool page (j * 7) mod pages when 7 does not divide pages, else j. */
+    for (int j = 0; j < pages; j++) ht[j] = pages % 7 ? (int32_t)(((int64_t)j * 7) % pages) : j;
+    choir_op_upload(st, tab, ht, (size_t)pages * sizeof(int32_t));
+    if (choir_stream_sync(st, err)) goto out;
+    double flop = 0;
+    for (int64_t p0 = 0; p0 < n_ids; p0 += chunk) {
+        int64_t T = n_ids - p0 < chunk ? n_ids - p0 : chunk;
+        flop += 4.0 * D * nh * (double)T * ((double)p0 + (double)(T + 1) / 2);
+    }
+    static const struct {
+        const char *name;
+        int flash, warps, paged;
+    } modes[] = {{"f32 SIMT, f32 cache", 0, 4, 0},         {"flash 4 warps, f32 cache", 1, 4, 0},
+                 {"flash 8 warps, f32 cache", 1, 8, 0},    {"f32 SIMT, bf16 pages", 0, 4, 1},
+                 {"flash 4 warps, bf16 pages", 1, 4, 1},  {"flash 8 warps, bf16 pages", 1, 8, 1}};
+    printf("prefill attention alone, one layer: %d tokens in chunks of %d, %d/%d heads x %d, %.2f TFLOP (causal)\n",
+           n_ids, chunk, nh, nkv, D, flop / 1e12);
+    for (size_t md = 0; md < sizeof modes / sizeof modes[0]; md++) {
+        choir_cuda_vv_prefill_flash(modes[md].flash != 0);
+        choir_cuda_vv_prefill_flash_warps(modes[md].warps);
+        double t0 = 0;
+        for (int rep = 0; rep < 3; rep++) {
+            if (choir_stream_sync(st, err)) goto out;
+            t0 = choir_now_s();
+            for (int64_t p0 = 0; p0 < n_ids; p0 += chunk) {
+                int64_t T = n_ids - p0 < chunk ? n_ids - p0 : chunk;
+                if (modes[md].paged)
+                    choir_op_attention_paged_kv(st, q, T, kb, vb, CHOIR_DTYPE_BF16, tab, p0, nh, nkv, D, out);
+                else choir_op_attention_cached(st, q, T, kc, vc, p0, nh, nkv, D, out);
+            }
+        }
+        if (choir_stream_sync(st, err)) goto out;
+        double ms = 1000 * (choir_now_s() - t0), tf = flop / (ms * 1e-3) / 1e12;
+        printf("pf-att     %-26s %8.3f ms  %7.1f TFLOP/s  %5.1f%% of 780 (bf16 dense peak)\n", modes[md].name, ms, tf,
+               100 * tf / 780);
+        printf("choir vibevoice pf_att n_ids=%d chunk=%d mode=\"%s\": ms=%.3f tflops=%.2f\n", n_ids, chunk,
+               modes[md].name, ms, tf);
+    }
+    fflush(stdout);
+    status = 0;
+out:
+    choir_cuda_vv_prefill_flash(was);
+    choir_cuda_vv_prefill_flash_warps(4);
+    free(h);
+    free(hb);
+    free(ht);
+    choir_stream_free(st);
+    return status;
+}
+
 /* minutes: a comma-separated list of audio lengths, timed in that order on
  * one model. */
 static int bench(const char *size, int layers, const char *minutes, int steps, int chunk, const char *batches,
-                 double batch_min, bool att_bench) {
+                 double batch_min, bool att_bench, bool pf_bench) {
     choir_err err = {0};
     choir_vibevoice_dims d;
     if (choir_vibevoice_dims_named(size, &d, &err)) {
@@ -1206,6 +1431,10 @@ static int bench(const char *size, int layers, const char *minutes, int steps, i
             goto out;
         }
         if (bench_len(be, m, &d, mins, steps, chunk, &err)) goto out;
+        if (pf_bench) {
+            int64_t np = choir_vibevoice_padded_len((int64_t)(mins * 60 * CHOIR_VIBEVOICE_SAMPLE_RATE), d.hop);
+            if (bench_prefill_attention(be, &d, (int)(np / d.hop) + 66, chunk, &err)) goto out;
+        }
         p = *end == ',' ? end + 1 : end;
     }
     for (const char *p = batches; p && *p;) {
@@ -1237,7 +1466,7 @@ int main(int argc, char **argv) {
     const char *minutes = "10", *batches = NULL;
     double batch_min = 10, burst_min = 0;
     int join = 0;
-    bool att_bench = false;
+    bool att_bench = false, pf_bench = false;
     const char *engine = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--bench") == 0) size = argv[i + 1];
@@ -1274,6 +1503,16 @@ int main(int argc, char **argv) {
             printf("batch KV pool: %s\n", g_bench_kv == CHOIR_DTYPE_BF16 ? "bf16" : "f32");
         } else if (strcmp(argv[i], "--att-bench") == 0) {
             att_bench = atoi(argv[i + 1]) != 0;
+        } else if (strcmp(argv[i], "--pf-att") == 0) {
+            const char *a = argv[i + 1];
+            g_pf_both = strcmp(a, "both") == 0;
+            choir_cuda_vv_prefill_flash(strcmp(a, "flash") == 0);
+            printf("prefill attention: %s\n", g_pf_both ? "f32 SIMT, then flash (tensor cores), each length"
+                                              : strcmp(a, "flash") == 0 ? "flash (tensor cores)" : "f32 SIMT");
+        } else if (strcmp(argv[i], "--pf-warps") == 0) {
+            choir_cuda_vv_prefill_flash_warps(atoi(argv[i + 1]));
+        } else if (strcmp(argv[i], "--pf-bench") == 0) {
+            pf_bench = atoi(argv[i + 1]) != 0;
         } else if (strcmp(argv[i], "--att") == 0) {
             choir_cuda_vv_set_split128(strcmp(argv[i + 1], "old") != 0);
             printf("decode attention: %s\n", strcmp(argv[i + 1], "old") ? "split128" : "general split");
@@ -1288,7 +1527,7 @@ int main(int argc, char **argv) {
 #endif
     if (size)
         return bench(size, layers, minutes, steps > 0 ? steps : 1, chunk > 0 ? chunk : 1024, batches,
-                     batch_min > 0 ? batch_min : 10, att_bench);
+                     batch_min > 0 ? batch_min : 10, att_bench, pf_bench);
     choir_err err = {0};
     choir_backend_cuda_opts o = {.device = 0};
     choir_backend *gpu = choir_backend_cuda(&o, &err);

@@ -110,6 +110,10 @@ static int64_t layout(const choir_vibevoice_dims *dims, const vv_kernels k[2], c
          * 16 rows) on a device: partial sums of every split of the context. */
         int64_t att_rows = Pc <= 16 ? Pc : 1, splits = (ctx + 127) / 128;
         need = max64(need, att_rows * L->n_heads * splits * (L->head_dim + 2) * (int64_t)sizeof(float));
+        /* The tensor-core prefill attention over an f32 cache
+         * (choir_cuda_vv_prefill_flash): the visible keys and values
+         * rounded to bf16, each half aligned to 256 bytes. */
+        if (Pc > 16) need = max64(need, 2 * ((ctx * kvd * 2 + 255) & ~(int64_t)255));
         *scratch = need;
     }
     struct {

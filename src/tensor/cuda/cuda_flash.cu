@@ -14,43 +14,11 @@
 #include <stdint.h>
 
 #include "tensor/cuda/cuda_internal.h"
+#include "tensor/cuda/cuda_mma.h"
 
 #define FA_KT 64                 /* keys per tile */
 #define FA_WARPS 4
 #define FA_THREADS (32 * FA_WARPS)
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *(uint32_t *)&v;
-}
-
-__device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0,
-                                         uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *smem) {
-    uint32_t addr = (uint32_t)__cvta_generic_to_shared(smem);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-/* 16 bytes global -> shared; src_bytes 0 fills zeros (rows past the end). */
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src_bytes) {
-    uint32_t addr = (uint32_t)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(gmem),
-                 "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 template <int D, int MT>
 __global__ void __launch_bounds__(FA_THREADS)
@@ -263,19 +231,6 @@ __global__ void __launch_bounds__(FA_THREADS)
  *    per thread and tile, runs on a few tiles of a row instead of all);
  *  - WARPS (4 or 8) warps share each K/V tile (8: 256 query rows per block,
  *    half the tile traffic from L2). */
-__device__ __forceinline__ float ex2_ftz(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *smem) {
-    uint32_t addr = (uint32_t)__cvta_generic_to_shared(smem);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
 #define FA2_GROW 8.0f /* log2 of how far a row's maximum may run ahead of its reference */
 
 template <int D, int MT, int WARPS>

@@ -542,7 +542,8 @@ static int att_split(choir_cuda *cu, const float *q, int64_t T, const KV *kc, co
 
 /* The tiled prefill kernel for heads of 64 or 128 values (the caller checks
  * D and that a group fits a block), over contiguous caches or, with table,
- * over pages. */
+ * over pages; or, when choir_cuda_vv_prefill_flash is on, the tensor-core
+ * one (cuda_vv_flash.cu). */
 template <typename KV>
 static int att_prefill(choir_cuda *cu, const float *q, int64_t T, const KV *k, const KV *v,
                        int64_t pos0, const int32_t *table, int n_heads, int n_kv, int D, float *out,
@@ -551,6 +552,11 @@ static int att_prefill(choir_cuda *cu, const float *q, int64_t T, const KV *k, c
     int64_t tiles = (T + rows - 1) / rows;
     if (tiles > INT32_MAX || n_kv > 65535)
         return choir_err_set(err, CHOIR_ETOOBIG, "cuda: attention of %lld rows", (long long)T);
+    /* The tensor-core kernel when it is on (K and V rows 16-byte aligned for
+     * its cp.async: every cache and pool is). */
+    if (choir_cuda_vv_prefill_flash_on() && !(((uintptr_t)k | (uintptr_t)v) & 15) && (n_kv * D) % 8 == 0)
+        return choir_cuda_vv_flash_prefill(cu, q, T, k, v, sizeof(KV) == 2, table, pos0, n_heads, n_kv, D, out,
+                                           err);
     dim3 grid((unsigned)tiles, (unsigned)n_kv);
     float scale = 1.0f / sqrtf((float)D);
     if (D == 128)

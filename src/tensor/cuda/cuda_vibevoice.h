@@ -42,6 +42,26 @@ int choir_cuda_vv_attention_paged(choir_cuda *cu, const float *q, int64_t T, con
  * gives the general split kernel, for before/after figures). Process-wide. */
 void choir_cuda_vv_set_split128(bool on);
 
+/* Prefill attention (more than 16 rows, heads of 64 or 128 values) on the
+ * tensor cores (cuda_vv_flash.cu): q, K, V and the probabilities rounded
+ * to bf16, f32 sums, so about 1e-2 from the f32 path instead of 1e-6. Off by
+ * default (not yet run on a GPU): the f32 SIMT kernel k_vv_att_prefill runs.
+ * choir_cuda_vv_prefill_flash sets it for the process; until it is called,
+ * CHOIR_VV_PREFILL_FLASH=1 in the environment (read once, at the first
+ * prefill) turns it on. Process-wide. */
+void choir_cuda_vv_prefill_flash(bool on);
+bool choir_cuda_vv_prefill_flash_on(void);
+/* Warps (query rows / 16) per block of the flash prefill: 4 (default) or 8. */
+void choir_cuda_vv_prefill_flash_warps(int warps);
+/* The flash prefill itself: T rows of q at pos0 .. over keys and values of
+ * kv_bf16 ? bf16 : f32 (an f32 cache is rounded to bf16 into the context's
+ * scratch first: 2 (pos0 + T) n_kv D bf16 values, each half aligned to 256
+ * bytes), contiguous or through `table` (pages of CHOIR_VV_PAGE rows). K
+ * and V rows 16-byte aligned. */
+int choir_cuda_vv_flash_prefill(choir_cuda *cu, const float *q, int64_t T, const void *k, const void *v,
+                                bool kv_bf16, const int32_t *table, int64_t pos0, int n_heads, int n_kv, int D,
+                                float *out, choir_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -164,6 +164,9 @@ static int att_paged_run(const void *args) {
 
 /* One kernel here whichever the device would take. */
 void choir_cuda_vv_set_split128(bool on) { (void)on; }
+void choir_cuda_vv_prefill_flash(bool on) { (void)on; }
+bool choir_cuda_vv_prefill_flash_on(void) { return false; }
+void choir_cuda_vv_prefill_flash_warps(int warps) { (void)warps; }
 
 int choir_cuda_vv_attention_paged(choir_cuda *cu, const float *q, int64_t T, const void *kpool,
                                   const void *vpool, bool kv_bf16, const int32_t *table, int64_t table_stride,
