@@ -9,10 +9,12 @@
 # device-to-device copy bandwidth, bytes read + written).
 #
 #   bash bench/peers/vibevoice_gpu.sh [--check] [--audio-min 1,10] [--steps 32] [--layers 28] [--impl auto|hf|spec]
-#        [--batch 8,32 [--batch-min 10]]
+#        [--batch 8,32 [--batch-min 10]] [--bin PATH]
 #
 # --check first runs choir_vibevoice_gpu_check (CUDA against the CPU at
 # reduced dimensions; the failures and the attention lines are printed).
+# --bin runs that choir_vibevoice_gpu_check (a packed build of the whole
+# project, tools/device_pack.sh) instead of building the standalone one.
 # --batch times choir alone decoding B sequences at the context of
 # --batch-min minutes in batched steps (aggregate tokens/s against one
 # sequence at that context; transformers has no such path to compare).
@@ -22,7 +24,7 @@
 # goes to $OUT/vibevoice_gpu.txt (or /tmp). About 3 minutes on an H200.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-MIN=1,10 STEPS=32 LAYERS=28 IMPL=auto CHECK=0 BATCH= BMIN=10 BUILD=${BUILD:-/tmp/vv-peer}
+MIN=1,10 STEPS=32 LAYERS=28 IMPL=auto CHECK=0 BATCH= BMIN=10 BUILD=${BUILD:-/tmp/vv-peer} BIN=
 while [ $# -gt 0 ]; do
   case "$1" in
     --audio-min) MIN=$2; shift 2 ;;
@@ -32,6 +34,7 @@ while [ $# -gt 0 ]; do
     --check) CHECK=1; shift ;;
     --batch) BATCH=$2; shift 2 ;;
     --batch-min) BMIN=$2; shift 2 ;;
+    --bin) BIN=$2; shift 2 ;;
     *) echo "vibevoice_gpu.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -42,19 +45,22 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>
 t0=$SECONDS
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
-cmake -S tests/cuda -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release >"$BUILD.log" 2>&1 &&
-  cmake --build "$BUILD" -j"$(nproc)" --target choir_vibevoice_gpu_check >>"$BUILD.log" 2>&1 ||
-  { tail -40 "$BUILD.log"; echo "vibevoice_gpu: build failed"; exit 1; }
-echo "built in $((SECONDS - t0)) s"
+if [ -z "$BIN" ]; then
+  cmake -S tests/cuda -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release >"$BUILD.log" 2>&1 &&
+    cmake --build "$BUILD" -j"$(nproc)" --target choir_vibevoice_gpu_check >>"$BUILD.log" 2>&1 ||
+    { tail -40 "$BUILD.log"; echo "vibevoice_gpu: build failed"; exit 1; }
+  echo "built in $((SECONDS - t0)) s"
+  BIN=$BUILD/cuda/choir_vibevoice_gpu_check
+fi
 if [ $CHECK = 1 ]; then
   echo "=== choir_vibevoice_gpu_check"
-  timeout 90 "$BUILD/cuda/choir_vibevoice_gpu_check" >"$BUILD.check.txt" 2>&1
+  timeout 90 "$BIN" >"$BUILD.check.txt" 2>&1
   echo "exit $?"
   grep -E "FAIL|attention| passed, " "$BUILD.check.txt"
 fi
 
 echo "=== choir (CUDA backend)"
-C=$(timeout 150 "$BUILD/cuda/choir_vibevoice_gpu_check" --bench 7b --layers "$LAYERS" --audio-min "$MIN" \
+C=$(timeout 150 "$BIN" --bench 7b --layers "$LAYERS" --audio-min "$MIN" \
       --steps "$STEPS" ${BATCH:+--batch "$BATCH" --batch-min "$BMIN"} 2>&1 | tee /dev/stderr)
 echo "=== transformers"
 T=$(PYTHONUNBUFFERED=1 timeout 150 python3 bench/peers/vibevoice_torch.py --audio-min "$MIN" --steps "$STEPS" \

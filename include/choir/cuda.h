@@ -382,10 +382,10 @@ void choir_cuda_linear_bf16_set_lt(bool on);
  * 17% of their kernel time in that pass (ncu, H100, 6 Dec 2026). Off by
  * default: written 6 Dec 2026 evening, not yet run on a GPU. Process-wide. */
 void choir_cuda_linear_set_bias_epilogue(bool on);
-/* The shape of the one-row GEMVs over bf16 weights (a decode step's
- * products): 0, the default, or one of the candidates 1 ..
- * choir_cuda_gemv_variants() - 1 (rows a warp, loads a batch, a load hint;
- * all give the same floats), for timing them side by side. */
+/* The shape of the one-row GEMVs over bf16 or f16 weights (a decode step's
+ * products): one of 0 .. choir_cuda_gemv_variants() - 1 (rows a warp, loads
+ * a batch, a load hint, the grid; all give the same floats), for timing
+ * them side by side; any other value (-1) restores the default. */
 int choir_cuda_gemv_variants(void);
 void choir_cuda_gemv_set_variant(int v);
 /* With it on, the bf16 rows' GELU of that cublasLt path runs in cublasLt's

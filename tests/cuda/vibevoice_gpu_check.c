@@ -1002,6 +1002,8 @@ done:
  * each shape of the one-row bf16 GEMVs (choir_cuda_gemv_set_variant), in
  * one process: same weights, same context within a few hundred tokens. */
 static bool g_gemv_sweep = false;
+/* --att-warps 4|8: k_vv_att_split128's warps a block (choir_cuda_vv_set_att_warps). */
+static int g_bench_att_warps = 4;
 
 /* CHOIR_VGC_PROFILE=encode|prefill|step brackets the bench's encoders, its
  * prefill, or its op-by-op decode steps, with cudaProfilerStart / Stop, so
@@ -1093,7 +1095,7 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
         double v1 = choir_now_s();
         printf("gemv shape %d: %.3f ms/token as a graph\n", v, 1000 * (v1 - v0) / steps);
     }
-    if (sweeps) choir_cuda_gemv_set_variant(0);
+    if (sweeps) choir_cuda_gemv_set_variant(-1);
     double peak = choir_backend_mem_peak(be) / 1e9; /* everything held through the backend, weights too */
     printf("encoders   %.0f s of audio in %.3f s (%.0fx real time)\n", minutes * 60, enc1 - e0,
            minutes * 60 / (enc1 - e0));
@@ -1275,9 +1277,10 @@ static int bench_attention(choir_backend *be, const choir_vibevoice_dims *d, int
     choir_op_upload(st, pos, hp, (size_t)B * sizeof(int32_t));
     if (choir_stream_sync(st, err)) goto out;
     double kv_gb = 2.0 * B * ctx * ldk * sizeof(float) * L->n_layers / 1e9;
-    double ms[2];
-    for (int v = 0; v < 2; v++) {
-        choir_cuda_vv_set_split128(v == 1);
+    double ms[3];
+    for (int v = 0; v < 3; v++) {
+        choir_cuda_vv_set_split128(v >= 1);
+        choir_cuda_vv_set_att_warps(v == 2 ? 8 : 4);
         for (int rep = -1; rep < 10; rep++) {
             if (rep == 0) {
                 if (choir_stream_sync(st, err)) goto out;
@@ -1291,11 +1294,12 @@ static int bench_attention(choir_backend *be, const choir_vibevoice_dims *d, int
         ms[v] = 1000 * (choir_now_s() - ms[v]) / 10;
     }
     choir_cuda_vv_set_split128(true);
+    choir_cuda_vv_set_att_warps(g_bench_att_warps);
     printf("attention  %d rows at %d keys, %d layers (%.2f GB of f32 K/V a step): general split %.3f ms/step "
-           "(%.0f GB/s), split128 %.3f ms/step (%.0f GB/s)\n", B, ctx, L->n_layers, kv_gb, ms[0],
-           kv_gb / ms[0] * 1e3, ms[1], kv_gb / ms[1] * 1e3);
-    printf("choir vibevoice attention B=%d ctx=%d: kv_gb=%.3f split_ms=%.3f split128_ms=%.3f\n", B, ctx, kv_gb,
-           ms[0], ms[1]);
+           "(%.0f GB/s), split128 %.3f ms/step (%.0f GB/s), split128 8 warps %.3f ms/step (%.0f GB/s)\n", B, ctx,
+           L->n_layers, kv_gb, ms[0], kv_gb / ms[0] * 1e3, ms[1], kv_gb / ms[1] * 1e3, ms[2], kv_gb / ms[2] * 1e3);
+    printf("choir vibevoice attention B=%d ctx=%d: kv_gb=%.3f split_ms=%.3f split128_ms=%.3f split128w8_ms=%.3f\n", B,
+           ctx, kv_gb, ms[0], ms[1], ms[2]);
     fflush(stdout);
     status = 0;
 out:
@@ -1333,7 +1337,8 @@ static int bench_prefill_attention(choir_backend *be, const choir_vibevoice_dims
     float *q = choir_stream_floats(st, (int64_t)chunk * ldq, "q"), *out = choir_stream_floats(st, (int64_t)chunk * ldq, "out");
     uint16_t *kb = choir_stream_alloc(st, (size_t)(rows * ldk) * 2, "k bf16"), *vb = choir_stream_alloc(st, (size_t)(rows * ldk) * 2, "v bf16");
     int32_t *tab = choir_stream_alloc(st, (size_t)pages * sizeof(int32_t), "table");
-    float *h = malloc((size_t)(rows * ldk) * sizeof(float));
+    int64_t hn = rows * ldk > (int64_t)chunk * ldq ? rows * ldk : (int64_t)chunk * ldq; /* keys, then q */
+    float *h = malloc((size_t)hn * sizeof(float));
     uint16_t *hb = malloc((size_t)(rows * ldk) * sizeof(uint16_t));
     int32_t *ht = malloc((size_t)pages * sizeof(int32_t));
     int status = 1;
@@ -1480,6 +1485,11 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--burst-min") == 0) burst_min = atof(argv[i + 1]);
         else if (strcmp(argv[i], "--join") == 0) join = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--gemv-variants") == 0) g_gemv_sweep = atoi(argv[i + 1]) != 0;
+        else if (strcmp(argv[i], "--att-warps") == 0) {
+            g_bench_att_warps = atoi(argv[i + 1]) == 8 ? 8 : 4;
+            choir_cuda_vv_set_att_warps(g_bench_att_warps);
+            printf("decode attention: split128 with %d warps a block\n", g_bench_att_warps);
+        }
         else if (strcmp(argv[i], "--enc-fused") == 0) {
             /* Read when each state is made (vv_state.c). */
             setenv("CHOIR_VV_ENC_FUSED", argv[i + 1], 1);

@@ -736,7 +736,7 @@ static int launch_skinny(choir_cuda *cu, const float *x, int M, const choir_cuda
 }
 
 static choir_cuda_linear_path g_force = CHOIR_CUDA_LINEAR_AUTO;
-static bool g_bias_epi = false;
+static bool g_bias_epi = true; /* on since the H100 run of 6 Dec (VibeVoice encoders 1.98 -> 1.65 s) */
 void choir_cuda_linear_set_bias_epilogue(bool on) { g_bias_epi = on; }
 void choir_cuda_linear_force(choir_cuda_linear_path p) { g_force = p; }
 
@@ -777,18 +777,26 @@ static int gemm_xwt(choir_cuda *cu, const void *x, const void *W, cudaDataType_t
     return st == CUBLAS_STATUS_SUCCESS ? 0 : choir_cuda_blas_fail(err, st, "GemmEx");
 }
 
-/* The bf16 one-row GEMVs' shape (gemv_dense and norm_gemv at M = 1 over
- * bf16 weights, a decode step's products): rows a warp NR, steps a batch U,
+/* The 16-bit one-row GEMVs' shape (gemv_dense and norm_gemv at M = 1 over
+ * bf16 or f16 weights, a decode step's products): rows a warp NR, steps a batch U,
  * the weight load's hint, and the grid: one that covers the rows (a warp
  * per group of NR) or a persistent one (as many blocks as fit on the
  * device at once, each warp taking every so many rows, its next row's
  * loads out while it finishes one). Variant 0 is the shape of the other
- * GEMVs; the others are candidates timed by choir_cuda_gemv_set_variant
- * (all give the same floats). */
+ * GEMVs (one row a warp, batches of 4, __ldg); the others are candidates
+ * timed by choir_cuda_gemv_set_variant (all give the same floats). The
+ * default, 4 (two rows a warp, batches of 2, the L2::256B hint), gave
+ * VibeVoice 7B's graph-replayed step 7.23 ms against shape 0's 7.98-8.16
+ * on an H100 (one process, the shapes timed twice in a sweep), because
+ * the hint alone took 0.7 ms off and two rows a warp halve the blocks of
+ * the small products (the q/k/v one then fits the device in one wave). */
 #define GEMV_VARIANTS 9
-static int g_gemv_variant = 0;
+#define GEMV_DEFAULT_VARIANT 4
+static int g_gemv_variant = GEMV_DEFAULT_VARIANT;
 int choir_cuda_gemv_variants(void) { return GEMV_VARIANTS; }
-void choir_cuda_gemv_set_variant(int v) { g_gemv_variant = v >= 0 && v < GEMV_VARIANTS ? v : 0; }
+void choir_cuda_gemv_set_variant(int v) {
+    g_gemv_variant = v >= 0 && v < GEMV_VARIANTS ? v : GEMV_DEFAULT_VARIANT;
+}
 
 /* Calls l(NR, U, HINT, PERSIST) for variant v, each an
  * std::integral_constant (a generic lambda's compile-time parameters). */
@@ -825,6 +833,17 @@ static int64_t gemv_grid(choir_cuda *cu, K k, int threads, size_t smem, int64_t 
     return need < INT32_MAX ? need : INT32_MAX;
 }
 
+/* One row of x over 16-bit weights in the chosen shape. */
+template <typename T>
+static void gemv_dense_one(choir_cuda *cu, const float *x, const T *w, int64_t N, int64_t K,
+                           const float *bias, float *y, int epilogue) {
+    gemv_variant_launch(g_gemv_variant, [&](auto nr, auto u, auto hint, auto persist) {
+        auto k = gemv_dense<T, 1, nr.value, u.value, hint.value, persist.value != 0>;
+        int64_t nb = gemv_grid(cu, k, 32 * GEMV_WARPS, 0, (N + nr.value - 1) / nr.value, persist.value);
+        k<<<(unsigned)nb, 32 * GEMV_WARPS, 0, cu->stream>>>(x, 1, w, N, K, bias, y, epilogue);
+    });
+}
+
 /* The dense GEMV over f32, f16 or bf16 weights (the caller has checked the
  * kind), with its epilogue. */
 static int launch_gemv_dense(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,
@@ -840,20 +859,12 @@ static int launch_gemv_dense(choir_cuda *cu, const float *x, int64_t M, const ch
         else CHOIR_GEMV(float, GEMV_MAX_ROWS);
         return choir_cuda_check_launch(err, "gemv f32");
     case CHOIR_WEIGHT_F16:
-        if (M == 1) CHOIR_GEMV(__half, 1);
+        if (M == 1) gemv_dense_one(cu, x, (const __half *)W->data.ptr, N, K, bias, y, epilogue);
         else CHOIR_GEMV(__half, GEMV_MAX_ROWS);
         return choir_cuda_check_launch(err, "gemv f16");
     case CHOIR_WEIGHT_BF16:
-        if (M == 1) {
-            const __nv_bfloat16 *w = (const __nv_bfloat16 *)W->data.ptr;
-            gemv_variant_launch(g_gemv_variant, [&](auto nr, auto u, auto hint, auto persist) {
-                auto k = gemv_dense<__nv_bfloat16, 1, nr.value, u.value, hint.value, persist.value != 0>;
-                int64_t nb = gemv_grid(cu, k, 32 * GEMV_WARPS, 0, (N + nr.value - 1) / nr.value, persist.value);
-                k<<<(unsigned)nb, 32 * GEMV_WARPS, 0, cu->stream>>>(x, 1, w, N, K, bias, y, epilogue);
-            });
-        } else {
-            CHOIR_GEMV(__nv_bfloat16, GEMV_MAX_ROWS);
-        }
+        if (M == 1) gemv_dense_one(cu, x, (const __nv_bfloat16 *)W->data.ptr, N, K, bias, y, epilogue);
+        else CHOIR_GEMV(__nv_bfloat16, GEMV_MAX_ROWS);
         return choir_cuda_check_launch(err, "gemv bf16");
     default:
         return choir_err_set(err, CHOIR_EINVAL, "cuda: dense GEMV of weight kind %d", (int)W->kind);
@@ -900,6 +911,20 @@ bool choir_cuda_norm_linear_fuses(int64_t M, const choir_cuda_norm_linear_params
     return total <= INT32_MAX;
 }
 
+/* One row of x over 16-bit weights in the chosen shape. */
+template <typename T>
+static void norm_gemv_one(choir_cuda *cu, const float *x, int64_t K, const choir_cuda_norm_linear_params *p,
+                          const norm_linear_args &a, size_t smem, int epilogue) {
+    const int64_t total = a.start[p->n];
+    gemv_variant_launch(g_gemv_variant, [&](auto nr, auto u, auto hint, auto persist) {
+        auto k = norm_gemv<T, 1, nr.value, u.value, hint.value, persist.value != 0>;
+        int64_t nb = gemv_grid(cu, k, NORM_LINEAR_THREADS, smem, (total + nr.value - 1) / nr.value,
+                               persist.value);
+        k<<<(unsigned)nb, NORM_LINEAR_THREADS, smem, cu->stream>>>(x, 1, K, p->gamma, p->beta, p->eps, a,
+                                                                  epilogue);
+    });
+}
+
 int choir_cuda_norm_linear(choir_cuda *cu, const float *x, int64_t M,
                            const choir_cuda_norm_linear_params *p, choir_err *err) {
     if (!choir_cuda_norm_linear_fuses(M, p))
@@ -936,22 +961,12 @@ int choir_cuda_norm_linear(choir_cuda *cu, const float *x, int64_t M,
         else CHOIR_NORM_GEMV(float, GEMV_MAX_ROWS);
         break;
     case CHOIR_WEIGHT_F16:
-        if (M == 1) CHOIR_NORM_GEMV(__half, 1);
+        if (M == 1) norm_gemv_one<__half>(cu, x, K, p, a, smem, epilogue);
         else CHOIR_NORM_GEMV(__half, GEMV_MAX_ROWS);
         break;
     default:
-        if (M == 1) {
-            const int64_t total = a.start[p->n];
-            gemv_variant_launch(g_gemv_variant, [&](auto nr, auto u, auto hint, auto persist) {
-                auto k = norm_gemv<__nv_bfloat16, 1, nr.value, u.value, hint.value, persist.value != 0>;
-                int64_t nb = gemv_grid(cu, k, NORM_LINEAR_THREADS, smem, (total + nr.value - 1) / nr.value,
-                                       persist.value);
-                k<<<(unsigned)nb, NORM_LINEAR_THREADS, smem, cu->stream>>>(x, 1, K, p->gamma, p->beta,
-                                                                          p->eps, a, epilogue);
-            });
-        } else {
-            CHOIR_NORM_GEMV(__nv_bfloat16, GEMV_MAX_ROWS);
-        }
+        if (M == 1) norm_gemv_one<__nv_bfloat16>(cu, x, K, p, a, smem, epilogue);
+        else CHOIR_NORM_GEMV(__nv_bfloat16, GEMV_MAX_ROWS);
         break;
     }
 #undef CHOIR_NORM_GEMV

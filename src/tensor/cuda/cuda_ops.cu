@@ -191,21 +191,33 @@ int choir_cuda_group_norm(choir_cuda *cu, const float *x, float *y, int64_t B, i
 
 /* --- rotary embeddings --------------------------------------------------------- */
 
-/* One thread per (row, pair); the pair's angle is computed once and applied
- * to every head. */
-__global__ void k_rope(float *x, int64_t rows, int64_t ld, int n_head, int64_t Dh, int64_t half,
-                       const int32_t *pos, float theta, int interleaved) {
-    GRID_STRIDE(t, rows * half) {
-        int64_t r = t / half, i = t % half;
-        float inv_freq = (float)(1.0 / pow((double)theta, (double)(2 * i) / (double)(2 * half)));
-        float ang = (float)pos[r] * inv_freq;
-        float cs = cosf(ang), sn = sinf(ang);
-        int64_t i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + half;
-        for (int h = 0; h < n_head; h++) {
-            float *xh = x + r * ld + (int64_t)h * Dh;
+/* A block per row (striding over rows): the row's half angles computed
+ * once into shared memory (threads 0 .. half - 1), then the block's threads
+ * over every (head, pair) of the row, so a decode step's single row is
+ * spread over the block instead of one thread a pair walking the heads.
+ * Each value gets the same floats as computing its angle alone. */
+#define ROPE_THREADS 256
+#define ROPE_MAX_HALF 512
+__global__ void __launch_bounds__(ROPE_THREADS)
+    k_rope(float *x, int64_t rows, int64_t ld, int n_head, int64_t Dh, int64_t half, const int32_t *pos,
+           float theta, int interleaved) {
+    __shared__ float cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        __syncthreads(); /* the last row's angles are read */
+        for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
+            float inv_freq = (float)(1.0 / pow((double)theta, (double)(2 * i) / (double)(2 * half)));
+            float ang = (float)pos[r] * inv_freq;
+            cs[i] = cosf(ang);
+            sn[i] = sinf(ang);
+        }
+        __syncthreads();
+        for (int64_t t = threadIdx.x; t < (int64_t)n_head * half; t += blockDim.x) {
+            int64_t h = t / half, i = t % half;
+            int64_t i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + half;
+            float *xh = x + r * ld + h * Dh;
             float a = xh[i0], b = xh[i1];
-            xh[i0] = a * cs - b * sn;
-            xh[i1] = b * cs + a * sn;
+            xh[i0] = a * cs[i] - b * sn[i];
+            xh[i1] = b * cs[i] + a * sn[i];
         }
     }
 }
@@ -218,8 +230,12 @@ int choir_cuda_rope(choir_cuda *cu, float *x, int64_t rows, int64_t ld, int n_he
                              (long long)rot_dims, (long long)Dh);
     int64_t half = rot_dims / 2;
     if (rows <= 0) return 0;
-    k_rope<<<choir_cuda_blocks(rows * half, OPS_THREADS), OPS_THREADS, 0, cu->stream>>>(
-        x, rows, ld, n_head, Dh, half, pos, theta, interleaved ? 1 : 0);
+    if (half > ROPE_MAX_HALF)
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: rope over %lld values (at most %d)",
+                             (long long)rot_dims, 2 * ROPE_MAX_HALF);
+    unsigned blocks = (unsigned)(rows < 65535 ? rows : 65535);
+    k_rope<<<blocks, ROPE_THREADS, 0, cu->stream>>>(x, rows, ld, n_head, Dh, half, pos, theta,
+                                                   interleaved ? 1 : 0);
     return choir_cuda_check_launch(err, "rope");
 }
 

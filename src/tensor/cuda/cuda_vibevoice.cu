@@ -8,6 +8,8 @@
  * context length. */
 #include <cuda_bf16.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "tensor/cuda/cuda_internal.h"
 #include "tensor/cuda/cuda_vibevoice.h"
@@ -269,8 +271,15 @@ __global__ void k_vv_att_split(const float *__restrict__ q, const KV *__restrict
  * reduction per sum takes 5 each); values are read a row per warp in
  * float4s (512 contiguous bytes), each warp over every fourth row, and the
  * four warps' sums added in shared memory. Same part layout as
- * k_vv_att_split, so k_vv_att_combine follows unchanged. */
-#define VV_S128_WARPS (VV_SPLIT_THREADS / 32)
+ * k_vv_att_split, so k_vv_att_combine follows unchanged.
+ *
+ * W = 8 warps (choir_cuda_vv_set_att_warps): each warp takes every eighth
+ * key and value row, and a warp's 16 value rows are loaded into registers
+ * before the keys are read, so the split's keys and values are all in
+ * flight at once (one block per split and key head leaves a single
+ * sequence's step with ~1 block an SM: latency, not bandwidth, held the
+ * 4-warp kernel at ~0.6 TB/s on an H100). The values' sums then go over
+ * eight warps instead of four (other float roundings, same bound). */
 
 /* On entry a[k] is lane's partial of sum k; on return the full sum of
  * k = lane (lane bit b picks the upper half at each halving). */
@@ -292,15 +301,15 @@ __device__ __forceinline__ float vv_reduce_scatter32(float a[32], int lane) {
     return a[0];
 }
 
-template <typename KV>
-__global__ void __launch_bounds__(VV_SPLIT_THREADS)
+template <typename KV, int W>
+__global__ void __launch_bounds__(32 * W)
     k_vv_att_split128(const float *__restrict__ q, const KV *__restrict__ kc,
                       const KV *__restrict__ vc, int64_t pos0, const int32_t *__restrict__ pos,
                       const int32_t *__restrict__ table, int64_t table_stride, int64_t max_keys,
                       int nh, int nkv, float scale, int nsplit, float *__restrict__ part) {
     constexpr int D = 128;
     __shared__ __align__(16) float sc[VV_SPLIT_MAX_G][VV_SPLIT];
-    __shared__ __align__(16) float red[VV_S128_WARPS][VV_SPLIT_MAX_G][D];
+    __shared__ __align__(16) float red[W][VV_SPLIT_MAX_G][D];
     __shared__ float stat[2][VV_SPLIT_MAX_G];
     int sp = blockIdx.x, kh = blockIdx.y, G = nh / nkv, tid = threadIdx.x;
     int lane = tid & 31, warp = tid >> 5;
@@ -327,7 +336,18 @@ __global__ void __launch_bounds__(VV_SPLIT_THREADS)
     }
     int64_t r0 = table ? (int64_t)table[i * table_stride + sp] * VV_SPLIT : k0;
     const KV *kb = kc + r0 * ldk + (int64_t)kh * D + 4 * lane;
-    for (int j0 = 4 * warp; j0 < nk; j0 += 4 * VV_S128_WARPS) {
+    const KV *vb = vc + r0 * ldk + (int64_t)kh * D + 4 * lane;
+    constexpr int NV = W == 8 ? VV_SPLIT / W : 1; /* value rows a warp loads ahead (W = 8) */
+    float4 vpre[NV];
+    if (W == 8) {
+#pragma unroll
+        for (int t = 0; t < NV; t++) {
+            int j = warp + W * t;
+            vpre[t] = j < nk ? kv4(vb + (int64_t)j * ldk) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    }
+#pragma unroll(W == 8 ? 4 : 1)
+    for (int j0 = 4 * warp; j0 < nk; j0 += 4 * W) {
         float4 kv[4];
 #pragma unroll
         for (int u = 0; u < 4; u++)
@@ -344,7 +364,7 @@ __global__ void __launch_bounds__(VV_SPLIT_THREADS)
         if (g < G && j0 + u < nk) sc[g][j0 + u] = v;
     }
     __syncthreads();
-    for (int g = warp; g < G; g += VV_S128_WARPS) {
+    for (int g = warp; g < G; g += W) {
         float mx = -INFINITY;
         for (int j = lane; j < nk; j += 32) mx = fmaxf(mx, sc[g][j]);
         mx = vv_warp_max(mx);
@@ -361,25 +381,40 @@ __global__ void __launch_bounds__(VV_SPLIT_THREADS)
     float4 acc[VV_SPLIT_MAX_G];
 #pragma unroll
     for (int g = 0; g < VV_SPLIT_MAX_G; g++) acc[g] = make_float4(0.f, 0.f, 0.f, 0.f);
-    const KV *vb = vc + r0 * ldk + (int64_t)kh * D + 4 * lane;
-#pragma unroll 4
-    for (int j = warp; j < nk; j += VV_S128_WARPS) {
-        float4 v = kv4(vb + (int64_t)j * ldk);
+    if (W == 8) {
 #pragma unroll
-        for (int g = 0; g < VV_SPLIT_MAX_G; g++) {
-            if (g >= G) break;
-            float p = sc[g][j];
-            acc[g].x += p * v.x, acc[g].y += p * v.y, acc[g].z += p * v.z, acc[g].w += p * v.w;
+        for (int t = 0; t < NV; t++) {
+            int j = warp + W * t;
+            if (j >= nk) break;
+#pragma unroll
+            for (int g = 0; g < VV_SPLIT_MAX_G; g++) {
+                if (g >= G) break;
+                float p = sc[g][j];
+                acc[g].x += p * vpre[t].x, acc[g].y += p * vpre[t].y, acc[g].z += p * vpre[t].z,
+                    acc[g].w += p * vpre[t].w;
+            }
+        }
+    } else {
+#pragma unroll 4
+        for (int j = warp; j < nk; j += W) {
+            float4 v = kv4(vb + (int64_t)j * ldk);
+#pragma unroll
+            for (int g = 0; g < VV_SPLIT_MAX_G; g++) {
+                if (g >= G) break;
+                float p = sc[g][j];
+                acc[g].x += p * v.x, acc[g].y += p * v.y, acc[g].z += p * v.z, acc[g].w += p * v.w;
+            }
         }
     }
 #pragma unroll
     for (int g = 0; g < VV_SPLIT_MAX_G; g++) *(float4 *)&red[warp][g][4 * lane] = acc[g];
     __syncthreads();
-    for (int g = 0; g < G; g++) {
+    for (int e = tid; e < G * D; e += 32 * W) {
+        int g = e / D, d = e % D;
         float a = 0.0f;
 #pragma unroll
-        for (int w = 0; w < VV_S128_WARPS; w++) a += red[w][g][tid];
-        pp[g * pstride + tid] = a;
+        for (int w = 0; w < W; w++) a += red[w][g][d];
+        pp[g * pstride + d] = a;
     }
     if (tid < G) {
         pp[tid * pstride + D] = stat[0][tid];
@@ -389,6 +424,16 @@ __global__ void __launch_bounds__(VV_SPLIT_THREADS)
 
 static bool g_split128 = true;
 void choir_cuda_vv_set_split128(bool on) { g_split128 = on; }
+/* 0: not yet read from CHOIR_VV_ATT_WARPS (4 unless it says 8). */
+static int g_att_warps = 0;
+void choir_cuda_vv_set_att_warps(int warps) { g_att_warps = warps == 8 ? 8 : 4; }
+static int att_warps(void) {
+    if (!g_att_warps) {
+        const char *e = getenv("CHOIR_VV_ATT_WARPS");
+        g_att_warps = e && strcmp(e, "8") == 0 ? 8 : 4;
+    }
+    return g_att_warps;
+}
 
 /* One block per (query row, head): the splits' partial sums rescaled to the
  * common max and normalised. */
@@ -525,8 +570,12 @@ static int att_split(choir_cuda *cu, const float *q, int64_t T, const KV *kc, co
     float *part = (float *)choir_cuda_scratch(cu, bytes, err);
     if (!part) return err ? err->code : CHOIR_ENOMEM;
     dim3 g1((unsigned)nsplit, (unsigned)n_kv, (unsigned)T), g2((unsigned)T, (unsigned)n_heads);
-    if (D == 128 && g_split128)
-        k_vv_att_split128<KV><<<g1, VV_SPLIT_THREADS, 0, cu->stream>>>(
+    if (D == 128 && g_split128 && att_warps() == 8)
+        k_vv_att_split128<KV, 8><<<g1, 32 * 8, 0, cu->stream>>>(
+            q, kc, vc, pos0, pos, table, table_stride, max_keys, n_heads, n_kv,
+            1.0f / sqrtf((float)D), (int)nsplit, part);
+    else if (D == 128 && g_split128)
+        k_vv_att_split128<KV, 4><<<g1, VV_SPLIT_THREADS, 0, cu->stream>>>(
             q, kc, vc, pos0, pos, table, table_stride, max_keys, n_heads, n_kv,
             1.0f / sqrtf((float)D), (int)nsplit, part);
     else

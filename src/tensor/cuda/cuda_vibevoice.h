@@ -41,14 +41,19 @@ int choir_cuda_vv_attention_paged(choir_cuda *cu, const float *q, int64_t T, con
  * values takes k_vv_att_split128 unless this is off (on by default; off
  * gives the general split kernel, for before/after figures). Process-wide. */
 void choir_cuda_vv_set_split128(bool on);
+/* Warps a block of k_vv_att_split128: 4 (the default; CHOIR_VV_ATT_WARPS=8
+ * in the environment gives 8) or 8 (the values loaded ahead of the keys).
+ * Process-wide. */
+void choir_cuda_vv_set_att_warps(int warps);
 
 /* Prefill attention (more than 16 rows, heads of 64 or 128 values) on the
  * tensor cores (cuda_vv_flash.cu): q, K, V and the probabilities rounded
- * to bf16, f32 sums, so about 1e-2 from the f32 path instead of 1e-6. Off by
- * default (not yet run on a GPU): the f32 SIMT kernel k_vv_att_prefill runs.
+ * to bf16, f32 sums: 2-3e-3 from the f32 path (bound 1e-2) instead of 1e-6.
+ * On by default since its H100 run (6 Dec 2026: 10 minutes' prefill 11,167 ->
+ * 28,955 tokens/s); off, the f32 SIMT kernel k_vv_att_prefill runs.
  * choir_cuda_vv_prefill_flash sets it for the process; until it is called,
- * CHOIR_VV_PREFILL_FLASH=1 in the environment (read once, at the first
- * prefill) turns it on. Process-wide. */
+ * CHOIR_VV_PREFILL_FLASH=0 in the environment (read once, at the first
+ * prefill) turns it off. Process-wide. */
 void choir_cuda_vv_prefill_flash(bool on);
 bool choir_cuda_vv_prefill_flash_on(void);
 /* Warps (query rows / 16) per block of the flash prefill: 4 (default) or 8. */

@@ -164,6 +164,7 @@ static int att_paged_run(const void *args) {
 
 /* One kernel here whichever the device would take. */
 void choir_cuda_vv_set_split128(bool on) { (void)on; }
+void choir_cuda_vv_set_att_warps(int warps) { (void)warps; }
 void choir_cuda_vv_prefill_flash(bool on) { (void)on; }
 bool choir_cuda_vv_prefill_flash_on(void) { return false; }
 void choir_cuda_vv_prefill_flash_warps(int warps) { (void)warps; }
