@@ -575,6 +575,13 @@ int choir_cuda_group_norm(choir_cuda *cu, const float *x, float *y, int64_t B, i
 int choir_cuda_rope(choir_cuda *cu, float *x, int64_t rows, int64_t ld, int n_head, int64_t Dh,
                     int64_t rot_dims, const int32_t *pos, float theta, bool interleaved,
                     choir_err *err);
+/* choir_cuda_rope a block per row (the angles once a row in shared memory,
+ * the heads spread over the block; the same floats) instead of a thread per
+ * pair walking the heads. Off by default: written 6 Dec 2026 after ncu had
+ * the old kernel at 10 us a launch in VibeVoice's decode step, NOT YET RUN
+ * ON A GPU. Until this is called, CHOIR_ROPE_ROWS=1 turns it on.
+ * Process-wide. */
+void choir_cuda_rope_rows(bool on);
 /* out[r, :] = row ids[r] of W (f32, f16, bf16 or MLX-quantized, dequantized
  * as choir_weight_row_f32); ids device int32 [n]; an id outside the table
  * gives a row of zeros. */

@@ -1105,25 +1105,41 @@ static void check_norms(void) {
     case_end();
 }
 
+/* Both kernels (choir_cuda_rope_rows off, then on): against the CPU, and
+ * the block-per-row one against the thread-per-pair one bit for bit; 33
+ * rows of 5 heads, and one row of VibeVoice's 28 heads of 128 (a decode
+ * step's q). */
 static void check_rope(void) {
-    case_begin();
-    int H = 5;
-    int64_t Dh = 64, rows = 33, ld = H * Dh + 8;
-    int32_t pos[33];
-    for (int i = 0; i < 33; i++) pos[i] = i * 131 % 4096;
-    int32_t *dpos = dput(pos, sizeof pos);
-    float *x = hvec(rows * ld, -1, 1);
-    for (int inter = 0; inter < 2; inter++)
-        for (int64_t rot = 32; rot <= Dh; rot += 32) {
-            float *h = hdup(x, rows * ld), *dh = dvec(x, rows * ld);
-            choir_op_rope(g_cs, h, rows, ld, H, Dh, rot, pos, 10000.0f, inter);
-            choir_op_rope(g_gs, dh, rows, ld, H, Dh, rot, dpos, 10000.0f, inter);
-            char name[64];
-            snprintf(name, sizeof name, "rope %s, %lld of %lld dims",
-                     inter ? "interleaved" : "rotate-half", (long long)rot, (long long)Dh);
-            cmp(name, dh, h, rows * ld, TOL_F32);
-        }
-    case_end();
+    static const int shapes[2][3] = {{33, 5, 64}, {1, 28, 128}}; /* rows, heads, Dh */
+    for (int sh = 0; sh < 2; sh++) {
+        case_begin();
+        int H = shapes[sh][1];
+        int64_t Dh = shapes[sh][2], rows = shapes[sh][0], ld = H * Dh + 8;
+        int32_t pos[33];
+        for (int i = 0; i < 33; i++) pos[i] = i * 131 % 4096 + (sh ? 4565 : 0);
+        int32_t *dpos = dput(pos, sizeof pos);
+        float *x = hvec(rows * ld, -1, 1);
+        for (int inter = 0; inter < 2; inter++)
+            for (int64_t rot = 32; rot <= Dh; rot += 32) {
+                float *h = hdup(x, rows * ld), *dh = dvec(x, rows * ld), *dh2 = dvec(x, rows * ld);
+                float *ref = hmem((size_t)(rows * ld) * 4);
+                choir_op_rope(g_cs, h, rows, ld, H, Dh, rot, pos, 10000.0f, inter);
+                choir_cuda_rope_rows(false);
+                choir_op_rope(g_gs, dh, rows, ld, H, Dh, rot, dpos, 10000.0f, inter);
+                choir_cuda_rope_rows(true);
+                choir_op_rope(g_gs, dh2, rows, ld, H, Dh, rot, dpos, 10000.0f, inter);
+                choir_cuda_rope_rows(false);
+                choir_op_download(g_gs, ref, dh, (size_t)(rows * ld) * 4);
+                char name[96];
+                snprintf(name, sizeof name, "rope %s, %lld of %lld dims, %lld rows x %d heads",
+                         inter ? "interleaved" : "rotate-half", (long long)rot, (long long)Dh, (long long)rows, H);
+                cmp(name, dh, h, rows * ld, TOL_F32);
+                snprintf(name, sizeof name, "rope a block a row = a thread a pair: %s, %lld of %lld, %lld x %d",
+                         inter ? "interleaved" : "rotate-half", (long long)rot, (long long)Dh, (long long)rows, H);
+                if (streams_ok(name)) cmp(name, dh2, ref, rows * ld, 0);
+            }
+        case_end();
+    }
 }
 
 /* --- convolutions, LSTM, iSTFT ------------------------------------------------------------ */

@@ -6,6 +6,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "tensor/cuda/cuda_internal.h"
 
@@ -176,16 +178,37 @@ int choir_cuda_group_norm(choir_cuda *cu, const float *x, float *y, int64_t B, i
 
 /* --- rotary embeddings --------------------------------------------------------- */
 
-/* A block per row (striding over rows): the row's half angles computed
- * once into shared memory (threads 0 .. half - 1), then the block's threads
- * over every (head, pair) of the row, so a decode step's single row is
- * spread over the block instead of one thread a pair walking the heads.
- * Each value gets the same floats as computing its angle alone. */
+/* One thread per (row, pair); the pair's angle is computed once and applied
+ * to every head. */
+__global__ void k_rope(float *x, int64_t rows, int64_t ld, int n_head, int64_t Dh, int64_t half,
+                       const int32_t *pos, float theta, int interleaved) {
+    GRID_STRIDE(t, rows * half) {
+        int64_t r = t / half, i = t % half;
+        float inv_freq = (float)(1.0 / pow((double)theta, (double)(2 * i) / (double)(2 * half)));
+        float ang = (float)pos[r] * inv_freq;
+        float cs = cosf(ang), sn = sinf(ang);
+        int64_t i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + half;
+        for (int h = 0; h < n_head; h++) {
+            float *xh = x + r * ld + (int64_t)h * Dh;
+            float a = xh[i0], b = xh[i1];
+            xh[i0] = a * cs - b * sn;
+            xh[i1] = b * cs + a * sn;
+        }
+    }
+}
+
+/* The same rotation a block per row (striding over rows): the row's half
+ * angles computed once into shared memory (threads 0 .. half - 1), then the
+ * block's threads over every (head, pair) of the row, so a decode step's
+ * single row is spread over the block instead of one thread a pair walking
+ * the heads (ncu on an H100: k_rope took 10 us a launch in VibeVoice's step,
+ * 56 launches). Each value gets k_rope's floats. Off by default until it has
+ * run on a GPU (choir_cuda_rope_rows, CHOIR_ROPE_ROWS=1). */
 #define ROPE_THREADS 256
 #define ROPE_MAX_HALF 512
 __global__ void __launch_bounds__(ROPE_THREADS)
-    k_rope(float *x, int64_t rows, int64_t ld, int n_head, int64_t Dh, int64_t half, const int32_t *pos,
-           float theta, int interleaved) {
+    k_rope_rows(float *x, int64_t rows, int64_t ld, int n_head, int64_t Dh, int64_t half, const int32_t *pos,
+                float theta, int interleaved) {
     __shared__ float cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         __syncthreads(); /* the last row's angles are read */
@@ -207,6 +230,19 @@ __global__ void __launch_bounds__(ROPE_THREADS)
     }
 }
 
+/* 0: not yet read from CHOIR_ROPE_ROWS (off unless "1"); 1 off; 2 on. */
+static int g_rope_rows = 0;
+void choir_cuda_rope_rows(bool on) { __atomic_store_n(&g_rope_rows, on ? 2 : 1, __ATOMIC_RELAXED); }
+static bool rope_rows_on(void) {
+    int v = __atomic_load_n(&g_rope_rows, __ATOMIC_RELAXED);
+    if (!v) {
+        const char *e = getenv("CHOIR_ROPE_ROWS");
+        v = e && strcmp(e, "1") == 0 ? 2 : 1;
+        __atomic_store_n(&g_rope_rows, v, __ATOMIC_RELAXED);
+    }
+    return v == 2;
+}
+
 int choir_cuda_rope(choir_cuda *cu, float *x, int64_t rows, int64_t ld, int n_head, int64_t Dh,
                     int64_t rot_dims, const int32_t *pos, float theta, bool interleaved,
                     choir_err *err) {
@@ -215,12 +251,14 @@ int choir_cuda_rope(choir_cuda *cu, float *x, int64_t rows, int64_t ld, int n_he
                              (long long)rot_dims, (long long)Dh);
     int64_t half = rot_dims / 2;
     if (rows <= 0) return 0;
-    if (half > ROPE_MAX_HALF)
-        return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: rope over %lld values (at most %d)",
-                             (long long)rot_dims, 2 * ROPE_MAX_HALF);
-    unsigned blocks = (unsigned)(rows < 65535 ? rows : 65535);
-    k_rope<<<blocks, ROPE_THREADS, 0, cu->stream>>>(x, rows, ld, n_head, Dh, half, pos, theta,
-                                                   interleaved ? 1 : 0);
+    if (rope_rows_on() && half <= ROPE_MAX_HALF) {
+        unsigned blocks = (unsigned)(rows < 65535 ? rows : 65535);
+        k_rope_rows<<<blocks, ROPE_THREADS, 0, cu->stream>>>(x, rows, ld, n_head, Dh, half, pos, theta,
+                                                            interleaved ? 1 : 0);
+    } else {
+        k_rope<<<choir_cuda_blocks(rows * half, OPS_THREADS), OPS_THREADS, 0, cu->stream>>>(
+            x, rows, ld, n_head, Dh, half, pos, theta, interleaved ? 1 : 0);
+    }
     return choir_cuda_check_launch(err, "rope");
 }
 

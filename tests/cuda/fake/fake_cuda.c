@@ -1022,6 +1022,8 @@ int choir_cuda_rms_norm_bf16(choir_cuda *cu, const float *x, uint16_t *y, int64_
     rms_bf16_args a = {x, gamma, y, rows, dim, eps};
     return run_or_record(rms_bf16_op, &a, sizeof a);
 }
+void choir_cuda_rope_rows(bool on) { (void)on; }
+
 int choir_cuda_rope(choir_cuda *cu, float *x, int64_t rows, int64_t ld, int n_head, int64_t Dh,
                     int64_t rot_dims, const int32_t *pos, float theta, bool interleaved,
                     choir_err *err) {
