@@ -33,7 +33,7 @@ U=http://127.0.0.1:$(cat "$TMP/port")
 stt() { # EXPECTED-STATUS CURL-FORM-ARGS...: body in $TMP/body
     local want=$1 code
     shift
-    code=$(curl -s --max-time 60 -o "$TMP/body" -w '%{http_code}' -F model=w -F file=@"$WAV" "$@" "$U/v1/audio/transcriptions")
+    code=$(curl -s --max-time 180 -o "$TMP/body" -w '%{http_code}' -F model=w -F file=@"$WAV" "$@" "$U/v1/audio/transcriptions")
     [ "$code" = "$want" ] || fail "${*}: status $code, expected $want: $(head -c 300 "$TMP/body")"
 }
 status() { curl -s --max-time 10 "$U/v1/models/w" | grep -o '"status":"[a-z_]*"'; }
