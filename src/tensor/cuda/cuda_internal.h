@@ -3,7 +3,6 @@
 #define CHOIR_CUDA_INTERNAL_H
 
 #include <cublas_v2.h>
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "choir/cuda.h"
@@ -70,19 +69,13 @@ __device__ __forceinline__ double cuda_block_sum_d(double v, double *red) { retu
  * way for the same block size (choir_cuda_rms_norm's, and
  * choir_cuda_norm_linear's with rms, for rows longer than
  * CUDA_RMS_WARP_MAX). out may be xr. */
-/* A normalised value written as f32, or rounded to bf16 as it is written
- * (rows that feed a bf16 product directly). */
-__device__ __forceinline__ void cuda_put(float *p, float v) { *p = v; }
-__device__ __forceinline__ void cuda_put(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
-
-template <typename O>
 __device__ __forceinline__ void cuda_rms_row(const float *xr, int64_t dim, float eps, double *red,
-                                             const float *__restrict__ gamma, O *out) {
+                                             const float *__restrict__ gamma, float *out) {
     double ss = 0;
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * xr[i];
     float inv = (float)(1.0 / sqrt(cuda_block_sum_d(ss, red) / (double)dim + (double)eps));
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
-        cuda_put(out + i, __fmul_rn(__fmul_rn(xr[i], inv), gamma ? gamma[i] : 1.0f));
+        out[i] = __fmul_rn(__fmul_rn(xr[i], inv), gamma ? gamma[i] : 1.0f);
 }
 
 /* The same norm of a row of at most CUDA_RMS_WARP_MAX values by one warp
@@ -91,9 +84,8 @@ __device__ __forceinline__ void cuda_rms_row(const float *xr, int64_t dim, float
  * rows of 32 to 2048 channels, millions of them a minute of audio). The
  * same floats in every kernel that normalises such rows this way. */
 #define CUDA_RMS_WARP_MAX 2048
-template <typename O>
 __device__ __forceinline__ void cuda_rms_row_warp(const float *xr, int64_t dim, float eps,
-                                                  const float *__restrict__ gamma, O *out) {
+                                                  const float *__restrict__ gamma, float *out) {
     const int lane = threadIdx.x & 31;
     double ss = 0;
     for (int64_t i = lane; i < dim; i += 32) ss += (double)xr[i] * xr[i];
@@ -101,7 +93,7 @@ __device__ __forceinline__ void cuda_rms_row_warp(const float *xr, int64_t dim, 
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     float inv = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
     for (int64_t i = lane; i < dim; i += 32)
-        cuda_put(out + i, __fmul_rn(__fmul_rn(xr[i], inv), gamma ? gamma[i] : 1.0f));
+        out[i] = __fmul_rn(__fmul_rn(xr[i], inv), gamma ? gamma[i] : 1.0f);
 }
 
 /* The layer norm of row xr [dim] into out [dim] (global or shared memory):

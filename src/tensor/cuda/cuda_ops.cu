@@ -114,13 +114,28 @@ int choir_cuda_rms_norm(choir_cuda *cu, const float *x, float *y, int64_t rows, 
 __global__ void k_rms_norm_bf16_warp(const float *__restrict__ x, __nv_bfloat16 *__restrict__ y, int64_t rows,
                                      int64_t dim, const float *__restrict__ gamma, float eps) {
     const int64_t r = (int64_t)blockIdx.x * (OPS_THREADS / 32) + (threadIdx.x >> 5);
-    if (r < rows) cuda_rms_row_warp(x + r * dim, dim, eps, gamma, y + r * dim);
+    if (r >= rows) return;
+    const int lane = threadIdx.x & 31;
+    const float *xr = x + r * dim;
+    double ss = 0;
+    for (int64_t i = lane; i < dim; i += 32) ss += (double)xr[i] * xr[i];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    float inv = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
+    for (int64_t i = lane; i < dim; i += 32)
+        y[r * dim + i] = __float2bfloat16_rn(__fmul_rn(__fmul_rn(xr[i], inv), gamma ? gamma[i] : 1.0f));
 }
 
 __global__ void k_rms_norm_bf16(const float *__restrict__ x, __nv_bfloat16 *__restrict__ y, int64_t dim,
                                 const float *__restrict__ gamma, float eps) {
     __shared__ double red[32];
-    cuda_rms_row(x + (int64_t)blockIdx.x * dim, dim, eps, red, gamma, y + (int64_t)blockIdx.x * dim);
+    const float *xr = x + (int64_t)blockIdx.x * dim;
+    double ss = 0;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    float inv = (float)(1.0 / sqrt(cuda_block_sum_d(ss, red) / (double)dim + (double)eps));
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
+        y[(int64_t)blockIdx.x * dim + i] =
+            __float2bfloat16_rn(__fmul_rn(__fmul_rn(xr[i], inv), gamma ? gamma[i] : 1.0f));
 }
 
 int choir_cuda_rms_norm_bf16(choir_cuda *cu, const float *x, uint16_t *y, int64_t rows, int64_t dim,
