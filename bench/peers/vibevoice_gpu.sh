@@ -9,7 +9,7 @@
 # device-to-device copy bandwidth, bytes read + written).
 #
 #   bash bench/peers/vibevoice_gpu.sh [--check] [--audio-min 1,10] [--steps 32] [--layers 28] [--impl auto|hf|spec]
-#        [--batch 8,32 [--batch-min 10]] [--bin PATH]
+#        [--batch 8,32 [--batch-min 10]] [--bin PATH] [--tokens-per-min 300]
 #
 # --check first runs choir_vibevoice_gpu_check (CUDA against the CPU at
 # reduced dimensions; the failures and the attention lines are printed).
@@ -24,7 +24,7 @@
 # goes to $OUT/vibevoice_gpu.txt (or /tmp). About 3 minutes on an H200.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-MIN=1,10 STEPS=32 LAYERS=28 IMPL=auto CHECK=0 BATCH= BMIN=10 BUILD=${BUILD:-/tmp/vv-peer} BIN=
+MIN=1,10 STEPS=32 LAYERS=28 IMPL=auto CHECK=0 BATCH= BMIN=10 BUILD=${BUILD:-/tmp/vv-peer} BIN= TPM=300
 while [ $# -gt 0 ]; do
   case "$1" in
     --audio-min) MIN=$2; shift 2 ;;
@@ -35,6 +35,7 @@ while [ $# -gt 0 ]; do
     --batch) BATCH=$2; shift 2 ;;
     --batch-min) BMIN=$2; shift 2 ;;
     --bin) BIN=$2; shift 2 ;;
+    --tokens-per-min) TPM=$2; shift 2 ;;
     *) echo "vibevoice_gpu.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -87,6 +88,17 @@ for m in ${MIN//,/ }; do
   printf '%-6s %-22s %12s %12s %8s\n' "" "decode / bound" "$(ratio "$cd" "$bound")" "$(ratio "$td" "$bound")" ""
   printf '%-6s %-22s %12s %12s %8s\n' "" "graph decode / bound" "$(ratio "$cgr" "$bound")" "" ""
   printf '%-6s %-22s %12s %12s %8s\n' "" "peak device GB" "${cg:-n/a}" "${tg:-n/a}" ""
+  # End to end for a transcript of TPM tokens a minute of audio (an hour of
+  # speech is about 18,000 tokens): encoders + the prompt's prefill + that
+  # many decode steps (choir's graph-replayed step where it has one).
+  cn=$(val "$c" prompt) tn=$(val "$t" prompt)
+  e2e() { awk -v e="$1" -v n="$2" -v p="$3" -v d="$4" -v k="$5" \
+    'BEGIN { if (e > 0 && n > 0 && p > 0 && d > 0) printf "%.1f", e + n / p + k * d / 1000; else print "n/a" }'; }
+  k=$(awk -v m="$m" -v t="$TPM" 'BEGIN { printf "%d", m * t }')
+  ce2=$(e2e "$ce" "$cn" "$cp" "${cgr:-$cd}" "$k") te2=$(e2e "$te" "$tn" "$tp" "$td" "$k")
+  printf '%-6s %-22s %12s %12s %8s\n' "" "end to end s, $k tok" "$ce2" "$te2" "$(ratio "$te2" "$ce2")"
+  printf '%-6s %-22s %12s %12s %8s\n' "" "  x real time" "$(ratio "$(awk -v m="$m" 'BEGIN{print m*60}')" "$ce2")" \
+    "$(ratio "$(awk -v m="$m" 'BEGIN{print m*60}')" "$te2")" ""
 done
 for b in ${BATCH//,/ }; do
   c=$(grep "vibevoice batch $b at" <<<"$C")

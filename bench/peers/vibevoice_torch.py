@@ -341,7 +341,7 @@ def main():
               f"prefill {L} tokens {L / t_pre:.0f} tokens/s, decode {1e3 * t_dec:.2f} ms/token "
               f"({args.steps} steps), peak {peak / 1e9:.2f} GB "
               f"min={m:g} enc_s={t_enc:.4f} prefill_tps={L / t_pre:.1f} decode_ms={1e3 * t_dec:.3f} "
-              f"peak_gb={peak / 1e9:.3f}")
+              f"peak_gb={peak / 1e9:.3f} prompt={L}")
         del feats, embeds, state, x
 
 

@@ -1107,8 +1107,8 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
     printf("device     peak %.2f GB (weights %.2f GB, state planned %.2f GB)\n", peak,
            choir_vibevoice_device_bytes(m) / 1e9, choir_vibevoice_plan_bytes(d, &plan) / 1e9);
     printf("choir vibevoice %g min: min=%g enc_s=%.4f prefill_tps=%.1f decode_ms=%.3f graph_ms=%.3f "
-           "peak_gb=%.3f pf_att=%s", minutes, minutes, enc1 - e0, n_ids / (p1 - e1), 1000 * (d1 - p1) / steps,
-           1000 * (g1 - g0) / steps, peak, g_pf_both ? "both" : choir_cuda_vv_prefill_flash_on() ? "flash" : "simt");
+           "peak_gb=%.3f prompt=%lld pf_att=%s", minutes, minutes, enc1 - e0, n_ids / (p1 - e1), 1000 * (d1 - p1) / steps,
+           1000 * (g1 - g0) / steps, peak, (long long)n_ids, g_pf_both ? "both" : choir_cuda_vv_prefill_flash_on() ? "flash" : "simt");
     if (g_pf_both) printf(" prefill_simt_tps=%.1f prefill_flash_tps=%.1f", pf_tps[0], pf_tps[1]);
     printf("\n");
     fflush(stdout);
