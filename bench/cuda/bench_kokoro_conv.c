@@ -9,7 +9,16 @@
  * TFLOP/s counts 2 per multiply-add, GB/s the least bytes a convolution
  * must move (x read once, y written once, plus the residual).
  *
- * Usage: bench_kokoro_conv [--reps N] [--batch B] */
+ * The implicit GEMM runs with each of its kernels (choir_cuda_conv_set_v2:
+ * the first, 128 x 128 tiles; the second, three weight stages, in its two
+ * block shapes: "impl-v2" 128 x 256 tiles of 8 warps, "impl-v2b" 128 x 128
+ * of 4 warps), "v2/v1" giving the first's time over the second's.
+ *
+ * Usage: bench_kokoro_conv [--reps N] [--batch B] [--no-im2col] [--no-v2] [--units]
+ *   --no-im2col: the im2col path only as the reference (not timed; for
+ *                large batches, where its tap matrices take most of the run)
+ *   --no-v2:     the implicit GEMM's first kernel only
+ *   --units:     the Snake units' fused convolutions only */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +31,7 @@
 
 static choir_cuda *g_cu;
 static int g_reps = 10;
+static bool g_im2col = true, g_v2 = true, g_units_only = false;
 
 static void check(int rc, const choir_err *err, const char *what) {
     if (rc) {
@@ -56,17 +66,24 @@ static void upload(void *dst, const void *src, size_t bytes) {
     check(choir_cuda_upload(g_cu, &b, 0, src, bytes, &err), &err, "upload");
 }
 
+/* n random floats on the device: at most 2^24 drawn, repeated past that (a
+ * batch of 32 stage-1 pieces has 786M values; drawing them all on the host
+ * took seconds per buffer). */
 static float *dev_random(int64_t n, float lo, float hi) {
-    float *h = choir_alloc(CHOIR_MEM_OTHER, (size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++) h[i] = rnd(lo, hi);
+    const int64_t m = n < ((int64_t)1 << 24) ? n : ((int64_t)1 << 24);
+    float *h = choir_alloc(CHOIR_MEM_OTHER, (size_t)m * sizeof(float));
+    for (int64_t i = 0; i < m; i++) h[i] = rnd(lo, hi);
     float *d = dev_alloc((size_t)n * sizeof(float));
-    upload(d, h, (size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i += m) upload(d + i, h, (size_t)(n - i < m ? n - i : m) * sizeof(float));
     choir_free(h);
     return d;
 }
 
+/* Over the first 2^26 values at most (a batch of 32 stage-1 pieces has
+ * 786M: their download and sum would take seconds per row). */
 static double rel_l2_dev(const float *a, const float *ref, int64_t n) {
     choir_err err = {0};
+    if (n > ((int64_t)1 << 26)) n = (int64_t)1 << 26;
     float *ha = choir_alloc(CHOIR_MEM_OTHER, (size_t)n * 4), *hr = choir_alloc(CHOIR_MEM_OTHER, (size_t)n * 4);
     choir_cuda_buf ba = {(void *)a, (size_t)n * 4}, br = {(void *)ref, (size_t)n * 4};
     check(choir_cuda_download(g_cu, ha, &ba, 0, (size_t)n * 4, &err), &err, "download");
@@ -213,19 +230,30 @@ static void run_shape(const shape *sh, bool unit) {
     /* the residual is rewritten by neither version (y is its own buffer) */
     reference(old, sh, &b);
     static const char *prec[] = {"f32", "tf32", "bf16"};
-    for (int impl = 0; impl < 2; impl++)
+    /* impl 0: im2col (or the unfused unit), 1: implicit, first kernel, 2 and
+     * 3: the second kernel's shapes 1 and 2 */
+    double v1_ms[3] = {0, 0, 0};
+    for (int impl = 0; impl < 4; impl++) {
+        if ((impl == 0 && !g_im2col) || (impl >= 2 && !g_v2)) continue;
         for (int p = 0; p < 3; p++) {
             set_mode(impl ? CHOIR_CUDA_CONV_AUTO : CHOIR_CUDA_CONV_IM2COL, p == 1);
+            choir_cuda_conv_set_v2(g_cu, impl >= 2 ? impl - 1 : 0);
             double ms = time_ms(impl ? neu : old, sh, &b, p == 2);
             double err = ms > 0 ? rel_l2_dev(b.y, b.ref, n) : NAN;
-            printf("%-7s %-6s B%-3lld C%-4lld T%-7lld k%-2d d%d %-5s %-8s %8.3f ms %7.1f TFLOP/s "
-                   "%6.0f GB/s  rel_l2 %.2e\n",
+            if (impl == 1) v1_ms[p] = ms;
+            static const char *label[2][4] = {{"im2col", "implicit", "impl-v2", "impl-v2b"},
+                                              {"4-kernel", "fused", "fused-v2", "fused-v2b"}};
+            printf("%-7s %-6s B%-3lld C%-4lld T%-7lld k%-2d d%d %-5s %-9s %8.3f ms %7.1f TFLOP/s "
+                   "%6.0f GB/s  rel_l2 %.2e",
                    sh->stage, unit ? "unit" : "conv", (long long)sh->B, (long long)sh->C,
-                   (long long)sh->T, sh->K, sh->dil, prec[p],
-                   impl ? (unit ? "fused" : "implicit") : (unit ? "4-kernel" : "im2col"), ms,
+                   (long long)sh->T, sh->K, sh->dil, prec[p], label[unit][impl], ms,
                    flop / (ms * 1e-3) / 1e12, bytes / (ms * 1e-3) / 1e9, err);
+            if (impl >= 2 && v1_ms[p] > 0 && ms > 0) printf("  v2/v1 %.2fx", v1_ms[p] / ms);
+            printf("\n");
             fflush(stdout);
         }
+    }
+    choir_cuda_conv_set_v2(g_cu, 0);
     set_mode(CHOIR_CUDA_CONV_AUTO, false);
     dev_free(b.x, n * 4), dev_free(b.w32, nw * 4), dev_free(b.w16, nw * 2);
     dev_free(b.bias, sh->C * 4), dev_free(b.y, n * 4), dev_free(b.ref, n * 4);
@@ -241,8 +269,14 @@ int main(int argc, char **argv) {
             g_reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
             batch = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--no-im2col"))
+            g_im2col = false;
+        else if (!strcmp(argv[i], "--no-v2"))
+            g_v2 = false;
+        else if (!strcmp(argv[i], "--units"))
+            g_units_only = true;
         else {
-            fprintf(stderr, "usage: bench_kokoro_conv [--reps N] [--batch B]\n");
+            fprintf(stderr, "usage: bench_kokoro_conv [--reps N] [--batch B] [--no-im2col] [--no-v2] [--units]\n");
             return 2;
         }
     }
@@ -260,9 +294,11 @@ int main(int argc, char **argv) {
         {"stage1", batch, 128, 192001, 11, 5}, {"stage1", batch, 128, 192001, 11, 1},
         {"stage0", batch, 256, 32000, 3, 1},  {"stage0", batch, 256, 32000, 11, 5},
     };
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) run_shape(&shapes[i], false);
-    run_shape(&shapes[1], true);
-    run_shape(&shapes[5], true);
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0] && !g_units_only; i++)
+        run_shape(&shapes[i], false);
+    /* the model's Snake-unit convolutions (fused AdaIN + Snake, residual) */
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        if (i != 3) run_shape(&shapes[i], true);
     choir_cuda_free(g_cu);
     return 0;
 }

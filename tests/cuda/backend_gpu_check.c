@@ -1339,6 +1339,82 @@ static void check_vconv_snake(int mode, int64_t B, int64_t C, int64_t T, int64_t
     case_end();
 }
 
+/* Back to the context's default after a case that switched kernels
+ * (CHOIR_CONV_V2=1|2 in the environment runs every other convolution case on
+ * the second kernel). */
+static void cuda_ctx_v2_default(void) {
+    const char *e = getenv("CHOIR_CONV_V2");
+    choir_cuda_conv_set_v2(choir_backend_cuda_context(g_gpu), e ? atoi(e) : 0);
+}
+
+/* The implicit GEMM's second kernel (choir_cuda_conv_set_v2; cuda_conv2.cu)
+ * in both its block shapes against the first kernel and the CPU: the fused
+ * AdaIN + Snake convolution (with or without the residual added in place) or
+ * the plain conv1d_lens (Cin may differ from C there: `cin`). The second
+ * kernel sums the same products in the same order, so it should give the
+ * first's floats bit for bit (the number that differ is in the case's name);
+ * the bound against the first is 1e-6, against the CPU the precision's. */
+static void check_vconv_v2(int mode, int64_t B, int64_t cin, int64_t C, int64_t T, int64_t K,
+                           int dil, bool residual, bool fused) {
+    case_begin();
+    const int pad = (int)((K - 1) * dil / 2);
+    const int64_t Tout = choir_conv1d_out_len(T, K, 1, pad, dil), n = B * C * Tout;
+    vc_io io;
+    vc_make(&io, mode, B, cin, C, T, K);
+    float *nw = hvec(cin, 0.5f, 1.5f), *nb = hvec(cin, -0.3f, 0.3f), *alpha = hvec(cin, 0.3f, 3.0f);
+    float *gb = hvec(B * 2 * cin, -0.5f, 0.5f);
+    choir_adain_snake hp = {io.lens, nw, nb, gb, 2 * cin, 1e-5f, alpha};
+    choir_adain_snake dp = {io.dlens, dvec(nw, cin), dvec(nb, cin), dvec(gb, B * 2 * cin), 2 * cin,
+                            1e-5f, dvec(alpha, cin)};
+    residual = residual && fused;
+    float *ref = hvec(n, -1, 1);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t t = io.lens[b]; t < Tout; t++) ref[(b * C + c) * Tout + t] = 0.0f;
+    float *dy[3];
+    for (int v = 0; v < 3; v++) dy[v] = residual ? dvec(ref, n) : dnan(n);
+    if (fused)
+        choir_op_conv1d_adain_snake(g_cs, io.x, B, cin, T, &hp, &io.hw, io.bias, C, K, pad, dil,
+                                    io.lens, residual ? ref : NULL, ref);
+    else
+        choir_op_conv1d_lens(g_cs, io.x, B, cin, T, &io.hw, io.bias, C, K, 1, pad, dil, io.lens, ref);
+    if (mode == VC_TF32) vc_tf32(true);
+    for (int v = 0; v < 3; v++) {
+        choir_cuda_conv_set_v2(choir_backend_cuda_context(g_gpu), v);
+        if (fused)
+            choir_op_conv1d_adain_snake(g_gs, io.dx, B, cin, T, &dp, &io.dw, io.dbias, C, K, pad, dil,
+                                        io.dlens, residual ? dy[v] : NULL, dy[v]);
+        else
+            choir_op_conv1d_lens(g_gs, io.dx, B, cin, T, &io.dw, io.dbias, C, K, 1, pad, dil,
+                                 io.dlens, dy[v]);
+    }
+    cuda_ctx_v2_default();
+    if (mode == VC_TF32) vc_tf32(false);
+    float *got[3];
+    for (int v = 0; v < 3; v++) {
+        got[v] = hmem((size_t)n * 4);
+        choir_op_download(g_gs, got[v], dy[v], (size_t)n * 4);
+    }
+    char name[160];
+    snprintf(name, sizeof name, "conv v2 %s %s %lld->%lld k%lld d%d%s, %lld items of %lld",
+             fused ? "adain_snake" : "conv1d_lens", vc_mode_name[mode], (long long)cin,
+             (long long)C, (long long)K, dil, residual ? " +res" : "", (long long)B, (long long)T);
+    if (streams_ok(name)) {
+        for (int v = 1; v < 3; v++) {
+            int64_t differ = 0;
+            for (int64_t i = 0; i < n; i++) differ += memcmp(&got[0][i], &got[v][i], 4) != 0;
+            char nv[200];
+            snprintf(nv, sizeof nv, "%s, shape %d, vs CPU", name, v);
+            report(nv, rel_l2(got[v], ref, n), vc_tol[mode]);
+            snprintf(nv, sizeof nv, "  ... shape %d vs the first kernel: %lld of %lld values differ",
+                     v, (long long)differ, (long long)n);
+            report(nv, rel_l2(got[v], got[0], n), 1e-6);
+        }
+    }
+    choir_backend_weights_free(io.ws);
+    case_end();
+}
+
 static void check_vocoder_conv(void) {
     check_vconv_lens(VC_F32, 3, 128, 128, 1001, 3, 1);
     check_vconv_lens(VC_F32, 2, 256, 256, 777, 7, 3);
@@ -1360,6 +1436,17 @@ static void check_vocoder_conv(void) {
     check_vconv_snake(VC_BF16, 2, 128, 1001, 11, 5, true, false);
     check_vconv_snake(VC_BF16, 3, 256, 777, 7, 3, false, false);
     check_vconv_snake(VC_F32, 2, 128, 1001, 7, 3, true, true);
+    /* the second kernel: every mode, fused or plain, Cin past one chunk
+     * multiple, Cout past one tile, frames over several 256-frame tiles */
+    check_vconv_v2(VC_F32, 2, 128, 128, 1001, 11, 5, true, true);
+    check_vconv_v2(VC_F32, 2, 256, 256, 777, 7, 3, false, false);
+    check_vconv_v2(VC_TF32, 3, 128, 128, 1001, 3, 1, true, true);
+    check_vconv_v2(VC_TF32, 2, 256, 256, 777, 11, 5, false, true);
+    check_vconv_v2(VC_TF32, 2, 128, 22, 1201, 7, 1, false, false); /* conv_post */
+    check_vconv_v2(VC_BF16, 2, 128, 128, 1001, 7, 3, true, true);
+    check_vconv_v2(VC_BF16, 3, 100, 100, 333, 3, 1, true, true);
+    check_vconv_v2(VC_BF16, 2, 256, 256, 777, 11, 5, false, true);
+    check_vconv_v2(VC_BF16, 2, 1090, 1024, 37, 3, 1, false, false); /* the decoder's blocks */
 }
 
 /* The harmonic source and its STFT (Kokoro's generator): two items of 400

@@ -1,6 +1,7 @@
 /* The CUDA context: device selection, stream, cuBLAS handle, counted device
  * memory and weight upload. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "choir/alloc.h"
@@ -68,6 +69,10 @@ choir_cuda *choir_cuda_init(int device, choir_err *err) {
         return NULL;
     }
     cu->props = props;
+    {
+        const char *v2 = getenv("CHOIR_CONV_V2");
+        cu->conv_v2 = v2 && (!strcmp(v2, "1") || !strcmp(v2, "2")) ? v2[0] - '0' : 0;
+    }
     if ((st = cudaSetDevice(device)) != cudaSuccess) {
         choir_cuda_fail(err, st, "cudaSetDevice");
         goto fail;

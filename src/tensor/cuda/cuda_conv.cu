@@ -27,78 +27,28 @@
  * added (y may alias it). */
 #include <stdint.h>
 
+#ifndef CHOIR_IG_EMU
 #include <cuda_bf16.h>
 
 #include "choir/cuda_audio.h"
 #include "tensor/cuda/cuda_internal.h"
+#endif
+#include "tensor/cuda/cuda_conv_ig.h"
 
-#define IG_BM 128
 #define IG_BN 128
 /* threads of a block: 8 warps of 64 x 32, or 16 warps of 32 x 32 in the
  * tf32x3 mode (which keeps a second set of accumulators, below) */
 #define IG_THREADS(mode) ((mode) == IG_TF32X3 ? 512 : 256)
-#define IG_HALO_MAX 64
-#define IG_K_MAX 16
-#define IG_XROW 48 /* bytes per staged frame: 32 of channels + 16 of padding (no bank conflicts) */
 #define IG_RMAX (IG_BN + IG_HALO_MAX)
-#define IG_COEF 8 /* floats per (item, channel) of the pre-activation */
 /* the most dynamic shared memory a block takes (K 16, halo 64): 150 KB */
 #define IG_SMEM_MAX (2 * IG_BM * (IG_K_MAX * 32 + 16) + 2 * IG_RMAX * IG_XROW)
-
-enum { IG_BF16 = 0, IG_TF32 = 1, IG_TF32X3 = 2 };
+#ifndef IG_DYN_SMEM
+#define IG_DYN_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
 
 #define GRID_STRIDE(i, n)                                                                          \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                      \
          i += (int64_t)gridDim.x * blockDim.x)
-
-static __device__ __forceinline__ uint32_t to_tf32(float v) {
-    uint32_t r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
-    return r;
-}
-
-static __device__ __forceinline__ uint32_t smem_addr(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t &r0, uint32_t &r1,
-                                               uint32_t &r2, uint32_t &r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
-}
-
-static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
-}
-static __device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;" ::);
-}
-static __device__ __forceinline__ void cp_async_wait_all() {
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-}
-
-template <int MODE>
-static __device__ __forceinline__ void mma(float *c, const uint32_t *a, const uint32_t *b) {
-    if constexpr (MODE == IG_BF16)
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-    else
-        asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-/* AdaIN's affine as choir_cuda_adain computes it, then Snake as
- * choir_cuda_snake: cf = {mean, a, bb, gamma, beta, alpha, 1 / alpha}. */
-static __device__ __forceinline__ float adain_snake(float x, const float *cf) {
-    float v = cf[3] * ((x - cf[0]) * cf[1] + cf[2]) + cf[4];
-    float s = sinf(cf[5] * v);
-    return v + cf[6] * (s * s);
-}
 
 /* W [Cout, Cin, K] (f32 or bf16) -> wp [Mpad][nchunk][K][CK], zeros past
  * Cout and Cin; TF32 mode rounds here once. */
@@ -124,28 +74,6 @@ __global__ void k_ig_pack(const void *__restrict__ w, int64_t Cout, int64_t Cin,
     }
 }
 
-struct ig_args {
-    const float *x;        /* [B, Cin, T] */
-    const void *wp;        /* packed weight */
-    const float *bias;     /* [Cout] or NULL */
-    const int32_t *out_lens, *in_lens;
-    const float *coef;     /* [B, Cin, IG_COEF] with PRO */
-    const float *residual; /* [B, Cout, Tout] or NULL */
-    float *y;
-    int64_t Cin, T, Cout, Tout;
-    int K, dil, pad, nchunk, mtiles;
-};
-
-/* Thread tid's staged word s: frame row r, word w (of 8 per row). A warp
- * covers 8 rows x 4 words: global reads of 32 contiguous bytes per channel,
- * shared stores without bank conflicts (row stride 12 words). */
-template <int THREADS>
-static __device__ __forceinline__ void ig_slot(int s, int tid, int &r, int &w) {
-    int g = s * (THREADS / 32) + (tid >> 5), lane = tid & 31;
-    w = (g & 1) * 4 + (lane >> 3);
-    r = (g >> 1) * 8 + (lane & 7);
-}
-
 /* The tensor cores add into their f32 accumulator with truncation, so an
  * error grows with the reduction's length (measured: 1.7e-5 relative over
  * 3270 products in tf32x3 mode). There a chunk's products (CK channels x K
@@ -160,7 +88,7 @@ __global__ void __launch_bounds__(IG_THREADS(MODE), MODE == IG_TF32X3 ? 1 : 2)
     constexpr int MI = MODE == IG_TF32X3 ? 2 : 4;   /* m16 tiles per warp */
     constexpr int WARPS_M = IG_BM / (16 * MI);       /* warps along Cout */
     constexpr int XSLOTS = (IG_RMAX * 8 + THREADS - 1) / THREADS; /* staged words per thread */
-    extern __shared__ __align__(16) unsigned char smem[];
+    IG_DYN_SMEM(smem);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp % WARPS_M, wn = warp / WARPS_M;
     const int mt = (int)(blockIdx.x % a.mtiles);
@@ -192,10 +120,10 @@ __global__ void __launch_bounds__(IG_THREADS(MODE), MODE == IG_TF32X3 ? 1 : 2)
         uint32_t dst = smem_addr(ws + buf * IG_BM * wrow);
         for (int i = tid; i < IG_BM * per_row; i += THREADS) {
             int m = i / per_row, q = i - m * per_row;
-            cp_async16(dst + m * wrow + q * 16,
+            ig_cp_async16(dst + m * wrow + q * 16,
                        src + ((m0 + m) * a.nchunk + c) * wchunk + (int64_t)q * 16);
         }
-        cp_async_commit();
+        ig_cp_commit();
     };
     auto load_x = [&](int c) {
 #pragma unroll
@@ -244,7 +172,7 @@ __global__ void __launch_bounds__(IG_THREADS(MODE), MODE == IG_TF32X3 ? 1 : 2)
     load_w(0, 0);
     load_x(0);
     store_x(0, 0);
-    cp_async_wait_all();
+    ig_cp_wait<0>();
     __syncthreads();
 
     for (int c = 0; c < a.nchunk; c++) {
@@ -323,7 +251,7 @@ __global__ void __launch_bounds__(IG_THREADS(MODE), MODE == IG_TF32X3 ? 1 : 2)
                     for (int q = 0; q < 4; q++) acc[i][j][q] += cacc[i][j][q];
         }
         if (more) store_x(c + 1, buf ^ 1);
-        cp_async_wait_all();
+        ig_cp_wait<0>();
         __syncthreads();
     }
 
@@ -350,6 +278,7 @@ __global__ void __launch_bounds__(IG_THREADS(MODE), MODE == IG_TF32X3 ? 1 : 2)
         }
 }
 
+#ifndef CHOIR_IG_EMU
 /* --- AdaIN statistics for the fused pre-activation ---------------------------- */
 
 /* Block (row, s) sums segment s of row's valid samples and their squares in
@@ -487,6 +416,8 @@ static int ig_conv(choir_cuda *cu, const float *x, int64_t B, int64_t Cin, int64
     if (rc) return rc;
     ig_args a = {x, wp, bias, out_lens, in_lens, coef, residual, y, Cin, T, Cout, Tout,
                  (int)K, dilation, padding, (int)nchunk, (int)mtiles};
+    if (ig2_applies(cu, mode, Cin, T, Cout, Tout, (int)K, dilation))
+        return ig2_launch(cu, mode, a, B, err);
     const size_t smem = ig_smem((int)K, dilation);
     if (coef) {
         if (mode == IG_BF16) return ig_launch<IG_BF16, true>(a, B, smem, cu, err);
@@ -554,3 +485,4 @@ int choir_cuda_conv1d_adain_snake(choir_cuda *cu, const float *x, int64_t B, int
     return ig_conv(cu, x, B, Cin, T, weight, bias, Cout, kernel, padding, dilation, out_lens,
                    pre->lens, coef, residual, scr, y, err);
 }
+#endif /* CHOIR_IG_EMU */

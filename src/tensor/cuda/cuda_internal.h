@@ -37,6 +37,10 @@ struct choir_cuda {
     bool tf32;
     /* choir_cuda_conv_path: which conv1d path choir_cuda_conv1d_batched takes */
     int conv_path;
+    /* the implicit convolutions take the second kernel (cuda_conv2.cu) where
+     * it applies, in block shape 1 or 2 (0: the first kernel):
+     * choir_cuda_conv_set_v2, CHOIR_CONV_V2=1|2 at init */
+    int conv_v2;
 };
 
 /* GELU (erf form) as choir_gelu_erf computes it, for every kernel that

@@ -34,8 +34,8 @@ struct float2 { float x, y; };
 static inline float2 make_float2(float x, float y) { return {x, y}; }
 static int g_threads;
 static std::barrier<> *g_block_bar;
-static std::barrier<> *g_warp_bar[8];
-static uint64_t g_slot[8][32][8];
+static std::barrier<> *g_warp_bar[16];
+static uint64_t g_slot[16][32][8];
 static inline int W() { return threadIdx.x >> 5; }
 static inline int Ln() { return threadIdx.x & 31; }
 static inline void wsync() { g_warp_bar[W()]->arrive_and_wait(); }

@@ -1184,6 +1184,7 @@ FAKE_WEAK int choir_cuda_conv1d_batched(choir_cuda *cu, const float *x, int64_t 
 }
 /* The host has one convolution path: the choice is accepted and ignored. */
 void choir_cuda_conv_set_path(choir_cuda *cu, choir_cuda_conv_path path) { (void)cu, (void)path; }
+void choir_cuda_conv_set_v2(choir_cuda *cu, int variant) { (void)cu, (void)variant; }
 FAKE_WEAK int choir_cuda_conv1d_adain_snake(choir_cuda *cu, const float *x, int64_t B,
                                             int64_t Cin, int64_t T,
                                             const choir_cuda_adain_snake *pre,

@@ -1,0 +1,202 @@
+// The implicit-GEMM convolution kernels (k_ig_conv of src/tensor/cuda/cuda_conv.cu and k_ig2_conv
+// of cuda_conv2.cu) run on the host through warp_emu.h: both on the same inputs, in the three
+// precision modes, with and without the fused AdaIN + Snake pre-activation, a residual, pieces
+// of different lengths, channel counts that are not multiples of a chunk and Cout past one
+// 128-row tile. Prints, per case, how many outputs of the second kernel differ from the first's
+// (bit patterns; the emulation sums each mma in a fixed order, so the same products in the same
+// order give the same floats) and each kernel's relative L2 against a double reference over the
+// same rounded operands (only the f32 accumulation differs there), and how many outputs were
+// left unwritten (y starts as NaN). The kernel sources are included whole with CHOIR_IG_EMU
+// (their host halves and PTX pieces left out); twins of the PTX pieces are here.
+//
+//   conv_emu MODE(0 bf16, 1 tf32, 2 tf32x3) PRO B CIN COUT T K DIL RESIDUAL
+#define CHOIR_IG_EMU 1
+#include "warp_emu.h"
+
+alignas(16) static unsigned char g_emu_smem[232448];
+#define IG_DYN_SMEM(name) unsigned char *name = g_emu_smem
+static dim3v blockDim = {1, 1, 1};
+
+static inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+template <class T> static inline T __ldg(const T *p) { return *p; }
+// cvt.rna.tf32.f32: nearest, ties away from zero, 10 mantissa bits kept
+static inline uint32_t to_tf32(float v) {
+    uint32_t u = __float_as_uint(v);
+    if ((u & 0x7f800000) == 0x7f800000) return u;
+    return (u + 0x1000u) & 0xffffe000u;
+}
+static inline uint32_t smem_addr(const void *p) { return (uint32_t)((const unsigned char *)p - g_emu_smem); }
+static inline void ldsm_x4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
+    uint32_t r[4];
+    ldmatrix_x4(r, g_emu_smem + addr);
+    r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
+}
+static inline void ig_cp_async16(uint32_t dst, const void *src) { memcpy(g_emu_smem + dst, src, 16); }
+static inline void ig_cp_commit() {}
+template <int N> static inline void ig_cp_wait() {}
+static inline void ig_prefetch_l2(const void *) {}
+
+// mma.m16n8k8 tf32 -> f32: A a0 (g, t) a1 (g + 8, t) a2 (g, t + 4) a3 (g + 8, t + 4); B b0 (k t,
+// n g) b1 (k t + 4, n g); C as m16n8k16. The operands' low 13 bits are ignored as the hardware's.
+static void mma_tf32(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+    uint64_t *me = g_slot[W()][Ln()];
+    for (int i = 0; i < 4; i++) me[2 + i] = a[i];
+    me[6] = b[0], me[7] = b[1];
+    wsync();
+    float A[16][8], B[8][8];
+    auto f = [](uint64_t v) { return __uint_as_float((uint32_t)v & 0xffffe000u); };
+    for (int l = 0; l < 32; l++) {
+        int g = l / 4, t = l % 4;
+        uint64_t *s = g_slot[W()][l];
+        A[g][t] = f(s[2]), A[g + 8][t] = f(s[3]), A[g][t + 4] = f(s[4]), A[g + 8][t + 4] = f(s[5]);
+        B[t][g] = f(s[6]), B[t + 4][g] = f(s[7]);
+    }
+    wsync();
+    int g = Ln() / 4, t = Ln() % 4;
+    int rr[4] = {g, g, g + 8, g + 8}, cc[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+    for (int i = 0; i < 4; i++) {
+        float acc = c[i];
+        for (int k = 0; k < 8; k++) acc += A[rr[i]][k] * B[k][cc[i]];
+        c[i] = acc;
+    }
+}
+template <int MODE> static inline void mma(float *c, const uint32_t *a, const uint32_t *b) {
+    if constexpr (MODE == 0) mma_bf16(c, a, b[0], b[1]);
+    else mma_tf32(c, a, b);
+}
+
+#include "tensor/cuda/cuda_conv.cu"
+#include "tensor/cuda/cuda_conv2.cu"
+
+static uint64_t rng = 88172645463325252ull;
+static float rnd(float lo, float hi) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return lo + (hi - lo) * (float)((rng >> 11) * (1.0 / 9007199254740992.0));
+}
+
+template <int MODE, bool PRO> static void run_v1(const ig_args &a, int B) {
+    const int64_t tt = (a.Tout + IG_BN - 1) / IG_BN;
+    launch({(int)(tt * a.mtiles), 1, B}, IG_THREADS(MODE), [&] { k_ig_conv<MODE, PRO>(a); });
+}
+// the second kernel's block shapes as ig2_pick takes them (cuda_conv2.cu)
+template <int MODE, bool PRO> static void run_v2(const ig_args &a, int B, int variant) {
+    if constexpr (MODE == IG_TF32X3) {
+        const int64_t tt = (a.Tout + 127) / 128;
+        launch({(int)(tt * a.mtiles), 1, B}, 512, [&] { k_ig2_conv<MODE, PRO, 2, 4, 4, 4>(a); });
+    } else if (variant == 2) {
+        const int64_t tt = (a.Tout + 127) / 128;
+        launch({(int)(tt * a.mtiles), 1, B}, 128, [&] { k_ig2_conv<MODE, PRO, 4, 8, 2, 2>(a); });
+    } else {
+        const int64_t tt = (a.Tout + 255) / 256;
+        launch({(int)(tt * a.mtiles), 1, B}, 256, [&] { k_ig2_conv<MODE, PRO, 4, 8, 2, 4>(a); });
+    }
+}
+
+template <int MODE, bool PRO> static void run(ig_args a, int B, int v) {
+    if (v) run_v2<MODE, PRO>(a, B, v);
+    else run_v1<MODE, PRO>(a, B);
+}
+
+static float round_mode(int mode, float v) {
+    if (mode == IG_BF16) return bf2f(f2bf(v));
+    if (mode == IG_TF32) return __uint_as_float(to_tf32(v));
+    return v;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 10) return 2;
+    const int mode = atoi(argv[1]);
+    const bool pro = atoi(argv[2]) != 0;
+    const int B = atoi(argv[3]), Cin = atoi(argv[4]), Cout = atoi(argv[5]), T = atoi(argv[6]);
+    const int K = atoi(argv[7]), dil = atoi(argv[8]);
+    const bool has_res = atoi(argv[9]) != 0;
+    const int pad = (K - 1) * dil / 2, Tout = T + 2 * pad - dil * (K - 1);
+    const int CK = mode == IG_BF16 ? 16 : 8, nchunk = (Cin + CK - 1) / CK;
+    const int mtiles = (Cout + IG_BM - 1) / IG_BM;
+    std::vector<float> x((size_t)B * Cin * T), w((size_t)Cout * Cin * K), bias(Cout);
+    std::vector<float> coef((size_t)B * Cin * IG_COEF), res((size_t)B * Cout * Tout);
+    std::vector<int32_t> in_lens(B), out_lens(B);
+    for (auto &v : x) v = rnd(-1, 1);
+    const float wb = 1.0f / sqrtf((float)(Cin * K));
+    for (auto &v : w) v = rnd(-wb, wb);
+    for (auto &v : bias) v = rnd(-0.5f, 0.5f);
+    for (auto &v : res) v = rnd(-1, 1);
+    for (int b = 0; b < B; b++) {
+        in_lens[b] = T - 37 * b > 1 ? T - 37 * b : 1;
+        out_lens[b] = in_lens[b] < Tout ? in_lens[b] : Tout;
+        for (int c = 0; c < Cin; c++) {
+            float *cf = &coef[((size_t)b * Cin + c) * IG_COEF];
+            cf[0] = rnd(-0.1f, 0.1f), cf[1] = rnd(0.5f, 1.5f), cf[2] = rnd(-0.3f, 0.3f);
+            cf[3] = rnd(0.5f, 1.5f), cf[4] = rnd(-0.5f, 0.5f), cf[5] = rnd(0.3f, 3.0f);
+            cf[6] = 1.0f / cf[5], cf[7] = 0.0f;
+        }
+    }
+    // the packed weight, through the kernel that packs it on the device
+    std::vector<uint16_t> w16(w.size());
+    for (size_t i = 0; i < w.size(); i++) w16[i] = f2bf(w[i]);
+    const int64_t npack = (int64_t)mtiles * IG_BM * nchunk * K * CK;
+    std::vector<uint32_t> wp((size_t)npack);
+    gridDim = {1, 1, 1};
+    if (mode == IG_BF16) k_ig_pack<IG_BF16>(w16.data(), Cout, Cin, K, nchunk, npack, wp.data());
+    else if (mode == IG_TF32) k_ig_pack<IG_TF32>(w.data(), Cout, Cin, K, nchunk, npack, wp.data());
+    else k_ig_pack<IG_TF32X3>(w.data(), Cout, Cin, K, nchunk, npack, wp.data());
+
+    // y[0]: the first kernel; y[1], y[2]: the second's block shapes 1 and 2 (tf32x3 has one)
+    const int nv = mode == IG_TF32X3 ? 2 : 3;
+    std::vector<float> y[3];
+    for (int v2 = 0; v2 < nv; v2++) {
+        y[v2] = has_res ? res : std::vector<float>(res.size(), NAN);
+        ig_args a = {x.data(), wp.data(), bias.data(), out_lens.data(), pro ? in_lens.data() : nullptr,
+                     pro ? coef.data() : nullptr, has_res ? y[v2].data() : nullptr, y[v2].data(),
+                     Cin, T, Cout, Tout, K, dil, pad, nchunk, mtiles};
+        if (mode == IG_BF16) pro ? run<IG_BF16, true>(a, B, v2) : run<IG_BF16, false>(a, B, v2);
+        else if (mode == IG_TF32) pro ? run<IG_TF32, true>(a, B, v2) : run<IG_TF32, false>(a, B, v2);
+        else pro ? run<IG_TF32X3, true>(a, B, v2) : run<IG_TF32X3, false>(a, B, v2);
+    }
+    // the reference: the kernels' staged operands (pre-activation as adain_snake, the mode's
+    // rounding; tf32x3 exact), summed in double
+    std::vector<double> xq(x.size());
+    for (int b = 0; b < B; b++)
+        for (int c = 0; c < Cin; c++)
+            for (int t = 0; t < T; t++) {
+                size_t i = ((size_t)b * Cin + c) * T + t;
+                float v = x[i];
+                if (pro) v = t < in_lens[b] ? adain_snake(v, &coef[((size_t)b * Cin + c) * IG_COEF]) : 0.0f;
+                xq[i] = round_mode(mode, v);
+            }
+    std::vector<double> wq(w.size());
+    for (size_t i = 0; i < w.size(); i++) wq[i] = mode == IG_BF16 ? bf2f(w16[i]) : round_mode(mode, w[i]);
+    double num[3] = {0, 0, 0}, den = 0;
+    long differ = 0, unwritten[3] = {0, 0, 0};
+    for (int b = 0; b < B; b++)
+        for (int co = 0; co < Cout; co++)
+            for (int t = 0; t < Tout; t++) {
+                double r = 0;
+                if (t < out_lens[b]) {
+                    r = bias[co];
+                    for (int c = 0; c < Cin; c++)
+                        for (int k = 0; k < K; k++) {
+                            int ts = t + k * dil - pad;
+                            if (ts < 0 || ts >= T) continue;
+                            r += wq[((size_t)co * Cin + c) * K + k] * xq[((size_t)b * Cin + c) * T + ts];
+                        }
+                }
+                size_t i = ((size_t)b * Cout + co) * Tout + t;
+                if (has_res) r += res[i];
+                den += r * r;
+                for (int v = 0; v < nv; v++) {
+                    if (!std::isfinite(y[v][i])) { unwritten[v]++; continue; }
+                    num[v] += (y[v][i] - r) * (y[v][i] - r);
+                    if (v && __float_as_uint(y[0][i]) != __float_as_uint(y[v][i])) differ++;
+                }
+            }
+    static const char *names[] = {"bf16", "tf32", "tf32x3"};
+    double d = den > 0 ? den : 1;
+    printf("conv %-6s pro=%d B=%d %d->%d T=%d k%d d%d res=%d: v2 differs from v1 in %ld of %zu; "
+           "rel_l2 v1 %.3e v2 %.3e v2b %.3e unwritten %ld\n",
+           names[mode], pro, B, Cin, Cout, T, K, dil, has_res, differ, (size_t)(nv - 1) * res.size(),
+           sqrt(num[0] / d), sqrt(num[1] / d), nv > 2 ? sqrt(num[2] / d) : 0.0,
+           unwritten[0] + unwritten[1] + unwritten[2]);
+    return 0;
+}
