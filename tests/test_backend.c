@@ -330,6 +330,39 @@ static void test_linear_ex(void **state) {
     fx_close(&f);
 }
 
+/* swiglu_linear: SiLU(gate) up, then the product written (with its bias)
+ * or added into y, bit for bit choir_silu, choir_mul and the linear_ex
+ * results in turn; GELU, an unknown flag and ACCUMULATE without tmp
+ * refused (sticky, then cleared). */
+static void test_swiglu_linear(void **state) {
+    (void)state;
+    fx f = fx_open(1 << 20, 1 << 20);
+    int64_t M = 3, I = 40, N = 24;
+    float *g0 = rnd((size_t)(M * I), 80), *u = rnd((size_t)(M * I), 81), *w = rnd((size_t)(N * I), 82);
+    float *b = rnd((size_t)N, 83), *res = rnd((size_t)(M * N), 84), *res0 = dup(res, (size_t)(M * N));
+    choir_weight W = choir_weight_f32(w, N, I);
+    float *h = dup(g0, (size_t)(M * I)), *g = dup(g0, (size_t)(M * I));
+    float *want = malloc((size_t)(M * N) * 4), *got = malloc((size_t)(M * N) * 4);
+    float *tmp = malloc((size_t)(M * N) * 4);
+    choir_silu(h, M * I);
+    choir_mul(h, u, h, M * I);
+    choir_linear(h, M, &W, b, want);
+    assert_int_equal(choir_op_swiglu_linear(f.s, g, u, M, &W, b, got, 0, NULL), 0);
+    assert_memory_equal(got, want, (size_t)(M * N) * 4);
+    memcpy(g, g0, (size_t)(M * I) * 4);
+    assert_int_equal(choir_op_swiglu_linear(f.s, g, u, M, &W, b, res, CHOIR_LINEAR_ACCUMULATE, tmp), 0);
+    for (int64_t i = 0; i < M * N; i++) assert_true(res[i] == res0[i] + want[i]);
+    assert_int_equal(choir_op_swiglu_linear(f.s, g, u, M, &W, b, res, CHOIR_LINEAR_ACCUMULATE, NULL),
+                     CHOIR_EINVAL);
+    choir_stream_clear(f.s);
+    assert_int_equal(choir_op_swiglu_linear(f.s, g, u, M, &W, b, got, CHOIR_LINEAR_GELU, NULL), CHOIR_EINVAL);
+    choir_stream_clear(f.s);
+    assert_int_equal(choir_op_swiglu_linear(f.s, g, u, M, &W, b, res, 4u, tmp), CHOIR_EINVAL);
+    choir_stream_clear(f.s);
+    free(g0), free(u), free(w), free(b), free(res), free(res0), free(h), free(g), free(want), free(got), free(tmp);
+    fx_close(&f);
+}
+
 /* conv1d on bf16 operands: choir_conv1d over the rounded input and weight,
  * bit for bit, every item of a batch. */
 static void test_conv1d_bf16(void **state) {
@@ -914,6 +947,7 @@ int main(void) {
         cmocka_unit_test(test_attention_all_bf16),
         cmocka_unit_test(test_linear_bf16_rows),
         cmocka_unit_test(test_linear_ex),
+        cmocka_unit_test(test_swiglu_linear),
         cmocka_unit_test(test_norm_linear),
         cmocka_unit_test(test_conv1d_bf16),
         cmocka_unit_test(test_rows_gather),

@@ -305,9 +305,24 @@ int choir_op_linear_bf16(choir_stream *s, const uint16_t *x, int64_t M, const ch
  * it. The results are those of the two operations in turn: where the
  * backend does not fuse the step (the CPU, and CUDA outside its GEMV path of
  * a few rows), ACCUMULATE writes the product to tmp [M, W.rows] and adds it,
- * GELU runs choir_op_act on y. tmp may be NULL without ACCUMULATE. */
+ * GELU runs choir_op_act on y; on CUDA's cuBLAS path over bf16 weights with
+ * choir_cuda_fused_rows on, ACCUMULATE without a bias adds through cuBLAS's
+ * C operand instead (the same one rounding of y + the product, unless
+ * cuBLAS sums in another order for it). tmp may be NULL without
+ * ACCUMULATE. */
 int choir_op_linear_ex(choir_stream *s, const float *x, int64_t M, const choir_weight *W,
                        const float *bias, float *y, unsigned flags, float *tmp);
+/* A gated MLP's middle and its output projection: gate = SiLU(gate) up
+ * over [M, W.cols] (choir_op_swiglu), then choir_op_linear_ex(gate, M, W,
+ * bias, y, flags, tmp) (flags 0 or CHOIR_LINEAR_ACCUMULATE). gate's
+ * contents are unspecified afterwards. Those two operations in turn (the
+ * CPU; CUDA's GEMV path), except on CUDA's cuBLAS path over bf16 weights
+ * with choir_cuda_fused_rows on, where the gated rows are written once as
+ * the product's bf16 input and an accumulation is cuBLAS's (no bias then):
+ * the same floats up to the order of cuBLAS's sum. One operation. */
+int choir_op_swiglu_linear(choir_stream *s, float *gate, const float *up, int64_t M,
+                           const choir_weight *W, const float *bias, float *y, unsigned flags,
+                           float *tmp);
 /* Where an operation's output rows also go (a KV cache), as
  * choir_op_rows_scatter writes them: row m to dst + slot[m] slot_stride +
  * pos[m] ld (elements of dtype; slot and pos int32 backend memory, slot
@@ -339,7 +354,10 @@ typedef struct choir_norm_linear {
  * CHOIR_LINEAR_GELU), then y_i's rows written to store[i]: what
  * choir_op_layer_norm, choir_op_linear_n, choir_op_act and
  * choir_op_rows_scatter give in turn, and literally those on the CPU (and on
- * CUDA off its GEMV path, i.e. more than one row of 16-bit weights). On
+ * CUDA off its GEMV path, i.e. more than one row of 16-bit weights; with
+ * choir_cuda_fused_rows on, an RMS norm over bf16 weights at cuBLAS's row
+ * counts is written once as bf16 rows into h, which every product reads:
+ * the same floats, since those products round their input so). On
  * CUDA's GEMV path it is one kernel (choir_cuda_norm_linear): each block
  * normalises x in shared memory and h is not written. h: [M, K] backend
  * memory for the normalised rows, its contents unspecified afterwards. One

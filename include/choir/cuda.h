@@ -319,6 +319,46 @@ void choir_cuda_norm_linear_set(bool on);
 int choir_cuda_norm_linear(choir_cuda *cu, const float *x, int64_t M,
                            const choir_cuda_norm_linear_params *p, choir_err *err);
 
+/* Fused rows (issue #23: VibeVoice's prefill, whose products are cuBLAS's
+ * over bf16 weights with f32 rows between them): the bf16 input of such a
+ * product written by the pass before it (the RMS norm, the SwiGLU) instead
+ * of an f32 row that choir_cuda_linear converts, and a residual add through
+ * cuBLAS's C operand (beta 1) instead of a product into a temporary and an
+ * add. The three calls below; the backend takes them where
+ * choir_cuda_rows_ok holds. Off by default (written 6 Dec 2026, not yet run
+ * on a GPU): CHOIR_CUDA_FUSED_ROWS=1 in the environment turns it on (read at
+ * the first use) unless choir_cuda_fused_rows set it. Process-wide. */
+void choir_cuda_fused_rows(bool on);
+bool choir_cuda_fused_rows_on(void);
+/* The switch on, W bf16, and choir_cuda_linear's path for M rows of W
+ * cuBLAS's. */
+bool choir_cuda_rows_ok(int64_t M, const choir_cuda_weight *W);
+/* choir_cuda_rms_norm of x [M, K] (p->rms, p->beta NULL) then
+ * choir_cuda_linear per layer of p (p->gelu and p->store not applied: the
+ * caller's), with the norm written once as bf16 rows into h (M K 2 bytes of
+ * device memory) and each product reading them: the same floats, since
+ * choir_cuda_linear rounds its f32 input to bf16 as choir_cuda_rms_norm_bf16
+ * rounds the norm. CHOIR_EUNSUPPORTED unless every layer passes
+ * choir_cuda_rows_ok. */
+int choir_cuda_norm_linear_rows(choir_cuda *cu, const float *x, int64_t M,
+                                const choir_cuda_norm_linear_params *p, void *h, choir_err *err);
+/* y += x W^T (no bias), x rounded to bf16 in scratch as choir_cuda_linear
+ * does, the add in cuBLAS's epilogue: the floats of choir_cuda_linear into a
+ * temporary then choir_cuda_add (one f32 rounding of y + the f32 sum either
+ * way), unless cuBLAS picks another algorithm (order of the sum) for
+ * beta 1. CHOIR_EUNSUPPORTED unless choir_cuda_rows_ok. */
+int choir_cuda_linear_acc_rows(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,
+                               float *y, choir_err *err);
+/* h = SiLU(gate) up over [M, W.cols] (choir_cuda_swiglu's floats) rounded
+ * to bf16 in scratch, then y = h W^T + bias, or with accumulate (no bias)
+ * y += h W^T as choir_cuda_linear_acc_rows: what choir_cuda_swiglu then
+ * choir_cuda_linear (and the add) give, without writing gate.
+ * CHOIR_EUNSUPPORTED unless choir_cuda_rows_ok (and no bias with
+ * accumulate). */
+int choir_cuda_swiglu_linear_rows(choir_cuda *cu, const float *gate, const float *up, int64_t M,
+                                  const choir_cuda_weight *W, const float *bias, float *y, bool accumulate,
+                                  choir_err *err);
+
 /* The paths of choir_cuda_linear. GEMV: one warp per output row, every row
  * of x in f32 (up to 8 rows). SKINNY: f16/bf16 weights, up to
  * CHOIR_CUDA_SKINNY_MAX_ROWS rows, K a multiple of 8: each weight element

@@ -227,6 +227,10 @@ int choir_vibevoice_audio_embeds(const choir_vibevoice *m, choir_vibevoice_state
 
 /* Empties the KV cache (a new sequence). */
 void choir_vibevoice_reset(choir_vibevoice_state *s);
+/* Rows of each later prefill step (and connector pass): 1 .. the plan's
+ * prefill_chunk, which the state's buffers hold; for timing chunk sizes on
+ * one state. 0, or CHOIR_EINVAL (nothing changed). */
+int choir_vibevoice_set_prefill_chunk(choir_vibevoice_state *s, int chunk);
 /* Tokens in the KV cache. */
 int choir_vibevoice_seq_len(const choir_vibevoice_state *s);
 

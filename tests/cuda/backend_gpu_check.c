@@ -579,6 +579,174 @@ static void check_swiglu(void) {
     case_end();
 }
 
+static float *download(const float *dev, int64_t n) {
+    float *h = hmem((size_t)n * sizeof(float));
+    choir_op_download(g_gs, h, dev, (size_t)n * sizeof(float));
+    return h;
+}
+
+/* Fused rows (choir_cuda_fused_rows, off by default): bf16 weights at
+ * cuBLAS's row counts through the three operations that take them, each
+ * with the switch off then on. On: the RMS norm_linear (q/k/v-shaped, two
+ * biases, values stored into a bf16 cache) and the swiglu_linear that writes
+ * its product are the off path's floats bit for bit (the same rounding of
+ * the product's input, the same cuBLAS calls); accumulating products (o and
+ * down projections) within 1e-6 of it (the add is cuBLAS's epilogue: the
+ * same one rounding unless cuBLAS sums in another order for beta 1); all
+ * against the CPU within the bf16 bound. swiglu_linear on the CPU is
+ * choir_op_swiglu then choir_op_linear_ex bit for bit, and on the GPU's GEMV
+ * path (one row) too. K = 770 (not a multiple of 4) takes the SwiGLU's
+ * scalar tail. */
+static void check_fused_norm(int64_t K) {
+    case_begin();
+    const int64_t M = 333, rows[3] = {264, 136, 136};
+    bool was = choir_cuda_fused_rows_on();
+    char name[112];
+    choir_err err = {0};
+    choir_backend_weights *ws = choir_backend_weights_create(g_gpu, &err);
+    choir_weight hw[3], dw[3];
+    float *bias[2], *dbias[2];
+    for (int i = 0; i < 3; i++) {
+        hw[i] = make_weight(CHOIR_WEIGHT_BF16, rows[i], K, 0, 0, 0);
+        choir_backend_weight(ws, &hw[i], &dw[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        bias[i] = hvec(rows[2 * i], -1, 1);
+        dbias[i] = (float *)choir_backend_vec(ws, bias[i], rows[2 * i]);
+    }
+    float *x = hvec(M * K, -3, 5), *g = hvec(K, 0.5f, 1.5f);
+    float *dx = dvec(x, M * K), *dg = dvec(g, K), *dh = dzero(M * K);
+    int32_t pos[333], slot[333] = {0};
+    for (int m = 0; m < M; m++) pos[m] = m;
+    int32_t *dpos = dput(pos, sizeof pos), *dslot = dput(slot, sizeof slot);
+    float *y[2][3], *ycpu[3], *hh = hmem((size_t)(M * K) * 4);
+    uint16_t *dvc[2], *vc = hmem((size_t)(M * rows[2]) * 2);
+    for (int on = 0; on < 2; on++) {
+        choir_cuda_fused_rows(on != 0);
+        for (int i = 0; i < 3; i++) y[on][i] = dzero(M * rows[i]);
+        dvc[on] = dput(NULL, (size_t)(M * rows[2]) * 2);
+        choir_norm_linear p = {.ln_g = dg, .eps = 1e-6f, .rms = true, .n = 3, .W = {&dw[0], &dw[1], &dw[2]},
+                               .bias = {dbias[0], NULL, dbias[1]}, .y = {y[on][0], y[on][1], y[on][2]}};
+        p.store[2] = (choir_rows_out){.dst = dvc[on], .dtype = CHOIR_DTYPE_BF16, .ld = rows[2], .slot = dslot,
+                                      .pos = dpos};
+        choir_op_norm_linear(g_gs, dx, M, &p, dh);
+    }
+    choir_cuda_fused_rows(was);
+    for (int i = 0; i < 3; i++) ycpu[i] = hmem((size_t)(M * rows[i]) * 4);
+    choir_norm_linear hp = {.ln_g = g, .eps = 1e-6f, .rms = true, .n = 3, .W = {&hw[0], &hw[1], &hw[2]},
+                            .bias = {bias[0], NULL, bias[1]}, .y = {ycpu[0], ycpu[1], ycpu[2]}};
+    hp.store[2] = (choir_rows_out){.dst = vc, .dtype = CHOIR_DTYPE_BF16, .ld = rows[2], .slot = slot,
+                                  .pos = pos};
+    choir_op_norm_linear(g_cs, x, M, &hp, hh);
+    for (int i = 0; i < 3; i++) {
+        float *off = download(y[0][i], M * rows[i]);
+        snprintf(name, sizeof name, "fused rows K=%lld RMS norm_linear layer %d: on = off", (long long)K, i);
+        if (streams_ok(name)) cmp(name, y[1][i], off, M * rows[i], 0);
+        snprintf(name, sizeof name, "fused rows K=%lld RMS norm_linear layer %d vs CPU", (long long)K, i);
+        cmp(name, y[1][i], ycpu[i], M * rows[i], TOL_BF16);
+    }
+    uint16_t *voff = hmem((size_t)(M * rows[2]) * 2);
+    choir_op_download(g_gs, voff, dvc[0], (size_t)(M * rows[2]) * 2);
+    snprintf(name, sizeof name, "fused rows K=%lld values into a bf16 cache: on = off", (long long)K);
+    if (streams_ok(name)) cmp_bf16(name, dvc[1], voff, M * rows[2], 0);
+    snprintf(name, sizeof name, "fused rows K=%lld values into a bf16 cache vs CPU", (long long)K);
+    cmp_bf16(name, dvc[1], vc, M * rows[2], TOL_BF16);
+    choir_backend_weights_free(ws);
+    case_end();
+}
+
+static void check_fused_mlp(int64_t K) {
+    case_begin();
+    const int64_t M = 333, I = 520;
+    bool was = choir_cuda_fused_rows_on();
+    char name[112];
+    choir_err err = {0};
+    choir_backend_weights *ws = choir_backend_weights_create(g_gpu, &err);
+    choir_weight hdown = make_weight(CHOIR_WEIGHT_BF16, K, I, 0, 0, 0), ddown;
+    choir_backend_weight(ws, &hdown, &ddown);
+    float *bd = hvec(K, -1, 1);
+    const float *dbd = choir_backend_vec(ws, bd, K);
+    float *gate = hvec(M * I, -6, 6), *up = hvec(M * I, -2, 2), *res = hvec(M * K, -2, 2);
+    float *dup = dvec(up, M * I), *tmp = dzero(M * K);
+    float *acc[2], *sw[2], *swa[2];
+    for (int on = 0; on < 2; on++) {
+        choir_cuda_fused_rows(on != 0);
+        /* An o / down projection: res += gate W^T. */
+        float *dgate = dvec(gate, M * I);
+        acc[on] = dvec(res, M * K);
+        choir_op_linear_ex(g_gs, dgate, M, &ddown, NULL, acc[on], CHOIR_LINEAR_ACCUMULATE, tmp);
+        sw[on] = dzero(M * K);
+        choir_op_swiglu_linear(g_gs, dgate, dup, M, &ddown, dbd, sw[on], 0, NULL);
+        dgate = dvec(gate, M * I);
+        swa[on] = dvec(res, M * K);
+        choir_op_swiglu_linear(g_gs, dgate, dup, M, &ddown, NULL, swa[on], CHOIR_LINEAR_ACCUMULATE, tmp);
+    }
+    choir_cuda_fused_rows(was);
+    /* The CPU's, and its swiglu_linear against the two operations. */
+    float *cacc = hdup(res, M * K), *ctmp = hmem((size_t)(M * K) * 4), *cg = hdup(gate, M * I);
+    choir_op_linear_ex(g_cs, cg, M, &hdown, NULL, cacc, CHOIR_LINEAR_ACCUMULATE, ctmp);
+    float *csw = hmem((size_t)(M * K) * 4), *csw2 = hmem((size_t)(M * K) * 4);
+    choir_op_swiglu_linear(g_cs, cg, up, M, &hdown, bd, csw, 0, NULL);
+    float *cg2 = hdup(gate, M * I);
+    choir_op_swiglu(g_cs, cg2, up, M * I);
+    choir_op_linear_ex(g_cs, cg2, M, &hdown, bd, csw2, 0, NULL);
+    snprintf(name, sizeof name, "swiglu_linear K=%lld on the CPU = swiglu then linear_ex", (long long)K);
+    report(name, rel_l2(csw, csw2, M * K), 0);
+    float *cswa = hdup(res, M * K);
+    cg = hdup(gate, M * I);
+    choir_op_swiglu_linear(g_cs, cg, up, M, &hdown, NULL, cswa, CHOIR_LINEAR_ACCUMULATE, ctmp);
+    struct {
+        const char *what;
+        float **dev;
+        const float *cpu;
+        double tol;
+    } outs[3] = {{"linear_ex accumulate", acc, cacc, 1e-6},
+                 {"swiglu_linear +bias", sw, csw, 0},
+                 {"swiglu_linear accumulate", swa, cswa, 1e-6}};
+    for (int o = 0; o < 3; o++) {
+        float *off = download(outs[o].dev[0], M * K);
+        snprintf(name, sizeof name, "fused rows K=%lld %s: on vs off", (long long)K, outs[o].what);
+        if (streams_ok(name)) cmp(name, outs[o].dev[1], off, M * K, outs[o].tol);
+        snprintf(name, sizeof name, "fused rows K=%lld %s vs CPU", (long long)K, outs[o].what);
+        cmp(name, outs[o].dev[1], outs[o].cpu, M * K, TOL_BF16);
+    }
+    choir_backend_weights_free(ws);
+    case_end();
+}
+
+/* One row (the GEMV path, the switch on): swiglu_linear = swiglu then
+ * linear_ex there, bit for bit. */
+static void check_fused_one_row(void) {
+    case_begin();
+    const int64_t K = 768, I = 520;
+    bool was = choir_cuda_fused_rows_on();
+    choir_err err = {0};
+    choir_backend_weights *ws = choir_backend_weights_create(g_gpu, &err);
+    choir_weight hdown = make_weight(CHOIR_WEIGHT_BF16, K, I, 0, 0, 0), ddown;
+    choir_backend_weight(ws, &hdown, &ddown);
+    float *gate = hvec(I, -6, 6), *up = hvec(I, -2, 2), *res = hvec(K, -2, 2);
+    float *dg1 = dvec(gate, I), *dg2 = dvec(gate, I), *dup = dvec(up, I), *tmp = dzero(K);
+    float *y1 = dvec(res, K), *y2 = dvec(res, K);
+    choir_cuda_fused_rows(true);
+    choir_op_swiglu_linear(g_gs, dg1, dup, 1, &ddown, NULL, y1, CHOIR_LINEAR_ACCUMULATE, tmp);
+    choir_op_swiglu(g_gs, dg2, dup, I);
+    choir_op_linear_ex(g_gs, dg2, 1, &ddown, NULL, y2, CHOIR_LINEAR_ACCUMULATE, tmp);
+    choir_cuda_fused_rows(was);
+    const char *name = "fused rows: swiglu_linear one row = swiglu then linear_ex";
+    float *ref = download(y2, K);
+    if (streams_ok(name)) cmp(name, y1, ref, K, 0);
+    choir_backend_weights_free(ws);
+    case_end();
+}
+
+static void check_fused_rows(void) {
+    check_fused_norm(768);
+    check_fused_norm(770);
+    check_fused_mlp(768);
+    check_fused_mlp(770);
+    check_fused_one_row();
+}
+
 /* The one-row bf16 GEMV's shapes (choir_cuda_gemv_set_variant: rows a warp,
  * loads a batch, a load hint): each gives shape 0's floats bit for bit, for
  * a linear with an odd row count and column counts off the load batch (770:
@@ -1649,6 +1817,7 @@ int main(void) {
     check_linear_bf16();
     check_norm_linear();
     check_swiglu();
+    check_fused_rows();
     check_gemm();
     check_attention();
     check_gather();

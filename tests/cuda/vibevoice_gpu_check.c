@@ -13,7 +13,9 @@
  *     several passes per chunk), audio embeddings, inputs embeddings and
  *     hidden states of a chunked prefill, the last logits, then 8 greedy
  *     steps fed the CPU's tokens (logits each step, tokens identical);
- *     f32 weights, then bf16 weights; then batched decoding steps of two
+ *     f32 weights, then bf16 weights (and with bf16 weights a one-chunk
+ *     prefill with fused rows off, then on: choir_cuda_fused_rows); then
+ *     batched decoding steps of two
  *     sequences on the GPU against single steps on the CPU, and the greedy
  *     pick made on the device in the batched step against the host's
  *     argmax of the same logits (argmax_rows alone among the operations);
@@ -26,7 +28,7 @@
  *     the CPU one at a time, joins, waits and refusals by KV pages, device
  *     memory within the admitted estimates (vibevoice_gpu_engine.c);
  *  3. with --bench 1.5b|7b [--layers N] [--audio-min M[,M..]] [--steps N]
- *     [--prefill-chunk N (1024)] [--batch B[,B..] [--batch-min M (10)]]: the
+ *     [--prefill-chunk N[,N..] (1024)] [--batch B[,B..] [--batch-min M (10)]]: the
  *     published size (LM depth cut to --layers) on the GPU alone, bf16: load,
  *     encoder, prefill and decode times (op by op and graph-replayed) and the
  *     device's peak memory; with --batch, B sequences at the context of M
@@ -57,6 +59,12 @@
  *     steps (vv_model_set_prep_slice; 0: a whole request at a time);
  *     --enc-fused 0|1 sets CHOIR_VV_ENC_FUSED for the states made after it
  *     (the encoders' fused blocks, off by default), for before/after figures.
+ *     --fused-rows off|on|both sets choir_cuda_fused_rows (default:
+ *     CHOIR_CUDA_FUSED_ROWS, else off); both runs each length's prefill with
+ *     it off, then on, on the same encoded audio (after --pf-att both's two),
+ *     for each chunk size of --prefill-chunk (a list: one state planned for
+ *     the largest, choir_vibevoice_set_prefill_chunk; the first is also the
+ *     batch bench's); each such prefill prints a "choir vibevoice pf" line.
  *
  * Bounds. f32: operations rel L2 <= 1e-5; model stages <= 1e-4 (cuBLAS
  * and the CPU sum in other orders; the parity bound against transformers is
@@ -89,6 +97,9 @@ static choir_dtype g_bench_kv = CHOIR_DTYPE_F32;
 /* --pf-att both: each audio length's prefill run twice, with the f32 SIMT
  * prefill attention and with the tensor-core one. */
 static bool g_pf_both;
+/* --fused-rows both: each length's prefill run with choir_cuda_fused_rows
+ * off, then on (after --pf-att both's runs, if any). */
+static bool g_rows_both;
 
 static void verdict(const char *name, double err, double tol) {
     int ok = isfinite(err) && err <= tol;
@@ -828,6 +839,36 @@ static void check_model(choir_backend *gpu_be, choir_dtype dt, double tol) {
         }
         choir_cuda_vv_prefill_flash(flash_was);
         run_free(&f);
+        /* Fused rows (choir_cuda_fused_rows; bf16 weights at cuBLAS's row
+         * counts): the one-chunk prefill with the switch off, then on. On
+         * is off's floats but for the o and down projections' accumulation
+         * in cuBLAS's epilogue (the same rounding unless cuBLAS sums in
+         * another order): 1e-5 of off through two layers; the CPU's bound
+         * against the CPU. */
+        if (dt == CHOIR_DTYPE_BF16) {
+            run r[2] = {{.chunk = 64}, {.chunk = 64}};
+            bool rows_was = choir_cuda_fused_rows_on();
+            for (int on = 0; on < 2; on++) {
+                choir_cuda_fused_rows(on != 0);
+                snprintf(name, sizeof name, "model %s: prefill in one chunk, fused rows %s", tag, on ? "on" : "off");
+                if (run_model(gpu, x, n, ids, n_ids, a.tokens, &r[on], &err)) failed(name, &err);
+            }
+            choir_cuda_fused_rows(rows_was);
+            if (r[0].hid && r[1].hid) {
+                snprintf(name, sizeof name, "model %s: hidden final (one chunk), fused rows on vs off", tag);
+                verdict(name, rel_l2(r[1].hid, r[0].hid, (int64_t)n_ids * d.lm.hidden), 1e-5);
+                snprintf(name, sizeof name, "model %s: last logits (one chunk), fused rows on vs off", tag);
+                verdict(name, rel_l2(r[1].logits, r[0].logits, d.lm.vocab), 1e-5);
+                snprintf(name, sizeof name, "model %s: hidden final (one chunk, fused rows) vs CPU", tag);
+                verdict(name, rel_l2(r[1].hid, a.hid, (int64_t)n_ids * d.lm.hidden), tol);
+                snprintf(name, sizeof name, "model %s: last logits (one chunk, fused rows) vs CPU", tag);
+                verdict(name, rel_l2(r[1].logits, a.logits, d.lm.vocab), tol);
+                snprintf(name, sizeof name, "model %s: 8 steps after a fused-rows prefill vs CPU", tag);
+                verdict(name, rel_l2(r[1].step_logits, a.step_logits, 8 * (int64_t)d.lm.vocab), tol);
+            }
+            run_free(&r[0]);
+            run_free(&r[1]);
+        }
         check_batch(cpu, gpu, tag, tol, 0);
         check_batch(cpu, gpu, tag, tol, 1);
         check_batch(cpu, gpu, tag, tol, 2);
@@ -1017,8 +1058,17 @@ static void profile_range(const char *part, bool on) {
 /* One audio length: encoders, prefill of the prompt that length makes, steps
  * greedy steps; key=value pairs at the end of the line for
  * bench/peers/vibevoice_gpu.sh. */
+/* --prefill-chunk N[,N..]: the chunk sizes each length's prefill is timed
+ * with, in that order, on one state planned for the largest
+ * (choir_vibevoice_set_prefill_chunk); the first is also the batch bench's. */
+#define BENCH_MAX_CHUNKS 8
+static int g_chunks[BENCH_MAX_CHUNKS] = {1024}, g_n_chunks = 1;
+
 static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoice_dims *d, double minutes,
-                     int steps, int chunk, choir_err *err) {
+                     int steps, choir_err *err) {
+    int chunk = g_chunks[0];
+    for (int c = 1; c < g_n_chunks; c++)
+        if (g_chunks[c] > chunk) chunk = g_chunks[c];
     int status = 1;
     int64_t n = (int64_t)(minutes * 60 * CHOIR_VIBEVOICE_SAMPLE_RATE), np = choir_vibevoice_padded_len(n, d->hop);
     int T = (int)(np / d->hop), n_ids = T + 66;
@@ -1049,21 +1099,41 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
     /* With --pf-att both, the prompt twice on the same encoded audio (the
      * cache emptied between): SIMT, then flash; the figures below are the
      * last run's. */
-    for (int md = 0; md < (g_pf_both ? 2 : 1); md++) {
-        if (g_pf_both) {
-            choir_cuda_vv_prefill_flash(md == 1);
-            choir_vibevoice_reset(s);
+    /* Then, with --fused-rows both, the prompt with fused rows off and on
+     * (the attention as set), for each chunk size of --prefill-chunk; with
+     * one chunk size and neither "both", one run. */
+    double rows_tps[2] = {0, 0};
+    int n_att = g_pf_both ? 2 : 0, n_rows = g_rows_both ? 2 : 1;
+    int runs = n_att + (n_att && !g_rows_both && g_n_chunks == 1 ? 0 : n_rows * g_n_chunks);
+    for (int md = 0; md < runs; md++) {
+        int ck = md < n_att ? g_chunks[0] : g_chunks[(md - n_att) / n_rows];
+        if (md < n_att) choir_cuda_vv_prefill_flash(md == 1);
+        else if (g_rows_both) choir_cuda_fused_rows((md - n_att) % 2 == 1);
+        choir_vibevoice_reset(s);
+        if (choir_vibevoice_set_prefill_chunk(s, ck)) {
+            choir_err_set(err, CHOIR_EINVAL, "bench: prefill chunk %d", ck);
+            goto out;
         }
         e1 = choir_now_s();
         profile_range("prefill", true);
         if (choir_vibevoice_prefill(m, s, ids, n_ids, NULL, NULL, NULL, err)) goto out;
         profile_range("prefill", false);
         p1 = choir_now_s();
-        pf_tps[md] = n_ids / (p1 - e1);
-        if (g_pf_both)
+        double tps = n_ids / (p1 - e1);
+        if (md < n_att) {
+            pf_tps[md] = tps;
             printf("prefill    %d tokens, %s attention: %.3f s, %.0f tokens/s\n", n_ids,
-                   md ? "flash (tensor cores)" : "f32 SIMT", p1 - e1, pf_tps[md]);
+                   md ? "flash (tensor cores)" : "f32 SIMT", p1 - e1, tps);
+            continue;
+        }
+        bool on = choir_cuda_fused_rows_on();
+        if (g_rows_both) rows_tps[on] = tps;
+        printf("prefill    %d tokens in chunks of %d, fused rows %s: %.3f s, %.0f tokens/s\n", n_ids, ck,
+               on ? "on" : "off", p1 - e1, tps);
+        printf("choir vibevoice pf min=%g n_ids=%d chunk=%d fused_rows=%s pf_att=%s s=%.4f tps=%.1f\n", minutes,
+               n_ids, ck, on ? "on" : "off", choir_cuda_vv_prefill_flash_on() ? "flash" : "simt", p1 - e1, tps);
     }
+    chunk = runs > n_att ? g_chunks[g_n_chunks - 1] : g_chunks[0];
     const float *logits = choir_vibevoice_logits(s);
     profile_range("step", true);
     for (int i = 0; i < steps; i++)
@@ -1110,7 +1180,8 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
            "peak_gb=%.3f prompt=%lld pf_att=%s", minutes, minutes, enc1 - e0, n_ids / (p1 - e1), 1000 * (d1 - p1) / steps,
            1000 * (g1 - g0) / steps, peak, (long long)n_ids, g_pf_both ? "both" : choir_cuda_vv_prefill_flash_on() ? "flash" : "simt");
     if (g_pf_both) printf(" prefill_simt_tps=%.1f prefill_flash_tps=%.1f", pf_tps[0], pf_tps[1]);
-    printf("\n");
+    if (g_rows_both) printf(" prefill_rows_off_tps=%.1f prefill_rows_on_tps=%.1f", rows_tps[0], rows_tps[1]);
+    printf(" fused_rows=%s chunk=%d\n", g_rows_both ? "both" : choir_cuda_fused_rows_on() ? "on" : "off", chunk);
     fflush(stdout);
     status = 0;
 out:
@@ -1435,7 +1506,7 @@ static int bench(const char *size, int layers, const char *minutes, int steps, i
             choir_err_set(&err, CHOIR_EINVAL, "bench: bad --audio-min list '%s'", minutes);
             goto out;
         }
-        if (bench_len(be, m, &d, mins, steps, chunk, &err)) goto out;
+        if (bench_len(be, m, &d, mins, steps, &err)) goto out;
         if (pf_bench) {
             int64_t np = choir_vibevoice_padded_len((int64_t)(mins * 60 * CHOIR_VIBEVOICE_SAMPLE_RATE), d.hop);
             if (bench_prefill_attention(be, &d, (int)(np / d.hop) + 66, chunk, &err)) goto out;
@@ -1478,7 +1549,18 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--layers") == 0) layers = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--audio-min") == 0) minutes = argv[i + 1];
         else if (strcmp(argv[i], "--steps") == 0) steps = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--prefill-chunk") == 0) chunk = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--prefill-chunk") == 0) {
+            g_n_chunks = 0;
+            for (const char *p = argv[i + 1]; *p && g_n_chunks < BENCH_MAX_CHUNKS;) {
+                char *end;
+                long c = strtol(p, &end, 10);
+                if (end == p) break;
+                if (c > 0 && c <= 65536) g_chunks[g_n_chunks++] = (int)c;
+                p = *end == ',' ? end + 1 : end;
+            }
+            if (!g_n_chunks) g_chunks[g_n_chunks++] = 1024;
+            chunk = g_chunks[0];
+        }
         else if (strcmp(argv[i], "--batch") == 0) batches = argv[i + 1];
         else if (strcmp(argv[i], "--batch-min") == 0) batch_min = atof(argv[i + 1]);
         else if (strcmp(argv[i], "--engine") == 0) engine = argv[i + 1];
@@ -1519,6 +1601,11 @@ int main(int argc, char **argv) {
             choir_cuda_vv_prefill_flash(strcmp(a, "flash") == 0);
             printf("prefill attention: %s\n", g_pf_both ? "f32 SIMT, then flash (tensor cores), each length"
                                               : strcmp(a, "flash") == 0 ? "flash (tensor cores)" : "f32 SIMT");
+        } else if (strcmp(argv[i], "--fused-rows") == 0) {
+            const char *a = argv[i + 1];
+            g_rows_both = strcmp(a, "both") == 0;
+            choir_cuda_fused_rows(strcmp(a, "on") == 0);
+            printf("fused rows: %s\n", g_rows_both ? "off, then on, each length" : strcmp(a, "on") == 0 ? "on" : "off");
         } else if (strcmp(argv[i], "--pf-warps") == 0) {
             choir_cuda_vv_prefill_flash_warps(atoi(argv[i + 1]));
         } else if (strcmp(argv[i], "--pf-bench") == 0) {

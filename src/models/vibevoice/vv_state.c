@@ -325,5 +325,12 @@ void choir_vibevoice_reset(choir_vibevoice_state *s) {
     s->audio_used = 0;
 }
 
+int choir_vibevoice_set_prefill_chunk(choir_vibevoice_state *s, int chunk) {
+    int planned = s->plan.prefill_chunk > 0 ? s->plan.prefill_chunk : VV_DEFAULT_PREFILL;
+    if (chunk < 1 || chunk > planned) return CHOIR_EINVAL;
+    s->prefill_chunk = chunk;
+    return 0;
+}
+
 int choir_vibevoice_seq_len(const choir_vibevoice_state *s) { return s->n_past; }
 float *choir_vibevoice_logits(choir_vibevoice_state *s) { return s->logits_host; }

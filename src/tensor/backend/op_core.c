@@ -158,6 +158,9 @@ int choir_op_linear_ex(choir_stream *s, const float *x, int64_t M, const choir_w
         choir_cuda_weight cw = be_cuda_weight(W);
         if (choir_cuda_linear_fuses(M, &cw))
             BE_CUDA(s, "linear_ex", choir_cuda_linear_ex(s->be->cu, x, M, &cw, bias, y, acc, gelu, BE_ERR));
+        /* cuBLAS's rows: the add through its C operand (choir_cuda_fused_rows). */
+        if (acc && !bias && choir_cuda_rows_ok(M, &cw))
+            BE_CUDA(s, "linear_ex", choir_cuda_linear_acc_rows(s->be->cu, x, M, &cw, y, BE_ERR));
     }
 #endif
     if (acc) {
@@ -166,6 +169,30 @@ int choir_op_linear_ex(choir_stream *s, const float *x, int64_t M, const choir_w
     }
     choir_op_linear(s, x, M, W, bias, y);
     return gelu ? choir_op_act(s, CHOIR_ACT_GELU_ERF, y, M * W->rows, 0.0f) : choir_stream_status(s, NULL);
+}
+
+int choir_op_swiglu_linear(choir_stream *s, float *gate, const float *up, int64_t M, const choir_weight *W,
+                           const float *bias, float *y, unsigned flags, float *tmp) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    bool acc = flags & CHOIR_LINEAR_ACCUMULATE;
+    if ((flags & ~CHOIR_LINEAR_ACCUMULATE) || (acc && !tmp))
+        return be_invalid(s, "swiglu_linear: flags %u%s", flags, acc && !tmp ? " without tmp" : "");
+    if (M < 0 || W->rows < 0 || W->cols < 0) return be_invalid(s, "swiglu_linear: negative size");
+    if (M == 0) return 0;
+#ifdef CHOIR_HAVE_CUDA
+    if (!be_host(s)) {
+        choir_cuda_weight cw = be_cuda_weight(W);
+        if (choir_cuda_rows_ok(M, &cw) && !(acc && bias))
+            BE_CUDA(s, "swiglu_linear",
+                    choir_cuda_swiglu_linear_rows(s->be->cu, gate, up, M, &cw, bias, y, acc, BE_ERR));
+    }
+#endif
+    /* The two operations in turn, counted as this one. */
+    int64_t ops = s->ops;
+    choir_op_swiglu(s, gate, up, M * W->cols);
+    choir_op_linear_ex(s, gate, M, W, bias, y, flags, tmp);
+    s->ops = ops;
+    return choir_stream_status(s, NULL);
 }
 
 int choir_op_linear_n(choir_stream *s, const float *x, int64_t M, int n,
@@ -187,6 +214,21 @@ int choir_op_linear_n(choir_stream *s, const float *x, int64_t M, int n,
         if (choir_op_linear(s, x, M, W[i], bias[i], y[i])) return s->err.code;
     }
     return 0;
+}
+
+/* norm_linear's GELU and stores after its products, counted as it. */
+static int norm_linear_after(choir_stream *s, int64_t M, const choir_norm_linear *p) {
+    int64_t ops = s->ops;
+    for (int i = 0; i < p->n; i++) {
+        const choir_rows_out *o = &p->store[i];
+        if (p->flags & CHOIR_LINEAR_GELU)
+            choir_op_act(s, CHOIR_ACT_GELU_ERF, p->y[i], M * p->W[i]->rows, 0.0f);
+        if (o->dst)
+            choir_op_rows_scatter(s, p->y[i], M, p->W[i]->rows, o->dst, o->dtype, o->slot_stride,
+                                  o->ld, o->slot, o->pos);
+    }
+    s->ops = ops;
+    return choir_stream_status(s, NULL);
 }
 
 int choir_op_norm_linear(choir_stream *s, const float *x, int64_t M, const choir_norm_linear *p,
@@ -223,6 +265,16 @@ int choir_op_norm_linear(choir_stream *s, const float *x, int64_t M, const choir
         }
         if (dense && choir_cuda_norm_linear_fuses(M, &c))
             BE_CUDA(s, "norm_linear", choir_cuda_norm_linear(s->be->cu, x, M, &c, BE_ERR));
+        /* cuBLAS's rows (choir_cuda_fused_rows): the norm into bf16 rows in
+         * h, read by every product; then the GELU and stores below. */
+        bool rows = p->rms;
+        for (int i = 0; rows && i < p->n; i++) rows = choir_cuda_rows_ok(M, &c.W[i]);
+        if (rows) {
+            choir_err e = {0};
+            int rc = choir_cuda_norm_linear_rows(s->be->cu, x, M, &c, h, &e);
+            if (rc) return be_done(s, rc, &e, "norm_linear");
+            return norm_linear_after(s, M, p);
+        }
     }
 #endif
     /* The operations in turn, counted as this one. */
@@ -232,16 +284,8 @@ int choir_op_norm_linear(choir_stream *s, const float *x, int64_t M, const choir
     else
         choir_op_layer_norm(s, x, h, M, K, p->ln_g, p->ln_b, p->eps);
     choir_op_linear_n(s, h, M, p->n, p->W, p->bias, p->y);
-    for (int i = 0; i < p->n; i++) {
-        const choir_rows_out *o = &p->store[i];
-        if (p->flags & CHOIR_LINEAR_GELU)
-            choir_op_act(s, CHOIR_ACT_GELU_ERF, p->y[i], M * p->W[i]->rows, 0.0f);
-        if (o->dst)
-            choir_op_rows_scatter(s, p->y[i], M, p->W[i]->rows, o->dst, o->dtype, o->slot_stride,
-                                  o->ld, o->slot, o->pos);
-    }
     s->ops = ops;
-    return choir_stream_status(s, NULL);
+    return norm_linear_after(s, M, p);
 }
 
 int choir_op_linear_bf16(choir_stream *s, const uint16_t *x, int64_t M, const choir_weight *W,

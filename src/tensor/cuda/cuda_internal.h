@@ -171,6 +171,11 @@ int choir_cuda_blas_fail(choir_err *err, cublasStatus_t st, const char *what);
  * (cuda_bf16.cu). */
 cublasStatus_t choir_cuda_lt_linear(choir_cuda *cu, const uint16_t *x, int64_t M, const choir_cuda_weight *W,
                                     const void *bias, void *y, cudaDataType_t yt, float beta, bool gelu);
+/* y[i] = bf16(SiLU(gate[i]) up[i]) for i < n: choir_cuda_swiglu's floats,
+ * rounded to nearest even as they are written (cuda_ops.cu); y must not
+ * alias gate or up. */
+int choir_cuda_swiglu_bf16(choir_cuda *cu, const float *gate, const float *up, uint16_t *y, int64_t n,
+                           choir_err *err);
 /* Checks the last launch; 0 or CHOIR_EINTERNAL naming `what`. */
 int choir_cuda_check_launch(choir_err *err, const char *what);
 /* Ensures the scratch holds at least `bytes`; returns its pointer or NULL

@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <stdlib.h>
 #include <string.h>
 
 #include <type_traits>
@@ -769,10 +770,10 @@ choir_cuda_linear_path choir_cuda_linear_path_for(int64_t M, const choir_cuda_we
 /* Row-major y[M,N] = x[M,K] * W[N,K]^T in cuBLAS's column-major terms:
  * y^T = W * x^T, with W read transposed. */
 static int gemm_xwt(choir_cuda *cu, const void *x, const void *W, cudaDataType_t in_type,
-                    int64_t M, int64_t N, int64_t K, float *y, choir_err *err) {
-    const float one = 1.0f, zero = 0.0f;
+                    int64_t M, int64_t N, int64_t K, float *y, choir_err *err, float beta = 0.0f) {
+    const float one = 1.0f;
     cublasStatus_t st = cublasGemmEx(cu->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)M, (int)K,
-                                     &one, W, in_type, (int)K, x, in_type, (int)K, &zero, y,
+                                     &one, W, in_type, (int)K, x, in_type, (int)K, &beta, y,
                                      CUDA_R_32F, (int)N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     return st == CUBLAS_STATUS_SUCCESS ? 0 : choir_cuda_blas_fail(err, st, "GemmEx");
 }
@@ -973,6 +974,84 @@ int choir_cuda_norm_linear(choir_cuda *cu, const float *x, int64_t M,
     return choir_cuda_check_launch(err, "layer norm and gemv");
 }
 
+/* choir_cuda_linear's cuBLAS product over bf16 rows xb (already rounded)
+ * and 16-bit weights: y = xb W^T + bias, or with beta 1 y += xb W^T (no
+ * bias then: the callers below keep the bias out of an accumulation, whose
+ * order of additions would differ from the product's then the add's). The
+ * bias of bf16 weights in cublasLt's epilogue when g_bias_epi is on. */
+static int blas_rows(choir_cuda *cu, const void *xb, int64_t M, const choir_cuda_weight *W, const float *bias,
+                     float *y, float beta, choir_err *err) {
+    int64_t N = W->rows, K = W->cols;
+    cudaDataType_t in_type = W->kind == CHOIR_WEIGHT_F16 ? CUDA_R_16F : CUDA_R_16BF;
+    /* bf16 weights with a bias: the bias in cublasLt's epilogue (one
+     * pass over y fewer) when switched on; the plain path otherwise or
+     * when cublasLt declines. */
+    if (g_bias_epi && bias && W->kind == CHOIR_WEIGHT_BF16 &&
+        choir_cuda_lt_linear(cu, (const uint16_t *)xb, M, W, bias, y, CUDA_R_32F, beta, false) ==
+            CUBLAS_STATUS_SUCCESS)
+        return choir_cuda_check_launch(err, "linear with the bias in the epilogue");
+    int rc = gemm_xwt(cu, xb, W->data.ptr, in_type, M, N, K, y, err, beta);
+    if (rc || !bias) return rc;
+    return choir_cuda_add_bias_rows(cu, y, bias, M, N, err);
+}
+
+/* 1: read CHOIR_CUDA_FUSED_ROWS at first use; then 0 off, 2 on. */
+static int g_fused_rows = 1;
+void choir_cuda_fused_rows(bool on) { __atomic_store_n(&g_fused_rows, on ? 2 : 0, __ATOMIC_RELAXED); }
+bool choir_cuda_fused_rows_on(void) {
+    int v = __atomic_load_n(&g_fused_rows, __ATOMIC_RELAXED);
+    if (v == 1) {
+        const char *e = getenv("CHOIR_CUDA_FUSED_ROWS");
+        v = e && e[0] == '1' ? 2 : 0; /* off unless "1": not yet run on a GPU */
+        __atomic_store_n(&g_fused_rows, v, __ATOMIC_RELAXED);
+    }
+    return v == 2;
+}
+
+bool choir_cuda_rows_ok(int64_t M, const choir_cuda_weight *W) {
+    return choir_cuda_fused_rows_on() && M > 0 && M <= INT32_MAX && W->kind == CHOIR_WEIGHT_BF16 &&
+           W->rows <= INT32_MAX && W->cols <= INT32_MAX &&
+           choir_cuda_linear_path_for(M, W) == CHOIR_CUDA_LINEAR_BLAS;
+}
+
+int choir_cuda_norm_linear_rows(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_norm_linear_params *p,
+                                void *h, choir_err *err) {
+    bool ok = p->rms && !p->beta && p->n >= 1 && p->n <= CHOIR_CUDA_NORM_LINEAR_MAX;
+    for (int i = 0; ok && i < p->n; i++) ok = p->W[i].cols == p->W[0].cols && choir_cuda_rows_ok(M, &p->W[i]);
+    if (!ok)
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: RMS norm into bf16 rows for %lld rows off cuBLAS",
+                             (long long)M);
+    int rc = choir_cuda_rms_norm_bf16(cu, x, (uint16_t *)h, M, p->W[0].cols, p->gamma, p->eps, err);
+    for (int i = 0; !rc && i < p->n; i++) rc = blas_rows(cu, h, M, &p->W[i], p->bias[i], p->y[i], 0.0f, err);
+    return rc;
+}
+
+int choir_cuda_linear_acc_rows(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W, float *y,
+                               choir_err *err) {
+    if (!choir_cuda_rows_ok(M, W))
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: accumulating product of %lld rows off cuBLAS",
+                             (long long)M);
+    int64_t K = W->cols;
+    __nv_bfloat16 *xb = (__nv_bfloat16 *)choir_cuda_scratch(cu, (size_t)(M * K) * 2, err);
+    if (!xb) return err ? err->code : CHOIR_ENOMEM;
+    convert_from_f32<__nv_bfloat16><<<choir_cuda_blocks(M * K, 256), 256, 0, cu->stream>>>(x, xb, M * K);
+    int rc = choir_cuda_check_launch(err, "convert activations");
+    return rc ? rc : blas_rows(cu, xb, M, W, NULL, y, 1.0f, err);
+}
+
+int choir_cuda_swiglu_linear_rows(choir_cuda *cu, const float *gate, const float *up, int64_t M,
+                                  const choir_cuda_weight *W, const float *bias, float *y, bool accumulate,
+                                  choir_err *err) {
+    if (!choir_cuda_rows_ok(M, W) || (accumulate && bias))
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: swiglu into a product of %lld rows off cuBLAS",
+                             (long long)M);
+    int64_t K = W->cols;
+    uint16_t *hb = (uint16_t *)choir_cuda_scratch(cu, (size_t)(M * K) * 2, err);
+    if (!hb) return err ? err->code : CHOIR_ENOMEM;
+    int rc = choir_cuda_swiglu_bf16(cu, gate, up, hb, M * K, err);
+    return rc ? rc : blas_rows(cu, hb, M, W, bias, y, accumulate ? 1.0f : 0.0f, err);
+}
+
 int choir_cuda_linear(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,
                       const float *bias, float *y, choir_err *err) {
     int64_t N = W->rows, K = W->cols;
@@ -1014,13 +1093,7 @@ int choir_cuda_linear(choir_cuda *cu, const float *x, int64_t M, const choir_cud
             if ((rc = launch_dequant(cu, W, (__nv_bfloat16 *)(scratch + x_bytes), err))) return rc;
             w = scratch + x_bytes;
         }
-        /* bf16 weights with a bias: the bias in cublasLt's epilogue (one
-         * pass over y fewer) when switched on; the plain path otherwise or
-         * when cublasLt declines. */
-        if (g_bias_epi && bias && W->kind == CHOIR_WEIGHT_BF16 &&
-            choir_cuda_lt_linear(cu, (const uint16_t *)scratch, M, W, bias, y, CUDA_R_32F, 0.0f, false) ==
-                CUBLAS_STATUS_SUCCESS)
-            return choir_cuda_check_launch(err, "linear with the bias in the epilogue");
+        if (W->kind != CHOIR_WEIGHT_QUANT) return blas_rows(cu, scratch, M, W, bias, y, 0.0f, err);
         rc = gemm_xwt(cu, scratch, w, in_type, M, N, K, y, err);
     }
     if (rc || !bias) return rc;

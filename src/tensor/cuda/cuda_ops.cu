@@ -63,6 +63,45 @@ int choir_cuda_swiglu(choir_cuda *cu, float *gate, const float *up, int64_t n, c
     return choir_cuda_check_launch(err, "swiglu");
 }
 
+/* k_swiglu's floats, each rounded to bf16 into y (not in place: y is the
+ * bf16 input of the product after it), four values a thread. */
+__global__ void k_swiglu_bf16(const float4 *__restrict__ g, const float4 *__restrict__ u,
+                              __nv_bfloat162 *__restrict__ y, int64_t n4) {
+    GRID_STRIDE(i, n4) {
+        float4 a = g[i], b = u[i];
+        a.x = a.x / (1.0f + expf(-a.x));
+        a.y = a.y / (1.0f + expf(-a.y));
+        a.z = a.z / (1.0f + expf(-a.z));
+        a.w = a.w / (1.0f + expf(-a.w));
+        y[2 * i] = __floats2bfloat162_rn(a.x * b.x, a.y * b.y);
+        y[2 * i + 1] = __floats2bfloat162_rn(a.z * b.z, a.w * b.w);
+    }
+}
+
+__global__ void k_swiglu_bf16_tail(const float *__restrict__ g, const float *__restrict__ u,
+                                   __nv_bfloat16 *__restrict__ y, int64_t from, int64_t n) {
+    GRID_STRIDE(j, n - from) {
+        int64_t i = from + j;
+        float v = g[i];
+        v = v / (1.0f + expf(-v));
+        y[i] = __float2bfloat16_rn(v * u[i]);
+    }
+}
+
+int choir_cuda_swiglu_bf16(choir_cuda *cu, const float *gate, const float *up, uint16_t *y, int64_t n,
+                           choir_err *err) {
+    if (n <= 0) return 0;
+    bool vec = !(((uintptr_t)gate | (uintptr_t)up) & 15) && !((uintptr_t)y & 7);
+    int64_t n4 = vec ? n / 4 : 0;
+    if (n4)
+        k_swiglu_bf16<<<choir_cuda_blocks(n4, OPS_THREADS), OPS_THREADS, 0, cu->stream>>>(
+            (const float4 *)gate, (const float4 *)up, (__nv_bfloat162 *)y, n4);
+    if (4 * n4 < n)
+        k_swiglu_bf16_tail<<<choir_cuda_blocks(n - 4 * n4, OPS_THREADS), OPS_THREADS, 0, cu->stream>>>(
+            gate, up, (__nv_bfloat16 *)y, 4 * n4, n);
+    return choir_cuda_check_launch(err, "swiglu into bf16 rows");
+}
+
 int choir_cuda_scale(choir_cuda *cu, float *x, float s, int64_t n, choir_err *err) {
     if (n <= 0) return 0;
     k_scale<<<choir_cuda_blocks(n, OPS_THREADS), OPS_THREADS, 0, cu->stream>>>(x, s, n);

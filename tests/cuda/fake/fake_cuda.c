@@ -427,6 +427,71 @@ int choir_cuda_linear_bf16(choir_cuda *cu, const uint16_t *x, int64_t M,
     return run_or_record(linear_bf16_op, &a, sizeof(a));
 }
 
+/* Fused rows (choir_cuda_fused_rows): the floats of the calls they stand
+ * for, as this emulation gives those (the device's rounding of the
+ * product's input to bf16 is not emulated on either path). */
+static int g_fake_fused_rows = 1;
+void choir_cuda_fused_rows(bool on) { g_fake_fused_rows = on ? 2 : 0; }
+bool choir_cuda_fused_rows_on(void) {
+    if (g_fake_fused_rows == 1) {
+        const char *e = getenv("CHOIR_CUDA_FUSED_ROWS");
+        g_fake_fused_rows = e && e[0] == '1' ? 2 : 0;
+    }
+    return g_fake_fused_rows == 2;
+}
+bool choir_cuda_rows_ok(int64_t M, const choir_cuda_weight *W) {
+    return choir_cuda_fused_rows_on() && M > 0 && W->kind == CHOIR_WEIGHT_BF16 &&
+           choir_cuda_linear_path_for(M, W) == CHOIR_CUDA_LINEAR_BLAS;
+}
+int choir_cuda_norm_linear_rows(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_norm_linear_params *p,
+                                void *h, choir_err *err) {
+    bool ok = p->rms && !p->beta && p->n >= 1 && p->n <= CHOIR_CUDA_NORM_LINEAR_MAX;
+    for (int i = 0; ok && i < p->n; i++) ok = p->W[i].cols == p->W[0].cols && choir_cuda_rows_ok(M, &p->W[i]);
+    if (!ok) return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: norm_linear_rows off cuBLAS");
+    /* h holds M K floats (the backend's buffer), so the f32 norm fits. */
+    int rc = choir_cuda_rms_norm(cu, x, h, M, p->W[0].cols, p->gamma, p->eps, err);
+    for (int i = 0; !rc && i < p->n; i++) rc = choir_cuda_linear(cu, h, M, &p->W[i], p->bias[i], p->y[i], err);
+    return rc;
+}
+int choir_cuda_linear_acc_rows(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W, float *y,
+                               choir_err *err) {
+    (void)cu;
+    if (!choir_cuda_rows_ok(M, W)) return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: acc rows off cuBLAS");
+    linear_ex_args a = {{x, M, *W, NULL, y}, true, false};
+    return run_or_record(linear_ex_op, &a, sizeof(a));
+}
+typedef struct swiglu_linear_args {
+    linear_args l;
+    const float *gate, *up;
+    bool accumulate;
+} swiglu_linear_args;
+static int swiglu_linear_op(const void *p) {
+    const swiglu_linear_args *a = p;
+    choir_weight w = host_view(&a->l.W);
+    int64_t nh = a->l.M * w.cols, ny = a->l.M * w.rows;
+    float *h = malloc((size_t)nh * sizeof(float)), *t = malloc((size_t)ny * sizeof(float));
+    if (!h || !t) {
+        free(h), free(t);
+        return CHOIR_ENOMEM;
+    }
+    memcpy(h, a->gate, (size_t)nh * sizeof(float));
+    choir_silu(h, nh);
+    choir_mul(h, a->up, h, nh);
+    choir_linear(h, a->l.M, &w, a->l.bias, t);
+    for (int64_t i = 0; i < ny; i++) a->l.y[i] = a->accumulate ? a->l.y[i] + t[i] : t[i];
+    free(h), free(t);
+    return 0;
+}
+int choir_cuda_swiglu_linear_rows(choir_cuda *cu, const float *gate, const float *up, int64_t M,
+                                  const choir_cuda_weight *W, const float *bias, float *y, bool accumulate,
+                                  choir_err *err) {
+    (void)cu;
+    if (!choir_cuda_rows_ok(M, W) || (accumulate && bias))
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: swiglu rows off cuBLAS");
+    swiglu_linear_args a = {{NULL, M, *W, bias, y}, gate, up, accumulate};
+    return run_or_record(swiglu_linear_op, &a, sizeof(a));
+}
+
 void choir_cuda_linear_bf16_set_lt(bool on) { (void)on; }
 void choir_cuda_linear_set_bias_epilogue(bool on) { (void)on; }
 int choir_cuda_gemv_variants(void) { return 1; }
