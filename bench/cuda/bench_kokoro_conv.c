@@ -12,7 +12,9 @@
  * The implicit GEMM runs with each of its kernels (choir_cuda_conv_set_v2:
  * the first, 128 x 128 tiles; the second, three weight stages, in its two
  * block shapes: "impl-v2" 128 x 256 tiles of 8 warps, "impl-v2b" 128 x 128
- * of 4 warps), "v2/v1" giving the first's time over the second's.
+ * of 4 warps; and for fused bf16 / tf32 units "fused-v2f", shape 1 with
+ * Snake's sin by the SFU), "v2/v1" giving the first's time over the
+ * second's.
  *
  * Usage: bench_kokoro_conv [--reps N] [--batch B] [--no-im2col] [--no-v2] [--units]
  *   --no-im2col: the im2col path only as the reference (not timed; for
@@ -231,18 +233,21 @@ static void run_shape(const shape *sh, bool unit) {
     reference(old, sh, &b);
     static const char *prec[] = {"f32", "tf32", "bf16"};
     /* impl 0: im2col (or the unfused unit), 1: implicit, first kernel, 2 and
-     * 3: the second kernel's shapes 1 and 2 */
+     * 3: the second kernel's shapes 1 and 2, 4: shape 1 with the SFU's sin
+     * (variant 3; fused bf16 and tf32 only) */
     double v1_ms[3] = {0, 0, 0};
-    for (int impl = 0; impl < 4; impl++) {
-        if ((impl == 0 && !g_im2col) || (impl >= 2 && !g_v2)) continue;
+    for (int impl = 0; impl < 5; impl++) {
+        if ((impl == 0 && !g_im2col) || (impl >= 2 && !g_v2) || (impl == 4 && !unit)) continue;
         for (int p = 0; p < 3; p++) {
+            if (impl == 4 && p == 0) continue;
             set_mode(impl ? CHOIR_CUDA_CONV_AUTO : CHOIR_CUDA_CONV_IM2COL, p == 1);
-            choir_cuda_conv_set_v2(g_cu, impl >= 2 ? impl - 1 : 0);
+            choir_cuda_conv_set_v2(g_cu, impl >= 2 ? impl - 1 : 0); /* impl 4: variant 3 */
             double ms = time_ms(impl ? neu : old, sh, &b, p == 2);
             double err = ms > 0 ? rel_l2_dev(b.y, b.ref, n) : NAN;
             if (impl == 1) v1_ms[p] = ms;
-            static const char *label[2][4] = {{"im2col", "implicit", "impl-v2", "impl-v2b"},
-                                              {"4-kernel", "fused", "fused-v2", "fused-v2b"}};
+            static const char *label[2][5] = {
+                {"im2col", "implicit", "impl-v2", "impl-v2b", "impl-v2f"},
+                {"4-kernel", "fused", "fused-v2", "fused-v2b", "fused-v2f"}};
             printf("%-7s %-6s B%-3lld C%-4lld T%-7lld k%-2d d%d %-5s %-9s %8.3f ms %7.1f TFLOP/s "
                    "%6.0f GB/s  rel_l2 %.2e",
                    sh->stage, unit ? "unit" : "conv", (long long)sh->B, (long long)sh->C,

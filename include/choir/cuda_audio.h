@@ -70,12 +70,15 @@ void choir_cuda_conv_set_path(choir_cuda *cu, choir_cuda_conv_path path);
 /* The implicit GEMM's second kernel (src/tensor/cuda/cuda_conv2.cu) for this
  * context's implicit convolutions (choir_cuda_conv1d_batched's implicit path
  * and choir_cuda_conv1d_adain_snake) wherever it applies (its shared memory
- * within the device's: K 11 at dilation 5 takes ~185 KB); the first kernel
+ * within the device's: K 11 at dilation 5 takes ~167 KB); the first kernel
  * elsewhere. variant 1: 128 x 256 tiles of 8 warps; 2: 128 x 128 tiles of 4
  * warps, two blocks per SM; 0 (or anything else): the first kernel. Same
- * operation, products and precision as the first kernel. Off by default: a
- * context starts with variant 1 or 2 only when the environment has
- * CHOIR_CONV_V2=1 or 2 at choir_cuda_init. NULL: no-op. */
+ * operation, products and precision as the first kernel (its floats bit for
+ * bit). Variants 3 and 4: 1 and 2 with Snake's sin taken by the SFU after a
+ * range reduction in the fused bf16 and TF32 convolutions (~4e-7 absolute
+ * on sin, far under those modes' operand rounding; tf32x3 keeps sinf). Off
+ * by default: a context starts with a variant only when the environment has
+ * CHOIR_CONV_V2=1..4 at choir_cuda_init. NULL: no-op. */
 void choir_cuda_conv_set_v2(choir_cuda *cu, int variant);
 
 /* The pre-activation of choir_cuda_conv1d_adain_snake: AdaIN as

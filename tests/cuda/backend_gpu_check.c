@@ -1516,12 +1516,14 @@ static void cuda_ctx_v2_default(void) {
 }
 
 /* The implicit GEMM's second kernel (choir_cuda_conv_set_v2; cuda_conv2.cu)
- * in both its block shapes against the first kernel and the CPU: the fused
+ * in its four variants against the first kernel and the CPU: the fused
  * AdaIN + Snake convolution (with or without the residual added in place) or
- * the plain conv1d_lens (Cin may differ from C there: `cin`). The second
- * kernel sums the same products in the same order, so it should give the
- * first's floats bit for bit (the number that differ is in the case's name);
- * the bound against the first is 1e-6, against the CPU the precision's. */
+ * the plain conv1d_lens (Cin may differ from C there: `cin`). Variants 1 and
+ * 2 sum the same products in the same order, so they should give the first
+ * kernel's floats bit for bit (the number that differ is in the case's
+ * name): bound 1e-6 against it; 3 and 4 take Snake's sin by the SFU, which
+ * moves a rounding of a staged operand here and there: bound 1e-3 against
+ * the first kernel. Against the CPU, all: the precision's bound. */
 static void check_vconv_v2(int mode, int64_t B, int64_t cin, int64_t C, int64_t T, int64_t K,
                            int dil, bool residual, bool fused) {
     case_begin();
@@ -1539,15 +1541,15 @@ static void check_vconv_v2(int mode, int64_t B, int64_t cin, int64_t C, int64_t 
     for (int64_t b = 0; b < B; b++)
         for (int64_t c = 0; c < C; c++)
             for (int64_t t = io.lens[b]; t < Tout; t++) ref[(b * C + c) * Tout + t] = 0.0f;
-    float *dy[3];
-    for (int v = 0; v < 3; v++) dy[v] = residual ? dvec(ref, n) : dnan(n);
+    float *dy[5];
+    for (int v = 0; v < 5; v++) dy[v] = residual ? dvec(ref, n) : dnan(n);
     if (fused)
         choir_op_conv1d_adain_snake(g_cs, io.x, B, cin, T, &hp, &io.hw, io.bias, C, K, pad, dil,
                                     io.lens, residual ? ref : NULL, ref);
     else
         choir_op_conv1d_lens(g_cs, io.x, B, cin, T, &io.hw, io.bias, C, K, 1, pad, dil, io.lens, ref);
     if (mode == VC_TF32) vc_tf32(true);
-    for (int v = 0; v < 3; v++) {
+    for (int v = 0; v < 5; v++) {
         choir_cuda_conv_set_v2(choir_backend_cuda_context(g_gpu), v);
         if (fused)
             choir_op_conv1d_adain_snake(g_gs, io.dx, B, cin, T, &dp, &io.dw, io.dbias, C, K, pad, dil,
@@ -1558,8 +1560,8 @@ static void check_vconv_v2(int mode, int64_t B, int64_t cin, int64_t C, int64_t 
     }
     cuda_ctx_v2_default();
     if (mode == VC_TF32) vc_tf32(false);
-    float *got[3];
-    for (int v = 0; v < 3; v++) {
+    float *got[5];
+    for (int v = 0; v < 5; v++) {
         got[v] = hmem((size_t)n * 4);
         choir_op_download(g_gs, got[v], dy[v], (size_t)n * 4);
     }
@@ -1568,15 +1570,15 @@ static void check_vconv_v2(int mode, int64_t B, int64_t cin, int64_t C, int64_t 
              fused ? "adain_snake" : "conv1d_lens", vc_mode_name[mode], (long long)cin,
              (long long)C, (long long)K, dil, residual ? " +res" : "", (long long)B, (long long)T);
     if (streams_ok(name)) {
-        for (int v = 1; v < 3; v++) {
+        for (int v = 1; v < 5; v++) {
             int64_t differ = 0;
             for (int64_t i = 0; i < n; i++) differ += memcmp(&got[0][i], &got[v][i], 4) != 0;
             char nv[200];
-            snprintf(nv, sizeof nv, "%s, shape %d, vs CPU", name, v);
+            snprintf(nv, sizeof nv, "%s, variant %d, vs CPU", name, v);
             report(nv, rel_l2(got[v], ref, n), vc_tol[mode]);
-            snprintf(nv, sizeof nv, "  ... shape %d vs the first kernel: %lld of %lld values differ",
+            snprintf(nv, sizeof nv, "  ... variant %d vs the first kernel: %lld of %lld values differ",
                      v, (long long)differ, (long long)n);
-            report(nv, rel_l2(got[v], got[0], n), 1e-6);
+            report(nv, rel_l2(got[v], got[0], n), v >= 3 ? 1e-3 : 1e-6);
         }
     }
     choir_backend_weights_free(io.ws);

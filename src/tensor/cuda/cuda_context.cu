@@ -71,7 +71,7 @@ choir_cuda *choir_cuda_init(int device, choir_err *err) {
     cu->props = props;
     {
         const char *v2 = getenv("CHOIR_CONV_V2");
-        cu->conv_v2 = v2 && (!strcmp(v2, "1") || !strcmp(v2, "2")) ? v2[0] - '0' : 0;
+        cu->conv_v2 = v2 && v2[0] >= '1' && v2[0] <= '4' && !v2[1] ? v2[0] - '0' : 0;
     }
     if ((st = cudaSetDevice(device)) != cudaSuccess) {
         choir_cuda_fail(err, st, "cudaSetDevice");

@@ -27,10 +27,13 @@
  *   thread stages the same channels in every slot), not once per value.
  * - The epilogue's residual tile asked into L2 when the main loop starts.
  * - 32-bit offsets inside a piece (Cin T and Cout Tout below 2^31).
- * One block per SM (up to ~185 KB of shared memory at K 11, dilation 5).
+ * One block per SM (up to ~167 KB of shared memory at K 11, dilation 5).
  * A second shape (choir_cuda_conv_set_v2(cu, 2), CHOIR_CONV_V2=2): 4 warps
  * of 64 x 64 over 128 frames, two blocks per SM where they fit (K <= 7 at
- * dilation 5), for a comparison on the device. */
+ * dilation 5), for a comparison on the device. Variants 3 and 4: shapes 1
+ * and 2 with Snake's sin by the SFU after a range reduction (bf16 and tf32
+ * fused convolutions; ~20 of ~40 instructions a staged value; no longer the
+ * first kernel's floats bit for bit, within its precision's bound). */
 #include <stdint.h>
 
 #ifndef CHOIR_IG_EMU
@@ -46,8 +49,9 @@
 #define IG_DYN_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
 #endif
 
-/* MI x NJ: m16 tiles x n8 tiles per warp; WM x WN warps. */
-template <int MODE, bool PRO, int MI, int NJ, int WM, int WN>
+/* MI x NJ: m16 tiles x n8 tiles per warp; WM x WN warps; FAST: Snake's sin
+ * by the SFU (adain_snake_fast; bf16 and tf32 only). */
+template <int MODE, bool PRO, int MI, int NJ, int WM, int WN, bool FAST>
 __global__ void __launch_bounds__(32 * WM * WN, WM * WN == 4 ? 2 : 1) k_ig2_conv(ig_args a) {
     constexpr int CK = MODE == IG_BF16 ? 16 : 8;
     constexpr int VPW = MODE == IG_BF16 ? 2 : 1; /* channels per staged word */
@@ -56,6 +60,7 @@ __global__ void __launch_bounds__(32 * WM * WN, WM * WN == 4 ? 2 : 1) k_ig2_conv
     constexpr int XSLOTS = ((BN + IG_HALO_MAX) * 8 + THREADS - 1) / THREADS;
     static_assert(16 * MI * WM == IG_BM, "a block covers 128 output channels");
     static_assert(WM * WN % 2 == 0, "ig_slot keeps a thread's channels with an even warp count");
+    static_assert(!FAST || MODE != IG_TF32X3, "tf32x3 keeps sinf");
     IG_DYN_SMEM(smem);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp % WM, wn = warp / WM;
@@ -137,7 +142,14 @@ __global__ void __launch_bounds__(32 * WM * WN, WM * WN == 4 ? 2 : 1) k_ig2_conv
                 v[u] = xr[s][u];
                 if constexpr (PRO) {
                     const int t = t_base + r, ci = c * CK + ws_ * VPW + u;
-                    v[u] = t >= 0 && t < tlim && ci < Cin ? adain_snake(v[u], cf[u]) : 0.0f;
+                    if (t >= 0 && t < tlim && ci < Cin) {
+                        if constexpr (FAST)
+                            v[u] = adain_snake_fast(v[u], cf[u]);
+                        else
+                            v[u] = adain_snake(v[u], cf[u]);
+                    } else {
+                        v[u] = 0.0f;
+                    }
                 }
             }
             uint32_t word;
@@ -279,12 +291,16 @@ __global__ void __launch_bounds__(32 * WM * WN, WM * WN == 4 ? 2 : 1) k_ig2_conv
 }
 
 #ifndef CHOIR_IG_EMU
-/* The block shapes (the context's conv_v2): 1, bf16 and tf32 8 warps of
- * 64 x 64 over 256 frames (one block per SM); 2, 4 warps of 64 x 64 over 128
- * frames (two blocks per SM where shared memory allows: K up to 7 at
- * dilation 5; more loads in flight per SM, the weight reused half as much).
- * tf32x3 16 warps of 32 x 32 over 128 frames in both. */
-static int ig2_bn(int mode, int variant) { return mode == IG_TF32X3 || variant == 2 ? 128 : 256; }
+/* The variants (the context's conv_v2): 1, bf16 and tf32 8 warps of 64 x 64
+ * over 256 frames (one block per SM); 2, 4 warps of 64 x 64 over 128 frames
+ * (two blocks per SM where shared memory allows: K up to 7 at dilation 5;
+ * more loads in flight per SM, the weight reused half as much); 3 and 4,
+ * shapes 1 and 2 with Snake's sin by the SFU (fused bf16 and tf32 only).
+ * tf32x3 16 warps of 32 x 32 over 128 frames in all. */
+static int ig2_shape(int variant) { return variant == 2 || variant == 4 ? 2 : 1; }
+static int ig2_bn(int mode, int variant) {
+    return mode == IG_TF32X3 || ig2_shape(variant) == 2 ? 128 : 256;
+}
 
 static size_t ig2_smem(int mode, int variant, int K, int dil) {
     return (size_t)IG2_STAGES * IG_BM * (K * 32 + 16) +
@@ -299,10 +315,10 @@ bool ig2_applies(const choir_cuda *cu, int mode, int64_t Cin, int64_t T, int64_t
            Cout * Tout <= INT32_MAX && (Tout + 255) / 256 * 256 <= INT32_MAX;
 }
 
-template <int MODE, bool PRO, int MI, int NJ, int WM, int WN>
+template <int MODE, bool PRO, int MI, int NJ, int WM, int WN, bool FAST>
 static int ig2_go(const ig_args &a, int64_t B, int variant, choir_cuda *cu, choir_err *err) {
     const size_t smem = ig2_smem(MODE, variant, a.K, a.dil);
-    cudaError_t st = cudaFuncSetAttribute(k_ig2_conv<MODE, PRO, MI, NJ, WM, WN>,
+    cudaError_t st = cudaFuncSetAttribute(k_ig2_conv<MODE, PRO, MI, NJ, WM, WN, FAST>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (st != cudaSuccess) return choir_cuda_fail(err, st, "implicit conv (v2) shared memory");
     const int64_t bn = 8 * NJ * WN, ttiles = (a.Tout + bn - 1) / bn;
@@ -310,18 +326,24 @@ static int ig2_go(const ig_args &a, int64_t B, int variant, choir_cuda *cu, choi
         return choir_err_set(err, CHOIR_EINVAL, "cuda: implicit conv1d (v2): %lld frames",
                              (long long)a.Tout);
     dim3 grid((unsigned)(ttiles * a.mtiles), 1, (unsigned)B);
-    k_ig2_conv<MODE, PRO, MI, NJ, WM, WN><<<grid, 32 * WM * WN, smem, cu->stream>>>(a);
+    k_ig2_conv<MODE, PRO, MI, NJ, WM, WN, FAST><<<grid, 32 * WM * WN, smem, cu->stream>>>(a);
     return choir_cuda_check_launch(err, "implicit conv1d (v2)");
 }
 
 template <int MODE, bool PRO>
 static int ig2_pick(const ig_args &a, int64_t B, int variant, choir_cuda *cu, choir_err *err) {
+    const bool two = ig2_shape(variant) == 2, fast = variant >= 3;
     if constexpr (MODE == IG_TF32X3)
-        return ig2_go<MODE, PRO, 2, 4, 4, 4>(a, B, variant, cu, err);
-    else if (variant == 2)
-        return ig2_go<MODE, PRO, 4, 8, 2, 2>(a, B, variant, cu, err);
+        return ig2_go<MODE, PRO, 2, 4, 4, 4, false>(a, B, variant, cu, err);
+    else if constexpr (!PRO)
+        return two ? ig2_go<MODE, PRO, 4, 8, 2, 2, false>(a, B, variant, cu, err)
+                   : ig2_go<MODE, PRO, 4, 8, 2, 4, false>(a, B, variant, cu, err);
+    else if (fast)
+        return two ? ig2_go<MODE, PRO, 4, 8, 2, 2, true>(a, B, variant, cu, err)
+                   : ig2_go<MODE, PRO, 4, 8, 2, 4, true>(a, B, variant, cu, err);
     else
-        return ig2_go<MODE, PRO, 4, 8, 2, 4>(a, B, variant, cu, err);
+        return two ? ig2_go<MODE, PRO, 4, 8, 2, 2, false>(a, B, variant, cu, err)
+                   : ig2_go<MODE, PRO, 4, 8, 2, 4, false>(a, B, variant, cu, err);
 }
 
 int ig2_launch(choir_cuda *cu, int mode, const ig_args &a, int64_t B, choir_err *err) {
@@ -336,6 +358,6 @@ int ig2_launch(choir_cuda *cu, int mode, const ig_args &a, int64_t B, choir_err 
 }
 
 void choir_cuda_conv_set_v2(choir_cuda *cu, int variant) {
-    if (cu) cu->conv_v2 = variant == 1 || variant == 2 ? variant : 0;
+    if (cu) cu->conv_v2 = variant >= 1 && variant <= 4 ? variant : 0;
 }
 #endif /* CHOIR_IG_EMU */

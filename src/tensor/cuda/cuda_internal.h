@@ -38,8 +38,8 @@ struct choir_cuda {
     /* choir_cuda_conv_path: which conv1d path choir_cuda_conv1d_batched takes */
     int conv_path;
     /* the implicit convolutions take the second kernel (cuda_conv2.cu) where
-     * it applies, in block shape 1 or 2 (0: the first kernel):
-     * choir_cuda_conv_set_v2, CHOIR_CONV_V2=1|2 at init */
+     * it applies, variant 1-4 (0: the first kernel): choir_cuda_conv_set_v2,
+     * CHOIR_CONV_V2=1..4 at init */
     int conv_v2;
 };
 

@@ -20,6 +20,7 @@ static dim3v blockDim = {1, 1, 1};
 static inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 template <class T> static inline T __ldg(const T *p) { return *p; }
+#define __sinf(x) sinf(x) // glibc declares __sinf but does not export it
 // cvt.rna.tf32.f32: nearest, ties away from zero, 10 mantissa bits kept
 static inline uint32_t to_tf32(float v) {
     uint32_t u = __float_as_uint(v);
@@ -79,23 +80,28 @@ template <int MODE, bool PRO> static void run_v1(const ig_args &a, int B) {
     const int64_t tt = (a.Tout + IG_BN - 1) / IG_BN;
     launch({(int)(tt * a.mtiles), 1, B}, IG_THREADS(MODE), [&] { k_ig_conv<MODE, PRO>(a); });
 }
-// the second kernel's block shapes as ig2_pick takes them (cuda_conv2.cu)
-template <int MODE, bool PRO> static void run_v2(const ig_args &a, int B, int variant) {
+// the second kernel's variants as ig2_pick takes them (cuda_conv2.cu): 1 8 warps over 256 frames,
+// 2 4 warps over 128, 3 and 4 the same with Snake's sin by the SFU (fused bf16 / tf32 only);
+// tf32x3 has one shape
+template <int MODE, bool PRO, bool FAST> static void run_v2(const ig_args &a, int B, int variant) {
     if constexpr (MODE == IG_TF32X3) {
         const int64_t tt = (a.Tout + 127) / 128;
-        launch({(int)(tt * a.mtiles), 1, B}, 512, [&] { k_ig2_conv<MODE, PRO, 2, 4, 4, 4>(a); });
-    } else if (variant == 2) {
+        launch({(int)(tt * a.mtiles), 1, B}, 512, [&] { k_ig2_conv<MODE, PRO, 2, 4, 4, 4, false>(a); });
+    } else if (variant == 2 || variant == 4) {
         const int64_t tt = (a.Tout + 127) / 128;
-        launch({(int)(tt * a.mtiles), 1, B}, 128, [&] { k_ig2_conv<MODE, PRO, 4, 8, 2, 2>(a); });
+        launch({(int)(tt * a.mtiles), 1, B}, 128, [&] { k_ig2_conv<MODE, PRO, 4, 8, 2, 2, FAST>(a); });
     } else {
         const int64_t tt = (a.Tout + 255) / 256;
-        launch({(int)(tt * a.mtiles), 1, B}, 256, [&] { k_ig2_conv<MODE, PRO, 4, 8, 2, 4>(a); });
+        launch({(int)(tt * a.mtiles), 1, B}, 256, [&] { k_ig2_conv<MODE, PRO, 4, 8, 2, 4, FAST>(a); });
     }
 }
 
 template <int MODE, bool PRO> static void run(ig_args a, int B, int v) {
-    if (v) run_v2<MODE, PRO>(a, B, v);
-    else run_v1<MODE, PRO>(a, B);
+    if (v == 0) run_v1<MODE, PRO>(a, B);
+    else if constexpr (MODE != IG_TF32X3 && PRO) {
+        if (v >= 3) run_v2<MODE, PRO, true>(a, B, v);
+        else run_v2<MODE, PRO, false>(a, B, v);
+    } else run_v2<MODE, PRO, false>(a, B, v);
 }
 
 static float round_mode(int mode, float v) {
@@ -142,9 +148,9 @@ int main(int argc, char **argv) {
     else if (mode == IG_TF32) k_ig_pack<IG_TF32>(w.data(), Cout, Cin, K, nchunk, npack, wp.data());
     else k_ig_pack<IG_TF32X3>(w.data(), Cout, Cin, K, nchunk, npack, wp.data());
 
-    // y[0]: the first kernel; y[1], y[2]: the second's block shapes 1 and 2 (tf32x3 has one)
-    const int nv = mode == IG_TF32X3 ? 2 : 3;
-    std::vector<float> y[3];
+    // y[0]: the first kernel; y[1..4]: the second's variants (tf32x3 has one)
+    const int nv = mode == IG_TF32X3 ? 2 : 5;
+    std::vector<float> y[5];
     for (int v2 = 0; v2 < nv; v2++) {
         y[v2] = has_res ? res : std::vector<float>(res.size(), NAN);
         ig_args a = {x.data(), wp.data(), bias.data(), out_lens.data(), pro ? in_lens.data() : nullptr,
@@ -167,8 +173,8 @@ int main(int argc, char **argv) {
             }
     std::vector<double> wq(w.size());
     for (size_t i = 0; i < w.size(); i++) wq[i] = mode == IG_BF16 ? bf2f(w16[i]) : round_mode(mode, w[i]);
-    double num[3] = {0, 0, 0}, den = 0;
-    long differ = 0, unwritten[3] = {0, 0, 0};
+    double num[5] = {0, 0, 0, 0, 0}, den = 0;
+    long differ = 0, unwritten = 0;
     for (int b = 0; b < B; b++)
         for (int co = 0; co < Cout; co++)
             for (int t = 0; t < Tout; t++) {
@@ -186,17 +192,17 @@ int main(int argc, char **argv) {
                 if (has_res) r += res[i];
                 den += r * r;
                 for (int v = 0; v < nv; v++) {
-                    if (!std::isfinite(y[v][i])) { unwritten[v]++; continue; }
+                    if (!std::isfinite(y[v][i])) { unwritten++; continue; }
                     num[v] += (y[v][i] - r) * (y[v][i] - r);
-                    if (v && __float_as_uint(y[0][i]) != __float_as_uint(y[v][i])) differ++;
+                    if (v && v < 3 && __float_as_uint(y[0][i]) != __float_as_uint(y[v][i])) differ++;
                 }
             }
     static const char *names[] = {"bf16", "tf32", "tf32x3"};
     double d = den > 0 ? den : 1;
     printf("conv %-6s pro=%d B=%d %d->%d T=%d k%d d%d res=%d: v2 differs from v1 in %ld of %zu; "
-           "rel_l2 v1 %.3e v2 %.3e v2b %.3e unwritten %ld\n",
-           names[mode], pro, B, Cin, Cout, T, K, dil, has_res, differ, (size_t)(nv - 1) * res.size(),
-           sqrt(num[0] / d), sqrt(num[1] / d), nv > 2 ? sqrt(num[2] / d) : 0.0,
-           unwritten[0] + unwritten[1] + unwritten[2]);
+           "rel_l2 v1 %.3e v2 %.3e v2b %.3e v2f %.3e v2bf %.3e unwritten %ld\n",
+           names[mode], pro, B, Cin, Cout, T, K, dil, has_res, differ,
+           (size_t)(nv > 2 ? 2 : 1) * res.size(), sqrt(num[0] / d), sqrt(num[1] / d),
+           sqrt(num[2] / d), sqrt(num[3] / d), sqrt(num[4] / d), unwritten);
     return 0;
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the implicit-GEMM convolution kernels (k_ig_conv of cuda_conv.cu and k_ig2_conv of
-# cuda_conv2.cu in both its block shapes) in the host emulation of conv_emu.cpp on small cases that reach every branch
+# cuda_conv2.cu in its four variants) in the host emulation of conv_emu.cpp on small cases that reach every branch
 # (the three precisions, the fused AdaIN + Snake or none, a residual or none, Cin not a multiple
 # of a chunk, Cout past one 128-row tile, frames past one tile and short of one, kernels 1 to 11,
 # dilations 1 to 5, pieces of different lengths). Fails when the second kernel's outputs differ
@@ -23,7 +23,8 @@ for c in "0 1 2 24 40 300 7 3 1" "0 0 1 40 140 530 3 1 0" "0 1 1 16 128 260 11 5
   # shellcheck disable=SC2086
   line=$("$OUT/conv_emu" $c)
   echo "$line"
-  echo "$line" | awk '{for (i = 1; i <= NF; i++) { if ($i == "in") d = $(i + 1); if ($i == "v1") e1 = $(i + 1); if ($i == "v2") e2 = $(i + 1); if ($i == "v2b") e3 = $(i + 1) }
-                      if (d != 0 || e1 + 0 > 1e-5 || e2 + 0 > 1e-5 || e3 + 0 > 1e-5 || $NF != 0) exit 1}' || fail=1
+  echo "$line" | awk '{for (i = 1; i <= NF; i++) { if ($i == "in") d = $(i + 1); if ($i == "v1") e1 = $(i + 1); if ($i == "v2") e2 = $(i + 1);
+                                                if ($i == "v2b") e3 = $(i + 1); if ($i == "v2f") e4 = $(i + 1); if ($i == "v2bf") e5 = $(i + 1) }
+                      if (d != 0 || e1 + 0 > 1e-5 || e2 + 0 > 1e-5 || e3 + 0 > 1e-5 || e4 + 0 > 1e-3 || e5 + 0 > 1e-3 || $NF != 0) exit 1}' || fail=1
 done
-[ $fail = 0 ] && echo "all cases: v2 = v1 bit for bit, within 1e-5 of the reference, every output written" || { echo "FAIL"; exit 1; }
+[ $fail = 0 ] && echo "all cases: v2 = v1 bit for bit, within 1e-5 of the reference (the SFU-sin variants 1e-3), every output written" || { echo "FAIL"; exit 1; }
