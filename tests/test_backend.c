@@ -363,6 +363,28 @@ static void test_swiglu_linear(void **state) {
     fx_close(&f);
 }
 
+/* gated_mlp: norm_linear (RMS, gate and up) then swiglu_linear into x,
+ * bit for bit; shapes that do not chain refused. */
+static void test_gated_mlp(void **state) {
+    (void)state;
+    fx f = fx_open(1 << 20, 1 << 20);
+    int64_t M = 3, H = 16, I = 40;
+    float *x = rnd((size_t)(M * H), 90), *g = rnd((size_t)H, 91), *wg = rnd((size_t)(I * H), 92);
+    float *wu = rnd((size_t)(I * H), 93), *wd = rnd((size_t)(H * I), 94), *x2 = dup(x, (size_t)(M * H));
+    choir_weight Wg = choir_weight_f32(wg, I, H), Wu = choir_weight_f32(wu, I, H), Wd = choir_weight_f32(wd, H, I);
+    float *gate = malloc((size_t)(M * I) * 4), *up = malloc((size_t)(M * I) * 4);
+    float *h = malloc((size_t)(M * H) * 4), *tmp = malloc((size_t)(M * H) * 4);
+    choir_norm_linear p = {.ln_g = g, .eps = 1e-6f, .rms = true, .n = 2, .W = {&Wg, &Wu}, .y = {gate, up}};
+    assert_int_equal(choir_op_norm_linear(f.s, x2, M, &p, h), 0);
+    assert_int_equal(choir_op_swiglu_linear(f.s, gate, up, M, &Wd, NULL, x2, CHOIR_LINEAR_ACCUMULATE, tmp), 0);
+    assert_int_equal(choir_op_gated_mlp(f.s, x, M, g, 1e-6f, &Wg, &Wu, &Wd, gate, up, h, tmp), 0);
+    assert_memory_equal(x, x2, (size_t)(M * H) * 4);
+    assert_int_equal(choir_op_gated_mlp(f.s, x, M, g, 1e-6f, &Wg, &Wu, &Wg, gate, up, h, tmp), CHOIR_EINVAL);
+    choir_stream_clear(f.s);
+    free(x), free(g), free(wg), free(wu), free(wd), free(x2), free(gate), free(up), free(h), free(tmp);
+    fx_close(&f);
+}
+
 /* conv1d on bf16 operands: choir_conv1d over the rounded input and weight,
  * bit for bit, every item of a batch. */
 static void test_conv1d_bf16(void **state) {
@@ -948,6 +970,7 @@ int main(void) {
         cmocka_unit_test(test_linear_bf16_rows),
         cmocka_unit_test(test_linear_ex),
         cmocka_unit_test(test_swiglu_linear),
+        cmocka_unit_test(test_gated_mlp),
         cmocka_unit_test(test_norm_linear),
         cmocka_unit_test(test_conv1d_bf16),
         cmocka_unit_test(test_rows_gather),

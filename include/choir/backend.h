@@ -323,6 +323,18 @@ int choir_op_linear_ex(choir_stream *s, const float *x, int64_t M, const choir_w
 int choir_op_swiglu_linear(choir_stream *s, float *gate, const float *up, int64_t M,
                            const choir_weight *W, const float *bias, float *y, unsigned flags,
                            float *tmp);
+/* A pre-norm gated MLP added into the residual stream x [M, H]:
+ * x += (SiLU(g) u) Wd^T with g, u = rms_norm(x; ln_g, eps) Wg^T, Wu^T
+ * (Wg, Wu [I, H], Wd [H, I], no biases): choir_op_norm_linear (RMS, the two
+ * layers into gate and up [M, I], h [M, H] its normalised rows) then
+ * choir_op_swiglu_linear (CHOIR_LINEAR_ACCUMULATE through tmp [M, H]), and
+ * literally those except on CUDA with choir_cuda_mlp_bf16 (and fused rows)
+ * on at cuBLAS's row counts over bf16 weights, where gate and up are held
+ * as bf16 rows in their buffers (rounded: within the bf16 bound of the f32
+ * path). gate, up, h and tmp are unspecified afterwards. One operation. */
+int choir_op_gated_mlp(choir_stream *s, float *x, int64_t M, const float *ln_g, float eps,
+                       const choir_weight *Wg, const choir_weight *Wu, const choir_weight *Wd,
+                       float *gate, float *up, float *h, float *tmp);
 /* Where an operation's output rows also go (a KV cache), as
  * choir_op_rows_scatter writes them: row m to dst + slot[m] slot_stride +
  * pos[m] ld (elements of dtype; slot and pos int32 backend memory, slot

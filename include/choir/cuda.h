@@ -359,6 +359,28 @@ int choir_cuda_swiglu_linear_rows(choir_cuda *cu, const float *gate, const float
                                   const choir_cuda_weight *W, const float *bias, float *y, bool accumulate,
                                   choir_err *err);
 
+/* A pre-norm gated MLP over bf16 rows (issue #23): with fused rows on and
+ * this on too (off by default, not yet run on a GPU: CHOIR_CUDA_MLP_BF16=1
+ * or choir_cuda_mlp_bf16), choir_op_gated_mlp keeps gate and up in bf16:
+ * the products written rounded to bf16 (half the bytes of f32 rows, written
+ * and read once each), the SwiGLU over them in place, then the down product
+ * added into x. Unlike fused rows alone this changes the floats: gate and
+ * up rounded (within the bf16 bound of the f32 path). Process-wide. */
+void choir_cuda_mlp_bf16(bool on);
+bool choir_cuda_mlp_bf16_on(void);
+/* Both switches on, every weight passing choir_cuda_rows_ok, and the shapes
+ * of a gated MLP (Wg, Wu [I, H], Wd [H, I]). */
+bool choir_cuda_gated_mlp_ok(int64_t M, const choir_cuda_weight *Wg, const choir_cuda_weight *Wu,
+                             const choir_cuda_weight *Wd);
+/* x [M, H] += (SiLU(g) u) Wd^T with g, u = rms_norm(x) Wg^T, Wu^T: the norm
+ * as bf16 rows into h (M H 2 bytes), g and u as bf16 rows into gate and up
+ * (M I 2 bytes each), the SwiGLU in place in gate, the down product through
+ * cuBLAS's C operand (beta 1). CHOIR_EUNSUPPORTED unless
+ * choir_cuda_gated_mlp_ok. */
+int choir_cuda_gated_mlp_rows(choir_cuda *cu, float *x, int64_t M, const float *gamma, float eps,
+                              const choir_cuda_weight *Wg, const choir_cuda_weight *Wu, const choir_cuda_weight *Wd,
+                              void *gate, void *up, void *h, choir_err *err);
+
 /* The paths of choir_cuda_linear. GEMV: one warp per output row, every row
  * of x in f32 (up to 8 rows). SKINNY: f16/bf16 weights, up to
  * CHOIR_CUDA_SKINNY_MAX_ROWS rows, K a multiple of 8: each weight element

@@ -739,7 +739,53 @@ static void check_fused_one_row(void) {
     case_end();
 }
 
+/* The gated MLP (choir_op_gated_mlp): off (norm_linear then
+ * swiglu_linear), with fused rows (within 1e-6 of off: the accumulation in
+ * cuBLAS's epilogue), and with gate and up in bf16 (choir_cuda_mlp_bf16:
+ * their rounding, 1e-2 of off); each against the CPU within the bf16
+ * bound. */
+static void check_gated_mlp(void) {
+    case_begin();
+    const int64_t M = 333, H = 768, I = 520;
+    bool rows_was = choir_cuda_fused_rows_on(), mlp_was = choir_cuda_mlp_bf16_on();
+    choir_err err = {0};
+    choir_backend_weights *ws = choir_backend_weights_create(g_gpu, &err);
+    choir_weight hg = make_weight(CHOIR_WEIGHT_BF16, I, H, 0, 0, 0), hu = make_weight(CHOIR_WEIGHT_BF16, I, H, 0, 0, 0);
+    choir_weight hd = make_weight(CHOIR_WEIGHT_BF16, H, I, 0, 0, 0), dg, du, dd;
+    choir_backend_weight(ws, &hg, &dg);
+    choir_backend_weight(ws, &hu, &du);
+    choir_backend_weight(ws, &hd, &dd);
+    float *x = hvec(M * H, -3, 5), *g = hvec(H, 0.5f, 1.5f);
+    float *dgm = dvec(g, H), *gate = dzero(M * I), *up = dzero(M * I), *h = dzero(M * H), *tmp = dzero(M * H);
+    float *y[3];
+    static const char *modes[3] = {"off", "fused rows", "fused rows + bf16 gate/up"};
+    for (int md = 0; md < 3; md++) {
+        choir_cuda_fused_rows(md >= 1);
+        choir_cuda_mlp_bf16(md == 2);
+        y[md] = dvec(x, M * H);
+        choir_op_gated_mlp(g_gs, y[md], M, dgm, 1e-6f, &dg, &du, &dd, gate, up, h, tmp);
+    }
+    choir_cuda_fused_rows(rows_was);
+    choir_cuda_mlp_bf16(mlp_was);
+    float *cx = hdup(x, M * H), *cgate = hmem((size_t)(M * I) * 4), *cup = hmem((size_t)(M * I) * 4);
+    float *ch = hmem((size_t)(M * H) * 4), *ctmp = hmem((size_t)(M * H) * 4);
+    choir_op_gated_mlp(g_cs, cx, M, g, 1e-6f, &hg, &hu, &hd, cgate, cup, ch, ctmp);
+    float *off = download(y[0], M * H);
+    char name[112];
+    for (int md = 0; md < 3; md++) {
+        if (md) {
+            snprintf(name, sizeof name, "gated_mlp %s vs off", modes[md]);
+            if (streams_ok(name)) cmp(name, y[md], off, M * H, md == 1 ? 1e-6 : TOL_BF16);
+        }
+        snprintf(name, sizeof name, "gated_mlp %s vs CPU", modes[md]);
+        cmp(name, y[md], cx, M * H, TOL_BF16);
+    }
+    choir_backend_weights_free(ws);
+    case_end();
+}
+
 static void check_fused_rows(void) {
+    check_gated_mlp();
     check_fused_norm(768);
     check_fused_norm(770);
     check_fused_mlp(768);

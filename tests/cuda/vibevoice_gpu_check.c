@@ -14,7 +14,8 @@
  *     hidden states of a chunked prefill, the last logits, then 8 greedy
  *     steps fed the CPU's tokens (logits each step, tokens identical);
  *     f32 weights, then bf16 weights (and with bf16 weights a one-chunk
- *     prefill with fused rows off, then on: choir_cuda_fused_rows); then
+ *     prefill with fused rows off, on, and on with bf16 gate/up:
+ *     choir_cuda_fused_rows, choir_cuda_mlp_bf16); then
  *     batched decoding steps of two
  *     sequences on the GPU against single steps on the CPU, and the greedy
  *     pick made on the device in the batched step against the host's
@@ -59,9 +60,11 @@
  *     steps (vv_model_set_prep_slice; 0: a whole request at a time);
  *     --enc-fused 0|1 sets CHOIR_VV_ENC_FUSED for the states made after it
  *     (the encoders' fused blocks, off by default), for before/after figures.
- *     --fused-rows off|on|both sets choir_cuda_fused_rows (default:
- *     CHOIR_CUDA_FUSED_ROWS, else off); both runs each length's prefill with
- *     it off, then on, on the same encoded audio (after --pf-att both's two),
+ *     --fused-rows off|on|mlp|both|all sets choir_cuda_fused_rows (default:
+ *     CHOIR_CUDA_FUSED_ROWS, else off; mlp: on with choir_cuda_mlp_bf16,
+ *     gate and up in bf16); both runs each length's prefill with it off,
+ *     then on, all off, on, mlp, on the same encoded audio (after --pf-att
+ *     both's two),
  *     for each chunk size of --prefill-chunk (a list: one state planned for
  *     the largest, choir_vibevoice_set_prefill_chunk; the first is also the
  *     batch bench's); each such prefill prints a "choir vibevoice pf" line.
@@ -97,9 +100,13 @@ static choir_dtype g_bench_kv = CHOIR_DTYPE_F32;
 /* --pf-att both: each audio length's prefill run twice, with the f32 SIMT
  * prefill attention and with the tensor-core one. */
 static bool g_pf_both;
-/* --fused-rows both: each length's prefill run with choir_cuda_fused_rows
- * off, then on (after --pf-att both's runs, if any). */
-static bool g_rows_both;
+/* --fused-rows both|all: each length's prefill run with choir_cuda_fused_rows
+ * off, then on, (all) then on with choir_cuda_mlp_bf16 (after --pf-att
+ * both's runs, if any). 0: one run as set; 2: both; 3: all. */
+static int g_rows_modes;
+static const char *rows_mode_name(void) {
+    return !choir_cuda_fused_rows_on() ? "off" : choir_cuda_mlp_bf16_on() ? "mlp16" : "on";
+}
 
 static void verdict(const char *name, double err, double tol) {
     int ok = isfinite(err) && err <= tol;
@@ -846,14 +853,28 @@ static void check_model(choir_backend *gpu_be, choir_dtype dt, double tol) {
          * another order): 1e-5 of off through two layers; the CPU's bound
          * against the CPU. */
         if (dt == CHOIR_DTYPE_BF16) {
-            run r[2] = {{.chunk = 64}, {.chunk = 64}};
-            bool rows_was = choir_cuda_fused_rows_on();
-            for (int on = 0; on < 2; on++) {
+            run r[3] = {{.chunk = 64}, {.chunk = 64}, {.chunk = 64}};
+            bool rows_was = choir_cuda_fused_rows_on(), mlp_was = choir_cuda_mlp_bf16_on();
+            for (int on = 0; on < 3; on++) {
                 choir_cuda_fused_rows(on != 0);
-                snprintf(name, sizeof name, "model %s: prefill in one chunk, fused rows %s", tag, on ? "on" : "off");
+                choir_cuda_mlp_bf16(on == 2);
+                snprintf(name, sizeof name, "model %s: prefill in one chunk, fused rows %s", tag,
+                         on == 2 ? "and bf16 gate/up" : on ? "on" : "off");
                 if (run_model(gpu, x, n, ids, n_ids, a.tokens, &r[on], &err)) failed(name, &err);
             }
             choir_cuda_fused_rows(rows_was);
+            choir_cuda_mlp_bf16(mlp_was);
+            /* gate and up in bf16 (choir_cuda_mlp_bf16): their rounding
+             * through two layers, 1e-2 of off; the CPU's bound. */
+            if (r[0].hid && r[2].hid) {
+                snprintf(name, sizeof name, "model %s: hidden final (one chunk), bf16 gate/up vs off", tag);
+                verdict(name, rel_l2(r[2].hid, r[0].hid, (int64_t)n_ids * d.lm.hidden), 1e-2);
+                snprintf(name, sizeof name, "model %s: hidden final (one chunk, bf16 gate/up) vs CPU", tag);
+                verdict(name, rel_l2(r[2].hid, a.hid, (int64_t)n_ids * d.lm.hidden), tol);
+                snprintf(name, sizeof name, "model %s: last logits (one chunk, bf16 gate/up) vs CPU", tag);
+                verdict(name, rel_l2(r[2].logits, a.logits, d.lm.vocab), tol);
+            }
+            run_free(&r[2]);
             if (r[0].hid && r[1].hid) {
                 snprintf(name, sizeof name, "model %s: hidden final (one chunk), fused rows on vs off", tag);
                 verdict(name, rel_l2(r[1].hid, r[0].hid, (int64_t)n_ids * d.lm.hidden), 1e-5);
@@ -1102,13 +1123,16 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
     /* Then, with --fused-rows both, the prompt with fused rows off and on
      * (the attention as set), for each chunk size of --prefill-chunk; with
      * one chunk size and neither "both", one run. */
-    double rows_tps[2] = {0, 0};
-    int n_att = g_pf_both ? 2 : 0, n_rows = g_rows_both ? 2 : 1;
-    int runs = n_att + (n_att && !g_rows_both && g_n_chunks == 1 ? 0 : n_rows * g_n_chunks);
+    double rows_tps[3] = {0, 0, 0};
+    int n_att = g_pf_both ? 2 : 0, n_rows = g_rows_modes ? g_rows_modes : 1;
+    int runs = n_att + (n_att && !g_rows_modes && g_n_chunks == 1 ? 0 : n_rows * g_n_chunks);
     for (int md = 0; md < runs; md++) {
         int ck = md < n_att ? g_chunks[0] : g_chunks[(md - n_att) / n_rows];
         if (md < n_att) choir_cuda_vv_prefill_flash(md == 1);
-        else if (g_rows_both) choir_cuda_fused_rows((md - n_att) % 2 == 1);
+        else if (g_rows_modes) {
+            choir_cuda_fused_rows((md - n_att) % n_rows >= 1);
+            choir_cuda_mlp_bf16((md - n_att) % n_rows == 2);
+        }
         choir_vibevoice_reset(s);
         if (choir_vibevoice_set_prefill_chunk(s, ck)) {
             choir_err_set(err, CHOIR_EINVAL, "bench: prefill chunk %d", ck);
@@ -1126,12 +1150,11 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
                    md ? "flash (tensor cores)" : "f32 SIMT", p1 - e1, tps);
             continue;
         }
-        bool on = choir_cuda_fused_rows_on();
-        if (g_rows_both) rows_tps[on] = tps;
+        if (g_rows_modes) rows_tps[(md - n_att) % n_rows] = tps;
         printf("prefill    %d tokens in chunks of %d, fused rows %s: %.3f s, %.0f tokens/s\n", n_ids, ck,
-               on ? "on" : "off", p1 - e1, tps);
+               rows_mode_name(), p1 - e1, tps);
         printf("choir vibevoice pf min=%g n_ids=%d chunk=%d fused_rows=%s pf_att=%s s=%.4f tps=%.1f\n", minutes,
-               n_ids, ck, on ? "on" : "off", choir_cuda_vv_prefill_flash_on() ? "flash" : "simt", p1 - e1, tps);
+               n_ids, ck, rows_mode_name(), choir_cuda_vv_prefill_flash_on() ? "flash" : "simt", p1 - e1, tps);
     }
     chunk = runs > n_att ? g_chunks[g_n_chunks - 1] : g_chunks[0];
     const float *logits = choir_vibevoice_logits(s);
@@ -1180,8 +1203,10 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
            "peak_gb=%.3f prompt=%lld pf_att=%s", minutes, minutes, enc1 - e0, n_ids / (p1 - e1), 1000 * (d1 - p1) / steps,
            1000 * (g1 - g0) / steps, peak, (long long)n_ids, g_pf_both ? "both" : choir_cuda_vv_prefill_flash_on() ? "flash" : "simt");
     if (g_pf_both) printf(" prefill_simt_tps=%.1f prefill_flash_tps=%.1f", pf_tps[0], pf_tps[1]);
-    if (g_rows_both) printf(" prefill_rows_off_tps=%.1f prefill_rows_on_tps=%.1f", rows_tps[0], rows_tps[1]);
-    printf(" fused_rows=%s chunk=%d\n", g_rows_both ? "both" : choir_cuda_fused_rows_on() ? "on" : "off", chunk);
+    if (g_rows_modes)
+        printf(" prefill_rows_off_tps=%.1f prefill_rows_on_tps=%.1f prefill_rows_mlp16_tps=%.1f", rows_tps[0],
+               rows_tps[1], rows_tps[2]);
+    printf(" fused_rows=%s chunk=%d\n", rows_mode_name(), chunk);
     fflush(stdout);
     status = 0;
 out:
@@ -1603,9 +1628,12 @@ int main(int argc, char **argv) {
                                               : strcmp(a, "flash") == 0 ? "flash (tensor cores)" : "f32 SIMT");
         } else if (strcmp(argv[i], "--fused-rows") == 0) {
             const char *a = argv[i + 1];
-            g_rows_both = strcmp(a, "both") == 0;
-            choir_cuda_fused_rows(strcmp(a, "on") == 0);
-            printf("fused rows: %s\n", g_rows_both ? "off, then on, each length" : strcmp(a, "on") == 0 ? "on" : "off");
+            g_rows_modes = strcmp(a, "both") == 0 ? 2 : strcmp(a, "all") == 0 ? 3 : 0;
+            choir_cuda_fused_rows(strcmp(a, "on") == 0 || strcmp(a, "mlp") == 0);
+            choir_cuda_mlp_bf16(strcmp(a, "mlp") == 0);
+            printf("fused rows: %s\n", g_rows_modes == 3   ? "off, on, on with bf16 gate/up, each length"
+                                        : g_rows_modes == 2 ? "off, then on, each length"
+                                                            : rows_mode_name());
         } else if (strcmp(argv[i], "--pf-warps") == 0) {
             choir_cuda_vv_prefill_flash_warps(atoi(argv[i + 1]));
         } else if (strcmp(argv[i], "--pf-bench") == 0) {

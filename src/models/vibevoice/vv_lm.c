@@ -33,10 +33,7 @@ void vv_layer_mlp(const choir_vibevoice *m, const vv_layer *w, choir_stream *st,
                   const float *att, int64_t rows, float *gate, float *up, float *tmp) {
     const choir_vibevoice_lm_dims *L = &m->dims.lm;
     choir_op_linear_ex(st, att, rows, &w->o, NULL, x, CHOIR_LINEAR_ACCUMULATE, tmp);
-    choir_norm_linear p = {.ln_g = w->mlp_norm, .eps = L->eps, .rms = true, .n = 2, .W = {&w->gate, &w->up},
-                           .y = {gate, up}};
-    choir_op_norm_linear(st, x, rows, &p, xn);
-    choir_op_swiglu_linear(st, gate, up, rows, &w->down, NULL, x, CHOIR_LINEAR_ACCUMULATE, tmp);
+    choir_op_gated_mlp(st, x, rows, w->mlp_norm, L->eps, &w->gate, &w->up, &w->down, gate, up, xn, tmp);
 }
 
 void vv_lm_head(const choir_vibevoice *m, choir_stream *st, const float *x, float *xn, int64_t rows,

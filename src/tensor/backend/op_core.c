@@ -195,6 +195,32 @@ int choir_op_swiglu_linear(choir_stream *s, float *gate, const float *up, int64_
     return choir_stream_status(s, NULL);
 }
 
+int choir_op_gated_mlp(choir_stream *s, float *x, int64_t M, const float *ln_g, float eps,
+                       const choir_weight *Wg, const choir_weight *Wu, const choir_weight *Wd, float *gate,
+                       float *up, float *h, float *tmp) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (M < 0 || Wg->rows != Wu->rows || Wg->cols != Wu->cols || Wd->cols != Wg->rows || Wd->rows != Wg->cols)
+        return be_invalid(s, "gated_mlp: gate [%lld x %lld], up [%lld x %lld], down [%lld x %lld] over %lld rows",
+                          (long long)Wg->rows, (long long)Wg->cols, (long long)Wu->rows, (long long)Wu->cols,
+                          (long long)Wd->rows, (long long)Wd->cols, (long long)M);
+    if (M == 0) return 0;
+#ifdef CHOIR_HAVE_CUDA
+    if (!be_host(s)) {
+        choir_cuda_weight cg = be_cuda_weight(Wg), cu = be_cuda_weight(Wu), cd = be_cuda_weight(Wd);
+        if (choir_cuda_gated_mlp_ok(M, &cg, &cu, &cd))
+            BE_CUDA(s, "gated_mlp",
+                    choir_cuda_gated_mlp_rows(s->be->cu, x, M, ln_g, eps, &cg, &cu, &cd, gate, up, h, BE_ERR));
+    }
+#endif
+    /* The two operations in turn, counted as this one. */
+    int64_t ops = s->ops;
+    choir_norm_linear p = {.ln_g = ln_g, .eps = eps, .rms = true, .n = 2, .W = {Wg, Wu}, .y = {gate, up}};
+    choir_op_norm_linear(s, x, M, &p, h);
+    choir_op_swiglu_linear(s, gate, up, M, Wd, NULL, x, CHOIR_LINEAR_ACCUMULATE, tmp);
+    s->ops = ops;
+    return choir_stream_status(s, NULL);
+}
+
 int choir_op_linear_n(choir_stream *s, const float *x, int64_t M, int n,
                       const choir_weight *const *W, const float *const *bias, float *const *y) {
     if (!choir_stream_ok(s)) return s->err.code;

@@ -176,6 +176,9 @@ cublasStatus_t choir_cuda_lt_linear(choir_cuda *cu, const uint16_t *x, int64_t M
  * alias gate or up. */
 int choir_cuda_swiglu_bf16(choir_cuda *cu, const float *gate, const float *up, uint16_t *y, int64_t n,
                            choir_err *err);
+/* gate[i] = bf16(SiLU(gate[i]) up[i]) over bf16 rows, in place, the f32
+ * arithmetic of choir_cuda_swiglu on the widened values (cuda_ops.cu). */
+int choir_cuda_swiglu_bf16_rows(choir_cuda *cu, uint16_t *gate, const uint16_t *up, int64_t n, choir_err *err);
 /* Checks the last launch; 0 or CHOIR_EINTERNAL naming `what`. */
 int choir_cuda_check_launch(choir_err *err, const char *what);
 /* Ensures the scratch holds at least `bytes`; returns its pointer or NULL

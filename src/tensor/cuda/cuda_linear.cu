@@ -770,11 +770,12 @@ choir_cuda_linear_path choir_cuda_linear_path_for(int64_t M, const choir_cuda_we
 /* Row-major y[M,N] = x[M,K] * W[N,K]^T in cuBLAS's column-major terms:
  * y^T = W * x^T, with W read transposed. */
 static int gemm_xwt(choir_cuda *cu, const void *x, const void *W, cudaDataType_t in_type,
-                    int64_t M, int64_t N, int64_t K, float *y, choir_err *err, float beta = 0.0f) {
+                    int64_t M, int64_t N, int64_t K, void *y, choir_err *err, float beta = 0.0f,
+                    cudaDataType_t y_type = CUDA_R_32F) {
     const float one = 1.0f;
     cublasStatus_t st = cublasGemmEx(cu->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)M, (int)K,
                                      &one, W, in_type, (int)K, x, in_type, (int)K, &beta, y,
-                                     CUDA_R_32F, (int)N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                                     y_type, (int)N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     return st == CUBLAS_STATUS_SUCCESS ? 0 : choir_cuda_blas_fail(err, st, "GemmEx");
 }
 
@@ -1050,6 +1051,40 @@ int choir_cuda_swiglu_linear_rows(choir_cuda *cu, const float *gate, const float
     if (!hb) return err ? err->code : CHOIR_ENOMEM;
     int rc = choir_cuda_swiglu_bf16(cu, gate, up, hb, M * K, err);
     return rc ? rc : blas_rows(cu, hb, M, W, bias, y, accumulate ? 1.0f : 0.0f, err);
+}
+
+/* 1: read CHOIR_CUDA_MLP_BF16 at first use; then 0 off, 2 on. */
+static int g_mlp_bf16 = 1;
+void choir_cuda_mlp_bf16(bool on) { __atomic_store_n(&g_mlp_bf16, on ? 2 : 0, __ATOMIC_RELAXED); }
+bool choir_cuda_mlp_bf16_on(void) {
+    int v = __atomic_load_n(&g_mlp_bf16, __ATOMIC_RELAXED);
+    if (v == 1) {
+        const char *e = getenv("CHOIR_CUDA_MLP_BF16");
+        v = e && e[0] == '1' ? 2 : 0; /* off unless "1": not yet run on a GPU */
+        __atomic_store_n(&g_mlp_bf16, v, __ATOMIC_RELAXED);
+    }
+    return v == 2;
+}
+
+bool choir_cuda_gated_mlp_ok(int64_t M, const choir_cuda_weight *Wg, const choir_cuda_weight *Wu,
+                             const choir_cuda_weight *Wd) {
+    return choir_cuda_mlp_bf16_on() && choir_cuda_rows_ok(M, Wg) && choir_cuda_rows_ok(M, Wu) &&
+           choir_cuda_rows_ok(M, Wd) && Wg->rows == Wu->rows && Wg->cols == Wu->cols && Wd->cols == Wg->rows &&
+           Wd->rows == Wg->cols;
+}
+
+int choir_cuda_gated_mlp_rows(choir_cuda *cu, float *x, int64_t M, const float *gamma, float eps,
+                              const choir_cuda_weight *Wg, const choir_cuda_weight *Wu, const choir_cuda_weight *Wd,
+                              void *gate, void *up, void *h, choir_err *err) {
+    if (!choir_cuda_gated_mlp_ok(M, Wg, Wu, Wd))
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: gated MLP over bf16 rows for %lld rows",
+                             (long long)M);
+    int64_t H = Wg->cols, I = Wg->rows;
+    int rc = choir_cuda_rms_norm_bf16(cu, x, (uint16_t *)h, M, H, gamma, eps, err);
+    if (!rc) rc = gemm_xwt(cu, h, Wg->data.ptr, CUDA_R_16BF, M, I, H, gate, err, 0.0f, CUDA_R_16BF);
+    if (!rc) rc = gemm_xwt(cu, h, Wu->data.ptr, CUDA_R_16BF, M, I, H, up, err, 0.0f, CUDA_R_16BF);
+    if (!rc) rc = choir_cuda_swiglu_bf16_rows(cu, (uint16_t *)gate, (const uint16_t *)up, M * I, err);
+    return rc ? rc : blas_rows(cu, gate, M, Wd, NULL, x, 1.0f, err);
 }
 
 int choir_cuda_linear(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,

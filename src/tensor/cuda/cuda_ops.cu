@@ -88,6 +88,46 @@ __global__ void k_swiglu_bf16_tail(const float *__restrict__ g, const float *__r
     }
 }
 
+/* g[i] = bf16(SiLU(g[i]) u[i]) over bf16 g and u (each widened; the f32
+ * arithmetic of k_swiglu), in place, eight values a thread where aligned. */
+__global__ void k_swiglu_bf16_rows(uint4 *__restrict__ g, const uint4 *__restrict__ u, int64_t n8) {
+    GRID_STRIDE(i, n8) {
+        uint4 a = g[i], b = u[i];
+        __nv_bfloat162 *pa = (__nv_bfloat162 *)&a;
+        const __nv_bfloat162 *pb = (const __nv_bfloat162 *)&b;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float2 x = __bfloat1622float2(pa[j]), y = __bfloat1622float2(pb[j]);
+            x.x = x.x / (1.0f + expf(-x.x));
+            x.y = x.y / (1.0f + expf(-x.y));
+            pa[j] = __floats2bfloat162_rn(x.x * y.x, x.y * y.y);
+        }
+        g[i] = a;
+    }
+}
+
+__global__ void k_swiglu_bf16_rows_tail(__nv_bfloat16 *__restrict__ g, const __nv_bfloat16 *__restrict__ u,
+                                        int64_t from, int64_t n) {
+    GRID_STRIDE(j, n - from) {
+        int64_t i = from + j;
+        float v = __bfloat162float(g[i]);
+        v = v / (1.0f + expf(-v));
+        g[i] = __float2bfloat16_rn(v * __bfloat162float(u[i]));
+    }
+}
+
+int choir_cuda_swiglu_bf16_rows(choir_cuda *cu, uint16_t *gate, const uint16_t *up, int64_t n, choir_err *err) {
+    if (n <= 0) return 0;
+    int64_t n8 = ((uintptr_t)gate | (uintptr_t)up) & 15 ? 0 : n / 8;
+    if (n8)
+        k_swiglu_bf16_rows<<<choir_cuda_blocks(n8, OPS_THREADS), OPS_THREADS, 0, cu->stream>>>(
+            (uint4 *)gate, (const uint4 *)up, n8);
+    if (8 * n8 < n)
+        k_swiglu_bf16_rows_tail<<<choir_cuda_blocks(n - 8 * n8, OPS_THREADS), OPS_THREADS, 0, cu->stream>>>(
+            (__nv_bfloat16 *)gate, (const __nv_bfloat16 *)up, 8 * n8, n);
+    return choir_cuda_check_launch(err, "swiglu over bf16 rows");
+}
+
 int choir_cuda_swiglu_bf16(choir_cuda *cu, const float *gate, const float *up, uint16_t *y, int64_t n,
                            choir_err *err) {
     if (n <= 0) return 0;

@@ -492,6 +492,34 @@ int choir_cuda_swiglu_linear_rows(choir_cuda *cu, const float *gate, const float
     return run_or_record(swiglu_linear_op, &a, sizeof(a));
 }
 
+/* The gated MLP over bf16 rows (choir_cuda_mlp_bf16): as the calls it
+ * stands for in this emulation (gate and up not rounded). */
+static int g_fake_mlp_bf16 = 1;
+void choir_cuda_mlp_bf16(bool on) { g_fake_mlp_bf16 = on ? 2 : 0; }
+bool choir_cuda_mlp_bf16_on(void) {
+    if (g_fake_mlp_bf16 == 1) {
+        const char *e = getenv("CHOIR_CUDA_MLP_BF16");
+        g_fake_mlp_bf16 = e && e[0] == '1' ? 2 : 0;
+    }
+    return g_fake_mlp_bf16 == 2;
+}
+bool choir_cuda_gated_mlp_ok(int64_t M, const choir_cuda_weight *Wg, const choir_cuda_weight *Wu,
+                             const choir_cuda_weight *Wd) {
+    return choir_cuda_mlp_bf16_on() && choir_cuda_rows_ok(M, Wg) && choir_cuda_rows_ok(M, Wu) &&
+           choir_cuda_rows_ok(M, Wd) && Wg->rows == Wu->rows && Wg->cols == Wu->cols && Wd->cols == Wg->rows &&
+           Wd->rows == Wg->cols;
+}
+int choir_cuda_gated_mlp_rows(choir_cuda *cu, float *x, int64_t M, const float *gamma, float eps,
+                              const choir_cuda_weight *Wg, const choir_cuda_weight *Wu, const choir_cuda_weight *Wd,
+                              void *gate, void *up, void *h, choir_err *err) {
+    if (!choir_cuda_gated_mlp_ok(M, Wg, Wu, Wd))
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: gated MLP rows off cuBLAS");
+    int rc = choir_cuda_rms_norm(cu, x, h, M, Wg->cols, gamma, eps, err);
+    if (!rc) rc = choir_cuda_linear(cu, h, M, Wg, NULL, gate, err);
+    if (!rc) rc = choir_cuda_linear(cu, h, M, Wu, NULL, up, err);
+    return rc ? rc : choir_cuda_swiglu_linear_rows(cu, gate, up, M, Wd, NULL, x, true, err);
+}
+
 void choir_cuda_linear_bf16_set_lt(bool on) { (void)on; }
 void choir_cuda_linear_set_bias_epilogue(bool on) { (void)on; }
 int choir_cuda_gemv_variants(void) { return 1; }
