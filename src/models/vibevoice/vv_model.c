@@ -28,6 +28,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
@@ -118,6 +119,21 @@ static void vv_model_free(void *weights) {
     choir_free(w);
 }
 
+/* The prefill chunk of a GPU replica's requests: the default (0: 256
+ * positions) unless CHOIR_VV_GPU_PREFILL=N (16 .. 4096) asks for another,
+ * for timing the engine at the bench's chunk sizes (issue #23: the bench
+ * prefills in chunks of 1024). Every plan of the replica takes it (its
+ * scratch, its room for states, each request's estimate and state), so
+ * the memory is accounted: each state's prefill buffers are about 0.25 MB
+ * a position for the 7B model (64 MB at 256, 258 MB at 1024), times
+ * VV_GPU_STATE_ROOM in the room left beside the pool. Not yet run on a
+ * GPU. */
+static int gpu_prefill_chunk(void) {
+    const char *e = getenv("CHOIR_VV_GPU_PREFILL");
+    int n = e ? atoi(e) : 0;
+    return n >= 16 && n <= 4096 ? n : 0;
+}
+
 /* The plan of the longest request a GPU replica sizes its scratch and its
  * states' room for: max_audio_s of audio with the default options, its KV
  * context as long as the model allows (a request may ask for more new
@@ -125,6 +141,7 @@ static void vv_model_free(void *weights) {
 static void gpu_worst_plan(const choir_vibevoice_dims *D, choir_vibevoice_plan *p) {
     choir_vibevoice_opts o;
     choir_vibevoice_default_opts(&o);
+    o.prefill_chunk = gpu_prefill_chunk();
     choir_vibevoice_transcribe_plan(D, (int64_t)(o.max_audio_s * CHOIR_VIBEVOICE_SAMPLE_RATE),
                                     CHOIR_VIBEVOICE_SAMPLE_RATE, &o, p);
     p->max_context = D->lm.max_positions;
@@ -164,6 +181,7 @@ static int gpu_setup(vv_weights *w, const choir_model_options *opt, choir_err *e
     choir_vibevoice_plan hour;
     choir_vibevoice_opts o;
     choir_vibevoice_default_opts(&o);
+    o.prefill_chunk = gpu_prefill_chunk();
     choir_vibevoice_transcribe_plan(D, (int64_t)(o.max_audio_s * CHOIR_VIBEVOICE_SAMPLE_RATE),
                                     CHOIR_VIBEVOICE_SAMPLE_RATE, &o, &hour);
     hour.kv_paged = 1;
@@ -291,6 +309,7 @@ static void request_opts(const choir_request *r, choir_vibevoice_opts *o) {
 static void estimate_plan(const choir_vibevoice_dims *D, const choir_request *r, choir_vibevoice_plan *p) {
     choir_vibevoice_opts o;
     request_opts(r, &o);
+    if (!o.prefill_chunk) o.prefill_chunk = gpu_prefill_chunk();
     int64_t slack = (int64_t)ceil((double)D->hop * rate_of(r) / CHOIR_VIBEVOICE_SAMPLE_RATE);
     choir_vibevoice_transcribe_plan(D, r->in.stt.n_samples + slack, rate_of(r), &o, p);
     p->kv_paged = 1;
@@ -434,6 +453,7 @@ static int slot_open(vv_weights *w, vv_slot *sl, choir_stream *stream, choir_err
     if (choir_request_cancelled(r)) return 0;
     choir_vibevoice_opts o;
     request_opts(r, &o);
+    if (w->gpu && !o.prefill_chunk) o.prefill_chunk = gpu_prefill_chunk();
     sl->ec.req = r;
     o.on_text = vv_on_text;
     o.user = &sl->ec;
