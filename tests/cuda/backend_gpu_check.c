@@ -1341,8 +1341,7 @@ static void check_rope(void) {
                 choir_cuda_rope_rows(false);
                 choir_op_rope(g_gs, dh, rows, ld, H, Dh, rot, dpos, 10000.0f, inter);
                 choir_cuda_rope_rows(true);
-                choir_op_rope(g_gs, dh2, rows, ld, H, Dh, rot, dpos, 10000.0f, inter);
-                choir_cuda_rope_rows(false);
+                choir_op_rope(g_gs, dh2, rows, ld, H, Dh, rot, dpos, 10000.0f, inter); /* on: the default */
                 choir_op_download(g_gs, ref, dh, (size_t)(rows * ld) * 4);
                 char name[96];
                 snprintf(name, sizeof name, "rope %s, %lld of %lld dims, %lld rows x %d heads",

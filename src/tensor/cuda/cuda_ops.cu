@@ -296,8 +296,10 @@ __global__ void k_rope(float *x, int64_t rows, int64_t ld, int n_head, int64_t D
  * block's threads over every (head, pair) of the row, so a decode step's
  * single row is spread over the block instead of one thread a pair walking
  * the heads (ncu on an H100: k_rope took 10 us a launch in VibeVoice's step,
- * 56 launches). Each value gets k_rope's floats. Off by default until it has
- * run on a GPU (choir_cuda_rope_rows, CHOIR_ROPE_ROWS=1). */
+ * 56 launches). Each value gets k_rope's floats. The default since it ran on
+ * an H100 (6 Dec 2026, late: bit for bit k_rope's in the backend check, VibeVoice 7B's
+ * graph step 7.07-7.11 -> 6.95-6.96 ms at 10 minutes, 9.00 -> 8.88-8.91 at 60);
+ * choir_cuda_rope_rows(false) or CHOIR_ROPE_ROWS=0 goes back to k_rope. */
 #define ROPE_THREADS 256
 #define ROPE_MAX_HALF 512
 __global__ void __launch_bounds__(ROPE_THREADS)
@@ -324,14 +326,14 @@ __global__ void __launch_bounds__(ROPE_THREADS)
     }
 }
 
-/* 0: not yet read from CHOIR_ROPE_ROWS (off unless "1"); 1 off; 2 on. */
+/* 0: not yet read from CHOIR_ROPE_ROWS (on unless "0"); 1 off; 2 on. */
 static int g_rope_rows = 0;
 void choir_cuda_rope_rows(bool on) { __atomic_store_n(&g_rope_rows, on ? 2 : 1, __ATOMIC_RELAXED); }
 static bool rope_rows_on(void) {
     int v = __atomic_load_n(&g_rope_rows, __ATOMIC_RELAXED);
     if (!v) {
         const char *e = getenv("CHOIR_ROPE_ROWS");
-        v = e && strcmp(e, "1") == 0 ? 2 : 1;
+        v = e && strcmp(e, "0") == 0 ? 1 : 2;
         __atomic_store_n(&g_rope_rows, v, __ATOMIC_RELAXED);
     }
     return v == 2;
