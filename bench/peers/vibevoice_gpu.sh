@@ -85,6 +85,8 @@ for m in ${MIN//,/ }; do
   printf '%-6s %-22s %12s %12s %8s\n' "" "prefill tokens/s" "${cp:-n/a}" "${tp:-n/a}" "$(ratio "$cp" "$tp")"
   printf '%-6s %-22s %12s %12s %8s\n' "" "decode ms/token" "${cd:-n/a}" "${td:-n/a}" "$(ratio "$td" "$cd")"
   printf '%-6s %-22s %12s %12s %8s\n' "" "decode ms/token, graph" "${cgr:-n/a}" "${td:-n/a}" "$(ratio "$td" "$cgr")"
+  tgen=$(val "$t" decode_generate_ms)
+  [ -n "$tgen" ] && printf '%-6s %-22s %12s %12s %8s\n' "" "decode ms, generate()" "${cgr:-$cd}" "$tgen" "$(ratio "$tgen" "${cgr:-$cd}")"
   printf '%-6s %-22s %12s %12s %8s\n' "" "decode / bound" "$(ratio "$cd" "$bound")" "$(ratio "$td" "$bound")" ""
   printf '%-6s %-22s %12s %12s %8s\n' "" "graph decode / bound" "$(ratio "$cgr" "$bound")" "" ""
   printf '%-6s %-22s %12s %12s %8s\n' "" "peak device GB" "${cg:-n/a}" "${tg:-n/a}" ""
@@ -99,6 +101,10 @@ for m in ${MIN//,/ }; do
   printf '%-6s %-22s %12s %12s %8s\n' "" "end to end s, $k tok" "$ce2" "$te2" "$(ratio "$te2" "$ce2")"
   printf '%-6s %-22s %12s %12s %8s\n' "" "  x real time" "$(ratio "$(awk -v m="$m" 'BEGIN{print m*60}')" "$ce2")" \
     "$(ratio "$(awk -v m="$m" 'BEGIN{print m*60}')" "$te2")" ""
+  if [ -n "$tgen" ]; then
+    tg2=$(e2e "$te" "$tn" "$tp" "$tgen" "$k")
+    printf '%-6s %-22s %12s %12s %8s\n' "" "  same, generate()" "$ce2" "$tg2" "$(ratio "$tg2" "$ce2")"
+  fi
 done
 for b in ${BATCH//,/ }; do
   c=$(grep "vibevoice batch $b at" <<<"$C")
