@@ -450,6 +450,20 @@ void choir_cuda_linear_set_bias_epilogue(bool on);
  * them side by side; any other value (-1) restores the default. */
 int choir_cuda_gemv_variants(void);
 void choir_cuda_gemv_set_variant(int v);
+/* The GEMV over 8-bit MLX weights for 1 to 8 rows of x (a decode step over
+ * an 8-bit language model): shape 0 is the old kernel (a warp a row, 32
+ * codes a lane by scalar loads, x read from global memory for every row);
+ * 1, 2, 3 the kernel of cuda_linear_q8.cu (16-byte loads with the L2 hint,
+ * x staged once per block in shared memory, the RMS norm before the
+ * products fused as for bf16 weights: choir_cuda_norm_linear and
+ * choir_cuda_linear_ex then fuse 8-bit layers too) with 2 rows a warp and
+ * batches of 2 steps, 1 row and 4, 4 rows and 2. Other bit widths keep the
+ * old kernel. The same products within f32 rounding (the sums in another
+ * order). Off (0) by default: written 6 Dec 2026, NOT YET RUN ON A GPU;
+ * until choir_cuda_q8_gemv is called, CHOIR_Q8_GEMV=N picks the shape.
+ * Process-wide. */
+void choir_cuda_q8_gemv(int shape);
+int choir_cuda_q8_gemv_shape(void);
 /* With it on, the bf16 rows' GELU of that cublasLt path runs in cublasLt's
  * epilogue on the f32 sum, rounded once; it is the tanh form there, within
  * 4.7e-4 of the erf form (largest near x = -2.7, where GELU is -0.0094): on

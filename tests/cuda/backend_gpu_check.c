@@ -868,6 +868,129 @@ static void check_gemv_shapes(void) {
     case_end();
 }
 
+/* The 8-bit GEMV of cuda_linear_q8.cu (choir_cuda_q8_gemv shapes 1, 2, 3:
+ * rows a warp and steps a batch) against the CPU and against the old
+ * kernel (shape 0). Both dequantize exactly and sum in f32, in different
+ * orders: the f32 bound against either. K = 320 leaves lanes idle (20
+ * chunks of 16 codes for 32 lanes), 1152 ends mid-step (two steps of 512
+ * codes and 128 more), 4608 at 8 rows is x too long for the shared memory
+ * (read from global memory instead); 263 rows end mid-pair and mid-block;
+ * M = 1, 2, 8; plain, accumulating (linear_ex), then the RMS norm fused
+ * before three layers (263/130/131 rows, a bias on the first, the second
+ * into an f32 cache and the third into a bf16 one by slot and position),
+ * and scales in f16 (groups of 32) and f32 (groups of 128). */
+static void check_q8_gemv(void) {
+    static const int64_t Ks[] = {320, 1152, 4608}, Ms[] = {1, 2, 8};
+    static const struct {
+        int group;
+        choir_dtype sb;
+        const char *what;
+    } fmt[] = {{64, CHOIR_DTYPE_BF16, "g64 bf16"}, {32, CHOIR_DTYPE_F16, "g32 f16"}, {128, CHOIR_DTYPE_F32, "g128 f32"}};
+    const int64_t N = 263;
+    const int prev = choir_cuda_q8_gemv_shape(); /* CHOIR_Q8_GEMV's, for the cases after */
+    char name[128];
+    for (size_t fi = 0; fi < 3; fi++)
+        for (size_t ki = 0; ki < 3; ki++)
+            for (size_t mi = 0; mi < 3; mi++) {
+                if (fi && (ki != 1 || mi == 2)) continue; /* the other scales: K = 1152, M = 1, 2 */
+                case_begin();
+                int64_t K = Ks[ki], M = Ms[mi];
+                choir_err err = {0};
+                choir_backend_weights *ws = choir_backend_weights_create(g_gpu, &err);
+                choir_weight hw = make_weight(CHOIR_WEIGHT_QUANT, N, K, 8, fmt[fi].group, fmt[fi].sb), dw;
+                choir_backend_weight(ws, &hw, &dw);
+                float *bias = hvec(N, -1, 1), *x = hvec(M * K, -1, 1), *y0 = hvec(M * N, -1, 1);
+                const float *dbias = choir_backend_vec(ws, bias, N);
+                float *ref = hmem((size_t)(M * N) * 4), *refa = hmem((size_t)(M * N) * 4);
+                choir_op_linear(g_cs, x, M, &hw, bias, ref);
+                for (int64_t i = 0; i < M * N; i++) refa[i] = y0[i] + ref[i];
+                float *dx = dvec(x, M * K), *dt = dzero(M * N), *old = hmem((size_t)(M * N) * 4);
+                float *dy = dzero(M * N);
+                choir_cuda_q8_gemv(0);
+                choir_op_linear(g_gs, dx, M, &dw, dbias, dy);
+                choir_op_download(g_gs, old, dy, (size_t)(M * N) * 4);
+                for (int v = 1; v < 4; v++) {
+                    float *dyv = dzero(M * N), *dya = dvec(y0, M * N);
+                    choir_cuda_q8_gemv(v);
+                    choir_op_linear(g_gs, dx, M, &dw, dbias, dyv);
+                    choir_op_linear_ex(g_gs, dx, M, &dw, dbias, dya, CHOIR_LINEAR_ACCUMULATE, dt);
+                    choir_cuda_q8_gemv(0);
+                    snprintf(name, sizeof name, "q8 gemv shape %d: %s %lld x %lld M=%lld", v, fmt[fi].what,
+                             (long long)N, (long long)K, (long long)M);
+                    if (streams_ok(name)) cmp(name, dyv, ref, M * N, TOL_F32);
+                    snprintf(name, sizeof name, "q8 gemv shape %d = old kernel: %s %lld x %lld M=%lld", v,
+                             fmt[fi].what, (long long)N, (long long)K, (long long)M);
+                    if (streams_ok(name)) cmp(name, dyv, old, M * N, TOL_F32);
+                    snprintf(name, sizeof name, "q8 gemv shape %d: %s %lld x %lld M=%lld accumulating", v,
+                             fmt[fi].what, (long long)N, (long long)K, (long long)M);
+                    if (streams_ok(name)) cmp(name, dya, refa, M * N, TOL_F32);
+                }
+                choir_backend_weights_free(ws);
+                case_end();
+            }
+    enum { SLOTS = 3, POS = 10 };
+    const int64_t K = 1152, rows[3] = {263, 130, 131};
+    for (size_t mi = 0; mi < 2; mi++) {
+        case_begin();
+        int64_t M = mi ? 3 : 1;
+        choir_err err = {0};
+        choir_backend_weights *ws = choir_backend_weights_create(g_gpu, &err);
+        choir_weight hw[3], dw[3];
+        for (int i = 0; i < 3; i++) {
+            hw[i] = make_weight(CHOIR_WEIGHT_QUANT, rows[i], K, 8, 64, CHOIR_DTYPE_BF16);
+            choir_backend_weight(ws, &hw[i], &dw[i]);
+        }
+        float *bias = hvec(rows[0], -1, 1), *x = hvec(M * K, -3, 5), *g = hvec(K, 0.5f, 1.5f);
+        const float *dbias = choir_backend_vec(ws, bias, rows[0]);
+        int32_t slot[8], pos[8];
+        for (int m = 0; m < 8; m++) slot[m] = (2 * m + 1) % SLOTS, pos[m] = m + 1;
+        float *kc = hmem((size_t)(SLOTS * POS * rows[1]) * 4), *h = hmem((size_t)(M * K) * 4), *y[3];
+        uint16_t *vc = hmem((size_t)(SLOTS * POS * rows[2]) * 2);
+        memset(kc, 0, (size_t)(SLOTS * POS * rows[1]) * 4);
+        memset(vc, 0, (size_t)(SLOTS * POS * rows[2]) * 2);
+        for (int i = 0; i < 3; i++) y[i] = hmem((size_t)(M * rows[i]) * 4);
+        choir_norm_linear hp = {.ln_g = g, .eps = 1e-6f, .rms = true, .n = 3, .W = {&hw[0], &hw[1], &hw[2]},
+                                .bias = {bias, NULL, NULL}, .y = {y[0], y[1], y[2]}};
+        hp.store[1] = (choir_rows_out){.dst = kc, .dtype = CHOIR_DTYPE_F32, .slot_stride = POS * rows[1],
+                                       .ld = rows[1], .slot = slot, .pos = pos};
+        hp.store[2] = (choir_rows_out){.dst = vc, .dtype = CHOIR_DTYPE_BF16, .slot_stride = POS * rows[2],
+                                       .ld = rows[2], .slot = slot, .pos = pos};
+        choir_op_norm_linear(g_cs, x, M, &hp, h);
+        float *dx = dvec(x, M * K), *dg = dvec(g, K), *dh = dzero(M * K);
+        int32_t *dslot = dput(slot, sizeof slot), *dpos = dput(pos, sizeof pos);
+        for (int v = 1; v < 4; v++) {
+            float *dy[3], *dkc = dzero(SLOTS * POS * rows[1]);
+            uint16_t *dvc = dput(NULL, (size_t)(SLOTS * POS * rows[2]) * 2);
+            if (dvc) choir_op_zero(g_gs, dvc, (size_t)(SLOTS * POS * rows[2]) * 2);
+            for (int i = 0; i < 3; i++) dy[i] = dzero(M * rows[i]);
+            choir_norm_linear dp = hp;
+            dp.ln_g = dg;
+            for (int i = 0; i < 3; i++) dp.W[i] = &dw[i], dp.y[i] = dy[i];
+            dp.bias[0] = dbias;
+            dp.store[1].dst = dkc, dp.store[2].dst = dvc;
+            dp.store[1].slot = dp.store[2].slot = dslot;
+            dp.store[1].pos = dp.store[2].pos = dpos;
+            choir_cuda_q8_gemv(v);
+            choir_op_norm_linear(g_gs, dx, M, &dp, dh);
+            choir_cuda_q8_gemv(0);
+            for (int i = 0; i < 3; i++) {
+                snprintf(name, sizeof name, "q8 gemv shape %d: RMS norm_linear M=%lld layer %d of 263/130/131", v,
+                         (long long)M, i);
+                if (streams_ok(name)) cmp(name, dy[i], y[i], M * rows[i], TOL_F32);
+            }
+            snprintf(name, sizeof name, "q8 gemv shape %d: RMS norm_linear M=%lld keys into an f32 cache", v,
+                     (long long)M);
+            if (streams_ok(name)) cmp(name, dkc, kc, SLOTS * POS * rows[1], TOL_F32);
+            snprintf(name, sizeof name, "q8 gemv shape %d: RMS norm_linear M=%lld values into a bf16 cache", v,
+                     (long long)M);
+            if (streams_ok(name)) cmp_bf16(name, dvc, vc, SLOTS * POS * rows[2], 4e-3);
+        }
+        choir_backend_weights_free(ws);
+        case_end();
+    }
+    choir_cuda_q8_gemv(prev);
+}
+
 static void check_linear(void) {
     int64_t N = 262, K = 768;
     case_begin();
@@ -1860,6 +1983,7 @@ int main(void) {
     check_transfers();
     check_linear();
     check_gemv_shapes();
+    check_q8_gemv();
     check_linear_skinny();
     check_linear_bf16();
     check_norm_linear();

@@ -15,7 +15,8 @@
  *     steps fed the CPU's tokens (logits each step, tokens identical);
  *     f32 weights, then bf16 weights (and with bf16 weights a one-chunk
  *     prefill with fused rows off, on, and on with bf16 gate/up:
- *     choir_cuda_fused_rows, choir_cuda_mlp_bf16); then
+ *     choir_cuda_fused_rows, choir_cuda_mlp_bf16), then bf16 with an
+ *     8-bit language model (MLX codes, groups of 64); then
  *     batched decoding steps of two
  *     sequences on the GPU against single steps on the CPU, and the greedy
  *     pick made on the device in the batched step against the host's
@@ -56,6 +57,13 @@
  *     many M-minute requests the pool admits at once and a burst of twice that
  *     (cancelled once admitted); --join 1 then times a request joining a
  *     running batch (bench_join: the running one's longest wait between steps);
+ *     --bits 8 builds the language model MLX-quantized (8-bit codes, groups
+ *     of 64, bf16 scales and biases) instead of bf16, and every bench line
+ *     is then of that model; the bench prints the weight-streaming bound of
+ *     its weights first ("bound", bench_bound). --q8-gemv N picks the 8-bit
+ *     GEMV's shape (choir_cuda_q8_gemv: 0 the old kernel, 1-3 the new one);
+ *     --q8-sweep 0,1,.. times the decode step with each listed shape after
+ *     the main figures (same process, same state).
  *     --prep-ms S sets the replica's encoding and prefill slice between two
  *     steps (vv_model_set_prep_slice; 0: a whole request at a time);
  *     --enc-fused 0|1 sets CHOIR_VV_ENC_FUSED for the states made after it
@@ -97,6 +105,9 @@
 static int n_pass, n_fail;
 /* The bench's KV pool values (--kv f32|bf16). */
 static choir_dtype g_bench_kv = CHOIR_DTYPE_F32;
+/* --bits 8: the bench's language model MLX-quantized (8-bit codes, groups of
+ * 64, bf16 scales and biases; random codes, generated directly); 0: bf16. */
+static int g_bench_bits = 0;
 /* --pf-att both: each audio length's prefill run twice, with the f32 SIMT
  * prefill attention and with the tensor-core one. */
 static bool g_pf_both;
@@ -750,12 +761,14 @@ out:
     choir_vibevoice_kv_pool_free(pool);
 }
 
-static void check_model(choir_backend *gpu_be, choir_dtype dt, double tol) {
-    const char *tag = dt == CHOIR_DTYPE_F32 ? "f32" : "bf16";
+/* bits 8: the language model's linears and embedding MLX-quantized (8-bit
+ * codes, groups of 64, bf16 scales and biases), everything else in dt. */
+static void check_model(choir_backend *gpu_be, choir_dtype dt, int bits, double tol) {
+    const char *tag = bits == 8 ? "q8" : dt == CHOIR_DTYPE_F32 ? "f32" : "bf16";
     choir_vibevoice_dims d;
     small_dims(&d);
     choir_err err = {0};
-    choir_vibevoice_randw *w = choir_vibevoice_randw_create(&d, dt, 0, 7, &err);
+    choir_vibevoice_randw *w = choir_vibevoice_randw_create(&d, dt, bits, 7, &err);
     choir_vibevoice *cpu = w ? choir_vibevoice_from_tensors_on(choir_vibevoice_randw_find, w, &d, NULL, &err) : NULL;
     choir_vibevoice *gpu = cpu ? choir_vibevoice_from_tensors_on(choir_vibevoice_randw_find, w, &d, gpu_be, &err)
                                : NULL;
@@ -808,8 +821,8 @@ static void check_model(choir_backend *gpu_be, choir_dtype dt, double tol) {
         snprintf(name, sizeof name, "model %s: 8 decode steps, worst step logits", tag);
         verdict(name, worst, tol);
         printf("%s  model %s: next tokens identical in %d of 8 steps\n",
-               same == 8 || dt != CHOIR_DTYPE_F32 ? (same == 8 ? "PASS" : "INFO") : "FAIL", tag, same);
-        if (dt == CHOIR_DTYPE_F32) {
+               same == 8 || dt != CHOIR_DTYPE_F32 || bits ? (same == 8 ? "PASS" : "INFO") : "FAIL", tag, same);
+        if (dt == CHOIR_DTYPE_F32 && !bits) {
             if (same == 8) n_pass++;
             else n_fail++;
         }
@@ -851,8 +864,8 @@ static void check_model(choir_backend *gpu_be, choir_dtype dt, double tol) {
          * is off's floats but for the o and down projections' accumulation
          * in cuBLAS's epilogue (the same rounding unless cuBLAS sums in
          * another order): 1e-5 of off through two layers; the CPU's bound
-         * against the CPU. */
-        if (dt == CHOIR_DTYPE_BF16) {
+         * against the CPU. (Not over the 8-bit model: its own feature's case.) */
+        if (dt == CHOIR_DTYPE_BF16 && !bits) {
             run r[3] = {{.chunk = 64}, {.chunk = 64}, {.chunk = 64}};
             bool rows_was = choir_cuda_fused_rows_on(), mlp_was = choir_cuda_mlp_bf16_on();
             for (int on = 0; on < 3; on++) {
@@ -1064,6 +1077,16 @@ done:
  * each shape of the one-row bf16 GEMVs (choir_cuda_gemv_set_variant), in
  * one process: same weights, same context within a few hundred tokens. */
 static bool g_gemv_sweep = false;
+/* --q8-sweep 0,1,..: after that, the step op by op and as a graph with each
+ * listed shape of the 8-bit GEMV (choir_cuda_q8_gemv; 0 the old kernel), in
+ * one process on the same state (with --bits 8). */
+static const char *g_q8_sweep = NULL;
+
+static int q8_sweep_count(void) {
+    int n = 0;
+    for (const char *p = g_q8_sweep; p && *p; p++) n += *p >= '0' && *p <= '9' && (p[1] < '0' || p[1] > '9');
+    return n;
+}
 /* --att-warps 4|8: k_vv_att_split128's warps a block (choir_cuda_vv_set_att_warps). */
 static int g_bench_att_warps = 4;
 
@@ -1107,7 +1130,9 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
     for (int i = 0; i < T; i++) ids[33 + i] = d->audio_token;
     ids[33 + T] = d->audio_eos;
     int sweeps = g_gemv_sweep ? 2 * choir_cuda_gemv_variants() : 0;
-    choir_vibevoice_plan plan = {.max_samples = np, .max_context = n_ids + (2 + sweeps) * (steps + 1) + 2,
+    int q8_sweeps = q8_sweep_count();
+    choir_vibevoice_plan plan = {.max_samples = np,
+                                 .max_context = n_ids + (2 + sweeps + 2 * q8_sweeps) * (steps + 1) + 2,
                                  .prefill_chunk = chunk};
     /* Once a process, before anything is timed: 20 s of the audio encoded and
      * its prompt prefilled on a state of its own, so that first uses (the
@@ -1226,6 +1251,33 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
         printf("gemv shape %d: %.3f ms/token as a graph\n", v, 1000 * (v1 - v0) / steps);
     }
     if (sweeps) choir_cuda_gemv_set_variant(-1);
+    const int q8_was = choir_cuda_q8_gemv_shape();
+    for (const char *p = g_q8_sweep; q8_sweeps && p && *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) break;
+        p = *end == ',' ? end + 1 : end;
+        choir_vibevoice_set_step_graph(s, false);
+        choir_cuda_q8_gemv((int)v);
+        double q0 = choir_now_s();
+        for (int i = 0; i < steps; i++)
+            if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) goto out;
+        double q1 = choir_now_s();
+        choir_vibevoice_set_step_graph(s, true);
+        if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) goto out;
+        double q2 = choir_now_s();
+        for (int i = 0; i < steps; i++)
+            if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) goto out;
+        double q3 = choir_now_s();
+        printf("q8 gemv shape %ld: %.3f ms/token op by op, %.3f ms/token as a graph q8_shape=%ld q8_decode_ms=%.3f "
+               "q8_graph_ms=%.3f\n", v, 1000 * (q1 - q0) / steps, 1000 * (q3 - q2) / steps, v,
+               1000 * (q1 - q0) / steps, 1000 * (q3 - q2) / steps);
+        fflush(stdout);
+    }
+    if (q8_sweeps) {
+        choir_vibevoice_set_step_graph(s, false);
+        choir_cuda_q8_gemv(q8_was);
+    }
     double peak = choir_backend_mem_peak(be) / 1e9; /* everything held through the backend, weights too */
     printf("encoders   %.0f s of audio in %.3f s (%.0fx real time)\n", minutes * 60, enc1 - e0,
            minutes * 60 / (enc1 - e0));
@@ -1534,6 +1586,43 @@ out:
     return status;
 }
 
+/* The weight-streaming bound of a decode step at batch 1: the language
+ * model's bytes as stored without the embedding table (its linears, the
+ * head, the norms and biases; 8-bit: one byte a weight and a bf16 scale and
+ * bias per 64) over the device-to-device copy bandwidth measured here
+ * (bytes read + written, as bench/peers/vibevoice_torch.py measures it:
+ * 1 GiB copied 10 times after a warm-up copy). */
+static void bench_bound(choir_backend *be, const choir_vibevoice_dims *d) {
+    const choir_vibevoice_lm_dims *L = &d->lm;
+    double H = L->hidden, qd = (double)L->n_heads * L->head_dim, kvd = (double)L->n_kv_heads * L->head_dim;
+    double mats = L->n_layers * (H * qd + 2 * H * kvd + qd * H + 3 * H * L->intermediate) + (double)L->vocab * H;
+    double vecs = L->n_layers * (qd + 2 * kvd + 2 * H) + H;
+    double per = g_bench_bits ? g_bench_bits / 8.0 + 2.0 * 2.0 / 64.0 : 2.0;
+    double stream = mats * per + 4 * vecs;
+    choir_cuda *cu = choir_backend_cuda_context(be);
+    choir_cuda_buf a = {0}, b = {0};
+    choir_err err = {0};
+    const size_t n = (size_t)1 << 30;
+    double bw = 0;
+    if (!choir_cuda_buf_alloc(cu, n, &a, &err) && !choir_cuda_buf_alloc(cu, n, &b, &err) &&
+        !choir_cuda_copy(cu, b.ptr, a.ptr, n, &err) && !choir_cuda_sync(cu, &err)) {
+        double c0 = choir_now_s();
+        int rc = 0;
+        for (int i = 0; i < 10 && !rc; i++) rc = choir_cuda_copy(cu, b.ptr, a.ptr, n, &err);
+        if (!rc && !choir_cuda_sync(cu, &err)) bw = 2.0 * 10 * (double)n / (choir_now_s() - c0);
+    }
+    choir_cuda_buf_free(cu, &a);
+    choir_cuda_buf_free(cu, &b);
+    if (bw <= 0) {
+        printf("bound      copy bandwidth not measured: %s\n", err.msg);
+        return;
+    }
+    printf("bound      device-to-device copy %.3f TB/s (read + write); a decode step streams %.2f GB of language "
+           "model weights (%s): %.2f ms/token copy_tbs=%.4f stream_gb=%.4f bound_ms=%.4f\n",
+           bw / 1e12, stream / 1e9, g_bench_bits ? "8-bit" : "bf16", 1e3 * stream / bw, bw / 1e12, stream / 1e9,
+           1e3 * stream / bw);
+}
+
 /* minutes: a comma-separated list of audio lengths, timed in that order on
  * one model. */
 static int bench(const char *size, int layers, const char *minutes, int steps, int chunk, const char *batches,
@@ -1552,15 +1641,16 @@ static int bench(const char *size, int layers, const char *minutes, int steps, i
         return 77;
     }
     double t0 = choir_now_s();
-    choir_vibevoice_randw *w = choir_vibevoice_randw_create(&d, CHOIR_DTYPE_BF16, 0, 0, &err);
+    choir_vibevoice_randw *w = choir_vibevoice_randw_create(&d, CHOIR_DTYPE_BF16, g_bench_bits, 0, &err);
     double t1 = choir_now_s();
     choir_vibevoice *m = w ? choir_vibevoice_from_tensors_on(choir_vibevoice_randw_find, w, &d, be, &err) : NULL;
     double t2 = choir_now_s();
     int status = 1;
     if (!m) goto out;
-    printf("bench %s, LM %d layers: %.2f GB generated in %.1f s, on the GPU in %.2f s (%.2f GB device)\n", size,
-           d.lm.n_layers, choir_vibevoice_randw_bytes(w) / 1e9, t1 - t0, t2 - t1,
-           choir_vibevoice_device_bytes(m) / 1e9);
+    printf("bench %s, LM %d layers, %s: %.2f GB generated in %.1f s, on the GPU in %.2f s (%.2f GB device)\n",
+           size, d.lm.n_layers, g_bench_bits ? "LM 8-bit (MLX, groups of 64), bf16 elsewhere" : "bf16",
+           choir_vibevoice_randw_bytes(w) / 1e9, t1 - t0, t2 - t1, choir_vibevoice_device_bytes(m) / 1e9);
+    bench_bound(be, &d);
     for (const char *p = minutes; p && *p;) {
         char *end;
         double mins = strtod(p, &end);
@@ -1629,6 +1719,12 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--burst-min") == 0) burst_min = atof(argv[i + 1]);
         else if (strcmp(argv[i], "--join") == 0) join = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--gemv-variants") == 0) g_gemv_sweep = atoi(argv[i + 1]) != 0;
+        else if (strcmp(argv[i], "--bits") == 0) g_bench_bits = atoi(argv[i + 1]) == 8 ? 8 : 0;
+        else if (strcmp(argv[i], "--q8-sweep") == 0) g_q8_sweep = argv[i + 1];
+        else if (strcmp(argv[i], "--q8-gemv") == 0) {
+            choir_cuda_q8_gemv(atoi(argv[i + 1]));
+            printf("8-bit GEMV: shape %d (0: the old kernel)\n", choir_cuda_q8_gemv_shape());
+        }
         else if (strcmp(argv[i], "--att-warps") == 0) {
             g_bench_att_warps = atoi(argv[i + 1]) == 8 ? 8 : 4;
             choir_cuda_vv_set_att_warps(g_bench_att_warps);
@@ -1699,8 +1795,15 @@ int main(int argc, char **argv) {
     }
     choir_backend *cpu = choir_backend_cpu(&err);
     check_ops(cpu, gpu);
-    check_model(gpu, CHOIR_DTYPE_F32, 1e-4);
-    check_model(gpu, CHOIR_DTYPE_BF16, 3e-2);
+    check_model(gpu, CHOIR_DTYPE_F32, 0, 1e-4);
+    check_model(gpu, CHOIR_DTYPE_BF16, 0, 3e-2);
+    /* 8-bit language model, bf16 elsewhere: the bf16 model's bound, for the
+     * same reasons (bf16 encoders; the prefill's products of more than 8
+     * rows on the tensor cores over x rounded to bf16 and the weights
+     * dequantized to bf16). Its decode products (the GEMVs, 1 or 2 rows)
+     * dequantize exactly and sum in f32 like the CPU; they stay within the
+     * bound through the KV cache the prefill wrote. */
+    check_model(gpu, CHOIR_DTYPE_BF16, 8, 3e-2);
     check_enc_ops(cpu, gpu);
     check_enc_fused(gpu);
 #ifdef CHOIR_VGC_ENGINE

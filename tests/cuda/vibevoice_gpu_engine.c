@@ -563,7 +563,7 @@ static int engine_bench(const char *size, int layers, const char *batches, doubl
     if (layers > 0 && layers < g_bench_d.lm.n_layers) g_bench_d.lm.n_layers = layers;
     snprintf(g_bench_tok, sizeof g_bench_tok, "%s/fixtures/real/tokenizer/qwen2.5/tokenizer.json", shared_dir());
     double t0 = choir_now_s();
-    if (!(g_bench_w = choir_vibevoice_randw_create(&g_bench_d, CHOIR_DTYPE_BF16, 0, 0, &err))) {
+    if (!(g_bench_w = choir_vibevoice_randw_create(&g_bench_d, CHOIR_DTYPE_BF16, g_bench_bits, 0, &err))) {
         printf("FAIL  engine bench: %s\n", err.msg);
         return 1;
     }

@@ -209,4 +209,16 @@ static inline unsigned choir_cuda_blocks(int64_t n, int threads) {
     return (unsigned)b;
 }
 
+/* The 8-bit GEMV of cuda_linear_q8.cu (on with choir_cuda_q8_gemv): whether
+ * it takes M rows of W (8-bit codes, groups of 32/64/128, M <= 8, the
+ * switch on); the product (epilogue 0: y = x W^T + bias, 1: y += it, 2: y =
+ * GELU_erf(it)); whether it fuses the RMS norm before p's layers for M rows
+ * (x within its shared memory), and that fused call. */
+bool choir_cuda_q8_takes(int64_t M, const choir_cuda_weight *W);
+int choir_cuda_q8_linear(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W, const float *bias,
+                         float *y, int epilogue, choir_err *err);
+bool choir_cuda_q8_norm_fuses(int64_t M, const choir_cuda_norm_linear_params *p);
+int choir_cuda_q8_norm_linear(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_norm_linear_params *p,
+                              choir_err *err);
+
 #endif

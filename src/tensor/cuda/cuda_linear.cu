@@ -877,7 +877,7 @@ static int launch_gemv_dense(choir_cuda *cu, const float *x, int64_t M, const ch
 bool choir_cuda_linear_fuses(int64_t M, const choir_cuda_weight *W) {
     return M > 0 && M <= GEMV_MAX_ROWS && W->rows <= INT32_MAX && W->cols <= INT32_MAX &&
            (W->kind == CHOIR_WEIGHT_F32 || W->kind == CHOIR_WEIGHT_F16 ||
-            W->kind == CHOIR_WEIGHT_BF16) &&
+            W->kind == CHOIR_WEIGHT_BF16 || choir_cuda_q8_takes(M, W)) &&
            choir_cuda_linear_path_for(M, W) == CHOIR_CUDA_LINEAR_GEMV;
 }
 
@@ -889,8 +889,9 @@ int choir_cuda_linear_ex(choir_cuda *cu, const float *x, int64_t M, const choir_
         return choir_err_set(err, CHOIR_EUNSUPPORTED,
                              "cuda: linear with a fused step of %lld rows off the GEMV path",
                              (long long)M);
-    return launch_gemv_dense(cu, x, M, W, bias, y,
-                             accumulate ? GEMV_ACCUMULATE : gelu ? GEMV_GELU : GEMV_WRITE, err);
+    int epilogue = accumulate ? GEMV_ACCUMULATE : gelu ? GEMV_GELU : GEMV_WRITE;
+    if (W->kind == CHOIR_WEIGHT_QUANT) return choir_cuda_q8_linear(cu, x, M, W, bias, y, epilogue, err);
+    return launch_gemv_dense(cu, x, M, W, bias, y, epilogue, err);
 }
 
 /* Shared memory of the normalised rows: within the default 48 KiB a block
@@ -902,6 +903,7 @@ void choir_cuda_norm_linear_set(bool on) { g_norm_linear = on; }
 
 bool choir_cuda_norm_linear_fuses(int64_t M, const choir_cuda_norm_linear_params *p) {
     if (!g_norm_linear || p->n < 1 || p->n > CHOIR_CUDA_NORM_LINEAR_MAX || M < 1) return false;
+    if (p->W[0].kind == CHOIR_WEIGHT_QUANT) return choir_cuda_q8_norm_fuses(M, p);
     int64_t K = p->W[0].cols, total = 0;
     if (K < 1 || (size_t)(M * K) * sizeof(float) > NORM_LINEAR_SMEM) return false;
     for (int i = 0; i < p->n; i++) {
@@ -933,6 +935,7 @@ int choir_cuda_norm_linear(choir_cuda *cu, const float *x, int64_t M,
         return choir_err_set(err, CHOIR_EUNSUPPORTED,
                              "cuda: layer norm and linear of %lld rows off the GEMV path",
                              (long long)M);
+    if (p->W[0].kind == CHOIR_WEIGHT_QUANT) return choir_cuda_q8_norm_linear(cu, x, M, p, err);
     norm_linear_args a;
     memset(&a, 0, sizeof a);
     a.n = p->n;
@@ -1105,6 +1108,8 @@ int choir_cuda_linear(choir_cuda *cu, const float *x, int64_t M, const choir_cud
                    ? launch_skinny<__half>(cu, x, (int)M, W, bias, y, err)
                    : launch_skinny<__nv_bfloat16>(cu, x, (int)M, W, bias, y, err);
     if (path == CHOIR_CUDA_LINEAR_GEMV) {
+        if (W->kind == CHOIR_WEIGHT_QUANT && choir_cuda_q8_takes(M, W))
+            return choir_cuda_q8_linear(cu, x, M, W, bias, y, GEMV_WRITE, err);
         return W->kind == CHOIR_WEIGHT_QUANT ? launch_gemv_quant(cu, x, (int)M, W, bias, y, err)
                                              : launch_gemv_dense(cu, x, M, W, bias, y, GEMV_WRITE, err);
     }

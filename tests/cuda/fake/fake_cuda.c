@@ -306,10 +306,25 @@ static int linear_ex_op(const void *p) {
     free(t);
     return 0;
 }
+/* The 8-bit GEMV's switch (CHOIR_Q8_GEMV, as cuda_linear_q8.cu reads it):
+ * on, linear_ex and norm_linear fuse 8-bit layers as the device does. */
+static int g_fake_q8 = -1;
+void choir_cuda_q8_gemv(int shape) { g_fake_q8 = shape >= 0 && shape < 4 ? shape : 0; }
+int choir_cuda_q8_gemv_shape(void) {
+    if (g_fake_q8 < 0) {
+        const char *e = getenv("CHOIR_Q8_GEMV");
+        choir_cuda_q8_gemv(e ? atoi(e) : 0);
+    }
+    return g_fake_q8;
+}
+static bool fake_q8_takes(int64_t M, const choir_cuda_weight *W) {
+    return choir_cuda_q8_gemv_shape() > 0 && W->kind == CHOIR_WEIGHT_QUANT && W->bits == 8 &&
+           (W->group_size == 32 || W->group_size == 64 || W->group_size == 128) && W->cols % 16 == 0 && M <= 8;
+}
 bool choir_cuda_linear_fuses(int64_t M, const choir_cuda_weight *W) {
     return M > 0 && M <= 8 &&
            (W->kind == CHOIR_WEIGHT_F32 || W->kind == CHOIR_WEIGHT_F16 ||
-            W->kind == CHOIR_WEIGHT_BF16) &&
+            W->kind == CHOIR_WEIGHT_BF16 || fake_q8_takes(M, W)) &&
            choir_cuda_linear_path_for(M, W) == CHOIR_CUDA_LINEAR_GEMV;
 }
 int choir_cuda_linear_ex(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,
@@ -368,7 +383,12 @@ void choir_cuda_norm_linear_set(bool on) { g_fake_norm_linear = on; }
 bool choir_cuda_norm_linear_fuses(int64_t M, const choir_cuda_norm_linear_params *p) {
     if (!g_fake_norm_linear || p->n < 1 || p->n > CHOIR_CUDA_NORM_LINEAR_MAX || M < 1) return false;
     int64_t K = p->W[0].cols;
-    if (K < 1 || (size_t)(M * K) * sizeof(float) > 46 * 1024) return false;
+    /* 8-bit layers (cuda_linear_q8.cu): an RMS norm, x within 128 KiB in
+     * rows rounded up to 512 values. */
+    bool q8 = p->W[0].kind == CHOIR_WEIGHT_QUANT;
+    if (q8 && (!p->rms || p->beta || p->gelu || (size_t)(M * ((K + 511) / 512 * 512)) * 4 > 128 * 1024))
+        return false;
+    if (K < 1 || (!q8 && (size_t)(M * K) * sizeof(float) > 46 * 1024)) return false;
     for (int i = 0; i < p->n; i++)
         if (p->W[i].kind != p->W[0].kind || p->W[i].cols != K ||
             !choir_cuda_linear_fuses(M, &p->W[i]) || (p->store[i].dst && !p->store[i].pos))

@@ -1,0 +1,366 @@
+/* 8-bit MLX weights (affine groups of 32, 64 or 128, scales and biases in
+ * bf16, f16 or f32) times a few rows of x: the decode step's products over
+ * an 8-bit language model, with the RMS norm before them fused as
+ * norm_gemv fuses it for bf16 weights. Off by default (choir_cuda_q8_gemv):
+ * gemv_quant in cuda_linear.cu is the path otherwise.
+ *
+ * gemv_quant gives a lane 32 codes per chunk through scalar loads and reads
+ * x from global memory for every weight row; it streamed 327-790 GB/s in
+ * the Whisper sizes on an H100. Here, as in the bf16 GEMV that reached the
+ * weight-streaming bound within 1.5x:
+ *  - a lane loads 16 codes at a time (16 bytes, ld.global.nc with the
+ *    L1::no_allocate.L2::256B hint), so a warp reads 512 contiguous bytes
+ *    of a row per step, and keeps two batches of U steps in flight for each
+ *    of its NR rows (the scale and bias of each chunk's group loaded with
+ *    them);
+ *  - x (normalised, when fused with the norm) is staged once per block in
+ *    shared memory, permuted so that the four float4 a lane reads for its
+ *    16 codes are, for each of the four, consecutive across the warp's
+ *    lanes (no bank conflicts): column c = 512 s + 16 l + 4 k + e lives at
+ *    512 s + 128 k + 4 l + e;
+ *  - a code becomes a float with one byte permute and one subtraction
+ *    (0x4B0000nn is 2^23 + nn), and the products add in f32 as
+ *    sum_i (s q_i + b) x_i = s (sum_i q_i x_i) + b (sum_i x_i) per 16 codes.
+ * Rows x past what shared memory takes (M K floats above Q8_SMEM_MAX) are
+ * read from global memory instead (same floats). */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <type_traits>
+
+#include "tensor/cuda/cuda_internal.h"
+
+#define Q8_THREADS 256
+#define Q8_WARPS (Q8_THREADS / 32)
+#define Q8_MAX_ROWS 8
+#define Q8_SMEM_MAX (128 * 1024)
+
+/* --- device code (tests/cuda/emu/q8_emu.cpp cuts it out from here) ------------------- */
+
+/* The arguments by value: up to CHOIR_CUDA_NORM_LINEAR_MAX layers of the
+ * same width K stacked (row r of the stack is row r - start[i] of layer i). */
+struct q8_args {
+    const uint32_t *W[CHOIR_CUDA_NORM_LINEAR_MAX]; /* [rows_i, K / 4] words, 4 codes each */
+    const void *scales[CHOIR_CUDA_NORM_LINEAR_MAX], *biases[CHOIR_CUDA_NORM_LINEAR_MAX]; /* [rows_i, K / G] */
+    const float *bias[CHOIR_CUDA_NORM_LINEAR_MAX];
+    float *y[CHOIR_CUDA_NORM_LINEAR_MAX];
+    int64_t start[CHOIR_CUDA_NORM_LINEAR_MAX + 1];
+    choir_cuda_rows_out store[CHOIR_CUDA_NORM_LINEAR_MAX];
+    int n;
+    int sb_dtype;     /* choir_dtype of the scales and biases */
+    int group_shift;  /* log2(G / 16): a 16-code chunk's group is chunk >> group_shift */
+    int epilogue;     /* 0: y = the product (+ bias); 1: y += it; 2: y = GELU_erf(it) */
+};
+
+/* Where column c of a staged row lives (see the top of the file). */
+__device__ __forceinline__ int64_t q8_xpos(int64_t c) {
+    const int i = (int)(c & 511);
+    return (c & ~(int64_t)511) + ((i & 15) >> 2) * 128 + (i >> 4) * 4 + (i & 3);
+}
+
+__device__ __forceinline__ float q8_sb(const void *p, int dt, int64_t i) {
+    if (dt == CHOIR_DTYPE_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (dt == CHOIR_DTYPE_F16) return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+/* The 16-byte load of a weight chunk: the stream bypasses L1 (x's staging
+ * and the scales live there) and asks L2 for 256-byte sectors. */
+__device__ __forceinline__ uint4 q8_ld(const uint4 *p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+/* Four values of x from global memory (rows too long to stage; any alignment). */
+__device__ __forceinline__ float4 q8_ldx(const float *p) {
+    return make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
+}
+
+/* Code e (0..3) of word w as a float: 2^23 + code, read as a float, minus 2^23. */
+__device__ __forceinline__ float q8_code(uint32_t w, int e) {
+    return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440u | (unsigned)e)) - 8388608.0f;
+}
+
+/* One chunk in flight: 16 codes of a row, the scale and bias of their group. */
+struct q8_chunk {
+    uint4 q;
+    float s, b;
+};
+
+template <int NR, int U>
+__device__ __forceinline__ void q8_load(const uint4 *const (&wr)[NR], const int64_t (&g0)[NR], const int (&li)[NR],
+                                        const q8_args &a, int nrow, int64_t chunks, int64_t c0,
+                                        q8_chunk (&out)[NR][U]) {
+#pragma unroll
+    for (int j = 0; j < NR; j++)
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t c = c0 + 32 * u;
+            if (j < nrow && c < chunks) {
+                const int64_t g = g0[j] + (c >> a.group_shift);
+                out[j][u].q = q8_ld(wr[j] + c);
+                out[j][u].s = q8_sb(a.scales[li[j]], a.sb_dtype, g);
+                out[j][u].b = q8_sb(a.biases[li[j]], a.sb_dtype, g);
+            } else {
+                out[j][u].q = make_uint4(0, 0, 0, 0);
+                out[j][u].s = out[j][u].b = 0.0f;
+            }
+        }
+}
+
+/* R: rows of x the kernel is built for (M <= R); NR: weight rows a warp;
+ * U: steps a batch; XS: x staged in shared memory (else read from global);
+ * NORM: x RMS-normalised into the staging first (needs XS). */
+template <int R, int NR, int U, bool XS, bool NORM>
+__global__ void __launch_bounds__(Q8_THREADS)
+    q8_gemv(const float *__restrict__ x, int M, int64_t K, const float *__restrict__ gamma, float eps, q8_args a) {
+    extern __shared__ float4 q8_xs4[];
+    float *xs = (float *)q8_xs4; /* [M][Kp], permuted */
+    __shared__ double red[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t Kp = (K + 511) & ~(int64_t)511, chunks = K >> 4;
+    const int64_t total = a.start[a.n], r = ((int64_t)blockIdx.x * Q8_WARPS + warp) * NR;
+    const int nrow = r >= total ? 0 : total - r < NR ? (int)(total - r) : NR;
+    int li[NR];
+    int64_t rr[NR], g0[NR];
+    const uint4 *wr[NR];
+#pragma unroll
+    for (int j = 0; j < NR; j++) {
+        const int64_t rj = r + (j < nrow ? j : 0);
+        int i = 0;
+        while (i + 1 < a.n && rj >= a.start[i + 1]) i++;
+        li[j] = i;
+        rr[j] = rj - a.start[i];
+        wr[j] = (const uint4 *)(a.W[i] + rr[j] * (K >> 2));
+        g0[j] = rr[j] * ((K >> 4) >> a.group_shift);
+    }
+    /* The first batch does not depend on x: out before the staging. */
+    q8_chunk cur[NR][U];
+    q8_load<NR, U>(wr, g0, li, a, nrow, chunks, (int64_t)lane, cur);
+    if constexpr (XS) {
+        for (int m = 0; m < M; m++) {
+            const float *xr = x + (int64_t)m * K;
+            float inv = 1.0f;
+            if constexpr (NORM) {
+                double ss = 0;
+                for (int64_t i = threadIdx.x; i < K; i += Q8_THREADS) ss += (double)xr[i] * xr[i];
+                inv = (float)(1.0 / sqrt(cuda_block_sum_d(ss, red) / (double)K + (double)eps));
+            }
+            for (int64_t i = threadIdx.x; i < K; i += Q8_THREADS)
+                xs[m * Kp + q8_xpos(i)] =
+                    NORM ? __fmul_rn(__fmul_rn(xr[i], inv), gamma ? gamma[i] : 1.0f) : xr[i];
+        }
+        __syncthreads();
+    }
+    if (nrow == 0) return;
+    float acc[NR][R];
+#pragma unroll
+    for (int j = 0; j < NR; j++)
+#pragma unroll
+        for (int m = 0; m < R; m++) acc[j][m] = 0.0f;
+    constexpr int64_t BATCH = 32 * U;
+    /* Every lane runs the same batches (lanes past the row's end add zeros). */
+    for (int64_t b0 = 0; b0 < chunks; b0 += BATCH) {
+        const int64_t c0 = b0 + lane;
+        q8_chunk nxt[NR][U];
+        q8_load<NR, U>(wr, g0, li, a, nrow, chunks, c0 + BATCH, nxt);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t c = c0 + 32 * u;
+            if (c >= chunks) break;
+#pragma unroll
+            for (int m = 0; m < R; m++) {
+                if (m >= M) break;
+                float4 xv[4];
+#pragma unroll
+                for (int k = 0; k < 4; k++)
+                    xv[k] = XS ? ((const float4 *)(xs + m * Kp + (c >> 5) * 512 + k * 128))[lane]
+                               : q8_ldx(x + (int64_t)m * K + c * 16 + 4 * k);
+                float xsum = 0.0f;
+#pragma unroll
+                for (int k = 0; k < 4; k++) xsum += (xv[k].x + xv[k].y) + (xv[k].z + xv[k].w);
+#pragma unroll
+                for (int j = 0; j < NR; j++) {
+                    if (j >= nrow) break;
+                    const uint32_t w[4] = {cur[j][u].q.x, cur[j][u].q.y, cur[j][u].q.z, cur[j][u].q.w};
+                    /* Four chains, one per float4 of x. */
+                    float d[4];
+#pragma unroll
+                    for (int k = 0; k < 4; k++)
+                        d[k] = q8_code(w[k], 0) * xv[k].x + q8_code(w[k], 1) * xv[k].y +
+                               q8_code(w[k], 2) * xv[k].z + q8_code(w[k], 3) * xv[k].w;
+                    acc[j][m] += cur[j][u].s * ((d[0] + d[1]) + (d[2] + d[3])) + cur[j][u].b * xsum;
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NR; j++)
+#pragma unroll
+            for (int u = 0; u < U; u++) cur[j][u] = nxt[j][u];
+    }
+#pragma unroll
+    for (int j = 0; j < NR; j++) {
+        if (j >= nrow) break;
+        const int i = li[j];
+        const int64_t rows = a.start[i + 1] - a.start[i];
+#pragma unroll
+        for (int m = 0; m < R; m++) {
+            if (m >= M) break;
+            float s = acc[j][m];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            if (lane == 0) {
+                float *yo = a.y[i] + (int64_t)m * rows + rr[j];
+                float v = s + (a.bias[i] ? a.bias[i][rr[j]] : 0.0f);
+                if (a.epilogue == 1) v = *yo + v;
+                else if (a.epilogue == 2) v = cuda_gelu_erf(v);
+                *yo = v;
+                const choir_cuda_rows_out *st = &a.store[i];
+                if (st->dst) {
+                    int64_t at = (int64_t)(st->slot ? st->slot[m] : m) * st->slot_stride +
+                                 (int64_t)st->pos[m] * st->ld + rr[j];
+                    if (st->bf16)
+                        ((__nv_bfloat16 *)st->dst)[at] = __float2bfloat16_rn(v);
+                    else
+                        ((float *)st->dst)[at] = v;
+                }
+            }
+        }
+    }
+}
+
+/* --- host side (q8_emu.cpp cuts up to here) ------------------------------------------ */
+
+/* 0: not yet read from CHOIR_Q8_GEMV; else 1 + the shape (0: off, the old
+ * kernel). */
+static int g_q8 = 0;
+#define Q8_SHAPES 4
+void choir_cuda_q8_gemv(int shape) {
+    __atomic_store_n(&g_q8, 1 + (shape >= 0 && shape < Q8_SHAPES ? shape : 0), __ATOMIC_RELAXED);
+}
+int choir_cuda_q8_gemv_shape(void) {
+    int v = __atomic_load_n(&g_q8, __ATOMIC_RELAXED);
+    if (!v) {
+        const char *e = getenv("CHOIR_Q8_GEMV");
+        int s = e ? atoi(e) : 0;
+        v = 1 + (s >= 0 && s < Q8_SHAPES ? s : 0);
+        __atomic_store_n(&g_q8, v, __ATOMIC_RELAXED);
+    }
+    return v - 1;
+}
+
+static int q8_group_shift(int G) { return G == 32 ? 1 : G == 64 ? 2 : G == 128 ? 3 : -1; }
+
+bool choir_cuda_q8_takes(int64_t M, const choir_cuda_weight *W) {
+    return choir_cuda_q8_gemv_shape() > 0 && M >= 1 && M <= Q8_MAX_ROWS && W->kind == CHOIR_WEIGHT_QUANT &&
+           W->bits == 8 && q8_group_shift(W->group_size) > 0 && W->cols % 16 == 0 && W->cols > 0 &&
+           W->rows > 0 && W->rows <= INT32_MAX && W->cols <= INT32_MAX &&
+           (W->sb_dtype == CHOIR_DTYPE_BF16 || W->sb_dtype == CHOIR_DTYPE_F16 || W->sb_dtype == CHOIR_DTYPE_F32) &&
+           ((uintptr_t)W->data.ptr & 15) == 0;
+}
+
+static size_t q8_smem(int64_t M, int64_t K) { return (size_t)(M * ((K + 511) & ~(int64_t)511)) * sizeof(float); }
+
+bool choir_cuda_q8_norm_fuses(int64_t M, const choir_cuda_norm_linear_params *p) {
+    if (!p->rms || p->beta || p->gelu || p->n < 1 || p->n > CHOIR_CUDA_NORM_LINEAR_MAX) return false;
+    const choir_cuda_weight *W0 = &p->W[0];
+    if (q8_smem(M, W0->cols) > Q8_SMEM_MAX) return false;
+    int64_t total = 0;
+    for (int i = 0; i < p->n; i++) {
+        const choir_cuda_weight *W = &p->W[i];
+        if (!choir_cuda_q8_takes(M, W) || W->cols != W0->cols || W->group_size != W0->group_size ||
+            W->sb_dtype != W0->sb_dtype)
+            return false;
+        if (p->store[i].dst && !p->store[i].pos) return false;
+        total += W->rows;
+    }
+    return total <= INT32_MAX;
+}
+
+/* Shapes 1..Q8_SHAPES-1 as (NR, U): candidates timed side by side. */
+template <int N>
+using q8c = std::integral_constant<int, N>;
+template <typename L>
+static void q8_shape_launch(int v, L &&l) {
+    switch (v) {
+    case 2: l(q8c<1>{}, q8c<4>{}); break;
+    case 3: l(q8c<4>{}, q8c<2>{}); break;
+    default: l(q8c<2>{}, q8c<2>{}); break;
+    }
+}
+
+template <int R, bool XS, bool NORM>
+static void q8_launch_r(choir_cuda *cu, const float *x, int M, int64_t K, const float *gamma, float eps,
+                        const q8_args &a) {
+    const int64_t total = a.start[a.n];
+    const size_t smem = XS ? q8_smem(M, K) : 0;
+    q8_shape_launch(choir_cuda_q8_gemv_shape(), [&](auto nr, auto u) {
+        auto k = q8_gemv<R, nr.value, u.value, XS, NORM>;
+        /* Once a kernel, for the largest staging: the first launch that needs
+         * it is an op-by-op one before any step is recorded as a graph. */
+        static bool opted = false;
+        if (smem > 48 * 1024 && !opted)
+            opted = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, Q8_SMEM_MAX) == cudaSuccess;
+        const int64_t groups = (total + nr.value - 1) / nr.value;
+        const int64_t blocks = (groups + Q8_WARPS - 1) / Q8_WARPS;
+        k<<<(unsigned)(blocks < INT32_MAX ? blocks : INT32_MAX), Q8_THREADS, smem, cu->stream>>>(x, M, K, gamma,
+                                                                                               eps, a);
+    });
+}
+
+template <bool XS, bool NORM>
+static void q8_launch(choir_cuda *cu, const float *x, int M, int64_t K, const float *gamma, float eps,
+                      const q8_args &a) {
+    if (M == 1) q8_launch_r<1, XS, NORM>(cu, x, M, K, gamma, eps, a);
+    else q8_launch_r<Q8_MAX_ROWS, XS, NORM>(cu, x, M, K, gamma, eps, a);
+}
+
+static void q8_layer(q8_args *a, int i, const choir_cuda_weight *W, const float *bias, float *y) {
+    a->W[i] = (const uint32_t *)W->data.ptr;
+    a->scales[i] = W->scales.ptr;
+    a->biases[i] = W->biases.ptr;
+    a->bias[i] = bias;
+    a->y[i] = y;
+    a->start[i + 1] = a->start[i] + W->rows;
+}
+
+int choir_cuda_q8_linear(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W, const float *bias,
+                         float *y, int epilogue, choir_err *err) {
+    if (!choir_cuda_q8_takes(M, W))
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: 8-bit GEMV of %lld rows of this weight", (long long)M);
+    q8_args a;
+    memset(&a, 0, sizeof a);
+    a.n = 1;
+    a.sb_dtype = W->sb_dtype;
+    a.group_shift = q8_group_shift(W->group_size);
+    a.epilogue = epilogue;
+    q8_layer(&a, 0, W, bias, y);
+    if (q8_smem(M, W->cols) <= Q8_SMEM_MAX)
+        q8_launch<true, false>(cu, x, (int)M, W->cols, NULL, 0.0f, a);
+    else
+        q8_launch<false, false>(cu, x, (int)M, W->cols, NULL, 0.0f, a);
+    return choir_cuda_check_launch(err, "8-bit gemv");
+}
+
+int choir_cuda_q8_norm_linear(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_norm_linear_params *p,
+                              choir_err *err) {
+    if (!choir_cuda_q8_norm_fuses(M, p))
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: RMS norm and 8-bit GEMV of %lld rows", (long long)M);
+    q8_args a;
+    memset(&a, 0, sizeof a);
+    a.n = p->n;
+    a.sb_dtype = p->W[0].sb_dtype;
+    a.group_shift = q8_group_shift(p->W[0].group_size);
+    for (int i = 0; i < p->n; i++) {
+        q8_layer(&a, i, &p->W[i], p->bias[i], p->y[i]);
+        a.store[i] = p->store[i];
+    }
+    q8_launch<true, true>(cu, x, (int)M, p->W[0].cols, p->gamma, p->eps, a);
+    return choir_cuda_check_launch(err, "RMS norm and 8-bit gemv");
+}

@@ -1,0 +1,197 @@
+// Host emulation of the 8-bit GEMV of src/tensor/cuda/cuda_linear_q8.cu (q8_gemv: the
+// permuted staging of x, the lanes' 16-code chunks, the groups' scales and biases, the
+// batches, the rows a warp across stacked layers, the epilogues and the rows' stores), on
+// warp_emu.h's threads, under AddressSanitizer (a read past a weight row, its scales or x
+// fails). Each case against a double reference over the exactly dequantized weights; prints
+// rel_l2 and the outputs left unwritten. The kernel source is cut out of the .cu by
+// run_q8_emu.sh (the asm load left out, replaced here by a plain one).
+#include "warp_emu.h"
+
+#include <cassert>
+#include <random>
+#include <type_traits>
+
+struct uint4 { uint32_t x, y, z, w; };
+struct float4 { float x, y, z, w; };
+static inline uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return {x, y, z, w}; }
+static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+struct __half { uint16_t x; };
+static dim3v blockDim;
+enum { CHOIR_DTYPE_F32 = 1, CHOIR_DTYPE_F16 = 2, CHOIR_DTYPE_BF16 = 3 };
+#define CHOIR_CUDA_NORM_LINEAR_MAX 4
+struct choir_cuda_rows_out {
+    void *dst;
+    bool bf16;
+    int64_t slot_stride, ld;
+    const int32_t *slot, *pos;
+};
+static inline float h2f(uint16_t h) {
+    uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023, u;
+    if (e == 0) {
+        float f = ldexpf((float)m, -24);
+        return s ? -f : f;
+    }
+    if (e == 31) u = s | 0x7f800000u | (m << 13);
+    else u = s | ((e + 112) << 23) | (m << 13);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline float __bfloat162float(__nv_bfloat16 v) { return bf2f(v.x); }
+static inline float __half2float(__half v) { return h2f(v.x); }
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return {f2bf(f)}; }
+static inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+    uint8_t b[8];
+    for (int i = 0; i < 4; i++) b[i] = (uint8_t)(x >> (8 * i)), b[4 + i] = (uint8_t)(y >> (8 * i));
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++) r |= (uint32_t)b[(s >> (4 * i)) & 7] << (8 * i);
+    return r;
+}
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __ldg(const float *p) { return *p; }
+static inline double __shfl_xor_sync(unsigned, double v, int o) { return xch(v, Ln() ^ o); }
+static inline float cuda_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+template <typename T> static T cuda_block_reduce(T v, T *red) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    T r = lane < nwarps ? red[lane] : T(0);
+    for (int o = 16; o > 0; o >>= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
+    return r;
+}
+static inline double cuda_block_sum_d(double v, double *red) { return cuda_block_reduce(v, red); }
+static inline uint4 q8_ld(const uint4 *p) { return *p; }
+static std::vector<float4> g_dyn;
+#define Q8_THREADS 256
+#define Q8_WARPS (Q8_THREADS / 32)
+#include "q8_kern.inc"
+
+template <int R, int NR, int U, bool XS, bool NORM>
+static void run(const float *x, int M, int64_t K, const float *gamma, float eps, const q8_args &a) {
+    int64_t total = a.start[a.n], groups = (total + NR - 1) / NR, blocks = (groups + Q8_WARPS - 1) / Q8_WARPS;
+    int64_t Kp = (K + 511) / 512 * 512;
+    g_dyn.assign(XS ? (size_t)(M * Kp / 4) : 0, float4{NAN, NAN, NAN, NAN});
+    blockDim = {Q8_THREADS, 1, 1};
+    launch({(int)blocks, 1, 1}, Q8_THREADS, [&] { q8_gemv<R, NR, U, XS, NORM>(x, M, K, gamma, eps, a); });
+}
+template <int R, bool XS, bool NORM>
+static void run_shape(int shape, const float *x, int M, int64_t K, const float *gamma, float eps, const q8_args &a) {
+    if (shape == 2) run<R, 1, 4, XS, NORM>(x, M, K, gamma, eps, a);
+    else if (shape == 3) run<R, 4, 2, XS, NORM>(x, M, K, gamma, eps, a);
+    else run<R, 2, 2, XS, NORM>(x, M, K, gamma, eps, a);
+}
+
+// args: SHAPE M K G SB(bf16|f16|f32) XS NORM EPILOGUE ROWS...  (one layer per ROWS value)
+int main(int argc, char **argv) {
+    if (argc < 10) return 2;
+    int shape = atoi(argv[1]), M = atoi(argv[2]), G = atoi(argv[4]), xs = atoi(argv[6]), norm = atoi(argv[7]);
+    int64_t K = atoll(argv[3]);
+    int sb = !strcmp(argv[5], "f16") ? CHOIR_DTYPE_F16 : !strcmp(argv[5], "f32") ? CHOIR_DTYPE_F32 : CHOIR_DTYPE_BF16;
+    int epi = atoi(argv[8]), n = argc - 9;
+    std::mt19937 rng(12345 + shape * 7 + M * 131 + (int)K);
+    std::uniform_real_distribution<float> U(-1.0f, 1.0f);
+    q8_args a;
+    memset(&a, 0, sizeof a);
+    a.n = n, a.sb_dtype = sb, a.group_shift = G == 32 ? 1 : G == 64 ? 2 : 3, a.epilogue = epi;
+    std::vector<std::vector<uint32_t>> W(n);
+    std::vector<std::vector<uint16_t>> S16(n), B16(n);
+    std::vector<std::vector<float>> S32(n), B32(n), bias(n), y(n), y0(n), want(n);
+    std::vector<int64_t> rows(n);
+    enum { SLOTS = 3, POS = 10 };
+    std::vector<int32_t> slot(M), pos(M);
+    for (int m = 0; m < M; m++) slot[m] = (2 * m + 1) % SLOTS, pos[m] = m + 1;
+    std::vector<std::vector<float>> cache(n);
+    std::vector<float> x((size_t)(M * K)), gamma(K), xn((size_t)(M * K));
+    for (auto &v : x) v = 3 * U(rng) + 1;
+    for (auto &v : gamma) v = 1 + 0.5f * U(rng);
+    for (int m = 0; m < M; m++) {
+        double ss = 0;
+        for (int64_t i = 0; i < K; i++) ss += (double)x[m * K + i] * x[m * K + i];
+        float inv = norm ? (float)(1.0 / sqrt(ss / (double)K + 1e-6)) : 1.0f;
+        for (int64_t i = 0; i < K; i++) xn[m * K + i] = norm ? x[m * K + i] * inv * gamma[i] : x[m * K + i];
+    }
+    for (int i = 0; i < n; i++) {
+        rows[i] = atoll(argv[9 + i]);
+        int64_t N = rows[i], ng = N * (K / G);
+        W[i].resize((size_t)(N * K / 4));
+        for (auto &w : W[i]) w = rng();
+        S16[i].resize(ng), B16[i].resize(ng), S32[i].resize(ng), B32[i].resize(ng);
+        for (int64_t g = 0; g < ng; g++) {
+            float s = (0.2f + 0.4f * (U(rng) + 1)) / 255, b = -0.4f + 0.2f * U(rng);
+            S16[i][g] = sb == CHOIR_DTYPE_F16 ? 0 : f2bf(s), B16[i][g] = f2bf(b);
+            if (sb == CHOIR_DTYPE_F16) {
+                // an f16 that is exact: take the bf16's value rounded to 10 mantissa bits
+                float sv = bf2f(f2bf(s)), bv = bf2f(f2bf(b));
+                auto f2h = [](float f) {
+                    uint32_t u;
+                    memcpy(&u, &f, 4);
+                    uint32_t s = (u >> 16) & 0x8000, e = ((u >> 23) & 255) - 112, m = (u >> 13) & 1023;
+                    return (uint16_t)(s | (e << 10) | m);
+                };
+                S16[i][g] = f2h(sv), B16[i][g] = f2h(bv);
+            }
+            S32[i][g] = sb == CHOIR_DTYPE_F32 ? s : sb == CHOIR_DTYPE_F16 ? h2f(S16[i][g]) : bf2f(S16[i][g]);
+            B32[i][g] = sb == CHOIR_DTYPE_F32 ? b : sb == CHOIR_DTYPE_F16 ? h2f(B16[i][g]) : bf2f(B16[i][g]);
+        }
+        bias[i].resize(N);
+        for (auto &v : bias[i]) v = U(rng);
+        y0[i].resize((size_t)(M * N));
+        for (auto &v : y0[i]) v = U(rng);
+        y[i] = epi == 1 ? y0[i] : std::vector<float>((size_t)(M * N), NAN);
+        want[i].resize((size_t)(M * N));
+        for (int m = 0; m < M; m++)
+            for (int64_t r = 0; r < N; r++) {
+                double s = 0;
+                for (int64_t c = 0; c < K; c++) {
+                    uint32_t code = (W[i][(r * K + c) / 4] >> (8 * (c % 4))) & 255;
+                    int64_t g = r * (K / G) + c / G;
+                    s += ((double)S32[i][g] * code + B32[i][g]) * xn[m * K + c];
+                }
+                s += (i == 0 ? bias[i][r] : 0.0);
+                if (epi == 1) s += y0[i][m * N + r];
+                if (epi == 2) s = 0.5 * s * (1.0 + erf(s * 0.70710678118654752));
+                want[i][m * N + r] = (float)s;
+            }
+        a.W[i] = W[i].data();
+        a.scales[i] = sb == CHOIR_DTYPE_F32 ? (const void *)S32[i].data() : (const void *)S16[i].data();
+        a.biases[i] = sb == CHOIR_DTYPE_F32 ? (const void *)B32[i].data() : (const void *)B16[i].data();
+        a.bias[i] = i == 0 ? bias[i].data() : nullptr;
+        a.y[i] = y[i].data();
+        a.start[i + 1] = a.start[i] + N;
+        if (i == 1) {
+            cache[i].assign((size_t)(SLOTS * POS * N), 0.0f);
+            a.store[i] = {cache[i].data(), false, POS * N, N, slot.data(), pos.data()};
+        }
+    }
+    if (norm) {
+        if (M == 1) run_shape<1, true, true>(shape, x.data(), M, K, gamma.data(), 1e-6f, a);
+        else run_shape<8, true, true>(shape, x.data(), M, K, gamma.data(), 1e-6f, a);
+    } else if (xs) {
+        if (M == 1) run_shape<1, true, false>(shape, x.data(), M, K, nullptr, 0, a);
+        else run_shape<8, true, false>(shape, x.data(), M, K, nullptr, 0, a);
+    } else {
+        if (M == 1) run_shape<1, false, false>(shape, x.data(), M, K, nullptr, 0, a);
+        else run_shape<8, false, false>(shape, x.data(), M, K, nullptr, 0, a);
+    }
+    double num = 0, den = 0;
+    long unwritten = 0, store_bad = 0;
+    for (int i = 0; i < n; i++) {
+        for (size_t j = 0; j < y[i].size(); j++) {
+            if (std::isnan(y[i][j])) unwritten++;
+            else num += (double)(y[i][j] - want[i][j]) * (y[i][j] - want[i][j]);
+            den += (double)want[i][j] * want[i][j];
+        }
+        if (i == 1)
+            for (int m = 0; m < M; m++)
+                for (int64_t r = 0; r < rows[i]; r++)
+                    store_bad += cache[i][(size_t)(slot[m] * POS * rows[i] + pos[m] * rows[i] + r)] !=
+                                 y[i][(size_t)(m * rows[i] + r)];
+    }
+    printf("q8 shape %d M=%d K=%lld G=%d %s xs=%d norm=%d epilogue=%d layers=%d rel_l2 %.3e store_mismatch %ld "
+           "unwritten %ld\n",
+           shape, M, (long long)K, G, argv[5], xs, norm, epi, n, sqrt(num / den), store_bad, unwritten);
+    return 0;
+}
