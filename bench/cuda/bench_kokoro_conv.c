@@ -9,18 +9,24 @@
  * TFLOP/s counts 2 per multiply-add, GB/s the least bytes a convolution
  * must move (x read once, y written once, plus the residual).
  *
- * The implicit GEMM runs with each of its kernels (choir_cuda_conv_set_v2:
- * the first, 128 x 128 tiles; the second, three weight stages, in its two
- * block shapes: "impl-v2" 128 x 256 tiles of 8 warps, "impl-v2b" 128 x 128
- * of 4 warps; and for fused bf16 / tf32 units "fused-v2f", shape 1 with
- * Snake's sin by the SFU), "v2/v1" giving the first's time over the
- * second's.
+ * The implicit GEMM runs with the options of choir_cuda_conv_set_options:
+ * "implicit"/"fused" the default (128 x 128 tiles, x staged through
+ * registers); "wide" 128 x 256 tiles of 8 warps of 64 x 64 (bf16, tf32);
+ * for the units also "wide-fs" (wide with Snake's sin by the SFU; bf16,
+ * tf32), "prepass" (snake(adain(x)) written once, then the convolution
+ * bringing it by cp.async; its time includes the prepass and the
+ * statistics), "pre-wide" and "pre-fs" (the prepass with the wide shape /
+ * the SFU's sin; bf16, tf32). "x def" is the default's time over the row's.
  *
- * Usage: bench_kokoro_conv [--reps N] [--batch B] [--no-im2col] [--no-v2] [--units]
- *   --no-im2col: the im2col path only as the reference (not timed; for
- *                large batches, where its tap matrices take most of the run)
- *   --no-v2:     the implicit GEMM's first kernel only
- *   --units:     the Snake units' fused convolutions only */
+ * Usage: bench_kokoro_conv [--reps N] [--batch B] [--no-im2col] [--no-variants]
+ *                          [--prepass 0|1] [--prepass-mb MB] [--units]
+ *   --no-im2col:   the im2col path only as the reference (not timed; for
+ *                  large batches, where its tap matrices take most of the run)
+ *   --no-variants: no wide shape and no SFU sin (the default, and the
+ *                  prepass unless --prepass 0)
+ *   --prepass 0|1: without / with (the default) the prepass rows
+ *   --prepass-mb:  the prepass's group bytes (choir_cuda_conv_set_prepass_bytes)
+ *   --units:       the Snake units' fused convolutions only */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +39,7 @@
 
 static choir_cuda *g_cu;
 static int g_reps = 10;
-static bool g_im2col = true, g_v2 = true, g_units_only = false;
+static bool g_im2col = true, g_variants = true, g_prepass = true, g_units_only = false;
 
 static void check(int rc, const choir_err *err, const char *what) {
     if (rc) {
@@ -232,33 +238,46 @@ static void run_shape(const shape *sh, bool unit) {
     /* the residual is rewritten by neither version (y is its own buffer) */
     reference(old, sh, &b);
     static const char *prec[] = {"f32", "tf32", "bf16"};
-    /* impl 0: im2col (or the unfused unit), 1: implicit, first kernel, 2 and
-     * 3: the second kernel's shapes 1 and 2, 4: shape 1 with the SFU's sin
-     * (variant 3; fused bf16 and tf32 only) */
-    double v1_ms[3] = {0, 0, 0};
-    for (int impl = 0; impl < 5; impl++) {
-        if ((impl == 0 && !g_im2col) || (impl >= 2 && !g_v2) || (impl == 4 && !unit)) continue;
+    /* impl 0: im2col (or the unfused unit); 1 on: the implicit GEMM with
+     * these options (variant: a wide shape or the SFU's sin; unit: the fused
+     * unit only; fast: bf16 and tf32 only) */
+    static const struct {
+        const char *label[2];
+        unsigned opts;
+        bool variant, unit, fast;
+    } impls[] = {
+        {{"im2col", "4-kernel"}, 0, false, false, false},
+        {{"implicit", "fused"}, 0, false, false, false},
+        {{"wide", "wide"}, CHOIR_CUDA_CONV_WIDE, true, false, false},
+        {{"", "wide-fs"}, CHOIR_CUDA_CONV_WIDE | CHOIR_CUDA_CONV_FAST_SIN, true, true, true},
+        {{"", "prepass"}, CHOIR_CUDA_CONV_PREPASS, false, true, false},
+        {{"", "pre-wide"}, CHOIR_CUDA_CONV_PREPASS | CHOIR_CUDA_CONV_WIDE, true, true, true},
+        {{"", "pre-fs"}, CHOIR_CUDA_CONV_PREPASS | CHOIR_CUDA_CONV_FAST_SIN, true, true, true},
+    };
+    double def_ms[3] = {0, 0, 0};
+    for (int impl = 0; impl < (int)(sizeof impls / sizeof impls[0]); impl++) {
+        if ((impl == 0 && !g_im2col) || (impls[impl].variant && !g_variants) ||
+            (impls[impl].unit && !unit) ||
+            ((impls[impl].opts & CHOIR_CUDA_CONV_PREPASS) && !g_prepass))
+            continue;
         for (int p = 0; p < 3; p++) {
-            if (impl == 4 && p == 0) continue;
+            if ((impls[impl].fast || impls[impl].opts == CHOIR_CUDA_CONV_WIDE) && p == 0) continue;
             set_mode(impl ? CHOIR_CUDA_CONV_AUTO : CHOIR_CUDA_CONV_IM2COL, p == 1);
-            choir_cuda_conv_set_v2(g_cu, impl >= 2 ? impl - 1 : 0); /* impl 4: variant 3 */
+            choir_cuda_conv_set_options(g_cu, impls[impl].opts);
             double ms = time_ms(impl ? neu : old, sh, &b, p == 2);
             double err = ms > 0 ? rel_l2_dev(b.y, b.ref, n) : NAN;
-            if (impl == 1) v1_ms[p] = ms;
-            static const char *label[2][5] = {
-                {"im2col", "implicit", "impl-v2", "impl-v2b", "impl-v2f"},
-                {"4-kernel", "fused", "fused-v2", "fused-v2b", "fused-v2f"}};
+            if (impl == 1) def_ms[p] = ms;
             printf("%-7s %-6s B%-3lld C%-4lld T%-7lld k%-2d d%d %-5s %-9s %8.3f ms %7.1f TFLOP/s "
                    "%6.0f GB/s  rel_l2 %.2e",
                    sh->stage, unit ? "unit" : "conv", (long long)sh->B, (long long)sh->C,
-                   (long long)sh->T, sh->K, sh->dil, prec[p], label[unit][impl], ms,
+                   (long long)sh->T, sh->K, sh->dil, prec[p], impls[impl].label[unit], ms,
                    flop / (ms * 1e-3) / 1e12, bytes / (ms * 1e-3) / 1e9, err);
-            if (impl >= 2 && v1_ms[p] > 0 && ms > 0) printf("  v2/v1 %.2fx", v1_ms[p] / ms);
+            if (impl >= 2 && def_ms[p] > 0 && ms > 0) printf("  x def %.2f", def_ms[p] / ms);
             printf("\n");
             fflush(stdout);
         }
     }
-    choir_cuda_conv_set_v2(g_cu, 0);
+    choir_cuda_conv_set_options(g_cu, 0);
     set_mode(CHOIR_CUDA_CONV_AUTO, false);
     dev_free(b.x, n * 4), dev_free(b.w32, nw * 4), dev_free(b.w16, nw * 2);
     dev_free(b.bias, sh->C * 4), dev_free(b.y, n * 4), dev_free(b.ref, n * 4);
@@ -268,7 +287,7 @@ static void run_shape(const shape *sh, bool unit) {
 }
 
 int main(int argc, char **argv) {
-    int64_t batch = 1;
+    int64_t batch = 1, prepass_mb = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             g_reps = atoi(argv[++i]);
@@ -276,12 +295,17 @@ int main(int argc, char **argv) {
             batch = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--no-im2col"))
             g_im2col = false;
-        else if (!strcmp(argv[i], "--no-v2"))
-            g_v2 = false;
+        else if (!strcmp(argv[i], "--no-variants"))
+            g_variants = false;
+        else if (!strcmp(argv[i], "--prepass") && i + 1 < argc)
+            g_prepass = atoi(argv[++i]) != 0;
+        else if (!strcmp(argv[i], "--prepass-mb") && i + 1 < argc)
+            prepass_mb = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--units"))
             g_units_only = true;
         else {
-            fprintf(stderr, "usage: bench_kokoro_conv [--reps N] [--batch B] [--no-im2col] [--no-v2] [--units]\n");
+            fprintf(stderr, "usage: bench_kokoro_conv [--reps N] [--batch B] [--no-im2col] "
+                            "[--no-variants] [--prepass 0|1] [--prepass-mb MB] [--units]\n");
             return 2;
         }
     }
@@ -292,8 +316,10 @@ int main(int argc, char **argv) {
     choir_err err = {0};
     g_cu = choir_cuda_init(0, &err);
     if (!g_cu) check(1, &err, "init");
-    printf("bench_kokoro_conv on %s, %d repetitions, batch %lld\n",
-           choir_cuda_get_props(g_cu)->name, g_reps, (long long)batch);
+    choir_cuda_conv_set_prepass_bytes(g_cu, prepass_mb << 20);
+    printf("bench_kokoro_conv on %s, %d repetitions, batch %lld%s\n",
+           choir_cuda_get_props(g_cu)->name, g_reps, (long long)batch,
+           prepass_mb > 0 ? ", prepass groups of a set size" : "");
     const shape shapes[] = {
         {"stage1", batch, 128, 192001, 3, 1}, {"stage1", batch, 128, 192001, 7, 3},
         {"stage1", batch, 128, 192001, 11, 5}, {"stage1", batch, 128, 192001, 11, 1},

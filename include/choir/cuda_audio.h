@@ -67,19 +67,35 @@ typedef enum choir_cuda_conv_path {
 } choir_cuda_conv_path;
 void choir_cuda_conv_set_path(choir_cuda *cu, choir_cuda_conv_path path);
 
-/* The implicit GEMM's second kernel (src/tensor/cuda/cuda_conv2.cu) for this
- * context's implicit convolutions (choir_cuda_conv1d_batched's implicit path
- * and choir_cuda_conv1d_adain_snake) wherever it applies (its shared memory
- * within the device's: K 11 at dilation 5 takes ~167 KB); the first kernel
- * elsewhere. variant 1: 128 x 256 tiles of 8 warps; 2: 128 x 128 tiles of 4
- * warps, two blocks per SM; 0 (or anything else): the first kernel. Same
- * operation, products and precision as the first kernel (its floats bit for
- * bit). Variants 3 and 4: 1 and 2 with Snake's sin taken by the SFU after a
- * range reduction in the fused bf16 and TF32 convolutions (~4e-7 absolute
- * on sin, far under those modes' operand rounding; tf32x3 keeps sinf). Off
- * by default: a context starts with a variant only when the environment has
- * CHOIR_CONV_V2=1..4 at choir_cuda_init. NULL: no-op. */
-void choir_cuda_conv_set_v2(choir_cuda *cu, int variant);
+/* Options of this context's implicit convolutions (choir_cuda_conv1d_batched's
+ * implicit path and choir_cuda_conv1d_adain_snake), bits of
+ * choir_cuda_conv_option; 0 is the default (128 x 128 tiles, x staged through
+ * registers, the fused pre-activation applied as it is staged). Off by
+ * default until measured: a context starts with an option only when the
+ * environment has CHOIR_CONV_PREPASS=1, CHOIR_CONV_WIDE=1 or
+ * CHOIR_CONV_FAST_SIN=1 at choir_cuda_init.
+ * - PREPASS: choir_cuda_conv1d_adain_snake writes snake(adain(x)) once into
+ *   context scratch in the product's operand precision (bf16, or f32
+ *   TF32-rounded / f32) and the convolution brings it by cp.async (no
+ *   transform in its main loop); the same floats as without it. Items in
+ *   groups of at most choir_cuda_conv_set_prepass_bytes of scratch.
+ * - WIDE: 128 x 256 tiles of 8 warps of 64 x 64, three weight stages (bf16
+ *   and TF32; tf32x3 keeps its shape); the same floats.
+ * - FAST_SIN: Snake's sin by the SFU after a range reduction, in the fused
+ *   bf16 and TF32 convolutions (~4e-7 absolute on sin, under those modes'
+ *   operand rounding; tf32x3 keeps sinf): no longer the same floats.
+ * NULL: no-op (get: 0). */
+typedef enum choir_cuda_conv_option {
+    CHOIR_CUDA_CONV_PREPASS = 1,
+    CHOIR_CUDA_CONV_WIDE = 2,
+    CHOIR_CUDA_CONV_FAST_SIN = 4
+} choir_cuda_conv_option;
+void choir_cuda_conv_set_options(choir_cuda *cu, unsigned options);
+unsigned choir_cuda_conv_get_options(const choir_cuda *cu);
+/* The most context scratch the prepass's buffer takes at once (its items in
+ * groups; at least one item a group whatever the bytes): bytes > 0, else the
+ * default (512 MB, or CHOIR_CONV_PREPASS_MB at choir_cuda_init). */
+void choir_cuda_conv_set_prepass_bytes(choir_cuda *cu, int64_t bytes);
 
 /* The pre-activation of choir_cuda_conv1d_adain_snake: AdaIN as
  * choir_cuda_adain (lens, norm_w, norm_b, gb, gb_stride, eps), then Snake as
@@ -102,7 +118,8 @@ typedef struct choir_cuda_adain_snake {
  * as the implicit path of choir_cuda_conv1d_batched. CHOIR_EUNSUPPORTED
  * where that path does not apply (the caller runs the unfused kernels).
  * Context scratch: the packed weight and 24 bytes per (item, channel) and
- * statistics segment. */
+ * statistics segment (with CHOIR_CUDA_CONV_PREPASS also the prepass's
+ * buffer: 2 or 4 bytes a value of the items of one group). */
 int choir_cuda_conv1d_adain_snake(choir_cuda *cu, const float *x, int64_t B, int64_t Cin,
                                   int64_t T, const choir_cuda_adain_snake *pre,
                                   choir_cuda_conv_weight weight, const float *bias, int64_t Cout,

@@ -1675,25 +1675,43 @@ static void check_vconv_snake(int mode, int64_t B, int64_t C, int64_t T, int64_t
     case_end();
 }
 
-/* Back to the context's default after a case that switched kernels
- * (CHOIR_CONV_V2=1|2 in the environment runs every other convolution case on
- * the second kernel). */
-static void cuda_ctx_v2_default(void) {
-    const char *e = getenv("CHOIR_CONV_V2");
-    choir_cuda_conv_set_v2(choir_backend_cuda_context(g_gpu), e ? atoi(e) : 0);
+/* Back to the context's options after a case that switched them (the
+ * environment's CHOIR_CONV_PREPASS, CHOIR_CONV_WIDE, CHOIR_CONV_FAST_SIN run
+ * every other convolution case with those on). */
+static unsigned g_conv_opts_env;
+static void cuda_ctx_opts_default(void) {
+    choir_cuda *cu = choir_backend_cuda_context(g_gpu);
+    choir_cuda_conv_set_options(cu, g_conv_opts_env);
+    choir_cuda_conv_set_prepass_bytes(cu, 0);
 }
 
-/* The implicit GEMM's second kernel (choir_cuda_conv_set_v2; cuda_conv2.cu)
- * in its four variants against the first kernel and the CPU: the fused
- * AdaIN + Snake convolution (with or without the residual added in place) or
- * the plain conv1d_lens (Cin may differ from C there: `cin`). Variants 1 and
- * 2 sum the same products in the same order, so they should give the first
- * kernel's floats bit for bit (the number that differ is in the case's
- * name): bound 1e-6 against it; 3 and 4 take Snake's sin by the SFU, which
- * moves a rounding of a staged operand here and there: bound 1e-3 against
- * the first kernel. Against the CPU, all: the precision's bound. */
-static void check_vconv_v2(int mode, int64_t B, int64_t cin, int64_t C, int64_t T, int64_t K,
-                           int dil, bool residual, bool fused) {
+/* The implicit GEMM's options (choir_cuda_conv_set_options; cuda_conv.cu)
+ * against the default kernel and the CPU: the fused AdaIN + Snake
+ * convolution (with or without the residual added in place) or the plain
+ * conv1d_lens (Cin may differ from C there: `cin`). The wide shape and the
+ * prepass (its stages picked by K and dilation; once more with one item a
+ * group) sum the same products in the same order, so they should give the
+ * default's floats bit for bit (the number that differ is in the case's
+ * name): bound 1e-6 against it; Snake's sin by the SFU moves a rounding of
+ * a staged operand here and there: bound 1e-3. Against the CPU, all: the
+ * precision's bound. */
+enum { VO_N = 7 };
+static const struct {
+    const char *name;
+    unsigned opts;
+    bool one_item; /* the prepass in groups of one item */
+} vo_conf[VO_N] = {
+    {"default", 0, false},
+    {"wide", CHOIR_CUDA_CONV_WIDE, false},
+    {"prepass", CHOIR_CUDA_CONV_PREPASS, false},
+    {"prepass, one item a group", CHOIR_CUDA_CONV_PREPASS, true},
+    {"prepass + wide", CHOIR_CUDA_CONV_PREPASS | CHOIR_CUDA_CONV_WIDE, false},
+    {"fast sin", CHOIR_CUDA_CONV_FAST_SIN, false},
+    {"prepass + fast sin", CHOIR_CUDA_CONV_PREPASS | CHOIR_CUDA_CONV_FAST_SIN, false},
+};
+
+static void check_vconv_opts(int mode, int64_t B, int64_t cin, int64_t C, int64_t T, int64_t K,
+                             int dil, bool residual, bool fused) {
     case_begin();
     const int pad = (int)((K - 1) * dil / 2);
     const int64_t Tout = choir_conv1d_out_len(T, K, 1, pad, dil), n = B * C * Tout;
@@ -1709,16 +1727,18 @@ static void check_vconv_v2(int mode, int64_t B, int64_t cin, int64_t C, int64_t 
     for (int64_t b = 0; b < B; b++)
         for (int64_t c = 0; c < C; c++)
             for (int64_t t = io.lens[b]; t < Tout; t++) ref[(b * C + c) * Tout + t] = 0.0f;
-    float *dy[5];
-    for (int v = 0; v < 5; v++) dy[v] = residual ? dvec(ref, n) : dnan(n);
+    float *dy[VO_N];
+    for (int v = 0; v < VO_N; v++) dy[v] = residual ? dvec(ref, n) : dnan(n);
     if (fused)
         choir_op_conv1d_adain_snake(g_cs, io.x, B, cin, T, &hp, &io.hw, io.bias, C, K, pad, dil,
                                     io.lens, residual ? ref : NULL, ref);
     else
         choir_op_conv1d_lens(g_cs, io.x, B, cin, T, &io.hw, io.bias, C, K, 1, pad, dil, io.lens, ref);
     if (mode == VC_TF32) vc_tf32(true);
-    for (int v = 0; v < 5; v++) {
-        choir_cuda_conv_set_v2(choir_backend_cuda_context(g_gpu), v);
+    choir_cuda *cu = choir_backend_cuda_context(g_gpu);
+    for (int v = 0; v < VO_N; v++) {
+        choir_cuda_conv_set_options(cu, vo_conf[v].opts);
+        choir_cuda_conv_set_prepass_bytes(cu, vo_conf[v].one_item ? 1 : 0);
         if (fused)
             choir_op_conv1d_adain_snake(g_gs, io.dx, B, cin, T, &dp, &io.dw, io.dbias, C, K, pad, dil,
                                         io.dlens, residual ? dy[v] : NULL, dy[v]);
@@ -1726,27 +1746,32 @@ static void check_vconv_v2(int mode, int64_t B, int64_t cin, int64_t C, int64_t 
             choir_op_conv1d_lens(g_gs, io.dx, B, cin, T, &io.dw, io.dbias, C, K, 1, pad, dil,
                                  io.dlens, dy[v]);
     }
-    cuda_ctx_v2_default();
+    cuda_ctx_opts_default();
     if (mode == VC_TF32) vc_tf32(false);
-    float *got[5];
-    for (int v = 0; v < 5; v++) {
+    float *got[VO_N];
+    for (int v = 0; v < VO_N; v++) {
         got[v] = hmem((size_t)n * 4);
         choir_op_download(g_gs, got[v], dy[v], (size_t)n * 4);
     }
     char name[160];
-    snprintf(name, sizeof name, "conv v2 %s %s %lld->%lld k%lld d%d%s, %lld items of %lld",
+    snprintf(name, sizeof name, "conv options %s %s %lld->%lld k%lld d%d%s, %lld items of %lld",
              fused ? "adain_snake" : "conv1d_lens", vc_mode_name[mode], (long long)cin,
              (long long)C, (long long)K, dil, residual ? " +res" : "", (long long)B, (long long)T);
     if (streams_ok(name)) {
-        for (int v = 1; v < 5; v++) {
+        char nv[240];
+        snprintf(nv, sizeof nv, "%s, default, vs CPU", name);
+        report(nv, rel_l2(got[0], ref, n), vc_tol[mode]);
+        for (int v = 1; v < VO_N; v++) {
+            /* the prepass and the SFU's sin apply to the fused convolution only */
+            if (!fused && vo_conf[v].opts != CHOIR_CUDA_CONV_WIDE) continue;
+            const bool fast = (vo_conf[v].opts & CHOIR_CUDA_CONV_FAST_SIN) != 0;
             int64_t differ = 0;
             for (int64_t i = 0; i < n; i++) differ += memcmp(&got[0][i], &got[v][i], 4) != 0;
-            char nv[200];
-            snprintf(nv, sizeof nv, "%s, variant %d, vs CPU", name, v);
+            snprintf(nv, sizeof nv, "%s, %s, vs CPU", name, vo_conf[v].name);
             report(nv, rel_l2(got[v], ref, n), vc_tol[mode]);
-            snprintf(nv, sizeof nv, "  ... variant %d vs the first kernel: %lld of %lld values differ",
-                     v, (long long)differ, (long long)n);
-            report(nv, rel_l2(got[v], got[0], n), v >= 3 ? 1e-3 : 1e-6);
+            snprintf(nv, sizeof nv, "  ... %s vs the default: %lld of %lld values differ",
+                     vo_conf[v].name, (long long)differ, (long long)n);
+            report(nv, rel_l2(got[v], got[0], n), fast ? 1e-3 : 1e-6);
         }
     }
     choir_backend_weights_free(io.ws);
@@ -1774,17 +1799,26 @@ static void check_vocoder_conv(void) {
     check_vconv_snake(VC_BF16, 2, 128, 1001, 11, 5, true, false);
     check_vconv_snake(VC_BF16, 3, 256, 777, 7, 3, false, false);
     check_vconv_snake(VC_F32, 2, 128, 1001, 7, 3, true, true);
-    /* the second kernel: every mode, fused or plain, Cin past one chunk
-     * multiple, Cout past one tile, frames over several 256-frame tiles */
-    check_vconv_v2(VC_F32, 2, 128, 128, 1001, 11, 5, true, true);
-    check_vconv_v2(VC_F32, 2, 256, 256, 777, 7, 3, false, false);
-    check_vconv_v2(VC_TF32, 3, 128, 128, 1001, 3, 1, true, true);
-    check_vconv_v2(VC_TF32, 2, 256, 256, 777, 11, 5, false, true);
-    check_vconv_v2(VC_TF32, 2, 128, 22, 1201, 7, 1, false, false); /* conv_post */
-    check_vconv_v2(VC_BF16, 2, 128, 128, 1001, 7, 3, true, true);
-    check_vconv_v2(VC_BF16, 3, 100, 100, 333, 3, 1, true, true);
-    check_vconv_v2(VC_BF16, 2, 256, 256, 777, 11, 5, false, true);
-    check_vconv_v2(VC_BF16, 2, 1090, 1024, 37, 3, 1, false, false); /* the decoder's blocks */
+    /* the options: every mode, fused or plain, K 3/7/11 at dilations 1/3/5,
+     * with and without the residual, ragged lengths (vc_make), Cin past one
+     * chunk multiple, Cout past one tile, frames over several 256-frame
+     * tiles */
+    check_vconv_opts(VC_F32, 2, 128, 128, 1001, 11, 5, true, true);
+    check_vconv_opts(VC_F32, 3, 128, 128, 1001, 3, 1, false, true);
+    check_vconv_opts(VC_F32, 2, 256, 256, 777, 7, 3, true, true);
+    check_vconv_opts(VC_F32, 2, 256, 256, 777, 7, 3, false, false);
+    check_vconv_opts(VC_F32, 3, 100, 100, 333, 3, 1, true, true); /* channels not a multiple of 16 */
+    check_vconv_opts(VC_TF32, 3, 128, 128, 1001, 3, 1, true, true);
+    check_vconv_opts(VC_TF32, 2, 128, 128, 1001, 7, 3, false, true);
+    check_vconv_opts(VC_TF32, 2, 256, 256, 777, 11, 5, false, true);
+    check_vconv_opts(VC_TF32, 2, 256, 256, 777, 11, 5, true, true);
+    check_vconv_opts(VC_TF32, 2, 128, 22, 1201, 7, 1, false, false); /* conv_post */
+    check_vconv_opts(VC_BF16, 2, 128, 128, 1001, 7, 3, true, true);
+    check_vconv_opts(VC_BF16, 3, 128, 128, 1001, 3, 1, false, true);
+    check_vconv_opts(VC_BF16, 2, 128, 128, 1001, 11, 5, true, true);
+    check_vconv_opts(VC_BF16, 3, 100, 100, 333, 3, 1, true, true);
+    check_vconv_opts(VC_BF16, 2, 256, 256, 777, 11, 5, false, true);
+    check_vconv_opts(VC_BF16, 2, 1090, 1024, 37, 3, 1, false, false); /* the decoder's blocks */
 }
 
 /* The harmonic source and its STFT (Kokoro's generator): two items of 400
@@ -1967,6 +2001,7 @@ int main(void) {
         fprintf(stderr, "FATAL %s\n", err.msg);
         return 1;
     }
+    g_conv_opts_env = choir_cuda_conv_get_options(choir_backend_cuda_context(g_gpu));
     g_cs = choir_stream_create(g_cpu, &err);
     g_gs = choir_stream_create(g_gpu, &err);
     /* The CPU's working memory serves the operations that carve

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "choir/alloc.h"
+#include "choir/cuda_audio.h"
 #include "choir/quant.h"
 #include <cublasLt.h>
 #include <cuda_profiler_api.h>
@@ -69,9 +70,13 @@ choir_cuda *choir_cuda_init(int device, choir_err *err) {
         return NULL;
     }
     cu->props = props;
+    choir_cuda_conv_set_prepass_bytes(cu, 0);
     {
-        const char *v2 = getenv("CHOIR_CONV_V2");
-        cu->conv_v2 = v2 && v2[0] >= '1' && v2[0] <= '4' && !v2[1] ? v2[0] - '0' : 0;
+        const char *e = getenv("CHOIR_CONV_PREPASS");
+        if (e && !strcmp(e, "1")) cu->conv_opts |= CHOIR_CUDA_CONV_PREPASS;
+        if ((e = getenv("CHOIR_CONV_WIDE")) && !strcmp(e, "1")) cu->conv_opts |= CHOIR_CUDA_CONV_WIDE;
+        if ((e = getenv("CHOIR_CONV_FAST_SIN")) && !strcmp(e, "1"))
+            cu->conv_opts |= CHOIR_CUDA_CONV_FAST_SIN;
     }
     if ((st = cudaSetDevice(device)) != cudaSuccess) {
         choir_cuda_fail(err, st, "cudaSetDevice");

@@ -2,17 +2,41 @@
  * stride-1 convolutions of vocoders: out[co, t] = bias[co] + sum over
  * (ci, k) of W[co, ci, k] x[ci, t + k dil - pad]. M = Cout, N = frames,
  * reduction Cin x K; no im2col matrix: a block stages a window of x
- * (channels chunk x (128 + halo) frames) once and reads it at each tap's
+ * (channels chunk x (BN + halo) frames) once and reads it at each tap's
  * shift.
  *
- * Block tile 128 (Cout) x 128 (frames), 8 warps of 64 x 32 (16 of 32 x 32
- * in the tf32x3 mode), mma.sync with f32 accumulation. A reduction step is one chunk of CK input channels with
- * all K taps: the weight tile [128][K][CK] arrives by cp.async (from a copy
- * of W re-laid [Cout][chunk][K][CK] in scratch, zero-padded), the x window is
- * loaded into registers while the previous chunk computes, optionally
- * transformed (AdaIN affine + Snake, the fused pre-activation), converted
- * and stored transposed ([frame][channel]) so that ldmatrix gives the B
- * fragments at any tap shift. Two buffers of each.
+ * The default block: tile 128 (Cout) x 128 (frames), 8 warps of 64 x 32 (16
+ * of 32 x 32 in the tf32x3 mode), mma.sync with f32 accumulation. A
+ * reduction step is one chunk of CK input channels with all K taps: the
+ * weight tile [128][K][CK] arrives by cp.async (from a copy of W re-laid
+ * [Cout][chunk][K][CK] in scratch, zero-padded), the x window is loaded
+ * into registers while the previous chunk computes, optionally transformed
+ * (AdaIN affine + Snake, the fused pre-activation), converted and stored
+ * transposed ([frame][channel]) so that ldmatrix gives the B fragments at
+ * any tap shift. Two buffers of each.
+ *
+ * The options (choir_cuda_conv_set_options), all the same kernel:
+ * - PREPASS (fused pre-activation only): a pass before the convolution
+ *   writes snake(adain(x)) once, rounded and laid out as the staged rows
+ *   (cuda_conv_ig.h, IG_XP_FRAME); the convolution then brings x tiles by
+ *   cp.async with the weights, in two or three stages, and its main loop
+ *   has no SIMT work but the tap loop. Measured on the H100 before it: per
+ *   convolution a fixed ~0.21 ms (TF32) / 0.24 ms (bf16) that does not
+ *   depend on K, the staging (a sinf and seven coefficient loads a value)
+ *   run while the tensor cores idle. The prepass's bytes at a 40-s piece's
+ *   stage-1 shape (128 x 192001 f32): 98 MB read, 49 MB (bf16) / 98 MB
+ *   written, ~50 / ~65 us at 3 TB/s; the convolution then reads 2 or 4
+ *   bytes a value instead of 4.
+ * - WIDE: 128 x 256 tiles of 8 warps of 64 x 64 (the weight reused over
+ *   256 frames; 32 FLOP per byte of ldmatrix instead of 21), three weight
+ *   stages; through registers, the next chunk's x is staged right behind
+ *   the first tap's products and the one after loaded at once (x two
+ *   chunks ahead), the pre-activation's coefficients read once a chunk, the
+ *   residual tile asked into L2 at the start. Not for tf32x3.
+ * - FAST_SIN: Snake's sin by the SFU (adain_snake_fast), bf16 and TF32.
+ * Every shape and source sums the same products in the same order for an
+ * output, so without FAST_SIN they give the default's floats bit for bit
+ * (tests/cuda/emu/run_conv_emu.sh).
  *
  * Three precisions (the mode), all with f32 accumulation:
  *   bf16   (bf16 weights): m16n8k16 on bf16 operands, x rounded to bf16;
@@ -26,6 +50,8 @@
  * Epilogue: bias, zero tails (t >= out_lens[b]), an optional residual
  * added (y may alias it). */
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #ifndef CHOIR_IG_EMU
 #include <cuda_bf16.h>
@@ -35,13 +61,15 @@
 #endif
 #include "tensor/cuda/cuda_conv_ig.h"
 
-#define IG_BN 128
-/* threads of a block: 8 warps of 64 x 32, or 16 warps of 32 x 32 in the
- * tf32x3 mode (which keeps a second set of accumulators, below) */
-#define IG_THREADS(mode) ((mode) == IG_TF32X3 ? 512 : 256)
-#define IG_RMAX (IG_BN + IG_HALO_MAX)
-/* the most dynamic shared memory a block takes (K 16, halo 64): 150 KB */
-#define IG_SMEM_MAX (2 * IG_BM * (IG_K_MAX * 32 + 16) + 2 * IG_RMAX * IG_XROW)
+/* The block shapes: DEFAULT 128 x 128 (8 warps of 64 x 32; tf32x3 16 of
+ * 32 x 32, which keeps a second set of accumulators, below); WIDE 128 x 256
+ * (8 warps of 64 x 64; bf16 and TF32 only). */
+enum { IG_SHAPE_DEFAULT = 0, IG_SHAPE_WIDE = 1 };
+#define IG_THREADS(mode, shape) ((mode) == IG_TF32X3 && (shape) == IG_SHAPE_DEFAULT ? 512 : 256)
+#define IG_BN(shape) ((shape) == IG_SHAPE_WIDE ? 256 : 128)
+/* blocks per SM the registers are held to: two for the default shape's
+ * 8 warps, one otherwise */
+#define IG_MIN_BLOCKS(mode, shape) ((mode) != IG_TF32X3 && (shape) == IG_SHAPE_DEFAULT ? 2 : 1)
 #ifndef IG_DYN_SMEM
 #define IG_DYN_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
 #endif
@@ -74,54 +102,154 @@ __global__ void k_ig_pack(const void *__restrict__ w, int64_t Cout, int64_t Cin,
     }
 }
 
-/* The tensor cores add into their f32 accumulator with truncation, so an
+/* A staged word of v[0..VPW) in the mode's operand format: two bf16
+ * (channel pair, the first in the low half), a TF32-rounded f32 or an f32. */
+template <int MODE> static __device__ __forceinline__ uint32_t ig_word(const float *v) {
+    if constexpr (MODE == IG_BF16) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(v[0], v[1]);
+        return *(uint32_t *)&h;
+    } else if constexpr (MODE == IG_TF32) {
+        return to_tf32(v[0]);
+    } else {
+        return __float_as_uint(v[0]);
+    }
+}
+
+/* The prepass (CHOIR_CUDA_CONV_PREPASS): snake(adain(x)) of chunk
+ * blockIdx.y % nchunk of item blockIdx.y / nchunk, written as staged frames
+ * (IG_XP_FRAME): a thread per frame reads the chunk's CK channels at it
+ * (each warp 128 contiguous bytes a channel) and writes its 32 bytes (a warp
+ * 1 KB contiguous). The pre-activation is adain_snake, so the staged words
+ * are the fused path's bit for bit. */
+template <int MODE, bool FAST>
+__global__ void __launch_bounds__(256)
+    k_ig_prepass(const float *__restrict__ x, const float *__restrict__ coef,
+                 const int32_t *__restrict__ in_lens, int64_t Cin, int64_t T, int nchunk,
+                 void *__restrict__ xp) {
+    constexpr int CK = MODE == IG_BF16 ? 16 : 8;
+    constexpr int VPW = MODE == IG_BF16 ? 2 : 1;
+    __shared__ float cfs[CK][IG_COEF];
+    const int64_t bc = blockIdx.y, b = bc / nchunk;
+    const int c = (int)(bc % nchunk);
+    for (int i = threadIdx.x; i < CK * IG_COEF; i += blockDim.x) {
+        const int64_t ci = (int64_t)c * CK + i / IG_COEF;
+        cfs[i / IG_COEF][i % IG_COEF] = ci < Cin ? coef[(b * Cin + ci) * IG_COEF + i % IG_COEF] : 0.0f;
+    }
+    __syncthreads();
+    int64_t tlim = in_lens ? (int64_t)in_lens[b] : T;
+    tlim = tlim < T ? tlim : T;
+    const int nch = Cin - (int64_t)c * CK < CK ? (int)(Cin - (int64_t)c * CK) : CK;
+    const float *xc = x + (b * Cin + (int64_t)c * CK) * T;
+    unsigned char *dst = (unsigned char *)xp + bc * T * IG_XP_FRAME;
+    GRID_STRIDE(t, T) {
+        uint32_t word[8];
+#pragma unroll
+        for (int w = 0; w < 8; w++) {
+            float v[VPW];
+#pragma unroll
+            for (int u = 0; u < VPW; u++) {
+                const int j = w * VPW + u;
+                v[u] = 0.0f;
+                if (t < tlim && j < nch) {
+                    if constexpr (FAST)
+                        v[u] = adain_snake_fast(__ldg(xc + j * T + t), cfs[j]);
+                    else
+                        v[u] = adain_snake(__ldg(xc + j * T + t), cfs[j]);
+                }
+            }
+            word[w] = ig_word<MODE>(v);
+        }
+        ig_st_frame(dst + t * IG_XP_FRAME, word);
+    }
+}
+
+/* The convolution: MODE, XSRC (IG_X_*: where x comes from), SHAPE, STAGES
+ * (buffers of the weight tile, and of x with IG_X_PRE; through registers x
+ * has two), FAST (Snake's sin by the SFU; IG_X_PRO only).
+ *
+ * The tensor cores add into their f32 accumulator with truncation, so an
  * error grows with the reduction's length (measured: 1.7e-5 relative over
  * 3270 products in tf32x3 mode). There a chunk's products (CK channels x K
  * taps) are summed in a fresh accumulator and added to the running sum with
  * an ordinary f32 add. */
-template <int MODE, bool PRO>
-__global__ void __launch_bounds__(IG_THREADS(MODE), MODE == IG_TF32X3 ? 1 : 2)
+template <int MODE, int XSRC, int SHAPE, int STAGES, bool FAST>
+__global__ void __launch_bounds__(IG_THREADS(MODE, SHAPE), IG_MIN_BLOCKS(MODE, SHAPE))
     k_ig_conv(ig_args a) {
     constexpr int CK = MODE == IG_BF16 ? 16 : 8;
     constexpr int VPW = MODE == IG_BF16 ? 2 : 1; /* channels per staged word */
-    constexpr int THREADS = IG_THREADS(MODE);
-    constexpr int MI = MODE == IG_TF32X3 ? 2 : 4;   /* m16 tiles per warp */
-    constexpr int WARPS_M = IG_BM / (16 * MI);       /* warps along Cout */
-    constexpr int XSLOTS = (IG_RMAX * 8 + THREADS - 1) / THREADS; /* staged words per thread */
+    constexpr int THREADS = IG_THREADS(MODE, SHAPE);
+    constexpr bool WIDE = SHAPE == IG_SHAPE_WIDE;
+    constexpr int MI = MODE == IG_TF32X3 ? 2 : 4; /* m16 tiles per warp */
+    constexpr int NJ = WIDE ? 8 : 4;              /* n8 tiles per warp */
+    constexpr int WM = IG_BM / (16 * MI);         /* warps along Cout */
+    constexpr int BN = IG_BN(SHAPE);
+    constexpr bool REG = XSRC != IG_X_PRE, PRO = XSRC == IG_X_PRO;
+    /* through registers, WIDE stages the next chunk behind the first tap */
+    constexpr bool EARLY = REG && WIDE;
+    constexpr int XBUFS = REG ? 2 : STAGES;
+    constexpr int XSLOTS = REG ? ((BN + IG_HALO_MAX) * 8 + THREADS - 1) / THREADS : 1;
+    static_assert(8 * NJ * (THREADS / 32 / WM) == BN, "the warps cover the tile's frames");
+    static_assert(THREADS / 32 % 2 == 0, "ig_slot keeps a thread's channels with an even warp count");
+    static_assert(!WIDE || MODE != IG_TF32X3, "tf32x3 keeps the default shape");
+    static_assert(!FAST || (PRO && MODE != IG_TF32X3), "the SFU's sin: fused bf16 and tf32 only");
+    static_assert(STAGES >= 2 && (!REG || STAGES == (EARLY ? 3 : 2)), "stages");
     IG_DYN_SMEM(smem);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int wm = warp % WARPS_M, wn = warp / WARPS_M;
+    const int wm = warp % WM, wn = warp / WM;
     const int mt = (int)(blockIdx.x % a.mtiles);
     const int64_t tt = blockIdx.x / a.mtiles, b = blockIdx.z;
-    const int64_t m0 = (int64_t)mt * IG_BM, t0 = tt * IG_BN;
-    const int K = a.K, dil = a.dil, R = IG_BN + (K - 1) * dil;
+    const int64_t m0 = (int64_t)mt * IG_BM, t0 = tt * BN;
+    const int K = a.K, dil = a.dil, R = BN + (K - 1) * dil;
     const int wrow = K * 32 + 16; /* bytes per weight row (odd number of 16-byte chunks) */
-    unsigned char *ws = smem;                                 /* [2][128][wrow] */
-    unsigned char *xs = smem + 2 * IG_BM * wrow;              /* [2][R][IG_XROW] */
+    unsigned char *ws = smem;                          /* [STAGES][128][wrow] */
+    unsigned char *xs = smem + STAGES * IG_BM * wrow; /* [XBUFS][R][IG_XROW] */
     const int xbuf = R * IG_XROW;
     const int64_t t_base = t0 - a.pad;
     const int64_t tlim = PRO ? (a.in_lens ? (int64_t)a.in_lens[b] : a.T) : a.T;
-    const float *xb = a.x + b * a.Cin * a.T;
+    const float *xb = REG ? a.x + b * a.Cin * a.T : nullptr;
     const float *cfb = PRO ? a.coef + b * a.Cin * IG_COEF : nullptr;
     const int64_t wchunk = (int64_t)K * CK * (MODE == IG_BF16 ? 2 : 4); /* bytes per (row, chunk) */
 
     float xr[XSLOTS][VPW];
-    float acc[MI][4][4];
+    float acc[MI][NJ][4];
 #pragma unroll
     for (int i = 0; i < MI; i++)
 #pragma unroll
-        for (int j = 0; j < 4; j++)
+        for (int j = 0; j < NJ; j++)
 #pragma unroll
             for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
 
-    auto load_w = [&](int c, int buf) {
+    auto load_w = [&](int c, int st) {
         const int per_row = 2 * K; /* 16-byte pieces */
         const unsigned char *src = (const unsigned char *)a.wp;
-        uint32_t dst = smem_addr(ws + buf * IG_BM * wrow);
+        uint32_t dst = smem_addr(ws + st * IG_BM * wrow);
         for (int i = tid; i < IG_BM * per_row; i += THREADS) {
             int m = i / per_row, q = i - m * per_row;
             ig_cp_async16(dst + m * wrow + q * 16,
-                       src + ((m0 + m) * a.nchunk + c) * wchunk + (int64_t)q * 16);
+                          src + ((m0 + m) * a.nchunk + c) * wchunk + (int64_t)q * 16);
+        }
+    };
+    /* IG_X_PRE: chunk c's window of the prepass's frames, two 16-byte pieces
+     * a row, zeros outside [0, T) */
+    auto load_xp = [&](int c, int st) {
+        const unsigned char *src =
+            (const unsigned char *)a.xp + (b * a.nchunk + c) * a.T * IG_XP_FRAME;
+        uint32_t dst = smem_addr(xs + st * xbuf);
+        for (int i = tid; i < 2 * R; i += THREADS) {
+            const int r = i >> 1, h = i & 1;
+            const int64_t t = t_base + r;
+            const bool in = t >= 0 && t < a.T;
+            ig_cp_async16_zfill(dst + r * IG_XROW + h * 16,
+                                in ? src + t * IG_XP_FRAME + h * 16 : src, in);
+        }
+    };
+    /* chunk c's weights (and with IG_X_PRE its x) into stage c % STAGES, one
+     * commit group; past the last chunk an empty group, so that the wait
+     * counts stay the same */
+    auto issue = [&](int c) {
+        if (c < a.nchunk) {
+            load_w(c, c % STAGES);
+            if constexpr (!REG) load_xp(c, c % STAGES);
         }
         ig_cp_commit();
     };
@@ -141,6 +269,21 @@ __global__ void __launch_bounds__(IG_THREADS(MODE), MODE == IG_TF32X3 ? 1 : 2)
     };
     auto store_x = [&](int c, int buf) {
         unsigned char *dst = xs + buf * xbuf;
+        /* EARLY: the pre-activation's coefficients once a chunk (a thread
+         * stages the same channels in every slot) */
+        float cf[EARLY && PRO ? VPW : 1][7];
+        (void)cf;
+        if constexpr (EARLY && PRO) {
+            int r0, w0;
+            ig_slot<THREADS>(0, tid, r0, w0);
+#pragma unroll
+            for (int u = 0; u < VPW; u++) {
+                const int64_t ci = (int64_t)c * CK + w0 * VPW + u;
+#pragma unroll
+                for (int q = 0; q < 7; q++)
+                    cf[u][q] = ci < a.Cin ? __ldg(cfb + ci * IG_COEF + q) : 0.0f;
+            }
+        }
 #pragma unroll
         for (int s = 0; s < XSLOTS; s++) {
             int r, w;
@@ -152,63 +295,84 @@ __global__ void __launch_bounds__(IG_THREADS(MODE), MODE == IG_TF32X3 ? 1 : 2)
                 v[u] = xr[s][u];
                 if constexpr (PRO) {
                     int64_t t = t_base + r, ci = (int64_t)c * CK + w * VPW + u;
-                    v[u] = t >= 0 && t < tlim && ci < a.Cin ? adain_snake(v[u], cfb + ci * IG_COEF)
-                                                            : 0.0f;
+                    if (t >= 0 && t < tlim && ci < a.Cin) {
+                        const float *cfv;
+                        if constexpr (EARLY)
+                            cfv = cf[u];
+                        else
+                            cfv = cfb + ci * IG_COEF;
+                        if constexpr (FAST)
+                            v[u] = adain_snake_fast(v[u], cfv);
+                        else
+                            v[u] = adain_snake(v[u], cfv);
+                    } else {
+                        v[u] = 0.0f;
+                    }
                 }
             }
-            uint32_t word;
-            if constexpr (MODE == IG_BF16) {
-                __nv_bfloat162 h = __floats2bfloat162_rn(v[0], v[VPW - 1]);
-                word = *(uint32_t *)&h;
-            } else if constexpr (MODE == IG_TF32) {
-                word = to_tf32(v[0]);
-            } else {
-                word = __float_as_uint(v[0]);
-            }
-            *(uint32_t *)(dst + r * IG_XROW + w * 4) = word;
+            *(uint32_t *)(dst + r * IG_XROW + w * 4) = ig_word<MODE>(v);
         }
     };
 
-    load_w(0, 0);
-    load_x(0);
-    store_x(0, 0);
-    ig_cp_wait<0>();
-    __syncthreads();
-
-    for (int c = 0; c < a.nchunk; c++) {
-        const int buf = c & 1;
-        const bool more = c + 1 < a.nchunk;
-        if (more) {
-            load_w(c + 1, buf ^ 1);
-            load_x(c + 1);
+    /* prologue: the first STAGES - 1 chunks in flight; through registers,
+     * chunk 0 staged (and with EARLY chunk 1 loaded) */
+    for (int s = 0; s < STAGES - 1; s++) issue(s);
+    if constexpr (REG) {
+        load_x(0);
+        store_x(0, 0);
+        if constexpr (EARLY)
+            if (a.nchunk > 1) load_x(1);
+    }
+    if constexpr (WIDE) {
+        if (a.residual) {
+            /* the epilogue's residual rows into L2 (lines of 128 bytes; the
+             * last piece of a row covers its end) */
+            constexpr int P = BN / 32 + 1;
+            const int rows = a.Cout - m0 < IG_BM ? (int)(a.Cout - m0) : IG_BM;
+            const int64_t tend = a.Tout - t0 < BN ? a.Tout - t0 : BN;
+            const float *rb = a.residual + (b * a.Cout + m0) * a.Tout + t0;
+            for (int i = tid; i < rows * P; i += THREADS) {
+                const int row = i / P, q = i - row * P;
+                ig_prefetch_l2(rb + (int64_t)row * a.Tout +
+                               (q == P - 1 ? tend - 1 : q * 32 < tend ? q * 32 : tend - 1));
+            }
         }
-        const uint32_t wsb = smem_addr(ws + buf * IG_BM * wrow);
-        const uint32_t xsb = smem_addr(xs + buf * xbuf);
-        /* lane's ldmatrix rows: A rows (lane & 15), 16-byte half (lane >> 4);
-         * B: n8 tile (lane >> 4) of a pair, row (lane & 7), half (lane >> 3) & 1 */
-        const uint32_t a_lane = wsb + (wm * 16 * MI + (lane & 15)) * wrow + (lane >> 4) * 16;
+    }
+
+    /* lane's ldmatrix rows: A rows (lane & 15), 16-byte half (lane >> 4);
+     * B: n8 tile (lane >> 4) of a pair, row (lane & 7), half (lane >> 3) & 1 */
+    const int a_off = (wm * 16 * MI + (lane & 15)) * wrow + (lane >> 4) * 16;
+    const int b_off =
+        (wn * 8 * NJ + (lane >> 4) * 8 + (lane & 7)) * IG_XROW + ((lane >> 3) & 1) * 16;
+    for (int c = 0; c < a.nchunk; c++) {
+        ig_cp_wait<STAGES - 2>(); /* chunk c's group (later ones may still fly) */
+        __syncthreads();
+        issue(c + STAGES - 1);
+        const bool more = c + 1 < a.nchunk;
+        if constexpr (REG && !EARLY)
+            if (more) load_x(c + 1);
+        const uint32_t a_lane = smem_addr(ws + (c % STAGES) * IG_BM * wrow) + a_off;
+        const uint32_t b_lane = smem_addr(xs + (c % XBUFS) * xbuf) + b_off;
         /* tf32x3: this chunk's sums, added to acc after its last tap */
-        float cacc[MODE == IG_TF32X3 ? MI : 1][4][4];
+        float cacc[MODE == IG_TF32X3 ? MI : 1][MODE == IG_TF32X3 ? NJ : 1][4];
         if constexpr (MODE == IG_TF32X3) {
 #pragma unroll
             for (int i = 0; i < MI; i++)
 #pragma unroll
-                for (int j = 0; j < 4; j++)
+                for (int j = 0; j < NJ; j++)
 #pragma unroll
                     for (int q = 0; q < 4; q++) cacc[i][j][q] = 0.0f;
         }
-        const uint32_t b_lane =
-            xsb + (wn * 32 + (lane >> 4) * 8 + (lane & 7)) * IG_XROW + ((lane >> 3) & 1) * 16;
         for (int k = 0; k < K; k++) {
-            uint32_t bf[4][2];
+            uint32_t bf[NJ][2];
 #pragma unroll
-            for (int jj = 0; jj < 2; jj++)
+            for (int jj = 0; jj < NJ / 2; jj++)
                 ldsm_x4(b_lane + (jj * 16 + k * dil) * IG_XROW, bf[2 * jj][0], bf[2 * jj][1],
                         bf[2 * jj + 1][0], bf[2 * jj + 1][1]);
-            uint32_t bs[4][2] = {};
+            uint32_t bs[NJ][2] = {};
             if constexpr (MODE == IG_TF32X3) {
 #pragma unroll
-                for (int j = 0; j < 4; j++)
+                for (int j = 0; j < NJ; j++)
 #pragma unroll
                     for (int q = 0; q < 2; q++) {
                         float f = __uint_as_float(bf[j][q]);
@@ -231,14 +395,22 @@ __global__ void __launch_bounds__(IG_THREADS(MODE), MODE == IG_TF32X3 ? 1 : 2)
                         af[q] = hi;
                     }
 #pragma unroll
-                    for (int j = 0; j < 4; j++) {
+                    for (int j = 0; j < NJ; j++) {
                         mma<MODE>(cacc[i][j], as, bf[j]);
                         mma<MODE>(cacc[i][j], af, bs[j]);
                         mma<MODE>(cacc[i][j], af, bf[j]);
                     }
                 } else {
 #pragma unroll
-                    for (int j = 0; j < 4; j++) mma<MODE>(acc[i][j], af, bf[j]);
+                    for (int j = 0; j < NJ; j++) mma<MODE>(acc[i][j], af, bf[j]);
+                }
+            }
+            if constexpr (EARLY) {
+                /* the next chunk's x staged behind this tap's products, and
+                 * the one after loaded into the registers that frees */
+                if (k == 0 && more) {
+                    store_x(c + 1, (c + 1) & 1);
+                    if (c + 2 < a.nchunk) load_x(c + 2);
                 }
             }
         }
@@ -246,13 +418,12 @@ __global__ void __launch_bounds__(IG_THREADS(MODE), MODE == IG_TF32X3 ? 1 : 2)
 #pragma unroll
             for (int i = 0; i < MI; i++)
 #pragma unroll
-                for (int j = 0; j < 4; j++)
+                for (int j = 0; j < NJ; j++)
 #pragma unroll
                     for (int q = 0; q < 4; q++) acc[i][j][q] += cacc[i][j][q];
         }
-        if (more) store_x(c + 1, buf ^ 1);
-        ig_cp_wait<0>();
-        __syncthreads();
+        if constexpr (REG && !EARLY)
+            if (more) store_x(c + 1, (c + 1) & 1);
     }
 
     /* epilogue: c fragment (row g / g + 8, columns 2t, 2t + 1) */
@@ -266,10 +437,10 @@ __global__ void __launch_bounds__(IG_THREADS(MODE), MODE == IG_TF32X3 ? 1 : 2)
             const float bv = a.bias ? a.bias[co] : 0.0f;
             const int64_t row = (b * a.Cout + co) * a.Tout;
 #pragma unroll
-            for (int j = 0; j < 4; j++)
+            for (int j = 0; j < NJ; j++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
-                    const int64_t t = t0 + wn * 32 + j * 8 + (lane & 3) * 2 + e;
+                    const int64_t t = t0 + wn * 8 * NJ + j * 8 + (lane & 3) * 2 + e;
                     if (t >= a.Tout) continue;
                     float v = t < olen ? acc[i][j][h * 2 + e] + bv : 0.0f;
                     if (a.residual) v = a.residual[row + t] + v;
@@ -353,12 +524,29 @@ void choir_cuda_conv_set_path(choir_cuda *cu, choir_cuda_conv_path path) {
     if (cu) cu->conv_path = (int)path;
 }
 
+void choir_cuda_conv_set_options(choir_cuda *cu, unsigned options) {
+    if (cu)
+        cu->conv_opts =
+            options & (CHOIR_CUDA_CONV_PREPASS | CHOIR_CUDA_CONV_WIDE | CHOIR_CUDA_CONV_FAST_SIN);
+}
+
+unsigned choir_cuda_conv_get_options(const choir_cuda *cu) { return cu ? cu->conv_opts : 0u; }
+
+void choir_cuda_conv_set_prepass_bytes(choir_cuda *cu, int64_t bytes) {
+    if (!cu) return;
+    const char *e = getenv("CHOIR_CONV_PREPASS_MB");
+    const long mb = e ? atol(e) : 0;
+    cu->conv_prepass_bytes = bytes > 0 ? bytes : (int64_t)(mb > 0 ? mb : 512) << 20;
+}
+
 static int ig_mode(const choir_cuda *cu, choir_cuda_conv_weight w) {
     return w.bf16 ? IG_BF16 : cu->tf32 ? IG_TF32 : IG_TF32X3;
 }
 
-static size_t ig_smem(int K, int dil) {
-    return (size_t)2 * IG_BM * (K * 32 + 16) + (size_t)2 * (IG_BN + (K - 1) * dil) * IG_XROW;
+/* dynamic shared memory of a block: the weight stages and the x buffers */
+static size_t ig_smem(int shape, int stages, int xbufs, int K, int dil) {
+    return (size_t)stages * IG_BM * (K * 32 + 16) +
+           (size_t)xbufs * (IG_BN(shape) + (K - 1) * dil) * IG_XROW;
 }
 
 bool choir_cuda_conv1d_implicit_ok(const choir_cuda *cu, int64_t Cin, int64_t Cout,
@@ -376,29 +564,100 @@ static size_t ig_pack_bytes(int mode, int64_t Cin, int64_t Cout, int64_t K) {
     return (size_t)(mpad * nchunk * K * CK) * (mode == IG_BF16 ? 2 : 4);
 }
 
-template <int MODE, bool PRO>
-static int ig_launch(const ig_args &a, int64_t B, size_t smem, choir_cuda *cu, choir_err *err) {
+/* A launch's block shape, stages and sin from the context's options. The
+ * wide shape falls back to the default where its shared memory exceeds the
+ * device's; through the prepass, the default shape takes three stages where
+ * its blocks per SM still fit (K 3 and 7 at dilation 3; not K 11 at 5). */
+struct ig_plan {
+    int shape, stages;
+    bool fast;
+    size_t smem;
+};
+
+static ig_plan ig_plan_for(const choir_cuda *cu, int mode, int xsrc, int K, int dil) {
+    const int64_t optin =
+        cu->props.smem_per_block_optin > 0 ? cu->props.smem_per_block_optin : 48 * 1024;
+    const bool pre = xsrc == IG_X_PRE;
+    auto smem = [&](int shape, int st) { return (int64_t)ig_smem(shape, st, pre ? st : 2, K, dil); };
+    ig_plan p = {IG_SHAPE_DEFAULT, 2, false, 0};
+    p.fast = (cu->conv_opts & CHOIR_CUDA_CONV_FAST_SIN) && mode != IG_TF32X3 && xsrc == IG_X_PRO;
+    if ((cu->conv_opts & CHOIR_CUDA_CONV_WIDE) && mode != IG_TF32X3) {
+        if (smem(IG_SHAPE_WIDE, 3) <= optin)
+            p.shape = IG_SHAPE_WIDE, p.stages = 3;
+        else if (pre && smem(IG_SHAPE_WIDE, 2) <= optin)
+            p.shape = IG_SHAPE_WIDE, p.stages = 2;
+    }
+    if (pre && p.shape == IG_SHAPE_DEFAULT) {
+        /* each block also holds 1 KB the runtime reserves */
+        const int64_t per_sm = IG_MIN_BLOCKS(mode, IG_SHAPE_DEFAULT);
+        p.stages = per_sm * (smem(IG_SHAPE_DEFAULT, 3) + 1024) <= optin + 1024 ? 3 : 2;
+    }
+    p.smem = (size_t)smem(p.shape, p.stages);
+    return p;
+}
+
+template <int MODE, int XSRC, int SHAPE, int STAGES, bool FAST>
+static int ig_go(const ig_args &a, int64_t B, size_t smem, choir_cuda *cu, choir_err *err) {
     /* set on every call: cheap, and it holds for the current device */
-    cudaError_t st = cudaFuncSetAttribute(k_ig_conv<MODE, PRO>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, IG_SMEM_MAX);
+    cudaError_t st = cudaFuncSetAttribute(k_ig_conv<MODE, XSRC, SHAPE, STAGES, FAST>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (st != cudaSuccess) return choir_cuda_fail(err, st, "implicit conv shared memory");
-    const int64_t ttiles = (a.Tout + IG_BN - 1) / IG_BN;
+    const int64_t ttiles = (a.Tout + IG_BN(SHAPE) - 1) / IG_BN(SHAPE);
     dim3 grid((unsigned)(ttiles * a.mtiles), 1, (unsigned)B);
-    k_ig_conv<MODE, PRO><<<grid, IG_THREADS(MODE), smem, cu->stream>>>(a);
+    k_ig_conv<MODE, XSRC, SHAPE, STAGES, FAST>
+        <<<grid, IG_THREADS(MODE, SHAPE), smem, cu->stream>>>(a);
     return choir_cuda_check_launch(err, "implicit conv1d");
 }
 
-/* The conv itself, with the packed weight at `wp` (scratch the caller
- * holds) and the pre-activation coefficients (or NULL). */
-static int ig_conv(choir_cuda *cu, const float *x, int64_t B, int64_t Cin, int64_t T,
-                   choir_cuda_conv_weight weight, const float *bias, int64_t Cout, int64_t K,
-                   int padding, int dilation, const int32_t *out_lens, const int32_t *in_lens,
-                   const float *coef, const float *residual, void *wp, float *y, choir_err *err) {
-    const int mode = ig_mode(cu, weight), CK = mode == IG_BF16 ? 16 : 8;
+/* the instantiations a plan can ask for: tf32x3 keeps the default shape and
+ * sinf; the SFU's sin only where the staging applies Snake */
+template <int MODE, int XSRC>
+static int ig_pick(const ig_args &a, int64_t B, const ig_plan &p, choir_cuda *cu, choir_err *err) {
+    constexpr int D = IG_SHAPE_DEFAULT, W = IG_SHAPE_WIDE;
+    if constexpr (MODE == IG_TF32X3) {
+        if constexpr (XSRC == IG_X_PRE)
+            return p.stages == 3 ? ig_go<MODE, XSRC, D, 3, false>(a, B, p.smem, cu, err)
+                                 : ig_go<MODE, XSRC, D, 2, false>(a, B, p.smem, cu, err);
+        else
+            return ig_go<MODE, XSRC, D, 2, false>(a, B, p.smem, cu, err);
+    } else if constexpr (XSRC == IG_X_PRE) {
+        if (p.shape == W)
+            return p.stages == 3 ? ig_go<MODE, XSRC, W, 3, false>(a, B, p.smem, cu, err)
+                                 : ig_go<MODE, XSRC, W, 2, false>(a, B, p.smem, cu, err);
+        return p.stages == 3 ? ig_go<MODE, XSRC, D, 3, false>(a, B, p.smem, cu, err)
+                             : ig_go<MODE, XSRC, D, 2, false>(a, B, p.smem, cu, err);
+    } else if constexpr (XSRC == IG_X_PRO) {
+        if (p.shape == W)
+            return p.fast ? ig_go<MODE, XSRC, W, 3, true>(a, B, p.smem, cu, err)
+                          : ig_go<MODE, XSRC, W, 3, false>(a, B, p.smem, cu, err);
+        return p.fast ? ig_go<MODE, XSRC, D, 2, true>(a, B, p.smem, cu, err)
+                      : ig_go<MODE, XSRC, D, 2, false>(a, B, p.smem, cu, err);
+    } else {
+        return p.shape == W ? ig_go<MODE, XSRC, W, 3, false>(a, B, p.smem, cu, err)
+                            : ig_go<MODE, XSRC, D, 2, false>(a, B, p.smem, cu, err);
+    }
+}
+
+template <int XSRC>
+static int ig_launch(choir_cuda *cu, int mode, const ig_args &a, int64_t B, choir_err *err) {
+    const ig_plan p = ig_plan_for(cu, mode, XSRC, a.K, a.dil);
+    if (mode == IG_BF16) return ig_pick<IG_BF16, XSRC>(a, B, p, cu, err);
+    if (mode == IG_TF32) return ig_pick<IG_TF32, XSRC>(a, B, p, cu, err);
+    return ig_pick<IG_TF32X3, XSRC>(a, B, p, cu, err);
+}
+
+/* The geometry of a convolution into *a (its pointers left to the caller)
+ * and the weight laid out at `wp` (scratch the caller holds). Tout <= 0 or
+ * no items: a->Tout 0 and nothing launched. */
+static int ig_setup(choir_cuda *cu, int mode, int64_t B, int64_t Cin, int64_t T,
+                    choir_cuda_conv_weight weight, int64_t Cout, int64_t K, int padding,
+                    int dilation, void *wp, ig_args *a, choir_err *err) {
+    const int CK = mode == IG_BF16 ? 16 : 8;
     const int64_t Tout = T + 2 * (int64_t)padding - (int64_t)dilation * (K - 1);
+    memset(a, 0, sizeof *a);
     if (Tout <= 0 || B < 1) return 0;
     const int64_t nchunk = (Cin + CK - 1) / CK, mtiles = (Cout + IG_BM - 1) / IG_BM;
-    const int64_t ttiles = (Tout + IG_BN - 1) / IG_BN;
+    const int64_t ttiles = (Tout + 127) / 128;
     if (ttiles * mtiles > INT32_MAX || B > 65535)
         return choir_err_set(err, CHOIR_EINVAL, "cuda: implicit conv1d: %lld frames, %lld items",
                              (long long)Tout, (long long)B);
@@ -414,19 +673,11 @@ static int ig_conv(choir_cuda *cu, const float *x, int64_t B, int64_t Cin, int64
             weight.w, Cout, Cin, (int)K, (int)nchunk, n, wp);
     int rc = choir_cuda_check_launch(err, "implicit conv weight layout");
     if (rc) return rc;
-    ig_args a = {x, wp, bias, out_lens, in_lens, coef, residual, y, Cin, T, Cout, Tout,
-                 (int)K, dilation, padding, (int)nchunk, (int)mtiles};
-    if (ig2_applies(cu, mode, Cin, T, Cout, Tout, (int)K, dilation))
-        return ig2_launch(cu, mode, a, B, err);
-    const size_t smem = ig_smem((int)K, dilation);
-    if (coef) {
-        if (mode == IG_BF16) return ig_launch<IG_BF16, true>(a, B, smem, cu, err);
-        if (mode == IG_TF32) return ig_launch<IG_TF32, true>(a, B, smem, cu, err);
-        return ig_launch<IG_TF32X3, true>(a, B, smem, cu, err);
-    }
-    if (mode == IG_BF16) return ig_launch<IG_BF16, false>(a, B, smem, cu, err);
-    if (mode == IG_TF32) return ig_launch<IG_TF32, false>(a, B, smem, cu, err);
-    return ig_launch<IG_TF32X3, false>(a, B, smem, cu, err);
+    a->wp = wp;
+    a->Cin = Cin, a->T = T, a->Cout = Cout, a->Tout = Tout;
+    a->K = (int)K, a->dil = dilation, a->pad = padding, a->nchunk = (int)nchunk;
+    a->mtiles = (int)mtiles;
+    return 0;
 }
 
 static size_t align256(size_t n) { return (n + 255) / 256 * 256; }
@@ -435,10 +686,51 @@ int choir_cuda_conv1d_implicit(choir_cuda *cu, const float *x, int64_t B, int64_
                                choir_cuda_conv_weight weight, const float *bias, int64_t Cout,
                                int64_t kernel, int padding, int dilation,
                                const int32_t *out_lens, float *y, choir_err *err) {
-    void *wp = choir_cuda_scratch(cu, ig_pack_bytes(ig_mode(cu, weight), Cin, Cout, kernel), err);
+    const int mode = ig_mode(cu, weight);
+    void *wp = choir_cuda_scratch(cu, ig_pack_bytes(mode, Cin, Cout, kernel), err);
     if (!wp) return err ? err->code : CHOIR_ENOMEM;
-    return ig_conv(cu, x, B, Cin, T, weight, bias, Cout, kernel, padding, dilation, out_lens, NULL,
-                   NULL, NULL, wp, y, err);
+    ig_args a;
+    int rc = ig_setup(cu, mode, B, Cin, T, weight, Cout, kernel, padding, dilation, wp, &a, err);
+    if (rc || a.Tout <= 0) return rc;
+    a.x = x, a.bias = bias, a.out_lens = out_lens, a.y = y;
+    return ig_launch<IG_X_PLAIN>(cu, mode, a, B, err);
+}
+
+/* The prepass path of choir_cuda_conv1d_adain_snake: items in groups whose
+ * staged frames fit the context's prepass bytes (at least one item), each
+ * group's snake(adain(x)) written to `xp`, then convolved from it. */
+static int ig_prepass_conv(choir_cuda *cu, int mode, ig_args a, int64_t B, int64_t group,
+                           const float *x, const int32_t *in_lens, const float *coef, void *xp,
+                           choir_err *err) {
+    const bool fast = (cu->conv_opts & CHOIR_CUDA_CONV_FAST_SIN) && mode != IG_TF32X3;
+    const int64_t Cin = a.Cin, T = a.T, Cout = a.Cout, Tout = a.Tout;
+    const int32_t *out_lens = a.out_lens;
+    const float *residual = a.residual;
+    float *y = a.y;
+    for (int64_t g0 = 0; g0 < B; g0 += group) {
+        const int64_t gb = B - g0 < group ? B - g0 : group;
+        dim3 grid((unsigned)((T + 1023) / 1024), (unsigned)(gb * a.nchunk));
+        const float *xg = x + g0 * Cin * T, *cg = coef + g0 * Cin * IG_COEF;
+        const int32_t *lg = in_lens ? in_lens + g0 : NULL;
+        if (mode == IG_BF16 && fast)
+            k_ig_prepass<IG_BF16, true><<<grid, 256, 0, cu->stream>>>(xg, cg, lg, Cin, T, a.nchunk, xp);
+        else if (mode == IG_BF16)
+            k_ig_prepass<IG_BF16, false><<<grid, 256, 0, cu->stream>>>(xg, cg, lg, Cin, T, a.nchunk, xp);
+        else if (mode == IG_TF32 && fast)
+            k_ig_prepass<IG_TF32, true><<<grid, 256, 0, cu->stream>>>(xg, cg, lg, Cin, T, a.nchunk, xp);
+        else if (mode == IG_TF32)
+            k_ig_prepass<IG_TF32, false><<<grid, 256, 0, cu->stream>>>(xg, cg, lg, Cin, T, a.nchunk, xp);
+        else
+            k_ig_prepass<IG_TF32X3, false><<<grid, 256, 0, cu->stream>>>(xg, cg, lg, Cin, T, a.nchunk, xp);
+        int rc = choir_cuda_check_launch(err, "conv prepass");
+        if (rc) return rc;
+        a.xp = xp;
+        a.out_lens = out_lens ? out_lens + g0 : NULL;
+        a.residual = residual ? residual + g0 * Cout * Tout : NULL;
+        a.y = y + g0 * Cout * Tout;
+        if ((rc = ig_launch<IG_X_PRE>(cu, mode, a, gb, err))) return rc;
+    }
+    return 0;
 }
 
 int choir_cuda_conv1d_adain_snake(choir_cuda *cu, const float *x, int64_t B, int64_t Cin,
@@ -460,6 +752,7 @@ int choir_cuda_conv1d_adain_snake(choir_cuda *cu, const float *x, int64_t B, int
                              "cuda: conv1d_adain_snake: kernel %lld, dilation %d, or the im2col "
                              "path asked for",
                              (long long)kernel, dilation);
+    const int mode = ig_mode(cu, weight), CK = mode == IG_BF16 ? 16 : 8;
     /* statistics: enough blocks to fill the device, each at least 2048 samples */
     const int64_t rows = B * Cin;
     const int64_t want = 4 * (int64_t)(cu->props.sm_count > 0 ? cu->props.sm_count : 132);
@@ -468,10 +761,21 @@ int choir_cuda_conv1d_adain_snake(choir_cuda *cu, const float *x, int64_t B, int
     if (S < 1) S = 1;
     if (S > 1024) S = 1024;
     const int64_t seg = (T + S - 1) / S;
-    const size_t pack = align256(ig_pack_bytes(ig_mode(cu, weight), Cin, Cout, kernel));
+    /* the prepass's group: its frames within the context's bytes, its grid's
+     * y (items x chunks) within 65535 */
+    const bool prepass = (cu->conv_opts & CHOIR_CUDA_CONV_PREPASS) != 0;
+    const int64_t nchunk = (Cin + CK - 1) / CK, per_item = nchunk * T * IG_XP_FRAME;
+    int64_t group = prepass ? cu->conv_prepass_bytes / per_item : 0;
+    if (prepass) {
+        if (group > 65535 / nchunk) group = 65535 / nchunk;
+        if (group > B) group = B;
+        if (group < 1) group = 1;
+    }
+    const size_t pack = align256(ig_pack_bytes(mode, Cin, Cout, kernel));
     const size_t parts = align256((size_t)(rows * S) * sizeof(double2));
-    const size_t coefs = (size_t)rows * IG_COEF * sizeof(float);
-    char *scr = (char *)choir_cuda_scratch(cu, pack + parts + coefs, err);
+    const size_t coefs = align256((size_t)rows * IG_COEF * sizeof(float));
+    const size_t xpb = (size_t)(group * per_item);
+    char *scr = (char *)choir_cuda_scratch(cu, pack + parts + coefs + xpb, err);
     if (!scr) return err ? err->code : CHOIR_ENOMEM;
     double2 *part = (double2 *)(scr + pack);
     float *coef = (float *)(scr + pack + parts);
@@ -482,7 +786,14 @@ int choir_cuda_conv1d_adain_snake(choir_cuda *cu, const float *x, int64_t B, int
     k_ig_coef<<<choir_cuda_blocks(rows, 256), 256, 0, cu->stream>>>(part, (int)S, rows, Cin, T,
                                                                     pre->lens, *pre, coef);
     if ((rc = choir_cuda_check_launch(err, "adain coefficients"))) return rc;
-    return ig_conv(cu, x, B, Cin, T, weight, bias, Cout, kernel, padding, dilation, out_lens,
-                   pre->lens, coef, residual, scr, y, err);
+    ig_args a;
+    rc = ig_setup(cu, mode, B, Cin, T, weight, Cout, kernel, padding, dilation, scr, &a, err);
+    if (rc || a.Tout <= 0) return rc;
+    a.bias = bias, a.out_lens = out_lens, a.residual = residual, a.y = y;
+    if (prepass)
+        return ig_prepass_conv(cu, mode, a, B, group, x, pre->lens, coef,
+                               scr + pack + parts + coefs, err);
+    a.x = x, a.in_lens = pre->lens, a.coef = coef;
+    return ig_launch<IG_X_PRO>(cu, mode, a, B, err);
 }
 #endif /* CHOIR_IG_EMU */

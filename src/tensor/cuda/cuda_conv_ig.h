@@ -1,10 +1,10 @@
-/* Private to src/tensor/cuda: what the two implicit-GEMM convolution kernels
- * share (cuda_conv.cu: the first, 128 x 128 tiles; cuda_conv2.cu: the
- * second, 128 x 256 tiles and a three-stage weight pipeline): the precision
- * modes, the kernel arguments, the staged-x layout, the pre-activation and
- * the PTX pieces. Built with CHOIR_IG_EMU (tests/cuda/emu/conv_emu.cpp) the
- * PTX pieces are left out: the host emulation gives twins of the same names,
- * so the kernels' index math and fragment layouts run on the host. */
+/* Private to src/tensor/cuda: what the implicit-GEMM convolution
+ * (cuda_conv.cu) shares with its host emulation: the precision modes, where
+ * a block's x comes from, the kernel arguments, the staged-x layout, the
+ * pre-activation and the PTX pieces. Built with CHOIR_IG_EMU
+ * (tests/cuda/emu/conv_emu.cpp) the PTX pieces are left out: the host
+ * emulation gives twins of the same names, so the kernels' index math and
+ * fragment layouts run on the host. */
 #ifndef CHOIR_CUDA_CONV_IG_H
 #define CHOIR_CUDA_CONV_IG_H
 
@@ -18,8 +18,23 @@
 
 enum { IG_BF16 = 0, IG_TF32 = 1, IG_TF32X3 = 2 };
 
+/* Where a block's x tile comes from: x itself through registers (PLAIN),
+ * x through registers with AdaIN's affine and Snake applied as it is staged
+ * (PRO, the fused pre-activation), or the prepass's buffer by cp.async
+ * (PRE: snake(adain(x)) already rounded to the product's operands, laid out
+ * as the staged rows; see IG_XP_FRAME). */
+enum { IG_X_PLAIN = 0, IG_X_PRO = 1, IG_X_PRE = 2 };
+
+/* The prepass's buffer, per item [nchunk][T][IG_XP_FRAME bytes]: one frame
+ * of a chunk's channels is the 32 bytes a staged row holds (16 bf16, or 8
+ * f32 words, TF32-rounded in the tf32 mode), zeros past the item's valid
+ * length and past Cin, so that a block brings a row with two 16-byte
+ * cp.async and frames outside [0, T) as zero fill. */
+#define IG_XP_FRAME 32
+
 struct ig_args {
-    const float *x;        /* [B, Cin, T] */
+    const float *x;        /* [B, Cin, T] (PLAIN, PRO) */
+    const void *xp;        /* [B][nchunk][T][IG_XP_FRAME bytes] (PRE) */
     const void *wp;        /* packed weight [Mpad][nchunk][K][CK] */
     const float *bias;     /* [Cout] or NULL */
     const int32_t *out_lens, *in_lens;
@@ -97,6 +112,18 @@ static __device__ __forceinline__ void ig_cp_commit() {
 template <int N> static __device__ __forceinline__ void ig_cp_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
+/* the same with zero fill: 16 bytes from src where `in`, else 16 zeros (src
+ * is not read then but must be a valid address) */
+static __device__ __forceinline__ void ig_cp_async16_zfill(uint32_t dst, const void *src, bool in) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+                 "r"(in ? 16 : 0));
+}
+/* one staged frame (8 words) stored to global memory in two 16-byte stores */
+static __device__ __forceinline__ void ig_st_frame(void *dst, const uint32_t *w) {
+    uint4 *q = (uint4 *)dst;
+    q[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    q[1] = make_uint4(w[4], w[5], w[6], w[7]);
+}
 /* the line holding p brought into L2 (the epilogue's residual) */
 static __device__ __forceinline__ void ig_prefetch_l2(const void *p) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
@@ -116,13 +143,6 @@ static __device__ __forceinline__ void mma(float *c, const uint32_t *a, const ui
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-/* cuda_conv2.cu: whether the second kernel takes this convolution (the
- * context's switch on, its shared memory within the device's, 32-bit offsets
- * inside a piece), and its launch over the weight packed as the first
- * kernel's. */
-bool ig2_applies(const choir_cuda *cu, int mode, int64_t Cin, int64_t T, int64_t Cout,
-                 int64_t Tout, int K, int dil);
-int ig2_launch(choir_cuda *cu, int mode, const ig_args &a, int64_t B, choir_err *err);
 #endif /* CHOIR_IG_EMU */
 
 #endif

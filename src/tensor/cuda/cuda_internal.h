@@ -37,10 +37,12 @@ struct choir_cuda {
     bool tf32;
     /* choir_cuda_conv_path: which conv1d path choir_cuda_conv1d_batched takes */
     int conv_path;
-    /* the implicit convolutions take the second kernel (cuda_conv2.cu) where
-     * it applies, variant 1-4 (0: the first kernel): choir_cuda_conv_set_v2,
-     * CHOIR_CONV_V2=1..4 at init */
-    int conv_v2;
+    /* choir_cuda_conv_option bits of the implicit convolutions
+     * (choir_cuda_conv_set_options; CHOIR_CONV_PREPASS, CHOIR_CONV_WIDE,
+     * CHOIR_CONV_FAST_SIN at init), and the most scratch bytes the prepass's
+     * buffer takes at once (CHOIR_CONV_PREPASS_MB at init) */
+    unsigned conv_opts;
+    int64_t conv_prepass_bytes;
 };
 
 /* GELU (erf form) as choir_gelu_erf computes it, for every kernel that

@@ -1,13 +1,15 @@
-// The implicit-GEMM convolution kernels (k_ig_conv of src/tensor/cuda/cuda_conv.cu and k_ig2_conv
-// of cuda_conv2.cu) run on the host through warp_emu.h: both on the same inputs, in the three
-// precision modes, with and without the fused AdaIN + Snake pre-activation, a residual, pieces
-// of different lengths, channel counts that are not multiples of a chunk and Cout past one
-// 128-row tile. Prints, per case, how many outputs of the second kernel differ from the first's
-// (bit patterns; the emulation sums each mma in a fixed order, so the same products in the same
-// order give the same floats) and each kernel's relative L2 against a double reference over the
-// same rounded operands (only the f32 accumulation differs there), and how many outputs were
-// left unwritten (y starts as NaN). The kernel sources are included whole with CHOIR_IG_EMU
-// (their host halves and PTX pieces left out); twins of the PTX pieces are here.
+// The implicit-GEMM convolution (k_ig_conv of src/tensor/cuda/cuda_conv.cu, and its prepass
+// k_ig_prepass) run on the host through warp_emu.h: every configuration the options pick
+// (choir_cuda_conv_set_options) on the same inputs, in the three precision modes, with and
+// without the fused AdaIN + Snake pre-activation, a residual, pieces of different lengths,
+// channel counts that are not multiples of a chunk and Cout past one 128-row tile. Prints, per
+// case, how many outputs of the configurations that should equal the default's bit for bit
+// (wide, and the prepass in its stages and shapes) differ from it (bit patterns; the emulation
+// sums each mma in a fixed order, so the same products in the same order give the same floats),
+// each configuration's relative L2 against a double reference over the same rounded operands
+// (only the f32 accumulation differs there), and how many outputs were left unwritten (y starts
+// as NaN). The kernel sources are included whole with CHOIR_IG_EMU (their host halves and PTX
+// pieces left out); twins of the PTX pieces are here.
 //
 //   conv_emu MODE(0 bf16, 1 tf32, 2 tf32x3) PRO B CIN COUT T K DIL RESIDUAL
 #define CHOIR_IG_EMU 1
@@ -34,6 +36,11 @@ static inline void ldsm_x4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &
     r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
 }
 static inline void ig_cp_async16(uint32_t dst, const void *src) { memcpy(g_emu_smem + dst, src, 16); }
+static inline void ig_cp_async16_zfill(uint32_t dst, const void *src, bool in) {
+    if (in) memcpy(g_emu_smem + dst, src, 16);
+    else memset(g_emu_smem + dst, 0, 16);
+}
+static inline void ig_st_frame(void *dst, const uint32_t *w) { memcpy(dst, w, 32); }
 static inline void ig_cp_commit() {}
 template <int N> static inline void ig_cp_wait() {}
 static inline void ig_prefetch_l2(const void *) {}
@@ -68,7 +75,6 @@ template <int MODE> static inline void mma(float *c, const uint32_t *a, const ui
 }
 
 #include "tensor/cuda/cuda_conv.cu"
-#include "tensor/cuda/cuda_conv2.cu"
 
 static uint64_t rng = 88172645463325252ull;
 static float rnd(float lo, float hi) {
@@ -76,32 +82,55 @@ static float rnd(float lo, float hi) {
     return lo + (hi - lo) * (float)((rng >> 11) * (1.0 / 9007199254740992.0));
 }
 
-template <int MODE, bool PRO> static void run_v1(const ig_args &a, int B) {
-    const int64_t tt = (a.Tout + IG_BN - 1) / IG_BN;
-    launch({(int)(tt * a.mtiles), 1, B}, IG_THREADS(MODE), [&] { k_ig_conv<MODE, PRO>(a); });
-}
-// the second kernel's variants as ig2_pick takes them (cuda_conv2.cu): 1 8 warps over 256 frames,
-// 2 4 warps over 128, 3 and 4 the same with Snake's sin by the SFU (fused bf16 / tf32 only);
-// tf32x3 has one shape
-template <int MODE, bool PRO, bool FAST> static void run_v2(const ig_args &a, int B, int variant) {
-    if constexpr (MODE == IG_TF32X3) {
-        const int64_t tt = (a.Tout + 127) / 128;
-        launch({(int)(tt * a.mtiles), 1, B}, 512, [&] { k_ig2_conv<MODE, PRO, 2, 4, 4, 4, false>(a); });
-    } else if (variant == 2 || variant == 4) {
-        const int64_t tt = (a.Tout + 127) / 128;
-        launch({(int)(tt * a.mtiles), 1, B}, 128, [&] { k_ig2_conv<MODE, PRO, 4, 8, 2, 2, FAST>(a); });
-    } else {
-        const int64_t tt = (a.Tout + 255) / 256;
-        launch({(int)(tt * a.mtiles), 1, B}, 256, [&] { k_ig2_conv<MODE, PRO, 4, 8, 2, 4, FAST>(a); });
-    }
+// The configurations, as ig_plan_for picks them (cuda_conv.cu): 0 the default; 1 wide (128 x 256,
+// three weight stages, x two chunks ahead); 2 wide with the SFU's sin; 3 the default with it; 4-7
+// the prepass, then the convolution from its frames in the default shape with two stages, three,
+// the wide shape with three, and the default with three after a prepass with the SFU's sin.
+enum { NCONF = 8 };
+static const char *conf_name[NCONF] = {"v1", "wide", "wide-fs", "fs", "pre2", "pre3", "pre-wide", "pre-fs"};
+static bool conf_fast(int v) { return v == 2 || v == 3 || v == 7; }
+static bool conf_applies(int mode, bool pro, int v) {
+    if (v >= 2 && !pro) return false;
+    if (mode == IG_TF32X3 && (v == 1 || v == 2 || v == 3 || v == 6 || v == 7)) return false;
+    return true;
 }
 
-template <int MODE, bool PRO> static void run(ig_args a, int B, int v) {
-    if (v == 0) run_v1<MODE, PRO>(a, B);
-    else if constexpr (MODE != IG_TF32X3 && PRO) {
-        if (v >= 3) run_v2<MODE, PRO, true>(a, B, v);
-        else run_v2<MODE, PRO, false>(a, B, v);
-    } else run_v2<MODE, PRO, false>(a, B, v);
+template <int MODE, int XSRC, int SHAPE, int STAGES, bool FAST> static void conv(const ig_args &a, int B) {
+    const int64_t tt = (a.Tout + IG_BN(SHAPE) - 1) / IG_BN(SHAPE);
+    launch({(int)(tt * a.mtiles), 1, B}, IG_THREADS(MODE, SHAPE), [&] { k_ig_conv<MODE, XSRC, SHAPE, STAGES, FAST>(a); });
+}
+
+template <int MODE, bool FAST> static void prepass(const ig_args &a, int B, void *xp) {
+    blockDim = {64, 1, 1};
+    launch({(int)((a.T + 255) / 256), B * a.nchunk, 1}, 64,
+           [&] { k_ig_prepass<MODE, FAST>(a.x, a.coef, a.in_lens, a.Cin, a.T, a.nchunk, xp); });
+    blockDim = {1, 1, 1};
+}
+
+template <int MODE, bool PRO> static void run(ig_args a, int B, int v, std::vector<uint32_t> &xp) {
+    constexpr int D = IG_SHAPE_DEFAULT, W = IG_SHAPE_WIDE;
+    constexpr int X = PRO ? IG_X_PRO : IG_X_PLAIN;
+    if (v == 0) return conv<MODE, X, D, 2, false>(a, B);
+    if constexpr (MODE != IG_TF32X3) {
+        if (v == 1) return conv<MODE, X, W, 3, false>(a, B);
+    }
+    if constexpr (PRO && MODE != IG_TF32X3) {
+        if (v == 2) return conv<MODE, X, W, 3, true>(a, B);
+        if (v == 3) return conv<MODE, X, D, 2, true>(a, B);
+        if (v == 7) {
+            prepass<MODE, true>(a, B, xp.data());
+            a.xp = xp.data(), a.x = nullptr, a.coef = nullptr, a.in_lens = nullptr;
+            return conv<MODE, IG_X_PRE, D, 3, false>(a, B);
+        }
+    }
+    if constexpr (PRO) {
+        prepass<MODE, false>(a, B, xp.data());
+        a.xp = xp.data(), a.x = nullptr, a.coef = nullptr, a.in_lens = nullptr;
+        if (v == 4) return conv<MODE, IG_X_PRE, D, 2, false>(a, B);
+        if (v == 5) return conv<MODE, IG_X_PRE, D, 3, false>(a, B);
+        if constexpr (MODE != IG_TF32X3)
+            if (v == 6) return conv<MODE, IG_X_PRE, W, 3, false>(a, B);
+    }
 }
 
 static float round_mode(int mode, float v) {
@@ -148,17 +177,18 @@ int main(int argc, char **argv) {
     else if (mode == IG_TF32) k_ig_pack<IG_TF32>(w.data(), Cout, Cin, K, nchunk, npack, wp.data());
     else k_ig_pack<IG_TF32X3>(w.data(), Cout, Cin, K, nchunk, npack, wp.data());
 
-    // y[0]: the first kernel; y[1..4]: the second's variants (tf32x3 has one)
-    const int nv = mode == IG_TF32X3 ? 2 : 5;
-    std::vector<float> y[5];
-    for (int v2 = 0; v2 < nv; v2++) {
-        y[v2] = has_res ? res : std::vector<float>(res.size(), NAN);
-        ig_args a = {x.data(), wp.data(), bias.data(), out_lens.data(), pro ? in_lens.data() : nullptr,
-                     pro ? coef.data() : nullptr, has_res ? y[v2].data() : nullptr, y[v2].data(),
+    // y[v]: configuration v (those that apply)
+    std::vector<float> y[NCONF];
+    std::vector<uint32_t> xp((size_t)B * nchunk * T * IG_XP_FRAME / 4, 0xdeadbeefu);
+    for (int v = 0; v < NCONF; v++) {
+        if (!conf_applies(mode, pro, v)) continue;
+        y[v] = has_res ? res : std::vector<float>(res.size(), NAN);
+        ig_args a = {x.data(), nullptr, wp.data(), bias.data(), out_lens.data(), pro ? in_lens.data() : nullptr,
+                     pro ? coef.data() : nullptr, has_res ? y[v].data() : nullptr, y[v].data(),
                      Cin, T, Cout, Tout, K, dil, pad, nchunk, mtiles};
-        if (mode == IG_BF16) pro ? run<IG_BF16, true>(a, B, v2) : run<IG_BF16, false>(a, B, v2);
-        else if (mode == IG_TF32) pro ? run<IG_TF32, true>(a, B, v2) : run<IG_TF32, false>(a, B, v2);
-        else pro ? run<IG_TF32X3, true>(a, B, v2) : run<IG_TF32X3, false>(a, B, v2);
+        if (mode == IG_BF16) pro ? run<IG_BF16, true>(a, B, v, xp) : run<IG_BF16, false>(a, B, v, xp);
+        else if (mode == IG_TF32) pro ? run<IG_TF32, true>(a, B, v, xp) : run<IG_TF32, false>(a, B, v, xp);
+        else pro ? run<IG_TF32X3, true>(a, B, v, xp) : run<IG_TF32X3, false>(a, B, v, xp);
     }
     // the reference: the kernels' staged operands (pre-activation as adain_snake, the mode's
     // rounding; tf32x3 exact), summed in double
@@ -173,8 +203,10 @@ int main(int argc, char **argv) {
             }
     std::vector<double> wq(w.size());
     for (size_t i = 0; i < w.size(); i++) wq[i] = mode == IG_BF16 ? bf2f(w16[i]) : round_mode(mode, w[i]);
-    double num[5] = {0, 0, 0, 0, 0}, den = 0;
-    long differ = 0, unwritten = 0;
+    double num[NCONF] = {}, den = 0;
+    long differ = 0, same_total = 0, unwritten = 0;
+    for (int v = 1; v < NCONF; v++)
+        if (conf_applies(mode, pro, v) && !conf_fast(v)) same_total += (long)res.size();
     for (int b = 0; b < B; b++)
         for (int co = 0; co < Cout; co++)
             for (int t = 0; t < Tout; t++) {
@@ -191,18 +223,19 @@ int main(int argc, char **argv) {
                 size_t i = ((size_t)b * Cout + co) * Tout + t;
                 if (has_res) r += res[i];
                 den += r * r;
-                for (int v = 0; v < nv; v++) {
+                for (int v = 0; v < NCONF; v++) {
+                    if (!conf_applies(mode, pro, v)) continue;
                     if (!std::isfinite(y[v][i])) { unwritten++; continue; }
                     num[v] += (y[v][i] - r) * (y[v][i] - r);
-                    if (v && v < 3 && __float_as_uint(y[0][i]) != __float_as_uint(y[v][i])) differ++;
+                    if (v && !conf_fast(v) && __float_as_uint(y[0][i]) != __float_as_uint(y[v][i])) differ++;
                 }
             }
     static const char *names[] = {"bf16", "tf32", "tf32x3"};
     double d = den > 0 ? den : 1;
-    printf("conv %-6s pro=%d B=%d %d->%d T=%d k%d d%d res=%d: v2 differs from v1 in %ld of %zu; "
-           "rel_l2 v1 %.3e v2 %.3e v2b %.3e v2f %.3e v2bf %.3e unwritten %ld\n",
-           names[mode], pro, B, Cin, Cout, T, K, dil, has_res, differ,
-           (size_t)(nv > 2 ? 2 : 1) * res.size(), sqrt(num[0] / d), sqrt(num[1] / d),
-           sqrt(num[2] / d), sqrt(num[3] / d), sqrt(num[4] / d), unwritten);
+    printf("conv %-6s pro=%d B=%d %d->%d T=%d k%d d%d res=%d: differ from v1 in %ld of %ld; rel_l2",
+           names[mode], pro, B, Cin, Cout, T, K, dil, has_res, differ, same_total);
+    for (int v = 0; v < NCONF; v++)
+        if (conf_applies(mode, pro, v)) printf(" %s%s %.3e", conf_name[v], conf_fast(v) ? "(fast)" : "", sqrt(num[v] / d));
+    printf(" unwritten %ld\n", unwritten);
     return 0;
 }

@@ -1297,7 +1297,9 @@ FAKE_WEAK int choir_cuda_conv1d_batched(choir_cuda *cu, const float *x, int64_t 
 }
 /* The host has one convolution path: the choice is accepted and ignored. */
 void choir_cuda_conv_set_path(choir_cuda *cu, choir_cuda_conv_path path) { (void)cu, (void)path; }
-void choir_cuda_conv_set_v2(choir_cuda *cu, int variant) { (void)cu, (void)variant; }
+void choir_cuda_conv_set_options(choir_cuda *cu, unsigned options) { (void)cu, (void)options; }
+unsigned choir_cuda_conv_get_options(const choir_cuda *cu) { (void)cu; return 0u; }
+void choir_cuda_conv_set_prepass_bytes(choir_cuda *cu, int64_t bytes) { (void)cu, (void)bytes; }
 FAKE_WEAK int choir_cuda_conv1d_adain_snake(choir_cuda *cu, const float *x, int64_t B,
                                             int64_t Cin, int64_t T,
                                             const choir_cuda_adain_snake *pre,
