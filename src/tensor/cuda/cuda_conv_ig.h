@@ -1,7 +1,8 @@
 /* Private to src/tensor/cuda: what the implicit-GEMM convolution
  * (cuda_conv.cu) shares with its host emulation: the precision modes, where
- * a block's x comes from, the kernel arguments, the staged-x layout, the
- * pre-activation and the PTX pieces. Built with CHOIR_IG_EMU
+ * a block's x comes from, the kernel arguments, the staged-x layout and its
+ * words, the pre-activation, the PTX pieces, and the host functions
+ * cuda_conv_adain.cu takes from cuda_conv.cu. Built with CHOIR_IG_EMU
  * (tests/cuda/emu/conv_emu.cpp) the PTX pieces are left out: the host
  * emulation gives twins of the same names, so the kernels' index math and
  * fragment layouts run on the host. */
@@ -17,6 +18,10 @@
 #define IG_COEF 8  /* floats per (item, channel) of the pre-activation */
 
 enum { IG_BF16 = 0, IG_TF32 = 1, IG_TF32X3 = 2 };
+
+#define GRID_STRIDE(i, n)                                                                          \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                      \
+         i += (int64_t)gridDim.x * blockDim.x)
 
 /* Where a block's x tile comes from: x itself through registers (PLAIN),
  * x through registers with AdaIN's affine and Snake applied as it is staged
@@ -83,6 +88,7 @@ static __device__ __forceinline__ void ig_slot(int s, int tid, int &r, int &w) {
 #ifndef CHOIR_IG_EMU
 #include <cuda_bf16.h>
 
+#include "choir/cuda_audio.h"
 #include "tensor/cuda/cuda_internal.h"
 
 static __device__ __forceinline__ uint32_t to_tf32(float v) {
@@ -143,6 +149,31 @@ static __device__ __forceinline__ void mma(float *c, const uint32_t *a, const ui
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+/* Host side shared by cuda_conv.cu (the convolution) and cuda_conv_adain.cu
+ * (the fused AdaIN + Snake operation): the mode of a weight in this context,
+ * the packed weight's bytes, the geometry of a convolution into *a with the
+ * weight laid out at wp (Tout <= 0 or no items: a->Tout 0, nothing
+ * launched), and the convolution's launch with x from XSRC (IG_X_*) as the
+ * context's options pick its shape and stages. */
+int ig_mode(const choir_cuda *cu, choir_cuda_conv_weight w);
+size_t ig_pack_bytes(int mode, int64_t Cin, int64_t Cout, int64_t K);
+int ig_setup(choir_cuda *cu, int mode, int64_t B, int64_t Cin, int64_t T,
+             choir_cuda_conv_weight weight, int64_t Cout, int64_t K, int padding, int dilation,
+             void *wp, ig_args *a, choir_err *err);
+int ig_launch(choir_cuda *cu, int mode, int xsrc, const ig_args &a, int64_t B, choir_err *err);
 #endif /* CHOIR_IG_EMU */
+
+/* A staged word of v[0..VPW) in the mode's operand format: two bf16
+ * (channel pair, the first in the low half), a TF32-rounded f32 or an f32. */
+template <int MODE> static __device__ __forceinline__ uint32_t ig_word(const float *v) {
+    if constexpr (MODE == IG_BF16) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(v[0], v[1]);
+        return *(uint32_t *)&h;
+    } else if constexpr (MODE == IG_TF32) {
+        return to_tf32(v[0]);
+    } else {
+        return __float_as_uint(v[0]);
+    }
+}
 
 #endif

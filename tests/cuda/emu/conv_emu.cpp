@@ -1,15 +1,15 @@
 // The implicit-GEMM convolution (k_ig_conv of src/tensor/cuda/cuda_conv.cu, and its prepass
-// k_ig_prepass) run on the host through warp_emu.h: every configuration the options pick
-// (choir_cuda_conv_set_options) on the same inputs, in the three precision modes, with and
-// without the fused AdaIN + Snake pre-activation, a residual, pieces of different lengths,
+// k_ig_prepass of cuda_conv_adain.cu) run on the host through warp_emu.h: every configuration the
+// options pick (choir_cuda_conv_set_options) on the same inputs, in the three precision modes, with
+// and without the fused AdaIN + Snake pre-activation, a residual, pieces of different lengths,
 // channel counts that are not multiples of a chunk and Cout past one 128-row tile. Prints, per
-// case, how many outputs of the configurations that should equal the default's bit for bit
-// (wide, and the prepass in its stages and shapes) differ from it (bit patterns; the emulation
-// sums each mma in a fixed order, so the same products in the same order give the same floats),
-// each configuration's relative L2 against a double reference over the same rounded operands
-// (only the f32 accumulation differs there), and how many outputs were left unwritten (y starts
-// as NaN). The kernel sources are included whole with CHOIR_IG_EMU (their host halves and PTX
-// pieces left out); twins of the PTX pieces are here.
+// case, how many outputs of the configurations that should equal the default's bit for bit (wide,
+// and the prepass in its stages and shapes) differ from it (bit patterns; the emulation sums each
+// mma in a fixed order, so the same products in the same order give the same floats), each
+// configuration's relative L2 against a double reference over the same rounded operands (only the
+// f32 accumulation differs there), and how many outputs were left unwritten (y starts as NaN). The
+// kernel sources are included whole with CHOIR_IG_EMU (their host halves and PTX pieces left out);
+// twins of the PTX pieces are here.
 //
 //   conv_emu MODE(0 bf16, 1 tf32, 2 tf32x3) PRO B CIN COUT T K DIL RESIDUAL
 #define CHOIR_IG_EMU 1
@@ -75,6 +75,7 @@ template <int MODE> static inline void mma(float *c, const uint32_t *a, const ui
 }
 
 #include "tensor/cuda/cuda_conv.cu"
+#include "tensor/cuda/cuda_conv_adain.cu"
 
 static uint64_t rng = 88172645463325252ull;
 static float rnd(float lo, float hi) {
