@@ -112,7 +112,8 @@ typedef struct choir_cuda_adain_snake {
 /* y = residual + conv1d(snake(adain(x))) with stride 1 (Tout = T + 2 padding
  * - dilation (K - 1)): AdaIN's statistics in one pass over x (double sums),
  * then the implicit-GEMM convolution applying AdaIN's affine and Snake to x
- * as it stages it (the activation is never stored). bias [Cout] or NULL;
+ * as it stages it (the activation is never stored; with
+ * CHOIR_CUDA_CONV_PREPASS written once first, then convolved). bias [Cout] or NULL;
  * out_lens as choir_cuda_conv1d_batched (y is residual there, or 0);
  * residual [B, Cout, Tout] or NULL, and y may alias it (not x). Precision
  * as the implicit path of choir_cuda_conv1d_batched. CHOIR_EUNSUPPORTED
