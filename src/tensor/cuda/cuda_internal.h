@@ -3,6 +3,7 @@
 #define CHOIR_CUDA_INTERNAL_H
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "choir/cuda.h"
@@ -50,6 +51,40 @@ struct choir_cuda {
 __device__ __forceinline__ float cuda_gelu_erf(float x) {
     return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
 }
+
+/* --- the GEMVs' epilogue (cuda_linear.cu's dense GEMVs and the 8-bit one of
+ * cuda_linear_q8.cu; tests/cuda/emu/run_q8_emu.sh cuts this block out) --- */
+/* What a GEMV does with each product (bias added): write it, add it into
+ * y, or write its GELU. */
+#define GEMV_WRITE 0
+#define GEMV_ACCUMULATE 1
+#define GEMV_GELU 2
+
+/* The value a GEMV writes for product s of output (m, r): bias added, then
+ * written, added into y or passed through GELU. */
+__device__ __forceinline__ float gemv_out(float s, const float *__restrict__ bias, int64_t r,
+                                          float *yo, int epilogue) {
+    float v = s + (bias ? bias[r] : 0.0f);
+    return epilogue == GEMV_ACCUMULATE ? *yo + v : epilogue == GEMV_GELU ? cuda_gelu_erf(v) : v;
+}
+
+/* Output (m, r) of a stacked GEMV: written to *yo by the epilogue and, when
+ * st has a destination, also stored as row st->pos[m] of slot st->slot[m]
+ * (bf16 or f32: a layer's keys or values going into their cache). */
+__device__ __forceinline__ void gemv_out_store(float s, const float *__restrict__ bias, int64_t r,
+                                               float *yo, int epilogue, const choir_cuda_rows_out *st,
+                                               int m) {
+    float v = gemv_out(s, bias, r, yo, epilogue);
+    *yo = v;
+    if (st->dst) {
+        int64_t at = (int64_t)(st->slot ? st->slot[m] : m) * st->slot_stride + (int64_t)st->pos[m] * st->ld + r;
+        if (st->bf16)
+            ((__nv_bfloat16 *)st->dst)[at] = __float2bfloat16_rn(v);
+        else
+            ((float *)st->dst)[at] = v;
+    }
+}
+/* --- end of the GEMVs' epilogue --- */
 
 /* The sum of v over the block; every thread gets it. `red` holds 32 values
  * of shared memory, reused by consecutive calls. float and double (the RMS

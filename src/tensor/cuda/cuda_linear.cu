@@ -15,11 +15,7 @@
  * weight once and keep one accumulator per row in registers. */
 #define GEMV_MAX_ROWS 8
 #define GEMV_WARPS 4
-/* What the dense GEMV does with each product (bias added): write it, add it
- * into y, or write its GELU. */
-#define GEMV_WRITE 0
-#define GEMV_ACCUMULATE 1
-#define GEMV_GELU 2
+/* Its epilogues: GEMV_WRITE, GEMV_ACCUMULATE, GEMV_GELU (cuda_internal.h). */
 
 __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
@@ -164,14 +160,6 @@ __device__ __forceinline__ void gemv_dot(const float *x, int M, const T *const (
     }
 }
 
-/* The value a GEMV writes for product s of output (m, r): bias added, then
- * written, added into y or passed through GELU. */
-__device__ __forceinline__ float gemv_out(float s, const float *__restrict__ bias, int64_t r,
-                                          float *yo, int epilogue) {
-    float v = s + (bias ? bias[r] : 0.0f);
-    return epilogue == GEMV_ACCUMULATE ? *yo + v : epilogue == GEMV_GELU ? cuda_gelu_erf(v) : v;
-}
-
 /* NR output rows a warp (consecutive), GEMV_WARPS warps a block, the warps
  * striding over the rows by the grid (a grid that covers them: one group
  * a warp; a smaller, persistent one: each warp's next row loaded while it
@@ -308,18 +296,8 @@ __global__ void __launch_bounds__(NORM_LINEAR_THREADS)
                 if (m >= M) break;
                 float s = warp_sum(acc[j][m]);
                 if (lane == 0) {
-                    float *yo = a.y[i] + (int64_t)m * rows[j] + rr[j];
-                    float v = gemv_out(s, a.bias[i], rr[j], yo, epilogue);
-                    *yo = v;
-                    const choir_cuda_rows_out *st = &a.store[i];
-                    if (st->dst) {
-                        int64_t at = (int64_t)(st->slot ? st->slot[m] : m) * st->slot_stride +
-                                     (int64_t)st->pos[m] * st->ld + rr[j];
-                        if (st->bf16)
-                            ((__nv_bfloat16 *)st->dst)[at] = __float2bfloat16_rn(v);
-                        else
-                            ((float *)st->dst)[at] = v;
-                    }
+                    gemv_out_store(s, a.bias[i], rr[j], a.y[i] + (int64_t)m * rows[j] + rr[j], epilogue,
+                                   &a.store[i], m);
                 }
             }
         }

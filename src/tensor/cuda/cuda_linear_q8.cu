@@ -216,20 +216,8 @@ __global__ void __launch_bounds__(Q8_THREADS)
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
             if (lane == 0) {
-                float *yo = a.y[i] + (int64_t)m * rows + rr[j];
-                float v = s + (a.bias[i] ? a.bias[i][rr[j]] : 0.0f);
-                if (a.epilogue == 1) v = *yo + v;
-                else if (a.epilogue == 2) v = cuda_gelu_erf(v);
-                *yo = v;
-                const choir_cuda_rows_out *st = &a.store[i];
-                if (st->dst) {
-                    int64_t at = (int64_t)(st->slot ? st->slot[m] : m) * st->slot_stride +
-                                 (int64_t)st->pos[m] * st->ld + rr[j];
-                    if (st->bf16)
-                        ((__nv_bfloat16 *)st->dst)[at] = __float2bfloat16_rn(v);
-                    else
-                        ((float *)st->dst)[at] = v;
-                }
+                gemv_out_store(s, a.bias[i], rr[j], a.y[i] + (int64_t)m * rows + rr[j], a.epilogue,
+                               &a.store[i], m);
             }
         }
     }

@@ -15,7 +15,9 @@ mkdir -p "$OUT"
 python3 - "$SRC/src/tensor/cuda/cuda_linear_q8.cu" "$OUT/q8_kern.inc" <<'PY'
 import re, sys
 s = open(sys.argv[1]).read()
-t = s[s.index('struct q8_args {'):s.index('/* --- host side')]
+h = open(sys.argv[1].replace('cuda_linear_q8.cu', 'cuda_internal.h')).read()
+e = h[h.index("/* --- the GEMVs' epilogue"):h.index("/* --- end of the GEMVs' epilogue")]
+t = e + s[s.index('struct q8_args {'):s.index('/* --- host side')]
 t = re.sub(r'__device__ __forceinline__ uint4 q8_ld\(.*?\n}\n', '', t, flags=re.S)
 t = t.replace('extern __shared__ float4 q8_xs4[];', 'float4 *q8_xs4 = g_dyn.data();')
 assert 'asm(' not in t
