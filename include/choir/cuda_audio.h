@@ -230,6 +230,14 @@ int choir_cuda_bilstm(choir_cuda *cu, const float *x, int64_t B, int64_t T, int6
                       const int32_t *lens, float *scratch, float *y, choir_err *err);
 /* Floats of scratch choir_cuda_bilstm needs. */
 int64_t choir_cuda_bilstm_scratch_floats(int64_t B, int64_t T, int64_t H);
+/* on: choir_cuda_bilstm runs its T steps as one cooperative kernel (2H / 4
+ * blocks of 256 threads, each holding 4 hidden units' W_hh rows in shared
+ * memory, a grid-wide barrier a step) instead of T launches of the step
+ * kernel; where that launch cannot run (no cooperative launch, the blocks not
+ * all resident, H not a multiple of 4) the step kernel runs, with one warning
+ * per context. Same results to float summation order. Off by default
+ * (CHOIR_KOKORO_LSTM_PERSIST=1 at choir_cuda_init turns it on). */
+void choir_cuda_lstm_set_persist(choir_cuda *cu, bool on);
 
 #ifdef __cplusplus
 }

@@ -1846,20 +1846,36 @@ static void check_nsf_source(void) {
     case_end();
 }
 
-static void check_bilstm(void) {
+/* persist: the recurrence as one cooperative kernel (choir_cuda_lstm_set_persist,
+ * CHOIR_KOKORO_LSTM_PERSIST=1); B 34 takes two of its staged chunks of 32 pieces. */
+static void check_bilstm_at(int64_t B, int64_t T, int64_t In, int64_t H, bool persist) {
     case_begin();
-    int64_t B = 3, T = 60, In = 40, H = 32, G = 4 * H;
+    const int64_t G = 4 * H;
     float *x = hvec(B * T * In, -1, 1), *wih = hvec(2 * G * In, -0.3f, 0.3f);
     float *whh = hvec(2 * G * H, -0.3f, 0.3f), *bias = hvec(2 * G, -0.2f, 0.2f);
-    int32_t lens[3] = {60, 3, 41};
+    int32_t *lens = hmem((size_t)B * sizeof(int32_t));
+    for (int64_t b = 0; b < B; b++) lens[b] = b == 0 ? (int32_t)T : (int32_t)(1 + (b * 37) % T);
+    if (B == 3) lens[1] = 3, lens[2] = 41;
     float *ref = hmem((size_t)(B * T * 2 * H) * 4), *dy = dzero(B * T * 2 * H);
     float *dx = dvec(x, B * T * In), *dwih = dvec(wih, 2 * G * In), *dwhh = dvec(whh, 2 * G * H);
     float *dbias = dvec(bias, 2 * G);
-    int32_t *dlens = dput(lens, sizeof lens);
+    int32_t *dlens = dput(lens, (size_t)B * sizeof(int32_t));
     choir_op_bilstm(g_cs, x, B, T, In, H, wih, whh, bias, lens, ref);
+    choir_cuda_lstm_set_persist(choir_backend_cuda_context(g_gpu), persist);
     choir_op_bilstm(g_gs, dx, B, T, In, H, dwih, dwhh, dbias, dlens, dy);
-    cmp("bilstm with lengths", dy, ref, B * T * 2 * H, 1e-4);
+    choir_stream_sync(g_gs, NULL);
+    choir_cuda_lstm_set_persist(choir_backend_cuda_context(g_gpu), false);
+    char name[96];
+    snprintf(name, sizeof name, "bilstm with lengths, B %lld T %lld H %lld%s", (long long)B,
+             (long long)T, (long long)H, persist ? ", persistent" : "");
+    cmp(name, dy, ref, B * T * 2 * H, 1e-4);
     case_end();
+}
+
+static void check_bilstm(void) {
+    check_bilstm_at(3, 60, 40, 32, false);
+    check_bilstm_at(3, 60, 40, 32, true);
+    check_bilstm_at(34, 50, 64, 256, true);
 }
 
 static void check_istft(void) {

@@ -5,10 +5,14 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
 #include "choir/cuda_audio.h"
+#include "choir/log.h"
 #include "tensor/cuda/cuda_internal.h"
+
+namespace cg = cooperative_groups;
 
 #define AU_THREADS 256
 #define NORM_THREADS 256
@@ -560,6 +564,163 @@ __global__ void k_lstm_step(const float *__restrict__ gates, const float *__rest
     }
 }
 
+/* The whole recurrence in one cooperative launch (CHOIR_KOKORO_LSTM_PERSIST=1,
+ * choir_cuda_lstm_set_persist): the step kernel above is latency-bound (64
+ * blocks of 8 warps, each warp walking the B pieces one after another with a
+ * shuffle reduction per piece and gate), ~80 us a step at B 32, H 256, and
+ * Kokoro's front runs ~5 T + L of them. Here block i owns LP_UNITS hidden
+ * units of one direction, keeps their four W_hh rows in shared memory for all
+ * T steps, and a step is: stage the running pieces' previous h of that
+ * direction (read from y, past L1: other blocks wrote it) into shared
+ * memory, LP_CHUNK pieces at a time; every (piece, unit) pair's four dot
+ * products by LP_KSPLIT lanes (k strided, two shuffles to combine); the cell
+ * update; then a grid-wide barrier. 2H / LP_UNITS blocks, all resident (the
+ * cooperative launch refuses otherwise and the step kernel runs instead). */
+#define LP_UNITS 4
+#define LP_CHUNK 32
+#define LP_KSPLIT 4
+#define LP_THREADS (LP_UNITS * LP_CHUNK * LP_KSPLIT) /* 512: 16 warps */
+
+/* The emulation (tests/cuda/emu/lstm_emu.cpp) cuts from here to LP_END. */
+__global__ void __launch_bounds__(LP_THREADS)
+    k_lstm_persist(const float *__restrict__ gates, const float *__restrict__ w_hh,
+                   float *__restrict__ cstate, float *y, const int32_t *__restrict__ lens, int B,
+                   int T, int H) {
+    extern __shared__ float lp_smem[];
+    float *ws = lp_smem;                    /* [LP_UNITS][H][4]: unit, k, gate */
+    float *hs = lp_smem + LP_UNITS * 4 * H; /* [LP_CHUNK][H + LP_KSPLIT]: pieces' previous h */
+    /* a row of H + 4 floats: the 32 lanes' (piece, k mod 4) fall in distinct banks */
+    const int HS = H + LP_KSPLIT, H4 = H / 4;
+    const int per_dir = H / LP_UNITS;
+    const int d = (int)blockIdx.x / per_dir, j0 = ((int)blockIdx.x % per_dir) * LP_UNITS;
+    const int64_t G = 4 * (int64_t)H;
+    const float *wd = w_hh + (int64_t)d * G * H;
+    for (int i = threadIdx.x; i < LP_UNITS * 4 * H; i += blockDim.x) {
+        const int g = i & 3, k = (i >> 2) % H, u = (i >> 2) / H;
+        ws[i] = wd[((int64_t)g * H + j0 + u) * H + k];
+    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int u = warp % LP_UNITS, p = lane % LP_KSPLIT;
+    /* the lane group's piece in a chunk */
+    const int bl = (warp / LP_UNITS) * (32 / LP_KSPLIT) + lane / LP_KSPLIT;
+    const int j = j0 + u;
+    const float4 *wu = (const float4 *)(ws + (int64_t)u * 4 * H);
+    cg::grid_group grid = cg::this_grid();
+    __syncthreads();
+    for (int s = 0; s < T; s++) {
+        for (int c0 = 0; c0 < B; c0 += LP_CHUNK) {
+            const int nc = B - c0 < LP_CHUNK ? B - c0 : LP_CHUNK;
+            if (s > 0) {
+#pragma unroll 4
+                for (int i = threadIdx.x; i < nc * H4; i += blockDim.x) {
+                    const int bb = i / H4, k4 = i - bb * H4, b = c0 + bb;
+                    const int len = lens ? lens[b] : T;
+                    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    if (s < len) {
+                        const int tp = d ? len - s : s - 1; /* the previous step's row */
+                        v = __ldcg((const float4 *)(y + ((int64_t)b * T + tp) * 2 * H +
+                                                    (int64_t)d * H) +
+                                   k4);
+                    }
+                    float2 *dst = (float2 *)(hs + bb * HS + 4 * k4);
+                    dst[0] = make_float2(v.x, v.y);
+                    dst[1] = make_float2(v.z, v.w);
+                }
+            }
+            __syncthreads();
+            const int b = c0 + bl;
+            const int len = bl < nc ? (lens ? lens[b] : T) : 0;
+            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+            if (s > 0 && s < len) {
+                const float *hr = hs + bl * HS;
+#pragma unroll 4
+                for (int k = p; k < H; k += LP_KSPLIT) {
+                    const float hv = hr[k];
+                    const float4 w4 = wu[k];
+                    a0 = fmaf(w4.x, hv, a0);
+                    a1 = fmaf(w4.y, hv, a1);
+                    a2 = fmaf(w4.z, hv, a2);
+                    a3 = fmaf(w4.w, hv, a3);
+                }
+            }
+#pragma unroll
+            for (int o = 1; o < LP_KSPLIT; o <<= 1) {
+                a0 += __shfl_xor_sync(0xffffffffu, a0, o);
+                a1 += __shfl_xor_sync(0xffffffffu, a1, o);
+                a2 += __shfl_xor_sync(0xffffffffu, a2, o);
+                a3 += __shfl_xor_sync(0xffffffffu, a3, o);
+            }
+            if (p == 0 && s < len) {
+                const int t = d ? len - 1 - s : s;
+                const float *gr = gates + ((int64_t)b * T + t) * 2 * G + (int64_t)d * G;
+                const float gi = sigmoid_f(gr[j] + a0);
+                const float gf = sigmoid_f(gr[H + j] + a1);
+                const float gg = tanhf(gr[2 * H + j] + a2);
+                const float go = sigmoid_f(gr[3 * H + j] + a3);
+                float *cp = cstate + ((int64_t)d * B + b) * H + j;
+                const float c = gf * *cp + gi * gg;
+                *cp = c;
+                y[((int64_t)b * T + t) * 2 * H + (int64_t)d * H + j] = go * tanhf(c);
+            }
+            __syncthreads(); /* hs is the next chunk's */
+        }
+        grid.sync();
+    }
+}
+
+static size_t lstm_persist_smem_floats(int64_t H) {
+    return (size_t)(LP_UNITS * 4 * H + LP_CHUNK * (H + LP_KSPLIT));
+}
+/* LP_END */
+
+static size_t lstm_persist_smem(int64_t H) { return lstm_persist_smem_floats(H) * sizeof(float); }
+
+/* The recurrence as k_lstm_persist: *ran false when it cannot run that way
+ * here (the caller takes the step kernel). 0 or the launch's error. */
+static int lstm_persist(choir_cuda *cu, const float *gates, const float *w_hh, float *cstate,
+                        float *y, const int32_t *lens, int64_t B, int64_t T, int64_t H, bool *ran,
+                        choir_err *err) {
+    *ran = false;
+    if (H % LP_UNITS || B > INT32_MAX || T > INT32_MAX) return 0;
+    const int blocks = (int)(2 * H / LP_UNITS);
+    const size_t smem = lstm_persist_smem(H);
+    int dev = 0, coop = 0, per_sm = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) != cudaSuccess || !coop ||
+        cudaFuncSetAttribute(k_lstm_persist, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_lstm_persist, LP_THREADS, smem) !=
+            cudaSuccess ||
+        (int64_t)per_sm * cu->props.sm_count < blocks) {
+        (void)cudaGetLastError();
+        if (!cu->lstm_persist_warned) {
+            cu->lstm_persist_warned = true;
+            CHOIR_LOGW("cuda: the persistent LSTM cannot run here (H %lld: %d blocks, %d a "
+                       "multiprocessor fit, cooperative launch %d); the step kernel runs",
+                       (long long)H, blocks, per_sm, coop);
+        }
+        return 0;
+    }
+    int Bi = (int)B, Ti = (int)T, Hi = (int)H;
+    void *args[] = {(void *)&gates, (void *)&w_hh, (void *)&cstate, (void *)&y,
+                    (void *)&lens,  (void *)&Bi,   (void *)&Ti,     (void *)&Hi};
+    cudaError_t ce = cudaLaunchCooperativeKernel((const void *)k_lstm_persist, dim3(blocks),
+                                                 dim3(LP_THREADS), args, smem, cu->stream);
+    if (ce == cudaErrorCooperativeLaunchTooLarge) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (ce != cudaSuccess)
+        return choir_err_set(err, CHOIR_EINTERNAL, "cuda: persistent bilstm launch: %s",
+                             cudaGetErrorString(ce));
+    *ran = true;
+    return 0;
+}
+
+void choir_cuda_lstm_set_persist(choir_cuda *cu, bool on) {
+    if (cu) cu->lstm_persist = on;
+}
+
 int64_t choir_cuda_bilstm_scratch_floats(int64_t B, int64_t T, int64_t H) {
     return B * T * 8 * H + 2 * B * H;
 }
@@ -589,6 +750,11 @@ int choir_cuda_bilstm(choir_cuda *cu, const float *x, int64_t B, int64_t T, int6
     rc = choir_cuda_gemm_f32(cu, false, true, rows, G2, In, 1.0f, x, In, w_ih, In, 1.0f, gates, G2,
                              err);
     if (rc) return rc;
+    if (cu->lstm_persist) {
+        bool ran = false;
+        if ((rc = lstm_persist(cu, gates, w_hh, cstate, y, lens, B, T, H, &ran, err)) || ran)
+            return rc;
+    }
     const unsigned blocks = (unsigned)((2 * H + LSTM_WARPS - 1) / LSTM_WARPS);
     for (int64_t s = 0; s < T; s++) {
         k_lstm_step<<<blocks, 32 * LSTM_WARPS, 0, cu->stream>>>(gates, w_hh, cstate, y, lens, B, T,

@@ -77,6 +77,9 @@ choir_cuda *choir_cuda_init(int device, choir_err *err) {
         if ((e = getenv("CHOIR_CONV_WIDE")) && !strcmp(e, "1")) cu->conv_opts |= CHOIR_CUDA_CONV_WIDE;
         if ((e = getenv("CHOIR_CONV_FAST_SIN")) && !strcmp(e, "1"))
             cu->conv_opts |= CHOIR_CUDA_CONV_FAST_SIN;
+        /* off by default: NOT RUN ON A GPU yet */
+        const char *lp = getenv("CHOIR_KOKORO_LSTM_PERSIST");
+        cu->lstm_persist = lp && lp[0] == '1' && !lp[1];
     }
     if ((st = cudaSetDevice(device)) != cudaSuccess) {
         choir_cuda_fail(err, st, "cudaSetDevice");

@@ -44,6 +44,10 @@ struct choir_cuda {
      * buffer takes at once (CHOIR_CONV_PREPASS_MB at init) */
     unsigned conv_opts;
     int64_t conv_prepass_bytes;
+    /* the BiLSTM's recurrence as one cooperative kernel (cuda_audio.cu):
+     * choir_cuda_lstm_set_persist, CHOIR_KOKORO_LSTM_PERSIST=1 at init;
+     * warned: the one log line when it cannot run here */
+    bool lstm_persist, lstm_persist_warned;
 };
 
 /* GELU (erf form) as choir_gelu_erf computes it, for every kernel that

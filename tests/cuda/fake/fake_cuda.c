@@ -1300,6 +1300,8 @@ void choir_cuda_conv_set_path(choir_cuda *cu, choir_cuda_conv_path path) { (void
 void choir_cuda_conv_set_options(choir_cuda *cu, unsigned options) { (void)cu, (void)options; }
 unsigned choir_cuda_conv_get_options(const choir_cuda *cu) { (void)cu; return 0u; }
 void choir_cuda_conv_set_prepass_bytes(choir_cuda *cu, int64_t bytes) { (void)cu, (void)bytes; }
+/* One LSTM on the host: the persistent kernel is the step kernel here. */
+void choir_cuda_lstm_set_persist(choir_cuda *cu, bool on) { (void)cu, (void)on; }
 FAKE_WEAK int choir_cuda_conv1d_adain_snake(choir_cuda *cu, const float *x, int64_t B,
                                             int64_t Cin, int64_t T,
                                             const choir_cuda_adain_snake *pre,
