@@ -884,10 +884,18 @@ static void r_lstm(kk_lstm *l, int in, int h) {
     }
 }
 
+/* CHOIR_KOKORO_LSTM_PERSIST as choir_cuda_init reads it: the setting the
+ * other cases run under. */
+static bool lstm_persist_env(void) {
+    const char *e = getenv("CHOIR_KOKORO_LSTM_PERSIST");
+    return e && strcmp(e, "1") == 0;
+}
+
 /* choir_cuda_bilstm on B padded sequences against choir_lstm (through
  * kk_bilstm) on each alone: packed-sequence semantics (each reverse pass
  * starts at its own last step), zero tails. Bound 1e-5 (f32 throughout). */
-static void check_bilstm_kernel(int64_t B, const int64_t *lens, int64_t In, int64_t H) {
+static void check_bilstm_kernel(int64_t B, const int64_t *lens, int64_t In, int64_t H,
+                                bool persist) {
     kk_lstm l;
     r_lstm(&l, (int)In, (int)H);
     int64_t T = 0;
@@ -897,8 +905,8 @@ static void check_bilstm_kernel(int64_t B, const int64_t *lens, int64_t In, int6
     float *wih = malloc((size_t)(8 * H * In) * sizeof(float));
     float *whh = malloc((size_t)(8 * H * H) * sizeof(float));
     float *bias = malloc((size_t)(8 * H) * sizeof(float));
-    float *ref[8];
-    int32_t lens32[8];
+    float *ref[40];
+    int32_t lens32[40];
     kk_ws *ws = kk_ws_create((int64_t)sizeof(float) * (4 * H * (T + 1) + 2 * H) + 4096, NULL);
     for (int d = 0; d < 2; d++) {
         memcpy(wih + d * 4 * H * In, l.w_ih[d], (size_t)(4 * H * In) * sizeof(float));
@@ -923,18 +931,20 @@ static void check_bilstm_kernel(int64_t B, const int64_t *lens, int64_t In, int6
     float *py = dup_dev(&dy, NULL, (size_t)(B * T * 2 * H) * sizeof(float));
     float *ps = dup_dev(&ds, NULL, (size_t)choir_cuda_bilstm_scratch_floats(B, T, H) * sizeof(float));
     char name[96];
-    snprintf(name, sizeof name, "bilstm kernel B=%lld In=%lld H=%lld", (long long)B, (long long)In,
-             (long long)H);
+    snprintf(name, sizeof name, "bilstm kernel B=%lld In=%lld H=%lld%s", (long long)B,
+             (long long)In, (long long)H, persist ? " persistent" : "");
     int rc = !px || !pwi || !pwh || !pb || !pl || !py || !ps || !ws;
+    choir_cuda_lstm_set_persist(cu, persist);
     if (!rc)
         rc = choir_cuda_bilstm(cu, px, B, T, In, H, pwi, pwh, pb, (const int32_t *)pl, ps, py, &err);
     if (!rc) rc = choir_cuda_sync(cu, &err);
+    choir_cuda_lstm_set_persist(cu, lstm_persist_env());
     if (rc) {
         fail_msg(name, &err);
     } else {
         to_host(y, &dy, (size_t)(B * T * 2 * H) * sizeof(float));
         /* [B, T, 2H] is [B, C = 1, T * 2H] with piece lengths lens * 2H */
-        int64_t flat[8];
+        int64_t flat[40];
         for (int64_t b = 0; b < B; b++) flat[b] = lens[b] * 2 * H;
         verdict(name, cmp_pieces(y, (const float *const *)ref, B, 1, T * 2 * H, flat), 1e-5);
     }
@@ -1346,7 +1356,10 @@ static void check_front_batch(void) {
                    "batched front: the same noise seeds");
             same_noise ? n_pass++ : n_fail++;
         }
-        bool few = st1.albert_calls - st0.albert_calls == 1 && st1.lstm_calls - st0.lstm_calls == 6 &&
+        /* the front on the device: the duration encoder's four LSTMs are one call */
+        const int64_t lstm_calls = kk_net_front_on_device(m) ? 3 : 6;
+        bool few = st1.albert_calls - st0.albert_calls == 1 &&
+                   st1.lstm_calls - st0.lstm_calls == lstm_calls &&
                    st1.f0n_calls - st0.f0n_calls == 1;
         printf("%s  %-52s ALBERT %lld, LSTM %lld, F0/N %lld calls\n", few ? "PASS" : "FAIL",
                "batched front: one device call per stage",
@@ -1384,7 +1397,8 @@ static void check_front_batch(void) {
                 verdict("batched front: N, LSTM + F0/N blocks in one call", rel_l2_pieces(nk, nb, n2, K),
                         1e-6);
             }
-            bool one = st1.lstm_calls - st0.lstm_calls == 6 && st1.f0n_calls - st0.f0n_calls == 1;
+            bool one = st1.lstm_calls - st0.lstm_calls == lstm_calls &&
+                       st1.f0n_calls - st0.f0n_calls == 1;
             printf("%s  %-52s LSTM %lld, F0/N %lld calls\n", one ? "PASS" : "FAIL",
                    "batched front, LSTM + F0/N in one call: calls",
                    (long long)(st1.lstm_calls - st0.lstm_calls),
@@ -1392,6 +1406,63 @@ static void check_front_batch(void) {
             one ? n_pass++ : n_fail++;
         }
         for (int b = 0; b < K; b++) kk_piece_free(&kept[b]);
+        /* CHOIR_KOKORO_FRONT_DEVICE=1: the duration encoder's three layers
+         * (the AdaLayerNorms as a LayerNorm's affine on the device) and the
+         * duration LSTM in one call, ALBERT's bert not brought down, and with
+         * CHOIR_KOKORO_SHARED_F0N=1 the shared LSTM's input gathered on the
+         * device from the encoder's rows. Against the batch above (the
+         * switch as the run has it): the same frames, the same asr (the text
+         * encoder does not change), F0 / N within the batch's bound (the
+         * norms' rounding differs by an ulp). */
+        const char *was = getenv("CHOIR_KOKORO_FRONT_DEVICE");
+        char was_copy[8] = "";
+        if (was) snprintf(was_copy, sizeof was_copy, "%s", was);
+        for (int shared = 0; shared < 2; shared++) {
+            char what[96];
+            snprintf(what, sizeof what, "front on the device%s",
+                     shared ? ", frames gathered there" : "");
+            memset(kept, 0, sizeof kept);
+            setenv("CHOIR_KOKORO_FRONT_DEVICE", "1", 1);
+            setenv("CHOIR_KOKORO_SHARED_F0N", shared ? "1" : "0", 1);
+            choir_kokoro_gpu_get_stats(g, &st0);
+            rk = kk_front_batch(m, K, idp, n_ids, stp, ps, kept, &err);
+            choir_kokoro_gpu_get_stats(g, &st1);
+            setenv("CHOIR_KOKORO_SHARED_F0N", "0", 1);
+            if (was) setenv("CHOIR_KOKORO_FRONT_DEVICE", was_copy, 1);
+            else unsetenv("CHOIR_KOKORO_FRONT_DEVICE");
+            if (rk) {
+                fail_msg(what, &err);
+                continue;
+            }
+            bool same = true;
+            for (int b = 0; b < K; b++) same = same && kept[b].L == batch[b].L;
+            printf("%s  %-52s %lld/%lld/%lld frames\n", same ? "PASS" : "FAIL", what,
+                   (long long)kept[0].L, (long long)kept[1].L, (long long)kept[2].L);
+            same ? n_pass++ : n_fail++;
+            if (same) {
+                const float *ak[K], *ab[K], *fk[K], *fb[K], *nk[K], *nb[K];
+                int64_t na_[K], n2[K];
+                for (int b = 0; b < K; b++)
+                    ak[b] = kept[b].asr, ab[b] = batch[b].asr, na_[b] = 512 * batch[b].L,
+                    fk[b] = kept[b].f0, fb[b] = batch[b].f0, nk[b] = kept[b].n, nb[b] = batch[b].n,
+                    n2[b] = 2 * batch[b].L;
+                char name[128];
+                snprintf(name, sizeof name, "%s: asr", what);
+                verdict(name, rel_l2_pieces(ak, ab, na_, K), 1e-6);
+                snprintf(name, sizeof name, "%s: F0", what);
+                verdict(name, rel_l2_pieces(fk, fb, n2, K), 3e-5);
+                snprintf(name, sizeof name, "%s: N", what);
+                verdict(name, rel_l2_pieces(nk, nb, n2, K), 3e-5);
+            }
+            bool calls = st1.albert_calls - st0.albert_calls == 1 &&
+                         st1.lstm_calls - st0.lstm_calls == 3 && st1.f0n_calls - st0.f0n_calls == 1;
+            printf("%s  %-52s ALBERT %lld, LSTM %lld, F0/N %lld calls\n", calls ? "PASS" : "FAIL",
+                   what, (long long)(st1.albert_calls - st0.albert_calls),
+                   (long long)(st1.lstm_calls - st0.lstm_calls),
+                   (long long)(st1.f0n_calls - st0.f0n_calls));
+            calls ? n_pass++ : n_fail++;
+            for (int b = 0; b < K; b++) kk_piece_free(&kept[b]);
+        }
     }
     /* a bad piece fails the batch with its index, and leaves nothing behind */
     {
@@ -1446,9 +1517,16 @@ int main(void) {
     check_model();
     {
         static const int64_t one[1] = {37}, three[3] = {23, 41, 7};
-        check_bilstm_kernel(1, one, 640, 256);
-        check_bilstm_kernel(3, three, 640, 256);
-        check_bilstm_kernel(3, three, 512, 512);
+        /* 36 pieces: past one staged chunk of 32, lengths 1 to 176 */
+        int64_t many[36];
+        for (int i = 0; i < 36; i++) many[i] = 1 + (i * 53) % 176;
+        for (int persist = 0; persist < 2; persist++) {
+            check_bilstm_kernel(1, one, 640, 256, persist);
+            check_bilstm_kernel(3, three, 640, 256, persist);
+            check_bilstm_kernel(3, three, 512, 512, persist);
+            check_bilstm_kernel(3, three, 64, 32, persist);
+        }
+        check_bilstm_kernel(36, many, 640, 256, true);
     }
     check_front();
     check_albert();

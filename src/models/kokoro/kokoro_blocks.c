@@ -100,6 +100,11 @@ static float *style_affine(const kk_adain *a, const float *style, kk_ws *ws) {
     return h;
 }
 
+void kk_ada_layer_norm_affine(const kk_adain *a, const float *style, float *gb) {
+    choir_linear(style, 1, &a->fc.w, a->fc.b, gb);
+    for (int64_t c = 0; c < a->C; c++) gb[c] = 1.0f + gb[c];
+}
+
 int kk_ada_layer_norm(const kk_adain *a, float *x, int64_t T, const float *style, kk_ws *ws) {
     size_t mark = kk_ws_mark(ws);
     const float *h = style_affine(a, style, ws);

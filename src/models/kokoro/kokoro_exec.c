@@ -251,6 +251,26 @@ int kk_exec_text_in(kk_exec *x, const kk_ws *call, int n, const int32_t *const *
     return rc;
 }
 
+int kk_exec_duration(kk_exec *x, int n, float *const *d, const int64_t *T,
+                     const float *const *norm_gb, float *const *y, choir_err *err) {
+    if (n < 1) return 0;
+    if (choir_backend_is_host(x->be))
+        return choir_err_set(err, CHOIR_EINVAL,
+                             "kokoro: the duration encoder in one call needs a device");
+    int64_t Tm = 0;
+    for (int i = 0; i < n; i++) Tm = T[i] > Tm ? T[i] : Tm;
+    kk_stage st;
+    int rc = stage_begin(x, NULL, 0, &st, err);
+    if (rc) return rc;
+    double t0 = choir_now_s();
+    rc = need_fnet(x, err);
+    if (!rc) rc = stage_reserve(&st, kk_fnet_duration_work_bytes(n, Tm), err);
+    if (!rc) rc = kk_fnet_duration(x->fnet, st.s, n, d, T, norm_gb, y, err);
+    x->stats.lstm_seconds += choir_now_s() - t0, x->stats.lstm_calls++;
+    stage_end(&st);
+    return rc;
+}
+
 int kk_exec_f0n(kk_exec *x, int n, const float *const *in, const int64_t *L,
                 const float *const *s_pro, float *const *f0, float *const *n_out, choir_err *err) {
     return kk_exec_f0n_in(x, NULL, n, in, L, s_pro, f0, n_out, err);
@@ -281,9 +301,54 @@ int kk_exec_f0n_in(kk_exec *x, const kk_ws *call, int n, const float *const *in,
     return rc;
 }
 
+/* The LSTM's input [n, Lm, 640] in backend memory, gathered there from the
+ * pieces' duration-encoder rows d[b] [T[b], 640] (host, stacked and uploaded)
+ * by their durations: frame j of piece b is the row of the id it falls in
+ * (kokoro_front_batch.c's alignment, without its copy of en). Frames past a
+ * piece's length repeat its first row (the LSTM does not read them). */
+static int gather_frames(choir_stream *s, int n, const float *const *d, const int64_t *T,
+                         const int32_t *const *dur, const int64_t *L, int64_t Lm, float *xd) {
+    const int64_t C = KK_HIDDEN + KK_STYLE;
+    int64_t R = 0;
+    for (int b = 0; b < n; b++) R += T[b];
+    float *rows = choir_stream_floats(s, R * C, "kokoro duration rows"); /* [R, 640] */
+    int32_t *idx = choir_stream_alloc(s, (size_t)(n * Lm) * sizeof(int32_t), "kokoro frame rows");
+    int32_t *idx_host = choir_alloc(CHOIR_MEM_OTHER, (size_t)(n * Lm) * sizeof(int32_t));
+    int rc = choir_stream_status(s, NULL);
+    if (!rc && !idx_host) rc = choir_stream_fail(s, CHOIR_ENOMEM, "kokoro: out of host memory");
+    if (rc) {
+        choir_free(idx_host);
+        return rc;
+    }
+    for (int64_t b = 0, r = 0; b < n; r += T[b], b++) {
+        choir_op_upload(s, rows + r * C, d[b], (size_t)(T[b] * C) * sizeof(float));
+        int32_t *ib = idx_host + b * Lm;
+        int64_t j = 0;
+        for (int64_t t = 0; t < T[b]; t++)
+            for (int32_t k = 0; k < dur[b][t] && j < L[b]; k++) ib[j++] = (int32_t)(r + t);
+        if (j != L[b]) {
+            choir_free(idx_host);
+            return choir_stream_fail(s, CHOIR_EINVAL, "kokoro: piece %d: durations sum to %lld, not %lld",
+                                     (int)b, (long long)j, (long long)L[b]);
+        }
+        for (; j < Lm; j++) ib[j] = (int32_t)r;
+    }
+    choir_op_upload(s, idx, idx_host, (size_t)(n * Lm) * sizeof(int32_t));
+    choir_free(idx_host); /* the upload is synchronous */
+    const choir_weight table = choir_weight_f32(rows, R, C);
+    return choir_op_rows_gather(s, &table, idx, n * Lm, xd);
+}
+
 int kk_exec_shared_f0n(kk_exec *x, int n, const float *const *en, const int64_t *L,
                        const float *const *s_pro, float *const *f0, float *const *n_out,
                        choir_err *err) {
+    return kk_exec_shared_f0n_rows(x, n, en, NULL, NULL, L, s_pro, f0, n_out, err);
+}
+
+int kk_exec_shared_f0n_rows(kk_exec *x, int n, const float *const *en, const int64_t *T,
+                            const int32_t *const *dur, const int64_t *L,
+                            const float *const *s_pro, float *const *f0, float *const *n_out,
+                            choir_err *err) {
     if (n < 1) return 0;
     if (choir_backend_is_host(x->be))
         return choir_err_set(err, CHOIR_EINVAL,
@@ -299,16 +364,32 @@ int kk_exec_shared_f0n(kk_exec *x, int n, const float *const *en, const int64_t 
     double t0 = choir_now_s(), t1 = t0;
     rc = need_fnet(x, err);
     if (!rc) rc = need_dec(x, err);
-    /* the LSTM's output [n, Lm, 512] and its transpose [n, 512, Lm] stay */
-    const int64_t kept = 2 * (int64_t)n * Lm * KK_HIDDEN * (int64_t)sizeof(float) + 4096;
+    /* the LSTM's output [n, Lm, 512] and its transpose [n, 512, Lm] stay;
+     * gathered frames: its input [n, Lm, 640] too, and the rows and map */
+    int64_t kept = 2 * (int64_t)n * Lm * KK_HIDDEN * (int64_t)sizeof(float) + 4096;
+    if (dur) {
+        int64_t R = 0;
+        for (int i = 0; i < n; i++) R += T[i];
+        kept += ((int64_t)n * Lm * (KK_HIDDEN + KK_STYLE + 1) + R * (KK_HIDDEN + KK_STYLE)) *
+                    (int64_t)sizeof(float) + 8192;
+    }
     if (!rc)
         rc = stage_reserve(&st, kept + kk_fnet_bilstm_work_bytes(n, Lm, l->in, l->h, false) +
                                     kk_dec_f0n_work_bytes(n, Lm), err);
     size_t mark = rc ? 0 : choir_stream_mark(st.s);
     float *y = rc ? NULL : choir_stream_floats(st.s, n * Lm * KK_HIDDEN, "kokoro shared LSTM output");
     float *xc = rc ? NULL : choir_stream_floats(st.s, n * KK_HIDDEN * Lm, "kokoro F0 / N input");
+    float *xd = rc || !dur ? NULL
+                           : choir_stream_floats(st.s, n * Lm * (KK_HIDDEN + KK_STYLE),
+                                                 "kokoro shared LSTM input"); /* [n, Lm, 640] */
     if (!rc) rc = choir_stream_status(st.s, err);
-    if (!rc) rc = kk_fnet_bilstm_keep(x->fnet, st.s, l, n, en, L, Lm, y, err);
+    if (!rc && dur) {
+        gather_frames(st.s, n, en, T, dur, L, Lm, xd);
+        rc = choir_stream_status(st.s, err);
+        if (!rc) rc = kk_fnet_bilstm_dev(x->fnet, st.s, l, n, xd, L, Lm, y, err);
+    } else if (!rc) {
+        rc = kk_fnet_bilstm_keep(x->fnet, st.s, l, n, en, L, Lm, y, err);
+    }
     t1 = choir_now_s();
     if (!rc) {
         /* channels first; the LSTM's zero rows past a piece's length become
@@ -479,6 +560,24 @@ int kk_net_f0n(const choir_kokoro *m, const kk_ws *call, int n, const float *con
                choir_err *err) {
     kk_exec *x = executor(m, err);
     return x ? kk_exec_f0n_in(x, call, n, in, L, s_pro, f0, n_out, err) : CHOIR_EINVAL;
+}
+
+bool kk_net_front_on_device(const choir_kokoro *m) {
+    const char *v = getenv("CHOIR_KOKORO_FRONT_DEVICE");
+    return kk_net_batches(m) && v && strcmp(v, "1") == 0;
+}
+
+int kk_net_shared_f0n_rows(const choir_kokoro *m, int n, const float *const *d, const int64_t *T,
+                           const int32_t *const *dur, const int64_t *L, const float *const *s_pro,
+                           float *const *f0, float *const *n_out, choir_err *err) {
+    kk_exec *x = executor(m, err);
+    return x ? kk_exec_shared_f0n_rows(x, n, d, T, dur, L, s_pro, f0, n_out, err) : CHOIR_EINVAL;
+}
+
+int kk_net_duration(const choir_kokoro *m, int n, float *const *d, const int64_t *T,
+                    const float *const *norm_gb, float *const *y, choir_err *err) {
+    kk_exec *x = executor(m, err);
+    return x ? kk_exec_duration(x, n, d, T, norm_gb, y, err) : CHOIR_EINVAL;
 }
 
 bool kk_net_keeps_frames(const choir_kokoro *m) {

@@ -18,6 +18,13 @@
  *   per piece          the traces up to "asr" (the seeded noise is drawn
  *                      where the decoder makes the harmonic source)
  *
+ * With the front on the device (CHOIR_KOKORO_FRONT_DEVICE=1 on a device;
+ * kk_net_front_on_device) the three duration-encoder layers and the
+ * duration LSTM are one executor call (the norms' affine computed per piece
+ * first, FB_NORM_AFFINE), ALBERT's bert comes down only for a traced piece,
+ * and with the shared LSTM and the blocks in one call the frames' input is
+ * gathered there from d's rows (the alignment then builds asr only).
+ *
  * On a device a piece's durations and curves equal what it gets alone on
  * the same device up to the order cuBLAS sums a product in (ALBERT's
  * products see more rows); on the CPU the executor runs pieces one by one
@@ -48,6 +55,7 @@ typedef struct fb_piece {
     choir_kokoro_params p;
     kk_ws *ws, *ws2;
     kk_ws ws_view, ws2_view;
+    bool rows_on_device;      /* the shared LSTM gathers its input there: no en */
     const kk_ws *call;        /* the call's memory, or NULL */
     float *e;                 /* [T, 128] ALBERT embeddings */
     float *bert;              /* [T, 768] */
@@ -56,6 +64,7 @@ typedef struct fb_piece {
     float *y;                 /* [T, 512] an LSTM's output */
     float *t_en;              /* [512, T] */
     float *dur;               /* [T] */
+    float *norm_gb;           /* [3, 1024] the duration norms' affine (front on the device) */
     int32_t *pred_dur;        /* [T] */
     float *en;                /* [L, 640] aligned duration features */
     float *h;                 /* [L, 512] shared LSTM output */
@@ -75,6 +84,8 @@ static void trace(const fb_piece *q, const char *name, const float *data, int nd
 enum fb_stage {
     FB_PREPARE,     /* validate, workspace, embeddings */
     FB_STYLE_D_EN,  /* d = [d_en ; s_pro] */
+    FB_NORM_AFFINE, /* the three duration norms' (1 + gamma, beta) of s_pro */
+    FB_DUR_DONE,    /* the duration encoder's output traced (front on the device) */
     FB_NORM,        /* AdaLayerNorm of dur_norm[layer] on y, d = [y ; s_pro] */
     FB_DURATIONS,   /* durations from y */
     FB_ALIGN,       /* t_en from y, frame workspace, en and asr */
@@ -105,7 +116,7 @@ static int prepare(const choir_kokoro *m, fb_piece *q) {
      * duration logits 50 T, an AdaLayerNorm's 1024), with margin for the
      * arena's alignment */
     const int64_t floats = (128 + 768 + 512 + 640 + 512 + 512 + 2) * T + 1024 * T +
-                           64 * T + 16384;
+                           64 * T + 16384 + 3 * 2 * KK_HIDDEN;
     if (q->call) {
         kk_ws_over(&q->ws_view, q->call);
         q->ws = &q->ws_view;
@@ -120,10 +131,11 @@ static int prepare(const choir_kokoro *m, fb_piece *q) {
     q->t_en = kk_ws_floats(q->ws, KK_HIDDEN * T);
     q->dur = kk_ws_floats(q->ws, T);
     q->pred_dur = (int32_t *)kk_ws_floats(q->ws, T);
+    q->norm_gb = kk_ws_floats(q->ws, 3 * 2 * KK_HIDDEN);
     size_t mark = kk_ws_mark(q->ws);
     float *type0 = kk_ws_floats(q->ws, KK_BERT_EMB), *row = kk_ws_floats(q->ws, KK_BERT_EMB);
     if (!q->e || !q->bert || !q->d_en || !q->d || !q->y || !q->t_en || !q->dur ||
-        !q->pred_dur || !type0 || !row)
+        !q->pred_dur || !q->norm_gb || !type0 || !row)
         return CHOIR_ENOMEM;
     kk_albert_embed(m, q->ids, T, q->e, type0, row);
     kk_ws_release(q->ws, mark);
@@ -181,7 +193,7 @@ static int align(fb_piece *q) {
     if (!q->en || !q->h || !q->x || !out->asr || !out->f0 || !out->n) return CHOIR_ENOMEM;
     for (int64_t t = 0, j = 0; t < T; t++)
         for (int32_t r = 0; r < q->pred_dur[t]; r++, j++) {
-            memcpy(q->en + j * C_d, q->d + t * C_d, (size_t)C_d * sizeof(float));
+            if (!q->rows_on_device) memcpy(q->en + j * C_d, q->d + t * C_d, (size_t)C_d * sizeof(float));
             for (int64_t c = 0; c < KK_HIDDEN; c++) out->asr[c * L + j] = q->t_en[c * T + t];
         }
     return 0;
@@ -199,6 +211,13 @@ static int run_stage(const fb_job *job, fb_piece *q) {
             trace(q, "d_en", q->t_en, 2, KK_HIDDEN, q->T);
         }
         kk_concat_style(q->d_en, q->T, q->s_pro, q->d);
+        return 0;
+    case FB_NORM_AFFINE:
+        for (int l = 0; l < 3; l++)
+            kk_ada_layer_norm_affine(&m->dur_norm[l], q->s_pro, q->norm_gb + l * 2 * KK_HIDDEN);
+        return 0;
+    case FB_DUR_DONE:
+        trace(q, "duration_encoder_out", q->d, 2, q->T, KK_HIDDEN + KK_STYLE);
         return 0;
     case FB_NORM: {
         int rc = kk_ada_layer_norm(&m->dur_norm[job->layer], q->y, q->T, q->s_pro, q->ws);
@@ -258,10 +277,14 @@ static int cpu_stage(const choir_kokoro *m, fb_piece *pc, int n, enum fb_stage s
     return 0;
 }
 
-/* ALBERT over every piece on the executor. */
+/* ALBERT over every piece on the executor (with the front on the device,
+ * bert only where it is traced). */
 static int batch_albert(const choir_kokoro *m, fb_piece *pc, int n, const float **e, int64_t *T,
                         float **bert, float **d_en, choir_err *err) {
-    for (int b = 0; b < n; b++) e[b] = pc[b].e, T[b] = pc[b].T, bert[b] = pc[b].bert, d_en[b] = pc[b].d_en;
+    const bool all = !kk_net_front_on_device(m);
+    for (int b = 0; b < n; b++)
+        e[b] = pc[b].e, T[b] = pc[b].T, bert[b] = all || pc[b].p.trace ? pc[b].bert : NULL,
+        d_en[b] = pc[b].d_en;
     return kk_net_albert(m, pc[0].call, n, e, T, bert, d_en, err);
 }
 
@@ -331,8 +354,10 @@ int kk_front_batch_in(const choir_kokoro *m, const kk_ws *call, int n, const int
     float **ys = choir_calloc(CHOIR_MEM_OTHER, (size_t)n, sizeof *ys);
     float **zs = choir_calloc(CHOIR_MEM_OTHER, (size_t)n, sizeof *zs);
     int64_t *lens = choir_calloc(CHOIR_MEM_OTHER, (size_t)n, sizeof *lens);
+    int64_t *ids_n = choir_calloc(CHOIR_MEM_OTHER, (size_t)n, sizeof *ids_n);
+    const int32_t **durs = choir_calloc(CHOIR_MEM_OTHER, (size_t)n, sizeof *durs);
     int rc = 0;
-    if (!pc || !xs || !ss || !ys || !zs || !lens) {
+    if (!pc || !xs || !ss || !ys || !zs || !lens || !ids_n || !durs) {
         rc = choir_err_set(err, CHOIR_ENOMEM, "kokoro: out of memory for a batch of %d", n);
         goto done;
     }
@@ -343,6 +368,7 @@ int kk_front_batch_in(const choir_kokoro *m, const kk_ws *call, int n, const int
         pc[b].p = params[b];
         pc[b].out = &out[b];
         pc[b].call = call;
+        pc[b].rows_on_device = kk_net_front_on_device(m) && kk_net_keeps_frames(m);
     }
     double t0 = choir_now_s();
 #define FB_CPU(stage, layer)                                                                       \
@@ -365,13 +391,23 @@ int kk_front_batch_in(const choir_kokoro *m, const kk_ws *call, int n, const int
     if ((rc = batch_albert(m, pc, n, xs, lens, ys, zs, err))) goto net_fail;
     clk[2] = choir_now_s();
     FB_CPU(FB_STYLE_D_EN, 0);
-    for (int l = 0; l < 3; l++) {
-        FB_LSTM(&m->dur_lstm[l], d, y, T);
-        FB_CPU(FB_NORM, l);
+    if (kk_net_front_on_device(m)) {
+        /* one device call; the profile counts it as the duration encoder */
+        FB_CPU(FB_NORM_AFFINE, 0);
+        for (int b = 0; b < n; b++)
+            ys[b] = pc[b].d, zs[b] = pc[b].y, lens[b] = pc[b].T, xs[b] = pc[b].norm_gb;
+        if ((rc = kk_net_duration(m, n, ys, lens, xs, zs, err))) goto net_fail;
+        FB_CPU(FB_DUR_DONE, 0);
+        clk[3] = clk[4] = choir_now_s();
+    } else {
+        for (int l = 0; l < 3; l++) {
+            FB_LSTM(&m->dur_lstm[l], d, y, T);
+            FB_CPU(FB_NORM, l);
+        }
+        clk[3] = choir_now_s();
+        FB_LSTM(&m->pred_lstm, d, y, T);
+        clk[4] = choir_now_s();
     }
-    clk[3] = choir_now_s();
-    FB_LSTM(&m->pred_lstm, d, y, T);
-    clk[4] = choir_now_s();
     FB_CPU(FB_DURATIONS, 0);
     clk[5] = choir_now_s();
     for (int b = 0; b < n; b++) ys[b] = pc[b].y, lens[b] = pc[b].T;
@@ -386,7 +422,14 @@ int kk_front_batch_in(const choir_kokoro *m, const kk_ws *call, int n, const int
             xs[b] = pc[b].en, lens[b] = pc[b].L, ss[b] = pc[b].s_pro, ys[b] = pc[b].out->f0,
             zs[b] = pc[b].out->n;
         clk[8] = choir_now_s();
-        if ((rc = kk_net_shared_f0n(m, n, xs, lens, ss, ys, zs, err))) goto net_fail;
+        if (pc[0].rows_on_device) {
+            /* the LSTM's input gathered on the device from the rows of d */
+            for (int b = 0; b < n; b++) xs[b] = pc[b].d, ids_n[b] = pc[b].T, durs[b] = pc[b].pred_dur;
+            rc = kk_net_shared_f0n_rows(m, n, xs, ids_n, durs, lens, ss, ys, zs, err);
+        } else {
+            rc = kk_net_shared_f0n(m, n, xs, lens, ss, ys, zs, err);
+        }
+        if (rc) goto net_fail;
     } else {
         FB_LSTM(&m->shared, en, h, L);
         FB_CPU(FB_TRANSPOSE, 0);
@@ -414,5 +457,7 @@ done:
     choir_free(ys);
     choir_free(zs);
     choir_free(lens);
+    choir_free(ids_n);
+    choir_free(durs);
     return rc;
 }

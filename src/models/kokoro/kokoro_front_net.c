@@ -15,11 +15,28 @@
  * CPU a call for one piece is bit for bit kokoro's single-piece computation
  * (the operations' CPU versions are its kernels.h calls). */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "choir/alloc.h"
 #include "choir/backend_vocoder.h"
+#include "choir/pool.h"
 #include "models/kokoro/kokoro_front_net.h"
+
+/* CHOIR_KOKORO_PROFILE=1 on a device: the ALBERT and duration calls wait for
+ * the stream between their phases and print one line of milliseconds each
+ * (the waits cost a little; off, nothing waits). */
+static bool profiling(choir_stream *s) {
+    const char *e = getenv("CHOIR_KOKORO_PROFILE");
+    return e && e[0] && strcmp(e, "0") != 0 && !choir_backend_is_host(choir_stream_backend(s));
+}
+
+static double tick(choir_stream *s, bool on) {
+    if (!on) return 0.0;
+    choir_stream_sync(s, NULL);
+    return choir_now_s();
+}
 
 typedef struct kf_lin {
     choir_weight w; /* backend, the checkpoint's storage */
@@ -143,7 +160,7 @@ int kk_fnet_albert(const kk_fnet *f, choir_stream *s, int n, const float *const 
         return choir_err_set(err, CHOIR_EINVAL, "kokoro: the front has no ALBERT on this backend");
     int64_t R = 0;
     for (int b = 0; b < n; b++) {
-        if (T[b] < 1 || !emb[b] || !bert[b] || !d_en[b])
+        if (T[b] < 1 || !emb[b] || !d_en[b])
             return choir_err_set(err, CHOIR_EINVAL, "kokoro: ALBERT piece %d: %lld ids or no data",
                                  b, (long long)T[b]);
         R += T[b];
@@ -160,12 +177,15 @@ int kk_fnet_albert(const kk_fnet *f, choir_stream *s, int n, const float *const 
     float *ff = choir_stream_floats(s, R * KK_BERT_FF, "ALBERT"); /* [R, 2048] */
     float *de = choir_stream_floats(s, R * KK_HIDDEN, "ALBERT");  /* [R, 512] */
     int rc = choir_stream_status(s, NULL);
+    const bool prof = profiling(s);
+    double c0 = tick(s, prof), c1 = c0, c2 = c0, c3 = c0;
     if (rc) goto done;
     for (int64_t b = 0, r = 0; b < n; r += T[b], b++) {
         size_t bytes = (size_t)(T[b] * KK_BERT_EMB) * sizeof(float);
         if (host) memcpy(e + r * KK_BERT_EMB, emb[b], bytes);
         else choir_op_upload(s, e + r * KK_BERT_EMB, emb[b], bytes);
     }
+    c1 = tick(s, prof);
     choir_op_linear(s, e, R, &f->map_in.w, f->map_in.b, h);
     const int64_t dh = KK_BERT / KK_BERT_HEADS;
     const choir_attn at = {.n_head = KK_BERT_HEADS, .Dh = dh, .scale = 1.0f / sqrtf((float)dh)};
@@ -186,10 +206,19 @@ int kk_fnet_albert(const kk_fnet *f, choir_stream *s, int n, const float *const 
         choir_op_layer_norm(s, h, h, R, KK_BERT, f->full_ln_w, f->full_ln_b, 1e-12f);
     }
     choir_op_linear(s, h, R, &f->bert_encoder.w, f->bert_encoder.b, de);
+    c2 = tick(s, prof);
     for (int64_t b = 0, r = 0; b < n; r += T[b], b++) {
-        choir_op_download(s, bert[b], h + r * KK_BERT, (size_t)(T[b] * KK_BERT) * sizeof(float));
+        if (bert[b]) /* NULL: not wanted (only traced) */
+            choir_op_download(s, bert[b], h + r * KK_BERT,
+                              (size_t)(T[b] * KK_BERT) * sizeof(float));
         choir_op_download(s, d_en[b], de + r * KK_HIDDEN, (size_t)(T[b] * KK_HIDDEN) * sizeof(float));
     }
+    c3 = tick(s, prof);
+    if (prof)
+        fprintf(stderr,
+                "kokoro ALBERT: %d pieces, %lld ids: upload %.1f, 12 layers + bert_encoder %.1f, "
+                "download %.1f ms\n",
+                n, (long long)R, 1e3 * (c1 - c0), 1e3 * (c2 - c1), 1e3 * (c3 - c2));
 done:
     rc = choir_stream_sync(s, err);
     choir_stream_clear(s);
@@ -206,16 +235,19 @@ int64_t kk_fnet_bilstm_work_bytes(int n, int64_t T, int64_t In, int64_t H, bool 
     return floats * (int64_t)sizeof(float) + ((int64_t)1 << 12);
 }
 
-/* The LSTM over n pieces of host input; its output [n, Tm, 2H] goes to the
- * host rows y[b], or stays in the backend's `keep` (y NULL, Tm given). */
+/* The LSTM over n pieces of host input x[b], or of the backend's x_dev
+ * [n, keep_Tm, In] (x NULL); its output [n, Tm, 2H] goes to the host rows
+ * y[b], or stays in the backend's `keep` (y NULL, Tm given). */
 static int bilstm(const kk_fnet *f, choir_stream *s, const kk_lstm *l, int n,
-                  const float *const *x, const int64_t *T, float *const *y, int64_t keep_Tm,
-                  float *keep, choir_err *err) {
+                  const float *const *x, const float *x_dev, const int64_t *T, float *const *y,
+                  int64_t keep_Tm, float *keep, choir_err *err) {
     const choir_bilstm_weights *w = lstm_of(f, l);
     if (!w) return choir_err_set(err, CHOIR_EINVAL, "kokoro: that LSTM is not on this backend");
+    if (!x && (!x_dev || !keep))
+        return choir_err_set(err, CHOIR_EINVAL, "kokoro: LSTM input on the backend without output kept");
     int64_t Tm = 0;
     for (int b = 0; b < n; b++) {
-        if (T[b] < 0 || T[b] > INT32_MAX || (T[b] && (!x[b] || (!keep && !y[b]))))
+        if (T[b] < 0 || T[b] > INT32_MAX || (T[b] && ((x && !x[b]) || (!keep && !y[b]))))
             return choir_err_set(err, CHOIR_EINVAL, "kokoro: LSTM piece %d: %lld steps or no data",
                                  b, (long long)T[b]);
         Tm = T[b] > Tm ? T[b] : Tm;
@@ -229,7 +261,8 @@ static int bilstm(const kk_fnet *f, choir_stream *s, const kk_lstm *l, int n,
     const bool host = choir_backend_is_host(choir_stream_backend(s));
     size_t mark = choir_stream_mark(s);
     int32_t *lens = choir_stream_alloc(s, (size_t)n * sizeof(int32_t), "LSTM lengths");
-    float *xd = choir_stream_floats(s, n * Tm * In, "LSTM input");  /* [n, Tm, In] */
+    float *xd = x ? choir_stream_floats(s, n * Tm * In, "LSTM input") /* [n, Tm, In] */
+                  : (float *)x_dev;
     float *yd = keep ? keep : choir_stream_floats(s, n * Tm * 2 * H, "LSTM output"); /* [n, Tm, 2H] */
     int32_t *lens_host = host ? lens : choir_alloc(CHOIR_MEM_OTHER, (size_t)n * sizeof(int32_t));
     int rc = choir_stream_status(s, NULL);
@@ -239,7 +272,7 @@ static int bilstm(const kk_fnet *f, choir_stream *s, const kk_lstm *l, int n,
         lens_host[b] = (int32_t)T[b];
         /* rows past a piece's length are not read: no padding to write */
         size_t bytes = (size_t)(T[b] * In) * sizeof(float);
-        if (!T[b]) continue;
+        if (!T[b] || !x) continue;
         if (host) memcpy(xd + b * Tm * In, x[b], bytes);
         else choir_op_upload(s, xd + b * Tm * In, x[b], bytes);
     }
@@ -258,14 +291,108 @@ done:
 
 int kk_fnet_bilstm(const kk_fnet *f, choir_stream *s, const kk_lstm *l, int n,
                    const float *const *x, const int64_t *T, float *const *y, choir_err *err) {
-    return bilstm(f, s, l, n, x, T, y, 0, NULL, err);
+    return bilstm(f, s, l, n, x, NULL, T, y, 0, NULL, err);
 }
 
 int kk_fnet_bilstm_keep(const kk_fnet *f, choir_stream *s, const kk_lstm *l, int n,
                         const float *const *x, const int64_t *T, int64_t Tm, float *y,
                         choir_err *err) {
     if (!y) return choir_err_set(err, CHOIR_EINVAL, "kokoro: no LSTM output");
-    return bilstm(f, s, l, n, x, T, NULL, Tm, y, err);
+    return bilstm(f, s, l, n, x, NULL, T, NULL, Tm, y, err);
+}
+
+int kk_fnet_bilstm_dev(const kk_fnet *f, choir_stream *s, const kk_lstm *l, int n,
+                       const float *x, const int64_t *T, int64_t Tm, float *y, choir_err *err) {
+    if (!x || !y) return choir_err_set(err, CHOIR_EINVAL, "kokoro: no LSTM input or output");
+    return bilstm(f, s, l, n, NULL, x, T, NULL, Tm, y, err);
+}
+
+/* --- the duration encoder and the duration LSTM -------------------------------- */
+
+int64_t kk_fnet_duration_work_bytes(int n, int64_t T) {
+    /* x [n, T, 640], y [n, T, 512], the LSTM's device scratch n T 8 H + 2 n H
+     * at H 256, the three norms' gamma / beta [3, n, 1024], the lengths */
+    int64_t floats = (int64_t)n * T * (640 + 512 + 8 * 256) + 2 * (int64_t)n * 256 +
+                     3 * (int64_t)n * 1024 + n + 1024;
+    return floats * (int64_t)sizeof(float) + ((int64_t)1 << 14);
+}
+
+int kk_fnet_duration(const kk_fnet *f, choir_stream *s, int n, float *const *d, const int64_t *T,
+                     const float *const *norm_gb, float *const *y, choir_err *err) {
+    const kk_lstm *ls[4] = {&f->m->dur_lstm[0], &f->m->dur_lstm[1], &f->m->dur_lstm[2],
+                            &f->m->pred_lstm};
+    const choir_bilstm_weights *w[4];
+    for (int i = 0; i < 4; i++)
+        if (!(w[i] = lstm_of(f, ls[i])) || w[i]->In != KK_HIDDEN + KK_STYLE ||
+            2 * w[i]->H != KK_HIDDEN)
+            return choir_err_set(err, CHOIR_EINVAL,
+                                 "kokoro: the duration encoder is not on this backend");
+    int64_t Tm = 0;
+    for (int b = 0; b < n; b++) {
+        if (T[b] < 1 || T[b] > INT32_MAX || !d[b] || !y[b] || !norm_gb[b])
+            return choir_err_set(err, CHOIR_EINVAL, "kokoro: duration piece %d: %lld ids or no data",
+                                 b, (long long)T[b]);
+        Tm = T[b] > Tm ? T[b] : Tm;
+    }
+    if (n < 1) return 0;
+    const int64_t C = KK_HIDDEN, Cd = KK_HIDDEN + KK_STYLE, NG = 2 * KK_HIDDEN;
+    const bool host = choir_backend_is_host(choir_stream_backend(s));
+    size_t mark = choir_stream_mark(s);
+    int32_t *lens = choir_stream_alloc(s, (size_t)n * sizeof(int32_t), "LSTM lengths");
+    float *xd = choir_stream_floats(s, n * Tm * Cd, "duration encoder"); /* [n, Tm, 640] */
+    float *yd = choir_stream_floats(s, n * Tm * C, "duration encoder");  /* [n, Tm, 512] */
+    float *gb = choir_stream_floats(s, 3 * n * NG, "duration norms");    /* [n, 3, 1024] */
+    int32_t *lens_host = host ? lens : choir_alloc(CHOIR_MEM_OTHER, (size_t)n * sizeof(int32_t));
+    int rc = choir_stream_status(s, NULL);
+    const bool prof = profiling(s);
+    double c[5] = {tick(s, prof)};
+    if (!rc && !lens_host) rc = choir_stream_fail(s, CHOIR_ENOMEM, "kokoro: out of host memory");
+    if (rc) goto done;
+    for (int64_t b = 0; b < n; b++) {
+        lens_host[b] = (int32_t)T[b];
+        size_t bytes = (size_t)(T[b] * Cd) * sizeof(float), gbytes = 3 * NG * sizeof(float);
+        if (host) {
+            memcpy(xd + b * Tm * Cd, d[b], bytes);
+            memcpy(gb + b * 3 * NG, norm_gb[b], gbytes);
+        } else {
+            choir_op_upload(s, xd + b * Tm * Cd, d[b], bytes);
+            choir_op_upload(s, gb + b * 3 * NG, norm_gb[b], gbytes);
+        }
+    }
+    if (!host) choir_op_upload(s, lens, lens_host, (size_t)n * sizeof(int32_t));
+    /* 3 x (LSTM, AdaLayerNorm into x's first 512 columns; the style columns
+     * stay as uploaded), then the duration LSTM over the last x */
+    c[1] = tick(s, prof);
+    double norms = 0.0;
+    for (int l = 0; l < 3; l++) {
+        choir_op_bilstm_w(s, xd, n, Tm, w[l], lens, yd);
+        const double n0 = tick(s, prof);
+        for (int64_t b = 0; b < n; b++) {
+            const float *g = gb + (b * 3 + l) * NG;
+            choir_op_layer_norm(s, yd + b * Tm * C, yd + b * Tm * C, T[b], C, g, g + C, 1e-5f);
+            choir_op_copy_rows(s, xd + b * Tm * Cd, Cd, yd + b * Tm * C, C, T[b], C);
+        }
+        norms += tick(s, prof) - n0;
+    }
+    choir_op_bilstm_w(s, xd, n, Tm, w[3], lens, yd);
+    c[2] = tick(s, prof);
+    for (int64_t b = 0; b < n; b++) {
+        choir_op_download(s, d[b], xd + b * Tm * Cd, (size_t)(T[b] * Cd) * sizeof(float));
+        choir_op_download(s, y[b], yd + b * Tm * C, (size_t)(T[b] * C) * sizeof(float));
+    }
+    c[3] = tick(s, prof);
+    if (prof)
+        fprintf(stderr,
+                "kokoro duration call: %d pieces of up to %lld ids: upload %.1f, 4 LSTMs %.1f, "
+                "3 norms %.1f, download %.1f ms\n",
+                n, (long long)Tm, 1e3 * (c[1] - c[0]), 1e3 * (c[2] - c[1] - norms), 1e3 * norms,
+                1e3 * (c[3] - c[2]));
+done:
+    rc = choir_stream_sync(s, err);
+    choir_stream_clear(s);
+    choir_stream_release(s, mark);
+    if (!host) choir_free(lens_host);
+    return rc;
 }
 
 /* --- the text encoder -------------------------------------------------------- */

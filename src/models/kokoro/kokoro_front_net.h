@@ -25,7 +25,8 @@ int64_t kk_fnet_bilstm_work_bytes(int n, int64_t T, int64_t In, int64_t H, bool 
 
 /* ALBERT's layers and bert_encoder for n pieces, from their normalised
  * embeddings emb[b] [T[b], 128] (host, kk_albert_embed): bert[b] [T[b], 768]
- * and d_en[b] [T[b], 512] (host). Each piece attends to its own ids only.
+ * (NULL: not brought down) and d_en[b] [T[b], 512] (host). Each piece
+ * attends to its own ids only.
  * Returns 0 or the error (the stream's sticky error copied and cleared). */
 int kk_fnet_albert(const kk_fnet *f, choir_stream *s, int n, const float *const *emb,
                    const int64_t *T, float *const *bert, float *const *d_en, choir_err *err);
@@ -40,6 +41,24 @@ int kk_fnet_bilstm(const kk_fnet *f, choir_stream *s, const kk_lstm *l, int n,
 int kk_fnet_bilstm_keep(const kk_fnet *f, choir_stream *s, const kk_lstm *l, int n,
                         const float *const *x, const int64_t *T, int64_t Tm, float *y,
                         choir_err *err);
+
+/* The same over input already in backend memory: x [n, Tm, In] (rows past
+ * each T[b] not read). The working memory kk_fnet_bilstm_keep's. */
+int kk_fnet_bilstm_dev(const kk_fnet *f, choir_stream *s, const kk_lstm *l, int n,
+                       const float *x, const int64_t *T, int64_t Tm, float *y, choir_err *err);
+
+/* The duration encoder's three (BiLSTM, AdaLayerNorm) layers and the
+ * duration LSTM for n pieces in one call, every intermediate kept in backend
+ * memory: d[b] [T[b], 640] (host) is [d_en ; s_pro] in and the duration
+ * encoder's output [x ; s_pro] out; y[b] [T[b], 512] (host) the duration
+ * LSTM's output; norm_gb[b] [3, 1024] (host) each norm's (1 + gamma, beta)
+ * of the piece's style, so that the norm is choir_op_layer_norm's affine
+ * (kk_ada_layer_norm computes (1 + gamma) * norm + beta: the same floats up
+ * to the order the backend rounds the product and sum in). CHOIR_EINVAL when
+ * the four LSTMs are not on f. */
+int64_t kk_fnet_duration_work_bytes(int n, int64_t T);
+int kk_fnet_duration(const kk_fnet *f, choir_stream *s, int n, float *const *d, const int64_t *T,
+                     const float *const *norm_gb, float *const *y, choir_err *err);
 
 /* The text encoder for n pieces (embedding, 3 x (conv, LayerNorm,
  * LeakyReLU), BiLSTM): ids[b] [T[b]] (host, valid ids) -> y[b] [T[b], 512]

@@ -196,6 +196,9 @@ void kk_conv1d(const kk_conv *c, const float *x, int64_t T, int stride, int pad,
 int kk_bilstm(const kk_lstm *l, const float *x, int64_t T, float *y, kk_ws *ws);
 /* AdaLayerNorm in place on x[T, C]: per time step over C, no affine. */
 int kk_ada_layer_norm(const kk_adain *a, float *x, int64_t T, const float *style, kk_ws *ws);
+/* gb [2C] = the norm's affine of style as a plain LayerNorm takes it: 1 +
+ * gamma, then beta (kk_ada_layer_norm's (1 + gamma) * norm + beta). */
+void kk_ada_layer_norm_affine(const kk_adain *a, const float *style, float *gb);
 /* y[C, T] = x[T, C]^T */
 void kk_transpose(const float *x, int64_t rows, int64_t cols, float *y);
 
@@ -304,6 +307,21 @@ int kk_exec_decode(kk_exec *x, const choir_kokoro_decode_input *in, int n, float
 int kk_exec_shared_f0n(kk_exec *x, int n, const float *const *en, const int64_t *L,
                        const float *const *s_pro, float *const *f0, float *const *n_out,
                        choir_err *err);
+/* kk_exec_shared_f0n with the LSTM's input gathered on the device: d[b]
+ * [T[b], 640] the duration encoder's output rows, dur[b] [T[b]] their frames
+ * (summing to L[b]); the same input as en[b] = the rows repeated, so the same
+ * curves. dur NULL: en = d as kk_exec_shared_f0n. */
+int kk_exec_shared_f0n_rows(kk_exec *x, int n, const float *const *d, const int64_t *T,
+                            const int32_t *const *dur, const int64_t *L,
+                            const float *const *s_pro, float *const *f0, float *const *n_out,
+                            choir_err *err);
+/* The duration encoder and the duration LSTM in one device call
+ * (kk_fnet_duration: d[b] [T[b], 640] [d_en ; s_pro] in, the encoder's
+ * output out; y[b] [T[b], 512] the duration LSTM's output; norm_gb[b]
+ * [3, 1024] the norms' (1 + gamma, beta)). Counted as one LSTM call.
+ * CHOIR_EINVAL on the host executor. */
+int kk_exec_duration(kk_exec *x, int n, float *const *d, const int64_t *T,
+                     const float *const *norm_gb, float *const *y, choir_err *err);
 /* The same in the call's memory (kk_net_*'s `call`; NULL: as above). On the
  * host executor a call without that memory runs on a stream of its own, so
  * any number of threads may call it at once; a device serves one at a time. */
@@ -357,6 +375,21 @@ bool kk_net_keeps_frames(const choir_kokoro *m);
 int kk_net_shared_f0n(const choir_kokoro *m, int n, const float *const *en, const int64_t *L,
                       const float *const *s_pro, float *const *f0, float *const *n_out,
                       choir_err *err);
+
+/* kk_net_front_on_device: m's executor is a device and
+ * CHOIR_KOKORO_FRONT_DEVICE is "1" (off by default: NOT RUN ON A GPU yet),
+ * so the batched front keeps more of its tensors on the device: the duration
+ * encoder's three layers and the duration LSTM as one kk_net_duration call
+ * (no host AdaLayerNorm, one upload and two downloads instead of eight
+ * transfers), ALBERT's bert output not brought down unless traced, and the
+ * shared LSTM's input gathered on the device from the duration encoder's rows
+ * (kk_net_shared_f0n_rows: [T, 640] up instead of [L, 640], no host copy). */
+bool kk_net_front_on_device(const choir_kokoro *m);
+int kk_net_duration(const choir_kokoro *m, int n, float *const *d, const int64_t *T,
+                    const float *const *norm_gb, float *const *y, choir_err *err);
+int kk_net_shared_f0n_rows(const choir_kokoro *m, int n, const float *const *d, const int64_t *T,
+                           const int32_t *const *dur, const int64_t *L, const float *const *s_pro,
+                           float *const *f0, float *const *n_out, choir_err *err);
 
 /* --- single-piece stages (kokoro_forward.c) -------------------------------- */
 
