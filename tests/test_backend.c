@@ -11,6 +11,7 @@
 
 #include "choir/alloc.h"
 #include "choir/backend.h"
+#include "choir/backend_vocoder.h"
 #include "choir/kernels.h"
 #include "choir/pool.h"
 #include "testutil.h"
@@ -184,6 +185,48 @@ static void test_attention_slots_and_scatter(void **state) {
                      0);
     assert_same(got, want, (size_t)(B * d), "attention_slots");
     free(pool_k), free(pool_v), free(q), free(newk), free(got), free(want);
+    fx_close(&f);
+}
+
+/* Ragged attention over pieces stacked without padding: each piece's rows
+ * as choir_attention over that piece alone (bit for bit), the columns past
+ * the heads untouched; transpose_lens: B transposes, zeros past each
+ * length. */
+static void test_attention_ragged_and_transpose_lens(void **state) {
+    (void)state;
+    fx f = fx_open(1 << 20, 1 << 20);
+    int H = 3;
+    int64_t Dh = 8, ld = H * Dh + 5, n = 4, R = 0, Tm = 0;
+    int32_t len[4] = {1, 17, 6, 11}, off[4];
+    for (int b = 0; b < n; b++) off[b] = (int32_t)R, R += len[b], Tm = len[b] > Tm ? len[b] : Tm;
+    float *q = rnd((size_t)(R * ld), 30), *k = rnd((size_t)(R * ld), 31), *v = rnd((size_t)(R * ld), 32);
+    float *got = rnd((size_t)(R * ld), 33), *want = dup(got, (size_t)(R * ld));
+    int32_t *meta = choir_stream_alloc(f.s, 2 * (size_t)n * sizeof(int32_t), "meta");
+    assert_non_null(meta);
+    memcpy(meta, off, sizeof off), memcpy(meta + n, len, sizeof len);
+    choir_attn a = {H, 0, Dh, 1.0f / sqrtf((float)Dh), false, CHOIR_DTYPE_F32};
+    for (int b = 0; b < n; b++) {
+        int64_t o = off[b] * ld;
+        choir_attention(q + o, ld, k + o, ld, v + o, ld, want + o, ld, len[b], len[b], H, Dh,
+                        a.scale, NULL, false);
+    }
+    assert_int_equal(choir_op_attention_ragged(f.s, n, q, k, v, ld, meta, meta + n, Tm, got, &a), 0);
+    assert_same(got, want, (size_t)(R * ld), "attention_ragged");
+    a.causal = true;
+    assert_int_equal(choir_op_attention_ragged(f.s, n, q, k, v, ld, meta, meta + n, Tm, got, &a),
+                     CHOIR_EINVAL);
+    choir_stream_clear(f.s);
+    /* transpose_lens: item b [Tm, C] -> [C, Tm], rows past len[b] zero */
+    int64_t C = 7;
+    float *src = rnd((size_t)(n * Tm * C), 34), *dst = rnd((size_t)(n * Tm * C), 35);
+    assert_int_equal(choir_op_transpose_lens(f.s, src, n, Tm, C, meta + n, dst), 0);
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t r = 0; r < Tm; r++) {
+                float w = r < len[b] ? src[(b * Tm + r) * C + c] : 0.0f;
+                if (dst[(b * C + c) * Tm + r] != w) fail_msg("transpose_lens: item %lld", (long long)b);
+            }
+    free(q), free(k), free(v), free(got), free(want), free(src), free(dst);
     fx_close(&f);
 }
 
@@ -965,6 +1008,7 @@ int main(void) {
         cmocka_unit_test(test_linear_every_storage),
         cmocka_unit_test(test_attention_and_gqa),
         cmocka_unit_test(test_attention_slots_and_scatter),
+        cmocka_unit_test(test_attention_ragged_and_transpose_lens),
         cmocka_unit_test(test_attention_bf16_kv),
         cmocka_unit_test(test_attention_all_bf16),
         cmocka_unit_test(test_linear_bf16_rows),

@@ -421,6 +421,18 @@ int choir_op_attention_slots(choir_stream *s, int64_t B, const float *q, int64_t
                              const int32_t *kv_len, float *out, int64_t ldo, int64_t out_batch,
                              int64_t Tq, int64_t Tk, const choir_attn *a);
 
+/* Self-attention over n pieces of different lengths stacked without padding
+ * (Kokoro's ALBERT over a batch of pieces): piece b's rows are off[b] ..
+ * off[b] + len[b] - 1 of q, k, v and out (each [R, n_head Dh], row stride
+ * ld); each row attends to its own piece's rows only, as choir_op_attention
+ * over that piece alone (no mask, not causal, f32 K/V, n_kv_head n_head or
+ * 0). off, len: int32 backend memory [n]; Tm (host) at least every len[b].
+ * The CPU runs choir_attention per piece; CUDA groups of pieces in five
+ * launches each (choir_cuda_attention_ragged) instead of three a piece. */
+int choir_op_attention_ragged(choir_stream *s, int64_t n, const float *q, const float *k,
+                              const float *v, int64_t ld, const int32_t *off, const int32_t *len,
+                              int64_t Tm, float *out, const choir_attn *a);
+
 /* Fused attention over bf16 rows (uint16 storage; an encoder's windows): B
  * sequences, sequence b's queries at q + b q_batch, its keys and values at
  * k, v + b kv_batch, its output at out + b out_batch; shapes and strides

@@ -24,6 +24,13 @@
 extern "C" {
 #endif
 
+/* dst[b] [C, R] = src[b] [R, C]^T for b < B (no aliasing), rows r >=
+ * lens[b] of item b (int32 backend memory; NULL: none) written as zeros:
+ * items' time-major rows made a convolution's channels-first input with
+ * zeros past each length, one operation for the batch (CUDA: one launch). */
+int choir_op_transpose_lens(choir_stream *s, const float *src, int64_t B, int64_t R, int64_t C,
+                            const int32_t *lens, float *dst);
+
 /* y [B, Cout, Tout] = conv1d(x [B, Cin, T]) per item (groups 1, zero
  * padding), Tout = choir_conv1d_out_len; bias [Cout] or NULL; y[b, :, t] = 0
  * for t >= out_lens[b] (NULL: nothing zeroed). y must not alias x. Kernel

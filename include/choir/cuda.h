@@ -500,6 +500,11 @@ int choir_cuda_softmax(choir_cuda *cu, float *x, int64_t rows, int64_t dim, choi
  * channels-first output made time-major, with positions added. No aliasing. */
 int choir_cuda_transpose_add(choir_cuda *cu, const float *src, int64_t R, int64_t C,
                              const float *add, float *dst, choir_err *err);
+/* B transposes in one launch: dst[b] [C, R] = src[b] [R, C]^T, rows r >=
+ * lens[b] of src (device int32 [B]; NULL: none) written as zeros
+ * (cuda_ragged.cu). */
+int choir_cuda_transpose_lens(choir_cuda *cu, const float *src, int64_t B, int64_t R, int64_t C,
+                              const int32_t *lens, float *dst, choir_err *err);
 /* f32 <-> bf16 conversion of n elements (round to nearest even). */
 int choir_cuda_f32_to_bf16(choir_cuda *cu, const float *x, uint16_t *y, int64_t n,
                            choir_err *err);
@@ -571,6 +576,18 @@ int choir_cuda_attention_slots(choir_cuda *cu, int64_t B, const float *q, int64_
                                int64_t Tq, int64_t Tk, int n_head, int64_t Dh, float scale,
                                bool causal, choir_err *err);
 
+/* Self-attention over n pieces stacked without padding (a batch of ALBERT
+ * pieces): piece b's rows are off[b] .. off[b] + len[b] - 1 of q, k, v and
+ * out (each [R, n_head Dh], row stride ld); each row attends to its own
+ * piece's rows only (no mask, not causal). off, len: device int32 [n];
+ * Tm >= every len[b]. Pieces go in groups (gathered head-major and padded
+ * to Tm in context scratch, at most ~256 MB a group): per group two strided
+ * batched cuBLAS f32 products over its pieces' heads, a softmax over each
+ * piece's keys, a gather and a scatter (cuda_ragged.cu). */
+int choir_cuda_attention_ragged(choir_cuda *cu, int64_t n, const float *q, const float *k,
+                                const float *v, int64_t ld, const int32_t *off,
+                                const int32_t *len, int64_t Tm, int n_head, int64_t Dh,
+                                float scale, float *out, choir_err *err);
 /* choir_cuda_attention and choir_cuda_attention_slots over keys and values
  * stored as bf16 (a KV cache in a bf16 model's dtype; strides in elements),
  * each widened to f32 as it is read: one block per query row at any Tq, so

@@ -1220,6 +1220,65 @@ static double rel_l2_pieces(const float *const *a, const float *const *b, const 
  * shifts its columns), F0, N within the bound, noise bit for bit; and the
  * batch made one ALBERT call, six LSTM calls and one F0 / N call. Bound
  * 1e-5 throughout (f32; only the products' summation order differs). */
+/* CHOIR_KOKORO_FRONT_BATCH=1 (ALBERT's attention over all pieces in one
+ * operation, the text encoder's convolutions over the padded batch) against
+ * the same call without it, on n pieces of ragged lengths (1 to 60 ids, the
+ * first piece 1 id): ALBERT's bert_out and d_en, the text encoder's output.
+ * The products change shape (a batch of (piece, head) pairs; convolutions
+ * over n items instead of one), so cuBLAS may sum in another order: bound
+ * 1e-5 as the batched front's other stages. */
+static void check_front_batch_switch(choir_kokoro *m, choir_kokoro_gpu *g, int n) {
+    float **e = calloc((size_t)n, sizeof *e), **bon = calloc((size_t)n, sizeof *bon),
+          **boff = calloc((size_t)n, sizeof *boff), **don = calloc((size_t)n, sizeof *don),
+          **doff = calloc((size_t)n, sizeof *doff), **ton = calloc((size_t)n, sizeof *ton),
+          **toff = calloc((size_t)n, sizeof *toff);
+    int32_t **ids = calloc((size_t)n, sizeof *ids);
+    int64_t *T = calloc((size_t)n, sizeof *T), *nb = calloc((size_t)n, sizeof *nb),
+            *nd = calloc((size_t)n, sizeof *nd);
+    choir_err err = {0};
+    float type0[128], row[128];
+    for (int b = 0; b < n; b++) {
+        T[b] = b == 0 ? 1 : 1 + (b * 23) % 60, nb[b] = T[b] * 768, nd[b] = T[b] * 512;
+        ids[b] = (int32_t *)rnd(T[b], 0, 0); /* float-sized slots hold the ids */
+        for (int64_t t = 0; t < T[b]; t++) ids[b][t] = (int32_t)((t * 31 + 7 * b + 3) % 177 + 1);
+        ids[b][0] = 0;
+        e[b] = rnd(T[b] * 128, 0, 0);
+        kk_albert_embed(m, ids[b], T[b], e[b], type0, row);
+        bon[b] = rnd(nb[b], 0, 0), boff[b] = rnd(nb[b], 0, 0);
+        don[b] = rnd(nd[b], 0, 0), doff[b] = rnd(nd[b], 0, 0);
+        ton[b] = rnd(nd[b], 0, 0), toff[b] = rnd(nd[b], 0, 0);
+    }
+    kk_exec *x = kk_gpu_exec(g);
+    const char *was = getenv("CHOIR_KOKORO_FRONT_BATCH");
+    char was_copy[8] = "";
+    if (was) snprintf(was_copy, sizeof was_copy, "%s", was);
+    setenv("CHOIR_KOKORO_FRONT_BATCH", "0", 1);
+    int rc = kk_exec_albert(x, n, (const float *const *)e, T, boff, doff, &err);
+    if (!rc) rc = kk_exec_text(x, n, (const int32_t *const *)ids, T, toff, &err);
+    setenv("CHOIR_KOKORO_FRONT_BATCH", "1", 1);
+    if (!rc) rc = kk_exec_albert(x, n, (const float *const *)e, T, bon, don, &err);
+    if (!rc) rc = kk_exec_text(x, n, (const int32_t *const *)ids, T, ton, &err);
+    if (was) setenv("CHOIR_KOKORO_FRONT_BATCH", was_copy, 1);
+    else unsetenv("CHOIR_KOKORO_FRONT_BATCH");
+    char name[96];
+    snprintf(name, sizeof name, "front batch switch: %d pieces", n);
+    if (rc) {
+        fail_msg(name, &err);
+    } else {
+        snprintf(name, sizeof name, "front batch: ALBERT bert_out, %d pieces on vs off", n);
+        verdict(name, rel_l2_pieces((const float *const *)bon, (const float *const *)boff, nb, n),
+                1e-5);
+        snprintf(name, sizeof name, "front batch: ALBERT d_en, %d pieces on vs off", n);
+        verdict(name, rel_l2_pieces((const float *const *)don, (const float *const *)doff, nd, n),
+                1e-5);
+        snprintf(name, sizeof name, "front batch: text encoder, %d pieces on vs off", n);
+        verdict(name, rel_l2_pieces((const float *const *)ton, (const float *const *)toff, nd, n),
+                1e-5);
+    }
+    free(e), free(bon), free(boff), free(don), free(doff), free(ton), free(toff), free(ids);
+    free(T), free(nb), free(nd);
+}
+
 static void check_front_batch(void) {
     choir_kokoro *m = random_decoder();
     random_front(m);
@@ -1266,6 +1325,10 @@ static void check_front_batch(void) {
                     rel_l2_pieces((const float *const *)db, (const float *const *)da, nd, K), 1e-5);
         }
     }
+    /* (1b) ALBERT and the text encoder with CHOIR_KOKORO_FRONT_BATCH=1 */
+    check_front_batch_switch(m, g, 1);
+    check_front_batch_switch(m, g, 3);
+    check_front_batch_switch(m, g, 33);
     /* (2) the text encoder's BiLSTM (In 512) */
     {
         float *x[K], *yb[K], *ya[K];
@@ -1463,6 +1526,53 @@ static void check_front_batch(void) {
             calls ? n_pass++ : n_fail++;
             for (int b = 0; b < K; b++) kk_piece_free(&kept[b]);
         }
+    }
+    /* CHOIR_KOKORO_FRONT_BATCH=1 over the whole front, against the batch
+     * without it (the other switches as the run has them): the same frames,
+     * asr, F0 and N within the batch's bounds, one call per stage. */
+    if (!rc) {
+        kk_piece kept[K];
+        memset(kept, 0, sizeof kept);
+        const char *was = getenv("CHOIR_KOKORO_FRONT_BATCH");
+        char was_copy[8] = "";
+        if (was) snprintf(was_copy, sizeof was_copy, "%s", was);
+        setenv("CHOIR_KOKORO_FRONT_BATCH", "1", 1);
+        choir_kokoro_gpu_get_stats(g, &st0);
+        int rk = kk_front_batch(m, K, idp, n_ids, stp, ps, kept, &err);
+        choir_kokoro_gpu_get_stats(g, &st1);
+        if (was) setenv("CHOIR_KOKORO_FRONT_BATCH", was_copy, 1);
+        else unsetenv("CHOIR_KOKORO_FRONT_BATCH");
+        const char *what = "front batch switch, whole front";
+        if (rk) {
+            fail_msg(what, &err);
+        } else {
+            bool same = true;
+            for (int b = 0; b < K; b++) same = same && kept[b].L == batch[b].L;
+            printf("%s  %-52s %lld/%lld/%lld frames\n", same ? "PASS" : "FAIL", what,
+                   (long long)kept[0].L, (long long)kept[1].L, (long long)kept[2].L);
+            same ? n_pass++ : n_fail++;
+            if (same) {
+                const float *ak[K], *ab[K], *fk[K], *fb[K], *nk[K], *nb[K];
+                int64_t na_[K], n2[K];
+                for (int b = 0; b < K; b++)
+                    ak[b] = kept[b].asr, ab[b] = batch[b].asr, na_[b] = 512 * batch[b].L,
+                    fk[b] = kept[b].f0, fb[b] = batch[b].f0, nk[b] = kept[b].n, nb[b] = batch[b].n,
+                    n2[b] = 2 * batch[b].L;
+                verdict("front batch switch, whole front: asr", rel_l2_pieces(ak, ab, na_, K), 1e-5);
+                verdict("front batch switch, whole front: F0", rel_l2_pieces(fk, fb, n2, K), 3e-5);
+                verdict("front batch switch, whole front: N", rel_l2_pieces(nk, nb, n2, K), 3e-5);
+            }
+            const int64_t lstm_calls = kk_net_front_on_device(m) ? 3 : 6;
+            bool calls = st1.albert_calls - st0.albert_calls == 1 &&
+                         st1.lstm_calls - st0.lstm_calls == lstm_calls &&
+                         st1.f0n_calls - st0.f0n_calls == 1;
+            printf("%s  %-52s ALBERT %lld, LSTM %lld, F0/N %lld calls\n", calls ? "PASS" : "FAIL",
+                   what, (long long)(st1.albert_calls - st0.albert_calls),
+                   (long long)(st1.lstm_calls - st0.lstm_calls),
+                   (long long)(st1.f0n_calls - st0.f0n_calls));
+            calls ? n_pass++ : n_fail++;
+        }
+        for (int b = 0; b < K; b++) kk_piece_free(&kept[b]);
     }
     /* a bad piece fails the batch with its index, and leaves nothing behind */
     {

@@ -38,6 +38,16 @@ static double tick(choir_stream *s, bool on) {
     return choir_now_s();
 }
 
+/* CHOIR_KOKORO_FRONT_BATCH=1 on a device: ALBERT's attention over all
+ * pieces in one operation (choir_op_attention_ragged) and the text
+ * encoder's convolutions, norms and activations over the padded batch
+ * instead of per piece. Off by default (NOT RUN ON A GPU yet); the CPU
+ * path never takes it. */
+static bool front_batch(choir_stream *s) {
+    const char *e = getenv("CHOIR_KOKORO_FRONT_BATCH");
+    return e && strcmp(e, "1") == 0 && !choir_backend_is_host(choir_stream_backend(s));
+}
+
 typedef struct kf_lin {
     choir_weight w; /* backend, the checkpoint's storage */
     const float *b;
@@ -176,10 +186,24 @@ int kk_fnet_albert(const kk_fnet *f, choir_stream *s, int n, const float *const 
     float *a = choir_stream_floats(s, R * KK_BERT, "ALBERT"); /* attention block output */
     float *ff = choir_stream_floats(s, R * KK_BERT_FF, "ALBERT"); /* [R, 2048] */
     float *de = choir_stream_floats(s, R * KK_HIDDEN, "ALBERT");  /* [R, 512] */
+    /* with the switch: each piece's first row and length, for the ragged
+     * attention (backend memory, [2, n]) */
+    const bool ragged = front_batch(s) && R <= INT32_MAX;
+    int32_t *ol = ragged ? choir_stream_alloc(s, 2 * (size_t)n * sizeof(int32_t), "ALBERT pieces")
+                         : NULL;
+    int32_t *ol_host = ragged ? choir_alloc(CHOIR_MEM_OTHER, 2 * (size_t)n * sizeof(int32_t)) : NULL;
+    int64_t Tm = 0;
     int rc = choir_stream_status(s, NULL);
     const bool prof = profiling(s);
     double c0 = tick(s, prof), c1 = c0, c2 = c0, c3 = c0;
+    if (!rc && ragged && !ol_host)
+        rc = choir_stream_fail(s, CHOIR_ENOMEM, "kokoro: out of host memory");
     if (rc) goto done;
+    for (int64_t b = 0, r = 0; ragged && b < n; r += T[b], b++) {
+        ol_host[b] = (int32_t)r, ol_host[n + b] = (int32_t)T[b];
+        Tm = T[b] > Tm ? T[b] : Tm;
+    }
+    if (ragged) choir_op_upload(s, ol, ol_host, 2 * (size_t)n * sizeof(int32_t));
     for (int64_t b = 0, r = 0; b < n; r += T[b], b++) {
         size_t bytes = (size_t)(T[b] * KK_BERT_EMB) * sizeof(float);
         if (host) memcpy(e + r * KK_BERT_EMB, emb[b], bytes);
@@ -193,7 +217,9 @@ int kk_fnet_albert(const kk_fnet *f, choir_stream *s, int n, const float *const 
         choir_op_linear(s, h, R, &f->q.w, f->q.b, q);
         choir_op_linear(s, h, R, &f->k.w, f->k.b, k);
         choir_op_linear(s, h, R, &f->v.w, f->v.b, v);
-        for (int64_t b = 0, o = 0; b < n; o += T[b] * KK_BERT, b++)
+        if (ragged)
+            choir_op_attention_ragged(s, n, q, k, v, KK_BERT, ol, ol + n, Tm, ctx, &at);
+        for (int64_t b = 0, o = 0; b < n && !ragged; o += T[b] * KK_BERT, b++)
             choir_op_attention(s, q + o, KK_BERT, k + o, KK_BERT, v + o, KK_BERT, ctx + o, KK_BERT,
                                T[b], T[b], &at, NULL);
         choir_op_linear(s, ctx, R, &f->dense.w, f->dense.b, a);
@@ -217,12 +243,14 @@ int kk_fnet_albert(const kk_fnet *f, choir_stream *s, int n, const float *const 
     if (prof)
         fprintf(stderr,
                 "kokoro ALBERT: %d pieces, %lld ids: upload %.1f, 12 layers + bert_encoder %.1f, "
-                "download %.1f ms\n",
-                n, (long long)R, 1e3 * (c1 - c0), 1e3 * (c2 - c1), 1e3 * (c3 - c2));
+                "download %.1f ms%s\n",
+                n, (long long)R, 1e3 * (c1 - c0), 1e3 * (c2 - c1), 1e3 * (c3 - c2),
+                ragged ? " (attention batched)" : "");
 done:
     rc = choir_stream_sync(s, err);
     choir_stream_clear(s);
     choir_stream_release(s, mark);
+    choir_free(ol_host);
     return rc;
 }
 
@@ -399,9 +427,11 @@ done:
 
 int64_t kk_fnet_text_work_bytes(int n, int64_t T) {
     /* ids, the LSTM's x [n, T, 512] and y [n, T, 512] (+ its device scratch,
-     * n T 8 H + 2 n H at H 256), one piece's e / x / y [T, 512] */
+     * n T 8 H + 2 n H at H 256), one piece's e / x / y [T, 512]; with
+     * CHOIR_KOKORO_FRONT_BATCH the convolutions' x / y [n, 512, T] instead */
     int64_t floats = (int64_t)n * T * (512 + 512 + 8 * 256) + 2 * (int64_t)n * 256 +
-                     3 * T * KK_HIDDEN + (int64_t)n * T + 2048;
+                     3 * T * KK_HIDDEN + 2 * (int64_t)n * T * KK_HIDDEN + 2 * (int64_t)n * T +
+                     2048;
     return floats * (int64_t)sizeof(float) + ((int64_t)1 << 14);
 }
 
@@ -420,27 +450,51 @@ int kk_fnet_text_encoder(const kk_fnet *f, choir_stream *s, int n, const int32_t
     if (n < 1) return 0;
     const int64_t C = KK_HIDDEN, H = w->H;
     const bool host = choir_backend_is_host(choir_stream_backend(s));
+    /* CHOIR_KOKORO_FRONT_BATCH: the ids padded to [n, Tm] (ids[R] stays the
+     * stacked ids' room), the convolutions over the padded batch */
+    const bool batched = front_batch(s);
+    const int64_t NI = batched ? n * Tm : R; /* ids staged */
+    const int64_t CW = batched ? n : 1;      /* items of the convolutions' buffers */
     size_t mark = choir_stream_mark(s);
-    int32_t *id_d = choir_stream_alloc(s, (size_t)(R + 2 * n) * sizeof(int32_t), "text ids");
+    int32_t *id_d = choir_stream_alloc(s, (size_t)(NI + 2 * n) * sizeof(int32_t), "text ids");
     float *xd = choir_stream_floats(s, n * Tm * C, "text encoder");  /* [n, Tm, 512] LSTM in */
     float *yd = choir_stream_floats(s, n * Tm * 2 * H, "text encoder"); /* [n, Tm, 2H] */
-    float *e = choir_stream_floats(s, Tm * C, "text encoder");     /* one piece [T, 512] */
-    float *cx = choir_stream_floats(s, C * Tm, "text encoder");    /* [512, T] */
-    float *cy = choir_stream_floats(s, C * Tm, "text encoder");    /* [512, T] */
-    int32_t *lens = id_d ? id_d + R + n : NULL;
-    int32_t *stage = host ? id_d : choir_alloc(CHOIR_MEM_OTHER, (size_t)(R + 2 * n) * sizeof(int32_t));
+    float *e = batched ? NULL : choir_stream_floats(s, Tm * C, "text encoder"); /* [T, 512] */
+    float *cx = choir_stream_floats(s, CW * C * Tm, "text encoder"); /* [CW, 512, T] */
+    float *cy = choir_stream_floats(s, CW * C * Tm, "text encoder"); /* [CW, 512, T] */
+    int32_t *lens = id_d ? id_d + NI + n : NULL;
+    int32_t *stage = host ? id_d : choir_alloc(CHOIR_MEM_OTHER, (size_t)(NI + 2 * n) * sizeof(int32_t));
     int rc = choir_stream_status(s, NULL);
     if (!rc && !stage) rc = choir_stream_fail(s, CHOIR_ENOMEM, "kokoro: out of host memory");
     if (rc) goto done;
+    if (batched) memset(stage, 0, (size_t)NI * sizeof(int32_t)); /* padding: id 0 */
     for (int64_t b = 0, r = 0; b < n; r += T[b], b++) {
-        memcpy(stage + r, ids[b], (size_t)T[b] * sizeof(int32_t));
-        stage[R + n + b] = (int32_t)T[b];
+        memcpy(stage + (batched ? b * Tm : r), ids[b], (size_t)T[b] * sizeof(int32_t));
+        stage[NI + n + b] = (int32_t)T[b];
     }
-    if (!host) choir_op_upload(s, id_d, stage, (size_t)(R + 2 * n) * sizeof(int32_t));
+    if (!host) choir_op_upload(s, id_d, stage, (size_t)(NI + 2 * n) * sizeof(int32_t));
+    if (batched) {
+        /* The whole batch at once, padded to Tm: embedding rows [n, Tm, 512]
+         * (padding id 0), each conv's input channels-first with zeros past
+         * each piece's length (what the piece's own zero padding reads) and
+         * its output zeroed there, the norm and LeakyReLU over all rows
+         * (padded rows never reach the LSTM's output): 14 launches instead
+         * of 14 a piece. */
+        choir_op_rows_gather(s, &f->te_emb, id_d, n * Tm, xd);
+        choir_op_transpose_lens(s, xd, n, Tm, C, lens, cx);
+        for (int i = 0; i < 3; i++) {
+            choir_op_conv1d_lens(s, cx, n, C, Tm, &f->te_w[i], f->te_b[i], C, 5, 1, 2, 1, lens,
+                                 cy);
+            choir_op_transpose_lens(s, cy, n, C, Tm, NULL, xd);
+            choir_op_layer_norm(s, xd, xd, n * Tm, C, f->te_ln_g[i], f->te_ln_b[i], 1e-5f);
+            choir_op_act(s, CHOIR_ACT_LEAKY_RELU, xd, n * Tm * C, 0.2f);
+            if (i < 2) choir_op_transpose_lens(s, xd, n, Tm, C, lens, cx);
+        }
+    }
     /* Per piece, at its own length (so a piece in a batch is what it is
      * alone, bit for bit): embedding, then 3 x (conv k5, LayerNorm over
      * channels, LeakyReLU 0.2), into the LSTM's padded input. */
-    for (int64_t b = 0, r = 0; b < n; r += T[b], b++) {
+    for (int64_t b = 0, r = 0; b < n && !batched; r += T[b], b++) {
         const int64_t Tb = T[b];
         float *tc = xd + b * Tm * C; /* [Tb, 512] */
         choir_op_rows_gather(s, &f->te_emb, id_d + r, Tb, e);

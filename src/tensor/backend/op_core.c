@@ -556,6 +556,42 @@ int choir_op_attention_slots(choir_stream *s, int64_t B, const float *q, int64_t
     return be_unsupported(s, "attention_slots");
 }
 
+int choir_op_attention_ragged(choir_stream *s, int64_t n, const float *q, const float *k,
+                              const float *v, int64_t ld, const int32_t *off, const int32_t *len,
+                              int64_t Tm, float *out, const choir_attn *a) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    int rep = attn_group(s, a, "attention_ragged");
+    if (!rep) return s->err.code;
+    if (rep != 1 || a->kv != CHOIR_DTYPE_F32 || a->causal)
+        return be_invalid(s, "attention_ragged: grouped, 16-bit or causal attention");
+    if (n < 0 || Tm < 0 || ld < (int64_t)a->n_head * a->Dh)
+        return be_invalid(s, "attention_ragged: %lld pieces, row stride %lld", (long long)n,
+                          (long long)ld);
+    if (n == 0 || Tm == 0) return 0;
+    if (be_host(s)) {
+        choir_kernel_scratch *prev = be_kernel_begin(s);
+        int rc = 0;
+        for (int64_t b = 0; b < n && !rc; b++) {
+            if (len[b] < 0 || len[b] > Tm) {
+                rc = be_invalid(s, "attention_ragged: piece %lld of %d rows (at most %lld)",
+                                (long long)b, (int)len[b], (long long)Tm);
+                break;
+            }
+            int64_t o = (int64_t)off[b] * ld;
+            rc = host_attention(s, q + o, ld, k + o, ld, v + o, ld, out + o, ld, len[b], len[b],
+                                a, 1, NULL);
+        }
+        be_kernel_end(prev);
+        return rc;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    BE_CUDA(s, "attention_ragged",
+            choir_cuda_attention_ragged(s->be->cu, n, q, k, v, ld, off, len, Tm, a->n_head, a->Dh,
+                                        a->scale, out, BE_ERR));
+#endif
+    return be_unsupported(s, "attention_ragged");
+}
+
 int choir_op_rows_scatter(choir_stream *s, const float *src, int64_t B, int64_t cols, void *dst,
                           choir_dtype dst_dtype, int64_t slot_stride, int64_t ld,
                           const int32_t *slot, const int32_t *pos) {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "choir/alloc.h"
+#include "choir/backend_vocoder.h"
 #include "choir/kernels.h"
 #include "choir/pool.h"
 #include "tensor/backend/backend_internal.h"
@@ -315,6 +316,27 @@ int choir_op_transpose(choir_stream *s, const float *src, int64_t R, int64_t C, 
     BE_CUDA(s, "transpose", choir_cuda_transpose_add(s->be->cu, src, R, C, add, dst, BE_ERR));
 #endif
     return be_unsupported(s, "transpose");
+}
+
+int choir_op_transpose_lens(choir_stream *s, const float *src, int64_t B, int64_t R, int64_t C,
+                            const int32_t *lens, float *dst) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (B < 0 || R < 0 || C < 0) return be_invalid(s, "transpose_lens: negative size");
+    if (be_host(s)) {
+        for (int64_t b = 0; b < B; b++) {
+            const int64_t valid = lens ? (lens[b] < 0 ? 0 : (lens[b] > R ? R : lens[b])) : R;
+            const float *sb = src + b * R * C;
+            float *db = dst + b * R * C;
+            for (int64_t c = 0; c < C; c++)
+                for (int64_t r = 0; r < R; r++) db[c * R + r] = r < valid ? sb[r * C + c] : 0.0f;
+        }
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    BE_CUDA(s, "transpose_lens",
+            choir_cuda_transpose_lens(s->be->cu, src, B, R, C, lens, dst, BE_ERR));
+#endif
+    return be_unsupported(s, "transpose_lens");
 }
 
 int choir_op_rope(choir_stream *s, float *x, int64_t rows, int64_t ld, int n_head, int64_t Dh,

@@ -684,6 +684,29 @@ int choir_cuda_transpose_add(choir_cuda *cu, const float *src, int64_t R, int64_
         for (int64_t r = 0; r < R; r++) dst[c * R + r] = src[r * C + c] + (add ? add[c * R + r] : 0);
     return 0;
 }
+typedef struct {
+    const float *src;
+    int64_t B, R, C;
+    const int32_t *lens;
+    float *dst;
+} transpose_lens_args;
+static int transpose_lens_op(const void *p) {
+    const transpose_lens_args *a = p;
+    for (int64_t b = 0; b < a->B; b++) {
+        const int64_t valid = a->lens ? a->lens[b] : a->R;
+        const float *sb = a->src + b * a->R * a->C;
+        float *db = a->dst + b * a->R * a->C;
+        for (int64_t c = 0; c < a->C; c++)
+            for (int64_t r = 0; r < a->R; r++) db[c * a->R + r] = r < valid ? sb[r * a->C + c] : 0.0f;
+    }
+    return 0;
+}
+int choir_cuda_transpose_lens(choir_cuda *cu, const float *src, int64_t B, int64_t R, int64_t C,
+                              const int32_t *lens, float *dst, choir_err *err) {
+    (void)cu, (void)err;
+    transpose_lens_args a = {src, B, R, C, lens, dst};
+    return run_or_record(transpose_lens_op, &a, sizeof(a));
+}
 typedef struct to_bf16_args {
     const float *x;
     uint16_t *y;
@@ -793,6 +816,33 @@ int choir_cuda_attention_slots(choir_cuda *cu, int64_t B, const float *q, int64_
     attn_args a = {B,      q,   ldq, q_batch,   k,  ldk, v,      ldv,  slot_stride, kv_slot, kv_len,
                    out,    ldo, out_batch, Tq, Tk, n_head, Dh,   scale, NULL,       causal};
     return run_or_record(attn_op, &a, sizeof(a));
+}
+typedef struct {
+    int64_t n;
+    const float *q, *k, *v;
+    int64_t ld;
+    const int32_t *off, *len;
+    int n_head;
+    int64_t Dh;
+    float scale;
+    float *out;
+} ragged_args;
+static int ragged_op(const void *p) {
+    const ragged_args *a = p;
+    for (int64_t b = 0; b < a->n; b++) {
+        int64_t o = (int64_t)a->off[b] * a->ld;
+        choir_attention(a->q + o, a->ld, a->k + o, a->ld, a->v + o, a->ld, a->out + o, a->ld,
+                        a->len[b], a->len[b], a->n_head, a->Dh, a->scale, NULL, false);
+    }
+    return 0;
+}
+int choir_cuda_attention_ragged(choir_cuda *cu, int64_t n, const float *q, const float *k,
+                                const float *v, int64_t ld, const int32_t *off,
+                                const int32_t *len, int64_t Tm, int n_head, int64_t Dh,
+                                float scale, float *out, choir_err *err) {
+    (void)cu, (void)err, (void)Tm;
+    ragged_args a = {n, q, k, v, ld, off, len, n_head, Dh, scale, out};
+    return run_or_record(ragged_op, &a, sizeof(a));
 }
 int64_t choir_cuda_attention_max_keys(const choir_cuda *cu) {
     return cu->props.smem_per_block_optin / 4 - 544;

@@ -6,10 +6,12 @@
 # placement, the one executor kokoro_exec.c on a CUDA backend, weights put on
 # the backend, stream buffers, uploads and downloads, lengths in backend
 # memory, the batched front, the harmonic source, the style projections in one
-# product, the shared LSTM and F0/N blocks in one call). All 112 checks pass (6 Dec; the check's own
-# errors are 0 or rounding there). Slow: the check runs the real layer sizes
-# (855-frame pieces through the batched front) at -O1 under ASan, ~6 min on
-# the 2-core dev box, so it is a manual run, not a ctest. Usage, from the
+# product, the shared LSTM and F0/N blocks in one call, the front's batch
+# switch). All 143 checks pass (7 Dec; the check's own errors are 0 or
+# rounding there). Slow: the check runs the real layer sizes (855-frame
+# pieces through the batched front, 33 pieces through ALBERT twice) at -O1
+# under ASan, ~15 min on the 2-core dev box (beside a build), so it is a
+# manual run, not a ctest. Usage, from the
 # repository root:
 #   bash tests/cuda/fake/run_fake_kokoro.sh [OUT_DIR]   (default /tmp/choir-fake-kokoro)
 set -eu
