@@ -1150,6 +1150,40 @@ static void check_attention_slots_case(int64_t Tq, int H, int Hkv, bool causal) 
     case_end();
 }
 
+/* Ragged attention (Kokoro's ALBERT over a batch, 12 heads of 64): pieces
+ * of 1 to 130 rows stacked without padding, CUDA's gathered batched
+ * products against the CPU's per-piece attention; transpose_lens with
+ * zeros past each length (exact). */
+static void check_attention_ragged_case(int n) {
+    case_begin();
+    int H = 12;
+    int64_t Dh = 64, ld = H * Dh, R = 0, Tm = 0;
+    int32_t meta[2 * 40];
+    for (int b = 0; b < n; b++) {
+        meta[n + b] = b == 0 ? 1 : 1 + (b * 47) % 130;
+        meta[b] = (int32_t)R, R += meta[n + b], Tm = meta[n + b] > Tm ? meta[n + b] : Tm;
+    }
+    float *q = hvec(R * ld, -1, 1), *k = hvec(R * ld, -1, 1), *v = hvec(R * ld, -1, 1);
+    float *ref = hmem((size_t)(R * ld) * 4);
+    float *dq = dvec(q, R * ld), *dk = dvec(k, R * ld), *dv = dvec(v, R * ld), *dout = dzero(R * ld);
+    int32_t *dmeta = dput(meta, 2 * (size_t)n * sizeof(int32_t));
+    choir_attn a = {H, 0, Dh, 1.0f / sqrtf((float)Dh), false, CHOIR_DTYPE_F32};
+    choir_op_attention_ragged(g_cs, n, q, k, v, ld, meta, meta + n, Tm, ref, &a);
+    choir_op_attention_ragged(g_gs, n, dq, dk, dv, ld, dmeta, dmeta + n, Tm, dout, &a);
+    char name[96];
+    snprintf(name, sizeof name, "attention_ragged %d pieces of 1-%lld rows, 12 heads", n,
+             (long long)Tm);
+    cmp(name, dout, ref, R * ld, TOL_F32);
+    int64_t C = 70;
+    float *src = hvec(n * Tm * C, -1, 1), *dst = hmem((size_t)(n * Tm * C) * 4);
+    float *dsrc = dvec(src, n * Tm * C), *ddst = dzero(n * Tm * C);
+    choir_op_transpose_lens(g_cs, src, n, Tm, C, meta + n, dst);
+    choir_op_transpose_lens(g_gs, dsrc, n, Tm, C, dmeta + n, ddst);
+    snprintf(name, sizeof name, "transpose_lens %d items of [%lld, 70]", n, (long long)Tm);
+    cmp(name, ddst, dst, n * Tm * C, 0);
+    case_end();
+}
+
 /* Keys and values as bf16 (a cache in a bf16 model's dtype): host copies
  * rounded to bf16, the same bits on both backends; the CPU widens the rows
  * first, CUDA as it reads them (one block per query row at any Tq). */
@@ -1275,6 +1309,9 @@ static void check_attention(void) {
     check_attention_case(100, 100, 6, 3, true, true);
     check_attention_case(1500, 1500, 6, 0, false, false);
     check_attention_slots_case(1, 6, 0, false);
+    check_attention_ragged_case(1);
+    check_attention_ragged_case(5);
+    check_attention_ragged_case(33);
     check_attention_slots_case(1, 6, 2, false);
     check_attention_slots_case(3, 6, 0, true);
     check_attention_bf16_case(1, 1500, 6, 0, false);
