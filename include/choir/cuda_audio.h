@@ -70,10 +70,10 @@ void choir_cuda_conv_set_path(choir_cuda *cu, choir_cuda_conv_path path);
 /* Options of this context's implicit convolutions (choir_cuda_conv1d_batched's
  * implicit path and choir_cuda_conv1d_adain_snake), bits of
  * choir_cuda_conv_option; 0 is the default (128 x 128 tiles, x staged through
- * registers, the fused pre-activation applied as it is staged). Off by
- * default until measured: a context starts with an option only when the
- * environment has CHOIR_CONV_PREPASS=1, CHOIR_CONV_WIDE=1 or
- * CHOIR_CONV_FAST_SIN=1 at choir_cuda_init.
+ * registers, the fused pre-activation applied as it is staged). A context
+ * starts with PREPASS (on since it ran on an H100 on 7 Dec 2026, unless the
+ * environment has CHOIR_CONV_PREPASS=0 at choir_cuda_init) and with WIDE or
+ * FAST_SIN only when CHOIR_CONV_WIDE=1 or CHOIR_CONV_FAST_SIN=1.
  * - PREPASS: choir_cuda_conv1d_adain_snake writes snake(adain(x)) once into
  *   context scratch in the product's operand precision (bf16, or f32
  *   TF32-rounded / f32) and the convolution brings it by cp.async (no
@@ -235,8 +235,9 @@ int64_t choir_cuda_bilstm_scratch_floats(int64_t B, int64_t T, int64_t H);
  * memory, a grid-wide barrier a step) instead of T launches of the step
  * kernel; where that launch cannot run (no cooperative launch, the blocks not
  * all resident, H not a multiple of 4) the step kernel runs, with one warning
- * per context. Same results to float summation order. Off by default
- * (CHOIR_KOKORO_LSTM_PERSIST=1 at choir_cuda_init turns it on). */
+ * per context. Same results to float summation order. On by default since it
+ * ran on an H100 on 7 Dec 2026 (CHOIR_KOKORO_LSTM_PERSIST=0 at
+ * choir_cuda_init turns it off). */
 void choir_cuda_lstm_set_persist(choir_cuda *cu, bool on);
 
 #ifdef __cplusplus

@@ -888,7 +888,7 @@ static void r_lstm(kk_lstm *l, int in, int h) {
  * other cases run under. */
 static bool lstm_persist_env(void) {
     const char *e = getenv("CHOIR_KOKORO_LSTM_PERSIST");
-    return e && strcmp(e, "1") == 0;
+    return !(e && strcmp(e, "0") == 0);
 }
 
 /* choir_cuda_bilstm on B padded sequences against choir_lstm (through
@@ -1383,9 +1383,17 @@ static void check_front_batch(void) {
     }
     for (int b = 0; b < K && !rc; b++) rc = kk_front(m, ids[b], n_ids[b], style[b], &ps[b], &alone[b], &err);
     choir_kokoro_gpu_stats st0, st1;
+    /* The batch with the front's host stages (CHOIR_KOKORO_FRONT_DEVICE=0),
+     * the reference of the front-on-the-device cases below. */
+    const char *fd_was = getenv("CHOIR_KOKORO_FRONT_DEVICE");
+    char fd_copy[8] = "";
+    if (fd_was) snprintf(fd_copy, sizeof fd_copy, "%s", fd_was);
+    setenv("CHOIR_KOKORO_FRONT_DEVICE", "0", 1);
     choir_kokoro_gpu_get_stats(g, &st0);
     if (!rc) rc = kk_front_batch(m, K, idp, n_ids, stp, ps, batch, &err);
     choir_kokoro_gpu_get_stats(g, &st1);
+    if (fd_was) setenv("CHOIR_KOKORO_FRONT_DEVICE", fd_copy, 1);
+    else unsetenv("CHOIR_KOKORO_FRONT_DEVICE");
     if (rc) {
         fail_msg("batched front: kk_front_batch vs kk_front", &err);
     } else {
@@ -1469,12 +1477,12 @@ static void check_front_batch(void) {
             one ? n_pass++ : n_fail++;
         }
         for (int b = 0; b < K; b++) kk_piece_free(&kept[b]);
-        /* CHOIR_KOKORO_FRONT_DEVICE=1: the duration encoder's three layers
+        /* CHOIR_KOKORO_FRONT_DEVICE=1 (the default): the duration encoder's three layers
          * (the AdaLayerNorms as a LayerNorm's affine on the device) and the
          * duration LSTM in one call, ALBERT's bert not brought down, and with
          * CHOIR_KOKORO_SHARED_F0N=1 the shared LSTM's input gathered on the
          * device from the encoder's rows. Against the batch above (the
-         * switch as the run has it): the same frames, the same asr (the text
+         * host stages, CHOIR_KOKORO_FRONT_DEVICE=0): the same frames, the same asr (the text
          * encoder does not change), F0 / N within the batch's bound (the
          * norms' rounding differs by an ulp). */
         const char *was = getenv("CHOIR_KOKORO_FRONT_DEVICE");

@@ -18,7 +18,7 @@
  *   per piece          the traces up to "asr" (the seeded noise is drawn
  *                      where the decoder makes the harmonic source)
  *
- * With the front on the device (CHOIR_KOKORO_FRONT_DEVICE=1 on a device;
+ * With the front on the device (on a device unless CHOIR_KOKORO_FRONT_DEVICE=0;
  * kk_net_front_on_device) the three duration-encoder layers and the
  * duration LSTM are one executor call (the norms' affine computed per piece
  * first, FB_NORM_AFFINE), ALBERT's bert comes down only for a traced piece,

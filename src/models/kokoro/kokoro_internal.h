@@ -377,7 +377,7 @@ int kk_net_shared_f0n(const choir_kokoro *m, int n, const float *const *en, cons
                       choir_err *err);
 
 /* kk_net_front_on_device: m's executor is a device and
- * CHOIR_KOKORO_FRONT_DEVICE is "1" (off by default: NOT RUN ON A GPU yet),
+ * CHOIR_KOKORO_FRONT_DEVICE is not "0" (on since it ran on an H100, 7 Dec 2026),
  * so the batched front keeps more of its tensors on the device: the duration
  * encoder's three layers and the duration LSTM as one kk_net_duration call
  * (no host AdaLayerNorm, one upload and two downloads instead of eight

@@ -564,8 +564,8 @@ __global__ void k_lstm_step(const float *__restrict__ gates, const float *__rest
     }
 }
 
-/* The whole recurrence in one cooperative launch (CHOIR_KOKORO_LSTM_PERSIST=1,
- * choir_cuda_lstm_set_persist): the step kernel above is latency-bound (64
+/* The whole recurrence in one cooperative launch (the default;
+ * CHOIR_KOKORO_LSTM_PERSIST=0 or choir_cuda_lstm_set_persist turns it off): the step kernel above is latency-bound (64
  * blocks of 8 warps, each warp walking the B pieces one after another with a
  * shuffle reduction per piece and gate), ~80 us a step at B 32, H 256, and
  * Kokoro's front runs ~5 T + L of them. Here block i owns LP_UNITS hidden

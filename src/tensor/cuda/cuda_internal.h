@@ -39,13 +39,13 @@ struct choir_cuda {
     /* choir_cuda_conv_path: which conv1d path choir_cuda_conv1d_batched takes */
     int conv_path;
     /* choir_cuda_conv_option bits of the implicit convolutions
-     * (choir_cuda_conv_set_options; CHOIR_CONV_PREPASS, CHOIR_CONV_WIDE,
-     * CHOIR_CONV_FAST_SIN at init), and the most scratch bytes the prepass's
+     * (choir_cuda_conv_set_options; PREPASS unless CHOIR_CONV_PREPASS=0,
+     * CHOIR_CONV_WIDE, CHOIR_CONV_FAST_SIN at init), and the most scratch bytes the prepass's
      * buffer takes at once (CHOIR_CONV_PREPASS_MB at init) */
     unsigned conv_opts;
     int64_t conv_prepass_bytes;
     /* the BiLSTM's recurrence as one cooperative kernel (cuda_audio.cu):
-     * choir_cuda_lstm_set_persist, CHOIR_KOKORO_LSTM_PERSIST=1 at init;
+     * choir_cuda_lstm_set_persist, on unless CHOIR_KOKORO_LSTM_PERSIST=0 at init;
      * warned: the one log line when it cannot run here */
     bool lstm_persist, lstm_persist_warned;
 };

@@ -313,7 +313,7 @@ void choir_cuda_q8_gemv(int shape) { g_fake_q8 = shape >= 0 && shape < 4 ? shape
 int choir_cuda_q8_gemv_shape(void) {
     if (g_fake_q8 < 0) {
         const char *e = getenv("CHOIR_Q8_GEMV");
-        choir_cuda_q8_gemv(e ? atoi(e) : 0);
+        choir_cuda_q8_gemv(e ? atoi(e) : 1);
     }
     return g_fake_q8;
 }
@@ -519,7 +519,7 @@ void choir_cuda_mlp_bf16(bool on) { g_fake_mlp_bf16 = on ? 2 : 0; }
 bool choir_cuda_mlp_bf16_on(void) {
     if (g_fake_mlp_bf16 == 1) {
         const char *e = getenv("CHOIR_CUDA_MLP_BF16");
-        g_fake_mlp_bf16 = e && e[0] == '1' ? 2 : 0;
+        g_fake_mlp_bf16 = e && e[0] == '0' ? 0 : 2;
     }
     return g_fake_mlp_bf16 == 2;
 }
