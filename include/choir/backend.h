@@ -155,6 +155,14 @@ int choir_backend_weight(choir_backend_weights *ws, const choir_weight *host, ch
  * converts f32 to bf16 (for matrices whose precision matters). */
 int choir_backend_weight_exact(choir_backend_weights *ws, const choir_weight *host,
                                choir_weight *out);
+/* As choir_backend_weight for each of host[0 .. n) into *out[i], on CUDA
+ * in one device buffer, each weight's rows right after the one before
+ * (the backend then runs products of several of them as one: choir_op_
+ * norm_qkv_rope, choir_op_gated_mlp) when all are bf16 on the device, of
+ * the same columns, each a multiple of 256 bytes; separately otherwise.
+ * host[i] and out[i] may be the same weight. */
+int choir_backend_weight_group(choir_backend_weights *ws, int n, const choir_weight *const *host,
+                               choir_weight *const *out);
 /* n floats of host data on the backend; NULL host gives NULL (an absent
  * bias). On failure NULL, and the store keeps the error. */
 const float *choir_backend_vec(choir_backend_weights *ws, const float *host, int64_t n);
@@ -331,7 +339,11 @@ int choir_op_swiglu_linear(choir_stream *s, float *gate, const float *up, int64_
  * literally those except on CUDA with choir_cuda_mlp_bf16 (and fused rows)
  * on at cuBLAS's row counts over bf16 weights, where gate and up are held
  * as bf16 rows in their buffers (rounded: within the bf16 bound of the f32
- * path). gate, up, h and tmp are unspecified afterwards. One operation. */
+ * path). With choir_cuda_prefill_fused on too, and Wu's rows right after
+ * Wg's in device memory (choir_backend_weight_group), gate and up are one
+ * product into gate's buffer (bf16 [M, 2I]) and the SwiGLU's bf16 rows go to
+ * up's (choir_cuda_gated_mlp_cat_rows: the floats of the bf16 gate/up path).
+ * gate, up, h and tmp are unspecified afterwards. One operation. */
 int choir_op_gated_mlp(choir_stream *s, float *x, int64_t M, const float *ln_g, float eps,
                        const choir_weight *Wg, const choir_weight *Wu, const choir_weight *Wd,
                        float *gate, float *up, float *h, float *tmp);
@@ -376,6 +388,18 @@ typedef struct choir_norm_linear {
  * operation. */
 int choir_op_norm_linear(choir_stream *s, const float *x, int64_t M, const choir_norm_linear *p,
                          float *h);
+/* A pre-norm attention's inputs: choir_op_norm_linear(x, M, p, h) over p's
+ * three layers q, k, v (RMS, no stores, no GELU), then choir_op_rope over
+ * q = p->y[0] (n_heads heads of head_dim) and k = p->y[1] (n_kv heads), all
+ * of each head rotated (rotate-half) at positions pos; literally those
+ * operations in turn, except on CUDA with choir_cuda_prefill_fused on, at
+ * cuBLAS's row counts over bf16 weights lying one after another in device
+ * memory (choir_backend_weight_group), where the three are one product and
+ * the biases and rotations one pass after it (choir_cuda_qkv_rope_rows: the
+ * same floats up to the order of cuBLAS's sums). Counted as the operations
+ * it stands for. */
+int choir_op_norm_qkv_rope(choir_stream *s, const float *x, int64_t M, const choir_norm_linear *p, float *h,
+                           int n_heads, int n_kv, int64_t head_dim, const int32_t *pos, float theta);
 /* C = alpha op(A) op(B) + beta C, row-major f32 (choir_gemm_f32). */
 int choir_op_gemm(choir_stream *s, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                   float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,

@@ -381,6 +381,36 @@ int choir_cuda_gated_mlp_rows(choir_cuda *cu, float *x, int64_t M, const float *
                               const choir_cuda_weight *Wg, const choir_cuda_weight *Wu, const choir_cuda_weight *Wd,
                               void *gate, void *up, void *h, choir_err *err);
 
+/* Prefill products in one (issue #23, VibeVoice 7B's prefill; off by
+ * default: written 7 Dec 2026, NOT RUN ON A GPU; CHOIR_VV_PREFILL_FUSED=1 in
+ * the environment turns it on at the first use unless
+ * choir_cuda_prefill_fused set it; process-wide). The backend takes the
+ * two calls below where a layer's weights lie one after another in device
+ * memory (choir_backend_weight_group) and choir_cuda_rows_ok holds. */
+void choir_cuda_prefill_fused(bool on);
+bool choir_cuda_prefill_fused_on(void);
+/* q, k and v of x [M, K] in one product: the RMS norm (gamma, eps) as bf16
+ * rows into h (M K 2 bytes), times Wqkv [(n_heads + 2 n_kv) Dh, K] (bf16: q's
+ * rows, then k's, then v's) into f32 rows in the context's scratch, then
+ * one pass adding bias[0..2] (each NULL: none) and rotating q's n_heads and
+ * k's n_kv heads of Dh values at positions pos (device int32 [M];
+ * rotate-half over all Dh, choir_cuda_rope's floats) into q [M, n_heads Dh],
+ * k and v [M, n_kv Dh]. CHOIR_EUNSUPPORTED unless the switch is on and
+ * choir_cuda_rows_ok(M, Wqkv) (Dh even, at most 1024). */
+int choir_cuda_qkv_rope_rows(choir_cuda *cu, const float *x, int64_t M, const float *gamma, float eps,
+                             const choir_cuda_weight *Wqkv, const float *const bias[3], int n_heads, int n_kv,
+                             int64_t Dh, const int32_t *pos, float theta, float *q, float *k, float *v, void *h,
+                             choir_err *err);
+/* choir_cuda_gated_mlp_rows with gate and up as one weight Wgu [2I, H] (gate's
+ * rows, then up's): the norm as bf16 rows into h (M H 2 bytes), one product
+ * into bf16 rows gu [M, 2I] (M I 4 bytes), SiLU(g) u rounded to bf16 into hb
+ * [M, I] (the floats of choir_cuda_gated_mlp_rows: gate and up rounded to
+ * bf16), then x += hb Wd^T through cuBLAS's C operand. CHOIR_EUNSUPPORTED
+ * unless the switch is on and Wgu and Wd pass choir_cuda_rows_ok. */
+int choir_cuda_gated_mlp_cat_rows(choir_cuda *cu, float *x, int64_t M, const float *gamma, float eps,
+                                  const choir_cuda_weight *Wgu, const choir_cuda_weight *Wd, void *gu, void *hb,
+                                  void *h, choir_err *err);
+
 /* The paths of choir_cuda_linear. GEMV: one warp per output row, every row
  * of x in f32 (up to 8 rows). SKINNY: f16/bf16 weights, up to
  * CHOIR_CUDA_SKINNY_MAX_ROWS rows, K a multiple of 8: each weight element

@@ -784,8 +784,111 @@ static void check_gated_mlp(void) {
     case_end();
 }
 
+/* Prefill products in one (choir_cuda_prefill_fused): weights grouped in
+ * one device buffer (choir_backend_weight_group). choir_op_norm_qkv_rope
+ * with the switch on (one product, then the biases and rotations in one
+ * pass) within 1e-5 of off (the separate products and ropes: the same
+ * floats up to cuBLAS's order) and within the bf16 bound of the CPU; the
+ * gated MLP over gate and up as one product within 1e-3 of the separate
+ * bf16 gate/up path (the same roundings up to cuBLAS's order, which may
+ * move a bf16 value by one step) and the bf16 bound of the CPU. */
+static void check_prefill_fused_qkv(int64_t M, int64_t K, int nh, int nkv, int64_t D) {
+    case_begin();
+    bool rows_was = choir_cuda_fused_rows_on(), pf_was = choir_cuda_prefill_fused_on();
+    choir_err err = {0};
+    choir_backend_weights *ws = choir_backend_weights_create(g_gpu, &err);
+    int64_t qd = nh * D, kvd = nkv * D;
+    choir_weight hw[3] = {make_weight(CHOIR_WEIGHT_BF16, qd, K, 0, 0, 0), make_weight(CHOIR_WEIGHT_BF16, kvd, K, 0, 0, 0),
+                          make_weight(CHOIR_WEIGHT_BF16, kvd, K, 0, 0, 0)};
+    choir_weight dw[3];
+    const choir_weight *hp[3] = {&hw[0], &hw[1], &hw[2]};
+    choir_weight *dp[3] = {&dw[0], &dw[1], &dw[2]};
+    choir_backend_weight_group(ws, 3, hp, dp);
+    expect("weight_group: q, k, v one after another",
+           (const char *)dw[1].data == (const char *)dw[0].data + qd * K * 2 &&
+               (const char *)dw[2].data == (const char *)dw[1].data + kvd * K * 2);
+    float *x = hvec(M * K, -3, 5), *g = hvec(K, 0.5f, 1.5f);
+    float *b[3] = {hvec(qd, -1, 1), hvec(kvd, -1, 1), hvec(kvd, -1, 1)};
+    int32_t *pos = hmem((size_t)M * sizeof(int32_t));
+    for (int64_t r = 0; r < M; r++) pos[r] = (int32_t)(r * 7 % 4096 + 100);
+    float *dx = dvec(x, M * K), *dg = dvec(g, K), *dh = dzero(M * K);
+    float *db[3] = {dvec(b[0], qd), dvec(b[1], kvd), dvec(b[2], kvd)};
+    int32_t *dpos = dput(pos, (size_t)M * sizeof(int32_t));
+    float *y[2][3];
+    for (int md = 0; md < 2; md++) {
+        choir_cuda_fused_rows(true);
+        choir_cuda_prefill_fused(md == 1);
+        for (int i = 0; i < 3; i++) y[md][i] = dzero(M * (i ? kvd : qd));
+        choir_norm_linear p = {.ln_g = dg, .eps = 1e-6f, .rms = true, .n = 3, .W = {&dw[0], &dw[1], &dw[2]},
+                               .bias = {db[0], db[1], db[2]}, .y = {y[md][0], y[md][1], y[md][2]}};
+        choir_op_norm_qkv_rope(g_gs, dx, M, &p, dh, nh, nkv, D, dpos, 1e6f);
+    }
+    choir_cuda_fused_rows(rows_was);
+    choir_cuda_prefill_fused(pf_was);
+    float *c[3] = {hmem((size_t)(M * qd) * 4), hmem((size_t)(M * kvd) * 4), hmem((size_t)(M * kvd) * 4)};
+    float *ch = hmem((size_t)(M * K) * 4);
+    choir_norm_linear cp = {.ln_g = g, .eps = 1e-6f, .rms = true, .n = 3, .W = {&hw[0], &hw[1], &hw[2]},
+                            .bias = {b[0], b[1], b[2]}, .y = {c[0], c[1], c[2]}};
+    choir_op_norm_qkv_rope(g_cs, x, M, &cp, ch, nh, nkv, D, pos, 1e6f);
+    static const char *what[3] = {"q", "k", "v"};
+    char name[112];
+    for (int i = 0; i < 3; i++) {
+        int64_t n = M * (i ? kvd : qd);
+        float *off = download(y[0][i], n);
+        snprintf(name, sizeof name, "norm_qkv_rope %s, %lld rows, heads %d/%d of %lld: one product vs off", what[i],
+                 (long long)M, nh, nkv, (long long)D);
+        if (streams_ok(name)) cmp(name, y[1][i], off, n, 1e-5);
+        snprintf(name, sizeof name, "norm_qkv_rope %s, %lld rows, heads %d/%d of %lld: one product vs CPU", what[i],
+                 (long long)M, nh, nkv, (long long)D);
+        cmp(name, y[1][i], c[i], n, TOL_BF16);
+    }
+    choir_backend_weights_free(ws);
+    case_end();
+}
+
+static void check_prefill_fused_mlp(void) {
+    case_begin();
+    const int64_t M = 333, H = 768, I = 512;
+    bool rows_was = choir_cuda_fused_rows_on(), mlp_was = choir_cuda_mlp_bf16_on();
+    bool pf_was = choir_cuda_prefill_fused_on();
+    choir_err err = {0};
+    choir_backend_weights *ws = choir_backend_weights_create(g_gpu, &err);
+    choir_weight hg = make_weight(CHOIR_WEIGHT_BF16, I, H, 0, 0, 0), hu = make_weight(CHOIR_WEIGHT_BF16, I, H, 0, 0, 0);
+    choir_weight hd = make_weight(CHOIR_WEIGHT_BF16, H, I, 0, 0, 0), dg, du, dd;
+    const choir_weight *hp[2] = {&hg, &hu};
+    choir_weight *dp[2] = {&dg, &du};
+    choir_backend_weight_group(ws, 2, hp, dp);
+    choir_backend_weight(ws, &hd, &dd);
+    expect("weight_group: gate, up one after another", (const char *)du.data == (const char *)dg.data + I * H * 2);
+    float *x = hvec(M * H, -3, 5), *g = hvec(H, 0.5f, 1.5f);
+    float *dgm = dvec(g, H), *gate = dzero(M * I), *up = dzero(M * I), *h = dzero(M * H), *tmp = dzero(M * H);
+    float *y[2];
+    for (int md = 0; md < 2; md++) {
+        choir_cuda_fused_rows(true);
+        choir_cuda_mlp_bf16(md == 0);
+        choir_cuda_prefill_fused(md == 1);
+        y[md] = dvec(x, M * H);
+        choir_op_gated_mlp(g_gs, y[md], M, dgm, 1e-6f, &dg, &du, &dd, gate, up, h, tmp);
+    }
+    choir_cuda_fused_rows(rows_was);
+    choir_cuda_mlp_bf16(mlp_was);
+    choir_cuda_prefill_fused(pf_was);
+    float *cx = hdup(x, M * H), *cgate = hmem((size_t)(M * I) * 4), *cup = hmem((size_t)(M * I) * 4);
+    float *ch = hmem((size_t)(M * H) * 4), *ctmp = hmem((size_t)(M * H) * 4);
+    choir_op_gated_mlp(g_cs, cx, M, g, 1e-6f, &hg, &hu, &hd, cgate, cup, ch, ctmp);
+    float *sep = download(y[0], M * H);
+    if (streams_ok("gated_mlp gate/up one product vs separate bf16"))
+        cmp("gated_mlp gate/up one product vs separate bf16", y[1], sep, M * H, 1e-3);
+    cmp("gated_mlp gate/up one product vs CPU", y[1], cx, M * H, TOL_BF16);
+    choir_backend_weights_free(ws);
+    case_end();
+}
+
 static void check_fused_rows(void) {
     check_gated_mlp();
+    check_prefill_fused_qkv(333, 768, 12, 2, 64);
+    check_prefill_fused_qkv(100, 1024, 8, 2, 128);
+    check_prefill_fused_mlp();
     check_fused_norm(768);
     check_fused_norm(770);
     check_fused_mlp(768);

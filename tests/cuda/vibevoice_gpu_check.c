@@ -15,7 +15,9 @@
  *     steps fed the CPU's tokens (logits each step, tokens identical);
  *     f32 weights, then bf16 weights (and with bf16 weights a one-chunk
  *     prefill with fused rows off, on, and on with bf16 gate/up:
- *     choir_cuda_fused_rows, choir_cuda_mlp_bf16), then bf16 with an
+ *     choir_cuda_fused_rows, choir_cuda_mlp_bf16, and on a second model
+ *     bound with CHOIR_VV_PREFILL_FUSED=1 with choir_cuda_prefill_fused off
+ *     and on: check_prefill_fused), then bf16 with an
  *     8-bit language model (MLX codes, groups of 64); then
  *     batched decoding steps of two
  *     sequences on the GPU against single steps on the CPU, and the greedy
@@ -68,6 +70,10 @@
  *     steps (vv_model_set_prep_slice; 0: a whole request at a time);
  *     --enc-fused 0|1 sets CHOIR_VV_ENC_FUSED for the states made after it
  *     (the encoders' fused blocks, on by default), for before/after figures.
+ *     --pf-fused 0|1|both sets choir_cuda_prefill_fused (q, k, v and gate,
+ *     up as one product each; 1 and both bind the model grouped, as
+ *     CHOIR_VV_PREFILL_FUSED=1 does); both runs each length's prefill with it
+ *     off, then on (with --fused-rows neither both nor all).
  *     --fused-rows off|on|mlp|both|all sets choir_cuda_fused_rows (default:
  *     CHOIR_CUDA_FUSED_ROWS, else on; mlp: on with choir_cuda_mlp_bf16,
  *     gate and up in bf16); both runs each length's prefill with it off,
@@ -115,6 +121,11 @@ static bool g_pf_both;
  * off, then on, (all) then on with choir_cuda_mlp_bf16 (after --pf-att
  * both's runs, if any). 0: one run as set; 2: both; 3: all. */
 static int g_rows_modes;
+/* --pf-fused 0|1|both: choir_cuda_prefill_fused off, on, or (2) each
+ * length's prefill with it off, then on (when --fused-rows is not both or
+ * all); -1 as CHOIR_VV_PREFILL_FUSED says. 1 and both bind the bench's
+ * model with CHOIR_VV_PREFILL_FUSED=1 (q, k, v and gate, up grouped). */
+static int g_pf_fused = -1;
 static const char *rows_mode_name(void) {
     return !choir_cuda_fused_rows_on() ? "off" : choir_cuda_mlp_bf16_on() ? "mlp16" : "on";
 }
@@ -763,6 +774,62 @@ out:
 
 /* bits 8: the language model's linears and embedding MLX-quantized (8-bit
  * codes, groups of 64, bf16 scales and biases), everything else in dt. */
+/* Prefill products in one (choir_cuda_prefill_fused, CHOIR_VV_PREFILL_FUSED):
+ * a second GPU model bound with the switch's environment (q, k, v and gate,
+ * up grouped in device memory), the one-chunk prefill with fused rows on.
+ * Switch off: the grouped weights change nothing (1e-5 of the fused-rows
+ * run `on`, as fused rows on vs off). Switch on: q, k, v as one product
+ * (the floats of the three up to cuBLAS's order), gate and up as one in
+ * bf16 (choir_cuda_mlp_bf16's rounding): 1e-2 of `off` (fused rows off), as
+ * that case; hidden states, logits and the 8 steps after it within the
+ * CPU's bound of the CPU run `cpu`. */
+static void check_prefill_fused(choir_vibevoice_randw *w, const choir_vibevoice_dims *d, choir_backend *gpu_be,
+                                const float *x, int64_t n, const int32_t *ids, int n_ids, const run *cpu,
+                                const run *off, const run *on, const char *tag, double tol) {
+    char name[112], saved[16] = "";
+    choir_err err = {0};
+    const char *e = getenv("CHOIR_VV_PREFILL_FUSED");
+    if (e) snprintf(saved, sizeof saved, "%s", e);
+    setenv("CHOIR_VV_PREFILL_FUSED", "1", 1);
+    choir_vibevoice *g = choir_vibevoice_from_tensors_on(choir_vibevoice_randw_find, w, d, gpu_be, &err);
+    if (e) setenv("CHOIR_VV_PREFILL_FUSED", saved, 1);
+    else unsetenv("CHOIR_VV_PREFILL_FUSED");
+    snprintf(name, sizeof name, "model %s: grouped weights (CHOIR_VV_PREFILL_FUSED=1): build", tag);
+    if (!g) {
+        failed(name, &err);
+        return;
+    }
+    run r[2] = {{.chunk = 64}, {.chunk = 64}};
+    bool rows_was = choir_cuda_fused_rows_on(), pf_was = choir_cuda_prefill_fused_on();
+    choir_cuda_fused_rows(true);
+    for (int k = 0; k < 2; k++) {
+        choir_cuda_prefill_fused(k == 1);
+        snprintf(name, sizeof name, "model %s: prefill in one chunk, grouped weights, prefill fused %s", tag,
+                 k ? "on" : "off");
+        if (run_model(g, x, n, ids, n_ids, cpu->tokens, &r[k], &err)) failed(name, &err);
+    }
+    choir_cuda_fused_rows(rows_was);
+    choir_cuda_prefill_fused(pf_was);
+    int64_t nh = (int64_t)n_ids * d->lm.hidden;
+    if (r[0].hid && on->hid) {
+        snprintf(name, sizeof name, "model %s: hidden final (one chunk), grouped weights vs fused rows", tag);
+        verdict(name, rel_l2(r[0].hid, on->hid, nh), 1e-5);
+    }
+    if (r[1].hid && off->hid) {
+        snprintf(name, sizeof name, "model %s: hidden final (one chunk), prefill fused vs off", tag);
+        verdict(name, rel_l2(r[1].hid, off->hid, nh), 1e-2);
+        snprintf(name, sizeof name, "model %s: hidden final (one chunk, prefill fused) vs CPU", tag);
+        verdict(name, rel_l2(r[1].hid, cpu->hid, nh), tol);
+        snprintf(name, sizeof name, "model %s: last logits (one chunk, prefill fused) vs CPU", tag);
+        verdict(name, rel_l2(r[1].logits, cpu->logits, d->lm.vocab), tol);
+        snprintf(name, sizeof name, "model %s: 8 steps after a fused prefill vs CPU", tag);
+        verdict(name, rel_l2(r[1].step_logits, cpu->step_logits, 8 * (int64_t)d->lm.vocab), tol);
+    }
+    run_free(&r[0]);
+    run_free(&r[1]);
+    choir_vibevoice_free(g);
+}
+
 static void check_model(choir_backend *gpu_be, choir_dtype dt, int bits, double tol) {
     const char *tag = bits == 8 ? "q8" : dt == CHOIR_DTYPE_F32 ? "f32" : "bf16";
     choir_vibevoice_dims d;
@@ -900,6 +967,7 @@ static void check_model(choir_backend *gpu_be, choir_dtype dt, int bits, double 
                 snprintf(name, sizeof name, "model %s: 8 steps after a fused-rows prefill vs CPU", tag);
                 verdict(name, rel_l2(r[1].step_logits, a.step_logits, 8 * (int64_t)d.lm.vocab), tol);
             }
+            check_prefill_fused(w, &d, gpu_be, x, n, ids, n_ids, &a, &r[0], &r[1], tag, tol);
             run_free(&r[0]);
             run_free(&r[1]);
         }
@@ -1175,7 +1243,8 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
      * (the attention as set), for each chunk size of --prefill-chunk; with
      * one chunk size and neither "both", one run. */
     double rows_tps[3] = {0, 0, 0};
-    int n_att = g_pf_both ? 2 : 0, n_rows = g_rows_modes ? g_rows_modes : 1;
+    double fused_tps[2] = {0, 0};
+    int n_att = g_pf_both ? 2 : 0, n_rows = g_rows_modes ? g_rows_modes : g_pf_fused == 2 ? 2 : 1;
     int runs = n_att + (n_att && !g_rows_modes && g_n_chunks == 1 ? 0 : n_rows * g_n_chunks);
     /* Several configurations: on the first length, each run once untimed
      * first, so that first uses (cuBLAS's heuristics and lazily loaded
@@ -1189,6 +1258,8 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
         else if (g_rows_modes) {
             choir_cuda_fused_rows((md - n_att) % n_rows >= 1);
             choir_cuda_mlp_bf16((md - n_att) % n_rows == 2);
+        } else if (g_pf_fused == 2) {
+            choir_cuda_prefill_fused((md - n_att) % n_rows == 1);
         }
         choir_vibevoice_reset(s);
         if (choir_vibevoice_set_prefill_chunk(s, ck)) {
@@ -1213,10 +1284,12 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
             continue;
         }
         if (g_rows_modes) rows_tps[(md - n_att) % n_rows] = tps;
-        printf("prefill    %d tokens in chunks of %d, fused rows %s: %.3f s, %.0f tokens/s\n", n_ids, ck,
-               rows_mode_name(), p1 - e1, tps);
-        printf("choir vibevoice pf min=%g n_ids=%d chunk=%d fused_rows=%s pf_att=%s s=%.4f tps=%.1f\n", minutes,
-               n_ids, ck, rows_mode_name(), choir_cuda_vv_prefill_flash_on() ? "flash" : "simt", p1 - e1, tps);
+        else if (g_pf_fused == 2) fused_tps[(md - n_att) % n_rows] = tps;
+        printf("prefill    %d tokens in chunks of %d, fused rows %s, prefill fused %s: %.3f s, %.0f tokens/s\n",
+               n_ids, ck, rows_mode_name(), choir_cuda_prefill_fused_on() ? "on" : "off", p1 - e1, tps);
+        printf("choir vibevoice pf min=%g n_ids=%d chunk=%d fused_rows=%s pf_fused=%d pf_att=%s s=%.4f tps=%.1f\n",
+               minutes, n_ids, ck, rows_mode_name(), choir_cuda_prefill_fused_on() ? 1 : 0,
+               choir_cuda_vv_prefill_flash_on() ? "flash" : "simt", p1 - e1, tps);
     }
     chunk = runs > n_att ? g_chunks[g_n_chunks - 1] : g_chunks[0];
     const float *logits = choir_vibevoice_logits(s);
@@ -1295,6 +1368,8 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
     if (g_rows_modes)
         printf(" prefill_rows_off_tps=%.1f prefill_rows_on_tps=%.1f prefill_rows_mlp16_tps=%.1f", rows_tps[0],
                rows_tps[1], rows_tps[2]);
+    if (!g_rows_modes && g_pf_fused == 2)
+        printf(" prefill_fused_off_tps=%.1f prefill_fused_on_tps=%.1f", fused_tps[0], fused_tps[1]);
     printf(" fused_rows=%s chunk=%d\n", rows_mode_name(), chunk);
     fflush(stdout);
     status = 0;
@@ -1767,6 +1842,13 @@ int main(int argc, char **argv) {
             printf("fused rows: %s\n", g_rows_modes == 3   ? "off, on, on with bf16 gate/up, each length"
                                         : g_rows_modes == 2 ? "off, then on, each length"
                                                             : rows_mode_name());
+        } else if (strcmp(argv[i], "--pf-fused") == 0) {
+            const char *a = argv[i + 1];
+            g_pf_fused = strcmp(a, "both") == 0 ? 2 : atoi(a) != 0;
+            if (g_pf_fused) setenv("CHOIR_VV_PREFILL_FUSED", "1", 1);
+            choir_cuda_prefill_fused(g_pf_fused == 1);
+            printf("prefill fused (q, k, v and gate, up as one product each): %s\n",
+                   g_pf_fused == 2 ? "off, then on, each length" : g_pf_fused ? "on" : "off");
         } else if (strcmp(argv[i], "--pf-warps") == 0) {
             choir_cuda_vv_prefill_flash_warps(atoi(argv[i + 1]));
         } else if (strcmp(argv[i], "--pf-bench") == 0) {

@@ -3,6 +3,8 @@
  * choir_backend_vec, in place in the model's structs. On the CPU these
  * return the host tensors themselves; on CUDA the structs then point at the
  * device copies (the mapped checkpoint stays open behind them). */
+#include <stdlib.h>
+
 #include "models/vibevoice/vv_internal.h"
 
 static void bind_w(choir_backend_weights *ws, choir_weight *w) {
@@ -59,10 +61,24 @@ int vv_bind_backend(choir_vibevoice *m, choir_err *err) {
     bind_w(ws, &m->embed);
     if (tied) m->lm_head = m->embed;
     else bind_w(ws, &m->lm_head);
+    /* CHOIR_VV_PREFILL_FUSED=1: q, k, v in one device buffer and gate, up in
+     * another (choir_backend_weight_group), so that the prefill's products
+     * over them run as one each (choir_op_norm_qkv_rope, choir_op_gated_mlp);
+     * the same bytes either way. */
+    const char *fused = getenv("CHOIR_VV_PREFILL_FUSED");
+    bool group = fused && fused[0] == '1';
     for (int i = 0; i < L->n_layers; i++) {
         vv_layer *l = &m->layers[i];
-        choir_weight *w[7] = {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down};
-        for (int k = 0; k < 7; k++) bind_w(ws, w[k]);
+        if (group && l->q.rows > 0 && l->k.rows > 0 && l->v.rows > 0 && l->gate.rows > 0 && l->up.rows > 0) {
+            choir_weight *qkv[3] = {&l->q, &l->k, &l->v}, *gu[2] = {&l->gate, &l->up};
+            choir_backend_weight_group(ws, 3, (const choir_weight *const *)qkv, qkv);
+            choir_backend_weight_group(ws, 2, (const choir_weight *const *)gu, gu);
+            bind_w(ws, &l->o);
+            bind_w(ws, &l->down);
+        } else {
+            choir_weight *w[7] = {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down};
+            for (int k = 0; k < 7; k++) bind_w(ws, w[k]);
+        }
         bind_v(ws, &l->q_bias, qd);
         bind_v(ws, &l->k_bias, kvd);
         bind_v(ws, &l->v_bias, kvd);

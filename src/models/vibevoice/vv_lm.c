@@ -44,6 +44,19 @@ void vv_lm_head(const choir_vibevoice *m, choir_stream *st, const float *x, floa
     choir_op_norm_linear(st, x, rows, &p, xn);
 }
 
+/* vv_layer_qkv for a prefill chunk, through choir_op_norm_qkv_rope: the
+ * same operations, or on CUDA with CHOIR_VV_PREFILL_FUSED=1 (weights bound
+ * grouped, vv_bind_backend) q, k and v as one product with the biases and
+ * rotations in one pass after it. The decode steps keep vv_layer_qkv. */
+static void layer_qkv_rows(const choir_vibevoice *m, const vv_layer *w, choir_stream *st, const float *x,
+                           float *xn, int64_t rows, const int32_t *pos, float *q, float *k, float *v) {
+    const choir_vibevoice_lm_dims *L = &m->dims.lm;
+    choir_norm_linear p = {.ln_g = w->attn_norm, .eps = L->eps, .rms = true, .n = 3,
+                           .W = {&w->q, &w->k, &w->v}, .bias = {w->q_bias, w->k_bias, w->v_bias},
+                           .y = {q, k, v}};
+    choir_op_norm_qkv_rope(st, x, rows, &p, xn, L->n_heads, L->n_kv_heads, L->head_dim, pos, (float)L->rope_theta);
+}
+
 /* Runs `rows` embedded positions (in s->x) at positions n_past ... through
  * every layer and appends their keys and values to the cache. */
 static void forward_rows(const choir_vibevoice *m, choir_vibevoice_state *s, int64_t rows) {
@@ -67,7 +80,7 @@ static void forward_rows(const choir_vibevoice *m, choir_vibevoice_state *s, int
             kl = s->k_cache + (int64_t)l * s->ctx * kvd, vl = s->v_cache + (int64_t)l * s->ctx * kvd;
             kc = kl + pos0 * kvd, vc = vl + pos0 * kvd;
         }
-        vv_layer_qkv(m, w, st, s->x, s->xn, rows, s->pos, s->q, kc, vc);
+        layer_qkv_rows(m, w, st, s->x, s->xn, rows, s->pos, s->q, kc, vc);
         if (s->pool) {
             choir_op_rows_scatter(st, kc, rows, kvd, kp, s->pool->kv, 0, kvd, s->zeros, s->slots);
             choir_op_rows_scatter(st, vc, rows, kvd, vp, s->pool->kv, 0, kvd, s->zeros, s->slots);

@@ -114,6 +114,9 @@ static int64_t layout(const choir_vibevoice_dims *dims, const vv_kernels k[2], c
          * (choir_cuda_vv_prefill_flash): the visible keys and values
          * rounded to bf16, each half aligned to 256 bytes. */
         if (Pc > 16) need = max64(need, 2 * ((ctx * kvd * 2 + 255) & ~(int64_t)255));
+        /* q, k and v as one product (choir_cuda_prefill_fused): its f32 rows
+         * before the split. */
+        if (Pc > 16) need = max64(need, Pc * (qd + 2 * kvd) * (int64_t)sizeof(float));
         *scratch = need;
     }
     struct {

@@ -279,6 +279,61 @@ int choir_backend_weight_exact(choir_backend_weights *ws, const choir_weight *ho
     return weight_to(ws, host, out, true);
 }
 
+#ifdef CHOIR_HAVE_CUDA
+/* The n weights in one device buffer, each piece's bf16 values at the sum of
+ * the bytes before it; 1 when they do not qualify (left to weight_to). */
+static int group_to(choir_backend_weights *ws, int n, const choir_weight *const *host, choir_weight *const *out) {
+    size_t total = 0, max_n = 0;
+    for (int i = 0; i < n; i++) {
+        const choir_weight *h = host[i];
+        bool bf16 = h->kind == CHOIR_WEIGHT_BF16 || (h->kind == CHOIR_WEIGHT_F32 && ws->be->bf16);
+        size_t bytes = (size_t)(h->rows * h->cols) * 2;
+        if (!bf16 || h->rows <= 0 || h->cols != host[0]->cols || !h->data || bytes % 256) return 1;
+        total += bytes;
+        if ((size_t)(h->rows * h->cols) > max_n) max_n = (size_t)(h->rows * h->cols);
+    }
+    choir_cuda_buf b = {0};
+    uint16_t *conv = NULL;
+    if (choir_cuda_buf_alloc(ws->be->cu, total, &b, &ws->err)) return ws->err.code;
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        const choir_weight *h = host[i];
+        int64_t cnt = h->rows * h->cols;
+        const void *src = h->data;
+        if (h->kind == CHOIR_WEIGHT_F32) {
+            if (!conv && !(conv = choir_alloc(CHOIR_MEM_OTHER, max_n * 2))) {
+                choir_cuda_buf_free(ws->be->cu, &b);
+                return choir_err_set(&ws->err, CHOIR_ENOMEM, "backend: out of host memory");
+            }
+            choir_f32_to_bf16_n(h->data, conv, cnt);
+            src = conv;
+        }
+        if (choir_cuda_upload(ws->be->cu, &b, off, src, (size_t)cnt * 2, &ws->err)) {
+            choir_free(conv);
+            choir_cuda_buf_free(ws->be->cu, &b);
+            return ws->err.code;
+        }
+        *out[i] = (choir_weight){.kind = CHOIR_WEIGHT_BF16, .rows = h->rows, .cols = h->cols,
+                                 .data = (char *)b.ptr + off};
+        off += (size_t)cnt * 2;
+    }
+    choir_free(conv);
+    return keep_buf(ws, &b);
+}
+#endif
+
+int choir_backend_weight_group(choir_backend_weights *ws, int n, const choir_weight *const *host,
+                               choir_weight *const *out) {
+#ifdef CHOIR_HAVE_CUDA
+    if (!ws->err.code && ws->be->kind != CHOIR_BACKEND_CPU && n > 0) {
+        int rc = group_to(ws, n, host, out);
+        if (rc != 1) return rc;
+    }
+#endif
+    for (int i = 0; i < n; i++) weight_to(ws, host[i], out[i], false);
+    return ws->err.code;
+}
+
 const float *choir_backend_vec(choir_backend_weights *ws, const float *host, int64_t n) {
     if (!host || ws->err.code) return NULL;
     if (ws->be->kind == CHOIR_BACKEND_CPU) return host;

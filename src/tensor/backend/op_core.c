@@ -207,6 +207,16 @@ int choir_op_gated_mlp(choir_stream *s, float *x, int64_t M, const float *ln_g, 
 #ifdef CHOIR_HAVE_CUDA
     if (!be_host(s)) {
         choir_cuda_weight cg = be_cuda_weight(Wg), cu = be_cuda_weight(Wu), cd = be_cuda_weight(Wd);
+        /* gate and up stored as one [2I, H] weight: one product. */
+        if (choir_cuda_prefill_fused_on() && choir_cuda_rows_ok(M, &cg) && choir_cuda_rows_ok(M, &cu) &&
+            choir_cuda_rows_ok(M, &cd) && (const char *)Wu->data == (const char *)Wg->data + cg.data.bytes) {
+            choir_cuda_weight cgu = cg;
+            cgu.rows = 2 * Wg->rows;
+            cgu.data.bytes = 2 * cg.data.bytes;
+            if (choir_cuda_rows_ok(M, &cgu))
+                BE_CUDA(s, "gated_mlp",
+                        choir_cuda_gated_mlp_cat_rows(s->be->cu, x, M, ln_g, eps, &cgu, &cd, gate, up, h, BE_ERR));
+        }
         if (choir_cuda_gated_mlp_ok(M, &cg, &cu, &cd))
             BE_CUDA(s, "gated_mlp",
                     choir_cuda_gated_mlp_rows(s->be->cu, x, M, ln_g, eps, &cg, &cu, &cd, gate, up, h, BE_ERR));
@@ -312,6 +322,42 @@ int choir_op_norm_linear(choir_stream *s, const float *x, int64_t M, const choir
     choir_op_linear_n(s, h, M, p->n, p->W, p->bias, p->y);
     s->ops = ops;
     return norm_linear_after(s, M, p);
+}
+
+int choir_op_norm_qkv_rope(choir_stream *s, const float *x, int64_t M, const choir_norm_linear *p, float *h,
+                           int n_heads, int n_kv, int64_t head_dim, const int32_t *pos, float theta) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    int64_t D = head_dim;
+    if (p->n != 3 || !p->rms || p->flags || p->store[0].dst || p->store[1].dst || p->store[2].dst ||
+        n_heads <= 0 || n_kv <= 0 || D <= 0 || p->W[0]->rows != n_heads * D || p->W[1]->rows != n_kv * D ||
+        p->W[2]->rows != n_kv * D)
+        return be_invalid(s, "norm_qkv_rope: %d layers of %lld, %lld, %lld rows for %d and %d heads of %lld",
+                          p->n, (long long)p->W[0]->rows, (long long)p->W[1]->rows,
+                          (long long)(p->n > 2 ? p->W[2]->rows : 0), n_heads, n_kv, (long long)D);
+    if (M <= 0) return M < 0 ? be_invalid(s, "norm_qkv_rope: negative size") : 0;
+#ifdef CHOIR_HAVE_CUDA
+    if (!be_host(s) && choir_cuda_prefill_fused_on()) {
+        choir_cuda_weight cq = be_cuda_weight(p->W[0]), ck = be_cuda_weight(p->W[1]), cv = be_cuda_weight(p->W[2]);
+        bool one = cq.kind == CHOIR_WEIGHT_BF16 && ck.kind == CHOIR_WEIGHT_BF16 && cv.kind == CHOIR_WEIGHT_BF16 &&
+                   ck.cols == cq.cols && cv.cols == cq.cols &&
+                   (const char *)ck.data.ptr == (const char *)cq.data.ptr + cq.data.bytes &&
+                   (const char *)cv.data.ptr == (const char *)ck.data.ptr + ck.data.bytes &&
+                   choir_cuda_rows_ok(M, &cq) && choir_cuda_rows_ok(M, &ck) && choir_cuda_rows_ok(M, &cv);
+        choir_cuda_weight cqkv = cq;
+        cqkv.rows = cq.rows + ck.rows + cv.rows;
+        cqkv.data.bytes = cq.data.bytes + ck.data.bytes + cv.data.bytes;
+        if (one && choir_cuda_rows_ok(M, &cqkv)) {
+            s->ops += 2; /* norm_linear and the two ropes */
+            BE_CUDA(s, "norm_qkv_rope",
+                    choir_cuda_qkv_rope_rows(s->be->cu, x, M, p->ln_g, p->eps, &cqkv, p->bias, n_heads, n_kv, D,
+                                             pos, theta, p->y[0], p->y[1], p->y[2], h, BE_ERR));
+        }
+    }
+#endif
+    s->ops--; /* counted as the operations below */
+    choir_op_norm_linear(s, x, M, p, h);
+    choir_op_rope(s, p->y[0], M, n_heads * D, n_heads, D, 0, pos, theta, false);
+    return choir_op_rope(s, p->y[1], M, n_kv * D, n_kv, D, 0, pos, theta, false);
 }
 
 int choir_op_linear_bf16(choir_stream *s, const uint16_t *x, int64_t M, const choir_weight *W,

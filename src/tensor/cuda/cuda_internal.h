@@ -220,6 +220,11 @@ int choir_cuda_swiglu_bf16(choir_cuda *cu, const float *gate, const float *up, u
 /* gate[i] = bf16(SiLU(gate[i]) up[i]) over bf16 rows, in place, the f32
  * arithmetic of choir_cuda_swiglu on the widened values (cuda_ops.cu). */
 int choir_cuda_swiglu_bf16_rows(choir_cuda *cu, uint16_t *gate, const uint16_t *up, int64_t n, choir_err *err);
+/* Row-major y [M, N] = x W^T (+ beta y) over bf16 rows x [M, K] and a bf16
+ * weight W [N, K], f32 sums, y of type yt (CUDA_R_32F or CUDA_R_16BF):
+ * cublasGemmEx as choir_cuda_linear's cuBLAS path calls it (cuda_linear.cu). */
+int choir_cuda_gemm_xwt(choir_cuda *cu, const void *x, const void *W, int64_t M, int64_t N, int64_t K, void *y,
+                        cudaDataType_t yt, float beta, choir_err *err);
 /* Checks the last launch; 0 or CHOIR_EINTERNAL naming `what`. */
 int choir_cuda_check_launch(choir_err *err, const char *what);
 /* Ensures the scratch holds at least `bytes`; returns its pointer or NULL

@@ -1134,6 +1134,11 @@ int choir_cuda_gemm_f32(choir_cuda *cu, bool trans_a, bool trans_b, int64_t M, i
     return st == CUBLAS_STATUS_SUCCESS ? 0 : choir_cuda_blas_fail(err, st, "Sgemm");
 }
 
+int choir_cuda_gemm_xwt(choir_cuda *cu, const void *x, const void *W, int64_t M, int64_t N, int64_t K, void *y,
+                        cudaDataType_t yt, float beta, choir_err *err) {
+    return gemm_xwt(cu, x, W, CUDA_R_16BF, M, N, K, y, err, beta, yt);
+}
+
 int choir_cuda_gemm_bf16_nt(choir_cuda *cu, int64_t M, int64_t N, int64_t K, const uint16_t *A,
                             const uint16_t *B, float *C, choir_err *err) {
     return gemm_xwt(cu, A, B, CUDA_R_16BF, M, N, K, C, err);

@@ -540,6 +540,121 @@ int choir_cuda_gated_mlp_rows(choir_cuda *cu, float *x, int64_t M, const float *
     return rc ? rc : choir_cuda_swiglu_linear_rows(cu, gate, up, M, Wd, NULL, x, true, err);
 }
 
+/* Prefill products in one (choir_cuda_prefill_fused): the floats of the
+ * calls they stand for in this emulation (the norm in f32, gate and up not
+ * rounded), through one product over the grouped weight. */
+static int g_fake_prefill_fused = 1;
+void choir_cuda_prefill_fused(bool on) { g_fake_prefill_fused = on ? 2 : 0; }
+bool choir_cuda_prefill_fused_on(void) {
+    if (g_fake_prefill_fused == 1) {
+        const char *e = getenv("CHOIR_VV_PREFILL_FUSED");
+        g_fake_prefill_fused = e && e[0] == '1' ? 2 : 0;
+    }
+    return g_fake_prefill_fused == 2;
+}
+static void fake_rms_rows(const float *x, int64_t M, int64_t K, const float *g, float eps, float *h) {
+    for (int64_t r = 0; r < M; r++) {
+        const float *xr = x + r * K;
+        double ss = 0;
+        for (int64_t i = 0; i < K; i++) ss += (double)xr[i] * xr[i];
+        float inv = (float)(1.0 / sqrt(ss / (double)K + (double)eps));
+        for (int64_t i = 0; i < K; i++) h[r * K + i] = xr[i] * inv * (g ? g[i] : 1.0f);
+    }
+}
+typedef struct qkv_rope_args {
+    const float *x, *gamma, *bias[3];
+    const int32_t *pos;
+    float *q, *k, *v, *h;
+    int64_t M, Dh;
+    int n_heads, n_kv;
+    float eps, theta;
+    choir_cuda_weight W;
+} qkv_rope_args;
+static int qkv_rope_op(const void *p) {
+    const qkv_rope_args *a = p;
+    choir_weight w = host_view(&a->W);
+    int64_t N = w.rows, K = w.cols, D = a->Dh, half = D / 2, qd = a->n_heads * D, kvd = a->n_kv * D;
+    float *y = malloc((size_t)(a->M * N) * sizeof(float));
+    if (!y) return CHOIR_ENOMEM;
+    fake_rms_rows(a->x, a->M, K, a->gamma, a->eps, a->h);
+    choir_linear(a->h, a->M, &w, NULL, y);
+    for (int64_t r = 0; r < a->M; r++) {
+        float *yr = y + r * N;
+        for (int64_t c = 0; c < N; c++) {
+            const float *b = c < qd ? a->bias[0] : c < qd + kvd ? a->bias[1] : a->bias[2];
+            int64_t o = c < qd ? c : c < qd + kvd ? c - qd : c - qd - kvd;
+            if (b) yr[c] += b[o];
+        }
+        for (int64_t i = 0; i < half; i++) {
+            float inv_freq = (float)(1.0 / pow((double)a->theta, (double)(2 * i) / (double)D));
+            float ang = (float)a->pos[r] * inv_freq, cs = cosf(ang), sn = sinf(ang);
+            for (int h = 0; h < a->n_heads + a->n_kv; h++) {
+                float *xh = yr + (int64_t)h * D;
+                float x0 = xh[i], x1 = xh[i + half];
+                xh[i] = x0 * cs - x1 * sn;
+                xh[i + half] = x1 * cs + x0 * sn;
+            }
+        }
+        memcpy(a->q + r * qd, yr, (size_t)qd * sizeof(float));
+        memcpy(a->k + r * kvd, yr + qd, (size_t)kvd * sizeof(float));
+        memcpy(a->v + r * kvd, yr + qd + kvd, (size_t)kvd * sizeof(float));
+    }
+    free(y);
+    return 0;
+}
+int choir_cuda_qkv_rope_rows(choir_cuda *cu, const float *x, int64_t M, const float *gamma, float eps,
+                             const choir_cuda_weight *Wqkv, const float *const bias[3], int n_heads, int n_kv,
+                             int64_t Dh, const int32_t *pos, float theta, float *q, float *k, float *v, void *h,
+                             choir_err *err) {
+    (void)cu;
+    if (!choir_cuda_prefill_fused_on() || !choir_cuda_rows_ok(M, Wqkv) || Dh % 2 ||
+        Wqkv->rows != (int64_t)(n_heads + 2 * n_kv) * Dh)
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: q, k, v as one product");
+    qkv_rope_args a = {.x = x, .gamma = gamma, .bias = {bias[0], bias[1], bias[2]}, .pos = pos, .q = q, .k = k,
+                       .v = v, .h = h, .M = M, .Dh = Dh, .n_heads = n_heads, .n_kv = n_kv, .eps = eps,
+                       .theta = theta, .W = *Wqkv};
+    return run_or_record(qkv_rope_op, &a, sizeof a);
+}
+typedef struct mlp_cat_args {
+    float *x, *h;
+    const float *gamma;
+    int64_t M;
+    float eps;
+    choir_cuda_weight Wgu, Wd;
+} mlp_cat_args;
+static int mlp_cat_op(const void *p) {
+    const mlp_cat_args *a = p;
+    choir_weight wgu = host_view(&a->Wgu), wd = host_view(&a->Wd);
+    int64_t H = wgu.cols, I = wgu.rows / 2, M = a->M;
+    float *gu = malloc((size_t)(M * 2 * I) * sizeof(float)), *hb = malloc((size_t)(M * I) * sizeof(float));
+    float *t = malloc((size_t)(M * H) * sizeof(float));
+    if (!gu || !hb || !t) {
+        free(gu), free(hb), free(t);
+        return CHOIR_ENOMEM;
+    }
+    fake_rms_rows(a->x, M, H, a->gamma, a->eps, a->h);
+    choir_linear(a->h, M, &wgu, NULL, gu);
+    for (int64_t r = 0; r < M; r++) {
+        memcpy(hb + r * I, gu + r * 2 * I, (size_t)I * sizeof(float));
+        choir_silu(hb + r * I, I);
+        choir_mul(hb + r * I, gu + r * 2 * I + I, hb + r * I, I);
+    }
+    choir_linear(hb, M, &wd, NULL, t);
+    for (int64_t i = 0; i < M * H; i++) a->x[i] += t[i];
+    free(gu), free(hb), free(t);
+    return 0;
+}
+int choir_cuda_gated_mlp_cat_rows(choir_cuda *cu, float *x, int64_t M, const float *gamma, float eps,
+                                  const choir_cuda_weight *Wgu, const choir_cuda_weight *Wd, void *gu, void *hb,
+                                  void *h, choir_err *err) {
+    (void)cu, (void)gu, (void)hb;
+    if (!choir_cuda_prefill_fused_on() || !choir_cuda_rows_ok(M, Wgu) || !choir_cuda_rows_ok(M, Wd) ||
+        Wgu->rows % 2 || Wd->cols != Wgu->rows / 2 || Wd->rows != Wgu->cols)
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: gate and up as one product");
+    mlp_cat_args a = {x, h, gamma, M, eps, *Wgu, *Wd};
+    return run_or_record(mlp_cat_op, &a, sizeof a);
+}
+
 void choir_cuda_linear_bf16_set_lt(bool on) { (void)on; }
 void choir_cuda_linear_set_bias_epilogue(bool on) { (void)on; }
 int choir_cuda_gemv_variants(void) { return 1; }
