@@ -56,6 +56,22 @@ __device__ __forceinline__ float cuda_gelu_erf(float x) {
     return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
 }
 
+/* SwiGLU of eight bf16 values: bf16(SiLU(g) u), each widened and computed in
+ * f32 (k_swiglu's arithmetic); the prefill's gated MLPs (cuda_ops.cu,
+ * cuda_prefill_rows.cu). */
+__device__ __forceinline__ uint4 cuda_swiglu8(uint4 a, uint4 b) {
+    __nv_bfloat162 *pa = (__nv_bfloat162 *)&a;
+    const __nv_bfloat162 *pb = (const __nv_bfloat162 *)&b;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        float2 x = __bfloat1622float2(pa[j]), y = __bfloat1622float2(pb[j]);
+        x.x = x.x / (1.0f + expf(-x.x));
+        x.y = x.y / (1.0f + expf(-x.y));
+        pa[j] = __floats2bfloat162_rn(x.x * y.x, x.y * y.y);
+    }
+    return a;
+}
+
 /* --- the GEMVs' epilogue (cuda_linear.cu's dense GEMVs and the 8-bit one of
  * cuda_linear_q8.cu; tests/cuda/emu/run_q8_emu.sh cuts this block out) --- */
 /* What a GEMV does with each product (bias added): write it, add it into

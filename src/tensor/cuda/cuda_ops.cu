@@ -92,17 +92,7 @@ __global__ void k_swiglu_bf16_tail(const float *__restrict__ g, const float *__r
  * arithmetic of k_swiglu), in place, eight values a thread where aligned. */
 __global__ void k_swiglu_bf16_rows(uint4 *__restrict__ g, const uint4 *__restrict__ u, int64_t n8) {
     GRID_STRIDE(i, n8) {
-        uint4 a = g[i], b = u[i];
-        __nv_bfloat162 *pa = (__nv_bfloat162 *)&a;
-        const __nv_bfloat162 *pb = (const __nv_bfloat162 *)&b;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            float2 x = __bfloat1622float2(pa[j]), y = __bfloat1622float2(pb[j]);
-            x.x = x.x / (1.0f + expf(-x.x));
-            x.y = x.y / (1.0f + expf(-x.y));
-            pa[j] = __floats2bfloat162_rn(x.x * y.x, x.y * y.y);
-        }
-        g[i] = a;
+        g[i] = cuda_swiglu8(g[i], u[i]);
     }
 }
 

@@ -106,17 +106,7 @@ int choir_cuda_qkv_rope_rows(choir_cuda *cu, const float *x, int64_t M, const fl
 __global__ void k_swiglu_cat8(const uint4 *__restrict__ gu, uint4 *__restrict__ out, int64_t rows, int64_t I8) {
     GRID_STRIDE(t, rows * I8) {
         int64_t r = t / I8, j = t % I8;
-        uint4 a = gu[r * 2 * I8 + j], b = gu[r * 2 * I8 + I8 + j];
-        __nv_bfloat162 *pa = (__nv_bfloat162 *)&a;
-        const __nv_bfloat162 *pb = (const __nv_bfloat162 *)&b;
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            float2 g = __bfloat1622float2(pa[e]), u = __bfloat1622float2(pb[e]);
-            g.x = g.x / (1.0f + expf(-g.x));
-            g.y = g.y / (1.0f + expf(-g.y));
-            pa[e] = __floats2bfloat162_rn(g.x * u.x, g.y * u.y);
-        }
-        out[t] = a;
+        out[t] = cuda_swiglu8(gu[r * 2 * I8 + j], gu[r * 2 * I8 + I8 + j]);
     }
 }
 
