@@ -56,6 +56,19 @@ __device__ __forceinline__ float cuda_gelu_erf(float x) {
     return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
 }
 
+/* One row's rotary angles at position p into shared memory (cos in cs,
+ * sin in sn, `half` pairs; the block's threads striding), the floats
+ * k_rope computes per pair: k_rope_rows (cuda_ops.cu) and the prefill's
+ * k_qkv_split_rope (cuda_prefill_rows.cu). The caller syncs around it. */
+__device__ __forceinline__ void cuda_rope_angles(float *cs, float *sn, int64_t half, int32_t p, float theta) {
+    for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
+        float inv_freq = (float)(1.0 / pow((double)theta, (double)(2 * i) / (double)(2 * half)));
+        float ang = (float)p * inv_freq;
+        cs[i] = cosf(ang);
+        sn[i] = sinf(ang);
+    }
+}
+
 /* SwiGLU of eight bf16 values: bf16(SiLU(g) u), each widened and computed in
  * f32 (k_swiglu's arithmetic); the prefill's gated MLPs (cuda_ops.cu,
  * cuda_prefill_rows.cu). */

@@ -298,12 +298,7 @@ __global__ void __launch_bounds__(ROPE_THREADS)
     __shared__ float cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         __syncthreads(); /* the last row's angles are read */
-        for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
-            float inv_freq = (float)(1.0 / pow((double)theta, (double)(2 * i) / (double)(2 * half)));
-            float ang = (float)pos[r] * inv_freq;
-            cs[i] = cosf(ang);
-            sn[i] = sinf(ang);
-        }
+        cuda_rope_angles(cs, sn, half, pos[r], theta);
         __syncthreads();
         for (int64_t t = threadIdx.x; t < (int64_t)n_head * half; t += blockDim.x) {
             int64_t h = t / half, i = t % half;

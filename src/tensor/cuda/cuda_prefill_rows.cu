@@ -50,12 +50,7 @@ __global__ void __launch_bounds__(ROWS_THREADS)
     int64_t half = Dh / 2, qd = (int64_t)n_heads * Dh, kvd = (int64_t)n_kv * Dh, N = qd + 2 * kvd;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         __syncthreads(); /* the last row's angles are read */
-        for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
-            float inv_freq = (float)(1.0 / pow((double)theta, (double)(2 * i) / (double)(2 * half)));
-            float ang = (float)pos[r] * inv_freq;
-            cs[i] = cosf(ang);
-            sn[i] = sinf(ang);
-        }
+        cuda_rope_angles(cs, sn, half, pos[r], theta);
         __syncthreads();
         const float *yr = y + r * N;
         for (int64_t t = threadIdx.x; t < (int64_t)(n_heads + n_kv) * half; t += blockDim.x) {
