@@ -1211,6 +1211,41 @@ static double rel_l2_pieces(const float *const *a, const float *const *b, const 
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* A whole front run with a switch (kept) against the reference batch, three
+ * pieces: the same frames, asr within asr_tol, F0 and N within 3e-5, and
+ * one ALBERT call, lstm_calls LSTM calls and one F0 / N call between the
+ * stats st0 and st1. */
+static void front_vs_batch(const char *what, const kk_piece *kept, const kk_piece *batch, double asr_tol,
+                           const choir_kokoro_gpu_stats *st0, const choir_kokoro_gpu_stats *st1,
+                           int64_t lstm_calls) {
+    enum { K = 3 };
+    bool same = true;
+    for (int b = 0; b < K; b++) same = same && kept[b].L == batch[b].L;
+    printf("%s  %-52s %lld/%lld/%lld frames\n", same ? "PASS" : "FAIL", what, (long long)kept[0].L,
+           (long long)kept[1].L, (long long)kept[2].L);
+    same ? n_pass++ : n_fail++;
+    if (same) {
+        const float *ak[K], *ab[K], *fk[K], *fb[K], *nk[K], *nb[K];
+        int64_t na_[K], n2[K];
+        for (int b = 0; b < K; b++)
+            ak[b] = kept[b].asr, ab[b] = batch[b].asr, na_[b] = 512 * batch[b].L, fk[b] = kept[b].f0,
+            fb[b] = batch[b].f0, nk[b] = kept[b].n, nb[b] = batch[b].n, n2[b] = 2 * batch[b].L;
+        char name[128];
+        snprintf(name, sizeof name, "%s: asr", what);
+        verdict(name, rel_l2_pieces(ak, ab, na_, K), asr_tol);
+        snprintf(name, sizeof name, "%s: F0", what);
+        verdict(name, rel_l2_pieces(fk, fb, n2, K), 3e-5);
+        snprintf(name, sizeof name, "%s: N", what);
+        verdict(name, rel_l2_pieces(nk, nb, n2, K), 3e-5);
+    }
+    bool calls = st1->albert_calls - st0->albert_calls == 1 && st1->lstm_calls - st0->lstm_calls == lstm_calls &&
+                 st1->f0n_calls - st0->f0n_calls == 1;
+    printf("%s  %-52s ALBERT %lld, LSTM %lld, F0/N %lld calls\n", calls ? "PASS" : "FAIL", what,
+           (long long)(st1->albert_calls - st0->albert_calls), (long long)(st1->lstm_calls - st0->lstm_calls),
+           (long long)(st1->f0n_calls - st0->f0n_calls));
+    calls ? n_pass++ : n_fail++;
+}
+
 /* The batched front (kk_front_batch and its device calls) against each
  * piece alone on the same GPU: three pieces of 19, 57 and 34 ids on a random
  * full front. (1) ALBERT over the three at once vs each alone; (2) one
@@ -1505,33 +1540,7 @@ static void check_front_batch(void) {
                 fail_msg(what, &err);
                 continue;
             }
-            bool same = true;
-            for (int b = 0; b < K; b++) same = same && kept[b].L == batch[b].L;
-            printf("%s  %-52s %lld/%lld/%lld frames\n", same ? "PASS" : "FAIL", what,
-                   (long long)kept[0].L, (long long)kept[1].L, (long long)kept[2].L);
-            same ? n_pass++ : n_fail++;
-            if (same) {
-                const float *ak[K], *ab[K], *fk[K], *fb[K], *nk[K], *nb[K];
-                int64_t na_[K], n2[K];
-                for (int b = 0; b < K; b++)
-                    ak[b] = kept[b].asr, ab[b] = batch[b].asr, na_[b] = 512 * batch[b].L,
-                    fk[b] = kept[b].f0, fb[b] = batch[b].f0, nk[b] = kept[b].n, nb[b] = batch[b].n,
-                    n2[b] = 2 * batch[b].L;
-                char name[128];
-                snprintf(name, sizeof name, "%s: asr", what);
-                verdict(name, rel_l2_pieces(ak, ab, na_, K), 1e-6);
-                snprintf(name, sizeof name, "%s: F0", what);
-                verdict(name, rel_l2_pieces(fk, fb, n2, K), 3e-5);
-                snprintf(name, sizeof name, "%s: N", what);
-                verdict(name, rel_l2_pieces(nk, nb, n2, K), 3e-5);
-            }
-            bool calls = st1.albert_calls - st0.albert_calls == 1 &&
-                         st1.lstm_calls - st0.lstm_calls == 3 && st1.f0n_calls - st0.f0n_calls == 1;
-            printf("%s  %-52s ALBERT %lld, LSTM %lld, F0/N %lld calls\n", calls ? "PASS" : "FAIL",
-                   what, (long long)(st1.albert_calls - st0.albert_calls),
-                   (long long)(st1.lstm_calls - st0.lstm_calls),
-                   (long long)(st1.f0n_calls - st0.f0n_calls));
-            calls ? n_pass++ : n_fail++;
+            front_vs_batch(what, kept, batch, 1e-6, &st0, &st1, 3);
             for (int b = 0; b < K; b++) kk_piece_free(&kept[b]);
         }
     }
@@ -1554,31 +1563,7 @@ static void check_front_batch(void) {
         if (rk) {
             fail_msg(what, &err);
         } else {
-            bool same = true;
-            for (int b = 0; b < K; b++) same = same && kept[b].L == batch[b].L;
-            printf("%s  %-52s %lld/%lld/%lld frames\n", same ? "PASS" : "FAIL", what,
-                   (long long)kept[0].L, (long long)kept[1].L, (long long)kept[2].L);
-            same ? n_pass++ : n_fail++;
-            if (same) {
-                const float *ak[K], *ab[K], *fk[K], *fb[K], *nk[K], *nb[K];
-                int64_t na_[K], n2[K];
-                for (int b = 0; b < K; b++)
-                    ak[b] = kept[b].asr, ab[b] = batch[b].asr, na_[b] = 512 * batch[b].L,
-                    fk[b] = kept[b].f0, fb[b] = batch[b].f0, nk[b] = kept[b].n, nb[b] = batch[b].n,
-                    n2[b] = 2 * batch[b].L;
-                verdict("front batch switch, whole front: asr", rel_l2_pieces(ak, ab, na_, K), 1e-5);
-                verdict("front batch switch, whole front: F0", rel_l2_pieces(fk, fb, n2, K), 3e-5);
-                verdict("front batch switch, whole front: N", rel_l2_pieces(nk, nb, n2, K), 3e-5);
-            }
-            const int64_t lstm_calls = kk_net_front_on_device(m) ? 3 : 6;
-            bool calls = st1.albert_calls - st0.albert_calls == 1 &&
-                         st1.lstm_calls - st0.lstm_calls == lstm_calls &&
-                         st1.f0n_calls - st0.f0n_calls == 1;
-            printf("%s  %-52s ALBERT %lld, LSTM %lld, F0/N %lld calls\n", calls ? "PASS" : "FAIL",
-                   what, (long long)(st1.albert_calls - st0.albert_calls),
-                   (long long)(st1.lstm_calls - st0.lstm_calls),
-                   (long long)(st1.f0n_calls - st0.f0n_calls));
-            calls ? n_pass++ : n_fail++;
+            front_vs_batch(what, kept, batch, 1e-5, &st0, &st1, kk_net_front_on_device(m) ? 3 : 6);
         }
         for (int b = 0; b < K; b++) kk_piece_free(&kept[b]);
     }
