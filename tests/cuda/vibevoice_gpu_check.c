@@ -800,16 +800,20 @@ static void check_prefill_fused(choir_vibevoice_randw *w, const choir_vibevoice_
         return;
     }
     run r[2] = {{.chunk = 64}, {.chunk = 64}};
-    bool rows_was = choir_cuda_fused_rows_on(), pf_was = choir_cuda_prefill_fused_on();
+    bool rows_was = choir_cuda_fused_rows_on(), pf_was = choir_cuda_prefill_fused_on(),
+         mlp_was = choir_cuda_mlp_bf16_on();
     choir_cuda_fused_rows(true);
     for (int k = 0; k < 2; k++) {
         choir_cuda_prefill_fused(k == 1);
+        /* off: gate/up in f32, as `on` ran (bf16 gate/up is on by default) */
+        choir_cuda_mlp_bf16(k == 1 && mlp_was);
         snprintf(name, sizeof name, "model %s: prefill in one chunk, grouped weights, prefill fused %s", tag,
                  k ? "on" : "off");
         if (run_model(g, x, n, ids, n_ids, cpu->tokens, &r[k], &err)) failed(name, &err);
     }
     choir_cuda_fused_rows(rows_was);
     choir_cuda_prefill_fused(pf_was);
+    choir_cuda_mlp_bf16(mlp_was);
     int64_t nh = (int64_t)n_ids * d->lm.hidden;
     if (r[0].hid && on->hid) {
         snprintf(name, sizeof name, "model %s: hidden final (one chunk), grouped weights vs fused rows", tag);
@@ -934,7 +938,11 @@ static void check_model(choir_backend *gpu_be, choir_dtype dt, int bits, double 
          * against the CPU. (Not over the 8-bit model: its own feature's case.) */
         if (dt == CHOIR_DTYPE_BF16 && !bits) {
             run r[3] = {{.chunk = 64}, {.chunk = 64}, {.chunk = 64}};
-            bool rows_was = choir_cuda_fused_rows_on(), mlp_was = choir_cuda_mlp_bf16_on();
+            bool rows_was = choir_cuda_fused_rows_on(), mlp_was = choir_cuda_mlp_bf16_on(),
+                 pf_was = choir_cuda_prefill_fused_on();
+            /* the products one by one here (CHOIR_VV_PREFILL_FUSED=1 would group
+             * them); check_prefill_fused below compares the grouped ones */
+            choir_cuda_prefill_fused(false);
             for (int on = 0; on < 3; on++) {
                 choir_cuda_fused_rows(on != 0);
                 choir_cuda_mlp_bf16(on == 2);
@@ -944,6 +952,7 @@ static void check_model(choir_backend *gpu_be, choir_dtype dt, int bits, double 
             }
             choir_cuda_fused_rows(rows_was);
             choir_cuda_mlp_bf16(mlp_was);
+            choir_cuda_prefill_fused(pf_was);
             /* gate and up in bf16 (choir_cuda_mlp_bf16): their rounding
              * through two layers, 1e-2 of off; the CPU's bound. */
             if (r[0].hid && r[2].hid) {
