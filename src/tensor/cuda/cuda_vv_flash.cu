@@ -526,6 +526,11 @@ static int flash2_launch(choir_cuda *cu, const float *q, int64_t T, const __nv_b
     if ((T + BM - 1) / BM > 65535)
         return choir_err_set(err, CHOIR_ETOOBIG, "cuda: flash prefill of %lld rows", (long long)T);
     cudaError_t st = cudaFuncSetAttribute(k_vv_flash2_prefill<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    /* Two blocks an SM need 209 KB of its 228: ask for the largest carveout
+     * (a hint; the occupancy is what the registers and this allow). */
+    if (st == cudaSuccess)
+        st = cudaFuncSetAttribute(k_vv_flash2_prefill<D>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  (int)cudaSharedmemCarveoutMaxShared);
     if (st != cudaSuccess) return choir_cuda_fail(err, st, "vibevoice flash prefill v2: shared memory");
     dim3 grid((unsigned)nh, (unsigned)((T + BM - 1) / BM));
     k_vv_flash2_prefill<D><<<grid, 128, smem, cu->stream>>>(q, (int)T, k, v, (int)pos0, table, nh, nkv,
@@ -594,7 +599,9 @@ int choir_cuda_vv_flash_prefill(choir_cuda *cu, const float *q, int64_t T, const
         if (rc) return rc;
         kb = kv, vb = vv, table = NULL;
     }
-    if (choir_cuda_vv_prefill_flash_v2_on())
+    /* The second kernel reads q by 16 bytes (every stream buffer is so
+     * aligned; an odd view takes the first). */
+    if (choir_cuda_vv_prefill_flash_v2_on() && !((uintptr_t)q & 15))
         return D == 128 ? flash2_launch<128>(cu, q, T, kb, vb, pos0, table, n_heads, n_kv, out, err)
                         : flash2_launch<64>(cu, q, T, kb, vb, pos0, table, n_heads, n_kv, out, err);
     bool eight = __atomic_load_n(&g_pf_warps, __ATOMIC_RELAXED) == 8;
