@@ -45,10 +45,12 @@
  *     k_vv_att_split128 (before/after); --kv bf16 holds the batch's KV pool
  *     in bf16 (half the attention's bytes); --att-bench 1 also times, after each
  *     batch, the step's attention alone with both kernels (bench_attention).
- *     --pf-att simt|flash|both picks the prefill attention (the f32 SIMT
+ *     --pf-att simt|flash|both|v2 picks the prefill attention (the f32 SIMT
  *     kernel, the tensor-core one of cuda_vv_flash.cu, or each length's
- *     prefill with both, SIMT first; default: CHOIR_VV_PREFILL_FLASH, else
- *     SIMT), --pf-warps 4|8 the tensor-core kernel's warps a block, and
+ *     prefill with both, SIMT first; v2: each length's prefill with the
+ *     tensor-core kernel, then with its second kernel, CHOIR_VV_FLASH_V2;
+ *     default: CHOIR_VV_PREFILL_FLASH, else SIMT), --pf-warps 4|8 the
+ *     tensor-core kernel's warps a block, and
  *     --pf-bench 1 times each length's prefill attention alone over one
  *     layer (bench_prefill_attention: TFLOP/s of each kernel).
  *     --engine B[,B..] (builds with the engine) runs instead waves of B
@@ -117,6 +119,9 @@ static int g_bench_bits = 0;
 /* --pf-att both: each audio length's prefill run twice, with the f32 SIMT
  * prefill attention and with the tensor-core one. */
 static bool g_pf_both;
+/* --pf-att v2: the same two runs with the tensor-core kernel, the first one
+ * (k_vv_flash_prefill), then the second (CHOIR_VV_FLASH_V2). */
+static bool g_pf_v2ab;
 /* --fused-rows both|all: each length's prefill run with choir_cuda_fused_rows
  * off, then on, (all) then on with choir_cuda_mlp_bf16 (after --pf-att
  * both's runs, if any). 0: one run as set; 2: both; 3: all. */
@@ -213,14 +218,22 @@ static double down_cmp(pair *p, const float *dev, const float *want, int64_t n) 
 static void check_flash_ops(pair *p) {
     const int cases[][5] = {{64, 700, 28, 4, 128}, {37, 0, 28, 4, 128}, {300, 45, 14, 2, 128},
                             {130, 250, 12, 2, 128}, {100, 33, 8, 8, 64}, {200, 0, 4, 2, 64}};
+    bool v2_env = choir_cuda_vv_prefill_flash_v2_on();
     choir_cuda_vv_prefill_flash(true);
     if (!choir_cuda_vv_prefill_flash_on()) {
         /* The fake CUDA build (tests/cuda/fake) has one attention, in double. */
         printf("SKIP  flash prefill attention: not in this build\n");
         return;
     }
-    for (int warps = 4; warps <= 8; warps += 4) {
-        choir_cuda_vv_prefill_flash_warps(warps);
+    /* The first kernel with 4 and 8 warps a block, then the second (warps
+     * 12 below: CHOIR_VV_FLASH_V2's k_vv_flash2_prefill, same cases and
+     * bound; its own bf16 roundings are the first's). */
+    for (int warps = 4; warps <= 12; warps += 4) {
+        choir_cuda_vv_prefill_flash_v2(warps == 12);
+        choir_cuda_vv_prefill_flash_warps(warps == 8 ? 8 : 4);
+        char kern[16];
+        if (warps == 12) snprintf(kern, sizeof kern, "v2");
+        else snprintf(kern, sizeof kern, "%d warps", warps);
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             int64_t T = cases[c][0], pos0 = cases[c][1];
             int nh = cases[c][2], nkv = cases[c][3], D = cases[c][4];
@@ -232,7 +245,7 @@ static void check_flash_ops(pair *p) {
             choir_op_attention_cached(p->gpu, up(p, q, T * ld), T, up(p, k, rows * ldk), up(p, v, rows * ldk), pos0,
                                       nh, nkv, D, dout);
             char name[96];
-            snprintf(name, sizeof name, "flash %d warps: attention_cached T %lld at %lld, %d/%d x %d", warps,
+            snprintf(name, sizeof name, "flash %s: attention_cached T %lld at %lld, %d/%d x %d", kern,
                      (long long)T, (long long)pos0, nh, nkv, D);
             verdict(name, down_cmp(p, dout, out, T * ld), 1e-2);
             choir_stream_release(p->gpu, mark);
@@ -259,17 +272,96 @@ static void check_flash_ops(pair *p) {
         choir_op_attention_paged(p->gpu, dq, T, up(p, k, rows * ldk), up(p, v, rows * ldk), dtab, pos0, nh, nkv, D,
                                  dout);
         char name[96];
-        snprintf(name, sizeof name, "flash %d warps: attention_paged 300 at 2700, shuffled, f32 pool", warps);
+        snprintf(name, sizeof name, "flash %s: attention_paged 300 at 2700, shuffled, f32 pool", kern);
         verdict(name, down_cmp(p, dout, out, T * ld), 1e-2);
         choir_op_attention_paged_kv(p->cpu, q, T, hk, hv, CHOIR_DTYPE_BF16, tab, pos0, nh, nkv, D, out);
         choir_op_attention_paged_kv(p->gpu, dq, T, dhk, dhv, CHOIR_DTYPE_BF16, dtab, pos0, nh, nkv, D, dout);
-        snprintf(name, sizeof name, "flash %d warps: attention_paged 300 at 2700, shuffled, bf16 pool", warps);
+        snprintf(name, sizeof name, "flash %s: attention_paged 300 at 2700, shuffled, bf16 pool", kern);
         verdict(name, down_cmp(p, dout, out, T * ld), 1e-2);
         choir_stream_release(p->gpu, mark);
         free(hk), free(hv), free(q), free(k), free(v), free(out);
     }
     choir_cuda_vv_prefill_flash_warps(4);
+    choir_cuda_vv_prefill_flash_v2(v2_env);
     choir_cuda_vv_prefill_flash(false);
+}
+
+/* The flash prefill's second kernel (CHOIR_VV_FLASH_V2) against the first
+ * on the GPU, on the shapes a prefill gives it: the 7B's 28/4 heads of 128
+ * (one case of the 1.5B-like 8/8 x 64), T just past the split path's 16
+ * rows, around its 128-row blocks and 32-row warps, 1,024-row chunks at
+ * chunk boundaries, the last chunk of a 10-minute prompt (470 rows at
+ * 4,096), a chunk at the end of a 60-minute one (~27,000 keys) and a
+ * 4,700-row prompt in one chunk; an f32 cache, so both read the same bf16
+ * keys and values, and both outputs start as NaN (an unwritten row fails).
+ * Both round q, K, V and P alike; they differ where the lazy rescale
+ * happens (a warp's 16 rows against 32: the reference a row's P is rounded
+ * against) and in nothing else, so they agree to P's rounding (2^-9
+ * relative a weight, averaged over the keys): bound 3e-3 relative L2 over
+ * the chunk, and 2e-2 on the worst (row, head) vector of 128 values, which a
+ * wrong mask or fragment in one partial tile (errors of order 1 on its rows)
+ * would pass over a long chunk's L2 but not there. */
+static void check_flash_v2(choir_backend *gpu_be) {
+    const int cases[][5] = {{17, 0, 28, 4, 128},     {127, 0, 28, 4, 128},    {128, 0, 28, 4, 128},
+                            {129, 1, 28, 4, 128},    {161, 64, 28, 4, 128},   {1024, 0, 28, 4, 128},
+                            {1024, 1024, 28, 4, 128}, {470, 4096, 28, 4, 128}, {1024, 26000, 28, 4, 128},
+                            {4700, 0, 28, 4, 128},   {300, 1000, 8, 8, 64}};
+    bool was = choir_cuda_vv_prefill_flash_on(), v2_was = choir_cuda_vv_prefill_flash_v2_on();
+    choir_cuda_vv_prefill_flash(true);
+    if (!choir_cuda_vv_prefill_flash_on()) {
+        printf("SKIP  flash prefill v2 against v1: not in this build\n");
+        return;
+    }
+    choir_err err = {0};
+    pair p = {NULL, choir_stream_create(gpu_be, &err)};
+    if (!p.gpu || choir_stream_reserve(p.gpu, (size_t)640 << 20, 0, &err)) {
+        failed("flash v2: stream", &err);
+        goto done;
+    }
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int64_t T = cases[c][0], pos0 = cases[c][1];
+        int nh = cases[c][2], nkv = cases[c][3], D = cases[c][4];
+        int64_t rows = pos0 + T, ld = (int64_t)nh * D, ldk = (int64_t)nkv * D, n = T * ld;
+        float *q = rnd(n, 2), *k = rnd(rows * ldk, 1), *v = rnd(rows * ldk, 1), *nan = malloc((size_t)n * sizeof(float));
+        float *o1 = malloc((size_t)n * sizeof(float)), *o2 = malloc((size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n; i++) nan[i] = NAN;
+        size_t mark = choir_stream_mark(p.gpu);
+        float *dq = up(&p, q, n), *dk = up(&p, k, rows * ldk), *dv = up(&p, v, rows * ldk);
+        float *d1 = up(&p, nan, n), *d2 = up(&p, nan, n);
+        choir_cuda_vv_prefill_flash_v2(false);
+        choir_op_attention_cached(p.gpu, dq, T, dk, dv, pos0, nh, nkv, D, d1);
+        choir_cuda_vv_prefill_flash_v2(true);
+        choir_op_attention_cached(p.gpu, dq, T, dk, dv, pos0, nh, nkv, D, d2);
+        char name[96];
+        snprintf(name, sizeof name, "flash v2 vs v1: T %lld at %lld, %d/%d x %d", (long long)T, (long long)pos0, nh,
+                 nkv, D);
+        double e = INFINITY, worst = INFINITY;
+        if (choir_op_download(p.gpu, o1, d1, (size_t)n * sizeof(float)) == 0 &&
+            choir_op_download(p.gpu, o2, d2, (size_t)n * sizeof(float)) == 0 && choir_stream_sync(p.gpu, &err) == 0) {
+            e = rel_l2(o2, o1, n);
+            worst = 0;
+            for (int64_t r = 0; r < T * nh; r++) {
+                double w = rel_l2(o2 + r * D, o1 + r * D, D);
+                if (!isfinite(w)) {
+                    worst = INFINITY;
+                    break;
+                }
+                if (w > worst) worst = w;
+            }
+        } else {
+            failed(name, &err);
+        }
+        verdict(name, e, 3e-3);
+        snprintf(name, sizeof name, "flash v2 vs v1: T %lld at %lld, worst row", (long long)T, (long long)pos0);
+        verdict(name, worst, 2e-2);
+        choir_stream_release(p.gpu, mark);
+        free(q), free(k), free(v), free(nan), free(o1), free(o2);
+    }
+    if (choir_stream_status(p.gpu, &err)) failed("flash v2: stream error", &err);
+done:
+    choir_cuda_vv_prefill_flash_v2(v2_was);
+    choir_cuda_vv_prefill_flash(was);
+    choir_stream_free(p.gpu);
 }
 
 static void check_ops(choir_backend *cpu_be, choir_backend *gpu_be) {
@@ -1253,7 +1345,7 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
      * one chunk size and neither "both", one run. */
     double rows_tps[3] = {0, 0, 0};
     double fused_tps[2] = {0, 0};
-    int n_att = g_pf_both ? 2 : 0, n_rows = g_rows_modes ? g_rows_modes : g_pf_fused == 2 ? 2 : 1;
+    int n_att = g_pf_both || g_pf_v2ab ? 2 : 0, n_rows = g_rows_modes ? g_rows_modes : g_pf_fused == 2 ? 2 : 1;
     int runs = n_att + (n_att && !g_rows_modes && g_n_chunks == 1 ? 0 : n_rows * g_n_chunks);
     /* Several configurations: on the first length, each run once untimed
      * first, so that first uses (cuBLAS's heuristics and lazily loaded
@@ -1263,7 +1355,10 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
     for (int pass = !warmed && runs > 1 ? 0 : 1; pass < 2; pass++)
     for (int md = 0; md < runs; md++) {
         int ck = md < n_att ? g_chunks[0] : g_chunks[(md - n_att) / n_rows];
-        if (md < n_att) choir_cuda_vv_prefill_flash(md == 1);
+        if (md < n_att && g_pf_v2ab) {
+            choir_cuda_vv_prefill_flash(true);
+            choir_cuda_vv_prefill_flash_v2(md == 1);
+        } else if (md < n_att) choir_cuda_vv_prefill_flash(md == 1);
         else if (g_rows_modes) {
             choir_cuda_fused_rows((md - n_att) % n_rows >= 1);
             choir_cuda_mlp_bf16((md - n_att) % n_rows == 2);
@@ -1289,7 +1384,10 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
         if (md < n_att) {
             pf_tps[md] = tps;
             printf("prefill    %d tokens, %s attention: %.3f s, %.0f tokens/s\n", n_ids,
-                   md ? "flash (tensor cores)" : "f32 SIMT", p1 - e1, tps);
+                   g_pf_v2ab ? (md ? "flash v2" : "flash v1") : md ? "flash (tensor cores)" : "f32 SIMT", p1 - e1, tps);
+            if (g_pf_v2ab)
+                printf("choir vibevoice pf_v2 min=%g n_ids=%d chunk=%d kernel=%s s=%.4f tps=%.1f\n", minutes, n_ids,
+                       ck, md ? "v2" : "v1", p1 - e1, tps);
             continue;
         }
         if (g_rows_modes) rows_tps[(md - n_att) % n_rows] = tps;
@@ -1372,8 +1470,9 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
            choir_vibevoice_device_bytes(m) / 1e9, choir_vibevoice_plan_bytes(d, &plan) / 1e9);
     printf("choir vibevoice %g min: min=%g enc_s=%.4f prefill_tps=%.1f decode_ms=%.3f graph_ms=%.3f "
            "peak_gb=%.3f prompt=%lld pf_att=%s", minutes, minutes, enc1 - e0, n_ids / (p1 - e1), 1000 * (d1 - p1) / steps,
-           1000 * (g1 - g0) / steps, peak, (long long)n_ids, g_pf_both ? "both" : choir_cuda_vv_prefill_flash_on() ? "flash" : "simt");
+           1000 * (g1 - g0) / steps, peak, (long long)n_ids, g_pf_both ? "both" : g_pf_v2ab ? "v2" : choir_cuda_vv_prefill_flash_on() ? "flash" : "simt");
     if (g_pf_both) printf(" prefill_simt_tps=%.1f prefill_flash_tps=%.1f", pf_tps[0], pf_tps[1]);
+    if (g_pf_v2ab) printf(" prefill_flash_v1_tps=%.1f prefill_flash_v2_tps=%.1f", pf_tps[0], pf_tps[1]);
     if (g_rows_modes)
         printf(" prefill_rows_off_tps=%.1f prefill_rows_on_tps=%.1f prefill_rows_mlp16_tps=%.1f", rows_tps[0],
                rows_tps[1], rows_tps[2]);
@@ -1583,8 +1682,8 @@ out:
  * n_ids-token prompt in chunks of `chunk` (query rows at pos0 .. against
  * keys 0 .. pos0 + i), over random f32 keys and values in a contiguous cache
  * (the single-sequence state's) with the f32 SIMT kernel and the tensor-core
- * one at 4 and 8 warps a block (the f32 cache rounded to bf16 first, counted
- * in), then over a bf16 paged pool (a shuffled table; the engine's
+ * one at 4 and 8 warps a block and its second kernel (CHOIR_VV_FLASH_V2)
+ * (the f32 cache rounded to bf16 first, counted in), then over a bf16 paged pool (a shuffled table; the engine's
  * --kv bf16) with the tensor-core kernel. The causal FLOPs (4 D n_heads per
  * visible key and query row) over the time of the last of 3 passes, against
  * the H100's measured dense bf16 peak (780 TFLOP/s; the SIMT kernel runs on
@@ -1611,7 +1710,7 @@ static int bench_prefill_attention(choir_backend *be, const choir_vibevoice_dims
     uint16_t *hb = malloc((size_t)(rows * ldk) * sizeof(uint16_t));
     int32_t *ht = malloc((size_t)pages * sizeof(int32_t));
     int status = 1;
-    bool was = choir_cuda_vv_prefill_flash_on();
+    bool was = choir_cuda_vv_prefill_flash_on(), v2_was = choir_cuda_vv_prefill_flash_v2_on();
     if (!h || !hb || !ht || choir_stream_status(st, err)) goto out;
     for (int pass = 0; pass < 2; pass++) {
         for (int64_t i = 0; i < rows * ldk; i++) h[i] = frand(), hb[i] = choir_f32_to_bf16(h[i]);
@@ -1631,15 +1730,17 @@ static int bench_prefill_attention(choir_backend *be, const choir_vibevoice_dims
     }
     static const struct {
         const char *name;
-        int flash, warps, paged;
-    } modes[] = {{"f32 SIMT, f32 cache", 0, 4, 0},         {"flash 4 warps, f32 cache", 1, 4, 0},
-                 {"flash 8 warps, f32 cache", 1, 8, 0},    {"f32 SIMT, bf16 pages", 0, 4, 1},
-                 {"flash 4 warps, bf16 pages", 1, 4, 1},  {"flash 8 warps, bf16 pages", 1, 8, 1}};
+        int flash, warps, paged, v2;
+    } modes[] = {{"f32 SIMT, f32 cache", 0, 4, 0, 0},        {"flash 4 warps, f32 cache", 1, 4, 0, 0},
+                 {"flash 8 warps, f32 cache", 1, 8, 0, 0},   {"flash v2, f32 cache", 1, 4, 0, 1},
+                 {"f32 SIMT, bf16 pages", 0, 4, 1, 0},       {"flash 4 warps, bf16 pages", 1, 4, 1, 0},
+                 {"flash 8 warps, bf16 pages", 1, 8, 1, 0},  {"flash v2, bf16 pages", 1, 4, 1, 1}};
     printf("prefill attention alone, one layer: %d tokens in chunks of %d, %d/%d heads x %d, %.2f TFLOP (causal)\n",
            n_ids, chunk, nh, nkv, D, flop / 1e12);
     for (size_t md = 0; md < sizeof modes / sizeof modes[0]; md++) {
         choir_cuda_vv_prefill_flash(modes[md].flash != 0);
         choir_cuda_vv_prefill_flash_warps(modes[md].warps);
+        choir_cuda_vv_prefill_flash_v2(modes[md].v2 != 0);
         double t0 = 0;
         for (int rep = 0; rep < 3; rep++) {
             if (choir_stream_sync(st, err)) goto out;
@@ -1662,6 +1763,7 @@ static int bench_prefill_attention(choir_backend *be, const choir_vibevoice_dims
     status = 0;
 out:
     choir_cuda_vv_prefill_flash(was);
+    choir_cuda_vv_prefill_flash_v2(v2_was);
     choir_cuda_vv_prefill_flash_warps(4);
     free(h);
     free(hb);
@@ -1840,8 +1942,10 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--pf-att") == 0) {
             const char *a = argv[i + 1];
             g_pf_both = strcmp(a, "both") == 0;
-            choir_cuda_vv_prefill_flash(strcmp(a, "flash") == 0);
-            printf("prefill attention: %s\n", g_pf_both ? "f32 SIMT, then flash (tensor cores), each length"
+            g_pf_v2ab = strcmp(a, "v2") == 0;
+            choir_cuda_vv_prefill_flash(strcmp(a, "flash") == 0 || g_pf_v2ab);
+            printf("prefill attention: %s\n", g_pf_both   ? "f32 SIMT, then flash (tensor cores), each length"
+                                              : g_pf_v2ab ? "flash v1, then flash v2, each length"
                                               : strcmp(a, "flash") == 0 ? "flash (tensor cores)" : "f32 SIMT");
         } else if (strcmp(argv[i], "--fused-rows") == 0) {
             const char *a = argv[i + 1];
@@ -1886,6 +1990,7 @@ int main(int argc, char **argv) {
     }
     choir_backend *cpu = choir_backend_cpu(&err);
     check_ops(cpu, gpu);
+    check_flash_v2(gpu);
     check_model(gpu, CHOIR_DTYPE_F32, 0, 1e-4);
     check_model(gpu, CHOIR_DTYPE_BF16, 0, 3e-2);
     /* 8-bit language model, bf16 elsewhere: the bf16 model's bound, for the

@@ -58,6 +58,15 @@ void choir_cuda_vv_prefill_flash(bool on);
 bool choir_cuda_vv_prefill_flash_on(void);
 /* Warps (query rows / 16) per block of the flash prefill: 4 (default) or 8. */
 void choir_cuda_vv_prefill_flash_warps(int warps);
+/* The flash prefill's second kernel (cuda_vv_flash.cu, k_vv_flash2_prefill:
+ * 32 query rows a warp, q in shared memory, 128 rows a block) instead of
+ * k_vv_flash_prefill, for heads of 64 and 128 values (the warps setting
+ * above then does not apply). Off by default until it has run on a GPU;
+ * choir_cuda_vv_prefill_flash_v2 sets it for the process; until it is
+ * called, CHOIR_VV_FLASH_V2=1 in the environment (read once) turns it on.
+ * Only when the flash prefill itself is on. Process-wide. */
+void choir_cuda_vv_prefill_flash_v2(bool on);
+bool choir_cuda_vv_prefill_flash_v2_on(void);
 /* The flash prefill itself: T rows of q at pos0 .. over keys and values of
  * kv_bf16 ? bf16 : f32 (an f32 cache is rounded to bf16 into the context's
  * scratch first: 2 (pos0 + T) n_kv D bf16 values, each half aligned to 256

@@ -241,6 +241,249 @@ __global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 2 : 1)
     }
 }
 
+/* The second kernel (CHOIR_VV_FLASH_V2=1, choir_cuda_vv_prefill_flash_v2;
+ * off by default until it has run on a GPU), FlashAttention-2's shape for
+ * mma.sync. What limits k_vv_flash_prefill above (~200 TFLOP/s on an H100
+ * in the ncu profile of 7 Dec, 15.5% of a 10-minute prefill layer):
+ *  - shared-memory bandwidth: a warp owns 16 query rows, so every K and V
+ *    fragment read by ldmatrix feeds 2 mma (32 KB of K and V per tile for
+ *    128 mma: 256 bytes per m16n8k16, about 2 clocks of the SM's 128 bytes
+ *    a clock, more than the mma itself takes at mma.sync's rate);
+ *  - L2 bandwidth: a block of 64 rows reads 32 KB of K and V per 64 x 64
+ *    x 128 x 4 flop, about 4.6 TB/s from L2 at 300 TFLOP/s, near what the
+ *    H100's L2 gives;
+ *  - q in registers (32 of them at D 128) is what kept a warp at 16 rows.
+ * Here a warp owns 32 rows (two m16 slices, BM = 128 with 4 warps): q is
+ * scaled, rounded to bf16 and parked in shared memory once (34,816 bytes
+ * at D 128), read back by ldmatrix at each k-step, so each K fragment
+ * feeds 4 mma and each transposed V fragment 4 (40 KB per 256 mma: 160
+ * bytes each), and a block's K and V traffic per flop halves. The
+ * probabilities are rounded to bf16 as they are exponentiated (packed
+ * straight into the A fragments of O += P V: 32 registers, not 64 f32),
+ * which keeps the 128 accumulators of O and 64 of S within 255 registers
+ * at 2 blocks of 4 warps an SM (104,448 bytes of shared memory each at D
+ * 128). The rest is k_vv_flash_prefill's: 64-key tiles by cp.async two
+ * deep, scores in log2 units (scale and log2 e folded into q), the lazy
+ * rescale, masking only on the tiles that cross the warp's first row,
+ * longest query tiles launched first, f32 rows out (the interface's).
+ * Not done: GQA packing (see above), bf16 output (the callers take f32),
+ * a persistent scheduler (with 1,024-row chunks the 28 x 8 blocks of 128
+ * rows fill 85% of the 2 x 132 slots of one wave). */
+template <int D>
+__global__ void __launch_bounds__(128, 2)
+    k_vv_flash2_prefill(const float *__restrict__ q, int T, const __nv_bfloat16 *__restrict__ kc,
+                        const __nv_bfloat16 *__restrict__ vc, int pos0, const int32_t *__restrict__ table,
+                        int nh, int nkv, float scale_log2, float *__restrict__ out) {
+    static_assert(D % 32 == 0, "two k-steps per ldmatrix.x4");
+    constexpr int WARPS = 4, MT = 2; /* MT: 16-row slices a warp */
+    constexpr int THREADS = 32 * WARPS;
+    constexpr int BM = 16 * MT * WARPS;
+    constexpr int LD = D + 8;
+    constexpr int KS = D / 16;
+    constexpr int NS = VV_FA_KT / 8;
+    constexpr int ND = D / 8;
+    constexpr int CH = D / 8;
+    VV_FA_SMEM(vv_fa_smem);
+    __nv_bfloat16 *Qs = (__nv_bfloat16 *)vv_fa_smem, *Ks = Qs + BM * LD, *Vs = Ks + 2 * VV_FA_KT * LD;
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int lr = lane & 7, lm = lane >> 3;
+    const int h = blockIdx.x, kh = h / (nh / nkv);
+    const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * BM;
+    const int64_t ldq = (int64_t)nh * D, ldk = (int64_t)nkv * D;
+    const int kend = pos0 + (q0 + BM < T ? q0 + BM : T);
+    const int ntiles = (kend + VV_FA_KT - 1) / VV_FA_KT;
+    const __nv_bfloat16 *kb = kc + (int64_t)kh * D, *vb = vc + (int64_t)kh * D;
+
+    auto load_tile = [&](int tile, int buf) {
+        int key0 = tile * VV_FA_KT;
+        int64_t r0 = table ? (int64_t)table[key0 / CHOIR_VV_PAGE] * CHOIR_VV_PAGE + key0 % CHOIR_VV_PAGE : key0;
+        __nv_bfloat16 *ks = Ks + buf * VV_FA_KT * LD, *vs = Vs + buf * VV_FA_KT * LD;
+        /* Not unrolled: unrolled, its addresses pushed the kernel at D 128
+         * past 255 registers (32 bytes of spills). */
+#pragma unroll 1
+        for (int c = threadIdx.x; c < VV_FA_KT * CH; c += THREADS) {
+            int r = c / CH, col = (c % CH) * 8;
+            bool in = key0 + r < kend;
+            int64_t off = (r0 + (in ? r : 0)) * ldk + col;
+            cp_async16(ks + r * LD + col, kb + off, in ? 16 : 0);
+            cp_async16(vs + r * LD + col, vb + off, in ? 16 : 0);
+        }
+        cp_async_commit();
+    };
+    if (ntiles > 0) load_tile(0, 0);
+
+    /* The block's q rows, times scale log2 e, rounded to bf16 into shared
+     * memory while the first tile is in flight (rows past the chunk 0); the
+     * first iteration's barrier publishes them. */
+    {
+        const float *qb = q + (int64_t)h * D;
+        for (int c = threadIdx.x; c < BM * (D / 4); c += THREADS) {
+            int r = c / (D / 4), col = (c % (D / 4)) * 4;
+            float4 x = q0 + r < T ? *(const float4 *)(qb + (int64_t)(q0 + r) * ldq + col)
+                                  : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            *(uint2 *)(Qs + r * LD + col) =
+                make_uint2(pack_bf16(x.x * scale_log2, x.y * scale_log2), pack_bf16(x.z * scale_log2, x.w * scale_log2));
+        }
+    }
+
+    /* The lane's rows: wrow + g + 16 m + 8 r for slice m, half r; row
+     * wrow + g + i sees keys < lim0 + i. Rows past the chunk are not masked
+     * apart (their q is 0 and the keys past kend are zeros: finite scores)
+     * and not stored; fewer live registers than a table of rows. */
+    const int wrow = q0 + warp * 16 * MT;
+    const int lim0 = pos0 + wrow + g + 1;
+    const int wlim = wrow < T ? pos0 + wrow + 1 : 0;
+    const int wend = wrow < T ? pos0 + (wrow + 16 * MT < T ? wrow + 16 * MT : T) : 0;
+    /* ldmatrix.x4 of an A fragment: lane l addresses row (lm & 1) 8 + lr, column (lm >> 1) 8.
+     * Of K's B fragments, two n-tiles of one k-step: matrix lm is keys
+     * (lm >> 1) 8 .., columns (lm & 1) 8 .. (b0, b1 of n-tile j, then of j + 1). */
+    const __nv_bfloat16 *qr = Qs + (warp * 16 * MT + (lm & 1) * 8 + lr) * LD + (lm >> 1) * 8;
+    const int kofs = ((lm >> 1) * 8 + lr) * LD + (lm & 1) * 8;
+
+    float o[MT][ND][4];
+    float ref[MT][2], sum[MT][2];
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+#pragma unroll
+        for (int j = 0; j < ND; j++) o[m][j][0] = o[m][j][1] = o[m][j][2] = o[m][j][3] = 0.0f;
+        ref[m][0] = ref[m][1] = -INFINITY;
+        sum[m][0] = sum[m][1] = 0.0f;
+    }
+
+    for (int tile = 0; tile < ntiles; tile++) {
+        const int buf = tile & 1;
+        if (tile + 1 < ntiles) {
+            load_tile(tile + 1, buf ^ 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const int key0 = tile * VV_FA_KT;
+        if (key0 < wend) {
+            const __nv_bfloat16 *Kt = Ks + buf * VV_FA_KT * LD, *Vt = Vs + buf * VV_FA_KT * LD;
+            float sc[MT][NS][4];
+#pragma unroll
+            for (int m = 0; m < MT; m++)
+#pragma unroll
+                for (int j = 0; j < NS; j++) sc[m][j][0] = sc[m][j][1] = sc[m][j][2] = sc[m][j][3] = 0.0f;
+            /* S = Q K^T a k-step at a time (q's fragments: 8 registers),
+             * two n-tiles of keys an ldmatrix; each K fragment serves both
+             * slices. */
+#pragma unroll
+            for (int s = 0; s < KS; s++) {
+                uint32_t qa[MT][4];
+#pragma unroll
+                for (int m = 0; m < MT; m++) ldmatrix_x4(qa[m], qr + m * 16 * LD + s * 16);
+#pragma unroll
+                for (int j = 0; j < NS; j += 2) {
+                    uint32_t bf[4];
+                    ldmatrix_x4(bf, Kt + kofs + j * 8 * LD + s * 16);
+#pragma unroll
+                    for (int m = 0; m < MT; m++) {
+                        mma_bf16(sc[m][j], qa[m], bf[0], bf[1]);
+                        mma_bf16(sc[m][j + 1], qa[m], bf[2], bf[3]);
+                    }
+                }
+            }
+
+            const bool edge = key0 + VV_FA_KT > wlim;
+            float tmax[MT][2];
+            bool grow = false;
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                tmax[m][0] = tmax[m][1] = -INFINITY;
+#pragma unroll
+                for (int j = 0; j < NS; j++) {
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        float x = sc[m][j][i];
+                        if (edge && key0 + j * 8 + 2 * t + (i & 1) >= lim0 + 16 * m + 8 * (i >> 1))
+                            sc[m][j][i] = x = -INFINITY;
+                        tmax[m][i >> 1] = fmaxf(tmax[m][i >> 1], x);
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    tmax[m][r] = fmaxf(tmax[m][r], __shfl_xor_sync(0xffffffffu, tmax[m][r], 1));
+                    tmax[m][r] = fmaxf(tmax[m][r], __shfl_xor_sync(0xffffffffu, tmax[m][r], 2));
+                    grow |= tmax[m][r] > ref[m][r] + VV_FA_GROW;
+                }
+            }
+            if (__any_sync(0xffffffffu, grow)) {
+#pragma unroll
+                for (int m = 0; m < MT; m++)
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        float mnew = fmaxf(ref[m][r], tmax[m][r]);
+                        float alpha = mnew == -INFINITY ? 1.0f : ex2_ftz(ref[m][r] - mnew);
+                        ref[m][r] = mnew;
+                        sum[m][r] *= alpha;
+#pragma unroll
+                        for (int j = 0; j < ND; j++) {
+                            o[m][j][2 * r] *= alpha;
+                            o[m][j][2 * r + 1] *= alpha;
+                        }
+                    }
+            }
+            /* P = 2^(S - ref), rounded to bf16 as it is made: pp[m][j][r]
+             * is rows r 8 + g, keys j 8 + 2t and + 1, i.e. the A fragments
+             * of O += P V ({pp[2s][0], pp[2s][1], pp[2s+1][0], pp[2s+1][1]}
+             * for keys 16 s ..). */
+            uint32_t pp[MT][NS][2];
+#pragma unroll
+            for (int m = 0; m < MT; m++)
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    float nb = ref[m][r] == -INFINITY ? 0.0f : -ref[m][r];
+#pragma unroll
+                    for (int j = 0; j < NS; j++) {
+                        float p0 = ex2_ftz(sc[m][j][2 * r] + nb), p1 = ex2_ftz(sc[m][j][2 * r + 1] + nb);
+                        sum[m][r] += p0 + p1;
+                        pp[m][j][r] = pack_bf16(p0, p1);
+                    }
+                }
+
+            /* O += P V: each transposed V fragment serves both slices. */
+#pragma unroll
+            for (int s = 0; s < VV_FA_KT / 16; s++) {
+                const __nv_bfloat16 *vr = Vt + (s * 16 + (lm & 1) * 8 + lr) * LD + (lm >> 1) * 8;
+#pragma unroll
+                for (int j = 0; j < ND; j += 2) {
+                    uint32_t bf[4];
+                    ldmatrix_x4_trans(bf, vr + j * 8);
+#pragma unroll
+                    for (int m = 0; m < MT; m++) {
+                        const uint32_t pa[4] = {pp[m][2 * s][0], pp[m][2 * s][1], pp[m][2 * s + 1][0],
+                                                pp[m][2 * s + 1][1]};
+                        mma_bf16(o[m][j], pa, bf[0], bf[1]);
+                        mma_bf16(o[m][j + 1], pa, bf[2], bf[3]);
+                    }
+                }
+            }
+        }
+        __syncthreads();
+    }
+
+    float *ob = out + (int64_t)h * D;
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float l = sum[m][r];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            float inv = l > 0.0f ? 1.0f / l : 0.0f;
+            const int row = wrow + g + 16 * m + 8 * r;
+            if (row >= T) continue;
+            float *orow = ob + (int64_t)row * ldq;
+#pragma unroll
+            for (int j = 0; j < ND; j++)
+                *(float2 *)(orow + j * 8 + 2 * t) = make_float2(o[m][j][2 * r] * inv, o[m][j][2 * r + 1] * inv);
+        }
+}
+
 /* Rows 0 .. n_keys - 1 of an f32 cache (contiguous, or through a page
  * table) rounded to bf16 into contiguous rows [n_keys][ldk]. */
 __global__ void k_vv_kv_bf16(const float *__restrict__ kc, const float *__restrict__ vc,
@@ -274,6 +517,27 @@ static int flash_launch(choir_cuda *cu, const float *q, int64_t T, const __nv_bf
     return choir_cuda_check_launch(err, "vibevoice flash prefill attention");
 }
 
+template <int D>
+static int flash2_launch(choir_cuda *cu, const float *q, int64_t T, const __nv_bfloat16 *k,
+                         const __nv_bfloat16 *v, int64_t pos0, const int32_t *table, int nh, int nkv,
+                         float *out, choir_err *err) {
+    constexpr int BM = 128;
+    constexpr int smem = (BM + 4 * VV_FA_KT) * (D + 8) * (int)sizeof(__nv_bfloat16);
+    if ((T + BM - 1) / BM > 65535)
+        return choir_err_set(err, CHOIR_ETOOBIG, "cuda: flash prefill of %lld rows", (long long)T);
+    cudaError_t st = cudaFuncSetAttribute(k_vv_flash2_prefill<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    /* Two blocks an SM need 209 KB of its 228: ask for the largest carveout
+     * (a hint; the occupancy is what the registers and this allow). */
+    if (st == cudaSuccess)
+        st = cudaFuncSetAttribute(k_vv_flash2_prefill<D>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  (int)cudaSharedmemCarveoutMaxShared);
+    if (st != cudaSuccess) return choir_cuda_fail(err, st, "vibevoice flash prefill v2: shared memory");
+    dim3 grid((unsigned)nh, (unsigned)((T + BM - 1) / BM));
+    k_vv_flash2_prefill<D><<<grid, 128, smem, cu->stream>>>(q, (int)T, k, v, (int)pos0, table, nh, nkv,
+                                                            1.4426950408889634f / sqrtf((float)D), out);
+    return choir_cuda_check_launch(err, "vibevoice flash prefill attention v2");
+}
+
 /* 1: read CHOIR_VV_PREFILL_FLASH on first use; then 0 off, 2 on. */
 static int g_pf_flash = 1;
 static int g_pf_warps = 4;
@@ -286,6 +550,21 @@ bool choir_cuda_vv_prefill_flash_on(void) {
         const char *e = getenv("CHOIR_VV_PREFILL_FLASH");
         v = e && e[0] == '0' ? 0 : 2; /* on unless "0" (H100: 10 min of prefill 0.41 -> 0.16 s) */
         __atomic_store_n(&g_pf_flash, v, __ATOMIC_RELAXED);
+    }
+    return v == 2;
+}
+
+/* 1: read CHOIR_VV_FLASH_V2 on first use; then 0 off, 2 on. */
+static int g_pf_v2 = 1;
+
+void choir_cuda_vv_prefill_flash_v2(bool on) { __atomic_store_n(&g_pf_v2, on ? 2 : 0, __ATOMIC_RELAXED); }
+
+bool choir_cuda_vv_prefill_flash_v2_on(void) {
+    int v = __atomic_load_n(&g_pf_v2, __ATOMIC_RELAXED);
+    if (v == 1) {
+        const char *e = getenv("CHOIR_VV_FLASH_V2");
+        v = e && e[0] == '1' ? 2 : 0; /* off unless "1" (not yet run on a GPU) */
+        __atomic_store_n(&g_pf_v2, v, __ATOMIC_RELAXED);
     }
     return v == 2;
 }
@@ -320,6 +599,11 @@ int choir_cuda_vv_flash_prefill(choir_cuda *cu, const float *q, int64_t T, const
         if (rc) return rc;
         kb = kv, vb = vv, table = NULL;
     }
+    /* The second kernel reads q by 16 bytes (every stream buffer is so
+     * aligned; an odd view takes the first). */
+    if (choir_cuda_vv_prefill_flash_v2_on() && !((uintptr_t)q & 15))
+        return D == 128 ? flash2_launch<128>(cu, q, T, kb, vb, pos0, table, n_heads, n_kv, out, err)
+                        : flash2_launch<64>(cu, q, T, kb, vb, pos0, table, n_heads, n_kv, out, err);
     bool eight = __atomic_load_n(&g_pf_warps, __ATOMIC_RELAXED) == 8;
     if (D == 128)
         return eight ? flash_launch<128, 8>(cu, q, T, kb, vb, pos0, table, n_heads, n_kv, out, err)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the bf16 flash attention kernels (cuda_flash.cu, kernels 1-4) in the host emulation of
 # flash_emu.cpp on cases like backend_gpu_check's all-bf16 ones (padding aside), then
-# VibeVoice's flash prefill (cuda_vv_flash.cu) in vv_flash_emu.cpp on prefill chunks (an
+# VibeVoice's flash prefills (cuda_vv_flash.cu, both kernels) in vv_flash_emu.cpp on prefill chunks (an
 # offset pos0, a last tile cut short, grouped heads, shuffled pages, D 64 and 128, 4 and 8
 # warps), and prints each relative L2 against a double reference; fails when one passes 1e-2
 # or leaves an output unwritten. Needs g++ with C++20 and python3; about a minute on 2 cores. Not a ctest (slow, and
@@ -48,9 +48,13 @@ for k in 1 2 3 4; do
     echo "$line" | awk '{for (i = 1; i <= NF; i++) if ($i == "rel_l2") e = $(i + 1); if ($NF != 0 || e + 0 > 1e-2) exit 1}' || fail=1
   done
 done
-# T POS0 HEADS KV_HEADS D PAGED WARPS Q_AMPLITUDE
+# T POS0 HEADS KV_HEADS D PAGED WARPS Q_AMPLITUDE [V2]; the V2 1 cases run the second kernel
+# (k_vv_flash2_prefill: 128-row blocks, 32 rows a warp): a chunk shorter than one warp's rows, a
+# block cut inside its second warp and inside a warp's second slice, two blocks, paged and not.
 for c in "70 100 4 2 128 0 4 2" "70 100 4 2 128 1 4 2" "130 0 2 1 128 1 8 2" "37 200 3 1 64 1 4 2" \
-         "100 33 2 2 64 0 8 1" "50 90 2 1 128 1 4 16"; do
+         "100 33 2 2 64 0 8 1" "50 90 2 1 128 1 4 16" \
+         "17 0 2 1 128 0 4 2 1" "70 100 4 2 128 0 4 2 1" "150 260 2 1 128 1 4 2 1" "300 0 2 2 128 0 4 2 1" \
+         "37 200 3 1 64 1 4 2 1" "130 33 2 1 64 0 4 1 1" "50 90 2 1 128 1 4 16 1"; do
   # shellcheck disable=SC2086
   line=$("$OUT/vv_flash_emu" $c)
   echo "$line"

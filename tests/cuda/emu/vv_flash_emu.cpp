@@ -1,13 +1,13 @@
-// VibeVoice's tensor-core prefill attention (k_vv_flash_prefill, src/tensor/cuda/cuda_vv_flash.cu)
-// run on the host through warp_emu.h, against a double reference over the same bf16 keys and
+// VibeVoice's tensor-core prefill attention (k_vv_flash_prefill, or with V2 1 the second kernel
+// k_vv_flash2_prefill: 32 rows a warp, 128 a block; src/tensor/cuda/cuda_vv_flash.cu) run on the host through warp_emu.h, against a double reference over the same bf16 keys and
 // values and the f32 queries: causal with an offset pos0, grouped heads, contiguous or paged
 // (a shuffled page table) keys. The kernel's source is included as vv_kern.inc, cut out of
 // cuda_vv_flash.cu by run_flash_emu.sh.
 //
-//   vv_flash_emu T POS0 HEADS KV_HEADS D PAGED WARPS Q_AMPLITUDE
+//   vv_flash_emu T POS0 HEADS KV_HEADS D PAGED WARPS Q_AMPLITUDE [V2]
 #define CHOIR_VV_PAGE 128
 #include "warp_emu.h"
-#define VV_FA_SMEM(name) static unsigned char name[4 * 64 * (128 + 8) * 2] __attribute__((aligned(16)))
+#define VV_FA_SMEM(name) static unsigned char name[(128 + 4 * 64) * (128 + 8) * 2] __attribute__((aligned(16)))
 #include "vv_kern.inc"
 
 static uint64_t rng = 88172645463325252ull;
@@ -18,6 +18,7 @@ int main(int argc, char **argv) {
     int T = atoi(argv[1]), pos0 = atoi(argv[2]), nh = atoi(argv[3]), nkv = atoi(argv[4]), D = atoi(argv[5]);
     int paged = atoi(argv[6]), warps = atoi(argv[7]);
     float qamp = atof(argv[8]);
+    int v2 = argc > 9 && atoi(argv[9]) != 0;
     int n_keys = pos0 + T, P = CHOIR_VV_PAGE, pages = (n_keys + P - 1) / P;
     int64_t ldq = (int64_t)nh * D, ldk = (int64_t)nkv * D;
     // The pool: two spare pages, the sequence's pages in a shuffled order; rows past the
@@ -38,10 +39,13 @@ int main(int argc, char **argv) {
     auto K = (const __nv_bfloat16 *)k.data(), V = (const __nv_bfloat16 *)v.data();
     const int32_t *tab = paged ? table.data() : nullptr;
     float sl2 = 1.4426950408889634f / sqrtf((float)D);
-    int BM = 16 * warps;
+    int BM = v2 ? 128 : 16 * warps;
     dim3v grid = {nh, (T + BM - 1) / BM, 1};
 #define RUN(DD, WW) launch(grid, 32 * WW, [&] { k_vv_flash_prefill<DD, WW>(q.data(), T, K, V, pos0, tab, nh, nkv, sl2, o.data()); })
-    if (D == 128 && warps == 8) RUN(128, 8);
+#define RUN2(DD) launch(grid, 128, [&] { k_vv_flash2_prefill<DD>(q.data(), T, K, V, pos0, tab, nh, nkv, sl2, o.data()); })
+    if (v2 && D == 128) RUN2(128);
+    else if (v2) RUN2(64);
+    else if (D == 128 && warps == 8) RUN(128, 8);
     else if (D == 128) RUN(128, 4);
     else if (warps == 8) RUN(64, 8);
     else RUN(64, 4);
@@ -69,7 +73,7 @@ int main(int argc, char **argv) {
                 num += (g - r) * (g - r), den += r * r;
             }
         }
-    printf("vv flash T=%d pos0=%d heads=%d/%d D=%d paged=%d warps=%d qamp=%g: rel_l2 %.3e unwritten %ld\n", T, pos0,
-           nh, nkv, D, paged, warps, qamp, sqrt(num / (den > 0 ? den : 1)), bad);
+    printf("vv flash%s T=%d pos0=%d heads=%d/%d D=%d paged=%d warps=%d qamp=%g: rel_l2 %.3e unwritten %ld\n",
+           v2 ? " v2" : "", T, pos0, nh, nkv, D, paged, v2 ? 4 : warps, qamp, sqrt(num / (den > 0 ? den : 1)), bad);
     return 0;
 }

@@ -32,6 +32,10 @@ thread_local dim3v threadIdx, blockIdx;
 static dim3v gridDim;
 struct float2 { float x, y; };
 static inline float2 make_float2(float x, float y) { return {x, y}; }
+struct float4 { float x, y, z, w; };
+static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+struct uint2 { uint32_t x, y; };
+static inline uint2 make_uint2(uint32_t x, uint32_t y) { return {x, y}; }
 static int g_threads;
 static std::barrier<> *g_block_bar;
 static std::barrier<> *g_warp_bar[16];
