@@ -464,6 +464,97 @@ done:
     choir_stream_free(p.gpu);
 }
 
+/* Decode attention v2 (CHOIR_VV_ATT_V2, k_vv_att_dec) and the kernels it
+ * would replace (the split kernels), each against the CPU at the operations'
+ * bound (1e-5), on the 7B model's 28/4 heads of 128: 1, 3 and 16 rows, f32
+ * and bf16 caches, contiguous and paged (a shuffled table of CHOIR_VV_PAGE
+ * rows, positions from memory for some), from 300 to 27,000 keys, the splits
+ * sized to the device or set (48 keys: splits across pages), combined by the
+ * last block or by a launch of their own. The switches are put back after. */
+static void check_att_v2(choir_backend *cpu_be, choir_backend *gpu_be) {
+    const struct {
+        int T, ctx, paged, bf16, at, split, fold;
+    } cs[] = {{1, 300, 0, 0, 0, 0, 1},   {1, 4566, 0, 0, 1, 0, 1},  {3, 4566, 1, 0, 1, 0, 1},
+              {16, 4566, 1, 1, 1, 0, 1}, {16, 300, 0, 0, 0, 48, 0}, {3, 700, 1, 1, 0, 48, 1},
+              {1, 27000, 1, 1, 1, 0, 1}, {1, 27000, 0, 0, 1, 0, 1}, {3, 27000, 1, 0, 1, 0, 0}};
+    const int nh = 28, nkv = 4, D = 128, P = CHOIR_VV_PAGE;
+    const int64_t ld = (int64_t)nh * D, ldk = (int64_t)nkv * D;
+    bool was = choir_cuda_vv_att_v2_on();
+    choir_err err = {0};
+    pair p = {choir_stream_create(cpu_be, &err), choir_stream_create(gpu_be, &err)};
+    if (!p.cpu || !p.gpu || choir_stream_reserve(p.gpu, (size_t)640 << 20, 0, &err)) {
+        failed("attention v2: streams", &err);
+        goto done;
+    }
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        int T = cs[c].T, pages = (cs[c].ctx + P - 1) / P, pool = cs[c].paged ? pages + 3 : pages;
+        int64_t rows = (int64_t)pool * P;
+        int32_t *tab = malloc((size_t)pages * sizeof *tab), pos[16];
+        for (int i = 0; i < pages; i++) tab[i] = cs[c].paged ? (int32_t)((i * 7 + 2) % pool) : i;
+        /* at: rows at scattered positions (the last at the end of the cache);
+         * otherwise the last T positions. */
+        for (int i = 0; i < T; i++) pos[i] = cs[c].at ? cs[c].ctx - 1 - (i * 263) % cs[c].ctx : cs[c].ctx - T + i;
+        float *q = rnd(T * ld, 2), *k = rnd(rows * ldk, 1), *v = rnd(rows * ldk, 1), *out = rnd(T * ld, 1);
+        uint16_t *hk = NULL, *hv = NULL;
+        if (cs[c].bf16) {
+            hk = malloc((size_t)(rows * ldk) * 2), hv = malloc((size_t)(rows * ldk) * 2);
+            for (int64_t e = 0; e < rows * ldk; e++) hk[e] = choir_f32_to_bf16(k[e]), hv[e] = choir_f32_to_bf16(v[e]);
+        }
+        choir_dtype kt = cs[c].bf16 ? CHOIR_DTYPE_BF16 : CHOIR_DTYPE_F32;
+        const void *ck = cs[c].bf16 ? (const void *)hk : k, *cv = cs[c].bf16 ? (const void *)hv : v;
+        size_t mark = choir_stream_mark(p.gpu);
+        size_t kvb = (size_t)(rows * ldk) * (cs[c].bf16 ? 2 : 4);
+        void *dk = choir_stream_alloc(p.gpu, kvb, "keys"), *dv = choir_stream_alloc(p.gpu, kvb, "values");
+        int32_t *dtab = choir_stream_alloc(p.gpu, (size_t)pages * sizeof *tab, "table");
+        int32_t *dpos = choir_stream_alloc(p.gpu, sizeof pos, "pos");
+        float *dq = up(&p, q, T * ld), *dout = choir_stream_floats(p.gpu, T * ld, "out");
+        if (dk && dv && dtab && dpos) {
+            choir_op_upload(p.gpu, dk, ck, kvb);
+            choir_op_upload(p.gpu, dv, cv, kvb);
+            choir_op_upload(p.gpu, dtab, tab, (size_t)pages * sizeof *tab);
+            choir_op_upload(p.gpu, dpos, pos, sizeof pos);
+        }
+        int64_t pos0 = pos[0];
+        if (cs[c].paged && cs[c].at)
+            choir_op_attention_paged_at_kv(p.cpu, q, T, ck, cv, kt, tab, 0, pos, (int64_t)pages * P, nh, nkv, D, out);
+        else if (cs[c].paged)
+            choir_op_attention_paged_kv(p.cpu, q, T, ck, cv, kt, tab, pos0, nh, nkv, D, out);
+        else if (cs[c].at)
+            choir_op_attention_cached_at(p.cpu, q, T, k, v, pos, cs[c].ctx, nh, nkv, D, out);
+        else
+            choir_op_attention_cached(p.cpu, q, T, k, v, pos0, nh, nkv, D, out);
+        for (int v2 = 0; v2 < 2; v2++) {
+            choir_cuda_vv_set_att_v2(v2 == 1);
+            choir_cuda_vv_set_att_v2_split(cs[c].split);
+            choir_cuda_vv_set_att_v2_fold(cs[c].fold != 0);
+            if (cs[c].paged && cs[c].at)
+                choir_op_attention_paged_at_kv(p.gpu, dq, T, dk, dv, kt, dtab, 0, dpos, (int64_t)pages * P, nh, nkv, D,
+                                               dout);
+            else if (cs[c].paged)
+                choir_op_attention_paged_kv(p.gpu, dq, T, dk, dv, kt, dtab, pos0, nh, nkv, D, dout);
+            else if (cs[c].at)
+                choir_op_attention_cached_at(p.gpu, dq, T, dk, dv, dpos, cs[c].ctx, nh, nkv, D, dout);
+            else
+                choir_op_attention_cached(p.gpu, dq, T, dk, dv, pos0, nh, nkv, D, dout);
+            char name[160];
+            snprintf(name, sizeof name, "attention %s: %d rows at %s%d keys, %s, %s K/V, split %s%s, 28/4 x 128",
+                     v2 ? "v2" : "split kernels", T, cs[c].at ? "positions from memory, up to " : "", cs[c].ctx,
+                     cs[c].paged ? "paged" : "contiguous", cs[c].bf16 ? "bf16" : "f32",
+                     cs[c].split ? "48 keys" : "auto", cs[c].fold ? "" : ", combine launched");
+            verdict(name, down_cmp(&p, dout, out, T * ld), 1e-5);
+        }
+        choir_stream_release(p.gpu, mark);
+        free(tab), free(q), free(k), free(v), free(out), free(hk), free(hv);
+    }
+    if (choir_stream_status(p.gpu, &err)) failed("attention v2: stream error", &err);
+done:
+    choir_cuda_vv_set_att_v2(was);
+    choir_cuda_vv_set_att_v2_split(0);
+    choir_cuda_vv_set_att_v2_fold(true);
+    choir_stream_free(p.cpu);
+    choir_stream_free(p.gpu);
+}
+
 /* --- 2. the model ------------------------------------------------------------- */
 
 /* Reduced dimensions with the published topology: 7 stages of strides
@@ -1877,6 +1968,7 @@ int main(int argc, char **argv) {
     }
     choir_backend *cpu = choir_backend_cpu(&err);
     check_ops(cpu, gpu);
+    check_att_v2(cpu, gpu);
     check_model(gpu, CHOIR_DTYPE_F32, 0, 1e-4);
     check_model(gpu, CHOIR_DTYPE_BF16, 0, 3e-2);
     /* 8-bit language model, bf16 elsewhere: the bf16 model's bound, for the
