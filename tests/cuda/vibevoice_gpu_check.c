@@ -44,7 +44,10 @@
  *     attention over 128-value heads on the general split kernel instead of
  *     k_vv_att_split128 (before/after); --kv bf16 holds the batch's KV pool
  *     in bf16 (half the attention's bytes); --att-bench 1 also times, after each
- *     batch, the step's attention alone with both kernels (bench_attention).
+ *     batch (and each --audio-min length, one row), the step's attention alone
+ *     with both kernels and decode attention v2's variants (bench_attention).
+ *     --att-v2 0|1|ab: decode attention v2 (CHOIR_VV_ATT_V2) off or on, or
+ *     ab: each length's graph step timed off, on, on, off (bench_att_v2_ab).
  *     --pf-att simt|flash|both picks the prefill attention (the f32 SIMT
  *     kernel, the tensor-core one of cuda_vv_flash.cu, or each length's
  *     prefill with both, SIMT first; default: CHOIR_VV_PREFILL_FLASH, else
@@ -1248,6 +1251,10 @@ static int q8_sweep_count(void) {
 }
 /* --att-warps 4|8: k_vv_att_split128's warps a block (choir_cuda_vv_set_att_warps). */
 static int g_bench_att_warps = 4;
+/* --att-v2 0|1|ab: decode attention v2 off or on (choir_cuda_vv_set_att_v2)
+ * for the whole bench, or ab: after each length's figures, the graph step
+ * timed with it off, on, on, off on the same state (bench_att_v2_ab). */
+static bool g_att_v2_ab;
 
 /* CHOIR_VGC_PROFILE=encode|prefill|step brackets the bench's encoders, its
  * prefill, or its op-by-op decode steps, with cudaProfilerStart / Stop, so
@@ -1266,6 +1273,37 @@ static void profile_range(const char *part, bool on) {
  * (choir_vibevoice_set_prefill_chunk); the first is also the batch bench's. */
 #define BENCH_MAX_CHUNKS 8
 static int g_chunks[BENCH_MAX_CHUNKS] = {1024}, g_n_chunks = 1;
+
+/* The graph-replayed step with decode attention v2 off, on, on, off (each:
+ * the graph dropped, one step op by op, which sizes the kernels' scratch,
+ * one step that records, then `steps` replayed and timed); the state's
+ * context grows by 4 (steps + 2). The switch is put back. */
+static int bench_att_v2_ab(const choir_vibevoice *m, choir_vibevoice_state *s, const choir_vibevoice_dims *d,
+                           double minutes, int n_ids, int steps, choir_err *err) {
+    const float *logits = choir_vibevoice_logits(s);
+    bool was = choir_cuda_vv_att_v2_on();
+    double ms[4];
+    for (int r = 0; r < 4; r++) {
+        choir_vibevoice_set_step_graph(s, false);
+        choir_cuda_vv_set_att_v2(r == 1 || r == 2);
+        if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) return 1;
+        choir_vibevoice_set_step_graph(s, true);
+        if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) return 1;
+        double t0 = choir_now_s();
+        for (int i = 0; i < steps; i++)
+            if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) return 1;
+        ms[r] = 1000 * (choir_now_s() - t0) / steps;
+    }
+    choir_vibevoice_set_step_graph(s, false);
+    choir_cuda_vv_set_att_v2(was);
+    double off = (ms[0] + ms[3]) / 2, on = (ms[1] + ms[2]) / 2;
+    printf("att v2     %g min (%d tokens of prompt): graph step %.3f ms off, %.3f ms on (off %.3f, on %.3f, on %.3f, "
+           "off %.3f): %.3fx\n", minutes, n_ids, off, on, ms[0], ms[1], ms[2], ms[3], off / on);
+    printf("choir vibevoice att_v2 min=%g prompt=%d graph_off_ms=%.3f graph_on_ms=%.3f speedup=%.3f\n", minutes, n_ids,
+           off, on, off / on);
+    fflush(stdout);
+    return 0;
+}
 
 static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoice_dims *d, double minutes,
                      int steps, choir_err *err) {
@@ -1291,7 +1329,8 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
     int sweeps = g_gemv_sweep ? 2 * choir_cuda_gemv_variants() : 0;
     int q8_sweeps = q8_sweep_count();
     choir_vibevoice_plan plan = {.max_samples = np,
-                                 .max_context = n_ids + (2 + sweeps + 2 * q8_sweeps) * (steps + 1) + 2,
+                                 .max_context = n_ids + (2 + sweeps + 2 * q8_sweeps) * (steps + 1) + 2 +
+                                                (g_att_v2_ab ? 4 * (steps + 2) : 0),
                                  .prefill_chunk = chunk};
     /* Once a process, before anything is timed: 20 s of the audio encoded and
      * its prompt prefilled on a state of its own, so that first uses (the
@@ -1442,6 +1481,7 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
         choir_vibevoice_set_step_graph(s, false);
         choir_cuda_q8_gemv(q8_was);
     }
+    if (g_att_v2_ab && bench_att_v2_ab(m, s, d, minutes, n_ids, steps, err)) goto out;
     double peak = choir_backend_mem_peak(be) / 1e9; /* everything held through the backend, weights too */
     printf("encoders   %.0f s of audio in %.3f s (%.0fx real time)\n", minutes * 60, enc1 - e0,
            minutes * 60 / (enc1 - e0));
@@ -1593,13 +1633,86 @@ out:
  * steps timed after one, with the general split kernel and with
  * k_vv_att_split128. Against the step's KV bytes over the device copy
  * bandwidth (bench/peers/vibevoice_gpu.sh measures it). */
+/* bench_attention's v2 figures (CHOIR_VV_ATT_V2, k_vv_att_dec) on the same
+ * pools and rows: split128 (the default today) and v2 with its splits sized
+ * to the device, of 64 to 1024 keys, with the combine launched, then
+ * both kernels over bf16 copies of the pools. The switches are put back. */
+static int bench_attention_v2(choir_stream *st, const choir_vibevoice_lm_dims *L, int B, int ctx, int pages,
+                              const float *kp, const float *vp, const float *q, const int32_t *tab, const int32_t *pos,
+                              float *out, choir_err *err) {
+    int nh = L->n_heads, nkv = L->n_kv_heads, D = L->head_dim;
+    int64_t rows = (int64_t)B * pages * CHOIR_VV_PAGE, ldk = (int64_t)nkv * D;
+    static const struct {
+        const char *name;
+        int bf16, v2, split, fold;
+    } vs[] = {{"split128", 0, 0, 0, 1},      {"v2", 0, 1, 0, 1},          {"v2_s64", 0, 1, 64, 1},
+              {"v2_s128", 0, 1, 128, 1},     {"v2_s256", 0, 1, 256, 1},   {"v2_s512", 0, 1, 512, 1},
+              {"v2_s1024", 0, 1, 1024, 1},   {"v2_nofold", 0, 1, 0, 0},   {"split128_bf16", 1, 0, 0, 1},
+              {"v2_bf16", 1, 1, 0, 1},       {"v2_s256_bf16", 1, 1, 256, 1}};
+    enum { NV = sizeof vs / sizeof vs[0] };
+    double ms[NV];
+    bool was = choir_cuda_vv_att_v2_on();
+    size_t mark = choir_stream_mark(st);
+    uint16_t *kb = choir_stream_alloc(st, (size_t)(rows * ldk) * 2, "bf16 k pool");
+    uint16_t *vb = choir_stream_alloc(st, (size_t)(rows * ldk) * 2, "bf16 v pool");
+    uint16_t *hb = malloc((size_t)(rows * ldk) * 2);
+    float *hf = malloc((size_t)(rows * ldk) * sizeof(float));
+    int status = 1;
+    if (!kb || !vb || !hb || !hf) {
+        choir_err_set(err, CHOIR_ENOMEM, "bench: bf16 pools");
+        goto out;
+    }
+    for (int t = 0; t < 2; t++) {
+        if (choir_op_download(st, hf, t ? vp : kp, (size_t)(rows * ldk) * sizeof(float)) || choir_stream_sync(st, err))
+            goto out;
+        for (int64_t i = 0; i < rows * ldk; i++) hb[i] = choir_f32_to_bf16(hf[i]);
+        choir_op_upload(st, t ? vb : kb, hb, (size_t)(rows * ldk) * 2);
+        if (choir_stream_sync(st, err)) goto out;
+    }
+    for (int v = 0; v < NV; v++) {
+        choir_cuda_vv_set_att_v2(vs[v].v2 != 0);
+        choir_cuda_vv_set_att_v2_split(vs[v].split);
+        choir_cuda_vv_set_att_v2_fold(vs[v].fold != 0);
+        const void *k = vs[v].bf16 ? (const void *)kb : kp, *vv = vs[v].bf16 ? (const void *)vb : vp;
+        choir_dtype kt = vs[v].bf16 ? CHOIR_DTYPE_BF16 : CHOIR_DTYPE_F32;
+        for (int rep = -1; rep < 10; rep++) {
+            if (rep == 0) {
+                if (choir_stream_sync(st, err)) goto out;
+                ms[v] = choir_now_s();
+            }
+            for (int l = 0; l < L->n_layers; l++)
+                choir_op_attention_paged_at_kv(st, q, B, k, vv, kt, tab, pages, pos, (int64_t)pages * CHOIR_VV_PAGE, nh,
+                                               nkv, D, out);
+        }
+        if (choir_stream_sync(st, err)) goto out;
+        ms[v] = 1000 * (choir_now_s() - ms[v]) / 10;
+    }
+    double gb = 2.0 * B * ctx * ldk * sizeof(float) * L->n_layers / 1e9;
+    printf("attention  %d rows at %d keys, %d layers:", B, ctx, L->n_layers);
+    for (int v = 0; v < NV; v++)
+        printf(" %s %.3f ms (%.0f GB/s)%s", vs[v].name, ms[v], gb / (vs[v].bf16 ? 2 : 1) / ms[v] * 1e3,
+               v + 1 < NV ? "," : "\n");
+    printf("choir vibevoice attention_v2 B=%d ctx=%d:", B, ctx);
+    for (int v = 0; v < NV; v++) printf(" %s_ms=%.4f", vs[v].name, ms[v]);
+    printf("\n");
+    status = 0;
+out:
+    choir_cuda_vv_set_att_v2(was);
+    choir_cuda_vv_set_att_v2_split(0);
+    choir_cuda_vv_set_att_v2_fold(true);
+    free(hb);
+    free(hf);
+    choir_stream_release(st, mark);
+    return status;
+}
+
 static int bench_attention(choir_backend *be, const choir_vibevoice_dims *d, int B, int ctx, choir_err *err) {
     const choir_vibevoice_lm_dims *L = &d->lm;
     int nh = L->n_heads, nkv = L->n_kv_heads, D = L->head_dim;
     int pages = (ctx + CHOIR_VV_PAGE - 1) / CHOIR_VV_PAGE;
     int64_t rows = (int64_t)B * pages * CHOIR_VV_PAGE, ldk = (int64_t)nkv * D;
     size_t bytes = (size_t)(2 * rows * ldk + 2 * (int64_t)B * nh * D) * sizeof(float) +
-                   (size_t)B * (pages + 1) * sizeof(int32_t) + (4u << 10);
+                   (size_t)(2 * rows * ldk) * 2 + (size_t)B * (pages + 1) * sizeof(int32_t) + (8u << 10);
     choir_stream *st = choir_stream_create(be, err);
     if (!st || choir_stream_reserve(st, bytes, 0, err)) {
         choir_stream_free(st);
@@ -1629,6 +1742,8 @@ static int bench_attention(choir_backend *be, const choir_vibevoice_dims *d, int
     if (choir_stream_sync(st, err)) goto out;
     double kv_gb = 2.0 * B * ctx * ldk * sizeof(float) * L->n_layers / 1e9;
     double ms[3];
+    bool v2_was = choir_cuda_vv_att_v2_on();
+    choir_cuda_vv_set_att_v2(false);
     for (int v = 0; v < 3; v++) {
         choir_cuda_vv_set_split128(v >= 1);
         choir_cuda_vv_set_att_warps(v == 2 ? 8 : 4);
@@ -1646,6 +1761,9 @@ static int bench_attention(choir_backend *be, const choir_vibevoice_dims *d, int
     }
     choir_cuda_vv_set_split128(true);
     choir_cuda_vv_set_att_warps(g_bench_att_warps);
+    int v2_rc = bench_attention_v2(st, L, B, ctx, pages, kp, vp, q, tab, pos, out, err);
+    choir_cuda_vv_set_att_v2(v2_was);
+    if (v2_rc) goto out;
     printf("attention  %d rows at %d keys, %d layers (%.2f GB of f32 K/V a step): general split %.3f ms/step "
            "(%.0f GB/s), split128 %.3f ms/step (%.0f GB/s), split128 8 warps %.3f ms/step (%.0f GB/s)\n", B, ctx,
            L->n_layers, kv_gb, ms[0], kv_gb / ms[0] * 1e3, ms[1], kv_gb / ms[1] * 1e3, ms[2], kv_gb / ms[2] * 1e3);
@@ -1825,6 +1943,10 @@ static int bench(const char *size, int layers, const char *minutes, int steps, i
             goto out;
         }
         if (bench_len(be, m, &d, mins, steps, &err)) goto out;
+        if (att_bench) {
+            int64_t np = choir_vibevoice_padded_len((int64_t)(mins * 60 * CHOIR_VIBEVOICE_SAMPLE_RATE), d.hop);
+            if (bench_attention(be, &d, 1, (int)(np / d.hop) + 66 + steps, &err)) goto out;
+        }
         if (pf_bench) {
             int64_t np = choir_vibevoice_padded_len((int64_t)(mins * 60 * CHOIR_VIBEVOICE_SAMPLE_RATE), d.hop);
             if (bench_prefill_attention(be, &d, (int)(np / d.hop) + 66, chunk, &err)) goto out;
@@ -1891,7 +2013,12 @@ int main(int argc, char **argv) {
             choir_cuda_q8_gemv(atoi(argv[i + 1]));
             printf("8-bit GEMV: shape %d (0: the old kernel)\n", choir_cuda_q8_gemv_shape());
         }
-        else if (strcmp(argv[i], "--att-warps") == 0) {
+        else if (strcmp(argv[i], "--att-v2") == 0) {
+            g_att_v2_ab = strcmp(argv[i + 1], "ab") == 0;
+            if (!g_att_v2_ab) choir_cuda_vv_set_att_v2(strcmp(argv[i + 1], "1") == 0);
+            printf("decode attention v2: %s\n", g_att_v2_ab ? "off, on, on, off after each length's figures"
+                                                         : choir_cuda_vv_att_v2_on() ? "on" : "off");
+        } else if (strcmp(argv[i], "--att-warps") == 0) {
             g_bench_att_warps = atoi(argv[i + 1]) == 8 ? 8 : 4;
             choir_cuda_vv_set_att_warps(g_bench_att_warps);
             printf("decode attention: split128 with %d warps a block\n", g_bench_att_warps);

@@ -900,7 +900,7 @@ static void att_v2_read_env(void) {
 
 /* Keys a split of k_vv_att_dec: the set size (a multiple of 16) or, by
  * default, enough splits for about two blocks an SM over the rows and key
- * heads, in multiples of 64 keys; at most VV_DEC_MAX_SPLITS splits (the
+ * heads, in multiples of 32 keys (at least 64); at most VV_DEC_MAX_SPLITS splits (the
  * combine's) and VV_DEC_MAX_S keys a split. 0: the cache is too long. */
 static int vv_dec_split(const choir_cuda *cu, int64_t T, int n_kv, int64_t max_keys) {
     int64_t S;
@@ -910,7 +910,7 @@ static int vv_dec_split(const choir_cuda *cu, int64_t T, int n_kv, int64_t max_k
         int64_t want = 2 * (int64_t)(cu->props.sm_count > 0 ? cu->props.sm_count : 132);
         int64_t per = T * n_kv, ns = (want + per - 1) / per;
         S = (max_keys + ns - 1) / ns;
-        S = S < 64 ? 64 : (S + 63) / 64 * 64;
+        S = S < 64 ? 64 : (S + 31) / 32 * 32;
     }
     while ((max_keys + S - 1) / S > VV_DEC_MAX_SPLITS) S *= 2;
     return S > VV_DEC_MAX_S ? 0 : (int)S;
