@@ -483,6 +483,12 @@ static void check_att_v2(choir_backend *cpu_be, choir_backend *gpu_be) {
     const int nh = 28, nkv = 4, D = 128, P = CHOIR_VV_PAGE;
     const int64_t ld = (int64_t)nh * D, ldk = (int64_t)nkv * D;
     bool was = choir_cuda_vv_att_v2_on();
+    /* The fake CUDA build (tests/cuda/fake) has one attention, in double, and
+     * no switch: there the short cases once each, for the check's own path. */
+    choir_cuda_vv_set_att_v2(true);
+    bool real = choir_cuda_vv_att_v2_on();
+    choir_cuda_vv_set_att_v2(was);
+    if (!real) printf("SKIP  attention v2 over 27,000 keys and the kernels' second pass: not in this build\n");
     choir_err err = {0};
     pair p = {choir_stream_create(cpu_be, &err), choir_stream_create(gpu_be, &err)};
     if (!p.cpu || !p.gpu || choir_stream_reserve(p.gpu, (size_t)640 << 20, 0, &err)) {
@@ -490,6 +496,7 @@ static void check_att_v2(choir_backend *cpu_be, choir_backend *gpu_be) {
         goto done;
     }
     for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        if (!real && cs[c].ctx > 5000) continue;
         int T = cs[c].T, pages = (cs[c].ctx + P - 1) / P, pool = cs[c].paged ? pages + 3 : pages;
         int64_t rows = (int64_t)pool * P;
         int32_t *tab = malloc((size_t)pages * sizeof *tab), pos[16];
@@ -526,7 +533,7 @@ static void check_att_v2(choir_backend *cpu_be, choir_backend *gpu_be) {
             choir_op_attention_cached_at(p.cpu, q, T, k, v, pos, cs[c].ctx, nh, nkv, D, out);
         else
             choir_op_attention_cached(p.cpu, q, T, k, v, pos0, nh, nkv, D, out);
-        for (int v2 = 0; v2 < 2; v2++) {
+        for (int v2 = 0; v2 < (real ? 2 : 1); v2++) {
             choir_cuda_vv_set_att_v2(v2 == 1);
             choir_cuda_vv_set_att_v2_split(cs[c].split);
             choir_cuda_vv_set_att_v2_fold(cs[c].fold != 0);
