@@ -44,7 +44,10 @@
  *     attention over 128-value heads on the general split kernel instead of
  *     k_vv_att_split128 (before/after); --kv bf16 holds the batch's KV pool
  *     in bf16 (half the attention's bytes); --att-bench 1 also times, after each
- *     batch, the step's attention alone with both kernels (bench_attention).
+ *     batch (and each --audio-min length, one row), the step's attention alone
+ *     with both kernels and decode attention v2's variants (bench_attention).
+ *     --att-v2 0|1|ab: decode attention v2 (CHOIR_VV_ATT_V2) off or on, or
+ *     ab: each length's graph step timed off, on, on, off (bench_att_v2_ab).
  *     --pf-att simt|flash|both|v2 picks the prefill attention (the f32 SIMT
  *     kernel, the tensor-core one of cuda_vv_flash.cu, or each length's
  *     prefill with both, SIMT first; v2: each length's prefill with the
@@ -552,6 +555,104 @@ static void check_ops(choir_backend *cpu_be, choir_backend *gpu_be) {
     check_flash_ops(&p);
     choir_cuda_vv_prefill_flash(flash_env);
 done:
+    choir_stream_free(p.cpu);
+    choir_stream_free(p.gpu);
+}
+
+/* Decode attention v2 (CHOIR_VV_ATT_V2, k_vv_att_dec) and the kernels it
+ * would replace (the split kernels), each against the CPU at the operations'
+ * bound (1e-5), on the 7B model's 28/4 heads of 128: 1, 3 and 16 rows, f32
+ * and bf16 caches, contiguous and paged (a shuffled table of CHOIR_VV_PAGE
+ * rows, positions from memory for some), from 300 to 27,000 keys, the splits
+ * sized to the device or set (48 keys: splits across pages), combined by the
+ * last block or by a launch of their own. The switches are put back after. */
+static void check_att_v2(choir_backend *cpu_be, choir_backend *gpu_be) {
+    const struct {
+        int T, ctx, paged, bf16, at, split, fold;
+    } cs[] = {{1, 300, 0, 0, 0, 0, 1},   {1, 4566, 0, 0, 1, 0, 1},  {3, 4566, 1, 0, 1, 0, 1},
+              {16, 4566, 1, 1, 1, 0, 1}, {16, 300, 0, 0, 0, 48, 0}, {3, 700, 1, 1, 0, 48, 1},
+              {1, 27000, 1, 1, 1, 0, 1}, {1, 27000, 0, 0, 1, 0, 1}, {3, 27000, 1, 0, 1, 0, 0}};
+    const int nh = 28, nkv = 4, D = 128, P = CHOIR_VV_PAGE;
+    const int64_t ld = (int64_t)nh * D, ldk = (int64_t)nkv * D;
+    bool was = choir_cuda_vv_att_v2_on();
+    /* The fake CUDA build (tests/cuda/fake) has one attention, in double, and
+     * no switch: there the short cases once each, for the check's own path. */
+    choir_cuda_vv_set_att_v2(true);
+    bool real = choir_cuda_vv_att_v2_on();
+    choir_cuda_vv_set_att_v2(was);
+    if (!real) printf("SKIP  attention v2 over 27,000 keys and the kernels' second pass: not in this build\n");
+    choir_err err = {0};
+    pair p = {choir_stream_create(cpu_be, &err), choir_stream_create(gpu_be, &err)};
+    if (!p.cpu || !p.gpu || choir_stream_reserve(p.gpu, (size_t)640 << 20, 0, &err)) {
+        failed("attention v2: streams", &err);
+        goto done;
+    }
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        if (!real && cs[c].ctx > 5000) continue;
+        int T = cs[c].T, pages = (cs[c].ctx + P - 1) / P, pool = cs[c].paged ? pages + 3 : pages;
+        int64_t rows = (int64_t)pool * P;
+        int32_t *tab = malloc((size_t)pages * sizeof *tab), pos[16];
+        for (int i = 0; i < pages; i++) tab[i] = cs[c].paged ? (int32_t)((i * 7 + 2) % pool) : i;
+        /* at: rows at scattered positions (the last at the end of the cache);
+         * otherwise the last T positions. */
+        for (int i = 0; i < T; i++) pos[i] = cs[c].at ? cs[c].ctx - 1 - (i * 263) % cs[c].ctx : cs[c].ctx - T + i;
+        float *q = rnd(T * ld, 2), *k = rnd(rows * ldk, 1), *v = rnd(rows * ldk, 1), *out = rnd(T * ld, 1);
+        uint16_t *hk = NULL, *hv = NULL;
+        if (cs[c].bf16) {
+            hk = malloc((size_t)(rows * ldk) * 2), hv = malloc((size_t)(rows * ldk) * 2);
+            for (int64_t e = 0; e < rows * ldk; e++) hk[e] = choir_f32_to_bf16(k[e]), hv[e] = choir_f32_to_bf16(v[e]);
+        }
+        choir_dtype kt = cs[c].bf16 ? CHOIR_DTYPE_BF16 : CHOIR_DTYPE_F32;
+        const void *ck = cs[c].bf16 ? (const void *)hk : k, *cv = cs[c].bf16 ? (const void *)hv : v;
+        size_t mark = choir_stream_mark(p.gpu);
+        size_t kvb = (size_t)(rows * ldk) * (cs[c].bf16 ? 2 : 4);
+        void *dk = choir_stream_alloc(p.gpu, kvb, "keys"), *dv = choir_stream_alloc(p.gpu, kvb, "values");
+        int32_t *dtab = choir_stream_alloc(p.gpu, (size_t)pages * sizeof *tab, "table");
+        int32_t *dpos = choir_stream_alloc(p.gpu, sizeof pos, "pos");
+        float *dq = up(&p, q, T * ld), *dout = choir_stream_floats(p.gpu, T * ld, "out");
+        if (dk && dv && dtab && dpos) {
+            choir_op_upload(p.gpu, dk, ck, kvb);
+            choir_op_upload(p.gpu, dv, cv, kvb);
+            choir_op_upload(p.gpu, dtab, tab, (size_t)pages * sizeof *tab);
+            choir_op_upload(p.gpu, dpos, pos, sizeof pos);
+        }
+        int64_t pos0 = pos[0];
+        if (cs[c].paged && cs[c].at)
+            choir_op_attention_paged_at_kv(p.cpu, q, T, ck, cv, kt, tab, 0, pos, (int64_t)pages * P, nh, nkv, D, out);
+        else if (cs[c].paged)
+            choir_op_attention_paged_kv(p.cpu, q, T, ck, cv, kt, tab, pos0, nh, nkv, D, out);
+        else if (cs[c].at)
+            choir_op_attention_cached_at(p.cpu, q, T, k, v, pos, cs[c].ctx, nh, nkv, D, out);
+        else
+            choir_op_attention_cached(p.cpu, q, T, k, v, pos0, nh, nkv, D, out);
+        for (int v2 = 0; v2 < (real ? 2 : 1); v2++) {
+            choir_cuda_vv_set_att_v2(v2 == 1);
+            choir_cuda_vv_set_att_v2_split(cs[c].split);
+            choir_cuda_vv_set_att_v2_fold(cs[c].fold != 0);
+            if (cs[c].paged && cs[c].at)
+                choir_op_attention_paged_at_kv(p.gpu, dq, T, dk, dv, kt, dtab, 0, dpos, (int64_t)pages * P, nh, nkv, D,
+                                               dout);
+            else if (cs[c].paged)
+                choir_op_attention_paged_kv(p.gpu, dq, T, dk, dv, kt, dtab, pos0, nh, nkv, D, dout);
+            else if (cs[c].at)
+                choir_op_attention_cached_at(p.gpu, dq, T, dk, dv, dpos, cs[c].ctx, nh, nkv, D, dout);
+            else
+                choir_op_attention_cached(p.gpu, dq, T, dk, dv, pos0, nh, nkv, D, dout);
+            char name[160];
+            snprintf(name, sizeof name, "attention %s: %d rows at %s%d keys, %s, %s K/V, split %s%s, 28/4 x 128",
+                     v2 ? "v2" : "split kernels", T, cs[c].at ? "positions from memory, up to " : "", cs[c].ctx,
+                     cs[c].paged ? "paged" : "contiguous", cs[c].bf16 ? "bf16" : "f32",
+                     cs[c].split ? "48 keys" : "auto", cs[c].fold ? "" : ", combine launched");
+            verdict(name, down_cmp(&p, dout, out, T * ld), 1e-5);
+        }
+        choir_stream_release(p.gpu, mark);
+        free(tab), free(q), free(k), free(v), free(out), free(hk), free(hv);
+    }
+    if (choir_stream_status(p.gpu, &err)) failed("attention v2: stream error", &err);
+done:
+    choir_cuda_vv_set_att_v2(was);
+    choir_cuda_vv_set_att_v2_split(0);
+    choir_cuda_vv_set_att_v2_fold(true);
     choir_stream_free(p.cpu);
     choir_stream_free(p.gpu);
 }
@@ -1258,6 +1359,10 @@ static int q8_sweep_count(void) {
 }
 /* --att-warps 4|8: k_vv_att_split128's warps a block (choir_cuda_vv_set_att_warps). */
 static int g_bench_att_warps = 4;
+/* --att-v2 0|1|ab: decode attention v2 off or on (choir_cuda_vv_set_att_v2)
+ * for the whole bench, or ab: after each length's figures, the graph step
+ * timed with it off, on, on, off on the same state (bench_att_v2_ab). */
+static bool g_att_v2_ab;
 
 /* CHOIR_VGC_PROFILE=encode|prefill|step brackets the bench's encoders, its
  * prefill, or its op-by-op decode steps, with cudaProfilerStart / Stop, so
@@ -1276,6 +1381,37 @@ static void profile_range(const char *part, bool on) {
  * (choir_vibevoice_set_prefill_chunk); the first is also the batch bench's. */
 #define BENCH_MAX_CHUNKS 8
 static int g_chunks[BENCH_MAX_CHUNKS] = {1024}, g_n_chunks = 1;
+
+/* The graph-replayed step with decode attention v2 off, on, on, off (each:
+ * the graph dropped, one step op by op, which sizes the kernels' scratch,
+ * one step that records, then `steps` replayed and timed); the state's
+ * context grows by 4 (steps + 2). The switch is put back. */
+static int bench_att_v2_ab(const choir_vibevoice *m, choir_vibevoice_state *s, const choir_vibevoice_dims *d,
+                           double minutes, int n_ids, int steps, choir_err *err) {
+    const float *logits = choir_vibevoice_logits(s);
+    bool was = choir_cuda_vv_att_v2_on();
+    double ms[4];
+    for (int r = 0; r < 4; r++) {
+        choir_vibevoice_set_step_graph(s, false);
+        choir_cuda_vv_set_att_v2(r == 1 || r == 2);
+        if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) return 1;
+        choir_vibevoice_set_step_graph(s, true);
+        if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) return 1;
+        double t0 = choir_now_s();
+        for (int i = 0; i < steps; i++)
+            if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) return 1;
+        ms[r] = 1000 * (choir_now_s() - t0) / steps;
+    }
+    choir_vibevoice_set_step_graph(s, false);
+    choir_cuda_vv_set_att_v2(was);
+    double off = (ms[0] + ms[3]) / 2, on = (ms[1] + ms[2]) / 2;
+    printf("att v2     %g min (%d tokens of prompt): graph step %.3f ms off, %.3f ms on (off %.3f, on %.3f, on %.3f, "
+           "off %.3f): %.3fx\n", minutes, n_ids, off, on, ms[0], ms[1], ms[2], ms[3], off / on);
+    printf("choir vibevoice att_v2 min=%g prompt=%d graph_off_ms=%.3f graph_on_ms=%.3f speedup=%.3f\n", minutes, n_ids,
+           off, on, off / on);
+    fflush(stdout);
+    return 0;
+}
 
 static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoice_dims *d, double minutes,
                      int steps, choir_err *err) {
@@ -1301,7 +1437,8 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
     int sweeps = g_gemv_sweep ? 2 * choir_cuda_gemv_variants() : 0;
     int q8_sweeps = q8_sweep_count();
     choir_vibevoice_plan plan = {.max_samples = np,
-                                 .max_context = n_ids + (2 + sweeps + 2 * q8_sweeps) * (steps + 1) + 2,
+                                 .max_context = n_ids + (2 + sweeps + 2 * q8_sweeps) * (steps + 1) + 2 +
+                                                (g_att_v2_ab ? 4 * (steps + 2) : 0),
                                  .prefill_chunk = chunk};
     /* Once a process, before anything is timed: 20 s of the audio encoded and
      * its prompt prefilled on a state of its own, so that first uses (the
@@ -1458,6 +1595,7 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
         choir_vibevoice_set_step_graph(s, false);
         choir_cuda_q8_gemv(q8_was);
     }
+    if (g_att_v2_ab && bench_att_v2_ab(m, s, d, minutes, n_ids, steps, err)) goto out;
     double peak = choir_backend_mem_peak(be) / 1e9; /* everything held through the backend, weights too */
     printf("encoders   %.0f s of audio in %.3f s (%.0fx real time)\n", minutes * 60, enc1 - e0,
            minutes * 60 / (enc1 - e0));
@@ -1610,13 +1748,86 @@ out:
  * steps timed after one, with the general split kernel and with
  * k_vv_att_split128. Against the step's KV bytes over the device copy
  * bandwidth (bench/peers/vibevoice_gpu.sh measures it). */
+/* bench_attention's v2 figures (CHOIR_VV_ATT_V2, k_vv_att_dec) on the same
+ * pools and rows: split128 (the default today) and v2 with its splits sized
+ * to the device, of 64 to 1024 keys, with the combine launched, then
+ * both kernels over bf16 copies of the pools. The switches are put back. */
+static int bench_attention_v2(choir_stream *st, const choir_vibevoice_lm_dims *L, int B, int ctx, int pages,
+                              const float *kp, const float *vp, const float *q, const int32_t *tab, const int32_t *pos,
+                              float *out, choir_err *err) {
+    int nh = L->n_heads, nkv = L->n_kv_heads, D = L->head_dim;
+    int64_t rows = (int64_t)B * pages * CHOIR_VV_PAGE, ldk = (int64_t)nkv * D;
+    static const struct {
+        const char *name;
+        int bf16, v2, split, fold;
+    } vs[] = {{"split128", 0, 0, 0, 1},      {"v2", 0, 1, 0, 1},          {"v2_s64", 0, 1, 64, 1},
+              {"v2_s128", 0, 1, 128, 1},     {"v2_s256", 0, 1, 256, 1},   {"v2_s512", 0, 1, 512, 1},
+              {"v2_s1024", 0, 1, 1024, 1},   {"v2_nofold", 0, 1, 0, 0},   {"split128_bf16", 1, 0, 0, 1},
+              {"v2_bf16", 1, 1, 0, 1},       {"v2_s256_bf16", 1, 1, 256, 1}};
+    enum { NV = sizeof vs / sizeof vs[0] };
+    double ms[NV];
+    bool was = choir_cuda_vv_att_v2_on();
+    size_t mark = choir_stream_mark(st);
+    uint16_t *kb = choir_stream_alloc(st, (size_t)(rows * ldk) * 2, "bf16 k pool");
+    uint16_t *vb = choir_stream_alloc(st, (size_t)(rows * ldk) * 2, "bf16 v pool");
+    uint16_t *hb = malloc((size_t)(rows * ldk) * 2);
+    float *hf = malloc((size_t)(rows * ldk) * sizeof(float));
+    int status = 1;
+    if (!kb || !vb || !hb || !hf) {
+        choir_err_set(err, CHOIR_ENOMEM, "bench: bf16 pools");
+        goto out;
+    }
+    for (int t = 0; t < 2; t++) {
+        if (choir_op_download(st, hf, t ? vp : kp, (size_t)(rows * ldk) * sizeof(float)) || choir_stream_sync(st, err))
+            goto out;
+        for (int64_t i = 0; i < rows * ldk; i++) hb[i] = choir_f32_to_bf16(hf[i]);
+        choir_op_upload(st, t ? vb : kb, hb, (size_t)(rows * ldk) * 2);
+        if (choir_stream_sync(st, err)) goto out;
+    }
+    for (int v = 0; v < NV; v++) {
+        choir_cuda_vv_set_att_v2(vs[v].v2 != 0);
+        choir_cuda_vv_set_att_v2_split(vs[v].split);
+        choir_cuda_vv_set_att_v2_fold(vs[v].fold != 0);
+        const void *k = vs[v].bf16 ? (const void *)kb : kp, *vv = vs[v].bf16 ? (const void *)vb : vp;
+        choir_dtype kt = vs[v].bf16 ? CHOIR_DTYPE_BF16 : CHOIR_DTYPE_F32;
+        for (int rep = -1; rep < 10; rep++) {
+            if (rep == 0) {
+                if (choir_stream_sync(st, err)) goto out;
+                ms[v] = choir_now_s();
+            }
+            for (int l = 0; l < L->n_layers; l++)
+                choir_op_attention_paged_at_kv(st, q, B, k, vv, kt, tab, pages, pos, (int64_t)pages * CHOIR_VV_PAGE, nh,
+                                               nkv, D, out);
+        }
+        if (choir_stream_sync(st, err)) goto out;
+        ms[v] = 1000 * (choir_now_s() - ms[v]) / 10;
+    }
+    double gb = 2.0 * B * ctx * ldk * sizeof(float) * L->n_layers / 1e9;
+    printf("attention  %d rows at %d keys, %d layers:", B, ctx, L->n_layers);
+    for (int v = 0; v < NV; v++)
+        printf(" %s %.3f ms (%.0f GB/s)%s", vs[v].name, ms[v], gb / (vs[v].bf16 ? 2 : 1) / ms[v] * 1e3,
+               v + 1 < NV ? "," : "\n");
+    printf("choir vibevoice attention_v2 B=%d ctx=%d:", B, ctx);
+    for (int v = 0; v < NV; v++) printf(" %s_ms=%.4f", vs[v].name, ms[v]);
+    printf("\n");
+    status = 0;
+out:
+    choir_cuda_vv_set_att_v2(was);
+    choir_cuda_vv_set_att_v2_split(0);
+    choir_cuda_vv_set_att_v2_fold(true);
+    free(hb);
+    free(hf);
+    choir_stream_release(st, mark);
+    return status;
+}
+
 static int bench_attention(choir_backend *be, const choir_vibevoice_dims *d, int B, int ctx, choir_err *err) {
     const choir_vibevoice_lm_dims *L = &d->lm;
     int nh = L->n_heads, nkv = L->n_kv_heads, D = L->head_dim;
     int pages = (ctx + CHOIR_VV_PAGE - 1) / CHOIR_VV_PAGE;
     int64_t rows = (int64_t)B * pages * CHOIR_VV_PAGE, ldk = (int64_t)nkv * D;
     size_t bytes = (size_t)(2 * rows * ldk + 2 * (int64_t)B * nh * D) * sizeof(float) +
-                   (size_t)B * (pages + 1) * sizeof(int32_t) + (4u << 10);
+                   (size_t)(2 * rows * ldk) * 2 + (size_t)B * (pages + 1) * sizeof(int32_t) + (8u << 10);
     choir_stream *st = choir_stream_create(be, err);
     if (!st || choir_stream_reserve(st, bytes, 0, err)) {
         choir_stream_free(st);
@@ -1646,6 +1857,8 @@ static int bench_attention(choir_backend *be, const choir_vibevoice_dims *d, int
     if (choir_stream_sync(st, err)) goto out;
     double kv_gb = 2.0 * B * ctx * ldk * sizeof(float) * L->n_layers / 1e9;
     double ms[3];
+    bool v2_was = choir_cuda_vv_att_v2_on();
+    choir_cuda_vv_set_att_v2(false);
     for (int v = 0; v < 3; v++) {
         choir_cuda_vv_set_split128(v >= 1);
         choir_cuda_vv_set_att_warps(v == 2 ? 8 : 4);
@@ -1663,6 +1876,9 @@ static int bench_attention(choir_backend *be, const choir_vibevoice_dims *d, int
     }
     choir_cuda_vv_set_split128(true);
     choir_cuda_vv_set_att_warps(g_bench_att_warps);
+    int v2_rc = bench_attention_v2(st, L, B, ctx, pages, kp, vp, q, tab, pos, out, err);
+    choir_cuda_vv_set_att_v2(v2_was);
+    if (v2_rc) goto out;
     printf("attention  %d rows at %d keys, %d layers (%.2f GB of f32 K/V a step): general split %.3f ms/step "
            "(%.0f GB/s), split128 %.3f ms/step (%.0f GB/s), split128 8 warps %.3f ms/step (%.0f GB/s)\n", B, ctx,
            L->n_layers, kv_gb, ms[0], kv_gb / ms[0] * 1e3, ms[1], kv_gb / ms[1] * 1e3, ms[2], kv_gb / ms[2] * 1e3);
@@ -1845,6 +2061,10 @@ static int bench(const char *size, int layers, const char *minutes, int steps, i
             goto out;
         }
         if (bench_len(be, m, &d, mins, steps, &err)) goto out;
+        if (att_bench) {
+            int64_t np = choir_vibevoice_padded_len((int64_t)(mins * 60 * CHOIR_VIBEVOICE_SAMPLE_RATE), d.hop);
+            if (bench_attention(be, &d, 1, (int)(np / d.hop) + 66 + steps, &err)) goto out;
+        }
         if (pf_bench) {
             int64_t np = choir_vibevoice_padded_len((int64_t)(mins * 60 * CHOIR_VIBEVOICE_SAMPLE_RATE), d.hop);
             if (bench_prefill_attention(be, &d, (int)(np / d.hop) + 66, chunk, &err)) goto out;
@@ -1911,7 +2131,12 @@ int main(int argc, char **argv) {
             choir_cuda_q8_gemv(atoi(argv[i + 1]));
             printf("8-bit GEMV: shape %d (0: the old kernel)\n", choir_cuda_q8_gemv_shape());
         }
-        else if (strcmp(argv[i], "--att-warps") == 0) {
+        else if (strcmp(argv[i], "--att-v2") == 0) {
+            g_att_v2_ab = strcmp(argv[i + 1], "ab") == 0;
+            if (!g_att_v2_ab) choir_cuda_vv_set_att_v2(strcmp(argv[i + 1], "1") == 0);
+            printf("decode attention v2: %s\n", g_att_v2_ab ? "off, on, on, off after each length's figures"
+                                                         : choir_cuda_vv_att_v2_on() ? "on" : "off");
+        } else if (strcmp(argv[i], "--att-warps") == 0) {
             g_bench_att_warps = atoi(argv[i + 1]) == 8 ? 8 : 4;
             choir_cuda_vv_set_att_warps(g_bench_att_warps);
             printf("decode attention: split128 with %d warps a block\n", g_bench_att_warps);
@@ -1991,6 +2216,7 @@ int main(int argc, char **argv) {
     choir_backend *cpu = choir_backend_cpu(&err);
     check_ops(cpu, gpu);
     check_flash_v2(gpu);
+    check_att_v2(cpu, gpu);
     check_model(gpu, CHOIR_DTYPE_F32, 0, 1e-4);
     check_model(gpu, CHOIR_DTYPE_BF16, 0, 3e-2);
     /* 8-bit language model, bf16 elsewhere: the bf16 model's bound, for the

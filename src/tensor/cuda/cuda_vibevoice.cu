@@ -461,6 +461,335 @@ __global__ void k_vv_att_combine(const float *__restrict__ part, int nh, int D, 
 }
 
 
+/* --- decode attention v2 (CHOIR_VV_ATT_V2=1): K and V streamed together ---------------
+ *
+ * The split kernels above read a split's keys, wait, then its values, with
+ * a few rows in flight a warp and one block per 128 keys (about one block
+ * an SM at 10 minutes): each DRAM round trip is paid several times over, so
+ * they stream ~0.6 TB/s. Here a block of VV_DEC_WARPS warps takes a split
+ * of S keys (S sized at launch so the grid fills the device at any
+ * context, vv_dec_split), and each warp walks tiles of 4 keys with an
+ * online softmax of its own: the tile's key and value rows are loaded
+ * together, the next tile's loads are issued before this tile's arithmetic,
+ * and no block barrier comes before the warps' final merge. Every load is
+ * 16 bytes (4 f32 or 8 bf16 values); LPK lanes cover a row of D values, so
+ * a load instruction of a warp reads KPI = 32 / LPK rows. Each lane keeps
+ * its values of the G query vectors of the key head (GQA: a key row is read
+ * once for all G) and its sums for them in registers.
+ *
+ * Scores: lane partials a[t][g] (load t of the tile, head g) summed over
+ * the LPK lanes of a row by a reduce-scatter, after which lane L holds the
+ * score of head g = L & 7 for the key of load t = (L % LPK) / 8, row group
+ * h = L / LPK (key 4 j + t KPI + h of tile j); lanes of equal L & 7 share a
+ * head's running max. The probabilities go to the value lanes by shuffles.
+ *
+ * Each block leaves per head its unnormalised sums (D floats) and its max
+ * and sum of exponentials in `part` ([row][head][split][D], then
+ * [row][head][split][2]); when counters are given (cu->attn_done, zero
+ * between calls) the last block of a (row, key head) combines the splits
+ * and sets its counter back to 0 (what k_vv_att_dec_combine does as a
+ * launch of its own). */
+#define VV_DEC_WARPS 4
+#define VV_DEC_THREADS (32 * VV_DEC_WARPS)
+/* Splits of a (row, key head) at most (the combine's weights live in shared
+ * memory) and keys a split at most (its pages, too). */
+#define VV_DEC_MAX_SPLITS 128
+#define VV_DEC_MAX_S 4096
+#define VV_DEC_MAX_PAGES (VV_DEC_MAX_S / VV_SPLIT + 2)
+
+/* 16 bytes of K or V: 4 f32 or 8 bf16 values, widened to f32. */
+template <typename KV> struct vv_dec_vec;
+template <> struct vv_dec_vec<float> {
+    static constexpr int E = 4;
+    static __device__ __forceinline__ void widen(uint4 u, float *o) {
+        o[0] = __uint_as_float(u.x), o[1] = __uint_as_float(u.y);
+        o[2] = __uint_as_float(u.z), o[3] = __uint_as_float(u.w);
+    }
+};
+template <> struct vv_dec_vec<__nv_bfloat16> {
+    static constexpr int E = 8;
+    static __device__ __forceinline__ void widen(uint4 u, float *o) {
+        const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) o[2 * j] = __uint_as_float(w[j] << 16), o[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+    }
+};
+
+/* Halvings of a reduce-scatter: N partials a lane, lanes OFF apart
+ * exchanging halves (the lane keeps the half its bit OFF picks), down to
+ * one partial at OFF = 1. */
+template <int OFF, int N> struct vv_dec_halve {
+    static __device__ __forceinline__ void run(float *a, int lane) {
+        bool up = lane & OFF;
+#pragma unroll
+        for (int k = 0; k < N / 2; k++) {
+            float send = up ? a[k] : a[k + N / 2], keep = up ? a[k + N / 2] : a[k];
+            a[k] = keep + __shfl_xor_sync(0xffffffffu, send, OFF);
+        }
+        vv_dec_halve<OFF / 2, N / 2>::run(a, lane);
+    }
+};
+template <int N> struct vv_dec_halve<0, N> {
+    static __device__ __forceinline__ void run(float *, int) {}
+};
+
+/* The combine of row i's key head kh: its G heads' split partials (the
+ * first ns splits: those that hold keys) rescaled to their common max,
+ * summed and normalised into out. Weights of each split in shared memory
+ * (warps over heads, lanes over splits), then each thread sums float4s of
+ * the values over a group of splits, the groups added through `red`. Every
+ * thread of the block calls it. Partials read through L2 (__ldcg): other
+ * blocks of the same launch may have written them. */
+template <int D, int GM>
+__device__ __forceinline__ void vv_dec_combine(const float *__restrict__ part, const float *__restrict__ stat,
+                                               int64_t i, int kh, int G, int nh, int nsplit, int ns,
+                                               float *red, float (*wt)[VV_DEC_MAX_SPLITS], float *__restrict__ out) {
+    constexpr int LPR = D / 4, GROUPS = VV_DEC_THREADS / LPR;
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int64_t h0 = i * nh + (int64_t)kh * G; /* the group's first head, over all rows */
+    for (int g = warp; g < G; g += VV_DEC_WARPS) {
+        const float *st = stat + (h0 + g) * nsplit * 2;
+        float mx = -INFINITY;
+        for (int sp = lane; sp < ns; sp += 32) mx = fmaxf(mx, __ldcg(st + 2 * sp));
+        mx = vv_warp_max(mx);
+        float l = 0.0f;
+        for (int sp = lane; sp < ns; sp += 32) {
+            float m = __ldcg(st + 2 * sp);
+            float w = m == -INFINITY ? 0.0f : expf(m - mx);
+            wt[g][sp] = w;
+            l += w * __ldcg(st + 2 * sp + 1);
+        }
+        l = vv_warp_sum(l);
+        float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        __syncwarp();
+        for (int sp = lane; sp < ns; sp += 32) wt[g][sp] *= inv;
+    }
+    __syncthreads();
+    int grp = tid / LPR, c = tid % LPR;
+    float4 acc[GM];
+#pragma unroll
+    for (int g = 0; g < GM; g++) acc[g] = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 2
+    for (int sp = grp; sp < ns; sp += GROUPS) {
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+            if (g >= G) break;
+            float w = wt[g][sp];
+            float4 x = __ldcg((const float4 *)(part + ((h0 + g) * nsplit + sp) * D) + c);
+            if (w != 0.0f) acc[g].x += w * x.x, acc[g].y += w * x.y, acc[g].z += w * x.z, acc[g].w += w * x.w;
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < GM; g++)
+        if (g < G) *(float4 *)&red[(grp * 8 + g) * D + 4 * c] = acc[g];
+    __syncthreads();
+    for (int o = tid; o < G * LPR; o += VV_DEC_THREADS) {
+        int g = o / LPR, cc = o % LPR;
+        float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int gr = 0; gr < GROUPS; gr++) {
+            float4 x = *(const float4 *)&red[(gr * 8 + g) * D + 4 * cc];
+            a.x += x.x, a.y += x.y, a.z += x.z, a.w += x.w;
+        }
+        ((float4 *)(out + (h0 + g) * D))[cc] = a;
+    }
+}
+
+template <int D, typename KV, int GM>
+__global__ void __launch_bounds__(VV_DEC_THREADS, sizeof(KV) == 4 ? 3 : 2)
+    k_vv_att_dec(const float *__restrict__ q, const KV *__restrict__ kc, const KV *__restrict__ vc, int64_t pos0,
+                 const int32_t *__restrict__ pos, const int32_t *__restrict__ table, int64_t table_stride,
+                 int64_t max_keys, int nh, int nkv, float scale, int S, int nsplit, float *__restrict__ part,
+                 int *__restrict__ done, float *__restrict__ out) {
+    constexpr int E = vv_dec_vec<KV>::E, LPK = D / E, KPI = 32 / LPK, NL = LPK / 8;
+    static_assert(LPK >= 8 && LPK <= 32 && NL * KPI == 4, "a tile is 4 keys");
+    __shared__ __align__(16) float red[VV_DEC_WARPS * 8 * 128];
+    __shared__ float wt[8][VV_DEC_MAX_SPLITS];
+    __shared__ float wm[VV_DEC_WARPS][8], wl[VV_DEC_WARPS][8];
+    __shared__ int pages[VV_DEC_MAX_PAGES];
+    __shared__ int last;
+    const int G = GM == 8 ? nh / nkv : GM; /* GM < 8: launched for exactly G = GM */
+    int sp = blockIdx.x, kh = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int64_t i = blockIdx.z;
+    int64_t ldq = (int64_t)nh * D, ldk = (int64_t)nkv * D, k0 = (int64_t)sp * S;
+    float *stat = part + (int64_t)gridDim.z * nh * nsplit * D;
+    /* The split's pages (as far as the cache goes), read alongside the position. */
+    int64_t p0 = k0 / VV_SPLIT;
+    if (table) {
+        int64_t kend = k0 + S < max_keys ? k0 + S : max_keys;
+        int np = kend > k0 ? (int)((kend - 1) / VV_SPLIT - p0 + 1) : 0;
+        if (tid < np) pages[tid] = table[i * table_stride + p0 + tid];
+    }
+    int64_t n_keys = pos ? (int64_t)pos[i] + 1 : pos0 + i + 1;
+    if (n_keys > max_keys) n_keys = max_keys;
+    int nk = (int)(n_keys - k0 < 0 ? 0 : (n_keys - k0 < S ? n_keys - k0 : S));
+    __syncthreads();
+    int h = lane / LPK, d0 = (lane % LPK) * E;
+    if (nk > 0) {
+        float qr[GM][E], acc[GM][E];
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+            const float *qg = q + i * ldq + ((int64_t)kh * G + g) * D + d0;
+#pragma unroll
+            for (int e = 0; e < E; e++) {
+                qr[g][e] = g < G ? qg[e] * scale : 0.0f;
+                acc[g][e] = 0.0f;
+            }
+        }
+        float m = -INFINITY, l = 0.0f;
+        int ntile = (nk + 3) / 4, nt = ntile > warp ? (ntile - warp + VV_DEC_WARPS - 1) / VV_DEC_WARPS : 0;
+        /* Tile `it` of this warp: keys 4 j .. 4 j + 3 of the split, j = warp + W it. */
+        auto load = [&](int it, uint4 *kb, uint4 *vb) {
+#pragma unroll
+            for (int t = 0; t < NL; t++) {
+                int key = 4 * (warp + VV_DEC_WARPS * it) + t * KPI + h;
+                if (it < nt && key < nk) {
+                    int64_t kk = k0 + key;
+                    int64_t r = table ? (int64_t)pages[kk / VV_SPLIT - p0] * VV_SPLIT + kk % VV_SPLIT : kk;
+                    int64_t at = r * ldk + (int64_t)kh * D + d0;
+                    kb[t] = *(const uint4 *)(kc + at);
+                    vb[t] = *(const uint4 *)(vc + at);
+                } else {
+                    kb[t] = make_uint4(0u, 0u, 0u, 0u);
+                    vb[t] = make_uint4(0u, 0u, 0u, 0u);
+                }
+            }
+        };
+        auto tile = [&](int it, const uint4 *kb, const uint4 *vb) {
+            float a[NL * 8];
+#pragma unroll
+            for (int t = 0; t < NL; t++) {
+                float kf[E];
+                vv_dec_vec<KV>::widen(kb[t], kf);
+#pragma unroll
+                for (int g = 0; g < 8; g++) {
+                    float s = 0.0f;
+                    if (g < GM) {
+#pragma unroll
+                        for (int e = 0; e < E; e++) s += qr[g < GM ? g : 0][e] * kf[e];
+                    }
+                    a[t * 8 + g] = s;
+                }
+            }
+            /* Reduce-scatter over the LPK lanes of a row: at each halving the
+             * lane keeps the half its bit picks and adds its partner's. */
+            vv_dec_halve<LPK / 2, NL * 8>::run(a, lane);
+            int k = lane % LPK, g = lane & 7, key = 4 * (warp + VV_DEC_WARPS * it) + (k >> 3) * KPI + h;
+            bool valid = key < nk && g < G;
+            float s = valid ? a[0] : -INFINITY;
+            float mt = fmaxf(s, __shfl_xor_sync(0xffffffffu, s, 8));
+            mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 16));
+            float mn = fmaxf(m, mt);
+            float alpha = mn == -INFINITY ? 1.0f : expf(m - mn); /* 0 while m is -inf */
+            float p = valid ? expf(s - mn) : 0.0f;
+            l = l * alpha + p;
+            m = mn;
+            if (__any_sync(0xffffffffu, alpha != 1.0f)) {
+#pragma unroll
+                for (int gg = 0; gg < GM; gg++) {
+                    float ag = __shfl_sync(0xffffffffu, alpha, gg);
+#pragma unroll
+                    for (int e = 0; e < E; e++) acc[gg][e] *= ag;
+                }
+            }
+#pragma unroll
+            for (int t = 0; t < NL; t++) {
+                float vf[E];
+                vv_dec_vec<KV>::widen(vb[t], vf);
+#pragma unroll
+                for (int gg = 0; gg < GM; gg++) {
+                    float pg = __shfl_sync(0xffffffffu, p, h * LPK + t * 8 + gg);
+#pragma unroll
+                    for (int e = 0; e < E; e++) acc[gg][e] += pg * vf[e];
+                }
+            }
+        };
+        /* Two tiles in flight: the next one's rows are requested before
+         * this one's arithmetic. */
+        uint4 kb0[NL], vb0[NL], kb1[NL], vb1[NL];
+        load(0, kb0, vb0);
+        for (int it = 0; it < nt; it += 2) {
+            load(it + 1, kb1, vb1);
+            tile(it, kb0, vb0);
+            if (it + 1 >= nt) break;
+            load(it + 2, kb0, vb0);
+            tile(it + 1, kb1, vb1);
+        }
+        /* The warp's sums: l over the lanes of a head, the values over the
+         * row groups of a load; then to shared memory. */
+        l += __shfl_xor_sync(0xffffffffu, l, 8);
+        l += __shfl_xor_sync(0xffffffffu, l, 16);
+#pragma unroll
+        for (int off = LPK; off < 32; off <<= 1)
+#pragma unroll
+            for (int g = 0; g < GM; g++)
+#pragma unroll
+                for (int e = 0; e < E; e++) acc[g][e] += __shfl_xor_sync(0xffffffffu, acc[g][e], off);
+        if (lane < 8) wm[warp][lane] = m, wl[warp][lane] = l;
+        if (lane < LPK) {
+#pragma unroll
+            for (int g = 0; g < GM; g++)
+#pragma unroll
+                for (int e = 0; e < E; e += 4)
+                    *(float4 *)&red[(warp * 8 + g) * D + d0 + e] =
+                        make_float4(acc[g][e], acc[g][e + 1], acc[g][e + 2], acc[g][e + 3]);
+        }
+        __syncthreads();
+        /* The block's partial: the warps' sums rescaled to their common max. */
+        for (int o = tid; o < G * (D / 4); o += VV_DEC_THREADS) {
+            int g = o / (D / 4), c = o % (D / 4);
+            float mx = -INFINITY;
+#pragma unroll
+            for (int w = 0; w < VV_DEC_WARPS; w++) mx = fmaxf(mx, wm[w][g]);
+            float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+            for (int w = 0; w < VV_DEC_WARPS; w++) {
+                float f = wm[w][g] == -INFINITY ? 0.0f : expf(wm[w][g] - mx);
+                float4 x = *(const float4 *)&red[(w * 8 + g) * D + 4 * c];
+                a.x += f * x.x, a.y += f * x.y, a.z += f * x.z, a.w += f * x.w;
+            }
+            ((float4 *)(part + ((i * nh + (int64_t)kh * G + g) * nsplit + sp) * D))[c] = a;
+        }
+        if (tid < G) {
+            float mx = -INFINITY, sum = 0.0f;
+#pragma unroll
+            for (int w = 0; w < VV_DEC_WARPS; w++) mx = fmaxf(mx, wm[w][tid]);
+#pragma unroll
+            for (int w = 0; w < VV_DEC_WARPS; w++)
+                sum += wm[w][tid] == -INFINITY ? 0.0f : expf(wm[w][tid] - mx) * wl[w][tid];
+            float *st = stat + ((i * nh + (int64_t)kh * G + tid) * nsplit + sp) * 2;
+            st[0] = mx, st[1] = sum;
+        }
+    }
+    if (!done) return;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) last = atomicAdd(&done[i * nkv + kh], 1) == nsplit - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    int ns = n_keys > 0 ? (int)((n_keys + S - 1) / S) : 0;
+    vv_dec_combine<D, GM>(part, stat, i, kh, G, nh, nsplit, ns, red, wt, out);
+    if (tid == 0) done[i * nkv + kh] = 0;
+}
+
+/* The combine as a launch of its own (no counters): one block per (key
+ * head, row). */
+template <int D, int GM>
+__global__ void __launch_bounds__(VV_DEC_THREADS)
+    k_vv_att_dec_combine(const float *__restrict__ part, int64_t pos0, const int32_t *__restrict__ pos,
+                         int64_t max_keys, int nh, int nkv, int S, int nsplit, float *__restrict__ out) {
+    __shared__ __align__(16) float red[VV_DEC_WARPS * 8 * 128];
+    __shared__ float wt[8][VV_DEC_MAX_SPLITS];
+    int64_t i = blockIdx.y;
+    int64_t n_keys = pos ? (int64_t)pos[i] + 1 : pos0 + i + 1;
+    if (n_keys > max_keys) n_keys = max_keys;
+    int ns = n_keys > 0 ? (int)((n_keys + S - 1) / S) : 0;
+    const float *stat = part + (int64_t)gridDim.y * nh * nsplit * D;
+    vv_dec_combine<D, GM>(part, stat, i, blockIdx.x, GM == 8 ? nh / nkv : GM, nh, nsplit, ns, red, wt, out);
+}
+
+
 /* --- prefill attention: query tiles against key tiles in shared memory -------------
  *
  * Many query rows (a prefill chunk): one block per (tile of rows, key head)
@@ -555,6 +884,78 @@ __global__ void __launch_bounds__(VV_PF_THREADS)
 }
 
 
+/* CHOIR_VV_ATT_V2 (k_vv_att_dec), its keys a split and whether the last
+ * block combines: -1 until read from the environment (at the first decode
+ * attention) or set. */
+static int g_att_v2 = -1, g_att_v2_split = -1, g_att_v2_fold = -1;
+static int env_int(const char *name, int dflt) {
+    const char *e = getenv(name);
+    return e && *e ? atoi(e) : dflt;
+}
+static void att_v2_read_env(void) {
+    if (g_att_v2 < 0) g_att_v2 = env_int("CHOIR_VV_ATT_V2", 0) == 1;
+    if (g_att_v2_split < 0) g_att_v2_split = env_int("CHOIR_VV_ATT_V2_SPLIT", 0);
+    if (g_att_v2_fold < 0) g_att_v2_fold = env_int("CHOIR_VV_ATT_V2_FOLD", 1) != 0;
+}
+
+/* Keys a split of k_vv_att_dec: the set size (a multiple of 16) or, by
+ * default, enough splits for about two blocks an SM over the rows and key
+ * heads, in multiples of 32 keys (at least 64); at most VV_DEC_MAX_SPLITS splits (the
+ * combine's) and VV_DEC_MAX_S keys a split. 0: the cache is too long. */
+static int vv_dec_split(const choir_cuda *cu, int64_t T, int n_kv, int64_t max_keys) {
+    int64_t S;
+    if (g_att_v2_split > 0) {
+        S = (g_att_v2_split + 15) / 16 * 16;
+    } else {
+        int64_t want = 2 * (int64_t)(cu->props.sm_count > 0 ? cu->props.sm_count : 132);
+        int64_t per = T * n_kv, ns = (want + per - 1) / per;
+        S = (max_keys + ns - 1) / ns;
+        S = S < 64 ? 64 : (S + 31) / 32 * 32;
+    }
+    while ((max_keys + S - 1) / S > VV_DEC_MAX_SPLITS) S *= 2;
+    return S > VV_DEC_MAX_S ? 0 : (int)S;
+}
+
+/* k_vv_att_dec over heads of 64 or 128 values (D), groups of up to 8 query
+ * heads, K and V 16-byte aligned; 1 when it does not apply (the caller
+ * takes the split kernels). */
+template <typename KV>
+static int att_dec(choir_cuda *cu, const float *q, int64_t T, const KV *kc, const KV *vc, int64_t pos0,
+                   const int32_t *pos, const int32_t *table, int64_t table_stride, int64_t max_keys, int n_heads,
+                   int n_kv, int D, float *out, choir_err *err) {
+    int G = n_heads / n_kv;
+    if ((D != 128 && D != 64) || G > 8 || G * n_kv != n_heads || ((uintptr_t)kc | (uintptr_t)vc) % 16 ||
+        ((uintptr_t)q | (uintptr_t)out) % 16 || max_keys < 1 || T > 65535 || n_kv > 65535)
+        return 1;
+    int S = vv_dec_split(cu, T, n_kv, max_keys);
+    if (!S) return 1;
+    int nsplit = (int)((max_keys + S - 1) / S);
+    size_t bytes = (size_t)T * n_heads * nsplit * (D + 2) * sizeof(float);
+    float *part = (float *)choir_cuda_scratch(cu, bytes, err);
+    if (!part) return err ? err->code : CHOIR_ENOMEM;
+    int *done = g_att_v2_fold && T * n_kv <= (int64_t)(cu->attn_done.bytes / sizeof(int)) ? (int *)cu->attn_done.ptr
+                                                                                           : NULL;
+    dim3 g1((unsigned)nsplit, (unsigned)n_kv, (unsigned)T), g2((unsigned)n_kv, (unsigned)T);
+    float scale = 1.0f / sqrtf((float)D);
+#define VV_DEC(DD, KT, GG)                                                                                      \
+    do {                                                                                                        \
+        k_vv_att_dec<DD, KT, GG><<<g1, VV_DEC_THREADS, 0, cu->stream>>>(q, kc, vc, pos0, pos, table, table_stride, \
+                                                                     max_keys, n_heads, n_kv, scale, S, nsplit, \
+                                                                     part, done, out);                          \
+        if (!done) {                                                                                            \
+            int rc_ = choir_cuda_check_launch(err, "vibevoice decode attention");                               \
+            if (rc_) return rc_;                                                                                \
+            k_vv_att_dec_combine<DD, GG><<<g2, VV_DEC_THREADS, 0, cu->stream>>>(part, pos0, pos, max_keys,      \
+                                                                               n_heads, n_kv, S, nsplit, out); \
+        }                                                                                                       \
+    } while (0)
+    if (D == 128 && G == 7) VV_DEC(128, KV, 7);
+    else if (D == 128) VV_DEC(128, KV, 8);
+    else VV_DEC(64, KV, 8);
+#undef VV_DEC
+    return choir_cuda_check_launch(err, done ? "vibevoice decode attention" : "vibevoice decode attention combine");
+}
+
 /* The split-keys attention: row i over keys 0 .. pos[i] (pos NULL: pos0 + i),
  * at most max_keys of them. */
 template <typename KV>
@@ -566,6 +967,11 @@ static int att_split(choir_cuda *cu, const float *q, int64_t T, const KV *kc, co
     if (nsplit > 65535 || T > 65535 || n_heads > 65535)
         return choir_err_set(err, CHOIR_ETOOBIG, "cuda: attention of %lld rows over %lld keys",
                              (long long)T, (long long)max_keys);
+    att_v2_read_env();
+    if (g_att_v2) {
+        int rc = att_dec(cu, q, T, kc, vc, pos0, pos, table, table_stride, max_keys, n_heads, n_kv, D, out, err);
+        if (rc != 1) return rc;
+    }
     size_t bytes = (size_t)T * n_heads * nsplit * (D + 2) * sizeof(float);
     float *part = (float *)choir_cuda_scratch(cu, bytes, err);
     if (!part) return err ? err->code : CHOIR_ENOMEM;
@@ -638,6 +1044,14 @@ static int att_paged(choir_cuda *cu, const float *q, int64_t T, const KV *kpool,
 
 
 extern "C" {
+
+void choir_cuda_vv_set_att_v2(bool on) { g_att_v2 = on; }
+bool choir_cuda_vv_att_v2_on(void) {
+    att_v2_read_env();
+    return g_att_v2 == 1;
+}
+void choir_cuda_vv_set_att_v2_split(int keys) { g_att_v2_split = keys > 0 ? keys : 0; }
+void choir_cuda_vv_set_att_v2_fold(bool on) { g_att_v2_fold = on; }
 
 int choir_cuda_vv_conv_stem(choir_cuda *cu, const float *in, int64_t T, const float *taps,
                             const float *bias, int64_t cout, int kernel, float *out, choir_err *err) {

@@ -45,6 +45,21 @@ void choir_cuda_vv_set_split128(bool on);
  * in the environment gives 8) or 8 (the values loaded ahead of the keys).
  * Process-wide. */
 void choir_cuda_vv_set_att_warps(int warps);
+/* Decode attention v2 (k_vv_att_dec, issue #23; NOT RUN ON A GPU yet): the
+ * split-keys path (up to 16 rows) over heads of 64 or 128 values and groups
+ * of up to 8 query heads, K and V streamed together by warps with an online
+ * softmax each, splits sized to the device, the last block of each (row, key
+ * head) combining the splits (cu->attn_done counters). Off by default;
+ * CHOIR_VV_ATT_V2=1 in the environment (read once, at the first decode
+ * attention) or choir_cuda_vv_set_att_v2 turns it on. Process-wide. */
+void choir_cuda_vv_set_att_v2(bool on);
+bool choir_cuda_vv_att_v2_on(void);
+/* Keys a split of v2 (a multiple of 16, at most 4096; 0: sized to the
+ * device, the default; CHOIR_VV_ATT_V2_SPLIT). Process-wide. */
+void choir_cuda_vv_set_att_v2_split(int keys);
+/* Whether v2's last block combines (default) or a second launch does
+ * (CHOIR_VV_ATT_V2_FOLD=0). Process-wide. */
+void choir_cuda_vv_set_att_v2_fold(bool on);
 
 /* Prefill attention (more than 16 rows, heads of 64 or 128 values) on the
  * tensor cores (cuda_vv_flash.cu): q, K, V and the probabilities rounded
