@@ -1431,7 +1431,7 @@ static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevo
         goto out;
     }
     const int q8_sweeps = q8_sweep_count();
-    choir_vibevoice_plan plan = {.max_samples = 0, .max_context = n_ids + (4 + q8_sweeps) * (steps + 1) + 4,
+    choir_vibevoice_plan plan = {.max_samples = 0, .max_context = n_ids + (4 + q8_sweeps) * (steps + 2) + 4,
                                  .prefill_chunk = chunk};
     choir_backend_mem_reset_peak(be);
     int64_t pool_bytes = (int64_t)B * choir_vibevoice_kv_pages_for(plan.max_context) *
@@ -1495,7 +1495,9 @@ static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevo
     q1 = choir_now_s();
     free(picks);
     /* --q8-sweep: the graph-replayed batched step with each listed shape of
-     * the 8-bit GEMV (a fresh graph each; one step records, untimed). */
+     * the 8-bit GEMV (a fresh graph each, after one step op by op so that
+     * the shape's kernels are set up outside a capture; the step that
+     * records is untimed). */
     const int q8_was = choir_cuda_q8_gemv_shape();
     for (const char *p = g_q8_sweep; q8_sweeps && p && *p;) {
         char *end;
@@ -1504,6 +1506,8 @@ static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevo
         p = *end == ',' ? end + 1 : end;
         choir_vibevoice_batch_set_graph(b, false);
         choir_cuda_q8_gemv((int)v);
+        if (choir_vibevoice_step_batch(m, b, st, tok, B, err)) goto out;
+        for (int i = 0; i < B; i++) tok[i] = argmax(choir_vibevoice_logits(st[i]), d->lm.vocab);
         choir_vibevoice_batch_set_graph(b, true);
         int rep = 0;
         double w0 = 0;
