@@ -23,6 +23,7 @@
 #include "choir/backend.h"
 #include "choir/backend_vocoder.h"
 #include "choir/cuda.h"
+#include "choir/cuda_q8.h"
 #include "choir/cuda_audio.h"
 #include "choir/kernels.h"
 #include "choir/tensor.h"
@@ -972,32 +973,39 @@ static void check_gemv_shapes(void) {
 }
 
 /* The 8-bit GEMV of cuda_linear_q8.cu (choir_cuda_q8_gemv shapes 1, 2, 3:
- * rows a warp and steps a batch) against the CPU and against the old
- * kernel (shape 0). Both dequantize exactly and sum in f32, in different
- * orders: the f32 bound against either. K = 320 leaves lanes idle (20
+ * rows a warp and steps a batch; 4, 5, 6: q8_stream's resident warps with
+ * 4 or 8 chunks in flight) against the CPU and against the old kernel
+ * (shape 0). Both dequantize exactly and sum in f32, in different orders:
+ * the f32 bound against either. Shapes 4-6 also against shape 1: the same
+ * sums in the same order where x is staged in one piece (bound 1e-6, 0
+ * expected), else within the f32 bound. K = 320 leaves lanes idle (20
  * chunks of 16 codes for 32 lanes), 1152 ends mid-step (two steps of 512
  * codes and 128 more), 4608 at 8 rows is x too long for the shared memory
- * (read from global memory instead); 263 rows end mid-pair and mid-block;
- * M = 1, 2, 8; plain, accumulating (linear_ex), then the RMS norm fused
- * before three layers (263/130/131 rows, a bias on the first, the second
- * into an f32 cache and the third into a bf16 one by slot and position),
- * and scales in f16 (groups of 32) and f32 (groups of 128). */
+ * (read from global memory by shapes 1-3, two pieces for 4-6), 18944 the 7B
+ * MLP's down projection (M = 8: four to eight pieces); 263 rows end
+ * mid-pair and mid-block, 20011 give every resident warp of shapes 4-6
+ * several rows; M = 1, 2, 8; plain, accumulating (linear_ex), then the RMS
+ * norm fused before three layers (263/130/131 rows, a bias on the first,
+ * the second into an f32 cache and the third into a bf16 one by slot and
+ * position), and scales in f16 (groups of 32) and f32 (groups of 128). */
+#define Q8_CHECK_SHAPES 7
 static void check_q8_gemv(void) {
-    static const int64_t Ks[] = {320, 1152, 4608}, Ms[] = {1, 2, 8};
+    static const int64_t Ks[] = {320, 1152, 4608, 18944, 1152}, Ms[] = {1, 2, 8};
     static const struct {
         int group;
         choir_dtype sb;
         const char *what;
     } fmt[] = {{64, CHOIR_DTYPE_BF16, "g64 bf16"}, {32, CHOIR_DTYPE_F16, "g32 f16"}, {128, CHOIR_DTYPE_F32, "g128 f32"}};
-    const int64_t N = 263;
     const int prev = choir_cuda_q8_gemv_shape(); /* CHOIR_Q8_GEMV's, for the cases after */
-    char name[128];
+    char name[160];
     for (size_t fi = 0; fi < 3; fi++)
-        for (size_t ki = 0; ki < 3; ki++)
+        for (size_t ki = 0; ki < 5; ki++)
             for (size_t mi = 0; mi < 3; mi++) {
                 if (fi && (ki != 1 || mi == 2)) continue; /* the other scales: K = 1152, M = 1, 2 */
+                if (ki == 3 && mi == 1) continue;         /* K = 18944: M = 1, 8 */
                 case_begin();
-                int64_t K = Ks[ki], M = Ms[mi];
+                /* ki = 4: K = 1152 again over 20011 rows */
+                int64_t K = Ks[ki], M = Ms[mi], N = ki == 4 ? 20011 : 263;
                 choir_err err = {0};
                 choir_backend_weights *ws = choir_backend_weights_create(g_gpu, &err);
                 choir_weight hw = make_weight(CHOIR_WEIGHT_QUANT, N, K, 8, fmt[fi].group, fmt[fi].sb), dw;
@@ -1012,12 +1020,28 @@ static void check_q8_gemv(void) {
                 choir_cuda_q8_gemv(0);
                 choir_op_linear(g_gs, dx, M, &dw, dbias, dy);
                 choir_op_download(g_gs, old, dy, (size_t)(M * N) * 4);
-                for (int v = 1; v < 4; v++) {
+                float *one = hmem((size_t)(M * N) * 4), *onea = hmem((size_t)(M * N) * 4);
+                /* x and its 16-column sums in one piece of shared memory (q8s_piece). */
+                const bool whole = (double)M * (double)((K + 511) / 512 * 512) * 4.25 <= 136.0 * 1024;
+                for (int v = 1; v < Q8_CHECK_SHAPES; v++) {
                     float *dyv = dzero(M * N), *dya = dvec(y0, M * N);
                     choir_cuda_q8_gemv(v);
                     choir_op_linear(g_gs, dx, M, &dw, dbias, dyv);
                     choir_op_linear_ex(g_gs, dx, M, &dw, dbias, dya, CHOIR_LINEAR_ACCUMULATE, dt);
                     choir_cuda_q8_gemv(0);
+                    if (v == 1) {
+                        choir_op_download(g_gs, one, dyv, (size_t)(M * N) * 4);
+                        choir_op_download(g_gs, onea, dya, (size_t)(M * N) * 4);
+                    } else if (v >= 4) {
+                        snprintf(name, sizeof name, "q8 gemv shape %d = shape 1 (%s): %s %lld x %lld M=%lld", v,
+                                 whole ? "one piece" : "pieces", fmt[fi].what, (long long)N, (long long)K,
+                                 (long long)M);
+                        if (streams_ok(name)) cmp(name, dyv, one, M * N, whole ? 1e-6 : TOL_F32);
+                        snprintf(name, sizeof name, "q8 gemv shape %d = shape 1 (%s): %s %lld x %lld M=%lld accumulating",
+                                 v, whole ? "one piece" : "pieces", fmt[fi].what, (long long)N, (long long)K,
+                                 (long long)M);
+                        if (streams_ok(name)) cmp(name, dya, onea, M * N, whole ? 1e-6 : TOL_F32);
+                    }
                     snprintf(name, sizeof name, "q8 gemv shape %d: %s %lld x %lld M=%lld", v, fmt[fi].what,
                              (long long)N, (long long)K, (long long)M);
                     if (streams_ok(name)) cmp(name, dyv, ref, M * N, TOL_F32);
@@ -1061,7 +1085,7 @@ static void check_q8_gemv(void) {
         choir_op_norm_linear(g_cs, x, M, &hp, h);
         float *dx = dvec(x, M * K), *dg = dvec(g, K), *dh = dzero(M * K);
         int32_t *dslot = dput(slot, sizeof slot), *dpos = dput(pos, sizeof pos);
-        for (int v = 1; v < 4; v++) {
+        for (int v = 1; v < Q8_CHECK_SHAPES; v++) {
             float *dy[3], *dkc = dzero(SLOTS * POS * rows[1]);
             uint16_t *dvc = dput(NULL, (size_t)(SLOTS * POS * rows[2]) * 2);
             if (dvc) choir_op_zero(g_gs, dvc, (size_t)(SLOTS * POS * rows[2]) * 2);
@@ -1092,6 +1116,53 @@ static void check_q8_gemv(void) {
         case_end();
     }
     choir_cuda_q8_gemv(prev);
+}
+
+/* The cuBLAS path's 8-bit dequantize (choir_cuda_q8_dequant: 16-byte
+ * loads and stores) against the old one (dequant_bf16) and the CPU: 300
+ * and 37 rows of x over 8-bit weights of 263 x 1152 (groups of 64, bf16
+ * scales), 100 x 4608 (128, f32) and 70 x 640 (32, f16). The same bf16
+ * weights go to the same cuBLAS call, so the two paths agree exactly
+ * (bound 1e-6, 0 expected); against the CPU the bf16 bound. */
+static void check_q8_dequant(void) {
+    static const struct {
+        int64_t N, K, M;
+        int group;
+        choir_dtype sb;
+        const char *what;
+    } cs[] = {{263, 1152, 300, 64, CHOIR_DTYPE_BF16, "g64 bf16"},
+              {100, 4608, 37, 128, CHOIR_DTYPE_F32, "g128 f32"},
+              {70, 640, 300, 32, CHOIR_DTYPE_F16, "g32 f16"}};
+    const bool prev = choir_cuda_q8_dequant_on();
+    char name[128];
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        case_begin();
+        int64_t N = cs[i].N, K = cs[i].K, M = cs[i].M;
+        choir_err err = {0};
+        choir_backend_weights *ws = choir_backend_weights_create(g_gpu, &err);
+        choir_weight hw = make_weight(CHOIR_WEIGHT_QUANT, N, K, 8, cs[i].group, cs[i].sb), dw;
+        choir_backend_weight(ws, &hw, &dw);
+        float *bias = hvec(N, -1, 1), *x = hvec(M * K, -1, 1), *ref = hmem((size_t)(M * N) * 4);
+        float *old = hmem((size_t)(M * N) * 4);
+        const float *dbias = choir_backend_vec(ws, bias, N);
+        choir_op_linear(g_cs, x, M, &hw, bias, ref);
+        float *dx = dvec(x, M * K), *dy0 = dzero(M * N), *dy1 = dzero(M * N);
+        choir_cuda_q8_dequant(0);
+        choir_op_linear(g_gs, dx, M, &dw, dbias, dy0);
+        choir_cuda_q8_dequant(1);
+        choir_op_linear(g_gs, dx, M, &dw, dbias, dy1);
+        choir_cuda_q8_dequant(0);
+        choir_op_download(g_gs, old, dy0, (size_t)(M * N) * 4);
+        snprintf(name, sizeof name, "q8 dequant on: %s %lld x %lld M=%lld", cs[i].what, (long long)N, (long long)K,
+                 (long long)M);
+        if (streams_ok(name)) cmp(name, dy1, ref, M * N, TOL_BF16);
+        snprintf(name, sizeof name, "q8 dequant on = off: %s %lld x %lld M=%lld", cs[i].what, (long long)N,
+                 (long long)K, (long long)M);
+        if (streams_ok(name)) cmp(name, dy1, old, M * N, 1e-6);
+        choir_backend_weights_free(ws);
+        case_end();
+    }
+    choir_cuda_q8_dequant(prev);
 }
 
 static void check_linear(void) {
@@ -2175,6 +2246,7 @@ int main(void) {
     check_linear();
     check_gemv_shapes();
     check_q8_gemv();
+    check_q8_dequant();
     check_linear_skinny();
     check_linear_bf16();
     check_norm_linear();

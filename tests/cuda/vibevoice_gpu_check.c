@@ -68,9 +68,14 @@
  *     of 64, bf16 scales and biases) instead of bf16, and every bench line
  *     is then of that model; the bench prints the weight-streaming bound of
  *     its weights first ("bound", bench_bound). --q8-gemv N picks the 8-bit
- *     GEMV's shape (choir_cuda_q8_gemv: 0 the old kernel, 1-3 the new one);
- *     --q8-sweep 0,1,.. times the decode step with each listed shape after
- *     the main figures (same process, same state).
+ *     GEMV's shape (choir_cuda_q8_gemv: 0 the old kernel, 1-3 the new one,
+ *     4-6 its resident-warp stream); --q8-sweep 0,1,.. times the decode
+ *     step with each listed shape after the main figures (same process,
+ *     same state), and with --batch B each batch's graph-replayed B-row
+ *     step too ("q8 batch shape" lines); --q8-dequant 0|1|both sets
+ *     choir_cuda_q8_dequant (the prefill's 8-bit expansion into bf16), both
+ *     timing the prompt's prefill with it off and on after the decode
+ *     figures ("q8 dequant" lines).
  *     --prep-ms S sets the replica's encoding and prefill slice between two
  *     steps (vv_model_set_prep_slice; 0: a whole request at a time);
  *     --enc-fused 0|1 sets CHOIR_VV_ENC_FUSED for the states made after it
@@ -107,6 +112,7 @@
 #include "choir/backend.h"
 #include "choir/backend_vibevoice.h"
 #include "choir/cuda.h"
+#include "choir/cuda_q8.h"
 #include "choir/kernels.h"
 #include "choir/pool.h"
 #include "choir/tensor.h"
@@ -1351,6 +1357,10 @@ static bool g_gemv_sweep = false;
  * listed shape of the 8-bit GEMV (choir_cuda_q8_gemv; 0 the old kernel), in
  * one process on the same state (with --bits 8). */
 static const char *g_q8_sweep = NULL;
+/* --q8-dequant 0|1|both: choir_cuda_q8_dequant off or on for the whole
+ * bench, or (both) the prompt's prefill timed again after the decode
+ * figures with it off, then on ("q8 dequant" lines). */
+static int g_q8_deq_ab = 0;
 
 static int q8_sweep_count(void) {
     int n = 0;
@@ -1596,6 +1606,24 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
         choir_cuda_q8_gemv(q8_was);
     }
     if (g_att_v2_ab && bench_att_v2_ab(m, s, d, minutes, n_ids, steps, err)) goto out;
+    if (g_q8_deq_ab) {
+        const bool deq_was = choir_cuda_q8_dequant_on();
+        for (int on = 0; on < 2; on++) {
+            choir_cuda_q8_dequant(on);
+            for (int pass = 0; pass < 2; pass++) { /* the first untimed */
+                choir_vibevoice_reset(s);
+                double t0 = choir_now_s();
+                if (choir_vibevoice_prefill(m, s, ids, n_ids, NULL, NULL, NULL, err)) goto out;
+                double t1 = choir_now_s();
+                if (pass)
+                    printf("q8 dequant %s: prefill %d tokens in chunks of %d: %.3f s, %.0f tokens/s q8_dequant=%d "
+                           "q8_pf_tps=%.1f\n", on ? "on" : "off", n_ids, chunk, t1 - t0, n_ids / (t1 - t0), on,
+                           n_ids / (t1 - t0));
+            }
+            fflush(stdout);
+        }
+        choir_cuda_q8_dequant(deq_was);
+    }
     double peak = choir_backend_mem_peak(be) / 1e9; /* everything held through the backend, weights too */
     printf("encoders   %.0f s of audio in %.3f s (%.0fx real time)\n", minutes * 60, enc1 - e0,
            minutes * 60 / (enc1 - e0));
@@ -1648,7 +1676,9 @@ static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevo
         choir_err_set(err, CHOIR_ENOMEM, "bench: out of host memory");
         goto out;
     }
-    choir_vibevoice_plan plan = {.max_samples = 0, .max_context = n_ids + 4 * steps + 4, .prefill_chunk = chunk};
+    const int q8_sweeps = q8_sweep_count();
+    choir_vibevoice_plan plan = {.max_samples = 0, .max_context = n_ids + (4 + q8_sweeps) * (steps + 2) + 4,
+                                 .prefill_chunk = chunk};
     choir_backend_mem_reset_peak(be);
     int64_t pool_bytes = (int64_t)B * choir_vibevoice_kv_pages_for(plan.max_context) *
                          choir_vibevoice_kv_page_bytes_as(d, g_bench_kv);
@@ -1710,6 +1740,39 @@ static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevo
     }
     q1 = choir_now_s();
     free(picks);
+    /* --q8-sweep: the graph-replayed batched step with each listed shape of
+     * the 8-bit GEMV (a fresh graph each, after one step op by op so that
+     * the shape's kernels are set up outside a capture; the step that
+     * records is untimed). */
+    const int q8_was = choir_cuda_q8_gemv_shape();
+    for (const char *p = g_q8_sweep; q8_sweeps && p && *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) break;
+        p = *end == ',' ? end + 1 : end;
+        choir_vibevoice_batch_set_graph(b, false);
+        choir_cuda_q8_gemv((int)v);
+        if (choir_vibevoice_step_batch(m, b, st, tok, B, err)) goto out;
+        for (int i = 0; i < B; i++) tok[i] = argmax(choir_vibevoice_logits(st[i]), d->lm.vocab);
+        choir_vibevoice_batch_set_graph(b, true);
+        int rep = 0;
+        double w0 = 0;
+        for (int k = 0; k < steps + 1; k++) {
+            if (k == 1) w0 = choir_now_s();
+            if (choir_vibevoice_step_batch(m, b, st, tok, B, err)) goto out;
+            rep += k >= 1 && choir_vibevoice_batch_graphed(b);
+            for (int i = 0; i < B; i++) tok[i] = argmax(choir_vibevoice_logits(st[i]), d->lm.vocab);
+        }
+        double w1 = choir_now_s();
+        printf("q8 batch shape %ld: %d rows, %.3f ms/step as a graph (%d of %d replayed) q8_batch_shape=%ld "
+               "q8_batch_rows=%d q8_batch_ms=%.3f\n", v, B, 1000 * (w1 - w0) / steps, rep, steps, v, B,
+               1000 * (w1 - w0) / steps);
+        fflush(stdout);
+    }
+    if (q8_sweeps) {
+        choir_vibevoice_batch_set_graph(b, false);
+        choir_cuda_q8_gemv(q8_was);
+    }
     double qstep = 1000 * (q1 - q0) / steps;
     double one = 1000 * (s1 - s0) / steps, step = 1000 * (b1 - b0) / steps, peak = choir_backend_mem_peak(be) / 1e9;
     double gstep = 1000 * (r1 - r0) / steps;
@@ -2127,6 +2190,10 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--gemv-variants") == 0) g_gemv_sweep = atoi(argv[i + 1]) != 0;
         else if (strcmp(argv[i], "--bits") == 0) g_bench_bits = atoi(argv[i + 1]) == 8 ? 8 : 0;
         else if (strcmp(argv[i], "--q8-sweep") == 0) g_q8_sweep = argv[i + 1];
+        else if (strcmp(argv[i], "--q8-dequant") == 0) {
+            g_q8_deq_ab = strcmp(argv[i + 1], "both") == 0;
+            if (!g_q8_deq_ab) choir_cuda_q8_dequant(atoi(argv[i + 1]) != 0);
+        }
         else if (strcmp(argv[i], "--q8-gemv") == 0) {
             choir_cuda_q8_gemv(atoi(argv[i + 1]));
             printf("8-bit GEMV: shape %d (0: the old kernel)\n", choir_cuda_q8_gemv_shape());

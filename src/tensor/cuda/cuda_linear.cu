@@ -498,8 +498,16 @@ static int launch_gemv_quant(choir_cuda *cu, const float *x, int M, const choir_
     return choir_cuda_check_launch(err, "quantized gemv");
 }
 
+/* The 8-bit expansion of cuda_linear_q8.cu (choir_cuda_q8_dequant, off by
+ * default): whether it takes W, and W into bf16 rows at `out` (16-byte
+ * aligned), the values of dequant_bf16. Declared here, their one caller. */
+bool choir_cuda_q8_dequant_takes(const choir_cuda_weight *W);
+int choir_cuda_q8_dequant_bf16(choir_cuda *cu, const choir_cuda_weight *W, void *out, choir_err *err);
+
 static int launch_dequant(choir_cuda *cu, const choir_cuda_weight *W, __nv_bfloat16 *out,
                           choir_err *err) {
+    if (choir_cuda_q8_dequant_takes(W) && ((uintptr_t)out & 15) == 0)
+        return choir_cuda_q8_dequant_bf16(cu, W, out, err);
     int64_t total = W->rows * (W->cols / 32);
     unsigned blocks = choir_cuda_blocks(total, 256);
     const uint32_t *q = (const uint32_t *)W->data.ptr;

@@ -31,6 +31,7 @@
 
 #include <type_traits>
 
+#include "choir/cuda_q8.h"
 #include "tensor/cuda/cuda_internal.h"
 
 #define Q8_THREADS 256
@@ -223,12 +224,271 @@ __global__ void __launch_bounds__(Q8_THREADS)
     }
 }
 
+/* Shapes 4-6 (q8_stream): the same products in a grid of warps that stay
+ * resident and stream their rows back to back. In shapes 1-3 a warp takes
+ * NR rows and ends: at the 7B's widths (K = 3584: 7 steps of a warp a row)
+ * each warp spends as long on its first loads and its block's staging of x
+ * as on the stream, and the staging (with the norm's sum of squares) is
+ * repeated by every one of thousands of blocks. Here:
+ *  - the grid is as many blocks as are resident at once (or fewer, so that
+ *    every warp takes the same number of rows), warp w taking the groups
+ *    of NR stacked rows w, w + W, w + 2 W, ... (W warps in all);
+ *  - a warp keeps U steps of 16-byte chunks (NR of them, with their scales
+ *    and biases) in flight as one ring over all its rows: the load of the
+ *    step U ahead is issued when a step is used, so the next group's first
+ *    loads are out while this group's last chunks are summed;
+ *  - x's sum over each 16 columns is staged with x, once per block (the
+ *    b (sum_i x_i) term of a chunk: one shared load instead of 15 adds per
+ *    row of x), and a chunk's 16 codes become floats once for all M rows
+ *    of x (shapes 1-3 convert them again for every row); with NR = 2 the
+ *    x a lane reads from shared memory serves two weight rows (at 8 rows
+ *    of x those reads, 5 a chunk a row of x, bound the kernel first);
+ *  - rows of x too long for shared memory (M K floats above Q8_SMEM_MAX)
+ *    go in column pieces, one launch each, every piece after the first
+ *    adding into y (shapes 1-3 read such x from global memory for every
+ *    weight row instead).
+ * For one piece the floats are those of shape 1 (same chunks a lane, same
+ * sums in the same order). */
+
+/* The layer of stacked row `row` (without a loop, so that the loops over a
+ * ring that call this unroll). */
+__device__ __forceinline__ int q8_layer_of(const q8_args &a, int64_t row) {
+    int li = 0;
+#pragma unroll
+    for (int i = 1; i < CHOIR_CUDA_NORM_LINEAR_MAX; i++) li += i < a.n && row >= a.start[i];
+    return li;
+}
+
+/* Where a warp's loads are: row group `grp` (stacked rows NR grp ..
+ * NR grp + NR - 1; past the last group: done), warp step `step` of the
+ * piece; row j's piece starts at chunk w[j][0] and group g0[j] of layer
+ * li[j] (w[j] null past the last row). */
+template <int NR>
+struct q8_cursor {
+    int64_t grp, step, g0[NR];
+    int li[NR];
+    const uint4 *w[NR];
+};
+
+template <int NR>
+__device__ __forceinline__ void q8_seek(q8_cursor<NR> &cu, const q8_args &a, int64_t total, int64_t K, int64_t k0) {
+#pragma unroll
+    for (int j = 0; j < NR; j++) {
+        const int64_t row = cu.grp * NR + j;
+        cu.w[j] = NULL;
+        cu.li[j] = 0;
+        cu.g0[j] = 0;
+        if (row < total) {
+            const int li = q8_layer_of(a, row);
+            const int64_t rr = row - a.start[li];
+            cu.li[j] = li;
+            cu.w[j] = (const uint4 *)(a.W[li] + rr * (K >> 2)) + (k0 >> 4);
+            cu.g0[j] = rr * ((K >> 4) >> a.group_shift) + ((k0 >> 4) >> a.group_shift);
+        }
+    }
+}
+
+/* The group's chunks at the cursor (zeros past the piece's end or the last
+ * row), then the cursor one warp step on. */
+template <int NR>
+struct q8_chunks {
+    q8_chunk c[NR];
+};
+template <int NR>
+__device__ __forceinline__ q8_chunks<NR> q8_next(q8_cursor<NR> &cu, const q8_args &a, int64_t total, int64_t groups,
+                                                 int64_t nw, int64_t chunks, int64_t spr, int64_t K, int64_t k0,
+                                                 int lane) {
+    q8_chunks<NR> o;
+#pragma unroll
+    for (int j = 0; j < NR; j++) {
+        o.c[j].q = make_uint4(0, 0, 0, 0);
+        o.c[j].s = o.c[j].b = 0.0f;
+    }
+    if (cu.grp < groups) {
+        const int64_t c = cu.step * 32 + lane;
+#pragma unroll
+        for (int j = 0; j < NR; j++)
+            if (c < chunks && cu.w[j]) {
+                const int64_t g = cu.g0[j] + (c >> a.group_shift);
+                o.c[j].q = q8_ld(cu.w[j] + c);
+                o.c[j].s = q8_sb(a.scales[cu.li[j]], a.sb_dtype, g);
+                o.c[j].b = q8_sb(a.biases[cu.li[j]], a.sb_dtype, g);
+            }
+        if (++cu.step == spr) {
+            cu.step = 0;
+            cu.grp += nw;
+            if (cu.grp < groups) q8_seek(cu, a, total, K, k0);
+        }
+    }
+    return o;
+}
+
+/* R: rows of x the kernel is built for (M <= R); NR: weight rows a warp
+ * sums at once (each chunk of x read from shared memory once for them);
+ * U: steps in flight a lane; NORM: x RMS-normalised (over all K columns)
+ * into the staging. The piece is columns [k0, k0 + kc) of K; `later`: not
+ * the first piece (no bias, no store, y += the piece's sums). */
+template <int R, int NR, int U, bool NORM>
+__global__ void __launch_bounds__(Q8_THREADS)
+    q8_stream(const float *__restrict__ x, int M, int64_t K, int64_t k0, int64_t kc, const float *__restrict__ gamma,
+              float eps, q8_args a, int later) {
+    extern __shared__ float4 q8_xs4[];
+    const int64_t kcp = (kc + 511) & ~(int64_t)511, chunks = kc >> 4, spr = (chunks + 31) >> 5;
+    float *xs = (float *)q8_xs4;   /* [M][kcp], permuted as in q8_gemv */
+    float *xsum = xs + M * kcp;    /* [M][kcp / 16]: sum of x over each 16 columns */
+    __shared__ double red[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t total = a.start[a.n], groups = (total + NR - 1) / NR, nw = (int64_t)gridDim.x * Q8_WARPS;
+    const int64_t first = (int64_t)blockIdx.x * Q8_WARPS + warp;
+    /* The first U steps do not depend on x: out before the staging. */
+    q8_cursor<NR> ld;
+    ld.grp = first;
+    ld.step = 0;
+    if (first < groups) q8_seek(ld, a, total, K, k0);
+    q8_chunks<NR> ring[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) ring[u] = q8_next(ld, a, total, groups, nw, chunks, spr, K, k0, lane);
+    for (int m = 0; m < M; m++) {
+        const float *xr = x + (int64_t)m * K;
+        float inv = 1.0f;
+        if constexpr (NORM) {
+            double ss = 0;
+            for (int64_t i = threadIdx.x; i < K; i += Q8_THREADS) ss += (double)xr[i] * xr[i];
+            inv = (float)(1.0 / sqrt(cuda_block_sum_d(ss, red) / (double)K + (double)eps));
+        }
+        for (int64_t i = threadIdx.x; i < kcp; i += Q8_THREADS) {
+            float v = 0.0f;
+            if (i < kc) v = NORM ? __fmul_rn(__fmul_rn(xr[k0 + i], inv), gamma ? gamma[k0 + i] : 1.0f) : xr[k0 + i];
+            xs[m * kcp + q8_xpos(i)] = v;
+        }
+    }
+    __syncthreads();
+    /* Chunk c = 32 s + l of row m: its four float4 where lane l reads them. */
+    for (int64_t j = threadIdx.x; j < M * (kcp >> 4); j += Q8_THREADS) {
+        const int64_t m = j / (kcp >> 4), c = j - m * (kcp >> 4);
+        const float4 *xc = (const float4 *)(xs + m * kcp + (c >> 5) * 512) + (c & 31);
+        float t = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const float4 v = xc[32 * k];
+            t += (v.x + v.y) + (v.z + v.w);
+        }
+        xsum[j] = t;
+    }
+    __syncthreads();
+    if (first >= groups) return;
+    /* The group being summed. */
+    int64_t grp = first, step = 0;
+    float acc[NR][R];
+#pragma unroll
+    for (int j = 0; j < NR; j++)
+#pragma unroll
+        for (int m = 0; m < R; m++) acc[j][m] = 0.0f;
+    /* No exit inside the unrolled steps (so that they unroll and the ring
+     * stays in registers): after the last group the steps left in the
+     * batch sum zeros and store nothing. */
+    bool live = true;
+    while (live) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const q8_chunks<NR> cur = ring[u];
+            ring[u] = q8_next(ld, a, total, groups, nw, chunks, spr, K, k0, lane);
+            float q[NR][16];
+#pragma unroll
+            for (int j = 0; j < NR; j++) {
+                const uint32_t w[4] = {cur.c[j].q.x, cur.c[j].q.y, cur.c[j].q.z, cur.c[j].q.w};
+#pragma unroll
+                for (int k = 0; k < 4; k++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) q[j][4 * k + e] = q8_code(w[k], e);
+            }
+#pragma unroll
+            for (int m = 0; m < R; m++) {
+                if (m >= M) break;
+                const float4 *xm = (const float4 *)(xs + m * kcp + step * 512) + lane;
+                float4 xv[4];
+#pragma unroll
+                for (int k = 0; k < 4; k++) xv[k] = xm[32 * k];
+                const float xt = xsum[m * (kcp >> 4) + step * 32 + lane];
+#pragma unroll
+                for (int j = 0; j < NR; j++) {
+                    float d[4];
+#pragma unroll
+                    for (int k = 0; k < 4; k++)
+                        d[k] = q[j][4 * k] * xv[k].x + q[j][4 * k + 1] * xv[k].y + q[j][4 * k + 2] * xv[k].z +
+                               q[j][4 * k + 3] * xv[k].w;
+                    acc[j][m] += cur.c[j].s * ((d[0] + d[1]) + (d[2] + d[3])) + cur.c[j].b * xt;
+                }
+            }
+            if (++step == spr) {
+#pragma unroll
+                for (int j = 0; j < NR; j++) {
+                    const int64_t row = grp * NR + j;
+                    if (!live || row >= total) break;
+                    const int li = q8_layer_of(a, row);
+                    const int64_t rr = row - a.start[li], rows = a.start[li + 1] - a.start[li];
+#pragma unroll
+                    for (int m = 0; m < R; m++) {
+                        if (m >= M) break;
+                        float s = acc[j][m];
+#pragma unroll
+                        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+                        if (lane == 0) {
+                            float *yo = a.y[li] + (int64_t)m * rows + rr;
+                            if (later) *yo += s;
+                            else gemv_out_store(s, a.bias[li], rr, yo, a.epilogue, &a.store[li], m);
+                        }
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < NR; j++)
+#pragma unroll
+                    for (int m = 0; m < R; m++) acc[j][m] = 0.0f;
+                step = 0;
+                grp += nw;
+                live = grp < groups;
+            }
+        }
+    }
+}
+
+/* The 8-bit weights expanded to bf16 for cuBLAS (a prefill chunk's
+ * products; choir_cuda_q8_dequant): a thread a 16-code chunk, one 16-byte
+ * load and two 16-byte stores, consecutive threads on consecutive chunks.
+ * cuda_linear.cu's dequant_bf16 gives a thread 32 codes and writes them as
+ * 32 two-byte stores 64 bytes apart across the warp (a sector each). The
+ * values are its values: s q + b in one rounding (the FMA it contracts to),
+ * then rounded to bf16. Rows are contiguous and whole groups, so chunk i
+ * of the flattened weight is in group (16 i) / G. */
+__global__ void q8_dequant_bf16(const uint4 *__restrict__ Wq, const void *__restrict__ scales,
+                                const void *__restrict__ biases, int sb_dtype, int group_shift, int64_t chunks,
+                                uint4 *__restrict__ out) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < chunks; i += (int64_t)gridDim.x * blockDim.x) {
+        const uint4 q = q8_ld(Wq + i);
+        const int64_t g = i >> group_shift;
+        const float s = q8_sb(scales, sb_dtype, g), b = q8_sb(biases, sb_dtype, g);
+        const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+        uint32_t o[8];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            __nv_bfloat162 lo = __floats2bfloat162_rn(__fmaf_rn(s, q8_code(w[k], 0), b),
+                                                      __fmaf_rn(s, q8_code(w[k], 1), b));
+            __nv_bfloat162 hi = __floats2bfloat162_rn(__fmaf_rn(s, q8_code(w[k], 2), b),
+                                                      __fmaf_rn(s, q8_code(w[k], 3), b));
+            o[2 * k] = *(const uint32_t *)&lo;
+            o[2 * k + 1] = *(const uint32_t *)&hi;
+        }
+        out[2 * i] = make_uint4(o[0], o[1], o[2], o[3]);
+        out[2 * i + 1] = make_uint4(o[4], o[5], o[6], o[7]);
+    }
+}
+
 /* --- host side (q8_emu.cpp cuts up to here) ------------------------------------------ */
 
 /* 0: not yet read from CHOIR_Q8_GEMV; else 1 + the shape (0: off, the old
  * kernel). */
 static int g_q8 = 0;
-#define Q8_SHAPES 4
+#define Q8_SHAPES 7
 void choir_cuda_q8_gemv(int shape) {
     __atomic_store_n(&g_q8, 1 + (shape >= 0 && shape < Q8_SHAPES ? shape : 0), __ATOMIC_RELAXED);
 }
@@ -312,6 +572,82 @@ static void q8_launch(choir_cuda *cu, const float *x, int M, int64_t K, const fl
     else q8_launch_r<Q8_MAX_ROWS, XS, NORM>(cu, x, M, K, gamma, eps, a);
 }
 
+/* Shapes 4-6 (q8_stream): x and its sums in one piece up to what shapes
+ * 1-3 stage (Q8_SMEM_MAX) and its 16-column sums; longer rows of x in
+ * pieces of at most 100 KiB (two blocks an SM). */
+#define Q8S_SMEM_ONE (Q8_SMEM_MAX / 16 * 17)
+#define Q8S_SMEM_PIECE (100 * 1024)
+static bool q8_streams(int shape) { return shape >= 4; }
+static size_t q8s_smem(int64_t M, int64_t kc) {
+    const int64_t kcp = (kc + 511) & ~(int64_t)511;
+    return (size_t)(M * kcp + M * (kcp >> 4)) * sizeof(float);
+}
+
+/* Columns a piece: all of K where x and its sums fit as shapes 1-3's
+ * staging does (so that the norm-fused calls, which need one piece, take
+ * the same M and K); else the fewest pieces of a multiple of 128 columns
+ * (whole groups and chunks) within Q8S_SMEM_PIECE. */
+static int64_t q8s_piece(int64_t M, int64_t K) {
+    if (q8s_smem(M, K) <= Q8S_SMEM_ONE) return K;
+    for (int64_t p = 2;; p++) {
+        int64_t w = ((K + p - 1) / p + 127) & ~(int64_t)127;
+        if (q8s_smem(M, w) <= Q8S_SMEM_PIECE || w <= 128) return w;
+    }
+}
+
+/* Shapes 4-6 as (NR, U): 1 row and 4 steps in flight, 1 and 8, 2 and 4. */
+template <typename L>
+static void q8s_shape_launch(int v, L &&l) {
+    switch (v) {
+    case 4: l(q8c<1>{}, q8c<4>{}); break;
+    case 6: l(q8c<2>{}, q8c<4>{}); break;
+    default: l(q8c<1>{}, q8c<8>{}); break;
+    }
+}
+
+/* Blocks for `total` rows: as many as are resident at once, or fewer so
+ * that every warp takes the same number of rows (the last may take one
+ * less). */
+template <typename Kern>
+static int64_t q8s_grid(choir_cuda *cu, Kern k, size_t smem, int64_t total) {
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, Q8_THREADS, smem) != cudaSuccess || per_sm < 1)
+        per_sm = 1;
+    const int64_t fit = (int64_t)per_sm * cu->props.sm_count * Q8_WARPS;
+    const int64_t per_warp = (total + fit - 1) / fit, warps = (total + per_warp - 1) / per_warp;
+    const int64_t blocks = (warps + Q8_WARPS - 1) / Q8_WARPS;
+    return blocks < INT32_MAX ? blocks : INT32_MAX;
+}
+
+template <int R, bool NORM>
+static void q8s_launch_r(choir_cuda *cu, const float *x, int M, int64_t K, const float *gamma, float eps,
+                         const q8_args &a) {
+    const int shape = choir_cuda_q8_gemv_shape();
+    const int64_t piece = q8s_piece(M, K);
+    q8s_shape_launch(shape, [&](auto nr, auto u) {
+        auto k = q8_stream<R, nr.value, u.value, NORM>;
+        /* Once a kernel, as q8_launch_r (before any step is recorded). */
+        static bool opted = false;
+        if (!opted)
+            opted = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, Q8S_SMEM_ONE) == cudaSuccess;
+        for (int64_t k0 = 0; k0 < K; k0 += piece) {
+            const int64_t kc = K - k0 < piece ? K - k0 : piece;
+            const size_t smem = q8s_smem(M, kc);
+            const int64_t blocks = q8s_grid(cu, k, smem, (a.start[a.n] + nr.value - 1) / nr.value);
+            k<<<(unsigned)blocks, Q8_THREADS, smem, cu->stream>>>(x, M, K, k0, kc, gamma, eps, a, k0 > 0);
+        }
+    });
+}
+
+template <bool NORM>
+static void q8s_launch(choir_cuda *cu, const float *x, int M, int64_t K, const float *gamma, float eps,
+                       const q8_args &a) {
+    if (M == 1) q8s_launch_r<1, NORM>(cu, x, M, K, gamma, eps, a);
+    else if (M == 2) q8s_launch_r<2, NORM>(cu, x, M, K, gamma, eps, a);
+    else if (M <= 4) q8s_launch_r<4, NORM>(cu, x, M, K, gamma, eps, a);
+    else q8s_launch_r<Q8_MAX_ROWS, NORM>(cu, x, M, K, gamma, eps, a);
+}
+
 static void q8_layer(q8_args *a, int i, const choir_cuda_weight *W, const float *bias, float *y) {
     a->W[i] = (const uint32_t *)W->data.ptr;
     a->scales[i] = W->scales.ptr;
@@ -332,7 +668,11 @@ int choir_cuda_q8_linear(choir_cuda *cu, const float *x, int64_t M, const choir_
     a.group_shift = q8_group_shift(W->group_size);
     a.epilogue = epilogue;
     q8_layer(&a, 0, W, bias, y);
-    if (q8_smem(M, W->cols) <= Q8_SMEM_MAX)
+    const int shape = choir_cuda_q8_gemv_shape();
+    /* A GELU needs the whole sum: shape 1's kernel where x takes pieces. */
+    if (q8_streams(shape) && (epilogue != GEMV_GELU || q8s_piece(M, W->cols) == W->cols))
+        q8s_launch<false>(cu, x, (int)M, W->cols, NULL, 0.0f, a);
+    else if (q8_smem(M, W->cols) <= Q8_SMEM_MAX)
         q8_launch<true, false>(cu, x, (int)M, W->cols, NULL, 0.0f, a);
     else
         q8_launch<false, false>(cu, x, (int)M, W->cols, NULL, 0.0f, a);
@@ -352,6 +692,48 @@ int choir_cuda_q8_norm_linear(choir_cuda *cu, const float *x, int64_t M, const c
         q8_layer(&a, i, &p->W[i], p->bias[i], p->y[i]);
         a.store[i] = p->store[i];
     }
-    q8_launch<true, true>(cu, x, (int)M, p->W[0].cols, p->gamma, p->eps, a);
+    /* One piece (q8_norm_fuses held x within Q8_SMEM_MAX): the stores and
+     * the epilogue see whole sums. */
+    if (q8_streams(choir_cuda_q8_gemv_shape()))
+        q8s_launch<true>(cu, x, (int)M, p->W[0].cols, p->gamma, p->eps, a);
+    else
+        q8_launch<true, true>(cu, x, (int)M, p->W[0].cols, p->gamma, p->eps, a);
     return choir_cuda_check_launch(err, "RMS norm and 8-bit gemv");
+}
+
+/* 0: not yet read from CHOIR_Q8_DEQUANT; 1: off; 2: on. */
+static int g_q8_deq = 0;
+void choir_cuda_q8_dequant(int on) { __atomic_store_n(&g_q8_deq, on ? 2 : 1, __ATOMIC_RELAXED); }
+bool choir_cuda_q8_dequant_on(void) {
+    int v = __atomic_load_n(&g_q8_deq, __ATOMIC_RELAXED);
+    if (!v) {
+        const char *e = getenv("CHOIR_Q8_DEQUANT");
+        v = e && atoi(e) ? 2 : 1;
+        __atomic_store_n(&g_q8_deq, v, __ATOMIC_RELAXED);
+    }
+    return v == 2;
+}
+
+/* Declared in cuda_linear.cu, its one caller (launch_dequant). */
+bool choir_cuda_q8_dequant_takes(const choir_cuda_weight *W);
+int choir_cuda_q8_dequant_bf16(choir_cuda *cu, const choir_cuda_weight *W, void *out, choir_err *err);
+
+bool choir_cuda_q8_dequant_takes(const choir_cuda_weight *W) {
+    return choir_cuda_q8_dequant_on() && W->kind == CHOIR_WEIGHT_QUANT && W->bits == 8 &&
+           q8_group_shift(W->group_size) > 0 && W->cols % 16 == 0 && W->cols > 0 && W->rows > 0 &&
+           (W->sb_dtype == CHOIR_DTYPE_BF16 || W->sb_dtype == CHOIR_DTYPE_F16 || W->sb_dtype == CHOIR_DTYPE_F32) &&
+           ((uintptr_t)W->data.ptr & 15) == 0;
+}
+
+int choir_cuda_q8_dequant_bf16(choir_cuda *cu, const choir_cuda_weight *W, void *out, choir_err *err) {
+    if (!choir_cuda_q8_dequant_takes(W) || ((uintptr_t)out & 15) != 0)
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: 8-bit dequantize of this weight");
+    const int64_t chunks = W->rows * (W->cols >> 4);
+    int64_t blocks = (chunks + 255) / 256;
+    const int64_t most = (int64_t)cu->props.sm_count * 32; /* grid-stride past 32 blocks an SM */
+    if (blocks > most) blocks = most;
+    q8_dequant_bf16<<<(unsigned)blocks, 256, 0, cu->stream>>>((const uint4 *)W->data.ptr, W->scales.ptr,
+                                                              W->biases.ptr, W->sb_dtype,
+                                                              q8_group_shift(W->group_size), chunks, (uint4 *)out);
+    return choir_cuda_check_launch(err, "8-bit dequantize");
 }

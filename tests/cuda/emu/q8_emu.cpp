@@ -1,4 +1,4 @@
-// Host emulation of the 8-bit GEMV of src/tensor/cuda/cuda_linear_q8.cu (q8_gemv: the
+// Host emulation of the 8-bit GEMVs of src/tensor/cuda/cuda_linear_q8.cu (q8_gemv and q8_stream: the
 // permuted staging of x, the lanes' 16-code chunks, the groups' scales and biases, the
 // batches, the rows a warp across stacked layers, the epilogues and the rows' stores), on
 // warp_emu.h's threads, under AddressSanitizer (a read past a weight row, its scales or x
@@ -7,6 +7,7 @@
 // run_q8_emu.sh (the asm load left out, replaced here by a plain one).
 #include "warp_emu.h"
 
+#include <algorithm>
 #include <cassert>
 #include <random>
 #include <type_traits>
@@ -49,6 +50,7 @@ static inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
     return r;
 }
 static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 static inline float __ldg(const float *p) { return *p; }
 static inline double __shfl_xor_sync(unsigned, double v, int o) { return xch(v, Ln() ^ o); }
 static inline float cuda_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
@@ -77,15 +79,79 @@ static void run(const float *x, int M, int64_t K, const float *gamma, float eps,
     blockDim = {Q8_THREADS, 1, 1};
     launch({(int)blocks, 1, 1}, Q8_THREADS, [&] { q8_gemv<R, NR, U, XS, NORM>(x, M, K, gamma, eps, a); });
 }
+// Shapes 4-6 (q8_stream): a grid of Q8S_BLOCKS blocks (default 1, so that each warp takes
+// several rows and its ring of loads runs across them) and pieces of Q8S_PIECE columns
+// (default all of K), one launch a piece as q8s_launch_r does.
+template <int R, int NR, int U, bool NORM>
+static void run_stream(const float *x, int M, int64_t K, const float *gamma, float eps, const q8_args &a) {
+    const char *eb = getenv("Q8S_BLOCKS"), *ep = getenv("Q8S_PIECE");
+    int blocks = eb ? atoi(eb) : 1;
+    int64_t piece = ep ? atoll(ep) : K;
+    blockDim = {Q8_THREADS, 1, 1};
+    for (int64_t k0 = 0; k0 < K; k0 += piece) {
+        int64_t kc = K - k0 < piece ? K - k0 : piece, kcp = (kc + 511) / 512 * 512;
+        g_dyn.assign((size_t)(M * kcp / 4 + M * (kcp / 16) / 4), float4{NAN, NAN, NAN, NAN});
+        launch({blocks, 1, 1}, Q8_THREADS,
+               [&] { q8_stream<R, NR, U, NORM>(x, M, K, k0, kc, gamma, eps, a, k0 > 0); });
+    }
+}
 template <int R, bool XS, bool NORM>
 static void run_shape(int shape, const float *x, int M, int64_t K, const float *gamma, float eps, const q8_args &a) {
-    if (shape == 2) run<R, 1, 4, XS, NORM>(x, M, K, gamma, eps, a);
+    if (shape >= 4) {
+        if constexpr (XS || !NORM) {
+            if (shape == 4) run_stream<R, 1, 4, NORM>(x, M, K, gamma, eps, a);
+            else if (shape == 6) run_stream<R, 2, 4, NORM>(x, M, K, gamma, eps, a);
+            else run_stream<R, 1, 8, NORM>(x, M, K, gamma, eps, a);
+        }
+    } else if (shape == 2) run<R, 1, 4, XS, NORM>(x, M, K, gamma, eps, a);
     else if (shape == 3) run<R, 4, 2, XS, NORM>(x, M, K, gamma, eps, a);
     else run<R, 2, 2, XS, NORM>(x, M, K, gamma, eps, a);
 }
 
+// dq ROWS K G SB BLOCKS: q8_dequant_bf16 (grid-stride over BLOCKS blocks) against
+// bf16(fma(s, q, b)) of every code, computed here; prints the values that differ.
+static int dequant_case(int argc, char **argv) {
+    if (argc < 7) return 2;
+    int64_t rows = atoll(argv[2]), K = atoll(argv[3]);
+    int G = atoi(argv[4]), blocks = atoi(argv[6]);
+    int sb = !strcmp(argv[5], "f16") ? CHOIR_DTYPE_F16 : !strcmp(argv[5], "f32") ? CHOIR_DTYPE_F32 : CHOIR_DTYPE_BF16;
+    std::mt19937 rng(777 + (int)K);
+    std::uniform_real_distribution<float> U(-1.0f, 1.0f);
+    int64_t ng = rows * (K / G), chunks = rows * K / 16;
+    std::vector<uint32_t> W((size_t)(rows * K / 4));
+    for (auto &w : W) w = rng();
+    std::vector<uint16_t> S16(ng), B16(ng);
+    std::vector<float> S32(ng), B32(ng);
+    for (int64_t g = 0; g < ng; g++) {
+        float s = (0.2f + 0.4f * (U(rng) + 1)) / 255, b = -0.4f + 0.2f * U(rng);
+        S16[g] = f2bf(s), B16[g] = f2bf(b);
+        if (sb == CHOIR_DTYPE_F16) S16[g] = 0x1c00 + (rng() & 1023), B16[g] = 0xb400 + (rng() & 1023);
+        S32[g] = sb == CHOIR_DTYPE_F32 ? s : sb == CHOIR_DTYPE_F16 ? h2f(S16[g]) : bf2f(S16[g]);
+        B32[g] = sb == CHOIR_DTYPE_F32 ? b : sb == CHOIR_DTYPE_F16 ? h2f(B16[g]) : bf2f(B16[g]);
+    }
+    const void *sc = sb == CHOIR_DTYPE_F32 ? (const void *)S32.data() : (const void *)S16.data();
+    const void *bi = sb == CHOIR_DTYPE_F32 ? (const void *)B32.data() : (const void *)B16.data();
+    std::vector<uint4> out((size_t)(2 * chunks), uint4{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu});
+    blockDim = {256, 1, 1};
+    launch({blocks, 1, 1}, 256, [&] {
+        q8_dequant_bf16((const uint4 *)W.data(), sc, bi, sb, G == 32 ? 1 : G == 64 ? 2 : 3, chunks, out.data());
+    });
+    const uint16_t *o = (const uint16_t *)out.data();
+    long bad = 0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < K; c++) {
+            uint32_t code = (W[(r * K + c) / 4] >> (8 * (c % 4))) & 255;
+            int64_t g = r * (K / G) + c / G;
+            bad += o[r * K + c] != f2bf(fmaf(S32[g], (float)code, B32[g]));
+        }
+    printf("q8 dequant rows=%lld K=%lld G=%d %s blocks=%d differ %ld\n", (long long)rows, (long long)K, G, argv[5],
+           blocks, bad);
+    return bad != 0;
+}
+
 // args: SHAPE M K G SB(bf16|f16|f32) XS NORM EPILOGUE ROWS...  (one layer per ROWS value)
 int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "dq")) return dequant_case(argc, argv);
     if (argc < 10) return 2;
     int shape = atoi(argv[1]), M = atoi(argv[2]), G = atoi(argv[4]), xs = atoi(argv[6]), norm = atoi(argv[7]);
     int64_t K = atoll(argv[3]);
@@ -166,15 +232,37 @@ int main(int argc, char **argv) {
             a.store[i] = {cache[i].data(), false, POS * N, N, slot.data(), pos.data()};
         }
     }
-    if (norm) {
-        if (M == 1) run_shape<1, true, true>(shape, x.data(), M, K, gamma.data(), 1e-6f, a);
-        else run_shape<8, true, true>(shape, x.data(), M, K, gamma.data(), 1e-6f, a);
-    } else if (xs) {
-        if (M == 1) run_shape<1, true, false>(shape, x.data(), M, K, nullptr, 0, a);
-        else run_shape<8, true, false>(shape, x.data(), M, K, nullptr, 0, a);
+    auto run_as = [&](int sh) {
+        if (norm) {
+            if (M == 1) run_shape<1, true, true>(sh, x.data(), M, K, gamma.data(), 1e-6f, a);
+            else run_shape<8, true, true>(sh, x.data(), M, K, gamma.data(), 1e-6f, a);
+        } else if (xs) {
+            if (M == 1) run_shape<1, true, false>(sh, x.data(), M, K, nullptr, 0, a);
+            else run_shape<8, true, false>(sh, x.data(), M, K, nullptr, 0, a);
+        } else {
+            if (M == 1) run_shape<1, false, false>(sh, x.data(), M, K, nullptr, 0, a);
+            else run_shape<8, false, false>(sh, x.data(), M, K, nullptr, 0, a);
+        }
+    };
+    // Shapes 4-6 also against shape 1 on the same data: the largest difference and how many
+    // outputs differ at all (none expected for one piece of staged x).
+    long vs1_differ = 0;
+    double vs1_max = 0;
+    if (shape >= 4) {
+        run_as(1);
+        std::vector<std::vector<float>> y1 = y;
+        for (int i = 0; i < n; i++) {
+            for (size_t j = 0; j < y[i].size(); j++) y[i][j] = epi == 1 ? y0[i][j] : NAN;
+            if (!cache[i].empty()) std::fill(cache[i].begin(), cache[i].end(), 0.0f);
+        }
+        run_as(shape);
+        for (int i = 0; i < n; i++)
+            for (size_t j = 0; j < y[i].size(); j++) {
+                vs1_differ += memcmp(&y[i][j], &y1[i][j], 4) != 0;
+                vs1_max = std::max(vs1_max, (double)fabsf(y[i][j] - y1[i][j]));
+            }
     } else {
-        if (M == 1) run_shape<1, false, false>(shape, x.data(), M, K, nullptr, 0, a);
-        else run_shape<8, false, false>(shape, x.data(), M, K, nullptr, 0, a);
+        run_as(shape);
     }
     double num = 0, den = 0;
     long unwritten = 0, store_bad = 0;
@@ -190,8 +278,15 @@ int main(int argc, char **argv) {
                     store_bad += cache[i][(size_t)(slot[m] * POS * rows[i] + pos[m] * rows[i] + r)] !=
                                  y[i][(size_t)(m * rows[i] + r)];
     }
-    printf("q8 shape %d M=%d K=%lld G=%d %s xs=%d norm=%d epilogue=%d layers=%d rel_l2 %.3e store_mismatch %ld "
-           "unwritten %ld\n",
-           shape, M, (long long)K, G, argv[5], xs, norm, epi, n, sqrt(num / den), store_bad, unwritten);
+    if (shape >= 4)
+        printf("q8 shape %d M=%d K=%lld G=%d %s xs=%d norm=%d epilogue=%d layers=%d blocks=%s piece=%s vs_shape1 "
+               "max %.3e differ %ld rel_l2 %.3e store_mismatch %ld unwritten %ld\n",
+               shape, M, (long long)K, G, argv[5], xs, norm, epi, n, getenv("Q8S_BLOCKS") ? getenv("Q8S_BLOCKS") : "1",
+               getenv("Q8S_PIECE") ? getenv("Q8S_PIECE") : "K", vs1_max, vs1_differ, sqrt(num / den), store_bad,
+               unwritten);
+    else
+        printf("q8 shape %d M=%d K=%lld G=%d %s xs=%d norm=%d epilogue=%d layers=%d rel_l2 %.3e store_mismatch %ld "
+               "unwritten %ld\n",
+               shape, M, (long long)K, G, argv[5], xs, norm, epi, n, sqrt(num / den), store_bad, unwritten);
     return 0;
 }

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Runs the 8-bit GEMV of src/tensor/cuda/cuda_linear_q8.cu (q8_gemv) in the host emulation of
+# Runs the 8-bit GEMVs of src/tensor/cuda/cuda_linear_q8.cu (q8_gemv, q8_stream) in the host emulation of
 # q8_emu.cpp under AddressSanitizer: x staged (plain and RMS-normalised) and read from global
 # memory, 1, 2 and 8 rows of x, the three shapes (rows a warp, steps a batch), K below one
 # warp step, ending mid-step and over several, groups of 32/64/128 with bf16/f16/f32 scales,
-# the three epilogues, layers stacked with a store into a cache. Each case's rel_l2 against a
+# the three epilogues, layers stacked with a store into a cache; q8_stream (shapes 4-6) with grids
+# of 1-5 blocks (warps taking many rows, or fewer rows than warps) and column pieces, each also
+# against shape 1 (equal bit for bit in one piece); the 8-bit dequantize into bf16 against
+# bf16(fma(s, q, b)) of each code. Each case's rel_l2 against a
 # double reference must stay within 1e-5, every output written, every stored row equal to
 # its output. Needs g++ with C++20 and python3; a few minutes on 2 cores. Not a ctest (slow,
 # and a host emulation of device code): run it before a device call when the kernel changes.
@@ -36,5 +39,28 @@ for c in "1 1 320 64 bf16 1 0 0 263" "1 1 1152 64 bf16 1 0 1 263" "2 1 1152 64 b
   echo "$line"
   echo "$line" | awk '{for (i = 1; i <= NF; i++) { if ($i == "rel_l2") e = $(i + 1); if ($i == "store_mismatch") s = $(i + 1) }
                        if ($NF != 0 || s != 0 || e + 0 > 1e-5) exit 1}' || fail=1
+done
+# Shapes 4-6 (q8_stream), each also against shape 1 on the same data: BLOCKS PIECE SHAPE M K ...
+# (PIECE 0: all of K, where the outputs must equal shape 1's bit for bit; else pieces of that
+# many columns, the later ones adding into y).
+for c in "1 0 4 1 320 64 bf16 1 0 0 263" "3 0 5 1 1152 64 bf16 1 0 1 263" "1 0 6 2 1152 32 f16 1 0 0 70" \
+         "2 1280 4 8 4608 128 f32 0 0 1 37" "1 1536 5 8 4608 64 bf16 0 0 0 37" "2 0 5 1 1152 64 bf16 1 1 0 63 30 31" \
+         "1 0 4 3 1152 64 bf16 1 1 0 63 30 31" "1 0 6 8 576 64 bf16 1 1 0 17 9 40" "5 0 5 1 2560 64 bf16 1 1 0 20 20" \
+         "2 0 4 2 1152 64 bf16 1 0 2 263" "1 640 6 2 1920 32 bf16 0 0 1 40"; do
+  # shellcheck disable=SC2086
+  set -- $c
+  b=$1 p=$2
+  shift 2
+  if [ "$p" = 0 ]; then line=$(Q8S_BLOCKS=$b "$OUT/q8_emu" "$@"); else line=$(Q8S_BLOCKS=$b Q8S_PIECE=$p "$OUT/q8_emu" "$@"); fi
+  echo "$line"
+  echo "$line" | awk -v whole="$p" '{for (i = 1; i <= NF; i++) { if ($i == "rel_l2") e = $(i + 1); if ($i == "store_mismatch") s = $(i + 1);
+                                        if ($i == "differ") d = $(i + 1) }
+                       if ($NF != 0 || s != 0 || e ~ /nan/ || e + 0 > 1e-5 || (whole == 0 && d != 0)) exit 1}' || fail=1
+done
+# q8_dequant_bf16 (CHOIR_Q8_DEQUANT): every value equal to bf16(fma(s, q, b)); grids that cover
+# the chunks and grids that stride over them.
+for c in "37 1152 64 bf16 1" "37 1152 64 bf16 200" "5 4608 128 f32 2" "9 640 32 f16 3"; do
+  # shellcheck disable=SC2086
+  "$OUT/q8_emu" dq $c || fail=1
 done
 [ $fail = 0 ] && echo "all cases within 1e-5, every output written and stored" || { echo "FAIL"; exit 1; }

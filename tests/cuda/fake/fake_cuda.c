@@ -13,6 +13,7 @@
 
 #include "choir/alloc.h"
 #include "choir/cuda.h"
+#include "choir/cuda_q8.h"
 #include "choir/kernels.h"
 #include "choir/kernels_ext.h"
 
@@ -309,13 +310,24 @@ static int linear_ex_op(const void *p) {
 /* The 8-bit GEMV's switch (CHOIR_Q8_GEMV, as cuda_linear_q8.cu reads it):
  * on, linear_ex and norm_linear fuse 8-bit layers as the device does. */
 static int g_fake_q8 = -1;
-void choir_cuda_q8_gemv(int shape) { g_fake_q8 = shape >= 0 && shape < 4 ? shape : 0; }
+void choir_cuda_q8_gemv(int shape) { g_fake_q8 = shape >= 0 && shape < 7 ? shape : 0; }
 int choir_cuda_q8_gemv_shape(void) {
     if (g_fake_q8 < 0) {
         const char *e = getenv("CHOIR_Q8_GEMV");
         choir_cuda_q8_gemv(e ? atoi(e) : 1);
     }
     return g_fake_q8;
+}
+/* The 8-bit dequantize's switch (CHOIR_Q8_DEQUANT): read and set only; the
+ * products here are the CPU's either way. */
+static int g_fake_q8_deq = -1;
+void choir_cuda_q8_dequant(int on) { g_fake_q8_deq = on != 0; }
+bool choir_cuda_q8_dequant_on(void) {
+    if (g_fake_q8_deq < 0) {
+        const char *e = getenv("CHOIR_Q8_DEQUANT");
+        choir_cuda_q8_dequant(e && atoi(e));
+    }
+    return g_fake_q8_deq == 1;
 }
 static bool fake_q8_takes(int64_t M, const choir_cuda_weight *W) {
     return choir_cuda_q8_gemv_shape() > 0 && W->kind == CHOIR_WEIGHT_QUANT && W->bits == 8 &&
