@@ -102,6 +102,32 @@ int choir_op_attention_paged_at_kv(choir_stream *s, const float *q, int64_t T, c
                                    int64_t table_stride, const int32_t *pos, int64_t max_keys,
                                    int n_heads, int n_kv, int D, float *out);
 
+/* A decoding step's attention inputs after its q/k/v product, in one
+ * operation: choir_op_rope over q [T][n_heads D] and over k [T][n_kv D]
+ * (all of each head, rotate-half, row r at position pos[r], base theta),
+ * then choir_op_rows_scatter of k's rows to kout and of v's rows [T][n_kv D]
+ * to vout (choir_rows_out: f32 or bf16 values, slot and position int32
+ * backend memory read when the operation runs, so a contiguous cache or a
+ * paged pool, and a graph replay writes where the current values say).
+ * q and k are left rotated in place. Literally those four operations on the
+ * CPU; on CUDA one kernel with their floats bit for bit
+ * (choir_cuda_vv_rope_kv), or the four where it does not apply (heads of
+ * more than 1024 values). kout->dst and vout->dst must not be NULL. Counted
+ * as the operations it stands for. */
+int choir_op_rope_kv_rows(choir_stream *s, float *q, float *k, const float *v, int64_t T, int n_heads, int n_kv,
+                          int64_t D, const int32_t *pos, float theta, const choir_rows_out *kout,
+                          const choir_rows_out *vout);
+
+/* Whether VibeVoice's decoding steps (a sequence's and a batch's over a
+ * paged pool) take choir_op_rope_kv_rows instead of the two ropes and two
+ * row scatters (one launch instead of four a layer on CUDA; the same floats).
+ * Off by default (NOT RUN ON A GPU yet); CHOIR_VV_ROPE_KV=1 in the
+ * environment (read once, at the first call of choir_vv_rope_kv_on) or
+ * choir_vv_set_rope_kv turns it on. A step already recorded as a graph keeps
+ * the operations it was recorded with. Process-wide. */
+void choir_vv_set_rope_kv(bool on);
+bool choir_vv_rope_kv_on(void);
+
 #ifdef __cplusplus
 }
 #endif

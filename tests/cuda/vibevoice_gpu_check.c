@@ -23,6 +23,11 @@
  *     sequences on the GPU against single steps on the CPU, and the greedy
  *     pick made on the device in the batched step against the host's
  *     argmax of the same logits (argmax_rows alone among the operations);
+ *  1b. choir_op_rope_kv_rows against the ropes and row scatters it stands
+ *     for, bit for bit on the device (check_rope_kv), and in 2 the model's
+ *     steps with CHOIR_VV_ROPE_KV the other way, bit for bit (a sequence's
+ *     steps op by op and as a graph, paged batched and single steps over
+ *     f32 and bf16 pools: check_batch_rope_kv);
  *  2c. the encoders' fused blocks (CHOIR_VV_ENC_FUSED=1): their two
  *     operations (mixer + residual in one pass, RMS norm into bf16 rows),
  *     then both encoders fused against plain on the GPU and against the CPU
@@ -48,6 +53,8 @@
  *     with both kernels and decode attention v2's variants (bench_attention).
  *     --att-v2 0|1|ab: decode attention v2 (CHOIR_VV_ATT_V2) off or on, or
  *     ab: each length's graph step timed off, on, on, off (bench_att_v2_ab).
+ *     --rope-kv 0|1|ab: a step's ropes and new cache rows in one operation
+ *     (CHOIR_VV_ROPE_KV) off or on, or ab as --att-v2's (bench_rope_kv_ab).
  *     --pf-att simt|flash|both|v2 picks the prefill attention (the f32 SIMT
  *     kernel, the tensor-core one of cuda_vv_flash.cu, or each length's
  *     prefill with both, SIMT first; v2: each length's prefill with the
@@ -663,6 +670,160 @@ done:
     choir_stream_free(p.gpu);
 }
 
+/* Elements of esz bytes that differ between a and b. */
+static int64_t n_differ(const void *a, const void *b, int64_t n, int esz) {
+    int64_t d = 0;
+    for (int64_t e = 0; e < n; e++) d += memcmp((const char *)a + e * esz, (const char *)b + e * esz, (size_t)esz) != 0;
+    return d;
+}
+/* Element e of a cache of floats or of bf16 values, as a float. */
+static float cache_value(const void *c, int bf16, int64_t e) {
+    return bf16 ? choir_bf16_to_f32(((const uint16_t *)c)[e]) : ((const float *)c)[e];
+}
+
+/* choir_op_rope_kv_rows (CHOIR_VV_ROPE_KV's operation, issue #23) on the
+ * device against the operations it stands for on the device (choir_op_rope
+ * on q, on k, choir_op_rows_scatter of k and of v): q, k and every value of
+ * both caches (written rows and the rest) bit for bit; and against the
+ * CPU's (the same four operations there) at the operations' bound, 1e-5 for
+ * f32 (cosf and sinf of the host and the device may differ in the last bit)
+ * and 1e-3 for a bf16 cache (such a difference may round a value on a
+ * rounding edge the other way: 2^-9 for that value). 1, 3 and 16 rows, f32
+ * and bf16 caches, paged (pool rows through slots, positions up to 27,000)
+ * and contiguous (row pos of the cache, or row pos of cache slot i with a
+ * slot stride: a batch's caches), the 7B model's 28/4 heads of 128, the
+ * 1.5B model's 12/2 and the small model's 4/2 of 64. Caches start as random
+ * values, so a stray or missing write shows. */
+static void check_rope_kv(choir_backend *cpu_be, choir_backend *gpu_be) {
+    const struct {
+        int T, nh, nkv, D, bf16, paged, slots;
+    } cs[] = {{1, 28, 4, 128, 0, 0, 0},  {1, 28, 4, 128, 1, 1, 0}, {1, 28, 4, 128, 0, 1, 0},
+              {3, 28, 4, 128, 1, 1, 0},  {3, 28, 4, 128, 0, 0, 1}, {16, 28, 4, 128, 0, 1, 0},
+              {16, 28, 4, 128, 1, 1, 0}, {16, 12, 2, 128, 1, 0, 0}, {3, 4, 2, 64, 0, 1, 0}};
+    const int ctx = 4608, pool_rows = 40 * CHOIR_VV_PAGE;
+    const float theta = 1e6f;
+    choir_err err = {0};
+    pair p = {choir_stream_create(cpu_be, &err), choir_stream_create(gpu_be, &err)};
+    if (!p.cpu || !p.gpu || choir_stream_reserve(p.gpu, (size_t)160 << 20, 0, &err)) {
+        failed("rope_kv: streams", &err);
+        goto done;
+    }
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        int T = cs[c].T, nh = cs[c].nh, nkv = cs[c].nkv, D = cs[c].D, esz = cs[c].bf16 ? 2 : 4;
+        int64_t qd = (int64_t)nh * D, kvd = (int64_t)nkv * D;
+        /* Destination rows: paged, pool row rowp[i] (slot 0); contiguous,
+         * row pos[i] of the cache, or of cache slot i (rows_c rows a slot). */
+        int rows_c = cs[c].slots ? 1024 : ctx; /* a contiguous cache's rows */
+        int64_t slot_stride = cs[c].slots ? (int64_t)rows_c * kvd : 0;
+        int64_t cache_rows = cs[c].paged ? pool_rows : cs[c].slots ? (int64_t)T * rows_c : rows_c;
+        int64_t n_cache = cache_rows * kvd;
+        int32_t pos[16], rowp[16], slot[16];
+        for (int i = 0; i < T; i++) {
+            pos[i] = cs[c].paged ? (int32_t)((27000 - i * 1693) % 27001) : (int32_t)((rows_c - 1 - i * 283) % rows_c);
+            rowp[i] = cs[c].paged ? (int32_t)((i * 2731 + 77) % pool_rows) : pos[i];
+            slot[i] = cs[c].slots ? i : 0;
+        }
+        if (cs[c].slots) pos[1] = pos[0]; /* the same position in two caches */
+        if (cs[c].slots) rowp[1] = rowp[0];
+        float *q = rnd(T * qd, 2), *k = rnd(T * kvd, 2), *v = rnd(T * kvd, 2);
+        uint8_t *cache0 = malloc((size_t)n_cache * (size_t)esz * 2);
+        float *init = rnd(2 * n_cache, 1);
+        for (int64_t e = 0; e < 2 * n_cache; e++) {
+            if (cs[c].bf16) ((uint16_t *)cache0)[e] = choir_f32_to_bf16(init[e]);
+            else ((float *)cache0)[e] = init[e];
+        }
+        free(init);
+        size_t mark = choir_stream_mark(p.gpu);
+        size_t cb = (size_t)n_cache * (size_t)esz;
+        choir_dtype kt = cs[c].bf16 ? CHOIR_DTYPE_BF16 : CHOIR_DTYPE_F32;
+        /* Device: [0] the four operations, [1] the fused one. */
+        float *dq[2], *dk[2], *dv = up(&p, v, T * kvd);
+        void *dkc[2], *dvc[2];
+        int32_t *dpos = choir_stream_alloc(p.gpu, sizeof pos, "pos");
+        int32_t *drow = choir_stream_alloc(p.gpu, sizeof rowp, "rows");
+        int32_t *dslot = choir_stream_alloc(p.gpu, sizeof slot, "slots");
+        for (int f = 0; f < 2; f++) {
+            dq[f] = up(&p, q, T * qd), dk[f] = up(&p, k, T * kvd);
+            dkc[f] = choir_stream_alloc(p.gpu, cb, "keys"), dvc[f] = choir_stream_alloc(p.gpu, cb, "values");
+            if (dkc[f] && dvc[f]) {
+                choir_op_upload(p.gpu, dkc[f], cache0, cb);
+                choir_op_upload(p.gpu, dvc[f], cache0 + cb, cb);
+            }
+        }
+        if (!dpos || !drow || !dslot || !dkc[1] || !dvc[1]) {
+            failed("rope_kv: device buffers", &err);
+            choir_stream_release(p.gpu, mark);
+            free(q), free(k), free(v), free(cache0);
+            break;
+        }
+        choir_op_upload(p.gpu, dpos, pos, sizeof pos);
+        choir_op_upload(p.gpu, drow, rowp, sizeof rowp);
+        choir_op_upload(p.gpu, dslot, slot, sizeof slot);
+        choir_op_rope(p.gpu, dq[0], T, qd, nh, D, 0, dpos, theta, false);
+        choir_op_rope(p.gpu, dk[0], T, kvd, nkv, D, 0, dpos, theta, false);
+        choir_op_rows_scatter(p.gpu, dk[0], T, kvd, dkc[0], kt, slot_stride, kvd, dslot, drow);
+        choir_op_rows_scatter(p.gpu, dv, T, kvd, dvc[0], kt, slot_stride, kvd, dslot, drow);
+        /* The fused one with slot NULL on the paged cases (slot i instead of
+         * 0: the same address with a slot stride of 0). */
+        choir_rows_out ko = {dkc[1], kt, slot_stride, kvd, cs[c].paged ? NULL : dslot, drow}, vo = ko;
+        vo.dst = dvc[1];
+        choir_op_rope_kv_rows(p.gpu, dq[1], dk[1], dv, T, nh, nkv, D, dpos, theta, &ko, &vo);
+        /* The CPU's. */
+        uint8_t *ccache = malloc(2 * cb);
+        memcpy(ccache, cache0, 2 * cb);
+        choir_rows_out hko = {ccache, kt, slot_stride, kvd, slot, rowp}, hvo = hko;
+        hvo.dst = ccache + cb;
+        choir_op_rope_kv_rows(p.cpu, q, k, v, T, nh, nkv, D, pos, theta, &hko, &hvo);
+        uint8_t *got[2] = {malloc(2 * cb), malloc(2 * cb)};
+        float *gq[2] = {malloc((size_t)(T * qd) * 4), malloc((size_t)(T * qd) * 4)};
+        float *gk[2] = {malloc((size_t)(T * kvd) * 4), malloc((size_t)(T * kvd) * 4)};
+        for (int f = 0; f < 2; f++) {
+            choir_op_download(p.gpu, got[f], dkc[f], cb);
+            choir_op_download(p.gpu, got[f] + cb, dvc[f], cb);
+            choir_op_download(p.gpu, gq[f], dq[f], (size_t)(T * qd) * 4);
+            choir_op_download(p.gpu, gk[f], dk[f], (size_t)(T * kvd) * 4);
+        }
+        char name[160];
+        snprintf(name, sizeof name, "rope_kv %d rows, %s %s cache%s, %d/%d x %d", T,
+                 cs[c].paged ? "paged" : "contiguous", cs[c].bf16 ? "bf16" : "f32", cs[c].slots ? " slots" : "", nh,
+                 nkv, D);
+        if (choir_stream_sync(p.gpu, &err) || choir_stream_status(p.cpu, &err)) {
+            failed(name, &err);
+        } else {
+            int64_t dq_n = n_differ(gq[0], gq[1], T * qd, 4), dk_n = n_differ(gk[0], gk[1], T * kvd, 4);
+            int64_t dc_n = n_differ(got[0], got[1], 2 * n_cache, esz);
+            /* The written rows (k's, then v's) against the CPU's, as floats. */
+            float *wg = malloc((size_t)(2 * T * kvd) * 4), *wc = malloc((size_t)(2 * T * kvd) * 4);
+            for (int h = 0; h < 2; h++)
+                for (int i = 0; i < T; i++) {
+                    int64_t at = (int64_t)slot[i] * slot_stride + (int64_t)rowp[i] * kvd + h * n_cache;
+                    for (int64_t e = 0; e < kvd; e++) {
+                        int64_t o = ((int64_t)h * T + i) * kvd + e;
+                        wg[o] = cache_value(got[1], cs[c].bf16, at + e);
+                        wc[o] = cache_value(ccache, cs[c].bf16, at + e);
+                    }
+                }
+            int64_t changed = n_differ(got[1], cache0, 2 * n_cache, esz);
+            bool same = dq_n == 0 && dk_n == 0 && dc_n == 0;
+            printf("%s  %s: %lld q, %lld k, %lld cache values differ from rope + rows_scatter (%lld cache values "
+                   "written)\n", same ? "PASS" : "FAIL", name, (long long)dq_n, (long long)dk_n, (long long)dc_n,
+                   (long long)changed);
+            if (same) n_pass++;
+            else n_fail++;
+            double e1 = rel_l2(gq[1], q, T * qd), e2 = rel_l2(wg, wc, 2 * T * kvd);
+            snprintf(name + strlen(name), sizeof name - strlen(name), " vs CPU (q, new rows)");
+            verdict(name, e1 > e2 ? e1 : e2, cs[c].bf16 ? 1e-3 : 1e-5);
+            free(wg), free(wc);
+        }
+        choir_stream_release(p.gpu, mark);
+        for (int f = 0; f < 2; f++) free(got[f]), free(gq[f]), free(gk[f]);
+        free(q), free(k), free(v), free(cache0), free(ccache);
+    }
+done:
+    choir_stream_free(p.cpu);
+    choir_stream_free(p.gpu);
+}
+
 /* --- 2. the model ------------------------------------------------------------- */
 
 /* Reduced dimensions with the published topology: 7 stages of strides
@@ -971,6 +1132,84 @@ out:
     choir_vibevoice_kv_pool_free(pool);
 }
 
+/* CHOIR_VV_ROPE_KV in the paged steps (vv_batch.c and a paged sequence's
+ * own step): two sets of the same two sequences on one pool of `kv`
+ * values, set 0 stepped op by op with the switch as it is, set 1 as graphs
+ * with it the other way (choir_vv_set_rope_kv around each of its steps),
+ * batched through 2, 2, 1, 2 rows, then sequence 0 of each set alone for 4
+ * steps (set 1's recorded once and replayed). Every logit bit for bit the
+ * same: the fused operation writes the ropes' and scatters' floats, a graph
+ * replays what op by op runs. */
+static void check_batch_rope_kv(const choir_vibevoice *gpu, const char *tag, choir_dtype kv) {
+    const choir_vibevoice_dims *d = choir_vibevoice_get_dims(gpu);
+    int V = d->lm.vocab, lens[2] = {23, 130};
+    bool rkv = choir_vv_rope_kv_on();
+    choir_err err = {0};
+    choir_vibevoice_state *g[2][2] = {{NULL, NULL}, {NULL, NULL}};
+    choir_stream *st[2] = {NULL, NULL};
+    choir_vibevoice_batch *b[2] = {NULL, NULL};
+    choir_vibevoice_kv_pool *pool = NULL;
+    char name[112];
+    snprintf(name, sizeof name, "model %s: paged steps, %s K/V, CHOIR_VV_ROPE_KV %s vs %s", tag,
+             kv == CHOIR_DTYPE_BF16 ? "bf16" : "f32", rkv ? "off" : "on", rkv ? "on" : "off");
+    if (!(pool = choir_vibevoice_kv_pool_create_as(gpu, 8 * choir_vibevoice_kv_page_bytes_as(d, kv), kv, &err))) {
+        failed(name, &err);
+        goto out;
+    }
+    for (int k = 0; k < 2; k++) {
+        if (!(st[k] = choir_stream_create(choir_vibevoice_backend(gpu), &err)) ||
+            choir_stream_reserve(st[k], (size_t)choir_vibevoice_batch_bytes_paged(d, 2, pool), 1 << 20, &err) ||
+            !(b[k] = choir_vibevoice_batch_create_paged(gpu, 2, pool, st[k], &err))) {
+            failed(name, &err);
+            goto out;
+        }
+        choir_vibevoice_batch_set_graph(b[k], k == 1);
+        for (int q = 0; q < 2; q++) {
+            int32_t ids[160];
+            for (int i = 0; i < lens[q]; i++) ids[i] = (int32_t)(5 + (i * 53 + q * 7) % 2800);
+            choir_vibevoice_plan p = {.max_context = lens[q] + 12, .prefill_chunk = 16};
+            if (!(g[k][q] = choir_vibevoice_state_create_paged(gpu, &p, pool, &err)) ||
+                choir_vibevoice_prefill(gpu, g[k][q], ids, lens[q], NULL, NULL, NULL, &err)) {
+                failed(name, &err);
+                goto out;
+            }
+        }
+        choir_vibevoice_set_step_graph(g[k][0], k == 1);
+    }
+    static const int rows[8] = {2, 2, 1, 2, 1, 1, 1, 1};
+    int64_t diff = 0;
+    int replays = 0;
+    for (int t = 0; t < 8; t++) {
+        int32_t toks[2];
+        for (int q = 0; q < rows[t]; q++) toks[q] = (int32_t)argmax(choir_vibevoice_logits(g[0][q]), V);
+        for (int k = 0; k < 2; k++) {
+            choir_vv_set_rope_kv(k == 1 ? !rkv : rkv);
+            int rc = t < 4 ? choir_vibevoice_step_batch(gpu, b[k], g[k], toks, rows[t], &err)
+                           : choir_vibevoice_step(gpu, g[k][0], toks[0], NULL, &err);
+            choir_vv_set_rope_kv(rkv);
+            if (rc) {
+                failed(name, &err);
+                goto out;
+            }
+        }
+        replays += t < 4 ? choir_vibevoice_batch_graphed(b[1]) : choir_vibevoice_step_graphed(g[1][0]);
+        for (int q = 0; q < rows[t]; q++)
+            diff += n_differ(choir_vibevoice_logits(g[0][q]), choir_vibevoice_logits(g[1][q]), V, 4);
+    }
+    bool ok = diff == 0 && replays >= 4;
+    printf("%s  %s: %lld logits differ (%d of 8 steps replayed)\n", ok ? "PASS" : "FAIL", name, (long long)diff,
+           replays);
+    if (ok) n_pass++;
+    else n_fail++;
+out:
+    for (int k = 0; k < 2; k++) {
+        for (int q = 0; q < 2; q++) choir_vibevoice_state_free(g[k][q]);
+        choir_vibevoice_batch_free(b[k]);
+        choir_stream_free(st[k]);
+    }
+    choir_vibevoice_kv_pool_free(pool);
+}
+
 /* bits 8: the language model's linears and embedding MLX-quantized (8-bit
  * codes, groups of 64, bf16 scales and biases), everything else in dt. */
 /* Prefill products in one (choir_cuda_prefill_fused, CHOIR_VV_PREFILL_FUSED):
@@ -1110,6 +1349,32 @@ static void check_model(choir_backend *gpu_be, choir_dtype dt, int bits, double 
             if (g.graphed >= 6 && diff == 0) n_pass++;
             else n_fail++;
         }
+        /* CHOIR_VV_ROPE_KV (choir_vv_set_rope_kv) the other way: the same
+         * steps, op by op and as a graph, every logit bit for bit the same
+         * (choir_op_rope_kv_rows gives the floats of the ropes and scatters). */
+        if (b.step_logits && g.step_logits) {
+            bool rkv = choir_vv_rope_kv_on();
+            run o = {0}, og = {.graph = 1};
+            choir_vv_set_rope_kv(!rkv);
+            snprintf(name, sizeof name, "model %s: steps with CHOIR_VV_ROPE_KV %s", tag, rkv ? "off" : "on");
+            if (run_model(gpu, x, n, ids, n_ids, a.tokens, &o, &err) ||
+                run_model(gpu, x, n, ids, n_ids, a.tokens, &og, &err)) {
+                failed(name, &err);
+            } else {
+                int64_t nv = 8 * (int64_t)d.lm.vocab;
+                int64_t diff = n_differ(o.step_logits, b.step_logits, nv, 4);
+                int64_t gdiff = n_differ(og.step_logits, g.step_logits, nv, 4);
+                bool ok = diff == 0 && gdiff == 0 && og.graphed >= 6;
+                printf("%s  %s: %lld logits of 8 steps differ from %s op by op, %lld as graphs (%d of 8 replayed)\n",
+                       ok ? "PASS" : "FAIL", name, (long long)diff, rkv ? "on" : "off", (long long)gdiff,
+                       og.graphed);
+                if (ok) n_pass++;
+                else n_fail++;
+            }
+            choir_vv_set_rope_kv(rkv);
+            run_free(&o);
+            run_free(&og);
+        }
         run_free(&g);
         /* The prompt's 51 rows in one prefill chunk, so through the prefill
          * attention (chunks of 16 take the split-keys kernel), on the
@@ -1184,6 +1449,8 @@ static void check_model(choir_backend *gpu_be, choir_dtype dt, int bits, double 
         check_batch(cpu, gpu, tag, tol, 2);
         check_batch_graph(gpu, tag);
         check_batch_greedy(gpu, tag);
+        check_batch_rope_kv(gpu, tag, CHOIR_DTYPE_F32);
+        check_batch_rope_kv(gpu, tag, CHOIR_DTYPE_BF16);
     }
     free(x);
     free(ids);
@@ -1423,6 +1690,41 @@ static int bench_att_v2_ab(const choir_vibevoice *m, choir_vibevoice_state *s, c
     return 0;
 }
 
+/* --rope-kv 0|1|ab: CHOIR_VV_ROPE_KV off or on (choir_vv_set_rope_kv) for
+ * the whole bench, or ab: after each length's figures, the graph step timed
+ * with it off, on, on, off on the same state (bench_rope_kv_ab). */
+static bool g_rope_kv_ab;
+
+/* The graph-replayed step with CHOIR_VV_ROPE_KV off, on, on, off, as
+ * bench_att_v2_ab times its switch; the state's context grows by 4 (steps
+ * + 2). The switch is put back. */
+static int bench_rope_kv_ab(const choir_vibevoice *m, choir_vibevoice_state *s, const choir_vibevoice_dims *d,
+                            double minutes, int n_ids, int steps, choir_err *err) {
+    const float *logits = choir_vibevoice_logits(s);
+    bool was = choir_vv_rope_kv_on();
+    double ms[4];
+    for (int r = 0; r < 4; r++) {
+        choir_vibevoice_set_step_graph(s, false);
+        choir_vv_set_rope_kv(r == 1 || r == 2);
+        if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) return 1;
+        choir_vibevoice_set_step_graph(s, true);
+        if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) return 1;
+        double t0 = choir_now_s();
+        for (int i = 0; i < steps; i++)
+            if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) return 1;
+        ms[r] = 1000 * (choir_now_s() - t0) / steps;
+    }
+    choir_vibevoice_set_step_graph(s, false);
+    choir_vv_set_rope_kv(was);
+    double off = (ms[0] + ms[3]) / 2, on = (ms[1] + ms[2]) / 2;
+    printf("rope kv    %g min (%d tokens of prompt): graph step %.3f ms off, %.3f ms on (off %.3f, on %.3f, on %.3f, "
+           "off %.3f): %.3fx\n", minutes, n_ids, off, on, ms[0], ms[1], ms[2], ms[3], off / on);
+    printf("choir vibevoice rope_kv min=%g prompt=%d graph_off_ms=%.3f graph_on_ms=%.3f speedup=%.3f\n", minutes,
+           n_ids, off, on, off / on);
+    fflush(stdout);
+    return 0;
+}
+
 static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoice_dims *d, double minutes,
                      int steps, choir_err *err) {
     int chunk = g_chunks[0];
@@ -1448,7 +1750,8 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
     int q8_sweeps = q8_sweep_count();
     choir_vibevoice_plan plan = {.max_samples = np,
                                  .max_context = n_ids + (2 + sweeps + 2 * q8_sweeps) * (steps + 1) + 2 +
-                                                (g_att_v2_ab ? 4 * (steps + 2) : 0),
+                                                (g_att_v2_ab ? 4 * (steps + 2) : 0) +
+                                                (g_rope_kv_ab ? 4 * (steps + 2) : 0),
                                  .prefill_chunk = chunk};
     /* Once a process, before anything is timed: 20 s of the audio encoded and
      * its prompt prefilled on a state of its own, so that first uses (the
@@ -1624,6 +1927,7 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
         }
         choir_cuda_q8_dequant(deq_was);
     }
+    if (g_rope_kv_ab && bench_rope_kv_ab(m, s, d, minutes, n_ids, steps, err)) goto out;
     double peak = choir_backend_mem_peak(be) / 1e9; /* everything held through the backend, weights too */
     printf("encoders   %.0f s of audio in %.3f s (%.0fx real time)\n", minutes * 60, enc1 - e0,
            minutes * 60 / (enc1 - e0));
@@ -2203,6 +2507,13 @@ int main(int argc, char **argv) {
             if (!g_att_v2_ab) choir_cuda_vv_set_att_v2(strcmp(argv[i + 1], "1") == 0);
             printf("decode attention v2: %s\n", g_att_v2_ab ? "off, on, on, off after each length's figures"
                                                          : choir_cuda_vv_att_v2_on() ? "on" : "off");
+        } else if (strcmp(argv[i], "--rope-kv") == 0) {
+            g_rope_kv_ab = strcmp(argv[i + 1], "ab") == 0;
+            if (!g_rope_kv_ab) choir_vv_set_rope_kv(strcmp(argv[i + 1], "1") == 0);
+            printf("rope and cache rows in one operation (CHOIR_VV_ROPE_KV): %s\n",
+                   g_rope_kv_ab            ? "off, on, on, off after each length's figures"
+                   : choir_vv_rope_kv_on() ? "on"
+                                           : "off");
         } else if (strcmp(argv[i], "--att-warps") == 0) {
             g_bench_att_warps = atoi(argv[i + 1]) == 8 ? 8 : 4;
             choir_cuda_vv_set_att_warps(g_bench_att_warps);
@@ -2284,6 +2595,7 @@ int main(int argc, char **argv) {
     check_ops(cpu, gpu);
     check_flash_v2(gpu);
     check_att_v2(cpu, gpu);
+    check_rope_kv(cpu, gpu);
     check_model(gpu, CHOIR_DTYPE_F32, 0, 1e-4);
     check_model(gpu, CHOIR_DTYPE_BF16, 0, 3e-2);
     /* 8-bit language model, bf16 elsewhere: the bf16 model's bound, for the

@@ -186,24 +186,26 @@ static void batch_ops(const choir_vibevoice *m, choir_vibevoice_batch *b, choir_
     choir_op_rows_gather(st, &m->embed, b->ids, n, b->x);
     for (int l = 0; l < L->n_layers; l++) {
         const vv_layer *w = &m->layers[l];
-        vv_layer_qkv(m, w, st, b->x, b->xn, n, b->pos, b->q, b->k, b->v);
         if (b->pool) {
             void *kp = vv_pool_k(states[0], l), *vp = vv_pool_v(states[0], l);
             choir_dtype kv = b->pool->kv;
-            choir_op_rows_scatter(st, b->k, n, kvd, kp, kv, 0, kvd, b->zeros, b->slots);
-            choir_op_rows_scatter(st, b->v, n, kvd, vp, kv, 0, kvd, b->zeros, b->slots);
+            /* Row i's new key and value to pool row slots[i]. */
+            choir_rows_out ko = {kp, kv, 0, kvd, b->zeros, b->slots}, vo = {vp, kv, 0, kvd, b->zeros, b->slots};
+            vv_layer_qkv_store(m, w, st, b->x, b->xn, n, b->pos, b->q, b->k, b->v, &ko, &vo);
             choir_op_attention_paged_at_kv(st, b->q, n, kp, vp, kv, b->tables, stride, b->pos,
                                            (int64_t)stride * CHOIR_VV_PAGE, L->n_heads, L->n_kv_heads, (int)D,
                                            b->att);
-        }
-        /* Each row's key and value join its own cache, then it attends there. */
-        for (int i = 0; !b->pool && i < n; i++) {
-            const choir_vibevoice_state *s = states[i];
-            float *kl = s->k_cache + (int64_t)l * s->ctx * kvd, *vl = s->v_cache + (int64_t)l * s->ctx * kvd;
-            choir_op_copy(st, kl + (int64_t)s->n_past * kvd, b->k + i * kvd, (size_t)kvd * sizeof(float));
-            choir_op_copy(st, vl + (int64_t)s->n_past * kvd, b->v + i * kvd, (size_t)kvd * sizeof(float));
-            choir_op_attention_cached(st, b->q + i * qd, 1, kl, vl, s->n_past, L->n_heads, L->n_kv_heads, (int)D,
-                                      b->att + i * qd);
+        } else {
+            /* Each row's key and value join its own cache, then it attends there. */
+            vv_layer_qkv(m, w, st, b->x, b->xn, n, b->pos, b->q, b->k, b->v);
+            for (int i = 0; i < n; i++) {
+                const choir_vibevoice_state *s = states[i];
+                float *kl = s->k_cache + (int64_t)l * s->ctx * kvd, *vl = s->v_cache + (int64_t)l * s->ctx * kvd;
+                choir_op_copy(st, kl + (int64_t)s->n_past * kvd, b->k + i * kvd, (size_t)kvd * sizeof(float));
+                choir_op_copy(st, vl + (int64_t)s->n_past * kvd, b->v + i * kvd, (size_t)kvd * sizeof(float));
+                choir_op_attention_cached(st, b->q + i * qd, 1, kl, vl, s->n_past, L->n_heads, L->n_kv_heads,
+                                          (int)D, b->att + i * qd);
+            }
         }
         vv_layer_mlp(m, w, st, b->x, b->xn, b->att, n, b->gate, b->up, b->tmp);
     }

@@ -17,16 +17,43 @@ static void put_positions(choir_vibevoice_state *s, int64_t rows) {
     if (!s->host) choir_op_upload(s->stream, s->pos, p, (size_t)rows * sizeof *p);
 }
 
-void vv_layer_qkv(const choir_vibevoice *m, const vv_layer *w, choir_stream *st, const float *x, float *xn,
-                  int64_t rows, const int32_t *pos, float *q, float *k, float *v) {
+/* n = RMSNorm(x), q, k, v = n W^T + bias: one operation. */
+static void layer_norm_qkv(const choir_vibevoice *m, const vv_layer *w, choir_stream *st, const float *x, float *xn,
+                           int64_t rows, float *q, float *k, float *v) {
     const choir_vibevoice_lm_dims *L = &m->dims.lm;
-    int64_t D = L->head_dim;
     choir_norm_linear p = {.ln_g = w->attn_norm, .eps = L->eps, .rms = true, .n = 3,
                            .W = {&w->q, &w->k, &w->v}, .bias = {w->q_bias, w->k_bias, w->v_bias},
                            .y = {q, k, v}};
     choir_op_norm_linear(st, x, rows, &p, xn);
+}
+
+void vv_layer_qkv(const choir_vibevoice *m, const vv_layer *w, choir_stream *st, const float *x, float *xn,
+                  int64_t rows, const int32_t *pos, float *q, float *k, float *v) {
+    const choir_vibevoice_lm_dims *L = &m->dims.lm;
+    int64_t D = L->head_dim;
+    layer_norm_qkv(m, w, st, x, xn, rows, q, k, v);
     choir_op_rope(st, q, rows, (int64_t)L->n_heads * D, L->n_heads, D, 0, pos, (float)L->rope_theta, false);
     choir_op_rope(st, k, rows, (int64_t)L->n_kv_heads * D, L->n_kv_heads, D, 0, pos, (float)L->rope_theta, false);
+}
+
+void vv_layer_qkv_store(const choir_vibevoice *m, const vv_layer *w, choir_stream *st, const float *x, float *xn,
+                        int64_t rows, const int32_t *pos, float *q, float *k, float *v, const choir_rows_out *kout,
+                        const choir_rows_out *vout) {
+    const choir_vibevoice_lm_dims *L = &m->dims.lm;
+    int64_t D = L->head_dim, kvd = (int64_t)L->n_kv_heads * D;
+    if (choir_vv_rope_kv_on()) {
+        /* The rotations and the two scatters in one operation (one kernel
+         * on CUDA instead of four a layer), the same floats. */
+        layer_norm_qkv(m, w, st, x, xn, rows, q, k, v);
+        choir_op_rope_kv_rows(st, q, k, v, rows, L->n_heads, L->n_kv_heads, D, pos, (float)L->rope_theta, kout,
+                              vout);
+        return;
+    }
+    vv_layer_qkv(m, w, st, x, xn, rows, pos, q, k, v);
+    choir_op_rows_scatter(st, k, rows, kvd, kout->dst, kout->dtype, kout->slot_stride, kout->ld, kout->slot,
+                          kout->pos);
+    choir_op_rows_scatter(st, v, rows, kvd, vout->dst, vout->dtype, vout->slot_stride, vout->ld, vout->slot,
+                          vout->pos);
 }
 
 void vv_layer_mlp(const choir_vibevoice *m, const vv_layer *w, choir_stream *st, float *x, float *xn,
@@ -208,18 +235,18 @@ static void step_ops(const choir_vibevoice *m, choir_vibevoice_state *s) {
         void *kp = s->pool ? vv_pool_k(s, l) : NULL, *vp = s->pool ? vv_pool_v(s, l) : NULL;
         float *kl = s->pool ? NULL : s->k_cache + (int64_t)l * s->ctx * kvd;
         float *vl = s->pool ? NULL : s->v_cache + (int64_t)l * s->ctx * kvd;
-        vv_layer_qkv(m, w, st, s->x, s->xn, 1, s->pos, s->q, kn, vn);
-        if (s->pool) {
-            choir_op_rows_scatter(st, kn, 1, kvd, kp, s->pool->kv, 0, kvd, s->zeros, s->slots);
-            choir_op_rows_scatter(st, vn, 1, kvd, vp, s->pool->kv, 0, kvd, s->zeros, s->slots);
+        /* The new rows to pool row slots[0], or to row pos[0] of the layer's cache. */
+        choir_rows_out ko = {s->pool ? kp : (void *)kl, s->pool ? s->pool->kv : CHOIR_DTYPE_F32, 0, kvd, s->zeros,
+                             s->pool ? s->slots : s->pos};
+        choir_rows_out vo = ko;
+        vo.dst = s->pool ? vp : (void *)vl;
+        vv_layer_qkv_store(m, w, st, s->x, s->xn, 1, s->pos, s->q, kn, vn, &ko, &vo);
+        if (s->pool)
             choir_op_attention_paged_at_kv(st, s->q, 1, kp, vp, s->pool->kv, s->table, 0, s->pos, s->ctx,
                                            L->n_heads, L->n_kv_heads, (int)D, s->att);
-        } else {
-            choir_op_rows_scatter(st, kn, 1, kvd, kl, CHOIR_DTYPE_F32, 0, kvd, s->zeros, s->pos);
-            choir_op_rows_scatter(st, vn, 1, kvd, vl, CHOIR_DTYPE_F32, 0, kvd, s->zeros, s->pos);
+        else
             choir_op_attention_cached_at(st, s->q, 1, kl, vl, s->pos, s->ctx, L->n_heads, L->n_kv_heads, (int)D,
                                          s->att);
-        }
         vv_layer_mlp(m, w, st, s->x, s->xn, s->att, 1, s->gate, s->up, s->tmp);
     }
     vv_lm_head(m, st, s->x, s->xn, 1, s->logits);

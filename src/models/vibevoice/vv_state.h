@@ -98,6 +98,14 @@ struct choir_vibevoice_kv_pool {
  * [rows, H] scratch. The CPU computes exactly the operations in turn. */
 void vv_layer_qkv(const choir_vibevoice *m, const vv_layer *w, choir_stream *st, const float *x, float *xn,
                   int64_t rows, const int32_t *pos, float *q, float *k, float *v);
+/* vv_layer_qkv for decoding steps, then the new key and value rows (k, v
+ * [rows, kv heads D]) also to kout and vout (choir_op_rows_scatter's
+ * destinations): with choir_vv_rope_kv_on, the rotations and the two
+ * scatters as one operation (choir_op_rope_kv_rows), otherwise the two
+ * ropes and the two scatters; the same floats either way. */
+void vv_layer_qkv_store(const choir_vibevoice *m, const vv_layer *w, choir_stream *st, const float *x, float *xn,
+                        int64_t rows, const int32_t *pos, float *q, float *k, float *v, const choir_rows_out *kout,
+                        const choir_rows_out *vout);
 void vv_layer_mlp(const choir_vibevoice *m, const vv_layer *w, choir_stream *st, float *x, float *xn,
                   const float *att, int64_t rows, float *gate, float *up, float *tmp);
 /* The final norm and the output head over rows of x, into logits [rows, V]. */

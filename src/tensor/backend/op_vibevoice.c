@@ -2,6 +2,7 @@
  * split over the default pool (the attention's products through
  * choir_gemm_f32), on CUDA through cuda_vibevoice.cu. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "choir/backend_vibevoice.h"
@@ -436,4 +437,53 @@ int choir_op_attention_paged_at(choir_stream *s, const float *q, int64_t T, cons
                                 float *out) {
     return choir_op_attention_paged_at_kv(s, q, T, kpool, vpool, CHOIR_DTYPE_F32, table, table_stride, pos,
                                           max_keys, n_heads, n_kv, D, out);
+}
+
+/* --- a decoding step's rotations and new cache rows ------------------------------- */
+
+int choir_op_rope_kv_rows(choir_stream *s, float *q, float *k, const float *v, int64_t T, int n_heads, int n_kv,
+                          int64_t D, const int32_t *pos, float theta, const choir_rows_out *kout,
+                          const choir_rows_out *vout) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (T < 0 || n_heads <= 0 || n_kv <= 0 || D <= 0 || D % 2 || !kout || !vout || !kout->dst || !vout->dst)
+        return be_invalid(s, "rope_kv_rows: %lld rows, %d and %d heads of %lld", (long long)T, n_heads, n_kv,
+                          (long long)D);
+    if (T == 0) return 0;
+    int64_t kvd = (int64_t)n_kv * D;
+#ifdef CHOIR_HAVE_CUDA
+    bool f32_or_bf16 = (kout->dtype == CHOIR_DTYPE_F32 || kout->dtype == CHOIR_DTYPE_BF16) &&
+                       (vout->dtype == CHOIR_DTYPE_F32 || vout->dtype == CHOIR_DTYPE_BF16);
+    if (!be_host(s) && f32_or_bf16 && D <= CHOIR_CUDA_VV_ROPE_KV_MAX_D) {
+        s->ops += 3; /* the two ropes and the two scatters */
+        choir_cuda_vv_rows_dst kd = {kout->dst, kout->dtype == CHOIR_DTYPE_BF16, kout->slot_stride, kout->ld,
+                                     kout->slot, kout->pos};
+        choir_cuda_vv_rows_dst vd = {vout->dst, vout->dtype == CHOIR_DTYPE_BF16, vout->slot_stride, vout->ld,
+                                     vout->slot, vout->pos};
+        BE_CUDA(s, "rope_kv_rows",
+                choir_cuda_vv_rope_kv(s->be->cu, q, k, v, T, n_heads, n_kv, D, pos, theta, &kd, &vd, BE_ERR));
+    }
+#endif
+    /* The operations in turn (the CPU's version, and CUDA's where its
+     * kernel does not apply), counted as they count. */
+    s->ops--;
+    choir_op_rope(s, q, T, (int64_t)n_heads * D, n_heads, D, 0, pos, theta, false);
+    choir_op_rope(s, k, T, kvd, n_kv, D, 0, pos, theta, false);
+    choir_op_rows_scatter(s, k, T, kvd, kout->dst, kout->dtype, kout->slot_stride, kout->ld, kout->slot, kout->pos);
+    return choir_op_rows_scatter(s, v, T, kvd, vout->dst, vout->dtype, vout->slot_stride, vout->ld, vout->slot,
+                                 vout->pos);
+}
+
+/* CHOIR_VV_ROPE_KV: -1 until read from the environment or set, then 0 or 1. */
+static int g_rope_kv = -1;
+
+void choir_vv_set_rope_kv(bool on) { __atomic_store_n(&g_rope_kv, on ? 1 : 0, __ATOMIC_RELAXED); }
+
+bool choir_vv_rope_kv_on(void) {
+    int v = __atomic_load_n(&g_rope_kv, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *e = getenv("CHOIR_VV_ROPE_KV");
+        v = e && strcmp(e, "1") == 0;
+        __atomic_store_n(&g_rope_kv, v, __ATOMIC_RELAXED);
+    }
+    return v == 1;
 }

@@ -1043,6 +1043,81 @@ static int att_paged(choir_cuda *cu, const float *q, int64_t T, const KV *kpool,
 }
 
 
+/* --- a decoding step's rotations and new cache rows (choir_op_rope_kv_rows) ---------- */
+
+/* One launch instead of k_rope_rows on q, k_rope_rows on k and
+ * k_rows_scatter(_bf16) of k and of v: a block per (row, part of the heads),
+ * VV_RKV_HEADS heads a part (q's heads, then k's) and its share of v's
+ * values. Each block computes the row's angles into shared memory as
+ * k_rope_rows does (cuda_rope_angles), then every (head, pair) of its heads
+ * with k_rope_rows' expressions, so each rotated value is its float; a k
+ * pair is also written to the cache row, rounded as k_rows_scatter_bf16
+ * rounds when the cache holds bf16. In the 7B model's step (28 + 4 heads of
+ * 128): 4 blocks of 256 threads, two pairs and 128 / 256 of v's values a
+ * thread. */
+#define VV_RKV_THREADS 256
+#define VV_RKV_HEADS 8
+#define VV_RKV_MAX_HALF (CHOIR_CUDA_VV_ROPE_KV_MAX_D / 2)
+
+/* One pair rotated, x0 = a c - b s and x1 = b c + a s, as the PTX nvcc 13.0
+ * emits for k_rope_rows' two expressions: two mul.f32 and a sub.f32, then
+ * fma.rn.f32(a, s, b c). Written out because the same C expressions here
+ * came out as fma(b, c, a s), another rounding of x1; with the same
+ * instructions ptxas makes the same choices (its own contraction of the
+ * mul.f32 and sub.f32 included), so each value is k_rope_rows' float
+ * (vibevoice_gpu_check's rope_kv cases compare the two bit for bit). */
+__device__ __forceinline__ void vv_rkv_rotate(float a, float b, float c, float s, float &x0, float &x1) {
+    float ac, bs, bc;
+    asm("mul.f32 %0, %1, %2;" : "=f"(ac) : "f"(a), "f"(c));
+    asm("mul.f32 %0, %1, %2;" : "=f"(bs) : "f"(b), "f"(s));
+    asm("sub.f32 %0, %1, %2;" : "=f"(x0) : "f"(ac), "f"(bs));
+    asm("mul.f32 %0, %1, %2;" : "=f"(bc) : "f"(b), "f"(c));
+    asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(x1) : "f"(a), "f"(s), "f"(bc));
+}
+
+/* Row r of a destination (k_rows_scatter's address: slot NULL is slot r). */
+__device__ __forceinline__ int64_t vv_rkv_at(const choir_cuda_vv_rows_dst &d, int64_t r) {
+    return (int64_t)(d.slot ? d.slot[r] : (int32_t)r) * d.slot_stride + (int64_t)d.pos[r] * d.ld;
+}
+/* Value x to element `at` of a destination: the float, or its bf16. */
+__device__ __forceinline__ void vv_rkv_put(const choir_cuda_vv_rows_dst &d, int64_t at, float x) {
+    if (d.bf16) ((__nv_bfloat16 *)d.dst)[at] = __float2bfloat16_rn(x);
+    else ((float *)d.dst)[at] = x;
+}
+
+__global__ void __launch_bounds__(VV_RKV_THREADS)
+    k_vv_rope_kv(float *q, float *k, const float *__restrict__ v, int64_t rows, int n_heads, int n_kv, int64_t Dh,
+                 const int32_t *__restrict__ pos, float theta, choir_cuda_vv_rows_dst kd, choir_cuda_vv_rows_dst vd) {
+    __shared__ float cs[VV_RKV_MAX_HALF], sn[VV_RKV_MAX_HALF];
+    int64_t half = Dh / 2, qd = (int64_t)n_heads * Dh, kvd = (int64_t)n_kv * Dh;
+    int h0 = (int)blockIdx.y * VV_RKV_HEADS, h1 = h0 + VV_RKV_HEADS < n_heads + n_kv ? h0 + VV_RKV_HEADS
+                                                                                    : n_heads + n_kv;
+    int64_t vshare = (kvd + gridDim.y - 1) / gridDim.y, v0 = (int64_t)blockIdx.y * vshare;
+    int64_t v1 = v0 + vshare < kvd ? v0 + vshare : kvd;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        __syncthreads(); /* the last row's angles are read */
+        cuda_rope_angles(cs, sn, half, pos[r], theta);
+        __syncthreads();
+        int64_t kat = vv_rkv_at(kd, r), vat = vv_rkv_at(vd, r);
+        for (int64_t t = threadIdx.x; t < (int64_t)(h1 - h0) * half; t += blockDim.x) {
+            int64_t h = h0 + t / half, i = t % half;
+            bool isq = h < n_heads;
+            int64_t col = isq ? h * Dh : (h - n_heads) * Dh; /* within q's or k's row */
+            float *xh = isq ? q + r * qd + col : k + r * kvd + col;
+            float a = xh[i], b = xh[i + half], x0, x1;
+            vv_rkv_rotate(a, b, cs[i], sn[i], x0, x1);
+            xh[i] = x0;
+            xh[i + half] = x1;
+            if (!isq) {
+                vv_rkv_put(kd, kat + col + i, x0);
+                vv_rkv_put(kd, kat + col + i + half, x1);
+            }
+        }
+        for (int64_t j = v0 + threadIdx.x; j < v1; j += blockDim.x) vv_rkv_put(vd, vat + j, v[r * kvd + j]);
+    }
+}
+
+
 extern "C" {
 
 void choir_cuda_vv_set_att_v2(bool on) { g_att_v2 = on; }
@@ -1125,6 +1200,21 @@ int choir_cuda_vv_attention_paged(choir_cuda *cu, const float *q, int64_t T, con
                          pos0, pos, max_keys, n_heads, n_kv, D, out, err);
     return att_paged(cu, q, T, (const float *)kpool, (const float *)vpool, table, table_stride, pos0, pos,
                      max_keys, n_heads, n_kv, D, out, err);
+}
+
+int choir_cuda_vv_rope_kv(choir_cuda *cu, float *q, float *k, const float *v, int64_t T, int n_heads, int n_kv,
+                          int64_t D, const int32_t *pos, float theta, const choir_cuda_vv_rows_dst *kd,
+                          const choir_cuda_vv_rows_dst *vd, choir_err *err) {
+    if (T <= 0) return 0;
+    if (D <= 0 || D % 2 || D > CHOIR_CUDA_VV_ROPE_KV_MAX_D || n_heads <= 0 || n_kv <= 0 || !pos || !kd || !vd ||
+        !kd->dst || !vd->dst || !kd->pos || !vd->pos)
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: rope and cache rows of %d and %d heads of %lld values",
+                             n_heads, n_kv, (long long)D);
+    int parts = (n_heads + n_kv + VV_RKV_HEADS - 1) / VV_RKV_HEADS;
+    if (parts > 65535) return choir_err_set(err, CHOIR_ETOOBIG, "cuda: rope over %d heads", n_heads + n_kv);
+    dim3 grid((unsigned)(T < 65535 ? T : 65535), (unsigned)parts);
+    k_vv_rope_kv<<<grid, VV_RKV_THREADS, 0, cu->stream>>>(q, k, v, T, n_heads, n_kv, D, pos, theta, *kd, *vd);
+    return choir_cuda_check_launch(err, "vibevoice rope and cache rows");
 }
 
 } /* extern "C" */

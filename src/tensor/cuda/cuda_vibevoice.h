@@ -91,6 +91,27 @@ int choir_cuda_vv_flash_prefill(choir_cuda *cu, const float *q, int64_t T, const
                                 bool kv_bf16, const int32_t *table, int64_t pos0, int n_heads, int n_kv, int D,
                                 float *out, choir_err *err);
 
+/* Where choir_cuda_vv_rope_kv writes the rows of k or of v: row r to
+ * dst + slot[r] slot_stride + pos[r] ld (elements: uint16 bf16 values
+ * rounded to nearest even when bf16, floats otherwise; slot NULL: slot r),
+ * as choir_cuda_rows_scatter(_bf16) writes them. */
+typedef struct choir_cuda_vv_rows_dst {
+    void *dst;
+    bool bf16;
+    int64_t slot_stride, ld;
+    const int32_t *slot, *pos;
+} choir_cuda_vv_rows_dst;
+/* Heads up to this many values take choir_cuda_vv_rope_kv. */
+#define CHOIR_CUDA_VV_ROPE_KV_MAX_D 1024
+/* choir_op_rope_kv_rows (issue #23; NOT RUN ON A GPU yet): q [T][n_heads D]
+ * and k [T][n_kv D] rotated in place at positions pos [T] (k_rope_rows'
+ * floats), k's rotated rows and v's rows [T][n_kv D] written to kd and vd
+ * (k_rows_scatter(_bf16)'s values), in one launch (k_vv_rope_kv). D even,
+ * at most CHOIR_CUDA_VV_ROPE_KV_MAX_D. */
+int choir_cuda_vv_rope_kv(choir_cuda *cu, float *q, float *k, const float *v, int64_t T, int n_heads, int n_kv,
+                          int64_t D, const int32_t *pos, float theta, const choir_cuda_vv_rows_dst *kd,
+                          const choir_cuda_vv_rows_dst *vd, choir_err *err);
+
 #ifdef __cplusplus
 }
 #endif

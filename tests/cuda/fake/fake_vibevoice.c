@@ -5,6 +5,7 @@
  * staging) on a machine without a GPU. Not for graph capture. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "choir/tensor.h"
 #include "tensor/cuda/cuda_vibevoice.h"
@@ -184,4 +185,54 @@ int choir_cuda_vv_attention_paged(choir_cuda *cu, const float *q, int64_t T, con
     att_paged_args a = {q, kpool, vpool, kv_bf16, table, pos, table_stride, pos0, T, pos ? max_keys : pos0 + T,
                         n_heads, n_kv, D, out};
     return fake_cuda_run_or_record(att_paged_run, &a, sizeof a);
+}
+
+/* choir_cuda_vv_rope_kv: the fake's rope (fake_cuda.c, the same expressions)
+ * on q and k, then k's and v's rows to their destinations as its
+ * rows_scatter writes them, positions and slots read when it runs. */
+typedef struct rope_kv_args {
+    float *q, *k;
+    const float *v;
+    int64_t T, D;
+    int n_heads, n_kv;
+    const int32_t *pos;
+    float theta;
+    choir_cuda_vv_rows_dst kd, vd;
+} rope_kv_args;
+
+static void rows_put(const choir_cuda_vv_rows_dst *d, int64_t r, const float *row, int64_t n) {
+    int64_t at = (int64_t)(d->slot ? d->slot[r] : (int32_t)r) * d->slot_stride + (int64_t)d->pos[r] * d->ld;
+    if (d->bf16) choir_f32_to_bf16_n(row, (uint16_t *)d->dst + at, n);
+    else memcpy((float *)d->dst + at, row, (size_t)n * sizeof(float));
+}
+
+static int rope_kv_run(const void *args) {
+    const rope_kv_args *a = args;
+    int64_t D = a->D, half = D / 2, kvd = (int64_t)a->n_kv * D;
+    for (int64_t r = 0; r < a->T; r++) {
+        for (int64_t i = 0; i < half; i++) {
+            float inv_freq = (float)(1.0 / pow((double)a->theta, (double)(2 * i) / (double)D));
+            float ang = (float)a->pos[r] * inv_freq, cs = cosf(ang), sn = sinf(ang);
+            for (int h = 0; h < a->n_heads + a->n_kv; h++) {
+                float *xh = h < a->n_heads ? a->q + (r * a->n_heads + h) * D : a->k + r * kvd + (h - a->n_heads) * D;
+                float x0 = xh[i], x1 = xh[i + half];
+                xh[i] = x0 * cs - x1 * sn;
+                xh[i + half] = x1 * cs + x0 * sn;
+            }
+        }
+        rows_put(&a->kd, r, a->k + r * kvd, kvd);
+        rows_put(&a->vd, r, a->v + r * kvd, kvd);
+    }
+    return 0;
+}
+
+int choir_cuda_vv_rope_kv(choir_cuda *cu, float *q, float *k, const float *v, int64_t T, int n_heads, int n_kv,
+                          int64_t D, const int32_t *pos, float theta, const choir_cuda_vv_rows_dst *kd,
+                          const choir_cuda_vv_rows_dst *vd, choir_err *err) {
+    (void)cu;
+    if (T <= 0) return 0;
+    if (D <= 0 || D % 2 || D > CHOIR_CUDA_VV_ROPE_KV_MAX_D || !kd->dst || !vd->dst)
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: rope and cache rows of %lld values", (long long)D);
+    rope_kv_args a = {q, k, v, T, D, n_heads, n_kv, pos, theta, *kd, *vd};
+    return fake_cuda_run_or_record(rope_kv_run, &a, sizeof a);
 }
