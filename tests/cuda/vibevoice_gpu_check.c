@@ -52,9 +52,9 @@
  *     batch (and each --audio-min length, one row), the step's attention alone
  *     with both kernels and decode attention v2's variants (bench_attention).
  *     --att-v2 0|1|ab: decode attention v2 (CHOIR_VV_ATT_V2) off or on, or
- *     ab: each length's graph step timed off, on, on, off (bench_att_v2_ab).
+ *     ab: each length's graph step timed off, on, on, off (bench_switch_ab).
  *     --rope-kv 0|1|ab: a step's ropes and new cache rows in one operation
- *     (CHOIR_VV_ROPE_KV) off or on, or ab as --att-v2's (bench_rope_kv_ab).
+ *     (CHOIR_VV_ROPE_KV) off or on, or ab as --att-v2's (bench_switch_ab).
  *     --pf-att simt|flash|both|v2 picks the prefill attention (the f32 SIMT
  *     kernel, the tensor-core one of cuda_vv_flash.cu, or each length's
  *     prefill with both, SIMT first; v2: each length's prefill with the
@@ -1638,7 +1638,7 @@ static int q8_sweep_count(void) {
 static int g_bench_att_warps = 4;
 /* --att-v2 0|1|ab: decode attention v2 off or on (choir_cuda_vv_set_att_v2)
  * for the whole bench, or ab: after each length's figures, the graph step
- * timed with it off, on, on, off on the same state (bench_att_v2_ab). */
+ * timed with it off, on, on, off on the same state (bench_switch_ab). */
 static bool g_att_v2_ab;
 
 /* CHOIR_VGC_PROFILE=encode|prefill|step brackets the bench's encoders, its
@@ -1659,53 +1659,35 @@ static void profile_range(const char *part, bool on) {
 #define BENCH_MAX_CHUNKS 8
 static int g_chunks[BENCH_MAX_CHUNKS] = {1024}, g_n_chunks = 1;
 
-/* The graph-replayed step with decode attention v2 off, on, on, off (each:
- * the graph dropped, one step op by op, which sizes the kernels' scratch,
- * one step that records, then `steps` replayed and timed); the state's
- * context grows by 4 (steps + 2). The switch is put back. */
-static int bench_att_v2_ab(const choir_vibevoice *m, choir_vibevoice_state *s, const choir_vibevoice_dims *d,
-                           double minutes, int n_ids, int steps, choir_err *err) {
-    const float *logits = choir_vibevoice_logits(s);
-    bool was = choir_cuda_vv_att_v2_on();
-    double ms[4];
-    for (int r = 0; r < 4; r++) {
-        choir_vibevoice_set_step_graph(s, false);
-        choir_cuda_vv_set_att_v2(r == 1 || r == 2);
-        if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) return 1;
-        choir_vibevoice_set_step_graph(s, true);
-        if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) return 1;
-        double t0 = choir_now_s();
-        for (int i = 0; i < steps; i++)
-            if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) return 1;
-        ms[r] = 1000 * (choir_now_s() - t0) / steps;
-    }
-    choir_vibevoice_set_step_graph(s, false);
-    choir_cuda_vv_set_att_v2(was);
-    double off = (ms[0] + ms[3]) / 2, on = (ms[1] + ms[2]) / 2;
-    printf("att v2     %g min (%d tokens of prompt): graph step %.3f ms off, %.3f ms on (off %.3f, on %.3f, on %.3f, "
-           "off %.3f): %.3fx\n", minutes, n_ids, off, on, ms[0], ms[1], ms[2], ms[3], off / on);
-    printf("choir vibevoice att_v2 min=%g prompt=%d graph_off_ms=%.3f graph_on_ms=%.3f speedup=%.3f\n", minutes, n_ids,
-           off, on, off / on);
-    fflush(stdout);
-    return 0;
-}
+/* A decode-step switch for bench_switch_ab: its setter and getter, and the
+ * names it prints ("att v2" and att_v2, say). */
+typedef struct bench_switch {
+    void (*set)(bool on);
+    bool (*on)(void);
+    const char *label, *key;
+} bench_switch;
+
+/* --att-v2 ab: decode attention v2 (CHOIR_VV_ATT_V2). */
+static const bench_switch k_sw_att_v2 = {choir_cuda_vv_set_att_v2, choir_cuda_vv_att_v2_on, "att v2", "att_v2"};
 
 /* --rope-kv 0|1|ab: CHOIR_VV_ROPE_KV off or on (choir_vv_set_rope_kv) for
  * the whole bench, or ab: after each length's figures, the graph step timed
- * with it off, on, on, off on the same state (bench_rope_kv_ab). */
+ * with it off, on, on, off on the same state (bench_switch_ab). */
 static bool g_rope_kv_ab;
+static const bench_switch k_sw_rope_kv = {choir_vv_set_rope_kv, choir_vv_rope_kv_on, "rope kv", "rope_kv"};
 
-/* The graph-replayed step with CHOIR_VV_ROPE_KV off, on, on, off, as
- * bench_att_v2_ab times its switch; the state's context grows by 4 (steps
- * + 2). The switch is put back. */
-static int bench_rope_kv_ab(const choir_vibevoice *m, choir_vibevoice_state *s, const choir_vibevoice_dims *d,
-                            double minutes, int n_ids, int steps, choir_err *err) {
+/* The graph-replayed step with a switch off, on, on, off (each: the graph
+ * dropped, one step op by op, which sizes the kernels' scratch, one step
+ * that records, then `steps` replayed and timed); the state's context grows
+ * by 4 (steps + 2). The switch is put back. */
+static int bench_switch_ab(const bench_switch *sw, const choir_vibevoice *m, choir_vibevoice_state *s,
+                           const choir_vibevoice_dims *d, double minutes, int n_ids, int steps, choir_err *err) {
     const float *logits = choir_vibevoice_logits(s);
-    bool was = choir_vv_rope_kv_on();
+    bool was = sw->on();
     double ms[4];
     for (int r = 0; r < 4; r++) {
         choir_vibevoice_set_step_graph(s, false);
-        choir_vv_set_rope_kv(r == 1 || r == 2);
+        sw->set(r == 1 || r == 2);
         if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) return 1;
         choir_vibevoice_set_step_graph(s, true);
         if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) return 1;
@@ -1715,11 +1697,11 @@ static int bench_rope_kv_ab(const choir_vibevoice *m, choir_vibevoice_state *s, 
         ms[r] = 1000 * (choir_now_s() - t0) / steps;
     }
     choir_vibevoice_set_step_graph(s, false);
-    choir_vv_set_rope_kv(was);
+    sw->set(was);
     double off = (ms[0] + ms[3]) / 2, on = (ms[1] + ms[2]) / 2;
-    printf("rope kv    %g min (%d tokens of prompt): graph step %.3f ms off, %.3f ms on (off %.3f, on %.3f, on %.3f, "
-           "off %.3f): %.3fx\n", minutes, n_ids, off, on, ms[0], ms[1], ms[2], ms[3], off / on);
-    printf("choir vibevoice rope_kv min=%g prompt=%d graph_off_ms=%.3f graph_on_ms=%.3f speedup=%.3f\n", minutes,
+    printf("%-10s %g min (%d tokens of prompt): graph step %.3f ms off, %.3f ms on (off %.3f, on %.3f, on %.3f, "
+           "off %.3f): %.3fx\n", sw->label, minutes, n_ids, off, on, ms[0], ms[1], ms[2], ms[3], off / on);
+    printf("choir vibevoice %s min=%g prompt=%d graph_off_ms=%.3f graph_on_ms=%.3f speedup=%.3f\n", sw->key, minutes,
            n_ids, off, on, off / on);
     fflush(stdout);
     return 0;
@@ -1908,7 +1890,7 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
         choir_vibevoice_set_step_graph(s, false);
         choir_cuda_q8_gemv(q8_was);
     }
-    if (g_att_v2_ab && bench_att_v2_ab(m, s, d, minutes, n_ids, steps, err)) goto out;
+    if (g_att_v2_ab && bench_switch_ab(&k_sw_att_v2, m, s, d, minutes, n_ids, steps, err)) goto out;
     if (g_q8_deq_ab) {
         const bool deq_was = choir_cuda_q8_dequant_on();
         for (int on = 0; on < 2; on++) {
@@ -1927,7 +1909,7 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
         }
         choir_cuda_q8_dequant(deq_was);
     }
-    if (g_rope_kv_ab && bench_rope_kv_ab(m, s, d, minutes, n_ids, steps, err)) goto out;
+    if (g_rope_kv_ab && bench_switch_ab(&k_sw_rope_kv, m, s, d, minutes, n_ids, steps, err)) goto out;
     double peak = choir_backend_mem_peak(be) / 1e9; /* everything held through the backend, weights too */
     printf("encoders   %.0f s of audio in %.3f s (%.0fx real time)\n", minutes * 60, enc1 - e0,
            minutes * 60 / (enc1 - e0));
