@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The GPU drafts that are off by default because they have not run on a GPU
+# yet: every check with their switches on, then the A/B benches that decide
+# whether each is turned on. For a packed CUDA build (tools/device_pack.sh
+# with CHOIR_PACK_EXTRA naming the check programs) on the GPU machine:
+#
+#   mkdir -p /tmp/p && tar -xJf PACK -C /tmp/p && . /tmp/p/env.sh
+#   bash tests/cuda/run_pending_gpu.sh checks|vv|q8|kokoro [LIMIT_S]
+#
+# Each part fits one 10-minute call (LIMIT_S, default 560: a step that would
+# start with less than 25 s left is skipped). Everything goes to
+# $OUT/pending-PART.log (or /tmp); the terminal gets the verdict lines and
+# the figures. The switches (docs/cuda.md):
+#   CHOIR_VV_FLASH_V2   VibeVoice's second flash prefill kernel
+#   CHOIR_VV_ATT_V2     VibeVoice's decode attention v2 (splits sized to the device, combine folded)
+#   CHOIR_VV_ROPE_KV    a decode step's ropes and new cache rows in one launch
+#   CHOIR_VV_PREFILL_FUSED  q/k/v and gate/up grouped into one product each
+#   CHOIR_Q8_GEMV=4..6  the streaming 8-bit GEMV shapes; CHOIR_Q8_DEQUANT the 16-byte dequantize
+#   CHOIR_KOKORO_FRONT_BATCH  Kokoro's ALBERT attention and text encoder as batches
+set -u
+PART=${1:-checks}
+LIMIT=${2:-560}
+T0=$SECONDS
+LOG=${OUT:-/tmp}/pending-$PART.log
+: >"$LOG"
+command -v choir_vibevoice_gpu_check >/dev/null || {
+    echo "run_pending_gpu.sh: no packed build on PATH (. /tmp/p/env.sh first)" >&2
+    exit 2
+}
+nvidia-smi -L
+FAILED=0
+# st NAME TIMEOUT FILTER COMMAND...: the whole output to $LOG, the lines
+# matching FILTER (all when empty) to the terminal.
+st() {
+    local name=$1 t=$2 filter=$3
+    shift 3
+    local left=$((LIMIT - (SECONDS - T0)))
+    if [ $left -lt 25 ]; then
+        echo "=== SKIP $name ($left s left)"
+        return
+    fi
+    [ "$t" -gt "$left" ] && t=$left
+    echo "=== $name"
+    local t1=$SECONDS out
+    out=$(timeout "$t" "$@" 2>&1)
+    local rc=$?
+    printf '===== %s (exit %d)\n%s\n' "$name" "$rc" "$out" >>"$LOG"
+    if [ -z "$filter" ]; then echo "$out"; else grep -E "$filter" <<<"$out" | head -60; fi
+    echo "--- $name: exit $rc, $((SECONDS - t1)) s"
+    [ $rc -ne 0 ] && [ $rc -ne 77 ] && FAILED=$((FAILED + 1))
+}
+CHK='FAIL|passed|PASS$|check: PASS|error'
+VV="choir_vibevoice_gpu_check --bench 7b --layers 28"
+case $PART in
+checks)
+    st vibevoice 120 "$CHK" choir_vibevoice_gpu_check
+    st vibevoice-drafts-on 120 "$CHK" env CHOIR_VV_FLASH_V2=1 CHOIR_VV_ATT_V2=1 CHOIR_VV_ROPE_KV=1 \
+        choir_vibevoice_gpu_check
+    st vibevoice-prefill-fused 120 "$CHK" env CHOIR_VV_PREFILL_FUSED=1 choir_vibevoice_gpu_check
+    st vibevoice-q8-on 100 "$CHK" env CHOIR_Q8_GEMV=5 CHOIR_Q8_DEQUANT=1 choir_vibevoice_gpu_check
+    st backend 120 "$CHK" choir_backend_gpu_check
+    st backend-q8-on 100 "$CHK" env CHOIR_Q8_GEMV=5 CHOIR_Q8_DEQUANT=1 choir_backend_gpu_check
+    st kokoro 60 "$CHK" choir_kokoro_gpu_check
+    st kokoro-front-batch 60 "$CHK" env CHOIR_KOKORO_FRONT_BATCH=1 choir_kokoro_gpu_check
+    ;;
+vv)
+    st att-v2 150 'att v2|attention [0-9]|choir vibevoice att|error' \
+        $VV --audio-min 10,60 --steps 32 --att-v2 ab --att-bench 1
+    st rope-kv 100 'rope kv|choir vibevoice rope|error' $VV --audio-min 10 --steps 32 --rope-kv ab
+    st flash-v2 120 'prefill|pf_v2|error' $VV --audio-min 10,60 --steps 4 --pf-att v2
+    st prefill-fused 120 'prefill|error' $VV --audio-min 10,60 --steps 4 --pf-fused both
+    ;;
+q8)
+    st q8-shapes 240 'q8|shape|8-bit|error' \
+        $VV --audio-min 10 --steps 32 --bits 8 --q8-sweep 1,4,5,6,1 --batch 8 --q8-dequant both
+    ;;
+kokoro)
+    K=$CHOIR_SHARED_DIR/fixtures/kokoro/kokoro-v1
+    st weights 60 '' choir dev weights --manifest "$K/manifest.json" --config "$K/config.json" --out /tmp/kmodel
+    KB="choir bench kokoro --model /tmp/kmodel --voice $CHOIR_SHARED_DIR/fixtures/kokoro/voices/af_heart.bin --backend cuda"
+    for fb in 0 1; do
+        st "front-batch-$fb-tf32" 90 '' env CHOIR_KOKORO_PROFILE=1 CHOIR_KOKORO_FRONT_BATCH=$fb $KB --batch 1,32 --gpu-dtype tf32
+    done
+    st front-batch-1-bf16 90 '' env CHOIR_KOKORO_PROFILE=1 CHOIR_KOKORO_FRONT_BATCH=1 $KB --batch 1,32 --gpu-dtype bf16
+    # Where batch 32's device time goes, kernel by kernel (the generator's stage 1 first).
+    st ncu-batch32 200 '==PROF==|error' ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+        --print-summary per-kernel --log-file "${OUT:-/tmp}/pending-kokoro-ncu.csv" $KB --batch 32 --gpu-dtype bf16
+    ;;
+*)
+    echo "run_pending_gpu.sh: PART is checks, vv, q8 or kokoro" >&2
+    exit 2
+    ;;
+esac
+echo "run_pending_gpu.sh $PART: $FAILED step(s) failed, $((SECONDS - T0)) s; log $LOG"
+[ $FAILED -eq 0 ]
