@@ -13,9 +13,7 @@
 #ifndef INFINITY
 #define INFINITY (__builtin_inff())
 #endif
-struct float4 { float x, y, z, w; };
 struct uint4 { unsigned x, y, z, w; };
-static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 template <class T> static inline T __ldcg(const T *p) { return *p; }
