@@ -13,9 +13,7 @@
 #include <type_traits>
 
 struct uint4 { uint32_t x, y, z, w; };
-struct float4 { float x, y, z, w; };
 static inline uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return {x, y, z, w}; }
-static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 struct __half { uint16_t x; };
 static dim3v blockDim;
 enum { CHOIR_DTYPE_F32 = 1, CHOIR_DTYPE_F16 = 2, CHOIR_DTYPE_BF16 = 3 };
