@@ -62,6 +62,14 @@ __device__ __forceinline__ int64_t q8_xpos(int64_t c) {
     return (c & ~(int64_t)511) + ((i & 15) >> 2) * 128 + (i >> 4) * 4 + (i & 3);
 }
 
+/* 1 / RMS of row xr (K values) over the block, as choir_cuda_rms_norm
+ * computes it (double sums); red: the block's 32 doubles of scratch. */
+__device__ __forceinline__ float q8_rms_inv(const float *xr, int64_t K, float eps, double *red) {
+    double ss = 0;
+    for (int64_t i = threadIdx.x; i < K; i += Q8_THREADS) ss += (double)xr[i] * xr[i];
+    return (float)(1.0 / sqrt(cuda_block_sum_d(ss, red) / (double)K + (double)eps));
+}
+
 __device__ __forceinline__ float q8_sb(const void *p, int dt, int64_t i) {
     if (dt == CHOIR_DTYPE_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
     if (dt == CHOIR_DTYPE_F16) return __half2float(((const __half *)p)[i]);
@@ -148,11 +156,7 @@ __global__ void __launch_bounds__(Q8_THREADS)
         for (int m = 0; m < M; m++) {
             const float *xr = x + (int64_t)m * K;
             float inv = 1.0f;
-            if constexpr (NORM) {
-                double ss = 0;
-                for (int64_t i = threadIdx.x; i < K; i += Q8_THREADS) ss += (double)xr[i] * xr[i];
-                inv = (float)(1.0 / sqrt(cuda_block_sum_d(ss, red) / (double)K + (double)eps));
-            }
+            if constexpr (NORM) inv = q8_rms_inv(xr, K, eps, red);
             for (int64_t i = threadIdx.x; i < K; i += Q8_THREADS)
                 xs[m * Kp + q8_xpos(i)] =
                     NORM ? __fmul_rn(__fmul_rn(xr[i], inv), gamma ? gamma[i] : 1.0f) : xr[i];
@@ -351,11 +355,7 @@ __global__ void __launch_bounds__(Q8_THREADS)
     for (int m = 0; m < M; m++) {
         const float *xr = x + (int64_t)m * K;
         float inv = 1.0f;
-        if constexpr (NORM) {
-            double ss = 0;
-            for (int64_t i = threadIdx.x; i < K; i += Q8_THREADS) ss += (double)xr[i] * xr[i];
-            inv = (float)(1.0 / sqrt(cuda_block_sum_d(ss, red) / (double)K + (double)eps));
-        }
+        if constexpr (NORM) inv = q8_rms_inv(xr, K, eps, red);
         for (int64_t i = threadIdx.x; i < kcp; i += Q8_THREADS) {
             float v = 0.0f;
             if (i < kc) v = NORM ? __fmul_rn(__fmul_rn(xr[k0 + i], inv), gamma ? gamma[k0 + i] : 1.0f) : xr[k0 + i];
