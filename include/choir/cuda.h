@@ -381,9 +381,9 @@ int choir_cuda_gated_mlp_rows(choir_cuda *cu, float *x, int64_t M, const float *
                               const choir_cuda_weight *Wg, const choir_cuda_weight *Wu, const choir_cuda_weight *Wd,
                               void *gate, void *up, void *h, choir_err *err);
 
-/* Prefill products in one (issue #23, VibeVoice 7B's prefill; off by
- * default: written 7 Dec 2026, NOT RUN ON A GPU; CHOIR_VV_PREFILL_FUSED=1 in
- * the environment turns it on at the first use unless
+/* Prefill products in one (issue #23, VibeVoice 7B's prefill; on by
+ * default since it ran on an H100 on 7 Dec 2026; CHOIR_VV_PREFILL_FUSED=0 in
+ * the environment turns it off at the first use unless
  * choir_cuda_prefill_fused set it; process-wide). The backend takes the
  * two calls below where a layer's weights lie one after another in device
  * memory (choir_backend_weight_group) and choir_cuda_rows_ok holds. */
@@ -489,8 +489,9 @@ void choir_cuda_gemv_set_variant(int v);
  * choir_cuda_linear_ex then fuse 8-bit layers too) with 2 rows a warp and
  * batches of 2 steps, 1 row and 4, 4 rows and 2. Other bit widths keep the
  * old kernel. The same products within f32 rounding (the sums in another
- * order). Shape 1 by default since it ran on an H100 on 7 Dec 2026 (the 8-bit
- * 7B step 12.27 -> 7.77 ms); until choir_cuda_q8_gemv is called,
+ * order). Shape 4 by default since the shapes ran on an H100 on 7 Dec 2026
+ * (the 8-bit 7B step as a graph: old kernel 12.27 ms, shape 1 7.19, shape 4
+ * 6.43); until choir_cuda_q8_gemv is called,
  * CHOIR_Q8_GEMV=N picks the shape (0: the old kernel).
  * Process-wide. */
 void choir_cuda_q8_gemv(int shape);

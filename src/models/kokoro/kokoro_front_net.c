@@ -38,14 +38,14 @@ static double tick(choir_stream *s, bool on) {
     return choir_now_s();
 }
 
-/* CHOIR_KOKORO_FRONT_BATCH=1 on a device: ALBERT's attention over all
- * pieces in one operation (choir_op_attention_ragged) and the text
- * encoder's convolutions, norms and activations over the padded batch
- * instead of per piece. Off by default (NOT RUN ON A GPU yet); the CPU
- * path never takes it. */
+/* On a device: ALBERT's attention over all pieces in one operation
+ * (choir_op_attention_ragged) and the text encoder's convolutions, norms
+ * and activations over the padded batch instead of per piece. On unless
+ * CHOIR_KOKORO_FRONT_BATCH=0 (H100, 7 Dec 2026: 32 pieces' front 177 ->
+ * 161 ms, the text encoder 23.1 -> 8.5 ms); the CPU path never takes it. */
 static bool front_batch(choir_stream *s) {
     const char *e = getenv("CHOIR_KOKORO_FRONT_BATCH");
-    return e && strcmp(e, "1") == 0 && !choir_backend_is_host(choir_stream_backend(s));
+    return !(e && strcmp(e, "0") == 0) && !choir_backend_is_host(choir_stream_backend(s));
 }
 
 typedef struct kf_lin {

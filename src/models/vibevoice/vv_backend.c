@@ -61,12 +61,13 @@ int vv_bind_backend(choir_vibevoice *m, choir_err *err) {
     bind_w(ws, &m->embed);
     if (tied) m->lm_head = m->embed;
     else bind_w(ws, &m->lm_head);
-    /* CHOIR_VV_PREFILL_FUSED=1: q, k, v in one device buffer and gate, up in
-     * another (choir_backend_weight_group), so that the prefill's products
-     * over them run as one each (choir_op_norm_qkv_rope, choir_op_gated_mlp);
-     * the same bytes either way. */
+    /* q, k, v in one device buffer and gate, up in another
+     * (choir_backend_weight_group), so that the prefill's products over them
+     * run as one each (choir_op_norm_qkv_rope, choir_op_gated_mlp); the same
+     * bytes either way. On unless CHOIR_VV_PREFILL_FUSED=0 (H100, 7 Dec 2026:
+     * 10 minutes of prefill 36,939 -> 38,115 tokens/s). */
     const char *fused = getenv("CHOIR_VV_PREFILL_FUSED");
-    bool group = fused && fused[0] == '1';
+    bool group = !(fused && fused[0] == '0');
     for (int i = 0; i < L->n_layers; i++) {
         vv_layer *l = &m->layers[i];
         if (group && l->q.rows > 0 && l->k.rows > 0 && l->v.rows > 0 && l->gate.rows > 0 && l->up.rows > 0) {

@@ -482,7 +482,7 @@ bool choir_vv_rope_kv_on(void) {
     int v = __atomic_load_n(&g_rope_kv, __ATOMIC_RELAXED);
     if (v < 0) {
         const char *e = getenv("CHOIR_VV_ROPE_KV");
-        v = e && strcmp(e, "1") == 0;
+        v = !(e && strcmp(e, "0") == 0); /* on unless "0" (ran on an H100 on 7 Dec 2026) */
         __atomic_store_n(&g_rope_kv, v, __ATOMIC_RELAXED);
     }
     return v == 1;

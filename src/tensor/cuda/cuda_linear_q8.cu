@@ -495,11 +495,11 @@ void choir_cuda_q8_gemv(int shape) {
 int choir_cuda_q8_gemv_shape(void) {
     int v = __atomic_load_n(&g_q8, __ATOMIC_RELAXED);
     if (!v) {
-        /* Shape 1 unless set: ran on an H100 on 7 Dec 2026 (the backend and
-         * vibevoice checks passing with it; the 8-bit 7B step 12.27 -> 7.77 ms
-         * as a graph, shapes 2 / 3 8.41 / 11.24). */
+        /* Shape 4 unless set. H100, 7 Dec 2026, the 8-bit 7B step as a
+         * graph: the old kernel 12.27 ms, shape 1 7.19, 4 6.43, 5 7.29, 6
+         * 6.75; 8 rows 41.3 (shape 1), 30.0 (4), 28.2 (6). */
         const char *e = getenv("CHOIR_Q8_GEMV");
-        int s = e ? atoi(e) : 1;
+        int s = e ? atoi(e) : 4;
         v = 1 + (s >= 0 && s < Q8_SHAPES ? s : 0);
         __atomic_store_n(&g_q8, v, __ATOMIC_RELAXED);
     }
@@ -708,7 +708,7 @@ bool choir_cuda_q8_dequant_on(void) {
     int v = __atomic_load_n(&g_q8_deq, __ATOMIC_RELAXED);
     if (!v) {
         const char *e = getenv("CHOIR_Q8_DEQUANT");
-        v = e && atoi(e) ? 2 : 1;
+        v = e && !atoi(e) ? 1 : 2; /* on unless 0 (H100, 7 Dec 2026: 8-bit prefill 7,875 -> 23,049 tokens/s) */
         __atomic_store_n(&g_q8_deq, v, __ATOMIC_RELAXED);
     }
     return v == 2;

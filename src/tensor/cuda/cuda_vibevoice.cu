@@ -893,7 +893,7 @@ static int env_int(const char *name, int dflt) {
     return e && *e ? atoi(e) : dflt;
 }
 static void att_v2_read_env(void) {
-    if (g_att_v2 < 0) g_att_v2 = env_int("CHOIR_VV_ATT_V2", 0) == 1;
+    if (g_att_v2 < 0) g_att_v2 = env_int("CHOIR_VV_ATT_V2", 1) != 0; /* on unless 0 (H100, 7 Dec 2026) */
     if (g_att_v2_split < 0) g_att_v2_split = env_int("CHOIR_VV_ATT_V2_SPLIT", 0);
     if (g_att_v2_fold < 0) g_att_v2_fold = env_int("CHOIR_VV_ATT_V2_FOLD", 1) != 0;
 }
