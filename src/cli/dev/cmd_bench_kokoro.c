@@ -109,7 +109,7 @@ static int dump_pieces(const choir_kokoro *m, const choir_kokoro_voice *v,
 static const char synopsis[] =
     "usage: choir bench kokoro --model DIR [--voice V] [--text T] [--threads N]\n"
     "                          [--batch 1,8] [--requests N] [--backend cpu|cuda]\n"
-    "                          [--gpu-dtype f32|tf32|bf16] [--pieces-out DIR]\n\n"
+    "                          [--gpu-dtype f32|tf32|bf16|bf16-tf32] [--pieces-out DIR]\n\n"
     "For each batch size B of --batch: streams the paragraph with B pieces\n"
     "synthesised together (after the short first one), then B copies of it (or N\n"
     "with --requests) as concurrent requests in one batch; prints real-time factor\n"
@@ -118,6 +118,8 @@ static const char synopsis[] =
     "achieved TFLOP/s and GB/s against the card's measured ceilings. --gpu-dtype tf32:\n"
     "f32 weights, cuBLAS products (convolutions, ALBERT) on the tensor cores in\n"
     "TF32, as PyTorch runs its f32 convolutions by default (cuDNN allow_tf32).\n"
+    "bf16: the decoder's weights and convolutions in bf16, the rest (ALBERT, the\n"
+    "LSTMs, the F0/N blocks) in f32; bf16-tf32: the same with that rest in TF32.\n"
     "--pieces-out DIR: instead of timing, writes the pieces the streamed run makes\n"
     "of the text (piece-K.ids.i32, piece-K.style.f32) and choir's zero-noise\n"
     "synthesis of each alone (piece-K.choir.{pred_dur,F0_pred,N_pred,audio}.f32),\n"
@@ -168,7 +170,8 @@ int choir_bench_kokoro(int argc, char **argv) {
         {"--batch", CLI_STRING, &batch_list, 0, 0, "1,8", "batch sizes 1..1024, at most 16 (default 1,8)"},
         {"--requests", CLI_INT, &requests, 0, 1 << 20, "N", "concurrent requests in the batched run (default 0: B)"},
         {"--backend", CLI_CHOICE, &backend, 0, 0, "cpu|cuda", "where the decoder runs (default cpu)"},
-        {"--gpu-dtype", CLI_CHOICE, &gpu_dtype, 0, 0, "f32|tf32|bf16", "weights and products on the GPU (default f32)"},
+        {"--gpu-dtype", CLI_CHOICE, &gpu_dtype, 0, 0, "f32|tf32|bf16|bf16-tf32",
+         "weights and products on the GPU (default f32)"},
         {"--pieces-out", CLI_STRING, &pieces_out, 0, 0, "DIR", "write the pieces and their synthesis instead of timing"},
     };
     const cli_spec spec = {.cmd = "bench kokoro", .synopsis = synopsis, .opts = flags,
@@ -181,7 +184,8 @@ int choir_bench_kokoro(int argc, char **argv) {
         return 2;
     }
     if (threads) choir_pool_set_default_threads(threads);
-    bool use_gpu = backend == 1, gpu_tf32 = gpu_dtype == 1, gpu_bf16 = gpu_dtype == 2;
+    bool use_gpu = backend == 1, gpu_tf32 = gpu_dtype == 1 || gpu_dtype == 3,
+         gpu_bf16 = gpu_dtype == 2 || gpu_dtype == 3;
     int batches[16];
     int n_batches = cli_parse_ints(batch_list, 1, 1024, batches, 16);
     if (n_batches < 1) {
@@ -235,7 +239,8 @@ int choir_bench_kokoro(int argc, char **argv) {
         choir_kokoro_gpu_get_stats(gs.g, &st);
         printf("  decoder on %s (%s convolutions), %.1f MB of device weights, upload %.2f s\n"
                "  ceilings measured now: bf16 matmul %.1f TFLOP/s, device copy %.0f GB/s\n",
-               choir_cuda_get_props(gs.cu)->name, gpu_bf16 ? "bf16" : gpu_tf32 ? "tf32" : "f32",
+               choir_cuda_get_props(gs.cu)->name,
+               gpu_bf16 ? (gpu_tf32 ? "bf16, the rest tf32" : "bf16") : gpu_tf32 ? "tf32" : "f32",
                (double)st.weight_bytes / 1e6, choir_now_s() - t, gs.tflops_ceiling, gs.gbs_ceiling);
     }
 #endif

@@ -361,7 +361,7 @@ int kk_net_f0n(const choir_kokoro *m, const kk_ws *call, int n, const float *con
 int kk_net_decode(const choir_kokoro *m, const kk_ws *call, const choir_kokoro_decode_input *in, int n, float **audio,
                   choir_err *err);
 /* A device path's switch (CHOIR_KOKORO_DEVICE_SOURCE, _STYLE_PRODUCT,
- * _SHARED_F0N): on unless the variable is "0". */
+ * _SHARED_F0N, _TOUCH_AUDIO): on unless the variable is "0". */
 static inline bool kk_switch_on(const char *name) {
     const char *v = getenv(name);
     return !(v && strcmp(v, "0") == 0);
