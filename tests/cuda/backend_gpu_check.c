@@ -744,11 +744,16 @@ static void check_fused_one_row(void) {
  * swiglu_linear), with fused rows (within 1e-6 of off: the accumulation in
  * cuBLAS's epilogue), and with gate and up in bf16 (choir_cuda_mlp_bf16:
  * their rounding, 1e-2 of off); each against the CPU within the bf16
- * bound. */
+ * bound. The prefill's one gate/up product is held off: gate and up,
+ * uploaded one after the other, may lie back to back in device memory,
+ * where it would take them as one product in bf16 (its own case is
+ * check_prefill_fused_mlp). */
 static void check_gated_mlp(void) {
     case_begin();
     const int64_t M = 333, H = 768, I = 520;
     bool rows_was = choir_cuda_fused_rows_on(), mlp_was = choir_cuda_mlp_bf16_on();
+    bool pf_was = choir_cuda_prefill_fused_on();
+    choir_cuda_prefill_fused(false);
     choir_err err = {0};
     choir_backend_weights *ws = choir_backend_weights_create(g_gpu, &err);
     choir_weight hg = make_weight(CHOIR_WEIGHT_BF16, I, H, 0, 0, 0), hu = make_weight(CHOIR_WEIGHT_BF16, I, H, 0, 0, 0);
@@ -768,6 +773,7 @@ static void check_gated_mlp(void) {
     }
     choir_cuda_fused_rows(rows_was);
     choir_cuda_mlp_bf16(mlp_was);
+    choir_cuda_prefill_fused(pf_was);
     float *cx = hdup(x, M * H), *cgate = hmem((size_t)(M * I) * 4), *cup = hmem((size_t)(M * I) * 4);
     float *ch = hmem((size_t)(M * H) * 4), *ctmp = hmem((size_t)(M * H) * 4);
     choir_op_gated_mlp(g_cs, cx, M, g, 1e-6f, &hg, &hu, &hd, cgate, cup, ch, ctmp);
