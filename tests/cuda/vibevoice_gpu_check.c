@@ -1779,14 +1779,14 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
     double fused_tps[2] = {0, 0};
     int n_att = g_pf_both || g_pf_v2ab ? 2 : 0, n_rows = g_rows_modes ? g_rows_modes : g_pf_fused == 2 ? 2 : 1;
     int runs = n_att + (n_att && !g_rows_modes && g_n_chunks == 1 ? 0 : n_rows * g_n_chunks);
-    /* On the first length, each configuration runs once untimed first, so
-     * that first uses (cuBLAS's heuristics and lazily loaded kernels for
-     * each chunk's shapes) stay out of every figure, as transformers' side
-     * times after a warm-up run (bench/peers/vibevoice_torch.py); one
-     * configuration too (H100, 7 Dec 2026: 10 minutes' first prefill in a
-     * process 33,206 tokens/s, the same after one untimed run 38,115). */
-    static bool warmed;
-    for (int pass = !warmed ? 0 : 1; pass < 2; pass++)
+    /* At every length, each configuration runs once untimed first, so that
+     * first uses (cuBLAS's heuristics and lazily loaded kernels for each
+     * chunk's shapes) stay out of every figure, as transformers' side times
+     * each length after a warm-up run (bench/peers/vibevoice_torch.py).
+     * H100, 7 Dec 2026: 10 minutes' first prefill in a process 33,206
+     * tokens/s, after one untimed run 38,115; warming the first length only
+     * left the next length's first prefill as slow (33,202). */
+    for (int pass = 0; pass < 2; pass++)
     for (int md = 0; md < runs; md++) {
         int ck = md < n_att ? g_chunks[0] : g_chunks[(md - n_att) / n_rows];
         if (md < n_att && g_pf_v2ab) {
@@ -1806,7 +1806,6 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
         }
         if (!pass) {
             if (choir_vibevoice_prefill(m, s, ids, n_ids, NULL, NULL, NULL, err)) goto out;
-            warmed = true;
             continue;
         }
         e1 = choir_now_s();
