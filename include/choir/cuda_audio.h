@@ -84,11 +84,15 @@ void choir_cuda_conv_set_path(choir_cuda *cu, choir_cuda_conv_path path);
  * - FAST_SIN: Snake's sin by the SFU after a range reduction, in the fused
  *   bf16 and TF32 convolutions (~4e-7 absolute on sin, under those modes'
  *   operand rounding; tf32x3 keeps sinf): no longer the same floats.
+ * - WIDE_BF16: WIDE for bf16 weights only (a context's default with
+ *   PREPASS: Kokoro's 32 pieces in bf16 0.78 -> 0.74 s on an H100, 7 Dec
+ *   2026; TF32 not yet compared).
  * NULL: no-op (get: 0). */
 typedef enum choir_cuda_conv_option {
     CHOIR_CUDA_CONV_PREPASS = 1,
     CHOIR_CUDA_CONV_WIDE = 2,
-    CHOIR_CUDA_CONV_FAST_SIN = 4
+    CHOIR_CUDA_CONV_FAST_SIN = 4,
+    CHOIR_CUDA_CONV_WIDE_BF16 = 8
 } choir_cuda_conv_option;
 void choir_cuda_conv_set_options(choir_cuda *cu, unsigned options);
 unsigned choir_cuda_conv_get_options(const choir_cuda *cu);

@@ -392,7 +392,8 @@ void choir_cuda_conv_set_path(choir_cuda *cu, choir_cuda_conv_path path) {
 void choir_cuda_conv_set_options(choir_cuda *cu, unsigned options) {
     if (cu)
         cu->conv_opts =
-            options & (CHOIR_CUDA_CONV_PREPASS | CHOIR_CUDA_CONV_WIDE | CHOIR_CUDA_CONV_FAST_SIN);
+            options & (CHOIR_CUDA_CONV_PREPASS | CHOIR_CUDA_CONV_WIDE | CHOIR_CUDA_CONV_FAST_SIN |
+                       CHOIR_CUDA_CONV_WIDE_BF16);
 }
 
 unsigned choir_cuda_conv_get_options(const choir_cuda *cu) { return cu ? cu->conv_opts : 0u; }
@@ -448,7 +449,9 @@ static ig_plan ig_plan_for(const choir_cuda *cu, int mode, int xsrc, int K, int 
     };
     ig_plan p = {IG_SHAPE_DEFAULT, 2, false, 0};
     p.fast = (cu->conv_opts & CHOIR_CUDA_CONV_FAST_SIN) && mode != IG_TF32X3 && xsrc == IG_X_PRO;
-    if ((cu->conv_opts & CHOIR_CUDA_CONV_WIDE) && mode != IG_TF32X3) {
+    const bool wide = (cu->conv_opts & CHOIR_CUDA_CONV_WIDE) ||
+                      ((cu->conv_opts & CHOIR_CUDA_CONV_WIDE_BF16) && mode == IG_BF16);
+    if (wide && mode != IG_TF32X3) {
         if (smem(IG_SHAPE_WIDE, 3) <= optin)
             p.shape = IG_SHAPE_WIDE, p.stages = 3;
         else if (pre && smem(IG_SHAPE_WIDE, 2) <= optin)
