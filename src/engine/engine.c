@@ -1082,7 +1082,12 @@ static void *sched_main(void *arg)
         update_external(e);
         if (sched_decide(e->core, now, &a)) {
             if (a.kind == SCHED_DISPATCH || a.kind == SCHED_LOAD) {
-                /* A load runs on a worker, like a batch: the scheduler never waits for one. */
+                /* A load runs on a worker, like a batch: the scheduler never waits for one.
+                 * The replica is busy from now on, not from when a worker starts the load:
+                 * another batch placed on it meanwhile (a CPU replica takes several) waits
+                 * for the load in ensure_loaded, not fails because it has not begun. */
+                if (a.kind == SCHED_LOAD || a.need_load)
+                    e->models[a.model].load_state[a.device] = LOAD_BUSY;
                 e->ready[e->n_ready++] = a;
                 pthread_cond_signal(&e->wake_worker);
             } else if (a.kind == SCHED_REJECT && a.reason == CHOIR_REJECT_FAILED) {
