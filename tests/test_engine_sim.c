@@ -1489,6 +1489,68 @@ static void test_gpu_pressure(void **state)
     sched_free(s);
 }
 
+/* A failed load with nothing else of the model left: the requests queued
+ * while it ran leave as failed (one SCHED_REJECT each, before any batch), so
+ * the burst costs one attempt; a request submitted after the failure loads
+ * the model again. A failed extra replica beside a ready one fails nothing:
+ * the queue waits for the replica that works. */
+static void test_load_failure_fails_queue(void **state)
+{
+    (void)state;
+    int64_t budgets[2] = {8 * GIB, 8 * GIB};
+    sched_config c = gpu_config(2, budgets);
+    c.max_batch = 2;
+    sched *s = sched_create(&c, NULL);
+    assert_non_null(s);
+    assert_int_equal(sched_add_model(s, 1 * GIB, 2, NULL), 0);
+    sched_model_set_gpu(s, 0, 1 * GIB);
+    sched_req r[8];
+    for (int i = 0; i < 8; i++) {
+        r[i] = (sched_req){.id = (uint64_t)i + 1, .length = 10, .est_bytes = 1000, .dev_est_bytes = 1000,
+                           .deadline = INFINITY};
+        assert_int_equal(sched_submit(s, &r[i], 0, NULL, NULL), 0);
+    }
+    sched_action a, b;
+    assert_int_equal(sched_decide(s, 0.1, &a), 1);
+    assert_int_equal(a.kind, SCHED_DISPATCH);
+    assert_int_equal(a.need_load, 1);
+    assert_int_equal(a.n, 2);
+    /* the replica is busy loading: nothing else of the model is placed */
+    assert_int_equal(sched_decide(s, 0.2, &b), 0);
+    assert_int_equal(sched_model_loaded(s, 0, a.device, -1, 0), 0);
+    assert_int_equal(sched_load_failed(s, 0), 6);
+    sched_req late = {.id = 9, .length = 10, .est_bytes = 1000, .dev_est_bytes = 1000, .deadline = INFINITY};
+    assert_int_equal(sched_submit(s, &late, 0.3, NULL, NULL), 0);
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(sched_decide(s, 0.3, &b), 1);
+        assert_int_equal(b.kind, SCHED_REJECT);
+        assert_int_equal(b.reason, CHOIR_REJECT_FAILED);
+        assert_true(b.rejected != &late && b.rejected->state == SCHED_FINISHED);
+    }
+    sched_batch_done(s, &a, 0.3, 0, 0.1, 0, 0);
+    /* the late one may try again (the files may have been fixed): a new load */
+    assert_int_equal(sched_decide(s, 1.0, &b), 1);
+    assert_int_equal(b.kind, SCHED_DISPATCH);
+    assert_int_equal(b.need_load, 1);
+    assert_int_equal(b.n, 1);
+    assert_ptr_equal(b.reqs[0], &late);
+    assert_int_equal(sched_model_loaded(s, 0, b.device, 1 * GIB, 1 * GIB), 0);
+    /* another replica fails to load beside this ready one: the queue stays */
+    for (int i = 0; i < 2; i++) {
+        r[i] = (sched_req){.id = (uint64_t)i + 10, .length = 10, .est_bytes = 1000, .dev_est_bytes = 1000,
+                           .deadline = INFINITY};
+        assert_int_equal(sched_submit(s, &r[i], 1.0, NULL, NULL), 0);
+    }
+    assert_int_equal(sched_load_failed(s, 0), 0);
+    sched_batch_done(s, &b, 1.1, 0, 0.1, 0, 0);
+    assert_int_equal(sched_decide(s, 1.1, &a), 1);
+    assert_int_equal(a.kind, SCHED_DISPATCH);
+    assert_int_equal(a.need_load, 0);
+    assert_int_equal(a.n, 2);
+    sched_batch_done(s, &a, 1.2, 0, 0.1, 0, 0);
+    sched_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1514,6 +1576,7 @@ int main(void)
         cmocka_unit_test(test_gpu_pool),
         cmocka_unit_test(test_gpu_member_state),
         cmocka_unit_test(test_gpu_pressure),
+        cmocka_unit_test(test_load_failure_fails_queue),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -606,6 +606,11 @@ static void *load_replica(choir_engine *e, int mi, int d, choir_err *err, int *m
     }
     if (w && pool_bytes > 0)
         sched_replica_pool(e->core, mi, d, pool_bytes);
+    /* A failed load fails what waits for the model too (the scheduler rejects
+     * those requests with this reason before it forms another batch): one
+     * attempt per burst, not one per batch, each perhaps uploading gigabytes
+     * before it fails. Requests submitted after this may try again. */
+    int failing = w ? 0 : sched_load_failed(e->core, mi);
     if (w)
         m->load_error[0] = 0;
     else
@@ -631,7 +636,11 @@ static void *load_replica(choir_engine *e, int mi, int d, choir_err *err, int *m
         CHOIR_LOGI("engine: loaded '%s' on %s in %.2f s (%lld bytes resident, %lld on the device)", m->id,
                    e->devices[d].name, secs, (long long)m->resident[d], (long long)m->dev_resident[d]);
     } else {
-        CHOIR_LOGE("engine: loading '%s' on %s failed: %s", m->id, e->devices[d].name, err ? err->msg : "");
+        char also[64] = "";
+        if (failing)
+            snprintf(also, sizeof also, " (%d queued request%s fail%s with it)", failing, failing == 1 ? "" : "s",
+                     failing == 1 ? "s" : "");
+        CHOIR_LOGE("engine: loading '%s' on %s failed: %s%s", m->id, e->devices[d].name, m->load_error, also);
     }
     pthread_cond_broadcast(&e->changed);
     pthread_cond_signal(&e->wake_sched);
@@ -652,7 +661,10 @@ static void *ensure_loaded(choir_engine *e, const sched_action *a, choir_err *er
         m = &e->models[a->model];
     }
     if (m->load_state[d] != LOAD_READY) {
-        choir_err_set(err, CHOIR_EIO, "model '%s' could not be loaded", m->id);
+        /* another batch's load of this replica failed: its reason (the
+         * caller names the model) */
+        choir_err_set(err, CHOIR_EIO, "%s",
+                      m->load_error[0] ? m->load_error : "the load of this replica was given up");
         return NULL;
     }
     return m->weights[d];
@@ -1070,9 +1082,28 @@ static void *sched_main(void *arg)
         update_external(e);
         if (sched_decide(e->core, now, &a)) {
             if (a.kind == SCHED_DISPATCH || a.kind == SCHED_LOAD) {
-                /* A load runs on a worker, like a batch: the scheduler never waits for one. */
+                /* A load runs on a worker, like a batch: the scheduler never waits for one.
+                 * The replica is busy from now on, not from when a worker starts the load:
+                 * another batch placed on it meanwhile (a CPU replica takes several) waits
+                 * for the load in ensure_loaded, not fails because it has not begun. */
+                if (a.kind == SCHED_LOAD || a.need_load)
+                    e->models[a.model].load_state[a.device] = LOAD_BUSY;
                 e->ready[e->n_ready++] = a;
                 pthread_cond_signal(&e->wake_worker);
+            } else if (a.kind == SCHED_REJECT && a.reason == CHOIR_REJECT_FAILED) {
+                /* Queued while its model's load failed (sched_load_failed):
+                 * it fails as the requests of the batch that carried the load
+                 * did, and is counted as they are (a failed request, with its
+                 * queue wait up to now). */
+                choir_ticket *t = a.rejected->user;
+                const engine_model *m = &e->models[a.model];
+                char why[CHOIR_ERR_MSG_MAX];
+                snprintf(why, sizeof why, "model '%s' could not be loaded: %s", m->id,
+                         m->load_error[0] ? m->load_error : "its load failed");
+                t->dispatch_ns = choir_now_ns();
+                pthread_mutex_unlock(&e->lock);
+                ticket_finish(e, t, CHOIR_EIO, CHOIR_REJECT_FAILED, why);
+                pthread_mutex_lock(&e->lock);
             } else if (a.kind == SCHED_REJECT) {
                 choir_ticket *t = a.rejected->user;
                 pthread_mutex_unlock(&e->lock);

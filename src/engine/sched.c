@@ -203,6 +203,7 @@ int sched_submit(sched *s, sched_req *r, double now, choir_reject_reason *reason
         return code;
     r->arrival = now;
     r->state = SCHED_QUEUED;
+    r->load_failed = 0;
     m->queue[m->n_queued++] = r;
     return 0;
 }
@@ -418,18 +419,20 @@ int sched_decide(sched *s, double now, sched_action *out)
     s->blocked_on_external = 0;
     update_pressure(s, now);
     sched_track_queues(s, now);
-    /* Deadlines first: a request that can no longer start in time leaves with a reason. */
+    /* Deadlines first: a request that can no longer start in time leaves
+     * with a reason, as does one whose model failed to load while it waited
+     * (sched_load_failed), before any batch could load that model again. */
     for (int mi = 0; mi < s->n_models; mi++) {
         sched_model *m = &s->models[mi];
         for (int i = 0; i < m->n_queued; i++) {
-            if (m->queue[i]->deadline <= now) {
+            if (m->queue[i]->load_failed || m->queue[i]->deadline <= now) {
                 sched_req *r = m->queue[i];
                 remove_queued(s, r);
                 memset(out, 0, sizeof *out);
                 out->kind = SCHED_REJECT;
                 out->model = mi;
                 out->rejected = r;
-                out->reason = CHOIR_REJECT_DEADLINE;
+                out->reason = r->load_failed ? CHOIR_REJECT_FAILED : CHOIR_REJECT_DEADLINE;
                 return 1;
             }
         }
@@ -747,8 +750,9 @@ int sched_join(sched *s, const sched_action *batch, int live, double now, sched_
         sched_req *best = NULL;
         for (int i = 0; i < m->n_queued; i++) {
             sched_req *r = m->queue[i];
-            if (r->task != task || r->deadline <= now)
-                continue; /* another task never shares the batch; a late one is sched_decide's to reject */
+            if (r->task != task || r->deadline <= now || r->load_failed)
+                continue; /* another task never shares the batch; a late one (or one whose model
+                             failed to load) is sched_decide's to reject */
             r->eff_priority = aged_priority(s, r, now);
             if (!best || urgency_cmp(&r, &best) < 0)
                 best = r;

@@ -71,11 +71,13 @@ typedef struct sched_req {
     void *user;
     int state;
     int eff_priority; /* priority raised by age (set by the scheduler) */
+    int load_failed;  /* its model's load failed while it was queued (sched_load_failed) */
 } sched_req;
 
 typedef enum sched_action_kind {
     SCHED_DISPATCH = 1, /* run reqs[0..n) (sorted by length) on `model` */
-    SCHED_REJECT = 2,   /* finish `rejected` with `reason` (deadline, too_large; it left the queue) */
+    SCHED_REJECT = 2,   /* finish `rejected` with `reason` (deadline, too_large, failed: its
+                           model's load failed, sched_load_failed; it left the queue) */
     SCHED_UNLOAD = 3,   /* free `model`'s replica on `device` (nothing of it is running) */
     SCHED_LOAD = 4      /* load a further replica of `model` on `device` (no batch; report
                            with sched_model_loaded; it holds a worker slot until then) */
@@ -232,6 +234,17 @@ void sched_requeue(sched *s, const sched_action *batch, double now, int64_t peak
  * carried the load with sched_return), and later placements use the real
  * figure. Returns 0 otherwise. */
 int sched_model_loaded(sched *s, int model, int device, int64_t host_bytes, int64_t dev_bytes);
+
+/* Reports that a load of `model` failed, after sched_model_loaded has
+ * dropped that replica. When the model has no replica left (none loading or
+ * ready), every request queued for it now is marked: the next decisions
+ * return each as a SCHED_REJECT with reason CHOIR_REJECT_FAILED (before any
+ * batch), so a burst of requests to a model that cannot load costs one load
+ * attempt, not one per batch. Requests submitted later queue as usual and
+ * may load it again (its files may have been fixed). While another replica
+ * is left, the queue waits for it and nothing is marked. Returns how many
+ * requests were marked. */
+int sched_load_failed(sched *s, int model);
 
 /* Puts a dispatched batch's requests back at the head of their queue without
  * recalibrating (its replica could not be kept); releases the reservation. */

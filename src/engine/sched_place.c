@@ -436,6 +436,18 @@ int sched_model_loaded(sched *s, int model, int device, int64_t host_bytes, int6
     return 0;
 }
 
+int sched_load_failed(sched *s, int model)
+{
+    if (model < 0 || model >= s->n_models)
+        return 0;
+    sched_model *m = &s->models[model];
+    if (sched_rep_count(m, s->n_dev) > 0)
+        return 0;
+    for (int i = 0; i < m->n_queued; i++)
+        m->queue[i]->load_failed = 1;
+    return m->n_queued;
+}
+
 int sched_device_count(const sched *s)
 {
     return s->n_dev;
