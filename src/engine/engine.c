@@ -609,8 +609,10 @@ static void *load_replica(choir_engine *e, int mi, int d, choir_err *err, int *m
     /* A failed load fails what waits for the model too (the scheduler rejects
      * those requests with this reason before it forms another batch): one
      * attempt per burst, not one per batch, each perhaps uploading gigabytes
-     * before it fails. Requests submitted after this may try again. */
-    int failing = w ? 0 : sched_load_failed(e->core, mi);
+     * before it fails. Requests submitted after this may try again. Not for
+     * running out of memory: that is this device's room now, and the queued
+     * requests may still load elsewhere or once memory comes back. */
+    int failing = w || (err && err->code == CHOIR_ENOMEM) ? 0 : sched_load_failed(e->core, mi);
     if (w)
         m->load_error[0] = 0;
     else
