@@ -107,6 +107,7 @@
  * tokens may then differ and are only reported. The tensor-core prefill
  * attention (bf16 q, K, V and P): 1e-2, the operation and a model's
  * one-chunk prefill (check_flash_ops says why). */
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>

@@ -562,6 +562,14 @@ static int engine_bench(const char *size, int layers, const char *batches, doubl
     }
     if (layers > 0 && layers < g_bench_d.lm.n_layers) g_bench_d.lm.n_layers = layers;
     snprintf(g_bench_tok, sizeof g_bench_tok, "%s/fixtures/real/tokenizer/qwen2.5/tokenizer.json", shared_dir());
+    /* Before 16 GB of weights are made and uploaded: without the tokenizer
+     * every load would fail after the upload (a pack made without
+     * fixtures/real, 7 Dec 2026). */
+    if (access(g_bench_tok, R_OK) != 0) {
+        printf("FAIL  engine bench: %s: %s (pack the shared fixtures' real/tokenizer)\n", g_bench_tok,
+               strerror(errno));
+        return 2;
+    }
     double t0 = choir_now_s();
     if (!(g_bench_w = choir_vibevoice_randw_create(&g_bench_d, CHOIR_DTYPE_BF16, g_bench_bits, 0, &err))) {
         printf("FAIL  engine bench: %s\n", err.msg);
