@@ -50,11 +50,16 @@ if [ -d /usr/lib/x86_64-linux-gnu/espeak-ng-data ]; then
   # English only: the other languages' dictionaries are most of its size.
   find "$STAGE/espeak-ng-data" -maxdepth 1 -name '*_dict' ! -name 'en_dict' -delete
 fi
-# Fixtures for the parity commands (CHOIR_PACK_FIXTURES picks the folders;
-# the MossFormer2 and "real" ones are large and left out by default).
+# Fixtures for the parity commands (CHOIR_PACK_FIXTURES picks the folders,
+# paths below fixtures/ kept: "real/tokenizer/qwen2.5" is what VibeVoice's
+# engine bench reads; the MossFormer2 and the rest of "real" are large and
+# left out by default).
 mkdir -p "$STAGE/shared/fixtures"
 for f in ${CHOIR_PACK_FIXTURES:-README.md randw_reference.py whisper kokoro audio}; do
-  if [ -e "$SHARED/fixtures/$f" ]; then cp -r "$SHARED/fixtures/$f" "$STAGE/shared/fixtures/"; fi
+  if [ -e "$SHARED/fixtures/$f" ]; then
+    mkdir -p "$STAGE/shared/fixtures/$(dirname "$f")"
+    cp -r "$SHARED/fixtures/$f" "$STAGE/shared/fixtures/$(dirname "$f")/"
+  fi
 done
 cat > "$STAGE/env.sh" <<'EOF'
 # Sourced on the GPU host: puts the packed choir first on PATH.

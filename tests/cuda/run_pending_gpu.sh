@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
-# The GPU drafts that are off by default because they have not run on a GPU
-# yet: every check with their switches on, then the A/B benches that decide
-# whether each is turned on. For a packed CUDA build (tools/device_pack.sh
-# with CHOIR_PACK_EXTRA naming the check programs) on the GPU machine:
+# The GPU checks and the A/B benches of the switches that were drafts until
+# their H100 run of 7 Dec 2026 (now on by default; each =0 turns it off), in
+# parts that each fit one 10-minute call. For a packed CUDA build
+# (tools/device_pack.sh with CHOIR_PACK_EXTRA naming the check programs and,
+# for the engine part, CHOIR_PACK_FIXTURES naming real/tokenizer/qwen2.5):
 #
 #   mkdir -p /tmp/p && tar -xJf PACK -C /tmp/p && . /tmp/p/env.sh
-#   bash tests/cuda/run_pending_gpu.sh checks|vv|q8|kokoro [LIMIT_S]
+#   bash tests/cuda/run_pending_gpu.sh checks|vv|q8|kokoro|engine [LIMIT_S]
 #
-# Each part fits one 10-minute call (LIMIT_S, default 560: a step that would
-# start with less than 25 s left is skipped). Everything goes to
-# $OUT/pending-PART.log (or /tmp); the terminal gets the verdict lines and
-# the figures. The switches (docs/cuda.md):
+# LIMIT_S (default 560): a step that would start with less than 25 s left is
+# skipped. Everything goes to $OUT/pending-PART.log (or /tmp); the terminal
+# gets the verdict lines and the figures. The switches (docs/cuda.md):
 #   CHOIR_VV_FLASH_V2   VibeVoice's second flash prefill kernel
 #   CHOIR_VV_ATT_V2     VibeVoice's decode attention v2 (splits sized to the device, combine folded)
 #   CHOIR_VV_ROPE_KV    a decode step's ropes and new cache rows in one launch
 #   CHOIR_VV_PREFILL_FUSED  q/k/v and gate/up grouped into one product each
-#   CHOIR_Q8_GEMV=4..6  the streaming 8-bit GEMV shapes; CHOIR_Q8_DEQUANT the 16-byte dequantize
+#   CHOIR_Q8_GEMV=0..6  the 8-bit GEMV's shape (4 by default); CHOIR_Q8_DEQUANT the 16-byte dequantize
 #   CHOIR_KOKORO_FRONT_BATCH  Kokoro's ALBERT attention and text encoder as batches
+#   CHOIR_CONV_WIDE     the convolutions' wide tile (bf16 by default; 1 also TF32)
+#   CHOIR_KOKORO_TOUCH_AUDIO  the audio buffers written on the host while the generator runs
 set -u
 PART=${1:-checks}
 LIMIT=${2:-560}
@@ -53,15 +55,14 @@ CHK='FAIL|passed|PASS$|check: PASS|error'
 VV="choir_vibevoice_gpu_check --bench 7b --layers 28"
 case $PART in
 checks)
-    st vibevoice 120 "$CHK" choir_vibevoice_gpu_check
-    st vibevoice-drafts-on 120 "$CHK" env CHOIR_VV_FLASH_V2=1 CHOIR_VV_ATT_V2=1 CHOIR_VV_ROPE_KV=1 \
-        choir_vibevoice_gpu_check
-    st vibevoice-prefill-fused 120 "$CHK" env CHOIR_VV_PREFILL_FUSED=1 choir_vibevoice_gpu_check
-    st vibevoice-q8-on 100 "$CHK" env CHOIR_Q8_GEMV=5 CHOIR_Q8_DEQUANT=1 choir_vibevoice_gpu_check
-    st backend 120 "$CHK" choir_backend_gpu_check
-    st backend-q8-on 100 "$CHK" env CHOIR_Q8_GEMV=5 CHOIR_Q8_DEQUANT=1 choir_backend_gpu_check
-    st kokoro 60 "$CHK" choir_kokoro_gpu_check
-    st kokoro-front-batch 60 "$CHK" env CHOIR_KOKORO_FRONT_BATCH=1 choir_kokoro_gpu_check
+    for c in choir_cuda_check choir_backend_gpu_check choir_vibevoice_gpu_check choir_kokoro_gpu_check \
+        choir_whisper_gpu_check choir_sam_audio_gpu_check; do
+        st "$c" 120 "$CHK" "$c"
+    done
+    st vibevoice-drafts-off 120 "$CHK" env CHOIR_VV_FLASH_V2=0 CHOIR_VV_ATT_V2=0 CHOIR_VV_ROPE_KV=0 \
+        CHOIR_VV_PREFILL_FUSED=0 choir_vibevoice_gpu_check
+    st backend-q8-old 100 "$CHK" env CHOIR_Q8_GEMV=1 CHOIR_Q8_DEQUANT=0 choir_backend_gpu_check
+    st kokoro-front-per-piece 60 "$CHK" env CHOIR_KOKORO_FRONT_BATCH=0 CHOIR_CONV_WIDE=0 choir_kokoro_gpu_check
     ;;
 vv)
     st att-v2 150 'att v2|attention [0-9]|choir vibevoice att|error' \
@@ -78,16 +79,24 @@ kokoro)
     K=$CHOIR_SHARED_DIR/fixtures/kokoro/kokoro-v1
     st weights 60 '' choir dev weights --manifest "$K/manifest.json" --config "$K/config.json" --out /tmp/kmodel
     KB="choir bench kokoro --model /tmp/kmodel --voice $CHOIR_SHARED_DIR/fixtures/kokoro/voices/af_heart.bin --backend cuda"
-    for fb in 0 1; do
-        st "front-batch-$fb-tf32" 90 '' env CHOIR_KOKORO_PROFILE=1 CHOIR_KOKORO_FRONT_BATCH=$fb $KB --batch 1,32 --gpu-dtype tf32
+    KF='requests at once|paragraph, batch 1:|error'
+    for v in "tf32" "bf16" "bf16-tf32" "bf16-tf32 CHOIR_CONV_WIDE=0" "bf16-tf32 CHOIR_CONV_WIDE=1" \
+        "bf16-tf32 CHOIR_KOKORO_TOUCH_AUDIO=0" "bf16-tf32 CHOIR_KOKORO_FRONT_BATCH=0" "bf16-tf32"; do
+        set -- $v
+        st "kokoro-$1${2:+-$2}" 60 "$KF" env ${2:-} $KB --batch 1,32 --gpu-dtype "$1"
     done
-    st front-batch-1-bf16 90 '' env CHOIR_KOKORO_PROFILE=1 CHOIR_KOKORO_FRONT_BATCH=1 $KB --batch 1,32 --gpu-dtype bf16
+    st profile-bf16-tf32 60 'pieces' env CHOIR_KOKORO_PROFILE=1 $KB --batch 32 --gpu-dtype bf16-tf32
     # Where batch 32's device time goes, kernel by kernel (the generator's stage 1 first).
     st ncu-batch32 200 '==PROF==|error' ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-        --print-summary per-kernel --log-file "${OUT:-/tmp}/pending-kokoro-ncu.csv" $KB --batch 32 --gpu-dtype bf16
+        --print-summary per-kernel --log-file "${OUT:-/tmp}/pending-kokoro-ncu.csv" $KB --batch 32 --gpu-dtype bf16-tf32
+    ;;
+engine)
+    # VibeVoice 7B through the engine: 1, 8 and 32 requests of 10 minutes
+    # decoding 3,000 tokens each, then the hour-long admission and burst.
+    st engine 400 'engine|error|FAIL' $VV --engine 1,8,32 --batch-min 10 --steps 3000 --kv bf16 --burst-min 60
     ;;
 *)
-    echo "run_pending_gpu.sh: PART is checks, vv, q8 or kokoro" >&2
+    echo "run_pending_gpu.sh: PART is checks, vv, q8, kokoro or engine" >&2
     exit 2
     ;;
 esac
