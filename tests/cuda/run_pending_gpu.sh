@@ -6,7 +6,7 @@
 # for the engine part, CHOIR_PACK_FIXTURES naming real/tokenizer/qwen2.5):
 #
 #   mkdir -p /tmp/p && tar -xJf PACK -C /tmp/p && . /tmp/p/env.sh
-#   bash tests/cuda/run_pending_gpu.sh checks|vv|q8|kokoro|engine [LIMIT_S]
+#   bash tests/cuda/run_pending_gpu.sh checks|vv|q8|kokoro|engine|profile [LIMIT_S]
 #
 # LIMIT_S (default 560): a step that would start with less than 25 s left is
 # skipped. Everything goes to $OUT/pending-PART.log (or /tmp); the terminal
@@ -90,13 +90,22 @@ kokoro)
     st ncu-batch32 200 '==PROF==|error' ncu --clock-control none --metrics gpu__time_duration.sum --csv \
         --print-summary per-kernel --log-file "${OUT:-/tmp}/pending-kokoro-ncu.csv" $KB --batch 32 --gpu-dtype bf16-tf32
     ;;
+profile)
+    # Where a decode step's time goes, one sequence against 8 in a batched
+    # step (10 minutes of context each; op by op, kernel by kernel).
+    for r in step batch-step; do
+        st "ncu-$r" 200 '==PROF==|error' env CHOIR_VGC_PROFILE=$r ncu --profile-from-start off --clock-control none \
+            --metrics gpu__time_duration.sum --csv --print-summary per-kernel \
+            --log-file "${OUT:-/tmp}/pending-profile-$r.csv" $VV --audio-min 10 --steps 4 --batch 8 --batch-min 10
+    done
+    ;;
 engine)
     # VibeVoice 7B through the engine: 1, 8 and 32 requests of 10 minutes
     # decoding 3,000 tokens each, then the hour-long admission and burst.
     st engine 400 'engine|error|FAIL' $VV --engine 1,8,32 --batch-min 10 --steps 3000 --kv bf16 --burst-min 60
     ;;
 *)
-    echo "run_pending_gpu.sh: PART is checks, vv, q8, kokoro or engine" >&2
+    echo "run_pending_gpu.sh: PART is checks, vv, q8, kokoro, engine or profile" >&2
     exit 2
     ;;
 esac

@@ -1642,8 +1642,9 @@ static int g_bench_att_warps = 4;
  * timed with it off, on, on, off on the same state (bench_switch_ab). */
 static bool g_att_v2_ab;
 
-/* CHOIR_VGC_PROFILE=encode|prefill|step brackets the bench's encoders, its
- * prefill, or its op-by-op decode steps, with cudaProfilerStart / Stop, so
+/* CHOIR_VGC_PROFILE=encode|prefill|step|batch-step brackets the bench's
+ * encoders, its prefill, its op-by-op decode steps or (--batch) the op-by-op
+ * batched steps, with cudaProfilerStart / Stop, so
  * that `ncu --profile-from-start off` profiles that part alone. */
 static void profile_range(const char *part, bool on) {
     const char *want = getenv("CHOIR_VGC_PROFILE");
@@ -1992,10 +1993,12 @@ static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevo
         !(b = choir_vibevoice_batch_create_paged(m, B, pool, bs, err)))
         goto out;
     double b0 = choir_now_s();
+    profile_range("batch-step", true);
     for (int k = 0; k < steps; k++) {
         if (choir_vibevoice_step_batch(m, b, st, tok, B, err)) goto out;
         for (int i = 0; i < B; i++) tok[i] = argmax(choir_vibevoice_logits(st[i]), d->lm.vocab);
     }
+    profile_range("batch-step", false);
     double b1 = choir_now_s();
     /* The same steps recorded once as a graph (the op-by-op steps above ran
      * this shape) and replayed. */
