@@ -8,7 +8,7 @@
 # leaves an output unwritten or a counter not back at 0. Each case runs v2 and then CHOIR_VV_ATT_V2_DEEP's
 # deeper ring (bf16: 4 tiles a warp, 2 a step; f32: 3 tiles) on the same inputs (v2_rel_l2, rel_l2)
 # and fails unless the two outputs are the same bit for bit (v2_differ 0). Needs g++ with C++20 and python3; about
-# six minutes on 2 cores. Not a ctest: run it before a device call when the kernel changes.
+# ten minutes on 2 cores (15 beside an ASan build). Not a ctest: run it before a device call when the kernel changes.
 #   bash tests/cuda/emu/run_vv_dec_emu.sh [WORK_DIR]
 set -eu
 SRC=$(cd "$(dirname "$0")/../../.." && pwd)
