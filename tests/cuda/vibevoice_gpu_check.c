@@ -580,6 +580,7 @@ done:
  * rows, positions from memory for some), from 300 to 27,000 keys, the splits
  * sized to the device or set (48 keys: splits across pages), combined by the
  * last block or by a launch of their own. The switches are put back after. */
+static int64_t n_differ(const void *a, const void *b, int64_t n, int esz);
 static void check_att_v2(choir_backend *cpu_be, choir_backend *gpu_be) {
     const struct {
         int T, ctx, paged, bf16, at, split, fold;
@@ -588,7 +589,7 @@ static void check_att_v2(choir_backend *cpu_be, choir_backend *gpu_be) {
               {1, 27000, 1, 1, 1, 0, 1}, {1, 27000, 0, 0, 1, 0, 1}, {3, 27000, 1, 0, 1, 0, 0}};
     const int nh = 28, nkv = 4, D = 128, P = CHOIR_VV_PAGE;
     const int64_t ld = (int64_t)nh * D, ldk = (int64_t)nkv * D;
-    bool was = choir_cuda_vv_att_v2_on();
+    bool was = choir_cuda_vv_att_v2_on(), was_deep = choir_cuda_vv_att_v2_deep_on();
     /* The fake CUDA build (tests/cuda/fake) has one attention, in double, and
      * no switch: there the short cases once each, for the check's own path. */
     choir_cuda_vv_set_att_v2(true);
@@ -639,8 +640,13 @@ static void check_att_v2(choir_backend *cpu_be, choir_backend *gpu_be) {
             choir_op_attention_cached_at(p.cpu, q, T, k, v, pos, cs[c].ctx, nh, nkv, D, out);
         else
             choir_op_attention_cached(p.cpu, q, T, k, v, pos0, nh, nkv, D, out);
-        for (int v2 = 0; v2 < (real ? 2 : 1); v2++) {
-            choir_cuda_vv_set_att_v2(v2 == 1);
+        /* v2: 0 the split kernels, 1 v2, 2 v2 with the deeper ring (after v2:
+         * it is also held against v2's output, which it should equal bit for
+         * bit; the bound asserted is v2's own, 1e-5). */
+        float *h2 = malloc((size_t)(T * ld) * sizeof *h2), *hd = malloc((size_t)(T * ld) * sizeof *hd);
+        for (int v2 = 0; v2 < (real ? 3 : 1); v2++) {
+            choir_cuda_vv_set_att_v2(v2 >= 1);
+            choir_cuda_vv_set_att_v2_deep(v2 == 2);
             choir_cuda_vv_set_att_v2_split(cs[c].split);
             choir_cuda_vv_set_att_v2_fold(cs[c].fold != 0);
             if (cs[c].paged && cs[c].at)
@@ -654,17 +660,32 @@ static void check_att_v2(choir_backend *cpu_be, choir_backend *gpu_be) {
                 choir_op_attention_cached(p.gpu, dq, T, dk, dv, pos0, nh, nkv, D, dout);
             char name[160];
             snprintf(name, sizeof name, "attention %s: %d rows at %s%d keys, %s, %s K/V, split %s%s, 28/4 x 128",
-                     v2 ? "v2" : "split kernels", T, cs[c].at ? "positions from memory, up to " : "", cs[c].ctx,
-                     cs[c].paged ? "paged" : "contiguous", cs[c].bf16 ? "bf16" : "f32",
-                     cs[c].split ? "48 keys" : "auto", cs[c].fold ? "" : ", combine launched");
+                     v2 == 2 ? "v2 deep" : v2 ? "v2" : "split kernels", T,
+                     cs[c].at ? "positions from memory, up to " : "", cs[c].ctx, cs[c].paged ? "paged" : "contiguous",
+                     cs[c].bf16 ? "bf16" : "f32", cs[c].split ? "48 keys" : "auto",
+                     cs[c].fold ? "" : ", combine launched");
             verdict(name, down_cmp(&p, dout, out, T * ld), 1e-5);
+            if (v2 >= 1 && h2 && hd) {
+                float *h = v2 == 1 ? h2 : hd;
+                if (choir_op_download(p.gpu, h, dout, (size_t)(T * ld) * sizeof *h) || choir_stream_sync(p.gpu, &err))
+                    failed("attention v2: download", &err);
+                else if (v2 == 2) {
+                    char nd[200];
+                    snprintf(nd, sizeof nd, "attention v2 deep vs v2: %d rows at %d keys, %s, %s (%lld of %lld differ)",
+                             T, cs[c].ctx, cs[c].paged ? "paged" : "contiguous", cs[c].bf16 ? "bf16" : "f32",
+                             (long long)n_differ(hd, h2, T * ld, sizeof(float)), (long long)(T * ld));
+                    verdict(nd, rel_l2(hd, h2, T * ld), 1e-5);
+                }
+            }
         }
+        free(h2), free(hd);
         choir_stream_release(p.gpu, mark);
         free(tab), free(q), free(k), free(v), free(out), free(hk), free(hv);
     }
     if (choir_stream_status(p.gpu, &err)) failed("attention v2: stream error", &err);
 done:
     choir_cuda_vv_set_att_v2(was);
+    choir_cuda_vv_set_att_v2_deep(was_deep);
     choir_cuda_vv_set_att_v2_split(0);
     choir_cuda_vv_set_att_v2_fold(true);
     choir_stream_free(p.cpu);
@@ -2105,7 +2126,9 @@ out:
 /* bench_attention's v2 figures (CHOIR_VV_ATT_V2, k_vv_att_dec) on the same
  * pools and rows: split128 (the default today) and v2 with its splits sized
  * to the device, of 64 to 1024 keys, with the combine launched, then
- * both kernels over bf16 copies of the pools. The switches are put back. */
+ * both kernels over bf16 copies of the pools, then v2 with the deeper ring
+ * (CHOIR_VV_ATT_V2_DEEP, v2deep) over f32 and bf16. The switches are put
+ * back. */
 static int bench_attention_v2(choir_stream *st, const choir_vibevoice_lm_dims *L, int B, int ctx, int pages,
                               const float *kp, const float *vp, const float *q, const int32_t *tab, const int32_t *pos,
                               float *out, choir_err *err) {
@@ -2117,10 +2140,11 @@ static int bench_attention_v2(choir_stream *st, const choir_vibevoice_lm_dims *L
     } vs[] = {{"split128", 0, 0, 0, 1},      {"v2", 0, 1, 0, 1},          {"v2_s64", 0, 1, 64, 1},
               {"v2_s128", 0, 1, 128, 1},     {"v2_s256", 0, 1, 256, 1},   {"v2_s512", 0, 1, 512, 1},
               {"v2_s1024", 0, 1, 1024, 1},   {"v2_nofold", 0, 1, 0, 0},   {"split128_bf16", 1, 0, 0, 1},
-              {"v2_bf16", 1, 1, 0, 1},       {"v2_s256_bf16", 1, 1, 256, 1}};
+              {"v2_bf16", 1, 1, 0, 1},       {"v2_s256_bf16", 1, 1, 256, 1}, {"v2deep", 0, 2, 0, 1},
+              {"v2deep_bf16", 1, 2, 0, 1}};
     enum { NV = sizeof vs / sizeof vs[0] };
     double ms[NV];
-    bool was = choir_cuda_vv_att_v2_on();
+    bool was = choir_cuda_vv_att_v2_on(), was_deep = choir_cuda_vv_att_v2_deep_on();
     size_t mark = choir_stream_mark(st);
     uint16_t *kb = choir_stream_alloc(st, (size_t)(rows * ldk) * 2, "bf16 k pool");
     uint16_t *vb = choir_stream_alloc(st, (size_t)(rows * ldk) * 2, "bf16 v pool");
@@ -2140,6 +2164,7 @@ static int bench_attention_v2(choir_stream *st, const choir_vibevoice_lm_dims *L
     }
     for (int v = 0; v < NV; v++) {
         choir_cuda_vv_set_att_v2(vs[v].v2 != 0);
+        choir_cuda_vv_set_att_v2_deep(vs[v].v2 == 2);
         choir_cuda_vv_set_att_v2_split(vs[v].split);
         choir_cuda_vv_set_att_v2_fold(vs[v].fold != 0);
         const void *k = vs[v].bf16 ? (const void *)kb : kp, *vv = vs[v].bf16 ? (const void *)vb : vp;
@@ -2167,6 +2192,7 @@ static int bench_attention_v2(choir_stream *st, const choir_vibevoice_lm_dims *L
     status = 0;
 out:
     choir_cuda_vv_set_att_v2(was);
+    choir_cuda_vv_set_att_v2_deep(was_deep);
     choir_cuda_vv_set_att_v2_split(0);
     choir_cuda_vv_set_att_v2_fold(true);
     free(hb);

@@ -488,7 +488,16 @@ __global__ void k_vv_att_combine(const float *__restrict__ part, int nh, int D, 
  * [row][head][split][2]); when counters are given (cu->attn_done, zero
  * between calls) the last block of a (row, key head) combines the splits
  * and sets its counter back to 0 (what k_vv_att_dec_combine does as a
- * launch of its own). */
+ * launch of its own).
+ *
+ * NB and U: a warp's ring of NB tiles, walked U at a time (v2: 2 and 1).
+ * With two blocks of 4 warps an SM (the sized splits), v2 has at most 2
+ * tiles a warp in flight: 8 x 2 x 2 KB = 32 KB an SM over bf16 K/V, 64 KB
+ * over f32, while ~3 TB/s x 1.5-2 us of loaded latency / 132 SMs asks for
+ * 35-45 KB. CHOIR_VV_ATT_V2_DEEP (NOT RUN ON A GPU) takes bf16 to 4 tiles
+ * (64 KB an SM; 64 registers of ring) with the scores of 2 tiles a step
+ * together, and f32 to 3 tiles (96 KB; 96 registers): the same tiles a
+ * warp in the same order, so the same sums as v2 bit for bit. */
 #define VV_DEC_WARPS 4
 #define VV_DEC_THREADS (32 * VV_DEC_WARPS)
 /* Splits of a (row, key head) at most (the combine's weights live in shared
@@ -595,14 +604,15 @@ __device__ __forceinline__ void vv_dec_combine(const float *__restrict__ part, c
     }
 }
 
-template <int D, typename KV, int GM>
-__global__ void __launch_bounds__(VV_DEC_THREADS, sizeof(KV) == 4 ? 3 : 2)
+template <int D, typename KV, int GM, int NB, int U>
+__global__ void __launch_bounds__(VV_DEC_THREADS, sizeof(KV) == 4 && NB == 2 ? 3 : 2)
     k_vv_att_dec(const float *__restrict__ q, const KV *__restrict__ kc, const KV *__restrict__ vc, int64_t pos0,
                  const int32_t *__restrict__ pos, const int32_t *__restrict__ table, int64_t table_stride,
                  int64_t max_keys, int nh, int nkv, float scale, int S, int nsplit, float *__restrict__ part,
                  int *__restrict__ done, float *__restrict__ out) {
     constexpr int E = vv_dec_vec<KV>::E, LPK = D / E, KPI = 32 / LPK, NL = LPK / 8;
     static_assert(LPK >= 8 && LPK <= 32 && NL * KPI == 4, "a tile is 4 keys");
+    static_assert(U >= 1 && NB > U && NB % U == 0, "a ring of whole steps");
     __shared__ __align__(16) float red[VV_DEC_WARPS * 8 * 128];
     __shared__ float wt[8][VV_DEC_MAX_SPLITS];
     __shared__ float wm[VV_DEC_WARPS][8], wl[VV_DEC_WARPS][8];
@@ -655,65 +665,150 @@ __global__ void __launch_bounds__(VV_DEC_THREADS, sizeof(KV) == 4 ? 3 : 2)
                 }
             }
         };
-        auto tile = [&](int it, const uint4 *kb, const uint4 *vb) {
-            float a[NL * 8];
+        if constexpr (NB == 2 && U == 1) {
+            /* v2 (NB = 2, U = 1) as it ran on the H100, in its own text (the PTX
+             * nvcc 13.0 emits is the same as before the deeper ring; the ring's
+             * code at NB = 2 orders its instructions otherwise). */
+            auto tile = [&](int it, const uint4 *kb, const uint4 *vb) {
+                float a[NL * 8];
 #pragma unroll
-            for (int t = 0; t < NL; t++) {
-                float kf[E];
-                vv_dec_vec<KV>::widen(kb[t], kf);
+                for (int t = 0; t < NL; t++) {
+                    float kf[E];
+                    vv_dec_vec<KV>::widen(kb[t], kf);
 #pragma unroll
-                for (int g = 0; g < 8; g++) {
-                    float s = 0.0f;
-                    if (g < GM) {
+                    for (int g = 0; g < 8; g++) {
+                        float s = 0.0f;
+                        if (g < GM) {
 #pragma unroll
-                        for (int e = 0; e < E; e++) s += qr[g < GM ? g : 0][e] * kf[e];
+                            for (int e = 0; e < E; e++) s += qr[g < GM ? g : 0][e] * kf[e];
+                        }
+                        a[t * 8 + g] = s;
                     }
-                    a[t * 8 + g] = s;
+                }
+                /* Reduce-scatter over the LPK lanes of a row: at each halving the
+                 * lane keeps the half its bit picks and adds its partner's. */
+                vv_dec_halve<LPK / 2, NL * 8>::run(a, lane);
+                int k = lane % LPK, g = lane & 7, key = 4 * (warp + VV_DEC_WARPS * it) + (k >> 3) * KPI + h;
+                bool valid = key < nk && g < G;
+                float s = valid ? a[0] : -INFINITY;
+                float mt = fmaxf(s, __shfl_xor_sync(0xffffffffu, s, 8));
+                mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 16));
+                float mn = fmaxf(m, mt);
+                float alpha = mn == -INFINITY ? 1.0f : expf(m - mn); /* 0 while m is -inf */
+                float p = valid ? expf(s - mn) : 0.0f;
+                l = l * alpha + p;
+                m = mn;
+                if (__any_sync(0xffffffffu, alpha != 1.0f)) {
+#pragma unroll
+                    for (int gg = 0; gg < GM; gg++) {
+                        float ag = __shfl_sync(0xffffffffu, alpha, gg);
+#pragma unroll
+                        for (int e = 0; e < E; e++) acc[gg][e] *= ag;
+                    }
+                }
+#pragma unroll
+                for (int t = 0; t < NL; t++) {
+                    float vf[E];
+                    vv_dec_vec<KV>::widen(vb[t], vf);
+#pragma unroll
+                    for (int gg = 0; gg < GM; gg++) {
+                        float pg = __shfl_sync(0xffffffffu, p, h * LPK + t * 8 + gg);
+#pragma unroll
+                        for (int e = 0; e < E; e++) acc[gg][e] += pg * vf[e];
+                    }
+                }
+            };
+            /* Two tiles in flight: the next one's rows are requested before
+             * this one's arithmetic. */
+            uint4 kb0[NL], vb0[NL], kb1[NL], vb1[NL];
+            load(0, kb0, vb0);
+            for (int it = 0; it < nt; it += 2) {
+                load(it + 1, kb1, vb1);
+                tile(it, kb0, vb0);
+                if (it + 1 >= nt) break;
+                load(it + 2, kb0, vb0);
+                tile(it + 1, kb1, vb1);
+            }
+        } else {
+            /* Tile `it`'s scores (independent of the running state, so a step's
+             * tiles can overlap): s for the key and head of this lane, mt the
+             * tile's max for the lane's head. */
+            auto score = [&](int it, const uint4 *kb, float &s, float &mt) {
+                float a[NL * 8];
+#pragma unroll
+                for (int t = 0; t < NL; t++) {
+                    float kf[E];
+                    vv_dec_vec<KV>::widen(kb[t], kf);
+#pragma unroll
+                    for (int g = 0; g < 8; g++) {
+                        float sg = 0.0f;
+                        if (g < GM) {
+#pragma unroll
+                            for (int e = 0; e < E; e++) sg += qr[g < GM ? g : 0][e] * kf[e];
+                        }
+                        a[t * 8 + g] = sg;
+                    }
+                }
+                /* Reduce-scatter over the LPK lanes of a row: at each halving the
+                 * lane keeps the half its bit picks and adds its partner's. */
+                vv_dec_halve<LPK / 2, NL * 8>::run(a, lane);
+                int k = lane % LPK, g = lane & 7, key = 4 * (warp + VV_DEC_WARPS * it) + (k >> 3) * KPI + h;
+                s = key < nk && g < G ? a[0] : -INFINITY;
+                mt = fmaxf(s, __shfl_xor_sync(0xffffffffu, s, 8));
+                mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 16));
+            };
+            /* The online softmax over tile `it`, in tile order. */
+            auto update = [&](int it, float s, float mt, const uint4 *vb) {
+                int k = lane % LPK, g = lane & 7, key = 4 * (warp + VV_DEC_WARPS * it) + (k >> 3) * KPI + h;
+                bool valid = key < nk && g < G;
+                float mn = fmaxf(m, mt);
+                float alpha = mn == -INFINITY ? 1.0f : expf(m - mn); /* 0 while m is -inf */
+                float p = valid ? expf(s - mn) : 0.0f;
+                l = l * alpha + p;
+                m = mn;
+                if (__any_sync(0xffffffffu, alpha != 1.0f)) {
+#pragma unroll
+                    for (int gg = 0; gg < GM; gg++) {
+                        float ag = __shfl_sync(0xffffffffu, alpha, gg);
+#pragma unroll
+                        for (int e = 0; e < E; e++) acc[gg][e] *= ag;
+                    }
+                }
+#pragma unroll
+                for (int t = 0; t < NL; t++) {
+                    float vf[E];
+                    vv_dec_vec<KV>::widen(vb[t], vf);
+#pragma unroll
+                    for (int gg = 0; gg < GM; gg++) {
+                        float pg = __shfl_sync(0xffffffffu, p, h * LPK + t * 8 + gg);
+#pragma unroll
+                        for (int e = 0; e < E; e++) acc[gg][e] += pg * vf[e];
+                    }
+                }
+            };
+            /* A ring of NB tiles in registers, walked U tiles a step: a step
+             * requests the U tiles NB - U ahead into the slots the last step
+             * freed, then takes its tiles' scores together and their updates in
+             * order. Any NB and U give v2's sums bit for bit (the same tiles a
+             * warp, in the same order, the same arithmetic a tile). */
+            uint4 kb[NB][NL], vb[NB][NL];
+#pragma unroll
+            for (int r = 0; r < NB - U; r++) load(r, kb[r], vb[r]);
+            for (int it = 0; it < nt; it += NB) {
+#pragma unroll
+                for (int r = 0; r < NB; r += U) {
+                    if (it + r >= nt) break;
+#pragma unroll
+                    for (int u = 0; u < U; u++)
+                        load(it + r + NB - U + u, kb[(r + NB - U + u) % NB], vb[(r + NB - U + u) % NB]);
+                    float s[U], mt[U];
+#pragma unroll
+                    for (int u = 0; u < U; u++) score(it + r + u, kb[r + u], s[u], mt[u]);
+#pragma unroll
+                    for (int u = 0; u < U; u++)
+                        if (u == 0 || it + r + u < nt) update(it + r + u, s[u], mt[u], vb[r + u]);
                 }
             }
-            /* Reduce-scatter over the LPK lanes of a row: at each halving the
-             * lane keeps the half its bit picks and adds its partner's. */
-            vv_dec_halve<LPK / 2, NL * 8>::run(a, lane);
-            int k = lane % LPK, g = lane & 7, key = 4 * (warp + VV_DEC_WARPS * it) + (k >> 3) * KPI + h;
-            bool valid = key < nk && g < G;
-            float s = valid ? a[0] : -INFINITY;
-            float mt = fmaxf(s, __shfl_xor_sync(0xffffffffu, s, 8));
-            mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 16));
-            float mn = fmaxf(m, mt);
-            float alpha = mn == -INFINITY ? 1.0f : expf(m - mn); /* 0 while m is -inf */
-            float p = valid ? expf(s - mn) : 0.0f;
-            l = l * alpha + p;
-            m = mn;
-            if (__any_sync(0xffffffffu, alpha != 1.0f)) {
-#pragma unroll
-                for (int gg = 0; gg < GM; gg++) {
-                    float ag = __shfl_sync(0xffffffffu, alpha, gg);
-#pragma unroll
-                    for (int e = 0; e < E; e++) acc[gg][e] *= ag;
-                }
-            }
-#pragma unroll
-            for (int t = 0; t < NL; t++) {
-                float vf[E];
-                vv_dec_vec<KV>::widen(vb[t], vf);
-#pragma unroll
-                for (int gg = 0; gg < GM; gg++) {
-                    float pg = __shfl_sync(0xffffffffu, p, h * LPK + t * 8 + gg);
-#pragma unroll
-                    for (int e = 0; e < E; e++) acc[gg][e] += pg * vf[e];
-                }
-            }
-        };
-        /* Two tiles in flight: the next one's rows are requested before
-         * this one's arithmetic. */
-        uint4 kb0[NL], vb0[NL], kb1[NL], vb1[NL];
-        load(0, kb0, vb0);
-        for (int it = 0; it < nt; it += 2) {
-            load(it + 1, kb1, vb1);
-            tile(it, kb0, vb0);
-            if (it + 1 >= nt) break;
-            load(it + 2, kb0, vb0);
-            tile(it + 1, kb1, vb1);
         }
         /* The warp's sums: l over the lanes of a head, the values over the
          * row groups of a load; then to shared memory. */
@@ -884,10 +979,11 @@ __global__ void __launch_bounds__(VV_PF_THREADS)
 }
 
 
-/* CHOIR_VV_ATT_V2 (k_vv_att_dec), its keys a split and whether the last
- * block combines: -1 until read from the environment (at the first decode
- * attention) or set. */
-static int g_att_v2 = -1, g_att_v2_split = -1, g_att_v2_fold = -1;
+/* CHOIR_VV_ATT_V2 (k_vv_att_dec), its keys a split, whether the last
+ * block combines and whether its warps keep the deeper ring
+ * (CHOIR_VV_ATT_V2_DEEP): -1 until read from the environment (at the first
+ * decode attention) or set. */
+static int g_att_v2 = -1, g_att_v2_split = -1, g_att_v2_fold = -1, g_att_v2_deep = -1;
 static int env_int(const char *name, int dflt) {
     const char *e = getenv(name);
     return e && *e ? atoi(e) : dflt;
@@ -896,6 +992,7 @@ static void att_v2_read_env(void) {
     if (g_att_v2 < 0) g_att_v2 = env_int("CHOIR_VV_ATT_V2", 1) != 0; /* on unless 0 (H100, 7 Dec 2026) */
     if (g_att_v2_split < 0) g_att_v2_split = env_int("CHOIR_VV_ATT_V2_SPLIT", 0);
     if (g_att_v2_fold < 0) g_att_v2_fold = env_int("CHOIR_VV_ATT_V2_FOLD", 1) != 0;
+    if (g_att_v2_deep < 0) g_att_v2_deep = env_int("CHOIR_VV_ATT_V2_DEEP", 0) != 0; /* NOT RUN ON A GPU */
 }
 
 /* Keys a split of k_vv_att_dec: the set size (a multiple of 16) or, by
@@ -937,11 +1034,19 @@ static int att_dec(choir_cuda *cu, const float *q, int64_t T, const KV *kc, cons
                                                                                            : NULL;
     dim3 g1((unsigned)nsplit, (unsigned)n_kv, (unsigned)T), g2((unsigned)n_kv, (unsigned)T);
     float scale = 1.0f / sqrtf((float)D);
+    /* CHOIR_VV_ATT_V2_DEEP's ring (NOT RUN ON A GPU): bf16 4 tiles, 2 a step;
+     * f32 3 tiles, 1 a step (docs/cuda.md). */
+    constexpr int DEEP_NB = sizeof(KV) == 2 ? 4 : 3, DEEP_U = sizeof(KV) == 2 ? 2 : 1;
 #define VV_DEC(DD, KT, GG)                                                                                      \
     do {                                                                                                        \
-        k_vv_att_dec<DD, KT, GG><<<g1, VV_DEC_THREADS, 0, cu->stream>>>(q, kc, vc, pos0, pos, table, table_stride, \
-                                                                     max_keys, n_heads, n_kv, scale, S, nsplit, \
-                                                                     part, done, out);                          \
+        if (!g_att_v2_deep)                                                                                     \
+            k_vv_att_dec<DD, KT, GG, 2, 1><<<g1, VV_DEC_THREADS, 0, cu->stream>>>(                              \
+                q, kc, vc, pos0, pos, table, table_stride, max_keys, n_heads, n_kv, scale, S, nsplit, part,    \
+                done, out);                                                                                     \
+        else                                                                                                    \
+            k_vv_att_dec<DD, KT, GG, DEEP_NB, DEEP_U><<<g1, VV_DEC_THREADS, 0, cu->stream>>>(                   \
+                q, kc, vc, pos0, pos, table, table_stride, max_keys, n_heads, n_kv, scale, S, nsplit, part,    \
+                done, out);                                                                                     \
         if (!done) {                                                                                            \
             int rc_ = choir_cuda_check_launch(err, "vibevoice decode attention");                               \
             if (rc_) return rc_;                                                                                \
@@ -1127,6 +1232,11 @@ bool choir_cuda_vv_att_v2_on(void) {
 }
 void choir_cuda_vv_set_att_v2_split(int keys) { g_att_v2_split = keys > 0 ? keys : 0; }
 void choir_cuda_vv_set_att_v2_fold(bool on) { g_att_v2_fold = on; }
+void choir_cuda_vv_set_att_v2_deep(bool on) { g_att_v2_deep = on; }
+bool choir_cuda_vv_att_v2_deep_on(void) {
+    att_v2_read_env();
+    return g_att_v2_deep == 1;
+}
 
 int choir_cuda_vv_conv_stem(choir_cuda *cu, const float *in, int64_t T, const float *taps,
                             const float *bias, int64_t cout, int kernel, float *out, choir_err *err) {

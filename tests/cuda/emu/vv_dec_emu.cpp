@@ -6,7 +6,10 @@
 // (counters) or by the combine launch. Pool rows no row may see hold NaN. The kernels' source is
 // included as dec_kern.inc, cut out of cuda_vibevoice.cu by run_vv_dec_emu.sh.
 //
-//   vv_dec_emu T POS0 HEADS KV_HEADS D BF16 PAGED SPLIT FOLD SCATTERED Q_AMPLITUDE
+// With DEEP 1 it also runs CHOIR_VV_ATT_V2_DEEP's ring (the kernel's NB and U as att_dec picks them)
+// and counts the outputs that differ from v2's in any bit (v2_differ; 0 expected: the same sums).
+//
+//   vv_dec_emu T POS0 HEADS KV_HEADS D BF16 PAGED SPLIT FOLD SCATTERED Q_AMPLITUDE [DEEP]
 #include "warp_emu.h"
 #include <algorithm>
 #define VV_SPLIT 128
@@ -28,13 +31,13 @@ static inline float vv_warp_sum(float v) { for (int o = 16; o > 0; o >>= 1) v +=
 static uint64_t rng = 88172645463325252ull;
 static float rnd() { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2 - 1; }
 
-template <typename KV>
+template <typename KV, int NB, int U>
 static void run(int D, int G, dim3v g1, dim3v g2, const float *q, const KV *k, const KV *v, int64_t pos0, const int32_t *pos,
                 const int32_t *tab, int64_t stride, int64_t max_keys, int nh, int nkv, float scale, int S, int nsplit,
                 float *part, int *done, float *out) {
 #define DEC(DD, GG)                                                                                                   \
     do {                                                                                                              \
-        launch(g1, VV_DEC_THREADS, [&] { k_vv_att_dec<DD, KV, GG>(q, k, v, pos0, pos, tab, stride, max_keys, nh, nkv, \
+        launch(g1, VV_DEC_THREADS, [&] { k_vv_att_dec<DD, KV, GG, NB, U>(q, k, v, pos0, pos, tab, stride, max_keys, nh, nkv, \
                                                                 scale, S, nsplit, part, done, out); });              \
         if (!done)                                                                                                    \
             launch(g2, VV_DEC_THREADS, [&] { k_vv_att_dec_combine<DD, GG>(part, pos0, pos, max_keys, nh, nkv, S,       \
@@ -51,6 +54,7 @@ int main(int argc, char **argv) {
     int T = atoi(argv[1]), pos0 = atoi(argv[2]), nh = atoi(argv[3]), nkv = atoi(argv[4]), D = atoi(argv[5]);
     int bf16 = atoi(argv[6]), paged = atoi(argv[7]), S = atoi(argv[8]), fold = atoi(argv[9]), scattered = atoi(argv[10]);
     float qamp = atof(argv[11]);
+    int deep = argc > 12 ? atoi(argv[12]) : 0;
     int G = nh / nkv, P = VV_SPLIT;
     int64_t ldq = (int64_t)nh * D, ldk = (int64_t)nkv * D;
     // Positions: pos0 + i, or scattered over the cache of pos0 + T rows with one past it.
@@ -97,13 +101,29 @@ int main(int argc, char **argv) {
     const int32_t *tp = paged ? table.data() : nullptr;
     const int32_t *pp = scattered ? pos.data() : nullptr;
     int *dn = fold ? done.data() : nullptr;
+    // v2's ring (2 tiles, 1 a step) into o2; with DEEP, CHOIR_VV_ATT_V2_DEEP's (bf16: 4 tiles, 2 a step;
+    // f32: 3 tiles, 1 a step, as att_dec launches them) into o, from fresh partials.
+    std::vector<float> o2((size_t)T * ldq, NAN);
     if (bf16)
-        run<__nv_bfloat16>(D, G, g1, g2, q.data(), (const __nv_bfloat16 *)kb.data(), (const __nv_bfloat16 *)vb.data(), pos0, pp, tp,
-                           pages, max_keys, nh, nkv, scale, S, nsplit, part.data(), dn, o.data());
+        run<__nv_bfloat16, 2, 1>(D, G, g1, g2, q.data(), (const __nv_bfloat16 *)kb.data(), (const __nv_bfloat16 *)vb.data(), pos0,
+                                 pp, tp, pages, max_keys, nh, nkv, scale, S, nsplit, part.data(), dn, o2.data());
     else
-        run<float>(D, G, g1, g2, q.data(), kf.data(), vf.data(), pos0, pp, tp, pages, max_keys, nh, nkv, scale, S, nsplit,
-                   part.data(), dn, o.data());
-    double num = 0, den = 0;
+        run<float, 2, 1>(D, G, g1, g2, q.data(), kf.data(), vf.data(), pos0, pp, tp, pages, max_keys, nh, nkv, scale, S, nsplit,
+                         part.data(), dn, o2.data());
+    if (deep) {
+        std::fill(part.begin(), part.end(), NAN);
+        if (bf16)
+            run<__nv_bfloat16, 4, 2>(D, G, g1, g2, q.data(), (const __nv_bfloat16 *)kb.data(), (const __nv_bfloat16 *)vb.data(),
+                                     pos0, pp, tp, pages, max_keys, nh, nkv, scale, S, nsplit, part.data(), dn, o.data());
+        else
+            run<float, 3, 1>(D, G, g1, g2, q.data(), kf.data(), vf.data(), pos0, pp, tp, pages, max_keys, nh, nkv, scale, S,
+                             nsplit, part.data(), dn, o.data());
+    } else {
+        o = o2;
+    }
+    long v2_differ = 0;
+    for (size_t e = 0; e < o.size(); e++) v2_differ += memcmp(&o[e], &o2[e], 4) != 0;
+    double num = 0, den = 0, num2 = 0;
     long bad = 0;
     for (int i = 0; i < T; i++)
         for (int h = 0; h < nh; h++) {
@@ -122,15 +142,15 @@ int main(int argc, char **argv) {
                 double r = 0;
                 for (int64_t j = 0; j < lim; j++) r += p[j] * vf[row_of(i, j) * ldk + kh * D + d];
                 r /= sum;
-                double g = o[i * ldq + h * D + d];
-                if (!std::isfinite(g)) { bad++; continue; }
-                num += (g - r) * (g - r), den += r * r;
+                double g = o[i * ldq + h * D + d], g2 = o2[i * ldq + h * D + d];
+                if (!std::isfinite(g) || !std::isfinite(g2)) { bad++; continue; }
+                num += (g - r) * (g - r), den += r * r, num2 += (g2 - r) * (g2 - r);
             }
         }
     long counters = 0;
     for (int c : done) counters += c != 0;
-    printf("vv dec T=%d pos0=%d heads=%d/%d D=%d bf16=%d paged=%d S=%d splits=%d fold=%d scattered=%d qamp=%g: rel_l2 %.3e "
-           "counters_left %ld unwritten %ld\n", T, pos0, nh, nkv, D, bf16, paged, S, nsplit, fold, scattered, qamp,
-           sqrt(num / (den > 0 ? den : 1)), counters, bad);
+    printf("vv dec T=%d pos0=%d heads=%d/%d D=%d bf16=%d paged=%d S=%d splits=%d fold=%d scattered=%d qamp=%g deep=%d: v2_rel_l2 %.3e "
+           "rel_l2 %.3e v2_differ %ld counters_left %ld unwritten %ld\n", T, pos0, nh, nkv, D, bf16, paged, S, nsplit, fold,
+           scattered, qamp, deep, sqrt(num2 / (den > 0 ? den : 1)), sqrt(num / (den > 0 ? den : 1)), v2_differ, counters, bad);
     return 0;
 }
