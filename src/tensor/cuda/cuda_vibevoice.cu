@@ -494,7 +494,7 @@ __global__ void k_vv_att_combine(const float *__restrict__ part, int nh, int D, 
  * With two blocks of 4 warps an SM (the sized splits), v2 has at most 2
  * tiles a warp in flight: 8 x 2 x 2 KB = 32 KB an SM over bf16 K/V, 64 KB
  * over f32, while ~3 TB/s x 1.5-2 us of loaded latency / 132 SMs asks for
- * 35-45 KB. CHOIR_VV_ATT_V2_DEEP (NOT RUN ON A GPU) takes bf16 to 4 tiles
+ * 35-45 KB. CHOIR_VV_ATT_V2_DEEP (the default; =0 for v2's ring) takes bf16 to 4 tiles
  * (64 KB an SM; 64 registers of ring) with the scores of 2 tiles a step
  * together, and f32 to 3 tiles (96 KB; 96 registers): the same tiles a
  * warp in the same order, so the same sums as v2 bit for bit. */
@@ -992,7 +992,7 @@ static void att_v2_read_env(void) {
     if (g_att_v2 < 0) g_att_v2 = env_int("CHOIR_VV_ATT_V2", 1) != 0; /* on unless 0 (H100, 7 Dec 2026) */
     if (g_att_v2_split < 0) g_att_v2_split = env_int("CHOIR_VV_ATT_V2_SPLIT", 0);
     if (g_att_v2_fold < 0) g_att_v2_fold = env_int("CHOIR_VV_ATT_V2_FOLD", 1) != 0;
-    if (g_att_v2_deep < 0) g_att_v2_deep = env_int("CHOIR_VV_ATT_V2_DEEP", 0) != 0; /* NOT RUN ON A GPU */
+    if (g_att_v2_deep < 0) g_att_v2_deep = env_int("CHOIR_VV_ATT_V2_DEEP", 1) != 0; /* on unless 0 (H100, 7 Dec 2026) */
 }
 
 /* Keys a split of k_vv_att_dec: the set size (a multiple of 16) or, by
@@ -1034,7 +1034,7 @@ static int att_dec(choir_cuda *cu, const float *q, int64_t T, const KV *kc, cons
                                                                                            : NULL;
     dim3 g1((unsigned)nsplit, (unsigned)n_kv, (unsigned)T), g2((unsigned)n_kv, (unsigned)T);
     float scale = 1.0f / sqrtf((float)D);
-    /* CHOIR_VV_ATT_V2_DEEP's ring (NOT RUN ON A GPU): bf16 4 tiles, 2 a step;
+    /* CHOIR_VV_ATT_V2_DEEP's ring (the default): bf16 4 tiles, 2 a step;
      * f32 3 tiles, 1 a step (docs/cuda.md). */
     constexpr int DEEP_NB = sizeof(KV) == 2 ? 4 : 3, DEEP_U = sizeof(KV) == 2 ? 2 : 1;
 #define VV_DEC(DD, KT, GG)                                                                                      \

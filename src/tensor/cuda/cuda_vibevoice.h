@@ -62,8 +62,8 @@ void choir_cuda_vv_set_att_v2_split(int keys);
 /* Whether v2's last block combines (default) or a second launch does
  * (CHOIR_VV_ATT_V2_FOLD=0). Process-wide. */
 void choir_cuda_vv_set_att_v2_fold(bool on);
-/* v2 with a deeper ring of tiles a warp (CHOIR_VV_ATT_V2_DEEP=1, read once
- * with CHOIR_VV_ATT_V2; off by default, NOT RUN ON A GPU): bf16 caches keep
+/* v2 with a deeper ring of tiles a warp (on by default since its H100 run;
+ * CHOIR_VV_ATT_V2_DEEP=0, read once with CHOIR_VV_ATT_V2, for v2's): bf16 caches keep
  * 4 tiles of 4 keys in flight a warp and take their scores 2 tiles at a
  * time, f32 caches 3 tiles, against v2's 2; the same sums as v2 bit for
  * bit. Process-wide. */
