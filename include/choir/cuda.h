@@ -273,6 +273,13 @@ bool choir_cuda_linear_fuses(int64_t M, const choir_cuda_weight *W);
  * as the product followed by the add or the activation kernel. */
 int choir_cuda_linear_ex(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,
                          const float *bias, float *y, bool accumulate, bool gelu, choir_err *err);
+/* y += x W^T + bias on the skinny tensor-core path (the rows a batched
+ * decode step's o and down projections take): the same floats as
+ * choir_cuda_linear into a buffer and an add, without the buffer's pass.
+ * _ok: whether M rows of W at x take that path (x 16-byte aligned). */
+bool choir_cuda_linear_skinny_acc_ok(int64_t M, const float *x, const choir_cuda_weight *W);
+int choir_cuda_linear_skinny_acc(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,
+                                 const float *bias, float *y, choir_err *err);
 
 /* Where a product's output rows also go (a KV cache): row m to
  * dst + slot[m] slot_stride + pos[m] ld (elements; slot NULL: slot m), as

@@ -359,6 +359,64 @@ static void check_linear_skinny(void) {
     expect("linear path by rows: gemv, skinny (bf16, K % 8 == 0), cuBLAS; forced paths", ok);
 }
 
+/* An accumulating linear on the skinny path (a batched decode step's o and
+ * down projections: y += x W^T + bias in the kernel's epilogue) against the
+ * product into a buffer and choir_op_add after it, bit for bit, and the
+ * path asserted; also a row of 3584 and one of 5000 through choir_op_rms_norm
+ * (the cached and the looping block kernels) against the CPU. */
+static void check_linear_skinny_acc(void) {
+    static const struct { int64_t N, K; } shapes[] = {{3584, 3584}, {262, 768}, {4111, 264}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        case_begin();
+        int64_t N = shapes[si].N, K = shapes[si].K, MM = CHOIR_CUDA_SKINNY_TO;
+        choir_err err = {0};
+        choir_weight host = make_weight(CHOIR_WEIGHT_BF16, N, K, 0, 0, 0);
+        choir_backend_weights *ws = choir_backend_weights_create(g_gpu, &err);
+        choir_weight dw;
+        choir_backend_weight(ws, &host, &dw);
+        float *bias = hvec(N, -1, 1), *y0 = hvec(MM * N, -2, 2), *x = hvec(MM * K, -1, 1);
+        const float *dbias = choir_backend_vec(ws, bias, N);
+        float *got = hmem((size_t)(MM * N) * 4), *want = hmem((size_t)(MM * N) * 4);
+        float *dx = dvec(x, MM * K), *dy = dvec(y0, MM * N), *dt = dzero(MM * N), *dw2 = dvec(y0, MM * N);
+        choir_cuda_weight shape = {.kind = CHOIR_WEIGHT_BF16, .rows = N, .cols = K, .data = {.ptr = (void *)dw.data}};
+        bool path = true, same = true;
+        for (int64_t M = CHOIR_CUDA_SKINNY_FROM; M <= MM; M += 3) {
+            path = path && choir_cuda_linear_skinny_acc_ok(M, dx, &shape);
+            const float *b = M % 2 ? dbias : NULL;
+            choir_op_upload(g_gs, dy, y0, (size_t)(M * N) * 4);
+            choir_op_upload(g_gs, dw2, y0, (size_t)(M * N) * 4);
+            choir_op_linear_ex(g_gs, dx, M, &dw, b, dy, CHOIR_LINEAR_ACCUMULATE, dt);
+            choir_op_linear(g_gs, dx, M, &dw, b, dt);
+            choir_op_add(g_gs, dw2, dt, dw2, M * N);
+            choir_op_download(g_gs, got, dy, (size_t)(M * N) * 4);
+            choir_op_download(g_gs, want, dw2, (size_t)(M * N) * 4);
+            if (!streams_ok("skinny accumulate")) break;
+            same = same && memcmp(got, want, (size_t)(M * N) * 4) == 0;
+        }
+        char name[96];
+        snprintf(name, sizeof name, "linear bf16 %lldx%lld accumulate on the skinny path = product + add",
+                 (long long)N, (long long)K);
+        expect(name, path && same);
+        choir_backend_weights_free(ws);
+        case_end();
+    }
+    static const int64_t dims[] = {3584, 5000};
+    for (int i = 0; i < 2; i++) {
+        case_begin();
+        int64_t rows = 8, D = dims[i];
+        float *x = hvec(rows * D, -3, 3), *g = hvec(D, 0.5f, 1.5f), *ref = hmem((size_t)(rows * D) * 4);
+        float *got = hmem((size_t)(rows * D) * 4), *dx = dvec(x, rows * D), *dg = dvec(g, D);
+        float *dy = dzero(rows * D);
+        choir_op_rms_norm(g_cs, x, ref, rows, D, g, 1e-6f);
+        choir_op_rms_norm(g_gs, dx, dy, rows, D, dg, 1e-6f);
+        choir_op_download(g_gs, got, dy, (size_t)(rows * D) * 4);
+        char name[64];
+        snprintf(name, sizeof name, "rms norm 8 rows of %lld (one block a row)", (long long)D);
+        if (streams_ok(name)) cmp(name, got, ref, rows * D, TOL_F32);
+        case_end();
+    }
+}
+
 /* bf16 rows in and out (the encoder's layers): bias, bias + GELU, and the
  * f32 residual add; the same bf16 rows on both backends, the CPU product in
  * f32 then rounded, CUDA's rounded before bias and GELU: the bf16 bound. */
@@ -2254,6 +2312,7 @@ int main(void) {
     check_q8_gemv();
     check_q8_dequant();
     check_linear_skinny();
+    check_linear_skinny_acc();
     check_linear_bf16();
     check_norm_linear();
     check_swiglu();

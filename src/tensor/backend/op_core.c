@@ -158,6 +158,9 @@ int choir_op_linear_ex(choir_stream *s, const float *x, int64_t M, const choir_w
         choir_cuda_weight cw = be_cuda_weight(W);
         if (choir_cuda_linear_fuses(M, &cw))
             BE_CUDA(s, "linear_ex", choir_cuda_linear_ex(s->be->cu, x, M, &cw, bias, y, acc, gelu, BE_ERR));
+        /* The skinny kernel's rows (a batched decode step): the add in its epilogue. */
+        if (acc && choir_cuda_linear_skinny_acc_ok(M, x, &cw))
+            BE_CUDA(s, "linear_ex", choir_cuda_linear_skinny_acc(s->be->cu, x, M, &cw, bias, y, BE_ERR));
         /* cuBLAS's rows: the add through its C operand (choir_cuda_fused_rows). */
         if (acc && !bias && choir_cuda_rows_ok(M, &cw))
             BE_CUDA(s, "linear_ex", choir_cuda_linear_acc_rows(s->be->cu, x, M, &cw, y, BE_ERR));

@@ -616,11 +616,13 @@ __device__ __forceinline__ void sk_step(float (&acc)[MT][NT][4], const uint4 (&w
 }
 
 /* MT: 16-column tiles of the output per block; NT: 8-row tiles of x
- * (M <= 8 NT); U: K steps whose loads are issued together; NW: warps. */
+ * (M <= 8 NT); U: K steps whose loads are issued together; NW: warps.
+ * add: y += the product (with its bias): the same floats as the product
+ * into a buffer and an add after it, one pass over y fewer. */
 template <typename T, int MT, int NT, int U, int NW>
 __global__ void __launch_bounds__(32 * NW)
     skinny_mma(const float *__restrict__ x, int M, const T *__restrict__ W, int N, int K,
-               const float *__restrict__ bias, float *__restrict__ y) {
+               const float *__restrict__ bias, float *__restrict__ y, int add) {
     __shared__ float red[NW][MT * NT * 4][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -680,7 +682,9 @@ __global__ void __launch_bounds__(32 * NW)
         float v = 0.0f;
 #pragma unroll
         for (int w = 0; w < NW; w++) v += red[w][q][l];
-        y[(int64_t)m * N + n] = v + (bias ? bias[n] : 0.0f);
+        const float r = v + (bias ? bias[n] : 0.0f);
+        float *yo = y + (int64_t)m * N + n;
+        *yo = add ? *yo + r : r;
     }
 }
 
@@ -692,33 +696,33 @@ static bool skinny_ok(int64_t M, const choir_cuda_weight *W) {
 
 template <typename T, int NT, int U>
 static void launch_skinny_nt(choir_cuda *cu, const float *x, int M, const T *W, int N, int K,
-                             const float *bias, float *y) {
+                             const float *bias, float *y, int acc) {
     /* Wide layers: two column tiles per block (half the re-reads of x), 8
      * warps. Narrow ones (the attention projections, the MLP's down): one
      * tile and 16 warps, so that the few blocks still keep many loads in
      * flight. */
     if (N >= 4096) {
         unsigned blocks = (unsigned)((N + 31) / 32);
-        skinny_mma<T, 2, NT, U, 8><<<blocks, 32 * 8, 0, cu->stream>>>(x, M, W, N, K, bias, y);
+        skinny_mma<T, 2, NT, U, 8><<<blocks, 32 * 8, 0, cu->stream>>>(x, M, W, N, K, bias, y, acc);
     } else {
         unsigned blocks = (unsigned)((N + 15) / 16);
-        skinny_mma<T, 1, NT, U, 16><<<blocks, 32 * 16, 0, cu->stream>>>(x, M, W, N, K, bias, y);
+        skinny_mma<T, 1, NT, U, 16><<<blocks, 32 * 16, 0, cu->stream>>>(x, M, W, N, K, bias, y, acc);
     }
 }
 
 template <typename T>
 static int launch_skinny(choir_cuda *cu, const float *x, int M, const choir_cuda_weight *W,
-                         const float *bias, float *y, choir_err *err) {
+                         const float *bias, float *y, choir_err *err, int acc = 0) {
     const T *w = (const T *)W->data.ptr;
     int N = (int)W->rows, K = (int)W->cols;
     if (M <= 8)
-        launch_skinny_nt<T, 1, 4>(cu, x, M, w, N, K, bias, y);
+        launch_skinny_nt<T, 1, 4>(cu, x, M, w, N, K, bias, y, acc);
     else if (M <= 16)
-        launch_skinny_nt<T, 2, 2>(cu, x, M, w, N, K, bias, y);
+        launch_skinny_nt<T, 2, 2>(cu, x, M, w, N, K, bias, y, acc);
     else if (M <= 24)
-        launch_skinny_nt<T, 3, 1>(cu, x, M, w, N, K, bias, y);
+        launch_skinny_nt<T, 3, 1>(cu, x, M, w, N, K, bias, y, acc);
     else
-        launch_skinny_nt<T, 4, 1>(cu, x, M, w, N, K, bias, y);
+        launch_skinny_nt<T, 4, 1>(cu, x, M, w, N, K, bias, y, acc);
     return choir_cuda_check_launch(err, "skinny linear");
 }
 
@@ -878,6 +882,20 @@ int choir_cuda_linear_ex(choir_cuda *cu, const float *x, int64_t M, const choir_
     int epilogue = accumulate ? GEMV_ACCUMULATE : gelu ? GEMV_GELU : GEMV_WRITE;
     if (W->kind == CHOIR_WEIGHT_QUANT) return choir_cuda_q8_linear(cu, x, M, W, bias, y, epilogue, err);
     return launch_gemv_dense(cu, x, M, W, bias, y, epilogue, err);
+}
+
+bool choir_cuda_linear_skinny_acc_ok(int64_t M, const float *x, const choir_cuda_weight *W) {
+    return M > 0 && M <= INT32_MAX && W->rows <= INT32_MAX && W->cols <= INT32_MAX &&
+           ((uintptr_t)x & 15) == 0 && choir_cuda_linear_path_for(M, W) == CHOIR_CUDA_LINEAR_SKINNY;
+}
+
+int choir_cuda_linear_skinny_acc(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,
+                                 const float *bias, float *y, choir_err *err) {
+    if (!choir_cuda_linear_skinny_acc_ok(M, x, W))
+        return choir_err_set(err, CHOIR_EUNSUPPORTED,
+                             "cuda: accumulating linear of %lld rows off the skinny path", (long long)M);
+    return W->kind == CHOIR_WEIGHT_F16 ? launch_skinny<__half>(cu, x, (int)M, W, bias, y, err, 1)
+                                       : launch_skinny<__nv_bfloat16>(cu, x, (int)M, W, bias, y, err, 1);
 }
 
 /* Shared memory of the normalised rows: within the default 48 KiB a block

@@ -348,6 +348,18 @@ int choir_cuda_linear_ex(choir_cuda *cu, const float *x, int64_t M, const choir_
     return run_or_record(linear_ex_op, &a, sizeof(a));
 }
 
+bool choir_cuda_linear_skinny_acc_ok(int64_t M, const float *x, const choir_cuda_weight *W) {
+    return M > 0 && ((uintptr_t)x & 15) == 0 && choir_cuda_linear_path_for(M, W) == CHOIR_CUDA_LINEAR_SKINNY;
+}
+int choir_cuda_linear_skinny_acc(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,
+                                 const float *bias, float *y, choir_err *err) {
+    (void)cu;
+    if (!choir_cuda_linear_skinny_acc_ok(M, x, W))
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: accumulating linear off the skinny path");
+    linear_ex_args a = {{x, M, *W, bias, y}, true, false};
+    return run_or_record(linear_ex_op, &a, sizeof(a));
+}
+
 /* A layer norm feeding GEMVs: the CPU layer norm into a temporary, each
  * product (GELU'd), then the rows stored, as the device's one kernel. */
 typedef struct norm_linear_args {
