@@ -698,10 +698,10 @@ static void test_detect_and_metrics_text(void **state)
     choir_engine_params p = choir_engine_default_params(CHOIR_PROFILE_INTERACTIVE_TTS);
     assert_int_equal(p.max_batch, 1);
     assert_int_equal(p.model_options.compute_bf16, 1);
-    /* -1 turns the profile's bf16 off; 0 keeps it. */
+    /* -1 turns the profile's bf16 off (and stays -1 for the models); 0 keeps it. */
     choir_engine_params off = {.profile = CHOIR_PROFILE_INTERACTIVE_TTS, .model_options.compute_bf16 = -1}, r;
     engine_params_resolve(&r, &off);
-    assert_int_equal(r.model_options.compute_bf16, 0);
+    assert_int_equal(r.model_options.compute_bf16, -1);
     off.model_options.compute_bf16 = 0;
     engine_params_resolve(&r, &off);
     assert_int_equal(r.model_options.compute_bf16, 1);

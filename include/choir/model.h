@@ -237,7 +237,10 @@ void choir_batch_join_member_done(choir_batch_join *j, choir_request *req);
  * a quantized model is made on disk by `choir convert --q-bits` (kernels use
  * the default compute pool, sized by CHOIR_THREADS). */
 typedef struct choir_model_options {
-    int compute_bf16;  /* 1: prefer bf16 activations when supported */
+    /* 1: prefer bf16 activations when supported; -1: f32 where a model
+     * would otherwise follow its weights (VibeVoice's GPU KV cache is bf16
+     * for a bf16 or quantized model by default); 0: the model's default. */
+    int compute_bf16;
     /* Where the weights live and the batches run: 0 = the CPU (host memory),
      * k >= 1 = CUDA device k - 1 (CHOIR_DEVICE_GPU(k - 1)). The engine only
      * passes a GPU to an adapter whose ops->gpu is 1. */

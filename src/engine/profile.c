@@ -287,9 +287,9 @@ void engine_params_resolve(choir_engine_params *p, const choir_engine_params *in
     DEF(replica_after_s);
     DEF(replica_idle_s);
 #undef DEF
-    /* -1 turns a profile's bf16 off (0 already means "the profile's"). */
-    if (p->model_options.compute_bf16 == -1)
-        p->model_options.compute_bf16 = 0;
+    /* -1 (bf16 off, even where the profile has it on) reaches the models
+     * as it is: those whose defaults follow their weights (VibeVoice's GPU
+     * cache) take it as "f32" there. */
     /* Defaults that follow other fields: twice the batch this engine forms,
      * and a recovery level under a lowered high-water mark. */
     if (p->replica_queue == 0)

@@ -86,7 +86,7 @@ static void *kokoro_model_load(const char *dir, const choir_model_options *opt, 
             return NULL;
         }
         if (!(w->cu = choir_cuda_init(idx, err)) ||
-            !(w->gpu = choir_kokoro_gpu_create(w->m, w->cu, opt->compute_bf16, err))) {
+            !(w->gpu = choir_kokoro_gpu_create(w->m, w->cu, opt->compute_bf16 > 0, err))) {
             kokoro_model_free(w);
             return NULL;
         }

@@ -158,10 +158,22 @@ static int64_t paged_state_bytes(const choir_vibevoice_dims *D, const choir_vibe
  * request and the largest step, the batched step's buffers, room for
  * VV_GPU_STATE_ROOM requests' own states, and a KV pool of all the rest of
  * `room` (the engine's figure, or 90% of the card). */
+/* The pool's keys and values in the language model's dtype: bf16 for a
+ * model stored in 16 bits or quantized (the published checkpoints, bf16:
+ * what transformers keeps its cache in) or when the engine asks for bf16
+ * (compute_bf16 1); f32 for an f32 checkpoint or when the engine turns
+ * bf16 off (compute_bf16 -1). bf16 pages hold
+ * twice the tokens (15 hour-long requests in the default budget of an
+ * H100 instead of 7). */
+static choir_dtype gpu_kv_dtype(const choir_vibevoice *m, const choir_model_options *opt) {
+    if (opt && opt->compute_bf16 != 0) return opt->compute_bf16 > 0 ? CHOIR_DTYPE_BF16 : CHOIR_DTYPE_F32;
+    return m->layers[0].q.kind == CHOIR_WEIGHT_F32 ? CHOIR_DTYPE_F32 : CHOIR_DTYPE_BF16;
+}
+
 static int gpu_setup(vv_weights *w, const choir_model_options *opt, choir_err *err) {
     const choir_vibevoice_dims *D = choir_vibevoice_get_dims(w->m);
     const choir_vibevoice_lm_dims *L = &D->lm;
-    choir_dtype kv = opt && opt->compute_bf16 > 0 ? CHOIR_DTYPE_BF16 : CHOIR_DTYPE_F32;
+    choir_dtype kv = gpu_kv_dtype(w->m, opt);
     int64_t room = opt ? opt->device_free_bytes : 0;
     if (room <= 0) {
         choir_backend_device dev;

@@ -71,7 +71,7 @@ static void *whisper_model_load(const char *dir, const choir_model_options *opt,
         choir_whisper_gpu_opts go;
         choir_whisper_default_gpu_opts(&go);
         go.device = CHOIR_DEVICE_GPU_INDEX(opt->device);
-        go.bf16 = opt->compute_bf16 != 0;
+        go.bf16 = opt->compute_bf16 > 0;
         go.tf32 = go.bf16;
         if (choir_whisper_gpu_attach(w->m, &go, err)) goto fail;
         if (pthread_mutex_init(&w->lock, NULL)) {
