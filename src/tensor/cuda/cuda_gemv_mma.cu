@@ -1,0 +1,334 @@
+/* The tensor-core GEMV for a few rows of x ("mma GEMV", CHOIR_GEMV_MMA=1,
+ * off by default): y [M, N] = x [M, K] W [N, K]^T over bf16 weights for M =
+ * 1..32, the products of a decode step, batched or not. The SIMT GEMVs of
+ * cuda_linear.cu spend per weight element one FMA for every row of x, so 8
+ * rows cost far more than 1 (VibeVoice 7B's graph step: 6.17 ms for one
+ * row, 8.37 for eight through the skinny kernel and unfused norms); here
+ * the weights are the A operand of mma.sync.m16n8k16 straight from their
+ * 16-byte loads and the rows of x the N side (n8 tiles), so 8 rows cost the
+ * tensor core what one does.
+ *
+ * Layout. A block owns MT x 16 consecutive rows of the stacked layers (the
+ * q, k, v or gate, up of choir_cuda_norm_linear in one launch) and its NW
+ * warps split K: warp w takes the 32-column steps w, w + NW, ... (the warps
+ * of a block read neighbouring bytes of a row). In a step, lane (g = lane /
+ * 4, t = lane % 4) loads columns 8t .. 8t + 7 of weight rows g and g + 8 of
+ * each 16-row tile (16 bytes each, ld.global.nc with the L1::no_allocate and
+ * L2::256B hints, U steps of loads issued before their products) and the
+ * same 8 columns of row 8 nt + g of x (two float4, L1-cached: every block
+ * reads the same x). The step's two mmas see the 32 columns in a permuted
+ * order (mma j takes columns 8t + 4j + 0..3 as its logical k 2t, 2t+1,
+ * 2t+8, 2t+9), the same permutation for both operands, so each product is
+ * a dot product over the step's columns.
+ *
+ * Precision. x is f32: it is split into hi = bf16(x) and lo = bf16(x - hi)
+ * (x - hi is exact in f32), and each A fragment meets both (two mmas into
+ * two accumulators, added at the end), so a product carries x to about
+ * 2^-16 relative, the weights exactly, the sums in f32.
+ *
+ * Order. Each warp adds its steps in increasing order; the block adds its
+ * warps' sums in warp order through shared memory; NW, MT and the steps do
+ * not depend on M, and an output of the mma depends only on its row of A
+ * and its column of B: row m of y is the same bit for bit whatever M (1 to
+ * 32), the batch invariance the engine promises. The norm before
+ * choir_cuda_norm_linear's layers runs first into the context's scratch
+ * (the floats of norm_gemv's own staging), also per row whatever M. */
+#include <cuda_bf16.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <type_traits>
+
+#include "tensor/cuda/cuda_gemv_mma.h"
+#include "tensor/cuda/cuda_mma.h"
+
+/* --- device code (tests/cuda/emu/run_gemv_mma_emu.sh cuts it out from here) ----------- */
+
+/* The 16-byte weight load: the stream bypasses L1 (x lives there) and asks
+ * L2 for 256-byte sectors, as gemv_ld<1> and q8_ld. */
+__device__ __forceinline__ uint4 mg_ld(const void *p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+/* Eight values of x from p: two float4 when x's rows are 16-byte aligned,
+ * else one at a time. */
+__device__ __forceinline__ void mg_ldx(const float *p, bool vec, float4 &a, float4 &b) {
+    if (vec) {
+        a = __ldg((const float4 *)p);
+        b = __ldg((const float4 *)p + 1);
+    } else {
+        a = make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
+        b = make_float4(__ldg(p + 4), __ldg(p + 5), __ldg(p + 6), __ldg(p + 7));
+    }
+}
+
+/* The layer of stacked row r (unrolled: no loop-carried branch). */
+__device__ __forceinline__ int mg_layer_of(const norm_linear_args &a, int64_t r) {
+    int li = 0;
+#pragma unroll
+    for (int i = 1; i < CHOIR_CUDA_NORM_LINEAR_MAX; i++) li += i < a.n && r >= a.start[i];
+    return li;
+}
+
+/* x's two bf16 halves of values v0, v1 packed as an mma register each: hi
+ * = bf16(v), lo = bf16(v - hi). */
+__device__ __forceinline__ void mg_split(float v0, float v1, uint32_t &hi, uint32_t &lo) {
+    hi = pack_bf16(v0, v1);
+    const float h0 = __uint_as_float(hi << 16), h1 = __uint_as_float(hi & 0xffff0000u);
+    lo = pack_bf16(v0 - h0, v1 - h1);
+}
+
+/* One step's loads of a lane: the weight rows' 8 columns, x's 8 columns of
+ * each n8 tile (zeros for a column past K or a row of x past M). */
+template <int MT, int NT>
+struct mg_step {
+    uint4 w[MT][2];
+    float4 x[NT][2];
+};
+
+template <int MT, int NT>
+__device__ __forceinline__ void mg_load(const __nv_bfloat16 *const (&wrow)[MT][2], const float *x, int M,
+                                        int64_t K, bool xvec, int g, int64_t col, mg_step<MT, NT> &s) {
+    const bool in = col < K;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) s.w[mt][h] = in ? mg_ld(wrow[mt][h] + col) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        const int m = nt * 8 + g;
+        if (in && m < M) {
+            mg_ldx(x + (int64_t)m * K + col, xvec, s.x[nt][0], s.x[nt][1]);
+        } else {
+            s.x[nt][0] = make_float4(0, 0, 0, 0);
+            s.x[nt][1] = make_float4(0, 0, 0, 0);
+        }
+    }
+}
+
+/* The step's products: for each tile pair and each of the two mmas, x's hi
+ * half into acc_hi, then its lo half into acc_lo. */
+template <int MT, int NT>
+__device__ __forceinline__ void mg_mma(const mg_step<MT, NT> &s, float (&acc_hi)[MT][NT][4],
+                                       float (&acc_lo)[MT][NT][4]) {
+    uint32_t bh[NT][4], bl[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        mg_split(s.x[nt][0].x, s.x[nt][0].y, bh[nt][0], bl[nt][0]);
+        mg_split(s.x[nt][0].z, s.x[nt][0].w, bh[nt][1], bl[nt][1]);
+        mg_split(s.x[nt][1].x, s.x[nt][1].y, bh[nt][2], bl[nt][2]);
+        mg_split(s.x[nt][1].z, s.x[nt][1].w, bh[nt][3], bl[nt][3]);
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        const uint4 r0 = s.w[mt][0], r1 = s.w[mt][1];
+        const uint32_t a0[4] = {r0.x, r1.x, r0.y, r1.y}, a1[4] = {r0.z, r1.z, r0.w, r1.w};
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            mma_bf16(acc_hi[mt][nt], a0, bh[nt][0], bh[nt][1]);
+            mma_bf16(acc_lo[mt][nt], a0, bl[nt][0], bl[nt][1]);
+            mma_bf16(acc_hi[mt][nt], a1, bh[nt][2], bh[nt][3]);
+            mma_bf16(acc_lo[mt][nt], a1, bl[nt][2], bl[nt][3]);
+        }
+    }
+}
+
+/* MT: 16-row tiles a block; NT: n8 tiles of x (M <= 8 NT); U: steps whose
+ * loads go out together; NW: warps a block, splitting K. x [M, K] f32 (K a
+ * multiple of 8), the layers' bf16 weights in a, epilogue GEMV_*. */
+template <int MT, int NT, int U, int NW>
+__global__ void __launch_bounds__(32 * NW)
+    gemv_mma_bf16(const float *__restrict__ x, int M, int64_t K, norm_linear_args a, int epilogue) {
+    /* One n8 tile's sums of every warp at a time: [NW][MT * 4][32]. */
+    __shared__ float red[NW * MT * 4 * 32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int64_t total = a.start[a.n], r0 = (int64_t)blockIdx.x * (MT * 16);
+    /* Rows past the stack read its last row (their sums are not stored). */
+    const __nv_bfloat16 *wrow[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int64_t r = r0 + mt * 16 + g + 8 * h;
+            if (r >= total) r = total - 1;
+            const int li = mg_layer_of(a, r);
+            wrow[mt][h] = (const __nv_bfloat16 *)a.W[li] + (r - a.start[li]) * K + 8 * t;
+        }
+    const bool xvec = ((uintptr_t)x & 15) == 0 && (K & 3) == 0;
+    const float *xl = x + 8 * t;
+    float acc_hi[MT][NT][4], acc_lo[MT][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc_hi[mt][nt][i] = acc_lo[mt][nt][i] = 0.0f;
+    /* Batches of U of the warp's steps, their loads issued together; steps
+     * past K (the last batch) load nothing and are skipped, a lane's columns
+     * past K (the last step) load zeros. */
+    const int64_t steps = (K + 31) / 32;
+    for (int64_t s0 = warp; s0 < steps; s0 += (int64_t)NW * U) {
+        mg_step<MT, NT> st[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t s = s0 + (int64_t)u * NW;
+            if (s < steps) mg_load<MT, NT>(wrow, xl, M, K, xvec, g, s * 32, st[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (s0 + (int64_t)u * NW < steps) mg_mma<MT, NT>(st[u], acc_hi, acc_lo);
+    }
+    /* Entry i of tile (mt, nt) of lane (g, t): stacked row r0 + 16 mt + g +
+     * 8 (i / 2), row of x 8 nt + 2t + (i % 2). The warps' sums added in
+     * warp order, one n8 tile at a time. */
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        if (nt * 8 >= M) break;
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                red[(warp * MT * 4 + mt * 4 + i) * 32 + lane] = acc_hi[mt][nt][i] + acc_lo[mt][nt][i];
+        __syncthreads();
+        for (int e = threadIdx.x; e < MT * 4 * 32; e += 32 * NW) {
+            const int l = e & 31, q = e >> 5, i = q & 3, mt = q >> 2;
+            const int64_t r = r0 + mt * 16 + (l >> 2) + 8 * (i >> 1);
+            const int m = nt * 8 + 2 * (l & 3) + (i & 1);
+            if (r >= total || m >= M) continue;
+            float v = red[q * 32 + l];
+#pragma unroll
+            for (int w = 1; w < NW; w++) v += red[(w * MT * 4 + q) * 32 + l];
+            const int li = mg_layer_of(a, r);
+            const int64_t rr = r - a.start[li], rows = a.start[li + 1] - a.start[li];
+            gemv_out_store(v, a.bias[li], rr, a.y[li] + (int64_t)m * rows + rr, epilogue, &a.store[li], m);
+        }
+        __syncthreads();
+    }
+}
+
+/* The norm before choir_cuda_norm_linear's layers, row m a block (blocks
+ * of NORM_THREADS threads, as norm_gemv's): the floats norm_gemv stages in
+ * shared memory (cuda_rms_row_warp by warp 0 for RMS rows up to
+ * CUDA_RMS_WARP_MAX, else cuda_rms_row or cuda_ln_row over the block), into
+ * out [M, K]. */
+#define GEMV_MMA_NORM_THREADS 256
+__global__ void __launch_bounds__(GEMV_MMA_NORM_THREADS)
+    gemv_mma_norm(const float *__restrict__ x, int64_t K, const float *__restrict__ gamma,
+                  const float *__restrict__ beta, float eps, bool rms, float *__restrict__ out) {
+    __shared__ float red[32];
+    __shared__ double redd[32];
+    const int64_t m = blockIdx.x;
+    if (rms && K <= CUDA_RMS_WARP_MAX) {
+        if (threadIdx.x < 32) cuda_rms_row_warp(x + m * K, K, eps, gamma, out + m * K);
+    } else if (rms) {
+        cuda_rms_row(x + m * K, K, eps, redd, gamma, out + m * K);
+    } else {
+        cuda_ln_row(x + m * K, K, eps, red, gamma, beta, out + m * K);
+    }
+}
+
+/* --- host side (run_gemv_mma_emu.sh cuts up to here) ---------------------------------- */
+
+/* 0: not yet read from CHOIR_GEMV_MMA; 1: off; 2: on. */
+static int g_mma = 0;
+void choir_cuda_gemv_mma_set(int on) {
+    __atomic_store_n(&g_mma, on < 0 ? 0 : on ? 2 : 1, __ATOMIC_RELAXED);
+}
+bool choir_cuda_gemv_mma_on(void) {
+    int v = __atomic_load_n(&g_mma, __ATOMIC_RELAXED);
+    if (!v) {
+        const char *e = getenv("CHOIR_GEMV_MMA");
+        v = e && atoi(e) ? 2 : 1; /* off unless set: NOT RUN ON A GPU (written 7 Dec 2026) */
+        __atomic_store_n(&g_mma, v, __ATOMIC_RELAXED);
+    }
+    return v == 2;
+}
+
+bool choir_cuda_gemv_mma_takes(int64_t M, const choir_cuda_weight *W) {
+    return choir_cuda_gemv_mma_on() && M >= 1 && M <= GEMV_MMA_MAX_ROWS && W->kind == CHOIR_WEIGHT_BF16 &&
+           W->cols > 0 && W->cols % 8 == 0 && W->rows > 0 && W->rows <= INT32_MAX && W->cols <= INT32_MAX &&
+           ((uintptr_t)W->data.ptr & 15) == 0;
+}
+
+template <int N>
+using mgc = std::integral_constant<int, N>;
+
+/* The launch for M rows: n8 tiles for M, fewer steps in flight as the
+ * tiles take registers. The block's shape (MT 2: 32 rows; NW 16 warps
+ * where 8 would leave fewer than two blocks an SM, else 8) depends on the
+ * stack and K only, never on M (the batch invariance). */
+template <int NT, int U>
+static void mma_launch_nt(choir_cuda *cu, const float *x, int M, int64_t K, const norm_linear_args &a, int epilogue) {
+    constexpr int MT = 2;
+    const int64_t blocks = (a.start[a.n] + MT * 16 - 1) / (MT * 16);
+    const unsigned nb = (unsigned)(blocks < INT32_MAX ? blocks : INT32_MAX);
+    if (blocks < 2 * (int64_t)cu->props.sm_count)
+        gemv_mma_bf16<MT, NT, U, 16><<<nb, 32 * 16, 0, cu->stream>>>(x, M, K, a, epilogue);
+    else
+        gemv_mma_bf16<MT, NT, U, 8><<<nb, 32 * 8, 0, cu->stream>>>(x, M, K, a, epilogue);
+}
+
+static void mma_launch(choir_cuda *cu, const float *x, int M, int64_t K, const norm_linear_args &a, int epilogue) {
+    if (M <= 8) mma_launch_nt<1, 4>(cu, x, M, K, a, epilogue);
+    else if (M <= 16) mma_launch_nt<2, 2>(cu, x, M, K, a, epilogue);
+    else if (M <= 24) mma_launch_nt<3, 1>(cu, x, M, K, a, epilogue);
+    else mma_launch_nt<4, 1>(cu, x, M, K, a, epilogue);
+}
+
+int choir_cuda_gemv_mma_linear(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,
+                               const float *bias, float *y, int epilogue, choir_err *err) {
+    if (!choir_cuda_gemv_mma_takes(M, W))
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: mma GEMV of %lld rows of this weight", (long long)M);
+    norm_linear_args a;
+    memset(&a, 0, sizeof a);
+    a.n = 1;
+    a.W[0] = W->data.ptr;
+    a.bias[0] = bias;
+    a.y[0] = y;
+    a.start[1] = W->rows;
+    mma_launch(cu, x, (int)M, W->cols, a, epilogue);
+    return choir_cuda_check_launch(err, "mma gemv");
+}
+
+bool choir_cuda_gemv_mma_norm_fuses(int64_t M, const choir_cuda_norm_linear_params *p) {
+    if (p->n < 1 || p->n > CHOIR_CUDA_NORM_LINEAR_MAX || (p->rms && p->beta)) return false;
+    int64_t total = 0;
+    for (int i = 0; i < p->n; i++) {
+        if (!choir_cuda_gemv_mma_takes(M, &p->W[i]) || p->W[i].cols != p->W[0].cols) return false;
+        if (p->store[i].dst && !p->store[i].pos) return false;
+        total += p->W[i].rows;
+    }
+    return total <= INT32_MAX;
+}
+
+int choir_cuda_gemv_mma_norm_linear(choir_cuda *cu, const float *x, int64_t M,
+                                    const choir_cuda_norm_linear_params *p, choir_err *err) {
+    if (!choir_cuda_gemv_mma_norm_fuses(M, p))
+        return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: norm and mma GEMV of %lld rows", (long long)M);
+    const int64_t K = p->W[0].cols;
+    float *xn = (float *)choir_cuda_scratch(cu, (size_t)(M * K) * sizeof(float), err);
+    if (!xn) return err ? err->code : CHOIR_ENOMEM;
+    gemv_mma_norm<<<(unsigned)M, GEMV_MMA_NORM_THREADS, 0, cu->stream>>>(x, K, p->gamma, p->beta, p->eps, p->rms,
+                                                                         xn);
+    int rc = choir_cuda_check_launch(err, "norm before the mma gemv");
+    if (rc) return rc;
+    norm_linear_args a;
+    memset(&a, 0, sizeof a);
+    a.n = p->n;
+    a.rms = p->rms;
+    for (int i = 0; i < p->n; i++) {
+        a.W[i] = p->W[i].data.ptr;
+        a.bias[i] = p->bias[i];
+        a.y[i] = p->y[i];
+        a.store[i] = p->store[i];
+        a.start[i + 1] = a.start[i] + p->W[i].rows;
+    }
+    mma_launch(cu, xn, (int)M, K, a, p->gelu ? GEMV_GELU : GEMV_WRITE);
+    return choir_cuda_check_launch(err, "norm and mma gemv");
+}
