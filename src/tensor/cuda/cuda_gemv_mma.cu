@@ -23,8 +23,8 @@
  *
  * Precision. x is f32: it is split into hi = bf16(x) and lo = bf16(x - hi)
  * (x - hi is exact in f32), and each A fragment meets both (two mmas into
- * two accumulators, added at the end), so a product carries x to about
- * 2^-16 relative, the weights exactly, the sums in f32.
+ * one f32 accumulator), so a product carries x to about 2^-16 relative,
+ * the weights exactly, the sums in f32.
  *
  * Order. Each warp adds its steps in increasing order; the block adds its
  * warps' sums in warp order through shared memory; NW, MT and the steps do
@@ -34,6 +34,7 @@
  * choir_cuda_norm_linear's layers runs first into the context's scratch
  * (the floats of norm_gemv's own staging), also per row whatever M. */
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -112,10 +113,9 @@ __device__ __forceinline__ void mg_load(const __nv_bfloat16 *const (&wrow)[MT][2
 }
 
 /* The step's products: for each tile pair and each of the two mmas, x's hi
- * half into acc_hi, then its lo half into acc_lo. */
+ * half, then its lo half, into acc. */
 template <int MT, int NT>
-__device__ __forceinline__ void mg_mma(const mg_step<MT, NT> &s, float (&acc_hi)[MT][NT][4],
-                                       float (&acc_lo)[MT][NT][4]) {
+__device__ __forceinline__ void mg_mma(const mg_step<MT, NT> &s, float (&acc)[MT][NT][4]) {
     uint32_t bh[NT][4], bl[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
@@ -130,19 +130,53 @@ __device__ __forceinline__ void mg_mma(const mg_step<MT, NT> &s, float (&acc_hi)
         const uint32_t a0[4] = {r0.x, r1.x, r0.y, r1.y}, a1[4] = {r0.z, r1.z, r0.w, r1.w};
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
-            mma_bf16(acc_hi[mt][nt], a0, bh[nt][0], bh[nt][1]);
-            mma_bf16(acc_lo[mt][nt], a0, bl[nt][0], bl[nt][1]);
-            mma_bf16(acc_hi[mt][nt], a1, bh[nt][2], bh[nt][3]);
-            mma_bf16(acc_lo[mt][nt], a1, bl[nt][2], bl[nt][3]);
+            mma_bf16(acc[mt][nt], a0, bh[nt][0], bh[nt][1]);
+            mma_bf16(acc[mt][nt], a0, bl[nt][0], bl[nt][1]);
+            mma_bf16(acc[mt][nt], a1, bh[nt][2], bh[nt][3]);
+            mma_bf16(acc[mt][nt], a1, bl[nt][2], bl[nt][3]);
         }
     }
 }
 
+/* The block's sums out: entry i of tile (mt, nt) of lane (g, t) is stacked
+ * row r0 + 16 mt + g + 8 (i / 2), row of x 8 nt + 2t + (i % 2). The warps'
+ * sums are added in warp order through red ([NW][MT 4][32] floats), one n8
+ * tile at a time, then written by gemv_out_store (bias, epilogue, the
+ * layer's rows store). */
+template <int MT, int NT, int NW>
+__device__ __forceinline__ void mg_store(const float (&acc)[MT][NT][4], float *red, const norm_linear_args &a, int M,
+                                         int64_t r0, int epilogue) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t total = a.start[a.n];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        if (nt * 8 >= M) break;
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) red[(warp * MT * 4 + mt * 4 + i) * 32 + lane] = acc[mt][nt][i];
+        __syncthreads();
+        for (int e = threadIdx.x; e < MT * 4 * 32; e += 32 * NW) {
+            const int l = e & 31, q = e >> 5, i = q & 3, mt = q >> 2;
+            const int64_t r = r0 + mt * 16 + (l >> 2) + 8 * (i >> 1);
+            const int m = nt * 8 + 2 * (l & 3) + (i & 1);
+            if (r >= total || m >= M) continue;
+            float v = red[q * 32 + l];
+#pragma unroll
+            for (int w = 1; w < NW; w++) v += red[(w * MT * 4 + q) * 32 + l];
+            const int li = mg_layer_of(a, r);
+            const int64_t rr = r - a.start[li], rows = a.start[li + 1] - a.start[li];
+            gemv_out_store(v, a.bias[li], rr, a.y[li] + (int64_t)m * rows + rr, epilogue, &a.store[li], m);
+        }
+        __syncthreads();
+    }
+}
+
 /* MT: 16-row tiles a block; NT: n8 tiles of x (M <= 8 NT); U: steps whose
- * loads go out together; NW: warps a block, splitting K. x [M, K] f32 (K a
+ * loads go out together; NW: warps a block, splitting K (at most 16). x [M, K] f32 (K a
  * multiple of 8), the layers' bf16 weights in a, epilogue GEMV_*. */
 template <int MT, int NT, int U, int NW>
-__global__ void __launch_bounds__(32 * NW)
+__global__ void __launch_bounds__(32 * NW, 2)
     gemv_mma_bf16(const float *__restrict__ x, int M, int64_t K, norm_linear_args a, int epilogue) {
     /* One n8 tile's sums of every warp at a time: [NW][MT * 4][32]. */
     __shared__ float red[NW * MT * 4 * 32];
@@ -162,13 +196,13 @@ __global__ void __launch_bounds__(32 * NW)
         }
     const bool xvec = ((uintptr_t)x & 15) == 0 && (K & 3) == 0;
     const float *xl = x + 8 * t;
-    float acc_hi[MT][NT][4], acc_lo[MT][NT][4];
+    float acc[MT][NT][4];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-            for (int i = 0; i < 4; i++) acc_hi[mt][nt][i] = acc_lo[mt][nt][i] = 0.0f;
+            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
     /* Batches of U of the warp's steps, their loads issued together; steps
      * past K (the last batch) load nothing and are skipped, a lane's columns
      * past K (the last step) load zeros. */
@@ -182,34 +216,181 @@ __global__ void __launch_bounds__(32 * NW)
         }
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (s0 + (int64_t)u * NW < steps) mg_mma<MT, NT>(st[u], acc_hi, acc_lo);
+            if (s0 + (int64_t)u * NW < steps) mg_mma<MT, NT>(st[u], acc);
     }
-    /* Entry i of tile (mt, nt) of lane (g, t): stacked row r0 + 16 mt + g +
-     * 8 (i / 2), row of x 8 nt + 2t + (i % 2). The warps' sums added in
-     * warp order, one n8 tile at a time. */
+    mg_store<MT, NT, NW>(acc, red, a, M, r0, epilogue);
+}
+
+/* --- 8-bit MLX weights ------------------------------------------------------------ */
+
+/* The scales and biases of the stacked 8-bit layers (the codes are
+ * norm_linear_args' W: [rows_i, K] bytes). */
+struct mg_quant {
+    const void *scales[CHOIR_CUDA_NORM_LINEAR_MAX], *biases[CHOIR_CUDA_NORM_LINEAR_MAX]; /* [rows_i, K / G] */
+    int sb_dtype;    /* choir_dtype */
+    int group_shift; /* log2(G / 64): a 64-column step's group is step >> group_shift */
+};
+
+__device__ __forceinline__ float mg_sb(const void *p, int dt, int64_t i) {
+    if (dt == CHOIR_DTYPE_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (dt == CHOIR_DTYPE_F16) return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+/* Codes e and e + 1 of word w as an mma register: each 2^23 + code read as
+ * a float, minus 2^23 (exact, as q8_code), then both to bf16 (exact: a
+ * code has 8 significant bits). */
+__device__ __forceinline__ uint32_t mq_pair(uint32_t w, int e) {
+    const float f0 = __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440u | (unsigned)e)) - 8388608.0f;
+    const float f1 = __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440u | (unsigned)(e + 1))) - 8388608.0f;
+    return pack_bf16(f0, f1);
+}
+
+/* One 64-column step of a lane: 16 codes (columns 16t .. 16t + 15) of each
+ * of its weight rows with their group's scale and bias, and the same 16
+ * columns of x's row 8 nt + g for each n8 tile. */
+template <int MT, int NT>
+struct mq_step {
+    uint4 q[MT][2];
+    float s[MT][2], b[MT][2];
+    float4 x[NT][4];
+};
+
+template <int MT, int NT>
+__device__ __forceinline__ void mq_load(const uint8_t *const (&wrow)[MT][2], const int64_t (&grp)[MT][2],
+                                        const int (&li)[MT][2], const mg_quant &qa, const float *x, int M, int64_t K,
+                                        bool xvec, int g, int64_t step, mq_step<MT, NT> &s) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int64_t gi = grp[mt][h] + (step >> qa.group_shift);
+            s.q[mt][h] = mg_ld(wrow[mt][h] + step * 64);
+            s.s[mt][h] = mg_sb(qa.scales[li[mt][h]], qa.sb_dtype, gi);
+            s.b[mt][h] = mg_sb(qa.biases[li[mt][h]], qa.sb_dtype, gi);
+        }
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        if (nt * 8 >= M) break;
+        const int m = nt * 8 + g;
+        if (m < M) {
+            const float *p = x + (int64_t)m * K + step * 64;
+            mg_ldx(p, xvec, s.x[nt][0], s.x[nt][1]);
+            mg_ldx(p + 8, xvec, s.x[nt][2], s.x[nt][3]);
+        } else {
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++)
+            for (int k = 0; k < 4; k++) s.x[nt][k] = make_float4(0, 0, 0, 0);
+        }
+    }
+}
+
+/* The step's products: for each tile pair, the four mmas of its 64 columns
+ * (mma j: columns 16t + 4j + 0..3 of every lane t as logical k 2t, 2t+1,
+ * 2t+8, 2t+9), x's hi then lo half, into a fresh accumulator c; then, as
+ * cuda_linear_q8.cu's per 16 codes, acc += s c + b (the x row's sum over
+ * the 64 columns), s and b those of the weight row's group. */
+template <int MT, int NT>
+__device__ __forceinline__ void mq_mma(const mq_step<MT, NT> &s, float (&acc)[MT][NT][4], int t) {
+    float xc[NT][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        float xs[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const float4 v = s.x[nt][k];
+            xs[k] = (v.x + v.y) + (v.z + v.w);
+        }
+        /* The row's sum over the step: the four lanes of a row the same
+         * floats (each butterfly level adds the same two values). */
+        float sum = (xs[0] + xs[1]) + (xs[2] + xs[3]);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        xc[nt][0] = __shfl_sync(0xffffffffu, sum, 8 * t);     /* x row 8 nt + 2t */
+        xc[nt][1] = __shfl_sync(0xffffffffu, sum, 8 * t + 4); /* x row 8 nt + 2t + 1 */
+    }
+    /* The codes as A fragments once for every n8 tile. */
+    uint32_t a[MT][4][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        const uint32_t w0[4] = {s.q[mt][0].x, s.q[mt][0].y, s.q[mt][0].z, s.q[mt][0].w};
+        const uint32_t w1[4] = {s.q[mt][1].x, s.q[mt][1].y, s.q[mt][1].z, s.q[mt][1].w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            a[mt][j][0] = mq_pair(w0[j], 0);
+            a[mt][j][1] = mq_pair(w1[j], 0);
+            a[mt][j][2] = mq_pair(w0[j], 2);
+            a[mt][j][3] = mq_pair(w1[j], 2);
+        }
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        uint32_t bh[8], bl[8];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const float4 v = s.x[nt][k];
+            mg_split(v.x, v.y, bh[2 * k], bl[2 * k]);
+            mg_split(v.z, v.w, bh[2 * k + 1], bl[2 * k + 1]);
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                mma_bf16(c, a[mt][j], bh[2 * j], bh[2 * j + 1]);
+                mma_bf16(c, a[mt][j], bl[2 * j], bl[2 * j + 1]);
+            }
 #pragma unroll
             for (int i = 0; i < 4; i++)
-                red[(warp * MT * 4 + mt * 4 + i) * 32 + lane] = acc_hi[mt][nt][i] + acc_lo[mt][nt][i];
-        __syncthreads();
-        for (int e = threadIdx.x; e < MT * 4 * 32; e += 32 * NW) {
-            const int l = e & 31, q = e >> 5, i = q & 3, mt = q >> 2;
-            const int64_t r = r0 + mt * 16 + (l >> 2) + 8 * (i >> 1);
-            const int m = nt * 8 + 2 * (l & 3) + (i & 1);
-            if (r >= total || m >= M) continue;
-            float v = red[q * 32 + l];
-#pragma unroll
-            for (int w = 1; w < NW; w++) v += red[(w * MT * 4 + q) * 32 + l];
-            const int li = mg_layer_of(a, r);
-            const int64_t rr = r - a.start[li], rows = a.start[li + 1] - a.start[li];
-            gemv_out_store(v, a.bias[li], rr, a.y[li] + (int64_t)m * rows + rr, epilogue, &a.store[li], m);
+                acc[mt][nt][i] += s.s[mt][i >> 1] * c[i] + s.b[mt][i >> 1] * xc[nt][i & 1];
         }
-        __syncthreads();
     }
+}
+
+/* gemv_mma_bf16's layout over 8-bit codes (K a multiple of 64 and of G,
+ * G 64 or 128): a lane's 16-byte load is 16 codes of a row, a step 64
+ * columns, each step's sums scaled by its group as they are added. */
+template <int MT, int NT, int U, int NW>
+__global__ void __launch_bounds__(32 * NW, 2)
+    gemv_mma_q8(const float *__restrict__ x, int M, int64_t K, norm_linear_args a, mg_quant qa, int epilogue) {
+    __shared__ float red[NW * MT * 4 * 32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int64_t total = a.start[a.n], r0 = (int64_t)blockIdx.x * (MT * 16);
+    const uint8_t *wrow[MT][2];
+    int64_t grp[MT][2];
+    int li[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int64_t r = r0 + mt * 16 + g + 8 * h;
+            if (r >= total) r = total - 1;
+            li[mt][h] = mg_layer_of(a, r);
+            const int64_t rr = r - a.start[li[mt][h]];
+            wrow[mt][h] = (const uint8_t *)a.W[li[mt][h]] + rr * K + 16 * t;
+            grp[mt][h] = rr * ((K >> 6) >> qa.group_shift);
+        }
+    const bool xvec = ((uintptr_t)x & 15) == 0 && (K & 3) == 0;
+    const float *xl = x + 16 * t;
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
+    const int64_t steps = K >> 6;
+    for (int64_t s0 = warp; s0 < steps; s0 += (int64_t)NW * U) {
+        mq_step<MT, NT> st[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t s = s0 + (int64_t)u * NW;
+            if (s < steps) mq_load<MT, NT>(wrow, grp, li, qa, xl, M, K, xvec, g, s, st[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (s0 + (int64_t)u * NW < steps) mq_mma<MT, NT>(st[u], acc, t);
+    }
+    mg_store<MT, NT, NW>(acc, red, a, M, r0, epilogue);
 }
 
 /* The norm before choir_cuda_norm_linear's layers, row m a block (blocks
@@ -250,35 +431,59 @@ bool choir_cuda_gemv_mma_on(void) {
     return v == 2;
 }
 
+static bool mma_quant_ok(const choir_cuda_weight *W) {
+    return W->bits == 8 && (W->group_size == 64 || W->group_size == 128) && W->cols % W->group_size == 0 &&
+           (W->sb_dtype == CHOIR_DTYPE_BF16 || W->sb_dtype == CHOIR_DTYPE_F16 || W->sb_dtype == CHOIR_DTYPE_F32);
+}
+
 bool choir_cuda_gemv_mma_takes(int64_t M, const choir_cuda_weight *W) {
-    return choir_cuda_gemv_mma_on() && M >= 1 && M <= GEMV_MMA_MAX_ROWS && W->kind == CHOIR_WEIGHT_BF16 &&
-           W->cols > 0 && W->cols % 8 == 0 && W->rows > 0 && W->rows <= INT32_MAX && W->cols <= INT32_MAX &&
+    return choir_cuda_gemv_mma_on() && M >= 1 && M <= GEMV_MMA_MAX_ROWS &&
+           (W->kind == CHOIR_WEIGHT_BF16 || (W->kind == CHOIR_WEIGHT_QUANT && mma_quant_ok(W))) && W->cols > 0 &&
+           W->cols % 8 == 0 && W->rows > 0 && W->rows <= INT32_MAX && W->cols <= INT32_MAX &&
            ((uintptr_t)W->data.ptr & 15) == 0;
 }
 
-template <int N>
-using mgc = std::integral_constant<int, N>;
-
 /* The launch for M rows: n8 tiles for M, fewer steps in flight as the
- * tiles take registers. The block's shape (MT 2: 32 rows; NW 16 warps
- * where 8 would leave fewer than two blocks an SM, else 8) depends on the
- * stack and K only, never on M (the batch invariance). */
-template <int NT, int U>
-static void mma_launch_nt(choir_cuda *cu, const float *x, int M, int64_t K, const norm_linear_args &a, int epilogue) {
-    constexpr int MT = 2;
+ * tiles take registers (ptxas: no spills within 128). The block's shape
+ * (32 rows, 8 warps, at most 128 registers a thread so that two blocks
+ * fit an SM: the grids of the 7B's narrow products, 112 and 144 blocks,
+ * then run in one wave) depends on the stack and K only, never on M (the
+ * batch invariance). qa: the 8-bit layers' scales (NULL: bf16). */
+#define GEMV_MMA_WARPS 8
+template <int MT, int NT, int U, bool Q>
+static void mma_launch_nt(choir_cuda *cu, const float *x, int M, int64_t K, const norm_linear_args &a,
+                          const mg_quant *qa, int epilogue) {
     const int64_t blocks = (a.start[a.n] + MT * 16 - 1) / (MT * 16);
     const unsigned nb = (unsigned)(blocks < INT32_MAX ? blocks : INT32_MAX);
-    if (blocks < 2 * (int64_t)cu->props.sm_count)
-        gemv_mma_bf16<MT, NT, U, 16><<<nb, 32 * 16, 0, cu->stream>>>(x, M, K, a, epilogue);
+    if constexpr (Q)
+        gemv_mma_q8<MT, NT, U, GEMV_MMA_WARPS><<<nb, 32 * GEMV_MMA_WARPS, 0, cu->stream>>>(x, M, K, a, *qa, epilogue);
     else
-        gemv_mma_bf16<MT, NT, U, 8><<<nb, 32 * 8, 0, cu->stream>>>(x, M, K, a, epilogue);
+        gemv_mma_bf16<MT, NT, U, GEMV_MMA_WARPS><<<nb, 32 * GEMV_MMA_WARPS, 0, cu->stream>>>(x, M, K, a, epilogue);
 }
 
-static void mma_launch(choir_cuda *cu, const float *x, int M, int64_t K, const norm_linear_args &a, int epilogue) {
-    if (M <= 8) mma_launch_nt<1, 4>(cu, x, M, K, a, epilogue);
-    else if (M <= 16) mma_launch_nt<2, 2>(cu, x, M, K, a, epilogue);
-    else if (M <= 24) mma_launch_nt<3, 1>(cu, x, M, K, a, epilogue);
-    else mma_launch_nt<4, 1>(cu, x, M, K, a, epilogue);
+/* (MT, NT, U) for M rows: rows a block, n8 tiles, steps in flight. MT and
+ * U change which rows a block holds and when loads go out, not a row's
+ * order of sums (its warps' steps and the warps' order are fixed by K). */
+static void mma_launch(choir_cuda *cu, const float *x, int M, int64_t K, const norm_linear_args &a, const mg_quant *qa,
+                       int epilogue) {
+    if (qa) {
+        if (M <= 8) mma_launch_nt<2, 1, 1, true>(cu, x, M, K, a, qa, epilogue);
+        else if (M <= 16) mma_launch_nt<1, 2, 1, true>(cu, x, M, K, a, qa, epilogue);
+        else if (M <= 24) mma_launch_nt<1, 3, 1, true>(cu, x, M, K, a, qa, epilogue);
+        else mma_launch_nt<1, 4, 1, true>(cu, x, M, K, a, qa, epilogue);
+    } else {
+        if (M <= 8) mma_launch_nt<2, 1, 3, false>(cu, x, M, K, a, qa, epilogue);
+        else if (M <= 16) mma_launch_nt<2, 2, 2, false>(cu, x, M, K, a, qa, epilogue);
+        else if (M <= 24) mma_launch_nt<2, 3, 1, false>(cu, x, M, K, a, qa, epilogue);
+        else mma_launch_nt<2, 4, 1, false>(cu, x, M, K, a, qa, epilogue);
+    }
+}
+
+static void mma_quant(mg_quant *qa, int i, const choir_cuda_weight *W) {
+    qa->scales[i] = W->scales.ptr;
+    qa->biases[i] = W->biases.ptr;
+    qa->sb_dtype = W->sb_dtype;
+    qa->group_shift = W->group_size == 128 ? 1 : 0;
 }
 
 int choir_cuda_gemv_mma_linear(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,
@@ -286,23 +491,30 @@ int choir_cuda_gemv_mma_linear(choir_cuda *cu, const float *x, int64_t M, const 
     if (!choir_cuda_gemv_mma_takes(M, W))
         return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: mma GEMV of %lld rows of this weight", (long long)M);
     norm_linear_args a;
+    mg_quant qa;
     memset(&a, 0, sizeof a);
+    memset(&qa, 0, sizeof qa);
     a.n = 1;
     a.W[0] = W->data.ptr;
     a.bias[0] = bias;
     a.y[0] = y;
     a.start[1] = W->rows;
-    mma_launch(cu, x, (int)M, W->cols, a, epilogue);
+    if (W->kind == CHOIR_WEIGHT_QUANT) mma_quant(&qa, 0, W);
+    mma_launch(cu, x, (int)M, W->cols, a, W->kind == CHOIR_WEIGHT_QUANT ? &qa : NULL, epilogue);
     return choir_cuda_check_launch(err, "mma gemv");
 }
 
 bool choir_cuda_gemv_mma_norm_fuses(int64_t M, const choir_cuda_norm_linear_params *p) {
     if (p->n < 1 || p->n > CHOIR_CUDA_NORM_LINEAR_MAX || (p->rms && p->beta)) return false;
+    const choir_cuda_weight *W0 = &p->W[0];
     int64_t total = 0;
     for (int i = 0; i < p->n; i++) {
-        if (!choir_cuda_gemv_mma_takes(M, &p->W[i]) || p->W[i].cols != p->W[0].cols) return false;
+        const choir_cuda_weight *W = &p->W[i];
+        if (!choir_cuda_gemv_mma_takes(M, W) || W->kind != W0->kind || W->cols != W0->cols) return false;
+        if (W->kind == CHOIR_WEIGHT_QUANT && (W->group_size != W0->group_size || W->sb_dtype != W0->sb_dtype))
+            return false;
         if (p->store[i].dst && !p->store[i].pos) return false;
-        total += p->W[i].rows;
+        total += W->rows;
     }
     return total <= INT32_MAX;
 }
@@ -319,7 +531,9 @@ int choir_cuda_gemv_mma_norm_linear(choir_cuda *cu, const float *x, int64_t M,
     int rc = choir_cuda_check_launch(err, "norm before the mma gemv");
     if (rc) return rc;
     norm_linear_args a;
+    mg_quant qa;
     memset(&a, 0, sizeof a);
+    memset(&qa, 0, sizeof qa);
     a.n = p->n;
     a.rms = p->rms;
     for (int i = 0; i < p->n; i++) {
@@ -328,7 +542,8 @@ int choir_cuda_gemv_mma_norm_linear(choir_cuda *cu, const float *x, int64_t M,
         a.y[i] = p->y[i];
         a.store[i] = p->store[i];
         a.start[i + 1] = a.start[i] + p->W[i].rows;
+        if (p->W[i].kind == CHOIR_WEIGHT_QUANT) mma_quant(&qa, i, &p->W[i]);
     }
-    mma_launch(cu, xn, (int)M, K, a, p->gelu ? GEMV_GELU : GEMV_WRITE);
+    mma_launch(cu, xn, (int)M, K, a, p->W[0].kind == CHOIR_WEIGHT_QUANT ? &qa : NULL, p->gelu ? GEMV_GELU : GEMV_WRITE);
     return choir_cuda_check_launch(err, "norm and mma gemv");
 }
