@@ -85,7 +85,8 @@ __device__ __forceinline__ void mg_split(float v0, float v1, uint32_t &hi, uint3
 }
 
 /* One step's loads of a lane: the weight rows' 8 columns, x's 8 columns of
- * each n8 tile (zeros for a column past K or a row of x past M). */
+ * each n8 tile (zeros for columns past K or a row of x past M). wrow and
+ * x already point at the lane's column 8t; col is the step's first. */
 template <int MT, int NT>
 struct mg_step {
     uint4 w[MT][2];
@@ -94,8 +95,8 @@ struct mg_step {
 
 template <int MT, int NT>
 __device__ __forceinline__ void mg_load(const __nv_bfloat16 *const (&wrow)[MT][2], const float *x, int M,
-                                        int64_t K, bool xvec, int g, int64_t col, mg_step<MT, NT> &s) {
-    const bool in = col < K;
+                                        int64_t K, bool xvec, int g, int t, int64_t col, mg_step<MT, NT> &s) {
+    const bool in = col + 8 * t < K; /* the lane's 8 columns (K a multiple of 8: all in or all out) */
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -212,7 +213,7 @@ __global__ void __launch_bounds__(32 * NW, 2)
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int64_t s = s0 + (int64_t)u * NW;
-            if (s < steps) mg_load<MT, NT>(wrow, xl, M, K, xvec, g, s * 32, st[u]);
+            if (s < steps) mg_load<MT, NT>(wrow, xl, M, K, xvec, g, t, s * 32, st[u]);
         }
 #pragma unroll
         for (int u = 0; u < U; u++)
