@@ -114,16 +114,22 @@ __device__ __forceinline__ void mg_load(const __nv_bfloat16 *const (&wrow)[MT][2
 }
 
 /* The step's products: for each tile pair and each of the two mmas, x's hi
- * half, then its lo half, into acc. */
+ * half, then its lo half, into acc; with gl (an RMS norm's gamma at the
+ * lane's columns of the step, 16-byte aligned), x times gamma. */
 template <int MT, int NT>
-__device__ __forceinline__ void mg_mma(const mg_step<MT, NT> &s, float (&acc)[MT][NT][4]) {
+__device__ __forceinline__ void mg_mma(const mg_step<MT, NT> &s, float (&acc)[MT][NT][4], const float *gl) {
     uint32_t bh[NT][4], bl[NT][4];
+    float4 g0 = make_float4(1, 1, 1, 1), g1 = g0;
+    if (gl) mg_ldx(gl, true, g0, g1);
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        mg_split(s.x[nt][0].x, s.x[nt][0].y, bh[nt][0], bl[nt][0]);
-        mg_split(s.x[nt][0].z, s.x[nt][0].w, bh[nt][1], bl[nt][1]);
-        mg_split(s.x[nt][1].x, s.x[nt][1].y, bh[nt][2], bl[nt][2]);
-        mg_split(s.x[nt][1].z, s.x[nt][1].w, bh[nt][3], bl[nt][3]);
+        const float4 a = s.x[nt][0], b = s.x[nt][1];
+        /* x gamma rounded once (no contraction into the split's
+         * subtraction): the floats gemv_mma_rms_prep stores. */
+        mg_split(__fmul_rn(a.x, g0.x), __fmul_rn(a.y, g0.y), bh[nt][0], bl[nt][0]);
+        mg_split(__fmul_rn(a.z, g0.z), __fmul_rn(a.w, g0.w), bh[nt][1], bl[nt][1]);
+        mg_split(__fmul_rn(b.x, g1.x), __fmul_rn(b.y, g1.y), bh[nt][2], bl[nt][2]);
+        mg_split(__fmul_rn(b.z, g1.z), __fmul_rn(b.w, g1.w), bh[nt][3], bl[nt][3]);
     }
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
@@ -139,14 +145,52 @@ __device__ __forceinline__ void mg_mma(const mg_step<MT, NT> &s, float (&acc)[MT
     }
 }
 
+/* An RMS norm fused before the products: y = inv_m sum_c W[r][c] (x[m][c]
+ * gamma_c) with inv_m = 1 / sqrt(mean(x[m]^2) + eps), gamma applied as x is
+ * split (mg_mma) and inv_m to the block's sums (mg_store). The block's
+ * threads sum each row's squares in double (thread i: columns i, i + 32 NW,
+ * ...), then each warp's butterfly, then the warps in order: per row, the
+ * same floats whatever M. inv [M] and red [NW 8] in shared memory. */
+template <int NW>
+__device__ __forceinline__ void mg_rms_inv(const float *__restrict__ x, int M, int64_t K, float eps, float *inv,
+                                           double *red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int m0 = 0; m0 < M; m0 += 8) {
+        double ss[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) ss[j] = 0;
+        for (int64_t i = threadIdx.x; i < K; i += 32 * NW)
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                if (m0 + j < M) {
+                    const double v = x[(int64_t)(m0 + j) * K + i];
+                    ss[j] += v * v;
+                }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) ss[j] += __shfl_xor_sync(0xffffffffu, ss[j], o);
+            if (lane == 0) red[warp * 8 + j] = ss[j];
+        }
+        __syncthreads();
+        if (threadIdx.x < 8 && m0 + (int)threadIdx.x < M) {
+            double sum = red[threadIdx.x];
+#pragma unroll
+            for (int w = 1; w < NW; w++) sum += red[w * 8 + threadIdx.x];
+            inv[m0 + threadIdx.x] = (float)(1.0 / sqrt(sum / (double)K + (double)eps));
+        }
+        __syncthreads();
+    }
+}
+
 /* The block's sums out: entry i of tile (mt, nt) of lane (g, t) is stacked
  * row r0 + 16 mt + g + 8 (i / 2), row of x 8 nt + 2t + (i % 2). The warps'
  * sums are added in warp order through red ([NW][MT 4][32] floats), one n8
  * tile at a time, then written by gemv_out_store (bias, epilogue, the
- * layer's rows store). */
+ * layer's rows store); inv: the fused RMS norm's factors (NULL: none). */
 template <int MT, int NT, int NW>
 __device__ __forceinline__ void mg_store(const float (&acc)[MT][NT][4], float *red, const norm_linear_args &a, int M,
-                                         int64_t r0, int epilogue) {
+                                         int64_t r0, int epilogue, const float *inv) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t total = a.start[a.n];
 #pragma unroll
@@ -165,6 +209,7 @@ __device__ __forceinline__ void mg_store(const float (&acc)[MT][NT][4], float *r
             float v = red[q * 32 + l];
 #pragma unroll
             for (int w = 1; w < NW; w++) v += red[(w * MT * 4 + q) * 32 + l];
+            if (inv) v *= inv[m];
             const int li = mg_layer_of(a, r);
             const int64_t rr = r - a.start[li], rows = a.start[li + 1] - a.start[li];
             gemv_out_store(v, a.bias[li], rr, a.y[li] + (int64_t)m * rows + rr, epilogue, &a.store[li], m);
@@ -175,12 +220,17 @@ __device__ __forceinline__ void mg_store(const float (&acc)[MT][NT][4], float *r
 
 /* MT: 16-row tiles a block; NT: n8 tiles of x (M <= 8 NT); U: steps whose
  * loads go out together; NW: warps a block, splitting K (at most 16). x [M, K] f32 (K a
- * multiple of 8), the layers' bf16 weights in a, epilogue GEMV_*. */
-template <int MT, int NT, int U, int NW>
+ * multiple of 8), the layers' bf16 weights in a, epilogue GEMV_*. RMS: the
+ * norm fused (gamma 16-byte aligned or NULL, eps); else inv_g, when set,
+ * the factors of x's rows already multiplied by gamma (gemv_mma_rms_prep). */
+template <int MT, int NT, int U, int NW, bool RMS>
 __global__ void __launch_bounds__(32 * NW, 2)
-    gemv_mma_bf16(const float *__restrict__ x, int M, int64_t K, norm_linear_args a, int epilogue) {
+    gemv_mma_bf16(const float *__restrict__ x, int M, int64_t K, norm_linear_args a, int epilogue,
+                  const float *__restrict__ gamma, float eps, const float *__restrict__ inv_g) {
     /* One n8 tile's sums of every warp at a time: [NW][MT * 4][32]. */
     __shared__ float red[NW * MT * 4 * 32];
+    __shared__ float inv[RMS ? GEMV_MMA_MAX_ROWS : 1];
+    __shared__ double redd[RMS ? NW * 8 : 1];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int64_t total = a.start[a.n], r0 = (int64_t)blockIdx.x * (MT * 16);
@@ -208,18 +258,38 @@ __global__ void __launch_bounds__(32 * NW, 2)
      * past K (the last batch) load nothing and are skipped, a lane's columns
      * past K (the last step) load zeros. */
     const int64_t steps = (K + 31) / 32;
-    for (int64_t s0 = warp; s0 < steps; s0 += (int64_t)NW * U) {
+    if constexpr (RMS) {
+        /* The first batch does not depend on the norm: out before its sums
+         * (every warp reaches the block's barriers in its first pass). */
         mg_step<MT, NT> st[U];
+        for (int64_t s0 = warp;; s0 += (int64_t)NW * U) {
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int64_t s = s0 + (int64_t)u * NW;
-            if (s < steps) mg_load<MT, NT>(wrow, xl, M, K, xvec, g, t, s * 32, st[u]);
+            for (int u = 0; u < U; u++) {
+                const int64_t s = s0 + (int64_t)u * NW;
+                if (s < steps) mg_load<MT, NT>(wrow, xl, M, K, xvec, g, t, s * 32, st[u]);
+            }
+            if (s0 == warp) mg_rms_inv<NW>(x, M, K, eps, inv, redd);
+            if (s0 >= steps) break;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int64_t s = s0 + (int64_t)u * NW;
+                if (s < steps) mg_mma<MT, NT>(st[u], acc, gamma && s * 32 + 8 * t < K ? gamma + s * 32 + 8 * t : nullptr);
+            }
         }
+    } else {
+        for (int64_t s0 = warp; s0 < steps; s0 += (int64_t)NW * U) {
+            mg_step<MT, NT> st[U];
 #pragma unroll
-        for (int u = 0; u < U; u++)
-            if (s0 + (int64_t)u * NW < steps) mg_mma<MT, NT>(st[u], acc);
+            for (int u = 0; u < U; u++) {
+                const int64_t s = s0 + (int64_t)u * NW;
+                if (s < steps) mg_load<MT, NT>(wrow, xl, M, K, xvec, g, t, s * 32, st[u]);
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                if (s0 + (int64_t)u * NW < steps) mg_mma<MT, NT>(st[u], acc, nullptr);
+        }
     }
-    mg_store<MT, NT, NW>(acc, red, a, M, r0, epilogue);
+    mg_store<MT, NT, NW>(acc, red, a, M, r0, epilogue, RMS ? inv : inv_g);
 }
 
 /* --- 8-bit MLX weights ------------------------------------------------------------ */
@@ -288,9 +358,23 @@ __device__ __forceinline__ void mq_load(const uint8_t *const (&wrow)[MT][2], con
  * (mma j: columns 16t + 4j + 0..3 of every lane t as logical k 2t, 2t+1,
  * 2t+8, 2t+9), x's hi then lo half, into a fresh accumulator c; then, as
  * cuda_linear_q8.cu's per 16 codes, acc += s c + b (the x row's sum over
- * the 64 columns), s and b those of the weight row's group. */
+ * the 64 columns), s and b those of the weight row's group. With gl (an
+ * RMS norm's gamma at the lane's 16 columns), x times gamma first. */
 template <int MT, int NT>
-__device__ __forceinline__ void mq_mma(const mq_step<MT, NT> &s, float (&acc)[MT][NT][4], int t) {
+__device__ __forceinline__ void mq_mma(mq_step<MT, NT> &s, float (&acc)[MT][NT][4], int t, const float *gl) {
+    if (gl) {
+        float4 gv[4];
+        mg_ldx(gl, true, gv[0], gv[1]);
+        mg_ldx(gl + 8, true, gv[2], gv[3]);
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                float4 &v = s.x[nt][k];
+                v.x = __fmul_rn(v.x, gv[k].x), v.y = __fmul_rn(v.y, gv[k].y);
+                v.z = __fmul_rn(v.z, gv[k].z), v.w = __fmul_rn(v.w, gv[k].w);
+            }
+    }
     float xc[NT][2];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
@@ -349,10 +433,13 @@ __device__ __forceinline__ void mq_mma(const mq_step<MT, NT> &s, float (&acc)[MT
 /* gemv_mma_bf16's layout over 8-bit codes (K a multiple of 64 and of G,
  * G 64 or 128): a lane's 16-byte load is 16 codes of a row, a step 64
  * columns, each step's sums scaled by its group as they are added. */
-template <int MT, int NT, int U, int NW>
+template <int MT, int NT, int U, int NW, bool RMS>
 __global__ void __launch_bounds__(32 * NW, 2)
-    gemv_mma_q8(const float *__restrict__ x, int M, int64_t K, norm_linear_args a, mg_quant qa, int epilogue) {
+    gemv_mma_q8(const float *__restrict__ x, int M, int64_t K, norm_linear_args a, mg_quant qa, int epilogue,
+                const float *__restrict__ gamma, float eps, const float *__restrict__ inv_g) {
     __shared__ float red[NW * MT * 4 * 32];
+    __shared__ float inv[RMS ? GEMV_MMA_MAX_ROWS : 1];
+    __shared__ double redd[RMS ? NW * 8 : 1];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int64_t total = a.start[a.n], r0 = (int64_t)blockIdx.x * (MT * 16);
@@ -380,18 +467,37 @@ __global__ void __launch_bounds__(32 * NW, 2)
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
     const int64_t steps = K >> 6;
-    for (int64_t s0 = warp; s0 < steps; s0 += (int64_t)NW * U) {
+    if constexpr (RMS) {
+        /* As gemv_mma_bf16: the first batch out before the norm's sums. */
         mq_step<MT, NT> st[U];
+        for (int64_t s0 = warp;; s0 += (int64_t)NW * U) {
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int64_t s = s0 + (int64_t)u * NW;
-            if (s < steps) mq_load<MT, NT>(wrow, grp, li, qa, xl, M, K, xvec, g, s, st[u]);
+            for (int u = 0; u < U; u++) {
+                const int64_t s = s0 + (int64_t)u * NW;
+                if (s < steps) mq_load<MT, NT>(wrow, grp, li, qa, xl, M, K, xvec, g, s, st[u]);
+            }
+            if (s0 == warp) mg_rms_inv<NW>(x, M, K, eps, inv, redd);
+            if (s0 >= steps) break;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int64_t s = s0 + (int64_t)u * NW;
+                if (s < steps) mq_mma<MT, NT>(st[u], acc, t, gamma ? gamma + s * 64 + 16 * t : nullptr);
+            }
         }
+    } else {
+        for (int64_t s0 = warp; s0 < steps; s0 += (int64_t)NW * U) {
+            mq_step<MT, NT> st[U];
 #pragma unroll
-        for (int u = 0; u < U; u++)
-            if (s0 + (int64_t)u * NW < steps) mq_mma<MT, NT>(st[u], acc, t);
+            for (int u = 0; u < U; u++) {
+                const int64_t s = s0 + (int64_t)u * NW;
+                if (s < steps) mq_load<MT, NT>(wrow, grp, li, qa, xl, M, K, xvec, g, s, st[u]);
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                if (s0 + (int64_t)u * NW < steps) mq_mma<MT, NT>(st[u], acc, t, nullptr);
+        }
     }
-    mg_store<MT, NT, NW>(acc, red, a, M, r0, epilogue);
+    mg_store<MT, NT, NW>(acc, red, a, M, r0, epilogue, RMS ? inv : inv_g);
 }
 
 /* The norm before choir_cuda_norm_linear's layers, row m a block (blocks
@@ -412,6 +518,37 @@ __global__ void __launch_bounds__(GEMV_MMA_NORM_THREADS)
         cuda_rms_row(x + m * K, K, eps, redd, gamma, out + m * K);
     } else {
         cuda_ln_row(x + m * K, K, eps, red, gamma, beta, out + m * K);
+    }
+}
+
+/* The fused RMS norm's first half for launches that cannot fuse it (more
+ * rows than its registers allow, or a gamma off 16 bytes): row m a block
+ * of 32 NW threads, out[m] = x[m] gamma (rounded once) and inv[m] = the
+ * factor mg_rms_inv computes, the same floats (the same partial sums in
+ * the same order), so that the product is the same bit for bit whichever
+ * way it runs (the batch invariance across M). */
+template <int NW>
+__global__ void __launch_bounds__(32 * NW)
+    gemv_mma_rms_prep(const float *__restrict__ x, int64_t K, const float *__restrict__ gamma, float eps,
+                      float *__restrict__ out, float *__restrict__ inv) {
+    __shared__ double red[NW];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t m = blockIdx.x;
+    double ss = 0;
+    for (int64_t i = threadIdx.x; i < K; i += 32 * NW) {
+        const double v = x[m * K + i];
+        ss += v * v;
+        out[m * K + i] = gamma ? __fmul_rn(x[m * K + i], gamma[i]) : x[m * K + i];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (lane == 0) red[warp] = ss;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double sum = red[0];
+#pragma unroll
+        for (int w = 1; w < NW; w++) sum += red[w];
+        inv[m] = (float)(1.0 / sqrt(sum / (double)K + (double)eps));
     }
 }
 
@@ -451,32 +588,54 @@ bool choir_cuda_gemv_mma_takes(int64_t M, const choir_cuda_weight *W) {
  * then run in one wave) depends on the stack and K only, never on M (the
  * batch invariance). qa: the 8-bit layers' scales (NULL: bf16). */
 #define GEMV_MMA_WARPS 8
+/* Rows of x up to which the RMS norm runs inside the launch (n8 tiles 1-3). */
+#define GEMV_MMA_RMS_ROWS 24
+/* An RMS norm fused into the launch (mg_rms_inv): gamma (NULL: 1) and eps. */
+struct mma_rms {
+    const float *gamma;
+    float eps;
+};
 template <int MT, int NT, int U, bool Q>
 static void mma_launch_nt(choir_cuda *cu, const float *x, int M, int64_t K, const norm_linear_args &a,
-                          const mg_quant *qa, int epilogue) {
+                          const mg_quant *qa, int epilogue, const mma_rms *rms, const float *inv_g) {
     const int64_t blocks = (a.start[a.n] + MT * 16 - 1) / (MT * 16);
     const unsigned nb = (unsigned)(blocks < INT32_MAX ? blocks : INT32_MAX);
-    if constexpr (Q)
-        gemv_mma_q8<MT, NT, U, GEMV_MMA_WARPS><<<nb, 32 * GEMV_MMA_WARPS, 0, cu->stream>>>(x, M, K, a, *qa, epilogue);
-    else
-        gemv_mma_bf16<MT, NT, U, GEMV_MMA_WARPS><<<nb, 32 * GEMV_MMA_WARPS, 0, cu->stream>>>(x, M, K, a, epilogue);
+    const unsigned th = 32 * GEMV_MMA_WARPS;
+    if constexpr (Q) {
+        if (rms && NT < 4)
+            gemv_mma_q8<MT, NT, U, GEMV_MMA_WARPS, NT < 4>
+                <<<nb, th, 0, cu->stream>>>(x, M, K, a, *qa, epilogue, rms->gamma, rms->eps, NULL);
+        else
+            gemv_mma_q8<MT, NT, U, GEMV_MMA_WARPS, false>
+                <<<nb, th, 0, cu->stream>>>(x, M, K, a, *qa, epilogue, NULL, 0, inv_g);
+    } else {
+        /* The fused norm's gamma and factors take registers: one step fewer
+         * in flight where that keeps ptxas within 128 without spills. */
+        constexpr int UR = U > 1 ? U - 1 : 1;
+        if (rms && NT < 4)
+            gemv_mma_bf16<MT, NT, UR, GEMV_MMA_WARPS, NT < 4>
+                <<<nb, th, 0, cu->stream>>>(x, M, K, a, epilogue, rms->gamma, rms->eps, NULL);
+        else
+            gemv_mma_bf16<MT, NT, U, GEMV_MMA_WARPS, false>
+                <<<nb, th, 0, cu->stream>>>(x, M, K, a, epilogue, NULL, 0, inv_g);
+    }
 }
 
 /* (MT, NT, U) for M rows: rows a block, n8 tiles, steps in flight. MT and
  * U change which rows a block holds and when loads go out, not a row's
  * order of sums (its warps' steps and the warps' order are fixed by K). */
 static void mma_launch(choir_cuda *cu, const float *x, int M, int64_t K, const norm_linear_args &a, const mg_quant *qa,
-                       int epilogue) {
+                       int epilogue, const mma_rms *rms, const float *inv_g = NULL) {
     if (qa) {
-        if (M <= 8) mma_launch_nt<2, 1, 1, true>(cu, x, M, K, a, qa, epilogue);
-        else if (M <= 16) mma_launch_nt<1, 2, 1, true>(cu, x, M, K, a, qa, epilogue);
-        else if (M <= 24) mma_launch_nt<1, 3, 1, true>(cu, x, M, K, a, qa, epilogue);
-        else mma_launch_nt<1, 4, 1, true>(cu, x, M, K, a, qa, epilogue);
+        if (M <= 8) mma_launch_nt<2, 1, 1, true>(cu, x, M, K, a, qa, epilogue, rms, inv_g);
+        else if (M <= 16) mma_launch_nt<1, 2, 1, true>(cu, x, M, K, a, qa, epilogue, rms, inv_g);
+        else if (M <= 24) mma_launch_nt<1, 3, 1, true>(cu, x, M, K, a, qa, epilogue, rms, inv_g);
+        else mma_launch_nt<1, 4, 1, true>(cu, x, M, K, a, qa, epilogue, rms, inv_g);
     } else {
-        if (M <= 8) mma_launch_nt<2, 1, 3, false>(cu, x, M, K, a, qa, epilogue);
-        else if (M <= 16) mma_launch_nt<2, 2, 2, false>(cu, x, M, K, a, qa, epilogue);
-        else if (M <= 24) mma_launch_nt<2, 3, 1, false>(cu, x, M, K, a, qa, epilogue);
-        else mma_launch_nt<2, 4, 1, false>(cu, x, M, K, a, qa, epilogue);
+        if (M <= 8) mma_launch_nt<2, 1, 3, false>(cu, x, M, K, a, qa, epilogue, rms, inv_g);
+        else if (M <= 16) mma_launch_nt<2, 2, 2, false>(cu, x, M, K, a, qa, epilogue, rms, inv_g);
+        else if (M <= 24) mma_launch_nt<2, 3, 1, false>(cu, x, M, K, a, qa, epilogue, rms, inv_g);
+        else mma_launch_nt<2, 4, 1, false>(cu, x, M, K, a, qa, epilogue, rms, inv_g);
     }
 }
 
@@ -501,7 +660,7 @@ int choir_cuda_gemv_mma_linear(choir_cuda *cu, const float *x, int64_t M, const 
     a.y[0] = y;
     a.start[1] = W->rows;
     if (W->kind == CHOIR_WEIGHT_QUANT) mma_quant(&qa, 0, W);
-    mma_launch(cu, x, (int)M, W->cols, a, W->kind == CHOIR_WEIGHT_QUANT ? &qa : NULL, epilogue);
+    mma_launch(cu, x, (int)M, W->cols, a, W->kind == CHOIR_WEIGHT_QUANT ? &qa : NULL, epilogue, NULL);
     return choir_cuda_check_launch(err, "mma gemv");
 }
 
@@ -525,12 +684,6 @@ int choir_cuda_gemv_mma_norm_linear(choir_cuda *cu, const float *x, int64_t M,
     if (!choir_cuda_gemv_mma_norm_fuses(M, p))
         return choir_err_set(err, CHOIR_EUNSUPPORTED, "cuda: norm and mma GEMV of %lld rows", (long long)M);
     const int64_t K = p->W[0].cols;
-    float *xn = (float *)choir_cuda_scratch(cu, (size_t)(M * K) * sizeof(float), err);
-    if (!xn) return err ? err->code : CHOIR_ENOMEM;
-    gemv_mma_norm<<<(unsigned)M, GEMV_MMA_NORM_THREADS, 0, cu->stream>>>(x, K, p->gamma, p->beta, p->eps, p->rms,
-                                                                         xn);
-    int rc = choir_cuda_check_launch(err, "norm before the mma gemv");
-    if (rc) return rc;
     norm_linear_args a;
     mg_quant qa;
     memset(&a, 0, sizeof a);
@@ -545,6 +698,35 @@ int choir_cuda_gemv_mma_norm_linear(choir_cuda *cu, const float *x, int64_t M,
         a.start[i + 1] = a.start[i] + p->W[i].rows;
         if (p->W[i].kind == CHOIR_WEIGHT_QUANT) mma_quant(&qa, i, &p->W[i]);
     }
-    mma_launch(cu, xn, (int)M, K, a, p->W[0].kind == CHOIR_WEIGHT_QUANT ? &qa : NULL, p->gelu ? GEMV_GELU : GEMV_WRITE);
+    const mg_quant *q = p->W[0].kind == CHOIR_WEIGHT_QUANT ? &qa : NULL;
+    const int epilogue = p->gelu ? GEMV_GELU : GEMV_WRITE;
+    /* The RMS norm inside the launch (gamma read 16 bytes at a time) up to
+     * GEMV_MMA_RMS_ROWS rows; above that (registers), or with a gamma off
+     * 16 bytes, its first half by gemv_mma_rms_prep into the context's
+     * scratch, the same floats; a layer norm through gemv_mma_norm (the
+     * floats of norm_gemv's staging) into the scratch first. */
+    if (p->rms && ((uintptr_t)p->gamma & 15) == 0 && M <= GEMV_MMA_RMS_ROWS) {
+        const mma_rms rms = {p->gamma, p->eps};
+        mma_launch(cu, x, (int)M, K, a, q, epilogue, &rms);
+        return choir_cuda_check_launch(err, "RMS norm and mma gemv");
+    }
+    if (p->rms) {
+        float *xg = (float *)choir_cuda_scratch(cu, (size_t)(M * K + GEMV_MMA_MAX_ROWS) * sizeof(float), err);
+        if (!xg) return err ? err->code : CHOIR_ENOMEM;
+        float *inv = xg + M * K;
+        gemv_mma_rms_prep<GEMV_MMA_WARPS>
+            <<<(unsigned)M, 32 * GEMV_MMA_WARPS, 0, cu->stream>>>(x, K, p->gamma, p->eps, xg, inv);
+        int rc = choir_cuda_check_launch(err, "RMS norm's sums before the mma gemv");
+        if (rc) return rc;
+        mma_launch(cu, xg, (int)M, K, a, q, epilogue, NULL, inv);
+        return choir_cuda_check_launch(err, "RMS norm and mma gemv");
+    }
+    float *xn = (float *)choir_cuda_scratch(cu, (size_t)(M * K) * sizeof(float), err);
+    if (!xn) return err ? err->code : CHOIR_ENOMEM;
+    gemv_mma_norm<<<(unsigned)M, GEMV_MMA_NORM_THREADS, 0, cu->stream>>>(x, K, p->gamma, p->beta, p->eps, p->rms,
+                                                                         xn);
+    int rc = choir_cuda_check_launch(err, "norm before the mma gemv");
+    if (rc) return rc;
+    mma_launch(cu, xn, (int)M, K, a, q, epilogue, NULL);
     return choir_cuda_check_launch(err, "norm and mma gemv");
 }

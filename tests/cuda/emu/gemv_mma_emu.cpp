@@ -61,27 +61,54 @@ static inline uint4 mg_ld(const void *p) { return *(const uint4 *)p; }
 static inline float cuda_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 #include "gemv_mma_kern.inc"
 
-// The host side's choice of (MT, NT, U) for M rows (mma_launch), and the grid.
+// The host side's choice (mma_launch_nt, mma_launch, choir_cuda_gemv_mma_norm_linear): (MT,
+// NT, U) for M rows, the grid, the RMS norm fused up to GEMV_MMA_RMS_ROWS rows (one step fewer
+// in flight for bf16) and through gemv_mma_rms_prep above. gamma: the fused RMS norm's (NULL:
+// none); rms_gamma_null: the norm without a gamma.
+static std::vector<float> g_prep;
 template <int MT, int NT, int U, bool Q>
-static void run_nt(const float *x, int M, int64_t K, const norm_linear_args &a, const mg_quant &qa, int epi) {
+static void run_nt(const float *x, int M, int64_t K, const norm_linear_args &a, const mg_quant &qa, int epi,
+                   bool rms, const float *gamma, float eps) {
     int64_t blocks = (a.start[a.n] + MT * 16 - 1) / (MT * 16);
-    blockDim = {32 * GEMV_MMA_WARPS, 1, 1};
-    launch({(int)blocks, 1, 1}, 32 * GEMV_MMA_WARPS, [&] {
-        if constexpr (Q) gemv_mma_q8<MT, NT, U, GEMV_MMA_WARPS>(x, M, K, a, qa, epi);
-        else gemv_mma_bf16<MT, NT, U, GEMV_MMA_WARPS>(x, M, K, a, epi);
+    const int th = 32 * GEMV_MMA_WARPS;
+    constexpr int UR = U > 1 ? U - 1 : 1;
+    if (rms && M > GEMV_MMA_RMS_ROWS) {
+        g_prep.assign((size_t)(M * K + GEMV_MMA_MAX_ROWS), NAN);
+        float *xg = g_prep.data(), *inv = xg + M * K;
+        blockDim = {th, 1, 1};
+        launch({M, 1, 1}, th, [&] { gemv_mma_rms_prep<GEMV_MMA_WARPS>(x, K, gamma, eps, xg, inv); });
+        blockDim = {th, 1, 1};
+        launch({(int)blocks, 1, 1}, th, [&] {
+            if constexpr (Q) gemv_mma_q8<MT, NT, U, GEMV_MMA_WARPS, false>(xg, M, K, a, qa, epi, nullptr, 0, inv);
+            else gemv_mma_bf16<MT, NT, U, GEMV_MMA_WARPS, false>(xg, M, K, a, epi, nullptr, 0, inv);
+        });
+        return;
+    }
+    blockDim = {th, 1, 1};
+    launch({(int)blocks, 1, 1}, th, [&] {
+        if constexpr (NT < 4) {
+            if (rms) {
+                if constexpr (Q) gemv_mma_q8<MT, NT, U, GEMV_MMA_WARPS, true>(x, M, K, a, qa, epi, gamma, eps, nullptr);
+                else gemv_mma_bf16<MT, NT, UR, GEMV_MMA_WARPS, true>(x, M, K, a, epi, gamma, eps, nullptr);
+                return;
+            }
+        }
+        if constexpr (Q) gemv_mma_q8<MT, NT, U, GEMV_MMA_WARPS, false>(x, M, K, a, qa, epi, nullptr, 0, nullptr);
+        else gemv_mma_bf16<MT, NT, U, GEMV_MMA_WARPS, false>(x, M, K, a, epi, nullptr, 0, nullptr);
     });
 }
-static void run_mma(bool q, const float *x, int M, int64_t K, const norm_linear_args &a, const mg_quant &qa, int epi) {
+static void run_mma(bool q, const float *x, int M, int64_t K, const norm_linear_args &a, const mg_quant &qa, int epi,
+                    bool rms, const float *gamma, float eps) {
     if (q) {
-        if (M <= 8) run_nt<2, 1, 1, true>(x, M, K, a, qa, epi);
-        else if (M <= 16) run_nt<1, 2, 1, true>(x, M, K, a, qa, epi);
-        else if (M <= 24) run_nt<1, 3, 1, true>(x, M, K, a, qa, epi);
-        else run_nt<1, 4, 1, true>(x, M, K, a, qa, epi);
+        if (M <= 8) run_nt<2, 1, 1, true>(x, M, K, a, qa, epi, rms, gamma, eps);
+        else if (M <= 16) run_nt<1, 2, 1, true>(x, M, K, a, qa, epi, rms, gamma, eps);
+        else if (M <= 24) run_nt<1, 3, 1, true>(x, M, K, a, qa, epi, rms, gamma, eps);
+        else run_nt<1, 4, 1, true>(x, M, K, a, qa, epi, rms, gamma, eps);
     } else {
-        if (M <= 8) run_nt<2, 1, 3, false>(x, M, K, a, qa, epi);
-        else if (M <= 16) run_nt<2, 2, 2, false>(x, M, K, a, qa, epi);
-        else if (M <= 24) run_nt<2, 3, 1, false>(x, M, K, a, qa, epi);
-        else run_nt<2, 4, 1, false>(x, M, K, a, qa, epi);
+        if (M <= 8) run_nt<2, 1, 3, false>(x, M, K, a, qa, epi, rms, gamma, eps);
+        else if (M <= 16) run_nt<2, 2, 2, false>(x, M, K, a, qa, epi, rms, gamma, eps);
+        else if (M <= 24) run_nt<2, 3, 1, false>(x, M, K, a, qa, epi, rms, gamma, eps);
+        else run_nt<2, 4, 1, false>(x, M, K, a, qa, epi, rms, gamma, eps);
     }
 }
 
@@ -102,10 +129,10 @@ int main(int argc, char **argv) {
     for (auto &v : beta) v = 0.3f * U(rng);
     // The norm on the emulated device (the kernel under test), and in double for the reference.
     std::vector<double> xr((size_t)(MX * K));
-    if (norm) {
+    if (norm == 2) {
         blockDim = {GEMV_MMA_NORM_THREADS, 1, 1};
         launch({MX, 1, 1}, GEMV_MMA_NORM_THREADS,
-               [&] { gemv_mma_norm(x.data(), K, gamma.data(), norm == 2 ? beta.data() : nullptr, 1e-5f, norm == 1, xn.data()); });
+               [&] { gemv_mma_norm(x.data(), K, gamma.data(), beta.data(), 1e-5f, false, xn.data()); });
     } else {
         xn = x;
     }
@@ -119,6 +146,8 @@ int main(int argc, char **argv) {
             xr[m * K + i] = !norm ? x[m * K + i] : (x[m * K + i] - mean) * inv * gamma[i] + (norm == 2 ? beta[i] : 0);
     }
     double norm_err = 0, norm_den = 0;
+    if (norm == 1) // the RMS norm runs inside the product: xn here only for the SIMT figure
+        for (size_t i = 0; i < xr.size(); i++) xn[i] = (float)xr[i];
     for (size_t i = 0; i < xr.size(); i++) norm_err += (xn[i] - xr[i]) * (xn[i] - xr[i]), norm_den += xr[i] * xr[i];
 
     norm_linear_args a;
@@ -221,7 +250,8 @@ int main(int argc, char **argv) {
             a.y[i] = y[i].data();
             if (!cache[i].empty()) std::fill(cache[i].begin(), cache[i].end(), NAN);
         }
-        run_mma(q, xn.data(), Mi, K, a, qa, epi);
+        if (norm == 1) run_mma(q, x.data(), Mi, K, a, qa, epi, true, gamma.data(), 1e-5f);
+        else run_mma(q, xn.data(), Mi, K, a, qa, epi, false, nullptr, 0);
     };
     run_rows(M);
     long unwritten = 0, store_bad = 0;
