@@ -30,9 +30,10 @@
  * warps' sums in warp order through shared memory; NW, MT and the steps do
  * not depend on M, and an output of the mma depends only on its row of A
  * and its column of B: row m of y is the same bit for bit whatever M (1 to
- * 32), the batch invariance the engine promises. The norm before
- * choir_cuda_norm_linear's layers runs first into the context's scratch
- * (the floats of norm_gemv's own staging), also per row whatever M. */
+ * 32), the batch invariance the engine promises. The RMS norm before
+ * choir_cuda_norm_linear's layers runs inside the launch (mg_rms_inv) or,
+ * past its registers, through gemv_mma_rms_prep with the same floats; a
+ * layer norm through gemv_mma_norm into the context's scratch first. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

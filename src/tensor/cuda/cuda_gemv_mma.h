@@ -28,9 +28,10 @@ bool choir_cuda_gemv_mma_takes(int64_t M, const choir_cuda_weight *W);
 int choir_cuda_gemv_mma_linear(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,
                                const float *bias, float *y, int epilogue, choir_err *err);
 /* Whether it runs choir_cuda_norm_linear's p for M rows (every layer taken,
- * one width, stores with positions), and that call: the norm into the
- * context's scratch (the floats of norm_gemv's staging), then the layers
- * stacked in one launch with the GELU and stores in its epilogue. */
+ * one kind and width, stores with positions), and that call: the layers
+ * stacked in one launch with the GELU and stores in its epilogue, an RMS
+ * norm inside it (up to 24 rows; above, its sums first into the context's
+ * scratch), a layer norm into the scratch first. */
 bool choir_cuda_gemv_mma_norm_fuses(int64_t M, const choir_cuda_norm_linear_params *p);
 int choir_cuda_gemv_mma_norm_linear(choir_cuda *cu, const float *x, int64_t M,
                                     const choir_cuda_norm_linear_params *p, choir_err *err);
