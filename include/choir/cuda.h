@@ -485,7 +485,9 @@ void choir_cuda_gemv_set_variant(int v);
  * and _norm_linear take it for every such product (the rows of x split into
  * two bf16 halves, so within about 2^-16 of the f32 products; row m of y the
  * same bit for bit whatever M), and choir_cuda_linear_fuses /
- * _norm_linear_fuses say so for up to 32 rows. Off by default (NOT RUN ON
+ * _norm_linear_fuses say so for up to 32 rows; choir_cuda_norm_linear's
+ * floats are then within 2e-5 of (no longer equal to) the norm followed by
+ * choir_cuda_linear (its RMS norm scales the sums, not x). Off by default (NOT RUN ON
  * A GPU); until choir_cuda_gemv_mma_set is called, CHOIR_GEMV_MMA=1 turns
  * it on. set(1) on, set(0) off, set(-1) back to the environment's.
  * Process-wide; for checks and benches. */
