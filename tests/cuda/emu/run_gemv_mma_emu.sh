@@ -10,6 +10,8 @@
 # and no row past M touched, every stored row equal to its output, and the batch invariance
 # hold: the first rows of the runs over 1, 8, M and 32 rows of the same x equal bit for bit.
 # simt_rel_l2 is the existing SIMT kernels' formula against the same reference (for scale).
+# (GELU cases use bf16 weights or a layer norm: the random 8-bit weights' negative biases make
+# every RMS-normed output large and negative, GELU then 0 and rel_l2 0/0.)
 # Needs g++ with C++20 and python3; about ten minutes on 2 cores. Not a ctest (slow, and a
 # host emulation of device code).
 #   bash tests/cuda/emu/run_gemv_mma_emu.sh [WORK_DIR]
@@ -45,7 +47,7 @@ for c in "bf16 1 3584 64 bf16 0 0 37" "bf16 8 3584 64 bf16 0 1 37" "bf16 9 3584 
          "q8 1 3584 64 bf16 0 0 37" "q8 8 3584 64 bf16 0 1 37" "q8 9 3584 128 f16 0 2 45" \
          "q8 32 3584 64 f32 0 0 33" "q8 2 18944 64 bf16 0 1 17" "q8 8 18944 128 bf16 0 0 17" \
          "q8 1 64 64 bf16 0 0 51" "q8 8 640 64 bf16 rms 0 63 30 31" "q8 9 256 128 f32 ln 2 19 23" \
-         "q8 32 3584 64 bf16 rms 0 40 9 9" "q8 17 1152 64 bf16 0 1 70" "q8 1 3584 64 bf16 rms 2 37"; do
+         "q8 32 3584 64 bf16 rms 0 40 9 9" "q8 17 1152 64 bf16 0 1 70" "q8 1 3584 64 bf16 rms 1 37"; do
   # shellcheck disable=SC2086
   line=$("$OUT/gemv_mma_emu" $c)
   echo "$line"
