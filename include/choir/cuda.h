@@ -487,6 +487,19 @@ void choir_cuda_linear_set_bias_epilogue(bool on);
  * them side by side; any other value (-1) restores the default. */
 int choir_cuda_gemv_variants(void);
 void choir_cuda_gemv_set_variant(int v);
+/* The tensor-core GEMV for 1 to 32 rows of x over bf16 weights
+ * (src/tensor/cuda/cuda_gemv_mma.cu): on, choir_cuda_linear, _linear_ex
+ * and _norm_linear take it for every such product (the rows of x split into
+ * two bf16 halves, so within about 2^-16 of the f32 products; row m of y the
+ * same bit for bit whatever M), and choir_cuda_linear_fuses /
+ * _norm_linear_fuses say so for up to 32 rows; choir_cuda_norm_linear's
+ * floats are then within 2e-5 of (no longer equal to) the norm followed by
+ * choir_cuda_linear (its RMS norm scales the sums, not x). Off by default (NOT RUN ON
+ * A GPU); until choir_cuda_gemv_mma_set is called, CHOIR_GEMV_MMA=1 turns
+ * it on. set(1) on, set(0) off, set(-1) back to the environment's.
+ * Process-wide; for checks and benches. */
+void choir_cuda_gemv_mma_set(int on);
+bool choir_cuda_gemv_mma_on(void);
 /* The GEMV over 8-bit MLX weights for 1 to 8 rows of x (a decode step over
  * an 8-bit language model): shape 0 is the old kernel (a warp a row, 32
  * codes a lane by scalar loads, x read from global memory for every row);

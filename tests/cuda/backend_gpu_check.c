@@ -1182,6 +1182,220 @@ static void check_q8_gemv(void) {
     choir_cuda_q8_gemv(prev);
 }
 
+/* The mma GEMV (cuda_gemv_mma.cu, CHOIR_GEMV_MMA, switched on here with
+ * choir_cuda_gemv_mma_set) over bf16 and 8-bit weights (groups of 64 with
+ * bf16 scales, 128 with f32), 1, 2, 8, 9 and 32 rows of x, 263 rows of W
+ * (odd, mid-block), K = 3584 (VibeVoice 7B's width), 640 and, for bf16, 72
+ * (one step a warp at most, ending mid-step): every entry point that takes
+ * it (linear, linear_ex accumulating and with GELU, an RMS norm_linear of
+ * three stacked layers with a bias on the first and the last two stored
+ * into f32 and bf16 caches by slot and position, a layer-norm norm_linear
+ * with GELU, the gated MLP of 512 inner rows at K = 640) against the CPU within GEMV_MMA_TOL (x carried
+ * as two bf16 halves, about 2^-16 a value; the sums in f32 on the tensor
+ * cores) and against the same call with the switch off: within
+ * GEMV_MMA_TOL where that path sums x in f32 (the GEMVs: bf16 at one row,
+ * 8-bit up to 8 rows), within TOL_BF16 where it rounds x to bf16 (the
+ * skinny kernel and cuBLAS). Then the batch invariance: linear and the
+ * three-layer norm_linear over the first 1, 8 and 32 rows of the same x give
+ * each row the same floats bit for bit (bound 0). */
+#define GEMV_MMA_TOL 2e-5
+static void check_gemv_mma(void) {
+    static const int64_t Ks[] = {3584, 640, 72}, Ms[] = {1, 2, 8, 9, 32};
+    static const struct {
+        choir_weight_kind kind;
+        int group;
+        choir_dtype sb;
+        const char *what;
+    } fmt[] = {{CHOIR_WEIGHT_BF16, 0, 0, "bf16"},
+               {CHOIR_WEIGHT_QUANT, 64, CHOIR_DTYPE_BF16, "q8 g64 bf16"},
+               {CHOIR_WEIGHT_QUANT, 128, CHOIR_DTYPE_F32, "q8 g128 f32"}};
+    enum { SLOTS = 3, POS = 40 };
+    const int64_t N = 263, rows[3] = {263, 130, 131}, I = 512;
+    /* The fake CUDA of tests/cuda/fake has no such kernel (its products are
+     * the CPU's, whose floats may depend on M): nothing to check there. */
+    choir_cuda_gemv_mma_set(1);
+    const bool have = choir_cuda_gemv_mma_on();
+    choir_cuda_gemv_mma_set(-1);
+    if (!have) {
+        g_skips++;
+        printf("SKIP gemv mma: not in this build\n");
+        return;
+    }
+    char name[160];
+    for (size_t fi = 0; fi < 3; fi++)
+        for (size_t ki = 0; ki < 3; ki++)
+            for (size_t mi = 0; mi < 5; mi++) {
+                const int64_t K = Ks[ki], M = Ms[mi];
+                const bool q = fmt[fi].kind == CHOIR_WEIGHT_QUANT;
+                if (q && K % 128) continue;
+                if (fi == 2 && K != 640) continue; /* f32 scales: one width */
+                case_begin();
+                choir_err err = {0};
+                choir_backend_weights *ws = choir_backend_weights_create(g_gpu, &err);
+                choir_weight hw[3], dw[3];
+                for (int i = 0; i < 3; i++) {
+                    hw[i] = make_weight(fmt[fi].kind, rows[i], K, 8, fmt[fi].group, fmt[fi].sb);
+                    choir_backend_weight(ws, &hw[i], &dw[i]);
+                }
+                float *bias = hvec(N, -1, 1), *x = hvec(M * K, -3, 5), *y0 = hvec(M * N, -1, 1);
+                float *g = hvec(K, 0.5f, 1.5f), *be = hvec(K, -0.5f, 0.5f);
+                const float *dbias = choir_backend_vec(ws, bias, N);
+                /* The CPU: plain, accumulating, GELU. */
+                float *ref = hmem((size_t)(M * N) * 4), *refa = hmem((size_t)(M * N) * 4);
+                float *refg = hmem((size_t)(M * N) * 4), *ct = hmem((size_t)(M * N) * 4);
+                choir_op_linear(g_cs, x, M, &hw[0], bias, ref);
+                memcpy(refa, y0, (size_t)(M * N) * 4);
+                choir_op_linear_ex(g_cs, x, M, &hw[0], bias, refa, CHOIR_LINEAR_ACCUMULATE, ct);
+                choir_op_linear_ex(g_cs, x, M, &hw[0], bias, refg, CHOIR_LINEAR_GELU, NULL);
+                /* The CPU's RMS norm_linear of three layers with two stores, and LN + GELU. */
+                int32_t slot[32], pos[32];
+                for (int m = 0; m < 32; m++) slot[m] = (2 * m + 1) % SLOTS, pos[m] = m + 3;
+                float *kc = hmem((size_t)(SLOTS * POS * rows[1]) * 4), *h = hmem((size_t)(M * K) * 4), *yn[3];
+                uint16_t *vc = hmem((size_t)(SLOTS * POS * rows[2]) * 2);
+                memset(kc, 0, (size_t)(SLOTS * POS * rows[1]) * 4);
+                memset(vc, 0, (size_t)(SLOTS * POS * rows[2]) * 2);
+                for (int i = 0; i < 3; i++) yn[i] = hmem((size_t)(M * rows[i]) * 4);
+                choir_norm_linear hp = {.ln_g = g, .eps = 1e-6f, .rms = true, .n = 3, .W = {&hw[0], &hw[1], &hw[2]},
+                                        .bias = {bias, NULL, NULL}, .y = {yn[0], yn[1], yn[2]}};
+                hp.store[1] = (choir_rows_out){.dst = kc, .dtype = CHOIR_DTYPE_F32, .slot_stride = POS * rows[1],
+                                               .ld = rows[1], .slot = slot, .pos = pos};
+                hp.store[2] = (choir_rows_out){.dst = vc, .dtype = CHOIR_DTYPE_BF16, .slot_stride = POS * rows[2],
+                                               .ld = rows[2], .slot = slot, .pos = pos};
+                choir_op_norm_linear(g_cs, x, M, &hp, h);
+                float *yl = hmem((size_t)(M * N) * 4);
+                choir_norm_linear hl = {.ln_g = g, .ln_b = be, .eps = 1e-5f, .n = 1, .W = {&hw[0]}, .bias = {bias},
+                                        .y = {yl}, .flags = CHOIR_LINEAR_GELU};
+                choir_op_norm_linear(g_cs, x, M, &hl, h);
+                float *dx = dvec(x, M * K), *dg = dvec(g, K), *dbe = dvec(be, K), *dh = dzero(M * K);
+                float *dt = dzero(M * N);
+                int32_t *dslot = dput(slot, sizeof slot), *dpos = dput(pos, sizeof pos);
+                /* The device twice: switch off (md 0), then on (md 1). */
+                float *dy[2], *dya[2], *dyg[2], *dyn[2][3], *dkc[2], *dyl[2];
+                uint16_t *dvc[2];
+                for (int md = 0; md < 2; md++) {
+                    choir_cuda_gemv_mma_set(md);
+                    dy[md] = dzero(M * N), dya[md] = dvec(y0, M * N), dyg[md] = dzero(M * N), dyl[md] = dzero(M * N);
+                    choir_op_linear(g_gs, dx, M, &dw[0], dbias, dy[md]);
+                    choir_op_linear_ex(g_gs, dx, M, &dw[0], dbias, dya[md], CHOIR_LINEAR_ACCUMULATE, dt);
+                    choir_op_linear_ex(g_gs, dx, M, &dw[0], dbias, dyg[md], CHOIR_LINEAR_GELU, dt);
+                    dkc[md] = dzero(SLOTS * POS * rows[1]);
+                    dvc[md] = dput(NULL, (size_t)(SLOTS * POS * rows[2]) * 2);
+                    if (dvc[md]) choir_op_zero(g_gs, dvc[md], (size_t)(SLOTS * POS * rows[2]) * 2);
+                    for (int i = 0; i < 3; i++) dyn[md][i] = dzero(M * rows[i]);
+                    choir_norm_linear dp = hp;
+                    dp.ln_g = dg;
+                    for (int i = 0; i < 3; i++) dp.W[i] = &dw[i], dp.y[i] = dyn[md][i];
+                    dp.bias[0] = dbias;
+                    dp.store[1].dst = dkc[md], dp.store[2].dst = dvc[md];
+                    dp.store[1].slot = dp.store[2].slot = dslot;
+                    dp.store[1].pos = dp.store[2].pos = dpos;
+                    choir_op_norm_linear(g_gs, dx, M, &dp, dh);
+                    choir_norm_linear dl = hl;
+                    dl.ln_g = dg, dl.ln_b = dbe, dl.W[0] = &dw[0], dl.bias[0] = dbias, dl.y[0] = dyl[md];
+                    choir_op_norm_linear(g_gs, dx, M, &dl, dh);
+                }
+                choir_cuda_gemv_mma_set(-1);
+                /* The switch-off path sums x in f32 in the GEMVs, rounds it to bf16 in the skinny kernel and cuBLAS. */
+                const choir_cuda_weight shape = {.kind = fmt[fi].kind, .rows = N, .cols = K};
+                const bool f32_off = q ? M <= 8 : choir_cuda_linear_path_for(M, &shape) == CHOIR_CUDA_LINEAR_GEMV;
+                const double tol_off = f32_off ? GEMV_MMA_TOL : TOL_BF16;
+                const char *what = fmt[fi].what;
+#define MMA_CASE(label, dev, want, count, tol)                                                                  \
+    do {                                                                                                        \
+        snprintf(name, sizeof name, "gemv mma %s: %s %lld x %lld M=%lld", label, what, (long long)N, (long long)K, \
+                 (long long)M);                                                                                 \
+        if (streams_ok(name)) cmp(name, dev, want, count, tol);                                                 \
+    } while (0)
+                MMA_CASE("linear vs cpu", dy[1], ref, M * N, GEMV_MMA_TOL);
+                MMA_CASE("linear_ex accumulating vs cpu", dya[1], refa, M * N, GEMV_MMA_TOL);
+                MMA_CASE("linear_ex gelu vs cpu", dyg[1], refg, M * N, GEMV_MMA_TOL);
+                for (int i = 0; i < 3; i++) {
+                    char label[64];
+                    snprintf(label, sizeof label, "RMS norm_linear layer %d of 263/130/131 vs cpu", i);
+                    MMA_CASE(label, dyn[1][i], yn[i], M * rows[i], GEMV_MMA_TOL);
+                }
+                MMA_CASE("RMS norm_linear keys into an f32 cache vs cpu", dkc[1], kc, SLOTS * POS * rows[1], GEMV_MMA_TOL);
+                snprintf(name, sizeof name, "gemv mma RMS norm_linear values into a bf16 cache vs cpu: %s %lld x %lld M=%lld",
+                         what, (long long)N, (long long)K, (long long)M);
+                if (streams_ok(name)) cmp_bf16(name, dvc[1], vc, SLOTS * POS * rows[2], 4e-3);
+                MMA_CASE("LN norm_linear gelu vs cpu", dyl[1], yl, M * N, GEMV_MMA_TOL);
+                float *off = download(dy[0], M * N), *offa = download(dya[0], M * N);
+                float *offg = download(dyg[0], M * N), *offn = download(dyn[0][0], M * N);
+                MMA_CASE("linear vs switch off", dy[1], off, M * N, tol_off);
+                MMA_CASE("linear_ex accumulating vs switch off", dya[1], offa, M * N, tol_off);
+                MMA_CASE("linear_ex gelu vs switch off", dyg[1], offg, M * N, tol_off);
+                MMA_CASE("RMS norm_linear layer 0 vs switch off", dyn[1][0], offn, M * N, tol_off);
+                /* The gated MLP (gate and up stacked into one launch, then the down product accumulating). */
+                if (ki == 1) {
+                    choir_weight hg = make_weight(fmt[fi].kind, I, K, 8, fmt[fi].group, fmt[fi].sb);
+                    choir_weight hu = make_weight(fmt[fi].kind, I, K, 8, fmt[fi].group, fmt[fi].sb);
+                    choir_weight hd = make_weight(fmt[fi].kind, K, I, 8, fmt[fi].group, fmt[fi].sb);
+                    choir_weight dgw, duw, ddw;
+                    choir_backend_weight(ws, &hg, &dgw);
+                    choir_backend_weight(ws, &hu, &duw);
+                    choir_backend_weight(ws, &hd, &ddw);
+                    float *cx = hdup(x, M * K), *cgate = hmem((size_t)(M * I) * 4), *cup = hmem((size_t)(M * I) * 4);
+                    float *ch = hmem((size_t)(M * K) * 4), *ctmp = hmem((size_t)(M * K) * 4);
+                    choir_op_gated_mlp(g_cs, cx, M, g, 1e-6f, &hg, &hu, &hd, cgate, cup, ch, ctmp);
+                    float *gx = dvec(x, M * K), *gg = dzero(M * I), *gu = dzero(M * I), *gt = dzero(M * K);
+                    choir_cuda_gemv_mma_set(1);
+                    choir_op_gated_mlp(g_gs, gx, M, dg, 1e-6f, &dgw, &duw, &ddw, gg, gu, dh, gt);
+                    choir_cuda_gemv_mma_set(-1);
+                    MMA_CASE("gated_mlp vs cpu", gx, cx, M * K, GEMV_MMA_TOL);
+                }
+#undef MMA_CASE
+                choir_backend_weights_free(ws);
+                case_end();
+            }
+    /* Batch invariance: the first 1, 8 and 32 rows of the same x. */
+    for (size_t fi = 0; fi < 2; fi++) {
+        case_begin();
+        const int64_t K = 3584;
+        choir_err err = {0};
+        choir_backend_weights *ws = choir_backend_weights_create(g_gpu, &err);
+        choir_weight hw[3], dw[3];
+        for (int i = 0; i < 3; i++) {
+            hw[i] = make_weight(fmt[fi].kind, rows[i], K, 8, fmt[fi].group, fmt[fi].sb);
+            choir_backend_weight(ws, &hw[i], &dw[i]);
+        }
+        float *x = hvec(32 * K, -3, 5), *g = hvec(K, 0.5f, 1.5f), *bias = hvec(N, -1, 1);
+        const float *dbias = choir_backend_vec(ws, bias, N);
+        float *dx = dvec(x, 32 * K), *dg = dvec(g, K), *dh = dzero(32 * K);
+        static const int64_t Mi[3] = {1, 8, 32};
+        float *yl[3], *yq[3];
+        choir_cuda_gemv_mma_set(1);
+        for (int k = 0; k < 3; k++) {
+            yl[k] = dzero(Mi[k] * N), yq[k] = dzero(Mi[k] * (rows[0] + rows[1] + rows[2]));
+            choir_op_linear(g_gs, dx, Mi[k], &dw[0], dbias, yl[k]);
+            const int64_t M = Mi[k];
+            choir_norm_linear dp = {.ln_g = dg, .eps = 1e-6f, .rms = true, .n = 3, .W = {&dw[0], &dw[1], &dw[2]},
+                                    .bias = {dbias, NULL, NULL},
+                                    .y = {yq[k], yq[k] + M * rows[0], yq[k] + M * (rows[0] + rows[1])}};
+            choir_op_norm_linear(g_gs, dx, M, &dp, dh);
+        }
+        choir_cuda_gemv_mma_set(-1);
+        float *l32 = download(yl[2], 32 * N), *q32 = download(yq[2], 32 * (rows[0] + rows[1] + rows[2]));
+        for (int k = 0; k < 2; k++) {
+            const int64_t M = Mi[k];
+            snprintf(name, sizeof name, "gemv mma batch invariance: %s linear rows 0..%lld of M=%lld = of M=32",
+                     fmt[fi].what, (long long)M - 1, (long long)M);
+            if (streams_ok(name)) cmp(name, yl[k], l32, M * N, 0);
+            /* layer i of M rows at yq[k] + M * start_i; of 32 rows at q32 + 32 * start_i */
+            float *sel = hmem((size_t)(M * (rows[0] + rows[1] + rows[2])) * 4);
+            int64_t at = 0, st = 0;
+            for (int i = 0; i < 3; i++) {
+                memcpy(sel + at, q32 + 32 * st, (size_t)(M * rows[i]) * 4);
+                at += M * rows[i], st += rows[i];
+            }
+            snprintf(name, sizeof name, "gemv mma batch invariance: %s RMS norm_linear rows 0..%lld of M=%lld = of M=32",
+                     fmt[fi].what, (long long)M - 1, (long long)M);
+            if (streams_ok(name)) cmp(name, yq[k], sel, M * (rows[0] + rows[1] + rows[2]), 0);
+        }
+        choir_backend_weights_free(ws);
+        case_end();
+    }
+}
+
 /* The cuBLAS path's 8-bit dequantize (choir_cuda_q8_dequant: 16-byte
  * loads and stores) against the old one (dequant_bf16) and the CPU: 300
  * and 37 rows of x over 8-bit weights of 263 x 1152 (groups of 64, bf16
@@ -2310,6 +2524,7 @@ int main(void) {
     check_linear();
     check_gemv_shapes();
     check_q8_gemv();
+    check_gemv_mma();
     check_q8_dequant();
     check_linear_skinny();
     check_linear_skinny_acc();

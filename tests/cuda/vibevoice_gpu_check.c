@@ -55,6 +55,10 @@
  *     ab: each length's graph step timed off, on, on, off (bench_switch_ab).
  *     --rope-kv 0|1|ab: a step's ropes and new cache rows in one operation
  *     (CHOIR_VV_ROPE_KV) off or on, or ab as --att-v2's (bench_switch_ab).
+ *     --gemv-mma 0|1|ab: the mma GEMV (CHOIR_GEMV_MMA) off or on, or ab: the
+ *     one-row graph step (and with --batch B each batch's B-row graph step)
+ *     timed off, on, on, off, printing "gemv_mma=<0|1> bits=<16|8>
+ *     rows=<n> graph_ms=<x>" for each way.
  *     --pf-att simt|flash|both|v2 picks the prefill attention (the f32 SIMT
  *     kernel, the tensor-core one of cuda_vv_flash.cu, or each length's
  *     prefill with both, SIMT first; v2: each length's prefill with the
@@ -1699,6 +1703,23 @@ static const bench_switch k_sw_att_v2 = {choir_cuda_vv_set_att_v2, choir_cuda_vv
 static bool g_rope_kv_ab;
 static const bench_switch k_sw_rope_kv = {choir_vv_set_rope_kv, choir_vv_rope_kv_on, "rope kv", "rope_kv"};
 
+/* --gemv-mma 0|1|ab: the mma GEMV (CHOIR_GEMV_MMA, choir_cuda_gemv_mma_set)
+ * off or on for the whole bench, or ab: after each length's figures the
+ * one-row graph step, and after each batch's the B-row graph step, timed
+ * with it off, on, on, off on the same state (bench_gemv_mma_ab), one line
+ * "gemv_mma=<0|1> bits=<16|8> rows=<n> graph_ms=<x>" for each way (the two
+ * runs of each averaged). */
+static bool g_gemv_mma_ab;
+static void gemv_mma_switch(bool on) { choir_cuda_gemv_mma_set(on ? 1 : 0); }
+static void gemv_mma_print(int rows, const double ms[4]) {
+    const int bits = g_bench_bits ? 8 : 16;
+    printf("gemv mma   %d rows, %d-bit weights: graph step %.3f ms off, %.3f ms on (off %.3f, on %.3f, on %.3f, "
+           "off %.3f)\n", rows, bits, (ms[0] + ms[3]) / 2, (ms[1] + ms[2]) / 2, ms[0], ms[1], ms[2], ms[3]);
+    printf("gemv_mma=0 bits=%d rows=%d graph_ms=%.3f\n", bits, rows, (ms[0] + ms[3]) / 2);
+    printf("gemv_mma=1 bits=%d rows=%d graph_ms=%.3f\n", bits, rows, (ms[1] + ms[2]) / 2);
+    fflush(stdout);
+}
+
 /* The graph-replayed step with a switch off, on, on, off (each: the graph
  * dropped, one step op by op, which sizes the kernels' scratch, one step
  * that records, then `steps` replayed and timed); the state's context grows
@@ -1756,7 +1777,8 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
     choir_vibevoice_plan plan = {.max_samples = np,
                                  .max_context = n_ids + (2 + sweeps + 2 * q8_sweeps) * (steps + 1) + 2 +
                                                 (g_att_v2_ab ? 4 * (steps + 2) : 0) +
-                                                (g_rope_kv_ab ? 4 * (steps + 2) : 0),
+                                                (g_rope_kv_ab ? 4 * (steps + 2) : 0) +
+                                                (g_gemv_mma_ab ? 4 * (steps + 2) : 0),
                                  .prefill_chunk = chunk};
     /* Once a process, before anything is timed: 20 s of the audio encoded and
      * its prompt prefilled on a state of its own, so that first uses (the
@@ -1934,6 +1956,26 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
         choir_cuda_q8_dequant(deq_was);
     }
     if (g_rope_kv_ab && bench_switch_ab(&k_sw_rope_kv, m, s, d, minutes, n_ids, steps, err)) goto out;
+    if (g_gemv_mma_ab) {
+        /* As bench_switch_ab: each run drops the graph, runs one step op by
+         * op (which sizes the kernels' scratch), records one, times `steps`. */
+        const bool was = choir_cuda_gemv_mma_on();
+        double ms[4];
+        for (int r = 0; r < 4; r++) {
+            choir_vibevoice_set_step_graph(s, false);
+            gemv_mma_switch(r == 1 || r == 2);
+            if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) goto out;
+            choir_vibevoice_set_step_graph(s, true);
+            if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) goto out;
+            double t0 = choir_now_s();
+            for (int i = 0; i < steps; i++)
+                if (choir_vibevoice_step(m, s, argmax(logits, d->lm.vocab), NULL, err)) goto out;
+            ms[r] = 1000 * (choir_now_s() - t0) / steps;
+        }
+        choir_vibevoice_set_step_graph(s, false);
+        gemv_mma_switch(was);
+        gemv_mma_print(1, ms);
+    }
     double peak = choir_backend_mem_peak(be) / 1e9; /* everything held through the backend, weights too */
     printf("encoders   %.0f s of audio in %.3f s (%.0fx real time)\n", minutes * 60, enc1 - e0,
            minutes * 60 / (enc1 - e0));
@@ -1987,7 +2029,8 @@ static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevo
         goto out;
     }
     const int q8_sweeps = q8_sweep_count();
-    choir_vibevoice_plan plan = {.max_samples = 0, .max_context = n_ids + (4 + q8_sweeps) * (steps + 2) + 4,
+    choir_vibevoice_plan plan = {.max_samples = 0,
+                                 .max_context = n_ids + (4 + q8_sweeps + (g_gemv_mma_ab ? 4 : 0)) * (steps + 2) + 4,
                                  .prefill_chunk = chunk};
     choir_backend_mem_reset_peak(be);
     int64_t pool_bytes = (int64_t)B * choir_vibevoice_kv_pages_for(plan.max_context) *
@@ -2084,6 +2127,29 @@ static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevo
     if (q8_sweeps) {
         choir_vibevoice_batch_set_graph(b, false);
         choir_cuda_q8_gemv(q8_was);
+    }
+    /* --gemv-mma ab: the graph-replayed B-row step off, on, on, off (each a
+     * fresh graph after one step op by op; the step that records untimed). */
+    if (g_gemv_mma_ab) {
+        const bool was = choir_cuda_gemv_mma_on();
+        double ms[4];
+        for (int r = 0; r < 4; r++) {
+            choir_vibevoice_batch_set_graph(b, false);
+            gemv_mma_switch(r == 1 || r == 2);
+            if (choir_vibevoice_step_batch(m, b, st, tok, B, err)) goto out;
+            for (int i = 0; i < B; i++) tok[i] = argmax(choir_vibevoice_logits(st[i]), d->lm.vocab);
+            choir_vibevoice_batch_set_graph(b, true);
+            double w0 = 0;
+            for (int k = 0; k < steps + 1; k++) {
+                if (k == 1) w0 = choir_now_s();
+                if (choir_vibevoice_step_batch(m, b, st, tok, B, err)) goto out;
+                for (int i = 0; i < B; i++) tok[i] = argmax(choir_vibevoice_logits(st[i]), d->lm.vocab);
+            }
+            ms[r] = 1000 * (choir_now_s() - w0) / steps;
+        }
+        choir_vibevoice_batch_set_graph(b, false);
+        gemv_mma_switch(was);
+        gemv_mma_print(B, ms);
     }
     double qstep = 1000 * (q1 - q0) / steps;
     double one = 1000 * (s1 - s0) / steps, step = 1000 * (b1 - b0) / steps, peak = choir_backend_mem_peak(be) / 1e9;
@@ -2520,6 +2586,11 @@ int main(int argc, char **argv) {
             if (!g_att_v2_ab) choir_cuda_vv_set_att_v2(strcmp(argv[i + 1], "1") == 0);
             printf("decode attention v2: %s\n", g_att_v2_ab ? "off, on, on, off after each length's figures"
                                                          : choir_cuda_vv_att_v2_on() ? "on" : "off");
+        } else if (strcmp(argv[i], "--gemv-mma") == 0) {
+            g_gemv_mma_ab = strcmp(argv[i + 1], "ab") == 0;
+            if (!g_gemv_mma_ab) choir_cuda_gemv_mma_set(strcmp(argv[i + 1], "1") == 0);
+            printf("mma GEMV (CHOIR_GEMV_MMA): %s\n", g_gemv_mma_ab ? "off, on, on, off after each length's and batch's figures"
+                                                                  : choir_cuda_gemv_mma_on() ? "on" : "off");
         } else if (strcmp(argv[i], "--rope-kv") == 0) {
             g_rope_kv_ab = strcmp(argv[i + 1], "ab") == 0;
             if (!g_rope_kv_ab) choir_vv_set_rope_kv(strcmp(argv[i + 1], "1") == 0);

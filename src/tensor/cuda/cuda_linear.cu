@@ -9,6 +9,7 @@
 
 #include <type_traits>
 
+#include "tensor/cuda/cuda_gemv_mma.h"
 #include "tensor/cuda/cuda_internal.h"
 
 /* Up to this many activation rows the GEMV kernels win: they stream the
@@ -204,16 +205,8 @@ __global__ void gemv_dense(const float *__restrict__ x, int M, const T *__restri
 
 /* --- a layer norm feeding GEMVs ---------------------------------------------------- */
 
-/* choir_cuda_norm_linear's layers as the kernel takes them (by value). */
-struct norm_linear_args {
-    const void *W[CHOIR_CUDA_NORM_LINEAR_MAX];
-    const float *bias[CHOIR_CUDA_NORM_LINEAR_MAX];
-    float *y[CHOIR_CUDA_NORM_LINEAR_MAX];
-    int64_t start[CHOIR_CUDA_NORM_LINEAR_MAX + 1]; /* layer i: rows [start[i], start[i+1]) */
-    choir_cuda_rows_out store[CHOIR_CUDA_NORM_LINEAR_MAX];
-    int n;
-    bool rms; /* cuda_rms_row instead of cuda_ln_row */
-};
+/* choir_cuda_norm_linear's layers as the kernel takes them: norm_linear_args
+ * (cuda_gemv_mma.h, shared with the mma GEMV). */
 
 /* Each block first normalises x's M rows into shared memory (the layer-norm
  * kernel's statistics: NORM_LINEAR_THREADS threads, as ROW_THREADS there; or
@@ -865,6 +858,7 @@ static int launch_gemv_dense(choir_cuda *cu, const float *x, int64_t M, const ch
 }
 
 bool choir_cuda_linear_fuses(int64_t M, const choir_cuda_weight *W) {
+    if (choir_cuda_gemv_mma_takes(M, W)) return true; /* CHOIR_GEMV_MMA: up to 32 rows, every epilogue */
     return M > 0 && M <= GEMV_MAX_ROWS && W->rows <= INT32_MAX && W->cols <= INT32_MAX &&
            (W->kind == CHOIR_WEIGHT_F32 || W->kind == CHOIR_WEIGHT_F16 ||
             W->kind == CHOIR_WEIGHT_BF16 || choir_cuda_q8_takes(M, W)) &&
@@ -880,6 +874,7 @@ int choir_cuda_linear_ex(choir_cuda *cu, const float *x, int64_t M, const choir_
                              "cuda: linear with a fused step of %lld rows off the GEMV path",
                              (long long)M);
     int epilogue = accumulate ? GEMV_ACCUMULATE : gelu ? GEMV_GELU : GEMV_WRITE;
+    if (choir_cuda_gemv_mma_takes(M, W)) return choir_cuda_gemv_mma_linear(cu, x, M, W, bias, y, epilogue, err);
     if (W->kind == CHOIR_WEIGHT_QUANT) return choir_cuda_q8_linear(cu, x, M, W, bias, y, epilogue, err);
     return launch_gemv_dense(cu, x, M, W, bias, y, epilogue, err);
 }
@@ -907,6 +902,7 @@ void choir_cuda_norm_linear_set(bool on) { g_norm_linear = on; }
 
 bool choir_cuda_norm_linear_fuses(int64_t M, const choir_cuda_norm_linear_params *p) {
     if (!g_norm_linear || p->n < 1 || p->n > CHOIR_CUDA_NORM_LINEAR_MAX || M < 1) return false;
+    if (choir_cuda_gemv_mma_norm_fuses(M, p)) return true;
     if (p->W[0].kind == CHOIR_WEIGHT_QUANT) return choir_cuda_q8_norm_fuses(M, p);
     int64_t K = p->W[0].cols, total = 0;
     if (K < 1 || (size_t)(M * K) * sizeof(float) > NORM_LINEAR_SMEM) return false;
@@ -939,6 +935,7 @@ int choir_cuda_norm_linear(choir_cuda *cu, const float *x, int64_t M,
         return choir_err_set(err, CHOIR_EUNSUPPORTED,
                              "cuda: layer norm and linear of %lld rows off the GEMV path",
                              (long long)M);
+    if (choir_cuda_gemv_mma_norm_fuses(M, p)) return choir_cuda_gemv_mma_norm_linear(cu, x, M, p, err);
     if (p->W[0].kind == CHOIR_WEIGHT_QUANT) return choir_cuda_q8_norm_linear(cu, x, M, p, err);
     norm_linear_args a;
     memset(&a, 0, sizeof a);
@@ -1021,7 +1018,7 @@ bool choir_cuda_fused_rows_on(void) {
 
 bool choir_cuda_rows_ok(int64_t M, const choir_cuda_weight *W) {
     return choir_cuda_fused_rows_on() && M > 0 && M <= INT32_MAX && W->kind == CHOIR_WEIGHT_BF16 &&
-           W->rows <= INT32_MAX && W->cols <= INT32_MAX &&
+           W->rows <= INT32_MAX && W->cols <= INT32_MAX && !choir_cuda_gemv_mma_takes(M, W) &&
            choir_cuda_linear_path_for(M, W) == CHOIR_CUDA_LINEAR_BLAS;
 }
 
@@ -1107,6 +1104,8 @@ int choir_cuda_linear(choir_cuda *cu, const float *x, int64_t M, const choir_cud
     if (N > INT32_MAX || K > INT32_MAX || M > INT32_MAX)
         return choir_err_set(err, CHOIR_ETOOBIG, "cuda: linear [%lld x %lld] too large",
                              (long long)M, (long long)K);
+    /* CHOIR_GEMV_MMA: up to 32 rows of bf16 weights on the tensor cores. */
+    if (choir_cuda_gemv_mma_takes(M, W)) return choir_cuda_gemv_mma_linear(cu, x, M, W, bias, y, GEMV_WRITE, err);
     choir_cuda_linear_path path = choir_cuda_linear_path_for(M, W);
     if (path == CHOIR_CUDA_LINEAR_SKINNY && ((uintptr_t)x & 15) != 0)
         path = M <= GEMV_MAX_ROWS ? CHOIR_CUDA_LINEAR_GEMV : CHOIR_CUDA_LINEAR_BLAS;

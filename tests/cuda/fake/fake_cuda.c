@@ -683,6 +683,9 @@ void choir_cuda_linear_bf16_set_lt(bool on) { (void)on; }
 void choir_cuda_linear_set_bias_epilogue(bool on) { (void)on; }
 int choir_cuda_gemv_variants(void) { return 1; }
 void choir_cuda_gemv_set_variant(int v) { (void)v; }
+/* No mma GEMV here: the switch stays off (the check skips its cases). */
+void choir_cuda_gemv_mma_set(int on) { (void)on; }
+bool choir_cuda_gemv_mma_on(void) { return false; }
 void choir_cuda_linear_bf16_set_gelu_epilogue(bool on) { (void)on; }
 void choir_cuda_layer_norm_bf16_set_warp(bool on) { (void)on; }
 
