@@ -59,9 +59,9 @@
  *     kernel, the tensor-core one of cuda_vv_flash.cu, or each length's
  *     prefill with both, SIMT first; v2: each length's prefill with the
  *     tensor-core kernel, then with its second kernel, CHOIR_VV_FLASH_V2;
- *     wg: with the second kernel, then the third, CHOIR_VV_FLASH_WG (wgmma;
- *     "choir vibevoice pf_wg" lines; kernel=wg-declined where it declined
- *     and the second ran);
+ *     wg: with the second kernel, then the third, CHOIR_VV_FLASH_WG=1
+ *     (wgmma), then its pipelined mode 2 ("choir vibevoice pf_wg" lines,
+ *     kernel=v2|wg|wg2; wg-declined where it declined and the second ran);
  *     default: CHOIR_VV_PREFILL_FLASH, else SIMT), --pf-warps 4|8 the
  *     tensor-core kernel's warps a block, and
  *     --pf-bench 1 times each length's prefill attention alone over one
@@ -142,9 +142,9 @@ static bool g_pf_both;
 /* --pf-att v2: the same two runs with the tensor-core kernel, the first one
  * (k_vv_flash_prefill), then the second (CHOIR_VV_FLASH_V2). */
 static bool g_pf_v2ab;
-/* --pf-att wg: the same two runs, the second kernel, then the third
- * (CHOIR_VV_FLASH_WG: wgmma, sm_90a; where it declines, the second runs
- * again and the line says so). */
+/* --pf-att wg: three runs, the second kernel, then the third
+ * (CHOIR_VV_FLASH_WG: wgmma, sm_90a) in modes 1 and 2; where it declines,
+ * the second runs again and the line says so. */
 static bool g_pf_wgab;
 /* --fused-rows both|all: each length's prefill run with choir_cuda_fused_rows
  * off, then on, (all) then on with choir_cuda_mlp_bf16 (after --pf-att
@@ -431,7 +431,7 @@ static void check_flash_wg(choir_backend *cpu_be, choir_backend *gpu_be) {
                             {1024, 1024, 28, 4, 128, 0}, {470, 4096, 28, 4, 128, 0}, {1024, 26000, 28, 4, 128, 0},
                             {4700, 0, 28, 4, 128, 0},   {100, 33, 8, 8, 64, 1}};
     bool was = choir_cuda_vv_prefill_flash_on(), v2_was = choir_cuda_vv_prefill_flash_v2_on();
-    bool wg_was = choir_cuda_vv_prefill_flash_wg_on();
+    int wg_was = choir_cuda_vv_prefill_flash_wg_mode();
     choir_cuda_vv_prefill_flash(true);
     if (!choir_cuda_vv_prefill_flash_on()) {
         printf("SKIP  flash prefill wg: not in this build\n");
@@ -452,42 +452,50 @@ static void check_flash_wg(choir_backend *cpu_be, choir_backend *gpu_be) {
         int64_t rows = pos0 + T, ld = (int64_t)nh * D, ldk = (int64_t)nkv * D, n = T * ld;
         float *q = rnd(n, 2), *k = rnd(rows * ldk, 1), *v = rnd(rows * ldk, 1), *nan = malloc((size_t)n * sizeof(float));
         float *o1 = malloc((size_t)n * sizeof(float)), *o2 = malloc((size_t)n * sizeof(float));
+        float *ref = NULL;
         for (int64_t i = 0; i < n; i++) nan[i] = NAN;
         size_t mark = choir_stream_mark(p.gpu);
         float *dq = up(&p, q, n), *dk = up(&p, k, rows * ldk), *dv = up(&p, v, rows * ldk);
-        float *d1 = up(&p, nan, n), *d2 = up(&p, nan, n);
-        choir_cuda_vv_prefill_flash_wg(false);
+        float *d1 = up(&p, nan, n);
+        choir_cuda_vv_prefill_flash_wg(0);
         choir_op_attention_cached(p.gpu, dq, T, dk, dv, pos0, nh, nkv, D, d1);
-        choir_cuda_vv_prefill_flash_wg(true);
-        choir_op_attention_cached(p.gpu, dq, T, dk, dv, pos0, nh, nkv, D, d2);
-        char name[96];
-        snprintf(name, sizeof name, "flash wg vs v2: T %lld at %lld, %d/%d x %d", (long long)T, (long long)pos0, nh,
-                 nkv, D);
-        if (choir_op_download(p.gpu, o1, d1, (size_t)n * sizeof(float)) == 0 &&
-            choir_op_download(p.gpu, o2, d2, (size_t)n * sizeof(float)) == 0 && choir_stream_sync(p.gpu, &err) == 0) {
-            if (!choir_cuda_vv_prefill_flash_wg_usable()) {
-                if (hopper) failed("flash wg: declined on a compute capability 9.0 device (see the log)", NULL);
-                else printf("SKIP  flash wg: not a compute capability 9.0 device\n");
-                choir_stream_release(p.gpu, mark);
-                free(q), free(k), free(v), free(nan), free(o1), free(o2);
-                goto done;
+        if (cases[c][5]) {
+            ref = malloc((size_t)n * sizeof(float));
+            choir_op_attention_cached(p.cpu, q, T, k, v, pos0, nh, nkv, D, ref);
+        }
+        /* Mode 1, then 2 (the pipelined variant), each from NaN. */
+        for (int mode = 1; mode <= 2; mode++) {
+            float *d2 = up(&p, nan, n);
+            choir_cuda_vv_prefill_flash_wg(mode);
+            choir_op_attention_cached(p.gpu, dq, T, dk, dv, pos0, nh, nkv, D, d2);
+            char name[96];
+            snprintf(name, sizeof name, "flash wg%d vs v2: T %lld at %lld, %d/%d x %d", mode, (long long)T,
+                     (long long)pos0, nh, nkv, D);
+            if (choir_op_download(p.gpu, o1, d1, (size_t)n * sizeof(float)) == 0 &&
+                choir_op_download(p.gpu, o2, d2, (size_t)n * sizeof(float)) == 0 &&
+                choir_stream_sync(p.gpu, &err) == 0) {
+                if (!choir_cuda_vv_prefill_flash_wg_usable()) {
+                    if (hopper) failed("flash wg: declined on a compute capability 9.0 device (see the log)", NULL);
+                    else printf("SKIP  flash wg: not a compute capability 9.0 device\n");
+                    choir_stream_release(p.gpu, mark);
+                    free(q), free(k), free(v), free(nan), free(o1), free(o2), free(ref);
+                    goto done;
+                }
+                verdict(name, rel_l2(o2, o1, n), 3e-3);
+                snprintf(name, sizeof name, "flash wg%d vs v2: T %lld at %lld, worst row", mode, (long long)T,
+                         (long long)pos0);
+                verdict(name, worst_vec(o2, o1, T * nh, D), 2e-2);
+                if (ref) {
+                    snprintf(name, sizeof name, "flash wg%d vs CPU: T %lld at %lld, %d/%d x %d", mode, (long long)T,
+                             (long long)pos0, nh, nkv, D);
+                    verdict(name, rel_l2(o2, ref, n), 1e-2);
+                }
+            } else {
+                failed(name, &err);
             }
-            verdict(name, rel_l2(o2, o1, n), 3e-3);
-            snprintf(name, sizeof name, "flash wg vs v2: T %lld at %lld, worst row", (long long)T, (long long)pos0);
-            verdict(name, worst_vec(o2, o1, T * nh, D), 2e-2);
-            if (cases[c][5]) {
-                float *ref = malloc((size_t)n * sizeof(float));
-                choir_op_attention_cached(p.cpu, q, T, k, v, pos0, nh, nkv, D, ref);
-                snprintf(name, sizeof name, "flash wg vs CPU: T %lld at %lld, %d/%d x %d", (long long)T,
-                         (long long)pos0, nh, nkv, D);
-                verdict(name, rel_l2(o2, ref, n), 1e-2);
-                free(ref);
-            }
-        } else {
-            failed(name, &err);
         }
         choir_stream_release(p.gpu, mark);
-        free(q), free(k), free(v), free(nan), free(o1), free(o2);
+        free(q), free(k), free(v), free(nan), free(o1), free(o2), free(ref);
     }
     /* A bf16 pool through a shuffled page table: the kernel reads the table
      * (one page a 128-key tile). 300 rows at 2,700 (28/4) and 1,000 rows
@@ -510,32 +518,35 @@ static void check_flash_wg(choir_backend *cpu_be, choir_backend *gpu_be) {
         uint16_t *dhk = choir_stream_alloc(p.gpu, (size_t)(rows * ldk) * 2, "bf16 keys");
         uint16_t *dhv = choir_stream_alloc(p.gpu, (size_t)(rows * ldk) * 2, "bf16 values");
         float *dq = up(&p, q, n), *d1 = up(&p, nan, n), *d2 = up(&p, nan, n);
-        char name[96];
-        snprintf(name, sizeof name, "flash wg: paged bf16 pool, T %lld at %lld, %d/%d", (long long)T,
-                 (long long)pos0, nh, nkv);
         if (!dtab || !dhk || !dhv || !dq || !d1 || !d2) {
-            failed(name, NULL);
+            failed("flash wg: paged bf16 pool: buffers", NULL);
         } else {
             choir_op_upload(p.gpu, dtab, tab, sizeof tab);
             choir_op_upload(p.gpu, dhk, hk, (size_t)(rows * ldk) * 2);
             choir_op_upload(p.gpu, dhv, hv, (size_t)(rows * ldk) * 2);
-            choir_cuda_vv_prefill_flash_wg(false);
+            choir_cuda_vv_prefill_flash_wg(0);
             choir_op_attention_paged_kv(p.gpu, dq, T, dhk, dhv, CHOIR_DTYPE_BF16, dtab, pos0, nh, nkv, D, d1);
-            choir_cuda_vv_prefill_flash_wg(true);
-            choir_op_attention_paged_kv(p.gpu, dq, T, dhk, dhv, CHOIR_DTYPE_BF16, dtab, pos0, nh, nkv, D, d2);
             choir_op_attention_paged_kv(p.cpu, q, T, hk, hv, CHOIR_DTYPE_BF16, tab, pos0, nh, nkv, D, ref);
-            if (choir_op_download(p.gpu, o1, d1, (size_t)n * sizeof(float)) == 0 &&
-                choir_op_download(p.gpu, o2, d2, (size_t)n * sizeof(float)) == 0 &&
-                choir_stream_sync(p.gpu, &err) == 0) {
-                char nm[160];
-                snprintf(nm, sizeof nm, "%s, vs v2", name);
-                verdict(nm, rel_l2(o2, o1, n), 3e-3);
-                snprintf(nm, sizeof nm, "%s, vs v2 worst row", name);
-                verdict(nm, worst_vec(o2, o1, T * nh, D), 2e-2);
-                snprintf(nm, sizeof nm, "%s, vs CPU", name);
-                verdict(nm, rel_l2(o2, ref, n), 1e-2);
-            } else {
-                failed(name, &err);
+            for (int mode = 1; mode <= 2; mode++) {
+                char name[96];
+                snprintf(name, sizeof name, "flash wg%d: paged bf16 pool, T %lld at %lld, %d/%d", mode,
+                         (long long)T, (long long)pos0, nh, nkv);
+                choir_op_upload(p.gpu, d2, nan, (size_t)n * sizeof(float));
+                choir_cuda_vv_prefill_flash_wg(mode);
+                choir_op_attention_paged_kv(p.gpu, dq, T, dhk, dhv, CHOIR_DTYPE_BF16, dtab, pos0, nh, nkv, D, d2);
+                if (choir_op_download(p.gpu, o1, d1, (size_t)n * sizeof(float)) == 0 &&
+                    choir_op_download(p.gpu, o2, d2, (size_t)n * sizeof(float)) == 0 &&
+                    choir_stream_sync(p.gpu, &err) == 0) {
+                    char nm[160];
+                    snprintf(nm, sizeof nm, "%s, vs v2", name);
+                    verdict(nm, rel_l2(o2, o1, n), 3e-3);
+                    snprintf(nm, sizeof nm, "%s, vs v2 worst row", name);
+                    verdict(nm, worst_vec(o2, o1, T * nh, D), 2e-2);
+                    snprintf(nm, sizeof nm, "%s, vs CPU", name);
+                    verdict(nm, rel_l2(o2, ref, n), 1e-2);
+                } else {
+                    failed(name, &err);
+                }
             }
         }
         choir_stream_release(p.gpu, mark);
@@ -1960,7 +1971,7 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
     int enc_rc = choir_vibevoice_encode(m, s, x, np, 0, NULL, NULL, err);
     profile_range("encode", false);
     if (enc_rc) goto out;
-    double enc1 = choir_now_s(), e1 = enc1, p1 = e1, pf_tps[2] = {0, 0};
+    double enc1 = choir_now_s(), e1 = enc1, p1 = e1, pf_tps[3] = {0, 0, 0};
     /* With --pf-att both, the prompt twice on the same encoded audio (the
      * cache emptied between): SIMT, then flash; the figures below are the
      * last run's. */
@@ -1969,7 +1980,7 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
      * one chunk size and neither "both", one run. */
     double rows_tps[3] = {0, 0, 0};
     double fused_tps[2] = {0, 0};
-    int n_att = g_pf_both || g_pf_v2ab || g_pf_wgab ? 2 : 0, n_rows = g_rows_modes ? g_rows_modes : g_pf_fused == 2 ? 2 : 1;
+    int n_att = g_pf_wgab ? 3 : g_pf_both || g_pf_v2ab ? 2 : 0, n_rows = g_rows_modes ? g_rows_modes : g_pf_fused == 2 ? 2 : 1;
     int runs = n_att + (n_att && !g_rows_modes && g_n_chunks == 1 ? 0 : n_rows * g_n_chunks);
     /* At every length, each configuration runs once untimed first, so that
      * first uses (cuBLAS's heuristics and lazily loaded kernels for each
@@ -1984,7 +1995,7 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
         if (md < n_att && g_pf_wgab) {
             choir_cuda_vv_prefill_flash(true);
             choir_cuda_vv_prefill_flash_v2(true);
-            choir_cuda_vv_prefill_flash_wg(md == 1);
+            choir_cuda_vv_prefill_flash_wg(md); /* 0 (v2), 1, 2 */
         } else if (md < n_att && g_pf_v2ab) {
             choir_cuda_vv_prefill_flash(true);
             choir_cuda_vv_prefill_flash_v2(md == 1);
@@ -2014,16 +2025,18 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
             pf_tps[md] = tps;
             /* The third kernel declined (device, or its launch refused):
              * the second ran; said on the line, the run goes on. */
-            bool wg_declined = g_pf_wgab && md == 1 && !choir_cuda_vv_prefill_flash_wg_usable();
+            bool wg_declined = g_pf_wgab && md >= 1 && !choir_cuda_vv_prefill_flash_wg_usable();
             printf("prefill    %d tokens, %s attention: %.3f s, %.0f tokens/s\n", n_ids,
-                   g_pf_wgab   ? (md ? (wg_declined ? "flash wg DECLINED (v2 ran)" : "flash wg") : "flash v2")
+                   g_pf_wgab   ? (wg_declined ? "flash wg DECLINED (v2 ran)" : md == 2 ? "flash wg2 (pipelined)"
+                                                                       : md      ? "flash wg"
+                                                                                 : "flash v2")
                    : g_pf_v2ab ? (md ? "flash v2" : "flash v1")
                    : md        ? "flash (tensor cores)"
                                : "f32 SIMT",
                    p1 - e1, tps);
             if (g_pf_wgab)
                 printf("choir vibevoice pf_wg min=%g n_ids=%d chunk=%d kernel=%s s=%.4f tps=%.1f\n", minutes, n_ids,
-                       ck, md ? (wg_declined ? "wg-declined" : "wg") : "v2", p1 - e1, tps);
+                       ck, wg_declined ? "wg-declined" : md == 2 ? "wg2" : md ? "wg" : "v2", p1 - e1, tps);
             if (g_pf_v2ab)
                 printf("choir vibevoice pf_v2 min=%g n_ids=%d chunk=%d kernel=%s s=%.4f tps=%.1f\n", minutes, n_ids,
                        ck, md ? "v2" : "v1", p1 - e1, tps);
@@ -2133,7 +2146,8 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
     if (g_pf_both) printf(" prefill_simt_tps=%.1f prefill_flash_tps=%.1f", pf_tps[0], pf_tps[1]);
     if (g_pf_v2ab) printf(" prefill_flash_v1_tps=%.1f prefill_flash_v2_tps=%.1f", pf_tps[0], pf_tps[1]);
     if (g_pf_wgab)
-        printf(" prefill_flash_v2_tps=%.1f prefill_flash_wg_tps=%.1f%s", pf_tps[0], pf_tps[1],
+        printf(" prefill_flash_v2_tps=%.1f prefill_flash_wg_tps=%.1f prefill_flash_wg2_tps=%.1f%s", pf_tps[0],
+               pf_tps[1], pf_tps[2],
                choir_cuda_vv_prefill_flash_wg_usable() ? "" : " wg=declined");
     if (g_rows_modes)
         printf(" prefill_rows_off_tps=%.1f prefill_rows_on_tps=%.1f prefill_rows_mlp16_tps=%.1f", rows_tps[0],
@@ -2493,7 +2507,7 @@ static int bench_prefill_attention(choir_backend *be, const choir_vibevoice_dims
     int32_t *ht = malloc((size_t)pages * sizeof(int32_t));
     int status = 1;
     bool was = choir_cuda_vv_prefill_flash_on(), v2_was = choir_cuda_vv_prefill_flash_v2_on();
-    bool wg_was = choir_cuda_vv_prefill_flash_wg_on();
+    int wg_was = choir_cuda_vv_prefill_flash_wg_mode();
     if (!h || !hb || !ht || choir_stream_status(st, err)) goto out;
     for (int pass = 0; pass < 2; pass++) {
         for (int64_t i = 0; i < rows * ldk; i++) h[i] = frand(), hb[i] = choir_f32_to_bf16(h[i]);
@@ -2516,16 +2530,17 @@ static int bench_prefill_attention(choir_backend *be, const choir_vibevoice_dims
         int flash, warps, paged, v2, wg;
     } modes[] = {{"f32 SIMT, f32 cache", 0, 4, 0, 0, 0},       {"flash 4 warps, f32 cache", 1, 4, 0, 0, 0},
                  {"flash 8 warps, f32 cache", 1, 8, 0, 0, 0},  {"flash v2, f32 cache", 1, 4, 0, 1, 0},
-                 {"flash wg, f32 cache", 1, 4, 0, 1, 1},       {"f32 SIMT, bf16 pages", 0, 4, 1, 0, 0},
-                 {"flash 4 warps, bf16 pages", 1, 4, 1, 0, 0}, {"flash 8 warps, bf16 pages", 1, 8, 1, 0, 0},
-                 {"flash v2, bf16 pages", 1, 4, 1, 1, 0},      {"flash wg, bf16 pages", 1, 4, 1, 1, 1}};
+                 {"flash wg, f32 cache", 1, 4, 0, 1, 1},       {"flash wg2, f32 cache", 1, 4, 0, 1, 2},
+                 {"f32 SIMT, bf16 pages", 0, 4, 1, 0, 0},      {"flash 4 warps, bf16 pages", 1, 4, 1, 0, 0},
+                 {"flash 8 warps, bf16 pages", 1, 8, 1, 0, 0}, {"flash v2, bf16 pages", 1, 4, 1, 1, 0},
+                 {"flash wg, bf16 pages", 1, 4, 1, 1, 1},      {"flash wg2, bf16 pages", 1, 4, 1, 1, 2}};
     printf("prefill attention alone, one layer: %d tokens in chunks of %d, %d/%d heads x %d, %.2f TFLOP (causal)\n",
            n_ids, chunk, nh, nkv, D, flop / 1e12);
     for (size_t md = 0; md < sizeof modes / sizeof modes[0]; md++) {
         choir_cuda_vv_prefill_flash(modes[md].flash != 0);
         choir_cuda_vv_prefill_flash_warps(modes[md].warps);
         choir_cuda_vv_prefill_flash_v2(modes[md].v2 != 0);
-        choir_cuda_vv_prefill_flash_wg(modes[md].wg != 0);
+        choir_cuda_vv_prefill_flash_wg(modes[md].wg);
         double t0 = 0;
         for (int rep = 0; rep < 3; rep++) {
             if (choir_stream_sync(st, err)) goto out;
@@ -2755,7 +2770,7 @@ int main(int argc, char **argv) {
             choir_cuda_vv_prefill_flash(strcmp(a, "flash") == 0 || g_pf_v2ab || g_pf_wgab);
             printf("prefill attention: %s\n", g_pf_both   ? "f32 SIMT, then flash (tensor cores), each length"
                                               : g_pf_v2ab ? "flash v1, then flash v2, each length"
-                                              : g_pf_wgab ? "flash v2, then flash wg (wgmma), each length"
+                                              : g_pf_wgab ? "flash v2, then flash wg (wgmma), then wg2, each length"
                                               : strcmp(a, "flash") == 0 ? "flash (tensor cores)" : "f32 SIMT");
         } else if (strcmp(argv[i], "--fused-rows") == 0) {
             const char *a = argv[i + 1];

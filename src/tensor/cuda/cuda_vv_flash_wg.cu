@@ -70,17 +70,31 @@
 #define VV_WG_BM 128    /* query rows a block: 2 warpgroups x 64 */
 #define VV_WG_GROW 8.0f /* log2 of how far a row's maximum may run ahead of its reference */
 #define VV_WG_TILE (VV_WG_KT * VV_WG_D * 2) /* bytes of a K or V tile */
-#define VV_WG_SMEM (VV_WG_BM * VV_WG_D * 2 + 4 * VV_WG_TILE + 1024)
+/* Bytes of dynamic shared memory: q, NBUF K and V tiles, 1 KB to align. */
+#define VV_WG_SMEM(nbuf) (VV_WG_BM * VV_WG_D * 2 + 2 * (nbuf) * VV_WG_TILE + 1024)
 static_assert(CHOIR_VV_PAGE % VV_WG_KT == 0, "a key tile lies in one page");
 
+/* PIPE false: per tile S, wait, softmax, O += P V, wait (K and V two deep).
+ * PIPE true (CHOIR_VV_FLASH_WG=2): FlashAttention-3's intra-warpgroup
+ * overlap within the same registers: tile j issues S(j) and then O +=
+ * P(j - 1) V(j - 1), waits for S(j) only (wait_group 1: groups complete in
+ * order, S(j) was committed first), runs the softmax of tile j while the
+ * tensor core works through P(j - 1) V(j - 1), waits for that, rescales O,
+ * packs P(j); the last P V after the loop (or when the warpgroup's rows see
+ * no further tile). V(j - 1) is read during tile j, so K and V are three
+ * deep (225 KB of shared memory): tile j + 1 loads into the buffer of tile
+ * j - 2, issued after the barrier that opens tile j (every warpgroup is
+ * then past tile j - 1, where P(j - 2) V(j - 2) completed). */
+template <bool PIPE>
 __global__ void __launch_bounds__(256, 1)
     k_vv_flash_wg_prefill(const float *__restrict__ q, int T, const __nv_bfloat16 *__restrict__ kc,
                           const __nv_bfloat16 *__restrict__ vc, int pos0, const int32_t *__restrict__ table,
                           int nh, int nkv, float scale_log2, float *__restrict__ out) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int D = VV_WG_D, KT = VV_WG_KT, BM = VV_WG_BM, THREADS = 256;
-    constexpr int CH = D / 8;  /* 16-byte chunks a row */
-    constexpr int KS = D / 16; /* k-steps of S = Q K^T */
+    constexpr int NBUF = PIPE ? 3 : 2;
+    constexpr int CH = D / 8;   /* 16-byte chunks a row */
+    constexpr int KS = D / 16;  /* k-steps of S = Q K^T */
     constexpr int PS = KT / 16; /* k-steps of O += P V */
     extern __shared__ __align__(1024) unsigned char vv_wg_smem[];
     /* The swizzle is applied by the tensor core on the absolute shared
@@ -89,8 +103,8 @@ __global__ void __launch_bounds__(256, 1)
     uint32_t sbase = (uint32_t)__cvta_generic_to_shared(vv_wg_smem);
     const uint32_t pad = (1024u - (sbase & 1023u)) & 1023u;
     sbase += pad;
-    unsigned char *Qs = vv_wg_smem + pad, *Ks = Qs + BM * D * 2, *Vs = Ks + 2 * VV_WG_TILE;
-    const uint32_t sQ = sbase, sK = sQ + BM * D * 2, sV = sK + 2 * VV_WG_TILE;
+    unsigned char *Qs = vv_wg_smem + pad, *Ks = Qs + BM * D * 2, *Vs = Ks + NBUF * VV_WG_TILE;
+    const uint32_t sQ = sbase, sK = sQ + BM * D * 2, sV = sK + NBUF * VV_WG_TILE;
 
     const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int h = blockIdx.x, kh = h / (nh / nkv);
@@ -135,7 +149,8 @@ __global__ void __launch_bounds__(256, 1)
     /* The warpgroup's rows wrow .. wrow + 63; the thread's rows wrow + 16
      * warp + g + 8 r (r = 0, 1), row wrow + 16 warp + g + i sees keys < lim0
      * + i. Rows past the chunk are not masked apart (their q is 0, keys past
-     * kend are zeros: finite scores) and not stored. */
+     * kend are zeros: finite scores) and not stored. Tiles from wend on are
+     * seen by no row of the warpgroup (the tiles it works on are a prefix). */
     const int wrow = q0 + 64 * wg;
     const int lim0 = pos0 + wrow + 16 * warp + g + 1;
     const int wlim = wrow < T ? pos0 + wrow + 1 : 0;
@@ -144,94 +159,192 @@ __global__ void __launch_bounds__(256, 1)
 
     float o[64];
     float ref[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f};
+    uint32_t pa[PS][4]; /* P of a tile as A fragments (PIPE: of the previous tile, in flight) */
 #pragma unroll
     for (int i = 0; i < 64; i++) o[i] = 0.0f;
 
-    for (int tile = 0; tile < ntiles; tile++) {
-        const int buf = tile & 1;
-        if (tile + 1 < ntiles) {
-            load_tile(tile + 1, buf ^ 1);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
+    /* S(tile) = Q K^T issued as one commit group (8 k-steps over the head). */
+    auto issue_s = [&](float sc[64], uint32_t kt) {
+#pragma unroll
+        for (int s = 0; s < KS; s++)
+            wgmma_m64n128_ss(sc, vv_wg_desc_kmajor(sQw, BM, s), vv_wg_desc_kmajor(kt, KT, s), s > 0);
+        wg_commit();
+    };
+    /* O += P V(tile) issued as one commit group (8 k-steps over the keys). */
+    auto issue_pv = [&](uint32_t vt) {
+#pragma unroll
+        for (int s = 0; s < PS; s++) wgmma_m64n128_rs_tb(o, pa[s], vv_wg_desc_mnmajor(vt, KT, s));
+        wg_commit();
+    };
+    auto fence_o_pa = [&]() {
+#pragma unroll
+        for (int i = 0; i < 64; i++) wg_reg_fence(o[i]);
+#pragma unroll
+        for (int s = 0; s < PS; s++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) wg_reg_fence(pa[s][i]);
+    };
+    /* The mask (tiles crossing the warpgroup's first row only) and the
+     * rows' maxima; moves the references where a maximum ran past them
+     * (warp-uniform) and scales the sums. alpha[r]: what O's rows must be
+     * scaled by (1 where nothing moved); returns whether any did.
+     * sc[4 j + i]: row 16 warp + g + 8 (i >> 1), key key0 + 8 j + 2 t + (i & 1). */
+    auto stats = [&](float sc[64], int key0, float alpha[2]) -> bool {
+        const bool edge = key0 + KT > wlim;
+        float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < KT / 8; j++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float x = sc[4 * j + i];
+                if (edge && key0 + 8 * j + 2 * t + (i & 1) >= lim0 + 8 * (i >> 1)) sc[4 * j + i] = x = -INFINITY;
+                tmax[i >> 1] = fmaxf(tmax[i >> 1], x);
+            }
         }
-        fence_proxy_async_smem();
-        __syncthreads();
-        const int key0 = tile * KT;
-        if (key0 < wend) { /* warpgroup-uniform: wgmma is a warpgroup's instruction */
-            const uint32_t kt = sK + (uint32_t)buf * VV_WG_TILE, vt = sV + (uint32_t)buf * VV_WG_TILE;
-            float sc[64];
-            wg_fence();
+        bool grow = false;
 #pragma unroll
-            for (int s = 0; s < KS; s++)
-                wgmma_m64n128_ss(sc, vv_wg_desc_kmajor(sQw, BM, s), vv_wg_desc_kmajor(kt, KT, s), s > 0);
-            wg_commit();
-            wg_wait<0>();
+        for (int r = 0; r < 2; r++) {
+            tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
+            tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
+            grow |= tmax[r] > ref[r] + VV_WG_GROW;
+        }
+        /* Selects, not branches: in the pipelined mode a P V is in flight
+         * here, and ptxas serializes wgmma around divergent paths. */
+        const bool moved = __any_sync(0xffffffffu, grow);
 #pragma unroll
-            for (int i = 0; i < 64; i++) wg_reg_fence(sc[i]);
+        for (int r = 0; r < 2; r++) {
+            float mnew = moved ? fmaxf(ref[r], tmax[r]) : ref[r];
+            float a = ex2_ftz(ref[r] - mnew);
+            alpha[r] = mnew == -INFINITY ? 1.0f : a;
+            ref[r] = mnew;
+            sum[r] *= alpha[r];
+        }
+        return moved;
+    };
+    auto rescale_o = [&](const float alpha[2]) {
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int j = 0; j < D / 8; j++) {
+                o[4 * j + 2 * r] *= alpha[r];
+                o[4 * j + 2 * r + 1] *= alpha[r];
+            }
+    };
 
-            /* sc[4 j + i]: row 16 warp + g + 8 (i >> 1), key key0 + 8 j + 2 t + (i & 1). */
-            const bool edge = key0 + KT > wlim;
-            float tmax[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-            for (int j = 0; j < KT / 8; j++) {
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    float x = sc[4 * j + i];
-                    if (edge && key0 + 8 * j + 2 * t + (i & 1) >= lim0 + 8 * (i >> 1)) sc[4 * j + i] = x = -INFINITY;
-                    tmax[i >> 1] = fmaxf(tmax[i >> 1], x);
-                }
+    if constexpr (!PIPE) {
+        for (int tile = 0; tile < ntiles; tile++) {
+            const int buf = tile & 1;
+            if (tile + 1 < ntiles) {
+                load_tile(tile + 1, buf ^ 1);
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
             }
-            bool grow = false;
+            fence_proxy_async_smem();
+            __syncthreads();
+            const int key0 = tile * KT;
+            if (key0 < wend) { /* warpgroup-uniform: wgmma is a warpgroup's instruction */
+                const uint32_t kt = sK + (uint32_t)buf * VV_WG_TILE, vt = sV + (uint32_t)buf * VV_WG_TILE;
+                float sc[64];
+                wg_fence();
+                issue_s(sc, kt);
+                wg_wait<0>();
 #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
-                tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
-                grow |= tmax[r] > ref[r] + VV_WG_GROW;
-            }
-            if (__any_sync(0xffffffffu, grow)) {
+                for (int i = 0; i < 64; i++) wg_reg_fence(sc[i]);
+                float alpha[2];
+                if (stats(sc, key0, alpha)) rescale_o(alpha);
+                /* P = 2^(S - ref) in bf16, straight into A fragments: register
+                 * i of k-step s = elements 8 s + 2 i, + 1 (vv_wg_p_elem), i.e.
+                 * j = 2 s + (i >> 1), r = i & 1. */
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
-                    float mnew = fmaxf(ref[r], tmax[r]);
-                    float alpha = mnew == -INFINITY ? 1.0f : ex2_ftz(ref[r] - mnew);
-                    ref[r] = mnew;
-                    sum[r] *= alpha;
+                    float nb = ref[r] == -INFINITY ? 0.0f : -ref[r];
 #pragma unroll
-                    for (int j = 0; j < D / 8; j++) {
-                        o[4 * j + 2 * r] *= alpha;
-                        o[4 * j + 2 * r + 1] *= alpha;
+                    for (int j = 0; j < KT / 8; j++) {
+                        float p0 = ex2_ftz(sc[4 * j + 2 * r] + nb), p1 = ex2_ftz(sc[4 * j + 2 * r + 1] + nb);
+                        sum[r] += p0 + p1;
+                        pa[j >> 1][(j & 1) * 2 + r] = pack_bf16(p0, p1);
                     }
                 }
+                fence_o_pa();
+                wg_fence();
+                issue_pv(vt);
+                wg_wait<0>();
+#pragma unroll
+                for (int i = 0; i < 64; i++) wg_reg_fence(o[i]);
             }
-            /* P = 2^(S - ref) in bf16, straight into A fragments: register
-             * i of k-step s = elements 8 s + 2 i, + 1 (vv_wg_p_elem), i.e.
-             * j = 2 s + (i >> 1), r = i & 1. */
-            uint32_t pa[PS][4];
+            __syncthreads(); /* the buffer is refilled next iteration */
+        }
+    } else {
+        /* pending: pa holds P of the tile whose V is at pv_vt, not yet
+         * multiplied. The first tile multiplies a zero P by its own V (0 x
+         * finite values), which keeps the issue of P V unconditional: ptxas
+         * serializes wgmma issued on divergent paths while others are in
+         * flight. */
+        bool pending = false;
+        uint32_t pv_vt = 0;
 #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                float nb = ref[r] == -INFINITY ? 0.0f : -ref[r];
+        for (int s2 = 0; s2 < PS; s2++) pa[s2][0] = pa[s2][1] = pa[s2][2] = pa[s2][3] = 0u;
+        for (int tile = 0; tile < ntiles; tile++) {
+            const int buf = tile % 3;
+            cp_async_wait<0>();
+            fence_proxy_async_smem();
+            __syncthreads();
+            if (tile + 1 < ntiles) load_tile(tile + 1, (tile + 1) % 3);
+            const int key0 = tile * KT;
+            if (key0 < wend) {
+                const uint32_t kt = sK + (uint32_t)buf * VV_WG_TILE, vt = sV + (uint32_t)buf * VV_WG_TILE;
+                if (!pending) pv_vt = vt;
+                float sc[64];
+                fence_o_pa();
+                wg_fence();
+                issue_s(sc, kt);
+                issue_pv(pv_vt);
+                wg_wait<1>(); /* S(tile) done; P V of the previous tile may run on */
 #pragma unroll
-                for (int j = 0; j < KT / 8; j++) {
-                    float p0 = ex2_ftz(sc[4 * j + 2 * r] + nb), p1 = ex2_ftz(sc[4 * j + 2 * r + 1] + nb);
-                    sum[r] += p0 + p1;
-                    pa[j >> 1][(j & 1) * 2 + r] = pack_bf16(p0, p1);
+                for (int i = 0; i < 64; i++) wg_reg_fence(sc[i]);
+                float alpha[2];
+                const bool moved = stats(sc, key0, alpha);
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    float nb = ref[r] == -INFINITY ? 0.0f : -ref[r];
+#pragma unroll
+                    for (int j = 0; j < KT / 8; j++) {
+                        sc[4 * j + 2 * r] = ex2_ftz(sc[4 * j + 2 * r] + nb);
+                        sc[4 * j + 2 * r + 1] = ex2_ftz(sc[4 * j + 2 * r + 1] + nb);
+                        sum[r] += sc[4 * j + 2 * r] + sc[4 * j + 2 * r + 1];
+                    }
                 }
+                wg_wait<0>();
+                fence_o_pa();
+                if (moved) rescale_o(alpha);
+#pragma unroll
+                for (int j = 0; j < KT / 8; j++)
+#pragma unroll
+                    for (int r = 0; r < 2; r++)
+                        pa[j >> 1][(j & 1) * 2 + r] = pack_bf16(sc[4 * j + 2 * r], sc[4 * j + 2 * r + 1]);
+                pending = true;
+                pv_vt = vt;
+            } else if (pending) {
+                /* The warpgroup's rows see no further tile: its last P V now,
+                 * before the buffer is reloaded (two tiles on). */
+                fence_o_pa();
+                wg_fence();
+                issue_pv(pv_vt);
+                wg_wait<0>();
+                pending = false;
+#pragma unroll
+                for (int i = 0; i < 64; i++) wg_reg_fence(o[i]);
             }
-#pragma unroll
-            for (int i = 0; i < 64; i++) wg_reg_fence(o[i]);
-#pragma unroll
-            for (int s = 0; s < PS; s++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) wg_reg_fence(pa[s][i]);
+        }
+        if (pending) {
+            fence_o_pa();
             wg_fence();
-#pragma unroll
-            for (int s = 0; s < PS; s++) wgmma_m64n128_rs_tb(o, pa[s], vv_wg_desc_mnmajor(vt, KT, s));
-            wg_commit();
+            issue_pv(pv_vt);
             wg_wait<0>();
 #pragma unroll
             for (int i = 0; i < 64; i++) wg_reg_fence(o[i]);
         }
-        __syncthreads(); /* the buffer is refilled next iteration */
     }
 
     float *ob = out + (int64_t)h * D;
@@ -263,28 +376,39 @@ static int wg_decline(const char *why, cudaError_t st) {
     return 1;
 }
 
-int choir_cuda_vv_flash_wg_launch(choir_cuda *cu, const float *q, int64_t T, const void *k, const void *v,
-                                  const int32_t *table, int64_t pos0, int n_heads, int n_kv, int D, float *out,
-                                  choir_err *err) {
-    if (D != VV_WG_D || ((uintptr_t)q & 15)) return 1;
-    if (__atomic_load_n(&g_wg_state, __ATOMIC_RELAXED) == 2) return 1;
-    /* The object is sm_90a code only (no PTX): compute capability 9.0. */
-    if (cu->props.cc_major != 9 || cu->props.cc_minor != 0) return wg_decline("needs compute capability 9.0", cudaSuccess);
-    if ((T + VV_WG_BM - 1) / VV_WG_BM > 65535)
-        return choir_err_set(err, CHOIR_ETOOBIG, "cuda: flash prefill of %lld rows", (long long)T);
-    cudaError_t st = cudaFuncSetAttribute(k_vv_flash_wg_prefill, cudaFuncAttributeMaxDynamicSharedMemorySize, VV_WG_SMEM);
+template <bool PIPE>
+static int wg_launch(choir_cuda *cu, const float *q, int64_t T, const void *k, const void *v, const int32_t *table,
+                     int64_t pos0, int n_heads, int n_kv, float *out) {
+    constexpr int smem = VV_WG_SMEM(PIPE ? 3 : 2);
+    cudaError_t st = cudaFuncSetAttribute(k_vv_flash_wg_prefill<PIPE>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (st == cudaSuccess)
+        st = cudaFuncSetAttribute(k_vv_flash_wg_prefill<PIPE>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  (int)cudaSharedmemCarveoutMaxShared);
     if (st != cudaSuccess) {
         (void)cudaGetLastError();
         return wg_decline("shared memory attribute", st);
     }
     dim3 grid((unsigned)n_heads, (unsigned)((T + VV_WG_BM - 1) / VV_WG_BM));
-    k_vv_flash_wg_prefill<<<grid, 256, VV_WG_SMEM, cu->stream>>>(
+    k_vv_flash_wg_prefill<PIPE><<<grid, 256, smem, cu->stream>>>(
         q, (int)T, (const __nv_bfloat16 *)k, (const __nv_bfloat16 *)v, (int)pos0, table, n_heads, n_kv,
-        1.4426950408889634f / sqrtf((float)D), out);
+        1.4426950408889634f / sqrtf((float)VV_WG_D), out);
     /* A launch the runtime refuses (no image for the device, resources) is
      * not sticky: take it back and let the caller run the second kernel. */
     st = cudaGetLastError();
     if (st != cudaSuccess) return wg_decline("launch", st);
     __atomic_store_n(&g_wg_state, 1, __ATOMIC_RELAXED);
     return 0;
+}
+
+int choir_cuda_vv_flash_wg_launch(choir_cuda *cu, const float *q, int64_t T, const void *k, const void *v,
+                                  const int32_t *table, int64_t pos0, int n_heads, int n_kv, int D, bool pipelined,
+                                  float *out, choir_err *err) {
+    if (D != VV_WG_D || ((uintptr_t)q & 15)) return 1;
+    if (__atomic_load_n(&g_wg_state, __ATOMIC_RELAXED) == 2) return 1;
+    /* The object is sm_90a code only (no PTX): compute capability 9.0. */
+    if (cu->props.cc_major != 9 || cu->props.cc_minor != 0) return wg_decline("needs compute capability 9.0", cudaSuccess);
+    if ((T + VV_WG_BM - 1) / VV_WG_BM > 65535)
+        return choir_err_set(err, CHOIR_ETOOBIG, "cuda: flash prefill of %lld rows", (long long)T);
+    return pipelined ? wg_launch<true>(cu, q, T, k, v, table, pos0, n_heads, n_kv, out)
+                     : wg_launch<false>(cu, q, T, k, v, table, pos0, n_heads, n_kv, out);
 }
