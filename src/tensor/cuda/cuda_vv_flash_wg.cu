@@ -1,8 +1,9 @@
 /* VibeVoice's prefill attention, third kernel: Hopper's warpgroup MMA
  * (wgmma.mma_async, sm_90a only), FlashAttention-3's shape without its
  * producer warpgroup. A draft, NOT RUN ON A GPU: off unless
- * CHOIR_VV_FLASH_WG=1 or choir_cuda_vv_prefill_flash_wg(true)
- * (cuda_vv_flash.cu), heads of 128 values, on devices of compute
+ * CHOIR_VV_FLASH_WG=1 (or 2: the pipelined mode below) or
+ * choir_cuda_vv_prefill_flash_wg(1 or 2) (cuda_vv_flash.cu), heads of 128
+ * values, on devices of compute
  * capability 9.0 (H100, H200); elsewhere, or if its launch is refused, the
  * second kernel (k_vv_flash2_prefill) runs instead.
  *
@@ -35,9 +36,12 @@
  * to bf16 straight into the A register fragments (no data moves between
  * threads: cuda_wgmma.h); 8 wgmma m64n128k16 for O += P V (P from
  * registers, V from shared memory), wait. Registers: O 64 f32, S 64 f32,
- * P 32: one block of 256 threads an SM (up to 255 registers a thread).
- * Shared memory: q 32 KB (bf16, swizzled like K) + K and V two deep
- * 128 KB + 1 KB to align the base to the swizzle's 1,024-byte period.
+ * P 32: one block of 256 threads an SM (up to 255 registers a thread;
+ * ptxas, sm_90a: 181 in mode 1, 189 in mode 2, no spills). Shared memory:
+ * q 32 KB (bf16, swizzled like K) + K and V two deep 128 KB (mode 2: three
+ * deep, 192 KB) + 1 KB to align the base to the swizzle's 1,024-byte
+ * period. Mode 2 overlaps a tile's softmax with the previous tile's P V
+ * (FlashAttention-3's intra-warpgroup pipelining; see the kernel).
  *
  * Ordering. cp.async and st.shared write through the generic proxy and
  * wgmma reads through the async proxy: every thread runs
@@ -51,10 +55,12 @@
  * wait. A tile's buffer is refilled only after the barrier that ends the
  * tile, when both warpgroups' wgmma on it have completed.
  *
- * Not done (a draft): the producer warpgroup with TMA and mbarriers, the
- * intra-warpgroup overlap of softmax(j) with S(j + 1) (two S register sets)
- * and the inter-warpgroup ping-pong schedule of FlashAttention-3; heads of
- * 64 (the 1.5B model takes the second kernel); bf16 output. */
+ * Not done (a draft): the producer warpgroup with TMA and mbarriers
+ * (here every thread loads by cp.async, one tile ahead), the
+ * inter-warpgroup ping-pong schedule of FlashAttention-3 (named barriers
+ * ordering the two warpgroups' softmax and products), a persistent
+ * scheduler; heads of 64 (the 1.5B model takes the second kernel); bf16
+ * output. */
 #include <cuda_bf16.h>
 #include <stdint.h>
 
@@ -380,6 +386,7 @@ template <bool PIPE>
 static int wg_launch(choir_cuda *cu, const float *q, int64_t T, const void *k, const void *v, const int32_t *table,
                      int64_t pos0, int n_heads, int n_kv, float *out) {
     constexpr int smem = VV_WG_SMEM(PIPE ? 3 : 2);
+    if (cu->props.smem_per_block_optin < smem) return wg_decline("shared memory per block", cudaSuccess);
     cudaError_t st = cudaFuncSetAttribute(k_vv_flash_wg_prefill<PIPE>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (st == cudaSuccess)
         st = cudaFuncSetAttribute(k_vv_flash_wg_prefill<PIPE>, cudaFuncAttributePreferredSharedMemoryCarveout,
