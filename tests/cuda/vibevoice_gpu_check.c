@@ -448,6 +448,20 @@ static void check_flash_wg(choir_backend *cpu_be, choir_backend *gpu_be) {
         failed("flash wg: streams", &err);
         goto done;
     }
+    /* First the two wgmma forms alone (S = Q K^T's and P V's), so that a
+     * failing attention says which descriptor or fragment is wrong: bf16
+     * products summed in f32 against double sums of the same values, 1e-4
+     * (f32 rounding over 128 terms is ~1e-7; a wrong layout is order 1). */
+    if (hopper) {
+        double es, eo;
+        int rc = choir_cuda_vv_wg_selftest(choir_backend_cuda_context(gpu_be), &es, &eo, &err);
+        if (rc) {
+            failed("flash wg: wgmma selftest", &err);
+        } else {
+            verdict("flash wg: wgmma S = A B^T (K-major, SS)", es, 1e-4);
+            verdict("flash wg: wgmma O = P V (regs, MN-major B)", eo, 1e-4);
+        }
+    }
     choir_cuda_vv_prefill_flash_v2(true);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int64_t T = cases[c][0], pos0 = cases[c][1];

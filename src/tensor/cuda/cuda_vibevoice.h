@@ -115,6 +115,12 @@ bool choir_cuda_vv_prefill_flash_wg_usable(void);
 int choir_cuda_vv_flash_wg_launch(choir_cuda *cu, const float *q, int64_t T, const void *k, const void *v,
                                   const int32_t *table, int64_t pos0, int n_heads, int n_kv, int D, bool pipelined,
                                   float *out, choir_err *err);
+/* The third kernel's two wgmma forms alone on one warpgroup (a GPU check's
+ * diagnosis): S = A B^T with A and B K-major in shared memory, then O = P V
+ * with P = bf16(S / 8) from registers and V MN-major, each against a
+ * double product on the host; *err_s, *err_o: relative L2 errors (inf if
+ * not run). 0 ran; 1 not a compute capability 9.0 device; else an error. */
+int choir_cuda_vv_wg_selftest(choir_cuda *cu, double *err_s, double *err_o, choir_err *err);
 /* The flash prefill itself: T rows of q at pos0 .. over keys and values of
  * kv_bf16 ? bf16 : f32 (an f32 cache is rounded to bf16 into the context's
  * scratch first: 2 (pos0 + T) n_kv D bf16 values, each half aligned to 256

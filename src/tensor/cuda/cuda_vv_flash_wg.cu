@@ -370,6 +370,125 @@ __global__ void __launch_bounds__(256, 1)
 #endif
 }
 
+/* The two wgmma forms alone, for a GPU run to tell which one is wrong if the
+ * attention fails: one warpgroup, A (64 x 128) and B (128 x 128) K-major,
+ * S = A B^T by 8 m64n128k16 (as S = Q K^T); then P = bf16(S / 8) packed
+ * from S's accumulators into A register fragments and O = P V by 8
+ * register-A, MN-major-B m64n128k16 (as O += P V). S and O are written
+ * through the accumulator map, row-major [64][128]. */
+__global__ void __launch_bounds__(128)
+    k_vv_wg_selftest(const __nv_bfloat16 *__restrict__ a, const __nv_bfloat16 *__restrict__ b,
+                     const __nv_bfloat16 *__restrict__ v, float *__restrict__ s_out, float *__restrict__ o_out) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ __align__(1024) unsigned char vv_wg_smem[];
+    uint32_t sbase = (uint32_t)__cvta_generic_to_shared(vv_wg_smem);
+    const uint32_t pad = (1024u - (sbase & 1023u)) & 1023u;
+    sbase += pad;
+    unsigned char *As = vv_wg_smem + pad, *Bs = As + 64 * 256, *Vs = Bs + 128 * 256;
+    const uint32_t sA = sbase, sB = sA + 64 * 256, sVt = sB + 128 * 256;
+    const int tid = threadIdx.x;
+    for (int e = tid; e < 64 * 128; e += 128)
+        *(__nv_bfloat16 *)(As + vv_wg_elem(64, (uint32_t)(e / 128), (uint32_t)(e % 128))) = a[e];
+    for (int e = tid; e < 128 * 128; e += 128) {
+        uint32_t o = vv_wg_elem(128, (uint32_t)(e / 128), (uint32_t)(e % 128));
+        *(__nv_bfloat16 *)(Bs + o) = b[e];
+        *(__nv_bfloat16 *)(Vs + o) = v[e];
+    }
+    fence_proxy_async_smem();
+    __syncthreads();
+    float sc[64], o[64];
+    wg_fence();
+#pragma unroll
+    for (int s = 0; s < 8; s++) wgmma_m64n128_ss(sc, vv_wg_desc_kmajor(sA, 64, s), vv_wg_desc_kmajor(sB, 128, s), s > 0);
+    wg_commit();
+    wg_wait<0>();
+#pragma unroll
+    for (int i = 0; i < 64; i++) {
+        wg_reg_fence(sc[i]);
+        int r, c;
+        vv_wg_acc_rc(tid, i, &r, &c);
+        s_out[r * 128 + c] = sc[i];
+        o[i] = 0.0f;
+    }
+    uint32_t pa[8][4];
+#pragma unroll
+    for (int j = 0; j < 16; j++)
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+            pa[j >> 1][(j & 1) * 2 + r] = pack_bf16(sc[4 * j + 2 * r] * 0.125f, sc[4 * j + 2 * r + 1] * 0.125f);
+#pragma unroll
+    for (int i = 0; i < 64; i++) wg_reg_fence(o[i]);
+    wg_fence();
+#pragma unroll
+    for (int s = 0; s < 8; s++) wgmma_m64n128_rs_tb(o, pa[s], vv_wg_desc_mnmajor(sVt, 128, s));
+    wg_commit();
+    wg_wait<0>();
+#pragma unroll
+    for (int i = 0; i < 64; i++) {
+        wg_reg_fence(o[i]);
+        int r, c;
+        vv_wg_acc_rc(tid, i, &r, &c);
+        o_out[r * 128 + c] = o[i];
+    }
+#endif
+}
+
+static float wg_bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+int choir_cuda_vv_wg_selftest(choir_cuda *cu, double *err_s, double *err_o, choir_err *err) {
+    *err_s = *err_o = INFINITY;
+    if (cu->props.cc_major != 9 || cu->props.cc_minor != 0) return 1;
+    const int na = 64 * 128, nb = 128 * 128;
+    size_t bytes = (size_t)(na + 2 * nb) * 2 + (size_t)(2 * na) * 4;
+    unsigned char *scr = (unsigned char *)choir_cuda_scratch(cu, bytes, err);
+    if (!scr) return err ? err->code : CHOIR_ENOMEM;
+    __nv_bfloat16 *da = (__nv_bfloat16 *)scr, *db = da + na, *dv = db + nb;
+    float *ds = (float *)(dv + nb), *dout = ds + na;
+    __nv_bfloat16 *h = (__nv_bfloat16 *)malloc((size_t)(na + 2 * nb) * 2);
+    float *hs = (float *)malloc((size_t)(2 * na) * 4), *ho = hs + na;
+    if (!h || !hs) {
+        free(h), free(hs);
+        return choir_err_set(err, CHOIR_ENOMEM, "wgmma selftest: host buffers");
+    }
+    uint64_t st = 0x2545F4914F6CDD1Dull;
+    for (int i = 0; i < na + 2 * nb; i++) {
+        st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+        h[i] = __float2bfloat16_rn((float)((st >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f);
+    }
+    int rc = 0;
+    constexpr int smem = (64 + 2 * 128) * 256 + 1024;
+    cudaError_t ce = cudaMemcpyAsync(da, h, (size_t)(na + 2 * nb) * 2, cudaMemcpyHostToDevice, cu->stream);
+    if (ce == cudaSuccess) ce = cudaFuncSetAttribute(k_vv_wg_selftest, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (ce == cudaSuccess) {
+        k_vv_wg_selftest<<<1, 128, smem, cu->stream>>>(da, db, dv, ds, dout);
+        ce = cudaGetLastError();
+    }
+    if (ce == cudaSuccess) ce = cudaMemcpyAsync(hs, ds, (size_t)(2 * na) * 4, cudaMemcpyDeviceToHost, cu->stream);
+    if (ce == cudaSuccess) ce = cudaStreamSynchronize(cu->stream);
+    if (ce != cudaSuccess) {
+        rc = choir_cuda_fail(err, ce, "wgmma selftest");
+    } else {
+        /* S against a double product of the same bf16 values; O against
+         * P V with P rounded from the device's own S (the same rounding). */
+        const __nv_bfloat16 *ha = h, *hb = h + na, *hv = h + na + nb;
+        double e2 = 0, n2 = 0, f2 = 0, m2 = 0;
+        for (int m = 0; m < 64; m++)
+            for (int n = 0; n < 128; n++) {
+                double want = 0, wo = 0;
+                for (int k = 0; k < 128; k++)
+                    want += (double)__bfloat162float(ha[m * 128 + k]) * __bfloat162float(hb[n * 128 + k]);
+                for (int k = 0; k < 128; k++)
+                    wo += (double)wg_bf16_round(hs[m * 128 + k] * 0.125f) * __bfloat162float(hv[k * 128 + n]);
+                e2 += (hs[m * 128 + n] - want) * (hs[m * 128 + n] - want), n2 += want * want;
+                f2 += (ho[m * 128 + n] - wo) * (ho[m * 128 + n] - wo), m2 += wo * wo;
+            }
+        *err_s = sqrt(e2 / (n2 > 0 ? n2 : 1e-30));
+        *err_o = sqrt(f2 / (m2 > 0 ? m2 : 1e-30));
+    }
+    free(h), free(hs);
+    return rc;
+}
+
 /* 0: not looked at yet; 1: usable; 2: not on this device or refused. */
 static int g_wg_state = 0;
 
