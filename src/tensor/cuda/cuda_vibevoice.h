@@ -92,6 +92,35 @@ void choir_cuda_vv_prefill_flash_warps(int warps);
  * Only when the flash prefill itself is on. Process-wide. */
 void choir_cuda_vv_prefill_flash_v2(bool on);
 bool choir_cuda_vv_prefill_flash_v2_on(void);
+/* The flash prefill's third kernel (cuda_vv_flash_wg.cu, k_vv_flash_wg_prefill:
+ * Hopper's warpgroup MMA, wgmma, FlashAttention-3 style; a draft NOT RUN ON
+ * A GPU) instead of the second, for heads of 128 values on devices of
+ * compute capability 9.0 (its object is sm_90a code); elsewhere, or if the
+ * runtime refuses its launch (logged once), the second kernel runs. Mode 0
+ * off (the default), 1 on, 2 on with the softmax of a tile overlapping the
+ * previous tile's P V (three-deep K/V). choir_cuda_vv_prefill_flash_wg sets
+ * it for the process; until it is called, CHOIR_VV_FLASH_WG=1 or 2 in the
+ * environment (read once) sets it. Only when the flash prefill itself is
+ * on. Process-wide. */
+void choir_cuda_vv_prefill_flash_wg(int mode);
+int choir_cuda_vv_prefill_flash_wg_mode(void);
+/* False once the third kernel was declined (device or launch refused); it
+ * is then not tried again in this process. */
+bool choir_cuda_vv_prefill_flash_wg_usable(void);
+/* Launches the third kernel (no conversion: bf16 K and V, the table as
+ * choir_cuda_vv_flash_prefill's; pipelined: mode 2's variant). 0 launched;
+ * 1 declined (D not 128, q not 16-byte aligned, not compute capability 9.0,
+ * launch refused: the caller runs another kernel); else a (negative) choir
+ * error code. */
+int choir_cuda_vv_flash_wg_launch(choir_cuda *cu, const float *q, int64_t T, const void *k, const void *v,
+                                  const int32_t *table, int64_t pos0, int n_heads, int n_kv, int D, bool pipelined,
+                                  float *out, choir_err *err);
+/* The third kernel's two wgmma forms alone on one warpgroup (a GPU check's
+ * diagnosis): S = A B^T with A and B K-major in shared memory, then O = P V
+ * with P = bf16(S / 8) from registers and V MN-major, each against a
+ * double product on the host; *err_s, *err_o: relative L2 errors (inf if
+ * not run). 0 ran; 1 not a compute capability 9.0 device; else an error. */
+int choir_cuda_vv_wg_selftest(choir_cuda *cu, double *err_s, double *err_o, choir_err *err);
 /* The flash prefill itself: T rows of q at pos0 .. over keys and values of
  * kv_bf16 ? bf16 : f32 (an f32 cache is rounded to bf16 into the context's
  * scratch first: 2 (pos0 + T) n_kv D bf16 values, each half aligned to 256

@@ -569,6 +569,23 @@ bool choir_cuda_vv_prefill_flash_v2_on(void) {
     return v == 2;
 }
 
+/* -1: read CHOIR_VV_FLASH_WG on first use; then the mode (0 off, 1, 2). */
+static int g_pf_wg = -1;
+
+void choir_cuda_vv_prefill_flash_wg(int mode) {
+    __atomic_store_n(&g_pf_wg, mode == 1 || mode == 2 ? mode : 0, __ATOMIC_RELAXED);
+}
+
+int choir_cuda_vv_prefill_flash_wg_mode(void) {
+    int v = __atomic_load_n(&g_pf_wg, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *e = getenv("CHOIR_VV_FLASH_WG");
+        v = e && (e[0] == '1' || e[0] == '2') && !e[1] ? e[0] - '0' : 0; /* off by default: NOT RUN ON A GPU */
+        __atomic_store_n(&g_pf_wg, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
 void choir_cuda_vv_prefill_flash_warps(int warps) {
     __atomic_store_n(&g_pf_warps, warps == 8 ? 8 : 4, __ATOMIC_RELAXED);
 }
@@ -598,6 +615,13 @@ int choir_cuda_vv_flash_prefill(choir_cuda *cu, const float *q, int64_t T, const
         int rc = choir_cuda_check_launch(err, "vibevoice keys and values to bf16");
         if (rc) return rc;
         kb = kv, vb = vv, table = NULL;
+    }
+    /* The third kernel (wgmma, sm_90a) when asked for and usable; it
+     * declines (1) anything it does not take, and the second runs. */
+    int wg = choir_cuda_vv_prefill_flash_wg_mode();
+    if (wg) {
+        int rc = choir_cuda_vv_flash_wg_launch(cu, q, T, kb, vb, table, pos0, n_heads, n_kv, D, wg == 2, out, err);
+        if (rc <= 0) return rc;
     }
     /* The second kernel reads q by 16 bytes (every stream buffer is so
      * aligned; an odd view takes the first). */

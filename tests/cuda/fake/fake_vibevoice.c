@@ -177,6 +177,14 @@ bool choir_cuda_vv_prefill_flash_on(void) { return false; }
 void choir_cuda_vv_prefill_flash_warps(int warps) { (void)warps; }
 void choir_cuda_vv_prefill_flash_v2(bool on) { (void)on; }
 bool choir_cuda_vv_prefill_flash_v2_on(void) { return false; }
+void choir_cuda_vv_prefill_flash_wg(int mode) { (void)mode; }
+int choir_cuda_vv_prefill_flash_wg_mode(void) { return 0; }
+bool choir_cuda_vv_prefill_flash_wg_usable(void) { return false; }
+int choir_cuda_vv_wg_selftest(choir_cuda *cu, double *err_s, double *err_o, choir_err *err) {
+    (void)cu, (void)err;
+    *err_s = *err_o = INFINITY;
+    return 1;
+}
 
 int choir_cuda_vv_attention_paged(choir_cuda *cu, const float *q, int64_t T, const void *kpool,
                                   const void *vpool, bool kv_bf16, const int32_t *table, int64_t table_stride,
