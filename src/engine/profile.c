@@ -160,7 +160,7 @@ static const engine_option options[] = {
     {NULL, NULL, OPTION_REAL, 0.001, 1e6, FIELD(long_seconds), NULL},
     {NULL, NULL, OPTION_REAL, 0.01, 0.99, FIELD(max_pad_waste), NULL},
     {NULL, NULL, OPTION_REAL, 0, 1e9, FIELD(unload_idle_s), NULL},
-    {NULL, NULL, OPTION_INT, 0, 1, FIELD(model_options.compute_bf16), NULL},
+    {NULL, NULL, OPTION_INT, -1, 1, FIELD(model_options.compute_bf16), NULL}, /* -1: off */
     {NULL, NULL, OPTION_INT, 0, CHOIR_ENGINE_MAX_GPUS, FIELD(fake_gpus), NULL},
     {NULL, NULL, OPTION_INT, 1, 1 << 20, FIELD(replica_queue), NULL},
     {NULL, NULL, OPTION_REAL, 0.001, 1e6, FIELD(replica_after_s), NULL},
