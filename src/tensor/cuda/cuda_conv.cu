@@ -361,25 +361,81 @@ __global__ void __launch_bounds__(IG_THREADS(MODE, SHAPE), IG_MIN_BLOCKS(MODE, S
 
     /* epilogue: c fragment (row g / g + 8, columns 2t, 2t + 1) */
     const int64_t olen = a.out_lens ? (int64_t)a.out_lens[b] : a.Tout;
+    /* With a.stats (uniform over the grid), AdaIN's statistics of the values
+     * stored, for the next operation: a thread sums its frames of a row in
+     * double in a fixed order (j, then e), the row's 4 lanes add by xor
+     * shuffles (each lane ends with the same sum), and the WN warps along
+     * frames meet in shared memory (the tile's buffers, free once every warp
+     * is past the main loop), added in warp order per 128-frame slot: one
+     * slot per (item, channel, frame tile), no atomics, the same bits every
+     * run. Frames t >= the consumer's length count as k_ig_stats leaves them
+     * out. */
+    static_assert(THREADS / 32 / WM == 4, "four warps along frames (ig_go's slots)");
+    constexpr int WPS = IG_STAT_FRAMES / (8 * NJ); /* warps along frames a slot */
+    static_assert(IG_STAT_FRAMES % (8 * NJ) == 0 && BN % IG_STAT_FRAMES == 0, "stat slots");
+    double *sts = nullptr; /* [WN][IG_BM][2] */
+    int64_t slen = 0;
+    if (a.stats) {
+        ig_cp_wait<0>();
+        __syncthreads();
+        sts = (double *)smem;
+        slen = a.stats_lens ? (int64_t)a.stats_lens[b] : a.Tout;
+        slen = slen < 0 ? 0 : (slen > a.Tout ? a.Tout : slen);
+    }
 #pragma unroll
     for (int i = 0; i < MI; i++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const int64_t co = m0 + wm * 16 * MI + i * 16 + (lane >> 2) + h * 8;
-            if (co >= a.Cout) continue;
-            const float bv = a.bias ? a.bias[co] : 0.0f;
-            const int64_t row = (b * a.Cout + co) * a.Tout;
+            const int lrow = wm * 16 * MI + i * 16 + (lane >> 2) + h * 8;
+            const int64_t co = m0 + lrow;
+            double ss = 0.0, sq = 0.0;
+            if (co < a.Cout) {
+                const float bv = a.bias ? a.bias[co] : 0.0f;
+                const int64_t row = (b * a.Cout + co) * a.Tout;
 #pragma unroll
-            for (int j = 0; j < NJ; j++)
+                for (int j = 0; j < NJ; j++)
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int64_t t = t0 + wn * 8 * NJ + j * 8 + (lane & 3) * 2 + e;
-                    if (t >= a.Tout) continue;
-                    float v = t < olen ? acc[i][j][h * 2 + e] + bv : 0.0f;
-                    if (a.residual) v = a.residual[row + t] + v;
-                    a.y[row + t] = v;
+                    for (int e = 0; e < 2; e++) {
+                        const int64_t t = t0 + wn * 8 * NJ + j * 8 + (lane & 3) * 2 + e;
+                        if (t >= a.Tout) continue;
+                        float v = t < olen ? acc[i][j][h * 2 + e] + bv : 0.0f;
+                        if (a.residual) v = a.residual[row + t] + v;
+                        a.y[row + t] = v;
+                        if (t < slen) {
+                            const double d = v;
+                            ss += d;
+                            sq += d * d;
+                        }
+                    }
+            }
+            if (a.stats) {
+                ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+                sq += __shfl_xor_sync(0xffffffffu, sq, 1);
+                ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+                sq += __shfl_xor_sync(0xffffffffu, sq, 2);
+                if ((lane & 3) == 0) {
+                    sts[(wn * IG_BM + lrow) * 2] = ss;
+                    sts[(wn * IG_BM + lrow) * 2 + 1] = sq;
                 }
+            }
         }
+    if (a.stats) {
+        __syncthreads();
+        const int64_t ntiles = IG_STAT_TILES(a.Tout), tile0 = t0 / IG_STAT_FRAMES;
+        for (int i = tid; i < IG_BM * (BN / IG_STAT_FRAMES); i += THREADS) {
+            const int r = i % IG_BM, slot = i / IG_BM;
+            const int64_t co = m0 + r, tile = tile0 + slot;
+            if (co >= a.Cout || tile >= ntiles) continue;
+            double ss = 0.0, sq = 0.0;
+            for (int w = slot * WPS; w < (slot + 1) * WPS; w++) {
+                ss += sts[(w * IG_BM + r) * 2];
+                sq += sts[(w * IG_BM + r) * 2 + 1];
+            }
+            double *dst = a.stats + ((b * a.Cout + co) * ntiles + tile) * 2;
+            dst[0] = ss;
+            dst[1] = sq;
+        }
+    }
 }
 
 #ifndef CHOIR_IG_EMU
@@ -468,6 +524,10 @@ static ig_plan ig_plan_for(const choir_cuda *cu, int mode, int xsrc, int K, int 
 
 template <int MODE, int XSRC, int SHAPE, int STAGES, bool FAST>
 static int ig_go(const ig_args &a, int64_t B, size_t smem, choir_cuda *cu, choir_err *err) {
+    /* the statistics' slots ([WN][IG_BM] double pairs, WN = 4 warps along
+     * frames in every shape) reuse the tile's buffers, always larger */
+    if (a.stats && smem < (size_t)4 * IG_BM * 2 * sizeof(double))
+        smem = (size_t)4 * IG_BM * 2 * sizeof(double);
     /* set on every call: cheap, and it holds for the current device */
     cudaError_t st = cudaFuncSetAttribute(k_ig_conv<MODE, XSRC, SHAPE, STAGES, FAST>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);

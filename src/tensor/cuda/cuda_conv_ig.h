@@ -48,7 +48,18 @@ struct ig_args {
     float *y;
     int64_t Cin, T, Cout, Tout;
     int K, dil, pad, nchunk, mtiles;
+    /* AdaIN statistics of y for the operation that reads it next (NULL:
+     * none): [B][Cout][IG_STAT_TILES(Tout)][2] doubles, the sum and the sum
+     * of squares of the values y holds at frames t < stats_lens[b] (clamped
+     * to [0, Tout]; NULL: all Tout) within each IG_STAT_FRAMES-frame tile */
+    double *stats;
+    const int32_t *stats_lens;
 };
+
+/* The statistics' frame tile: one slot per (item, channel, 128 frames),
+ * whatever the block's shape (the wide shape's 256 frames fill two). */
+#define IG_STAT_FRAMES 128
+#define IG_STAT_TILES(T) (((T) + IG_STAT_FRAMES - 1) / IG_STAT_FRAMES)
 
 /* AdaIN's affine as choir_cuda_adain computes it, then Snake as
  * choir_cuda_snake: cf = {mean, a, bb, gamma, beta, alpha, 1 / alpha}. */

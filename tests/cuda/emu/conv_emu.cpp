@@ -13,6 +13,8 @@
 //
 //   conv_emu MODE(0 bf16, 1 tf32, 2 tf32x3) PRO B CIN COUT T K DIL RESIDUAL
 #define CHOIR_IG_EMU 1
+#include <algorithm>
+
 #include "warp_emu.h"
 
 alignas(16) static unsigned char g_emu_smem[232448];
@@ -73,6 +75,9 @@ template <int MODE> static inline void mma(float *c, const uint32_t *a, const ui
     if constexpr (MODE == 0) mma_bf16(c, a, b[0], b[1]);
     else mma_tf32(c, a, b);
 }
+
+// the epilogue's AdaIN statistics shuffle doubles
+static inline double __shfl_xor_sync(unsigned, double v, int o) { return xch(v, Ln() ^ o); }
 
 #include "tensor/cuda/cuda_conv.cu"
 #include "tensor/cuda/cuda_conv_adain.cu"
@@ -178,8 +183,14 @@ int main(int argc, char **argv) {
     else if (mode == IG_TF32) k_ig_pack<IG_TF32>(w.data(), Cout, Cin, K, nchunk, npack, wp.data());
     else k_ig_pack<IG_TF32X3>(w.data(), Cout, Cin, K, nchunk, npack, wp.data());
 
-    // y[v]: configuration v (those that apply)
+    // y[v]: configuration v (those that apply), each also writing the epilogue's AdaIN
+    // statistics st[v] over stats_lens (past Tout for item 0: clamped; shorter than out_lens
+    // for the others), slots starting as NaN
     std::vector<float> y[NCONF];
+    const int64_t stiles = IG_STAT_TILES(Tout);
+    std::vector<double> st[NCONF];
+    std::vector<int32_t> stats_lens(B);
+    for (int b = 0; b < B; b++) stats_lens[b] = b == 0 ? Tout + 7 : (out_lens[b] > 5 ? out_lens[b] - 5 : 0);
     std::vector<uint32_t> xp((size_t)B * nchunk * T * IG_XP_FRAME / 4, 0xdeadbeefu);
     for (int v = 0; v < NCONF; v++) {
         if (!conf_applies(mode, pro, v)) continue;
@@ -187,6 +198,8 @@ int main(int argc, char **argv) {
         ig_args a = {x.data(), nullptr, wp.data(), bias.data(), out_lens.data(), pro ? in_lens.data() : nullptr,
                      pro ? coef.data() : nullptr, has_res ? y[v].data() : nullptr, y[v].data(),
                      Cin, T, Cout, Tout, K, dil, pad, nchunk, mtiles};
+        st[v].assign((size_t)B * Cout * stiles * 2, NAN);
+        a.stats = st[v].data(), a.stats_lens = stats_lens.data();
         if (mode == IG_BF16) pro ? run<IG_BF16, true>(a, B, v, xp) : run<IG_BF16, false>(a, B, v, xp);
         else if (mode == IG_TF32) pro ? run<IG_TF32, true>(a, B, v, xp) : run<IG_TF32, false>(a, B, v, xp);
         else pro ? run<IG_TF32X3, true>(a, B, v, xp) : run<IG_TF32X3, false>(a, B, v, xp);
@@ -231,12 +244,34 @@ int main(int argc, char **argv) {
                     if (v && !conf_fast(v) && __float_as_uint(y[0][i]) != __float_as_uint(y[v][i])) differ++;
                 }
             }
+    // the statistics against double sums of the values each configuration stored (the same
+    // doubles in another order: relative 1e-12 at most)
+    double st_err = 0;
+    long st_unset = 0;
+    for (int v = 0; v < NCONF; v++) {
+        if (!conf_applies(mode, pro, v)) continue;
+        for (int b = 0; b < B; b++) {
+            const int64_t n = std::min<int64_t>(std::max<int64_t>(stats_lens[b], 0), Tout);
+            for (int co = 0; co < Cout; co++)
+                for (int64_t i = 0; i < stiles; i++) {
+                    double rs = 0, rq = 0, as = 0, aq = 0;
+                    for (int64_t t = i * IG_STAT_FRAMES; t < (i + 1) * IG_STAT_FRAMES && t < n; t++) {
+                        const double e = y[v][((size_t)b * Cout + co) * Tout + t];
+                        rs += e, rq += e * e, as += fabs(e), aq += e * e;
+                    }
+                    const double *g = &st[v][(((size_t)b * Cout + co) * stiles + i) * 2];
+                    if (!std::isfinite(g[0]) || !std::isfinite(g[1])) { st_unset++; continue; }
+                    st_err = std::max(st_err, fabs(g[0] - rs) / (as > 0 ? as : 1));
+                    st_err = std::max(st_err, fabs(g[1] - rq) / (aq > 0 ? aq : 1));
+                }
+        }
+    }
     static const char *names[] = {"bf16", "tf32", "tf32x3"};
     double d = den > 0 ? den : 1;
     printf("conv %-6s pro=%d B=%d %d->%d T=%d k%d d%d res=%d: differ from v1 in %ld of %ld; rel_l2",
            names[mode], pro, B, Cin, Cout, T, K, dil, has_res, differ, same_total);
     for (int v = 0; v < NCONF; v++)
         if (conf_applies(mode, pro, v)) printf(" %s%s %.3e", conf_name[v], conf_fast(v) ? "(fast)" : "", sqrt(num[v] / d));
-    printf(" unwritten %ld\n", unwritten);
+    printf(" stats_err %.3e stats_unset %ld unwritten %ld\n", st_err, st_unset, unwritten);
     return 0;
 }
