@@ -106,7 +106,7 @@ __global__ void k_ig_pack(const void *__restrict__ w, int64_t Cout, int64_t Cin,
  * an ordinary f32 add. */
 template <int MODE, int XSRC, int SHAPE, int STAGES, bool FAST, bool STATS = false>
 __global__ void __launch_bounds__(IG_THREADS(MODE, SHAPE), IG_MIN_BLOCKS(MODE, SHAPE))
-    k_ig_conv(ig_args a) {
+    k_ig_conv(std::conditional_t<STATS, ig_args, ig_base> a) {
     constexpr int CK = MODE == IG_BF16 ? 16 : 8;
     constexpr int VPW = MODE == IG_BF16 ? 2 : 1; /* channels per staged word */
     constexpr int THREADS = IG_THREADS(MODE, SHAPE);
@@ -548,8 +548,12 @@ static int ig_go(const ig_args &a, int64_t B, size_t smem, choir_cuda *cu, choir
     if (st != cudaSuccess) return choir_cuda_fail(err, st, "implicit conv shared memory");
     const int64_t ttiles = (a.Tout + IG_BN(SHAPE) - 1) / IG_BN(SHAPE);
     dim3 grid((unsigned)(ttiles * a.mtiles), 1, (unsigned)B);
-    k_ig_conv<MODE, XSRC, SHAPE, STAGES, FAST, STATS>
-        <<<grid, IG_THREADS(MODE, SHAPE), smem, cu->stream>>>(a);
+    if constexpr (STATS)
+        k_ig_conv<MODE, XSRC, SHAPE, STAGES, FAST, true>
+            <<<grid, IG_THREADS(MODE, SHAPE), smem, cu->stream>>>(a);
+    else
+        k_ig_conv<MODE, XSRC, SHAPE, STAGES, FAST, false>
+            <<<grid, IG_THREADS(MODE, SHAPE), smem, cu->stream>>>(static_cast<const ig_base &>(a));
     return choir_cuda_check_launch(err, "implicit conv1d");
 }
 

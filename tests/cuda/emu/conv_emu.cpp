@@ -106,7 +106,8 @@ template <int MODE, int XSRC, int SHAPE, int STAGES, bool FAST> static void conv
     if (a.stats)
         launch({(int)(tt * a.mtiles), 1, B}, IG_THREADS(MODE, SHAPE), [&] { k_ig_conv<MODE, XSRC, SHAPE, STAGES, FAST, true>(a); });
     else
-        launch({(int)(tt * a.mtiles), 1, B}, IG_THREADS(MODE, SHAPE), [&] { k_ig_conv<MODE, XSRC, SHAPE, STAGES, FAST, false>(a); });
+        launch({(int)(tt * a.mtiles), 1, B}, IG_THREADS(MODE, SHAPE),
+               [&] { k_ig_conv<MODE, XSRC, SHAPE, STAGES, FAST, false>(static_cast<const ig_base &>(a)); });
 }
 
 template <int MODE, bool FAST> static void prepass(const ig_args &a, int B, void *xp) {
@@ -198,9 +199,11 @@ int main(int argc, char **argv) {
     for (int v = 0; v < NCONF; v++) {
         if (!conf_applies(mode, pro, v)) continue;
         y[v] = has_res ? res : std::vector<float>(res.size(), NAN);
-        ig_args a = {x.data(), nullptr, wp.data(), bias.data(), out_lens.data(), pro ? in_lens.data() : nullptr,
-                     pro ? coef.data() : nullptr, has_res ? y[v].data() : nullptr, y[v].data(),
-                     Cin, T, Cout, Tout, K, dil, pad, nchunk, mtiles};
+        ig_args a = {};
+        static_cast<ig_base &>(a) = {x.data(), nullptr, wp.data(), bias.data(), out_lens.data(),
+                                     pro ? in_lens.data() : nullptr, pro ? coef.data() : nullptr,
+                                     has_res ? y[v].data() : nullptr, y[v].data(),
+                                     Cin, T, Cout, Tout, K, dil, pad, nchunk, mtiles};
         // the statistics where the fused operation asks for them (its input has AdaIN)
         st[v].assign((size_t)B * Cout * stiles * 2, NAN);
         if (pro) a.stats = st[v].data(), a.stats_lens = stats_lens.data();
@@ -213,9 +216,10 @@ int main(int argc, char **argv) {
     long nostats_differ = 0;
     if (pro) {
         std::vector<float> y0 = has_res ? res : std::vector<float>(res.size(), NAN);
-        ig_args a = {x.data(), nullptr, wp.data(), bias.data(), out_lens.data(), in_lens.data(),
-                     coef.data(), has_res ? y0.data() : nullptr, y0.data(),
-                     Cin, T, Cout, Tout, K, dil, pad, nchunk, mtiles};
+        ig_args a = {};
+        static_cast<ig_base &>(a) = {x.data(), nullptr, wp.data(), bias.data(), out_lens.data(),
+                                     in_lens.data(), coef.data(), has_res ? y0.data() : nullptr,
+                                     y0.data(), Cin, T, Cout, Tout, K, dil, pad, nchunk, mtiles};
         if (mode == IG_BF16) run<IG_BF16, true>(a, B, 0, xp);
         else if (mode == IG_TF32) run<IG_TF32, true>(a, B, 0, xp);
         else run<IG_TF32X3, true>(a, B, 0, xp);
