@@ -106,8 +106,8 @@ struct kk_dec {
      * convolution that produced its input (its epilogue's per-128-frame
      * partials, choir_op_conv1d_adain_snake_stats) instead of a pass over
      * that input, and a residual block mean's shared input has its
-     * statistics taken once for its three blocks (choir_op_adain_stats): 16
-     * of a generator stage's 18 passes gone. The host never takes it. */
+     * statistics taken once for its three blocks (choir_op_adain_stats): 22
+     * of a generator stage's 24 passes gone. The host never takes it. */
     bool conv_stats;
 };
 
