@@ -153,7 +153,7 @@ static int unit_unfused(const shape *sh, const bufs *b, bool bf16, choir_err *er
 static int unit_fused(const shape *sh, const bufs *b, bool bf16, choir_err *err) {
     choir_cuda_conv_weight w = {bf16 ? (const void *)b->w16 : (const void *)b->w32, bf16};
     int pad = (sh->K - 1) * sh->dil / 2;
-    choir_cuda_adain_snake p = {b->lens, b->nw, b->nb, b->gb, 2 * sh->C, 1e-5f, b->alpha};
+    choir_cuda_adain_snake p = {b->lens, b->nw, b->nb, b->gb, 2 * sh->C, 1e-5f, b->alpha, NULL};
     return choir_cuda_conv1d_adain_snake(g_cu, b->x, sh->B, sh->C, sh->T, &p, w, b->bias, sh->C,
                                          sh->K, pad, sh->dil, b->lens, b->res, b->y, err);
 }

@@ -48,6 +48,10 @@ typedef struct choir_adain_snake {
     int64_t gb_stride;
     float eps;
     const float *alpha; /* [Cin] */
+    /* x's statistics partials already taken (choir_op_adain_stats, or the
+     * producing choir_op_conv1d_adain_snake_stats's stats_out), over lens;
+     * NULL: taken from x. Only a device reads them (the CPU takes its own). */
+    const double *part;
 } choir_adain_snake;
 
 /* A Snake residual unit's convolution (Kokoro's AdaINResBlock1):
@@ -68,6 +72,24 @@ int choir_op_conv1d_adain_snake(choir_stream *s, const float *x, int64_t B, int6
                                 const float *bias, int64_t Cout, int64_t kernel, int padding,
                                 int dilation, const int32_t *out_lens, const float *residual,
                                 float *y);
+
+/* AdaIN's statistics of x [B, C, T] as partials for a later
+ * choir_op_conv1d_adain_snake (choir_adain_snake.part): part [B, C,
+ * ceil(T / 128), 2] doubles of backend memory, the sum and sum of squares
+ * of each 128-frame tile's frames below lens[b] (choir_cuda_adain_stats). */
+int choir_op_adain_stats(choir_stream *s, const float *x, int64_t B, int64_t C, int64_t T,
+                         const int32_t *lens, double *part);
+
+/* choir_op_conv1d_adain_snake also writing y's partials (as
+ * choir_op_adain_stats(y, stats_lens) would; stats_out NULL: none) for the
+ * operation that reads y next: on CUDA from the convolution's epilogue
+ * (choir_cuda_conv1d_adain_snake_stats), elsewhere by a pass over y. */
+int choir_op_conv1d_adain_snake_stats(choir_stream *s, const float *x, int64_t B, int64_t Cin,
+                                      int64_t T, const choir_adain_snake *pre,
+                                      const choir_weight *w, const float *bias, int64_t Cout,
+                                      int64_t kernel, int padding, int dilation,
+                                      const int32_t *out_lens, const float *residual, float *y,
+                                      double *stats_out, const int32_t *stats_lens);
 
 /* y [B, Cout, Tout] = conv_transpose1d(x [B, Cin, T]) per item (groups 1,
  * dilation 1), Tout = choir_conv_transpose1d_out_len; weight [Cin, Cout K];

@@ -111,7 +111,29 @@ typedef struct choir_cuda_adain_snake {
     int64_t gb_stride;
     float eps;
     const float *alpha; /* [C] */
+    /* x's statistics already taken (NULL: one pass over x here): partials
+     * [B, C, choir_cuda_adain_stat_tiles(T), 2] as choir_cuda_adain_stats or
+     * the producing choir_cuda_conv1d_adain_snake_stats write them, over the
+     * same lens */
+    const double *part;
 } choir_cuda_adain_snake;
+
+/* AdaIN's statistics of x [B, C, T] as partials, for a consumer that sums
+ * them (choir_cuda_adain_snake.part): part [B, C, tiles, 2] doubles, tiles =
+ * choir_cuda_adain_stat_tiles(T) = ceil(T / 128), slot (b, c, i) the sum and
+ * the sum of squares (in double, a fixed order) of x[b, c, t] over frames t
+ * of [128 i, 128 i + 128) below lens[b] (clamped to [0, T]; lens NULL: all
+ * T), as k_ig_stats counts them. choir_cuda_adain_moments: mean and
+ * variance [B C, 2] (doubles, the arithmetic that gives the fused
+ * operation's coefficients) from partials (part) or, part NULL, from x by
+ * choir_cuda_conv1d_adain_snake's own statistics pass (context scratch: 16
+ * bytes per (item, channel) and segment); for checks. */
+int64_t choir_cuda_adain_stat_tiles(int64_t T);
+int choir_cuda_adain_stats(choir_cuda *cu, const float *x, int64_t B, int64_t C, int64_t T,
+                           const int32_t *lens, double *part, choir_err *err);
+int choir_cuda_adain_moments(choir_cuda *cu, const float *x, int64_t B, int64_t C, int64_t T,
+                             const int32_t *lens, const double *part, double *mean_var,
+                             choir_err *err);
 
 /* y = residual + conv1d(snake(adain(x))) with stride 1 (Tout = T + 2 padding
  * - dilation (K - 1)): AdaIN's statistics in one pass over x (double sums),
@@ -131,6 +153,19 @@ int choir_cuda_conv1d_adain_snake(choir_cuda *cu, const float *x, int64_t B, int
                                   int64_t kernel, int padding, int dilation,
                                   const int32_t *out_lens, const float *residual, float *y,
                                   choir_err *err);
+/* The same, the convolution's epilogue also writing y's AdaIN statistics for
+ * the operation that reads y next: stats_out (NULL: none) [B, Cout,
+ * choir_cuda_adain_stat_tiles(Tout), 2] as choir_cuda_adain_stats(y, over
+ * stats_lens) would write them, each slot summed in a fixed order within its
+ * block (no atomics: the same bits every run, though not choir_cuda_adain_stats's
+ * bits: another order of the same double sums). */
+int choir_cuda_conv1d_adain_snake_stats(choir_cuda *cu, const float *x, int64_t B, int64_t Cin,
+                                        int64_t T, const choir_cuda_adain_snake *pre,
+                                        choir_cuda_conv_weight weight, const float *bias,
+                                        int64_t Cout, int64_t kernel, int padding, int dilation,
+                                        const int32_t *out_lens, const float *residual, float *y,
+                                        double *stats_out, const int32_t *stats_lens,
+                                        choir_err *err);
 
 /* y[B, Cout, Tout] = conv_transpose1d(x[B, Cin, T]) per piece (groups 1),
  * Tout = (T - 1) stride - 2 padding + K + output_padding; weight [Cin, Cout, K]

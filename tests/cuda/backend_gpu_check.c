@@ -2138,9 +2138,9 @@ static void check_vconv_snake(int mode, int64_t B, int64_t C, int64_t T, int64_t
     vc_make(&io, mode, B, C, C, T, K);
     float *nw = hvec(C, 0.5f, 1.5f), *nb = hvec(C, -0.3f, 0.3f), *alpha = hvec(C, 0.3f, 3.0f);
     float *gb = hvec(B * 2 * C, -0.5f, 0.5f);
-    choir_adain_snake hp = {io.lens, nw, nb, gb, 2 * C, 1e-5f, alpha};
+    choir_adain_snake hp = {io.lens, nw, nb, gb, 2 * C, 1e-5f, alpha, NULL};
     choir_adain_snake dp = {io.dlens, dvec(nw, C), dvec(nb, C), dvec(gb, B * 2 * C), 2 * C, 1e-5f,
-                            dvec(alpha, C)};
+                            dvec(alpha, C), NULL};
     const int64_t n = B * C * T;
     float *ref = hvec(n, -1, 1), *dy;
     for (int64_t b = 0; b < B; b++)
@@ -2208,9 +2208,9 @@ static void check_vconv_opts(int mode, int64_t B, int64_t cin, int64_t C, int64_
     vc_make(&io, mode, B, cin, C, T, K);
     float *nw = hvec(cin, 0.5f, 1.5f), *nb = hvec(cin, -0.3f, 0.3f), *alpha = hvec(cin, 0.3f, 3.0f);
     float *gb = hvec(B * 2 * cin, -0.5f, 0.5f);
-    choir_adain_snake hp = {io.lens, nw, nb, gb, 2 * cin, 1e-5f, alpha};
+    choir_adain_snake hp = {io.lens, nw, nb, gb, 2 * cin, 1e-5f, alpha, NULL};
     choir_adain_snake dp = {io.dlens, dvec(nw, cin), dvec(nb, cin), dvec(gb, B * 2 * cin), 2 * cin,
-                            1e-5f, dvec(alpha, cin)};
+                            1e-5f, dvec(alpha, cin), NULL};
     residual = residual && fused;
     float *ref = hvec(n, -1, 1);
     for (int64_t b = 0; b < B; b++)

@@ -744,6 +744,189 @@ static void check_style_product(const choir_kokoro *m, bool bf16,
     choir_kokoro_gpu_free(g);
 }
 
+/* CHOIR_KOKORO_CONV_STATS's kernels: a Snake unit's convolution (136
+ * channels, two row tiles; 300 frames, pieces of 300, 171 and 45) writing
+ * its output's AdaIN statistics from its epilogue
+ * (choir_cuda_conv1d_adain_snake_stats), in f32 (tf32x3), TF32 and bf16, by
+ * the options' paths (the prepass, its items one group each, the fused
+ * staging). (1) The mean and variance from those partials against
+ * k_ig_stats's over the same output (choir_cuda_adain_moments): the same
+ * double sums in another order, so |d mean| <= 1e-9 rms and |d var| <= 1e-9
+ * mean square (rms^2 = mean^2 + var). (2) Each slot against
+ * choir_cuda_adain_stats's pass over the output: <= 1e-12 (1 + |sum|).
+ * (3) The next unit's convolution given the partials (pre.part) against
+ * the same one taking its own statistics: rel_l2 <= 1e-6 (f32, TF32; the
+ * coefficients may move by an ulp), 1e-3 bf16 (an operand at a rounding
+ * boundary may round the other way). */
+static void check_conv_stats_kernels(int mode, int path) {
+    static const char *mn[3] = {"f32", "tf32", "bf16"}, *pn[3] = {"prepass", "prepass/1", "fused"};
+    const int64_t B = 3, C = 136, T = 300, K = 7;
+    const int dil = 3, pad = 9;
+    int32_t lens[3] = {300, 171, 45};
+    const bool bf16 = mode == 2;
+    const unsigned opts0 = choir_cuda_conv_get_options(cu);
+    choir_cuda_conv_set_options(cu, path == 2 ? opts0 & ~(unsigned)CHOIR_CUDA_CONV_PREPASS
+                                              : opts0 | CHOIR_CUDA_CONV_PREPASS);
+    if (path == 1) choir_cuda_conv_set_prepass_bytes(cu, 1); /* one item a group */
+    if (mode == 1) choir_cuda_set_tf32(cu, true, NULL);
+    const int64_t n = B * C * T, tiles = choir_cuda_adain_stat_tiles(T), np = B * C * tiles * 2;
+    float *x = malloc(sizeof(float) * n), *res = malloc(sizeof(float) * n);
+    float *w = malloc(sizeof(float) * C * C * K), *bias = malloc(sizeof(float) * C);
+    float *gb = malloc(sizeof(float) * B * 2 * C), *alpha = malloc(sizeof(float) * C);
+    uint16_t *wb = malloc(sizeof(uint16_t) * C * C * K);
+    fill(x, n, 1.0f);
+    fill(res, n, 1.0f);
+    fill(w, C * C * K, 1.0f / sqrtf((float)(C * K)));
+    fill(bias, C, 0.3f);
+    fill(gb, B * 2 * C, 0.5f);
+    for (int64_t c = 0; c < C; c++) alpha[c] = 0.6f + 0.5f * frand();
+    for (int64_t i = 0; i < C * C * K; i++) wb[i] = bf16_of(w[i]);
+    choir_cuda_buf dx, dr, dw, db, dg, da, dl, dy, dz, dz2, dp, dp2, dm, dm2;
+    dup_dev(&dx, x, sizeof(float) * n);
+    dup_dev(&dr, res, sizeof(float) * n);
+    dup_dev(&dw, bf16 ? (void *)wb : (void *)w, (bf16 ? 2 : 4) * C * C * K);
+    dup_dev(&db, bias, sizeof(float) * C);
+    dup_dev(&dg, gb, sizeof(float) * B * 2 * C);
+    dup_dev(&da, alpha, sizeof(float) * C);
+    dup_dev(&dl, lens, sizeof lens);
+    dup_dev(&dy, NULL, sizeof(float) * n);
+    dup_dev(&dz, NULL, sizeof(float) * n);
+    dup_dev(&dz2, NULL, sizeof(float) * n);
+    dup_dev(&dp, NULL, sizeof(double) * np);
+    dup_dev(&dp2, NULL, sizeof(double) * np);
+    dup_dev(&dm, NULL, sizeof(double) * B * C * 2);
+    dup_dev(&dm2, NULL, sizeof(double) * B * C * 2);
+    choir_cuda_adain_snake pre = {dl.ptr, NULL, NULL, dg.ptr, 2 * C, 1e-5f, da.ptr, NULL};
+    choir_cuda_conv_weight cw = {dw.ptr, bf16};
+    char name[160];
+    choir_err err = {0};
+    /* y = res + conv(snake(adain(x))) with y's partials */
+    int rc = choir_cuda_copy(cu, dy.ptr, dr.ptr, sizeof(float) * n, &err);
+    if (!rc)
+        rc = choir_cuda_conv1d_adain_snake_stats(cu, dx.ptr, B, C, T, &pre, cw, db.ptr, C, K, pad,
+                                                 dil, dl.ptr, dy.ptr, dy.ptr, dp.ptr, dl.ptr, &err);
+    if (!rc) rc = choir_cuda_adain_moments(cu, dy.ptr, B, C, T, dl.ptr, dp.ptr, dm.ptr, &err);
+    if (!rc) rc = choir_cuda_adain_moments(cu, dy.ptr, B, C, T, dl.ptr, NULL, dm2.ptr, &err);
+    if (!rc) rc = choir_cuda_adain_stats(cu, dy.ptr, B, C, T, dl.ptr, dp2.ptr, &err);
+    /* the next unit: its statistics from the partials, and its own */
+    choir_cuda_adain_snake pre2 = pre;
+    pre2.part = dp.ptr;
+    if (!rc)
+        rc = choir_cuda_conv1d_adain_snake(cu, dy.ptr, B, C, T, &pre2, cw, db.ptr, C, K, pad, dil,
+                                           dl.ptr, NULL, dz.ptr, &err);
+    if (!rc)
+        rc = choir_cuda_conv1d_adain_snake(cu, dy.ptr, B, C, T, &pre, cw, db.ptr, C, K, pad, dil,
+                                           dl.ptr, NULL, dz2.ptr, &err);
+    if (!rc) rc = choir_cuda_sync(cu, &err);
+    if (rc) {
+        snprintf(name, sizeof name, "conv stats %s %s: run", mn[mode], pn[path]);
+        fail_msg(name, &err);
+    } else {
+        double *m1 = malloc(sizeof(double) * B * C * 2), *m2 = malloc(sizeof(double) * B * C * 2);
+        double *p1 = malloc(sizeof(double) * np), *p2 = malloc(sizeof(double) * np);
+        float *z = malloc(sizeof(float) * n), *z2 = malloc(sizeof(float) * n);
+        to_host((float *)m1, &dm, sizeof(double) * B * C * 2);
+        to_host((float *)m2, &dm2, sizeof(double) * B * C * 2);
+        to_host((float *)p1, &dp, sizeof(double) * np);
+        to_host((float *)p2, &dp2, sizeof(double) * np);
+        to_host(z, &dz, sizeof(float) * n);
+        to_host(z2, &dz2, sizeof(float) * n);
+        double em = 0, ev = 0, es = 0;
+        for (int64_t r = 0; r < B * C; r++) {
+            const double ms = m2[2 * r] * m2[2 * r] + m2[2 * r + 1];
+            const double dm_ = fabs(m1[2 * r] - m2[2 * r]) / (ms > 0 ? sqrt(ms) : 1);
+            const double dv_ = fabs(m1[2 * r + 1] - m2[2 * r + 1]) / (ms > 0 ? ms : 1);
+            em = isfinite(dm_) && dm_ > em ? dm_ : (isfinite(dm_) ? em : INFINITY);
+            ev = isfinite(dv_) && dv_ > ev ? dv_ : (isfinite(dv_) ? ev : INFINITY);
+        }
+        for (int64_t i = 0; i < np; i++) {
+            const double d = fabs(p1[i] - p2[i]) / (1 + fabs(p2[i]));
+            es = isfinite(d) && d > es ? d : (isfinite(d) ? es : INFINITY);
+        }
+        snprintf(name, sizeof name, "conv stats %s %s: mean vs k_ig_stats (max, / rms)", mn[mode],
+                 pn[path]);
+        verdict(name, em, 1e-9);
+        snprintf(name, sizeof name, "conv stats %s %s: variance vs k_ig_stats (max, / ms)",
+                 mn[mode], pn[path]);
+        verdict(name, ev, 1e-9);
+        snprintf(name, sizeof name, "conv stats %s %s: epilogue slots vs adain_stats", mn[mode],
+                 pn[path]);
+        verdict(name, es, 1e-12);
+        snprintf(name, sizeof name, "conv stats %s %s: next unit from partials vs own", mn[mode],
+                 pn[path]);
+        verdict(name, rel_l2(z, z2, n), bf16 ? 1e-3 : 1e-6);
+        free(m1), free(m2), free(p1), free(p2), free(z), free(z2);
+    }
+    choir_cuda_buf *bufs[] = {&dx, &dr, &dw, &db, &dg, &da, &dl, &dy, &dz, &dz2, &dp, &dp2, &dm, &dm2};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) choir_cuda_buf_free(cu, bufs[i]);
+    free(x), free(res), free(w), free(bias), free(gb), free(alpha), free(wb);
+    if (mode == 1) choir_cuda_set_tf32(cu, false, NULL);
+    choir_cuda_conv_set_options(cu, opts0);
+    choir_cuda_conv_set_prepass_bytes(cu, 0);
+}
+
+/* CHOIR_KOKORO_CONV_STATS=1 on the whole decoder: a batch of 32 random
+ * pieces (3 to 15 frames) decoded with the switch on against the same batch
+ * with it off on the same GPU. Only the order of the statistics' double sums
+ * differs (an AdaIN coefficient may move by an ulp): bounds as the style
+ * product's, f32 1e-5, bf16 3e-2 (the largest over the pieces: decoder out
+ * and stage 0 of the traced pieces 0-2, every piece's audio). */
+static void check_conv_stats_model(const choir_kokoro *m, bool bf16) {
+    enum { NB = 32 };
+    const char *dn = bf16 ? "bf16" : "f32";
+    choir_kokoro_decode_input in[NB];
+    float *asr[NB], *f0[NB], *nn[NB], style[NB][256];
+    for (int i = 0; i < NB; i++) {
+        const int64_t L = 3 + (i * 7) % 13;
+        asr[i] = rnd(512 * L, 1.0f, 0), f0[i] = rnd(2 * L, 85.0f, 175.0f), nn[i] = rnd(2 * L, 1.0f, 0);
+        fill(style[i], 256, 0.5f);
+        in[i] = (choir_kokoro_decode_input){.asr = asr[i], .f0 = f0[i], .n = nn[i],
+                                            .style = style[i], .frames = L,
+                                            .noise_seeded = true, .noise_seed = 11 + i};
+    }
+    captured cap[2];
+    memset(cap, 0, sizeof cap);
+    float *audio[2][NB];
+    memset(audio, 0, sizeof audio);
+    char name[128];
+    choir_err err = {0};
+    int rc = 0;
+    for (int on = 0; on < 2 && !rc; on++) {
+        setenv("CHOIR_KOKORO_CONV_STATS", on ? "1" : "0", 1);
+        choir_kokoro_gpu *g = choir_kokoro_gpu_create(m, cu, bf16, &err);
+        rc = g ? kk_exec_decode(kk_gpu_exec(g), in, NB, audio[on], capture, &cap[on], &err) : -1;
+        choir_kokoro_gpu_free(g);
+    }
+    unsetenv("CHOIR_KOKORO_CONV_STATS");
+    if (rc) {
+        snprintf(name, sizeof name, "%s batch of 32 with CHOIR_KOKORO_CONV_STATS", dn);
+        fail_msg(name, &err);
+    } else {
+        double e_up = 0, e_s0 = 0, e_a = 0;
+        for (int i = 0; i < NB; i++) {
+            const int64_t L = in[i].frames;
+            /* the trace keeps pieces 0-2 */
+            double a = i < 3 ? rel_l2(cap[1].t[i][0], cap[0].t[i][0], 1024 * L) : 0;
+            double b = i < 3 ? rel_l2(cap[1].t[i][1], cap[0].t[i][1], 256 * 20 * L) : 0;
+            double c = rel_l2(audio[1][i], audio[0][i], 600 * L);
+            e_up = a > e_up || !isfinite(a) ? a : e_up;
+            e_s0 = b > e_s0 || !isfinite(b) ? b : e_s0;
+            e_a = c > e_a || !isfinite(c) ? c : e_a;
+        }
+        snprintf(name, sizeof name, "%s batch of 32 decoder out (0-2), conv stats on vs off", dn);
+        verdict(name, e_up, bf16 ? 3e-2 : 1e-5);
+        snprintf(name, sizeof name, "%s batch of 32 stage 0 (0-2), conv stats on vs off", dn);
+        verdict(name, e_s0, bf16 ? 3e-2 : 1e-5);
+        snprintf(name, sizeof name, "%s batch of 32 audio, conv stats on vs off (max)", dn);
+        verdict(name, e_a, bf16 ? 3e-2 : 1e-5);
+    }
+    for (int on = 0; on < 2; on++) {
+        for (int i = 0; i < NB; i++) choir_free(audio[on][i]);
+        captured_free(&cap[on]);
+    }
+    /* asr, f0 and nn are rnd()'s: random_decoder_free frees them */
+}
+
 static void check_model(void) {
     static const int64_t frames[3] = {3, 7, 5};
     choir_kokoro *m = random_decoder();
@@ -850,6 +1033,9 @@ static void check_model(void) {
         choir_kokoro_gpu_free(g);
         snprintf(name, sizeof name, "%s device memory returned after free", dn);
         verdict(name, (double)(choir_cuda_mem_current(cu) != mem0), 0);
+        /* after the memory comparison: a batch of 32 may grow the context's
+         * scratch past the reserve */
+        check_conv_stats_model(m, bf16);
     }
     /* bad input is refused with a message, not run */
     {
@@ -1620,6 +1806,8 @@ int main(void) {
     check_istft();
     check_vocoder_ops();
     check_nsf_source();
+    for (int mode = 0; mode < 3; mode++)
+        for (int path = 0; path < 3; path++) check_conv_stats_kernels(mode, path);
     /* the decoder makes seeded pieces' sources on the device (the default) */
     setenv("CHOIR_KOKORO_DEVICE_SOURCE", "1", 1);
     check_model();

@@ -109,7 +109,8 @@ static int dump_pieces(const choir_kokoro *m, const choir_kokoro_voice *v,
 static const char synopsis[] =
     "usage: choir bench kokoro --model DIR [--voice V] [--text T] [--threads N]\n"
     "                          [--batch 1,8] [--requests N] [--backend cpu|cuda]\n"
-    "                          [--gpu-dtype f32|tf32|bf16|bf16-tf32] [--pieces-out DIR]\n\n"
+    "                          [--gpu-dtype f32|tf32|bf16|bf16-tf32] [--pieces-out DIR]\n"
+    "                          [--conv-stats off|on|ab]\n\n"
     "For each batch size B of --batch: streams the paragraph with B pieces\n"
     "synthesised together (after the short first one), then B copies of it (or N\n"
     "with --requests) as concurrent requests in one batch; prints real-time factor\n"
@@ -120,6 +121,10 @@ static const char synopsis[] =
     "TF32, as PyTorch runs its f32 convolutions by default (cuDNN allow_tf32).\n"
     "bf16: the decoder's weights and convolutions in bf16, the rest (ALBERT, the\n"
     "LSTMs, the F0/N blocks) in f32; bf16-tf32: the same with that rest in TF32.\n"
+    "--conv-stats off|on|ab (CUDA): CHOIR_KOKORO_CONV_STATS for the device (the\n"
+    "Snake units' AdaIN statistics from the producing convolution's epilogue);\n"
+    "ab runs each batch of concurrent requests twice in this process, off then on\n"
+    "(the decoder's weights uploaded again between), and prints both.\n"
     "--pieces-out DIR: instead of timing, writes the pieces the streamed run makes\n"
     "of the text (piece-K.ids.i32, piece-K.style.f32) and choir's zero-noise\n"
     "synthesis of each alone (piece-K.choir.{pred_dur,F0_pred,N_pred,audio}.f32),\n"
@@ -162,6 +167,7 @@ int choir_bench_kokoro(int argc, char **argv) {
     const char *batch_list = "1,8", *pieces_out = NULL;
     int requests = 0;
     int threads = 0, backend = 0, gpu_dtype = 0; /* cpu; f32 */
+    int conv_stats = -1;                          /* -1: as the environment; 0 off, 1 on, 2 ab */
     const cli_opt flags[] = {
         {"--model", CLI_STRING, &model_dir, 0, 0, "DIR", "Kokoro model directory (required)"},
         {"--voice", CLI_STRING, &voice_spec, 0, 0, "V", "voice name in DIR/voices, or a .bin file (default af_heart)"},
@@ -173,6 +179,8 @@ int choir_bench_kokoro(int argc, char **argv) {
         {"--gpu-dtype", CLI_CHOICE, &gpu_dtype, 0, 0, "f32|tf32|bf16|bf16-tf32",
          "weights and products on the GPU (default f32)"},
         {"--pieces-out", CLI_STRING, &pieces_out, 0, 0, "DIR", "write the pieces and their synthesis instead of timing"},
+        {"--conv-stats", CLI_CHOICE, &conv_stats, 0, 0, "off|on|ab",
+         "AdaIN statistics from the convolutions (CUDA; ab: both, one process)"},
     };
     const cli_spec spec = {.cmd = "bench kokoro", .synopsis = synopsis, .opts = flags,
                            .n_opts = (int)(sizeof flags / sizeof flags[0])};
@@ -232,6 +240,7 @@ int choir_bench_kokoro(int argc, char **argv) {
         if (choir_cuda_measure_ceilings(gs.cu, &gs.tflops_ceiling, &gs.gbs_ceiling, &err) != 0)
             goto done;
         if (gpu_tf32 && choir_cuda_set_tf32(gs.cu, true, &err)) goto done;
+        if (conv_stats >= 0) setenv("CHOIR_KOKORO_CONV_STATS", conv_stats == 1 ? "1" : "0", 1);
         t = choir_now_s();
         if (!(gs.g = choir_kokoro_gpu_create(m, gs.cu, gpu_bf16, &err))) goto done;
         choir_kokoro_set_gpu(m, gs.g);
@@ -288,10 +297,36 @@ int choir_bench_kokoro(int argc, char **argv) {
         if (choir_kokoro_synthesize_batch(m, items, n, &params, &err) != 0) goto done;
         double wall2 = choir_now_s() - t, samples = 0;
         for (int i = 0; i < n; i++) samples += (double)items[i].n_samples, choir_free(items[i].audio);
-        printf("  %d requests at once (%d pieces, one batch): %.2f s audio in %.2f s, RTF %.5f\n",
+        printf("  %d requests at once (%d pieces, one batch): %.2f s audio in %.2f s, RTF %.5f%s\n",
                copies, n, samples / CHOIR_KOKORO_SAMPLE_RATE, wall2,
-               wall2 / (samples / CHOIR_KOKORO_SAMPLE_RATE));
+               wall2 / (samples / CHOIR_KOKORO_SAMPLE_RATE),
+               conv_stats == 2 ? " (conv stats off)" : "");
         print_gpu(&gs);
+#ifdef CHOIR_HAVE_CUDA
+        if (conv_stats == 2 && gs.g) {
+            /* the same batch with the statistics from the convolutions: the
+             * decoder made again with the switch on, then back off */
+            for (int on = 1; on >= 0; on--) {
+                setenv("CHOIR_KOKORO_CONV_STATS", on ? "1" : "0", 1);
+                choir_kokoro_set_gpu(m, NULL);
+                choir_kokoro_gpu_free(gs.g);
+                if (!(gs.g = choir_kokoro_gpu_create(m, gs.cu, gpu_bf16, &err))) goto done;
+                choir_kokoro_set_gpu(m, gs.g);
+                if (!on) break;
+                for (int i = 0; i < n; i++) items[i].audio = NULL, items[i].n_samples = 0;
+                t = choir_now_s();
+                if (choir_kokoro_synthesize_batch(m, items, n, &params, &err) != 0) goto done;
+                wall2 = choir_now_s() - t, samples = 0;
+                for (int i = 0; i < n; i++)
+                    samples += (double)items[i].n_samples, choir_free(items[i].audio);
+                printf("  %d requests at once (%d pieces, one batch): %.2f s audio in %.2f s, RTF "
+                       "%.5f (conv stats on)\n",
+                       copies, n, samples / CHOIR_KOKORO_SAMPLE_RATE, wall2,
+                       wall2 / (samples / CHOIR_KOKORO_SAMPLE_RATE));
+                print_gpu(&gs);
+            }
+        }
+#endif
     }
 
     struct rusage ru;

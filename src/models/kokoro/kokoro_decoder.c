@@ -100,6 +100,15 @@ struct kk_dec {
     bool one_style;
     choir_weight style_w, f0n_style_w;
     const float *style_b, *f0n_style_b;
+
+    /* On a device with CHOIR_KOKORO_CONV_STATS=1 (off by default: not yet
+     * run on a GPU): a Snake unit's AdaIN statistics come from the
+     * convolution that produced its input (its epilogue's per-128-frame
+     * partials, choir_op_conv1d_adain_snake_stats) instead of a pass over
+     * that input, and a residual block mean's shared input has its
+     * statistics taken once for its three blocks (choir_op_adain_stats): 22
+     * of a generator stage's 24 passes gone. The host never takes it. */
+    bool conv_stats;
 };
 
 /* --- weights on the backend ------------------------------------------------ */
@@ -216,6 +225,10 @@ kk_dec *kk_dec_create(const choir_kokoro *m, choir_backend *be, choir_err *err) 
     }
     d->m = m, d->be = be;
     d->one_style = !choir_backend_is_host(be) && kk_switch_on("CHOIR_KOKORO_STYLE_PRODUCT");
+    {
+        const char *e = getenv("CHOIR_KOKORO_CONV_STATS");
+        d->conv_stats = !choir_backend_is_host(be) && e && !strcmp(e, "1");
+    }
     kk_nsf_params(m, &d->nsf);
     if (!(d->ws = choir_backend_weights_create(be, err))) {
         choir_free(d);
@@ -282,7 +295,9 @@ int64_t kk_dec_weight_bytes(const kk_dec *d) { return d ? choir_backend_weights_
  * inputs (~86k counted). */
 /* (104k: on the CPU a Snake unit's fused convolution holds its activation and
  * its product beside the block's one temporary, one [128, 120 L] more than
- * the five.) */
+ * the five. A device's fused convolution holds neither; there the AdaIN
+ * statistics of CHOIR_KOKORO_CONV_STATS, three [128, ceil(120 L / 128), 2]
+ * double buffers, ~1.4k floats a frame, fit in what the CPU alone needs.) */
 #define KD_FLOATS_PER_FRAME 104000
 /* per piece: the style projections (~37k floats) and alignment slack of the
  * ~60 blocks carved per call */
@@ -424,46 +439,63 @@ static void count_unit(const kd_run *r, const kd_conv *c, int64_t T, bool residu
 
 /* AdaINResBlock1 (spec §4.6): three dilated (1, 3, 5) Snake residual units
  * over [B, C, T]; y may equal x. Each unit is two fused operations:
- *   t = conv1(snake1(adain1(y)));  y = y + conv2(snake2(adain2(t))) */
+ *   t = conv1(snake1(adain1(y)));  y = y + conv2(snake2(adain2(t)))
+ * With the decoder's conv_stats, each convolution's epilogue also leaves the
+ * AdaIN statistics of what it wrote for the next operation (t's for conv2,
+ * y's for the next unit's conv1), and the first unit takes x's from x_part
+ * when given (NULL: its own pass over x). */
 static int snakeblock(const kd_run *r, const kd_snake *b, const float *x, int64_t T,
-                      const int32_t *lens, float *y) {
+                      const int32_t *lens, const double *x_part, float *y) {
     static const int dil[3] = {1, 3, 5};
     choir_stream *s = r->s;
     const int64_t B = r->B, n = B * b->C * T;
+    const bool stats = r->d->conv_stats;
+    const size_t part_bytes = (size_t)(B * b->C * ((T + 127) / 128) * 2) * sizeof(double);
     size_t mark = choir_stream_mark(s);
     float *t = choir_stream_floats(s, n, "kokoro snake block");
-    if (!t) return choir_stream_status(s, NULL);
+    /* [B, C, ceil(T / 128), 2] each: t's, and y's for the next unit */
+    double *pt = stats ? choir_stream_alloc(s, part_bytes, "kokoro AdaIN statistics") : NULL;
+    double *py = stats ? choir_stream_alloc(s, part_bytes, "kokoro AdaIN statistics") : NULL;
+    if (!t || (stats && (!pt || !py))) return choir_stream_status(s, NULL);
     for (int j = 0; j < 3; j++) {
         /* the first unit reads x and writes y: y = x + unit(x) */
         const float *in = j ? y : x;
         int64_t st1, st2;
         const float *g1 = style_of(r, &b->adain1[j], &st1), *g2 = style_of(r, &b->adain2[j], &st2);
         choir_adain_snake p1 = {lens, b->adain1[j].norm_w, b->adain1[j].norm_b, g1, st1, 1e-5f,
-                                b->alpha1[j]};
+                                b->alpha1[j], stats ? (j ? py : x_part) : NULL};
         choir_adain_snake p2 = {lens, b->adain2[j].norm_w, b->adain2[j].norm_b, g2, st2, 1e-5f,
-                                b->alpha2[j]};
+                                b->alpha2[j], pt};
         const kd_conv *c1 = &b->convs1[j], *c2 = &b->convs2[j];
         count_unit(r, c1, T, false);
-        choir_op_conv1d_adain_snake(s, in, B, b->C, T, &p1, &c1->w, c1->b, c1->cout, c1->k,
-                                    (b->k * dil[j] - dil[j]) / 2, dil[j], lens, NULL, t);
+        choir_op_conv1d_adain_snake_stats(s, in, B, b->C, T, &p1, &c1->w, c1->b, c1->cout, c1->k,
+                                          (b->k * dil[j] - dil[j]) / 2, dil[j], lens, NULL, t, pt,
+                                          lens);
         count_unit(r, c2, T, true);
-        choir_op_conv1d_adain_snake(s, t, B, b->C, T, &p2, &c2->w, c2->b, c2->cout, c2->k,
-                                    (b->k - 1) / 2, 1, lens, in, y);
+        choir_op_conv1d_adain_snake_stats(s, t, B, b->C, T, &p2, &c2->w, c2->b, c2->cout, c2->k,
+                                          (b->k - 1) / 2, 1, lens, in, y, j < 2 ? py : NULL, lens);
     }
     choir_stream_release(s, mark);
     return choir_stream_status(s, NULL);
 }
 
-/* (rb0(x) + rb1(x) + rb2(x)) / 3 over [B, C, T] */
+/* (rb0(x) + rb1(x) + rb2(x)) / 3 over [B, C, T]; with conv_stats x's AdaIN
+ * statistics taken once for the three blocks' first units */
 static int resblock_mean(const kd_run *r, int first, const float *x, int64_t C, int64_t T,
                          const int32_t *lens, float *y) {
     choir_stream *s = r->s;
     size_t mark = choir_stream_mark(s);
     const int64_t n = r->B * C * T;
     float *t = choir_stream_floats(s, n, "kokoro resblock mean");
-    if (!t) return choir_stream_status(s, NULL);
+    double *px = r->d->conv_stats
+                     ? choir_stream_alloc(s, (size_t)(r->B * C * ((T + 127) / 128) * 2) *
+                                                 sizeof(double),
+                                          "kokoro AdaIN statistics")
+                     : NULL;
+    if (!t || (r->d->conv_stats && !px)) return choir_stream_status(s, NULL);
+    if (px) choir_op_adain_stats(s, x, r->B, C, T, lens, px);
     for (int j = 0; j < 3; j++) {
-        snakeblock(r, &r->d->resblocks[first + j], x, T, lens, j ? t : y);
+        snakeblock(r, &r->d->resblocks[first + j], x, T, lens, px, j ? t : y);
         if (j == 1) choir_op_add_scale(s, y, t, y, n, 1.0f);
         if (j == 2) choir_op_add_div(s, y, t, y, n, 3.0f);
     }
@@ -539,7 +571,7 @@ static int decode_backend(const kd_run *r, const float *asr, const float *f0, co
     if (!src0 || !u0) return choir_stream_status(s, NULL);
     leaky(r, up, B * 512 * 2 * L, 0.1f);
     conv(r, &d->noise_convs[0], S, F, 6, 3, 1, r->len_20L, src0);
-    snakeblock(r, &d->noise_res[0], src0, T0, r->len_20L, src0);
+    snakeblock(r, &d->noise_res[0], src0, T0, r->len_20L, NULL, src0);
     conv_t(r, &d->ups[0], up, 2 * L, 10, 5, r->len_20L, u0);
     choir_op_add_scale(s, u0, src0, u0, B * 256 * T0, 1.0f);
     resblock_mean(r, 0, u0, 256, T0, r->len_20L, x1);
@@ -559,7 +591,7 @@ static int decode_backend(const kd_run *r, const float *asr, const float *f0, co
     float *src1 = choir_stream_floats(s, B * 128 * F, "kokoro generator");
     if (!src1) return choir_stream_status(s, NULL);
     conv(r, &d->noise_convs[1], S, F, 1, 0, 1, r->len_F, src1);
-    snakeblock(r, &d->noise_res[1], src1, F, r->len_F, src1);
+    snakeblock(r, &d->noise_res[1], src1, F, r->len_F, NULL, src1);
     choir_op_add_scale(s, u1, src1, u1, B * 128 * F, 1.0f);
     choir_stream_release(s, scope);
     resblock_mean(r, 3, u1, 128, F, r->len_F, x2);

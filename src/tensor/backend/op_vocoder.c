@@ -87,11 +87,49 @@ static int adain_snake_conv_ops(choir_stream *s, const float *x, int64_t B, int6
     return choir_stream_status(s, NULL);
 }
 
-int choir_op_conv1d_adain_snake(choir_stream *s, const float *x, int64_t B, int64_t Cin,
-                                int64_t T, const choir_adain_snake *pre, const choir_weight *w,
-                                const float *bias, int64_t Cout, int64_t kernel, int padding,
-                                int dilation, const int32_t *out_lens, const float *residual,
-                                float *y) {
+/* y's statistics partials on the host (choir_cuda_adain_stats's layout and
+ * sums; the CPU never reads them, but the operation's contract holds on
+ * either backend) */
+static void host_adain_stats(const float *x, int64_t B, int64_t C, int64_t T,
+                             const int32_t *lens, double *part) {
+    const int64_t tiles = (T + 127) / 128;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t n = lens ? lens[b] : T;
+        n = n < 0 ? 0 : (n > T ? T : n);
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t i = 0; i < tiles; i++) {
+                double sum = 0, sq = 0;
+                for (int64_t t = 128 * i; t < 128 * i + 128 && t < n; t++) {
+                    const double v = x[(b * C + c) * T + t];
+                    sum += v, sq += v * v;
+                }
+                part[((b * C + c) * tiles + i) * 2] = sum;
+                part[((b * C + c) * tiles + i) * 2 + 1] = sq;
+            }
+    }
+}
+
+int choir_op_adain_stats(choir_stream *s, const float *x, int64_t B, int64_t C, int64_t T,
+                         const int32_t *lens, double *part) {
+    if (!choir_stream_ok(s)) return s->err.code;
+    if (B < 0 || C <= 0 || T < 0 || !part) return be_invalid(s, "adain_stats: C %lld", (long long)C);
+    if (B == 0 || T == 0) return 0;
+    if (be_host(s)) {
+        host_adain_stats(x, B, C, T, lens, part);
+        return 0;
+    }
+#ifdef CHOIR_HAVE_CUDA
+    BE_CUDA(s, "adain_stats", choir_cuda_adain_stats(s->be->cu, x, B, C, T, lens, part, BE_ERR));
+#endif
+    return be_unsupported(s, "adain_stats");
+}
+
+int choir_op_conv1d_adain_snake_stats(choir_stream *s, const float *x, int64_t B, int64_t Cin,
+                                      int64_t T, const choir_adain_snake *pre,
+                                      const choir_weight *w, const float *bias, int64_t Cout,
+                                      int64_t kernel, int padding, int dilation,
+                                      const int32_t *out_lens, const float *residual, float *y,
+                                      double *stats_out, const int32_t *stats_lens) {
     if (!choir_stream_ok(s)) return s->err.code;
     if (B < 0 || Cin <= 0 || Cout <= 0 || kernel <= 0 || dilation < 1 || padding < 0 || !pre ||
         !pre->gb || !pre->alpha || !conv_weight_ok(w, Cout, Cin * kernel) || x == y)
@@ -99,21 +137,35 @@ int choir_op_conv1d_adain_snake(choir_stream *s, const float *x, int64_t B, int6
                              "padding %d, no style or alpha, y aliasing x, or a weight not "
                              "[Cout, Cin K] f32/bf16",
                           (long long)Cin, (long long)Cout, (long long)kernel, dilation, padding);
-    if (choir_conv1d_out_len(T, kernel, 1, padding, dilation) <= 0 || B == 0 || T <= 0) return 0;
+    const int64_t Tout = choir_conv1d_out_len(T, kernel, 1, padding, dilation);
+    if (Tout <= 0 || B == 0 || T <= 0) return 0;
 #ifdef CHOIR_HAVE_CUDA
     if (!be_host(s)) {
         choir_cuda_conv_weight cw = {w->data, w->kind == CHOIR_WEIGHT_BF16};
-        choir_cuda_adain_snake cp = {pre->lens, pre->norm_w, pre->norm_b, pre->gb,
-                                     pre->gb_stride, pre->eps, pre->alpha};
+        choir_cuda_adain_snake cp = {pre->lens, pre->norm_w,    pre->norm_b, pre->gb,
+                                     pre->gb_stride, pre->eps, pre->alpha, pre->part};
         choir_err e = {0};
-        int rc = choir_cuda_conv1d_adain_snake(s->be->cu, x, B, Cin, T, &cp, cw, bias, Cout,
-                                               kernel, padding, dilation, out_lens, residual, y,
-                                               &e);
+        int rc = choir_cuda_conv1d_adain_snake_stats(s->be->cu, x, B, Cin, T, &cp, cw, bias, Cout,
+                                                     kernel, padding, dilation, out_lens,
+                                                     residual, y, stats_out, stats_lens, &e);
         if (rc != CHOIR_EUNSUPPORTED) return be_done(s, rc, &e, "conv1d_adain_snake");
     }
 #endif
-    return adain_snake_conv_ops(s, x, B, Cin, T, pre, w, bias, Cout, kernel, padding, dilation,
-                                out_lens, residual, y);
+    /* the unfused operations (their AdaIN takes its own statistics), then
+     * y's partials by their own pass */
+    int rc = adain_snake_conv_ops(s, x, B, Cin, T, pre, w, bias, Cout, kernel, padding, dilation,
+                                  out_lens, residual, y);
+    if (!rc && stats_out) rc = choir_op_adain_stats(s, y, B, Cout, Tout, stats_lens, stats_out);
+    return rc;
+}
+
+int choir_op_conv1d_adain_snake(choir_stream *s, const float *x, int64_t B, int64_t Cin,
+                                int64_t T, const choir_adain_snake *pre, const choir_weight *w,
+                                const float *bias, int64_t Cout, int64_t kernel, int padding,
+                                int dilation, const int32_t *out_lens, const float *residual,
+                                float *y) {
+    return choir_op_conv1d_adain_snake_stats(s, x, B, Cin, T, pre, w, bias, Cout, kernel, padding,
+                                             dilation, out_lens, residual, y, NULL, NULL);
 }
 
 int choir_op_conv_transpose1d_lens(choir_stream *s, const float *x, int64_t B, int64_t Cin,

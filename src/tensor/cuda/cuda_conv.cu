@@ -104,9 +104,9 @@ __global__ void k_ig_pack(const void *__restrict__ w, int64_t Cout, int64_t Cin,
  * 3270 products in tf32x3 mode). There a chunk's products (CK channels x K
  * taps) are summed in a fresh accumulator and added to the running sum with
  * an ordinary f32 add. */
-template <int MODE, int XSRC, int SHAPE, int STAGES, bool FAST>
+template <int MODE, int XSRC, int SHAPE, int STAGES, bool FAST, bool STATS = false>
 __global__ void __launch_bounds__(IG_THREADS(MODE, SHAPE), IG_MIN_BLOCKS(MODE, SHAPE))
-    k_ig_conv(ig_args a) {
+    k_ig_conv(std::conditional_t<STATS, ig_args, ig_base> a) {
     constexpr int CK = MODE == IG_BF16 ? 16 : 8;
     constexpr int VPW = MODE == IG_BF16 ? 2 : 1; /* channels per staged word */
     constexpr int THREADS = IG_THREADS(MODE, SHAPE);
@@ -361,25 +361,95 @@ __global__ void __launch_bounds__(IG_THREADS(MODE, SHAPE), IG_MIN_BLOCKS(MODE, S
 
     /* epilogue: c fragment (row g / g + 8, columns 2t, 2t + 1) */
     const int64_t olen = a.out_lens ? (int64_t)a.out_lens[b] : a.Tout;
+    if constexpr (!STATS) {
 #pragma unroll
-    for (int i = 0; i < MI; i++)
+        for (int i = 0; i < MI; i++)
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int64_t co = m0 + wm * 16 * MI + i * 16 + (lane >> 2) + h * 8;
-            if (co >= a.Cout) continue;
-            const float bv = a.bias ? a.bias[co] : 0.0f;
-            const int64_t row = (b * a.Cout + co) * a.Tout;
+            for (int h = 0; h < 2; h++) {
+                const int64_t co = m0 + wm * 16 * MI + i * 16 + (lane >> 2) + h * 8;
+                if (co >= a.Cout) continue;
+                const float bv = a.bias ? a.bias[co] : 0.0f;
+                const int64_t row = (b * a.Cout + co) * a.Tout;
 #pragma unroll
-            for (int j = 0; j < NJ; j++)
+                for (int j = 0; j < NJ; j++)
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int64_t t = t0 + wn * 8 * NJ + j * 8 + (lane & 3) * 2 + e;
-                    if (t >= a.Tout) continue;
-                    float v = t < olen ? acc[i][j][h * 2 + e] + bv : 0.0f;
-                    if (a.residual) v = a.residual[row + t] + v;
-                    a.y[row + t] = v;
+                    for (int e = 0; e < 2; e++) {
+                        const int64_t t = t0 + wn * 8 * NJ + j * 8 + (lane & 3) * 2 + e;
+                        if (t >= a.Tout) continue;
+                        float v = t < olen ? acc[i][j][h * 2 + e] + bv : 0.0f;
+                        if (a.residual) v = a.residual[row + t] + v;
+                        a.y[row + t] = v;
+                    }
+            }
+    } else {
+        /* STATS (a.stats set): the same stores, and AdaIN's statistics of
+         * the values stored, for the next operation: a thread sums its
+         * frames of a row in double in a fixed order (j, then e), the row's 4
+         * lanes add by xor shuffles (each lane ends with the same sum), and
+         * the 4 warps along frames meet in shared memory (the tile's
+         * buffers, free once every warp is past the main loop), added in
+         * warp order per 128-frame slot: one slot per (item, channel, frame
+         * tile), no atomics, the same bits every run. Frames t >= the
+         * consumer's length are left out as k_ig_stats leaves them. */
+        constexpr int WPS = IG_STAT_FRAMES / (8 * NJ); /* warps along frames a slot */
+        static_assert(THREADS / 32 / WM == 4, "four warps along frames (ig_go's slots)");
+        static_assert(IG_STAT_FRAMES % (8 * NJ) == 0 && BN % IG_STAT_FRAMES == 0, "stat slots");
+        ig_cp_wait<0>();
+        __syncthreads();
+        double *sts = (double *)smem; /* [4][IG_BM][2] */
+        int64_t slen = a.stats_lens ? (int64_t)a.stats_lens[b] : a.Tout;
+        slen = slen < 0 ? 0 : (slen > a.Tout ? a.Tout : slen);
+#pragma unroll
+        for (int i = 0; i < MI; i++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int lrow = wm * 16 * MI + i * 16 + (lane >> 2) + h * 8;
+                const int64_t co = m0 + lrow;
+                double ss = 0.0, sq = 0.0;
+                if (co < a.Cout) {
+                    const float bv = a.bias ? a.bias[co] : 0.0f;
+                    const int64_t row = (b * a.Cout + co) * a.Tout;
+#pragma unroll
+                    for (int j = 0; j < NJ; j++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const int64_t t = t0 + wn * 8 * NJ + j * 8 + (lane & 3) * 2 + e;
+                            if (t >= a.Tout) continue;
+                            float v = t < olen ? acc[i][j][h * 2 + e] + bv : 0.0f;
+                            if (a.residual) v = a.residual[row + t] + v;
+                            a.y[row + t] = v;
+                            if (t < slen) {
+                                const double d = v;
+                                ss += d;
+                                sq += d * d;
+                            }
+                        }
                 }
+                ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+                sq += __shfl_xor_sync(0xffffffffu, sq, 1);
+                ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+                sq += __shfl_xor_sync(0xffffffffu, sq, 2);
+                if ((lane & 3) == 0) {
+                    sts[(wn * IG_BM + lrow) * 2] = ss;
+                    sts[(wn * IG_BM + lrow) * 2 + 1] = sq;
+                }
+            }
+        __syncthreads();
+        const int64_t ntiles = IG_STAT_TILES(a.Tout), tile0 = t0 / IG_STAT_FRAMES;
+        for (int i = tid; i < IG_BM * (BN / IG_STAT_FRAMES); i += THREADS) {
+            const int r = i % IG_BM, slot = i / IG_BM;
+            const int64_t co = m0 + r, tile = tile0 + slot;
+            if (co >= a.Cout || tile >= ntiles) continue;
+            double ss = 0.0, sq = 0.0;
+            for (int w = slot * WPS; w < (slot + 1) * WPS; w++) {
+                ss += sts[(w * IG_BM + r) * 2];
+                sq += sts[(w * IG_BM + r) * 2 + 1];
+            }
+            double *dst = a.stats + ((b * a.Cout + co) * ntiles + tile) * 2;
+            dst[0] = ss;
+            dst[1] = sq;
         }
+    }
 }
 
 #ifndef CHOIR_IG_EMU
@@ -466,54 +536,73 @@ static ig_plan ig_plan_for(const choir_cuda *cu, int mode, int xsrc, int K, int 
     return p;
 }
 
-template <int MODE, int XSRC, int SHAPE, int STAGES, bool FAST>
+template <int MODE, int XSRC, int SHAPE, int STAGES, bool FAST, bool STATS>
 static int ig_go(const ig_args &a, int64_t B, size_t smem, choir_cuda *cu, choir_err *err) {
+    /* the statistics' slots ([4][IG_BM] double pairs: 4 warps along frames
+     * in every shape) reuse the tile's buffers, always larger */
+    if (STATS && smem < (size_t)4 * IG_BM * 2 * sizeof(double))
+        smem = (size_t)4 * IG_BM * 2 * sizeof(double);
     /* set on every call: cheap, and it holds for the current device */
-    cudaError_t st = cudaFuncSetAttribute(k_ig_conv<MODE, XSRC, SHAPE, STAGES, FAST>,
+    cudaError_t st = cudaFuncSetAttribute(k_ig_conv<MODE, XSRC, SHAPE, STAGES, FAST, STATS>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (st != cudaSuccess) return choir_cuda_fail(err, st, "implicit conv shared memory");
     const int64_t ttiles = (a.Tout + IG_BN(SHAPE) - 1) / IG_BN(SHAPE);
     dim3 grid((unsigned)(ttiles * a.mtiles), 1, (unsigned)B);
-    k_ig_conv<MODE, XSRC, SHAPE, STAGES, FAST>
-        <<<grid, IG_THREADS(MODE, SHAPE), smem, cu->stream>>>(a);
+    if constexpr (STATS)
+        k_ig_conv<MODE, XSRC, SHAPE, STAGES, FAST, true>
+            <<<grid, IG_THREADS(MODE, SHAPE), smem, cu->stream>>>(a);
+    else
+        k_ig_conv<MODE, XSRC, SHAPE, STAGES, FAST, false>
+            <<<grid, IG_THREADS(MODE, SHAPE), smem, cu->stream>>>(static_cast<const ig_base &>(a));
     return choir_cuda_check_launch(err, "implicit conv1d");
 }
 
 /* the instantiations a plan can ask for: tf32x3 keeps the default shape and
- * sinf; the SFU's sin only where the staging applies Snake */
-template <int MODE, int XSRC>
+ * sinf; the SFU's sin only where the staging applies Snake; STATS (the
+ * epilogue's AdaIN statistics) only where the fused operation asks */
+template <int MODE, int XSRC, bool STATS>
 static int ig_pick(const ig_args &a, int64_t B, const ig_plan &p, choir_cuda *cu, choir_err *err) {
     constexpr int D = IG_SHAPE_DEFAULT, W = IG_SHAPE_WIDE;
     if constexpr (MODE == IG_TF32X3) {
         if constexpr (XSRC == IG_X_PRE)
-            return p.stages == 3 ? ig_go<MODE, XSRC, D, 3, false>(a, B, p.smem, cu, err)
-                                 : ig_go<MODE, XSRC, D, 2, false>(a, B, p.smem, cu, err);
+            return p.stages == 3 ? ig_go<MODE, XSRC, D, 3, false, STATS>(a, B, p.smem, cu, err)
+                                 : ig_go<MODE, XSRC, D, 2, false, STATS>(a, B, p.smem, cu, err);
         else
-            return ig_go<MODE, XSRC, D, 2, false>(a, B, p.smem, cu, err);
+            return ig_go<MODE, XSRC, D, 2, false, STATS>(a, B, p.smem, cu, err);
     } else if constexpr (XSRC == IG_X_PRE) {
         if (p.shape == W)
-            return p.stages == 3 ? ig_go<MODE, XSRC, W, 3, false>(a, B, p.smem, cu, err)
-                                 : ig_go<MODE, XSRC, W, 2, false>(a, B, p.smem, cu, err);
-        return p.stages == 3 ? ig_go<MODE, XSRC, D, 3, false>(a, B, p.smem, cu, err)
-                             : ig_go<MODE, XSRC, D, 2, false>(a, B, p.smem, cu, err);
+            return p.stages == 3 ? ig_go<MODE, XSRC, W, 3, false, STATS>(a, B, p.smem, cu, err)
+                                 : ig_go<MODE, XSRC, W, 2, false, STATS>(a, B, p.smem, cu, err);
+        return p.stages == 3 ? ig_go<MODE, XSRC, D, 3, false, STATS>(a, B, p.smem, cu, err)
+                             : ig_go<MODE, XSRC, D, 2, false, STATS>(a, B, p.smem, cu, err);
     } else if constexpr (XSRC == IG_X_PRO) {
         if (p.shape == W)
-            return p.fast ? ig_go<MODE, XSRC, W, 3, true>(a, B, p.smem, cu, err)
-                          : ig_go<MODE, XSRC, W, 3, false>(a, B, p.smem, cu, err);
-        return p.fast ? ig_go<MODE, XSRC, D, 2, true>(a, B, p.smem, cu, err)
-                      : ig_go<MODE, XSRC, D, 2, false>(a, B, p.smem, cu, err);
+            return p.fast ? ig_go<MODE, XSRC, W, 3, true, STATS>(a, B, p.smem, cu, err)
+                          : ig_go<MODE, XSRC, W, 3, false, STATS>(a, B, p.smem, cu, err);
+        return p.fast ? ig_go<MODE, XSRC, D, 2, true, STATS>(a, B, p.smem, cu, err)
+                      : ig_go<MODE, XSRC, D, 2, false, STATS>(a, B, p.smem, cu, err);
     } else {
-        return p.shape == W ? ig_go<MODE, XSRC, W, 3, false>(a, B, p.smem, cu, err)
-                            : ig_go<MODE, XSRC, D, 2, false>(a, B, p.smem, cu, err);
+        return p.shape == W ? ig_go<MODE, XSRC, W, 3, false, STATS>(a, B, p.smem, cu, err)
+                            : ig_go<MODE, XSRC, D, 2, false, STATS>(a, B, p.smem, cu, err);
     }
 }
 
 template <int XSRC>
 static int ig_launch_x(choir_cuda *cu, int mode, const ig_args &a, int64_t B, choir_err *err) {
     const ig_plan p = ig_plan_for(cu, mode, XSRC, a.K, a.dil);
-    if (mode == IG_BF16) return ig_pick<IG_BF16, XSRC>(a, B, p, cu, err);
-    if (mode == IG_TF32) return ig_pick<IG_TF32, XSRC>(a, B, p, cu, err);
-    return ig_pick<IG_TF32X3, XSRC>(a, B, p, cu, err);
+    if constexpr (XSRC != IG_X_PLAIN) {
+        if (a.stats) {
+            if (mode == IG_BF16) return ig_pick<IG_BF16, XSRC, true>(a, B, p, cu, err);
+            if (mode == IG_TF32) return ig_pick<IG_TF32, XSRC, true>(a, B, p, cu, err);
+            return ig_pick<IG_TF32X3, XSRC, true>(a, B, p, cu, err);
+        }
+    } else if (a.stats) {
+        return choir_err_set(err, CHOIR_EINVAL, "cuda: implicit conv1d: statistics asked of a "
+                                                "plain convolution");
+    }
+    if (mode == IG_BF16) return ig_pick<IG_BF16, XSRC, false>(a, B, p, cu, err);
+    if (mode == IG_TF32) return ig_pick<IG_TF32, XSRC, false>(a, B, p, cu, err);
+    return ig_pick<IG_TF32X3, XSRC, false>(a, B, p, cu, err);
 }
 
 int ig_launch(choir_cuda *cu, int mode, int xsrc, const ig_args &a, int64_t B, choir_err *err) {

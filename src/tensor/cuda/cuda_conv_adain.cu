@@ -113,20 +113,39 @@ __global__ void k_ig_stats(const float *__restrict__ x, int64_t C, int64_t T,
     }
 }
 
-/* One thread per (item, channel): the segments summed in order, then the
- * AdaIN and Snake coefficients. */
-__global__ void k_ig_coef(const double2 *__restrict__ part, int S, int64_t rows, int64_t C,
+/* A row's sums of its S parts (pairs of doubles: sum, sum of squares) into
+ * mean and variance (k_ig_coef's arithmetic), then the AdaIN and Snake
+ * coefficients (coef NULL: none) and the moments (mv NULL: none). WARP:
+ * a warp per (item, channel), lane l summing parts l, l + 32, ... in order,
+ * the lanes added by xor shuffles (the per-128-frame partials of
+ * choir_cuda_adain_stats or of the producing convolution, hundreds a row);
+ * else a thread per row, the parts in order (k_ig_stats's few segments, the
+ * sums bit for bit as before). */
+template <bool WARP>
+__global__ void k_ig_coef(const double *__restrict__ part, int64_t S, int64_t rows, int64_t C,
                           int64_t T, const int32_t *lens, choir_cuda_adain_snake p,
-                          float *__restrict__ coef) {
-    int64_t row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (row >= rows) return;
+                          float *__restrict__ coef, double *__restrict__ mv) {
+    const int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t row = WARP ? id >> 5 : id;
+    const int lane = WARP ? (int)(threadIdx.x & 31) : 0;
+    if (row >= rows) return; /* WARP: a warp's lanes share the row */
     const int64_t b = row / C, c = row % C;
     int64_t n = lens ? (int64_t)lens[b] : T;
     n = n < 0 ? 0 : (n > T ? T : n);
     double s = 0, q = 0;
-    for (int i = 0; i < S; i++) s += part[row * S + i].x, q += part[row * S + i].y;
+    for (int64_t i = lane; i < S; i += WARP ? 32 : 1)
+        s += part[(row * S + i) * 2], q += part[(row * S + i) * 2 + 1];
+    if constexpr (WARP) {
+        for (int o = 16; o > 0; o >>= 1) {
+            s += __shfl_xor_sync(0xffffffffu, s, o);
+            q += __shfl_xor_sync(0xffffffffu, q, o);
+        }
+        if (lane) return;
+    }
     double mean = n > 0 ? s / (double)n : 0.0, var = n > 0 ? q / (double)n - mean * mean : 0.0;
     if (var < 0) var = 0;
+    if (mv) mv[row * 2] = mean, mv[row * 2 + 1] = var;
+    if (!coef) return;
     float a = 1.0f / sqrtf((float)var + p.eps), bb = 0.0f;
     if (p.norm_w) a *= p.norm_w[c];
     if (p.norm_b) bb = p.norm_b[c];
@@ -142,6 +161,86 @@ __global__ void k_ig_coef(const double2 *__restrict__ part, int S, int64_t rows,
     cf[7] = 0.0f;
 }
 
+/* choir_cuda_adain_stats: a warp per (row, 128-frame tile), lane l summing
+ * frames l, l + 32, l + 64, l + 96 of the tile in order (those below the
+ * item's length), the lanes added by xor shuffles; lane 0 writes the slot. */
+__global__ void k_ig_stats_part(const float *__restrict__ x, int64_t C, int64_t T,
+                                const int32_t *lens, int64_t rows, double *__restrict__ part) {
+    const int64_t ntiles = IG_STAT_TILES(T);
+    const int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (w >= rows * ntiles) return;
+    const int64_t row = w / ntiles, tile = w % ntiles, b = row / C;
+    int64_t n = lens ? (int64_t)lens[b] : T;
+    n = n < 0 ? 0 : (n > T ? T : n);
+    const float *xr = x + row * T;
+    double s = 0, q = 0;
+#pragma unroll
+    for (int k = 0; k < IG_STAT_FRAMES / 32; k++) {
+        const int64_t t = tile * IG_STAT_FRAMES + k * 32 + lane;
+        if (t < n) {
+            const double v = xr[t];
+            s += v;
+            q += v * v;
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        s += __shfl_xor_sync(0xffffffffu, s, o);
+        q += __shfl_xor_sync(0xffffffffu, q, o);
+    }
+    if (lane == 0) part[w * 2] = s, part[w * 2 + 1] = q;
+}
+
+int64_t choir_cuda_adain_stat_tiles(int64_t T) { return T > 0 ? IG_STAT_TILES(T) : 0; }
+
+int choir_cuda_adain_stats(choir_cuda *cu, const float *x, int64_t B, int64_t C, int64_t T,
+                           const int32_t *lens, double *part, choir_err *err) {
+    if (!cu || !x || !part || B < 1 || C < 1 || T < 1)
+        return choir_err_set(err, CHOIR_EINVAL, "cuda: adain_stats of B %lld, C %lld, T %lld",
+                             (long long)B, (long long)C, (long long)T);
+    const int64_t warps = B * C * IG_STAT_TILES(T);
+    k_ig_stats_part<<<choir_cuda_blocks(warps * 32, 256), 256, 0, cu->stream>>>(x, C, T, lens,
+                                                                               B * C, part);
+    return choir_cuda_check_launch(err, "adain statistics partials");
+}
+
+/* The statistics' segments of choir_cuda_conv1d_adain_snake's own pass:
+ * enough blocks to fill the device, each at least 2048 samples. */
+static int64_t ig_stat_segments(const choir_cuda *cu, int64_t rows, int64_t T) {
+    const int64_t want = 4 * (int64_t)(cu->props.sm_count > 0 ? cu->props.sm_count : 132);
+    int64_t S = (want + rows - 1) / rows;
+    if (S > (T + 2047) / 2048) S = (T + 2047) / 2048;
+    if (S < 1) S = 1;
+    if (S > 1024) S = 1024;
+    return S;
+}
+
+int choir_cuda_adain_moments(choir_cuda *cu, const float *x, int64_t B, int64_t C, int64_t T,
+                             const int32_t *lens, const double *part, double *mean_var,
+                             choir_err *err) {
+    if (!cu || (!x && !part) || !mean_var || B < 1 || C < 1 || T < 1)
+        return choir_err_set(err, CHOIR_EINVAL, "cuda: adain_moments of B %lld, C %lld, T %lld",
+                             (long long)B, (long long)C, (long long)T);
+    const int64_t rows = B * C;
+    choir_cuda_adain_snake none;
+    memset(&none, 0, sizeof none);
+    if (part) {
+        k_ig_coef<true><<<choir_cuda_blocks(rows * 32, 256), 256, 0, cu->stream>>>(
+            part, IG_STAT_TILES(T), rows, C, T, lens, none, NULL, mean_var);
+        return choir_cuda_check_launch(err, "adain moments from partials");
+    }
+    const int64_t S = ig_stat_segments(cu, rows, T), seg = (T + S - 1) / S;
+    double2 *sp = (double2 *)choir_cuda_scratch(cu, (size_t)(rows * S) * sizeof(double2), err);
+    if (!sp) return err ? err->code : CHOIR_ENOMEM;
+    k_ig_stats<<<dim3((unsigned)rows, (unsigned)S), 256, 0, cu->stream>>>(x, C, T, lens, (int)S,
+                                                                           seg, sp);
+    int rc = choir_cuda_check_launch(err, "adain statistics");
+    if (rc) return rc;
+    k_ig_coef<false><<<choir_cuda_blocks(rows, 256), 256, 0, cu->stream>>>(
+        (const double *)sp, S, rows, C, T, lens, none, NULL, mean_var);
+    return choir_cuda_check_launch(err, "adain moments");
+}
+
 static size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
 /* The prepass path of choir_cuda_conv1d_adain_snake: items in groups whose
@@ -152,8 +251,9 @@ static int ig_prepass_conv(choir_cuda *cu, int mode, ig_args a, int64_t B, int64
                            choir_err *err) {
     const bool fast = (cu->conv_opts & CHOIR_CUDA_CONV_FAST_SIN) && mode != IG_TF32X3;
     const int64_t Cin = a.Cin, T = a.T, Cout = a.Cout, Tout = a.Tout;
-    const int32_t *out_lens = a.out_lens;
+    const int32_t *out_lens = a.out_lens, *stats_lens = a.stats_lens;
     const float *residual = a.residual;
+    double *stats = a.stats;
     float *y = a.y;
     void (*prep)(const float *, const float *, const int32_t *, int64_t, int64_t, int, void *) =
         mode == IG_BF16   ? (fast ? k_ig_prepass<IG_BF16, true> : k_ig_prepass<IG_BF16, false>)
@@ -169,6 +269,8 @@ static int ig_prepass_conv(choir_cuda *cu, int mode, ig_args a, int64_t B, int64
         if (rc) return rc;
         a.xp = xp;
         a.out_lens = out_lens ? out_lens + g0 : NULL;
+        a.stats = stats ? stats + g0 * Cout * IG_STAT_TILES(Tout) * 2 : NULL;
+        a.stats_lens = stats_lens ? stats_lens + g0 : NULL;
         a.residual = residual ? residual + g0 * Cout * Tout : NULL;
         a.y = y + g0 * Cout * Tout;
         if ((rc = ig_launch(cu, mode, IG_X_PRE, a, gb, err))) return rc;
@@ -182,6 +284,18 @@ int choir_cuda_conv1d_adain_snake(choir_cuda *cu, const float *x, int64_t B, int
                                   int64_t kernel, int padding, int dilation,
                                   const int32_t *out_lens, const float *residual, float *y,
                                   choir_err *err) {
+    return choir_cuda_conv1d_adain_snake_stats(cu, x, B, Cin, T, pre, weight, bias, Cout, kernel,
+                                               padding, dilation, out_lens, residual, y, NULL,
+                                               NULL, err);
+}
+
+int choir_cuda_conv1d_adain_snake_stats(choir_cuda *cu, const float *x, int64_t B, int64_t Cin,
+                                        int64_t T, const choir_cuda_adain_snake *pre,
+                                        choir_cuda_conv_weight weight, const float *bias,
+                                        int64_t Cout, int64_t kernel, int padding, int dilation,
+                                        const int32_t *out_lens, const float *residual, float *y,
+                                        double *stats_out, const int32_t *stats_lens,
+                                        choir_err *err) {
     if (!cu || !x || !pre || !pre->gb || !pre->alpha || !weight.w || !y || B < 1 || Cin < 1 ||
         T < 1 || Cout < 1 || kernel < 1 || padding < 0 || dilation < 1 ||
         B * Cin > INT32_MAX)
@@ -196,14 +310,10 @@ int choir_cuda_conv1d_adain_snake(choir_cuda *cu, const float *x, int64_t B, int
                              "path asked for",
                              (long long)kernel, dilation);
     const int mode = ig_mode(cu, weight), CK = mode == IG_BF16 ? 16 : 8;
-    /* statistics: enough blocks to fill the device, each at least 2048 samples */
+    /* statistics: x's partials when given (pre->part), else one pass here */
     const int64_t rows = B * Cin;
-    const int64_t want = 4 * (int64_t)(cu->props.sm_count > 0 ? cu->props.sm_count : 132);
-    int64_t S = (want + rows - 1) / rows;
-    if (S > (T + 2047) / 2048) S = (T + 2047) / 2048;
-    if (S < 1) S = 1;
-    if (S > 1024) S = 1024;
-    const int64_t seg = (T + S - 1) / S;
+    const int64_t S = pre->part ? 0 : ig_stat_segments(cu, rows, T);
+    const int64_t seg = pre->part ? 0 : (T + S - 1) / S;
     /* the prepass's group: its frames within the context's bytes, its grid's
      * y (items x chunks) within 65535 */
     const bool prepass = (cu->conv_opts & CHOIR_CUDA_CONV_PREPASS) != 0;
@@ -222,17 +332,23 @@ int choir_cuda_conv1d_adain_snake(choir_cuda *cu, const float *x, int64_t B, int
     if (!scr) return err ? err->code : CHOIR_ENOMEM;
     double2 *part = (double2 *)(scr + pack);
     float *coef = (float *)(scr + pack + parts);
-    k_ig_stats<<<dim3((unsigned)rows, (unsigned)S), 256, 0, cu->stream>>>(x, Cin, T, pre->lens,
-                                                                           (int)S, seg, part);
-    int rc = choir_cuda_check_launch(err, "adain statistics");
-    if (rc) return rc;
-    k_ig_coef<<<choir_cuda_blocks(rows, 256), 256, 0, cu->stream>>>(part, (int)S, rows, Cin, T,
-                                                                    pre->lens, *pre, coef);
+    int rc;
+    if (pre->part) {
+        k_ig_coef<true><<<choir_cuda_blocks(rows * 32, 256), 256, 0, cu->stream>>>(
+            pre->part, IG_STAT_TILES(T), rows, Cin, T, pre->lens, *pre, coef, NULL);
+    } else {
+        k_ig_stats<<<dim3((unsigned)rows, (unsigned)S), 256, 0, cu->stream>>>(
+            x, Cin, T, pre->lens, (int)S, seg, part);
+        if ((rc = choir_cuda_check_launch(err, "adain statistics"))) return rc;
+        k_ig_coef<false><<<choir_cuda_blocks(rows, 256), 256, 0, cu->stream>>>(
+            (const double *)part, S, rows, Cin, T, pre->lens, *pre, coef, NULL);
+    }
     if ((rc = choir_cuda_check_launch(err, "adain coefficients"))) return rc;
     ig_args a;
     rc = ig_setup(cu, mode, B, Cin, T, weight, Cout, kernel, padding, dilation, scr, &a, err);
     if (rc || a.Tout <= 0) return rc;
     a.bias = bias, a.out_lens = out_lens, a.residual = residual, a.y = y;
+    a.stats = stats_out, a.stats_lens = stats_lens;
     if (prepass)
         return ig_prepass_conv(cu, mode, a, B, group, x, pre->lens, coef,
                                scr + pack + parts + coefs, err);

@@ -11,6 +11,8 @@
 
 #include <stdint.h>
 
+#include <type_traits>
+
 #define IG_BM 128
 #define IG_HALO_MAX 64
 #define IG_K_MAX 16
@@ -37,7 +39,9 @@ enum { IG_X_PLAIN = 0, IG_X_PRO = 1, IG_X_PRE = 2 };
  * cp.async and frames outside [0, T) as zero fill. */
 #define IG_XP_FRAME 32
 
-struct ig_args {
+/* The kernel's argument without the epilogue's statistics (the kernels
+ * that do not take them keep exactly this argument). */
+struct ig_base {
     const float *x;        /* [B, Cin, T] (PLAIN, PRO) */
     const void *xp;        /* [B][nchunk][T][IG_XP_FRAME bytes] (PRE) */
     const void *wp;        /* packed weight [Mpad][nchunk][K][CK] */
@@ -49,6 +53,22 @@ struct ig_args {
     int64_t Cin, T, Cout, Tout;
     int K, dil, pad, nchunk, mtiles;
 };
+
+/* The host's arguments, and the argument of the kernels with statistics:
+ * AdaIN statistics of y for the operation that reads it next (NULL: none,
+ * the kernel without them runs): [B][Cout][IG_STAT_TILES(Tout)][2] doubles,
+ * the sum and the sum of squares of the values y holds at frames t <
+ * stats_lens[b] (clamped to [0, Tout]; NULL: all Tout) within each
+ * IG_STAT_FRAMES-frame tile. */
+struct ig_args : ig_base {
+    double *stats;
+    const int32_t *stats_lens;
+};
+
+/* The statistics' frame tile: one slot per (item, channel, 128 frames),
+ * whatever the block's shape (the wide shape's 256 frames fill two). */
+#define IG_STAT_FRAMES 128
+#define IG_STAT_TILES(T) (((T) + IG_STAT_FRAMES - 1) / IG_STAT_FRAMES)
 
 /* AdaIN's affine as choir_cuda_adain computes it, then Snake as
  * choir_cuda_snake: cf = {mean, a, bb, gamma, beta, alpha, 1 / alpha}. */

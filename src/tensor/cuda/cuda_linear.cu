@@ -751,14 +751,22 @@ choir_cuda_linear_path choir_cuda_linear_path_for(int64_t M, const choir_cuda_we
 }
 
 /* Row-major y[M,N] = x[M,K] * W[N,K]^T in cuBLAS's column-major terms:
- * y^T = W * x^T, with W read transposed. */
+ * y^T = W * x^T, with W read transposed. f32 operands in a TF32 context ask
+ * for TF32 by the compute type itself (CUBLAS_COMPUTE_32F_FAST_TF32) rather
+ * than trusting the handle's math mode to reach cublasGemmEx, so that the
+ * context's TF32 mode certainly covers these products (Kokoro's ALBERT, the
+ * f32 linears of every model in a tf32 / bf16-tf32 run); outside TF32 mode
+ * they stay true f32 (CUBLAS_COMPUTE_32F, the default math mode). */
 static int gemm_xwt(choir_cuda *cu, const void *x, const void *W, cudaDataType_t in_type,
                     int64_t M, int64_t N, int64_t K, void *y, choir_err *err, float beta = 0.0f,
                     cudaDataType_t y_type = CUDA_R_32F) {
     const float one = 1.0f;
+    const cublasComputeType_t ct = in_type == CUDA_R_32F && cu->tf32
+                                       ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                       : CUBLAS_COMPUTE_32F;
     cublasStatus_t st = cublasGemmEx(cu->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)M, (int)K,
                                      &one, W, in_type, (int)K, x, in_type, (int)K, &beta, y,
-                                     y_type, (int)N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                                     y_type, (int)N, ct, CUBLAS_GEMM_DEFAULT);
     return st == CUBLAS_STATUS_SUCCESS ? 0 : choir_cuda_blas_fail(err, st, "GemmEx");
 }
 

@@ -13,6 +13,8 @@
 //
 //   conv_emu MODE(0 bf16, 1 tf32, 2 tf32x3) PRO B CIN COUT T K DIL RESIDUAL
 #define CHOIR_IG_EMU 1
+#include <algorithm>
+
 #include "warp_emu.h"
 
 alignas(16) static unsigned char g_emu_smem[232448];
@@ -74,6 +76,9 @@ template <int MODE> static inline void mma(float *c, const uint32_t *a, const ui
     else mma_tf32(c, a, b);
 }
 
+// the epilogue's AdaIN statistics shuffle doubles
+static inline double __shfl_xor_sync(unsigned, double v, int o) { return xch(v, Ln() ^ o); }
+
 #include "tensor/cuda/cuda_conv.cu"
 #include "tensor/cuda/cuda_conv_adain.cu"
 
@@ -98,7 +103,11 @@ static bool conf_applies(int mode, bool pro, int v) {
 
 template <int MODE, int XSRC, int SHAPE, int STAGES, bool FAST> static void conv(const ig_args &a, int B) {
     const int64_t tt = (a.Tout + IG_BN(SHAPE) - 1) / IG_BN(SHAPE);
-    launch({(int)(tt * a.mtiles), 1, B}, IG_THREADS(MODE, SHAPE), [&] { k_ig_conv<MODE, XSRC, SHAPE, STAGES, FAST>(a); });
+    if (a.stats)
+        launch({(int)(tt * a.mtiles), 1, B}, IG_THREADS(MODE, SHAPE), [&] { k_ig_conv<MODE, XSRC, SHAPE, STAGES, FAST, true>(a); });
+    else
+        launch({(int)(tt * a.mtiles), 1, B}, IG_THREADS(MODE, SHAPE),
+               [&] { k_ig_conv<MODE, XSRC, SHAPE, STAGES, FAST, false>(static_cast<const ig_base &>(a)); });
 }
 
 template <int MODE, bool FAST> static void prepass(const ig_args &a, int B, void *xp) {
@@ -178,18 +187,43 @@ int main(int argc, char **argv) {
     else if (mode == IG_TF32) k_ig_pack<IG_TF32>(w.data(), Cout, Cin, K, nchunk, npack, wp.data());
     else k_ig_pack<IG_TF32X3>(w.data(), Cout, Cin, K, nchunk, npack, wp.data());
 
-    // y[v]: configuration v (those that apply)
+    // y[v]: configuration v (those that apply), each with the pre-activation also writing the
+    // epilogue's AdaIN statistics st[v] over stats_lens (past Tout for item 0: clamped; shorter
+    // than out_lens for the others), slots starting as NaN
     std::vector<float> y[NCONF];
+    const int64_t stiles = IG_STAT_TILES(Tout);
+    std::vector<double> st[NCONF];
+    std::vector<int32_t> stats_lens(B);
+    for (int b = 0; b < B; b++) stats_lens[b] = b == 0 ? Tout + 7 : (out_lens[b] > 5 ? out_lens[b] - 5 : 0);
     std::vector<uint32_t> xp((size_t)B * nchunk * T * IG_XP_FRAME / 4, 0xdeadbeefu);
     for (int v = 0; v < NCONF; v++) {
         if (!conf_applies(mode, pro, v)) continue;
         y[v] = has_res ? res : std::vector<float>(res.size(), NAN);
-        ig_args a = {x.data(), nullptr, wp.data(), bias.data(), out_lens.data(), pro ? in_lens.data() : nullptr,
-                     pro ? coef.data() : nullptr, has_res ? y[v].data() : nullptr, y[v].data(),
-                     Cin, T, Cout, Tout, K, dil, pad, nchunk, mtiles};
+        ig_args a = {};
+        static_cast<ig_base &>(a) = {x.data(), nullptr, wp.data(), bias.data(), out_lens.data(),
+                                     pro ? in_lens.data() : nullptr, pro ? coef.data() : nullptr,
+                                     has_res ? y[v].data() : nullptr, y[v].data(),
+                                     Cin, T, Cout, Tout, K, dil, pad, nchunk, mtiles};
+        // the statistics where the fused operation asks for them (its input has AdaIN)
+        st[v].assign((size_t)B * Cout * stiles * 2, NAN);
+        if (pro) a.stats = st[v].data(), a.stats_lens = stats_lens.data();
         if (mode == IG_BF16) pro ? run<IG_BF16, true>(a, B, v, xp) : run<IG_BF16, false>(a, B, v, xp);
         else if (mode == IG_TF32) pro ? run<IG_TF32, true>(a, B, v, xp) : run<IG_TF32, false>(a, B, v, xp);
         else pro ? run<IG_TF32X3, true>(a, B, v, xp) : run<IG_TF32X3, false>(a, B, v, xp);
+    }
+    // the default configuration without the statistics (the kernel as before them): the same
+    // bits as with them
+    long nostats_differ = 0;
+    if (pro) {
+        std::vector<float> y0 = has_res ? res : std::vector<float>(res.size(), NAN);
+        ig_args a = {};
+        static_cast<ig_base &>(a) = {x.data(), nullptr, wp.data(), bias.data(), out_lens.data(),
+                                     in_lens.data(), coef.data(), has_res ? y0.data() : nullptr,
+                                     y0.data(), Cin, T, Cout, Tout, K, dil, pad, nchunk, mtiles};
+        if (mode == IG_BF16) run<IG_BF16, true>(a, B, 0, xp);
+        else if (mode == IG_TF32) run<IG_TF32, true>(a, B, 0, xp);
+        else run<IG_TF32X3, true>(a, B, 0, xp);
+        for (size_t i = 0; i < y0.size(); i++) nostats_differ += __float_as_uint(y0[i]) != __float_as_uint(y[0][i]);
     }
     // the reference: the kernels' staged operands (pre-activation as adain_snake, the mode's
     // rounding; tf32x3 exact), summed in double
@@ -231,12 +265,35 @@ int main(int argc, char **argv) {
                     if (v && !conf_fast(v) && __float_as_uint(y[0][i]) != __float_as_uint(y[v][i])) differ++;
                 }
             }
+    // the statistics against double sums of the values each configuration stored (the same
+    // doubles in another order: relative 1e-12 at most)
+    double st_err = 0;
+    long st_unset = 0;
+    for (int v = 0; v < NCONF && pro; v++) {
+        if (!conf_applies(mode, pro, v)) continue;
+        for (int b = 0; b < B; b++) {
+            const int64_t n = std::min<int64_t>(std::max<int64_t>(stats_lens[b], 0), Tout);
+            for (int co = 0; co < Cout; co++)
+                for (int64_t i = 0; i < stiles; i++) {
+                    double rs = 0, rq = 0, as = 0, aq = 0;
+                    for (int64_t t = i * IG_STAT_FRAMES; t < (i + 1) * IG_STAT_FRAMES && t < n; t++) {
+                        const double e = y[v][((size_t)b * Cout + co) * Tout + t];
+                        rs += e, rq += e * e, as += fabs(e), aq += e * e;
+                    }
+                    const double *g = &st[v][(((size_t)b * Cout + co) * stiles + i) * 2];
+                    if (!std::isfinite(g[0]) || !std::isfinite(g[1])) { st_unset++; continue; }
+                    st_err = std::max(st_err, fabs(g[0] - rs) / (as > 0 ? as : 1));
+                    st_err = std::max(st_err, fabs(g[1] - rq) / (aq > 0 ? aq : 1));
+                }
+        }
+    }
     static const char *names[] = {"bf16", "tf32", "tf32x3"};
     double d = den > 0 ? den : 1;
     printf("conv %-6s pro=%d B=%d %d->%d T=%d k%d d%d res=%d: differ from v1 in %ld of %ld; rel_l2",
            names[mode], pro, B, Cin, Cout, T, K, dil, has_res, differ, same_total);
     for (int v = 0; v < NCONF; v++)
         if (conf_applies(mode, pro, v)) printf(" %s%s %.3e", conf_name[v], conf_fast(v) ? "(fast)" : "", sqrt(num[v] / d));
-    printf(" unwritten %ld\n", unwritten);
+    printf(" stats_err %.3e stats_unset %ld nostats_differ %ld unwritten %ld\n", st_err, st_unset,
+           nostats_differ, unwritten);
     return 0;
 }

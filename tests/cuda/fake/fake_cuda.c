@@ -1505,6 +1505,66 @@ FAKE_WEAK int choir_cuda_conv1d_adain_snake(choir_cuda *cu, const float *x, int6
     (void)Cout, (void)kernel, (void)padding, (void)dilation, (void)out_lens, (void)residual, (void)y;
     return choir_err_set(err, CHOIR_EUNSUPPORTED, "fake cuda: conv1d_adain_snake not emulated");
 }
+FAKE_WEAK int choir_cuda_conv1d_adain_snake_stats(
+    choir_cuda *cu, const float *x, int64_t B, int64_t Cin, int64_t T,
+    const choir_cuda_adain_snake *pre, choir_cuda_conv_weight weight, const float *bias,
+    int64_t Cout, int64_t kernel, int padding, int dilation, const int32_t *out_lens,
+    const float *residual, float *y, double *stats_out, const int32_t *stats_lens,
+    choir_err *err) {
+    (void)stats_out, (void)stats_lens;
+    return choir_cuda_conv1d_adain_snake(cu, x, B, Cin, T, pre, weight, bias, Cout, kernel,
+                                         padding, dilation, out_lens, residual, y, err);
+}
+/* AdaIN's statistics partials and moments on the host (device memory is
+ * host memory here): the sums of choir/cuda_audio.h, in frame order. */
+int64_t choir_cuda_adain_stat_tiles(int64_t T) { return T > 0 ? (T + 127) / 128 : 0; }
+int choir_cuda_adain_stats(choir_cuda *cu, const float *x, int64_t B, int64_t C, int64_t T,
+                           const int32_t *lens, double *part, choir_err *err) {
+    (void)cu, (void)err;
+    const int64_t tiles = choir_cuda_adain_stat_tiles(T);
+    for (int64_t b = 0; b < B; b++) {
+        int64_t n = lens ? lens[b] : T;
+        n = n < 0 ? 0 : (n > T ? T : n);
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t i = 0; i < tiles; i++) {
+                double s = 0, q = 0;
+                for (int64_t t = 128 * i; t < 128 * i + 128 && t < n; t++) {
+                    const double v = x[(b * C + c) * T + t];
+                    s += v, q += v * v;
+                }
+                part[((b * C + c) * tiles + i) * 2] = s;
+                part[((b * C + c) * tiles + i) * 2 + 1] = q;
+            }
+    }
+    return 0;
+}
+int choir_cuda_adain_moments(choir_cuda *cu, const float *x, int64_t B, int64_t C, int64_t T,
+                             const int32_t *lens, const double *part, double *mean_var,
+                             choir_err *err) {
+    (void)cu, (void)err;
+    const int64_t tiles = choir_cuda_adain_stat_tiles(T);
+    for (int64_t b = 0; b < B; b++) {
+        int64_t n = lens ? lens[b] : T;
+        n = n < 0 ? 0 : (n > T ? T : n);
+        for (int64_t c = 0; c < C; c++) {
+            double s = 0, q = 0;
+            if (part) {
+                for (int64_t i = 0; i < tiles; i++)
+                    s += part[((b * C + c) * tiles + i) * 2],
+                        q += part[((b * C + c) * tiles + i) * 2 + 1];
+            } else {
+                for (int64_t t = 0; t < n; t++) {
+                    const double v = x[(b * C + c) * T + t];
+                    s += v, q += v * v;
+                }
+            }
+            double mean = n > 0 ? s / (double)n : 0.0, var = n > 0 ? q / (double)n - mean * mean : 0.0;
+            mean_var[(b * C + c) * 2] = mean;
+            mean_var[(b * C + c) * 2 + 1] = var < 0 ? 0 : var;
+        }
+    }
+    return 0;
+}
 FAKE_WEAK int choir_cuda_add_scale(choir_cuda *cu, const float *a, const float *b, float *y, int64_t n,
                          float scale, choir_err *err) {
     (void)cu, (void)a, (void)b, (void)y, (void)n, (void)scale;

@@ -93,7 +93,20 @@ int choir_cuda_conv1d_adain_snake(choir_cuda *cu, const float *x, int64_t B, int
                                   int64_t kernel, int padding, int dilation,
                                   const int32_t *out_lens, const float *residual, float *y,
                                   choir_err *err) {
-    (void)cu;
+    return choir_cuda_conv1d_adain_snake_stats(cu, x, B, Cin, T, pre, weight, bias, Cout, kernel,
+                                               padding, dilation, out_lens, residual, y, NULL,
+                                               NULL, err);
+}
+
+/* The statistics partials by fake_cuda.c's host pass over y (pre->part is
+ * not read: the CPU operation takes its own statistics). */
+int choir_cuda_conv1d_adain_snake_stats(choir_cuda *cu, const float *x, int64_t B, int64_t Cin,
+                                        int64_t T, const choir_cuda_adain_snake *pre,
+                                        choir_cuda_conv_weight weight, const float *bias,
+                                        int64_t Cout, int64_t kernel, int padding, int dilation,
+                                        const int32_t *out_lens, const float *residual, float *y,
+                                        double *stats_out, const int32_t *stats_lens,
+                                        choir_err *err) {
     float *tmp;
     choir_weight w = conv_w(weight, Cout, Cin * kernel, &tmp);
     if (!w.data) return choir_err_set(err, CHOIR_ENOMEM, "fake cuda: conv weight");
@@ -116,6 +129,7 @@ int choir_cuda_conv1d_adain_snake(choir_cuda *cu, const float *x, int64_t B, int
     if (residual) free(prod);
     free(tmp);
     if (!ok) return choir_err_set(err, CHOIR_ENOMEM, "fake cuda: conv1d_adain_snake");
+    if (stats_out) choir_cuda_adain_stats(cu, y, B, Cout, Tout, stats_lens, stats_out, err);
     return done(err);
 }
 
