@@ -276,7 +276,10 @@ int choir_cuda_linear_ex(choir_cuda *cu, const float *x, int64_t M, const choir_
 /* y += x W^T + bias on the skinny tensor-core path (the rows a batched
  * decode step's o and down projections take): the same floats as
  * choir_cuda_linear into a buffer and an add, without the buffer's pass.
- * _ok: whether M rows of W at x take that path (x 16-byte aligned). */
+ * _ok: whether M rows of W at x take that path (x 16-byte aligned) and the
+ * switch is on (CHOIR_CUDA_SKINNY_ACC=1, read once, or _set: 1 on, 0 off,
+ * -1 from the environment; off by default, NOT RUN ON A GPU). */
+void choir_cuda_skinny_acc_set(int on);
 bool choir_cuda_linear_skinny_acc_ok(int64_t M, const float *x, const choir_cuda_weight *W);
 int choir_cuda_linear_skinny_acc(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,
                                  const float *bias, float *y, choir_err *err);
@@ -706,6 +709,14 @@ int choir_cuda_act(choir_cuda *cu, int act, float *x, int64_t n, choir_err *err)
  * the sum of squares in double. y may equal x. */
 int choir_cuda_rms_norm(choir_cuda *cu, const float *x, float *y, int64_t rows, int64_t dim,
                         const float *gamma, float eps, choir_err *err);
+/* The block kernel of choir_cuda_rms_norm (rows above 2048 values) with a
+ * row's values loaded into registers at once (CHOIR_CUDA_RMS_CACHE=1, read
+ * once; off by default, NOT RUN ON A GPU): the same floats; the looping
+ * kernel waits for each load before its add (~13 us for a batched decode
+ * step's 8 rows of 3584). _set: 1 on, 0 off, -1 from the environment.
+ * Process-wide. */
+void choir_cuda_rms_cache_set(int on);
+bool choir_cuda_rms_cache_on(void);
 /* The same norm into bf16 rows y (uint16 storage): each value the f32
  * one of choir_cuda_rms_norm (same kernel shape: a warp per row up to 2048
  * values, a block above), rounded to nearest even. */

@@ -366,6 +366,8 @@ static void check_linear_skinny(void) {
  * (the cached and the looping block kernels) against the CPU. */
 static void check_linear_skinny_acc(void) {
     static const struct { int64_t N, K; } shapes[] = {{3584, 3584}, {262, 768}, {4111, 264}};
+    choir_cuda_skinny_acc_set(1);
+    choir_cuda_rms_cache_set(1);
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         case_begin();
         int64_t N = shapes[si].N, K = shapes[si].K, MM = CHOIR_CUDA_SKINNY_TO;
@@ -415,6 +417,8 @@ static void check_linear_skinny_acc(void) {
         if (streams_ok(name)) cmp(name, got, ref, rows * D, TOL_F32);
         case_end();
     }
+    choir_cuda_skinny_acc_set(-1);
+    choir_cuda_rms_cache_set(-1);
 }
 
 /* bf16 rows in and out (the encoder's layers): bias, bias + GELU, and the

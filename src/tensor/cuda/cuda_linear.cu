@@ -887,8 +887,23 @@ int choir_cuda_linear_ex(choir_cuda *cu, const float *x, int64_t M, const choir_
     return launch_gemv_dense(cu, x, M, W, bias, y, epilogue, err);
 }
 
+/* CHOIR_CUDA_SKINNY_ACC (read once; off by default, NOT RUN ON A GPU): -1
+ * until read or set. */
+static int g_skinny_acc = -1;
+void choir_cuda_skinny_acc_set(int on) {
+    if (on < 0) {
+        const char *e = getenv("CHOIR_CUDA_SKINNY_ACC");
+        on = e && atoi(e) != 0;
+    }
+    __atomic_store_n(&g_skinny_acc, on != 0, __ATOMIC_RELAXED);
+}
+static bool skinny_acc_on(void) {
+    if (__atomic_load_n(&g_skinny_acc, __ATOMIC_RELAXED) < 0) choir_cuda_skinny_acc_set(-1);
+    return __atomic_load_n(&g_skinny_acc, __ATOMIC_RELAXED) == 1;
+}
+
 bool choir_cuda_linear_skinny_acc_ok(int64_t M, const float *x, const choir_cuda_weight *W) {
-    return M > 0 && M <= INT32_MAX && W->rows <= INT32_MAX && W->cols <= INT32_MAX &&
+    return skinny_acc_on() && M > 0 && M <= INT32_MAX && W->rows <= INT32_MAX && W->cols <= INT32_MAX &&
            ((uintptr_t)x & 15) == 0 && choir_cuda_linear_path_for(M, W) == CHOIR_CUDA_LINEAR_SKINNY;
 }
 

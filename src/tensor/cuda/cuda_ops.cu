@@ -155,12 +155,12 @@ int choir_cuda_act(choir_cuda *cu, int act, float *x, int64_t n, choir_err *err)
  * 3584, 8 blocks) ~13 us each on an H100, 0.77 of its ~9 ms. The sums
  * take the same values in the same order, so the floats do not change. */
 #define RMS_CACHE 16
-__global__ void k_rms_norm(const float *x, float *y, int64_t dim, const float *gamma, float eps) {
+__global__ void k_rms_norm(const float *x, float *y, int64_t dim, const float *gamma, float eps, int cache) {
     __shared__ double red[32];
     const float *xr = x + (int64_t)blockIdx.x * dim;
     float *out = y + (int64_t)blockIdx.x * dim;
     const int64_t bd = blockDim.x;
-    if (dim > RMS_CACHE * bd) {
+    if (!cache || dim > RMS_CACHE * bd) {
         cuda_rms_row(xr, dim, eps, red, gamma, out);
         return;
     }
@@ -189,6 +189,21 @@ __global__ void k_rms_norm_warp(const float *x, float *y, int64_t rows, int64_t 
     if (r < rows) cuda_rms_row_warp(x + r * dim, dim, eps, gamma, y + r * dim);
 }
 
+/* k_rms_norm's register-cached rows (CHOIR_CUDA_RMS_CACHE=1, read once;
+ * off by default, NOT RUN ON A GPU): -1 until read or set. */
+static int g_rms_cache = -1;
+void choir_cuda_rms_cache_set(int on) {
+    if (on < 0) {
+        const char *e = getenv("CHOIR_CUDA_RMS_CACHE");
+        on = e && atoi(e) != 0;
+    }
+    __atomic_store_n(&g_rms_cache, on != 0, __ATOMIC_RELAXED);
+}
+bool choir_cuda_rms_cache_on(void) {
+    if (__atomic_load_n(&g_rms_cache, __ATOMIC_RELAXED) < 0) choir_cuda_rms_cache_set(-1);
+    return __atomic_load_n(&g_rms_cache, __ATOMIC_RELAXED) == 1;
+}
+
 int choir_cuda_rms_norm(choir_cuda *cu, const float *x, float *y, int64_t rows, int64_t dim,
                         const float *gamma, float eps, choir_err *err) {
     if (rows <= 0 || dim <= 0) return 0;
@@ -198,7 +213,8 @@ int choir_cuda_rms_norm(choir_cuda *cu, const float *x, float *y, int64_t rows, 
         k_rms_norm_warp<<<(unsigned)((rows + per - 1) / per), OPS_THREADS, 0, cu->stream>>>(x, y, rows, dim,
                                                                                             gamma, eps);
     } else {
-        k_rms_norm<<<(unsigned)rows, OPS_THREADS, 0, cu->stream>>>(x, y, dim, gamma, eps);
+        k_rms_norm<<<(unsigned)rows, OPS_THREADS, 0, cu->stream>>>(x, y, dim, gamma, eps,
+                                                                  choir_cuda_rms_cache_on());
     }
     return choir_cuda_check_launch(err, "rms norm");
 }

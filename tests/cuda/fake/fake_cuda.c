@@ -348,8 +348,12 @@ int choir_cuda_linear_ex(choir_cuda *cu, const float *x, int64_t M, const choir_
     return run_or_record(linear_ex_op, &a, sizeof(a));
 }
 
+static int g_fake_skinny_acc;
+void choir_cuda_skinny_acc_set(int on) { g_fake_skinny_acc = on > 0; }
+void choir_cuda_rms_cache_set(int on) { (void)on; }
+bool choir_cuda_rms_cache_on(void) { return false; }
 bool choir_cuda_linear_skinny_acc_ok(int64_t M, const float *x, const choir_cuda_weight *W) {
-    return M > 0 && ((uintptr_t)x & 15) == 0 && choir_cuda_linear_path_for(M, W) == CHOIR_CUDA_LINEAR_SKINNY;
+    return g_fake_skinny_acc && M > 0 && ((uintptr_t)x & 15) == 0 && choir_cuda_linear_path_for(M, W) == CHOIR_CUDA_LINEAR_SKINNY;
 }
 int choir_cuda_linear_skinny_acc(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,
                                  const float *bias, float *y, choir_err *err) {
