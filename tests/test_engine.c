@@ -244,6 +244,10 @@ static void test_refusals_and_cancel(void **state)
         struct timespec ts = {0, 5000000};
         nanosleep(&ts, NULL);
     }
+    /* still running: a short wait says so, and the status is the timeout */
+    int still;
+    assert_int_equal(choir_ticket_poll(running, 0, &still, &err), CHOIR_ETIMEDOUT);
+    assert_int_equal(still, 1);
     choir_ticket *q1 = choir_engine_submit(e, &j, &why, &err);
     j.timeout_s = 0.05;
     choir_ticket *q2 = choir_engine_submit(e, &j, &why, &err);
@@ -257,6 +261,9 @@ static void test_refusals_and_cancel(void **state)
     /* q2's deadline passes while it waits behind the running request */
     assert_int_equal(choir_ticket_wait(q2, 5, &err), CHOIR_ETIMEDOUT);
     assert_int_equal(choir_ticket_reason(q2), CHOIR_REJECT_DEADLINE);
+    /* a request that failed at its deadline is finished, not running */
+    assert_int_equal(choir_ticket_poll(q2, 0, &still, &err), CHOIR_ETIMEDOUT);
+    assert_int_equal(still, 0);
     /* a cancelled queued request ends at once, with its reason */
     choir_ticket_cancel(q1);
     assert_int_equal(choir_ticket_wait(q1, 0.1, &err), CHOIR_ECANCELED);

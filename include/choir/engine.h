@@ -224,6 +224,14 @@ choir_ticket *choir_engine_submit(choir_engine *e, const choir_job *job, choir_r
  * Returns the request's final status (0, or the negative code it failed with,
  * message in err), or CHOIR_ETIMEDOUT if still running. */
 int choir_ticket_wait(choir_ticket *t, double timeout_s, choir_err *err);
+
+/* Like choir_ticket_wait, but also says why it returned: *running is 1 when
+ * the timeout passed with the request still running, 0 when it finished (its
+ * status is then the return value, CHOIR_ETIMEDOUT included for a request
+ * that failed at its deadline). Both come from one look at the ticket, so a
+ * request that finishes just as the wait times out is never taken for a
+ * running one. */
+int choir_ticket_poll(choir_ticket *t, double timeout_s, int *running, choir_err *err);
 /* 1 once the final output was delivered (or the request failed). */
 int choir_ticket_done(const choir_ticket *t);
 /* Why it failed (CHOIR_REJECT_NONE on success or while running). */

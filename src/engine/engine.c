@@ -108,6 +108,13 @@ static void ticket_finish(choir_engine *e, choir_ticket *t, int status, choir_re
 
 int choir_ticket_wait(choir_ticket *t, double timeout_s, choir_err *err)
 {
+    int running;
+    return choir_ticket_poll(t, timeout_s, &running, err);
+}
+
+int choir_ticket_poll(choir_ticket *t, double timeout_s, int *running, choir_err *err)
+{
+    *running = 0;
     if (!t)
         return choir_err_set(err, CHOIR_EINVAL, "no ticket");
     struct timespec ts;
@@ -121,6 +128,7 @@ int choir_ticket_wait(choir_ticket *t, double timeout_s, choir_err *err)
             break;
         }
     }
+    *running = !t->finished;
     int rc = t->finished ? t->status : CHOIR_ETIMEDOUT;
     if (rc && t->finished)
         choir_err_set(err, rc, "%s", t->msg);

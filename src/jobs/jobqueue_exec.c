@@ -265,9 +265,10 @@ int choir_jobqueue_execute(choir_engine *engine, const choir_jobspec *spec, cons
         goto done;
     }
     double beat_s = heartbeat && heartbeat->fn && heartbeat->interval_s > 0 ? heartbeat->interval_s : -1;
-    /* A request can itself fail with CHOIR_ETIMEDOUT: only a ticket that is
-     * not done yet means "still running". */
-    while ((rc = choir_ticket_wait(ticket, beat_s, err)) == CHOIR_ETIMEDOUT && !choir_ticket_done(ticket))
+    /* A request can itself fail with CHOIR_ETIMEDOUT: `running` tells a
+     * timed-out wait from that. */
+    int running;
+    while ((rc = choir_ticket_poll(ticket, beat_s, &running, err)), running)
         heartbeat->fn(heartbeat->user);
     if (rc) goto done;
     if (res.oom) {

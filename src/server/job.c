@@ -458,8 +458,8 @@ static int past_due(srv_job *j, choir_reject_reason *reason)
 int srv_job_wait(srv_job *j, struct MHD_Connection *c, choir_reject_reason *reason)
 {
     choir_err err = {0};
-    int rc;
-    while ((rc = choir_ticket_wait(j->ticket, 0.1, &err)) == CHOIR_ETIMEDOUT && !choir_ticket_done(j->ticket)) {
+    int rc, running;
+    while ((rc = choir_ticket_poll(j->ticket, 0.1, &running, &err)), running) {
         if (client_gone(c))
             choir_ticket_cancel(j->ticket);
         if (past_due(j, reason)) {
