@@ -362,12 +362,10 @@ static void check_linear_skinny(void) {
 /* An accumulating linear on the skinny path (a batched decode step's o and
  * down projections: y += x W^T + bias in the kernel's epilogue) against the
  * product into a buffer and choir_op_add after it, bit for bit, and the
- * path asserted; also a row of 3584 and one of 5000 through choir_op_rms_norm
- * (the cached and the looping block kernels) against the CPU. */
+ * path asserted. */
 static void check_linear_skinny_acc(void) {
     static const struct { int64_t N, K; } shapes[] = {{3584, 3584}, {262, 768}, {4111, 264}};
     choir_cuda_skinny_acc_set(1);
-    choir_cuda_rms_cache_set(1);
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         case_begin();
         int64_t N = shapes[si].N, K = shapes[si].K, MM = CHOIR_CUDA_SKINNY_TO;
@@ -402,23 +400,7 @@ static void check_linear_skinny_acc(void) {
         choir_backend_weights_free(ws);
         case_end();
     }
-    static const int64_t dims[] = {3584, 5000};
-    for (int i = 0; i < 2; i++) {
-        case_begin();
-        int64_t rows = 8, D = dims[i];
-        float *x = hvec(rows * D, -3, 3), *g = hvec(D, 0.5f, 1.5f), *ref = hmem((size_t)(rows * D) * 4);
-        float *got = hmem((size_t)(rows * D) * 4), *dx = dvec(x, rows * D), *dg = dvec(g, D);
-        float *dy = dzero(rows * D);
-        choir_op_rms_norm(g_cs, x, ref, rows, D, g, 1e-6f);
-        choir_op_rms_norm(g_gs, dx, dy, rows, D, dg, 1e-6f);
-        choir_op_download(g_gs, got, dy, (size_t)(rows * D) * 4);
-        char name[64];
-        snprintf(name, sizeof name, "rms norm 8 rows of %lld (one block a row)", (long long)D);
-        if (streams_ok(name)) cmp(name, got, ref, rows * D, TOL_F32);
-        case_end();
-    }
     choir_cuda_skinny_acc_set(-1);
-    choir_cuda_rms_cache_set(-1);
 }
 
 /* bf16 rows in and out (the encoder's layers): bias, bias + GELU, and the
@@ -1908,6 +1890,33 @@ static void check_norms(void) {
         char nm[64];
         snprintf(nm, sizeof nm, "rms_norm %lld rows of %lld", (long long)r, (long long)c);
         cmp(nm, dys, rs, r * c, TOL_F32);
+    }
+    /* Rows of one block each (longer than a warp's 2048), with the block
+     * kernel's register-cached rows (CHOIR_CUDA_RMS_CACHE) on and off: the
+     * same floats bit for bit, and the CPU's within the f32 bound. 4096 is
+     * the longest row the cache holds (16 values a thread), 4097 the first
+     * that loops. */
+    static const int64_t blk[] = {3584, 3000, 4096, 4097, 5000};
+    for (int i = 0; i < 5; i++) {
+        int64_t r = 8, c = blk[i];
+        float *xs = hvec(r * c, -3, 3), *gs = hvec(c, 0.5f, 1.5f), *rs = hmem((size_t)(r * c) * 4);
+        float *got[2], *dxs = dvec(xs, r * c), *dgs = dvec(gs, c);
+        choir_op_rms_norm(g_cs, xs, rs, r, c, gs, 1e-6f);
+        for (int on = 0; on < 2; on++) {
+            float *dys = dzero(r * c);
+            got[on] = hmem((size_t)(r * c) * 4);
+            choir_cuda_rms_cache_set(on);
+            choir_op_rms_norm(g_gs, dxs, dys, r, c, dgs, 1e-6f);
+            choir_op_download(g_gs, got[on], dys, (size_t)(r * c) * 4);
+        }
+        choir_cuda_rms_cache_set(-1);
+        char nm[80];
+        snprintf(nm, sizeof nm, "rms_norm 8 rows of %lld, cached rows = loop", (long long)c);
+        if (streams_ok(nm)) {
+            expect(nm, memcmp(got[0], got[1], (size_t)(r * c) * 4) == 0);
+            snprintf(nm, sizeof nm, "rms_norm 8 rows of %lld, cached rows vs CPU", (long long)c);
+            report(nm, rel_l2(got[1], rs, r * c), TOL_F32);
+        }
     }
     h = hdup(x, n), dh = dvec(x, n);
     choir_op_softmax(g_cs, h, rows, dim);

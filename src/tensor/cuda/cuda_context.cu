@@ -13,6 +13,9 @@
 #include "tensor/cuda/cuda_internal.h"
 
 int choir_cuda_fail(choir_err *err, cudaError_t st, const char *what) {
+    /* A failed runtime call also leaves its error as the thread's last one:
+     * take it, or the next launch check would report it again as its own. */
+    (void)cudaGetLastError();
     int code = st == cudaErrorMemoryAllocation ? CHOIR_ENOMEM : CHOIR_EINTERNAL;
     return choir_err_set(err, code, "cuda: %s: %s (%s)", what, cudaGetErrorString(st),
                          cudaGetErrorName(st));
