@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest: labels=slow;nosan
+# ctest: labels=slow;nosan cost=150
 # The backend operations' CUDA side (src/tensor/backend with CHOIR_HAVE_CUDA)
 # on a machine without a GPU: tests/cuda/backend_gpu_check.c against
 # tests/cuda/fake/fake_cuda.c (choir/cuda.h on the host, CPU kernels, graphs

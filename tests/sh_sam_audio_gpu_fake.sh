@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest: labels=slow;nosan
+# ctest: labels=slow;nosan cost=60
 # SAM-Audio's CUDA data path on a machine without a GPU:
 # tests/cuda/sam_audio_gpu_check.c against tests/cuda/fake/fake_cuda.c
 # (choir/cuda.h on the host, CPU kernels) and fake_sam.c (SAM's kernels as

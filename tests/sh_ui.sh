@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest: cost=56
 # The web page of `choir serve` in a real browser: Debian's headless Chromium,
 # driven by playwright-core (tests/ui/ui_test.mjs), against a server on
 # 127.0.0.1 with fixture models (Whisper ml80 with its tokenizer, Kokoro-82M on

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest: labels=slow;nosan
+# ctest: labels=slow;nosan cost=240
 # VibeVoice-ASR's CUDA side on a machine without a GPU:
 # tests/cuda/vibevoice_gpu_check.c against tests/cuda/fake/fake_cuda.c and
 # fake_vibevoice.c (choir/cuda.h and the VibeVoice kernels on the host),

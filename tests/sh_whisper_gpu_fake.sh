@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest: labels=slow;nosan
+# ctest: labels=slow;nosan cost=100
 # Whisper's GPU code (src/models/whisper/whisper_cuda*.c) on a machine without
 # a GPU: tests/cuda/whisper_gpu_check.c against tests/cuda/fake/fake_cuda.c, an
 # emulation of choir/cuda.h on the host (CPU kernels, graphs recorded and

@@ -2,7 +2,7 @@
  * unbatched synthesis, seeded noise is reproducible, text streams piece by
  * piece with a short first piece, bad input and allocation failures are
  * reported cleanly. */
-// ctest: labels=slow timeout=900
+// ctest: labels=slow timeout=900 cost=47
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

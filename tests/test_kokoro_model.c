@@ -5,7 +5,7 @@
  * is counted outside the arena (only the emitted audio and the text's
  * pieces), and the arena comes back empty; through the engine a wrong
  * estimate is corrected from the measured peaks (tests/support/calib.h). */
-// ctest: labels=slow timeout=900
+// ctest: labels=slow timeout=900 cost=60
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-// ctest: labels=slow;nosan timeout=600
+// ctest: labels=slow;nosan timeout=600 cost=48
 /* MossFormer2's default long-audio path: a 60-s recording enhanced in
  * 12-s chunks with 1-s raised-cosine crossfades.
  *

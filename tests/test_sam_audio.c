@@ -1,4 +1,4 @@
-// ctest: labels=slow timeout=600
+// ctest: labels=slow timeout=600 cost=80
 /* SAM-Audio beyond the parity fixture, on the fixture's tiny model (randw
  * weights, hop 320): separate_long against its own definition (one pass for
  * short input; chunks with seeds seed + i joined by mlx's raised-cosine

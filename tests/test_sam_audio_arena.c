@@ -1,4 +1,4 @@
-// ctest: labels=slow timeout=900
+// ctest: labels=slow timeout=900 cost=52
 /* The SAM-Audio engine adapter (choir_model_sam_audio) in the engine's batch
  * arena (issue #21 part 2), on the fixture's tiny model (randw weights, hop
  * 320; Euler, 2 steps to keep it short): a batch of two requests (one

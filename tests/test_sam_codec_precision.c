@@ -1,4 +1,4 @@
-// ctest: labels=slow;nosan timeout=900
+// ctest: labels=slow;nosan timeout=900 cost=54
 /* Why the codec's decoded audio of the parity fixture is about 6e-4 from the
  * reference and not 1e-4: the decoder is evaluated here in double precision
  * (the same weights, the same semantics as sam_codec.c, written again in
