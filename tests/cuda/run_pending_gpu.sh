@@ -6,7 +6,7 @@
 # for the engine part, CHOIR_PACK_FIXTURES naming real/tokenizer/qwen2.5):
 #
 #   mkdir -p /tmp/p && tar -xJf PACK -C /tmp/p && . /tmp/p/env.sh
-#   bash tests/cuda/run_pending_gpu.sh checks|vv|q8|kokoro|engine|profile [LIMIT_S]
+#   bash tests/cuda/run_pending_gpu.sh checks|vv|q8|kokoro|engine|profile|drafts[-checks|-ab] [LIMIT_S]
 #
 # LIMIT_S (default 560): a step that would start with less than 25 s left is
 # skipped. Everything goes to $OUT/pending-PART.log (or /tmp); the terminal
@@ -108,29 +108,36 @@ engine)
     # decoding 3,000 tokens each, then the hour-long admission and burst.
     st engine 400 'engine|error|FAIL' $VV --engine 1,8,32 --batch-min 10 --steps 3000 --kv bf16 --burst-min 60
     ;;
-drafts)
-    # The drafts of 7 Dec, late morning (NOT RUN ON A GPU when written): the
-    # checks (their cases force each switch on in-process), then each A/B.
-    st backend 90 "$CHK|skinny path|rms norm 8|gemv mma" choir_backend_gpu_check
-    st kokoro 60 "$CHK|conv stats" choir_kokoro_gpu_check
-    st vibevoice 150 "$CHK|flash wg|not used" choir_vibevoice_gpu_check
-    ON="CHOIR_CUDA_RMS_CACHE=1 CHOIR_CUDA_SKINNY_ACC=1"
-    st vibevoice-norm-acc-on 150 "$CHK" env $ON choir_vibevoice_gpu_check
-    for w in off on off on; do
-        E=CHOIR_CUDA_RMS_CACHE=0
-        [ $w = on ] && E=$ON
-        st "batch-step-$w" 60 'batch|graph|error' env $E $VV --audio-min 10 --steps 32 --batch 8 --batch-min 10 --kv bf16
-    done
-    st gemv-mma-bf16 90 'gemv_mma=|error' $VV --audio-min 10 --steps 32 --batch 8 --batch-min 10 --kv bf16 --gemv-mma ab
-    st gemv-mma-q8 90 'gemv_mma=|error' $VV --audio-min 10 --steps 32 --batch 8 --batch-min 10 --kv bf16 --bits 8 --gemv-mma ab
-    st flash-wg 120 'pf_wg|flash wg|flash v2|error|not used|declined' $VV --audio-min 10,60 --steps 4 --pf-att wg --pf-bench 1
-    K=$CHOIR_SHARED_DIR/fixtures/kokoro/kokoro-v1
-    st weights 60 '' choir dev weights --manifest "$K/manifest.json" --config "$K/config.json" --out /tmp/kmodel
-    st kokoro-conv-stats 90 'requests at once|error' choir bench kokoro --model /tmp/kmodel \
-        --voice "$CHOIR_SHARED_DIR/fixtures/kokoro/voices/af_heart.bin" --backend cuda --batch 32 --gpu-dtype bf16-tf32 --conv-stats ab
+drafts | drafts-checks | drafts-ab)
+    # The drafts of 7 Dec, late morning: the checks (their cases force each
+    # switch on in-process), then each A/B, the A/Bs in the order that
+    # decides most. `drafts` may not fit one call: `drafts-checks` then
+    # `drafts-ab` do the same in two.
+    if [ "$PART" != drafts-ab ]; then
+        st backend 90 "$CHK|skinny path|rms_norm 8|gemv mma" choir_backend_gpu_check
+        st kokoro 60 "$CHK|conv stats" choir_kokoro_gpu_check
+        st vibevoice 150 "$CHK|flash wg|not used" choir_vibevoice_gpu_check
+        ON="CHOIR_CUDA_RMS_CACHE=1 CHOIR_CUDA_SKINNY_ACC=1"
+        st vibevoice-norm-acc-on 150 "$CHK" env $ON choir_vibevoice_gpu_check
+    fi
+    if [ "$PART" != drafts-checks ]; then
+        ON="CHOIR_CUDA_RMS_CACHE=1 CHOIR_CUDA_SKINNY_ACC=1"
+        st gemv-mma-q8 90 'gemv_mma=|error' $VV --audio-min 10 --steps 32 --batch 8 --batch-min 10 --kv bf16 --bits 8 --gemv-mma ab
+        st gemv-mma-bf16 90 'gemv_mma=|error' $VV --audio-min 10 --steps 32 --batch 8 --batch-min 10 --kv bf16 --gemv-mma ab
+        st flash-wg 120 'pf_wg|flash wg|flash v2|error|not used|declined' $VV --audio-min 10,60 --steps 4 --pf-att wg --pf-bench 1
+        K=$CHOIR_SHARED_DIR/fixtures/kokoro/kokoro-v1
+        st weights 60 '' choir dev weights --manifest "$K/manifest.json" --config "$K/config.json" --out /tmp/kmodel
+        st kokoro-conv-stats 90 'requests at once|error' choir bench kokoro --model /tmp/kmodel \
+            --voice "$CHOIR_SHARED_DIR/fixtures/kokoro/voices/af_heart.bin" --backend cuda --batch 32 --gpu-dtype bf16-tf32 --conv-stats ab
+        for w in off on off on; do
+            E=CHOIR_CUDA_RMS_CACHE=0
+            [ $w = on ] && E=$ON
+            st "batch-step-$w" 60 'batch|graph|error' env $E $VV --audio-min 10 --steps 32 --batch 8 --batch-min 10 --kv bf16
+        done
+    fi
     ;;
 *)
-    echo "run_pending_gpu.sh: PART is checks, vv, q8, kokoro, engine, profile or drafts" >&2
+    echo "run_pending_gpu.sh: PART is checks, vv, q8, kokoro, engine, profile, drafts, drafts-checks or drafts-ab" >&2
     exit 2
     ;;
 esac
