@@ -5,53 +5,13 @@
 // fails). Each case against a double reference over the exactly dequantized weights; prints
 // rel_l2 and the outputs left unwritten. The kernel source is cut out of the .cu by
 // run_q8_emu.sh (the asm load left out, replaced here by a plain one).
-#include "warp_emu.h"
+#include "gemv_emu.h"
 
 #include <algorithm>
 #include <cassert>
 #include <random>
 #include <type_traits>
 
-struct uint4 { uint32_t x, y, z, w; };
-static inline uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return {x, y, z, w}; }
-struct __half { uint16_t x; };
-static dim3v blockDim;
-enum { CHOIR_DTYPE_F32 = 1, CHOIR_DTYPE_F16 = 2, CHOIR_DTYPE_BF16 = 3 };
-#define CHOIR_CUDA_NORM_LINEAR_MAX 4
-struct choir_cuda_rows_out {
-    void *dst;
-    bool bf16;
-    int64_t slot_stride, ld;
-    const int32_t *slot, *pos;
-};
-static inline float h2f(uint16_t h) {
-    uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023, u;
-    if (e == 0) {
-        float f = ldexpf((float)m, -24);
-        return s ? -f : f;
-    }
-    if (e == 31) u = s | 0x7f800000u | (m << 13);
-    else u = s | ((e + 112) << 23) | (m << 13);
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static inline float __bfloat162float(__nv_bfloat16 v) { return bf2f(v.x); }
-static inline float __half2float(__half v) { return h2f(v.x); }
-static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return {f2bf(f)}; }
-static inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-static inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
-    uint8_t b[8];
-    for (int i = 0; i < 4; i++) b[i] = (uint8_t)(x >> (8 * i)), b[4 + i] = (uint8_t)(y >> (8 * i));
-    uint32_t r = 0;
-    for (int i = 0; i < 4; i++) r |= (uint32_t)b[(s >> (4 * i)) & 7] << (8 * i);
-    return r;
-}
-static inline float __fmul_rn(float a, float b) { return a * b; }
-static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
-static inline float __ldg(const float *p) { return *p; }
-static inline double __shfl_xor_sync(unsigned, double v, int o) { return xch(v, Ln() ^ o); }
-static inline float cuda_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 template <typename T> static T cuda_block_reduce(T v, T *red) {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
