@@ -224,6 +224,75 @@ __device__ __forceinline__ void mg_store(const float (&acc)[MT][NT][4], float *r
  * multiple of 8), the layers' bf16 weights in a, epilogue GEMV_*. RMS: the
  * norm fused (gamma 16-byte aligned or NULL, eps); else inv_g, when set,
  * the factors of x's rows already multiplied by gamma (gemv_mma_rms_prep). */
+/* The weights' side of a step, bf16: the lane's rows and column 8t, and
+ * x's (mg_steps' producer). */
+template <int MT, int NT>
+struct mg_bf16_src {
+    using step = mg_step<MT, NT>;
+    const __nv_bfloat16 *wrow[MT][2];
+    const float *xl;
+    int64_t K, steps;
+    int M, g, t;
+    bool xvec;
+    __device__ __forceinline__ void load(int64_t s, step &st) const {
+        mg_load<MT, NT>(wrow, xl, M, K, xvec, g, t, s * 32, st);
+    }
+    __device__ __forceinline__ void mma(step &st, float (&acc)[MT][NT][4], int64_t s, const float *gamma) const {
+        mg_mma<MT, NT>(st, acc, gamma && s * 32 + 8 * t < K ? gamma + s * 32 + 8 * t : nullptr);
+    }
+};
+
+/* A warp's steps of both GEMVs into acc (zeroed here): batches of U of its
+ * steps, their loads issued together; steps past the end (the last batch)
+ * load nothing and are skipped, a lane's columns past K (the last step)
+ * load zeros. With RMS the first batch is out before the norm's sums
+ * (mg_rms_inv into inv, every warp at the block's barriers in its first
+ * pass), and gamma scales x as it is split. P: mg_bf16_src or mg_q8_src. */
+template <int MT, int NT, int U, int NW, bool RMS, class P>
+__device__ __forceinline__ void mg_steps(const P &p, const float *__restrict__ x, int M, int64_t K,
+                                         const float *__restrict__ gamma, float eps, float (&acc)[MT][NT][4],
+                                         float *inv, double *redd) {
+    const int warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
+    const int64_t steps = p.steps;
+    if constexpr (RMS) {
+        typename P::step st[U];
+        for (int64_t s0 = warp;; s0 += (int64_t)NW * U) {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int64_t s = s0 + (int64_t)u * NW;
+                if (s < steps) p.load(s, st[u]);
+            }
+            if (s0 == warp) mg_rms_inv<NW>(x, M, K, eps, inv, redd);
+            if (s0 >= steps) break;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int64_t s = s0 + (int64_t)u * NW;
+                if (s < steps) p.mma(st[u], acc, s, gamma);
+            }
+        }
+    } else {
+        for (int64_t s0 = warp; s0 < steps; s0 += (int64_t)NW * U) {
+            typename P::step st[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int64_t s = s0 + (int64_t)u * NW;
+                if (s < steps) p.load(s, st[u]);
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int64_t s = s0 + (int64_t)u * NW;
+                if (s < steps) p.mma(st[u], acc, s, nullptr);
+            }
+        }
+    }
+}
+
 template <int MT, int NT, int U, int NW, bool RMS>
 __global__ void __launch_bounds__(32 * NW, 2)
     gemv_mma_bf16(const float *__restrict__ x, int M, int64_t K, norm_linear_args a, int epilogue,
@@ -232,64 +301,24 @@ __global__ void __launch_bounds__(32 * NW, 2)
     __shared__ float red[NW * MT * 4 * 32];
     __shared__ float inv[RMS ? GEMV_MMA_MAX_ROWS : 1];
     __shared__ double redd[RMS ? NW * 8 : 1];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int g = lane >> 2, t = lane & 3;
+    const int lane = threadIdx.x & 31;
     const int64_t total = a.start[a.n], r0 = (int64_t)blockIdx.x * (MT * 16);
+    mg_bf16_src<MT, NT> p;
+    p.g = lane >> 2, p.t = lane & 3, p.M = M, p.K = K, p.steps = (K + 31) / 32;
     /* Rows past the stack read its last row (their sums are not stored). */
-    const __nv_bfloat16 *wrow[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            int64_t r = r0 + mt * 16 + g + 8 * h;
+            int64_t r = r0 + mt * 16 + p.g + 8 * h;
             if (r >= total) r = total - 1;
             const int li = mg_layer_of(a, r);
-            wrow[mt][h] = (const __nv_bfloat16 *)a.W[li] + (r - a.start[li]) * K + 8 * t;
+            p.wrow[mt][h] = (const __nv_bfloat16 *)a.W[li] + (r - a.start[li]) * K + 8 * p.t;
         }
-    const bool xvec = ((uintptr_t)x & 15) == 0 && (K & 3) == 0;
-    const float *xl = x + 8 * t;
+    p.xvec = ((uintptr_t)x & 15) == 0 && (K & 3) == 0;
+    p.xl = x + 8 * p.t;
     float acc[MT][NT][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
-    /* Batches of U of the warp's steps, their loads issued together; steps
-     * past K (the last batch) load nothing and are skipped, a lane's columns
-     * past K (the last step) load zeros. */
-    const int64_t steps = (K + 31) / 32;
-    if constexpr (RMS) {
-        /* The first batch does not depend on the norm: out before its sums
-         * (every warp reaches the block's barriers in its first pass). */
-        mg_step<MT, NT> st[U];
-        for (int64_t s0 = warp;; s0 += (int64_t)NW * U) {
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int64_t s = s0 + (int64_t)u * NW;
-                if (s < steps) mg_load<MT, NT>(wrow, xl, M, K, xvec, g, t, s * 32, st[u]);
-            }
-            if (s0 == warp) mg_rms_inv<NW>(x, M, K, eps, inv, redd);
-            if (s0 >= steps) break;
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int64_t s = s0 + (int64_t)u * NW;
-                if (s < steps) mg_mma<MT, NT>(st[u], acc, gamma && s * 32 + 8 * t < K ? gamma + s * 32 + 8 * t : nullptr);
-            }
-        }
-    } else {
-        for (int64_t s0 = warp; s0 < steps; s0 += (int64_t)NW * U) {
-            mg_step<MT, NT> st[U];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int64_t s = s0 + (int64_t)u * NW;
-                if (s < steps) mg_load<MT, NT>(wrow, xl, M, K, xvec, g, t, s * 32, st[u]);
-            }
-#pragma unroll
-            for (int u = 0; u < U; u++)
-                if (s0 + (int64_t)u * NW < steps) mg_mma<MT, NT>(st[u], acc, nullptr);
-        }
-    }
+    mg_steps<MT, NT, U, NW, RMS>(p, x, M, K, gamma, eps, acc, inv, redd);
     mg_store<MT, NT, NW>(acc, red, a, M, r0, epilogue, RMS ? inv : inv_g);
 }
 
@@ -434,6 +463,29 @@ __device__ __forceinline__ void mq_mma(mq_step<MT, NT> &s, float (&acc)[MT][NT][
 /* gemv_mma_bf16's layout over 8-bit codes (K a multiple of 64 and of G,
  * G 64 or 128): a lane's 16-byte load is 16 codes of a row, a step 64
  * columns, each step's sums scaled by its group as they are added. */
+/* The weights' side of a step, 8-bit: the lane's rows (column 16t), their
+ * layers and first groups, the scales, and x (mg_steps' producer). */
+template <int MT, int NT>
+struct mg_q8_src {
+    using step = mq_step<MT, NT>;
+    /* the kernel's parameter itself: its scales are indexed by layer, which
+     * a copy in registers could only do from local memory */
+    const mg_quant &qa;
+    const uint8_t *wrow[MT][2];
+    int64_t grp[MT][2];
+    int li[MT][2];
+    const float *xl;
+    int64_t K, steps;
+    int M, g, t;
+    bool xvec;
+    __device__ __forceinline__ void load(int64_t s, step &st) const {
+        mq_load<MT, NT>(wrow, grp, li, qa, xl, M, K, xvec, g, s, st);
+    }
+    __device__ __forceinline__ void mma(step &st, float (&acc)[MT][NT][4], int64_t s, const float *gamma) const {
+        mq_mma<MT, NT>(st, acc, t, gamma ? gamma + s * 64 + 16 * t : nullptr);
+    }
+};
+
 template <int MT, int NT, int U, int NW, bool RMS>
 __global__ void __launch_bounds__(32 * NW, 2)
     gemv_mma_q8(const float *__restrict__ x, int M, int64_t K, norm_linear_args a, mg_quant qa, int epilogue,
@@ -441,63 +493,25 @@ __global__ void __launch_bounds__(32 * NW, 2)
     __shared__ float red[NW * MT * 4 * 32];
     __shared__ float inv[RMS ? GEMV_MMA_MAX_ROWS : 1];
     __shared__ double redd[RMS ? NW * 8 : 1];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int g = lane >> 2, t = lane & 3;
+    const int lane = threadIdx.x & 31;
     const int64_t total = a.start[a.n], r0 = (int64_t)blockIdx.x * (MT * 16);
-    const uint8_t *wrow[MT][2];
-    int64_t grp[MT][2];
-    int li[MT][2];
+    mg_q8_src<MT, NT> p{qa};
+    p.g = lane >> 2, p.t = lane & 3, p.M = M, p.K = K, p.steps = K >> 6;
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            int64_t r = r0 + mt * 16 + g + 8 * h;
+            int64_t r = r0 + mt * 16 + p.g + 8 * h;
             if (r >= total) r = total - 1;
-            li[mt][h] = mg_layer_of(a, r);
-            const int64_t rr = r - a.start[li[mt][h]];
-            wrow[mt][h] = (const uint8_t *)a.W[li[mt][h]] + rr * K + 16 * t;
-            grp[mt][h] = rr * ((K >> 6) >> qa.group_shift);
+            p.li[mt][h] = mg_layer_of(a, r);
+            const int64_t rr = r - a.start[p.li[mt][h]];
+            p.wrow[mt][h] = (const uint8_t *)a.W[p.li[mt][h]] + rr * K + 16 * p.t;
+            p.grp[mt][h] = rr * ((K >> 6) >> qa.group_shift);
         }
-    const bool xvec = ((uintptr_t)x & 15) == 0 && (K & 3) == 0;
-    const float *xl = x + 16 * t;
+    p.xvec = ((uintptr_t)x & 15) == 0 && (K & 3) == 0;
+    p.xl = x + 16 * p.t;
     float acc[MT][NT][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
-    const int64_t steps = K >> 6;
-    if constexpr (RMS) {
-        /* As gemv_mma_bf16: the first batch out before the norm's sums. */
-        mq_step<MT, NT> st[U];
-        for (int64_t s0 = warp;; s0 += (int64_t)NW * U) {
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int64_t s = s0 + (int64_t)u * NW;
-                if (s < steps) mq_load<MT, NT>(wrow, grp, li, qa, xl, M, K, xvec, g, s, st[u]);
-            }
-            if (s0 == warp) mg_rms_inv<NW>(x, M, K, eps, inv, redd);
-            if (s0 >= steps) break;
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int64_t s = s0 + (int64_t)u * NW;
-                if (s < steps) mq_mma<MT, NT>(st[u], acc, t, gamma ? gamma + s * 64 + 16 * t : nullptr);
-            }
-        }
-    } else {
-        for (int64_t s0 = warp; s0 < steps; s0 += (int64_t)NW * U) {
-            mq_step<MT, NT> st[U];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int64_t s = s0 + (int64_t)u * NW;
-                if (s < steps) mq_load<MT, NT>(wrow, grp, li, qa, xl, M, K, xvec, g, s, st[u]);
-            }
-#pragma unroll
-            for (int u = 0; u < U; u++)
-                if (s0 + (int64_t)u * NW < steps) mq_mma<MT, NT>(st[u], acc, t, nullptr);
-        }
-    }
+    mg_steps<MT, NT, U, NW, RMS>(p, x, M, K, gamma, eps, acc, inv, redd);
     mg_store<MT, NT, NW>(acc, red, a, M, r0, epilogue, RMS ? inv : inv_g);
 }
 
