@@ -361,13 +361,33 @@ __global__ void __launch_bounds__(IG_THREADS(MODE, SHAPE), IG_MIN_BLOCKS(MODE, S
 
     /* epilogue: c fragment (row g / g + 8, columns 2t, 2t + 1) */
     const int64_t olen = a.out_lens ? (int64_t)a.out_lens[b] : a.Tout;
-    if constexpr (!STATS) {
+    /* STATS (a.stats set): the same stores, and AdaIN's statistics of the
+     * values stored, for the next operation: a thread sums its frames of a
+     * row in double in a fixed order (j, then e), the row's 4 lanes add by
+     * xor shuffles (each lane ends with the same sum), and the 4 warps along
+     * frames meet in shared memory (the tile's buffers, free once every warp
+     * is past the main loop), added in warp order per 128-frame slot: one
+     * slot per (item, channel, frame tile), no atomics, the same bits every
+     * run. Frames t >= the consumer's length are left out as k_ig_stats
+     * leaves them. */
+    constexpr int WPS = IG_STAT_FRAMES / (8 * NJ); /* warps along frames a slot */
+    static_assert(!STATS || THREADS / 32 / WM == 4, "four warps along frames (ig_go's slots)");
+    static_assert(!STATS || (IG_STAT_FRAMES % (8 * NJ) == 0 && BN % IG_STAT_FRAMES == 0), "stat slots");
+    double *sts = (double *)smem; /* [4][IG_BM][2] */
+    int64_t slen = 0;
+    if constexpr (STATS) {
+        ig_cp_wait<0>();
+        __syncthreads();
+        slen = a.stats_lens ? (int64_t)a.stats_lens[b] : a.Tout;
+        slen = slen < 0 ? 0 : (slen > a.Tout ? a.Tout : slen);
+    }
 #pragma unroll
-        for (int i = 0; i < MI; i++)
+    for (int i = 0; i < MI; i++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int64_t co = m0 + wm * 16 * MI + i * 16 + (lane >> 2) + h * 8;
-                if (co >= a.Cout) continue;
+        for (int h = 0; h < 2; h++) {
+            const int64_t co = m0 + wm * 16 * MI + i * 16 + (lane >> 2) + h * 8;
+            double ss = 0.0, sq = 0.0;
+            if (co < a.Cout) {
                 const float bv = a.bias ? a.bias[co] : 0.0f;
                 const int64_t row = (b * a.Cout + co) * a.Tout;
 #pragma unroll
@@ -379,61 +399,27 @@ __global__ void __launch_bounds__(IG_THREADS(MODE, SHAPE), IG_MIN_BLOCKS(MODE, S
                         float v = t < olen ? acc[i][j][h * 2 + e] + bv : 0.0f;
                         if (a.residual) v = a.residual[row + t] + v;
                         a.y[row + t] = v;
-                    }
-            }
-    } else {
-        /* STATS (a.stats set): the same stores, and AdaIN's statistics of
-         * the values stored, for the next operation: a thread sums its
-         * frames of a row in double in a fixed order (j, then e), the row's 4
-         * lanes add by xor shuffles (each lane ends with the same sum), and
-         * the 4 warps along frames meet in shared memory (the tile's
-         * buffers, free once every warp is past the main loop), added in
-         * warp order per 128-frame slot: one slot per (item, channel, frame
-         * tile), no atomics, the same bits every run. Frames t >= the
-         * consumer's length are left out as k_ig_stats leaves them. */
-        constexpr int WPS = IG_STAT_FRAMES / (8 * NJ); /* warps along frames a slot */
-        static_assert(THREADS / 32 / WM == 4, "four warps along frames (ig_go's slots)");
-        static_assert(IG_STAT_FRAMES % (8 * NJ) == 0 && BN % IG_STAT_FRAMES == 0, "stat slots");
-        ig_cp_wait<0>();
-        __syncthreads();
-        double *sts = (double *)smem; /* [4][IG_BM][2] */
-        int64_t slen = a.stats_lens ? (int64_t)a.stats_lens[b] : a.Tout;
-        slen = slen < 0 ? 0 : (slen > a.Tout ? a.Tout : slen);
-#pragma unroll
-        for (int i = 0; i < MI; i++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int lrow = wm * 16 * MI + i * 16 + (lane >> 2) + h * 8;
-                const int64_t co = m0 + lrow;
-                double ss = 0.0, sq = 0.0;
-                if (co < a.Cout) {
-                    const float bv = a.bias ? a.bias[co] : 0.0f;
-                    const int64_t row = (b * a.Cout + co) * a.Tout;
-#pragma unroll
-                    for (int j = 0; j < NJ; j++)
-#pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            const int64_t t = t0 + wn * 8 * NJ + j * 8 + (lane & 3) * 2 + e;
-                            if (t >= a.Tout) continue;
-                            float v = t < olen ? acc[i][j][h * 2 + e] + bv : 0.0f;
-                            if (a.residual) v = a.residual[row + t] + v;
-                            a.y[row + t] = v;
+                        if constexpr (STATS)
                             if (t < slen) {
                                 const double d = v;
                                 ss += d;
                                 sq += d * d;
                             }
-                        }
-                }
+                    }
+            }
+            if constexpr (STATS) {
                 ss += __shfl_xor_sync(0xffffffffu, ss, 1);
                 sq += __shfl_xor_sync(0xffffffffu, sq, 1);
                 ss += __shfl_xor_sync(0xffffffffu, ss, 2);
                 sq += __shfl_xor_sync(0xffffffffu, sq, 2);
+                const int lrow = wm * 16 * MI + i * 16 + (lane >> 2) + h * 8;
                 if ((lane & 3) == 0) {
                     sts[(wn * IG_BM + lrow) * 2] = ss;
                     sts[(wn * IG_BM + lrow) * 2 + 1] = sq;
                 }
             }
+        }
+    if constexpr (STATS) {
         __syncthreads();
         const int64_t ntiles = IG_STAT_TILES(a.Tout), tile0 = t0 / IG_STAT_FRAMES;
         for (int i = tid; i < IG_BM * (BN / IG_STAT_FRAMES); i += THREADS) {
