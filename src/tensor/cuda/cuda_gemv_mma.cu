@@ -77,6 +77,15 @@ __device__ __forceinline__ int mg_layer_of(const norm_linear_args &a, int64_t r)
     return li;
 }
 
+/* Stacked row r's layer (li) and row within it; rows past the stack read
+ * its last row (their sums are not stored). */
+__device__ __forceinline__ int64_t mg_row(const norm_linear_args &a, int64_t r, int &li) {
+    const int64_t total = a.start[a.n];
+    if (r >= total) r = total - 1;
+    li = mg_layer_of(a, r);
+    return r - a.start[li];
+}
+
 /* x's two bf16 halves of values v0, v1 packed as an mma register each: hi
  * = bf16(v), lo = bf16(v - hi). */
 __device__ __forceinline__ void mg_split(float v0, float v1, uint32_t &hi, uint32_t &lo) {
@@ -302,18 +311,16 @@ __global__ void __launch_bounds__(32 * NW, 2)
     __shared__ float inv[RMS ? GEMV_MMA_MAX_ROWS : 1];
     __shared__ double redd[RMS ? NW * 8 : 1];
     const int lane = threadIdx.x & 31;
-    const int64_t total = a.start[a.n], r0 = (int64_t)blockIdx.x * (MT * 16);
+    const int64_t r0 = (int64_t)blockIdx.x * (MT * 16);
     mg_bf16_src<MT, NT> p;
     p.g = lane >> 2, p.t = lane & 3, p.M = M, p.K = K, p.steps = (K + 31) / 32;
-    /* Rows past the stack read its last row (their sums are not stored). */
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            int64_t r = r0 + mt * 16 + p.g + 8 * h;
-            if (r >= total) r = total - 1;
-            const int li = mg_layer_of(a, r);
-            p.wrow[mt][h] = (const __nv_bfloat16 *)a.W[li] + (r - a.start[li]) * K + 8 * p.t;
+            int li;
+            const int64_t rr = mg_row(a, r0 + mt * 16 + p.g + 8 * h, li);
+            p.wrow[mt][h] = (const __nv_bfloat16 *)a.W[li] + rr * K + 8 * p.t;
         }
     p.xvec = ((uintptr_t)x & 15) == 0 && (K & 3) == 0;
     p.xl = x + 8 * p.t;
@@ -494,17 +501,14 @@ __global__ void __launch_bounds__(32 * NW, 2)
     __shared__ float inv[RMS ? GEMV_MMA_MAX_ROWS : 1];
     __shared__ double redd[RMS ? NW * 8 : 1];
     const int lane = threadIdx.x & 31;
-    const int64_t total = a.start[a.n], r0 = (int64_t)blockIdx.x * (MT * 16);
+    const int64_t r0 = (int64_t)blockIdx.x * (MT * 16);
     mg_q8_src<MT, NT> p{qa};
     p.g = lane >> 2, p.t = lane & 3, p.M = M, p.K = K, p.steps = K >> 6;
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            int64_t r = r0 + mt * 16 + p.g + 8 * h;
-            if (r >= total) r = total - 1;
-            p.li[mt][h] = mg_layer_of(a, r);
-            const int64_t rr = r - a.start[p.li[mt][h]];
+            const int64_t rr = mg_row(a, r0 + mt * 16 + p.g + 8 * h, p.li[mt][h]);
             p.wrow[mt][h] = (const uint8_t *)a.W[p.li[mt][h]] + rr * K + 16 * p.t;
             p.grp[mt][h] = rr * ((K >> 6) >> qa.group_shift);
         }
