@@ -48,7 +48,6 @@
 #include "tensor/cuda/cuda_internal.h"
 #include "tensor/cuda/cuda_mma.h"
 #include "tensor/cuda/cuda_vibevoice.h"
-#include "tensor/cuda/cuda_vv_flash.h"
 
 #define VV_FA_KT 64      /* keys per tile (divides CHOIR_VV_PAGE) */
 #define VV_FA_GROW 8.0f  /* log2 of how far a row's maximum may run ahead of its reference */
@@ -74,10 +73,13 @@ __global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 2 : 1)
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int lr = lane & 7, lm = lane >> 3; /* ldmatrix: lane l addresses row lr of matrix lm */
-    const vv_fa_block fb = vv_fa_block_of<BM, VV_FA_KT, D>(T, pos0, nh, nkv, kc, vc);
-    const int h = fb.h, q0 = fb.q0, kend = fb.kend, ntiles = fb.ntiles;
-    const int64_t ldq = fb.ldq, ldk = fb.ldk;
-    const __nv_bfloat16 *kb = fb.kb, *vb = fb.vb;
+    const int h = blockIdx.x, kh = h / (nh / nkv);
+    const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * BM;
+    const int64_t ldq = (int64_t)nh * D, ldk = (int64_t)nkv * D;
+    /* Keys any row of the block sees: 0 .. kend - 1. */
+    const int kend = pos0 + (q0 + BM < T ? q0 + BM : T);
+    const int ntiles = (kend + VV_FA_KT - 1) / VV_FA_KT;
+    const __nv_bfloat16 *kb = kc + (int64_t)kh * D, *vb = vc + (int64_t)kh * D;
 
     auto load_tile = [&](int tile, int buf) {
         int key0 = tile * VV_FA_KT;
@@ -286,10 +288,12 @@ __global__ void __launch_bounds__(128, 2)
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int lr = lane & 7, lm = lane >> 3;
-    const vv_fa_block fb = vv_fa_block_of<BM, VV_FA_KT, D>(T, pos0, nh, nkv, kc, vc);
-    const int h = fb.h, q0 = fb.q0, kend = fb.kend, ntiles = fb.ntiles;
-    const int64_t ldq = fb.ldq, ldk = fb.ldk;
-    const __nv_bfloat16 *kb = fb.kb, *vb = fb.vb;
+    const int h = blockIdx.x, kh = h / (nh / nkv);
+    const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * BM;
+    const int64_t ldq = (int64_t)nh * D, ldk = (int64_t)nkv * D;
+    const int kend = pos0 + (q0 + BM < T ? q0 + BM : T);
+    const int ntiles = (kend + VV_FA_KT - 1) / VV_FA_KT;
+    const __nv_bfloat16 *kb = kc + (int64_t)kh * D, *vb = vc + (int64_t)kh * D;
 
     auto load_tile = [&](int tile, int buf) {
         int key0 = tile * VV_FA_KT;

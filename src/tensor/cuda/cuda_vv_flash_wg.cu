@@ -69,7 +69,6 @@
 #include "tensor/cuda/cuda_internal.h"
 #include "tensor/cuda/cuda_mma.h"
 #include "tensor/cuda/cuda_vibevoice.h"
-#include "tensor/cuda/cuda_vv_flash.h"
 #include "tensor/cuda/cuda_wgmma.h"
 
 #define VV_WG_D 128     /* values a head */
@@ -114,10 +113,12 @@ __global__ void __launch_bounds__(256, 1)
     const uint32_t sQ = sbase, sK = sQ + BM * D * 2, sV = sK + NBUF * VV_WG_TILE;
 
     const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const vv_fa_block fb = vv_fa_block_of<BM, KT, D>(T, pos0, nh, nkv, kc, vc);
-    const int h = fb.h, q0 = fb.q0, kend = fb.kend, ntiles = fb.ntiles;
-    const int64_t ldq = fb.ldq, ldk = fb.ldk;
-    const __nv_bfloat16 *kb = fb.kb, *vb = fb.vb;
+    const int h = blockIdx.x, kh = h / (nh / nkv);
+    const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * BM;
+    const int64_t ldq = (int64_t)nh * D, ldk = (int64_t)nkv * D;
+    const int kend = pos0 + (q0 + BM < T ? q0 + BM : T);
+    const int ntiles = (kend + KT - 1) / KT;
+    const __nv_bfloat16 *kb = kc + (int64_t)kh * D, *vb = vc + (int64_t)kh * D;
 
     /* 16 threads a row (its 256 bytes); a quarter warp writes one half-row,
      * 8 chunks permuted inside 128 bytes: no bank conflict. */

@@ -32,13 +32,10 @@ while i < len(lines):
     i += 1
 open(sys.argv[2], 'w').write('\n'.join(out))
 PY
-python3 - "$SRC/src/tensor/cuda/cuda_vv_flash.cu" "$SRC/src/tensor/cuda/cuda_vv_flash.h" "$OUT/vv_kern.inc" <<'PY'
+python3 - "$SRC/src/tensor/cuda/cuda_vv_flash.cu" "$OUT/vv_kern.inc" <<'PY'
 import sys
 s = open(sys.argv[1]).read()
-h = open(sys.argv[2]).read()
-# the kernels' shared block setup (cuda_vv_flash.h, after its includes), then the kernels
-open(sys.argv[3], 'w').write(h[h.index('struct vv_fa_block'):] +
-                             s[s.index('#define VV_FA_KT'):s.index('/* Rows 0 .. n_keys - 1')])
+open(sys.argv[2], 'w').write(s[s.index('#define VV_FA_KT'):s.index('/* Rows 0 .. n_keys - 1')])
 PY
 g++ -std=c++20 -O1 -w -I"$OUT" -o "$OUT/flash_emu" "$SRC/tests/cuda/emu/flash_emu.cpp" -lpthread
 g++ -std=c++20 -O1 -w -I"$OUT" -o "$OUT/vv_flash_emu" "$SRC/tests/cuda/emu/vv_flash_emu.cpp" -lpthread
