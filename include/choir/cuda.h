@@ -277,8 +277,9 @@ int choir_cuda_linear_ex(choir_cuda *cu, const float *x, int64_t M, const choir_
  * decode step's o and down projections take): the same floats as
  * choir_cuda_linear into a buffer and an add, without the buffer's pass.
  * _ok: whether M rows of W at x take that path (x 16-byte aligned) and the
- * switch is on (CHOIR_CUDA_SKINNY_ACC=1, read once, or _set: 1 on, 0 off,
- * -1 from the environment; off by default, NOT RUN ON A GPU). */
+ * switch is on (on by default since its H100 run of 7 Dec 2026;
+ * CHOIR_CUDA_SKINNY_ACC=0, read once, turns it off; _set: 1 on, 0 off, -1
+ * from the environment). */
 void choir_cuda_skinny_acc_set(int on);
 bool choir_cuda_linear_skinny_acc_ok(int64_t M, const float *x, const choir_cuda_weight *W);
 int choir_cuda_linear_skinny_acc(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,
@@ -490,18 +491,22 @@ void choir_cuda_linear_set_bias_epilogue(bool on);
  * them side by side; any other value (-1) restores the default. */
 int choir_cuda_gemv_variants(void);
 void choir_cuda_gemv_set_variant(int v);
-/* The tensor-core GEMV for 1 to 32 rows of x over bf16 weights
- * (src/tensor/cuda/cuda_gemv_mma.cu): on, choir_cuda_linear, _linear_ex
- * and _norm_linear take it for every such product (the rows of x split into
- * two bf16 halves, so within about 2^-16 of the f32 products; row m of y the
- * same bit for bit whatever M), and choir_cuda_linear_fuses /
- * _norm_linear_fuses say so for up to 32 rows; choir_cuda_norm_linear's
- * floats are then within 2e-5 of (no longer equal to) the norm followed by
- * choir_cuda_linear (its RMS norm scales the sums, not x). Off by default (NOT RUN ON
- * A GPU); until choir_cuda_gemv_mma_set is called, CHOIR_GEMV_MMA=1 turns
- * it on. set(1) on, set(0) off, set(-1) back to the environment's.
- * Process-wide; for checks and benches. */
-void choir_cuda_gemv_mma_set(int on);
+/* The tensor-core GEMV for 1 to 32 rows of x over bf16 or 8-bit weights
+ * (src/tensor/cuda/cuda_gemv_mma.cu): where it is on, choir_cuda_linear,
+ * _linear_ex and _norm_linear take it for such products (the rows of x split
+ * into two bf16 halves, so within about 2^-16 of the f32 products; row m of y
+ * the same bit for bit whatever M), and choir_cuda_linear_fuses /
+ * _norm_linear_fuses say so; choir_cuda_norm_linear's floats are then within
+ * 2e-5 of (no longer equal to) the norm followed by choir_cuda_linear (its
+ * RMS norm scales the sums, not x). Modes: 0 off, 1 on for every weight it
+ * takes, 2 auto (the default since its H100 run of 7 Dec 2026): 8-bit
+ * weights from 2 rows of x, where it beats the CUDA-core GEMV and the
+ * dequantizing cuBLAS path; never bf16, where the skinny kernel is faster.
+ * Until choir_cuda_gemv_mma_set is called, CHOIR_GEMV_MMA=1 or 0 picks mode 1
+ * or 0; set(-1) goes back to the environment's. Process-wide; for checks and
+ * benches. choir_cuda_gemv_mma_on: whether mode 1 is set. */
+void choir_cuda_gemv_mma_set(int mode);
+int choir_cuda_gemv_mma_mode(void);
 bool choir_cuda_gemv_mma_on(void);
 /* The GEMV over 8-bit MLX weights for 1 to 8 rows of x (a decode step over
  * an 8-bit language model): shape 0 is the old kernel (a warp a row, 32
@@ -710,8 +715,9 @@ int choir_cuda_act(choir_cuda *cu, int act, float *x, int64_t n, choir_err *err)
 int choir_cuda_rms_norm(choir_cuda *cu, const float *x, float *y, int64_t rows, int64_t dim,
                         const float *gamma, float eps, choir_err *err);
 /* The block kernel of choir_cuda_rms_norm (rows above 2048 values) with a
- * row's values loaded into registers at once (CHOIR_CUDA_RMS_CACHE=1, read
- * once; off by default, NOT RUN ON A GPU): the same floats; the looping
+ * row's values loaded into registers at once (on by default since its H100
+ * run of 7 Dec 2026; CHOIR_CUDA_RMS_CACHE=0, read once, turns it off): the
+ * same floats; the looping
  * kernel waits for each load before its add (~13 us for a batched decode
  * step's 8 rows of 3584). _set: 1 on, 0 off, -1 from the environment.
  * Process-wide. */

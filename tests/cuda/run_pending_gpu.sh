@@ -6,7 +6,7 @@
 # for the engine part, CHOIR_PACK_FIXTURES naming real/tokenizer/qwen2.5):
 #
 #   mkdir -p /tmp/p && tar -xJf PACK -C /tmp/p && . /tmp/p/env.sh
-#   bash tests/cuda/run_pending_gpu.sh checks|vv|q8|kokoro|engine|profile|drafts[-checks|-ab] [LIMIT_S]
+#   bash tests/cuda/run_pending_gpu.sh checks|defaults|vv|q8|kokoro|engine|profile|drafts[-checks|-ab] [LIMIT_S]
 #
 # LIMIT_S (default 560): a step that would start with less than 25 s left is
 # skipped. Everything goes to $OUT/pending-PART.log (or /tmp); the terminal
@@ -103,6 +103,26 @@ profile)
             --log-file "${OUT:-/tmp}/pending-profile-$r.csv" $VV --audio-min 10 --steps 4 --batch 8 --batch-min 10
     done
     ;;
+defaults)
+    # After the drafts went on by default (7 Dec 2026, afternoon): the 8-bit
+    # products' mma GEMV against the CUDA-core GEMV / dequantizing cuBLAS by
+    # rows (where the auto mode's threshold sits), Kokoro at 1 and 32 pieces
+    # at the defaults, and where the 8-bit step's time goes, 1 row and 8.
+    st q8-mma-rows 150 'gemv_mma=|error' $VV --audio-min 10 --steps 32 --batch 2,4,16,32 --batch-min 10 --kv bf16 \
+        --bits 8 --gemv-mma ab
+    K=$CHOIR_SHARED_DIR/fixtures/kokoro/kokoro-v1
+    st weights 60 '' choir dev weights --manifest "$K/manifest.json" --config "$K/config.json" --out /tmp/kmodel
+    for i in 1 2; do
+        st "kokoro-defaults-$i" 60 'requests at once|paragraph, batch 1:|batch 1|error' choir bench kokoro \
+            --model /tmp/kmodel --voice "$CHOIR_SHARED_DIR/fixtures/kokoro/voices/af_heart.bin" --backend cuda \
+            --batch 1,32 --gpu-dtype bf16-tf32
+    done
+    for r in step batch-step; do
+        st "ncu-q8-$r" 150 '==PROF==|error' env CHOIR_VGC_PROFILE=$r ncu --profile-from-start off --clock-control none \
+            --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv --print-summary per-kernel \
+            --log-file "${OUT:-/tmp}/pending-profile-q8-$r.csv" $VV --audio-min 10 --steps 4 --batch 8 --batch-min 10 --bits 8
+    done
+    ;;
 engine)
     # VibeVoice 7B through the engine: 1, 8 and 32 requests of 10 minutes
     # decoding 3,000 tokens each, then the hour-long admission and burst.
@@ -137,7 +157,7 @@ drafts | drafts-checks | drafts-ab)
     fi
     ;;
 *)
-    echo "run_pending_gpu.sh: PART is checks, vv, q8, kokoro, engine, profile, drafts, drafts-checks or drafts-ab" >&2
+    echo "run_pending_gpu.sh: PART is checks, defaults, vv, q8, kokoro, engine, profile, drafts, drafts-checks or drafts-ab" >&2
     exit 2
     ;;
 esac

@@ -58,7 +58,8 @@
  *     ab: each length's graph step timed off, on, on, off (bench_switch_ab).
  *     --rope-kv 0|1|ab: a step's ropes and new cache rows in one operation
  *     (CHOIR_VV_ROPE_KV) off or on, or ab as --att-v2's (bench_switch_ab).
- *     --gemv-mma 0|1|ab: the mma GEMV (CHOIR_GEMV_MMA) off or on, or ab: the
+ *     --gemv-mma 0|1|auto|ab: the mma GEMV (CHOIR_GEMV_MMA) off, on for
+ *     every weight, auto (the default: 8-bit weights from 2 rows), or ab: the
  *     one-row graph step (and with --batch B each batch's B-row graph step)
  *     timed off, on, on, off, printing "gemv_mma=<0|1> bits=<16|8>
  *     rows=<n> graph_ms=<x>" for each way.
@@ -2182,7 +2183,7 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
     if (g_gemv_mma_ab) {
         /* As bench_switch_ab: each run drops the graph, runs one step op by
          * op (which sizes the kernels' scratch), records one, times `steps`. */
-        const bool was = choir_cuda_gemv_mma_on();
+        const int was = choir_cuda_gemv_mma_mode();
         double ms[4];
         for (int r = 0; r < 4; r++) {
             choir_vibevoice_set_step_graph(s, false);
@@ -2196,7 +2197,7 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
             ms[r] = 1000 * (choir_now_s() - t0) / steps;
         }
         choir_vibevoice_set_step_graph(s, false);
-        gemv_mma_switch(was);
+        choir_cuda_gemv_mma_set(was);
         gemv_mma_print(1, ms);
     }
     double peak = choir_backend_mem_peak(be) / 1e9; /* everything held through the backend, weights too */
@@ -2358,7 +2359,7 @@ static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevo
     /* --gemv-mma ab: the graph-replayed B-row step off, on, on, off (each a
      * fresh graph after one step op by op; the step that records untimed). */
     if (g_gemv_mma_ab) {
-        const bool was = choir_cuda_gemv_mma_on();
+        const int was = choir_cuda_gemv_mma_mode();
         double ms[4];
         for (int r = 0; r < 4; r++) {
             choir_vibevoice_batch_set_graph(b, false);
@@ -2375,7 +2376,7 @@ static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevo
             ms[r] = 1000 * (choir_now_s() - w0) / steps;
         }
         choir_vibevoice_batch_set_graph(b, false);
-        gemv_mma_switch(was);
+        choir_cuda_gemv_mma_set(was);
         gemv_mma_print(B, ms);
     }
     double qstep = 1000 * (q1 - q0) / steps;
@@ -2823,9 +2824,11 @@ int main(int argc, char **argv) {
                                                          : choir_cuda_vv_att_v2_on() ? "on" : "off");
         } else if (strcmp(argv[i], "--gemv-mma") == 0) {
             g_gemv_mma_ab = strcmp(argv[i + 1], "ab") == 0;
-            if (!g_gemv_mma_ab) choir_cuda_gemv_mma_set(strcmp(argv[i + 1], "1") == 0);
+            if (!g_gemv_mma_ab)
+                choir_cuda_gemv_mma_set(!strcmp(argv[i + 1], "auto") ? 2 : !strcmp(argv[i + 1], "1"));
+            static const char *const mma_modes[] = {"off", "on", "auto"};
             printf("mma GEMV (CHOIR_GEMV_MMA): %s\n", g_gemv_mma_ab ? "off, on, on, off after each length's and batch's figures"
-                                                                  : choir_cuda_gemv_mma_on() ? "on" : "off");
+                                                                  : mma_modes[choir_cuda_gemv_mma_mode()]);
         } else if (strcmp(argv[i], "--rope-kv") == 0) {
             g_rope_kv_ab = strcmp(argv[i + 1], "ab") == 0;
             if (!g_rope_kv_ab) choir_vv_set_rope_kv(strcmp(argv[i + 1], "1") == 0);

@@ -101,9 +101,9 @@ struct kk_dec {
     choir_weight style_w, f0n_style_w;
     const float *style_b, *f0n_style_b;
 
-    /* On a device with CHOIR_KOKORO_CONV_STATS=1 (off by default: not yet
-     * run on a GPU): a Snake unit's AdaIN statistics come from the
-     * convolution that produced its input (its epilogue's per-128-frame
+    /* On a device (unless CHOIR_KOKORO_CONV_STATS=0; on by default since
+     * its H100 run of 7 Dec 2026: 32 pieces at once 0.77 -> 0.71 s): a
+     * Snake unit's AdaIN statistics come from the convolution that produced its input (its epilogue's per-128-frame
      * partials, choir_op_conv1d_adain_snake_stats) instead of a pass over
      * that input, and a residual block mean's shared input has its
      * statistics taken once for its three blocks (choir_op_adain_stats): 22
@@ -227,7 +227,7 @@ kk_dec *kk_dec_create(const choir_kokoro *m, choir_backend *be, choir_err *err) 
     d->one_style = !choir_backend_is_host(be) && kk_switch_on("CHOIR_KOKORO_STYLE_PRODUCT");
     {
         const char *e = getenv("CHOIR_KOKORO_CONV_STATS");
-        d->conv_stats = !choir_backend_is_host(be) && e && !strcmp(e, "1");
+        d->conv_stats = !choir_backend_is_host(be) && !(e && !strcmp(e, "0"));
     }
     kk_nsf_params(m, &d->nsf);
     if (!(d->ws = choir_backend_weights_create(be, err))) {

@@ -573,20 +573,27 @@ __global__ void __launch_bounds__(32 * NW)
 
 /* --- host side (run_gemv_mma_emu.sh cuts up to here) ---------------------------------- */
 
-/* 0: not yet read from CHOIR_GEMV_MMA; 1: off; 2: on. */
+/* The switch (CHOIR_GEMV_MMA, read once, or choir_cuda_gemv_mma_set):
+ * 0 not yet read, 1 off, 2 on for every weight it takes, 3 auto (the
+ * default): 8-bit weights from GEMV_MMA_Q8_MIN_ROWS rows, never bf16. On an
+ * H100 (7 Dec 2026, VibeVoice 7B's graph step at 10 minutes) the mma GEMV
+ * took the 8-bit 8-row step from 29.7 to 18.5 ms but the 1-row step from
+ * 6.4 to 14.5 ms, and bf16 from 6.38 / 10.19 ms to 7.12 / 10.69 ms (1 / 8
+ * rows): the CUDA-core GEMV and the skinny kernel stay faster there. */
 static int g_mma = 0;
-void choir_cuda_gemv_mma_set(int on) {
-    __atomic_store_n(&g_mma, on < 0 ? 0 : on ? 2 : 1, __ATOMIC_RELAXED);
+void choir_cuda_gemv_mma_set(int mode) {
+    __atomic_store_n(&g_mma, mode < 0 ? 0 : mode == 0 ? 1 : mode == 1 ? 2 : 3, __ATOMIC_RELAXED);
 }
-bool choir_cuda_gemv_mma_on(void) {
+int choir_cuda_gemv_mma_mode(void) {
     int v = __atomic_load_n(&g_mma, __ATOMIC_RELAXED);
     if (!v) {
         const char *e = getenv("CHOIR_GEMV_MMA");
-        v = e && atoi(e) ? 2 : 1; /* off unless set: NOT RUN ON A GPU (written 7 Dec 2026) */
+        v = e && *e ? (atoi(e) ? 2 : 1) : 3;
         __atomic_store_n(&g_mma, v, __ATOMIC_RELAXED);
     }
-    return v == 2;
+    return v - 1;
 }
+bool choir_cuda_gemv_mma_on(void) { return choir_cuda_gemv_mma_mode() == 1; }
 
 static bool mma_quant_ok(const choir_cuda_weight *W) {
     return W->bits == 8 && (W->group_size == 64 || W->group_size == 128) && W->cols % W->group_size == 0 &&
@@ -594,7 +601,9 @@ static bool mma_quant_ok(const choir_cuda_weight *W) {
 }
 
 bool choir_cuda_gemv_mma_takes(int64_t M, const choir_cuda_weight *W) {
-    return choir_cuda_gemv_mma_on() && M >= 1 && M <= GEMV_MMA_MAX_ROWS &&
+    const int mode = choir_cuda_gemv_mma_mode();
+    if (!mode || (mode == 2 && (W->kind != CHOIR_WEIGHT_QUANT || M < GEMV_MMA_Q8_MIN_ROWS))) return false;
+    return M >= 1 && M <= GEMV_MMA_MAX_ROWS &&
            (W->kind == CHOIR_WEIGHT_BF16 || (W->kind == CHOIR_WEIGHT_QUANT && mma_quant_ok(W))) && W->cols > 0 &&
            W->cols % 8 == 0 && W->rows > 0 && W->rows <= INT32_MAX && W->cols <= INT32_MAX &&
            ((uintptr_t)W->data.ptr & 15) == 0;

@@ -1,5 +1,5 @@
 /* Private to src/tensor/cuda: the tensor-core GEMV for a few rows of x
- * (cuda_gemv_mma.cu, CHOIR_GEMV_MMA=1), as cuda_linear.cu's dispatch calls
+ * (cuda_gemv_mma.cu, CHOIR_GEMV_MMA), as cuda_linear.cu's dispatch calls
  * it, and the stacked layers' arguments that it shares with norm_gemv. */
 #ifndef CHOIR_CUDA_GEMV_MMA_H
 #define CHOIR_CUDA_GEMV_MMA_H
@@ -20,6 +20,9 @@ struct norm_linear_args {
 
 /* Rows of x the mma GEMV takes (its n8 tiles: 4). */
 #define GEMV_MMA_MAX_ROWS 32
+/* The fewest rows of x for which the default (auto) mode takes 8-bit
+ * weights (cuda_gemv_mma.cu's switch). */
+#define GEMV_MMA_Q8_MIN_ROWS 2
 
 /* Whether the switch is on and the mma GEMV takes M rows of W (bf16, K a
  * multiple of 8, W 16-byte aligned, M <= GEMV_MMA_MAX_ROWS). */

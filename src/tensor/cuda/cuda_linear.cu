@@ -887,13 +887,13 @@ int choir_cuda_linear_ex(choir_cuda *cu, const float *x, int64_t M, const choir_
     return launch_gemv_dense(cu, x, M, W, bias, y, epilogue, err);
 }
 
-/* CHOIR_CUDA_SKINNY_ACC (read once; off by default, NOT RUN ON A GPU): -1
- * until read or set. */
+/* CHOIR_CUDA_SKINNY_ACC (read once; on unless 0, since its H100 run of 7
+ * Dec 2026, with CHOIR_CUDA_RMS_CACHE): -1 until read or set. */
 static int g_skinny_acc = -1;
 void choir_cuda_skinny_acc_set(int on) {
     if (on < 0) {
         const char *e = getenv("CHOIR_CUDA_SKINNY_ACC");
-        on = e && atoi(e) != 0;
+        on = !(e && *e && atoi(e) == 0);
     }
     __atomic_store_n(&g_skinny_acc, on != 0, __ATOMIC_RELAXED);
 }

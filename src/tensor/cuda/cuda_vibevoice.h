@@ -97,10 +97,10 @@ bool choir_cuda_vv_prefill_flash_v2_on(void);
  * A GPU) instead of the second, for heads of 128 values on devices of
  * compute capability 9.0 (its object is sm_90a code); elsewhere, or if the
  * runtime refuses its launch (logged once), the second kernel runs. Mode 0
- * off (the default), 1 on, 2 on with the softmax of a tile overlapping the
+ * off, 1 on, 2 (the default) on with the softmax of a tile overlapping the
  * previous tile's P V (three-deep K/V). choir_cuda_vv_prefill_flash_wg sets
- * it for the process; until it is called, CHOIR_VV_FLASH_WG=1 or 2 in the
- * environment (read once) sets it. Only when the flash prefill itself is
+ * it for the process; until it is called, CHOIR_VV_FLASH_WG=0, 1 or 2 in
+ * the environment (read once) sets it. Only when the flash prefill itself is
  * on. Process-wide. */
 void choir_cuda_vv_prefill_flash_wg(int mode);
 int choir_cuda_vv_prefill_flash_wg_mode(void);

@@ -1,9 +1,9 @@
 /* VibeVoice's prefill attention, third kernel: Hopper's warpgroup MMA
  * (wgmma.mma_async, sm_90a only), FlashAttention-3's shape without its
- * producer warpgroup. A draft, NOT RUN ON A GPU: off unless
- * CHOIR_VV_FLASH_WG=1 (or 2: the pipelined mode below) or
- * choir_cuda_vv_prefill_flash_wg(1 or 2) (cuda_vv_flash.cu), heads of 128
- * values, on devices of compute
+ * producer warpgroup. Mode 2 (the pipelined mode below) by default since its
+ * H100 run of 7 Dec 2026; CHOIR_VV_FLASH_WG=0 or 1, or
+ * choir_cuda_vv_prefill_flash_wg(0 or 1) (cuda_vv_flash.cu), turns it off or
+ * to the plain mode. Heads of 128 values, on devices of compute
  * capability 9.0 (H100, H200); elsewhere, or if its launch is refused, the
  * second kernel (k_vv_flash2_prefill) runs instead.
  *
@@ -532,7 +532,12 @@ int choir_cuda_vv_flash_wg_launch(choir_cuda *cu, const float *q, int64_t T, con
     if (D != VV_WG_D || ((uintptr_t)q & 15)) return 1;
     if (__atomic_load_n(&g_wg_state, __ATOMIC_RELAXED) == 2) return 1;
     /* The object is sm_90a code only (no PTX): compute capability 9.0. */
-    if (cu->props.cc_major != 9 || cu->props.cc_minor != 0) return wg_decline("needs compute capability 9.0", cudaSuccess);
+    if (cu->props.cc_major != 9 || cu->props.cc_minor != 0) {
+        /* Not a fault: the default asks for it on every device. */
+        if (__atomic_exchange_n(&g_wg_state, 2, __ATOMIC_RELAXED) != 2)
+            CHOIR_LOGD("cuda: flash prefill wg needs compute capability 9.0; the second kernel runs");
+        return 1;
+    }
     if ((T + VV_WG_BM - 1) / VV_WG_BM > 65535)
         return choir_err_set(err, CHOIR_ETOOBIG, "cuda: flash prefill of %lld rows", (long long)T);
     return pipelined ? wg_launch<true>(cu, q, T, k, v, table, pos0, n_heads, n_kv, out)

@@ -348,11 +348,19 @@ int choir_cuda_linear_ex(choir_cuda *cu, const float *x, int64_t M, const choir_
     return run_or_record(linear_ex_op, &a, sizeof(a));
 }
 
-static int g_fake_skinny_acc;
-void choir_cuda_skinny_acc_set(int on) { g_fake_skinny_acc = on > 0; }
+/* As the real switch: on unless CHOIR_CUDA_SKINNY_ACC=0 (-1: not yet read). */
+static int g_fake_skinny_acc = -1;
+void choir_cuda_skinny_acc_set(int on) {
+    if (on < 0) {
+        const char *e = getenv("CHOIR_CUDA_SKINNY_ACC");
+        on = !(e && *e && atoi(e) == 0);
+    }
+    g_fake_skinny_acc = on != 0;
+}
 void choir_cuda_rms_cache_set(int on) { (void)on; }
 bool choir_cuda_rms_cache_on(void) { return false; }
 bool choir_cuda_linear_skinny_acc_ok(int64_t M, const float *x, const choir_cuda_weight *W) {
+    if (g_fake_skinny_acc < 0) choir_cuda_skinny_acc_set(-1);
     return g_fake_skinny_acc && M > 0 && ((uintptr_t)x & 15) == 0 && choir_cuda_linear_path_for(M, W) == CHOIR_CUDA_LINEAR_SKINNY;
 }
 int choir_cuda_linear_skinny_acc(choir_cuda *cu, const float *x, int64_t M, const choir_cuda_weight *W,
@@ -688,7 +696,8 @@ void choir_cuda_linear_set_bias_epilogue(bool on) { (void)on; }
 int choir_cuda_gemv_variants(void) { return 1; }
 void choir_cuda_gemv_set_variant(int v) { (void)v; }
 /* No mma GEMV here: the switch stays off (the check skips its cases). */
-void choir_cuda_gemv_mma_set(int on) { (void)on; }
+void choir_cuda_gemv_mma_set(int mode) { (void)mode; }
+int choir_cuda_gemv_mma_mode(void) { return 0; }
 bool choir_cuda_gemv_mma_on(void) { return false; }
 void choir_cuda_linear_bf16_set_gelu_epilogue(bool on) { (void)on; }
 void choir_cuda_layer_norm_bf16_set_warp(bool on) { (void)on; }
