@@ -500,14 +500,25 @@ void choir_cuda_gemv_set_variant(int v);
  * 2e-5 of (no longer equal to) the norm followed by choir_cuda_linear (its
  * RMS norm scales the sums, not x). Modes: 0 off, 1 on for every weight it
  * takes, 2 auto (the default since its H100 run of 7 Dec 2026): 8-bit
- * weights from 2 rows of x, where it beats the CUDA-core GEMV and the
- * dequantizing cuBLAS path; never bf16, where the skinny kernel is faster.
+ * weights at 5 to 8 rows of x, where it beat the CUDA-core GEMV; never bf16,
+ * where the skinny kernel is faster, nor 8-bit at 1-4 rows (the CUDA-core
+ * GEMV) or 9-32 (the dequantizing cuBLAS path).
  * Until choir_cuda_gemv_mma_set is called, CHOIR_GEMV_MMA=1 or 0 picks mode 1
  * or 0; set(-1) goes back to the environment's. Process-wide; for checks and
  * benches. choir_cuda_gemv_mma_on: whether mode 1 is set. */
 void choir_cuda_gemv_mma_set(int mode);
 int choir_cuda_gemv_mma_mode(void);
 bool choir_cuda_gemv_mma_on(void);
+/* The mma GEMV's launch over up to 8 rows of x and 8-bit weights, for
+ * timing side by side (all give the same floats: a row's order of sums
+ * depends on K only): 0 two 16-row tiles a block and one step of loads in
+ * flight a warp, 1 one tile and two steps, 2 (the default) one tile and
+ * three (two with the RMS norm fused). Until _set is called,
+ * CHOIR_GEMV_MMA_Q8_SHAPE=N (read once); set(-1) goes back to it.
+ * Process-wide. */
+#define CHOIR_GEMV_MMA_Q8_SHAPES 3
+void choir_cuda_gemv_mma_q8_shape_set(int shape);
+int choir_cuda_gemv_mma_q8_shape(void);
 /* The GEMV over 8-bit MLX weights for 1 to 8 rows of x (a decode step over
  * an 8-bit language model): shape 0 is the old kernel (a warp a row, 32
  * codes a lane by scalar loads, x read from global memory for every row);

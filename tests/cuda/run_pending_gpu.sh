@@ -6,7 +6,7 @@
 # for the engine part, CHOIR_PACK_FIXTURES naming real/tokenizer/qwen2.5):
 #
 #   mkdir -p /tmp/p && tar -xJf PACK -C /tmp/p && . /tmp/p/env.sh
-#   bash tests/cuda/run_pending_gpu.sh checks|defaults|vv|q8|kokoro|engine|profile|drafts[-checks|-ab] [LIMIT_S]
+#   bash tests/cuda/run_pending_gpu.sh checks|defaults|final|vv|q8|kokoro|engine|profile|drafts[-checks|-ab] [LIMIT_S]
 #
 # LIMIT_S (default 560): a step that would start with less than 25 s left is
 # skipped. Everything goes to $OUT/pending-PART.log (or /tmp); the terminal
@@ -110,6 +110,11 @@ defaults)
     # at the defaults, and where the 8-bit step's time goes, 1 row and 8.
     st q8-mma-rows 150 'gemv_mma=|error' $VV --audio-min 10 --steps 32 --batch 2,4,16,32 --batch-min 10 --kv bf16 \
         --bits 8 --gemv-mma ab
+    # The 8-bit mma launch's shapes (CHOIR_GEMV_MMA_Q8_SHAPE) at 1, 2 and 8 rows.
+    for sh in 1 2 0; do
+        st "q8-mma-shape-$sh" 90 'gemv_mma=|error' env CHOIR_GEMV_MMA_Q8_SHAPE=$sh $VV --audio-min 10 --steps 32 \
+            --batch 2,8 --batch-min 10 --kv bf16 --bits 8 --gemv-mma ab
+    done
     K=$CHOIR_SHARED_DIR/fixtures/kokoro/kokoro-v1
     st weights 60 '' choir dev weights --manifest "$K/manifest.json" --config "$K/config.json" --out /tmp/kmodel
     for i in 1 2; do
@@ -122,6 +127,22 @@ defaults)
             --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv --print-summary per-kernel \
             --log-file "${OUT:-/tmp}/pending-profile-q8-$r.csv" $VV --audio-min 10 --steps 4 --batch 8 --batch-min 10 --bits 8
     done
+    ;;
+final)
+    # The defaults' last look (7 Dec 2026, evening): the checks the auto
+    # mma GEMV and its launch shape touch, the 8-bit rows around the auto
+    # mode's threshold, why the 8-bit one-row GEMV (q8_stream) streams 1-1.7
+    # TB/s (Nsight Compute's sections over 2 layers' kernels), and 8
+    # requests of 10 minutes through the engine.
+    st backend 90 "$CHK" choir_backend_gpu_check
+    st vibevoice 150 "$CHK" choir_vibevoice_gpu_check
+    st q8-mma-rows 120 'gemv_mma=|error' $VV --audio-min 10 --steps 32 --batch 4,5,6,8 --batch-min 10 --kv bf16 \
+        --bits 8 --gemv-mma ab
+    st ncu-q8-sections 150 '==PROF==|error' env CHOIR_VGC_PROFILE=step ncu --profile-from-start off \
+        --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
+        --section MemoryWorkloadAnalysis --csv --page details --log-file "${OUT:-/tmp}/pending-q8-sections.csv" \
+        choir_vibevoice_gpu_check --bench 7b --layers 2 --audio-min 10 --steps 2 --bits 8
+    st engine-8 200 'engine|error|FAIL' $VV --engine 8 --batch-min 10 --steps 3000 --kv bf16
     ;;
 engine)
     # VibeVoice 7B through the engine: 1, 8 and 32 requests of 10 minutes
@@ -157,7 +178,7 @@ drafts | drafts-checks | drafts-ab)
     fi
     ;;
 *)
-    echo "run_pending_gpu.sh: PART is checks, defaults, vv, q8, kokoro, engine, profile, drafts, drafts-checks or drafts-ab" >&2
+    echo "run_pending_gpu.sh: PART is checks, defaults, final, vv, q8, kokoro, engine, profile, drafts, drafts-checks or drafts-ab" >&2
     exit 2
     ;;
 esac

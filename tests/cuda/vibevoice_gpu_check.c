@@ -59,7 +59,7 @@
  *     --rope-kv 0|1|ab: a step's ropes and new cache rows in one operation
  *     (CHOIR_VV_ROPE_KV) off or on, or ab as --att-v2's (bench_switch_ab).
  *     --gemv-mma 0|1|auto|ab: the mma GEMV (CHOIR_GEMV_MMA) off, on for
- *     every weight, auto (the default: 8-bit weights from 2 rows), or ab: the
+ *     every weight, auto (the default: 8-bit weights at 5-8 rows), or ab: the
  *     one-row graph step (and with --batch B each batch's B-row graph step)
  *     timed off, on, on, off, printing "gemv_mma=<0|1> bits=<16|8>
  *     rows=<n> graph_ms=<x>" for each way.

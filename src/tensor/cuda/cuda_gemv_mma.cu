@@ -364,18 +364,20 @@ struct mq_step {
     float4 x[NT][4];
 };
 
+/* srow / brow: each weight row's first scale and bias (its group 0). */
 template <int MT, int NT>
-__device__ __forceinline__ void mq_load(const uint8_t *const (&wrow)[MT][2], const int64_t (&grp)[MT][2],
-                                        const int (&li)[MT][2], const mg_quant &qa, const float *x, int M, int64_t K,
-                                        bool xvec, int g, int64_t step, mq_step<MT, NT> &s) {
+__device__ __forceinline__ void mq_load(const uint8_t *const (&wrow)[MT][2], const void *const (&srow)[MT][2],
+                                        const void *const (&brow)[MT][2], int sb_dtype, int group_shift,
+                                        const float *x, int M, int64_t K, bool xvec, int g, int64_t step,
+                                        mq_step<MT, NT> &s) {
+    const int64_t gi = step >> group_shift;
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const int64_t gi = grp[mt][h] + (step >> qa.group_shift);
             s.q[mt][h] = mg_ld(wrow[mt][h] + step * 64);
-            s.s[mt][h] = mg_sb(qa.scales[li[mt][h]], qa.sb_dtype, gi);
-            s.b[mt][h] = mg_sb(qa.biases[li[mt][h]], qa.sb_dtype, gi);
+            s.s[mt][h] = mg_sb(srow[mt][h], sb_dtype, gi);
+            s.b[mt][h] = mg_sb(brow[mt][h], sb_dtype, gi);
         }
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
@@ -471,22 +473,21 @@ __device__ __forceinline__ void mq_mma(mq_step<MT, NT> &s, float (&acc)[MT][NT][
  * G 64 or 128): a lane's 16-byte load is 16 codes of a row, a step 64
  * columns, each step's sums scaled by its group as they are added. */
 /* The weights' side of a step, 8-bit: the lane's rows (column 16t), their
- * layers and first groups, the scales, and x (mg_steps' producer). */
+ * first scales and biases, and x (mg_steps' producer). The rows' scale and
+ * bias pointers are taken from the kernel's parameter once, at the start:
+ * a reference to it kept here would put the parameter in local memory and
+ * a local load before every scale's. */
 template <int MT, int NT>
 struct mg_q8_src {
     using step = mq_step<MT, NT>;
-    /* the kernel's parameter itself: its scales are indexed by layer, which
-     * a copy in registers could only do from local memory */
-    const mg_quant &qa;
     const uint8_t *wrow[MT][2];
-    int64_t grp[MT][2];
-    int li[MT][2];
+    const void *srow[MT][2], *brow[MT][2];
     const float *xl;
     int64_t K, steps;
-    int M, g, t;
+    int M, g, t, sb_dtype, group_shift;
     bool xvec;
     __device__ __forceinline__ void load(int64_t s, step &st) const {
-        mq_load<MT, NT>(wrow, grp, li, qa, xl, M, K, xvec, g, s, st);
+        mq_load<MT, NT>(wrow, srow, brow, sb_dtype, group_shift, xl, M, K, xvec, g, s, st);
     }
     __device__ __forceinline__ void mma(step &st, float (&acc)[MT][NT][4], int64_t s, const float *gamma) const {
         mq_mma<MT, NT>(st, acc, t, gamma ? gamma + s * 64 + 16 * t : nullptr);
@@ -502,15 +503,20 @@ __global__ void __launch_bounds__(32 * NW, 2)
     __shared__ double redd[RMS ? NW * 8 : 1];
     const int lane = threadIdx.x & 31;
     const int64_t r0 = (int64_t)blockIdx.x * (MT * 16);
-    mg_q8_src<MT, NT> p{qa};
+    mg_q8_src<MT, NT> p;
     p.g = lane >> 2, p.t = lane & 3, p.M = M, p.K = K, p.steps = K >> 6;
+    p.sb_dtype = qa.sb_dtype, p.group_shift = qa.group_shift;
+    const int64_t es = qa.sb_dtype == CHOIR_DTYPE_F32 ? 4 : 2;
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const int64_t rr = mg_row(a, r0 + mt * 16 + p.g + 8 * h, p.li[mt][h]);
-            p.wrow[mt][h] = (const uint8_t *)a.W[p.li[mt][h]] + rr * K + 16 * p.t;
-            p.grp[mt][h] = rr * ((K >> 6) >> qa.group_shift);
+            int li;
+            const int64_t rr = mg_row(a, r0 + mt * 16 + p.g + 8 * h, li);
+            const int64_t grp = rr * ((K >> 6) >> qa.group_shift);
+            p.wrow[mt][h] = (const uint8_t *)a.W[li] + rr * K + 16 * p.t;
+            p.srow[mt][h] = (const char *)qa.scales[li] + grp * es;
+            p.brow[mt][h] = (const char *)qa.biases[li] + grp * es;
         }
     p.xvec = ((uintptr_t)x & 15) == 0 && (K & 3) == 0;
     p.xl = x + 16 * p.t;
@@ -575,11 +581,13 @@ __global__ void __launch_bounds__(32 * NW)
 
 /* The switch (CHOIR_GEMV_MMA, read once, or choir_cuda_gemv_mma_set):
  * 0 not yet read, 1 off, 2 on for every weight it takes, 3 auto (the
- * default): 8-bit weights from GEMV_MMA_Q8_MIN_ROWS rows, never bf16. On an
- * H100 (7 Dec 2026, VibeVoice 7B's graph step at 10 minutes) the mma GEMV
- * took the 8-bit 8-row step from 29.7 to 18.5 ms but the 1-row step from
- * 6.4 to 14.5 ms, and bf16 from 6.38 / 10.19 ms to 7.12 / 10.69 ms (1 / 8
- * rows): the CUDA-core GEMV and the skinny kernel stay faster there. */
+ * default): 8-bit weights at GEMV_MMA_Q8_MIN_ROWS .. _MAX_ROWS rows, never
+ * bf16. On an H100 (7 Dec 2026, VibeVoice 7B's graph step at 10 minutes,
+ * off / on, launch shape 2): 8-bit 1 row 6.42 / 12.45 ms, 2 rows 9.10 /
+ * 12.94, 4 rows 12.68 / 14.61 (shape 0), 8 rows 29.79 / 16.69, 16 rows
+ * 24.53 / 27.53, 32 rows 31.72 / 35.45 (shape 0); bf16 1 row 6.38 / 7.12,
+ * 8 rows 10.19 / 10.69: elsewhere the CUDA-core GEMV, the dequantizing
+ * cuBLAS path and the skinny kernel stay faster. */
 static int g_mma = 0;
 void choir_cuda_gemv_mma_set(int mode) {
     __atomic_store_n(&g_mma, mode < 0 ? 0 : mode == 0 ? 1 : mode == 1 ? 2 : 3, __ATOMIC_RELAXED);
@@ -595,6 +603,21 @@ int choir_cuda_gemv_mma_mode(void) {
 }
 bool choir_cuda_gemv_mma_on(void) { return choir_cuda_gemv_mma_mode() == 1; }
 
+/* The 8-bit launch's shape (choir_cuda_gemv_mma_q8_shape_set): -1 until
+ * read from CHOIR_GEMV_MMA_Q8_SHAPE. */
+static int g_q8_shape = -1;
+void choir_cuda_gemv_mma_q8_shape_set(int shape) {
+    if (shape < 0) {
+        const char *e = getenv("CHOIR_GEMV_MMA_Q8_SHAPE");
+        shape = e ? atoi(e) : 2;
+    }
+    __atomic_store_n(&g_q8_shape, shape >= 0 && shape < CHOIR_GEMV_MMA_Q8_SHAPES ? shape : 0, __ATOMIC_RELAXED);
+}
+int choir_cuda_gemv_mma_q8_shape(void) {
+    if (__atomic_load_n(&g_q8_shape, __ATOMIC_RELAXED) < 0) choir_cuda_gemv_mma_q8_shape_set(-1);
+    return __atomic_load_n(&g_q8_shape, __ATOMIC_RELAXED);
+}
+
 static bool mma_quant_ok(const choir_cuda_weight *W) {
     return W->bits == 8 && (W->group_size == 64 || W->group_size == 128) && W->cols % W->group_size == 0 &&
            (W->sb_dtype == CHOIR_DTYPE_BF16 || W->sb_dtype == CHOIR_DTYPE_F16 || W->sb_dtype == CHOIR_DTYPE_F32);
@@ -602,7 +625,9 @@ static bool mma_quant_ok(const choir_cuda_weight *W) {
 
 bool choir_cuda_gemv_mma_takes(int64_t M, const choir_cuda_weight *W) {
     const int mode = choir_cuda_gemv_mma_mode();
-    if (!mode || (mode == 2 && (W->kind != CHOIR_WEIGHT_QUANT || M < GEMV_MMA_Q8_MIN_ROWS))) return false;
+    if (!mode || (mode == 2 && (W->kind != CHOIR_WEIGHT_QUANT || M < GEMV_MMA_Q8_MIN_ROWS ||
+                                M > GEMV_MMA_Q8_MAX_ROWS)))
+        return false;
     return M >= 1 && M <= GEMV_MMA_MAX_ROWS &&
            (W->kind == CHOIR_WEIGHT_BF16 || (W->kind == CHOIR_WEIGHT_QUANT && mma_quant_ok(W))) && W->cols > 0 &&
            W->cols % 8 == 0 && W->rows > 0 && W->rows <= INT32_MAX && W->cols <= INT32_MAX &&
@@ -630,8 +655,10 @@ static void mma_launch_nt(choir_cuda *cu, const float *x, int M, int64_t K, cons
     const unsigned nb = (unsigned)(blocks < INT32_MAX ? blocks : INT32_MAX);
     const unsigned th = 32 * GEMV_MMA_WARPS;
     if constexpr (Q) {
+        /* Three steps in flight with the fused norm spill: two. */
+        constexpr int UR = U > 2 ? 2 : U;
         if (rms && NT < 4)
-            gemv_mma_q8<MT, NT, U, GEMV_MMA_WARPS, NT < 4>
+            gemv_mma_q8<MT, NT, UR, GEMV_MMA_WARPS, NT < 4>
                 <<<nb, th, 0, cu->stream>>>(x, M, K, a, *qa, epilogue, rms->gamma, rms->eps, NULL);
         else
             gemv_mma_q8<MT, NT, U, GEMV_MMA_WARPS, false>
@@ -655,8 +682,17 @@ static void mma_launch_nt(choir_cuda *cu, const float *x, int M, int64_t K, cons
 static void mma_launch(choir_cuda *cu, const float *x, int M, int64_t K, const norm_linear_args &a, const mg_quant *qa,
                        int epilogue, const mma_rms *rms, const float *inv_g = NULL) {
     if (qa) {
-        if (M <= 8) mma_launch_nt<2, 1, 1, true>(cu, x, M, K, a, qa, epilogue, rms, inv_g);
-        else if (M <= 16) mma_launch_nt<1, 2, 1, true>(cu, x, M, K, a, qa, epilogue, rms, inv_g);
+        const int sh = choir_cuda_gemv_mma_q8_shape();
+        /* Up to 8 rows: shape 0 two tiles a block, one step in flight;
+         * 1 one tile, two steps; 2 (the default) one tile, three steps
+         * (two with the fused norm). More steps of two tiles spill
+         * (ptxas, sm_90). H100, 7 Dec 2026, the 8-bit 8-row step: shape 0
+         * 17.26 ms, 1 16.74, 2 16.69. */
+        if (M <= 8) {
+            if (sh == 1) mma_launch_nt<1, 1, 2, true>(cu, x, M, K, a, qa, epilogue, rms, inv_g);
+            else if (sh == 2) mma_launch_nt<1, 1, 3, true>(cu, x, M, K, a, qa, epilogue, rms, inv_g);
+            else mma_launch_nt<2, 1, 1, true>(cu, x, M, K, a, qa, epilogue, rms, inv_g);
+        } else if (M <= 16) mma_launch_nt<1, 2, 1, true>(cu, x, M, K, a, qa, epilogue, rms, inv_g);
         else if (M <= 24) mma_launch_nt<1, 3, 1, true>(cu, x, M, K, a, qa, epilogue, rms, inv_g);
         else mma_launch_nt<1, 4, 1, true>(cu, x, M, K, a, qa, epilogue, rms, inv_g);
     } else {

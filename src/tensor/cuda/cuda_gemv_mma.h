@@ -20,9 +20,11 @@ struct norm_linear_args {
 
 /* Rows of x the mma GEMV takes (its n8 tiles: 4). */
 #define GEMV_MMA_MAX_ROWS 32
-/* The fewest rows of x for which the default (auto) mode takes 8-bit
- * weights (cuda_gemv_mma.cu's switch). */
-#define GEMV_MMA_Q8_MIN_ROWS 2
+/* The rows of x for which the default (auto) mode takes 8-bit weights
+ * (cuda_gemv_mma.cu's switch): where the CUDA-core GEMV and, above 8 rows,
+ * the dequantizing cuBLAS path were slower on an H100. */
+#define GEMV_MMA_Q8_MIN_ROWS 5
+#define GEMV_MMA_Q8_MAX_ROWS 8
 
 /* Whether the switch is on and the mma GEMV takes M rows of W (bf16, K a
  * multiple of 8, W 16-byte aligned, M <= GEMV_MMA_MAX_ROWS). */

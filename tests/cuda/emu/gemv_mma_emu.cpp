@@ -26,7 +26,7 @@ static void run_nt(const float *x, int M, int64_t K, const norm_linear_args &a, 
                    bool rms, const float *gamma, float eps) {
     int64_t blocks = (a.start[a.n] + MT * 16 - 1) / (MT * 16);
     const int th = 32 * GEMV_MMA_WARPS;
-    constexpr int UR = U > 1 ? U - 1 : 1;
+    constexpr int UR = U > 1 ? U - 1 : 1, URQ = U > 2 ? 2 : U;
     if (rms && M > GEMV_MMA_RMS_ROWS) {
         g_prep.assign((size_t)(M * K + GEMV_MMA_MAX_ROWS), NAN);
         float *xg = g_prep.data(), *inv = xg + M * K;
@@ -43,7 +43,7 @@ static void run_nt(const float *x, int M, int64_t K, const norm_linear_args &a, 
     launch({(int)blocks, 1, 1}, th, [&] {
         if constexpr (NT < 4) {
             if (rms) {
-                if constexpr (Q) gemv_mma_q8<MT, NT, U, GEMV_MMA_WARPS, true>(x, M, K, a, qa, epi, gamma, eps, nullptr);
+                if constexpr (Q) gemv_mma_q8<MT, NT, URQ, GEMV_MMA_WARPS, true>(x, M, K, a, qa, epi, gamma, eps, nullptr);
                 else gemv_mma_bf16<MT, NT, UR, GEMV_MMA_WARPS, true>(x, M, K, a, epi, gamma, eps, nullptr);
                 return;
             }
@@ -55,7 +55,12 @@ static void run_nt(const float *x, int M, int64_t K, const norm_linear_args &a, 
 static void run_mma(bool q, const float *x, int M, int64_t K, const norm_linear_args &a, const mg_quant &qa, int epi,
                     bool rms, const float *gamma, float eps) {
     if (q) {
-        if (M <= 8) run_nt<2, 1, 1, true>(x, M, K, a, qa, epi, rms, gamma, eps);
+        // choir_cuda_gemv_mma_q8_shape: CHOIR_GEMV_MMA_Q8_SHAPE as the library reads it.
+        const char *e = getenv("CHOIR_GEMV_MMA_Q8_SHAPE");
+        const int sh = e ? atoi(e) : 2;
+        if (M <= 8 && sh == 1) run_nt<1, 1, 2, true>(x, M, K, a, qa, epi, rms, gamma, eps);
+        else if (M <= 8 && sh == 2) run_nt<1, 1, 3, true>(x, M, K, a, qa, epi, rms, gamma, eps);
+        else if (M <= 8) run_nt<2, 1, 1, true>(x, M, K, a, qa, epi, rms, gamma, eps);
         else if (M <= 16) run_nt<1, 2, 1, true>(x, M, K, a, qa, epi, rms, gamma, eps);
         else if (M <= 24) run_nt<1, 3, 1, true>(x, M, K, a, qa, epi, rms, gamma, eps);
         else run_nt<1, 4, 1, true>(x, M, K, a, qa, epi, rms, gamma, eps);

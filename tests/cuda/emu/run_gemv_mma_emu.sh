@@ -9,6 +9,7 @@
 # within 1e-5 (x is carried as two bf16 halves: about 2^-16 a value), every output written
 # and no row past M touched, every stored row equal to its output, and the batch invariance
 # hold: the first rows of the runs over 1, 8, M and 32 rows of the same x equal bit for bit.
+# The 8-bit cases of up to 8 rows run with each launch shape (CHOIR_GEMV_MMA_Q8_SHAPE 0-2).
 # simt_rel_l2 is the existing SIMT kernels' formula against the same reference (for scale).
 # (GELU cases use bf16 weights or a layer norm: the random 8-bit weights' negative biases make
 # every RMS-normed output large and negative, GELU then 0 and rel_l2 0/0.)
@@ -48,11 +49,18 @@ for c in "bf16 1 3584 64 bf16 0 0 37" "bf16 8 3584 64 bf16 0 1 37" "bf16 9 3584 
          "q8 32 3584 64 f32 0 0 33" "q8 2 18944 64 bf16 0 1 17" "q8 8 18944 128 bf16 0 0 17" \
          "q8 1 64 64 bf16 0 0 51" "q8 8 640 64 bf16 rms 0 63 30 31" "q8 9 256 128 f32 ln 2 19 23" \
          "q8 32 3584 64 bf16 rms 0 40 9 9" "q8 17 1152 64 bf16 0 1 70" "q8 1 3584 64 bf16 rms 1 37"; do
-  # shellcheck disable=SC2086
-  line=$("$OUT/gemv_mma_emu" $c)
-  echo "$line"
-  echo "$line" | awk '{for (i = 1; i <= NF; i++) { if ($i == "rel_l2") e = $(i + 1); if ($i == "store_mismatch") s = $(i + 1);
-                                                   if ($i == "invariance_rows_differ") d = $(i + 1) }
-                       if ($NF != 0 || s != 0 || d != 0 || e ~ /nan/ || e + 0 > 1e-5) exit 1}' || fail=1
+  # 8-bit weights and up to 8 rows: each launch shape (CHOIR_GEMV_MMA_Q8_SHAPE).
+  set -- $c
+  shapes=0
+  [ "$1" = q8 ] && [ "$2" -le 8 ] && shapes="0 1 2"
+  for sh in $shapes; do
+    # shellcheck disable=SC2086
+    line=$(CHOIR_GEMV_MMA_Q8_SHAPE=$sh "$OUT/gemv_mma_emu" $c)
+    [ "$shapes" = 0 ] || line="shape $sh: $line"
+    echo "$line"
+    echo "$line" | awk '{for (i = 1; i <= NF; i++) { if ($i == "rel_l2") e = $(i + 1); if ($i == "store_mismatch") s = $(i + 1);
+                                                     if ($i == "invariance_rows_differ") d = $(i + 1) }
+                         if ($NF != 0 || s != 0 || d != 0 || e ~ /nan/ || e + 0 > 1e-5) exit 1}' || fail=1
+  done
 done
 [ $fail = 0 ] && echo "all cases within 1e-5, every output written and stored, rows equal whatever M" || { echo "FAIL"; exit 1; }
