@@ -6,7 +6,7 @@
 # for the engine part, CHOIR_PACK_FIXTURES naming real/tokenizer/qwen2.5):
 #
 #   mkdir -p /tmp/p && tar -xJf PACK -C /tmp/p && . /tmp/p/env.sh
-#   bash tests/cuda/run_pending_gpu.sh checks|defaults|final|vv|q8|kokoro|engine|profile|drafts[-checks|-ab] [LIMIT_S]
+#   bash tests/cuda/run_pending_gpu.sh checks|defaults|final|q8-shape7|vv|q8|kokoro|engine|profile|drafts[-checks|-ab] [LIMIT_S]
 #
 # LIMIT_S (default 560): a step that would start with less than 25 s left is
 # skipped. Everything goes to $OUT/pending-PART.log (or /tmp); the terminal
@@ -144,6 +144,17 @@ final)
         choir_vibevoice_gpu_check --bench 7b --layers 2 --audio-min 10 --steps 2 --bits 8
     st engine-8 200 'engine|error|FAIL' $VV --engine 8 --batch-min 10 --steps 3000 --kv bf16
     ;;
+q8-shape7)
+    # The 8-bit stream GEMV within 64 registers (CHOIR_Q8_GEMV=7, written 7
+    # Dec 2026 evening): the checks with it, the one-row step beside shape
+    # 4, and where its step goes.
+    st backend-q8-7 90 "$CHK" env CHOIR_Q8_GEMV=7 choir_backend_gpu_check
+    st vibevoice-q8-7 150 "$CHK" env CHOIR_Q8_GEMV=7 choir_vibevoice_gpu_check
+    st q8-sweep 150 'q8 gemv shape|error' $VV --audio-min 10 --steps 32 --bits 8 --q8-sweep 4,7,4,7
+    st ncu-q8-7 150 '==PROF==|error' env CHOIR_Q8_GEMV=7 CHOIR_VGC_PROFILE=step ncu --profile-from-start off \
+        --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv --print-summary per-kernel \
+        --log-file "${OUT:-/tmp}/pending-profile-q8-7.csv" $VV --audio-min 10 --steps 4 --bits 8
+    ;;
 engine)
     # VibeVoice 7B through the engine: 1, 8 and 32 requests of 10 minutes
     # decoding 3,000 tokens each, then the hour-long admission and burst.
@@ -178,7 +189,7 @@ drafts | drafts-checks | drafts-ab)
     fi
     ;;
 *)
-    echo "run_pending_gpu.sh: PART is checks, defaults, final, vv, q8, kokoro, engine, profile, drafts, drafts-checks or drafts-ab" >&2
+    echo "run_pending_gpu.sh: PART is checks, defaults, final, q8-shape7, vv, q8, kokoro, engine, profile, drafts, drafts-checks or drafts-ab" >&2
     exit 2
     ;;
 esac

@@ -330,10 +330,12 @@ __device__ __forceinline__ q8_chunks<NR> q8_next(q8_cursor<NR> &cu, const q8_arg
 /* R: rows of x the kernel is built for (M <= R); NR: weight rows a warp
  * sums at once (each chunk of x read from shared memory once for them);
  * U: steps in flight a lane; NORM: x RMS-normalised (over all K columns)
- * into the staging. The piece is columns [k0, k0 + kc) of K; `later`: not
- * the first piece (no bias, no store, y += the piece's sums). */
-template <int R, int NR, int U, bool NORM>
-__global__ void __launch_bounds__(Q8_THREADS)
+ * into the staging; MINB: blocks an SM the registers must allow (shape 7:
+ * 4, at most 64 registers a thread). The piece is columns [k0, k0 + kc) of
+ * K; `later`: not the first piece (no bias, no store, y += the piece's
+ * sums). */
+template <int R, int NR, int U, bool NORM, int MINB = 1>
+__global__ void __launch_bounds__(Q8_THREADS, MINB)
     q8_stream(const float *__restrict__ x, int M, int64_t K, int64_t k0, int64_t kc, const float *__restrict__ gamma,
               float eps, q8_args a, int later) {
     extern __shared__ float4 q8_xs4[];
@@ -488,7 +490,7 @@ __global__ void q8_dequant_bf16(const uint4 *__restrict__ Wq, const void *__rest
 /* 0: not yet read from CHOIR_Q8_GEMV; else 1 + the shape (0: off, the old
  * kernel). */
 static int g_q8 = 0;
-#define Q8_SHAPES 7
+#define Q8_SHAPES 8
 void choir_cuda_q8_gemv(int shape) {
     __atomic_store_n(&g_q8, 1 + (shape >= 0 && shape < Q8_SHAPES ? shape : 0), __ATOMIC_RELAXED);
 }
@@ -577,6 +579,8 @@ static void q8_launch(choir_cuda *cu, const float *x, int M, int64_t K, const fl
  * pieces of at most 100 KiB (two blocks an SM). */
 #define Q8S_SMEM_ONE (Q8_SMEM_MAX / 16 * 17)
 #define Q8S_SMEM_PIECE (100 * 1024)
+/* Shape 7's pieces: four blocks an SM (228 KiB of shared memory). */
+#define Q8S_SMEM_PIECE4 (48 * 1024)
 static bool q8_streams(int shape) { return shape >= 4; }
 static size_t q8s_smem(int64_t M, int64_t kc) {
     const int64_t kcp = (kc + 511) & ~(int64_t)511;
@@ -587,21 +591,32 @@ static size_t q8s_smem(int64_t M, int64_t kc) {
  * staging does (so that the norm-fused calls, which need one piece, take
  * the same M and K); else the fewest pieces of a multiple of 128 columns
  * (whole groups and chunks) within Q8S_SMEM_PIECE. */
-static int64_t q8s_piece(int64_t M, int64_t K) {
-    if (q8s_smem(M, K) <= Q8S_SMEM_ONE) return K;
+static int64_t q8s_piece(int64_t M, int64_t K, size_t one = Q8S_SMEM_ONE, size_t piece = Q8S_SMEM_PIECE) {
+    if (q8s_smem(M, K) <= one) return K;
     for (int64_t p = 2;; p++) {
         int64_t w = ((K + p - 1) / p + 127) & ~(int64_t)127;
-        if (q8s_smem(M, w) <= Q8S_SMEM_PIECE || w <= 128) return w;
+        if (q8s_smem(M, w) <= piece || w <= 128) return w;
     }
 }
+/* Shape 7 (four blocks an SM): products without the fused norm in pieces
+ * of at most Q8S_SMEM_PIECE4; the norm-fused ones stay one piece. */
+static int64_t q8s_piece_for(int shape, bool norm, int64_t M, int64_t K) {
+    if (shape == 7 && !norm) return q8s_piece(M, K, Q8S_SMEM_PIECE4, Q8S_SMEM_PIECE4);
+    return q8s_piece(M, K);
+}
 
-/* Shapes 4-6 as (NR, U): 1 row and 4 steps in flight, 1 and 8, 2 and 4. */
+/* Shapes 4-7 as (NR, U, MINB): 1 row and 4 steps in flight, 1 and 8, 2
+ * and 4, and shape 4 within 64 registers (four blocks an SM, so that the
+ * 7B's narrow products, 3,584 rows, take one row a warp where shape 4's
+ * three blocks give two; Nsight Compute, H100, 7 Dec 2026: shape 4's o and
+ * down at 21% occupancy, stalled on their loads). */
 template <typename L>
 static void q8s_shape_launch(int v, L &&l) {
     switch (v) {
-    case 4: l(q8c<1>{}, q8c<4>{}); break;
-    case 6: l(q8c<2>{}, q8c<4>{}); break;
-    default: l(q8c<1>{}, q8c<8>{}); break;
+    case 4: l(q8c<1>{}, q8c<4>{}, q8c<1>{}); break;
+    case 6: l(q8c<2>{}, q8c<4>{}, q8c<1>{}); break;
+    case 7: l(q8c<1>{}, q8c<4>{}, q8c<4>{}); break;
+    default: l(q8c<1>{}, q8c<8>{}, q8c<1>{}); break;
     }
 }
 
@@ -623,9 +638,9 @@ template <int R, bool NORM>
 static void q8s_launch_r(choir_cuda *cu, const float *x, int M, int64_t K, const float *gamma, float eps,
                          const q8_args &a) {
     const int shape = choir_cuda_q8_gemv_shape();
-    const int64_t piece = q8s_piece(M, K);
-    q8s_shape_launch(shape, [&](auto nr, auto u) {
-        auto k = q8_stream<R, nr.value, u.value, NORM>;
+    const int64_t piece = q8s_piece_for(shape, NORM, M, K);
+    q8s_shape_launch(shape, [&](auto nr, auto u, auto minb) {
+        auto k = q8_stream<R, nr.value, u.value, NORM, minb.value>;
         /* Once a kernel, as q8_launch_r (before any step is recorded). */
         static bool opted = false;
         if (!opted)
@@ -670,7 +685,7 @@ int choir_cuda_q8_linear(choir_cuda *cu, const float *x, int64_t M, const choir_
     q8_layer(&a, 0, W, bias, y);
     const int shape = choir_cuda_q8_gemv_shape();
     /* A GELU needs the whole sum: shape 1's kernel where x takes pieces. */
-    if (q8_streams(shape) && (epilogue != GEMV_GELU || q8s_piece(M, W->cols) == W->cols))
+    if (q8_streams(shape) && (epilogue != GEMV_GELU || q8s_piece_for(shape, false, M, W->cols) == W->cols))
         q8s_launch<false>(cu, x, (int)M, W->cols, NULL, 0.0f, a);
     else if (q8_smem(M, W->cols) <= Q8_SMEM_MAX)
         q8_launch<true, false>(cu, x, (int)M, W->cols, NULL, 0.0f, a);

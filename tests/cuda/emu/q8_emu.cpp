@@ -37,7 +37,7 @@ static void run(const float *x, int M, int64_t K, const float *gamma, float eps,
     blockDim = {Q8_THREADS, 1, 1};
     launch({(int)blocks, 1, 1}, Q8_THREADS, [&] { q8_gemv<R, NR, U, XS, NORM>(x, M, K, gamma, eps, a); });
 }
-// Shapes 4-6 (q8_stream): a grid of Q8S_BLOCKS blocks (default 1, so that each warp takes
+// Shapes 4-7 (q8_stream): a grid of Q8S_BLOCKS blocks (default 1, so that each warp takes
 // several rows and its ring of loads runs across them) and pieces of Q8S_PIECE columns
 // (default all of K), one launch a piece as q8s_launch_r does.
 template <int R, int NR, int U, bool NORM>
@@ -57,7 +57,8 @@ template <int R, bool XS, bool NORM>
 static void run_shape(int shape, const float *x, int M, int64_t K, const float *gamma, float eps, const q8_args &a) {
     if (shape >= 4) {
         if constexpr (XS || !NORM) {
-            if (shape == 4) run_stream<R, 1, 4, NORM>(x, M, K, gamma, eps, a);
+            // Shape 7 is shape 4's kernel within 64 registers: the same code here.
+            if (shape == 4 || shape == 7) run_stream<R, 1, 4, NORM>(x, M, K, gamma, eps, a);
             else if (shape == 6) run_stream<R, 2, 4, NORM>(x, M, K, gamma, eps, a);
             else run_stream<R, 1, 8, NORM>(x, M, K, gamma, eps, a);
         }
