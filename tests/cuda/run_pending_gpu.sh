@@ -148,9 +148,9 @@ q8-shape7)
     # The 8-bit stream GEMV within 64 registers (CHOIR_Q8_GEMV=7, written 7
     # Dec 2026 evening): the checks with it, the one-row step beside shape
     # 4, and where its step goes.
+    st q8-sweep 150 'q8 gemv shape|error' $VV --audio-min 10 --steps 32 --bits 8 --q8-sweep 4,7,4,7
     st backend-q8-7 90 "$CHK" env CHOIR_Q8_GEMV=7 choir_backend_gpu_check
     st vibevoice-q8-7 150 "$CHK" env CHOIR_Q8_GEMV=7 choir_vibevoice_gpu_check
-    st q8-sweep 150 'q8 gemv shape|error' $VV --audio-min 10 --steps 32 --bits 8 --q8-sweep 4,7,4,7
     st ncu-q8-7 150 '==PROF==|error' env CHOIR_Q8_GEMV=7 CHOIR_VGC_PROFILE=step ncu --profile-from-start off \
         --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv --print-summary per-kernel \
         --log-file "${OUT:-/tmp}/pending-profile-q8-7.csv" $VV --audio-min 10 --steps 4 --bits 8
