@@ -528,10 +528,14 @@ int choir_cuda_gemv_mma_q8_shape(void);
  * choir_cuda_linear_ex then fuse 8-bit layers too) with 2 rows a warp and
  * batches of 2 steps, 1 row and 4, 4 rows and 2. Other bit widths keep the
  * old kernel. The same products within f32 rounding (the sums in another
- * order). Shape 4 by default since the shapes ran on an H100 on 7 Dec 2026
- * (the 8-bit 7B step as a graph: old kernel 12.27 ms, shape 1 7.19, shape 4
- * 6.43); until choir_cuda_q8_gemv is called,
- * CHOIR_Q8_GEMV=N picks the shape (0: the old kernel).
+ * order). Shapes 4-6 stream rows through resident warps (1 row and 4 steps
+ * in flight, 1 and 8, 2 and 4); 7 is shape 4's kernel within 64 registers
+ * (four blocks an SM) for one row of x, shape 4 for more. Shape 7 by
+ * default since an H100 run of 7 Dec 2026, evening (the 8-bit 7B step as a
+ * graph, one process: shape 4 7.35 ms, shape 7 6.08; in the morning, another
+ * H100: old kernel 12.27 ms, shape 1 7.19, shape 4 6.43); until
+ * choir_cuda_q8_gemv is called, CHOIR_Q8_GEMV=N picks the shape (0: the old
+ * kernel).
  * Process-wide. */
 void choir_cuda_q8_gemv(int shape);
 int choir_cuda_q8_gemv_shape(void);

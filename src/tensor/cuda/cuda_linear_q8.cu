@@ -497,11 +497,12 @@ void choir_cuda_q8_gemv(int shape) {
 int choir_cuda_q8_gemv_shape(void) {
     int v = __atomic_load_n(&g_q8, __ATOMIC_RELAXED);
     if (!v) {
-        /* Shape 4 unless set. H100, 7 Dec 2026, the 8-bit 7B step as a
+        /* Shape 7 unless set. H100, 7 Dec 2026, the 8-bit 7B step as a
          * graph: the old kernel 12.27 ms, shape 1 7.19, 4 6.43, 5 7.29, 6
-         * 6.75; 8 rows 41.3 (shape 1), 30.0 (4), 28.2 (6). */
+         * 6.75; 8 rows 41.3 (shape 1), 30.0 (4), 28.2 (6). Evening, another
+         * H100, one process: shape 4 7.35 / 7.33 ms, shape 7 6.08 / 6.08. */
         const char *e = getenv("CHOIR_Q8_GEMV");
-        int s = e ? atoi(e) : 4;
+        int s = e ? atoi(e) : 7;
         v = 1 + (s >= 0 && s < Q8_SHAPES ? s : 0);
         __atomic_store_n(&g_q8, v, __ATOMIC_RELAXED);
     }
@@ -598,10 +599,13 @@ static int64_t q8s_piece(int64_t M, int64_t K, size_t one = Q8S_SMEM_ONE, size_t
         if (q8s_smem(M, w) <= piece || w <= 128) return w;
     }
 }
+/* Shape 7 is for one row of x (the decode step); more rows take shape
+ * 4's kernel (within 64 registers those spill 250-300 bytes, not timed). */
+static int q8s_shape_for(int shape, int64_t M) { return shape == 7 && M > 1 ? 4 : shape; }
 /* Shape 7 (four blocks an SM): products without the fused norm in pieces
  * of at most Q8S_SMEM_PIECE4; the norm-fused ones stay one piece. */
 static int64_t q8s_piece_for(int shape, bool norm, int64_t M, int64_t K) {
-    if (shape == 7 && !norm) return q8s_piece(M, K, Q8S_SMEM_PIECE4, Q8S_SMEM_PIECE4);
+    if (q8s_shape_for(shape, M) == 7 && !norm) return q8s_piece(M, K, Q8S_SMEM_PIECE4, Q8S_SMEM_PIECE4);
     return q8s_piece(M, K);
 }
 
@@ -637,7 +641,7 @@ static int64_t q8s_grid(choir_cuda *cu, Kern k, size_t smem, int64_t total) {
 template <int R, bool NORM>
 static void q8s_launch_r(choir_cuda *cu, const float *x, int M, int64_t K, const float *gamma, float eps,
                          const q8_args &a) {
-    const int shape = choir_cuda_q8_gemv_shape();
+    const int shape = q8s_shape_for(choir_cuda_q8_gemv_shape(), M);
     const int64_t piece = q8s_piece_for(shape, NORM, M, K);
     q8s_shape_launch(shape, [&](auto nr, auto u, auto minb) {
         auto k = q8_stream<R, nr.value, u.value, NORM, minb.value>;
