@@ -1,5 +1,6 @@
-/* The tensor-core GEMV for a few rows of x ("mma GEMV", CHOIR_GEMV_MMA=1,
- * off by default): y [M, N] = x [M, K] W [N, K]^T over bf16 weights for M =
+/* The tensor-core GEMV for a few rows of x ("mma GEMV", CHOIR_GEMV_MMA; by
+ * default only for 8-bit weights at 5-8 rows, where it won on an H100):
+ * y [M, N] = x [M, K] W [N, K]^T over bf16 or 8-bit weights for M =
  * 1..32, the products of a decode step, batched or not. The SIMT GEMVs of
  * cuda_linear.cu spend per weight element one FMA for every row of x, so 8
  * rows cost far more than 1 (VibeVoice 7B's graph step: 6.17 ms for one
