@@ -225,10 +225,7 @@ kk_dec *kk_dec_create(const choir_kokoro *m, choir_backend *be, choir_err *err) 
     }
     d->m = m, d->be = be;
     d->one_style = !choir_backend_is_host(be) && kk_switch_on("CHOIR_KOKORO_STYLE_PRODUCT");
-    {
-        const char *e = getenv("CHOIR_KOKORO_CONV_STATS");
-        d->conv_stats = !choir_backend_is_host(be) && !(e && !strcmp(e, "0"));
-    }
+    d->conv_stats = !choir_backend_is_host(be) && kk_switch_on("CHOIR_KOKORO_CONV_STATS");
     kk_nsf_params(m, &d->nsf);
     if (!(d->ws = choir_backend_weights_create(be, err))) {
         choir_free(d);

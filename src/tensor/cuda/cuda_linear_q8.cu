@@ -614,12 +614,18 @@ static int64_t q8s_piece_for(int shape, bool norm, int64_t M, int64_t K) {
  * 7B's narrow products, 3,584 rows, take one row a warp where shape 4's
  * three blocks give two; Nsight Compute, H100, 7 Dec 2026: shape 4's o and
  * down at 21% occupancy, stalled on their loads). */
-template <typename L>
+template <int R, typename L>
 static void q8s_shape_launch(int v, L &&l) {
     switch (v) {
+    case 7:
+        /* one row only (q8s_shape_for): no kernels built for more */
+        if constexpr (R == 1) {
+            l(q8c<1>{}, q8c<4>{}, q8c<4>{});
+            break;
+        }
+        [[fallthrough]];
     case 4: l(q8c<1>{}, q8c<4>{}, q8c<1>{}); break;
     case 6: l(q8c<2>{}, q8c<4>{}, q8c<1>{}); break;
-    case 7: l(q8c<1>{}, q8c<4>{}, q8c<4>{}); break;
     default: l(q8c<1>{}, q8c<8>{}, q8c<1>{}); break;
     }
 }
@@ -643,7 +649,7 @@ static void q8s_launch_r(choir_cuda *cu, const float *x, int M, int64_t K, const
                          const q8_args &a) {
     const int shape = q8s_shape_for(choir_cuda_q8_gemv_shape(), M);
     const int64_t piece = q8s_piece_for(shape, NORM, M, K);
-    q8s_shape_launch(shape, [&](auto nr, auto u, auto minb) {
+    q8s_shape_launch<R>(shape, [&](auto nr, auto u, auto minb) {
         auto k = q8_stream<R, nr.value, u.value, NORM, minb.value>;
         /* Once a kernel, as q8_launch_r (before any step is recorded). */
         static bool opted = false;

@@ -494,10 +494,13 @@ static int g_wg_state = 0;
 
 bool choir_cuda_vv_prefill_flash_wg_usable(void) { return __atomic_load_n(&g_wg_state, __ATOMIC_RELAXED) != 2; }
 
-static int wg_decline(const char *why, cudaError_t st) {
+/* quiet: a device the kernel is not built for (the default asks for it on
+ * every device), a debug line; else a warning. */
+static int wg_decline(const char *why, cudaError_t st, bool quiet = false) {
     if (__atomic_exchange_n(&g_wg_state, 2, __ATOMIC_RELAXED) != 2)
-        CHOIR_LOGW("cuda: flash prefill wg (CHOIR_VV_FLASH_WG) not used: %s%s%s; the second kernel runs", why,
-                   st != cudaSuccess ? ": " : "", st != cudaSuccess ? cudaGetErrorString(st) : "");
+        choir_log(quiet ? CHOIR_LOG_DEBUG : CHOIR_LOG_WARN,
+                  "cuda: flash prefill wg (CHOIR_VV_FLASH_WG) not used: %s%s%s; the second kernel runs", why,
+                  st != cudaSuccess ? ": " : "", st != cudaSuccess ? cudaGetErrorString(st) : "");
     return 1;
 }
 
@@ -532,12 +535,8 @@ int choir_cuda_vv_flash_wg_launch(choir_cuda *cu, const float *q, int64_t T, con
     if (D != VV_WG_D || ((uintptr_t)q & 15)) return 1;
     if (__atomic_load_n(&g_wg_state, __ATOMIC_RELAXED) == 2) return 1;
     /* The object is sm_90a code only (no PTX): compute capability 9.0. */
-    if (cu->props.cc_major != 9 || cu->props.cc_minor != 0) {
-        /* Not a fault: the default asks for it on every device. */
-        if (__atomic_exchange_n(&g_wg_state, 2, __ATOMIC_RELAXED) != 2)
-            CHOIR_LOGD("cuda: flash prefill wg needs compute capability 9.0; the second kernel runs");
-        return 1;
-    }
+    if (cu->props.cc_major != 9 || cu->props.cc_minor != 0)
+        return wg_decline("needs compute capability 9.0", cudaSuccess, true);
     if ((T + VV_WG_BM - 1) / VV_WG_BM > 65535)
         return choir_err_set(err, CHOIR_ETOOBIG, "cuda: flash prefill of %lld rows", (long long)T);
     return pipelined ? wg_launch<true>(cu, q, T, k, v, table, pos0, n_heads, n_kv, out)
