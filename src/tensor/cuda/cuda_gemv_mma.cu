@@ -303,14 +303,25 @@ __device__ __forceinline__ void mg_steps(const P &p, const float *__restrict__ x
     }
 }
 
-template <int MT, int NT, int U, int NW, bool RMS>
-__global__ void __launch_bounds__(32 * NW, 2)
-    gemv_mma_bf16(const float *__restrict__ x, int M, int64_t K, norm_linear_args a, int epilogue,
-                  const float *__restrict__ gamma, float eps, const float *__restrict__ inv_g) {
+/* A block's steps over producer p and its sums out: both kernels' body
+ * after their producer's set-up. r0: the block's first stacked row. */
+template <int MT, int NT, int U, int NW, bool RMS, class P>
+__device__ __forceinline__ void mg_run(const P &p, const float *__restrict__ x, int M, int64_t K,
+                                       const norm_linear_args &a, int64_t r0, int epilogue,
+                                       const float *__restrict__ gamma, float eps, const float *__restrict__ inv_g) {
     /* One n8 tile's sums of every warp at a time: [NW][MT * 4][32]. */
     __shared__ float red[NW * MT * 4 * 32];
     __shared__ float inv[RMS ? GEMV_MMA_MAX_ROWS : 1];
     __shared__ double redd[RMS ? NW * 8 : 1];
+    float acc[MT][NT][4];
+    mg_steps<MT, NT, U, NW, RMS>(p, x, M, K, gamma, eps, acc, inv, redd);
+    mg_store<MT, NT, NW>(acc, red, a, M, r0, epilogue, RMS ? inv : inv_g);
+}
+
+template <int MT, int NT, int U, int NW, bool RMS>
+__global__ void __launch_bounds__(32 * NW, 2)
+    gemv_mma_bf16(const float *__restrict__ x, int M, int64_t K, norm_linear_args a, int epilogue,
+                  const float *__restrict__ gamma, float eps, const float *__restrict__ inv_g) {
     const int lane = threadIdx.x & 31;
     const int64_t r0 = (int64_t)blockIdx.x * (MT * 16);
     mg_bf16_src<MT, NT> p;
@@ -325,9 +336,7 @@ __global__ void __launch_bounds__(32 * NW, 2)
         }
     p.xvec = ((uintptr_t)x & 15) == 0 && (K & 3) == 0;
     p.xl = x + 8 * p.t;
-    float acc[MT][NT][4];
-    mg_steps<MT, NT, U, NW, RMS>(p, x, M, K, gamma, eps, acc, inv, redd);
-    mg_store<MT, NT, NW>(acc, red, a, M, r0, epilogue, RMS ? inv : inv_g);
+    mg_run<MT, NT, U, NW, RMS>(p, x, M, K, a, r0, epilogue, gamma, eps, inv_g);
 }
 
 /* --- 8-bit MLX weights ------------------------------------------------------------ */
@@ -499,9 +508,6 @@ template <int MT, int NT, int U, int NW, bool RMS>
 __global__ void __launch_bounds__(32 * NW, 2)
     gemv_mma_q8(const float *__restrict__ x, int M, int64_t K, norm_linear_args a, mg_quant qa, int epilogue,
                 const float *__restrict__ gamma, float eps, const float *__restrict__ inv_g) {
-    __shared__ float red[NW * MT * 4 * 32];
-    __shared__ float inv[RMS ? GEMV_MMA_MAX_ROWS : 1];
-    __shared__ double redd[RMS ? NW * 8 : 1];
     const int lane = threadIdx.x & 31;
     const int64_t r0 = (int64_t)blockIdx.x * (MT * 16);
     mg_q8_src<MT, NT> p;
@@ -521,9 +527,7 @@ __global__ void __launch_bounds__(32 * NW, 2)
         }
     p.xvec = ((uintptr_t)x & 15) == 0 && (K & 3) == 0;
     p.xl = x + 16 * p.t;
-    float acc[MT][NT][4];
-    mg_steps<MT, NT, U, NW, RMS>(p, x, M, K, gamma, eps, acc, inv, redd);
-    mg_store<MT, NT, NW>(acc, red, a, M, r0, epilogue, RMS ? inv : inv_g);
+    mg_run<MT, NT, U, NW, RMS>(p, x, M, K, a, r0, epilogue, gamma, eps, inv_g);
 }
 
 /* The norm before choir_cuda_norm_linear's layers, row m a block (blocks
@@ -591,7 +595,7 @@ __global__ void __launch_bounds__(32 * NW)
  * cuBLAS path and the skinny kernel stay faster. */
 static int g_mma = 0;
 void choir_cuda_gemv_mma_set(int mode) {
-    __atomic_store_n(&g_mma, mode < 0 ? 0 : mode == 0 ? 1 : mode == 1 ? 2 : 3, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_mma, mode < 0 ? 0 : 1 + (mode < 2 ? mode : 2), __ATOMIC_RELAXED);
 }
 int choir_cuda_gemv_mma_mode(void) {
     int v = __atomic_load_n(&g_mma, __ATOMIC_RELAXED);
