@@ -6,7 +6,7 @@
 # for the engine part, CHOIR_PACK_FIXTURES naming real/tokenizer/qwen2.5):
 #
 #   mkdir -p /tmp/p && tar -xJf PACK -C /tmp/p && . /tmp/p/env.sh
-#   bash tests/cuda/run_pending_gpu.sh checks|defaults|final|q8-shape7|vv|q8|kokoro|engine|profile|drafts[-checks|-ab] [LIMIT_S]
+#   bash tests/cuda/run_pending_gpu.sh checks|defaults|final|verify|q8-shape7|vv|q8|kokoro|engine|profile|drafts[-checks|-ab] [LIMIT_S]
 #
 # LIMIT_S (default 560): a step that would start with less than 25 s left is
 # skipped. Everything goes to $OUT/pending-PART.log (or /tmp); the terminal
@@ -143,6 +143,22 @@ final)
         --section MemoryWorkloadAnalysis --csv --page details --log-file "${OUT:-/tmp}/pending-q8-sections.csv" \
         choir_vibevoice_gpu_check --bench 7b --layers 2 --audio-min 10 --steps 2 --bits 8
     st engine-8 200 'engine|error|FAIL' $VV --engine 8 --batch-min 10 --steps 3000 --kv bf16
+    ;;
+verify)
+    # Main's code not yet run on a GPU when committed (7 Dec 2026, evening:
+    # the mma GEMV's folded mg_run, shape 7 for one row only), and where the
+    # 60-minute decode attention over a bf16 cache spends its time (Nsight
+    # Compute's sections of the deep-ring kernel, f32 and bf16).
+    st backend 90 "$CHK" choir_backend_gpu_check
+    st vibevoice 150 "$CHK" choir_vibevoice_gpu_check
+    st q8-rows 120 'q8 gemv shape|gemv_mma=|error' $VV --audio-min 10 --steps 32 --bits 8 --q8-sweep 4,7 \
+        --batch 2,8 --batch-min 10 --kv bf16 --gemv-mma ab
+    st ncu-att-sections 150 '==PROF==|error' ncu --kernel-name-base demangled \
+        -k 'regex:k_vv_att_dec<128, (float, 7, 3|__nv_bfloat16, 7, 4)' -c 2 \
+        --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
+        --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section InstructionStats \
+        --csv --page details --log-file "${OUT:-/tmp}/pending-att-sections.csv" \
+        choir_vibevoice_gpu_check --bench 7b --layers 2 --audio-min 60 --steps 2 --att-bench 1
     ;;
 q8-shape7)
     # The 8-bit stream GEMV within 64 registers (CHOIR_Q8_GEMV=7, written 7
