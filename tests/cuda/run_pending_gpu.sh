@@ -6,7 +6,7 @@
 # for the engine part, CHOIR_PACK_FIXTURES naming real/tokenizer/qwen2.5):
 #
 #   mkdir -p /tmp/p && tar -xJf PACK -C /tmp/p && . /tmp/p/env.sh
-#   bash tests/cuda/run_pending_gpu.sh checks|defaults|final|verify|q8-shape7|vv|q8|kokoro|engine|profile|drafts[-checks|-ab] [LIMIT_S]
+#   bash tests/cuda/run_pending_gpu.sh checks|defaults|final|verify|att-tc|att-tc-2|q8-shape7|vv|q8|kokoro|engine|profile|drafts[-checks|-ab] [LIMIT_S]
 #
 # LIMIT_S (default 560): a step that would start with less than 25 s left is
 # skipped. Everything goes to $OUT/pending-PART.log (or /tmp); the terminal
@@ -160,6 +160,34 @@ verify)
         --csv --page details --log-file "${OUT:-/tmp}/pending-att-sections.csv" \
         choir_vibevoice_gpu_check --bench 7b --layers 2 --audio-min 60 --steps 2 --att-bench 1
     ;;
+att-tc)
+    # Decode attention on the tensor cores (CHOIR_VV_ATT_TC, written 7 Dec
+    # 2026 late evening, NOT RUN ON A GPU when committed): its check cases
+    # (within v2's 1e-5), the attention alone beside v2's deep ring, the
+    # graph step off / on at 8 rows of 10 minutes and 1 and 8 rows of 60,
+    # bf16 pages; then the backend's check (main's unrun mma GEMV fold).
+    st vibevoice 150 "$CHK|attention tc" choir_vibevoice_gpu_check
+    st att-bench-10 150 'attention  |att tc|batch  |error' $VV --audio-min 10 --steps 16 --att-bench 1 --batch 8 \
+        --batch-min 10 --kv bf16 --att-tc ab
+    st att-tc-60 150 'attention  |att tc|batch  |error' $VV --audio-min 1 --steps 16 --batch 1,8 --batch-min 60 --kv bf16 \
+        --att-tc ab --att-bench 1
+    st backend 90 "$CHK" choir_backend_gpu_check
+    ;;
+att-tc-2)
+    # The second look: every VibeVoice check with it on, 8 requests through
+    # the engine with it off and on, and Nsight Compute's sections of both
+    # kernels at 60 minutes.
+    st vibevoice-tc-on 150 "$CHK" env CHOIR_VV_ATT_TC=1 choir_vibevoice_gpu_check
+    for t in 0 1; do
+        st "engine-8-tc$t" 150 'engine|error|FAIL' env CHOIR_VV_ATT_TC=$t $VV --engine 8 --batch-min 10 --steps 1500 --kv bf16
+    done
+    st ncu-att-tc 120 '==PROF==|error' ncu --kernel-name-base demangled \
+        -k 'regex:k_vv_att_dec(_tc<7>|<128, __nv_bfloat16, 7, 4)' -c 2 \
+        --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
+        --section MemoryWorkloadAnalysis --csv --page details --log-file "${OUT:-/tmp}/pending-att-tc-sections.csv" \
+        choir_vibevoice_gpu_check --bench 7b --layers 2 --audio-min 1 --steps 2 --batch 1 --batch-min 60 --kv bf16 \
+        --att-bench 1
+    ;;
 q8-shape7)
     # The 8-bit stream GEMV within 64 registers (CHOIR_Q8_GEMV=7, written 7
     # Dec 2026 evening): the checks with it, the one-row step beside shape
@@ -205,7 +233,7 @@ drafts | drafts-checks | drafts-ab)
     fi
     ;;
 *)
-    echo "run_pending_gpu.sh: PART is checks, defaults, final, q8-shape7, vv, q8, kokoro, engine, profile, drafts, drafts-checks or drafts-ab" >&2
+    echo "run_pending_gpu.sh: PART is checks, defaults, final, verify, att-tc, att-tc-2, q8-shape7, vv, q8, kokoro, engine, profile, drafts, drafts-checks or drafts-ab" >&2
     exit 2
     ;;
 esac

@@ -785,9 +785,10 @@ done:
     choir_stream_free(p.gpu);
 }
 
-/* Decode attention v2 (CHOIR_VV_ATT_V2, k_vv_att_dec) and the kernels it
- * would replace (the split kernels), each against the CPU at the operations'
- * bound (1e-5), on the 7B model's 28/4 heads of 128: 1, 3 and 16 rows, f32
+/* Decode attention v2 (CHOIR_VV_ATT_V2, k_vv_att_dec), its tensor-core
+ * kernel over the bf16 cases (CHOIR_VV_ATT_TC, k_vv_att_dec_tc) and the
+ * kernels v2 would replace (the split kernels), each against the CPU at the
+ * operations' bound (1e-5), on the 7B model's 28/4 heads of 128: 1, 3 and 16 rows, f32
  * and bf16 caches, contiguous and paged (a shuffled table of CHOIR_VV_PAGE
  * rows, positions from memory for some), from 300 to 27,000 keys, the splits
  * sized to the device or set (48 keys: splits across pages), combined by the
@@ -801,7 +802,7 @@ static void check_att_v2(choir_backend *cpu_be, choir_backend *gpu_be) {
               {1, 27000, 1, 1, 1, 0, 1}, {1, 27000, 0, 0, 1, 0, 1}, {3, 27000, 1, 0, 1, 0, 0}};
     const int nh = 28, nkv = 4, D = 128, P = CHOIR_VV_PAGE;
     const int64_t ld = (int64_t)nh * D, ldk = (int64_t)nkv * D;
-    bool was = choir_cuda_vv_att_v2_on(), was_deep = choir_cuda_vv_att_v2_deep_on();
+    bool was = choir_cuda_vv_att_v2_on(), was_deep = choir_cuda_vv_att_v2_deep_on(), was_tc = choir_cuda_vv_att_tc_on();
     /* The fake CUDA build (tests/cuda/fake) has one attention, in double, and
      * no switch: there the short cases once each, for the check's own path. */
     choir_cuda_vv_set_att_v2(true);
@@ -856,9 +857,11 @@ static void check_att_v2(choir_backend *cpu_be, choir_backend *gpu_be) {
          * it is also held against v2's output, which it should equal bit for
          * bit; the bound asserted is v2's own, 1e-5). */
         float *h2 = malloc((size_t)(T * ld) * sizeof *h2), *hd = malloc((size_t)(T * ld) * sizeof *hd);
-        for (int v2 = 0; v2 < (real ? 3 : 1); v2++) {
+        for (int v2 = 0; v2 < (real ? 4 : 1); v2++) {
+            if (v2 == 3 && !cs[c].bf16) continue; /* the tensor cores take bf16 caches */
             choir_cuda_vv_set_att_v2(v2 >= 1);
             choir_cuda_vv_set_att_v2_deep(v2 == 2);
+            choir_cuda_vv_set_att_tc(v2 == 3);
             choir_cuda_vv_set_att_v2_split(cs[c].split);
             choir_cuda_vv_set_att_v2_fold(cs[c].fold != 0);
             if (cs[c].paged && cs[c].at)
@@ -872,12 +875,12 @@ static void check_att_v2(choir_backend *cpu_be, choir_backend *gpu_be) {
                 choir_op_attention_cached(p.gpu, dq, T, dk, dv, pos0, nh, nkv, D, dout);
             char name[160];
             snprintf(name, sizeof name, "attention %s: %d rows at %s%d keys, %s, %s K/V, split %s%s, 28/4 x 128",
-                     v2 == 2 ? "v2 deep" : v2 ? "v2" : "split kernels", T,
+                     v2 == 3 ? "tc" : v2 == 2 ? "v2 deep" : v2 ? "v2" : "split kernels", T,
                      cs[c].at ? "positions from memory, up to " : "", cs[c].ctx, cs[c].paged ? "paged" : "contiguous",
                      cs[c].bf16 ? "bf16" : "f32", cs[c].split ? "48 keys" : "auto",
                      cs[c].fold ? "" : ", combine launched");
             verdict(name, down_cmp(&p, dout, out, T * ld), 1e-5);
-            if (v2 >= 1 && h2 && hd) {
+            if ((v2 == 1 || v2 == 2) && h2 && hd) {
                 float *h = v2 == 1 ? h2 : hd;
                 if (choir_op_download(p.gpu, h, dout, (size_t)(T * ld) * sizeof *h) || choir_stream_sync(p.gpu, &err))
                     failed("attention v2: download", &err);
@@ -898,6 +901,7 @@ static void check_att_v2(choir_backend *cpu_be, choir_backend *gpu_be) {
 done:
     choir_cuda_vv_set_att_v2(was);
     choir_cuda_vv_set_att_v2_deep(was_deep);
+    choir_cuda_vv_set_att_tc(was_tc);
     choir_cuda_vv_set_att_v2_split(0);
     choir_cuda_vv_set_att_v2_fold(true);
     choir_stream_free(p.cpu);
@@ -1918,6 +1922,10 @@ static const bench_switch k_sw_rope_kv = {choir_vv_set_rope_kv, choir_vv_rope_kv
  * "gemv_mma=<0|1> bits=<16|8> rows=<n> graph_ms=<x>" for each way (the two
  * runs of each averaged). */
 static bool g_gemv_mma_ab;
+/* --att-tc 0|1|ab: decode attention on the tensor cores (CHOIR_VV_ATT_TC,
+ * bf16 caches) off or on for the whole bench, or ab: after each batch's
+ * figures the B-row graph step off, on, on, off (batch_switch_ab). */
+static bool g_att_tc_ab;
 static void gemv_mma_switch(bool on) { choir_cuda_gemv_mma_set(on ? 1 : 0); }
 static void gemv_mma_print(int rows, const double ms[4]) {
     const int bits = g_bench_bits ? 8 : 16;
@@ -2242,6 +2250,36 @@ out:
  * one pass over the weights and one attention per layer for the B rows).
  * Aggregate decode tokens/s against one sequence's step time at the same
  * context in the same run. */
+/* The B-row batched step as a graph with set(false), set(true), set(true),
+ * set(false): each a fresh graph after one step op by op (which sets the
+ * kernels up outside a capture), the step that records untimed, then
+ * `steps` timed into ms[r]; the greedy pick on the device, as the engine
+ * steps. The caller puts the switch back. */
+static int batch_switch_ab(choir_vibevoice *m, choir_vibevoice_batch *b, choir_vibevoice_state **st, int32_t *tok,
+                           int B, int steps, const choir_vibevoice_dims *d, void (*set)(bool), double ms[4],
+                           choir_err *err) {
+    int32_t *picks = malloc((size_t)B * sizeof *picks);
+    if (!picks) return choir_err_set(err, CHOIR_ENOMEM, "bench: out of host memory");
+    int rc = 0;
+    for (int r = 0; r < 4 && !rc; r++) {
+        choir_vibevoice_batch_set_graph(b, false);
+        set(r == 1 || r == 2);
+        if ((rc = choir_vibevoice_step_batch(m, b, st, tok, B, err))) break;
+        for (int i = 0; i < B; i++) tok[i] = argmax(choir_vibevoice_logits(st[i]), d->lm.vocab);
+        choir_vibevoice_batch_set_graph(b, true);
+        double w0 = 0;
+        for (int k = 0; k < steps + 1 && !rc; k++) {
+            if (k == 1) w0 = choir_now_s();
+            rc = choir_vibevoice_step_batch_greedy(m, b, st, tok, B, picks, err);
+            memcpy(tok, picks, (size_t)B * sizeof *tok);
+        }
+        ms[r] = 1000 * (choir_now_s() - w0) / steps;
+    }
+    choir_vibevoice_batch_set_graph(b, false);
+    free(picks);
+    return rc;
+}
+
 static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevoice_dims *d, double minutes,
                        int B, int steps, int chunk, choir_err *err) {
     int status = 1;
@@ -2258,7 +2296,7 @@ static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevo
     }
     const int q8_sweeps = q8_sweep_count();
     choir_vibevoice_plan plan = {.max_samples = 0,
-                                 .max_context = n_ids + (4 + q8_sweeps + (g_gemv_mma_ab ? 4 : 0)) * (steps + 2) + 4,
+                                 .max_context = n_ids + (4 + q8_sweeps + (g_gemv_mma_ab ? 4 : 0) + (g_att_tc_ab ? 4 : 0)) * (steps + 2) + 4,
                                  .prefill_chunk = chunk};
     choir_backend_mem_reset_peak(be);
     int64_t pool_bytes = (int64_t)B * choir_vibevoice_kv_pages_for(plan.max_context) *
@@ -2356,28 +2394,28 @@ static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevo
         choir_vibevoice_batch_set_graph(b, false);
         choir_cuda_q8_gemv(q8_was);
     }
-    /* --gemv-mma ab: the graph-replayed B-row step off, on, on, off (each a
-     * fresh graph after one step op by op; the step that records untimed). */
+    /* --gemv-mma ab, --att-tc ab: the graph-replayed B-row step off, on, on,
+     * off. */
     if (g_gemv_mma_ab) {
         const int was = choir_cuda_gemv_mma_mode();
         double ms[4];
-        for (int r = 0; r < 4; r++) {
-            choir_vibevoice_batch_set_graph(b, false);
-            gemv_mma_switch(r == 1 || r == 2);
-            if (choir_vibevoice_step_batch(m, b, st, tok, B, err)) goto out;
-            for (int i = 0; i < B; i++) tok[i] = argmax(choir_vibevoice_logits(st[i]), d->lm.vocab);
-            choir_vibevoice_batch_set_graph(b, true);
-            double w0 = 0;
-            for (int k = 0; k < steps + 1; k++) {
-                if (k == 1) w0 = choir_now_s();
-                if (choir_vibevoice_step_batch(m, b, st, tok, B, err)) goto out;
-                for (int i = 0; i < B; i++) tok[i] = argmax(choir_vibevoice_logits(st[i]), d->lm.vocab);
-            }
-            ms[r] = 1000 * (choir_now_s() - w0) / steps;
-        }
-        choir_vibevoice_batch_set_graph(b, false);
+        int rc = batch_switch_ab(m, b, st, tok, B, steps, d, gemv_mma_switch, ms, err);
         choir_cuda_gemv_mma_set(was);
+        if (rc) goto out;
         gemv_mma_print(B, ms);
+    }
+    if (g_att_tc_ab) {
+        const bool was = choir_cuda_vv_att_tc_on();
+        double ms[4];
+        int rc = batch_switch_ab(m, b, st, tok, B, steps, d, choir_cuda_vv_set_att_tc, ms, err);
+        choir_cuda_vv_set_att_tc(was);
+        if (rc) goto out;
+        printf("att tc     %d rows at %g min, %s K/V: graph step %.3f ms off, %.3f ms on (off %.3f, on %.3f, on %.3f, "
+               "off %.3f): %.3fx\n", B, minutes, g_bench_kv == CHOIR_DTYPE_BF16 ? "bf16" : "f32", (ms[0] + ms[3]) / 2,
+               (ms[1] + ms[2]) / 2, ms[0], ms[1], ms[2], ms[3], (ms[0] + ms[3]) / (ms[1] + ms[2]));
+        printf("choir vibevoice att_tc rows=%d min=%g kv=%s graph_off_ms=%.3f graph_on_ms=%.3f\n", B, minutes,
+               g_bench_kv == CHOIR_DTYPE_BF16 ? "bf16" : "f32", (ms[0] + ms[3]) / 2, (ms[1] + ms[2]) / 2);
+        fflush(stdout);
     }
     double qstep = 1000 * (q1 - q0) / steps;
     double one = 1000 * (s1 - s0) / steps, step = 1000 * (b1 - b0) / steps, peak = choir_backend_mem_peak(be) / 1e9;
@@ -2435,10 +2473,11 @@ static int bench_attention_v2(choir_stream *st, const choir_vibevoice_lm_dims *L
               {"v2_s128", 0, 1, 128, 1},     {"v2_s256", 0, 1, 256, 1},   {"v2_s512", 0, 1, 512, 1},
               {"v2_s1024", 0, 1, 1024, 1},   {"v2_nofold", 0, 1, 0, 0},   {"split128_bf16", 1, 0, 0, 1},
               {"v2_bf16", 1, 1, 0, 1},       {"v2_s256_bf16", 1, 1, 256, 1}, {"v2deep", 0, 2, 0, 1},
-              {"v2deep_bf16", 1, 2, 0, 1}};
+              {"v2deep_bf16", 1, 2, 0, 1},   {"tc_bf16", 1, 3, 0, 1},     {"tc_s256_bf16", 1, 3, 256, 1},
+              {"tc_s512_bf16", 1, 3, 512, 1}};
     enum { NV = sizeof vs / sizeof vs[0] };
     double ms[NV];
-    bool was = choir_cuda_vv_att_v2_on(), was_deep = choir_cuda_vv_att_v2_deep_on();
+    bool was = choir_cuda_vv_att_v2_on(), was_deep = choir_cuda_vv_att_v2_deep_on(), was_tc = choir_cuda_vv_att_tc_on();
     size_t mark = choir_stream_mark(st);
     uint16_t *kb = choir_stream_alloc(st, (size_t)(rows * ldk) * 2, "bf16 k pool");
     uint16_t *vb = choir_stream_alloc(st, (size_t)(rows * ldk) * 2, "bf16 v pool");
@@ -2459,6 +2498,7 @@ static int bench_attention_v2(choir_stream *st, const choir_vibevoice_lm_dims *L
     for (int v = 0; v < NV; v++) {
         choir_cuda_vv_set_att_v2(vs[v].v2 != 0);
         choir_cuda_vv_set_att_v2_deep(vs[v].v2 == 2);
+        choir_cuda_vv_set_att_tc(vs[v].v2 == 3);
         choir_cuda_vv_set_att_v2_split(vs[v].split);
         choir_cuda_vv_set_att_v2_fold(vs[v].fold != 0);
         const void *k = vs[v].bf16 ? (const void *)kb : kp, *vv = vs[v].bf16 ? (const void *)vb : vp;
@@ -2487,6 +2527,7 @@ static int bench_attention_v2(choir_stream *st, const choir_vibevoice_lm_dims *L
 out:
     choir_cuda_vv_set_att_v2(was);
     choir_cuda_vv_set_att_v2_deep(was_deep);
+    choir_cuda_vv_set_att_tc(was_tc);
     choir_cuda_vv_set_att_v2_split(0);
     choir_cuda_vv_set_att_v2_fold(true);
     free(hb);
@@ -2822,6 +2863,11 @@ int main(int argc, char **argv) {
             if (!g_att_v2_ab) choir_cuda_vv_set_att_v2(strcmp(argv[i + 1], "1") == 0);
             printf("decode attention v2: %s\n", g_att_v2_ab ? "off, on, on, off after each length's figures"
                                                          : choir_cuda_vv_att_v2_on() ? "on" : "off");
+        } else if (strcmp(argv[i], "--att-tc") == 0) {
+            g_att_tc_ab = strcmp(argv[i + 1], "ab") == 0;
+            if (!g_att_tc_ab) choir_cuda_vv_set_att_tc(strcmp(argv[i + 1], "1") == 0);
+            printf("decode attention on the tensor cores (CHOIR_VV_ATT_TC): %s\n",
+                   g_att_tc_ab ? "off, on, on, off after each batch's figures" : choir_cuda_vv_att_tc_on() ? "on" : "off");
         } else if (strcmp(argv[i], "--gemv-mma") == 0) {
             g_gemv_mma_ab = strcmp(argv[i + 1], "ab") == 0;
             if (!g_gemv_mma_ab)

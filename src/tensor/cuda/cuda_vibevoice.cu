@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "tensor/cuda/cuda_internal.h"
+#include "tensor/cuda/cuda_mma.h"
 #include "tensor/cuda/cuda_vibevoice.h"
 
 #define VV_THREADS 256
@@ -604,6 +605,63 @@ __device__ __forceinline__ void vv_dec_combine(const float *__restrict__ part, c
     }
 }
 
+/* The block's partial of split sp for row i's key head kh: its warps' sums
+ * (wm and wl: a warp's max, natural log, and sum of exponentials a head;
+ * red: its unnormalised value sums, [warp][head][D]; all written, then a
+ * block barrier) rescaled to their common max, into part and stat. */
+template <int D>
+__device__ __forceinline__ void vv_dec_partial(const float *red, const float (*wm)[8], const float (*wl)[8], int64_t i,
+                                               int kh, int G, int nh, int nsplit, int sp, float *__restrict__ part,
+                                               float *__restrict__ stat) {
+    int tid = threadIdx.x;
+    for (int o = tid; o < G * (D / 4); o += VV_DEC_THREADS) {
+        int g = o / (D / 4), c = o % (D / 4);
+        float mx = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < VV_DEC_WARPS; w++) mx = fmaxf(mx, wm[w][g]);
+        float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int w = 0; w < VV_DEC_WARPS; w++) {
+            float f = wm[w][g] == -INFINITY ? 0.0f : expf(wm[w][g] - mx);
+            float4 x = *(const float4 *)&red[(w * 8 + g) * D + 4 * c];
+            a.x += f * x.x, a.y += f * x.y, a.z += f * x.z, a.w += f * x.w;
+        }
+        ((float4 *)(part + ((i * nh + (int64_t)kh * G + g) * nsplit + sp) * D))[c] = a;
+    }
+    if (tid < G) {
+        float mx = -INFINITY, sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < VV_DEC_WARPS; w++) mx = fmaxf(mx, wm[w][tid]);
+#pragma unroll
+        for (int w = 0; w < VV_DEC_WARPS; w++)
+            sum += wm[w][tid] == -INFINITY ? 0.0f : expf(wm[w][tid] - mx) * wl[w][tid];
+        float *st = stat + ((i * nh + (int64_t)kh * G + tid) * nsplit + sp) * 2;
+        st[0] = mx, st[1] = sum;
+    }
+}
+
+/* With counters (done): the last block of (row i, key head kh) to finish
+ * combines the splits that hold keys into out and sets its counter back to
+ * 0. Every thread of every block of the launch calls it; `last` is a
+ * shared int. */
+template <int D, int GM>
+__device__ __forceinline__ void vv_dec_fold(const float *part, const float *stat, int *__restrict__ done, int64_t i,
+                                            int kh, int G, int nh, int nkv, int nsplit, int64_t n_keys, int S,
+                                            float *red, float (*wt)[VV_DEC_MAX_SPLITS], int *last,
+                                            float *__restrict__ out) {
+    int tid = threadIdx.x;
+    if (!done) return;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) *last = atomicAdd(&done[i * nkv + kh], 1) == nsplit - 1;
+    __syncthreads();
+    if (!*last) return;
+    __threadfence();
+    int ns = n_keys > 0 ? (int)((n_keys + S - 1) / S) : 0;
+    vv_dec_combine<D, GM>(part, stat, i, kh, G, nh, nsplit, ns, red, wt, out);
+    if (tid == 0) done[i * nkv + kh] = 0;
+}
+
 template <int D, typename KV, int GM, int NB, int U>
 __global__ void __launch_bounds__(VV_DEC_THREADS, sizeof(KV) == 4 && NB == 2 ? 3 : 2)
     k_vv_att_dec(const float *__restrict__ q, const KV *__restrict__ kc, const KV *__restrict__ vc, int64_t pos0,
@@ -830,42 +888,9 @@ __global__ void __launch_bounds__(VV_DEC_THREADS, sizeof(KV) == 4 && NB == 2 ? 3
                         make_float4(acc[g][e], acc[g][e + 1], acc[g][e + 2], acc[g][e + 3]);
         }
         __syncthreads();
-        /* The block's partial: the warps' sums rescaled to their common max. */
-        for (int o = tid; o < G * (D / 4); o += VV_DEC_THREADS) {
-            int g = o / (D / 4), c = o % (D / 4);
-            float mx = -INFINITY;
-#pragma unroll
-            for (int w = 0; w < VV_DEC_WARPS; w++) mx = fmaxf(mx, wm[w][g]);
-            float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-            for (int w = 0; w < VV_DEC_WARPS; w++) {
-                float f = wm[w][g] == -INFINITY ? 0.0f : expf(wm[w][g] - mx);
-                float4 x = *(const float4 *)&red[(w * 8 + g) * D + 4 * c];
-                a.x += f * x.x, a.y += f * x.y, a.z += f * x.z, a.w += f * x.w;
-            }
-            ((float4 *)(part + ((i * nh + (int64_t)kh * G + g) * nsplit + sp) * D))[c] = a;
-        }
-        if (tid < G) {
-            float mx = -INFINITY, sum = 0.0f;
-#pragma unroll
-            for (int w = 0; w < VV_DEC_WARPS; w++) mx = fmaxf(mx, wm[w][tid]);
-#pragma unroll
-            for (int w = 0; w < VV_DEC_WARPS; w++)
-                sum += wm[w][tid] == -INFINITY ? 0.0f : expf(wm[w][tid] - mx) * wl[w][tid];
-            float *st = stat + ((i * nh + (int64_t)kh * G + tid) * nsplit + sp) * 2;
-            st[0] = mx, st[1] = sum;
-        }
+        vv_dec_partial<D>(red, wm, wl, i, kh, G, nh, nsplit, sp, part, stat);
     }
-    if (!done) return;
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) last = atomicAdd(&done[i * nkv + kh], 1) == nsplit - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    int ns = n_keys > 0 ? (int)((n_keys + S - 1) / S) : 0;
-    vv_dec_combine<D, GM>(part, stat, i, kh, G, nh, nsplit, ns, red, wt, out);
-    if (tid == 0) done[i * nkv + kh] = 0;
+    vv_dec_fold<D, GM>(part, stat, done, i, kh, G, nh, nkv, nsplit, n_keys, S, red, wt, &last, out);
 }
 
 /* The combine as a launch of its own (no counters): one block per (key
@@ -882,6 +907,218 @@ __global__ void __launch_bounds__(VV_DEC_THREADS)
     int ns = n_keys > 0 ? (int)((n_keys + S - 1) / S) : 0;
     const float *stat = part + (int64_t)gridDim.y * nh * nsplit * D;
     vv_dec_combine<D, GM>(part, stat, i, blockIdx.x, GM == 8 ? nh / nkv : GM, nh, nsplit, ns, red, wt, out);
+}
+
+
+/* --- decode attention on the tensor cores (CHOIR_VV_ATT_TC) -------------------------
+ *
+ * k_vv_att_dec's blocks, splits, partials and combine, with a warp's
+ * arithmetic on mma.sync m16n8k16 (bf16 in, f32 sums) instead of FMAs: over
+ * a bf16 cache k_vv_att_dec spends ~7 FMAs, a widening and shuffles on each
+ * 2-byte value for the 7 query heads of a key head, and streams 1.3 TB/s
+ * where its f32 twin (half the work a byte) streams 2.0. Heads of 128 values,
+ * groups of up to 8 query heads.
+ *
+ * A warp takes tiles of 16 keys (warp w: tiles w, w + 4, ..; a tile never
+ * crosses a page, S and VV_SPLIT being multiples of 16), the next tile's K
+ * and V loaded into registers while this one is worked on, 16 bytes a load
+ * straight from the cache (no shared memory):
+ *  - scores S = Q K^T, two m16n8k16 products a 16-value step (keys 0-7,
+ *    8-15): A = the group's query vectors (rows = heads, 8-15 zero; bf16 of
+ *    q scale log2(e)), B = K^T. The dot products' order of values is free
+ *    as long as A and B agree, so lane (g, c) = (lane / 4, lane % 4) loads
+ *    values 32 b + 8 c .. + 7 of key g (+ 8) as one uint4 and its words
+ *    are the B registers of steps 2 b and 2 b + 1; q is packed to match.
+ *    C: lane (g, c) holds head g's scores of keys 2 c, 2 c + 1 (+ 8).
+ *  - the online softmax per head on those fragments (a head's row over the
+ *    4 lanes of g), in powers of 2;
+ *  - values O^T += V^T P^T, one m16n8k16 product per 16 values (M = values,
+ *    N = 8 heads, K = 16 keys): B = P^T is the score fragment as it stands
+ *    (lane (g, c): head g, keys 2 c, 2 c + 1, 2 c + 8, 2 c + 9), A = V^T,
+ *    whose register pairs (two keys, one value) come from rows 2 c, 2 c + 1
+ *    (+ 8) of V loaded 8 values at a time (values 8 g .. 8 g + 7 and
+ *    64 + 8 g ..) and paired by byte permutes: row g of value tile t is
+ *    value 8 g + t, row g + 8 value 64 + 8 g + t. C: lane (g, c) holds
+ *    heads 2 c, 2 c + 1 of values 8 g + t and 64 + 8 g + t, t = 0..7.
+ * Registers: 64 a tile (two in flight), 32 of sums, 16 of q.
+ *
+ * Bounds: q and the probabilities are rounded to bf16 (the cache already
+ * is), the sums stay f32; the tensor-core prefill's rounding. The warps'
+ * sums meet as k_vv_att_dec's do (vv_dec_partial, vv_dec_fold). */
+#define VV_TC_D 128
+
+/* Values 2k, 2k+1 of uint4 w as one register (k = 0..3). */
+__device__ __forceinline__ uint32_t vv_tc_word(const uint4 &w, int k) {
+    return k == 0 ? w.x : k == 1 ? w.y : k == 2 ? w.z : w.w;
+}
+
+template <int GM>
+__global__ void __launch_bounds__(VV_DEC_THREADS, 2)
+    k_vv_att_dec_tc(const float *__restrict__ q, const __nv_bfloat16 *__restrict__ kc,
+                    const __nv_bfloat16 *__restrict__ vc, int64_t pos0, const int32_t *__restrict__ pos,
+                    const int32_t *__restrict__ table, int64_t table_stride, int64_t max_keys, int nh, int nkv,
+                    float scale, int S, int nsplit, float *__restrict__ part, int *__restrict__ done,
+                    float *__restrict__ out) {
+    constexpr int D = VV_TC_D, KC = D / 32;
+    __shared__ __align__(16) float red[VV_DEC_WARPS * 8 * 128];
+    __shared__ float wt[8][VV_DEC_MAX_SPLITS];
+    __shared__ float wm[VV_DEC_WARPS][8], wl[VV_DEC_WARPS][8];
+    __shared__ int pages[VV_DEC_MAX_PAGES];
+    __shared__ int last;
+    const int G = GM == 8 ? nh / nkv : GM;
+    int sp = blockIdx.x, kh = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int64_t i = blockIdx.z;
+    int64_t ldq = (int64_t)nh * D, ldk = (int64_t)nkv * D, k0 = (int64_t)sp * S;
+    float *stat = part + (int64_t)gridDim.z * nh * nsplit * D;
+    int64_t p0 = k0 / VV_SPLIT;
+    if (table) {
+        int64_t kend = k0 + S < max_keys ? k0 + S : max_keys;
+        int np = kend > k0 ? (int)((kend - 1) / VV_SPLIT - p0 + 1) : 0;
+        if (tid < np) pages[tid] = table[i * table_stride + p0 + tid];
+    }
+    int64_t n_keys = pos ? (int64_t)pos[i] + 1 : pos0 + i + 1;
+    if (n_keys > max_keys) n_keys = max_keys;
+    int nk = (int)(n_keys - k0 < 0 ? 0 : (n_keys - k0 < S ? n_keys - k0 : S));
+    __syncthreads();
+    int g = lane >> 2, c = lane & 3;
+    if (nk > 0) {
+        /* Head g's query (0 past the group) in A's order: step 2 b + hh takes
+         * values 32 b + 8 c + 4 hh + {0, 1} (a0) and + {2, 3} (a2). */
+        uint32_t qa[D / 16][4];
+        {
+            const float *qg = q + i * ldq + ((int64_t)kh * G + (g < G ? g : 0)) * D;
+            float qs = g < G ? scale * 1.4426950408889634f : 0.0f;
+#pragma unroll
+            for (int b = 0; b < KC; b++) {
+                float x[8];
+                *(float4 *)x = *(const float4 *)(qg + 32 * b + 8 * c);
+                *(float4 *)(x + 4) = *(const float4 *)(qg + 32 * b + 8 * c + 4);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float a = x[2 * e] * qs, bb = x[2 * e + 1] * qs;
+                    uint32_t hi = pack_bf16(a, bb);
+                    float ah = __uint_as_float(hi << 16), bh = __uint_as_float(hi & 0xffff0000u);
+                    /* rows g (q's bf16) and g + 8 (what it left) of step 2 b + e / 2 */
+                    qa[2 * b + e / 2][2 * (e % 2)] = hi;
+                    qa[2 * b + e / 2][2 * (e % 2) + 1] = pack_bf16(a - ah, bb - bh);
+                }
+            }
+        }
+        float acc[D / 16][4];
+#pragma unroll
+        for (int t = 0; t < D / 16; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+        float m = -INFINITY, l = 0.0f;
+        int ntile = (nk + 15) / 16, nt = ntile > warp ? (ntile - warp + VV_DEC_WARPS - 1) / VV_DEC_WARPS : 0;
+        /* Tile `it` of this warp (keys 16 j .. 16 j + 15 of the split, j = warp
+         * + 4 it): K rows g and g + 8, V rows 2 c, 2 c + 1, 2 c + 8, 2 c + 9;
+         * zeros past the split's keys. */
+        auto load = [&](int it, uint4 (*kb)[KC], uint4 (*vb)[2]) {
+            int j = warp + VV_DEC_WARPS * it;
+            int64_t base = 0;
+            bool any = it < nt;
+            if (any) {
+                int64_t kk = k0 + 16 * j;
+                int64_t r = table ? (int64_t)pages[kk / VV_SPLIT - p0] * VV_SPLIT + kk % VV_SPLIT : kk;
+                base = r * ldk + (int64_t)kh * D;
+            }
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int key = 16 * j + 8 * h + g;
+                bool ok = any && key < nk;
+#pragma unroll
+                for (int b = 0; b < KC; b++)
+                    kb[h][b] = ok ? *(const uint4 *)(kc + base + (8 * h + g) * ldk + 32 * b + 8 * c)
+                                  : make_uint4(0u, 0u, 0u, 0u);
+            }
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int row = 2 * c + (e & 1) + 8 * (e >> 1), key = 16 * j + row;
+                bool ok = any && key < nk;
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++)
+                    vb[e][hf] = ok ? *(const uint4 *)(vc + base + row * ldk + 64 * hf + 8 * g)
+                                   : make_uint4(0u, 0u, 0u, 0u);
+            }
+        };
+        auto tile = [&](int it, uint4 (*kb)[KC], uint4 (*vb)[2]) {
+            int j = warp + VV_DEC_WARPS * it;
+            float s[2][4];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                s[h][0] = s[h][1] = s[h][2] = s[h][3] = 0.0f;
+#pragma unroll
+                for (int st = 0; st < D / 16; st++) {
+                    mma_bf16(s[h], qa[st], vv_tc_word(kb[h][st / 2], 2 * (st % 2)),
+                             vv_tc_word(kb[h][st / 2], 2 * (st % 2) + 1));
+                }
+                s[h][0] += s[h][2], s[h][1] += s[h][3];
+            }
+            /* Head g's keys 16 j + 8 h + 2 c + e, e = 0, 1. */
+            float mt = -INFINITY;
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    if (16 * j + 8 * h + 2 * c + e >= nk) s[h][e] = -INFINITY;
+                    mt = fmaxf(mt, s[h][e]);
+                }
+            mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+            mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+            float mn = fmaxf(m, mt);
+            float alpha = mn == -INFINITY ? 1.0f : ex2_ftz(m - mn); /* 0 while m is -inf */
+            float p[2][2];
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) p[h][e] = s[h][e] == -INFINITY ? 0.0f : ex2_ftz(s[h][e] - mn);
+            l = l * alpha + ((p[0][0] + p[0][1]) + (p[1][0] + p[1][1]));
+            m = mn;
+            if (__any_sync(0xffffffffu, alpha != 1.0f)) {
+                /* The sums of heads 2 c and 2 c + 1 (columns of C). */
+                float a0 = __shfl_sync(0xffffffffu, alpha, 8 * c), a1 = __shfl_sync(0xffffffffu, alpha, 8 * c + 4);
+#pragma unroll
+                for (int t = 0; t < D / 16; t++) acc[t][0] *= a0, acc[t][1] *= a1, acc[t][2] *= a0, acc[t][3] *= a1;
+            }
+            /* P^T in two parts, bf16 and what it left (a second product each). */
+            uint32_t pb0 = pack_bf16(p[0][0], p[0][1]), pb1 = pack_bf16(p[1][0], p[1][1]);
+            uint32_t pl0 = pack_bf16(p[0][0] - __uint_as_float(pb0 << 16), p[0][1] - __uint_as_float(pb0 & 0xffff0000u));
+            uint32_t pl1 = pack_bf16(p[1][0] - __uint_as_float(pb1 << 16), p[1][1] - __uint_as_float(pb1 & 0xffff0000u));
+#pragma unroll
+            for (int t = 0; t < D / 16; t++) {
+                unsigned sel = t & 1 ? 0x7632u : 0x5410u;
+                uint32_t a[4] = {
+                    __byte_perm(vv_tc_word(vb[0][0], t / 2), vv_tc_word(vb[1][0], t / 2), sel),
+                    __byte_perm(vv_tc_word(vb[0][1], t / 2), vv_tc_word(vb[1][1], t / 2), sel),
+                    __byte_perm(vv_tc_word(vb[2][0], t / 2), vv_tc_word(vb[3][0], t / 2), sel),
+                    __byte_perm(vv_tc_word(vb[2][1], t / 2), vv_tc_word(vb[3][1], t / 2), sel)};
+                mma_bf16(acc[t], a, pb0, pb1);
+                mma_bf16(acc[t], a, pl0, pl1);
+            }
+        };
+        uint4 kb0[2][KC], vb0[4][2], kb1[2][KC], vb1[4][2];
+        load(0, kb0, vb0);
+        for (int it = 0; it < nt; it += 2) {
+            load(it + 1, kb1, vb1);
+            tile(it, kb0, vb0);
+            if (it + 1 >= nt) break;
+            load(it + 2, kb0, vb0);
+            tile(it + 1, kb1, vb1);
+        }
+        /* The warp's sums to shared memory: head g's max (natural log) and
+         * sum; heads 2 c, 2 c + 1 of values 8 g + t and 64 + 8 g + t. */
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        if (c == 0) wm[warp][g] = m == -INFINITY ? m : m * 0.6931471805599453f, wl[warp][g] = l;
+        float *rw = red + warp * 8 * D;
+#pragma unroll
+        for (int t = 0; t < D / 16; t++) {
+            rw[(2 * c) * D + 8 * g + t] = acc[t][0], rw[(2 * c + 1) * D + 8 * g + t] = acc[t][1];
+            rw[(2 * c) * D + 64 + 8 * g + t] = acc[t][2], rw[(2 * c + 1) * D + 64 + 8 * g + t] = acc[t][3];
+        }
+        __syncthreads();
+        vv_dec_partial<D>(red, wm, wl, i, kh, G, nh, nsplit, sp, part, stat);
+    }
+    vv_dec_fold<D, GM>(part, stat, done, i, kh, G, nh, nkv, nsplit, n_keys, S, red, wt, &last, out);
 }
 
 
@@ -983,7 +1220,7 @@ __global__ void __launch_bounds__(VV_PF_THREADS)
  * block combines and whether its warps keep the deeper ring
  * (CHOIR_VV_ATT_V2_DEEP): -1 until read from the environment (at the first
  * decode attention) or set. */
-static int g_att_v2 = -1, g_att_v2_split = -1, g_att_v2_fold = -1, g_att_v2_deep = -1;
+static int g_att_v2 = -1, g_att_v2_split = -1, g_att_v2_fold = -1, g_att_v2_deep = -1, g_att_tc = -1;
 static int env_int(const char *name, int dflt) {
     const char *e = getenv(name);
     return e && *e ? atoi(e) : dflt;
@@ -993,6 +1230,7 @@ static void att_v2_read_env(void) {
     if (g_att_v2_split < 0) g_att_v2_split = env_int("CHOIR_VV_ATT_V2_SPLIT", 0);
     if (g_att_v2_fold < 0) g_att_v2_fold = env_int("CHOIR_VV_ATT_V2_FOLD", 1) != 0;
     if (g_att_v2_deep < 0) g_att_v2_deep = env_int("CHOIR_VV_ATT_V2_DEEP", 1) != 0; /* on unless 0 (H100, 7 Dec 2026) */
+    if (g_att_tc < 0) g_att_tc = env_int("CHOIR_VV_ATT_TC", 0) != 0; /* NOT RUN ON A GPU: off unless 1 */
 }
 
 /* Keys a split of k_vv_att_dec: the set size (a multiple of 16) or, by
@@ -1011,6 +1249,23 @@ static int vv_dec_split(const choir_cuda *cu, int64_t T, int n_kv, int64_t max_k
     }
     while ((max_keys + S - 1) / S > VV_DEC_MAX_SPLITS) S *= 2;
     return S > VV_DEC_MAX_S ? 0 : (int)S;
+}
+
+/* k_vv_att_dec_tc where it applies (bf16 K/V, 128 values, `on`): true when
+ * launched. */
+template <int DD, typename KT, int GG>
+static bool att_dec_tc(bool on, dim3 grid, cudaStream_t stream, const float *q, const KT *kc, const KT *vc,
+                       int64_t pos0, const int32_t *pos, const int32_t *table, int64_t table_stride,
+                       int64_t max_keys, int n_heads, int n_kv, float scale, int S, int nsplit, float *part,
+                       int *done, float *out) {
+    if constexpr (sizeof(KT) == 2 && DD == VV_TC_D) {
+        if (!on) return false;
+        k_vv_att_dec_tc<GG><<<grid, VV_DEC_THREADS, 0, stream>>>(
+            q, (const __nv_bfloat16 *)kc, (const __nv_bfloat16 *)vc, pos0, pos, table, table_stride, max_keys,
+            n_heads, n_kv, scale, S, nsplit, part, done, out);
+        return true;
+    }
+    return false;
 }
 
 /* k_vv_att_dec over heads of 64 or 128 values (D), groups of up to 8 query
@@ -1037,16 +1292,21 @@ static int att_dec(choir_cuda *cu, const float *q, int64_t T, const KV *kc, cons
     /* CHOIR_VV_ATT_V2_DEEP's ring (the default): bf16 4 tiles, 2 a step;
      * f32 3 tiles, 1 a step (docs/cuda.md). */
     constexpr int DEEP_NB = sizeof(KV) == 2 ? 4 : 3, DEEP_U = sizeof(KV) == 2 ? 2 : 1;
+    /* CHOIR_VV_ATT_TC: bf16 caches of 128-value heads on the tensor cores. */
+    bool tc = sizeof(KV) == 2 && D == VV_TC_D && g_att_tc;
 #define VV_DEC(DD, KT, GG)                                                                                      \
     do {                                                                                                        \
-        if (!g_att_v2_deep)                                                                                     \
-            k_vv_att_dec<DD, KT, GG, 2, 1><<<g1, VV_DEC_THREADS, 0, cu->stream>>>(                              \
-                q, kc, vc, pos0, pos, table, table_stride, max_keys, n_heads, n_kv, scale, S, nsplit, part,    \
-                done, out);                                                                                     \
-        else                                                                                                    \
-            k_vv_att_dec<DD, KT, GG, DEEP_NB, DEEP_U><<<g1, VV_DEC_THREADS, 0, cu->stream>>>(                   \
-                q, kc, vc, pos0, pos, table, table_stride, max_keys, n_heads, n_kv, scale, S, nsplit, part,    \
-                done, out);                                                                                     \
+        if (!att_dec_tc<DD, KT, GG>(tc, g1, cu->stream, q, kc, vc, pos0, pos, table, table_stride, max_keys,    \
+                                    n_heads, n_kv, scale, S, nsplit, part, done, out)) {                        \
+            if (!g_att_v2_deep)                                                                                 \
+                k_vv_att_dec<DD, KT, GG, 2, 1><<<g1, VV_DEC_THREADS, 0, cu->stream>>>(                          \
+                    q, kc, vc, pos0, pos, table, table_stride, max_keys, n_heads, n_kv, scale, S, nsplit, part, \
+                    done, out);                                                                                 \
+            else                                                                                                \
+                k_vv_att_dec<DD, KT, GG, DEEP_NB, DEEP_U><<<g1, VV_DEC_THREADS, 0, cu->stream>>>(               \
+                    q, kc, vc, pos0, pos, table, table_stride, max_keys, n_heads, n_kv, scale, S, nsplit, part, \
+                    done, out);                                                                                 \
+        }                                                                                                       \
         if (!done) {                                                                                            \
             int rc_ = choir_cuda_check_launch(err, "vibevoice decode attention");                               \
             if (rc_) return rc_;                                                                                \
@@ -1236,6 +1496,11 @@ void choir_cuda_vv_set_att_v2_deep(bool on) { g_att_v2_deep = on; }
 bool choir_cuda_vv_att_v2_deep_on(void) {
     att_v2_read_env();
     return g_att_v2_deep == 1;
+}
+void choir_cuda_vv_set_att_tc(bool on) { g_att_tc = on; }
+bool choir_cuda_vv_att_tc_on(void) {
+    att_v2_read_env();
+    return g_att_tc == 1;
 }
 
 int choir_cuda_vv_conv_stem(choir_cuda *cu, const float *in, int64_t T, const float *taps,

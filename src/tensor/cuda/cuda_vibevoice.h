@@ -69,6 +69,13 @@ void choir_cuda_vv_set_att_v2_fold(bool on);
  * bit. Process-wide. */
 void choir_cuda_vv_set_att_v2_deep(bool on);
 bool choir_cuda_vv_att_v2_deep_on(void);
+/* v2 over bf16 caches of 128-value heads on the tensor cores
+ * (k_vv_att_dec_tc; CHOIR_VV_ATT_TC=1, read once with CHOIR_VV_ATT_V2): q
+ * and the probabilities rounded to bf16, f32 sums, so within the prefill's
+ * bound (1e-2) of the f32 path rather than v2's 1e-5. NOT RUN ON A GPU: off
+ * by default. Process-wide. */
+void choir_cuda_vv_set_att_tc(bool on);
+bool choir_cuda_vv_att_tc_on(void);
 
 /* Prefill attention (more than 16 rows, heads of 64 or 128 values) on the
  * tensor cores (cuda_vv_flash.cu): q, K, V and the probabilities rounded

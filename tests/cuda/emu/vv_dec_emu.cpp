@@ -8,10 +8,13 @@
 //
 // With DEEP 1 it also runs CHOIR_VV_ATT_V2_DEEP's ring (the kernel's NB and U as att_dec picks them)
 // and counts the outputs that differ from v2's in any bit (v2_differ; 0 expected: the same sums).
+// With DEEP 2 it runs the tensor-core kernel (k_vv_att_dec_tc, CHOIR_VV_ATT_TC: bf16, D 128) instead;
+// its rel_l2 is its own (q and the probabilities in bf16), v2_differ is not counted.
 //
 //   vv_dec_emu T POS0 HEADS KV_HEADS D BF16 PAGED SPLIT FOLD SCATTERED Q_AMPLITUDE [DEEP]
 #include "warp_emu.h"
 #include <algorithm>
+#include <type_traits>
 #define VV_SPLIT 128
 #ifndef INFINITY
 #define INFINITY (__builtin_inff())
@@ -25,6 +28,12 @@ static inline void __threadfence() {}
 static inline int atomicAdd(int *p, int v) { static std::mutex mu; std::lock_guard<std::mutex> g(mu); int o = *p; *p += v; return o; }
 static inline float __shfl_sync(unsigned, float v, int src) { return xch(v, src & 31); }
 static inline float vv_warp_max(float v) { for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o)); return v; }
+static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    uint64_t v = (uint64_t)x | ((uint64_t)y << 32);
+    unsigned r = 0;
+    for (int b = 0; b < 4; b++) r |= (unsigned)((v >> (8 * ((s >> (4 * b)) & 7))) & 0xff) << (8 * b);
+    return r;
+}
 static inline float vv_warp_sum(float v) { for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o); return v; }
 #include "dec_kern.inc"
 
@@ -110,7 +119,20 @@ int main(int argc, char **argv) {
     else
         run<float, 2, 1>(D, G, g1, g2, q.data(), kf.data(), vf.data(), pos0, pp, tp, pages, max_keys, nh, nkv, scale, S, nsplit,
                          part.data(), dn, o2.data());
-    if (deep) {
+    if (deep == 2) {
+        std::fill(part.begin(), part.end(), NAN);
+        if (!bf16 || D != 128) { fprintf(stderr, "the tensor-core kernel takes bf16 and D 128\n"); return 2; }
+        const __nv_bfloat16 *kp = (const __nv_bfloat16 *)kb.data(), *vp = (const __nv_bfloat16 *)vb.data();
+        float *pt = part.data(), *op = o.data();
+        auto tc = [&](auto gm) {
+            constexpr int GG = decltype(gm)::value;
+            launch(g1, VV_DEC_THREADS, [&] { k_vv_att_dec_tc<GG>(q.data(), kp, vp, pos0, pp, tp, pages, max_keys, nh, nkv,
+                                                                 scale, S, nsplit, pt, dn, op); });
+            if (!dn) launch(g2, VV_DEC_THREADS, [&] { k_vv_att_dec_combine<128, GG>(pt, pos0, pp, max_keys, nh, nkv, S, nsplit, op); });
+        };
+        if (G == 7) tc(std::integral_constant<int, 7>{});
+        else tc(std::integral_constant<int, 8>{});
+    } else if (deep) {
         std::fill(part.begin(), part.end(), NAN);
         if (bf16)
             run<__nv_bfloat16, 4, 2>(D, G, g1, g2, q.data(), (const __nv_bfloat16 *)kb.data(), (const __nv_bfloat16 *)vb.data(),
@@ -122,7 +144,7 @@ int main(int argc, char **argv) {
         o = o2;
     }
     long v2_differ = 0;
-    for (size_t e = 0; e < o.size(); e++) v2_differ += memcmp(&o[e], &o2[e], 4) != 0;
+    for (size_t e = 0; deep != 2 && e < o.size(); e++) v2_differ += memcmp(&o[e], &o2[e], 4) != 0;
     double num = 0, den = 0, num2 = 0;
     long bad = 0;
     for (int i = 0; i < T; i++)

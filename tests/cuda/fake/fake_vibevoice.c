@@ -172,6 +172,8 @@ void choir_cuda_vv_set_att_v2_split(int keys) { (void)keys; }
 void choir_cuda_vv_set_att_v2_fold(bool on) { (void)on; }
 void choir_cuda_vv_set_att_v2_deep(bool on) { (void)on; }
 bool choir_cuda_vv_att_v2_deep_on(void) { return false; }
+void choir_cuda_vv_set_att_tc(bool on) { (void)on; }
+bool choir_cuda_vv_att_tc_on(void) { return false; }
 void choir_cuda_vv_prefill_flash(bool on) { (void)on; }
 bool choir_cuda_vv_prefill_flash_on(void) { return false; }
 void choir_cuda_vv_prefill_flash_warps(int warps) { (void)warps; }
