@@ -2459,8 +2459,9 @@ out:
  * pools and rows: split128 (the default today) and v2 with its splits sized
  * to the device, of 64 to 1024 keys, with the combine launched, then
  * both kernels over bf16 copies of the pools, then v2 with the deeper ring
- * (CHOIR_VV_ATT_V2_DEEP, v2deep) over f32 and bf16. The switches are put
- * back. */
+ * (CHOIR_VV_ATT_V2_DEEP, v2deep) over f32 and bf16, then the tensor-core
+ * kernel (CHOIR_VV_ATT_TC) over bf16 with its splits sized, of 256 and of
+ * 512 keys. The switches are put back. */
 static int bench_attention_v2(choir_stream *st, const choir_vibevoice_lm_dims *L, int B, int ctx, int pages,
                               const float *kp, const float *vp, const float *q, const int32_t *tab, const int32_t *pos,
                               float *out, choir_err *err) {
