@@ -174,19 +174,21 @@ att-tc)
     st backend 90 "$CHK" choir_backend_gpu_check
     ;;
 att-tc-2)
-    # The second look: every VibeVoice check with it on, 8 requests through
-    # the engine with it off and on, and Nsight Compute's sections of both
-    # kernels at 60 minutes.
+    # The second look: every VibeVoice check with the tensor-core attention
+    # on, 8 requests of 10 minutes through the engine with it (and the
+    # batch's members all prepared before its first step), then Kokoro's
+    # page-locked staging (CHOIR_KOKORO_PINNED, NOT RUN ON A GPU when
+    # committed) off / on / off / on at 32 pieces.
     st vibevoice-tc-on 150 "$CHK" env CHOIR_VV_ATT_TC=1 choir_vibevoice_gpu_check
-    for t in 0 1; do
-        st "engine-8-tc$t" 150 'engine|error|FAIL' env CHOIR_VV_ATT_TC=$t $VV --engine 8 --batch-min 10 --steps 1500 --kv bf16
+    st engine-8-tc 150 'engine|error|FAIL' env CHOIR_VV_ATT_TC=1 $VV --engine 8 --batch-min 10 --steps 3000 --kv bf16
+    K=$CHOIR_SHARED_DIR/fixtures/kokoro/kokoro-v1
+    st weights 60 '' choir dev weights --manifest "$K/manifest.json" --config "$K/config.json" --out /tmp/kmodel
+    for v in 0 1 0 1; do
+        st "kokoro-pinned-$v" 45 'requests at once|kokoro decode: 32|error' env CHOIR_KOKORO_PINNED=$v \
+            CHOIR_KOKORO_PROFILE=1 choir bench kokoro --model /tmp/kmodel \
+            --voice "$CHOIR_SHARED_DIR/fixtures/kokoro/voices/af_heart.bin" --backend cuda --batch 32 --gpu-dtype bf16-tf32
     done
-    st ncu-att-tc 120 '==PROF==|error' ncu --kernel-name-base demangled \
-        -k 'regex:k_vv_att_dec(_tc<7>|<128, __nv_bfloat16, 7, 4)' -c 2 \
-        --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
-        --section MemoryWorkloadAnalysis --csv --page details --log-file "${OUT:-/tmp}/pending-att-tc-sections.csv" \
-        choir_vibevoice_gpu_check --bench 7b --layers 2 --audio-min 1 --steps 2 --batch 1 --batch-min 60 --kv bf16 \
-        --att-bench 1
+    st kokoro-check-pinned 60 "$CHK" env CHOIR_KOKORO_PINNED=1 choir_kokoro_gpu_check
     ;;
 q8-shape7)
     # The 8-bit stream GEMV within 64 registers (CHOIR_Q8_GEMV=7, written 7

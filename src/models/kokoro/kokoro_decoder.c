@@ -65,9 +65,20 @@ typedef struct kd_snake {
     const float *alpha1[3], *alpha2[3]; /* [C] */
 } kd_snake;
 
+/* The decoder's page-locked block on a device (CHOIR_KOKORO_PINNED=1): the
+ * inputs are staged and the audio comes back through it, kept from call to
+ * call (grown when a call needs more, never past KD_PIN_MAX). A device
+ * serves one call at a time (kk_exec's lock), so one block. */
+typedef struct kd_pin {
+    void *p;
+    size_t bytes;
+} kd_pin;
+#define KD_PIN_MAX ((size_t)512 << 20)
+
 struct kk_dec {
     const choir_kokoro *m;
     choir_backend *be;
+    kd_pin *pin; /* on a device */
     choir_backend_weights *ws;
     kd_conv f0_conv, n_conv, asr_res;
     kd_resblk encode, decode[4];
@@ -224,10 +235,16 @@ kk_dec *kk_dec_create(const choir_kokoro *m, choir_backend *be, choir_err *err) 
         return NULL;
     }
     d->m = m, d->be = be;
+    if (!choir_backend_is_host(be) && !(d->pin = choir_calloc(CHOIR_MEM_OTHER, 1, sizeof *d->pin))) {
+        choir_free(d);
+        choir_err_set(err, CHOIR_ENOMEM, "kokoro: out of memory for the decoder");
+        return NULL;
+    }
     d->one_style = !choir_backend_is_host(be) && kk_switch_on("CHOIR_KOKORO_STYLE_PRODUCT");
     d->conv_stats = !choir_backend_is_host(be) && kk_switch_on("CHOIR_KOKORO_CONV_STATS");
     kk_nsf_params(m, &d->nsf);
     if (!(d->ws = choir_backend_weights_create(be, err))) {
+        choir_free(d->pin);
         choir_free(d);
         return NULL;
     }
@@ -278,8 +295,22 @@ kk_dec *kk_dec_create(const choir_kokoro *m, choir_backend *be, choir_err *err) 
 
 void kk_dec_free(kk_dec *d) {
     if (!d) return;
+    if (d->pin && d->pin->p) choir_backend_host_free(d->be, d->pin->p);
+    choir_free(d->pin);
     choir_backend_weights_free(d->ws);
     choir_free(d);
+}
+
+/* The page-locked block of at least `bytes` (NULL: off, too large or
+ * refused; the caller stages in ordinary memory). */
+static void *kd_pin_get(const kk_dec *d, size_t bytes) {
+    const char *v = getenv("CHOIR_KOKORO_PINNED");
+    if (!d->pin || !v || strcmp(v, "1") != 0 || bytes > KD_PIN_MAX) return NULL;
+    if (d->pin->p && d->pin->bytes >= bytes) return d->pin->p;
+    if (d->pin->p) choir_backend_host_free(d->be, d->pin->p);
+    d->pin->p = choir_backend_host_alloc(d->be, bytes);
+    d->pin->bytes = d->pin->p ? bytes : 0;
+    return d->pin->p;
 }
 
 int64_t kk_dec_weight_bytes(const kk_dec *d) { return d ? choir_backend_weights_bytes(d->ws) : 0; }
@@ -664,6 +695,22 @@ static void touch_range(void *ctx, int64_t begin, int64_t end, int worker) {
         memset(j->audio[b], 0, (size_t)j->in[b].frames * CHOIR_KOKORO_SAMPLES_PER_FRAME * sizeof(float));
 }
 
+/* The pieces' audio out of the page-locked block (piece b at 600 L b). */
+typedef struct kd_unpin {
+    float *const *audio;
+    const choir_kokoro_decode_input *in;
+    const float *pin;
+    int64_t L;
+} kd_unpin;
+
+static void unpin_range(void *ctx, int64_t begin, int64_t end, int worker) {
+    (void)worker;
+    const kd_unpin *j = ctx;
+    for (int64_t b = begin; b < end; b++)
+        memcpy(j->audio[b], j->pin + b * 600 * j->L,
+               (size_t)j->in[b].frames * CHOIR_KOKORO_SAMPLES_PER_FRAME * sizeof(float));
+}
+
 int kk_dec_run(const kk_dec *d, choir_stream *s, const choir_kokoro_decode_input *in, int n,
                float *const *audio, kk_dec_trace_fn trace, void *trace_user, kk_dec_stats *stats,
                choir_err *err) {
@@ -706,11 +753,18 @@ int kk_dec_run(const kk_dec *d, choir_stream *s, const choir_kokoro_decode_input
     size_t staged = choir_stream_mark(s);
     float *work = host ? choir_stream_floats(s, B * (618 * L + 64), "kokoro harmonic source")
                        : NULL;
-    float *stage = NULL;
+    float *stage = NULL, *pin = NULL;
     int32_t *lens_host = NULL;
     int rc = choir_stream_status(s, NULL);
     if (!rc && !host) {
-        stage = choir_alloc(CHOIR_MEM_ACTIVATIONS, n_in * sizeof(float));
+        /* CHOIR_KOKORO_PINNED=1 (NOT RUN ON A GPU: off unless 1): the inputs
+         * prepared straight into the decoder's page-locked block and the
+         * audio brought back into it (one copy each at the link's speed; a
+         * download into ordinary pages goes through the driver's bounce
+         * buffer), then copied out by the pool's threads. */
+        size_t stage_n = dev_source ? n_in - (size_t)B * 22 * F : n_in, audio_n = (size_t)(B * 600 * L);
+        pin = kd_pin_get(d, (stage_n > audio_n ? stage_n : audio_n) * sizeof(float));
+        stage = pin ? pin : choir_alloc(CHOIR_MEM_ACTIVATIONS, n_in * sizeof(float));
         work = dev_source ? NULL : choir_alloc(CHOIR_MEM_ACTIVATIONS, (size_t)kk_dec_host_bytes(n, L));
         lens_host = choir_alloc(CHOIR_MEM_OTHER, 5 * (size_t)B * sizeof(int32_t));
         if (!stage || (!work && !dev_source) || !lens_host)
@@ -771,12 +825,21 @@ int kk_dec_run(const kk_dec *d, choir_stream *s, const choir_kokoro_decode_input
         else
             choir_pool_parallel_for(choir_pool_default(), B, 1, touch_range, &tj);
     }
-    for (int i = 0; i < n && !rc; i++)
+    if (pin && !rc)
+        rc = choir_op_download_async(s, pin, dev_audio, (size_t)(B * 600 * L) * sizeof(float));
+    for (int i = 0; i < n && !rc && !pin; i++)
         rc = choir_op_download(s, audio[i], dev_audio + (int64_t)i * 600 * L,
                                (size_t)in[i].frames * CHOIR_KOKORO_SAMPLES_PER_FRAME *
                                    sizeof(float));
 done:
     rc = choir_stream_sync(s, err);
+    if (!rc && pin) {
+        kd_unpin uj = {.audio = audio, .in = in, .pin = pin, .L = L};
+        if (n == 1)
+            unpin_range(&uj, 0, 1, 0);
+        else
+            choir_pool_parallel_for(choir_pool_default(), B, 1, unpin_range, &uj);
+    }
     if (!rc && prof) {
         clk[7] = choir_now_s();
         fprintf(stderr,
@@ -790,7 +853,7 @@ done:
     if (!rc && stats) stats->flops += counted.flops, stats->bytes += counted.bytes;
     choir_stream_clear(s);
     choir_stream_release(s, mark);
-    choir_free(stage);
+    if (!pin) choir_free(stage);
     if (!host) choir_free(work);
     choir_free(lens_host);
     return rc;
