@@ -605,6 +605,28 @@ __device__ __forceinline__ void vv_dec_combine(const float *__restrict__ part, c
     }
 }
 
+/* A decode kernel's split: its pages of row i's table read into `pages`
+ * (as far as the cache goes; from page p0 = k0 / VV_SPLIT), row i's keys
+ * into *n_keys (pos[i] + 1, or pos0 + i + 1, at most max_keys), and the
+ * split's share of them (keys k0 .. k0 + S - 1) returned, after a block
+ * barrier. Every thread calls it. */
+__device__ __forceinline__ int vv_dec_setup(const int32_t *__restrict__ table, int64_t table_stride,
+                                            const int32_t *__restrict__ pos, int64_t pos0, int64_t max_keys,
+                                            int64_t i, int64_t k0, int S, int64_t p0, int *pages, int64_t *n_keys) {
+    int tid = threadIdx.x;
+    if (table) {
+        int64_t kend = k0 + S < max_keys ? k0 + S : max_keys;
+        int np = kend > k0 ? (int)((kend - 1) / VV_SPLIT - p0 + 1) : 0;
+        if (tid < np) pages[tid] = table[i * table_stride + p0 + tid];
+    }
+    int64_t nkeys = pos ? (int64_t)pos[i] + 1 : pos0 + i + 1;
+    if (nkeys > max_keys) nkeys = max_keys;
+    *n_keys = nkeys;
+    int nk = (int)(nkeys - k0 < 0 ? 0 : (nkeys - k0 < S ? nkeys - k0 : S));
+    __syncthreads();
+    return nk;
+}
+
 /* The block's partial of split sp for row i's key head kh: its warps' sums
  * (wm and wl: a warp's max, natural log, and sum of exponentials a head;
  * red: its unnormalised value sums, [warp][head][D]; all written, then a
@@ -682,16 +704,8 @@ __global__ void __launch_bounds__(VV_DEC_THREADS, sizeof(KV) == 4 && NB == 2 ? 3
     int64_t ldq = (int64_t)nh * D, ldk = (int64_t)nkv * D, k0 = (int64_t)sp * S;
     float *stat = part + (int64_t)gridDim.z * nh * nsplit * D;
     /* The split's pages (as far as the cache goes), read alongside the position. */
-    int64_t p0 = k0 / VV_SPLIT;
-    if (table) {
-        int64_t kend = k0 + S < max_keys ? k0 + S : max_keys;
-        int np = kend > k0 ? (int)((kend - 1) / VV_SPLIT - p0 + 1) : 0;
-        if (tid < np) pages[tid] = table[i * table_stride + p0 + tid];
-    }
-    int64_t n_keys = pos ? (int64_t)pos[i] + 1 : pos0 + i + 1;
-    if (n_keys > max_keys) n_keys = max_keys;
-    int nk = (int)(n_keys - k0 < 0 ? 0 : (n_keys - k0 < S ? n_keys - k0 : S));
-    __syncthreads();
+    int64_t p0 = k0 / VV_SPLIT, n_keys;
+    int nk = vv_dec_setup(table, table_stride, pos, pos0, max_keys, i, k0, S, p0, pages, &n_keys);
     int h = lane / LPK, d0 = (lane % LPK) * E;
     if (nk > 0) {
         float qr[GM][E], acc[GM][E];
@@ -970,16 +984,8 @@ __global__ void __launch_bounds__(VV_DEC_THREADS, 2)
     int64_t i = blockIdx.z;
     int64_t ldq = (int64_t)nh * D, ldk = (int64_t)nkv * D, k0 = (int64_t)sp * S;
     float *stat = part + (int64_t)gridDim.z * nh * nsplit * D;
-    int64_t p0 = k0 / VV_SPLIT;
-    if (table) {
-        int64_t kend = k0 + S < max_keys ? k0 + S : max_keys;
-        int np = kend > k0 ? (int)((kend - 1) / VV_SPLIT - p0 + 1) : 0;
-        if (tid < np) pages[tid] = table[i * table_stride + p0 + tid];
-    }
-    int64_t n_keys = pos ? (int64_t)pos[i] + 1 : pos0 + i + 1;
-    if (n_keys > max_keys) n_keys = max_keys;
-    int nk = (int)(n_keys - k0 < 0 ? 0 : (n_keys - k0 < S ? n_keys - k0 : S));
-    __syncthreads();
+    int64_t p0 = k0 / VV_SPLIT, n_keys;
+    int nk = vv_dec_setup(table, table_stride, pos, pos0, max_keys, i, k0, S, p0, pages, &n_keys);
     int g = lane >> 2, c = lane & 3;
     if (nk > 0) {
         /* Head g's query (0 past the group) in A's order: step 2 b + hh takes
