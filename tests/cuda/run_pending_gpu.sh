@@ -6,7 +6,7 @@
 # for the engine part, CHOIR_PACK_FIXTURES naming real/tokenizer/qwen2.5):
 #
 #   mkdir -p /tmp/p && tar -xJf PACK -C /tmp/p && . /tmp/p/env.sh
-#   bash tests/cuda/run_pending_gpu.sh checks|defaults|final|verify|att-tc|att-tc-2|q8-shape7|vv|q8|kokoro|engine|profile|drafts[-checks|-ab] [LIMIT_S]
+#   bash tests/cuda/run_pending_gpu.sh checks|defaults|final|verify|att-tc|att-tc-2|att-tc-one|q8-shape7|vv|q8|kokoro|engine|profile|drafts[-checks|-ab] [LIMIT_S]
 #
 # LIMIT_S (default 560): a step that would start with less than 25 s left is
 # skipped. Everything goes to $OUT/pending-PART.log (or /tmp); the terminal
@@ -190,6 +190,21 @@ att-tc-2)
     done
     st kokoro-check-pinned 60 "$CHK" env CHOIR_KOKORO_PINNED=1 choir_kokoro_gpu_check
     ;;
+att-tc-one)
+    # att-tc and att-tc-2's essentials in one call, most needed first.
+    st vibevoice 150 "$CHK|attention tc" choir_vibevoice_gpu_check
+    st att-tc-60 150 'attention  |att tc|batch  |error' $VV --audio-min 1 --steps 16 --batch 1,8 --batch-min 60 --kv bf16 \
+        --att-tc ab --att-bench 1
+    st engine-8-tc 150 'engine|error|FAIL' env CHOIR_VV_ATT_TC=1 $VV --engine 8 --batch-min 10 --steps 3000 --kv bf16
+    st att-bench-10 150 'att tc|batch  |error' $VV --audio-min 1 --steps 16 --batch 8 --batch-min 10 --kv bf16 --att-tc ab
+    K=$CHOIR_SHARED_DIR/fixtures/kokoro/kokoro-v1
+    st weights 60 '' choir dev weights --manifest "$K/manifest.json" --config "$K/config.json" --out /tmp/kmodel
+    for v in 0 1 0 1; do
+        st "kokoro-pinned-$v" 45 'requests at once|kokoro decode: 32|error' env CHOIR_KOKORO_PINNED=$v \
+            CHOIR_KOKORO_PROFILE=1 choir bench kokoro --model /tmp/kmodel \
+            --voice "$CHOIR_SHARED_DIR/fixtures/kokoro/voices/af_heart.bin" --backend cuda --batch 32 --gpu-dtype bf16-tf32
+    done
+    ;;
 q8-shape7)
     # The 8-bit stream GEMV within 64 registers (CHOIR_Q8_GEMV=7, written 7
     # Dec 2026 evening): the checks with it, the one-row step beside shape
@@ -235,7 +250,7 @@ drafts | drafts-checks | drafts-ab)
     fi
     ;;
 *)
-    echo "run_pending_gpu.sh: PART is checks, defaults, final, verify, att-tc, att-tc-2, q8-shape7, vv, q8, kokoro, engine, profile, drafts, drafts-checks or drafts-ab" >&2
+    echo "run_pending_gpu.sh: PART is checks, defaults, final, verify, att-tc, att-tc-2, att-tc-one, q8-shape7, vv, q8, kokoro, engine, profile, drafts, drafts-checks or drafts-ab" >&2
     exit 2
     ;;
 esac
