@@ -1227,6 +1227,62 @@ out:
     choir_vibevoice_kv_pool_free(pool);
 }
 
+/* Two sets of the same n (<= 3) sequences on one pool of `pages` pages of
+ * `kv` values: set k with a stream and a paged batch of n rows (its steps
+ * as graphs when graph[k]), sequence q prefilled with lens[q] (<= 160) ids
+ * in chunks of 16 and room for ctx[q] positions. */
+typedef struct bsets {
+    choir_vibevoice_kv_pool *pool;
+    choir_stream *st[2];
+    choir_vibevoice_batch *b[2];
+    choir_vibevoice_state *g[2][3];
+    int n;
+} bsets;
+
+/* 0, or 1 after failed(name, ...); bsets_free either way. */
+static int bsets_make(bsets *s, const choir_vibevoice *gpu, int n, const int *lens, const int *ctx, int pages,
+                      choir_dtype kv, const bool graph[2], const char *name) {
+    const choir_vibevoice_dims *d = choir_vibevoice_get_dims(gpu);
+    choir_err err = {0};
+    memset(s, 0, sizeof *s);
+    s->n = n;
+    if (!(s->pool = choir_vibevoice_kv_pool_create_as(gpu, pages * choir_vibevoice_kv_page_bytes_as(d, kv), kv,
+                                                      &err))) {
+        failed(name, &err);
+        return 1;
+    }
+    for (int k = 0; k < 2; k++) {
+        if (!(s->st[k] = choir_stream_create(choir_vibevoice_backend(gpu), &err)) ||
+            choir_stream_reserve(s->st[k], (size_t)choir_vibevoice_batch_bytes_paged(d, n, s->pool), 1 << 20,
+                                 &err) ||
+            !(s->b[k] = choir_vibevoice_batch_create_paged(gpu, n, s->pool, s->st[k], &err))) {
+            failed(name, &err);
+            return 1;
+        }
+        choir_vibevoice_batch_set_graph(s->b[k], graph[k]);
+        for (int q = 0; q < n; q++) {
+            int32_t ids[160];
+            for (int i = 0; i < lens[q]; i++) ids[i] = (int32_t)(5 + (i * 53 + q * 7) % 2800);
+            choir_vibevoice_plan p = {.max_context = ctx[q], .prefill_chunk = 16};
+            if (!(s->g[k][q] = choir_vibevoice_state_create_paged(gpu, &p, s->pool, &err)) ||
+                choir_vibevoice_prefill(gpu, s->g[k][q], ids, lens[q], NULL, NULL, NULL, &err)) {
+                failed(name, &err);
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+static void bsets_free(bsets *s) {
+    for (int k = 0; k < 2; k++) {
+        for (int q = 0; q < s->n; q++) choir_vibevoice_state_free(s->g[k][q]);
+        choir_vibevoice_batch_free(s->b[k]);
+        choir_stream_free(s->st[k]);
+    }
+    choir_vibevoice_kv_pool_free(s->pool);
+}
+
 /* The paged batched step recorded as graphs (choir_vibevoice_batch_set_graph)
  * against the same steps op by op: two sets of the same two sequences (the
  * second planned over two pages, so the table stride is 2 with it and 1
@@ -1237,35 +1293,12 @@ static void check_batch_graph(const choir_vibevoice *gpu, const char *tag) {
     const choir_vibevoice_dims *d = choir_vibevoice_get_dims(gpu);
     int V = d->lm.vocab, lens[2] = {23, 9}, ctx[2] = {40, 140};
     choir_err err = {0};
-    choir_vibevoice_state *g[2][2] = {{NULL, NULL}, {NULL, NULL}};
-    choir_stream *st[2] = {NULL, NULL};
-    choir_vibevoice_batch *b[2] = {NULL, NULL};
-    choir_vibevoice_kv_pool *pool = NULL;
     char name[96];
     snprintf(name, sizeof name, "model %s: paged batched steps as graphs", tag);
-    if (!(pool = choir_vibevoice_kv_pool_create(gpu, 6 * choir_vibevoice_kv_page_bytes(d), &err))) {
-        failed(name, &err);
-        goto out;
-    }
-    for (int k = 0; k < 2; k++) {
-        if (!(st[k] = choir_stream_create(choir_vibevoice_backend(gpu), &err)) ||
-            choir_stream_reserve(st[k], (size_t)choir_vibevoice_batch_bytes_paged(d, 2, pool), 1 << 20, &err) ||
-            !(b[k] = choir_vibevoice_batch_create_paged(gpu, 2, pool, st[k], &err))) {
-            failed(name, &err);
-            goto out;
-        }
-        choir_vibevoice_batch_set_graph(b[k], k == 1);
-        for (int q = 0; q < 2; q++) {
-            int32_t ids[32];
-            for (int i = 0; i < lens[q]; i++) ids[i] = (int32_t)(5 + (i * 53 + q * 7) % 2800);
-            choir_vibevoice_plan p = {.max_context = ctx[q], .prefill_chunk = 16};
-            if (!(g[k][q] = choir_vibevoice_state_create_paged(gpu, &p, pool, &err)) ||
-                choir_vibevoice_prefill(gpu, g[k][q], ids, lens[q], NULL, NULL, NULL, &err)) {
-                failed(name, &err);
-                goto out;
-            }
-        }
-    }
+    bsets bs;
+    if (bsets_make(&bs, gpu, 2, lens, ctx, 6, CHOIR_DTYPE_F32, (const bool[2]){false, true}, name)) goto out;
+    choir_vibevoice_state *(*g)[3] = bs.g;
+    choir_vibevoice_batch **b = bs.b;
     static const int rows[6] = {2, 2, 1, 1, 2, 2}, replay[6] = {0, 1, 0, 1, 1, 1};
     int64_t diff = 0;
     int replays = 0, as_planned = 1;
@@ -1291,12 +1324,7 @@ static void check_batch_graph(const choir_vibevoice *gpu, const char *tag) {
     if (as_planned && diff == 0) n_pass++;
     else n_fail++;
 out:
-    for (int k = 0; k < 2; k++) {
-        for (int q = 0; q < 2; q++) choir_vibevoice_state_free(g[k][q]);
-        choir_vibevoice_batch_free(b[k]);
-        choir_stream_free(st[k]);
-    }
-    choir_vibevoice_kv_pool_free(pool);
+    bsets_free(&bs);
 }
 
 /* Greedy selection on the device inside the paged batched step
@@ -1308,37 +1336,14 @@ out:
  * (same operations, same rows), so every id must match. */
 static void check_batch_greedy(const choir_vibevoice *gpu, const char *tag) {
     const choir_vibevoice_dims *d = choir_vibevoice_get_dims(gpu);
-    int V = d->lm.vocab, lens[3] = {23, 9, 130};
+    int V = d->lm.vocab, lens[3] = {23, 9, 130}, ctx[3] = {35, 21, 142};
     choir_err err = {0};
-    choir_vibevoice_state *g[2][3] = {{NULL}};
-    choir_stream *st[2] = {NULL, NULL};
-    choir_vibevoice_batch *b[2] = {NULL, NULL};
-    choir_vibevoice_kv_pool *pool = NULL;
     char name[96];
     snprintf(name, sizeof name, "model %s: device greedy in the paged batched step", tag);
-    if (!(pool = choir_vibevoice_kv_pool_create(gpu, 8 * choir_vibevoice_kv_page_bytes(d), &err))) {
-        failed(name, &err);
-        goto out;
-    }
-    for (int k = 0; k < 2; k++) {
-        if (!(st[k] = choir_stream_create(choir_vibevoice_backend(gpu), &err)) ||
-            choir_stream_reserve(st[k], (size_t)choir_vibevoice_batch_bytes_paged(d, 3, pool), 1 << 20, &err) ||
-            !(b[k] = choir_vibevoice_batch_create_paged(gpu, 3, pool, st[k], &err))) {
-            failed(name, &err);
-            goto out;
-        }
-        choir_vibevoice_batch_set_graph(b[k], true);
-        for (int q = 0; q < 3; q++) {
-            int32_t ids[160];
-            for (int i = 0; i < lens[q]; i++) ids[i] = (int32_t)(5 + (i * 53 + q * 7) % 2800);
-            choir_vibevoice_plan p = {.max_context = lens[q] + 12, .prefill_chunk = 16};
-            if (!(g[k][q] = choir_vibevoice_state_create_paged(gpu, &p, pool, &err)) ||
-                choir_vibevoice_prefill(gpu, g[k][q], ids, lens[q], NULL, NULL, NULL, &err)) {
-                failed(name, &err);
-                goto out;
-            }
-        }
-    }
+    bsets bs;
+    if (bsets_make(&bs, gpu, 3, lens, ctx, 8, CHOIR_DTYPE_F32, (const bool[2]){true, true}, name)) goto out;
+    choir_vibevoice_state *(*g)[3] = bs.g;
+    choir_vibevoice_batch **b = bs.b;
     static const int rows[8] = {3, 3, 2, 2, 3, 3, 1, 1};
     int32_t toks[3];
     for (int q = 0; q < 3; q++) toks[q] = (int32_t)argmax(choir_vibevoice_logits(g[0][q]), V);
@@ -1362,12 +1367,7 @@ static void check_batch_greedy(const choir_vibevoice *gpu, const char *tag) {
     if (differ == 0 && replays >= 4) n_pass++;
     else n_fail++;
 out:
-    for (int k = 0; k < 2; k++) {
-        for (int q = 0; q < 3; q++) choir_vibevoice_state_free(g[k][q]);
-        choir_vibevoice_batch_free(b[k]);
-        choir_stream_free(st[k]);
-    }
-    choir_vibevoice_kv_pool_free(pool);
+    bsets_free(&bs);
 }
 
 /* CHOIR_VV_ROPE_KV in the paged steps (vv_batch.c and a paged sequence's
@@ -1380,40 +1380,17 @@ out:
  * replays what op by op runs. */
 static void check_batch_rope_kv(const choir_vibevoice *gpu, const char *tag, choir_dtype kv) {
     const choir_vibevoice_dims *d = choir_vibevoice_get_dims(gpu);
-    int V = d->lm.vocab, lens[2] = {23, 130};
+    int V = d->lm.vocab, lens[2] = {23, 130}, ctx[2] = {35, 142};
     bool rkv = choir_vv_rope_kv_on();
     choir_err err = {0};
-    choir_vibevoice_state *g[2][2] = {{NULL, NULL}, {NULL, NULL}};
-    choir_stream *st[2] = {NULL, NULL};
-    choir_vibevoice_batch *b[2] = {NULL, NULL};
-    choir_vibevoice_kv_pool *pool = NULL;
     char name[112];
     snprintf(name, sizeof name, "model %s: paged steps, %s K/V, CHOIR_VV_ROPE_KV %s vs %s", tag,
              kv == CHOIR_DTYPE_BF16 ? "bf16" : "f32", rkv ? "off" : "on", rkv ? "on" : "off");
-    if (!(pool = choir_vibevoice_kv_pool_create_as(gpu, 8 * choir_vibevoice_kv_page_bytes_as(d, kv), kv, &err))) {
-        failed(name, &err);
-        goto out;
-    }
-    for (int k = 0; k < 2; k++) {
-        if (!(st[k] = choir_stream_create(choir_vibevoice_backend(gpu), &err)) ||
-            choir_stream_reserve(st[k], (size_t)choir_vibevoice_batch_bytes_paged(d, 2, pool), 1 << 20, &err) ||
-            !(b[k] = choir_vibevoice_batch_create_paged(gpu, 2, pool, st[k], &err))) {
-            failed(name, &err);
-            goto out;
-        }
-        choir_vibevoice_batch_set_graph(b[k], k == 1);
-        for (int q = 0; q < 2; q++) {
-            int32_t ids[160];
-            for (int i = 0; i < lens[q]; i++) ids[i] = (int32_t)(5 + (i * 53 + q * 7) % 2800);
-            choir_vibevoice_plan p = {.max_context = lens[q] + 12, .prefill_chunk = 16};
-            if (!(g[k][q] = choir_vibevoice_state_create_paged(gpu, &p, pool, &err)) ||
-                choir_vibevoice_prefill(gpu, g[k][q], ids, lens[q], NULL, NULL, NULL, &err)) {
-                failed(name, &err);
-                goto out;
-            }
-        }
-        choir_vibevoice_set_step_graph(g[k][0], k == 1);
-    }
+    bsets bs;
+    if (bsets_make(&bs, gpu, 2, lens, ctx, 8, kv, (const bool[2]){false, true}, name)) goto out;
+    choir_vibevoice_state *(*g)[3] = bs.g;
+    choir_vibevoice_batch **b = bs.b;
+    for (int k = 0; k < 2; k++) choir_vibevoice_set_step_graph(g[k][0], k == 1);
     static const int rows[8] = {2, 2, 1, 2, 1, 1, 1, 1};
     int64_t diff = 0;
     int replays = 0;
@@ -1440,12 +1417,7 @@ static void check_batch_rope_kv(const choir_vibevoice *gpu, const char *tag, cho
     if (ok) n_pass++;
     else n_fail++;
 out:
-    for (int k = 0; k < 2; k++) {
-        for (int q = 0; q < 2; q++) choir_vibevoice_state_free(g[k][q]);
-        choir_vibevoice_batch_free(b[k]);
-        choir_stream_free(st[k]);
-    }
-    choir_vibevoice_kv_pool_free(pool);
+    bsets_free(&bs);
 }
 
 /* bits 8: the language model's linears and embedding MLX-quantized (8-bit
