@@ -317,6 +317,31 @@ static void run_engine_case(void) {
         snprintf(want[i], sizeof want[i], "%s", r.error);
         choir_arena_free(arena);
     }
+    /* Both as members of one batch (what the engine dispatches together):
+     * each is encoded and prefilled before the batch's first step, so no
+     * step runs while a member waits, the first step has both rows, and each
+     * ends as it does alone. */
+    {
+        choir_vibevoice_opts o[2];
+        choir_request r[2], *rp[2] = {&r[0], &r[1]};
+        int64_t bytes = 0;
+        for (int i = 0; i < 2; i++) {
+            eng_request(i, 0, &o[i], &r[i]);
+            bytes += ops->estimate(cw, &r[i]);
+        }
+        vv_model_stats s0, s1;
+        vv_model_get_stats(cw, &s0);
+        choir_arena *arena = choir_arena_create((size_t)bytes, CHOIR_MEM_ACTIVATIONS, &err);
+        int rc = !arena || ops->run_batch(cw, rp, 2, arena, &err);
+        choir_arena_free(arena);
+        vv_model_get_stats(cw, &s1);
+        eng_verdict("members prepared before the first step (CPU adapter)",
+                    !rc && strcmp(r[0].error, want[0]) == 0 && strcmp(r[1].error, want[1]) == 0 &&
+                        s1.prep_steps == s0.prep_steps && s1.most_rows == 2 && s1.steps > s0.steps,
+                    "rc %d, %lld steps, %lld of them while a member waited, %d rows at most; outcomes %s alone",
+                    rc, (long long)(s1.steps - s0.steps), (long long)(s1.prep_steps - s0.prep_steps), s1.most_rows,
+                    strcmp(r[0].error, want[0]) == 0 && strcmp(r[1].error, want[1]) == 0 ? "as" : "differ from");
+    }
     ops->free(cw);
 
     /* 1. A big enough budget: B joins A's running batch. */
