@@ -1,7 +1,9 @@
 # Sourced by the run_fake*.sh scripts: builds one GPU check program against
 # the host emulation of the CUDA API (fake_cuda.c and the area fakes) with
 # AddressSanitizer. Objects are kept in OUT and rebuilt when their source is
-# newer, all of them when a header is newer than the program.
+# newer, all of them when a header, or a C file under tests/cuda (the check
+# programs include parts of themselves: vibevoice_gpu_engine.c), is newer
+# than the program.
 #   fake_begin OUT       the list starts with base, tensor and the x86 twins
 #   fake_cuda FILE...    more sources, compiled with -DCHOIR_HAVE_CUDA=1
 #   fake_build NAME      compiles the list and links OUT/NAME (with the
@@ -39,7 +41,7 @@ fake_cuda() {
 fake_build() {
     local prog=$OUT/$1
     export CC FLAGS OUT
-    if [ -f "$prog" ] && [ -n "$(find include src tests/cuda -name '*.h' -newer "$prog")" ]; then
+    if [ -f "$prog" ] && [ -n "$(find include src tests/cuda \( -name '*.h' -o -path 'tests/cuda/*.c' \) -newer "$prog")" ]; then
         rm -f "$OUT"/*.o
     fi
     # shellcheck disable=SC2016
