@@ -605,6 +605,21 @@ __device__ __forceinline__ void vv_dec_combine(const float *__restrict__ part, c
     }
 }
 
+/* A warp's tiles 0 .. nt - 1 with two in flight: load(it, b) requests tile
+ * it into buffer b (0 or 1), tile(it, b) works on it; the next tile's loads
+ * go out before this one's arithmetic. */
+template <typename Load, typename Tile>
+__device__ __forceinline__ void vv_dec_two_in_flight(int nt, Load &&load, Tile &&tile) {
+    load(0, 0);
+    for (int it = 0; it < nt; it += 2) {
+        load(it + 1, 1);
+        tile(it, 0);
+        if (it + 1 >= nt) break;
+        load(it + 2, 0);
+        tile(it + 1, 1);
+    }
+}
+
 /* A decode kernel's split: its pages of row i's table read into `pages`
  * (as far as the cache goes; from page p0 = k0 / VV_SPLIT), row i's keys
  * into *n_keys (pos[i] + 1, or pos0 + i + 1, at most max_keys), and the
@@ -738,9 +753,11 @@ __global__ void __launch_bounds__(VV_DEC_THREADS, sizeof(KV) == 4 && NB == 2 ? 3
             }
         };
         if constexpr (NB == 2 && U == 1) {
-            /* v2 (NB = 2, U = 1) as it ran on the H100, in its own text (the PTX
-             * nvcc 13.0 emits is the same as before the deeper ring; the ring's
-             * code at NB = 2 orders its instructions otherwise). */
+            /* v2 (NB = 2, U = 1) as it ran on the H100, in its own text (the ring's
+             * code at NB = 2 orders its instructions otherwise). Its two-tile walk
+             * is vv_dec_two_in_flight since 7 Dec 2026, evening: the same instructions
+             * (nvcc 13.0), a few register moves placed before the loop's first
+             * test instead of after it, the same registers and no spills. */
             auto tile = [&](int it, const uint4 *kb, const uint4 *vb) {
                 float a[NL * 8];
 #pragma unroll
@@ -793,14 +810,9 @@ __global__ void __launch_bounds__(VV_DEC_THREADS, sizeof(KV) == 4 && NB == 2 ? 3
             /* Two tiles in flight: the next one's rows are requested before
              * this one's arithmetic. */
             uint4 kb0[NL], vb0[NL], kb1[NL], vb1[NL];
-            load(0, kb0, vb0);
-            for (int it = 0; it < nt; it += 2) {
-                load(it + 1, kb1, vb1);
-                tile(it, kb0, vb0);
-                if (it + 1 >= nt) break;
-                load(it + 2, kb0, vb0);
-                tile(it + 1, kb1, vb1);
-            }
+            vv_dec_two_in_flight(
+                nt, [&](int it, int b) { load(it, b ? kb1 : kb0, b ? vb1 : vb0); },
+                [&](int it, int b) { tile(it, b ? kb1 : kb0, b ? vb1 : vb0); });
         } else {
             /* Tile `it`'s scores (independent of the running state, so a step's
              * tiles can overlap): s for the key and head of this lane, mt the
@@ -1102,14 +1114,9 @@ __global__ void __launch_bounds__(VV_DEC_THREADS, 2)
             }
         };
         uint4 kb0[2][KC], vb0[4][2], kb1[2][KC], vb1[4][2];
-        load(0, kb0, vb0);
-        for (int it = 0; it < nt; it += 2) {
-            load(it + 1, kb1, vb1);
-            tile(it, kb0, vb0);
-            if (it + 1 >= nt) break;
-            load(it + 2, kb0, vb0);
-            tile(it + 1, kb1, vb1);
-        }
+        vv_dec_two_in_flight(
+            nt, [&](int it, int b) { load(it, b ? kb1 : kb0, b ? vb1 : vb0); },
+            [&](int it, int b) { tile(it, b ? kb1 : kb0, b ? vb1 : vb0); });
         /* The warp's sums to shared memory: head g's max (natural log) and
          * sum; heads 2 c, 2 c + 1 of values 8 g + t and 64 + 8 g + t. */
         l += __shfl_xor_sync(0xffffffffu, l, 1);
@@ -1299,10 +1306,9 @@ static int att_dec(choir_cuda *cu, const float *q, int64_t T, const KV *kc, cons
      * f32 3 tiles, 1 a step (docs/cuda.md). */
     constexpr int DEEP_NB = sizeof(KV) == 2 ? 4 : 3, DEEP_U = sizeof(KV) == 2 ? 2 : 1;
     /* CHOIR_VV_ATT_TC: bf16 caches of 128-value heads on the tensor cores. */
-    bool tc = sizeof(KV) == 2 && D == VV_TC_D && g_att_tc;
 #define VV_DEC(DD, KT, GG)                                                                                      \
     do {                                                                                                        \
-        if (!att_dec_tc<DD, KT, GG>(tc, g1, cu->stream, q, kc, vc, pos0, pos, table, table_stride, max_keys,    \
+        if (!att_dec_tc<DD, KT, GG>(g_att_tc, g1, cu->stream, q, kc, vc, pos0, pos, table, table_stride, max_keys,    \
                                     n_heads, n_kv, scale, S, nsplit, part, done, out)) {                        \
             if (!g_att_v2_deep)                                                                                 \
                 k_vv_att_dec<DD, KT, GG, 2, 1><<<g1, VV_DEC_THREADS, 0, cu->stream>>>(                          \
