@@ -55,6 +55,17 @@ st() {
     echo "--- $name: exit $rc, $((SECONDS - t1)) s"
     [ $rc -ne 0 ] && [ $rc -ne 77 ] && FAILED=$((FAILED + 1))
 }
+# Kokoro's page-locked staging (CHOIR_KOKORO_PINNED) off, on, off, on at
+# 32 pieces, each in a process of its own, with the call's profile line.
+kokoro_pinned_ab() {
+    K=$CHOIR_SHARED_DIR/fixtures/kokoro/kokoro-v1
+    st weights 60 '' choir dev weights --manifest "$K/manifest.json" --config "$K/config.json" --out /tmp/kmodel
+    for v in 0 1 0 1; do
+        st "kokoro-pinned-$v" 45 'requests at once|kokoro decode: 32|error' env CHOIR_KOKORO_PINNED=$v \
+            CHOIR_KOKORO_PROFILE=1 choir bench kokoro --model /tmp/kmodel \
+            --voice "$CHOIR_SHARED_DIR/fixtures/kokoro/voices/af_heart.bin" --backend cuda --batch 32 --gpu-dtype bf16-tf32
+    done
+}
 CHK='FAIL|passed|PASS$|check: PASS|error'
 VV="choir_vibevoice_gpu_check --bench 7b --layers 28"
 case $PART in
@@ -181,13 +192,7 @@ att-tc-2)
     # committed) off / on / off / on at 32 pieces.
     st vibevoice-tc-on 150 "$CHK" env CHOIR_VV_ATT_TC=1 choir_vibevoice_gpu_check
     st engine-8-tc 150 'engine|error|FAIL' env CHOIR_VV_ATT_TC=1 $VV --engine 8 --batch-min 10 --steps 3000 --kv bf16
-    K=$CHOIR_SHARED_DIR/fixtures/kokoro/kokoro-v1
-    st weights 60 '' choir dev weights --manifest "$K/manifest.json" --config "$K/config.json" --out /tmp/kmodel
-    for v in 0 1 0 1; do
-        st "kokoro-pinned-$v" 45 'requests at once|kokoro decode: 32|error' env CHOIR_KOKORO_PINNED=$v \
-            CHOIR_KOKORO_PROFILE=1 choir bench kokoro --model /tmp/kmodel \
-            --voice "$CHOIR_SHARED_DIR/fixtures/kokoro/voices/af_heart.bin" --backend cuda --batch 32 --gpu-dtype bf16-tf32
-    done
+    kokoro_pinned_ab
     st kokoro-check-pinned 60 "$CHK" env CHOIR_KOKORO_PINNED=1 choir_kokoro_gpu_check
     ;;
 att-tc-one)
@@ -197,13 +202,7 @@ att-tc-one)
         --att-tc ab --att-bench 1
     st engine-8-tc 150 'engine|error|FAIL' env CHOIR_VV_ATT_TC=1 $VV --engine 8 --batch-min 10 --steps 3000 --kv bf16
     st att-bench-10 150 'att tc|batch  |error' $VV --audio-min 1 --steps 16 --batch 8 --batch-min 10 --kv bf16 --att-tc ab
-    K=$CHOIR_SHARED_DIR/fixtures/kokoro/kokoro-v1
-    st weights 60 '' choir dev weights --manifest "$K/manifest.json" --config "$K/config.json" --out /tmp/kmodel
-    for v in 0 1 0 1; do
-        st "kokoro-pinned-$v" 45 'requests at once|kokoro decode: 32|error' env CHOIR_KOKORO_PINNED=$v \
-            CHOIR_KOKORO_PROFILE=1 choir bench kokoro --model /tmp/kmodel \
-            --voice "$CHOIR_SHARED_DIR/fixtures/kokoro/voices/af_heart.bin" --backend cuda --batch 32 --gpu-dtype bf16-tf32
-    done
+    kokoro_pinned_ab
     ;;
 q8-shape7)
     # The 8-bit stream GEMV within 64 registers (CHOIR_Q8_GEMV=7, written 7
