@@ -530,7 +530,9 @@ int choir_cuda_gemv_mma_q8_shape(void);
  * old kernel. The same products within f32 rounding (the sums in another
  * order). Shapes 4-6 stream rows through resident warps (1 row and 4 steps
  * in flight, 1 and 8, 2 and 4); 7 is shape 4's kernel within 64 registers
- * (four blocks an SM) for one row of x, shape 4 for more. Shape 7 by
+ * (four blocks an SM) for one row of x, shape 4 for more; 8 is 7 (4 for
+ * more rows) with x staged in one pass of 16-byte loads, the same floats
+ * (a draft of 7 Dec 2026, night, NOT RUN ON A GPU). Shape 7 by
  * default since an H100 run of 7 Dec 2026, evening (the 8-bit 7B step as a
  * graph, one process: shape 4 7.35 ms, shape 7 6.08; in the morning, another
  * H100: old kernel 12.27 ms, shape 1 7.19, shape 4 6.43); until

@@ -1024,9 +1024,10 @@ static void check_gemv_shapes(void) {
 
 /* The 8-bit GEMV of cuda_linear_q8.cu (choir_cuda_q8_gemv shapes 1, 2, 3:
  * rows a warp and steps a batch; 4, 5, 6: q8_stream's resident warps with
- * 4 or 8 chunks in flight) against the CPU and against the old kernel
+ * 4 or 8 chunks in flight; 7: shape 4 within 64 registers at one row of x,
+ * in pieces of 48 KB; 8: 7 with x staged in one pass) against the CPU and against the old kernel
  * (shape 0). Both dequantize exactly and sum in f32, in different orders:
- * the f32 bound against either. Shapes 4-6 also against shape 1: the same
+ * the f32 bound against either. Shapes 4-8 also against shape 1: the same
  * sums in the same order where x is staged in one piece (bound 1e-6, 0
  * expected), else within the f32 bound. K = 320 leaves lanes idle (20
  * chunks of 16 codes for 32 lanes), 1152 ends mid-step (two steps of 512
@@ -1038,7 +1039,7 @@ static void check_gemv_shapes(void) {
  * norm fused before three layers (263/130/131 rows, a bias on the first,
  * the second into an f32 cache and the third into a bf16 one by slot and
  * position), and scales in f16 (groups of 32) and f32 (groups of 128). */
-#define Q8_CHECK_SHAPES 7
+#define Q8_CHECK_SHAPES 9
 static void check_q8_gemv(void) {
     static const int64_t Ks[] = {320, 1152, 4608, 18944, 1152}, Ms[] = {1, 2, 8};
     static const struct {
@@ -1071,9 +1072,11 @@ static void check_q8_gemv(void) {
                 choir_op_linear(g_gs, dx, M, &dw, dbias, dy);
                 choir_op_download(g_gs, old, dy, (size_t)(M * N) * 4);
                 float *one = hmem((size_t)(M * N) * 4), *onea = hmem((size_t)(M * N) * 4);
-                /* x and its 16-column sums in one piece of shared memory (q8s_piece). */
-                const bool whole = (double)M * (double)((K + 511) / 512 * 512) * 4.25 <= 136.0 * 1024;
+                /* x and its 16-column sums in one piece of shared memory
+                 * (q8s_piece; shapes 7 and 8 at one row: q8s_piece_for). */
+                const double staged = (double)M * (double)((K + 511) / 512 * 512) * 4.25;
                 for (int v = 1; v < Q8_CHECK_SHAPES; v++) {
+                    const bool whole = staged <= ((v == 7 || v == 8) && M == 1 ? 48.0 : 136.0) * 1024;
                     float *dyv = dzero(M * N), *dya = dvec(y0, M * N);
                     choir_cuda_q8_gemv(v);
                     choir_op_linear(g_gs, dx, M, &dw, dbias, dyv);

@@ -6,7 +6,7 @@
 # for the engine part, CHOIR_PACK_FIXTURES naming real/tokenizer/qwen2.5):
 #
 #   mkdir -p /tmp/p && tar -xJf PACK -C /tmp/p && . /tmp/p/env.sh
-#   bash tests/cuda/run_pending_gpu.sh checks|defaults|final|verify|att-tc|att-tc-2|att-tc-one|q8-shape7|vv|q8|kokoro|engine|profile|drafts[-checks|-ab] [LIMIT_S]
+#   bash tests/cuda/run_pending_gpu.sh checks|defaults|final|verify|att-tc|att-tc-2|att-tc-one|q8-fx|q8-shape7|vv|q8|kokoro|engine|profile|drafts[-checks|-ab] [LIMIT_S]
 #
 # LIMIT_S (default 560): a step that would start with less than 25 s left is
 # skipped. Everything goes to $OUT/pending-PART.log (or /tmp); the terminal
@@ -203,6 +203,20 @@ att-tc-one)
     st engine-8-tc 150 'engine|error|FAIL' env CHOIR_VV_ATT_TC=1 $VV --engine 8 --batch-min 10 --steps 3000 --kv bf16
     st att-bench-10 150 'att tc|batch  |error' $VV --audio-min 1 --steps 16 --batch 8 --batch-min 10 --kv bf16 --att-tc ab
     kokoro_pinned_ab
+    ;;
+q8-fx)
+    # The 8-bit GEMV with x staged in one pass (CHOIR_Q8_GEMV=8, written 7
+    # Dec 2026 night, NOT RUN ON A GPU when committed): the backend check
+    # (its cases against shape 1, bit for bit in one piece), the one-row
+    # step 7 / 8 / 7 / 8 in one process, the VibeVoice check with it, and
+    # the step's kernels with it (rates of o/down against shape 7's 1.10
+    # TB/s), then the 8-row step beside the default.
+    st backend 90 "$CHK|q8 gemv shape 8" choir_backend_gpu_check
+    st q8-sweep 150 'q8 gemv shape|error' $VV --audio-min 10 --steps 32 --bits 8 --q8-sweep 7,8,7,8
+    st vibevoice-q8-8 150 "$CHK" env CHOIR_Q8_GEMV=8 choir_vibevoice_gpu_check
+    st ncu-q8-8 120 '==PROF==|error' env CHOIR_Q8_GEMV=8 CHOIR_VGC_PROFILE=step ncu --profile-from-start off \
+        --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv --print-summary per-kernel \
+        --log-file "${OUT:-/tmp}/pending-profile-q8-8.csv" $VV --audio-min 10 --steps 4 --bits 8
     ;;
 q8-shape7)
     # The 8-bit stream GEMV within 64 registers (CHOIR_Q8_GEMV=7, written 7

@@ -327,14 +327,91 @@ __device__ __forceinline__ q8_chunks<NR> q8_next(q8_cursor<NR> &cu, const q8_arg
     return o;
 }
 
+#define Q8_RMS_BATCH 8
+/* 1 / RMS of row xr as q8_rms_inv, the same sums in the same order (so
+ * the same float), with Q8_RMS_BATCH loads a thread in flight at a time. */
+__device__ __forceinline__ float q8_rms_inv_fast(const float *__restrict__ xr, int64_t K, float eps, double *red) {
+    double ss = 0;
+    for (int64_t i0 = threadIdx.x; i0 < K; i0 += Q8_RMS_BATCH * Q8_THREADS) {
+        float v[Q8_RMS_BATCH];
+#pragma unroll
+        for (int n = 0; n < Q8_RMS_BATCH; n++) {
+            const int64_t i = i0 + (int64_t)n * Q8_THREADS;
+            v[n] = i < K ? __ldg(xr + i) : 0.0f;
+        }
+#pragma unroll
+        for (int n = 0; n < Q8_RMS_BATCH; n++)
+            if (i0 + (int64_t)n * Q8_THREADS < K) ss += (double)v[n] * v[n];
+    }
+    return (float)(1.0 / sqrt(cuda_block_sum_d(ss, red) / (double)K + (double)eps));
+}
+
+/* Row m of a piece staged in one pass (shape 8): thread t takes the
+ * 16-column chunks t, t + 256, ..., brings each with four 16-byte loads
+ * (xr 16-byte aligned: the host's test), stores the four float4 where
+ * q8_xpos puts their columns and the chunk's sum where the sum pass of
+ * q8_stream puts it, added in the same order: the same floats as that
+ * kernel's two passes, without their scalar loads (a load's latency per
+ * 256 columns) and the barrier between them. */
+template <bool NORM>
+__device__ __forceinline__ void q8_stage_fast(const float *__restrict__ xr, int64_t k0, int64_t kc, int64_t kcp,
+                                              float inv, const float *__restrict__ gamma, float *xs, float *xsum) {
+    const int64_t nch = kcp >> 4, live = kc >> 4;
+    for (int64_t j = threadIdx.x; j < nch; j += Q8_THREADS) {
+        float4 v[4];
+        if (j < live) {
+            const float4 *src = (const float4 *)(xr + k0 + 16 * j);
+#pragma unroll
+            for (int k = 0; k < 4; k++) v[k] = __ldg(src + k);
+            if constexpr (NORM) {
+                const float *gm = gamma ? gamma + k0 + 16 * j : NULL;
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    v[k].x = __fmul_rn(__fmul_rn(v[k].x, inv), gm ? __ldg(gm + 4 * k) : 1.0f);
+                    v[k].y = __fmul_rn(__fmul_rn(v[k].y, inv), gm ? __ldg(gm + 4 * k + 1) : 1.0f);
+                    v[k].z = __fmul_rn(__fmul_rn(v[k].z, inv), gm ? __ldg(gm + 4 * k + 2) : 1.0f);
+                    v[k].w = __fmul_rn(__fmul_rn(v[k].w, inv), gm ? __ldg(gm + 4 * k + 3) : 1.0f);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < 4; k++) v[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+        float4 *dst = (float4 *)(xs + (j >> 5) * 512) + (j & 31);
+        float t = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            dst[32 * k] = v[k];
+            t += (v[k].x + v[k].y) + (v[k].z + v[k].w);
+        }
+        xsum[j] = t;
+    }
+}
+
+/* The staged rows' 16-column sums (shapes 4-7, after x is staged): chunk
+ * c = 32 s + l of row m from its four float4 where lane l reads them. */
+__device__ __forceinline__ void q8_stage_sums(int M, int64_t kcp, const float *xs, float *xsum) {
+    for (int64_t j = threadIdx.x; j < M * (kcp >> 4); j += Q8_THREADS) {
+        const int64_t m = j / (kcp >> 4), c = j - m * (kcp >> 4);
+        const float4 *xc = (const float4 *)(xs + m * kcp + (c >> 5) * 512) + (c & 31);
+        float t = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const float4 v = xc[32 * k];
+            t += (v.x + v.y) + (v.z + v.w);
+        }
+        xsum[j] = t;
+    }
+}
+
 /* R: rows of x the kernel is built for (M <= R); NR: weight rows a warp
  * sums at once (each chunk of x read from shared memory once for them);
  * U: steps in flight a lane; NORM: x RMS-normalised (over all K columns)
  * into the staging; MINB: blocks an SM the registers must allow (shape 7:
- * 4, at most 64 registers a thread). The piece is columns [k0, k0 + kc) of
- * K; `later`: not the first piece (no bias, no store, y += the piece's
- * sums). */
-template <int R, int NR, int U, bool NORM, int MINB = 1>
+ * 4, at most 64 registers a thread); FX: x staged by q8_stage_fast (shape
+ * 8; x 16-byte aligned). The piece is columns [k0, k0 + kc) of K;
+ * `later`: not the first piece (no bias, no store, y += the piece's sums). */
+template <int R, int NR, int U, bool NORM, int MINB = 1, bool FX = false>
 __global__ void __launch_bounds__(Q8_THREADS, MINB)
     q8_stream(const float *__restrict__ x, int M, int64_t K, int64_t k0, int64_t kc, const float *__restrict__ gamma,
               float eps, q8_args a, int later) {
@@ -354,30 +431,30 @@ __global__ void __launch_bounds__(Q8_THREADS, MINB)
     q8_chunks<NR> ring[U];
 #pragma unroll
     for (int u = 0; u < U; u++) ring[u] = q8_next(ld, a, total, groups, nw, chunks, spr, K, k0, lane);
-    for (int m = 0; m < M; m++) {
-        const float *xr = x + (int64_t)m * K;
-        float inv = 1.0f;
-        if constexpr (NORM) inv = q8_rms_inv(xr, K, eps, red);
-        for (int64_t i = threadIdx.x; i < kcp; i += Q8_THREADS) {
-            float v = 0.0f;
-            if (i < kc) v = NORM ? __fmul_rn(__fmul_rn(xr[k0 + i], inv), gamma ? gamma[k0 + i] : 1.0f) : xr[k0 + i];
-            xs[m * kcp + q8_xpos(i)] = v;
+    if constexpr (FX) {
+        for (int m = 0; m < M; m++) {
+            const float *xr = x + (int64_t)m * K;
+            float inv = 1.0f;
+            if constexpr (NORM) inv = q8_rms_inv_fast(xr, K, eps, red);
+            q8_stage_fast<NORM>(xr, k0, kc, kcp, inv, gamma, xs + m * kcp, xsum + m * (kcp >> 4));
         }
-    }
-    __syncthreads();
-    /* Chunk c = 32 s + l of row m: its four float4 where lane l reads them. */
-    for (int64_t j = threadIdx.x; j < M * (kcp >> 4); j += Q8_THREADS) {
-        const int64_t m = j / (kcp >> 4), c = j - m * (kcp >> 4);
-        const float4 *xc = (const float4 *)(xs + m * kcp + (c >> 5) * 512) + (c & 31);
-        float t = 0.0f;
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const float4 v = xc[32 * k];
-            t += (v.x + v.y) + (v.z + v.w);
+        __syncthreads();
+    } else {
+        for (int m = 0; m < M; m++) {
+            const float *xr = x + (int64_t)m * K;
+            float inv = 1.0f;
+            if constexpr (NORM) inv = q8_rms_inv(xr, K, eps, red);
+            for (int64_t i = threadIdx.x; i < kcp; i += Q8_THREADS) {
+                float v = 0.0f;
+                if (i < kc)
+                    v = NORM ? __fmul_rn(__fmul_rn(xr[k0 + i], inv), gamma ? gamma[k0 + i] : 1.0f) : xr[k0 + i];
+                xs[m * kcp + q8_xpos(i)] = v;
+            }
         }
-        xsum[j] = t;
+        __syncthreads();
+        q8_stage_sums(M, kcp, xs, xsum);
+        __syncthreads();
     }
-    __syncthreads();
     if (first >= groups) return;
     /* The group being summed. */
     int64_t grp = first, step = 0;
@@ -490,7 +567,7 @@ __global__ void q8_dequant_bf16(const uint4 *__restrict__ Wq, const void *__rest
 /* 0: not yet read from CHOIR_Q8_GEMV; else 1 + the shape (0: off, the old
  * kernel). */
 static int g_q8 = 0;
-#define Q8_SHAPES 8
+#define Q8_SHAPES 9
 void choir_cuda_q8_gemv(int shape) {
     __atomic_store_n(&g_q8, 1 + (shape >= 0 && shape < Q8_SHAPES ? shape : 0), __ATOMIC_RELAXED);
 }
@@ -601,32 +678,44 @@ static int64_t q8s_piece(int64_t M, int64_t K, size_t one = Q8S_SMEM_ONE, size_t
 }
 /* Shape 7 is for one row of x (the decode step); more rows take shape
  * 4's kernel (within 64 registers those spill 250-300 bytes, not timed). */
-static int q8s_shape_for(int shape, int64_t M) { return shape == 7 && M > 1 ? 4 : shape; }
-/* Shape 7 (four blocks an SM): products without the fused norm in pieces
- * of at most Q8S_SMEM_PIECE4; the norm-fused ones stay one piece. */
+/* Shape 8 is shape 7 (one row of x) or 4 (more) with x staged in one pass
+ * (q8_stage_fast), which needs x 16-byte aligned: without that, 7 or 4. */
+static int q8s_shape_for(int shape, int64_t M, const float *x) {
+    if (shape == 8 && ((uintptr_t)x & 15) != 0) shape = 7;
+    return shape == 7 && M > 1 ? 4 : shape;
+}
+/* Shapes 7 and 8 at one row (four blocks an SM): products without the
+ * fused norm in pieces of at most Q8S_SMEM_PIECE4; the norm-fused ones stay
+ * one piece. */
 static int64_t q8s_piece_for(int shape, bool norm, int64_t M, int64_t K) {
-    if (q8s_shape_for(shape, M) == 7 && !norm) return q8s_piece(M, K, Q8S_SMEM_PIECE4, Q8S_SMEM_PIECE4);
+    if ((shape == 7 || (shape == 8 && M == 1)) && !norm) return q8s_piece(M, K, Q8S_SMEM_PIECE4, Q8S_SMEM_PIECE4);
     return q8s_piece(M, K);
 }
 
-/* Shapes 4-7 as (NR, U, MINB): 1 row and 4 steps in flight, 1 and 8, 2
- * and 4, and shape 4 within 64 registers (four blocks an SM, so that the
+/* Shapes 4-8 as (NR, U, MINB, FX): 1 row and 4 steps in flight, 1 and 8,
+ * 2 and 4, shape 4 within 64 registers (four blocks an SM, so that the
  * 7B's narrow products, 3,584 rows, take one row a warp where shape 4's
  * three blocks give two; Nsight Compute, H100, 7 Dec 2026: shape 4's o and
- * down at 21% occupancy, stalled on their loads). */
+ * down at 21% occupancy, stalled on their loads), and shape 7 (4 for more
+ * rows of x) with x staged in one pass. */
 template <int R, typename L>
 static void q8s_shape_launch(int v, L &&l) {
+    using no = std::false_type;
     switch (v) {
+    case 8:
+        if constexpr (R == 1) l(q8c<1>{}, q8c<4>{}, q8c<4>{}, std::true_type{});
+        else l(q8c<1>{}, q8c<4>{}, q8c<1>{}, std::true_type{});
+        break;
     case 7:
         /* one row only (q8s_shape_for): no kernels built for more */
         if constexpr (R == 1) {
-            l(q8c<1>{}, q8c<4>{}, q8c<4>{});
+            l(q8c<1>{}, q8c<4>{}, q8c<4>{}, no{});
             break;
         }
         [[fallthrough]];
-    case 4: l(q8c<1>{}, q8c<4>{}, q8c<1>{}); break;
-    case 6: l(q8c<2>{}, q8c<4>{}, q8c<1>{}); break;
-    default: l(q8c<1>{}, q8c<8>{}, q8c<1>{}); break;
+    case 4: l(q8c<1>{}, q8c<4>{}, q8c<1>{}, no{}); break;
+    case 6: l(q8c<2>{}, q8c<4>{}, q8c<1>{}, no{}); break;
+    default: l(q8c<1>{}, q8c<8>{}, q8c<1>{}, no{}); break;
     }
 }
 
@@ -647,10 +736,10 @@ static int64_t q8s_grid(choir_cuda *cu, Kern k, size_t smem, int64_t total) {
 template <int R, bool NORM>
 static void q8s_launch_r(choir_cuda *cu, const float *x, int M, int64_t K, const float *gamma, float eps,
                          const q8_args &a) {
-    const int shape = q8s_shape_for(choir_cuda_q8_gemv_shape(), M);
+    const int shape = q8s_shape_for(choir_cuda_q8_gemv_shape(), M, x);
     const int64_t piece = q8s_piece_for(shape, NORM, M, K);
-    q8s_shape_launch<R>(shape, [&](auto nr, auto u, auto minb) {
-        auto k = q8_stream<R, nr.value, u.value, NORM, minb.value>;
+    q8s_shape_launch<R>(shape, [&](auto nr, auto u, auto minb, auto fx) {
+        auto k = q8_stream<R, nr.value, u.value, NORM, minb.value, fx.value>;
         /* Once a kernel, as q8_launch_r (before any step is recorded). */
         static bool opted = false;
         if (!opted)
@@ -695,7 +784,8 @@ int choir_cuda_q8_linear(choir_cuda *cu, const float *x, int64_t M, const choir_
     q8_layer(&a, 0, W, bias, y);
     const int shape = choir_cuda_q8_gemv_shape();
     /* A GELU needs the whole sum: shape 1's kernel where x takes pieces. */
-    if (q8_streams(shape) && (epilogue != GEMV_GELU || q8s_piece_for(shape, false, M, W->cols) == W->cols))
+    if (q8_streams(shape) &&
+        (epilogue != GEMV_GELU || q8s_piece_for(q8s_shape_for(shape, M, x), false, M, W->cols) == W->cols))
         q8s_launch<false>(cu, x, (int)M, W->cols, NULL, 0.0f, a);
     else if (q8_smem(M, W->cols) <= Q8_SMEM_MAX)
         q8_launch<true, false>(cu, x, (int)M, W->cols, NULL, 0.0f, a);

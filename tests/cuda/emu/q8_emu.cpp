@@ -40,7 +40,7 @@ static void run(const float *x, int M, int64_t K, const float *gamma, float eps,
 // Shapes 4-7 (q8_stream): a grid of Q8S_BLOCKS blocks (default 1, so that each warp takes
 // several rows and its ring of loads runs across them) and pieces of Q8S_PIECE columns
 // (default all of K), one launch a piece as q8s_launch_r does.
-template <int R, int NR, int U, bool NORM>
+template <int R, int NR, int U, bool NORM, bool FX = false>
 static void run_stream(const float *x, int M, int64_t K, const float *gamma, float eps, const q8_args &a) {
     const char *eb = getenv("Q8S_BLOCKS"), *ep = getenv("Q8S_PIECE");
     int blocks = eb ? atoi(eb) : 1;
@@ -50,15 +50,17 @@ static void run_stream(const float *x, int M, int64_t K, const float *gamma, flo
         int64_t kc = K - k0 < piece ? K - k0 : piece, kcp = (kc + 511) / 512 * 512;
         g_dyn.assign((size_t)(M * kcp / 4 + M * (kcp / 16) / 4), float4{NAN, NAN, NAN, NAN});
         launch({blocks, 1, 1}, Q8_THREADS,
-               [&] { q8_stream<R, NR, U, NORM>(x, M, K, k0, kc, gamma, eps, a, k0 > 0); });
+               [&] { q8_stream<R, NR, U, NORM, 1, FX>(x, M, K, k0, kc, gamma, eps, a, k0 > 0); });
     }
 }
 template <int R, bool XS, bool NORM>
 static void run_shape(int shape, const float *x, int M, int64_t K, const float *gamma, float eps, const q8_args &a) {
     if (shape >= 4) {
         if constexpr (XS || !NORM) {
-            // Shape 7 is shape 4's kernel within 64 registers: the same code here.
+            // Shape 7 is shape 4's kernel within 64 registers: the same code here;
+            // shape 8 is 7 with x staged in one pass (q8_stage_fast).
             if (shape == 4 || shape == 7) run_stream<R, 1, 4, NORM>(x, M, K, gamma, eps, a);
+            else if (shape == 8) run_stream<R, 1, 4, NORM, true>(x, M, K, gamma, eps, a);
             else if (shape == 6) run_stream<R, 2, 4, NORM>(x, M, K, gamma, eps, a);
             else run_stream<R, 1, 8, NORM>(x, M, K, gamma, eps, a);
         }

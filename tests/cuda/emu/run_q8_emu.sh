@@ -4,7 +4,8 @@
 # memory, 1, 2 and 8 rows of x, the three shapes (rows a warp, steps a batch), K below one
 # warp step, ending mid-step and over several, groups of 32/64/128 with bf16/f16/f32 scales,
 # the three epilogues, layers stacked with a store into a cache; q8_stream (shapes 4-6) with grids
-# of 1-5 blocks (warps taking many rows, or fewer rows than warps) and column pieces, each also
+# of 1-5 blocks (warps taking many rows, or fewer rows than warps) and column pieces (shape 8: x
+# staged in one pass, plain and normalised, 1-8 rows of x, pieces and padding), each also
 # against shape 1 (equal bit for bit in one piece); the 8-bit dequantize into bf16 against
 # bf16(fma(s, q, b)) of each code. Each case's rel_l2 against a
 # double reference must stay within 1e-5, every output written, every stored row equal to
@@ -40,14 +41,16 @@ for c in "1 1 320 64 bf16 1 0 0 263" "1 1 1152 64 bf16 1 0 1 263" "2 1 1152 64 b
   echo "$line" | awk '{for (i = 1; i <= NF; i++) { if ($i == "rel_l2") e = $(i + 1); if ($i == "store_mismatch") s = $(i + 1) }
                        if ($NF != 0 || s != 0 || e + 0 > 1e-5) exit 1}' || fail=1
 done
-# Shapes 4-7 (q8_stream; 7 is 4's kernel within 64 registers), each also against shape 1 on the same data: BLOCKS PIECE SHAPE M K ...
+# Shapes 4-8 (q8_stream; 7 is 4's kernel within 64 registers, 8 is 7 with x staged in one pass), each also against shape 1 on the same data: BLOCKS PIECE SHAPE M K ...
 # (PIECE 0: all of K, where the outputs must equal shape 1's bit for bit; else pieces of that
 # many columns, the later ones adding into y).
 for c in "1 0 4 1 320 64 bf16 1 0 0 263" "3 0 5 1 1152 64 bf16 1 0 1 263" "1 0 6 2 1152 32 f16 1 0 0 70" \
          "2 1280 4 8 4608 128 f32 0 0 1 37" "1 1536 5 8 4608 64 bf16 0 0 0 37" "2 0 5 1 1152 64 bf16 1 1 0 63 30 31" \
          "1 0 4 3 1152 64 bf16 1 1 0 63 30 31" "1 0 6 8 576 64 bf16 1 1 0 17 9 40" "5 0 5 1 2560 64 bf16 1 1 0 20 20" \
          "2 0 4 2 1152 64 bf16 1 0 2 263" "1 640 6 2 1920 32 bf16 0 0 1 40" "3 1280 7 1 4608 64 bf16 0 0 0 37" \
-         "2 0 7 1 1152 64 bf16 1 1 0 63 30 31"; do
+         "2 0 7 1 1152 64 bf16 1 1 0 63 30 31" "3 1280 8 1 4608 64 bf16 0 0 0 37" "2 0 8 1 1152 64 bf16 1 1 0 63 30 31" \
+         "1 0 8 1 320 64 bf16 1 0 0 263" "2 1280 8 8 4608 128 f32 0 0 1 37" "1 0 8 3 1152 64 bf16 1 1 0 63 30 31" \
+         "5 0 8 1 2560 64 bf16 1 1 0 20 20" "2 0 8 2 1152 64 bf16 1 0 2 263" "1 640 8 2 1920 32 bf16 0 0 1 40"; do
   # shellcheck disable=SC2086
   set -- $c
   b=$1 p=$2

@@ -310,7 +310,7 @@ static int linear_ex_op(const void *p) {
 /* The 8-bit GEMV's switch (CHOIR_Q8_GEMV, as cuda_linear_q8.cu reads it):
  * on, linear_ex and norm_linear fuse 8-bit layers as the device does. */
 static int g_fake_q8 = -1;
-void choir_cuda_q8_gemv(int shape) { g_fake_q8 = shape >= 0 && shape < 7 ? shape : 0; }
+void choir_cuda_q8_gemv(int shape) { g_fake_q8 = shape >= 0 && shape < 9 ? shape : 0; }
 int choir_cuda_q8_gemv_shape(void) {
     if (g_fake_q8 < 0) {
         const char *e = getenv("CHOIR_Q8_GEMV");
