@@ -6,7 +6,7 @@
 # for the engine part, CHOIR_PACK_FIXTURES naming real/tokenizer/qwen2.5):
 #
 #   mkdir -p /tmp/p && tar -xJf PACK -C /tmp/p && . /tmp/p/env.sh
-#   bash tests/cuda/run_pending_gpu.sh checks|defaults|final|verify|att-tc|att-tc-2|att-tc-one|q8-fx|q8-shape7|vv|q8|kokoro|engine|profile|drafts[-checks|-ab] [LIMIT_S]
+#   bash tests/cuda/run_pending_gpu.sh checks|defaults|final|verify|att-tc|att-tc-2|att-tc-one|q8-fx|prefill-chunks|q8-shape7|vv|q8|kokoro|engine|profile|drafts[-checks|-ab] [LIMIT_S]
 #
 # LIMIT_S (default 560): a step that would start with less than 25 s left is
 # skipped. Everything goes to $OUT/pending-PART.log (or /tmp); the terminal
@@ -220,6 +220,13 @@ q8-fx)
     st ncu-q8-8 120 '==PROF==|error' env CHOIR_Q8_GEMV=8 CHOIR_VGC_PROFILE=step ncu --profile-from-start off \
         --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv --print-summary per-kernel \
         --log-file "${OUT:-/tmp}/pending-profile-q8-8.csv" $VV --audio-min 10 --steps 4 --bits 8
+    ;;
+prefill-chunks)
+    # The 60-minute prefill by chunk size: the flash kernel runs one block a
+    # (query head, 128 rows) and one block an SM, so a chunk of 1,024 rows
+    # is 224 blocks, 1.7 waves of 132 SMs in the time of 2; 1,152 rows
+    # (252 blocks) fill 1.91 of 2, 1,792 (392) 2.97 of 3, 4,224 (924) 7 of 7.
+    st prefill-chunks 200 'prefill|error' $VV --audio-min 60 --steps 4 --prefill-chunk 1024,1152,1792,4224,1024
     ;;
 q8-shape7)
     # The 8-bit stream GEMV within 64 registers (CHOIR_Q8_GEMV=7, written 7
