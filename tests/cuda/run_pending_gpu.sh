@@ -203,9 +203,9 @@ att-tc-one)
     st vibevoice 150 "$CHK|attention tc" choir_vibevoice_gpu_check
     st att-tc-60 150 'attention  |att tc|batch  |error' $VV --audio-min 1 --steps 16 --batch 1,8 --batch-min 60 --kv bf16 \
         --att-tc ab --att-bench 1
+    kokoro_pinned_ab
     st engine-8-tc 150 'engine|error|FAIL' env CHOIR_VV_ATT_TC=1 $VV --engine 8 --batch-min 10 --steps 3000 --kv bf16
     st att-bench-10 150 'att tc|batch  |error' $VV --audio-min 1 --steps 16 --batch 8 --batch-min 10 --kv bf16 --att-tc ab
-    kokoro_pinned_ab
     ;;
 q8-fx)
     # The 8-bit GEMV with x staged in one pass (CHOIR_Q8_GEMV=8, written 7
