@@ -6,7 +6,7 @@
 # for the engine part, CHOIR_PACK_FIXTURES naming real/tokenizer/qwen2.5):
 #
 #   mkdir -p /tmp/p && tar -xJf PACK -C /tmp/p && . /tmp/p/env.sh
-#   bash tests/cuda/run_pending_gpu.sh checks|defaults|final|verify|att-tc|att-tc-2|att-tc-one|q8-fx|prefill-chunks|q8-shape7|vv|q8|kokoro|engine|profile|drafts[-checks|-ab] [LIMIT_S]
+#   bash tests/cuda/run_pending_gpu.sh checks|defaults|final|verify|att-tc|att-tc-2|att-tc-one|night|q8-fx|prefill-chunks|q8-shape7|vv|q8|kokoro|engine|profile|drafts[-checks|-ab] [LIMIT_S]
 #
 # LIMIT_S (default 560): a step that would start with less than 25 s left is
 # skipped. Everything goes to $OUT/pending-PART.log (or /tmp); the terminal
@@ -206,6 +206,20 @@ att-tc-one)
     kokoro_pinned_ab
     st engine-8-tc 150 'engine|error|FAIL' env CHOIR_VV_ATT_TC=1 $VV --engine 8 --batch-min 10 --steps 3000 --kv bf16
     st att-bench-10 150 'att tc|batch  |error' $VV --audio-min 1 --steps 16 --batch 8 --batch-min 10 --kv bf16 --att-tc ab
+    ;;
+night)
+    # Everything unrun in one call, most needed first (7 Dec 2026, night,
+    # with little device time left): the tensor-core decode attention's
+    # cases alone, its A/B at 1 and 8 rows of 60 minutes, Kokoro's pinned
+    # A/B, 8 requests through the engine with it on, the prefill's chunk
+    # sizes, and the 8-bit shape 8 beside shape 7.
+    st att-check 90 "$CHK|attention tc" choir_vibevoice_gpu_check --only att
+    st att-tc-60 150 'attention  |att tc|batch  |error' $VV --audio-min 1 --steps 16 --batch 1,8 --batch-min 60 --kv bf16 \
+        --att-tc ab --att-bench 1
+    kokoro_pinned_ab
+    st engine-8-tc 150 'engine|error|FAIL' env CHOIR_VV_ATT_TC=1 $VV --engine 8 --batch-min 10 --steps 3000 --kv bf16
+    st prefill-chunks 150 'prefill|error' $VV --audio-min 60 --steps 4 --prefill-chunk 1024,1792,4224,1024
+    st q8-sweep 120 'q8 gemv shape|error' $VV --audio-min 10 --steps 32 --bits 8 --q8-sweep 7,8,7,8
     ;;
 q8-fx)
     # The 8-bit GEMV with x staged in one pass (CHOIR_Q8_GEMV=8, written 7

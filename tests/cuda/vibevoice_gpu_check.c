@@ -38,7 +38,8 @@
  *     memory within the admitted estimates (vibevoice_gpu_engine.c);
  *  2d. last, the flash prefill's third kernel (wgmma, CHOIR_VV_FLASH_WG
  *     modes 1 and 2) against the second and the CPU (check_flash_wg);
- *     --only flash runs check_flash_v2 and check_flash_wg alone;
+ *     --only flash runs check_flash_v2 and check_flash_wg alone, --only att
+ *     check_att_v2 (the decode attention's kernels);
  *  3. with --bench 1.5b|7b [--layers N] [--audio-min M[,M..]] [--steps N]
  *     [--prefill-chunk N[,N..] (1024)] [--batch B[,B..] [--batch-min M (10)]]: the
  *     published size (LM depth cut to --layers) on the GPU alone, bf16: load,
@@ -2795,11 +2796,14 @@ int main(int argc, char **argv) {
     const char *minutes = "10", *batches = NULL;
     double batch_min = 10, burst_min = 0;
     int join = 0;
-    bool att_bench = false, pf_bench = false, only_flash = false;
+    bool att_bench = false, pf_bench = false, only_flash = false, only_att = false;
     const char *engine = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--bench") == 0) size = argv[i + 1];
-        else if (strcmp(argv[i], "--only") == 0) only_flash = strcmp(argv[i + 1], "flash") == 0;
+        else if (strcmp(argv[i], "--only") == 0) {
+            only_flash = strcmp(argv[i + 1], "flash") == 0;
+            only_att = strcmp(argv[i + 1], "att") == 0;
+        }
         else if (strcmp(argv[i], "--layers") == 0) layers = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--audio-min") == 0) minutes = argv[i + 1];
         else if (strcmp(argv[i], "--steps") == 0) steps = atoi(argv[i + 1]);
@@ -2935,10 +2939,16 @@ int main(int argc, char **argv) {
         return 77;
     }
     choir_backend *cpu = choir_backend_cpu(&err);
-    if (only_flash) {
-        /* --only flash: the prefill attention kernels' own cases. */
-        check_flash_v2(gpu);
-        check_flash_wg(cpu, gpu);
+    if (only_flash || only_att) {
+        /* --only flash: the prefill attention kernels' own cases; --only
+         * att: the decode attention's (v2, the deep ring, the tensor-core
+         * kernel). */
+        if (only_flash) {
+            check_flash_v2(gpu);
+            check_flash_wg(cpu, gpu);
+        } else {
+            check_att_v2(cpu, gpu);
+        }
         printf("%d passed, %d failed\n", n_pass, n_fail);
         choir_backend_free(cpu);
         choir_backend_free(gpu);
