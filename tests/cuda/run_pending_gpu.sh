@@ -6,7 +6,7 @@
 # for the engine part, CHOIR_PACK_FIXTURES naming real/tokenizer/qwen2.5):
 #
 #   mkdir -p /tmp/p && tar -xJf PACK -C /tmp/p && . /tmp/p/env.sh
-#   bash tests/cuda/run_pending_gpu.sh checks|defaults|final|verify|att-tc|att-tc-2|att-tc-one|night|q8-fx|prefill-chunks|q8-shape7|vv|q8|kokoro|engine|profile|drafts[-checks|-ab] [LIMIT_S]
+#   bash tests/cuda/run_pending_gpu.sh checks|defaults|final|verify|att-tc|att-tc-2|att-tc-one|night|engine-chunks|q8-fx|prefill-chunks|q8-shape7|vv|q8|kokoro|engine|profile|drafts[-checks|-ab] [LIMIT_S]
 #
 # LIMIT_S (default 560): a step that would start with less than 25 s left is
 # skipped. Everything goes to $OUT/pending-PART.log (or /tmp); the terminal
@@ -220,6 +220,17 @@ night)
     st engine-8-tc 150 'engine|error|FAIL' env CHOIR_VV_ATT_TC=1 $VV --engine 8 --batch-min 10 --steps 3000 --kv bf16
     st prefill-chunks 150 'prefill|error' $VV --audio-min 60 --steps 4 --prefill-chunk 1024,1792,4224,1024
     st q8-sweep 120 'q8 gemv shape|error' $VV --audio-min 10 --steps 32 --bits 8 --q8-sweep 7,8,7,8
+    ;;
+engine-chunks)
+    # The engine's GPU replica prefills in chunks of VV_DEFAULT_PREFILL
+    # (256 rows) unless CHOIR_VV_GPU_PREFILL says otherwise, where the bench
+    # quotes 1,024: at 256 rows the flash kernel has 56 blocks for 132 SMs.
+    # One 60-minute request through the engine (16 tokens, so that the
+    # latency is mostly encoders and prefill) at 256, 1,024, 1,792, 256.
+    for c in 256 1024 1792 256; do
+        st "engine-60-chunk-$c" 120 'engine|error|FAIL' env CHOIR_VV_GPU_PREFILL=$c $VV --engine 1 --batch-min 60 \
+            --steps 16 --kv bf16
+    done
     ;;
 q8-fx)
     # The 8-bit GEMV with x staged in one pass (CHOIR_Q8_GEMV=8, written 7
