@@ -63,10 +63,24 @@ __device__ __forceinline__ int64_t q8_xpos(int64_t c) {
 }
 
 /* 1 / RMS of row xr (K values) over the block, as choir_cuda_rms_norm
- * computes it (double sums); red: the block's 32 doubles of scratch. */
+ * computes it (double sums); red: the block's 32 doubles of scratch.
+ * Thread t sums elements t, t + 256, ... in that order whatever BATCH,
+ * the loads it has in flight at a time (shape 8: 8), so every BATCH gives
+ * the same float. */
+template <int BATCH = 1>
 __device__ __forceinline__ float q8_rms_inv(const float *xr, int64_t K, float eps, double *red) {
     double ss = 0;
-    for (int64_t i = threadIdx.x; i < K; i += Q8_THREADS) ss += (double)xr[i] * xr[i];
+    for (int64_t i0 = threadIdx.x; i0 < K; i0 += BATCH * Q8_THREADS) {
+        float v[BATCH];
+#pragma unroll
+        for (int n = 0; n < BATCH; n++) {
+            const int64_t i = i0 + (int64_t)n * Q8_THREADS;
+            v[n] = i < K ? xr[i] : 0.0f;
+        }
+#pragma unroll
+        for (int n = 0; n < BATCH; n++)
+            if (i0 + (int64_t)n * Q8_THREADS < K) ss += (double)v[n] * v[n];
+    }
     return (float)(1.0 / sqrt(cuda_block_sum_d(ss, red) / (double)K + (double)eps));
 }
 
@@ -327,25 +341,6 @@ __device__ __forceinline__ q8_chunks<NR> q8_next(q8_cursor<NR> &cu, const q8_arg
     return o;
 }
 
-#define Q8_RMS_BATCH 8
-/* 1 / RMS of row xr as q8_rms_inv, the same sums in the same order (so
- * the same float), with Q8_RMS_BATCH loads a thread in flight at a time. */
-__device__ __forceinline__ float q8_rms_inv_fast(const float *__restrict__ xr, int64_t K, float eps, double *red) {
-    double ss = 0;
-    for (int64_t i0 = threadIdx.x; i0 < K; i0 += Q8_RMS_BATCH * Q8_THREADS) {
-        float v[Q8_RMS_BATCH];
-#pragma unroll
-        for (int n = 0; n < Q8_RMS_BATCH; n++) {
-            const int64_t i = i0 + (int64_t)n * Q8_THREADS;
-            v[n] = i < K ? __ldg(xr + i) : 0.0f;
-        }
-#pragma unroll
-        for (int n = 0; n < Q8_RMS_BATCH; n++)
-            if (i0 + (int64_t)n * Q8_THREADS < K) ss += (double)v[n] * v[n];
-    }
-    return (float)(1.0 / sqrt(cuda_block_sum_d(ss, red) / (double)K + (double)eps));
-}
-
 /* Row m of a piece staged in one pass (shape 8): thread t takes the
  * 16-column chunks t, t + 256, ..., brings each with four 16-byte loads
  * (xr 16-byte aligned: the host's test), stores the four float4 where
@@ -435,7 +430,7 @@ __global__ void __launch_bounds__(Q8_THREADS, MINB)
         for (int m = 0; m < M; m++) {
             const float *xr = x + (int64_t)m * K;
             float inv = 1.0f;
-            if constexpr (NORM) inv = q8_rms_inv_fast(xr, K, eps, red);
+            if constexpr (NORM) inv = q8_rms_inv<8>(xr, K, eps, red);
             q8_stage_fast<NORM>(xr, k0, kc, kcp, inv, gamma, xs + m * kcp, xsum + m * (kcp >> 4));
         }
         __syncthreads();
