@@ -2796,14 +2796,12 @@ int main(int argc, char **argv) {
     const char *minutes = "10", *batches = NULL;
     double batch_min = 10, burst_min = 0;
     int join = 0;
-    bool att_bench = false, pf_bench = false, only_flash = false, only_att = false;
+    bool att_bench = false, pf_bench = false;
+    const char *only = ""; /* --only flash|att */
     const char *engine = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--bench") == 0) size = argv[i + 1];
-        else if (strcmp(argv[i], "--only") == 0) {
-            only_flash = strcmp(argv[i + 1], "flash") == 0;
-            only_att = strcmp(argv[i + 1], "att") == 0;
-        }
+        else if (strcmp(argv[i], "--only") == 0) only = argv[i + 1];
         else if (strcmp(argv[i], "--layers") == 0) layers = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--audio-min") == 0) minutes = argv[i + 1];
         else if (strcmp(argv[i], "--steps") == 0) steps = atoi(argv[i + 1]);
@@ -2939,11 +2937,11 @@ int main(int argc, char **argv) {
         return 77;
     }
     choir_backend *cpu = choir_backend_cpu(&err);
-    if (only_flash || only_att) {
+    if (strcmp(only, "flash") == 0 || strcmp(only, "att") == 0) {
         /* --only flash: the prefill attention kernels' own cases; --only
          * att: the decode attention's (v2, the deep ring, the tensor-core
          * kernel). */
-        if (only_flash) {
+        if (strcmp(only, "flash") == 0) {
             check_flash_v2(gpu);
             check_flash_wg(cpu, gpu);
         } else {
