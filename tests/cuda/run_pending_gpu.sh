@@ -6,7 +6,7 @@
 # for the engine part, CHOIR_PACK_FIXTURES naming real/tokenizer/qwen2.5):
 #
 #   mkdir -p /tmp/p && tar -xJf PACK -C /tmp/p && . /tmp/p/env.sh
-#   bash tests/cuda/run_pending_gpu.sh checks|defaults|final|verify|att-tc|att-tc-2|att-tc-one|night|engine-chunks|q8-fx|prefill-chunks|q8-shape7|vv|q8|kokoro|engine|profile|drafts[-checks|-ab] [LIMIT_S]
+#   bash tests/cuda/run_pending_gpu.sh checks|defaults|final|verify|att-tc|att-tc-2|night|engine-chunks|q8-fx|prefill-chunks|q8-shape7|vv|q8|kokoro|engine|profile|drafts[-checks|-ab] [LIMIT_S]
 #
 # LIMIT_S (default 560): a step that would start with less than 25 s left is
 # skipped. Everything goes to $OUT/pending-PART.log (or /tmp); the terminal
@@ -71,6 +71,20 @@ kokoro_pinned_ab() {
 }
 CHK='FAIL|passed|PASS$|check: PASS|error'
 VV="choir_vibevoice_gpu_check --bench 7b --layers 28"
+# The tensor-core decode attention (CHOIR_VV_ATT_TC) off / on / on / off at
+# 1 and 8 rows of 60 minutes, bf16 pages, with the attention alone; and 8
+# requests of 10 minutes through the engine with it on.
+att_tc_60() {
+    st att-tc-60 150 'attention  |att tc|batch  |error' $VV --audio-min 1 --steps 16 --batch 1,8 --batch-min 60 \
+        --kv bf16 --att-tc ab --att-bench 1
+}
+engine_8_tc() {
+    st engine-8-tc 150 'engine|error|FAIL' env CHOIR_VV_ATT_TC=1 $VV --engine 8 --batch-min 10 --steps 3000 --kv bf16
+}
+# The 8-bit one-row step with shapes 7 / 8 / 7 / 8 (CHOIR_Q8_GEMV) in one process.
+q8_sweep_78() {
+    st q8-sweep 150 'q8 gemv shape|error' $VV --audio-min 10 --steps 32 --bits 8 --q8-sweep 7,8,7,8
+}
 case $PART in
 checks)
     for c in choir_cuda_check choir_backend_gpu_check choir_vibevoice_gpu_check choir_kokoro_gpu_check \
@@ -183,8 +197,7 @@ att-tc)
     st vibevoice 150 "$CHK|attention tc" choir_vibevoice_gpu_check
     st att-bench-10 150 'attention  |att tc|batch  |error' $VV --audio-min 10 --steps 16 --att-bench 1 --batch 8 \
         --batch-min 10 --kv bf16 --att-tc ab
-    st att-tc-60 150 'attention  |att tc|batch  |error' $VV --audio-min 1 --steps 16 --batch 1,8 --batch-min 60 --kv bf16 \
-        --att-tc ab --att-bench 1
+    att_tc_60
     st backend 90 "$CHK" choir_backend_gpu_check
     ;;
 att-tc-2)
@@ -194,18 +207,9 @@ att-tc-2)
     # page-locked staging (CHOIR_KOKORO_PINNED, NOT RUN ON A GPU when
     # committed) off / on / off / on at 32 pieces.
     st vibevoice-tc-on 150 "$CHK" env CHOIR_VV_ATT_TC=1 choir_vibevoice_gpu_check
-    st engine-8-tc 150 'engine|error|FAIL' env CHOIR_VV_ATT_TC=1 $VV --engine 8 --batch-min 10 --steps 3000 --kv bf16
+    engine_8_tc
     kokoro_pinned_ab
     st kokoro-check-pinned 60 "$CHK" env CHOIR_KOKORO_PINNED=1 choir_kokoro_gpu_check
-    ;;
-att-tc-one)
-    # att-tc and att-tc-2's essentials in one call, most needed first.
-    st vibevoice 150 "$CHK|attention tc" choir_vibevoice_gpu_check
-    st att-tc-60 150 'attention  |att tc|batch  |error' $VV --audio-min 1 --steps 16 --batch 1,8 --batch-min 60 --kv bf16 \
-        --att-tc ab --att-bench 1
-    kokoro_pinned_ab
-    st engine-8-tc 150 'engine|error|FAIL' env CHOIR_VV_ATT_TC=1 $VV --engine 8 --batch-min 10 --steps 3000 --kv bf16
-    st att-bench-10 150 'att tc|batch  |error' $VV --audio-min 1 --steps 16 --batch 8 --batch-min 10 --kv bf16 --att-tc ab
     ;;
 night)
     # Everything unrun in one call, most needed first (7 Dec 2026, night,
@@ -214,12 +218,11 @@ night)
     # A/B, 8 requests through the engine with it on, the prefill's chunk
     # sizes, and the 8-bit shape 8 beside shape 7.
     st att-check 90 "$CHK|attention tc" choir_vibevoice_gpu_check --only att
-    st att-tc-60 150 'attention  |att tc|batch  |error' $VV --audio-min 1 --steps 16 --batch 1,8 --batch-min 60 --kv bf16 \
-        --att-tc ab --att-bench 1
+    att_tc_60
     kokoro_pinned_ab
-    st engine-8-tc 150 'engine|error|FAIL' env CHOIR_VV_ATT_TC=1 $VV --engine 8 --batch-min 10 --steps 3000 --kv bf16
+    engine_8_tc
     st prefill-chunks 150 'prefill|error' $VV --audio-min 60 --steps 4 --prefill-chunk 1024,1792,4224,1024
-    st q8-sweep 120 'q8 gemv shape|error' $VV --audio-min 10 --steps 32 --bits 8 --q8-sweep 7,8,7,8
+    q8_sweep_78
     ;;
 engine-chunks)
     # The engine's GPU replica prefills in chunks of VV_DEFAULT_PREFILL
@@ -238,9 +241,9 @@ q8-fx)
     # (its cases against shape 1, bit for bit in one piece), the one-row
     # step 7 / 8 / 7 / 8 in one process, the VibeVoice check with it, and
     # the step's kernels with it (rates of o/down against shape 7's 1.10
-    # TB/s), then the 8-row step beside the default.
+    # TB/s).
     st backend 90 "$CHK|q8 gemv shape 8" choir_backend_gpu_check
-    st q8-sweep 150 'q8 gemv shape|error' $VV --audio-min 10 --steps 32 --bits 8 --q8-sweep 7,8,7,8
+    q8_sweep_78
     st vibevoice-q8-8 150 "$CHK" env CHOIR_Q8_GEMV=8 choir_vibevoice_gpu_check
     st ncu-q8-8 120 '==PROF==|error' env CHOIR_Q8_GEMV=8 CHOIR_VGC_PROFILE=step ncu --profile-from-start off \
         --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv --print-summary per-kernel \
@@ -298,7 +301,7 @@ drafts | drafts-checks | drafts-ab)
     fi
     ;;
 *)
-    echo "run_pending_gpu.sh: PART is checks, defaults, final, verify, att-tc, att-tc-2, att-tc-one, q8-shape7, vv, q8, kokoro, engine, profile, drafts, drafts-checks or drafts-ab" >&2
+    echo "run_pending_gpu.sh: PART is checks, defaults, final, verify, att-tc, att-tc-2, night, engine-chunks, q8-fx, prefill-chunks, q8-shape7, vv, q8, kokoro, engine, profile, drafts, drafts-checks or drafts-ab" >&2
     exit 2
     ;;
 esac
