@@ -491,6 +491,17 @@ void choir_cuda_linear_set_bias_epilogue(bool on);
  * them side by side; any other value (-1) restores the default. */
 int choir_cuda_gemv_variants(void);
 void choir_cuda_gemv_set_variant(int v);
+/* Programmatic dependent launch of the one-row GEMVs over bf16 or f16
+ * weights (Hopper's griddepcontrol; a draft of 8 Dec 2026, NOT RUN ON A
+ * GPU): 0 off (the default), 1: each such GEMV is launched so that its
+ * blocks may start while the kernel before it in the stream drains; they
+ * issue their first weight loads, wait for that kernel's results, then run
+ * as before (the same floats); 2: as 1, and each block also asks L2 for its
+ * first weight rows (up to 8 KB a warp) before it waits. Until
+ * choir_cuda_pdl_set is called, CHOIR_CUDA_PDL=N picks it. Process-wide;
+ * a captured graph keeps the mode it was captured with. */
+void choir_cuda_pdl_set(int mode);
+int choir_cuda_pdl(void);
 /* The tensor-core GEMV for 1 to 32 rows of x over bf16 or 8-bit weights
  * (src/tensor/cuda/cuda_gemv_mma.cu): where it is on, choir_cuda_linear,
  * _linear_ex and _norm_linear take it for such products (the rows of x split

@@ -6,7 +6,7 @@
 # for the engine part, CHOIR_PACK_FIXTURES naming real/tokenizer/qwen2.5):
 #
 #   mkdir -p /tmp/p && tar -xJf PACK -C /tmp/p && . /tmp/p/env.sh
-#   bash tests/cuda/run_pending_gpu.sh checks|defaults|final|verify|att-tc|att-tc-2|night|engine-chunks|q8-fx|prefill-chunks|q8-shape7|vv|q8|kokoro|engine|profile|drafts[-checks|-ab] [LIMIT_S]
+#   bash tests/cuda/run_pending_gpu.sh checks|defaults|final|verify|att-tc|att-tc-2|night|pdl|engine-chunks|q8-fx|prefill-chunks|q8-shape7|vv|q8|kokoro|engine|profile|drafts[-checks|-ab] [LIMIT_S]
 #
 # LIMIT_S (default 560): a step that would start with less than 25 s left is
 # skipped. Everything goes to $OUT/pending-PART.log (or /tmp); the terminal
@@ -80,6 +80,13 @@ att_tc_60() {
 }
 engine_8_tc() {
     st engine-8-tc 150 'engine|error|FAIL' env CHOIR_VV_ATT_TC=1 $VV --engine 8 --batch-min 10 --steps 3000 --kv bf16
+}
+# The one-row GEMVs launched to overlap the kernel before them
+# (CHOIR_CUDA_PDL, written 8 Dec 2026, NOT RUN ON A GPU when committed): the
+# one-row graph step at 10 and 60 minutes with mode 1 off / on / on / off,
+# then mode 2 (its blocks also ask L2 for their first rows) the same way.
+pdl_ab() {
+    st pdl-ab 150 'pdl [12] |^decode|^bound|error' $VV --audio-min 10,60 --steps 32 --pdl ab
 }
 # The 8-bit one-row step with shapes 7 / 8 / 7 / 8 (CHOIR_Q8_GEMV) in one process.
 q8_sweep_78() {
@@ -219,10 +226,20 @@ night)
     # sizes, and the 8-bit shape 8 beside shape 7.
     st att-check 90 "$CHK|attention tc" choir_vibevoice_gpu_check --only att
     att_tc_60
+    pdl_ab
     kokoro_pinned_ab
     engine_8_tc
     st prefill-chunks 150 'prefill|error' $VV --audio-min 60 --steps 4 --prefill-chunk 1024,1792,4224,1024
     q8_sweep_78
+    ;;
+pdl)
+    # The programmatic launch's checks (the backend's chain of six layers,
+    # bit for bit with it off, directly and as a graph; every VibeVoice
+    # check with mode 2, then mode 1), then its A/B.
+    st backend 90 "$CHK|gemv pdl" choir_backend_gpu_check
+    st vibevoice-pdl-2 150 "$CHK" env CHOIR_CUDA_PDL=2 choir_vibevoice_gpu_check
+    st vibevoice-pdl-1 150 "$CHK" env CHOIR_CUDA_PDL=1 choir_vibevoice_gpu_check
+    pdl_ab
     ;;
 engine-chunks)
     # The engine's GPU replica prefills in chunks of VV_DEFAULT_PREFILL
@@ -301,7 +318,7 @@ drafts | drafts-checks | drafts-ab)
     fi
     ;;
 *)
-    echo "run_pending_gpu.sh: PART is checks, defaults, final, verify, att-tc, att-tc-2, night, engine-chunks, q8-fx, prefill-chunks, q8-shape7, vv, q8, kokoro, engine, profile, drafts, drafts-checks or drafts-ab" >&2
+    echo "run_pending_gpu.sh: PART is checks, defaults, final, verify, att-tc, att-tc-2, night, pdl, engine-chunks, q8-fx, prefill-chunks, q8-shape7, vv, q8, kokoro, engine, profile, drafts, drafts-checks or drafts-ab" >&2
     exit 2
     ;;
 esac

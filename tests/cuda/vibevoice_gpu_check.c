@@ -59,6 +59,10 @@
  *     ab: each length's graph step timed off, on, on, off (bench_switch_ab).
  *     --rope-kv 0|1|ab: a step's ropes and new cache rows in one operation
  *     (CHOIR_VV_ROPE_KV) off or on, or ab as --att-v2's (bench_switch_ab).
+ *     --pdl 0|1|2|ab: the one-row GEMVs over 16-bit weights launched to
+ *     overlap the kernel before them (CHOIR_CUDA_PDL) in that mode, or ab:
+ *     each length's graph step timed with mode 1 off, on, on, off, then
+ *     mode 2 so (bench_switch_ab).
  *     --gemv-mma 0|1|auto|ab: the mma GEMV (CHOIR_GEMV_MMA) off, on for
  *     every weight, auto (the default: 8-bit weights at 5-8 rows), or ab: the
  *     one-row graph step (and with --batch B each batch's B-row graph step)
@@ -1888,6 +1892,17 @@ static const bench_switch k_sw_att_v2 = {choir_cuda_vv_set_att_v2, choir_cuda_vv
 static bool g_rope_kv_ab;
 static const bench_switch k_sw_rope_kv = {choir_vv_set_rope_kv, choir_vv_rope_kv_on, "rope kv", "rope_kv"};
 
+/* --pdl 0|1|2|ab: the one-row GEMVs launched to overlap the kernel before
+ * them (CHOIR_CUDA_PDL, choir_cuda_pdl_set) in that mode for the whole
+ * bench, or ab: after each length's figures the graph step timed with mode
+ * 1 off, on, on, off, then the same with mode 2 (bench_switch_ab). */
+static bool g_pdl_ab;
+static void pdl1_switch(bool on) { choir_cuda_pdl_set(on ? 1 : 0); }
+static void pdl2_switch(bool on) { choir_cuda_pdl_set(on ? 2 : 0); }
+static bool pdl_on(void) { return choir_cuda_pdl() != 0; }
+static const bench_switch k_sw_pdl1 = {pdl1_switch, pdl_on, "pdl 1", "pdl1"};
+static const bench_switch k_sw_pdl2 = {pdl2_switch, pdl_on, "pdl 2", "pdl2"};
+
 /* --gemv-mma 0|1|ab: the mma GEMV (CHOIR_GEMV_MMA, choir_cuda_gemv_mma_set)
  * off or on for the whole bench, or ab: after each length's figures the
  * one-row graph step, and after each batch's the B-row graph step, timed
@@ -1967,6 +1982,7 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
                                  .max_context = n_ids + (2 + sweeps + 2 * q8_sweeps) * (steps + 1) + 2 +
                                                 (g_att_v2_ab ? 4 * (steps + 2) : 0) +
                                                 (g_rope_kv_ab ? 4 * (steps + 2) : 0) +
+                                                (g_pdl_ab ? 8 * (steps + 2) : 0) +
                                                 (g_gemv_mma_ab ? 4 * (steps + 2) : 0),
                                  .prefill_chunk = chunk};
     /* Once a process, before anything is timed: 20 s of the audio encoded and
@@ -2161,6 +2177,13 @@ static int bench_len(choir_backend *be, choir_vibevoice *m, const choir_vibevoic
         choir_cuda_q8_dequant(deq_was);
     }
     if (g_rope_kv_ab && bench_switch_ab(&k_sw_rope_kv, m, s, d, minutes, n_ids, steps, err)) goto out;
+    if (g_pdl_ab) {
+        const int was = choir_cuda_pdl();
+        int rc = bench_switch_ab(&k_sw_pdl1, m, s, d, minutes, n_ids, steps, err) ||
+                 bench_switch_ab(&k_sw_pdl2, m, s, d, minutes, n_ids, steps, err);
+        choir_cuda_pdl_set(was);
+        if (rc) goto out;
+    }
     if (g_gemv_mma_ab) {
         /* As bench_switch_ab: each run drops the graph, runs one step op by
          * op (which sizes the kernels' scratch), records one, times `steps`. */
@@ -2856,6 +2879,14 @@ int main(int argc, char **argv) {
             printf("rope and cache rows in one operation (CHOIR_VV_ROPE_KV): %s\n",
                    g_rope_kv_ab            ? "off, on, on, off after each length's figures"
                    : choir_vv_rope_kv_on() ? "on"
+                                           : "off");
+        } else if (strcmp(argv[i], "--pdl") == 0) {
+            g_pdl_ab = strcmp(argv[i + 1], "ab") == 0;
+            if (!g_pdl_ab) choir_cuda_pdl_set(atoi(argv[i + 1]));
+            printf("one-row GEMVs' programmatic launch (CHOIR_CUDA_PDL): %s\n",
+                   g_pdl_ab ? "mode 1 off, on, on, off, then mode 2 so, after each length's figures"
+                   : choir_cuda_pdl() == 2 ? "mode 2 (with L2 prefetch)"
+                   : choir_cuda_pdl() == 1 ? "mode 1"
                                            : "off");
         } else if (strcmp(argv[i], "--att-warps") == 0) {
             g_bench_att_warps = atoi(argv[i + 1]) == 8 ? 8 : 4;

@@ -93,6 +93,33 @@ __device__ __forceinline__ uint4 cuda_swiglu8(uint4 a, uint4 b) {
 #define GEMV_ACCUMULATE 1
 #define GEMV_GELU 2
 
+/* Programmatic dependent launch (choir_cuda_pdl; sm_90's griddepcontrol,
+ * both no-ops before it). A kernel launched with the programmatic
+ * serialization attribute (choir_cuda_launch_pdl) may start before the
+ * kernel ahead of it in the stream has finished: it must call
+ * cuda_pdl_wait() before it reads anything that kernel writes and before
+ * it writes anything that kernel reads (waiting for that kernel's whole
+ * grid to finish, its writes visible). cuda_pdl_trigger() lets such a
+ * successor be scheduled once every block of the calling grid has called
+ * it (or ended); without a successor so launched it does nothing. */
+__device__ __forceinline__ void cuda_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cuda_pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+/* Asks L2 for `bytes` (a multiple of 16, from a 16-byte aligned address)
+ * without waiting: sm_90's bulk prefetch, nothing before it. */
+__device__ __forceinline__ void cuda_l2_prefetch(const void *p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
+
 /* The value a GEMV writes for product s of output (m, r): bias added, then
  * written, added into y or passed through GELU. */
 __device__ __forceinline__ float gemv_out(float s, const float *__restrict__ bias, int64_t r,
@@ -254,6 +281,28 @@ int choir_cuda_swiglu_bf16_rows(choir_cuda *cu, uint16_t *gate, const uint16_t *
  * cublasGemmEx as choir_cuda_linear's cuBLAS path calls it (cuda_linear.cu). */
 int choir_cuda_gemm_xwt(choir_cuda *cu, const void *x, const void *W, int64_t M, int64_t N, int64_t K, void *y,
                         cudaDataType_t yt, float beta, choir_err *err);
+/* Launches kernel k on cu's stream, with `pdl` as one that may start
+ * before the kernel ahead of it ends (the kernel calls cuda_pdl_wait; see
+ * there); the launch's error as cudaGetLastError reports it. */
+template <typename... KArgs, typename... Args>
+static inline void choir_cuda_launch_pdl(bool pdl, void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                         cudaStream_t stream, Args... args) {
+    if (!pdl) {
+        k<<<grid, block, smem, stream>>>(args...);
+        return;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1] = {};
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
+}
 /* Checks the last launch; 0 or CHOIR_EINTERNAL naming `what`. */
 int choir_cuda_check_launch(choir_err *err, const char *what);
 /* Ensures the scratch holds at least `bytes`; returns its pointer or NULL

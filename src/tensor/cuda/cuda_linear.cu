@@ -161,20 +161,57 @@ __device__ __forceinline__ void gemv_dot(const float *x, int M, const T *const (
     }
 }
 
+/* The start of a one-row GEMV launched with choir_cuda_pdl on (PDL 1 or
+ * 2): lets the next kernel be scheduled (cuda_pdl_trigger), loads row r0's
+ * first U steps into `first` (weights, which no kernel writes), with PDL 2
+ * asks L2 for the first GEMV_PDL_L2 bytes of the warp's NR rows r0 ..
+ * (lane j < NR its row r0 + j's share, rows `row_ptr` gives), then waits
+ * for the kernel before (cuda_pdl_wait) before anything reads x or writes
+ * y. Returns whether `first` holds row r0's loads (gemv_dot's have_first). */
+#define GEMV_PDL_L2 8192
+template <typename T, int NR, int U, int HINT, int PDL, typename RowPtr>
+__device__ __forceinline__ bool gemv_pdl_start(RowPtr row_ptr, int64_t r0, int64_t rows, int64_t cols, int lane,
+                                               uint4 (&first)[U]) {
+    constexpr int VEC = 16 / sizeof(T);
+    cuda_pdl_trigger();
+    const bool ok = r0 < rows && cols % VEC == 0;
+    if (ok) gemv_load<T, U, HINT>(row_ptr(r0), cols, (int64_t)lane * VEC, first);
+    if constexpr (PDL > 1) {
+        if (ok && lane < NR && r0 + lane < rows) {
+            const int64_t bytes = cols * (int64_t)sizeof(T), share = GEMV_PDL_L2 / NR;
+            cuda_l2_prefetch(row_ptr(r0 + lane), (uint32_t)(bytes < share ? bytes : share));
+        }
+    }
+    cuda_pdl_wait();
+    return ok;
+}
+template <typename T, int NR, int U, int HINT, int PDL>
+__device__ __forceinline__ bool gemv_pdl_prologue(const T *W, int64_t r0, int64_t rows, int64_t cols, int lane,
+                                                  uint4 (&first)[U]) {
+    return gemv_pdl_start<T, NR, U, HINT, PDL>([&](int64_t r) { return W + r * cols; }, r0, rows, cols, lane,
+                                                first);
+}
+
 /* NR output rows a warp (consecutive), GEMV_WARPS warps a block, the warps
  * striding over the rows by the grid (a grid that covers them: one group
  * a warp; a smaller, persistent one: each warp's next row loaded while it
  * finishes the last); up to R rows of x (1: a decoder step, fewer
  * registers, more warps on the device). */
-template <typename T, int R, int NR = 1, int U = GEMV_UNROLL, int HINT = 0, bool PERSIST = false>
+template <typename T, int R, int NR = 1, int U = GEMV_UNROLL, int HINT = 0, bool PERSIST = false, int PDL = 0>
 __global__ void gemv_dense(const float *__restrict__ x, int M, const T *__restrict__ W, int64_t rows,
                            int64_t cols, const float *__restrict__ bias, float *__restrict__ y,
                            int epilogue) {
     const int lane = threadIdx.x & 31;
     const int64_t stride = (int64_t)gridDim.x * GEMV_WARPS * NR;
+    const int64_t r0 = ((int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * NR;
     uint4 first[U] = {};
     bool have_first = false;
-    for (int64_t r = ((int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * NR; r < rows; r += stride) {
+    if constexpr (PDL > 0) {
+        /* Launched to overlap the kernel before it (choir_cuda_pdl): the
+         * first row's first loads, weights only, go out before the wait. */
+        have_first = gemv_pdl_prologue<T, NR, U, HINT, PDL>(W, r0, rows, cols, lane, first);
+    }
+    for (int64_t r = r0; r < rows; r += stride) {
         int nrow = rows - r < NR ? (int)(rows - r) : NR;
         const T *wr[NR];
 #pragma unroll
@@ -218,7 +255,7 @@ __global__ void gemv_dense(const float *__restrict__ x, int M, const T *__restri
  * layer norm followed by choir_cuda_linear (and GELU, and the rows scatter)
  * without the normalised rows' round trip or the extra launches. */
 #define NORM_LINEAR_THREADS 256
-template <typename T, int R, int NR = 1, int U = GEMV_UNROLL, int HINT = 0, bool PERSIST = false>
+template <typename T, int R, int NR = 1, int U = GEMV_UNROLL, int HINT = 0, bool PERSIST = false, int PDL = 0>
 __global__ void __launch_bounds__(NORM_LINEAR_THREADS)
     norm_gemv(const float *__restrict__ x, int M, int64_t K, const float *__restrict__ gamma,
               const float *__restrict__ beta, float eps, norm_linear_args a, int epilogue) {
@@ -238,7 +275,15 @@ __global__ void __launch_bounds__(NORM_LINEAR_THREADS)
     constexpr int VEC = 16 / sizeof(T);
     uint4 first[U] = {};
     bool have_first = r0 < total && K % VEC == 0; /* row r0's, then each next row's */
-    if (have_first) {
+    if constexpr (PDL > 0) {
+        /* Launched to overlap the kernel before it (choir_cuda_pdl): the
+         * same loads, then the wait before the norm reads x. */
+        auto row_ptr = [&](int64_t r) {
+            const int i = layer_of(r);
+            return (const T *)a.W[i] + (r - a.start[i]) * K;
+        };
+        have_first = gemv_pdl_start<T, NR, U, HINT, PDL>(row_ptr, r0, total, K, lane, first);
+    } else if (have_first) {
         int i = layer_of(r0);
         gemv_load<T, U, HINT>((const T *)a.W[i] + (r0 - a.start[i]) * K, K, (int64_t)lane * VEC, first);
     }
@@ -810,6 +855,35 @@ static void gemv_variant_launch(int v, L &&l) {
     }
 }
 
+/* CHOIR_CUDA_PDL (choir_cuda_pdl_set): -1 until read or set. */
+static int g_pdl = -1;
+void choir_cuda_pdl_set(int mode) {
+    if (mode < 0) {
+        const char *e = getenv("CHOIR_CUDA_PDL");
+        mode = e ? atoi(e) : 0;
+    }
+    __atomic_store_n(&g_pdl, mode >= 0 && mode <= 2 ? mode : 0, __ATOMIC_RELAXED);
+}
+int choir_cuda_pdl(void) {
+    if (__atomic_load_n(&g_pdl, __ATOMIC_RELAXED) < 0) choir_cuda_pdl_set(-1);
+    return __atomic_load_n(&g_pdl, __ATOMIC_RELAXED);
+}
+
+/* Calls l(NR, U, HINT, PERSIST, PDL) for the one-row GEMVs: the chosen
+ * variant without programmatic launch, or with choir_cuda_pdl on (a device
+ * of compute capability 9 or more) the default variant launched so
+ * (instantiated for that one alone). */
+template <typename L>
+static void gemv_pdl_launch(const choir_cuda *cu, L &&l) {
+    const int pdl = cu->props.cc_major >= 9 && g_gemv_variant == GEMV_DEFAULT_VARIANT ? choir_cuda_pdl() : 0;
+    static_assert(GEMV_DEFAULT_VARIANT == 4, "the programmatic launch's shape is variant 4's");
+    if (pdl == 1) l(ic<2>{}, ic<2>{}, ic<1>{}, ic<0>{}, ic<1>{});
+    else if (pdl == 2) l(ic<2>{}, ic<2>{}, ic<1>{}, ic<0>{}, ic<2>{});
+    else gemv_variant_launch(g_gemv_variant, [&](auto nr, auto u, auto hint, auto persist) {
+        l(nr, u, hint, persist, ic<0>{});
+    });
+}
+
 /* Blocks of kernel k a launch needs to cover `groups` warp groups, or with
  * `persist` at most as many as are resident on the device at once. */
 template <typename K>
@@ -830,10 +904,11 @@ static int64_t gemv_grid(choir_cuda *cu, K k, int threads, size_t smem, int64_t 
 template <typename T>
 static void gemv_dense_one(choir_cuda *cu, const float *x, const T *w, int64_t N, int64_t K,
                            const float *bias, float *y, int epilogue) {
-    gemv_variant_launch(g_gemv_variant, [&](auto nr, auto u, auto hint, auto persist) {
-        auto k = gemv_dense<T, 1, nr.value, u.value, hint.value, persist.value != 0>;
+    gemv_pdl_launch(cu, [&](auto nr, auto u, auto hint, auto persist, auto pdl) {
+        auto k = gemv_dense<T, 1, nr.value, u.value, hint.value, persist.value != 0, pdl.value>;
         int64_t nb = gemv_grid(cu, k, 32 * GEMV_WARPS, 0, (N + nr.value - 1) / nr.value, persist.value);
-        k<<<(unsigned)nb, 32 * GEMV_WARPS, 0, cu->stream>>>(x, 1, w, N, K, bias, y, epilogue);
+        choir_cuda_launch_pdl(pdl.value > 0, k, dim3((unsigned)nb), dim3(32 * GEMV_WARPS), 0, cu->stream, x, 1, w,
+                              N, K, bias, y, epilogue);
     });
 }
 
@@ -943,12 +1018,12 @@ template <typename T>
 static void norm_gemv_one(choir_cuda *cu, const float *x, int64_t K, const choir_cuda_norm_linear_params *p,
                           const norm_linear_args &a, size_t smem, int epilogue) {
     const int64_t total = a.start[p->n];
-    gemv_variant_launch(g_gemv_variant, [&](auto nr, auto u, auto hint, auto persist) {
-        auto k = norm_gemv<T, 1, nr.value, u.value, hint.value, persist.value != 0>;
+    gemv_pdl_launch(cu, [&](auto nr, auto u, auto hint, auto persist, auto pdl) {
+        auto k = norm_gemv<T, 1, nr.value, u.value, hint.value, persist.value != 0, pdl.value>;
         int64_t nb = gemv_grid(cu, k, NORM_LINEAR_THREADS, smem, (total + nr.value - 1) / nr.value,
                                persist.value);
-        k<<<(unsigned)nb, NORM_LINEAR_THREADS, smem, cu->stream>>>(x, 1, K, p->gamma, p->beta, p->eps, a,
-                                                                  epilogue);
+        choir_cuda_launch_pdl(pdl.value > 0, k, dim3((unsigned)nb), dim3(NORM_LINEAR_THREADS), smem, cu->stream, x,
+                              1, K, p->gamma, p->beta, p->eps, a, epilogue);
     });
 }
 

@@ -50,6 +50,7 @@ int choir_cuda_mul(choir_cuda *cu, const float *a, const float *b, float *y, int
 
 /* k_act's SiLU, then k_mul's product: the same two roundings. */
 __global__ void k_swiglu(float *g, const float *u, int64_t n) {
+    cuda_pdl_trigger(); /* the product after may start its loads (choir_cuda_pdl) */
     GRID_STRIDE(i, n) {
         float v = g[i];
         v = v / (1.0f + expf(-v));

@@ -705,6 +705,7 @@ __global__ void __launch_bounds__(VV_DEC_THREADS, sizeof(KV) == 4 && NB == 2 ? 3
                  const int32_t *__restrict__ pos, const int32_t *__restrict__ table, int64_t table_stride,
                  int64_t max_keys, int nh, int nkv, float scale, int S, int nsplit, float *__restrict__ part,
                  int *__restrict__ done, float *__restrict__ out) {
+    cuda_pdl_trigger(); /* the product after may start its loads (choir_cuda_pdl) */
     constexpr int E = vv_dec_vec<KV>::E, LPK = D / E, KPI = 32 / LPK, NL = LPK / 8;
     static_assert(LPK >= 8 && LPK <= 32 && NL * KPI == 4, "a tile is 4 keys");
     static_assert(U >= 1 && NB > U && NB % U == 0, "a ring of whole steps");
@@ -925,6 +926,7 @@ template <int D, int GM>
 __global__ void __launch_bounds__(VV_DEC_THREADS)
     k_vv_att_dec_combine(const float *__restrict__ part, int64_t pos0, const int32_t *__restrict__ pos,
                          int64_t max_keys, int nh, int nkv, int S, int nsplit, float *__restrict__ out) {
+    cuda_pdl_trigger(); /* the product after may start its loads (choir_cuda_pdl) */
     __shared__ __align__(16) float red[VV_DEC_WARPS * 8 * 128];
     __shared__ float wt[8][VV_DEC_MAX_SPLITS];
     int64_t i = blockIdx.y;
@@ -985,6 +987,7 @@ __global__ void __launch_bounds__(VV_DEC_THREADS, 2)
                     const int32_t *__restrict__ table, int64_t table_stride, int64_t max_keys, int nh, int nkv,
                     float scale, int S, int nsplit, float *__restrict__ part, int *__restrict__ done,
                     float *__restrict__ out) {
+    cuda_pdl_trigger(); /* the product after may start its loads (choir_cuda_pdl) */
     constexpr int D = VV_TC_D, KC = D / 32;
     __shared__ __align__(16) float red[VV_DEC_WARPS * 8 * 128];
     __shared__ float wt[8][VV_DEC_MAX_SPLITS];

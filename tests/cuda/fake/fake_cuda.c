@@ -695,6 +695,10 @@ void choir_cuda_linear_bf16_set_lt(bool on) { (void)on; }
 void choir_cuda_linear_set_bias_epilogue(bool on) { (void)on; }
 int choir_cuda_gemv_variants(void) { return 1; }
 void choir_cuda_gemv_set_variant(int v) { (void)v; }
+/* Programmatic launch changes no float (the emulation runs each call to its end). */
+static int g_fake_pdl;
+void choir_cuda_pdl_set(int mode) { g_fake_pdl = mode >= 0 && mode <= 2 ? mode : 0; }
+int choir_cuda_pdl(void) { return g_fake_pdl; }
 /* No mma GEMV here: the switch stays off (the check skips its cases). */
 void choir_cuda_gemv_mma_set(int mode) { (void)mode; }
 int choir_cuda_gemv_mma_mode(void) { return 0; }
