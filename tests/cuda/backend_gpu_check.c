@@ -1022,50 +1022,56 @@ static void check_gemv_shapes(void) {
     case_end();
 }
 
-/* The one-row bf16 GEMVs launched to overlap the kernel before them
+/* The one-row GEMVs launched to overlap the kernel before them
  * (choir_cuda_pdl 1 and 2: their blocks start while that kernel drains,
  * issue their first weight loads, then wait for it) against the same
- * operations without (bit for bit: the floats do not change). A chain of
+ * operations without (bit for bit: the floats do not change), over bf16
+ * and over 8-bit weights (shape 7, the 8-bit one-row default). A chain of
  * six decoder-like layers over one residual row, so that every dependency
  * a step has is crossed: the fused RMS norm reads the row the product
  * before it added into, the accumulating products add into the row the
  * norm before them read, one product reads what the one before it wrote,
  * and the down product reads SwiGLU's output. Run directly and as a
  * recorded graph replayed three times (the graph keeps the launches'
- * programmatic edges). */
+ * programmatic edges). Then, 8-bit, one product over a row too long for
+ * one piece of x (13,312 columns: two launches, the second adding into
+ * y) right after the operation that writes that row. */
 static void pdl_chain(float *dx, float *dq, float *dg, float *du, float *dh, const float *dgam,
-                      const choir_weight *wq, const choir_weight *wo, const choir_weight *wg, const choir_weight *wu,
-                      const choir_weight *wd, float *dt, int64_t I) {
+                      const choir_weight *dw, float *dt, int64_t I) {
     for (int l = 0; l < 6; l++) {
-        choir_norm_linear pq = {.ln_g = dgam, .eps = 1e-6f, .rms = true, .n = 1, .W = {wq}, .y = {dq}};
+        choir_norm_linear pq = {.ln_g = dgam, .eps = 1e-6f, .rms = true, .n = 1, .W = {&dw[0]}, .y = {dq}};
         choir_op_norm_linear(g_gs, dx, 1, &pq, dh);
-        choir_op_linear_ex(g_gs, dq, 1, wo, NULL, dx, CHOIR_LINEAR_ACCUMULATE, dt);
-        choir_norm_linear pm = {.ln_g = dgam, .eps = 1e-6f, .rms = true, .n = 2, .W = {wg, wu}, .y = {dg, du}};
+        choir_op_linear_ex(g_gs, dq, 1, &dw[1], NULL, dx, CHOIR_LINEAR_ACCUMULATE, dt);
+        choir_norm_linear pm = {.ln_g = dgam, .eps = 1e-6f, .rms = true, .n = 2, .W = {&dw[2], &dw[3]},
+                                .y = {dg, du}};
         choir_op_norm_linear(g_gs, dx, 1, &pm, dh);
         choir_op_swiglu(g_gs, dg, du, I);
-        choir_op_linear_ex(g_gs, dg, 1, wd, NULL, dx, CHOIR_LINEAR_ACCUMULATE, dt);
+        choir_op_linear_ex(g_gs, dg, 1, &dw[4], NULL, dx, CHOIR_LINEAR_ACCUMULATE, dt);
     }
 }
-static void check_gemv_pdl(void) {
+static void check_gemv_pdl_kind(bool q8) {
     const int64_t H = 1024, I = 2816;
-    const int was = choir_cuda_pdl();
+    const char *kind = q8 ? "8-bit" : "bf16";
     case_begin();
     choir_err err = {0};
     choir_backend_weights *ws = choir_backend_weights_create(g_gpu, &err);
-    choir_weight hw[5] = {make_weight(CHOIR_WEIGHT_BF16, H, H, 0, 0, 0), make_weight(CHOIR_WEIGHT_BF16, H, H, 0, 0, 0),
-                          make_weight(CHOIR_WEIGHT_BF16, I, H, 0, 0, 0), make_weight(CHOIR_WEIGHT_BF16, I, H, 0, 0, 0),
-                          make_weight(CHOIR_WEIGHT_BF16, H, I, 0, 0, 0)};
+    const int64_t shp[5][2] = {{H, H}, {H, H}, {I, H}, {I, H}, {H, I}};
     choir_weight dw[5];
-    for (int i = 0; i < 5; i++) choir_backend_weight(ws, &hw[i], &dw[i]);
+    for (int i = 0; i < 5; i++) {
+        choir_weight hw = q8 ? make_weight(CHOIR_WEIGHT_QUANT, shp[i][0], shp[i][1], 8, 64, CHOIR_DTYPE_BF16)
+                             : make_weight(CHOIR_WEIGHT_BF16, shp[i][0], shp[i][1], 0, 0, 0);
+        choir_backend_weight(ws, &hw, &dw[i]);
+    }
     float *x = hvec(H, -1, 1), *gam = hvec(H, 0.5f, 1.5f);
     const float *dgam = choir_backend_vec(ws, gam, H);
     float *dq = dzero(H), *dg = dzero(I), *du = dzero(I), *dh = dzero(H), *dt = dzero(H);
     float *dref = dvec(x, H), *ref = hmem((size_t)H * 4);
-    choir_cuda_pdl_set(0);
-    pdl_chain(dref, dq, dg, du, dh, dgam, &dw[0], &dw[1], &dw[2], &dw[3], &dw[4], dt, I);
-    choir_op_download(g_gs, ref, dref, (size_t)H * 4);
     char name[112];
-    if (streams_ok("gemv pdl: the chain without it")) {
+    choir_cuda_pdl_set(0);
+    pdl_chain(dref, dq, dg, du, dh, dgam, dw, dt, I);
+    choir_op_download(g_gs, ref, dref, (size_t)H * 4);
+    snprintf(name, sizeof name, "gemv pdl, %s: the chain without it", kind);
+    if (streams_ok(name)) {
         double top = 0;
         bool finite = true;
         for (int64_t i = 0; i < H; i++) {
@@ -1073,13 +1079,14 @@ static void check_gemv_pdl(void) {
             top = fmax(top, fabs(ref[i] - x[i]));
         }
         printf("     the chain moved the row by up to %.3g\n", top);
-        expect("gemv pdl: the chain's row finite and moved", finite && top > 1e-3);
+        snprintf(name, sizeof name, "gemv pdl, %s: the chain's row finite and moved", kind);
+        expect(name, finite && top > 1e-3);
     }
     for (int mode = 1; mode <= 2; mode++) {
         float *dx = dvec(x, H);
         choir_cuda_pdl_set(mode);
-        pdl_chain(dx, dq, dg, du, dh, dgam, &dw[0], &dw[1], &dw[2], &dw[3], &dw[4], dt, I);
-        snprintf(name, sizeof name, "gemv pdl %d = off: 6 layers of bf16 GEMVs over one row", mode);
+        pdl_chain(dx, dq, dg, du, dh, dgam, dw, dt, I);
+        snprintf(name, sizeof name, "gemv pdl %d = off: 6 layers of %s GEMVs over one row", mode, kind);
         if (streams_ok(name)) cmp(name, dx, ref, H, 0);
         if (!choir_backend_has_graphs(g_gpu)) continue;
         /* The graph: the chain recorded once on a row that is then reset
@@ -1087,10 +1094,10 @@ static void check_gemv_pdl(void) {
         float *dgx = dvec(x, H), *dd = dvec(x, H), *want = hmem((size_t)H * 4);
         choir_graph *gr = NULL;
         if (choir_stream_graph_begin(g_gs, &err) == 0) {
-            pdl_chain(dgx, dq, dg, du, dh, dgam, &dw[0], &dw[1], &dw[2], &dw[3], &dw[4], dt, I);
+            pdl_chain(dgx, dq, dg, du, dh, dgam, dw, dt, I);
             gr = choir_stream_graph_end(g_gs, &err);
         }
-        snprintf(name, sizeof name, "gemv pdl %d: the chain recorded as a graph", mode);
+        snprintf(name, sizeof name, "gemv pdl %d, %s: the chain recorded as a graph", mode, kind);
         expect(name, gr != NULL);
         if (!gr) {
             printf("     %s\n", err.msg);
@@ -1101,16 +1108,43 @@ static void check_gemv_pdl(void) {
         choir_cuda_pdl_set(0);
         for (int r = 0; r < 3; r++) {
             choir_stream_graph_launch(g_gs, gr);
-            pdl_chain(dd, dq, dg, du, dh, dgam, &dw[0], &dw[1], &dw[2], &dw[3], &dw[4], dt, I);
+            pdl_chain(dd, dq, dg, du, dh, dgam, dw, dt, I);
         }
         choir_op_download(g_gs, want, dd, (size_t)H * 4);
-        snprintf(name, sizeof name, "gemv pdl %d: 3 graph replays = 3 direct chains without it", mode);
+        snprintf(name, sizeof name, "gemv pdl %d, %s: 3 graph replays = 3 direct chains without it", mode, kind);
         if (streams_ok(name)) cmp(name, dgx, want, H, 0);
         choir_graph_free(gr);
     }
-    choir_cuda_pdl_set(was);
+    if (q8) {
+        /* One product in two pieces of x, right after x is written. */
+        const int64_t N = 263, K = 13312;
+        choir_weight hw = make_weight(CHOIR_WEIGHT_QUANT, N, K, 8, 64, CHOIR_DTYPE_BF16), dl;
+        choir_backend_weight(ws, &hw, &dl);
+        float *a = hvec(K, -1, 1), *b = hvec(K, -1, 1), *y0 = hvec(N, -1, 1);
+        float *da = dvec(a, K), *db = dvec(b, K), *dxs = dzero(K), *dyl = dzero(N), *dtl = dzero(N);
+        float *got[3];
+        for (int mode = 0; mode <= 2; mode++) {
+            choir_cuda_pdl_set(mode);
+            choir_op_upload(g_gs, dyl, y0, (size_t)N * 4);
+            choir_op_zero(g_gs, dxs, (size_t)K * 4);
+            choir_op_add(g_gs, da, db, dxs, K);
+            choir_op_linear_ex(g_gs, dxs, 1, &dl, NULL, dyl, CHOIR_LINEAR_ACCUMULATE, dtl);
+            got[mode] = hmem((size_t)N * 4);
+            choir_op_download(g_gs, got[mode], dyl, (size_t)N * 4);
+        }
+        for (int mode = 1; mode <= 2; mode++) {
+            snprintf(name, sizeof name, "gemv pdl %d = off: 8-bit 263 x 13312, x in two pieces, after its add", mode);
+            if (streams_ok(name)) expect(name, !memcmp(got[mode], got[0], (size_t)N * 4));
+        }
+    }
     choir_backend_weights_free(ws);
     case_end();
+}
+static void check_gemv_pdl(void) {
+    const int was = choir_cuda_pdl();
+    check_gemv_pdl_kind(false);
+    check_gemv_pdl_kind(true);
+    choir_cuda_pdl_set(was);
 }
 
 /* The 8-bit GEMV of cuda_linear_q8.cu (choir_cuda_q8_gemv shapes 1, 2, 3:

@@ -406,7 +406,7 @@ __device__ __forceinline__ void q8_stage_sums(int M, int64_t kcp, const float *x
  * 4, at most 64 registers a thread); FX: x staged by q8_stage_fast (shape
  * 8; x 16-byte aligned). The piece is columns [k0, k0 + kc) of K;
  * `later`: not the first piece (no bias, no store, y += the piece's sums). */
-template <int R, int NR, int U, bool NORM, int MINB = 1, bool FX = false>
+template <int R, int NR, int U, bool NORM, int MINB = 1, bool FX = false, bool PDL = false>
 __global__ void __launch_bounds__(Q8_THREADS, MINB)
     q8_stream(const float *__restrict__ x, int M, int64_t K, int64_t k0, int64_t kc, const float *__restrict__ gamma,
               float eps, q8_args a, int later) {
@@ -418,6 +418,9 @@ __global__ void __launch_bounds__(Q8_THREADS, MINB)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t total = a.start[a.n], groups = (total + NR - 1) / NR, nw = (int64_t)gridDim.x * Q8_WARPS;
     const int64_t first = (int64_t)blockIdx.x * Q8_WARPS + warp;
+    /* Launched to overlap the kernel before it (PDL, choir_cuda_pdl): the
+     * kernel after may be placed once every block has started. */
+    if constexpr (PDL) cuda_pdl_trigger();
     /* The first U steps do not depend on x: out before the staging. */
     q8_cursor<NR> ld;
     ld.grp = first;
@@ -426,6 +429,9 @@ __global__ void __launch_bounds__(Q8_THREADS, MINB)
     q8_chunks<NR> ring[U];
 #pragma unroll
     for (int u = 0; u < U; u++) ring[u] = q8_next(ld, a, total, groups, nw, chunks, spr, K, k0, lane);
+    /* PDL: the kernel before has finished and its writes are visible before
+     * x is read or y written (the loads above are the weights'). */
+    if constexpr (PDL) cuda_pdl_wait();
     if constexpr (FX) {
         for (int m = 0; m < M; m++) {
             const float *xr = x + (int64_t)m * K;
@@ -733,8 +739,12 @@ static void q8s_launch_r(choir_cuda *cu, const float *x, int M, int64_t K, const
                          const q8_args &a) {
     const int shape = q8s_shape_for(choir_cuda_q8_gemv_shape(), M, x);
     const int64_t piece = q8s_piece_for(shape, NORM, M, K);
-    q8s_shape_launch<R>(shape, [&](auto nr, auto u, auto minb, auto fx) {
-        auto k = q8_stream<R, nr.value, u.value, NORM, minb.value, fx.value>;
+    /* choir_cuda_pdl on: shape 7 (one row of x) launched to overlap the
+     * kernel before it, each piece after the one before (kernels built for
+     * that shape alone). */
+    const bool pdl = R == 1 && shape == 7 && cu->props.cc_major >= 9 && choir_cuda_pdl() > 0;
+    auto go = [&](auto nr, auto u, auto minb, auto fx, auto pd) {
+        auto k = q8_stream<R, nr.value, u.value, NORM, minb.value, fx.value, pd.value>;
         /* Once a kernel, as q8_launch_r (before any step is recorded). */
         static bool opted = false;
         if (!opted)
@@ -743,9 +753,17 @@ static void q8s_launch_r(choir_cuda *cu, const float *x, int M, int64_t K, const
             const int64_t kc = K - k0 < piece ? K - k0 : piece;
             const size_t smem = q8s_smem(M, kc);
             const int64_t blocks = q8s_grid(cu, k, smem, (a.start[a.n] + nr.value - 1) / nr.value);
-            k<<<(unsigned)blocks, Q8_THREADS, smem, cu->stream>>>(x, M, K, k0, kc, gamma, eps, a, k0 > 0);
+            choir_cuda_launch_pdl(pd.value, k, dim3((unsigned)blocks), dim3(Q8_THREADS), smem, cu->stream, x, M, K,
+                                  k0, kc, gamma, eps, a, (int)(k0 > 0));
         }
-    });
+    };
+    if constexpr (R == 1) {
+        if (pdl) {
+            go(q8c<1>{}, q8c<4>{}, q8c<4>{}, std::false_type{}, std::true_type{}); /* shape 7's parameters */
+            return;
+        }
+    }
+    q8s_shape_launch<R>(shape, [&](auto nr, auto u, auto minb, auto fx) { go(nr, u, minb, fx, std::false_type{}); });
 }
 
 template <bool NORM>
