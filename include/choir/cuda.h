@@ -491,15 +491,17 @@ void choir_cuda_linear_set_bias_epilogue(bool on);
  * them side by side; any other value (-1) restores the default. */
 int choir_cuda_gemv_variants(void);
 void choir_cuda_gemv_set_variant(int v);
-/* Programmatic dependent launch of the one-row GEMVs over bf16 or f16
- * weights (the default shape) and over 8-bit weights (shape 7) (Hopper's
- * griddepcontrol; a draft of 8 Dec 2026, NOT RUN ON A GPU): 0 off (the
- * default), 1: each such GEMV is launched so that its
+/* Programmatic dependent launch of a decode step's products: the one-row
+ * GEMVs over bf16 or f16 weights (the default shape) and over 8-bit
+ * weights (shape 7), and the skinny tensor-core products of 2 to 8 rows
+ * (Hopper's griddepcontrol; a draft of 8 Dec 2026, NOT RUN ON A GPU): 0
+ * off (the default), 1: each such product is launched so that its
  * blocks may start while the kernel before it in the stream drains; they
  * issue their first weight loads, wait for that kernel's results, then run
- * as before (the same floats); 2: as 1, and each block of the 16-bit
- * GEMVs also asks L2 for its first weight rows (up to 8 KB a warp) before
- * it waits (the 8-bit one as 1). Until
+ * as before (the same floats; the skinny kernel loads nothing before it
+ * waits); 2: as 1, and each block of the 16-bit kernels also asks L2 for
+ * its first weight rows (GEMV: up to 8 KB a warp; skinny: 4 KB a row)
+ * before it waits (the 8-bit one as 1). Until
  * choir_cuda_pdl_set is called, CHOIR_CUDA_PDL=N picks it. Process-wide;
  * a captured graph keeps the mode it was captured with. */
 void choir_cuda_pdl_set(int mode);

@@ -1033,25 +1033,28 @@ static void check_gemv_shapes(void) {
  * norm before them read, one product reads what the one before it wrote,
  * and the down product reads SwiGLU's output. Run directly and as a
  * recorded graph replayed three times (the graph keeps the launches'
- * programmatic edges). Then, 8-bit, one product over a row too long for
+ * programmatic edges); the same over 8 rows, bf16 (a decode batch's
+ * skinny tensor-core products). Then, 8-bit, one product over a row too long for
  * one piece of x (13,312 columns: two launches, the second adding into
  * y) right after the operation that writes that row. */
-static void pdl_chain(float *dx, float *dq, float *dg, float *du, float *dh, const float *dgam,
+static void pdl_chain(int64_t M, float *dx, float *dq, float *dg, float *du, float *dh, const float *dgam,
                       const choir_weight *dw, float *dt, int64_t I) {
     for (int l = 0; l < 6; l++) {
         choir_norm_linear pq = {.ln_g = dgam, .eps = 1e-6f, .rms = true, .n = 1, .W = {&dw[0]}, .y = {dq}};
-        choir_op_norm_linear(g_gs, dx, 1, &pq, dh);
-        choir_op_linear_ex(g_gs, dq, 1, &dw[1], NULL, dx, CHOIR_LINEAR_ACCUMULATE, dt);
+        choir_op_norm_linear(g_gs, dx, M, &pq, dh);
+        choir_op_linear_ex(g_gs, dq, M, &dw[1], NULL, dx, CHOIR_LINEAR_ACCUMULATE, dt);
         choir_norm_linear pm = {.ln_g = dgam, .eps = 1e-6f, .rms = true, .n = 2, .W = {&dw[2], &dw[3]},
                                 .y = {dg, du}};
-        choir_op_norm_linear(g_gs, dx, 1, &pm, dh);
-        choir_op_swiglu(g_gs, dg, du, I);
-        choir_op_linear_ex(g_gs, dg, 1, &dw[4], NULL, dx, CHOIR_LINEAR_ACCUMULATE, dt);
+        choir_op_norm_linear(g_gs, dx, M, &pm, dh);
+        choir_op_swiglu(g_gs, dg, du, M * I);
+        choir_op_linear_ex(g_gs, dg, M, &dw[4], NULL, dx, CHOIR_LINEAR_ACCUMULATE, dt);
     }
 }
-static void check_gemv_pdl_kind(bool q8) {
+/* M = 1: the one-row GEMVs (bf16, or 8-bit shape 7); bf16 at M = 8: the
+ * skinny tensor-core kernel of a decode batch. */
+static void check_gemv_pdl_kind(bool q8, int64_t M) {
     const int64_t H = 1024, I = 2816;
-    const char *kind = q8 ? "8-bit" : "bf16";
+    const char *kind = q8 ? "8-bit" : M > 1 ? "bf16 (8 rows)" : "bf16";
     case_begin();
     choir_err err = {0};
     choir_backend_weights *ws = choir_backend_weights_create(g_gpu, &err);
@@ -1062,19 +1065,20 @@ static void check_gemv_pdl_kind(bool q8) {
                              : make_weight(CHOIR_WEIGHT_BF16, shp[i][0], shp[i][1], 0, 0, 0);
         choir_backend_weight(ws, &hw, &dw[i]);
     }
-    float *x = hvec(H, -1, 1), *gam = hvec(H, 0.5f, 1.5f);
+    const int64_t n = M * H;
+    float *x = hvec(n, -1, 1), *gam = hvec(H, 0.5f, 1.5f);
     const float *dgam = choir_backend_vec(ws, gam, H);
-    float *dq = dzero(H), *dg = dzero(I), *du = dzero(I), *dh = dzero(H), *dt = dzero(H);
-    float *dref = dvec(x, H), *ref = hmem((size_t)H * 4);
+    float *dq = dzero(n), *dg = dzero(M * I), *du = dzero(M * I), *dh = dzero(n), *dt = dzero(n);
+    float *dref = dvec(x, n), *ref = hmem((size_t)n * 4);
     char name[112];
     choir_cuda_pdl_set(0);
-    pdl_chain(dref, dq, dg, du, dh, dgam, dw, dt, I);
-    choir_op_download(g_gs, ref, dref, (size_t)H * 4);
+    pdl_chain(M, dref, dq, dg, du, dh, dgam, dw, dt, I);
+    choir_op_download(g_gs, ref, dref, (size_t)n * 4);
     snprintf(name, sizeof name, "gemv pdl, %s: the chain without it", kind);
     if (streams_ok(name)) {
         double top = 0;
         bool finite = true;
-        for (int64_t i = 0; i < H; i++) {
+        for (int64_t i = 0; i < n; i++) {
             finite = finite && isfinite(ref[i]);
             top = fmax(top, fabs(ref[i] - x[i]));
         }
@@ -1083,18 +1087,18 @@ static void check_gemv_pdl_kind(bool q8) {
         expect(name, finite && top > 1e-3);
     }
     for (int mode = 1; mode <= 2; mode++) {
-        float *dx = dvec(x, H);
+        float *dx = dvec(x, n);
         choir_cuda_pdl_set(mode);
-        pdl_chain(dx, dq, dg, du, dh, dgam, dw, dt, I);
-        snprintf(name, sizeof name, "gemv pdl %d = off: 6 layers of %s GEMVs over one row", mode, kind);
-        if (streams_ok(name)) cmp(name, dx, ref, H, 0);
+        pdl_chain(M, dx, dq, dg, du, dh, dgam, dw, dt, I);
+        snprintf(name, sizeof name, "gemv pdl %d = off: 6 layers of %s GEMVs over the rows", mode, kind);
+        if (streams_ok(name)) cmp(name, dx, ref, n, 0);
         if (!choir_backend_has_graphs(g_gpu)) continue;
         /* The graph: the chain recorded once on a row that is then reset
          * and replayed; the third replay equals three direct chains. */
-        float *dgx = dvec(x, H), *dd = dvec(x, H), *want = hmem((size_t)H * 4);
+        float *dgx = dvec(x, n), *dd = dvec(x, n), *want = hmem((size_t)n * 4);
         choir_graph *gr = NULL;
         if (choir_stream_graph_begin(g_gs, &err) == 0) {
-            pdl_chain(dgx, dq, dg, du, dh, dgam, dw, dt, I);
+            pdl_chain(M, dgx, dq, dg, du, dh, dgam, dw, dt, I);
             gr = choir_stream_graph_end(g_gs, &err);
         }
         snprintf(name, sizeof name, "gemv pdl %d, %s: the chain recorded as a graph", mode, kind);
@@ -1104,15 +1108,15 @@ static void check_gemv_pdl_kind(bool q8) {
             choir_stream_clear(g_gs);
             continue;
         }
-        choir_op_upload(g_gs, dgx, x, (size_t)H * 4);
+        choir_op_upload(g_gs, dgx, x, (size_t)n * 4);
         choir_cuda_pdl_set(0);
         for (int r = 0; r < 3; r++) {
             choir_stream_graph_launch(g_gs, gr);
-            pdl_chain(dd, dq, dg, du, dh, dgam, dw, dt, I);
+            pdl_chain(M, dd, dq, dg, du, dh, dgam, dw, dt, I);
         }
-        choir_op_download(g_gs, want, dd, (size_t)H * 4);
+        choir_op_download(g_gs, want, dd, (size_t)n * 4);
         snprintf(name, sizeof name, "gemv pdl %d, %s: 3 graph replays = 3 direct chains without it", mode, kind);
-        if (streams_ok(name)) cmp(name, dgx, want, H, 0);
+        if (streams_ok(name)) cmp(name, dgx, want, n, 0);
         choir_graph_free(gr);
     }
     if (q8) {
@@ -1142,8 +1146,9 @@ static void check_gemv_pdl_kind(bool q8) {
 }
 static void check_gemv_pdl(void) {
     const int was = choir_cuda_pdl();
-    check_gemv_pdl_kind(false);
-    check_gemv_pdl_kind(true);
+    check_gemv_pdl_kind(false, 1);
+    check_gemv_pdl_kind(true, 1);
+    check_gemv_pdl_kind(false, 8);
     choir_cuda_pdl_set(was);
 }
 

@@ -236,12 +236,14 @@ pdl)
     # The programmatic launch's checks (the backend's chain of six layers,
     # bf16 and 8-bit, bit for bit with it off, directly and as a graph;
     # every VibeVoice check with mode 2, then mode 1), then its A/Bs (bf16
-    # at 10 and 60 minutes, 8-bit at 10).
+    # at 10 and 60 minutes, 8-bit at 10, the 8-row step at 10).
     st backend 90 "$CHK|gemv pdl" choir_backend_gpu_check
     st vibevoice-pdl-2 150 "$CHK" env CHOIR_CUDA_PDL=2 choir_vibevoice_gpu_check
     st vibevoice-pdl-1 150 "$CHK" env CHOIR_CUDA_PDL=1 choir_vibevoice_gpu_check
     pdl_ab
     st pdl-ab-q8 120 'pdl [12] |^decode|^bound|error' $VV --audio-min 10 --steps 32 --bits 8 --pdl ab
+    st pdl-ab-8rows 150 'pdl [12] |^batch|error' $VV --audio-min 1 --steps 32 --batch 8 --batch-min 10 --kv bf16 \
+        --pdl ab
     ;;
 engine-chunks)
     # The engine's GPU replica prefills in chunks of VV_DEFAULT_PREFILL

@@ -59,10 +59,10 @@
  *     ab: each length's graph step timed off, on, on, off (bench_switch_ab).
  *     --rope-kv 0|1|ab: a step's ropes and new cache rows in one operation
  *     (CHOIR_VV_ROPE_KV) off or on, or ab as --att-v2's (bench_switch_ab).
- *     --pdl 0|1|2|ab: the one-row GEMVs over 16-bit weights launched to
- *     overlap the kernel before them (CHOIR_CUDA_PDL) in that mode, or ab:
- *     each length's graph step timed with mode 1 off, on, on, off, then
- *     mode 2 so (bench_switch_ab).
+ *     --pdl 0|1|2|ab: the decode steps' products launched to overlap the
+ *     kernel before them (CHOIR_CUDA_PDL) in that mode, or ab: each
+ *     length's one-row graph step, and each batch's B-row step, timed with
+ *     mode 1 off, on, on, off, then mode 2 so.
  *     --gemv-mma 0|1|auto|ab: the mma GEMV (CHOIR_GEMV_MMA) off, on for
  *     every weight, auto (the default: 8-bit weights at 5-8 rows), or ab: the
  *     one-row graph step (and with --batch B each batch's B-row graph step)
@@ -1892,10 +1892,12 @@ static const bench_switch k_sw_att_v2 = {choir_cuda_vv_set_att_v2, choir_cuda_vv
 static bool g_rope_kv_ab;
 static const bench_switch k_sw_rope_kv = {choir_vv_set_rope_kv, choir_vv_rope_kv_on, "rope kv", "rope_kv"};
 
-/* --pdl 0|1|2|ab: the one-row GEMVs launched to overlap the kernel before
- * them (CHOIR_CUDA_PDL, choir_cuda_pdl_set) in that mode for the whole
- * bench, or ab: after each length's figures the graph step timed with mode
- * 1 off, on, on, off, then the same with mode 2 (bench_switch_ab). */
+/* --pdl 0|1|2|ab: the decode steps' products launched to overlap the
+ * kernel before them (CHOIR_CUDA_PDL, choir_cuda_pdl_set) in that mode for
+ * the whole bench, or ab: after each length's figures the one-row graph
+ * step timed with mode 1 off, on, on, off, then the same with mode 2
+ * (bench_switch_ab), and after each batch's the B-row step so
+ * (batch_switch_ab). */
 static bool g_pdl_ab;
 static void pdl1_switch(bool on) { choir_cuda_pdl_set(on ? 1 : 0); }
 static void pdl2_switch(bool on) { choir_cuda_pdl_set(on ? 2 : 0); }
@@ -2292,7 +2294,8 @@ static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevo
     }
     const int q8_sweeps = q8_sweep_count();
     choir_vibevoice_plan plan = {.max_samples = 0,
-                                 .max_context = n_ids + (4 + q8_sweeps + (g_gemv_mma_ab ? 4 : 0) + (g_att_tc_ab ? 4 : 0)) * (steps + 2) + 4,
+                                 .max_context = n_ids + (4 + q8_sweeps + (g_gemv_mma_ab ? 4 : 0) + (g_att_tc_ab ? 4 : 0) +
+                                                  (g_pdl_ab ? 8 : 0)) * (steps + 2) + 4,
                                  .prefill_chunk = chunk};
     choir_backend_mem_reset_peak(be);
     int64_t pool_bytes = (int64_t)B * choir_vibevoice_kv_pages_for(plan.max_context) *
@@ -2412,6 +2415,23 @@ static int bench_batch(choir_backend *be, choir_vibevoice *m, const choir_vibevo
         printf("choir vibevoice att_tc rows=%d min=%g kv=%s graph_off_ms=%.3f graph_on_ms=%.3f\n", B, minutes,
                g_bench_kv == CHOIR_DTYPE_BF16 ? "bf16" : "f32", (ms[0] + ms[3]) / 2, (ms[1] + ms[2]) / 2);
         fflush(stdout);
+    }
+    if (g_pdl_ab) {
+        /* The B-row step's skinny products launched to overlap (mode 1, then 2). */
+        const int was = choir_cuda_pdl();
+        void (*const sets[2])(bool) = {pdl1_switch, pdl2_switch};
+        for (int mode = 1; mode <= 2; mode++) {
+            double ms[4];
+            int rc = batch_switch_ab(m, b, st, tok, B, steps, d, sets[mode - 1], ms, err);
+            choir_cuda_pdl_set(was);
+            if (rc) goto out;
+            printf("pdl %d      %d rows at %g min: graph step %.3f ms off, %.3f ms on (off %.3f, on %.3f, on %.3f, "
+                   "off %.3f): %.3fx\n", mode, B, minutes, (ms[0] + ms[3]) / 2, (ms[1] + ms[2]) / 2, ms[0], ms[1],
+                   ms[2], ms[3], (ms[0] + ms[3]) / (ms[1] + ms[2]));
+            printf("choir vibevoice pdl%d rows=%d min=%g graph_off_ms=%.3f graph_on_ms=%.3f\n", mode, B, minutes,
+                   (ms[0] + ms[3]) / 2, (ms[1] + ms[2]) / 2);
+            fflush(stdout);
+        }
     }
     double qstep = 1000 * (q1 - q0) / steps;
     double one = 1000 * (s1 - s0) / steps, step = 1000 * (b1 - b0) / steps, peak = choir_backend_mem_peak(be) / 1e9;

@@ -653,11 +653,12 @@ __device__ __forceinline__ void sk_step(float (&acc)[MT][NT][4], const uint4 (&w
     }
 }
 
+#define SKINNY_PDL_L2 4096
 /* MT: 16-column tiles of the output per block; NT: 8-row tiles of x
  * (M <= 8 NT); U: K steps whose loads are issued together; NW: warps.
  * add: y += the product (with its bias): the same floats as the product
  * into a buffer and an add after it, one pass over y fewer. */
-template <typename T, int MT, int NT, int U, int NW>
+template <typename T, int MT, int NT, int U, int NW, int PDL = 0>
 __global__ void __launch_bounds__(32 * NW)
     skinny_mma(const float *__restrict__ x, int M, const T *__restrict__ W, int N, int K,
                const float *__restrict__ bias, float *__restrict__ y, int add) {
@@ -665,6 +666,21 @@ __global__ void __launch_bounds__(32 * NW)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int n0 = blockIdx.x * (MT * 16);
+    if constexpr (PDL > 0) {
+        /* Launched to overlap the kernel before it (choir_cuda_pdl): the
+         * kernel after may be placed; with 2, L2 is asked for the first
+         * SKINNY_PDL_L2 bytes of the block's weight rows; then the wait
+         * before x is read or y written. */
+        cuda_pdl_trigger();
+        if constexpr (PDL > 1) {
+            const int r = threadIdx.x;
+            if (r < MT * 16 && n0 + r < N) {
+                const int64_t bytes = (int64_t)K * sizeof(T);
+                cuda_l2_prefetch(W + (int64_t)(n0 + r) * K, (uint32_t)(bytes < SKINNY_PDL_L2 ? bytes : SKINNY_PDL_L2));
+            }
+        }
+        cuda_pdl_wait();
+    }
     /* Rows past the end read the last row (their outputs are not stored). */
     const T *wrow[MT][2];
 #pragma unroll
@@ -732,7 +748,7 @@ static bool skinny_ok(int64_t M, const choir_cuda_weight *W) {
            ((uintptr_t)W->data.ptr & 15) == 0;
 }
 
-template <typename T, int NT, int U>
+template <typename T, int NT, int U, int PDL = 0>
 static void launch_skinny_nt(choir_cuda *cu, const float *x, int M, const T *W, int N, int K,
                              const float *bias, float *y, int acc) {
     /* Wide layers: two column tiles per block (half the re-reads of x), 8
@@ -741,10 +757,12 @@ static void launch_skinny_nt(choir_cuda *cu, const float *x, int M, const T *W, 
      * flight. */
     if (N >= 4096) {
         unsigned blocks = (unsigned)((N + 31) / 32);
-        skinny_mma<T, 2, NT, U, 8><<<blocks, 32 * 8, 0, cu->stream>>>(x, M, W, N, K, bias, y, acc);
+        choir_cuda_launch_pdl(PDL > 0, skinny_mma<T, 2, NT, U, 8, PDL>, dim3(blocks), dim3(32 * 8), 0, cu->stream, x,
+                              M, W, N, K, bias, y, acc);
     } else {
         unsigned blocks = (unsigned)((N + 15) / 16);
-        skinny_mma<T, 1, NT, U, 16><<<blocks, 32 * 16, 0, cu->stream>>>(x, M, W, N, K, bias, y, acc);
+        choir_cuda_launch_pdl(PDL > 0, skinny_mma<T, 1, NT, U, 16, PDL>, dim3(blocks), dim3(32 * 16), 0, cu->stream,
+                              x, M, W, N, K, bias, y, acc);
     }
 }
 
@@ -753,7 +771,14 @@ static int launch_skinny(choir_cuda *cu, const float *x, int M, const choir_cuda
                          const float *bias, float *y, choir_err *err, int acc = 0) {
     const T *w = (const T *)W->data.ptr;
     int N = (int)W->rows, K = (int)W->cols;
-    if (M <= 8)
+    /* choir_cuda_pdl: a decode batch's products (up to 8 rows) launched to
+     * overlap the kernel before them. */
+    const int pdl = M <= 8 && cu->props.cc_major >= 9 ? choir_cuda_pdl() : 0;
+    if (M <= 8 && pdl == 1)
+        launch_skinny_nt<T, 1, 4, 1>(cu, x, M, w, N, K, bias, y, acc);
+    else if (M <= 8 && pdl == 2)
+        launch_skinny_nt<T, 1, 4, 2>(cu, x, M, w, N, K, bias, y, acc);
+    else if (M <= 8)
         launch_skinny_nt<T, 1, 4>(cu, x, M, w, N, K, bias, y, acc);
     else if (M <= 16)
         launch_skinny_nt<T, 2, 2>(cu, x, M, w, N, K, bias, y, acc);

@@ -157,6 +157,7 @@ int choir_cuda_act(choir_cuda *cu, int act, float *x, int64_t n, choir_err *err)
  * take the same values in the same order, so the floats do not change. */
 #define RMS_CACHE 16
 __global__ void k_rms_norm(const float *x, float *y, int64_t dim, const float *gamma, float eps, int cache) {
+    cuda_pdl_trigger(); /* the product after may start (choir_cuda_pdl) */
     __shared__ double red[32];
     const float *xr = x + (int64_t)blockIdx.x * dim;
     float *out = y + (int64_t)blockIdx.x * dim;
@@ -186,6 +187,7 @@ __global__ void k_rms_norm(const float *x, float *y, int64_t dim, const float *g
 /* One warp per row (cuda_rms_row_warp), OPS_THREADS / 32 rows a block. */
 __global__ void k_rms_norm_warp(const float *x, float *y, int64_t rows, int64_t dim, const float *gamma,
                                 float eps) {
+    cuda_pdl_trigger(); /* the product after may start (choir_cuda_pdl) */
     const int64_t r = (int64_t)blockIdx.x * (OPS_THREADS / 32) + (threadIdx.x >> 5);
     if (r < rows) cuda_rms_row_warp(x + r * dim, dim, eps, gamma, y + r * dim);
 }
