@@ -494,8 +494,10 @@ void choir_cuda_gemv_set_variant(int v);
 /* Programmatic dependent launch of a decode step's products: the one-row
  * GEMVs over bf16 or f16 weights (the default shape) and over 8-bit
  * weights (shape 7), and the skinny tensor-core products of 2 to 8 rows
- * (Hopper's griddepcontrol; a draft of 8 Dec 2026, NOT RUN ON A GPU): 0
- * off (the default), 1: each such product is launched so that its
+ * (Hopper's griddepcontrol; a draft of 8 Dec 2026, NOT RUN ON A GPU), and
+ * the step's kernels between them (VibeVoice's ropes and cache rows, its
+ * decode attention, SwiGLU), which wait at their start: 0 off (the
+ * default), 1: each such product is launched so that its
  * blocks may start while the kernel before it in the stream drains; they
  * issue their first weight loads, wait for that kernel's results, then run
  * as before (the same floats; the skinny kernel loads nothing before it

@@ -102,6 +102,8 @@ __device__ __forceinline__ uint4 cuda_swiglu8(uint4 a, uint4 b) {
  * grid to finish, its writes visible). cuda_pdl_trigger() lets such a
  * successor be scheduled once every block of the calling grid has called
  * it (or ended); without a successor so launched it does nothing. */
+#ifndef CHOIR_CUDA_PDL_HELPERS /* (the host emulation's warp_emu.h has its own) */
+#define CHOIR_CUDA_PDL_HELPERS
 __device__ __forceinline__ void cuda_pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -119,6 +121,7 @@ __device__ __forceinline__ void cuda_l2_prefetch(const void *p, uint32_t bytes) 
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 #endif
 }
+#endif
 
 /* The value a GEMV writes for product s of output (m, r): bias added, then
  * written, added into y or passed through GELU. */

@@ -705,7 +705,10 @@ __global__ void __launch_bounds__(VV_DEC_THREADS, sizeof(KV) == 4 && NB == 2 ? 3
                  const int32_t *__restrict__ pos, const int32_t *__restrict__ table, int64_t table_stride,
                  int64_t max_keys, int nh, int nkv, float scale, int S, int nsplit, float *__restrict__ part,
                  int *__restrict__ done, float *__restrict__ out) {
-    cuda_pdl_trigger(); /* the product after may start its loads (choir_cuda_pdl) */
+    /* choir_cuda_pdl: the product after may start its loads; launched so
+     * itself, the kernel before has finished (both no-ops otherwise). */
+    cuda_pdl_trigger();
+    cuda_pdl_wait();
     constexpr int E = vv_dec_vec<KV>::E, LPK = D / E, KPI = 32 / LPK, NL = LPK / 8;
     static_assert(LPK >= 8 && LPK <= 32 && NL * KPI == 4, "a tile is 4 keys");
     static_assert(U >= 1 && NB > U && NB % U == 0, "a ring of whole steps");
@@ -926,7 +929,10 @@ template <int D, int GM>
 __global__ void __launch_bounds__(VV_DEC_THREADS)
     k_vv_att_dec_combine(const float *__restrict__ part, int64_t pos0, const int32_t *__restrict__ pos,
                          int64_t max_keys, int nh, int nkv, int S, int nsplit, float *__restrict__ out) {
-    cuda_pdl_trigger(); /* the product after may start its loads (choir_cuda_pdl) */
+    /* choir_cuda_pdl: the product after may start its loads; launched so
+     * itself, the kernel before has finished (both no-ops otherwise). */
+    cuda_pdl_trigger();
+    cuda_pdl_wait();
     __shared__ __align__(16) float red[VV_DEC_WARPS * 8 * 128];
     __shared__ float wt[8][VV_DEC_MAX_SPLITS];
     int64_t i = blockIdx.y;
@@ -987,7 +993,10 @@ __global__ void __launch_bounds__(VV_DEC_THREADS, 2)
                     const int32_t *__restrict__ table, int64_t table_stride, int64_t max_keys, int nh, int nkv,
                     float scale, int S, int nsplit, float *__restrict__ part, int *__restrict__ done,
                     float *__restrict__ out) {
-    cuda_pdl_trigger(); /* the product after may start its loads (choir_cuda_pdl) */
+    /* choir_cuda_pdl: the product after may start its loads; launched so
+     * itself, the kernel before has finished (both no-ops otherwise). */
+    cuda_pdl_trigger();
+    cuda_pdl_wait();
     constexpr int D = VV_TC_D, KC = D / 32;
     __shared__ __align__(16) float red[VV_DEC_WARPS * 8 * 128];
     __shared__ float wt[8][VV_DEC_MAX_SPLITS];
@@ -1270,15 +1279,15 @@ static int vv_dec_split(const choir_cuda *cu, int64_t T, int n_kv, int64_t max_k
 /* k_vv_att_dec_tc where it applies (bf16 K/V, 128 values, `on`): true when
  * launched. */
 template <int DD, typename KT, int GG>
-static bool att_dec_tc(bool on, dim3 grid, cudaStream_t stream, const float *q, const KT *kc, const KT *vc,
-                       int64_t pos0, const int32_t *pos, const int32_t *table, int64_t table_stride,
+static bool att_dec_tc(bool on, bool pdl, dim3 grid, cudaStream_t stream, const float *q, const KT *kc,
+                       const KT *vc, int64_t pos0, const int32_t *pos, const int32_t *table, int64_t table_stride,
                        int64_t max_keys, int n_heads, int n_kv, float scale, int S, int nsplit, float *part,
                        int *done, float *out) {
     if constexpr (sizeof(KT) == 2 && DD == VV_TC_D) {
         if (!on) return false;
-        k_vv_att_dec_tc<GG><<<grid, VV_DEC_THREADS, 0, stream>>>(
-            q, (const __nv_bfloat16 *)kc, (const __nv_bfloat16 *)vc, pos0, pos, table, table_stride, max_keys,
-            n_heads, n_kv, scale, S, nsplit, part, done, out);
+        choir_cuda_launch_pdl(pdl, k_vv_att_dec_tc<GG>, grid, dim3(VV_DEC_THREADS), 0, stream, q,
+                              (const __nv_bfloat16 *)kc, (const __nv_bfloat16 *)vc, pos0, pos, table, table_stride,
+                              max_keys, n_heads, n_kv, scale, S, nsplit, part, done, out);
         return true;
     }
     return false;
@@ -1309,24 +1318,26 @@ static int att_dec(choir_cuda *cu, const float *q, int64_t T, const KV *kc, cons
      * f32 3 tiles, 1 a step (docs/cuda.md). */
     constexpr int DEEP_NB = sizeof(KV) == 2 ? 4 : 3, DEEP_U = sizeof(KV) == 2 ? 2 : 1;
     /* CHOIR_VV_ATT_TC: bf16 caches of 128-value heads on the tensor cores. */
+    /* choir_cuda_pdl: launched to overlap the kernel before (they wait for it first). */
+    const bool pdl = cu->props.cc_major >= 9 && choir_cuda_pdl() > 0;
 #define VV_DEC(DD, KT, GG)                                                                                      \
     do {                                                                                                        \
-        if (!att_dec_tc<DD, KT, GG>(g_att_tc, g1, cu->stream, q, kc, vc, pos0, pos, table, table_stride, max_keys,    \
-                                    n_heads, n_kv, scale, S, nsplit, part, done, out)) {                        \
+        if (!att_dec_tc<DD, KT, GG>(g_att_tc, pdl, g1, cu->stream, q, kc, vc, pos0, pos, table, table_stride,     \
+                                    max_keys, n_heads, n_kv, scale, S, nsplit, part, done, out)) {              \
             if (!g_att_v2_deep)                                                                                 \
-                k_vv_att_dec<DD, KT, GG, 2, 1><<<g1, VV_DEC_THREADS, 0, cu->stream>>>(                          \
-                    q, kc, vc, pos0, pos, table, table_stride, max_keys, n_heads, n_kv, scale, S, nsplit, part, \
-                    done, out);                                                                                 \
+                choir_cuda_launch_pdl(pdl, k_vv_att_dec<DD, KT, GG, 2, 1>, g1, dim3(VV_DEC_THREADS), 0,         \
+                                      cu->stream, q, kc, vc, pos0, pos, table, table_stride, max_keys, n_heads, \
+                                      n_kv, scale, S, nsplit, part, done, out);                                 \
             else                                                                                                \
-                k_vv_att_dec<DD, KT, GG, DEEP_NB, DEEP_U><<<g1, VV_DEC_THREADS, 0, cu->stream>>>(               \
-                    q, kc, vc, pos0, pos, table, table_stride, max_keys, n_heads, n_kv, scale, S, nsplit, part, \
-                    done, out);                                                                                 \
+                choir_cuda_launch_pdl(pdl, k_vv_att_dec<DD, KT, GG, DEEP_NB, DEEP_U>, g1, dim3(VV_DEC_THREADS), \
+                                      0, cu->stream, q, kc, vc, pos0, pos, table, table_stride, max_keys,       \
+                                      n_heads, n_kv, scale, S, nsplit, part, done, out);                        \
         }                                                                                                       \
         if (!done) {                                                                                            \
             int rc_ = choir_cuda_check_launch(err, "vibevoice decode attention");                               \
             if (rc_) return rc_;                                                                                \
-            k_vv_att_dec_combine<DD, GG><<<g2, VV_DEC_THREADS, 0, cu->stream>>>(part, pos0, pos, max_keys,      \
-                                                                               n_heads, n_kv, S, nsplit, out); \
+            choir_cuda_launch_pdl(pdl, k_vv_att_dec_combine<DD, GG>, g2, dim3(VV_DEC_THREADS), 0, cu->stream,   \
+                                  part, pos0, pos, max_keys, n_heads, n_kv, S, nsplit, out);                    \
         }                                                                                                       \
     } while (0)
     if (D == 128 && G == 7) VV_DEC(128, KV, 7);
@@ -1469,6 +1480,8 @@ __global__ void __launch_bounds__(VV_RKV_THREADS)
     k_vv_rope_kv(float *q, float *k, const float *__restrict__ v, int64_t rows, int n_heads, int n_kv, int64_t Dh,
                  const int32_t *__restrict__ pos, float theta, choir_cuda_vv_rows_dst kd, choir_cuda_vv_rows_dst vd) {
     __shared__ float cs[VV_RKV_MAX_HALF], sn[VV_RKV_MAX_HALF];
+    cuda_pdl_trigger(); /* as the decode attention's kernels */
+    cuda_pdl_wait();
     int64_t half = Dh / 2, qd = (int64_t)n_heads * Dh, kvd = (int64_t)n_kv * Dh;
     int h0 = (int)blockIdx.y * VV_RKV_HEADS, h1 = h0 + VV_RKV_HEADS < n_heads + n_kv ? h0 + VV_RKV_HEADS
                                                                                     : n_heads + n_kv;
@@ -1603,7 +1616,8 @@ int choir_cuda_vv_rope_kv(choir_cuda *cu, float *q, float *k, const float *v, in
     int parts = (n_heads + n_kv + VV_RKV_HEADS - 1) / VV_RKV_HEADS;
     if (parts > 65535) return choir_err_set(err, CHOIR_ETOOBIG, "cuda: rope over %d heads", n_heads + n_kv);
     dim3 grid((unsigned)(T < 65535 ? T : 65535), (unsigned)parts);
-    k_vv_rope_kv<<<grid, VV_RKV_THREADS, 0, cu->stream>>>(q, k, v, T, n_heads, n_kv, D, pos, theta, *kd, *vd);
+    choir_cuda_launch_pdl(cu->props.cc_major >= 9 && choir_cuda_pdl() > 0, k_vv_rope_kv, grid, dim3(VV_RKV_THREADS),
+                          0, cu->stream, q, k, v, T, n_heads, n_kv, D, pos, theta, *kd, *vd);
     return choir_cuda_check_launch(err, "vibevoice rope and cache rows");
 }
 

@@ -107,6 +107,14 @@ static inline uint32_t pack_bf16(float lo, float hi) {
     return (uint32_t)v.x.x | ((uint32_t)v.y.x << 16);
 }
 
+/* Programmatic dependent launch (cuda_internal.h's helpers): the emulation
+ * runs one launch to its end before the next, so there is nothing to wait
+ * for or to trigger. */
+#define CHOIR_CUDA_PDL_HELPERS
+static inline void cuda_pdl_wait() {}
+static inline void cuda_pdl_trigger() {}
+static inline void cuda_l2_prefetch(const void *, uint32_t) {}
+
 template <class F> static void launch(dim3v grid, int threads, F f) {
     g_threads = threads;
     gridDim = grid;
