@@ -114,6 +114,11 @@ __device__ __forceinline__ void cuda_pdl_trigger() {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+/* Both, for a kernel with nothing to do before its wait. */
+__device__ __forceinline__ void cuda_pdl_begin() {
+    cuda_pdl_trigger();
+    cuda_pdl_wait();
+}
 /* Asks L2 for `bytes` (a multiple of 16, from a 16-byte aligned address)
  * without waiting: sm_90's bulk prefetch, nothing before it. */
 __device__ __forceinline__ void cuda_l2_prefetch(const void *p, uint32_t bytes) {
@@ -284,6 +289,9 @@ int choir_cuda_swiglu_bf16_rows(choir_cuda *cu, uint16_t *gate, const uint16_t *
  * cublasGemmEx as choir_cuda_linear's cuBLAS path calls it (cuda_linear.cu). */
 int choir_cuda_gemm_xwt(choir_cuda *cu, const void *x, const void *W, int64_t M, int64_t N, int64_t K, void *y,
                         cudaDataType_t yt, float beta, choir_err *err);
+/* choir_cuda_pdl's mode for launches on cu's device: 0 below compute
+ * capability 9 (cuda_linear.cu). */
+int choir_cuda_pdl_mode(const choir_cuda *cu);
 /* Launches kernel k on cu's stream, with `pdl` as one that may start
  * before the kernel ahead of it ends (the kernel calls cuda_pdl_wait; see
  * there); the launch's error as cudaGetLastError reports it. */

@@ -165,7 +165,7 @@ __device__ __forceinline__ void gemv_dot(const float *x, int M, const T *const (
  * 2): lets the next kernel be scheduled (cuda_pdl_trigger), loads row r0's
  * first U steps into `first` (weights, which no kernel writes), with PDL 2
  * asks L2 for the first GEMV_PDL_L2 bytes of the warp's NR rows r0 ..
- * (lane j < NR its row r0 + j's share, rows `row_ptr` gives), then waits
+ * (lane j < NR its row r0 + j's share; row_ptr(r): row r's weights), then waits
  * for the kernel before (cuda_pdl_wait) before anything reads x or writes
  * y. Returns whether `first` holds row r0's loads (gemv_dot's have_first). */
 #define GEMV_PDL_L2 8192
@@ -185,12 +185,6 @@ __device__ __forceinline__ bool gemv_pdl_start(RowPtr row_ptr, int64_t r0, int64
     cuda_pdl_wait();
     return ok;
 }
-template <typename T, int NR, int U, int HINT, int PDL>
-__device__ __forceinline__ bool gemv_pdl_prologue(const T *W, int64_t r0, int64_t rows, int64_t cols, int lane,
-                                                  uint4 (&first)[U]) {
-    return gemv_pdl_start<T, NR, U, HINT, PDL>([&](int64_t r) { return W + r * cols; }, r0, rows, cols, lane,
-                                                first);
-}
 
 /* NR output rows a warp (consecutive), GEMV_WARPS warps a block, the warps
  * striding over the rows by the grid (a grid that covers them: one group
@@ -209,7 +203,8 @@ __global__ void gemv_dense(const float *__restrict__ x, int M, const T *__restri
     if constexpr (PDL > 0) {
         /* Launched to overlap the kernel before it (choir_cuda_pdl): the
          * first row's first loads, weights only, go out before the wait. */
-        have_first = gemv_pdl_prologue<T, NR, U, HINT, PDL>(W, r0, rows, cols, lane, first);
+        have_first = gemv_pdl_start<T, NR, U, HINT, PDL>([&](int64_t r) { return W + r * cols; }, r0, rows, cols,
+                                                          lane, first);
     }
     for (int64_t r = r0; r < rows; r += stride) {
         int nrow = rows - r < NR ? (int)(rows - r) : NR;
@@ -773,7 +768,7 @@ static int launch_skinny(choir_cuda *cu, const float *x, int M, const choir_cuda
     int N = (int)W->rows, K = (int)W->cols;
     /* choir_cuda_pdl: a decode batch's products (up to 8 rows) launched to
      * overlap the kernel before them. */
-    const int pdl = M <= 8 && cu->props.cc_major >= 9 ? choir_cuda_pdl() : 0;
+    const int pdl = M <= 8 ? choir_cuda_pdl_mode(cu) : 0;
     if (M <= 8 && pdl == 1)
         launch_skinny_nt<T, 1, 4, 1>(cu, x, M, w, N, K, bias, y, acc);
     else if (M <= 8 && pdl == 2)
@@ -893,6 +888,7 @@ int choir_cuda_pdl(void) {
     if (__atomic_load_n(&g_pdl, __ATOMIC_RELAXED) < 0) choir_cuda_pdl_set(-1);
     return __atomic_load_n(&g_pdl, __ATOMIC_RELAXED);
 }
+int choir_cuda_pdl_mode(const choir_cuda *cu) { return cu->props.cc_major >= 9 ? choir_cuda_pdl() : 0; }
 
 /* Calls l(NR, U, HINT, PERSIST, PDL) for the one-row GEMVs: the chosen
  * variant without programmatic launch, or with choir_cuda_pdl on (a device
@@ -900,7 +896,7 @@ int choir_cuda_pdl(void) {
  * (instantiated for that one alone). */
 template <typename L>
 static void gemv_pdl_launch(const choir_cuda *cu, L &&l) {
-    const int pdl = cu->props.cc_major >= 9 && g_gemv_variant == GEMV_DEFAULT_VARIANT ? choir_cuda_pdl() : 0;
+    const int pdl = g_gemv_variant == GEMV_DEFAULT_VARIANT ? choir_cuda_pdl_mode(cu) : 0;
     static_assert(GEMV_DEFAULT_VARIANT == 4, "the programmatic launch's shape is variant 4's");
     if (pdl == 1) l(ic<2>{}, ic<2>{}, ic<1>{}, ic<0>{}, ic<1>{});
     else if (pdl == 2) l(ic<2>{}, ic<2>{}, ic<1>{}, ic<0>{}, ic<2>{});

@@ -742,7 +742,7 @@ static void q8s_launch_r(choir_cuda *cu, const float *x, int M, int64_t K, const
     /* choir_cuda_pdl on: shape 7 (one row of x) launched to overlap the
      * kernel before it, each piece after the one before (kernels built for
      * that shape alone). */
-    const bool pdl = R == 1 && shape == 7 && cu->props.cc_major >= 9 && choir_cuda_pdl() > 0;
+    const bool pdl = R == 1 && shape == 7 && choir_cuda_pdl_mode(cu) > 0;
     auto go = [&](auto nr, auto u, auto minb, auto fx, auto pd) {
         auto k = q8_stream<R, nr.value, u.value, NORM, minb.value, fx.value, pd.value>;
         /* Once a kernel, as q8_launch_r (before any step is recorded). */
@@ -757,13 +757,13 @@ static void q8s_launch_r(choir_cuda *cu, const float *x, int M, int64_t K, const
                                   k0, kc, gamma, eps, a, (int)(k0 > 0));
         }
     };
-    if constexpr (R == 1) {
-        if (pdl) {
-            go(q8c<1>{}, q8c<4>{}, q8c<4>{}, std::false_type{}, std::true_type{}); /* shape 7's parameters */
-            return;
+    q8s_shape_launch<R>(shape, [&](auto nr, auto u, auto minb, auto fx) {
+        /* shape 7's parameters: one row, four blocks an SM, x staged in two passes */
+        if constexpr (R == 1 && minb.value == 4 && !fx.value) {
+            if (pdl) return go(nr, u, minb, fx, std::true_type{});
         }
-    }
-    q8s_shape_launch<R>(shape, [&](auto nr, auto u, auto minb, auto fx) { go(nr, u, minb, fx, std::false_type{}); });
+        go(nr, u, minb, fx, std::false_type{});
+    });
 }
 
 template <bool NORM>

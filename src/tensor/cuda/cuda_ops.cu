@@ -52,8 +52,7 @@ int choir_cuda_mul(choir_cuda *cu, const float *a, const float *b, float *y, int
 __global__ void k_swiglu(float *g, const float *u, int64_t n) {
     /* choir_cuda_pdl: the product after may start its loads; launched so
      * itself, the kernel before has finished (both no-ops otherwise). */
-    cuda_pdl_trigger();
-    cuda_pdl_wait();
+    cuda_pdl_begin();
     GRID_STRIDE(i, n) {
         float v = g[i];
         v = v / (1.0f + expf(-v));
@@ -63,7 +62,7 @@ __global__ void k_swiglu(float *g, const float *u, int64_t n) {
 
 int choir_cuda_swiglu(choir_cuda *cu, float *gate, const float *up, int64_t n, choir_err *err) {
     if (n <= 0) return 0;
-    choir_cuda_launch_pdl(cu->props.cc_major >= 9 && choir_cuda_pdl() > 0, k_swiglu,
+    choir_cuda_launch_pdl(choir_cuda_pdl_mode(cu) > 0, k_swiglu,
                           dim3((unsigned)choir_cuda_blocks(n, OPS_THREADS)), dim3(OPS_THREADS), 0, cu->stream, gate,
                           up, n);
     return choir_cuda_check_launch(err, "swiglu");

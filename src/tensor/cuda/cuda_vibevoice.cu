@@ -707,8 +707,7 @@ __global__ void __launch_bounds__(VV_DEC_THREADS, sizeof(KV) == 4 && NB == 2 ? 3
                  int *__restrict__ done, float *__restrict__ out) {
     /* choir_cuda_pdl: the product after may start its loads; launched so
      * itself, the kernel before has finished (both no-ops otherwise). */
-    cuda_pdl_trigger();
-    cuda_pdl_wait();
+    cuda_pdl_begin();
     constexpr int E = vv_dec_vec<KV>::E, LPK = D / E, KPI = 32 / LPK, NL = LPK / 8;
     static_assert(LPK >= 8 && LPK <= 32 && NL * KPI == 4, "a tile is 4 keys");
     static_assert(U >= 1 && NB > U && NB % U == 0, "a ring of whole steps");
@@ -931,8 +930,7 @@ __global__ void __launch_bounds__(VV_DEC_THREADS)
                          int64_t max_keys, int nh, int nkv, int S, int nsplit, float *__restrict__ out) {
     /* choir_cuda_pdl: the product after may start its loads; launched so
      * itself, the kernel before has finished (both no-ops otherwise). */
-    cuda_pdl_trigger();
-    cuda_pdl_wait();
+    cuda_pdl_begin();
     __shared__ __align__(16) float red[VV_DEC_WARPS * 8 * 128];
     __shared__ float wt[8][VV_DEC_MAX_SPLITS];
     int64_t i = blockIdx.y;
@@ -995,8 +993,7 @@ __global__ void __launch_bounds__(VV_DEC_THREADS, 2)
                     float *__restrict__ out) {
     /* choir_cuda_pdl: the product after may start its loads; launched so
      * itself, the kernel before has finished (both no-ops otherwise). */
-    cuda_pdl_trigger();
-    cuda_pdl_wait();
+    cuda_pdl_begin();
     constexpr int D = VV_TC_D, KC = D / 32;
     __shared__ __align__(16) float red[VV_DEC_WARPS * 8 * 128];
     __shared__ float wt[8][VV_DEC_MAX_SPLITS];
@@ -1319,7 +1316,7 @@ static int att_dec(choir_cuda *cu, const float *q, int64_t T, const KV *kc, cons
     constexpr int DEEP_NB = sizeof(KV) == 2 ? 4 : 3, DEEP_U = sizeof(KV) == 2 ? 2 : 1;
     /* CHOIR_VV_ATT_TC: bf16 caches of 128-value heads on the tensor cores. */
     /* choir_cuda_pdl: launched to overlap the kernel before (they wait for it first). */
-    const bool pdl = cu->props.cc_major >= 9 && choir_cuda_pdl() > 0;
+    const bool pdl = choir_cuda_pdl_mode(cu) > 0;
 #define VV_DEC(DD, KT, GG)                                                                                      \
     do {                                                                                                        \
         if (!att_dec_tc<DD, KT, GG>(g_att_tc, pdl, g1, cu->stream, q, kc, vc, pos0, pos, table, table_stride,     \
@@ -1480,8 +1477,7 @@ __global__ void __launch_bounds__(VV_RKV_THREADS)
     k_vv_rope_kv(float *q, float *k, const float *__restrict__ v, int64_t rows, int n_heads, int n_kv, int64_t Dh,
                  const int32_t *__restrict__ pos, float theta, choir_cuda_vv_rows_dst kd, choir_cuda_vv_rows_dst vd) {
     __shared__ float cs[VV_RKV_MAX_HALF], sn[VV_RKV_MAX_HALF];
-    cuda_pdl_trigger(); /* as the decode attention's kernels */
-    cuda_pdl_wait();
+    cuda_pdl_begin(); /* as the decode attention's kernels */
     int64_t half = Dh / 2, qd = (int64_t)n_heads * Dh, kvd = (int64_t)n_kv * Dh;
     int h0 = (int)blockIdx.y * VV_RKV_HEADS, h1 = h0 + VV_RKV_HEADS < n_heads + n_kv ? h0 + VV_RKV_HEADS
                                                                                     : n_heads + n_kv;
@@ -1616,7 +1612,7 @@ int choir_cuda_vv_rope_kv(choir_cuda *cu, float *q, float *k, const float *v, in
     int parts = (n_heads + n_kv + VV_RKV_HEADS - 1) / VV_RKV_HEADS;
     if (parts > 65535) return choir_err_set(err, CHOIR_ETOOBIG, "cuda: rope over %d heads", n_heads + n_kv);
     dim3 grid((unsigned)(T < 65535 ? T : 65535), (unsigned)parts);
-    choir_cuda_launch_pdl(cu->props.cc_major >= 9 && choir_cuda_pdl() > 0, k_vv_rope_kv, grid, dim3(VV_RKV_THREADS),
+    choir_cuda_launch_pdl(choir_cuda_pdl_mode(cu) > 0, k_vv_rope_kv, grid, dim3(VV_RKV_THREADS),
                           0, cu->stream, q, k, v, T, n_heads, n_kv, D, pos, theta, *kd, *vd);
     return choir_cuda_check_launch(err, "vibevoice rope and cache rows");
 }

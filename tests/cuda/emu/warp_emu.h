@@ -113,6 +113,7 @@ static inline uint32_t pack_bf16(float lo, float hi) {
 #define CHOIR_CUDA_PDL_HELPERS
 static inline void cuda_pdl_wait() {}
 static inline void cuda_pdl_trigger() {}
+static inline void cuda_pdl_begin() {}
 static inline void cuda_l2_prefetch(const void *, uint32_t) {}
 
 template <class F> static void launch(dim3v grid, int threads, F f) {
